@@ -1,0 +1,23 @@
+// Process signal handling for daemons: SIGTERM / SIGINT request a drain,
+// SIGHUP a reload. Signals are blocked in every thread (call
+// BlockTerminationSignals() first in main, before any thread starts) and
+// received synchronously by WaitForSignal().
+#ifndef QUILT_SRC_COMMON_SIGNALS_H_
+#define QUILT_SRC_COMMON_SIGNALS_H_
+
+#include "absl/time/time.h"
+
+namespace quilt {
+
+enum class DaemonSignal { kNone, kTerminate, kReload };
+
+// Blocks SIGTERM, SIGINT and SIGHUP in the calling thread (and the threads it
+// starts afterwards).
+void BlockTerminationSignals();
+
+// Waits up to `timeout` for one of the blocked signals. kNone on timeout.
+DaemonSignal WaitForSignal(absl::Duration timeout);
+
+}  // namespace quilt
+
+#endif  // QUILT_SRC_COMMON_SIGNALS_H_
