@@ -10,26 +10,33 @@ PROTOC = "/usr/bin/protoc"
 GRPC_CPP_PLUGIN = "/usr/bin/grpc_cpp_plugin"
 
 def quilt_cc_proto_library(name, srcs, deps = [], proto_deps = [], grpc = False, visibility = None):
-    """Generates *.pb.{h,cc} (and *.grpc.pb.{h,cc} with grpc = True).
+    """Generates *.pb.{h,cc}, or with grpc = True only the *.grpc.pb.{h,cc}.
+
+    Message code and gRPC stubs are separate targets so that domain code can
+    use request/response messages without depending on gRPC.
 
     Args:
       name: the cc_library target.
       srcs: .proto files in this package.
-      deps: cc_library targets of the imported protos.
+      deps: cc_library targets of the imported protos (with grpc = True: the
+        message library of the same srcs).
       proto_deps: the imported .proto files (filegroups named <dep>_protos).
-      grpc: also generate gRPC service code.
+      grpc: generate gRPC service code instead of message code.
       visibility: of the cc_library and the _protos filegroup.
     """
     outs = []
     for src in srcs:
         base = src[:-len(".proto")]
-        outs += [base + ".pb.h", base + ".pb.cc"]
         if grpc:
             outs += [base + ".grpc.pb.h", base + ".grpc.pb.cc"]
+        else:
+            outs += [base + ".pb.h", base + ".pb.cc"]
 
-    cmd = PROTOC + " --proto_path=. --cpp_out=$(GENDIR)"
+    cmd = PROTOC + " --proto_path=."
     if grpc:
         cmd += " --grpc_out=$(GENDIR) --plugin=protoc-gen-grpc=" + GRPC_CPP_PLUGIN
+    else:
+        cmd += " --cpp_out=$(GENDIR)"
     cmd += " " + " ".join(["$(location %s)" % s for s in srcs])
 
     native.genrule(

@@ -1,0 +1,64 @@
+#include "src/common/files.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+
+namespace quilt {
+namespace {
+
+absl::Status ErrnoStatus(int err, const std::string& what) {
+  std::string msg = absl::StrCat(what, ": ", std::strerror(err));
+  if (err == ENOENT) return absl::NotFoundError(msg);
+  if (err == EACCES || err == EPERM) return absl::PermissionDeniedError(msg);
+  return absl::UnavailableError(msg);
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return ErrnoStatus(errno, "cannot read " + path);
+  std::ostringstream buf;
+  buf << in.rdbuf();
+  if (in.bad()) return ErrnoStatus(errno, "error reading " + path);
+  return buf.str();
+}
+
+absl::Status WriteFileAtomically(const std::string& path, const std::string& contents) {
+  const std::string tmp = absl::StrCat(path, ".tmp.", getpid());
+  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoStatus(errno, "cannot create " + tmp);
+  size_t done = 0;
+  while (done < contents.size()) {
+    ssize_t n = write(fd, contents.data() + done, contents.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      int err = errno;
+      close(fd);
+      unlink(tmp.c_str());
+      return ErrnoStatus(err, "cannot write " + tmp);
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (fsync(fd) != 0 || close(fd) != 0) {
+    int err = errno;
+    unlink(tmp.c_str());
+    return ErrnoStatus(err, "cannot flush " + tmp);
+  }
+  if (rename(tmp.c_str(), path.c_str()) != 0) {
+    int err = errno;
+    unlink(tmp.c_str());
+    return ErrnoStatus(err, "cannot rename " + tmp + " to " + path);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace quilt

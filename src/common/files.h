@@ -1,0 +1,19 @@
+// Small file helpers: whole-file read, and atomic write (temp file + rename),
+// so readers never see a partial file.
+#ifndef QUILT_SRC_COMMON_FILES_H_
+#define QUILT_SRC_COMMON_FILES_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace quilt {
+
+// Errors: NOT_FOUND / PERMISSION_DENIED / UNAVAILABLE with the path named.
+absl::StatusOr<std::string> ReadFile(const std::string& path);
+absl::Status WriteFileAtomically(const std::string& path, const std::string& contents);
+
+}  // namespace quilt
+
+#endif  // QUILT_SRC_COMMON_FILES_H_

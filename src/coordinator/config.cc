@@ -1,0 +1,54 @@
+#include "src/coordinator/config.h"
+
+#include "absl/strings/str_cat.h"
+#include "src/common/net.h"
+#include "src/common/status.h"
+
+namespace quilt {
+
+const ConfigSchema<CoordinatorConfig>& CoordinatorConfigSchema() {
+  static const auto* schema = [] {
+    using C = CoordinatorConfig;
+    auto* s = new ConfigSchema<C>("QUILT_COORDINATOR_", "quilt-coordinator");
+    s->String("listen_address", &C::listen_address,
+              "Address of the gRPC API (workers, quiltctl, clients): host:port.\n"
+              "Port 0 picks a free port (see ready_file). Plaintext: loopback only.")
+        .String("state_dir", &C::state_dir,
+                "Directory of the state database (coordinator.db). Created if missing.")
+        .Int("heartbeat_period_ms", &C::heartbeat_period_ms,
+             "How often workers are told to heartbeat.", 50, 600000)
+        .Int("not_ready_after_ms", &C::not_ready_after_ms,
+             "A node with no heartbeat for this long becomes NotReady.", 100, 3600000)
+        .Int("down_after_ms", &C::down_after_ms,
+             "A node with no heartbeat for this long becomes Down.", 200, 86400000)
+        .Int("max_request_bytes", &C::max_request_bytes,
+             "Largest request accepted (a submitted model must fit).", 1 << 20, 2000000000)
+        .Int("drain_timeout_ms", &C::drain_timeout_ms,
+             "On SIGTERM, how long in-flight calls may take before the server stops.", 0,
+             600000)
+        .String("log_level", &C::log_level, "Log verbosity.",
+                {"trace", "debug", "info", "warn", "error", "off"})
+        .String("ready_file", &C::ready_file,
+                "If set, the bound address is written to this file once serving.");
+    return s;
+  }();
+  return *schema;
+}
+
+absl::Status ValidateCoordinatorConfig(const CoordinatorConfig& c) {
+  RETURN_IF_ERROR(ParseHostPort(c.listen_address).status());
+  if (c.not_ready_after_ms <= c.heartbeat_period_ms) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("not_ready_after_ms (", c.not_ready_after_ms,
+                     ") must be greater than heartbeat_period_ms (", c.heartbeat_period_ms, ")"));
+  }
+  if (c.down_after_ms <= c.not_ready_after_ms) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("down_after_ms (", c.down_after_ms,
+                     ") must be greater than not_ready_after_ms (", c.not_ready_after_ms, ")"));
+  }
+  if (c.state_dir.empty()) return absl::InvalidArgumentError("state_dir is empty");
+  return absl::OkStatus();
+}
+
+}  // namespace quilt

@@ -1,0 +1,35 @@
+// quilt-coordinator configuration: every key with its default. Loaded from
+// defaults < TOML file < $QUILT_COORDINATOR_<KEY> < --<key> flags; printed by
+// `quilt-coordinator config default`.
+#ifndef QUILT_SRC_COORDINATOR_CONFIG_H_
+#define QUILT_SRC_COORDINATOR_CONFIG_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "src/common/config.h"
+
+namespace quilt {
+
+struct CoordinatorConfig {
+  std::string listen_address = "127.0.0.1:7070";
+  std::string state_dir = "/var/lib/quilt";
+  int64_t heartbeat_period_ms = 1000;
+  int64_t not_ready_after_ms = 5000;
+  int64_t down_after_ms = 30000;
+  int64_t max_request_bytes = 256 << 20;
+  int64_t drain_timeout_ms = 10000;
+  std::string log_level = "info";
+  std::string ready_file;
+};
+
+const ConfigSchema<CoordinatorConfig>& CoordinatorConfigSchema();
+
+// Cross-key checks: not_ready_after_ms > heartbeat_period_ms, down_after_ms >
+// not_ready_after_ms, a parseable listen address.
+absl::Status ValidateCoordinatorConfig(const CoordinatorConfig& config);
+
+}  // namespace quilt
+
+#endif  // QUILT_SRC_COORDINATOR_CONFIG_H_

@@ -1,0 +1,42 @@
+#include "src/coordinator/config.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "src/common/status_matchers.h"
+
+namespace quilt {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(CoordinatorConfig, DefaultsAreValidAndRenderedFileLoads) {
+  CoordinatorConfig defaults;
+  EXPECT_THAT(ValidateCoordinatorConfig(defaults), IsOk());
+  const auto& schema = CoordinatorConfigSchema();
+  CoordinatorConfig parsed;
+  parsed.heartbeat_period_ms = 1;
+  ASSERT_THAT(schema.ApplyToml(schema.RenderToml(defaults), "default.toml", &parsed), IsOk());
+  EXPECT_EQ(parsed.heartbeat_period_ms, defaults.heartbeat_period_ms);
+  EXPECT_EQ(parsed.listen_address, defaults.listen_address);
+}
+
+TEST(CoordinatorConfig, TimeoutsMustBeOrdered) {
+  CoordinatorConfig c;
+  c.not_ready_after_ms = 500;
+  c.heartbeat_period_ms = 1000;
+  EXPECT_THAT(ValidateCoordinatorConfig(c),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not_ready_after_ms")));
+  c = CoordinatorConfig();
+  c.down_after_ms = c.not_ready_after_ms;
+  EXPECT_THAT(ValidateCoordinatorConfig(c),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("down_after_ms")));
+}
+
+TEST(CoordinatorConfig, BadListenAddressRejected) {
+  CoordinatorConfig c;
+  c.listen_address = "nowhere";
+  EXPECT_THAT(ValidateCoordinatorConfig(c), StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+}  // namespace
+}  // namespace quilt

@@ -1,0 +1,59 @@
+#include "src/coordinator/coordinator.h"
+
+#include <filesystem>
+#include <system_error>
+
+#include "absl/strings/str_cat.h"
+#include "src/common/logging.h"
+#include "src/common/status.h"
+#include "src/common/systemd.h"
+#include "src/coordinator/store/sqlite_store.h"
+
+namespace quilt {
+
+absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(const CoordinatorConfig& config,
+                                                                  Clock* clock) {
+  std::unique_ptr<Coordinator> c(new Coordinator(config, clock));
+  c->start_time_ = clock->Now();
+  std::error_code ec;
+  std::filesystem::create_directories(config.state_dir, ec);
+  if (ec) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot create state_dir ", config.state_dir, ": ", ec.message()));
+  }
+  const std::string db_path = config.state_dir + "/coordinator.db";
+  ASSIGN_OR_RETURN(c->store_, SqliteStore::Open(db_path));
+  LivenessOptions liveness;
+  liveness.heartbeat_period = absl::Milliseconds(config.heartbeat_period_ms);
+  liveness.not_ready_after = absl::Milliseconds(config.not_ready_after_ms);
+  liveness.down_after = absl::Milliseconds(config.down_after_ms);
+  c->registry_ = std::make_unique<NodeRegistry>(clock, c->store_.get(), liveness);
+  RETURN_IF_ERROR(Annotate(c->registry_->Load(), "loading " + db_path));
+  return c;
+}
+
+Coordinator::~Coordinator() { Stop(); }
+
+void Coordinator::Start() {
+  ticker_ = std::thread([this] { TickerLoop(); });
+}
+
+void Coordinator::Stop() {
+  if (!stop_.HasBeenNotified()) stop_.Notify();
+  if (ticker_.joinable()) ticker_.join();
+}
+
+void Coordinator::TickerLoop() {
+  const absl::Duration period = registry_->options().heartbeat_period / 4;
+  const absl::Duration watchdog = WatchdogInterval();
+  absl::Time last_watchdog = absl::InfinitePast();
+  while (!stop_.WaitForNotificationWithTimeout(period)) {
+    registry_->CheckLiveness();
+    if (watchdog > absl::ZeroDuration() && absl::Now() - last_watchdog >= watchdog) {
+      NotifyWatchdog();
+      last_watchdog = absl::Now();
+    }
+  }
+}
+
+}  // namespace quilt

@@ -1,0 +1,55 @@
+// The coordinator's domain core: owns the state store, the node registry and
+// the liveness ticker. The gRPC services (src/rpc/) call into the
+// components it exposes; main.cc wires the two together.
+//
+// Threading: Start() launches one ticker thread that checks liveness every
+// quarter heartbeat period; Stop() joins it. Components are thread-safe.
+#ifndef QUILT_SRC_COORDINATOR_COORDINATOR_H_
+#define QUILT_SRC_COORDINATOR_COORDINATOR_H_
+
+#include <memory>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "src/common/clock.h"
+#include "src/coordinator/config.h"
+#include "src/coordinator/node_registry.h"
+#include "src/coordinator/store/store.h"
+
+namespace quilt {
+
+class Coordinator {
+ public:
+  // Opens <state_dir>/coordinator.db (creating the directory) and loads the
+  // registry. Errors: UNAVAILABLE / DATA_LOSS / FAILED_PRECONDITION from the
+  // store, with the path named.
+  static absl::StatusOr<std::unique_ptr<Coordinator>> Create(const CoordinatorConfig& config,
+                                                             Clock* clock);
+  ~Coordinator();
+
+  void Start();
+  void Stop();
+
+  NodeRegistry* registry() { return registry_.get(); }
+  const CoordinatorConfig& config() const { return config_; }
+  absl::Time start_time() const { return start_time_; }
+  Clock* clock() const { return clock_; }
+
+ private:
+  Coordinator(const CoordinatorConfig& config, Clock* clock) : config_(config), clock_(clock) {}
+  void TickerLoop();
+
+  CoordinatorConfig config_;
+  Clock* clock_;
+  absl::Time start_time_;
+  std::unique_ptr<CoordinatorStore> store_;
+  std::unique_ptr<NodeRegistry> registry_;
+  absl::Notification stop_;
+  std::thread ticker_;
+};
+
+}  // namespace quilt
+
+#endif  // QUILT_SRC_COORDINATOR_COORDINATOR_H_

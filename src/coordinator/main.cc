@@ -1,0 +1,80 @@
+// quilt-coordinator: the cluster's control plane daemon. Flags, config,
+// logging, signals, state, gRPC service, systemd readiness, drain on SIGTERM.
+#include <cstdio>
+#include <memory>
+
+#include "CLI/CLI.hpp"
+#include "src/common/clock.h"
+#include "src/common/config_cli.h"
+#include "src/common/files.h"
+#include "src/common/logging.h"
+#include "src/common/net.h"
+#include "src/common/signals.h"
+#include "src/common/systemd.h"
+#include "src/common/version.h"
+#include "src/coordinator/config.h"
+#include "src/coordinator/coordinator.h"
+#include "src/rpc/coordinator_server.h"
+
+namespace quilt {
+namespace {
+
+int Fail(const char* what, const absl::Status& s) {
+  QLOG_ERROR("{}: {}", what, s.ToString());
+  return 1;
+}
+
+int Run(const CoordinatorConfig& config) {
+  if (!IsLoopbackAddress(config.listen_address)) {
+    return Fail("refusing to start",
+                absl::FailedPreconditionError(
+                    "listen_address " + config.listen_address +
+                    " is not a loopback address, and plaintext is allowed only on loopback "
+                    "(TLS is not supported yet)"));
+  }
+  auto coordinator = Coordinator::Create(config, RealClock::Get());
+  if (!coordinator.ok()) return Fail("cannot load state", coordinator.status());
+  auto server = rpc::CoordinatorServer::Start(coordinator->get());
+  if (!server.ok()) return Fail("cannot start the API server", server.status());
+  (*coordinator)->Start();
+  const std::string address = (*server)->address();
+  QLOG_INFO("serving address={} state_dir={} version={} transport=plaintext(loopback)", address,
+            config.state_dir, kVersion);
+  if (!config.ready_file.empty()) {
+    if (absl::Status s = WriteFileAtomically(config.ready_file, address + "\n"); !s.ok()) {
+      return Fail("cannot write ready_file", s);
+    }
+  }
+  NotifyReady("serving on " + address);
+
+  for (;;) {
+    DaemonSignal sig = WaitForSignal(absl::Seconds(1));
+    if (sig == DaemonSignal::kTerminate) break;
+    if (sig == DaemonSignal::kReload) QLOG_INFO("SIGHUP: nothing to reload");
+  }
+  QLOG_INFO("draining timeout_ms={}", config.drain_timeout_ms);
+  NotifyStopping();
+  (*server)->Shutdown(absl::Milliseconds(config.drain_timeout_ms));
+  (*coordinator)->Stop();
+  QLOG_INFO("stopped");
+  return 0;
+}
+
+}  // namespace
+}  // namespace quilt
+
+int main(int argc, char** argv) {
+  quilt::BlockTerminationSignals();
+  CLI::App app{"quilt-coordinator: plans and tracks distributed training on a cluster"};
+  app.set_version_flag("--version", quilt::kVersion);
+  quilt::CoordinatorConfig config;
+  quilt::ConfigCli<quilt::CoordinatorConfig> config_cli(&app, &quilt::CoordinatorConfigSchema(),
+                                                        quilt::ValidateCoordinatorConfig);
+  CLI11_PARSE(app, argc, argv);
+  if (std::optional<int> code = config_cli.Resolve(&config)) return *code;
+  if (absl::Status s = quilt::InitLogging({"quilt-coordinator", config.log_level}); !s.ok()) {
+    std::fprintf(stderr, "%s\n", s.ToString().c_str());
+    return 2;
+  }
+  return quilt::Run(config);
+}

@@ -1,0 +1,150 @@
+#include "src/coordinator/node_registry.h"
+
+#include <memory>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "src/common/fake_clock.h"
+#include "src/common/status_matchers.h"
+#include "src/coordinator/store/sqlite_store.h"
+#include "src/testing/temp_dir.h"
+
+namespace quilt {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::SizeIs;
+using quilt::v1::ClusterEvent;
+using quilt::v1::NodeState;
+
+quilt::v1::NodeInfo Info(const std::string& id, int cpus = 1) {
+  quilt::v1::NodeInfo info;
+  info.set_node_id(id);
+  for (int i = 0; i < cpus; ++i) {
+    auto* d = info.add_devices();
+    d->set_id(id + "/cpu:" + std::to_string(i));
+    d->set_kind(quilt::v1::DEVICE_KIND_CPU);
+    d->set_measured_gemm_flops_per_s(1e11);
+    d->set_memory_bytes(1 << 30);
+  }
+  return info;
+}
+
+class NodeRegistryTest : public ::testing::Test {
+ protected:
+  void SetUp() override { Reopen(); }
+
+  void Reopen() {
+    registry_.reset();
+    store_.reset();
+    auto store = SqliteStore::Open(dir_.File("c.db"));
+    ASSERT_THAT(store, IsOk());
+    store_ = std::move(*store);
+    LivenessOptions o;
+    o.heartbeat_period = absl::Seconds(1);
+    o.not_ready_after = absl::Seconds(5);
+    o.down_after = absl::Seconds(30);
+    registry_ = std::make_unique<NodeRegistry>(&clock_, store_.get(), o);
+    ASSERT_THAT(registry_->Load(), IsOk());
+  }
+
+  NodeState StateOf(const std::string& id) {
+    for (const auto& n : registry_->ListNodes()) {
+      if (n.info().node_id() == id) return n.state();
+    }
+    return quilt::v1::NODE_STATE_UNSPECIFIED;
+  }
+
+  testing::TempDir dir_;
+  FakeClock clock_;
+  std::unique_ptr<SqliteStore> store_;
+  std::unique_ptr<NodeRegistry> registry_;
+};
+
+TEST_F(NodeRegistryTest, RegisterThenHeartbeat_IsReady) {
+  ASSERT_THAT(registry_->Register(Info("a", 2), 11), IsOk());
+  EXPECT_EQ(StateOf("a"), quilt::v1::NODE_STATE_READY);
+  clock_.Advance(absl::Seconds(1));
+  EXPECT_THAT(registry_->Heartbeat("a", 11), IsOk());
+  auto nodes = registry_->ListNodes();
+  ASSERT_THAT(nodes, SizeIs(1));
+  EXPECT_EQ(nodes[0].info().devices_size(), 2);
+  EXPECT_EQ(nodes[0].incarnation(), 11u);
+}
+
+TEST_F(NodeRegistryTest, MissedHeartbeats_NotReadyThenDownThenRecovered) {
+  ASSERT_THAT(registry_->Register(Info("a"), 11), IsOk());
+  clock_.Advance(absl::Seconds(4.9));
+  registry_->CheckLiveness();
+  EXPECT_EQ(StateOf("a"), quilt::v1::NODE_STATE_READY);
+  clock_.Advance(absl::Seconds(0.2));
+  registry_->CheckLiveness();
+  EXPECT_EQ(StateOf("a"), quilt::v1::NODE_STATE_NOT_READY);
+  clock_.Advance(absl::Seconds(25));
+  registry_->CheckLiveness();
+  EXPECT_EQ(StateOf("a"), quilt::v1::NODE_STATE_DOWN);
+  EXPECT_THAT(registry_->ListNodes()[0].reason(), HasSubstr("no heartbeat for 30.1 s"));
+  ASSERT_THAT(registry_->Heartbeat("a", 11), IsOk());
+  EXPECT_EQ(StateOf("a"), quilt::v1::NODE_STATE_READY);
+  auto events = registry_->RecentEvents(10);
+  ASSERT_THAT(events, SizeIs(4));
+  EXPECT_EQ(events[0].kind(), ClusterEvent::KIND_NODE_RECOVERED);
+  EXPECT_EQ(events[1].kind(), ClusterEvent::KIND_NODE_DOWN);
+  EXPECT_EQ(events[2].kind(), ClusterEvent::KIND_NODE_NOT_READY);
+  EXPECT_EQ(events[3].kind(), ClusterEvent::KIND_NODE_REGISTERED);
+}
+
+TEST_F(NodeRegistryTest, StaleIncarnationHeartbeat_IsAborted) {
+  ASSERT_THAT(registry_->Register(Info("a"), 11), IsOk());
+  ASSERT_THAT(registry_->Register(Info("a"), 12), IsOk());  // worker restarted
+  EXPECT_THAT(registry_->Heartbeat("a", 11),
+              StatusIs(absl::StatusCode::kAborted, HasSubstr("stale")));
+  EXPECT_THAT(registry_->Heartbeat("a", 12), IsOk());
+  EXPECT_EQ(registry_->RecentEvents(1)[0].kind(), ClusterEvent::KIND_NODE_RESTARTED);
+}
+
+TEST_F(NodeRegistryTest, UnknownNodeHeartbeat_IsNotFound) {
+  EXPECT_THAT(registry_->Heartbeat("ghost", 1), StatusIs(absl::StatusCode::kNotFound));
+}
+
+TEST_F(NodeRegistryTest, MalformedRegistrations_AreInvalidArgument) {
+  EXPECT_THAT(registry_->Register(Info(""), 1), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(registry_->Register(Info("a b"), 1),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("node_id")));
+  EXPECT_THAT(registry_->Register(Info("a"), 0),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("incarnation")));
+  auto dup = Info("a", 1);
+  *dup.add_devices() = dup.devices(0);
+  EXPECT_THAT(registry_->Register(dup, 1),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("listed twice")));
+  auto foreign = Info("a", 1);
+  foreign.mutable_devices(0)->set_id("b/cpu:0");
+  EXPECT_THAT(registry_->Register(foreign, 1), StatusIs(absl::StatusCode::kInvalidArgument));
+  auto nan = Info("a", 1);
+  nan.mutable_devices(0)->set_measured_gemm_flops_per_s(-1);
+  EXPECT_THAT(registry_->Register(nan, 1),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("measured_gemm")));
+  EXPECT_THAT(registry_->ListNodes(), SizeIs(0));
+}
+
+TEST_F(NodeRegistryTest, CoordinatorRestart_KeepsNodesAsNotReadyUntilHeartbeat) {
+  ASSERT_THAT(registry_->Register(Info("a"), 11), IsOk());
+  ASSERT_THAT(registry_->Register(Info("b"), 22), IsOk());
+  Reopen();
+  auto nodes = registry_->ListNodes();
+  ASSERT_THAT(nodes, SizeIs(2));
+  EXPECT_EQ(nodes[0].state(), quilt::v1::NODE_STATE_NOT_READY);
+  EXPECT_THAT(nodes[0].reason(), HasSubstr("coordinator restarted"));
+  // The same worker process heartbeats again: accepted, Ready.
+  ASSERT_THAT(registry_->Heartbeat("a", 11), IsOk());
+  EXPECT_EQ(StateOf("a"), quilt::v1::NODE_STATE_READY);
+  // b stays silent: Down after down_after, counted from the restart.
+  clock_.Advance(absl::Seconds(31));
+  registry_->CheckLiveness();
+  EXPECT_EQ(StateOf("b"), quilt::v1::NODE_STATE_DOWN);
+  // Events survived too.
+  EXPECT_GE(registry_->RecentEvents(100).size(), 3u);
+}
+
+}  // namespace
+}  // namespace quilt

@@ -1,0 +1,91 @@
+#include "src/coordinator/node_validation.h"
+
+#include <cctype>
+#include <cmath>
+#include <set>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "src/common/status.h"
+
+namespace quilt {
+namespace {
+
+absl::Status CheckFigure(double v, const std::string& what) {
+  if (!std::isfinite(v) || v < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " must be a finite number >= 0, got ", v));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckLink(const quilt::v1::Link& link, const std::string& what) {
+  RETURN_IF_ERROR(CheckFigure(link.bandwidth_bytes_per_s(), what + ".bandwidth_bytes_per_s"));
+  return CheckFigure(link.latency_s(), what + ".latency_s");
+}
+
+}  // namespace
+
+absl::Status ValidateNodeId(const std::string& node_id) {
+  if (node_id.empty()) return absl::InvalidArgumentError("node_id is empty");
+  if (node_id.size() > kMaxNodeIdLength) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("node_id is ", node_id.size(), " characters; at most ", kMaxNodeIdLength));
+  }
+  if (!std::isalnum(static_cast<unsigned char>(node_id[0]))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("node_id '", node_id, "' must start with a letter or digit"));
+  }
+  for (char c : node_id) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "node_id '", node_id, "' has a character outside [A-Za-z0-9._-]"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateNodeInfo(const quilt::v1::NodeInfo& info) {
+  RETURN_IF_ERROR(ValidateNodeId(info.node_id()));
+  if (info.devices_size() > kMaxDevicesPerNode) {
+    return absl::InvalidArgumentError(absl::StrCat("node ", info.node_id(), " reports ",
+                                                   info.devices_size(), " devices; at most ",
+                                                   kMaxDevicesPerNode));
+  }
+  std::set<std::string> ids;
+  const std::string prefix = info.node_id() + "/";
+  for (const quilt::v1::Device& d : info.devices()) {
+    const std::string where = absl::StrCat("device '", d.id(), "'");
+    if (!absl::StartsWith(d.id(), prefix) || d.id().size() == prefix.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, " of node ", info.node_id(), ": ids must look like '", prefix,
+                       "<kind>:<index>'"));
+    }
+    if (!ids.insert(d.id()).second) {
+      return absl::InvalidArgumentError(absl::StrCat(where, " is listed twice"));
+    }
+    if (d.kind() != quilt::v1::DEVICE_KIND_CPU && d.kind() != quilt::v1::DEVICE_KIND_GPU) {
+      return absl::InvalidArgumentError(absl::StrCat(where, " has no valid kind"));
+    }
+    RETURN_IF_ERROR(CheckFigure(d.peak_fp32_flops_per_s(), where + " peak_fp32_flops_per_s"));
+    RETURN_IF_ERROR(CheckFigure(d.peak_fp16_flops_per_s(), where + " peak_fp16_flops_per_s"));
+    RETURN_IF_ERROR(
+        CheckFigure(d.measured_gemm_flops_per_s(), where + " measured_gemm_flops_per_s"));
+    RETURN_IF_ERROR(CheckFigure(d.memory_bandwidth_bytes_per_s(),
+                                where + " memory_bandwidth_bytes_per_s"));
+    RETURN_IF_ERROR(CheckFigure(d.compute_slowdown(), where + " compute_slowdown"));
+    if (d.efficiency() < 0 || d.efficiency() > 1 || !std::isfinite(d.efficiency())) {
+      return absl::InvalidArgumentError(absl::StrCat(where, " efficiency must be in [0, 1]"));
+    }
+    if (d.memory_bytes() < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(where, " memory_bytes is negative"));
+    }
+  }
+  RETURN_IF_ERROR(CheckLink(info.intra_node_link(), "intra_node_link"));
+  RETURN_IF_ERROR(CheckLink(info.nic(), "nic"));
+  if (info.host_memory_bytes() < 0) {
+    return absl::InvalidArgumentError("host_memory_bytes is negative");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace quilt

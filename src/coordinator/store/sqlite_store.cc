@@ -1,0 +1,105 @@
+#include "src/coordinator/store/sqlite_store.h"
+
+#include "absl/strings/str_cat.h"
+#include "src/common/status.h"
+
+namespace quilt {
+namespace {
+
+constexpr int64_t kSchemaVersion = 1;
+
+template <typename Proto>
+absl::Status ParseRecord(const std::string& bytes, const char* table, Proto* out) {
+  if (!out->ParseFromString(bytes)) {
+    return absl::DataLossError(absl::StrCat("corrupt record in table ", table));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& path) {
+  ASSIGN_OR_RETURN(std::unique_ptr<SqliteDb> db, SqliteDb::Open(path));
+  std::unique_ptr<SqliteStore> store(new SqliteStore(std::move(db)));
+  RETURN_IF_ERROR(store->Migrate());
+  return store;
+}
+
+absl::Status SqliteStore::Migrate() {
+  absl::MutexLock lock(&mu_);
+  int64_t version = 0;
+  RETURN_IF_ERROR(db_->Run("PRAGMA user_version", {}, [&](const SqlRow& r) { version = r.Int(0); }));
+  if (version > kSchemaVersion) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("state database ", db_->path(), " has schema version ", version,
+                     "; this coordinator understands up to ", kSchemaVersion,
+                     " (was it written by a newer Quilt?)"));
+  }
+  if (version < 1) {
+    RETURN_IF_ERROR(db_->Transaction([&]() -> absl::Status {
+      RETURN_IF_ERROR(db_->Exec(
+          "CREATE TABLE IF NOT EXISTS nodes ("
+          "  node_id TEXT PRIMARY KEY,"
+          "  record BLOB NOT NULL);"
+          "CREATE TABLE IF NOT EXISTS events ("
+          "  id INTEGER PRIMARY KEY AUTOINCREMENT,"
+          "  record BLOB NOT NULL);"
+          "PRAGMA user_version = 1;"));
+      return absl::OkStatus();
+    }));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SqliteStore::PutNode(const quilt::v1::NodeStatus& node) {
+  absl::MutexLock lock(&mu_);
+  return db_->Run("INSERT OR REPLACE INTO nodes (node_id, record) VALUES (?, ?)",
+                  {node.info().node_id(), Blob{node.SerializeAsString()}});
+}
+
+absl::StatusOr<std::vector<quilt::v1::NodeStatus>> SqliteStore::ListNodes() {
+  absl::MutexLock lock(&mu_);
+  std::vector<quilt::v1::NodeStatus> nodes;
+  absl::Status parse = absl::OkStatus();
+  RETURN_IF_ERROR(db_->Run("SELECT record FROM nodes ORDER BY node_id", {}, [&](const SqlRow& r) {
+    quilt::v1::NodeStatus n;
+    absl::Status s = ParseRecord(r.Bytes(0), "nodes", &n);
+    if (s.ok()) {
+      nodes.push_back(std::move(n));
+    } else if (parse.ok()) {
+      parse = s;
+    }
+  }));
+  RETURN_IF_ERROR(parse);
+  return nodes;
+}
+
+absl::Status SqliteStore::AppendEvent(const quilt::v1::ClusterEvent& event) {
+  absl::MutexLock lock(&mu_);
+  return db_->Transaction([&]() -> absl::Status {
+    RETURN_IF_ERROR(
+        db_->Run("INSERT INTO events (record) VALUES (?)", {Blob{event.SerializeAsString()}}));
+    return db_->Run("DELETE FROM events WHERE id <= (SELECT MAX(id) FROM events) - ?",
+                    {static_cast<int64_t>(kMaxEvents)});
+  });
+}
+
+absl::StatusOr<std::vector<quilt::v1::ClusterEvent>> SqliteStore::RecentEvents(int max) {
+  absl::MutexLock lock(&mu_);
+  std::vector<quilt::v1::ClusterEvent> events;
+  absl::Status parse = absl::OkStatus();
+  RETURN_IF_ERROR(db_->Run("SELECT record FROM events ORDER BY id DESC LIMIT ?",
+                           {static_cast<int64_t>(max)}, [&](const SqlRow& r) {
+                             quilt::v1::ClusterEvent e;
+                             absl::Status s = ParseRecord(r.Bytes(0), "events", &e);
+                             if (s.ok()) {
+                               events.push_back(std::move(e));
+                             } else if (parse.ok()) {
+                               parse = s;
+                             }
+                           }));
+  RETURN_IF_ERROR(parse);
+  return events;
+}
+
+}  // namespace quilt

@@ -1,0 +1,33 @@
+// The coordinator's durable state: what must survive a coordinator restart.
+// Today: the node registry and the cluster event log. The interface keeps the
+// domain code independent of the storage engine (SQLite by default).
+#ifndef QUILT_SRC_COORDINATOR_STORE_STORE_H_
+#define QUILT_SRC_COORDINATOR_STORE_STORE_H_
+
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "proto/quilt/v1/cluster.pb.h"
+
+namespace quilt {
+
+class CoordinatorStore {
+ public:
+  virtual ~CoordinatorStore() = default;
+
+  // Inserts or replaces the node's record (keyed by info.node_id).
+  virtual absl::Status PutNode(const quilt::v1::NodeStatus& node) = 0;
+  virtual absl::StatusOr<std::vector<quilt::v1::NodeStatus>> ListNodes() = 0;
+
+  // Appends an event; only the newest `kMaxEvents` are kept.
+  virtual absl::Status AppendEvent(const quilt::v1::ClusterEvent& event) = 0;
+  // Newest first, at most `max`.
+  virtual absl::StatusOr<std::vector<quilt::v1::ClusterEvent>> RecentEvents(int max) = 0;
+
+  static constexpr int kMaxEvents = 1000;
+};
+
+}  // namespace quilt
+
+#endif  // QUILT_SRC_COORDINATOR_STORE_STORE_H_

@@ -1,0 +1,34 @@
+#include "src/rpc/admin_service.h"
+
+#include <algorithm>
+
+#include "src/common/version.h"
+#include "src/rpc/handler_util.h"
+
+namespace quilt::rpc {
+
+grpc::ServerUnaryReactor* AdminServiceImpl::GetClusterStatus(grpc::CallbackServerContext* ctx,
+                                                             const grpc::ByteBuffer* request,
+                                                             grpc::ByteBuffer* response) {
+  return HandleUnary<quilt::v1::GetClusterStatusRequest, quilt::v1::ClusterStatus>(
+      ctx, request, response, kMaxAdminRequestBytes, "GetClusterStatus",
+      [this](const auto& req, auto* resp) { return ClusterStatus(req, resp); });
+}
+
+absl::Status AdminServiceImpl::ClusterStatus(const quilt::v1::GetClusterStatusRequest& request,
+                                             quilt::v1::ClusterStatus* response) {
+  NodeRegistry* registry = coordinator_->registry();
+  for (quilt::v1::NodeStatus& n : registry->ListNodes()) *response->add_nodes() = std::move(n);
+  const int max_events = request.max_events() > 0 ? std::min(request.max_events(), 1000) : 20;
+  for (quilt::v1::ClusterEvent& e : registry->RecentEvents(max_events)) {
+    *response->add_recent_events() = std::move(e);
+  }
+  response->set_coordinator_version(kVersion);
+  response->set_coordinator_uptime_s(
+      absl::ToDoubleSeconds(coordinator_->clock()->Now() - coordinator_->start_time()));
+  response->set_not_ready_after_s(absl::ToDoubleSeconds(registry->options().not_ready_after));
+  response->set_down_after_s(absl::ToDoubleSeconds(registry->options().down_after));
+  return absl::OkStatus();
+}
+
+}  // namespace quilt::rpc

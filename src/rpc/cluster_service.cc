@@ -1,0 +1,40 @@
+#include "src/rpc/cluster_service.h"
+
+#include "src/common/version.h"
+#include "src/rpc/handler_util.h"
+
+namespace quilt::rpc {
+
+using quilt::v1::HeartbeatRequest;
+using quilt::v1::HeartbeatResponse;
+using quilt::v1::RegisterRequest;
+using quilt::v1::RegisterResponse;
+
+grpc::ServerUnaryReactor* ClusterServiceImpl::Register(grpc::CallbackServerContext* ctx,
+                                                       const grpc::ByteBuffer* request,
+                                                       grpc::ByteBuffer* response) {
+  return HandleUnary<RegisterRequest, RegisterResponse>(
+      ctx, request, response, kMaxRegisterRequestBytes, "Register",
+      [this](const RegisterRequest& req, RegisterResponse* resp) {
+        absl::Status s = registry_->Register(req.node(), req.incarnation());
+        if (!s.ok()) return s;
+        resp->set_heartbeat_period_s(absl::ToDoubleSeconds(registry_->options().heartbeat_period));
+        resp->set_coordinator_version(kVersion);
+        return absl::OkStatus();
+      });
+}
+
+grpc::ServerUnaryReactor* ClusterServiceImpl::Heartbeat(grpc::CallbackServerContext* ctx,
+                                                        const grpc::ByteBuffer* request,
+                                                        grpc::ByteBuffer* response) {
+  return HandleUnary<HeartbeatRequest, HeartbeatResponse>(
+      ctx, request, response, kMaxHeartbeatRequestBytes, "Heartbeat",
+      [this](const HeartbeatRequest& req, HeartbeatResponse* resp) {
+        absl::Status s = registry_->Heartbeat(req.node_id(), req.incarnation());
+        if (!s.ok()) return s;
+        resp->set_heartbeat_period_s(absl::ToDoubleSeconds(registry_->options().heartbeat_period));
+        return absl::OkStatus();
+      });
+}
+
+}  // namespace quilt::rpc

@@ -1,0 +1,38 @@
+// gRPC adapter of ClusterService (workers → coordinator) onto the
+// coordinator's NodeRegistry. Handlers run on gRPC's callback threads and
+// call the thread-safe registry directly (each call is short). Methods are
+// raw so that malformed requests get INVALID_ARGUMENT (see handler_util.h).
+#ifndef QUILT_SRC_RPC_CLUSTER_SERVICE_H_
+#define QUILT_SRC_RPC_CLUSTER_SERVICE_H_
+
+#include "proto/quilt/v1/services.grpc.pb.h"
+#include "src/coordinator/node_registry.h"
+
+namespace quilt::rpc {
+
+// Per-method request limits (the registration carries the device list).
+inline constexpr size_t kMaxRegisterRequestBytes = 4 << 20;
+inline constexpr size_t kMaxHeartbeatRequestBytes = 64 << 10;
+
+using ClusterServiceBase = quilt::v1::ClusterService::WithRawCallbackMethod_Register<
+    quilt::v1::ClusterService::WithRawCallbackMethod_Heartbeat<
+        quilt::v1::ClusterService::Service>>;
+
+class ClusterServiceImpl final : public ClusterServiceBase {
+ public:
+  explicit ClusterServiceImpl(NodeRegistry* registry) : registry_(registry) {}
+
+  grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* ctx,
+                                     const grpc::ByteBuffer* request,
+                                     grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* ctx,
+                                      const grpc::ByteBuffer* request,
+                                      grpc::ByteBuffer* response) override;
+
+ private:
+  NodeRegistry* registry_;
+};
+
+}  // namespace quilt::rpc
+
+#endif  // QUILT_SRC_RPC_CLUSTER_SERVICE_H_

@@ -1,0 +1,32 @@
+#include "src/rpc/coordinator_server.h"
+
+#include "src/common/status.h"
+#include "src/rpc/admin_service.h"
+#include "src/rpc/cluster_service.h"
+#include "src/rpc/server.h"
+
+namespace quilt::rpc {
+
+CoordinatorServer::CoordinatorServer() = default;
+
+CoordinatorServer::~CoordinatorServer() {
+  if (server_) server_->Shutdown(absl::ZeroDuration());
+}
+
+absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
+    Coordinator* coordinator) {
+  std::unique_ptr<CoordinatorServer> s(new CoordinatorServer());
+  s->cluster_ = std::make_unique<ClusterServiceImpl>(coordinator->registry());
+  s->admin_ = std::make_unique<AdminServiceImpl>(coordinator);
+  ServerOptions options;
+  options.listen_address = coordinator->config().listen_address;
+  options.max_request_bytes = coordinator->config().max_request_bytes;
+  ASSIGN_OR_RETURN(s->server_, GrpcServer::Start(options, {s->cluster_.get(), s->admin_.get()}));
+  return s;
+}
+
+const std::string& CoordinatorServer::address() const { return server_->address(); }
+
+void CoordinatorServer::Shutdown(absl::Duration drain) { server_->Shutdown(drain); }
+
+}  // namespace quilt::rpc

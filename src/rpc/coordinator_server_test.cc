@@ -1,0 +1,177 @@
+// The coordinator's gRPC API on a real server on 127.0.0.1:0, called by the
+// real clients (and by a generic stub for wire-level garbage).
+#include "src/rpc/coordinator_server.h"
+
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+
+#include <future>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "proto/quilt/v1/services.grpc.pb.h"
+#include "src/common/clock.h"
+#include "src/common/status_matchers.h"
+#include "src/rpc/channel.h"
+#include "src/rpc/coordinator_client.h"
+#include "src/testing/temp_dir.h"
+
+namespace quilt::rpc {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::SizeIs;
+
+quilt::v1::RegisterRequest RegisterReq(const std::string& id, uint64_t incarnation) {
+  quilt::v1::RegisterRequest r;
+  r.set_incarnation(incarnation);
+  r.mutable_node()->set_node_id(id);
+  auto* d = r.mutable_node()->add_devices();
+  d->set_id(id + "/cpu:0");
+  d->set_kind(quilt::v1::DEVICE_KIND_CPU);
+  d->set_measured_gemm_flops_per_s(5e10);
+  return r;
+}
+
+class CoordinatorServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override { StartCoordinator("127.0.0.1:0"); }
+  void TearDown() override { StopCoordinator(); }
+
+  void StartCoordinator(const std::string& address) {
+    CoordinatorConfig config;
+    config.listen_address = address;
+    config.state_dir = dir_.path();
+    auto c = Coordinator::Create(config, RealClock::Get());
+    ASSERT_THAT(c, IsOk());
+    coordinator_ = std::move(*c);
+    auto s = CoordinatorServer::Start(coordinator_.get());
+    ASSERT_THAT(s, IsOk());
+    server_ = std::move(*s);
+    coordinator_->Start();
+    client_ = std::make_unique<CoordinatorClient>(server_->address(), absl::Seconds(5));
+    admin_ = std::make_unique<AdminClient>(server_->address(), absl::Seconds(5));
+  }
+
+  void StopCoordinator() {
+    client_.reset();
+    admin_.reset();
+    if (server_) server_->Shutdown(absl::Seconds(1));
+    server_.reset();
+    coordinator_.reset();
+  }
+
+  testing::TempDir dir_;
+  std::unique_ptr<Coordinator> coordinator_;
+  std::unique_ptr<CoordinatorServer> server_;
+  std::unique_ptr<CoordinatorClient> client_;
+  std::unique_ptr<AdminClient> admin_;
+};
+
+TEST_F(CoordinatorServerTest, RegisterAndHeartbeat_NodeListedReady) {
+  auto reg = client_->Register(RegisterReq("n1", 7));
+  ASSERT_THAT(reg, IsOk());
+  EXPECT_DOUBLE_EQ(reg->heartbeat_period_s(), 1.0);
+  quilt::v1::HeartbeatRequest hb;
+  hb.set_node_id("n1");
+  hb.set_incarnation(7);
+  ASSERT_THAT(client_->Heartbeat(hb), IsOk());
+  auto status = admin_->GetClusterStatus({});
+  ASSERT_THAT(status, IsOk());
+  ASSERT_THAT(status->nodes(), SizeIs(1));
+  EXPECT_EQ(status->nodes(0).state(), quilt::v1::NODE_STATE_READY);
+  EXPECT_EQ(status->nodes(0).info().devices(0).measured_gemm_flops_per_s(), 5e10);
+  EXPECT_LT(status->nodes(0).heartbeat_age_s(), 5.0);
+}
+
+TEST_F(CoordinatorServerTest, StaleIncarnation_Aborted) {
+  ASSERT_THAT(client_->Register(RegisterReq("n1", 7)), IsOk());
+  ASSERT_THAT(client_->Register(RegisterReq("n1", 8)), IsOk());
+  quilt::v1::HeartbeatRequest hb;
+  hb.set_node_id("n1");
+  hb.set_incarnation(7);
+  EXPECT_THAT(client_->Heartbeat(hb), StatusIs(absl::StatusCode::kAborted, HasSubstr("stale")));
+}
+
+TEST_F(CoordinatorServerTest, UnknownNodeHeartbeat_NotFound) {
+  quilt::v1::HeartbeatRequest hb;
+  hb.set_node_id("ghost");
+  hb.set_incarnation(1);
+  EXPECT_THAT(client_->Heartbeat(hb), StatusIs(absl::StatusCode::kNotFound));
+}
+
+TEST_F(CoordinatorServerTest, MalformedRegister_InvalidArgument) {
+  EXPECT_THAT(client_->Register(RegisterReq("", 7)),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("node_id")));
+  EXPECT_THAT(client_->Register(RegisterReq("n1", 0)),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("incarnation")));
+}
+
+TEST_F(CoordinatorServerTest, OversizedRegister_InvalidArgumentAndServerKeepsServing) {
+  auto req = RegisterReq("n1", 7);
+  (*req.mutable_node()->mutable_labels())["junk"] = std::string(5 << 20, 'x');
+  EXPECT_THAT(client_->Register(req),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("limit")));
+  EXPECT_THAT(client_->Register(RegisterReq("n1", 7)), IsOk());
+}
+
+TEST_F(CoordinatorServerTest, GarbageBytes_InvalidArgumentAndServerKeepsServing) {
+  grpc::GenericStub stub(MakeChannel(server_->address()));
+  const std::string garbage = "\xff\xff\xff\xff\x0f not a protobuf";
+  grpc::Slice slice(garbage);
+  grpc::ByteBuffer request(&slice, 1), response;
+  grpc::ClientContext ctx;
+  std::promise<grpc::Status> done;
+  stub.UnaryCall(&ctx, "/quilt.v1.ClusterService/Register", grpc::StubOptions(), &request,
+                 &response, [&](grpc::Status s) { done.set_value(s); });
+  grpc::Status s = done.get_future().get();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  EXPECT_THAT(client_->Register(RegisterReq("n1", 7)), IsOk());
+}
+
+TEST_F(CoordinatorServerTest, HealthService_Serving) {
+  auto channel = MakeChannel(server_->address());
+  grpc::GenericStub stub(channel);
+  // grpc.health.v1.HealthCheckRequest{service=""} is the empty message.
+  grpc::Slice empty("");
+  grpc::ByteBuffer request(&empty, 1), response;
+  grpc::ClientContext ctx;
+  std::promise<grpc::Status> done;
+  stub.UnaryCall(&ctx, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request, &response,
+                 [&](grpc::Status s) { done.set_value(s); });
+  ASSERT_TRUE(done.get_future().get().ok());
+  std::vector<grpc::Slice> slices;
+  ASSERT_TRUE(response.Dump(&slices).ok());
+  std::string bytes;
+  for (auto& sl : slices) bytes += std::string(reinterpret_cast<const char*>(sl.begin()), sl.size());
+  // HealthCheckResponse{status = SERVING (1)}: field 1, varint 1.
+  EXPECT_EQ(bytes, std::string("\x08\x01", 2));
+}
+
+TEST_F(CoordinatorServerTest, CoordinatorRestart_KeepsNodeList) {
+  ASSERT_THAT(client_->Register(RegisterReq("n1", 7)), IsOk());
+  ASSERT_THAT(client_->Register(RegisterReq("n2", 9)), IsOk());
+  StopCoordinator();
+  StartCoordinator("127.0.0.1:0");
+  auto status = admin_->GetClusterStatus({});
+  ASSERT_THAT(status, IsOk());
+  ASSERT_THAT(status->nodes(), SizeIs(2));
+  EXPECT_EQ(status->nodes(0).state(), quilt::v1::NODE_STATE_NOT_READY);
+  quilt::v1::HeartbeatRequest hb;
+  hb.set_node_id("n1");
+  hb.set_incarnation(7);
+  ASSERT_THAT(client_->Heartbeat(hb), IsOk());
+  status = admin_->GetClusterStatus({});
+  ASSERT_THAT(status, IsOk());
+  EXPECT_EQ(status->nodes(0).state(), quilt::v1::NODE_STATE_READY);
+  EXPECT_EQ(status->nodes(1).state(), quilt::v1::NODE_STATE_NOT_READY);
+}
+
+TEST(AdminClient, UnreachableCoordinator_UnavailableNamingAddress) {
+  AdminClient admin("127.0.0.1:1", absl::Seconds(2));
+  EXPECT_THAT(admin.GetClusterStatus({}),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("127.0.0.1:1")));
+}
+
+}  // namespace
+}  // namespace quilt::rpc
