@@ -1,0 +1,30 @@
+// Renders the coordinator's ClusterStatus for `quiltctl status` and
+// `quiltctl nodes` (table, wide table, JSON). Pure functions: the output
+// depends only on the arguments.
+#ifndef QUILT_SRC_CLI_CLUSTER_VIEW_H_
+#define QUILT_SRC_CLI_CLUSTER_VIEW_H_
+
+#include <string>
+
+#include "absl/time/time.h"
+#include "proto/quilt/v1/services.pb.h"
+
+namespace quilt::cli {
+
+// "Ready", "NotReady", "Down", with ",Draining" appended when draining.
+std::string NodeStateLabel(const quilt::v1::NodeStatus& node);
+
+// Sum over the node's devices of the measured GEMM FLOP/s (peak when a
+// device was not measured).
+double NodeFlops(const quilt::v1::NodeInfo& info);
+
+// `now` dates the recent events ("5.0s ago").
+std::string RenderStatus(const quilt::v1::ClusterStatus& status, const std::string& address,
+                         absl::Time now);
+
+// format: "table" | "wide" | "json".
+std::string RenderNodes(const quilt::v1::ClusterStatus& status, const std::string& format);
+
+}  // namespace quilt::cli
+
+#endif  // QUILT_SRC_CLI_CLUSTER_VIEW_H_

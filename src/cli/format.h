@@ -1,0 +1,37 @@
+// Human-readable output for quiltctl: SI units for rates, binary units for
+// memory, compact durations, and aligned text tables (kubectl style:
+// upper-case headers, columns separated by three spaces).
+#ifndef QUILT_SRC_CLI_FORMAT_H_
+#define QUILT_SRC_CLI_FORMAT_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "google/protobuf/message.h"
+
+namespace quilt::cli {
+
+// 1.5e12 → "1.50T"; 0 → "0".
+std::string HumanSi(double value);
+// 17179869184 → "16.0GiB".
+std::string HumanBytes(int64_t bytes);
+// 0.42 → "0.4s"; 75 → "1m15s"; 7300 → "2h1m".
+std::string HumanDuration(double seconds);
+
+class Table {
+ public:
+  explicit Table(std::vector<std::string> headers) : rows_{std::move(headers)} {}
+  void AddRow(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
+  std::string Render() const;
+
+ private:
+  std::vector<std::vector<std::string>> rows_;
+};
+
+// A proto message as JSON with the .proto field names, defaults included.
+std::string ToJson(const google::protobuf::Message& message);
+
+}  // namespace quilt::cli
+
+#endif  // QUILT_SRC_CLI_FORMAT_H_

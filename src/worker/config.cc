@@ -1,0 +1,49 @@
+#include "src/worker/config.h"
+
+#include "src/common/net.h"
+#include "src/common/status.h"
+#include "src/coordinator/node_validation.h"
+
+namespace quilt {
+
+const ConfigSchema<WorkerConfig>& WorkerConfigSchema() {
+  static const auto* schema = [] {
+    using C = WorkerConfig;
+    auto* s = new ConfigSchema<C>("QUILT_WORKER_", "quilt-worker");
+    s->String("coordinator_address", &C::coordinator_address,
+              "The coordinator's gRPC address (host:port).")
+        .String("node_id", &C::node_id,
+                "This node's id in the cluster; empty = the hostname. Must stay the same\n"
+                "across restarts of the worker.")
+        .Int("cpu_devices", &C::cpu_devices,
+             "CPU devices to offer; the cores are split evenly between them.", 0, 1024)
+        .Int("cpu_cores", &C::cpu_cores, "Cores to use in all; 0 = every core available.", 0,
+             65536)
+        .Int("calibration_ms", &C::calibration_ms,
+             "Duration of the GEMM speed measurement at start.", 10, 60000)
+        .Bool("cuda", &C::cuda, "Discover CUDA GPUs.")
+        .Double("compute_slowdown", &C::compute_slowdown,
+                "Development: run every kernel this many times slower, to emulate a\n"
+                "mixed cluster on one machine. 1 = normal speed.",
+                1.0, 1000.0)
+        .Int("rpc_timeout_ms", &C::rpc_timeout_ms, "Deadline of every call to the coordinator.",
+             100, 600000)
+        .Int("max_backoff_ms", &C::max_backoff_ms,
+             "Longest wait between attempts to reach the coordinator.", 100, 600000)
+        .String("log_level", &C::log_level, "Log verbosity.",
+                {"trace", "debug", "info", "warn", "error", "off"})
+        .String("ready_file", &C::ready_file,
+                "If set, \"<node_id> <incarnation>\" is written here after the first\n"
+                "successful registration.");
+    return s;
+  }();
+  return *schema;
+}
+
+absl::Status ValidateWorkerConfig(const WorkerConfig& c) {
+  RETURN_IF_ERROR(ParseHostPort(c.coordinator_address).status());
+  if (!c.node_id.empty()) RETURN_IF_ERROR(ValidateNodeId(c.node_id));
+  return absl::OkStatus();
+}
+
+}  // namespace quilt

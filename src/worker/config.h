@@ -1,0 +1,36 @@
+// quilt-worker configuration: every key with its default. Loaded from
+// defaults < TOML file < $QUILT_WORKER_<KEY> < --<key> flags; printed by
+// `quilt-worker config default`.
+#ifndef QUILT_SRC_WORKER_CONFIG_H_
+#define QUILT_SRC_WORKER_CONFIG_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "src/common/config.h"
+
+namespace quilt {
+
+struct WorkerConfig {
+  std::string coordinator_address = "127.0.0.1:7070";
+  std::string node_id;
+  int64_t cpu_devices = 1;
+  int64_t cpu_cores = 0;
+  int64_t calibration_ms = 1000;
+  bool cuda = true;
+  double compute_slowdown = 1.0;
+  int64_t rpc_timeout_ms = 5000;
+  int64_t max_backoff_ms = 5000;
+  std::string log_level = "info";
+  std::string ready_file;
+};
+
+const ConfigSchema<WorkerConfig>& WorkerConfigSchema();
+
+// Cross-key checks (a parseable coordinator address, a valid node id).
+absl::Status ValidateWorkerConfig(const WorkerConfig& config);
+
+}  // namespace quilt
+
+#endif  // QUILT_SRC_WORKER_CONFIG_H_

@@ -1,0 +1,90 @@
+// quilt-worker: one daemon per node. Flags, config, logging, signals, device
+// discovery and calibration, registration and heartbeats, systemd readiness,
+// stop on SIGTERM.
+#include <cstdio>
+#include <memory>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_format.h"
+#include "src/cluster/local_node.h"
+#include "src/common/config_cli.h"
+#include "src/common/files.h"
+#include "src/common/logging.h"
+#include "src/common/net.h"
+#include "src/common/random.h"
+#include "src/common/signals.h"
+#include "src/common/systemd.h"
+#include "src/common/version.h"
+#include "src/rpc/coordinator_client.h"
+#include "src/worker/config.h"
+#include "src/worker/worker.h"
+
+namespace quilt {
+namespace {
+
+int Run(WorkerConfig config) {
+  if (config.node_id.empty()) config.node_id = LocalHostname();
+  if (absl::Status s = ValidateWorkerConfig(config); !s.ok()) {
+    QLOG_ERROR("node id from the hostname is not usable: {}; set node_id", s.ToString());
+    return 2;
+  }
+  const uint64_t incarnation = RandomNonZeroU64();
+  QLOG_INFO("starting node={} incarnation={:016x} version={} coordinator={}", config.node_id,
+            incarnation, kVersion, config.coordinator_address);
+
+  LocalNodeOptions local;
+  local.node_id = config.node_id;
+  local.version = kVersion;
+  local.cpu_devices = static_cast<int>(config.cpu_devices);
+  local.cpu_cores = static_cast<int>(config.cpu_cores);
+  local.calibration = absl::Milliseconds(config.calibration_ms);
+  local.discover_cuda = config.cuda;
+  local.compute_slowdown = config.compute_slowdown;
+  absl::StatusOr<quilt::v1::NodeInfo> node = DiscoverLocalNode(local);
+  if (!node.ok()) {
+    QLOG_ERROR("device discovery failed: {}", node.status().ToString());
+    return 1;
+  }
+
+  rpc::CoordinatorClient client(config.coordinator_address,
+                                absl::Milliseconds(config.rpc_timeout_ms));
+  WorkerOptions options;
+  options.max_backoff = absl::Milliseconds(config.max_backoff_ms);
+  options.on_first_registration = [&config, incarnation] {
+    if (config.ready_file.empty()) return;
+    absl::Status s = WriteFileAtomically(config.ready_file,
+                                         absl::StrFormat("%s %016x\n", config.node_id, incarnation));
+    if (!s.ok()) QLOG_ERROR("cannot write ready_file: {}", s.ToString());
+  };
+  Worker worker(*node, incarnation, &client, options);
+  worker.Start();
+  NotifyReady(absl::StrFormat("%d device(s); registering with %s", node->devices_size(),
+                              config.coordinator_address));
+
+  while (WaitForSignal(absl::Seconds(1)) != DaemonSignal::kTerminate) {
+  }
+  QLOG_INFO("stopping node={}", config.node_id);
+  NotifyStopping();
+  worker.Stop();
+  QLOG_INFO("stopped");
+  return 0;
+}
+
+}  // namespace
+}  // namespace quilt
+
+int main(int argc, char** argv) {
+  quilt::BlockTerminationSignals();
+  CLI::App app{"quilt-worker: offers this node's devices to a Quilt coordinator"};
+  app.set_version_flag("--version", quilt::kVersion);
+  quilt::WorkerConfig config;
+  quilt::ConfigCli<quilt::WorkerConfig> config_cli(&app, &quilt::WorkerConfigSchema(),
+                                                   quilt::ValidateWorkerConfig);
+  CLI11_PARSE(app, argc, argv);
+  if (std::optional<int> code = config_cli.Resolve(&config)) return *code;
+  if (absl::Status s = quilt::InitLogging({"quilt-worker", config.log_level}); !s.ok()) {
+    std::fprintf(stderr, "%s\n", s.ToString().c_str());
+    return 2;
+  }
+  return quilt::Run(config);
+}

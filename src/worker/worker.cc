@@ -1,0 +1,94 @@
+#include "src/worker/worker.h"
+
+#include <algorithm>
+#include <random>
+
+#include "src/common/logging.h"
+#include "src/common/systemd.h"
+
+namespace quilt {
+
+Worker::Worker(quilt::v1::NodeInfo node, uint64_t incarnation, CoordinatorInterface* coordinator,
+               WorkerOptions options)
+    : node_(std::move(node)),
+      incarnation_(incarnation),
+      coordinator_(coordinator),
+      options_(std::move(options)) {}
+
+Worker::~Worker() { Stop(); }
+
+void Worker::Start() {
+  thread_ = std::thread([this] { Loop(); });
+}
+
+void Worker::Stop() {
+  if (!stop_.HasBeenNotified()) stop_.Notify();
+  if (thread_.joinable()) thread_.join();
+}
+
+bool Worker::Sleep(absl::Duration d) { return !stop_.WaitForNotificationWithTimeout(d); }
+
+void Worker::Loop() {
+  std::mt19937_64 rng(incarnation_);
+  std::uniform_real_distribution<double> jitter(0.5, 1.0);
+  absl::Duration backoff = options_.initial_backoff;
+  absl::Duration period = absl::Seconds(1);
+  int failures = 0;
+  const std::string& id = node_.node_id();
+
+  while (!stop_.HasBeenNotified()) {
+    if (!registered_) {
+      quilt::v1::RegisterRequest req;
+      *req.mutable_node() = node_;
+      req.set_incarnation(incarnation_);
+      absl::StatusOr<quilt::v1::RegisterResponse> r = coordinator_->Register(req);
+      if (r.ok()) {
+        registered_ = true;
+        period = absl::Seconds(r->heartbeat_period_s());
+        backoff = options_.initial_backoff;
+        failures = 0;
+        QLOG_INFO("registered node={} incarnation={:016x} coordinator_version={} period_s={}", id,
+                  incarnation_, r->coordinator_version(), r->heartbeat_period_s());
+        NotifyStatus("registered with the coordinator");
+        if (registrations_.fetch_add(1) == 0 && options_.on_first_registration) {
+          options_.on_first_registration();
+        }
+        continue;
+      }
+      // Log the first failure and then every tenth, not every retry.
+      if (failures++ % 10 == 0) {
+        QLOG_WARN("cannot register node={} retry_in_ms={} error=\"{}\"", id,
+                  absl::ToInt64Milliseconds(backoff), r.status().ToString());
+        NotifyStatus("waiting for the coordinator: " + std::string(r.status().message()));
+      }
+      if (!Sleep(backoff * jitter(rng))) break;
+      backoff = std::min(backoff * 2, options_.max_backoff);
+      continue;
+    }
+
+    if (!Sleep(period)) break;
+    quilt::v1::HeartbeatRequest hb;
+    hb.set_node_id(id);
+    hb.set_incarnation(incarnation_);
+    absl::StatusOr<quilt::v1::HeartbeatResponse> h = coordinator_->Heartbeat(hb);
+    if (h.ok()) {
+      if (failures > 0) QLOG_INFO("heartbeats resumed node={} after_failures={}", id, failures);
+      failures = 0;
+      period = absl::Seconds(h->heartbeat_period_s());
+      continue;
+    }
+    const absl::StatusCode code = h.status().code();
+    if (code == absl::StatusCode::kAborted || code == absl::StatusCode::kNotFound) {
+      QLOG_WARN("coordinator rejected heartbeat node={} error=\"{}\"; registering again", id,
+                h.status().ToString());
+      registered_ = false;
+      failures = 0;
+      continue;
+    }
+    if (failures++ % 10 == 0) {
+      QLOG_WARN("heartbeat failed node={} error=\"{}\"", id, h.status().ToString());
+    }
+  }
+}
+
+}  // namespace quilt
