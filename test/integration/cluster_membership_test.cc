@@ -1,0 +1,122 @@
+// Cluster membership end to end with the real binaries: a coordinator, two
+// workers and quiltctl on loopback.
+#include <signal.h>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "src/common/status_matchers.h"
+#include "test/integration/cluster_fixture.h"
+
+namespace quilt::testing {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::SizeIs;
+
+std::string StateOf(LocalCluster& cluster, const std::string& node) {
+  auto nodes = cluster.Nodes();
+  if (!nodes.ok() || !nodes->count(node)) return "";
+  return (*nodes)[node]["state"].get<std::string>();
+}
+
+class ClusterMembershipTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_THAT(cluster_.StartCoordinator(), IsOk());
+    auto w1 = cluster_.StartWorker("w1");
+    ASSERT_THAT(w1, IsOk()) << cluster_.Log("w1");
+    auto w2 = cluster_.StartWorker("w2", {"--compute_slowdown", "3"});
+    ASSERT_THAT(w2, IsOk()) << cluster_.Log("w2");
+    incarnation_w2_ = *w2;
+  }
+
+  LocalCluster cluster_;
+  std::string incarnation_w2_;
+};
+
+TEST_F(ClusterMembershipTest, TwoWorkers_ListedReadyWithMeasuredDevices) {
+  auto nodes = cluster_.Nodes();
+  ASSERT_THAT(nodes, IsOk());
+  ASSERT_THAT(*nodes, SizeIs(2));
+  for (const char* id : {"w1", "w2"}) {
+    const auto& n = (*nodes)[id];
+    EXPECT_EQ(n["state"], "NODE_STATE_READY") << id;
+    ASSERT_EQ(n["info"]["devices"].size(), 1u) << id;
+    const auto& d = n["info"]["devices"][0];
+    EXPECT_EQ(d["id"], std::string(id) + "/cpu:0");
+    EXPECT_EQ(d["kind"], "DEVICE_KIND_CPU");
+    EXPECT_GT(d["measured_gemm_flops_per_s"].get<double>(), 1e8);
+    EXPECT_GT(d["memory_bytes"].get<std::string>().size(), 0u);  // int64 → JSON string
+  }
+  // The emulated slow worker reports a lower speed.
+  EXPECT_LT((*nodes)["w2"]["info"]["devices"][0]["measured_gemm_flops_per_s"].get<double>(),
+            (*nodes)["w1"]["info"]["devices"][0]["measured_gemm_flops_per_s"].get<double>());
+  auto status = cluster_.Quiltctl({"status"});
+  ASSERT_THAT(status, IsOk());
+  EXPECT_EQ(status->exit_code, 0) << status->err;
+  EXPECT_THAT(status->out, HasSubstr("Nodes: 2/2 Ready"));
+  auto table = cluster_.Quiltctl({"nodes"});
+  ASSERT_THAT(table, IsOk());
+  EXPECT_THAT(table->out, HasSubstr("HEARTBEAT_AGE"));
+  EXPECT_THAT(table->out, HasSubstr("w2     Ready"));
+}
+
+TEST_F(ClusterMembershipTest, KilledWorker_NotReadyThenDown_ThenBackWithNewIncarnation) {
+  const absl::Time killed = absl::Now();
+  cluster_.KillWorker("w2", SIGKILL);
+  ASSERT_TRUE(Eventually([&] { return StateOf(cluster_, "w2") == "NODE_STATE_NOT_READY"; },
+                         kNotReadyAfter + absl::Seconds(3)));
+  const absl::Duration to_not_ready = absl::Now() - killed;
+  EXPECT_GE(to_not_ready, kNotReadyAfter - kHeartbeatPeriod);
+  ASSERT_TRUE(Eventually([&] { return StateOf(cluster_, "w2") == "NODE_STATE_DOWN"; },
+                         kDownAfter + absl::Seconds(3)));
+  EXPECT_EQ(StateOf(cluster_, "w1"), "NODE_STATE_READY");
+  auto status = cluster_.Quiltctl({"status"});
+  ASSERT_THAT(status, IsOk());
+  EXPECT_THAT(status->out, HasSubstr("w2  Down: no heartbeat"));
+
+  auto again = cluster_.StartWorker("w2");
+  ASSERT_THAT(again, IsOk());
+  EXPECT_NE(*again, incarnation_w2_);
+  ASSERT_TRUE(Eventually([&] { return StateOf(cluster_, "w2") == "NODE_STATE_READY"; },
+                         absl::Seconds(5)));
+  auto nodes = cluster_.Nodes();
+  ASSERT_THAT(nodes, IsOk());
+  EXPECT_EQ((*nodes)["w2"]["incarnation"].get<std::string>().size() > 0, true);
+}
+
+TEST_F(ClusterMembershipTest, CoordinatorRestart_KeepsNodesAndWorkersReconnect) {
+  const std::string address = cluster_.address();
+  cluster_.StopCoordinator(SIGTERM);
+  std::optional<int> exit = cluster_.WaitCoordinator(absl::Seconds(10));
+  ASSERT_TRUE(exit.has_value()) << "coordinator did not stop on SIGTERM";
+  EXPECT_TRUE(WIFEXITED(*exit) && WEXITSTATUS(*exit) == 0) << cluster_.Log("coordinator");
+
+  auto down = cluster_.Quiltctl({"status"});
+  ASSERT_THAT(down, IsOk());
+  EXPECT_NE(down->exit_code, 0);
+  EXPECT_THAT(down->err, HasSubstr(address));
+
+  ASSERT_THAT(cluster_.StartCoordinator(address), IsOk()) << cluster_.Log("coordinator");
+  auto nodes = cluster_.Nodes();
+  ASSERT_THAT(nodes, IsOk());
+  EXPECT_THAT(*nodes, SizeIs(2));
+  ASSERT_TRUE(Eventually(
+      [&] {
+        return StateOf(cluster_, "w1") == "NODE_STATE_READY" &&
+               StateOf(cluster_, "w2") == "NODE_STATE_READY";
+      },
+      absl::Seconds(10)))
+      << cluster_.Log("w1");
+}
+
+TEST(Quiltctl, UnreachableCoordinator_NonZeroExitNamingAddress) {
+  auto r = RunCommand({RunfilePath("src/cli/quiltctl"), "--coordinator", "127.0.0.1:1",
+                       "--timeout", "2", "nodes"});
+  ASSERT_THAT(r, IsOk());
+  EXPECT_EQ(r->exit_code, 1);
+  EXPECT_THAT(r->err, HasSubstr("127.0.0.1:1"));
+}
+
+}  // namespace
+}  // namespace quilt::testing

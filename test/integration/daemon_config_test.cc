@@ -1,0 +1,91 @@
+// The daemons' `config default` / `config check` and startup errors.
+#include <fstream>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "src/common/status_matchers.h"
+#include "src/testing/subprocess.h"
+#include "src/testing/temp_dir.h"
+
+namespace quilt::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+class DaemonConfigTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  std::string Binary() const { return RunfilePath(GetParam()); }
+};
+
+TEST_P(DaemonConfigTest, DefaultConfig_PassesCheck) {
+  auto def = RunCommand({Binary(), "config", "default"});
+  ASSERT_THAT(def, IsOk());
+  ASSERT_EQ(def->exit_code, 0) << def->err;
+  EXPECT_THAT(def->out, HasSubstr("version = 1"));
+  EXPECT_THAT(def->out, HasSubstr("log_level = \"info\""));
+  TempDir dir;
+  std::ofstream(dir.File("c.toml")) << def->out;
+  auto check = RunCommand({Binary(), "config", "check", dir.File("c.toml")});
+  ASSERT_THAT(check, IsOk());
+  EXPECT_EQ(check->exit_code, 0) << check->err;
+  EXPECT_THAT(check->out, HasSubstr("OK"));
+}
+
+TEST_P(DaemonConfigTest, BadKey_CheckNamesLineAndKey) {
+  TempDir dir;
+  std::ofstream(dir.File("c.toml")) << "version = 1\n\nlog_levle = \"debug\"\n";
+  auto check = RunCommand({Binary(), "config", "check", dir.File("c.toml")});
+  ASSERT_THAT(check, IsOk());
+  EXPECT_EQ(check->exit_code, 1);
+  EXPECT_THAT(check->err, HasSubstr("c.toml:3: unknown key 'log_levle'"));
+  EXPECT_THAT(check->err, HasSubstr("did you mean 'log_level'"));
+}
+
+TEST_P(DaemonConfigTest, BadFlagValue_ExitsWithUsageError) {
+  auto r = RunCommand({Binary(), "--log_level", "loud"});
+  ASSERT_THAT(r, IsOk());
+  EXPECT_EQ(r->exit_code, 2);
+  EXPECT_THAT(r->err, HasSubstr("--log_level"));
+}
+
+INSTANTIATE_TEST_SUITE_P(Daemons, DaemonConfigTest,
+                         ::testing::Values("src/coordinator/quilt-coordinator",
+                                           "src/worker/quilt-worker"),
+                         [](const auto& info) {
+                           return info.param.find("coordinator") != std::string::npos
+                                      ? std::string("Coordinator")
+                                      : std::string("Worker");
+                         });
+
+TEST(Coordinator, NonLoopbackPlaintext_RefusesToStart) {
+  TempDir dir;
+  auto r = RunCommand({RunfilePath("src/coordinator/quilt-coordinator"), "--listen_address",
+                       "0.0.0.0:0", "--state_dir", dir.File("s")});
+  ASSERT_THAT(r, IsOk());
+  EXPECT_EQ(r->exit_code, 1);
+  EXPECT_THAT(r->err, HasSubstr("loopback"));
+}
+
+TEST(Coordinator, PortInUse_ClearError) {
+  TempDir dir;
+  auto first = Subprocess::Start({RunfilePath("src/coordinator/quilt-coordinator"),
+                                  "--listen_address", "127.0.0.1:0", "--state_dir",
+                                  dir.File("a"), "--ready_file", dir.File("ready")},
+                                 dir.File("a.log"));
+  ASSERT_THAT(first, IsOk());
+  std::string address;
+  for (int i = 0; i < 200 && address.empty(); ++i) {
+    std::ifstream in(dir.File("ready"));
+    std::getline(in, address);
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  ASSERT_FALSE(address.empty());
+  auto second = RunCommand({RunfilePath("src/coordinator/quilt-coordinator"), "--listen_address",
+                            address, "--state_dir", dir.File("b")});
+  ASSERT_THAT(second, IsOk());
+  EXPECT_EQ(second->exit_code, 1);
+  EXPECT_THAT(second->err, HasSubstr("cannot listen on " + address));
+}
+
+}  // namespace
+}  // namespace quilt::testing
