@@ -61,7 +61,9 @@ int Run(WorkerConfig config) {
   NotifyReady(absl::StrFormat("%d device(s); registering with %s", node->devices_size(),
                               config.coordinator_address));
 
+  const bool watchdog = WatchdogInterval() > absl::ZeroDuration();
   while (WaitForSignal(absl::Seconds(1)) != DaemonSignal::kTerminate) {
+    if (watchdog) NotifyWatchdog();
   }
   QLOG_INFO("stopping node={}", config.node_id);
   NotifyStopping();

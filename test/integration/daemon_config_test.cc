@@ -31,6 +31,15 @@ TEST_P(DaemonConfigTest, DefaultConfig_PassesCheck) {
   EXPECT_THAT(check->out, HasSubstr("OK"));
 }
 
+TEST_P(DaemonConfigTest, ShippedExampleConfig_PassesCheck) {
+  const std::string role = GetParam().find("coordinator") != std::string::npos ? "coordinator"
+                                                                                : "worker";
+  auto check =
+      RunCommand({Binary(), "config", "check", RunfilePath("config/" + role + ".example.toml")});
+  ASSERT_THAT(check, IsOk());
+  EXPECT_EQ(check->exit_code, 0) << check->err;
+}
+
 TEST_P(DaemonConfigTest, BadKey_CheckNamesLineAndKey) {
   TempDir dir;
   std::ofstream(dir.File("c.toml")) << "version = 1\n\nlog_levle = \"debug\"\n";
