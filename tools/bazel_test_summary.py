@@ -18,23 +18,21 @@ from urllib.parse import unquote, urlparse
 def main(path):
     passed = failed = skipped = 0
     failures = []
-    seen_targets = set()
+    test_targets = set()
+    ran_targets = set()
     with open(path) as f:
         events = [json.loads(line) for line in f if line.strip()]
     for ev in events:
+        configured = ev.get("configured")
+        label = ev.get("id", {}).get("targetConfigured", {}).get("label")
+        if configured and label and configured.get("targetKind", "").endswith("_test rule"):
+            test_targets.add(label)
+    for ev in events:
         res = ev.get("testResult")
         if res is None:
-            # A test target that never ran (e.g. failed to build) shows up as
-            # an aborted or failed "testSummary"/"completed" without a result.
-            summary = ev.get("testSummary")
-            label = ev.get("id", {}).get("testSummary", {}).get("label")
-            if summary is not None and summary.get("overallStatus") not in (None, "PASSED", "FLAKY"):
-                if summary.get("totalRunCount", 0) == 0 and label not in seen_targets:
-                    failed += 1
-                    failures.append(f"{label} ({summary.get('overallStatus')})")
             continue
         label = ev.get("id", {}).get("testResult", {}).get("label", "?")
-        seen_targets.add(label)
+        ran_targets.add(label)
         xml_path = None
         for out in res.get("testActionOutput", []):
             if out.get("name") == "test.xml":
@@ -61,6 +59,11 @@ def main(path):
         if cases == 0 and res.get("status") != "PASSED":
             failed += 1
             failures.append(f"{label} ({res.get('status')})")
+    # Test targets that never produced a result failed to build (or the run
+    # was interrupted): each counts as one failure.
+    for label in sorted(test_targets - ran_targets):
+        failed += 1
+        failures.append(f"{label} (did not build or run)")
     for name in failures:
         print(f"FAILED: {name}")
     if skipped:
