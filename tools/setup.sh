@@ -4,7 +4,7 @@
 set -euo pipefail
 
 PACKAGES=(
-  bazel-bootstrap g++ python3
+  bazel-bootstrap g++ python3 git clang-format
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev
   libucx-dev libsqlite3-dev libopenblas-dev libsystemd-dev systemd

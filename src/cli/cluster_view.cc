@@ -6,8 +6,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
-#include "src/common/proto_time.h"
 #include "src/cli/format.h"
+#include "src/common/proto_time.h"
 
 namespace quilt::cli {
 namespace {
@@ -95,9 +95,9 @@ double NodeFlops(const quilt::v1::NodeInfo& info) {
 
 std::string RenderStatus(const quilt::v1::ClusterStatus& status, const std::string& address,
                          absl::Time now) {
-  std::string out = absl::StrFormat("Coordinator: %s (version %s, up %s)\n", address,
-                                    status.coordinator_version(),
-                                    HumanDuration(status.coordinator_uptime_s()));
+  std::string out =
+      absl::StrFormat("Coordinator: %s (version %s, up %s)\n", address,
+                      status.coordinator_version(), HumanDuration(status.coordinator_uptime_s()));
   int ready = 0, not_ready = 0, down = 0;
   std::map<std::pair<std::string, std::string>, std::pair<int, int>> devices;  // (kind, model)
   double flops = 0;
@@ -147,8 +147,9 @@ std::string RenderNodes(const quilt::v1::ClusterStatus& status, const std::strin
     return absl::StrCat("{\"nodes\": [", absl::StrJoin(items, ",\n"), "]}\n");
   }
   const bool wide = format == "wide";
-  std::vector<std::string> headers = {"NODE", "STATE", "DEVICES", "MODEL", "MEM(used/total)",
-                                      "FLOPS", "JOBS", "HEARTBEAT_AGE", "VERSION"};
+  std::vector<std::string> headers = {"NODE",  "STATE",           "DEVICES",
+                                      "MODEL", "MEM(used/total)", "FLOPS",
+                                      "JOBS",  "HEARTBEAT_AGE",   "VERSION"};
   if (wide) {
     headers.insert(headers.end(), {"HOSTNAME", "INCARNATION", "REASON"});
   }

@@ -18,8 +18,8 @@ std::string HumanSi(double value) {
     v /= 1000;
     ++unit;
   }
-  return absl::StrFormat(std::fabs(v) >= 100 ? "%.0f%s" : (std::fabs(v) >= 10 ? "%.1f%s" : "%.2f%s"),
-                         v, kUnits[unit]);
+  return absl::StrFormat(
+      std::fabs(v) >= 100 ? "%.0f%s" : (std::fabs(v) >= 10 ? "%.1f%s" : "%.2f%s"), v, kUnits[unit]);
 }
 
 std::string HumanBytes(int64_t bytes) {

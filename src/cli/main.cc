@@ -37,8 +37,9 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
 
   std::string status_format = "table";
-  CLI::App* status_cmd = app.add_subcommand("status", "Cluster summary: nodes, devices, jobs, "
-                                                      "recent failures");
+  CLI::App* status_cmd = app.add_subcommand("status",
+                                            "Cluster summary: nodes, devices, jobs, "
+                                            "recent failures");
   status_cmd->add_option("-o,--output", status_format, "table | json")
       ->check(CLI::IsMember({"table", "json"}));
 
@@ -54,8 +55,9 @@ int main(int argc, char** argv) {
   absl::StatusOr<quilt::v1::ClusterStatus> status = admin.GetClusterStatus(request);
   if (!status.ok()) return Error(status.status());
   if (*status_cmd) {
-    std::cout << (status_format == "json" ? quilt::cli::ToJson(*status)
-                                          : quilt::cli::RenderStatus(*status, coordinator, absl::Now()));
+    std::cout << (status_format == "json"
+                      ? quilt::cli::ToJson(*status)
+                      : quilt::cli::RenderStatus(*status, coordinator, absl::Now()));
   } else if (*nodes_cmd) {
     std::cout << quilt::cli::RenderNodes(*status, nodes_format);
   }

@@ -15,8 +15,8 @@ double MeasureGemm(int threads, absl::Duration duration) {
   std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n, 0.0f);
   openblas_set_num_threads(std::max(1, threads));
   auto gemm = [&] {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(),
-                n, 0.0f, c.data(), n);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n,
+                0.0f, c.data(), n);
   };
   gemm();  // warm-up: thread pool start, page faults
   int64_t calls = 0;

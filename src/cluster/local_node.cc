@@ -50,8 +50,8 @@ absl::StatusOr<quilt::v1::NodeInfo> DiscoverLocalNode(const LocalNodeOptions& op
 
   if (options.cpu_devices > 0) {
     const int per_device = cores / options.cpu_devices;
-    QLOG_INFO("calibrating CPU devices={} cores_per_device={} duration_ms={}",
-              options.cpu_devices, per_device, absl::ToInt64Milliseconds(options.calibration));
+    QLOG_INFO("calibrating CPU devices={} cores_per_device={} duration_ms={}", options.cpu_devices,
+              per_device, absl::ToInt64Milliseconds(options.calibration));
     const CpuSpeed speed = MeasureCpuSpeed(per_device, options.calibration);
     const double gemm = speed.gemm_flops_per_s / options.compute_slowdown;
     QLOG_INFO("CPU calibration gemm_gflops={:.1f} memory_gbytes_per_s={:.1f} slowdown={}",
@@ -65,15 +65,14 @@ absl::StatusOr<quilt::v1::NodeInfo> DiscoverLocalNode(const LocalNodeOptions& op
       d->set_index(i);
       d->set_cores(per_device);
       d->set_measured_gemm_flops_per_s(gemm);
-      d->set_memory_bandwidth_bytes_per_s(speed.memory_bandwidth_bytes_per_s /
-                                          options.cpu_devices);
+      d->set_memory_bandwidth_bytes_per_s(speed.memory_bandwidth_bytes_per_s / options.cpu_devices);
       d->set_memory_bytes(host.memory_bytes / options.cpu_devices);
       d->set_compute_slowdown(options.compute_slowdown);
     }
     // CPU devices of one host exchange tensors through shared memory.
     info.mutable_intra_node_link()->set_kind("shm");
     info.mutable_intra_node_link()->set_bandwidth_bytes_per_s(speed.memory_bandwidth_bytes_per_s /
-                                                             2);
+                                                              2);
     info.mutable_intra_node_link()->set_latency_s(5e-6);
   }
 
@@ -96,9 +95,9 @@ absl::StatusOr<quilt::v1::NodeInfo> DiscoverLocalNode(const LocalNodeOptions& op
         d->set_peak_fp32_flops_per_s(g.peak_fp32_flops_per_s / options.compute_slowdown);
         d->set_memory_bandwidth_bytes_per_s(g.memory_bandwidth_bytes_per_s);
         d->set_compute_slowdown(options.compute_slowdown);
-        QLOG_INFO("GPU found ordinal={} name=\"{}\" memory_gib={:.1f} sms={} cc={}.{}",
-                  g.ordinal, g.name, g.memory_bytes / double(1 << 30), g.multiprocessors,
-                  g.cc_major, g.cc_minor);
+        QLOG_INFO("GPU found ordinal={} name=\"{}\" memory_gib={:.1f} sms={} cc={}.{}", g.ordinal,
+                  g.name, g.memory_bytes / double(1 << 30), g.multiprocessors, g.cc_major,
+                  g.cc_minor);
       }
     }
   }

@@ -42,8 +42,8 @@ TEST(DiscoverLocalNode, SlowdownDividesMeasuredSpeed) {
   auto slow = DiscoverLocalNode(o);
   ASSERT_THAT(fast, IsOk());
   ASSERT_THAT(slow, IsOk());
-  const double ratio = fast->devices(0).measured_gemm_flops_per_s() /
-                       slow->devices(0).measured_gemm_flops_per_s();
+  const double ratio =
+      fast->devices(0).measured_gemm_flops_per_s() / slow->devices(0).measured_gemm_flops_per_s();
   EXPECT_GT(ratio, 2.5);
   EXPECT_LT(ratio, 6.0);
   EXPECT_EQ(slow->devices(0).compute_slowdown(), 4);

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
-#include <cstring>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -128,9 +128,9 @@ absl::Status ConfigSchemaBase::CheckAndSet(const ConfigField& field, const Confi
   if (const auto* i = std::get_if<int64_t>(&value)) number = static_cast<double>(*i);
   if (const auto* d = std::get_if<double>(&value)) number = *d;
   if (!std::isnan(number) && (number < field.min || number > field.max)) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: %s = %s is out of range [%g, %g]", where, field.key, RenderValue(value),
-        field.min, field.max));
+    return absl::InvalidArgumentError(absl::StrFormat("%s: %s = %s is out of range [%g, %g]", where,
+                                                      field.key, RenderValue(value), field.min,
+                                                      field.max));
   }
   if (field.type == ConfigType::kDouble && !std::isfinite(number)) {
     return absl::InvalidArgumentError(
@@ -139,9 +139,9 @@ absl::Status ConfigSchemaBase::CheckAndSet(const ConfigField& field, const Confi
   if (!field.choices.empty()) {
     const std::string& s = std::get<std::string>(value);
     if (std::find(field.choices.begin(), field.choices.end(), s) == field.choices.end()) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("%s: %s = \"%s\" is not one of: %s", where, field.key, s,
-                          absl::StrJoin(field.choices, ", ")));
+      return absl::InvalidArgumentError(absl::StrFormat("%s: %s = \"%s\" is not one of: %s", where,
+                                                        field.key, s,
+                                                        absl::StrJoin(field.choices, ", ")));
     }
   }
   field.set(config, value);
@@ -154,8 +154,8 @@ absl::Status ConfigSchemaBase::ApplyTomlImpl(const std::string& text, const std:
   try {
     table = toml::parse(text, source);
   } catch (const toml::parse_error& e) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s:%d: %s", source, e.source().begin.line, std::string(e.description())));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s:%d: %s", source, e.source().begin.line, std::string(e.description())));
   }
   for (auto&& [key, node] : table) {
     const std::string name(key.str());
@@ -163,9 +163,9 @@ absl::Status ConfigSchemaBase::ApplyTomlImpl(const std::string& text, const std:
     if (name == "version") {
       auto v = node.value_exact<int64_t>();
       if (!v || *v != kConfigVersion) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "%s: unsupported config version (this %s reads version = %d)", where, config_name_,
-            kConfigVersion));
+        return absl::InvalidArgumentError(
+            absl::StrFormat("%s: unsupported config version (this %s reads version = %d)", where,
+                            config_name_, kConfigVersion));
       }
       continue;
     }
@@ -196,8 +196,8 @@ absl::Status ConfigSchemaBase::ApplyTomlImpl(const std::string& text, const std:
 absl::Status ConfigSchemaBase::ApplyTomlFileImpl(const std::string& path, void* config) const {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
-    return absl::NotFoundError(absl::StrCat("cannot read config file ", path, ": ",
-                                            std::strerror(errno)));
+    return absl::NotFoundError(
+        absl::StrCat("cannot read config file ", path, ": ", std::strerror(errno)));
   }
   std::stringstream buffer;
   buffer << in.rdbuf();
@@ -234,8 +234,8 @@ absl::Status ConfigSchemaBase::SetImpl(const std::string& key, const std::string
       break;
   }
   if (!ok) {
-    return absl::InvalidArgumentError(absl::StrFormat("%s: '%s' is not %s", source, text,
-                                                      TypeName(field->type)));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: '%s' is not %s", source, text, TypeName(field->type)));
   }
   return CheckAndSet(*field, value, source, config);
 }
@@ -261,7 +261,8 @@ std::string ConfigSchemaBase::RenderTomlImpl(const void* config) const {
     out += "\n";
     std::istringstream doc(f.doc);
     for (std::string line; std::getline(doc, line);) absl::StrAppend(&out, "# ", line, "\n");
-    if (!f.choices.empty()) absl::StrAppend(&out, "# One of: ", absl::StrJoin(f.choices, ", "), "\n");
+    if (!f.choices.empty())
+      absl::StrAppend(&out, "# One of: ", absl::StrJoin(f.choices, ", "), "\n");
     absl::StrAppend(&out, f.key, " = ", RenderValue(f.get(config)), "\n");
   }
   return out;

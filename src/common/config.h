@@ -68,8 +68,8 @@ class ConfigSchemaBase {
                             const std::function<const char*(const char*)>& getenv) const;
   // Applies one value given as text (a flag). Errors: NOT_FOUND for an unknown
   // key, INVALID_ARGUMENT for a bad value.
-  absl::Status SetImpl(const std::string& key, const std::string& text,
-                       const std::string& source, void* config) const;
+  absl::Status SetImpl(const std::string& key, const std::string& text, const std::string& source,
+                       void* config) const;
   std::string RenderTomlImpl(const void* config) const;
 
  private:

@@ -23,8 +23,7 @@ struct TestConfig {
 ConfigSchema<TestConfig> MakeSchema() {
   ConfigSchema<TestConfig> s("QUILT_TEST_", "quilt-test");
   s.String("listen_address", &TestConfig::listen_address, "Where to listen.")
-      .Int("heartbeat_period_ms", &TestConfig::heartbeat_period_ms, "Heartbeat period.", 10,
-           60000)
+      .Int("heartbeat_period_ms", &TestConfig::heartbeat_period_ms, "Heartbeat period.", 10, 60000)
       .Double("ratio", &TestConfig::ratio, "A ratio.", 0.0, 1.0)
       .Bool("verbose", &TestConfig::verbose, "Say more.")
       .String("mode", &TestConfig::mode, "Mode.", {"fast", "slow"});
@@ -79,8 +78,9 @@ TEST(ConfigSchema, SyntaxErrorAndVersion_Reported) {
   TestConfig c;
   EXPECT_THAT(schema.ApplyToml("version = 1\nratio = = 2\n", "s.toml", &c),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("s.toml:2")));
-  EXPECT_THAT(schema.ApplyToml("version = 2\n", "s.toml", &c),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("unsupported config version")));
+  EXPECT_THAT(
+      schema.ApplyToml("version = 2\n", "s.toml", &c),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("unsupported config version")));
 }
 
 TEST(ConfigSchema, Layers_EnvThenFlagsOverrideFile) {

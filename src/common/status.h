@@ -30,10 +30,10 @@ inline absl::Status Annotate(const absl::Status& status, absl::string_view conte
 
 // Evaluates `expr` (an absl::Status); returns it from the current function if
 // it is not OK.
-#define RETURN_IF_ERROR(expr)                                                    \
-  do {                                                                           \
-    ::absl::Status quilt_status_ = (expr);                                       \
-    if (!quilt_status_.ok()) return quilt_status_;                               \
+#define RETURN_IF_ERROR(expr)                      \
+  do {                                             \
+    ::absl::Status quilt_status_ = (expr);         \
+    if (!quilt_status_.ok()) return quilt_status_; \
   } while (0)
 
 // `ASSIGN_OR_RETURN(T x, F());` or `ASSIGN_OR_RETURN(x, F());`: evaluates the

@@ -30,8 +30,7 @@ MATCHER(IsOk, "is OK") {
   return s.ok();
 }
 
-MATCHER_P(StatusIs, code,
-          std::string("has status code ") + absl::StatusCodeToString(code)) {
+MATCHER_P(StatusIs, code, std::string("has status code ") + absl::StatusCodeToString(code)) {
   const absl::Status& s = testing_internal::GetStatus(arg);
   *result_listener << "status is " << s.ToString();
   return s.code() == code;
@@ -43,8 +42,7 @@ MATCHER_P2(StatusIs, code, message_matcher,
   const absl::Status& s = testing_internal::GetStatus(arg);
   *result_listener << "status is " << s.ToString();
   return s.code() == code &&
-         ::testing::ExplainMatchResult(message_matcher, std::string(s.message()),
-                                       result_listener);
+         ::testing::ExplainMatchResult(message_matcher, std::string(s.message()), result_listener);
 }
 
 MATCHER_P(IsOkAndHolds, value_matcher, "is OK and holds a matching value") {

@@ -6,9 +6,7 @@
 
 namespace quilt {
 
-void NotifyReady(const std::string& status) {
-  sd_notify(0, ("READY=1\nSTATUS=" + status).c_str());
-}
+void NotifyReady(const std::string& status) { sd_notify(0, ("READY=1\nSTATUS=" + status).c_str()); }
 
 void NotifyStatus(const std::string& status) { sd_notify(0, ("STATUS=" + status).c_str()); }
 

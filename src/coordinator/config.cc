@@ -24,8 +24,7 @@ const ConfigSchema<CoordinatorConfig>& CoordinatorConfigSchema() {
         .Int("max_request_bytes", &C::max_request_bytes,
              "Largest request accepted (a submitted model must fit).", 1 << 20, 2000000000)
         .Int("drain_timeout_ms", &C::drain_timeout_ms,
-             "On SIGTERM, how long in-flight calls may take before the server stops.", 0,
-             600000)
+             "On SIGTERM, how long in-flight calls may take before the server stops.", 0, 600000)
         .String("log_level", &C::log_level, "Log verbosity.",
                 {"trace", "debug", "info", "warn", "error", "off"})
         .String("ready_file", &C::ready_file,
@@ -38,14 +37,14 @@ const ConfigSchema<CoordinatorConfig>& CoordinatorConfigSchema() {
 absl::Status ValidateCoordinatorConfig(const CoordinatorConfig& c) {
   RETURN_IF_ERROR(ParseHostPort(c.listen_address).status());
   if (c.not_ready_after_ms <= c.heartbeat_period_ms) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("not_ready_after_ms (", c.not_ready_after_ms,
-                     ") must be greater than heartbeat_period_ms (", c.heartbeat_period_ms, ")"));
+    return absl::InvalidArgumentError(absl::StrCat("not_ready_after_ms (", c.not_ready_after_ms,
+                                                   ") must be greater than heartbeat_period_ms (",
+                                                   c.heartbeat_period_ms, ")"));
   }
   if (c.down_after_ms <= c.not_ready_after_ms) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("down_after_ms (", c.down_after_ms,
-                     ") must be greater than not_ready_after_ms (", c.not_ready_after_ms, ")"));
+    return absl::InvalidArgumentError(absl::StrCat("down_after_ms (", c.down_after_ms,
+                                                   ") must be greater than not_ready_after_ms (",
+                                                   c.not_ready_after_ms, ")"));
   }
   if (c.state_dir.empty()) return absl::InvalidArgumentError("state_dir is empty");
   return absl::OkStatus();

@@ -12,7 +12,7 @@
 namespace quilt {
 
 absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(const CoordinatorConfig& config,
-                                                                  Clock* clock) {
+                                                                 Clock* clock) {
   std::unique_ptr<Coordinator> c(new Coordinator(config, clock));
   c->start_time_ = clock->Now();
   std::error_code ec;

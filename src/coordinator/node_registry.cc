@@ -15,7 +15,9 @@ using quilt::v1::NodeStatus;
 
 constexpr size_t kMaxEventsInMemory = 200;
 
-std::string Seconds(absl::Duration d) { return absl::StrFormat("%.1f s", absl::ToDoubleSeconds(d)); }
+std::string Seconds(absl::Duration d) {
+  return absl::StrFormat("%.1f s", absl::ToDoubleSeconds(d));
+}
 
 }  // namespace
 
@@ -95,14 +97,14 @@ absl::Status NodeRegistry::Register(const quilt::v1::NodeInfo& info, uint64_t in
   if (!known) {
     RecordEvent(info.node_id(), ClusterEvent::KIND_NODE_REGISTERED,
                 absl::StrFormat("registered with %d device(s)", info.devices_size()));
-    QLOG_INFO("node registered node={} incarnation={:016x} devices={}", info.node_id(),
-              incarnation, info.devices_size());
+    QLOG_INFO("node registered node={} incarnation={:016x} devices={}", info.node_id(), incarnation,
+              info.devices_size());
   } else if (previous != incarnation) {
-    RecordEvent(info.node_id(), ClusterEvent::KIND_NODE_RESTARTED,
-                absl::StrFormat("worker restarted (incarnation %016x -> %016x)", previous,
-                                incarnation));
-    QLOG_WARN("node restarted node={} old_incarnation={:016x} incarnation={:016x}",
-              info.node_id(), previous, incarnation);
+    RecordEvent(
+        info.node_id(), ClusterEvent::KIND_NODE_RESTARTED,
+        absl::StrFormat("worker restarted (incarnation %016x -> %016x)", previous, incarnation));
+    QLOG_WARN("node restarted node={} old_incarnation={:016x} incarnation={:016x}", info.node_id(),
+              previous, incarnation);
   } else {
     QLOG_INFO("node re-registered node={} incarnation={:016x}", info.node_id(), incarnation);
   }

@@ -12,10 +12,10 @@
 namespace quilt {
 namespace {
 
-using ::testing::HasSubstr;
-using ::testing::SizeIs;
 using quilt::v1::ClusterEvent;
 using quilt::v1::NodeState;
+using ::testing::HasSubstr;
+using ::testing::SizeIs;
 
 quilt::v1::NodeInfo Info(const std::string& id, int cpus = 1) {
   quilt::v1::NodeInfo info;

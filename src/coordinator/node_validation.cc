@@ -37,8 +37,8 @@ absl::Status ValidateNodeId(const std::string& node_id) {
   }
   for (char c : node_id) {
     if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "node_id '", node_id, "' has a character outside [A-Za-z0-9._-]"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("node_id '", node_id, "' has a character outside [A-Za-z0-9._-]"));
     }
   }
   return absl::OkStatus();
@@ -56,9 +56,8 @@ absl::Status ValidateNodeInfo(const quilt::v1::NodeInfo& info) {
   for (const quilt::v1::Device& d : info.devices()) {
     const std::string where = absl::StrCat("device '", d.id(), "'");
     if (!absl::StartsWith(d.id(), prefix) || d.id().size() == prefix.size()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, " of node ", info.node_id(), ": ids must look like '", prefix,
-                       "<kind>:<index>'"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, " of node ", info.node_id(), ": ids must look like '", prefix, "<kind>:<index>'"));
     }
     if (!ids.insert(d.id()).second) {
       return absl::InvalidArgumentError(absl::StrCat(where, " is listed twice"));
@@ -70,8 +69,8 @@ absl::Status ValidateNodeInfo(const quilt::v1::NodeInfo& info) {
     RETURN_IF_ERROR(CheckFigure(d.peak_fp16_flops_per_s(), where + " peak_fp16_flops_per_s"));
     RETURN_IF_ERROR(
         CheckFigure(d.measured_gemm_flops_per_s(), where + " measured_gemm_flops_per_s"));
-    RETURN_IF_ERROR(CheckFigure(d.memory_bandwidth_bytes_per_s(),
-                                where + " memory_bandwidth_bytes_per_s"));
+    RETURN_IF_ERROR(
+        CheckFigure(d.memory_bandwidth_bytes_per_s(), where + " memory_bandwidth_bytes_per_s"));
     RETURN_IF_ERROR(CheckFigure(d.compute_slowdown(), where + " compute_slowdown"));
     if (d.efficiency() < 0 || d.efficiency() > 1 || !std::isfinite(d.efficiency())) {
       return absl::InvalidArgumentError(absl::StrCat(where, " efficiency must be in [0, 1]"));

@@ -15,8 +15,7 @@ inline constexpr size_t kMaxRegisterRequestBytes = 4 << 20;
 inline constexpr size_t kMaxHeartbeatRequestBytes = 64 << 10;
 
 using ClusterServiceBase = quilt::v1::ClusterService::WithRawCallbackMethod_Register<
-    quilt::v1::ClusterService::WithRawCallbackMethod_Heartbeat<
-        quilt::v1::ClusterService::Service>>;
+    quilt::v1::ClusterService::WithRawCallbackMethod_Heartbeat<quilt::v1::ClusterService::Service>>;
 
 class ClusterServiceImpl final : public ClusterServiceBase {
  public:

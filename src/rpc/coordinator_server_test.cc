@@ -143,7 +143,8 @@ TEST_F(CoordinatorServerTest, HealthService_Serving) {
   std::vector<grpc::Slice> slices;
   ASSERT_TRUE(response.Dump(&slices).ok());
   std::string bytes;
-  for (auto& sl : slices) bytes += std::string(reinterpret_cast<const char*>(sl.begin()), sl.size());
+  for (auto& sl : slices)
+    bytes += std::string(reinterpret_cast<const char*>(sl.begin()), sl.size());
   // HealthCheckResponse{status = SERVING (1)}: field 1, varint 1.
   EXPECT_EQ(bytes, std::string("\x08\x01", 2));
 }

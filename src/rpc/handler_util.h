@@ -34,8 +34,8 @@ absl::Status ParseRequest(const grpc::ByteBuffer& raw, size_t limit, const char*
                           Request* request) {
   const size_t size = raw.Length();
   if (size > limit) {
-    return absl::InvalidArgumentError(absl::StrCat(method, " request is ", size,
-                                                   " bytes; the limit is ", limit, " bytes"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(method, " request is ", size, " bytes; the limit is ", limit, " bytes"));
   }
   grpc::ByteBuffer copy(raw);  // shares the slices
   grpc::ProtoBufferReader reader(&copy);
@@ -59,8 +59,7 @@ grpc::ServerUnaryReactor* HandleUnary(grpc::CallbackServerContext* ctx,
   if (s.ok()) s = handler(request, &response);
   if (s.ok()) {
     bool own = false;
-    grpc::Status ser =
-        grpc::SerializationTraits<Response>::Serialize(response, raw_response, &own);
+    grpc::Status ser = grpc::SerializationTraits<Response>::Serialize(response, raw_response, &own);
     if (!ser.ok()) s = FromGrpcStatus(ser);
   }
   return Finish(ctx, s);

@@ -17,8 +17,7 @@ const ConfigSchema<WorkerConfig>& WorkerConfigSchema() {
                 "across restarts of the worker.")
         .Int("cpu_devices", &C::cpu_devices,
              "CPU devices to offer; the cores are split evenly between them.", 0, 1024)
-        .Int("cpu_cores", &C::cpu_cores, "Cores to use in all; 0 = every core available.", 0,
-             65536)
+        .Int("cpu_cores", &C::cpu_cores, "Cores to use in all; 0 = every core available.", 0, 65536)
         .Int("calibration_ms", &C::calibration_ms,
              "Duration of the GEMM speed measurement at start.", 10, 60000)
         .Bool("cuda", &C::cuda, "Discover CUDA GPUs.")

@@ -52,8 +52,8 @@ int Run(WorkerConfig config) {
   options.max_backoff = absl::Milliseconds(config.max_backoff_ms);
   options.on_first_registration = [&config, incarnation] {
     if (config.ready_file.empty()) return;
-    absl::Status s = WriteFileAtomically(config.ready_file,
-                                         absl::StrFormat("%s %016x\n", config.node_id, incarnation));
+    absl::Status s = WriteFileAtomically(
+        config.ready_file, absl::StrFormat("%s %016x\n", config.node_id, incarnation));
     if (!s.ok()) QLOG_ERROR("cannot write ready_file: {}", s.ToString());
   };
   Worker worker(*node, incarnation, &client, options);

@@ -51,8 +51,8 @@ std::string LocalCluster::Log(const std::string& name) const {
 absl::StatusOr<std::string> LocalCluster::StartCoordinator(const std::string& address) {
   const std::string ready = dir_.File(absl::StrCat("coordinator.ready.", restarts_++));
   auto p = Subprocess::Start(
-      {RunfilePath("src/coordinator/quilt-coordinator"), "--listen_address", address,
-       "--state_dir", dir_.File("state"), "--ready_file", ready, "--heartbeat_period_ms",
+      {RunfilePath("src/coordinator/quilt-coordinator"), "--listen_address", address, "--state_dir",
+       dir_.File("state"), "--ready_file", ready, "--heartbeat_period_ms",
        absl::StrCat(absl::ToInt64Milliseconds(kHeartbeatPeriod)), "--not_ready_after_ms",
        absl::StrCat(absl::ToInt64Milliseconds(kNotReadyAfter)), "--down_after_ms",
        absl::StrCat(absl::ToInt64Milliseconds(kDownAfter)), "--drain_timeout_ms", "1000"},

@@ -78,8 +78,8 @@ TEST_F(ClusterMembershipTest, KilledWorker_NotReadyThenDown_ThenBackWithNewIncar
   auto again = cluster_.StartWorker("w2");
   ASSERT_THAT(again, IsOk());
   EXPECT_NE(*again, incarnation_w2_);
-  ASSERT_TRUE(Eventually([&] { return StateOf(cluster_, "w2") == "NODE_STATE_READY"; },
-                         absl::Seconds(5)));
+  ASSERT_TRUE(
+      Eventually([&] { return StateOf(cluster_, "w2") == "NODE_STATE_READY"; }, absl::Seconds(5)));
   auto nodes = cluster_.Nodes();
   ASSERT_THAT(nodes, IsOk());
   EXPECT_EQ((*nodes)["w2"]["incarnation"].get<std::string>().size() > 0, true);
@@ -111,8 +111,8 @@ TEST_F(ClusterMembershipTest, CoordinatorRestart_KeepsNodesAndWorkersReconnect) 
 }
 
 TEST(Quiltctl, UnreachableCoordinator_NonZeroExitNamingAddress) {
-  auto r = RunCommand({RunfilePath("src/cli/quiltctl"), "--coordinator", "127.0.0.1:1",
-                       "--timeout", "2", "nodes"});
+  auto r = RunCommand(
+      {RunfilePath("src/cli/quiltctl"), "--coordinator", "127.0.0.1:1", "--timeout", "2", "nodes"});
   ASSERT_THAT(r, IsOk());
   EXPECT_EQ(r->exit_code, 1);
   EXPECT_THAT(r->err, HasSubstr("127.0.0.1:1"));

@@ -32,8 +32,8 @@ TEST_P(DaemonConfigTest, DefaultConfig_PassesCheck) {
 }
 
 TEST_P(DaemonConfigTest, ShippedExampleConfig_PassesCheck) {
-  const std::string role = GetParam().find("coordinator") != std::string::npos ? "coordinator"
-                                                                                : "worker";
+  const std::string role =
+      GetParam().find("coordinator") != std::string::npos ? "coordinator" : "worker";
   auto check =
       RunCommand({Binary(), "config", "check", RunfilePath("config/" + role + ".example.toml")});
   ASSERT_THAT(check, IsOk());
@@ -77,10 +77,10 @@ TEST(Coordinator, NonLoopbackPlaintext_RefusesToStart) {
 
 TEST(Coordinator, PortInUse_ClearError) {
   TempDir dir;
-  auto first = Subprocess::Start({RunfilePath("src/coordinator/quilt-coordinator"),
-                                  "--listen_address", "127.0.0.1:0", "--state_dir",
-                                  dir.File("a"), "--ready_file", dir.File("ready")},
-                                 dir.File("a.log"));
+  auto first = Subprocess::Start(
+      {RunfilePath("src/coordinator/quilt-coordinator"), "--listen_address", "127.0.0.1:0",
+       "--state_dir", dir.File("a"), "--ready_file", dir.File("ready")},
+      dir.File("a.log"));
   ASSERT_THAT(first, IsOk());
   std::string address;
   for (int i = 0; i < 200 && address.empty(); ++i) {

@@ -28,7 +28,8 @@ absl::StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string
 absl::Status SqliteStore::Migrate() {
   absl::MutexLock lock(&mu_);
   int64_t version = 0;
-  RETURN_IF_ERROR(db_->Run("PRAGMA user_version", {}, [&](const SqlRow& r) { version = r.Int(0); }));
+  RETURN_IF_ERROR(
+      db_->Run("PRAGMA user_version", {}, [&](const SqlRow& r) { version = r.Int(0); }));
   if (version > kSchemaVersion) {
     return absl::FailedPreconditionError(
         absl::StrCat("state database ", db_->path(), " has schema version ", version,
@@ -37,14 +38,14 @@ absl::Status SqliteStore::Migrate() {
   }
   if (version < 1) {
     RETURN_IF_ERROR(db_->Transaction([&]() -> absl::Status {
-      RETURN_IF_ERROR(db_->Exec(
-          "CREATE TABLE IF NOT EXISTS nodes ("
-          "  node_id TEXT PRIMARY KEY,"
-          "  record BLOB NOT NULL);"
-          "CREATE TABLE IF NOT EXISTS events ("
-          "  id INTEGER PRIMARY KEY AUTOINCREMENT,"
-          "  record BLOB NOT NULL);"
-          "PRAGMA user_version = 1;"));
+      RETURN_IF_ERROR(
+          db_->Exec("CREATE TABLE IF NOT EXISTS nodes ("
+                    "  node_id TEXT PRIMARY KEY,"
+                    "  record BLOB NOT NULL);"
+                    "CREATE TABLE IF NOT EXISTS events ("
+                    "  id INTEGER PRIMARY KEY AUTOINCREMENT,"
+                    "  record BLOB NOT NULL);"
+                    "PRAGMA user_version = 1;"));
       return absl::OkStatus();
     }));
   }

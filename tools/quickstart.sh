@@ -1,0 +1,78 @@
+#!/bin/bash
+# Quilt on this machine: installs what is missing, builds, starts a
+# coordinator and two workers (worker-b emulated 2x slower, as in a mixed
+# cluster), waits until both are Ready and shows the cluster with quiltctl.
+# Everything is stopped again at the end unless --keep is given.
+#
+#   tools/quickstart.sh [--keep]
+#
+# State and logs go to .quickstart/ in the repository.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+keep=0
+[ "${1:-}" = "--keep" ] && keep=1
+
+step() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
+
+step "Installing missing packages"
+tools/setup.sh
+
+step "Building (first build takes a few minutes on 2 cores)"
+bazel build //src/coordinator:quilt-coordinator //src/worker:quilt-worker //src/cli:quiltctl
+bin=$(bazel info bazel-bin 2>/dev/null)/src
+bazel shutdown >/dev/null 2>&1 || true
+
+dir=.quickstart
+rm -rf "$dir"
+mkdir -p "$dir"
+pids=()
+cleanup() {
+  [ $keep -eq 1 ] && return
+  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+}
+trap cleanup EXIT
+
+wait_file() {  # path, seconds
+  for _ in $(seq 1 $(( $2 * 10 ))); do [ -s "$1" ] && return 0; sleep 0.1; done
+  echo "timed out waiting for $1" >&2; return 1
+}
+
+step "Starting the coordinator"
+"$bin/coordinator/quilt-coordinator" --listen_address 127.0.0.1:0 --state_dir "$dir/state" \
+  --ready_file "$dir/coordinator.addr" >"$dir/coordinator.log" 2>&1 &
+pids+=($!)
+wait_file "$dir/coordinator.addr" 30 || { cat "$dir/coordinator.log"; exit 1; }
+addr=$(cat "$dir/coordinator.addr")
+export QUILT_COORDINATOR=$addr
+echo "coordinator serving on $addr (log: $dir/coordinator.log)"
+
+step "Starting two workers (worker-b emulates a GPU half as fast)"
+"$bin/worker/quilt-worker" --coordinator_address "$addr" --node_id worker-a --cpu_cores 1 \
+  --ready_file "$dir/worker-a.ready" >"$dir/worker-a.log" 2>&1 &
+pids+=($!)
+"$bin/worker/quilt-worker" --coordinator_address "$addr" --node_id worker-b --cpu_cores 1 \
+  --compute_slowdown 2 --ready_file "$dir/worker-b.ready" >"$dir/worker-b.log" 2>&1 &
+pids+=($!)
+for w in worker-a worker-b; do
+  wait_file "$dir/$w.ready" 60 || { cat "$dir/$w.log"; exit 1; }
+done
+echo "both workers measured their devices and registered"
+
+step "quiltctl status"
+"$bin/cli/quiltctl" status
+
+step "quiltctl nodes -o wide"
+"$bin/cli/quiltctl" nodes -o wide
+
+if [ $keep -eq 1 ]; then
+  cat <<EOT
+
+The cluster keeps running. Try:
+  export QUILT_COORDINATOR=$addr
+  $bin/cli/quiltctl nodes
+Stop it with: kill ${pids[*]}
+EOT
+else
+  step "Stopping (use --keep to leave the cluster running)"
+fi
