@@ -1,0 +1,127 @@
+// 2-D convolution and its gradient ops.
+#include "absl/strings/str_cat.h"
+#include "src/common/status.h"
+#include "src/graph/ops/conv_attrs.h"
+#include "src/graph/ops/op_util.h"
+
+namespace quilt::ops {
+namespace {
+
+absl::Status CheckSpatialFixed(InferContext& ctx, const Shape& s) {
+  for (int i = 1; i < s.rank(); ++i) {
+    if (s.dim(i).batch) return ctx.Error("only dim 0 may carry the batch");
+  }
+  return absl::OkStatus();
+}
+
+double ConvFlops(const std::vector<int64_t>& out, const std::vector<int64_t>& w) {
+  // 2 × N·M·Ho·Wo × (C/g)·kh·kw
+  double n = 2.0;
+  for (int64_t d : out) n *= static_cast<double>(d);
+  return n * static_cast<double>(w[1] * w[2] * w[3]);
+}
+
+QUILT_REGISTER_OP([] {
+  OpSchema s;
+  s.type = "Conv";
+  s.doc = "2-D convolution (NCHW): X[N,C,H,W], W[M,C/group,kh,kw], optional bias[M]. "
+          "Attributes strides, pads [t,l,b,r], dilations, group.";
+  s.min_inputs = 2;
+  s.max_inputs = 3;
+  s.infer = [](InferContext& ctx) -> absl::Status {
+    RETURN_IF_ERROR(RequireFloatInputs(ctx));
+    const Shape &x = ctx.shape(0), &w = ctx.shape(1);
+    if (x.rank() != 4 || w.rank() != 4) return ctx.Error("only 2-D convolution (rank-4 X and W)");
+    RETURN_IF_ERROR(CheckSpatialFixed(ctx, x));
+    if (w.HasBatch()) return ctx.Error("the weight cannot carry the batch");
+    absl::StatusOr<Window2D> win = ParseWindow(ctx.attrs(), w.dim(2).value, w.dim(3).value);
+    if (!win.ok()) return ctx.Error(std::string(win.status().message()));
+    if (win->kh != w.dim(2).value || win->kw != w.dim(3).value) {
+      return ctx.Error("kernel_shape does not match the weight");
+    }
+    const int64_t c = x.dim(1).value, m = w.dim(0).value;
+    if (c % win->group != 0 || m % win->group != 0 || w.dim(1).value * win->group != c) {
+      return ctx.Error(absl::StrCat("input channels ", c, ", weight ", w.ToString(), " and group ",
+                                    win->group, " do not agree"));
+    }
+    if (ctx.has_input(2) && (ctx.shape(2).rank() != 1 || ctx.shape(2).dim(0) != Dim::Fixed(m))) {
+      return ctx.Error(absl::StrCat("bias must be [", m, "]"));
+    }
+    const int64_t ho = win->OutH(x.dim(2).value), wo = win->OutW(x.dim(3).value);
+    if (ho < 1 || wo < 1) return ctx.Error("the window is larger than the padded input");
+    ctx.set_output(0, ctx.dtype(0), Shape({x.dim(0), Dim::Fixed(m), Dim::Fixed(ho), Dim::Fixed(wo)}));
+    return absl::OkStatus();
+  };
+  s.cost = [](const CostContext& c) {
+    return OpCost{ConvFlops(c.out_dims[0], c.in_dims[1]), c.IoBytes()};
+  };
+  s.grad = [](GradContext& g) -> absl::Status {
+    ASSIGN_OR_RETURN(Shape xs, ShapeOf(g, g.x(0)));
+    ASSIGN_OR_RETURN(Shape ws, ShapeOf(g, g.x(1)));
+    if (g.needs_dx(0)) {
+      Attrs a = g.op().attrs;
+      EncodeShape(&a, "input_shape", xs);
+      ASSIGN_OR_RETURN(std::string dx, g.b().Add("ConvGradInput", {g.dy(0), g.x(1)}, std::move(a),
+                                                 g.op().name + "_grad_x"));
+      g.set_dx(0, dx);
+    }
+    if (g.needs_dx(1)) {
+      Attrs a = g.op().attrs;
+      EncodeShape(&a, "weight_shape", ws);
+      ASSIGN_OR_RETURN(std::string dw, g.b().Add("ConvGradWeight", {g.dy(0), g.x(0)}, std::move(a),
+                                                 g.op().name + "_grad_w"));
+      g.set_dx(1, dw);
+    }
+    if (g.op().inputs.size() > 2 && g.needs_dx(2)) {
+      Attrs a;
+      a.SetInts("axes", {0, 2, 3});
+      a.SetInt("keepdims", 0);
+      ASSIGN_OR_RETURN(std::string db,
+                       g.b().Add("ReduceSum", {g.dy(0)}, std::move(a), g.op().name + "_grad_b"));
+      g.set_dx(2, db);
+    }
+    return absl::OkStatus();
+  };
+  return s;
+}());
+
+QUILT_REGISTER_OP([] {
+  OpSchema s;
+  s.type = "ConvGradInput";
+  s.doc = "Gradient of Conv with respect to X. Inputs dY, W; attribute input_shape.";
+  s.min_inputs = s.max_inputs = 2;
+  s.infer = [](InferContext& ctx) -> absl::Status {
+    RETURN_IF_ERROR(RequireFloatInputs(ctx));
+    absl::StatusOr<Shape> in = DecodeShape(ctx.attrs(), "input_shape");
+    if (!in.ok()) return ctx.Error(std::string(in.status().message()));
+    if (in->rank() != 4 || ctx.shape(0).rank() != 4) return ctx.Error("expects rank-4 tensors");
+    ctx.set_output(0, ctx.dtype(0), *in);
+    return absl::OkStatus();
+  };
+  s.cost = [](const CostContext& c) {
+    return OpCost{ConvFlops(c.in_dims[0], c.in_dims[1]), c.IoBytes()};
+  };
+  return s;
+}());
+
+QUILT_REGISTER_OP([] {
+  OpSchema s;
+  s.type = "ConvGradWeight";
+  s.doc = "Gradient of Conv with respect to W. Inputs dY, X; attribute weight_shape.";
+  s.min_inputs = s.max_inputs = 2;
+  s.infer = [](InferContext& ctx) -> absl::Status {
+    RETURN_IF_ERROR(RequireFloatInputs(ctx));
+    absl::StatusOr<Shape> w = DecodeShape(ctx.attrs(), "weight_shape");
+    if (!w.ok()) return ctx.Error(std::string(w.status().message()));
+    if (w->rank() != 4 || ctx.shape(0).rank() != 4) return ctx.Error("expects rank-4 tensors");
+    ctx.set_output(0, ctx.dtype(0), *w);
+    return absl::OkStatus();
+  };
+  s.cost = [](const CostContext& c) {
+    return OpCost{ConvFlops(c.in_dims[0], c.out_dims[0]), c.IoBytes()};
+  };
+  return s;
+}());
+
+}  // namespace
+}  // namespace quilt::ops

@@ -1,0 +1,214 @@
+// Normalizations (batch norm in training mode, layer norm) and softmax, with
+// their gradient ops.
+#include "absl/strings/str_cat.h"
+#include "src/common/status.h"
+#include "src/graph/ops/op_util.h"
+
+namespace quilt::ops {
+namespace {
+
+absl::Status CheckChannelVector(InferContext& ctx, int i, const Dim& c) {
+  const Shape& s = ctx.shape(i);
+  if (s.rank() != 1 || s.dim(0) != c) {
+    return ctx.Error(absl::StrCat("input ", i, " must be [", c.value, "], got ", s.ToString()));
+  }
+  return absl::OkStatus();
+}
+
+QUILT_REGISTER_OP([] {
+  OpSchema s;
+  s.type = "BatchNormalization";
+  s.doc = "Batch normalization in training mode: normalizes X[N,C,...] with the batch's "
+          "statistics. Inputs X, scale, bias, running_mean, running_var; outputs Y, the "
+          "updated running mean and variance (running = momentum·running + (1-momentum)·batch, "
+          "unbiased variance), and the batch mean and 1/std saved for the gradient. "
+          "Attributes epsilon (1e-5), momentum (0.9).";
+  s.min_inputs = s.max_inputs = 5;
+  s.min_outputs = s.max_outputs = 5;
+  s.non_differentiable_inputs = {3, 4};
+  s.state_outputs = {{1, 3}, {2, 4}};
+  s.infer = [](InferContext& ctx) -> absl::Status {
+    RETURN_IF_ERROR(RequireFloatInputs(ctx));
+    const Shape& x = ctx.shape(0);
+    if (x.rank() < 2) return ctx.Error("X must be [N,C,...]");
+    for (int i = 1; i < x.rank(); ++i) {
+      if (x.dim(i).batch) return ctx.Error("only dim 0 of X may carry the batch");
+    }
+    for (int i = 1; i < 5; ++i) RETURN_IF_ERROR(CheckChannelVector(ctx, i, x.dim(1)));
+    const Shape c = ctx.shape(1);
+    ctx.set_output(0, ctx.input(0));
+    for (int i = 1; i < 5; ++i) ctx.set_output(i, ctx.dtype(0), c);
+    return absl::OkStatus();
+  };
+  s.cost = [](const CostContext& c) {
+    return OpCost{10.0 * static_cast<double>(c.InNumel(0)), c.IoBytes()};
+  };
+  s.grad = [](GradContext& g) -> absl::Status {
+    if (!g.needs_dx(0) && !g.needs_dx(1) && !g.needs_dx(2)) return absl::OkStatus();
+    if (g.dy(0).empty()) return absl::OkStatus();
+    ASSIGN_OR_RETURN(std::vector<std::string> d,
+                     g.b().AddOp("BatchNormGrad", {g.dy(0), g.x(0), g.x(1), g.y(3), g.y(4)},
+                                 {}, 3, g.op().name + "_grad"));
+    for (int i = 0; i < 3; ++i) {
+      if (g.needs_dx(i)) g.set_dx(i, d[i]);
+    }
+    return absl::OkStatus();
+  };
+  return s;
+}());
+
+QUILT_REGISTER_OP([] {
+  OpSchema s;
+  s.type = "BatchNormGrad";
+  s.doc = "Gradient of BatchNormalization. Inputs dY, X, scale, saved_mean, saved_invstd; "
+          "outputs dX, dscale, dbias.";
+  s.min_inputs = s.max_inputs = 5;
+  s.min_outputs = s.max_outputs = 3;
+  s.infer = [](InferContext& ctx) -> absl::Status {
+    RETURN_IF_ERROR(RequireFloatInputs(ctx));
+    if (ctx.shape(0) != ctx.shape(1)) return ctx.Error("dY and X differ in shape");
+    ctx.set_output(0, ctx.input(1));
+    ctx.set_output(1, ctx.input(2));
+    ctx.set_output(2, ctx.input(2));
+    return absl::OkStatus();
+  };
+  s.cost = [](const CostContext& c) {
+    return OpCost{12.0 * static_cast<double>(c.InNumel(0)), c.IoBytes()};
+  };
+  return s;
+}());
+
+absl::StatusOr<int> NormAxis(InferContext& ctx, const Shape& x) {
+  absl::StatusOr<int> axis = NormalizeAxis(ctx.attrs().Int("axis", -1), x.rank());
+  if (!axis.ok()) return ctx.Error(std::string(axis.status().message()));
+  for (int i = *axis; i < x.rank(); ++i) {
+    if (x.dim(i).batch) return ctx.Error("the normalized dims cannot carry the batch");
+  }
+  return *axis;
+}
+
+QUILT_REGISTER_OP([] {
+  OpSchema s;
+  s.type = "LayerNormalization";
+  s.doc = "Normalizes X over the dims from attribute axis (-1) on, then scale and optional "
+          "bias (shaped like those dims). Outputs Y, Mean and InvStdDev (X's shape with the "
+          "normalized dims set to 1). Attribute epsilon (1e-5).";
+  s.min_inputs = 2;
+  s.max_inputs = 3;
+  s.min_outputs = 1;
+  s.max_outputs = 3;
+  s.infer = [](InferContext& ctx) -> absl::Status {
+    RETURN_IF_ERROR(RequireFloatInputs(ctx));
+    const Shape& x = ctx.shape(0);
+    ASSIGN_OR_RETURN(int axis, NormAxis(ctx, x));
+    std::vector<Dim> norm(x.dims().begin() + axis, x.dims().end());
+    std::vector<Dim> stat(x.dims().begin(), x.dims().begin() + axis);
+    for (int i = axis; i < x.rank(); ++i) stat.push_back(Dim::Fixed(1));
+    const Shape ns(norm);
+    for (int i = 1; i < ctx.num_inputs(); ++i) {
+      if (!ctx.has_input(i)) continue;
+      absl::StatusOr<Shape> b = Broadcast(ns, ctx.shape(i));
+      if (!b.ok() || *b != ns) {
+        return ctx.Error(absl::StrCat("input ", i, " ", ctx.shape(i).ToString(),
+                                      " does not match the normalized dims ", ns.ToString()));
+      }
+    }
+    ctx.set_output(0, ctx.input(0));
+    for (int i = 1; i < ctx.num_outputs(); ++i) ctx.set_output(i, ctx.dtype(0), Shape(stat));
+    return absl::OkStatus();
+  };
+  s.cost = [](const CostContext& c) {
+    return OpCost{8.0 * static_cast<double>(c.InNumel(0)), c.IoBytes()};
+  };
+  s.grad = [](GradContext& g) -> absl::Status {
+    if (g.op().outputs.size() < 3) {
+      return g.Error("needs its Mean and InvStdDev outputs (added by the importer)");
+    }
+    Attrs a;
+    a.SetInt("axis", g.op().attrs.Int("axis", -1));
+    ASSIGN_OR_RETURN(std::vector<std::string> d,
+                     g.b().AddOp("LayerNormGrad", {g.dy(0), g.x(0), g.x(1), g.y(1), g.y(2)},
+                                 std::move(a), 3, g.op().name + "_grad"));
+    ASSIGN_OR_RETURN(Shape ss, ShapeOf(g, g.x(1)));
+    if (g.needs_dx(0)) g.set_dx(0, d[0]);
+    if (g.needs_dx(1)) {
+      ASSIGN_OR_RETURN(std::string ds, SumTo(g, d[1], ss));
+      g.set_dx(1, ds);
+    }
+    if (g.op().inputs.size() > 2 && !g.op().inputs[2].empty() && g.needs_dx(2)) {
+      ASSIGN_OR_RETURN(Shape bs, ShapeOf(g, g.x(2)));
+      ASSIGN_OR_RETURN(std::string db, SumTo(g, d[2], bs));
+      g.set_dx(2, db);
+    }
+    return absl::OkStatus();
+  };
+  return s;
+}());
+
+QUILT_REGISTER_OP([] {
+  OpSchema s;
+  s.type = "LayerNormGrad";
+  s.doc = "Gradient of LayerNormalization. Inputs dY, X, scale, Mean, InvStdDev; outputs dX, "
+          "dscale and dbias (shaped like the normalized dims).";
+  s.min_inputs = s.max_inputs = 5;
+  s.min_outputs = s.max_outputs = 3;
+  s.infer = [](InferContext& ctx) -> absl::Status {
+    RETURN_IF_ERROR(RequireFloatInputs(ctx));
+    const Shape& x = ctx.shape(1);
+    if (ctx.shape(0) != x) return ctx.Error("dY and X differ in shape");
+    ASSIGN_OR_RETURN(int axis, NormAxis(ctx, x));
+    const Shape ns(std::vector<Dim>(x.dims().begin() + axis, x.dims().end()));
+    ctx.set_output(0, ctx.input(1));
+    ctx.set_output(1, ctx.dtype(0), ns);
+    ctx.set_output(2, ctx.dtype(0), ns);
+    return absl::OkStatus();
+  };
+  s.cost = [](const CostContext& c) {
+    return OpCost{12.0 * static_cast<double>(c.InNumel(0)), c.IoBytes()};
+  };
+  return s;
+}());
+
+OpSchema SoftmaxLike(const std::string& type, const std::string& grad_type) {
+  OpSchema s;
+  s.type = type;
+  s.doc = type + " along attribute axis (-1).";
+  s.infer = [](InferContext& ctx) -> absl::Status {
+    RETURN_IF_ERROR(RequireFloatInputs(ctx));
+    absl::StatusOr<int> axis = NormalizeAxis(ctx.attrs().Int("axis", -1), ctx.shape(0).rank());
+    if (!axis.ok()) return ctx.Error(std::string(axis.status().message()));
+    return InferSameAsInput(ctx);
+  };
+  s.cost = ElementwiseCost(5);
+  s.grad = [grad_type](GradContext& g) -> absl::Status {
+    if (!g.needs_dx(0)) return absl::OkStatus();
+    Attrs a;
+    a.SetInt("axis", g.op().attrs.Int("axis", -1));
+    ASSIGN_OR_RETURN(std::string dx, Binary(g, grad_type, g.dy(0), g.y(0), std::move(a)));
+    g.set_dx(0, dx);
+    return absl::OkStatus();
+  };
+  return s;
+}
+
+OpSchema SoftmaxGradOp(const std::string& type) {
+  OpSchema s;
+  s.type = type;
+  s.doc = "Gradient of softmax-like ops. Inputs dY, Y; attribute axis.";
+  s.min_inputs = s.max_inputs = 2;
+  s.infer = [](InferContext& ctx) -> absl::Status {
+    RETURN_IF_ERROR(RequireFloatInputs(ctx));
+    if (ctx.shape(0) != ctx.shape(1)) return ctx.Error("dY and Y differ in shape");
+    return InferSameAsInput(ctx);
+  };
+  s.cost = ElementwiseCost(4);
+  return s;
+}
+
+QUILT_REGISTER_OP(SoftmaxLike("Softmax", "SoftmaxGrad"));
+QUILT_REGISTER_OP(SoftmaxGradOp("SoftmaxGrad"));
+QUILT_REGISTER_OP(SoftmaxLike("LogSoftmax", "LogSoftmaxGrad"));
+QUILT_REGISTER_OP(SoftmaxGradOp("LogSoftmaxGrad"));
+
+}  // namespace
+}  // namespace quilt::ops

@@ -1,0 +1,125 @@
+// 2-D pooling ops and their gradients.
+#include "absl/strings/str_cat.h"
+#include "src/common/status.h"
+#include "src/graph/ops/conv_attrs.h"
+#include "src/graph/ops/op_util.h"
+
+namespace quilt::ops {
+namespace {
+
+absl::StatusOr<Shape> PoolOutput(InferContext& ctx, const Shape& x) {
+  if (x.rank() != 4) return ctx.Error("only 2-D pooling (rank-4 input)");
+  for (int i = 1; i < 4; ++i) {
+    if (x.dim(i).batch) return ctx.Error("only dim 0 may carry the batch");
+  }
+  absl::StatusOr<Window2D> w = ParseWindow(ctx.attrs());
+  if (!w.ok()) return ctx.Error(std::string(w.status().message()));
+  if (w->pt >= w->kh || w->pb >= w->kh || w->pl >= w->kw || w->pr >= w->kw) {
+    return ctx.Error("pads must be smaller than the kernel");
+  }
+  const int64_t ho = w->OutH(x.dim(2).value), wo = w->OutW(x.dim(3).value);
+  if (ho < 1 || wo < 1) return ctx.Error("the window is larger than the padded input");
+  return Shape({x.dim(0), x.dim(1), Dim::Fixed(ho), Dim::Fixed(wo)});
+}
+
+CostFn WindowCost() {
+  return [](const CostContext& c) {
+    const auto k = c.op.attrs.Ints("kernel_shape", {1, 1});
+    return OpCost{static_cast<double>(c.OutNumel(0)) * static_cast<double>(k[0] * k[1]),
+                  c.IoBytes()};
+  };
+}
+
+OpSchema Pool(const std::string& type, const std::string& grad_type, bool grad_needs_x) {
+  OpSchema s;
+  s.type = type;
+  s.doc = type + " over 2-D windows (NCHW). Attributes kernel_shape, strides, pads, ceil_mode" +
+          (type == "AveragePool" ? ", count_include_pad." : ".");
+  s.infer = [](InferContext& ctx) -> absl::Status {
+    RETURN_IF_ERROR(RequireFloatInputs(ctx));
+    ASSIGN_OR_RETURN(Shape out, PoolOutput(ctx, ctx.shape(0)));
+    ctx.set_output(0, ctx.dtype(0), out);
+    return absl::OkStatus();
+  };
+  s.cost = WindowCost();
+  s.grad = [grad_type, grad_needs_x](GradContext& g) -> absl::Status {
+    if (!g.needs_dx(0)) return absl::OkStatus();
+    ASSIGN_OR_RETURN(Shape xs, ShapeOf(g, g.x(0)));
+    Attrs a = g.op().attrs;
+    EncodeShape(&a, "input_shape", xs);
+    std::vector<std::string> in = {g.dy(0)};
+    if (grad_needs_x) in.push_back(g.x(0));
+    ASSIGN_OR_RETURN(std::string dx, g.b().Add(grad_type, in, std::move(a), g.op().name + "_grad"));
+    g.set_dx(0, dx);
+    return absl::OkStatus();
+  };
+  return s;
+}
+
+OpSchema PoolGrad(const std::string& type, int inputs) {
+  OpSchema s;
+  s.type = type;
+  s.doc = "Gradient of a 2-D pooling op; output shaped by attribute input_shape.";
+  s.min_inputs = s.max_inputs = inputs;
+  s.infer = [](InferContext& ctx) -> absl::Status {
+    RETURN_IF_ERROR(RequireFloatInputs(ctx));
+    absl::StatusOr<Shape> in = DecodeShape(ctx.attrs(), "input_shape");
+    if (!in.ok()) return ctx.Error(std::string(in.status().message()));
+    ctx.set_output(0, ctx.dtype(0), *in);
+    return absl::OkStatus();
+  };
+  s.cost = [](const CostContext& c) {
+    const auto k = c.op.attrs.Ints("kernel_shape", {1, 1});
+    return OpCost{static_cast<double>(c.InNumel(0)) * static_cast<double>(k[0] * k[1]),
+                  c.IoBytes()};
+  };
+  return s;
+}
+
+QUILT_REGISTER_OP(Pool("MaxPool", "MaxPoolGrad", true));
+QUILT_REGISTER_OP(PoolGrad("MaxPoolGrad", 2));
+QUILT_REGISTER_OP(Pool("AveragePool", "AveragePoolGrad", false));
+QUILT_REGISTER_OP(PoolGrad("AveragePoolGrad", 1));
+
+QUILT_REGISTER_OP([] {
+  OpSchema s;
+  s.type = "GlobalAveragePool";
+  s.doc = "Mean over the spatial dims: [N,C,H,W] → [N,C,1,1].";
+  s.infer = [](InferContext& ctx) -> absl::Status {
+    RETURN_IF_ERROR(RequireFloatInputs(ctx));
+    const Shape& x = ctx.shape(0);
+    if (x.rank() < 3) return ctx.Error("expects [N,C,spatial...]");
+    std::vector<Dim> out = {x.dim(0), x.dim(1)};
+    for (int i = 2; i < x.rank(); ++i) {
+      if (x.dim(i).batch) return ctx.Error("spatial dims cannot carry the batch");
+      out.push_back(Dim::Fixed(1));
+    }
+    ctx.set_output(0, ctx.dtype(0), Shape(std::move(out)));
+    return absl::OkStatus();
+  };
+  s.cost = [](const CostContext& c) {
+    return OpCost{static_cast<double>(c.InNumel(0)), c.IoBytes()};
+  };
+  s.grad = [](GradContext& g) -> absl::Status {
+    if (!g.needs_dx(0)) return absl::OkStatus();
+    ASSIGN_OR_RETURN(Shape xs, ShapeOf(g, g.x(0)));
+    Attrs a;
+    EncodeShape(&a, "input_shape", xs);
+    ASSIGN_OR_RETURN(std::string dx, g.b().Add("GlobalAveragePoolGrad", {g.dy(0)}, std::move(a),
+                                               g.op().name + "_grad"));
+    g.set_dx(0, dx);
+    return absl::OkStatus();
+  };
+  return s;
+}());
+
+QUILT_REGISTER_OP([] {
+  OpSchema s = PoolGrad("GlobalAveragePoolGrad", 1);
+  s.cost = [](const CostContext& c) {
+    return OpCost{static_cast<double>(c.OutNumel(0)), c.IoBytes()};
+  };
+  return s;
+}());
+
+}  // namespace
+}  // namespace quilt::ops

@@ -1,0 +1,117 @@
+// Reductions over listed axes, and their gradient.
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "src/common/status.h"
+#include "src/graph/ops/op_util.h"
+
+namespace quilt::ops {
+namespace {
+
+absl::StatusOr<std::vector<bool>> ReducedAxes(const Attrs& attrs, int rank) {
+  std::vector<bool> reduced(rank, false);
+  const std::vector<int64_t> axes = attrs.Ints("axes");
+  if (axes.empty()) {
+    if (attrs.Int("noop_with_empty_axes", 0) == 0) reduced.assign(rank, true);
+    return reduced;
+  }
+  for (int64_t a : axes) {
+    ASSIGN_OR_RETURN(int ax, NormalizeAxis(a, rank));
+    reduced[ax] = true;
+  }
+  return reduced;
+}
+
+OpSchema Reduce(const std::string& type, bool mean) {
+  OpSchema s;
+  s.type = type;
+  s.doc = type + " over attribute axes (all when empty), keepdims (1).";
+  s.infer = [](InferContext& ctx) -> absl::Status {
+    RETURN_IF_ERROR(RequireFloatInputs(ctx));
+    const Shape& in = ctx.shape(0);
+    absl::StatusOr<std::vector<bool>> reduced = ReducedAxes(ctx.attrs(), in.rank());
+    if (!reduced.ok()) return ctx.Error(std::string(reduced.status().message()));
+    const bool keep = ctx.attrs().Int("keepdims", 1) != 0;
+    std::vector<Dim> out;
+    for (int i = 0; i < in.rank(); ++i) {
+      if (!(*reduced)[i]) {
+        out.push_back(in.dim(i));
+      } else if (keep) {
+        out.push_back(Dim::Fixed(1));
+      }
+    }
+    ctx.set_output(0, ctx.dtype(0), Shape(std::move(out)));
+    return absl::OkStatus();
+  };
+  s.cost = [](const CostContext& c) {
+    return OpCost{static_cast<double>(c.InNumel(0)), c.IoBytes()};
+  };
+  s.grad = [mean](GradContext& g) -> absl::Status {
+    if (!g.needs_dx(0)) return absl::OkStatus();
+    ASSIGN_OR_RETURN(Shape xs, ShapeOf(g, g.x(0)));
+    ASSIGN_OR_RETURN(std::vector<bool> reduced, ReducedAxes(g.op().attrs, xs.rank()));
+    std::vector<int64_t> axes;
+    for (int i = 0; i < xs.rank(); ++i) {
+      if (reduced[i]) axes.push_back(i);
+    }
+    Attrs a;
+    a.SetInts("axes", axes);
+    a.SetInt("keepdims", g.op().attrs.Int("keepdims", 1));
+    a.SetInt("mean", mean);
+    EncodeShape(&a, "input_shape", xs);
+    ASSIGN_OR_RETURN(std::string dx, Unary(g, "ReduceGrad", g.dy(0), std::move(a)));
+    g.set_dx(0, dx);
+    return absl::OkStatus();
+  };
+  return s;
+}
+
+QUILT_REGISTER_OP(Reduce("ReduceSum", false));
+QUILT_REGISTER_OP(Reduce("ReduceMean", true));
+
+QUILT_REGISTER_OP([] {
+  OpSchema s;
+  s.type = "ReduceGrad";
+  s.doc = "Gradient of ReduceSum / ReduceMean: dY broadcast back to attribute input_shape "
+          "over attribute axes (divided by their element count when mean = 1).";
+  s.infer = [](InferContext& ctx) -> absl::Status {
+    absl::StatusOr<Shape> in = DecodeShape(ctx.attrs(), "input_shape");
+    if (!in.ok()) return ctx.Error(std::string(in.status().message()));
+    ctx.set_output(0, ctx.dtype(0), *in);
+    return absl::OkStatus();
+  };
+  s.cost = [](const CostContext& c) {
+    return OpCost{static_cast<double>(c.OutNumel(0)), c.IoBytes()};
+  };
+  return s;
+}());
+
+QUILT_REGISTER_OP([] {
+  OpSchema s;
+  s.type = "Dropout";
+  s.doc = "Training-mode dropout: zeroes each element with probability attribute ratio (0.5) "
+          "and scales the rest by 1/(1-ratio). Outputs Y and the mask (0 or 1/(1-ratio)). The "
+          "mask is a pure function of (seed, op, step, global element index), so it is the "
+          "same however the batch is split.";
+  s.min_outputs = 1;
+  s.max_outputs = 2;
+  s.infer = [](InferContext& ctx) -> absl::Status {
+    RETURN_IF_ERROR(RequireFloatInputs(ctx));
+    const double r = ctx.attrs().Float("ratio", 0.5);
+    if (!(r >= 0 && r < 1)) return ctx.Error("ratio must be in [0, 1)");
+    for (int i = 0; i < ctx.num_outputs(); ++i) ctx.set_output(i, ctx.input(0));
+    return absl::OkStatus();
+  };
+  s.cost = ElementwiseCost(4);
+  s.grad = [](GradContext& g) -> absl::Status {
+    if (!g.needs_dx(0)) return absl::OkStatus();
+    if (g.op().outputs.size() < 2) return g.Error("needs its mask output (added by the importer)");
+    ASSIGN_OR_RETURN(std::string dx, Binary(g, "Mul", g.dy(0), g.y(1)));
+    g.set_dx(0, dx);
+    return absl::OkStatus();
+  };
+  return s;
+}());
+
+}  // namespace
+}  // namespace quilt::ops

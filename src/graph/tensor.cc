@@ -1,0 +1,95 @@
+#include "src/graph/tensor.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "src/common/status.h"
+#include "src/graph/shape.h"
+
+namespace quilt {
+
+absl::StatusOr<Tensor> Tensor::Empty(DType dtype, const std::vector<int64_t>& dims) {
+  if (dtype == DType::kInvalid) return absl::InvalidArgumentError("tensor with invalid dtype");
+  ASSIGN_OR_RETURN(int64_t numel, CheckedNumElements(dims));
+  const int64_t esize = DTypeSize(dtype);
+  if (numel > INT64_MAX / esize) return absl::InvalidArgumentError("tensor size overflows");
+  Tensor t;
+  t.dtype_ = dtype;
+  t.dims_ = dims;
+  t.numel_ = numel;
+  const size_t bytes = static_cast<size_t>(numel * esize);
+  const size_t rounded = ((bytes + 63) / 64) * 64;
+  void* p = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
+  if (p == nullptr) {
+    return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", bytes, " bytes for ",
+                                                     t.TypeString()));
+  }
+  t.data_ = std::shared_ptr<uint8_t>(static_cast<uint8_t*>(p), [](uint8_t* q) { std::free(q); });
+  return t;
+}
+
+absl::StatusOr<Tensor> Tensor::Zeros(DType dtype, const std::vector<int64_t>& dims) {
+  ASSIGN_OR_RETURN(Tensor t, Empty(dtype, dims));
+  t.SetZero();
+  return t;
+}
+
+Tensor Tensor::FromF32(const std::vector<int64_t>& dims, const std::vector<float>& values) {
+  Tensor t = Empty(DType::kF32, dims).value();
+  if (static_cast<int64_t>(values.size()) != t.numel()) std::abort();
+  std::memcpy(t.raw(), values.data(), t.bytes());
+  return t;
+}
+
+Tensor Tensor::FromI64(const std::vector<int64_t>& dims, const std::vector<int64_t>& values) {
+  Tensor t = Empty(DType::kI64, dims).value();
+  if (static_cast<int64_t>(values.size()) != t.numel()) std::abort();
+  std::memcpy(t.raw(), values.data(), t.bytes());
+  return t;
+}
+
+Tensor Tensor::Reshaped(const std::vector<int64_t>& dims) const {
+  Tensor t = *this;
+  t.dims_ = dims;
+  return t;
+}
+
+Tensor Tensor::Clone() const {
+  if (!valid()) return Tensor();
+  Tensor t = Empty(dtype_, dims_).value();
+  if (bytes() > 0) std::memcpy(t.raw(), raw(), bytes());
+  return t;
+}
+
+void Tensor::SetZero() {
+  if (bytes() > 0) std::memset(raw(), 0, bytes());
+}
+
+quilt::v1::TensorData Tensor::ToProto() const {
+  quilt::v1::TensorData d;
+  d.set_dtype(quilt::ToProto(dtype_));
+  for (int64_t x : dims_) d.add_dims(x);
+  d.set_raw_data(static_cast<const char*>(raw()), bytes());
+  return d;
+}
+
+absl::StatusOr<Tensor> Tensor::FromProto(const quilt::v1::TensorData& data) {
+  ASSIGN_OR_RETURN(DType dtype, quilt::FromProto(data.dtype()));
+  std::vector<int64_t> dims(data.dims().begin(), data.dims().end());
+  ASSIGN_OR_RETURN(Tensor t, Empty(dtype, dims));
+  if (static_cast<int64_t>(data.raw_data().size()) != t.bytes()) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor data of ", t.TypeString(), " has ",
+                                                   data.raw_data().size(), " bytes, expected ",
+                                                   t.bytes()));
+  }
+  if (t.bytes() > 0) std::memcpy(t.raw(), data.raw_data().data(), t.bytes());
+  return t;
+}
+
+std::string Tensor::TypeString() const {
+  return absl::StrCat(DTypeName(dtype_), "[", absl::StrJoin(dims_, ","), "]");
+}
+
+}  // namespace quilt

@@ -1,0 +1,66 @@
+// A dense host tensor: dtype, concrete dims and a 64-byte-aligned buffer
+// shared between copies (copying a Tensor shares data; Clone() copies it).
+// Used for constants and initial values in the graph and by the CPU runtime.
+#ifndef QUILT_SRC_GRAPH_TENSOR_H_
+#define QUILT_SRC_GRAPH_TENSOR_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "proto/quilt/v1/graph.pb.h"
+#include "src/graph/dtype.h"
+
+namespace quilt {
+
+class Tensor {
+ public:
+  Tensor() = default;
+  // Uninitialized contents. Errors: INVALID_ARGUMENT for negative dims or
+  // overflowing sizes; RESOURCE_EXHAUSTED when allocation fails.
+  static absl::StatusOr<Tensor> Empty(DType dtype, const std::vector<int64_t>& dims);
+  static absl::StatusOr<Tensor> Zeros(DType dtype, const std::vector<int64_t>& dims);
+  // Convenience for tests and constants (CHECK-fails on bad dims).
+  static Tensor FromF32(const std::vector<int64_t>& dims, const std::vector<float>& values);
+  static Tensor FromI64(const std::vector<int64_t>& dims, const std::vector<int64_t>& values);
+  static Tensor ScalarF32(float v) { return FromF32({}, {v}); }
+
+  DType dtype() const { return dtype_; }
+  const std::vector<int64_t>& dims() const { return dims_; }
+  int rank() const { return static_cast<int>(dims_.size()); }
+  int64_t dim(int i) const { return dims_[i]; }
+  int64_t numel() const { return numel_; }
+  int64_t bytes() const { return numel_ * DTypeSize(dtype_); }
+  bool valid() const { return dtype_ != DType::kInvalid; }
+
+  void* raw() { return data_.get(); }
+  const void* raw() const { return data_.get(); }
+  float* f32() { return static_cast<float*>(raw()); }
+  const float* f32() const { return static_cast<const float*>(raw()); }
+  int64_t* i64() { return static_cast<int64_t*>(raw()); }
+  const int64_t* i64() const { return static_cast<const int64_t*>(raw()); }
+
+  // Same data, other dims (numel must match).
+  Tensor Reshaped(const std::vector<int64_t>& dims) const;
+  Tensor Clone() const;
+  void SetZero();
+
+  // Lossless conversion to and from the API's TensorData.
+  quilt::v1::TensorData ToProto() const;
+  static absl::StatusOr<Tensor> FromProto(const quilt::v1::TensorData& data);
+
+  // "f32[2,3]".
+  std::string TypeString() const;
+
+ private:
+  DType dtype_ = DType::kInvalid;
+  std::vector<int64_t> dims_;
+  int64_t numel_ = 0;
+  std::shared_ptr<uint8_t> data_;
+};
+
+}  // namespace quilt
+
+#endif  // QUILT_SRC_GRAPH_TENSOR_H_

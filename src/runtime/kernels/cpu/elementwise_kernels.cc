@@ -1,0 +1,211 @@
+// CPU kernels of element-wise ops and their gradients.
+#include <cmath>
+#include <cstring>
+
+#include "src/common/status.h"
+#include "src/runtime/kernels/cpu/loops.h"
+#include "src/runtime/kernels/kernel.h"
+
+namespace quilt::cpu {
+namespace {
+
+constexpr float kSqrt1_2 = 0.70710678118654752440f;
+constexpr float kInvSqrt2Pi = 0.39894228040143267794f;
+constexpr float kSqrt2OverPi = 0.79788456080286535588f;
+
+template <typename F>
+absl::Status Binary(KernelContext& ctx, F f) {
+  ASSIGN_OR_RETURN(Tensor * out, ctx.Output(0));
+  BroadcastBinary(ctx.in(0).f32(), ctx.in(0).dims(), ctx.in(1).f32(), ctx.in(1).dims(),
+                  out->f32(), out->dims(), f);
+  return absl::OkStatus();
+}
+
+template <typename F>
+absl::Status Unary(KernelContext& ctx, F f) {
+  ASSIGN_OR_RETURN(Tensor * out, ctx.Output(0));
+  MapUnary(ctx.in(0).f32(), out->f32(), out->numel(), f);
+  return absl::OkStatus();
+}
+
+// dx = f(dy, t) element-wise (gradient ops).
+template <typename F>
+absl::Status GradPair(KernelContext& ctx, F f) {
+  ASSIGN_OR_RETURN(Tensor * out, ctx.Output(0));
+  MapBinary(ctx.in(0).f32(), ctx.in(1).f32(), out->f32(), out->numel(), f);
+  return absl::OkStatus();
+}
+
+absl::Status Add(KernelContext& c) { return Binary(c, [](float a, float b) { return a + b; }); }
+absl::Status Sub(KernelContext& c) { return Binary(c, [](float a, float b) { return a - b; }); }
+absl::Status Mul(KernelContext& c) { return Binary(c, [](float a, float b) { return a * b; }); }
+absl::Status Div(KernelContext& c) { return Binary(c, [](float a, float b) { return a / b; }); }
+absl::Status Pow(KernelContext& c) {
+  return Binary(c, [](float a, float b) { return b == 2.0f ? a * a : std::pow(a, b); });
+}
+
+absl::Status PowGrad(KernelContext& ctx) {
+  // dy * e * x^(e-1); x and e broadcast to dy's shape.
+  ASSIGN_OR_RETURN(Tensor * out, ctx.Output(0));
+  BroadcastBinary(ctx.in(1).f32(), ctx.in(1).dims(), ctx.in(2).f32(), ctx.in(2).dims(),
+                  out->f32(), out->dims(),
+                  [](float x, float e) { return e == 2.0f ? 2.0f * x : e * std::pow(x, e - 1); });
+  MapBinary(out->f32(), ctx.in(0).f32(), out->f32(), out->numel(),
+            [](float d, float dy) { return d * dy; });
+  return absl::OkStatus();
+}
+
+absl::Status Sum(KernelContext& ctx) {
+  ASSIGN_OR_RETURN(Tensor * out, ctx.Output(0));
+  const int64_t n = out->numel();
+  if (ctx.in(0).dims() == out->dims()) {
+    std::memcpy(out->f32(), ctx.in(0).f32(), n * sizeof(float));
+  } else {
+    std::vector<float> zero(1, 0.0f);
+    BroadcastBinary(ctx.in(0).f32(), ctx.in(0).dims(), zero.data(), {}, out->f32(), out->dims(),
+                    [](float a, float) { return a; });
+  }
+  for (int i = 1; i < ctx.num_inputs(); ++i) {
+    BroadcastBinary(out->f32(), out->dims(), ctx.in(i).f32(), ctx.in(i).dims(), out->f32(),
+                    out->dims(), [](float a, float b) { return a + b; });
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SumToShape(KernelContext& ctx) {
+  ASSIGN_OR_RETURN(Tensor * out, ctx.Output(0));
+  const Tensor& in = ctx.in(0);
+  const std::vector<int64_t>& di = in.dims();
+  const std::vector<int64_t> so = BroadcastStrides(out->dims(), di);
+  const int64_t n_out = out->numel();
+  std::vector<double> acc(n_out, 0.0);
+  const int r = static_cast<int>(di.size());
+  const int64_t inner = r == 0 ? 1 : di[r - 1];
+  const int64_t rows = inner == 0 ? 0 : in.numel() / inner;
+  const float* x = in.f32();
+  const int64_t si = r == 0 ? 0 : so[r - 1];
+  for (int64_t row = 0; row < rows; ++row) {
+    int64_t off = 0, rem = row;
+    for (int d = r - 2; d >= 0; --d) {
+      off += (rem % di[d]) * so[d];
+      rem /= di[d];
+    }
+    const float* px = x + row * inner;
+    double* pa = acc.data() + off;
+    if (si) {
+      for (int64_t i = 0; i < inner; ++i) pa[i] += px[i];
+    } else {
+      double s = 0;
+      for (int64_t i = 0; i < inner; ++i) s += px[i];
+      pa[0] += s;
+    }
+  }
+  float* o = out->f32();
+  for (int64_t i = 0; i < n_out; ++i) o[i] = static_cast<float>(acc[i]);
+  return absl::OkStatus();
+}
+
+absl::Status Relu(KernelContext& c) { return Unary(c, [](float x) { return x > 0 ? x : 0.0f; }); }
+absl::Status ReluGrad(KernelContext& c) {
+  return GradPair(c, [](float dy, float y) { return y > 0 ? dy : 0.0f; });
+}
+
+bool TanhApprox(const KernelContext& c) { return c.attrs().String("approximate", "none") == "tanh"; }
+
+absl::Status Gelu(KernelContext& c) {
+  if (TanhApprox(c)) {
+    return Unary(c, [](float x) {
+      return 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * (x + 0.044715f * x * x * x)));
+    });
+  }
+  return Unary(c, [](float x) { return 0.5f * x * (1.0f + std::erf(x * kSqrt1_2)); });
+}
+
+absl::Status GeluGrad(KernelContext& c) {
+  if (TanhApprox(c)) {
+    return GradPair(c, [](float dy, float x) {
+      const float inner = kSqrt2OverPi * (x + 0.044715f * x * x * x);
+      const float t = std::tanh(inner);
+      const float d_inner = kSqrt2OverPi * (1.0f + 3.0f * 0.044715f * x * x);
+      return dy * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * d_inner);
+    });
+  }
+  return GradPair(c, [](float dy, float x) {
+    const float cdf = 0.5f * (1.0f + std::erf(x * kSqrt1_2));
+    const float pdf = kInvSqrt2Pi * std::exp(-0.5f * x * x);
+    return dy * (cdf + x * pdf);
+  });
+}
+
+absl::Status Erf(KernelContext& c) { return Unary(c, [](float x) { return std::erf(x); }); }
+absl::Status ErfGrad(KernelContext& c) {
+  return GradPair(c, [](float dy, float x) { return dy * 1.12837916709551257390f * std::exp(-x * x); });
+}
+absl::Status Tanh(KernelContext& c) { return Unary(c, [](float x) { return std::tanh(x); }); }
+absl::Status TanhGrad(KernelContext& c) {
+  return GradPair(c, [](float dy, float y) { return dy * (1.0f - y * y); });
+}
+absl::Status Sigmoid(KernelContext& c) {
+  return Unary(c, [](float x) { return 1.0f / (1.0f + std::exp(-x)); });
+}
+absl::Status SigmoidGrad(KernelContext& c) {
+  return GradPair(c, [](float dy, float y) { return dy * y * (1.0f - y); });
+}
+absl::Status Sqrt(KernelContext& c) { return Unary(c, [](float x) { return std::sqrt(x); }); }
+absl::Status SqrtGrad(KernelContext& c) {
+  return GradPair(c, [](float dy, float y) { return dy / (2.0f * y); });
+}
+absl::Status Exp(KernelContext& c) { return Unary(c, [](float x) { return std::exp(x); }); }
+absl::Status Log(KernelContext& c) { return Unary(c, [](float x) { return std::log(x); }); }
+absl::Status Neg(KernelContext& c) { return Unary(c, [](float x) { return -x; }); }
+
+absl::Status Identity(KernelContext& c) { return c.SetOutput(0, c.in(0)); }
+
+absl::Status Cast(KernelContext& ctx) {
+  const Tensor& in = ctx.in(0);
+  ASSIGN_OR_RETURN(Tensor * out, ctx.Output(0));
+  if (in.dtype() == out->dtype()) {
+    std::memcpy(out->raw(), in.raw(), in.bytes());
+  } else if (in.dtype() == DType::kF32) {
+    for (int64_t i = 0; i < in.numel(); ++i) out->i64()[i] = static_cast<int64_t>(in.f32()[i]);
+  } else {
+    for (int64_t i = 0; i < in.numel(); ++i) out->f32()[i] = static_cast<float>(in.i64()[i]);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Zeros(KernelContext& ctx) {
+  ASSIGN_OR_RETURN(Tensor * out, ctx.Output(0));
+  out->SetZero();
+  return absl::OkStatus();
+}
+
+QUILT_REGISTER_KERNEL("cpu", "Add", Add);
+QUILT_REGISTER_KERNEL("cpu", "Sub", Sub);
+QUILT_REGISTER_KERNEL("cpu", "Mul", Mul);
+QUILT_REGISTER_KERNEL("cpu", "Div", Div);
+QUILT_REGISTER_KERNEL("cpu", "Pow", Pow);
+QUILT_REGISTER_KERNEL("cpu", "PowGrad", PowGrad);
+QUILT_REGISTER_KERNEL("cpu", "Sum", Sum);
+QUILT_REGISTER_KERNEL("cpu", "SumToShape", SumToShape);
+QUILT_REGISTER_KERNEL("cpu", "Relu", Relu);
+QUILT_REGISTER_KERNEL("cpu", "ReluGrad", ReluGrad);
+QUILT_REGISTER_KERNEL("cpu", "Gelu", Gelu);
+QUILT_REGISTER_KERNEL("cpu", "GeluGrad", GeluGrad);
+QUILT_REGISTER_KERNEL("cpu", "Erf", Erf);
+QUILT_REGISTER_KERNEL("cpu", "ErfGrad", ErfGrad);
+QUILT_REGISTER_KERNEL("cpu", "Tanh", Tanh);
+QUILT_REGISTER_KERNEL("cpu", "TanhGrad", TanhGrad);
+QUILT_REGISTER_KERNEL("cpu", "Sigmoid", Sigmoid);
+QUILT_REGISTER_KERNEL("cpu", "SigmoidGrad", SigmoidGrad);
+QUILT_REGISTER_KERNEL("cpu", "Sqrt", Sqrt);
+QUILT_REGISTER_KERNEL("cpu", "SqrtGrad", SqrtGrad);
+QUILT_REGISTER_KERNEL("cpu", "Exp", Exp);
+QUILT_REGISTER_KERNEL("cpu", "Log", Log);
+QUILT_REGISTER_KERNEL("cpu", "Neg", Neg);
+QUILT_REGISTER_KERNEL("cpu", "Identity", Identity);
+QUILT_REGISTER_KERNEL("cpu", "Cast", Cast);
+QUILT_REGISTER_KERNEL("cpu", "Zeros", Zeros);
+
+}  // namespace
+}  // namespace quilt::cpu

@@ -1,0 +1,288 @@
+// CPU kernels of batch norm (training mode), layer norm, softmax and
+// log-softmax, with their gradients. Statistics accumulate in double.
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "src/common/status.h"
+#include "src/runtime/kernels/cpu/loops.h"
+#include "src/runtime/kernels/kernel.h"
+
+namespace quilt::cpu {
+namespace {
+
+absl::Status BatchNorm(KernelContext& ctx) {
+  const Tensor& x = ctx.in(0);
+  const float* scale = ctx.in(1).f32();
+  const float* bias = ctx.in(2).f32();
+  const float* rm = ctx.in(3).f32();
+  const float* rv = ctx.in(4).f32();
+  const double eps = ctx.attrs().Float("epsilon", 1e-5);
+  const float momentum = static_cast<float>(ctx.attrs().Float("momentum", 0.9));
+  const int64_t n = x.dim(0), c = x.dim(1), s = x.numel() / std::max<int64_t>(n * c, 1);
+  const int64_t count = n * s;
+  Tensor* out[5];
+  for (int i = 0; i < 5; ++i) {
+    ASSIGN_OR_RETURN(out[i], ctx.Output(i));
+  }
+  ParallelFor(c, 1, [&](int64_t cb, int64_t ce) {
+    for (int64_t ch = cb; ch < ce; ++ch) {
+      double sum = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        const float* p = x.f32() + (i * c + ch) * s;
+        for (int64_t j = 0; j < s; ++j) sum += p[j];
+      }
+      const double mean = sum / static_cast<double>(count);
+      double sq = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        const float* p = x.f32() + (i * c + ch) * s;
+        for (int64_t j = 0; j < s; ++j) sq += (p[j] - mean) * (p[j] - mean);
+      }
+      const double var = sq / static_cast<double>(count);
+      const float invstd = static_cast<float>(1.0 / std::sqrt(var + eps));
+      const float a = scale[ch] * invstd;
+      const float b = bias[ch] - static_cast<float>(mean) * a;
+      for (int64_t i = 0; i < n; ++i) {
+        const float* p = x.f32() + (i * c + ch) * s;
+        float* y = out[0]->f32() + (i * c + ch) * s;
+        for (int64_t j = 0; j < s; ++j) y[j] = p[j] * a + b;
+      }
+      const double unbiased = count > 1 ? var * count / (count - 1) : var;
+      out[1]->f32()[ch] = momentum * rm[ch] + (1 - momentum) * static_cast<float>(mean);
+      out[2]->f32()[ch] = momentum * rv[ch] + (1 - momentum) * static_cast<float>(unbiased);
+      out[3]->f32()[ch] = static_cast<float>(mean);
+      out[4]->f32()[ch] = invstd;
+    }
+  });
+  return absl::OkStatus();
+}
+
+absl::Status BatchNormGrad(KernelContext& ctx) {
+  const Tensor& dy = ctx.in(0);
+  const Tensor& x = ctx.in(1);
+  const float* scale = ctx.in(2).f32();
+  const float* mean = ctx.in(3).f32();
+  const float* invstd = ctx.in(4).f32();
+  const int64_t n = x.dim(0), c = x.dim(1), s = x.numel() / std::max<int64_t>(n * c, 1);
+  const double count = static_cast<double>(n * s);
+  Tensor *dx, *dscale, *dbias;
+  ASSIGN_OR_RETURN(dx, ctx.Output(0));
+  ASSIGN_OR_RETURN(dscale, ctx.Output(1));
+  ASSIGN_OR_RETURN(dbias, ctx.Output(2));
+  ParallelFor(c, 1, [&](int64_t cb, int64_t ce) {
+    for (int64_t ch = cb; ch < ce; ++ch) {
+      double sdy = 0, sdyx = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        const float* g = dy.f32() + (i * c + ch) * s;
+        const float* p = x.f32() + (i * c + ch) * s;
+        for (int64_t j = 0; j < s; ++j) {
+          sdy += g[j];
+          sdyx += g[j] * (p[j] - mean[ch]) * invstd[ch];
+        }
+      }
+      dbias->f32()[ch] = static_cast<float>(sdy);
+      dscale->f32()[ch] = static_cast<float>(sdyx);
+      const float k = scale[ch] * invstd[ch];
+      const float mdy = static_cast<float>(sdy / count), mdyx = static_cast<float>(sdyx / count);
+      for (int64_t i = 0; i < n; ++i) {
+        const float* g = dy.f32() + (i * c + ch) * s;
+        const float* p = x.f32() + (i * c + ch) * s;
+        float* d = dx->f32() + (i * c + ch) * s;
+        for (int64_t j = 0; j < s; ++j) {
+          const float xhat = (p[j] - mean[ch]) * invstd[ch];
+          d[j] = k * (g[j] - mdy - xhat * mdyx);
+        }
+      }
+    }
+  });
+  return absl::OkStatus();
+}
+
+// Rows × cols view of X for a norm over the dims from `axis`.
+void RowsCols(const Tensor& x, int64_t axis_attr, int64_t* rows, int64_t* cols) {
+  int axis = static_cast<int>(axis_attr < 0 ? axis_attr + x.rank() : axis_attr);
+  *rows = 1;
+  *cols = 1;
+  for (int i = 0; i < x.rank(); ++i) (i < axis ? *rows : *cols) *= x.dim(i);
+}
+
+// `t` (broadcastable to [cols]) materialized as cols floats; nullptr → fill.
+std::vector<float> AsRow(const Tensor* t, int64_t cols, float fill) {
+  std::vector<float> row(cols, fill);
+  if (t != nullptr) {
+    std::vector<float> zero(1, 0.0f);
+    BroadcastBinary(t->f32(), t->dims(), zero.data(), {}, row.data(), {cols},
+                    [](float a, float) { return a; });
+  }
+  return row;
+}
+
+absl::Status LayerNorm(KernelContext& ctx) {
+  const Tensor& x = ctx.in(0);
+  int64_t rows, cols;
+  RowsCols(x, ctx.attrs().Int("axis", -1), &rows, &cols);
+  const double eps = ctx.attrs().Float("epsilon", 1e-5);
+  const std::vector<float> scale = AsRow(&ctx.in(1), cols, 1.0f);
+  const std::vector<float> bias = AsRow(ctx.has_input(2) ? &ctx.in(2) : nullptr, cols, 0.0f);
+  ASSIGN_OR_RETURN(Tensor * y, ctx.Output(0));
+  float* mean_out = nullptr;
+  float* inv_out = nullptr;
+  if (ctx.num_outputs() > 1) {
+    ASSIGN_OR_RETURN(Tensor * m, ctx.Output(1));
+    mean_out = m->f32();
+  }
+  if (ctx.num_outputs() > 2) {
+    ASSIGN_OR_RETURN(Tensor * v, ctx.Output(2));
+    inv_out = v->f32();
+  }
+  ParallelFor(rows, std::max<int64_t>(1, kGrain / std::max<int64_t>(cols, 1)),
+              [&](int64_t rb, int64_t re) {
+                for (int64_t r = rb; r < re; ++r) {
+                  const float* p = x.f32() + r * cols;
+                  double sum = 0;
+                  for (int64_t j = 0; j < cols; ++j) sum += p[j];
+                  const double mean = sum / static_cast<double>(cols);
+                  double sq = 0;
+                  for (int64_t j = 0; j < cols; ++j) sq += (p[j] - mean) * (p[j] - mean);
+                  const float inv =
+                      static_cast<float>(1.0 / std::sqrt(sq / static_cast<double>(cols) + eps));
+                  const float m = static_cast<float>(mean);
+                  float* q = y->f32() + r * cols;
+                  for (int64_t j = 0; j < cols; ++j) q[j] = (p[j] - m) * inv * scale[j] + bias[j];
+                  if (mean_out) mean_out[r] = m;
+                  if (inv_out) inv_out[r] = inv;
+                }
+              });
+  return absl::OkStatus();
+}
+
+absl::Status LayerNormGrad(KernelContext& ctx) {
+  const Tensor& dy = ctx.in(0);
+  const Tensor& x = ctx.in(1);
+  int64_t rows, cols;
+  RowsCols(x, ctx.attrs().Int("axis", -1), &rows, &cols);
+  const std::vector<float> scale = AsRow(&ctx.in(2), cols, 1.0f);
+  const float* mean = ctx.in(3).f32();
+  const float* inv = ctx.in(4).f32();
+  Tensor *dx, *dscale, *dbias;
+  ASSIGN_OR_RETURN(dx, ctx.Output(0));
+  ASSIGN_OR_RETURN(dscale, ctx.Output(1));
+  ASSIGN_OR_RETURN(dbias, ctx.Output(2));
+  ParallelFor(rows, std::max<int64_t>(1, kGrain / std::max<int64_t>(cols, 1)),
+              [&](int64_t rb, int64_t re) {
+                for (int64_t r = rb; r < re; ++r) {
+                  const float* g = dy.f32() + r * cols;
+                  const float* p = x.f32() + r * cols;
+                  double sg = 0, sgx = 0;
+                  for (int64_t j = 0; j < cols; ++j) {
+                    const float xhat = (p[j] - mean[r]) * inv[r];
+                    const float gs = g[j] * scale[j];
+                    sg += gs;
+                    sgx += gs * xhat;
+                  }
+                  const float mg = static_cast<float>(sg / cols), mgx = static_cast<float>(sgx / cols);
+                  float* d = dx->f32() + r * cols;
+                  for (int64_t j = 0; j < cols; ++j) {
+                    const float xhat = (p[j] - mean[r]) * inv[r];
+                    d[j] = inv[r] * (g[j] * scale[j] - mg - xhat * mgx);
+                  }
+                }
+              });
+  std::vector<double> ds(cols, 0.0), db(cols, 0.0);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* g = dy.f32() + r * cols;
+    const float* p = x.f32() + r * cols;
+    for (int64_t j = 0; j < cols; ++j) {
+      ds[j] += g[j] * ((p[j] - mean[r]) * inv[r]);
+      db[j] += g[j];
+    }
+  }
+  for (int64_t j = 0; j < cols; ++j) {
+    dscale->f32()[j] = static_cast<float>(ds[j]);
+    dbias->f32()[j] = static_cast<float>(db[j]);
+  }
+  return absl::OkStatus();
+}
+
+// [outer, len, inner] view for an op along `axis`.
+void AxisView(const Tensor& x, int64_t axis_attr, int64_t* outer, int64_t* len, int64_t* inner) {
+  const int axis = static_cast<int>(axis_attr < 0 ? axis_attr + x.rank() : axis_attr);
+  *outer = *inner = 1;
+  *len = x.rank() == 0 ? 1 : x.dim(axis);
+  for (int i = 0; i < x.rank(); ++i) {
+    if (i < axis) *outer *= x.dim(i);
+    if (i > axis) *inner *= x.dim(i);
+  }
+}
+
+template <bool kLog>
+absl::Status SoftmaxImpl(KernelContext& ctx) {
+  const Tensor& x = ctx.in(0);
+  int64_t outer, len, inner;
+  AxisView(x, ctx.attrs().Int("axis", -1), &outer, &len, &inner);
+  ASSIGN_OR_RETURN(Tensor * y, ctx.Output(0));
+  ParallelFor(outer * inner, std::max<int64_t>(1, kGrain / std::max<int64_t>(len, 1)),
+              [&](int64_t b, int64_t e) {
+                for (int64_t t = b; t < e; ++t) {
+                  const int64_t o = t / inner, i = t % inner;
+                  const float* p = x.f32() + o * len * inner + i;
+                  float* q = y->f32() + o * len * inner + i;
+                  float mx = -INFINITY;
+                  for (int64_t j = 0; j < len; ++j) mx = std::max(mx, p[j * inner]);
+                  double sum = 0;
+                  for (int64_t j = 0; j < len; ++j) sum += std::exp(p[j * inner] - mx);
+                  if (kLog) {
+                    const float lse = mx + static_cast<float>(std::log(sum));
+                    for (int64_t j = 0; j < len; ++j) q[j * inner] = p[j * inner] - lse;
+                  } else {
+                    const float inv = static_cast<float>(1.0 / sum);
+                    for (int64_t j = 0; j < len; ++j) q[j * inner] = std::exp(p[j * inner] - mx) * inv;
+                  }
+                }
+              });
+  return absl::OkStatus();
+}
+
+template <bool kLog>
+absl::Status SoftmaxGradImpl(KernelContext& ctx) {
+  const Tensor& dy = ctx.in(0);
+  const Tensor& y = ctx.in(1);
+  int64_t outer, len, inner;
+  AxisView(y, ctx.attrs().Int("axis", -1), &outer, &len, &inner);
+  ASSIGN_OR_RETURN(Tensor * dx, ctx.Output(0));
+  ParallelFor(outer * inner, std::max<int64_t>(1, kGrain / std::max<int64_t>(len, 1)),
+              [&](int64_t b, int64_t e) {
+                for (int64_t t = b; t < e; ++t) {
+                  const int64_t o = t / inner, i = t % inner;
+                  const int64_t base = o * len * inner + i;
+                  const float* g = dy.f32() + base;
+                  const float* p = y.f32() + base;
+                  float* d = dx->f32() + base;
+                  double s = 0;
+                  if (kLog) {
+                    for (int64_t j = 0; j < len; ++j) s += g[j * inner];
+                    for (int64_t j = 0; j < len; ++j) {
+                      d[j * inner] = g[j * inner] - std::exp(p[j * inner]) * static_cast<float>(s);
+                    }
+                  } else {
+                    for (int64_t j = 0; j < len; ++j) s += g[j * inner] * p[j * inner];
+                    for (int64_t j = 0; j < len; ++j) {
+                      d[j * inner] = p[j * inner] * (g[j * inner] - static_cast<float>(s));
+                    }
+                  }
+                }
+              });
+  return absl::OkStatus();
+}
+
+QUILT_REGISTER_KERNEL("cpu", "BatchNormalization", BatchNorm);
+QUILT_REGISTER_KERNEL("cpu", "BatchNormGrad", BatchNormGrad);
+QUILT_REGISTER_KERNEL("cpu", "LayerNormalization", LayerNorm);
+QUILT_REGISTER_KERNEL("cpu", "LayerNormGrad", LayerNormGrad);
+QUILT_REGISTER_KERNEL("cpu", "Softmax", SoftmaxImpl<false>);
+QUILT_REGISTER_KERNEL("cpu", "SoftmaxGrad", SoftmaxGradImpl<false>);
+QUILT_REGISTER_KERNEL("cpu", "LogSoftmax", SoftmaxImpl<true>);
+QUILT_REGISTER_KERNEL("cpu", "LogSoftmaxGrad", SoftmaxGradImpl<true>);
+
+}  // namespace
+}  // namespace quilt::cpu

@@ -1,0 +1,175 @@
+// CPU kernels of 2-D pooling ops and their gradients.
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "src/common/status.h"
+#include "src/graph/ops/conv_attrs.h"
+#include "src/runtime/kernels/cpu/loops.h"
+#include "src/runtime/kernels/kernel.h"
+
+namespace quilt::cpu {
+namespace {
+
+using ops::Window2D;
+
+// Calls f(plane index, oy, ox, window bounds) for every output position.
+template <typename F>
+void ForEachWindow(int64_t planes, int64_t h, int64_t w, const Window2D& k, F f) {
+  const int64_t ho = k.OutH(h), wo = k.OutW(w);
+  ParallelFor(planes, 1, [&](int64_t pb, int64_t pe) {
+    for (int64_t p = pb; p < pe; ++p) {
+      for (int64_t oy = 0; oy < ho; ++oy) {
+        for (int64_t ox = 0; ox < wo; ++ox) {
+          const int64_t y0 = oy * k.sh - k.pt, x0 = ox * k.sw - k.pl;
+          f(p, oy * wo + ox, y0, x0);
+        }
+      }
+    }
+  });
+}
+
+absl::Status MaxPool(KernelContext& ctx) {
+  const Tensor& x = ctx.in(0);
+  ASSIGN_OR_RETURN(Window2D k, ops::ParseWindow(ctx.attrs()));
+  ASSIGN_OR_RETURN(Tensor * out, ctx.Output(0));
+  const int64_t h = x.dim(2), w = x.dim(3), plane_out = out->dim(2) * out->dim(3);
+  ForEachWindow(x.dim(0) * x.dim(1), h, w, k, [&](int64_t p, int64_t o, int64_t y0, int64_t x0) {
+    const float* src = x.f32() + p * h * w;
+    float best = -std::numeric_limits<float>::infinity();
+    for (int64_t i = 0; i < k.kh; ++i) {
+      const int64_t iy = y0 + i * k.dh;
+      if (iy < 0 || iy >= h) continue;
+      for (int64_t j = 0; j < k.kw; ++j) {
+        const int64_t ix = x0 + j * k.dw;
+        if (ix < 0 || ix >= w) continue;
+        const float v = src[iy * w + ix];
+        if (v > best || std::isnan(v)) best = v;
+      }
+    }
+    out->f32()[p * plane_out + o] = best;
+  });
+  return absl::OkStatus();
+}
+
+absl::Status MaxPoolGrad(KernelContext& ctx) {
+  const Tensor& dy = ctx.in(0);
+  const Tensor& x = ctx.in(1);
+  ASSIGN_OR_RETURN(Window2D k, ops::ParseWindow(ctx.attrs()));
+  ASSIGN_OR_RETURN(Tensor * dx, ctx.Output(0));
+  dx->SetZero();
+  const int64_t h = x.dim(2), w = x.dim(3), plane_out = dy.dim(2) * dy.dim(3);
+  // Planes are independent, so ParallelFor over planes never races.
+  ForEachWindow(x.dim(0) * x.dim(1), h, w, k, [&](int64_t p, int64_t o, int64_t y0, int64_t x0) {
+    const float* src = x.f32() + p * h * w;
+    float best = -std::numeric_limits<float>::infinity();
+    int64_t at = -1;
+    for (int64_t i = 0; i < k.kh; ++i) {
+      const int64_t iy = y0 + i * k.dh;
+      if (iy < 0 || iy >= h) continue;
+      for (int64_t j = 0; j < k.kw; ++j) {
+        const int64_t ix = x0 + j * k.dw;
+        if (ix < 0 || ix >= w) continue;
+        const float v = src[iy * w + ix];
+        if (v > best || std::isnan(v) || at < 0) {
+          best = v;
+          at = iy * w + ix;
+        }
+      }
+    }
+    if (at >= 0) dx->f32()[p * h * w + at] += dy.f32()[p * plane_out + o];
+  });
+  return absl::OkStatus();
+}
+
+// Number of elements averaged by the window at (y0, x0).
+int64_t AvgCount(const Window2D& k, int64_t h, int64_t w, int64_t y0, int64_t x0) {
+  if (k.count_include_pad) {
+    // Padded positions count, but not the ceil-mode overhang past the padding.
+    const int64_t y1 = std::min(y0 + k.kh, h + k.pb), x1 = std::min(x0 + k.kw, w + k.pr);
+    return (y1 - y0) * (x1 - x0);
+  }
+  const int64_t ys = std::max<int64_t>(y0, 0), xs = std::max<int64_t>(x0, 0);
+  const int64_t ye = std::min(y0 + k.kh, h), xe = std::min(x0 + k.kw, w);
+  return std::max<int64_t>(0, ye - ys) * std::max<int64_t>(0, xe - xs);
+}
+
+absl::Status AveragePool(KernelContext& ctx) {
+  const Tensor& x = ctx.in(0);
+  ASSIGN_OR_RETURN(Window2D k, ops::ParseWindow(ctx.attrs()));
+  ASSIGN_OR_RETURN(Tensor * out, ctx.Output(0));
+  const int64_t h = x.dim(2), w = x.dim(3), plane_out = out->dim(2) * out->dim(3);
+  ForEachWindow(x.dim(0) * x.dim(1), h, w, k, [&](int64_t p, int64_t o, int64_t y0, int64_t x0) {
+    const float* src = x.f32() + p * h * w;
+    float s = 0;
+    for (int64_t iy = std::max<int64_t>(y0, 0); iy < std::min(y0 + k.kh, h); ++iy) {
+      for (int64_t ix = std::max<int64_t>(x0, 0); ix < std::min(x0 + k.kw, w); ++ix) {
+        s += src[iy * w + ix];
+      }
+    }
+    const int64_t n = AvgCount(k, h, w, y0, x0);
+    out->f32()[p * plane_out + o] = n > 0 ? s / static_cast<float>(n) : 0.0f;
+  });
+  return absl::OkStatus();
+}
+
+absl::Status AveragePoolGrad(KernelContext& ctx) {
+  const Tensor& dy = ctx.in(0);
+  ASSIGN_OR_RETURN(Window2D k, ops::ParseWindow(ctx.attrs()));
+  ASSIGN_OR_RETURN(Tensor * dx, ctx.Output(0));
+  dx->SetZero();
+  const int64_t h = dx->dim(2), w = dx->dim(3), plane_out = dy.dim(2) * dy.dim(3);
+  ForEachWindow(dx->dim(0) * dx->dim(1), h, w, k,
+                [&](int64_t p, int64_t o, int64_t y0, int64_t x0) {
+                  const int64_t n = AvgCount(k, h, w, y0, x0);
+                  if (n == 0) return;
+                  const float g = dy.f32()[p * plane_out + o] / static_cast<float>(n);
+                  float* dst = dx->f32() + p * h * w;
+                  for (int64_t iy = std::max<int64_t>(y0, 0); iy < std::min(y0 + k.kh, h); ++iy) {
+                    for (int64_t ix = std::max<int64_t>(x0, 0); ix < std::min(x0 + k.kw, w);
+                         ++ix) {
+                      dst[iy * w + ix] += g;
+                    }
+                  }
+                });
+  return absl::OkStatus();
+}
+
+absl::Status GlobalAveragePool(KernelContext& ctx) {
+  const Tensor& x = ctx.in(0);
+  ASSIGN_OR_RETURN(Tensor * out, ctx.Output(0));
+  const int64_t planes = x.dim(0) * x.dim(1), size = x.numel() / std::max<int64_t>(planes, 1);
+  ParallelFor(planes, 64, [&](int64_t b, int64_t e) {
+    for (int64_t p = b; p < e; ++p) {
+      const float* src = x.f32() + p * size;
+      double s = 0;
+      for (int64_t i = 0; i < size; ++i) s += src[i];
+      out->f32()[p] = static_cast<float>(s / static_cast<double>(size));
+    }
+  });
+  return absl::OkStatus();
+}
+
+absl::Status GlobalAveragePoolGrad(KernelContext& ctx) {
+  const Tensor& dy = ctx.in(0);
+  ASSIGN_OR_RETURN(Tensor * dx, ctx.Output(0));
+  const int64_t planes = dy.numel(), size = dx->numel() / std::max<int64_t>(planes, 1);
+  ParallelFor(planes, 64, [&](int64_t b, int64_t e) {
+    for (int64_t p = b; p < e; ++p) {
+      const float g = dy.f32()[p] / static_cast<float>(size);
+      float* dst = dx->f32() + p * size;
+      for (int64_t i = 0; i < size; ++i) dst[i] = g;
+    }
+  });
+  return absl::OkStatus();
+}
+
+QUILT_REGISTER_KERNEL("cpu", "MaxPool", MaxPool);
+QUILT_REGISTER_KERNEL("cpu", "MaxPoolGrad", MaxPoolGrad);
+QUILT_REGISTER_KERNEL("cpu", "AveragePool", AveragePool);
+QUILT_REGISTER_KERNEL("cpu", "AveragePoolGrad", AveragePoolGrad);
+QUILT_REGISTER_KERNEL("cpu", "GlobalAveragePool", GlobalAveragePool);
+QUILT_REGISTER_KERNEL("cpu", "GlobalAveragePoolGrad", GlobalAveragePoolGrad);
+
+}  // namespace
+}  // namespace quilt::cpu
