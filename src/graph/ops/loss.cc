@@ -93,7 +93,6 @@ QUILT_REGISTER_OP([] {
       return ctx.Error(absl::StrCat("prediction ", ctx.shape(0).ToString(), " and target ",
                                     ctx.shape(1).ToString(), " differ"));
     }
-    if (!ctx.shape(0).HasBatch()) return ctx.Error("the prediction must carry the batch");
     ctx.set_output(0, ctx.dtype(0), Shape());
     return absl::OkStatus();
   };

@@ -106,13 +106,21 @@ void RowsCols(const Tensor& x, int64_t axis_attr, int64_t* rows, int64_t* cols) 
   for (int i = 0; i < x.rank(); ++i) (i < axis ? *rows : *cols) *= x.dim(i);
 }
 
-// `t` (broadcastable to [cols]) materialized as cols floats; nullptr → fill.
-std::vector<float> AsRow(const Tensor* t, int64_t cols, float fill) {
+// `t` (broadcastable to the normalized dims of x) materialized as one row of
+// cols floats; nullptr → fill.
+std::vector<float> AsRow(const Tensor* t, const Tensor& x, int64_t cols, float fill) {
   std::vector<float> row(cols, fill);
   if (t != nullptr) {
+    const std::vector<int64_t> norm(x.dims().end() - std::min<size_t>(t->rank(), x.rank()),
+                                    x.dims().end());
+    std::vector<int64_t> target = norm;
+    // Leading normalized dims the scale does not cover repeat the row.
+    int64_t covered = 1;
+    for (int64_t d : norm) covered *= d;
     std::vector<float> zero(1, 0.0f);
-    BroadcastBinary(t->f32(), t->dims(), zero.data(), {}, row.data(), {cols},
+    BroadcastBinary(t->f32(), t->dims(), zero.data(), {}, row.data(), target,
                     [](float a, float) { return a; });
+    for (int64_t k = covered; k < cols; ++k) row[k] = row[k % covered];
   }
   return row;
 }
@@ -122,8 +130,8 @@ absl::Status LayerNorm(KernelContext& ctx) {
   int64_t rows, cols;
   RowsCols(x, ctx.attrs().Int("axis", -1), &rows, &cols);
   const double eps = ctx.attrs().Float("epsilon", 1e-5);
-  const std::vector<float> scale = AsRow(&ctx.in(1), cols, 1.0f);
-  const std::vector<float> bias = AsRow(ctx.has_input(2) ? &ctx.in(2) : nullptr, cols, 0.0f);
+  const std::vector<float> scale = AsRow(&ctx.in(1), x, cols, 1.0f);
+  const std::vector<float> bias = AsRow(ctx.has_input(2) ? &ctx.in(2) : nullptr, x, cols, 0.0f);
   ASSIGN_OR_RETURN(Tensor * y, ctx.Output(0));
   float* mean_out = nullptr;
   float* inv_out = nullptr;
@@ -161,7 +169,7 @@ absl::Status LayerNormGrad(KernelContext& ctx) {
   const Tensor& x = ctx.in(1);
   int64_t rows, cols;
   RowsCols(x, ctx.attrs().Int("axis", -1), &rows, &cols);
-  const std::vector<float> scale = AsRow(&ctx.in(2), cols, 1.0f);
+  const std::vector<float> scale = AsRow(&ctx.in(2), x, cols, 1.0f);
   const float* mean = ctx.in(3).f32();
   const float* inv = ctx.in(4).f32();
   Tensor *dx, *dscale, *dbias;

@@ -1,0 +1,24 @@
+// Initial values of parameters from their InitializerSpec: deterministic
+// for a given seed on every machine (counter-based generator, no library
+// distributions).
+#ifndef QUILT_SRC_RUNTIME_INITIALIZERS_H_
+#define QUILT_SRC_RUNTIME_INITIALIZERS_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "src/graph/graph.h"
+#include "src/graph/tensor.h"
+
+namespace quilt {
+
+// The explicit value, or a new tensor generated from the spec.
+absl::StatusOr<Tensor> InitialValue(const ParameterSpec& spec, const std::vector<int64_t>& dims);
+
+// Uniform in [0, 1) from (seed, index).
+float CounterUniform(uint64_t seed, uint64_t index);
+
+}  // namespace quilt
+
+#endif  // QUILT_SRC_RUNTIME_INITIALIZERS_H_
