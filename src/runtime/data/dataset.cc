@@ -1,0 +1,216 @@
+#include "src/runtime/data/dataset.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "src/common/status.h"
+#include "src/runtime/data/npy.h"
+#include "src/runtime/initializers.h"
+
+namespace quilt {
+namespace {
+
+// Per-sample dims of a tensor whose batch dim is its first (multiple 1).
+absl::StatusOr<std::vector<int64_t>> SampleDims(const TensorInfo& t) {
+  if (t.shape.rank() == 0 || t.shape.BatchAxis() != 0 || t.shape.dim(0).value != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor '", t.name, "' ", t.shape.ToString(),
+        " must have the batch as its first dimension to be fed from a dataset"));
+  }
+  std::vector<int64_t> d = t.shape.Concrete(1);
+  d.erase(d.begin());
+  return d;
+}
+
+int64_t Prod(const std::vector<int64_t>& d) {
+  int64_t n = 1;
+  for (int64_t x : d) n *= x;
+  return n;
+}
+
+std::vector<int64_t> WithBatch(int64_t b, std::vector<int64_t> d) {
+  d.insert(d.begin(), b);
+  return d;
+}
+
+class NumpyDataset final : public Dataset {
+ public:
+  NumpyDataset(Tensor x, Tensor y) : x_(std::move(x)), y_(std::move(y)) {}
+  int64_t size() const override { return x_.dim(0); }
+  absl::Status Batch(int64_t start, int64_t count, Tensor* input, Tensor* label) override {
+    ASSIGN_OR_RETURN(*input, Tensor::Empty(x_.dtype(), WithBatch(count, Rest(x_))));
+    ASSIGN_OR_RETURN(*label, Tensor::Empty(y_.dtype(), WithBatch(count, Rest(y_))));
+    Copy(x_, start, count, input);
+    Copy(y_, start, count, label);
+    return absl::OkStatus();
+  }
+
+ private:
+  static std::vector<int64_t> Rest(const Tensor& t) {
+    return std::vector<int64_t>(t.dims().begin() + 1, t.dims().end());
+  }
+  void Copy(const Tensor& src, int64_t start, int64_t count, Tensor* dst) const {
+    const int64_t row = src.bytes() / src.dim(0);
+    for (int64_t i = 0; i < count; ++i) {
+      const int64_t s = (start + i) % src.dim(0);
+      std::memcpy(static_cast<char*>(dst->raw()) + i * row,
+                  static_cast<const char*>(src.raw()) + s * row, row);
+    }
+  }
+  Tensor x_, y_;
+};
+
+// Standard normal CDF.
+double Phi(double z) { return 0.5 * std::erfc(-z / std::sqrt(2.0)); }
+
+class SyntheticDataset final : public Dataset {
+ public:
+  SyntheticDataset(DataSignature sig, std::vector<int64_t> in_dims, std::vector<int64_t> label_dims,
+                   int64_t vocab, int64_t classes, uint64_t seed)
+      : sig_(std::move(sig)),
+        in_dims_(std::move(in_dims)),
+        label_dims_(std::move(label_dims)),
+        vocab_(vocab),
+        classes_(classes),
+        seed_(seed) {}
+
+  int64_t size() const override { return 0; }
+
+  absl::Status Batch(int64_t start, int64_t count, Tensor* input, Tensor* label) override {
+    ASSIGN_OR_RETURN(*input, Tensor::Empty(sig_.input.dtype, WithBatch(count, in_dims_)));
+    ASSIGN_OR_RETURN(*label, Tensor::Empty(sig_.label.dtype, WithBatch(count, label_dims_)));
+    const int64_t f = Prod(in_dims_), p = Prod(label_dims_);
+    for (int64_t i = 0; i < count; ++i) {
+      const uint64_t sample = static_cast<uint64_t>(start + i);
+      if (input->dtype() == DType::kI64) {
+        for (int64_t e = 0; e < f; ++e) {
+          input->i64()[i * f + e] = static_cast<int64_t>(
+              CounterUniform(seed_ ^ 0x70c5, sample * f + e) * static_cast<float>(vocab_)) %
+              vocab_;
+        }
+        for (int64_t k = 0; k < p; ++k) {
+          // Per-token labels: the token mod the class count (learnable
+          // through the embedding).
+          label->i64()[i * p + k] = input->i64()[i * f + (k % f)] % classes_;
+        }
+        continue;
+      }
+      float* x = input->f32() + i * f;
+      for (int64_t e = 0; e < f; ++e) {
+        const double u1 = std::max(1e-12, double(CounterUniform(seed_, 2 * (sample * f + e))));
+        const double u2 = CounterUniform(seed_, 2 * (sample * f + e) + 1);
+        x[e] = static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2));
+      }
+      for (int64_t k = 0; k < p; ++k) {
+        // A fixed random ±1 projection per label position, ~N(0, 1).
+        double s = 0;
+        for (int64_t e = 0; e < f; ++e) {
+          s += CounterUniform(seed_ ^ (0xabcULL + k), e) < 0.5f ? -x[e] : x[e];
+        }
+        s /= std::sqrt(static_cast<double>(std::max<int64_t>(f, 1)));
+        if (label->dtype() == DType::kI64) {
+          label->i64()[i * p + k] =
+              std::min<int64_t>(classes_ - 1, static_cast<int64_t>(classes_ * Phi(s)));
+        } else {
+          label->f32()[i * p + k] = static_cast<float>(std::tanh(s));
+        }
+      }
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  DataSignature sig_;
+  std::vector<int64_t> in_dims_, label_dims_;
+  int64_t vocab_, classes_;
+  uint64_t seed_;
+};
+
+}  // namespace
+
+absl::StatusOr<DataSignature> DataSignatureOf(const Graph& graph) {
+  if (graph.inputs.size() != 1 || graph.labels.size() != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "datasets feed graphs with one input and one label; this graph has ",
+        graph.inputs.size(), " input(s) (", absl::StrJoin(graph.inputs, ", "), ") and ",
+        graph.labels.size(), " label(s)"));
+  }
+  DataSignature s;
+  s.input = *graph.FindTensor(graph.inputs[0]);
+  s.label = *graph.FindTensor(graph.labels[0]);
+  return s;
+}
+
+absl::StatusOr<std::unique_ptr<Dataset>> OpenNumpyDataset(const std::string& inputs_path,
+                                                          const std::string& labels_path,
+                                                          const DataSignature& sig) {
+  ASSIGN_OR_RETURN(Tensor x, ReadNpy(inputs_path));
+  ASSIGN_OR_RETURN(Tensor y, ReadNpy(labels_path));
+  ASSIGN_OR_RETURN(std::vector<int64_t> xd, SampleDims(sig.input));
+  ASSIGN_OR_RETURN(std::vector<int64_t> yd, SampleDims(sig.label));
+  auto check = [](const Tensor& t, const std::vector<int64_t>& dims, DType dtype,
+                  const std::string& path, const char* what) -> absl::Status {
+    std::vector<int64_t> rest(t.dims().begin() + (t.rank() > 0 ? 1 : 0), t.dims().end());
+    if (t.rank() == 0 || rest != dims) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, ": ", what, " have shape [", absl::StrJoin(t.dims(), ","), "]; the model needs [N,",
+          absl::StrJoin(dims, ","), "]"));
+    }
+    if (t.dtype() != dtype) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": ", what, " are ", DTypeName(t.dtype()),
+                                                     "; the model needs ", DTypeName(dtype)));
+    }
+    if (t.dim(0) == 0) return absl::InvalidArgumentError(path + ": no samples");
+    return absl::OkStatus();
+  };
+  RETURN_IF_ERROR(check(x, xd, sig.input.dtype, inputs_path, "inputs"));
+  RETURN_IF_ERROR(check(y, yd, sig.label.dtype, labels_path, "labels"));
+  if (x.dim(0) != y.dim(0)) {
+    return absl::InvalidArgumentError(absl::StrCat(inputs_path, " has ", x.dim(0), " samples but ",
+                                                   labels_path, " has ", y.dim(0)));
+  }
+  return std::unique_ptr<Dataset>(new NumpyDataset(std::move(x), std::move(y)));
+}
+
+absl::StatusOr<std::unique_ptr<Dataset>> MakeSyntheticDataset(const Graph& graph,
+                                                              const DataSignature& sig,
+                                                              uint64_t seed) {
+  ASSIGN_OR_RETURN(std::vector<int64_t> xd, SampleDims(sig.input));
+  ASSIGN_OR_RETURN(std::vector<int64_t> yd, SampleDims(sig.label));
+  int64_t vocab = 0;
+  if (sig.input.dtype == DType::kI64) {
+    for (const Op& op : graph.ops) {
+      if (op.type == "Gather" && op.inputs.size() == 2 && op.inputs[1] == sig.input.name) {
+        vocab = graph.FindTensor(op.inputs[0])->shape.dim(0).value;
+      }
+    }
+    if (vocab <= 0) {
+      return absl::InvalidArgumentError(
+          "synthetic data for an integer input needs the embedding (Gather) that reads it");
+    }
+  } else if (sig.input.dtype != DType::kF32) {
+    return absl::InvalidArgumentError("synthetic data supports f32 and i64 inputs");
+  }
+  int64_t classes = 0;
+  if (sig.label.dtype == DType::kI64) {
+    // The class count: the loss's prediction extent along its class axis.
+    for (const Op& op : graph.ops) {
+      if (op.type == "SoftmaxCrossEntropyLoss" && op.inputs[1] == sig.label.name) {
+        const Shape& s = graph.FindTensor(op.inputs[0])->shape;
+        int64_t axis = op.attrs.Int("class_axis", 1);
+        if (axis < 0) axis += s.rank();
+        classes = s.dim(static_cast<int>(axis)).value;
+      }
+    }
+    if (classes <= 0) return absl::InvalidArgumentError("cannot tell the number of classes");
+    if (sig.input.dtype == DType::kF32 && Prod(yd) > 64) {
+      return absl::InvalidArgumentError("synthetic labels support at most 64 positions per sample");
+    }
+  }
+  return std::unique_ptr<Dataset>(
+      new SyntheticDataset(sig, std::move(xd), std::move(yd), vocab, classes, seed));
+}
+
+}  // namespace quilt

@@ -1,0 +1,53 @@
+// Training data for a graph with one input and one label tensor: NumPy
+// arrays (batches taken in order, wrapping around at the end) or a seeded
+// synthetic set that is learnable. Sample i is always the same data, so
+// every replica of a distributed run can read exactly its slice of each
+// global batch and see what the single-device run sees.
+#ifndef QUILT_SRC_RUNTIME_DATA_DATASET_H_
+#define QUILT_SRC_RUNTIME_DATA_DATASET_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "src/graph/graph.h"
+#include "src/graph/tensor.h"
+
+namespace quilt {
+
+class Dataset {
+ public:
+  virtual ~Dataset() = default;
+  // Samples before wrap-around (0 = unbounded).
+  virtual int64_t size() const = 0;
+  // Samples [start, start + count) of the stream (wrapping), shaped for the
+  // graph's input and label at batch `count`.
+  virtual absl::Status Batch(int64_t start, int64_t count, Tensor* input, Tensor* label) = 0;
+};
+
+// The graph's single data input and label (errors: INVALID_ARGUMENT when
+// it has several).
+struct DataSignature {
+  TensorInfo input;
+  TensorInfo label;
+};
+absl::StatusOr<DataSignature> DataSignatureOf(const Graph& graph);
+
+// Errors: NOT_FOUND / INVALID_ARGUMENT naming the file, or a shape or type
+// that does not fit the graph (the expected per-sample shape is named).
+absl::StatusOr<std::unique_ptr<Dataset>> OpenNumpyDataset(const std::string& inputs_path,
+                                                          const std::string& labels_path,
+                                                          const DataSignature& signature);
+
+// Float inputs ~ N(0, 1); class labels from buckets of a fixed random
+// projection of the input (learnable); regression targets tanh of such
+// projections; integer inputs are tokens of the vocabulary the graph's
+// embedding (Gather) reads, and per-token labels are the token mod the class
+// count. Errors: INVALID_ARGUMENT when the input/label kinds are unsupported.
+absl::StatusOr<std::unique_ptr<Dataset>> MakeSyntheticDataset(const Graph& graph,
+                                                              const DataSignature& signature,
+                                                              uint64_t seed);
+
+}  // namespace quilt
+
+#endif  // QUILT_SRC_RUNTIME_DATA_DATASET_H_
