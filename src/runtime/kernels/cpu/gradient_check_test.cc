@@ -119,6 +119,7 @@ std::vector<Case> Cases() {
        {1}},
       {"Slice", "Slice", {{{4, 6}}},
        A({{"starts", Ints{1, -1}}, {"ends", Ints{4, 0}}, {"axes", Ints{0, 1}}, {"steps", Ints{2, -2}}})},
+      {"Pad", "Pad", {{{2, 3, 2}}}, A({{"pads", Ints{0, 1, 0, 0, 2, 1}}, {"value", 0.5}})},
       {"Gather", "Gather", {{{5, 3}}, {{2, 2}, 0, 0, false, {4, 0, 4, 2}}}},
       {"GatherAxis1", "Gather", {{{2, 5}}, {{3}, 0, 0, false, {1, 1, -1}}},
        A({{"axis", int64_t{1}}})},

@@ -224,6 +224,25 @@ absl::Status GatherGrad(KernelContext& ctx) {
   return absl::OkStatus();
 }
 
+absl::Status Pad(KernelContext& ctx) {
+  const Tensor& x = ctx.in(0);
+  ASSIGN_OR_RETURN(Tensor * out, ctx.Output(0));
+  const float value = static_cast<float>(ctx.attrs().Float("value", 0.0));
+  for (int64_t i = 0; i < out->numel(); ++i) out->f32()[i] = value;
+  const std::vector<int64_t> pads = ctx.attrs().Ints("pads");
+  ops::SliceSpec s;
+  s.start.assign(pads.begin(), pads.begin() + x.rank());
+  s.step.assign(x.rank(), 1);
+  s.count = x.dims();
+  // Writes x into the interior of out (SliceCopy accumulates into zeros
+  // when copying from the slice; out holds `value`, so subtract it first).
+  std::vector<float> shifted(x.f32(), x.f32() + x.numel());
+  for (float& v : shifted) v -= value;
+  SliceCopy(s, out->dims(), out->f32(), shifted.data(), false);
+  return absl::OkStatus();
+}
+
+QUILT_REGISTER_KERNEL("cpu", "Pad", Pad);
 QUILT_REGISTER_KERNEL("cpu", "Reshape", View);
 QUILT_REGISTER_KERNEL("cpu", "Flatten", View);
 QUILT_REGISTER_KERNEL("cpu", "Squeeze", View);

@@ -1,0 +1,46 @@
+// quiltctl status / nodes: the coordinator's view of the cluster.
+#include <iostream>
+
+#include "absl/time/clock.h"
+#include "src/cli/cluster_view.h"
+#include "src/cli/command.h"
+#include "src/cli/format.h"
+#include "src/rpc/coordinator_client.h"
+
+namespace quilt::cli {
+
+int PrintError(const std::string& message) {
+  std::cerr << "quiltctl: " << message << "\n";
+  return 1;
+}
+
+void AddClusterCommands(CLI::App& app, const GlobalOptions& g, std::vector<Command>* out) {
+  auto status_format = std::make_shared<std::string>("table");
+  CLI::App* status =
+      app.add_subcommand("status", "Cluster summary: nodes, devices, jobs, recent failures");
+  status->add_option("-o,--output", *status_format, "table | json")
+      ->check(CLI::IsMember({"table", "json"}));
+  out->push_back({status, [&g, status_format]() {
+                    rpc::AdminClient admin(g.coordinator, absl::Seconds(g.timeout_s));
+                    auto s = admin.GetClusterStatus({});
+                    if (!s.ok()) return PrintError(std::string(s.status().message()));
+                    std::cout << (*status_format == "json"
+                                      ? ToJson(*s)
+                                      : RenderStatus(*s, g.coordinator, absl::Now()));
+                    return 0;
+                  }});
+
+  auto nodes_format = std::make_shared<std::string>("table");
+  CLI::App* nodes = app.add_subcommand("nodes", "List nodes with state, devices and speed");
+  nodes->add_option("-o,--output", *nodes_format, "table | wide | json")
+      ->check(CLI::IsMember({"table", "wide", "json"}));
+  out->push_back({nodes, [&g, nodes_format]() {
+                    rpc::AdminClient admin(g.coordinator, absl::Seconds(g.timeout_s));
+                    auto s = admin.GetClusterStatus({});
+                    if (!s.ok()) return PrintError(std::string(s.status().message()));
+                    std::cout << RenderNodes(*s, *nodes_format);
+                    return 0;
+                  }});
+}
+
+}  // namespace quilt::cli

@@ -1,0 +1,35 @@
+// quiltctl's command plumbing: each command family adds its CLI11
+// subcommands and a handler that returns the process exit code (0 ok,
+// 1 failure, 2 usage error).
+#ifndef QUILT_SRC_CLI_COMMAND_H_
+#define QUILT_SRC_CLI_COMMAND_H_
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+
+namespace quilt::cli {
+
+struct GlobalOptions {
+  std::string coordinator;
+  double timeout_s = 10;
+};
+
+struct Command {
+  CLI::App* app;
+  std::function<int()> run;
+};
+
+// Each registers its subcommands on `app` (handlers read `globals` when run).
+void AddClusterCommands(CLI::App& app, const GlobalOptions& globals, std::vector<Command>* out);
+void AddGraphCommands(CLI::App& app, std::vector<Command>* out);
+void AddTrainLocalCommand(CLI::App& app, std::vector<Command>* out);
+
+// Prints "quiltctl: <message>" to stderr; returns 1.
+int PrintError(const std::string& message);
+
+}  // namespace quilt::cli
+
+#endif  // QUILT_SRC_CLI_COMMAND_H_

@@ -1,0 +1,130 @@
+// quiltctl train-local: trains a model on one CPU device from NumPy files or
+// a synthetic dataset and prints the loss of every step.
+#include <iostream>
+#include <thread>
+
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "nlohmann/json.hpp"
+#include "src/cli/command.h"
+#include "src/graph/autodiff.h"
+#include "src/graph/model_loader.h"
+#include "src/runtime/data/dataset.h"
+#include "src/runtime/local_trainer.h"
+#include "src/runtime/parallel.h"
+
+namespace quilt::cli {
+namespace {
+
+struct TrainArgs {
+  std::string model;
+  std::string loss;
+  std::string data;
+  int64_t batch = 0;
+  int64_t steps = 0;
+  std::string optimizer = "sgd";
+  double lr = 0.01;
+  double momentum = 0;
+  double weight_decay = 0;
+  int threads = 0;
+  uint64_t seed = 0;
+  std::string format = "table";
+};
+
+int Run(const TrainArgs& a) {
+  SetComputeThreads(a.threads > 0 ? a.threads
+                                  : std::max(1u, std::thread::hardware_concurrency()));
+  absl::StatusOr<Graph> g = LoadModel(a.model, a.batch);
+  if (!g.ok()) return PrintError(std::string(g.status().message()));
+  TrainingOptions to;
+  if (!a.loss.empty()) {
+    const LossType want = a.loss == "mse" ? LossType::kMse : LossType::kSoftmaxCrossEntropy;
+    if (g->loss.type != LossType::kNone && !g->loss.output.empty() && g->loss.type != want) {
+      return PrintError("the model already computes a different loss than --loss " + a.loss);
+    }
+    to.loss = want;
+    if (g->loss.output.empty()) g->loss.type = want;
+  } else if (g->loss.type == LossType::kNone) {
+    return PrintError("the model has no loss; pass --loss softmax_cross_entropy or --loss mse");
+  }
+  to.optimizer.kind = a.optimizer == "adam" ? OptimizerSpec::Kind::kAdam : OptimizerSpec::Kind::kSgd;
+  to.optimizer.learning_rate = a.lr;
+  to.optimizer.momentum = a.momentum;
+  to.optimizer.weight_decay = a.weight_decay;
+  if (absl::Status s = BuildTrainingGraph(&*g, to); !s.ok()) {
+    return PrintError(std::string(s.message()));
+  }
+  absl::StatusOr<DataSignature> sig = DataSignatureOf(*g);
+  if (!sig.ok()) return PrintError(std::string(sig.status().message()));
+  absl::StatusOr<std::unique_ptr<Dataset>> data;
+  if (a.data == "synthetic") {
+    data = MakeSyntheticDataset(*g, *sig, a.seed);
+  } else {
+    std::vector<std::string> paths = absl::StrSplit(a.data, ',');
+    if (paths.size() != 2) {
+      return PrintError("--data must be INPUTS.npy,LABELS.npy or synthetic");
+    }
+    data = OpenNumpyDataset(paths[0], paths[1], *sig);
+  }
+  if (!data.ok()) return PrintError(std::string(data.status().message()));
+  const bool json = a.format == "json";
+  if (!json) {
+    std::cout << absl::StrFormat(
+        "Training %s on 1 CPU device (%d threads): batch %d, %d steps, %s lr=%g\n", a.model,
+        ComputeThreads(), a.batch, a.steps, a.optimizer, a.lr);
+  }
+  LocalTrainOptions lo;
+  lo.batch = a.batch;
+  lo.steps = a.steps;
+  lo.seed = a.seed;
+  lo.on_step = [&](const StepReport& r) {
+    if (!json) {
+      std::cout << absl::StrFormat("step %d/%d  loss %.6f  samples/s %.1f\n", r.step, a.steps,
+                                   r.loss, r.samples_per_s)
+                << std::flush;
+    }
+  };
+  absl::StatusOr<LocalTrainResult> result = TrainLocal(*g, data->get(), lo);
+  if (!result.ok()) return PrintError(std::string(result.status().message()));
+  const double sps = result->mean_step_time_s > 0 ? a.batch / result->mean_step_time_s : 0;
+  if (json) {
+    nlohmann::json j;
+    j["model"] = a.model;
+    j["batch"] = a.batch;
+    j["steps"] = a.steps;
+    j["optimizer"] = a.optimizer;
+    j["threads"] = ComputeThreads();
+    j["losses"] = result->losses;
+    j["mean_step_time_s"] = result->mean_step_time_s;
+    j["samples_per_s"] = sps;
+    std::cout << j.dump() << "\n";
+  } else {
+    std::cout << absl::StrFormat("done: mean step %.2f ms (%.1f samples/s after the first step)\n",
+                                 result->mean_step_time_s * 1e3, sps);
+  }
+  return 0;
+}
+
+}  // namespace
+
+void AddTrainLocalCommand(CLI::App& app, std::vector<Command>* out) {
+  auto a = std::make_shared<TrainArgs>();
+  CLI::App* c = app.add_subcommand("train-local", "Train a model on one CPU device");
+  c->add_option("model", a->model, "zoo:NAME, a .onnx file or a .pb/.pbtxt graph")->required();
+  c->add_option("--loss", a->loss, "softmax_cross_entropy | mse (default: the model's own)")
+      ->check(CLI::IsMember({"softmax_cross_entropy", "mse"}));
+  c->add_option("--data", a->data, "INPUTS.npy,LABELS.npy or synthetic")->required();
+  c->add_option("--batch", a->batch, "Samples per step")->required()->check(CLI::PositiveNumber);
+  c->add_option("--steps", a->steps, "Training steps")->required()->check(CLI::PositiveNumber);
+  c->add_option("--optimizer", a->optimizer, "sgd | adam")->check(CLI::IsMember({"sgd", "adam"}));
+  c->add_option("--lr", a->lr, "Learning rate")->check(CLI::PositiveNumber);
+  c->add_option("--momentum", a->momentum, "SGD momentum")->check(CLI::Range(0.0, 1.0));
+  c->add_option("--weight-decay", a->weight_decay, "L2 weight decay")->check(CLI::NonNegativeNumber);
+  c->add_option("--threads", a->threads, "Compute threads (default: all cores)")
+      ->check(CLI::PositiveNumber);
+  c->add_option("--seed", a->seed, "Seed of synthetic data and dropout");
+  c->add_option("-o,--output", a->format, "table | json")->check(CLI::IsMember({"table", "json"}));
+  out->push_back({c, [a]() { return Run(*a); }});
+}
+
+}  // namespace quilt::cli

@@ -1,0 +1,42 @@
+#include "src/graph/graph_summary.h"
+
+#include "src/graph/op_registry.h"
+
+namespace quilt {
+
+absl::StatusOr<GraphSummary> Summarize(const Graph& g, int64_t batch) {
+  GraphSummary s;
+  s.batch = batch;
+  s.parameters = g.ParameterCount();
+  for (const ParameterSpec& p : g.parameters) {
+    const TensorInfo* t = g.FindTensor(p.tensor);
+    if (t) s.parameter_bytes += t->shape.NumElements(1) * DTypeSize(t->dtype);
+  }
+  for (const TensorInfo& t : g.tensors()) {
+    if (t.role == TensorRole::kActivation) {
+      ++s.activation_tensors;
+      s.activation_bytes += t.shape.NumElements(batch) * DTypeSize(t.dtype);
+    }
+  }
+  for (const Op& op : g.ops) {
+    ++s.ops;
+    ++s.ops_by_type[op.type];
+    const OpSchema* schema = OpRegistry::Global().Find(op.type);
+    if (schema == nullptr) return absl::InvalidArgumentError("unknown op type " + op.type);
+    CostContext c{op, {}, {}, {}, {}};
+    for (const std::string& in : op.inputs) {
+      const TensorInfo* t = in.empty() ? nullptr : g.FindTensor(in);
+      c.in_dims.push_back(t ? t->shape.Concrete(batch) : std::vector<int64_t>{});
+      c.in_dtypes.push_back(t ? t->dtype : DType::kF32);
+    }
+    for (const std::string& out : op.outputs) {
+      const TensorInfo* t = g.FindTensor(out);
+      c.out_dims.push_back(t ? t->shape.Concrete(batch) : std::vector<int64_t>{});
+      c.out_dtypes.push_back(t ? t->dtype : DType::kF32);
+    }
+    s.flops += EstimateOpCost(*schema, c).flops;
+  }
+  return s;
+}
+
+}  // namespace quilt

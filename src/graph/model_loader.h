@@ -1,0 +1,24 @@
+// Resolves a model reference to a forward graph: "zoo:NAME", an ONNX file
+// (*.onnx), or a serialized quilt.v1.TrainingGraph (*.pb binary, *.pbtxt /
+// *.textproto text).
+#ifndef QUILT_SRC_GRAPH_MODEL_LOADER_H_
+#define QUILT_SRC_GRAPH_MODEL_LOADER_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "src/graph/graph.h"
+
+namespace quilt {
+
+// `batch` > 0 sets the graph's reference batch. Errors: NOT_FOUND (no such
+// file or zoo model), INVALID_ARGUMENT (unreadable or invalid model).
+absl::StatusOr<Graph> LoadModel(const std::string& spec, int64_t batch = 0);
+
+// Same, from the bytes of an ONNX file or of a TrainingGraph message.
+absl::StatusOr<Graph> LoadOnnxBytes(const std::string& bytes, int64_t batch,
+                                    const std::string& source);
+
+}  // namespace quilt
+
+#endif  // QUILT_SRC_GRAPH_MODEL_LOADER_H_

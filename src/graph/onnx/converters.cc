@@ -1,0 +1,623 @@
+// ONNX op converters: each maps one ONNX node to Quilt ops (or folds it to a
+// constant when all its inputs are known, as shape computations are).
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "src/common/status.h"
+#include "src/graph/onnx/import_context.h"
+
+namespace quilt::onnx_import {
+namespace {
+
+using Node = onnx::NodeProto;
+
+// Same-named op with the node's inputs as data.
+absl::Status Direct(ImportContext& ctx, const Node& node, const std::string& type,
+                    Attrs attrs = {}) {
+  std::vector<std::string> ins;
+  for (int i = 0; i < node.input_size(); ++i) {
+    if (!ctx.HasInput(node, i)) {
+      ins.push_back("");
+      continue;
+    }
+    ASSIGN_OR_RETURN(std::string t, ctx.Data(node, i));
+    ins.push_back(t);
+  }
+  while (!ins.empty() && ins.back().empty()) ins.pop_back();
+  return ctx.Emit(node, type, std::move(ins), std::move(attrs));
+}
+
+// Folds an element-wise int64/float op on constants (shape arithmetic).
+bool FoldBinary(ImportContext& ctx, const Node& node) {
+  const Tensor* a = ctx.ConstantInput(node, 0);
+  const Tensor* b = ctx.ConstantInput(node, 1);
+  if (a == nullptr || b == nullptr || a->dtype() != DType::kI64 || b->dtype() != DType::kI64) {
+    return false;
+  }
+  if (a->numel() != b->numel() && a->numel() != 1 && b->numel() != 1) return false;
+  const bool a_big = a->numel() >= b->numel();
+  Tensor out = (a_big ? *a : *b).Clone();
+  for (int64_t i = 0; i < out.numel(); ++i) {
+    const int64_t x = a->i64()[a->numel() == 1 ? 0 : i], y = b->i64()[b->numel() == 1 ? 0 : i];
+    const std::string& t = node.op_type();
+    out.i64()[i] = t == "Add" ? x + y : t == "Sub" ? x - y : t == "Mul" ? x * y : (y ? x / y : 0);
+  }
+  ctx.SetConstant(node.output(0), out);
+  return true;
+}
+
+absl::Status Binary(ImportContext& ctx, const Node& node) {
+  if (node.op_type() != "Pow" && FoldBinary(ctx, node)) return absl::OkStatus();
+  return Direct(ctx, node, node.op_type());
+}
+
+absl::Status Unary(ImportContext& ctx, const Node& node) { return Direct(ctx, node, node.op_type()); }
+
+absl::Status Identity(ImportContext& ctx, const Node& node) {
+  if (ctx.IsParameterInitializer(node, 0)) {
+    // The exporter deduplicates equal initializers (e.g. every LayerNorm's
+    // ones) behind Identity nodes; in the model they are separate parameters.
+    ASSIGN_OR_RETURN(Tensor v, ctx.Const(node, 0));
+    ASSIGN_OR_RETURN(std::string p, ctx.b().AddParameterValue(ctx.b().UniqueName(node.output(0)),
+                                                              v.Clone()));
+    ctx.SetTensor(node.output(0), p);
+    return absl::OkStatus();
+  }
+  if (const Tensor* c = ctx.ConstantInput(node, 0)) {
+    ctx.SetConstant(node.output(0), *c);
+    return absl::OkStatus();
+  }
+  ASSIGN_OR_RETURN(std::string x, ctx.Data(node, 0));
+  ctx.SetTensor(node.output(0), x);
+  return absl::OkStatus();
+}
+
+absl::Status ConstantNode(ImportContext& ctx, const Node& node) {
+  for (const auto& a : node.attribute()) {
+    if (a.name() == "value") {
+      ASSIGN_OR_RETURN(Tensor t, FromTensorProto(a.t()));
+      ctx.SetConstant(node.output(0), t);
+      return absl::OkStatus();
+    }
+    if (a.name() == "value_float") {
+      ctx.SetConstant(node.output(0), Tensor::ScalarF32(a.f()));
+      return absl::OkStatus();
+    }
+    if (a.name() == "value_int") {
+      ctx.SetConstant(node.output(0), Tensor::FromI64({}, {a.i()}));
+      return absl::OkStatus();
+    }
+    if (a.name() == "value_ints") {
+      std::vector<int64_t> v(a.ints().begin(), a.ints().end());
+      ctx.SetConstant(node.output(0), Tensor::FromI64({static_cast<int64_t>(v.size())}, v));
+      return absl::OkStatus();
+    }
+    if (a.name() == "value_floats") {
+      std::vector<float> v(a.floats().begin(), a.floats().end());
+      ctx.SetConstant(node.output(0), Tensor::FromF32({static_cast<int64_t>(v.size())}, v));
+      return absl::OkStatus();
+    }
+  }
+  return absl::InvalidArgumentError("Constant without a supported value attribute");
+}
+
+absl::Status Gemm(ImportContext& ctx, const Node& node) {
+  Attrs a;
+  a.SetInt("transA", AttrInt(node, "transA", 0));
+  a.SetInt("transB", AttrInt(node, "transB", 0));
+  a.SetFloat("alpha", AttrFloat(node, "alpha", 1.0f));
+  a.SetFloat("beta", AttrFloat(node, "beta", 1.0f));
+  return Direct(ctx, node, "Gemm", std::move(a));
+}
+
+// Resolves auto_pad into explicit pads for a 2-D window.
+absl::StatusOr<std::vector<int64_t>> Pads(ImportContext& ctx, const Node& node,
+                                          const std::string& x, std::vector<int64_t> kernel) {
+  std::vector<int64_t> pads = AttrInts(node, "pads");
+  const std::string auto_pad = AttrString(node, "auto_pad", "NOTSET");
+  if (auto_pad == "NOTSET") return pads.empty() ? std::vector<int64_t>{0, 0, 0, 0} : pads;
+  if (auto_pad == "VALID") return std::vector<int64_t>{0, 0, 0, 0};
+  ASSIGN_OR_RETURN(TensorType t, ctx.TypeOf(x));
+  if (t.shape.rank() != 4) return absl::InvalidArgumentError("only 2-D windows");
+  std::vector<int64_t> strides = AttrInts(node, "strides");
+  std::vector<int64_t> dil = AttrInts(node, "dilations");
+  if (strides.empty()) strides = {1, 1};
+  if (dil.empty()) dil = {1, 1};
+  pads.assign(4, 0);
+  for (int i = 0; i < 2; ++i) {
+    const int64_t in = t.shape.dim(2 + i).value;
+    const int64_t out = (in + strides[i] - 1) / strides[i];
+    const int64_t total =
+        std::max<int64_t>(0, (out - 1) * strides[i] + (kernel[i] - 1) * dil[i] + 1 - in);
+    const int64_t small = total / 2, big = total - small;
+    pads[i] = auto_pad == "SAME_UPPER" ? small : big;
+    pads[i + 2] = auto_pad == "SAME_UPPER" ? big : small;
+  }
+  return pads;
+}
+
+absl::Status Conv(ImportContext& ctx, const Node& node) {
+  ASSIGN_OR_RETURN(std::string x, ctx.Data(node, 0));
+  ASSIGN_OR_RETURN(std::string w, ctx.Data(node, 1));
+  ASSIGN_OR_RETURN(TensorType wt, ctx.TypeOf(w));
+  if (wt.shape.rank() != 4) return absl::InvalidArgumentError("only 2-D convolution is supported");
+  std::vector<int64_t> kernel = AttrInts(node, "kernel_shape");
+  if (kernel.empty()) kernel = {wt.shape.dim(2).value, wt.shape.dim(3).value};
+  Attrs a;
+  a.SetInts("kernel_shape", kernel);
+  std::vector<int64_t> strides = AttrInts(node, "strides"), dil = AttrInts(node, "dilations");
+  a.SetInts("strides", strides.empty() ? std::vector<int64_t>{1, 1} : strides);
+  a.SetInts("dilations", dil.empty() ? std::vector<int64_t>{1, 1} : dil);
+  ASSIGN_OR_RETURN(std::vector<int64_t> pads, Pads(ctx, node, x, kernel));
+  a.SetInts("pads", pads);
+  a.SetInt("group", AttrInt(node, "group", 1));
+  std::vector<std::string> ins = {x, w};
+  if (ctx.HasInput(node, 2)) {
+    ASSIGN_OR_RETURN(std::string b, ctx.Data(node, 2));
+    ins.push_back(b);
+  }
+  return ctx.Emit(node, "Conv", ins, std::move(a));
+}
+
+absl::Status Pool(ImportContext& ctx, const Node& node) {
+  if (node.output_size() > 1 && !node.output(1).empty()) {
+    return absl::InvalidArgumentError("MaxPool's Indices output is not supported");
+  }
+  ASSIGN_OR_RETURN(std::string x, ctx.Data(node, 0));
+  const std::vector<int64_t> kernel = AttrInts(node, "kernel_shape");
+  if (kernel.size() != 2) return absl::InvalidArgumentError("only 2-D pooling is supported");
+  Attrs a;
+  a.SetInts("kernel_shape", kernel);
+  std::vector<int64_t> strides = AttrInts(node, "strides"), dil = AttrInts(node, "dilations");
+  a.SetInts("strides", strides.empty() ? std::vector<int64_t>{1, 1} : strides);
+  if (!dil.empty()) a.SetInts("dilations", dil);
+  ASSIGN_OR_RETURN(std::vector<int64_t> pads, Pads(ctx, node, x, kernel));
+  a.SetInts("pads", pads);
+  a.SetInt("ceil_mode", AttrInt(node, "ceil_mode", 0));
+  if (node.op_type() == "AveragePool") {
+    a.SetInt("count_include_pad", AttrInt(node, "count_include_pad", 0));
+  }
+  return ctx.Emit(node, node.op_type(), {x}, std::move(a), 1, 1);
+}
+
+absl::Status BatchNorm(ImportContext& ctx, const Node& node) {
+  std::vector<std::string> ins;
+  for (int i = 0; i < 3; ++i) {
+    ASSIGN_OR_RETURN(std::string t, ctx.Data(node, i));
+    ins.push_back(t);
+  }
+  for (int i = 3; i < 5; ++i) {
+    ASSIGN_OR_RETURN(std::string t, ctx.State(node, i));
+    ins.push_back(t);
+  }
+  Attrs a;
+  a.SetFloat("epsilon", AttrFloat(node, "epsilon", 1e-5f));
+  a.SetFloat("momentum", AttrFloat(node, "momentum", 0.9f));
+  // Always training mode: Quilt trains the model.
+  return ctx.Emit(node, "BatchNormalization", ins, std::move(a), 5,
+                  std::min(3, node.output_size()));
+}
+
+absl::Status LayerNorm(ImportContext& ctx, const Node& node) {
+  Attrs a;
+  a.SetInt("axis", AttrInt(node, "axis", -1));
+  a.SetFloat("epsilon", AttrFloat(node, "epsilon", 1e-5f));
+  std::vector<std::string> ins;
+  for (int i = 0; i < std::min(3, node.input_size()); ++i) {
+    if (!ctx.HasInput(node, i)) continue;
+    ASSIGN_OR_RETURN(std::string t, ctx.Data(node, i));
+    ins.push_back(t);
+  }
+  return ctx.Emit(node, "LayerNormalization", ins, std::move(a), 3,
+                  std::min(3, node.output_size()));
+}
+
+absl::Status Softmax(ImportContext& ctx, const Node& node) {
+  Attrs a;
+  a.SetInt("axis", AttrInt(node, "axis", -1));
+  ASSIGN_OR_RETURN(std::string x, ctx.Data(node, 0));
+  return ctx.Emit(node, node.op_type(), {x}, std::move(a));
+}
+
+// The reshape target with the batch on a -1 (or 0): the exporter bakes the
+// batch size it saw into constant targets.
+absl::StatusOr<std::vector<int64_t>> SymbolicTarget(ImportContext& ctx, const Shape& in,
+                                                    std::vector<int64_t> t) {
+  auto fits = [&](const std::vector<int64_t>& target) {
+    Graph scratch;
+    GraphBuilder b(&scratch);
+    if (!b.AddInput("x", DType::kF32, in).ok()) return false;
+    Attrs a;
+    a.SetInts("shape", target);
+    return b.Add("Reshape", {"x"}, std::move(a)).ok();
+  };
+  if (fits(t)) return t;
+  const int64_t b0 = ctx.export_batch();
+  // A -1 the exporter left is a fixed extent once the batch has its dim.
+  std::vector<int64_t> concrete = t;
+  const int64_t numel = in.NumElements(b0);
+  int64_t known = 1;
+  int infer_at = -1;
+  for (size_t i = 0; i < concrete.size(); ++i) {
+    if (concrete[i] == 0 && static_cast<int>(i) < in.rank()) concrete[i] = in.dim(i).Concrete(b0);
+    if (concrete[i] == -1) {
+      infer_at = static_cast<int>(i);
+    } else {
+      known *= concrete[i];
+    }
+  }
+  if (infer_at >= 0 && known > 0) concrete[infer_at] = numel / known;
+  std::vector<int> order;
+  const int axis = in.BatchAxis();
+  if (axis >= 0 && axis < static_cast<int>(concrete.size())) order.push_back(axis);
+  for (int i = 0; i < static_cast<int>(concrete.size()); ++i) {
+    if (i != axis) order.push_back(i);
+  }
+  for (int j : order) {
+    if (concrete[j] <= 0 || b0 <= 0 || concrete[j] % b0 != 0) continue;
+    std::vector<int64_t> cand = concrete;
+    cand[j] = -1;
+    if (fits(cand)) return cand;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "cannot tell which dimension of the reshape target [", absl::StrJoin(t, ","),
+      "] carries the batch of ", in.ToString(), " (exported batch ", b0, ")"));
+}
+
+absl::Status Reshape(ImportContext& ctx, const Node& node) {
+  ASSIGN_OR_RETURN(std::vector<int64_t> target, ctx.ConstInts(node, 1));
+  if (AttrInt(node, "allowzero", 0) != 0) {
+    return absl::InvalidArgumentError("Reshape with allowzero = 1 is not supported");
+  }
+  if (const Tensor* c = ctx.ConstantInput(node, 0); c != nullptr && !ctx.IsParameterInitializer(node, 0)) {
+    // Constant data: reshape the value itself.
+    std::vector<int64_t> dims = target;
+    int64_t known = 1;
+    int infer_at = -1;
+    for (size_t i = 0; i < dims.size(); ++i) {
+      if (dims[i] == 0) dims[i] = c->dim(static_cast<int>(i));
+      if (dims[i] == -1) {
+        infer_at = static_cast<int>(i);
+      } else {
+        known *= dims[i];
+      }
+    }
+    if (infer_at >= 0 && known > 0) dims[infer_at] = c->numel() / known;
+    ctx.SetConstant(node.output(0), c->Clone().Reshaped(dims));
+    return absl::OkStatus();
+  }
+  ASSIGN_OR_RETURN(std::string x, ctx.Data(node, 0));
+  ASSIGN_OR_RETURN(TensorType t, ctx.TypeOf(x));
+  ASSIGN_OR_RETURN(target, SymbolicTarget(ctx, t.shape, target));
+  Attrs a;
+  a.SetInts("shape", target);
+  return ctx.Emit(node, "Reshape", {x}, std::move(a));
+}
+
+absl::Status Flatten(ImportContext& ctx, const Node& node) {
+  Attrs a;
+  a.SetInt("axis", AttrInt(node, "axis", 1));
+  ASSIGN_OR_RETURN(std::string x, ctx.Data(node, 0));
+  return ctx.Emit(node, "Flatten", {x}, std::move(a));
+}
+
+absl::Status Transpose(ImportContext& ctx, const Node& node) {
+  Attrs a;
+  std::vector<int64_t> perm = AttrInts(node, "perm");
+  if (!perm.empty()) a.SetInts("perm", perm);
+  ASSIGN_OR_RETURN(std::string x, ctx.Data(node, 0));
+  return ctx.Emit(node, "Transpose", {x}, std::move(a));
+}
+
+// Axes from input 1 (opset 13+) or the attribute.
+absl::StatusOr<std::vector<int64_t>> AxesOf(ImportContext& ctx, const Node& node, int input) {
+  if (ctx.HasInput(node, input)) return ctx.ConstInts(node, input);
+  return AttrInts(node, "axes");
+}
+
+absl::Status SqueezeLike(ImportContext& ctx, const Node& node) {
+  ASSIGN_OR_RETURN(std::vector<int64_t> axes, AxesOf(ctx, node, 1));
+  if (const Tensor* c = ctx.ConstantInput(node, 0); c != nullptr && !ctx.IsParameterInitializer(node, 0)) {
+    std::vector<int64_t> dims = c->dims();
+    const int rank = static_cast<int>(dims.size());
+    if (node.op_type() == "Unsqueeze") {
+      const int out_rank = rank + static_cast<int>(axes.size());
+      for (int64_t& a : axes) a = a < 0 ? a + out_rank : a;
+      std::sort(axes.begin(), axes.end());
+      for (int64_t a : axes) dims.insert(dims.begin() + std::min<int64_t>(a, dims.size()), 1);
+    } else {
+      std::vector<int64_t> kept;
+      for (int i = 0; i < rank; ++i) {
+        bool drop = axes.empty() ? dims[i] == 1 : false;
+        for (int64_t a : axes) drop |= (a < 0 ? a + rank : a) == i;
+        if (!drop) kept.push_back(dims[i]);
+      }
+      dims = kept;
+    }
+    ctx.SetConstant(node.output(0), c->Clone().Reshaped(dims));
+    return absl::OkStatus();
+  }
+  Attrs a;
+  a.SetInts("axes", axes);
+  ASSIGN_OR_RETURN(std::string x, ctx.Data(node, 0));
+  return ctx.Emit(node, node.op_type(), {x}, std::move(a));
+}
+
+absl::Status Concat(ImportContext& ctx, const Node& node) {
+  const int64_t axis = AttrInt(node, "axis", 0);
+  bool all_const = true;
+  for (int i = 0; i < node.input_size(); ++i) {
+    const Tensor* c = ctx.ConstantInput(node, i);
+    all_const &= c != nullptr && c->dtype() == DType::kI64 && c->rank() == 1 &&
+                 !ctx.IsParameterInitializer(node, i);
+  }
+  if (all_const && (axis == 0 || axis == -1)) {
+    std::vector<int64_t> v;
+    for (int i = 0; i < node.input_size(); ++i) {
+      const Tensor* c = ctx.ConstantInput(node, i);
+      v.insert(v.end(), c->i64(), c->i64() + c->numel());
+    }
+    ctx.SetConstant(node.output(0), Tensor::FromI64({static_cast<int64_t>(v.size())}, v));
+    return absl::OkStatus();
+  }
+  Attrs a;
+  a.SetInt("axis", axis);
+  return Direct(ctx, node, "Concat", std::move(a));
+}
+
+absl::Status Split(ImportContext& ctx, const Node& node) {
+  Attrs a;
+  a.SetInt("axis", AttrInt(node, "axis", 0));
+  std::vector<int64_t> split = AttrInts(node, "split");
+  if (ctx.HasInput(node, 1)) {
+    ASSIGN_OR_RETURN(split, ctx.ConstInts(node, 1));
+  }
+  if (!split.empty()) a.SetInts("split", split);
+  ASSIGN_OR_RETURN(std::string x, ctx.Data(node, 0));
+  return ctx.Emit(node, "Split", {x}, std::move(a));
+}
+
+absl::Status Slice(ImportContext& ctx, const Node& node) {
+  ASSIGN_OR_RETURN(std::vector<int64_t> starts, ctx.ConstInts(node, 1));
+  ASSIGN_OR_RETURN(std::vector<int64_t> ends, ctx.ConstInts(node, 2));
+  std::vector<int64_t> axes, steps;
+  if (ctx.HasInput(node, 3)) {
+    ASSIGN_OR_RETURN(axes, ctx.ConstInts(node, 3));
+  }
+  if (ctx.HasInput(node, 4)) {
+    ASSIGN_OR_RETURN(steps, ctx.ConstInts(node, 4));
+  }
+  const Tensor* c = ctx.ConstantInput(node, 0);
+  if (c != nullptr && c->dtype() == DType::kI64 && c->rank() == 1) {
+    // Shape arithmetic: slice the constant vector.
+    const int64_t n = c->numel();
+    int64_t st = starts.at(0), en = ends.at(0), step = steps.empty() ? 1 : steps[0];
+    if (st < 0) st += n;
+    if (en < 0) en += n;
+    st = std::max<int64_t>(0, std::min(st, n));
+    en = std::max<int64_t>(-1, std::min(en, n));
+    std::vector<int64_t> v;
+    for (int64_t i = st; step > 0 ? i < en : i > en; i += step) v.push_back(c->i64()[i]);
+    ctx.SetConstant(node.output(0), Tensor::FromI64({static_cast<int64_t>(v.size())}, v));
+    return absl::OkStatus();
+  }
+  Attrs a;
+  a.SetInts("starts", starts);
+  a.SetInts("ends", ends);
+  if (!axes.empty()) a.SetInts("axes", axes);
+  if (!steps.empty()) a.SetInts("steps", steps);
+  ASSIGN_OR_RETURN(std::string x, ctx.Data(node, 0));
+  return ctx.Emit(node, "Slice", {x}, std::move(a));
+}
+
+absl::Status Gather(ImportContext& ctx, const Node& node) {
+  const int64_t axis = AttrInt(node, "axis", 0);
+  const Tensor* data = ctx.ConstantInput(node, 0);
+  const Tensor* idx = ctx.ConstantInput(node, 1);
+  if (data != nullptr && idx != nullptr && data->dtype() == DType::kI64 && data->rank() == 1) {
+    std::vector<int64_t> v;
+    for (int64_t i = 0; i < idx->numel(); ++i) {
+      int64_t k = idx->i64()[i];
+      if (k < 0) k += data->numel();
+      if (k < 0 || k >= data->numel()) return absl::InvalidArgumentError("index out of range");
+      v.push_back(data->i64()[k]);
+    }
+    ctx.SetConstant(node.output(0), Tensor::FromI64(idx->dims(), v));
+    return absl::OkStatus();
+  }
+  Attrs a;
+  a.SetInt("axis", axis);
+  return Direct(ctx, node, "Gather", std::move(a));
+}
+
+absl::Status Shape(ImportContext& ctx, const Node& node) {
+  std::vector<int64_t> dims;
+  if (const Tensor* c = ctx.ConstantInput(node, 0)) {
+    dims = c->dims();
+  } else {
+    ASSIGN_OR_RETURN(std::string x, ctx.Data(node, 0));
+    ASSIGN_OR_RETURN(TensorType t, ctx.TypeOf(x));
+    dims = t.shape.Concrete(ctx.export_batch());
+  }
+  const int64_t r = static_cast<int64_t>(dims.size());
+  int64_t start = AttrInt(node, "start", 0), end = AttrInt(node, "end", r);
+  if (start < 0) start += r;
+  if (end < 0) end += r;
+  start = std::max<int64_t>(0, std::min(start, r));
+  end = std::max(start, std::min(end, r));
+  std::vector<int64_t> v(dims.begin() + start, dims.begin() + end);
+  ctx.SetConstant(node.output(0), Tensor::FromI64({static_cast<int64_t>(v.size())}, v));
+  return absl::OkStatus();
+}
+
+absl::Status ConstantOfShape(ImportContext& ctx, const Node& node) {
+  ASSIGN_OR_RETURN(std::vector<int64_t> dims, ctx.ConstInts(node, 0));
+  Tensor value = Tensor::ScalarF32(0.0f);
+  if (const auto* a = FindAttr(node, "value")) {
+    ASSIGN_OR_RETURN(value, FromTensorProto(a->t()));
+  }
+  ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(value.dtype(), dims));
+  for (int64_t i = 0; i < out.numel(); ++i) {
+    std::memcpy(static_cast<char*>(out.raw()) + i * DTypeSize(out.dtype()), value.raw(),
+                DTypeSize(out.dtype()));
+  }
+  ctx.SetConstant(node.output(0), out);
+  return absl::OkStatus();
+}
+
+absl::Status Cast(ImportContext& ctx, const Node& node) {
+  const int64_t to = AttrInt(node, "to", 0);
+  std::string q;
+  if (to == onnx::TensorProto::FLOAT || to == onnx::TensorProto::DOUBLE) q = "f32";
+  if (to == onnx::TensorProto::INT64 || to == onnx::TensorProto::INT32) q = "i64";
+  if (q.empty()) return absl::InvalidArgumentError(absl::StrCat("Cast to type ", to, " is not supported"));
+  if (const Tensor* c = ctx.ConstantInput(node, 0); c != nullptr && !ctx.IsParameterInitializer(node, 0)) {
+    ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(q == "f32" ? DType::kF32 : DType::kI64, c->dims()));
+    for (int64_t i = 0; i < c->numel(); ++i) {
+      if (q == "f32") {
+        out.f32()[i] = c->dtype() == DType::kF32 ? c->f32()[i] : static_cast<float>(c->i64()[i]);
+      } else {
+        out.i64()[i] = c->dtype() == DType::kI64 ? c->i64()[i] : static_cast<int64_t>(c->f32()[i]);
+      }
+    }
+    ctx.SetConstant(node.output(0), out);
+    return absl::OkStatus();
+  }
+  Attrs a;
+  a.SetString("to", q);
+  ASSIGN_OR_RETURN(std::string x, ctx.Data(node, 0));
+  return ctx.Emit(node, "Cast", {x}, std::move(a));
+}
+
+absl::Status Reduce(ImportContext& ctx, const Node& node) {
+  ASSIGN_OR_RETURN(std::vector<int64_t> axes, AxesOf(ctx, node, 1));
+  Attrs a;
+  a.SetInts("axes", axes);
+  a.SetInt("keepdims", AttrInt(node, "keepdims", 1));
+  a.SetInt("noop_with_empty_axes", AttrInt(node, "noop_with_empty_axes", 0));
+  ASSIGN_OR_RETURN(std::string x, ctx.Data(node, 0));
+  return ctx.Emit(node, node.op_type(), {x}, std::move(a));
+}
+
+absl::Status Dropout(ImportContext& ctx, const Node& node) {
+  float ratio = AttrFloat(node, "ratio", 0.5f);
+  if (const Tensor* r = ctx.ConstantInput(node, 1)) ratio = r->f32()[0];
+  bool training = false;
+  if (const Tensor* t = ctx.ConstantInput(node, 2)) training = t->i64()[0] != 0;
+  if (node.output_size() > 1 && !node.output(1).empty()) {
+    return absl::InvalidArgumentError("Dropout's mask output is not supported");
+  }
+  ASSIGN_OR_RETURN(std::string x, ctx.Data(node, 0));
+  if (!training || ratio == 0) {
+    ctx.SetTensor(node.output(0), x);
+    return absl::OkStatus();
+  }
+  Attrs a;
+  a.SetFloat("ratio", ratio);
+  return ctx.Emit(node, "Dropout", {x}, std::move(a), 2, 1);
+}
+
+absl::Status Pad(ImportContext& ctx, const Node& node) {
+  const std::string mode = AttrString(node, "mode", "constant");
+  if (mode != "constant") {
+    return absl::InvalidArgumentError("Pad mode '" + mode + "' is not supported (only constant)");
+  }
+  std::vector<int64_t> pads = AttrInts(node, "pads");
+  if (ctx.HasInput(node, 1)) {
+    ASSIGN_OR_RETURN(pads, ctx.ConstInts(node, 1));
+  }
+  float value = 0;
+  if (const Tensor* v = ctx.ConstantInput(node, 2)) value = v->f32()[0];
+  if (ctx.HasInput(node, 3)) return absl::InvalidArgumentError("Pad with axes is not supported");
+  ASSIGN_OR_RETURN(std::string x, ctx.Data(node, 0));
+  if (std::all_of(pads.begin(), pads.end(), [](int64_t p) { return p == 0; })) {
+    ctx.SetTensor(node.output(0), x);
+    return absl::OkStatus();
+  }
+  Attrs a;
+  a.SetInts("pads", pads);
+  a.SetFloat("value", value);
+  return ctx.Emit(node, "Pad", {x}, std::move(a));
+}
+
+absl::Status Sce(ImportContext& ctx, const Node& node) {
+  if (ctx.HasInput(node, 2)) {
+    return absl::InvalidArgumentError("SoftmaxCrossEntropyLoss with class weights is not supported");
+  }
+  const std::string reduction = AttrString(node, "reduction", "mean");
+  if (reduction != "mean" && reduction != "sum") {
+    return absl::InvalidArgumentError("SoftmaxCrossEntropyLoss reduction '" + reduction +
+                                      "' is not supported");
+  }
+  Attrs a;
+  a.SetInt("class_axis", 1);
+  a.SetString("reduction", reduction);
+  if (FindAttr(node, "ignore_index") != nullptr) a.SetInt("ignore_index", AttrInt(node, "ignore_index", 0));
+  ASSIGN_OR_RETURN(std::string scores, ctx.Data(node, 0));
+  ASSIGN_OR_RETURN(std::string labels, ctx.Data(node, 1));
+  RETURN_IF_ERROR(ctx.Emit(node, "SoftmaxCrossEntropyLoss", {scores, labels}, std::move(a),
+                           std::min(2, node.output_size())));
+  Graph& g = ctx.graph();
+  g.loss.type = LossType::kSoftmaxCrossEntropy;
+  g.loss.prediction = scores;
+  g.loss.label = labels;
+  g.loss.output = g.ops.back().outputs[0];
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+const std::map<std::string, Converter>& Converters() {
+  static const auto* table = new std::map<std::string, Converter>{
+      {"Add", Binary},
+      {"Sub", Binary},
+      {"Mul", Binary},
+      {"Div", Binary},
+      {"Pow", Binary},
+      {"Sum", [](ImportContext& c, const Node& n) { return Direct(c, n, "Sum"); }},
+      {"Relu", Unary},
+      {"Tanh", Unary},
+      {"Sigmoid", Unary},
+      {"Erf", Unary},
+      {"Sqrt", Unary},
+      {"Exp", Unary},
+      {"Log", Unary},
+      {"Neg", Unary},
+      {"Identity", Identity},
+      {"Constant", ConstantNode},
+      {"Gemm", Gemm},
+      {"MatMul", [](ImportContext& c, const Node& n) { return Direct(c, n, "MatMul"); }},
+      {"Conv", Conv},
+      {"MaxPool", Pool},
+      {"AveragePool", Pool},
+      {"GlobalAveragePool",
+       [](ImportContext& c, const Node& n) { return Direct(c, n, "GlobalAveragePool"); }},
+      {"BatchNormalization", BatchNorm},
+      {"LayerNormalization", LayerNorm},
+      {"Softmax", Softmax},
+      {"LogSoftmax", Softmax},
+      {"Reshape", Reshape},
+      {"Flatten", Flatten},
+      {"Transpose", Transpose},
+      {"Squeeze", SqueezeLike},
+      {"Unsqueeze", SqueezeLike},
+      {"Concat", Concat},
+      {"Split", Split},
+      {"Slice", Slice},
+      {"Gather", Gather},
+      {"Shape", Shape},
+      {"ConstantOfShape", ConstantOfShape},
+      {"Cast", Cast},
+      {"ReduceMean", Reduce},
+      {"ReduceSum", Reduce},
+      {"Dropout", Dropout},
+      {"Pad", Pad},
+      {"SoftmaxCrossEntropyLoss", Sce},
+  };
+  return *table;
+}
+
+}  // namespace quilt::onnx_import

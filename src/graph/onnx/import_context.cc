@@ -1,0 +1,234 @@
+#include "src/graph/onnx/import_context.h"
+
+#include <cstring>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "src/common/status.h"
+
+namespace quilt::onnx_import {
+
+absl::StatusOr<Tensor> FromTensorProto(const onnx::TensorProto& t) {
+  const std::string name = t.name().empty() ? "a tensor" : "tensor '" + t.name() + "'";
+  if (t.data_location() == onnx::TensorProto::EXTERNAL || t.external_data_size() > 0) {
+    return absl::InvalidArgumentError(
+        name + " keeps its data in an external file; export with the weights inside the model");
+  }
+  std::vector<int64_t> dims(t.dims().begin(), t.dims().end());
+  int64_t n = 1;
+  for (int64_t d : dims) {
+    if (d < 0 || (d > 0 && n > (int64_t{1} << 40) / d)) {
+      return absl::InvalidArgumentError(name + " has invalid dims");
+    }
+    n *= d;
+  }
+  const std::string& raw = t.raw_data();
+  // Raw bytes (esize each) or the typed repeated field must hold n values.
+  auto need = [&](size_t esize, int typed) -> absl::Status {
+    const bool ok = raw.empty() ? typed == n : raw.size() == static_cast<size_t>(n) * esize;
+    if (!ok) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          name, " has ", raw.empty() ? static_cast<size_t>(typed) : raw.size() / esize,
+          " values; its dims need ", n));
+    }
+    return absl::OkStatus();
+  };
+  switch (t.data_type()) {
+    case onnx::TensorProto::FLOAT: {
+      RETURN_IF_ERROR(need(4, t.float_data_size()));
+      ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(DType::kF32, dims));
+      if (!raw.empty()) {
+        std::memcpy(out.raw(), raw.data(), raw.size());
+      } else {
+        for (int64_t i = 0; i < n; ++i) out.f32()[i] = t.float_data(static_cast<int>(i));
+      }
+      return out;
+    }
+    case onnx::TensorProto::DOUBLE: {
+      RETURN_IF_ERROR(need(8, t.double_data_size()));
+      ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(DType::kF32, dims));
+      for (int64_t i = 0; i < n; ++i) {
+        double v;
+        if (!raw.empty()) {
+          std::memcpy(&v, raw.data() + 8 * i, 8);
+        } else {
+          v = t.double_data(static_cast<int>(i));
+        }
+        out.f32()[i] = static_cast<float>(v);
+      }
+      return out;
+    }
+    case onnx::TensorProto::INT64: {
+      RETURN_IF_ERROR(need(8, t.int64_data_size()));
+      ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(DType::kI64, dims));
+      if (!raw.empty()) {
+        std::memcpy(out.raw(), raw.data(), raw.size());
+      } else {
+        for (int64_t i = 0; i < n; ++i) out.i64()[i] = t.int64_data(static_cast<int>(i));
+      }
+      return out;
+    }
+    case onnx::TensorProto::INT32:
+    case onnx::TensorProto::BOOL:
+    case onnx::TensorProto::INT8:
+    case onnx::TensorProto::UINT8: {
+      const size_t esize = t.data_type() == onnx::TensorProto::INT32 ? 4 : 1;
+      RETURN_IF_ERROR(need(esize, t.int32_data_size()));
+      ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(DType::kI64, dims));
+      for (int64_t i = 0; i < n; ++i) {
+        int64_t v = 0;
+        if (!raw.empty()) {
+          if (esize == 4) {
+            int32_t x;
+            std::memcpy(&x, raw.data() + 4 * i, 4);
+            v = x;
+          } else {
+            v = t.data_type() == onnx::TensorProto::INT8 ? static_cast<int8_t>(raw[i])
+                                                         : static_cast<uint8_t>(raw[i]);
+          }
+        } else {
+          v = t.int32_data(static_cast<int>(i));
+        }
+        out.i64()[i] = v;
+      }
+      return out;
+    }
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, " has unsupported data type ", t.data_type()));
+  }
+}
+
+ImportContext::ImportContext(Graph* graph, int64_t export_batch)
+    : graph_(graph), builder_(graph), export_batch_(export_batch) {}
+
+void ImportContext::AddInitializer(const std::string& name, Tensor value) {
+  initializers_[name] = std::move(value);
+}
+
+void ImportContext::SetTensor(const std::string& onnx_name, const std::string& tensor) {
+  tensors_[onnx_name] = tensor;
+}
+
+void ImportContext::SetConstant(const std::string& onnx_name, Tensor value) {
+  constants_[onnx_name] = std::move(value);
+}
+
+bool ImportContext::HasInput(const onnx::NodeProto& node, int i) const {
+  return i < node.input_size() && !node.input(i).empty();
+}
+
+const Tensor* ImportContext::ConstantInput(const onnx::NodeProto& node, int i) const {
+  if (!HasInput(node, i)) return nullptr;
+  auto c = constants_.find(node.input(i));
+  if (c != constants_.end()) return &c->second;
+  auto it = initializers_.find(node.input(i));
+  if (it != initializers_.end()) return &it->second;
+  return nullptr;
+}
+
+absl::StatusOr<Tensor> ImportContext::Const(const onnx::NodeProto& node, int i) const {
+  const Tensor* t = ConstantInput(node, i);
+  if (t == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "input ", i, " ('", i < node.input_size() ? node.input(i) : "", "') must be a constant"));
+  }
+  return *t;
+}
+
+absl::StatusOr<std::vector<int64_t>> ImportContext::ConstInts(const onnx::NodeProto& node,
+                                                              int i) const {
+  ASSIGN_OR_RETURN(Tensor t, Const(node, i));
+  if (t.dtype() != DType::kI64) return absl::InvalidArgumentError("expected an integer constant");
+  return std::vector<int64_t>(t.i64(), t.i64() + t.numel());
+}
+
+bool ImportContext::IsParameterInitializer(const onnx::NodeProto& node, int i) const {
+  if (!HasInput(node, i)) return false;
+  auto it = initializers_.find(node.input(i));
+  if (it == initializers_.end()) return false;
+  // Trainable: float initializers, except scalars the exporter folded.
+  return it->second.dtype() == DType::kF32 &&
+         !(it->second.numel() <= 1 && absl::StartsWith(node.input(i), "onnx::"));
+}
+
+std::optional<std::string> ImportContext::Lookup(const std::string& onnx_name) const {
+  auto it = tensors_.find(onnx_name);
+  if (it == tensors_.end()) return std::nullopt;
+  return it->second;
+}
+
+absl::StatusOr<std::string> ImportContext::Materialize(const std::string& name, bool trainable,
+                                                       bool frozen) {
+  if (auto t = Lookup(name)) return *t;
+  auto init = initializers_.find(name);
+  if (init != initializers_.end() && (trainable || frozen)) {
+    const std::string pname = builder_.UniqueName(name);
+    ASSIGN_OR_RETURN(std::string p, builder_.AddParameterValue(pname, init->second, frozen));
+    tensors_[name] = p;
+    return p;
+  }
+  const Tensor* value = nullptr;
+  if (init != initializers_.end()) value = &init->second;
+  auto c = constants_.find(name);
+  if (c != constants_.end()) value = &c->second;
+  if (value == nullptr) return absl::InvalidArgumentError("undefined value '" + name + "'");
+  ASSIGN_OR_RETURN(std::string k, builder_.AddConstant(name, *value));
+  tensors_[name] = k;
+  return k;
+}
+
+absl::StatusOr<std::string> ImportContext::Data(const onnx::NodeProto& node, int i) {
+  if (!HasInput(node, i)) return absl::InvalidArgumentError(absl::StrCat("input ", i, " is missing"));
+  return Materialize(node.input(i), IsParameterInitializer(node, i), false);
+}
+
+absl::StatusOr<std::string> ImportContext::State(const onnx::NodeProto& node, int i) {
+  if (!HasInput(node, i)) return absl::InvalidArgumentError(absl::StrCat("input ", i, " is missing"));
+  return Materialize(node.input(i), false, initializers_.count(node.input(i)) > 0);
+}
+
+absl::Status ImportContext::Emit(const onnx::NodeProto& node, const std::string& type,
+                                 std::vector<std::string> inputs, Attrs attrs, int quilt_outputs,
+                                 int map_outputs) {
+  if (quilt_outputs < 0) quilt_outputs = node.output_size();
+  if (map_outputs < 0) map_outputs = std::min(quilt_outputs, node.output_size());
+  const std::string hint = node.name().empty() ? type : node.name();
+  ASSIGN_OR_RETURN(std::vector<std::string> outs,
+                   builder_.AddOp(type, std::move(inputs), std::move(attrs), quilt_outputs, hint));
+  for (int i = 0; i < map_outputs && i < node.output_size(); ++i) {
+    if (!node.output(i).empty()) tensors_[node.output(i)] = outs[i];
+  }
+  return absl::OkStatus();
+}
+
+const onnx::AttributeProto* FindAttr(const onnx::NodeProto& node, const std::string& name) {
+  for (const auto& a : node.attribute()) {
+    if (a.name() == name) return &a;
+  }
+  return nullptr;
+}
+
+int64_t AttrInt(const onnx::NodeProto& node, const std::string& name, int64_t def) {
+  const auto* a = FindAttr(node, name);
+  return a == nullptr ? def : a->i();
+}
+
+float AttrFloat(const onnx::NodeProto& node, const std::string& name, float def) {
+  const auto* a = FindAttr(node, name);
+  return a == nullptr ? def : a->f();
+}
+
+std::string AttrString(const onnx::NodeProto& node, const std::string& name,
+                       const std::string& def) {
+  const auto* a = FindAttr(node, name);
+  return a == nullptr ? def : a->s();
+}
+
+std::vector<int64_t> AttrInts(const onnx::NodeProto& node, const std::string& name) {
+  const auto* a = FindAttr(node, name);
+  if (a == nullptr) return {};
+  return std::vector<int64_t>(a->ints().begin(), a->ints().end());
+}
+
+}  // namespace quilt::onnx_import

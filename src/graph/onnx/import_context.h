@@ -1,0 +1,82 @@
+// State of one ONNX import: what each ONNX value name stands for (a graph
+// tensor, a known constant, or a not-yet-materialized initializer) and the
+// helpers converters use to read inputs and emit Quilt ops.
+#ifndef QUILT_SRC_GRAPH_ONNX_IMPORT_CONTEXT_H_
+#define QUILT_SRC_GRAPH_ONNX_IMPORT_CONTEXT_H_
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "onnx/onnx_pb.h"
+#include "src/graph/graph_builder.h"
+
+namespace quilt::onnx_import {
+
+// Converts a TensorProto (raw or typed data) to a Tensor. Errors:
+// INVALID_ARGUMENT for unsupported types, external data or a size mismatch.
+absl::StatusOr<Tensor> FromTensorProto(const onnx::TensorProto& t);
+
+class ImportContext {
+ public:
+  ImportContext(Graph* graph, int64_t export_batch);
+
+  GraphBuilder& b() { return builder_; }
+  Graph& graph() { return *graph_; }
+  int64_t export_batch() const { return export_batch_; }
+
+  void AddInitializer(const std::string& name, Tensor value);
+  void SetTensor(const std::string& onnx_name, const std::string& tensor);
+  void SetConstant(const std::string& onnx_name, Tensor value);
+
+  bool HasInput(const onnx::NodeProto& node, int i) const;
+  // The known value of input i, if it is a constant or initializer.
+  const Tensor* ConstantInput(const onnx::NodeProto& node, int i) const;
+  // Errors: INVALID_ARGUMENT when input i is not a constant.
+  absl::StatusOr<Tensor> Const(const onnx::NodeProto& node, int i) const;
+  absl::StatusOr<std::vector<int64_t>> ConstInts(const onnx::NodeProto& node, int i) const;
+  // A graph tensor for input i: constants are materialized, float
+  // initializers become trainable parameters (once).
+  absl::StatusOr<std::string> Data(const onnx::NodeProto& node, int i);
+  // A graph tensor for non-trainable state (batch-norm running statistics).
+  absl::StatusOr<std::string> State(const onnx::NodeProto& node, int i);
+  // True if input i is an initializer that Data() makes a parameter.
+  bool IsParameterInitializer(const onnx::NodeProto& node, int i) const;
+  absl::StatusOr<TensorType> TypeOf(const std::string& tensor) { return builder_.TypeOf(tensor); }
+
+  // Adds a Quilt op for `node` and maps its first `map_outputs` outputs
+  // (all the node's by default) to the op's outputs.
+  absl::Status Emit(const onnx::NodeProto& node, const std::string& type,
+                    std::vector<std::string> inputs, Attrs attrs, int quilt_outputs = -1,
+                    int map_outputs = -1);
+
+ private:
+  std::optional<std::string> Lookup(const std::string& onnx_name) const;
+  absl::StatusOr<std::string> Materialize(const std::string& onnx_name, bool trainable,
+                                          bool frozen);
+
+  Graph* graph_;
+  GraphBuilder builder_;
+  int64_t export_batch_;
+  std::map<std::string, std::string> tensors_;   // ONNX name → graph tensor
+  std::map<std::string, Tensor> constants_;      // ONNX name → known value
+  std::map<std::string, Tensor> initializers_;   // not yet materialized
+};
+
+// One converter per supported ONNX op type.
+using Converter = absl::Status (*)(ImportContext& ctx, const onnx::NodeProto& node);
+const std::map<std::string, Converter>& Converters();
+
+// Attribute accessors.
+const onnx::AttributeProto* FindAttr(const onnx::NodeProto& node, const std::string& name);
+int64_t AttrInt(const onnx::NodeProto& node, const std::string& name, int64_t def);
+float AttrFloat(const onnx::NodeProto& node, const std::string& name, float def);
+std::string AttrString(const onnx::NodeProto& node, const std::string& name,
+                       const std::string& def);
+std::vector<int64_t> AttrInts(const onnx::NodeProto& node, const std::string& name);
+
+}  // namespace quilt::onnx_import
+
+#endif  // QUILT_SRC_GRAPH_ONNX_IMPORT_CONTEXT_H_

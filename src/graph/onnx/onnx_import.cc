@@ -1,0 +1,172 @@
+#include "src/graph/onnx/onnx_import.h"
+
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "onnx/onnx_pb.h"
+#include "src/common/status.h"
+#include "src/graph/onnx/import_context.h"
+#include "src/graph/validate.h"
+
+namespace quilt {
+namespace {
+
+using onnx_import::Converters;
+using onnx_import::ImportContext;
+
+constexpr int64_t kMinOpset = 13;
+constexpr int64_t kMaxOpset = 17;
+
+absl::Status Fail(const std::string& source, const absl::Status& s) {
+  return absl::Status(s.code(), absl::StrCat(source, ": ", s.message()));
+}
+
+absl::StatusOr<DType> InputType(int32_t elem_type) {
+  switch (elem_type) {
+    case onnx::TensorProto::FLOAT:
+      return DType::kF32;
+    case onnx::TensorProto::INT64:
+      return DType::kI64;
+    default:
+      return absl::InvalidArgumentError(absl::StrCat("input element type ", elem_type,
+                                                     " is not supported (float32 or int64)"));
+  }
+}
+
+// Follows single-input view ops back from `tensor` to a graph input.
+std::string SourceInput(const Graph& g, std::string tensor) {
+  const std::set<std::string> views = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Cast",
+                                       "Identity"};
+  const auto producers = g.Producers();
+  for (int hops = 0; hops < 16; ++hops) {
+    for (const std::string& in : g.inputs) {
+      if (in == tensor) return in;
+    }
+    auto it = producers.find(tensor);
+    if (it == producers.end()) return "";
+    const Op& op = g.ops[it->second];
+    if (!views.count(op.type) || op.inputs.empty()) return "";
+    tensor = op.inputs[0];
+  }
+  return "";
+}
+
+}  // namespace
+
+absl::StatusOr<Graph> ImportOnnx(const std::string& bytes, const OnnxImportOptions& options) {
+  const std::string& src = options.source;
+  if (bytes.empty()) return absl::InvalidArgumentError(src + ": the file is empty");
+  onnx::ModelProto model;
+  if (!model.ParseFromString(bytes) || !model.has_graph()) {
+    return absl::InvalidArgumentError(
+        src + ": not a valid ONNX model (the file is truncated or corrupt)");
+  }
+  int64_t opset = -1;
+  for (const auto& o : model.opset_import()) {
+    if (o.domain().empty() || o.domain() == "ai.onnx") opset = o.version();
+  }
+  if (opset < kMinOpset || opset > kMaxOpset) {
+    return absl::InvalidArgumentError(absl::StrCat(src, ": opset ", opset,
+                                                   " is not supported (supported: ", kMinOpset,
+                                                   "–", kMaxOpset, ")"));
+  }
+  const onnx::GraphProto& gp = model.graph();
+  std::vector<std::string> unsupported;
+  for (const onnx::NodeProto& n : gp.node()) {
+    const bool default_domain = n.domain().empty() || n.domain() == "ai.onnx";
+    if (!default_domain || !Converters().count(n.op_type())) {
+      unsupported.push_back(absl::StrCat(default_domain ? "" : n.domain() + ":", n.op_type(),
+                                         " (node '", n.name(), "')"));
+    }
+  }
+  if (!unsupported.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(src, ": unsupported ONNX ops: ",
+                                                   absl::StrJoin(unsupported, ", ")));
+  }
+
+  std::set<std::string> init_names;
+  for (const auto& t : gp.initializer()) init_names.insert(t.name());
+  std::vector<const onnx::ValueInfoProto*> inputs;
+  for (const auto& in : gp.input()) {
+    if (!init_names.count(in.name())) inputs.push_back(&in);
+  }
+  if (inputs.empty()) return absl::InvalidArgumentError(src + ": the model has no inputs");
+  // The batch the exporter saw: the first input's first dimension.
+  int64_t b0 = 0;
+  {
+    const auto& shape = inputs[0]->type().tensor_type().shape();
+    if (shape.dim_size() == 0) {
+      return absl::InvalidArgumentError(src + ": input '" + inputs[0]->name() +
+                                        "' has no batch dimension");
+    }
+    b0 = shape.dim(0).has_dim_value() ? shape.dim(0).dim_value() : 0;
+    if (b0 <= 0) b0 = options.batch > 0 ? options.batch : 1;
+  }
+
+  Graph g;
+  g.name = gp.name();
+  ImportContext ctx(&g, b0);
+  for (const auto& t : gp.initializer()) {
+    absl::StatusOr<Tensor> v = onnx_import::FromTensorProto(t);
+    if (!v.ok()) return Fail(src, v.status());
+    ctx.AddInitializer(t.name(), std::move(*v));
+  }
+  for (const onnx::ValueInfoProto* in : inputs) {
+    if (!in->type().has_tensor_type()) {
+      return absl::InvalidArgumentError(src + ": input '" + in->name() + "' is not a tensor");
+    }
+    absl::StatusOr<DType> dtype = InputType(in->type().tensor_type().elem_type());
+    if (!dtype.ok()) return Fail(src, Annotate(dtype.status(), "input '" + in->name() + "'"));
+    std::vector<Dim> dims;
+    const auto& shape = in->type().tensor_type().shape();
+    for (int i = 0; i < shape.dim_size(); ++i) {
+      const auto& d = shape.dim(i);
+      if (i == 0) {
+        dims.push_back(Dim::Batch());
+        continue;
+      }
+      if (!d.has_dim_value() || d.dim_value() <= 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            src, ": input '", in->name(), "' dimension ", i, " ('", d.dim_param(),
+            "') is dynamic; only the first (batch) dimension may be — export with fixed sizes"));
+      }
+      dims.push_back(Dim::Fixed(d.dim_value()));
+    }
+    if (dims.empty()) {
+      return absl::InvalidArgumentError(src + ": input '" + in->name() + "' is a scalar");
+    }
+    absl::StatusOr<std::string> name = ctx.b().AddInput(in->name(), *dtype, Shape(std::move(dims)));
+    if (!name.ok()) return Fail(src, name.status());
+    ctx.SetTensor(in->name(), *name);
+  }
+  for (const onnx::NodeProto& n : gp.node()) {
+    absl::Status s = Converters().at(n.op_type())(ctx, n);
+    if (!s.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(src, ": node '", n.name(), "' (", n.op_type(), "): ", s.message()));
+    }
+  }
+  for (const auto& out : gp.output()) {
+    onnx::NodeProto probe;
+    probe.add_input(out.name());
+    absl::StatusOr<std::string> t = ctx.Data(probe, 0);
+    if (!t.ok()) return Fail(src, Annotate(t.status(), "output '" + out.name() + "'"));
+    g.outputs.push_back(*t);
+  }
+  if (!g.loss.output.empty()) {
+    const std::string label = SourceInput(g, g.loss.label);
+    if (label.empty()) {
+      return absl::InvalidArgumentError(src + ": the loss's labels do not come from a model input");
+    }
+    g.inputs.erase(std::find(g.inputs.begin(), g.inputs.end(), label));
+    g.labels.push_back(label);
+    g.MutableTensor(label)->role = TensorRole::kLabel;
+    g.outputs = {g.loss.prediction};
+  }
+  g.reference_batch = options.batch > 0 ? options.batch : b0;
+  if (absl::Status s = ValidateGraph(&g); !s.ok()) return Fail(src, s);
+  return g;
+}
+
+}  // namespace quilt

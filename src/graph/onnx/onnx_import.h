@@ -1,0 +1,35 @@
+// ONNX import (opsets 13–17) of what torch.onnx.export produces for MLPs,
+// CNNs and transformer blocks. Initializers become parameters with their
+// values (scalars folded by the exporter, named "onnx::...", stay
+// constants); shape computations are folded; the batch (every input's first
+// dimension) becomes symbolic, including in Reshape targets the exporter
+// baked it into. A SoftmaxCrossEntropyLoss in the model becomes the graph's
+// loss and its label input a label. All unsupported ops are reported
+// together, by type and node name; truncated or corrupt files get a clear
+// error.
+#ifndef QUILT_SRC_GRAPH_ONNX_ONNX_IMPORT_H_
+#define QUILT_SRC_GRAPH_ONNX_ONNX_IMPORT_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "src/graph/graph.h"
+
+namespace quilt {
+
+struct OnnxImportOptions {
+  // Batch size to record as the graph's reference batch (0 = the exported
+  // one). The graph itself is batch-symbolic either way.
+  int64_t batch = 0;
+  // Name used in errors (e.g. the file path).
+  std::string source = "model.onnx";
+};
+
+// Errors: INVALID_ARGUMENT with the reason (corrupt file, unsupported opset,
+// ops or data types, dynamic dims other than the batch, inconsistent
+// shapes), naming nodes and tensors.
+absl::StatusOr<Graph> ImportOnnx(const std::string& bytes, const OnnxImportOptions& options);
+
+}  // namespace quilt
+
+#endif  // QUILT_SRC_GRAPH_ONNX_ONNX_IMPORT_H_
