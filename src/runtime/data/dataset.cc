@@ -62,8 +62,12 @@ class NumpyDataset final : public Dataset {
   Tensor x_, y_;
 };
 
-// Standard normal CDF.
-double Phi(double z) { return 0.5 * std::erfc(-z / std::sqrt(2.0)); }
+uint64_t Mix(uint64_t z) {
+  z += 0x9e3779b97f4a7c15ULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
 
 class SyntheticDataset final : public Dataset {
  public:
@@ -98,24 +102,35 @@ class SyntheticDataset final : public Dataset {
         continue;
       }
       float* x = input->f32() + i * f;
+      // Class of the sample; every label position of the sample gets it.
+      const int64_t cls = classes_ > 0 ? static_cast<int64_t>(Mix(seed_ ^ 0xc1a55ULL ^ Mix(sample)) %
+                                                              static_cast<uint64_t>(classes_))
+                                       : 0;
       for (int64_t e = 0; e < f; ++e) {
         const double u1 = std::max(1e-12, double(CounterUniform(seed_, 2 * (sample * f + e))));
         const double u2 = CounterUniform(seed_, 2 * (sample * f + e) + 1);
-        x[e] = static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2));
+        double v = std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
+        // Classification: Gaussian clusters around ±0.5 class centres.
+        if (classes_ > 0) {
+          v += CounterUniform(seed_ ^ 0xce47e5ULL, (static_cast<uint64_t>(cls) << 32) ^ e) < 0.5f
+                   ? -0.5
+                   : 0.5;
+        }
+        x[e] = static_cast<float>(v);
       }
+      // Regression: tanh of a fixed random projection of 32 strided inputs.
+      const int64_t used = std::min<int64_t>(f, 32), stride = std::max<int64_t>(1, f / used);
       for (int64_t k = 0; k < p; ++k) {
-        // A fixed random ±1 projection per label position, ~N(0, 1).
-        double s = 0;
-        for (int64_t e = 0; e < f; ++e) {
-          s += CounterUniform(seed_ ^ (0xabcULL + k), e) < 0.5f ? -x[e] : x[e];
-        }
-        s /= std::sqrt(static_cast<double>(std::max<int64_t>(f, 1)));
         if (label->dtype() == DType::kI64) {
-          label->i64()[i * p + k] =
-              std::min<int64_t>(classes_ - 1, static_cast<int64_t>(classes_ * Phi(s)));
-        } else {
-          label->f32()[i * p + k] = static_cast<float>(std::tanh(s));
+          label->i64()[i * p + k] = cls;
+          continue;
         }
+        double s = 0;
+        for (int64_t j = 0; j < used; ++j) {
+          const uint64_t key = (static_cast<uint64_t>(k) << 32) ^ j;
+          s += (2.0 * CounterUniform(seed_ ^ 0xabcdefULL, key) - 1.0) * x[j * stride];
+        }
+        label->f32()[i * p + k] = static_cast<float>(std::tanh(s / std::sqrt(double(used)) * 2));
       }
     }
     return absl::OkStatus();
@@ -205,9 +220,6 @@ absl::StatusOr<std::unique_ptr<Dataset>> MakeSyntheticDataset(const Graph& graph
       }
     }
     if (classes <= 0) return absl::InvalidArgumentError("cannot tell the number of classes");
-    if (sig.input.dtype == DType::kF32 && Prod(yd) > 64) {
-      return absl::InvalidArgumentError("synthetic labels support at most 64 positions per sample");
-    }
   }
   return std::unique_ptr<Dataset>(
       new SyntheticDataset(sig, std::move(xd), std::move(yd), vocab, classes, seed));

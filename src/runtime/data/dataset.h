@@ -39,11 +39,13 @@ absl::StatusOr<std::unique_ptr<Dataset>> OpenNumpyDataset(const std::string& inp
                                                           const std::string& labels_path,
                                                           const DataSignature& signature);
 
-// Float inputs ~ N(0, 1); class labels from buckets of a fixed random
-// projection of the input (learnable); regression targets tanh of such
-// projections; integer inputs are tokens of the vocabulary the graph's
-// embedding (Gather) reads, and per-token labels are the token mod the class
-// count. Errors: INVALID_ARGUMENT when the input/label kinds are unsupported.
+// Seeded synthetic data. Classification with float inputs: each sample has
+// a class and its inputs are N(0, 1) around a ±0.5 centre per class (every
+// label position gets the class); regression: N(0, 1) inputs and targets
+// tanh of a fixed random projection; integer inputs are tokens of the
+// vocabulary the graph's embedding (Gather) reads, and per-token labels are
+// the token mod the class count. All learnable. Errors: INVALID_ARGUMENT
+// when the input/label kinds are unsupported.
 absl::StatusOr<std::unique_ptr<Dataset>> MakeSyntheticDataset(const Graph& graph,
                                                               const DataSignature& signature,
                                                               uint64_t seed);

@@ -1,0 +1,138 @@
+// `quiltctl train-local` reproduces PyTorch's per-step losses on the
+// exported fixtures (MLP, CNN with batch norm, transformer block with
+// LayerNorm written out or as one op, loss inside or outside the model), for
+// 20 SGD (momentum, weight decay) and 20 Adam steps.
+#include <cmath>
+#include <fstream>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "src/common/status_matchers.h"
+#include "src/testing/subprocess.h"
+
+namespace quilt::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+struct Fixture {
+  std::string name;
+  std::string optimizer;
+};
+
+void PrintTo(const Fixture& f, std::ostream* os) { *os << f.name << "/" << f.optimizer; }
+
+nlohmann::json ReadJson(const std::string& path) {
+  std::ifstream in(path);
+  return nlohmann::json::parse(in);
+}
+
+class TrainLocalMatchesPyTorch : public ::testing::TestWithParam<Fixture> {};
+
+TEST_P(TrainLocalMatchesPyTorch, LossesWithin1e4Relative) {
+  const Fixture& f = GetParam();
+  const std::string dir = RunfilePath("test/fixtures/" + f.name);
+  const nlohmann::json expected = ReadJson(dir + "/losses.json");
+  const nlohmann::json& cfg = expected[f.optimizer];
+  std::vector<std::string> argv = {RunfilePath("src/cli/quiltctl"),
+                                   "train-local",
+                                   dir + "/model.onnx",
+                                   "--data",
+                                   dir + "/x.npy," + dir + "/y.npy",
+                                   "--batch",
+                                   std::to_string(expected["batch"].get<int>()),
+                                   "--steps",
+                                   std::to_string(expected["steps"].get<int>()),
+                                   "--optimizer",
+                                   f.optimizer,
+                                   "--lr",
+                                   std::to_string(cfg["lr"].get<double>()),
+                                   "--threads",
+                                   "1",
+                                   "-o",
+                                   "json"};
+  if (!expected["loss_in_model"].get<bool>()) {
+    argv.insert(argv.end(), {"--loss", "softmax_cross_entropy"});
+  }
+  if (f.optimizer == "sgd") {
+    argv.insert(argv.end(), {"--momentum", std::to_string(cfg["momentum"].get<double>()),
+                             "--weight-decay", std::to_string(cfg["weight_decay"].get<double>())});
+  }
+  auto r = RunCommand(argv, absl::Seconds(120));
+  ASSERT_THAT(r, IsOk());
+  ASSERT_EQ(r->exit_code, 0) << r->err;
+  const nlohmann::json got = nlohmann::json::parse(r->out);
+  const auto& want = cfg["losses"];
+  ASSERT_EQ(got["losses"].size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double w = want[i].get<double>(), q = got["losses"][i].get<double>();
+    EXPECT_LE(std::fabs(q - w), 1e-4 * std::fabs(w)) << "step " << i + 1 << ": quilt " << q
+                                                     << ", pytorch " << w;
+  }
+  // The loss falls: these are learnable tasks.
+  EXPECT_LT(got["losses"].back().get<double>(), got["losses"].front().get<double>());
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Fixtures, TrainLocalMatchesPyTorch,
+    ::testing::Values(Fixture{"mlp", "sgd"}, Fixture{"mlp", "adam"},
+                      Fixture{"mlp_loss_in_model", "sgd"}, Fixture{"mlp_loss_in_model", "adam"},
+                      Fixture{"cnn", "sgd"}, Fixture{"cnn", "adam"}, Fixture{"transformer", "sgd"},
+                      Fixture{"transformer", "adam"}, Fixture{"transformer_opset17", "sgd"},
+                      Fixture{"transformer_opset17", "adam"}),
+    [](const auto& info) { return info.param.name + "_" + info.param.optimizer; });
+
+TEST(TrainLocal, SyntheticData_LossFalls) {
+  auto r = RunCommand({RunfilePath("src/cli/quiltctl"), "train-local", "zoo:mlp", "--data",
+                       "synthetic", "--batch", "32", "--steps", "30", "--optimizer", "adam",
+                       "--lr", "0.003", "--threads", "1", "-o", "json"},
+                      absl::Seconds(120));
+  ASSERT_THAT(r, IsOk());
+  ASSERT_EQ(r->exit_code, 0) << r->err;
+  const auto losses = nlohmann::json::parse(r->out)["losses"];
+  double first = 0, last = 0;
+  for (int i = 0; i < 5; ++i) first += losses[i].get<double>() / 5;
+  for (int i = 25; i < 30; ++i) last += losses[i].get<double>() / 5;
+  EXPECT_LT(last, 0.8 * first);
+}
+
+TEST(TrainLocal, BadData_ClearErrors) {
+  const std::string dir = RunfilePath("test/fixtures/mlp");
+  // Inputs of another model (CNN images) do not fit the MLP.
+  auto r = RunCommand({RunfilePath("src/cli/quiltctl"), "train-local", dir + "/model.onnx",
+                       "--loss", "softmax_cross_entropy", "--data",
+                       RunfilePath("test/fixtures/cnn/x.npy") + "," + dir + "/y.npy", "--batch",
+                       "4", "--steps", "1"});
+  ASSERT_THAT(r, IsOk());
+  EXPECT_EQ(r->exit_code, 1);
+  EXPECT_THAT(r->err, HasSubstr("the model needs [N,20]"));
+  r = RunCommand({RunfilePath("src/cli/quiltctl"), "train-local", dir + "/model.onnx", "--loss",
+                  "softmax_cross_entropy", "--data", "/nonexistent/x.npy,/nonexistent/y.npy",
+                  "--batch", "4", "--steps", "1"});
+  ASSERT_THAT(r, IsOk());
+  EXPECT_EQ(r->exit_code, 1);
+  EXPECT_THAT(r->err, HasSubstr("/nonexistent/x.npy"));
+  r = RunCommand({RunfilePath("src/cli/quiltctl"), "train-local", dir + "/model.onnx", "--data",
+                  dir + "/x.npy," + dir + "/y.npy", "--batch", "4", "--steps", "1"});
+  ASSERT_THAT(r, IsOk());
+  EXPECT_EQ(r->exit_code, 1);
+  EXPECT_THAT(r->err, HasSubstr("--loss"));
+}
+
+TEST(GraphInspect, ZooResNet50_ReportsParametersAndFlops) {
+  auto r = RunCommand({RunfilePath("src/cli/quiltctl"), "graph", "inspect", "zoo:resnet50",
+                       "--batch", "8", "-o", "json"});
+  ASSERT_THAT(r, IsOk());
+  ASSERT_EQ(r->exit_code, 0) << r->err;
+  const auto j = nlohmann::json::parse(r->out);
+  EXPECT_EQ(j["parameters"].get<int64_t>(), 25557032);
+  // ResNet-50 forward: ~4.1 GMACs = ~8.2 GFLOP per 224×224 image.
+  EXPECT_GT(j["forward_flops_per_sample"].get<double>(), 7.5e9);
+  EXPECT_LT(j["forward_flops_per_sample"].get<double>(), 9.0e9);
+  EXPECT_GT(j["training_graph"]["ops"].get<int>(), 2 * j["ops"].get<int>());
+  EXPECT_EQ(j["ops_by_type"]["Conv"].get<int>(), 53);
+}
+
+}  // namespace
+}  // namespace quilt::testing
