@@ -1,0 +1,138 @@
+// Validation errors name the op or tensor; the proto conversion is lossless.
+#include "src/graph/validate.h"
+
+#include "gmock/gmock.h"
+#include "google/protobuf/util/message_differencer.h"
+#include "gtest/gtest.h"
+#include "src/common/status_matchers.h"
+#include "src/graph/graph_builder.h"
+#include "src/graph/zoo/zoo.h"
+
+namespace quilt {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+Graph TwoInputs() {
+  Graph g;
+  GraphBuilder b(&g);
+  EXPECT_THAT(b.AddInput("x", DType::kF32, Shape({Dim::Batch(), Dim::Fixed(3)})), IsOk());
+  EXPECT_THAT(b.AddInput("i", DType::kI64, Shape({Dim::Batch(), Dim::Fixed(3)})), IsOk());
+  return g;
+}
+
+Op MakeOp(const std::string& name, const std::string& type, std::vector<std::string> in,
+          std::vector<std::string> out) {
+  Op op;
+  op.name = name;
+  op.type = type;
+  op.inputs = std::move(in);
+  op.outputs = std::move(out);
+  return op;
+}
+
+TEST(Validate, Cycle_NamesAnOpOnIt) {
+  Graph g = TwoInputs();
+  g.ops.push_back(MakeOp("a", "Relu", {"b_out"}, {"a_out"}));
+  g.ops.push_back(MakeOp("b", "Relu", {"a_out"}, {"b_out"}));
+  EXPECT_THAT(ValidateGraph(&g),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("cycle through op")));
+}
+
+TEST(Validate, DanglingInput_NamesTensorAndOp) {
+  Graph g = TwoInputs();
+  g.ops.push_back(MakeOp("a", "Relu", {"ghost"}, {"a_out"}));
+  EXPECT_THAT(ValidateGraph(&g), StatusIs(absl::StatusCode::kInvalidArgument,
+                                          AllOf(HasSubstr("'a'"), HasSubstr("'ghost'"))));
+}
+
+TEST(Validate, DuplicateNames_Rejected) {
+  Graph g = TwoInputs();
+  g.ops.push_back(MakeOp("a", "Relu", {"x"}, {"y"}));
+  g.ops.push_back(MakeOp("a", "Relu", {"x"}, {"z"}));
+  EXPECT_THAT(ValidateGraph(&g), StatusIs(absl::StatusCode::kInvalidArgument,
+                                          HasSubstr("op name 'a' is used twice")));
+  Graph h = TwoInputs();
+  h.ops.push_back(MakeOp("a", "Relu", {"x"}, {"y"}));
+  h.ops.push_back(MakeOp("b", "Relu", {"x"}, {"y"}));
+  EXPECT_THAT(ValidateGraph(&h), StatusIs(absl::StatusCode::kInvalidArgument,
+                                          HasSubstr("produced by both 'a' and 'b'")));
+  Graph k = TwoInputs();
+  EXPECT_THAT(k.AddTensor({"x", DType::kF32, Shape()}), StatusIs(absl::StatusCode::kAlreadyExists));
+}
+
+TEST(Validate, UnknownOpTypes_AllListed) {
+  Graph g = TwoInputs();
+  g.ops.push_back(MakeOp("a", "Frobnicate", {"x"}, {"y"}));
+  g.ops.push_back(MakeOp("b", "Defrobnicate", {"y"}, {"z"}));
+  EXPECT_THAT(ValidateGraph(&g),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("Frobnicate (op 'a')"), HasSubstr("Defrobnicate (op 'b')"))));
+}
+
+TEST(Validate, DtypeAndShapeMismatches_NameTheOp) {
+  Graph g = TwoInputs();
+  g.ops.push_back(MakeOp("mix", "Add", {"x", "i"}, {"y"}));
+  EXPECT_THAT(ValidateGraph(&g), StatusIs(absl::StatusCode::kInvalidArgument,
+                                          AllOf(HasSubstr("'mix'"), HasSubstr("i64"))));
+  Graph h = TwoInputs();
+  ASSERT_THAT(GraphBuilder(&h).AddConstant("c", Tensor::FromF32({4}, {1, 2, 3, 4})), IsOk());
+  h.ops.push_back(MakeOp("add", "Add", {"x", "c"}, {"y"}));
+  EXPECT_THAT(ValidateGraph(&h), StatusIs(absl::StatusCode::kInvalidArgument,
+                                          AllOf(HasSubstr("'add'"), HasSubstr("do not broadcast"))));
+  Graph k = TwoInputs();
+  k.ops.push_back(MakeOp("r", "Relu", {"x"}, {"y"}));
+  ASSERT_THAT(k.AddTensor({"y", DType::kF32, Shape({Dim::Batch(), Dim::Fixed(4)})}), IsOk());
+  EXPECT_THAT(ValidateGraph(&k), StatusIs(absl::StatusCode::kInvalidArgument,
+                                          HasSubstr("but the graph declares f32[B,4]")));
+}
+
+TEST(Validate, WrongArity_Rejected) {
+  Graph g = TwoInputs();
+  g.ops.push_back(MakeOp("m", "MatMul", {"x"}, {"y"}));
+  EXPECT_THAT(ValidateGraph(&g), StatusIs(absl::StatusCode::kInvalidArgument,
+                                          HasSubstr("has 1 inputs; expected 2")));
+}
+
+TEST(Validate, NegativeAndOverflowingDims_Rejected) {
+  quilt::v1::TrainingGraph p;
+  auto* t = p.add_tensors();
+  t->set_name("x");
+  t->set_dtype(quilt::v1::DATA_TYPE_FLOAT32);
+  t->mutable_shape()->add_dims()->set_size(-3);
+  EXPECT_THAT(Graph::FromProto(p), StatusIs(absl::StatusCode::kInvalidArgument,
+                                            HasSubstr("negative dimension")));
+  t->mutable_shape()->mutable_dims(0)->set_size(int64_t{1} << 31);
+  t->mutable_shape()->add_dims()->set_size(int64_t{1} << 31);
+  p.add_inputs("x");
+  auto g = Graph::FromProto(p);
+  ASSERT_THAT(g, IsOk());
+  EXPECT_THAT(ValidateGraph(&*g), StatusIs(absl::StatusCode::kInvalidArgument,
+                                           HasSubstr("more than 2^40 elements")));
+}
+
+TEST(Validate, ParameterValueMismatch_Rejected) {
+  Graph g = TwoInputs();
+  GraphBuilder b(&g);
+  ASSERT_THAT(b.AddParameterValue("w", Tensor::FromF32({2}, {1, 2})), IsOk());
+  g.MutableTensor("w")->shape = Shape::Fixed({3});
+  EXPECT_THAT(ValidateGraph(&g), StatusIs(absl::StatusCode::kInvalidArgument,
+                                          HasSubstr("parameter 'w' has a value of f32[2]")));
+}
+
+TEST(GraphProto, RoundTripIsLossless) {
+  for (const char* name : {"cnn", "transformer", "resnet50"}) {
+    auto g = zoo::BuildZooModel(name);
+    ASSERT_THAT(g, IsOk());
+    const quilt::v1::TrainingGraph first = g->ToProto();
+    auto back = Graph::FromProto(first);
+    ASSERT_THAT(back, IsOk());
+    EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(first, back->ToProto())) << name;
+    EXPECT_THAT(ValidateGraph(&*back), IsOk());
+    EXPECT_EQ(back->ParameterCount(), g->ParameterCount());
+  }
+}
+
+}  // namespace
+}  // namespace quilt

@@ -1,0 +1,70 @@
+#include <fstream>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "src/common/status_matchers.h"
+#include "src/graph/zoo/zoo.h"
+#include "src/graph/autodiff.h"
+#include "src/runtime/data/dataset.h"
+#include "src/runtime/data/npy.h"
+#include "src/testing/temp_dir.h"
+
+namespace quilt {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(Npy, RoundTripF32AndI64) {
+  testing::TempDir dir;
+  Tensor f = Tensor::FromF32({2, 3}, {1, 2, 3, 4, 5, -6.5});
+  ASSERT_THAT(WriteNpy(dir.File("f.npy"), f), IsOk());
+  auto back = ReadNpy(dir.File("f.npy"));
+  ASSERT_THAT(back, IsOk());
+  EXPECT_EQ(back->dims(), (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(back->f32()[5], -6.5f);
+  Tensor i = Tensor::FromI64({4}, {7, -1, 0, 1LL << 40});
+  ASSERT_THAT(WriteNpy(dir.File("i.npy"), i), IsOk());
+  auto bi = ReadNpy(dir.File("i.npy"));
+  ASSERT_THAT(bi, IsOk());
+  EXPECT_EQ(bi->i64()[3], 1LL << 40);
+}
+
+TEST(Npy, BadFiles_ClearErrors) {
+  testing::TempDir dir;
+  Tensor f = Tensor::FromF32({8}, std::vector<float>(8, 1));
+  ASSERT_THAT(WriteNpy(dir.File("f.npy"), f), IsOk());
+  std::ifstream in(dir.File("f.npy"), std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), {});
+  EXPECT_THAT(ParseNpy(bytes.substr(0, bytes.size() - 4), "x.npy"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("x.npy: not a supported .npy file: truncated data")));
+  EXPECT_THAT(ParseNpy("garbage", "x.npy"), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("bad magic")));
+  std::string fortran = bytes;
+  const size_t at = fortran.find("False");
+  fortran.replace(at, 5, "True ");
+  EXPECT_THAT(ParseNpy(fortran, "x.npy"), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("Fortran")));
+  EXPECT_THAT(ReadNpy("/nonexistent.npy"), StatusIs(absl::StatusCode::kNotFound));
+}
+
+TEST(Synthetic, SameSampleSameDataWhateverTheBatching) {
+  auto g = zoo::BuildZooModel("mlp");
+  ASSERT_THAT(g, IsOk());
+  TrainingOptions o;
+  o.optimizer.kind = OptimizerSpec::Kind::kSgd;
+  ASSERT_THAT(BuildTrainingGraph(&*g, o), IsOk());
+  auto sig = DataSignatureOf(*g);
+  ASSERT_THAT(sig, IsOk());
+  auto d = MakeSyntheticDataset(*g, *sig, 5);
+  ASSERT_THAT(d, IsOk());
+  Tensor x8, y8, x3, y3;
+  ASSERT_THAT((*d)->Batch(0, 8, &x8, &y8), IsOk());
+  ASSERT_THAT((*d)->Batch(5, 3, &x3, &y3), IsOk());
+  for (int k = 0; k < 3; ++k) {
+    EXPECT_EQ(y3.i64()[k], y8.i64()[5 + k]);
+    EXPECT_EQ(x3.f32()[k * 784 + 17], x8.f32()[(5 + k) * 784 + 17]);
+    EXPECT_GE(y3.i64()[k], 0);
+    EXPECT_LT(y3.i64()[k], 10);
+  }
+}
+
+}  // namespace
+}  // namespace quilt
