@@ -72,7 +72,11 @@ void BM_ClusterStatus(benchmark::State& state) {
   }
   state.counters["nodes"] = static_cast<double>(state.range(0));
 }
-BENCHMARK(BM_ClusterStatus)->Arg(10)->Arg(100)->Arg(1000)->Unit(benchmark::kMillisecond)
+BENCHMARK(BM_ClusterStatus)
+    ->Arg(10)
+    ->Arg(100)
+    ->Arg(1000)
+    ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
 }  // namespace

@@ -29,8 +29,8 @@ int Inspect(const InspectArgs& a) {
   to.optimizer.kind = OptimizerSpec::Kind::kSgd;
   to.loss = g->loss.type == LossType::kNone ? LossType::kSoftmaxCrossEntropy : g->loss.type;
   absl::Status ts = BuildTrainingGraph(&train, to);
-  absl::StatusOr<GraphSummary> full = ts.ok() ? Summarize(train, batch)
-                                              : absl::StatusOr<GraphSummary>(ts);
+  absl::StatusOr<GraphSummary> full =
+      ts.ok() ? Summarize(train, batch) : absl::StatusOr<GraphSummary>(ts);
   const double flops_per_sample = fwd->flops / static_cast<double>(batch);
   if (a.format == "json") {
     nlohmann::json j;
@@ -80,8 +80,8 @@ void AddGraphCommands(CLI::App& app, std::vector<Command>* out) {
   CLI::App* graph = app.add_subcommand("graph", "Look at model graphs");
   graph->require_subcommand(1);
   auto args = std::make_shared<InspectArgs>();
-  CLI::App* inspect = graph->add_subcommand(
-      "inspect", "Ops by type, parameters, activations, FLOPs of a model");
+  CLI::App* inspect =
+      graph->add_subcommand("inspect", "Ops by type, parameters, activations, FLOPs of a model");
   inspect->add_option("model", args->model, "zoo:NAME, a .onnx file or a .pb/.pbtxt graph")
       ->required();
   inspect->add_option("--batch", args->batch, "Batch size (default: the model's)")

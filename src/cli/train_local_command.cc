@@ -1,5 +1,6 @@
 // quiltctl train-local: trains a model on one CPU device from NumPy files or
 // a synthetic dataset and prints the loss of every step.
+#include <algorithm>
 #include <iostream>
 #include <thread>
 
@@ -29,11 +30,11 @@ struct TrainArgs {
   int threads = 0;
   uint64_t seed = 0;
   std::string format = "table";
+  bool profile = false;
 };
 
 int Run(const TrainArgs& a) {
-  SetComputeThreads(a.threads > 0 ? a.threads
-                                  : std::max(1u, std::thread::hardware_concurrency()));
+  SetComputeThreads(a.threads > 0 ? a.threads : std::max(1u, std::thread::hardware_concurrency()));
   absl::StatusOr<Graph> g = LoadModel(a.model, a.batch);
   if (!g.ok()) return PrintError(std::string(g.status().message()));
   TrainingOptions to;
@@ -47,7 +48,8 @@ int Run(const TrainArgs& a) {
   } else if (g->loss.type == LossType::kNone) {
     return PrintError("the model has no loss; pass --loss softmax_cross_entropy or --loss mse");
   }
-  to.optimizer.kind = a.optimizer == "adam" ? OptimizerSpec::Kind::kAdam : OptimizerSpec::Kind::kSgd;
+  to.optimizer.kind =
+      a.optimizer == "adam" ? OptimizerSpec::Kind::kAdam : OptimizerSpec::Kind::kSgd;
   to.optimizer.learning_rate = a.lr;
   to.optimizer.momentum = a.momentum;
   to.optimizer.weight_decay = a.weight_decay;
@@ -77,6 +79,7 @@ int Run(const TrainArgs& a) {
   lo.batch = a.batch;
   lo.steps = a.steps;
   lo.seed = a.seed;
+  lo.profile = a.profile;
   lo.on_step = [&](const StepReport& r) {
     if (!json) {
       std::cout << absl::StrFormat("step %d/%d  loss %.6f  samples/s %.1f\n", r.step, a.steps,
@@ -97,10 +100,25 @@ int Run(const TrainArgs& a) {
     j["losses"] = result->losses;
     j["mean_step_time_s"] = result->mean_step_time_s;
     j["samples_per_s"] = sps;
+    if (a.profile) j["op_time_s"] = result->runner->OpTimes();
     std::cout << j.dump() << "\n";
   } else {
     std::cout << absl::StrFormat("done: mean step %.2f ms (%.1f samples/s after the first step)\n",
                                  result->mean_step_time_s * 1e3, sps);
+    if (a.profile) {
+      std::vector<std::pair<double, std::string>> rows;
+      double total = 0;
+      for (const auto& [type, t] : result->runner->OpTimes()) {
+        rows.push_back({t, type});
+        total += t;
+      }
+      std::sort(rows.rbegin(), rows.rend());
+      std::cout << "time by op type (all steps):\n";
+      for (const auto& [t, type] : rows) {
+        std::cout << absl::StrFormat("  %-28s %8.2f ms  %5.1f%%\n", type, t * 1e3,
+                                     total > 0 ? 100 * t / total : 0);
+      }
+    }
   }
   return 0;
 }
@@ -119,11 +137,13 @@ void AddTrainLocalCommand(CLI::App& app, std::vector<Command>* out) {
   c->add_option("--optimizer", a->optimizer, "sgd | adam")->check(CLI::IsMember({"sgd", "adam"}));
   c->add_option("--lr", a->lr, "Learning rate")->check(CLI::PositiveNumber);
   c->add_option("--momentum", a->momentum, "SGD momentum")->check(CLI::Range(0.0, 1.0));
-  c->add_option("--weight-decay", a->weight_decay, "L2 weight decay")->check(CLI::NonNegativeNumber);
+  c->add_option("--weight-decay", a->weight_decay, "L2 weight decay")
+      ->check(CLI::NonNegativeNumber);
   c->add_option("--threads", a->threads, "Compute threads (default: all cores)")
       ->check(CLI::PositiveNumber);
   c->add_option("--seed", a->seed, "Seed of synthetic data and dropout");
   c->add_option("-o,--output", a->format, "table | json")->check(CLI::IsMember({"table", "json"}));
+  c->add_flag("--profile", a->profile, "Report the time spent per op type");
   out->push_back({c, [a]() { return Run(*a); }});
 }
 

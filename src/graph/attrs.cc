@@ -110,8 +110,7 @@ absl::StatusOr<Attrs> Attrs::FromProto(
         attrs.Set(key, std::vector<int64_t>(a.ints().values().begin(), a.ints().values().end()));
         break;
       case quilt::v1::AttrValue::kFloats:
-        attrs.Set(key,
-                  std::vector<double>(a.floats().values().begin(), a.floats().values().end()));
+        attrs.Set(key, std::vector<double>(a.floats().values().begin(), a.floats().values().end()));
         break;
       case quilt::v1::AttrValue::kStrings:
         attrs.Set(key, std::vector<std::string>(a.strings().values().begin(),

@@ -61,14 +61,16 @@ absl::Status AddLoss(Graph* g, const TrainingOptions& options) {
     attrs.SetInt("class_axis", options.class_axis);
   }
   b.set_role(TensorRole::kLoss);
-  ASSIGN_OR_RETURN(loss.output, b.Add(type, {loss.prediction, loss.label}, std::move(attrs), "loss"));
+  ASSIGN_OR_RETURN(loss.output,
+                   b.Add(type, {loss.prediction, loss.label}, std::move(attrs), "loss"));
   return absl::OkStatus();
 }
 
 }  // namespace
 
 absl::Status BuildTrainingGraph(Graph* g, const TrainingOptions& options) {
-  if (g->has_backward) return absl::FailedPreconditionError("the graph already has a backward pass");
+  if (g->has_backward)
+    return absl::FailedPreconditionError("the graph already has a backward pass");
   if (options.optimizer.kind == OptimizerSpec::Kind::kNone) {
     return absl::InvalidArgumentError("no optimizer given");
   }
@@ -198,9 +200,9 @@ absl::Status BuildTrainingGraph(Graph* g, const TrainingOptions& options) {
       ins.insert(ins.end(), {m, v});
       targets.insert(targets.end(), {m, v});
     }
-    ASSIGN_OR_RETURN(std::vector<std::string> outs,
-                     u.AddOp(type_name, ins, std::move(a), static_cast<int>(targets.size()),
-                             p.tensor));
+    ASSIGN_OR_RETURN(
+        std::vector<std::string> outs,
+        u.AddOp(type_name, ins, std::move(a), static_cast<int>(targets.size()), p.tensor));
     for (size_t i = 0; i < targets.size(); ++i) g->updates.push_back({targets[i], outs[i]});
   }
   // Op-declared state (e.g. batch-norm running statistics).

@@ -79,7 +79,8 @@ absl::StatusOr<DType> FromProto(quilt::v1::DataType t) {
     case quilt::v1::DATA_TYPE_BOOL:
       return DType::kBool;
     default:
-      return absl::InvalidArgumentError(absl::StrCat("unsupported data type ", static_cast<int>(t)));
+      return absl::InvalidArgumentError(
+          absl::StrCat("unsupported data type ", static_cast<int>(t)));
   }
 }
 

@@ -18,9 +18,9 @@ absl::Status CheckArity(const OpSchema& schema, const Op& op) {
                                                          : absl::StrCat(schema.max_inputs))));
   }
   if (n_out < schema.min_outputs || (schema.max_outputs >= 0 && n_out > schema.max_outputs)) {
-    return absl::InvalidArgumentError(absl::StrCat("op '", op.name, "' (", op.type, ") has ",
-                                                   n_out, " outputs; expected ",
-                                                   schema.min_outputs, " to ", schema.max_outputs));
+    return absl::InvalidArgumentError(absl::StrCat("op '", op.name, "' (", op.type, ") has ", n_out,
+                                                   " outputs; expected ", schema.min_outputs,
+                                                   " to ", schema.max_outputs));
   }
   for (int i = 0; i < schema.min_inputs && i < n_in; ++i) {
     if (op.inputs[i].empty()) {
@@ -45,9 +45,8 @@ absl::StatusOr<std::vector<TensorType>> InferOp(const Graph& graph, const Op& op
     if (op.inputs[i].empty()) continue;
     const TensorInfo* t = graph.FindTensor(op.inputs[i]);
     if (t == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat("op '", op.name, "' (", op.type,
-                                                     ") reads undefined tensor '", op.inputs[i],
-                                                     "'"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "op '", op.name, "' (", op.type, ") reads undefined tensor '", op.inputs[i], "'"));
     }
     storage[i] = TensorType{t->dtype, t->shape};
     inputs[i] = &storage[i];
@@ -122,8 +121,8 @@ absl::StatusOr<std::string> GraphBuilder::AddParameter(const std::string& name, 
 
 absl::StatusOr<std::string> GraphBuilder::AddParameterValue(const std::string& name, Tensor value,
                                                             bool frozen) {
-  RETURN_IF_ERROR(graph_->AddTensor(
-      {name, value.dtype(), Shape::Fixed(value.dims()), TensorRole::kParameter}));
+  RETURN_IF_ERROR(
+      graph_->AddTensor({name, value.dtype(), Shape::Fixed(value.dims()), TensorRole::kParameter}));
   taken_.insert(name);
   ParameterSpec p;
   p.tensor = name;
@@ -135,8 +134,8 @@ absl::StatusOr<std::string> GraphBuilder::AddParameterValue(const std::string& n
 
 absl::StatusOr<std::string> GraphBuilder::AddConstant(const std::string& hint, Tensor value) {
   const std::string name = UniqueName(hint);
-  RETURN_IF_ERROR(graph_->AddTensor(
-      {name, value.dtype(), Shape::Fixed(value.dims()), TensorRole::kConstant}));
+  RETURN_IF_ERROR(
+      graph_->AddTensor({name, value.dtype(), Shape::Fixed(value.dims()), TensorRole::kConstant}));
   graph_->constants[name] = std::move(value);
   return name;
 }

@@ -28,9 +28,8 @@ class GraphBuilder {
   // op's inference. Errors: INVALID_ARGUMENT (unknown type, wrong arity,
   // inference failure), naming the op.
   absl::StatusOr<std::vector<std::string>> AddOp(const std::string& type,
-                                                 std::vector<std::string> inputs,
-                                                 Attrs attrs = {}, int num_outputs = 1,
-                                                 const std::string& hint = "");
+                                                 std::vector<std::string> inputs, Attrs attrs = {},
+                                                 int num_outputs = 1, const std::string& hint = "");
   // Single-output convenience.
   absl::StatusOr<std::string> Add(const std::string& type, std::vector<std::string> inputs,
                                   Attrs attrs = {}, const std::string& hint = "");

@@ -15,11 +15,11 @@ namespace quilt {
 struct GraphSummary {
   std::map<std::string, int> ops_by_type;
   int64_t ops = 0;
-  int64_t parameters = 0;          // trainable elements
-  int64_t parameter_bytes = 0;     // all parameters incl. frozen state
+  int64_t parameters = 0;       // trainable elements
+  int64_t parameter_bytes = 0;  // all parameters incl. frozen state
   int64_t activation_tensors = 0;
-  int64_t activation_bytes = 0;    // every activation at the batch, summed
-  double flops = 0;                // of the ops summarized, at the batch
+  int64_t activation_bytes = 0;  // every activation at the batch, summed
+  double flops = 0;              // of the ops summarized, at the batch
   int64_t batch = 1;
 };
 

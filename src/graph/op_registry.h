@@ -78,7 +78,10 @@ class GradContext {
  public:
   GradContext(GraphBuilder* builder, const Op& op, std::vector<std::string> dy,
               std::vector<bool> needs_dx)
-      : builder_(builder), op_(op), dy_(std::move(dy)), needs_dx_(std::move(needs_dx)),
+      : builder_(builder),
+        op_(op),
+        dy_(std::move(dy)),
+        needs_dx_(std::move(needs_dx)),
         dx_(op.inputs.size()) {}
   GraphBuilder& b() { return *builder_; }
   const Op& op() const { return op_; }

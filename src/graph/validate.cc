@@ -25,16 +25,15 @@ absl::Status CheckTensorSizes(const Graph& g) {
     int64_t n = 1;
     for (const Dim& d : t.shape.dims()) {
       if (d.value < 0 || (d.batch && d.value < 1)) {
-        return absl::InvalidArgumentError(absl::StrCat("tensor '", t.name, "' has an invalid dim in ",
-                                                       t.shape.ToString()));
+        return absl::InvalidArgumentError(
+            absl::StrCat("tensor '", t.name, "' has an invalid dim in ", t.shape.ToString()));
       }
       const int64_t e = d.batch ? d.value * batch : d.value;
       if (d.batch && d.value > kMaxElements) {
         return absl::InvalidArgumentError(absl::StrCat("tensor '", t.name, "' is too large"));
       }
       if (e != 0 && n > kMaxElements / e) {
-        return absl::InvalidArgumentError(absl::StrCat("tensor '", t.name, "' ",
-                                                       t.shape.ToString(),
+        return absl::InvalidArgumentError(absl::StrCat("tensor '", t.name, "' ", t.shape.ToString(),
                                                        " has more than 2^40 elements"));
       }
       n *= e;
@@ -48,7 +47,8 @@ absl::Status CheckNames(const Graph& g) {
   std::map<std::string, std::string> producer;
   std::vector<std::string> unknown;
   for (const Op& op : g.ops) {
-    if (op.name.empty()) return absl::InvalidArgumentError("an op of type " + op.type + " has no name");
+    if (op.name.empty())
+      return absl::InvalidArgumentError("an op of type " + op.type + " has no name");
     if (!op_names.insert(op.name).second) {
       return absl::InvalidArgumentError("op name '" + op.name + "' is used twice");
     }
@@ -56,7 +56,8 @@ absl::Status CheckNames(const Graph& g) {
       unknown.push_back(absl::StrCat(op.type, " (op '", op.name, "')"));
     }
     for (const std::string& out : op.outputs) {
-      if (out.empty()) return absl::InvalidArgumentError("op '" + op.name + "' has an unnamed output");
+      if (out.empty())
+        return absl::InvalidArgumentError("op '" + op.name + "' has an unnamed output");
       auto [it, fresh] = producer.emplace(out, op.name);
       if (!fresh) {
         return absl::InvalidArgumentError(absl::StrCat("tensor '", out, "' is produced by both '",
@@ -71,11 +72,12 @@ absl::Status CheckNames(const Graph& g) {
   auto check_source = [&](const std::string& name, const char* what) -> absl::Status {
     const TensorInfo* t = g.FindTensor(name);
     if (t == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat(what, " '", name, "' is not a declared tensor"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, " '", name, "' is not a declared tensor"));
     }
     if (producer.count(name)) {
-      return absl::InvalidArgumentError(absl::StrCat(what, " '", name, "' is also produced by op '",
-                                                     producer[name], "'"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, " '", name, "' is also produced by op '", producer[name], "'"));
     }
     return absl::OkStatus();
   };
@@ -87,8 +89,8 @@ absl::Status CheckNames(const Graph& g) {
     if (t->shape.HasBatch()) {
       return absl::InvalidArgumentError("parameter '" + p.tensor + "' cannot carry the batch");
     }
-    if (p.value.has_value() && (p.value->dims() != t->shape.Concrete(1) ||
-                                p.value->dtype() != t->dtype)) {
+    if (p.value.has_value() &&
+        (p.value->dims() != t->shape.Concrete(1) || p.value->dtype() != t->dtype)) {
       return absl::InvalidArgumentError(absl::StrCat("parameter '", p.tensor, "' has a value of ",
                                                      p.value->TypeString(), " but is declared ",
                                                      DTypeName(t->dtype), t->shape.ToString()));

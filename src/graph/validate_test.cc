@@ -51,8 +51,8 @@ TEST(Validate, DuplicateNames_Rejected) {
   Graph g = TwoInputs();
   g.ops.push_back(MakeOp("a", "Relu", {"x"}, {"y"}));
   g.ops.push_back(MakeOp("a", "Relu", {"x"}, {"z"}));
-  EXPECT_THAT(ValidateGraph(&g), StatusIs(absl::StatusCode::kInvalidArgument,
-                                          HasSubstr("op name 'a' is used twice")));
+  EXPECT_THAT(ValidateGraph(&g),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("op name 'a' is used twice")));
   Graph h = TwoInputs();
   h.ops.push_back(MakeOp("a", "Relu", {"x"}, {"y"}));
   h.ops.push_back(MakeOp("b", "Relu", {"x"}, {"y"}));
@@ -66,9 +66,9 @@ TEST(Validate, UnknownOpTypes_AllListed) {
   Graph g = TwoInputs();
   g.ops.push_back(MakeOp("a", "Frobnicate", {"x"}, {"y"}));
   g.ops.push_back(MakeOp("b", "Defrobnicate", {"y"}, {"z"}));
-  EXPECT_THAT(ValidateGraph(&g),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       AllOf(HasSubstr("Frobnicate (op 'a')"), HasSubstr("Defrobnicate (op 'b')"))));
+  EXPECT_THAT(ValidateGraph(&g), StatusIs(absl::StatusCode::kInvalidArgument,
+                                          AllOf(HasSubstr("Frobnicate (op 'a')"),
+                                                HasSubstr("Defrobnicate (op 'b')"))));
 }
 
 TEST(Validate, DtypeAndShapeMismatches_NameTheOp) {
@@ -79,8 +79,9 @@ TEST(Validate, DtypeAndShapeMismatches_NameTheOp) {
   Graph h = TwoInputs();
   ASSERT_THAT(GraphBuilder(&h).AddConstant("c", Tensor::FromF32({4}, {1, 2, 3, 4})), IsOk());
   h.ops.push_back(MakeOp("add", "Add", {"x", "c"}, {"y"}));
-  EXPECT_THAT(ValidateGraph(&h), StatusIs(absl::StatusCode::kInvalidArgument,
-                                          AllOf(HasSubstr("'add'"), HasSubstr("do not broadcast"))));
+  EXPECT_THAT(ValidateGraph(&h),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("'add'"), HasSubstr("do not broadcast"))));
   Graph k = TwoInputs();
   k.ops.push_back(MakeOp("r", "Relu", {"x"}, {"y"}));
   ASSERT_THAT(k.AddTensor({"y", DType::kF32, Shape({Dim::Batch(), Dim::Fixed(4)})}), IsOk());
@@ -91,8 +92,8 @@ TEST(Validate, DtypeAndShapeMismatches_NameTheOp) {
 TEST(Validate, WrongArity_Rejected) {
   Graph g = TwoInputs();
   g.ops.push_back(MakeOp("m", "MatMul", {"x"}, {"y"}));
-  EXPECT_THAT(ValidateGraph(&g), StatusIs(absl::StatusCode::kInvalidArgument,
-                                          HasSubstr("has 1 inputs; expected 2")));
+  EXPECT_THAT(ValidateGraph(&g),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("has 1 inputs; expected 2")));
 }
 
 TEST(Validate, NegativeAndOverflowingDims_Rejected) {
@@ -101,15 +102,15 @@ TEST(Validate, NegativeAndOverflowingDims_Rejected) {
   t->set_name("x");
   t->set_dtype(quilt::v1::DATA_TYPE_FLOAT32);
   t->mutable_shape()->add_dims()->set_size(-3);
-  EXPECT_THAT(Graph::FromProto(p), StatusIs(absl::StatusCode::kInvalidArgument,
-                                            HasSubstr("negative dimension")));
+  EXPECT_THAT(Graph::FromProto(p),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("negative dimension")));
   t->mutable_shape()->mutable_dims(0)->set_size(int64_t{1} << 31);
   t->mutable_shape()->add_dims()->set_size(int64_t{1} << 31);
   p.add_inputs("x");
   auto g = Graph::FromProto(p);
   ASSERT_THAT(g, IsOk());
-  EXPECT_THAT(ValidateGraph(&*g), StatusIs(absl::StatusCode::kInvalidArgument,
-                                           HasSubstr("more than 2^40 elements")));
+  EXPECT_THAT(ValidateGraph(&*g),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("more than 2^40 elements")));
 }
 
 TEST(Validate, ParameterValueMismatch_Rejected) {

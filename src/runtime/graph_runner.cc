@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
 #include "src/common/status.h"
 #include "src/graph/op_registry.h"
 #include "src/runtime/initializers.h"
@@ -11,7 +12,7 @@
 namespace quilt {
 
 absl::StatusOr<std::unique_ptr<GraphRunner>> GraphRunner::Create(Graph graph,
-                                                                  RunnerOptions options) {
+                                                                 RunnerOptions options) {
   std::unique_ptr<GraphRunner> r(new GraphRunner(std::move(graph), options));
   RETURN_IF_ERROR(r->Plan());
   return r;
@@ -51,7 +52,10 @@ absl::Status GraphRunner::Plan() {
   for (int idx : order) {
     const Op& op = graph_.ops[idx];
     const OpSchema* schema = OpRegistry::Global().Find(op.type);
-    PlannedOp p{&op, KernelRegistry::Global().Find("cpu", op.type), {}, {},
+    PlannedOp p{&op,
+                KernelRegistry::Global().Find("cpu", op.type),
+                {},
+                {},
                 schema != nullptr && schema->is_update};
     if (p.kernel == nullptr) missing.push_back(absl::StrCat(op.type, " (op '", op.name, "')"));
     for (const std::string& in : op.inputs) {
@@ -130,7 +134,9 @@ absl::Status GraphRunner::Run(const std::map<std::string, Tensor>& feeds, bool t
     ctx.local_batch = batch;
     ctx.global_batch = batch;
     ctx.batch_offset = 0;
+    const absl::Time start = options_.profile ? absl::Now() : absl::InfinitePast();
     RETURN_IF_ERROR(p.kernel(ctx));
+    if (options_.profile) op_times_[p.op->type] += absl::ToDoubleSeconds(absl::Now() - start);
     for (size_t i = 0; i < p.outputs.size(); ++i) {
       if (!outs[i].valid()) {
         // Outputs a kernel chose not to produce (e.g. optional statistics).
@@ -190,9 +196,8 @@ absl::Status GraphRunner::SetPersistent(const std::string& name, Tensor value) {
     return absl::NotFoundError("no persistent tensor '" + name + "'");
   }
   if (value.dims() != state_[it->second].dims() || value.dtype() != state_[it->second].dtype()) {
-    return absl::InvalidArgumentError(absl::StrCat("'", name, "' is ",
-                                                   state_[it->second].TypeString(), ", not ",
-                                                   value.TypeString()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "'", name, "' is ", state_[it->second].TypeString(), ", not ", value.TypeString()));
   }
   state_[it->second] = std::move(value);
   return absl::OkStatus();

@@ -23,6 +23,8 @@ namespace quilt {
 struct RunnerOptions {
   // Seed of random kernels (dropout).
   uint64_t seed = 0;
+  // Accumulate the time spent per op type (see OpTimes()).
+  bool profile = false;
 };
 
 class GraphRunner {
@@ -38,8 +40,8 @@ class GraphRunner {
   absl::StatusOr<float> Step(const std::map<std::string, Tensor>& feeds);
 
   // Runs the forward ops only and returns the requested tensors.
-  absl::StatusOr<std::map<std::string, Tensor>> Evaluate(
-      const std::map<std::string, Tensor>& feeds, const std::vector<std::string>& fetch);
+  absl::StatusOr<std::map<std::string, Tensor>> Evaluate(const std::map<std::string, Tensor>& feeds,
+                                                         const std::vector<std::string>& fetch);
 
   // Parameters, optimizer state and other persistent tensors, by name.
   const Tensor* Persistent(const std::string& name) const;
@@ -47,15 +49,17 @@ class GraphRunner {
   std::vector<std::string> PersistentNames() const;
 
   const Graph& graph() const { return graph_; }
+  // Seconds spent per op type over all runs so far (with options.profile).
+  const std::map<std::string, double>& OpTimes() const { return op_times_; }
   int64_t steps_done() const { return step_ - 1; }
 
  private:
   struct PlannedOp {
     const Op* op;
     KernelFn kernel;
-    std::vector<int> inputs;   // tensor ids, -1 for omitted
+    std::vector<int> inputs;  // tensor ids, -1 for omitted
     std::vector<int> outputs;
-    bool update;               // runs only in training steps
+    bool update;  // runs only in training steps
   };
 
   GraphRunner(Graph graph, RunnerOptions options) : graph_(std::move(graph)), options_(options) {}
@@ -74,6 +78,7 @@ class GraphRunner {
   std::vector<int> consumers_;  // per tensor: number of op inputs reading it
   std::vector<Tensor> state_;   // persistent values by id
   int loss_id_ = -1;
+  std::map<std::string, double> op_times_;
 };
 
 }  // namespace quilt

@@ -12,6 +12,7 @@ absl::StatusOr<LocalTrainResult> TrainLocal(const Graph& g, Dataset* data,
   ASSIGN_OR_RETURN(DataSignature sig, DataSignatureOf(g));
   RunnerOptions ro;
   ro.seed = options.seed;
+  ro.profile = options.profile;
   LocalTrainResult result;
   ASSIGN_OR_RETURN(result.runner, GraphRunner::Create(g, ro));
   double timed = 0;

@@ -27,6 +27,8 @@ struct LocalTrainOptions {
   int64_t batch = 32;
   int64_t steps = 10;
   uint64_t seed = 0;
+  // Time every kernel (per op type, in the result's runner).
+  bool profile = false;
   std::function<void(const StepReport&)> on_step;
 };
 

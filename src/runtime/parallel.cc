@@ -28,7 +28,8 @@ class Pool {
   int threads() const { return threads_; }
 
   void Run(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
-    const int64_t chunks = std::min<int64_t>(threads_, (n + grain - 1) / std::max<int64_t>(grain, 1));
+    const int64_t chunks =
+        std::min<int64_t>(threads_, (n + grain - 1) / std::max<int64_t>(grain, 1));
     if (chunks <= 1) {
       fn(0, n);
       return;
@@ -97,7 +98,9 @@ class Pool {
 
 void SetComputeThreads(int n) {
   Pool::Get().Resize(n);
-  openblas_set_num_threads(std::max(1, n));
+  // GEMMs are split across this pool (kernels/cpu/gemm.h); OpenBLAS's own
+  // threads would compete with it for the same cores.
+  openblas_set_num_threads(1);
 }
 
 int ComputeThreads() { return Pool::Get().threads(); }

@@ -1,8 +1,8 @@
 // A process-wide pool of worker threads for data-parallel loops in CPU
 // kernels. ParallelFor splits [0, n) into contiguous chunks of at least
 // `grain` iterations; with one thread (or small n) it runs inline.
-// SetComputeThreads also sets OpenBLAS's thread count, so GEMMs and our own
-// loops use the same number of cores.
+// OpenBLAS runs single-threaded: GEMMs are split across this same pool
+// (kernels/cpu/gemm.h), so the process has one set of compute threads.
 #ifndef QUILT_SRC_RUNTIME_PARALLEL_H_
 #define QUILT_SRC_RUNTIME_PARALLEL_H_
 

@@ -53,7 +53,7 @@ TEST_P(TrainLocalMatchesPyTorch, LossesWithin1e4Relative) {
                                    "-o",
                                    "json"};
   if (!expected["loss_in_model"].get<bool>()) {
-    argv.insert(argv.end(), {"--loss", "softmax_cross_entropy"});
+    argv.insert(argv.end(), {"--loss", expected["loss"].get<std::string>()});
   }
   if (f.optimizer == "sgd") {
     argv.insert(argv.end(), {"--momentum", std::to_string(cfg["momentum"].get<double>()),
@@ -67,8 +67,8 @@ TEST_P(TrainLocalMatchesPyTorch, LossesWithin1e4Relative) {
   ASSERT_EQ(got["losses"].size(), want.size());
   for (size_t i = 0; i < want.size(); ++i) {
     const double w = want[i].get<double>(), q = got["losses"][i].get<double>();
-    EXPECT_LE(std::fabs(q - w), 1e-4 * std::fabs(w)) << "step " << i + 1 << ": quilt " << q
-                                                     << ", pytorch " << w;
+    EXPECT_LE(std::fabs(q - w), 1e-4 * std::fabs(w))
+        << "step " << i + 1 << ": quilt " << q << ", pytorch " << w;
   }
   // The loss falls: these are learnable tasks.
   EXPECT_LT(got["losses"].back().get<double>(), got["losses"].front().get<double>());
@@ -78,6 +78,7 @@ INSTANTIATE_TEST_SUITE_P(
     Fixtures, TrainLocalMatchesPyTorch,
     ::testing::Values(Fixture{"mlp", "sgd"}, Fixture{"mlp", "adam"},
                       Fixture{"mlp_loss_in_model", "sgd"}, Fixture{"mlp_loss_in_model", "adam"},
+                      Fixture{"mlp_regression", "sgd"}, Fixture{"mlp_regression", "adam"},
                       Fixture{"cnn", "sgd"}, Fixture{"cnn", "adam"}, Fixture{"transformer", "sgd"},
                       Fixture{"transformer", "adam"}, Fixture{"transformer_opset17", "sgd"},
                       Fixture{"transformer_opset17", "adam"}),
@@ -85,8 +86,8 @@ INSTANTIATE_TEST_SUITE_P(
 
 TEST(TrainLocal, SyntheticData_LossFalls) {
   auto r = RunCommand({RunfilePath("src/cli/quiltctl"), "train-local", "zoo:mlp", "--data",
-                       "synthetic", "--batch", "32", "--steps", "30", "--optimizer", "adam",
-                       "--lr", "0.003", "--threads", "1", "-o", "json"},
+                       "synthetic", "--batch", "32", "--steps", "30", "--optimizer", "adam", "--lr",
+                       "0.003", "--threads", "1", "-o", "json"},
                       absl::Seconds(120));
   ASSERT_THAT(r, IsOk());
   ASSERT_EQ(r->exit_code, 0) << r->err;

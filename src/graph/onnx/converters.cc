@@ -54,15 +54,17 @@ absl::Status Binary(ImportContext& ctx, const Node& node) {
   return Direct(ctx, node, node.op_type());
 }
 
-absl::Status Unary(ImportContext& ctx, const Node& node) { return Direct(ctx, node, node.op_type()); }
+absl::Status Unary(ImportContext& ctx, const Node& node) {
+  return Direct(ctx, node, node.op_type());
+}
 
 absl::Status Identity(ImportContext& ctx, const Node& node) {
   if (ctx.IsParameterInitializer(node, 0)) {
     // The exporter deduplicates equal initializers (e.g. every LayerNorm's
     // ones) behind Identity nodes; in the model they are separate parameters.
     ASSIGN_OR_RETURN(Tensor v, ctx.Const(node, 0));
-    ASSIGN_OR_RETURN(std::string p, ctx.b().AddParameterValue(ctx.b().UniqueName(node.output(0)),
-                                                              v.Clone()));
+    ASSIGN_OR_RETURN(std::string p,
+                     ctx.b().AddParameterValue(ctx.b().UniqueName(node.output(0)), v.Clone()));
     ctx.SetTensor(node.output(0), p);
     return absl::OkStatus();
   }
@@ -262,9 +264,9 @@ absl::StatusOr<std::vector<int64_t>> SymbolicTarget(ImportContext& ctx, const Sh
     cand[j] = -1;
     if (fits(cand)) return cand;
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "cannot tell which dimension of the reshape target [", absl::StrJoin(t, ","),
-      "] carries the batch of ", in.ToString(), " (exported batch ", b0, ")"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("cannot tell which dimension of the reshape target [", absl::StrJoin(t, ","),
+                   "] carries the batch of ", in.ToString(), " (exported batch ", b0, ")"));
 }
 
 absl::Status Reshape(ImportContext& ctx, const Node& node) {
@@ -272,7 +274,8 @@ absl::Status Reshape(ImportContext& ctx, const Node& node) {
   if (AttrInt(node, "allowzero", 0) != 0) {
     return absl::InvalidArgumentError("Reshape with allowzero = 1 is not supported");
   }
-  if (const Tensor* c = ctx.ConstantInput(node, 0); c != nullptr && !ctx.IsParameterInitializer(node, 0)) {
+  if (const Tensor* c = ctx.ConstantInput(node, 0);
+      c != nullptr && !ctx.IsParameterInitializer(node, 0)) {
     // Constant data: reshape the value itself.
     std::vector<int64_t> dims = target;
     int64_t known = 1;
@@ -320,7 +323,8 @@ absl::StatusOr<std::vector<int64_t>> AxesOf(ImportContext& ctx, const Node& node
 
 absl::Status SqueezeLike(ImportContext& ctx, const Node& node) {
   ASSIGN_OR_RETURN(std::vector<int64_t> axes, AxesOf(ctx, node, 1));
-  if (const Tensor* c = ctx.ConstantInput(node, 0); c != nullptr && !ctx.IsParameterInitializer(node, 0)) {
+  if (const Tensor* c = ctx.ConstantInput(node, 0);
+      c != nullptr && !ctx.IsParameterInitializer(node, 0)) {
     std::vector<int64_t> dims = c->dims();
     const int rank = static_cast<int>(dims.size());
     if (node.op_type() == "Unsqueeze") {
@@ -473,8 +477,10 @@ absl::Status Cast(ImportContext& ctx, const Node& node) {
   std::string q;
   if (to == onnx::TensorProto::FLOAT || to == onnx::TensorProto::DOUBLE) q = "f32";
   if (to == onnx::TensorProto::INT64 || to == onnx::TensorProto::INT32) q = "i64";
-  if (q.empty()) return absl::InvalidArgumentError(absl::StrCat("Cast to type ", to, " is not supported"));
-  if (const Tensor* c = ctx.ConstantInput(node, 0); c != nullptr && !ctx.IsParameterInitializer(node, 0)) {
+  if (q.empty())
+    return absl::InvalidArgumentError(absl::StrCat("Cast to type ", to, " is not supported"));
+  if (const Tensor* c = ctx.ConstantInput(node, 0);
+      c != nullptr && !ctx.IsParameterInitializer(node, 0)) {
     ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(q == "f32" ? DType::kF32 : DType::kI64, c->dims()));
     for (int64_t i = 0; i < c->numel(); ++i) {
       if (q == "f32") {
@@ -545,7 +551,8 @@ absl::Status Pad(ImportContext& ctx, const Node& node) {
 
 absl::Status Sce(ImportContext& ctx, const Node& node) {
   if (ctx.HasInput(node, 2)) {
-    return absl::InvalidArgumentError("SoftmaxCrossEntropyLoss with class weights is not supported");
+    return absl::InvalidArgumentError(
+        "SoftmaxCrossEntropyLoss with class weights is not supported");
   }
   const std::string reduction = AttrString(node, "reduction", "mean");
   if (reduction != "mean" && reduction != "sum") {
@@ -555,7 +562,8 @@ absl::Status Sce(ImportContext& ctx, const Node& node) {
   Attrs a;
   a.SetInt("class_axis", 1);
   a.SetString("reduction", reduction);
-  if (FindAttr(node, "ignore_index") != nullptr) a.SetInt("ignore_index", AttrInt(node, "ignore_index", 0));
+  if (FindAttr(node, "ignore_index") != nullptr)
+    a.SetInt("ignore_index", AttrInt(node, "ignore_index", 0));
   ASSIGN_OR_RETURN(std::string scores, ctx.Data(node, 0));
   ASSIGN_OR_RETURN(std::string labels, ctx.Data(node, 1));
   RETURN_IF_ERROR(ctx.Emit(node, "SoftmaxCrossEntropyLoss", {scores, labels}, std::move(a),

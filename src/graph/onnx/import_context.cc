@@ -27,9 +27,9 @@ absl::StatusOr<Tensor> FromTensorProto(const onnx::TensorProto& t) {
   auto need = [&](size_t esize, int typed) -> absl::Status {
     const bool ok = raw.empty() ? typed == n : raw.size() == static_cast<size_t>(n) * esize;
     if (!ok) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          name, " has ", raw.empty() ? static_cast<size_t>(typed) : raw.size() / esize,
-          " values; its dims need ", n));
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, " has ", raw.empty() ? static_cast<size_t>(typed) : raw.size() / esize,
+                       " values; its dims need ", n));
     }
     return absl::OkStatus();
   };
@@ -179,12 +179,14 @@ absl::StatusOr<std::string> ImportContext::Materialize(const std::string& name, 
 }
 
 absl::StatusOr<std::string> ImportContext::Data(const onnx::NodeProto& node, int i) {
-  if (!HasInput(node, i)) return absl::InvalidArgumentError(absl::StrCat("input ", i, " is missing"));
+  if (!HasInput(node, i))
+    return absl::InvalidArgumentError(absl::StrCat("input ", i, " is missing"));
   return Materialize(node.input(i), IsParameterInitializer(node, i), false);
 }
 
 absl::StatusOr<std::string> ImportContext::State(const onnx::NodeProto& node, int i) {
-  if (!HasInput(node, i)) return absl::InvalidArgumentError(absl::StrCat("input ", i, " is missing"));
+  if (!HasInput(node, i))
+    return absl::InvalidArgumentError(absl::StrCat("input ", i, " is missing"));
   return Materialize(node.input(i), false, initializers_.count(node.input(i)) > 0);
 }
 

@@ -60,9 +60,9 @@ class ImportContext {
   Graph* graph_;
   GraphBuilder builder_;
   int64_t export_batch_;
-  std::map<std::string, std::string> tensors_;   // ONNX name → graph tensor
-  std::map<std::string, Tensor> constants_;      // ONNX name → known value
-  std::map<std::string, Tensor> initializers_;   // not yet materialized
+  std::map<std::string, std::string> tensors_;  // ONNX name → graph tensor
+  std::map<std::string, Tensor> constants_;     // ONNX name → known value
+  std::map<std::string, Tensor> initializers_;  // not yet materialized
 };
 
 // One converter per supported ONNX op type.

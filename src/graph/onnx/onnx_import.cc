@@ -29,15 +29,15 @@ absl::StatusOr<DType> InputType(int32_t elem_type) {
     case onnx::TensorProto::INT64:
       return DType::kI64;
     default:
-      return absl::InvalidArgumentError(absl::StrCat("input element type ", elem_type,
-                                                     " is not supported (float32 or int64)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("input element type ", elem_type, " is not supported (float32 or int64)"));
   }
 }
 
 // Follows single-input view ops back from `tensor` to a graph input.
 std::string SourceInput(const Graph& g, std::string tensor) {
-  const std::set<std::string> views = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Cast",
-                                       "Identity"};
+  const std::set<std::string> views = {"Reshape",   "Flatten", "Squeeze",
+                                       "Unsqueeze", "Cast",    "Identity"};
   const auto producers = g.Producers();
   for (int hops = 0; hops < 16; ++hops) {
     for (const std::string& in : g.inputs) {
@@ -67,9 +67,8 @@ absl::StatusOr<Graph> ImportOnnx(const std::string& bytes, const OnnxImportOptio
     if (o.domain().empty() || o.domain() == "ai.onnx") opset = o.version();
   }
   if (opset < kMinOpset || opset > kMaxOpset) {
-    return absl::InvalidArgumentError(absl::StrCat(src, ": opset ", opset,
-                                                   " is not supported (supported: ", kMinOpset,
-                                                   "–", kMaxOpset, ")"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        src, ": opset ", opset, " is not supported (supported: ", kMinOpset, "–", kMaxOpset, ")"));
   }
   const onnx::GraphProto& gp = model.graph();
   std::vector<std::string> unsupported;
@@ -81,8 +80,8 @@ absl::StatusOr<Graph> ImportOnnx(const std::string& bytes, const OnnxImportOptio
     }
   }
   if (!unsupported.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(src, ": unsupported ONNX ops: ",
-                                                   absl::StrJoin(unsupported, ", ")));
+    return absl::InvalidArgumentError(
+        absl::StrCat(src, ": unsupported ONNX ops: ", absl::StrJoin(unsupported, ", ")));
   }
 
   std::set<std::string> init_names;

@@ -117,8 +117,13 @@ TEST(OnnxImport, UnsupportedOpset_Named) {
 
 TEST(OnnxImport, DynamicNonBatchDim_Rejected) {
   onnx::ModelProto m = Tiny(14);
-  m.mutable_graph()->mutable_input(0)->mutable_type()->mutable_tensor_type()->mutable_shape()
-      ->mutable_dim(1)->set_dim_param("seq");
+  m.mutable_graph()
+      ->mutable_input(0)
+      ->mutable_type()
+      ->mutable_tensor_type()
+      ->mutable_shape()
+      ->mutable_dim(1)
+      ->set_dim_param("seq");
   EXPECT_THAT(Import(m.SerializeAsString()),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("('seq') is dynamic")));
 }
@@ -152,7 +157,8 @@ TEST(OnnxImport, RandomCorruptions_NeverCrash) {
       std::string b = clean;
       const int mode = trial % 3;
       if (mode == 0) {  // flip bytes
-        for (int k = 0; k < 1 + static_cast<int>(rng() % 8); ++k) b[rng() % b.size()] ^= (1 + rng() % 255);
+        for (int k = 0; k < 1 + static_cast<int>(rng() % 8); ++k)
+          b[rng() % b.size()] ^= (1 + rng() % 255);
       } else if (mode == 1) {  // truncate
         b.resize(rng() % b.size());
       } else {  // splice garbage
@@ -182,7 +188,8 @@ TEST(TrainingGraphProto, RandomCorruptions_NeverCrash) {
   std::mt19937 rng(7);
   for (int trial = 0; trial < 300; ++trial) {
     std::string b = clean;
-    for (int k = 0; k < 1 + static_cast<int>(rng() % 6); ++k) b[rng() % b.size()] ^= (1 + rng() % 255);
+    for (int k = 0; k < 1 + static_cast<int>(rng() % 6); ++k)
+      b[rng() % b.size()] ^= (1 + rng() % 255);
     if (trial % 4 == 0) b.resize(rng() % b.size());
     quilt::v1::TrainingGraph p;
     if (!p.ParseFromString(b)) continue;

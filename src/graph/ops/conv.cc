@@ -24,8 +24,9 @@ double ConvFlops(const std::vector<int64_t>& out, const std::vector<int64_t>& w)
 QUILT_REGISTER_OP([] {
   OpSchema s;
   s.type = "Conv";
-  s.doc = "2-D convolution (NCHW): X[N,C,H,W], W[M,C/group,kh,kw], optional bias[M]. "
-          "Attributes strides, pads [t,l,b,r], dilations, group.";
+  s.doc =
+      "2-D convolution (NCHW): X[N,C,H,W], W[M,C/group,kh,kw], optional bias[M]. "
+      "Attributes strides, pads [t,l,b,r], dilations, group.";
   s.min_inputs = 2;
   s.max_inputs = 3;
   s.infer = [](InferContext& ctx) -> absl::Status {
@@ -49,7 +50,8 @@ QUILT_REGISTER_OP([] {
     }
     const int64_t ho = win->OutH(x.dim(2).value), wo = win->OutW(x.dim(3).value);
     if (ho < 1 || wo < 1) return ctx.Error("the window is larger than the padded input");
-    ctx.set_output(0, ctx.dtype(0), Shape({x.dim(0), Dim::Fixed(m), Dim::Fixed(ho), Dim::Fixed(wo)}));
+    ctx.set_output(0, ctx.dtype(0),
+                   Shape({x.dim(0), Dim::Fixed(m), Dim::Fixed(ho), Dim::Fixed(wo)}));
     return absl::OkStatus();
   };
   s.cost = [](const CostContext& c) {

@@ -201,8 +201,8 @@ QUILT_REGISTER_OP([] {
     if (!target.ok()) return ctx.Error(std::string(target.status().message()));
     absl::StatusOr<Shape> b = Broadcast(ctx.shape(0), *target);
     if (!b.ok() || *b != ctx.shape(0)) {
-      return ctx.Error(absl::StrCat("cannot sum ", ctx.shape(0).ToString(), " to ",
-                                    target->ToString()));
+      return ctx.Error(
+          absl::StrCat("cannot sum ", ctx.shape(0).ToString(), " to ", target->ToString()));
     }
     ctx.set_output(0, ctx.dtype(0), *target);
     return absl::OkStatus();

@@ -33,10 +33,11 @@ absl::Status InferSce(InferContext& ctx) {
 QUILT_REGISTER_OP([] {
   OpSchema s;
   s.type = "SoftmaxCrossEntropyLoss";
-  s.doc = "Cross entropy of softmax(scores) along attribute class_axis (1, as ONNX; -1 for "
-          "class scores in the last dim) against int64 labels; reduction mean (default) or sum. "
-          "Attribute ignore_index skips labels equal to it. Outputs the scalar loss and "
-          "optionally the log-probabilities.";
+  s.doc =
+      "Cross entropy of softmax(scores) along attribute class_axis (1, as ONNX; -1 for "
+      "class scores in the last dim) against int64 labels; reduction mean (default) or sum. "
+      "Attribute ignore_index skips labels equal to it. Outputs the scalar loss and "
+      "optionally the log-probabilities.";
   s.min_inputs = s.max_inputs = 2;
   s.min_outputs = 1;
   s.max_outputs = 2;

@@ -44,8 +44,8 @@ double MatMulFlops(const CostContext& c, bool ta, bool tb) {
   return 2.0 * static_cast<double>(c.OutNumel(0)) * static_cast<double>(k);
 }
 
-absl::StatusOr<std::string> MM(GradContext& g, const std::string& a, const std::string& b,
-                               bool ta, bool tb) {
+absl::StatusOr<std::string> MM(GradContext& g, const std::string& a, const std::string& b, bool ta,
+                               bool tb) {
   Attrs attrs;
   attrs.SetInt("trans_a", ta);
   attrs.SetInt("trans_b", tb);
@@ -114,14 +114,15 @@ absl::Status MatMulGrad(GradContext& g) {
 QUILT_REGISTER_OP([] {
   OpSchema s;
   s.type = "MatMul";
-  s.doc = "Matrix product over the last two dims, leading dims broadcast (numpy). "
-          "Attributes trans_a, trans_b (0/1) transpose the operands.";
+  s.doc =
+      "Matrix product over the last two dims, leading dims broadcast (numpy). "
+      "Attributes trans_a, trans_b (0/1) transpose the operands.";
   s.min_inputs = s.max_inputs = 2;
   s.infer = [](InferContext& ctx) -> absl::Status {
     RETURN_IF_ERROR(RequireFloatInputs(ctx));
-    absl::StatusOr<Shape> out = MatMulShape(ctx.shape(0), ctx.shape(1),
-                                            ctx.attrs().Int("trans_a") != 0,
-                                            ctx.attrs().Int("trans_b") != 0);
+    absl::StatusOr<Shape> out =
+        MatMulShape(ctx.shape(0), ctx.shape(1), ctx.attrs().Int("trans_a") != 0,
+                    ctx.attrs().Int("trans_b") != 0);
     if (!out.ok()) return ctx.Error(std::string(out.status().message()));
     ctx.set_output(0, ctx.dtype(0), *out);
     return absl::OkStatus();
@@ -154,9 +155,8 @@ QUILT_REGISTER_OP([] {
     if (ctx.shape(0).rank() != 2 || ctx.shape(1).rank() != 2) {
       return ctx.Error("A and B must be 2-D");
     }
-    absl::StatusOr<Shape> out =
-        MatMulShape(ctx.shape(0), ctx.shape(1), ctx.attrs().Int("transA") != 0,
-                    ctx.attrs().Int("transB") != 0);
+    absl::StatusOr<Shape> out = MatMulShape(
+        ctx.shape(0), ctx.shape(1), ctx.attrs().Int("transA") != 0, ctx.attrs().Int("transB") != 0);
     if (!out.ok()) return ctx.Error(std::string(out.status().message()));
     if (ctx.has_input(2)) {
       absl::StatusOr<Shape> b = Broadcast(*out, ctx.shape(2));
@@ -209,8 +209,9 @@ QUILT_REGISTER_OP([] {
       ASSIGN_OR_RETURN(Shape sc, ShapeOf(g, g.x(2)));
       std::string src = dy;
       if (beta != 1.0) {
-        ASSIGN_OR_RETURN(std::string k, g.b().AddConstant(g.op().name + "_beta",
-                                                          Tensor::ScalarF32(static_cast<float>(beta))));
+        ASSIGN_OR_RETURN(
+            std::string k,
+            g.b().AddConstant(g.op().name + "_beta", Tensor::ScalarF32(static_cast<float>(beta))));
         ASSIGN_OR_RETURN(src, Binary(g, "Mul", dy, k));
       }
       ASSIGN_OR_RETURN(std::string dc, SumTo(g, src, sc));

@@ -18,11 +18,12 @@ absl::Status CheckChannelVector(InferContext& ctx, int i, const Dim& c) {
 QUILT_REGISTER_OP([] {
   OpSchema s;
   s.type = "BatchNormalization";
-  s.doc = "Batch normalization in training mode: normalizes X[N,C,...] with the batch's "
-          "statistics. Inputs X, scale, bias, running_mean, running_var; outputs Y, the "
-          "updated running mean and variance (running = momentum·running + (1-momentum)·batch, "
-          "unbiased variance), and the batch mean and 1/std saved for the gradient. "
-          "Attributes epsilon (1e-5), momentum (0.9).";
+  s.doc =
+      "Batch normalization in training mode: normalizes X[N,C,...] with the batch's "
+      "statistics. Inputs X, scale, bias, running_mean, running_var; outputs Y, the "
+      "updated running mean and variance (running = momentum·running + (1-momentum)·batch, "
+      "unbiased variance), and the batch mean and 1/std saved for the gradient. "
+      "Attributes epsilon (1e-5), momentum (0.9).";
   s.min_inputs = s.max_inputs = 5;
   s.min_outputs = s.max_outputs = 5;
   s.non_differentiable_inputs = {3, 4};
@@ -47,8 +48,8 @@ QUILT_REGISTER_OP([] {
     if (!g.needs_dx(0) && !g.needs_dx(1) && !g.needs_dx(2)) return absl::OkStatus();
     if (g.dy(0).empty()) return absl::OkStatus();
     ASSIGN_OR_RETURN(std::vector<std::string> d,
-                     g.b().AddOp("BatchNormGrad", {g.dy(0), g.x(0), g.x(1), g.y(3), g.y(4)},
-                                 {}, 3, g.op().name + "_grad"));
+                     g.b().AddOp("BatchNormGrad", {g.dy(0), g.x(0), g.x(1), g.y(3), g.y(4)}, {}, 3,
+                                 g.op().name + "_grad"));
     for (int i = 0; i < 3; ++i) {
       if (g.needs_dx(i)) g.set_dx(i, d[i]);
     }
@@ -60,8 +61,9 @@ QUILT_REGISTER_OP([] {
 QUILT_REGISTER_OP([] {
   OpSchema s;
   s.type = "BatchNormGrad";
-  s.doc = "Gradient of BatchNormalization. Inputs dY, X, scale, saved_mean, saved_invstd; "
-          "outputs dX, dscale, dbias.";
+  s.doc =
+      "Gradient of BatchNormalization. Inputs dY, X, scale, saved_mean, saved_invstd; "
+      "outputs dX, dscale, dbias.";
   s.min_inputs = s.max_inputs = 5;
   s.min_outputs = s.max_outputs = 3;
   s.infer = [](InferContext& ctx) -> absl::Status {
@@ -90,9 +92,10 @@ absl::StatusOr<int> NormAxis(InferContext& ctx, const Shape& x) {
 QUILT_REGISTER_OP([] {
   OpSchema s;
   s.type = "LayerNormalization";
-  s.doc = "Normalizes X over the dims from attribute axis (-1) on, then scale and optional "
-          "bias (shaped like those dims). Outputs Y, Mean and InvStdDev (X's shape with the "
-          "normalized dims set to 1). Attribute epsilon (1e-5).";
+  s.doc =
+      "Normalizes X over the dims from attribute axis (-1) on, then scale and optional "
+      "bias (shaped like those dims). Outputs Y, Mean and InvStdDev (X's shape with the "
+      "normalized dims set to 1). Attribute epsilon (1e-5).";
   s.min_inputs = 2;
   s.max_inputs = 3;
   s.min_outputs = 1;
@@ -148,8 +151,9 @@ QUILT_REGISTER_OP([] {
 QUILT_REGISTER_OP([] {
   OpSchema s;
   s.type = "LayerNormGrad";
-  s.doc = "Gradient of LayerNormalization. Inputs dY, X, scale, Mean, InvStdDev; outputs dX, "
-          "dscale and dbias (shaped like the normalized dims).";
+  s.doc =
+      "Gradient of LayerNormalization. Inputs dY, X, scale, Mean, InvStdDev; outputs dX, "
+      "dscale and dbias (shaped like the normalized dims).";
   s.min_inputs = s.max_inputs = 5;
   s.min_outputs = s.max_outputs = 3;
   s.infer = [](InferContext& ctx) -> absl::Status {

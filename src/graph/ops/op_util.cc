@@ -20,17 +20,16 @@ absl::StatusOr<Shape> Broadcast(const Shape& a, const Shape& b) {
     } else if (!db.batch && db.value == 1) {
       out[i] = da;
     } else {
-      return absl::InvalidArgumentError(absl::StrCat("shapes ", a.ToString(), " and ",
-                                                     b.ToString(), " do not broadcast"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("shapes ", a.ToString(), " and ", b.ToString(), " do not broadcast"));
     }
   }
   Shape s(std::move(out));
   int batch_dims = 0;
   for (const Dim& d : s.dims()) batch_dims += d.batch;
   if (batch_dims > 1) {
-    return absl::InvalidArgumentError(absl::StrCat("broadcasting ", a.ToString(), " and ",
-                                                   b.ToString(),
-                                                   " would give two batch dimensions"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "broadcasting ", a.ToString(), " and ", b.ToString(), " would give two batch dimensions"));
   }
   return s;
 }
@@ -45,13 +44,13 @@ absl::Status RequireFloatInputs(InferContext& ctx) {
   for (int i = 0; i < ctx.num_inputs(); ++i) {
     if (!ctx.has_input(i)) continue;
     if (!IsFloat(ctx.dtype(i))) {
-      return ctx.Error(absl::StrCat("input ", i, " must be a float tensor, got ",
-                                    DTypeName(ctx.dtype(i))));
+      return ctx.Error(
+          absl::StrCat("input ", i, " must be a float tensor, got ", DTypeName(ctx.dtype(i))));
     }
     if (first == DType::kInvalid) first = ctx.dtype(i);
     if (ctx.dtype(i) != first) {
-      return ctx.Error(absl::StrCat("inputs mix ", DTypeName(first), " and ",
-                                    DTypeName(ctx.dtype(i))));
+      return ctx.Error(
+          absl::StrCat("inputs mix ", DTypeName(first), " and ", DTypeName(ctx.dtype(i))));
     }
   }
   return absl::OkStatus();

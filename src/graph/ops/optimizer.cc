@@ -24,9 +24,10 @@ absl::Status InferUpdate(InferContext& ctx) {
 QUILT_REGISTER_OP([] {
   OpSchema s;
   s.type = "SgdUpdate";
-  s.doc = "SGD step. Inputs param, grad, [velocity]; outputs param', [velocity']. Attributes "
-          "lr, momentum, weight_decay, nesterov: g += wd·p; v = m·v + g; p -= lr·(nesterov ? "
-          "g + m·v : v) (v = g without momentum).";
+  s.doc =
+      "SGD step. Inputs param, grad, [velocity]; outputs param', [velocity']. Attributes "
+      "lr, momentum, weight_decay, nesterov: g += wd·p; v = m·v + g; p -= lr·(nesterov ? "
+      "g + m·v : v) (v = g without momentum).";
   s.min_inputs = 2;
   s.max_inputs = 3;
   s.min_outputs = 1;
@@ -45,9 +46,10 @@ QUILT_REGISTER_OP([] {
 QUILT_REGISTER_OP([] {
   OpSchema s;
   s.type = "AdamUpdate";
-  s.doc = "Adam step (bias-corrected; the step number comes from the runtime). Inputs param, "
-          "grad, m, v; outputs param', m', v'. Attributes lr, beta1, beta2, epsilon, "
-          "weight_decay (L2 added to the gradient).";
+  s.doc =
+      "Adam step (bias-corrected; the step number comes from the runtime). Inputs param, "
+      "grad, m, v; outputs param', m', v'. Attributes lr, beta1, beta2, epsilon, "
+      "weight_decay (L2 added to the gradient).";
   s.min_inputs = s.max_inputs = 4;
   s.min_outputs = s.max_outputs = 3;
   s.is_update = true;

@@ -9,8 +9,9 @@ namespace {
 QUILT_REGISTER_OP([] {
   OpSchema s;
   s.type = "Pad";
-  s.doc = "Pads with attribute value (0) by attribute pads [x1_begin, x2_begin, ..., x1_end, "
-          "...] (ONNX layout; non-negative, none on the batch dim).";
+  s.doc =
+      "Pads with attribute value (0) by attribute pads [x1_begin, x2_begin, ..., x1_end, "
+      "...] (ONNX layout; non-negative, none on the batch dim).";
   s.infer = [](InferContext& ctx) -> absl::Status {
     RETURN_IF_ERROR(RequireFloatInputs(ctx));
     const Shape& in = ctx.shape(0);

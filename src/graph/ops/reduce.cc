@@ -72,8 +72,9 @@ QUILT_REGISTER_OP(Reduce("ReduceMean", true));
 QUILT_REGISTER_OP([] {
   OpSchema s;
   s.type = "ReduceGrad";
-  s.doc = "Gradient of ReduceSum / ReduceMean: dY broadcast back to attribute input_shape "
-          "over attribute axes (divided by their element count when mean = 1).";
+  s.doc =
+      "Gradient of ReduceSum / ReduceMean: dY broadcast back to attribute input_shape "
+      "over attribute axes (divided by their element count when mean = 1).";
   s.infer = [](InferContext& ctx) -> absl::Status {
     absl::StatusOr<Shape> in = DecodeShape(ctx.attrs(), "input_shape");
     if (!in.ok()) return ctx.Error(std::string(in.status().message()));
@@ -89,10 +90,11 @@ QUILT_REGISTER_OP([] {
 QUILT_REGISTER_OP([] {
   OpSchema s;
   s.type = "Dropout";
-  s.doc = "Training-mode dropout: zeroes each element with probability attribute ratio (0.5) "
-          "and scales the rest by 1/(1-ratio). Outputs Y and the mask (0 or 1/(1-ratio)). The "
-          "mask is a pure function of (seed, op, step, global element index), so it is the "
-          "same however the batch is split.";
+  s.doc =
+      "Training-mode dropout: zeroes each element with probability attribute ratio (0.5) "
+      "and scales the rest by 1/(1-ratio). Outputs Y and the mask (0 or 1/(1-ratio)). The "
+      "mask is a pure function of (seed, op, step, global element index), so it is the "
+      "same however the batch is split.";
   s.min_outputs = 1;
   s.max_outputs = 2;
   s.infer = [](InferContext& ctx) -> absl::Status {

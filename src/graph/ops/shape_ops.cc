@@ -30,8 +30,8 @@ absl::Status ReshapeBackGrad(GradContext& g) {
   }
   Attrs a;
   a.SetInts("shape", ReshapeTarget(xs));
-  ASSIGN_OR_RETURN(std::string dx, g.b().Add("Reshape", {g.dy(0)}, std::move(a),
-                                             g.op().name + "_grad"));
+  ASSIGN_OR_RETURN(std::string dx,
+                   g.b().Add("Reshape", {g.dy(0)}, std::move(a), g.op().name + "_grad"));
   g.set_dx(0, dx);
   return absl::OkStatus();
 }
@@ -78,8 +78,8 @@ absl::Status InferReshape(InferContext& ctx) {
   const int64_t c = in.Coeff();
   const bool in_batch = in.HasBatch();
   auto mismatch = [&] {
-    return ctx.Error(absl::StrCat("cannot reshape ", in.ToString(), " to [",
-                                  absl::StrJoin(*target, ","), "]"));
+    return ctx.Error(
+        absl::StrCat("cannot reshape ", in.ToString(), " to [", absl::StrJoin(*target, ","), "]"));
   };
   if (known_batch && !in_batch) return mismatch();
   if (infer_at >= 0) {
@@ -104,65 +104,68 @@ QUILT_REGISTER_OP(ViewOp("Reshape",
                          "the batch must fall on a 0 or -1).",
                          InferReshape));
 
-QUILT_REGISTER_OP(ViewOp(
-    "Flatten", "Flattens to 2-D at attribute axis (1).", [](InferContext& ctx) -> absl::Status {
-      const Shape& in = ctx.shape(0);
-      int64_t axis = ctx.attrs().Int("axis", 1);
-      if (axis < 0) axis += in.rank();
-      if (axis < 0 || axis > in.rank()) return ctx.Error("axis is out of range");
-      Dim a = Dim::Fixed(1), b = Dim::Fixed(1);
-      for (int i = 0; i < in.rank(); ++i) {
-        Dim& t = i < axis ? a : b;
-        t.value *= in.dim(i).value;
-        t.batch |= in.dim(i).batch;
-      }
-      ctx.set_output(0, ctx.dtype(0), Shape({a, b}));
-      return absl::OkStatus();
-    }));
+QUILT_REGISTER_OP(ViewOp("Flatten", "Flattens to 2-D at attribute axis (1).",
+                         [](InferContext& ctx) -> absl::Status {
+                           const Shape& in = ctx.shape(0);
+                           int64_t axis = ctx.attrs().Int("axis", 1);
+                           if (axis < 0) axis += in.rank();
+                           if (axis < 0 || axis > in.rank())
+                             return ctx.Error("axis is out of range");
+                           Dim a = Dim::Fixed(1), b = Dim::Fixed(1);
+                           for (int i = 0; i < in.rank(); ++i) {
+                             Dim& t = i < axis ? a : b;
+                             t.value *= in.dim(i).value;
+                             t.batch |= in.dim(i).batch;
+                           }
+                           ctx.set_output(0, ctx.dtype(0), Shape({a, b}));
+                           return absl::OkStatus();
+                         }));
 
-QUILT_REGISTER_OP(ViewOp(
-    "Squeeze", "Removes the size-1 dims listed in attribute axes (all when empty).",
-    [](InferContext& ctx) -> absl::Status {
-      const Shape& in = ctx.shape(0);
-      std::vector<bool> drop(in.rank(), false);
-      const std::vector<int64_t> axes = ctx.attrs().Ints("axes");
-      for (int64_t a : axes) {
-        absl::StatusOr<int> ax = NormalizeAxis(a, in.rank());
-        if (!ax.ok()) return ctx.Error(std::string(ax.status().message()));
-        if (in.dim(*ax) != Dim::Fixed(1)) {
-          return ctx.Error(absl::StrCat("dim ", *ax, " of ", in.ToString(), " is not 1"));
-        }
-        drop[*ax] = true;
-      }
-      std::vector<Dim> out;
-      for (int i = 0; i < in.rank(); ++i) {
-        const bool one = in.dim(i) == Dim::Fixed(1);
-        if (axes.empty() ? one : drop[i]) continue;
-        out.push_back(in.dim(i));
-      }
-      ctx.set_output(0, ctx.dtype(0), Shape(std::move(out)));
-      return absl::OkStatus();
-    }));
+QUILT_REGISTER_OP(ViewOp("Squeeze",
+                         "Removes the size-1 dims listed in attribute axes (all when empty).",
+                         [](InferContext& ctx) -> absl::Status {
+                           const Shape& in = ctx.shape(0);
+                           std::vector<bool> drop(in.rank(), false);
+                           const std::vector<int64_t> axes = ctx.attrs().Ints("axes");
+                           for (int64_t a : axes) {
+                             absl::StatusOr<int> ax = NormalizeAxis(a, in.rank());
+                             if (!ax.ok()) return ctx.Error(std::string(ax.status().message()));
+                             if (in.dim(*ax) != Dim::Fixed(1)) {
+                               return ctx.Error(
+                                   absl::StrCat("dim ", *ax, " of ", in.ToString(), " is not 1"));
+                             }
+                             drop[*ax] = true;
+                           }
+                           std::vector<Dim> out;
+                           for (int i = 0; i < in.rank(); ++i) {
+                             const bool one = in.dim(i) == Dim::Fixed(1);
+                             if (axes.empty() ? one : drop[i]) continue;
+                             out.push_back(in.dim(i));
+                           }
+                           ctx.set_output(0, ctx.dtype(0), Shape(std::move(out)));
+                           return absl::OkStatus();
+                         }));
 
-QUILT_REGISTER_OP(ViewOp(
-    "Unsqueeze", "Inserts size-1 dims at attribute axes (positions in the output).",
-    [](InferContext& ctx) -> absl::Status {
-      const Shape& in = ctx.shape(0);
-      const std::vector<int64_t> axes = ctx.attrs().Ints("axes");
-      const int rank = in.rank() + static_cast<int>(axes.size());
-      std::vector<bool> ins(rank, false);
-      for (int64_t a : axes) {
-        absl::StatusOr<int> ax = NormalizeAxis(a, rank);
-        if (!ax.ok()) return ctx.Error(std::string(ax.status().message()));
-        if (ins[*ax]) return ctx.Error("repeated axis");
-        ins[*ax] = true;
-      }
-      std::vector<Dim> out;
-      int j = 0;
-      for (int i = 0; i < rank; ++i) out.push_back(ins[i] ? Dim::Fixed(1) : in.dim(j++));
-      ctx.set_output(0, ctx.dtype(0), Shape(std::move(out)));
-      return absl::OkStatus();
-    }));
+QUILT_REGISTER_OP(ViewOp("Unsqueeze",
+                         "Inserts size-1 dims at attribute axes (positions in the output).",
+                         [](InferContext& ctx) -> absl::Status {
+                           const Shape& in = ctx.shape(0);
+                           const std::vector<int64_t> axes = ctx.attrs().Ints("axes");
+                           const int rank = in.rank() + static_cast<int>(axes.size());
+                           std::vector<bool> ins(rank, false);
+                           for (int64_t a : axes) {
+                             absl::StatusOr<int> ax = NormalizeAxis(a, rank);
+                             if (!ax.ok()) return ctx.Error(std::string(ax.status().message()));
+                             if (ins[*ax]) return ctx.Error("repeated axis");
+                             ins[*ax] = true;
+                           }
+                           std::vector<Dim> out;
+                           int j = 0;
+                           for (int i = 0; i < rank; ++i)
+                             out.push_back(ins[i] ? Dim::Fixed(1) : in.dim(j++));
+                           ctx.set_output(0, ctx.dtype(0), Shape(std::move(out)));
+                           return absl::OkStatus();
+                         }));
 
 std::vector<int64_t> PermOrReverse(const Attrs& attrs, int rank) {
   std::vector<int64_t> perm = attrs.Ints("perm");
@@ -301,12 +304,14 @@ QUILT_REGISTER_OP([] {
       ASSIGN_OR_RETURN(Shape ys, ShapeOf(g, g.y(static_cast<int>(i))));
       Attrs z;
       EncodeShape(&z, "shape", ys);
-      ASSIGN_OR_RETURN(std::string zero, g.b().Add("Zeros", {}, std::move(z), g.op().name + "_zero"));
+      ASSIGN_OR_RETURN(std::string zero,
+                       g.b().Add("Zeros", {}, std::move(z), g.op().name + "_zero"));
       parts.push_back(zero);
     }
     Attrs a;
     a.SetInt("axis", g.op().attrs.Int("axis", 0));
-    ASSIGN_OR_RETURN(std::string dx, g.b().Add("Concat", parts, std::move(a), g.op().name + "_grad"));
+    ASSIGN_OR_RETURN(std::string dx,
+                     g.b().Add("Concat", parts, std::move(a), g.op().name + "_grad"));
     g.set_dx(0, dx);
     return absl::OkStatus();
   };

@@ -80,7 +80,8 @@ absl::StatusOr<std::string> Layers::BatchNorm(const std::string& name, const std
   zeros.kind = InitializerSpec::Kind::kZeros;
   ASSIGN_OR_RETURN(std::string scale, b_.AddParameter(name + ".weight", Shape::Fixed({c}), ones));
   ASSIGN_OR_RETURN(std::string bias, b_.AddParameter(name + ".bias", Shape::Fixed({c}), zeros));
-  ASSIGN_OR_RETURN(std::string rm, b_.AddParameter(name + ".running_mean", Shape::Fixed({c}), zeros));
+  ASSIGN_OR_RETURN(std::string rm,
+                   b_.AddParameter(name + ".running_mean", Shape::Fixed({c}), zeros));
   ASSIGN_OR_RETURN(std::string rv, b_.AddParameter(name + ".running_var", Shape::Fixed({c}), ones));
   for (ParameterSpec& p : b_.graph().parameters) {
     if (p.tensor == rm || p.tensor == rv) p.frozen = true;
@@ -155,8 +156,7 @@ absl::StatusOr<std::string> Layers::Transpose(const std::string& x, std::vector<
 
 absl::StatusOr<std::string> Layers::Attention(const std::string& name, const std::string& q_in,
                                               const std::string& kv_in, int64_t d, int64_t heads,
-                                              int64_t s_q, int64_t s_kv,
-                                              const std::string& mask) {
+                                              int64_t s_q, int64_t s_kv, const std::string& mask) {
   const int64_t dh = d / heads;
   auto heads_first = [&](const std::string& x, int64_t s) -> absl::StatusOr<std::string> {
     ASSIGN_OR_RETURN(std::string r, Reshape(x, {0, s, heads, dh}));
@@ -171,9 +171,10 @@ absl::StatusOr<std::string> Layers::Attention(const std::string& name, const std
   Attrs tb;
   tb.SetInt("trans_b", 1);
   ASSIGN_OR_RETURN(std::string scores, b_.Add("MatMul", {q, k}, std::move(tb), name + ".scores"));
-  ASSIGN_OR_RETURN(std::string scale,
-                   b_.AddConstant(name + ".scale",
-                                  Tensor::ScalarF32(static_cast<float>(1.0 / std::sqrt(double(dh))))));
+  ASSIGN_OR_RETURN(
+      std::string scale,
+      b_.AddConstant(name + ".scale",
+                     Tensor::ScalarF32(static_cast<float>(1.0 / std::sqrt(double(dh))))));
   ASSIGN_OR_RETURN(scores, b_.Add("Mul", {scores, scale}));
   if (!mask.empty()) {
     ASSIGN_OR_RETURN(scores, b_.Add("Add", {scores, mask}));

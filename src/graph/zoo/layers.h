@@ -30,8 +30,7 @@ class Layers {
                                    int64_t group = 1);
   absl::StatusOr<std::string> BatchNorm(const std::string& name, const std::string& x,
                                         int64_t channels);
-  absl::StatusOr<std::string> LayerNorm(const std::string& name, const std::string& x,
-                                        int64_t dim);
+  absl::StatusOr<std::string> LayerNorm(const std::string& name, const std::string& x, int64_t dim);
   absl::StatusOr<std::string> Embedding(const std::string& name, const std::string& ids,
                                         int64_t vocab, int64_t dim);
   absl::StatusOr<std::string> Op(const std::string& type, std::vector<std::string> in,

@@ -114,8 +114,9 @@ absl::StatusOr<Graph> BuildBertLarge(uint64_t seed) {
   ASSIGN_OR_RETURN(std::string pos, Positions(l, s));
   ASSIGN_OR_RETURN(std::string pemb, l.Embedding("embeddings.position", pos, 512, d));
   ASSIGN_OR_RETURN(x, l.Add(x, pemb));
-  ASSIGN_OR_RETURN(std::string types,
-                   l.b().AddConstant("token_types", Tensor::FromI64({s}, std::vector<int64_t>(s, 0))));
+  ASSIGN_OR_RETURN(
+      std::string types,
+      l.b().AddConstant("token_types", Tensor::FromI64({s}, std::vector<int64_t>(s, 0))));
   ASSIGN_OR_RETURN(std::string temb, l.Embedding("embeddings.token_type", types, 2, d));
   ASSIGN_OR_RETURN(x, l.Add(x, temb));
   ASSIGN_OR_RETURN(x, l.LayerNorm("embeddings.ln", x, d));

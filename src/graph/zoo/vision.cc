@@ -67,14 +67,15 @@ absl::StatusOr<Graph> BuildVgg19(uint64_t seed) {
   Graph g;
   Layers l(&g, seed);
   ASSIGN_OR_RETURN(std::string x, l.Input("x", DType::kF32, {3, 224, 224}));
-  const int64_t cfg[] = {64, 64, 0, 128, 128, 0, 256, 256, 256, 256, 0,
-                         512, 512, 512, 512, 0, 512, 512, 512, 512, 0};
+  const int64_t cfg[] = {64,  64,  0,   128, 128, 0,   256, 256, 256, 256, 0,
+                         512, 512, 512, 512, 0,   512, 512, 512, 512, 0};
   int64_t in = 3, idx = 0;
   for (int64_t c : cfg) {
     if (c == 0) {
       ASSIGN_OR_RETURN(x, l.MaxPool(x, 2, 2));
     } else {
-      ASSIGN_OR_RETURN(x, l.Conv(absl::StrCat("features.", idx++), x, in, c, 3, 3, 1, {1, 1, 1, 1}));
+      ASSIGN_OR_RETURN(x,
+                       l.Conv(absl::StrCat("features.", idx++), x, in, c, 3, 3, 1, {1, 1, 1, 1}));
       ASSIGN_OR_RETURN(x, l.Relu(x));
       in = c;
     }

@@ -47,8 +47,8 @@ absl::StatusOr<Graph> BuildZooModel(const std::string& name, uint64_t seed) {
   } else {
     std::vector<std::string> names;
     for (const ZooModel& m : ZooModels()) names.push_back(m.name);
-    return absl::NotFoundError(absl::StrCat("no zoo model '", name, "'; known: ",
-                                            absl::StrJoin(names, ", ")));
+    return absl::NotFoundError(
+        absl::StrCat("no zoo model '", name, "'; known: ", absl::StrJoin(names, ", ")));
   }
   if (g.ok()) g->name = name;
   return g;

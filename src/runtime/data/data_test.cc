@@ -3,8 +3,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "src/common/status_matchers.h"
-#include "src/graph/zoo/zoo.h"
 #include "src/graph/autodiff.h"
+#include "src/graph/zoo/zoo.h"
 #include "src/runtime/data/dataset.h"
 #include "src/runtime/data/npy.h"
 #include "src/testing/temp_dir.h"
@@ -36,12 +36,15 @@ TEST(Npy, BadFiles_ClearErrors) {
   std::ifstream in(dir.File("f.npy"), std::ios::binary);
   std::string bytes((std::istreambuf_iterator<char>(in)), {});
   EXPECT_THAT(ParseNpy(bytes.substr(0, bytes.size() - 4), "x.npy"),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("x.npy: not a supported .npy file: truncated data")));
-  EXPECT_THAT(ParseNpy("garbage", "x.npy"), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("bad magic")));
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("x.npy: not a supported .npy file: truncated data")));
+  EXPECT_THAT(ParseNpy("garbage", "x.npy"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("bad magic")));
   std::string fortran = bytes;
   const size_t at = fortran.find("False");
   fortran.replace(at, 5, "True ");
-  EXPECT_THAT(ParseNpy(fortran, "x.npy"), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("Fortran")));
+  EXPECT_THAT(ParseNpy(fortran, "x.npy"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("Fortran")));
   EXPECT_THAT(ReadNpy("/nonexistent.npy"), StatusIs(absl::StatusCode::kNotFound));
 }
 

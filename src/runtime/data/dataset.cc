@@ -15,9 +15,9 @@ namespace {
 // Per-sample dims of a tensor whose batch dim is its first (multiple 1).
 absl::StatusOr<std::vector<int64_t>> SampleDims(const TensorInfo& t) {
   if (t.shape.rank() == 0 || t.shape.BatchAxis() != 0 || t.shape.dim(0).value != 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "tensor '", t.name, "' ", t.shape.ToString(),
-        " must have the batch as its first dimension to be fed from a dataset"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor '", t.name, "' ", t.shape.ToString(),
+                     " must have the batch as its first dimension to be fed from a dataset"));
   }
   std::vector<int64_t> d = t.shape.Concrete(1);
   d.erase(d.begin());
@@ -90,8 +90,9 @@ class SyntheticDataset final : public Dataset {
       const uint64_t sample = static_cast<uint64_t>(start + i);
       if (input->dtype() == DType::kI64) {
         for (int64_t e = 0; e < f; ++e) {
-          input->i64()[i * f + e] = static_cast<int64_t>(
-              CounterUniform(seed_ ^ 0x70c5, sample * f + e) * static_cast<float>(vocab_)) %
+          input->i64()[i * f + e] =
+              static_cast<int64_t>(CounterUniform(seed_ ^ 0x70c5, sample * f + e) *
+                                   static_cast<float>(vocab_)) %
               vocab_;
         }
         for (int64_t k = 0; k < p; ++k) {
@@ -103,9 +104,10 @@ class SyntheticDataset final : public Dataset {
       }
       float* x = input->f32() + i * f;
       // Class of the sample; every label position of the sample gets it.
-      const int64_t cls = classes_ > 0 ? static_cast<int64_t>(Mix(seed_ ^ 0xc1a55ULL ^ Mix(sample)) %
-                                                              static_cast<uint64_t>(classes_))
-                                       : 0;
+      const int64_t cls = classes_ > 0
+                              ? static_cast<int64_t>(Mix(seed_ ^ 0xc1a55ULL ^ Mix(sample)) %
+                                                     static_cast<uint64_t>(classes_))
+                              : 0;
       for (int64_t e = 0; e < f; ++e) {
         const double u1 = std::max(1e-12, double(CounterUniform(seed_, 2 * (sample * f + e))));
         const double u2 = CounterUniform(seed_, 2 * (sample * f + e) + 1);
@@ -147,10 +149,10 @@ class SyntheticDataset final : public Dataset {
 
 absl::StatusOr<DataSignature> DataSignatureOf(const Graph& graph) {
   if (graph.inputs.size() != 1 || graph.labels.size() != 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "datasets feed graphs with one input and one label; this graph has ",
-        graph.inputs.size(), " input(s) (", absl::StrJoin(graph.inputs, ", "), ") and ",
-        graph.labels.size(), " label(s)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("datasets feed graphs with one input and one label; this graph has ",
+                     graph.inputs.size(), " input(s) (", absl::StrJoin(graph.inputs, ", "),
+                     ") and ", graph.labels.size(), " label(s)"));
   }
   DataSignature s;
   s.input = *graph.FindTensor(graph.inputs[0]);
@@ -169,13 +171,13 @@ absl::StatusOr<std::unique_ptr<Dataset>> OpenNumpyDataset(const std::string& inp
                   const std::string& path, const char* what) -> absl::Status {
     std::vector<int64_t> rest(t.dims().begin() + (t.rank() > 0 ? 1 : 0), t.dims().end());
     if (t.rank() == 0 || rest != dims) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          path, ": ", what, " have shape [", absl::StrJoin(t.dims(), ","), "]; the model needs [N,",
-          absl::StrJoin(dims, ","), "]"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": ", what, " have shape [", absl::StrJoin(t.dims(), ","),
+                       "]; the model needs [N,", absl::StrJoin(dims, ","), "]"));
     }
     if (t.dtype() != dtype) {
-      return absl::InvalidArgumentError(absl::StrCat(path, ": ", what, " are ", DTypeName(t.dtype()),
-                                                     "; the model needs ", DTypeName(dtype)));
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, ": ", what, " are ", DTypeName(t.dtype()), "; the model needs ", DTypeName(dtype)));
     }
     if (t.dim(0) == 0) return absl::InvalidArgumentError(path + ": no samples");
     return absl::OkStatus();

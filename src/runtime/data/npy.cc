@@ -25,7 +25,8 @@ absl::StatusOr<Tensor> ParseNpy(const std::string& bytes, const std::string& nam
   } else if (major == 2 || major == 3) {
     if (bytes.size() < 12) return bad("truncated header");
     header_len = 0;
-    for (int i = 0; i < 4; ++i) header_len |= static_cast<size_t>(static_cast<unsigned char>(bytes[8 + i])) << (8 * i);
+    for (int i = 0; i < 4; ++i)
+      header_len |= static_cast<size_t>(static_cast<unsigned char>(bytes[8 + i])) << (8 * i);
     offset = 12;
   } else {
     return bad(absl::StrCat("format version ", major));

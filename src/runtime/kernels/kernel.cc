@@ -28,8 +28,7 @@ KernelRegistry& KernelRegistry::Global() {
   return *r;
 }
 
-void KernelRegistry::Register(const std::string& device, const std::string& op_type,
-                              KernelFn fn) {
+void KernelRegistry::Register(const std::string& device, const std::string& op_type, KernelFn fn) {
   if (!kernels_.emplace(std::make_pair(device, op_type), fn).second) {
     std::fprintf(stderr, "kernel %s/%s registered twice\n", device.c_str(), op_type.c_str());
     std::abort();

@@ -91,9 +91,9 @@ struct KernelRegistration {
 
 #define QUILT_KERNEL_CONCAT_INNER_(a, b) a##b
 #define QUILT_KERNEL_CONCAT_(a, b) QUILT_KERNEL_CONCAT_INNER_(a, b)
-#define QUILT_REGISTER_KERNEL(device, op_type, fn)                                          \
-  static ::quilt::KernelRegistration QUILT_KERNEL_CONCAT_(quilt_kernel_registration_, \
-                                                          __LINE__)(device, op_type, fn)
+#define QUILT_REGISTER_KERNEL(device, op_type, fn)                                               \
+  static ::quilt::KernelRegistration QUILT_KERNEL_CONCAT_(quilt_kernel_registration_, __LINE__)( \
+      device, op_type, fn)
 
 }  // namespace quilt
 

@@ -1,12 +1,12 @@
 // CPU kernels of 2-D convolution (im2col + SGEMM per image and group) and of
 // its gradients (col2im for the input, accumulated SGEMMs for the weight).
-#include <cblas-openblas.h>
-
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
 #include "src/common/status.h"
 #include "src/graph/ops/conv_attrs.h"
+#include "src/runtime/kernels/cpu/gemm.h"
 #include "src/runtime/kernels/cpu/loops.h"
 #include "src/runtime/kernels/kernel.h"
 
@@ -16,10 +16,10 @@ namespace {
 using ops::Window2D;
 
 struct ConvGeom {
-  int64_t n, c, h, w;     // input
-  int64_t m, ho, wo;      // output channels and extent
-  int64_t cg, mg;         // channels per group (in, out)
-  int64_t ckk;            // cg·kh·kw
+  int64_t n, c, h, w;  // input
+  int64_t m, ho, wo;   // output channels and extent
+  int64_t cg, mg;      // channels per group (in, out)
+  int64_t ckk;         // cg·kh·kw
   Window2D win;
 };
 
@@ -57,6 +57,16 @@ void Im2Col(const float* x, const ConvGeom& g, float* col) {
             continue;
           }
           const float* src = x + (ci * g.h + iy) * g.w;
+          if (k.sw == 1) {
+            // Contiguous: zeros left of the input, a copy, zeros right of it.
+            const int64_t shift = j * k.dw - k.pl;  // ix = ox + shift
+            const int64_t lo = std::min(g.wo, std::max<int64_t>(0, -shift));
+            const int64_t hi = std::max(lo, std::min(g.wo, g.w - shift));
+            for (int64_t ox = 0; ox < lo; ++ox) dst[ox] = 0.0f;
+            if (hi > lo) std::memcpy(dst + lo, src + lo + shift, sizeof(float) * (hi - lo));
+            for (int64_t ox = hi; ox < g.wo; ++ox) dst[ox] = 0.0f;
+            continue;
+          }
           for (int64_t ox = 0; ox < g.wo; ++ox) {
             const int64_t ix = ox * k.sw - k.pl + j * k.dw;
             dst[ox] = (ix >= 0 && ix < g.w) ? src[ix] : 0.0f;
@@ -90,10 +100,34 @@ void Col2Im(const float* col, const ConvGeom& g, float* x) {
   }
 }
 
-bool IsPointwise(const ConvGeom& g) {
-  const Window2D& k = g.win;
-  return k.kh == 1 && k.kw == 1 && k.sh == 1 && k.sw == 1 && k.pt == 0 && k.pl == 0 &&
-         k.pb == 0 && k.pr == 0;
+// Uninitialized scratch memory from the tensor buffer pool (plain vectors
+// would be zero-filled and, when large, freshly mapped on every call).
+float* Scratch(Tensor* holder, int64_t n) {
+  *holder = Tensor::Empty(DType::kF32, {n}).value();
+  return holder->f32();
+}
+
+// Images per GEMM: the im2col buffer of a chunk stays under ~32 MiB, and
+// small images are batched so each GEMM is large enough to run efficiently.
+int64_t ImagesPerChunk(const ConvGeom& g) {
+  const int64_t per_image = std::max<int64_t>(1, g.ckk * g.ho * g.wo);
+  return std::max<int64_t>(1, std::min<int64_t>(g.n, (int64_t{8} << 20) / per_image));
+}
+
+// col[:, i·P:(i+1)·P] = im2col of image n0+i, group grp (P = ho·wo).
+void Im2ColChunk(const Tensor& x, const ConvGeom& g, int64_t n0, int64_t nc, int64_t grp,
+                 float* col) {
+  const int64_t plane = g.ho * g.wo;
+  ParallelFor(nc, 1, [&](int64_t b, int64_t e) {
+    Tensor holder;
+    float* local = Scratch(&holder, g.ckk * plane);
+    for (int64_t i = b; i < e; ++i) {
+      Im2Col(x.f32() + ((n0 + i) * g.c + grp * g.cg) * g.h * g.w, g, local);
+      for (int64_t r = 0; r < g.ckk; ++r) {
+        std::memcpy(col + r * nc * plane + i * plane, local + r * plane, sizeof(float) * plane);
+      }
+    }
+  });
 }
 
 absl::Status Conv(KernelContext& ctx) {
@@ -102,32 +136,48 @@ absl::Status Conv(KernelContext& ctx) {
   ASSIGN_OR_RETURN(ConvGeom g, Geometry(ctx, x.dims(), w.dims()));
   ASSIGN_OR_RETURN(Tensor * out, ctx.Output(0));
   const int64_t plane = g.ho * g.wo;
-  const bool pointwise = IsPointwise(g);
-  std::vector<float> col(pointwise ? 0 : g.ckk * plane);
-  for (int64_t n = 0; n < g.n; ++n) {
+  const int64_t chunk = ImagesPerChunk(g);
+  Tensor col_t, y_t;
+  float* col = Scratch(&col_t, g.ckk * chunk * plane);
+  float* y = Scratch(&y_t, g.mg * chunk * plane);
+  for (int64_t n0 = 0; n0 < g.n; n0 += chunk) {
+    const int64_t nc = std::min(chunk, g.n - n0);
     for (int64_t grp = 0; grp < g.win.group; ++grp) {
-      const float* xin = x.f32() + (n * g.c + grp * g.cg) * g.h * g.w;
-      const float* src = xin;
-      if (!pointwise) {
-        Im2Col(xin, g, col.data());
-        src = col.data();
+      Im2ColChunk(x, g, n0, nc, grp, col);
+      // y [mg, nc·P] = W_g [mg, ckk] · col [ckk, nc·P]
+      Sgemm(false, false, g.mg, nc * plane, g.ckk, 1.0f, w.f32() + grp * g.mg * g.ckk, col, 0.0f,
+            y);
+      for (int64_t i = 0; i < nc; ++i) {
+        for (int64_t m = 0; m < g.mg; ++m) {
+          std::memcpy(out->f32() + ((n0 + i) * g.m + grp * g.mg + m) * plane,
+                      y + m * nc * plane + i * plane, sizeof(float) * plane);
+        }
       }
-      float* y = out->f32() + (n * g.m + grp * g.mg) * plane;
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, g.mg, plane, g.ckk, 1.0f,
-                  w.f32() + grp * g.mg * g.ckk, g.ckk, src, plane, 0.0f, y, plane);
     }
   }
   if (ctx.has_input(2)) {
     const float* b = ctx.in(2).f32();
     ParallelFor(g.n * g.m, 16, [&](int64_t s, int64_t e) {
       for (int64_t i = s; i < e; ++i) {
-        float* y = out->f32() + i * plane;
+        float* yo = out->f32() + i * plane;
         const float v = b[i % g.m];
-        for (int64_t p = 0; p < plane; ++p) y[p] += v;
+        for (int64_t p = 0; p < plane; ++p) yo[p] += v;
       }
     });
   }
   return absl::OkStatus();
+}
+
+// dy of images n0..n0+nc, group grp, as [mg, nc·P].
+void GatherDy(const Tensor& dy, const ConvGeom& g, int64_t n0, int64_t nc, int64_t grp,
+              float* buf) {
+  const int64_t plane = g.ho * g.wo;
+  for (int64_t i = 0; i < nc; ++i) {
+    for (int64_t m = 0; m < g.mg; ++m) {
+      std::memcpy(buf + m * nc * plane + i * plane,
+                  dy.f32() + ((n0 + i) * g.m + grp * g.mg + m) * plane, sizeof(float) * plane);
+    }
+  }
 }
 
 absl::Status ConvGradInput(KernelContext& ctx) {
@@ -137,17 +187,27 @@ absl::Status ConvGradInput(KernelContext& ctx) {
   ASSIGN_OR_RETURN(ConvGeom g, Geometry(ctx, dx->dims(), w.dims()));
   dx->SetZero();
   const int64_t plane = g.ho * g.wo;
-  const bool pointwise = IsPointwise(g);
-  std::vector<float> col(g.ckk * plane);
-  for (int64_t n = 0; n < g.n; ++n) {
+  const int64_t chunk = ImagesPerChunk(g);
+  Tensor col_t, dyb_t;
+  float* col = Scratch(&col_t, g.ckk * chunk * plane);
+  float* dyb = Scratch(&dyb_t, g.mg * chunk * plane);
+  for (int64_t n0 = 0; n0 < g.n; n0 += chunk) {
+    const int64_t nc = std::min(chunk, g.n - n0);
     for (int64_t grp = 0; grp < g.win.group; ++grp) {
-      const float* dyn = dy.f32() + (n * g.m + grp * g.mg) * plane;
-      float* dxn = dx->f32() + (n * g.c + grp * g.cg) * g.h * g.w;
-      // col = Wᵀ · dy
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, g.ckk, plane, g.mg, 1.0f,
-                  w.f32() + grp * g.mg * g.ckk, g.ckk, dyn, plane, 0.0f,
-                  pointwise ? dxn : col.data(), plane);
-      if (!pointwise) Col2Im(col.data(), g, dxn);
+      GatherDy(dy, g, n0, nc, grp, dyb);
+      // col [ckk, nc·P] = W_gᵀ · dy
+      Sgemm(true, false, g.ckk, nc * plane, g.mg, 1.0f, w.f32() + grp * g.mg * g.ckk, dyb, 0.0f,
+            col);
+      ParallelFor(nc, 1, [&](int64_t b, int64_t e) {
+        Tensor holder;
+        float* local = Scratch(&holder, g.ckk * plane);
+        for (int64_t i = b; i < e; ++i) {
+          for (int64_t r = 0; r < g.ckk; ++r) {
+            std::memcpy(local + r * plane, col + r * nc * plane + i * plane, sizeof(float) * plane);
+          }
+          Col2Im(local, g, dx->f32() + ((n0 + i) * g.c + grp * g.cg) * g.h * g.w);
+        }
+      });
     }
   }
   return absl::OkStatus();
@@ -160,20 +220,18 @@ absl::Status ConvGradWeight(KernelContext& ctx) {
   ASSIGN_OR_RETURN(ConvGeom g, Geometry(ctx, x.dims(), dw->dims()));
   dw->SetZero();
   const int64_t plane = g.ho * g.wo;
-  const bool pointwise = IsPointwise(g);
-  std::vector<float> col(pointwise ? 0 : g.ckk * plane);
-  for (int64_t n = 0; n < g.n; ++n) {
+  const int64_t chunk = ImagesPerChunk(g);
+  Tensor col_t, dyb_t;
+  float* col = Scratch(&col_t, g.ckk * chunk * plane);
+  float* dyb = Scratch(&dyb_t, g.mg * chunk * plane);
+  for (int64_t n0 = 0; n0 < g.n; n0 += chunk) {
+    const int64_t nc = std::min(chunk, g.n - n0);
     for (int64_t grp = 0; grp < g.win.group; ++grp) {
-      const float* xin = x.f32() + (n * g.c + grp * g.cg) * g.h * g.w;
-      const float* src = xin;
-      if (!pointwise) {
-        Im2Col(xin, g, col.data());
-        src = col.data();
-      }
-      const float* dyn = dy.f32() + (n * g.m + grp * g.mg) * plane;
-      // dW += dy · colᵀ
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, g.mg, g.ckk, plane, 1.0f, dyn, plane,
-                  src, plane, 1.0f, dw->f32() + grp * g.mg * g.ckk, g.ckk);
+      Im2ColChunk(x, g, n0, nc, grp, col);
+      GatherDy(dy, g, n0, nc, grp, dyb);
+      // dW_g [mg, ckk] += dy [mg, nc·P] · colᵀ
+      Sgemm(false, true, g.mg, g.ckk, nc * plane, 1.0f, dyb, col, 1.0f,
+            dw->f32() + grp * g.mg * g.ckk);
     }
   }
   return absl::OkStatus();

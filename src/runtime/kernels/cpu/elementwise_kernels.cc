@@ -16,8 +16,8 @@ constexpr float kSqrt2OverPi = 0.79788456080286535588f;
 template <typename F>
 absl::Status Binary(KernelContext& ctx, F f) {
   ASSIGN_OR_RETURN(Tensor * out, ctx.Output(0));
-  BroadcastBinary(ctx.in(0).f32(), ctx.in(0).dims(), ctx.in(1).f32(), ctx.in(1).dims(),
-                  out->f32(), out->dims(), f);
+  BroadcastBinary(ctx.in(0).f32(), ctx.in(0).dims(), ctx.in(1).f32(), ctx.in(1).dims(), out->f32(),
+                  out->dims(), f);
   return absl::OkStatus();
 }
 
@@ -36,10 +36,18 @@ absl::Status GradPair(KernelContext& ctx, F f) {
   return absl::OkStatus();
 }
 
-absl::Status Add(KernelContext& c) { return Binary(c, [](float a, float b) { return a + b; }); }
-absl::Status Sub(KernelContext& c) { return Binary(c, [](float a, float b) { return a - b; }); }
-absl::Status Mul(KernelContext& c) { return Binary(c, [](float a, float b) { return a * b; }); }
-absl::Status Div(KernelContext& c) { return Binary(c, [](float a, float b) { return a / b; }); }
+absl::Status Add(KernelContext& c) {
+  return Binary(c, [](float a, float b) { return a + b; });
+}
+absl::Status Sub(KernelContext& c) {
+  return Binary(c, [](float a, float b) { return a - b; });
+}
+absl::Status Mul(KernelContext& c) {
+  return Binary(c, [](float a, float b) { return a * b; });
+}
+absl::Status Div(KernelContext& c) {
+  return Binary(c, [](float a, float b) { return a / b; });
+}
 absl::Status Pow(KernelContext& c) {
   return Binary(c, [](float a, float b) { return b == 2.0f ? a * a : std::pow(a, b); });
 }
@@ -47,8 +55,8 @@ absl::Status Pow(KernelContext& c) {
 absl::Status PowGrad(KernelContext& ctx) {
   // dy * e * x^(e-1); x and e broadcast to dy's shape.
   ASSIGN_OR_RETURN(Tensor * out, ctx.Output(0));
-  BroadcastBinary(ctx.in(1).f32(), ctx.in(1).dims(), ctx.in(2).f32(), ctx.in(2).dims(),
-                  out->f32(), out->dims(),
+  BroadcastBinary(ctx.in(1).f32(), ctx.in(1).dims(), ctx.in(2).f32(), ctx.in(2).dims(), out->f32(),
+                  out->dims(),
                   [](float x, float e) { return e == 2.0f ? 2.0f * x : e * std::pow(x, e - 1); });
   MapBinary(out->f32(), ctx.in(0).f32(), out->f32(), out->numel(),
             [](float d, float dy) { return d * dy; });
@@ -105,12 +113,16 @@ absl::Status SumToShape(KernelContext& ctx) {
   return absl::OkStatus();
 }
 
-absl::Status Relu(KernelContext& c) { return Unary(c, [](float x) { return x > 0 ? x : 0.0f; }); }
+absl::Status Relu(KernelContext& c) {
+  return Unary(c, [](float x) { return x > 0 ? x : 0.0f; });
+}
 absl::Status ReluGrad(KernelContext& c) {
   return GradPair(c, [](float dy, float y) { return y > 0 ? dy : 0.0f; });
 }
 
-bool TanhApprox(const KernelContext& c) { return c.attrs().String("approximate", "none") == "tanh"; }
+bool TanhApprox(const KernelContext& c) {
+  return c.attrs().String("approximate", "none") == "tanh";
+}
 
 absl::Status Gelu(KernelContext& c) {
   if (TanhApprox(c)) {
@@ -137,11 +149,16 @@ absl::Status GeluGrad(KernelContext& c) {
   });
 }
 
-absl::Status Erf(KernelContext& c) { return Unary(c, [](float x) { return std::erf(x); }); }
-absl::Status ErfGrad(KernelContext& c) {
-  return GradPair(c, [](float dy, float x) { return dy * 1.12837916709551257390f * std::exp(-x * x); });
+absl::Status Erf(KernelContext& c) {
+  return Unary(c, [](float x) { return std::erf(x); });
 }
-absl::Status Tanh(KernelContext& c) { return Unary(c, [](float x) { return std::tanh(x); }); }
+absl::Status ErfGrad(KernelContext& c) {
+  return GradPair(
+      c, [](float dy, float x) { return dy * 1.12837916709551257390f * std::exp(-x * x); });
+}
+absl::Status Tanh(KernelContext& c) {
+  return Unary(c, [](float x) { return std::tanh(x); });
+}
 absl::Status TanhGrad(KernelContext& c) {
   return GradPair(c, [](float dy, float y) { return dy * (1.0f - y * y); });
 }
@@ -151,13 +168,21 @@ absl::Status Sigmoid(KernelContext& c) {
 absl::Status SigmoidGrad(KernelContext& c) {
   return GradPair(c, [](float dy, float y) { return dy * y * (1.0f - y); });
 }
-absl::Status Sqrt(KernelContext& c) { return Unary(c, [](float x) { return std::sqrt(x); }); }
+absl::Status Sqrt(KernelContext& c) {
+  return Unary(c, [](float x) { return std::sqrt(x); });
+}
 absl::Status SqrtGrad(KernelContext& c) {
   return GradPair(c, [](float dy, float y) { return dy / (2.0f * y); });
 }
-absl::Status Exp(KernelContext& c) { return Unary(c, [](float x) { return std::exp(x); }); }
-absl::Status Log(KernelContext& c) { return Unary(c, [](float x) { return std::log(x); }); }
-absl::Status Neg(KernelContext& c) { return Unary(c, [](float x) { return -x; }); }
+absl::Status Exp(KernelContext& c) {
+  return Unary(c, [](float x) { return std::exp(x); });
+}
+absl::Status Log(KernelContext& c) {
+  return Unary(c, [](float x) { return std::log(x); });
+}
+absl::Status Neg(KernelContext& c) {
+  return Unary(c, [](float x) { return -x; });
+}
 
 absl::Status Identity(KernelContext& c) { return c.SetOutput(0, c.in(0)); }
 

@@ -41,8 +41,8 @@ absl::StatusOr<double> SceDivisor(KernelContext& ctx, const Tensor& labels, cons
     const int64_t l = labels.i64()[i];
     if (has_ignore && l == ignore) continue;
     if (l < 0 || l >= v.classes) {
-      return ctx.Error(absl::StrCat("label ", l, " at position ", i, " is not a class in [0, ",
-                                    v.classes, ")"));
+      return ctx.Error(
+          absl::StrCat("label ", l, " at position ", i, " is not a class in [0, ", v.classes, ")"));
     }
     ++count;
   }
@@ -73,7 +73,8 @@ absl::Status Sce(KernelContext& ctx) {
       const double lse = mx + std::log(sum);
       if (logp) {
         float* q = logp->f32() + o * v.classes * v.inner + i;
-        for (int64_t c = 0; c < v.classes; ++c) q[c * v.inner] = static_cast<float>(s[c * v.inner] - lse);
+        for (int64_t c = 0; c < v.classes; ++c)
+          q[c * v.inner] = static_cast<float>(s[c * v.inner] - lse);
       }
       const int64_t l = labels.i64()[o * v.inner + i];
       if (has_ignore && l == ignore) continue;

@@ -1,27 +1,13 @@
 // CPU kernels of MatMul and Gemm on OpenBLAS SGEMM.
-#include <cblas-openblas.h>
-
 #include <cstring>
 
 #include "src/common/status.h"
+#include "src/runtime/kernels/cpu/gemm.h"
 #include "src/runtime/kernels/cpu/loops.h"
 #include "src/runtime/kernels/kernel.h"
 
 namespace quilt::cpu {
 namespace {
-
-void Sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-           const float* b, float beta, float* c) {
-  if (m == 0 || n == 0) return;
-  if (k == 0) {
-    for (int64_t i = 0; i < m * n; ++i) c[i] = beta == 0 ? 0.0f : beta * c[i];
-    return;
-  }
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-              static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k), alpha, a,
-              static_cast<blasint>(ta ? m : k), b, static_cast<blasint>(tb ? k : n), beta, c,
-              static_cast<blasint>(n));
-}
 
 absl::Status MatMul(KernelContext& ctx) {
   const bool ta = ctx.attrs().Int("trans_a") != 0;

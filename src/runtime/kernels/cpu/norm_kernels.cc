@@ -176,26 +176,26 @@ absl::Status LayerNormGrad(KernelContext& ctx) {
   ASSIGN_OR_RETURN(dx, ctx.Output(0));
   ASSIGN_OR_RETURN(dscale, ctx.Output(1));
   ASSIGN_OR_RETURN(dbias, ctx.Output(2));
-  ParallelFor(rows, std::max<int64_t>(1, kGrain / std::max<int64_t>(cols, 1)),
-              [&](int64_t rb, int64_t re) {
-                for (int64_t r = rb; r < re; ++r) {
-                  const float* g = dy.f32() + r * cols;
-                  const float* p = x.f32() + r * cols;
-                  double sg = 0, sgx = 0;
-                  for (int64_t j = 0; j < cols; ++j) {
-                    const float xhat = (p[j] - mean[r]) * inv[r];
-                    const float gs = g[j] * scale[j];
-                    sg += gs;
-                    sgx += gs * xhat;
-                  }
-                  const float mg = static_cast<float>(sg / cols), mgx = static_cast<float>(sgx / cols);
-                  float* d = dx->f32() + r * cols;
-                  for (int64_t j = 0; j < cols; ++j) {
-                    const float xhat = (p[j] - mean[r]) * inv[r];
-                    d[j] = inv[r] * (g[j] * scale[j] - mg - xhat * mgx);
-                  }
-                }
-              });
+  ParallelFor(
+      rows, std::max<int64_t>(1, kGrain / std::max<int64_t>(cols, 1)), [&](int64_t rb, int64_t re) {
+        for (int64_t r = rb; r < re; ++r) {
+          const float* g = dy.f32() + r * cols;
+          const float* p = x.f32() + r * cols;
+          double sg = 0, sgx = 0;
+          for (int64_t j = 0; j < cols; ++j) {
+            const float xhat = (p[j] - mean[r]) * inv[r];
+            const float gs = g[j] * scale[j];
+            sg += gs;
+            sgx += gs * xhat;
+          }
+          const float mg = static_cast<float>(sg / cols), mgx = static_cast<float>(sgx / cols);
+          float* d = dx->f32() + r * cols;
+          for (int64_t j = 0; j < cols; ++j) {
+            const float xhat = (p[j] - mean[r]) * inv[r];
+            d[j] = inv[r] * (g[j] * scale[j] - mg - xhat * mgx);
+          }
+        }
+      });
   std::vector<double> ds(cols, 0.0), db(cols, 0.0);
   for (int64_t r = 0; r < rows; ++r) {
     const float* g = dy.f32() + r * cols;
@@ -244,7 +244,8 @@ absl::Status SoftmaxImpl(KernelContext& ctx) {
                     for (int64_t j = 0; j < len; ++j) q[j * inner] = p[j * inner] - lse;
                   } else {
                     const float inv = static_cast<float>(1.0 / sum);
-                    for (int64_t j = 0; j < len; ++j) q[j * inner] = std::exp(p[j * inner] - mx) * inv;
+                    for (int64_t j = 0; j < len; ++j)
+                      q[j * inner] = std::exp(p[j * inner] - mx) * inv;
                   }
                 }
               });

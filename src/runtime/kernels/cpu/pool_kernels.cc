@@ -29,11 +29,39 @@ void ForEachWindow(int64_t planes, int64_t h, int64_t w, const Window2D& k, F f)
   });
 }
 
+// 2×2 windows with stride 2 and no padding (the common case).
+bool Is2x2(const Window2D& k) {
+  return k.kh == 2 && k.kw == 2 && k.sh == 2 && k.sw == 2 && k.pt == 0 && k.pl == 0 && k.pb == 0 &&
+         k.pr == 0 && k.dh == 1 && k.dw == 1;
+}
+
 absl::Status MaxPool(KernelContext& ctx) {
   const Tensor& x = ctx.in(0);
   ASSIGN_OR_RETURN(Window2D k, ops::ParseWindow(ctx.attrs()));
   ASSIGN_OR_RETURN(Tensor * out, ctx.Output(0));
   const int64_t h = x.dim(2), w = x.dim(3), plane_out = out->dim(2) * out->dim(3);
+  if (Is2x2(k)) {
+    const int64_t ho = out->dim(2), wo = out->dim(3);
+    ParallelFor(x.dim(0) * x.dim(1), 4, [&](int64_t pb, int64_t pe) {
+      for (int64_t p = pb; p < pe; ++p) {
+        const float* src = x.f32() + p * h * w;
+        float* dst = out->f32() + p * plane_out;
+        for (int64_t oy = 0; oy < ho; ++oy) {
+          const float* r0 = src + 2 * oy * w;
+          const float* r1 = r0 + w;
+          for (int64_t ox = 0; ox < wo; ++ox) {
+            // PyTorch's order: first maximum wins, NaN propagates.
+            float best = r0[2 * ox];
+            for (float v : {r0[2 * ox + 1], r1[2 * ox], r1[2 * ox + 1]}) {
+              if (v > best || std::isnan(v)) best = v;
+            }
+            dst[oy * wo + ox] = best;
+          }
+        }
+      }
+    });
+    return absl::OkStatus();
+  }
   ForEachWindow(x.dim(0) * x.dim(1), h, w, k, [&](int64_t p, int64_t o, int64_t y0, int64_t x0) {
     const float* src = x.f32() + p * h * w;
     float best = -std::numeric_limits<float>::infinity();
@@ -57,8 +85,56 @@ absl::Status MaxPoolGrad(KernelContext& ctx) {
   const Tensor& x = ctx.in(1);
   ASSIGN_OR_RETURN(Window2D k, ops::ParseWindow(ctx.attrs()));
   ASSIGN_OR_RETURN(Tensor * dx, ctx.Output(0));
-  dx->SetZero();
   const int64_t h = x.dim(2), w = x.dim(3), plane_out = dy.dim(2) * dy.dim(3);
+  if (!(Is2x2(k) && h == 2 * dy.dim(2) && w == 2 * dy.dim(3))) dx->SetZero();
+  if (Is2x2(k) && h == 2 * dy.dim(2) && w == 2 * dy.dim(3)) {
+    // Windows tile the input exactly: write every element once.
+    const int64_t ho = dy.dim(2), wo = dy.dim(3);
+    ParallelFor(x.dim(0) * x.dim(1), 4, [&](int64_t pb, int64_t pe) {
+      for (int64_t p = pb; p < pe; ++p) {
+        const float* src = x.f32() + p * h * w;
+        float* dst = dx->f32() + p * h * w;
+        const float* g = dy.f32() + p * plane_out;
+        for (int64_t oy = 0; oy < ho; ++oy) {
+          for (int64_t ox = 0; ox < wo; ++ox) {
+            const int64_t base = 2 * oy * w + 2 * ox;
+            const int64_t offs[4] = {base, base + 1, base + w, base + w + 1};
+            int at = 0;
+            for (int q = 1; q < 4; ++q) {
+              if (src[offs[q]] > src[offs[at]] || std::isnan(src[offs[q]])) at = q;
+            }
+            for (int q = 0; q < 4; ++q) dst[offs[q]] = q == at ? g[oy * wo + ox] : 0.0f;
+          }
+        }
+      }
+    });
+    return absl::OkStatus();
+  }
+  if (Is2x2(k)) {
+    const int64_t ho = dy.dim(2), wo = dy.dim(3);
+    ParallelFor(x.dim(0) * x.dim(1), 4, [&](int64_t pb, int64_t pe) {
+      for (int64_t p = pb; p < pe; ++p) {
+        const float* src = x.f32() + p * h * w;
+        float* dst = dx->f32() + p * h * w;
+        const float* g = dy.f32() + p * plane_out;
+        for (int64_t oy = 0; oy < ho; ++oy) {
+          for (int64_t ox = 0; ox < wo; ++ox) {
+            const int64_t base = 2 * oy * w + 2 * ox;
+            int64_t at = base;
+            float best = src[base];
+            for (int64_t off : {base + 1, base + w, base + w + 1}) {
+              if (src[off] > best || std::isnan(src[off])) {
+                best = src[off];
+                at = off;
+              }
+            }
+            dst[at] += g[oy * wo + ox];
+          }
+        }
+      }
+    });
+    return absl::OkStatus();
+  }
   // Planes are independent, so ParallelFor over planes never races.
   ForEachWindow(x.dim(0) * x.dim(1), h, w, k, [&](int64_t p, int64_t o, int64_t y0, int64_t x0) {
     const float* src = x.f32() + p * h * w;
@@ -126,8 +202,7 @@ absl::Status AveragePoolGrad(KernelContext& ctx) {
                   const float g = dy.f32()[p * plane_out + o] / static_cast<float>(n);
                   float* dst = dx->f32() + p * h * w;
                   for (int64_t iy = std::max<int64_t>(y0, 0); iy < std::min(y0 + k.kh, h); ++iy) {
-                    for (int64_t ix = std::max<int64_t>(x0, 0); ix < std::min(x0 + k.kw, w);
-                         ++ix) {
+                    for (int64_t ix = std::max<int64_t>(x0, 0); ix < std::min(x0 + k.kw, w); ++ix) {
                       dst[iy * w + ix] += g;
                     }
                   }

@@ -138,8 +138,8 @@ absl::Status Dropout(KernelContext& ctx) {
         const int64_t o = t / (len * inner), j = (t / inner) % len, i = t % inner;
         g = (o * global_len + offset + j) * inner + i;
       }
-      const float u = static_cast<float>(Mix(key ^ static_cast<uint64_t>(g)) >> 40) *
-                      (1.0f / 16777216.0f);
+      const float u =
+          static_cast<float>(Mix(key ^ static_cast<uint64_t>(g)) >> 40) * (1.0f / 16777216.0f);
       const float m = u >= p ? keep_scale : 0.0f;
       y->f32()[t] = x.f32()[t] * m;
       if (mask) mask->f32()[t] = m;

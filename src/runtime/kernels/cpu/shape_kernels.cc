@@ -170,8 +170,8 @@ absl::Status CheckIndices(KernelContext& ctx, const Tensor& idx, int64_t n) {
   for (int64_t i = 0; i < idx.numel(); ++i) {
     const int64_t v = idx.i64()[i];
     if (v < -n || v >= n) {
-      return ctx.Error(absl::StrCat("index ", v, " at position ", i, " is out of range [", -n,
-                                    ", ", n, ")"));
+      return ctx.Error(
+          absl::StrCat("index ", v, " at position ", i, " is out of range [", -n, ", ", n, ")"));
     }
   }
   return absl::OkStatus();
