@@ -8,7 +8,8 @@ Usage (from the repository root, after `bazel build //src/cli:quiltctl`):
 Models are the test fixtures (test/fixtures/*), whose PyTorch definitions are
 in tools/fixtures/export_fixtures.py. Each configuration runs both trainers
 with SGD for --steps steps and reports the mean step time after the first
-step (Quilt: as train-local reports it; PyTorch: timed the same way). Prints
+step (Quilt: as train-local reports it; PyTorch: timed the same way), the
+minimum over --repeat runs (the machine is shared; minima are the least noisy). Prints
 one JSON object per configuration and a summary table.
 """
 import argparse
@@ -71,13 +72,14 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--json", default="")
+    ap.add_argument("--repeat", type=int, default=5, help="runs per configuration; the minimum counts")
     args = ap.parse_args()
     rows = []
     for name in ["mlp", "cnn", "transformer"]:
         for batch in [16, 128]:
             for threads in [1, 2]:
-                q = min(quilt_step_time(name, batch, threads, args.steps) for _ in range(3))
-                t = min(torch_step_time(name, batch, threads, args.steps) for _ in range(3))
+                q = min(quilt_step_time(name, batch, threads, args.steps) for _ in range(args.repeat))
+                t = min(torch_step_time(name, batch, threads, args.steps) for _ in range(args.repeat))
                 row = {"model": name, "batch": batch, "threads": threads,
                        "quilt_step_ms": round(q * 1e3, 3), "pytorch_step_ms": round(t * 1e3, 3),
                        "speedup_vs_pytorch": round(t / q, 2)}

@@ -41,14 +41,14 @@ absl::StatusOr<ConvGeom> Geometry(const KernelContext& ctx, const std::vector<in
   return g;
 }
 
-// col[(ci·kh + i)·kw + j][oy·wo + ox] = x[ci][oy·sh - pt + i·dh][ox·sw - pl + j·dw].
-void Im2Col(const float* x, const ConvGeom& g, float* col) {
+// col[(ci·kh + i)·kw + j][oy·wo + ox] = x[ci][oy·sh - pt + i·dh][ox·sw - pl + j·dw],
+// rows of col `stride` floats apart.
+void Im2Col(const float* x, const ConvGeom& g, float* col, int64_t stride) {
   const Window2D& k = g.win;
-  const int64_t plane = g.ho * g.wo;
   for (int64_t ci = 0; ci < g.cg; ++ci) {
     for (int64_t i = 0; i < k.kh; ++i) {
       for (int64_t j = 0; j < k.kw; ++j) {
-        float* row = col + ((ci * k.kh + i) * k.kw + j) * plane;
+        float* row = col + ((ci * k.kh + i) * k.kw + j) * stride;
         for (int64_t oy = 0; oy < g.ho; ++oy) {
           const int64_t iy = oy * k.sh - k.pt + i * k.dh;
           float* dst = row + oy * g.wo;
@@ -77,14 +77,14 @@ void Im2Col(const float* x, const ConvGeom& g, float* col) {
   }
 }
 
-// The adjoint of Im2Col: accumulates col into x (x must be zeroed first).
-void Col2Im(const float* col, const ConvGeom& g, float* x) {
+// The adjoint of Im2Col: accumulates col (rows `stride` apart) into x (x
+// must be zeroed first).
+void Col2Im(const float* col, const ConvGeom& g, float* x, int64_t stride) {
   const Window2D& k = g.win;
-  const int64_t plane = g.ho * g.wo;
   for (int64_t ci = 0; ci < g.cg; ++ci) {
     for (int64_t i = 0; i < k.kh; ++i) {
       for (int64_t j = 0; j < k.kw; ++j) {
-        const float* row = col + ((ci * k.kh + i) * k.kw + j) * plane;
+        const float* row = col + ((ci * k.kh + i) * k.kw + j) * stride;
         for (int64_t oy = 0; oy < g.ho; ++oy) {
           const int64_t iy = oy * k.sh - k.pt + i * k.dh;
           if (iy < 0 || iy >= g.h) continue;
@@ -119,13 +119,8 @@ void Im2ColChunk(const Tensor& x, const ConvGeom& g, int64_t n0, int64_t nc, int
                  float* col) {
   const int64_t plane = g.ho * g.wo;
   ParallelFor(nc, 1, [&](int64_t b, int64_t e) {
-    Tensor holder;
-    float* local = Scratch(&holder, g.ckk * plane);
     for (int64_t i = b; i < e; ++i) {
-      Im2Col(x.f32() + ((n0 + i) * g.c + grp * g.cg) * g.h * g.w, g, local);
-      for (int64_t r = 0; r < g.ckk; ++r) {
-        std::memcpy(col + r * nc * plane + i * plane, local + r * plane, sizeof(float) * plane);
-      }
+      Im2Col(x.f32() + ((n0 + i) * g.c + grp * g.cg) * g.h * g.w, g, col + i * plane, nc * plane);
     }
   });
 }
@@ -199,13 +194,9 @@ absl::Status ConvGradInput(KernelContext& ctx) {
       Sgemm(true, false, g.ckk, nc * plane, g.mg, 1.0f, w.f32() + grp * g.mg * g.ckk, dyb, 0.0f,
             col);
       ParallelFor(nc, 1, [&](int64_t b, int64_t e) {
-        Tensor holder;
-        float* local = Scratch(&holder, g.ckk * plane);
         for (int64_t i = b; i < e; ++i) {
-          for (int64_t r = 0; r < g.ckk; ++r) {
-            std::memcpy(local + r * plane, col + r * nc * plane + i * plane, sizeof(float) * plane);
-          }
-          Col2Im(local, g, dx->f32() + ((n0 + i) * g.c + grp * g.cg) * g.h * g.w);
+          Col2Im(col + i * plane, g, dx->f32() + ((n0 + i) * g.c + grp * g.cg) * g.h * g.w,
+                 nc * plane);
         }
       });
     }

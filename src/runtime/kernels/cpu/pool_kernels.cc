@@ -53,7 +53,7 @@ absl::Status MaxPool(KernelContext& ctx) {
             // PyTorch's order: first maximum wins, NaN propagates.
             float best = r0[2 * ox];
             for (float v : {r0[2 * ox + 1], r1[2 * ox], r1[2 * ox + 1]}) {
-              if (v > best || std::isnan(v)) best = v;
+              best = ((v > best) | (v != v)) ? v : best;
             }
             dst[oy * wo + ox] = best;
           }
@@ -97,13 +97,25 @@ absl::Status MaxPoolGrad(KernelContext& ctx) {
         const float* g = dy.f32() + p * plane_out;
         for (int64_t oy = 0; oy < ho; ++oy) {
           for (int64_t ox = 0; ox < wo; ++ox) {
+            // Branch-free argmax (first maximum wins, a NaN takes over).
             const int64_t base = 2 * oy * w + 2 * ox;
-            const int64_t offs[4] = {base, base + 1, base + w, base + w + 1};
+            const float v0 = src[base], v1 = src[base + 1], v2 = src[base + w],
+                        v3 = src[base + w + 1];
+            float best = v0;
             int at = 0;
-            for (int q = 1; q < 4; ++q) {
-              if (src[offs[q]] > src[offs[at]] || std::isnan(src[offs[q]])) at = q;
-            }
-            for (int q = 0; q < 4; ++q) dst[offs[q]] = q == at ? g[oy * wo + ox] : 0.0f;
+            const bool t1 = (v1 > best) | (v1 != v1);
+            at = t1 ? 1 : at;
+            best = t1 ? v1 : best;
+            const bool t2 = (v2 > best) | (v2 != v2);
+            at = t2 ? 2 : at;
+            best = t2 ? v2 : best;
+            const bool t3 = (v3 > best) | (v3 != v3);
+            at = t3 ? 3 : at;
+            const float gv = g[oy * wo + ox];
+            dst[base] = at == 0 ? gv : 0.0f;
+            dst[base + 1] = at == 1 ? gv : 0.0f;
+            dst[base + w] = at == 2 ? gv : 0.0f;
+            dst[base + w + 1] = at == 3 ? gv : 0.0f;
           }
         }
       }
