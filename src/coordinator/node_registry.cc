@@ -4,7 +4,7 @@
 #include "src/common/logging.h"
 #include "src/common/proto_time.h"
 #include "src/common/status.h"
-#include "src/coordinator/node_validation.h"
+#include "src/cluster/node_validation.h"
 
 namespace quilt {
 namespace {

@@ -2,7 +2,7 @@
 
 #include "src/common/net.h"
 #include "src/common/status.h"
-#include "src/coordinator/node_validation.h"
+#include "src/cluster/node_validation.h"
 
 namespace quilt {
 

@@ -1,4 +1,4 @@
-#include "src/coordinator/node_validation.h"
+#include "src/cluster/node_validation.h"
 
 #include <cctype>
 #include <cmath>

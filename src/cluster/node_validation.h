@@ -1,8 +1,8 @@
 // Checks of what workers send at registration: node ids, device lists and
 // measured figures. Requests that fail get INVALID_ARGUMENT with the field
 // named, before they touch the registry.
-#ifndef QUILT_SRC_COORDINATOR_NODE_VALIDATION_H_
-#define QUILT_SRC_COORDINATOR_NODE_VALIDATION_H_
+#ifndef QUILT_SRC_CLUSTER_NODE_VALIDATION_H_
+#define QUILT_SRC_CLUSTER_NODE_VALIDATION_H_
 
 #include <string>
 
@@ -24,4 +24,4 @@ absl::Status ValidateNodeInfo(const quilt::v1::NodeInfo& info);
 
 }  // namespace quilt
 
-#endif  // QUILT_SRC_COORDINATOR_NODE_VALIDATION_H_
+#endif  // QUILT_SRC_CLUSTER_NODE_VALIDATION_H_

@@ -1,0 +1,79 @@
+#include "src/cluster/cluster_spec.h"
+
+#include <set>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "google/protobuf/io/tokenizer.h"
+#include "google/protobuf/text_format.h"
+#include "google/protobuf/util/json_util.h"
+#include "src/cluster/node_validation.h"
+#include "src/common/files.h"
+#include "src/common/status.h"
+
+namespace quilt {
+
+absl::StatusOr<quilt::v1::ClusterSpec> LoadClusterSpec(const std::string& path) {
+  ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  quilt::v1::ClusterSpec spec;
+  if (absl::EndsWith(path, ".json")) {
+    google::protobuf::util::JsonParseOptions o;
+    auto s = google::protobuf::util::JsonStringToMessage(text, &spec, o);
+    if (!s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": not a ClusterSpec in JSON: ",
+                                                     std::string(s.message())));
+    }
+  } else {
+    struct Collector : google::protobuf::io::ErrorCollector {
+      std::string error;
+      void AddError(int line, int column, const std::string& message) override {
+        if (error.empty()) error = absl::StrCat("line ", line + 1, ":", column + 1, ": ", message);
+      }
+    } collector;
+    google::protobuf::TextFormat::Parser parser;
+    parser.RecordErrorsTo(&collector);
+    if (!parser.ParseFromString(text, &spec)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": not a ClusterSpec in text format: ", collector.error));
+    }
+  }
+  if (absl::Status s = ValidateClusterSpec(spec); !s.ok()) return Annotate(s, path);
+  return spec;
+}
+
+absl::Status ValidateClusterSpec(const quilt::v1::ClusterSpec& spec) {
+  if (spec.nodes_size() == 0) return absl::InvalidArgumentError("the cluster has no nodes");
+  std::set<std::string> nodes, devices;
+  for (const quilt::v1::NodeInfo& n : spec.nodes()) {
+    RETURN_IF_ERROR(ValidateNodeInfo(n));
+    if (!nodes.insert(n.node_id()).second) {
+      return absl::InvalidArgumentError("node '" + n.node_id() + "' is listed twice");
+    }
+    if (n.devices_size() == 0) {
+      return absl::InvalidArgumentError("node '" + n.node_id() + "' has no devices");
+    }
+    for (const quilt::v1::Device& d : n.devices()) {
+      devices.insert(d.id());
+      if (d.measured_gemm_flops_per_s() <= 0 && d.peak_fp32_flops_per_s() <= 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "device '", d.id(), "' has no speed (measured_gemm_flops_per_s or peak_fp32_flops_per_s)"));
+      }
+      if (d.memory_bytes() <= 0) {
+        return absl::InvalidArgumentError(absl::StrCat("device '", d.id(), "' has no memory_bytes"));
+      }
+    }
+  }
+  for (const quilt::v1::PairLink& p : spec.pair_links()) {
+    if (!devices.count(p.src_device()) || !devices.count(p.dst_device())) {
+      return absl::InvalidArgumentError(absl::StrCat("pair link ", p.src_device(), " -> ",
+                                                     p.dst_device(), " names an unknown device"));
+    }
+    if (p.link().bandwidth_bytes_per_s() <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat("pair link ", p.src_device(), " -> ",
+                                                     p.dst_device(), " has no bandwidth"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace quilt

@@ -1,0 +1,93 @@
+#include "src/cluster/topology.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "src/cluster/cluster_spec.h"
+#include "src/common/status.h"
+
+namespace quilt {
+namespace {
+
+double Or(double v, double def) { return v > 0 ? v : def; }
+
+}  // namespace
+
+absl::StatusOr<Topology> Topology::Build(const quilt::v1::ClusterSpec& spec) {
+  RETURN_IF_ERROR(ValidateClusterSpec(spec));
+  Topology t;
+  t.spec_ = spec;
+  struct NodeRes {
+    int nic_out, nic_in;
+  };
+  std::vector<NodeRes> node_res;
+  std::vector<int> egress, ingress;
+  for (int n = 0; n < spec.nodes_size(); ++n) {
+    const quilt::v1::NodeInfo& node = spec.nodes(n);
+    t.node_ids_.push_back(node.node_id());
+    t.node_devices_.emplace_back();
+    bool any_gpu = false;
+    for (const auto& d : node.devices()) any_gpu |= d.kind() == quilt::v1::DEVICE_KIND_GPU;
+    const double fabric_bw = Or(node.intra_node_link().bandwidth_bytes_per_s(),
+                                any_gpu ? kDefaultGpuFabricBytesPerS : kDefaultCpuFabricBytesPerS);
+    const double fabric_lat = Or(node.intra_node_link().latency_s(), kDefaultFabricLatencyS);
+    for (const auto& d : node.devices()) {
+      const int idx = static_cast<int>(t.devices_.size());
+      t.devices_.push_back({d.id(), n, d});
+      t.index_[d.id()] = idx;
+      t.node_devices_[n].push_back(idx);
+      egress.push_back(static_cast<int>(t.resources_.size()));
+      t.resources_.push_back({d.id() + " egress", fabric_bw, fabric_lat / 2});
+      ingress.push_back(static_cast<int>(t.resources_.size()));
+      t.resources_.push_back({d.id() + " ingress", fabric_bw, fabric_lat / 2});
+    }
+    const double nic_bw = Or(node.nic().bandwidth_bytes_per_s(), kDefaultNicBytesPerS);
+    const double nic_lat = Or(node.nic().latency_s(), kDefaultNicLatencyS);
+    NodeRes r;
+    r.nic_out = static_cast<int>(t.resources_.size());
+    t.resources_.push_back({node.node_id() + " nic out", nic_bw, nic_lat / 2});
+    r.nic_in = static_cast<int>(t.resources_.size());
+    t.resources_.push_back({node.node_id() + " nic in", nic_bw, nic_lat / 2});
+    node_res.push_back(r);
+  }
+  std::map<std::pair<int, int>, int> pair_res;
+  for (const quilt::v1::PairLink& p : spec.pair_links()) {
+    const int a = t.index_.at(p.src_device()), b = t.index_.at(p.dst_device());
+    const int r = static_cast<int>(t.resources_.size());
+    t.resources_.push_back({absl::StrCat(p.src_device(), " -> ", p.dst_device()),
+                            p.link().bandwidth_bytes_per_s(),
+                            Or(p.link().latency_s(), kDefaultFabricLatencyS)});
+    pair_res[{a, b}] = r;
+  }
+  const int n = t.num_devices();
+  t.paths_.resize(static_cast<size_t>(n) * n);
+  for (int a = 0; a < n; ++a) {
+    for (int b = 0; b < n; ++b) {
+      if (a == b) continue;
+      Path& p = t.paths_[a * n + b];
+      auto pr = pair_res.find({a, b});
+      if (pr == pair_res.end()) pr = pair_res.find({b, a});  // symmetric unless given
+      if (pr != pair_res.end()) {
+        p.resources = {pr->second};
+      } else if (t.devices_[a].node == t.devices_[b].node) {
+        p.resources = {egress[a], ingress[b]};
+      } else {
+        p.resources = {egress[a], node_res[t.devices_[a].node].nic_out,
+                       node_res[t.devices_[b].node].nic_in, ingress[b]};
+      }
+      p.bandwidth_bytes_per_s = 1e300;
+      for (int r : p.resources) {
+        p.bandwidth_bytes_per_s = std::min(p.bandwidth_bytes_per_s, t.resources_[r].bandwidth_bytes_per_s);
+        p.latency_s += t.resources_[r].latency_s;
+      }
+    }
+  }
+  return t;
+}
+
+int Topology::DeviceIndex(const std::string& id) const {
+  auto it = index_.find(id);
+  return it == index_.end() ? -1 : it->second;
+}
+
+}  // namespace quilt

@@ -1,0 +1,82 @@
+// The cluster as a network of resources for the cost model and simulator:
+// every device has an egress and an ingress port on its node's fabric
+// (NVLink / PCIe / shared memory), every node a NIC with an outgoing and an
+// incoming side, and explicit pair links are resources of their own. A
+// transfer between two devices holds every resource on its path; its
+// bandwidth is the path's narrowest, its latency the sum of the hops'.
+// Unknown bandwidths get documented defaults (kDefault*).
+#ifndef QUILT_SRC_CLUSTER_TOPOLOGY_H_
+#define QUILT_SRC_CLUSTER_TOPOLOGY_H_
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "proto/quilt/v1/cluster.pb.h"
+
+namespace quilt {
+
+// Defaults for links a spec leaves at 0.
+inline constexpr double kDefaultGpuFabricBytesPerS = 12e9;   // PCIe 3.0 x16, achievable
+inline constexpr double kDefaultCpuFabricBytesPerS = 10e9;   // shared memory copies
+inline constexpr double kDefaultFabricLatencyS = 5e-6;
+inline constexpr double kDefaultNicBytesPerS = 1.25e9;       // 10 Gbit/s
+inline constexpr double kDefaultNicLatencyS = 12e-6;         // HeteroG's per-transfer overhead
+
+struct DeviceEntry {
+  std::string id;
+  int node = 0;
+  quilt::v1::Device proto;
+};
+
+struct Resource {
+  std::string name;  // e.g. "node-a/gpu:0 egress", "node-a nic out"
+  double bandwidth_bytes_per_s = 0;
+  double latency_s = 0;
+};
+
+struct Path {
+  std::vector<int> resources;
+  double bandwidth_bytes_per_s = 0;
+  double latency_s = 0;
+  // Seconds to move `bytes` alone on this path.
+  double Time(double bytes) const {
+    return resources.empty() ? 0 : latency_s + bytes / bandwidth_bytes_per_s;
+  }
+};
+
+class Topology {
+ public:
+  // Errors: INVALID_ARGUMENT for an invalid spec.
+  static absl::StatusOr<Topology> Build(const quilt::v1::ClusterSpec& spec);
+
+  int num_devices() const { return static_cast<int>(devices_.size()); }
+  int num_nodes() const { return static_cast<int>(node_ids_.size()); }
+  const DeviceEntry& device(int i) const { return devices_[i]; }
+  const std::vector<DeviceEntry>& devices() const { return devices_; }
+  const std::string& node_id(int n) const { return node_ids_[n]; }
+  // -1 if unknown.
+  int DeviceIndex(const std::string& id) const;
+  // Devices of node n, in spec order.
+  const std::vector<int>& NodeDevices(int n) const { return node_devices_[n]; }
+
+  int num_resources() const { return static_cast<int>(resources_.size()); }
+  const Resource& resource(int r) const { return resources_[r]; }
+  // The path from device a to device b (empty when a == b).
+  const Path& PathBetween(int a, int b) const { return paths_[a * num_devices() + b]; }
+  const quilt::v1::ClusterSpec& spec() const { return spec_; }
+
+ private:
+  quilt::v1::ClusterSpec spec_;
+  std::vector<DeviceEntry> devices_;
+  std::vector<std::string> node_ids_;
+  std::vector<std::vector<int>> node_devices_;
+  std::map<std::string, int> index_;
+  std::vector<Resource> resources_;
+  std::vector<Path> paths_;
+};
+
+}  // namespace quilt
+
+#endif  // QUILT_SRC_CLUSTER_TOPOLOGY_H_

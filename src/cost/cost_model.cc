@@ -1,0 +1,200 @@
+#include "src/cost/cost_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "src/common/status.h"
+#include "src/graph/op_registry.h"
+
+namespace quilt {
+namespace {
+
+constexpr double kGpuOverheadS = 6e-6;
+constexpr double kCpuOverheadS = 1.5e-6;
+constexpr double kDefaultGpuMemoryBytesPerS = 500e9;
+constexpr double kDefaultCpuMemoryBytesPerS = 20e9;
+
+OpCost CostAt(const Graph& g, const Op& op, const OpSchema& schema, int64_t batch) {
+  CostContext c{op, {}, {}, {}, {}};
+  for (const std::string& in : op.inputs) {
+    const TensorInfo* t = in.empty() ? nullptr : g.FindTensor(in);
+    c.in_dims.push_back(t ? t->shape.Concrete(batch) : std::vector<int64_t>{});
+    c.in_dtypes.push_back(t ? t->dtype : DType::kF32);
+  }
+  for (const std::string& out : op.outputs) {
+    const TensorInfo* t = g.FindTensor(out);
+    c.out_dims.push_back(t ? t->shape.Concrete(batch) : std::vector<int64_t>{});
+    c.out_dtypes.push_back(t ? t->dtype : DType::kF32);
+  }
+  return EstimateOpCost(schema, c);
+}
+
+}  // namespace
+
+DeviceSpeed SpeedOf(const quilt::v1::Device& d) {
+  DeviceSpeed s;
+  const bool gpu = d.kind() == quilt::v1::DEVICE_KIND_GPU;
+  s.slowdown = d.compute_slowdown() >= 1 ? d.compute_slowdown() : 1;
+  if (d.measured_gemm_flops_per_s() > 0) {
+    s.flops_per_s = d.measured_gemm_flops_per_s();
+  } else {
+    s.flops_per_s =
+        d.peak_fp32_flops_per_s() * (d.efficiency() > 0 ? d.efficiency() : kDefaultEfficiency);
+  }
+  s.memory_bytes_per_s = d.memory_bandwidth_bytes_per_s() > 0
+                             ? d.memory_bandwidth_bytes_per_s()
+                             : (gpu ? kDefaultGpuMemoryBytesPerS : kDefaultCpuMemoryBytesPerS);
+  s.overhead_s = (gpu ? kGpuOverheadS : kCpuOverheadS) * s.slowdown;
+  return s;
+}
+
+absl::StatusOr<CostModel> CostModel::Create(const Graph* graph, const Topology* topology) {
+  CostModel m;
+  m.graph_ = graph;
+  m.topology_ = topology;
+  for (const Op& op : graph->ops) {
+    const OpSchema* schema = OpRegistry::Global().Find(op.type);
+    if (schema == nullptr) return absl::InvalidArgumentError("unknown op type " + op.type);
+    const OpCost c1 = CostAt(*graph, op, *schema, 1);
+    const OpCost c2 = CostAt(*graph, op, *schema, 2);
+    OpCostLine line;
+    line.flops_per_row = c2.flops - c1.flops;
+    line.flops_base = c1.flops - line.flops_per_row;
+    line.bytes_per_row = c2.bytes - c1.bytes;
+    line.bytes_base = c1.bytes - line.bytes_per_row;
+    m.costs_.push_back(line);
+    bool batched = false;
+    for (const std::string& t : op.outputs) {
+      const TensorInfo* info = graph->FindTensor(t);
+      batched |= info != nullptr && info->shape.HasBatch();
+    }
+    for (const std::string& t : op.inputs) {
+      const TensorInfo* info = t.empty() ? nullptr : graph->FindTensor(t);
+      batched |= info != nullptr && info->shape.HasBatch();
+    }
+    m.batched_.push_back(batched);
+  }
+  std::map<std::string, int> op_index;
+  for (size_t i = 0; i < graph->ops.size(); ++i) op_index[graph->ops[i].name] = static_cast<int>(i);
+  for (const DeviceEntry& d : topology->devices()) {
+    m.speeds_.push_back(SpeedOf(d.proto));
+    std::vector<std::vector<std::pair<int64_t, double>>> table;
+    if (d.proto.op_times_size() > 0) {
+      table.resize(graph->ops.size());
+      for (const quilt::v1::OpTiming& t : d.proto.op_times()) {
+        auto it = op_index.find(t.op());
+        if (it != op_index.end()) {
+          table[it->second].push_back({t.batch(), t.time_s()});
+        } else {
+          for (size_t i = 0; i < graph->ops.size(); ++i) {
+            if (graph->ops[i].type == t.op()) table[i].push_back({t.batch(), t.time_s()});
+          }
+        }
+      }
+      for (auto& entries : table) std::sort(entries.begin(), entries.end());
+    }
+    m.tables_.push_back(std::move(table));
+  }
+  return m;
+}
+
+double CostModel::Flops(int op, int64_t rows) const {
+  const OpCostLine& c = costs_[op];
+  return c.flops_base + c.flops_per_row * static_cast<double>(batched_[op] ? rows : 1);
+}
+
+double CostModel::OpTime(int op, int device, int64_t rows) const {
+  const int64_t b = batched_[op] ? rows : 1;
+  const auto& table = tables_[device];
+  if (!table.empty() && !table[op].empty()) {
+    const auto& e = table[op];
+    // Linear between measured batches; proportional outside them.
+    if (b <= e.front().first) return e.front().second * b / std::max<int64_t>(1, e.front().first);
+    if (b >= e.back().first) return e.back().second * b / std::max<int64_t>(1, e.back().first);
+    for (size_t i = 1; i < e.size(); ++i) {
+      if (b <= e[i].first) {
+        const double f = double(b - e[i - 1].first) / double(e[i].first - e[i - 1].first);
+        return e[i - 1].second + f * (e[i].second - e[i - 1].second);
+      }
+    }
+  }
+  const OpCostLine& c = costs_[op];
+  const DeviceSpeed& s = speeds_[device];
+  const double flops = c.flops_base + c.flops_per_row * static_cast<double>(b);
+  const double bytes = c.bytes_base + c.bytes_per_row * static_cast<double>(b);
+  return s.overhead_s +
+         std::max(flops / s.flops_per_s, bytes * s.slowdown / s.memory_bytes_per_s);
+}
+
+CostModel::Collective CostModel::Ring(const std::vector<int>& devices, double bytes,
+                                      double steps) const {
+  // `steps` sequential steps, each moving bytes/n over every ring hop at
+  // once: a step lasts as long as the slowest hop.
+  Collective c;
+  const size_t n = devices.size();
+  if (n < 2) return c;
+  double worst = 0;
+  std::set<int> res;
+  for (size_t i = 0; i < n; ++i) {
+    const Path& p = topology_->PathBetween(devices[i], devices[(i + 1) % n]);
+    worst = std::max(worst, p.Time(bytes / n));
+    res.insert(p.resources.begin(), p.resources.end());
+  }
+  c.time_s = steps * worst;
+  c.resources.assign(res.begin(), res.end());
+  return c;
+}
+
+CostModel::Collective CostModel::AllReduce(quilt::v1::AggregationMethod method,
+                                           const std::vector<int>& devices, double bytes) const {
+  const int n = static_cast<int>(devices.size());
+  if (n < 2) return {};
+  if (method == quilt::v1::AGGREGATION_METHOD_TREE_ALLREDUCE) {
+    // Binary tree: reduce up then broadcast down, whole message per level.
+    Collective c;
+    std::set<int> res;
+    double level_worst = 0;
+    for (int i = 1; i < n; ++i) {
+      const Path& p = topology_->PathBetween(devices[i], devices[(i - 1) / 2]);
+      level_worst = std::max(level_worst, p.Time(bytes));
+      res.insert(p.resources.begin(), p.resources.end());
+      const Path& q = topology_->PathBetween(devices[(i - 1) / 2], devices[i]);
+      res.insert(q.resources.begin(), q.resources.end());
+    }
+    const int levels = static_cast<int>(std::ceil(std::log2(static_cast<double>(n))));
+    c.time_s = 2.0 * levels * level_worst;
+    c.resources.assign(res.begin(), res.end());
+    return c;
+  }
+  if (method == quilt::v1::AGGREGATION_METHOD_HIERARCHICAL_ALLREDUCE) {
+    std::map<int, std::vector<int>> by_node;
+    for (int d : devices) by_node[topology_->device(d).node].push_back(d);
+    if (by_node.size() == 1 || static_cast<int>(by_node.size()) == n) {
+      return Ring(devices, bytes, 2.0 * (n - 1));
+    }
+    Collective c;
+    std::set<int> res;
+    double intra = 0;
+    for (const auto& [node, ds] : by_node) {
+      Collective r = Ring(ds, bytes, 2.0 * (ds.size() - 1));  // reduce-scatter + all-gather
+      intra = std::max(intra, r.time_s);
+      res.insert(r.resources.begin(), r.resources.end());
+    }
+    // Inter-node: k rings of bytes/k over the nodes' first devices' NICs,
+    // all sharing each node's NIC: the NIC carries bytes/N per step.
+    std::vector<int> leaders;
+    for (const auto& [node, ds] : by_node) leaders.push_back(ds.front());
+    const int nodes = static_cast<int>(leaders.size());
+    Collective inter = Ring(leaders, bytes, 2.0 * (nodes - 1));
+    res.insert(inter.resources.begin(), inter.resources.end());
+    c.time_s = intra + inter.time_s;
+    c.resources.assign(res.begin(), res.end());
+    return c;
+  }
+  return Ring(devices, bytes, 2.0 * (n - 1));
+}
+
+}  // namespace quilt

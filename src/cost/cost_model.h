@@ -1,0 +1,82 @@
+// The cost model: how long an op takes on a device for a number of batch
+// rows (roofline — the slower of FLOPs at the device's effective FLOP/s and
+// bytes at its memory bandwidth — plus a launch overhead, or the device's
+// measured op-time table when it has one), and how long collectives take on
+// the cluster's links. Op costs (FLOPs, bytes) come from the op registry;
+// they are affine in the batch, so each op is evaluated at two batch sizes
+// once and interpolated after.
+#ifndef QUILT_SRC_COST_COST_MODEL_H_
+#define QUILT_SRC_COST_COST_MODEL_H_
+
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "proto/quilt/v1/strategy.pb.h"
+#include "src/cluster/topology.h"
+#include "src/graph/graph.h"
+
+namespace quilt {
+
+// Effective speed of one device.
+struct DeviceSpeed {
+  double flops_per_s = 0;
+  double memory_bytes_per_s = 0;
+  // Fixed cost per op (kernel launch / dispatch).
+  double overhead_s = 0;
+  // Emulated slowdown (development): memory-bound time is stretched too.
+  double slowdown = 1;
+};
+
+// Default efficiency (fraction of peak) when a device gives neither a
+// measured GEMM rate nor an efficiency.
+inline constexpr double kDefaultEfficiency = 0.5;
+
+DeviceSpeed SpeedOf(const quilt::v1::Device& d);
+
+struct OpCostLine {
+  // cost(b) = base + per_row · b, for b batch rows (b = 0: not batch-split).
+  double flops_base = 0, flops_per_row = 0;
+  double bytes_base = 0, bytes_per_row = 0;
+};
+
+class CostModel {
+ public:
+  // Precomputes per-op costs of `graph` and per-device speeds. Both must
+  // outlive the model. Errors: INVALID_ARGUMENT for unknown op types.
+  static absl::StatusOr<CostModel> Create(const Graph* graph, const Topology* topology);
+
+  // Seconds for op `op_index` on device `device` over `rows` batch rows
+  // (rows is ignored for ops without a batch dimension).
+  double OpTime(int op_index, int device, int64_t rows) const;
+  double Flops(int op_index, int64_t rows) const;
+  const DeviceSpeed& speed(int device) const { return speeds_[device]; }
+  // Whether the op's tensors carry the batch (its cost scales with rows).
+  bool Batched(int op_index) const { return batched_[op_index]; }
+
+  // All-reduce of `bytes` over `devices` (ring order) with the given method:
+  // seconds, and the resources held while it runs.
+  struct Collective {
+    double time_s = 0;
+    std::vector<int> resources;
+  };
+  Collective AllReduce(quilt::v1::AggregationMethod method, const std::vector<int>& devices,
+                       double bytes) const;
+
+  const Topology& topology() const { return *topology_; }
+  const Graph& graph() const { return *graph_; }
+
+ private:
+  Collective Ring(const std::vector<int>& devices, double bytes, double factor_steps) const;
+
+  const Graph* graph_ = nullptr;
+  const Topology* topology_ = nullptr;
+  std::vector<OpCostLine> costs_;
+  std::vector<bool> batched_;
+  std::vector<DeviceSpeed> speeds_;
+  // Per device: op index → measured times (batch, seconds), sorted; empty if none.
+  std::vector<std::vector<std::vector<std::pair<int64_t, double>>>> tables_;
+};
+
+}  // namespace quilt
+
+#endif  // QUILT_SRC_COST_COST_MODEL_H_
