@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
   quilt::cli::AddClusterCommands(app, globals, &commands);
   quilt::cli::AddGraphCommands(app, &commands);
   quilt::cli::AddTrainLocalCommand(app, &commands);
+  quilt::cli::AddPlanCommand(app, &commands);
   CLI11_PARSE(app, argc, argv);
   for (const quilt::cli::Command& c : commands) {
     if (c.app->parsed()) return c.run();

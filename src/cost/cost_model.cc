@@ -137,14 +137,14 @@ CostModel::Collective CostModel::Ring(const std::vector<int>& devices, double by
   const size_t n = devices.size();
   if (n < 2) return c;
   double worst = 0;
-  std::set<int> res;
   for (size_t i = 0; i < n; ++i) {
     const Path& p = topology_->PathBetween(devices[i], devices[(i + 1) % n]);
     worst = std::max(worst, p.Time(bytes / n));
-    res.insert(p.resources.begin(), p.resources.end());
+    c.resources.insert(c.resources.end(), p.resources.begin(), p.resources.end());
   }
+  std::sort(c.resources.begin(), c.resources.end());
+  c.resources.erase(std::unique(c.resources.begin(), c.resources.end()), c.resources.end());
   c.time_s = steps * worst;
-  c.resources.assign(res.begin(), res.end());
   return c;
 }
 

@@ -125,6 +125,12 @@ struct OpSchema {
   // (output, input) pairs: after a training step the input (a state such as
   // BatchNormalization's running mean) takes the output's value.
   std::vector<std::pair<int, int>> state_outputs;
+  // Outputs without the batch that are statistics of the replica's own
+  // slice (batch-norm statistics), not partial sums over the batch.
+  std::vector<int> local_outputs;
+  // The op is linear in each input (alone): partial sums of an input give
+  // partial sums of the output while the other inputs are whole.
+  bool linear = false;
 };
 
 class OpRegistry {

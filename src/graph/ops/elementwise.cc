@@ -37,6 +37,8 @@ absl::StatusOr<Shape> InShape(GradContext& g, int i) { return ShapeOf(g, g.x(i))
 OpSchema BinaryOp(const std::string& type, GradFn grad) {
   OpSchema s;
   s.type = type;
+  // Linear in either operand while the other is whole (not for Pow).
+  s.linear = type != "Pow";
   s.doc = type + " of two tensors with numpy broadcasting.";
   s.min_inputs = s.max_inputs = 2;
   s.infer = InferBroadcastBinary;
@@ -166,6 +168,7 @@ QUILT_REGISTER_OP([] {
   OpSchema s;
   s.type = "Sum";
   s.doc = "Element-wise sum of any number of tensors with broadcasting.";
+  s.linear = true;
   s.min_inputs = 1;
   s.max_inputs = -1;
   s.infer = [](InferContext& ctx) -> absl::Status {
@@ -194,6 +197,7 @@ QUILT_REGISTER_OP([] {
 QUILT_REGISTER_OP([] {
   OpSchema s;
   s.type = "SumToShape";
+  s.linear = true;
   s.doc = "Sums the input over the dims that broadcasting expanded, giving attribute 'shape'.";
   s.infer = [](InferContext& ctx) -> absl::Status {
     RETURN_IF_ERROR(RequireFloatInputs(ctx));
@@ -240,16 +244,22 @@ QUILT_REGISTER_OP(UnaryOp("Log", 10, [](GradContext& g) -> absl::Status {
   return absl::OkStatus();
 }));
 
-QUILT_REGISTER_OP(UnaryOp("Neg", 1, [](GradContext& g) -> absl::Status {
+QUILT_REGISTER_OP([] {
+  OpSchema s = UnaryOp("Neg", 1, nullptr);
+  s.linear = true;
+  s.grad = [](GradContext& g) -> absl::Status {
   if (!g.needs_dx(0)) return absl::OkStatus();
-  ASSIGN_OR_RETURN(std::string dx, Unary(g, "Neg", g.dy(0)));
-  g.set_dx(0, dx);
-  return absl::OkStatus();
-}));
+    ASSIGN_OR_RETURN(std::string dx, Unary(g, "Neg", g.dy(0)));
+    g.set_dx(0, dx);
+    return absl::OkStatus();
+  };
+  return s;
+}());
 
 QUILT_REGISTER_OP([] {
   OpSchema s;
   s.type = "Identity";
+  s.linear = true;
   s.doc = "Output = input.";
   s.infer = InferSameAsInput;
   s.cost = [](const CostContext& c) { return OpCost{0, c.IoBytes()}; };

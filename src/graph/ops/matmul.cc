@@ -114,6 +114,7 @@ absl::Status MatMulGrad(GradContext& g) {
 QUILT_REGISTER_OP([] {
   OpSchema s;
   s.type = "MatMul";
+  s.linear = true;
   s.doc =
       "Matrix product over the last two dims, leading dims broadcast (numpy). "
       "Attributes trans_a, trans_b (0/1) transpose the operands.";
@@ -147,6 +148,7 @@ absl::StatusOr<std::string> GemmOf(GradContext& g, const std::string& a, const s
 QUILT_REGISTER_OP([] {
   OpSchema s;
   s.type = "Gemm";
+  s.linear = true;
   s.doc = "Y = alpha·op(A)·op(B) + beta·C for 2-D A and B (ONNX Gemm); C broadcasts.";
   s.min_inputs = 2;
   s.max_inputs = 3;

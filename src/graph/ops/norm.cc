@@ -28,6 +28,7 @@ QUILT_REGISTER_OP([] {
   s.min_outputs = s.max_outputs = 5;
   s.non_differentiable_inputs = {3, 4};
   s.state_outputs = {{1, 3}, {2, 4}};
+  s.local_outputs = {1, 2, 3, 4};
   s.infer = [](InferContext& ctx) -> absl::Status {
     RETURN_IF_ERROR(RequireFloatInputs(ctx));
     const Shape& x = ctx.shape(0);

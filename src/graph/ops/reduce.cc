@@ -25,6 +25,7 @@ absl::StatusOr<std::vector<bool>> ReducedAxes(const Attrs& attrs, int rank) {
 OpSchema Reduce(const std::string& type, bool mean) {
   OpSchema s;
   s.type = type;
+  s.linear = true;
   s.doc = type + " over attribute axes (all when empty), keepdims (1).";
   s.infer = [](InferContext& ctx) -> absl::Status {
     RETURN_IF_ERROR(RequireFloatInputs(ctx));
@@ -72,6 +73,7 @@ QUILT_REGISTER_OP(Reduce("ReduceMean", true));
 QUILT_REGISTER_OP([] {
   OpSchema s;
   s.type = "ReduceGrad";
+  s.linear = true;
   s.doc =
       "Gradient of ReduceSum / ReduceMean: dY broadcast back to attribute input_shape "
       "over attribute axes (divided by their element count when mean = 1).";

@@ -43,6 +43,7 @@ CostFn CopyCost() {
 OpSchema ViewOp(const std::string& type, const std::string& doc, InferFn infer) {
   OpSchema s;
   s.type = type;
+  s.linear = true;
   s.doc = doc;
   s.infer = std::move(infer);
   s.cost = [](const CostContext&) { return OpCost{0, 0}; };  // a view: no data moves
@@ -178,6 +179,7 @@ std::vector<int64_t> PermOrReverse(const Attrs& attrs, int rank) {
 QUILT_REGISTER_OP([] {
   OpSchema s;
   s.type = "Transpose";
+  s.linear = true;
   s.doc = "Permutes the dims by attribute perm (default: reverse).";
   s.infer = [](InferContext& ctx) -> absl::Status {
     const Shape& in = ctx.shape(0);
@@ -212,6 +214,7 @@ QUILT_REGISTER_OP([] {
 QUILT_REGISTER_OP([] {
   OpSchema s;
   s.type = "Concat";
+  s.linear = true;
   s.doc = "Concatenates the inputs along attribute axis.";
   s.min_inputs = 1;
   s.max_inputs = -1;
@@ -267,6 +270,7 @@ QUILT_REGISTER_OP([] {
 QUILT_REGISTER_OP([] {
   OpSchema s;
   s.type = "Split";
+  s.linear = true;
   s.doc = "Splits along attribute axis into pieces of attribute split (equal when absent).";
   s.min_outputs = 1;
   s.max_outputs = -1;
@@ -321,6 +325,7 @@ QUILT_REGISTER_OP([] {
 QUILT_REGISTER_OP([] {
   OpSchema s;
   s.type = "Slice";
+  s.linear = true;
   s.doc = "ONNX Slice with attributes starts, ends, axes, steps.";
   s.infer = [](InferContext& ctx) -> absl::Status {
     const Shape& in = ctx.shape(0);
@@ -349,6 +354,7 @@ QUILT_REGISTER_OP([] {
 QUILT_REGISTER_OP([] {
   OpSchema s;
   s.type = "SliceGrad";
+  s.linear = true;
   s.doc = "Gradient of Slice: dY placed into zeros of attribute input_shape.";
   s.infer = [](InferContext& ctx) -> absl::Status {
     absl::StatusOr<Shape> in = DecodeShape(ctx.attrs(), "input_shape");

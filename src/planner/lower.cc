@@ -1,0 +1,530 @@
+#include "src/planner/lower.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <tuple>
+
+#include "absl/strings/str_cat.h"
+#include "src/common/status.h"
+#include "src/graph/op_registry.h"
+#include "src/planner/placement.h"
+#include "src/planner/priorities.h"
+
+namespace quilt {
+
+int64_t RangeBytes(const TensorInfo& t, int64_t begin, int64_t end) {
+  const int64_t esize = DTypeSize(t.dtype);
+  if (t.shape.HasBatch()) return t.shape.NumElements(end - begin) * esize;
+  const int64_t whole = t.shape.NumElements(1) * esize;
+  if (begin == 0 && end == 0) return whole;
+  const int64_t rows = t.shape.rank() == 0 ? 1 : std::max<int64_t>(1, t.shape.dim(0).value);
+  return whole / rows * (end - begin);
+}
+
+namespace {
+
+using quilt::v1::AggregationMethod;
+using quilt::v1::Instruction;
+
+struct Key {
+  int tensor, device;
+  int64_t begin, end;
+  bool operator<(const Key& o) const {
+    return std::tie(tensor, device, begin, end) < std::tie(o.tensor, o.device, o.begin, o.end);
+  }
+};
+
+class Lowerer {
+ public:
+  Lowerer(const Graph& g, const Topology& topo, const Placement& p)
+      : g_(g), topo_(topo), p_(p) {
+    for (size_t i = 0; i < g.tensors().size(); ++i) {
+      tid_[g.tensors()[i].name] = static_cast<int>(i);
+    }
+  }
+
+  absl::StatusOr<quilt::v1::DistributedProgram> Run(const quilt::v1::Strategy& s,
+                                                    const CostModel* cost);
+
+ private:
+  const TensorInfo& info(int t) const { return g_.tensors()[t]; }
+  bool batched(int t) const { return info(t).shape.HasBatch(); }
+  int64_t Bytes(int t, int64_t b, int64_t e) const { return RangeBytes(info(t), b, e); }
+  quilt::v1::TensorRange Range(int t, int64_t b, int64_t e) const {
+    quilt::v1::TensorRange r;
+    r.set_tensor(info(t).name);
+    r.set_begin(b);
+    r.set_end(e);
+    return r;
+  }
+
+  int64_t Emit(int device, Instruction ins, std::vector<int64_t> deps) {
+    const int64_t id = static_cast<int64_t>(instrs_.size());
+    ins.set_id(id);
+    std::sort(deps.begin(), deps.end());
+    deps.erase(std::unique(deps.begin(), deps.end()), deps.end());
+    for (int64_t d : deps) ins.add_deps(d);
+    instrs_.push_back({device, std::move(ins)});
+    return id;
+  }
+
+  void AddWriter(const Key& k, int64_t id) { writers_[k].push_back(id); }
+  void MarkPersistent(const Key& k) { persistent_.insert(k); }
+
+  // Writers of the instance `need` on its device, creating the transfers or
+  // aggregation it takes. With `allow_partial`, a partial sum held on the
+  // device is returned as is (and *partial set).
+  absl::StatusOr<std::vector<int64_t>> Provide(const Key& need, bool allow_partial, bool* partial);
+  absl::StatusOr<std::vector<int64_t>> Aggregate(int t, AggregationMethod method, int bucket);
+  absl::StatusOr<std::vector<int64_t>> PushToServer(int t, const Key& need);
+  int64_t Transfer(int t, const Key& from, int64_t b, int64_t e, const Key& into);
+  absl::Status LowerOp(int op_index);
+  // Merges the all-reduces of gradients that share a fusion bucket (same
+  // devices and algorithm) into one, then restores a topological issue order.
+  void FuseBuckets();
+  void Reorder();
+
+  const Graph& g_;
+  const Topology& topo_;
+  const Placement& p_;
+  std::map<std::string, int> tid_;
+  std::vector<std::pair<int, Instruction>> instrs_;
+  std::map<Key, std::vector<int64_t>> writers_;
+  std::set<Key> persistent_;
+  std::set<Key> feeds_;
+  // Batch tensors: the instances their producer made.
+  std::map<int, std::vector<Key>> produced_;
+  // Whole (non-batch) tensors: devices holding the full value.
+  std::map<int, std::vector<int>> full_on_;
+  // Partial sums: tensor → devices holding a partial.
+  std::map<int, std::vector<int>> partial_on_;
+  std::set<int> local_;  // per-replica statistics
+  // Gradient tensor → the parameter it updates (for the aggregation choice).
+  std::map<int, std::string> grad_of_param_;
+  int64_t next_tag_ = 1;
+  int64_t next_collective_ = 1;
+};
+
+int64_t Lowerer::Transfer(int t, const Key& from, int64_t b, int64_t e, const Key& into) {
+  const int64_t tag = next_tag_++;
+  const int64_t bytes = Bytes(t, b, e);
+  Instruction send;
+  *send.mutable_send()->mutable_range() = Range(t, b, e);
+  send.mutable_send()->set_peer_device(topo_.device(into.device).id);
+  send.mutable_send()->set_tag(tag);
+  send.mutable_send()->set_bytes(bytes);
+  Emit(from.device, std::move(send), writers_[from]);
+  Instruction recv;
+  *recv.mutable_recv()->mutable_range() = Range(t, b, e);
+  recv.mutable_recv()->set_peer_device(topo_.device(from.device).id);
+  recv.mutable_recv()->set_tag(tag);
+  recv.mutable_recv()->set_bytes(bytes);
+  *recv.mutable_recv()->mutable_into() = Range(t, into.begin, into.end);
+  const int64_t id = Emit(into.device, std::move(recv), {});
+  AddWriter(into, id);
+  return id;
+}
+
+absl::StatusOr<std::vector<int64_t>> Lowerer::Aggregate(int t, AggregationMethod method,
+                                                        int bucket) {
+  std::vector<int> devices = partial_on_.at(t);
+  std::sort(devices.begin(), devices.end(), [&](int a, int b) {
+    return std::make_pair(topo_.device(a).node, a) < std::make_pair(topo_.device(b).node, b);
+  });
+  const int64_t collective = next_collective_++;
+  (void)bucket;
+  for (int d : devices) {
+    const Key k{t, d, 0, 0};
+    Instruction ins;
+    auto* ar = ins.mutable_all_reduce();
+    ar->set_collective_id(collective);
+    for (int m : devices) ar->add_devices(topo_.device(m).id);
+    ar->add_tensors(info(t).name);
+    ar->set_bytes(Bytes(t, 0, 0));
+    ar->set_algorithm(method == quilt::v1::AGGREGATION_METHOD_PARAMETER_SERVER
+                          ? quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE
+                          : method);
+    const int64_t id = Emit(d, std::move(ins), writers_[k]);
+    writers_[k] = {id};
+  }
+  partial_on_.erase(t);
+  full_on_[t] = devices;
+  return std::vector<int64_t>{};
+}
+
+absl::StatusOr<std::vector<int64_t>> Lowerer::PushToServer(int t, const Key& need) {
+  const std::vector<int>& workers = partial_on_.at(t);
+  Instruction acc;
+  auto* a = acc.mutable_ps_accumulate();
+  *a->mutable_gradient() = Range(t, need.begin, need.end);
+  std::vector<int64_t> deps;
+  for (int w : workers) {
+    if (w == need.device) {
+      a->set_includes_local(true);
+      const auto& lw = writers_[Key{t, w, 0, 0}];
+      deps.insert(deps.end(), lw.begin(), lw.end());
+      continue;
+    }
+    const int64_t tag = next_tag_++;
+    Instruction push;
+    auto* ps = push.mutable_ps_push();
+    *ps->mutable_gradient() = Range(t, need.begin, need.end);
+    ps->set_server_device(topo_.device(need.device).id);
+    ps->set_tag(tag);
+    ps->set_bytes(Bytes(t, need.begin, need.end));
+    Emit(w, std::move(push), writers_[Key{t, w, 0, 0}]);
+    a->add_push_tags(tag);
+  }
+  const int64_t id = Emit(need.device, std::move(acc), deps);
+  AddWriter(need, id);
+  return writers_[need];
+}
+
+absl::StatusOr<std::vector<int64_t>> Lowerer::Provide(const Key& need, bool allow_partial,
+                                                      bool* partial) {
+  const int t = need.tensor;
+  *partial = false;
+  if (persistent_.count(need) || feeds_.count(need)) return std::vector<int64_t>{};
+  if (info(t).role == TensorRole::kInput || info(t).role == TensorRole::kLabel) {
+    // Every device reads its own rows of the data.
+    feeds_.insert(need);
+    return std::vector<int64_t>{};
+  }
+  auto pit = partial_on_.find(t);
+  if (pit != partial_on_.end()) {
+    const bool here = std::find(pit->second.begin(), pit->second.end(), need.device) != pit->second.end();
+    if (allow_partial && here && need.begin == 0 && need.end == 0) {
+      *partial = true;
+      return writers_[need];
+    }
+    // A parameter-server update asks for its shard of the summed gradient.
+    auto gp = grad_of_param_.find(t);
+    if (gp != grad_of_param_.end()) {
+      const ParamPlacement& pp = p_.params.at(gp->second);
+      if (pp.method == quilt::v1::AGGREGATION_METHOD_PARAMETER_SERVER) {
+        if (writers_.count(need)) return writers_[need];
+        return PushToServer(t, need);
+      }
+      RETURN_IF_ERROR(Aggregate(t, pp.method, pp.bucket).status());
+    } else {
+      RETURN_IF_ERROR(Aggregate(t, quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE, 0).status());
+    }
+  }
+  auto w = writers_.find(need);
+  if (w != writers_.end()) return w->second;
+  const TensorInfo& ti = info(t);
+  if (local_.count(t)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "'", ti.name, "' is a statistic of one replica's batch slice and is needed on another "
+        "device (", topo_.device(need.device).id, ")"));
+  }
+  if (batched(t)) {
+    auto pr = produced_.find(t);
+    if (pr == produced_.end()) {
+      return absl::InvalidArgumentError("no device computes batch tensor '" + ti.name + "'");
+    }
+    std::vector<int64_t> local_parts;
+    Instruction concat;
+    for (const Key& src : pr->second) {
+      const int64_t b = std::max(src.begin, need.begin), e = std::min(src.end, need.end);
+      if (b >= e) continue;
+      if (src.device == need.device) {
+        *concat.mutable_concat()->add_parts() = Range(t, b, e);
+        const auto& sw = writers_[src];
+        local_parts.insert(local_parts.end(), sw.begin(), sw.end());
+      } else {
+        Transfer(t, src, b, e, need);
+      }
+    }
+    if (concat.concat().parts_size() > 0) {
+      *concat.mutable_concat()->mutable_target() = Range(t, need.begin, need.end);
+      AddWriter(need, Emit(need.device, std::move(concat), local_parts));
+    }
+    return writers_[need];
+  }
+  // A whole tensor: a parameter from its servers, or a copy from a holder.
+  if (ti.role == TensorRole::kParameter && p_.params.count(ti.name) &&
+      p_.params.at(ti.name).method == quilt::v1::AGGREGATION_METHOD_PARAMETER_SERVER &&
+      need.begin == 0 && need.end == 0) {
+    const ParamPlacement& pp = p_.params.at(ti.name);
+    for (size_t k = 0; k < pp.devices.size(); ++k) {
+      const int64_t tag = next_tag_++;
+      Instruction pull;
+      auto* pl = pull.mutable_ps_pull();
+      *pl->mutable_parameter() = Range(t, pp.shards[k].first, pp.shards[k].second);
+      pl->set_server_device(topo_.device(pp.devices[k]).id);
+      pl->set_tag(tag);
+      pl->set_bytes(Bytes(t, pp.shards[k].first, pp.shards[k].second));
+      AddWriter(need, Emit(need.device, std::move(pull), {}));
+    }
+    return writers_[need];
+  }
+  auto holders = full_on_.find(t);
+  if (holders == full_on_.end() || holders->second.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor '", ti.name, "' is needed on ",
+                                                   topo_.device(need.device).id,
+                                                   " but no device holds it"));
+  }
+  int src = holders->second.front();
+  for (int h : holders->second) {
+    if (topo_.device(h).node == topo_.device(need.device).node) {
+      src = h;
+      break;
+    }
+  }
+  Transfer(t, Key{t, src, 0, 0}, 0, 0, need);
+  full_on_[t].push_back(need.device);
+  return writers_[need];
+}
+
+absl::Status Lowerer::LowerOp(int i) {
+  const Op& op = g_.ops[i];
+  const OpSchema* schema = OpRegistry::Global().Find(op.type);
+  const std::vector<Slice>& slices = p_.op_slices[i];
+  const bool ps_update = schema->is_update &&
+                         p_.params.at(op.inputs[0]).method ==
+                             quilt::v1::AGGREGATION_METHOD_PARAMETER_SERVER;
+  bool any_batched_input = false;
+  for (const std::string& in : op.inputs) any_batched_input |= !in.empty() && batched(tid_.at(in));
+  std::vector<int> out_partial_devices;
+  bool out_partial = false;
+  for (const Slice& s : slices) {
+    std::vector<int64_t> deps;
+    bool partial_in = false;
+    int partial_inputs = 0;
+    for (size_t k = 0; k < op.inputs.size(); ++k) {
+      if (op.inputs[k].empty()) continue;
+      const int t = tid_.at(op.inputs[k]);
+      Key need{t, s.device, 0, 0};
+      if (batched(t)) {
+        need.begin = s.begin;
+        need.end = s.end;
+      } else if (ps_update) {
+        need.begin = s.begin;
+        need.end = s.end;
+      }
+      const TensorRole role = info(t).role;
+      if (role == TensorRole::kConstant ||
+          (role == TensorRole::kParameter && !p_.params.count(info(t).name) && !ps_update) ||
+          (role == TensorRole::kOptimizerState)) {
+        MarkPersistent(need);
+      }
+      bool partial = false;
+      ASSIGN_OR_RETURN(std::vector<int64_t> w, Provide(need, schema->linear, &partial));
+      partial_in |= partial;
+      partial_inputs += partial;
+      deps.insert(deps.end(), w.begin(), w.end());
+    }
+    // Linear ops keep partial sums only when a single operand is partial
+    // (Sum needs every operand partial).
+    if (partial_in && op.type != "Sum" && partial_inputs > 1) {
+      return absl::InvalidArgumentError("op '" + op.name + "' multiplies two partial sums");
+    }
+    Instruction ins;
+    ins.mutable_compute()->set_op(op.name);
+    ins.mutable_compute()->set_begin(s.begin);
+    ins.mutable_compute()->set_end(s.end);
+    const int64_t id = Emit(s.device, std::move(ins), deps);
+    for (size_t k = 0; k < op.outputs.size(); ++k) {
+      const int t = tid_.at(op.outputs[k]);
+      Key out{t, s.device, 0, 0};
+      if (batched(t) || ps_update) {
+        out.begin = s.begin;
+        out.end = s.end;
+      }
+      AddWriter(out, id);
+      if (batched(t)) {
+        produced_[t].push_back(out);
+        continue;
+      }
+      bool is_local = false;
+      for (int l : schema->local_outputs) is_local |= l == static_cast<int>(k);
+      if (is_local) {
+        local_.insert(t);
+        continue;
+      }
+      const bool covers_batch = s.begin == 0 && s.end == p_.global_batch;
+      const bool partial = (any_batched_input && !covers_batch) || partial_in;
+      if (partial) {
+        out_partial = true;
+        partial_on_[t].push_back(s.device);
+      } else {
+        full_on_[t].push_back(s.device);
+      }
+    }
+    out_partial_devices.push_back(s.device);
+  }
+  (void)out_partial;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<quilt::v1::DistributedProgram> Lowerer::Run(const quilt::v1::Strategy& s,
+                                                           const CostModel* cost) {
+  // Parameters, their optimizer state: persistent where they live.
+  for (const auto& [name, pp] : p_.params) {
+    const int t = tid_.at(name);
+    for (size_t k = 0; k < pp.devices.size(); ++k) {
+      const bool ps = pp.method == quilt::v1::AGGREGATION_METHOD_PARAMETER_SERVER;
+      const Key key{t, pp.devices[k], ps ? pp.shards[k].first : 0, ps ? pp.shards[k].second : 0};
+      MarkPersistent(key);
+      if (!ps) full_on_[t].push_back(pp.devices[k]);
+    }
+  }
+  for (const Op& op : g_.ops) {
+    const OpSchema* schema = OpRegistry::Global().Find(op.type);
+    if (schema->is_update) grad_of_param_[tid_.at(op.inputs[1])] = op.inputs[0];
+  }
+  ASSIGN_OR_RETURN(std::vector<int> order, g_.TopologicalOrder());
+  for (int i : order) {
+    absl::Status st = LowerOp(i);
+    if (!st.ok()) return Annotate(st, "lowering op '" + g_.ops[i].name + "'");
+  }
+  FuseBuckets();
+  Reorder();
+  quilt::v1::DistributedProgram prog;
+  *prog.mutable_graph() = g_.ToProto();
+  prog.set_global_batch(p_.global_batch);
+  *prog.mutable_strategy() = s;
+  std::vector<double> priority = HeftPriorities(instrs_, topo_, g_, cost);
+  std::vector<quilt::v1::DeviceProgram*> per_device(topo_.num_devices(), nullptr);
+  std::vector<int> used;
+  for (const auto& [d, ins] : instrs_) used.push_back(d);
+  for (const auto& k : persistent_) used.push_back(k.device);
+  for (const auto& k : feeds_) used.push_back(k.device);
+  std::sort(used.begin(), used.end());
+  used.erase(std::unique(used.begin(), used.end()), used.end());
+  for (int d : used) {
+    per_device[d] = prog.add_devices();
+    per_device[d]->set_device(topo_.device(d).id);
+  }
+  for (size_t i = 0; i < instrs_.size(); ++i) {
+    if (instrs_[i].second.kind_case() == Instruction::KIND_NOT_SET) continue;  // fused away
+    Instruction* ins = per_device[instrs_[i].first]->add_instructions();
+    *ins = std::move(instrs_[i].second);
+    ins->set_priority(priority[i]);
+  }
+  for (const Key& k : persistent_) {
+    *per_device[k.device]->add_persistent() = Range(k.tensor, k.begin, k.end);
+  }
+  for (const Key& k : feeds_) {
+    *per_device[k.device]->add_feeds() = Range(k.tensor, k.begin, k.end);
+  }
+  return prog;
+}
+
+void Lowerer::FuseBuckets() {
+  // collective id → member instruction indices; fusion key → collectives.
+  std::map<int64_t, std::vector<size_t>> members;
+  std::map<std::tuple<int, std::string, int>, std::vector<int64_t>> groups;
+  for (size_t i = 0; i < instrs_.size(); ++i) {
+    const Instruction& ins = instrs_[i].second;
+    if (!ins.has_all_reduce()) continue;
+    members[ins.all_reduce().collective_id()].push_back(i);
+  }
+  for (const auto& [cid, idx] : members) {
+    const auto& ar = instrs_[idx[0]].second.all_reduce();
+    if (ar.tensors_size() != 1) continue;
+    auto gp = grad_of_param_.find(tid_.at(ar.tensors(0)));
+    if (gp == grad_of_param_.end()) continue;
+    const int bucket = p_.params.at(gp->second).bucket;
+    if (bucket <= 0) continue;
+    std::string devs;
+    for (const auto& d : ar.devices()) devs += d + ",";
+    groups[{bucket, devs, ar.algorithm()}].push_back(cid);
+  }
+  std::vector<int64_t> remap(instrs_.size());
+  for (size_t i = 0; i < remap.size(); ++i) remap[i] = static_cast<int64_t>(i);
+  bool changed = false;
+  for (const auto& [key, cids] : groups) {
+    if (cids.size() < 2) continue;
+    changed = true;
+    const std::vector<size_t>& keep = members[cids.back()];
+    for (size_t c = 0; c + 1 < cids.size(); ++c) {
+      for (size_t m : members[cids[c]]) {
+        // The member on the same device in the kept collective.
+        size_t target = keep[0];
+        for (size_t k : keep) {
+          if (instrs_[k].first == instrs_[m].first) target = k;
+        }
+        auto* kar = instrs_[target].second.mutable_all_reduce();
+        const auto& mar = instrs_[m].second.all_reduce();
+        for (const auto& t : mar.tensors()) kar->add_tensors(t);
+        kar->set_bytes(kar->bytes() + mar.bytes());
+        for (int64_t d : instrs_[m].second.deps()) instrs_[target].second.add_deps(d);
+        remap[m] = static_cast<int64_t>(target);
+        instrs_[m].second.Clear();
+      }
+    }
+  }
+  if (!changed) return;
+  for (auto& [d, ins] : instrs_) {
+    std::set<int64_t> deps;
+    for (int64_t x : ins.deps()) deps.insert(remap[x]);
+    deps.erase(ins.id());
+    ins.clear_deps();
+    for (int64_t x : deps) ins.add_deps(x);
+  }
+  for (auto& [k, ws] : writers_) {
+    for (int64_t& w : ws) w = remap[w];
+  }
+}
+
+void Lowerer::Reorder() {
+  // Kahn's algorithm, smallest original id first: keeps creation order where
+  // it is already topological, moves fused collectives' consumers after them.
+  const size_t n = instrs_.size();
+  std::vector<int> pending(n, 0);
+  std::vector<std::vector<size_t>> succ(n);
+  for (size_t i = 0; i < n; ++i) {
+    for (int64_t d : instrs_[i].second.deps()) {
+      ++pending[i];
+      succ[d].push_back(i);
+    }
+  }
+  std::set<size_t> ready;
+  for (size_t i = 0; i < n; ++i) {
+    if (pending[i] == 0) ready.insert(i);
+  }
+  std::vector<size_t> order;
+  while (!ready.empty()) {
+    const size_t i = *ready.begin();
+    ready.erase(ready.begin());
+    order.push_back(i);
+    for (size_t s : succ[i]) {
+      if (--pending[s] == 0) ready.insert(s);
+    }
+  }
+  bool same = true;
+  for (size_t k = 0; k < order.size(); ++k) same &= order[k] == k;
+  if (same) return;
+  // Renumber so that ids increase along the new order.
+  std::vector<int64_t> new_id(n);
+  for (size_t k = 0; k < order.size(); ++k) new_id[order[k]] = static_cast<int64_t>(k);
+  std::vector<std::pair<int, Instruction>> sorted;
+  sorted.reserve(n);
+  for (size_t k : order) {
+    auto entry = std::move(instrs_[k]);
+    std::vector<int64_t> deps(entry.second.deps().begin(), entry.second.deps().end());
+    entry.second.clear_deps();
+    for (int64_t& d : deps) d = new_id[d];
+    std::sort(deps.begin(), deps.end());
+    for (int64_t d : deps) entry.second.add_deps(d);
+    entry.second.set_id(new_id[k]);
+    sorted.push_back(std::move(entry));
+  }
+  instrs_ = std::move(sorted);
+}
+
+}  // namespace
+
+absl::StatusOr<quilt::v1::DistributedProgram> Lower(const Graph& g, const quilt::v1::Strategy& s,
+                                                    const Topology& topo, const CostModel* cost,
+                                                    int64_t global_batch) {
+  if (!g.has_backward) return absl::InvalidArgumentError("lowering needs a training graph");
+  ASSIGN_OR_RETURN(Placement p, Place(g, s, topo, global_batch));
+  Lowerer l(g, topo, p);
+  return l.Run(s, cost);
+}
+
+}  // namespace quilt

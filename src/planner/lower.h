@@ -1,0 +1,36 @@
+// Lowering: Strategy + training graph → DistributedProgram (DESIGN §4). Every
+// op runs where its group's placement puts it; tensors a device needs but
+// does not hold arrive by Send/Recv (row ranges of batch-split tensors are
+// assembled from the devices that computed them); partial gradients are
+// summed exactly once — by all-reduce over their devices, or pushed to
+// parameter servers that sum them and apply the update; parameters on
+// servers are pulled by the devices that use them; gradients of one fusion
+// bucket share one all-reduce. Instruction priorities are HEFT upward ranks
+// on the cost model. Deterministic.
+#ifndef QUILT_SRC_PLANNER_LOWER_H_
+#define QUILT_SRC_PLANNER_LOWER_H_
+
+#include "absl/status/statusor.h"
+#include "proto/quilt/v1/program.pb.h"
+#include "proto/quilt/v1/strategy.pb.h"
+#include "src/cluster/topology.h"
+#include "src/cost/cost_model.h"
+#include "src/graph/graph.h"
+
+namespace quilt {
+
+// `graph` is a training graph (has_backward); `cost` sets the priorities
+// (uniform when null). Errors: INVALID_ARGUMENT for strategies that cannot
+// be lowered (see Place), naming the op or tensor.
+absl::StatusOr<quilt::v1::DistributedProgram> Lower(const Graph& graph,
+                                                    const quilt::v1::Strategy& strategy,
+                                                    const Topology& topology,
+                                                    const CostModel* cost, int64_t global_batch);
+
+// Bytes of rows [begin, end) of `t` (whole tensor when begin = end = 0;
+// batch rows for batch tensors, rows of dim 0 otherwise).
+int64_t RangeBytes(const TensorInfo& t, int64_t begin, int64_t end);
+
+}  // namespace quilt
+
+#endif  // QUILT_SRC_PLANNER_LOWER_H_

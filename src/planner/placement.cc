@@ -1,0 +1,122 @@
+#include "src/planner/placement.h"
+
+#include "absl/strings/str_cat.h"
+#include "src/common/status.h"
+#include "src/graph/op_registry.h"
+
+namespace quilt {
+
+const std::string& GroupKey(const Op& op) {
+  return op.forward_op.empty() ? op.name : op.forward_op;
+}
+
+std::vector<Slice> SplitBatch(const std::vector<std::pair<int, int>>& replicas, int64_t batch) {
+  int64_t total = 0;
+  for (const auto& [d, r] : replicas) total += r;
+  std::vector<Slice> out;
+  int64_t prefix = 0;
+  for (const auto& [d, r] : replicas) {
+    const int64_t begin = total > 0 ? batch * prefix / total : 0;
+    prefix += r;
+    const int64_t end = total > 0 ? batch * prefix / total : 0;
+    if (end > begin) out.push_back({d, begin, end});
+  }
+  return out;
+}
+
+absl::StatusOr<Placement> Place(const Graph& g, const quilt::v1::Strategy& s,
+                                const Topology& topo, int64_t batch) {
+  if (batch <= 0) return absl::InvalidArgumentError("the global batch must be positive");
+  Placement p;
+  p.global_batch = batch;
+  std::map<std::string, int> group_of;
+  for (int gi = 0; gi < s.groups_size(); ++gi) {
+    const quilt::v1::GroupPlacement& gp = s.groups(gi);
+    std::vector<std::pair<int, int>> reps;
+    for (const quilt::v1::DeviceReplicas& r : gp.replicas()) {
+      const int d = topo.DeviceIndex(r.device());
+      if (d < 0) return absl::InvalidArgumentError("strategy names unknown device '" + r.device() + "'");
+      if (r.replicas() < 0) return absl::InvalidArgumentError("negative replica count");
+      if (r.replicas() > 0) reps.push_back({d, r.replicas()});
+    }
+    if (reps.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("group ", gi, " has no replicas"));
+    }
+    for (const std::string& op : gp.ops()) group_of[op] = gi;
+    p.groups.push_back(std::move(reps));
+  }
+  for (const Op& op : g.ops) {
+    auto it = group_of.find(GroupKey(op));
+    if (it == group_of.end()) {
+      return absl::InvalidArgumentError("the strategy puts op '" + GroupKey(op) + "' in no group");
+    }
+    p.group_of_op.push_back(it->second);
+  }
+  std::map<std::string, const quilt::v1::ParameterAggregation*> aggs;
+  for (const auto& a : s.aggregations()) aggs[a.parameter()] = &a;
+  // Update ops run where the parameter lives.
+  std::map<std::string, int> update_op_of;
+  for (size_t i = 0; i < g.ops.size(); ++i) {
+    const OpSchema* schema = OpRegistry::Global().Find(g.ops[i].type);
+    if (schema != nullptr && schema->is_update) update_op_of[g.ops[i].inputs[0]] = static_cast<int>(i);
+  }
+  for (const ParameterSpec& param : g.parameters) {
+    if (param.frozen) continue;
+    auto u = update_op_of.find(param.tensor);
+    if (u == update_op_of.end()) continue;  // unused parameter
+    ParamPlacement pp;
+    const auto& reps = p.groups[p.group_of_op[u->second]];
+    auto a = aggs.find(param.tensor);
+    if (a != aggs.end()) {
+      pp.method = a->second->method();
+      pp.bucket = a->second->bucket();
+    }
+    if (pp.method == quilt::v1::AGGREGATION_METHOD_PARAMETER_SERVER) {
+      if (a == aggs.end() || a->second->servers().empty()) {
+        return absl::InvalidArgumentError("parameter '" + param.tensor + "' has no servers");
+      }
+      const int64_t rows = g.FindTensor(param.tensor)->shape.rank() == 0
+                               ? 1
+                               : g.FindTensor(param.tensor)->shape.dim(0).value;
+      const int n = std::min<int>(a->second->servers_size(), static_cast<int>(std::max<int64_t>(1, rows)));
+      for (int k = 0; k < n; ++k) {
+        const int d = topo.DeviceIndex(a->second->servers(k));
+        if (d < 0) return absl::InvalidArgumentError("unknown server '" + a->second->servers(k) + "'");
+        pp.devices.push_back(d);
+        pp.shards.push_back({rows * k / n, rows * (k + 1) / n});
+      }
+    } else {
+      for (const auto& [d, r] : reps) pp.devices.push_back(d);
+    }
+    p.params[param.tensor] = std::move(pp);
+  }
+  for (size_t i = 0; i < g.ops.size(); ++i) {
+    const Op& op = g.ops[i];
+    const auto& reps = p.groups[p.group_of_op[i]];
+    bool batched = false;
+    for (const std::string& t : op.outputs) batched |= g.FindTensor(t)->shape.HasBatch();
+    for (const std::string& t : op.inputs) {
+      batched |= !t.empty() && g.FindTensor(t)->shape.HasBatch();
+    }
+    std::vector<Slice> slices;
+    const OpSchema* schema = OpRegistry::Global().Find(op.type);
+    if (schema->is_update) {
+      const ParamPlacement& pp = p.params.at(op.inputs[0]);
+      for (size_t k = 0; k < pp.devices.size(); ++k) {
+        if (pp.method == quilt::v1::AGGREGATION_METHOD_PARAMETER_SERVER) {
+          slices.push_back({pp.devices[k], pp.shards[k].first, pp.shards[k].second});
+        } else {
+          slices.push_back({pp.devices[k], 0, 0});
+        }
+      }
+    } else if (batched) {
+      slices = SplitBatch(reps, batch);
+    } else {
+      for (const auto& [d, r] : reps) slices.push_back({d, 0, 0});
+    }
+    p.op_slices.push_back(std::move(slices));
+  }
+  return p;
+}
+
+}  // namespace quilt

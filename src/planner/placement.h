@@ -1,0 +1,60 @@
+// Where every op of a training graph runs under a Strategy: the devices of
+// its op group and, for ops on the batch, the rows of the global batch each
+// device computes (contiguous slices in proportion to the replica counts).
+// Also where each parameter lives (its update's devices, or its parameter
+// servers) and how its gradient is aggregated.
+#ifndef QUILT_SRC_PLANNER_PLACEMENT_H_
+#define QUILT_SRC_PLANNER_PLACEMENT_H_
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "proto/quilt/v1/strategy.pb.h"
+#include "src/cluster/topology.h"
+#include "src/graph/graph.h"
+
+namespace quilt {
+
+struct Slice {
+  int device = 0;
+  // Rows [begin, end) of the global batch; 0, 0 = the op is not on the batch.
+  int64_t begin = 0, end = 0;
+};
+
+struct ParamPlacement {
+  quilt::v1::AggregationMethod method = quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE;
+  // Parameter servers (PS) or the devices holding replicas (all-reduce).
+  std::vector<int> devices;
+  // PS: rows [begin, end) of dim 0 on each server (aligned with devices).
+  std::vector<std::pair<int64_t, int64_t>> shards;
+  int bucket = 0;
+};
+
+struct Placement {
+  int64_t global_batch = 0;
+  // Per op (graph order): the group it belongs to and where it runs.
+  std::vector<int> group_of_op;
+  std::vector<std::vector<Slice>> op_slices;
+  // Per trainable parameter (by tensor name).
+  std::map<std::string, ParamPlacement> params;
+  // Group placements in strategy order: (device, replicas).
+  std::vector<std::vector<std::pair<int, int>>> groups;
+};
+
+// Batch rows of each device for replica counts (device, r): contiguous
+// slices with boundaries floor(B · prefix / R), in the given order.
+std::vector<Slice> SplitBatch(const std::vector<std::pair<int, int>>& replicas, int64_t batch);
+
+// Errors: INVALID_ARGUMENT when the strategy names unknown devices or ops,
+// leaves a forward op without a group, or has no replicas in a group.
+absl::StatusOr<Placement> Place(const Graph& graph, const quilt::v1::Strategy& strategy,
+                                const Topology& topology, int64_t global_batch);
+
+// The op whose group an op belongs to: its forward op, or itself.
+const std::string& GroupKey(const Op& op);
+
+}  // namespace quilt
+
+#endif  // QUILT_SRC_PLANNER_PLACEMENT_H_

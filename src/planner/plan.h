@@ -1,0 +1,52 @@
+// Plan reports: every baseline (or one named strategy) lowered, validated
+// and simulated for a training graph on a cluster, with the compute lower
+// bound, each strategy's ratio to it, memory per device and feasibility,
+// and the planning wall time. What `quiltctl plan` and JobService.PlanJob
+// return.
+#ifndef QUILT_SRC_PLANNER_PLAN_H_
+#define QUILT_SRC_PLANNER_PLAN_H_
+
+#include <map>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "proto/quilt/v1/plan.pb.h"
+#include "proto/quilt/v1/program.pb.h"
+#include "src/cluster/topology.h"
+#include "src/graph/graph.h"
+#include "src/planner/baselines.h"
+#include "src/sim/simulator.h"
+
+namespace quilt {
+
+struct PlanOptions {
+  int64_t global_batch = 0;
+  // "all" or one strategy name.
+  std::string strategy = "all";
+  // Keep the simulated timeline of the best strategy (for --trace).
+  bool trace = false;
+};
+
+struct PlanResult {
+  quilt::v1::PlanReport report;
+  // The best feasible strategy's program and simulation (trace if asked).
+  quilt::v1::DistributedProgram best_program;
+  SimResult best_sim;
+};
+
+// Errors: INVALID_ARGUMENT (unknown strategy name, graph without backward
+// pass, batch < 1).
+absl::StatusOr<PlanResult> Plan(const Graph& training_graph, const Topology& topology,
+                                const PlanOptions& options);
+
+// Lowers, validates and simulates one strategy into an estimate.
+absl::StatusOr<quilt::v1::StrategyEstimate> Estimate(const Graph& graph, const Topology& topology,
+                                                     const CostModel& cost,
+                                                     const NamedStrategy& strategy, int64_t batch,
+                                                     double lower_bound,
+                                                     quilt::v1::DistributedProgram* program,
+                                                     SimResult* sim, bool trace);
+
+}  // namespace quilt
+
+#endif  // QUILT_SRC_PLANNER_PLAN_H_

@@ -1,0 +1,30 @@
+// Instruction priorities: HEFT upward ranks (an instruction's own estimated
+// time plus the largest rank among the instructions that wait for it), so
+// that the critical path runs first. Estimates come from the cost model;
+// without one every instruction counts one unit.
+#ifndef QUILT_SRC_PLANNER_PRIORITIES_H_
+#define QUILT_SRC_PLANNER_PRIORITIES_H_
+
+#include <utility>
+#include <vector>
+
+#include "proto/quilt/v1/program.pb.h"
+#include "src/cluster/topology.h"
+#include "src/cost/cost_model.h"
+#include "src/graph/graph.h"
+
+namespace quilt {
+
+// `instrs[i]` = (device, instruction with id i). Returns rank per index.
+std::vector<double> HeftPriorities(const std::vector<std::pair<int, quilt::v1::Instruction>>& instrs,
+                                   const Topology& topology, const Graph& graph,
+                                   const CostModel* cost);
+
+// Seconds the cost model expects an instruction to take on `device` (transfers
+// alone on their path; collectives with all members).
+double EstimateInstruction(const quilt::v1::Instruction& ins, int device, const Topology& topo,
+                           const CostModel* cost, const std::map<std::string, int>& op_index);
+
+}  // namespace quilt
+
+#endif  // QUILT_SRC_PLANNER_PRIORITIES_H_

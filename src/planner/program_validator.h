@@ -1,0 +1,24 @@
+// Checks a DistributedProgram before it is simulated or run: instruction
+// ids and dependencies (acyclic, issue order topological per device),
+// matched transfers, consistent collectives, every input of a computation
+// produced on its device before it is used (resident, or written by an
+// instruction it depends on), replicas of each op covering the global batch
+// exactly once, and every gradient of a replicated parameter aggregated
+// exactly once. Errors name the instruction, op or tensor.
+#ifndef QUILT_SRC_PLANNER_PROGRAM_VALIDATOR_H_
+#define QUILT_SRC_PLANNER_PROGRAM_VALIDATOR_H_
+
+#include "absl/status/status.h"
+#include "proto/quilt/v1/program.pb.h"
+#include "src/cluster/topology.h"
+#include "src/graph/graph.h"
+
+namespace quilt {
+
+// Errors: INVALID_ARGUMENT describing the first violation.
+absl::Status ValidateProgram(const quilt::v1::DistributedProgram& program, const Graph& graph,
+                             const Topology& topology);
+
+}  // namespace quilt
+
+#endif  // QUILT_SRC_PLANNER_PROGRAM_VALIDATOR_H_
