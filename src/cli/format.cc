@@ -43,18 +43,31 @@ std::string HumanDuration(double seconds) {
   return absl::StrFormat("%dd%dh", s / 86400, (s % 86400) / 3600);
 }
 
+std::string HumanSeconds(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "-";
+  if (seconds < 1e-3) return absl::StrFormat("%.3g µs", seconds * 1e6);
+  if (seconds < 10) return absl::StrFormat("%.4g ms", seconds * 1e3);
+  return absl::StrFormat("%.2f s", seconds);
+}
+
+size_t DisplayWidth(const std::string& s) {
+  size_t n = 0;
+  for (unsigned char c : s) n += (c & 0xC0) != 0x80;  // UTF-8 lead bytes
+  return n;
+}
+
 std::string Table::Render() const {
   std::vector<size_t> widths;
   for (const auto& row : rows_) {
     if (widths.size() < row.size()) widths.resize(row.size(), 0);
-    for (size_t i = 0; i < row.size(); ++i) widths[i] = std::max(widths[i], row[i].size());
+    for (size_t i = 0; i < row.size(); ++i) widths[i] = std::max(widths[i], DisplayWidth(row[i]));
   }
   std::string out;
   for (const auto& row : rows_) {
     std::string line;
     for (size_t i = 0; i < row.size(); ++i) {
       line += row[i];
-      if (i + 1 < row.size()) line += std::string(widths[i] - row[i].size() + 3, ' ');
+      if (i + 1 < row.size()) line += std::string(widths[i] - DisplayWidth(row[i]) + 3, ' ');
     }
     out += line + "\n";
   }

@@ -27,9 +27,9 @@ struct PlanArgs {
 
 std::string RenderPlan(const quilt::v1::PlanReport& r) {
   std::string out = absl::StrFormat(
-      "Model %s, global batch %d. Compute lower bound: %.3g ms per step (3 × forward FLOPs / Σ "
+      "Model %s, global batch %d. Compute lower bound: %s per step (3 × forward FLOPs / Σ "
       "device FLOP/s)\n\n",
-      r.model(), r.global_batch(), r.lower_bound_s() * 1e3);
+      r.model(), r.global_batch(), HumanSeconds(r.lower_bound_s()));
   Table t({"STRATEGY", "STEP", "SAMPLES/S", "vs LOWER BOUND", "PEAK MEM (max device)", "COMM/STEP",
            "FEASIBLE"});
   for (const auto& e : r.estimates()) {
@@ -42,7 +42,7 @@ std::string RenderPlan(const quilt::v1::PlanReport& r) {
       }
     }
     const bool ran = e.step_time_s() > 0;
-    t.AddRow({e.name(), ran ? absl::StrFormat("%.4g ms", e.step_time_s() * 1e3) : "-",
+    t.AddRow({e.name(), ran ? HumanSeconds(e.step_time_s()) : "-",
               ran ? absl::StrFormat("%.1f", e.samples_per_s()) : "-",
               ran ? absl::StrFormat("%.2f×", e.ratio_to_lower_bound()) : "-",
               ran ? HumanBytes(peak) + "/" + HumanBytes(cap) : "-",
@@ -50,6 +50,9 @@ std::string RenderPlan(const quilt::v1::PlanReport& r) {
               e.feasible() ? "yes" : "no: " + e.infeasible_reason()});
   }
   out += t.Render();
+  for (const auto& e : r.estimates()) {
+    if (!e.note().empty()) out += "\nNote on " + e.name() + ": " + e.note() + "\n";
+  }
   if (!r.best().empty()) out += "\nBest: " + r.best() + "\n";
   out += absl::StrFormat("Planning took %.2f s\n", r.planning_wall_s());
   return out;
@@ -71,6 +74,7 @@ int Run(const PlanArgs& a) {
   po.global_batch = a.batch;
   po.strategy = a.strategy;
   po.trace = !a.trace.empty();
+  po.progress = [](const std::string& line) { std::cerr << line << "\n"; };
   absl::StatusOr<PlanResult> r = Plan(*g, *topo, po);
   if (!r.ok()) return PrintError(std::string(r.status().message()));
   if (!a.trace.empty()) {

@@ -5,18 +5,29 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "src/common/status.h"
 #include "src/graph/op_registry.h"
+#include "src/planner/lower.h"
+#include "src/sim/simulator.h"
 
 namespace quilt {
 namespace {
 
-int64_t TensorBytes(const Graph& g, const std::string& name, int64_t batch) {
-  const TensorInfo* t = g.FindTensor(name);
-  return t ? t->shape.NumElements(batch) * DTypeSize(t->dtype) : 0;
+// Peak memory of one step of the whole graph on device d with `rows` rows.
+absl::StatusOr<int64_t> SingleDevicePeak(const Graph& g, const CostModel& cost,
+                                         const Topology& topo, int d, int64_t rows) {
+  std::vector<int64_t> one(topo.num_devices(), 0);
+  one[d] = 1;
+  const quilt::v1::Strategy s = DataParallelStrategy(
+      g, topo, one, quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE, "probe");
+  ASSIGN_OR_RETURN(quilt::v1::DistributedProgram prog, Lower(g, s, topo, &cost, rows));
+  ASSIGN_OR_RETURN(SimResult r, Simulate(prog, g, topo, cost));
+  return r.devices.empty() ? 0 : r.devices.front().peak_memory_bytes;
 }
 
 }  // namespace
@@ -29,128 +40,173 @@ std::vector<std::string> ForwardOps(const Graph& g) {
   return out;
 }
 
-std::vector<DeviceLoadModel> FitLoadModels(const Graph& g, const CostModel& cost,
-                                           const Topology& topo) {
-  // Memory: parameters, gradients and optimizer state whole; activations by
-  // the rows. A conservative estimate: every batch tensor of the training
-  // graph held at once is too pessimistic, the forward activations (kept for
-  // the backward pass) plus the largest gradient tensor are what peaks.
-  int64_t fixed = 0, per_row = 0, largest_grad = 0;
-  for (const TensorInfo& t : g.tensors()) {
-    const int64_t b1 = t.shape.NumElements(1) * DTypeSize(t.dtype);
-    switch (t.role) {
-      case TensorRole::kParameter:
-      case TensorRole::kOptimizerState:
-      case TensorRole::kConstant:
-        fixed += b1;
-        break;
-      case TensorRole::kGradient:
-        if (t.shape.HasBatch()) {
-          largest_grad = std::max(largest_grad, b1);
-        } else {
-          fixed += b1;
-        }
-        break;
-      default:
-        if (t.shape.HasBatch()) per_row += b1;
-        break;
-    }
+absl::StatusOr<RowLoadModel> RowLoadModel::Fit(const Graph& g, const CostModel& cost,
+                                         const Topology& topo, int64_t batch) {
+  RowLoadModel m;
+  m.graph_ = &g;
+  m.cost_ = &cost;
+  m.topo_ = &topo;
+  const int n = topo.num_devices();
+  // Memory depends on the graph and the rows, not on the device's speed:
+  // probe once, at the even share and twice it.
+  const int64_t r1 = std::max<int64_t>(1, batch / std::max(1, n));
+  const int64_t r2 = 2 * r1;
+  ASSIGN_OR_RETURN(int64_t p1, SingleDevicePeak(g, cost, topo, 0, r1));
+  ASSIGN_OR_RETURN(int64_t p2, SingleDevicePeak(g, cost, topo, 0, r2));
+  const double m1 = std::max(0.0, static_cast<double>(p2 - p1) / static_cast<double>(r2 - r1));
+  const double m0 = std::max(0.0, static_cast<double>(p1) - m1 * static_cast<double>(r1));
+  for (int d = 0; d < n; ++d) {
+    DeviceLoadModel dm;
+    // Affine time through the even share and the speed-proportional share's
+    // neighbourhood (the LP's operating range).
+    const double a = m.ComputeSeconds(d, std::max<int64_t>(1, r1 / 2));
+    const double b = m.ComputeSeconds(d, r2);
+    const int64_t span = r2 - std::max<int64_t>(1, r1 / 2);
+    dm.t1 = span > 0 ? (b - a) / static_cast<double>(span) : b;
+    dm.t0 = std::max(0.0, b - dm.t1 * static_cast<double>(r2));
+    dm.m0 = m0;
+    dm.m1 = m1;
+    m.devices_.push_back(dm);
   }
-  (void)TensorBytes;
-  std::vector<DeviceLoadModel> out;
-  for (int d = 0; d < topo.num_devices(); ++d) {
-    DeviceLoadModel m;
-    double t1 = 0, t2 = 0;
-    for (size_t i = 0; i < g.ops.size(); ++i) {
-      t1 += cost.OpTime(static_cast<int>(i), d, 1);
-      t2 += cost.OpTime(static_cast<int>(i), d, 2);
-    }
-    m.t1 = t2 - t1;
-    m.t0 = t1 - m.t1;
-    m.m0 = static_cast<double>(fixed);
-    m.m1 = static_cast<double>(per_row + 2 * largest_grad);
-    out.push_back(m);
-  }
-  return out;
+  return m;
 }
 
-absl::StatusOr<std::vector<int64_t>> ProportionalSplit(const std::vector<DeviceLoadModel>& load,
-                                                       const Topology& topo, int64_t batch,
-                                                       bool* used_lp) {
+double RowLoadModel::ComputeSeconds(int d, int64_t rows) const {
+  if (rows <= 0) return 0;
+  if (seconds_.empty()) seconds_.resize(topo_->num_devices());
+  auto [it, fresh] = seconds_[d].emplace(rows, 0.0);
+  if (fresh) {
+    double t = 0;
+    for (size_t i = 0; i < graph_->ops.size(); ++i) t += cost_->OpTime(static_cast<int>(i), d, rows);
+    it->second = t;
+  }
+  return it->second;
+}
+
+int64_t RowLoadModel::MaxRows(int d) const {
+  const DeviceLoadModel& m = devices_[d];
+  const double mem = static_cast<double>(topo_->device(d).proto.memory_bytes());
+  if (m.m1 <= 0) return mem >= m.m0 ? std::numeric_limits<int64_t>::max() / 4 : 0;
+  return std::max<int64_t>(0, static_cast<int64_t>(std::floor((mem - m.m0) / m.m1)));
+}
+
+namespace {
+
+// The continuous optimum: min T  s.t.  t0_d + t1_d·b_d <= T,  Σ b_d = B,
+// 0 <= b_d <= cap_d.
+absl::StatusOr<std::vector<double>> SolveSplitLp(const std::vector<DeviceLoadModel>& load,
+                                                 const std::vector<int64_t>& cap, int64_t batch) {
+  const int n = static_cast<int>(load.size());
+  ClpSimplex lp;
+  lp.setLogLevel(0);
+  const int cols = n + 1;  // b_0..b_{n-1}, T
+  std::vector<double> collb(cols, 0.0), colub(cols), obj(cols, 0.0);
+  for (int d = 0; d < n; ++d) colub[d] = static_cast<double>(std::min<int64_t>(cap[d], batch));
+  colub[n] = COIN_DBL_MAX;
+  obj[n] = 1.0;
+  CoinPackedMatrix m(false, 0, 0);
+  m.setDimensions(0, cols);
+  std::vector<double> rowlb, rowub;
+  for (int d = 0; d < n; ++d) {
+    CoinPackedVector row;
+    row.insert(d, std::max(load[d].t1, 1e-15));
+    row.insert(n, -1.0);
+    m.appendRow(row);
+    rowlb.push_back(-COIN_DBL_MAX);
+    rowub.push_back(-load[d].t0);
+  }
+  CoinPackedVector sum;
+  for (int d = 0; d < n; ++d) sum.insert(d, 1.0);
+  m.appendRow(sum);
+  rowlb.push_back(static_cast<double>(batch));
+  rowub.push_back(static_cast<double>(batch));
+  lp.loadProblem(m, collb.data(), colub.data(), obj.data(), rowlb.data(), rowub.data());
+  lp.primal();
+  if (!lp.isProvenOptimal()) {
+    return absl::FailedPreconditionError("the split's linear program has no solution");
+  }
+  const double* sol = lp.primalColumnSolution();
+  return std::vector<double>(sol, sol + n);
+}
+
+double SlowestDevice(const RowLoadModel& load, const std::vector<int64_t>& rows) {
+  double worst = 0;
+  for (size_t d = 0; d < rows.size(); ++d) {
+    worst = std::max(worst, load.ComputeSeconds(static_cast<int>(d), rows[d]));
+  }
+  return worst;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<int64_t>> ProportionalSplit(const RowLoadModel& load, const Topology& topo,
+                                                       int64_t batch) {
   const int n = topo.num_devices();
-  *used_lp = false;
-  std::vector<double> cap(n), rows(n);
-  double speed_sum = 0;
+  std::vector<int64_t> cap(n);
+  int64_t room = 0;
   for (int d = 0; d < n; ++d) {
-    const double mem = static_cast<double>(topo.device(d).proto.memory_bytes());
-    cap[d] = load[d].m1 > 0 ? (mem - load[d].m0) / load[d].m1 : 1e18;
-    speed_sum += 1.0 / std::max(load[d].t1, 1e-15);
+    cap[d] = load.MaxRows(d);
+    room += std::min(cap[d], batch);
   }
-  bool fits = true;
-  for (int d = 0; d < n; ++d) {
-    rows[d] = batch * (1.0 / std::max(load[d].t1, 1e-15)) / speed_sum;
-    fits &= rows[d] <= cap[d];
-  }
-  if (!fits) {
-    // min T  s.t.  t0_d + t1_d·b_d <= T,  Σ b_d = B,  0 <= b_d <= cap_d.
-    *used_lp = true;
-    ClpSimplex lp;
-    lp.setLogLevel(0);
-    const int cols = n + 1;  // b_0..b_{n-1}, T
-    std::vector<double> collb(cols, 0.0), colub(cols), obj(cols, 0.0);
-    for (int d = 0; d < n; ++d) colub[d] = std::max(0.0, std::min<double>(cap[d], batch));
-    colub[n] = COIN_DBL_MAX;
-    obj[n] = 1.0;
-    CoinPackedMatrix m(false, 0, 0);
-    m.setDimensions(0, cols);
-    std::vector<double> rowlb, rowub;
-    for (int d = 0; d < n; ++d) {
-      CoinPackedVector row;
-      row.insert(d, load[d].t1);
-      row.insert(n, -1.0);
-      m.appendRow(row);
-      rowlb.push_back(-COIN_DBL_MAX);
-      rowub.push_back(-load[d].t0);
+  if (room < batch) {
+    std::string detail;
+    for (int d = 0; d < n && d < 4; ++d) {
+      absl::StrAppend(&detail, d ? ", " : "", topo.device(d).id, " fits ", cap[d]);
     }
-    CoinPackedVector sum;
-    for (int d = 0; d < n; ++d) sum.insert(d, 1.0);
-    m.appendRow(sum);
-    rowlb.push_back(static_cast<double>(batch));
-    rowub.push_back(static_cast<double>(batch));
-    lp.loadProblem(m, collb.data(), colub.data(), obj.data(), rowlb.data(), rowub.data());
-    lp.primal();
-    if (!lp.isProvenOptimal()) {
-      return absl::FailedPreconditionError(absl::StrFormat(
-          "no split of the batch of %d fits the devices' memory", batch));
-    }
-    const double* sol = lp.primalColumnSolution();
-    for (int d = 0; d < n; ++d) rows[d] = sol[d];
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "no split of the batch of %d fits the devices' memory (together they hold %d rows: %s%s)",
+        batch, room, detail, n > 4 ? ", ..." : ""));
   }
-  // Integer rows: floors, then the remainder to the largest fractions that
-  // still fit.
-  std::vector<int64_t> out(n);
+  ASSIGN_OR_RETURN(std::vector<double> frac, SolveSplitLp(load.devices(), cap, batch));
+  // Whole rows: floors, then each remaining row to the device that finishes
+  // it soonest.
+  std::vector<int64_t> rows(n);
   int64_t total = 0;
   for (int d = 0; d < n; ++d) {
-    out[d] = static_cast<int64_t>(std::floor(rows[d] + 1e-9));
-    total += out[d];
+    rows[d] = std::min(cap[d], static_cast<int64_t>(std::floor(frac[d] + 1e-9)));
+    total += rows[d];
   }
-  std::vector<int> order(n);
-  std::iota(order.begin(), order.end(), 0);
-  std::sort(order.begin(), order.end(), [&](int a, int b) {
-    return rows[a] - out[a] > rows[b] - out[b] || (rows[a] - out[a] == rows[b] - out[b] && a < b);
-  });
-  for (int k = 0; total < batch && k < 4 * n; ++k) {
-    const int d = order[k % n];
-    if (out[d] + 1 <= cap[d] + 1e-9 || !fits) {
-      ++out[d];
-      ++total;
+  std::vector<double> now(n);
+  for (int d = 0; d < n; ++d) now[d] = load.ComputeSeconds(d, rows[d]);
+  auto best_receiver = [&](int skip) {
+    int best = -1;
+    double best_t = 0;
+    for (int d = 0; d < n; ++d) {
+      if (d == skip || rows[d] + 1 > cap[d]) continue;
+      const double t = load.ComputeSeconds(d, rows[d] + 1);
+      if (best < 0 || t < best_t) {
+        best = d;
+        best_t = t;
+      }
     }
+    return std::make_pair(best, best_t);
+  };
+  while (total < batch) {
+    const auto [d, t] = best_receiver(-1);
+    if (d < 0) return absl::FailedPreconditionError("no split of the batch fits the devices' memory");
+    ++rows[d];
+    now[d] = t;
+    ++total;
   }
-  if (total != batch) {
-    return absl::FailedPreconditionError(absl::StrFormat(
-        "no split of the batch of %d fits the devices' memory", batch));
+  // Move single rows off the slowest device while that helps.
+  for (int iter = 0; iter < 4 * n; ++iter) {
+    const int slow = static_cast<int>(std::max_element(now.begin(), now.end()) - now.begin());
+    const auto [d, t] = best_receiver(slow);
+    if (d < 0 || rows[slow] == 0 || t >= now[slow]) break;
+    --rows[slow];
+    now[slow] = load.ComputeSeconds(slow, rows[slow]);
+    ++rows[d];
+    now[d] = t;
   }
-  return out;
+  // The even split, when it fits and is at least as fast, wins.
+  std::vector<int64_t> even(n);
+  bool even_fits = true;
+  for (int d = 0; d < n; ++d) {
+    even[d] = batch * (d + 1) / n - batch * d / n;
+    even_fits &= even[d] <= cap[d];
+  }
+  if (even_fits && SlowestDevice(load, even) <= SlowestDevice(load, rows)) return even;
+  return rows;
 }
 
 quilt::v1::Strategy DataParallelStrategy(const Graph& g, const Topology& topo,
@@ -219,9 +275,9 @@ std::vector<NamedStrategy> Baselines(const Graph& g, const Topology& topo, const
                  DataParallelStrategy(g, topo, even, quilt::v1::AGGREGATION_METHOD_PARAMETER_SERVER,
                                       "dp-even-ps"),
                  ""});
-  bool used_lp = false;
-  absl::StatusOr<std::vector<int64_t>> prop =
-      ProportionalSplit(FitLoadModels(g, cost, topo), topo, batch, &used_lp);
+  absl::StatusOr<std::vector<int64_t>> prop = absl::UnknownError("");
+  absl::StatusOr<RowLoadModel> load = RowLoadModel::Fit(g, cost, topo, batch);
+  prop = load.ok() ? ProportionalSplit(*load, topo, batch) : load.status();
   for (auto [name, method] : {std::pair{"dp-proportional-ring", quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE},
                               std::pair{"dp-proportional-ps", quilt::v1::AGGREGATION_METHOD_PARAMETER_SERVER}}) {
     NamedStrategy ns;

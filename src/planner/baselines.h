@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "proto/quilt/v1/strategy.pb.h"
 #include "src/cluster/topology.h"
@@ -26,20 +27,44 @@ struct NamedStrategy {
   std::string infeasible_reason;
 };
 
-// Per-device compute time and memory as affine functions of its batch rows
-// (fitted on the cost model): time = t0 + t1·b, memory = m0 + m1·b.
+// Per-device compute time and memory as functions of its batch rows b:
+// time is the cost model's sum over every op (exact, piecewise linear),
+// with an affine fit t0 + t1·b around the expected operating point for the
+// linear program; memory is m0 + m1·b, fitted from simulated single-device
+// steps at two batch sizes (so it counts what the simulator counts:
+// parameters, gradients, optimizer state, live activations).
 struct DeviceLoadModel {
   double t0 = 0, t1 = 0;
   double m0 = 0, m1 = 0;
 };
-std::vector<DeviceLoadModel> FitLoadModels(const Graph& graph, const CostModel& cost,
-                                           const Topology& topo);
 
-// Rows per device summing to `batch`, proportional to speed; solved as an LP
-// when memory caps bind. Errors: FAILED_PRECONDITION when no split fits.
-absl::StatusOr<std::vector<int64_t>> ProportionalSplit(const std::vector<DeviceLoadModel>& load,
-                                                       const Topology& topo, int64_t batch,
-                                                       bool* used_lp);
+class RowLoadModel {
+ public:
+  // Errors: those of lowering or simulating the single-device probes.
+  static absl::StatusOr<RowLoadModel> Fit(const Graph& graph, const CostModel& cost,
+                                       const Topology& topo, int64_t batch);
+  // Seconds of computation of one step with `rows` rows on device `d`.
+  double ComputeSeconds(int d, int64_t rows) const;
+  // Rows that fit device d's memory.
+  int64_t MaxRows(int d) const;
+  const std::vector<DeviceLoadModel>& devices() const { return devices_; }
+
+ private:
+  const Graph* graph_ = nullptr;
+  const CostModel* cost_ = nullptr;
+  const Topology* topo_ = nullptr;
+  std::vector<DeviceLoadModel> devices_;
+  // ComputeSeconds per device, by rows.
+  mutable std::vector<absl::flat_hash_map<int64_t, double>> seconds_;
+};
+
+// Rows per device summing to `batch` that minimize the slowest device's
+// computation within every device's memory: a linear program (COIN-OR CLP)
+// on the affine fits, rounded to whole rows and refined on the exact times.
+// Never slower (on the load model) than the even split when that fits.
+// Errors: FAILED_PRECONDITION when no split fits.
+absl::StatusOr<std::vector<int64_t>> ProportionalSplit(const RowLoadModel& load, const Topology& topo,
+                                                       int64_t batch);
 
 // Forward ops (the op groups of a data-parallel strategy).
 std::vector<std::string> ForwardOps(const Graph& graph);

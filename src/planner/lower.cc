@@ -102,6 +102,9 @@ class Lowerer {
   std::set<int> local_;  // per-replica statistics
   // Gradient tensor → the parameter it updates (for the aggregation choice).
   std::map<int, std::string> grad_of_param_;
+  // Collective groups (device indices in ring order); id = position + 1.
+  std::vector<std::vector<int>> groups_;
+  std::map<std::vector<int>, int64_t> group_ids_;
   int64_t next_tag_ = 1;
   int64_t next_collective_ = 1;
 };
@@ -134,12 +137,14 @@ absl::StatusOr<std::vector<int64_t>> Lowerer::Aggregate(int t, AggregationMethod
   });
   const int64_t collective = next_collective_++;
   (void)bucket;
+  auto [git, fresh] = group_ids_.emplace(devices, static_cast<int64_t>(groups_.size()) + 1);
+  if (fresh) groups_.push_back(devices);
   for (int d : devices) {
     const Key k{t, d, 0, 0};
     Instruction ins;
     auto* ar = ins.mutable_all_reduce();
     ar->set_collective_id(collective);
-    for (int m : devices) ar->add_devices(topo_.device(m).id);
+    ar->set_group(git->second);
     ar->add_tensors(info(t).name);
     ar->set_bytes(Bytes(t, 0, 0));
     ar->set_algorithm(method == quilt::v1::AGGREGATION_METHOD_PARAMETER_SERVER
@@ -273,7 +278,8 @@ absl::StatusOr<std::vector<int64_t>> Lowerer::Provide(const Key& need, bool allo
       break;
     }
   }
-  Transfer(t, Key{t, src, 0, 0}, 0, 0, need);
+  // Rows of dim 0 when the destination holds a shard (a parameter server).
+  Transfer(t, Key{t, src, 0, 0}, need.begin, need.end, need);
   full_on_[t].push_back(need.device);
   return writers_[need];
 }
@@ -386,7 +392,12 @@ absl::StatusOr<quilt::v1::DistributedProgram> Lowerer::Run(const quilt::v1::Stra
   *prog.mutable_graph() = g_.ToProto();
   prog.set_global_batch(p_.global_batch);
   *prog.mutable_strategy() = s;
-  std::vector<double> priority = HeftPriorities(instrs_, topo_, g_, cost);
+  for (size_t k = 0; k < groups_.size(); ++k) {
+    auto* group = prog.add_groups();
+    group->set_id(static_cast<int64_t>(k) + 1);
+    for (int d : groups_[k]) group->add_devices(topo_.device(d).id);
+  }
+  std::vector<double> priority = HeftPriorities(instrs_, groups_, topo_, g_, cost);
   std::vector<quilt::v1::DeviceProgram*> per_device(topo_.num_devices(), nullptr);
   std::vector<int> used;
   for (const auto& [d, ins] : instrs_) used.push_back(d);
@@ -416,7 +427,7 @@ absl::StatusOr<quilt::v1::DistributedProgram> Lowerer::Run(const quilt::v1::Stra
 void Lowerer::FuseBuckets() {
   // collective id → member instruction indices; fusion key → collectives.
   std::map<int64_t, std::vector<size_t>> members;
-  std::map<std::tuple<int, std::string, int>, std::vector<int64_t>> groups;
+  std::map<std::tuple<int, int64_t, int>, std::vector<int64_t>> groups;
   for (size_t i = 0; i < instrs_.size(); ++i) {
     const Instruction& ins = instrs_[i].second;
     if (!ins.has_all_reduce()) continue;
@@ -429,9 +440,7 @@ void Lowerer::FuseBuckets() {
     if (gp == grad_of_param_.end()) continue;
     const int bucket = p_.params.at(gp->second).bucket;
     if (bucket <= 0) continue;
-    std::string devs;
-    for (const auto& d : ar.devices()) devs += d + ",";
-    groups[{bucket, devs, ar.algorithm()}].push_back(cid);
+    groups[{bucket, ar.group(), ar.algorithm()}].push_back(cid);
   }
   std::vector<int64_t> remap(instrs_.size());
   for (size_t i = 0; i < remap.size(); ++i) remap[i] = static_cast<int64_t>(i);

@@ -6,6 +6,7 @@
 #ifndef QUILT_SRC_PLANNER_PLAN_H_
 #define QUILT_SRC_PLANNER_PLAN_H_
 
+#include <functional>
 #include <map>
 #include <string>
 
@@ -25,6 +26,9 @@ struct PlanOptions {
   std::string strategy = "all";
   // Keep the simulated timeline of the best strategy (for --trace).
   bool trace = false;
+  // Called with a line before each strategy is simulated (progress of a
+  // long plan); may be empty.
+  std::function<void(const std::string&)> progress;
 };
 
 struct PlanResult {

@@ -1,50 +1,81 @@
 #include "src/planner/priorities.h"
 
 #include <algorithm>
-#include <map>
+
+#include "absl/container/flat_hash_map.h"
 
 namespace quilt {
+namespace {
 
-double EstimateInstruction(const quilt::v1::Instruction& ins, int device, const Topology& topo,
-                           const CostModel* cost, const std::map<std::string, int>& op_index) {
-  if (cost == nullptr) return 1.0;
-  switch (ins.kind_case()) {
-    case quilt::v1::Instruction::kCompute: {
-      auto it = op_index.find(ins.compute().op());
-      if (it == op_index.end()) return 0;
-      return cost->OpTime(it->second, device, ins.compute().end() - ins.compute().begin());
-    }
-    case quilt::v1::Instruction::kSend: {
-      const int peer = topo.DeviceIndex(ins.send().peer_device());
-      return peer < 0 ? 0 : topo.PathBetween(device, peer).Time(static_cast<double>(ins.send().bytes()));
-    }
-    case quilt::v1::Instruction::kPsPush: {
-      const int peer = topo.DeviceIndex(ins.ps_push().server_device());
-      return peer < 0 ? 0 : topo.PathBetween(device, peer).Time(static_cast<double>(ins.ps_push().bytes()));
-    }
-    case quilt::v1::Instruction::kPsPull: {
-      const int peer = topo.DeviceIndex(ins.ps_pull().server_device());
-      return peer < 0 ? 0 : topo.PathBetween(peer, device).Time(static_cast<double>(ins.ps_pull().bytes()));
-    }
-    case quilt::v1::Instruction::kAllReduce: {
-      std::vector<int> members;
-      for (const auto& d : ins.all_reduce().devices()) members.push_back(topo.DeviceIndex(d));
-      return cost->AllReduce(ins.all_reduce().algorithm(), members,
-                             static_cast<double>(ins.all_reduce().bytes()))
-          .time_s;
-    }
-    default:
-      return 0;
+using quilt::v1::Instruction;
+
+class Estimator {
+ public:
+  Estimator(const std::vector<std::vector<int>>& groups, const Topology& topo, const Graph& g,
+            const CostModel* cost)
+      : groups_(groups), topo_(topo), cost_(cost) {
+    op_index_.reserve(g.ops.size());
+    for (size_t i = 0; i < g.ops.size(); ++i) op_index_[g.ops[i].name] = static_cast<int>(i);
   }
-}
 
-std::vector<double> HeftPriorities(const std::vector<std::pair<int, quilt::v1::Instruction>>& instrs,
+  // Seconds the cost model expects the instruction to take on `device`
+  // (transfers alone on their path; collectives with all members).
+  double Seconds(const Instruction& ins, int device) {
+    if (cost_ == nullptr) return 1.0;
+    switch (ins.kind_case()) {
+      case Instruction::kCompute: {
+        auto it = op_index_.find(ins.compute().op());
+        if (it == op_index_.end()) return 0;
+        return cost_->OpTime(it->second, device, ins.compute().end() - ins.compute().begin());
+      }
+      case Instruction::kSend:
+        return PathTime(device, ins.send().peer_device(), ins.send().bytes(), false);
+      case Instruction::kPsPush:
+        return PathTime(device, ins.ps_push().server_device(), ins.ps_push().bytes(), false);
+      case Instruction::kPsPull:
+        return PathTime(device, ins.ps_pull().server_device(), ins.ps_pull().bytes(), true);
+      case Instruction::kAllReduce: {
+        // Every member asks; the estimate is the same for all of them.
+        auto [it, fresh] = collective_s_.emplace(ins.all_reduce().collective_id(), 0.0);
+        if (fresh) {
+          const int64_t g = ins.all_reduce().group();
+          if (g >= 1 && g <= static_cast<int64_t>(groups_.size())) {
+            it->second = cost_->AllReduce(ins.all_reduce().algorithm(), groups_[g - 1],
+                                          static_cast<double>(ins.all_reduce().bytes()))
+                             .time_s;
+          }
+        }
+        return it->second;
+      }
+      default:
+        return 0;
+    }
+  }
+
+ private:
+  double PathTime(int device, const std::string& peer_id, int64_t bytes, bool inbound) const {
+    const int peer = topo_.DeviceIndex(peer_id);
+    if (peer < 0) return 0;
+    const Path& p = inbound ? topo_.PathBetween(peer, device) : topo_.PathBetween(device, peer);
+    return p.Time(static_cast<double>(bytes));
+  }
+
+  const std::vector<std::vector<int>>& groups_;
+  const Topology& topo_;
+  const CostModel* cost_;
+  absl::flat_hash_map<std::string, int> op_index_;
+  absl::flat_hash_map<int64_t, double> collective_s_;
+};
+
+}  // namespace
+
+std::vector<double> HeftPriorities(const std::vector<std::pair<int, Instruction>>& instrs,
+                                   const std::vector<std::vector<int>>& groups,
                                    const Topology& topo, const Graph& g, const CostModel* cost) {
   const size_t n = instrs.size();
-  std::map<std::string, int> op_index;
-  for (size_t i = 0; i < g.ops.size(); ++i) op_index[g.ops[i].name] = static_cast<int>(i);
+  Estimator estimate(groups, topo, g, cost);
   std::vector<std::vector<int64_t>> succ(n);
-  std::map<int64_t, int64_t> send_of_tag, recv_of_tag;
+  absl::flat_hash_map<int64_t, int64_t> send_of_tag, recv_of_tag;
   for (size_t i = 0; i < n; ++i) {
     const auto& ins = instrs[i].second;
     for (int64_t d : ins.deps()) succ[d].push_back(static_cast<int64_t>(i));
@@ -60,14 +91,14 @@ std::vector<double> HeftPriorities(const std::vector<std::pair<int, quilt::v1::I
     if (r != recv_of_tag.end()) succ[s].push_back(r->second);
   }
   std::vector<double> rank(n, 0.0);
-  // Instructions depend only on earlier ids, and a recv's id follows its
+  // Instructions depend only on earlier ids, and a receive's id follows its
   // send's, so a reverse sweep sees every successor first.
   for (size_t k = n; k-- > 0;) {
     const auto& [device, ins] = instrs[k];
-    if (ins.kind_case() == quilt::v1::Instruction::KIND_NOT_SET) continue;
+    if (ins.kind_case() == Instruction::KIND_NOT_SET) continue;
     double best = 0;
     for (int64_t s : succ[k]) best = std::max(best, rank[s]);
-    rank[k] = EstimateInstruction(ins, device, topo, cost, op_index) + best;
+    rank[k] = estimate.Seconds(ins, device) + best;
   }
   return rank;
 }

@@ -15,15 +15,12 @@
 
 namespace quilt {
 
-// `instrs[i]` = (device, instruction with id i). Returns rank per index.
+// `instrs[i]` = (device, instruction with id i); `groups[g - 1]` = the
+// device indices of collective group g. Returns rank per index.
 std::vector<double> HeftPriorities(const std::vector<std::pair<int, quilt::v1::Instruction>>& instrs,
+                                   const std::vector<std::vector<int>>& groups,
                                    const Topology& topology, const Graph& graph,
                                    const CostModel* cost);
-
-// Seconds the cost model expects an instruction to take on `device` (transfers
-// alone on their path; collectives with all members).
-double EstimateInstruction(const quilt::v1::Instruction& ins, int device, const Topology& topo,
-                           const CostModel* cost, const std::map<std::string, int>& op_index);
 
 }  // namespace quilt
 

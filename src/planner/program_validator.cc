@@ -1,226 +1,633 @@
 #include "src/planner/program_validator.h"
 
 #include <algorithm>
-#include <map>
 #include <set>
-#include <tuple>
-#include <unordered_map>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "src/common/status.h"
 #include "src/graph/op_registry.h"
+#include "src/planner/placement.h"
 
 namespace quilt {
 namespace {
 
 using quilt::v1::Instruction;
-using Range = std::pair<int64_t, int64_t>;
 
+struct Range {
+  int64_t begin = 0, end = 0;
+  bool whole() const { return begin == 0 && end == 0; }
+  bool operator==(const Range& o) const { return begin == o.begin && end == o.end; }
+  bool operator<(const Range& o) const {
+    return begin != o.begin ? begin < o.begin : end < o.end;
+  }
+};
+
+// Whether an instance holding `have` contains the rows `need`.
 bool Covers(const Range& have, const Range& need) {
-  if (have.first == 0 && have.second == 0) return true;
-  return have.first <= need.first && need.second <= have.second && !(need.first == 0 && need.second == 0);
+  if (have.whole() || have == need) return true;
+  return !need.whole() && have.begin <= need.begin && need.end <= have.end;
 }
 
-}  // namespace
+struct Access {
+  int tensor;
+  Range range;
+};
 
-absl::Status ValidateProgram(const quilt::v1::DistributedProgram& p, const Graph& g,
-                             const Topology& topo) {
-  const int64_t batch = p.global_batch();
-  if (batch <= 0) return absl::InvalidArgumentError("the program has no global batch");
-  std::map<std::string, const Op*> ops;
-  for (const Op& op : g.ops) ops[op.name] = &op;
-  std::unordered_map<int64_t, std::pair<int, const Instruction*>> by_id;
-  std::map<int64_t, std::pair<int, const Instruction*>> sends, recvs, pushes;
-  std::map<int64_t, std::vector<const Instruction*>> collectives;
-  // Per op: computed ranges; per parameter gradient: aggregations.
-  std::map<std::string, std::vector<Range>> op_ranges;
-  std::map<std::string, int> aggregated;
-  for (const auto& dp : p.devices()) {
-    const int d = topo.DeviceIndex(dp.device());
-    if (d < 0) return absl::InvalidArgumentError("unknown device '" + dp.device() + "'");
-    std::set<int64_t> seen_here;
+struct Node {
+  const Instruction* ins = nullptr;
+  int device = 0;
+  // Writes of the instruction: [first_write, first_write + num_writes) in
+  // Validator::writes_, with whether each holds a partial sum.
+  int first_write = 0, num_writes = 0;
+};
+
+class Validator {
+ public:
+  Validator(const quilt::v1::DistributedProgram& p, const Graph& g, const Topology& topo)
+      : p_(p), g_(g), topo_(topo) {}
+
+  absl::Status Run() {
+    if (p_.global_batch() <= 0) return absl::InvalidArgumentError("the program has no global batch");
+    RETURN_IF_ERROR(Index());
+    RETURN_IF_ERROR(CheckTransfers());
+    RETURN_IF_ERROR(CheckCollectives());
+    RETURN_IF_ERROR(CheckCoverage());
+    RETURN_IF_ERROR(CheckStrategy());
+    return CheckDataflow();
+  }
+
+ private:
+  std::string TensorName(int t) const { return g_.tensors()[t].name; }
+  const std::string& DeviceName(int d) const { return topo_.device(d).id; }
+  bool Batched(int t) const { return g_.tensors()[t].shape.HasBatch(); }
+
+  absl::StatusOr<int> Tensor(const std::string& name) const {
+    auto it = tensor_index_.find(name);
+    if (it == tensor_index_.end()) {
+      return absl::InvalidArgumentError("the program names unknown tensor '" + name + "'");
+    }
+    return it->second;
+  }
+  absl::StatusOr<int> Device(const std::string& id) const {
+    const int d = topo_.DeviceIndex(id);
+    if (d < 0) return absl::InvalidArgumentError("the program names unknown device '" + id + "'");
+    return d;
+  }
+  int64_t Key(int tensor, int device) const {
+    return static_cast<int64_t>(tensor) * topo_.num_devices() + device;
+  }
+
+  absl::Status Index();
+  absl::Status CheckTransfers();
+  absl::Status CheckCollectives();
+  absl::Status CheckCoverage();
+  absl::Status CheckStrategy();
+  absl::Status CheckDataflow();
+  // The latest instruction among `n`'s dependencies on its device that
+  // writes rows `need` of `tensor` (-1 = resident, -2 = none).
+  int Writer(int n, int tensor, const Range& need) const;
+  absl::Status ReadsOf(int n, std::vector<Access>* reads) const;
+  absl::Status WritesOf(int n, std::vector<Access>* writes) const;
+
+  const quilt::v1::DistributedProgram& p_;
+  const Graph& g_;
+  const Topology& topo_;
+  absl::flat_hash_map<std::string, int> tensor_index_, op_index_;
+  std::vector<const OpSchema*> schema_;
+  std::vector<std::vector<int>> op_inputs_, op_outputs_;
+  std::vector<Node> nodes_;  // in id order
+  absl::flat_hash_map<int64_t, int> node_of_id_;
+  std::vector<std::vector<int>> deps_;  // node indices
+  absl::flat_hash_map<int64_t, int> send_, recv_, push_;
+  absl::flat_hash_map<int64_t, std::vector<int>> collective_;
+  absl::flat_hash_map<int64_t, std::vector<int>> groups_;
+  // Per op: (device, range) of its compute instructions.
+  std::vector<std::vector<std::pair<int, Range>>> op_runs_;
+  absl::flat_hash_map<int64_t, std::vector<Range>> resident_;  // Key(tensor, device)
+  std::vector<Access> writes_;
+  std::vector<bool> write_partial_;
+};
+
+absl::Status Validator::Index() {
+  for (size_t i = 0; i < g_.tensors().size(); ++i) tensor_index_[g_.tensors()[i].name] = static_cast<int>(i);
+  for (size_t i = 0; i < g_.ops.size(); ++i) {
+    const Op& op = g_.ops[i];
+    op_index_[op.name] = static_cast<int>(i);
+    schema_.push_back(OpRegistry::Global().Find(op.type));
+    if (schema_.back() == nullptr) return absl::InvalidArgumentError("unknown op type '" + op.type + "'");
+    std::vector<int> ins, outs;
+    for (const std::string& t : op.inputs) ins.push_back(t.empty() ? -1 : tensor_index_.at(t));
+    for (const std::string& t : op.outputs) outs.push_back(tensor_index_.at(t));
+    op_inputs_.push_back(std::move(ins));
+    op_outputs_.push_back(std::move(outs));
+  }
+  op_runs_.resize(g_.ops.size());
+  for (const quilt::v1::DeviceGroup& group : p_.groups()) {
+    std::vector<int>& members = groups_[group.id()];
+    if (!members.empty()) return absl::InvalidArgumentError(absl::StrCat("group ", group.id(), " is defined twice"));
+    std::set<int> seen;
+    for (const std::string& id : group.devices()) {
+      ASSIGN_OR_RETURN(int d, Device(id));
+      if (!seen.insert(d).second) {
+        return absl::InvalidArgumentError(absl::StrCat("group ", group.id(), " lists ", id, " twice"));
+      }
+      members.push_back(d);
+    }
+    if (members.empty()) return absl::InvalidArgumentError(absl::StrCat("group ", group.id(), " is empty"));
+  }
+  std::vector<std::pair<int64_t, std::pair<int, const Instruction*>>> all;
+  std::set<int> devices_seen;
+  for (const quilt::v1::DeviceProgram& dp : p_.devices()) {
+    ASSIGN_OR_RETURN(int d, Device(dp.device()));
+    if (!devices_seen.insert(d).second) {
+      return absl::InvalidArgumentError("device '" + dp.device() + "' has two programs");
+    }
+    for (const auto* list : {&dp.persistent(), &dp.feeds()}) {
+      for (const quilt::v1::TensorRange& r : *list) {
+        ASSIGN_OR_RETURN(int t, Tensor(r.tensor()));
+        resident_[Key(t, d)].push_back({r.begin(), r.end()});
+      }
+    }
+    int64_t previous = -1;
     for (const Instruction& ins : dp.instructions()) {
-      if (!by_id.emplace(ins.id(), std::make_pair(d, &ins)).second) {
-        return absl::InvalidArgumentError(absl::StrCat("instruction id ", ins.id(), " is used twice"));
+      if (ins.id() <= previous) {
+        return absl::InvalidArgumentError(absl::StrCat("instructions on ", dp.device(),
+                                                       " are not in increasing id order at id ", ins.id()));
       }
-      for (int64_t dep : ins.deps()) {
-        if (dep >= ins.id()) {
-          return absl::InvalidArgumentError(absl::StrCat("instruction ", ins.id(), " on ", dp.device(),
-                                                         " depends on a later instruction ", dep));
-        }
-      }
-      switch (ins.kind_case()) {
-        case Instruction::kSend:
-          sends[ins.send().tag()] = {d, &ins};
-          break;
-        case Instruction::kRecv:
-          recvs[ins.recv().tag()] = {d, &ins};
-          break;
-        case Instruction::kPsPush:
-          pushes[ins.ps_push().tag()] = {d, &ins};
-          break;
-        case Instruction::kAllReduce:
-          collectives[ins.all_reduce().collective_id()].push_back(&ins);
-          break;
-        case Instruction::kCompute: {
-          auto it = ops.find(ins.compute().op());
-          if (it == ops.end()) {
-            return absl::InvalidArgumentError("instruction runs unknown op '" + ins.compute().op() + "'");
-          }
-          op_ranges[ins.compute().op()].push_back({ins.compute().begin(), ins.compute().end()});
-          break;
-        }
-        case Instruction::KIND_NOT_SET:
-          return absl::InvalidArgumentError(absl::StrCat("instruction ", ins.id(), " has no kind"));
-        default:
-          break;
-      }
+      previous = ins.id();
+      all.push_back({ins.id(), {d, &ins}});
     }
   }
-  for (const auto& [id, entry] : by_id) {
-    for (int64_t dep : entry.second->deps()) {
-      if (!by_id.count(dep)) {
-        return absl::InvalidArgumentError(absl::StrCat("instruction ", id, " depends on missing instruction ", dep));
+  std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (const auto& [id, entry] : all) {
+    if (!node_of_id_.emplace(id, static_cast<int>(nodes_.size())).second) {
+      return absl::InvalidArgumentError(absl::StrCat("instruction id ", id, " is used twice"));
+    }
+    Node node;
+    node.device = entry.first;
+    node.ins = entry.second;
+    nodes_.push_back(node);
+  }
+  deps_.resize(nodes_.size());
+  for (size_t n = 0; n < nodes_.size(); ++n) {
+    const Instruction& ins = *nodes_[n].ins;
+    for (int64_t dep : ins.deps()) {
+      auto it = node_of_id_.find(dep);
+      if (it == node_of_id_.end()) {
+        return absl::InvalidArgumentError(absl::StrCat("instruction ", ins.id(), " depends on missing instruction ", dep));
       }
+      if (dep >= ins.id()) {
+        return absl::InvalidArgumentError(absl::StrCat("instruction ", ins.id(), " on ", DeviceName(nodes_[n].device),
+                                                       " depends on a later instruction ", dep));
+      }
+      deps_[n].push_back(it->second);
+    }
+    const int in = static_cast<int>(n);
+    switch (ins.kind_case()) {
+      case Instruction::kSend:
+        if (!send_.emplace(ins.send().tag(), in).second) {
+          return absl::InvalidArgumentError(absl::StrCat("send tag ", ins.send().tag(), " is used twice"));
+        }
+        break;
+      case Instruction::kRecv:
+        if (!recv_.emplace(ins.recv().tag(), in).second) {
+          return absl::InvalidArgumentError(absl::StrCat("receive tag ", ins.recv().tag(), " is used twice"));
+        }
+        break;
+      case Instruction::kPsPush:
+        if (!push_.emplace(ins.ps_push().tag(), in).second) {
+          return absl::InvalidArgumentError(absl::StrCat("push tag ", ins.ps_push().tag(), " is used twice"));
+        }
+        break;
+      case Instruction::kAllReduce:
+        collective_[ins.all_reduce().collective_id()].push_back(in);
+        break;
+      case Instruction::kCompute: {
+        auto it = op_index_.find(ins.compute().op());
+        if (it == op_index_.end()) {
+          return absl::InvalidArgumentError("instruction " + std::to_string(ins.id()) + " runs unknown op '" +
+                                            ins.compute().op() + "'");
+        }
+        op_runs_[it->second].push_back({nodes_[n].device, {ins.compute().begin(), ins.compute().end()}});
+        break;
+      }
+      case Instruction::KIND_NOT_SET:
+        return absl::InvalidArgumentError(absl::StrCat("instruction ", ins.id(), " has no kind"));
+      default:
+        break;
     }
   }
-  for (const auto& [tag, s] : sends) {
-    auto r = recvs.find(tag);
-    if (r == recvs.end()) return absl::InvalidArgumentError(absl::StrCat("send tag ", tag, " has no receive"));
-    const auto& send = s.second->send();
-    const auto& recv = r->second.second->recv();
+  return absl::OkStatus();
+}
+
+absl::Status Validator::CheckTransfers() {
+  for (const auto& [tag, s] : send_) {
+    auto r = recv_.find(tag);
+    if (r == recv_.end()) return absl::InvalidArgumentError(absl::StrCat("send tag ", tag, " has no receive"));
+    const auto& send = nodes_[s].ins->send();
+    const auto& recv = nodes_[r->second].ins->recv();
     if (send.bytes() != recv.bytes() || send.range().tensor() != recv.range().tensor() ||
-        topo.DeviceIndex(send.peer_device()) != r->second.first ||
-        topo.DeviceIndex(recv.peer_device()) != s.first) {
-      return absl::InvalidArgumentError(absl::StrCat("send/receive tag ", tag, " do not match"));
+        send.range().begin() != recv.range().begin() || send.range().end() != recv.range().end() ||
+        topo_.DeviceIndex(send.peer_device()) != nodes_[r->second].device ||
+        topo_.DeviceIndex(recv.peer_device()) != nodes_[s].device) {
+      return absl::InvalidArgumentError(absl::StrCat("send and receive with tag ", tag, " do not match"));
+    }
+    const Range got{recv.range().begin(), recv.range().end()};
+    const Range into{recv.into().begin(), recv.into().end()};
+    if (recv.into().tensor() != recv.range().tensor() || !Covers(into, got)) {
+      return absl::InvalidArgumentError(absl::StrCat("receive tag ", tag, " writes rows outside its target"));
     }
   }
-  for (const auto& [tag, r] : recvs) {
-    if (!sends.count(tag)) return absl::InvalidArgumentError(absl::StrCat("receive tag ", tag, " has no send"));
+  for (const auto& [tag, r] : recv_) {
+    if (!send_.count(tag)) return absl::InvalidArgumentError(absl::StrCat("receive tag ", tag, " has no send"));
   }
-  for (const auto& [cid, members] : collectives) {
-    const auto& first = members.front()->all_reduce();
-    if (static_cast<int>(members.size()) != first.devices_size()) {
-      return absl::InvalidArgumentError(absl::StrCat("all-reduce ", cid, " has ", members.size(),
-                                                     " member instructions for ", first.devices_size(), " devices"));
-    }
-    for (const Instruction* m : members) {
-      const auto& ar = m->all_reduce();
-      if (ar.bytes() != first.bytes() || ar.tensors_size() != first.tensors_size()) {
-        return absl::InvalidArgumentError(absl::StrCat("all-reduce ", cid, " members disagree"));
+  // Every push is accumulated exactly once, on its server.
+  absl::flat_hash_map<int64_t, int> accumulated;
+  for (size_t n = 0; n < nodes_.size(); ++n) {
+    const Instruction& ins = *nodes_[n].ins;
+    if (!ins.has_ps_accumulate()) continue;
+    for (int64_t tag : ins.ps_accumulate().push_tags()) {
+      auto it = push_.find(tag);
+      if (it == push_.end()) {
+        return absl::InvalidArgumentError(absl::StrCat("accumulation ", ins.id(), " waits for push tag ", tag,
+                                                       ", which no instruction pushes"));
+      }
+      const auto& push = nodes_[it->second].ins->ps_push();
+      if (topo_.DeviceIndex(push.server_device()) != nodes_[n].device ||
+          push.gradient().tensor() != ins.ps_accumulate().gradient().tensor()) {
+        return absl::InvalidArgumentError(absl::StrCat("push tag ", tag, " does not match its accumulation ", ins.id()));
+      }
+      if (++accumulated[tag] > 1) {
+        return absl::InvalidArgumentError(absl::StrCat("push tag ", tag, " is accumulated twice"));
       }
     }
-    for (const auto& t : first.tensors()) ++aggregated[t];
   }
-  // Replicas of every op cover the batch (batch ops) exactly once.
-  for (const Op& op : g.ops) {
-    auto it = op_ranges.find(op.name);
-    if (it == op_ranges.end()) {
-      return absl::InvalidArgumentError("op '" + op.name + "' runs on no device");
+  for (const auto& [tag, n] : push_) {
+    if (!accumulated.count(tag)) {
+      return absl::InvalidArgumentError(absl::StrCat("push tag ", tag, " of '",
+                                                     nodes_[n].ins->ps_push().gradient().tensor(),
+                                                     "' is never accumulated"));
     }
+  }
+  // Pulls read a shard their server holds.
+  for (const Node& node : nodes_) {
+    if (!node.ins->has_ps_pull()) continue;
+    const auto& pull = node.ins->ps_pull();
+    ASSIGN_OR_RETURN(int server, Device(pull.server_device()));
+    ASSIGN_OR_RETURN(int t, Tensor(pull.parameter().tensor()));
+    const Range need{pull.parameter().begin(), pull.parameter().end()};
+    bool held = false;
+    auto it = resident_.find(Key(t, server));
+    if (it != resident_.end()) {
+      for (const Range& r : it->second) held |= Covers(r, need);
+    }
+    if (!held) {
+      return absl::InvalidArgumentError(absl::StrCat("instruction ", node.ins->id(), " pulls '", pull.parameter().tensor(),
+                                                     "' from ", pull.server_device(), ", which does not hold it"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Validator::CheckCollectives() {
+  for (const auto& [cid, members] : collective_) {
+    const auto& first = nodes_[members.front()].ins->all_reduce();
+    auto group = groups_.find(first.group());
+    if (group == groups_.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("all-reduce ", cid, " names unknown group ", first.group()));
+    }
+    std::vector<int> devices;
+    for (int m : members) {
+      const auto& ar = nodes_[m].ins->all_reduce();
+      if (ar.group() != first.group() || ar.bytes() != first.bytes() ||
+          ar.tensors_size() != first.tensors_size() ||
+          !std::equal(ar.tensors().begin(), ar.tensors().end(), first.tensors().begin()) ||
+          ar.algorithm() != first.algorithm()) {
+        return absl::InvalidArgumentError(absl::StrCat("the members of all-reduce ", cid, " disagree"));
+      }
+      devices.push_back(nodes_[m].device);
+    }
+    std::vector<int> expected = group->second;
+    std::sort(devices.begin(), devices.end());
+    std::sort(expected.begin(), expected.end());
+    if (devices != expected) {
+      return absl::InvalidArgumentError(absl::StrCat("all-reduce ", cid, " has members on ", devices.size(),
+                                                     " devices, not on each of the ", expected.size(),
+                                                     " devices of group ", first.group()));
+    }
+    int64_t bytes = 0;
+    for (const std::string& name : first.tensors()) {
+      ASSIGN_OR_RETURN(int t, Tensor(name));
+      bytes += Batched(t) ? 0 : g_.tensors()[t].shape.NumElements(1) * DTypeSize(g_.tensors()[t].dtype);
+      if (Batched(t)) {
+        return absl::InvalidArgumentError("all-reduce " + std::to_string(cid) + " sums batch tensor '" + name + "'");
+      }
+    }
+    if (bytes != first.bytes()) {
+      return absl::InvalidArgumentError(absl::StrCat("all-reduce ", cid, " says ", first.bytes(),
+                                                     " bytes; its tensors hold ", bytes));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Validator::CheckCoverage() {
+  const int64_t batch = p_.global_batch();
+  for (size_t i = 0; i < g_.ops.size(); ++i) {
+    const Op& op = g_.ops[i];
+    if (op_runs_[i].empty()) return absl::InvalidArgumentError("op '" + op.name + "' runs on no device");
     bool batched = false;
-    for (const std::string& t : op.outputs) batched |= g.FindTensor(t)->shape.HasBatch();
-    for (const std::string& t : op.inputs) batched |= !t.empty() && g.FindTensor(t)->shape.HasBatch();
+    for (int t : op_outputs_[i]) batched |= Batched(t);
+    for (int t : op_inputs_[i]) batched |= t >= 0 && Batched(t);
     if (!batched) continue;
-    std::vector<Range> r = it->second;
+    std::vector<Range> r;
+    for (const auto& [d, range] : op_runs_[i]) r.push_back(range);
     std::sort(r.begin(), r.end());
     int64_t at = 0;
     for (const Range& x : r) {
-      if (x.first != at || x.second <= x.first) {
+      if (x.begin != at || x.end <= x.begin) {
         return absl::InvalidArgumentError(absl::StrCat("the replicas of op '", op.name,
-                                                       "' do not cover the batch [0, ", batch,
-                                                       ") exactly once"));
+                                                       "' do not cover the batch [0, ", batch, ") exactly once"));
       }
-      at = x.second;
+      at = x.end;
     }
     if (at != batch) {
-      return absl::InvalidArgumentError(absl::StrCat("the replicas of op '", op.name,
-                                                     "' stop at row ", at, " of ", batch));
+      return absl::InvalidArgumentError(absl::StrCat("the replicas of op '", op.name, "' stop at row ", at, " of ", batch));
     }
   }
-  // Every gradient of a parameter updated on several devices is summed
-  // exactly once (one all-reduce); parameter-server gradients by one
-  // accumulation per shard.
-  for (const Op& op : g.ops) {
-    const OpSchema* s = OpRegistry::Global().Find(op.type);
-    if (!s->is_update) continue;
-    const std::string& grad = op.inputs[1];
-    const auto& ranges = op_ranges[op.name];
-    const bool sharded = std::any_of(ranges.begin(), ranges.end(),
-                                     [](const Range& r) { return r != Range{0, 0}; });
-    if (aggregated[grad] > 1) {
-      return absl::InvalidArgumentError("gradient '" + grad + "' is all-reduced more than once");
+  return absl::OkStatus();
+}
+
+absl::Status Validator::CheckStrategy() {
+  if (p_.strategy().groups_size() == 0) return absl::OkStatus();  // hand-built program
+  absl::StatusOr<Placement> placed = Place(g_, p_.strategy(), topo_, p_.global_batch());
+  if (!placed.ok()) return Annotate(placed.status(), "the program's strategy");
+  for (size_t i = 0; i < g_.ops.size(); ++i) {
+    std::vector<std::pair<int, Range>> want;
+    for (const Slice& s : placed->op_slices[i]) want.push_back({s.device, {s.begin, s.end}});
+    std::vector<std::pair<int, Range>> have = op_runs_[i];
+    std::sort(want.begin(), want.end());
+    std::sort(have.begin(), have.end());
+    if (want != have) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "op '", g_.ops[i].name, "' runs on ", have.size(), " device slice(s), but its group ",
+          placed->group_of_op[i], " in the strategy places it on ", want.size()));
     }
-    (void)sharded;
   }
-  // Inputs of computations: resident or written by a dependency.
-  std::map<std::tuple<std::string, int>, std::vector<Range>> resident;
-  for (const auto& dp : p.devices()) {
-    const int d = topo.DeviceIndex(dp.device());
-    for (const auto& r : dp.persistent()) resident[{r.tensor(), d}].push_back({r.begin(), r.end()});
-    for (const auto& r : dp.feeds()) resident[{r.tensor(), d}].push_back({r.begin(), r.end()});
+  return absl::OkStatus();
+}
+
+absl::Status Validator::WritesOf(int n, std::vector<Access>* out) const {
+  const Instruction& ins = *nodes_[n].ins;
+  switch (ins.kind_case()) {
+    case Instruction::kCompute: {
+      const int op = op_index_.at(ins.compute().op());
+      const Range own{ins.compute().begin(), ins.compute().end()};
+      if (schema_[op]->is_update) {
+        // In place: parameter and optimizer state (not re-read this step).
+        return absl::OkStatus();
+      }
+      for (int t : op_outputs_[op]) out->push_back({t, Batched(t) ? own : Range{}});
+      return absl::OkStatus();
+    }
+    case Instruction::kRecv: {
+      ASSIGN_OR_RETURN(int t, Tensor(ins.recv().into().tensor()));
+      out->push_back({t, {ins.recv().into().begin(), ins.recv().into().end()}});
+      return absl::OkStatus();
+    }
+    case Instruction::kConcat: {
+      ASSIGN_OR_RETURN(int t, Tensor(ins.concat().target().tensor()));
+      out->push_back({t, {ins.concat().target().begin(), ins.concat().target().end()}});
+      return absl::OkStatus();
+    }
+    case Instruction::kAllReduce:
+      for (const auto& name : ins.all_reduce().tensors()) {
+        ASSIGN_OR_RETURN(int t, Tensor(name));
+        out->push_back({t, {}});
+      }
+      return absl::OkStatus();
+    case Instruction::kPsAccumulate: {
+      ASSIGN_OR_RETURN(int t, Tensor(ins.ps_accumulate().gradient().tensor()));
+      out->push_back({t, {ins.ps_accumulate().gradient().begin(), ins.ps_accumulate().gradient().end()}});
+      return absl::OkStatus();
+    }
+    case Instruction::kPsPull: {
+      ASSIGN_OR_RETURN(int t, Tensor(ins.ps_pull().parameter().tensor()));
+      out->push_back({t, {}});
+      return absl::OkStatus();
+    }
+    default:
+      return absl::OkStatus();
   }
-  // Writes of each instruction: (tensor, range).
-  auto writes = [&](const Instruction& ins, std::vector<std::pair<std::string, Range>>* out) {
+}
+
+absl::Status Validator::ReadsOf(int n, std::vector<Access>* out) const {
+  const Instruction& ins = *nodes_[n].ins;
+  switch (ins.kind_case()) {
+    case Instruction::kCompute: {
+      const int op = op_index_.at(ins.compute().op());
+      const Range own{ins.compute().begin(), ins.compute().end()};
+      const bool shard = schema_[op]->is_update && !own.whole();
+      for (int t : op_inputs_[op]) {
+        if (t >= 0) out->push_back({t, Batched(t) || shard ? own : Range{}});
+      }
+      return absl::OkStatus();
+    }
+    case Instruction::kSend: {
+      ASSIGN_OR_RETURN(int t, Tensor(ins.send().range().tensor()));
+      out->push_back({t, {ins.send().range().begin(), ins.send().range().end()}});
+      return absl::OkStatus();
+    }
+    case Instruction::kConcat:
+      for (const auto& part : ins.concat().parts()) {
+        ASSIGN_OR_RETURN(int t, Tensor(part.tensor()));
+        out->push_back({t, {part.begin(), part.end()}});
+      }
+      return absl::OkStatus();
+    case Instruction::kAllReduce:
+      for (const auto& name : ins.all_reduce().tensors()) {
+        ASSIGN_OR_RETURN(int t, Tensor(name));
+        out->push_back({t, {}});
+      }
+      return absl::OkStatus();
+    case Instruction::kPsPush: {
+      ASSIGN_OR_RETURN(int t, Tensor(ins.ps_push().gradient().tensor()));
+      out->push_back({t, {}});
+      return absl::OkStatus();
+    }
+    case Instruction::kPsAccumulate:
+      if (ins.ps_accumulate().includes_local()) {
+        ASSIGN_OR_RETURN(int t, Tensor(ins.ps_accumulate().gradient().tensor()));
+        out->push_back({t, {}});
+      }
+      return absl::OkStatus();
+    default:
+      return absl::OkStatus();
+  }
+}
+
+int Validator::Writer(int n, int tensor, const Range& need) const {
+  const int d = nodes_[n].device;
+  int best = -2;
+  for (int dep : deps_[n]) {
+    if (nodes_[dep].device != d || dep <= best) continue;
+    const Node& w = nodes_[dep];
+    for (int k = w.first_write; k < w.first_write + w.num_writes; ++k) {
+      if (writes_[k].tensor == tensor && Covers(writes_[k].range, need)) best = dep;
+    }
+  }
+  if (best >= 0) return best;
+  auto it = resident_.find(Key(tensor, d));
+  if (it != resident_.end()) {
+    for (const Range& r : it->second) {
+      if (Covers(r, need)) return -1;
+    }
+  }
+  return -2;
+}
+
+absl::Status Validator::CheckDataflow() {
+  // Nodes are in id order, and dependencies point to smaller ids: one pass
+  // sees every writer before its readers. A write is a partial sum when a
+  // replica computed a non-batch output from its slice of the batch (or
+  // from a partial input); partial sums must be summed exactly once (by an
+  // all-reduce over every device holding one, or by pushes to one
+  // accumulation on the server) before anything but a linear op reads them.
+  const int64_t batch = p_.global_batch();
+  // Gradient tensor → devices holding a partial sum of it.
+  absl::flat_hash_map<int, std::set<int>> partial_on;
+  std::vector<Access> reads, writes;
+  for (size_t ni = 0; ni < nodes_.size(); ++ni) {
+    const int n = static_cast<int>(ni);
+    Node& node = nodes_[n];
+    const Instruction& ins = *node.ins;
+    reads.clear();
+    RETURN_IF_ERROR(ReadsOf(n, &reads));
+    std::vector<bool> read_partial;
+    for (const Access& a : reads) {
+      const int w = Writer(n, a.tensor, a.range);
+      if (w == -2) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "instruction ", ins.id(), " on ", DeviceName(node.device), " reads '", TensorName(a.tensor),
+            "'", a.range.whole() ? "" : absl::StrCat(" rows [", a.range.begin, ", ", a.range.end, ")"),
+            ", which is neither resident there nor written by one of its dependencies"));
+      }
+      bool partial = false;
+      if (w >= 0) {
+        for (int k = nodes_[w].first_write; k < nodes_[w].first_write + nodes_[w].num_writes; ++k) {
+          if (writes_[k].tensor == a.tensor) partial = partial || write_partial_[k];
+        }
+      }
+      read_partial.push_back(partial);
+    }
+    bool out_partial = false;
     switch (ins.kind_case()) {
       case Instruction::kCompute: {
-        const Op& op = *ops[ins.compute().op()];
-        for (const std::string& t : op.outputs) {
-          const bool bt = g.FindTensor(t)->shape.HasBatch();
-          out->push_back({t, bt ? Range{ins.compute().begin(), ins.compute().end()} : Range{0, 0}});
+        const int op = op_index_.at(ins.compute().op());
+        const Range own{ins.compute().begin(), ins.compute().end()};
+        const OpSchema& s = *schema_[op];
+        int partial_inputs = 0;
+        bool batched_input = false;
+        for (size_t k = 0; k < reads.size(); ++k) {
+          partial_inputs += read_partial[k];
+          batched_input |= Batched(reads[k].tensor);
         }
+        if (partial_inputs > 0 && s.is_update) {
+          const int grad = reads.size() > 1 ? reads[1].tensor : reads[0].tensor;
+          return absl::InvalidArgumentError(absl::StrCat(
+              "the update '", g_.ops[op].name, "' on ", DeviceName(node.device), " reads gradient '",
+              TensorName(grad), "', a partial sum over part of the batch that was never aggregated"));
+        }
+        if (partial_inputs > 0 && (!s.linear || (partial_inputs > 1 && g_.ops[op].type != "Sum"))) {
+          return absl::InvalidArgumentError(absl::StrCat("op '", g_.ops[op].name, "' on ", DeviceName(node.device),
+                                                         " reads a partial sum that was never aggregated"));
+        }
+        out_partial = partial_inputs > 0 || (batched_input && !(own.begin == 0 && own.end == batch));
         break;
       }
-      case Instruction::kRecv:
-        out->push_back({ins.recv().into().tensor(), {ins.recv().into().begin(), ins.recv().into().end()}});
+      case Instruction::kSend:
+        if (read_partial[0]) {
+          return absl::InvalidArgumentError(absl::StrCat("instruction ", ins.id(), " sends '", TensorName(reads[0].tensor),
+                                                         "', a partial sum; aggregate it instead"));
+        }
         break;
       case Instruction::kConcat:
-        out->push_back({ins.concat().target().tensor(), {ins.concat().target().begin(), ins.concat().target().end()}});
+        for (bool p : read_partial) out_partial |= p;
         break;
       case Instruction::kAllReduce:
-        for (const auto& t : ins.all_reduce().tensors()) out->push_back({t, {0, 0}});
-        break;
+      case Instruction::kPsPush:
       case Instruction::kPsAccumulate:
-        out->push_back({ins.ps_accumulate().gradient().tensor(),
-                        {ins.ps_accumulate().gradient().begin(), ins.ps_accumulate().gradient().end()}});
-        break;
-      case Instruction::kPsPull:
-        out->push_back({ins.ps_pull().parameter().tensor(), {0, 0}});
+        for (size_t k = 0; k < reads.size(); ++k) {
+          const bool alone = ins.has_all_reduce() && groups_.at(ins.all_reduce().group()).size() == 1;
+          if (!read_partial[k] && !alone) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                "instruction ", ins.id(), " on ", DeviceName(node.device), " sums '", TensorName(reads[k].tensor),
+                "' again, which is already complete there (a gradient must be aggregated exactly once)"));
+          }
+        }
         break;
       default:
         break;
     }
+    writes.clear();
+    RETURN_IF_ERROR(WritesOf(n, &writes));
+    node.first_write = static_cast<int>(writes_.size());
+    node.num_writes = static_cast<int>(writes.size());
+    const bool is_compute = ins.has_compute();
+    for (const Access& w : writes) {
+      bool partial = out_partial && !Batched(w.tensor);
+      if (is_compute && partial) {
+        // Per-replica statistics (e.g. batch-norm moments) are not sums.
+        const int op = op_index_.at(ins.compute().op());
+        for (int l : schema_[op]->local_outputs) {
+          if (op_outputs_[op][l] == w.tensor) partial = false;
+        }
+      }
+      if (partial) partial_on[w.tensor].insert(node.device);
+      writes_.push_back(w);
+      write_partial_.push_back(partial);
+    }
+  }
+  // Each aggregation sums the partial sums of every device holding one.
+  auto names = [&](const std::set<int>& ds) {
+    std::vector<std::string> out;
+    for (int d : ds) out.push_back(DeviceName(d));
+    return absl::StrJoin(out, ", ");
   };
-  for (const auto& dp : p.devices()) {
-    const int d = topo.DeviceIndex(dp.device());
-    for (const Instruction& ins : dp.instructions()) {
-      if (!ins.has_compute()) continue;
-      const Op& op = *ops[ins.compute().op()];
-      const OpSchema* s = OpRegistry::Global().Find(op.type);
-      const Range own{ins.compute().begin(), ins.compute().end()};
-      const bool shard = s->is_update && own != Range{0, 0};
-      for (const std::string& in : op.inputs) {
-        if (in.empty()) continue;
-        const bool bt = g.FindTensor(in)->shape.HasBatch();
-        const Range need = bt || shard ? own : Range{0, 0};
-        bool ok = false;
-        for (const Range& r : resident[{in, d}]) ok |= Covers(r, need) || r == need;
-        for (int64_t dep : ins.deps()) {
-          const auto& [dd, di] = by_id.at(dep);
-          if (dd != d) continue;
-          std::vector<std::pair<std::string, Range>> w;
-          writes(*di, &w);
-          for (const auto& [t, r] : w) ok |= t == in && (Covers(r, need) || r == need);
-        }
-        if (!ok) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "op '", op.name, "' on ", dp.device(), " reads '", in, "' rows [", need.first, ", ",
-              need.second, "), which is neither resident there nor written by one of its dependencies"));
-        }
+  for (const auto& [cid, members] : collective_) {
+    const auto& ar = nodes_[members.front()].ins->all_reduce();
+    const std::vector<int>& group = groups_.at(ar.group());
+    const std::set<int> summed(group.begin(), group.end());
+    for (const std::string& name : ar.tensors()) {
+      const int t = tensor_index_.at(name);
+      if (summed != partial_on[t]) {
+        return absl::InvalidArgumentError(absl::StrCat("all-reduce ", cid, " sums '", name, "' over {", names(summed),
+                                                       "}, but its partial sums are on {", names(partial_on[t]), "}"));
       }
     }
   }
+  for (const Node& node : nodes_) {
+    if (!node.ins->has_ps_accumulate()) continue;
+    const auto& acc = node.ins->ps_accumulate();
+    std::set<int> summed;
+    if (acc.includes_local()) summed.insert(node.device);
+    for (int64_t tag : acc.push_tags()) summed.insert(nodes_[push_.at(tag)].device);
+    const int t = tensor_index_.at(acc.gradient().tensor());
+    if (summed != partial_on[t]) {
+      return absl::InvalidArgumentError(absl::StrCat("the accumulation of '", acc.gradient().tensor(), "' on ",
+                                                     DeviceName(node.device), " sums the partial sums of {",
+                                                     names(summed), "}, but they are on {", names(partial_on[t]), "}"));
+    }
+  }
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ValidateProgram(const quilt::v1::DistributedProgram& p, const Graph& g, const Topology& topo) {
+  return Validator(p, g, topo).Run();
 }
 
 }  // namespace quilt

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <queue>
+#include <tuple>
 #include <unordered_map>
 
 #include "absl/container/flat_hash_map.h"
@@ -30,7 +31,6 @@ struct Node {
   int collective = -1;  // index into collectives_
   Kind kind = Kind::kLocal;
   bool done = false;
-  bool waiting = false;
   bool comm() const { return kind != Kind::kCompute && kind != Kind::kLocal; }
 };
 
@@ -72,24 +72,6 @@ struct Instance {
   bool freed = false;
 };
 
-struct InstanceKey {
-  int tensor, device;
-  int64_t begin, end;
-  bool operator==(const InstanceKey& o) const {
-    return tensor == o.tensor && device == o.device && begin == o.begin && end == o.end;
-  }
-};
-
-struct InstanceKeyHash {
-  size_t operator()(const InstanceKey& k) const {
-    uint64_t h = static_cast<uint64_t>(k.tensor) * 0x9e3779b97f4a7c15ULL;
-    h ^= static_cast<uint64_t>(k.device) * 0xc2b2ae3d27d4eb4fULL + (h << 6) + (h >> 2);
-    h ^= static_cast<uint64_t>(k.begin) * 0xbf58476d1ce4e5b9ULL + (h << 6) + (h >> 2);
-    h ^= static_cast<uint64_t>(k.end) * 0x94d049bb133111ebULL + (h << 6) + (h >> 2);
-    return h;
-  }
-};
-
 struct Event {
   double time;
   int64_t seq;
@@ -112,7 +94,9 @@ class Sim {
   const std::vector<int>& Links(int n) const;
   std::string Label(int n) const;
   void Ready(int n);
+  int BusyLink(int n) const;
   void TryStartComm(int n);
+  void FreeLinks(int n);
   void Start(int n);
   void Complete(int n);
   void Dispatch(int device);
@@ -139,7 +123,6 @@ class Sim {
   std::vector<double> priority_;
   std::vector<Collective> collectives_;
   std::vector<Instance> instances_;
-  absl::flat_hash_map<InstanceKey, int, InstanceKeyHash> instance_index_;
   absl::flat_hash_map<int64_t, int> first_instance_;  // tensor · devices + device
   std::vector<int> feeds_;
 
@@ -150,15 +133,14 @@ class Sim {
   std::vector<bool> busy_, dirty_;
   std::vector<int> dirty_list_;
   std::vector<bool> link_busy_;
-  std::vector<std::vector<int>> link_waiting_;
+  // Per link: communications waiting for it, (priority, -node).
+  std::vector<std::priority_queue<std::pair<double, int>>> link_waiting_;
   std::vector<int64_t> live_, peak_;
   std::vector<double> busy_s_, link_busy_s_;
   std::vector<std::vector<std::pair<double, double>>> compute_iv_, comm_iv_;
   int64_t comm_bytes_ = 0;
   int64_t event_count_ = 0;
   std::vector<TraceEvent> trace_;
-  std::vector<int> candidates_, seen_;
-  int stamp_ = 0;
 };
 
 absl::StatusOr<int> Sim::TensorId(const std::string& name) const {
@@ -168,35 +150,35 @@ absl::StatusOr<int> Sim::TensorId(const std::string& name) const {
 }
 
 int Sim::InstanceFor(int tensor, int device, int64_t begin, int64_t end) {
-  const InstanceKey key{tensor, device, begin, end};
-  auto [it, fresh] = instance_index_.emplace(key, static_cast<int>(instances_.size()));
-  if (!fresh) return it->second;
+  // Instances of one tensor on one device form a short chain (usually one
+  // or two: a slice and the assembled whole).
+  auto [head, first] = first_instance_.emplace(
+      static_cast<int64_t>(tensor) * topo_.num_devices() + device, -1);
+  for (int id = head->second; id >= 0; id = instances_[id].next_same) {
+    if (instances_[id].begin == begin && instances_[id].end == end) return id;
+  }
   Instance inst;
   inst.device = device;
   inst.begin = begin;
   inst.end = end;
   inst.bytes = Bytes(tensor, begin, end);
-  const int id = it->second;
-  auto [head, first] = first_instance_.emplace(
-      static_cast<int64_t>(tensor) * topo_.num_devices() + device, id);
-  if (!first) {
-    inst.next_same = head->second;
-    head->second = id;
-  }
+  inst.next_same = head->second;
+  const int id = static_cast<int>(instances_.size());
+  head->second = id;
   instances_.push_back(inst);
   return id;
 }
 
 int Sim::Containing(int tensor, int device, int64_t begin, int64_t end) {
-  auto exact = instance_index_.find(InstanceKey{tensor, device, begin, end});
-  if (exact != instance_index_.end()) return exact->second;
   auto it = first_instance_.find(static_cast<int64_t>(tensor) * topo_.num_devices() + device);
   if (it == first_instance_.end()) return -1;
+  int found = -1;
   for (int id = it->second; id >= 0; id = instances_[id].next_same) {
     const Instance& i = instances_[id];
-    if ((i.begin == 0 && i.end == 0) || (i.begin <= begin && end <= i.end)) return id;
+    if (i.begin == begin && i.end == end) return id;
+    if (found < 0 && ((i.begin == 0 && i.end == 0) || (i.begin <= begin && end <= i.end))) found = id;
   }
-  return -1;
+  return found;
 }
 
 const std::vector<int>& Sim::Links(int n) const {
@@ -254,11 +236,44 @@ absl::Status Sim::Build() {
   for (const auto& dp : prog_.devices()) total += dp.instructions_size();
   nodes_.reserve(total);
   priority_.reserve(total);
-  absl::flat_hash_map<int64_t, int> by_id;
-  by_id.reserve(total);
-  instance_index_.reserve(total * 2);
+  // Instruction id → node: a table when ids are dense (lowered programs
+  // number them 0..n-1), a hash map otherwise.
+  int64_t max_id = -1;
+  bool non_negative = true;
+  for (const auto& dp : prog_.devices()) {
+    for (const Instruction& ins : dp.instructions()) {
+      max_id = std::max(max_id, ins.id());
+      non_negative &= ins.id() >= 0;
+    }
+  }
+  const bool dense = non_negative && max_id < 4 * static_cast<int64_t>(total) + 16;
+  std::vector<int> id_table(dense ? max_id + 1 : 0, -1);
+  absl::flat_hash_map<int64_t, int> id_map;
+  auto remember = [&](int64_t id, int n) {
+    if (dense) {
+      if (id_table[id] >= 0) return false;
+      id_table[id] = n;
+      return true;
+    }
+    return id_map.emplace(id, n).second;
+  };
+  auto node_of = [&](int64_t id) {
+    if (dense) return id >= 0 && id <= max_id ? id_table[id] : -1;
+    auto it = id_map.find(id);
+    return it == id_map.end() ? -1 : it->second;
+  };
+  first_instance_.reserve(total);
   absl::flat_hash_map<int64_t, int> send_tag, recv_tag, push_tag;
   absl::flat_hash_map<int64_t, int> collective_of;
+  absl::flat_hash_map<int64_t, std::vector<int>> groups;
+  for (const quilt::v1::DeviceGroup& group : prog_.groups()) {
+    std::vector<int>& members = groups[group.id()];
+    for (const std::string& m : group.devices()) {
+      const int md = topo_.DeviceIndex(m);
+      if (md < 0) return absl::InvalidArgumentError("group names unknown device '" + m + "'");
+      members.push_back(md);
+    }
+  }
   for (const quilt::v1::DeviceProgram& dp : prog_.devices()) {
     const int d = topo_.DeviceIndex(dp.device());
     if (d < 0) return absl::InvalidArgumentError("program names unknown device '" + dp.device() + "'");
@@ -272,7 +287,7 @@ absl::Status Sim::Build() {
     }
     for (const Instruction& ins : dp.instructions()) {
       const int n = static_cast<int>(nodes_.size());
-      if (!by_id.emplace(ins.id(), n).second) {
+      if (!remember(ins.id(), n)) {
         return absl::InvalidArgumentError(absl::StrCat("instruction id ", ins.id(), " is used twice"));
       }
       Node node;
@@ -356,11 +371,12 @@ absl::Status Sim::Build() {
                                                  static_cast<int>(collectives_.size()));
         if (fresh) {
           Collective c;
-          for (const auto& m : ins.all_reduce().devices()) {
-            const int md = topo_.DeviceIndex(m);
-            if (md < 0) return absl::InvalidArgumentError("all-reduce names unknown device " + m);
-            c.devices.push_back(md);
+          auto group = groups.find(ins.all_reduce().group());
+          if (group == groups.end()) {
+            return absl::InvalidArgumentError(absl::StrCat("all-reduce ", ins.all_reduce().collective_id(),
+                                                           " names unknown group ", ins.all_reduce().group()));
           }
+          c.devices = group->second;
           c.bytes = ins.all_reduce().bytes();
           CostModel::Collective est = cost_.AllReduce(ins.all_reduce().algorithm(), c.devices,
                                                       static_cast<double>(c.bytes));
@@ -425,12 +441,12 @@ absl::Status Sim::Build() {
   const int nn = static_cast<int>(nodes_.size());
   for (int n = 0; n < nn; ++n) {
     for (int64_t dep : nodes_[n].ins->deps()) {
-      auto it = by_id.find(dep);
-      if (it == by_id.end()) {
+      const int from = node_of(dep);
+      if (from < 0) {
         return absl::InvalidArgumentError(absl::StrCat("instruction ", nodes_[n].ins->id(),
                                                        " depends on unknown instruction ", dep));
       }
-      succ_.Add(it->second, n);
+      succ_.Add(from, n);
       ++nodes_[n].pending;
     }
   }
@@ -518,21 +534,44 @@ void Sim::Ready(int n) {
 }
 
 // A communication starts as soon as every link on its path is free; until
-// then it waits on each of them (links are never reserved ahead, so no link
-// idles while something could use it).
-void Sim::TryStartComm(int n) {
-  const std::vector<int>& links = Links(n);
-  for (int r : links) {
-    if (link_busy_[r]) {
-      if (!nodes_[n].waiting) {
-        nodes_[n].waiting = true;
-        for (int q : links) link_waiting_[q].push_back(n);
-      }
-      return;
-    }
+// then it waits in the queue of one busy link (links are never reserved
+// ahead, so no link idles while something could use it).
+int Sim::BusyLink(int n) const {
+  for (int r : Links(n)) {
+    if (link_busy_[r]) return r;
   }
-  nodes_[n].waiting = false;  // stale entries in wait lists are skipped
-  Start(n);
+  return -1;
+}
+
+void Sim::TryStartComm(int n) {
+  const int busy = BusyLink(n);
+  if (busy >= 0) {
+    link_waiting_[busy].push({priority_[n], -n});
+  } else {
+    Start(n);
+  }
+}
+
+// Frees the links of a finished communication and starts what waited for
+// them, highest priority first across all of them; a waiter that still
+// finds another link busy moves to that link's queue.
+void Sim::FreeLinks(int n) {
+  std::priority_queue<std::tuple<double, int, int>> heads;  // (priority, -node, link)
+  auto offer = [&](int r) {
+    if (!link_busy_[r] && !link_waiting_[r].empty()) {
+      heads.push({link_waiting_[r].top().first, link_waiting_[r].top().second, r});
+    }
+  };
+  for (int r : Links(n)) link_busy_[r] = false;
+  for (int r : Links(n)) offer(r);
+  while (!heads.empty()) {
+    const auto [priority, neg, r] = heads.top();
+    heads.pop();
+    if (link_busy_[r]) continue;  // taken meanwhile: the waiter stays queued
+    link_waiting_[r].pop();
+    TryStartComm(-neg);
+    offer(r);
+  }
 }
 
 void Sim::Start(int n) {
@@ -608,31 +647,7 @@ void Sim::Complete(int n) {
     }
     for (const int* w = writes_.b(m); w != writes_.e(m); ++w) Release(*w);  // unread outputs
   });
-  if (node.comm()) {
-    // Free the links, then start what waited for them, highest priority first.
-    candidates_.clear();
-    ++stamp_;
-    for (int r : Links(n)) {
-      link_busy_[r] = false;
-      auto& w = link_waiting_[r];
-      size_t keep = 0;
-      for (int c : w) {
-        if (!nodes_[c].waiting) continue;
-        w[keep++] = c;
-        if (seen_[c] != stamp_) {
-          seen_[c] = stamp_;
-          candidates_.push_back(c);
-        }
-      }
-      w.resize(keep);
-    }
-    std::sort(candidates_.begin(), candidates_.end(), [&](int a, int b) {
-      return priority_[a] != priority_[b] ? priority_[a] > priority_[b] : a < b;
-    });
-    for (int c : candidates_) {
-      if (nodes_[c].waiting) TryStartComm(c);
-    }
-  }
+  if (node.comm()) FreeLinks(n);
   finished([&](int m) {
     for (const int* s = succ_.b(m); s != succ_.e(m); ++s) {
       if (--nodes_[*s].pending == 0) Ready(*s);
@@ -656,9 +671,8 @@ absl::StatusOr<SimResult> Sim::Run() {
   busy_.assign(nd, false);
   dirty_.assign(nd, false);
   link_busy_.assign(topo_.num_resources(), false);
-  link_waiting_.assign(topo_.num_resources(), {});
+  link_waiting_.resize(topo_.num_resources());
   link_busy_s_.assign(topo_.num_resources(), 0.0);
-  seen_.assign(nodes_.size(), 0);
   live_.assign(nd, 0);
   peak_.assign(nd, 0);
   busy_s_.assign(nd, 0.0);
@@ -668,9 +682,13 @@ absl::StatusOr<SimResult> Sim::Run() {
     if (instances_[i].persistent) Alloc(static_cast<int>(i));
   }
   for (int f : feeds_) Alloc(f);
+  // Collect first: readying a send can ready its receive, which must not be
+  // readied a second time by this loop.
+  std::vector<int> initially_ready;
   for (size_t n = 0; n < nodes_.size(); ++n) {
-    if (nodes_[n].pending == 0) Ready(static_cast<int>(n));
+    if (nodes_[n].pending == 0) initially_ready.push_back(static_cast<int>(n));
   }
+  for (int n : initially_ready) Ready(n);
   double end_time = 0;
   for (;;) {
     // Devices whose state changed pick their next instruction once every

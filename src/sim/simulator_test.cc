@@ -1,0 +1,496 @@
+// The simulator against closed forms on hand-built programs: a chain of ops
+// on one device, ring all-reduce, parameter-server fan-in, transfers
+// sharing a link, and memory peaks.
+#include "src/sim/simulator.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "src/common/status_matchers.h"
+#include "src/graph/graph_builder.h"
+
+namespace quilt {
+namespace {
+
+using ::testing::HasSubstr;
+using quilt::v1::DistributedProgram;
+using quilt::v1::Instruction;
+
+struct NodeShape {
+  int devices = 1;
+  double fabric_bw = 1e11, fabric_lat = 2e-6;
+  double nic_bw = 1e10, nic_lat = 1e-5;
+};
+
+quilt::v1::ClusterSpec Spec(const std::vector<NodeShape>& nodes, int64_t memory = int64_t{1} << 34) {
+  quilt::v1::ClusterSpec spec;
+  spec.set_name("test");
+  for (size_t n = 0; n < nodes.size(); ++n) {
+    auto* node = spec.add_nodes();
+    node->set_node_id("n" + std::to_string(n));
+    node->set_hostname(node->node_id());
+    for (int d = 0; d < nodes[n].devices; ++d) {
+      auto* dev = node->add_devices();
+      dev->set_id(node->node_id() + "/gpu:" + std::to_string(d));
+      dev->set_kind(quilt::v1::DEVICE_KIND_GPU);
+      dev->set_model("test gpu");
+      dev->set_index(d);
+      dev->set_peak_fp32_flops_per_s(1e13);
+      dev->set_efficiency(1);
+      dev->set_memory_bandwidth_bytes_per_s(1e12);
+      dev->set_memory_bytes(memory);
+    }
+    node->mutable_intra_node_link()->set_bandwidth_bytes_per_s(nodes[n].fabric_bw);
+    node->mutable_intra_node_link()->set_latency_s(nodes[n].fabric_lat);
+    node->mutable_nic()->set_bandwidth_bytes_per_s(nodes[n].nic_bw);
+    node->mutable_nic()->set_latency_s(nodes[n].nic_lat);
+  }
+  return spec;
+}
+
+// A program under construction: instructions appended per device with
+// increasing ids.
+class ProgramBuilder {
+ public:
+  ProgramBuilder(const Topology& topo, int64_t batch) : topo_(topo) {
+    prog_.set_global_batch(batch);
+    for (int d = 0; d < topo.num_devices(); ++d) prog_.add_devices()->set_device(topo.device(d).id);
+  }
+  quilt::v1::DeviceProgram& device(int d) { return *prog_.mutable_devices(d); }
+  Instruction* Add(int d, std::vector<int64_t> deps = {}) {
+    Instruction* ins = device(d).add_instructions();
+    ins->set_id(next_id_++);
+    for (int64_t x : deps) ins->add_deps(x);
+    return ins;
+  }
+  int64_t Compute(int d, const std::string& op, int64_t begin, int64_t end, std::vector<int64_t> deps = {}) {
+    Instruction* ins = Add(d, std::move(deps));
+    ins->mutable_compute()->set_op(op);
+    ins->mutable_compute()->set_begin(begin);
+    ins->mutable_compute()->set_end(end);
+    return ins->id();
+  }
+  void Persistent(int d, const std::string& tensor) { device(d).add_persistent()->set_tensor(tensor); }
+  void Feed(int d, const std::string& tensor, int64_t begin, int64_t end) {
+    auto* r = device(d).add_feeds();
+    r->set_tensor(tensor);
+    r->set_begin(begin);
+    r->set_end(end);
+  }
+  // A whole-tensor transfer from device a to b.
+  void Transfer(int a, int b, const std::string& tensor, int64_t bytes) {
+    const int64_t tag = next_tag_++;
+    Instruction* s = Add(a);
+    s->mutable_send()->mutable_range()->set_tensor(tensor);
+    s->mutable_send()->set_peer_device(topo_.device(b).id);
+    s->mutable_send()->set_tag(tag);
+    s->mutable_send()->set_bytes(bytes);
+    Instruction* r = Add(b);
+    r->mutable_recv()->mutable_range()->set_tensor(tensor);
+    r->mutable_recv()->mutable_into()->set_tensor(tensor);
+    r->mutable_recv()->set_peer_device(topo_.device(a).id);
+    r->mutable_recv()->set_tag(tag);
+    r->mutable_recv()->set_bytes(bytes);
+  }
+  void AllReduce(const std::vector<int>& devices, const std::string& tensor, int64_t bytes) {
+    auto* group = prog_.add_groups();
+    group->set_id(prog_.groups_size());
+    for (int d : devices) group->add_devices(topo_.device(d).id);
+    const int64_t cid = next_collective_++;
+    for (int d : devices) {
+      Instruction* ins = Add(d);
+      auto* ar = ins->mutable_all_reduce();
+      ar->set_collective_id(cid);
+      ar->set_group(group->id());
+      ar->add_tensors(tensor);
+      ar->set_bytes(bytes);
+      ar->set_algorithm(quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE);
+    }
+  }
+  // Every worker pushes `bytes` of `tensor` to `server`, which sums them.
+  void PushAll(const std::vector<int>& workers, int server, const std::string& tensor, int64_t bytes) {
+    Instruction acc;
+    acc.mutable_ps_accumulate()->mutable_gradient()->set_tensor(tensor);
+    for (int w : workers) {
+      const int64_t tag = next_tag_++;
+      Instruction* p = Add(w);
+      p->mutable_ps_push()->mutable_gradient()->set_tensor(tensor);
+      p->mutable_ps_push()->set_server_device(topo_.device(server).id);
+      p->mutable_ps_push()->set_tag(tag);
+      p->mutable_ps_push()->set_bytes(bytes);
+      acc.mutable_ps_accumulate()->add_push_tags(tag);
+    }
+    Instruction* a = Add(server);
+    const int64_t id = a->id();
+    *a = acc;
+    a->set_id(id);
+  }
+  const DistributedProgram& program() const { return prog_; }
+
+ private:
+  const Topology& topo_;
+  DistributedProgram prog_;
+  int64_t next_id_ = 0, next_tag_ = 1, next_collective_ = 1;
+};
+
+struct World {
+  Graph graph;
+  Topology topo;
+  CostModel cost;
+};
+
+std::unique_ptr<World> MakeWorld(Graph g, const quilt::v1::ClusterSpec& spec) {
+  auto w = std::make_unique<World>();
+  w->graph = std::move(g);
+  absl::StatusOr<Topology> topo = Topology::Build(spec);
+  EXPECT_THAT(topo.status(), IsOk());
+  w->topo = std::move(*topo);
+  absl::StatusOr<CostModel> cost = CostModel::Create(&w->graph, &w->topo);
+  EXPECT_THAT(cost.status(), IsOk());
+  w->cost = std::move(*cost);
+  return w;
+}
+
+// One non-batch float tensor of `bytes` bytes.
+Graph TensorGraph(int64_t bytes) {
+  Graph g;
+  EXPECT_THAT(g.AddTensor({"g", DType::kF32, Shape::Fixed({bytes / 4}), TensorRole::kGradient}), IsOk());
+  return g;
+}
+
+SimResult MustSimulate(const World& w, const DistributedProgram& p, bool trace = false) {
+  SimOptions o;
+  o.trace = trace;
+  absl::StatusOr<SimResult> r = Simulate(p, w.graph, w.topo, w.cost, o);
+  EXPECT_THAT(r.status(), IsOk());
+  return r.ok() ? *r : SimResult{};
+}
+
+constexpr int64_t kRows = 10;
+constexpr int64_t kWidth = 1000;
+constexpr int64_t kActivation = kRows * kWidth * 4;  // bytes of x, a, b, c
+
+// x → a = Relu(x) → b = Relu(a) → c = Add(a, b); a parameter w of 4000
+// bytes stays resident. Measured op times make the closed forms exact.
+Graph ChainGraph() {
+  Graph g;
+  GraphBuilder b(&g);
+  EXPECT_THAT(b.AddInput("x", DType::kF32, Shape({Dim::Batch(), Dim::Fixed(kWidth)})), IsOk());
+  EXPECT_THAT(b.AddParameter("w", Shape::Fixed({1000}), InitializerSpec{}), IsOk());
+  EXPECT_THAT(b.Add("Relu", {"x"}, {}, "a"), IsOk());
+  EXPECT_THAT(b.Add("Relu", {"a"}, {}, "b"), IsOk());
+  EXPECT_THAT(b.Add("Add", {"a", "b"}, {}, "c"), IsOk());
+  return g;
+}
+
+quilt::v1::ClusterSpec TimedSpec(int devices, int64_t memory = int64_t{1} << 34) {
+  quilt::v1::ClusterSpec spec = Spec({NodeShape{devices}}, memory);
+  for (auto& dev : *spec.mutable_nodes(0)->mutable_devices()) {
+    for (auto [op, t] : {std::pair{"a", 1e-3}, std::pair{"b", 2e-3}, std::pair{"c", 4e-3}}) {
+      auto* timing = dev.add_op_times();
+      timing->set_op(op);
+      timing->set_batch(kRows);
+      timing->set_time_s(t);
+    }
+  }
+  return spec;
+}
+
+TEST(Simulator, ChainOnOneDevice_TakesTheSumOfItsOps) {
+  auto w = MakeWorld(ChainGraph(), TimedSpec(1));
+  ProgramBuilder p(w->topo, kRows);
+  p.Feed(0, "x", 0, kRows);
+  p.Persistent(0, "w");
+  const int64_t a = p.Compute(0, "a", 0, kRows);
+  const int64_t b = p.Compute(0, "b", 0, kRows, {a});
+  p.Compute(0, "c", 0, kRows, {a, b});
+  const SimResult r = MustSimulate(*w, p.program());
+  EXPECT_NEAR(r.step_time_s, 1e-3 + 2e-3 + 4e-3, 1e-12);
+  ASSERT_EQ(r.devices.size(), 1u);
+  EXPECT_NEAR(r.devices[0].busy_s, 7e-3, 1e-12);
+  EXPECT_NEAR(r.devices[0].idle_s, 0, 1e-12);
+  EXPECT_EQ(r.communication_bytes, 0);
+}
+
+TEST(Simulator, IndependentOps_SerializeOnOneDeviceAndOverlapOnTwo) {
+  auto w = MakeWorld(ChainGraph(), TimedSpec(2));
+  ProgramBuilder one(w->topo, kRows);
+  one.Feed(0, "x", 0, kRows);
+  one.Compute(0, "a", 0, kRows);
+  one.Compute(0, "b", 0, kRows);  // reads nothing it waits for: independent
+  ProgramBuilder two(w->topo, kRows);
+  two.Feed(0, "x", 0, kRows);
+  two.Compute(0, "a", 0, kRows);
+  two.Compute(1, "b", 0, kRows);
+  EXPECT_NEAR(MustSimulate(*w, one.program()).step_time_s, 3e-3, 1e-12);
+  EXPECT_NEAR(MustSimulate(*w, two.program()).step_time_s, 2e-3, 1e-12);
+}
+
+TEST(Simulator, HigherPriorityRunsFirst) {
+  auto w = MakeWorld(ChainGraph(), TimedSpec(1));
+  // b (2 ms) and c (4 ms) are both ready at 0; the finish time of the one
+  // that runs first tells the order.
+  for (bool c_first : {false, true}) {
+    ProgramBuilder p(w->topo, kRows);
+    p.Feed(0, "x", 0, kRows);
+    Instruction* b = p.Add(0);
+    b->mutable_compute()->set_op("b");
+    b->mutable_compute()->set_end(kRows);
+    b->set_priority(c_first ? 1 : 2);
+    Instruction* c = p.Add(0);
+    c->mutable_compute()->set_op("c");
+    c->mutable_compute()->set_end(kRows);
+    c->set_priority(c_first ? 2 : 1);
+    SimOptions o;
+    o.trace = true;
+    absl::StatusOr<SimResult> r = Simulate(p.program(), w->graph, w->topo, w->cost, o);
+    ASSERT_THAT(r.status(), IsOk());
+    EXPECT_NEAR(r->step_time_s, 6e-3, 1e-12);
+    ASSERT_EQ(r->trace.size(), 2u);
+    EXPECT_EQ(r->trace[0].name, c_first ? "c" : "b");
+  }
+}
+
+TEST(Simulator, MemoryPeak_CountsLiveTensorsAndResidentParameters) {
+  auto w = MakeWorld(ChainGraph(), TimedSpec(1));
+  ProgramBuilder p(w->topo, kRows);
+  p.Feed(0, "x", 0, kRows);
+  p.Persistent(0, "w");
+  const int64_t a = p.Compute(0, "a", 0, kRows);
+  const int64_t b = p.Compute(0, "b", 0, kRows, {a});
+  p.Compute(0, "c", 0, kRows, {a, b});
+  const SimResult r = MustSimulate(*w, p.program());
+  // While c runs, a and b (its inputs) and c are live; x was freed after a.
+  EXPECT_EQ(r.devices[0].peak_memory_bytes, 4000 + 3 * kActivation);
+  EXPECT_FALSE(r.devices[0].out_of_memory);
+  EXPECT_TRUE(r.out_of_memory.empty());
+}
+
+TEST(Simulator, MemoryPeak_FreesTensorsAfterTheirLastReader) {
+  // x → a → b → d = Relu(b): no op reads two activations, so at most an
+  // input and an output are live at once.
+  Graph g;
+  GraphBuilder b(&g);
+  ASSERT_THAT(b.AddInput("x", DType::kF32, Shape({Dim::Batch(), Dim::Fixed(kWidth)})), IsOk());
+  ASSERT_THAT(b.Add("Relu", {"x"}, {}, "a"), IsOk());
+  ASSERT_THAT(b.Add("Relu", {"a"}, {}, "b"), IsOk());
+  ASSERT_THAT(b.Add("Relu", {"b"}, {}, "d"), IsOk());
+  auto w = MakeWorld(std::move(g), Spec({NodeShape{1}}));
+  ProgramBuilder p(w->topo, kRows);
+  p.Feed(0, "x", 0, kRows);
+  const int64_t i1 = p.Compute(0, "a", 0, kRows);
+  const int64_t i2 = p.Compute(0, "b", 0, kRows, {i1});
+  p.Compute(0, "d", 0, kRows, {i2});
+  EXPECT_EQ(MustSimulate(*w, p.program()).devices[0].peak_memory_bytes, 2 * kActivation);
+}
+
+TEST(Simulator, OutOfMemory_IsReportedWithTheDevice) {
+  auto w = MakeWorld(ChainGraph(), TimedSpec(1, /*memory=*/3 * kActivation));
+  ProgramBuilder p(w->topo, kRows);
+  p.Feed(0, "x", 0, kRows);
+  p.Persistent(0, "w");
+  const int64_t a = p.Compute(0, "a", 0, kRows);
+  const int64_t b = p.Compute(0, "b", 0, kRows, {a});
+  p.Compute(0, "c", 0, kRows, {a, b});
+  const SimResult r = MustSimulate(*w, p.program());
+  EXPECT_TRUE(r.devices[0].out_of_memory);
+  EXPECT_THAT(r.out_of_memory, HasSubstr("n0/gpu:0"));
+}
+
+class RingAllReduce : public ::testing::TestWithParam<int> {};
+
+TEST_P(RingAllReduce, MatchesTwoNMinusOneOverNTimesMOverB) {
+  const int n = GetParam();
+  const int64_t m = 64 << 20;
+  NodeShape node{n};
+  node.fabric_bw = 2e10;
+  node.fabric_lat = 4e-6;
+  auto w = MakeWorld(TensorGraph(m), Spec({node}));
+  ProgramBuilder p(w->topo, 1);
+  std::vector<int> all;
+  for (int d = 0; d < n; ++d) {
+    all.push_back(d);
+    p.Persistent(d, "g");
+  }
+  p.AllReduce(all, "g", m);
+  const SimResult r = MustSimulate(*w, p.program());
+  const double expected = 2.0 * (n - 1) / n * m / 2e10 + 2.0 * (n - 1) * 4e-6;
+  EXPECT_NEAR(r.step_time_s, expected, expected * 1e-9);
+  EXPECT_EQ(r.communication_bytes, 2 * (n - 1) * m);
+}
+
+INSTANTIATE_TEST_SUITE_P(Devices, RingAllReduce, ::testing::Values(2, 3, 4, 8));
+
+TEST(Simulator, RingAcrossNodes_IsPacedByTheSlowestHop) {
+  const int64_t m = 32 << 20;
+  NodeShape node{2};
+  node.fabric_bw = 1e11;
+  node.fabric_lat = 2e-6;
+  node.nic_bw = 1e9;
+  node.nic_lat = 1e-5;
+  auto w = MakeWorld(TensorGraph(m), Spec({node, node}));
+  ProgramBuilder p(w->topo, 1);
+  for (int d = 0; d < 4; ++d) p.Persistent(d, "g");
+  p.AllReduce({0, 1, 2, 3}, "g", m);
+  // The hops between nodes cross a NIC: fabric latency + NIC latency, NIC
+  // bandwidth.
+  const double hop = 2e-6 + 1e-5 + (m / 4.0) / 1e9;
+  EXPECT_NEAR(MustSimulate(*w, p.program()).step_time_s, 2.0 * 3 * hop, 1e-9);
+}
+
+TEST(Simulator, ParameterServerFanIn_IsLimitedByTheServersLink) {
+  const int64_t m = 8 << 20;
+  const int k = 4;
+  // Nodes 0..k-1 hold one server each, nodes k..2k-1 one worker each. The
+  // servers' NICs are slower (1 Gbyte/s) than the workers' (10 Gbyte/s).
+  std::vector<NodeShape> nodes;
+  for (int i = 0; i < 2 * k; ++i) {
+    NodeShape n{1};
+    n.nic_bw = i < k ? 1e9 : 1e10;
+    nodes.push_back(n);
+  }
+  auto w = MakeWorld(TensorGraph(m), Spec(nodes));
+  const double push = 2e-6 + 1e-5 + m / 1e9;  // fabric + NIC latency, server NIC bandwidth
+  const DeviceSpeed& s = w->cost.speed(0);
+  auto accumulate = [&](int pushes) {
+    return pushes * static_cast<double>(m) / s.memory_bytes_per_s + s.overhead_s +
+           static_cast<double>(m) / s.memory_bytes_per_s;
+  };
+  {
+    // Every worker pushes to server 0: the pushes queue on its link.
+    ProgramBuilder p(w->topo, 1);
+    std::vector<int> workers;
+    for (int i = k; i < 2 * k; ++i) {
+      workers.push_back(i);
+      p.Persistent(i, "g");
+    }
+    p.PushAll(workers, 0, "g", m);
+    EXPECT_NEAR(MustSimulate(*w, p.program()).step_time_s, k * push + accumulate(k), 1e-9);
+  }
+  {
+    // Each worker pushes to its own server: the pushes run at once.
+    ProgramBuilder p(w->topo, 1);
+    for (int i = 0; i < k; ++i) {
+      p.Persistent(k + i, "g");
+      p.PushAll({k + i}, i, "g", m);
+    }
+    EXPECT_NEAR(MustSimulate(*w, p.program()).step_time_s, push + accumulate(1), 1e-9);
+  }
+}
+
+TEST(Simulator, TransfersSharingALink_TakeTwiceAsLong) {
+  const int64_t m = 16 << 20;
+  NodeShape node{2};
+  node.nic_bw = 2e9;
+  node.nic_lat = 1e-5;
+  node.fabric_bw = 1e11;
+  node.fabric_lat = 2e-6;
+  auto w = MakeWorld(TensorGraph(m), Spec({node, node}));
+  const double one = 2e-6 + 1e-5 + m / 2e9;
+  {
+    ProgramBuilder p(w->topo, 1);
+    p.Persistent(0, "g");
+    p.Transfer(0, 2, "g", m);
+    EXPECT_NEAR(MustSimulate(*w, p.program()).step_time_s, one, 1e-12);
+  }
+  {
+    // n0/gpu:0 → n1/gpu:0 and n0/gpu:1 → n1/gpu:1 share both NICs.
+    ProgramBuilder p(w->topo, 1);
+    p.Persistent(0, "g");
+    p.Persistent(1, "g");
+    p.Transfer(0, 2, "g", m);
+    p.Transfer(1, 3, "g", m);
+    const SimResult r = MustSimulate(*w, p.program());
+    EXPECT_NEAR(r.step_time_s, 2 * one, 1e-12);
+    bool nic_busy = false;
+    for (const LinkUsage& l : r.links) {
+      if (l.resource == "n0 nic out") {
+        nic_busy = true;
+        EXPECT_NEAR(l.utilization, 1.0, 1e-9);
+      }
+    }
+    EXPECT_TRUE(nic_busy);
+  }
+  {
+    // Within each node: disjoint links, concurrent.
+    ProgramBuilder p(w->topo, 1);
+    p.Persistent(0, "g");
+    p.Persistent(2, "g");
+    p.Transfer(0, 1, "g", m);
+    p.Transfer(2, 3, "g", m);
+    EXPECT_NEAR(MustSimulate(*w, p.program()).step_time_s, 2e-6 + m / 1e11, 1e-12);
+  }
+}
+
+TEST(Simulator, IsDeterministicAndTracesEveryInstruction) {
+  const int64_t m = 1 << 20;
+  NodeShape node{2};
+  auto w = MakeWorld(TensorGraph(m), Spec({node, node}));
+  ProgramBuilder p(w->topo, 1);
+  for (int d = 0; d < 4; ++d) p.Persistent(d, "g");
+  p.Transfer(0, 2, "g", m);
+  p.Transfer(1, 3, "g", m);
+  p.Transfer(3, 0, "g", m);
+  p.AllReduce({0, 1, 2, 3}, "g", m);
+  const SimResult a = MustSimulate(*w, p.program(), true);
+  const SimResult b = MustSimulate(*w, p.program(), true);
+  EXPECT_EQ(a.step_time_s, b.step_time_s);
+  ASSERT_EQ(a.trace.size(), b.trace.size());
+  for (size_t i = 0; i < a.trace.size(); ++i) {
+    EXPECT_EQ(a.trace[i].name, b.trace[i].name);
+    EXPECT_EQ(a.trace[i].start_s, b.trace[i].start_s);
+  }
+  const nlohmann::json trace = nlohmann::json::parse(ChromeTraceJson(a, w->topo, "t"));
+  int complete = 0;
+  std::set<std::string> processes;
+  for (const auto& e : trace["traceEvents"]) {
+    if (e["ph"] == "X") ++complete;
+    if (e["ph"] == "M" && e["name"] == "process_name") processes.insert(e["args"]["name"]);
+  }
+  EXPECT_EQ(complete, static_cast<int>(a.trace.size()));
+  EXPECT_TRUE(processes.count("n0/gpu:0"));
+  EXPECT_TRUE(processes.count("link n0 nic out"));
+}
+
+TEST(Simulator, RejectsBrokenPrograms) {
+  auto w = MakeWorld(TensorGraph(1024), Spec({NodeShape{2}}));
+  {
+    ProgramBuilder p(w->topo, 1);
+    p.Persistent(0, "g");
+    p.Transfer(0, 1, "g", 1024);
+    DistributedProgram broken = p.program();
+    broken.mutable_devices(1)->clear_instructions();  // the receive
+    EXPECT_THAT(Simulate(broken, w->graph, w->topo, w->cost).status(),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("no receiver")));
+  }
+  {
+    ProgramBuilder p(w->topo, 1);
+    Instruction* a = p.Add(0, {1});
+    a->mutable_compute()->set_op("nope");
+    EXPECT_THAT(Simulate(p.program(), w->graph, w->topo, w->cost).status(),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("unknown op 'nope'")));
+  }
+  {
+    // Two instructions waiting for each other never run.
+    ProgramBuilder p(w->topo, 1);
+    p.Persistent(0, "g");
+    p.Persistent(1, "g");
+    p.Transfer(0, 1, "g", 1024);
+    DistributedProgram cyclic = p.program();
+    cyclic.mutable_devices(0)->mutable_instructions(0)->add_deps(1);
+    cyclic.mutable_devices(1)->mutable_instructions(0)->add_deps(0);
+    EXPECT_THAT(Simulate(cyclic, w->graph, w->topo, w->cost).status(),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("never ran")));
+  }
+  {
+    ProgramBuilder p(w->topo, 1);
+    p.AllReduce({0, 1}, "g", 1024);
+    DistributedProgram bad = p.program();
+    bad.mutable_devices(0)->mutable_instructions(0)->mutable_all_reduce()->set_group(7);
+    EXPECT_THAT(Simulate(bad, w->graph, w->topo, w->cost).status(),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("unknown group 7")));
+  }
+}
+
+}  // namespace
+}  // namespace quilt
