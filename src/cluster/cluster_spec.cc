@@ -53,7 +53,9 @@ absl::Status ValidateClusterSpec(const quilt::v1::ClusterSpec& spec) {
       return absl::InvalidArgumentError("node '" + n.node_id() + "' has no devices");
     }
     for (const quilt::v1::Device& d : n.devices()) {
-      devices.insert(d.id());
+      if (!devices.insert(d.id()).second) {
+        return absl::InvalidArgumentError("device '" + d.id() + "' is listed twice");
+      }
       if (d.measured_gemm_flops_per_s() <= 0 && d.peak_fp32_flops_per_s() <= 0) {
         return absl::InvalidArgumentError(absl::StrCat(
             "device '", d.id(), "' has no speed (measured_gemm_flops_per_s or peak_fp32_flops_per_s)"));

@@ -226,25 +226,38 @@ quilt::v1::Strategy DataParallelStrategy(const Graph& g, const Topology& topo,
     r->set_replicas(static_cast<int32_t>(rows[d]));
     used.push_back(d);
   }
-  // Parameter servers: each parameter on one of the used devices, largest
-  // first onto the least loaded (by bytes).
+  // Parameter servers: the used devices share the parameter bytes evenly.
+  // Parameters larger than an even share are split by rows of dim 0 over
+  // several servers (as partitioned variables are); the rest go whole,
+  // largest first, to the least loaded server.
   std::vector<std::pair<int64_t, std::string>> params;
+  int64_t total = 0;
   for (const ParameterSpec& p : g.parameters) {
     if (p.frozen) continue;
-    params.push_back({g.FindTensor(p.tensor)->shape.NumElements(1), p.tensor});
+    const TensorInfo* t = g.FindTensor(p.tensor);
+    params.push_back({t->shape.NumElements(1), p.tensor});
+    total += params.back().first;
   }
   std::sort(params.begin(), params.end(), [](const auto& a, const auto& b) {
     return a.first != b.first ? a.first > b.first : a.second < b.second;
   });
+  const int64_t share = std::max<int64_t>(1, total / std::max<int64_t>(1, used.size()));
   std::vector<int64_t> load(used.size(), 0);
   for (const auto& [size, name_p] : params) {
     auto* a = s.add_aggregations();
     a->set_parameter(name_p);
     a->set_method(method);
-    if (method == quilt::v1::AGGREGATION_METHOD_PARAMETER_SERVER) {
-      const size_t k = std::min_element(load.begin(), load.end()) - load.begin();
-      load[k] += size;
-      a->add_servers(topo.device(used[k]).id);
+    if (method != quilt::v1::AGGREGATION_METHOD_PARAMETER_SERVER) continue;
+    const Shape& shape = g.FindTensor(name_p)->shape;
+    const int64_t rows = shape.rank() == 0 ? 1 : std::max<int64_t>(1, shape.dim(0).value);
+    const int64_t pieces = std::min<int64_t>(
+        {rows, static_cast<int64_t>(used.size()), (size + share - 1) / share});
+    std::vector<size_t> order(used.size());
+    for (size_t k = 0; k < order.size(); ++k) order[k] = k;
+    std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) { return load[x] < load[y]; });
+    for (int64_t k = 0; k < pieces; ++k) {
+      load[order[k]] += size / pieces;
+      a->add_servers(topo.device(used[order[k]]).id);
     }
   }
   return s;

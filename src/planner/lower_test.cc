@@ -1,0 +1,447 @@
+// Lowering of general strategies (data parallel with every aggregation
+// method, model parallel, mixed groups, sharded parameter servers, fused
+// buckets) into programs the validator accepts and the simulator runs; and
+// the validator rejecting corrupted programs with the violation named.
+#include "src/planner/lower.h"
+
+#include <set>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "src/common/status_matchers.h"
+#include "src/graph/autodiff.h"
+#include "src/graph/op_registry.h"
+#include "src/graph/zoo/zoo.h"
+#include "src/planner/baselines.h"
+#include "src/planner/program_validator.h"
+#include "src/sim/simulator.h"
+
+namespace quilt {
+namespace {
+
+using ::testing::HasSubstr;
+using quilt::v1::AggregationMethod;
+using quilt::v1::DistributedProgram;
+using quilt::v1::Instruction;
+using quilt::v1::Strategy;
+
+// Two nodes: two fast devices, two slow ones.
+quilt::v1::ClusterSpec TwoNodes() {
+  quilt::v1::ClusterSpec spec;
+  spec.set_name("two-nodes");
+  for (int n = 0; n < 2; ++n) {
+    auto* node = spec.add_nodes();
+    node->set_node_id(n == 0 ? "fast" : "slow");
+    for (int d = 0; d < 2; ++d) {
+      auto* dev = node->add_devices();
+      dev->set_id(node->node_id() + "/gpu:" + std::to_string(d));
+      dev->set_kind(quilt::v1::DEVICE_KIND_GPU);
+      dev->set_index(d);
+      dev->set_peak_fp32_flops_per_s(n == 0 ? 1.4e13 : 9e12);
+      dev->set_efficiency(0.4);
+      dev->set_memory_bandwidth_bytes_per_s(8e11);
+      dev->set_memory_bytes(int64_t{16} << 30);
+    }
+    node->mutable_intra_node_link()->set_bandwidth_bytes_per_s(1.2e10);
+    node->mutable_nic()->set_bandwidth_bytes_per_s(1.25e9);
+  }
+  return spec;
+}
+
+struct World {
+  Graph graph;
+  Topology topo;
+  std::unique_ptr<CostModel> cost;
+};
+
+std::unique_ptr<World> Make(const std::string& model) {
+  auto s = std::make_unique<World>();
+  absl::StatusOr<Graph> g = zoo::BuildZooModel(model);
+  EXPECT_THAT(g.status(), IsOk());
+  s->graph = std::move(*g);
+  TrainingOptions to;
+  to.loss = LossType::kSoftmaxCrossEntropy;
+  to.optimizer.kind = OptimizerSpec::Kind::kSgd;
+  to.optimizer.momentum = 0.9;
+  EXPECT_THAT(BuildTrainingGraph(&s->graph, to), IsOk());
+  absl::StatusOr<Topology> topo = Topology::Build(TwoNodes());
+  EXPECT_THAT(topo.status(), IsOk());
+  s->topo = std::move(*topo);
+  absl::StatusOr<CostModel> cost = CostModel::Create(&s->graph, &s->topo);
+  EXPECT_THAT(cost.status(), IsOk());
+  s->cost = std::make_unique<CostModel>(std::move(*cost));
+  return s;
+}
+
+// Lowers, validates and simulates; returns the program.
+DistributedProgram LowerChecked(const World& s, const Strategy& strategy, int64_t batch) {
+  absl::StatusOr<DistributedProgram> p = Lower(s.graph, strategy, s.topo, s.cost.get(), batch);
+  EXPECT_THAT(p.status(), IsOk());
+  if (!p.ok()) return {};
+  EXPECT_THAT(ValidateProgram(*p, s.graph, s.topo), IsOk());
+  absl::StatusOr<SimResult> r = Simulate(*p, s.graph, s.topo, *s.cost);
+  EXPECT_THAT(r.status(), IsOk());
+  if (r.ok()) {
+    EXPECT_GT(r->step_time_s, 0);
+  }
+  return *p;
+}
+
+int Count(const DistributedProgram& p, Instruction::KindCase kind) {
+  int n = 0;
+  for (const auto& dp : p.devices()) {
+    for (const auto& ins : dp.instructions()) n += ins.kind_case() == kind;
+  }
+  return n;
+}
+
+std::set<int64_t> Collectives(const DistributedProgram& p) {
+  std::set<int64_t> ids;
+  for (const auto& dp : p.devices()) {
+    for (const auto& ins : dp.instructions()) {
+      if (ins.has_all_reduce()) ids.insert(ins.all_reduce().collective_id());
+    }
+  }
+  return ids;
+}
+
+int TrainableParameters(const Graph& g) {
+  int n = 0;
+  for (const ParameterSpec& p : g.parameters) n += !p.frozen;
+  return n;
+}
+
+class DataParallel : public ::testing::TestWithParam<AggregationMethod> {};
+
+TEST_P(DataParallel, EveryMethodLowersToAValidProgram) {
+  for (const std::string model : {"mlp", "cnn"}) {
+    auto s = Make(model);
+    const Strategy strategy =
+        DataParallelStrategy(s->graph, s->topo, {3, 3, 2, 2}, GetParam(), "dp");
+    const DistributedProgram p = LowerChecked(*s, strategy, 50);
+    EXPECT_EQ(p.devices_size(), 4);
+    if (GetParam() == quilt::v1::AGGREGATION_METHOD_PARAMETER_SERVER) {
+      EXPECT_EQ(Count(p, Instruction::kAllReduce), 0);
+      EXPECT_GT(Count(p, Instruction::kPsPush), 0);
+      EXPECT_GT(Count(p, Instruction::kPsPull), 0);
+    } else {
+      // One collective per trainable parameter, on all four devices.
+      EXPECT_EQ(static_cast<int>(Collectives(p).size()), TrainableParameters(s->graph)) << model;
+      EXPECT_EQ(Count(p, Instruction::kAllReduce), 4 * TrainableParameters(s->graph));
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Methods, DataParallel,
+                         ::testing::Values(quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE,
+                                           quilt::v1::AGGREGATION_METHOD_TREE_ALLREDUCE,
+                                           quilt::v1::AGGREGATION_METHOD_HIERARCHICAL_ALLREDUCE,
+                                           quilt::v1::AGGREGATION_METHOD_PARAMETER_SERVER));
+
+TEST(Lower, SingleDevice_HasNoCommunication) {
+  auto s = Make("mlp");
+  const Strategy strategy = DataParallelStrategy(
+      s->graph, s->topo, {0, 0, 1, 0}, quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE, "one");
+  const DistributedProgram p = LowerChecked(*s, strategy, 16);
+  ASSERT_EQ(p.devices_size(), 1);
+  EXPECT_EQ(p.devices(0).device(), "slow/gpu:0");
+  EXPECT_EQ(Count(p, Instruction::kSend) + Count(p, Instruction::kAllReduce) +
+                Count(p, Instruction::kPsPush),
+            0);
+}
+
+TEST(Lower, BucketsFuseGradientsIntoOneCollectivePerBucket) {
+  auto s = Make("mlp");
+  Strategy strategy = DataParallelStrategy(s->graph, s->topo, {1, 1, 1, 1},
+                                           quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE, "dp");
+  for (int i = 0; i < strategy.aggregations_size(); ++i) {
+    strategy.mutable_aggregations(i)->set_bucket(1 + i % 2);
+  }
+  const DistributedProgram p = LowerChecked(*s, strategy, 32);
+  EXPECT_EQ(Collectives(p).size(), 2u);
+  int64_t bytes = 0;
+  for (const auto& ins : p.devices(0).instructions()) {
+    if (ins.has_all_reduce()) bytes += ins.all_reduce().bytes();
+  }
+  int64_t param_bytes = 0;
+  for (const ParameterSpec& ps : s->graph.parameters) {
+    const TensorInfo* t = s->graph.FindTensor(ps.tensor);
+    param_bytes += t->shape.NumElements(1) * DTypeSize(t->dtype);
+  }
+  EXPECT_EQ(bytes, param_bytes);
+}
+
+// Forward ops split in two halves: the first data parallel over the fast
+// node, the second on one slow device.
+Strategy Pipeline(const Graph& g, const Topology& topo, AggregationMethod method) {
+  Strategy s;
+  s.set_name("mixed");
+  const std::vector<std::string> fwd = ForwardOps(g);
+  for (int k = 0; k < 2; ++k) {
+    auto* group = s.add_groups();
+    group->set_group(k);
+    for (size_t i = k == 0 ? 0 : fwd.size() / 2; i < (k == 0 ? fwd.size() / 2 : fwd.size()); ++i) {
+      group->add_ops(fwd[i]);
+    }
+    if (k == 0) {
+      for (const char* d : {"fast/gpu:0", "fast/gpu:1"}) {
+        auto* r = group->add_replicas();
+        r->set_device(d);
+        r->set_replicas(1);
+      }
+    } else {
+      auto* r = group->add_replicas();
+      r->set_device("slow/gpu:1");
+      r->set_replicas(1);
+    }
+  }
+  for (const ParameterSpec& p : g.parameters) {
+    auto* a = s.add_aggregations();
+    a->set_parameter(p.tensor);
+    a->set_method(method);
+    if (method == quilt::v1::AGGREGATION_METHOD_PARAMETER_SERVER) {
+      a->add_servers("slow/gpu:0");  // a device that computes nothing
+      a->add_servers("fast/gpu:1");
+    }
+  }
+  (void)topo;
+  return s;
+}
+
+TEST(Lower, MixedGroups_TransferActivationsAndGradientsBetweenThem) {
+  for (AggregationMethod method : {quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE,
+                                   quilt::v1::AGGREGATION_METHOD_PARAMETER_SERVER}) {
+    auto s = Make("cnn");
+    const DistributedProgram p = LowerChecked(*s, Pipeline(s->graph, s->topo, method), 24);
+    EXPECT_GT(Count(p, Instruction::kSend), 0);
+    EXPECT_EQ(Count(p, Instruction::kSend), Count(p, Instruction::kRecv));
+    std::set<std::string> computing;
+    for (const auto& dp : p.devices()) {
+      for (const auto& ins : dp.instructions()) {
+        if (ins.has_compute()) computing.insert(dp.device());
+      }
+    }
+    if (method == quilt::v1::AGGREGATION_METHOD_PARAMETER_SERVER) {
+      // The servers hold the parameter shards and apply the updates.
+      EXPECT_TRUE(computing.count("slow/gpu:0"));
+      EXPECT_GT(Count(p, Instruction::kPsAccumulate), 0);
+    } else {
+      EXPECT_FALSE(computing.count("slow/gpu:0"));
+    }
+  }
+}
+
+TEST(Lower, ParameterServerShards_SplitTheUpdateByRows) {
+  auto s = Make("mlp");
+  Strategy strategy = DataParallelStrategy(s->graph, s->topo, {1, 1, 1, 1},
+                                           quilt::v1::AGGREGATION_METHOD_PARAMETER_SERVER, "ps");
+  for (auto& a : *strategy.mutable_aggregations()) {
+    a.clear_servers();
+    for (const char* d : {"fast/gpu:0", "slow/gpu:0", "slow/gpu:1"}) a.add_servers(d);
+  }
+  const DistributedProgram p = LowerChecked(*s, strategy, 32);
+  // Every update runs as shards (row ranges) on the servers.
+  std::set<std::string> shard_devices;
+  for (const auto& dp : p.devices()) {
+    for (const auto& ins : dp.instructions()) {
+      if (!ins.has_compute()) continue;
+      const Op* op = s->graph.FindOp(ins.compute().op());
+      if (!OpRegistry::Global().Find(op->type)->is_update) continue;
+      const TensorInfo* param = s->graph.FindTensor(op->inputs[0]);
+      if (param->shape.rank() > 0 && param->shape.dim(0).value >= 3) {
+        EXPECT_GT(ins.compute().end(), ins.compute().begin()) << op->name;
+        EXPECT_LT(ins.compute().end() - ins.compute().begin(), param->shape.dim(0).value) << op->name;
+      }
+      shard_devices.insert(dp.device());
+    }
+  }
+  EXPECT_EQ(shard_devices, (std::set<std::string>{"fast/gpu:0", "slow/gpu:0", "slow/gpu:1"}));
+  // Each of the four workers pulls every shard of every parameter.
+  EXPECT_GE(Count(p, Instruction::kPsPull), 4 * 3);
+}
+
+TEST(Lower, BadStrategies_AreRejectedWithTheirCause) {
+  auto s = Make("mlp");
+  Strategy strategy = DataParallelStrategy(s->graph, s->topo, {1, 1, 1, 1},
+                                           quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE, "dp");
+  Strategy unknown = strategy;
+  unknown.mutable_groups(0)->mutable_replicas(0)->set_device("nowhere/gpu:9");
+  EXPECT_THAT(Lower(s->graph, unknown, s->topo, s->cost.get(), 8).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("nowhere/gpu:9")));
+  Strategy missing = strategy;
+  missing.mutable_groups(0)->mutable_ops()->RemoveLast();
+  EXPECT_THAT(Lower(s->graph, missing, s->topo, s->cost.get(), 8).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("in no group")));
+  EXPECT_THAT(Lower(s->graph, strategy, s->topo, s->cost.get(), 0).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  Strategy no_servers = DataParallelStrategy(s->graph, s->topo, {1, 1, 1, 1},
+                                             quilt::v1::AGGREGATION_METHOD_PARAMETER_SERVER, "ps");
+  no_servers.mutable_aggregations(0)->clear_servers();
+  EXPECT_THAT(Lower(s->graph, no_servers, s->topo, s->cost.get(), 8).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("has no servers")));
+}
+
+// --- The validator on corrupted programs --------------------------------
+
+class Corrupted : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    s_ = Make("mlp");
+    ring_ = LowerChecked(*s_, DataParallelStrategy(s_->graph, s_->topo, {1, 1, 1, 1},
+                                                   quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE, "dp"),
+                         32);
+    ps_ = LowerChecked(*s_, DataParallelStrategy(s_->graph, s_->topo, {1, 1, 1, 1},
+                                                 quilt::v1::AGGREGATION_METHOD_PARAMETER_SERVER, "ps"),
+                       32);
+  }
+  absl::Status Validate(const DistributedProgram& p) { return ValidateProgram(p, s_->graph, s_->topo); }
+  // The first instruction matching `pred`: (device, position).
+  template <typename Pred>
+  std::pair<int, int> Find(const DistributedProgram& p, Pred pred) {
+    for (int d = 0; d < p.devices_size(); ++d) {
+      for (int i = 0; i < p.devices(d).instructions_size(); ++i) {
+        if (pred(p.devices(d).instructions(i))) return {d, i};
+      }
+    }
+    ADD_FAILURE() << "no matching instruction";
+    return {0, 0};
+  }
+  Instruction* At(DistributedProgram& p, std::pair<int, int> where) {
+    return p.mutable_devices(where.first)->mutable_instructions(where.second);
+  }
+  int64_t MaxId(const DistributedProgram& p) {
+    int64_t m = 0;
+    for (const auto& dp : p.devices()) {
+      for (const auto& ins : dp.instructions()) m = std::max(m, ins.id());
+    }
+    return m;
+  }
+
+  std::unique_ptr<World> s_;
+  DistributedProgram ring_, ps_;
+};
+
+TEST_F(Corrupted, CollectiveMissingAMember) {
+  DistributedProgram p = ring_;
+  At(p, Find(p, [](const Instruction& i) { return i.has_all_reduce(); }))
+      ->mutable_all_reduce()
+      ->set_collective_id(999999);
+  EXPECT_THAT(Validate(p), StatusIs(absl::StatusCode::kInvalidArgument,
+                                    HasSubstr("not on each of the 4 devices of group")));
+}
+
+TEST_F(Corrupted, GradientAggregatedTwice) {
+  DistributedProgram p = ring_;
+  const Instruction first = *At(p, Find(p, [](const Instruction& i) { return i.has_all_reduce(); }));
+  // A second all-reduce of the same gradient after the first, on every member.
+  int64_t id = MaxId(p);
+  for (auto& dp : *p.mutable_devices()) {
+    int64_t member = -1;
+    for (const auto& ins : dp.instructions()) {
+      if (ins.has_all_reduce() && ins.all_reduce().collective_id() == first.all_reduce().collective_id()) {
+        member = ins.id();
+      }
+    }
+    Instruction* again = dp.add_instructions();
+    *again->mutable_all_reduce() = first.all_reduce();
+    again->mutable_all_reduce()->set_collective_id(777777);
+    again->set_id(++id);
+    again->add_deps(member);
+  }
+  EXPECT_THAT(Validate(p), StatusIs(absl::StatusCode::kInvalidArgument,
+                                    HasSubstr("aggregated exactly once")));
+}
+
+TEST_F(Corrupted, UpdateReadsAnUnaggregatedGradient) {
+  DistributedProgram p = ring_;
+  // Point an update at the gradient's producer instead of its all-reduce.
+  std::map<int64_t, const Instruction*> by_id;
+  for (const auto& dp : p.devices()) {
+    for (const auto& ins : dp.instructions()) by_id[ins.id()] = &ins;
+  }
+  Instruction* update = nullptr;
+  int64_t allreduce = -1;
+  for (auto& dp : *p.mutable_devices()) {
+    for (auto& ins : *dp.mutable_instructions()) {
+      if (!ins.has_compute() || update != nullptr) continue;
+      for (int64_t dep : ins.deps()) {
+        if (by_id[dep]->has_all_reduce()) {
+          update = &ins;
+          allreduce = dep;
+        }
+      }
+    }
+  }
+  ASSERT_NE(update, nullptr);
+  std::vector<int64_t> deps;
+  for (int64_t dep : update->deps()) {
+    if (dep != allreduce) deps.push_back(dep);
+  }
+  for (int64_t dep : by_id[allreduce]->deps()) deps.push_back(dep);
+  update->clear_deps();
+  std::sort(deps.begin(), deps.end());
+  for (int64_t dep : deps) update->add_deps(dep);
+  EXPECT_THAT(Validate(p), StatusIs(absl::StatusCode::kInvalidArgument,
+                                    HasSubstr("partial sum over part of the batch that was never aggregated")));
+}
+
+TEST_F(Corrupted, ReplicasNotCoveringTheBatch) {
+  DistributedProgram p = ring_;
+  Instruction* c = At(p, Find(p, [](const Instruction& i) { return i.has_compute() && i.compute().end() > 0; }));
+  c->mutable_compute()->set_end(c->compute().end() - 1);
+  EXPECT_THAT(Validate(p), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("the batch")));
+}
+
+TEST_F(Corrupted, InputNeitherResidentNorWritten) {
+  DistributedProgram p = ring_;
+  Instruction* c = At(p, Find(p, [](const Instruction& i) { return i.has_compute() && i.deps_size() > 0; }));
+  c->clear_deps();
+  EXPECT_THAT(Validate(p), StatusIs(absl::StatusCode::kInvalidArgument,
+                                    HasSubstr("neither resident there nor written by one of its dependencies")));
+}
+
+TEST_F(Corrupted, OpRunsWhereItsGroupDoesNotPlaceIt) {
+  DistributedProgram p = ring_;
+  // Move device 0's first computation to device 1 (with a fresh id at the end).
+  const auto where = Find(p, [](const Instruction& i) { return i.has_compute() && i.deps_size() == 0; });
+  Instruction moved = *At(p, where);
+  p.mutable_devices(where.first)->mutable_instructions()->DeleteSubrange(where.second, 1);
+  for (auto& dp : *p.mutable_devices()) {
+    for (auto& ins : *dp.mutable_instructions()) {
+      auto* deps = ins.mutable_deps();
+      deps->erase(std::remove(deps->begin(), deps->end(), moved.id()), deps->end());
+    }
+  }
+  moved.set_id(MaxId(p) + 1);
+  *p.mutable_devices((where.first + 1) % p.devices_size())->add_instructions() = moved;
+  EXPECT_THAT(Validate(p), StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST_F(Corrupted, UnmatchedTransfersAndPushes) {
+  {
+    DistributedProgram p = ps_;
+    Instruction* push = At(p, Find(p, [](const Instruction& i) { return i.has_ps_push(); }));
+    push->mutable_ps_push()->set_tag(push->ps_push().tag() + 1000000);
+    EXPECT_THAT(Validate(p), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("push tag")));
+  }
+  {
+    DistributedProgram p = ps_;
+    Instruction* pull = At(p, Find(p, [](const Instruction& i) { return i.has_ps_pull(); }));
+    const std::string server = pull->ps_pull().server_device();
+    for (const auto& dp : p.devices()) {
+      if (dp.device() != server) {
+        pull->mutable_ps_pull()->set_server_device(dp.device());
+        break;
+      }
+    }
+    EXPECT_THAT(Validate(p), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("which does not hold it")));
+  }
+  {
+    DistributedProgram p = ring_;
+    p.mutable_devices(0)->mutable_instructions(0)->add_deps(MaxId(p) + 5);
+    EXPECT_THAT(Validate(p), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("missing instruction")));
+  }
+}
+
+}  // namespace
+}  // namespace quilt

@@ -1,0 +1,172 @@
+// Invariants of the baselines on every zoo model × shipped cluster: every
+// program lowers and validates, no prediction beats the compute lower
+// bound, feasibility is exactly "every device's peak fits its memory", and
+// on heterogeneous clusters the proportional split is never slower than
+// the even one.
+#include "src/planner/plan.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "src/cluster/cluster_spec.h"
+#include "src/common/status_matchers.h"
+#include "src/graph/autodiff.h"
+#include "src/graph/zoo/zoo.h"
+#include "src/planner/program_validator.h"
+
+namespace quilt {
+namespace {
+
+struct Case {
+  std::string model;
+  std::string cluster;
+};
+
+void PrintTo(const Case& c, std::ostream* os) { *os << c.model << "@" << c.cluster; }
+
+std::vector<Case> AllCases() {
+  std::vector<Case> out;
+  for (const zoo::ZooModel& m : zoo::ZooModels()) {
+    for (const char* c : {"heterog_testbed", "hap_cluster", "nvlink_2x4_v100"}) out.push_back({m.name, c});
+  }
+  return out;
+}
+
+bool Heterogeneous(const Topology& topo) {
+  for (int d = 1; d < topo.num_devices(); ++d) {
+    if (topo.device(d).proto.model() != topo.device(0).proto.model()) return true;
+  }
+  return false;
+}
+
+const quilt::v1::StrategyEstimate* Find(const quilt::v1::PlanReport& r, const std::string& name) {
+  for (const auto& e : r.estimates()) {
+    if (e.name() == name) return &e;
+  }
+  return nullptr;
+}
+
+class Invariants : public ::testing::TestWithParam<Case> {};
+
+TEST_P(Invariants, HoldForEveryBaseline) {
+  const Case& c = GetParam();
+  absl::StatusOr<quilt::v1::ClusterSpec> spec = LoadClusterSpec("config/clusters/" + c.cluster + ".textproto");
+  ASSERT_THAT(spec.status(), IsOk());
+  absl::StatusOr<Topology> topo = Topology::Build(*spec);
+  ASSERT_THAT(topo.status(), IsOk());
+  absl::StatusOr<Graph> g = zoo::BuildZooModel(c.model);
+  ASSERT_THAT(g.status(), IsOk());
+  TrainingOptions to;
+  to.loss = LossType::kSoftmaxCrossEntropy;
+  to.optimizer.kind = OptimizerSpec::Kind::kSgd;
+  to.optimizer.momentum = 0.9;
+  ASSERT_THAT(BuildTrainingGraph(&*g, to), IsOk());
+  PlanOptions o;
+  o.global_batch = 8 * topo->num_devices();
+  // Plan lowers, validates and simulates every baseline; an invalid program
+  // is an error.
+  absl::StatusOr<PlanResult> plan = Plan(*g, *topo, o);
+  ASSERT_THAT(plan.status(), IsOk());
+  const quilt::v1::PlanReport& r = plan->report;
+  ASSERT_EQ(r.estimates_size(), topo->num_devices() > 1 ? 5 : 1);
+  ASSERT_GT(r.lower_bound_s(), 0);
+  for (const auto& e : r.estimates()) {
+    SCOPED_TRACE(e.name());
+    if (e.step_time_s() == 0) {
+      // Not built at all: only when no split fits memory.
+      EXPECT_FALSE(e.feasible());
+      EXPECT_THAT(e.infeasible_reason(), ::testing::HasSubstr("memory"));
+      continue;
+    }
+    EXPECT_GE(e.step_time_s(), r.lower_bound_s() * (1 - 1e-9));
+    EXPECT_GE(e.ratio_to_lower_bound(), 1 - 1e-9);
+    bool fits = true;
+    ASSERT_GT(e.memory_size(), 0);
+    for (const auto& m : e.memory()) fits &= m.peak_bytes() <= m.capacity_bytes();
+    EXPECT_EQ(e.feasible(), fits);
+    if (!fits) EXPECT_THAT(e.infeasible_reason(), ::testing::HasSubstr("out of memory"));
+  }
+  if (!r.best().empty()) {
+    EXPECT_THAT(ValidateProgram(plan->best_program, *g, *topo), IsOk());
+    EXPECT_TRUE(Find(r, r.best())->feasible());
+  }
+  if (Heterogeneous(*topo)) {
+    for (const std::string method : {"ring", "ps"}) {
+      const auto* even = Find(r, "dp-even-" + method);
+      const auto* prop = Find(r, "dp-proportional-" + method);
+      ASSERT_NE(even, nullptr);
+      ASSERT_NE(prop, nullptr);
+      if (even->feasible()) {
+        EXPECT_TRUE(prop->feasible()) << method;
+        EXPECT_LE(prop->step_time_s(), even->step_time_s()) << method;
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(ZooTimesClusters, Invariants, ::testing::ValuesIn(AllCases()),
+                         [](const auto& info) { return info.param.model + "_" + info.param.cluster; });
+
+// The proportional split is a real split, not the even one in disguise:
+// on a heterogeneous cluster with a compute-bound model it gives the faster
+// devices more rows and is strictly faster.
+TEST(Proportional, GivesFasterDevicesMoreRows) {
+  absl::StatusOr<quilt::v1::ClusterSpec> spec = LoadClusterSpec("config/clusters/heterog_testbed.textproto");
+  ASSERT_THAT(spec.status(), IsOk());
+  absl::StatusOr<Topology> topo = Topology::Build(*spec);
+  ASSERT_THAT(topo.status(), IsOk());
+  absl::StatusOr<Graph> g = zoo::BuildZooModel("resnet50");
+  ASSERT_THAT(g.status(), IsOk());
+  TrainingOptions to;
+  to.loss = LossType::kSoftmaxCrossEntropy;
+  to.optimizer.kind = OptimizerSpec::Kind::kSgd;
+  ASSERT_THAT(BuildTrainingGraph(&*g, to), IsOk());
+  PlanOptions o;
+  o.global_batch = 256;
+  absl::StatusOr<PlanResult> plan = Plan(*g, *topo, o);
+  ASSERT_THAT(plan.status(), IsOk());
+  const auto* even = Find(plan->report, "dp-even-ring");
+  const auto* prop = Find(plan->report, "dp-proportional-ring");
+  ASSERT_TRUE(even->feasible() && prop->feasible());
+  EXPECT_TRUE(prop->note().empty()) << prop->note();
+  EXPECT_LT(prop->step_time_s(), 0.95 * even->step_time_s());
+  std::map<std::string, int> rows;
+  for (const auto& r : prop->strategy().groups(0).replicas()) rows[r.device()] = r.replicas();
+  std::map<std::string, double> speed;
+  absl::StatusOr<CostModel> cost = CostModel::Create(&*g, &*topo);
+  ASSERT_THAT(cost.status(), IsOk());
+  for (int d = 0; d < topo->num_devices(); ++d) speed[topo->device(d).id] = cost->speed(d).flops_per_s;
+  for (const auto& [a, ra] : rows) {
+    for (const auto& [b, rb] : rows) {
+      if (speed[a] > 1.2 * speed[b]) EXPECT_GT(ra, rb) << a << " vs " << b;
+    }
+  }
+  int total = 0;
+  for (const auto& [d, n] : rows) total += n;
+  EXPECT_EQ(total, 256);
+}
+
+TEST(Plan, RejectsBadRequests) {
+  absl::StatusOr<quilt::v1::ClusterSpec> spec = LoadClusterSpec("config/clusters/nvlink_2x4_v100.textproto");
+  ASSERT_THAT(spec.status(), IsOk());
+  absl::StatusOr<Topology> topo = Topology::Build(*spec);
+  ASSERT_THAT(topo.status(), IsOk());
+  absl::StatusOr<Graph> g = zoo::BuildZooModel("mlp");
+  ASSERT_THAT(g.status(), IsOk());
+  PlanOptions o;
+  o.global_batch = 16;
+  EXPECT_THAT(Plan(*g, *topo, o).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("training graph")));
+  TrainingOptions to;
+  to.loss = LossType::kSoftmaxCrossEntropy;
+  to.optimizer.kind = OptimizerSpec::Kind::kSgd;
+  ASSERT_THAT(BuildTrainingGraph(&*g, to), IsOk());
+  o.strategy = "dp-magic";
+  EXPECT_THAT(Plan(*g, *topo, o).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("dp-even-ring")));
+  o.strategy = "all";
+  o.global_batch = 0;
+  EXPECT_THAT(Plan(*g, *topo, o).status(), StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+}  // namespace
+}  // namespace quilt

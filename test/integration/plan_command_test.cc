@@ -1,0 +1,104 @@
+// `quiltctl plan` as a user runs it: every baseline and the lower bound for
+// BERT-large on the HAP cluster, JSON with the same content, a Chrome trace
+// that parses, and clear errors for bad input.
+#include <fstream>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "src/common/status_matchers.h"
+#include "src/testing/subprocess.h"
+#include "src/testing/temp_dir.h"
+
+namespace quilt::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+const std::vector<std::string> kBaselines = {"single-device", "dp-even-ring", "dp-even-ps",
+                                             "dp-proportional-ring", "dp-proportional-ps"};
+
+CommandResult Plan(std::vector<std::string> args) {
+  args.insert(args.begin(), {RunfilePath("src/cli/quiltctl"), "plan"});
+  auto r = RunCommand(args, absl::Seconds(300));
+  EXPECT_THAT(r, IsOk());
+  return r.ok() ? *r : CommandResult{};
+}
+
+TEST(PlanCommand, BertLargeOnHap_PrintsEveryBaselineAndTheLowerBound) {
+  const CommandResult table = Plan({"zoo:bert_large", "--cluster", "config/clusters/hap_cluster.textproto",
+                                    "--batch", "2048", "--strategy", "all"});
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_THAT(table.out, HasSubstr("Compute lower bound"));
+  for (const std::string& name : kBaselines) EXPECT_THAT(table.out, HasSubstr(name));
+  EXPECT_THAT(table.out, HasSubstr("Best: "));
+  EXPECT_THAT(table.err, HasSubstr("simulating dp-even-ring"));  // progress
+
+  const CommandResult json = Plan({"zoo:bert_large", "--cluster", "config/clusters/hap_cluster.textproto",
+                                   "--batch", "2048", "-o", "json"});
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  const nlohmann::json r = nlohmann::json::parse(json.out);
+  EXPECT_EQ(r["model"], "bert_large");
+  EXPECT_EQ(r["global_batch"], "2048");
+  const double lower = r["lower_bound_s"].get<double>();
+  EXPECT_GT(lower, 0);
+  EXPECT_GT(r["planning_wall_s"].get<double>(), 0);
+  ASSERT_EQ(r["estimates"].size(), kBaselines.size());
+  double best = 0;
+  for (size_t i = 0; i < kBaselines.size(); ++i) {
+    const auto& e = r["estimates"][i];
+    EXPECT_EQ(e["name"], kBaselines[i]);
+    const double step = e["step_time_s"].get<double>();
+    if (step == 0) continue;
+    EXPECT_GE(step, lower);
+    EXPECT_NEAR(e["ratio_to_lower_bound"].get<double>(), step / lower, 1e-9 * step / lower);
+    EXPECT_NEAR(e["samples_per_s"].get<double>(), 2048 / step, 1e-6 * 2048 / step);
+    EXPECT_EQ(e["memory"].size(), e["name"] == "single-device" ? 1u : 64u);
+    if (e["name"] == r["best"]) best = step;
+  }
+  // 2048 rows do not fit one 16 GB V100.
+  EXPECT_FALSE(r["estimates"][0]["feasible"].get<bool>());
+  EXPECT_THAT(r["estimates"][0]["infeasible_reason"].get<std::string>(), HasSubstr("out of memory"));
+  for (const auto& e : r["estimates"]) {
+    if (e["feasible"].get<bool>()) EXPECT_GE(e["step_time_s"].get<double>(), best);
+  }
+}
+
+TEST(PlanCommand, TraceOpensAsChromeTraceJson) {
+  TempDir dir;
+  const std::string trace = dir.File("trace.json");
+  const CommandResult r = Plan({"zoo:mlp", "--cluster", "config/clusters/nvlink_2x4_v100.textproto", "--batch",
+                                "64", "--strategy", "dp-even-ring", "--trace", trace});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::ifstream in(trace);
+  const nlohmann::json t = nlohmann::json::parse(in);
+  int compute = 0, collective = 0;
+  for (const auto& e : t["traceEvents"]) {
+    if (e["ph"] != "X") continue;
+    EXPECT_GE(e["dur"].get<double>(), 0);
+    compute += e["cat"] == "compute";
+    collective += e["cat"] == "collective";
+  }
+  EXPECT_GT(compute, 0);
+  EXPECT_GT(collective, 0);
+}
+
+TEST(PlanCommand, BadInput_ExitsWithAClearError) {
+  const CommandResult model = Plan({"zoo:nonexistent", "--cluster", "config/clusters/hap_cluster.textproto",
+                                    "--batch", "8"});
+  EXPECT_NE(model.exit_code, 0);
+  EXPECT_THAT(model.err, HasSubstr("nonexistent"));
+  const CommandResult cluster = Plan({"zoo:mlp", "--cluster", "/nonexistent/c.textproto", "--batch", "8"});
+  EXPECT_NE(cluster.exit_code, 0);
+  EXPECT_THAT(cluster.err, HasSubstr("/nonexistent/c.textproto"));
+  const CommandResult strategy = Plan({"zoo:mlp", "--cluster", "config/clusters/hap_cluster.textproto",
+                                       "--batch", "8", "--strategy", "dp-magic"});
+  EXPECT_NE(strategy.exit_code, 0);
+  EXPECT_THAT(strategy.err, HasSubstr("dp-even-ring"));
+  const CommandResult batch = Plan({"zoo:mlp", "--cluster", "config/clusters/hap_cluster.textproto",
+                                    "--batch", "0"});
+  EXPECT_NE(batch.exit_code, 0);
+}
+
+}  // namespace
+}  // namespace quilt::testing
