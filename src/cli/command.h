@@ -15,6 +15,8 @@ namespace quilt::cli {
 struct GlobalOptions {
   std::string coordinator;
   double timeout_s = 10;
+  // Whether --timeout was given (long commands pick a longer default).
+  bool timeout_set = false;
 };
 
 struct Command {
@@ -26,7 +28,7 @@ struct Command {
 void AddClusterCommands(CLI::App& app, const GlobalOptions& globals, std::vector<Command>* out);
 void AddGraphCommands(CLI::App& app, std::vector<Command>* out);
 void AddTrainLocalCommand(CLI::App& app, std::vector<Command>* out);
-void AddPlanCommand(CLI::App& app, std::vector<Command>* out);
+void AddPlanCommand(CLI::App& app, const GlobalOptions& globals, std::vector<Command>* out);
 
 // Prints "quiltctl: <message>" to stderr; returns 1.
 int PrintError(const std::string& message);

@@ -17,14 +17,17 @@ int main(int argc, char** argv) {
   globals.coordinator = env != nullptr && *env != '\0' ? env : "127.0.0.1:7070";
   app.add_option("--coordinator", globals.coordinator,
                  "Coordinator address (default $QUILT_COORDINATOR or 127.0.0.1:7070)");
-  app.add_option("--timeout", globals.timeout_s, "Deadline of each call, in seconds")
-      ->check(CLI::PositiveNumber);
+  CLI::Option* timeout =
+      app.add_option("--timeout", globals.timeout_s,
+                     "Deadline of each call, in seconds (default 10; 600 for plan)")
+          ->check(CLI::PositiveNumber);
   std::vector<quilt::cli::Command> commands;
   quilt::cli::AddClusterCommands(app, globals, &commands);
   quilt::cli::AddGraphCommands(app, &commands);
   quilt::cli::AddTrainLocalCommand(app, &commands);
-  quilt::cli::AddPlanCommand(app, &commands);
+  quilt::cli::AddPlanCommand(app, globals, &commands);
   CLI11_PARSE(app, argc, argv);
+  globals.timeout_set = timeout->count() > 0;
   for (const quilt::cli::Command& c : commands) {
     if (c.app->parsed()) return c.run();
   }

@@ -1,5 +1,7 @@
 // quiltctl plan: predicted step time, memory and communication of every
-// baseline (or one strategy) for a model on a cluster, offline.
+// baseline (or one strategy) for a model on a cluster: offline with
+// --cluster FILE, otherwise by the coordinator on the live cluster
+// (JobService.PlanJob).
 #include <fstream>
 #include <iostream>
 
@@ -8,9 +10,11 @@
 #include "src/cli/format.h"
 #include "src/cluster/cluster_spec.h"
 #include "src/cluster/topology.h"
+#include "src/common/files.h"
 #include "src/graph/autodiff.h"
 #include "src/graph/model_loader.h"
 #include "src/planner/plan.h"
+#include "src/rpc/coordinator_client.h"
 
 namespace quilt::cli {
 namespace {
@@ -58,18 +62,66 @@ std::string RenderPlan(const quilt::v1::PlanReport& r) {
   return out;
 }
 
-int Run(const PlanArgs& a) {
+TrainingOptions TrainingFor(const Graph& g, const PlanArgs& a) {
+  TrainingOptions to;
+  to.loss = g.loss.type == LossType::kNone ? LossType::kSoftmaxCrossEntropy : LossType::kNone;
+  to.optimizer.kind =
+      a.optimizer == "adam" ? OptimizerSpec::Kind::kAdam : OptimizerSpec::Kind::kSgd;
+  to.optimizer.learning_rate = a.optimizer == "adam" ? 1e-3 : 0.01;
+  to.optimizer.momentum = a.optimizer == "adam" ? 0 : 0.9;
+  return to;
+}
+
+// The coordinator plans on the live cluster.
+int RunRemote(const PlanArgs& a, const Graph& forward, const GlobalOptions& globals) {
+  quilt::v1::PlanJobRequest request;
+  quilt::v1::JobSpec& spec = *request.mutable_spec();
+  spec.set_name(forward.name);
+  spec.set_global_batch(a.batch);
+  if (a.model.rfind("zoo:", 0) == 0) {
+    spec.set_zoo(a.model.substr(4));
+  } else if (a.model.size() > 5 && a.model.substr(a.model.size() - 5) == ".onnx") {
+    absl::StatusOr<std::string> bytes = ReadFile(a.model);
+    if (!bytes.ok()) return PrintError(std::string(bytes.status().message()));
+    spec.set_onnx(*bytes);
+  } else {
+    *spec.mutable_graph() = forward.ToProto();
+  }
+  const TrainingOptions to = TrainingFor(forward, a);
+  if (to.loss == LossType::kSoftmaxCrossEntropy)
+    spec.set_loss(quilt::v1::Loss::TYPE_SOFTMAX_CROSS_ENTROPY);
+  if (to.optimizer.kind == OptimizerSpec::Kind::kAdam) {
+    spec.mutable_optimizer()->mutable_adam()->set_learning_rate(to.optimizer.learning_rate);
+  } else {
+    spec.mutable_optimizer()->mutable_sgd()->set_learning_rate(to.optimizer.learning_rate);
+    spec.mutable_optimizer()->mutable_sgd()->set_momentum(to.optimizer.momentum);
+  }
+  request.set_strategy(a.strategy);
+  // Planning takes seconds to minutes: a longer deadline unless one is given.
+  const double timeout =
+      globals.timeout_set ? globals.timeout_s : std::max(globals.timeout_s, 600.0);
+  rpc::JobClient client(globals.coordinator, absl::Seconds(timeout));
+  std::cerr << "planning on the coordinator at " << globals.coordinator << "\n";
+  absl::StatusOr<quilt::v1::PlanReport> report = client.PlanJob(request);
+  if (!report.ok()) return PrintError(std::string(report.status().message()));
+  std::cout << (a.format == "json" ? ToJson(*report) : RenderPlan(*report));
+  return 0;
+}
+
+int Run(const PlanArgs& a, const GlobalOptions& globals) {
+  absl::StatusOr<Graph> g = LoadModel(a.model, a.batch);
+  if (!g.ok()) return PrintError(std::string(g.status().message()));
+  if (a.cluster.empty()) {
+    if (!a.trace.empty()) return PrintError("--trace needs --cluster (an offline plan)");
+    return RunRemote(a, *g, globals);
+  }
   absl::StatusOr<quilt::v1::ClusterSpec> spec = LoadClusterSpec(a.cluster);
   if (!spec.ok()) return PrintError(std::string(spec.status().message()));
   absl::StatusOr<Topology> topo = Topology::Build(*spec);
   if (!topo.ok()) return PrintError(std::string(topo.status().message()));
-  absl::StatusOr<Graph> g = LoadModel(a.model, a.batch);
-  if (!g.ok()) return PrintError(std::string(g.status().message()));
-  TrainingOptions to;
-  to.loss = g->loss.type == LossType::kNone ? LossType::kSoftmaxCrossEntropy : g->loss.type;
-  to.optimizer.kind = a.optimizer == "adam" ? OptimizerSpec::Kind::kAdam : OptimizerSpec::Kind::kSgd;
-  to.optimizer.momentum = a.optimizer == "adam" ? 0 : 0.9;
-  if (absl::Status s = BuildTrainingGraph(&*g, to); !s.ok()) return PrintError(std::string(s.message()));
+  if (absl::Status s = BuildTrainingGraph(&*g, TrainingFor(*g, a)); !s.ok()) {
+    return PrintError(std::string(s.message()));
+  }
   PlanOptions po;
   po.global_batch = a.batch;
   po.strategy = a.strategy;
@@ -89,19 +141,22 @@ int Run(const PlanArgs& a) {
 
 }  // namespace
 
-void AddPlanCommand(CLI::App& app, std::vector<Command>* out) {
+void AddPlanCommand(CLI::App& app, const GlobalOptions& globals, std::vector<Command>* out) {
   auto a = std::make_shared<PlanArgs>();
   CLI::App* c = app.add_subcommand(
       "plan", "Predict step time, memory and communication of strategies (offline)");
   c->add_option("model", a->model, "zoo:NAME, a .onnx file or a .pb/.pbtxt graph")->required();
-  c->add_option("--cluster", a->cluster, "ClusterSpec file (.textproto or .json)")->required();
+  c->add_option("--cluster", a->cluster,
+                "ClusterSpec file (.textproto or .json) to plan offline; without it the "
+                "coordinator plans on the live cluster");
   c->add_option("--batch", a->batch, "Global batch size")->required()->check(CLI::PositiveNumber);
   c->add_option("--strategy", a->strategy, "all, or one strategy name");
-  c->add_option("--trace", a->trace, "Write the best strategy's simulated timeline (Chrome trace JSON)");
+  c->add_option("--trace", a->trace,
+                "Write the best strategy's simulated timeline (Chrome trace JSON)");
   c->add_option("--optimizer", a->optimizer, "sgd (momentum 0.9) | adam")
       ->check(CLI::IsMember({"sgd", "adam"}));
   c->add_option("-o,--output", a->format, "table | json")->check(CLI::IsMember({"table", "json"}));
-  out->push_back({c, [a]() { return Run(*a); }});
+  out->push_back({c, [a, &globals]() { return Run(*a, globals); }});
 }
 
 }  // namespace quilt::cli

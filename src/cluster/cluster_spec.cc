@@ -20,8 +20,8 @@ absl::StatusOr<quilt::v1::ClusterSpec> LoadClusterSpec(const std::string& path) 
     google::protobuf::util::JsonParseOptions o;
     auto s = google::protobuf::util::JsonStringToMessage(text, &spec, o);
     if (!s.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(path, ": not a ClusterSpec in JSON: ",
-                                                     std::string(s.message())));
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": not a ClusterSpec in JSON: ", std::string(s.message())));
     }
   } else {
     struct Collector : google::protobuf::io::ErrorCollector {
@@ -57,11 +57,13 @@ absl::Status ValidateClusterSpec(const quilt::v1::ClusterSpec& spec) {
         return absl::InvalidArgumentError("device '" + d.id() + "' is listed twice");
       }
       if (d.measured_gemm_flops_per_s() <= 0 && d.peak_fp32_flops_per_s() <= 0) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "device '", d.id(), "' has no speed (measured_gemm_flops_per_s or peak_fp32_flops_per_s)"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("device '", d.id(),
+                         "' has no speed (measured_gemm_flops_per_s or peak_fp32_flops_per_s)"));
       }
       if (d.memory_bytes() <= 0) {
-        return absl::InvalidArgumentError(absl::StrCat("device '", d.id(), "' has no memory_bytes"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("device '", d.id(), "' has no memory_bytes"));
       }
     }
   }
@@ -71,8 +73,8 @@ absl::Status ValidateClusterSpec(const quilt::v1::ClusterSpec& spec) {
                                                      p.dst_device(), " names an unknown device"));
     }
     if (p.link().bandwidth_bytes_per_s() <= 0) {
-      return absl::InvalidArgumentError(absl::StrCat("pair link ", p.src_device(), " -> ",
-                                                     p.dst_device(), " has no bandwidth"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("pair link ", p.src_device(), " -> ", p.dst_device(), " has no bandwidth"));
     }
   }
   return absl::OkStatus();

@@ -38,7 +38,8 @@ TEST(ClusterSpec, ShippedTestbedsLoadWithTheirDevices) {
   };
   for (const Shipped& s : shipped) {
     SCOPED_TRACE(s.file);
-    absl::StatusOr<quilt::v1::ClusterSpec> spec = LoadClusterSpec("config/clusters/" + s.file + ".textproto");
+    absl::StatusOr<quilt::v1::ClusterSpec> spec =
+        LoadClusterSpec("config/clusters/" + s.file + ".textproto");
     ASSERT_THAT(spec.status(), IsOk());
     EXPECT_EQ(spec->nodes_size(), s.nodes);
     std::set<std::string> models;
@@ -57,7 +58,8 @@ TEST(ClusterSpec, ShippedTestbedsLoadWithTheirDevices) {
 }
 
 TEST(ClusterSpec, JsonAndTextFormatAreTheSameMessage) {
-  absl::StatusOr<quilt::v1::ClusterSpec> text = LoadClusterSpec("config/clusters/heterog_testbed.textproto");
+  absl::StatusOr<quilt::v1::ClusterSpec> text =
+      LoadClusterSpec("config/clusters/heterog_testbed.textproto");
   ASSERT_THAT(text.status(), IsOk());
   std::string json;
   google::protobuf::util::JsonPrintOptions opts;
@@ -73,8 +75,9 @@ TEST(ClusterSpec, BadFilesNameTheFileAndTheProblem) {
   testing::TempDir dir;
   EXPECT_THAT(LoadClusterSpec(dir.File("absent.textproto")).status(),
               StatusIs(absl::StatusCode::kNotFound, HasSubstr("absent.textproto")));
-  EXPECT_THAT(LoadClusterSpec(Write(dir, "bad.textproto", "nodes { node_id: \"a\" devices {")).status(),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("bad.textproto")));
+  EXPECT_THAT(
+      LoadClusterSpec(Write(dir, "bad.textproto", "nodes { node_id: \"a\" devices {")).status(),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("bad.textproto")));
   EXPECT_THAT(LoadClusterSpec(Write(dir, "bad.json", "{\"nodes\": [{\"node_id\": 3,}]")).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("bad.json")));
   EXPECT_THAT(LoadClusterSpec(Write(dir, "empty.textproto", "name: \"x\"")).status(),
@@ -107,13 +110,14 @@ TEST(ClusterSpec, ValidationErrorsNameTheCulprit) {
   {
     auto s = Valid();
     s.mutable_nodes(1)->mutable_devices(0)->set_id("n0/gpu:0");
-    EXPECT_THAT(ValidateClusterSpec(s), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("n0/gpu:0")));
+    EXPECT_THAT(ValidateClusterSpec(s),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("n0/gpu:0")));
   }
   {
     auto s = Valid();
     s.mutable_nodes(0)->mutable_devices(1)->clear_memory_bytes();
-    EXPECT_THAT(ValidateClusterSpec(s),
-                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("'n0/gpu:1' has no memory_bytes")));
+    EXPECT_THAT(ValidateClusterSpec(s), StatusIs(absl::StatusCode::kInvalidArgument,
+                                                 HasSubstr("'n0/gpu:1' has no memory_bytes")));
   }
   {
     auto s = Valid();
@@ -127,12 +131,14 @@ TEST(ClusterSpec, ValidationErrorsNameTheCulprit) {
     p->set_src_device("n0/gpu:0");
     p->set_dst_device("n9/gpu:0");
     p->mutable_link()->set_bandwidth_bytes_per_s(1e9);
-    EXPECT_THAT(ValidateClusterSpec(s), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("unknown device")));
+    EXPECT_THAT(ValidateClusterSpec(s),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("unknown device")));
   }
   {
     auto s = Valid();
     *s.add_nodes() = s.nodes(0);
-    EXPECT_THAT(ValidateClusterSpec(s), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("listed twice")));
+    EXPECT_THAT(ValidateClusterSpec(s),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("listed twice")));
   }
   {
     auto s = Valid();
@@ -153,7 +159,7 @@ TEST(Topology, PathsTakeTheNarrowestLinkAndSumLatencies) {
   EXPECT_DOUBLE_EQ(intra.bandwidth_bytes_per_s, 1e11);
   EXPECT_NEAR(intra.latency_s, 2e-6, 1e-15);
   const Path& inter = t->PathBetween(a0, b0);
-  EXPECT_EQ(inter.resources.size(), 4u);  // egress, NIC out, NIC in, ingress
+  EXPECT_EQ(inter.resources.size(), 4u);                  // egress, NIC out, NIC in, ingress
   EXPECT_DOUBLE_EQ(inter.bandwidth_bytes_per_s, 1.25e9);  // n0's NIC
   EXPECT_NEAR(inter.latency_s, 2e-6 + 1e-5, 1e-15);
   EXPECT_NEAR(inter.Time(1.25e9), 1.0 + 2e-6 + 1e-5, 1e-12);
@@ -161,7 +167,8 @@ TEST(Topology, PathsTakeTheNarrowestLinkAndSumLatencies) {
   // Paths a0→b0 and a1→b0 share n0's NIC out.
   const Path& other = t->PathBetween(a1, b0);
   int shared = 0;
-  for (int r : inter.resources) shared += std::count(other.resources.begin(), other.resources.end(), r);
+  for (int r : inter.resources)
+    shared += std::count(other.resources.begin(), other.resources.end(), r);
   EXPECT_EQ(shared, 3);  // NIC out, NIC in, b0's ingress
 }
 

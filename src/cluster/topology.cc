@@ -77,7 +77,8 @@ absl::StatusOr<Topology> Topology::Build(const quilt::v1::ClusterSpec& spec) {
       }
       p.bandwidth_bytes_per_s = 1e300;
       for (int r : p.resources) {
-        p.bandwidth_bytes_per_s = std::min(p.bandwidth_bytes_per_s, t.resources_[r].bandwidth_bytes_per_s);
+        p.bandwidth_bytes_per_s =
+            std::min(p.bandwidth_bytes_per_s, t.resources_[r].bandwidth_bytes_per_s);
         p.latency_s += t.resources_[r].latency_s;
       }
     }

@@ -18,11 +18,11 @@
 namespace quilt {
 
 // Defaults for links a spec leaves at 0.
-inline constexpr double kDefaultGpuFabricBytesPerS = 12e9;   // PCIe 3.0 x16, achievable
-inline constexpr double kDefaultCpuFabricBytesPerS = 10e9;   // shared memory copies
+inline constexpr double kDefaultGpuFabricBytesPerS = 12e9;  // PCIe 3.0 x16, achievable
+inline constexpr double kDefaultCpuFabricBytesPerS = 10e9;  // shared memory copies
 inline constexpr double kDefaultFabricLatencyS = 5e-6;
-inline constexpr double kDefaultNicBytesPerS = 1.25e9;       // 10 Gbit/s
-inline constexpr double kDefaultNicLatencyS = 12e-6;         // HeteroG's per-transfer overhead
+inline constexpr double kDefaultNicBytesPerS = 1.25e9;  // 10 Gbit/s
+inline constexpr double kDefaultNicLatencyS = 12e-6;    // HeteroG's per-transfer overhead
 
 struct DeviceEntry {
   std::string id;

@@ -1,10 +1,10 @@
 #include "src/coordinator/node_registry.h"
 
 #include "absl/strings/str_format.h"
+#include "src/cluster/node_validation.h"
 #include "src/common/logging.h"
 #include "src/common/proto_time.h"
 #include "src/common/status.h"
-#include "src/cluster/node_validation.h"
 
 namespace quilt {
 namespace {

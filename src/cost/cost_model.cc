@@ -125,8 +125,7 @@ double CostModel::OpTime(int op, int device, int64_t rows) const {
   const DeviceSpeed& s = speeds_[device];
   const double flops = c.flops_base + c.flops_per_row * static_cast<double>(b);
   const double bytes = c.bytes_base + c.bytes_per_row * static_cast<double>(b);
-  return s.overhead_s +
-         std::max(flops / s.flops_per_s, bytes * s.slowdown / s.memory_bytes_per_s);
+  return s.overhead_s + std::max(flops / s.flops_per_s, bytes * s.slowdown / s.memory_bytes_per_s);
 }
 
 CostModel::Collective CostModel::Ring(const std::vector<int>& devices, double bytes,

@@ -359,28 +359,38 @@ absl::StatusOr<Graph> Graph::FromProto(const quilt::v1::TrainingGraph& proto) {
     g.loss.label = proto.loss().label();
     g.loss.output = proto.loss().output();
   }
-  if (proto.optimizer().has_sgd()) {
-    const auto& s = proto.optimizer().sgd();
-    g.optimizer.kind = OptimizerSpec::Kind::kSgd;
-    g.optimizer.learning_rate = s.learning_rate();
-    g.optimizer.momentum = s.momentum();
-    g.optimizer.weight_decay = s.weight_decay();
-    g.optimizer.nesterov = s.nesterov();
-  } else if (proto.optimizer().has_adam()) {
-    const auto& a = proto.optimizer().adam();
-    g.optimizer.kind = OptimizerSpec::Kind::kAdam;
-    g.optimizer.learning_rate = a.learning_rate();
-    g.optimizer.beta1 = a.beta1() == 0 ? 0.9 : a.beta1();
-    g.optimizer.beta2 = a.beta2() == 0 ? 0.999 : a.beta2();
-    g.optimizer.epsilon = a.epsilon() == 0 ? 1e-8 : a.epsilon();
-    g.optimizer.weight_decay = a.weight_decay();
-  }
+  g.optimizer = OptimizerFromProto(proto.optimizer());
   g.has_backward = proto.has_backward();
   g.reference_batch = proto.reference_batch_size();
   for (const quilt::v1::StateUpdate& u : proto.updates()) {
     g.updates.push_back({u.target(), u.source()});
   }
   return g;
+}
+
+}  // namespace quilt
+
+namespace quilt {
+
+OptimizerSpec OptimizerFromProto(const quilt::v1::Optimizer& proto) {
+  OptimizerSpec o;
+  if (proto.has_sgd()) {
+    const auto& s = proto.sgd();
+    o.kind = OptimizerSpec::Kind::kSgd;
+    o.learning_rate = s.learning_rate();
+    o.momentum = s.momentum();
+    o.weight_decay = s.weight_decay();
+    o.nesterov = s.nesterov();
+  } else if (proto.has_adam()) {
+    const auto& a = proto.adam();
+    o.kind = OptimizerSpec::Kind::kAdam;
+    o.learning_rate = a.learning_rate();
+    o.beta1 = a.beta1() == 0 ? 0.9 : a.beta1();
+    o.beta2 = a.beta2() == 0 ? 0.999 : a.beta2();
+    o.epsilon = a.epsilon() == 0 ? 1e-8 : a.epsilon();
+    o.weight_decay = a.weight_decay();
+  }
+  return o;
 }
 
 }  // namespace quilt

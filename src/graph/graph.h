@@ -137,6 +137,10 @@ class Graph {
   std::map<std::string, size_t> index_;
 };
 
+// The optimizer of a TrainingGraph or JobSpec (kind kNone when unset; Adam's
+// zero betas and epsilon take PyTorch's defaults).
+OptimizerSpec OptimizerFromProto(const quilt::v1::Optimizer& proto);
+
 }  // namespace quilt
 
 #endif  // QUILT_SRC_GRAPH_GRAPH_H_

@@ -1,10 +1,9 @@
 #include "src/planner/baselines.h"
 
-#include <coin/ClpSimplex.hpp>
-#include <coin/CoinPackedVector.hpp>
-
 #include <algorithm>
 #include <cmath>
+#include <coin/ClpSimplex.hpp>
+#include <coin/CoinPackedVector.hpp>
 #include <limits>
 #include <numeric>
 
@@ -23,8 +22,8 @@ absl::StatusOr<int64_t> SingleDevicePeak(const Graph& g, const CostModel& cost,
                                          const Topology& topo, int d, int64_t rows) {
   std::vector<int64_t> one(topo.num_devices(), 0);
   one[d] = 1;
-  const quilt::v1::Strategy s = DataParallelStrategy(
-      g, topo, one, quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE, "probe");
+  const quilt::v1::Strategy s =
+      DataParallelStrategy(g, topo, one, quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE, "probe");
   ASSIGN_OR_RETURN(quilt::v1::DistributedProgram prog, Lower(g, s, topo, &cost, rows));
   ASSIGN_OR_RETURN(SimResult r, Simulate(prog, g, topo, cost));
   return r.devices.empty() ? 0 : r.devices.front().peak_memory_bytes;
@@ -41,7 +40,7 @@ std::vector<std::string> ForwardOps(const Graph& g) {
 }
 
 absl::StatusOr<RowLoadModel> RowLoadModel::Fit(const Graph& g, const CostModel& cost,
-                                         const Topology& topo, int64_t batch) {
+                                               const Topology& topo, int64_t batch) {
   RowLoadModel m;
   m.graph_ = &g;
   m.cost_ = &cost;
@@ -77,7 +76,8 @@ double RowLoadModel::ComputeSeconds(int d, int64_t rows) const {
   auto [it, fresh] = seconds_[d].emplace(rows, 0.0);
   if (fresh) {
     double t = 0;
-    for (size_t i = 0; i < graph_->ops.size(); ++i) t += cost_->OpTime(static_cast<int>(i), d, rows);
+    for (size_t i = 0; i < graph_->ops.size(); ++i)
+      t += cost_->OpTime(static_cast<int>(i), d, rows);
     it->second = t;
   }
   return it->second;
@@ -139,8 +139,8 @@ double SlowestDevice(const RowLoadModel& load, const std::vector<int64_t>& rows)
 
 }  // namespace
 
-absl::StatusOr<std::vector<int64_t>> ProportionalSplit(const RowLoadModel& load, const Topology& topo,
-                                                       int64_t batch) {
+absl::StatusOr<std::vector<int64_t>> ProportionalSplit(const RowLoadModel& load,
+                                                       const Topology& topo, int64_t batch) {
   const int n = topo.num_devices();
   std::vector<int64_t> cap(n);
   int64_t room = 0;
@@ -183,7 +183,8 @@ absl::StatusOr<std::vector<int64_t>> ProportionalSplit(const RowLoadModel& load,
   };
   while (total < batch) {
     const auto [d, t] = best_receiver(-1);
-    if (d < 0) return absl::FailedPreconditionError("no split of the batch fits the devices' memory");
+    if (d < 0)
+      return absl::FailedPreconditionError("no split of the batch fits the devices' memory");
     ++rows[d];
     now[d] = t;
     ++total;
@@ -250,11 +251,12 @@ quilt::v1::Strategy DataParallelStrategy(const Graph& g, const Topology& topo,
     if (method != quilt::v1::AGGREGATION_METHOD_PARAMETER_SERVER) continue;
     const Shape& shape = g.FindTensor(name_p)->shape;
     const int64_t rows = shape.rank() == 0 ? 1 : std::max<int64_t>(1, shape.dim(0).value);
-    const int64_t pieces = std::min<int64_t>(
-        {rows, static_cast<int64_t>(used.size()), (size + share - 1) / share});
+    const int64_t pieces =
+        std::min<int64_t>({rows, static_cast<int64_t>(used.size()), (size + share - 1) / share});
     std::vector<size_t> order(used.size());
     for (size_t k = 0; k < order.size(); ++k) order[k] = k;
-    std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) { return load[x] < load[y]; });
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t x, size_t y) { return load[x] < load[y]; });
     for (int64_t k = 0; k < pieces; ++k) {
       load[order[k]] += size / pieces;
       a->add_servers(topo.device(used[order[k]]).id);
@@ -291,8 +293,9 @@ std::vector<NamedStrategy> Baselines(const Graph& g, const Topology& topo, const
   absl::StatusOr<std::vector<int64_t>> prop = absl::UnknownError("");
   absl::StatusOr<RowLoadModel> load = RowLoadModel::Fit(g, cost, topo, batch);
   prop = load.ok() ? ProportionalSplit(*load, topo, batch) : load.status();
-  for (auto [name, method] : {std::pair{"dp-proportional-ring", quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE},
-                              std::pair{"dp-proportional-ps", quilt::v1::AGGREGATION_METHOD_PARAMETER_SERVER}}) {
+  for (auto [name, method] :
+       {std::pair{"dp-proportional-ring", quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE},
+        std::pair{"dp-proportional-ps", quilt::v1::AGGREGATION_METHOD_PARAMETER_SERVER}}) {
     NamedStrategy ns;
     ns.name = name;
     if (prop.ok()) {

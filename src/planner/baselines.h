@@ -42,7 +42,7 @@ class RowLoadModel {
  public:
   // Errors: those of lowering or simulating the single-device probes.
   static absl::StatusOr<RowLoadModel> Fit(const Graph& graph, const CostModel& cost,
-                                       const Topology& topo, int64_t batch);
+                                          const Topology& topo, int64_t batch);
   // Seconds of computation of one step with `rows` rows on device `d`.
   double ComputeSeconds(int d, int64_t rows) const;
   // Rows that fit device d's memory.
@@ -63,8 +63,8 @@ class RowLoadModel {
 // on the affine fits, rounded to whole rows and refined on the exact times.
 // Never slower (on the load model) than the even split when that fits.
 // Errors: FAILED_PRECONDITION when no split fits.
-absl::StatusOr<std::vector<int64_t>> ProportionalSplit(const RowLoadModel& load, const Topology& topo,
-                                                       int64_t batch);
+absl::StatusOr<std::vector<int64_t>> ProportionalSplit(const RowLoadModel& load,
+                                                       const Topology& topo, int64_t batch);
 
 // Forward ops (the op groups of a data-parallel strategy).
 std::vector<std::string> ForwardOps(const Graph& graph);

@@ -37,8 +37,7 @@ struct Key {
 
 class Lowerer {
  public:
-  Lowerer(const Graph& g, const Topology& topo, const Placement& p)
-      : g_(g), topo_(topo), p_(p) {
+  Lowerer(const Graph& g, const Topology& topo, const Placement& p) : g_(g), topo_(topo), p_(p) {
     for (size_t i = 0; i < g.tensors().size(); ++i) {
       tid_[g.tensors()[i].name] = static_cast<int>(i);
     }
@@ -198,7 +197,8 @@ absl::StatusOr<std::vector<int64_t>> Lowerer::Provide(const Key& need, bool allo
   }
   auto pit = partial_on_.find(t);
   if (pit != partial_on_.end()) {
-    const bool here = std::find(pit->second.begin(), pit->second.end(), need.device) != pit->second.end();
+    const bool here =
+        std::find(pit->second.begin(), pit->second.end(), need.device) != pit->second.end();
     if (allow_partial && here && need.begin == 0 && need.end == 0) {
       *partial = true;
       return writers_[need];
@@ -220,9 +220,11 @@ absl::StatusOr<std::vector<int64_t>> Lowerer::Provide(const Key& need, bool allo
   if (w != writers_.end()) return w->second;
   const TensorInfo& ti = info(t);
   if (local_.count(t)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "'", ti.name, "' is a statistic of one replica's batch slice and is needed on another "
-        "device (", topo_.device(need.device).id, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", ti.name,
+                     "' is a statistic of one replica's batch slice and is needed on another "
+                     "device (",
+                     topo_.device(need.device).id, ")"));
   }
   if (batched(t)) {
     auto pr = produced_.find(t);
@@ -288,9 +290,8 @@ absl::Status Lowerer::LowerOp(int i) {
   const Op& op = g_.ops[i];
   const OpSchema* schema = OpRegistry::Global().Find(op.type);
   const std::vector<Slice>& slices = p_.op_slices[i];
-  const bool ps_update = schema->is_update &&
-                         p_.params.at(op.inputs[0]).method ==
-                             quilt::v1::AGGREGATION_METHOD_PARAMETER_SERVER;
+  const bool ps_update = schema->is_update && p_.params.at(op.inputs[0]).method ==
+                                                  quilt::v1::AGGREGATION_METHOD_PARAMETER_SERVER;
   bool any_batched_input = false;
   for (const std::string& in : op.inputs) any_batched_input |= !in.empty() && batched(tid_.at(in));
   std::vector<int> out_partial_devices;

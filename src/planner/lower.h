@@ -24,8 +24,8 @@ namespace quilt {
 // be lowered (see Place), naming the op or tensor.
 absl::StatusOr<quilt::v1::DistributedProgram> Lower(const Graph& graph,
                                                     const quilt::v1::Strategy& strategy,
-                                                    const Topology& topology,
-                                                    const CostModel* cost, int64_t global_batch);
+                                                    const Topology& topology, const CostModel* cost,
+                                                    int64_t global_batch);
 
 // Bytes of rows [begin, end) of `t` (whole tensor when begin = end = 0;
 // batch rows for batch tensors, rows of dim 0 otherwise).

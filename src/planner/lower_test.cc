@@ -19,11 +19,11 @@
 namespace quilt {
 namespace {
 
-using ::testing::HasSubstr;
 using quilt::v1::AggregationMethod;
 using quilt::v1::DistributedProgram;
 using quilt::v1::Instruction;
 using quilt::v1::Strategy;
+using ::testing::HasSubstr;
 
 // Two nodes: two fast devices, two slow ones.
 quilt::v1::ClusterSpec TwoNodes() {
@@ -250,7 +250,8 @@ TEST(Lower, ParameterServerShards_SplitTheUpdateByRows) {
       const TensorInfo* param = s->graph.FindTensor(op->inputs[0]);
       if (param->shape.rank() > 0 && param->shape.dim(0).value >= 3) {
         EXPECT_GT(ins.compute().end(), ins.compute().begin()) << op->name;
-        EXPECT_LT(ins.compute().end() - ins.compute().begin(), param->shape.dim(0).value) << op->name;
+        EXPECT_LT(ins.compute().end() - ins.compute().begin(), param->shape.dim(0).value)
+            << op->name;
       }
       shard_devices.insert(dp.device());
     }
@@ -287,14 +288,18 @@ class Corrupted : public ::testing::Test {
  protected:
   void SetUp() override {
     s_ = Make("mlp");
-    ring_ = LowerChecked(*s_, DataParallelStrategy(s_->graph, s_->topo, {1, 1, 1, 1},
-                                                   quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE, "dp"),
+    ring_ = LowerChecked(*s_,
+                         DataParallelStrategy(s_->graph, s_->topo, {1, 1, 1, 1},
+                                              quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE, "dp"),
                          32);
-    ps_ = LowerChecked(*s_, DataParallelStrategy(s_->graph, s_->topo, {1, 1, 1, 1},
-                                                 quilt::v1::AGGREGATION_METHOD_PARAMETER_SERVER, "ps"),
+    ps_ = LowerChecked(*s_,
+                       DataParallelStrategy(s_->graph, s_->topo, {1, 1, 1, 1},
+                                            quilt::v1::AGGREGATION_METHOD_PARAMETER_SERVER, "ps"),
                        32);
   }
-  absl::Status Validate(const DistributedProgram& p) { return ValidateProgram(p, s_->graph, s_->topo); }
+  absl::Status Validate(const DistributedProgram& p) {
+    return ValidateProgram(p, s_->graph, s_->topo);
+  }
   // The first instruction matching `pred`: (device, position).
   template <typename Pred>
   std::pair<int, int> Find(const DistributedProgram& p, Pred pred) {
@@ -332,13 +337,15 @@ TEST_F(Corrupted, CollectiveMissingAMember) {
 
 TEST_F(Corrupted, GradientAggregatedTwice) {
   DistributedProgram p = ring_;
-  const Instruction first = *At(p, Find(p, [](const Instruction& i) { return i.has_all_reduce(); }));
+  const Instruction first =
+      *At(p, Find(p, [](const Instruction& i) { return i.has_all_reduce(); }));
   // A second all-reduce of the same gradient after the first, on every member.
   int64_t id = MaxId(p);
   for (auto& dp : *p.mutable_devices()) {
     int64_t member = -1;
     for (const auto& ins : dp.instructions()) {
-      if (ins.has_all_reduce() && ins.all_reduce().collective_id() == first.all_reduce().collective_id()) {
+      if (ins.has_all_reduce() &&
+          ins.all_reduce().collective_id() == first.all_reduce().collective_id()) {
         member = ins.id();
       }
     }
@@ -348,8 +355,8 @@ TEST_F(Corrupted, GradientAggregatedTwice) {
     again->set_id(++id);
     again->add_deps(member);
   }
-  EXPECT_THAT(Validate(p), StatusIs(absl::StatusCode::kInvalidArgument,
-                                    HasSubstr("aggregated exactly once")));
+  EXPECT_THAT(Validate(p),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("aggregated exactly once")));
 }
 
 TEST_F(Corrupted, UpdateReadsAnUnaggregatedGradient) {
@@ -381,29 +388,34 @@ TEST_F(Corrupted, UpdateReadsAnUnaggregatedGradient) {
   update->clear_deps();
   std::sort(deps.begin(), deps.end());
   for (int64_t dep : deps) update->add_deps(dep);
-  EXPECT_THAT(Validate(p), StatusIs(absl::StatusCode::kInvalidArgument,
-                                    HasSubstr("partial sum over part of the batch that was never aggregated")));
+  EXPECT_THAT(Validate(p),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("partial sum over part of the batch that was never aggregated")));
 }
 
 TEST_F(Corrupted, ReplicasNotCoveringTheBatch) {
   DistributedProgram p = ring_;
-  Instruction* c = At(p, Find(p, [](const Instruction& i) { return i.has_compute() && i.compute().end() > 0; }));
+  Instruction* c =
+      At(p, Find(p, [](const Instruction& i) { return i.has_compute() && i.compute().end() > 0; }));
   c->mutable_compute()->set_end(c->compute().end() - 1);
   EXPECT_THAT(Validate(p), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("the batch")));
 }
 
 TEST_F(Corrupted, InputNeitherResidentNorWritten) {
   DistributedProgram p = ring_;
-  Instruction* c = At(p, Find(p, [](const Instruction& i) { return i.has_compute() && i.deps_size() > 0; }));
+  Instruction* c =
+      At(p, Find(p, [](const Instruction& i) { return i.has_compute() && i.deps_size() > 0; }));
   c->clear_deps();
-  EXPECT_THAT(Validate(p), StatusIs(absl::StatusCode::kInvalidArgument,
-                                    HasSubstr("neither resident there nor written by one of its dependencies")));
+  EXPECT_THAT(Validate(p),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("neither resident there nor written by one of its dependencies")));
 }
 
 TEST_F(Corrupted, OpRunsWhereItsGroupDoesNotPlaceIt) {
   DistributedProgram p = ring_;
   // Move device 0's first computation to device 1 (with a fresh id at the end).
-  const auto where = Find(p, [](const Instruction& i) { return i.has_compute() && i.deps_size() == 0; });
+  const auto where =
+      Find(p, [](const Instruction& i) { return i.has_compute() && i.deps_size() == 0; });
   Instruction moved = *At(p, where);
   p.mutable_devices(where.first)->mutable_instructions()->DeleteSubrange(where.second, 1);
   for (auto& dp : *p.mutable_devices()) {
@@ -434,12 +446,14 @@ TEST_F(Corrupted, UnmatchedTransfersAndPushes) {
         break;
       }
     }
-    EXPECT_THAT(Validate(p), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("which does not hold it")));
+    EXPECT_THAT(Validate(p),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("which does not hold it")));
   }
   {
     DistributedProgram p = ring_;
     p.mutable_devices(0)->mutable_instructions(0)->add_deps(MaxId(p) + 5);
-    EXPECT_THAT(Validate(p), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("missing instruction")));
+    EXPECT_THAT(Validate(p),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("missing instruction")));
   }
 }
 

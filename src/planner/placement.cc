@@ -24,8 +24,8 @@ std::vector<Slice> SplitBatch(const std::vector<std::pair<int, int>>& replicas, 
   return out;
 }
 
-absl::StatusOr<Placement> Place(const Graph& g, const quilt::v1::Strategy& s,
-                                const Topology& topo, int64_t batch) {
+absl::StatusOr<Placement> Place(const Graph& g, const quilt::v1::Strategy& s, const Topology& topo,
+                                int64_t batch) {
   if (batch <= 0) return absl::InvalidArgumentError("the global batch must be positive");
   Placement p;
   p.global_batch = batch;
@@ -35,7 +35,8 @@ absl::StatusOr<Placement> Place(const Graph& g, const quilt::v1::Strategy& s,
     std::vector<std::pair<int, int>> reps;
     for (const quilt::v1::DeviceReplicas& r : gp.replicas()) {
       const int d = topo.DeviceIndex(r.device());
-      if (d < 0) return absl::InvalidArgumentError("strategy names unknown device '" + r.device() + "'");
+      if (d < 0)
+        return absl::InvalidArgumentError("strategy names unknown device '" + r.device() + "'");
       if (r.replicas() < 0) return absl::InvalidArgumentError("negative replica count");
       if (r.replicas() > 0) reps.push_back({d, r.replicas()});
     }
@@ -58,7 +59,8 @@ absl::StatusOr<Placement> Place(const Graph& g, const quilt::v1::Strategy& s,
   std::map<std::string, int> update_op_of;
   for (size_t i = 0; i < g.ops.size(); ++i) {
     const OpSchema* schema = OpRegistry::Global().Find(g.ops[i].type);
-    if (schema != nullptr && schema->is_update) update_op_of[g.ops[i].inputs[0]] = static_cast<int>(i);
+    if (schema != nullptr && schema->is_update)
+      update_op_of[g.ops[i].inputs[0]] = static_cast<int>(i);
   }
   for (const ParameterSpec& param : g.parameters) {
     if (param.frozen) continue;
@@ -78,10 +80,12 @@ absl::StatusOr<Placement> Place(const Graph& g, const quilt::v1::Strategy& s,
       const int64_t rows = g.FindTensor(param.tensor)->shape.rank() == 0
                                ? 1
                                : g.FindTensor(param.tensor)->shape.dim(0).value;
-      const int n = std::min<int>(a->second->servers_size(), static_cast<int>(std::max<int64_t>(1, rows)));
+      const int n =
+          std::min<int>(a->second->servers_size(), static_cast<int>(std::max<int64_t>(1, rows)));
       for (int k = 0; k < n; ++k) {
         const int d = topo.DeviceIndex(a->second->servers(k));
-        if (d < 0) return absl::InvalidArgumentError("unknown server '" + a->second->servers(k) + "'");
+        if (d < 0)
+          return absl::InvalidArgumentError("unknown server '" + a->second->servers(k) + "'");
         pp.devices.push_back(d);
         pp.shards.push_back({rows * k / n, rows * (k + 1) / n});
       }

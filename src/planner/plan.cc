@@ -10,9 +10,8 @@
 namespace quilt {
 
 absl::StatusOr<quilt::v1::StrategyEstimate> Estimate(const Graph& g, const Topology& topo,
-                                                     const CostModel& cost,
-                                                     const NamedStrategy& ns, int64_t batch,
-                                                     double lower_bound,
+                                                     const CostModel& cost, const NamedStrategy& ns,
+                                                     int64_t batch, double lower_bound,
                                                      quilt::v1::DistributedProgram* program,
                                                      SimResult* sim, bool trace) {
   quilt::v1::StrategyEstimate e;
@@ -88,8 +87,8 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
                                  absl::ToDoubleSeconds(absl::Now() - start)));
     }
     Evaluated e;
-    ASSIGN_OR_RETURN(e.estimate, Estimate(g, topo, cost, ns, o.global_batch, lb, &e.program, &e.sim,
-                                          o.trace));
+    ASSIGN_OR_RETURN(e.estimate,
+                     Estimate(g, topo, cost, ns, o.global_batch, lb, &e.program, &e.sim, o.trace));
     done[ns.name] = std::move(e);
     return absl::OkStatus();
   };
@@ -110,15 +109,17 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
     if (it == done.end()) continue;
     Evaluated& prop = done[ns.name];
     const Evaluated& ev = it->second;
-    const bool better = ev.estimate.feasible() &&
-                        (!prop.estimate.feasible() || ev.estimate.step_time_s() < prop.estimate.step_time_s());
+    const bool better =
+        ev.estimate.feasible() &&
+        (!prop.estimate.feasible() || ev.estimate.step_time_s() < prop.estimate.step_time_s());
     if (!better) continue;
     std::string note = prop.estimate.feasible()
-                           ? absl::StrFormat("the speed-proportional split simulated slower (%.4g s); "
-                                             "the even split is kept",
-                                             prop.estimate.step_time_s())
-                           : "the speed-proportional split does not fit (" + prop.estimate.infeasible_reason() +
-                                 "); the even split is kept";
+                           ? absl::StrFormat(
+                                 "the speed-proportional split simulated slower (%.4g s); "
+                                 "the even split is kept",
+                                 prop.estimate.step_time_s())
+                           : "the speed-proportional split does not fit (" +
+                                 prop.estimate.infeasible_reason() + "); the even split is kept";
     prop = ev;
     prop.estimate.set_name(ns.name);
     prop.estimate.mutable_strategy()->set_name(ns.name);
@@ -128,7 +129,8 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
   if (!found) {
     std::string names;
     for (const auto& ns : strategies) absl::StrAppend(&names, names.empty() ? "" : ", ", ns.name);
-    return absl::InvalidArgumentError("unknown strategy '" + o.strategy + "'; known: all, " + names);
+    return absl::InvalidArgumentError("unknown strategy '" + o.strategy + "'; known: all, " +
+                                      names);
   }
   double best = -1;
   for (const NamedStrategy& ns : strategies) {

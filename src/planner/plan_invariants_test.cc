@@ -3,14 +3,13 @@
 // bound, feasibility is exactly "every device's peak fits its memory", and
 // on heterogeneous clusters the proportional split is never slower than
 // the even one.
-#include "src/planner/plan.h"
-
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "src/cluster/cluster_spec.h"
 #include "src/common/status_matchers.h"
 #include "src/graph/autodiff.h"
 #include "src/graph/zoo/zoo.h"
+#include "src/planner/plan.h"
 #include "src/planner/program_validator.h"
 
 namespace quilt {
@@ -26,7 +25,8 @@ void PrintTo(const Case& c, std::ostream* os) { *os << c.model << "@" << c.clust
 std::vector<Case> AllCases() {
   std::vector<Case> out;
   for (const zoo::ZooModel& m : zoo::ZooModels()) {
-    for (const char* c : {"heterog_testbed", "hap_cluster", "nvlink_2x4_v100"}) out.push_back({m.name, c});
+    for (const char* c : {"heterog_testbed", "hap_cluster", "nvlink_2x4_v100"})
+      out.push_back({m.name, c});
   }
   return out;
 }
@@ -49,7 +49,8 @@ class Invariants : public ::testing::TestWithParam<Case> {};
 
 TEST_P(Invariants, HoldForEveryBaseline) {
   const Case& c = GetParam();
-  absl::StatusOr<quilt::v1::ClusterSpec> spec = LoadClusterSpec("config/clusters/" + c.cluster + ".textproto");
+  absl::StatusOr<quilt::v1::ClusterSpec> spec =
+      LoadClusterSpec("config/clusters/" + c.cluster + ".textproto");
   ASSERT_THAT(spec.status(), IsOk());
   absl::StatusOr<Topology> topo = Topology::Build(*spec);
   ASSERT_THAT(topo.status(), IsOk());
@@ -104,13 +105,16 @@ TEST_P(Invariants, HoldForEveryBaseline) {
 }
 
 INSTANTIATE_TEST_SUITE_P(ZooTimesClusters, Invariants, ::testing::ValuesIn(AllCases()),
-                         [](const auto& info) { return info.param.model + "_" + info.param.cluster; });
+                         [](const auto& info) {
+                           return info.param.model + "_" + info.param.cluster;
+                         });
 
 // The proportional split is a real split, not the even one in disguise:
 // on a heterogeneous cluster with a compute-bound model it gives the faster
 // devices more rows and is strictly faster.
 TEST(Proportional, GivesFasterDevicesMoreRows) {
-  absl::StatusOr<quilt::v1::ClusterSpec> spec = LoadClusterSpec("config/clusters/heterog_testbed.textproto");
+  absl::StatusOr<quilt::v1::ClusterSpec> spec =
+      LoadClusterSpec("config/clusters/heterog_testbed.textproto");
   ASSERT_THAT(spec.status(), IsOk());
   absl::StatusOr<Topology> topo = Topology::Build(*spec);
   ASSERT_THAT(topo.status(), IsOk());
@@ -134,7 +138,8 @@ TEST(Proportional, GivesFasterDevicesMoreRows) {
   std::map<std::string, double> speed;
   absl::StatusOr<CostModel> cost = CostModel::Create(&*g, &*topo);
   ASSERT_THAT(cost.status(), IsOk());
-  for (int d = 0; d < topo->num_devices(); ++d) speed[topo->device(d).id] = cost->speed(d).flops_per_s;
+  for (int d = 0; d < topo->num_devices(); ++d)
+    speed[topo->device(d).id] = cost->speed(d).flops_per_s;
   for (const auto& [a, ra] : rows) {
     for (const auto& [b, rb] : rows) {
       if (speed[a] > 1.2 * speed[b]) EXPECT_GT(ra, rb) << a << " vs " << b;
@@ -146,7 +151,8 @@ TEST(Proportional, GivesFasterDevicesMoreRows) {
 }
 
 TEST(Plan, RejectsBadRequests) {
-  absl::StatusOr<quilt::v1::ClusterSpec> spec = LoadClusterSpec("config/clusters/nvlink_2x4_v100.textproto");
+  absl::StatusOr<quilt::v1::ClusterSpec> spec =
+      LoadClusterSpec("config/clusters/nvlink_2x4_v100.textproto");
   ASSERT_THAT(spec.status(), IsOk());
   absl::StatusOr<Topology> topo = Topology::Build(*spec);
   ASSERT_THAT(topo.status(), IsOk());

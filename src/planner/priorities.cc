@@ -40,8 +40,9 @@ class Estimator {
         if (fresh) {
           const int64_t g = ins.all_reduce().group();
           if (g >= 1 && g <= static_cast<int64_t>(groups_.size())) {
-            it->second = cost_->AllReduce(ins.all_reduce().algorithm(), groups_[g - 1],
-                                          static_cast<double>(ins.all_reduce().bytes()))
+            it->second = cost_
+                             ->AllReduce(ins.all_reduce().algorithm(), groups_[g - 1],
+                                         static_cast<double>(ins.all_reduce().bytes()))
                              .time_s;
           }
         }

@@ -19,9 +19,7 @@ struct Range {
   int64_t begin = 0, end = 0;
   bool whole() const { return begin == 0 && end == 0; }
   bool operator==(const Range& o) const { return begin == o.begin && end == o.end; }
-  bool operator<(const Range& o) const {
-    return begin != o.begin ? begin < o.begin : end < o.end;
-  }
+  bool operator<(const Range& o) const { return begin != o.begin ? begin < o.begin : end < o.end; }
 };
 
 // Whether an instance holding `have` contains the rows `need`.
@@ -49,7 +47,8 @@ class Validator {
       : p_(p), g_(g), topo_(topo) {}
 
   absl::Status Run() {
-    if (p_.global_batch() <= 0) return absl::InvalidArgumentError("the program has no global batch");
+    if (p_.global_batch() <= 0)
+      return absl::InvalidArgumentError("the program has no global batch");
     RETURN_IF_ERROR(Index());
     RETURN_IF_ERROR(CheckTransfers());
     RETURN_IF_ERROR(CheckCollectives());
@@ -111,12 +110,14 @@ class Validator {
 };
 
 absl::Status Validator::Index() {
-  for (size_t i = 0; i < g_.tensors().size(); ++i) tensor_index_[g_.tensors()[i].name] = static_cast<int>(i);
+  for (size_t i = 0; i < g_.tensors().size(); ++i)
+    tensor_index_[g_.tensors()[i].name] = static_cast<int>(i);
   for (size_t i = 0; i < g_.ops.size(); ++i) {
     const Op& op = g_.ops[i];
     op_index_[op.name] = static_cast<int>(i);
     schema_.push_back(OpRegistry::Global().Find(op.type));
-    if (schema_.back() == nullptr) return absl::InvalidArgumentError("unknown op type '" + op.type + "'");
+    if (schema_.back() == nullptr)
+      return absl::InvalidArgumentError("unknown op type '" + op.type + "'");
     std::vector<int> ins, outs;
     for (const std::string& t : op.inputs) ins.push_back(t.empty() ? -1 : tensor_index_.at(t));
     for (const std::string& t : op.outputs) outs.push_back(tensor_index_.at(t));
@@ -126,16 +127,19 @@ absl::Status Validator::Index() {
   op_runs_.resize(g_.ops.size());
   for (const quilt::v1::DeviceGroup& group : p_.groups()) {
     std::vector<int>& members = groups_[group.id()];
-    if (!members.empty()) return absl::InvalidArgumentError(absl::StrCat("group ", group.id(), " is defined twice"));
+    if (!members.empty())
+      return absl::InvalidArgumentError(absl::StrCat("group ", group.id(), " is defined twice"));
     std::set<int> seen;
     for (const std::string& id : group.devices()) {
       ASSIGN_OR_RETURN(int d, Device(id));
       if (!seen.insert(d).second) {
-        return absl::InvalidArgumentError(absl::StrCat("group ", group.id(), " lists ", id, " twice"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("group ", group.id(), " lists ", id, " twice"));
       }
       members.push_back(d);
     }
-    if (members.empty()) return absl::InvalidArgumentError(absl::StrCat("group ", group.id(), " is empty"));
+    if (members.empty())
+      return absl::InvalidArgumentError(absl::StrCat("group ", group.id(), " is empty"));
   }
   std::vector<std::pair<int64_t, std::pair<int, const Instruction*>>> all;
   std::set<int> devices_seen;
@@ -153,8 +157,8 @@ absl::Status Validator::Index() {
     int64_t previous = -1;
     for (const Instruction& ins : dp.instructions()) {
       if (ins.id() <= previous) {
-        return absl::InvalidArgumentError(absl::StrCat("instructions on ", dp.device(),
-                                                       " are not in increasing id order at id ", ins.id()));
+        return absl::InvalidArgumentError(absl::StrCat(
+            "instructions on ", dp.device(), " are not in increasing id order at id ", ins.id()));
       }
       previous = ins.id();
       all.push_back({ins.id(), {d, &ins}});
@@ -176,10 +180,12 @@ absl::Status Validator::Index() {
     for (int64_t dep : ins.deps()) {
       auto it = node_of_id_.find(dep);
       if (it == node_of_id_.end()) {
-        return absl::InvalidArgumentError(absl::StrCat("instruction ", ins.id(), " depends on missing instruction ", dep));
+        return absl::InvalidArgumentError(
+            absl::StrCat("instruction ", ins.id(), " depends on missing instruction ", dep));
       }
       if (dep >= ins.id()) {
-        return absl::InvalidArgumentError(absl::StrCat("instruction ", ins.id(), " on ", DeviceName(nodes_[n].device),
+        return absl::InvalidArgumentError(absl::StrCat("instruction ", ins.id(), " on ",
+                                                       DeviceName(nodes_[n].device),
                                                        " depends on a later instruction ", dep));
       }
       deps_[n].push_back(it->second);
@@ -188,17 +194,20 @@ absl::Status Validator::Index() {
     switch (ins.kind_case()) {
       case Instruction::kSend:
         if (!send_.emplace(ins.send().tag(), in).second) {
-          return absl::InvalidArgumentError(absl::StrCat("send tag ", ins.send().tag(), " is used twice"));
+          return absl::InvalidArgumentError(
+              absl::StrCat("send tag ", ins.send().tag(), " is used twice"));
         }
         break;
       case Instruction::kRecv:
         if (!recv_.emplace(ins.recv().tag(), in).second) {
-          return absl::InvalidArgumentError(absl::StrCat("receive tag ", ins.recv().tag(), " is used twice"));
+          return absl::InvalidArgumentError(
+              absl::StrCat("receive tag ", ins.recv().tag(), " is used twice"));
         }
         break;
       case Instruction::kPsPush:
         if (!push_.emplace(ins.ps_push().tag(), in).second) {
-          return absl::InvalidArgumentError(absl::StrCat("push tag ", ins.ps_push().tag(), " is used twice"));
+          return absl::InvalidArgumentError(
+              absl::StrCat("push tag ", ins.ps_push().tag(), " is used twice"));
         }
         break;
       case Instruction::kAllReduce:
@@ -207,10 +216,11 @@ absl::Status Validator::Index() {
       case Instruction::kCompute: {
         auto it = op_index_.find(ins.compute().op());
         if (it == op_index_.end()) {
-          return absl::InvalidArgumentError("instruction " + std::to_string(ins.id()) + " runs unknown op '" +
-                                            ins.compute().op() + "'");
+          return absl::InvalidArgumentError("instruction " + std::to_string(ins.id()) +
+                                            " runs unknown op '" + ins.compute().op() + "'");
         }
-        op_runs_[it->second].push_back({nodes_[n].device, {ins.compute().begin(), ins.compute().end()}});
+        op_runs_[it->second].push_back(
+            {nodes_[n].device, {ins.compute().begin(), ins.compute().end()}});
         break;
       }
       case Instruction::KIND_NOT_SET:
@@ -225,23 +235,27 @@ absl::Status Validator::Index() {
 absl::Status Validator::CheckTransfers() {
   for (const auto& [tag, s] : send_) {
     auto r = recv_.find(tag);
-    if (r == recv_.end()) return absl::InvalidArgumentError(absl::StrCat("send tag ", tag, " has no receive"));
+    if (r == recv_.end())
+      return absl::InvalidArgumentError(absl::StrCat("send tag ", tag, " has no receive"));
     const auto& send = nodes_[s].ins->send();
     const auto& recv = nodes_[r->second].ins->recv();
     if (send.bytes() != recv.bytes() || send.range().tensor() != recv.range().tensor() ||
         send.range().begin() != recv.range().begin() || send.range().end() != recv.range().end() ||
         topo_.DeviceIndex(send.peer_device()) != nodes_[r->second].device ||
         topo_.DeviceIndex(recv.peer_device()) != nodes_[s].device) {
-      return absl::InvalidArgumentError(absl::StrCat("send and receive with tag ", tag, " do not match"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("send and receive with tag ", tag, " do not match"));
     }
     const Range got{recv.range().begin(), recv.range().end()};
     const Range into{recv.into().begin(), recv.into().end()};
     if (recv.into().tensor() != recv.range().tensor() || !Covers(into, got)) {
-      return absl::InvalidArgumentError(absl::StrCat("receive tag ", tag, " writes rows outside its target"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("receive tag ", tag, " writes rows outside its target"));
     }
   }
   for (const auto& [tag, r] : recv_) {
-    if (!send_.count(tag)) return absl::InvalidArgumentError(absl::StrCat("receive tag ", tag, " has no send"));
+    if (!send_.count(tag))
+      return absl::InvalidArgumentError(absl::StrCat("receive tag ", tag, " has no send"));
   }
   // Every push is accumulated exactly once, on its server.
   absl::flat_hash_map<int64_t, int> accumulated;
@@ -251,13 +265,15 @@ absl::Status Validator::CheckTransfers() {
     for (int64_t tag : ins.ps_accumulate().push_tags()) {
       auto it = push_.find(tag);
       if (it == push_.end()) {
-        return absl::InvalidArgumentError(absl::StrCat("accumulation ", ins.id(), " waits for push tag ", tag,
+        return absl::InvalidArgumentError(absl::StrCat("accumulation ", ins.id(),
+                                                       " waits for push tag ", tag,
                                                        ", which no instruction pushes"));
       }
       const auto& push = nodes_[it->second].ins->ps_push();
       if (topo_.DeviceIndex(push.server_device()) != nodes_[n].device ||
           push.gradient().tensor() != ins.ps_accumulate().gradient().tensor()) {
-        return absl::InvalidArgumentError(absl::StrCat("push tag ", tag, " does not match its accumulation ", ins.id()));
+        return absl::InvalidArgumentError(
+            absl::StrCat("push tag ", tag, " does not match its accumulation ", ins.id()));
       }
       if (++accumulated[tag] > 1) {
         return absl::InvalidArgumentError(absl::StrCat("push tag ", tag, " is accumulated twice"));
@@ -284,8 +300,9 @@ absl::Status Validator::CheckTransfers() {
       for (const Range& r : it->second) held |= Covers(r, need);
     }
     if (!held) {
-      return absl::InvalidArgumentError(absl::StrCat("instruction ", node.ins->id(), " pulls '", pull.parameter().tensor(),
-                                                     "' from ", pull.server_device(), ", which does not hold it"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("instruction ", node.ins->id(), " pulls '", pull.parameter().tensor(),
+                       "' from ", pull.server_device(), ", which does not hold it"));
     }
   }
   return absl::OkStatus();
@@ -296,7 +313,8 @@ absl::Status Validator::CheckCollectives() {
     const auto& first = nodes_[members.front()].ins->all_reduce();
     auto group = groups_.find(first.group());
     if (group == groups_.end()) {
-      return absl::InvalidArgumentError(absl::StrCat("all-reduce ", cid, " names unknown group ", first.group()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("all-reduce ", cid, " names unknown group ", first.group()));
     }
     std::vector<int> devices;
     for (int m : members) {
@@ -305,7 +323,8 @@ absl::Status Validator::CheckCollectives() {
           ar.tensors_size() != first.tensors_size() ||
           !std::equal(ar.tensors().begin(), ar.tensors().end(), first.tensors().begin()) ||
           ar.algorithm() != first.algorithm()) {
-        return absl::InvalidArgumentError(absl::StrCat("the members of all-reduce ", cid, " disagree"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("the members of all-reduce ", cid, " disagree"));
       }
       devices.push_back(nodes_[m].device);
     }
@@ -313,16 +332,18 @@ absl::Status Validator::CheckCollectives() {
     std::sort(devices.begin(), devices.end());
     std::sort(expected.begin(), expected.end());
     if (devices != expected) {
-      return absl::InvalidArgumentError(absl::StrCat("all-reduce ", cid, " has members on ", devices.size(),
-                                                     " devices, not on each of the ", expected.size(),
-                                                     " devices of group ", first.group()));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "all-reduce ", cid, " has members on ", devices.size(), " devices, not on each of the ",
+          expected.size(), " devices of group ", first.group()));
     }
     int64_t bytes = 0;
     for (const std::string& name : first.tensors()) {
       ASSIGN_OR_RETURN(int t, Tensor(name));
-      bytes += Batched(t) ? 0 : g_.tensors()[t].shape.NumElements(1) * DTypeSize(g_.tensors()[t].dtype);
+      bytes +=
+          Batched(t) ? 0 : g_.tensors()[t].shape.NumElements(1) * DTypeSize(g_.tensors()[t].dtype);
       if (Batched(t)) {
-        return absl::InvalidArgumentError("all-reduce " + std::to_string(cid) + " sums batch tensor '" + name + "'");
+        return absl::InvalidArgumentError("all-reduce " + std::to_string(cid) +
+                                          " sums batch tensor '" + name + "'");
       }
     }
     if (bytes != first.bytes()) {
@@ -337,7 +358,8 @@ absl::Status Validator::CheckCoverage() {
   const int64_t batch = p_.global_batch();
   for (size_t i = 0; i < g_.ops.size(); ++i) {
     const Op& op = g_.ops[i];
-    if (op_runs_[i].empty()) return absl::InvalidArgumentError("op '" + op.name + "' runs on no device");
+    if (op_runs_[i].empty())
+      return absl::InvalidArgumentError("op '" + op.name + "' runs on no device");
     bool batched = false;
     for (int t : op_outputs_[i]) batched |= Batched(t);
     for (int t : op_inputs_[i]) batched |= t >= 0 && Batched(t);
@@ -349,12 +371,14 @@ absl::Status Validator::CheckCoverage() {
     for (const Range& x : r) {
       if (x.begin != at || x.end <= x.begin) {
         return absl::InvalidArgumentError(absl::StrCat("the replicas of op '", op.name,
-                                                       "' do not cover the batch [0, ", batch, ") exactly once"));
+                                                       "' do not cover the batch [0, ", batch,
+                                                       ") exactly once"));
       }
       at = x.end;
     }
     if (at != batch) {
-      return absl::InvalidArgumentError(absl::StrCat("the replicas of op '", op.name, "' stop at row ", at, " of ", batch));
+      return absl::InvalidArgumentError(
+          absl::StrCat("the replicas of op '", op.name, "' stop at row ", at, " of ", batch));
     }
   }
   return absl::OkStatus();
@@ -410,7 +434,8 @@ absl::Status Validator::WritesOf(int n, std::vector<Access>* out) const {
       return absl::OkStatus();
     case Instruction::kPsAccumulate: {
       ASSIGN_OR_RETURN(int t, Tensor(ins.ps_accumulate().gradient().tensor()));
-      out->push_back({t, {ins.ps_accumulate().gradient().begin(), ins.ps_accumulate().gradient().end()}});
+      out->push_back(
+          {t, {ins.ps_accumulate().gradient().begin(), ins.ps_accumulate().gradient().end()}});
       return absl::OkStatus();
     }
     case Instruction::kPsPull: {
@@ -510,8 +535,9 @@ absl::Status Validator::CheckDataflow() {
       const int w = Writer(n, a.tensor, a.range);
       if (w == -2) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "instruction ", ins.id(), " on ", DeviceName(node.device), " reads '", TensorName(a.tensor),
-            "'", a.range.whole() ? "" : absl::StrCat(" rows [", a.range.begin, ", ", a.range.end, ")"),
+            "instruction ", ins.id(), " on ", DeviceName(node.device), " reads '",
+            TensorName(a.tensor), "'",
+            a.range.whole() ? "" : absl::StrCat(" rows [", a.range.begin, ", ", a.range.end, ")"),
             ", which is neither resident there nor written by one of its dependencies"));
       }
       bool partial = false;
@@ -536,20 +562,24 @@ absl::Status Validator::CheckDataflow() {
         }
         if (partial_inputs > 0 && s.is_update) {
           const int grad = reads.size() > 1 ? reads[1].tensor : reads[0].tensor;
-          return absl::InvalidArgumentError(absl::StrCat(
-              "the update '", g_.ops[op].name, "' on ", DeviceName(node.device), " reads gradient '",
-              TensorName(grad), "', a partial sum over part of the batch that was never aggregated"));
+          return absl::InvalidArgumentError(
+              absl::StrCat("the update '", g_.ops[op].name, "' on ", DeviceName(node.device),
+                           " reads gradient '", TensorName(grad),
+                           "', a partial sum over part of the batch that was never aggregated"));
         }
         if (partial_inputs > 0 && (!s.linear || (partial_inputs > 1 && g_.ops[op].type != "Sum"))) {
-          return absl::InvalidArgumentError(absl::StrCat("op '", g_.ops[op].name, "' on ", DeviceName(node.device),
-                                                         " reads a partial sum that was never aggregated"));
+          return absl::InvalidArgumentError(
+              absl::StrCat("op '", g_.ops[op].name, "' on ", DeviceName(node.device),
+                           " reads a partial sum that was never aggregated"));
         }
-        out_partial = partial_inputs > 0 || (batched_input && !(own.begin == 0 && own.end == batch));
+        out_partial =
+            partial_inputs > 0 || (batched_input && !(own.begin == 0 && own.end == batch));
         break;
       }
       case Instruction::kSend:
         if (read_partial[0]) {
-          return absl::InvalidArgumentError(absl::StrCat("instruction ", ins.id(), " sends '", TensorName(reads[0].tensor),
+          return absl::InvalidArgumentError(absl::StrCat("instruction ", ins.id(), " sends '",
+                                                         TensorName(reads[0].tensor),
                                                          "', a partial sum; aggregate it instead"));
         }
         break;
@@ -560,11 +590,14 @@ absl::Status Validator::CheckDataflow() {
       case Instruction::kPsPush:
       case Instruction::kPsAccumulate:
         for (size_t k = 0; k < reads.size(); ++k) {
-          const bool alone = ins.has_all_reduce() && groups_.at(ins.all_reduce().group()).size() == 1;
+          const bool alone =
+              ins.has_all_reduce() && groups_.at(ins.all_reduce().group()).size() == 1;
           if (!read_partial[k] && !alone) {
-            return absl::InvalidArgumentError(absl::StrCat(
-                "instruction ", ins.id(), " on ", DeviceName(node.device), " sums '", TensorName(reads[k].tensor),
-                "' again, which is already complete there (a gradient must be aggregated exactly once)"));
+            return absl::InvalidArgumentError(
+                absl::StrCat("instruction ", ins.id(), " on ", DeviceName(node.device), " sums '",
+                             TensorName(reads[k].tensor),
+                             "' again, which is already complete there (a gradient must be "
+                             "aggregated exactly once)"));
           }
         }
         break;
@@ -603,8 +636,9 @@ absl::Status Validator::CheckDataflow() {
     for (const std::string& name : ar.tensors()) {
       const int t = tensor_index_.at(name);
       if (summed != partial_on[t]) {
-        return absl::InvalidArgumentError(absl::StrCat("all-reduce ", cid, " sums '", name, "' over {", names(summed),
-                                                       "}, but its partial sums are on {", names(partial_on[t]), "}"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("all-reduce ", cid, " sums '", name, "' over {", names(summed),
+                         "}, but its partial sums are on {", names(partial_on[t]), "}"));
       }
     }
   }
@@ -616,9 +650,10 @@ absl::Status Validator::CheckDataflow() {
     for (int64_t tag : acc.push_tags()) summed.insert(nodes_[push_.at(tag)].device);
     const int t = tensor_index_.at(acc.gradient().tensor());
     if (summed != partial_on[t]) {
-      return absl::InvalidArgumentError(absl::StrCat("the accumulation of '", acc.gradient().tensor(), "' on ",
-                                                     DeviceName(node.device), " sums the partial sums of {",
-                                                     names(summed), "}, but they are on {", names(partial_on[t]), "}"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("the accumulation of '", acc.gradient().tensor(), "' on ",
+                       DeviceName(node.device), " sums the partial sums of {", names(summed),
+                       "}, but they are on {", names(partial_on[t]), "}"));
     }
   }
   return absl::OkStatus();
@@ -626,7 +661,8 @@ absl::Status Validator::CheckDataflow() {
 
 }  // namespace
 
-absl::Status ValidateProgram(const quilt::v1::DistributedProgram& p, const Graph& g, const Topology& topo) {
+absl::Status ValidateProgram(const quilt::v1::DistributedProgram& p, const Graph& g,
+                             const Topology& topo) {
   return Validator(p, g, topo).Run();
 }
 

@@ -75,4 +75,25 @@ absl::StatusOr<quilt::v1::ClusterStatus> AdminClient::GetClusterStatus(
   return response;
 }
 
+struct JobClient::Stubs {
+  std::unique_ptr<quilt::v1::JobService::Stub> jobs;
+};
+
+JobClient::JobClient(const std::string& address, absl::Duration timeout)
+    : address_(address), timeout_(timeout), stubs_(new Stubs) {
+  stubs_->jobs = quilt::v1::JobService::NewStub(MakeChannel(address));
+}
+
+JobClient::~JobClient() = default;
+
+absl::StatusOr<quilt::v1::PlanReport> JobClient::PlanJob(const quilt::v1::PlanJobRequest& request) {
+  grpc::ClientContext ctx;
+  SetTimeout(&ctx, timeout_);
+  ctx.set_wait_for_ready(false);
+  quilt::v1::PlanReport response;
+  grpc::Status s = stubs_->jobs->PlanJob(&ctx, request, &response);
+  if (!s.ok()) return CallStatus(s, address_);
+  return response;
+}
+
 }  // namespace quilt::rpc

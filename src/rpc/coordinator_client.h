@@ -1,5 +1,5 @@
 // gRPC clients of the coordinator: CoordinatorClient (the worker's
-// CoordinatorInterface) and AdminClient (quiltctl). Every call has a
+// CoordinatorInterface), AdminClient and JobClient (quiltctl). Every call has a
 // deadline; transport failures come back as UNAVAILABLE / DEADLINE_EXCEEDED
 // with the coordinator's address in the message.
 #ifndef QUILT_SRC_RPC_COORDINATOR_CLIENT_H_
@@ -39,6 +39,24 @@ class AdminClient {
 
   absl::StatusOr<quilt::v1::ClusterStatus> GetClusterStatus(
       const quilt::v1::GetClusterStatusRequest& request);
+
+  const std::string& address() const { return address_; }
+
+ private:
+  struct Stubs;
+  std::string address_;
+  absl::Duration timeout_;
+  std::unique_ptr<Stubs> stubs_;
+};
+
+// quiltctl's JobService client. Calls fail fast when the coordinator is
+// down.
+class JobClient {
+ public:
+  JobClient(const std::string& address, absl::Duration timeout);
+  ~JobClient();
+
+  absl::StatusOr<quilt::v1::PlanReport> PlanJob(const quilt::v1::PlanJobRequest& request);
 
   const std::string& address() const { return address_; }
 

@@ -3,6 +3,7 @@
 #include "src/common/status.h"
 #include "src/rpc/admin_service.h"
 #include "src/rpc/cluster_service.h"
+#include "src/rpc/job_service.h"
 #include "src/rpc/server.h"
 
 namespace quilt::rpc {
@@ -10,6 +11,7 @@ namespace quilt::rpc {
 CoordinatorServer::CoordinatorServer() = default;
 
 CoordinatorServer::~CoordinatorServer() {
+  if (jobs_) jobs_->Drain();
   if (server_) server_->Shutdown(absl::ZeroDuration());
 }
 
@@ -18,15 +20,23 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   std::unique_ptr<CoordinatorServer> s(new CoordinatorServer());
   s->cluster_ = std::make_unique<ClusterServiceImpl>(coordinator->registry());
   s->admin_ = std::make_unique<AdminServiceImpl>(coordinator);
+  s->jobs_ = std::make_unique<JobServiceImpl>(
+      coordinator, static_cast<size_t>(coordinator->config().max_request_bytes));
   ServerOptions options;
   options.listen_address = coordinator->config().listen_address;
   options.max_request_bytes = coordinator->config().max_request_bytes;
-  ASSIGN_OR_RETURN(s->server_, GrpcServer::Start(options, {s->cluster_.get(), s->admin_.get()}));
+  ASSIGN_OR_RETURN(
+      s->server_, GrpcServer::Start(options, {s->cluster_.get(), s->admin_.get(), s->jobs_.get()}));
   return s;
 }
 
 const std::string& CoordinatorServer::address() const { return server_->address(); }
 
-void CoordinatorServer::Shutdown(absl::Duration drain) { server_->Shutdown(drain); }
+void CoordinatorServer::Shutdown(absl::Duration drain) {
+  // Plans already accepted finish (their calls complete) before the server
+  // stops; new ones are refused.
+  jobs_->Drain();
+  server_->Shutdown(drain);
+}
 
 }  // namespace quilt::rpc

@@ -1,4 +1,5 @@
-// The coordinator's gRPC front: ClusterService, AdminService and health,
+// The coordinator's gRPC front: ClusterService, AdminService, JobService and
+// health,
 // bound to one address and backed by a Coordinator.
 #ifndef QUILT_SRC_RPC_COORDINATOR_SERVER_H_
 #define QUILT_SRC_RPC_COORDINATOR_SERVER_H_
@@ -15,6 +16,7 @@ namespace quilt::rpc {
 class GrpcServer;
 class ClusterServiceImpl;
 class AdminServiceImpl;
+class JobServiceImpl;
 
 class CoordinatorServer {
  public:
@@ -30,6 +32,7 @@ class CoordinatorServer {
   CoordinatorServer();
   std::unique_ptr<ClusterServiceImpl> cluster_;
   std::unique_ptr<AdminServiceImpl> admin_;
+  std::unique_ptr<JobServiceImpl> jobs_;
   std::unique_ptr<GrpcServer> server_;
 };
 

@@ -40,18 +40,21 @@ std::string ChromeTraceJson(const SimResult& r, const Topology& topo, const std:
     const std::string name = lane < topo.num_devices()
                                  ? topo.device(lane).id
                                  : "link " + topo.resource(lane - topo.num_devices()).name;
-    emit(absl::StrFormat(
-        R"({"ph":"M","name":"process_name","pid":%d,"args":{"name":"%s"}})", lane, Escape(name)));
+    emit(absl::StrFormat(R"({"ph":"M","name":"process_name","pid":%d,"args":{"name":"%s"}})", lane,
+                         Escape(name)));
     if (lane < topo.num_devices()) {
-      emit(absl::StrFormat(R"({"ph":"M","name":"thread_name","pid":%d,"tid":0,"args":{"name":"compute"}})", lane));
-      emit(absl::StrFormat(R"({"ph":"M","name":"thread_name","pid":%d,"tid":1,"args":{"name":"communication"}})", lane));
+      emit(absl::StrFormat(
+          R"({"ph":"M","name":"thread_name","pid":%d,"tid":0,"args":{"name":"compute"}})", lane));
+      emit(absl::StrFormat(
+          R"({"ph":"M","name":"thread_name","pid":%d,"tid":1,"args":{"name":"communication"}})",
+          lane));
     }
   }
   for (const TraceEvent& e : r.trace) {
     const int tid = e.category == "compute" ? 0 : 1;
-    emit(absl::StrFormat(R"({"ph":"X","name":"%s","cat":"%s","pid":%d,"tid":%d,"ts":%.3f,"dur":%.3f})",
-                         Escape(e.name), e.category, e.lane, tid, e.start_s * 1e6,
-                         e.duration_s * 1e6));
+    emit(absl::StrFormat(
+        R"({"ph":"X","name":"%s","cat":"%s","pid":%d,"tid":%d,"ts":%.3f,"dur":%.3f})",
+        Escape(e.name), e.category, e.lane, tid, e.start_s * 1e6, e.duration_s * 1e6));
   }
   out += "\n]}\n";
   return out;

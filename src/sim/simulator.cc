@@ -6,10 +6,9 @@
 #include <unordered_map>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/time/clock.h"
-
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
 #include "src/common/status.h"
 #include "src/graph/op_registry.h"
 #include "src/planner/lower.h"
@@ -152,8 +151,8 @@ absl::StatusOr<int> Sim::TensorId(const std::string& name) const {
 int Sim::InstanceFor(int tensor, int device, int64_t begin, int64_t end) {
   // Instances of one tensor on one device form a short chain (usually one
   // or two: a slice and the assembled whole).
-  auto [head, first] = first_instance_.emplace(
-      static_cast<int64_t>(tensor) * topo_.num_devices() + device, -1);
+  auto [head, first] =
+      first_instance_.emplace(static_cast<int64_t>(tensor) * topo_.num_devices() + device, -1);
   for (int id = head->second; id >= 0; id = instances_[id].next_same) {
     if (instances_[id].begin == begin && instances_[id].end == end) return id;
   }
@@ -176,7 +175,8 @@ int Sim::Containing(int tensor, int device, int64_t begin, int64_t end) {
   for (int id = it->second; id >= 0; id = instances_[id].next_same) {
     const Instance& i = instances_[id];
     if (i.begin == begin && i.end == end) return id;
-    if (found < 0 && ((i.begin == 0 && i.end == 0) || (i.begin <= begin && end <= i.end))) found = id;
+    if (found < 0 && ((i.begin == 0 && i.end == 0) || (i.begin <= begin && end <= i.end)))
+      found = id;
   }
   return found;
 }
@@ -196,7 +196,8 @@ std::string Sim::Label(int n) const {
       return ins.compute().op();
     case Instruction::kSend:
     case Instruction::kRecv:
-      return "transfer " + (ins.has_send() ? ins.send().range().tensor() : ins.recv().range().tensor());
+      return "transfer " +
+             (ins.has_send() ? ins.send().range().tensor() : ins.recv().range().tensor());
     case Instruction::kAllReduce:
       return absl::StrCat("all-reduce ", ins.all_reduce().tensors_size(), " tensor(s)");
     case Instruction::kPsPush:
@@ -221,15 +222,16 @@ absl::Status Sim::Build() {
     tensor_index_[t.name] = static_cast<int>(i);
     tensor_batched_.push_back(t.shape.HasBatch());
     tensor_bytes_.push_back(RangeBytes(t, 0, 0));
-    tensor_row_bytes_.push_back(t.shape.HasBatch() ? RangeBytes(t, 0, 1)
-                                                   : (t.shape.rank() == 0 ? tensor_bytes_.back()
-                                                                          : RangeBytes(t, 0, 1)));
+    tensor_row_bytes_.push_back(
+        t.shape.HasBatch() ? RangeBytes(t, 0, 1)
+                           : (t.shape.rank() == 0 ? tensor_bytes_.back() : RangeBytes(t, 0, 1)));
   }
   std::vector<bool> is_update(g_.ops.size());
   std::vector<std::vector<int>> op_inputs(g_.ops.size()), op_outputs(g_.ops.size());
   for (size_t i = 0; i < g_.ops.size(); ++i) {
     is_update[i] = OpRegistry::Global().Find(g_.ops[i].type)->is_update;
-    for (const std::string& in : g_.ops[i].inputs) op_inputs[i].push_back(in.empty() ? -1 : tensor_index_.at(in));
+    for (const std::string& in : g_.ops[i].inputs)
+      op_inputs[i].push_back(in.empty() ? -1 : tensor_index_.at(in));
     for (const std::string& out : g_.ops[i].outputs) op_outputs[i].push_back(tensor_index_.at(out));
   }
   size_t total = 0;
@@ -276,7 +278,8 @@ absl::Status Sim::Build() {
   }
   for (const quilt::v1::DeviceProgram& dp : prog_.devices()) {
     const int d = topo_.DeviceIndex(dp.device());
-    if (d < 0) return absl::InvalidArgumentError("program names unknown device '" + dp.device() + "'");
+    if (d < 0)
+      return absl::InvalidArgumentError("program names unknown device '" + dp.device() + "'");
     for (const quilt::v1::TensorRange& r : dp.persistent()) {
       ASSIGN_OR_RETURN(int t, TensorId(r.tensor()));
       instances_[InstanceFor(t, d, r.begin(), r.end())].persistent = true;
@@ -288,7 +291,8 @@ absl::Status Sim::Build() {
     for (const Instruction& ins : dp.instructions()) {
       const int n = static_cast<int>(nodes_.size());
       if (!remember(ins.id(), n)) {
-        return absl::InvalidArgumentError(absl::StrCat("instruction id ", ins.id(), " is used twice"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("instruction id ", ins.id(), " is used twice"));
       }
       Node node;
       node.device = d;
@@ -358,7 +362,8 @@ absl::Status Sim::Build() {
           if (inst >= 0) reads_.Add(n, inst);
           bytes += Bytes(t, part.begin(), part.end());
         }
-        writes_.Add(n, InstanceFor(t, d, ins.concat().target().begin(), ins.concat().target().end()));
+        writes_.Add(n,
+                    InstanceFor(t, d, ins.concat().target().begin(), ins.concat().target().end()));
         node.duration = 2.0 * bytes / speed.memory_bytes_per_s + speed.overhead_s;
         break;
       }
@@ -373,8 +378,9 @@ absl::Status Sim::Build() {
           Collective c;
           auto group = groups.find(ins.all_reduce().group());
           if (group == groups.end()) {
-            return absl::InvalidArgumentError(absl::StrCat("all-reduce ", ins.all_reduce().collective_id(),
-                                                           " names unknown group ", ins.all_reduce().group()));
+            return absl::InvalidArgumentError(
+                absl::StrCat("all-reduce ", ins.all_reduce().collective_id(),
+                             " names unknown group ", ins.all_reduce().group()));
           }
           c.devices = group->second;
           c.bytes = ins.all_reduce().bytes();
@@ -398,10 +404,12 @@ absl::Status Sim::Build() {
         node.kind = Kind::kPush;
         push_tag[ins.ps_push().tag()] = n;
         const int server = topo_.DeviceIndex(ins.ps_push().server_device());
-        if (server < 0) return absl::InvalidArgumentError("unknown server " + ins.ps_push().server_device());
+        if (server < 0)
+          return absl::InvalidArgumentError("unknown server " + ins.ps_push().server_device());
         node.path_from = d;
         node.path_to = server;
-        node.duration = topo_.PathBetween(d, server).Time(static_cast<double>(ins.ps_push().bytes()));
+        node.duration =
+            topo_.PathBetween(d, server).Time(static_cast<double>(ins.ps_push().bytes()));
         comm_bytes_ += ins.ps_push().bytes();
         ASSIGN_OR_RETURN(int t, TensorId(ins.ps_push().gradient().tensor()));
         const int inst = Containing(t, d, 0, 0);
@@ -413,8 +421,9 @@ absl::Status Sim::Build() {
         const auto& acc = ins.ps_accumulate();
         ASSIGN_OR_RETURN(int t, TensorId(acc.gradient().tensor()));
         const int64_t bytes = Bytes(t, acc.gradient().begin(), acc.gradient().end());
-        node.duration = (acc.push_tags_size() + 1) * static_cast<double>(bytes) /
-                            speed.memory_bytes_per_s + speed.overhead_s;
+        node.duration =
+            (acc.push_tags_size() + 1) * static_cast<double>(bytes) / speed.memory_bytes_per_s +
+            speed.overhead_s;
         if (acc.includes_local()) {
           const int inst = Containing(t, d, 0, 0);
           if (inst >= 0) reads_.Add(n, inst);
@@ -425,10 +434,12 @@ absl::Status Sim::Build() {
       case Instruction::kPsPull: {
         node.kind = Kind::kPull;
         const int server = topo_.DeviceIndex(ins.ps_pull().server_device());
-        if (server < 0) return absl::InvalidArgumentError("unknown server " + ins.ps_pull().server_device());
+        if (server < 0)
+          return absl::InvalidArgumentError("unknown server " + ins.ps_pull().server_device());
         node.path_from = server;
         node.path_to = d;
-        node.duration = topo_.PathBetween(server, d).Time(static_cast<double>(ins.ps_pull().bytes()));
+        node.duration =
+            topo_.PathBetween(server, d).Time(static_cast<double>(ins.ps_pull().bytes()));
         comm_bytes_ += ins.ps_pull().bytes();
         ASSIGN_OR_RETURN(int t, TensorId(ins.ps_pull().parameter().tensor()));
         writes_.Add(n, InstanceFor(t, d, 0, 0));
@@ -484,7 +495,8 @@ absl::Status Sim::Build() {
     }
   }
   for (const Collective& c : collectives_) {
-    comm_bytes_ += static_cast<int64_t>(2.0 * (c.devices.size() - 1) * static_cast<double>(c.bytes));
+    comm_bytes_ +=
+        static_cast<int64_t>(2.0 * (c.devices.size() - 1) * static_cast<double>(c.bytes));
   }
   succ_.Finish(nn);
   reads_.Finish(nn);
@@ -616,7 +628,8 @@ void Sim::Start(int n) {
         trace_.push_back({label, node.kind == Kind::kAllReduce ? "collective" : "comm",
                           nodes_[m].device, start, duration});
       });
-      for (int r : Links(n)) trace_.push_back({label, "link", topo_.num_devices() + r, start, duration});
+      for (int r : Links(n))
+        trace_.push_back({label, "link", topo_.num_devices() + r, start, duration});
     }
   }
   events_.push({end, seq_++, n});
@@ -710,9 +723,9 @@ absl::StatusOr<SimResult> Sim::Run() {
   }
   for (size_t n = 0; n < nodes_.size(); ++n) {
     if (!nodes_[n].done) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "instruction ", nodes_[n].ins->id(), " (", Label(static_cast<int>(n)),
-          ") never ran: a dependency cycle or a collective missing members"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("instruction ", nodes_[n].ins->id(), " (", Label(static_cast<int>(n)),
+                       ") never ran: a dependency cycle or a collective missing members"));
     }
   }
   SimResult r;

@@ -12,9 +12,9 @@
 namespace quilt {
 namespace {
 
-using ::testing::HasSubstr;
 using quilt::v1::DistributedProgram;
 using quilt::v1::Instruction;
+using ::testing::HasSubstr;
 
 struct NodeShape {
   int devices = 1;
@@ -22,7 +22,8 @@ struct NodeShape {
   double nic_bw = 1e10, nic_lat = 1e-5;
 };
 
-quilt::v1::ClusterSpec Spec(const std::vector<NodeShape>& nodes, int64_t memory = int64_t{1} << 34) {
+quilt::v1::ClusterSpec Spec(const std::vector<NodeShape>& nodes,
+                            int64_t memory = int64_t{1} << 34) {
   quilt::v1::ClusterSpec spec;
   spec.set_name("test");
   for (size_t n = 0; n < nodes.size(); ++n) {
@@ -63,14 +64,17 @@ class ProgramBuilder {
     for (int64_t x : deps) ins->add_deps(x);
     return ins;
   }
-  int64_t Compute(int d, const std::string& op, int64_t begin, int64_t end, std::vector<int64_t> deps = {}) {
+  int64_t Compute(int d, const std::string& op, int64_t begin, int64_t end,
+                  std::vector<int64_t> deps = {}) {
     Instruction* ins = Add(d, std::move(deps));
     ins->mutable_compute()->set_op(op);
     ins->mutable_compute()->set_begin(begin);
     ins->mutable_compute()->set_end(end);
     return ins->id();
   }
-  void Persistent(int d, const std::string& tensor) { device(d).add_persistent()->set_tensor(tensor); }
+  void Persistent(int d, const std::string& tensor) {
+    device(d).add_persistent()->set_tensor(tensor);
+  }
   void Feed(int d, const std::string& tensor, int64_t begin, int64_t end) {
     auto* r = device(d).add_feeds();
     r->set_tensor(tensor);
@@ -108,7 +112,8 @@ class ProgramBuilder {
     }
   }
   // Every worker pushes `bytes` of `tensor` to `server`, which sums them.
-  void PushAll(const std::vector<int>& workers, int server, const std::string& tensor, int64_t bytes) {
+  void PushAll(const std::vector<int>& workers, int server, const std::string& tensor,
+               int64_t bytes) {
     Instruction acc;
     acc.mutable_ps_accumulate()->mutable_gradient()->set_tensor(tensor);
     for (int w : workers) {
@@ -154,7 +159,8 @@ std::unique_ptr<World> MakeWorld(Graph g, const quilt::v1::ClusterSpec& spec) {
 // One non-batch float tensor of `bytes` bytes.
 Graph TensorGraph(int64_t bytes) {
   Graph g;
-  EXPECT_THAT(g.AddTensor({"g", DType::kF32, Shape::Fixed({bytes / 4}), TensorRole::kGradient}), IsOk());
+  EXPECT_THAT(g.AddTensor({"g", DType::kF32, Shape::Fixed({bytes / 4}), TensorRole::kGradient}),
+              IsOk());
   return g;
 }
 

@@ -1,8 +1,8 @@
 #include "src/worker/config.h"
 
+#include "src/cluster/node_validation.h"
 #include "src/common/net.h"
 #include "src/common/status.h"
-#include "src/cluster/node_validation.h"
 
 namespace quilt {
 

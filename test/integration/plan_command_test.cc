@@ -26,16 +26,18 @@ CommandResult Plan(std::vector<std::string> args) {
 }
 
 TEST(PlanCommand, BertLargeOnHap_PrintsEveryBaselineAndTheLowerBound) {
-  const CommandResult table = Plan({"zoo:bert_large", "--cluster", "config/clusters/hap_cluster.textproto",
-                                    "--batch", "2048", "--strategy", "all"});
+  const CommandResult table =
+      Plan({"zoo:bert_large", "--cluster", "config/clusters/hap_cluster.textproto", "--batch",
+            "2048", "--strategy", "all"});
   ASSERT_EQ(table.exit_code, 0) << table.err;
   EXPECT_THAT(table.out, HasSubstr("Compute lower bound"));
   for (const std::string& name : kBaselines) EXPECT_THAT(table.out, HasSubstr(name));
   EXPECT_THAT(table.out, HasSubstr("Best: "));
   EXPECT_THAT(table.err, HasSubstr("simulating dp-even-ring"));  // progress
 
-  const CommandResult json = Plan({"zoo:bert_large", "--cluster", "config/clusters/hap_cluster.textproto",
-                                   "--batch", "2048", "-o", "json"});
+  const CommandResult json =
+      Plan({"zoo:bert_large", "--cluster", "config/clusters/hap_cluster.textproto", "--batch",
+            "2048", "-o", "json"});
   ASSERT_EQ(json.exit_code, 0) << json.err;
   const nlohmann::json r = nlohmann::json::parse(json.out);
   EXPECT_EQ(r["model"], "bert_large");
@@ -58,7 +60,8 @@ TEST(PlanCommand, BertLargeOnHap_PrintsEveryBaselineAndTheLowerBound) {
   }
   // 2048 rows do not fit one 16 GB V100.
   EXPECT_FALSE(r["estimates"][0]["feasible"].get<bool>());
-  EXPECT_THAT(r["estimates"][0]["infeasible_reason"].get<std::string>(), HasSubstr("out of memory"));
+  EXPECT_THAT(r["estimates"][0]["infeasible_reason"].get<std::string>(),
+              HasSubstr("out of memory"));
   for (const auto& e : r["estimates"]) {
     if (e["feasible"].get<bool>()) EXPECT_GE(e["step_time_s"].get<double>(), best);
   }
@@ -67,8 +70,8 @@ TEST(PlanCommand, BertLargeOnHap_PrintsEveryBaselineAndTheLowerBound) {
 TEST(PlanCommand, TraceOpensAsChromeTraceJson) {
   TempDir dir;
   const std::string trace = dir.File("trace.json");
-  const CommandResult r = Plan({"zoo:mlp", "--cluster", "config/clusters/nvlink_2x4_v100.textproto", "--batch",
-                                "64", "--strategy", "dp-even-ring", "--trace", trace});
+  const CommandResult r = Plan({"zoo:mlp", "--cluster", "config/clusters/nvlink_2x4_v100.textproto",
+                                "--batch", "64", "--strategy", "dp-even-ring", "--trace", trace});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   std::ifstream in(trace);
   const nlohmann::json t = nlohmann::json::parse(in);
@@ -84,19 +87,21 @@ TEST(PlanCommand, TraceOpensAsChromeTraceJson) {
 }
 
 TEST(PlanCommand, BadInput_ExitsWithAClearError) {
-  const CommandResult model = Plan({"zoo:nonexistent", "--cluster", "config/clusters/hap_cluster.textproto",
-                                    "--batch", "8"});
+  const CommandResult model = Plan(
+      {"zoo:nonexistent", "--cluster", "config/clusters/hap_cluster.textproto", "--batch", "8"});
   EXPECT_NE(model.exit_code, 0);
   EXPECT_THAT(model.err, HasSubstr("nonexistent"));
-  const CommandResult cluster = Plan({"zoo:mlp", "--cluster", "/nonexistent/c.textproto", "--batch", "8"});
+  const CommandResult cluster =
+      Plan({"zoo:mlp", "--cluster", "/nonexistent/c.textproto", "--batch", "8"});
   EXPECT_NE(cluster.exit_code, 0);
   EXPECT_THAT(cluster.err, HasSubstr("/nonexistent/c.textproto"));
-  const CommandResult strategy = Plan({"zoo:mlp", "--cluster", "config/clusters/hap_cluster.textproto",
-                                       "--batch", "8", "--strategy", "dp-magic"});
+  const CommandResult strategy =
+      Plan({"zoo:mlp", "--cluster", "config/clusters/hap_cluster.textproto", "--batch", "8",
+            "--strategy", "dp-magic"});
   EXPECT_NE(strategy.exit_code, 0);
   EXPECT_THAT(strategy.err, HasSubstr("dp-even-ring"));
-  const CommandResult batch = Plan({"zoo:mlp", "--cluster", "config/clusters/hap_cluster.textproto",
-                                    "--batch", "0"});
+  const CommandResult batch =
+      Plan({"zoo:mlp", "--cluster", "config/clusters/hap_cluster.textproto", "--batch", "0"});
   EXPECT_NE(batch.exit_code, 0);
 }
 

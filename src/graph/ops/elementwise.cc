@@ -248,7 +248,7 @@ QUILT_REGISTER_OP([] {
   OpSchema s = UnaryOp("Neg", 1, nullptr);
   s.linear = true;
   s.grad = [](GradContext& g) -> absl::Status {
-  if (!g.needs_dx(0)) return absl::OkStatus();
+    if (!g.needs_dx(0)) return absl::OkStatus();
     ASSIGN_OR_RETURN(std::string dx, Unary(g, "Neg", g.dy(0)));
     g.set_dx(0, dx);
     return absl::OkStatus();

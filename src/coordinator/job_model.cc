@@ -1,0 +1,66 @@
+#include "src/coordinator/job_model.h"
+
+#include "src/common/status.h"
+#include "src/graph/autodiff.h"
+#include "src/graph/model_loader.h"
+#include "src/graph/validate.h"
+#include "src/graph/zoo/zoo.h"
+
+namespace quilt {
+namespace {
+
+absl::StatusOr<Graph> ForwardGraph(const quilt::v1::JobSpec& spec) {
+  switch (spec.model_case()) {
+    case quilt::v1::JobSpec::kZoo: {
+      absl::StatusOr<Graph> g = zoo::BuildZooModel(spec.zoo(), spec.seed());
+      if (!g.ok()) return absl::InvalidArgumentError(std::string(g.status().message()));
+      return g;
+    }
+    case quilt::v1::JobSpec::kOnnx:
+      return LoadOnnxBytes(spec.onnx(), spec.global_batch(), "the job's ONNX model");
+    case quilt::v1::JobSpec::kGraph: {
+      absl::StatusOr<Graph> g = Graph::FromProto(spec.graph());
+      if (!g.ok()) return Annotate(g.status(), "the job's graph");
+      RETURN_IF_ERROR(Annotate(ValidateGraph(&*g), "the job's graph"));
+      return g;
+    }
+    default:
+      return absl::InvalidArgumentError("the job names no model (graph, onnx or zoo)");
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<Graph> TrainingGraphForJob(const quilt::v1::JobSpec& spec) {
+  if (spec.global_batch() < 1) {
+    return absl::InvalidArgumentError("the job's global_batch must be at least 1");
+  }
+  ASSIGN_OR_RETURN(Graph g, ForwardGraph(spec));
+  if (g.has_backward) return g;
+  TrainingOptions to;
+  switch (spec.loss()) {
+    case quilt::v1::Loss::TYPE_SOFTMAX_CROSS_ENTROPY:
+      to.loss = LossType::kSoftmaxCrossEntropy;
+      break;
+    case quilt::v1::Loss::TYPE_MSE:
+      to.loss = LossType::kMse;
+      break;
+    default:
+      if (g.loss.type == LossType::kNone) {
+        return absl::InvalidArgumentError("the model defines no loss and the job sets none");
+      }
+      break;
+  }
+  if (g.loss.type != LossType::kNone) to.loss = LossType::kNone;  // the model's own
+  to.optimizer = OptimizerFromProto(spec.optimizer());
+  if (to.optimizer.kind == OptimizerSpec::Kind::kNone) {
+    return absl::InvalidArgumentError("the job sets no optimizer (sgd or adam)");
+  }
+  if (to.optimizer.learning_rate <= 0) {
+    return absl::InvalidArgumentError("the job's learning rate must be positive");
+  }
+  RETURN_IF_ERROR(Annotate(BuildTrainingGraph(&g, to), "building the training graph"));
+  return g;
+}
+
+}  // namespace quilt

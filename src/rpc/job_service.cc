@@ -1,0 +1,73 @@
+#include "src/rpc/job_service.h"
+
+#include "absl/strings/str_cat.h"
+#include "src/cluster/topology.h"
+#include "src/common/logging.h"
+#include "src/common/status.h"
+#include "src/coordinator/job_model.h"
+#include "src/coordinator/live_cluster.h"
+#include "src/planner/plan.h"
+#include "src/rpc/handler_util.h"
+
+namespace quilt::rpc {
+namespace {
+
+// One plan at a time (each is CPU-bound), a few more waiting.
+constexpr int kPlanningThreads = 1;
+constexpr int kMaxWaitingPlans = 4;
+
+}  // namespace
+
+JobServiceImpl::JobServiceImpl(Coordinator* coordinator, size_t max_request_bytes)
+    : coordinator_(coordinator),
+      max_request_bytes_(max_request_bytes),
+      planning_(kPlanningThreads, kMaxWaitingPlans) {}
+
+JobServiceImpl::~JobServiceImpl() { planning_.Shutdown(); }
+
+grpc::ServerUnaryReactor* JobServiceImpl::PlanJob(grpc::CallbackServerContext* ctx,
+                                                  const grpc::ByteBuffer* raw_request,
+                                                  grpc::ByteBuffer* raw_response) {
+  auto request = std::make_shared<quilt::v1::PlanJobRequest>();
+  absl::Status parsed = ParseRequest(*raw_request, max_request_bytes_, "PlanJob", request.get());
+  if (!parsed.ok()) return Finish(ctx, parsed);
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  const bool taken = planning_.Submit([this, request, reactor, raw_response] {
+    quilt::v1::PlanReport report;
+    absl::Status s = Plan(*request, &report);
+    if (s.ok()) {
+      bool own = false;
+      grpc::Status ser =
+          grpc::SerializationTraits<quilt::v1::PlanReport>::Serialize(report, raw_response, &own);
+      if (!ser.ok()) s = FromGrpcStatus(ser);
+    }
+    reactor->Finish(ToGrpcStatus(s));
+  });
+  if (!taken) {
+    reactor->Finish(ToGrpcStatus(planning_.accepting()
+                                     ? absl::ResourceExhaustedError(absl::StrCat(
+                                           "the coordinator is already planning ",
+                                           planning_.pending(), " jobs; try again later"))
+                                     : absl::UnavailableError("the coordinator is shutting down")));
+  }
+  return reactor;
+}
+
+absl::Status JobServiceImpl::Plan(const quilt::v1::PlanJobRequest& request,
+                                  quilt::v1::PlanReport* report) {
+  ASSIGN_OR_RETURN(Graph graph, TrainingGraphForJob(request.spec()));
+  ASSIGN_OR_RETURN(quilt::v1::ClusterSpec spec, LiveClusterSpec(*coordinator_->registry()));
+  absl::StatusOr<Topology> topo = Topology::Build(spec);
+  if (!topo.ok()) return Annotate(topo.status(), "the live cluster");
+  PlanOptions options;
+  options.global_batch = request.spec().global_batch();
+  options.strategy = request.strategy().empty() ? "all" : request.strategy();
+  ASSIGN_OR_RETURN(PlanResult result, quilt::Plan(graph, *topo, options));
+  QLOG_INFO("planned {} (batch {}) on {} node(s): best {}, {:.2f} s", graph.name,
+            options.global_batch, spec.nodes_size(), result.report.best(),
+            result.report.planning_wall_s());
+  *report = std::move(result.report);
+  return absl::OkStatus();
+}
+
+}  // namespace quilt::rpc
