@@ -30,7 +30,7 @@ double Seconds(absl::Time since) { return absl::ToDoubleSeconds(absl::Now() - si
 
 int main(int argc, char** argv) {
   CLI::App app{"simulator_bench"};
-  std::string models = "vgg19,resnet50,inception_v3,transformer,bert_large,gpt2,gpt2_xl";
+  std::string models;  // default: every zoo model
   std::string clusters =
       "config/clusters/heterog_testbed.textproto,config/clusters/hap_cluster.textproto,"
       "config/clusters/nvlink_2x4_v100.textproto";
@@ -43,6 +43,11 @@ int main(int argc, char** argv) {
   app.add_option("--batch-per-device", batch_per_device);
   app.add_option("--plan", full_plan, "Also time a full plan (every baseline)");
   CLI11_PARSE(app, argc, argv);
+  if (models.empty()) {
+    for (const quilt::zoo::ZooModel& m : quilt::zoo::ZooModels()) {
+      models += (models.empty() ? "" : ",") + m.name;
+    }
+  }
   for (const std::string& cpath : std::vector<std::string>(absl::StrSplit(clusters, ','))) {
     auto spec = quilt::LoadClusterSpec(cpath);
     if (!spec.ok()) {

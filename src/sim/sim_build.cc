@@ -1,0 +1,348 @@
+// Preparing a DistributedProgram for replay: instructions become nodes
+// with durations from the cost model, dependencies and send/receive,
+// push/accumulate pairs become successor lists, and tensor reads and writes
+// become reference-counted instances per device.
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "src/common/status.h"
+#include "src/graph/op_registry.h"
+#include "src/planner/lower.h"
+#include "src/sim/sim_state.h"
+
+namespace quilt::sim_internal {
+
+using quilt::v1::Instruction;
+
+absl::StatusOr<int> Sim::TensorId(const std::string& name) const {
+  auto it = tensor_index_.find(name);
+  if (it == tensor_index_.end()) return absl::InvalidArgumentError("unknown tensor '" + name + "'");
+  return it->second;
+}
+
+int Sim::InstanceFor(int tensor, int device, int64_t begin, int64_t end) {
+  // Instances of one tensor on one device form a short chain (usually one
+  // or two: a slice and the assembled whole).
+  auto [head, first] =
+      first_instance_.emplace(static_cast<int64_t>(tensor) * topo_.num_devices() + device, -1);
+  for (int id = head->second; id >= 0; id = instances_[id].next_same) {
+    if (instances_[id].begin == begin && instances_[id].end == end) return id;
+  }
+  Instance inst;
+  inst.device = device;
+  inst.begin = begin;
+  inst.end = end;
+  inst.bytes = Bytes(tensor, begin, end);
+  inst.next_same = head->second;
+  const int id = static_cast<int>(instances_.size());
+  head->second = id;
+  instances_.push_back(inst);
+  return id;
+}
+
+int Sim::Containing(int tensor, int device, int64_t begin, int64_t end) {
+  auto it = first_instance_.find(static_cast<int64_t>(tensor) * topo_.num_devices() + device);
+  if (it == first_instance_.end()) return -1;
+  int found = -1;
+  for (int id = it->second; id >= 0; id = instances_[id].next_same) {
+    const Instance& i = instances_[id];
+    if (i.begin == begin && i.end == end) return id;
+    if (found < 0 && ((i.begin == 0 && i.end == 0) || (i.begin <= begin && end <= i.end)))
+      found = id;
+  }
+  return found;
+}
+
+absl::Status Sim::Build() {
+  op_index_.reserve(g_.ops.size());
+  for (size_t i = 0; i < g_.ops.size(); ++i) op_index_[g_.ops[i].name] = static_cast<int>(i);
+  tensor_index_.reserve(g_.tensors().size());
+  for (size_t i = 0; i < g_.tensors().size(); ++i) {
+    const TensorInfo& t = g_.tensors()[i];
+    tensor_index_[t.name] = static_cast<int>(i);
+    tensor_batched_.push_back(t.shape.HasBatch());
+    tensor_bytes_.push_back(RangeBytes(t, 0, 0));
+    tensor_row_bytes_.push_back(
+        t.shape.HasBatch() ? RangeBytes(t, 0, 1)
+                           : (t.shape.rank() == 0 ? tensor_bytes_.back() : RangeBytes(t, 0, 1)));
+  }
+  std::vector<bool> is_update(g_.ops.size());
+  std::vector<std::vector<int>> op_inputs(g_.ops.size()), op_outputs(g_.ops.size());
+  for (size_t i = 0; i < g_.ops.size(); ++i) {
+    is_update[i] = OpRegistry::Global().Find(g_.ops[i].type)->is_update;
+    for (const std::string& in : g_.ops[i].inputs)
+      op_inputs[i].push_back(in.empty() ? -1 : tensor_index_.at(in));
+    for (const std::string& out : g_.ops[i].outputs) op_outputs[i].push_back(tensor_index_.at(out));
+  }
+  size_t total = 0;
+  for (const auto& dp : prog_.devices()) total += dp.instructions_size();
+  nodes_.reserve(total);
+  priority_.reserve(total);
+  // Instruction id → node: a table when ids are dense (lowered programs
+  // number them 0..n-1), a hash map otherwise.
+  int64_t max_id = -1;
+  bool non_negative = true;
+  for (const auto& dp : prog_.devices()) {
+    for (const Instruction& ins : dp.instructions()) {
+      max_id = std::max(max_id, ins.id());
+      non_negative &= ins.id() >= 0;
+    }
+  }
+  const bool dense = non_negative && max_id < 4 * static_cast<int64_t>(total) + 16;
+  std::vector<int> id_table(dense ? max_id + 1 : 0, -1);
+  absl::flat_hash_map<int64_t, int> id_map;
+  auto remember = [&](int64_t id, int n) {
+    if (dense) {
+      if (id_table[id] >= 0) return false;
+      id_table[id] = n;
+      return true;
+    }
+    return id_map.emplace(id, n).second;
+  };
+  auto node_of = [&](int64_t id) {
+    if (dense) return id >= 0 && id <= max_id ? id_table[id] : -1;
+    auto it = id_map.find(id);
+    return it == id_map.end() ? -1 : it->second;
+  };
+  first_instance_.reserve(total);
+  absl::flat_hash_map<int64_t, int> send_tag, recv_tag, push_tag;
+  absl::flat_hash_map<int64_t, int> collective_of;
+  absl::flat_hash_map<int64_t, std::vector<int>> groups;
+  for (const quilt::v1::DeviceGroup& group : prog_.groups()) {
+    std::vector<int>& members = groups[group.id()];
+    for (const std::string& m : group.devices()) {
+      const int md = topo_.DeviceIndex(m);
+      if (md < 0) return absl::InvalidArgumentError("group names unknown device '" + m + "'");
+      members.push_back(md);
+    }
+  }
+  for (const quilt::v1::DeviceProgram& dp : prog_.devices()) {
+    const int d = topo_.DeviceIndex(dp.device());
+    if (d < 0)
+      return absl::InvalidArgumentError("program names unknown device '" + dp.device() + "'");
+    for (const quilt::v1::TensorRange& r : dp.persistent()) {
+      ASSIGN_OR_RETURN(int t, TensorId(r.tensor()));
+      instances_[InstanceFor(t, d, r.begin(), r.end())].persistent = true;
+    }
+    for (const quilt::v1::TensorRange& r : dp.feeds()) {
+      ASSIGN_OR_RETURN(int t, TensorId(r.tensor()));
+      feeds_.push_back(InstanceFor(t, d, r.begin(), r.end()));
+    }
+    for (const Instruction& ins : dp.instructions()) {
+      const int n = static_cast<int>(nodes_.size());
+      if (!remember(ins.id(), n)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("instruction id ", ins.id(), " is used twice"));
+      }
+      Node node;
+      node.device = d;
+      node.ins = &ins;
+      nodes_.push_back(node);
+      priority_.push_back(ins.priority());
+    }
+  }
+  for (size_t ni = 0; ni < nodes_.size(); ++ni) {
+    const int n = static_cast<int>(ni);
+    Node& node = nodes_[n];
+    const Instruction& ins = *node.ins;
+    const int d = node.device;
+    const DeviceSpeed& speed = cost_.speed(d);
+    switch (ins.kind_case()) {
+      case Instruction::kCompute: {
+        node.kind = Kind::kCompute;
+        auto it = op_index_.find(ins.compute().op());
+        if (it == op_index_.end()) {
+          return absl::InvalidArgumentError("program runs unknown op '" + ins.compute().op() + "'");
+        }
+        const int op = it->second;
+        const int64_t b = ins.compute().begin(), e = ins.compute().end();
+        const bool shard = is_update[op] && !(b == 0 && e == 0);
+        double dur = cost_.OpTime(op, d, e - b);
+        if (shard) {
+          const TensorInfo& p = g_.tensors()[op_inputs[op][0]];
+          const int64_t rows = p.shape.rank() == 0 ? 1 : std::max<int64_t>(1, p.shape.dim(0).value);
+          dur *= static_cast<double>(e - b) / static_cast<double>(rows);
+        }
+        node.duration = dur;
+        for (int t : op_inputs[op]) {
+          if (t < 0) continue;
+          const bool bt = tensor_batched_[t];
+          const int inst = Containing(t, d, bt || shard ? b : 0, bt || shard ? e : 0);
+          if (inst >= 0) reads_.Add(n, inst);
+        }
+        if (!is_update[op]) {  // updates write in place
+          for (int t : op_outputs[op]) {
+            const bool bt = tensor_batched_[t];
+            writes_.Add(n, InstanceFor(t, d, bt ? b : 0, bt ? e : 0));
+          }
+        }
+        break;
+      }
+      case Instruction::kSend: {
+        node.kind = Kind::kSend;
+        send_tag[ins.send().tag()] = n;
+        ASSIGN_OR_RETURN(int t, TensorId(ins.send().range().tensor()));
+        const int inst = Containing(t, d, ins.send().range().begin(), ins.send().range().end());
+        if (inst >= 0) reads_.Add(n, inst);
+        break;
+      }
+      case Instruction::kRecv: {
+        node.kind = Kind::kRecv;
+        recv_tag[ins.recv().tag()] = n;
+        ASSIGN_OR_RETURN(int t, TensorId(ins.recv().into().tensor()));
+        writes_.Add(n, InstanceFor(t, d, ins.recv().into().begin(), ins.recv().into().end()));
+        break;
+      }
+      case Instruction::kConcat: {
+        node.kind = Kind::kLocal;
+        ASSIGN_OR_RETURN(int t, TensorId(ins.concat().target().tensor()));
+        int64_t bytes = 0;
+        for (const auto& part : ins.concat().parts()) {
+          const int inst = Containing(t, d, part.begin(), part.end());
+          if (inst >= 0) reads_.Add(n, inst);
+          bytes += Bytes(t, part.begin(), part.end());
+        }
+        writes_.Add(n,
+                    InstanceFor(t, d, ins.concat().target().begin(), ins.concat().target().end()));
+        node.duration = 2.0 * bytes / speed.memory_bytes_per_s + speed.overhead_s;
+        break;
+      }
+      case Instruction::kSplit:
+        node.kind = Kind::kLocal;
+        break;
+      case Instruction::kAllReduce: {
+        node.kind = Kind::kAllReduce;
+        auto [it, fresh] = collective_of.emplace(ins.all_reduce().collective_id(),
+                                                 static_cast<int>(collectives_.size()));
+        if (fresh) {
+          Collective c;
+          auto group = groups.find(ins.all_reduce().group());
+          if (group == groups.end()) {
+            return absl::InvalidArgumentError(
+                absl::StrCat("all-reduce ", ins.all_reduce().collective_id(),
+                             " names unknown group ", ins.all_reduce().group()));
+          }
+          c.devices = group->second;
+          c.bytes = ins.all_reduce().bytes();
+          CostModel::Collective est = cost_.AllReduce(ins.all_reduce().algorithm(), c.devices,
+                                                      static_cast<double>(c.bytes));
+          c.duration = est.time_s;
+          c.resources = std::move(est.resources);
+          collectives_.push_back(std::move(c));
+        }
+        node.collective = it->second;
+        collectives_[it->second].members.push_back(n);
+        for (const auto& tn : ins.all_reduce().tensors()) {
+          ASSIGN_OR_RETURN(int t, TensorId(tn));
+          const int inst = InstanceFor(t, d, 0, 0);
+          reads_.Add(n, inst);
+          writes_.Add(n, inst);
+        }
+        break;
+      }
+      case Instruction::kPsPush: {
+        node.kind = Kind::kPush;
+        push_tag[ins.ps_push().tag()] = n;
+        const int server = topo_.DeviceIndex(ins.ps_push().server_device());
+        if (server < 0)
+          return absl::InvalidArgumentError("unknown server " + ins.ps_push().server_device());
+        node.path_from = d;
+        node.path_to = server;
+        node.duration =
+            topo_.PathBetween(d, server).Time(static_cast<double>(ins.ps_push().bytes()));
+        comm_bytes_ += ins.ps_push().bytes();
+        ASSIGN_OR_RETURN(int t, TensorId(ins.ps_push().gradient().tensor()));
+        const int inst = Containing(t, d, 0, 0);
+        if (inst >= 0) reads_.Add(n, inst);
+        break;
+      }
+      case Instruction::kPsAccumulate: {
+        node.kind = Kind::kLocal;
+        const auto& acc = ins.ps_accumulate();
+        ASSIGN_OR_RETURN(int t, TensorId(acc.gradient().tensor()));
+        const int64_t bytes = Bytes(t, acc.gradient().begin(), acc.gradient().end());
+        node.duration =
+            (acc.push_tags_size() + 1) * static_cast<double>(bytes) / speed.memory_bytes_per_s +
+            speed.overhead_s;
+        if (acc.includes_local()) {
+          const int inst = Containing(t, d, 0, 0);
+          if (inst >= 0) reads_.Add(n, inst);
+        }
+        writes_.Add(n, InstanceFor(t, d, acc.gradient().begin(), acc.gradient().end()));
+        break;
+      }
+      case Instruction::kPsPull: {
+        node.kind = Kind::kPull;
+        const int server = topo_.DeviceIndex(ins.ps_pull().server_device());
+        if (server < 0)
+          return absl::InvalidArgumentError("unknown server " + ins.ps_pull().server_device());
+        node.path_from = server;
+        node.path_to = d;
+        node.duration =
+            topo_.PathBetween(server, d).Time(static_cast<double>(ins.ps_pull().bytes()));
+        comm_bytes_ += ins.ps_pull().bytes();
+        ASSIGN_OR_RETURN(int t, TensorId(ins.ps_pull().parameter().tensor()));
+        writes_.Add(n, InstanceFor(t, d, 0, 0));
+        break;
+      }
+      default:
+        return absl::InvalidArgumentError(absl::StrCat("instruction ", ins.id(), " has no kind"));
+    }
+  }
+  const int nn = static_cast<int>(nodes_.size());
+  for (int n = 0; n < nn; ++n) {
+    for (int64_t dep : nodes_[n].ins->deps()) {
+      const int from = node_of(dep);
+      if (from < 0) {
+        return absl::InvalidArgumentError(absl::StrCat("instruction ", nodes_[n].ins->id(),
+                                                       " depends on unknown instruction ", dep));
+      }
+      succ_.Add(from, n);
+      ++nodes_[n].pending;
+    }
+  }
+  for (const auto& [tag, s] : send_tag) {
+    auto r = recv_tag.find(tag);
+    if (r == recv_tag.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("send with tag ", tag, " has no receiver"));
+    }
+    Node& send = nodes_[s];
+    Node& recv = nodes_[r->second];
+    send.partner = r->second;
+    recv.partner = s;
+    recv.path_from = send.device;
+    recv.path_to = recv.device;
+    recv.duration = topo_.PathBetween(send.device, recv.device)
+                        .Time(static_cast<double>(send.ins->send().bytes()));
+    comm_bytes_ += send.ins->send().bytes();
+    ++recv.pending;  // the send side must be ready too
+  }
+  for (const auto& [tag, r] : recv_tag) {
+    if (!send_tag.count(tag)) {
+      return absl::InvalidArgumentError(absl::StrCat("receive with tag ", tag, " has no sender"));
+    }
+  }
+  for (int n = 0; n < nn; ++n) {
+    const Instruction& ins = *nodes_[n].ins;
+    if (!ins.has_ps_accumulate()) continue;
+    for (int64_t tag : ins.ps_accumulate().push_tags()) {
+      auto it = push_tag.find(tag);
+      if (it == push_tag.end()) {
+        return absl::InvalidArgumentError(absl::StrCat("accumulate waits for unknown push ", tag));
+      }
+      succ_.Add(it->second, n);
+      ++nodes_[n].pending;
+    }
+  }
+  for (const Collective& c : collectives_) {
+    comm_bytes_ +=
+        static_cast<int64_t>(2.0 * (c.devices.size() - 1) * static_cast<double>(c.bytes));
+  }
+  succ_.Finish(nn);
+  reads_.Finish(nn);
+  writes_.Finish(nn);
+  for (int r : reads_.items) ++instances_[r].readers;
+  return absl::OkStatus();
+}
+
+}  // namespace quilt::sim_internal

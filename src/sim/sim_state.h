@@ -1,0 +1,147 @@
+// Internal to the simulator: the prepared form of a program (nodes with
+// durations, flat dependency / read / write lists, tensor instances,
+// collectives) and the replay state. sim_build.cc prepares it from a
+// DistributedProgram; simulator.cc replays it.
+#ifndef QUILT_SRC_SIM_SIM_STATE_H_
+#define QUILT_SRC_SIM_SIM_STATE_H_
+
+#include <functional>
+#include <queue>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "src/sim/simulator.h"
+
+namespace quilt::sim_internal {
+
+using quilt::v1::Instruction;
+
+enum class Kind : uint8_t { kCompute, kSend, kRecv, kAllReduce, kPush, kPull, kLocal };
+
+struct Node {
+  const Instruction* ins = nullptr;
+  double duration = 0;
+  int device = 0;
+  int path_from = -1, path_to = -1;  // transfers: the links of PathBetween(from, to)
+  int pending = 0;
+  int partner = -1;     // send ↔ recv
+  int collective = -1;  // index into collectives_
+  Kind kind = Kind::kLocal;
+  bool done = false;
+  bool comm() const { return kind != Kind::kCompute && kind != Kind::kLocal; }
+};
+
+// Flat per-node lists: list n is items[begin[n], begin[n + 1]).
+struct NodeLists {
+  std::vector<std::pair<int, int>> pairs;
+  std::vector<int> begin, items;
+  void Add(int node, int item) { pairs.push_back({node, item}); }
+  void Finish(int nodes) {
+    begin.assign(nodes + 1, 0);
+    for (const auto& p : pairs) ++begin[p.first + 1];
+    for (int k = 0; k < nodes; ++k) begin[k + 1] += begin[k];
+    items.resize(pairs.size());
+    std::vector<int> at(begin.begin(), begin.end() - 1);
+    for (const auto& p : pairs) items[at[p.first]++] = p.second;
+    std::vector<std::pair<int, int>>().swap(pairs);
+  }
+  const int* b(int n) const { return items.data() + begin[n]; }
+  const int* e(int n) const { return items.data() + begin[n + 1]; }
+};
+
+struct Collective {
+  std::vector<int> members;
+  std::vector<int> devices;
+  std::vector<int> resources;
+  int ready = 0;
+  double duration = 0;
+  int64_t bytes = 0;
+};
+
+struct Instance {
+  int64_t bytes = 0;
+  int64_t begin = 0, end = 0;
+  int device = 0;
+  int next_same = -1;  // next instance of the same tensor on the same device
+  int readers = 0;
+  bool persistent = false;
+  bool allocated = false;
+  bool freed = false;
+};
+
+struct Event {
+  double time;
+  int64_t seq;
+  int node;
+  bool operator>(const Event& o) const { return time != o.time ? time > o.time : seq > o.seq; }
+};
+
+class Sim {
+ public:
+  Sim(const quilt::v1::DistributedProgram& p, const Graph& g, const Topology& t, const CostModel& c,
+      const SimOptions& o)
+      : prog_(p), g_(g), topo_(t), cost_(c), opt_(o) {}
+  absl::StatusOr<SimResult> Run();
+
+ private:
+  absl::Status Build();
+  absl::StatusOr<int> TensorId(const std::string& name) const;
+  int InstanceFor(int tensor, int device, int64_t begin, int64_t end);
+  int Containing(int tensor, int device, int64_t begin, int64_t end);
+  const std::vector<int>& Links(int n) const;
+  std::string Label(int n) const;
+  void Ready(int n);
+  int BusyLink(int n) const;
+  void TryStartComm(int n);
+  void FreeLinks(int n);
+  void Start(int n);
+  void Complete(int n);
+  void Dispatch(int device);
+  void Alloc(int inst);
+  void Release(int inst);
+
+  const quilt::v1::DistributedProgram& prog_;
+  const Graph& g_;
+  const Topology& topo_;
+  const CostModel& cost_;
+  const SimOptions& opt_;
+
+  absl::flat_hash_map<std::string, int> op_index_, tensor_index_;
+  // Per tensor: whether it carries the batch, bytes per batch row (or per
+  // row of dim 0) and whole bytes.
+  std::vector<bool> tensor_batched_;
+  std::vector<int64_t> tensor_row_bytes_, tensor_bytes_;
+  int64_t Bytes(int t, int64_t begin, int64_t end) const {
+    if (begin == 0 && end == 0) return tensor_bytes_[t];
+    return tensor_row_bytes_[t] * (end - begin);
+  }
+  std::vector<Node> nodes_;
+  NodeLists succ_, reads_, writes_;
+  std::vector<double> priority_;
+  std::vector<Collective> collectives_;
+  std::vector<Instance> instances_;
+  absl::flat_hash_map<int64_t, int> first_instance_;  // tensor · devices + device
+  std::vector<int> feeds_;
+
+  std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;
+  int64_t seq_ = 0;
+  double now_ = 0;
+  std::vector<std::priority_queue<std::pair<double, int>>> ready_;  // (priority, -node)
+  std::vector<bool> busy_, dirty_;
+  std::vector<int> dirty_list_;
+  std::vector<bool> link_busy_;
+  // Per link: communications waiting for it, (priority, -node).
+  std::vector<std::priority_queue<std::pair<double, int>>> link_waiting_;
+  std::vector<int64_t> live_, peak_;
+  std::vector<double> busy_s_, link_busy_s_;
+  std::vector<std::vector<std::pair<double, double>>> compute_iv_, comm_iv_;
+  int64_t comm_bytes_ = 0;
+  int64_t event_count_ = 0;
+  std::vector<TraceEvent> trace_;
+};
+
+}  // namespace quilt::sim_internal
+
+#endif  // QUILT_SRC_SIM_SIM_STATE_H_
