@@ -88,6 +88,11 @@ class Validator {
   // writes rows `need` of `tensor` (-1 = resident, -2 = none).
   int Writer(int n, int tensor, const Range& need) const;
   absl::Status ReadsOf(int n, std::vector<Access>* reads) const;
+  absl::Status AddRange(const quilt::v1::TensorRange& r, std::vector<Access>* out) const {
+    ASSIGN_OR_RETURN(int t, Tensor(r.tensor()));
+    out->push_back({t, {r.begin(), r.end()}});
+    return absl::OkStatus();
+  }
   absl::Status WritesOf(int n, std::vector<Access>* writes) const;
 
   const quilt::v1::DistributedProgram& p_;
@@ -416,28 +421,18 @@ absl::Status Validator::WritesOf(int n, std::vector<Access>* out) const {
       for (int t : op_outputs_[op]) out->push_back({t, Batched(t) ? own : Range{}});
       return absl::OkStatus();
     }
-    case Instruction::kRecv: {
-      ASSIGN_OR_RETURN(int t, Tensor(ins.recv().into().tensor()));
-      out->push_back({t, {ins.recv().into().begin(), ins.recv().into().end()}});
-      return absl::OkStatus();
-    }
-    case Instruction::kConcat: {
-      ASSIGN_OR_RETURN(int t, Tensor(ins.concat().target().tensor()));
-      out->push_back({t, {ins.concat().target().begin(), ins.concat().target().end()}});
-      return absl::OkStatus();
-    }
+    case Instruction::kRecv:
+      return AddRange(ins.recv().into(), out);
+    case Instruction::kConcat:
+      return AddRange(ins.concat().target(), out);
     case Instruction::kAllReduce:
       for (const auto& name : ins.all_reduce().tensors()) {
         ASSIGN_OR_RETURN(int t, Tensor(name));
         out->push_back({t, {}});
       }
       return absl::OkStatus();
-    case Instruction::kPsAccumulate: {
-      ASSIGN_OR_RETURN(int t, Tensor(ins.ps_accumulate().gradient().tensor()));
-      out->push_back(
-          {t, {ins.ps_accumulate().gradient().begin(), ins.ps_accumulate().gradient().end()}});
-      return absl::OkStatus();
-    }
+    case Instruction::kPsAccumulate:
+      return AddRange(ins.ps_accumulate().gradient(), out);
     case Instruction::kPsPull: {
       ASSIGN_OR_RETURN(int t, Tensor(ins.ps_pull().parameter().tensor()));
       out->push_back({t, {}});
@@ -460,16 +455,10 @@ absl::Status Validator::ReadsOf(int n, std::vector<Access>* out) const {
       }
       return absl::OkStatus();
     }
-    case Instruction::kSend: {
-      ASSIGN_OR_RETURN(int t, Tensor(ins.send().range().tensor()));
-      out->push_back({t, {ins.send().range().begin(), ins.send().range().end()}});
-      return absl::OkStatus();
-    }
+    case Instruction::kSend:
+      return AddRange(ins.send().range(), out);
     case Instruction::kConcat:
-      for (const auto& part : ins.concat().parts()) {
-        ASSIGN_OR_RETURN(int t, Tensor(part.tensor()));
-        out->push_back({t, {part.begin(), part.end()}});
-      }
+      for (const auto& part : ins.concat().parts()) RETURN_IF_ERROR(AddRange(part, out));
       return absl::OkStatus();
     case Instruction::kAllReduce:
       for (const auto& name : ins.all_reduce().tensors()) {

@@ -202,15 +202,20 @@ quilt::v1::ClusterSpec TimedSpec(int devices, int64_t memory = int64_t{1} << 34)
   return spec;
 }
 
-TEST(Simulator, ChainOnOneDevice_TakesTheSumOfItsOps) {
-  auto w = MakeWorld(ChainGraph(), TimedSpec(1));
-  ProgramBuilder p(w->topo, kRows);
+// x fed, w resident, a → b → c on device 0.
+DistributedProgram ChainProgram(const Topology& topo) {
+  ProgramBuilder p(topo, kRows);
   p.Feed(0, "x", 0, kRows);
   p.Persistent(0, "w");
   const int64_t a = p.Compute(0, "a", 0, kRows);
   const int64_t b = p.Compute(0, "b", 0, kRows, {a});
   p.Compute(0, "c", 0, kRows, {a, b});
-  const SimResult r = MustSimulate(*w, p.program());
+  return p.program();
+}
+
+TEST(Simulator, ChainOnOneDevice_TakesTheSumOfItsOps) {
+  auto w = MakeWorld(ChainGraph(), TimedSpec(1));
+  const SimResult r = MustSimulate(*w, ChainProgram(w->topo));
   EXPECT_NEAR(r.step_time_s, 1e-3 + 2e-3 + 4e-3, 1e-12);
   ASSERT_EQ(r.devices.size(), 1u);
   EXPECT_NEAR(r.devices[0].busy_s, 7e-3, 1e-12);
@@ -259,13 +264,7 @@ TEST(Simulator, HigherPriorityRunsFirst) {
 
 TEST(Simulator, MemoryPeak_CountsLiveTensorsAndResidentParameters) {
   auto w = MakeWorld(ChainGraph(), TimedSpec(1));
-  ProgramBuilder p(w->topo, kRows);
-  p.Feed(0, "x", 0, kRows);
-  p.Persistent(0, "w");
-  const int64_t a = p.Compute(0, "a", 0, kRows);
-  const int64_t b = p.Compute(0, "b", 0, kRows, {a});
-  p.Compute(0, "c", 0, kRows, {a, b});
-  const SimResult r = MustSimulate(*w, p.program());
+  const SimResult r = MustSimulate(*w, ChainProgram(w->topo));
   // While c runs, a and b (its inputs) and c are live; x was freed after a.
   EXPECT_EQ(r.devices[0].peak_memory_bytes, 4000 + 3 * kActivation);
   EXPECT_FALSE(r.devices[0].out_of_memory);
@@ -292,13 +291,7 @@ TEST(Simulator, MemoryPeak_FreesTensorsAfterTheirLastReader) {
 
 TEST(Simulator, OutOfMemory_IsReportedWithTheDevice) {
   auto w = MakeWorld(ChainGraph(), TimedSpec(1, /*memory=*/3 * kActivation));
-  ProgramBuilder p(w->topo, kRows);
-  p.Feed(0, "x", 0, kRows);
-  p.Persistent(0, "w");
-  const int64_t a = p.Compute(0, "a", 0, kRows);
-  const int64_t b = p.Compute(0, "b", 0, kRows, {a});
-  p.Compute(0, "c", 0, kRows, {a, b});
-  const SimResult r = MustSimulate(*w, p.program());
+  const SimResult r = MustSimulate(*w, ChainProgram(w->topo));
   EXPECT_TRUE(r.devices[0].out_of_memory);
   EXPECT_THAT(r.out_of_memory, HasSubstr("n0/gpu:0"));
 }
