@@ -27,7 +27,48 @@ struct PlanArgs {
   std::string trace;
   std::string optimizer = "sgd";
   std::string format = "table";
+  bool explain = false;
+  double time_budget_s = 5;
+  uint64_t seed = 1;
+  int groups = 0;
 };
+
+std::string Breakdown(const quilt::v1::StrategyEstimate& e) {
+  return absl::StrFormat("%s: step %s = compute %s + exposed communication %s + idle %s", e.name(),
+                         HumanSeconds(e.step_time_s()), HumanSeconds(e.compute_s()),
+                         HumanSeconds(e.exposed_communication_s()), HumanSeconds(e.idle_s()));
+}
+
+// Per group: what the HeteroG plan chose and what it saves, then the time
+// breakdown of the plan and of the baseline it started from.
+std::string RenderExplain(const quilt::v1::PlanReport& r) {
+  const quilt::v1::StrategyEstimate* h = nullptr;
+  for (const auto& e : r.estimates()) {
+    if (e.has_search()) h = &e;
+  }
+  if (h == nullptr) return "";
+  const quilt::v1::SearchSummary& s = h->search();
+  std::string out = absl::StrFormat(
+      "\nheterog: %d op groups, %d plans simulated in %.2f s (stopped: %s), starting from %s "
+      "(coarse model: %s → %s)\n\n",
+      s.groups(), s.plans_evaluated(), s.search_wall_s(), s.stopped_by(), s.start(),
+      HumanSeconds(s.start_coarse_s()), HumanSeconds(s.result_coarse_s()));
+  Table t({"GROUP", "OPS", "PLACEMENT", "AGGREGATION", "SAVES"});
+  for (const auto& d : s.decisions()) {
+    const std::string ops =
+        d.ops() == 1 ? d.first_op()
+                     : absl::StrFormat("%s … %s (%d ops)", d.first_op(), d.last_op(), d.ops());
+    const std::string saves = d.saved_s() < 0    ? "needed to fit memory"
+                              : d.saved_s() == 0 ? "-"
+                                                 : HumanSeconds(d.saved_s());
+    t.AddRow({std::to_string(d.group()), ops, d.placement(), d.aggregation(), saves});
+  }
+  out += t.Render() + "\n" + Breakdown(*h) + "\n";
+  for (const auto& e : r.estimates()) {
+    if (e.name() == s.start()) out += Breakdown(e) + "\n";
+  }
+  return out;
+}
 
 std::string RenderPlan(const quilt::v1::PlanReport& r) {
   std::string out = absl::StrFormat(
@@ -97,6 +138,8 @@ int RunRemote(const PlanArgs& a, const Graph& forward, const GlobalOptions& glob
     spec.mutable_optimizer()->mutable_sgd()->set_momentum(to.optimizer.momentum);
   }
   request.set_strategy(a.strategy);
+  request.set_time_budget_s(a.time_budget_s);
+  request.set_seed(a.seed);
   // Planning takes seconds to minutes: a longer deadline unless one is given.
   const double timeout =
       globals.timeout_set ? globals.timeout_s : std::max(globals.timeout_s, 600.0);
@@ -104,7 +147,9 @@ int RunRemote(const PlanArgs& a, const Graph& forward, const GlobalOptions& glob
   std::cerr << "planning on the coordinator at " << globals.coordinator << "\n";
   absl::StatusOr<quilt::v1::PlanReport> report = client.PlanJob(request);
   if (!report.ok()) return PrintError(std::string(report.status().message()));
-  std::cout << (a.format == "json" ? ToJson(*report) : RenderPlan(*report));
+  std::cout << (a.format == "json"
+                    ? ToJson(*report)
+                    : RenderPlan(*report) + (a.explain ? RenderExplain(*report) : ""));
   return 0;
 }
 
@@ -127,6 +172,9 @@ int Run(const PlanArgs& a, const GlobalOptions& globals) {
   po.strategy = a.strategy;
   po.trace = !a.trace.empty();
   po.progress = [](const std::string& line) { std::cerr << line << "\n"; };
+  po.search.time_budget_s = a.time_budget_s;
+  po.search.seed = a.seed;
+  po.search.target_groups = a.groups;
   absl::StatusOr<PlanResult> r = Plan(*g, *topo, po);
   if (!r.ok()) return PrintError(std::string(r.status().message()));
   if (!a.trace.empty()) {
@@ -135,7 +183,9 @@ int Run(const PlanArgs& a, const GlobalOptions& globals) {
     out << ChromeTraceJson(r->best_sim, *topo, a.model + " / " + r->report.best());
     if (!out) return PrintError("cannot write " + a.trace);
   }
-  std::cout << (a.format == "json" ? ToJson(r->report) : RenderPlan(r->report));
+  std::cout << (a.format == "json"
+                    ? ToJson(r->report)
+                    : RenderPlan(r->report) + (a.explain ? RenderExplain(r->report) : ""));
   return 0;
 }
 
@@ -150,7 +200,17 @@ void AddPlanCommand(CLI::App& app, const GlobalOptions& globals, std::vector<Com
                 "ClusterSpec file (.textproto or .json) to plan offline; without it the "
                 "coordinator plans on the live cluster");
   c->add_option("--batch", a->batch, "Global batch size")->required()->check(CLI::PositiveNumber);
-  c->add_option("--strategy", a->strategy, "all, or one strategy name");
+  c->add_option(
+      "--strategy", a->strategy,
+      "all, heterog (the planner), or a baseline: single-device, dp-even-ring, dp-even-ps, "
+      "dp-proportional-ring, dp-proportional-ps");
+  c->add_flag("--explain", a->explain, "Per op group: what the planner chose and what it saves");
+  c->add_option("--time-budget", a->time_budget_s,
+                "Seconds the planner's search may take (default 5)")
+      ->check(CLI::PositiveNumber);
+  c->add_option("--seed", a->seed, "Seed of the planner's search (same seed, same plan)");
+  c->add_option("--groups", a->groups,
+                "Op groups the planner coarsens the graph into (default: by cluster size)");
   c->add_option("--trace", a->trace,
                 "Write the best strategy's simulated timeline (Chrome trace JSON)");
   c->add_option("--optimizer", a->optimizer, "sgd (momentum 0.9) | adam")

@@ -101,13 +101,47 @@ absl::StatusOr<CostModel> CostModel::Create(const Graph* graph, const Topology* 
   return m;
 }
 
+CostModel CostModel::Composite(const Graph* coarse, const CostModel* fine,
+                               std::vector<std::vector<int>> members) {
+  CostModel m;
+  m.graph_ = coarse;
+  m.topology_ = fine->topology_;
+  m.speeds_ = fine->speeds_;
+  m.tables_.resize(fine->speeds_.size());
+  m.fine_ = fine;
+  for (const std::vector<int>& ops : members) {
+    bool batched = false;
+    for (int i : ops) batched |= fine->batched_[i];
+    m.batched_.push_back(batched);
+  }
+  m.costs_.resize(members.size());
+  m.members_ = std::move(members);
+  return m;
+}
+
 double CostModel::Flops(int op, int64_t rows) const {
+  if (fine_ != nullptr) {
+    double f = 0;
+    for (int i : members_[op]) f += fine_->Flops(i, rows);
+    return f;
+  }
   const OpCostLine& c = costs_[op];
   return c.flops_base + c.flops_per_row * static_cast<double>(batched_[op] ? rows : 1);
 }
 
 double CostModel::OpTime(int op, int device, int64_t rows) const {
   const int64_t b = batched_[op] ? rows : 1;
+  if (fine_ != nullptr) {
+    const uint64_t key = (static_cast<uint64_t>(op) << 44) ^ (static_cast<uint64_t>(device) << 32) ^
+                         static_cast<uint64_t>(b);
+    auto [it, fresh] = composite_time_.emplace(key, 0.0);
+    if (fresh) {
+      double t = 0;
+      for (int i : members_[op]) t += fine_->OpTime(i, device, b);
+      it->second = t;
+    }
+    return it->second;
+  }
   const auto& table = tables_[device];
   if (!table.empty() && !table[op].empty()) {
     const auto& e = table[op];

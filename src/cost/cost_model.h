@@ -10,6 +10,7 @@
 
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "proto/quilt/v1/strategy.pb.h"
 #include "src/cluster/topology.h"
@@ -44,6 +45,11 @@ class CostModel {
   // Precomputes per-op costs of `graph` and per-device speeds. Both must
   // outlive the model. Errors: INVALID_ARGUMENT for unknown op types.
   static absl::StatusOr<CostModel> Create(const Graph* graph, const Topology* topology);
+  // A model of a coarsened graph whose op k stands for the ops members[k]
+  // of `fine`'s graph: its time and FLOPs are the sums of its members'
+  // (computed once per device and row count). `fine` must outlive it.
+  static CostModel Composite(const Graph* coarse, const CostModel* fine,
+                             std::vector<std::vector<int>> members);
 
   // Seconds for op `op_index` on device `device` over `rows` batch rows
   // (rows is ignored for ops without a batch dimension).
@@ -75,6 +81,11 @@ class CostModel {
   std::vector<DeviceSpeed> speeds_;
   // Per device: op index → measured times (batch, seconds), sorted; empty if none.
   std::vector<std::vector<std::vector<std::pair<int64_t, double>>>> tables_;
+  // Composite models: the fine model and each op's members; sums cached by
+  // (op, device, rows).
+  const CostModel* fine_ = nullptr;
+  std::vector<std::vector<int>> members_;
+  mutable absl::flat_hash_map<uint64_t, double> composite_time_;
 };
 
 }  // namespace quilt

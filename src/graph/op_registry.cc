@@ -74,4 +74,14 @@ OpCost EstimateOpCost(const OpSchema& schema, const CostContext& ctx) {
   return c;
 }
 
+bool IsLocalOutput(const Op& op, const OpSchema& schema, int k) {
+  for (int l : schema.local_outputs) {
+    if (l == k) return true;
+  }
+  for (int64_t l : op.attrs.Ints("local_outputs")) {
+    if (l == k) return true;
+  }
+  return false;
+}
+
 }  // namespace quilt

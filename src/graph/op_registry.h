@@ -131,7 +131,15 @@ struct OpSchema {
   // The op is linear in each input (alone): partial sums of an input give
   // partial sums of the output while the other inputs are whole.
   bool linear = false;
+  // Used only inside the planner (coarsened graphs); user graphs may not
+  // contain it and no kernel runs it.
+  bool planner_only = false;
 };
+
+// Whether output `k` of `op` is a per-replica statistic (local_outputs of
+// its schema, or listed in the op's "local_outputs" attribute, as coarsened
+// ops carry them).
+bool IsLocalOutput(const Op& op, const OpSchema& schema, int k);
 
 class OpRegistry {
  public:

@@ -52,7 +52,8 @@ absl::Status CheckNames(const Graph& g) {
     if (!op_names.insert(op.name).second) {
       return absl::InvalidArgumentError("op name '" + op.name + "' is used twice");
     }
-    if (OpRegistry::Global().Find(op.type) == nullptr) {
+    const OpSchema* schema = OpRegistry::Global().Find(op.type);
+    if (schema == nullptr || schema->planner_only) {
       unknown.push_back(absl::StrCat(op.type, " (op '", op.name, "')"));
     }
     for (const std::string& out : op.outputs) {

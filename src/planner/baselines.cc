@@ -5,6 +5,7 @@
 #include <coin/ClpSimplex.hpp>
 #include <coin/CoinPackedVector.hpp>
 #include <limits>
+#include <map>
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
@@ -210,6 +211,43 @@ absl::StatusOr<std::vector<int64_t>> ProportionalSplit(const RowLoadModel& load,
   return rows;
 }
 
+std::map<std::string, std::vector<int>> AssignServers(const Graph& g,
+                                                      const std::vector<std::string>& params,
+                                                      const std::vector<int>& devices) {
+  // The devices share the parameter bytes evenly. Parameters larger than an
+  // even share are split by rows of dim 0 over several servers (as
+  // partitioned variables are); the rest go whole, largest first, to the
+  // least loaded server.
+  std::vector<std::pair<int64_t, std::string>> sized;
+  int64_t total = 0;
+  for (const std::string& p : params) {
+    sized.push_back({g.FindTensor(p)->shape.NumElements(1), p});
+    total += sized.back().first;
+  }
+  std::sort(sized.begin(), sized.end(), [](const auto& a, const auto& b) {
+    return a.first != b.first ? a.first > b.first : a.second < b.second;
+  });
+  std::map<std::string, std::vector<int>> out;
+  if (devices.empty()) return out;
+  const int64_t share = std::max<int64_t>(1, total / static_cast<int64_t>(devices.size()));
+  std::vector<int64_t> load(devices.size(), 0);
+  for (const auto& [size, name] : sized) {
+    const Shape& shape = g.FindTensor(name)->shape;
+    const int64_t rows = shape.rank() == 0 ? 1 : std::max<int64_t>(1, shape.dim(0).value);
+    const int64_t pieces =
+        std::min<int64_t>({rows, static_cast<int64_t>(devices.size()), (size + share - 1) / share});
+    std::vector<size_t> order(devices.size());
+    for (size_t k = 0; k < order.size(); ++k) order[k] = k;
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t x, size_t y) { return load[x] < load[y]; });
+    for (int64_t k = 0; k < std::max<int64_t>(1, pieces); ++k) {
+      load[order[k]] += size / std::max<int64_t>(1, pieces);
+      out[name].push_back(devices[order[k]]);
+    }
+  }
+  return out;
+}
+
 quilt::v1::Strategy DataParallelStrategy(const Graph& g, const Topology& topo,
                                          const std::vector<int64_t>& rows,
                                          quilt::v1::AggregationMethod method,
@@ -227,42 +265,57 @@ quilt::v1::Strategy DataParallelStrategy(const Graph& g, const Topology& topo,
     r->set_replicas(static_cast<int32_t>(rows[d]));
     used.push_back(d);
   }
-  // Parameter servers: the used devices share the parameter bytes evenly.
-  // Parameters larger than an even share are split by rows of dim 0 over
-  // several servers (as partitioned variables are); the rest go whole,
-  // largest first, to the least loaded server.
-  std::vector<std::pair<int64_t, std::string>> params;
-  int64_t total = 0;
+  std::vector<std::string> params;
   for (const ParameterSpec& p : g.parameters) {
-    if (p.frozen) continue;
-    const TensorInfo* t = g.FindTensor(p.tensor);
-    params.push_back({t->shape.NumElements(1), p.tensor});
-    total += params.back().first;
+    if (!p.frozen) params.push_back(p.tensor);
+  }
+  std::map<std::string, std::vector<int>> servers;
+  if (method == quilt::v1::AGGREGATION_METHOD_PARAMETER_SERVER)
+    servers = AssignServers(g, params, used);
+  const std::map<std::string, int> buckets;  // one collective per gradient
+  for (const std::string& name_p : params) {
+    auto* a = s.add_aggregations();
+    a->set_parameter(name_p);
+    a->set_method(method);
+    for (int d : servers[name_p]) a->add_servers(topo.device(d).id);
+    auto b = buckets.find(name_p);
+    if (b != buckets.end()) a->set_bucket(b->second);
+  }
+  return s;
+}
+
+std::map<std::string, int> GradientBuckets(const Graph& g, int64_t bucket_bytes) {
+  // Gradients become ready roughly in reverse forward order: walk the
+  // parameters by the position of their update's forward op, last first.
+  std::map<std::string, int> position;
+  absl::StatusOr<std::vector<int>> order = g.TopologicalOrder();
+  if (!order.ok()) return {};
+  for (size_t k = 0; k < order->size(); ++k)
+    position.emplace(g.ops[(*order)[k]].name, static_cast<int>(k));
+  std::vector<std::pair<int, std::string>> params;
+  for (const Op& op : g.ops) {
+    const OpSchema* schema = OpRegistry::Global().Find(op.type);
+    if (schema == nullptr || !schema->is_update) continue;
+    auto it = position.find(op.forward_op);
+    params.push_back({it == position.end() ? 0 : it->second, op.inputs[0]});
   }
   std::sort(params.begin(), params.end(), [](const auto& a, const auto& b) {
     return a.first != b.first ? a.first > b.first : a.second < b.second;
   });
-  const int64_t share = std::max<int64_t>(1, total / std::max<int64_t>(1, used.size()));
-  std::vector<int64_t> load(used.size(), 0);
-  for (const auto& [size, name_p] : params) {
-    auto* a = s.add_aggregations();
-    a->set_parameter(name_p);
-    a->set_method(method);
-    if (method != quilt::v1::AGGREGATION_METHOD_PARAMETER_SERVER) continue;
-    const Shape& shape = g.FindTensor(name_p)->shape;
-    const int64_t rows = shape.rank() == 0 ? 1 : std::max<int64_t>(1, shape.dim(0).value);
-    const int64_t pieces =
-        std::min<int64_t>({rows, static_cast<int64_t>(used.size()), (size + share - 1) / share});
-    std::vector<size_t> order(used.size());
-    for (size_t k = 0; k < order.size(); ++k) order[k] = k;
-    std::stable_sort(order.begin(), order.end(),
-                     [&](size_t x, size_t y) { return load[x] < load[y]; });
-    for (int64_t k = 0; k < pieces; ++k) {
-      load[order[k]] += size / pieces;
-      a->add_servers(topo.device(used[order[k]]).id);
+  std::map<std::string, int> out;
+  int bucket = 1;
+  int64_t filled = 0;
+  for (const auto& [pos, name] : params) {
+    const TensorInfo* t = g.FindTensor(name);
+    const int64_t bytes = t->shape.NumElements(1) * DTypeSize(t->dtype);
+    if (filled > 0 && filled + bytes > bucket_bytes) {
+      ++bucket;
+      filled = 0;
     }
+    out[name] = bucket;
+    filled += bytes;
   }
-  return s;
+  return out;
 }
 
 std::vector<NamedStrategy> Baselines(const Graph& g, const Topology& topo, const CostModel& cost,

@@ -8,6 +8,7 @@
 #ifndef QUILT_SRC_PLANNER_BASELINES_H_
 #define QUILT_SRC_PLANNER_BASELINES_H_
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -69,7 +70,22 @@ absl::StatusOr<std::vector<int64_t>> ProportionalSplit(const RowLoadModel& load,
 // Forward ops (the op groups of a data-parallel strategy).
 std::vector<std::string> ForwardOps(const Graph& graph);
 
-// One group with `rows[d]` replicas per device (0 = unused).
+// Parameter servers for `params` among `devices`: parameter bytes shared
+// evenly, parameters larger than an even share split by rows of dim 0 over
+// several servers. Returns the servers of each parameter (shards in order).
+std::map<std::string, std::vector<int>> AssignServers(const Graph& graph,
+                                                      const std::vector<std::string>& params,
+                                                      const std::vector<int>& devices);
+
+// Gradient fusion buckets as data-parallel frameworks form them: gradients
+// in the order they become ready (reverse forward order), a new bucket
+// whenever the next would overflow `bucket_bytes`. Parameter → bucket id
+// (from 1).
+inline constexpr int64_t kBucketBytes = 25 << 20;  // PyTorch DDP's default
+std::map<std::string, int> GradientBuckets(const Graph& graph, int64_t bucket_bytes);
+
+// One group with `rows[d]` replicas per device (0 = unused); one collective
+// per gradient (no fusion).
 quilt::v1::Strategy DataParallelStrategy(const Graph& graph, const Topology& topo,
                                          const std::vector<int64_t>& rows,
                                          quilt::v1::AggregationMethod method,

@@ -5,6 +5,9 @@
 #include <set>
 #include <tuple>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/container/node_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "src/common/status.h"
 #include "src/graph/op_registry.h"
@@ -33,22 +36,44 @@ struct Key {
   bool operator<(const Key& o) const {
     return std::tie(tensor, device, begin, end) < std::tie(o.tensor, o.device, o.begin, o.end);
   }
+  bool operator==(const Key& o) const {
+    return tensor == o.tensor && device == o.device && begin == o.begin && end == o.end;
+  }
+  template <typename H>
+  friend H AbslHashValue(H h, const Key& k) {
+    return H::combine(std::move(h), k.tensor, k.device, k.begin, k.end);
+  }
 };
+
+std::vector<Key> Sorted(const absl::flat_hash_set<Key>& keys) {
+  std::vector<Key> out(keys.begin(), keys.end());
+  std::sort(out.begin(), out.end());
+  return out;
+}
 
 class Lowerer {
  public:
-  Lowerer(const Graph& g, const Topology& topo, const Placement& p) : g_(g), topo_(topo), p_(p) {
+  Lowerer(const Graph& g, const Topology& topo, const Placement& p, google::protobuf::Arena* arena)
+      : g_(g), topo_(topo), p_(p), arena_(arena) {
     for (size_t i = 0; i < g.tensors().size(); ++i) {
       tid_[g.tensors()[i].name] = static_cast<int>(i);
+      batched_.push_back(g.tensors()[i].shape.HasBatch());
     }
   }
 
-  absl::StatusOr<quilt::v1::DistributedProgram> Run(const quilt::v1::Strategy& s,
-                                                    const CostModel* cost);
+  ~Lowerer() {
+    if (arena_ == nullptr) {
+      for (auto& [d, ins] : instrs_) delete ins;
+    }
+  }
+  // Fills `prog` (on the arena, when there is one); `include_graph` copies
+  // the training graph into it.
+  absl::Status Run(const quilt::v1::Strategy& s, const CostModel* cost, bool include_graph,
+                   quilt::v1::DistributedProgram* prog);
 
  private:
   const TensorInfo& info(int t) const { return g_.tensors()[t]; }
-  bool batched(int t) const { return info(t).shape.HasBatch(); }
+  bool batched(int t) const { return batched_[t]; }
   int64_t Bytes(int t, int64_t b, int64_t e) const { return RangeBytes(info(t), b, e); }
   quilt::v1::TensorRange Range(int t, int64_t b, int64_t e) const {
     quilt::v1::TensorRange r;
@@ -58,13 +83,19 @@ class Lowerer {
     return r;
   }
 
-  int64_t Emit(int device, Instruction ins, std::vector<int64_t> deps) {
+  // Instructions live on the arena when there is one, else on the heap
+  // until the program takes them.
+  Instruction* New() {
+    return arena_ != nullptr ? google::protobuf::Arena::CreateMessage<Instruction>(arena_)
+                             : new Instruction;
+  }
+  int64_t Emit(int device, Instruction* ins, std::vector<int64_t> deps) {
     const int64_t id = static_cast<int64_t>(instrs_.size());
-    ins.set_id(id);
+    ins->set_id(id);
     std::sort(deps.begin(), deps.end());
     deps.erase(std::unique(deps.begin(), deps.end()), deps.end());
-    for (int64_t d : deps) ins.add_deps(d);
-    instrs_.push_back({device, std::move(ins)});
+    for (int64_t d : deps) ins->add_deps(d);
+    instrs_.push_back({device, ins});
     return id;
   }
 
@@ -87,20 +118,23 @@ class Lowerer {
   const Graph& g_;
   const Topology& topo_;
   const Placement& p_;
-  std::map<std::string, int> tid_;
-  std::vector<std::pair<int, Instruction>> instrs_;
-  std::map<Key, std::vector<int64_t>> writers_;
-  std::set<Key> persistent_;
-  std::set<Key> feeds_;
+  google::protobuf::Arena* arena_;
+  absl::flat_hash_map<std::string, int> tid_;
+  std::vector<bool> batched_;
+  std::vector<std::pair<int, Instruction*>> instrs_;
+  // Node map: references to writer lists stay valid while others are added.
+  absl::node_hash_map<Key, std::vector<int64_t>> writers_;
+  absl::flat_hash_set<Key> persistent_;
+  absl::flat_hash_set<Key> feeds_;
   // Batch tensors: the instances their producer made.
-  std::map<int, std::vector<Key>> produced_;
+  absl::flat_hash_map<int, std::vector<Key>> produced_;
   // Whole (non-batch) tensors: devices holding the full value.
-  std::map<int, std::vector<int>> full_on_;
+  absl::flat_hash_map<int, std::vector<int>> full_on_;
   // Partial sums: tensor → devices holding a partial.
-  std::map<int, std::vector<int>> partial_on_;
-  std::set<int> local_;  // per-replica statistics
+  absl::flat_hash_map<int, std::vector<int>> partial_on_;
+  absl::flat_hash_set<int> local_;  // per-replica statistics
   // Gradient tensor → the parameter it updates (for the aggregation choice).
-  std::map<int, std::string> grad_of_param_;
+  absl::flat_hash_map<int, std::string> grad_of_param_;
   // Collective groups (device indices in ring order); id = position + 1.
   std::vector<std::vector<int>> groups_;
   std::map<std::vector<int>, int64_t> group_ids_;
@@ -111,19 +145,19 @@ class Lowerer {
 int64_t Lowerer::Transfer(int t, const Key& from, int64_t b, int64_t e, const Key& into) {
   const int64_t tag = next_tag_++;
   const int64_t bytes = Bytes(t, b, e);
-  Instruction send;
+  Instruction& send = *New();
   *send.mutable_send()->mutable_range() = Range(t, b, e);
   send.mutable_send()->set_peer_device(topo_.device(into.device).id);
   send.mutable_send()->set_tag(tag);
   send.mutable_send()->set_bytes(bytes);
-  Emit(from.device, std::move(send), writers_[from]);
-  Instruction recv;
+  Emit(from.device, &send, writers_[from]);
+  Instruction& recv = *New();
   *recv.mutable_recv()->mutable_range() = Range(t, b, e);
   recv.mutable_recv()->set_peer_device(topo_.device(from.device).id);
   recv.mutable_recv()->set_tag(tag);
   recv.mutable_recv()->set_bytes(bytes);
   *recv.mutable_recv()->mutable_into() = Range(t, into.begin, into.end);
-  const int64_t id = Emit(into.device, std::move(recv), {});
+  const int64_t id = Emit(into.device, &recv, {});
   AddWriter(into, id);
   return id;
 }
@@ -140,7 +174,7 @@ absl::StatusOr<std::vector<int64_t>> Lowerer::Aggregate(int t, AggregationMethod
   if (fresh) groups_.push_back(devices);
   for (int d : devices) {
     const Key k{t, d, 0, 0};
-    Instruction ins;
+    Instruction& ins = *New();
     auto* ar = ins.mutable_all_reduce();
     ar->set_collective_id(collective);
     ar->set_group(git->second);
@@ -149,7 +183,7 @@ absl::StatusOr<std::vector<int64_t>> Lowerer::Aggregate(int t, AggregationMethod
     ar->set_algorithm(method == quilt::v1::AGGREGATION_METHOD_PARAMETER_SERVER
                           ? quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE
                           : method);
-    const int64_t id = Emit(d, std::move(ins), writers_[k]);
+    const int64_t id = Emit(d, &ins, writers_[k]);
     writers_[k] = {id};
   }
   partial_on_.erase(t);
@@ -159,7 +193,7 @@ absl::StatusOr<std::vector<int64_t>> Lowerer::Aggregate(int t, AggregationMethod
 
 absl::StatusOr<std::vector<int64_t>> Lowerer::PushToServer(int t, const Key& need) {
   const std::vector<int>& workers = partial_on_.at(t);
-  Instruction acc;
+  Instruction& acc = *New();
   auto* a = acc.mutable_ps_accumulate();
   *a->mutable_gradient() = Range(t, need.begin, need.end);
   std::vector<int64_t> deps;
@@ -171,16 +205,16 @@ absl::StatusOr<std::vector<int64_t>> Lowerer::PushToServer(int t, const Key& nee
       continue;
     }
     const int64_t tag = next_tag_++;
-    Instruction push;
+    Instruction& push = *New();
     auto* ps = push.mutable_ps_push();
     *ps->mutable_gradient() = Range(t, need.begin, need.end);
     ps->set_server_device(topo_.device(need.device).id);
     ps->set_tag(tag);
     ps->set_bytes(Bytes(t, need.begin, need.end));
-    Emit(w, std::move(push), writers_[Key{t, w, 0, 0}]);
+    Emit(w, &push, writers_[Key{t, w, 0, 0}]);
     a->add_push_tags(tag);
   }
-  const int64_t id = Emit(need.device, std::move(acc), deps);
+  const int64_t id = Emit(need.device, &acc, deps);
   AddWriter(need, id);
   return writers_[need];
 }
@@ -232,7 +266,7 @@ absl::StatusOr<std::vector<int64_t>> Lowerer::Provide(const Key& need, bool allo
       return absl::InvalidArgumentError("no device computes batch tensor '" + ti.name + "'");
     }
     std::vector<int64_t> local_parts;
-    Instruction concat;
+    Instruction& concat = *New();
     for (const Key& src : pr->second) {
       const int64_t b = std::max(src.begin, need.begin), e = std::min(src.end, need.end);
       if (b >= e) continue;
@@ -246,7 +280,7 @@ absl::StatusOr<std::vector<int64_t>> Lowerer::Provide(const Key& need, bool allo
     }
     if (concat.concat().parts_size() > 0) {
       *concat.mutable_concat()->mutable_target() = Range(t, need.begin, need.end);
-      AddWriter(need, Emit(need.device, std::move(concat), local_parts));
+      AddWriter(need, Emit(need.device, &concat, local_parts));
     }
     return writers_[need];
   }
@@ -257,13 +291,13 @@ absl::StatusOr<std::vector<int64_t>> Lowerer::Provide(const Key& need, bool allo
     const ParamPlacement& pp = p_.params.at(ti.name);
     for (size_t k = 0; k < pp.devices.size(); ++k) {
       const int64_t tag = next_tag_++;
-      Instruction pull;
+      Instruction& pull = *New();
       auto* pl = pull.mutable_ps_pull();
       *pl->mutable_parameter() = Range(t, pp.shards[k].first, pp.shards[k].second);
       pl->set_server_device(topo_.device(pp.devices[k]).id);
       pl->set_tag(tag);
       pl->set_bytes(Bytes(t, pp.shards[k].first, pp.shards[k].second));
-      AddWriter(need, Emit(need.device, std::move(pull), {}));
+      AddWriter(need, Emit(need.device, &pull, {}));
     }
     return writers_[need];
   }
@@ -328,11 +362,11 @@ absl::Status Lowerer::LowerOp(int i) {
     if (partial_in && op.type != "Sum" && partial_inputs > 1) {
       return absl::InvalidArgumentError("op '" + op.name + "' multiplies two partial sums");
     }
-    Instruction ins;
+    Instruction& ins = *New();
     ins.mutable_compute()->set_op(op.name);
     ins.mutable_compute()->set_begin(s.begin);
     ins.mutable_compute()->set_end(s.end);
-    const int64_t id = Emit(s.device, std::move(ins), deps);
+    const int64_t id = Emit(s.device, &ins, deps);
     for (size_t k = 0; k < op.outputs.size(); ++k) {
       const int t = tid_.at(op.outputs[k]);
       Key out{t, s.device, 0, 0};
@@ -345,9 +379,7 @@ absl::Status Lowerer::LowerOp(int i) {
         produced_[t].push_back(out);
         continue;
       }
-      bool is_local = false;
-      for (int l : schema->local_outputs) is_local |= l == static_cast<int>(k);
-      if (is_local) {
+      if (IsLocalOutput(op, *schema, static_cast<int>(k))) {
         local_.insert(t);
         continue;
       }
@@ -366,8 +398,8 @@ absl::Status Lowerer::LowerOp(int i) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<quilt::v1::DistributedProgram> Lowerer::Run(const quilt::v1::Strategy& s,
-                                                           const CostModel* cost) {
+absl::Status Lowerer::Run(const quilt::v1::Strategy& s, const CostModel* cost, bool include_graph,
+                          quilt::v1::DistributedProgram* out) {
   // Parameters, their optimizer state: persistent where they live.
   for (const auto& [name, pp] : p_.params) {
     const int t = tid_.at(name);
@@ -389,8 +421,8 @@ absl::StatusOr<quilt::v1::DistributedProgram> Lowerer::Run(const quilt::v1::Stra
   }
   FuseBuckets();
   Reorder();
-  quilt::v1::DistributedProgram prog;
-  *prog.mutable_graph() = g_.ToProto();
+  quilt::v1::DistributedProgram& prog = *out;
+  if (include_graph) *prog.mutable_graph() = g_.ToProto();
   prog.set_global_batch(p_.global_batch);
   *prog.mutable_strategy() = s;
   for (size_t k = 0; k < groups_.size(); ++k) {
@@ -402,8 +434,10 @@ absl::StatusOr<quilt::v1::DistributedProgram> Lowerer::Run(const quilt::v1::Stra
   std::vector<quilt::v1::DeviceProgram*> per_device(topo_.num_devices(), nullptr);
   std::vector<int> used;
   for (const auto& [d, ins] : instrs_) used.push_back(d);
-  for (const auto& k : persistent_) used.push_back(k.device);
-  for (const auto& k : feeds_) used.push_back(k.device);
+  // Sorted: hash-set order must not reach the program.
+  const std::vector<Key> persistent = Sorted(persistent_), feeds = Sorted(feeds_);
+  for (const auto& k : persistent) used.push_back(k.device);
+  for (const auto& k : feeds) used.push_back(k.device);
   std::sort(used.begin(), used.end());
   used.erase(std::unique(used.begin(), used.end()), used.end());
   for (int d : used) {
@@ -411,18 +445,19 @@ absl::StatusOr<quilt::v1::DistributedProgram> Lowerer::Run(const quilt::v1::Stra
     per_device[d]->set_device(topo_.device(d).id);
   }
   for (size_t i = 0; i < instrs_.size(); ++i) {
-    if (instrs_[i].second.kind_case() == Instruction::KIND_NOT_SET) continue;  // fused away
-    Instruction* ins = per_device[instrs_[i].first]->add_instructions();
-    *ins = std::move(instrs_[i].second);
+    if (instrs_[i].second->kind_case() == Instruction::KIND_NOT_SET) continue;  // fused away
+    Instruction* ins = instrs_[i].second;
     ins->set_priority(priority[i]);
+    per_device[instrs_[i].first]->mutable_instructions()->AddAllocated(ins);
+    instrs_[i].second = nullptr;  // the program owns it
   }
-  for (const Key& k : persistent_) {
+  for (const Key& k : persistent) {
     *per_device[k.device]->add_persistent() = Range(k.tensor, k.begin, k.end);
   }
-  for (const Key& k : feeds_) {
+  for (const Key& k : feeds) {
     *per_device[k.device]->add_feeds() = Range(k.tensor, k.begin, k.end);
   }
-  return prog;
+  return absl::OkStatus();
 }
 
 void Lowerer::FuseBuckets() {
@@ -430,12 +465,12 @@ void Lowerer::FuseBuckets() {
   std::map<int64_t, std::vector<size_t>> members;
   std::map<std::tuple<int, int64_t, int>, std::vector<int64_t>> groups;
   for (size_t i = 0; i < instrs_.size(); ++i) {
-    const Instruction& ins = instrs_[i].second;
+    const Instruction& ins = *instrs_[i].second;
     if (!ins.has_all_reduce()) continue;
     members[ins.all_reduce().collective_id()].push_back(i);
   }
   for (const auto& [cid, idx] : members) {
-    const auto& ar = instrs_[idx[0]].second.all_reduce();
+    const auto& ar = instrs_[idx[0]].second->all_reduce();
     if (ar.tensors_size() != 1) continue;
     auto gp = grad_of_param_.find(tid_.at(ar.tensors(0)));
     if (gp == grad_of_param_.end()) continue;
@@ -457,23 +492,23 @@ void Lowerer::FuseBuckets() {
         for (size_t k : keep) {
           if (instrs_[k].first == instrs_[m].first) target = k;
         }
-        auto* kar = instrs_[target].second.mutable_all_reduce();
-        const auto& mar = instrs_[m].second.all_reduce();
+        auto* kar = instrs_[target].second->mutable_all_reduce();
+        const auto& mar = instrs_[m].second->all_reduce();
         for (const auto& t : mar.tensors()) kar->add_tensors(t);
         kar->set_bytes(kar->bytes() + mar.bytes());
-        for (int64_t d : instrs_[m].second.deps()) instrs_[target].second.add_deps(d);
+        for (int64_t d : instrs_[m].second->deps()) instrs_[target].second->add_deps(d);
         remap[m] = static_cast<int64_t>(target);
-        instrs_[m].second.Clear();
+        instrs_[m].second->Clear();
       }
     }
   }
   if (!changed) return;
   for (auto& [d, ins] : instrs_) {
     std::set<int64_t> deps;
-    for (int64_t x : ins.deps()) deps.insert(remap[x]);
-    deps.erase(ins.id());
-    ins.clear_deps();
-    for (int64_t x : deps) ins.add_deps(x);
+    for (int64_t x : ins->deps()) deps.insert(remap[x]);
+    deps.erase(ins->id());
+    ins->clear_deps();
+    for (int64_t x : deps) ins->add_deps(x);
   }
   for (auto& [k, ws] : writers_) {
     for (int64_t& w : ws) w = remap[w];
@@ -487,7 +522,7 @@ void Lowerer::Reorder() {
   std::vector<int> pending(n, 0);
   std::vector<std::vector<size_t>> succ(n);
   for (size_t i = 0; i < n; ++i) {
-    for (int64_t d : instrs_[i].second.deps()) {
+    for (int64_t d : instrs_[i].second->deps()) {
       ++pending[i];
       succ[d].push_back(i);
     }
@@ -511,16 +546,16 @@ void Lowerer::Reorder() {
   // Renumber so that ids increase along the new order.
   std::vector<int64_t> new_id(n);
   for (size_t k = 0; k < order.size(); ++k) new_id[order[k]] = static_cast<int64_t>(k);
-  std::vector<std::pair<int, Instruction>> sorted;
+  std::vector<std::pair<int, Instruction*>> sorted;
   sorted.reserve(n);
   for (size_t k : order) {
     auto entry = std::move(instrs_[k]);
-    std::vector<int64_t> deps(entry.second.deps().begin(), entry.second.deps().end());
-    entry.second.clear_deps();
+    std::vector<int64_t> deps(entry.second->deps().begin(), entry.second->deps().end());
+    entry.second->clear_deps();
     for (int64_t& d : deps) d = new_id[d];
     std::sort(deps.begin(), deps.end());
-    for (int64_t d : deps) entry.second.add_deps(d);
-    entry.second.set_id(new_id[k]);
+    for (int64_t d : deps) entry.second->add_deps(d);
+    entry.second->set_id(new_id[k]);
     sorted.push_back(std::move(entry));
   }
   instrs_ = std::move(sorted);
@@ -533,8 +568,21 @@ absl::StatusOr<quilt::v1::DistributedProgram> Lower(const Graph& g, const quilt:
                                                     int64_t global_batch) {
   if (!g.has_backward) return absl::InvalidArgumentError("lowering needs a training graph");
   ASSIGN_OR_RETURN(Placement p, Place(g, s, topo, global_batch));
-  Lowerer l(g, topo, p);
-  return l.Run(s, cost);
+  Lowerer l(g, topo, p, nullptr);
+  quilt::v1::DistributedProgram prog;
+  RETURN_IF_ERROR(l.Run(s, cost, /*include_graph=*/true, &prog));
+  return prog;
+}
+
+absl::StatusOr<quilt::v1::DistributedProgram*> LowerOnArena(
+    const Graph& g, const quilt::v1::Strategy& s, const Topology& topo, const CostModel* cost,
+    int64_t global_batch, google::protobuf::Arena* arena) {
+  if (!g.has_backward) return absl::InvalidArgumentError("lowering needs a training graph");
+  ASSIGN_OR_RETURN(Placement p, Place(g, s, topo, global_batch));
+  Lowerer l(g, topo, p, arena);
+  auto* prog = google::protobuf::Arena::CreateMessage<quilt::v1::DistributedProgram>(arena);
+  RETURN_IF_ERROR(l.Run(s, cost, /*include_graph=*/false, prog));
+  return prog;
 }
 
 }  // namespace quilt

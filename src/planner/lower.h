@@ -11,6 +11,7 @@
 #define QUILT_SRC_PLANNER_LOWER_H_
 
 #include "absl/status/statusor.h"
+#include "google/protobuf/arena.h"
 #include "proto/quilt/v1/program.pb.h"
 #include "proto/quilt/v1/strategy.pb.h"
 #include "src/cluster/topology.h"
@@ -26,6 +27,12 @@ absl::StatusOr<quilt::v1::DistributedProgram> Lower(const Graph& graph,
                                                     const quilt::v1::Strategy& strategy,
                                                     const Topology& topology, const CostModel* cost,
                                                     int64_t global_batch);
+
+// The same program built on `arena` (owned by it) and without the training
+// graph inside: what a search that lowers thousands of candidates uses.
+absl::StatusOr<quilt::v1::DistributedProgram*> LowerOnArena(
+    const Graph& graph, const quilt::v1::Strategy& strategy, const Topology& topology,
+    const CostModel* cost, int64_t global_batch, google::protobuf::Arena* arena);
 
 // Bytes of rows [begin, end) of `t` (whole tensor when begin = end = 0;
 // batch rows for batch tensors, rows of dim 0 otherwise).

@@ -1,8 +1,10 @@
-// Plan reports: every baseline (or one named strategy) lowered, validated
-// and simulated for a training graph on a cluster, with the compute lower
-// bound, each strategy's ratio to it, memory per device and feasibility,
-// and the planning wall time. What `quiltctl plan` and JobService.PlanJob
-// return.
+// Plan reports: every baseline and the HeteroG plan (or one named strategy)
+// lowered, validated and simulated for a training graph on a cluster, with
+// the compute lower bound, each strategy's ratio to it, memory per device
+// and feasibility, and the planning wall time. What `quiltctl plan` and
+// JobService.PlanJob return. The HeteroG plan is never slower than the
+// best baseline simulated: where the search finds nothing better, it
+// reports that baseline's plan and says so.
 #ifndef QUILT_SRC_PLANNER_PLAN_H_
 #define QUILT_SRC_PLANNER_PLAN_H_
 
@@ -16,6 +18,7 @@
 #include "src/cluster/topology.h"
 #include "src/graph/graph.h"
 #include "src/planner/baselines.h"
+#include "src/planner/heterog.h"
 #include "src/sim/simulator.h"
 
 namespace quilt {
@@ -29,6 +32,8 @@ struct PlanOptions {
   // Called with a line before each strategy is simulated (progress of a
   // long plan); may be empty.
   std::function<void(const std::string&)> progress;
+  // The HeteroG search ("heterog" or "all").
+  SearchOptions search;
 };
 
 struct PlanResult {

@@ -63,12 +63,14 @@ TEST_P(Invariants, HoldForEveryBaseline) {
   ASSERT_THAT(BuildTrainingGraph(&*g, to), IsOk());
   PlanOptions o;
   o.global_batch = 8 * topo->num_devices();
+  o.search.max_evaluations = 40;
   // Plan lowers, validates and simulates every baseline; an invalid program
   // is an error.
   absl::StatusOr<PlanResult> plan = Plan(*g, *topo, o);
   ASSERT_THAT(plan.status(), IsOk());
   const quilt::v1::PlanReport& r = plan->report;
-  ASSERT_EQ(r.estimates_size(), topo->num_devices() > 1 ? 5 : 1);
+  // The baselines and the planner's plan.
+  ASSERT_EQ(r.estimates_size(), topo->num_devices() > 1 ? 6 : 2);
   ASSERT_GT(r.lower_bound_s(), 0);
   for (const auto& e : r.estimates()) {
     SCOPED_TRACE(e.name());
@@ -89,6 +91,16 @@ TEST_P(Invariants, HoldForEveryBaseline) {
   if (!r.best().empty()) {
     EXPECT_THAT(ValidateProgram(plan->best_program, *g, *topo), IsOk());
     EXPECT_TRUE(Find(r, r.best())->feasible());
+  }
+  // The planner is never slower than the best baseline, and fits whenever
+  // one does.
+  const auto* heterog = Find(r, "heterog");
+  ASSERT_NE(heterog, nullptr);
+  for (const auto& e : r.estimates()) {
+    if (e.feasible() && e.name() != "heterog") {
+      EXPECT_TRUE(heterog->feasible());
+      EXPECT_LE(heterog->step_time_s(), e.step_time_s()) << e.name();
+    }
   }
   if (Heterogeneous(*topo)) {
     for (const std::string method : {"ring", "ps"}) {
@@ -126,10 +138,14 @@ TEST(Proportional, GivesFasterDevicesMoreRows) {
   ASSERT_THAT(BuildTrainingGraph(&*g, to), IsOk());
   PlanOptions o;
   o.global_batch = 256;
+  o.strategy = "dp-proportional-ring";
   absl::StatusOr<PlanResult> plan = Plan(*g, *topo, o);
   ASSERT_THAT(plan.status(), IsOk());
-  const auto* even = Find(plan->report, "dp-even-ring");
   const auto* prop = Find(plan->report, "dp-proportional-ring");
+  o.strategy = "dp-even-ring";
+  absl::StatusOr<PlanResult> even_plan = Plan(*g, *topo, o);
+  ASSERT_THAT(even_plan.status(), IsOk());
+  const auto* even = Find(even_plan->report, "dp-even-ring");
   ASSERT_TRUE(even->feasible() && prop->feasible());
   EXPECT_TRUE(prop->note().empty()) << prop->note();
   EXPECT_LT(prop->step_time_s(), 0.95 * even->step_time_s());

@@ -70,7 +70,7 @@ class Estimator {
 
 }  // namespace
 
-std::vector<double> HeftPriorities(const std::vector<std::pair<int, Instruction>>& instrs,
+std::vector<double> HeftPriorities(const std::vector<std::pair<int, Instruction*>>& instrs,
                                    const std::vector<std::vector<int>>& groups,
                                    const Topology& topo, const Graph& g, const CostModel* cost) {
   const size_t n = instrs.size();
@@ -78,7 +78,7 @@ std::vector<double> HeftPriorities(const std::vector<std::pair<int, Instruction>
   std::vector<std::vector<int64_t>> succ(n);
   absl::flat_hash_map<int64_t, int64_t> send_of_tag, recv_of_tag;
   for (size_t i = 0; i < n; ++i) {
-    const auto& ins = instrs[i].second;
+    const auto& ins = *instrs[i].second;
     for (int64_t d : ins.deps()) succ[d].push_back(static_cast<int64_t>(i));
     if (ins.has_send()) send_of_tag[ins.send().tag()] = static_cast<int64_t>(i);
     if (ins.has_recv()) recv_of_tag[ins.recv().tag()] = static_cast<int64_t>(i);
@@ -95,7 +95,8 @@ std::vector<double> HeftPriorities(const std::vector<std::pair<int, Instruction>
   // Instructions depend only on earlier ids, and a receive's id follows its
   // send's, so a reverse sweep sees every successor first.
   for (size_t k = n; k-- > 0;) {
-    const auto& [device, ins] = instrs[k];
+    const int device = instrs[k].first;
+    const Instruction& ins = *instrs[k].second;
     if (ins.kind_case() == Instruction::KIND_NOT_SET) continue;
     double best = 0;
     for (int64_t s : succ[k]) best = std::max(best, rank[s]);

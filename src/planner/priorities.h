@@ -18,7 +18,7 @@ namespace quilt {
 // `instrs[i]` = (device, instruction with id i); `groups[g - 1]` = the
 // device indices of collective group g. Returns rank per index.
 std::vector<double> HeftPriorities(
-    const std::vector<std::pair<int, quilt::v1::Instruction>>& instrs,
+    const std::vector<std::pair<int, quilt::v1::Instruction*>>& instrs,
     const std::vector<std::vector<int>>& groups, const Topology& topology, const Graph& graph,
     const CostModel* cost);
 

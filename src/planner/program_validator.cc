@@ -603,8 +603,11 @@ absl::Status Validator::CheckDataflow() {
       if (is_compute && partial) {
         // Per-replica statistics (e.g. batch-norm moments) are not sums.
         const int op = op_index_.at(ins.compute().op());
-        for (int l : schema_[op]->local_outputs) {
-          if (op_outputs_[op][l] == w.tensor) partial = false;
+        for (size_t k = 0; k < op_outputs_[op].size(); ++k) {
+          if (op_outputs_[op][k] == w.tensor &&
+              IsLocalOutput(g_.ops[op], *schema_[op], static_cast<int>(k))) {
+            partial = false;
+          }
         }
       }
       if (partial) partial_on[w.tensor].insert(node.device);

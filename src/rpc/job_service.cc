@@ -62,6 +62,11 @@ absl::Status JobServiceImpl::Plan(const quilt::v1::PlanJobRequest& request,
   PlanOptions options;
   options.global_batch = request.spec().global_batch();
   options.strategy = request.strategy().empty() ? "all" : request.strategy();
+  if (request.time_budget_s() < 0 || request.time_budget_s() > 600) {
+    return absl::InvalidArgumentError("time_budget_s must be in [0, 600]");
+  }
+  if (request.time_budget_s() > 0) options.search.time_budget_s = request.time_budget_s();
+  options.search.seed = request.seed() == 0 ? 1 : request.seed();
   ASSIGN_OR_RETURN(PlanResult result, quilt::Plan(graph, *topo, options));
   QLOG_INFO("planned {} (batch {}) on {} node(s): best {}, {:.2f} s", graph.name,
             options.global_batch, spec.nodes_size(), result.report.best(),

@@ -132,6 +132,7 @@ class Sim {
   std::vector<bool> busy_, dirty_;
   std::vector<int> dirty_list_;
   std::vector<bool> link_busy_;
+  std::vector<double> link_free_at_;
   // Per link: communications waiting for it, (priority, -node).
   std::vector<std::priority_queue<std::pair<double, int>>> link_waiting_;
   std::vector<int64_t> live_, peak_;

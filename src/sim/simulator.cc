@@ -91,11 +91,14 @@ void Sim::Ready(int n) {
 // A communication starts as soon as every link on its path is free; until
 // then it waits in the queue of one busy link (links are never reserved
 // ahead, so no link idles while something could use it).
+// The busy link that frees last: waiting there, the others are most likely
+// free by the time it is (fewer moves between queues).
 int Sim::BusyLink(int n) const {
+  int busy = -1;
   for (int r : Links(n)) {
-    if (link_busy_[r]) return r;
+    if (link_busy_[r] && (busy < 0 || link_free_at_[r] > link_free_at_[busy])) busy = r;
   }
-  return -1;
+  return busy;
 }
 
 void Sim::TryStartComm(int n) {
@@ -138,6 +141,7 @@ void Sim::Start(int n) {
   if (node.comm()) {
     for (int r : Links(n)) {
       link_busy_[r] = true;
+      link_free_at_[r] = end;
       link_busy_s_[r] += duration;
     }
   }
@@ -227,6 +231,7 @@ absl::StatusOr<SimResult> Sim::Run() {
   busy_.assign(nd, false);
   dirty_.assign(nd, false);
   link_busy_.assign(topo_.num_resources(), false);
+  link_free_at_.assign(topo_.num_resources(), 0.0);
   link_waiting_.resize(topo_.num_resources());
   link_busy_s_.assign(topo_.num_resources(), 0.0);
   live_.assign(nd, 0);

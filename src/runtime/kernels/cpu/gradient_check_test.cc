@@ -299,6 +299,7 @@ TEST(OpRegistry, EveryDifferentiableOpHasAGradientCheck) {
 
 TEST(OpRegistry, EveryOpHasACpuKernel) {
   for (const std::string& type : OpRegistry::Global().Types()) {
+    if (OpRegistry::Global().Find(type)->planner_only) continue;
     EXPECT_NE(KernelRegistry::Global().Find("cpu", type), nullptr) << type;
   }
 }

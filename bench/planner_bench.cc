@@ -1,0 +1,165 @@
+// Planner quality and speed: for each zoo model on each cluster (the shipped
+// ones and seeded random heterogeneous ones), the best data-parallel
+// baseline's predicted step, the HeteroG plan's, the speedup, the ratio to
+// the compute lower bound, planning time and peak memory against capacity.
+// One JSON object per line.
+//
+//   bazel build //bench:planner_bench
+//   bazel-bin/bench/planner_bench [--models a,b] [--clusters f1,f2] [--random N --seed S]
+//       [--rows-per-device R] [--time-budget S] [--diagnose]
+//
+// --diagnose prints, per case, the coarsened model's and the full model's
+// prediction for the same plans (the search's start and result), to see
+// how far the search's model is from the one that reports.
+#include <iostream>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "nlohmann/json.hpp"
+#include "src/cluster/cluster_spec.h"
+#include "src/cluster/random_cluster.h"
+#include "src/cluster/topology.h"
+#include "src/graph/autodiff.h"
+#include "src/graph/zoo/zoo.h"
+#include "src/planner/coarse_graph.h"
+#include "src/planner/lower.h"
+#include "src/planner/plan.h"
+#include "src/planner/search_space.h"
+#include "src/sim/simulator.h"
+
+namespace {
+
+double FineTime(const quilt::Graph& g, const quilt::Topology& topo, const quilt::CostModel& cost,
+                const quilt::v1::Strategy& s, int64_t batch) {
+  auto prog = quilt::Lower(g, s, topo, &cost, batch);
+  if (!prog.ok()) return -1;
+  auto r = quilt::Simulate(*prog, g, topo, cost);
+  return r.ok() ? r->step_time_s : -1;
+}
+
+// The coarse and the full prediction of every baseline's state.
+nlohmann::json Diagnose(const quilt::Graph& g, const quilt::Topology& topo, int64_t batch) {
+  nlohmann::json out;
+  auto cost = quilt::CostModel::Create(&g, &topo);
+  const int groups = std::clamp(384 / std::max(1, topo.num_devices()), 12, 48);
+  const quilt::Grouping grouping =
+      quilt::GroupOps(g, *cost, groups, std::max<int64_t>(1, batch / topo.num_devices()));
+  auto coarse = quilt::CoarseModel::Build(g, grouping, *cost);
+  if (!coarse.ok()) return {{"error", std::string(coarse.status().message())}};
+  quilt::SearchSpace space(topo, *cost, **coarse, batch, 1.0);
+  for (const quilt::NamedStrategy& ns : quilt::Baselines(g, topo, *cost, batch)) {
+    if (!ns.infeasible_reason.empty() || ns.name == "single-device") continue;
+    const quilt::PlanState state = space.FromDataParallel(ns.strategy);
+    auto score = space.Evaluate(state);
+    nlohmann::json j;
+    j["coarse_s"] = score.ok() ? score->time_s : -1;
+    j["full_baseline_s"] = FineTime(g, topo, *cost, ns.strategy, batch);
+    j["full_same_plan_grouped_s"] =
+        FineTime(g, topo, *cost, space.FineStrategy(g, state, ns.name, true), batch);
+    out[ns.name] = j;
+  }
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"planner_bench"};
+  std::string models = "vgg19,resnet50,inception_v3,transformer,bert_large,gpt2,gpt2_xl";
+  std::string clusters =
+      "config/clusters/heterog_testbed.textproto,config/clusters/hap_cluster.textproto,"
+      "config/clusters/nvlink_2x4_v100.textproto";
+  int random = 0;
+  uint64_t seed = 1;
+  int64_t rows_per_device = 8;
+  double budget = 5;
+  bool diagnose = false;
+  app.add_option("--models", models);
+  app.add_option("--clusters", clusters, "Comma-separated cluster spec files ('' for none)");
+  app.add_option("--random", random, "Also this many seeded random heterogeneous clusters");
+  app.add_option("--seed", seed, "Seed of the random clusters");
+  app.add_option("--rows-per-device", rows_per_device, "Global batch = this × devices");
+  app.add_option("--time-budget", budget, "The planner's search budget, seconds");
+  app.add_flag("--diagnose", diagnose, "Coarse vs full predictions of the same plans");
+  CLI11_PARSE(app, argc, argv);
+  std::vector<quilt::v1::ClusterSpec> specs;
+  for (const std::string& path :
+       std::vector<std::string>(absl::StrSplit(clusters, ',', absl::SkipEmpty()))) {
+    auto spec = quilt::LoadClusterSpec(path);
+    if (!spec.ok()) {
+      std::cerr << spec.status() << "\n";
+      return 1;
+    }
+    specs.push_back(*spec);
+  }
+  for (int i = 0; i < random; ++i) specs.push_back(quilt::RandomCluster(seed + i));
+  for (const quilt::v1::ClusterSpec& spec : specs) {
+    auto topo = quilt::Topology::Build(spec);
+    if (!topo.ok()) {
+      std::cerr << spec.name() << ": " << topo.status() << "\n";
+      return 1;
+    }
+    for (const std::string& model : std::vector<std::string>(absl::StrSplit(models, ','))) {
+      auto g = quilt::zoo::BuildZooModel(model);
+      quilt::TrainingOptions to;
+      to.loss = quilt::LossType::kSoftmaxCrossEntropy;
+      to.optimizer.kind = quilt::OptimizerSpec::Kind::kSgd;
+      to.optimizer.momentum = 0.9;
+      if (!g.ok() || !quilt::BuildTrainingGraph(&*g, to).ok()) return 1;
+      const int64_t batch = rows_per_device * topo->num_devices();
+      nlohmann::json j;
+      j["model"] = model;
+      j["cluster"] = spec.name();
+      j["devices"] = topo->num_devices();
+      j["nodes"] = topo->num_nodes();
+      j["global_batch"] = batch;
+      quilt::PlanOptions po;
+      po.global_batch = batch;
+      po.search.time_budget_s = budget;
+      const absl::Time t0 = absl::Now();
+      auto plan = quilt::Plan(*g, *topo, po);
+      j["planning_wall_s"] = absl::ToDoubleSeconds(absl::Now() - t0);
+      if (!plan.ok()) {
+        j["error"] = std::string(plan.status().message());
+        std::cout << j.dump() << std::endl;
+        continue;
+      }
+      const auto& r = plan->report;
+      j["lower_bound_s"] = r.lower_bound_s();
+      const quilt::v1::StrategyEstimate* best = nullptr;
+      const quilt::v1::StrategyEstimate* heterog = nullptr;
+      for (const auto& e : r.estimates()) {
+        j["baselines"][e.name()] =
+            e.feasible() ? nlohmann::json(e.step_time_s()) : nlohmann::json(nullptr);
+        if (e.name() == "heterog") {
+          heterog = &e;
+        } else if (e.feasible() && (best == nullptr || e.step_time_s() < best->step_time_s())) {
+          best = &e;
+        }
+      }
+      j["best_baseline"] = best ? best->name() : "";
+      j["best_baseline_s"] = best ? best->step_time_s() : 0;
+      if (heterog != nullptr) {
+        j["quilt_s"] = heterog->feasible() ? heterog->step_time_s() : 0;
+        j["quilt_feasible"] = heterog->feasible();
+        j["speedup"] =
+            best && heterog->feasible() ? best->step_time_s() / heterog->step_time_s() : 0;
+        j["ratio_to_lower_bound"] = heterog->ratio_to_lower_bound();
+        j["search_wall_s"] = heterog->search().search_wall_s();
+        j["plans_evaluated"] = heterog->search().plans_evaluated();
+        j["groups"] = heterog->search().groups();
+        double peak = 0;
+        for (const auto& m : heterog->memory()) {
+          peak = std::max(peak,
+                          m.peak_bytes() / std::max(1.0, static_cast<double>(m.capacity_bytes())));
+        }
+        j["peak_memory_fraction"] = peak;
+        j["note"] = heterog->note();
+      }
+      if (diagnose) j["diagnose"] = Diagnose(*g, *topo, batch);
+      std::cout << j.dump() << std::endl;
+    }
+  }
+  return 0;
+}

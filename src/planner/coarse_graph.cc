@@ -1,0 +1,351 @@
+#include "src/planner/coarse_graph.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "src/common/status.h"
+#include "src/graph/op_registry.h"
+#include "src/planner/placement.h"
+
+namespace quilt {
+namespace {
+
+absl::Status NotInferred(InferContext&) {
+  return absl::InternalError("coarsened planner ops are built, not inferred");
+}
+
+OpSchema PlannerSchema(const std::string& type, bool update) {
+  OpSchema s;
+  s.type = type;
+  s.doc = "A group of ops in the planner's coarsened graph (cost: the members' sum).";
+  s.min_inputs = 0;
+  s.max_inputs = -1;
+  s.min_outputs = 0;
+  s.max_outputs = -1;
+  s.infer = NotInferred;
+  s.cost = [](const CostContext&) { return OpCost{}; };
+  s.is_update = update;
+  s.planner_only = true;
+  return s;
+}
+
+QUILT_REGISTER_OP(PlannerSchema("PlannerGroup", false));
+QUILT_REGISTER_OP(PlannerSchema("PlannerUpdate", true));
+
+int64_t Bytes(const TensorInfo& t) { return t.shape.NumElements(1) * DTypeSize(t.dtype); }
+
+bool IsUpdate(const Op& op) { return OpRegistry::Global().Find(op.type)->is_update; }
+
+}  // namespace
+
+Grouping GroupOps(const Graph& g, const CostModel& cost, int target, int64_t rows) {
+  std::map<std::string, int> index;
+  for (size_t i = 0; i < g.ops.size(); ++i) index[g.ops[i].name] = static_cast<int>(i);
+  // Forward ops in topological order, each with its backward cost and the
+  // bytes of the parameters its update group holds.
+  absl::StatusOr<std::vector<int>> order = g.TopologicalOrder();
+  std::vector<int> forward;
+  std::vector<double> seconds(g.ops.size(), 0.0);
+  std::vector<int64_t> param_bytes(g.ops.size(), 0);
+  std::vector<std::vector<std::string>> params(g.ops.size());
+  for (int i : order.ok() ? *order : std::vector<int>{}) {
+    const Op& op = g.ops[i];
+    auto key = index.find(GroupKey(op));
+    if (key == index.end()) continue;
+    if (op.forward_op.empty()) forward.push_back(i);
+    if (IsUpdate(op)) {
+      params[key->second].push_back(op.inputs[0]);
+      param_bytes[key->second] += Bytes(*g.FindTensor(op.inputs[0]));
+    } else {
+      seconds[key->second] += cost.OpTime(i, 0, rows);
+    }
+  }
+  double total = 0;
+  int64_t total_params = 0;
+  for (int i : forward) {
+    total += seconds[i];
+    total_params += param_bytes[i];
+  }
+  target = std::max(1, target);
+  const double share = total / target;
+  const int64_t big = std::max<int64_t>(1, total_params / target);
+  Grouping out;
+  double cur = 0;
+  int64_t cur_params = 0;
+  for (int i : forward) {
+    const bool start = out.forward_ops.empty() || cur >= share ||
+                       (param_bytes[i] >= big && cur_params > 0) ||
+                       (cur_params >= big && param_bytes[i] > 0);
+    if (start) {
+      out.forward_ops.emplace_back();
+      out.params.emplace_back();
+      out.seconds.push_back(0);
+      out.param_bytes.push_back(0);
+      out.activation_bytes_per_row.push_back(0);
+      cur = 0;
+      cur_params = 0;
+    }
+    out.forward_ops.back().push_back(i);
+    out.params.back().insert(out.params.back().end(), params[i].begin(), params[i].end());
+    out.seconds.back() += seconds[i];
+    out.param_bytes.back() += param_bytes[i];
+    for (const std::string& t : g.ops[i].outputs) {
+      const TensorInfo* info = g.FindTensor(t);
+      if (info != nullptr && info->shape.HasBatch()) {
+        out.activation_bytes_per_row.back() += info->shape.NumElements(1) * DTypeSize(info->dtype);
+      }
+    }
+    cur += seconds[i];
+    cur_params += param_bytes[i];
+  }
+  return out;
+}
+
+std::string CoarseModel::ForwardOp(int k) const { return absl::StrCat("group", k); }
+
+absl::StatusOr<std::unique_ptr<CoarseModel>> CoarseModel::Build(const Graph& g,
+                                                                const Grouping& grouping,
+                                                                const CostModel& fine_cost) {
+  if (!g.has_backward) return absl::InvalidArgumentError("coarsening needs a training graph");
+  std::unique_ptr<CoarseModel> m(new CoarseModel());
+  m->grouping_ = grouping;
+  const int groups = static_cast<int>(grouping.forward_ops.size());
+  std::map<std::string, int> index, group_of_forward;
+  for (size_t i = 0; i < g.ops.size(); ++i) index[g.ops[i].name] = static_cast<int>(i);
+  for (int k = 0; k < groups; ++k) {
+    for (int i : grouping.forward_ops[k]) group_of_forward[g.ops[i].name] = k;
+  }
+  std::map<std::string, int> producer = g.Producers();
+  std::map<std::string, std::vector<int>> consumers;
+  for (size_t i = 0; i < g.ops.size(); ++i) {
+    for (const std::string& t : g.ops[i].inputs) {
+      if (!t.empty()) consumers[t].push_back(static_cast<int>(i));
+    }
+  }
+  // Coarse ops: 0..G-1 forward, G..2G-1 backward, then one update per flat
+  // parameter. Flat parameters: (group, coarse op producing the gradients).
+  std::vector<int> coarse_of(g.ops.size(), -1);
+  std::vector<std::vector<int>> members(2 * groups);
+  for (int k = 0; k < groups; ++k) {
+    for (int i : grouping.forward_ops[k]) coarse_of[i] = k;
+  }
+  absl::StatusOr<std::vector<int>> order = g.TopologicalOrder();
+  if (!order.ok()) return order.status();
+  // Backward ops join their forward op's group; a gradient Sum joins the
+  // group of the op that consumes it (its forward op is only where autodiff
+  // happened to be), which keeps the coarse graph acyclic.
+  for (auto it = order->rbegin(); it != order->rend(); ++it) {
+    const Op& op = g.ops[*it];
+    if (op.forward_op.empty() || IsUpdate(op)) continue;
+    int k = -1;
+    if (op.type == "Sum" && op.outputs.size() == 1) {
+      for (int c : consumers[op.outputs[0]]) {
+        if (coarse_of[c] >= 0) {
+          k = coarse_of[c] >= groups ? coarse_of[c] - groups : coarse_of[c];
+          break;
+        }
+      }
+    }
+    if (k < 0) {
+      auto f = group_of_forward.find(op.forward_op);
+      if (f == group_of_forward.end()) {
+        return absl::InvalidArgumentError("op '" + op.name + "' belongs to no group");
+      }
+      k = f->second;
+    }
+    coarse_of[*it] = groups + k;
+  }
+  // Flat parameters.
+  struct Flat {
+    int group;
+    int producer;  // coarse op producing the gradients
+    std::vector<int> updates;
+    int64_t elements = 0, state_elements = 0;
+  };
+  std::vector<Flat> flats;
+  std::map<std::pair<int, int>, int> flat_index;
+  std::map<std::string, int> flat_of_param, flat_of_grad, flat_of_state;
+  for (int i : *order) {
+    const Op& op = g.ops[i];
+    if (!IsUpdate(op)) continue;
+    auto f = group_of_forward.find(GroupKey(op));
+    if (f == group_of_forward.end()) {
+      return absl::InvalidArgumentError("update '" + op.name + "' belongs to no group");
+    }
+    auto p = producer.find(op.inputs[1]);
+    const int from = p == producer.end() ? -1 : coarse_of[p->second];
+    auto [it, fresh] =
+        flat_index.emplace(std::make_pair(f->second, from), static_cast<int>(flats.size()));
+    if (fresh) flats.push_back({f->second, from, {}, 0, 0});
+    Flat& flat = flats[it->second];
+    flat.updates.push_back(i);
+    flat.elements += g.FindTensor(op.inputs[0])->shape.NumElements(1);
+    flat_of_param[op.inputs[0]] = it->second;
+    flat_of_grad[op.inputs[1]] = it->second;
+    for (size_t k = 2; k < op.inputs.size(); ++k) {
+      flat_of_state[op.inputs[k]] = it->second;
+      flat.state_elements += g.FindTensor(op.inputs[k])->shape.NumElements(1);
+    }
+    coarse_of[i] = 2 * groups + it->second;
+  }
+  for (size_t i = 0; i < g.ops.size(); ++i) {
+    if (coarse_of[i] < 0)
+      return absl::InvalidArgumentError("op '" + g.ops[i].name + "' belongs to no group");
+    if (coarse_of[i] < 2 * groups) members[coarse_of[i]].push_back(static_cast<int>(i));
+  }
+  for (const Flat& f : flats) members.push_back(f.updates);
+
+  Graph& cg = m->graph_;
+  cg.name = g.name;
+  cg.has_backward = true;
+  cg.inputs = g.inputs;
+  cg.labels = g.labels;
+  cg.loss = g.loss;
+  cg.optimizer = g.optimizer;
+  cg.reference_batch = g.reference_batch;
+  std::set<std::string> declared;
+  auto declare = [&](const std::string& name) -> absl::Status {
+    if (!declared.insert(name).second) return absl::OkStatus();
+    return cg.AddTensor(*g.FindTensor(name));
+  };
+  auto flat_name = [&](int f, const char* what) {
+    return absl::StrCat("group", flats[f].group, "/", what, f);
+  };
+  m->flat_params_.assign(groups, {});
+  for (size_t f = 0; f < flats.size(); ++f) {
+    const int fi = static_cast<int>(f);
+    RETURN_IF_ERROR(cg.AddTensor({flat_name(fi, "param"), DType::kF32,
+                                  Shape::Fixed({flats[f].elements}), TensorRole::kParameter}));
+    RETURN_IF_ERROR(cg.AddTensor({flat_name(fi, "grad"), DType::kF32,
+                                  Shape::Fixed({flats[f].elements}), TensorRole::kGradient}));
+    if (flats[f].state_elements > 0) {
+      // Rows match the parameter's, so a server's shard of the state is
+      // the rows of its parameter shard.
+      const int64_t n = flats[f].elements;
+      const Shape shape = flats[f].state_elements % n == 0
+                              ? Shape::Fixed({n, flats[f].state_elements / n})
+                              : Shape::Fixed({flats[f].state_elements});
+      RETURN_IF_ERROR(
+          cg.AddTensor({flat_name(fi, "state"), DType::kF32, shape, TensorRole::kOptimizerState}));
+    }
+    ParameterSpec spec;
+    spec.tensor = flat_name(fi, "param");
+    cg.parameters.push_back(spec);
+    m->flat_params_[flats[f].group].push_back(spec.tensor);
+  }
+  for (const ParameterSpec& p : g.parameters) {
+    if (!flat_of_param.count(p.tensor)) {
+      ParameterSpec frozen;
+      frozen.tensor = p.tensor;
+      frozen.frozen = true;
+      cg.parameters.push_back(frozen);
+    }
+  }
+  // Coarse ops with the tensors that cross their boundaries.
+  const int total = static_cast<int>(members.size());
+  for (int c = 0; c < total; ++c) {
+    if (members[c].empty()) continue;
+    Op op;
+    const bool update = c >= 2 * groups;
+    const int k = update ? flats[c - 2 * groups].group : (c < groups ? c : c - groups);
+    op.name = c < groups ? absl::StrCat("group", k)
+                         : (update ? absl::StrCat("group", k, "/update", c - 2 * groups)
+                                   : absl::StrCat("group", k, "/backward"));
+    op.type = update ? "PlannerUpdate" : "PlannerGroup";
+    if (c >= groups) op.forward_op = absl::StrCat("group", k);
+    std::set<std::string> ins, outs;
+    std::vector<int64_t> local;
+    auto add_input = [&](const std::string& name) {
+      if (ins.insert(name).second) op.inputs.push_back(name);
+    };
+    if (update) {
+      const int f = c - 2 * groups;
+      add_input(flat_name(f, "param"));
+      add_input(flat_name(f, "grad"));
+      if (flats[f].state_elements > 0) add_input(flat_name(f, "state"));
+    }
+    for (int i : members[c]) {
+      const Op& fine = g.ops[i];
+      if (!update) {
+        for (const std::string& t : fine.inputs) {
+          if (t.empty()) continue;
+          auto p = producer.find(t);
+          if (p != producer.end() && coarse_of[p->second] == c) continue;  // internal
+          auto fp = flat_of_param.find(t);
+          if (fp != flat_of_param.end()) {
+            add_input(flat_name(fp->second, "param"));
+            continue;
+          }
+          RETURN_IF_ERROR(declare(t));
+          add_input(t);
+        }
+      }
+      for (size_t o = 0; o < fine.outputs.size(); ++o) {
+        const std::string& t = fine.outputs[o];
+        if (update) continue;  // in-place updates: nothing crosses
+        auto fg = flat_of_grad.find(t);
+        if (fg != flat_of_grad.end()) {
+          const std::string name = flat_name(fg->second, "grad");
+          if (outs.insert(name).second) op.outputs.push_back(name);
+          continue;
+        }
+        bool outside = false;
+        for (int j : consumers[t]) outside |= coarse_of[j] != c && !flat_of_grad.count(t);
+        if (!outside) continue;
+        RETURN_IF_ERROR(declare(t));
+        if (!outs.insert(t).second) continue;
+        if (IsLocalOutput(fine, *OpRegistry::Global().Find(fine.type), static_cast<int>(o))) {
+          local.push_back(static_cast<int64_t>(op.outputs.size()));
+        }
+        op.outputs.push_back(t);
+      }
+    }
+    if (!local.empty()) op.attrs.SetInts("local_outputs", local);
+    if (!update) {
+      // The largest tensor that lives and dies inside the coarse op (a
+      // transposed weight, a temporary of a gradient) stands in for the
+      // members' short-lived memory: an output nobody reads, so the
+      // simulator holds it exactly while the op runs.
+      int64_t fixed = 0, per_row = 0;
+      for (int i : members[c]) {
+        for (const std::string& t : g.ops[i].outputs) {
+          if (outs.count(t) || flat_of_grad.count(t)) continue;
+          const TensorInfo* info = g.FindTensor(t);
+          const int64_t elements = info->shape.NumElements(1) * DTypeSize(info->dtype) / 4;
+          if (info->shape.HasBatch()) {
+            per_row = std::max(per_row, elements);
+          } else {
+            fixed = std::max(fixed, elements);
+          }
+        }
+      }
+      if (fixed > 0) {
+        const std::string name = op.name + "/scratch";
+        RETURN_IF_ERROR(
+            cg.AddTensor({name, DType::kF32, Shape::Fixed({fixed}), TensorRole::kActivation}));
+        op.outputs.push_back(name);
+      }
+      if (per_row > 0) {
+        const std::string name = op.name + "/scratch_rows";
+        RETURN_IF_ERROR(cg.AddTensor({name, DType::kF32, Shape({Dim::Batch(), Dim::Fixed(per_row)}),
+                                      TensorRole::kActivation}));
+        op.outputs.push_back(name);
+      }
+    }
+    cg.ops.push_back(std::move(op));
+  }
+  // Cost members in the order the coarse ops were added.
+  std::vector<std::vector<int>> cost_members;
+  for (int c = 0; c < total; ++c) {
+    if (!members[c].empty()) cost_members.push_back(members[c]);
+  }
+  absl::StatusOr<std::vector<int>> coarse_order = cg.TopologicalOrder();
+  if (!coarse_order.ok()) return Annotate(coarse_order.status(), "the coarsened graph");
+  m->cost_ = std::make_unique<CostModel>(
+      CostModel::Composite(&m->graph_, &fine_cost, std::move(cost_members)));
+  return m;
+}
+
+}  // namespace quilt

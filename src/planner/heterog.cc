@@ -1,0 +1,320 @@
+#include "src/planner/heterog.h"
+
+#include <algorithm>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "src/common/status.h"
+#include "src/planner/coarse_graph.h"
+#include "src/planner/search_space.h"
+
+namespace quilt {
+namespace {
+
+struct Move {
+  int group = 0, length = 1;
+  int option = -1;  // placement move
+  Method method = Method::kRing;
+  bool is_method = false;
+};
+
+PlanState Apply(const PlanState& s, const Move& m, const SearchSpace& space) {
+  PlanState out = s;
+  for (int k = m.group; k < m.group + m.length && k < static_cast<int>(s.place.size()); ++k) {
+    if (m.is_method) {
+      out.method[k] = m.method;
+    } else {
+      out.place[k] = m.option;
+      const std::vector<Method> ok = space.MethodsFor(m.option);
+      if (std::find(ok.begin(), ok.end(), out.method[k]) == ok.end()) out.method[k] = ok.front();
+    }
+  }
+  return out;
+}
+
+// Groups over single devices in order, node by node, each device filled
+// up to its memory with the groups' parameters, gradients, optimizer state
+// and activations for the whole batch: a plan that fits models no
+// data-parallel split can.
+PlanState LayerwiseSeed(const Topology& topo, const CoarseModel& coarse, const Graph& g,
+                        int64_t batch, SearchSpace* space) {
+  const Grouping& grouping = coarse.grouping();
+  // Optimizer state per parameter byte (momentum 1, Adam 2).
+  const double state =
+      g.optimizer.kind == OptimizerSpec::Kind::kAdam
+          ? 2
+          : (g.optimizer.kind == OptimizerSpec::Kind::kSgd && g.optimizer.momentum != 0 ? 1 : 0);
+  std::vector<double> need;
+  double total = 0;
+  for (int k = 0; k < coarse.num_groups(); ++k) {
+    need.push_back(static_cast<double>(grouping.param_bytes[k]) * (2 + state) +
+                   static_cast<double>(grouping.activation_bytes_per_row[k]) *
+                       static_cast<double>(batch));
+    total += need.back();
+  }
+  std::vector<int> devices;
+  double memory = 0;
+  for (int node = 0; node < topo.num_nodes(); ++node) {
+    for (int d : topo.NodeDevices(node)) {
+      devices.push_back(d);
+      memory += static_cast<double>(topo.device(d).proto.memory_bytes());
+    }
+  }
+  // Each device's share of the need, in proportion to its memory (so that
+  // every device is about as full as the others).
+  PlanState s;
+  size_t at = 0;
+  double filled = 0;
+  auto quota = [&](size_t i) {
+    return total * topo.device(devices[i]).proto.memory_bytes() / memory;
+  };
+  for (int k = 0; k < coarse.num_groups(); ++k) {
+    if (filled > 0 && filled + need[k] / 2 > quota(at) && at + 1 < devices.size()) {
+      ++at;
+      filled = 0;
+    }
+    filled += need[k];
+    s.place.push_back(space->SingleOption(devices[at]));
+    s.method.push_back(Method::kRing);
+  }
+  return s;
+}
+
+// Action spaces up to this many states are enumerated.
+constexpr double kEnumerateStates = 20000;
+
+absl::StatusOr<std::pair<PlanState, Score>> Enumerate(
+    SearchSpace* space, int groups, const std::vector<std::pair<int, Method>>& choices,
+    absl::Time deadline) {
+  PlanState s, best;
+  Score best_score;
+  bool have = false;
+  s.place.assign(groups, 0);
+  s.method.assign(groups, Method::kRing);
+  std::vector<size_t> at(groups, 0);
+  while (absl::Now() < deadline) {
+    for (int k = 0; k < groups; ++k) {
+      s.place[k] = choices[at[k]].first;
+      s.method[k] = choices[at[k]].second;
+    }
+    absl::StatusOr<Score> score = space->Evaluate(s);
+    if (score.ok() && (!have || score->BetterThan(*&best_score))) {
+      best = s;
+      best_score = *score;
+      have = true;
+    }
+    int k = 0;
+    while (k < groups && ++at[k] == choices.size()) at[k++] = 0;
+    if (k == groups) break;
+  }
+  if (!have) return absl::FailedPreconditionError("no plan could be simulated");
+  return std::make_pair(best, best_score);
+}
+
+int AutoGroups(const Topology& topo) {
+  return std::clamp(384 / std::max(1, topo.num_devices()), 12, 48);
+}
+
+class Search {
+ public:
+  Search(SearchSpace* space, int groups, const SearchOptions& o, absl::Time deadline)
+      : space_(space), groups_(groups), options_(o), deadline_(deadline), rng_(o.seed) {}
+
+  const std::string& stopped_by() const { return stopped_by_; }
+
+  // Local search from `start`; returns the best state found.
+  absl::StatusOr<std::pair<PlanState, Score>> Run(PlanState start, Score start_score) {
+    PlanState best = start, current = start;
+    Score best_score = start_score, current_score = start_score;
+    int idle_restarts = 0;
+    stopped_by_ = "converged";
+    while (!OutOfBudget()) {
+      bool improved = false;
+      for (const Move& m : Moves(current)) {
+        if (OutOfBudget()) break;
+        const PlanState next = Apply(current, m, *space_);
+        if (next == current) continue;
+        absl::StatusOr<Score> score = space_->Evaluate(next);
+        if (!score.ok()) continue;  // a state the lowering rejects: skip it
+        if (score->BetterThan(current_score) &&
+            (!current_score.feasible() || score->time_s < current_score.time_s * (1 - 1e-6))) {
+          current = next;
+          current_score = *score;
+          improved = true;
+        }
+      }
+      if (current_score.BetterThan(best_score)) {
+        best = current;
+        best_score = current_score;
+        idle_restarts = 0;
+      }
+      if (improved) continue;
+      // A local optimum: restart from the best plan, kicked by a few random
+      // moves, until the restarts stop paying.
+      if (++idle_restarts > options_.restarts) break;
+      current = best;
+      std::vector<Move> moves = Moves(best);
+      const int kicks = 1 + static_cast<int>(rng_() % 3);
+      for (int i = 0; i < kicks && !moves.empty(); ++i) {
+        current = Apply(current, moves[rng_() % moves.size()], *space_);
+      }
+      absl::StatusOr<Score> score = space_->Evaluate(current);
+      if (!score.ok()) {
+        current = best;
+        current_score = best_score;
+      } else {
+        current_score = *score;
+      }
+    }
+    return std::make_pair(best, best_score);
+  }
+
+ private:
+  // Aggregation changes first (cheap and often worth it), then runs of
+  // groups from long to short, then single groups; each tier shuffled.
+  std::vector<Move> Moves(const PlanState& s) {
+    std::vector<Move> methods, ranges, singles;
+    const int nopt = static_cast<int>(space_->options().size());
+    for (int k = 0; k < groups_; ++k) {
+      for (Method m : space_->MethodsFor(s.place[k])) {
+        if (m != s.method[k]) methods.push_back({k, 1, -1, m, true});
+      }
+      for (int o = 0; o < nopt; ++o) {
+        if (o != s.place[k]) singles.push_back({k, 1, o, Method::kRing, false});
+      }
+    }
+    for (int len = groups_; len >= 2; len /= 2) {
+      std::vector<Move> tier;
+      for (int k = 0; k + 1 < groups_; k += std::max(1, len / 2)) {
+        for (int o = 0; o < nopt; ++o) tier.push_back({k, len, o, Method::kRing, false});
+      }
+      std::shuffle(tier.begin(), tier.end(), rng_);
+      ranges.insert(ranges.end(), tier.begin(), tier.end());
+    }
+    std::shuffle(methods.begin(), methods.end(), rng_);
+    std::shuffle(singles.begin(), singles.end(), rng_);
+    std::vector<Move> out = std::move(methods);
+    out.insert(out.end(), ranges.begin(), ranges.end());
+    out.insert(out.end(), singles.begin(), singles.end());
+    return out;
+  }
+
+  bool OutOfBudget() {
+    if (options_.max_evaluations > 0 && space_->evaluations() >= options_.max_evaluations) {
+      stopped_by_ = "evaluation limit";
+      return true;
+    }
+    if (absl::Now() >= deadline_) {
+      stopped_by_ = "time budget";
+      return true;
+    }
+    return false;
+  }
+
+  SearchSpace* space_;
+  std::string stopped_by_;
+  int groups_;
+  const SearchOptions& options_;
+  absl::Time deadline_;
+  std::mt19937_64 rng_;
+};
+
+}  // namespace
+
+absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
+                                           const CostModel& cost, int64_t batch,
+                                           const std::vector<NamedStrategy>& baselines,
+                                           const SearchOptions& options) {
+  const absl::Time start = absl::Now();
+  const absl::Time deadline = start + absl::Seconds(options.time_budget_s);
+  if (!g.has_backward) return absl::InvalidArgumentError("planning needs a training graph");
+  const int target = options.target_groups > 0 ? options.target_groups : AutoGroups(topo);
+  const int64_t rows = std::max<int64_t>(1, batch / std::max(1, topo.num_devices()));
+  const Grouping grouping = GroupOps(g, cost, target, rows);
+  ASSIGN_OR_RETURN(std::unique_ptr<CoarseModel> coarse, CoarseModel::Build(g, grouping, cost));
+  SearchSpace space(topo, cost, *coarse, batch, options.memory_fraction);
+  SearchResult result;
+  result.groups = coarse->num_groups();
+  // Start from the best baseline on the coarse model.
+  PlanState best;
+  Score best_score;
+  bool have = false;
+  for (const NamedStrategy& ns : baselines) {
+    if (!ns.infeasible_reason.empty() || ns.strategy.groups_size() != 1) continue;
+    const PlanState s = space.FromDataParallel(ns.strategy);
+    absl::StatusOr<Score> score = space.Evaluate(s);
+    if (!score.ok()) continue;
+    if (!have || score->BetterThan(best_score)) {
+      best = s;
+      best_score = *score;
+      result.start = ns.name;
+      have = true;
+    }
+  }
+  if (!have || !best_score.feasible()) {
+    const PlanState seed = LayerwiseSeed(topo, *coarse, g, batch, &space);
+    absl::StatusOr<Score> score = space.Evaluate(seed);
+    if (score.ok() && (!have || score->BetterThan(best_score))) {
+      best = seed;
+      best_score = *score;
+      result.start = "layer-wise split";
+      have = true;
+    }
+  }
+  if (!have) return absl::FailedPreconditionError("no starting plan could be simulated");
+  const PlanState start_state = best;
+  result.start_s = best_score.time_s;
+  // Small action spaces are enumerated (the optimum, cheaply); larger ones
+  // searched locally.
+  std::vector<std::pair<int, Method>> choices;
+  for (int opt = 0; opt < static_cast<int>(space.options().size()); ++opt) {
+    for (Method m : space.MethodsFor(opt)) choices.push_back({opt, m});
+  }
+  double states = 1;
+  for (int k = 0; k < coarse->num_groups(); ++k) states *= static_cast<double>(choices.size());
+  if (states <= kEnumerateStates &&
+      (options.max_evaluations == 0 || states <= static_cast<double>(options.max_evaluations))) {
+    ASSIGN_OR_RETURN(auto found, Enumerate(&space, coarse->num_groups(), choices, deadline));
+    if (found.second.BetterThan(best_score)) {
+      best = found.first;
+      best_score = found.second;
+    }
+    result.stopped_by = absl::Now() < deadline ? "enumerated" : "time budget";
+  } else {
+    Search search(&space, coarse->num_groups(), options, deadline);
+    ASSIGN_OR_RETURN(auto found, search.Run(best, best_score));
+    best = found.first;
+    best_score = found.second;
+    result.stopped_by = search.stopped_by();
+  }
+  result.result_s = best_score.time_s;
+  result.feasible = best_score.feasible();
+  result.variants = {space.FineStrategy(g, best, "heterog", /*fuse=*/true),
+                     space.FineStrategy(g, best, "heterog", /*fuse=*/false)};
+  // What each group's choice is worth: the step with that group put back
+  // as the start had it.
+  for (int k = 0; k < coarse->num_groups(); ++k) {
+    GroupChoice c;
+    c.group = k;
+    c.ops = static_cast<int>(grouping.forward_ops[k].size());
+    c.first_op = g.ops[grouping.forward_ops[k].front()].name;
+    c.last_op = g.ops[grouping.forward_ops[k].back()].name;
+    c.placement = space.options()[best.place[k]].label;
+    c.aggregation =
+        space.options()[best.place[k]].single() ? "none (one device)" : MethodLabel(best.method[k]);
+    if (best.place[k] != start_state.place[k] || best.method[k] != start_state.method[k]) {
+      PlanState back = best;
+      back.place[k] = start_state.place[k];
+      back.method[k] = start_state.method[k];
+      absl::StatusOr<Score> s = space.Evaluate(back);
+      if (s.ok()) c.saved_s = s->feasible() ? s->time_s - best_score.time_s : -1;
+    }
+    result.choices.push_back(c);
+  }
+  result.evaluated = space.evaluations();
+  result.search_wall_s = absl::ToDoubleSeconds(absl::Now() - start);
+  return result;
+}
+
+}  // namespace quilt

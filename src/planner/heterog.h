@@ -1,0 +1,86 @@
+// The HeteroG planner: per op group, where it runs (a device set with
+// replica counts that set its batch split, or one device) and how its
+// gradients are aggregated (ring or hierarchical all-reduce over its
+// replicas, or parameter servers sharded over them); execution order by
+// HEFT rank in the lowering.
+//
+// The search runs on the coarsened graph (coarse_graph.h): it starts from
+// the best baseline (and, when no baseline fits memory, from a layer-wise
+// split over single devices), then improves by local search — moving one
+// group or a run of consecutive groups to another placement, or changing a
+// group's aggregation — accepting strictly better simulated steps, with
+// random restarts from the best plan while the time budget lasts; it stops
+// early when a full pass and the restarts find nothing better. Infeasible
+// plans (a device over its memory) rank below every feasible one, by how
+// far over they are. Deterministic for a seed.
+#ifndef QUILT_SRC_PLANNER_HETEROG_H_
+#define QUILT_SRC_PLANNER_HETEROG_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "proto/quilt/v1/strategy.pb.h"
+#include "src/cluster/topology.h"
+#include "src/cost/cost_model.h"
+#include "src/graph/graph.h"
+#include "src/planner/baselines.h"
+
+namespace quilt {
+
+// The search is deterministic for a seed when it ends by converging or by
+// `max_evaluations`; one cut short by the time budget depends on the
+// machine's speed (the result says which ended it).
+struct SearchOptions {
+  double time_budget_s = 5;
+  // Plans simulated at most; 0 = no limit.
+  int64_t max_evaluations = 0;
+  uint64_t seed = 1;
+  // Op groups; 0 = chosen from the cluster size.
+  int target_groups = 0;
+  // Local-search passes restarted from a perturbed best plan after a pass
+  // finds nothing.
+  int restarts = 3;
+  // Share of each device's memory a plan may fill on the coarsened graph.
+  double memory_fraction = 0.92;
+};
+
+// What the plan does with one group, and what that is worth.
+struct GroupChoice {
+  int group = 0;
+  std::string first_op, last_op;
+  int ops = 0;
+  std::string placement;  // e.g. "all 8 devices (proportional)", "node-0/gpu:1"
+  std::string aggregation;
+  // Predicted step time added by putting this group back as the starting
+  // baseline has it (0 when the choice is the baseline's).
+  double saved_s = 0;
+};
+
+struct SearchResult {
+  // The plan for the full graph, in variants for the full simulation to
+  // choose from: gradients of a group fused in one collective, or not.
+  std::vector<quilt::v1::Strategy> variants;
+  // Predicted on the coarsened graph: the starting baseline, the result.
+  std::string start;
+  double start_s = 0, result_s = 0;
+  bool feasible = false;
+  int groups = 0;
+  int64_t evaluated = 0;
+  double search_wall_s = 0;
+  // "enumerated" (every plan of a small action space tried), "converged",
+  // "evaluation limit" or "time budget".
+  std::string stopped_by;
+  std::vector<GroupChoice> choices;
+};
+
+// `baselines`: the strategies to start from (their names and placements).
+// Errors: INVALID_ARGUMENT for a graph without a backward pass.
+absl::StatusOr<SearchResult> SearchHeteroG(const Graph& graph, const Topology& topo,
+                                           const CostModel& cost, int64_t batch,
+                                           const std::vector<NamedStrategy>& baselines,
+                                           const SearchOptions& options);
+
+}  // namespace quilt
+
+#endif  // QUILT_SRC_PLANNER_HETEROG_H_

@@ -1,0 +1,274 @@
+// The HeteroG search: it finds the optimum of its action space where that
+// can be enumerated, it is deterministic for a seed, it finds plans for
+// models no data-parallel split fits, and through Plan it is never slower
+// than the best baseline and reports the time its program simulates to.
+#include "src/planner/heterog.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "src/cluster/random_cluster.h"
+#include "src/common/status_matchers.h"
+#include "src/graph/autodiff.h"
+#include "src/graph/zoo/layers.h"
+#include "src/graph/zoo/zoo.h"
+#include "src/planner/coarse_graph.h"
+#include "src/planner/lower.h"
+#include "src/planner/plan.h"
+#include "src/planner/program_validator.h"
+#include "src/planner/search_space.h"
+#include "src/sim/simulator.h"
+
+namespace quilt {
+namespace {
+
+// x[1024] → fc1 (1024×4096) → relu → fc2 (4096×4096, 64 MiB) → relu → fc3.
+Graph WideMlp() {
+  Graph g;
+  zoo::Layers l(&g, 1);
+  absl::StatusOr<std::string> x = l.Input("x", DType::kF32, {1024});
+  EXPECT_THAT(x.status(), IsOk());
+  std::string y = *x;
+  for (auto [name, in, out] : {std::tuple{"fc1", 1024, 4096}, std::tuple{"fc2", 4096, 4096},
+                               std::tuple{"fc3", 4096, 10}}) {
+    absl::StatusOr<std::string> z = l.Linear(name, y, in, out);
+    EXPECT_THAT(z.status(), IsOk());
+    y = *z;
+    if (out != 10) {
+      z = l.Relu(y);
+      EXPECT_THAT(z.status(), IsOk());
+      y = *z;
+    }
+  }
+  g.outputs = {y};
+  TrainingOptions to;
+  to.loss = LossType::kSoftmaxCrossEntropy;
+  to.optimizer.kind = OptimizerSpec::Kind::kSgd;
+  to.optimizer.momentum = 0.9;
+  EXPECT_THAT(BuildTrainingGraph(&g, to), IsOk());
+  return g;
+}
+
+// Eight equal layers of 2048 × 2048 (16 MiB each).
+Graph DeepMlp() {
+  Graph g;
+  zoo::Layers l(&g, 1);
+  absl::StatusOr<std::string> x = l.Input("x", DType::kF32, {2048});
+  EXPECT_THAT(x.status(), IsOk());
+  std::string y = *x;
+  for (int i = 0; i < 8; ++i) {
+    absl::StatusOr<std::string> z = l.Linear("fc" + std::to_string(i), y, 2048, i == 7 ? 10 : 2048);
+    EXPECT_THAT(z.status(), IsOk());
+    y = *z;
+    if (i < 7) {
+      z = l.Relu(y);
+      EXPECT_THAT(z.status(), IsOk());
+      y = *z;
+    }
+  }
+  g.outputs = {y};
+  TrainingOptions to;
+  to.loss = LossType::kSoftmaxCrossEntropy;
+  to.optimizer.kind = OptimizerSpec::Kind::kSgd;
+  to.optimizer.momentum = 0.9;
+  EXPECT_THAT(BuildTrainingGraph(&g, to), IsOk());
+  return g;
+}
+
+// Two fast GPUs on NVLink, one slow GPU behind a 10 Gbit/s NIC.
+quilt::v1::ClusterSpec Mixed(int64_t memory = int64_t{16} << 30) {
+  quilt::v1::ClusterSpec spec;
+  spec.set_name("mixed");
+  for (int n = 0; n < 2; ++n) {
+    auto* node = spec.add_nodes();
+    node->set_node_id(n == 0 ? "fast" : "slow");
+    for (int d = 0; d < (n == 0 ? 2 : 1); ++d) {
+      auto* dev = node->add_devices();
+      dev->set_id(node->node_id() + "/gpu:" + std::to_string(d));
+      dev->set_kind(quilt::v1::DEVICE_KIND_GPU);
+      dev->set_index(d);
+      dev->set_peak_fp32_flops_per_s(n == 0 ? 1.4e13 : 4e12);
+      dev->set_efficiency(0.5);
+      dev->set_memory_bandwidth_bytes_per_s(9e11);
+      dev->set_memory_bytes(memory);
+    }
+    node->mutable_intra_node_link()->set_bandwidth_bytes_per_s(1e11);
+    node->mutable_nic()->set_bandwidth_bytes_per_s(1.25e9);
+  }
+  return spec;
+}
+
+struct Fixture {
+  Graph graph;
+  Topology topo;
+  std::unique_ptr<CostModel> cost;
+};
+
+std::unique_ptr<Fixture> Make(Graph g, const quilt::v1::ClusterSpec& spec) {
+  auto f = std::make_unique<Fixture>();
+  f->graph = std::move(g);
+  absl::StatusOr<Topology> topo = Topology::Build(spec);
+  EXPECT_THAT(topo.status(), IsOk());
+  f->topo = std::move(*topo);
+  absl::StatusOr<CostModel> cost = CostModel::Create(&f->graph, &f->topo);
+  EXPECT_THAT(cost.status(), IsOk());
+  f->cost = std::make_unique<CostModel>(std::move(*cost));
+  return f;
+}
+
+TEST(HeteroG, FindsTheOptimumOfASmallActionSpace) {
+  auto f = Make(WideMlp(), Mixed());
+  const int64_t batch = 48;
+  SearchOptions o;
+  o.target_groups = 3;
+  o.time_budget_s = 60;
+  o.restarts = 8;
+  const std::vector<NamedStrategy> baselines = Baselines(f->graph, f->topo, *f->cost, batch);
+  absl::StatusOr<SearchResult> found =
+      SearchHeteroG(f->graph, f->topo, *f->cost, batch, baselines, o);
+  ASSERT_THAT(found.status(), IsOk());
+  EXPECT_EQ(found->stopped_by, "enumerated");
+  // The same action space, enumerated.
+  const Grouping grouping = GroupOps(f->graph, *f->cost, 3, batch / 3);
+  absl::StatusOr<std::unique_ptr<CoarseModel>> coarse =
+      CoarseModel::Build(f->graph, grouping, *f->cost);
+  ASSERT_THAT(coarse.status(), IsOk());
+  const int groups = (*coarse)->num_groups();
+  ASSERT_LE(groups, 3);
+  ASSERT_EQ(groups, found->groups);
+  SearchSpace space(f->topo, *f->cost, **coarse, batch, o.memory_fraction);
+  for (const NamedStrategy& ns : baselines) {
+    if (ns.infeasible_reason.empty()) space.FromDataParallel(ns.strategy);
+  }
+  std::vector<std::pair<int, Method>> choices;
+  for (int opt = 0; opt < static_cast<int>(space.options().size()); ++opt) {
+    for (Method m : space.MethodsFor(opt)) choices.push_back({opt, m});
+  }
+  double best = 1e30;
+  PlanState s;
+  s.place.assign(groups, 0);
+  s.method.assign(groups, Method::kRing);
+  std::vector<size_t> at(groups, 0);
+  int64_t states = 0;
+  for (;;) {
+    for (int k = 0; k < groups; ++k) {
+      s.place[k] = choices[at[k]].first;
+      s.method[k] = choices[at[k]].second;
+    }
+    absl::StatusOr<Score> score = space.Evaluate(s);
+    ASSERT_THAT(score.status(), IsOk());
+    if (score->feasible()) best = std::min(best, score->time_s);
+    ++states;
+    int k = 0;
+    while (k < groups && ++at[k] == choices.size()) at[k++] = 0;
+    if (k == groups) break;
+  }
+  EXPECT_GT(states, 100);
+  EXPECT_NEAR(found->result_s, best, best * 1e-9)
+      << "searched " << found->evaluated << " of " << states;
+  // A real hybrid: not every group placed as the starting baseline has it.
+  EXPECT_LT(found->result_s, found->start_s);
+}
+
+TEST(HeteroG, SameSeedSamePlan) {
+  auto f = Make(WideMlp(), Mixed());
+  const std::vector<NamedStrategy> baselines = Baselines(f->graph, f->topo, *f->cost, 48);
+  SearchOptions o;
+  o.time_budget_s = 120;
+  o.max_evaluations = 150;
+  o.seed = 7;
+  absl::StatusOr<SearchResult> a = SearchHeteroG(f->graph, f->topo, *f->cost, 48, baselines, o);
+  absl::StatusOr<SearchResult> b = SearchHeteroG(f->graph, f->topo, *f->cost, 48, baselines, o);
+  ASSERT_THAT(a.status(), IsOk());
+  ASSERT_THAT(b.status(), IsOk());
+  EXPECT_NE(a->stopped_by, "time budget");
+  EXPECT_EQ(a->result_s, b->result_s);
+  ASSERT_EQ(a->variants.size(), b->variants.size());
+  EXPECT_EQ(a->variants[0].SerializeAsString(), b->variants[0].SerializeAsString());
+}
+
+TEST(HeteroG, FitsAModelNoDataParallelSplitFits) {
+  // Memory for about half of what data parallelism keeps on each device.
+  const int64_t batch = 24;
+  int64_t dp_peak = 0;
+  {
+    auto f = Make(DeepMlp(), Mixed());
+    PlanOptions o;
+    o.global_batch = batch;
+    o.strategy = "dp-even-ring";
+    absl::StatusOr<PlanResult> r = Plan(f->graph, f->topo, o);
+    ASSERT_THAT(r.status(), IsOk());
+    for (const auto& m : r->report.estimates(0).memory())
+      dp_peak = std::max(dp_peak, m.peak_bytes());
+  }
+  auto f = Make(DeepMlp(), Mixed(dp_peak * 6 / 10));
+  PlanOptions o;
+  o.global_batch = batch;
+  o.search.time_budget_s = 30;
+  o.search.max_evaluations = 400;
+  absl::StatusOr<PlanResult> r = Plan(f->graph, f->topo, o);
+  ASSERT_THAT(r.status(), IsOk());
+  for (const auto& e : r->report.estimates()) {
+    if (e.name() == "heterog") {
+      EXPECT_TRUE(e.feasible()) << e.infeasible_reason() << "; " << e.note() << "; "
+                                << e.search().DebugString();
+      EXPECT_EQ(r->report.best(), "heterog");
+    } else {
+      EXPECT_FALSE(e.feasible()) << e.name();
+    }
+  }
+  EXPECT_THAT(ValidateProgram(r->best_program, f->graph, f->topo), IsOk());
+}
+
+// Across zoo models and random clusters: validated, never slower than the
+// best baseline, and the reported time is what its program simulates to.
+class PlanWithHeteroG : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
+
+TEST_P(PlanWithHeteroG, NeverSlowerAndReportsItsSimulation) {
+  const auto& [model, seed] = GetParam();
+  absl::StatusOr<Graph> g = zoo::BuildZooModel(model);
+  ASSERT_THAT(g.status(), IsOk());
+  TrainingOptions to;
+  to.loss = LossType::kSoftmaxCrossEntropy;
+  to.optimizer.kind = OptimizerSpec::Kind::kAdam;
+  ASSERT_THAT(BuildTrainingGraph(&*g, to), IsOk());
+  auto f = Make(std::move(*g), RandomCluster(seed));
+  PlanOptions o;
+  o.global_batch = 4 * f->topo.num_devices();
+  o.search.time_budget_s = 20;
+  o.search.max_evaluations = 60;
+  absl::StatusOr<PlanResult> r = Plan(f->graph, f->topo, o);
+  ASSERT_THAT(r.status(), IsOk());
+  const quilt::v1::StrategyEstimate* h = nullptr;
+  double best_baseline = 0;
+  for (const auto& e : r->report.estimates()) {
+    if (e.name() == "heterog") {
+      h = &e;
+    } else if (e.feasible() && (best_baseline == 0 || e.step_time_s() < best_baseline)) {
+      best_baseline = e.step_time_s();
+    }
+  }
+  ASSERT_NE(h, nullptr);
+  if (best_baseline > 0) {
+    EXPECT_TRUE(h->feasible());
+    EXPECT_LE(h->step_time_s(), best_baseline);
+  }
+  if (!h->feasible()) return;
+  absl::StatusOr<quilt::v1::DistributedProgram> p =
+      Lower(f->graph, h->strategy(), f->topo, f->cost.get(), o.global_batch);
+  ASSERT_THAT(p.status(), IsOk());
+  EXPECT_THAT(ValidateProgram(*p, f->graph, f->topo), IsOk());
+  absl::StatusOr<SimResult> sim = Simulate(*p, f->graph, f->topo, *f->cost);
+  ASSERT_THAT(sim.status(), IsOk());
+  EXPECT_DOUBLE_EQ(sim->step_time_s, h->step_time_s());
+}
+
+INSTANTIATE_TEST_SUITE_P(ModelsAndClusters, PlanWithHeteroG,
+                         ::testing::Combine(::testing::Values("mlp", "cnn", "transformer"),
+                                            ::testing::Values(3, 11)),
+                         [](const auto& info) {
+                           return std::get<0>(info.param) + "_random" +
+                                  std::to_string(std::get<1>(info.param));
+                         });
+
+}  // namespace
+}  // namespace quilt

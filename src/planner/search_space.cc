@@ -1,0 +1,278 @@
+#include "src/planner/search_space.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "src/common/status.h"
+#include "src/planner/baselines.h"
+#include "src/planner/lower.h"
+#include "src/sim/simulator.h"
+
+namespace quilt {
+
+std::string MethodLabel(Method m) {
+  switch (m) {
+    case Method::kRing:
+      return "ring all-reduce";
+    case Method::kHierarchical:
+      return "hierarchical all-reduce";
+    case Method::kParameterServer:
+      return "parameter servers on its devices";
+  }
+  return "?";
+}
+
+bool Score::BetterThan(const Score& o) const {
+  if (feasible() != o.feasible()) return feasible();
+  if (!feasible()) return overflow_bytes < o.overflow_bytes;
+  return time_s < o.time_s;
+}
+
+namespace {
+
+quilt::v1::AggregationMethod ToProto(Method m) {
+  switch (m) {
+    case Method::kHierarchical:
+      return quilt::v1::AGGREGATION_METHOD_HIERARCHICAL_ALLREDUCE;
+    case Method::kParameterServer:
+      return quilt::v1::AGGREGATION_METHOD_PARAMETER_SERVER;
+    default:
+      return quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE;
+  }
+}
+
+}  // namespace
+
+SearchSpace::SearchSpace(const Topology& topo, const CostModel& fine_cost,
+                         const CoarseModel& coarse, int64_t batch, double memory_fraction)
+    : topo_(topo), coarse_(coarse), batch_(batch), memory_fraction_(memory_fraction) {
+  const int n = topo.num_devices();
+  for (int d = 0; d < n; ++d) speed_.push_back(fine_cost.speed(d).flops_per_s);
+  // Replica counts ∝ speed, in eighths of the set's fastest device.
+  auto weighted = [&](std::vector<int> devices, const std::string& label) {
+    PlacementOption o;
+    double fastest = 0;
+    for (int d : devices) fastest = std::max(fastest, speed_[d]);
+    std::sort(devices.begin(), devices.end());
+    for (int d : devices) {
+      o.replicas.push_back(
+          {d, std::max(1, static_cast<int>(std::lround(8 * speed_[d] / std::max(fastest, 1.0))))});
+    }
+    o.label = label;
+    AddOption(std::move(o));
+  };
+  std::vector<int> all(n);
+  for (int d = 0; d < n; ++d) all[d] = d;
+  weighted(all, absl::StrCat("all ", n, " devices (by speed)"));
+  std::vector<int> by_speed = all;
+  std::stable_sort(by_speed.begin(), by_speed.end(),
+                   [&](int a, int b) { return speed_[a] > speed_[b]; });
+  for (int k = 2; k < n; k *= 2) {
+    weighted(std::vector<int>(by_speed.begin(), by_speed.begin() + k),
+             absl::StrCat("fastest ", k, " devices"));
+  }
+  if (topo.num_nodes() > 1) {
+    std::vector<std::pair<double, int>> nodes;
+    for (int node = 0; node < topo.num_nodes(); ++node) {
+      double s = 0;
+      for (int d : topo.NodeDevices(node)) s += speed_[d];
+      nodes.push_back({-s, node});
+      if (topo.NodeDevices(node).size() > 1)
+        weighted(topo.NodeDevices(node), "node " + topo.node_id(node));
+    }
+    std::sort(nodes.begin(), nodes.end());
+    std::vector<int> devices;
+    for (size_t j = 0; j + 1 < nodes.size(); ++j) {
+      for (int d : topo.NodeDevices(nodes[j].second)) devices.push_back(d);
+      if (j >= 1) weighted(devices, absl::StrCat("fastest ", j + 1, " nodes"));
+    }
+  }
+  // Single devices: every one on small clusters, the fastest of each node
+  // on large ones.
+  if (n <= 16) {
+    for (int d = 0; d < n; ++d) SingleOption(d);
+  } else {
+    for (int node = 0; node < topo.num_nodes(); ++node) {
+      const auto& ds = topo.NodeDevices(node);
+      SingleOption(*std::max_element(ds.begin(), ds.end(),
+                                     [&](int a, int b) { return speed_[a] < speed_[b]; }));
+    }
+  }
+}
+
+int SearchSpace::AddOption(PlacementOption option) {
+  std::sort(option.replicas.begin(), option.replicas.end());
+  for (size_t i = 0; i < options_.size(); ++i) {
+    if (options_[i].replicas == option.replicas) return static_cast<int>(i);
+  }
+  options_.push_back(std::move(option));
+  return static_cast<int>(options_.size()) - 1;
+}
+
+int SearchSpace::SingleOption(int device) {
+  PlacementOption o;
+  o.replicas = {{device, 1}};
+  o.label = topo_.device(device).id;
+  return AddOption(std::move(o));
+}
+
+std::vector<Method> SearchSpace::MethodsFor(int option) const {
+  const PlacementOption& o = options_[option];
+  if (o.single()) return {Method::kRing};
+  std::vector<Method> out = {Method::kRing, Method::kParameterServer};
+  int first_node = topo_.device(o.replicas.front().first).node;
+  for (const auto& [d, r] : o.replicas) {
+    if (topo_.device(d).node != first_node) {
+      out.push_back(Method::kHierarchical);
+      break;
+    }
+  }
+  return out;
+}
+
+PlanState SearchSpace::FromDataParallel(const quilt::v1::Strategy& s) {
+  PlacementOption o;
+  for (const auto& r : s.groups(0).replicas()) {
+    if (r.replicas() > 0) o.replicas.push_back({topo_.DeviceIndex(r.device()), r.replicas()});
+  }
+  o.label = s.name() + " split";
+  const int option = AddOption(std::move(o));
+  Method m = Method::kRing;
+  if (s.aggregations_size() > 0) {
+    switch (s.aggregations(0).method()) {
+      case quilt::v1::AGGREGATION_METHOD_PARAMETER_SERVER:
+        m = Method::kParameterServer;
+        break;
+      case quilt::v1::AGGREGATION_METHOD_HIERARCHICAL_ALLREDUCE:
+        m = Method::kHierarchical;
+        break;
+      default:
+        break;
+    }
+  }
+  PlanState state;
+  state.place.assign(coarse_.num_groups(), option);
+  state.method.assign(coarse_.num_groups(), m);
+  return state;
+}
+
+quilt::v1::Strategy SearchSpace::CoarseStrategy(const PlanState& state) const {
+  quilt::v1::Strategy s;
+  s.set_name("heterog");
+  for (int k = 0; k < coarse_.num_groups(); ++k) {
+    auto* g = s.add_groups();
+    g->set_group(k);
+    g->add_ops(coarse_.ForwardOp(k));
+    const PlacementOption& o = options_[state.place[k]];
+    std::vector<int> devices;
+    for (const auto& [d, r] : o.replicas) {
+      auto* rep = g->add_replicas();
+      rep->set_device(topo_.device(d).id);
+      rep->set_replicas(r);
+      devices.push_back(d);
+    }
+    const std::vector<int> servers = Servers(state, k);
+    for (const std::string& p : coarse_.FlatParameters(k)) {
+      auto* a = s.add_aggregations();
+      a->set_parameter(p);
+      a->set_method(ToProto(state.method[k]));
+      if (state.method[k] == Method::kParameterServer) {
+        for (int d : servers) a->add_servers(topo_.device(d).id);
+      }
+    }
+  }
+  return s;
+}
+
+quilt::v1::Strategy SearchSpace::FineStrategy(const Graph& fine, const PlanState& state,
+                                              const std::string& name, bool fuse) const {
+  quilt::v1::Strategy s;
+  s.set_name(name);
+  s.set_global_batch(batch_);
+  const Grouping& grouping = coarse_.grouping();
+  for (int k = 0; k < coarse_.num_groups(); ++k) {
+    auto* g = s.add_groups();
+    g->set_group(k);
+    for (int i : grouping.forward_ops[k]) g->add_ops(fine.ops[i].name);
+    const PlacementOption& o = options_[state.place[k]];
+    std::vector<int> devices;
+    for (const auto& [d, r] : o.replicas) {
+      auto* rep = g->add_replicas();
+      rep->set_device(topo_.device(d).id);
+      rep->set_replicas(r);
+      devices.push_back(d);
+    }
+    std::map<std::string, std::vector<int>> servers;
+    if (state.method[k] == Method::kParameterServer) {
+      servers = AssignServers(fine, grouping.params[k], Servers(state, k));
+    }
+    for (const std::string& p : grouping.params[k]) {
+      auto* a = s.add_aggregations();
+      a->set_parameter(p);
+      a->set_method(ToProto(state.method[k]));
+      if (state.method[k] == Method::kParameterServer) {
+        for (int d : servers[p]) a->add_servers(topo_.device(d).id);
+      } else if (fuse) {
+        a->set_bucket(k + 1);  // the group's gradients in one collective
+      }
+    }
+  }
+  return s;
+}
+
+std::vector<int> SearchSpace::Servers(const PlanState& state, int k) const {
+  // As many servers as the group's parameters fill at an even share of all
+  // parameter bytes over the group's devices, rotating through them group
+  // by group so that groups sharing devices spread their servers.
+  const PlacementOption& o = options_[state.place[k]];
+  const int n = static_cast<int>(o.replicas.size());
+  const Grouping& grouping = coarse_.grouping();
+  int64_t total = 0;
+  for (int64_t b : grouping.param_bytes) total += b;
+  const int64_t share = std::max<int64_t>(1, total / n);
+  const int pieces =
+      static_cast<int>(std::clamp<int64_t>((grouping.param_bytes[k] + share - 1) / share, 1, n));
+  int offset = 0;
+  for (int j = 0; j < k; ++j)
+    offset += static_cast<int>(grouping.param_bytes[j] * n / std::max<int64_t>(1, total)) + 1;
+  std::vector<int> out;
+  for (int i = 0; i < pieces; ++i) out.push_back(o.replicas[(offset + i) % n].first);
+  return out;
+}
+
+std::string SearchSpace::Key(const PlanState& state) const {
+  std::string key;
+  key.reserve(state.place.size() * 3);
+  for (size_t k = 0; k < state.place.size(); ++k) {
+    key.push_back(static_cast<char>(state.place[k] & 0xff));
+    key.push_back(static_cast<char>(state.place[k] >> 8));
+    key.push_back(static_cast<char>(state.method[k]));
+  }
+  return key;
+}
+
+absl::StatusOr<Score> SearchSpace::Evaluate(const PlanState& state) {
+  const std::string key = Key(state);
+  auto it = cache_.find(key);
+  if (it != cache_.end()) return it->second;
+  ++evaluations_;
+  const quilt::v1::Strategy s = CoarseStrategy(state);
+  google::protobuf::Arena arena;
+  ASSIGN_OR_RETURN(quilt::v1::DistributedProgram * p,
+                   LowerOnArena(coarse_.graph(), s, topo_, &coarse_.cost(), batch_, &arena));
+  ASSIGN_OR_RETURN(SimResult r, Simulate(*p, coarse_.graph(), topo_, coarse_.cost()));
+  Score score;
+  score.time_s = r.step_time_s;
+  for (const DeviceUsage& u : r.devices) {
+    const double cap = memory_fraction_ * static_cast<double>(u.capacity_bytes);
+    if (u.capacity_bytes > 0 && static_cast<double>(u.peak_memory_bytes) > cap) {
+      score.overflow_bytes += static_cast<double>(u.peak_memory_bytes) - cap;
+    }
+  }
+  cache_.emplace(key, score);
+  return score;
+}
+
+}  // namespace quilt

@@ -1,0 +1,99 @@
+// The HeteroG planner's action space and its evaluator. A plan state gives
+// each op group one placement option (a device set with replica counts, or
+// a single device) and an aggregation method. Options come from the
+// cluster: every device, each node, the fastest k devices, the fastest j
+// nodes, the baselines' splits, and single devices. States are scored by
+// lowering the coarsened graph (coarse_graph.h) and simulating it; scores
+// are cached by state.
+#ifndef QUILT_SRC_PLANNER_SEARCH_SPACE_H_
+#define QUILT_SRC_PLANNER_SEARCH_SPACE_H_
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "proto/quilt/v1/strategy.pb.h"
+#include "src/cluster/topology.h"
+#include "src/planner/coarse_graph.h"
+
+namespace quilt {
+
+struct PlacementOption {
+  // (device, replicas), replicas > 0.
+  std::vector<std::pair<int, int>> replicas;
+  std::string label;
+  bool single() const { return replicas.size() == 1; }
+};
+
+enum class Method : uint8_t { kRing, kHierarchical, kParameterServer };
+std::string MethodLabel(Method m);
+
+struct PlanState {
+  std::vector<int> place;  // option per group
+  std::vector<Method> method;
+  bool operator==(const PlanState& o) const { return place == o.place && method == o.method; }
+};
+
+struct Score {
+  double time_s = 0;
+  // Bytes over capacity, summed over devices (0 when it fits).
+  double overflow_bytes = 0;
+  bool feasible() const { return overflow_bytes <= 0; }
+  // Feasible before infeasible; then faster, or less over memory.
+  bool BetterThan(const Score& o) const;
+};
+
+class SearchSpace {
+ public:
+  // `fine_cost` gives device speeds (for the options' replica counts).
+  // `memory_fraction`: the share of each device's memory a plan may fill
+  // on the coarsened graph (it misses short-lived tensors inside groups).
+  SearchSpace(const Topology& topo, const CostModel& fine_cost, const CoarseModel& coarse,
+              int64_t batch, double memory_fraction);
+
+  const std::vector<PlacementOption>& options() const { return options_; }
+  // Adds an option (or finds an equal one); its index.
+  int AddOption(PlacementOption option);
+  // Single-device option of `device`.
+  int SingleOption(int device);
+  // Aggregation methods worth trying for an option (none matter for one
+  // device: its gradients are whole).
+  std::vector<Method> MethodsFor(int option) const;
+
+  // The state a data-parallel strategy (one group over every op) maps to.
+  PlanState FromDataParallel(const quilt::v1::Strategy& strategy);
+
+  quilt::v1::Strategy CoarseStrategy(const PlanState& state) const;
+  // The same plan for the full graph: each group's forward ops placed as the
+  // state says, its parameters aggregated by its method (with `fuse`, the
+  // all-reduce gradients of a group in one bucket, as the coarse model has
+  // them; else one collective each; parameter servers shared by bytes over
+  // the group's devices).
+  quilt::v1::Strategy FineStrategy(const Graph& fine, const PlanState& state,
+                                   const std::string& name, bool fuse) const;
+
+  // Lowers and simulates the coarsened graph; cached. Errors: lowering or
+  // simulation errors (a bug; the caller treats the state as unusable).
+  absl::StatusOr<Score> Evaluate(const PlanState& state);
+  int64_t evaluations() const { return evaluations_; }
+
+ private:
+  std::string Key(const PlanState& state) const;
+  // Parameter servers of group k (parameter-server aggregation).
+  std::vector<int> Servers(const PlanState& state, int k) const;
+
+  const Topology& topo_;
+  const CoarseModel& coarse_;
+  int64_t batch_;
+  double memory_fraction_;
+  std::vector<double> speed_;
+  std::vector<PlacementOption> options_;
+  absl::flat_hash_map<std::string, Score> cache_;
+  int64_t evaluations_ = 0;
+};
+
+}  // namespace quilt
+
+#endif  // QUILT_SRC_PLANNER_SEARCH_SPACE_H_
