@@ -6,7 +6,7 @@
 //
 //   bazel build //bench:planner_bench
 //   bazel-bin/bench/planner_bench [--models a,b] [--clusters f1,f2] [--random N --seed S]
-//       [--rows-per-device R] [--time-budget S] [--diagnose]
+//       [--rows-per-device R] [--time-budget S] [--max-plans N] [--diagnose]
 //
 // --diagnose prints, per case, the coarsened model's and the full model's
 // prediction for the same plans (the search's start and result), to see
@@ -42,7 +42,7 @@ double FineTime(const quilt::Graph& g, const quilt::Topology& topo, const quilt:
 nlohmann::json Diagnose(const quilt::Graph& g, const quilt::Topology& topo, int64_t batch) {
   nlohmann::json out;
   auto cost = quilt::CostModel::Create(&g, &topo);
-  const int groups = std::clamp(384 / std::max(1, topo.num_devices()), 12, 48);
+  const int groups = std::clamp(192 / std::max(1, topo.num_devices()), 12, 24);
   const quilt::Grouping grouping =
       quilt::GroupOps(g, *cost, groups, std::max<int64_t>(1, batch / topo.num_devices()));
   auto coarse = quilt::CoarseModel::Build(g, grouping, *cost);
@@ -72,15 +72,19 @@ int main(int argc, char** argv) {
       "config/clusters/nvlink_2x4_v100.textproto";
   int random = 0;
   uint64_t seed = 1;
-  int64_t rows_per_device = 8;
-  double budget = 5;
+  double rows_per_device = 0;  // 0: the per-model default below
+  double budget = 10;
+  int64_t max_plans = 200;
   bool diagnose = false;
   app.add_option("--models", models);
   app.add_option("--clusters", clusters, "Comma-separated cluster spec files ('' for none)");
   app.add_option("--random", random, "Also this many seeded random heterogeneous clusters");
   app.add_option("--seed", seed, "Seed of the random clusters");
-  app.add_option("--rows-per-device", rows_per_device, "Global batch = this × devices");
+  app.add_option("--rows-per-device", rows_per_device,
+                 "Global batch = this × devices (default per model: 8; bert_large 4; gpt2 2; "
+                 "gpt2_xl 1/4, at least 1)");
   app.add_option("--time-budget", budget, "The planner's search budget, seconds");
+  app.add_option("--max-plans", max_plans, "Plans the search simulates at most (0 = no limit)");
   app.add_flag("--diagnose", diagnose, "Coarse vs full predictions of the same plans");
   CLI11_PARSE(app, argc, argv);
   std::vector<quilt::v1::ClusterSpec> specs;
@@ -107,7 +111,10 @@ int main(int argc, char** argv) {
       to.optimizer.kind = quilt::OptimizerSpec::Kind::kSgd;
       to.optimizer.momentum = 0.9;
       if (!g.ok() || !quilt::BuildTrainingGraph(&*g, to).ok()) return 1;
-      const int64_t batch = rows_per_device * topo->num_devices();
+      double rows = rows_per_device;
+      if (rows <= 0)
+        rows = model == "bert_large" ? 4 : model == "gpt2" ? 2 : model == "gpt2_xl" ? 0.25 : 8;
+      const int64_t batch = std::max<int64_t>(1, static_cast<int64_t>(rows * topo->num_devices()));
       nlohmann::json j;
       j["model"] = model;
       j["cluster"] = spec.name();
@@ -117,6 +124,7 @@ int main(int argc, char** argv) {
       quilt::PlanOptions po;
       po.global_batch = batch;
       po.search.time_budget_s = budget;
+      po.search.max_evaluations = max_plans;
       const absl::Time t0 = absl::Now();
       auto plan = quilt::Plan(*g, *topo, po);
       j["planning_wall_s"] = absl::ToDoubleSeconds(absl::Now() - t0);

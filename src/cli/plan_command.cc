@@ -28,7 +28,8 @@ struct PlanArgs {
   std::string optimizer = "sgd";
   std::string format = "table";
   bool explain = false;
-  double time_budget_s = 5;
+  double time_budget_s = 10;
+  int64_t max_plans = 200;
   uint64_t seed = 1;
   int groups = 0;
 };
@@ -139,6 +140,7 @@ int RunRemote(const PlanArgs& a, const Graph& forward, const GlobalOptions& glob
   }
   request.set_strategy(a.strategy);
   request.set_time_budget_s(a.time_budget_s);
+  request.set_max_plans(a.max_plans == 0 ? -1 : a.max_plans);  // proto: 0 = default
   request.set_seed(a.seed);
   // Planning takes seconds to minutes: a longer deadline unless one is given.
   const double timeout =
@@ -173,6 +175,7 @@ int Run(const PlanArgs& a, const GlobalOptions& globals) {
   po.trace = !a.trace.empty();
   po.progress = [](const std::string& line) { std::cerr << line << "\n"; };
   po.search.time_budget_s = a.time_budget_s;
+  po.search.max_evaluations = a.max_plans;
   po.search.seed = a.seed;
   po.search.target_groups = a.groups;
   absl::StatusOr<PlanResult> r = Plan(*g, *topo, po);

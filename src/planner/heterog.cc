@@ -113,7 +113,7 @@ absl::StatusOr<std::pair<PlanState, Score>> Enumerate(
 }
 
 int AutoGroups(const Topology& topo) {
-  return std::clamp(384 / std::max(1, topo.num_devices()), 12, 48);
+  return std::clamp(192 / std::max(1, topo.num_devices()), 12, 24);
 }
 
 class Search {

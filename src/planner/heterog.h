@@ -29,12 +29,12 @@
 namespace quilt {
 
 // The search is deterministic for a seed when it ends by converging or by
-// `max_evaluations`; one cut short by the time budget depends on the
-// machine's speed (the result says which ended it).
+// `max_evaluations` (the default); one cut short by the time budget depends
+// on the machine's speed (the result says which ended it).
 struct SearchOptions {
-  double time_budget_s = 5;
+  double time_budget_s = 10;
   // Plans simulated at most; 0 = no limit.
-  int64_t max_evaluations = 0;
+  int64_t max_evaluations = 200;
   uint64_t seed = 1;
   // Op groups; 0 = chosen from the cluster size.
   int target_groups = 0;

@@ -121,6 +121,7 @@ TEST(HeteroG, FindsTheOptimumOfASmallActionSpace) {
   SearchOptions o;
   o.target_groups = 3;
   o.time_budget_s = 60;
+  o.max_evaluations = 0;  // no limit: the space is enumerated
   o.restarts = 8;
   const std::vector<NamedStrategy> baselines = Baselines(f->graph, f->topo, *f->cost, batch);
   absl::StatusOr<SearchResult> found =

@@ -75,31 +75,28 @@ absl::Status PlanHeteroG(const Graph& g, const Topology& topo, const CostModel& 
                          const PlanOptions& o, absl::Time start, const EvaluateFn& evaluate,
                          std::map<std::string, Evaluated>* done) {
   if (o.progress) {
-    o.progress(absl::StrFormat("searching hybrid plans for up to %.1f s (%.1f s so far)",
-                               o.search.time_budget_s, absl::ToDoubleSeconds(absl::Now() - start)));
+    o.progress(absl::StrFormat("searching hybrid plans (%.1f s so far)",
+                               absl::ToDoubleSeconds(absl::Now() - start)));
   }
   ASSIGN_OR_RETURN(SearchResult sr,
                    SearchHeteroG(g, topo, cost, o.global_batch, baselines, o.search));
   // The coarsened graph misses tensors that live briefly inside a group: a
   // plan that fits there can overflow in full. Then search once more with
   // more headroom.
-  if (sr.feasible) {
-    NamedStrategy probe{absl::StrCat(kHeteroG, "#probe"), sr.variants[0], ""};
-    RETURN_IF_ERROR(evaluate(probe));
-    const bool overflows = !done->at(probe.name).estimate.feasible();
-    done->erase(probe.name);
-    if (overflows) {
-      SearchOptions again = o.search;
-      again.memory_fraction = o.search.memory_fraction * 0.85;
-      if (o.progress)
-        o.progress("the plan overflows memory in full; searching again with more headroom");
-      ASSIGN_OR_RETURN(SearchResult retry,
-                       SearchHeteroG(g, topo, cost, o.global_batch, baselines, again));
-      if (retry.feasible) {
-        retry.evaluated += sr.evaluated;
-        retry.search_wall_s += sr.search_wall_s;
-        sr = std::move(retry);
-      }
+  RETURN_IF_ERROR(evaluate(NamedStrategy{kHeteroG, sr.variants[0], ""}));
+  if (sr.feasible && !done->at(kHeteroG).estimate.feasible()) {
+    SearchOptions again = o.search;
+    again.memory_fraction = o.search.memory_fraction * 0.85;
+    if (o.progress)
+      o.progress("the plan overflows memory in full; searching again with more headroom");
+    ASSIGN_OR_RETURN(SearchResult retry,
+                     SearchHeteroG(g, topo, cost, o.global_batch, baselines, again));
+    if (retry.feasible) {
+      retry.evaluated += sr.evaluated;
+      retry.search_wall_s += sr.search_wall_s;
+      sr = std::move(retry);
+      done->erase(kHeteroG);
+      RETURN_IF_ERROR(evaluate(NamedStrategy{kHeteroG, sr.variants[0], ""}));
     }
   }
   // The baseline it started from is simulated in full too (compared below).
@@ -107,10 +104,9 @@ absl::Status PlanHeteroG(const Graph& g, const Topology& topo, const CostModel& 
     if (ns.name == sr.start) RETURN_IF_ERROR(evaluate(ns));
   }
   // Each variant simulated in full; the fastest feasible one is the plan.
-  for (size_t v = 0; v < sr.variants.size(); ++v) {
-    const std::string name = v == 0 ? kHeteroG : absl::StrCat(kHeteroG, "#", v);
+  for (size_t v = 1; v < sr.variants.size(); ++v) {
+    const std::string name = absl::StrCat(kHeteroG, "#", v);
     RETURN_IF_ERROR(evaluate(NamedStrategy{name, sr.variants[v], ""}));
-    if (v == 0) continue;
     Evaluated& first = done->at(kHeteroG);
     Evaluated& other = done->at(name);
     const bool better =

@@ -66,6 +66,8 @@ absl::Status JobServiceImpl::Plan(const quilt::v1::PlanJobRequest& request,
     return absl::InvalidArgumentError("time_budget_s must be in [0, 600]");
   }
   if (request.time_budget_s() > 0) options.search.time_budget_s = request.time_budget_s();
+  if (request.max_plans() != 0)
+    options.search.max_evaluations = std::max<int64_t>(0, request.max_plans());
   options.search.seed = request.seed() == 0 ? 1 : request.seed();
   ASSIGN_OR_RETURN(PlanResult result, quilt::Plan(graph, *topo, options));
   QLOG_INFO("planned {} (batch {}) on {} node(s): best {}, {:.2f} s", graph.name,
