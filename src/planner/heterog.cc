@@ -38,7 +38,7 @@ PlanState Apply(const PlanState& s, const Move& m, const SearchSpace& space) {
 // and activations for the whole batch: a plan that fits models no
 // data-parallel split can.
 PlanState LayerwiseSeed(const Topology& topo, const CoarseModel& coarse, const Graph& g,
-                        int64_t batch, SearchSpace* space) {
+                        int64_t batch, bool by_node, SearchSpace* space) {
   const Grouping& grouping = coarse.grouping();
   // Optimizer state per parameter byte (momentum 1, Adam 2).
   const double state =
@@ -53,29 +53,43 @@ PlanState LayerwiseSeed(const Topology& topo, const CoarseModel& coarse, const G
                        static_cast<double>(batch));
     total += need.back();
   }
-  std::vector<int> devices;
+  // Units: single devices, or whole nodes (the group's batch split over the
+  // node's devices by speed), in node order; each takes a share of the need
+  // in proportion to its memory.
+  std::vector<int> units;
+  std::vector<double> unit_memory;
   double memory = 0;
   for (int node = 0; node < topo.num_nodes(); ++node) {
-    for (int d : topo.NodeDevices(node)) {
-      devices.push_back(d);
-      memory += static_cast<double>(topo.device(d).proto.memory_bytes());
+    const std::vector<int>& ds = topo.NodeDevices(node);
+    if (by_node) {
+      PlacementOption o;
+      double m = 0;
+      for (int d : ds) {
+        o.replicas.push_back({d, 1});
+        m += static_cast<double>(topo.device(d).proto.memory_bytes());
+      }
+      o.label = ds.size() == 1 ? topo.device(ds[0]).id : "node " + topo.node_id(node) + " (even)";
+      units.push_back(ds.size() == 1 ? space->SingleOption(ds[0]) : space->AddOption(std::move(o)));
+      unit_memory.push_back(m);
+      memory += m;
+    } else {
+      for (int d : ds) {
+        units.push_back(space->SingleOption(d));
+        unit_memory.push_back(static_cast<double>(topo.device(d).proto.memory_bytes()));
+        memory += unit_memory.back();
+      }
     }
   }
-  // Each device's share of the need, in proportion to its memory (so that
-  // every device is about as full as the others).
   PlanState s;
   size_t at = 0;
   double filled = 0;
-  auto quota = [&](size_t i) {
-    return total * topo.device(devices[i]).proto.memory_bytes() / memory;
-  };
   for (int k = 0; k < coarse.num_groups(); ++k) {
-    if (filled > 0 && filled + need[k] / 2 > quota(at) && at + 1 < devices.size()) {
+    if (filled > 0 && filled + need[k] / 2 > total * unit_memory[at] / memory && at + 1 < units.size()) {
       ++at;
       filled = 0;
     }
     filled += need[k];
-    s.place.push_back(space->SingleOption(devices[at]));
+    s.place.push_back(units[at]);
     s.method.push_back(Method::kRing);
   }
   return s;
@@ -253,13 +267,15 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
     }
   }
   if (!have || !best_score.feasible()) {
-    const PlanState seed = LayerwiseSeed(topo, *coarse, g, batch, &space);
-    absl::StatusOr<Score> score = space.Evaluate(seed);
-    if (score.ok() && (!have || score->BetterThan(best_score))) {
-      best = seed;
-      best_score = *score;
-      result.start = "layer-wise split";
-      have = true;
+    for (bool by_node : {false, true}) {
+      const PlanState seed = LayerwiseSeed(topo, *coarse, g, batch, by_node, &space);
+      absl::StatusOr<Score> score = space.Evaluate(seed);
+      if (score.ok() && (!have || score->BetterThan(best_score))) {
+        best = seed;
+        best_score = *score;
+        result.start = by_node ? "layer-wise split over nodes" : "layer-wise split over devices";
+        have = true;
+      }
     }
   }
   if (!have) return absl::FailedPreconditionError("no starting plan could be simulated");

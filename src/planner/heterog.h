@@ -5,8 +5,8 @@
 // HEFT rank in the lowering.
 //
 // The search runs on the coarsened graph (coarse_graph.h): it starts from
-// the best baseline (and, when no baseline fits memory, from a layer-wise
-// split over single devices), then improves by local search — moving one
+// the best baseline (and, when no baseline fits memory, from layer-wise
+// splits over single devices or whole nodes), then improves by local search — moving one
 // group or a run of consecutive groups to another placement, or changing a
 // group's aggregation — accepting strictly better simulated steps, with
 // random restarts from the best plan while the time budget lasts; it stops
