@@ -84,7 +84,8 @@ PlanState LayerwiseSeed(const Topology& topo, const CoarseModel& coarse, const G
   size_t at = 0;
   double filled = 0;
   for (int k = 0; k < coarse.num_groups(); ++k) {
-    if (filled > 0 && filled + need[k] / 2 > total * unit_memory[at] / memory && at + 1 < units.size()) {
+    if (filled > 0 && filled + need[k] / 2 > total * unit_memory[at] / memory &&
+        at + 1 < units.size()) {
       ++at;
       filled = 0;
     }

@@ -32,10 +32,9 @@ absl::StatusOr<std::vector<std::string>> DirectoryRendezvous::Exchange(int rank,
     }
     if (missing.empty()) return out;
     if (absl::Now() >= deadline) {
-      return absl::DeadlineExceededError(absl::StrCat("rendezvous in ", dir_, ": rank(s) ",
-                                                      absl::StrJoin(missing, ", "), " of ", size,
-                                                      " did not appear within ",
-                                                      absl::FormatDuration(timeout)));
+      return absl::DeadlineExceededError(
+          absl::StrCat("rendezvous in ", dir_, ": rank(s) ", absl::StrJoin(missing, ", "), " of ",
+                       size, " did not appear within ", absl::FormatDuration(timeout)));
     }
     absl::SleepFor(absl::Milliseconds(10));
   }

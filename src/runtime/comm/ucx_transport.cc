@@ -4,9 +4,11 @@
 #include <ucp/api/ucp.h>
 
 #include <atomic>
+#include <deque>
 #include <thread>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
@@ -16,22 +18,26 @@
 namespace quilt {
 namespace {
 
-std::string UcxError(const char* what, ucs_status_t s) {
+std::string UcxError(const std::string& what, ucs_status_t s) {
   return absl::StrCat(what, ": ", ucs_status_string(s));
 }
 
 class UcxTransport;
 
-struct UcxRequest final : public CommRequest {
-  ~UcxRequest() override;
+// One posted operation; lives until its user callback has run.
+struct Op {
   UcxTransport* owner = nullptr;
+  uint64_t id = 0;
   bool send = false;
   int peer = 0;
   uint64_t tag = 0;
   size_t bytes = 0;
-  void* handle = nullptr;  // UCX's request, freed once complete
-  // Guarded by the transport's mutex.
-  bool done = false;
+  CommCallback done;
+  // Guarded by the transport's mutex. UCX's request is freed, and
+  // cancelled, only on the progress thread.
+  void* handle = nullptr;
+  bool posted = false;     // the handle (if any) is known
+  bool completed = false;  // UCX finished it
   ucs_status_t status = UCS_OK;
   size_t received = 0;
 };
@@ -42,7 +48,6 @@ struct PeerState {
 };
 
 class UcxTransport final : public Transport {
-  friend struct UcxRequest;
  public:
   UcxTransport(int rank, int size) : rank_(rank), size_(size), failed_(size) {
     for (auto& f : failed_) f.store(false);
@@ -72,7 +77,8 @@ class UcxTransport final : public Transport {
     if (s != UCS_OK) return absl::UnavailableError(UcxError("the UCX worker's address", s));
     const std::string mine(reinterpret_cast<const char*>(addr), len);
     ucp_worker_release_address(worker_, addr);
-    ASSIGN_OR_RETURN(std::vector<std::string> all, rendezvous->Exchange(rank_, size_, mine, timeout));
+    ASSIGN_OR_RETURN(std::vector<std::string> all,
+                     rendezvous->Exchange(rank_, size_, mine, timeout));
     peers_.resize(size_);
     eps_.assign(size_, nullptr);
     for (int r = 0; r < size_; ++r) {
@@ -86,9 +92,8 @@ class UcxTransport final : public Transport {
       ep.err_handler.cb = &UcxTransport::OnPeerError;
       ep.err_handler.arg = &peers_[r];
       s = ucp_ep_create(worker_, &ep, &eps_[r]);
-      if (s != UCS_OK) {
-        return absl::UnavailableError(UcxError(absl::StrCat("connecting to rank ", r).c_str(), s));
-      }
+      if (s != UCS_OK)
+        return absl::UnavailableError(UcxError(absl::StrCat("connecting to rank ", r), s));
     }
     progress_ = std::thread([this] { ProgressLoop(); });
     return absl::OkStatus();
@@ -97,163 +102,211 @@ class UcxTransport final : public Transport {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
 
-  std::unique_ptr<CommRequest> Send(int peer, uint64_t tag, const void* data, size_t bytes) override {
-    auto r = std::make_unique<UcxRequest>();
-    Init(r.get(), true, peer, tag, bytes);
+  uint64_t Send(int peer, uint64_t tag, const void* data, size_t bytes,
+                CommCallback done) override {
+    Op* op = NewOp(true, peer, tag, bytes, std::move(done));
+    if (failed_[peer].load()) {
+      Finish(op, UCS_ERR_CONNECTION_RESET);
+      return op->id;
+    }
     ucp_request_param_t p = {};
     p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
     p.cb.send = &UcxTransport::OnSend;
-    p.user_data = r.get();
-    ucs_status_ptr_t h = ucp_tag_send_nbx(eps_[peer], data, bytes, tag, &p);
-    Posted(r.get(), h);
-    return r;
+    p.user_data = op;
+    const uint64_t id = op->id;
+    Posted(op, ucp_tag_send_nbx(eps_[peer], data, bytes, tag, &p));
+    return id;
   }
 
-  std::unique_ptr<CommRequest> Recv(int peer, uint64_t tag, void* data, size_t bytes) override {
-    auto r = std::make_unique<UcxRequest>();
-    Init(r.get(), false, peer, tag, bytes);
+  uint64_t Recv(int peer, uint64_t tag, void* data, size_t bytes, CommCallback done) override {
+    Op* op = NewOp(false, peer, tag, bytes, std::move(done));
+    if (failed_[peer].load()) {
+      Finish(op, UCS_ERR_CONNECTION_RESET);
+      return op->id;
+    }
     ucp_request_param_t p = {};
     p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
     p.cb.recv = &UcxTransport::OnRecv;
-    p.user_data = r.get();
-    ucs_status_ptr_t h = ucp_tag_recv_nbx(worker_, data, bytes, tag, ~uint64_t{0}, &p);
-    Posted(r.get(), h);
-    return r;
+    p.user_data = op;
+    const uint64_t id = op->id;
+    Posted(op, ucp_tag_recv_nbx(worker_, data, bytes, tag, ~uint64_t{0}, &p));
+    return id;
   }
 
-  absl::Status Wait(CommRequest* request, absl::Time deadline) override {
-    auto* r = static_cast<UcxRequest*>(request);
+  void Cancel(uint64_t id) override {
     absl::MutexLock lock(&mu_);
-    auto settled = [&] { return r->done || failed_[r->peer].load() || shutting_down_; };
-    while (!settled()) {
-      if (mu_.AwaitWithDeadline(absl::Condition(&settled), deadline)) break;
-      if (absl::Now() >= deadline) break;
-    }
-    if (!r->done) {
-      const bool peer_died = failed_[r->peer].load();
-      CancelLocked(r);
-      if (r->done && r->status == UCS_OK) return absl::OkStatus();  // finished meanwhile
-      const std::string what = Describe(*r);
-      if (peer_died) return absl::UnavailableError(absl::StrCat(what, ": the peer failed"));
-      if (shutting_down_) return absl::CancelledError(absl::StrCat(what, ": the transport shut down"));
-      return absl::DeadlineExceededError(absl::StrCat(what, ": timed out"));
-    }
-    FreeLocked(r);
-    if (r->status != UCS_OK) {
-      if (r->status == UCS_ERR_MESSAGE_TRUNCATED) {
-        return absl::DataLossError(absl::StrCat(Describe(*r), ": a larger message arrived"));
-      }
-      return absl::UnavailableError(absl::StrCat(Describe(*r), ": ", ucs_status_string(r->status)));
-    }
-    if (!r->send && r->received != r->bytes) {
-      return absl::DataLossError(absl::StrFormat("%s: %d bytes arrived, %d expected", Describe(*r),
-                                                 r->received, r->bytes));
-    }
-    return absl::OkStatus();
+    cancels_.push_back(id);
+    ucp_worker_signal(worker_);
   }
 
   bool PeerFailed(int peer) const override { return failed_[peer].load(); }
 
- private:
-  static std::string Describe(const UcxRequest& r) {
-    return absl::StrFormat("%s rank %d (tag %#x, %d bytes)", r.send ? "send to" : "receive from",
-                           r.peer, r.tag, r.bytes);
-  }
-
-  void Init(UcxRequest* r, bool send, int peer, uint64_t tag, size_t bytes) {
-    r->owner = this;
-    r->send = send;
-    r->peer = peer;
-    r->tag = tag;
-    r->bytes = bytes;
-    r->received = bytes;
-  }
-
-  void Posted(UcxRequest* r, ucs_status_ptr_t h) {
+  void CancelAll() override {
     absl::MutexLock lock(&mu_);
+    for (const auto& [id, op] : pending_) cancels_.push_back(id);
+    ucp_worker_signal(worker_);
+    mu_.AwaitWithTimeout(absl::Condition(
+                             +[](UcxTransport* t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t->mu_) {
+                               return t->pending_.empty();
+                             },
+                             this),
+                         absl::Seconds(10));
+  }
+
+ private:
+  Op* NewOp(bool send, int peer, uint64_t tag, size_t bytes, CommCallback done) {
+    auto* op = new Op;
+    op->owner = this;
+    op->send = send;
+    op->peer = peer;
+    op->tag = tag;
+    op->bytes = bytes;
+    op->received = bytes;
+    op->done = std::move(done);
+    absl::MutexLock lock(&mu_);
+    op->id = next_id_++;
+    pending_[op->id] = op;
+    return op;
+  }
+
+  void Posted(Op* op, ucs_status_ptr_t h) {
     if (h == nullptr) {
-      r->done = true;  // completed in place
-    } else if (UCS_PTR_IS_ERR(h)) {
-      r->done = true;
-      r->status = UCS_PTR_STATUS(h);
-    } else {
-      r->handle = h;
+      Finish(op, UCS_OK);  // completed in place
+      return;
     }
-    if (!r->done) ucp_worker_signal(worker_);  // the progress thread may sleep
-  }
-
-  // With mu_ held: cancels a pending request and waits (briefly) for UCX to
-  // let go of its buffer. UCX may run the completion callback (which takes
-  // mu_) inside the cancel, so mu_ is released around it.
-  void CancelLocked(UcxRequest* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (r->handle != nullptr && !r->done) {
-      void* handle = r->handle;
-      mu_.Unlock();
-      ucp_request_cancel(worker_, handle);
-      ucp_worker_signal(worker_);
-      mu_.Lock();
-      mu_.AwaitWithTimeout(absl::Condition(&r->done), absl::Seconds(5));
+    if (UCS_PTR_IS_ERR(h)) {
+      Finish(op, UCS_PTR_STATUS(h));
+      return;
     }
-    if (r->done) FreeLocked(r);
-  }
-
- public:
-  // A request dropped before it completed: cancel it so that UCX does not
-  // touch the request or its buffer afterwards.
-  void Forget(UcxRequest* r) {
     absl::MutexLock lock(&mu_);
-    if (!r->done) CancelLocked(r);
-    FreeLocked(r);
+    op->handle = h;
+    op->posted = true;
+    if (op->completed) finished_.push_back(op);  // UCX was faster than us
+    ucp_worker_signal(worker_);                  // the progress thread may sleep
   }
 
- private:
+  // An operation that never reached UCX, or finished inside the post.
+  void Finish(Op* op, ucs_status_t status) {
+    absl::MutexLock lock(&mu_);
+    op->status = status;
+    op->posted = true;
+    op->completed = true;
+    finished_.push_back(op);
+    ucp_worker_signal(worker_);
+  }
 
-  void FreeLocked(UcxRequest* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (r->handle != nullptr) {
-      ucp_request_free(r->handle);
-      r->handle = nullptr;
+  // UCX completion (progress thread, inside ucp_worker_progress).
+  void Completed(Op* op, ucs_status_t status, size_t received) {
+    absl::MutexLock lock(&mu_);
+    op->status = status;
+    op->received = received;
+    op->completed = true;
+    if (op->posted) finished_.push_back(op);
+  }
+
+  // Progress thread: cancels what was asked, and receives waiting on
+  // failed peers (they never complete by themselves).
+  void RunCancels(bool peers_failed) {
+    std::vector<void*> handles;
+    {
+      absl::MutexLock lock(&mu_);
+      for (uint64_t id : cancels_) {
+        auto it = pending_.find(id);
+        if (it != pending_.end() && it->second->posted && !it->second->completed &&
+            it->second->handle != nullptr) {
+          handles.push_back(it->second->handle);
+        }
+      }
+      cancels_.clear();
+      if (peers_failed) {
+        for (const auto& [id, op] : pending_) {
+          if (failed_[op->peer].load() && op->posted && !op->completed && op->handle != nullptr) {
+            handles.push_back(op->handle);
+          }
+        }
+      }
     }
+    for (void* h : handles) ucp_request_cancel(worker_, h);
   }
 
   static void OnSend(void*, ucs_status_t status, void* user) {
-    auto* r = static_cast<UcxRequest*>(user);
-    absl::MutexLock lock(&r->owner->mu_);
-    r->status = status;
-    r->done = true;
+    auto* op = static_cast<Op*>(user);
+    op->owner->Completed(op, status, op->bytes);
   }
 
   static void OnRecv(void*, ucs_status_t status, const ucp_tag_recv_info_t* info, void* user) {
-    auto* r = static_cast<UcxRequest*>(user);
-    absl::MutexLock lock(&r->owner->mu_);
-    r->status = status;
-    if (status == UCS_OK && info != nullptr) r->received = info->length;
-    r->done = true;
+    auto* op = static_cast<Op*>(user);
+    op->owner->Completed(op, status, status == UCS_OK && info != nullptr ? info->length : 0);
   }
 
   static void OnPeerError(void* arg, ucp_ep_h, ucs_status_t) {
     auto* p = static_cast<PeerState*>(arg);
-    absl::MutexLock lock(&p->owner->mu_);
     p->owner->failed_[p->rank].store(true);
+    p->owner->peer_failure_.store(true);
+  }
+
+  absl::Status StatusOf(const Op& op) const {
+    const std::string what =
+        absl::StrFormat("%s rank %d (tag %#x, %d bytes)", op.send ? "send to" : "receive from",
+                        op.peer, op.tag, op.bytes);
+    if (failed_[op.peer].load() && op.status != UCS_OK) {
+      return absl::UnavailableError(absl::StrCat(what, ": the peer failed"));
+    }
+    switch (op.status) {
+      case UCS_OK:
+        if (!op.send && op.received != op.bytes) {
+          return absl::DataLossError(
+              absl::StrFormat("%s: %d bytes arrived, %d expected", what, op.received, op.bytes));
+        }
+        return absl::OkStatus();
+      case UCS_ERR_CANCELED:
+        return absl::CancelledError(absl::StrCat(what, ": cancelled"));
+      case UCS_ERR_MESSAGE_TRUNCATED:
+        return absl::DataLossError(absl::StrCat(what, ": a larger message arrived"));
+      default:
+        return absl::UnavailableError(absl::StrCat(what, ": ", ucs_status_string(op.status)));
+    }
+  }
+
+  void RunFinished() {
+    std::deque<Op*> done;
+    {
+      absl::MutexLock lock(&mu_);
+      done.swap(finished_);
+    }
+    for (Op* op : done) {
+      if (op->handle != nullptr) ucp_request_free(op->handle);
+      const absl::Status s = StatusOf(*op);
+      op->done(s);
+      absl::MutexLock lock(&mu_);
+      pending_.erase(op->id);
+      delete op;
+    }
   }
 
   void ProgressLoop() {
     while (!stop_.load()) {
       while (ucp_worker_progress(worker_) != 0) {
       }
+      RunCancels(peer_failure_.exchange(false));
+      while (ucp_worker_progress(worker_) != 0) {
+      }
+      RunFinished();
       const ucs_status_t s = ucp_worker_arm(worker_);
       if (s == UCS_ERR_BUSY) continue;  // more events arrived
+      {
+        absl::MutexLock lock(&mu_);
+        if (!finished_.empty() || !cancels_.empty()) continue;
+      }
       pollfd pfd = {efd_, POLLIN, 0};
       poll(&pfd, 1, 5);
     }
+    RunFinished();
   }
 
   void Shutdown() {
     if (worker_ == nullptr) return;
-    {
-      absl::MutexLock lock(&mu_);
-      shutting_down_ = true;
-    }
-    // Close the endpoints (flushing what is in flight), then stop progress.
+    if (progress_.joinable()) CancelAll();
     std::vector<void*> closing;
     for (ucp_ep_h ep : eps_) {
       if (ep == nullptr) continue;
@@ -286,14 +339,35 @@ class UcxTransport final : public Transport {
   std::vector<ucp_ep_h> eps_;
   std::vector<PeerState> peers_;
   std::vector<std::atomic<bool>> failed_;
+  std::atomic<bool> peer_failure_{false};
   std::atomic<bool> stop_{false};
   std::thread progress_;
   absl::Mutex mu_;
-  bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  absl::flat_hash_map<uint64_t, Op*> pending_ ABSL_GUARDED_BY(mu_);
+  std::deque<Op*> finished_ ABSL_GUARDED_BY(mu_);
+  std::vector<uint64_t> cancels_ ABSL_GUARDED_BY(mu_);
 };
 
-UcxRequest::~UcxRequest() {
-  if (owner != nullptr) owner->Forget(this);
+// Blocking wait on one operation's callback.
+struct SyncWait {
+  absl::Mutex mu;
+  bool done = false;
+  absl::Status status;
+};
+
+absl::Status WaitSync(Transport* t, uint64_t id, const std::shared_ptr<SyncWait>& w,
+                      absl::Time deadline, const std::string& what) {
+  absl::MutexLock lock(&w->mu);
+  if (!w->mu.AwaitWithDeadline(absl::Condition(&w->done), deadline)) {
+    w->mu.Unlock();
+    t->Cancel(id);
+    w->mu.Lock();
+    w->mu.AwaitWithTimeout(absl::Condition(&w->done), absl::Seconds(10));
+    if (w->status.ok()) return absl::OkStatus();  // finished meanwhile
+    return absl::DeadlineExceededError(what + ": timed out");
+  }
+  return w->status;
 }
 
 }  // namespace
@@ -309,14 +383,26 @@ absl::StatusOr<std::unique_ptr<Transport>> CreateUcxTransport(int rank, int size
   return std::unique_ptr<Transport>(std::move(t));
 }
 
-absl::Status Exchange(Transport* t, int send_peer, uint64_t send_tag, const void* send_data,
-                      size_t send_bytes, int recv_peer, uint64_t recv_tag, void* recv_data,
-                      size_t recv_bytes, absl::Time deadline) {
-  std::unique_ptr<CommRequest> r = t->Recv(recv_peer, recv_tag, recv_data, recv_bytes);
-  std::unique_ptr<CommRequest> s = t->Send(send_peer, send_tag, send_data, send_bytes);
-  absl::Status a = t->Wait(s.get(), deadline);
-  absl::Status b = t->Wait(r.get(), deadline);
-  return a.ok() ? b : a;
+absl::Status SendSync(Transport* t, int peer, uint64_t tag, const void* data, size_t bytes,
+                      absl::Time deadline) {
+  auto w = std::make_shared<SyncWait>();
+  const uint64_t id = t->Send(peer, tag, data, bytes, [w](absl::Status s) {
+    absl::MutexLock lock(&w->mu);
+    w->status = std::move(s);
+    w->done = true;
+  });
+  return WaitSync(t, id, w, deadline, absl::StrFormat("send to rank %d (tag %#x)", peer, tag));
+}
+
+absl::Status RecvSync(Transport* t, int peer, uint64_t tag, void* data, size_t bytes,
+                      absl::Time deadline) {
+  auto w = std::make_shared<SyncWait>();
+  const uint64_t id = t->Recv(peer, tag, data, bytes, [w](absl::Status s) {
+    absl::MutexLock lock(&w->mu);
+    w->status = std::move(s);
+    w->done = true;
+  });
+  return WaitSync(t, id, w, deadline, absl::StrFormat("receive from rank %d (tag %#x)", peer, tag));
 }
 
 }  // namespace quilt

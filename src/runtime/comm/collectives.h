@@ -1,0 +1,41 @@
+// All-reduce (sum) of a float32 buffer over the members of a device group,
+// driven by transport callbacks (no thread waits): a ring — reduce-scatter
+// then all-gather, each chunk cut into segments that move independently so
+// that sending, receiving and adding overlap — or hierarchical: members of
+// a node send to their node's leader, leaders run the ring, leaders send
+// the result back. Every member calls StartAllReduce with the same group,
+// id and step; the result (the sum over members) replaces each member's
+// buffer. Tree all-reduce runs as the ring (same sums, the simulator
+// prices it differently).
+#ifndef QUILT_SRC_RUNTIME_COMM_COLLECTIVES_H_
+#define QUILT_SRC_RUNTIME_COMM_COLLECTIVES_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "proto/quilt/v1/strategy.pb.h"
+#include "src/runtime/comm/transport.h"
+
+namespace quilt {
+
+struct AllReduceSpec {
+  uint64_t collective_id = 0;
+  int64_t step = 0;
+  // Per member, in the group's order: the process that hosts it, and its
+  // node (hierarchical only).
+  std::vector<int> ranks;
+  std::vector<int> nodes;
+  int me = 0;  // this member's index
+  float* data = nullptr;
+  int64_t count = 0;
+  quilt::v1::AggregationMethod method = quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE;
+  // Elements per message (pipelining granularity).
+  int64_t segment_elements = 1 << 20;
+};
+
+// `done` runs once: after the buffer holds the sum, or with the first error.
+void StartAllReduce(Transport* transport, const AllReduceSpec& spec, CommCallback done);
+
+}  // namespace quilt
+
+#endif  // QUILT_SRC_RUNTIME_COMM_COLLECTIVES_H_

@@ -1,0 +1,529 @@
+#include "src/runtime/executor.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "src/common/status.h"
+#include "src/graph/op_registry.h"
+#include "src/runtime/executor_impl.h"
+#include "src/runtime/initializers.h"
+#include "src/runtime/rows.h"
+
+namespace quilt {
+
+using quilt::v1::Instruction;
+
+// --- TensorStore ---------------------------------------------------------
+
+void TensorStore::Put(const InstanceKey& k, Tensor t) {
+  absl::MutexLock lock(&mu_);
+  auto [it, fresh] = values_.insert_or_assign(k, std::move(t));
+  if (fresh) by_tensor_[k.tensor].push_back(k);
+}
+
+bool TensorStore::Get(const InstanceKey& k, Tensor* out) const {
+  absl::MutexLock lock(&mu_);
+  auto it = values_.find(k);
+  if (it == values_.end()) return false;
+  *out = it->second;
+  return true;
+}
+
+bool TensorStore::FindContaining(int tensor, int64_t begin, int64_t end, InstanceKey* key,
+                                 Tensor* out) const {
+  absl::MutexLock lock(&mu_);
+  auto exact = values_.find(InstanceKey{tensor, begin, end});
+  if (exact != values_.end()) {
+    *key = exact->first;
+    *out = exact->second;
+    return true;
+  }
+  auto it = by_tensor_.find(tensor);
+  if (it == by_tensor_.end()) return false;
+  for (const InstanceKey& k : it->second) {
+    const bool whole = k.begin == 0 && k.end == 0;
+    if (whole || (!(begin == 0 && end == 0) && k.begin <= begin && end <= k.end)) {
+      *key = k;
+      *out = values_.at(k);
+      return true;
+    }
+  }
+  return false;
+}
+
+void TensorStore::Retain(const absl::flat_hash_map<InstanceKey, bool>& keep) {
+  absl::MutexLock lock(&mu_);
+  for (auto it = values_.begin(); it != values_.end();) {
+    if (keep.contains(it->first)) {
+      ++it;
+    } else {
+      values_.erase(it++);
+    }
+  }
+  for (auto& [t, keys] : by_tensor_) {
+    keys.erase(std::remove_if(keys.begin(), keys.end(),
+                              [&](const InstanceKey& k) { return !keep.contains(k); }),
+               keys.end());
+  }
+}
+
+std::vector<std::pair<InstanceKey, Tensor>> TensorStore::All() const {
+  absl::MutexLock lock(&mu_);
+  return {values_.begin(), values_.end()};
+}
+
+// --- Setup ---------------------------------------------------------------
+
+Executor::Impl::Impl(quilt::v1::DistributedProgram program, std::vector<std::string> world,
+                     int rank, Transport* transport, Dataset* data, ExecutorOptions options)
+    : program_(std::move(program)),
+      world_(std::move(world)),
+      rank_(rank),
+      transport_(transport),
+      data_(data),
+      options_(std::move(options)) {}
+
+Executor::Impl::~Impl() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  for (auto& d : devices_) {
+    if (d->thread.joinable()) d->thread.join();
+  }
+}
+
+int Executor::Impl::RankOfDevice(const std::string& device_id) const {
+  auto it = program_device_.find(device_id);
+  return it == program_device_.end() ? -1 : device_rank_[it->second];
+}
+
+absl::Status Executor::Impl::Init() {
+  ASSIGN_OR_RETURN(graph_, Graph::FromProto(program_.graph()));
+  if (!graph_.has_backward)
+    return absl::InvalidArgumentError("the program's graph has no backward pass");
+  batch_ = program_.global_batch();
+  if (batch_ < 1) return absl::InvalidArgumentError("the program has no global batch");
+  for (size_t i = 0; i < graph_.tensors().size(); ++i)
+    tensor_ids_[graph_.tensors()[i].name] = static_cast<int>(i);
+  for (size_t i = 0; i < graph_.ops.size(); ++i) {
+    const Op& op = graph_.ops[i];
+    op_ids_[op.name] = static_cast<int>(i);
+    kernels_.push_back(KernelRegistry::Global().Find("cpu", op.type));
+    const OpSchema* schema = OpRegistry::Global().Find(op.type);
+    is_update_.push_back(schema != nullptr && schema->is_update);
+  }
+  if (!graph_.loss.output.empty() && tensor_ids_.contains(graph_.loss.output)) {
+    loss_tensor_ = tensor_ids_.at(graph_.loss.output);
+  }
+  // Devices: which process runs each.
+  for (int i = 0; i < program_.devices_size(); ++i) {
+    const std::string& id = program_.devices(i).device();
+    const std::string node = id.substr(0, id.find('/'));
+    auto it = std::find(world_.begin(), world_.end(), node);
+    if (it == world_.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("device ", id, " belongs to node ", node,
+                       ", which runs in no process (world: ", absl::StrJoin(world_, ", "), ")"));
+    }
+    program_device_[id] = i;
+    device_rank_.push_back(static_cast<int>(it - world_.begin()));
+    device_node_.push_back(node);
+  }
+  for (const auto& g : program_.groups()) {
+    std::vector<int>& members = groups_[g.id()];
+    for (const std::string& d : g.devices()) {
+      auto it = program_device_.find(d);
+      if (it == program_device_.end()) {
+        return absl::InvalidArgumentError("group " + std::to_string(g.id()) + " names device " + d +
+                                          ", which has no program");
+      }
+      members.push_back(it->second);
+    }
+  }
+  absl::flat_hash_map<int64_t, int> node_of_id;
+  for (int i = 0; i < program_.devices_size(); ++i) {
+    const auto& dp = program_.devices(i);
+    for (const Instruction& ins : dp.instructions()) {
+      if (ins.has_ps_push()) push_device_[ins.ps_push().tag()] = i;
+    }
+    if (device_rank_[i] != rank_) continue;
+    auto dev = std::make_unique<Device>();
+    dev->owner = this;
+    dev->id = dp.device();
+    dev->topo_index = i;
+    auto slow = options_.slowdown.find(dev->id);
+    if (slow != options_.slowdown.end()) dev->slowdown = std::max(1.0, slow->second);
+    const int local = static_cast<int>(devices_.size());
+    for (const Instruction& ins : dp.instructions()) {
+      Node n;
+      n.ins = &ins;
+      n.device = local;
+      n.compute = ins.has_compute() || ins.has_concat();
+      if (ins.has_compute()) {
+        auto op = op_ids_.find(ins.compute().op());
+        if (op == op_ids_.end()) {
+          return absl::InvalidArgumentError("instruction " + std::to_string(ins.id()) +
+                                            " runs unknown op '" + ins.compute().op() + "'");
+        }
+        if (kernels_[op->second] == nullptr) {
+          return absl::InvalidArgumentError("op '" + ins.compute().op() + "' (" +
+                                            graph_.ops[op->second].type + ") has no CPU kernel");
+        }
+      }
+      node_of_id[ins.id()] = static_cast<int>(nodes_.size());
+      nodes_.push_back(n);
+    }
+    for (const auto& r : dp.persistent()) {
+      auto t = tensor_ids_.find(r.tensor());
+      if (t == tensor_ids_.end())
+        return absl::InvalidArgumentError("unknown tensor '" + r.tensor() + "'");
+      dev->persistent[InstanceKey{t->second, r.begin(), r.end()}] = true;
+    }
+    for (const auto& r : dp.feeds()) dev->feeds.push_back(r);
+    devices_.push_back(std::move(dev));
+  }
+  for (size_t n = 0; n < nodes_.size(); ++n) {
+    for (int64_t dep : nodes_[n].ins->deps()) {
+      auto it = node_of_id.find(dep);
+      if (it == node_of_id.end()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "instruction ", nodes_[n].ins->id(), " depends on instruction ", dep,
+            ", which another process runs (transfers, not dependencies, connect processes)"));
+      }
+      nodes_[it->second].succ.push_back(static_cast<int>(n));
+      ++nodes_[n].deps;
+    }
+  }
+  // Initial persistent values: parameters from their initializers (sliced
+  // for shards), optimizer state zeros, constants.
+  absl::flat_hash_map<int, Tensor> whole;
+  for (auto& dev : devices_) {
+    for (const auto& [key, unused] : dev->persistent) {
+      const TensorInfo& info = graph_.tensors()[key.tensor];
+      auto w = whole.find(key.tensor);
+      if (w == whole.end()) {
+        Tensor value;
+        if (const ParameterSpec* p = graph_.FindParameter(info.name)) {
+          ASSIGN_OR_RETURN(value, InitialValue(*p, info.shape.Concrete(1)));
+        } else if (graph_.constants.count(info.name)) {
+          value = graph_.constants.at(info.name);
+        } else {
+          ASSIGN_OR_RETURN(value, Tensor::Zeros(info.dtype, info.shape.Concrete(1)));
+        }
+        w = whole.emplace(key.tensor, std::move(value)).first;
+      }
+      Tensor v = w->second.Clone();
+      if (!(key.begin == 0 && key.end == 0)) {
+        ASSIGN_OR_RETURN(v, SliceRows(w->second, 0, key.begin, key.end));
+        v = v.Clone();
+      }
+      dev->store.Put(key, std::move(v));
+    }
+  }
+  bool any_feed = false;
+  for (const auto& d : devices_) any_feed |= !d->feeds.empty();
+  if (any_feed) {
+    ASSIGN_OR_RETURN(DataSignature sig, DataSignatureOf(graph_));
+    input_name_ = sig.input.name;
+    label_name_ = sig.label.name;
+    if (data_ == nullptr)
+      return absl::InvalidArgumentError("the program reads data, but no dataset was given");
+  }
+  for (size_t d = 0; d < devices_.size(); ++d) {
+    devices_[d]->thread = std::thread([this, d] {
+      Device& dev = *devices_[d];
+      for (;;) {
+        int node = -1;
+        {
+          absl::MutexLock lock(&mu_);
+          mu_.Await(absl::Condition(
+              +[](Device* d)
+                   ABSL_NO_THREAD_SAFETY_ANALYSIS { return d->owner->stop_ || !d->ready.empty(); },
+              &dev));
+          if (stop_) return;
+          node = -dev.ready.top().second;
+          dev.ready.pop();
+          if (!error_.ok()) continue;  // the step failed: drop it
+          ++running_;
+        }
+        const absl::Time start = absl::Now();
+        absl::Status s = nodes_[node].ins->has_compute() ? Compute(node) : Concat(node);
+        if (options_.trace) Record(node, start, false);
+        if (s.ok()) {
+          Done(node);
+        } else {
+          Fail(node, s);
+        }
+        absl::MutexLock lock(&mu_);
+        --running_;
+      }
+    });
+  }
+  trace_origin_ = absl::Now();
+  return absl::OkStatus();
+}
+
+// --- Scheduling ----------------------------------------------------------
+
+std::string Executor::Impl::Describe(int node) const {
+  const Instruction& ins = *nodes_[node].ins;
+  std::string what;
+  switch (ins.kind_case()) {
+    case Instruction::kCompute:
+      what = "op '" + ins.compute().op() + "'";
+      break;
+    case Instruction::kSend:
+      what = "send of '" + ins.send().range().tensor() + "' to " + ins.send().peer_device();
+      break;
+    case Instruction::kRecv:
+      what = "receive of '" + ins.recv().range().tensor() + "' from " + ins.recv().peer_device();
+      break;
+    case Instruction::kAllReduce:
+      what = absl::StrCat("all-reduce ", ins.all_reduce().collective_id());
+      break;
+    case Instruction::kPsPush:
+      what =
+          "push of '" + ins.ps_push().gradient().tensor() + "' to " + ins.ps_push().server_device();
+      break;
+    case Instruction::kPsPull:
+      what = "pull of '" + ins.ps_pull().parameter().tensor() + "' from " +
+             ins.ps_pull().server_device();
+      break;
+    case Instruction::kPsAccumulate:
+      what = "accumulation of '" + ins.ps_accumulate().gradient().tensor() + "'";
+      break;
+    case Instruction::kConcat:
+      what = "concatenation of '" + ins.concat().target().tensor() + "'";
+      break;
+    default:
+      what = "instruction";
+  }
+  return absl::StrCat("instruction ", ins.id(), " (", what, ") on ",
+                      devices_[nodes_[node].device]->id);
+}
+
+void Executor::Impl::Done(int node) {
+  std::vector<int> ready;
+  {
+    absl::MutexLock lock(&mu_);
+    --remaining_;
+    nodes_[node].finished = true;
+    if (!error_.ok()) return;
+    for (int s : nodes_[node].succ) {
+      if (--nodes_[s].pending == 0) ready.push_back(s);
+    }
+    for (int s : ready) {
+      if (nodes_[s].compute)
+        devices_[nodes_[s].device]->ready.push({nodes_[s].ins->priority(), -s});
+    }
+  }
+  for (int s : ready) {
+    if (!nodes_[s].compute) Dispatch(s);
+  }
+}
+
+void Executor::Impl::Dispatch(int node) {
+  switch (nodes_[node].ins->kind_case()) {
+    case Instruction::kSend:
+      StartSend(node);
+      break;
+    case Instruction::kRecv:
+      StartRecv(node);
+      break;
+    case Instruction::kAllReduce:
+      StartAllReduce(node);
+      break;
+    case Instruction::kPsPush:
+      StartPush(node);
+      break;
+    case Instruction::kPsAccumulate:
+      StartAccumulate(node);
+      break;
+    case Instruction::kPsPull:
+      StartPull(node);
+      break;
+    default:
+      Done(node);  // nothing to do (e.g. Split)
+  }
+}
+
+void Executor::Impl::Fail(int node, const absl::Status& s) {
+  absl::MutexLock lock(&mu_);
+  if (error_.ok()) {
+    error_ = absl::Status(s.code(),
+                          absl::StrCat("step ", step_, ": ", Describe(node), ": ", s.message()));
+  }
+}
+
+void Executor::Impl::BeginExtra() {
+  absl::MutexLock lock(&mu_);
+  ++extra_;
+}
+
+void Executor::Impl::EndExtra(const absl::Status& s, const std::string& what) {
+  absl::MutexLock lock(&mu_);
+  --extra_;
+  if (!s.ok() && error_.ok()) {
+    error_ = absl::Status(s.code(), absl::StrCat("step ", step_, ": ", what, ": ", s.message()));
+  }
+}
+
+void Executor::Impl::Record(int node, absl::Time start, bool comm) {
+  TraceEvent e;
+  const Instruction& ins = *nodes_[node].ins;
+  e.name = ins.has_compute() ? ins.compute().op() : Describe(node);
+  e.category = comm ? "comm" : "compute";
+  e.lane = nodes_[node].device + (comm ? static_cast<int>(devices_.size()) : 0);
+  e.start_s = absl::ToDoubleSeconds(start - trace_origin_);
+  e.duration_s = absl::ToDoubleSeconds(absl::Now() - start);
+  absl::MutexLock lock(&trace_mu_);
+  trace_.push_back(std::move(e));
+}
+
+absl::Status Executor::Impl::Run() {
+  for (int64_t step = 1; step <= options_.steps; ++step) {
+    const absl::Time start = absl::Now();
+    step_ = step;
+    for (auto& dev : devices_) {
+      dev->store.Retain(dev->persistent);
+      for (const auto& r : dev->feeds) {
+        const bool input = r.tensor() == input_name_;
+        if (!input && r.tensor() != label_name_) {
+          return absl::InvalidArgumentError("device " + dev->id + " is fed '" + r.tensor() +
+                                            "', which is neither the data input nor the label");
+        }
+        Tensor x, y;
+        RETURN_IF_ERROR(data_->Batch((step - 1) * batch_ + r.begin(), r.end() - r.begin(), &x, &y));
+        dev->store.Put(InstanceKey{tensor_ids_.at(r.tensor()), r.begin(), r.end()}, input ? x : y);
+      }
+    }
+    std::vector<int> ready;
+    {
+      absl::MutexLock lock(&mu_);
+      error_ = absl::OkStatus();
+      remaining_ = static_cast<int>(nodes_.size());
+      extra_ = 0;
+      for (size_t n = 0; n < nodes_.size(); ++n) {
+        nodes_[n].pending = nodes_[n].deps;
+        nodes_[n].finished = false;
+        if (nodes_[n].deps == 0) ready.push_back(static_cast<int>(n));
+      }
+    }
+    ServePulls();
+    {
+      absl::MutexLock lock(&mu_);
+      for (int n : ready) {
+        if (nodes_[n].compute)
+          devices_[nodes_[n].device]->ready.push({nodes_[n].ins->priority(), -n});
+      }
+    }
+    for (int n : ready) {
+      if (!nodes_[n].compute) Dispatch(n);
+    }
+    const absl::Time deadline = start + options_.step_timeout;
+    absl::Status failed;
+    {
+      absl::MutexLock lock(&mu_);
+      auto finished = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return (remaining_ == 0 && extra_ == 0) || (!error_.ok() && running_ == 0);
+      };
+      if (!mu_.AwaitWithDeadline(absl::Condition(&finished), deadline)) {
+        std::vector<std::string> waiting;
+        for (size_t n = 0; n < nodes_.size() && waiting.size() < 3; ++n) {
+          if (!nodes_[n].finished && nodes_[n].pending == 0)
+            waiting.push_back(Describe(static_cast<int>(n)));
+        }
+        if (error_.ok()) {
+          error_ = absl::DeadlineExceededError(absl::StrCat(
+              "step ", step, " did not finish within ", absl::FormatDuration(options_.step_timeout),
+              waiting.empty() ? "" : "; waiting on " + absl::StrJoin(waiting, "; ")));
+        }
+      }
+      failed = error_;
+    }
+    if (!failed.ok()) {
+      transport_->CancelAll();
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(
+          +[](Impl* i) ABSL_EXCLUSIVE_LOCKS_REQUIRED(i->mu_) { return i->running_ == 0; }, this));
+      for (auto& dev : devices_) {
+        while (!dev->ready.empty()) dev->ready.pop();
+      }
+      return failed;
+    }
+    // The step succeeded: apply the updates (new parameters and state).
+    ExecutorStep report;
+    report.step = step;
+    for (auto& dev : devices_) {
+      const auto all = dev->store.All();
+      for (const StateUpdate& u : graph_.updates) {
+        const int src = tensor_ids_.at(u.source), dst = tensor_ids_.at(u.target);
+        for (const auto& [key, value] : all) {
+          if (key.tensor == src) dev->store.Put(InstanceKey{dst, key.begin, key.end}, value);
+        }
+      }
+      if (loss_tensor_ >= 0) {
+        for (const auto& [key, value] : all) {
+          if (key.tensor == loss_tensor_ && value.dtype() == DType::kF32 && value.numel() == 1) {
+            report.loss_part += value.f32()[0];
+            report.has_loss = true;
+          }
+        }
+      }
+    }
+    report.step_time_s = absl::ToDoubleSeconds(absl::Now() - start);
+    steps_.push_back(report);
+    if (options_.on_step) options_.on_step(report);
+  }
+  return absl::OkStatus();
+}
+
+// --- Executor --------------------------------------------------------------
+
+Executor::Executor(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Executor::~Executor() = default;
+
+absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(quilt::v1::DistributedProgram program,
+                                                           std::vector<std::string> world, int rank,
+                                                           Transport* transport, Dataset* data,
+                                                           ExecutorOptions options) {
+  auto impl = std::make_unique<Impl>(std::move(program), std::move(world), rank, transport, data,
+                                     std::move(options));
+  RETURN_IF_ERROR(impl->Init());
+  return std::unique_ptr<Executor>(new Executor(std::move(impl)));
+}
+
+absl::Status Executor::Run() { return impl_->Run(); }
+
+std::vector<HeldTensor> Executor::Persistent() const {
+  std::vector<HeldTensor> out;
+  for (const auto& dev : impl_->devices_) {
+    for (const auto& [key, value] : dev->store.All()) {
+      if (!dev->persistent.contains(key)) continue;
+      out.push_back({dev->id, impl_->graph_.tensors()[key.tensor].name, key.begin, key.end, value});
+    }
+  }
+  std::sort(out.begin(), out.end(), [](const HeldTensor& a, const HeldTensor& b) {
+    return std::tie(a.device, a.tensor, a.begin) < std::tie(b.device, b.tensor, b.begin);
+  });
+  return out;
+}
+
+const std::vector<ExecutorStep>& Executor::steps() const { return impl_->steps_; }
+
+std::vector<TraceEvent> Executor::Trace() const {
+  absl::MutexLock lock(&impl_->trace_mu_);
+  return impl_->trace_;
+}
+
+std::vector<std::string> Executor::TraceLanes() const {
+  std::vector<std::string> out;
+  for (const auto& d : impl_->devices_) out.push_back(d->id + " compute");
+  for (const auto& d : impl_->devices_) out.push_back(d->id + " communication");
+  return out;
+}
+
+}  // namespace quilt
