@@ -25,6 +25,7 @@ struct PlanArgs {
   int64_t batch = 0;
   std::string strategy = "all";
   std::string trace;
+  std::string program_out;
   std::string optimizer = "sgd";
   std::string format = "table";
   bool explain = false;
@@ -159,7 +160,9 @@ int Run(const PlanArgs& a, const GlobalOptions& globals) {
   absl::StatusOr<Graph> g = LoadModel(a.model, a.batch);
   if (!g.ok()) return PrintError(std::string(g.status().message()));
   if (a.cluster.empty()) {
-    if (!a.trace.empty()) return PrintError("--trace needs --cluster (an offline plan)");
+    if (!a.trace.empty() || !a.program_out.empty()) {
+      return PrintError("--trace and --program-out need --cluster (an offline plan)");
+    }
     return RunRemote(a, *g, globals);
   }
   absl::StatusOr<quilt::v1::ClusterSpec> spec = LoadClusterSpec(a.cluster);
@@ -180,6 +183,12 @@ int Run(const PlanArgs& a, const GlobalOptions& globals) {
   po.search.target_groups = a.groups;
   absl::StatusOr<PlanResult> r = Plan(*g, *topo, po);
   if (!r.ok()) return PrintError(std::string(r.status().message()));
+  if (!a.program_out.empty()) {
+    if (r->report.best().empty()) return PrintError("no feasible strategy to write");
+    std::ofstream out(a.program_out, std::ios::binary);
+    out << r->best_program.SerializeAsString();
+    if (!out) return PrintError("cannot write " + a.program_out);
+  }
   if (!a.trace.empty()) {
     if (r->report.best().empty()) return PrintError("no feasible strategy to trace");
     std::ofstream out(a.trace);
@@ -207,6 +216,9 @@ void AddPlanCommand(CLI::App& app, const GlobalOptions& globals, std::vector<Com
       "--strategy", a->strategy,
       "all, heterog (the planner), or a baseline: single-device, dp-even-ring, dp-even-ps, "
       "dp-proportional-ring, dp-proportional-ps");
+  c->add_option(
+      "--program-out", a->program_out,
+      "Write the best strategy's DistributedProgram (binary protobuf, for quilt-executor)");
   c->add_flag("--explain", a->explain, "Per op group: what the planner chose and what it saves");
   c->add_option("--time-budget", a->time_budget_s,
                 "Seconds the planner's search may take (default 5)")

@@ -123,7 +123,7 @@ struct OpSchema {
   // Optimizer update ops (run after the backward pass).
   bool is_update = false;
   // (output, input) pairs: after a training step the input (a state such as
-  // BatchNormalization's running mean) takes the output's value.
+  // BatchNormApply's running mean) takes the output's value.
   std::vector<std::pair<int, int>> state_outputs;
   // Outputs without the batch that are statistics of the replica's own
   // slice (batch-norm statistics), not partial sums over the batch.

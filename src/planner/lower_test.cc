@@ -280,6 +280,11 @@ TEST(Lower, BadStrategies_AreRejectedWithTheirCause) {
   no_servers.mutable_aggregations(0)->clear_servers();
   EXPECT_THAT(Lower(s->graph, no_servers, s->topo, s->cost.get(), 8).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("has no servers")));
+  Strategy twice = no_servers;
+  twice.mutable_aggregations(0)->add_servers(s->topo.device(1).id);
+  twice.mutable_aggregations(0)->add_servers(s->topo.device(1).id);
+  EXPECT_THAT(Lower(s->graph, twice, s->topo, s->cost.get(), 8).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("twice")));
 }
 
 // --- The validator on corrupted programs --------------------------------

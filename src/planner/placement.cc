@@ -1,5 +1,7 @@
 #include "src/planner/placement.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "src/common/status.h"
 #include "src/graph/op_registry.h"
@@ -86,6 +88,10 @@ absl::StatusOr<Placement> Place(const Graph& g, const quilt::v1::Strategy& s, co
         const int d = topo.DeviceIndex(a->second->servers(k));
         if (d < 0)
           return absl::InvalidArgumentError("unknown server '" + a->second->servers(k) + "'");
+        if (std::find(pp.devices.begin(), pp.devices.end(), d) != pp.devices.end()) {
+          return absl::InvalidArgumentError("parameter '" + param.tensor + "' lists server '" +
+                                            a->second->servers(k) + "' twice");
+        }
         pp.devices.push_back(d);
         pp.shards.push_back({rows * k / n, rows * (k + 1) / n});
       }

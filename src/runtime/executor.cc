@@ -21,6 +21,7 @@ void TensorStore::Put(const InstanceKey& k, Tensor t) {
   absl::MutexLock lock(&mu_);
   auto [it, fresh] = values_.insert_or_assign(k, std::move(t));
   if (fresh) by_tensor_[k.tensor].push_back(k);
+  assembled_.erase(k);
 }
 
 bool TensorStore::Get(const InstanceKey& k, Tensor* out) const {
@@ -42,12 +43,15 @@ bool TensorStore::FindContaining(int tensor, int64_t begin, int64_t end, Instanc
   }
   auto it = by_tensor_.find(tensor);
   if (it == by_tensor_.end()) return false;
-  for (const InstanceKey& k : it->second) {
-    const bool whole = k.begin == 0 && k.end == 0;
-    if (whole || (!(begin == 0 && end == 0) && k.begin <= begin && end <= k.end)) {
-      *key = k;
-      *out = values_.at(k);
-      return true;
+  for (const bool assembled : {false, true}) {
+    for (const InstanceKey& k : it->second) {
+      if (assembled_.contains(k) != assembled) continue;
+      const bool whole = k.begin == 0 && k.end == 0;
+      if (whole || (!(begin == 0 && end == 0) && k.begin <= begin && end <= k.end)) {
+        *key = k;
+        *out = values_.at(k);
+        return true;
+      }
     }
   }
   return false;
@@ -66,6 +70,13 @@ void TensorStore::Retain(const absl::flat_hash_map<InstanceKey, bool>& keep) {
     keys.erase(std::remove_if(keys.begin(), keys.end(),
                               [&](const InstanceKey& k) { return !keep.contains(k); }),
                keys.end());
+  }
+  for (auto it = assembled_.begin(); it != assembled_.end();) {
+    if (keep.contains(*it)) {
+      ++it;
+    } else {
+      assembled_.erase(it++);
+    }
   }
 }
 

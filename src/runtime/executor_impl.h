@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/mutex.h"
 #include "src/graph/graph.h"
 #include "src/runtime/executor.h"
@@ -37,10 +38,13 @@ class TensorStore {
   // The exact instance, or nullptr.
   bool Get(const InstanceKey& k, Tensor* out) const;
   // An instance that contains rows [begin, end) (or any instance of a whole
-  // tensor when begin = end = 0): its key and value.
+  // tensor when begin = end = 0): its key and value. The exact instance
+  // first, then one a kernel or a whole receive produced, and only then one
+  // being assembled from parts (which may still miss rows).
   bool FindContaining(int tensor, int64_t begin, int64_t end, InstanceKey* key, Tensor* out) const;
   // Writes `src` at rows [at, ...) along `axis` of the instance `k`,
-  // creating it (zeros of `dims`) if absent.
+  // creating it (zeros of `dims`) if absent; the instance counts as being
+  // assembled until a Put replaces it.
   absl::Status WriteInto(const InstanceKey& k, DType dtype, const std::vector<int64_t>& dims,
                          int axis, int64_t at, const Tensor& src);
   // Keeps only the keys in `keep`.
@@ -51,6 +55,7 @@ class TensorStore {
   mutable absl::Mutex mu_;
   absl::flat_hash_map<InstanceKey, Tensor> values_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<int, std::vector<InstanceKey>> by_tensor_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<InstanceKey> assembled_ ABSL_GUARDED_BY(mu_);
 };
 
 class Executor::Impl {

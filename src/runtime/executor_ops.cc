@@ -27,6 +27,7 @@ absl::Status TensorStore::WriteInto(const InstanceKey& k, DType dtype,
     ASSIGN_OR_RETURN(Tensor fresh, Tensor::Zeros(dtype, dims));
     it = values_.emplace(k, std::move(fresh)).first;
     by_tensor_[k.tensor].push_back(k);
+    assembled_.insert(k);
   }
   return WriteRows(&it->second, axis, at, src);
 }
@@ -109,7 +110,9 @@ absl::Status Executor::Impl::Compute(int node) {
   RETURN_IF_ERROR(kernels_[op_id](ctx));
   if (dev.slowdown > 1) absl::SleepFor((absl::Now() - start) * (dev.slowdown - 1));
   for (size_t i = 0; i < outs.size(); ++i) {
-    if (!outs[i].valid()) ASSIGN_OR_RETURN(outs[i], Tensor::Zeros(out_types[i], out_dims[i]));
+    if (!outs[i].valid()) {
+      ASSIGN_OR_RETURN(outs[i], Tensor::Zeros(out_types[i], out_dims[i]));
+    }
     dev.store.Put(
         InstanceKey{tensor_ids_.at(op.outputs[i]), out_ranges[i].first, out_ranges[i].second},
         std::move(outs[i]));
@@ -122,13 +125,14 @@ absl::Status Executor::Impl::Concat(int node) {
   const int t = tensor_ids_.at(c.target().tensor());
   const TensorInfo& info = graph_.tensors()[t];
   const int64_t tb = c.target().begin(), te = c.target().end();
-  ASSIGN_OR_RETURN(Tensor target, Tensor::Empty(info.dtype, DimsOf(t, tb, te)));
+  // Receives fill the target's other rows, before or after this.
+  TensorStore& store = devices_[nodes_[node].device]->store;
   for (const auto& part : c.parts()) {
     ASSIGN_OR_RETURN(Tensor v, Read(nodes_[node].device, t, part.begin(), part.end()));
     const auto [axis, at] = RowAxis(info, part.begin(), tb);
-    RETURN_IF_ERROR(WriteRows(&target, axis, at, v));
+    RETURN_IF_ERROR(
+        store.WriteInto(InstanceKey{t, tb, te}, info.dtype, DimsOf(t, tb, te), axis, at, v));
   }
-  devices_[nodes_[node].device]->store.Put(InstanceKey{t, tb, te}, std::move(target));
   return absl::OkStatus();
 }
 

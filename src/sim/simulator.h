@@ -76,6 +76,10 @@ absl::StatusOr<SimResult> Simulate(const quilt::v1::DistributedProgram& program,
 // link carrying traffic.
 std::string ChromeTraceJson(const SimResult& result, const Topology& topology,
                             const std::string& title);
+// Any timeline (simulated or measured): one trace process per lane, named
+// by `lane_names[lane]`.
+std::string ChromeTraceJson(const std::vector<TraceEvent>& events,
+                            const std::vector<std::string>& lane_names, const std::string& title);
 
 }  // namespace quilt
 

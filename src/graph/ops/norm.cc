@@ -1,5 +1,5 @@
-// Normalizations (batch norm in training mode, layer norm) and softmax, with
-// their gradient ops.
+// Normalizations (batch norm in training mode as statistics + apply, layer
+// norm) and softmax, with their gradient ops.
 #include "absl/strings/str_cat.h"
 #include "src/common/status.h"
 #include "src/graph/ops/op_util.h"
@@ -15,43 +15,106 @@ absl::Status CheckChannelVector(InferContext& ctx, int i, const Dim& c) {
   return absl::OkStatus();
 }
 
+// Batch norm in training mode is two ops, so that its statistics are those
+// of the global batch however the batch is split: BatchNormStats gives
+// per-channel mean and mean of squares divided by the *global* element
+// count (replicas holding a slice produce partial sums that the lowering
+// adds up, as it does for gradients), BatchNormApply normalizes with them.
+
+absl::Status CheckBatchNormX(InferContext& ctx, const Shape& x) {
+  if (x.rank() < 2) return ctx.Error("X must be [N,C,...]");
+  for (int i = 1; i < x.rank(); ++i) {
+    if (x.dim(i).batch) return ctx.Error("only dim 0 of X may carry the batch");
+  }
+  return absl::OkStatus();
+}
+
 QUILT_REGISTER_OP([] {
   OpSchema s;
-  s.type = "BatchNormalization";
+  s.type = "BatchNormStats";
   s.doc =
-      "Batch normalization in training mode: normalizes X[N,C,...] with the batch's "
-      "statistics. Inputs X, scale, bias, running_mean, running_var; outputs Y, the "
-      "updated running mean and variance (running = momentum·running + (1-momentum)·batch, "
-      "unbiased variance), and the batch mean and 1/std saved for the gradient. "
-      "Attributes epsilon (1e-5), momentum (0.9).";
-  s.min_inputs = s.max_inputs = 5;
-  s.min_outputs = s.max_outputs = 5;
-  s.non_differentiable_inputs = {3, 4};
-  s.state_outputs = {{1, 3}, {2, 4}};
-  s.local_outputs = {1, 2, 3, 4};
+      "Per-channel statistics of X[N,C,...] for batch norm: Σx / count and Σx² / count, with "
+      "count = global batch × spatial size (so slices of the batch give partial sums).";
+  s.min_inputs = s.max_inputs = 1;
+  s.min_outputs = s.max_outputs = 2;
   s.infer = [](InferContext& ctx) -> absl::Status {
     RETURN_IF_ERROR(RequireFloatInputs(ctx));
-    const Shape& x = ctx.shape(0);
-    if (x.rank() < 2) return ctx.Error("X must be [N,C,...]");
-    for (int i = 1; i < x.rank(); ++i) {
-      if (x.dim(i).batch) return ctx.Error("only dim 0 of X may carry the batch");
-    }
-    for (int i = 1; i < 5; ++i) RETURN_IF_ERROR(CheckChannelVector(ctx, i, x.dim(1)));
-    const Shape c = ctx.shape(1);
-    ctx.set_output(0, ctx.input(0));
-    for (int i = 1; i < 5; ++i) ctx.set_output(i, ctx.dtype(0), c);
+    RETURN_IF_ERROR(CheckBatchNormX(ctx, ctx.shape(0)));
+    const Shape c({ctx.shape(0).dim(1)});
+    ctx.set_output(0, ctx.dtype(0), c);
+    ctx.set_output(1, ctx.dtype(0), c);
     return absl::OkStatus();
   };
   s.cost = [](const CostContext& c) {
-    return OpCost{10.0 * static_cast<double>(c.InNumel(0)), c.IoBytes()};
+    return OpCost{3.0 * static_cast<double>(c.InNumel(0)), c.IoBytes()};
   };
   s.grad = [](GradContext& g) -> absl::Status {
-    if (!g.needs_dx(0) && !g.needs_dx(1) && !g.needs_dx(2)) return absl::OkStatus();
+    if (!g.needs_dx(0) || (g.dy(0).empty() && g.dy(1).empty())) return absl::OkStatus();
+    std::vector<std::string> in = {g.x(0), g.dy(0), g.dy(1)};
+    ASSIGN_OR_RETURN(std::string dx,
+                     g.b().Add("BatchNormStatsGrad", in, {}, g.op().name + "_grad"));
+    g.set_dx(0, dx);
+    return absl::OkStatus();
+  };
+  return s;
+}());
+
+QUILT_REGISTER_OP([] {
+  OpSchema s;
+  s.type = "BatchNormStatsGrad";
+  s.doc =
+      "Gradient of BatchNormStats: dX = (dmean + 2·x·dsqmean) / count. Inputs X, dmean, "
+      "dsqmean (either may be omitted).";
+  s.min_inputs = 1;
+  s.max_inputs = 3;
+  s.infer = [](InferContext& ctx) -> absl::Status {
+    RETURN_IF_ERROR(RequireFloatInputs(ctx));
+    ctx.set_output(0, ctx.input(0));
+    return absl::OkStatus();
+  };
+  s.cost = [](const CostContext& c) {
+    return OpCost{3.0 * static_cast<double>(c.InNumel(0)), c.IoBytes()};
+  };
+  return s;
+}());
+
+QUILT_REGISTER_OP([] {
+  OpSchema s;
+  s.type = "BatchNormApply";
+  s.doc =
+      "Batch norm with given statistics: Y = (X - mean)·scale / sqrt(sqmean - mean² + eps) + "
+      "bias. Inputs X, mean, sqmean (from BatchNormStats), scale, bias, running_mean, "
+      "running_var; outputs Y and the updated running mean and variance (running = "
+      "momentum·running + (1-momentum)·batch, unbiased variance over the global batch). "
+      "Attributes epsilon (1e-5), momentum (0.9).";
+  s.min_inputs = s.max_inputs = 7;
+  s.min_outputs = s.max_outputs = 3;
+  s.non_differentiable_inputs = {5, 6};
+  s.state_outputs = {{1, 5}, {2, 6}};
+  // Every replica computes the same running statistics from the global ones.
+  s.local_outputs = {1, 2};
+  s.infer = [](InferContext& ctx) -> absl::Status {
+    RETURN_IF_ERROR(RequireFloatInputs(ctx));
+    const Shape& x = ctx.shape(0);
+    RETURN_IF_ERROR(CheckBatchNormX(ctx, x));
+    for (int i = 1; i < 7; ++i) RETURN_IF_ERROR(CheckChannelVector(ctx, i, x.dim(1)));
+    ctx.set_output(0, ctx.input(0));
+    ctx.set_output(1, ctx.dtype(0), ctx.shape(1));
+    ctx.set_output(2, ctx.dtype(0), ctx.shape(1));
+    return absl::OkStatus();
+  };
+  s.cost = [](const CostContext& c) {
+    return OpCost{4.0 * static_cast<double>(c.InNumel(0)), c.IoBytes()};
+  };
+  s.grad = [](GradContext& g) -> absl::Status {
     if (g.dy(0).empty()) return absl::OkStatus();
+    bool any = false;
+    for (int i = 0; i < 5; ++i) any |= g.needs_dx(i);
+    if (!any) return absl::OkStatus();
     ASSIGN_OR_RETURN(std::vector<std::string> d,
-                     g.b().AddOp("BatchNormGrad", {g.dy(0), g.x(0), g.x(1), g.y(3), g.y(4)}, {}, 3,
-                                 g.op().name + "_grad"));
-    for (int i = 0; i < 3; ++i) {
+                     g.b().AddOp("BatchNormApplyGrad", {g.dy(0), g.x(0), g.x(1), g.x(2), g.x(3)},
+                                 g.op().attrs, 5, g.op().name + "_grad"));
+    for (int i = 0; i < 5; ++i) {
       if (g.needs_dx(i)) g.set_dx(i, d[i]);
     }
     return absl::OkStatus();
@@ -61,22 +124,21 @@ QUILT_REGISTER_OP([] {
 
 QUILT_REGISTER_OP([] {
   OpSchema s;
-  s.type = "BatchNormGrad";
+  s.type = "BatchNormApplyGrad";
   s.doc =
-      "Gradient of BatchNormalization. Inputs dY, X, scale, saved_mean, saved_invstd; "
-      "outputs dX, dscale, dbias.";
+      "Gradient of BatchNormApply. Inputs dY, X, mean, sqmean, scale; outputs dX, dmean, "
+      "dsqmean, dscale, dbias (the last four summed over the rows given).";
   s.min_inputs = s.max_inputs = 5;
-  s.min_outputs = s.max_outputs = 3;
+  s.min_outputs = s.max_outputs = 5;
   s.infer = [](InferContext& ctx) -> absl::Status {
     RETURN_IF_ERROR(RequireFloatInputs(ctx));
     if (ctx.shape(0) != ctx.shape(1)) return ctx.Error("dY and X differ in shape");
     ctx.set_output(0, ctx.input(1));
-    ctx.set_output(1, ctx.input(2));
-    ctx.set_output(2, ctx.input(2));
+    for (int i = 1; i < 5; ++i) ctx.set_output(i, ctx.input(2));
     return absl::OkStatus();
   };
   s.cost = [](const CostContext& c) {
-    return OpCost{12.0 * static_cast<double>(c.InNumel(0)), c.IoBytes()};
+    return OpCost{8.0 * static_cast<double>(c.InNumel(0)), c.IoBytes()};
   };
   return s;
 }());

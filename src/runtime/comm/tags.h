@@ -17,6 +17,7 @@ enum class TagKind : uint64_t {
   kAllGather = 5,       // ring all-reduce, second half
   kGatherToLeader = 6,  // hierarchical all-reduce, within a node
   kFromLeader = 7,      // hierarchical all-reduce, back within a node
+  kBarrier = 8,         // process barrier (id: its number, sub: the rank)
 };
 
 inline uint64_t MakeTag(int64_t step, TagKind kind, uint64_t id, uint64_t sub = 0) {

@@ -56,6 +56,10 @@ absl::Status SendSync(Transport* t, int peer, uint64_t tag, const void* data, si
 absl::Status RecvSync(Transport* t, int peer, uint64_t tag, void* data, size_t bytes,
                       absl::Time deadline);
 
+// Every process waits until every process has called it with the same `id`
+// (through rank 0). Errors: as RecvSync, naming the rank that is missing.
+absl::Status Barrier(Transport* t, uint64_t id, absl::Time deadline);
+
 }  // namespace quilt
 
 #endif  // QUILT_SRC_RUNTIME_COMM_TRANSPORT_H_

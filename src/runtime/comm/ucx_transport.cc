@@ -14,6 +14,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "src/common/status.h"
+#include "src/runtime/comm/tags.h"
 
 namespace quilt {
 namespace {
@@ -120,16 +121,16 @@ class UcxTransport final : public Transport {
 
   uint64_t Recv(int peer, uint64_t tag, void* data, size_t bytes, CommCallback done) override {
     Op* op = NewOp(false, peer, tag, bytes, std::move(done));
-    if (failed_[peer].load()) {
-      Finish(op, UCS_ERR_CONNECTION_RESET);
-      return op->id;
-    }
+    // Posted even when the peer is gone: what it sent before it went may
+    // wait among the unexpected messages, and matches now.
+    const bool gone = failed_[peer].load();
     ucp_request_param_t p = {};
     p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
     p.cb.recv = &UcxTransport::OnRecv;
     p.user_data = op;
     const uint64_t id = op->id;
     Posted(op, ucp_tag_recv_nbx(worker_, data, bytes, tag, ~uint64_t{0}, &p));
+    if (gone) Cancel(id);  // nothing more will come
     return id;
   }
 
@@ -307,13 +308,15 @@ class UcxTransport final : public Transport {
   void Shutdown() {
     if (worker_ == nullptr) return;
     if (progress_.joinable()) CancelAll();
+    // Flush what is in flight (a last message must arrive before the
+    // connection goes), forcing only endpoints of peers that failed.
     std::vector<void*> closing;
-    for (ucp_ep_h ep : eps_) {
-      if (ep == nullptr) continue;
+    for (size_t r = 0; r < eps_.size(); ++r) {
+      if (eps_[r] == nullptr) continue;
       ucp_request_param_t p = {};
       p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-      p.flags = UCP_EP_CLOSE_FLAG_FORCE;
-      ucs_status_ptr_t h = ucp_ep_close_nbx(ep, &p);
+      p.flags = failed_[r].load() ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+      ucs_status_ptr_t h = ucp_ep_close_nbx(eps_[r], &p);
       if (h != nullptr && !UCS_PTR_IS_ERR(h)) closing.push_back(h);
     }
     const absl::Time until = absl::Now() + absl::Seconds(2);
@@ -381,6 +384,26 @@ absl::StatusOr<std::unique_ptr<Transport>> CreateUcxTransport(int rank, int size
   auto t = std::make_unique<UcxTransport>(rank, size);
   RETURN_IF_ERROR(t->Start(rendezvous, timeout));
   return std::unique_ptr<Transport>(std::move(t));
+}
+
+absl::Status Barrier(Transport* t, uint64_t id, absl::Time deadline) {
+  char byte = 0;
+  if (t->rank() != 0) {
+    RETURN_IF_ERROR(
+        SendSync(t, 0, MakeTag(0, TagKind::kBarrier, id, t->rank()), &byte, 1, deadline));
+    return RecvSync(t, 0, MakeTag(0, TagKind::kBarrier, id, t->size() + t->rank()), &byte, 1,
+                    deadline);
+  }
+  for (int r = 1; r < t->size(); ++r) {
+    RETURN_IF_ERROR(
+        Annotate(RecvSync(t, r, MakeTag(0, TagKind::kBarrier, id, r), &byte, 1, deadline),
+                 absl::StrCat("barrier ", id, ": rank ", r, " did not arrive")));
+  }
+  for (int r = 1; r < t->size(); ++r) {
+    RETURN_IF_ERROR(
+        SendSync(t, r, MakeTag(0, TagKind::kBarrier, id, t->size() + r), &byte, 1, deadline));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status SendSync(Transport* t, int peer, uint64_t tag, const void* data, size_t bytes,

@@ -1,4 +1,4 @@
-// CPU kernels of batch norm (training mode), layer norm, softmax and
+// CPU kernels of batch norm (training mode: statistics, then apply), layer norm, softmax and
 // log-softmax, with their gradients. Statistics accumulate in double.
 #include <cmath>
 #include <cstring>
@@ -11,87 +11,142 @@
 namespace quilt::cpu {
 namespace {
 
-absl::Status BatchNorm(KernelContext& ctx) {
+// X[N,C,S...] as n × c × s, and the element count per channel over the
+// global batch (local rows scaled to the global batch).
+struct BnLayout {
+  int64_t n, c, s;
+  double global_count;
+};
+
+BnLayout LayoutOf(const KernelContext& ctx, const Tensor& x) {
+  BnLayout l;
+  l.n = x.dim(0);
+  l.c = x.dim(1);
+  l.s = x.numel() / std::max<int64_t>(l.n * l.c, 1);
+  const double rows_per_sample =
+      static_cast<double>(l.n) / static_cast<double>(std::max<int64_t>(1, ctx.local_batch));
+  l.global_count =
+      rows_per_sample * static_cast<double>(ctx.global_batch) * static_cast<double>(l.s);
+  return l;
+}
+
+absl::Status BatchNormStats(KernelContext& ctx) {
   const Tensor& x = ctx.in(0);
-  const float* scale = ctx.in(1).f32();
-  const float* bias = ctx.in(2).f32();
-  const float* rm = ctx.in(3).f32();
-  const float* rv = ctx.in(4).f32();
-  const double eps = ctx.attrs().Float("epsilon", 1e-5);
-  const float momentum = static_cast<float>(ctx.attrs().Float("momentum", 0.9));
-  const int64_t n = x.dim(0), c = x.dim(1), s = x.numel() / std::max<int64_t>(n * c, 1);
-  const int64_t count = n * s;
-  Tensor* out[5];
-  for (int i = 0; i < 5; ++i) {
-    ASSIGN_OR_RETURN(out[i], ctx.Output(i));
-  }
-  ParallelFor(c, 1, [&](int64_t cb, int64_t ce) {
+  const BnLayout l = LayoutOf(ctx, x);
+  ASSIGN_OR_RETURN(Tensor * mean, ctx.Output(0));
+  ASSIGN_OR_RETURN(Tensor * sqmean, ctx.Output(1));
+  ParallelFor(l.c, 1, [&](int64_t cb, int64_t ce) {
     for (int64_t ch = cb; ch < ce; ++ch) {
-      double sum = 0;
-      for (int64_t i = 0; i < n; ++i) {
-        const float* p = x.f32() + (i * c + ch) * s;
-        for (int64_t j = 0; j < s; ++j) sum += p[j];
+      double sum = 0, sq = 0;
+      for (int64_t i = 0; i < l.n; ++i) {
+        const float* p = x.f32() + (i * l.c + ch) * l.s;
+        for (int64_t j = 0; j < l.s; ++j) {
+          sum += p[j];
+          sq += static_cast<double>(p[j]) * p[j];
+        }
       }
-      const double mean = sum / static_cast<double>(count);
-      double sq = 0;
-      for (int64_t i = 0; i < n; ++i) {
-        const float* p = x.f32() + (i * c + ch) * s;
-        for (int64_t j = 0; j < s; ++j) sq += (p[j] - mean) * (p[j] - mean);
-      }
-      const double var = sq / static_cast<double>(count);
-      const float invstd = static_cast<float>(1.0 / std::sqrt(var + eps));
-      const float a = scale[ch] * invstd;
-      const float b = bias[ch] - static_cast<float>(mean) * a;
-      for (int64_t i = 0; i < n; ++i) {
-        const float* p = x.f32() + (i * c + ch) * s;
-        float* y = out[0]->f32() + (i * c + ch) * s;
-        for (int64_t j = 0; j < s; ++j) y[j] = p[j] * a + b;
-      }
-      const double unbiased = count > 1 ? var * count / (count - 1) : var;
-      out[1]->f32()[ch] = momentum * rm[ch] + (1 - momentum) * static_cast<float>(mean);
-      out[2]->f32()[ch] = momentum * rv[ch] + (1 - momentum) * static_cast<float>(unbiased);
-      out[3]->f32()[ch] = static_cast<float>(mean);
-      out[4]->f32()[ch] = invstd;
+      mean->f32()[ch] = static_cast<float>(sum / l.global_count);
+      sqmean->f32()[ch] = static_cast<float>(sq / l.global_count);
     }
   });
   return absl::OkStatus();
 }
 
-absl::Status BatchNormGrad(KernelContext& ctx) {
+absl::Status BatchNormStatsGrad(KernelContext& ctx) {
+  const Tensor& x = ctx.in(0);
+  const BnLayout l = LayoutOf(ctx, x);
+  const float* dmean = ctx.has_input(1) ? ctx.in(1).f32() : nullptr;
+  const float* dsq = ctx.has_input(2) ? ctx.in(2).f32() : nullptr;
+  ASSIGN_OR_RETURN(Tensor * dx, ctx.Output(0));
+  const float inv = static_cast<float>(1.0 / l.global_count);
+  ParallelFor(l.c, 1, [&](int64_t cb, int64_t ce) {
+    for (int64_t ch = cb; ch < ce; ++ch) {
+      const float a = dmean ? dmean[ch] * inv : 0.0f;
+      const float b = dsq ? 2.0f * dsq[ch] * inv : 0.0f;
+      for (int64_t i = 0; i < l.n; ++i) {
+        const float* p = x.f32() + (i * l.c + ch) * l.s;
+        float* d = dx->f32() + (i * l.c + ch) * l.s;
+        for (int64_t j = 0; j < l.s; ++j) d[j] = a + b * p[j];
+      }
+    }
+  });
+  return absl::OkStatus();
+}
+
+absl::Status BatchNormApply(KernelContext& ctx) {
+  const Tensor& x = ctx.in(0);
+  const float* mean = ctx.in(1).f32();
+  const float* sqmean = ctx.in(2).f32();
+  const float* scale = ctx.in(3).f32();
+  const float* bias = ctx.in(4).f32();
+  const float* rm = ctx.in(5).f32();
+  const float* rv = ctx.in(6).f32();
+  const double eps = ctx.attrs().Float("epsilon", 1e-5);
+  const float momentum = static_cast<float>(ctx.attrs().Float("momentum", 0.9));
+  const BnLayout l = LayoutOf(ctx, x);
+  Tensor* out[3];
+  for (int i = 0; i < 3; ++i) {
+    ASSIGN_OR_RETURN(out[i], ctx.Output(i));
+  }
+  ParallelFor(l.c, 1, [&](int64_t cb, int64_t ce) {
+    for (int64_t ch = cb; ch < ce; ++ch) {
+      const double var =
+          std::max(0.0, static_cast<double>(sqmean[ch]) - static_cast<double>(mean[ch]) * mean[ch]);
+      const float invstd = static_cast<float>(1.0 / std::sqrt(var + eps));
+      const float a = scale[ch] * invstd;
+      const float b = bias[ch] - mean[ch] * a;
+      for (int64_t i = 0; i < l.n; ++i) {
+        const float* p = x.f32() + (i * l.c + ch) * l.s;
+        float* y = out[0]->f32() + (i * l.c + ch) * l.s;
+        for (int64_t j = 0; j < l.s; ++j) y[j] = p[j] * a + b;
+      }
+      const double count = l.global_count;
+      const double unbiased = count > 1 ? var * count / (count - 1) : var;
+      out[1]->f32()[ch] = momentum * rm[ch] + (1 - momentum) * mean[ch];
+      out[2]->f32()[ch] = momentum * rv[ch] + (1 - momentum) * static_cast<float>(unbiased);
+    }
+  });
+  return absl::OkStatus();
+}
+
+absl::Status BatchNormApplyGrad(KernelContext& ctx) {
   const Tensor& dy = ctx.in(0);
   const Tensor& x = ctx.in(1);
-  const float* scale = ctx.in(2).f32();
-  const float* mean = ctx.in(3).f32();
-  const float* invstd = ctx.in(4).f32();
-  const int64_t n = x.dim(0), c = x.dim(1), s = x.numel() / std::max<int64_t>(n * c, 1);
-  const double count = static_cast<double>(n * s);
-  Tensor *dx, *dscale, *dbias;
-  ASSIGN_OR_RETURN(dx, ctx.Output(0));
-  ASSIGN_OR_RETURN(dscale, ctx.Output(1));
-  ASSIGN_OR_RETURN(dbias, ctx.Output(2));
-  ParallelFor(c, 1, [&](int64_t cb, int64_t ce) {
+  const float* mean = ctx.in(2).f32();
+  const float* sqmean = ctx.in(3).f32();
+  const float* scale = ctx.in(4).f32();
+  const double eps = ctx.attrs().Float("epsilon", 1e-5);
+  const BnLayout l = LayoutOf(ctx, x);
+  Tensor* out[5];
+  for (int i = 0; i < 5; ++i) {
+    ASSIGN_OR_RETURN(out[i], ctx.Output(i));
+  }
+  ParallelFor(l.c, 1, [&](int64_t cb, int64_t ce) {
     for (int64_t ch = cb; ch < ce; ++ch) {
-      double sdy = 0, sdyx = 0;
-      for (int64_t i = 0; i < n; ++i) {
-        const float* g = dy.f32() + (i * c + ch) * s;
-        const float* p = x.f32() + (i * c + ch) * s;
-        for (int64_t j = 0; j < s; ++j) {
+      const double m = mean[ch];
+      const double var = std::max(0.0, static_cast<double>(sqmean[ch]) - m * m);
+      const double invstd = 1.0 / std::sqrt(var + eps);
+      double sdy = 0, sdyxm = 0;
+      for (int64_t i = 0; i < l.n; ++i) {
+        const float* g = dy.f32() + (i * l.c + ch) * l.s;
+        const float* p = x.f32() + (i * l.c + ch) * l.s;
+        for (int64_t j = 0; j < l.s; ++j) {
           sdy += g[j];
-          sdyx += g[j] * (p[j] - mean[ch]) * invstd[ch];
+          sdyxm += g[j] * (p[j] - m);
         }
       }
-      dbias->f32()[ch] = static_cast<float>(sdy);
-      dscale->f32()[ch] = static_cast<float>(sdyx);
-      const float k = scale[ch] * invstd[ch];
-      const float mdy = static_cast<float>(sdy / count), mdyx = static_cast<float>(sdyx / count);
-      for (int64_t i = 0; i < n; ++i) {
-        const float* g = dy.f32() + (i * c + ch) * s;
-        const float* p = x.f32() + (i * c + ch) * s;
-        float* d = dx->f32() + (i * c + ch) * s;
-        for (int64_t j = 0; j < s; ++j) {
-          const float xhat = (p[j] - mean[ch]) * invstd[ch];
-          d[j] = k * (g[j] - mdy - xhat * mdyx);
-        }
+      const double gamma = scale[ch];
+      const double dinvstd = gamma * sdyxm;
+      const double i3 = invstd * invstd * invstd;
+      out[1]->f32()[ch] = static_cast<float>(-gamma * invstd * sdy + dinvstd * m * i3);
+      out[2]->f32()[ch] = static_cast<float>(-0.5 * dinvstd * i3);
+      out[3]->f32()[ch] = static_cast<float>(sdyxm * invstd);
+      out[4]->f32()[ch] = static_cast<float>(sdy);
+      const float k = static_cast<float>(gamma * invstd);
+      for (int64_t i = 0; i < l.n; ++i) {
+        const float* g = dy.f32() + (i * l.c + ch) * l.s;
+        float* d = out[0]->f32() + (i * l.c + ch) * l.s;
+        for (int64_t j = 0; j < l.s; ++j) d[j] = k * g[j];
       }
     }
   });
@@ -284,8 +339,10 @@ absl::Status SoftmaxGradImpl(KernelContext& ctx) {
   return absl::OkStatus();
 }
 
-QUILT_REGISTER_KERNEL("cpu", "BatchNormalization", BatchNorm);
-QUILT_REGISTER_KERNEL("cpu", "BatchNormGrad", BatchNormGrad);
+QUILT_REGISTER_KERNEL("cpu", "BatchNormStats", BatchNormStats);
+QUILT_REGISTER_KERNEL("cpu", "BatchNormStatsGrad", BatchNormStatsGrad);
+QUILT_REGISTER_KERNEL("cpu", "BatchNormApply", BatchNormApply);
+QUILT_REGISTER_KERNEL("cpu", "BatchNormApplyGrad", BatchNormApplyGrad);
 QUILT_REGISTER_KERNEL("cpu", "LayerNormalization", LayerNorm);
 QUILT_REGISTER_KERNEL("cpu", "LayerNormGrad", LayerNormGrad);
 QUILT_REGISTER_KERNEL("cpu", "Softmax", SoftmaxImpl<false>);

@@ -1,0 +1,166 @@
+// quilt-executor: runs one process's share of a DistributedProgram for K
+// steps. Each process of a job gets the same program, its rank and the
+// world (the node each rank runs); they find each other through a
+// rendezvous directory. At the end it writes the persistent tensors its
+// devices hold (parameters, optimizer state; shards on parameter servers)
+// as .npy files and the per-step metrics as JSON.
+//
+//   quilt-executor --program prog.pb --world n0,n1 --rank 0 --rendezvous DIR
+//       --steps 10 --data synthetic|X.npy,Y.npy --out DIR [--trace t.json]
+//       [--slowdown n0/cpu:0=3] [--step-timeout 60] [--seed 0]
+//
+// Exit status: 0 success, 1 failure (the reason on stderr), 2 usage.
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "nlohmann/json.hpp"
+#include "src/common/files.h"
+#include "src/graph/graph.h"
+#include "src/runtime/comm/rendezvous.h"
+#include "src/runtime/comm/ucx_transport.h"
+#include "src/runtime/data/dataset.h"
+#include "src/runtime/data/npy.h"
+#include "src/runtime/executor.h"
+#include "src/runtime/parallel.h"
+#include "src/sim/simulator.h"
+
+namespace {
+
+int Fail(const std::string& message) {
+  std::cerr << "quilt-executor: " << message << "\n";
+  return 1;
+}
+
+std::string FileName(const std::string& s) {
+  std::string out;
+  for (char c : s)
+    out += (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-') ? c : '_';
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"quilt-executor: run a process's share of a DistributedProgram"};
+  std::string program_path, world, rendezvous, data_spec = "synthetic", out_dir, trace_path,
+                                               slowdown;
+  int rank = 0;
+  int64_t steps = 1;
+  uint64_t seed = 0;
+  double step_timeout = 120, connect_timeout = 60;
+  int threads = 1;
+  app.add_option("--program", program_path, "DistributedProgram (binary protobuf)")->required();
+  app.add_option("--world", world, "Nodes by rank, comma-separated")->required();
+  app.add_option("--rank", rank, "This process's rank")->required();
+  app.add_option("--rendezvous", rendezvous, "Directory shared by the job's processes")->required();
+  app.add_option("--steps", steps, "Training steps")->check(CLI::PositiveNumber);
+  app.add_option("--data", data_spec, "synthetic, or INPUTS.npy,LABELS.npy");
+  app.add_option("--seed", seed, "Seed of the synthetic data and of random kernels");
+  app.add_option("--out", out_dir, "Directory for the final tensors and metrics.json");
+  app.add_option("--trace", trace_path, "Measured timeline (Chrome trace JSON)");
+  app.add_option("--slowdown", slowdown, "Emulated slower devices: DEVICE=FACTOR,...");
+  app.add_option("--step-timeout", step_timeout, "Seconds a step may take")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--connect-timeout", connect_timeout, "Seconds to wait for the other processes");
+  app.add_option("--threads", threads, "Kernel threads")->check(CLI::PositiveNumber);
+  CLI11_PARSE(app, argc, argv);
+
+  quilt::SetComputeThreads(threads);
+  absl::StatusOr<std::string> bytes = quilt::ReadFile(program_path);
+  if (!bytes.ok()) return Fail(std::string(bytes.status().message()));
+  quilt::v1::DistributedProgram program;
+  if (!program.ParseFromString(*bytes)) return Fail(program_path + " is not a DistributedProgram");
+  const std::vector<std::string> nodes = absl::StrSplit(world, ',');
+  if (rank < 0 || rank >= static_cast<int>(nodes.size())) {
+    return Fail(absl::StrCat("--rank ", rank, " is outside the world of ", nodes.size()));
+  }
+  quilt::ExecutorOptions options;
+  options.steps = steps;
+  options.seed = seed;
+  options.step_timeout = absl::Seconds(step_timeout);
+  options.trace = !trace_path.empty();
+  for (absl::string_view item : absl::StrSplit(slowdown, ',', absl::SkipEmpty())) {
+    std::pair<std::string, std::string> kv = absl::StrSplit(item, '=');
+    double f = 0;
+    if (!absl::SimpleAtod(kv.second, &f) || f < 1)
+      return Fail("bad --slowdown entry '" + std::string(item) + "'");
+    options.slowdown[kv.first] = f;
+  }
+  options.on_step = [rank](const quilt::ExecutorStep& s) {
+    std::cerr << "rank " << rank << " step " << s.step << " loss part " << s.loss_part << " ("
+              << s.step_time_s * 1e3 << " ms)\n";
+  };
+  // Data.
+  absl::StatusOr<quilt::Graph> graph = quilt::Graph::FromProto(program.graph());
+  if (!graph.ok()) return Fail(std::string(graph.status().message()));
+  std::unique_ptr<quilt::Dataset> data;
+  absl::StatusOr<quilt::DataSignature> sig = quilt::DataSignatureOf(*graph);
+  if (sig.ok()) {
+    absl::StatusOr<std::unique_ptr<quilt::Dataset>> d = absl::InternalError("");
+    if (data_spec == "synthetic") {
+      d = quilt::MakeSyntheticDataset(*graph, *sig, seed);
+    } else {
+      std::pair<std::string, std::string> files = absl::StrSplit(data_spec, ',');
+      d = quilt::OpenNumpyDataset(files.first, files.second, *sig);
+    }
+    if (!d.ok()) return Fail(std::string(d.status().message()));
+    data = std::move(*d);
+  }
+  quilt::DirectoryRendezvous rdv(rendezvous);
+  absl::StatusOr<std::unique_ptr<quilt::Transport>> transport = quilt::CreateUcxTransport(
+      rank, static_cast<int>(nodes.size()), &rdv, absl::Seconds(connect_timeout));
+  if (!transport.ok()) return Fail(std::string(transport.status().message()));
+  // Everyone connected before the first step.
+  if (absl::Status b =
+          quilt::Barrier(transport->get(), 1, absl::Now() + absl::Seconds(connect_timeout));
+      !b.ok()) {
+    return Fail(std::string(b.message()));
+  }
+  absl::StatusOr<std::unique_ptr<quilt::Executor>> executor = quilt::Executor::Create(
+      std::move(program), nodes, rank, transport->get(), data.get(), options);
+  if (!executor.ok()) return Fail(std::string(executor.status().message()));
+  const absl::Status run = (*executor)->Run();
+  if (!trace_path.empty()) {
+    std::ofstream(trace_path) << quilt::ChromeTraceJson((*executor)->Trace(),
+                                                        (*executor)->TraceLanes(),
+                                                        absl::StrCat("rank ", rank, " (measured)"));
+  }
+  if (!run.ok()) return Fail(std::string(run.message()));
+  if (!out_dir.empty()) {
+    std::filesystem::create_directories(out_dir);
+    nlohmann::json metrics;
+    metrics["rank"] = rank;
+    metrics["tensors"] = nlohmann::json::array();
+    metrics["loss_parts"] = nlohmann::json::array();
+    metrics["step_times_s"] = nlohmann::json::array();
+    for (const quilt::ExecutorStep& s : (*executor)->steps()) {
+      metrics["loss_parts"].push_back(s.has_loss ? nlohmann::json(s.loss_part)
+                                                 : nlohmann::json(nullptr));
+      metrics["step_times_s"].push_back(s.step_time_s);
+    }
+    for (const quilt::HeldTensor& h : (*executor)->Persistent()) {
+      const std::string file =
+          FileName(absl::StrCat(h.device, "__", h.tensor, "__", h.begin, "_", h.end)) + ".npy";
+      absl::Status w = quilt::WriteNpy(out_dir + "/" + file, h.value);
+      if (!w.ok()) return Fail(std::string(w.message()));
+      metrics["tensors"].push_back({{"device", h.device},
+                                    {"tensor", h.tensor},
+                                    {"begin", h.begin},
+                                    {"end", h.end},
+                                    {"file", file}});
+    }
+    absl::Status w = quilt::WriteFileAtomically(out_dir + "/metrics.json", metrics.dump(1));
+    if (!w.ok()) return Fail(std::string(w.message()));
+  }
+  // Nobody leaves (closing its connections) while others still run.
+  if (absl::Status b = quilt::Barrier(transport->get(), 2, absl::Now() + options.step_timeout);
+      !b.ok()) {
+    return Fail(std::string(b.message()));
+  }
+  return 0;
+}
