@@ -1,6 +1,7 @@
 #include "src/runtime/executor.h"
 
 #include <algorithm>
+#include <future>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -394,21 +395,46 @@ void Executor::Impl::Record(int node, absl::Time start, bool comm) {
   trace_.push_back(std::move(e));
 }
 
+// The tensors every device is fed in `step`: per device, per feed.
+absl::StatusOr<std::vector<std::vector<Tensor>>> Executor::Impl::Feeds(int64_t step) {
+  std::vector<std::vector<Tensor>> out(devices_.size());
+  for (size_t d = 0; d < devices_.size(); ++d) {
+    for (const auto& r : devices_[d]->feeds) {
+      const bool input = r.tensor() == input_name_;
+      if (!input && r.tensor() != label_name_) {
+        return absl::InvalidArgumentError("device " + devices_[d]->id + " is fed '" + r.tensor() +
+                                          "', which is neither the data input nor the label");
+      }
+      Tensor x, y;
+      RETURN_IF_ERROR(data_->Batch((step - 1) * batch_ + r.begin(), r.end() - r.begin(), &x, &y));
+      out[d].push_back(input ? x : y);
+    }
+  }
+  return out;
+}
+
 absl::Status Executor::Impl::Run() {
+  // The next step's data is read while this step runs.
+  using FeedSet = absl::StatusOr<std::vector<std::vector<Tensor>>>;
+  std::future<FeedSet> next = std::async(std::launch::async, [this] { return Feeds(1); });
+  absl::Time previous_end = absl::Now();
   for (int64_t step = 1; step <= options_.steps; ++step) {
-    const absl::Time start = absl::Now();
+    // A step's time counts from the previous step's end, so a wait for
+    // data is part of it.
+    const absl::Time start = previous_end;
+    FeedSet feeds = next.get();
+    if (!feeds.ok()) return feeds.status();
+    if (step < options_.steps) {
+      next = std::async(std::launch::async, [this, step] { return Feeds(step + 1); });
+    }
     step_ = step;
-    for (auto& dev : devices_) {
-      dev->store.Retain(dev->persistent);
-      for (const auto& r : dev->feeds) {
-        const bool input = r.tensor() == input_name_;
-        if (!input && r.tensor() != label_name_) {
-          return absl::InvalidArgumentError("device " + dev->id + " is fed '" + r.tensor() +
-                                            "', which is neither the data input nor the label");
-        }
-        Tensor x, y;
-        RETURN_IF_ERROR(data_->Batch((step - 1) * batch_ + r.begin(), r.end() - r.begin(), &x, &y));
-        dev->store.Put(InstanceKey{tensor_ids_.at(r.tensor()), r.begin(), r.end()}, input ? x : y);
+    for (size_t d = 0; d < devices_.size(); ++d) {
+      Device& dev = *devices_[d];
+      dev.store.Retain(dev.persistent);
+      for (size_t i = 0; i < dev.feeds.size(); ++i) {
+        const auto& r = dev.feeds[i];
+        dev.store.Put(InstanceKey{tensor_ids_.at(r.tensor()), r.begin(), r.end()},
+                      std::move((*feeds)[d][i]));
       }
     }
     std::vector<int> ready;
@@ -485,7 +511,8 @@ absl::Status Executor::Impl::Run() {
         }
       }
     }
-    report.step_time_s = absl::ToDoubleSeconds(absl::Now() - start);
+    previous_end = absl::Now();
+    report.step_time_s = absl::ToDoubleSeconds(previous_end - start);
     steps_.push_back(report);
     if (options_.on_step) options_.on_step(report);
   }

@@ -110,6 +110,7 @@ class Executor::Impl {
   void EndExtra(const absl::Status& s, const std::string& what);
 
   // Helpers.
+  absl::StatusOr<std::vector<std::vector<Tensor>>> Feeds(int64_t step);
   absl::StatusOr<Tensor> Read(int device, int tensor, int64_t begin, int64_t end) const;
   std::vector<int64_t> DimsOf(int tensor, int64_t begin, int64_t end) const;
   int RankOfDevice(const std::string& device_id) const;

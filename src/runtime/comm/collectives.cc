@@ -48,6 +48,31 @@ class Completion {
   CommCallback done_;
 };
 
+// Receive buffers of finished rings, kept for the next ones: fresh memory
+// for every all-reduce costs a page fault per page inside the copy.
+class BufferPool {
+ public:
+  static BufferPool& Get() {
+    static BufferPool* pool = new BufferPool;
+    return *pool;
+  }
+  std::vector<float> Take() {
+    absl::MutexLock lock(&mu_);
+    if (free_.empty()) return {};
+    std::vector<float> v = std::move(free_.back());
+    free_.pop_back();
+    return v;
+  }
+  void Give(std::vector<float> v) {
+    absl::MutexLock lock(&mu_);
+    if (free_.size() < 64 && v.capacity() > 0) free_.push_back(std::move(v));
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<std::vector<float>> free_ ABSL_GUARDED_BY(mu_);
+};
+
 // The ring over `ranks` (member `me`) on data[0, count).
 class Ring : public std::enable_shared_from_this<Ring> {
  public:
@@ -61,6 +86,10 @@ class Ring : public std::enable_shared_from_this<Ring> {
         (longest + segment_elements - 1) / std::max<int64_t>(1, segment_elements), 1, 255));
   }
 
+  ~Ring() {
+    for (auto& v : temp_) BufferPool::Get().Give(std::move(v));
+  }
+
   void Start(CommCallback done) {
     if (n_ < 2 || count_ == 0) {
       done(absl::OkStatus());
@@ -68,6 +97,7 @@ class Ring : public std::enable_shared_from_this<Ring> {
     }
     completion_ = std::make_shared<Completion>(segments_, std::move(done));
     temp_.resize(segments_);
+    for (auto& v : temp_) v = BufferPool::Get().Take();
     for (int s = 0; s < segments_; ++s) Step(s, 0);
   }
 

@@ -1,6 +1,7 @@
 #include "src/runtime/comm/ucx_transport.h"
 
 #include <poll.h>
+#include <sched.h>
 #include <ucp/api/ucp.h>
 
 #include <atomic>
@@ -42,6 +43,8 @@ struct Op {
   ucs_status_t status = UCS_OK;
   size_t received = 0;
 };
+
+constexpr absl::Duration kSpin = absl::Microseconds(300);
 
 struct PeerState {
   UcxTransport* owner = nullptr;
@@ -286,13 +289,30 @@ class UcxTransport final : public Transport {
   }
 
   void ProgressLoop() {
+    absl::Time active = absl::Now();  // the last time anything happened
     while (!stop_.load()) {
-      while (ucp_worker_progress(worker_) != 0) {
-      }
+      unsigned events = 0, n = 0;
+      while ((n = ucp_worker_progress(worker_)) != 0) events += n;
       RunCancels(peer_failure_.exchange(false));
-      while (ucp_worker_progress(worker_) != 0) {
+      while ((n = ucp_worker_progress(worker_)) != 0) events += n;
+      bool busy = false, finished = false;
+      {
+        absl::MutexLock lock(&mu_);
+        busy = !pending_.empty();
+        finished = !finished_.empty();
       }
       RunFinished();
+      const absl::Time now = absl::Now();
+      if (events > 0 || finished) active = now;
+      // While operations are in flight, poll without sleeping for a
+      // moment after the last event: large messages move in rendezvous
+      // steps that each need this side's progress, and not every
+      // transport wakes the event fd. Past that, sleep briefly, leaving
+      // the cores to the kernels.
+      if (busy && now - active < kSpin) {
+        sched_yield();
+        continue;
+      }
       const ucs_status_t s = ucp_worker_arm(worker_);
       if (s == UCS_ERR_BUSY) continue;  // more events arrived
       {
@@ -300,7 +320,7 @@ class UcxTransport final : public Transport {
         if (!finished_.empty() || !cancels_.empty()) continue;
       }
       pollfd pfd = {efd_, POLLIN, 0};
-      poll(&pfd, 1, 5);
+      if (poll(&pfd, 1, busy ? 1 : 5) > 0) active = absl::Now();
     }
     RunFinished();
   }

@@ -1,0 +1,240 @@
+// Training throughput of quilt-executor processes on this host, and the
+// simulator's fidelity against it. For each fixture model:
+//   1. one process (one CPU device) trains K steps; its median step time
+//      calibrates the device's speed in the cost model (the simulated
+//      single-device step is scaled to the measured one);
+//   2. two processes (two devices, one per process, data parallel with a
+//      ring all-reduce) train the same global batch; the link between them
+//      is given the bandwidth and latency measured by comm_bench
+//      (--link-bytes-per-s, --link-latency-s);
+//   3. the simulator predicts the two-process step with the calibrated
+//      model; the bench prints measured and predicted step times, their
+//      error, and samples/s for one and two processes.
+// Measured and simulated timelines of the two-process run are written as
+// Chrome traces with --trace-dir. Run from the runfiles directory
+// (bazel run). Prints one JSON object per line.
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "nlohmann/json.hpp"
+#include "src/cluster/topology.h"
+#include "src/common/status.h"
+#include "src/graph/autodiff.h"
+#include "src/graph/model_loader.h"
+#include "src/planner/baselines.h"
+#include "src/planner/lower.h"
+#include "src/runtime/data/dataset.h"
+#include "src/runtime/data/npy.h"
+#include "src/sim/simulator.h"
+#include "src/testing/subprocess.h"
+
+namespace quilt {
+namespace {
+
+using testing::Subprocess;
+
+struct Options {
+  int64_t steps = 30;
+  int64_t warmup = 5;
+  double link_bytes_per_s = 1e9;
+  double link_latency_s = 30e-6;
+  std::string trace_dir;
+  std::string work_dir;
+  std::string data;  // --data of the executors
+};
+
+// The run's samples (the seeded synthetic set) as NumPy files, so that the
+// executors read data rather than generate it.
+absl::Status WriteData(const Graph& g, int64_t samples, const std::string& dir, Options* o) {
+  ASSIGN_OR_RETURN(DataSignature sig, DataSignatureOf(g));
+  ASSIGN_OR_RETURN(std::unique_ptr<Dataset> d, MakeSyntheticDataset(g, sig, 0));
+  Tensor x, y;
+  RETURN_IF_ERROR(d->Batch(0, samples, &x, &y));
+  RETURN_IF_ERROR(WriteNpy(dir + "/x.npy", x));
+  RETURN_IF_ERROR(WriteNpy(dir + "/y.npy", y));
+  o->data = dir + "/x.npy," + dir + "/y.npy";
+  return absl::OkStatus();
+}
+
+quilt::v1::ClusterSpec Cluster(int nodes, double flops, const Options& o) {
+  quilt::v1::ClusterSpec spec;
+  spec.set_name("loopback");
+  for (int n = 0; n < nodes; ++n) {
+    auto* node = spec.add_nodes();
+    node->set_node_id(absl::StrCat("w", n));
+    node->mutable_nic()->set_bandwidth_bytes_per_s(o.link_bytes_per_s);
+    node->mutable_nic()->set_latency_s(o.link_latency_s);
+    node->mutable_nic()->set_kind("loopback");
+    auto* dev = node->add_devices();
+    dev->set_id(absl::StrCat("w", n, "/cpu:0"));
+    dev->set_kind(quilt::v1::DEVICE_KIND_CPU);
+    dev->set_measured_gemm_flops_per_s(flops);
+    dev->set_memory_bytes(int64_t{8} << 30);
+  }
+  return spec;
+}
+
+struct Planned {
+  quilt::v1::DistributedProgram program;
+  SimResult sim;
+  Topology topo;
+};
+
+absl::StatusOr<Planned> PlanDataParallel(const Graph& g, int nodes, double flops, int64_t batch,
+                                         const Options& o) {
+  Planned p;
+  ASSIGN_OR_RETURN(p.topo, Topology::Build(Cluster(nodes, flops, o)));
+  ASSIGN_OR_RETURN(CostModel cost, CostModel::Create(&g, &p.topo));
+  const quilt::v1::Strategy s =
+      DataParallelStrategy(g, p.topo, std::vector<int64_t>(nodes, 1),
+                           quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE, "even-ring");
+  ASSIGN_OR_RETURN(p.program, Lower(g, s, p.topo, &cost, batch));
+  SimOptions so;
+  so.trace = true;
+  ASSIGN_OR_RETURN(p.sim, Simulate(p.program, g, p.topo, cost, so));
+  return p;
+}
+
+// Runs one executor per node; the median step time after warm-up.
+absl::StatusOr<double> Measure(const Planned& p, const std::string& tag, const Options& o) {
+  const std::string base = o.work_dir + "/" + tag;
+  std::filesystem::create_directories(base + "/rdv");
+  {
+    std::ofstream out(base + "/program.pb", std::ios::binary);
+    out << p.program.SerializeAsString();
+  }
+  std::vector<std::string> world;
+  for (int n = 0; n < p.topo.num_nodes(); ++n) world.push_back(p.topo.node_id(n));
+  std::vector<Subprocess> procs;
+  for (size_t r = 0; r < world.size(); ++r) {
+    std::vector<std::string> argv = {"src/runtime/quilt-executor",
+                                     "--program",
+                                     base + "/program.pb",
+                                     "--world",
+                                     absl::StrJoin(world, ","),
+                                     "--rank",
+                                     std::to_string(r),
+                                     "--rendezvous",
+                                     base + "/rdv",
+                                     "--steps",
+                                     std::to_string(o.steps),
+                                     "--out",
+                                     absl::StrCat(base, "/out", r),
+                                     "--data",
+                                     o.data};
+    if (!o.trace_dir.empty()) {
+      argv.push_back("--trace");
+      argv.push_back(absl::StrCat(o.trace_dir, "/", tag, "_rank", r, "_measured.json"));
+    }
+    ASSIGN_OR_RETURN(Subprocess proc, Subprocess::Start(argv, absl::StrCat(base, "/log", r)));
+    procs.push_back(std::move(proc));
+  }
+  std::vector<double> steps(static_cast<size_t>(o.steps), 0);
+  for (size_t r = 0; r < procs.size(); ++r) {
+    std::optional<int> st = procs[r].Wait(absl::Minutes(10));
+    if (!st.has_value() || *st != 0) {
+      std::ifstream log(absl::StrCat(base, "/log", r));
+      std::stringstream text;
+      text << log.rdbuf();
+      return absl::InternalError(absl::StrCat("executor ", r, " failed: ", text.str()));
+    }
+    std::ifstream m(absl::StrCat(base, "/out", r, "/metrics.json"));
+    const nlohmann::json metrics = nlohmann::json::parse(m);
+    // A step ends when its slowest process ends it.
+    for (size_t k = 0; k < steps.size(); ++k) {
+      steps[k] = std::max(steps[k], metrics["step_times_s"][k].get<double>());
+    }
+  }
+  std::vector<double> kept(steps.begin() + std::min<int64_t>(o.warmup, o.steps - 1), steps.end());
+  std::sort(kept.begin(), kept.end());
+  return kept[kept.size() / 2];
+}
+
+absl::Status BenchModel(const std::string& name, int64_t batch, Options o) {
+  ASSIGN_OR_RETURN(Graph g, LoadModel("test/fixtures/" + name + "/model.onnx", batch));
+  TrainingOptions to;
+  if (g.loss.type == LossType::kNone) to.loss = LossType::kSoftmaxCrossEntropy;
+  to.optimizer.kind = OptimizerSpec::Kind::kSgd;
+  to.optimizer.learning_rate = 0.05;
+  to.optimizer.momentum = 0.9;
+  RETURN_IF_ERROR(BuildTrainingGraph(&g, to));
+  const std::string data_dir = o.work_dir + "/" + name + "_data";
+  std::filesystem::create_directories(data_dir);
+  RETURN_IF_ERROR(WriteData(g, batch * o.steps, data_dir, &o));
+  // One process; calibrate the device's speed (twice: the simulated step
+  // is not exactly inverse in the speed).
+  double flops = 5e10;
+  ASSIGN_OR_RETURN(Planned one, PlanDataParallel(g, 1, flops, batch, o));
+  ASSIGN_OR_RETURN(const double measured1, Measure(one, name + "_1proc", o));
+  for (int i = 0; i < 2; ++i) {
+    flops *= one.sim.step_time_s / measured1;
+    ASSIGN_OR_RETURN(one, PlanDataParallel(g, 1, flops, batch, o));
+  }
+  ASSIGN_OR_RETURN(Planned two, PlanDataParallel(g, 2, flops, batch, o));
+  ASSIGN_OR_RETURN(const double measured2, Measure(two, name + "_2proc", o));
+  if (!o.trace_dir.empty()) {
+    std::ofstream(absl::StrCat(o.trace_dir, "/", name, "_2proc_simulated.json"))
+        << ChromeTraceJson(two.sim, two.topo, name + " two processes (simulated)");
+  }
+  std::cout << nlohmann::json{{"bench", "executor_data_parallel"},
+                              {"model", name},
+                              {"global_batch", batch},
+                              {"steps", o.steps},
+                              {"calibrated_flops_per_s", flops},
+                              {"one_process_step_s", measured1},
+                              {"two_process_step_s", measured2},
+                              {"one_process_samples_per_s", batch / measured1},
+                              {"two_process_samples_per_s", batch / measured2},
+                              {"speedup_two_vs_one", measured1 / measured2},
+                              {"predicted_one_process_step_s", one.sim.step_time_s},
+                              {"predicted_two_process_step_s", two.sim.step_time_s},
+                              {"prediction_error", two.sim.step_time_s / measured2 - 1}}
+                   .dump()
+            << std::endl;
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace quilt
+
+int main(int argc, char** argv) {
+  CLI::App app("Executor throughput (1 vs 2 processes) and simulator fidelity");
+  quilt::Options o;
+  std::string models = "mlp:1024,cnn:64,transformer:64";
+  app.add_option("--models", models, "NAME:BATCH,... (fixtures under test/fixtures)");
+  app.add_option("--steps", o.steps, "Steps per run")->check(CLI::Range(2, 100000));
+  app.add_option("--warmup", o.warmup, "Steps left out of the median");
+  app.add_option("--link-bytes-per-s", o.link_bytes_per_s,
+                 "Measured all-reduce bus bandwidth between two processes (comm_bench)");
+  app.add_option("--link-latency-s", o.link_latency_s, "Measured one-way latency (comm_bench)");
+  app.add_option("--trace-dir", o.trace_dir, "Write measured and simulated Chrome traces here");
+  CLI11_PARSE(app, argc, argv);
+  char tmpl[] = "/tmp/quilt-executor-bench-XXXXXX";
+  if (mkdtemp(tmpl) == nullptr) return 1;
+  o.work_dir = tmpl;
+  if (!o.trace_dir.empty()) std::filesystem::create_directories(o.trace_dir);
+  int rc = 0;
+  for (absl::string_view item : absl::StrSplit(models, ',', absl::SkipEmpty())) {
+    std::pair<std::string, std::string> kv = absl::StrSplit(item, ':');
+    int64_t batch = 0;
+    if (!absl::SimpleAtoi(kv.second, &batch) || batch < 2) {
+      std::cerr << "executor_bench: bad --models entry '" << item << "'\n";
+      return 2;
+    }
+    std::cerr << "executor_bench: " << kv.first << " (batch " << batch << ")\n";
+    if (absl::Status s = quilt::BenchModel(kv.first, batch, o); !s.ok()) {
+      std::cerr << "executor_bench: " << kv.first << ": " << s << "\n";
+      rc = 1;
+    }
+  }
+  std::filesystem::remove_all(o.work_dir);
+  return rc;
+}
