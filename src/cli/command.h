@@ -29,6 +29,7 @@ void AddClusterCommands(CLI::App& app, const GlobalOptions& globals, std::vector
 void AddGraphCommands(CLI::App& app, std::vector<Command>* out);
 void AddTrainLocalCommand(CLI::App& app, std::vector<Command>* out);
 void AddPlanCommand(CLI::App& app, const GlobalOptions& globals, std::vector<Command>* out);
+void AddJobCommands(CLI::App& app, const GlobalOptions& globals, std::vector<Command>* out);
 
 // Prints "quiltctl: <message>" to stderr; returns 1.
 int PrintError(const std::string& message);

@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
   quilt::cli::AddGraphCommands(app, &commands);
   quilt::cli::AddTrainLocalCommand(app, &commands);
   quilt::cli::AddPlanCommand(app, globals, &commands);
+  quilt::cli::AddJobCommands(app, globals, &commands);
   CLI11_PARSE(app, argc, argv);
   globals.timeout_set = timeout->count() > 0;
   for (const quilt::cli::Command& c : commands) {

@@ -29,6 +29,9 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(const Coordinat
   liveness.down_after = absl::Milliseconds(config.down_after_ms);
   c->registry_ = std::make_unique<NodeRegistry>(clock, c->store_.get(), liveness);
   RETURN_IF_ERROR(Annotate(c->registry_->Load(), "loading " + db_path));
+  c->jobs_ = std::make_unique<JobManager>(c->store_.get(), c->registry_.get(), clock,
+                                          config.state_dir + "/checkpoints");
+  RETURN_IF_ERROR(Annotate(c->jobs_->Load(), "loading the jobs of " + db_path));
   return c;
 }
 
@@ -49,6 +52,7 @@ void Coordinator::TickerLoop() {
   absl::Time last_watchdog = absl::InfinitePast();
   while (!stop_.WaitForNotificationWithTimeout(period)) {
     registry_->CheckLiveness();
+    jobs_->CheckNodes();
     if (watchdog > absl::ZeroDuration() && absl::Now() - last_watchdog >= watchdog) {
       NotifyWatchdog();
       last_watchdog = absl::Now();

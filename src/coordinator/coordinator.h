@@ -1,5 +1,5 @@
-// The coordinator's domain core: owns the state store, the node registry and
-// the liveness ticker. The gRPC services (src/rpc/) call into the
+// The coordinator's domain core: owns the state store, the node registry, the
+// jobs and the liveness ticker. The gRPC services (src/rpc/) call into the
 // components it exposes; main.cc wires the two together.
 //
 // Threading: Start() launches one ticker thread that checks liveness every
@@ -15,6 +15,7 @@
 #include "absl/time/time.h"
 #include "src/common/clock.h"
 #include "src/coordinator/config.h"
+#include "src/coordinator/job_manager.h"
 #include "src/coordinator/node_registry.h"
 #include "src/coordinator/store/store.h"
 
@@ -33,6 +34,7 @@ class Coordinator {
   void Stop();
 
   NodeRegistry* registry() { return registry_.get(); }
+  JobManager* jobs() { return jobs_.get(); }
   const CoordinatorConfig& config() const { return config_; }
   absl::Time start_time() const { return start_time_; }
   Clock* clock() const { return clock_; }
@@ -46,6 +48,7 @@ class Coordinator {
   absl::Time start_time_;
   std::unique_ptr<CoordinatorStore> store_;
   std::unique_ptr<NodeRegistry> registry_;
+  std::unique_ptr<JobManager> jobs_;
   absl::Notification stop_;
   std::thread ticker_;
 };

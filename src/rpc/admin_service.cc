@@ -23,6 +23,9 @@ absl::Status AdminServiceImpl::ClusterStatus(const quilt::v1::GetClusterStatusRe
   for (quilt::v1::ClusterEvent& e : registry->RecentEvents(max_events)) {
     *response->add_recent_events() = std::move(e);
   }
+  for (const auto& [state, n] : coordinator_->jobs()->CountByState()) {
+    (*response->mutable_jobs_by_state())[state] = n;
+  }
   response->set_coordinator_version(kVersion);
   response->set_coordinator_uptime_s(
       absl::ToDoubleSeconds(coordinator_->clock()->Now() - coordinator_->start_time()));

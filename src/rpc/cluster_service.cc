@@ -33,8 +33,19 @@ grpc::ServerUnaryReactor* ClusterServiceImpl::Heartbeat(grpc::CallbackServerCont
         absl::Status s = registry_->Heartbeat(req.node_id(), req.incarnation());
         if (!s.ok()) return s;
         resp->set_heartbeat_period_s(absl::ToDoubleSeconds(registry_->options().heartbeat_period));
+        jobs_->OnHeartbeat(req, resp);
         return absl::OkStatus();
       });
+}
+
+grpc::Status ClusterServiceImpl::ExchangeAddresses(
+    grpc::ServerContext*, const quilt::v1::ExchangeAddressesRequest* request,
+    quilt::v1::ExchangeAddressesResponse* response) {
+  absl::StatusOr<std::vector<std::string>> all = jobs_->ExchangeAddresses(
+      request->job_id(), request->rank(), request->size(), request->address());
+  if (!all.ok()) return ToGrpcStatus(all.status());
+  for (const std::string& a : *all) response->add_addresses(a);
+  return grpc::Status::OK;
 }
 
 }  // namespace quilt::rpc

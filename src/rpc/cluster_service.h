@@ -6,20 +6,21 @@
 #define QUILT_SRC_RPC_CLUSTER_SERVICE_H_
 
 #include "proto/quilt/v1/services.grpc.pb.h"
+#include "src/coordinator/job_manager.h"
 #include "src/coordinator/node_registry.h"
 
 namespace quilt::rpc {
 
 // Per-method request limits (the registration carries the device list).
 inline constexpr size_t kMaxRegisterRequestBytes = 4 << 20;
-inline constexpr size_t kMaxHeartbeatRequestBytes = 64 << 10;
+inline constexpr size_t kMaxHeartbeatRequestBytes = 1 << 20;  // with task reports
 
 using ClusterServiceBase = quilt::v1::ClusterService::WithRawCallbackMethod_Register<
     quilt::v1::ClusterService::WithRawCallbackMethod_Heartbeat<quilt::v1::ClusterService::Service>>;
 
 class ClusterServiceImpl final : public ClusterServiceBase {
  public:
-  explicit ClusterServiceImpl(NodeRegistry* registry) : registry_(registry) {}
+  ClusterServiceImpl(NodeRegistry* registry, JobManager* jobs) : registry_(registry), jobs_(jobs) {}
 
   grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* ctx,
                                      const grpc::ByteBuffer* request,
@@ -27,9 +28,14 @@ class ClusterServiceImpl final : public ClusterServiceBase {
   grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* ctx,
                                       const grpc::ByteBuffer* request,
                                       grpc::ByteBuffer* response) override;
+  // Sync: answers at once (the executors poll).
+  grpc::Status ExchangeAddresses(grpc::ServerContext* ctx,
+                                 const quilt::v1::ExchangeAddressesRequest* request,
+                                 quilt::v1::ExchangeAddressesResponse* response) override;
 
  private:
   NodeRegistry* registry_;
+  JobManager* jobs_;
 };
 
 }  // namespace quilt::rpc

@@ -1,5 +1,7 @@
 #include "src/rpc/coordinator_client.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "proto/quilt/v1/services.grpc.pb.h"
 #include "src/rpc/channel.h"
@@ -94,6 +96,122 @@ absl::StatusOr<quilt::v1::PlanReport> JobClient::PlanJob(const quilt::v1::PlanJo
   grpc::Status s = stubs_->jobs->PlanJob(&ctx, request, &response);
   if (!s.ok()) return CallStatus(s, address_);
   return response;
+}
+
+absl::StatusOr<std::string> JobClient::SubmitJob(const quilt::v1::JobSpec& spec) {
+  grpc::ClientContext ctx;
+  SetTimeout(&ctx, timeout_);
+  ctx.set_wait_for_ready(false);
+  quilt::v1::SubmitJobRequest request;
+  *request.mutable_spec() = spec;
+  quilt::v1::SubmitJobResponse response;
+  grpc::Status s = stubs_->jobs->SubmitJob(&ctx, request, &response);
+  if (!s.ok()) return CallStatus(s, address_);
+  return response.job_id();
+}
+
+absl::StatusOr<quilt::v1::JobStatus> JobClient::GetJob(const std::string& job_id) {
+  grpc::ClientContext ctx;
+  SetTimeout(&ctx, timeout_);
+  ctx.set_wait_for_ready(false);
+  quilt::v1::GetJobRequest request;
+  request.set_job_id(job_id);
+  quilt::v1::JobStatus response;
+  grpc::Status s = stubs_->jobs->GetJob(&ctx, request, &response);
+  if (!s.ok()) return CallStatus(s, address_);
+  return response;
+}
+
+absl::StatusOr<std::vector<quilt::v1::JobStatus>> JobClient::ListJobs() {
+  grpc::ClientContext ctx;
+  SetTimeout(&ctx, timeout_);
+  ctx.set_wait_for_ready(false);
+  quilt::v1::ListJobsResponse response;
+  grpc::Status s = stubs_->jobs->ListJobs(&ctx, quilt::v1::ListJobsRequest(), &response);
+  if (!s.ok()) return CallStatus(s, address_);
+  return std::vector<quilt::v1::JobStatus>(response.jobs().begin(), response.jobs().end());
+}
+
+absl::Status JobClient::CancelJob(const std::string& job_id, const std::string& reason) {
+  grpc::ClientContext ctx;
+  SetTimeout(&ctx, timeout_);
+  ctx.set_wait_for_ready(false);
+  quilt::v1::CancelJobRequest request;
+  request.set_job_id(job_id);
+  request.set_reason(reason);
+  quilt::v1::CancelJobResponse response;
+  grpc::Status s = stubs_->jobs->CancelJob(&ctx, request, &response);
+  return s.ok() ? absl::OkStatus() : CallStatus(s, address_);
+}
+
+absl::StatusOr<std::string> JobClient::ExportJob(const std::string& job_id) {
+  grpc::ClientContext ctx;
+  SetTimeout(&ctx, timeout_);
+  ctx.set_wait_for_ready(false);
+  quilt::v1::ExportJobRequest request;
+  request.set_job_id(job_id);
+  quilt::v1::ExportJobResponse response;
+  grpc::Status s = stubs_->jobs->ExportJob(&ctx, request, &response);
+  if (!s.ok()) return CallStatus(s, address_);
+  return response.onnx();
+}
+
+absl::Status JobClient::WatchJob(
+    const std::string& job_id, const std::function<void(const quilt::v1::JobStatus&)>& on_status) {
+  grpc::ClientContext ctx;
+  ctx.set_wait_for_ready(false);
+  quilt::v1::WatchJobRequest request;
+  request.set_job_id(job_id);
+  std::unique_ptr<grpc::ClientReader<quilt::v1::JobStatus>> reader =
+      stubs_->jobs->WatchJob(&ctx, request);
+  quilt::v1::JobStatus status;
+  while (reader->Read(&status)) on_status(status);
+  grpc::Status s = reader->Finish();
+  return s.ok() ? absl::OkStatus() : CallStatus(s, address_);
+}
+
+struct CoordinatorRendezvous::Stubs {
+  std::unique_ptr<quilt::v1::ClusterService::Stub> cluster;
+};
+
+CoordinatorRendezvous::CoordinatorRendezvous(const std::string& address, std::string job_id)
+    : address_(address), job_id_(std::move(job_id)), stubs_(new Stubs) {
+  stubs_->cluster = quilt::v1::ClusterService::NewStub(MakeChannel(address));
+}
+
+CoordinatorRendezvous::~CoordinatorRendezvous() = default;
+
+absl::StatusOr<std::vector<std::string>> CoordinatorRendezvous::Exchange(
+    int rank, int size, const std::string& address, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  quilt::v1::ExchangeAddressesRequest request;
+  request.set_job_id(job_id_);
+  request.set_rank(rank);
+  request.set_size(size);
+  request.set_address(address);
+  absl::Status last = absl::OkStatus();
+  while (absl::Now() < deadline) {
+    grpc::ClientContext ctx;
+    SetTimeout(&ctx, std::min(absl::Seconds(5), deadline - absl::Now()));
+    quilt::v1::ExchangeAddressesResponse response;
+    grpc::Status s = stubs_->cluster->ExchangeAddresses(&ctx, request, &response);
+    if (s.ok() && response.addresses_size() == size) {
+      return std::vector<std::string>(response.addresses().begin(), response.addresses().end());
+    }
+    if (!s.ok()) {
+      last = CallStatus(s, address_);
+      // Only an unreachable coordinator is worth asking again.
+      if (last.code() != absl::StatusCode::kUnavailable &&
+          last.code() != absl::StatusCode::kDeadlineExceeded) {
+        return last;
+      }
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  return absl::DeadlineExceededError(
+      absl::StrCat("job ", job_id_, ": not every executor published its address within ",
+                   absl::FormatDuration(timeout), last.ok() ? "" : "; last error: ",
+                   last.ok() ? "" : last.message()));
 }
 
 }  // namespace quilt::rpc

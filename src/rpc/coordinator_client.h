@@ -5,6 +5,11 @@
 #ifndef QUILT_SRC_RPC_COORDINATOR_CLIENT_H_
 #define QUILT_SRC_RPC_COORDINATOR_CLIENT_H_
 
+#include <functional>
+#include <vector>
+
+#include "src/runtime/comm/rendezvous.h"
+
 #include <memory>
 #include <string>
 
@@ -57,6 +62,15 @@ class JobClient {
   ~JobClient();
 
   absl::StatusOr<quilt::v1::PlanReport> PlanJob(const quilt::v1::PlanJobRequest& request);
+  absl::StatusOr<std::string> SubmitJob(const quilt::v1::JobSpec& spec);
+  absl::StatusOr<quilt::v1::JobStatus> GetJob(const std::string& job_id);
+  absl::StatusOr<std::vector<quilt::v1::JobStatus>> ListJobs();
+  absl::Status CancelJob(const std::string& job_id, const std::string& reason);
+  absl::StatusOr<std::string> ExportJob(const std::string& job_id);
+  // Streams the job's status to `on_status` until the job ends (OK) or the
+  // stream fails; no deadline.
+  absl::Status WatchJob(const std::string& job_id,
+                        const std::function<void(const quilt::v1::JobStatus&)>& on_status);
 
   const std::string& address() const { return address_; }
 
@@ -64,6 +78,22 @@ class JobClient {
   struct Stubs;
   std::string address_;
   absl::Duration timeout_;
+  std::unique_ptr<Stubs> stubs_;
+};
+
+// The executors' rendezvous through the coordinator (ExchangeAddresses):
+// publishes this rank's address and polls until every rank has published.
+class CoordinatorRendezvous final : public Rendezvous {
+ public:
+  CoordinatorRendezvous(const std::string& address, std::string job_id);
+  ~CoordinatorRendezvous() override;
+  absl::StatusOr<std::vector<std::string>> Exchange(int rank, int size, const std::string& address,
+                                                    absl::Duration timeout) override;
+
+ private:
+  struct Stubs;
+  std::string address_;
+  std::string job_id_;
   std::unique_ptr<Stubs> stubs_;
 };
 

@@ -4,7 +4,10 @@
 #include "src/cluster/topology.h"
 #include "src/common/logging.h"
 #include "src/common/status.h"
+#include "absl/synchronization/notification.h"
+#include "src/coordinator/job_export.h"
 #include "src/coordinator/job_model.h"
+#include "src/coordinator/job_submission.h"
 #include "src/coordinator/live_cluster.h"
 #include "src/planner/plan.h"
 #include "src/rpc/handler_util.h"
@@ -75,6 +78,78 @@ absl::Status JobServiceImpl::Plan(const quilt::v1::PlanJobRequest& request,
             result.report.planning_wall_s());
   *report = std::move(result.report);
   return absl::OkStatus();
+}
+
+grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext*,
+                                       const quilt::v1::SubmitJobRequest* request,
+                                       quilt::v1::SubmitJobResponse* response) {
+  absl::Notification done;
+  absl::StatusOr<std::string> id = absl::UnknownError("not run");
+  const bool taken = planning_.Submit([&] {
+    SubmissionOptions options;
+    absl::StatusOr<NewJob> job = PrepareJob(request->spec(), *coordinator_->registry(), options);
+    id = job.ok() ? coordinator_->jobs()->Add(std::move(*job)) : job.status();
+    done.Notify();
+  });
+  if (!taken) {
+    return ToGrpcStatus(planning_.accepting()
+                            ? absl::ResourceExhaustedError(absl::StrCat(
+                                  "the coordinator is already planning ", planning_.pending(),
+                                  " jobs; try again later"))
+                            : absl::UnavailableError("the coordinator is shutting down"));
+  }
+  done.WaitForNotification();
+  if (!id.ok()) return ToGrpcStatus(id.status());
+  response->set_job_id(*id);
+  return grpc::Status::OK;
+}
+
+grpc::Status JobServiceImpl::GetJob(grpc::ServerContext*, const quilt::v1::GetJobRequest* request,
+                                    quilt::v1::JobStatus* response) {
+  absl::StatusOr<quilt::v1::JobStatus> st = coordinator_->jobs()->Get(request->job_id());
+  if (!st.ok()) return ToGrpcStatus(st.status());
+  *response = std::move(*st);
+  return grpc::Status::OK;
+}
+
+grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext*, const quilt::v1::ListJobsRequest*,
+                                      quilt::v1::ListJobsResponse* response) {
+  for (quilt::v1::JobStatus& st : coordinator_->jobs()->List()) {
+    *response->add_jobs() = std::move(st);
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* ctx,
+                                      const quilt::v1::WatchJobRequest* request,
+                                      grpc::ServerWriter<quilt::v1::JobStatus>* writer) {
+  int64_t version = -1;
+  while (!ctx->IsCancelled()) {
+    const int64_t before = version;
+    absl::StatusOr<quilt::v1::JobStatus> st =
+        coordinator_->jobs()->WaitForChange(request->job_id(), &version, absl::Seconds(1));
+    if (!st.ok()) return ToGrpcStatus(st.status());
+    if (version != before && !writer->Write(*st)) break;  // the client went away
+    if (JobManager::Ended(st->state())) break;
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext*,
+                                       const quilt::v1::CancelJobRequest* request,
+                                       quilt::v1::CancelJobResponse*) {
+  return ToGrpcStatus(coordinator_->jobs()->Cancel(request->job_id(), request->reason()));
+}
+
+grpc::Status JobServiceImpl::ExportJob(grpc::ServerContext*,
+                                       const quilt::v1::ExportJobRequest* request,
+                                       quilt::v1::ExportJobResponse* response) {
+  absl::StatusOr<quilt::v1::JobRecord> record = coordinator_->jobs()->Record(request->job_id());
+  if (!record.ok()) return ToGrpcStatus(record.status());
+  absl::StatusOr<std::string> onnx = ExportTrainedOnnx(*record);
+  if (!onnx.ok()) return ToGrpcStatus(onnx.status());
+  response->set_onnx(std::move(*onnx));
+  return grpc::Status::OK;
 }
 
 }  // namespace quilt::rpc

@@ -1,9 +1,11 @@
 // gRPC adapter of JobService (clients → coordinator). PlanJob builds the
 // job's training graph, takes the live cluster (Ready nodes) and returns
-// every baseline's prediction; planning is CPU-heavy (seconds for large
-// models), so it runs on a small work queue instead of gRPC's callback
-// threads, and a full queue answers RESOURCE_EXHAUSTED at once. The other
-// methods are not served yet (UNIMPLEMENTED).
+// every baseline's prediction; SubmitJob checks and plans the same way,
+// then hands the job to the JobManager. Planning is CPU-heavy (seconds for
+// large models), so it runs on a small work queue instead of gRPC's
+// threads, and a full queue answers RESOURCE_EXHAUSTED at once. GetJob,
+// ListJobs, WatchJob (a stream of every change until the job ends),
+// CancelJob and ExportJob read and change the JobManager's state.
 #ifndef QUILT_SRC_RPC_JOB_SERVICE_H_
 #define QUILT_SRC_RPC_JOB_SERVICE_H_
 
@@ -26,6 +28,19 @@ class JobServiceImpl final : public JobServiceBase {
   grpc::ServerUnaryReactor* PlanJob(grpc::CallbackServerContext* ctx,
                                     const grpc::ByteBuffer* request,
                                     grpc::ByteBuffer* response) override;
+
+  grpc::Status SubmitJob(grpc::ServerContext* ctx, const quilt::v1::SubmitJobRequest* request,
+                         quilt::v1::SubmitJobResponse* response) override;
+  grpc::Status GetJob(grpc::ServerContext* ctx, const quilt::v1::GetJobRequest* request,
+                      quilt::v1::JobStatus* response) override;
+  grpc::Status ListJobs(grpc::ServerContext* ctx, const quilt::v1::ListJobsRequest* request,
+                        quilt::v1::ListJobsResponse* response) override;
+  grpc::Status WatchJob(grpc::ServerContext* ctx, const quilt::v1::WatchJobRequest* request,
+                        grpc::ServerWriter<quilt::v1::JobStatus>* writer) override;
+  grpc::Status CancelJob(grpc::ServerContext* ctx, const quilt::v1::CancelJobRequest* request,
+                         quilt::v1::CancelJobResponse* response) override;
+  grpc::Status ExportJob(grpc::ServerContext* ctx, const quilt::v1::ExportJobRequest* request,
+                         quilt::v1::ExportJobResponse* response) override;
 
   // Runs the accepted plans to completion; call before the server shuts down.
   void Drain() { planning_.Shutdown(); }

@@ -1,13 +1,18 @@
 // quilt-executor: runs one process's share of a DistributedProgram for K
 // steps. Each process of a job gets the same program, its rank and the
 // world (the node each rank runs); they find each other through a
-// rendezvous directory. At the end it writes the persistent tensors its
-// devices hold (parameters, optimizer state; shards on parameter servers)
-// as .npy files and the per-step metrics as JSON.
+// rendezvous directory or the coordinator (coordinator://HOST:PORT/JOB).
+// At the end it writes the persistent tensors its devices hold
+// (parameters, optimizer state; shards on parameter servers) as .npy files
+// and the per-step metrics as JSON; checkpoints write the same every N
+// steps under DIR/step-NNNNNNNN/rank-R/ (metrics.json last, so a
+// checkpoint with it is complete). --progress prints one JSON line per
+// step on stdout ({"step", "loss_part", "step_time_s"}).
 //
 //   quilt-executor --program prog.pb --world n0,n1 --rank 0 --rendezvous DIR
 //       --steps 10 --data synthetic|X.npy,Y.npy --out DIR [--trace t.json]
 //       [--slowdown n0/cpu:0=3] [--step-timeout 60] [--seed 0]
+//       [--checkpoint-dir DIR --checkpoint-every N] [--progress]
 //
 // Exit status: 0 success, 1 failure (the reason on stderr), 2 usage.
 #include <filesystem>
@@ -17,7 +22,11 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/match.h"
+#include "src/common/status.h"
+#include "src/rpc/coordinator_client.h"
 #include "nlohmann/json.hpp"
 #include "src/common/files.h"
 #include "src/graph/graph.h"
@@ -43,6 +52,34 @@ std::string FileName(const std::string& s) {
   return out;
 }
 
+// The tensors this process holds and the steps so far, into `dir`.
+absl::Status WriteState(const std::string& dir, int rank, const quilt::Executor& executor) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return absl::UnavailableError("cannot create " + dir + ": " + ec.message());
+  nlohmann::json metrics;
+  metrics["rank"] = rank;
+  metrics["tensors"] = nlohmann::json::array();
+  metrics["loss_parts"] = nlohmann::json::array();
+  metrics["step_times_s"] = nlohmann::json::array();
+  for (const quilt::ExecutorStep& s : executor.steps()) {
+    metrics["loss_parts"].push_back(s.has_loss ? nlohmann::json(s.loss_part)
+                                               : nlohmann::json(nullptr));
+    metrics["step_times_s"].push_back(s.step_time_s);
+  }
+  for (const quilt::HeldTensor& h : executor.Persistent()) {
+    const std::string file =
+        FileName(absl::StrCat(h.device, "__", h.tensor, "__", h.begin, "_", h.end)) + ".npy";
+    RETURN_IF_ERROR(quilt::WriteNpy(dir + "/" + file, h.value));
+    metrics["tensors"].push_back({{"device", h.device},
+                                  {"tensor", h.tensor},
+                                  {"begin", h.begin},
+                                  {"end", h.end},
+                                  {"file", file}});
+  }
+  return quilt::WriteFileAtomically(dir + "/metrics.json", metrics.dump(1));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -54,6 +91,9 @@ int main(int argc, char** argv) {
   uint64_t seed = 0;
   double step_timeout = 120, connect_timeout = 60;
   int threads = 1;
+  std::string checkpoint_dir;
+  int64_t checkpoint_every = 0;
+  bool progress = false;
   app.add_option("--program", program_path, "DistributedProgram (binary protobuf)")->required();
   app.add_option("--world", world, "Nodes by rank, comma-separated")->required();
   app.add_option("--rank", rank, "This process's rank")->required();
@@ -68,6 +108,11 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--connect-timeout", connect_timeout, "Seconds to wait for the other processes");
   app.add_option("--threads", threads, "Kernel threads")->check(CLI::PositiveNumber);
+  app.add_option("--checkpoint-dir", checkpoint_dir, "Directory of the job's checkpoints");
+  app.add_option("--checkpoint-every", checkpoint_every,
+                 "Checkpoint every N steps (0: only after the last)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_flag("--progress", progress, "One JSON line per step on stdout");
   CLI11_PARSE(app, argc, argv);
 
   quilt::SetComputeThreads(threads);
@@ -91,9 +136,24 @@ int main(int argc, char** argv) {
       return Fail("bad --slowdown entry '" + std::string(item) + "'");
     options.slowdown[kv.first] = f;
   }
-  options.on_step = [rank](const quilt::ExecutorStep& s) {
-    std::cerr << "rank " << rank << " step " << s.step << " loss part " << s.loss_part << " ("
-              << s.step_time_s * 1e3 << " ms)\n";
+  quilt::Executor* running = nullptr;  // set once created
+  absl::Status checkpoint_error;
+  options.on_step = [&](const quilt::ExecutorStep& s) {
+    if (progress) {
+      nlohmann::json line = {{"step", s.step}, {"step_time_s", s.step_time_s}};
+      line["loss_part"] = s.has_loss ? nlohmann::json(s.loss_part) : nlohmann::json(nullptr);
+      std::cout << line.dump() << std::endl;
+    } else {
+      std::cerr << "rank " << rank << " step " << s.step << " loss part " << s.loss_part << " ("
+                << s.step_time_s * 1e3 << " ms)\n";
+    }
+    const bool due = !checkpoint_dir.empty() &&
+                     (s.step == steps || (checkpoint_every > 0 && s.step % checkpoint_every == 0));
+    if (due && running != nullptr && checkpoint_error.ok()) {
+      checkpoint_error =
+          WriteState(absl::StrFormat("%s/step-%08d/rank-%d", checkpoint_dir, s.step, rank), rank,
+                     *running);
+    }
   };
   // Data.
   absl::StatusOr<quilt::Graph> graph = quilt::Graph::FromProto(program.graph());
@@ -111,9 +171,20 @@ int main(int argc, char** argv) {
     if (!d.ok()) return Fail(std::string(d.status().message()));
     data = std::move(*d);
   }
-  quilt::DirectoryRendezvous rdv(rendezvous);
+  std::unique_ptr<quilt::Rendezvous> rdv;
+  if (absl::StartsWith(rendezvous, "coordinator://")) {
+    const std::string rest = rendezvous.substr(strlen("coordinator://"));
+    const size_t slash = rest.rfind('/');
+    if (slash == std::string::npos || slash + 1 == rest.size()) {
+      return Fail("--rendezvous coordinator://HOST:PORT/JOB needs a job id");
+    }
+    rdv = std::make_unique<quilt::rpc::CoordinatorRendezvous>(rest.substr(0, slash),
+                                                              rest.substr(slash + 1));
+  } else {
+    rdv = std::make_unique<quilt::DirectoryRendezvous>(rendezvous);
+  }
   absl::StatusOr<std::unique_ptr<quilt::Transport>> transport = quilt::CreateUcxTransport(
-      rank, static_cast<int>(nodes.size()), &rdv, absl::Seconds(connect_timeout));
+      rank, static_cast<int>(nodes.size()), rdv.get(), absl::Seconds(connect_timeout));
   if (!transport.ok()) return Fail(std::string(transport.status().message()));
   // Everyone connected before the first step.
   if (absl::Status b =
@@ -124,6 +195,7 @@ int main(int argc, char** argv) {
   absl::StatusOr<std::unique_ptr<quilt::Executor>> executor = quilt::Executor::Create(
       std::move(program), nodes, rank, transport->get(), data.get(), options);
   if (!executor.ok()) return Fail(std::string(executor.status().message()));
+  running = executor->get();
   const absl::Status run = (*executor)->Run();
   if (!trace_path.empty()) {
     std::ofstream(trace_path) << quilt::ChromeTraceJson((*executor)->Trace(),
@@ -131,30 +203,9 @@ int main(int argc, char** argv) {
                                                         absl::StrCat("rank ", rank, " (measured)"));
   }
   if (!run.ok()) return Fail(std::string(run.message()));
+  if (!checkpoint_error.ok()) return Fail("checkpoint: " + std::string(checkpoint_error.message()));
   if (!out_dir.empty()) {
-    std::filesystem::create_directories(out_dir);
-    nlohmann::json metrics;
-    metrics["rank"] = rank;
-    metrics["tensors"] = nlohmann::json::array();
-    metrics["loss_parts"] = nlohmann::json::array();
-    metrics["step_times_s"] = nlohmann::json::array();
-    for (const quilt::ExecutorStep& s : (*executor)->steps()) {
-      metrics["loss_parts"].push_back(s.has_loss ? nlohmann::json(s.loss_part)
-                                                 : nlohmann::json(nullptr));
-      metrics["step_times_s"].push_back(s.step_time_s);
-    }
-    for (const quilt::HeldTensor& h : (*executor)->Persistent()) {
-      const std::string file =
-          FileName(absl::StrCat(h.device, "__", h.tensor, "__", h.begin, "_", h.end)) + ".npy";
-      absl::Status w = quilt::WriteNpy(out_dir + "/" + file, h.value);
-      if (!w.ok()) return Fail(std::string(w.message()));
-      metrics["tensors"].push_back({{"device", h.device},
-                                    {"tensor", h.tensor},
-                                    {"begin", h.begin},
-                                    {"end", h.end},
-                                    {"file", file}});
-    }
-    absl::Status w = quilt::WriteFileAtomically(out_dir + "/metrics.json", metrics.dump(1));
+    absl::Status w = WriteState(out_dir, rank, **executor);
     if (!w.ok()) return Fail(std::string(w.message()));
   }
   // Nobody leaves (closing its connections) while others still run.

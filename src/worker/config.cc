@@ -33,7 +33,15 @@ const ConfigSchema<WorkerConfig>& WorkerConfigSchema() {
                 {"trace", "debug", "info", "warn", "error", "off"})
         .String("ready_file", &C::ready_file,
                 "If set, \"<node_id> <incarnation>\" is written here after the first\n"
-                "successful registration.");
+                "successful registration.")
+        .String("executor_path", &C::executor_path,
+                "The quilt-executor binary; empty = next to quilt-worker (or in the\n"
+                "build tree's src/runtime/).")
+        .String("work_dir", &C::work_dir,
+                "Where each job's program and executor log go; empty =\n"
+                "$TMPDIR/quilt-worker/<node_id>.")
+        .Int("executor_threads", &C::executor_threads, "Kernel threads of each executor.", 1,
+             1024);
     return s;
   }();
   return *schema;

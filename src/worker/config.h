@@ -24,6 +24,9 @@ struct WorkerConfig {
   int64_t max_backoff_ms = 5000;
   std::string log_level = "info";
   std::string ready_file;
+  std::string executor_path;
+  std::string work_dir;
+  int64_t executor_threads = 1;
 };
 
 const ConfigSchema<WorkerConfig>& WorkerConfigSchema();

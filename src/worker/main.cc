@@ -1,10 +1,15 @@
 // quilt-worker: one daemon per node. Flags, config, logging, signals, device
 // discovery and calibration, registration and heartbeats, systemd readiness,
-// stop on SIGTERM.
+// stop on SIGTERM; the node's job executors (tasks.h).
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <memory>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "src/cluster/local_node.h"
 #include "src/common/config_cli.h"
@@ -46,9 +51,44 @@ int Run(WorkerConfig config) {
     return 1;
   }
 
+  std::string executor = config.executor_path;
+  if (executor.empty()) {
+    const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe");
+    for (const auto& candidate : {self.parent_path() / "quilt-executor",
+                                  self.parent_path().parent_path() / "runtime" / "quilt-executor"}) {
+      if (std::filesystem::exists(candidate)) {
+        executor = candidate.string();
+        break;
+      }
+    }
+  }
+  if (executor.empty() || access(executor.c_str(), X_OK) != 0) {
+    QLOG_ERROR("no runnable quilt-executor ({}); set executor_path",
+               executor.empty() ? "none found next to quilt-worker" : executor);
+    return 2;
+  }
+  std::string work_dir = config.work_dir;
+  if (work_dir.empty()) {
+    const char* tmp = std::getenv("TMPDIR");
+    work_dir = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/quilt-worker/", config.node_id);
+  }
+
   rpc::CoordinatorClient client(config.coordinator_address,
                                 absl::Milliseconds(config.rpc_timeout_ms));
+  Worker* running = nullptr;
+  TaskRunnerOptions task_options;
+  task_options.executor_path = executor;
+  task_options.work_dir = work_dir;
+  task_options.coordinator_address = config.coordinator_address;
+  task_options.compute_slowdown = config.compute_slowdown;
+  for (const auto& d : node->devices()) task_options.device_ids.push_back(d.id());
+  task_options.threads = static_cast<int>(config.executor_threads);
+  task_options.on_change = [&running] {
+    if (running != nullptr) running->Wake();
+  };
+  TaskRunner tasks(task_options);
   WorkerOptions options;
+  options.tasks = &tasks;
   options.max_backoff = absl::Milliseconds(config.max_backoff_ms);
   options.on_first_registration = [&config, incarnation] {
     if (config.ready_file.empty()) return;
@@ -57,6 +97,7 @@ int Run(WorkerConfig config) {
     if (!s.ok()) QLOG_ERROR("cannot write ready_file: {}", s.ToString());
   };
   Worker worker(*node, incarnation, &client, options);
+  running = &worker;
   worker.Start();
   NotifyReady(absl::StrFormat("%d device(s); registering with %s", node->devices_size(),
                               config.coordinator_address));
@@ -68,6 +109,7 @@ int Run(WorkerConfig config) {
   QLOG_INFO("stopping node={}", config.node_id);
   NotifyStopping();
   worker.Stop();
+  running = nullptr;
   QLOG_INFO("stopped");
   return 0;
 }

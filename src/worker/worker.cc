@@ -28,6 +28,11 @@ void Worker::Stop() {
 
 bool Worker::Sleep(absl::Duration d) { return !stop_.WaitForNotificationWithTimeout(d); }
 
+void Worker::Wake() {
+  absl::MutexLock lock(&wake_mu_);
+  woken_ = true;
+}
+
 void Worker::Loop() {
   std::mt19937_64 rng(incarnation_);
   std::uniform_real_distribution<double> jitter(0.5, 1.0);
@@ -66,15 +71,34 @@ void Worker::Loop() {
       continue;
     }
 
-    if (!Sleep(period)) break;
+    // The period, or sooner (not before 100 ms) when woken.
+    {
+      if (!Sleep(absl::Milliseconds(100))) break;
+      absl::MutexLock lock(&wake_mu_);
+      auto woken = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(wake_mu_) {
+        return woken_ || stop_.HasBeenNotified();
+      };
+      wake_mu_.AwaitWithTimeout(absl::Condition(&woken),
+                                std::max(absl::ZeroDuration(), period - absl::Milliseconds(100)));
+      woken_ = false;
+      if (stop_.HasBeenNotified()) break;
+    }
     quilt::v1::HeartbeatRequest hb;
     hb.set_node_id(id);
     hb.set_incarnation(incarnation_);
+    std::vector<quilt::v1::TaskReport> reports;
+    if (options_.tasks != nullptr) reports = options_.tasks->Reports();
+    for (const auto& r : reports) *hb.add_tasks() = r;
     absl::StatusOr<quilt::v1::HeartbeatResponse> h = coordinator_->Heartbeat(hb);
     if (h.ok()) {
       if (failures > 0) QLOG_INFO("heartbeats resumed node={} after_failures={}", id, failures);
       failures = 0;
       period = absl::Seconds(h->heartbeat_period_s());
+      if (options_.tasks != nullptr) {
+        options_.tasks->Ack(reports);
+        for (const std::string& job : h->cancel_jobs()) options_.tasks->Cancel(job);
+        for (const auto& a : h->assignments()) options_.tasks->Start(a);
+      }
       continue;
     }
     const absl::StatusCode code = h.status().code();

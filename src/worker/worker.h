@@ -2,7 +2,10 @@
 // coordinator (with a fresh random incarnation per process), heartbeats at
 // the period the coordinator asks for, and registers again — with jittered
 // exponential backoff — when the coordinator is unreachable, forgot the node
-// (NOT_FOUND) or calls this incarnation stale (ABORTED).
+// (NOT_FOUND) or calls this incarnation stale (ABORTED). With a TaskRunner,
+// heartbeats carry its executors' reports and bring back the node's job
+// assignments and cancellations; Wake() sends the next heartbeat early (at
+// most every 100 ms) so that steps and exits reach the coordinator soon.
 //
 // Threading: Start() runs the loop on its own thread; Stop() wakes and joins
 // it. Accessors are thread-safe.
@@ -17,6 +20,7 @@
 #include "absl/time/time.h"
 #include "proto/quilt/v1/cluster.pb.h"
 #include "src/worker/coordinator_interface.h"
+#include "src/worker/tasks.h"
 
 namespace quilt {
 
@@ -25,6 +29,8 @@ struct WorkerOptions {
   absl::Duration max_backoff = absl::Seconds(5);
   // Called once, after the first successful registration.
   std::function<void()> on_first_registration;
+  // The node's executors (optional; must outlive the worker).
+  TaskRunner* tasks = nullptr;
 };
 
 class Worker {
@@ -36,6 +42,8 @@ class Worker {
 
   void Start();
   void Stop();
+  // Heartbeat soon (something changed).
+  void Wake();
 
   uint64_t incarnation() const { return incarnation_; }
   bool registered() const { return registered_.load(); }
@@ -54,6 +62,8 @@ class Worker {
   std::atomic<bool> registered_{false};
   std::atomic<int> registrations_{0};
   absl::Notification stop_;
+  absl::Mutex wake_mu_;
+  bool woken_ ABSL_GUARDED_BY(wake_mu_) = false;
   std::thread thread_;
 };
 

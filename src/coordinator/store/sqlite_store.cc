@@ -6,7 +6,7 @@
 namespace quilt {
 namespace {
 
-constexpr int64_t kSchemaVersion = 1;
+constexpr int64_t kSchemaVersion = 2;
 
 template <typename Proto>
 absl::Status ParseRecord(const std::string& bytes, const char* table, Proto* out) {
@@ -47,6 +47,16 @@ absl::Status SqliteStore::Migrate() {
                     "  record BLOB NOT NULL);"
                     "PRAGMA user_version = 1;"));
       return absl::OkStatus();
+    }));
+  }
+  if (version < 2) {
+    RETURN_IF_ERROR(db_->Transaction([&]() -> absl::Status {
+      return db_->Exec(
+          "CREATE TABLE IF NOT EXISTS jobs ("
+          "  seq INTEGER PRIMARY KEY AUTOINCREMENT,"
+          "  job_id TEXT UNIQUE NOT NULL,"
+          "  record BLOB NOT NULL);"
+          "PRAGMA user_version = 2;");
     }));
   }
   return absl::OkStatus();
@@ -101,6 +111,31 @@ absl::StatusOr<std::vector<quilt::v1::ClusterEvent>> SqliteStore::RecentEvents(i
                            }));
   RETURN_IF_ERROR(parse);
   return events;
+}
+
+absl::Status SqliteStore::PutJob(const quilt::v1::JobRecord& job) {
+  absl::MutexLock lock(&mu_);
+  return db_->Run(
+      "INSERT INTO jobs (job_id, record) VALUES (?, ?) "
+      "ON CONFLICT(job_id) DO UPDATE SET record = excluded.record",
+      {job.status().job_id(), Blob{job.SerializeAsString()}});
+}
+
+absl::StatusOr<std::vector<quilt::v1::JobRecord>> SqliteStore::ListJobs() {
+  absl::MutexLock lock(&mu_);
+  std::vector<quilt::v1::JobRecord> jobs;
+  absl::Status parse = absl::OkStatus();
+  RETURN_IF_ERROR(db_->Run("SELECT record FROM jobs ORDER BY seq", {}, [&](const SqlRow& r) {
+    quilt::v1::JobRecord j;
+    absl::Status s = ParseRecord(r.Bytes(0), "jobs", &j);
+    if (s.ok()) {
+      jobs.push_back(std::move(j));
+    } else if (parse.ok()) {
+      parse = s;
+    }
+  }));
+  RETURN_IF_ERROR(parse);
+  return jobs;
 }
 
 }  // namespace quilt

@@ -23,6 +23,8 @@ class SqliteStore final : public CoordinatorStore {
   absl::Status PutNode(const quilt::v1::NodeStatus& node) override;
   absl::StatusOr<std::vector<quilt::v1::NodeStatus>> ListNodes() override;
   absl::Status AppendEvent(const quilt::v1::ClusterEvent& event) override;
+  absl::Status PutJob(const quilt::v1::JobRecord& job) override;
+  absl::StatusOr<std::vector<quilt::v1::JobRecord>> ListJobs() override;
   absl::StatusOr<std::vector<quilt::v1::ClusterEvent>> RecentEvents(int max) override;
 
  private:

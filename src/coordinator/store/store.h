@@ -1,5 +1,5 @@
 // The coordinator's durable state: what must survive a coordinator restart.
-// Today: the node registry and the cluster event log. The interface keeps the
+// The node registry, the cluster event log and the jobs. The interface keeps the
 // domain code independent of the storage engine (SQLite by default).
 #ifndef QUILT_SRC_COORDINATOR_STORE_STORE_H_
 #define QUILT_SRC_COORDINATOR_STORE_STORE_H_
@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "proto/quilt/v1/cluster.pb.h"
+#include "proto/quilt/v1/job.pb.h"
 
 namespace quilt {
 
@@ -24,6 +25,11 @@ class CoordinatorStore {
   virtual absl::Status AppendEvent(const quilt::v1::ClusterEvent& event) = 0;
   // Newest first, at most `max`.
   virtual absl::StatusOr<std::vector<quilt::v1::ClusterEvent>> RecentEvents(int max) = 0;
+
+  // Inserts or replaces the job's record (keyed by status.job_id).
+  virtual absl::Status PutJob(const quilt::v1::JobRecord& job) = 0;
+  // Every job, oldest first.
+  virtual absl::StatusOr<std::vector<quilt::v1::JobRecord>> ListJobs() = 0;
 
   static constexpr int kMaxEvents = 1000;
 };

@@ -1,0 +1,302 @@
+// quiltctl's job commands: submit (a model file or zoo name with its
+// training settings; the coordinator checks, plans and starts it), jobs,
+// describe job, watch (a live progress line until the job ends), cancel
+// and export (the trained model as ONNX).
+#include <unistd.h>
+
+#include <fstream>
+#include <iostream>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "src/cli/command.h"
+#include "src/cli/format.h"
+#include "src/common/files.h"
+#include "src/common/status.h"
+#include "src/common/proto_time.h"
+#include "src/graph/model_loader.h"
+#include "src/rpc/coordinator_client.h"
+
+namespace quilt::cli {
+namespace {
+
+using quilt::v1::JobState;
+using quilt::v1::JobStatus;
+
+struct SubmitArgs {
+  std::string model, name, loss = "auto", optimizer = "sgd", strategy = "auto", data = "synthetic";
+  std::string checkpoint_dir;
+  int64_t batch = 0, steps = 0, checkpoint_every = 0;
+  double lr = 0, momentum = 0.9;
+  uint64_t seed = 0;
+  bool watch = false;
+  std::string format = "table";
+};
+
+bool JobEnded(JobState s) {
+  return s == quilt::v1::JOB_STATE_SUCCEEDED || s == quilt::v1::JOB_STATE_FAILED ||
+         s == quilt::v1::JOB_STATE_CANCELLED;
+}
+
+std::string StateName(JobState s) {
+  std::string n = quilt::v1::JobState_Name(s);
+  return n.rfind("JOB_STATE_", 0) == 0 ? n.substr(10) : n;
+}
+
+// The model of a spec: zoo:NAME, an .onnx file, or a Quilt graph file.
+absl::Status SetModel(const std::string& model, int64_t batch, quilt::v1::JobSpec* spec) {
+  if (model.rfind("zoo:", 0) == 0) {
+    spec->set_zoo(model.substr(4));
+    return absl::OkStatus();
+  }
+  if (model.size() > 5 && model.substr(model.size() - 5) == ".onnx") {
+    ASSIGN_OR_RETURN(std::string bytes, ReadFile(model));
+    spec->set_onnx(std::move(bytes));
+    return absl::OkStatus();
+  }
+  ASSIGN_OR_RETURN(Graph g, LoadModel(model, batch));
+  *spec->mutable_graph() = g.ToProto();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<quilt::v1::JobSpec> SpecFrom(const SubmitArgs& a) {
+  quilt::v1::JobSpec spec;
+  RETURN_IF_ERROR(SetModel(a.model, a.batch, &spec));
+  spec.set_name(a.name);
+  spec.set_global_batch(a.batch);
+  spec.set_steps(a.steps);
+  spec.set_strategy(a.strategy);
+  spec.set_seed(a.seed);
+  spec.set_checkpoint_interval_steps(a.checkpoint_every);
+  spec.set_checkpoint_dir(a.checkpoint_dir);
+  if (a.loss == "softmax_cross_entropy") {
+    spec.set_loss(quilt::v1::Loss::TYPE_SOFTMAX_CROSS_ENTROPY);
+  } else if (a.loss == "mse") {
+    spec.set_loss(quilt::v1::Loss::TYPE_MSE);
+  }  // auto: the model's own loss
+  if (a.optimizer == "adam") {
+    spec.mutable_optimizer()->mutable_adam()->set_learning_rate(a.lr > 0 ? a.lr : 1e-3);
+  } else {
+    spec.mutable_optimizer()->mutable_sgd()->set_learning_rate(a.lr > 0 ? a.lr : 0.05);
+    spec.mutable_optimizer()->mutable_sgd()->set_momentum(a.momentum);
+  }
+  if (a.data.rfind("synthetic", 0) == 0) {
+    uint64_t seed = 0;
+    if (a.data.size() > 9 &&
+        (a.data[9] != ':' || !absl::SimpleAtoi(a.data.substr(10), &seed))) {
+      return absl::InvalidArgumentError("--data synthetic[:SEED], or INPUTS.npy,LABELS.npy");
+    }
+    spec.mutable_dataset()->set_synthetic_seed(seed);
+  } else {
+    std::vector<std::string> files = absl::StrSplit(a.data, ',');
+    if (files.size() != 2) {
+      return absl::InvalidArgumentError("--data synthetic[:SEED], or INPUTS.npy,LABELS.npy");
+    }
+    // The coordinator and the workers read them: absolute paths.
+    for (std::string& f : files) {
+      if (!f.empty() && f[0] != '/') {
+        char cwd[4096];
+        if (getcwd(cwd, sizeof(cwd)) != nullptr) f = std::string(cwd) + "/" + f;
+      }
+    }
+    spec.mutable_dataset()->mutable_numpy()->set_inputs_path(files[0]);
+    spec.mutable_dataset()->mutable_numpy()->set_labels_path(files[1]);
+  }
+  return spec;
+}
+
+std::string Describe(const JobStatus& s) {
+  std::string out;
+  absl::StrAppendFormat(&out, "Job:        %s (%s)\n", s.job_id(), s.name());
+  absl::StrAppendFormat(&out, "State:      %s%s\n", StateName(s.state()),
+                        s.message().empty() ? "" : " — " + s.message());
+  absl::StrAppendFormat(&out, "Strategy:   %s on %s\n", s.strategy(),
+                        absl::StrJoin(s.nodes(), ", "));
+  absl::StrAppendFormat(&out, "Progress:   step %d of %d, loss %.6g\n", s.step(), s.steps(),
+                        s.last_loss());
+  absl::StrAppendFormat(&out, "Step time:  predicted %s, measured %s%s\n",
+                        HumanSeconds(s.predicted_step_time_s()),
+                        s.measured_step_time_s() > 0 ? HumanSeconds(s.measured_step_time_s())
+                                                     : "-",
+                        s.measured_step_time_s() > 0 && s.predicted_step_time_s() > 0
+                            ? absl::StrFormat(" (%+.0f %%)", 100 * (s.measured_step_time_s() /
+                                                                        s.predicted_step_time_s() -
+                                                                    1))
+                            : "");
+  absl::StrAppendFormat(&out, "Throughput: %s samples/s\n",
+                        s.samples_per_s() > 0 ? absl::StrFormat("%.1f", s.samples_per_s()) : "-");
+  return out;
+}
+
+// One progress line: a bar, step/steps, loss, samples/s, ETA.
+std::string ProgressLine(const JobStatus& s) {
+  const int width = 24;
+  const double frac = s.steps() > 0 ? static_cast<double>(s.step()) / s.steps() : 0;
+  const int filled = static_cast<int>(frac * width);
+  std::string bar = std::string(filled, '#') + std::string(width - filled, '.');
+  const double eta =
+      s.measured_step_time_s() > 0 ? (s.steps() - s.step()) * s.measured_step_time_s() : -1;
+  return absl::StrFormat("[%s] %s step %d/%d  loss %.4f  %s samples/s  ETA %s", bar,
+                         StateName(s.state()), s.step(), s.steps(), s.last_loss(),
+                         s.samples_per_s() > 0 ? absl::StrFormat("%.0f", s.samples_per_s()) : "-",
+                         eta >= 0 ? HumanDuration(eta) : "-");
+}
+
+int Watch(const std::string& id, const GlobalOptions& g, const std::string& format) {
+  rpc::JobClient client(g.coordinator, absl::Seconds(g.timeout_s));
+  const bool tty = isatty(STDOUT_FILENO) != 0 && format != "json";
+  JobStatus last;
+  int64_t last_printed_step = -1;
+  absl::Status s = client.WatchJob(id, [&](const JobStatus& st) {
+    last = st;
+    if (format == "json") {
+      std::cout << ToJson(st) << std::endl;
+    } else if (tty) {
+      std::cout << "\r" << ProgressLine(st) << "\033[K" << std::flush;
+    } else if (st.step() != last_printed_step || JobEnded(st.state())) {
+      std::cout << ProgressLine(st) << "\n" << std::flush;
+      last_printed_step = st.step();
+    }
+  });
+  if (tty) std::cout << "\n";
+  if (!s.ok()) return PrintError(std::string(s.message()));
+  if (format != "json") {
+    std::cout << "Job " << id << " " << StateName(last.state())
+              << (last.message().empty() ? "" : ": " + last.message()) << "\n";
+  }
+  return last.state() == quilt::v1::JOB_STATE_SUCCEEDED ? 0 : 1;
+}
+
+}  // namespace
+
+void AddJobCommands(CLI::App& app, const GlobalOptions& globals, std::vector<Command>* out) {
+  // submit
+  auto a = std::make_shared<SubmitArgs>();
+  CLI::App* submit = app.add_subcommand("submit", "Train a model on the cluster");
+  submit->add_option("model", a->model, "zoo:NAME, a .onnx file or a .pb/.pbtxt graph")
+      ->required();
+  submit->add_option("--batch", a->batch, "Global batch size")
+      ->required()
+      ->check(CLI::PositiveNumber);
+  submit->add_option("--steps", a->steps, "Training steps")->required()->check(CLI::PositiveNumber);
+  submit->add_option("--loss", a->loss, "auto (the model's) | softmax_cross_entropy | mse")
+      ->check(CLI::IsMember({"auto", "softmax_cross_entropy", "mse"}));
+  submit->add_option("--optimizer", a->optimizer, "sgd | adam")
+      ->check(CLI::IsMember({"sgd", "adam"}));
+  submit->add_option("--lr", a->lr, "Learning rate (default 0.05 for sgd, 1e-3 for adam)");
+  submit->add_option("--momentum", a->momentum, "SGD momentum");
+  submit->add_option("--strategy", a->strategy, "auto (the planner) or a baseline's name");
+  submit->add_option("--data", a->data, "synthetic[:SEED] or INPUTS.npy,LABELS.npy");
+  submit->add_option("--checkpoint-every", a->checkpoint_every,
+                     "Checkpoint every N steps (0: after the last)");
+  submit->add_option("--checkpoint-dir", a->checkpoint_dir,
+                     "Where checkpoints go (default: the coordinator's state directory)");
+  submit->add_option("--name", a->name, "A name for the job");
+  submit->add_option("--seed", a->seed, "Seed of the planner and of random kernels");
+  submit->add_flag("--watch", a->watch, "Watch the job after submitting it");
+  out->push_back({submit, [a, &globals] {
+                    absl::StatusOr<quilt::v1::JobSpec> spec = SpecFrom(*a);
+                    if (!spec.ok()) return PrintError(std::string(spec.status().message()));
+                    // Submission plans the job: allow the planner's time.
+                    const double timeout = globals.timeout_set ? globals.timeout_s : 600.0;
+                    rpc::JobClient client(globals.coordinator, absl::Seconds(timeout));
+                    std::cerr << "submitting to " << globals.coordinator
+                              << " (the coordinator checks and plans the job)\n";
+                    absl::StatusOr<std::string> id = client.SubmitJob(*spec);
+                    if (!id.ok()) return PrintError(std::string(id.status().message()));
+                    absl::StatusOr<JobStatus> st = client.GetJob(*id);
+                    std::cout << *id << "\n";
+                    if (st.ok()) {
+                      std::cerr << "plan: " << st->strategy() << ", predicted "
+                                << HumanSeconds(st->predicted_step_time_s()) << " per step\n";
+                    }
+                    return a->watch ? Watch(*id, globals, "table") : 0;
+                  }});
+  // jobs
+  auto jobs_format = std::make_shared<std::string>("table");
+  CLI::App* jobs = app.add_subcommand("jobs", "List jobs");
+  jobs->add_option("-o,--output", *jobs_format, "table | json")
+      ->check(CLI::IsMember({"table", "json"}));
+  out->push_back({jobs, [jobs_format, &globals] {
+                    rpc::JobClient client(globals.coordinator, absl::Seconds(globals.timeout_s));
+                    absl::StatusOr<std::vector<JobStatus>> list = client.ListJobs();
+                    if (!list.ok()) return PrintError(std::string(list.status().message()));
+                    if (*jobs_format == "json") {
+                      quilt::v1::ListJobsResponse r;
+                      for (const auto& j : *list) *r.add_jobs() = j;
+                      std::cout << ToJson(r) << "\n";
+                      return 0;
+                    }
+                    Table t({"JOB", "NAME", "STATE", "STEP", "LOSS", "SAMPLES/S", "STRATEGY"});
+                    for (const JobStatus& j : *list) {
+                      t.AddRow({j.job_id(), j.name(), StateName(j.state()),
+                                absl::StrCat(j.step(), "/", j.steps()),
+                                absl::StrFormat("%.4f", j.last_loss()),
+                                j.samples_per_s() > 0 ? absl::StrFormat("%.0f", j.samples_per_s())
+                                                      : "-",
+                                j.strategy()});
+                    }
+                    std::cout << t.Render();
+                    return 0;
+                  }});
+  // describe job ID
+  auto describe_id = std::make_shared<std::string>();
+  auto describe_format = std::make_shared<std::string>("table");
+  CLI::App* describe = app.add_subcommand("describe", "Details of a cluster object");
+  CLI::App* describe_job = describe->add_subcommand("job", "A job: plan, progress, step times");
+  describe->require_subcommand(1);
+  describe_job->add_option("id", *describe_id, "Job id")->required();
+  describe_job->add_option("-o,--output", *describe_format, "table | json")
+      ->check(CLI::IsMember({"table", "json"}));
+  out->push_back({describe_job, [describe_id, describe_format, &globals] {
+                    rpc::JobClient client(globals.coordinator, absl::Seconds(globals.timeout_s));
+                    absl::StatusOr<JobStatus> st = client.GetJob(*describe_id);
+                    if (!st.ok()) return PrintError(std::string(st.status().message()));
+                    std::cout << (*describe_format == "json" ? ToJson(*st) + "\n" : Describe(*st));
+                    return 0;
+                  }});
+  // watch ID
+  auto watch_id = std::make_shared<std::string>();
+  auto watch_format = std::make_shared<std::string>("table");
+  CLI::App* watch = app.add_subcommand("watch", "Follow a job until it ends");
+  watch->add_option("id", *watch_id, "Job id")->required();
+  watch->add_option("-o,--output", *watch_format, "table | json")
+      ->check(CLI::IsMember({"table", "json"}));
+  out->push_back(
+      {watch, [watch_id, watch_format, &globals] { return Watch(*watch_id, globals, *watch_format); }});
+  // cancel ID
+  auto cancel_id = std::make_shared<std::string>();
+  auto cancel_reason = std::make_shared<std::string>();
+  CLI::App* cancel = app.add_subcommand("cancel", "Stop a job");
+  cancel->add_option("id", *cancel_id, "Job id")->required();
+  cancel->add_option("--reason", *cancel_reason, "Why (kept with the job)");
+  out->push_back({cancel, [cancel_id, cancel_reason, &globals] {
+                    rpc::JobClient client(globals.coordinator, absl::Seconds(globals.timeout_s));
+                    absl::Status s = client.CancelJob(*cancel_id, *cancel_reason);
+                    if (!s.ok()) return PrintError(std::string(s.message()));
+                    std::cout << "cancelled " << *cancel_id << "\n";
+                    return 0;
+                  }});
+  // export ID -o FILE
+  auto export_id = std::make_shared<std::string>();
+  auto export_out = std::make_shared<std::string>();
+  CLI::App* exp = app.add_subcommand("export", "Write a job's trained model as ONNX");
+  exp->add_option("id", *export_id, "Job id")->required();
+  exp->add_option("-o,--output", *export_out, "The .onnx file to write")->required();
+  out->push_back({exp, [export_id, export_out, &globals] {
+                    rpc::JobClient client(globals.coordinator, absl::Seconds(globals.timeout_s));
+                    absl::StatusOr<std::string> onnx = client.ExportJob(*export_id);
+                    if (!onnx.ok()) return PrintError(std::string(onnx.status().message()));
+                    absl::Status w = WriteFileAtomically(*export_out, *onnx);
+                    if (!w.ok()) return PrintError(std::string(w.message()));
+                    std::cout << "wrote " << *export_out << "\n";
+                    return 0;
+                  }});
+}
+
+}  // namespace quilt::cli

@@ -1,0 +1,135 @@
+#include "src/coordinator/job_export.h"
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
+#include "onnx/onnx_pb.h"
+#include "src/common/status.h"
+#include "src/runtime/data/npy.h"
+
+namespace quilt {
+namespace {
+
+struct Piece {
+  int64_t begin = 0, end = 0;
+  Tensor value;
+};
+
+absl::StatusOr<Tensor> Join(const std::string& name, std::vector<Piece> pieces) {
+  for (const Piece& p : pieces) {
+    if (p.begin == 0 && p.end == 0) return p.value;  // a whole copy
+  }
+  std::sort(pieces.begin(), pieces.end(),
+            [](const Piece& a, const Piece& b) { return a.begin < b.begin; });
+  int64_t rows = 0;
+  std::vector<const Piece*> parts;
+  for (const Piece& p : pieces) {
+    if (p.begin < rows) continue;  // the same shard from another copy
+    if (p.begin != rows) {
+      return absl::DataLossError(
+          absl::StrCat("'", name, "': rows [", rows, ", ", p.begin, ") are in no checkpoint file"));
+    }
+    rows = p.end;
+    parts.push_back(&p);
+  }
+  std::vector<int64_t> dims = parts.front()->value.dims();
+  if (dims.empty()) return absl::DataLossError("'" + name + "' is a sharded scalar");
+  dims[0] = rows;
+  ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(parts.front()->value.dtype(), dims));
+  char* dst = static_cast<char*>(out.raw());
+  for (const Piece* p : parts) {
+    Tensor v = p->value;
+    std::memcpy(dst, v.raw(), static_cast<size_t>(v.bytes()));
+    dst += v.bytes();
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<Checkpoint> ReadLatestCheckpoint(const std::string& dir, int world) {
+  std::vector<std::string> steps;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (absl::StartsWith(name, "step-")) steps.push_back(name);
+  }
+  std::sort(steps.rbegin(), steps.rend());
+  for (const std::string& step : steps) {
+    bool complete = true;
+    for (int r = 0; r < world && complete; ++r) {
+      complete = std::filesystem::exists(absl::StrCat(dir, "/", step, "/rank-", r, "/metrics.json"));
+    }
+    if (!complete) continue;
+    std::map<std::string, std::vector<Piece>> pieces;
+    for (int r = 0; r < world; ++r) {
+      const std::string rank_dir = absl::StrCat(dir, "/", step, "/rank-", r);
+      std::ifstream in(rank_dir + "/metrics.json");
+      const nlohmann::json m = nlohmann::json::parse(in, nullptr, false);
+      if (m.is_discarded() || !m.contains("tensors")) {
+        return absl::DataLossError(rank_dir + "/metrics.json is not a checkpoint index");
+      }
+      for (const auto& t : m["tensors"]) {
+        Piece p;
+        p.begin = t.value("begin", int64_t{0});
+        p.end = t.value("end", int64_t{0});
+        ASSIGN_OR_RETURN(p.value, ReadNpy(rank_dir + "/" + t.value("file", std::string())));
+        pieces[t.value("tensor", std::string())].push_back(std::move(p));
+      }
+    }
+    Checkpoint c;
+    c.step = std::stoll(step.substr(5));
+    for (auto& [name, parts] : pieces) {
+      ASSIGN_OR_RETURN(c.tensors[name], Join(name, std::move(parts)));
+    }
+    return c;
+  }
+  return absl::NotFoundError("no complete checkpoint in " + dir);
+}
+
+absl::StatusOr<std::string> ExportTrainedOnnx(const quilt::v1::JobRecord& job) {
+  const quilt::v1::JobSpec& spec = job.spec();
+  if (spec.model_case() != quilt::v1::JobSpec::kOnnx) {
+    return absl::FailedPreconditionError(
+        "job " + job.status().job_id() +
+        " was not submitted as ONNX; exporting other models is not supported yet");
+  }
+  absl::StatusOr<Checkpoint> ckpt = ReadLatestCheckpoint(spec.checkpoint_dir(), job.world_size());
+  if (!ckpt.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat("job ", job.status().job_id(),
+                                                      " has no checkpoint yet: ",
+                                                      ckpt.status().message()));
+  }
+  onnx::ModelProto model;
+  if (!model.ParseFromString(spec.onnx())) {
+    return absl::DataLossError("the job's ONNX model does not parse");
+  }
+  int replaced = 0;
+  for (onnx::TensorProto& init : *model.mutable_graph()->mutable_initializer()) {
+    auto it = ckpt->tensors.find(init.name());
+    if (it == ckpt->tensors.end()) continue;
+    Tensor& v = it->second;
+    int64_t numel = 1;
+    for (int64_t d : init.dims()) numel *= d;
+    if (v.dtype() != DType::kF32 || init.data_type() != onnx::TensorProto::FLOAT ||
+        numel != v.numel()) {
+      return absl::DataLossError(absl::StrCat("trained '", init.name(),
+                                              "' does not fit the model's initializer"));
+    }
+    init.clear_float_data();
+    init.set_raw_data(std::string(static_cast<const char*>(v.raw()), v.bytes()));
+    ++replaced;
+  }
+  if (replaced == 0) {
+    return absl::FailedPreconditionError("no initializer of the model was trained");
+  }
+  return model.SerializeAsString();
+}
+
+}  // namespace quilt

@@ -1,0 +1,32 @@
+// A job's trained state on disk and the trained model out: the latest
+// complete checkpoint (every rank's metrics.json written) read back into
+// whole tensors — parameter-server shards joined by rows, replicas (equal)
+// taken once — and an ONNX model (for jobs submitted as ONNX) with its
+// initializers replaced by the trained parameters.
+#ifndef QUILT_SRC_COORDINATOR_JOB_EXPORT_H_
+#define QUILT_SRC_COORDINATOR_JOB_EXPORT_H_
+
+#include <map>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "proto/quilt/v1/job.pb.h"
+#include "src/graph/tensor.h"
+
+namespace quilt {
+
+struct Checkpoint {
+  int64_t step = 0;
+  std::map<std::string, Tensor> tensors;  // parameters and optimizer state
+};
+
+// Errors: NOT_FOUND (no complete checkpoint in `dir`), DATA_LOSS (files
+// that do not fit together).
+absl::StatusOr<Checkpoint> ReadLatestCheckpoint(const std::string& dir, int world);
+
+// Errors: FAILED_PRECONDITION (not an ONNX job, or no checkpoint yet).
+absl::StatusOr<std::string> ExportTrainedOnnx(const quilt::v1::JobRecord& job);
+
+}  // namespace quilt
+
+#endif  // QUILT_SRC_COORDINATOR_JOB_EXPORT_H_

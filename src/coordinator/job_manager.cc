@@ -1,0 +1,324 @@
+#include "src/coordinator/job_manager.h"
+
+#include <algorithm>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "src/common/logging.h"
+#include "src/common/proto_time.h"
+#include "src/common/status.h"
+
+namespace quilt {
+
+using quilt::v1::JobState;
+using quilt::v1::TaskState;
+
+namespace {
+
+bool TaskEnded(TaskState s) {
+  return s == quilt::v1::TASK_STATE_SUCCEEDED || s == quilt::v1::TASK_STATE_FAILED ||
+         s == quilt::v1::TASK_STATE_CANCELLED;
+}
+
+std::string NewJobId() {
+  static std::mt19937_64 rng(std::random_device{}());
+  return absl::StrFormat("job-%08x", static_cast<uint32_t>(rng()));
+}
+
+}  // namespace
+
+bool JobManager::Ended(JobState s) {
+  return s == quilt::v1::JOB_STATE_SUCCEEDED || s == quilt::v1::JOB_STATE_FAILED ||
+         s == quilt::v1::JOB_STATE_CANCELLED;
+}
+
+JobManager::JobManager(CoordinatorStore* store, NodeRegistry* registry, Clock* clock,
+                       std::string checkpoint_root)
+    : store_(store), registry_(registry), clock_(clock), checkpoint_root_(std::move(checkpoint_root)) {}
+
+absl::Status JobManager::Load() {
+  ASSIGN_OR_RETURN(std::vector<quilt::v1::JobRecord> records, store_->ListJobs());
+  absl::MutexLock lock(&mu_);
+  for (quilt::v1::JobRecord& r : records) {
+    const std::string id = r.status().job_id();
+    Job& job = jobs_[id];
+    job.record = std::move(r);
+    order_.push_back(id);
+    if (!Ended(job.record.status().state())) {
+      Finish(&job, quilt::v1::JOB_STATE_FAILED,
+             "the coordinator restarted while the job ran (restarting jobs is not supported yet)");
+    }
+  }
+  return absl::OkStatus();
+}
+
+JobManager::Job* JobManager::Find(const std::string& job_id) {
+  auto it = jobs_.find(job_id);
+  return it == jobs_.end() ? nullptr : &it->second;
+}
+
+void JobManager::Changed(Job* job) {
+  job->version = ++version_;
+  if (absl::Status s = store_->PutJob(job->record); !s.ok()) {
+    QLOG_ERROR("cannot store job {}: {}", job->record.status().job_id(), s.ToString());
+  }
+}
+
+absl::StatusOr<std::string> JobManager::Add(NewJob n) {
+  absl::MutexLock lock(&mu_);
+  std::string id = NewJobId();
+  while (jobs_.count(id)) id = NewJobId();
+  Job& job = jobs_[id];
+  order_.push_back(id);
+  quilt::v1::JobRecord& r = job.record;
+  quilt::v1::JobStatus* st = r.mutable_status();
+  st->set_job_id(id);
+  st->set_name(n.spec.name().empty() ? id : n.spec.name());
+  st->set_state(quilt::v1::JOB_STATE_PENDING);
+  st->set_message("waiting for the workers to start the executors");
+  *st->mutable_submitted_at() = ToProtoTime(clock_->Now());
+  st->set_steps(n.spec.steps());
+  st->set_strategy(n.strategy);
+  st->set_predicted_step_time_s(n.predicted_step_time_s);
+  for (const std::string& node : n.world) st->add_nodes(node);
+  // The whole spec is kept: export needs the model.
+  *r.mutable_spec() = std::move(n.spec);
+  if (r.spec().checkpoint_dir().empty()) r.mutable_spec()->set_checkpoint_dir(checkpoint_root_ + "/" + id);
+  r.set_program(std::move(n.program));
+  for (const std::string& node : n.world) {
+    r.add_world(node);
+    quilt::v1::TaskReport t;
+    t.set_job_id(id);
+    t.set_state(quilt::v1::TASK_STATE_UNSPECIFIED);
+    (*r.mutable_tasks())[node] = t;
+  }
+  job.addresses.assign(n.world.size(), "");
+  Changed(&job);
+  QLOG_INFO("job {} added: {} steps on {} node(s), strategy {}", id, st->steps(),
+            n.world.size(), st->strategy());
+  return id;
+}
+
+absl::StatusOr<quilt::v1::JobStatus> JobManager::Get(const std::string& job_id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return absl::NotFoundError("no job '" + job_id + "'");
+  return it->second.record.status();
+}
+
+absl::StatusOr<quilt::v1::JobRecord> JobManager::Record(const std::string& job_id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return absl::NotFoundError("no job '" + job_id + "'");
+  return it->second.record;
+}
+
+std::vector<quilt::v1::JobStatus> JobManager::List() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<quilt::v1::JobStatus> out;
+  for (const std::string& id : order_) out.push_back(jobs_.at(id).record.status());
+  return out;
+}
+
+std::map<std::string, int> JobManager::CountByState() const {
+  absl::MutexLock lock(&mu_);
+  std::map<std::string, int> out;
+  for (const auto& [id, job] : jobs_) ++out[quilt::v1::JobState_Name(job.record.status().state())];
+  return out;
+}
+
+void JobManager::Finish(Job* job, JobState state, const std::string& message) {
+  quilt::v1::JobStatus* st = job->record.mutable_status();
+  if (Ended(st->state())) return;
+  st->set_state(state);
+  st->set_message(message);
+  *st->mutable_finished_at() = ToProtoTime(clock_->Now());
+  job->addresses.clear();
+  QLOG_INFO("job {} {}: {}", st->job_id(), quilt::v1::JobState_Name(state), message);
+  Changed(job);
+}
+
+absl::Status JobManager::Cancel(const std::string& job_id, const std::string& reason) {
+  absl::MutexLock lock(&mu_);
+  Job* job = Find(job_id);
+  if (job == nullptr) return absl::NotFoundError("no job '" + job_id + "'");
+  if (Ended(job->record.status().state())) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", job_id, " already ended (",
+                     quilt::v1::JobState_Name(job->record.status().state()), ")"));
+  }
+  Finish(job, quilt::v1::JOB_STATE_CANCELLED,
+         reason.empty() ? "cancelled by request" : "cancelled: " + reason);
+  return absl::OkStatus();
+}
+
+void JobManager::ApplyReport(Job* job, const std::string& node,
+                             const quilt::v1::TaskReport& report) {
+  quilt::v1::JobRecord& r = job->record;
+  auto task = r.mutable_tasks()->find(node);
+  if (task == r.mutable_tasks()->end()) return;  // not a node of this job
+  quilt::v1::TaskReport& t = task->second;
+  t.set_state(report.state());
+  t.set_step(std::max(t.step(), report.step()));
+  if (!report.message().empty()) t.set_message(report.message());
+  const int rank = static_cast<int>(
+      std::find(r.world().begin(), r.world().end(), node) - r.world().begin());
+  const int world = r.world_size();
+  quilt::v1::JobStatus* st = r.mutable_status();
+  for (int i = 0; i < report.loss_parts_size(); ++i) {
+    const int64_t step = report.first_step() + i;
+    auto& [sum, ranks] = job->loss_by_step[step];
+    sum += report.loss_parts(i);
+    if (++ranks == world) {
+      if (static_cast<int64_t>(r.losses_size()) < step) r.mutable_losses()->Resize(step, 0.0);
+      r.set_losses(step - 1, sum);
+      st->set_last_loss(sum);
+      job->loss_by_step.erase(step);
+    }
+  }
+  if (rank == 0) {
+    for (double t_s : report.step_times_s()) job->rank0_step_times.push_back(t_s);
+  }
+  // The job's step: the one every executor finished.
+  int64_t step = INT64_MAX;
+  for (const auto& [n, task_report] : r.tasks()) step = std::min(step, task_report.step());
+  st->set_step(step == INT64_MAX ? 0 : step);
+  // Measured step time: the mean after the first step (the warm-up), over
+  // the last 20.
+  const auto& times = job->rank0_step_times;
+  if (times.size() > 1) {
+    const size_t from = std::max<size_t>(1, times.size() > 20 ? times.size() - 20 : 1);
+    double sum = 0;
+    for (size_t i = from; i < times.size(); ++i) sum += times[i];
+    const double mean = sum / static_cast<double>(times.size() - from);
+    st->set_measured_step_time_s(mean);
+    if (mean > 0) st->set_samples_per_s(static_cast<double>(r.spec().global_batch()) / mean);
+  }
+  if (Ended(st->state())) return;
+  if (report.state() == quilt::v1::TASK_STATE_FAILED) {
+    Finish(job, quilt::v1::JOB_STATE_FAILED,
+           absl::StrCat("the executor on ", node, " failed: ", report.message()));
+    return;
+  }
+  if (report.state() == quilt::v1::TASK_STATE_RUNNING &&
+      st->state() == quilt::v1::JOB_STATE_PENDING) {
+    st->set_state(quilt::v1::JOB_STATE_RUNNING);
+    st->set_message("");
+    *st->mutable_started_at() = ToProtoTime(clock_->Now());
+  }
+  bool all_done = true;
+  for (const auto& [n, task_report] : r.tasks()) {
+    all_done = all_done && task_report.state() == quilt::v1::TASK_STATE_SUCCEEDED;
+  }
+  if (all_done) {
+    if (!st->has_started_at()) *st->mutable_started_at() = ToProtoTime(clock_->Now());
+    Finish(job, quilt::v1::JOB_STATE_SUCCEEDED,
+           absl::StrFormat("%d steps, final loss %.6g", st->steps(), st->last_loss()));
+  }
+}
+
+void JobManager::OnHeartbeat(const quilt::v1::HeartbeatRequest& request,
+                             quilt::v1::HeartbeatResponse* response) {
+  absl::MutexLock lock(&mu_);
+  const std::string& node = request.node_id();
+  std::map<std::string, bool> reported;
+  for (const quilt::v1::TaskReport& report : request.tasks()) {
+    reported[report.job_id()] = true;
+    Job* job = Find(report.job_id());
+    if (job == nullptr) {
+      response->add_cancel_jobs(report.job_id());  // unknown: stop it
+      continue;
+    }
+    ApplyReport(job, node, report);
+    Changed(job);
+    if (Ended(job->record.status().state()) && !TaskEnded(report.state())) {
+      response->add_cancel_jobs(report.job_id());
+    }
+  }
+  for (const std::string& id : order_) {
+    Job& job = jobs_.at(id);
+    const quilt::v1::JobRecord& r = job.record;
+    auto task = r.tasks().find(node);
+    if (task == r.tasks().end()) continue;
+    const bool started = task->second.state() != quilt::v1::TASK_STATE_UNSPECIFIED;
+    if (Ended(r.status().state())) {
+      if (started && !TaskEnded(task->second.state()) && !reported.count(id)) {
+        response->add_cancel_jobs(id);
+      }
+      continue;
+    }
+    if (started) continue;
+    quilt::v1::TaskAssignment* a = response->add_assignments();
+    a->set_job_id(id);
+    a->set_program(r.program());
+    for (const std::string& n : r.world()) a->add_world(n);
+    a->set_rank(static_cast<int>(std::find(r.world().begin(), r.world().end(), node) -
+                                 r.world().begin()));
+    a->set_steps(r.spec().steps());
+    *a->mutable_dataset() = r.spec().dataset();
+    a->set_seed(r.spec().seed());
+    a->set_checkpoint_interval_steps(r.spec().checkpoint_interval_steps());
+    a->set_checkpoint_dir(r.spec().checkpoint_dir());
+  }
+}
+
+void JobManager::CheckNodes() {
+  std::map<std::string, std::string> down;
+  for (const quilt::v1::NodeStatus& n : registry_->ListNodes()) {
+    if (n.state() == quilt::v1::NODE_STATE_DOWN) down[n.info().node_id()] = n.reason();
+  }
+  if (down.empty()) return;
+  absl::MutexLock lock(&mu_);
+  for (auto& [id, job] : jobs_) {
+    if (Ended(job.record.status().state())) continue;
+    for (const std::string& node : job.record.world()) {
+      auto d = down.find(node);
+      if (d == down.end()) continue;
+      Finish(&job, quilt::v1::JOB_STATE_FAILED,
+             absl::StrCat("node ", node, " is down", d->second.empty() ? "" : " (", d->second,
+                          d->second.empty() ? "" : ")"));
+      break;
+    }
+  }
+}
+
+absl::StatusOr<std::vector<std::string>> JobManager::ExchangeAddresses(const std::string& job_id,
+                                                                       int rank, int size,
+                                                                       const std::string& address) {
+  absl::MutexLock lock(&mu_);
+  Job* job = Find(job_id);
+  if (job == nullptr || Ended(job->record.status().state())) {
+    return absl::NotFoundError("no running job '" + job_id + "'");
+  }
+  const int world = job->record.world_size();
+  if (size != world || rank < 0 || rank >= world) {
+    return absl::InvalidArgumentError(absl::StrCat("rank ", rank, " of ", size,
+                                                   " is not in job ", job_id, " (", world,
+                                                   " executors)"));
+  }
+  if (address.empty()) return absl::InvalidArgumentError("empty address");
+  job->addresses[rank] = address;
+  for (const std::string& a : job->addresses) {
+    if (a.empty()) return std::vector<std::string>{};
+  }
+  return job->addresses;
+}
+
+absl::StatusOr<quilt::v1::JobStatus> JobManager::WaitForChange(const std::string& job_id,
+                                                               int64_t* version,
+                                                               absl::Duration timeout) const {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return absl::NotFoundError("no job '" + job_id + "'");
+  const Job* job = &it->second;
+  std::pair<const Job*, int64_t> wait(job, *version);
+  mu_.AwaitWithTimeout(
+      absl::Condition(
+          +[](std::pair<const Job*, int64_t>* w) { return w->first->version > w->second; }, &wait),
+      timeout);
+  *version = job->version;
+  return job->record.status();
+}
+
+}  // namespace quilt

@@ -1,0 +1,110 @@
+// The coordinator's jobs: records in the store, their state machine, and
+// the exchange with workers. A planned job (program lowered, nodes chosen)
+// is added PENDING; its nodes' workers receive their assignment with their
+// next heartbeat and report their executor's state and per-step metrics
+// with every heartbeat after; the job is RUNNING once an executor runs,
+// SUCCEEDED when every executor succeeded, FAILED when one failed (the
+// reason names the node) or a node of the job went Down, CANCELLED on
+// request (the workers are told to stop their executors). Executors find
+// each other through ExchangeAddresses. Every change is written to the
+// store; jobs that were PENDING or RUNNING when the coordinator stopped are
+// FAILED on load (restart policies come later).
+//
+// Thread-safe. Watchers wait on a per-manager version counter.
+#ifndef QUILT_SRC_COORDINATOR_JOB_MANAGER_H_
+#define QUILT_SRC_COORDINATOR_JOB_MANAGER_H_
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "proto/quilt/v1/job.pb.h"
+#include "proto/quilt/v1/services.pb.h"
+#include "src/common/clock.h"
+#include "src/coordinator/node_registry.h"
+#include "src/coordinator/store/store.h"
+
+namespace quilt {
+
+struct NewJob {
+  quilt::v1::JobSpec spec;
+  std::string program;             // serialized DistributedProgram
+  std::vector<std::string> world;  // node ids by rank
+  std::string strategy;
+  double predicted_step_time_s = 0;
+};
+
+class JobManager {
+ public:
+  // A job without a checkpoint directory gets <checkpoint_root>/<job id>.
+  JobManager(CoordinatorStore* store, NodeRegistry* registry, Clock* clock,
+             std::string checkpoint_root);
+
+  // Loads the jobs from the store.
+  absl::Status Load();
+
+  // Adds a planned job; returns its id.
+  absl::StatusOr<std::string> Add(NewJob job);
+
+  // Errors: NOT_FOUND.
+  absl::StatusOr<quilt::v1::JobStatus> Get(const std::string& job_id) const;
+  absl::StatusOr<quilt::v1::JobRecord> Record(const std::string& job_id) const;
+  std::vector<quilt::v1::JobStatus> List() const;
+  std::map<std::string, int> CountByState() const;
+
+  // Errors: NOT_FOUND, FAILED_PRECONDITION (the job already ended).
+  absl::Status Cancel(const std::string& job_id, const std::string& reason);
+
+  // A worker's heartbeat: applies its task reports and adds the node's
+  // assignments and cancellations to `response`.
+  void OnHeartbeat(const quilt::v1::HeartbeatRequest& request,
+                   quilt::v1::HeartbeatResponse* response);
+
+  // Fails running jobs whose nodes are Down. Called by the liveness ticker.
+  void CheckNodes();
+
+  // Rendezvous of a job's executors: records `address` for `rank`; returns
+  // every address once all ranks have one, else an empty list.
+  // Errors: NOT_FOUND (unknown or ended job), INVALID_ARGUMENT (rank or
+  // size not the job's).
+  absl::StatusOr<std::vector<std::string>> ExchangeAddresses(const std::string& job_id, int rank,
+                                                             int size, const std::string& address);
+
+  // Waits until the job changed after `*version` (or `timeout`); returns
+  // its status and sets `*version`. Errors: NOT_FOUND.
+  absl::StatusOr<quilt::v1::JobStatus> WaitForChange(const std::string& job_id, int64_t* version,
+                                                     absl::Duration timeout) const;
+
+  static bool Ended(quilt::v1::JobState s);
+
+ private:
+  struct Job {
+    quilt::v1::JobRecord record;
+    int64_t version = 0;
+    std::vector<std::string> addresses;  // rendezvous, by rank
+    std::map<int64_t, std::pair<double, int>> loss_by_step;  // sum, ranks
+    std::vector<double> rank0_step_times;
+  };
+
+  void ApplyReport(Job* job, const std::string& node, const quilt::v1::TaskReport& report)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Finish(Job* job, quilt::v1::JobState state, const std::string& message)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Changed(Job* job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Job* Find(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  CoordinatorStore* store_;
+  NodeRegistry* registry_;
+  Clock* clock_;
+  std::string checkpoint_root_;
+  mutable absl::Mutex mu_;
+  std::map<std::string, Job> jobs_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> order_ ABSL_GUARDED_BY(mu_);
+  int64_t version_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace quilt
+
+#endif  // QUILT_SRC_COORDINATOR_JOB_MANAGER_H_

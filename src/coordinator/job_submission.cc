@@ -1,0 +1,93 @@
+#include "src/coordinator/job_submission.h"
+
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "src/cluster/topology.h"
+#include "src/common/logging.h"
+#include "src/common/status.h"
+#include "src/coordinator/job_model.h"
+#include "src/coordinator/live_cluster.h"
+#include "src/planner/plan.h"
+#include "src/runtime/data/dataset.h"
+
+namespace quilt {
+namespace {
+
+absl::Status CheckDataset(const quilt::v1::JobSpec& spec, const Graph& graph) {
+  if (spec.dataset().source_case() != quilt::v1::DatasetSpec::kNumpy) return absl::OkStatus();
+  absl::StatusOr<DataSignature> sig = DataSignatureOf(graph);
+  if (!sig.ok()) return Annotate(sig.status(), "the model's data");
+  const auto& files = spec.dataset().numpy();
+  if (files.inputs_path().empty() || files.labels_path().empty()) {
+    return absl::InvalidArgumentError("the dataset needs both an inputs and a labels file");
+  }
+  absl::StatusOr<std::unique_ptr<Dataset>> data =
+      OpenNumpyDataset(files.inputs_path(), files.labels_path(), *sig);
+  if (!data.ok()) return Annotate(data.status(), "the dataset");
+  if ((*data)->size() < spec.global_batch()) {
+    return absl::InvalidArgumentError(absl::StrCat("the dataset has ", (*data)->size(),
+                                                   " samples, fewer than one global batch of ",
+                                                   spec.global_batch()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<NewJob> PrepareJob(const quilt::v1::JobSpec& spec, const NodeRegistry& registry,
+                                  const SubmissionOptions& options) {
+  if (spec.steps() < 1) return absl::InvalidArgumentError("steps must be at least 1");
+  if (spec.checkpoint_interval_steps() < 0) {
+    return absl::InvalidArgumentError("checkpoint_interval_steps must not be negative");
+  }
+  ASSIGN_OR_RETURN(Graph graph, TrainingGraphForJob(spec));
+  RETURN_IF_ERROR(CheckDataset(spec, graph));
+  ASSIGN_OR_RETURN(quilt::v1::ClusterSpec cluster, LiveClusterSpec(registry));
+  absl::StatusOr<Topology> topo = Topology::Build(cluster);
+  if (!topo.ok()) return Annotate(topo.status(), "the live cluster");
+  PlanOptions plan;
+  plan.global_batch = spec.global_batch();
+  const std::string strategy = spec.strategy().empty() ? "auto" : spec.strategy();
+  plan.strategy = strategy == "auto" ? "all" : strategy;
+  plan.search.time_budget_s = options.time_budget_s;
+  plan.search.seed = spec.seed() == 0 ? 1 : spec.seed();
+  ASSIGN_OR_RETURN(PlanResult result, Plan(graph, *topo, plan));
+  if (result.report.best().empty()) {
+    std::string why;
+    for (const auto& e : result.report.estimates()) {
+      if (!e.infeasible_reason().empty()) {
+        why = absl::StrCat(e.name(), ": ", e.infeasible_reason());
+        break;
+      }
+    }
+    return absl::FailedPreconditionError(
+        absl::StrCat("no ", strategy == "auto" ? "strategy" : "'" + strategy + "' plan",
+                     " fits the memory of the Ready nodes' devices", why.empty() ? "" : " (",
+                     why, why.empty() ? "" : ")"));
+  }
+  // Every replica needs at least one sample.
+  std::set<std::string> used;
+  for (const auto& d : result.best_program.devices()) {
+    if (d.instructions_size() > 0) used.insert(d.device());
+  }
+  if (spec.global_batch() < static_cast<int64_t>(used.size())) {
+    return absl::InvalidArgumentError(absl::StrCat("a global batch of ", spec.global_batch(),
+                                                   " cannot be split over the ", used.size(),
+                                                   " devices of the plan"));
+  }
+  NewJob job;
+  job.spec = spec;
+  job.spec.set_strategy(strategy);
+  job.program = result.best_program.SerializeAsString();
+  for (int n = 0; n < topo->num_nodes(); ++n) job.world.push_back(topo->node_id(n));
+  job.strategy = result.report.best();
+  for (const auto& e : result.report.estimates()) {
+    if (e.name() == result.report.best()) job.predicted_step_time_s = e.step_time_s();
+  }
+  QLOG_INFO("planned job '{}' on {} node(s): {} predicted {:.4f} s/step", spec.name(),
+            job.world.size(), job.strategy, job.predicted_step_time_s);
+  return job;
+}
+
+}  // namespace quilt

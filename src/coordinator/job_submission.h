@@ -1,0 +1,30 @@
+// Turning a JobSpec into a runnable job: the checks a submission must pass
+// before any worker is involved (model, loss and optimizer, steps, batch,
+// dataset files and their shapes, Ready nodes, memory), then the plan on
+// the live cluster (the planner for "auto", or the named baseline) and the
+// lowered program. Every rejection names the problem.
+#ifndef QUILT_SRC_COORDINATOR_JOB_SUBMISSION_H_
+#define QUILT_SRC_COORDINATOR_JOB_SUBMISSION_H_
+
+#include "absl/status/statusor.h"
+#include "proto/quilt/v1/job.pb.h"
+#include "src/coordinator/job_manager.h"
+#include "src/coordinator/node_registry.h"
+
+namespace quilt {
+
+struct SubmissionOptions {
+  // The planner's search budget for "auto".
+  double time_budget_s = 10;
+};
+
+// Errors: INVALID_ARGUMENT (bad model, unsupported op, steps < 1, batch
+// smaller than the devices it is split over, unreadable or mismatched
+// dataset, unknown strategy), FAILED_PRECONDITION (no Ready nodes, no
+// strategy fits the devices' memory).
+absl::StatusOr<NewJob> PrepareJob(const quilt::v1::JobSpec& spec, const NodeRegistry& registry,
+                                  const SubmissionOptions& options);
+
+}  // namespace quilt
+
+#endif  // QUILT_SRC_COORDINATOR_JOB_SUBMISSION_H_

@@ -1,0 +1,264 @@
+#include "src/worker/tasks.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "nlohmann/json.hpp"
+#include "src/common/files.h"
+#include "src/common/logging.h"
+
+namespace quilt {
+namespace {
+
+bool Ended(quilt::v1::TaskState s) {
+  return s == quilt::v1::TASK_STATE_SUCCEEDED || s == quilt::v1::TASK_STATE_FAILED ||
+         s == quilt::v1::TASK_STATE_CANCELLED;
+}
+
+}  // namespace
+
+TaskRunner::TaskRunner(TaskRunnerOptions options) : options_(std::move(options)) {}
+
+TaskRunner::~TaskRunner() {
+  std::vector<std::unique_ptr<Task>> all;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [id, t] : tasks_) {
+      if (!Ended(t->state) && t->pid > 0) {
+        t->cancelled = true;
+        kill(t->pid, SIGKILL);
+      }
+      all.push_back(std::move(t));
+    }
+    tasks_.clear();
+  }
+  for (auto& t : all) {
+    if (t->reader.joinable()) t->reader.join();
+  }
+}
+
+std::string TaskRunner::LastError(const std::string& log_path) {
+  std::ifstream in(log_path);
+  std::string line, last, error;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    last = line;
+    if (absl::StartsWith(line, "quilt-executor: ")) error = line.substr(strlen("quilt-executor: "));
+  }
+  return error.empty() ? last : error;
+}
+
+void TaskRunner::Start(const quilt::v1::TaskAssignment& a) {
+  absl::MutexLock lock(&mu_);
+  if (tasks_.count(a.job_id())) return;
+  auto task = std::make_unique<Task>();
+  Task* t = task.get();
+  t->job_id = a.job_id();
+  t->dir = options_.work_dir + "/" + a.job_id();
+  tasks_[a.job_id()] = std::move(task);
+  auto fail = [&](const std::string& why) {
+    t->state = quilt::v1::TASK_STATE_FAILED;
+    t->message = why;
+    QLOG_ERROR("job {}: cannot start the executor: {}", a.job_id(), why);
+  };
+  std::error_code ec;
+  std::filesystem::create_directories(t->dir, ec);
+  if (ec) return fail("cannot create " + t->dir + ": " + ec.message());
+  if (absl::Status w = WriteFileAtomically(t->dir + "/program.pb", a.program()); !w.ok()) {
+    return fail(std::string(w.message()));
+  }
+  std::vector<std::string> argv = {options_.executor_path,
+                                   "--program",
+                                   t->dir + "/program.pb",
+                                   "--world",
+                                   absl::StrJoin(a.world(), ","),
+                                   "--rank",
+                                   std::to_string(a.rank()),
+                                   "--rendezvous",
+                                   absl::StrCat("coordinator://", options_.coordinator_address,
+                                                "/", a.job_id()),
+                                   "--steps",
+                                   std::to_string(a.steps()),
+                                   "--threads",
+                                   std::to_string(options_.threads),
+                                   "--progress"};
+  if (a.dataset().source_case() == quilt::v1::DatasetSpec::kNumpy) {
+    argv.insert(argv.end(), {"--data", a.dataset().numpy().inputs_path() + "," +
+                                           a.dataset().numpy().labels_path(),
+                             "--seed", std::to_string(a.seed())});
+  } else {
+    argv.insert(argv.end(),
+                {"--data", "synthetic", "--seed", std::to_string(a.dataset().synthetic_seed())});
+  }
+  if (!a.checkpoint_dir().empty()) {
+    argv.insert(argv.end(), {"--checkpoint-dir", a.checkpoint_dir(), "--checkpoint-every",
+                             std::to_string(a.checkpoint_interval_steps())});
+  }
+  if (options_.compute_slowdown > 1) {
+    std::vector<std::string> items;
+    for (const std::string& d : options_.device_ids) {
+      items.push_back(absl::StrCat(d, "=", options_.compute_slowdown));
+    }
+    argv.insert(argv.end(), {"--slowdown", absl::StrJoin(items, ",")});
+  }
+  // Everything the child needs is ready before fork (no allocation after).
+  std::vector<char*> args;
+  for (std::string& arg : argv) args.push_back(arg.data());
+  args.push_back(nullptr);
+  const std::string log = t->dir + "/executor.log";
+  static constexpr char kExecFailed[] = "quilt-executor: cannot run the executor binary\n";
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) return fail(std::string("pipe: ") + strerror(errno));
+  const pid_t parent = getpid();
+  const pid_t pid = fork();
+  if (pid < 0) {
+    close(fds[0]);
+    close(fds[1]);
+    return fail(std::string("fork: ") + strerror(errno));
+  }
+  if (pid == 0) {
+    // The child: dies with the worker; stdout to the pipe, stderr to the log.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(1);
+    const int err = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (err >= 0) dup2(err, STDERR_FILENO);
+    dup2(fds[1], STDOUT_FILENO);
+    execv(args[0], args.data());
+    if (write(STDERR_FILENO, kExecFailed, sizeof(kExecFailed) - 1) < 0) _exit(127);
+    _exit(127);
+  }
+  close(fds[1]);
+  t->pid = pid;
+  t->out_fd = fds[0];
+  t->state = quilt::v1::TASK_STATE_RUNNING;
+  QLOG_INFO("job {}: started executor pid={} rank={} of {}", a.job_id(), pid, a.rank(),
+            a.world_size());
+  t->reader = std::thread([this, t] { Read(t); });
+}
+
+void TaskRunner::Read(Task* t) {
+  FILE* f = fdopen(t->out_fd, "r");
+  char* line = nullptr;
+  size_t cap = 0;
+  while (f != nullptr && getline(&line, &cap, f) > 0) {
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded() || !j.contains("step")) continue;
+    {
+      absl::MutexLock lock(&mu_);
+      t->step = j.value("step", int64_t{0});
+      const auto& part = j["loss_part"];
+      t->loss_parts.push_back(part.is_number() ? part.get<double>() : 0.0);
+      t->step_times.push_back(j.value("step_time_s", 0.0));
+    }
+    if (options_.on_change) options_.on_change();
+  }
+  free(line);
+  if (f != nullptr) fclose(f);
+  int status = 0;
+  waitpid(t->pid, &status, 0);
+  {
+    absl::MutexLock lock(&mu_);
+    if (t->cancelled) {
+      t->state = quilt::v1::TASK_STATE_CANCELLED;
+    } else if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+      t->state = quilt::v1::TASK_STATE_SUCCEEDED;
+    } else {
+      t->state = quilt::v1::TASK_STATE_FAILED;
+      t->message = LastError(t->dir + "/executor.log");
+      if (WIFSIGNALED(status)) {
+        t->message = absl::StrCat("killed by signal ", WTERMSIG(status),
+                                  t->message.empty() ? "" : ": ", t->message);
+      }
+      if (t->message.empty()) t->message = "exited with status " + std::to_string(WEXITSTATUS(status));
+    }
+    QLOG_INFO("job {}: executor pid={} ended: {} {}", t->job_id, t->pid,
+              quilt::v1::TaskState_Name(t->state), t->message);
+  }
+  if (options_.on_change) options_.on_change();
+}
+
+void TaskRunner::Cancel(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = tasks_.find(job_id);
+  if (it == tasks_.end()) {
+    // Never started here: remember it as cancelled so the coordinator
+    // hears back.
+    auto t = std::make_unique<Task>();
+    t->job_id = job_id;
+    t->state = quilt::v1::TASK_STATE_CANCELLED;
+    tasks_[job_id] = std::move(t);
+    return;
+  }
+  Task* t = it->second.get();
+  if (Ended(t->state) || t->pid <= 0) return;
+  t->cancelled = true;
+  kill(t->pid, SIGTERM);
+  QLOG_INFO("job {}: stopping executor pid={}", job_id, t->pid);
+}
+
+std::vector<quilt::v1::TaskReport> TaskRunner::Reports() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<quilt::v1::TaskReport> out;
+  for (const auto& [id, t] : tasks_) {
+    quilt::v1::TaskReport r;
+    r.set_job_id(id);
+    r.set_state(t->state);
+    r.set_step(t->step);
+    r.set_first_step(t->first_unreported);
+    // At most 1000 steps per report (the heartbeat's size limit).
+    const size_t n = std::min<size_t>(t->loss_parts.size(), 1000);
+    for (size_t i = 0; i < n; ++i) {
+      r.add_loss_parts(t->loss_parts[i]);
+      r.add_step_times_s(t->step_times[i]);
+    }
+    // An ended task reports its end only with its last steps.
+    if (n < t->loss_parts.size() && Ended(t->state)) r.set_state(quilt::v1::TASK_STATE_RUNNING);
+    r.set_message(t->message);
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+void TaskRunner::Ack(const std::vector<quilt::v1::TaskReport>& reports) {
+  std::vector<std::unique_ptr<Task>> done;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const quilt::v1::TaskReport& r : reports) {
+      auto it = tasks_.find(r.job_id());
+      if (it == tasks_.end()) continue;
+      Task* t = it->second.get();
+      const size_t n = std::min<size_t>(static_cast<size_t>(r.loss_parts_size()),
+                                        t->loss_parts.size());
+      t->loss_parts.erase(t->loss_parts.begin(), t->loss_parts.begin() + n);
+      t->step_times.erase(t->step_times.begin(), t->step_times.begin() + n);
+      t->first_unreported += static_cast<int64_t>(n);
+      if (Ended(r.state()) && Ended(t->state) && t->loss_parts.empty()) {
+        done.push_back(std::move(it->second));
+        tasks_.erase(it);
+      }
+    }
+  }
+  for (auto& t : done) {
+    if (t->reader.joinable()) t->reader.join();
+  }
+}
+
+int TaskRunner::running() const {
+  absl::MutexLock lock(&mu_);
+  int n = 0;
+  for (const auto& [id, t] : tasks_) n += Ended(t->state) ? 0 : 1;
+  return n;
+}
+
+}  // namespace quilt

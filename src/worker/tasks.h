@@ -1,0 +1,86 @@
+// The worker's executors: one supervised quilt-executor process per job
+// assigned to this node. Start() writes the assignment's program into the
+// job's directory under the work directory and starts the executor with
+// the coordinator as its rendezvous, the job's data, checkpoint settings
+// and this node's emulated slowdown; its stdout (one JSON line per step)
+// is read on a thread, its stderr goes to executor.log in the job's
+// directory. Each executor's state and the steps not yet reported are
+// collected by Reports(); the worker sends them with its next heartbeat.
+// Cancel() stops an executor (SIGTERM; the executor does not catch it); an
+// executor dies with the worker (PR_SET_PDEATHSIG), so a killed worker
+// never leaves a job half-running on its node.
+//
+// Thread-safe.
+#ifndef QUILT_SRC_WORKER_TASKS_H_
+#define QUILT_SRC_WORKER_TASKS_H_
+
+#include <sys/types.h>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "proto/quilt/v1/job.pb.h"
+
+namespace quilt {
+
+struct TaskRunnerOptions {
+  std::string executor_path;        // quilt-executor
+  std::string work_dir;             // one directory per job below it
+  std::string coordinator_address;  // the executors' rendezvous
+  // Emulated slowdown of this node's devices (1 = none).
+  double compute_slowdown = 1;
+  std::vector<std::string> device_ids;
+  int threads = 1;
+  // Called when there is something new to report (a step, an exit).
+  std::function<void()> on_change;
+};
+
+class TaskRunner {
+ public:
+  explicit TaskRunner(TaskRunnerOptions options);
+  ~TaskRunner();  // stops every executor
+
+  // Starts the executor of an assignment (nothing if the job is known).
+  void Start(const quilt::v1::TaskAssignment& assignment);
+  // Stops the job's executor; its report says CANCELLED.
+  void Cancel(const std::string& job_id);
+  // Every known job's state with the steps not acknowledged yet.
+  std::vector<quilt::v1::TaskReport> Reports() const;
+  // The coordinator has `reports`: their steps are not sent again, and
+  // jobs they reported as ended are forgotten.
+  void Ack(const std::vector<quilt::v1::TaskReport>& reports);
+  // Executors still running.
+  int running() const;
+
+ private:
+  struct Task {
+    std::string job_id;
+    std::string dir;
+    pid_t pid = -1;
+    int out_fd = -1;
+    quilt::v1::TaskState state = quilt::v1::TASK_STATE_STARTING;
+    bool cancelled = false;
+    int64_t step = 0;
+    int64_t first_unreported = 1;
+    std::vector<double> loss_parts, step_times;  // from first_unreported
+    std::string message;
+    std::thread reader;
+  };
+
+  void Read(Task* task);
+  static std::string LastError(const std::string& log_path);
+
+  TaskRunnerOptions options_;
+  mutable absl::Mutex mu_;
+  std::map<std::string, std::unique_ptr<Task>> tasks_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace quilt
+
+#endif  // QUILT_SRC_WORKER_TASKS_H_
