@@ -8,8 +8,8 @@
 #include <iostream>
 
 #include "CLI/CLI.hpp"
-#include "absl/strings/str_cat.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -17,8 +17,8 @@
 #include "src/cli/command.h"
 #include "src/cli/format.h"
 #include "src/common/files.h"
-#include "src/common/status.h"
 #include "src/common/proto_time.h"
+#include "src/common/status.h"
 #include "src/graph/model_loader.h"
 #include "src/rpc/coordinator_client.h"
 
@@ -87,8 +87,7 @@ absl::StatusOr<quilt::v1::JobSpec> SpecFrom(const SubmitArgs& a) {
   }
   if (a.data.rfind("synthetic", 0) == 0) {
     uint64_t seed = 0;
-    if (a.data.size() > 9 &&
-        (a.data[9] != ':' || !absl::SimpleAtoi(a.data.substr(10), &seed))) {
+    if (a.data.size() > 9 && (a.data[9] != ':' || !absl::SimpleAtoi(a.data.substr(10), &seed))) {
       return absl::InvalidArgumentError("--data synthetic[:SEED], or INPUTS.npy,LABELS.npy");
     }
     spec.mutable_dataset()->set_synthetic_seed(seed);
@@ -119,15 +118,13 @@ std::string Describe(const JobStatus& s) {
                         absl::StrJoin(s.nodes(), ", "));
   absl::StrAppendFormat(&out, "Progress:   step %d of %d, loss %.6g\n", s.step(), s.steps(),
                         s.last_loss());
-  absl::StrAppendFormat(&out, "Step time:  predicted %s, measured %s%s\n",
-                        HumanSeconds(s.predicted_step_time_s()),
-                        s.measured_step_time_s() > 0 ? HumanSeconds(s.measured_step_time_s())
-                                                     : "-",
-                        s.measured_step_time_s() > 0 && s.predicted_step_time_s() > 0
-                            ? absl::StrFormat(" (%+.0f %%)", 100 * (s.measured_step_time_s() /
-                                                                        s.predicted_step_time_s() -
-                                                                    1))
-                            : "");
+  absl::StrAppendFormat(
+      &out, "Step time:  predicted %s, measured %s%s\n", HumanSeconds(s.predicted_step_time_s()),
+      s.measured_step_time_s() > 0 ? HumanSeconds(s.measured_step_time_s()) : "-",
+      s.measured_step_time_s() > 0 && s.predicted_step_time_s() > 0
+          ? absl::StrFormat(" (%+.0f %%)",
+                            100 * (s.measured_step_time_s() / s.predicted_step_time_s() - 1))
+          : "");
   absl::StrAppendFormat(&out, "Throughput: %s samples/s\n",
                         s.samples_per_s() > 0 ? absl::StrFormat("%.1f", s.samples_per_s()) : "-");
   return out;
@@ -178,8 +175,7 @@ void AddJobCommands(CLI::App& app, const GlobalOptions& globals, std::vector<Com
   // submit
   auto a = std::make_shared<SubmitArgs>();
   CLI::App* submit = app.add_subcommand("submit", "Train a model on the cluster");
-  submit->add_option("model", a->model, "zoo:NAME, a .onnx file or a .pb/.pbtxt graph")
-      ->required();
+  submit->add_option("model", a->model, "zoo:NAME, a .onnx file or a .pb/.pbtxt graph")->required();
   submit->add_option("--batch", a->batch, "Global batch size")
       ->required()
       ->check(CLI::PositiveNumber);
@@ -222,28 +218,27 @@ void AddJobCommands(CLI::App& app, const GlobalOptions& globals, std::vector<Com
   CLI::App* jobs = app.add_subcommand("jobs", "List jobs");
   jobs->add_option("-o,--output", *jobs_format, "table | json")
       ->check(CLI::IsMember({"table", "json"}));
-  out->push_back({jobs, [jobs_format, &globals] {
-                    rpc::JobClient client(globals.coordinator, absl::Seconds(globals.timeout_s));
-                    absl::StatusOr<std::vector<JobStatus>> list = client.ListJobs();
-                    if (!list.ok()) return PrintError(std::string(list.status().message()));
-                    if (*jobs_format == "json") {
-                      quilt::v1::ListJobsResponse r;
-                      for (const auto& j : *list) *r.add_jobs() = j;
-                      std::cout << ToJson(r) << "\n";
-                      return 0;
-                    }
-                    Table t({"JOB", "NAME", "STATE", "STEP", "LOSS", "SAMPLES/S", "STRATEGY"});
-                    for (const JobStatus& j : *list) {
-                      t.AddRow({j.job_id(), j.name(), StateName(j.state()),
-                                absl::StrCat(j.step(), "/", j.steps()),
-                                absl::StrFormat("%.4f", j.last_loss()),
-                                j.samples_per_s() > 0 ? absl::StrFormat("%.0f", j.samples_per_s())
-                                                      : "-",
-                                j.strategy()});
-                    }
-                    std::cout << t.Render();
-                    return 0;
-                  }});
+  out->push_back(
+      {jobs, [jobs_format, &globals] {
+         rpc::JobClient client(globals.coordinator, absl::Seconds(globals.timeout_s));
+         absl::StatusOr<std::vector<JobStatus>> list = client.ListJobs();
+         if (!list.ok()) return PrintError(std::string(list.status().message()));
+         if (*jobs_format == "json") {
+           quilt::v1::ListJobsResponse r;
+           for (const auto& j : *list) *r.add_jobs() = j;
+           std::cout << ToJson(r) << "\n";
+           return 0;
+         }
+         Table t({"JOB", "NAME", "STATE", "STEP", "LOSS", "SAMPLES/S", "STRATEGY"});
+         for (const JobStatus& j : *list) {
+           t.AddRow({j.job_id(), j.name(), StateName(j.state()),
+                     absl::StrCat(j.step(), "/", j.steps()), absl::StrFormat("%.4f", j.last_loss()),
+                     j.samples_per_s() > 0 ? absl::StrFormat("%.0f", j.samples_per_s()) : "-",
+                     j.strategy()});
+         }
+         std::cout << t.Render();
+         return 0;
+       }});
   // describe job ID
   auto describe_id = std::make_shared<std::string>();
   auto describe_format = std::make_shared<std::string>("table");
@@ -267,8 +262,9 @@ void AddJobCommands(CLI::App& app, const GlobalOptions& globals, std::vector<Com
   watch->add_option("id", *watch_id, "Job id")->required();
   watch->add_option("-o,--output", *watch_format, "table | json")
       ->check(CLI::IsMember({"table", "json"}));
-  out->push_back(
-      {watch, [watch_id, watch_format, &globals] { return Watch(*watch_id, globals, *watch_format); }});
+  out->push_back({watch, [watch_id, watch_format, &globals] {
+                    return Watch(*watch_id, globals, *watch_format);
+                  }});
   // cancel ID
   auto cancel_id = std::make_shared<std::string>();
   auto cancel_reason = std::make_shared<std::string>();

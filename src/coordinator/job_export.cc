@@ -64,7 +64,8 @@ absl::StatusOr<Checkpoint> ReadLatestCheckpoint(const std::string& dir, int worl
   for (const std::string& step : steps) {
     bool complete = true;
     for (int r = 0; r < world && complete; ++r) {
-      complete = std::filesystem::exists(absl::StrCat(dir, "/", step, "/rank-", r, "/metrics.json"));
+      complete =
+          std::filesystem::exists(absl::StrCat(dir, "/", step, "/rank-", r, "/metrics.json"));
     }
     if (!complete) continue;
     std::map<std::string, std::vector<Piece>> pieces;
@@ -102,9 +103,8 @@ absl::StatusOr<std::string> ExportTrainedOnnx(const quilt::v1::JobRecord& job) {
   }
   absl::StatusOr<Checkpoint> ckpt = ReadLatestCheckpoint(spec.checkpoint_dir(), job.world_size());
   if (!ckpt.ok()) {
-    return absl::FailedPreconditionError(absl::StrCat("job ", job.status().job_id(),
-                                                      " has no checkpoint yet: ",
-                                                      ckpt.status().message()));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job ", job.status().job_id(), " has no checkpoint yet: ", ckpt.status().message()));
   }
   onnx::ModelProto model;
   if (!model.ParseFromString(spec.onnx())) {
@@ -119,8 +119,8 @@ absl::StatusOr<std::string> ExportTrainedOnnx(const quilt::v1::JobRecord& job) {
     for (int64_t d : init.dims()) numel *= d;
     if (v.dtype() != DType::kF32 || init.data_type() != onnx::TensorProto::FLOAT ||
         numel != v.numel()) {
-      return absl::DataLossError(absl::StrCat("trained '", init.name(),
-                                              "' does not fit the model's initializer"));
+      return absl::DataLossError(
+          absl::StrCat("trained '", init.name(), "' does not fit the model's initializer"));
     }
     init.clear_float_data();
     init.set_raw_data(std::string(static_cast<const char*>(v.raw()), v.bytes()));

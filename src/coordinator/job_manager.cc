@@ -35,7 +35,10 @@ bool JobManager::Ended(JobState s) {
 
 JobManager::JobManager(CoordinatorStore* store, NodeRegistry* registry, Clock* clock,
                        std::string checkpoint_root)
-    : store_(store), registry_(registry), clock_(clock), checkpoint_root_(std::move(checkpoint_root)) {}
+    : store_(store),
+      registry_(registry),
+      clock_(clock),
+      checkpoint_root_(std::move(checkpoint_root)) {}
 
 absl::Status JobManager::Load() {
   ASSIGN_OR_RETURN(std::vector<quilt::v1::JobRecord> records, store_->ListJobs());
@@ -84,7 +87,8 @@ absl::StatusOr<std::string> JobManager::Add(NewJob n) {
   for (const std::string& node : n.world) st->add_nodes(node);
   // The whole spec is kept: export needs the model.
   *r.mutable_spec() = std::move(n.spec);
-  if (r.spec().checkpoint_dir().empty()) r.mutable_spec()->set_checkpoint_dir(checkpoint_root_ + "/" + id);
+  if (r.spec().checkpoint_dir().empty())
+    r.mutable_spec()->set_checkpoint_dir(checkpoint_root_ + "/" + id);
   r.set_program(std::move(n.program));
   for (const std::string& node : n.world) {
     r.add_world(node);
@@ -95,8 +99,8 @@ absl::StatusOr<std::string> JobManager::Add(NewJob n) {
   }
   job.addresses.assign(n.world.size(), "");
   Changed(&job);
-  QLOG_INFO("job {} added: {} steps on {} node(s), strategy {}", id, st->steps(),
-            n.world.size(), st->strategy());
+  QLOG_INFO("job {} added: {} steps on {} node(s), strategy {}", id, st->steps(), n.world.size(),
+            st->strategy());
   return id;
 }
 
@@ -162,8 +166,8 @@ void JobManager::ApplyReport(Job* job, const std::string& node,
   t.set_state(report.state());
   t.set_step(std::max(t.step(), report.step()));
   if (!report.message().empty()) t.set_message(report.message());
-  const int rank = static_cast<int>(
-      std::find(r.world().begin(), r.world().end(), node) - r.world().begin());
+  const int rank =
+      static_cast<int>(std::find(r.world().begin(), r.world().end(), node) - r.world().begin());
   const int world = r.world_size();
   quilt::v1::JobStatus* st = r.mutable_status();
   for (int i = 0; i < report.loss_parts_size(); ++i) {
@@ -253,8 +257,8 @@ void JobManager::OnHeartbeat(const quilt::v1::HeartbeatRequest& request,
     a->set_job_id(id);
     a->set_program(r.program());
     for (const std::string& n : r.world()) a->add_world(n);
-    a->set_rank(static_cast<int>(std::find(r.world().begin(), r.world().end(), node) -
-                                 r.world().begin()));
+    a->set_rank(
+        static_cast<int>(std::find(r.world().begin(), r.world().end(), node) - r.world().begin()));
     a->set_steps(r.spec().steps());
     *a->mutable_dataset() = r.spec().dataset();
     a->set_seed(r.spec().seed());
@@ -293,9 +297,8 @@ absl::StatusOr<std::vector<std::string>> JobManager::ExchangeAddresses(const std
   }
   const int world = job->record.world_size();
   if (size != world || rank < 0 || rank >= world) {
-    return absl::InvalidArgumentError(absl::StrCat("rank ", rank, " of ", size,
-                                                   " is not in job ", job_id, " (", world,
-                                                   " executors)"));
+    return absl::InvalidArgumentError(absl::StrCat("rank ", rank, " of ", size, " is not in job ",
+                                                   job_id, " (", world, " executors)"));
   }
   if (address.empty()) return absl::InvalidArgumentError("empty address");
   job->addresses[rank] = address;

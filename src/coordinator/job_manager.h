@@ -83,7 +83,7 @@ class JobManager {
   struct Job {
     quilt::v1::JobRecord record;
     int64_t version = 0;
-    std::vector<std::string> addresses;  // rendezvous, by rank
+    std::vector<std::string> addresses;                      // rendezvous, by rank
     std::map<int64_t, std::pair<double, int>> loss_by_step;  // sum, ranks
     std::vector<double> rank0_step_times;
   };

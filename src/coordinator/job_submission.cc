@@ -63,8 +63,8 @@ absl::StatusOr<NewJob> PrepareJob(const quilt::v1::JobSpec& spec, const NodeRegi
     }
     return absl::FailedPreconditionError(
         absl::StrCat("no ", strategy == "auto" ? "strategy" : "'" + strategy + "' plan",
-                     " fits the memory of the Ready nodes' devices", why.empty() ? "" : " (",
-                     why, why.empty() ? "" : ")"));
+                     " fits the memory of the Ready nodes' devices", why.empty() ? "" : " (", why,
+                     why.empty() ? "" : ")"));
   }
   // Every replica needs at least one sample.
   std::set<std::string> used;

@@ -181,8 +181,9 @@ CoordinatorRendezvous::CoordinatorRendezvous(const std::string& address, std::st
 
 CoordinatorRendezvous::~CoordinatorRendezvous() = default;
 
-absl::StatusOr<std::vector<std::string>> CoordinatorRendezvous::Exchange(
-    int rank, int size, const std::string& address, absl::Duration timeout) {
+absl::StatusOr<std::vector<std::string>> CoordinatorRendezvous::Exchange(int rank, int size,
+                                                                         const std::string& address,
+                                                                         absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
   quilt::v1::ExchangeAddressesRequest request;
   request.set_job_id(job_id_);
@@ -210,8 +211,8 @@ absl::StatusOr<std::vector<std::string>> CoordinatorRendezvous::Exchange(
   }
   return absl::DeadlineExceededError(
       absl::StrCat("job ", job_id_, ": not every executor published its address within ",
-                   absl::FormatDuration(timeout), last.ok() ? "" : "; last error: ",
-                   last.ok() ? "" : last.message()));
+                   absl::FormatDuration(timeout),
+                   last.ok() ? "" : "; last error: ", last.ok() ? "" : last.message()));
 }
 
 }  // namespace quilt::rpc

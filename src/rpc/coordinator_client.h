@@ -6,16 +6,14 @@
 #define QUILT_SRC_RPC_COORDINATOR_CLIENT_H_
 
 #include <functional>
-#include <vector>
-
-#include "src/runtime/comm/rendezvous.h"
-
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "proto/quilt/v1/services.pb.h"
+#include "src/runtime/comm/rendezvous.h"
 #include "src/worker/coordinator_interface.h"
 
 namespace quilt::rpc {

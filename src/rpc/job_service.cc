@@ -1,10 +1,10 @@
 #include "src/rpc/job_service.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "src/cluster/topology.h"
 #include "src/common/logging.h"
 #include "src/common/status.h"
-#include "absl/synchronization/notification.h"
 #include "src/coordinator/job_export.h"
 #include "src/coordinator/job_model.h"
 #include "src/coordinator/job_submission.h"
@@ -93,9 +93,9 @@ grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext*,
   });
   if (!taken) {
     return ToGrpcStatus(planning_.accepting()
-                            ? absl::ResourceExhaustedError(absl::StrCat(
-                                  "the coordinator is already planning ", planning_.pending(),
-                                  " jobs; try again later"))
+                            ? absl::ResourceExhaustedError(
+                                  absl::StrCat("the coordinator is already planning ",
+                                               planning_.pending(), " jobs; try again later"))
                             : absl::UnavailableError("the coordinator is shutting down"));
   }
   done.WaitForNotification();

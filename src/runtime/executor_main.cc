@@ -20,16 +20,16 @@
 #include <iostream>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "absl/strings/match.h"
-#include "src/common/status.h"
-#include "src/rpc/coordinator_client.h"
 #include "nlohmann/json.hpp"
 #include "src/common/files.h"
+#include "src/common/status.h"
 #include "src/graph/graph.h"
+#include "src/rpc/coordinator_client.h"
 #include "src/runtime/comm/rendezvous.h"
 #include "src/runtime/comm/ucx_transport.h"
 #include "src/runtime/data/dataset.h"
@@ -150,9 +150,8 @@ int main(int argc, char** argv) {
     const bool due = !checkpoint_dir.empty() &&
                      (s.step == steps || (checkpoint_every > 0 && s.step % checkpoint_every == 0));
     if (due && running != nullptr && checkpoint_error.ok()) {
-      checkpoint_error =
-          WriteState(absl::StrFormat("%s/step-%08d/rank-%d", checkpoint_dir, s.step, rank), rank,
-                     *running);
+      checkpoint_error = WriteState(
+          absl::StrFormat("%s/step-%08d/rank-%d", checkpoint_dir, s.step, rank), rank, *running);
     }
   };
   // Data.

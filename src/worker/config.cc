@@ -40,8 +40,7 @@ const ConfigSchema<WorkerConfig>& WorkerConfigSchema() {
         .String("work_dir", &C::work_dir,
                 "Where each job's program and executor log go; empty =\n"
                 "$TMPDIR/quilt-worker/<node_id>.")
-        .Int("executor_threads", &C::executor_threads, "Kernel threads of each executor.", 1,
-             1024);
+        .Int("executor_threads", &C::executor_threads, "Kernel threads of each executor.", 1, 1024);
     return s;
   }();
   return *schema;

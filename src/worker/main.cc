@@ -54,8 +54,9 @@ int Run(WorkerConfig config) {
   std::string executor = config.executor_path;
   if (executor.empty()) {
     const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe");
-    for (const auto& candidate : {self.parent_path() / "quilt-executor",
-                                  self.parent_path().parent_path() / "runtime" / "quilt-executor"}) {
+    for (const auto& candidate :
+         {self.parent_path() / "quilt-executor",
+          self.parent_path().parent_path() / "runtime" / "quilt-executor"}) {
       if (std::filesystem::exists(candidate)) {
         executor = candidate.string();
         break;

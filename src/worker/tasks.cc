@@ -14,6 +14,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
 #include "nlohmann/json.hpp"
 #include "src/common/files.h"
 #include "src/common/logging.h"
@@ -78,25 +79,26 @@ void TaskRunner::Start(const quilt::v1::TaskAssignment& a) {
   if (absl::Status w = WriteFileAtomically(t->dir + "/program.pb", a.program()); !w.ok()) {
     return fail(std::string(w.message()));
   }
-  std::vector<std::string> argv = {options_.executor_path,
-                                   "--program",
-                                   t->dir + "/program.pb",
-                                   "--world",
-                                   absl::StrJoin(a.world(), ","),
-                                   "--rank",
-                                   std::to_string(a.rank()),
-                                   "--rendezvous",
-                                   absl::StrCat("coordinator://", options_.coordinator_address,
-                                                "/", a.job_id()),
-                                   "--steps",
-                                   std::to_string(a.steps()),
-                                   "--threads",
-                                   std::to_string(options_.threads),
-                                   "--progress"};
+  std::vector<std::string> argv = {
+      options_.executor_path,
+      "--program",
+      t->dir + "/program.pb",
+      "--world",
+      absl::StrJoin(a.world(), ","),
+      "--rank",
+      std::to_string(a.rank()),
+      "--rendezvous",
+      absl::StrCat("coordinator://", options_.coordinator_address, "/", a.job_id()),
+      "--steps",
+      std::to_string(a.steps()),
+      "--threads",
+      std::to_string(options_.threads),
+      "--progress"};
   if (a.dataset().source_case() == quilt::v1::DatasetSpec::kNumpy) {
-    argv.insert(argv.end(), {"--data", a.dataset().numpy().inputs_path() + "," +
-                                           a.dataset().numpy().labels_path(),
-                             "--seed", std::to_string(a.seed())});
+    argv.insert(
+        argv.end(),
+        {"--data", a.dataset().numpy().inputs_path() + "," + a.dataset().numpy().labels_path(),
+         "--seed", std::to_string(a.seed())});
   } else {
     argv.insert(argv.end(),
                 {"--data", "synthetic", "--seed", std::to_string(a.dataset().synthetic_seed())});
@@ -131,6 +133,11 @@ void TaskRunner::Start(const quilt::v1::TaskAssignment& a) {
     // The child: dies with the worker; stdout to the pipe, stderr to the log.
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(1);
+    // The worker blocks termination signals in every thread; the executor
+    // must not inherit that.
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
     const int err = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
     if (err >= 0) dup2(err, STDERR_FILENO);
     dup2(fds[1], STDOUT_FILENO);
@@ -180,7 +187,8 @@ void TaskRunner::Read(Task* t) {
         t->message = absl::StrCat("killed by signal ", WTERMSIG(status),
                                   t->message.empty() ? "" : ": ", t->message);
       }
-      if (t->message.empty()) t->message = "exited with status " + std::to_string(WEXITSTATUS(status));
+      if (t->message.empty())
+        t->message = "exited with status " + std::to_string(WEXITSTATUS(status));
     }
     QLOG_INFO("job {}: executor pid={} ended: {} {}", t->job_id, t->pid,
               quilt::v1::TaskState_Name(t->state), t->message);
@@ -202,7 +210,13 @@ void TaskRunner::Cancel(const std::string& job_id) {
   }
   Task* t = it->second.get();
   if (Ended(t->state) || t->pid <= 0) return;
+  if (t->cancelled) {
+    // Asked again (every heartbeat until it ended): force it after 5 s.
+    if (absl::Now() - t->cancelled_at > absl::Seconds(5)) kill(t->pid, SIGKILL);
+    return;
+  }
   t->cancelled = true;
+  t->cancelled_at = absl::Now();
   kill(t->pid, SIGTERM);
   QLOG_INFO("job {}: stopping executor pid={}", job_id, t->pid);
 }
@@ -238,8 +252,8 @@ void TaskRunner::Ack(const std::vector<quilt::v1::TaskReport>& reports) {
       auto it = tasks_.find(r.job_id());
       if (it == tasks_.end()) continue;
       Task* t = it->second.get();
-      const size_t n = std::min<size_t>(static_cast<size_t>(r.loss_parts_size()),
-                                        t->loss_parts.size());
+      const size_t n =
+          std::min<size_t>(static_cast<size_t>(r.loss_parts_size()), t->loss_parts.size());
       t->loss_parts.erase(t->loss_parts.begin(), t->loss_parts.begin() + n);
       t->step_times.erase(t->step_times.begin(), t->step_times.begin() + n);
       t->first_unreported += static_cast<int64_t>(n);

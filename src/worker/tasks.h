@@ -6,7 +6,7 @@
 // is read on a thread, its stderr goes to executor.log in the job's
 // directory. Each executor's state and the steps not yet reported are
 // collected by Reports(); the worker sends them with its next heartbeat.
-// Cancel() stops an executor (SIGTERM; the executor does not catch it); an
+// Cancel() stops an executor (SIGTERM, SIGKILL when asked again 5 s on); an
 // executor dies with the worker (PR_SET_PDEATHSIG), so a killed worker
 // never leaves a job half-running on its node.
 //
@@ -66,6 +66,7 @@ class TaskRunner {
     int out_fd = -1;
     quilt::v1::TaskState state = quilt::v1::TASK_STATE_STARTING;
     bool cancelled = false;
+    absl::Time cancelled_at;
     int64_t step = 0;
     int64_t first_unreported = 1;
     std::vector<double> loss_parts, step_times;  // from first_unreported

@@ -1,0 +1,298 @@
+// Jobs through the whole service with the real binaries on loopback: a
+// coordinator, two workers (one emulated 2x slower) and quiltctl. A job
+// runs to SUCCEEDED and its checkpoint holds the single-device run's
+// parameters; the exported ONNX model loads with python3-onnx and carries
+// them; cancel stops a running job within seconds and frees the workers;
+// bad requests are rejected at submit time with their reason; a worker
+// killed during a job fails the job with the reason while the coordinator
+// keeps serving.
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "onnx/onnx_pb.h"
+#include "src/common/files.h"
+#include "src/common/status_matchers.h"
+#include "src/coordinator/job_export.h"
+#include "src/coordinator/job_model.h"
+#include "src/runtime/data/dataset.h"
+#include "src/runtime/data/npy.h"
+#include "src/runtime/local_trainer.h"
+#include "src/runtime/parallel.h"
+#include "test/integration/cluster_fixture.h"
+
+namespace quilt::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr int64_t kBatch = 16;
+constexpr int64_t kSteps = 8;
+
+std::string Fixture(const std::string& file) { return RunfilePath("test/fixtures/mlp/" + file); }
+
+// The flags quiltctl submit gets, and the same job as a JobSpec.
+std::vector<std::string> SubmitArgs(const std::string& checkpoints, int64_t steps,
+                                    const std::string& strategy) {
+  return {"submit",
+          Fixture("model.onnx"),
+          "--loss",
+          "softmax_cross_entropy",
+          "--batch",
+          std::to_string(kBatch),
+          "--steps",
+          std::to_string(steps),
+          "--optimizer",
+          "sgd",
+          "--lr",
+          "0.05",
+          "--momentum",
+          "0.9",
+          "--strategy",
+          strategy,
+          "--data",
+          Fixture("x.npy") + "," + Fixture("y.npy"),
+          "--checkpoint-dir",
+          checkpoints,
+          "--checkpoint-every",
+          "4"};
+}
+
+class Jobs : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_THAT(cluster_.StartCoordinator().status(), IsOk());
+    ASSERT_THAT(cluster_.StartWorker("worker-a").status(), IsOk());
+    ASSERT_THAT(cluster_.StartWorker("worker-b", {"--compute_slowdown", "2"}).status(), IsOk());
+  }
+
+  // Submits; the job id.
+  std::string Submit(const std::vector<std::string>& args) {
+    absl::StatusOr<CommandResult> r = cluster_.Quiltctl(args);
+    EXPECT_THAT(r.status(), IsOk());
+    EXPECT_EQ(r->exit_code, 0) << r->err;
+    std::string id = r->out;
+    while (!id.empty() && (id.back() == '\n' || id.back() == ' ')) id.pop_back();
+    return id;
+  }
+
+  nlohmann::json Job(const std::string& id) {
+    absl::StatusOr<CommandResult> r = cluster_.Quiltctl({"describe", "job", id, "-o", "json"});
+    if (!r.ok() || r->exit_code != 0) return nlohmann::json::object();
+    return nlohmann::json::parse(r->out, nullptr, false);
+  }
+
+  std::string State(const std::string& id) { return Job(id).value("state", std::string()); }
+
+  int64_t Step(const std::string& id) {
+    const nlohmann::json j = Job(id);
+    // int64 fields are JSON strings.
+    return j.contains("step") ? std::stoll(j["step"].get<std::string>()) : 0;
+  }
+
+  // Executors still running for `id` on this machine.
+  int Executors(const std::string& id) {
+    absl::StatusOr<CommandResult> r = RunCommand({"/usr/bin/pgrep", "-f", "-c", id});
+    return r.ok() ? std::atoi(r->out.c_str()) : -1;
+  }
+
+  LocalCluster cluster_;
+};
+
+TEST_F(Jobs, RunsToSucceededWithTheSingleDeviceParametersAndExportsThem) {
+  const std::string checkpoints = cluster_.dir().File("ckpt");
+  const std::string id = Submit(SubmitArgs(checkpoints, kSteps, "dp-proportional-ring"));
+  ASSERT_FALSE(id.empty());
+  absl::StatusOr<CommandResult> watched = cluster_.Quiltctl({"watch", id});
+  ASSERT_THAT(watched.status(), IsOk());
+  ASSERT_EQ(watched->exit_code, 0)
+      << watched->out << watched->err << cluster_.Log("worker-a") << cluster_.Log("worker-b");
+  const nlohmann::json job = Job(id);
+  EXPECT_EQ(job.value("state", std::string()), "JOB_STATE_SUCCEEDED");
+  EXPECT_EQ(job.value("nodes", nlohmann::json::array()).size(), 2u);
+
+  // The single-device run of the same job.
+  quilt::v1::JobSpec spec;
+  absl::StatusOr<std::string> onnx = ReadFile(Fixture("model.onnx"));
+  ASSERT_THAT(onnx.status(), IsOk());
+  spec.set_onnx(*onnx);
+  spec.set_loss(quilt::v1::Loss::TYPE_SOFTMAX_CROSS_ENTROPY);
+  spec.set_global_batch(kBatch);
+  spec.mutable_optimizer()->mutable_sgd()->set_learning_rate(0.05);
+  spec.mutable_optimizer()->mutable_sgd()->set_momentum(0.9);
+  absl::StatusOr<Graph> g = TrainingGraphForJob(spec);
+  ASSERT_THAT(g.status(), IsOk());
+  absl::StatusOr<DataSignature> sig = DataSignatureOf(*g);
+  ASSERT_THAT(sig.status(), IsOk());
+  absl::StatusOr<std::unique_ptr<Dataset>> data =
+      OpenNumpyDataset(Fixture("x.npy"), Fixture("y.npy"), *sig);
+  ASSERT_THAT(data.status(), IsOk());
+  SetComputeThreads(1);
+  LocalTrainOptions lo;
+  lo.batch = kBatch;
+  lo.steps = kSteps;
+  absl::StatusOr<LocalTrainResult> ref = TrainLocal(*g, data->get(), lo);
+  ASSERT_THAT(ref.status(), IsOk());
+  EXPECT_NEAR(job.value("last_loss", 0.0), ref->losses.back(), 1e-4 * (1 + ref->losses.back()));
+
+  absl::StatusOr<Checkpoint> ckpt = ReadLatestCheckpoint(checkpoints, 2);
+  ASSERT_THAT(ckpt.status(), IsOk());
+  EXPECT_EQ(ckpt->step, kSteps);
+  EXPECT_TRUE(std::filesystem::exists(absl::StrCat(checkpoints, "/step-00000004")));
+  int compared = 0;
+  for (const std::string& name : ref->runner->PersistentNames()) {
+    const Tensor& want = *ref->runner->Persistent(name);
+    auto got = ckpt->tensors.find(name);
+    ASSERT_NE(got, ckpt->tensors.end()) << name << " is in no checkpoint file";
+    ASSERT_EQ(got->second.numel(), want.numel()) << name;
+    if (want.dtype() != DType::kF32) continue;
+    for (int64_t i = 0; i < want.numel(); ++i) {
+      ASSERT_NEAR(got->second.f32()[i], want.f32()[i], 1e-4 + 1e-3 * std::abs(want.f32()[i]))
+          << name << "[" << i << "]";
+    }
+    ++compared;
+  }
+  EXPECT_GT(compared, 0);
+
+  // The exported model: valid for onnx's checker, its initializers the
+  // trained values.
+  const std::string model = cluster_.dir().File("trained.onnx");
+  absl::StatusOr<CommandResult> exported = cluster_.Quiltctl({"export", id, "-o", model});
+  ASSERT_THAT(exported.status(), IsOk());
+  ASSERT_EQ(exported->exit_code, 0) << exported->err;
+  const std::string dump = cluster_.dir().File("weights.json");
+  absl::StatusOr<CommandResult> py = RunCommand(
+      {"/usr/bin/python3", "-c",
+       "import sys, json, onnx, onnx.numpy_helper as nh\n"
+       "m = onnx.load(sys.argv[1]); onnx.checker.check_model(m)\n"
+       "json.dump({t.name: nh.to_array(t).ravel().tolist() for t in m.graph.initializer},"
+       " open(sys.argv[2], 'w'))\n",
+       model, dump},
+      absl::Seconds(60));
+  ASSERT_THAT(py.status(), IsOk());
+  ASSERT_EQ(py->exit_code, 0) << py->err;
+  std::ifstream in(dump);
+  const nlohmann::json weights = nlohmann::json::parse(in);
+  for (const ParameterSpec& p : g->parameters) {
+    const Tensor& want = *ref->runner->Persistent(p.tensor);
+    ASSERT_TRUE(weights.contains(p.tensor)) << p.tensor;
+    const auto& got = weights[p.tensor];
+    ASSERT_EQ(static_cast<int64_t>(got.size()), want.numel());
+    for (int64_t i = 0; i < want.numel(); ++i) {
+      ASSERT_NEAR(got[static_cast<size_t>(i)].get<double>(), want.f32()[i],
+                  1e-4 + 1e-3 * std::abs(want.f32()[i]))
+          << p.tensor << "[" << i << "]";
+    }
+  }
+}
+
+TEST_F(Jobs, CancelStopsARunningJobWithinSecondsAndFreesTheWorkers) {
+  const std::string id = Submit(SubmitArgs(cluster_.dir().File("ckpt"), 1000000, "dp-even-ring"));
+  ASSERT_TRUE(Eventually([&] { return Step(id) > 2; }, absl::Seconds(60)))
+      << Job(id).dump() << cluster_.Log("worker-a");
+  EXPECT_EQ(Executors(id), 2);
+  absl::StatusOr<CommandResult> c = cluster_.Quiltctl({"cancel", id, "--reason", "enough"});
+  ASSERT_THAT(c.status(), IsOk());
+  EXPECT_EQ(c->exit_code, 0) << c->err;
+  EXPECT_EQ(State(id), "JOB_STATE_CANCELLED");
+  EXPECT_THAT(Job(id).value("message", std::string()), HasSubstr("enough"));
+  EXPECT_TRUE(Eventually([&] { return Executors(id) == 0; }, absl::Seconds(5)))
+      << "executors of a cancelled job still run";
+  // Cancelling again is refused; the workers take the next job.
+  absl::StatusOr<CommandResult> again = cluster_.Quiltctl({"cancel", id});
+  ASSERT_THAT(again.status(), IsOk());
+  EXPECT_NE(again->exit_code, 0);
+  EXPECT_THAT(again->err, HasSubstr("already ended"));
+  const std::string next = Submit(SubmitArgs(cluster_.dir().File("ckpt2"), 3, "dp-even-ring"));
+  EXPECT_TRUE(Eventually([&] { return State(next) == "JOB_STATE_SUCCEEDED"; }, absl::Seconds(60)))
+      << Job(next).dump();
+}
+
+TEST_F(Jobs, BadRequestsAreRejectedAtSubmitWithTheirReason) {
+  const std::string ckpt = cluster_.dir().File("ckpt");
+  auto rejected = [&](std::vector<std::string> args, const std::string& why) {
+    absl::StatusOr<CommandResult> r = cluster_.Quiltctl(args);
+    ASSERT_THAT(r.status(), IsOk());
+    EXPECT_NE(r->exit_code, 0) << r->out;
+    EXPECT_THAT(r->err, HasSubstr(why));
+  };
+  std::vector<std::string> args = SubmitArgs(ckpt, 4, "dp-even-ring");
+  // Unknown model.
+  std::vector<std::string> zoo = args;
+  zoo[1] = "zoo:no_such_model";
+  rejected(zoo, "no_such_model");
+  // Unsupported op.
+  {
+    onnx::ModelProto m;
+    m.set_ir_version(8);
+    m.add_opset_import()->set_version(17);
+    onnx::GraphProto* g = m.mutable_graph();
+    g->set_name("odd");
+    auto* in = g->add_input();
+    in->set_name("x");
+    in->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
+    in->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_param("N");
+    in->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(20);
+    auto* node = g->add_node();
+    node->set_op_type("FancyNewOp");
+    node->add_input("x");
+    node->add_output("y");
+    g->add_output()->set_name("y");
+    const std::string path = cluster_.dir().File("odd.onnx");
+    std::ofstream(path, std::ios::binary) << m.SerializeAsString();
+    std::vector<std::string> odd = args;
+    odd[1] = path;
+    rejected(odd, "FancyNewOp");
+  }
+  // Memory: gpt2_xl with a huge batch fits no CPU device here.
+  std::vector<std::string> big = {"submit",  "zoo:gpt2_xl", "--batch",    "4096",
+                                  "--steps", "1",           "--strategy", "dp-even-ring"};
+  rejected(big, "memory");
+  // A batch that cannot be split over the plan's devices.
+  std::vector<std::string> tiny = args;
+  tiny[5] = "1";
+  rejected(tiny, "cannot be split");
+  // Missing dataset file; a dataset smaller than one batch.
+  std::vector<std::string> missing = args;
+  missing[17] = "/nonexistent/x.npy,/nonexistent/y.npy";
+  rejected(missing, "/nonexistent/x.npy");
+  std::vector<std::string> small = args;
+  small[5] = "128";
+  rejected(small, "fewer than one global batch");
+  // Nothing was created.
+  absl::StatusOr<CommandResult> jobs = cluster_.Quiltctl({"jobs", "-o", "json"});
+  ASSERT_THAT(jobs.status(), IsOk());
+  EXPECT_EQ(nlohmann::json::parse(jobs->out).value("jobs", nlohmann::json::array()).size(), 0u);
+}
+
+TEST_F(Jobs, AKilledWorkerFailsTheJobWithTheReasonAndTheCoordinatorKeepsServing) {
+  const std::string id = Submit(SubmitArgs(cluster_.dir().File("ckpt"), 1000000, "dp-even-ring"));
+  ASSERT_TRUE(Eventually([&] { return Step(id) > 2; }, absl::Seconds(60))) << Job(id).dump();
+  cluster_.KillWorker("worker-b", SIGKILL);
+  ASSERT_TRUE(Eventually([&] { return State(id) == "JOB_STATE_FAILED"; }, absl::Seconds(30)))
+      << Job(id).dump();
+  const std::string message = Job(id).value("message", std::string());
+  EXPECT_TRUE(message.find("worker-b") != std::string::npos ||
+              message.find("peer failed") != std::string::npos)
+      << message;
+  EXPECT_TRUE(Eventually([&] { return Executors(id) == 0; }, absl::Seconds(10)));
+  absl::StatusOr<CommandResult> status = cluster_.Quiltctl({"status"});
+  ASSERT_THAT(status.status(), IsOk());
+  EXPECT_EQ(status->exit_code, 0) << status->err;
+}
+
+TEST(JobsWithoutWorkers, SubmitSaysNoNodeIsReady) {
+  LocalCluster cluster;
+  ASSERT_THAT(cluster.StartCoordinator().status(), IsOk());
+  absl::StatusOr<CommandResult> r =
+      cluster.Quiltctl(SubmitArgs(cluster.dir().File("c"), 2, "auto"));
+  ASSERT_THAT(r.status(), IsOk());
+  EXPECT_NE(r->exit_code, 0);
+  EXPECT_THAT(r->err, HasSubstr("Ready"));
+}
+
+}  // namespace
+}  // namespace quilt::testing
