@@ -1,8 +1,12 @@
 #!/bin/bash
 # Quilt on this machine: installs what is missing, builds, starts a
 # coordinator and two workers (worker-b emulated 2x slower, as in a mixed
-# cluster), waits until both are Ready and shows the cluster with quiltctl.
-# Everything is stopped again at the end unless --keep is given.
+# cluster), waits until both are Ready, shows the cluster, plans a small
+# CNN exported from PyTorch on it (and how much faster than even data
+# parallelism the plan is predicted to be), trains it through the service
+# on learnable synthetic data while watching the loss fall, and exports the
+# trained model as ONNX. Everything is stopped again at the end unless
+# --keep is given.
 #
 #   tools/quickstart.sh [--keep]
 #
@@ -18,7 +22,8 @@ step "Installing missing packages"
 tools/setup.sh
 
 step "Building (first build takes a few minutes on 2 cores)"
-bazel build //src/coordinator:quilt-coordinator //src/worker:quilt-worker //src/cli:quiltctl
+bazel build //src/coordinator:quilt-coordinator //src/worker:quilt-worker \
+  //src/runtime:quilt-executor //src/cli:quiltctl
 bin=$(bazel info bazel-bin 2>/dev/null)/src
 bazel shutdown >/dev/null 2>&1 || true
 
@@ -64,6 +69,34 @@ step "quiltctl status"
 
 step "quiltctl nodes -o wide"
 "$bin/cli/quiltctl" nodes -o wide
+
+model=test/fixtures/cnn/model.onnx
+batch=256
+step "Planning $model (a CNN exported from PyTorch) on the live cluster"
+"$bin/cli/quiltctl" plan "$model" --batch $batch --optimizer sgd | tee "$dir/plan.txt"
+"$bin/cli/quiltctl" plan "$model" --batch $batch -o json 2>/dev/null | /usr/bin/python3 -c '
+import json, sys
+r = json.load(sys.stdin)
+t = {e["name"]: e["step_time_s"] for e in r["estimates"] if e["feasible"]}
+best, even = t[r["best"]], t.get("dp-even-ring")
+if even:
+    print("Predicted: %s at %.2f ms per step, %.2fx as fast as even data parallelism (%.2f ms)"
+          % (r["best"], best * 1e3, even / best, even * 1e3))'
+
+step "Training it through the service (quiltctl submit --watch)"
+"$bin/cli/quiltctl" submit "$model" --loss softmax_cross_entropy --batch $batch --steps 300 \
+  --data synthetic:1 --lr 0.02 --checkpoint-every 100 --name quickstart-cnn --watch
+
+step "quiltctl jobs"
+"$bin/cli/quiltctl" jobs
+job=$("$bin/cli/quiltctl" jobs -o json | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["jobs"][-1]["job_id"])')
+
+step "quiltctl describe job $job"
+"$bin/cli/quiltctl" describe job "$job"
+
+step "The trained model as ONNX (quiltctl export)"
+"$bin/cli/quiltctl" export "$job" -o "$dir/trained.onnx"
+/usr/bin/python3 -c 'import onnx, sys; m = onnx.load(sys.argv[1]); onnx.checker.check_model(m); print("onnx loads it:", len(m.graph.initializer), "trained initializers")' "$dir/trained.onnx"
 
 if [ $keep -eq 1 ]; then
   cat <<EOT
