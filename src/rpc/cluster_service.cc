@@ -1,5 +1,6 @@
 #include "src/rpc/cluster_service.h"
 
+#include "src/common/status.h"
 #include "src/common/version.h"
 #include "src/rpc/handler_util.h"
 
@@ -38,14 +39,19 @@ grpc::ServerUnaryReactor* ClusterServiceImpl::Heartbeat(grpc::CallbackServerCont
       });
 }
 
-grpc::Status ClusterServiceImpl::ExchangeAddresses(
-    grpc::ServerContext*, const quilt::v1::ExchangeAddressesRequest* request,
-    quilt::v1::ExchangeAddressesResponse* response) {
-  absl::StatusOr<std::vector<std::string>> all = jobs_->ExchangeAddresses(
-      request->job_id(), request->rank(), request->size(), request->address());
-  if (!all.ok()) return ToGrpcStatus(all.status());
-  for (const std::string& a : *all) response->add_addresses(a);
-  return grpc::Status::OK;
+grpc::ServerUnaryReactor* ClusterServiceImpl::ExchangeAddresses(grpc::CallbackServerContext* ctx,
+                                                                const grpc::ByteBuffer* request,
+                                                                grpc::ByteBuffer* response) {
+  return HandleUnary<quilt::v1::ExchangeAddressesRequest, quilt::v1::ExchangeAddressesResponse>(
+      ctx, request, response, kMaxHeartbeatRequestBytes, "ExchangeAddresses",
+      [this](const quilt::v1::ExchangeAddressesRequest& req,
+             quilt::v1::ExchangeAddressesResponse* resp) {
+        ASSIGN_OR_RETURN(
+            std::vector<std::string> all,
+            jobs_->ExchangeAddresses(req.job_id(), req.rank(), req.size(), req.address()));
+        for (std::string& a : all) resp->add_addresses(std::move(a));
+        return absl::OkStatus();
+      });
 }
 
 }  // namespace quilt::rpc

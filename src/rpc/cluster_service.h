@@ -16,7 +16,9 @@ inline constexpr size_t kMaxRegisterRequestBytes = 4 << 20;
 inline constexpr size_t kMaxHeartbeatRequestBytes = 1 << 20;  // with task reports
 
 using ClusterServiceBase = quilt::v1::ClusterService::WithRawCallbackMethod_Register<
-    quilt::v1::ClusterService::WithRawCallbackMethod_Heartbeat<quilt::v1::ClusterService::Service>>;
+    quilt::v1::ClusterService::WithRawCallbackMethod_Heartbeat<
+        quilt::v1::ClusterService::WithRawCallbackMethod_ExchangeAddresses<
+            quilt::v1::ClusterService::Service>>>;
 
 class ClusterServiceImpl final : public ClusterServiceBase {
  public:
@@ -28,10 +30,10 @@ class ClusterServiceImpl final : public ClusterServiceBase {
   grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* ctx,
                                       const grpc::ByteBuffer* request,
                                       grpc::ByteBuffer* response) override;
-  // Sync: answers at once (the executors poll).
-  grpc::Status ExchangeAddresses(grpc::ServerContext* ctx,
-                                 const quilt::v1::ExchangeAddressesRequest* request,
-                                 quilt::v1::ExchangeAddressesResponse* response) override;
+  // Answers at once (the executors poll).
+  grpc::ServerUnaryReactor* ExchangeAddresses(grpc::CallbackServerContext* ctx,
+                                              const grpc::ByteBuffer* request,
+                                              grpc::ByteBuffer* response) override;
 
  private:
   NodeRegistry* registry_;

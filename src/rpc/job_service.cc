@@ -1,7 +1,6 @@
 #include "src/rpc/job_service.h"
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/notification.h"
 #include "src/cluster/topology.h"
 #include "src/common/logging.h"
 #include "src/common/status.h"
@@ -18,6 +17,8 @@ namespace {
 // One plan at a time (each is CPU-bound), a few more waiting.
 constexpr int kPlanningThreads = 1;
 constexpr int kMaxWaitingPlans = 4;
+// Requests that carry ids only.
+constexpr size_t kMaxSmallRequestBytes = 64 << 10;
 
 }  // namespace
 
@@ -28,20 +29,22 @@ JobServiceImpl::JobServiceImpl(Coordinator* coordinator, size_t max_request_byte
 
 JobServiceImpl::~JobServiceImpl() { planning_.Shutdown(); }
 
-grpc::ServerUnaryReactor* JobServiceImpl::PlanJob(grpc::CallbackServerContext* ctx,
-                                                  const grpc::ByteBuffer* raw_request,
-                                                  grpc::ByteBuffer* raw_response) {
-  auto request = std::make_shared<quilt::v1::PlanJobRequest>();
-  absl::Status parsed = ParseRequest(*raw_request, max_request_bytes_, "PlanJob", request.get());
+template <typename Request, typename Response>
+grpc::ServerUnaryReactor* JobServiceImpl::OnPlanningQueue(
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* raw_request,
+    grpc::ByteBuffer* raw_response, const char* method,
+    std::function<absl::Status(const Request&, Response*)> work) {
+  auto request = std::make_shared<Request>();
+  absl::Status parsed = ParseRequest(*raw_request, max_request_bytes_, method, request.get());
   if (!parsed.ok()) return Finish(ctx, parsed);
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  const bool taken = planning_.Submit([this, request, reactor, raw_response] {
-    quilt::v1::PlanReport report;
-    absl::Status s = Plan(*request, &report);
+  const bool taken = planning_.Submit([request, reactor, raw_response, work] {
+    Response response;
+    absl::Status s = work(*request, &response);
     if (s.ok()) {
       bool own = false;
       grpc::Status ser =
-          grpc::SerializationTraits<quilt::v1::PlanReport>::Serialize(report, raw_response, &own);
+          grpc::SerializationTraits<Response>::Serialize(response, raw_response, &own);
       if (!ser.ok()) s = FromGrpcStatus(ser);
     }
     reactor->Finish(ToGrpcStatus(s));
@@ -54,6 +57,16 @@ grpc::ServerUnaryReactor* JobServiceImpl::PlanJob(grpc::CallbackServerContext* c
                                      : absl::UnavailableError("the coordinator is shutting down")));
   }
   return reactor;
+}
+
+grpc::ServerUnaryReactor* JobServiceImpl::PlanJob(grpc::CallbackServerContext* ctx,
+                                                  const grpc::ByteBuffer* raw_request,
+                                                  grpc::ByteBuffer* raw_response) {
+  return OnPlanningQueue<quilt::v1::PlanJobRequest, quilt::v1::PlanReport>(
+      ctx, raw_request, raw_response, "PlanJob",
+      [this](const quilt::v1::PlanJobRequest& r, quilt::v1::PlanReport* report) {
+        return Plan(r, report);
+      });
 }
 
 absl::Status JobServiceImpl::Plan(const quilt::v1::PlanJobRequest& request,
@@ -80,44 +93,64 @@ absl::Status JobServiceImpl::Plan(const quilt::v1::PlanJobRequest& request,
   return absl::OkStatus();
 }
 
-grpc::Status JobServiceImpl::SubmitJob(grpc::ServerContext*,
-                                       const quilt::v1::SubmitJobRequest* request,
-                                       quilt::v1::SubmitJobResponse* response) {
-  absl::Notification done;
-  absl::StatusOr<std::string> id = absl::UnknownError("not run");
-  const bool taken = planning_.Submit([&] {
-    SubmissionOptions options;
-    absl::StatusOr<NewJob> job = PrepareJob(request->spec(), *coordinator_->registry(), options);
-    id = job.ok() ? coordinator_->jobs()->Add(std::move(*job)) : job.status();
-    done.Notify();
-  });
-  if (!taken) {
-    return ToGrpcStatus(planning_.accepting()
-                            ? absl::ResourceExhaustedError(
-                                  absl::StrCat("the coordinator is already planning ",
-                                               planning_.pending(), " jobs; try again later"))
-                            : absl::UnavailableError("the coordinator is shutting down"));
-  }
-  done.WaitForNotification();
-  if (!id.ok()) return ToGrpcStatus(id.status());
-  response->set_job_id(*id);
-  return grpc::Status::OK;
+grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(grpc::CallbackServerContext* ctx,
+                                                    const grpc::ByteBuffer* raw_request,
+                                                    grpc::ByteBuffer* raw_response) {
+  return OnPlanningQueue<quilt::v1::SubmitJobRequest, quilt::v1::SubmitJobResponse>(
+      ctx, raw_request, raw_response, "SubmitJob",
+      [this](const quilt::v1::SubmitJobRequest& r, quilt::v1::SubmitJobResponse* response) {
+        ASSIGN_OR_RETURN(NewJob job, PrepareJob(r.spec(), *coordinator_->registry(), {}));
+        ASSIGN_OR_RETURN(std::string id, coordinator_->jobs()->Add(std::move(job)));
+        response->set_job_id(id);
+        return absl::OkStatus();
+      });
 }
 
-grpc::Status JobServiceImpl::GetJob(grpc::ServerContext*, const quilt::v1::GetJobRequest* request,
-                                    quilt::v1::JobStatus* response) {
-  absl::StatusOr<quilt::v1::JobStatus> st = coordinator_->jobs()->Get(request->job_id());
-  if (!st.ok()) return ToGrpcStatus(st.status());
-  *response = std::move(*st);
-  return grpc::Status::OK;
+grpc::ServerUnaryReactor* JobServiceImpl::GetJob(grpc::CallbackServerContext* ctx,
+                                                 const grpc::ByteBuffer* raw_request,
+                                                 grpc::ByteBuffer* raw_response) {
+  return HandleUnary<quilt::v1::GetJobRequest, quilt::v1::JobStatus>(
+      ctx, raw_request, raw_response, kMaxSmallRequestBytes, "GetJob",
+      [this](const quilt::v1::GetJobRequest& r, quilt::v1::JobStatus* response) {
+        ASSIGN_OR_RETURN(*response, coordinator_->jobs()->Get(r.job_id()));
+        return absl::OkStatus();
+      });
 }
 
-grpc::Status JobServiceImpl::ListJobs(grpc::ServerContext*, const quilt::v1::ListJobsRequest*,
-                                      quilt::v1::ListJobsResponse* response) {
-  for (quilt::v1::JobStatus& st : coordinator_->jobs()->List()) {
-    *response->add_jobs() = std::move(st);
-  }
-  return grpc::Status::OK;
+grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(grpc::CallbackServerContext* ctx,
+                                                   const grpc::ByteBuffer* raw_request,
+                                                   grpc::ByteBuffer* raw_response) {
+  return HandleUnary<quilt::v1::ListJobsRequest, quilt::v1::ListJobsResponse>(
+      ctx, raw_request, raw_response, kMaxSmallRequestBytes, "ListJobs",
+      [this](const quilt::v1::ListJobsRequest&, quilt::v1::ListJobsResponse* response) {
+        for (quilt::v1::JobStatus& st : coordinator_->jobs()->List()) {
+          *response->add_jobs() = std::move(st);
+        }
+        return absl::OkStatus();
+      });
+}
+
+grpc::ServerUnaryReactor* JobServiceImpl::CancelJob(grpc::CallbackServerContext* ctx,
+                                                    const grpc::ByteBuffer* raw_request,
+                                                    grpc::ByteBuffer* raw_response) {
+  return HandleUnary<quilt::v1::CancelJobRequest, quilt::v1::CancelJobResponse>(
+      ctx, raw_request, raw_response, kMaxSmallRequestBytes, "CancelJob",
+      [this](const quilt::v1::CancelJobRequest& r, quilt::v1::CancelJobResponse*) {
+        return coordinator_->jobs()->Cancel(r.job_id(), r.reason());
+      });
+}
+
+grpc::ServerUnaryReactor* JobServiceImpl::ExportJob(grpc::CallbackServerContext* ctx,
+                                                    const grpc::ByteBuffer* raw_request,
+                                                    grpc::ByteBuffer* raw_response) {
+  // Reading a checkpoint is file work: the planning queue, not gRPC's threads.
+  return OnPlanningQueue<quilt::v1::ExportJobRequest, quilt::v1::ExportJobResponse>(
+      ctx, raw_request, raw_response, "ExportJob",
+      [this](const quilt::v1::ExportJobRequest& r, quilt::v1::ExportJobResponse* response) {
+        ASSIGN_OR_RETURN(quilt::v1::JobRecord record, coordinator_->jobs()->Record(r.job_id()));
+        ASSIGN_OR_RETURN(*response->mutable_onnx(), ExportTrainedOnnx(record));
+        return absl::OkStatus();
+      });
 }
 
 grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* ctx,
@@ -132,23 +165,6 @@ grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* ctx,
     if (version != before && !writer->Write(*st)) break;  // the client went away
     if (JobManager::Ended(st->state())) break;
   }
-  return grpc::Status::OK;
-}
-
-grpc::Status JobServiceImpl::CancelJob(grpc::ServerContext*,
-                                       const quilt::v1::CancelJobRequest* request,
-                                       quilt::v1::CancelJobResponse*) {
-  return ToGrpcStatus(coordinator_->jobs()->Cancel(request->job_id(), request->reason()));
-}
-
-grpc::Status JobServiceImpl::ExportJob(grpc::ServerContext*,
-                                       const quilt::v1::ExportJobRequest* request,
-                                       quilt::v1::ExportJobResponse* response) {
-  absl::StatusOr<quilt::v1::JobRecord> record = coordinator_->jobs()->Record(request->job_id());
-  if (!record.ok()) return ToGrpcStatus(record.status());
-  absl::StatusOr<std::string> onnx = ExportTrainedOnnx(*record);
-  if (!onnx.ok()) return ToGrpcStatus(onnx.status());
-  response->set_onnx(std::move(*onnx));
   return grpc::Status::OK;
 }
 

@@ -9,14 +9,23 @@
 #ifndef QUILT_SRC_RPC_JOB_SERVICE_H_
 #define QUILT_SRC_RPC_JOB_SERVICE_H_
 
+#include <functional>
+
 #include "proto/quilt/v1/services.grpc.pb.h"
 #include "src/common/work_queue.h"
 #include "src/coordinator/coordinator.h"
 
 namespace quilt::rpc {
 
-using JobServiceBase =
-    quilt::v1::JobService::WithRawCallbackMethod_PlanJob<quilt::v1::JobService::Service>;
+// WatchJob (a server stream) is the one synchronous method: a request
+// that does not parse gets gRPC's UNIMPLEMENTED there.
+using JobServiceBase = quilt::v1::JobService::WithRawCallbackMethod_PlanJob<
+    quilt::v1::JobService::WithRawCallbackMethod_SubmitJob<
+        quilt::v1::JobService::WithRawCallbackMethod_GetJob<
+            quilt::v1::JobService::WithRawCallbackMethod_ListJobs<
+                quilt::v1::JobService::WithRawCallbackMethod_CancelJob<
+                    quilt::v1::JobService::WithRawCallbackMethod_ExportJob<
+                        quilt::v1::JobService::Service>>>>>>;
 
 class JobServiceImpl final : public JobServiceBase {
  public:
@@ -29,24 +38,35 @@ class JobServiceImpl final : public JobServiceBase {
                                     const grpc::ByteBuffer* request,
                                     grpc::ByteBuffer* response) override;
 
-  grpc::Status SubmitJob(grpc::ServerContext* ctx, const quilt::v1::SubmitJobRequest* request,
-                         quilt::v1::SubmitJobResponse* response) override;
-  grpc::Status GetJob(grpc::ServerContext* ctx, const quilt::v1::GetJobRequest* request,
-                      quilt::v1::JobStatus* response) override;
-  grpc::Status ListJobs(grpc::ServerContext* ctx, const quilt::v1::ListJobsRequest* request,
-                        quilt::v1::ListJobsResponse* response) override;
+  grpc::ServerUnaryReactor* SubmitJob(grpc::CallbackServerContext* ctx,
+                                      const grpc::ByteBuffer* request,
+                                      grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* GetJob(grpc::CallbackServerContext* ctx,
+                                   const grpc::ByteBuffer* request,
+                                   grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* ctx,
+                                     const grpc::ByteBuffer* request,
+                                     grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* CancelJob(grpc::CallbackServerContext* ctx,
+                                      const grpc::ByteBuffer* request,
+                                      grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* ExportJob(grpc::CallbackServerContext* ctx,
+                                      const grpc::ByteBuffer* request,
+                                      grpc::ByteBuffer* response) override;
   grpc::Status WatchJob(grpc::ServerContext* ctx, const quilt::v1::WatchJobRequest* request,
                         grpc::ServerWriter<quilt::v1::JobStatus>* writer) override;
-  grpc::Status CancelJob(grpc::ServerContext* ctx, const quilt::v1::CancelJobRequest* request,
-                         quilt::v1::CancelJobResponse* response) override;
-  grpc::Status ExportJob(grpc::ServerContext* ctx, const quilt::v1::ExportJobRequest* request,
-                         quilt::v1::ExportJobResponse* response) override;
 
   // Runs the accepted plans to completion; call before the server shuts down.
   void Drain() { planning_.Shutdown(); }
 
  private:
   absl::Status Plan(const quilt::v1::PlanJobRequest& request, quilt::v1::PlanReport* report);
+  // Runs `work` on the planning queue and finishes the call with it.
+  template <typename Request, typename Response>
+  grpc::ServerUnaryReactor* OnPlanningQueue(
+      grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* raw_request,
+      grpc::ByteBuffer* raw_response, const char* method,
+      std::function<absl::Status(const Request&, Response*)> work);
 
   Coordinator* coordinator_;
   size_t max_request_bytes_;
