@@ -5,6 +5,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "src/common/status_matchers.h"
+#include "src/coordinator/store/sqlite_db.h"
 #include "src/testing/temp_dir.h"
 
 namespace quilt {
@@ -72,6 +73,58 @@ TEST(SqliteStore, CorruptFile_IsDataLossNotCrash) {
 TEST(SqliteStore, UnwritableDirectory_IsUnavailable) {
   EXPECT_THAT(SqliteStore::Open("/nonexistent-dir/x/c.db"),
               StatusIs(absl::StatusCode::kUnavailable, HasSubstr("/nonexistent-dir/x/c.db")));
+}
+
+quilt::v1::JobRecord JobRec(const std::string& id, quilt::v1::JobState state) {
+  quilt::v1::JobRecord r;
+  r.mutable_status()->set_job_id(id);
+  r.mutable_status()->set_state(state);
+  return r;
+}
+
+TEST(SqliteStore, JobsSurviveReopenInSubmissionOrder) {
+  testing::TempDir dir;
+  const std::string path = dir.File("c.db");
+  {
+    auto store = SqliteStore::Open(path);
+    ASSERT_THAT(store, IsOk());
+    ASSERT_THAT((*store)->PutJob(JobRec("job-z", quilt::v1::JOB_STATE_PENDING)), IsOk());
+    ASSERT_THAT((*store)->PutJob(JobRec("job-a", quilt::v1::JOB_STATE_PENDING)), IsOk());
+    // An update keeps the job's place.
+    ASSERT_THAT((*store)->PutJob(JobRec("job-z", quilt::v1::JOB_STATE_SUCCEEDED)), IsOk());
+  }
+  auto store = SqliteStore::Open(path);
+  ASSERT_THAT(store, IsOk());
+  auto jobs = (*store)->ListJobs();
+  ASSERT_THAT(jobs, IsOk());
+  ASSERT_THAT(*jobs, SizeIs(2));
+  EXPECT_EQ((*jobs)[0].status().job_id(), "job-z");
+  EXPECT_EQ((*jobs)[0].status().state(), quilt::v1::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ((*jobs)[1].status().job_id(), "job-a");
+}
+
+TEST(SqliteStore, AVersionOneDatabaseGainsTheJobsTableAndKeepsItsNodes) {
+  testing::TempDir dir;
+  const std::string path = dir.File("c.db");
+  {
+    auto db = SqliteDb::Open(path);
+    ASSERT_THAT(db, IsOk());
+    ASSERT_THAT((*db)->Exec("CREATE TABLE nodes (node_id TEXT PRIMARY KEY, record BLOB NOT NULL);"
+                            "CREATE TABLE events (id INTEGER PRIMARY KEY AUTOINCREMENT,"
+                            " record BLOB NOT NULL);"
+                            "PRAGMA user_version = 1;"),
+                IsOk());
+  }
+  {
+    auto store = SqliteStore::Open(path);
+    ASSERT_THAT(store, IsOk());
+    ASSERT_THAT((*store)->PutNode(Node("a", 1)), IsOk());
+    ASSERT_THAT((*store)->PutJob(JobRec("job-1", quilt::v1::JOB_STATE_RUNNING)), IsOk());
+  }
+  auto store = SqliteStore::Open(path);
+  ASSERT_THAT(store, IsOk());
+  EXPECT_THAT(*(*store)->ListNodes(), SizeIs(1));
+  EXPECT_THAT(*(*store)->ListJobs(), SizeIs(1));
 }
 
 }  // namespace

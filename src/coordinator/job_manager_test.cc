@@ -1,0 +1,232 @@
+#include "src/coordinator/job_manager.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "src/common/fake_clock.h"
+#include "src/common/status_matchers.h"
+#include "src/coordinator/store/sqlite_store.h"
+#include "src/testing/temp_dir.h"
+
+namespace quilt {
+namespace {
+
+using quilt::v1::HeartbeatRequest;
+using quilt::v1::HeartbeatResponse;
+using quilt::v1::TaskReport;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::SizeIs;
+
+quilt::v1::NodeInfo Info(const std::string& id) {
+  quilt::v1::NodeInfo info;
+  info.set_node_id(id);
+  auto* d = info.add_devices();
+  d->set_id(id + "/cpu:0");
+  d->set_kind(quilt::v1::DEVICE_KIND_CPU);
+  d->set_measured_gemm_flops_per_s(1e11);
+  d->set_memory_bytes(1 << 30);
+  return info;
+}
+
+TaskReport Report(const std::string& job, quilt::v1::TaskState state, int64_t first,
+                  std::vector<double> losses) {
+  TaskReport r;
+  r.set_job_id(job);
+  r.set_state(state);
+  r.set_first_step(first);
+  r.set_step(first + static_cast<int64_t>(losses.size()) - 1);
+  for (double l : losses) {
+    r.add_loss_parts(l);
+    r.add_step_times_s(0.5);
+  }
+  return r;
+}
+
+class JobManagerTest : public ::testing::Test {
+ protected:
+  void SetUp() override { Reopen(); }
+
+  void Reopen() {
+    jobs_.reset();
+    registry_.reset();
+    store_.reset();
+    auto store = SqliteStore::Open(dir_.File("c.db"));
+    ASSERT_THAT(store, IsOk());
+    store_ = std::move(*store);
+    LivenessOptions o;
+    o.heartbeat_period = absl::Seconds(1);
+    o.not_ready_after = absl::Seconds(5);
+    o.down_after = absl::Seconds(30);
+    registry_ = std::make_unique<NodeRegistry>(&clock_, store_.get(), o);
+    ASSERT_THAT(registry_->Load(), IsOk());
+    jobs_ = std::make_unique<JobManager>(store_.get(), registry_.get(), &clock_, "/ckpt");
+    ASSERT_THAT(jobs_->Load(), IsOk());
+  }
+
+  std::string AddJob(int64_t steps = 3) {
+    NewJob n;
+    n.spec.set_name("j");
+    n.spec.set_steps(steps);
+    n.spec.set_global_batch(8);
+    n.program = "program-bytes";
+    n.world = {"a", "b"};
+    n.strategy = "dp-even-ring";
+    n.predicted_step_time_s = 0.25;
+    absl::StatusOr<std::string> id = jobs_->Add(std::move(n));
+    EXPECT_THAT(id, IsOk());
+    return *id;
+  }
+
+  HeartbeatResponse Beat(const std::string& node, std::vector<TaskReport> reports = {}) {
+    HeartbeatRequest req;
+    req.set_node_id(node);
+    for (auto& r : reports) *req.add_tasks() = r;
+    HeartbeatResponse resp;
+    jobs_->OnHeartbeat(req, &resp);
+    return resp;
+  }
+
+  quilt::v1::JobStatus Status(const std::string& id) {
+    absl::StatusOr<quilt::v1::JobStatus> s = jobs_->Get(id);
+    EXPECT_THAT(s, IsOk());
+    return *s;
+  }
+
+  testing::TempDir dir_;
+  FakeClock clock_;
+  std::unique_ptr<CoordinatorStore> store_;
+  std::unique_ptr<NodeRegistry> registry_;
+  std::unique_ptr<JobManager> jobs_;
+};
+
+TEST_F(JobManagerTest, EachNodeGetsItsAssignmentOnceWithItsRank) {
+  const std::string id = AddJob();
+  EXPECT_EQ(Status(id).state(), quilt::v1::JOB_STATE_PENDING);
+  HeartbeatResponse a = Beat("a");
+  ASSERT_THAT(a.assignments(), SizeIs(1));
+  EXPECT_EQ(a.assignments(0).rank(), 0);
+  EXPECT_EQ(a.assignments(0).program(), "program-bytes");
+  EXPECT_EQ(a.assignments(0).checkpoint_dir(), "/ckpt/" + id);
+  EXPECT_THAT(a.assignments(0).world(), ElementsAre("a", "b"));
+  EXPECT_EQ(Beat("b").assignments(0).rank(), 1);
+  EXPECT_THAT(Beat("c").assignments(), IsEmpty());  // not in the world
+  // Once the worker reports the task, it is not assigned again.
+  EXPECT_THAT(Beat("a", {Report(id, quilt::v1::TASK_STATE_RUNNING, 1, {})}).assignments(),
+              IsEmpty());
+  EXPECT_EQ(Status(id).state(), quilt::v1::JOB_STATE_RUNNING);
+}
+
+TEST_F(JobManagerTest, LossesSumOverRanksAndTheJobSucceedsWhenAllDo) {
+  const std::string id = AddJob(3);
+  Beat("a", {Report(id, quilt::v1::TASK_STATE_RUNNING, 1, {1.0, 2.0})});
+  // Step 1 and 2 are not complete until b reports them.
+  EXPECT_EQ(Status(id).step(), 0);
+  Beat("b", {Report(id, quilt::v1::TASK_STATE_RUNNING, 1, {0.5})});
+  EXPECT_EQ(Status(id).step(), 1);
+  EXPECT_DOUBLE_EQ(Status(id).last_loss(), 1.5);
+  Beat("b", {Report(id, quilt::v1::TASK_STATE_SUCCEEDED, 2, {0.25, 0.125})});
+  EXPECT_EQ(Status(id).state(), quilt::v1::JOB_STATE_RUNNING);  // a still runs
+  Beat("a", {Report(id, quilt::v1::TASK_STATE_SUCCEEDED, 3, {1.0})});
+  const quilt::v1::JobStatus s = Status(id);
+  EXPECT_EQ(s.state(), quilt::v1::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(s.step(), 3);
+  EXPECT_DOUBLE_EQ(s.last_loss(), 1.125);
+  EXPECT_DOUBLE_EQ(s.measured_step_time_s(), 0.5);
+  EXPECT_DOUBLE_EQ(s.samples_per_s(), 16);
+  absl::StatusOr<quilt::v1::JobRecord> r = jobs_->Record(id);
+  ASSERT_THAT(r, IsOk());
+  EXPECT_THAT(r->losses(), ElementsAre(1.5, 2.25, 1.125));
+}
+
+TEST_F(JobManagerTest, AFailedExecutorFailsTheJobAndTheOthersAreStopped) {
+  const std::string id = AddJob();
+  Beat("a", {Report(id, quilt::v1::TASK_STATE_RUNNING, 1, {})});
+  TaskReport failed = Report(id, quilt::v1::TASK_STATE_FAILED, 1, {});
+  failed.set_message("out of memory in conv2");
+  Beat("b", {failed});
+  const quilt::v1::JobStatus s = Status(id);
+  EXPECT_EQ(s.state(), quilt::v1::JOB_STATE_FAILED);
+  EXPECT_THAT(s.message(), HasSubstr("on b"));
+  EXPECT_THAT(s.message(), HasSubstr("out of memory in conv2"));
+  EXPECT_THAT(Beat("a", {Report(id, quilt::v1::TASK_STATE_RUNNING, 1, {})}).cancel_jobs(),
+              ElementsAre(id));
+}
+
+TEST_F(JobManagerTest, CancelTellsTheWorkersAndRefusesASecondTime) {
+  const std::string id = AddJob();
+  Beat("a", {Report(id, quilt::v1::TASK_STATE_RUNNING, 1, {})});
+  ASSERT_THAT(jobs_->Cancel(id, "wrong lr"), IsOk());
+  EXPECT_EQ(Status(id).state(), quilt::v1::JOB_STATE_CANCELLED);
+  EXPECT_THAT(Status(id).message(), HasSubstr("wrong lr"));
+  // a runs it: told to stop, also without reporting; b never started it.
+  EXPECT_THAT(Beat("a").cancel_jobs(), ElementsAre(id));
+  EXPECT_THAT(Beat("b").cancel_jobs(), IsEmpty());
+  EXPECT_THAT(Beat("b").assignments(), IsEmpty());
+  EXPECT_THAT(jobs_->Cancel(id, ""), StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(jobs_->Cancel("job-none", ""), StatusIs(absl::StatusCode::kNotFound));
+}
+
+TEST_F(JobManagerTest, ADownNodeFailsItsJobs) {
+  ASSERT_THAT(registry_->Register(Info("a"), 1), IsOk());
+  ASSERT_THAT(registry_->Register(Info("b"), 2), IsOk());
+  const std::string id = AddJob();
+  clock_.Advance(absl::Seconds(20));
+  ASSERT_THAT(registry_->Heartbeat("a", 1), IsOk());
+  clock_.Advance(absl::Seconds(15));
+  ASSERT_THAT(registry_->Heartbeat("a", 1), IsOk());
+  registry_->CheckLiveness();
+  jobs_->CheckNodes();
+  EXPECT_EQ(Status(id).state(), quilt::v1::JOB_STATE_FAILED);
+  EXPECT_THAT(Status(id).message(), HasSubstr("node b is down"));
+}
+
+TEST_F(JobManagerTest, RendezvousAnswersOnceEveryRankPublished) {
+  const std::string id = AddJob();
+  absl::StatusOr<std::vector<std::string>> first = jobs_->ExchangeAddresses(id, 1, 2, "addr-b");
+  ASSERT_THAT(first, IsOk());
+  EXPECT_THAT(*first, IsEmpty());
+  absl::StatusOr<std::vector<std::string>> all = jobs_->ExchangeAddresses(id, 0, 2, "addr-a");
+  ASSERT_THAT(all, IsOk());
+  EXPECT_THAT(*all, ElementsAre("addr-a", "addr-b"));
+  EXPECT_THAT(jobs_->ExchangeAddresses(id, 2, 2, "x"),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(jobs_->ExchangeAddresses("job-none", 0, 2, "x"),
+              StatusIs(absl::StatusCode::kNotFound));
+}
+
+TEST_F(JobManagerTest, JobsSurviveARestartAndRunningOnesAreFailed) {
+  const std::string done = AddJob(1);
+  Beat("a", {Report(done, quilt::v1::TASK_STATE_SUCCEEDED, 1, {1.0})});
+  Beat("b", {Report(done, quilt::v1::TASK_STATE_SUCCEEDED, 1, {2.0})});
+  const std::string running = AddJob();
+  Beat("a", {Report(running, quilt::v1::TASK_STATE_RUNNING, 1, {})});
+  Reopen();
+  EXPECT_THAT(jobs_->List(), SizeIs(2));
+  EXPECT_EQ(Status(done).state(), quilt::v1::JOB_STATE_SUCCEEDED);
+  EXPECT_DOUBLE_EQ(Status(done).last_loss(), 3.0);
+  EXPECT_EQ(Status(running).state(), quilt::v1::JOB_STATE_FAILED);
+  EXPECT_THAT(Status(running).message(), HasSubstr("restarted"));
+  // A worker still running it is told to stop.
+  EXPECT_THAT(Beat("a", {Report(running, quilt::v1::TASK_STATE_RUNNING, 1, {})}).cancel_jobs(),
+              ElementsAre(running));
+}
+
+TEST_F(JobManagerTest, WaitForChangeReturnsOnChangeOrTimeout) {
+  const std::string id = AddJob();
+  int64_t version = -1;
+  ASSERT_THAT(jobs_->WaitForChange(id, &version, absl::Seconds(5)), IsOk());
+  const int64_t seen = version;
+  const absl::Time start = absl::Now();
+  ASSERT_THAT(jobs_->WaitForChange(id, &version, absl::Milliseconds(50)), IsOk());
+  EXPECT_EQ(version, seen);  // nothing changed
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(45));
+  Beat("a", {Report(id, quilt::v1::TASK_STATE_RUNNING, 1, {})});
+  ASSERT_THAT(jobs_->WaitForChange(id, &version, absl::Seconds(5)), IsOk());
+  EXPECT_GT(version, seen);
+  EXPECT_THAT(jobs_->WaitForChange("job-none", &version, absl::Seconds(1)),
+              StatusIs(absl::StatusCode::kNotFound));
+}
+
+}  // namespace
+}  // namespace quilt
