@@ -127,7 +127,15 @@ std::string RenderStatus(const quilt::v1::ClusterStatus& status, const std::stri
   if (status.jobs_by_state().empty()) out += " none";
   std::map<std::string, int> jobs(status.jobs_by_state().begin(), status.jobs_by_state().end());
   for (const auto& [state, n] : jobs) absl::StrAppendFormat(&out, " %s=%d", state, n);
-  out += "\nRecent failures:\n";
+  out += "\nLinks (measured):";
+  if (status.links().empty()) out += " none yet";
+  out += "\n";
+  for (const auto& l : status.links()) {
+    absl::StrAppendFormat(&out, "  %s <-> %s  %s/s  %s\n", l.src_node(), l.dst_node(),
+                          HumanSi(l.link().bandwidth_bytes_per_s()) + "B",
+                          HumanSeconds(l.link().latency_s()));
+  }
+  out += "Recent failures:\n";
   int shown = 0;
   for (const ClusterEvent& e : status.recent_events()) {
     if (!IsFailure(e.kind()) || shown >= 10) continue;

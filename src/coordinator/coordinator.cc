@@ -32,6 +32,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(const Coordinat
   c->jobs_ = std::make_unique<JobManager>(c->store_.get(), c->registry_.get(), clock,
                                           config.state_dir + "/checkpoints");
   RETURN_IF_ERROR(Annotate(c->jobs_->Load(), "loading the jobs of " + db_path));
+  c->links_ = std::make_unique<LinkProbes>(c->registry_.get(), clock);
   return c;
 }
 

@@ -1,5 +1,5 @@
 // The coordinator's domain core: owns the state store, the node registry, the
-// jobs and the liveness ticker. The gRPC services (src/rpc/) call into the
+// jobs, the measured links and the liveness ticker. The gRPC services (src/rpc/) call into the
 // components it exposes; main.cc wires the two together.
 //
 // Threading: Start() launches one ticker thread that checks liveness every
@@ -16,6 +16,7 @@
 #include "src/common/clock.h"
 #include "src/coordinator/config.h"
 #include "src/coordinator/job_manager.h"
+#include "src/coordinator/link_probes.h"
 #include "src/coordinator/node_registry.h"
 #include "src/coordinator/store/store.h"
 
@@ -35,6 +36,7 @@ class Coordinator {
 
   NodeRegistry* registry() { return registry_.get(); }
   JobManager* jobs() { return jobs_.get(); }
+  LinkProbes* links() { return links_.get(); }
   const CoordinatorConfig& config() const { return config_; }
   absl::Time start_time() const { return start_time_; }
   Clock* clock() const { return clock_; }
@@ -49,6 +51,7 @@ class Coordinator {
   std::unique_ptr<CoordinatorStore> store_;
   std::unique_ptr<NodeRegistry> registry_;
   std::unique_ptr<JobManager> jobs_;
+  std::unique_ptr<LinkProbes> links_;
   absl::Notification stop_;
   std::thread ticker_;
 };

@@ -36,14 +36,14 @@ absl::Status CheckDataset(const quilt::v1::JobSpec& spec, const Graph& graph) {
 }  // namespace
 
 absl::StatusOr<NewJob> PrepareJob(const quilt::v1::JobSpec& spec, const NodeRegistry& registry,
-                                  const SubmissionOptions& options) {
+                                  const LinkProbes* links, const SubmissionOptions& options) {
   if (spec.steps() < 1) return absl::InvalidArgumentError("steps must be at least 1");
   if (spec.checkpoint_interval_steps() < 0) {
     return absl::InvalidArgumentError("checkpoint_interval_steps must not be negative");
   }
   ASSIGN_OR_RETURN(Graph graph, TrainingGraphForJob(spec));
   RETURN_IF_ERROR(CheckDataset(spec, graph));
-  ASSIGN_OR_RETURN(quilt::v1::ClusterSpec cluster, LiveClusterSpec(registry));
+  ASSIGN_OR_RETURN(quilt::v1::ClusterSpec cluster, LiveClusterSpec(registry, links));
   absl::StatusOr<Topology> topo = Topology::Build(cluster);
   if (!topo.ok()) return Annotate(topo.status(), "the live cluster");
   PlanOptions plan;

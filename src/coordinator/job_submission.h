@@ -9,6 +9,7 @@
 #include "absl/status/statusor.h"
 #include "proto/quilt/v1/job.pb.h"
 #include "src/coordinator/job_manager.h"
+#include "src/coordinator/link_probes.h"
 #include "src/coordinator/node_registry.h"
 
 namespace quilt {
@@ -23,7 +24,7 @@ struct SubmissionOptions {
 // dataset, unknown strategy), FAILED_PRECONDITION (no Ready nodes, no
 // strategy fits the devices' memory).
 absl::StatusOr<NewJob> PrepareJob(const quilt::v1::JobSpec& spec, const NodeRegistry& registry,
-                                  const SubmissionOptions& options);
+                                  const LinkProbes* links, const SubmissionOptions& options);
 
 }  // namespace quilt
 

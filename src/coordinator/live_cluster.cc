@@ -4,7 +4,8 @@
 
 namespace quilt {
 
-absl::StatusOr<quilt::v1::ClusterSpec> LiveClusterSpec(const NodeRegistry& registry) {
+absl::StatusOr<quilt::v1::ClusterSpec> LiveClusterSpec(const NodeRegistry& registry,
+                                                       const LinkProbes* links) {
   quilt::v1::ClusterSpec spec;
   spec.set_name("live");
   int registered = 0, not_ready = 0, down = 0, draining = 0;
@@ -24,6 +25,7 @@ absl::StatusOr<quilt::v1::ClusterSpec> LiveClusterSpec(const NodeRegistry& regis
                                                       " registered: ", not_ready, " not ready, ",
                                                       down, " down, ", draining, " draining)"));
   }
+  if (links != nullptr) links->AddTo(&spec);
   return spec;
 }
 

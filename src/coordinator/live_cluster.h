@@ -5,13 +5,16 @@
 
 #include "absl/status/statusor.h"
 #include "proto/quilt/v1/cluster.pb.h"
+#include "src/coordinator/link_probes.h"
 #include "src/coordinator/node_registry.h"
 
 namespace quilt {
 
 // Errors: FAILED_PRECONDITION when no node is Ready (with how many are
 // registered and in which states).
-absl::StatusOr<quilt::v1::ClusterSpec> LiveClusterSpec(const NodeRegistry& registry);
+// With `links`, the measured links between the nodes become pair links.
+absl::StatusOr<quilt::v1::ClusterSpec> LiveClusterSpec(const NodeRegistry& registry,
+                                                       const LinkProbes* links = nullptr);
 
 }  // namespace quilt
 

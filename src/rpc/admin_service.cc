@@ -26,6 +26,9 @@ absl::Status AdminServiceImpl::ClusterStatus(const quilt::v1::GetClusterStatusRe
   for (const auto& [state, n] : coordinator_->jobs()->CountByState()) {
     (*response->mutable_jobs_by_state())[state] = n;
   }
+  for (quilt::v1::MeasuredLink& l : coordinator_->links()->Links()) {
+    *response->add_links() = std::move(l);
+  }
   response->set_coordinator_version(kVersion);
   response->set_coordinator_uptime_s(
       absl::ToDoubleSeconds(coordinator_->clock()->Now() - coordinator_->start_time()));

@@ -7,6 +7,7 @@
 
 #include "proto/quilt/v1/services.grpc.pb.h"
 #include "src/coordinator/job_manager.h"
+#include "src/coordinator/link_probes.h"
 #include "src/coordinator/node_registry.h"
 
 namespace quilt::rpc {
@@ -22,7 +23,8 @@ using ClusterServiceBase = quilt::v1::ClusterService::WithRawCallbackMethod_Regi
 
 class ClusterServiceImpl final : public ClusterServiceBase {
  public:
-  ClusterServiceImpl(NodeRegistry* registry, JobManager* jobs) : registry_(registry), jobs_(jobs) {}
+  ClusterServiceImpl(NodeRegistry* registry, JobManager* jobs, LinkProbes* links)
+      : registry_(registry), jobs_(jobs), links_(links) {}
 
   grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* ctx,
                                      const grpc::ByteBuffer* request,
@@ -38,6 +40,7 @@ class ClusterServiceImpl final : public ClusterServiceBase {
  private:
   NodeRegistry* registry_;
   JobManager* jobs_;
+  LinkProbes* links_;
 };
 
 }  // namespace quilt::rpc

@@ -72,7 +72,8 @@ grpc::ServerUnaryReactor* JobServiceImpl::PlanJob(grpc::CallbackServerContext* c
 absl::Status JobServiceImpl::Plan(const quilt::v1::PlanJobRequest& request,
                                   quilt::v1::PlanReport* report) {
   ASSIGN_OR_RETURN(Graph graph, TrainingGraphForJob(request.spec()));
-  ASSIGN_OR_RETURN(quilt::v1::ClusterSpec spec, LiveClusterSpec(*coordinator_->registry()));
+  ASSIGN_OR_RETURN(quilt::v1::ClusterSpec spec,
+                   LiveClusterSpec(*coordinator_->registry(), coordinator_->links()));
   absl::StatusOr<Topology> topo = Topology::Build(spec);
   if (!topo.ok()) return Annotate(topo.status(), "the live cluster");
   PlanOptions options;
@@ -99,7 +100,8 @@ grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(grpc::CallbackServerContext*
   return OnPlanningQueue<quilt::v1::SubmitJobRequest, quilt::v1::SubmitJobResponse>(
       ctx, raw_request, raw_response, "SubmitJob",
       [this](const quilt::v1::SubmitJobRequest& r, quilt::v1::SubmitJobResponse* response) {
-        ASSIGN_OR_RETURN(NewJob job, PrepareJob(r.spec(), *coordinator_->registry(), {}));
+        ASSIGN_OR_RETURN(
+            NewJob job, PrepareJob(r.spec(), *coordinator_->registry(), coordinator_->links(), {}));
         ASSIGN_OR_RETURN(std::string id, coordinator_->jobs()->Add(std::move(job)));
         response->set_job_id(id);
         return absl::OkStatus();

@@ -48,6 +48,7 @@ const ConfigSchema<WorkerConfig>& WorkerConfigSchema() {
 
 absl::Status ValidateWorkerConfig(const WorkerConfig& c) {
   RETURN_IF_ERROR(ParseHostPort(c.coordinator_address).status());
+  RETURN_IF_ERROR(ParseHostPort(c.probe_address).status());
   if (!c.node_id.empty()) RETURN_IF_ERROR(ValidateNodeId(c.node_id));
   return absl::OkStatus();
 }

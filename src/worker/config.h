@@ -27,6 +27,7 @@ struct WorkerConfig {
   std::string executor_path;
   std::string work_dir;
   int64_t executor_threads = 1;
+  std::string probe_address = "127.0.0.1:0";
 };
 
 const ConfigSchema<WorkerConfig>& WorkerConfigSchema();

@@ -74,6 +74,14 @@ int Run(WorkerConfig config) {
     work_dir = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/quilt-worker/", config.node_id);
   }
 
+  absl::StatusOr<std::unique_ptr<ProbeServer>> probe_server =
+      ProbeServer::Start(config.probe_address);
+  if (!probe_server.ok()) {
+    QLOG_ERROR("{}", probe_server.status().ToString());
+    return 1;
+  }
+  node->set_address((*probe_server)->address());
+
   rpc::CoordinatorClient client(config.coordinator_address,
                                 absl::Milliseconds(config.rpc_timeout_ms));
   Worker* running = nullptr;
@@ -88,8 +96,12 @@ int Run(WorkerConfig config) {
     if (running != nullptr) running->Wake();
   };
   TaskRunner tasks(task_options);
+  ProbeRunner probes([&running] {
+    if (running != nullptr) running->Wake();
+  });
   WorkerOptions options;
   options.tasks = &tasks;
+  options.probes = &probes;
   options.max_backoff = absl::Milliseconds(config.max_backoff_ms);
   options.on_first_registration = [&config, incarnation] {
     if (config.ready_file.empty()) return;

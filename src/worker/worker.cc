@@ -89,6 +89,9 @@ void Worker::Loop() {
     std::vector<quilt::v1::TaskReport> reports;
     if (options_.tasks != nullptr) reports = options_.tasks->Reports();
     for (const auto& r : reports) *hb.add_tasks() = r;
+    std::vector<quilt::v1::LinkProbeResult> measured;
+    if (options_.probes != nullptr) measured = options_.probes->Results();
+    for (const auto& r : measured) *hb.add_probe_results() = r;
     absl::StatusOr<quilt::v1::HeartbeatResponse> h = coordinator_->Heartbeat(hb);
     if (h.ok()) {
       if (failures > 0) QLOG_INFO("heartbeats resumed node={} after_failures={}", id, failures);
@@ -98,6 +101,10 @@ void Worker::Loop() {
         options_.tasks->Ack(reports);
         for (const std::string& job : h->cancel_jobs()) options_.tasks->Cancel(job);
         for (const auto& a : h->assignments()) options_.tasks->Start(a);
+      }
+      if (options_.probes != nullptr) {
+        options_.probes->Ack(measured);
+        for (const auto& p : h->probes()) options_.probes->Start(p);
       }
       continue;
     }

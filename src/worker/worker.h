@@ -20,6 +20,7 @@
 #include "absl/time/time.h"
 #include "proto/quilt/v1/cluster.pb.h"
 #include "src/worker/coordinator_interface.h"
+#include "src/worker/link_probe.h"
 #include "src/worker/tasks.h"
 
 namespace quilt {
@@ -29,8 +30,10 @@ struct WorkerOptions {
   absl::Duration max_backoff = absl::Seconds(5);
   // Called once, after the first successful registration.
   std::function<void()> on_first_registration;
-  // The node's executors (optional; must outlive the worker).
+  // The node's executors and link probes (optional; must outlive the
+  // worker).
   TaskRunner* tasks = nullptr;
+  ProbeRunner* probes = nullptr;
 };
 
 class Worker {

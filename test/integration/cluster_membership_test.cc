@@ -4,6 +4,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "src/common/status_matchers.h"
 #include "test/integration/cluster_fixture.h"
 
@@ -59,6 +60,32 @@ TEST_F(ClusterMembershipTest, TwoWorkers_ListedReadyWithMeasuredDevices) {
   ASSERT_THAT(table, IsOk());
   EXPECT_THAT(table->out, HasSubstr("HEARTBEAT_AGE"));
   EXPECT_THAT(table->out, HasSubstr("w2     Ready"));
+}
+
+TEST_F(ClusterMembershipTest, TheWorkersMeasureTheLinkBetweenThem) {
+  // Each worker serves link probes; the coordinator has w1 probe w2.
+  nlohmann::json link;
+  ASSERT_TRUE(Eventually(
+      [&] {
+        auto r = cluster_.Quiltctl({"status", "-o", "json"});
+        if (!r.ok() || r->exit_code != 0) return false;
+        const nlohmann::json s = nlohmann::json::parse(r->out, nullptr, false);
+        if (s.is_discarded() || s.value("links", nlohmann::json::array()).empty()) return false;
+        link = s["links"][0];
+        return true;
+      },
+      absl::Seconds(20)))
+      << cluster_.Log("coordinator");
+  EXPECT_EQ(link["src_node"], "w1");
+  EXPECT_EQ(link["dst_node"], "w2");
+  // Loopback: far above a slow network, and a round trip well under a
+  // millisecond... on a loaded 2-core machine, under 10 ms.
+  EXPECT_GT(link["link"]["bandwidth_bytes_per_s"].get<double>(), 1e8);
+  EXPECT_GT(link["link"]["latency_s"].get<double>(), 0);
+  EXPECT_LT(link["link"]["latency_s"].get<double>(), 0.01);
+  auto status = cluster_.Quiltctl({"status"});
+  ASSERT_THAT(status, IsOk());
+  EXPECT_THAT(status->out, HasSubstr("w1 <-> w2"));
 }
 
 TEST_F(ClusterMembershipTest, KilledWorker_NotReadyThenDown_ThenBackWithNewIncarnation) {
