@@ -183,7 +183,7 @@ int main(int argc, char** argv) {
     rdv = std::make_unique<quilt::DirectoryRendezvous>(rendezvous);
   }
   absl::StatusOr<std::unique_ptr<quilt::Transport>> transport = quilt::CreateUcxTransport(
-      rank, static_cast<int>(nodes.size()), rdv.get(), absl::Seconds(connect_timeout));
+      rank, static_cast<int>(nodes.size()), rdv.get(), absl::Seconds(connect_timeout), nodes);
   if (!transport.ok()) return Fail(std::string(transport.status().message()));
   // Everyone connected before the first step.
   if (absl::Status b =

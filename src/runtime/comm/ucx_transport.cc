@@ -53,7 +53,8 @@ struct PeerState {
 
 class UcxTransport final : public Transport {
  public:
-  UcxTransport(int rank, int size) : rank_(rank), size_(size), failed_(size) {
+  UcxTransport(int rank, int size, std::vector<std::string> names)
+      : rank_(rank), size_(size), names_(std::move(names)), failed_(size) {
     for (auto& f : failed_) f.store(false);
   }
   ~UcxTransport() override { Shutdown(); }
@@ -250,9 +251,11 @@ class UcxTransport final : public Transport {
   }
 
   absl::Status StatusOf(const Op& op) const {
-    const std::string what =
-        absl::StrFormat("%s rank %d (tag %#x, %d bytes)", op.send ? "send to" : "receive from",
-                        op.peer, op.tag, op.bytes);
+    const std::string who = static_cast<size_t>(op.peer) < names_.size() && !names_[op.peer].empty()
+                                ? absl::StrFormat("rank %d (%s)", op.peer, names_[op.peer])
+                                : absl::StrFormat("rank %d", op.peer);
+    const std::string what = absl::StrFormat(
+        "%s %s (tag %#x, %d bytes)", op.send ? "send to" : "receive from", who, op.tag, op.bytes);
     if (failed_[op.peer].load() && op.status != UCS_OK) {
       return absl::UnavailableError(absl::StrCat(what, ": the peer failed"));
     }
@@ -361,6 +364,7 @@ class UcxTransport final : public Transport {
   int efd_ = -1;
   std::vector<ucp_ep_h> eps_;
   std::vector<PeerState> peers_;
+  std::vector<std::string> names_;  // per rank, for messages (may be empty)
   std::vector<std::atomic<bool>> failed_;
   std::atomic<bool> peer_failure_{false};
   std::atomic<bool> stop_{false};
@@ -397,11 +401,12 @@ absl::Status WaitSync(Transport* t, uint64_t id, const std::shared_ptr<SyncWait>
 
 absl::StatusOr<std::unique_ptr<Transport>> CreateUcxTransport(int rank, int size,
                                                               Rendezvous* rendezvous,
-                                                              absl::Duration timeout) {
+                                                              absl::Duration timeout,
+                                                              std::vector<std::string> names) {
   if (rank < 0 || rank >= size) {
     return absl::InvalidArgumentError(absl::StrCat("rank ", rank, " is outside 0..", size - 1));
   }
-  auto t = std::make_unique<UcxTransport>(rank, size);
+  auto t = std::make_unique<UcxTransport>(rank, size, std::move(names));
   RETURN_IF_ERROR(t->Start(rendezvous, timeout));
   return std::unique_ptr<Transport>(std::move(t));
 }

@@ -8,6 +8,8 @@
 #define QUILT_SRC_RUNTIME_COMM_UCX_TRANSPORT_H_
 
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -19,9 +21,11 @@ namespace quilt {
 // Creates the worker, exchanges addresses through `rendezvous` and
 // connects to every other rank. Errors: UNAVAILABLE (UCX could not start),
 // DEADLINE_EXCEEDED (ranks missing at the rendezvous).
+// `names` (optional): what each rank is (e.g. its node), for error messages.
 absl::StatusOr<std::unique_ptr<Transport>> CreateUcxTransport(int rank, int size,
                                                               Rendezvous* rendezvous,
-                                                              absl::Duration timeout);
+                                                              absl::Duration timeout,
+                                                              std::vector<std::string> names = {});
 
 }  // namespace quilt
 
