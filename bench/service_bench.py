@@ -6,7 +6,8 @@ core each, no emulated slowdown), then for each fixture model:
   - submits a job (data parallel, even split, ring all-reduce, SGD with
     momentum) reading NumPy files, and measures submit-to-first-step latency
     (from the start of `quiltctl submit` until the job reports step 1; the
-    status is polled every 10 ms) and the steady-state samples/s the
+    status is polled every 10 ms until then, and followed with `quiltctl
+    watch` after) and the steady-state samples/s the
     coordinator reports (global batch / mean step time of the last 20 steps);
   - runs PyTorch DistributedDataParallel (gloo, 2 processes, one thread each)
     on the same model, global batch, data and optimizer, and measures its
@@ -98,14 +99,19 @@ def quilt_run(addr, name, batch, steps, xp, yp):
     job_id = quiltctl(addr, "submit", model, "--loss", "softmax_cross_entropy", "--batch",
                       str(batch), "--steps", str(steps), "--strategy", "dp-even-ring", "--lr",
                       "0.05", "--momentum", "0.9", "--data", xp + "," + yp).stdout.strip()
+    # Poll (every 10 ms) only until the first step: polling costs CPU the
+    # executors need. Then follow the job's stream until it ends.
     first = None
-    while True:
+    while first is None:
         s = job(addr, job_id)
-        if first is None and int(s.get("step", "0")) >= 1:
+        if int(s.get("step", "0")) >= 1:
             first = time.perf_counter() - t0
-        if s["state"] in ("JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED", "JOB_STATE_CANCELLED"):
+        elif s["state"] in ("JOB_STATE_FAILED", "JOB_STATE_CANCELLED"):
             break
-        time.sleep(0.01)
+        else:
+            time.sleep(0.01)
+    quiltctl(addr, "watch", job_id, check=False)
+    s = job(addr, job_id)
     if s["state"] != "JOB_STATE_SUCCEEDED":
         raise RuntimeError("job %s: %s" % (s["state"], s.get("message")))
     return {"submit_to_first_step_s": first, "samples_per_s": s["samples_per_s"],

@@ -35,31 +35,34 @@ std::vector<int64_t> WithBatch(int64_t b, std::vector<int64_t> d) {
   return d;
 }
 
+// Samples read from memory-mapped .npy files, wrapping around at the end.
 class NumpyDataset final : public Dataset {
  public:
-  NumpyDataset(Tensor x, Tensor y) : x_(std::move(x)), y_(std::move(y)) {}
-  int64_t size() const override { return x_.dim(0); }
+  NumpyDataset(std::shared_ptr<const NpyMapping> x, std::shared_ptr<const NpyMapping> y)
+      : x_(std::move(x)), y_(std::move(y)) {}
+  int64_t size() const override { return x_->header().dims[0]; }
   absl::Status Batch(int64_t start, int64_t count, Tensor* input, Tensor* label) override {
-    ASSIGN_OR_RETURN(*input, Tensor::Empty(x_.dtype(), WithBatch(count, Rest(x_))));
-    ASSIGN_OR_RETURN(*label, Tensor::Empty(y_.dtype(), WithBatch(count, Rest(y_))));
-    Copy(x_, start, count, input);
-    Copy(y_, start, count, label);
-    return absl::OkStatus();
+    RETURN_IF_ERROR(Copy(*x_, start, count, input));
+    return Copy(*y_, start, count, label);
   }
 
  private:
-  static std::vector<int64_t> Rest(const Tensor& t) {
-    return std::vector<int64_t>(t.dims().begin() + 1, t.dims().end());
-  }
-  void Copy(const Tensor& src, int64_t start, int64_t count, Tensor* dst) const {
-    const int64_t row = src.bytes() / src.dim(0);
+  static absl::Status Copy(const NpyMapping& src, int64_t start, int64_t count, Tensor* dst) {
+    const NpyHeader& h = src.header();
+    std::vector<int64_t> dims = h.dims;
+    const int64_t n = dims[0];
+    dims[0] = count;
+    ASSIGN_OR_RETURN(*dst, Tensor::Empty(h.dtype, dims));
+    const int64_t row = count == 0 ? 0 : dst->numel() / count;
+    const int64_t out_bytes = DTypeSize(h.dtype);
     for (int64_t i = 0; i < count; ++i) {
-      const int64_t s = (start + i) % src.dim(0);
-      std::memcpy(static_cast<char*>(dst->raw()) + i * row,
-                  static_cast<const char*>(src.raw()) + s * row, row);
+      const int64_t s = (start + i) % n;
+      ConvertNpyElements(h, src.data() + s * row * h.element_bytes, row,
+                         static_cast<char*>(dst->raw()) + i * row * out_bytes);
     }
+    return absl::OkStatus();
   }
-  Tensor x_, y_;
+  std::shared_ptr<const NpyMapping> x_, y_;
 };
 
 uint64_t Mix(uint64_t z) {
@@ -163,30 +166,31 @@ absl::StatusOr<DataSignature> DataSignatureOf(const Graph& graph) {
 absl::StatusOr<std::unique_ptr<Dataset>> OpenNumpyDataset(const std::string& inputs_path,
                                                           const std::string& labels_path,
                                                           const DataSignature& sig) {
-  ASSIGN_OR_RETURN(Tensor x, ReadNpy(inputs_path));
-  ASSIGN_OR_RETURN(Tensor y, ReadNpy(labels_path));
+  ASSIGN_OR_RETURN(std::shared_ptr<const NpyMapping> x, NpyMapping::Open(inputs_path));
+  ASSIGN_OR_RETURN(std::shared_ptr<const NpyMapping> y, NpyMapping::Open(labels_path));
   ASSIGN_OR_RETURN(std::vector<int64_t> xd, SampleDims(sig.input));
   ASSIGN_OR_RETURN(std::vector<int64_t> yd, SampleDims(sig.label));
-  auto check = [](const Tensor& t, const std::vector<int64_t>& dims, DType dtype,
+  auto check = [](const NpyHeader& t, const std::vector<int64_t>& dims, DType dtype,
                   const std::string& path, const char* what) -> absl::Status {
-    std::vector<int64_t> rest(t.dims().begin() + (t.rank() > 0 ? 1 : 0), t.dims().end());
-    if (t.rank() == 0 || rest != dims) {
+    std::vector<int64_t> rest(t.dims.begin() + (t.dims.empty() ? 0 : 1), t.dims.end());
+    if (t.dims.empty() || rest != dims) {
       return absl::InvalidArgumentError(
-          absl::StrCat(path, ": ", what, " have shape [", absl::StrJoin(t.dims(), ","),
+          absl::StrCat(path, ": ", what, " have shape [", absl::StrJoin(t.dims, ","),
                        "]; the model needs [N,", absl::StrJoin(dims, ","), "]"));
     }
-    if (t.dtype() != dtype) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          path, ": ", what, " are ", DTypeName(t.dtype()), "; the model needs ", DTypeName(dtype)));
+    if (t.dtype != dtype) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": ", what, " are ", DTypeName(t.dtype),
+                                                     "; the model needs ", DTypeName(dtype)));
     }
-    if (t.dim(0) == 0) return absl::InvalidArgumentError(path + ": no samples");
+    if (t.dims[0] == 0) return absl::InvalidArgumentError(path + ": no samples");
     return absl::OkStatus();
   };
-  RETURN_IF_ERROR(check(x, xd, sig.input.dtype, inputs_path, "inputs"));
-  RETURN_IF_ERROR(check(y, yd, sig.label.dtype, labels_path, "labels"));
-  if (x.dim(0) != y.dim(0)) {
-    return absl::InvalidArgumentError(absl::StrCat(inputs_path, " has ", x.dim(0), " samples but ",
-                                                   labels_path, " has ", y.dim(0)));
+  RETURN_IF_ERROR(check(x->header(), xd, sig.input.dtype, inputs_path, "inputs"));
+  RETURN_IF_ERROR(check(y->header(), yd, sig.label.dtype, labels_path, "labels"));
+  if (x->header().dims[0] != y->header().dims[0]) {
+    return absl::InvalidArgumentError(absl::StrCat(inputs_path, " has ", x->header().dims[0],
+                                                   " samples but ", labels_path, " has ",
+                                                   y->header().dims[0]));
   }
   return std::unique_ptr<Dataset>(new NumpyDataset(std::move(x), std::move(y)));
 }

@@ -1,5 +1,11 @@
 #include "src/runtime/data/npy.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstring>
 #include <regex>
 
@@ -12,18 +18,18 @@
 
 namespace quilt {
 
-absl::StatusOr<Tensor> ParseNpy(const std::string& bytes, const std::string& name) {
+absl::StatusOr<NpyHeader> ParseNpyHeader(const char* bytes, size_t size, const std::string& name) {
   auto bad = [&](const std::string& why) {
     return absl::InvalidArgumentError(absl::StrCat(name, ": not a supported .npy file: ", why));
   };
-  if (bytes.size() < 10 || bytes.compare(0, 6, "\x93NUMPY") != 0) return bad("bad magic");
+  if (size < 10 || std::memcmp(bytes, "\x93NUMPY", 6) != 0) return bad("bad magic");
   const int major = static_cast<unsigned char>(bytes[6]);
   size_t header_len, offset;
   if (major == 1) {
     header_len = static_cast<unsigned char>(bytes[8]) | (static_cast<unsigned char>(bytes[9]) << 8);
     offset = 10;
   } else if (major == 2 || major == 3) {
-    if (bytes.size() < 12) return bad("truncated header");
+    if (size < 12) return bad("truncated header");
     header_len = 0;
     for (int i = 0; i < 4; ++i)
       header_len |= static_cast<size_t>(static_cast<unsigned char>(bytes[8 + i])) << (8 * i);
@@ -31,60 +37,98 @@ absl::StatusOr<Tensor> ParseNpy(const std::string& bytes, const std::string& nam
   } else {
     return bad(absl::StrCat("format version ", major));
   }
-  if (offset + header_len > bytes.size()) return bad("truncated header");
-  const std::string header = bytes.substr(offset, header_len);
+  if (offset + header_len > size) return bad("truncated header");
+  const std::string header(bytes + offset, header_len);
   std::smatch m;
   static const std::regex descr_re("'descr'\\s*:\\s*'([^']*)'");
   static const std::regex order_re("'fortran_order'\\s*:\\s*(True|False)");
   static const std::regex shape_re("'shape'\\s*:\\s*\\(([^)]*)\\)");
   if (!std::regex_search(header, m, descr_re)) return bad("no descr");
-  const std::string descr = m[1];
+  NpyHeader h;
+  h.descr = m[1];
   if (!std::regex_search(header, m, order_re)) return bad("no fortran_order");
   if (m[1] == "True") return bad("Fortran order (save with np.ascontiguousarray)");
   if (!std::regex_search(header, m, shape_re)) return bad("no shape");
-  std::vector<int64_t> dims;
   for (absl::string_view part : absl::StrSplit(std::string(m[1]), ',')) {
     part = absl::StripAsciiWhitespace(part);
     if (part.empty()) continue;
     int64_t d;
     if (!absl::SimpleAtoi(part, &d) || d < 0) return bad("bad shape");
-    dims.push_back(d);
+    h.dims.push_back(d);
   }
-  int64_t esize;
-  DType dtype;
-  if (descr == "<f4" || descr == "<f8") {
-    dtype = DType::kF32;
-    esize = descr == "<f4" ? 4 : 8;
-  } else if (descr == "<i8" || descr == "<i4") {
-    dtype = DType::kI64;
-    esize = descr == "<i8" ? 8 : 4;
+  if (h.descr == "<f4" || h.descr == "<f8") {
+    h.dtype = DType::kF32;
+    h.element_bytes = h.descr == "<f4" ? 4 : 8;
+  } else if (h.descr == "<i8" || h.descr == "<i4") {
+    h.dtype = DType::kI64;
+    h.element_bytes = h.descr == "<i8" ? 8 : 4;
   } else {
-    return bad("dtype " + descr + " (use float32, float64, int64 or int32, little-endian)");
+    return bad("dtype " + h.descr + " (use float32, float64, int64 or int32, little-endian)");
   }
-  absl::StatusOr<Tensor> t = Tensor::Empty(dtype, dims);
-  if (!t.ok()) return bad(std::string(t.status().message()));
-  const size_t data = offset + header_len;
-  const size_t need = static_cast<size_t>(t->numel()) * esize;
-  if (bytes.size() - data < need) {
-    return bad(absl::StrCat("truncated data: ", bytes.size() - data, " bytes, expected ", need));
+  h.data_offset = offset + header_len;
+  int64_t numel = 1;
+  for (int64_t d : h.dims) numel *= d;
+  const size_t need = static_cast<size_t>(numel) * static_cast<size_t>(h.element_bytes);
+  if (size - h.data_offset < need) {
+    return bad(absl::StrCat("truncated data: ", size - h.data_offset, " bytes, expected ", need));
   }
-  const char* src = bytes.data() + data;
-  if (descr == "<f4" || descr == "<i8") {
-    std::memcpy(t->raw(), src, need);
-  } else if (descr == "<f8") {
-    for (int64_t i = 0; i < t->numel(); ++i) {
+  return h;
+}
+
+void ConvertNpyElements(const NpyHeader& h, const char* src, int64_t n, void* dst) {
+  if (h.descr == "<f4" || h.descr == "<i8") {
+    std::memcpy(dst, src, static_cast<size_t>(n) * static_cast<size_t>(h.element_bytes));
+  } else if (h.descr == "<f8") {
+    float* out = static_cast<float*>(dst);
+    for (int64_t i = 0; i < n; ++i) {
       double v;
       std::memcpy(&v, src + i * 8, 8);
-      t->f32()[i] = static_cast<float>(v);
+      out[i] = static_cast<float>(v);
     }
   } else {
-    for (int64_t i = 0; i < t->numel(); ++i) {
+    int64_t* out = static_cast<int64_t*>(dst);
+    for (int64_t i = 0; i < n; ++i) {
       int32_t v;
       std::memcpy(&v, src + i * 4, 4);
-      t->i64()[i] = v;
+      out[i] = v;
     }
   }
+}
+
+absl::StatusOr<Tensor> ParseNpy(const std::string& bytes, const std::string& name) {
+  ASSIGN_OR_RETURN(NpyHeader h, ParseNpyHeader(bytes.data(), bytes.size(), name));
+  absl::StatusOr<Tensor> t = Tensor::Empty(h.dtype, h.dims);
+  if (!t.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ": not a supported .npy file: ", t.status().message()));
+  }
+  ConvertNpyElements(h, bytes.data() + h.data_offset, t->numel(), t->raw());
   return t;
+}
+
+absl::StatusOr<std::shared_ptr<const NpyMapping>> NpyMapping::Open(const std::string& path) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return errno == ENOENT ? absl::NotFoundError(absl::StrCat(path, ": no such file"))
+                           : absl::UnavailableError(absl::StrCat(path, ": ", strerror(errno)));
+  }
+  struct stat st = {};
+  if (fstat(fd, &st) != 0 || st.st_size <= 0) {
+    close(fd);
+    return absl::InvalidArgumentError(path + ": not a supported .npy file: empty");
+  }
+  void* p = mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
+  close(fd);
+  if (p == MAP_FAILED) return absl::UnavailableError(absl::StrCat(path, ": ", strerror(errno)));
+  auto m = std::shared_ptr<NpyMapping>(new NpyMapping());
+  m->base_ = static_cast<const char*>(p);
+  m->size_ = static_cast<size_t>(st.st_size);
+  ASSIGN_OR_RETURN(m->header_, ParseNpyHeader(m->base_, m->size_, path));
+  return std::shared_ptr<const NpyMapping>(std::move(m));
+}
+
+NpyMapping::~NpyMapping() {
+  if (base_ != nullptr) munmap(const_cast<char*>(base_), size_);
 }
 
 absl::StatusOr<Tensor> ReadNpy(const std::string& path) {
