@@ -208,7 +208,7 @@ absl::Status BenchModel(const std::string& name, int64_t batch, Options o) {
 int main(int argc, char** argv) {
   CLI::App app("Executor throughput (1 vs 2 processes) and simulator fidelity");
   quilt::Options o;
-  std::string models = "mlp:1024,cnn:64,transformer:64";
+  std::string models = "mlp:4096,cnn:256,transformer:256";
   app.add_option("--models", models, "NAME:BATCH,... (fixtures under test/fixtures)");
   app.add_option("--steps", o.steps, "Steps per run")->check(CLI::Range(2, 100000));
   app.add_option("--warmup", o.warmup, "Steps left out of the median");
