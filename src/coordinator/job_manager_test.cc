@@ -5,6 +5,7 @@
 #include "src/common/fake_clock.h"
 #include "src/common/status_matchers.h"
 #include "src/coordinator/store/sqlite_store.h"
+#include "src/testing/node_info.h"
 #include "src/testing/temp_dir.h"
 
 namespace quilt {
@@ -18,16 +19,7 @@ using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::SizeIs;
 
-quilt::v1::NodeInfo Info(const std::string& id) {
-  quilt::v1::NodeInfo info;
-  info.set_node_id(id);
-  auto* d = info.add_devices();
-  d->set_id(id + "/cpu:0");
-  d->set_kind(quilt::v1::DEVICE_KIND_CPU);
-  d->set_measured_gemm_flops_per_s(1e11);
-  d->set_memory_bytes(1 << 30);
-  return info;
-}
+quilt::v1::NodeInfo Info(const std::string& id) { return testing::CpuNodeInfo(id); }
 
 TaskReport Report(const std::string& job, quilt::v1::TaskState state, int64_t first,
                   std::vector<double> losses) {

@@ -5,6 +5,7 @@
 #include "src/common/fake_clock.h"
 #include "src/common/status_matchers.h"
 #include "src/coordinator/store/sqlite_store.h"
+#include "src/testing/node_info.h"
 #include "src/testing/temp_dir.h"
 
 namespace quilt {
@@ -14,17 +15,7 @@ using ::testing::IsEmpty;
 using ::testing::SizeIs;
 
 quilt::v1::NodeInfo Info(const std::string& id, int devices = 1) {
-  quilt::v1::NodeInfo info;
-  info.set_node_id(id);
-  info.set_address(id + ".local:4000");
-  for (int i = 0; i < devices; ++i) {
-    auto* d = info.add_devices();
-    d->set_id(id + "/cpu:" + std::to_string(i));
-    d->set_kind(quilt::v1::DEVICE_KIND_CPU);
-    d->set_measured_gemm_flops_per_s(1e11);
-    d->set_memory_bytes(1 << 30);
-  }
-  return info;
+  return testing::CpuNodeInfo(id, devices);
 }
 
 class LinkProbesTest : public ::testing::Test {

@@ -7,6 +7,7 @@
 #include "src/common/fake_clock.h"
 #include "src/common/status_matchers.h"
 #include "src/coordinator/store/sqlite_store.h"
+#include "src/testing/node_info.h"
 #include "src/testing/temp_dir.h"
 
 namespace quilt {
@@ -18,16 +19,7 @@ using ::testing::HasSubstr;
 using ::testing::SizeIs;
 
 quilt::v1::NodeInfo Info(const std::string& id, int cpus = 1) {
-  quilt::v1::NodeInfo info;
-  info.set_node_id(id);
-  for (int i = 0; i < cpus; ++i) {
-    auto* d = info.add_devices();
-    d->set_id(id + "/cpu:" + std::to_string(i));
-    d->set_kind(quilt::v1::DEVICE_KIND_CPU);
-    d->set_measured_gemm_flops_per_s(1e11);
-    d->set_memory_bytes(1 << 30);
-  }
-  return info;
+  return testing::CpuNodeInfo(id, cpus);
 }
 
 class NodeRegistryTest : public ::testing::Test {
