@@ -195,7 +195,8 @@ void AddJobCommands(CLI::App& app, const GlobalOptions& globals, std::vector<Com
   submit->add_option("--checkpoint-every", a->checkpoint_every,
                      "Checkpoint every N steps (0: after the last)");
   submit->add_option("--checkpoint-dir", a->checkpoint_dir,
-                     "Where checkpoints go (default: the coordinator's state directory)");
+                     "Checkpoints go to DIR/<job id> (default: the coordinator's state\n"
+                     "directory)");
   submit->add_option("--name", a->name, "A name for the job");
   submit->add_option("--seed", a->seed, "Seed of the planner and of random kernels");
   submit->add_flag("--watch", a->watch, "Watch the job after submitting it");

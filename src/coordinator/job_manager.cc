@@ -61,8 +61,11 @@ JobManager::Job* JobManager::Find(const std::string& job_id) {
   return it == jobs_.end() ? nullptr : &it->second;
 }
 
-void JobManager::Changed(Job* job) {
+void JobManager::Changed(Job* job, bool durable) {
   job->version = ++version_;
+  const absl::Time now = clock_->Now();
+  if (!durable && now - job->persisted < absl::Seconds(5)) return;
+  job->persisted = now;
   if (absl::Status s = store_->PutJob(job->record); !s.ok()) {
     QLOG_ERROR("cannot store job {}: {}", job->record.status().job_id(), s.ToString());
   }
@@ -87,8 +90,11 @@ absl::StatusOr<std::string> JobManager::Add(NewJob n) {
   for (const std::string& node : n.world) st->add_nodes(node);
   // The whole spec is kept: export needs the model.
   *r.mutable_spec() = std::move(n.spec);
-  if (r.spec().checkpoint_dir().empty())
-    r.mutable_spec()->set_checkpoint_dir(checkpoint_root_ + "/" + id);
+  // Each job checkpoints into a directory of its own (<dir>/<job id>), so
+  // a reused directory never mixes two jobs' steps.
+  r.mutable_spec()->set_checkpoint_dir(
+      (r.spec().checkpoint_dir().empty() ? checkpoint_root_ : r.spec().checkpoint_dir()) + "/" +
+      id);
   r.set_program(std::move(n.program));
   for (const std::string& node : n.world) {
     r.add_world(node);
@@ -170,8 +176,14 @@ void JobManager::ApplyReport(Job* job, const std::string& node,
       static_cast<int>(std::find(r.world().begin(), r.world().end(), node) - r.world().begin());
   const int world = r.world_size();
   quilt::v1::JobStatus* st = r.mutable_status();
+  int64_t& next = job->next_step.try_emplace(node, 1).first->second;
   for (int i = 0; i < report.loss_parts_size(); ++i) {
     const int64_t step = report.first_step() + i;
+    if (step < next) continue;  // applied before (a retried heartbeat)
+    next = step + 1;
+    if (rank == 0 && i < report.step_times_s_size()) {
+      job->rank0_step_times.push_back(report.step_times_s(i));
+    }
     auto& [sum, ranks] = job->loss_by_step[step];
     sum += report.loss_parts(i);
     if (++ranks == world) {
@@ -180,9 +192,6 @@ void JobManager::ApplyReport(Job* job, const std::string& node,
       st->set_last_loss(sum);
       job->loss_by_step.erase(step);
     }
-  }
-  if (rank == 0) {
-    for (double t_s : report.step_times_s()) job->rank0_step_times.push_back(t_s);
   }
   // The job's step: the one every executor finished.
   int64_t step = INT64_MAX;
@@ -231,11 +240,21 @@ void JobManager::OnHeartbeat(const quilt::v1::HeartbeatRequest& request,
     reported[report.job_id()] = true;
     Job* job = Find(report.job_id());
     if (job == nullptr) {
-      response->add_cancel_jobs(report.job_id());  // unknown: stop it
+      // Unknown here (a lost database): stop it if it still runs.
+      if (!TaskEnded(report.state())) response->add_cancel_jobs(report.job_id());
       continue;
     }
+    const quilt::v1::JobState before = job->record.status().state();
+    auto known = job->record.tasks().find(node);
+    const TaskState task_before = known == job->record.tasks().end()
+                                      ? quilt::v1::TASK_STATE_UNSPECIFIED
+                                      : known->second.state();
     ApplyReport(job, node, report);
-    Changed(job);
+    const quilt::v1::JobState after = job->record.status().state();
+    // (Finish already stored an end.)
+    if (!(Ended(after) && after != before)) {
+      Changed(job, /*durable=*/after != before || report.state() != task_before);
+    }
     if (Ended(job->record.status().state()) && !TaskEnded(report.state())) {
       response->add_cancel_jobs(report.job_id());
     }
@@ -246,6 +265,16 @@ void JobManager::OnHeartbeat(const quilt::v1::HeartbeatRequest& request,
     auto task = r.tasks().find(node);
     if (task == r.tasks().end()) continue;
     const bool started = task->second.state() != quilt::v1::TASK_STATE_UNSPECIFIED;
+    if (!Ended(r.status().state()) && started && !TaskEnded(task->second.state()) &&
+        !reported.count(id)) {
+      // A worker reports every executor it knows until the coordinator
+      // has its end: this one is gone (the worker restarted).
+      (*job.record.mutable_tasks())[node].set_state(quilt::v1::TASK_STATE_FAILED);
+      Finish(&job, quilt::v1::JOB_STATE_FAILED,
+             absl::StrCat("the worker on ", node,
+                          " no longer runs the executor (did the worker restart?)"));
+      continue;
+    }
     if (Ended(r.status().state())) {
       if (started && !TaskEnded(task->second.state()) && !reported.count(id)) {
         response->add_cancel_jobs(id);

@@ -38,7 +38,7 @@ struct NewJob {
 
 class JobManager {
  public:
-  // A job without a checkpoint directory gets <checkpoint_root>/<job id>.
+  // A job checkpoints into <its checkpoint_dir or checkpoint_root>/<job id>.
   JobManager(CoordinatorStore* store, NodeRegistry* registry, Clock* clock,
              std::string checkpoint_root);
 
@@ -86,13 +86,19 @@ class JobManager {
     std::vector<std::string> addresses;                      // rendezvous, by rank
     std::map<int64_t, std::pair<double, int>> loss_by_step;  // sum, ranks
     std::vector<double> rank0_step_times;
+    // Per node: the first step not applied yet (a retried heartbeat brings
+    // steps again).
+    std::map<std::string, int64_t> next_step;
+    absl::Time persisted = absl::InfinitePast();
   };
 
   void ApplyReport(Job* job, const std::string& node, const quilt::v1::TaskReport& report)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Finish(Job* job, quilt::v1::JobState state, const std::string& message)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Changed(Job* job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Wakes watchers; writes the record now when `durable`, else at most
+  // every few seconds (progress only).
+  void Changed(Job* job, bool durable = true) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Job* Find(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   CoordinatorStore* store_;

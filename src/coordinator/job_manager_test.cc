@@ -131,6 +131,36 @@ TEST_F(JobManagerTest, LossesSumOverRanksAndTheJobSucceedsWhenAllDo) {
   EXPECT_THAT(r->losses(), ElementsAre(1.5, 2.25, 1.125));
 }
 
+TEST_F(JobManagerTest, ARetriedHeartbeatDoesNotCountItsStepsTwice) {
+  const std::string id = AddJob(3);
+  const TaskReport a = Report(id, quilt::v1::TASK_STATE_RUNNING, 1, {1.0, 2.0});
+  Beat("a", {a});
+  Beat("a", {a});  // the worker did not get the answer and sends it again
+  Beat("b", {Report(id, quilt::v1::TASK_STATE_RUNNING, 1, {0.5, 0.25})});
+  absl::StatusOr<quilt::v1::JobRecord> r = jobs_->Record(id);
+  ASSERT_THAT(r, IsOk());
+  EXPECT_THAT(r->losses(), ElementsAre(1.5, 2.25));
+  EXPECT_EQ(Status(id).step(), 2);
+}
+
+TEST_F(JobManagerTest, AnExecutorItsWorkerNoLongerReportsFailsTheJob) {
+  const std::string id = AddJob();
+  Beat("a", {Report(id, quilt::v1::TASK_STATE_RUNNING, 1, {})});
+  Beat("b", {Report(id, quilt::v1::TASK_STATE_RUNNING, 1, {})});
+  // a's worker restarted (its executor died with it) and reports nothing.
+  Beat("a");
+  EXPECT_EQ(Status(id).state(), quilt::v1::JOB_STATE_FAILED);
+  EXPECT_THAT(Status(id).message(), HasSubstr("worker on a"));
+  EXPECT_THAT(Beat("b", {Report(id, quilt::v1::TASK_STATE_RUNNING, 1, {})}).cancel_jobs(),
+              ElementsAre(id));
+  // A job this coordinator does not know: stopped while it runs, left
+  // alone once it ended.
+  EXPECT_THAT(Beat("a", {Report("job-lost", quilt::v1::TASK_STATE_RUNNING, 1, {})}).cancel_jobs(),
+              ElementsAre("job-lost"));
+  EXPECT_THAT(Beat("a", {Report("job-lost", quilt::v1::TASK_STATE_CANCELLED, 1, {})}).cancel_jobs(),
+              IsEmpty());
+}
+
 TEST_F(JobManagerTest, AFailedExecutorFailsTheJobAndTheOthersAreStopped) {
   const std::string id = AddJob();
   Beat("a", {Report(id, quilt::v1::TASK_STATE_RUNNING, 1, {})});

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -30,7 +31,9 @@ bool Io(int fd, char* p, size_t n, bool write_side, absl::Time deadline) {
         static_cast<int>(std::max<int64_t>(0, absl::ToInt64Milliseconds(deadline - absl::Now())));
     pollfd pfd = {fd, static_cast<short>(write_side ? POLLOUT : POLLIN), 0};
     if (ms == 0 || poll(&pfd, 1, ms) <= 0) return false;
-    const ssize_t r = write_side ? send(fd, p, n, MSG_NOSIGNAL) : recv(fd, p, n, 0);
+    const ssize_t r =
+        write_side ? send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT) : recv(fd, p, n, MSG_DONTWAIT);
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) continue;
     if (r <= 0) return false;
     p += r;
     n -= static_cast<size_t>(r);
@@ -78,17 +81,28 @@ absl::StatusOr<LinkMeasurement> MeasureLink(const std::string& address, int64_t 
       res == nullptr) {
     return absl::UnavailableError("cannot resolve the probe endpoint " + address);
   }
-  const int fd = socket(res->ai_family, SOCK_STREAM, 0);
-  const bool connected = fd >= 0 && connect(fd, res->ai_addr, res->ai_addrlen) == 0;
+  // Non-blocking from the start, so that connecting obeys the deadline too.
+  const absl::Time deadline = absl::Now() + timeout;
+  const int fd = socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  bool connected = fd >= 0 && connect(fd, res->ai_addr, res->ai_addrlen) == 0;
+  if (!connected && fd >= 0 && errno == EINPROGRESS) {
+    pollfd pfd = {fd, POLLOUT, 0};
+    const int ms = static_cast<int>(absl::ToInt64Milliseconds(timeout));
+    int err = 0;
+    socklen_t len = sizeof(err);
+    connected =
+        poll(&pfd, 1, ms) > 0 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0;
+    if (!connected) errno = err != 0 ? err : ETIMEDOUT;
+  }
   freeaddrinfo(res);
   if (!connected) {
+    const std::string why = strerror(errno);
     if (fd >= 0) close(fd);
     return absl::UnavailableError(
-        absl::StrCat("cannot connect to the probe endpoint ", address, ": ", strerror(errno)));
+        absl::StrCat("cannot connect to the probe endpoint ", address, ": ", why));
   }
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  const absl::Time deadline = absl::Now() + timeout;
   LinkMeasurement m;
   std::vector<double> rtts;
   bool ok = true;
@@ -136,7 +150,7 @@ absl::StatusOr<std::unique_ptr<ProbeServer>> ProbeServer::Start(const std::strin
     return absl::InvalidArgumentError("cannot resolve the probe address " + address);
   }
   std::unique_ptr<ProbeServer> s(new ProbeServer());
-  s->fd_ = socket(res->ai_family, SOCK_STREAM, 0);
+  s->fd_ = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
   int one = 1;
   setsockopt(s->fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
   const bool bound =
@@ -169,7 +183,7 @@ void ProbeServer::Serve() {
   while (!stop_) {
     pollfd pfd = {fd_, POLLIN, 0};
     if (poll(&pfd, 1, 200) <= 0) continue;
-    const int c = accept(fd_, nullptr, nullptr);
+    const int c = accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (c >= 0) Handle(c);
   }
 }

@@ -3,6 +3,7 @@
 // stop on SIGTERM; the node's job executors (tasks.h).
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -84,7 +85,7 @@ int Run(WorkerConfig config) {
 
   rpc::CoordinatorClient client(config.coordinator_address,
                                 absl::Milliseconds(config.rpc_timeout_ms));
-  Worker* running = nullptr;
+  std::atomic<Worker*> running{nullptr};  // read by executor and probe threads
   TaskRunnerOptions task_options;
   task_options.executor_path = executor;
   task_options.work_dir = work_dir;
@@ -93,11 +94,11 @@ int Run(WorkerConfig config) {
   for (const auto& d : node->devices()) task_options.device_ids.push_back(d.id());
   task_options.threads = static_cast<int>(config.executor_threads);
   task_options.on_change = [&running] {
-    if (running != nullptr) running->Wake();
+    if (Worker* w = running.load()) w->Wake();
   };
   TaskRunner tasks(task_options);
   ProbeRunner probes([&running] {
-    if (running != nullptr) running->Wake();
+    if (Worker* w = running.load()) w->Wake();
   });
   WorkerOptions options;
   options.tasks = &tasks;

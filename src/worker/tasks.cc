@@ -172,10 +172,14 @@ void TaskRunner::Read(Task* t) {
   }
   free(line);
   if (f != nullptr) fclose(f);
+  // Wait for the exit without reaping, so that the pid stays this child's
+  // (Cancel may still signal it) until the state says it ended.
+  siginfo_t info = {};
+  waitid(P_PID, static_cast<id_t>(t->pid), &info, WEXITED | WNOWAIT);
   int status = 0;
-  waitpid(t->pid, &status, 0);
   {
     absl::MutexLock lock(&mu_);
+    waitpid(t->pid, &status, 0);
     if (t->cancelled) {
       t->state = quilt::v1::TASK_STATE_CANCELLED;
     } else if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
@@ -258,6 +262,9 @@ void TaskRunner::Ack(const std::vector<quilt::v1::TaskReport>& reports) {
       t->step_times.erase(t->step_times.begin(), t->step_times.begin() + n);
       t->first_unreported += static_cast<int64_t>(n);
       if (Ended(r.state()) && Ended(t->state) && t->loss_parts.empty()) {
+        // The log stays for diagnosis; the program (possibly large) goes.
+        std::error_code ec;
+        if (!t->dir.empty()) std::filesystem::remove(t->dir + "/program.pb", ec);
         done.push_back(std::move(it->second));
         tasks_.erase(it);
       }

@@ -23,6 +23,7 @@ void Worker::Start() {
 
 void Worker::Stop() {
   if (!stop_.HasBeenNotified()) stop_.Notify();
+  Wake();  // out of the wait for the next heartbeat
   if (thread_.joinable()) thread_.join();
 }
 

@@ -138,10 +138,11 @@ TEST_F(Jobs, RunsToSucceededWithTheSingleDeviceParametersAndExportsThem) {
   ASSERT_THAT(ref.status(), IsOk());
   EXPECT_NEAR(job.value("last_loss", 0.0), ref->losses.back(), 1e-4 * (1 + ref->losses.back()));
 
-  absl::StatusOr<Checkpoint> ckpt = ReadLatestCheckpoint(checkpoints, 2);
+  // Every job checkpoints under a directory of its own.
+  absl::StatusOr<Checkpoint> ckpt = ReadLatestCheckpoint(checkpoints + "/" + id, 2);
   ASSERT_THAT(ckpt.status(), IsOk());
   EXPECT_EQ(ckpt->step, kSteps);
-  EXPECT_TRUE(std::filesystem::exists(absl::StrCat(checkpoints, "/step-00000004")));
+  EXPECT_TRUE(std::filesystem::exists(absl::StrCat(checkpoints, "/", id, "/step-00000004")));
   int compared = 0;
   for (const std::string& name : ref->runner->PersistentNames()) {
     const Tensor& want = *ref->runner->Persistent(name);

@@ -127,14 +127,15 @@ class UcxTransport final : public Transport {
     Op* op = NewOp(false, peer, tag, bytes, std::move(done));
     // Posted even when the peer is gone: what it sent before it went may
     // wait among the unexpected messages, and matches now.
-    const bool gone = failed_[peer].load();
     ucp_request_param_t p = {};
     p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
     p.cb.recv = &UcxTransport::OnRecv;
     p.user_data = op;
     const uint64_t id = op->id;
     Posted(op, ucp_tag_recv_nbx(worker_, data, bytes, tag, ~uint64_t{0}, &p));
-    if (gone) Cancel(id);  // nothing more will come
+    // Read after posting: a failure before it is seen here, one after it
+    // by the progress thread's cancel of posted receives.
+    if (failed_[peer].load()) Cancel(id);  // nothing more will come
     return id;
   }
 
