@@ -14,6 +14,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/mutex.h"
 #include "src/graph/graph.h"
+#include "src/runtime/comm/tags.h"
 #include "src/runtime/executor.h"
 #include "src/runtime/kernels/kernel.h"
 
@@ -111,6 +112,10 @@ class Executor::Impl {
 
   // Helpers.
   absl::StatusOr<std::vector<std::vector<Tensor>>> Feeds(int64_t step);
+  // Sends rows of a tensor this node's device holds (a copy when the
+  // instance may change before the send completes).
+  void SendRange(int node, const quilt::v1::TensorRange& range, const std::string& peer_device,
+                 TagKind kind, uint64_t tag, bool copy);
   absl::StatusOr<Tensor> Read(int device, int tensor, int64_t begin, int64_t end) const;
   std::vector<int64_t> DimsOf(int tensor, int64_t begin, int64_t end) const;
   int RankOfDevice(const std::string& device_id) const;

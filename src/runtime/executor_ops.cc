@@ -136,22 +136,27 @@ absl::Status Executor::Impl::Concat(int node) {
   return absl::OkStatus();
 }
 
-void Executor::Impl::StartSend(int node) {
-  const auto& s = nodes_[node].ins->send();
-  const int t = tensor_ids_.at(s.range().tensor());
-  absl::StatusOr<Tensor> v = Read(nodes_[node].device, t, s.range().begin(), s.range().end());
+void Executor::Impl::SendRange(int node, const quilt::v1::TensorRange& range,
+                               const std::string& peer_device, TagKind kind, uint64_t tag,
+                               bool copy) {
+  const int t = tensor_ids_.at(range.tensor());
+  absl::StatusOr<Tensor> v = Read(nodes_[node].device, t, range.begin(), range.end());
   if (!v.ok()) {
     Fail(node, v.status());
     return;
   }
-  auto data = std::make_shared<Tensor>(std::move(*v));
+  auto data = std::make_shared<Tensor>(copy ? v->Clone() : std::move(*v));
   const absl::Time start = absl::Now();
-  transport_->Send(RankOfDevice(s.peer_device()), MakeTag(step_, TagKind::kTransfer, s.tag()),
-                   data->raw(), static_cast<size_t>(data->bytes()),
-                   [this, node, data, start](absl::Status st) {
+  transport_->Send(RankOfDevice(peer_device), MakeTag(step_, kind, tag), data->raw(),
+                   static_cast<size_t>(data->bytes()), [this, node, data, start](absl::Status st) {
                      if (options_.trace) Record(node, start, true);
                      st.ok() ? Done(node) : Fail(node, st);
                    });
+}
+
+void Executor::Impl::StartSend(int node) {
+  const auto& s = nodes_[node].ins->send();
+  SendRange(node, s.range(), s.peer_device(), TagKind::kTransfer, s.tag(), /*copy=*/false);
 }
 
 void Executor::Impl::StartRecv(int node) {
@@ -262,20 +267,8 @@ void Executor::Impl::StartAllReduce(int node) {
 
 void Executor::Impl::StartPush(int node) {
   const auto& p = nodes_[node].ins->ps_push();
-  const int t = tensor_ids_.at(p.gradient().tensor());
-  absl::StatusOr<Tensor> v = Read(nodes_[node].device, t, p.gradient().begin(), p.gradient().end());
-  if (!v.ok()) {
-    Fail(node, v.status());
-    return;
-  }
-  auto data = std::make_shared<Tensor>(v->Clone());
-  const absl::Time start = absl::Now();
-  transport_->Send(RankOfDevice(p.server_device()), MakeTag(step_, TagKind::kPush, p.tag()),
-                   data->raw(), static_cast<size_t>(data->bytes()),
-                   [this, node, data, start](absl::Status st) {
-                     if (options_.trace) Record(node, start, true);
-                     st.ok() ? Done(node) : Fail(node, st);
-                   });
+  // A copy: the gradient instance may be summed into on this device.
+  SendRange(node, p.gradient(), p.server_device(), TagKind::kPush, p.tag(), /*copy=*/true);
 }
 
 void Executor::Impl::StartAccumulate(int node) {
