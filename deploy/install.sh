@@ -15,11 +15,11 @@ esac
 [ "$(id -u)" -eq 0 ] || { echo "$0: run as root" >&2; exit 1; }
 top=$(cd "$(dirname "$0")/.." && pwd)
 bin="$top/bazel-bin/src"
-for b in coordinator/quilt-coordinator worker/quilt-worker cli/quiltctl; do
+for b in coordinator/quilt-coordinator worker/quilt-worker runtime/quilt-executor cli/quiltctl; do
   [ -x "$bin/$b" ] || { echo "$0: $bin/$b is missing; build first: bazel build //src/..." >&2; exit 1; }
 done
 install -m 0755 "$bin/coordinator/quilt-coordinator" "$bin/worker/quilt-worker" \
-  "$bin/cli/quiltctl" /usr/local/bin/
+  "$bin/runtime/quilt-executor" "$bin/cli/quiltctl" /usr/local/bin/
 install -m 0644 "$top/deploy/sysusers.d/quilt.conf" /usr/lib/sysusers.d/quilt.conf
 systemd-sysusers /usr/lib/sysusers.d/quilt.conf
 install -d -m 0755 /etc/quilt

@@ -40,7 +40,10 @@ const ConfigSchema<WorkerConfig>& WorkerConfigSchema() {
         .String("work_dir", &C::work_dir,
                 "Where each job's program and executor log go; empty =\n"
                 "$TMPDIR/quilt-worker/<node_id>.")
-        .Int("executor_threads", &C::executor_threads, "Kernel threads of each executor.", 1, 1024);
+        .Int("executor_threads", &C::executor_threads, "Kernel threads of each executor.", 1, 1024)
+        .String("probe_address", &C::probe_address,
+                "Where this worker serves link probes from other workers (host:port;\n"
+                "port 0 = any). The host must be reachable from the other nodes.");
     return s;
   }();
   return *schema;
