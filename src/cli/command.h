@@ -9,6 +9,9 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "absl/status/status.h"
+#include "proto/quilt/v1/job.pb.h"
+#include "src/graph/graph.h"
 
 namespace quilt::cli {
 
@@ -30,6 +33,12 @@ void AddGraphCommands(CLI::App& app, std::vector<Command>* out);
 void AddTrainLocalCommand(CLI::App& app, std::vector<Command>* out);
 void AddPlanCommand(CLI::App& app, const GlobalOptions& globals, std::vector<Command>* out);
 void AddJobCommands(CLI::App& app, const GlobalOptions& globals, std::vector<Command>* out);
+
+// The model of a job spec from a command's MODEL argument: zoo:NAME, an
+// .onnx file (its bytes), or a Quilt graph file (`loaded` if the caller
+// already loaded it).
+absl::Status SetJobModel(const std::string& model, int64_t batch, const Graph* loaded,
+                         quilt::v1::JobSpec* spec);
 
 // Prints "quiltctl: <message>" to stderr; returns 1.
 int PrintError(const std::string& message);

@@ -48,25 +48,9 @@ std::string StateName(JobState s) {
   return n.rfind("JOB_STATE_", 0) == 0 ? n.substr(10) : n;
 }
 
-// The model of a spec: zoo:NAME, an .onnx file, or a Quilt graph file.
-absl::Status SetModel(const std::string& model, int64_t batch, quilt::v1::JobSpec* spec) {
-  if (model.rfind("zoo:", 0) == 0) {
-    spec->set_zoo(model.substr(4));
-    return absl::OkStatus();
-  }
-  if (model.size() > 5 && model.substr(model.size() - 5) == ".onnx") {
-    ASSIGN_OR_RETURN(std::string bytes, ReadFile(model));
-    spec->set_onnx(std::move(bytes));
-    return absl::OkStatus();
-  }
-  ASSIGN_OR_RETURN(Graph g, LoadModel(model, batch));
-  *spec->mutable_graph() = g.ToProto();
-  return absl::OkStatus();
-}
-
 absl::StatusOr<quilt::v1::JobSpec> SpecFrom(const SubmitArgs& a) {
   quilt::v1::JobSpec spec;
-  RETURN_IF_ERROR(SetModel(a.model, a.batch, &spec));
+  RETURN_IF_ERROR(SetJobModel(a.model, a.batch, nullptr, &spec));
   spec.set_name(a.name);
   spec.set_global_batch(a.batch);
   spec.set_steps(a.steps);
@@ -174,6 +158,26 @@ int Watch(const std::string& id, const GlobalOptions& g, const std::string& form
 }
 
 }  // namespace
+
+absl::Status SetJobModel(const std::string& model, int64_t batch, const Graph* loaded,
+                         quilt::v1::JobSpec* spec) {
+  if (model.rfind("zoo:", 0) == 0) {
+    spec->set_zoo(model.substr(4));
+    return absl::OkStatus();
+  }
+  if (model.size() > 5 && model.substr(model.size() - 5) == ".onnx") {
+    ASSIGN_OR_RETURN(std::string bytes, ReadFile(model));
+    spec->set_onnx(std::move(bytes));
+    return absl::OkStatus();
+  }
+  if (loaded != nullptr) {
+    *spec->mutable_graph() = loaded->ToProto();
+    return absl::OkStatus();
+  }
+  ASSIGN_OR_RETURN(Graph g, LoadModel(model, batch));
+  *spec->mutable_graph() = g.ToProto();
+  return absl::OkStatus();
+}
 
 void AddJobCommands(CLI::App& app, const GlobalOptions& globals, std::vector<Command>* out) {
   // submit

@@ -10,7 +10,6 @@
 #include "src/cli/format.h"
 #include "src/cluster/cluster_spec.h"
 #include "src/cluster/topology.h"
-#include "src/common/files.h"
 #include "src/graph/autodiff.h"
 #include "src/graph/model_loader.h"
 #include "src/planner/plan.h"
@@ -121,14 +120,8 @@ int RunRemote(const PlanArgs& a, const Graph& forward, const GlobalOptions& glob
   quilt::v1::JobSpec& spec = *request.mutable_spec();
   spec.set_name(forward.name);
   spec.set_global_batch(a.batch);
-  if (a.model.rfind("zoo:", 0) == 0) {
-    spec.set_zoo(a.model.substr(4));
-  } else if (a.model.size() > 5 && a.model.substr(a.model.size() - 5) == ".onnx") {
-    absl::StatusOr<std::string> bytes = ReadFile(a.model);
-    if (!bytes.ok()) return PrintError(std::string(bytes.status().message()));
-    spec.set_onnx(*bytes);
-  } else {
-    *spec.mutable_graph() = forward.ToProto();
+  if (absl::Status s = SetJobModel(a.model, a.batch, &forward, &spec); !s.ok()) {
+    return PrintError(std::string(s.message()));
   }
   const TrainingOptions to = TrainingFor(forward, a);
   if (to.loss == LossType::kSoftmaxCrossEntropy)
