@@ -3,15 +3,18 @@
 #include <poll.h>
 #include <sched.h>
 #include <ucp/api/ucp.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <deque>
+#include <fstream>
 #include <thread>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "src/common/status.h"
@@ -45,6 +48,16 @@ struct Op {
 };
 
 constexpr absl::Duration kSpin = absl::Microseconds(300);
+
+// What tells processes on one machine apart from those on others: the
+// host name and the kernel's boot id.
+std::string HostIdentity() {
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  std::string boot;
+  std::ifstream("/proc/sys/kernel/random/boot_id") >> boot;
+  return absl::StrCat(host, "/", boot);
+}
 
 struct PeerState {
   UcxTransport* owner = nullptr;
@@ -80,25 +93,46 @@ class UcxTransport final : public Transport {
     size_t len = 0;
     s = ucp_worker_get_address(worker_, &addr, &len);
     if (s != UCS_OK) return absl::UnavailableError(UcxError("the UCX worker's address", s));
-    const std::string mine(reinterpret_cast<const char*>(addr), len);
+    const std::string host = HostIdentity();
+    const std::string mine =
+        absl::StrCat(host, "\n", absl::string_view(reinterpret_cast<const char*>(addr), len));
     ucp_worker_release_address(worker_, addr);
     ASSIGN_OR_RETURN(std::vector<std::string> all,
                      rendezvous->Exchange(rank_, size_, mine, timeout));
     peers_.resize(size_);
     eps_.assign(size_, nullptr);
+    fast_eps_.assign(size_, nullptr);
     for (int r = 0; r < size_; ++r) {
       peers_[r].owner = this;
       peers_[r].rank = r;
+      const size_t cut = all[r].find('\n');
+      if (cut == std::string::npos) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("rank ", r, " published a malformed transport address"));
+      }
+      const auto* address = reinterpret_cast<const ucp_address_t*>(all[r].data() + cut + 1);
       ucp_ep_params_t ep = {};
       ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                       UCP_EP_PARAM_FIELD_ERR_HANDLER;
-      ep.address = reinterpret_cast<const ucp_address_t*>(all[r].data());
+      ep.address = address;
       ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
       ep.err_handler.cb = &UcxTransport::OnPeerError;
       ep.err_handler.arg = &peers_[r];
       s = ucp_ep_create(worker_, &ep, &eps_[r]);
       if (s != UCS_OK)
         return absl::UnavailableError(UcxError(absl::StrCat("connecting to rank ", r), s));
+      if (all[r].compare(0, cut, host) != 0) continue;
+      // A peer on this machine also gets an endpoint without peer-failure
+      // handling, which is what lets UCX pick shared memory for it.
+      ucp_ep_params_t fast = {};
+      fast.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+      fast.address = address;
+      fast.err_mode = UCP_ERR_HANDLING_MODE_NONE;
+      s = ucp_ep_create(worker_, &fast, &fast_eps_[r]);
+      if (s != UCS_OK) {
+        return absl::UnavailableError(
+            UcxError(absl::StrCat("connecting to rank ", r, " through shared memory"), s));
+      }
     }
     progress_ = std::thread([this] { ProgressLoop(); });
     return absl::OkStatus();
@@ -110,16 +144,17 @@ class UcxTransport final : public Transport {
   uint64_t Send(int peer, uint64_t tag, const void* data, size_t bytes,
                 CommCallback done) override {
     Op* op = NewOp(true, peer, tag, bytes, std::move(done));
+    const uint64_t id = op->id;
     if (failed_[peer].load()) {
       Finish(op, UCS_ERR_CONNECTION_RESET);
-      return op->id;
+      return id;
     }
     ucp_request_param_t p = {};
     p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
     p.cb.send = &UcxTransport::OnSend;
     p.user_data = op;
-    const uint64_t id = op->id;
-    Posted(op, ucp_tag_send_nbx(eps_[peer], data, bytes, tag, &p));
+    ucp_ep_h ep = fast_eps_[peer] != nullptr ? fast_eps_[peer] : eps_[peer];
+    Posted(op, ucp_tag_send_nbx(ep, data, bytes, tag, &p));
     return id;
   }
 
@@ -204,6 +239,7 @@ class UcxTransport final : public Transport {
   // UCX completion (progress thread, inside ucp_worker_progress).
   void Completed(Op* op, ucs_status_t status, size_t received) {
     absl::MutexLock lock(&mu_);
+    if (op->completed) return;  // failed already with its peer (RunCancels)
     op->status = status;
     op->received = received;
     op->completed = true;
@@ -211,11 +247,25 @@ class UcxTransport final : public Transport {
   }
 
   // Progress thread: cancels what was asked, and receives waiting on
-  // failed peers (they never complete by themselves).
+  // failed peers (they never complete by themselves). Sends waiting on a
+  // failed peer finish now with an error: on the shared-memory endpoint
+  // nothing else would end them (it has no failure handling); their UCX
+  // requests are released unfinished, which UCX allows (no callback
+  // follows, and only the dead peer would have read the buffers).
   void RunCancels(bool peers_failed) {
     std::vector<void*> handles;
     {
       absl::MutexLock lock(&mu_);
+      if (peers_failed) {
+        for (const auto& [id, op] : pending_) {
+          if (op->send && failed_[op->peer].load() && op->posted && !op->completed &&
+              op->handle != nullptr) {
+            op->status = UCS_ERR_CONNECTION_RESET;
+            op->completed = true;
+            finished_.push_back(op);
+          }
+        }
+      }
       for (uint64_t id : cancels_) {
         auto it = pending_.find(id);
         if (it != pending_.end() && it->second->posted && !it->second->completed &&
@@ -336,12 +386,14 @@ class UcxTransport final : public Transport {
     // connection goes), forcing only endpoints of peers that failed.
     std::vector<void*> closing;
     for (size_t r = 0; r < eps_.size(); ++r) {
-      if (eps_[r] == nullptr) continue;
-      ucp_request_param_t p = {};
-      p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-      p.flags = failed_[r].load() ? UCP_EP_CLOSE_FLAG_FORCE : 0;
-      ucs_status_ptr_t h = ucp_ep_close_nbx(eps_[r], &p);
-      if (h != nullptr && !UCS_PTR_IS_ERR(h)) closing.push_back(h);
+      for (ucp_ep_h ep : {fast_eps_[r], eps_[r]}) {
+        if (ep == nullptr) continue;
+        ucp_request_param_t p = {};
+        p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+        p.flags = failed_[r].load() ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+        ucs_status_ptr_t h = ucp_ep_close_nbx(ep, &p);
+        if (h != nullptr && !UCS_PTR_IS_ERR(h)) closing.push_back(h);
+      }
     }
     const absl::Time until = absl::Now() + absl::Seconds(2);
     for (void* h : closing) {
@@ -363,7 +415,9 @@ class UcxTransport final : public Transport {
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;
   int efd_ = -1;
-  std::vector<ucp_ep_h> eps_;
+  std::vector<ucp_ep_h> eps_;  // with peer-failure handling
+  // Per rank on this machine (else null): the endpoint that sends use.
+  std::vector<ucp_ep_h> fast_eps_;
   std::vector<PeerState> peers_;
   std::vector<std::string> names_;  // per rank, for messages (may be empty)
   std::vector<std::atomic<bool>> failed_;

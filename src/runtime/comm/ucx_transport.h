@@ -1,9 +1,12 @@
 // Transport over UCX (UCP tag API): one UCP worker per process in
 // multi-thread mode, a progress thread that sleeps on the worker's event fd
 // when idle, one endpoint per peer with peer-failure handling (a peer that
-// dies fails every request that waits on it). Which UCX transports carry
-// the data is UCX's choice (shared memory and TCP on one host; set
-// UCX_TLS to restrict).
+// dies fails every request that waits on it). UCX offers shared memory
+// only to endpoints without that handling, so a peer on the same machine
+// (same host name and boot id) gets a second endpoint that carries the
+// sends, through shared memory and cross-memory attach; the first one
+// still watches the peer, and when it dies what waits on it fails. Other
+// transports are UCX's choice (set UCX_TLS to restrict).
 #ifndef QUILT_SRC_RUNTIME_COMM_UCX_TRANSPORT_H_
 #define QUILT_SRC_RUNTIME_COMM_UCX_TRANSPORT_H_
 

@@ -1,0 +1,134 @@
+// The UCX transport between two processes on this machine (the test and a
+// forked child): large and small messages arrive intact both ways over the
+// same-machine endpoints, a message of the wrong size is reported, and a
+// peer killed while a large send to it and a receive from it wait fails
+// both, naming the peer, within seconds — the endpoint that carries the
+// data has no failure handling of its own, so this checks the one that
+// watches the peer.
+#include "src/runtime/comm/ucx_transport.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <numeric>
+#include <vector>
+
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "src/common/status_matchers.h"
+#include "src/runtime/comm/tags.h"
+#include "src/testing/temp_dir.h"
+
+namespace quilt {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr size_t kLarge = size_t{16} << 20;
+
+absl::StatusOr<std::unique_ptr<Transport>> Connect(int rank, const std::string& dir) {
+  DirectoryRendezvous rdv(dir);
+  return CreateUcxTransport(rank, 2, &rdv, absl::Seconds(30), {"parent", "child"});
+}
+
+uint64_t Tag(int i) { return MakeTag(0, TagKind::kTransfer, static_cast<uint64_t>(i)); }
+
+// Runs `body` in a child process as rank 1; returns its pid.
+template <typename Body>
+pid_t Fork(const std::string& dir, Body body) {
+  const pid_t pid = fork();
+  if (pid != 0) return pid;
+  absl::StatusOr<std::unique_ptr<Transport>> t = Connect(1, dir);
+  _exit(t.ok() ? body(t->get()) : 10);
+}
+
+// An operation's outcome, waited for with a limit.
+struct Outcome {
+  absl::Notification done;
+  absl::Status status;
+  CommCallback Callback() {
+    return [this](absl::Status s) {
+      status = std::move(s);
+      done.Notify();
+    };
+  }
+};
+
+TEST(UcxTransportTest, LargeAndSmallMessagesArriveIntactBothWays) {
+  testing::TempDir dir;
+  const pid_t child = Fork(dir.path(), [](Transport* t) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(60);
+    std::vector<float> big(kLarge / sizeof(float));
+    int64_t small = 0;
+    if (!RecvSync(t, 0, Tag(1), big.data(), kLarge, deadline).ok()) return 1;
+    if (!RecvSync(t, 0, Tag(2), &small, sizeof(small), deadline).ok()) return 2;
+    for (float& x : big) x += static_cast<float>(small);
+    if (!SendSync(t, 0, Tag(3), big.data(), kLarge, deadline).ok()) return 3;
+    char oversize[100] = {};
+    if (!SendSync(t, 0, Tag(4), oversize, sizeof(oversize), deadline).ok()) return 4;
+    return Barrier(t, 1, deadline).ok() ? 0 : 5;
+  });
+  absl::StatusOr<std::unique_ptr<Transport>> t = Connect(0, dir.path());
+  ASSERT_THAT(t.status(), IsOk());
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  std::vector<float> big(kLarge / sizeof(float));
+  std::iota(big.begin(), big.end(), 0.0f);
+  const int64_t small = 7;
+  ASSERT_THAT(SendSync(t->get(), 1, Tag(1), big.data(), kLarge, deadline), IsOk());
+  ASSERT_THAT(SendSync(t->get(), 1, Tag(2), &small, sizeof(small), deadline), IsOk());
+  std::vector<float> back(big.size(), -1.0f);
+  ASSERT_THAT(RecvSync(t->get(), 1, Tag(3), back.data(), kLarge, deadline), IsOk());
+  for (size_t i = 0; i < big.size(); i += 4099) ASSERT_EQ(back[i], big[i] + 7.0f) << i;
+  EXPECT_EQ(back.back(), big.back() + 7.0f);
+  char expected[64];
+  const absl::Status wrong = RecvSync(t->get(), 1, Tag(4), expected, sizeof(expected), deadline);
+  EXPECT_EQ(wrong.code(), absl::StatusCode::kDataLoss) << wrong;
+  EXPECT_THAT(wrong.message(), HasSubstr("rank 1 (child)"));
+  EXPECT_THAT(Barrier(t->get(), 1, deadline), IsOk());
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+}
+
+TEST(UcxTransportTest, KilledPeerFailsWaitingSendAndReceiveWithinSeconds) {
+  testing::TempDir dir;
+  const pid_t child = Fork(dir.path(), [](Transport* t) {
+    if (!Barrier(t, 1, absl::Now() + absl::Seconds(30)).ok()) return 1;
+    pause();  // never receives what the parent sends
+    return 0;
+  });
+  absl::StatusOr<std::unique_ptr<Transport>> t = Connect(0, dir.path());
+  ASSERT_THAT(t.status(), IsOk());
+  ASSERT_THAT(Barrier(t->get(), 1, absl::Now() + absl::Seconds(30)), IsOk());
+  std::vector<char> big(kLarge, 1), in(64);
+  Outcome send, recv;
+  (*t)->Send(1, Tag(1), big.data(), big.size(), send.Callback());
+  (*t)->Recv(1, Tag(2), in.data(), in.size(), recv.Callback());
+  absl::SleepFor(absl::Milliseconds(200));
+  EXPECT_FALSE(send.done.HasBeenNotified()) << "nobody received the send";
+  ASSERT_EQ(kill(child, SIGKILL), 0);
+  waitpid(child, nullptr, 0);
+  const absl::Time killed = absl::Now();
+  ASSERT_TRUE(send.done.WaitForNotificationWithTimeout(absl::Seconds(10)))
+      << "a send to a killed peer still waits";
+  ASSERT_TRUE(recv.done.WaitForNotificationWithTimeout(absl::Seconds(10)))
+      << "a receive from a killed peer still waits";
+  EXPECT_LT(absl::Now() - killed, absl::Seconds(10));
+  for (const absl::Status& s : {send.status, recv.status}) {
+    EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+    EXPECT_THAT(s.message(), HasSubstr("rank 1 (child)"));
+    EXPECT_THAT(s.message(), HasSubstr("the peer failed"));
+  }
+  EXPECT_TRUE((*t)->PeerFailed(1));
+  // Later operations fail at once.
+  const absl::Status after =
+      SendSync(t->get(), 1, Tag(3), in.data(), in.size(), absl::Now() + absl::Seconds(5));
+  EXPECT_EQ(after.code(), absl::StatusCode::kUnavailable) << after;
+}
+
+}  // namespace
+}  // namespace quilt
