@@ -6,7 +6,11 @@
 //     time and the bus bandwidth, 2(n-1)/n · bytes / time (NCCL's busbw;
 //     for two processes, bytes / time), checked for the right sum;
 //   - small-message latency: half the round trip of an 8-byte ping-pong,
-//     and a 4-byte all-reduce.
+//     and a 4-byte all-reduce;
+//   - latency after idle (1 KiB and 1 MiB): the same when the receiving
+//     process has not been polling for 2 ms, so its progress thread must
+//     be woken (what a message between two computing executors sees);
+//   - one large message one way (1, 16, 64 MiB).
 // Prints one JSON object per line. The parent process is rank 0 and starts
 // rank 1 (this binary with --rank 1).
 #include <arpa/inet.h>
@@ -205,6 +209,43 @@ int Run(int rank, const std::string& dir, int64_t min_bytes, int64_t max_bytes) 
     if (rank == 0) {
       std::cout << nlohmann::json{{"bench", "ucx_ping_pong"},
                                   {"bytes", 8},
+                                  {"one_way_latency_s", Median(rtt) / 2}}
+                       .dump()
+                << std::endl;
+    }
+  }
+  // Latency after idle: each side waits 2 ms before it sends, so that the
+  // other side's progress thread has gone to sleep; half the round trip
+  // less the wait. Eager (1 KiB) and rendezvous (1 MiB) sizes.
+  for (int64_t bytes : {int64_t{1} << 10, int64_t{1} << 20}) {
+    constexpr absl::Duration kIdle = absl::Milliseconds(2);
+    std::vector<char> buf(static_cast<size_t>(bytes), 1);
+    std::vector<double> rtt;
+    for (int i = 0; i < 60; ++i) {
+      const uint64_t there = MakeTag(i, TagKind::kTransfer, 200 + (bytes >> 10));
+      const uint64_t back = MakeTag(i, TagKind::kTransfer, 300 + (bytes >> 10));
+      absl::Status st;
+      if (rank == 0) {
+        absl::SleepFor(kIdle);
+        const absl::Time s = absl::Now();
+        st = SendSync(tr, 1, there, buf.data(), buf.size(), deadline);
+        if (st.ok()) st = RecvSync(tr, 1, back, buf.data(), buf.size(), deadline);
+        if (i >= 10) rtt.push_back(absl::ToDoubleSeconds(absl::Now() - s - kIdle));
+      } else {
+        st = RecvSync(tr, 0, there, buf.data(), buf.size(), deadline);
+        // Exactly the wait (a sleep may overshoot), on this thread only.
+        for (const absl::Time until = absl::Now() + kIdle; absl::Now() < until;) {
+        }
+        if (st.ok()) st = SendSync(tr, 0, back, buf.data(), buf.size(), deadline);
+      }
+      if (!st.ok()) {
+        std::cerr << "comm_bench: ping-pong after idle: " << st << "\n";
+        return 1;
+      }
+    }
+    if (rank == 0) {
+      std::cout << nlohmann::json{{"bench", "ucx_ping_pong_after_idle"},
+                                  {"bytes", bytes},
                                   {"one_way_latency_s", Median(rtt) / 2}}
                        .dump()
                 << std::endl;

@@ -95,7 +95,7 @@ absl::StatusOr<Planned> PlanDataParallel(const Graph& g, int nodes, double flops
   ASSIGN_OR_RETURN(CostModel cost, CostModel::Create(&g, &p.topo));
   const quilt::v1::Strategy s =
       DataParallelStrategy(g, p.topo, std::vector<int64_t>(nodes, 1),
-                           quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE, "even-ring");
+                           quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE, "even-ring", kBucketBytes);
   ASSIGN_OR_RETURN(p.program, Lower(g, s, p.topo, &cost, batch));
   SimOptions so;
   so.trace = true;

@@ -251,7 +251,7 @@ std::map<std::string, std::vector<int>> AssignServers(const Graph& g,
 quilt::v1::Strategy DataParallelStrategy(const Graph& g, const Topology& topo,
                                          const std::vector<int64_t>& rows,
                                          quilt::v1::AggregationMethod method,
-                                         const std::string& name) {
+                                         const std::string& name, int64_t bucket_bytes) {
   quilt::v1::Strategy s;
   s.set_name(name);
   auto* group = s.add_groups();
@@ -272,7 +272,10 @@ quilt::v1::Strategy DataParallelStrategy(const Graph& g, const Topology& topo,
   std::map<std::string, std::vector<int>> servers;
   if (method == quilt::v1::AGGREGATION_METHOD_PARAMETER_SERVER)
     servers = AssignServers(g, params, used);
-  const std::map<std::string, int> buckets;  // one collective per gradient
+  const std::map<std::string, int> buckets =
+      bucket_bytes > 0 && method != quilt::v1::AGGREGATION_METHOD_PARAMETER_SERVER
+          ? GradientBuckets(g, bucket_bytes)
+          : std::map<std::string, int>{};
   for (const std::string& name_p : params) {
     auto* a = s.add_aggregations();
     a->set_parameter(name_p);

@@ -85,11 +85,12 @@ inline constexpr int64_t kBucketBytes = 25 << 20;  // PyTorch DDP's default
 std::map<std::string, int> GradientBuckets(const Graph& graph, int64_t bucket_bytes);
 
 // One group with `rows[d]` replicas per device (0 = unused); one collective
-// per gradient (no fusion).
+// per gradient, or with `bucket_bytes` > 0 per fusion bucket
+// (GradientBuckets; all-reduce methods only).
 quilt::v1::Strategy DataParallelStrategy(const Graph& graph, const Topology& topo,
                                          const std::vector<int64_t>& rows,
                                          quilt::v1::AggregationMethod method,
-                                         const std::string& name);
+                                         const std::string& name, int64_t bucket_bytes = 0);
 
 std::vector<NamedStrategy> Baselines(const Graph& graph, const Topology& topo,
                                      const CostModel& cost, int64_t batch);
