@@ -86,6 +86,15 @@ std::vector<std::pair<InstanceKey, Tensor>> TensorStore::All() const {
   return {values_.begin(), values_.end()};
 }
 
+std::vector<std::pair<InstanceKey, Tensor>> TensorStore::Instances(int tensor) const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::pair<InstanceKey, Tensor>> out;
+  auto it = by_tensor_.find(tensor);
+  if (it == by_tensor_.end()) return out;
+  for (const InstanceKey& k : it->second) out.push_back({k, values_.at(k)});
+  return out;
+}
+
 // --- Setup ---------------------------------------------------------------
 
 Executor::Impl::Impl(quilt::v1::DistributedProgram program, std::vector<std::string> world,
@@ -129,6 +138,14 @@ absl::Status Executor::Impl::Init() {
   }
   if (!graph_.loss.output.empty() && tensor_ids_.contains(graph_.loss.output)) {
     loss_tensor_ = tensor_ids_.at(graph_.loss.output);
+  }
+  for (const StateUpdate& u : graph_.updates) {
+    auto src = tensor_ids_.find(u.source), dst = tensor_ids_.find(u.target);
+    if (src == tensor_ids_.end() || dst == tensor_ids_.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("the graph's state update ", u.source, " → ",
+                                                     u.target, " names an unknown tensor"));
+    }
+    update_ids_.push_back({src->second, dst->second});
   }
   // Devices: which process runs each.
   for (int i = 0; i < program_.devices_size(); ++i) {
@@ -495,16 +512,19 @@ absl::Status Executor::Impl::Run() {
     ExecutorStep report;
     report.step = step;
     for (auto& dev : devices_) {
-      const auto all = dev->store.All();
-      for (const StateUpdate& u : graph_.updates) {
-        const int src = tensor_ids_.at(u.source), dst = tensor_ids_.at(u.target);
-        for (const auto& [key, value] : all) {
-          if (key.tensor == src) dev->store.Put(InstanceKey{dst, key.begin, key.end}, value);
+      // Read before any is written: an update's target may be another's
+      // source.
+      std::vector<std::vector<std::pair<InstanceKey, Tensor>>> sources;
+      sources.reserve(update_ids_.size());
+      for (const auto& [src, dst] : update_ids_) sources.push_back(dev->store.Instances(src));
+      for (size_t u = 0; u < update_ids_.size(); ++u) {
+        for (const auto& [key, value] : sources[u]) {
+          dev->store.Put(InstanceKey{update_ids_[u].second, key.begin, key.end}, value);
         }
       }
       if (loss_tensor_ >= 0) {
-        for (const auto& [key, value] : all) {
-          if (key.tensor == loss_tensor_ && value.dtype() == DType::kF32 && value.numel() == 1) {
+        for (const auto& [key, value] : dev->store.Instances(loss_tensor_)) {
+          if (value.dtype() == DType::kF32 && value.numel() == 1) {
             report.loss_part += value.f32()[0];
             report.has_loss = true;
           }

@@ -51,6 +51,8 @@ class TensorStore {
   // Keeps only the keys in `keep`.
   void Retain(const absl::flat_hash_map<InstanceKey, bool>& keep);
   std::vector<std::pair<InstanceKey, Tensor>> All() const;
+  // The instances of one tensor.
+  std::vector<std::pair<InstanceKey, Tensor>> Instances(int tensor) const;
 
  private:
   mutable absl::Mutex mu_;
@@ -143,6 +145,8 @@ class Executor::Impl {
   absl::flat_hash_map<int64_t, std::vector<int>> groups_;  // group id → program devices
   std::string input_name_, label_name_;
   int loss_tensor_ = -1;
+  // The graph's state updates as (source, target) tensor ids.
+  std::vector<std::pair<int, int>> update_ids_;
   std::vector<Node> nodes_;
 
   // Step state.
