@@ -1,8 +1,10 @@
 // Training throughput of quilt-executor processes on this host, and the
 // simulator's fidelity against it. For each fixture model:
-//   1. one process (one CPU device) trains K steps; its median step time
-//      calibrates the device's speed in the cost model (the simulated
-//      single-device step is scaled to the measured one);
+//   1. one process (one CPU device) trains K steps at the global batch and
+//      at the two-process run's per-replica batch; they calibrate the cost
+//      model's device: the time in kernels at the two batch sizes gives its
+//      FLOP rate and its fixed time per op, the rest of the step its host
+//      time per step;
 //   2. two processes (two devices, one per process, data parallel with a
 //      ring all-reduce) train the same global batch; the link between them
 //      is given the bandwidth and latency measured by comm_bench
@@ -64,7 +66,14 @@ absl::Status WriteData(const Graph& g, int64_t samples, const std::string& dir, 
   return absl::OkStatus();
 }
 
-quilt::v1::ClusterSpec Cluster(int nodes, double flops, const Options& o) {
+// The device as calibrated from one-process runs.
+struct Calibration {
+  double flops_per_s = 5e10;
+  double op_overhead_s = 0;
+  double step_overhead_s = 0;
+};
+
+quilt::v1::ClusterSpec Cluster(int nodes, const Calibration& c, const Options& o) {
   quilt::v1::ClusterSpec spec;
   spec.set_name("loopback");
   for (int n = 0; n < nodes; ++n) {
@@ -76,7 +85,9 @@ quilt::v1::ClusterSpec Cluster(int nodes, double flops, const Options& o) {
     auto* dev = node->add_devices();
     dev->set_id(absl::StrCat("w", n, "/cpu:0"));
     dev->set_kind(quilt::v1::DEVICE_KIND_CPU);
-    dev->set_measured_gemm_flops_per_s(flops);
+    dev->set_measured_gemm_flops_per_s(c.flops_per_s);
+    dev->set_measured_op_overhead_s(c.op_overhead_s);
+    dev->set_measured_step_overhead_s(c.step_overhead_s);
     dev->set_memory_bytes(int64_t{8} << 30);
   }
   return spec;
@@ -88,10 +99,10 @@ struct Planned {
   Topology topo;
 };
 
-absl::StatusOr<Planned> PlanDataParallel(const Graph& g, int nodes, double flops, int64_t batch,
-                                         const Options& o) {
+absl::StatusOr<Planned> PlanDataParallel(const Graph& g, int nodes, const Calibration& c,
+                                         int64_t batch, const Options& o) {
   Planned p;
-  ASSIGN_OR_RETURN(p.topo, Topology::Build(Cluster(nodes, flops, o)));
+  ASSIGN_OR_RETURN(p.topo, Topology::Build(Cluster(nodes, c, o)));
   ASSIGN_OR_RETURN(CostModel cost, CostModel::Create(&g, &p.topo));
   const quilt::v1::Strategy s =
       DataParallelStrategy(g, p.topo, std::vector<int64_t>(nodes, 1),
@@ -103,9 +114,22 @@ absl::StatusOr<Planned> PlanDataParallel(const Graph& g, int nodes, double flops
   return p;
 }
 
-// Runs one executor per node; the median step time after warm-up.
-absl::StatusOr<double> Measure(const Planned& p, const std::string& tag, const Options& o) {
-  const std::string base = o.work_dir + "/" + tag;
+// Medians over the steps after warm-up: the step time and the time in
+// kernels (each the largest over the processes).
+struct Measured {
+  double step_s = 0;
+  double compute_s = 0;
+};
+
+double MedianOf(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Runs one executor per node.
+absl::StatusOr<Measured> Measure(const Planned& p, const std::string& tag, const Options& o) {
+  static int runs = 0;  // a fresh directory (and rendezvous) per run
+  const std::string base = absl::StrCat(o.work_dir, "/", tag, "-", ++runs);
   std::filesystem::create_directories(base + "/rdv");
   {
     std::ofstream out(base + "/program.pb", std::ios::binary);
@@ -137,7 +161,7 @@ absl::StatusOr<double> Measure(const Planned& p, const std::string& tag, const O
     ASSIGN_OR_RETURN(Subprocess proc, Subprocess::Start(argv, absl::StrCat(base, "/log", r)));
     procs.push_back(std::move(proc));
   }
-  std::vector<double> steps(static_cast<size_t>(o.steps), 0);
+  std::vector<double> steps(static_cast<size_t>(o.steps), 0), compute(steps.size(), 0);
   for (size_t r = 0; r < procs.size(); ++r) {
     std::optional<int> st = procs[r].Wait(absl::Minutes(10));
     if (!st.has_value() || *st != 0) {
@@ -151,11 +175,48 @@ absl::StatusOr<double> Measure(const Planned& p, const std::string& tag, const O
     // A step ends when its slowest process ends it.
     for (size_t k = 0; k < steps.size(); ++k) {
       steps[k] = std::max(steps[k], metrics["step_times_s"][k].get<double>());
+      compute[k] = std::max(compute[k], metrics["compute_times_s"][k].get<double>());
     }
   }
-  std::vector<double> kept(steps.begin() + std::min<int64_t>(o.warmup, o.steps - 1), steps.end());
-  std::sort(kept.begin(), kept.end());
-  return kept[kept.size() / 2];
+  const int64_t skip = std::min<int64_t>(o.warmup, o.steps - 1);
+  return Measured{MedianOf({steps.begin() + skip, steps.end()}),
+                  MedianOf({compute.begin() + skip, compute.end()})};
+}
+
+int ComputeInstructions(const quilt::v1::DistributedProgram& p) {
+  int n = 0;
+  for (const auto& d : p.devices()) {
+    for (const auto& ins : d.instructions()) n += ins.has_compute() ? 1 : 0;
+  }
+  return n;
+}
+
+// The FLOP rate and fixed time per op that make the simulated one-device
+// kernel time match the measured one at both batch sizes (time in kernels
+// = ops × overhead + work / rate, the memory-bound part not scaling with
+// the rate, hence a few rounds), and the host time per step.
+absl::StatusOr<Calibration> Calibrate(const Graph& g, int64_t full, const Measured& at_full,
+                                      int64_t half, const Measured& at_half, const Options& o) {
+  Calibration c;
+  c.op_overhead_s = 1e-6;
+  for (int round = 0; round < 6; ++round) {
+    ASSIGN_OR_RETURN(Planned pf, PlanDataParallel(g, 1, c, full, o));
+    ASSIGN_OR_RETURN(Planned ph, PlanDataParallel(g, 1, c, half, o));
+    const int n = ComputeInstructions(pf.program);
+    const double vf = pf.sim.step_time_s - n * c.op_overhead_s;
+    const double vh = ph.sim.step_time_s - n * c.op_overhead_s;
+    double scale = vf > vh ? (at_full.compute_s - at_half.compute_s) / (vf - vh) : 0;
+    double overhead = n > 0 ? (at_full.compute_s - vf * scale) / n : 0;
+    if (scale <= 0 || overhead < 0) {  // no usable difference: rate only
+      overhead = 0;
+      scale = at_full.compute_s / std::max(1e-12, pf.sim.step_time_s);
+    }
+    c.flops_per_s /= scale;
+    c.op_overhead_s = std::max(overhead, 1e-9);  // 0 would mean "the default"
+  }
+  c.step_overhead_s =
+      std::max(0.0, (at_full.step_s - at_full.compute_s + at_half.step_s - at_half.compute_s) / 2);
+  return c;
 }
 
 absl::Status BenchModel(const std::string& name, int64_t batch, Options o) {
@@ -169,17 +230,29 @@ absl::Status BenchModel(const std::string& name, int64_t batch, Options o) {
   const std::string data_dir = o.work_dir + "/" + name + "_data";
   std::filesystem::create_directories(data_dir);
   RETURN_IF_ERROR(WriteData(g, batch * o.steps, data_dir, &o));
-  // One process; calibrate the device's speed (twice: the simulated step
-  // is not exactly inverse in the speed).
-  double flops = 5e10;
-  ASSIGN_OR_RETURN(Planned one, PlanDataParallel(g, 1, flops, batch, o));
-  ASSIGN_OR_RETURN(const double measured1, Measure(one, name + "_1proc", o));
-  for (int i = 0; i < 2; ++i) {
-    flops *= one.sim.step_time_s / measured1;
-    ASSIGN_OR_RETURN(one, PlanDataParallel(g, 1, flops, batch, o));
+  // One process at the global batch and at the per-replica batch of the
+  // two-process run: the calibration.
+  const int64_t half = batch / 2;
+  ASSIGN_OR_RETURN(Planned one, PlanDataParallel(g, 1, Calibration{}, batch, o));
+  ASSIGN_OR_RETURN(Planned one_half, PlanDataParallel(g, 1, Calibration{}, half, o));
+  // Each run twice, alternating, keeping the faster: on a shared machine
+  // the faster of two is the nearer to the machine's own speed.
+  Measured m1, m1_half;
+  for (int round = 0; round < 2; ++round) {
+    ASSIGN_OR_RETURN(const Measured a, Measure(one, name + "_1proc", o));
+    ASSIGN_OR_RETURN(const Measured b, Measure(one_half, name + "_1proc_half", o));
+    if (round == 0 || a.step_s < m1.step_s) m1 = a;
+    if (round == 0 || b.step_s < m1_half.step_s) m1_half = b;
   }
-  ASSIGN_OR_RETURN(Planned two, PlanDataParallel(g, 2, flops, batch, o));
-  ASSIGN_OR_RETURN(const double measured2, Measure(two, name + "_2proc", o));
+  ASSIGN_OR_RETURN(const Calibration cal, Calibrate(g, batch, m1, half, m1_half, o));
+  ASSIGN_OR_RETURN(one, PlanDataParallel(g, 1, cal, batch, o));
+  ASSIGN_OR_RETURN(Planned two, PlanDataParallel(g, 2, cal, batch, o));
+  Measured m2;
+  for (int round = 0; round < 2; ++round) {
+    ASSIGN_OR_RETURN(const Measured a, Measure(two, name + "_2proc", o));
+    if (round == 0 || a.step_s < m2.step_s) m2 = a;
+  }
+  const double measured1 = m1.step_s, measured2 = m2.step_s;
   if (!o.trace_dir.empty()) {
     std::ofstream(absl::StrCat(o.trace_dir, "/", name, "_2proc_simulated.json"))
         << ChromeTraceJson(two.sim, two.topo, name + " two processes (simulated)");
@@ -188,7 +261,12 @@ absl::Status BenchModel(const std::string& name, int64_t batch, Options o) {
                               {"model", name},
                               {"global_batch", batch},
                               {"steps", o.steps},
-                              {"calibrated_flops_per_s", flops},
+                              {"calibrated_flops_per_s", cal.flops_per_s},
+                              {"calibrated_op_overhead_s", cal.op_overhead_s},
+                              {"measured_step_overhead_s", cal.step_overhead_s},
+                              {"one_process_compute_s", m1.compute_s},
+                              {"one_process_half_batch_step_s", m1_half.step_s},
+                              {"two_process_compute_s", m2.compute_s},
                               {"one_process_step_s", measured1},
                               {"two_process_step_s", measured2},
                               {"one_process_samples_per_s", batch / measured1},

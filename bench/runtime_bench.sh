@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The runtime benchmarks in one run: the transport (comm_bench) and then
 # training throughput and simulator fidelity (executor_bench), the latter
-# given the bus bandwidth and the latency after idle the former measured.
+# given the bus bandwidth and latencies the former measured.
 # JSON lines on stdout. Usage: bench/runtime_bench.sh [TRACE_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,12 +13,16 @@ import json, sys
 rows = [json.loads(l) for l in sys.stdin if l.strip()]
 ar = [r for r in rows if r["bench"] == "ucx_ring_allreduce" and r["bytes"] >= 1 << 20]
 print(max(r["bus_bytes_per_s"] for r in ar))')
-# The latency a message sees when the receiving process was not polling:
-# between messages an executor computes, and its progress thread sleeps.
+# Per-message latency of the two-process ring: between collectives an
+# executor computes and its progress thread sleeps, so a collective's first
+# message pays the wake-up (the latency after idle); the second follows
+# while the thread still polls (the ping-pong latency). Their mean.
 lat=$(echo "$comm" | python3 -c '
 import json, sys
 rows = [json.loads(l) for l in sys.stdin if l.strip()]
-print([r for r in rows if r["bench"] == "ucx_ping_pong_after_idle"][0]["one_way_latency_s"])')
+hot = [r for r in rows if r["bench"] == "ucx_ping_pong"][0]["one_way_latency_s"]
+idle = [r for r in rows if r["bench"] == "ucx_ping_pong_after_idle"][0]["one_way_latency_s"]
+print((hot + idle) / 2)')
 trace=()
 if [[ $# -gt 0 ]]; then trace=(--trace-dir "$(realpath "$1")"); fi
 cd bazel-bin/bench/executor_bench.runfiles/quilt

@@ -47,7 +47,10 @@ DeviceSpeed SpeedOf(const quilt::v1::Device& d) {
   s.memory_bytes_per_s = d.memory_bandwidth_bytes_per_s() > 0
                              ? d.memory_bandwidth_bytes_per_s()
                              : (gpu ? kDefaultGpuMemoryBytesPerS : kDefaultCpuMemoryBytesPerS);
-  s.overhead_s = (gpu ? kGpuOverheadS : kCpuOverheadS) * s.slowdown;
+  s.overhead_s = d.measured_op_overhead_s() > 0
+                     ? d.measured_op_overhead_s()
+                     : (gpu ? kGpuOverheadS : kCpuOverheadS) * s.slowdown;
+  s.step_overhead_s = std::max(0.0, d.measured_step_overhead_s());
   return s;
 }
 

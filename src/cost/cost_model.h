@@ -24,6 +24,8 @@ struct DeviceSpeed {
   double memory_bytes_per_s = 0;
   // Fixed cost per op (kernel launch / dispatch).
   double overhead_s = 0;
+  // Host time per step outside the ops.
+  double step_overhead_s = 0;
   // Emulated slowdown (development): memory-bound time is stretched too.
   double slowdown = 1;
 };

@@ -280,6 +280,7 @@ absl::Status Executor::Impl::Init() {
         }
         const absl::Time start = absl::Now();
         absl::Status s = nodes_[node].ins->has_compute() ? Compute(node) : Concat(node);
+        const double took = absl::ToDoubleSeconds(absl::Now() - start);
         if (options_.trace) Record(node, start, false);
         if (s.ok()) {
           Done(node);
@@ -287,6 +288,7 @@ absl::Status Executor::Impl::Init() {
           Fail(node, s);
         }
         absl::MutexLock lock(&mu_);
+        dev.busy_s += took;
         --running_;
       }
     });
@@ -460,6 +462,7 @@ absl::Status Executor::Impl::Run() {
       error_ = absl::OkStatus();
       remaining_ = static_cast<int>(nodes_.size());
       extra_ = 0;
+      for (auto& dev : devices_) dev->busy_s = 0;
       for (size_t n = 0; n < nodes_.size(); ++n) {
         nodes_[n].pending = nodes_[n].deps;
         nodes_[n].finished = false;
@@ -511,6 +514,11 @@ absl::Status Executor::Impl::Run() {
     // The step succeeded: apply the updates (new parameters and state).
     ExecutorStep report;
     report.step = step;
+    {
+      absl::MutexLock lock(&mu_);
+      for (const auto& dev : devices_)
+        report.compute_time_s = std::max(report.compute_time_s, dev->busy_s);
+    }
     for (auto& dev : devices_) {
       // Read before any is written: an update's target may be another's
       // source.

@@ -37,6 +37,8 @@ struct ExecutorStep {
   double loss_part = 0;
   bool has_loss = false;
   double step_time_s = 0;
+  // Time the busiest of this process's devices spent in kernels.
+  double compute_time_s = 0;
 };
 
 struct ExecutorOptions {

@@ -74,6 +74,7 @@ class Executor::Impl {
     std::thread thread;
     // (priority, -node): the compute instructions ready to run.
     std::priority_queue<std::pair<double, int>> ready;
+    double busy_s = 0;  // in kernels this step (guarded by mu_)
   };
   struct Node {
     const quilt::v1::Instruction* ins = nullptr;

@@ -62,10 +62,12 @@ absl::Status WriteState(const std::string& dir, int rank, const quilt::Executor&
   metrics["tensors"] = nlohmann::json::array();
   metrics["loss_parts"] = nlohmann::json::array();
   metrics["step_times_s"] = nlohmann::json::array();
+  metrics["compute_times_s"] = nlohmann::json::array();
   for (const quilt::ExecutorStep& s : executor.steps()) {
     metrics["loss_parts"].push_back(s.has_loss ? nlohmann::json(s.loss_part)
                                                : nlohmann::json(nullptr));
     metrics["step_times_s"].push_back(s.step_time_s);
+    metrics["compute_times_s"].push_back(s.compute_time_s);
   }
   for (const quilt::HeldTensor& h : executor.Persistent()) {
     const std::string file =

@@ -286,6 +286,10 @@ absl::StatusOr<SimResult> Sim::Run() {
   std::vector<bool> used(nd, false);
   for (const Node& node : nodes_) used[node.device] = true;
   for (const Instance& inst : instances_) used[inst.device] = true;
+  for (int d = 0; d < nd; ++d) {
+    if (used[d]) r.host_overhead_s = std::max(r.host_overhead_s, cost_.speed(d).step_overhead_s);
+  }
+  r.step_time_s += r.host_overhead_s;
   int critical = -1;
   double critical_end = -1;
   int64_t worst_over = 0;

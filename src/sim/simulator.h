@@ -46,7 +46,10 @@ struct TraceEvent {
 };
 
 struct SimResult {
+  // The instructions' makespan plus the host's time per step outside them
+  // (the largest measured step overhead of the devices used).
   double step_time_s = 0;
+  double host_overhead_s = 0;
   std::vector<DeviceUsage> devices;  // only devices the program uses
   std::vector<LinkUsage> links;      // only links that carried traffic
   int64_t communication_bytes = 0;

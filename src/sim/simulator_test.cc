@@ -237,6 +237,37 @@ TEST(Simulator, IndependentOps_SerializeOnOneDeviceAndOverlapOnTwo) {
   EXPECT_NEAR(MustSimulate(*w, two.program()).step_time_s, 2e-3, 1e-12);
 }
 
+TEST(Simulator, MeasuredStepOverheadOfTheDevicesUsedIsAddedOnce) {
+  quilt::v1::ClusterSpec spec = TimedSpec(2);
+  spec.mutable_nodes(0)->mutable_devices(0)->set_measured_step_overhead_s(2e-4);
+  spec.mutable_nodes(0)->mutable_devices(1)->set_measured_step_overhead_s(5e-4);
+  auto w = MakeWorld(ChainGraph(), spec);
+  const SimResult one = MustSimulate(*w, ChainProgram(w->topo));  // device 0 only
+  EXPECT_NEAR(one.host_overhead_s, 2e-4, 1e-15);
+  EXPECT_NEAR(one.step_time_s, 7e-3 + 2e-4, 1e-12);
+  ProgramBuilder two(w->topo, kRows);
+  two.Feed(0, "x", 0, kRows);
+  two.Compute(0, "a", 0, kRows);
+  two.Compute(1, "b", 0, kRows);
+  const SimResult both = MustSimulate(*w, two.program());
+  EXPECT_NEAR(both.host_overhead_s, 5e-4, 1e-15);
+  EXPECT_NEAR(both.step_time_s, 2e-3 + 5e-4, 1e-12);
+}
+
+TEST(Simulator, MeasuredOpOverheadReplacesTheDefaultPerOp) {
+  auto plain = MakeWorld(ChainGraph(), Spec({NodeShape{1}}));
+  quilt::v1::ClusterSpec spec = Spec({NodeShape{1}});
+  spec.mutable_nodes(0)->mutable_devices(0)->set_measured_op_overhead_s(1e-4);
+  auto measured = MakeWorld(ChainGraph(), spec);
+  const double base = MustSimulate(*plain, ChainProgram(plain->topo)).step_time_s;
+  const double with = MustSimulate(*measured, ChainProgram(measured->topo)).step_time_s;
+  const double default_overhead = SpeedOf(spec.nodes(0).devices(0)).overhead_s == 1e-4
+                                      ? SpeedOf(Spec({NodeShape{1}}).nodes(0).devices(0)).overhead_s
+                                      : -1;
+  ASSERT_GE(default_overhead, 0);
+  EXPECT_NEAR(with - base, 3 * (1e-4 - default_overhead), 1e-12);  // three ops
+}
+
 TEST(Simulator, HigherPriorityRunsFirst) {
   auto w = MakeWorld(ChainGraph(), TimedSpec(1));
   // b (2 ms) and c (4 ms) are both ready at 0; the finish time of the one
