@@ -155,6 +155,12 @@ class UcxTransport final : public Transport {
     p.user_data = op;
     ucp_ep_h ep = fast_eps_[peer] != nullptr ? fast_eps_[peer] : eps_[peer];
     Posted(op, ucp_tag_send_nbx(ep, data, bytes, tag, &p));
+    // A failure seen by the progress thread before the post missed this
+    // send: have it look again.
+    if (failed_[peer].load()) {
+      peer_failure_.store(true);
+      ucp_worker_signal(worker_);
+    }
     return id;
   }
 
