@@ -3,7 +3,6 @@
 #include <poll.h>
 #include <sched.h>
 #include <ucp/api/ucp.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <deque>
@@ -14,9 +13,9 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "src/common/net.h"
 #include "src/common/status.h"
 #include "src/runtime/comm/tags.h"
 
@@ -52,11 +51,9 @@ constexpr absl::Duration kSpin = absl::Microseconds(300);
 // What tells processes on one machine apart from those on others: the
 // host name and the kernel's boot id.
 std::string HostIdentity() {
-  char host[256] = {};
-  gethostname(host, sizeof(host) - 1);
   std::string boot;
   std::ifstream("/proc/sys/kernel/random/boot_id") >> boot;
-  return absl::StrCat(host, "/", boot);
+  return absl::StrCat(LocalHostname(), "/", boot);
 }
 
 struct PeerState {
