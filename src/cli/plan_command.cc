@@ -35,9 +35,13 @@ struct PlanArgs {
 };
 
 std::string Breakdown(const quilt::v1::StrategyEstimate& e) {
-  return absl::StrFormat("%s: step %s = compute %s + exposed communication %s + idle %s", e.name(),
-                         HumanSeconds(e.step_time_s()), HumanSeconds(e.compute_s()),
-                         HumanSeconds(e.exposed_communication_s()), HumanSeconds(e.idle_s()));
+  const bool transfers_first = e.strategy().order() == quilt::v1::EXECUTION_ORDER_TRANSFERS_FIRST;
+  return absl::StrFormat(
+      "%s: step %s = compute %s + exposed communication %s + idle %s (execution order: %s)",
+      e.name(), HumanSeconds(e.step_time_s()), HumanSeconds(e.compute_s()),
+      HumanSeconds(e.exposed_communication_s()), HumanSeconds(e.idle_s()),
+      transfers_first ? "gradients' producers lifted by the communication queued behind them"
+                      : "critical path first");
 }
 
 // Per group: what the HeteroG plan chose and what it saves, then the time

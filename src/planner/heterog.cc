@@ -257,14 +257,19 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
   bool have = false;
   for (const NamedStrategy& ns : baselines) {
     if (!ns.infeasible_reason.empty() || ns.strategy.groups_size() != 1) continue;
-    const PlanState s = space.FromDataParallel(ns.strategy);
-    absl::StatusOr<Score> score = space.Evaluate(s);
-    if (!score.ok()) continue;
-    if (!have || score->BetterThan(best_score)) {
-      best = s;
-      best_score = *score;
-      result.start = ns.name;
-      have = true;
+    // In either execution order: the search keeps the start's.
+    for (auto order :
+         {quilt::v1::EXECUTION_ORDER_CRITICAL_PATH, quilt::v1::EXECUTION_ORDER_TRANSFERS_FIRST}) {
+      PlanState s = space.FromDataParallel(ns.strategy);
+      s.order = order;
+      absl::StatusOr<Score> score = space.Evaluate(s);
+      if (!score.ok()) continue;
+      if (!have || score->BetterThan(best_score)) {
+        best = s;
+        best_score = *score;
+        result.start = ns.name;
+        have = true;
+      }
     }
   }
   if (!have || !best_score.feasible()) {

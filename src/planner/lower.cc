@@ -430,7 +430,7 @@ absl::Status Lowerer::Run(const quilt::v1::Strategy& s, const CostModel* cost, b
     group->set_id(static_cast<int64_t>(k) + 1);
     for (int d : groups_[k]) group->add_devices(topo_.device(d).id);
   }
-  std::vector<double> priority = HeftPriorities(instrs_, groups_, topo_, g_, cost);
+  std::vector<double> priority = HeftPriorities(instrs_, groups_, topo_, g_, cost, s.order());
   std::vector<quilt::v1::DeviceProgram*> per_device(topo_.num_devices(), nullptr);
   std::vector<int> used;
   for (const auto& [d, ins] : instrs_) used.push_back(d);

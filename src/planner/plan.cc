@@ -60,6 +60,12 @@ std::string EvenCounterpart(const std::string& name) {
   return "dp-even-" + name.substr(prefix.size());
 }
 
+quilt::v1::ExecutionOrder OtherOrder(quilt::v1::ExecutionOrder order) {
+  return order == quilt::v1::EXECUTION_ORDER_CRITICAL_PATH
+             ? quilt::v1::EXECUTION_ORDER_TRANSFERS_FIRST
+             : quilt::v1::EXECUTION_ORDER_CRITICAL_PATH;
+}
+
 struct Evaluated {
   quilt::v1::StrategyEstimate estimate;
   quilt::v1::DistributedProgram program;
@@ -181,7 +187,7 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
   const double lb = ComputeLowerBound(g, cost, topo, o.global_batch);
   rep.set_lower_bound_s(lb);
   if (o.progress) o.progress("building the baselines (fitting memory and compute per device)");
-  const std::vector<NamedStrategy> strategies = Baselines(g, topo, cost, o.global_batch);
+  std::vector<NamedStrategy> strategies = Baselines(g, topo, cost, o.global_batch);
   auto wanted = [&](const std::string& name) { return o.strategy == "all" || o.strategy == name; };
   std::map<std::string, Evaluated> done;
   auto evaluate = [&](const NamedStrategy& ns) -> absl::Status {
@@ -193,6 +199,19 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
     Evaluated e;
     ASSIGN_OR_RETURN(e.estimate,
                      Estimate(g, topo, cost, ns, o.global_batch, lb, &e.program, &e.sim, o.trace));
+    // The execution order is part of the plan: the other one is simulated
+    // too and the faster kept (the same for baselines and the planner).
+    if (ns.infeasible_reason.empty()) {
+      NamedStrategy flipped = ns;
+      flipped.strategy.set_order(OtherOrder(ns.strategy.order()));
+      Evaluated f;
+      ASSIGN_OR_RETURN(f.estimate, Estimate(g, topo, cost, flipped, o.global_batch, lb, &f.program,
+                                            &f.sim, o.trace));
+      if (f.estimate.feasible() &&
+          (!e.estimate.feasible() || f.estimate.step_time_s() < e.estimate.step_time_s())) {
+        e = std::move(f);
+      }
+    }
     done[ns.name] = std::move(e);
     return absl::OkStatus();
   };
@@ -234,6 +253,11 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
   for (const NamedStrategy& ns : strategies) names.push_back(ns.name);
   if (wanted(kHeteroG)) {
     found = true;
+    // The search starts from the baselines in the order each ran faster in.
+    for (NamedStrategy& ns : strategies) {
+      auto it = done.find(ns.name);
+      if (it != done.end()) ns.strategy.set_order(it->second.estimate.strategy().order());
+    }
     names.push_back(kHeteroG);
     RETURN_IF_ERROR(PlanHeteroG(g, topo, cost, strategies, lb, o, start, evaluate, &done));
   }

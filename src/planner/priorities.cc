@@ -72,7 +72,8 @@ class Estimator {
 
 std::vector<double> HeftPriorities(const std::vector<std::pair<int, Instruction*>>& instrs,
                                    const std::vector<std::vector<int>>& groups,
-                                   const Topology& topo, const Graph& g, const CostModel* cost) {
+                                   const Topology& topo, const Graph& g, const CostModel* cost,
+                                   quilt::v1::ExecutionOrder order) {
   const size_t n = instrs.size();
   Estimator estimate(groups, topo, g, cost);
   std::vector<std::vector<int64_t>> succ(n);
@@ -91,16 +92,58 @@ std::vector<double> HeftPriorities(const std::vector<std::pair<int, Instruction*
     auto r = recv_of_tag.find(tag);
     if (r != recv_of_tag.end()) succ[s].push_back(r->second);
   }
-  std::vector<double> rank(n, 0.0);
+  // Each instruction's own estimated time, and its earliest start with
+  // unlimited resources (ids are topological; a receive follows its send).
+  std::vector<double> seconds(n, 0.0), earliest(n, 0.0);
+  for (size_t i = 0; i < n; ++i) {
+    const Instruction& ins = *instrs[i].second;
+    if (ins.kind_case() == Instruction::KIND_NOT_SET) continue;
+    seconds[i] = estimate.Seconds(ins, instrs[i].first);
+  }
+  const bool lift_transfers = order == quilt::v1::EXECUTION_ORDER_TRANSFERS_FIRST;
+  for (size_t i = 0; lift_transfers && i < n; ++i) {
+    for (int64_t s : succ[i]) {
+      earliest[s] = std::max(earliest[s], earliest[i] + seconds[i]);
+    }
+  }
+  // A device's transfers share its links and run one after another, so each
+  // waits for the one that can start before it: a gradient's collective then
+  // ranks with all the communication queued behind it, and the op that
+  // produces it runs before compute that only looks more critical (ranks
+  // that ignore this defer every weight gradient to the end of the backward
+  // pass and leave no compute for the communication to overlap).
+  std::vector<std::vector<int64_t>> transfers(topo.num_devices());
+  for (size_t i = 0; lift_transfers && i < n; ++i) {
+    const Instruction& ins = *instrs[i].second;
+    if (ins.has_all_reduce() || ins.has_send() || ins.has_ps_push() || ins.has_ps_pull()) {
+      transfers[instrs[i].first].push_back(static_cast<int64_t>(i));
+    }
+  }
+  for (auto& list : transfers) {
+    std::stable_sort(list.begin(), list.end(),
+                     [&](int64_t a, int64_t b) { return earliest[a] < earliest[b]; });
+  }
+  // Each chain's totals, latest transfer first. They lift the ops that feed
+  // a transfer, not the transfer's own place on the links, where one on the
+  // critical path (a batch-norm statistic, an activation) must still pass
+  // queued gradients.
+  std::vector<double> chain(n, 0.0);
+  for (auto& list : transfers) {
+    double below = 0;
+    for (size_t k = list.size(); k-- > 0;) {
+      below += seconds[list[k]];
+      chain[list[k]] = below;
+    }
+  }
   // Instructions depend only on earlier ids, and a receive's id follows its
   // send's, so a reverse sweep sees every successor first.
+  std::vector<double> rank(n, 0.0), lift(n, 0.0);
   for (size_t k = n; k-- > 0;) {
-    const int device = instrs[k].first;
-    const Instruction& ins = *instrs[k].second;
-    if (ins.kind_case() == Instruction::KIND_NOT_SET) continue;
+    if (instrs[k].second->kind_case() == Instruction::KIND_NOT_SET) continue;
     double best = 0;
-    for (int64_t s : succ[k]) best = std::max(best, rank[s]);
-    rank[k] = estimate.Seconds(ins, device) + best;
+    for (int64_t s : succ[k]) best = std::max(best, lift[s]);
+    rank[k] = seconds[k] + best;
+    lift[k] = std::max(rank[k], chain[k]);
   }
   return rank;
 }

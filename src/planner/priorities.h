@@ -1,6 +1,8 @@
 // Instruction priorities: HEFT upward ranks (an instruction's own estimated
 // time plus the largest rank among the instructions that wait for it), so
-// that the critical path runs first. Estimates come from the cost model;
+// that the critical path runs first; optionally with the ops that feed a
+// transfer lifted by the communication queued behind it on its device
+// (ExecutionOrder TRANSFERS_FIRST). Estimates come from the cost model;
 // without one every instruction counts one unit.
 #ifndef QUILT_SRC_PLANNER_PRIORITIES_H_
 #define QUILT_SRC_PLANNER_PRIORITIES_H_
@@ -9,6 +11,7 @@
 #include <vector>
 
 #include "proto/quilt/v1/program.pb.h"
+#include "proto/quilt/v1/strategy.pb.h"
 #include "src/cluster/topology.h"
 #include "src/cost/cost_model.h"
 #include "src/graph/graph.h"
@@ -20,7 +23,7 @@ namespace quilt {
 std::vector<double> HeftPriorities(
     const std::vector<std::pair<int, quilt::v1::Instruction*>>& instrs,
     const std::vector<std::vector<int>>& groups, const Topology& topology, const Graph& graph,
-    const CostModel* cost);
+    const CostModel* cost, quilt::v1::ExecutionOrder order);
 
 }  // namespace quilt
 

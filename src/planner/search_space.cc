@@ -155,12 +155,14 @@ PlanState SearchSpace::FromDataParallel(const quilt::v1::Strategy& s) {
   PlanState state;
   state.place.assign(coarse_.num_groups(), option);
   state.method.assign(coarse_.num_groups(), m);
+  state.order = s.order();
   return state;
 }
 
 quilt::v1::Strategy SearchSpace::CoarseStrategy(const PlanState& state) const {
   quilt::v1::Strategy s;
   s.set_name("heterog");
+  s.set_order(state.order);
   for (int k = 0; k < coarse_.num_groups(); ++k) {
     auto* g = s.add_groups();
     g->set_group(k);
@@ -191,6 +193,7 @@ quilt::v1::Strategy SearchSpace::FineStrategy(const Graph& fine, const PlanState
   quilt::v1::Strategy s;
   s.set_name(name);
   s.set_global_batch(batch_);
+  s.set_order(state.order);
   const Grouping& grouping = coarse_.grouping();
   for (int k = 0; k < coarse_.num_groups(); ++k) {
     auto* g = s.add_groups();
@@ -244,7 +247,8 @@ std::vector<int> SearchSpace::Servers(const PlanState& state, int k) const {
 
 std::string SearchSpace::Key(const PlanState& state) const {
   std::string key;
-  key.reserve(state.place.size() * 3);
+  key.reserve(state.place.size() * 3 + 1);
+  key.push_back(static_cast<char>(state.order));
   for (size_t k = 0; k < state.place.size(); ++k) {
     key.push_back(static_cast<char>(state.place[k] & 0xff));
     key.push_back(static_cast<char>(state.place[k] >> 8));

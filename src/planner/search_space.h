@@ -33,7 +33,10 @@ std::string MethodLabel(Method m);
 struct PlanState {
   std::vector<int> place;  // option per group
   std::vector<Method> method;
-  bool operator==(const PlanState& o) const { return place == o.place && method == o.method; }
+  quilt::v1::ExecutionOrder order = quilt::v1::EXECUTION_ORDER_CRITICAL_PATH;
+  bool operator==(const PlanState& o) const {
+    return place == o.place && method == o.method && order == o.order;
+  }
 };
 
 struct Score {
