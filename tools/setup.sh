@@ -9,7 +9,7 @@ PACKAGES=(
   libabsl-dev libspdlog-dev libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev
   libucx-dev libsqlite3-dev libopenblas-dev libsystemd-dev systemd
   libtomlplusplus-dev libcli11-dev nlohmann-json3-dev
-  coinor-libclp-dev libonnx-dev python3-onnx python3-numpy procps
+  coinor-libclp-dev libjemalloc-dev libonnx-dev python3-onnx python3-numpy procps
 )
 
 missing=()

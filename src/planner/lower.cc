@@ -563,6 +563,42 @@ void Lowerer::Reorder() {
 
 }  // namespace
 
+absl::Status Reprioritize(const Graph& g, const Topology& topo, const CostModel* cost,
+                          quilt::v1::ExecutionOrder order, quilt::v1::DistributedProgram* prog) {
+  // Ids index the lowering's instruction list; those fused away are gaps.
+  int64_t n = 0;
+  for (const auto& dp : prog->devices()) {
+    for (const auto& ins : dp.instructions()) n = std::max(n, ins.id() + 1);
+  }
+  Instruction gap;
+  std::vector<std::pair<int, Instruction*>> instrs(n, {0, &gap});
+  for (auto& dp : *prog->mutable_devices()) {
+    const int device = topo.DeviceIndex(dp.device());
+    if (device < 0) return absl::InvalidArgumentError("unknown device '" + dp.device() + "'");
+    for (auto& ins : *dp.mutable_instructions()) {
+      if (ins.id() < 0 || instrs[ins.id()].second != &gap) {
+        return absl::InvalidArgumentError(absl::StrCat("instruction id ", ins.id(), " on ",
+                                                       dp.device(), " is negative or repeated"));
+      }
+      instrs[ins.id()] = {device, &ins};
+    }
+  }
+  std::vector<std::vector<int>> groups;
+  for (const auto& group : prog->groups()) {
+    std::vector<int>& members = groups.emplace_back();
+    for (const std::string& d : group.devices()) {
+      members.push_back(topo.DeviceIndex(d));
+      if (members.back() < 0) return absl::InvalidArgumentError("unknown device '" + d + "'");
+    }
+  }
+  const std::vector<double> priority = HeftPriorities(instrs, groups, topo, g, cost, order);
+  for (int64_t i = 0; i < n; ++i) {
+    if (instrs[i].second != &gap) instrs[i].second->set_priority(priority[i]);
+  }
+  prog->mutable_strategy()->set_order(order);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<quilt::v1::DistributedProgram> Lower(const Graph& g, const quilt::v1::Strategy& s,
                                                     const Topology& topo, const CostModel* cost,
                                                     int64_t global_batch) {

@@ -34,6 +34,13 @@ absl::StatusOr<quilt::v1::DistributedProgram*> LowerOnArena(
     const Graph& graph, const quilt::v1::Strategy& strategy, const Topology& topology,
     const CostModel* cost, int64_t global_batch, google::protobuf::Arena* arena);
 
+// Recomputes a lowered program's instruction priorities for `order` (and
+// records it in the program's strategy): the same program otherwise.
+// Errors: INVALID_ARGUMENT for instruction ids that are not 0..n-1 or
+// devices the topology lacks.
+absl::Status Reprioritize(const Graph& graph, const Topology& topology, const CostModel* cost,
+                          quilt::v1::ExecutionOrder order, quilt::v1::DistributedProgram* program);
+
 // Bytes of rows [begin, end) of `t` (whole tensor when begin = end = 0;
 // batch rows for batch tensors, rows of dim 0 otherwise).
 int64_t RangeBytes(const TensorInfo& t, int64_t begin, int64_t end);

@@ -10,11 +10,41 @@
 
 namespace quilt {
 
+namespace {
+
+quilt::v1::ExecutionOrder OtherOrder(quilt::v1::ExecutionOrder order) {
+  return order == quilt::v1::EXECUTION_ORDER_CRITICAL_PATH
+             ? quilt::v1::EXECUTION_ORDER_TRANSFERS_FIRST
+             : quilt::v1::EXECUTION_ORDER_CRITICAL_PATH;
+}
+
+void Fill(const SimResult& r, int64_t batch, double lower_bound, quilt::v1::StrategyEstimate* e) {
+  e->set_step_time_s(r.step_time_s);
+  e->set_samples_per_s(r.step_time_s > 0 ? batch / r.step_time_s : 0);
+  e->set_communication_bytes(r.communication_bytes);
+  e->set_ratio_to_lower_bound(lower_bound > 0 ? r.step_time_s / lower_bound : 0);
+  e->set_compute_s(r.compute_s);
+  e->set_exposed_communication_s(r.exposed_communication_s);
+  e->set_idle_s(r.idle_s);
+  e->clear_memory();
+  for (const DeviceUsage& u : r.devices) {
+    auto* m = e->add_memory();
+    m->set_device(u.device);
+    m->set_peak_bytes(u.peak_memory_bytes);
+    m->set_capacity_bytes(u.capacity_bytes);
+  }
+  e->set_feasible(r.out_of_memory.empty());
+  e->clear_infeasible_reason();
+  if (!r.out_of_memory.empty()) e->set_infeasible_reason("out of memory: " + r.out_of_memory);
+}
+
+}  // namespace
+
 absl::StatusOr<quilt::v1::StrategyEstimate> Estimate(const Graph& g, const Topology& topo,
                                                      const CostModel& cost, const NamedStrategy& ns,
                                                      int64_t batch, double lower_bound,
                                                      quilt::v1::DistributedProgram* program,
-                                                     SimResult* sim, bool trace) {
+                                                     SimResult* sim, bool trace, bool both_orders) {
   quilt::v1::StrategyEstimate e;
   e.set_name(ns.name);
   if (!ns.infeasible_reason.empty()) {
@@ -22,28 +52,27 @@ absl::StatusOr<quilt::v1::StrategyEstimate> Estimate(const Graph& g, const Topol
     e.set_infeasible_reason(ns.infeasible_reason);
     return e;
   }
-  *e.mutable_strategy() = ns.strategy;
   absl::StatusOr<quilt::v1::DistributedProgram> prog = Lower(g, ns.strategy, topo, &cost, batch);
   if (!prog.ok()) return Annotate(prog.status(), "lowering " + ns.name);
   RETURN_IF_ERROR(Annotate(ValidateProgram(*prog, g, topo), "validating " + ns.name));
   SimOptions so;
   so.trace = trace;
   ASSIGN_OR_RETURN(SimResult r, Simulate(*prog, g, topo, cost, so));
-  e.set_step_time_s(r.step_time_s);
-  e.set_samples_per_s(r.step_time_s > 0 ? batch / r.step_time_s : 0);
-  e.set_communication_bytes(r.communication_bytes);
-  e.set_ratio_to_lower_bound(lower_bound > 0 ? r.step_time_s / lower_bound : 0);
-  e.set_compute_s(r.compute_s);
-  e.set_exposed_communication_s(r.exposed_communication_s);
-  e.set_idle_s(r.idle_s);
-  for (const DeviceUsage& u : r.devices) {
-    auto* m = e.add_memory();
-    m->set_device(u.device);
-    m->set_peak_bytes(u.peak_memory_bytes);
-    m->set_capacity_bytes(u.capacity_bytes);
+  if (both_orders) {
+    // Priorities do not change what the program does: the same program
+    // reranked, simulated, and kept if faster.
+    quilt::v1::DistributedProgram other = *prog;
+    RETURN_IF_ERROR(Reprioritize(g, topo, &cost, OtherOrder(ns.strategy.order()), &other));
+    ASSIGN_OR_RETURN(SimResult ro, Simulate(other, g, topo, cost, so));
+    const bool fits = r.out_of_memory.empty(), other_fits = ro.out_of_memory.empty();
+    if (other_fits && (!fits || ro.step_time_s < r.step_time_s)) {
+      *prog = std::move(other);
+      r = std::move(ro);
+    }
   }
-  e.set_feasible(r.out_of_memory.empty());
-  if (!r.out_of_memory.empty()) e.set_infeasible_reason("out of memory: " + r.out_of_memory);
+  *e.mutable_strategy() = prog->strategy();
+  e.mutable_strategy()->set_name(ns.name);
+  Fill(r, batch, lower_bound, &e);
   if (program != nullptr) *program = std::move(*prog);
   if (sim != nullptr) *sim = std::move(r);
   return e;
@@ -58,12 +87,6 @@ std::string EvenCounterpart(const std::string& name) {
   const std::string prefix = "dp-proportional-";
   if (name.rfind(prefix, 0) != 0) return "";
   return "dp-even-" + name.substr(prefix.size());
-}
-
-quilt::v1::ExecutionOrder OtherOrder(quilt::v1::ExecutionOrder order) {
-  return order == quilt::v1::EXECUTION_ORDER_CRITICAL_PATH
-             ? quilt::v1::EXECUTION_ORDER_TRANSFERS_FIRST
-             : quilt::v1::EXECUTION_ORDER_CRITICAL_PATH;
 }
 
 struct Evaluated {
@@ -198,20 +221,8 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
     }
     Evaluated e;
     ASSIGN_OR_RETURN(e.estimate,
-                     Estimate(g, topo, cost, ns, o.global_batch, lb, &e.program, &e.sim, o.trace));
-    // The execution order is part of the plan: the other one is simulated
-    // too and the faster kept (the same for baselines and the planner).
-    if (ns.infeasible_reason.empty()) {
-      NamedStrategy flipped = ns;
-      flipped.strategy.set_order(OtherOrder(ns.strategy.order()));
-      Evaluated f;
-      ASSIGN_OR_RETURN(f.estimate, Estimate(g, topo, cost, flipped, o.global_batch, lb, &f.program,
-                                            &f.sim, o.trace));
-      if (f.estimate.feasible() &&
-          (!e.estimate.feasible() || f.estimate.step_time_s() < e.estimate.step_time_s())) {
-        e = std::move(f);
-      }
-    }
+                     Estimate(g, topo, cost, ns, o.global_batch, lb, &e.program, &e.sim, o.trace,
+                              /*both_orders=*/true));
     done[ns.name] = std::move(e);
     return absl::OkStatus();
   };

@@ -48,13 +48,15 @@ struct PlanResult {
 absl::StatusOr<PlanResult> Plan(const Graph& training_graph, const Topology& topology,
                                 const PlanOptions& options);
 
-// Lowers, validates and simulates one strategy into an estimate.
+// Lowers, validates and simulates one strategy into an estimate. With
+// `both_orders`, the program is also simulated in the other execution
+// order and the faster kept (the estimate's strategy says which).
 absl::StatusOr<quilt::v1::StrategyEstimate> Estimate(const Graph& graph, const Topology& topology,
                                                      const CostModel& cost,
                                                      const NamedStrategy& strategy, int64_t batch,
                                                      double lower_bound,
                                                      quilt::v1::DistributedProgram* program,
-                                                     SimResult* sim, bool trace);
+                                                     SimResult* sim, bool trace, bool both_orders);
 
 }  // namespace quilt
 

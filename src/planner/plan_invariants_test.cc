@@ -205,7 +205,7 @@ TEST(ExecutionOrder, PlanKeepsTheFasterOrder) {
         NamedStrategy copy = ns;
         copy.strategy.set_order(order);
         absl::StatusOr<quilt::v1::StrategyEstimate> e =
-            Estimate(*g, *topo, *cost, copy, kBatch, 0, nullptr, nullptr, false);
+            Estimate(*g, *topo, *cost, copy, kBatch, 0, nullptr, nullptr, false, false);
         ASSERT_THAT(e.status(), IsOk());
         by_order[order] = *e;
       }
