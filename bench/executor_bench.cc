@@ -1,10 +1,12 @@
 // Training throughput of quilt-executor processes on this host, and the
 // simulator's fidelity against it. For each fixture model:
-//   1. one process (one CPU device) trains K steps at the global batch and
-//      at the two-process run's per-replica batch; they calibrate the cost
-//      model's device: the time in kernels at the two batch sizes gives its
-//      FLOP rate and its fixed time per op, the rest of the step its host
-//      time per step;
+//   1. one process (one CPU device) trains K steps at the global batch
+//      (alone: the one-process throughput); then two independent one-process
+//      runs at once, as the two devices of the two-process run share this
+//      host, at the global and at the per-replica batch: they calibrate the
+//      cost model's device (the time in kernels at the two batch sizes gives
+//      its FLOP rate and its fixed time per op, the rest of the step its
+//      host time per step);
 //   2. two processes (two devices, one per process, data parallel with a
 //      ring all-reduce) train the same global batch; the link between them
 //      is given the bandwidth and latency measured by comm_bench
@@ -33,6 +35,7 @@
 #include "src/graph/model_loader.h"
 #include "src/planner/baselines.h"
 #include "src/planner/lower.h"
+#include "src/runtime/comm/ucx_transport.h"
 #include "src/runtime/data/dataset.h"
 #include "src/runtime/data/npy.h"
 #include "src/sim/simulator.h"
@@ -44,10 +47,13 @@ namespace {
 using testing::Subprocess;
 
 struct Options {
-  int64_t steps = 30;
+  int64_t steps = 30;  // at least; more where steps are short (min_run_s)
   int64_t warmup = 5;
+  double min_run_s = 0.5;
   double link_bytes_per_s = 1e9;
   double link_latency_s = 30e-6;
+  // Extra latency of a message that finds the receiver's transport asleep.
+  double transport_wakeup_s = 0;
   std::string trace_dir;
   std::string work_dir;
   std::string data;  // --data of the executors
@@ -88,6 +94,8 @@ quilt::v1::ClusterSpec Cluster(int nodes, const Calibration& c, const Options& o
     dev->set_measured_gemm_flops_per_s(c.flops_per_s);
     dev->set_measured_op_overhead_s(c.op_overhead_s);
     dev->set_measured_step_overhead_s(c.step_overhead_s);
+    dev->set_measured_transport_wakeup_s(o.transport_wakeup_s);
+    dev->set_measured_transport_spin_s(kUcxSpinSeconds);
     dev->set_memory_bytes(int64_t{8} << 30);
   }
   return spec;
@@ -126,51 +134,59 @@ double MedianOf(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// Runs one executor per node.
-absl::StatusOr<Measured> Measure(const Planned& p, const std::string& tag, const Options& o) {
+// Runs one executor per node; with `copies` > 1, that many independent
+// runs of the program at once (each its own world), as devices that share
+// this host run while the others are busy too.
+absl::StatusOr<Measured> Measure(const Planned& p, const std::string& tag, const Options& o,
+                                 int copies = 1) {
   static int runs = 0;  // a fresh directory (and rendezvous) per run
-  const std::string base = absl::StrCat(o.work_dir, "/", tag, "-", ++runs);
-  std::filesystem::create_directories(base + "/rdv");
-  {
-    std::ofstream out(base + "/program.pb", std::ios::binary);
-    out << p.program.SerializeAsString();
-  }
   std::vector<std::string> world;
   for (int n = 0; n < p.topo.num_nodes(); ++n) world.push_back(p.topo.node_id(n));
   std::vector<Subprocess> procs;
-  for (size_t r = 0; r < world.size(); ++r) {
-    std::vector<std::string> argv = {"src/runtime/quilt-executor",
-                                     "--program",
-                                     base + "/program.pb",
-                                     "--world",
-                                     absl::StrJoin(world, ","),
-                                     "--rank",
-                                     std::to_string(r),
-                                     "--rendezvous",
-                                     base + "/rdv",
-                                     "--steps",
-                                     std::to_string(o.steps),
-                                     "--out",
-                                     absl::StrCat(base, "/out", r),
-                                     "--data",
-                                     o.data};
-    if (!o.trace_dir.empty()) {
-      argv.push_back("--trace");
-      argv.push_back(absl::StrCat(o.trace_dir, "/", tag, "_rank", r, "_measured.json"));
+  std::vector<std::string> outs, logs;
+  for (int copy = 0; copy < copies; ++copy) {
+    const std::string base = absl::StrCat(o.work_dir, "/", tag, "-", ++runs);
+    std::filesystem::create_directories(base + "/rdv");
+    {
+      std::ofstream out(base + "/program.pb", std::ios::binary);
+      out << p.program.SerializeAsString();
     }
-    ASSIGN_OR_RETURN(Subprocess proc, Subprocess::Start(argv, absl::StrCat(base, "/log", r)));
-    procs.push_back(std::move(proc));
+    for (size_t r = 0; r < world.size(); ++r) {
+      std::vector<std::string> argv = {"src/runtime/quilt-executor",
+                                       "--program",
+                                       base + "/program.pb",
+                                       "--world",
+                                       absl::StrJoin(world, ","),
+                                       "--rank",
+                                       std::to_string(r),
+                                       "--rendezvous",
+                                       base + "/rdv",
+                                       "--steps",
+                                       std::to_string(o.steps),
+                                       "--out",
+                                       absl::StrCat(base, "/out", r),
+                                       "--data",
+                                       o.data};
+      if (!o.trace_dir.empty() && copies == 1) {
+        argv.push_back("--trace");
+        argv.push_back(absl::StrCat(o.trace_dir, "/", tag, "_rank", r, "_measured.json"));
+      }
+      ASSIGN_OR_RETURN(Subprocess proc, Subprocess::Start(argv, absl::StrCat(base, "/log", r)));
+      procs.push_back(std::move(proc));
+      outs.push_back(absl::StrCat(base, "/out", r));
+      logs.push_back(absl::StrCat(base, "/log", r));
+    }
   }
   std::vector<double> steps(static_cast<size_t>(o.steps), 0), compute(steps.size(), 0);
   for (size_t r = 0; r < procs.size(); ++r) {
     std::optional<int> st = procs[r].Wait(absl::Minutes(10));
     if (!st.has_value() || *st != 0) {
-      std::ifstream log(absl::StrCat(base, "/log", r));
+      std::ifstream log(logs[r]);
       std::stringstream text;
       text << log.rdbuf();
       return absl::InternalError(absl::StrCat("executor ", r, " failed: ", text.str()));
     }
-    std::ifstream m(absl::StrCat(base, "/out", r, "/metrics.json"));
+    std::ifstream m(outs[r] + "/metrics.json");
     const nlohmann::json metrics = nlohmann::json::parse(m);
     // A step ends when its slowest process ends it.
     for (size_t k = 0; k < steps.size(); ++k) {
@@ -219,6 +235,9 @@ absl::StatusOr<Calibration> Calibrate(const Graph& g, int64_t full, const Measur
   return c;
 }
 
+// Executor processes of the data-parallel run (one device each).
+constexpr int kProcesses = 2;
+
 absl::Status BenchModel(const std::string& name, int64_t batch, Options o) {
   ASSIGN_OR_RETURN(Graph g, LoadModel("test/fixtures/" + name + "/model.onnx", batch));
   TrainingOptions to;
@@ -232,21 +251,34 @@ absl::Status BenchModel(const std::string& name, int64_t batch, Options o) {
   RETURN_IF_ERROR(WriteData(g, batch * o.steps, data_dir, &o));
   // One process at the global batch and at the per-replica batch of the
   // two-process run: the calibration.
-  const int64_t half = batch / 2;
+  const int64_t half = batch / kProcesses;
   ASSIGN_OR_RETURN(Planned one, PlanDataParallel(g, 1, Calibration{}, batch, o));
   ASSIGN_OR_RETURN(Planned one_half, PlanDataParallel(g, 1, Calibration{}, half, o));
-  // Each run twice, alternating, keeping the faster: on a shared machine
-  // the faster of two is the nearer to the machine's own speed.
-  Measured m1, m1_half;
+  // Short steps are counted over more of them, so that a run lasts long
+  // enough for the machine's hiccups to stay out of the median (the data
+  // wraps around).
+  ASSIGN_OR_RETURN(const Measured probe, Measure(one, name + "_probe", o));
+  o.steps = std::clamp<int64_t>(static_cast<int64_t>(std::ceil(o.min_run_s / probe.step_s)),
+                                o.steps, 1000);
+  // The two devices share this host's cores, so each is measured while
+  // the other runs too: two independent one-process runs at once, at both
+  // batch sizes. Each run twice, alternating, keeping the faster: on a
+  // shared machine the faster of two is the nearer to the machine's own
+  // speed. The one-process figure for throughput runs alone.
+  Measured m1, m1_half, co_full, co_half;
   for (int round = 0; round < 2; ++round) {
     ASSIGN_OR_RETURN(const Measured a, Measure(one, name + "_1proc", o));
     ASSIGN_OR_RETURN(const Measured b, Measure(one_half, name + "_1proc_half", o));
+    ASSIGN_OR_RETURN(const Measured c, Measure(one, name + "_1proc_x2", o, kProcesses));
+    ASSIGN_OR_RETURN(const Measured d, Measure(one_half, name + "_1proc_half_x2", o, kProcesses));
     if (round == 0 || a.step_s < m1.step_s) m1 = a;
     if (round == 0 || b.step_s < m1_half.step_s) m1_half = b;
+    if (round == 0 || c.step_s < co_full.step_s) co_full = c;
+    if (round == 0 || d.step_s < co_half.step_s) co_half = d;
   }
-  ASSIGN_OR_RETURN(const Calibration cal, Calibrate(g, batch, m1, half, m1_half, o));
+  ASSIGN_OR_RETURN(const Calibration cal, Calibrate(g, batch, co_full, half, co_half, o));
   ASSIGN_OR_RETURN(one, PlanDataParallel(g, 1, cal, batch, o));
-  ASSIGN_OR_RETURN(Planned two, PlanDataParallel(g, 2, cal, batch, o));
+  ASSIGN_OR_RETURN(Planned two, PlanDataParallel(g, kProcesses, cal, batch, o));
   Measured m2;
   for (int round = 0; round < 2; ++round) {
     ASSIGN_OR_RETURN(const Measured a, Measure(two, name + "_2proc", o));
@@ -266,6 +298,10 @@ absl::Status BenchModel(const std::string& name, int64_t batch, Options o) {
                               {"measured_step_overhead_s", cal.step_overhead_s},
                               {"one_process_compute_s", m1.compute_s},
                               {"one_process_half_batch_step_s", m1_half.step_s},
+                              {"one_process_half_batch_compute_s", m1_half.compute_s},
+                              {"two_at_once_compute_s", co_full.compute_s},
+                              {"two_at_once_half_batch_compute_s", co_half.compute_s},
+                              {"two_at_once_half_batch_step_s", co_half.step_s},
                               {"two_process_compute_s", m2.compute_s},
                               {"one_process_step_s", measured1},
                               {"two_process_step_s", measured2},
@@ -290,9 +326,15 @@ int main(int argc, char** argv) {
   app.add_option("--models", models, "NAME:BATCH,... (fixtures under test/fixtures)");
   app.add_option("--steps", o.steps, "Steps per run")->check(CLI::Range(2, 100000));
   app.add_option("--warmup", o.warmup, "Steps left out of the median");
+  app.add_option("--min-run-s", o.min_run_s,
+                 "More steps per run where steps are short, so that a run lasts this long");
   app.add_option("--link-bytes-per-s", o.link_bytes_per_s,
                  "Measured all-reduce bus bandwidth between two processes (comm_bench)");
-  app.add_option("--link-latency-s", o.link_latency_s, "Measured one-way latency (comm_bench)");
+  app.add_option("--link-latency-s", o.link_latency_s,
+                 "Measured one-way latency while the transports poll (comm_bench ping-pong)");
+  app.add_option("--transport-wakeup-s", o.transport_wakeup_s,
+                 "Measured extra latency when the receiver's transport sleeps (comm_bench: "
+                 "after idle minus ping-pong)");
   app.add_option("--trace-dir", o.trace_dir, "Write measured and simulated Chrome traces here");
   CLI11_PARSE(app, argc, argv);
   char tmpl[] = "/tmp/quilt-executor-bench-XXXXXX";

@@ -51,6 +51,8 @@ DeviceSpeed SpeedOf(const quilt::v1::Device& d) {
                      ? d.measured_op_overhead_s()
                      : (gpu ? kGpuOverheadS : kCpuOverheadS) * s.slowdown;
   s.step_overhead_s = std::max(0.0, d.measured_step_overhead_s());
+  s.transport_wakeup_s = std::max(0.0, d.measured_transport_wakeup_s());
+  s.transport_spin_s = std::max(0.0, d.measured_transport_spin_s());
   return s;
 }
 

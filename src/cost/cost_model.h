@@ -26,6 +26,10 @@ struct DeviceSpeed {
   double overhead_s = 0;
   // Host time per step outside the ops.
   double step_overhead_s = 0;
+  // Extra latency of a transfer that finds the transport asleep (no
+  // communication for longer than transport_spin_s).
+  double transport_wakeup_s = 0;
+  double transport_spin_s = 0;
   // Emulated slowdown (development): memory-bound time is stretched too.
   double slowdown = 1;
 };

@@ -3,6 +3,7 @@
 #include "src/sim/simulator.h"
 
 #include <algorithm>
+#include <limits>
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
@@ -137,14 +138,6 @@ void Sim::Start(int n) {
   double duration = node.duration;
   if (node.kind == Kind::kAllReduce) duration = collectives_[node.collective].duration;
   const double start = now_;
-  const double end = start + duration;
-  if (node.comm()) {
-    for (int r : Links(n)) {
-      link_busy_[r] = true;
-      link_free_at_[r] = end;
-      link_busy_s_[r] += duration;
-    }
-  }
   auto involved = [&](auto&& fn) {
     if (node.kind == Kind::kAllReduce) {
       for (int m : collectives_[node.collective].members) fn(m);
@@ -153,6 +146,33 @@ void Sim::Start(int n) {
       if (node.kind == Kind::kRecv) fn(node.partner);
     }
   };
+  // The devices whose transports a transfer uses.
+  auto transports = [&](auto&& fn) {
+    involved([&](int m) { fn(nodes_[m].device); });
+    if (node.kind == Kind::kPush) fn(node.path_to);
+    if (node.kind == Kind::kPull) fn(node.path_from);
+  };
+  if (node.comm()) {
+    // A transport that has been idle past its spin window sleeps: the
+    // transfer waits for it to wake.
+    double wake = 0;
+    transports([&](int d) {
+      const DeviceSpeed& s = cost_.speed(d);
+      if (s.transport_wakeup_s > 0 && comm_end_[d] < start - s.transport_spin_s) {
+        wake = std::max(wake, s.transport_wakeup_s);
+      }
+    });
+    duration += wake;
+  }
+  const double end = start + duration;
+  if (node.comm()) transports([&](int d) { comm_end_[d] = std::max(comm_end_[d], end); });
+  if (node.comm()) {
+    for (int r : Links(n)) {
+      link_busy_[r] = true;
+      link_free_at_[r] = end;
+      link_busy_s_[r] += duration;
+    }
+  }
   // Writers allocate their outputs when they start.
   involved([&](int m) {
     for (const int* w = writes_.b(m); w != writes_.e(m); ++w) Alloc(*w);
@@ -237,6 +257,7 @@ absl::StatusOr<SimResult> Sim::Run() {
   live_.assign(nd, 0);
   peak_.assign(nd, 0);
   busy_s_.assign(nd, 0.0);
+  comm_end_.assign(nd, -std::numeric_limits<double>::infinity());
   compute_iv_.resize(nd);
   comm_iv_.resize(nd);
   for (size_t i = 0; i < instances_.size(); ++i) {

@@ -268,6 +268,36 @@ TEST(Simulator, MeasuredOpOverheadReplacesTheDefaultPerOp) {
   EXPECT_NEAR(with - base, 3 * (1e-4 - default_overhead), 1e-12);  // three ops
 }
 
+// A transfer that finds a transport idle past its spin window pays the
+// wake-up; one that follows another within the window does not.
+TEST(Simulator, TransportWakeUpIsPaidAfterIdleOnly) {
+  constexpr double kWake = 5e-4;
+  const double transfer = 2e-6 + kActivation / 1e11;  // fabric latency + bytes / bandwidth
+  // x goes to device 1 at once; a (1 ms) is computed meanwhile and follows.
+  auto step = [&](double wake, double spin) {
+    quilt::v1::ClusterSpec spec = TimedSpec(2);
+    for (auto& dev : *spec.mutable_nodes(0)->mutable_devices()) {
+      dev.set_measured_transport_wakeup_s(wake);
+      dev.set_measured_transport_spin_s(spin);
+    }
+    auto w = MakeWorld(ChainGraph(), spec);
+    ProgramBuilder p(w->topo, kRows);
+    p.Feed(0, "x", 0, kRows);
+    p.Transfer(0, 1, "x", kActivation);
+    const int64_t a = p.Compute(0, "a", 0, kRows);
+    p.Transfer(0, 1, "a", kActivation);
+    for (auto& ins : *p.device(0).mutable_instructions()) {
+      if (ins.has_send() && ins.send().range().tensor() == "a") ins.add_deps(a);
+    }
+    return MustSimulate(*w, p.program()).step_time_s;
+  };
+  EXPECT_NEAR(step(0, 0), 1e-3 + transfer, 1e-12);
+  // Idle from the end of the first transfer (wake-up included) to 1 ms.
+  EXPECT_NEAR(step(kWake, 1e-4), 1e-3 + transfer + kWake, 1e-12);
+  // Within a 2 ms window the transports are still polling.
+  EXPECT_NEAR(step(kWake, 2e-3), 1e-3 + transfer, 1e-12);
+}
+
 TEST(Simulator, HigherPriorityRunsFirst) {
   auto w = MakeWorld(ChainGraph(), TimedSpec(1));
   // b (2 ms) and c (4 ms) are both ready at 0; the finish time of the one

@@ -46,7 +46,7 @@ struct Op {
   size_t received = 0;
 };
 
-constexpr absl::Duration kSpin = absl::Microseconds(300);
+const absl::Duration kSpin = absl::Seconds(kUcxSpinSeconds);
 
 // What tells processes on one machine apart from those on others: the
 // host name and the kernel's boot id.

@@ -21,6 +21,12 @@
 
 namespace quilt {
 
+// How long the progress thread polls without sleeping after the last
+// event while operations are in flight; past it, it sleeps on the event fd
+// and the next message pays the wake-up (the cost model's
+// measured_transport_spin_s).
+inline constexpr double kUcxSpinSeconds = 300e-6;
+
 // Creates the worker, exchanges addresses through `rendezvous` and
 // connects to every other rank. Errors: UNAVAILABLE (UCX could not start),
 // DEADLINE_EXCEEDED (ranks missing at the rendezvous).
