@@ -127,6 +127,8 @@ absl::StatusOr<Planned> PlanDataParallel(const Graph& g, int nodes, const Calibr
 struct Measured {
   double step_s = 0;
   double compute_s = 0;
+  // Each process's own median time in kernels.
+  std::vector<double> compute_per_process_s;
 };
 
 double MedianOf(std::vector<double> v) {
@@ -178,6 +180,8 @@ absl::StatusOr<Measured> Measure(const Planned& p, const std::string& tag, const
     }
   }
   std::vector<double> steps(static_cast<size_t>(o.steps), 0), compute(steps.size(), 0);
+  const int64_t skip = std::min<int64_t>(o.warmup, o.steps - 1);
+  Measured result;
   for (size_t r = 0; r < procs.size(); ++r) {
     std::optional<int> st = procs[r].Wait(absl::Minutes(10));
     if (!st.has_value() || *st != 0) {
@@ -189,14 +193,18 @@ absl::StatusOr<Measured> Measure(const Planned& p, const std::string& tag, const
     std::ifstream m(outs[r] + "/metrics.json");
     const nlohmann::json metrics = nlohmann::json::parse(m);
     // A step ends when its slowest process ends it.
+    std::vector<double> own;
     for (size_t k = 0; k < steps.size(); ++k) {
       steps[k] = std::max(steps[k], metrics["step_times_s"][k].get<double>());
       compute[k] = std::max(compute[k], metrics["compute_times_s"][k].get<double>());
+      if (static_cast<int64_t>(k) >= skip)
+        own.push_back(metrics["compute_times_s"][k].get<double>());
     }
+    result.compute_per_process_s.push_back(MedianOf(own));
   }
-  const int64_t skip = std::min<int64_t>(o.warmup, o.steps - 1);
-  return Measured{MedianOf({steps.begin() + skip, steps.end()}),
-                  MedianOf({compute.begin() + skip, compute.end()})};
+  result.step_s = MedianOf({steps.begin() + skip, steps.end()});
+  result.compute_s = MedianOf({compute.begin() + skip, compute.end()});
+  return result;
 }
 
 int ComputeInstructions(const quilt::v1::DistributedProgram& p) {
@@ -303,6 +311,9 @@ absl::Status BenchModel(const std::string& name, int64_t batch, Options o) {
                               {"two_at_once_half_batch_compute_s", co_half.compute_s},
                               {"two_at_once_half_batch_step_s", co_half.step_s},
                               {"two_process_compute_s", m2.compute_s},
+                              {"two_process_compute_per_process_s", m2.compute_per_process_s},
+                              {"two_at_once_half_batch_compute_per_process_s",
+                               co_half.compute_per_process_s},
                               {"one_process_step_s", measured1},
                               {"two_process_step_s", measured2},
                               {"one_process_samples_per_s", batch / measured1},

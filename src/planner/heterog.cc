@@ -107,12 +107,16 @@ absl::StatusOr<std::pair<PlanState, Score>> Enumerate(
   bool have = false;
   s.place.assign(groups, 0);
   s.method.assign(groups, Method::kRing);
-  std::vector<size_t> at(groups, 0);
+  // Every state in both execution orders.
+  std::vector<size_t> at(groups + 1, 0);
+  constexpr quilt::v1::ExecutionOrder kOrders[] = {quilt::v1::EXECUTION_ORDER_CRITICAL_PATH,
+                                                   quilt::v1::EXECUTION_ORDER_TRANSFERS_FIRST};
   while (absl::Now() < deadline) {
     for (int k = 0; k < groups; ++k) {
       s.place[k] = choices[at[k]].first;
       s.method[k] = choices[at[k]].second;
     }
+    s.order = kOrders[at[groups]];
     absl::StatusOr<Score> score = space->Evaluate(s);
     if (score.ok() && (!have || score->BetterThan(*&best_score))) {
       best = s;
@@ -121,7 +125,7 @@ absl::StatusOr<std::pair<PlanState, Score>> Enumerate(
     }
     int k = 0;
     while (k < groups && ++at[k] == choices.size()) at[k++] = 0;
-    if (k == groups) break;
+    if (k == groups && ++at[groups] == 2) break;
   }
   if (!have) return absl::FailedPreconditionError("no plan could be simulated");
   return std::make_pair(best, best_score);
@@ -293,7 +297,7 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
   for (int opt = 0; opt < static_cast<int>(space.options().size()); ++opt) {
     for (Method m : space.MethodsFor(opt)) choices.push_back({opt, m});
   }
-  double states = 1;
+  double states = 2;  // both execution orders
   for (int k = 0; k < coarse->num_groups(); ++k) states *= static_cast<double>(choices.size());
   if (states <= kEnumerateStates &&
       (options.max_evaluations == 0 || states <= static_cast<double>(options.max_evaluations))) {

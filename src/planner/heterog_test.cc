@@ -155,10 +155,14 @@ TEST(HeteroG, FindsTheOptimumOfASmallActionSpace) {
       s.place[k] = choices[at[k]].first;
       s.method[k] = choices[at[k]].second;
     }
-    absl::StatusOr<Score> score = space.Evaluate(s);
-    ASSERT_THAT(score.status(), IsOk());
-    if (score->feasible()) best = std::min(best, score->time_s);
-    ++states;
+    for (auto order :
+         {quilt::v1::EXECUTION_ORDER_CRITICAL_PATH, quilt::v1::EXECUTION_ORDER_TRANSFERS_FIRST}) {
+      s.order = order;
+      absl::StatusOr<Score> score = space.Evaluate(s);
+      ASSERT_THAT(score.status(), IsOk());
+      if (score->feasible()) best = std::min(best, score->time_s);
+      ++states;
+    }
     int k = 0;
     while (k < groups && ++at[k] == choices.size()) at[k++] = 0;
     if (k == groups) break;

@@ -119,6 +119,7 @@ class Lowerer {
   const Topology& topo_;
   const Placement& p_;
   google::protobuf::Arena* arena_;
+  const CostModel* cost_ = nullptr;  // set by Run; may be null
   absl::flat_hash_map<std::string, int> tid_;
   std::vector<bool> batched_;
   std::vector<std::pair<int, Instruction*>> instrs_;
@@ -172,6 +173,20 @@ absl::StatusOr<std::vector<int64_t>> Lowerer::Aggregate(int t, AggregationMethod
   (void)bucket;
   auto [git, fresh] = group_ids_.emplace(devices, static_cast<int64_t>(groups_.size()) + 1);
   if (fresh) groups_.push_back(devices);
+  if (method == quilt::v1::AGGREGATION_METHOD_PARAMETER_SERVER) {
+    method = quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE;
+  }
+  if (method == quilt::v1::AGGREGATION_METHOD_UNSPECIFIED) {
+    // The faster of the ring and the tree for these bytes and members
+    // (latency-bound sums over many members: the tree).
+    method = quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE;
+    const double bytes = static_cast<double>(Bytes(t, 0, 0));
+    if (cost_ != nullptr &&
+        cost_->AllReduce(quilt::v1::AGGREGATION_METHOD_TREE_ALLREDUCE, devices, bytes).time_s <
+            cost_->AllReduce(method, devices, bytes).time_s) {
+      method = quilt::v1::AGGREGATION_METHOD_TREE_ALLREDUCE;
+    }
+  }
   for (int d : devices) {
     const Key k{t, d, 0, 0};
     Instruction& ins = *New();
@@ -180,9 +195,7 @@ absl::StatusOr<std::vector<int64_t>> Lowerer::Aggregate(int t, AggregationMethod
     ar->set_group(git->second);
     ar->add_tensors(info(t).name);
     ar->set_bytes(Bytes(t, 0, 0));
-    ar->set_algorithm(method == quilt::v1::AGGREGATION_METHOD_PARAMETER_SERVER
-                          ? quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE
-                          : method);
+    ar->set_algorithm(method);
     const int64_t id = Emit(d, &ins, writers_[k]);
     writers_[k] = {id};
   }
@@ -247,7 +260,9 @@ absl::StatusOr<std::vector<int64_t>> Lowerer::Provide(const Key& need, bool allo
       }
       RETURN_IF_ERROR(Aggregate(t, pp.method, pp.bucket).status());
     } else {
-      RETURN_IF_ERROR(Aggregate(t, quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE, 0).status());
+      // Not a gradient (e.g. batch-norm statistics): the runtime's choice,
+      // as collective libraries make it.
+      RETURN_IF_ERROR(Aggregate(t, quilt::v1::AGGREGATION_METHOD_UNSPECIFIED, 0).status());
     }
   }
   auto w = writers_.find(need);
@@ -400,6 +415,7 @@ absl::Status Lowerer::LowerOp(int i) {
 
 absl::Status Lowerer::Run(const quilt::v1::Strategy& s, const CostModel* cost, bool include_graph,
                           quilt::v1::DistributedProgram* out) {
+  cost_ = cost;
   // Parameters, their optimizer state: persistent where they live.
   for (const auto& [name, pp] : p_.params) {
     const int t = tid_.at(name);

@@ -171,6 +171,52 @@ TEST(Lower, BucketsFuseGradientsIntoOneCollectivePerBucket) {
   EXPECT_EQ(bytes, param_bytes);
 }
 
+// Sums that are not parameter gradients (batch-norm statistics and their
+// gradients' sums over the batch) take the faster of
+// the ring and the tree: over slow-to-reach members (high latency) the
+// tree's fewer steps win; with next to no latency the ring's smaller
+// messages do.
+TEST(Lower, StatisticsSumsTakeTheFasterOfRingAndTree) {
+  for (const double latency : {1e-12, 5e-4}) {
+    SCOPED_TRACE(latency);
+    quilt::v1::ClusterSpec spec = TwoNodes();
+    for (auto& node : *spec.mutable_nodes()) {
+      node.mutable_nic()->set_latency_s(latency);
+      node.mutable_intra_node_link()->set_latency_s(1e-12);
+    }
+    auto s = Make("resnet50");  // batch norm: its statistics are summed
+    absl::StatusOr<Topology> topo = Topology::Build(spec);
+    ASSERT_THAT(topo.status(), IsOk());
+    s->topo = std::move(*topo);
+    absl::StatusOr<CostModel> cost = CostModel::Create(&s->graph, &s->topo);
+    ASSERT_THAT(cost.status(), IsOk());
+    s->cost = std::make_unique<CostModel>(std::move(*cost));
+    const Strategy strategy = DataParallelStrategy(
+        s->graph, s->topo, {1, 1, 1, 1}, quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE, "dp");
+    const DistributedProgram p = LowerChecked(*s, strategy, 8);
+    std::set<std::string> parameter_gradients;
+    for (const Op& op : s->graph.ops) {
+      if (OpRegistry::Global().Find(op.type)->is_update) parameter_gradients.insert(op.inputs[1]);
+    }
+    int stats = 0, gradients = 0;
+    for (const auto& ins : p.devices(0).instructions()) {
+      if (!ins.has_all_reduce()) continue;
+      if (parameter_gradients.count(ins.all_reduce().tensors(0))) {
+        ++gradients;  // as the strategy says
+        EXPECT_EQ(ins.all_reduce().algorithm(), quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE);
+        continue;
+      }
+      ++stats;
+      EXPECT_EQ(ins.all_reduce().algorithm(), latency > 1e-6
+                                                  ? quilt::v1::AGGREGATION_METHOD_TREE_ALLREDUCE
+                                                  : quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE)
+          << ins.all_reduce().tensors(0);
+    }
+    EXPECT_GT(stats, 0);
+    EXPECT_GT(gradients, 0);
+  }
+}
+
 // Forward ops split in two halves: the first data parallel over the fast
 // node, the second on one slow device.
 Strategy Pipeline(const Graph& g, const Topology& topo, AggregationMethod method) {

@@ -20,6 +20,8 @@ std::string MethodLabel(Method m) {
       return "hierarchical all-reduce";
     case Method::kParameterServer:
       return "parameter servers on its devices";
+    case Method::kTree:
+      return "tree all-reduce";
   }
   return "?";
 }
@@ -38,6 +40,8 @@ quilt::v1::AggregationMethod ToProto(Method m) {
       return quilt::v1::AGGREGATION_METHOD_HIERARCHICAL_ALLREDUCE;
     case Method::kParameterServer:
       return quilt::v1::AGGREGATION_METHOD_PARAMETER_SERVER;
+    case Method::kTree:
+      return quilt::v1::AGGREGATION_METHOD_TREE_ALLREDUCE;
     default:
       return quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE;
   }
@@ -122,6 +126,8 @@ std::vector<Method> SearchSpace::MethodsFor(int option) const {
   const PlacementOption& o = options_[option];
   if (o.single()) return {Method::kRing};
   std::vector<Method> out = {Method::kRing, Method::kParameterServer};
+  // Over three or more members a tree pays fewer latencies than a ring.
+  if (o.replicas.size() >= 3) out.push_back(Method::kTree);
   int first_node = topo_.device(o.replicas.front().first).node;
   for (const auto& [d, r] : o.replicas) {
     if (topo_.device(d).node != first_node) {
@@ -147,6 +153,9 @@ PlanState SearchSpace::FromDataParallel(const quilt::v1::Strategy& s) {
         break;
       case quilt::v1::AGGREGATION_METHOD_HIERARCHICAL_ALLREDUCE:
         m = Method::kHierarchical;
+        break;
+      case quilt::v1::AGGREGATION_METHOD_TREE_ALLREDUCE:
+        m = Method::kTree;
         break;
       default:
         break;

@@ -27,7 +27,7 @@ struct PlacementOption {
   bool single() const { return replicas.size() == 1; }
 };
 
-enum class Method : uint8_t { kRing, kHierarchical, kParameterServer };
+enum class Method : uint8_t { kRing, kHierarchical, kParameterServer, kTree };
 std::string MethodLabel(Method m);
 
 struct PlanState {

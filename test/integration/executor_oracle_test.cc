@@ -2,8 +2,9 @@
 // over UCX on loopback end a training run with the parameters the
 // single-device run ends with, for the fixture MLP, CNN and transformer and
 // for every kind of strategy — data parallel with even and proportional
-// splits and each all-reduce, parameter servers (sharded), the planner's
-// hybrid plan, and seeded random strategies — and the per-process loss
+// splits and each all-reduce (ring, tree, hierarchical), parameter servers
+// (sharded), the planner's hybrid plan, and seeded random strategies — and
+// the per-process loss
 // parts sum to the single-device losses. A killed executor makes the others
 // fail with a clear error, soon.
 #include <signal.h>
@@ -244,12 +245,15 @@ quilt::v1::Strategy RandomStrategy(const Graph& g, const Topology& topo, uint64_
     if (!OpRegistry::Global().Find(op.type)->is_update) continue;
     auto* a = s.add_aggregations();
     a->set_parameter(op.inputs[0]);
-    switch (rng() % 3) {
+    switch (rng() % 4) {
       case 0:
         a->set_method(quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE);
         break;
       case 1:
         a->set_method(quilt::v1::AGGREGATION_METHOD_HIERARCHICAL_ALLREDUCE);
+        break;
+      case 2:
+        a->set_method(quilt::v1::AGGREGATION_METHOD_TREE_ALLREDUCE);
         break;
       default:
         a->set_method(quilt::v1::AGGREGATION_METHOD_PARAMETER_SERVER);
@@ -286,6 +290,9 @@ TEST_P(Oracle, EveryStrategyEndsWithTheSingleDeviceParameters) {
   strategies.push_back(
       {"even-ring", DataParallelStrategy(s->graph, s->topo, even,
                                          quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE, "e")});
+  strategies.push_back(
+      {"even-tree", DataParallelStrategy(s->graph, s->topo, even,
+                                         quilt::v1::AGGREGATION_METHOD_TREE_ALLREDUCE, "t")});
   strategies.push_back(
       {"proportional-hierarchical",
        DataParallelStrategy(s->graph, s->topo, proportional,

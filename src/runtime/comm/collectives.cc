@@ -169,6 +169,109 @@ void StartRing(Transport* t, const AllReduceSpec& spec, std::vector<int> ranks, 
   ring->Start(std::move(done));
 }
 
+// Binary tree over the members: each waits for its children's sums, adds
+// them, sends the result to its parent and receives the total back, then
+// sends the total to its children.
+class Tree : public std::enable_shared_from_this<Tree> {
+ public:
+  Tree(Transport* t, const AllReduceSpec& spec)
+      : t_(t), spec_(spec), n_(static_cast<int>(spec.ranks.size())) {
+    for (int c : {2 * spec.me + 1, 2 * spec.me + 2}) {
+      if (c < n_) children_.push_back(c);
+    }
+  }
+
+  ~Tree() {
+    for (auto& v : from_children_) BufferPool::Get().Give(std::move(v));
+  }
+
+  void Start(CommCallback done) {
+    if (n_ < 2 || spec_.count == 0) {
+      done(absl::OkStatus());
+      return;
+    }
+    // Done when the total is here and every child has been sent it.
+    completion_ =
+        std::make_shared<Completion>(1 + static_cast<int>(children_.size()), std::move(done));
+    if (children_.empty()) {
+      Up();
+      return;
+    }
+    auto self = shared_from_this();
+    auto pending = std::make_shared<std::atomic<int>>(static_cast<int>(children_.size()));
+    from_children_.resize(children_.size());
+    for (size_t i = 0; i < children_.size(); ++i) {
+      from_children_[i] = BufferPool::Get().Take();
+      from_children_[i].resize(static_cast<size_t>(spec_.count));
+      t_->Recv(spec_.ranks[children_[i]], Tag(TagKind::kTreeUp, children_[i]),
+               from_children_[i].data(), Bytes(), [self, pending](absl::Status s) {
+                 if (!s.ok()) {
+                   self->completion_->Fail(s);
+                   return;
+                 }
+                 if (--*pending == 0) self->Up();
+               });
+    }
+  }
+
+ private:
+  uint64_t Tag(TagKind kind, int child) const {
+    return MakeTag(spec_.step, kind, spec_.collective_id, static_cast<uint64_t>(child));
+  }
+  size_t Bytes() const { return static_cast<size_t>(spec_.count) * sizeof(float); }
+
+  // The children's sums are here: add them; the root has the total, the
+  // others send theirs up and wait for it.
+  void Up() {
+    if (completion_->failed()) return;
+    for (const auto& v : from_children_) {
+      for (int64_t i = 0; i < spec_.count; ++i) spec_.data[i] += v[i];
+    }
+    if (spec_.me == 0) {
+      Down();
+      return;
+    }
+    auto self = shared_from_this();
+    const int parent = (spec_.me - 1) / 2;
+    // The total overwrites the buffer: receive it only once ours has left.
+    t_->Send(spec_.ranks[parent], Tag(TagKind::kTreeUp, spec_.me), spec_.data, Bytes(),
+             [self, parent](absl::Status s) {
+               if (!s.ok()) {
+                 self->completion_->Fail(s);
+                 return;
+               }
+               self->t_->Recv(self->spec_.ranks[parent],
+                              self->Tag(TagKind::kTreeDown, self->spec_.me), self->spec_.data,
+                              self->Bytes(), [self](absl::Status st) {
+                                if (!st.ok()) {
+                                  self->completion_->Fail(st);
+                                  return;
+                                }
+                                self->Down();
+                              });
+             });
+  }
+
+  void Down() {
+    if (completion_->failed()) return;
+    auto self = shared_from_this();
+    for (int c : children_) {
+      t_->Send(spec_.ranks[c], Tag(TagKind::kTreeDown, c), spec_.data, Bytes(),
+               [self](absl::Status s) {
+                 s.ok() ? self->completion_->One() : self->completion_->Fail(s);
+               });
+    }
+    completion_->One();
+  }
+
+  Transport* t_;
+  AllReduceSpec spec_;
+  int n_;
+  std::vector<int> children_;
+  std::vector<std::vector<float>> from_children_;
+  std::shared_ptr<Completion> completion_;
+};
+
 // Members of a node send to its first member; the leaders run the ring;
 // each leader sends the sum back.
 void StartHierarchical(Transport* t, const AllReduceSpec& spec, CommCallback done) {
@@ -243,6 +346,10 @@ void StartAllReduce(Transport* transport, const AllReduceSpec& spec, CommCallbac
   if (spec.method == quilt::v1::AGGREGATION_METHOD_HIERARCHICAL_ALLREDUCE &&
       spec.nodes.size() == spec.ranks.size()) {
     StartHierarchical(transport, spec, std::move(done));
+    return;
+  }
+  if (spec.method == quilt::v1::AGGREGATION_METHOD_TREE_ALLREDUCE) {
+    std::make_shared<Tree>(transport, spec)->Start(std::move(done));
     return;
   }
   StartRing(transport, spec, spec.ranks, spec.me, std::move(done));

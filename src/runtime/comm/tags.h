@@ -18,6 +18,8 @@ enum class TagKind : uint64_t {
   kGatherToLeader = 6,  // hierarchical all-reduce, within a node
   kFromLeader = 7,      // hierarchical all-reduce, back within a node
   kBarrier = 8,         // process barrier (id: its number, sub: the rank)
+  kTreeUp = 9,          // tree all-reduce, child to parent (sub: the child)
+  kTreeDown = 10,       // tree all-reduce, parent to child (sub: the child)
 };
 
 inline uint64_t MakeTag(int64_t step, TagKind kind, uint64_t id, uint64_t sub = 0) {
