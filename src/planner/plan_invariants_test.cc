@@ -47,22 +47,38 @@ const quilt::v1::StrategyEstimate* Find(const quilt::v1::PlanReport& r, const st
   return nullptr;
 }
 
-class Invariants : public ::testing::TestWithParam<Case> {};
+// A zoo model's training graph (softmax cross-entropy, SGD with momentum)
+// on a shipped cluster.
+struct World {
+  Topology topo;
+  Graph graph;
+};
 
-TEST_P(Invariants, HoldForEveryBaseline) {
-  const Case& c = GetParam();
+void MakeWorld(const std::string& cluster, const std::string& model, World* s) {
   absl::StatusOr<quilt::v1::ClusterSpec> spec =
-      LoadClusterSpec("config/clusters/" + c.cluster + ".textproto");
+      LoadClusterSpec("config/clusters/" + cluster + ".textproto");
   ASSERT_THAT(spec.status(), IsOk());
   absl::StatusOr<Topology> topo = Topology::Build(*spec);
   ASSERT_THAT(topo.status(), IsOk());
-  absl::StatusOr<Graph> g = zoo::BuildZooModel(c.model);
+  s->topo = std::move(*topo);
+  absl::StatusOr<Graph> g = zoo::BuildZooModel(model);
   ASSERT_THAT(g.status(), IsOk());
   TrainingOptions to;
   to.loss = LossType::kSoftmaxCrossEntropy;
   to.optimizer.kind = OptimizerSpec::Kind::kSgd;
   to.optimizer.momentum = 0.9;
   ASSERT_THAT(BuildTrainingGraph(&*g, to), IsOk());
+  s->graph = std::move(*g);
+}
+
+class Invariants : public ::testing::TestWithParam<Case> {};
+
+TEST_P(Invariants, HoldForEveryBaseline) {
+  const Case& c = GetParam();
+  World w;
+  ASSERT_NO_FATAL_FAILURE(MakeWorld(c.cluster, c.model, &w));
+  const Topology* topo = &w.topo;
+  const Graph* g = &w.graph;
   PlanOptions o;
   o.global_batch = 8 * topo->num_devices();
   o.search.max_evaluations = 40;
@@ -127,17 +143,10 @@ INSTANTIATE_TEST_SUITE_P(ZooTimesClusters, Invariants, ::testing::ValuesIn(AllCa
 // on a heterogeneous cluster with a compute-bound model it gives the faster
 // devices more rows and is strictly faster.
 TEST(Proportional, GivesFasterDevicesMoreRows) {
-  absl::StatusOr<quilt::v1::ClusterSpec> spec =
-      LoadClusterSpec("config/clusters/heterog_testbed.textproto");
-  ASSERT_THAT(spec.status(), IsOk());
-  absl::StatusOr<Topology> topo = Topology::Build(*spec);
-  ASSERT_THAT(topo.status(), IsOk());
-  absl::StatusOr<Graph> g = zoo::BuildZooModel("resnet50");
-  ASSERT_THAT(g.status(), IsOk());
-  TrainingOptions to;
-  to.loss = LossType::kSoftmaxCrossEntropy;
-  to.optimizer.kind = OptimizerSpec::Kind::kSgd;
-  ASSERT_THAT(BuildTrainingGraph(&*g, to), IsOk());
+  World w;
+  ASSERT_NO_FATAL_FAILURE(MakeWorld("heterog_testbed", "resnet50", &w));
+  const Topology* topo = &w.topo;
+  const Graph* g = &w.graph;
   PlanOptions o;
   o.global_batch = 256;
   o.strategy = "dp-proportional-ring";
@@ -172,18 +181,10 @@ TEST(Proportional, GivesFasterDevicesMoreRows) {
 // the two orders, and on a communication-heavy step lifting the gradients'
 // producers hides communication behind the backward pass.
 TEST(ExecutionOrder, PlanKeepsTheFasterOrder) {
-  absl::StatusOr<quilt::v1::ClusterSpec> spec =
-      LoadClusterSpec("config/clusters/heterog_testbed.textproto");
-  ASSERT_THAT(spec.status(), IsOk());
-  absl::StatusOr<Topology> topo = Topology::Build(*spec);
-  ASSERT_THAT(topo.status(), IsOk());
-  absl::StatusOr<Graph> g = zoo::BuildZooModel("transformer");
-  ASSERT_THAT(g.status(), IsOk());
-  TrainingOptions to;
-  to.loss = LossType::kSoftmaxCrossEntropy;
-  to.optimizer.kind = OptimizerSpec::Kind::kSgd;
-  to.optimizer.momentum = 0.9;
-  ASSERT_THAT(BuildTrainingGraph(&*g, to), IsOk());
+  World w;
+  ASSERT_NO_FATAL_FAILURE(MakeWorld("heterog_testbed", "transformer", &w));
+  const Topology* topo = &w.topo;
+  const Graph* g = &w.graph;
   absl::StatusOr<CostModel> cost = CostModel::Create(&*g, &*topo);
   ASSERT_THAT(cost.status(), IsOk());
   constexpr int64_t kBatch = 64;
