@@ -50,9 +50,14 @@ absl::StatusOr<quilt::v1::NodeInfo> DiscoverLocalNode(const LocalNodeOptions& op
 
   if (options.cpu_devices > 0) {
     const int per_device = cores / options.cpu_devices;
-    QLOG_INFO("calibrating CPU devices={} cores_per_device={} duration_ms={}", options.cpu_devices,
-              per_device, absl::ToInt64Milliseconds(options.calibration));
-    const CpuSpeed speed = MeasureCpuSpeed(per_device, options.calibration);
+    // Measured with the threads the kernels will have: a device whose
+    // executor runs one kernel thread is not as fast as all its cores.
+    const int threads =
+        options.kernel_threads > 0 ? std::min(options.kernel_threads, per_device) : per_device;
+    QLOG_INFO("calibrating CPU devices={} cores_per_device={} kernel_threads={} duration_ms={}",
+              options.cpu_devices, per_device, threads,
+              absl::ToInt64Milliseconds(options.calibration));
+    const CpuSpeed speed = MeasureCpuSpeed(threads, options.calibration);
     const double gemm = speed.gemm_flops_per_s / options.compute_slowdown;
     QLOG_INFO("CPU calibration gemm_gflops={:.1f} memory_gbytes_per_s={:.1f} slowdown={}",
               speed.gemm_flops_per_s / 1e9, speed.memory_bandwidth_bytes_per_s / 1e9,

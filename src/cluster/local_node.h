@@ -21,6 +21,9 @@ struct LocalNodeOptions {
   int cpu_devices = 1;
   // Cores to use in all (0 = every core in the affinity mask).
   int cpu_cores = 0;
+  // Kernel threads an executor runs a CPU device's kernels on: the speed is
+  // measured with as many (0 = all of the device's cores).
+  int kernel_threads = 0;
   // Duration of the GEMM calibration.
   absl::Duration calibration = absl::Seconds(1);
   bool discover_cuda = true;

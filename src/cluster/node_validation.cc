@@ -72,6 +72,13 @@ absl::Status ValidateNodeInfo(const quilt::v1::NodeInfo& info) {
     RETURN_IF_ERROR(
         CheckFigure(d.memory_bandwidth_bytes_per_s(), where + " memory_bandwidth_bytes_per_s"));
     RETURN_IF_ERROR(CheckFigure(d.compute_slowdown(), where + " compute_slowdown"));
+    for (const quilt::v1::OpTypeRate& r : d.measured_op_type_rates()) {
+      if (r.op_type().empty()) {
+        return absl::InvalidArgumentError(where + " has a measured op-type rate without a type");
+      }
+      RETURN_IF_ERROR(
+          CheckFigure(r.flops_per_s(), where + " measured_op_type_rates[" + r.op_type() + "]"));
+    }
     if (d.efficiency() < 0 || d.efficiency() > 1 || !std::isfinite(d.efficiency())) {
       return absl::InvalidArgumentError(absl::StrCat(where, " efficiency must be in [0, 1]"));
     }

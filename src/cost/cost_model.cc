@@ -84,8 +84,26 @@ absl::StatusOr<CostModel> CostModel::Create(const Graph* graph, const Topology* 
   }
   std::map<std::string, int> op_index;
   for (size_t i = 0; i < graph->ops.size(); ++i) op_index[graph->ops[i].name] = static_cast<int>(i);
+  // Op types with a measured rate on some device: an index per op.
+  std::map<std::string, int> type_index;
+  for (const DeviceEntry& d : topology->devices()) {
+    for (const quilt::v1::OpTypeRate& r : d.proto.measured_op_type_rates()) {
+      if (r.flops_per_s() > 0) type_index.emplace(r.op_type(), static_cast<int>(type_index.size()));
+    }
+  }
+  if (!type_index.empty()) {
+    m.op_type_.assign(graph->ops.size(), -1);
+    for (size_t i = 0; i < graph->ops.size(); ++i) {
+      auto it = type_index.find(graph->ops[i].type);
+      if (it != type_index.end()) m.op_type_[i] = it->second;
+    }
+  }
   for (const DeviceEntry& d : topology->devices()) {
     m.speeds_.push_back(SpeedOf(d.proto));
+    std::vector<double>& rates = m.type_rates_.emplace_back(type_index.size(), 0.0);
+    for (const quilt::v1::OpTypeRate& r : d.proto.measured_op_type_rates()) {
+      if (r.flops_per_s() > 0) rates[type_index.at(r.op_type())] = r.flops_per_s();
+    }
     std::vector<std::vector<std::pair<int64_t, double>>> table;
     if (d.proto.op_times_size() > 0) {
       table.resize(graph->ops.size());
@@ -112,6 +130,7 @@ CostModel CostModel::Composite(const Graph* coarse, const CostModel* fine,
   m.graph_ = coarse;
   m.topology_ = fine->topology_;
   m.speeds_ = fine->speeds_;
+  m.type_rates_ = fine->type_rates_;
   m.tables_.resize(fine->speeds_.size());
   m.fine_ = fine;
   for (const std::vector<int>& ops : members) {
@@ -122,6 +141,14 @@ CostModel CostModel::Composite(const Graph* coarse, const CostModel* fine,
   m.costs_.resize(members.size());
   m.members_ = std::move(members);
   return m;
+}
+
+double CostModel::PeakFlopsPerS(int device) const {
+  double peak = speeds_[device].flops_per_s;
+  if (device < static_cast<int>(type_rates_.size())) {
+    for (double r : type_rates_[device]) peak = std::max(peak, r);
+  }
+  return peak;
 }
 
 double CostModel::Flops(int op, int64_t rows) const {
@@ -164,7 +191,11 @@ double CostModel::OpTime(int op, int device, int64_t rows) const {
   const DeviceSpeed& s = speeds_[device];
   const double flops = c.flops_base + c.flops_per_row * static_cast<double>(b);
   const double bytes = c.bytes_base + c.bytes_per_row * static_cast<double>(b);
-  return s.overhead_s + std::max(flops / s.flops_per_s, bytes * s.slowdown / s.memory_bytes_per_s);
+  double rate = s.flops_per_s;
+  if (!op_type_.empty() && op_type_[op] >= 0 && type_rates_[device][op_type_[op]] > 0) {
+    rate = type_rates_[device][op_type_[op]];
+  }
+  return s.overhead_s + std::max(flops / rate, bytes * s.slowdown / s.memory_bytes_per_s);
 }
 
 CostModel::Collective CostModel::Ring(const std::vector<int>& devices, double bytes,

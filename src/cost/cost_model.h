@@ -62,6 +62,9 @@ class CostModel {
   double OpTime(int op_index, int device, int64_t rows) const;
   double Flops(int op_index, int64_t rows) const;
   const DeviceSpeed& speed(int device) const { return speeds_[device]; }
+  // The highest FLOP rate any op reaches on the device (its GEMM rate or a
+  // faster measured op-type rate): what a lower bound may assume.
+  double PeakFlopsPerS(int device) const;
   // Whether the op's tensors carry the batch (its cost scales with rows).
   bool Batched(int op_index) const { return batched_[op_index]; }
 
@@ -85,6 +88,10 @@ class CostModel {
   std::vector<OpCostLine> costs_;
   std::vector<bool> batched_;
   std::vector<DeviceSpeed> speeds_;
+  // Measured per-op-type rates: op → type index (-1: none; empty when no
+  // device has any), device × type → FLOP/s (0: none).
+  std::vector<int> op_type_;
+  std::vector<std::vector<double>> type_rates_;
   // Per device: op index → measured times (batch, seconds), sorted; empty if none.
   std::vector<std::vector<std::vector<std::pair<int64_t, double>>>> tables_;
   // Composite models: the fine model and each op's members; sums cached by

@@ -373,7 +373,7 @@ double ComputeLowerBound(const Graph& g, const CostModel& cost, const Topology& 
     flops += cost.Flops(static_cast<int>(i), batch);
   }
   double rate = 0;
-  for (int d = 0; d < topo.num_devices(); ++d) rate += cost.speed(d).flops_per_s;
+  for (int d = 0; d < topo.num_devices(); ++d) rate += cost.PeakFlopsPerS(d);
   return rate > 0 ? 3.0 * flops / rate : 0;
 }
 

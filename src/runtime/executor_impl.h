@@ -68,6 +68,9 @@ class Executor::Impl {
     std::string id;
     int topo_index = 0;  // position in the program's devices
     double slowdown = 1;
+    // Emulated slowdown owed but not yet slept (sleeps shorter than a
+    // millisecond overshoot by more than they last, so they are batched).
+    absl::Duration slow_debt;
     TensorStore store;
     absl::flat_hash_map<InstanceKey, bool> persistent;
     std::vector<quilt::v1::TensorRange> feeds;

@@ -108,7 +108,17 @@ absl::Status Executor::Impl::Compute(int node) {
   ctx.global_batch = batch_;
   const absl::Time start = absl::Now();
   RETURN_IF_ERROR(kernels_[op_id](ctx));
-  if (dev.slowdown > 1) absl::SleepFor((absl::Now() - start) * (dev.slowdown - 1));
+  if (dev.slowdown > 1) {
+    // The kernel as if the device were `slowdown` times slower: the extra
+    // time is slept once it reaches a millisecond, and what a sleep
+    // overshoots is credited to the next kernels.
+    dev.slow_debt += (absl::Now() - start) * (dev.slowdown - 1);
+    if (dev.slow_debt >= absl::Milliseconds(1)) {
+      const absl::Time before = absl::Now();
+      absl::SleepFor(dev.slow_debt);
+      dev.slow_debt -= absl::Now() - before;
+    }
+  }
   for (size_t i = 0; i < outs.size(); ++i) {
     if (!outs[i].valid()) {
       ASSIGN_OR_RETURN(outs[i], Tensor::Zeros(out_types[i], out_dims[i]));

@@ -3,6 +3,7 @@
 // stop on SIGTERM; the node's job executors (tasks.h).
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -19,14 +20,41 @@
 #include "src/common/net.h"
 #include "src/common/random.h"
 #include "src/common/signals.h"
+#include "src/common/status.h"
 #include "src/common/systemd.h"
 #include "src/common/version.h"
 #include "src/rpc/coordinator_client.h"
 #include "src/worker/config.h"
+#include "src/worker/kernel_rates.h"
 #include "src/worker/worker.h"
 
 namespace quilt {
 namespace {
+
+// Each CPU device's op-type rates, measured with its executor's kernel
+// threads (the compute slowdown divides them, as it does the GEMM rate).
+absl::Status AddOpTypeRates(const WorkerConfig& config, quilt::v1::NodeInfo* node) {
+  bool any_cpu = false;
+  for (const auto& d : node->devices()) any_cpu |= d.kind() == quilt::v1::DEVICE_KIND_CPU;
+  if (!any_cpu) return absl::OkStatus();
+  ASSIGN_OR_RETURN(std::vector<quilt::v1::OpTypeRate> rates,
+                   MeasureOpTypeRates(static_cast<int>(config.executor_threads),
+                                      absl::Milliseconds(config.calibration_ms)));
+  for (auto& d : *node->mutable_devices()) {
+    if (d.kind() != quilt::v1::DEVICE_KIND_CPU) continue;
+    for (quilt::v1::OpTypeRate r : rates) {
+      r.set_flops_per_s(r.flops_per_s() / std::max(1.0, config.compute_slowdown));
+      *d.add_measured_op_type_rates() = r;
+    }
+  }
+  std::string list;
+  for (const auto& r : rates) {
+    absl::StrAppend(&list, list.empty() ? "" : " ", r.op_type(), "=",
+                    absl::StrFormat("%.1f", r.flops_per_s() / 1e9));
+  }
+  QLOG_INFO("op-type calibration gflops: {}", list);
+  return absl::OkStatus();
+}
 
 int Run(WorkerConfig config) {
   if (config.node_id.empty()) config.node_id = LocalHostname();
@@ -43,12 +71,17 @@ int Run(WorkerConfig config) {
   local.version = kVersion;
   local.cpu_devices = static_cast<int>(config.cpu_devices);
   local.cpu_cores = static_cast<int>(config.cpu_cores);
+  local.kernel_threads = static_cast<int>(config.executor_threads);
   local.calibration = absl::Milliseconds(config.calibration_ms);
   local.discover_cuda = config.cuda;
   local.compute_slowdown = config.compute_slowdown;
   absl::StatusOr<quilt::v1::NodeInfo> node = DiscoverLocalNode(local);
   if (!node.ok()) {
     QLOG_ERROR("device discovery failed: {}", node.status().ToString());
+    return 1;
+  }
+  if (absl::Status s = AddOpTypeRates(config, &*node); !s.ok()) {
+    QLOG_ERROR("device calibration failed: {}", s.ToString());
     return 1;
   }
 

@@ -1,0 +1,96 @@
+#include "src/worker/kernel_rates.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "src/cluster/topology.h"
+#include "src/common/status.h"
+#include "src/cost/cost_model.h"
+#include "src/graph/autodiff.h"
+#include "src/graph/zoo/zoo.h"
+#include "src/runtime/data/dataset.h"
+#include "src/runtime/local_trainer.h"
+#include "src/runtime/parallel.h"
+
+namespace quilt {
+namespace {
+
+struct Totals {
+  double flops = 0;
+  double seconds = 0;
+};
+
+// One CPU device of the given speed, for the cost model's FLOP counts.
+absl::StatusOr<Topology> OneCpu() {
+  quilt::v1::ClusterSpec spec;
+  auto* node = spec.add_nodes();
+  node->set_node_id("calibration");
+  auto* d = node->add_devices();
+  d->set_id("calibration/cpu:0");
+  d->set_kind(quilt::v1::DEVICE_KIND_CPU);
+  d->set_measured_gemm_flops_per_s(1e9);
+  d->set_memory_bytes(int64_t{1} << 30);
+  return Topology::Build(spec);
+}
+
+// Trains `model` for about `budget` and adds each op type's FLOPs and
+// kernel seconds to `totals`.
+absl::Status Measure(const std::string& model, int64_t batch, absl::Duration budget,
+                     std::map<std::string, Totals>* totals) {
+  ASSIGN_OR_RETURN(Graph g, zoo::BuildZooModel(model));
+  TrainingOptions to;
+  to.loss = LossType::kSoftmaxCrossEntropy;
+  to.optimizer.kind = OptimizerSpec::Kind::kSgd;
+  to.optimizer.momentum = 0.9;
+  RETURN_IF_ERROR(BuildTrainingGraph(&g, to));
+  ASSIGN_OR_RETURN(DataSignature sig, DataSignatureOf(g));
+  ASSIGN_OR_RETURN(std::unique_ptr<Dataset> data, MakeSyntheticDataset(g, sig, 1));
+  // Two unprofiled steps warm up (page faults, buffer pools) and time a step.
+  LocalTrainOptions o;
+  o.batch = batch;
+  o.steps = 2;
+  ASSIGN_OR_RETURN(LocalTrainResult warm, TrainLocal(g, data.get(), o));
+  const double step_s = std::max(warm.mean_step_time_s, 1e-6);
+  o.steps = std::clamp<int64_t>(
+      static_cast<int64_t>(std::ceil(absl::ToDoubleSeconds(budget) / step_s)), 2, 200);
+  o.profile = true;
+  ASSIGN_OR_RETURN(LocalTrainResult run, TrainLocal(g, data.get(), o));
+  ASSIGN_OR_RETURN(Topology topo, OneCpu());
+  ASSIGN_OR_RETURN(CostModel cost, CostModel::Create(&g, &topo));
+  std::map<std::string, double> flops;  // per step
+  for (size_t i = 0; i < g.ops.size(); ++i) {
+    flops[g.ops[i].type] += cost.Flops(static_cast<int>(i), batch);
+  }
+  for (const auto& [type, seconds] : run.runner->OpTimes()) {
+    Totals& t = (*totals)[type];
+    t.flops += flops[type] * static_cast<double>(o.steps);
+    t.seconds += seconds;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<quilt::v1::OpTypeRate>> MeasureOpTypeRates(int threads,
+                                                                      absl::Duration duration) {
+  const int before = ComputeThreads();
+  SetComputeThreads(std::max(1, threads));
+  std::map<std::string, Totals> totals;
+  absl::Status st = Measure("cnn", 64, duration / 2, &totals);
+  if (st.ok()) st = Measure("mlp", 128, duration / 2, &totals);
+  SetComputeThreads(before);
+  if (!st.ok()) return absl::InternalError(absl::StrCat("op-type calibration: ", st.message()));
+  std::vector<quilt::v1::OpTypeRate> out;
+  for (const auto& [type, t] : totals) {
+    if (t.flops <= 0 || t.seconds <= 0) continue;
+    quilt::v1::OpTypeRate& r = out.emplace_back();
+    r.set_op_type(type);
+    r.set_flops_per_s(t.flops / t.seconds);
+  }
+  return out;
+}
+
+}  // namespace quilt
