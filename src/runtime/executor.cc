@@ -1,10 +1,12 @@
 #include "src/runtime/executor.h"
 
 #include <algorithm>
-#include <future>
+#include <functional>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "src/common/status.h"
 #include "src/graph/op_registry.h"
@@ -432,20 +434,81 @@ absl::StatusOr<std::vector<std::vector<Tensor>>> Executor::Impl::Feeds(int64_t s
   return out;
 }
 
+namespace {
+
+// Reads step k + 1's data on one thread of its own while step k runs (a
+// thread per step cost a thread creation on every step's critical path).
+class Prefetcher {
+ public:
+  using FeedSet = absl::StatusOr<std::vector<std::vector<Tensor>>>;
+  explicit Prefetcher(std::function<FeedSet(int64_t)> read)
+      : read_(std::move(read)), thread_([this] { Loop(); }) {}
+  ~Prefetcher() {
+    {
+      absl::MutexLock lock(&mu_);
+      stop_ = true;
+    }
+    thread_.join();
+  }
+  // Starts reading `step`'s data.
+  void Request(int64_t step) {
+    absl::MutexLock lock(&mu_);
+    wanted_ = step;
+  }
+  // The data of the step last requested, once read.
+  FeedSet Take() {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(
+        +[](Prefetcher* p)
+             ABSL_EXCLUSIVE_LOCKS_REQUIRED(p->mu_) { return p->ready_ == p->wanted_; },
+        this));
+    return std::move(result_);
+  }
+
+ private:
+  void Loop() {
+    for (;;) {
+      int64_t step = 0;
+      {
+        absl::MutexLock lock(&mu_);
+        mu_.Await(absl::Condition(
+            +[](Prefetcher* p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(p->mu_) {
+              return p->stop_ || p->wanted_ != p->ready_;
+            },
+            this));
+        if (stop_) return;
+        step = wanted_;
+      }
+      FeedSet result = read_(step);
+      absl::MutexLock lock(&mu_);
+      result_ = std::move(result);
+      ready_ = step;
+    }
+  }
+
+  std::function<FeedSet(int64_t)> read_;
+  absl::Mutex mu_;
+  int64_t wanted_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t ready_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  FeedSet result_ ABSL_GUARDED_BY(mu_);
+  std::thread thread_;
+};
+
+}  // namespace
+
 absl::Status Executor::Impl::Run() {
   // The next step's data is read while this step runs.
-  using FeedSet = absl::StatusOr<std::vector<std::vector<Tensor>>>;
-  std::future<FeedSet> next = std::async(std::launch::async, [this] { return Feeds(1); });
+  Prefetcher prefetch([this](int64_t step) { return Feeds(step); });
+  prefetch.Request(1);
   absl::Time previous_end = absl::Now();
   for (int64_t step = 1; step <= options_.steps; ++step) {
     // A step's time counts from the previous step's end, so a wait for
     // data is part of it.
     const absl::Time start = previous_end;
-    FeedSet feeds = next.get();
+    Prefetcher::FeedSet feeds = prefetch.Take();
     if (!feeds.ok()) return feeds.status();
-    if (step < options_.steps) {
-      next = std::async(std::launch::async, [this, step] { return Feeds(step + 1); });
-    }
+    if (step < options_.steps) prefetch.Request(step + 1);
     step_ = step;
     for (size_t d = 0; d < devices_.size(); ++d) {
       Device& dev = *devices_[d];
