@@ -267,8 +267,11 @@ absl::Status BenchModel(const std::string& name, int64_t batch, Options o) {
   // enough for the machine's hiccups to stay out of the median (the data
   // wraps around).
   ASSIGN_OR_RETURN(const Measured probe, Measure(one, name + "_probe", o));
-  o.steps = std::clamp<int64_t>(static_cast<int64_t>(std::ceil(o.min_run_s / probe.step_s)),
-                                o.steps, 1000);
+  if (probe.step_s > 0) {
+    o.steps = std::max(
+        o.steps,
+        std::min<int64_t>(static_cast<int64_t>(std::ceil(o.min_run_s / probe.step_s)), 1000));
+  }
   // The two devices share this host's cores, so each is measured while
   // the other runs too: two independent one-process runs at once, at both
   // batch sizes. The machine's other load changes within minutes, so each

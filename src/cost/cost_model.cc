@@ -222,18 +222,29 @@ CostModel::Collective CostModel::AllReduce(quilt::v1::AggregationMethod method,
   const int n = static_cast<int>(devices.size());
   if (n < 2) return {};
   if (method == quilt::v1::AGGREGATION_METHOD_TREE_ALLREDUCE) {
-    // Binary tree: reduce up then broadcast down, whole message per level.
+    // Binary tree (member i's parent is (i - 1) / 2, as the runtime builds
+    // it): whole messages up to member 0, then back down, ⌊log₂ n⌋ levels.
+    // A parent's children send at once: their latencies overlap, their
+    // bytes share the parent's side (and back down, its sending side), so a
+    // level lasts as long as the busiest parent's longest latency plus its
+    // children's bytes.
     Collective c;
     std::set<int> res;
-    double level_worst = 0;
+    std::vector<double> latency(n, 0.0), transfer(n, 0.0);
     for (int i = 1; i < n; ++i) {
-      const Path& p = topology_->PathBetween(devices[i], devices[(i - 1) / 2]);
-      level_worst = std::max(level_worst, p.Time(bytes));
+      const int parent = (i - 1) / 2;
+      const Path& p = topology_->PathBetween(devices[i], devices[parent]);
+      if (!p.resources.empty()) {
+        latency[parent] = std::max(latency[parent], p.latency_s);
+        transfer[parent] += bytes / p.bandwidth_bytes_per_s;
+      }
       res.insert(p.resources.begin(), p.resources.end());
-      const Path& q = topology_->PathBetween(devices[(i - 1) / 2], devices[i]);
+      const Path& q = topology_->PathBetween(devices[parent], devices[i]);
       res.insert(q.resources.begin(), q.resources.end());
     }
-    const int levels = static_cast<int>(std::ceil(std::log2(static_cast<double>(n))));
+    double level_worst = 0;
+    for (int i = 0; i < n; ++i) level_worst = std::max(level_worst, latency[i] + transfer[i]);
+    const int levels = static_cast<int>(std::floor(std::log2(static_cast<double>(n))));
     c.time_s = 2.0 * levels * level_worst;
     c.resources.assign(res.begin(), res.end());
     return c;

@@ -107,25 +107,27 @@ absl::StatusOr<std::pair<PlanState, Score>> Enumerate(
   bool have = false;
   s.place.assign(groups, 0);
   s.method.assign(groups, Method::kRing);
-  // Every state in both execution orders.
-  std::vector<size_t> at(groups + 1, 0);
-  constexpr quilt::v1::ExecutionOrder kOrders[] = {quilt::v1::EXECUTION_ORDER_CRITICAL_PATH,
-                                                   quilt::v1::EXECUTION_ORDER_TRANSFERS_FIRST};
+  // Every state in both execution orders (the order innermost, so that a
+  // deadline leaves no state tried in one order only).
+  std::vector<size_t> at(groups, 0);
   while (absl::Now() < deadline) {
     for (int k = 0; k < groups; ++k) {
       s.place[k] = choices[at[k]].first;
       s.method[k] = choices[at[k]].second;
     }
-    s.order = kOrders[at[groups]];
-    absl::StatusOr<Score> score = space->Evaluate(s);
-    if (score.ok() && (!have || score->BetterThan(*&best_score))) {
-      best = s;
-      best_score = *score;
-      have = true;
+    for (auto order :
+         {quilt::v1::EXECUTION_ORDER_CRITICAL_PATH, quilt::v1::EXECUTION_ORDER_TRANSFERS_FIRST}) {
+      s.order = order;
+      absl::StatusOr<Score> score = space->Evaluate(s);
+      if (score.ok() && (!have || score->BetterThan(*&best_score))) {
+        best = s;
+        best_score = *score;
+        have = true;
+      }
     }
     int k = 0;
     while (k < groups && ++at[k] == choices.size()) at[k++] = 0;
-    if (k == groups && ++at[groups] == 2) break;
+    if (k == groups) break;
   }
   if (!have) return absl::FailedPreconditionError("no plan could be simulated");
   return std::make_pair(best, best_score);

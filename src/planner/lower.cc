@@ -599,9 +599,23 @@ absl::Status Reprioritize(const Graph& g, const Topology& topo, const CostModel*
       instrs[ins.id()] = {device, &ins};
     }
   }
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t d : instrs[i].second->deps()) {
+      if (d < 0 || d >= n || instrs[d].second == &gap) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("instruction ", i, " depends on ", d, ", which no instruction is"));
+      }
+    }
+  }
+  // groups[id - 1]: the members of group `id`.
   std::vector<std::vector<int>> groups;
   for (const auto& group : prog->groups()) {
-    std::vector<int>& members = groups.emplace_back();
+    if (group.id() < 1 || group.id() > prog->groups_size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("group id ", group.id(), " is not in 1..", prog->groups_size()));
+    }
+    if (static_cast<size_t>(group.id()) > groups.size()) groups.resize(group.id());
+    std::vector<int>& members = groups[group.id() - 1];
     for (const std::string& d : group.devices()) {
       members.push_back(topo.DeviceIndex(d));
       if (members.back() < 0) return absl::InvalidArgumentError("unknown device '" + d + "'");

@@ -36,7 +36,8 @@ absl::StatusOr<quilt::v1::DistributedProgram*> LowerOnArena(
 
 // Recomputes a lowered program's instruction priorities for `order` (and
 // records it in the program's strategy): the same program otherwise.
-// Errors: INVALID_ARGUMENT for instruction ids that are not 0..n-1 or
+// Errors: INVALID_ARGUMENT for negative or repeated instruction ids,
+// dependencies on ids no instruction has, group ids outside 1..groups, or
 // devices the topology lacks.
 absl::Status Reprioritize(const Graph& graph, const Topology& topology, const CostModel* cost,
                           quilt::v1::ExecutionOrder order, quilt::v1::DistributedProgram* program);

@@ -217,6 +217,46 @@ TEST(Lower, StatisticsSumsTakeTheFasterOfRingAndTree) {
   }
 }
 
+// Reranking a lowered program for the other execution order gives the
+// priorities lowering in that order gives, and changes nothing else; a
+// program whose dependencies name no instruction is refused.
+TEST(Lower, ReprioritizeMatchesLoweringInThatOrder) {
+  auto s = Make("mlp");
+  Strategy strategy = DataParallelStrategy(s->graph, s->topo, {1, 1, 1, 1},
+                                           quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE, "dp");
+  DistributedProgram critical = LowerChecked(*s, strategy, 32);
+  strategy.set_order(quilt::v1::EXECUTION_ORDER_TRANSFERS_FIRST);
+  const DistributedProgram lifted = LowerChecked(*s, strategy, 32);
+  bool differ = false;
+  for (int d = 0; d < critical.devices_size(); ++d) {
+    for (int i = 0; i < critical.devices(d).instructions_size(); ++i) {
+      differ |= critical.devices(d).instructions(i).priority() !=
+                lifted.devices(d).instructions(i).priority();
+    }
+  }
+  EXPECT_TRUE(differ) << "the orders rank the weight gradients differently";
+  ASSERT_THAT(Reprioritize(s->graph, s->topo, s->cost.get(),
+                           quilt::v1::EXECUTION_ORDER_TRANSFERS_FIRST, &critical),
+              IsOk());
+  EXPECT_EQ(critical.strategy().order(), quilt::v1::EXECUTION_ORDER_TRANSFERS_FIRST);
+  ASSERT_EQ(critical.devices_size(), lifted.devices_size());
+  for (int d = 0; d < critical.devices_size(); ++d) {
+    ASSERT_EQ(critical.devices(d).instructions_size(), lifted.devices(d).instructions_size());
+    for (int i = 0; i < critical.devices(d).instructions_size(); ++i) {
+      quilt::v1::Instruction a = critical.devices(d).instructions(i);
+      quilt::v1::Instruction b = lifted.devices(d).instructions(i);
+      EXPECT_DOUBLE_EQ(a.priority(), b.priority()) << a.ShortDebugString();
+      a.clear_priority();
+      b.clear_priority();
+      EXPECT_EQ(a.SerializeAsString(), b.SerializeAsString());
+    }
+  }
+  critical.mutable_devices(0)->mutable_instructions(0)->add_deps(1 << 30);
+  EXPECT_THAT(Reprioritize(s->graph, s->topo, s->cost.get(),
+                           quilt::v1::EXECUTION_ORDER_CRITICAL_PATH, &critical),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("depends on")));
+}
+
 // Forward ops split in two halves: the first data parallel over the fast
 // node, the second on one slow device.
 Strategy Pipeline(const Graph& g, const Topology& topo, AggregationMethod method) {

@@ -210,7 +210,7 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
   const double lb = ComputeLowerBound(g, cost, topo, o.global_batch);
   rep.set_lower_bound_s(lb);
   if (o.progress) o.progress("building the baselines (fitting memory and compute per device)");
-  std::vector<NamedStrategy> strategies = Baselines(g, topo, cost, o.global_batch);
+  const std::vector<NamedStrategy> strategies = Baselines(g, topo, cost, o.global_batch);
   auto wanted = [&](const std::string& name) { return o.strategy == "all" || o.strategy == name; };
   std::map<std::string, Evaluated> done;
   auto evaluate = [&](const NamedStrategy& ns) -> absl::Status {
@@ -264,11 +264,6 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
   for (const NamedStrategy& ns : strategies) names.push_back(ns.name);
   if (wanted(kHeteroG)) {
     found = true;
-    // The search starts from the baselines in the order each ran faster in.
-    for (NamedStrategy& ns : strategies) {
-      auto it = done.find(ns.name);
-      if (it != done.end()) ns.strategy.set_order(it->second.estimate.strategy().order());
-    }
     names.push_back(kHeteroG);
     RETURN_IF_ERROR(PlanHeteroG(g, topo, cost, strategies, lb, o, start, evaluate, &done));
   }

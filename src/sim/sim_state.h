@@ -137,7 +137,8 @@ class Sim {
   std::vector<std::priority_queue<std::pair<double, int>>> link_waiting_;
   std::vector<int64_t> live_, peak_;
   std::vector<double> busy_s_, link_busy_s_;
-  // Per device: when its latest transfer ends (-inf before the first).
+  // Per node (its process's transport): when its latest transfer ends
+  // (-inf before the first).
   std::vector<double> comm_end_;
   std::vector<std::vector<std::pair<double, double>>> compute_iv_, comm_iv_;
   int64_t comm_bytes_ = 0;

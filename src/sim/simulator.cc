@@ -146,7 +146,8 @@ void Sim::Start(int n) {
       if (node.kind == Kind::kRecv) fn(node.partner);
     }
   };
-  // The devices whose transports a transfer uses.
+  // The devices whose transports a transfer uses (one transport per node:
+  // one process drives all of a node's devices).
   auto transports = [&](auto&& fn) {
     involved([&](int m) { fn(nodes_[m].device); });
     if (node.kind == Kind::kPush) fn(node.path_to);
@@ -158,14 +159,20 @@ void Sim::Start(int n) {
     double wake = 0;
     transports([&](int d) {
       const DeviceSpeed& s = cost_.speed(d);
-      if (s.transport_wakeup_s > 0 && comm_end_[d] < start - s.transport_spin_s) {
+      if (s.transport_wakeup_s > 0 &&
+          comm_end_[topo_.device(d).node] < start - s.transport_spin_s) {
         wake = std::max(wake, s.transport_wakeup_s);
       }
     });
     duration += wake;
   }
   const double end = start + duration;
-  if (node.comm()) transports([&](int d) { comm_end_[d] = std::max(comm_end_[d], end); });
+  if (node.comm()) {
+    transports([&](int d) {
+      double& last = comm_end_[topo_.device(d).node];
+      last = std::max(last, end);
+    });
+  }
   if (node.comm()) {
     for (int r : Links(n)) {
       link_busy_[r] = true;
@@ -257,7 +264,7 @@ absl::StatusOr<SimResult> Sim::Run() {
   live_.assign(nd, 0);
   peak_.assign(nd, 0);
   busy_s_.assign(nd, 0.0);
-  comm_end_.assign(nd, -std::numeric_limits<double>::infinity());
+  comm_end_.assign(topo_.num_nodes(), -std::numeric_limits<double>::infinity());
   compute_iv_.resize(nd);
   comm_iv_.resize(nd);
   for (size_t i = 0; i < instances_.size(); ++i) {

@@ -48,16 +48,22 @@ absl::Status Measure(const std::string& model, int64_t batch, absl::Duration bud
   RETURN_IF_ERROR(BuildTrainingGraph(&g, to));
   ASSIGN_OR_RETURN(DataSignature sig, DataSignatureOf(g));
   ASSIGN_OR_RETURN(std::unique_ptr<Dataset> data, MakeSyntheticDataset(g, sig, 1));
-  // Two unprofiled steps warm up (page faults, buffer pools) and time a step.
+  // A first run warms what runs share (the kernels' buffer pools, the
+  // thread pool). Each run still starts colder than it goes on (its own
+  // tensors' first pages): a two-step run times a step, and its kernel
+  // times are taken off those of a run N steps longer.
   LocalTrainOptions o;
   o.batch = batch;
   o.steps = 2;
+  RETURN_IF_ERROR(TrainLocal(g, data.get(), o).status());
+  o.profile = true;
   ASSIGN_OR_RETURN(LocalTrainResult warm, TrainLocal(g, data.get(), o));
   const double step_s = std::max(warm.mean_step_time_s, 1e-6);
-  o.steps = std::clamp<int64_t>(
+  const int64_t measured = std::clamp<int64_t>(
       static_cast<int64_t>(std::ceil(absl::ToDoubleSeconds(budget) / step_s)), 2, 200);
-  o.profile = true;
+  o.steps = measured + 2;
   ASSIGN_OR_RETURN(LocalTrainResult run, TrainLocal(g, data.get(), o));
+  const std::map<std::string, double>& cold = warm.runner->OpTimes();
   ASSIGN_OR_RETURN(Topology topo, OneCpu());
   ASSIGN_OR_RETURN(CostModel cost, CostModel::Create(&g, &topo));
   std::map<std::string, double> flops;  // per step
@@ -65,9 +71,12 @@ absl::Status Measure(const std::string& model, int64_t batch, absl::Duration bud
     flops[g.ops[i].type] += cost.Flops(static_cast<int>(i), batch);
   }
   for (const auto& [type, seconds] : run.runner->OpTimes()) {
+    auto c = cold.find(type);
+    const double warm_seconds = seconds - (c == cold.end() ? 0 : c->second);
+    if (warm_seconds <= 0) continue;
     Totals& t = (*totals)[type];
-    t.flops += flops[type] * static_cast<double>(o.steps);
-    t.seconds += seconds;
+    t.flops += flops[type] * static_cast<double>(measured);
+    t.seconds += warm_seconds;
   }
   return absl::OkStatus();
 }

@@ -31,15 +31,19 @@
 namespace quilt {
 namespace {
 
-// Each CPU device's op-type rates, measured with its executor's kernel
-// threads (the compute slowdown divides them, as it does the GEMM rate).
+// Each CPU device's op-type rates, measured with the threads its kernels
+// will have, as the GEMM rate is: the executor's kernel threads, at most the
+// device's cores (the compute slowdown divides them, as it does the GEMM
+// rate).
 absl::Status AddOpTypeRates(const WorkerConfig& config, quilt::v1::NodeInfo* node) {
-  bool any_cpu = false;
-  for (const auto& d : node->devices()) any_cpu |= d.kind() == quilt::v1::DEVICE_KIND_CPU;
-  if (!any_cpu) return absl::OkStatus();
+  int cores = 0;
+  for (const auto& d : node->devices()) {
+    if (d.kind() == quilt::v1::DEVICE_KIND_CPU) cores = std::max(cores, d.cores());
+  }
+  if (cores == 0) return absl::OkStatus();
+  const int threads = std::min(static_cast<int>(config.executor_threads), cores);
   ASSIGN_OR_RETURN(std::vector<quilt::v1::OpTypeRate> rates,
-                   MeasureOpTypeRates(static_cast<int>(config.executor_threads),
-                                      absl::Milliseconds(config.calibration_ms)));
+                   MeasureOpTypeRates(threads, absl::Milliseconds(config.calibration_ms)));
   for (auto& d : *node->mutable_devices()) {
     if (d.kind() != quilt::v1::DEVICE_KIND_CPU) continue;
     for (quilt::v1::OpTypeRate r : rates) {

@@ -5,8 +5,8 @@
 // a node send to their node's leader, leaders run the ring, leaders send
 // the result back — or a binary tree (member i's parent is (i - 1) / 2):
 // sums flow up to member 0, the total flows back down, whole buffers per
-// message (2 log2 n message latencies instead of the ring's 2 (n - 1): the
-// choice for small buffers over many members). Every member calls
+// message (2 ⌊log2 n⌋ levels of messages instead of the ring's 2 (n - 1)
+// steps: the choice for small buffers over many members). Every member calls
 // StartAllReduce with the same group, id and step; the result (the sum over
 // members) replaces each member's buffer.
 #ifndef QUILT_SRC_RUNTIME_COMM_COLLECTIVES_H_
