@@ -34,7 +34,9 @@ absl::StatusOr<GraphSummary> Summarize(const Graph& g, int64_t batch) {
       c.out_dims.push_back(t ? t->shape.Concrete(batch) : std::vector<int64_t>{});
       c.out_dtypes.push_back(t ? t->dtype : DType::kF32);
     }
-    s.flops += EstimateOpCost(*schema, c).flops;
+    const double flops = EstimateOpCost(*schema, c).flops;
+    s.flops += flops;
+    s.flops_by_type[op.type] += flops;
   }
   return s;
 }

@@ -20,6 +20,7 @@ struct GraphSummary {
   int64_t activation_tensors = 0;
   int64_t activation_bytes = 0;  // every activation at the batch, summed
   double flops = 0;              // of the ops summarized, at the batch
+  std::map<std::string, double> flops_by_type;
   int64_t batch = 1;
 };
 

@@ -7,6 +7,7 @@
 #include "absl/time/clock.h"
 #include "src/common/status.h"
 #include "src/planner/coarse_graph.h"
+#include "src/planner/priorities.h"
 #include "src/planner/search_space.h"
 
 namespace quilt {
@@ -115,8 +116,7 @@ absl::StatusOr<std::pair<PlanState, Score>> Enumerate(
       s.place[k] = choices[at[k]].first;
       s.method[k] = choices[at[k]].second;
     }
-    for (auto order :
-         {quilt::v1::EXECUTION_ORDER_CRITICAL_PATH, quilt::v1::EXECUTION_ORDER_TRANSFERS_FIRST}) {
+    for (auto order : kExecutionOrders) {
       s.order = order;
       absl::StatusOr<Score> score = space->Evaluate(s);
       if (score.ok() && (!have || score->BetterThan(*&best_score))) {
@@ -264,8 +264,7 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
   for (const NamedStrategy& ns : baselines) {
     if (!ns.infeasible_reason.empty() || ns.strategy.groups_size() != 1) continue;
     // In either execution order: the search keeps the start's.
-    for (auto order :
-         {quilt::v1::EXECUTION_ORDER_CRITICAL_PATH, quilt::v1::EXECUTION_ORDER_TRANSFERS_FIRST}) {
+    for (auto order : kExecutionOrders) {
       PlanState s = space.FromDataParallel(ns.strategy);
       s.order = order;
       absl::StatusOr<Score> score = space.Evaluate(s);

@@ -14,6 +14,7 @@
 #include "src/planner/coarse_graph.h"
 #include "src/planner/lower.h"
 #include "src/planner/plan.h"
+#include "src/planner/priorities.h"
 #include "src/planner/program_validator.h"
 #include "src/planner/search_space.h"
 #include "src/sim/simulator.h"
@@ -155,8 +156,7 @@ TEST(HeteroG, FindsTheOptimumOfASmallActionSpace) {
       s.place[k] = choices[at[k]].first;
       s.method[k] = choices[at[k]].second;
     }
-    for (auto order :
-         {quilt::v1::EXECUTION_ORDER_CRITICAL_PATH, quilt::v1::EXECUTION_ORDER_TRANSFERS_FIRST}) {
+    for (auto order : kExecutionOrders) {
       s.order = order;
       absl::StatusOr<Score> score = space.Evaluate(s);
       ASSERT_THAT(score.status(), IsOk());

@@ -54,7 +54,8 @@ struct World {
   std::unique_ptr<CostModel> cost;
 };
 
-std::unique_ptr<World> Make(const std::string& model) {
+std::unique_ptr<World> Make(const std::string& model,
+                            const quilt::v1::ClusterSpec& spec = TwoNodes()) {
   auto s = std::make_unique<World>();
   absl::StatusOr<Graph> g = zoo::BuildZooModel(model);
   EXPECT_THAT(g.status(), IsOk());
@@ -64,7 +65,7 @@ std::unique_ptr<World> Make(const std::string& model) {
   to.optimizer.kind = OptimizerSpec::Kind::kSgd;
   to.optimizer.momentum = 0.9;
   EXPECT_THAT(BuildTrainingGraph(&s->graph, to), IsOk());
-  absl::StatusOr<Topology> topo = Topology::Build(TwoNodes());
+  absl::StatusOr<Topology> topo = Topology::Build(spec);
   EXPECT_THAT(topo.status(), IsOk());
   s->topo = std::move(*topo);
   absl::StatusOr<CostModel> cost = CostModel::Create(&s->graph, &s->topo);
@@ -184,13 +185,7 @@ TEST(Lower, StatisticsSumsTakeTheFasterOfRingAndTree) {
       node.mutable_nic()->set_latency_s(latency);
       node.mutable_intra_node_link()->set_latency_s(1e-12);
     }
-    auto s = Make("resnet50");  // batch norm: its statistics are summed
-    absl::StatusOr<Topology> topo = Topology::Build(spec);
-    ASSERT_THAT(topo.status(), IsOk());
-    s->topo = std::move(*topo);
-    absl::StatusOr<CostModel> cost = CostModel::Create(&s->graph, &s->topo);
-    ASSERT_THAT(cost.status(), IsOk());
-    s->cost = std::make_unique<CostModel>(std::move(*cost));
+    auto s = Make("resnet50", spec);  // batch norm: its statistics are summed
     const Strategy strategy = DataParallelStrategy(
         s->graph, s->topo, {1, 1, 1, 1}, quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE, "dp");
     const DistributedProgram p = LowerChecked(*s, strategy, 8);

@@ -26,7 +26,6 @@ void Fill(const SimResult& r, int64_t batch, double lower_bound, quilt::v1::Stra
   e->set_compute_s(r.compute_s);
   e->set_exposed_communication_s(r.exposed_communication_s);
   e->set_idle_s(r.idle_s);
-  e->clear_memory();
   for (const DeviceUsage& u : r.devices) {
     auto* m = e->add_memory();
     m->set_device(u.device);
@@ -34,7 +33,6 @@ void Fill(const SimResult& r, int64_t batch, double lower_bound, quilt::v1::Stra
     m->set_capacity_bytes(u.capacity_bytes);
   }
   e->set_feasible(r.out_of_memory.empty());
-  e->clear_infeasible_reason();
   if (!r.out_of_memory.empty()) e->set_infeasible_reason("out of memory: " + r.out_of_memory);
 }
 

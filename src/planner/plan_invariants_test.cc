@@ -12,6 +12,7 @@
 #include "src/graph/autodiff.h"
 #include "src/graph/zoo/zoo.h"
 #include "src/planner/plan.h"
+#include "src/planner/priorities.h"
 #include "src/planner/program_validator.h"
 
 namespace quilt {
@@ -201,8 +202,7 @@ TEST(ExecutionOrder, PlanKeepsTheFasterOrder) {
     std::map<quilt::v1::ExecutionOrder, quilt::v1::StrategyEstimate> by_order;
     for (const NamedStrategy& ns : Baselines(*g, *topo, *cost, kBatch)) {
       if (ns.name != name) continue;
-      for (auto order :
-           {quilt::v1::EXECUTION_ORDER_CRITICAL_PATH, quilt::v1::EXECUTION_ORDER_TRANSFERS_FIRST}) {
+      for (auto order : kExecutionOrders) {
         NamedStrategy copy = ns;
         copy.strategy.set_order(order);
         absl::StatusOr<quilt::v1::StrategyEstimate> e =

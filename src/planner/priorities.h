@@ -18,6 +18,10 @@
 
 namespace quilt {
 
+// Every execution order a plan can have (Strategy.order).
+inline constexpr quilt::v1::ExecutionOrder kExecutionOrders[] = {
+    quilt::v1::EXECUTION_ORDER_CRITICAL_PATH, quilt::v1::EXECUTION_ORDER_TRANSFERS_FIRST};
+
 // `instrs[i]` = (device, instruction with id i); `groups[g - 1]` = the
 // device indices of collective group g. Returns rank per index.
 std::vector<double> HeftPriorities(

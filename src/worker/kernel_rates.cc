@@ -6,10 +6,9 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "src/cluster/topology.h"
 #include "src/common/status.h"
-#include "src/cost/cost_model.h"
 #include "src/graph/autodiff.h"
+#include "src/graph/graph_summary.h"
 #include "src/graph/zoo/zoo.h"
 #include "src/runtime/data/dataset.h"
 #include "src/runtime/local_trainer.h"
@@ -22,19 +21,6 @@ struct Totals {
   double flops = 0;
   double seconds = 0;
 };
-
-// One CPU device of the given speed, for the cost model's FLOP counts.
-absl::StatusOr<Topology> OneCpu() {
-  quilt::v1::ClusterSpec spec;
-  auto* node = spec.add_nodes();
-  node->set_node_id("calibration");
-  auto* d = node->add_devices();
-  d->set_id("calibration/cpu:0");
-  d->set_kind(quilt::v1::DEVICE_KIND_CPU);
-  d->set_measured_gemm_flops_per_s(1e9);
-  d->set_memory_bytes(int64_t{1} << 30);
-  return Topology::Build(spec);
-}
 
 // Trains `model` for about `budget` and adds each op type's FLOPs and
 // kernel seconds to `totals`.
@@ -64,18 +50,13 @@ absl::Status Measure(const std::string& model, int64_t batch, absl::Duration bud
   o.steps = measured + 2;
   ASSIGN_OR_RETURN(LocalTrainResult run, TrainLocal(g, data.get(), o));
   const std::map<std::string, double>& cold = warm.runner->OpTimes();
-  ASSIGN_OR_RETURN(Topology topo, OneCpu());
-  ASSIGN_OR_RETURN(CostModel cost, CostModel::Create(&g, &topo));
-  std::map<std::string, double> flops;  // per step
-  for (size_t i = 0; i < g.ops.size(); ++i) {
-    flops[g.ops[i].type] += cost.Flops(static_cast<int>(i), batch);
-  }
+  ASSIGN_OR_RETURN(GraphSummary step, Summarize(g, batch));  // FLOPs per step and type
   for (const auto& [type, seconds] : run.runner->OpTimes()) {
     auto c = cold.find(type);
     const double warm_seconds = seconds - (c == cold.end() ? 0 : c->second);
     if (warm_seconds <= 0) continue;
     Totals& t = (*totals)[type];
-    t.flops += flops[type] * static_cast<double>(measured);
+    t.flops += step.flops_by_type[type] * static_cast<double>(measured);
     t.seconds += warm_seconds;
   }
   return absl::OkStatus();

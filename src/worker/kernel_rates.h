@@ -1,9 +1,9 @@
 // Measures the FLOP rate each op type reaches on this host with Quilt's own
 // CPU kernels: a few training steps of the zoo's small CNN and MLP, every
-// kernel timed per op type, divided into the cost model's FLOPs of those
-// ops. A large square GEMM (cpu_calibration.h) runs several times faster
-// than the small convolutions and GEMMs of real training steps; the cost
-// model uses these rates for ops of the measured types.
+// kernel timed per op type, divided into the op registry's FLOPs of those
+// ops (what the cost model counts). A large square GEMM (cpu_calibration.h) runs several times
+// faster than the small convolutions and GEMMs of real training steps; the cost model uses these
+// rates for ops of the measured types.
 #ifndef QUILT_SRC_WORKER_KERNEL_RATES_H_
 #define QUILT_SRC_WORKER_KERNEL_RATES_H_
 
