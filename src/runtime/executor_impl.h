@@ -156,8 +156,9 @@ class Executor::Impl {
   // Step state.
   absl::Mutex mu_;
   int remaining_ ABSL_GUARDED_BY(mu_) = 0;
-  int running_ ABSL_GUARDED_BY(mu_) = 0;  // compute instructions executing
-  int extra_ ABSL_GUARDED_BY(mu_) = 0;    // pull-serving sends in flight
+  int idle_threads_ ABSL_GUARDED_BY(mu_) = 0;  // device threads waiting for work
+  int running_ ABSL_GUARDED_BY(mu_) = 0;       // compute instructions executing
+  int extra_ ABSL_GUARDED_BY(mu_) = 0;         // pull-serving sends in flight
   absl::Status error_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   absl::CondVar work_;

@@ -46,6 +46,11 @@ class Transport {
   // Cancels every pending operation (their callbacks get CANCELLED);
   // returns once all callbacks ran.
   virtual void CancelAll() = 0;
+  // Tells the transport whether this process's compute is waiting (every
+  // device thread idle): a transport that polls for a while after each
+  // event may then keep polling while operations are pending, as the
+  // cores it would take from kernels are not in use. A hint only.
+  virtual void SetComputeIdle(bool idle) {}
 };
 
 // Blocking forms for simple uses: post, then wait for the callback until

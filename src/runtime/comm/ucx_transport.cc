@@ -47,6 +47,7 @@ struct Op {
 };
 
 const absl::Duration kSpin = absl::Seconds(kUcxSpinSeconds);
+const absl::Duration kIdleSpin = absl::Seconds(kUcxIdleSpinSeconds);
 
 // What tells processes on one machine apart from those on others: the
 // host name and the kernel's boot id.
@@ -184,6 +185,12 @@ class UcxTransport final : public Transport {
   }
 
   bool PeerFailed(int peer) const override { return failed_[peer].load(); }
+
+  void SetComputeIdle(bool idle) override {
+    if (idle) idle_since_ns_.store(absl::GetCurrentTimeNanos());
+    compute_idle_.store(idle);
+    if (idle) ucp_worker_signal(worker_);  // asleep: poll again
+  }
 
   void CancelAll() override {
     absl::MutexLock lock(&mu_);
@@ -365,8 +372,13 @@ class UcxTransport final : public Transport {
       // moment after the last event: large messages move in rendezvous
       // steps that each need this side's progress, and not every
       // transport wakes the event fd. Past that, sleep briefly, leaving
-      // the cores to the kernels.
-      if (busy && now - active < kSpin) {
+      // the cores to the kernels; but while the compute waits (for these
+      // very operations, typically), keep polling for longer: waking
+      // costs more than the whole exchange on a busy host.
+      const bool idle_spin =
+          compute_idle_.load() &&
+          now - std::max(active, absl::FromUnixNanos(idle_since_ns_.load())) < kIdleSpin;
+      if (busy && (now - active < kSpin || idle_spin)) {
         sched_yield();
         continue;
       }
@@ -426,6 +438,8 @@ class UcxTransport final : public Transport {
   std::vector<std::atomic<bool>> failed_;
   std::atomic<bool> peer_failure_{false};
   std::atomic<bool> stop_{false};
+  std::atomic<bool> compute_idle_{false};
+  std::atomic<int64_t> idle_since_ns_{0};
   std::thread progress_;
   absl::Mutex mu_;
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;

@@ -27,6 +27,16 @@ namespace quilt {
 // measured_transport_spin_s).
 inline constexpr double kUcxSpinSeconds = 300e-6;
 
+// How long it polls without sleeping while operations are in flight and
+// the process's compute waits (Transport::SetComputeIdle), counted from
+// the last event or from when the compute went idle, whichever is later:
+// a message that arrives meanwhile pays no wake-up, and a wait longer than
+// this leaves the cores to other processes. (The cost model charges a
+// transfer the wake-up of any participant whose node has not communicated
+// within kUcxSpinSeconds: the one whose compute just posted it wakes its
+// own transport, so a participant that waited adds nothing.)
+inline constexpr double kUcxIdleSpinSeconds = 10e-3;
+
 // Creates the worker, exchanges addresses through `rendezvous` and
 // connects to every other rank. Errors: UNAVAILABLE (UCX could not start),
 // DEADLINE_EXCEEDED (ranks missing at the rendezvous).

@@ -4,7 +4,8 @@
 // peer killed while a large send to it and a receive from it wait fails
 // both, naming the peer, within seconds — the endpoint that carries the
 // data has no failure handling of its own, so this checks the one that
-// watches the peer.
+// watches the peer; messages arrive while the compute waits (the progress
+// thread polling) and after.
 #include "src/runtime/comm/ucx_transport.h"
 
 #include <signal.h>
@@ -88,6 +89,48 @@ TEST(UcxTransportTest, LargeAndSmallMessagesArriveIntactBothWays) {
   EXPECT_EQ(wrong.code(), absl::StatusCode::kDataLoss) << wrong;
   EXPECT_THAT(wrong.message(), HasSubstr("rank 1 (child)"));
   EXPECT_THAT(Barrier(t->get(), 1, deadline), IsOk());
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+}
+
+// While this process's compute waits, the progress thread polls for a
+// while and then sleeps again: messages that come within the polling
+// window and well after it both arrive, and so do those after the wait.
+TEST(UcxTransportTest, MessagesArriveWhileTheComputeWaitsAndAfter) {
+  testing::TempDir dir;
+  const absl::Duration later = absl::Seconds(3 * kUcxIdleSpinSeconds);
+  const pid_t child = Fork(dir.path(), [later](Transport* t) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(60);
+    int64_t v = 1;
+    if (!Barrier(t, 1, deadline).ok()) return 1;
+    if (!SendSync(t, 0, Tag(1), &v, sizeof(v), deadline).ok()) return 2;
+    absl::SleepFor(later);
+    v = 2;
+    if (!SendSync(t, 0, Tag(2), &v, sizeof(v), deadline).ok()) return 3;
+    if (!RecvSync(t, 0, Tag(3), &v, sizeof(v), deadline).ok()) return 4;
+    return SendSync(t, 0, Tag(4), &v, sizeof(v), deadline).ok() ? 0 : 5;
+  });
+  absl::StatusOr<std::unique_ptr<Transport>> t = Connect(0, dir.path());
+  ASSERT_THAT(t.status(), IsOk());
+  (*t)->SetComputeIdle(true);
+  int64_t first = 0, second = 0;
+  Outcome a, b;
+  (*t)->Recv(1, Tag(1), &first, sizeof(first), a.Callback());
+  (*t)->Recv(1, Tag(2), &second, sizeof(second), b.Callback());
+  ASSERT_THAT(Barrier(t->get(), 1, absl::Now() + absl::Seconds(30)), IsOk());
+  ASSERT_TRUE(a.done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  ASSERT_TRUE(b.done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_THAT(a.status, IsOk());
+  EXPECT_THAT(b.status, IsOk());
+  EXPECT_EQ(first, 1);
+  EXPECT_EQ(second, 2);
+  (*t)->SetComputeIdle(false);
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  int64_t v = 40;
+  ASSERT_THAT(SendSync(t->get(), 1, Tag(3), &v, sizeof(v), deadline), IsOk());
+  ASSERT_THAT(RecvSync(t->get(), 1, Tag(4), &v, sizeof(v), deadline), IsOk());
+  EXPECT_EQ(v, 40);
   int status = 0;
   ASSERT_EQ(waitpid(child, &status, 0), child);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
