@@ -60,12 +60,14 @@ bool TensorStore::FindContaining(int tensor, int64_t begin, int64_t end, Instanc
   return false;
 }
 
-void TensorStore::Retain(const absl::flat_hash_map<InstanceKey, bool>& keep) {
+std::vector<Tensor> TensorStore::Retain(const absl::flat_hash_map<InstanceKey, bool>& keep) {
+  std::vector<Tensor> dropped;
   absl::MutexLock lock(&mu_);
   for (auto it = values_.begin(); it != values_.end();) {
     if (keep.contains(it->first)) {
       ++it;
     } else {
+      dropped.push_back(std::move(it->second));
       values_.erase(it++);
     }
   }
@@ -81,6 +83,7 @@ void TensorStore::Retain(const absl::flat_hash_map<InstanceKey, bool>& keep) {
       assembled_.erase(it++);
     }
   }
+  return dropped;
 }
 
 std::vector<std::pair<InstanceKey, Tensor>> TensorStore::All() const {
@@ -516,11 +519,13 @@ absl::Status Executor::Impl::Run() {
     const absl::Time start = previous_end;
     Prefetcher::FeedSet feeds = prefetch.Take();
     if (!feeds.ok()) return feeds.status();
-    if (step < options_.steps) prefetch.Request(step + 1);
     step_ = step;
+    // The previous step's tensors are freed, and the next step's data
+    // requested, once this step runs: neither delays its start.
+    std::vector<Tensor> previous;
     for (size_t d = 0; d < devices_.size(); ++d) {
       Device& dev = *devices_[d];
-      dev.store.Retain(dev.persistent);
+      for (Tensor& t : dev.store.Retain(dev.persistent)) previous.push_back(std::move(t));
       for (size_t i = 0; i < dev.feeds.size(); ++i) {
         const auto& r = dev.feeds[i];
         dev.store.Put(InstanceKey{tensor_ids_.at(r.tensor()), r.begin(), r.end()},
@@ -551,6 +556,8 @@ absl::Status Executor::Impl::Run() {
     for (int n : ready) {
       if (!nodes_[n].compute) Dispatch(n);
     }
+    previous.clear();
+    if (step < options_.steps) prefetch.Request(step + 1);
     const absl::Time deadline = start + options_.step_timeout;
     absl::Status failed;
     {

@@ -48,8 +48,9 @@ class TensorStore {
   // assembled until a Put replaces it.
   absl::Status WriteInto(const InstanceKey& k, DType dtype, const std::vector<int64_t>& dims,
                          int axis, int64_t at, const Tensor& src);
-  // Keeps only the keys in `keep`.
-  void Retain(const absl::flat_hash_map<InstanceKey, bool>& keep);
+  // Keeps only the keys in `keep`; the others' values are handed back, so
+  // that the caller can free them when it suits it.
+  std::vector<Tensor> Retain(const absl::flat_hash_map<InstanceKey, bool>& keep);
   std::vector<std::pair<InstanceKey, Tensor>> All() const;
   // The instances of one tensor.
   std::vector<std::pair<InstanceKey, Tensor>> Instances(int tensor) const;
