@@ -217,8 +217,9 @@ int ComputeInstructions(const quilt::v1::DistributedProgram& p) {
 // The FLOP rate and fixed time per op that make the simulated one-device
 // kernel time match the measured one at both batch sizes (time in kernels
 // = ops × overhead + work / rate, the memory-bound part not scaling with
-// the rate, hence a few rounds), and the host time per step. Where no
-// fixed time fits, the rate matches the smaller (per-replica) batch.
+// the rate, hence a few rounds), and the host time per step (at the
+// per-replica batch). Where no fixed time fits, the rate matches the
+// smaller (per-replica) batch.
 absl::StatusOr<Calibration> Calibrate(const Graph& g, int64_t full, const Measured& at_full,
                                       int64_t half, const Measured& at_half, const Options& o) {
   Calibration c;
@@ -241,8 +242,9 @@ absl::StatusOr<Calibration> Calibrate(const Graph& g, int64_t full, const Measur
     c.flops_per_s /= scale;
     c.op_overhead_s = std::max(overhead, 1e-9);  // 0 would mean "the default"
   }
-  c.step_overhead_s =
-      std::max(0.0, (at_full.step_s - at_full.compute_s + at_half.step_s - at_half.compute_s) / 2);
+  // Host time per step at the per-replica batch too: reading a step's
+  // data grows with its rows.
+  c.step_overhead_s = std::max(0.0, at_half.step_s - at_half.compute_s);
   return c;
 }
 
