@@ -251,6 +251,7 @@ void Executor::Impl::StartAllReduce(int node) {
     at += p.numel();
   }
   spec.data = sum->f32();
+  spec.owner = sum;
   spec.count = total;
   const absl::Time start = absl::Now();
   quilt::StartAllReduce(transport_, spec, [this, node, sum, ids, parts, start](absl::Status st) {

@@ -83,8 +83,15 @@ class BufferPool {
 class Ring : public std::enable_shared_from_this<Ring> {
  public:
   Ring(Transport* t, uint64_t id, int64_t step, std::vector<int> ranks, int me, float* data,
-       int64_t count, int64_t segment_elements)
-      : t_(t), id_(id), step_(step), ranks_(std::move(ranks)), me_(me), data_(data), count_(count) {
+       int64_t count, int64_t segment_elements, std::shared_ptr<const void> owner)
+      : t_(t),
+        id_(id),
+        step_(step),
+        ranks_(std::move(ranks)),
+        me_(me),
+        data_(data),
+        count_(count),
+        owner_(std::move(owner)) {
     n_ = static_cast<int>(ranks_.size());
     int64_t longest = 0;
     for (int c = 0; c < n_; ++c) longest = std::max(longest, ChunkBegin(c + 1) - ChunkBegin(c));
@@ -164,6 +171,7 @@ class Ring : public std::enable_shared_from_this<Ring> {
   int me_, n_ = 0, segments_ = 1;
   float* data_;
   int64_t count_;
+  std::shared_ptr<const void> owner_;  // of data_, while any operation is pending
   std::vector<std::vector<float>> temp_;
   std::shared_ptr<Completion> completion_;
 };
@@ -171,7 +179,7 @@ class Ring : public std::enable_shared_from_this<Ring> {
 void StartRing(Transport* t, const AllReduceSpec& spec, std::vector<int> ranks, int me,
                CommCallback done) {
   auto ring = std::make_shared<Ring>(t, spec.collective_id, spec.step, std::move(ranks), me,
-                                     spec.data, spec.count, spec.segment_elements);
+                                     spec.data, spec.count, spec.segment_elements, spec.owner);
   ring->Start(std::move(done));
 }
 
@@ -288,7 +296,9 @@ void StartHierarchical(Transport* t, const AllReduceSpec& spec, CommCallback don
   const size_t bytes = static_cast<size_t>(spec.count) * sizeof(float);
   if (spec.me != leader) {
     auto completion = std::make_shared<Completion>(2, std::move(done));
-    auto step = [completion](absl::Status s) { s.ok() ? completion->One() : completion->Fail(s); };
+    auto step = [completion, owner = spec.owner](absl::Status s) {
+      s.ok() ? completion->One() : completion->Fail(s);
+    };
     t->Send(spec.ranks[leader],
             MakeTag(spec.step, TagKind::kGatherToLeader, spec.collective_id, spec.me), spec.data,
             bytes, step);
@@ -313,10 +323,11 @@ void StartHierarchical(Transport* t, const AllReduceSpec& spec, CommCallback don
       return;
     }
     for (size_t i = 1; i < mine.size(); ++i) {
-      t->Send(
-          spec.ranks[mine[i]],
-          MakeTag(spec.step, TagKind::kFromLeader, spec.collective_id, mine[i]), spec.data, bytes,
-          [final_done](absl::Status st) { st.ok() ? final_done->One() : final_done->Fail(st); });
+      t->Send(spec.ranks[mine[i]],
+              MakeTag(spec.step, TagKind::kFromLeader, spec.collective_id, mine[i]), spec.data,
+              bytes, [final_done, owner = spec.owner](absl::Status st) {
+                st.ok() ? final_done->One() : final_done->Fail(st);
+              });
     }
     final_done->One();
   };
@@ -341,8 +352,9 @@ void StartHierarchical(Transport* t, const AllReduceSpec& spec, CommCallback don
     const int member = mine[i + 1];
     t->Recv(spec.ranks[member],
             MakeTag(spec.step, TagKind::kGatherToLeader, spec.collective_id, member),
-            (*buffers)[i].data(), bytes,
-            [gathered](absl::Status s) { s.ok() ? gathered->One() : gathered->Fail(s); });
+            (*buffers)[i].data(), bytes, [gathered, buffers, owner = spec.owner](absl::Status s) {
+              s.ok() ? gathered->One() : gathered->Fail(s);
+            });
   }
 }
 

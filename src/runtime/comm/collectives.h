@@ -13,6 +13,7 @@
 #define QUILT_SRC_RUNTIME_COMM_COLLECTIVES_H_
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "proto/quilt/v1/strategy.pb.h"
@@ -33,6 +34,12 @@ struct AllReduceSpec {
   quilt::v1::AggregationMethod method = quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE;
   // Elements per message (pipelining granularity).
   int64_t segment_elements = 1 << 20;
+  // Keeps `data` alive until every send and receive of the all-reduce has
+  // finished: after an error `done` runs at once, while other operations
+  // of the same all-reduce may still read or write the buffer until they
+  // finish or are cancelled. Optional (null: the caller keeps the buffer
+  // alive until then).
+  std::shared_ptr<const void> owner;
 };
 
 // `done` runs once: after the buffer holds the sum, or with the first error.
