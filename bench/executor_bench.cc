@@ -237,7 +237,7 @@ absl::StatusOr<Calibration> Calibrate(const Graph& g, int64_t full, const Measur
       // caches): the rate alone, matched at the per-replica batch, which
       // is the one the prediction is for.
       overhead = 0;
-      scale = at_half.compute_s / std::max(1e-12, ph.sim.step_time_s);
+      scale = at_half.compute_s / std::max(1e-12, vh);
     }
     c.flops_per_s /= scale;
     c.op_overhead_s = std::max(overhead, 1e-9);  // 0 would mean "the default"

@@ -277,13 +277,13 @@ absl::Status Executor::Impl::Init() {
             // While every device of this process waits, the transport may
             // poll rather than sleep: the cores are not in use.
             const int all = static_cast<int>(devices_.size());
-            if (++idle_threads_ == all) transport_->SetComputeIdle(true);
+            if (++idle_threads_ == all && transport_ != nullptr) transport_->SetComputeIdle(true);
             mu_.Await(absl::Condition(
                 +[](Device* d) ABSL_NO_THREAD_SAFETY_ANALYSIS {
                   return d->owner->stop_ || !d->ready.empty();
                 },
                 &dev));
-            if (idle_threads_-- == all) transport_->SetComputeIdle(false);
+            if (idle_threads_-- == all && transport_ != nullptr) transport_->SetComputeIdle(false);
           }
           if (stop_) return;
           node = -dev.ready.top().second;

@@ -56,6 +56,11 @@ struct Case {
   quilt::v1::AggregationMethod method;
   std::vector<int> ranks, nodes;
   int me;
+  // Elements per ring message (0: the default); with several segments,
+  // the others go on (receive, add, send) after the first one failed.
+  int64_t segment_elements = 0;
+  // How the operations after the failed one finish.
+  bool others_succeed = false;
 };
 
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
@@ -77,6 +82,7 @@ TEST_P(AllReduceOwnership, BufferOutlivesTheOperationsAfterAnError) {
   spec.data = buffer->data();
   spec.count = static_cast<int64_t>(buffer->size());
   spec.owner = buffer;
+  if (c.segment_elements > 0) spec.segment_elements = c.segment_elements;
   buffer.reset();
   int calls = 0;
   absl::Status result;
@@ -90,10 +96,13 @@ TEST_P(AllReduceOwnership, BufferOutlivesTheOperationsAfterAnError) {
   EXPECT_EQ(calls, 1);
   EXPECT_EQ(result.code(), absl::StatusCode::kUnavailable);
   EXPECT_FALSE(alive.expired()) << "the buffer was released while operations were in flight";
-  // The others finish (cancelled, as the executor's CancelAll does); what
-  // they start meanwhile finishes too.
+  // The others finish (cancelled, as the executor's CancelAll does, or
+  // delivered); what they start meanwhile finishes too.
   for (size_t i = 1; i < t.posted(); ++i) {
-    if (!t.finished(i)) t.Finish(i, absl::CancelledError("cancelled"));
+    EXPECT_FALSE(alive.expired()) << "released before operation " << i << " finished";
+    if (!t.finished(i)) {
+      t.Finish(i, c.others_succeed ? absl::OkStatus() : absl::CancelledError("cancelled"));
+    }
   }
   EXPECT_EQ(calls, 1) << "done runs once";
   EXPECT_TRUE(alive.expired()) << "the buffer outlived every operation";
@@ -104,6 +113,16 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         // Ring of two: this member's receive and send of its first step.
         Case{"ring", quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE, {0, 1}, {0, 1}, 0},
+        // Ring of two in four segments: the three others' receives and
+        // sends succeed after the first segment's receive failed, and add
+        // into the buffer.
+        Case{"ring_segments",
+             quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE,
+             {0, 1},
+             {0, 1},
+             0,
+             128,
+             true},
         // Tree root with two children: both children's sums awaited.
         Case{"tree", quilt::v1::AGGREGATION_METHOD_TREE_ALLREDUCE, {0, 1, 2}, {0, 1, 2}, 0},
         // A node's second member: its send to the leader and the receive

@@ -5,6 +5,7 @@
 #include <ucp/api/ucp.h>
 
 #include <atomic>
+#include <chrono>
 #include <deque>
 #include <fstream>
 #include <thread>
@@ -46,8 +47,13 @@ struct Op {
   size_t received = 0;
 };
 
-const absl::Duration kSpin = absl::Seconds(kUcxSpinSeconds);
-const absl::Duration kIdleSpin = absl::Seconds(kUcxIdleSpinSeconds);
+// The polling windows run on the monotonic clock (a wall clock stepped
+// back would keep them open).
+using Clock = std::chrono::steady_clock;
+const Clock::duration kSpin =
+    std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(kUcxSpinSeconds));
+const Clock::duration kIdleSpin =
+    std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(kUcxIdleSpinSeconds));
 
 // What tells processes on one machine apart from those on others: the
 // host name and the kernel's boot id.
@@ -187,9 +193,15 @@ class UcxTransport final : public Transport {
   bool PeerFailed(int peer) const override { return failed_[peer].load(); }
 
   void SetComputeIdle(bool idle) override {
-    if (idle) idle_since_ns_.store(absl::GetCurrentTimeNanos());
+    if (idle) idle_since_.store(Clock::now().time_since_epoch().count());
     compute_idle_.store(idle);
-    if (idle) ucp_worker_signal(worker_);  // asleep: poll again
+    if (!idle) return;
+    bool pending = false;
+    {
+      absl::MutexLock lock(&mu_);
+      pending = !pending_.empty();
+    }
+    if (pending) ucp_worker_signal(worker_);  // asleep: poll again
   }
 
   void CancelAll() override {
@@ -353,7 +365,7 @@ class UcxTransport final : public Transport {
   }
 
   void ProgressLoop() {
-    absl::Time active = absl::Now();  // the last time anything happened
+    Clock::time_point active = Clock::now();  // the last time anything happened
     while (!stop_.load()) {
       unsigned events = 0, n = 0;
       while ((n = ucp_worker_progress(worker_)) != 0) events += n;
@@ -366,7 +378,7 @@ class UcxTransport final : public Transport {
         finished = !finished_.empty();
       }
       RunFinished();
-      const absl::Time now = absl::Now();
+      const Clock::time_point now = Clock::now();
       if (events > 0 || finished) active = now;
       // While operations are in flight, poll without sleeping for a
       // moment after the last event: large messages move in rendezvous
@@ -377,7 +389,8 @@ class UcxTransport final : public Transport {
       // costs more than the whole exchange on a busy host.
       const bool idle_spin =
           compute_idle_.load() &&
-          now - std::max(active, absl::FromUnixNanos(idle_since_ns_.load())) < kIdleSpin;
+          now - std::max(active, Clock::time_point(Clock::duration(idle_since_.load()))) <
+              kIdleSpin;
       if (busy && (now - active < kSpin || idle_spin)) {
         sched_yield();
         continue;
@@ -389,7 +402,7 @@ class UcxTransport final : public Transport {
         if (!finished_.empty() || !cancels_.empty()) continue;
       }
       pollfd pfd = {efd_, POLLIN, 0};
-      if (poll(&pfd, 1, busy ? 1 : 5) > 0) active = absl::Now();
+      if (poll(&pfd, 1, busy ? 1 : 5) > 0) active = Clock::now();
     }
     RunFinished();
   }
@@ -439,7 +452,7 @@ class UcxTransport final : public Transport {
   std::atomic<bool> peer_failure_{false};
   std::atomic<bool> stop_{false};
   std::atomic<bool> compute_idle_{false};
-  std::atomic<int64_t> idle_since_ns_{0};
+  std::atomic<Clock::rep> idle_since_{0};  // Clock ticks
   std::thread progress_;
   absl::Mutex mu_;
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
