@@ -275,7 +275,7 @@ absl::Status Executor::Impl::Init() {
           absl::MutexLock lock(&mu_);
           if (!stop_ && dev.ready.empty()) {
             // While every device of this process waits, the transport may
-            // poll rather than sleep: the cores are not in use.
+            // poll rather than sleep: this process has no kernel to run.
             const int all = static_cast<int>(devices_.size());
             if (++idle_threads_ == all && transport_ != nullptr) transport_->SetComputeIdle(true);
             mu_.Await(absl::Condition(
