@@ -4,9 +4,12 @@
 //      at the per-replica batch, alone (the one-process throughput);
 //   2. two independent one-process runs at once, as the two devices of the
 //      two-process run share this host, at both batch sizes: they calibrate
-//      the cost model's device (the time in kernels at the two batch sizes
-//      gives its FLOP rate and its fixed time per op, the rest of the step
-//      its host time per step); the link is given the bandwidth, latency
+//      the cost model's devices (the time in kernels at the two batch sizes
+//      gives a device's FLOP rate and its fixed time per op, the rest of the
+//      step its host time per step). Processes that run at once are pinned
+//      to a CPU each (--cpus), the same in calibration and measurement: the
+//      CPUs of a virtual machine may differ in speed, and each device is
+//      calibrated on its own; the link is given the bandwidth, latency
 //      and transport wake-up measured by comm_bench (--link-bytes-per-s,
 //      --link-latency-s, --transport-wakeup-s);
 //   3. two processes (two devices, one per process, data parallel with a
@@ -32,6 +35,7 @@
 #include "absl/strings/str_split.h"
 #include "nlohmann/json.hpp"
 #include "src/cluster/topology.h"
+#include "src/common/cpu_affinity.h"
 #include "src/common/status.h"
 #include "src/graph/autodiff.h"
 #include "src/graph/model_loader.h"
@@ -59,6 +63,9 @@ struct Options {
   std::string trace_dir;
   std::string work_dir;
   std::string data;  // --data of the executors
+  // Where processes share this host, process i of a run is pinned to
+  // cpus[i % cpus.size()] (empty: not pinned).
+  std::vector<int> cpus;
 };
 
 // The run's samples (the seeded synthetic set) as NumPy files, so that the
@@ -81,10 +88,12 @@ struct Calibration {
   double step_overhead_s = 0;
 };
 
-quilt::v1::ClusterSpec Cluster(int nodes, const Calibration& c, const Options& o) {
+// One node per device, each device as calibrated.
+quilt::v1::ClusterSpec Cluster(const std::vector<Calibration>& devices, const Options& o) {
   quilt::v1::ClusterSpec spec;
   spec.set_name("loopback");
-  for (int n = 0; n < nodes; ++n) {
+  for (size_t n = 0; n < devices.size(); ++n) {
+    const Calibration& c = devices[n];
     auto* node = spec.add_nodes();
     node->set_node_id(absl::StrCat("w", n));
     node->mutable_nic()->set_bandwidth_bytes_per_s(o.link_bytes_per_s);
@@ -109,10 +118,11 @@ struct Planned {
   Topology topo;
 };
 
-absl::StatusOr<Planned> PlanDataParallel(const Graph& g, int nodes, const Calibration& c,
+absl::StatusOr<Planned> PlanDataParallel(const Graph& g, const std::vector<Calibration>& devices,
                                          int64_t batch, const Options& o) {
   Planned p;
-  ASSIGN_OR_RETURN(p.topo, Topology::Build(Cluster(nodes, c, o)));
+  const int nodes = static_cast<int>(devices.size());
+  ASSIGN_OR_RETURN(p.topo, Topology::Build(Cluster(devices, o)));
   ASSIGN_OR_RETURN(CostModel cost, CostModel::Create(&g, &p.topo));
   const quilt::v1::Strategy s =
       DataParallelStrategy(g, p.topo, std::vector<int64_t>(nodes, 1),
@@ -129,8 +139,18 @@ absl::StatusOr<Planned> PlanDataParallel(const Graph& g, int nodes, const Calibr
 struct Measured {
   double step_s = 0;
   double compute_s = 0;
-  // Each process's own median time in kernels.
-  std::vector<double> compute_per_process_s;
+  // Each process's own medians.
+  std::vector<double> step_per_process_s, compute_per_process_s;
+
+  // The figures of process i alone.
+  Measured Process(size_t i) const {
+    Measured m;
+    m.step_s = step_per_process_s[i];
+    m.compute_s = compute_per_process_s[i];
+    m.step_per_process_s = {m.step_s};
+    m.compute_per_process_s = {m.compute_s};
+    return m;
+  }
 };
 
 double MedianOf(std::vector<double> v) {
@@ -171,9 +191,18 @@ absl::StatusOr<Measured> Measure(const Planned& p, const std::string& tag, const
                                        absl::StrCat(base, "/out", r),
                                        "--data",
                                        o.data};
-      if (!o.trace_dir.empty() && copies == 1) {
+      const size_t index = procs.size();
+      if (!o.cpus.empty() && copies * world.size() > 1) {
+        argv.push_back("--cpus");
+        argv.push_back(std::to_string(o.cpus[index % o.cpus.size()]));
+      }
+      // Every run traced alike (calibration and measurement pay the same
+      // instrumentation).
+      if (!o.trace_dir.empty()) {
         argv.push_back("--trace");
-        argv.push_back(absl::StrCat(o.trace_dir, "/", tag, "_rank", r, "_measured.json"));
+        argv.push_back(absl::StrCat(o.trace_dir, "/", tag,
+                                    copies > 1 ? absl::StrCat("_copy", copy) : "", "_rank", r,
+                                    "_measured.json"));
       }
       ASSIGN_OR_RETURN(Subprocess proc, Subprocess::Start(argv, absl::StrCat(base, "/log", r)));
       procs.push_back(std::move(proc));
@@ -195,14 +224,17 @@ absl::StatusOr<Measured> Measure(const Planned& p, const std::string& tag, const
     std::ifstream m(outs[r] + "/metrics.json");
     const nlohmann::json metrics = nlohmann::json::parse(m);
     // A step ends when its slowest process ends it.
-    std::vector<double> own;
+    std::vector<double> own_step, own_compute;
     for (size_t k = 0; k < steps.size(); ++k) {
       steps[k] = std::max(steps[k], metrics["step_times_s"][k].get<double>());
       compute[k] = std::max(compute[k], metrics["compute_times_s"][k].get<double>());
-      if (static_cast<int64_t>(k) >= skip)
-        own.push_back(metrics["compute_times_s"][k].get<double>());
+      if (static_cast<int64_t>(k) >= skip) {
+        own_step.push_back(metrics["step_times_s"][k].get<double>());
+        own_compute.push_back(metrics["compute_times_s"][k].get<double>());
+      }
     }
-    result.compute_per_process_s.push_back(MedianOf(own));
+    result.step_per_process_s.push_back(MedianOf(own_step));
+    result.compute_per_process_s.push_back(MedianOf(own_compute));
   }
   result.step_s = MedianOf({steps.begin() + skip, steps.end()});
   result.compute_s = MedianOf({compute.begin() + skip, compute.end()});
@@ -228,8 +260,8 @@ absl::StatusOr<Calibration> Calibrate(const Graph& g, int64_t full, const Measur
   Calibration c;
   c.op_overhead_s = 1e-6;
   for (int round = 0; round < 6; ++round) {
-    ASSIGN_OR_RETURN(Planned pf, PlanDataParallel(g, 1, c, full, o));
-    ASSIGN_OR_RETURN(Planned ph, PlanDataParallel(g, 1, c, half, o));
+    ASSIGN_OR_RETURN(Planned pf, PlanDataParallel(g, {c}, full, o));
+    ASSIGN_OR_RETURN(Planned ph, PlanDataParallel(g, {c}, half, o));
     const int n = ComputeInstructions(pf.program);
     const double vf = pf.sim.step_time_s - n * c.op_overhead_s;
     const double vh = ph.sim.step_time_s - n * c.op_overhead_s;
@@ -274,8 +306,8 @@ absl::Status BenchModel(const std::string& name, int64_t batch, Options o) {
   // One process at the global batch and at the per-replica batch of the
   // two-process run: the calibration.
   const int64_t half = batch / kProcesses;
-  ASSIGN_OR_RETURN(Planned one, PlanDataParallel(g, 1, Calibration{}, batch, o));
-  ASSIGN_OR_RETURN(Planned one_half, PlanDataParallel(g, 1, Calibration{}, half, o));
+  ASSIGN_OR_RETURN(Planned one, PlanDataParallel(g, {Calibration{}}, batch, o));
+  ASSIGN_OR_RETURN(Planned one_half, PlanDataParallel(g, {Calibration{}}, half, o));
   // Short steps are counted over more of them, so that a run lasts long
   // enough for the machine's hiccups to stay out of the median (the data
   // wraps around).
@@ -294,7 +326,7 @@ absl::Status BenchModel(const std::string& name, int64_t batch, Options o) {
   // for throughput run alone, the faster of the rounds kept.
   struct Round {
     Measured co_full, co_half, two;
-    Calibration cal;
+    std::vector<Calibration> cal;  // per device
     Planned plan;
     double error = 0;
     double drift = 0;  // of the calibration run repeated after the measurement
@@ -310,8 +342,17 @@ absl::Status BenchModel(const std::string& name, int64_t batch, Options o) {
     if (r == 0 || b.step_s < m1_half.step_s) m1_half = b;
     ASSIGN_OR_RETURN(x.co_full, Measure(one, name + "_1proc_x2", o, kProcesses));
     ASSIGN_OR_RETURN(x.co_half, Measure(one_half, name + "_1proc_half_x2", o, kProcesses));
-    ASSIGN_OR_RETURN(x.cal, Calibrate(g, batch, x.co_full, half, x.co_half, o));
-    ASSIGN_OR_RETURN(x.plan, PlanDataParallel(g, kProcesses, x.cal, batch, o));
+    // Pinned, each device is calibrated from the process that ran on its
+    // CPU (the CPUs may differ in speed); unpinned, both from the slower
+    // process of each step.
+    x.cal.clear();
+    for (int d = 0; d < kProcesses; ++d) {
+      const bool own = !o.cpus.empty();
+      ASSIGN_OR_RETURN(Calibration c, Calibrate(g, batch, own ? x.co_full.Process(d) : x.co_full,
+                                                half, own ? x.co_half.Process(d) : x.co_half, o));
+      x.cal.push_back(c);
+    }
+    ASSIGN_OR_RETURN(x.plan, PlanDataParallel(g, x.cal, batch, o));
     ASSIGN_OR_RETURN(x.two, Measure(x.plan, absl::StrCat(name, "_2proc_round", r + 1), o));
     x.error = x.plan.sim.step_time_s / x.two.step_s - 1;
     // The calibration holds only while the machine's load does: it is run
@@ -338,10 +379,16 @@ absl::Status BenchModel(const std::string& name, int64_t batch, Options o) {
     errors.push_back(x.error);
     drifts.push_back(x.drift);
   }
-  const Calibration& cal = chosen.cal;
+  const std::vector<Calibration>& cal = chosen.cal;
+  std::vector<double> flops, op_overhead, step_overhead;
+  for (const Calibration& c : cal) {
+    flops.push_back(c.flops_per_s);
+    op_overhead.push_back(c.op_overhead_s);
+    step_overhead.push_back(c.step_overhead_s);
+  }
   const Measured &co_full = chosen.co_full, &co_half = chosen.co_half, &m2 = chosen.two;
   const Planned& two = chosen.plan;
-  ASSIGN_OR_RETURN(one, PlanDataParallel(g, 1, cal, batch, o));
+  ASSIGN_OR_RETURN(one, PlanDataParallel(g, {cal[0]}, batch, o));
   const double measured1 = m1.step_s, measured2 = m2.step_s;
   if (!o.trace_dir.empty()) {
     std::ofstream(absl::StrCat(o.trace_dir, "/", name, "_2proc_simulated.json"))
@@ -359,9 +406,10 @@ absl::Status BenchModel(const std::string& name, int64_t batch, Options o) {
                               {"model", name},
                               {"global_batch", batch},
                               {"steps", o.steps},
-                              {"calibrated_flops_per_s", cal.flops_per_s},
-                              {"calibrated_op_overhead_s", cal.op_overhead_s},
-                              {"measured_step_overhead_s", cal.step_overhead_s},
+                              {"pinned_cpus", o.cpus},
+                              {"calibrated_flops_per_s", flops},
+                              {"calibrated_op_overhead_s", op_overhead},
+                              {"measured_step_overhead_s", step_overhead},
                               {"one_process_compute_s", m1.compute_s},
                               {"one_process_half_batch_step_s", m1_half.step_s},
                               {"one_process_half_batch_compute_s", m1_half.compute_s},
@@ -413,7 +461,19 @@ int main(int argc, char** argv) {
                  "Measured extra latency when the receiver's transport sleeps (comm_bench: "
                  "after idle minus ping-pong)");
   app.add_option("--trace-dir", o.trace_dir, "Write measured and simulated Chrome traces here");
+  bool no_pin = false;
+  app.add_flag("--no-pin", no_pin,
+               "Leave processes that run at once unpinned (calibrate both devices from the "
+               "slower process of each step)");
   CLI11_PARSE(app, argc, argv);
+  if (!no_pin) {
+    absl::StatusOr<std::vector<int>> cpus = quilt::AllowedCpus();
+    if (!cpus.ok()) {
+      std::cerr << "executor_bench: " << cpus.status() << "\n";
+      return 1;
+    }
+    if (cpus->size() >= static_cast<size_t>(quilt::kProcesses)) o.cpus = *cpus;
+  }
   char tmpl[] = "/tmp/quilt-executor-bench-XXXXXX";
   if (mkdtemp(tmpl) == nullptr) return 1;
   o.work_dir = tmpl;

@@ -293,8 +293,9 @@ absl::Status Executor::Impl::Init() {
         }
         const absl::Time start = absl::Now();
         absl::Status s = nodes_[node].ins->has_compute() ? Compute(node) : Concat(node);
-        const double took = absl::ToDoubleSeconds(absl::Now() - start);
-        if (options_.trace) Record(node, start, false);
+        const absl::Time end = absl::Now();
+        const double took = absl::ToDoubleSeconds(end - start);
+        if (options_.trace) Record(node, start, false, end);
         if (s.ok()) {
           Done(node);
         } else {
@@ -305,6 +306,13 @@ absl::Status Executor::Impl::Init() {
         --running_;
       }
     });
+  }
+  if (options_.trace) {
+    // Growing the trace mid-step would copy it on an instruction's path.
+    constexpr int64_t kMaxReserved = int64_t{1} << 22;
+    absl::MutexLock lock(&trace_mu_);
+    trace_.reserve(static_cast<size_t>(
+        std::min(kMaxReserved, static_cast<int64_t>(nodes_.size()) * options_.steps)));
   }
   trace_origin_ = absl::Now();
   return absl::OkStatus();
@@ -415,16 +423,9 @@ void Executor::Impl::EndExtra(const absl::Status& s, const std::string& what) {
   }
 }
 
-void Executor::Impl::Record(int node, absl::Time start, bool comm) {
-  TraceEvent e;
-  const Instruction& ins = *nodes_[node].ins;
-  e.name = ins.has_compute() ? ins.compute().op() : Describe(node);
-  e.category = comm ? "comm" : "compute";
-  e.lane = nodes_[node].device + (comm ? static_cast<int>(devices_.size()) : 0);
-  e.start_s = absl::ToDoubleSeconds(start - trace_origin_);
-  e.duration_s = absl::ToDoubleSeconds(absl::Now() - start);
+void Executor::Impl::Record(int node, absl::Time start, bool comm, absl::Time end) {
   absl::MutexLock lock(&trace_mu_);
-  trace_.push_back(std::move(e));
+  trace_.push_back({node, comm, start, end});
 }
 
 // The tensors every device is fed in `step`: per device, per feed.
@@ -659,8 +660,21 @@ std::vector<HeldTensor> Executor::Persistent() const {
 const std::vector<ExecutorStep>& Executor::steps() const { return impl_->steps_; }
 
 std::vector<TraceEvent> Executor::Trace() const {
-  absl::MutexLock lock(&impl_->trace_mu_);
-  return impl_->trace_;
+  const Impl& m = *impl_;
+  absl::MutexLock lock(&m.trace_mu_);
+  std::vector<TraceEvent> out;
+  out.reserve(m.trace_.size());
+  for (const Impl::Span& s : m.trace_) {
+    TraceEvent e;
+    const quilt::v1::Instruction& ins = *m.nodes_[s.node].ins;
+    e.name = ins.has_compute() ? ins.compute().op() : m.Describe(s.node);
+    e.category = s.comm ? "comm" : "compute";
+    e.lane = m.nodes_[s.node].device + (s.comm ? static_cast<int>(m.devices_.size()) : 0);
+    e.start_s = absl::ToDoubleSeconds(s.start - m.trace_origin_);
+    e.duration_s = absl::ToDoubleSeconds(s.end - s.start);
+    out.push_back(std::move(e));
+  }
+  return out;
 }
 
 std::vector<std::string> Executor::TraceLanes() const {

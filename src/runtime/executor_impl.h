@@ -127,7 +127,9 @@ class Executor::Impl {
   std::vector<int64_t> DimsOf(int tensor, int64_t begin, int64_t end) const;
   int RankOfDevice(const std::string& device_id) const;
   std::string Describe(int node) const;
-  void Record(int node, absl::Time start, bool comm);
+  // Traces an instruction that ran from `start` until now (or `end`):
+  // cheap, on the instructions' path; names are made in Trace().
+  void Record(int node, absl::Time start, bool comm, absl::Time end = absl::Now());
 
   quilt::v1::DistributedProgram program_;
   Graph graph_;
@@ -165,8 +167,13 @@ class Executor::Impl {
   absl::CondVar work_;
 
   std::vector<ExecutorStep> steps_;
+  struct Span {
+    int node = 0;
+    bool comm = false;
+    absl::Time start, end;
+  };
   mutable absl::Mutex trace_mu_;
-  std::vector<TraceEvent> trace_ ABSL_GUARDED_BY(trace_mu_);
+  std::vector<Span> trace_ ABSL_GUARDED_BY(trace_mu_);
   absl::Time trace_origin_;
 };
 

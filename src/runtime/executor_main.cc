@@ -12,7 +12,7 @@
 //   quilt-executor --program prog.pb --world n0,n1 --rank 0 --rendezvous DIR
 //       --steps 10 --data synthetic|X.npy,Y.npy --out DIR [--trace t.json]
 //       [--slowdown n0/cpu:0=3] [--step-timeout 60] [--seed 0]
-//       [--checkpoint-dir DIR --checkpoint-every N] [--progress]
+//       [--checkpoint-dir DIR --checkpoint-every N] [--progress] [--cpus 0-3]
 //
 // Exit status: 0 success, 1 failure (the reason on stderr), 2 usage.
 #include <filesystem>
@@ -26,6 +26,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "nlohmann/json.hpp"
+#include "src/common/cpu_affinity.h"
 #include "src/common/files.h"
 #include "src/common/status.h"
 #include "src/graph/graph.h"
@@ -96,6 +97,7 @@ int main(int argc, char** argv) {
   std::string checkpoint_dir;
   int64_t checkpoint_every = 0;
   bool progress = false;
+  std::string cpus;
   app.add_option("--program", program_path, "DistributedProgram (binary protobuf)")->required();
   app.add_option("--world", world, "Nodes by rank, comma-separated")->required();
   app.add_option("--rank", rank, "This process's rank")->required();
@@ -115,8 +117,15 @@ int main(int argc, char** argv) {
                  "Checkpoint every N steps (0: only after the last)")
       ->check(CLI::NonNegativeNumber);
   app.add_flag("--progress", progress, "One JSON line per step on stdout");
+  app.add_option("--cpus", cpus, "Run on these CPUs only (a list like 0,2-3)");
   CLI11_PARSE(app, argc, argv);
 
+  // Pinned before any thread starts (they would inherit it anyway).
+  if (!cpus.empty()) {
+    absl::StatusOr<std::vector<int>> list = quilt::ParseCpuList(cpus);
+    absl::Status pinned = list.ok() ? quilt::PinProcessToCpus(*list) : list.status();
+    if (!pinned.ok()) return Fail("--cpus: " + std::string(pinned.message()));
+  }
   quilt::SetComputeThreads(threads);
   absl::StatusOr<std::string> bytes = quilt::ReadFile(program_path);
   if (!bytes.ok()) return Fail(std::string(bytes.status().message()));

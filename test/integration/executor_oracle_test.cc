@@ -13,11 +13,14 @@
 #include <fstream>
 #include <random>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "src/common/cpu_affinity.h"
 #include "src/common/status.h"
 #include "src/common/status_matchers.h"
 #include "src/graph/autodiff.h"
@@ -395,6 +398,74 @@ TEST(Executor, AKilledPeerFailsTheOthersWithAClearError) {
   EXPECT_THAT(text.str(), HasSubstr("rank 1"));
   EXPECT_THAT(text.str(), HasSubstr("the peer failed"));
   EXPECT_THAT(text.str(), HasSubstr("step "));
+}
+
+// Every thread of a running executor started with --cpus C may run on C
+// only; lists it cannot use are refused with the reason.
+TEST(Executor, RunsOnTheCpusItIsGivenAndRefusesOthers) {
+  absl::StatusOr<std::vector<int>> allowed = AllowedCpus();
+  ASSERT_THAT(allowed.status(), IsOk());
+  const int last = allowed->back();
+  auto s = Prepare({"mlp", "sgd", 24}, Cluster(1, 1));
+  TempDir dir;
+  absl::StatusOr<quilt::v1::DistributedProgram> p =
+      Program(*s,
+              DataParallelStrategy(s->graph, s->topo, {1},
+                                   quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE, "one"),
+              24);
+  ASSERT_THAT(p.status(), IsOk());
+  const std::string base = dir.File("pin");
+  std::filesystem::create_directories(base + "/rdv");
+  std::ofstream(base + "/program.pb", std::ios::binary) << p->SerializeAsString();
+  auto argv = [&](const std::string& cpus) {
+    return std::vector<std::string>{RunfilePath("src/runtime/quilt-executor"),
+                                    "--program",
+                                    base + "/program.pb",
+                                    "--world",
+                                    "w0",
+                                    "--rank",
+                                    "0",
+                                    "--rendezvous",
+                                    base + "/rdv",
+                                    "--steps",
+                                    "100000",
+                                    "--data",
+                                    s->data,
+                                    "--slowdown",
+                                    "w0/cpu:0=50",
+                                    "--cpus",
+                                    cpus};
+  };
+  for (const auto& [cpus, reason] : std::vector<std::pair<std::string, std::string>>{
+           {"x", "bad CPU 'x'"},
+           {"3-1", "CPU range '3-1' ends before it starts"},
+           {std::to_string(last + 1), absl::StrCat("CPU ", last + 1, " is not available")}}) {
+    absl::StatusOr<CommandResult> r = RunCommand(argv(cpus));
+    ASSERT_THAT(r.status(), IsOk());
+    EXPECT_EQ(r->exit_code, 1) << cpus;
+    EXPECT_THAT(r->err, HasSubstr("--cpus: " + reason)) << cpus;
+  }
+  absl::StatusOr<Subprocess> proc = Subprocess::Start(argv(std::to_string(last)), base + "/log");
+  ASSERT_THAT(proc.status(), IsOk());
+  // Its threads (compute, transport progress, data prefetch) once started.
+  const std::string tasks = absl::StrCat("/proc/", proc->pid(), "/task");
+  std::vector<std::string> lists;
+  for (absl::Time until = absl::Now() + absl::Seconds(20); absl::Now() < until;) {
+    lists.clear();
+    std::error_code ec;
+    for (const auto& t : std::filesystem::directory_iterator(tasks, ec)) {
+      std::ifstream status(t.path() / "status");
+      for (std::string line; std::getline(status, line);) {
+        if (absl::StartsWith(line, "Cpus_allowed_list:")) {
+          lists.push_back(std::string(absl::StripAsciiWhitespace(line.substr(18))));
+        }
+      }
+    }
+    if (lists.size() >= 3) break;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  ASSERT_GE(lists.size(), 3u) << "the executor's threads did not start";
+  for (const std::string& l : lists) EXPECT_EQ(l, std::to_string(last));
 }
 
 }  // namespace
