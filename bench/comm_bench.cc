@@ -286,7 +286,10 @@ int Run(int rank, const std::string& dir, int64_t min_bytes, int64_t max_bytes) 
   for (int64_t bytes = min_bytes; bytes <= max_bytes; bytes *= 4, ++id) {
     const int64_t count = std::max<int64_t>(1, bytes / 4);
     std::vector<float> data(static_cast<size_t>(count));
-    const int iters = static_cast<int>(std::clamp<int64_t>((int64_t{256} << 20) / bytes, 5, 500));
+    // About 1 GiB per size (16 MiB: 64 times; 0.3–0.6 s on loopback): a
+    // moment of other load on a shared host moves a median of a few
+    // tenths of a second.
+    const int iters = static_cast<int>(std::clamp<int64_t>((int64_t{1} << 30) / bytes, 5, 500));
     std::vector<double> times;
     bool right = true;
     for (int i = 0; i < iters + 2; ++i) {

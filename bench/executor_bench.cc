@@ -14,7 +14,9 @@
 //      --link-latency-s, --transport-wakeup-s);
 //   3. two processes (two devices, one per process, data parallel with a
 //      ring all-reduce) train the same global batch, right after their
-//      calibration, and the simulator predicts their step from it;
+//      calibration, and the simulator predicts their step from it: split
+//      evenly, and split as the planner's dp-proportional baseline splits
+//      it for the calibrated devices (run only where that differs);
 //   4. the calibration's two runs at once at the per-replica batch again:
 //      a round whose machine changed by more than 10 % meanwhile is run
 //      again (at most five times per model; the count is reported).
@@ -116,17 +118,27 @@ struct Planned {
   quilt::v1::DistributedProgram program;
   SimResult sim;
   Topology topo;
+  std::vector<int64_t> rows;  // the batch split's weights per device
 };
 
+// Data parallel over the calibrated devices, the batch split evenly or, with
+// `proportional`, as the planner's dp-proportional baseline splits it (the
+// slowest device's computation smallest, from the calibrated speeds).
 absl::StatusOr<Planned> PlanDataParallel(const Graph& g, const std::vector<Calibration>& devices,
-                                         int64_t batch, const Options& o) {
+                                         int64_t batch, const Options& o,
+                                         bool proportional = false) {
   Planned p;
   const int nodes = static_cast<int>(devices.size());
   ASSIGN_OR_RETURN(p.topo, Topology::Build(Cluster(devices, o)));
   ASSIGN_OR_RETURN(CostModel cost, CostModel::Create(&g, &p.topo));
+  p.rows.assign(nodes, 1);
+  if (proportional) {
+    ASSIGN_OR_RETURN(RowLoadModel load, RowLoadModel::Fit(g, cost, p.topo, batch));
+    ASSIGN_OR_RETURN(p.rows, ProportionalSplit(load, p.topo, batch));
+  }
   const quilt::v1::Strategy s =
-      DataParallelStrategy(g, p.topo, std::vector<int64_t>(nodes, 1),
-                           quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE, "even-ring", kBucketBytes);
+      DataParallelStrategy(g, p.topo, p.rows, quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE,
+                           proportional ? "proportional-ring" : "even-ring", kBucketBytes);
   ASSIGN_OR_RETURN(p.program, Lower(g, s, p.topo, &cost, batch));
   SimOptions so;
   so.trace = true;
@@ -325,10 +337,10 @@ absl::Status BenchModel(const std::string& name, int64_t batch, Options o) {
   // error is reported (all rounds' errors too). The one-process figures
   // for throughput run alone, the faster of the rounds kept.
   struct Round {
-    Measured co_full, co_half, two;
+    Measured co_full, co_half, two, prop;
     std::vector<Calibration> cal;  // per device
-    Planned plan;
-    double error = 0;
+    Planned plan, prop_plan;       // even and proportional splits
+    double error = 0, prop_error = 0;
     double drift = 0;  // of the calibration run repeated after the measurement
   };
   Measured m1, m1_half;
@@ -355,6 +367,16 @@ absl::Status BenchModel(const std::string& name, int64_t batch, Options o) {
     ASSIGN_OR_RETURN(x.plan, PlanDataParallel(g, x.cal, batch, o));
     ASSIGN_OR_RETURN(x.two, Measure(x.plan, absl::StrCat(name, "_2proc_round", r + 1), o));
     x.error = x.plan.sim.step_time_s / x.two.step_s - 1;
+    // The split Quilt's planner would choose for these devices: where the
+    // two CPUs differ in speed, the faster takes more rows.
+    ASSIGN_OR_RETURN(x.prop_plan, PlanDataParallel(g, x.cal, batch, o, /*proportional=*/true));
+    if (x.prop_plan.rows[0] == x.prop_plan.rows[1]) {
+      x.prop = x.two;  // the same program
+    } else {
+      ASSIGN_OR_RETURN(x.prop,
+                       Measure(x.prop_plan, absl::StrCat(name, "_2proc_prop_round", r + 1), o));
+    }
+    x.prop_error = x.prop_plan.sim.step_time_s / x.prop.step_s - 1;
     // The calibration holds only while the machine's load does: it is run
     // again after the measurement, and a round whose machine changed
     // meanwhile is run again (a few times at most).
@@ -374,10 +396,11 @@ absl::Status BenchModel(const std::string& name, int64_t batch, Options o) {
   const int median = order[kRounds / 2];
   const Round& chosen = rounds[median];
   std::vector<double> errors;
-  std::vector<double> drifts;
+  std::vector<double> drifts, prop_errors;
   for (const Round& x : rounds) {
     errors.push_back(x.error);
     drifts.push_back(x.drift);
+    prop_errors.push_back(x.prop_error);
   }
   const std::vector<Calibration>& cal = chosen.cal;
   std::vector<double> flops, op_overhead, step_overhead;
@@ -393,13 +416,18 @@ absl::Status BenchModel(const std::string& name, int64_t batch, Options o) {
   if (!o.trace_dir.empty()) {
     std::ofstream(absl::StrCat(o.trace_dir, "/", name, "_2proc_simulated.json"))
         << ChromeTraceJson(two.sim, two.topo, name + " two processes (simulated)");
+    std::ofstream(absl::StrCat(o.trace_dir, "/", name, "_2proc_prop_simulated.json"))
+        << ChromeTraceJson(chosen.prop_plan.sim, chosen.prop_plan.topo,
+                           name + " two processes, proportional split (simulated)");
     for (int k = 0; k < kProcesses; ++k) {
-      std::error_code ignored;
-      std::filesystem::copy_file(
-          absl::StrCat(o.trace_dir, "/", name, "_2proc_round", median + 1, "_rank", k,
-                       "_measured.json"),
-          absl::StrCat(o.trace_dir, "/", name, "_2proc_rank", k, "_measured.json"),
-          std::filesystem::copy_options::overwrite_existing, ignored);
+      for (const std::string run : {"_2proc", "_2proc_prop"}) {
+        std::error_code ignored;  // no proportional run where the split was even
+        std::filesystem::copy_file(
+            absl::StrCat(o.trace_dir, "/", name, run, "_round", median + 1, "_rank", k,
+                         "_measured.json"),
+            absl::StrCat(o.trace_dir, "/", name, run, "_rank", k, "_measured.json"),
+            std::filesystem::copy_options::overwrite_existing, ignored);
+      }
     }
   }
   std::cout << nlohmann::json{{"bench", "executor_data_parallel"},
@@ -430,6 +458,14 @@ absl::Status BenchModel(const std::string& name, int64_t batch, Options o) {
                               {"prediction_error", two.sim.step_time_s / measured2 - 1},
                               {"round", median + 1},
                               {"round_prediction_errors", errors},
+                              {"proportional_rows", chosen.prop_plan.rows},
+                              {"proportional_two_process_step_s", chosen.prop.step_s},
+                              {"proportional_two_process_samples_per_s",
+                               batch / chosen.prop.step_s},
+                              {"proportional_speedup_vs_one", measured1 / chosen.prop.step_s},
+                              {"proportional_predicted_step_s", chosen.prop_plan.sim.step_time_s},
+                              {"proportional_prediction_error", chosen.prop_error},
+                              {"round_proportional_prediction_errors", prop_errors},
                               {"round_calibration_drifts", drifts},
                               {"rounds_discarded", discarded}}
                    .dump()
