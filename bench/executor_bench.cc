@@ -20,7 +20,8 @@
 //   4. the calibration's two runs at once at the per-replica batch again:
 //      a round whose machine changed by more than 10 % meanwhile is run
 //      again (at most five times per model; the count is reported).
-// The round with the median error is reported, with every round's error.
+// The round with the median error is reported (for each split), with every
+// round's error.
 // Measured and simulated timelines of the two-process run are written as
 // Chrome traces with --trace-dir. Run from the runfiles directory
 // (bazel run). Prints one JSON object per line.
@@ -395,6 +396,11 @@ absl::Status BenchModel(const std::string& name, int64_t batch, Options o) {
             [&](int a, int b) { return rounds[a].error < rounds[b].error; });
   const int median = order[kRounds / 2];
   const Round& chosen = rounds[median];
+  // The proportional split's figures from its own median round.
+  std::sort(order.begin(), order.end(),
+            [&](int a, int b) { return rounds[a].prop_error < rounds[b].prop_error; });
+  const int prop_median = order[kRounds / 2];
+  const Round& prop = rounds[prop_median];
   std::vector<double> errors;
   std::vector<double> drifts, prop_errors;
   for (const Round& x : rounds) {
@@ -417,13 +423,14 @@ absl::Status BenchModel(const std::string& name, int64_t batch, Options o) {
     std::ofstream(absl::StrCat(o.trace_dir, "/", name, "_2proc_simulated.json"))
         << ChromeTraceJson(two.sim, two.topo, name + " two processes (simulated)");
     std::ofstream(absl::StrCat(o.trace_dir, "/", name, "_2proc_prop_simulated.json"))
-        << ChromeTraceJson(chosen.prop_plan.sim, chosen.prop_plan.topo,
+        << ChromeTraceJson(prop.prop_plan.sim, prop.prop_plan.topo,
                            name + " two processes, proportional split (simulated)");
     for (int k = 0; k < kProcesses; ++k) {
       for (const std::string run : {"_2proc", "_2proc_prop"}) {
         std::error_code ignored;  // no proportional run where the split was even
         std::filesystem::copy_file(
-            absl::StrCat(o.trace_dir, "/", name, run, "_round", median + 1, "_rank", k,
+            absl::StrCat(o.trace_dir, "/", name, run, "_round",
+                         (run == "_2proc" ? median : prop_median) + 1, "_rank", k,
                          "_measured.json"),
             absl::StrCat(o.trace_dir, "/", name, run, "_rank", k, "_measured.json"),
             std::filesystem::copy_options::overwrite_existing, ignored);
@@ -458,13 +465,13 @@ absl::Status BenchModel(const std::string& name, int64_t batch, Options o) {
                               {"prediction_error", two.sim.step_time_s / measured2 - 1},
                               {"round", median + 1},
                               {"round_prediction_errors", errors},
-                              {"proportional_rows", chosen.prop_plan.rows},
-                              {"proportional_two_process_step_s", chosen.prop.step_s},
-                              {"proportional_two_process_samples_per_s",
-                               batch / chosen.prop.step_s},
-                              {"proportional_speedup_vs_one", measured1 / chosen.prop.step_s},
-                              {"proportional_predicted_step_s", chosen.prop_plan.sim.step_time_s},
-                              {"proportional_prediction_error", chosen.prop_error},
+                              {"proportional_round", prop_median + 1},
+                              {"proportional_rows", prop.prop_plan.rows},
+                              {"proportional_two_process_step_s", prop.prop.step_s},
+                              {"proportional_two_process_samples_per_s", batch / prop.prop.step_s},
+                              {"proportional_speedup_vs_one", measured1 / prop.prop.step_s},
+                              {"proportional_predicted_step_s", prop.prop_plan.sim.step_time_s},
+                              {"proportional_prediction_error", prop.prop_error},
                               {"round_proportional_prediction_errors", prop_errors},
                               {"round_calibration_drifts", drifts},
                               {"rounds_discarded", discarded}}
