@@ -402,11 +402,14 @@ absl::Status BenchModel(const std::string& name, int64_t batch, Options o) {
   const int prop_median = order[kRounds / 2];
   const Round& prop = rounds[prop_median];
   std::vector<double> errors;
-  std::vector<double> drifts, prop_errors;
+  // Per round: the even split's step over the proportional one's,
+  // measured back to back.
+  std::vector<double> drifts, prop_errors, prop_gains;
   for (const Round& x : rounds) {
     errors.push_back(x.error);
     drifts.push_back(x.drift);
     prop_errors.push_back(x.prop_error);
+    prop_gains.push_back(x.two.step_s / x.prop.step_s);
   }
   const std::vector<Calibration>& cal = chosen.cal;
   std::vector<double> flops, op_overhead, step_overhead;
@@ -473,6 +476,8 @@ absl::Status BenchModel(const std::string& name, int64_t batch, Options o) {
                               {"proportional_predicted_step_s", prop.prop_plan.sim.step_time_s},
                               {"proportional_prediction_error", prop.prop_error},
                               {"round_proportional_prediction_errors", prop_errors},
+                              {"round_proportional_gains", prop_gains},
+                              {"median_proportional_gain", MedianOf(prop_gains)},
                               {"round_calibration_drifts", drifts},
                               {"rounds_discarded", discarded}}
                    .dump()
