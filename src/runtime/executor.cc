@@ -309,7 +309,7 @@ absl::Status Executor::Impl::Init() {
   }
   if (options_.trace) {
     // Growing the trace mid-step would copy it on an instruction's path.
-    constexpr int64_t kMaxReserved = int64_t{1} << 22;
+    constexpr int64_t kMaxReserved = int64_t{1} << 20;
     absl::MutexLock lock(&trace_mu_);
     trace_.reserve(static_cast<size_t>(
         std::min(kMaxReserved, static_cast<int64_t>(nodes_.size()) * options_.steps)));
