@@ -53,11 +53,18 @@ export QUILT_COORDINATOR=$addr
 echo "coordinator serving on $addr (log: $dir/coordinator.log)"
 
 step "Starting two workers (worker-b emulates a GPU half as fast)"
+# A core each where the machine has two: each worker measures its device on
+# the core its executors then run on.
+cpus_a=() cpus_b=()
+if [[ $(nproc) -ge 2 ]]; then
+  read -r first second _ < <(taskset -cp $$ 2>/dev/null | sed 's/.*: //' | tr ',-' '  ') || true
+  if [[ -n "${second:-}" ]]; then cpus_a=(--cpus "$first") cpus_b=(--cpus "$second"); fi
+fi
 "$bin/worker/quilt-worker" --coordinator_address "$addr" --node_id worker-a --cpu_cores 1 \
-  --ready_file "$dir/worker-a.ready" >"$dir/worker-a.log" 2>&1 &
+  "${cpus_a[@]}" --ready_file "$dir/worker-a.ready" >"$dir/worker-a.log" 2>&1 &
 pids+=($!)
 "$bin/worker/quilt-worker" --coordinator_address "$addr" --node_id worker-b --cpu_cores 1 \
-  --compute_slowdown 2 --ready_file "$dir/worker-b.ready" >"$dir/worker-b.log" 2>&1 &
+  "${cpus_b[@]}" --compute_slowdown 2 --ready_file "$dir/worker-b.ready" >"$dir/worker-b.log" 2>&1 &
 pids+=($!)
 for w in worker-a worker-b; do
   wait_file "$dir/$w.ready" 60 || { cat "$dir/$w.log"; exit 1; }

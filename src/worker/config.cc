@@ -1,6 +1,7 @@
 #include "src/worker/config.h"
 
 #include "src/cluster/node_validation.h"
+#include "src/common/cpu_affinity.h"
 #include "src/common/net.h"
 #include "src/common/status.h"
 
@@ -18,6 +19,10 @@ const ConfigSchema<WorkerConfig>& WorkerConfigSchema() {
         .Int("cpu_devices", &C::cpu_devices,
              "CPU devices to offer; the cores are split evenly between them.", 0, 1024)
         .Int("cpu_cores", &C::cpu_cores, "Cores to use in all; 0 = every core available.", 0, 65536)
+        .String("cpus", &C::cpus,
+                "CPUs this worker, its device measurements and its executors run on\n"
+                "(a list like \"0-3,8\"); empty = those it was started with (e.g.\n"
+                "systemd's CPUAffinity=).")
         .Int("calibration_ms", &C::calibration_ms,
              "Duration of the GEMM speed measurement at start.", 10, 60000)
         .Bool("cuda", &C::cuda, "Discover CUDA GPUs.")
@@ -53,6 +58,11 @@ absl::Status ValidateWorkerConfig(const WorkerConfig& c) {
   RETURN_IF_ERROR(ParseHostPort(c.coordinator_address).status());
   RETURN_IF_ERROR(ParseHostPort(c.probe_address).status());
   if (!c.node_id.empty()) RETURN_IF_ERROR(ValidateNodeId(c.node_id));
+  if (!c.cpus.empty()) {
+    if (absl::Status s = ParseCpuList(c.cpus).status(); !s.ok()) {
+      return absl::InvalidArgumentError("cpus: " + std::string(s.message()));
+    }
+  }
   return absl::OkStatus();
 }
 

@@ -15,6 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "src/cluster/local_node.h"
 #include "src/common/config_cli.h"
+#include "src/common/cpu_affinity.h"
 #include "src/common/files.h"
 #include "src/common/logging.h"
 #include "src/common/net.h"
@@ -69,6 +70,18 @@ int Run(WorkerConfig config) {
   const uint64_t incarnation = RandomNonZeroU64();
   QLOG_INFO("starting node={} incarnation={:016x} version={} coordinator={}", config.node_id,
             incarnation, kVersion, config.coordinator_address);
+
+  // Pinned before measuring the devices, so that they are measured on the
+  // CPUs their executors (which inherit it) will run on.
+  if (!config.cpus.empty()) {
+    absl::StatusOr<std::vector<int>> cpus = ParseCpuList(config.cpus);
+    absl::Status pinned = cpus.ok() ? PinProcessToCpus(*cpus) : cpus.status();
+    if (!pinned.ok()) {
+      QLOG_ERROR("cpus: {}", std::string(pinned.message()));
+      return 2;
+    }
+    QLOG_INFO("running on CPUs {}", FormatCpuList(*cpus));
+  }
 
   LocalNodeOptions local;
   local.node_id = config.node_id;

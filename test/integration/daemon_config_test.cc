@@ -1,5 +1,10 @@
 // The daemons' `config default` / `config check` and startup errors.
+#include <sched.h>
+
 #include <fstream>
+#include <string>
+#include <tuple>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -65,6 +70,20 @@ INSTANTIATE_TEST_SUITE_P(Daemons, DaemonConfigTest,
                                       ? std::string("Coordinator")
                                       : std::string("Worker");
                          });
+
+TEST(Worker, BadCpus_RefusesToStartNamingTheKey) {
+  for (const auto& [cpus, code, reason] : std::vector<std::tuple<std::string, int, std::string>>{
+           {"0-x", 2, "cpus: bad CPU 'x' in CPU list entry '0-x'"},
+           {"3-1", 2, "cpus: CPU range '3-1' ends before it starts"},
+           // Well formed but not among the CPUs it may use.
+           {std::to_string(CPU_SETSIZE - 1), 2, "is not available"}}) {
+    auto r = RunCommand({RunfilePath("src/worker/quilt-worker"), "--cpus", cpus, "--cuda", "false",
+                         "--calibration_ms", "10"});
+    ASSERT_THAT(r, IsOk());
+    EXPECT_EQ(r->exit_code, code) << cpus << ": " << r->err;
+    EXPECT_THAT(r->err + r->out, HasSubstr(reason)) << cpus;
+  }
+}
 
 TEST(Coordinator, NonLoopbackPlaintext_RefusesToStart) {
   TempDir dir;
