@@ -9,8 +9,10 @@
 // fail with a clear error, soon.
 #include <signal.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
 
 #include "absl/strings/ascii.h"
@@ -398,6 +400,76 @@ TEST(Executor, AKilledPeerFailsTheOthersWithAClearError) {
   EXPECT_THAT(text.str(), HasSubstr("rank 1"));
   EXPECT_THAT(text.str(), HasSubstr("the peer failed"));
   EXPECT_THAT(text.str(), HasSubstr("step "));
+}
+
+// The measured trace has every instruction of every step once, named as
+// the program names it, and a device's kernels never overlap (one kernel
+// thread).
+TEST(Executor, TracesEveryInstructionOfEveryStep) {
+  auto s = Prepare({"mlp", "sgd", 24}, Cluster(2, 1));
+  TempDir dir;
+  absl::StatusOr<quilt::v1::DistributedProgram> p =
+      Program(*s,
+              DataParallelStrategy(s->graph, s->topo, {1, 1},
+                                   quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE, "even"),
+              24);
+  ASSERT_THAT(p.status(), IsOk());
+  const std::string base = dir.File("trace");
+  std::filesystem::create_directories(base + "/rdv");
+  std::ofstream(base + "/program.pb", std::ios::binary) << p->SerializeAsString();
+  constexpr int kSteps = 3;
+  std::vector<Subprocess> procs;
+  for (int r = 0; r < 2; ++r) {
+    absl::StatusOr<Subprocess> proc =
+        Subprocess::Start({RunfilePath("src/runtime/quilt-executor"), "--program",
+                           base + "/program.pb", "--world", "w0,w1", "--rank", std::to_string(r),
+                           "--rendezvous", base + "/rdv", "--steps", std::to_string(kSteps),
+                           "--data", s->data, "--trace", absl::StrCat(base, "/trace", r, ".json")},
+                          absl::StrCat(base, "/log", r));
+    ASSERT_THAT(proc.status(), IsOk());
+    procs.push_back(std::move(*proc));
+  }
+  for (int r = 0; r < 2; ++r) {
+    std::optional<int> st = procs[r].Wait(absl::Seconds(60));
+    ASSERT_TRUE(st.has_value() && *st == 0) << "rank " << r;
+  }
+  for (int r = 0; r < 2; ++r) {
+    std::map<std::string, int> expected_compute;  // op → instructions
+    int expected_all_reduces = 0;
+    for (const auto& d : p->devices()) {
+      if (!absl::StartsWith(d.device(), absl::StrCat("w", r, "/"))) continue;
+      for (const auto& ins : d.instructions()) {
+        if (ins.has_compute()) ++expected_compute[ins.compute().op()];
+        if (ins.has_all_reduce()) ++expected_all_reduces;
+      }
+    }
+    ASSERT_FALSE(expected_compute.empty());
+    ASSERT_GT(expected_all_reduces, 0);
+    std::ifstream in(absl::StrCat(base, "/trace", r, ".json"));
+    const nlohmann::json trace = nlohmann::json::parse(in);
+    std::map<std::string, int> compute;
+    int all_reduces = 0;
+    std::vector<std::pair<double, double>> kernels;  // (start, end) µs
+    for (const auto& e : trace["traceEvents"]) {
+      if (e["ph"] != "X") continue;
+      EXPECT_GE(e["ts"].get<double>(), 0);
+      EXPECT_GE(e["dur"].get<double>(), 0);
+      if (e["cat"] == "compute") {
+        ++compute[e["name"].get<std::string>()];
+        kernels.push_back({e["ts"].get<double>(), e["ts"].get<double>() + e["dur"].get<double>()});
+      } else {
+        EXPECT_THAT(e["name"].get<std::string>(), HasSubstr("all-reduce"));
+        ++all_reduces;
+      }
+    }
+    for (auto& [op, n] : expected_compute) n *= kSteps;
+    EXPECT_EQ(compute, expected_compute) << "rank " << r;
+    EXPECT_EQ(all_reduces, expected_all_reduces * kSteps) << "rank " << r;
+    std::sort(kernels.begin(), kernels.end());
+    for (size_t i = 1; i < kernels.size(); ++i) {
+      EXPECT_GE(kernels[i].first, kernels[i - 1].second - 0.01) << "rank " << r << " kernel " << i;
+    }
+  }
 }
 
 // Every thread of a running executor started with --cpus C may run on C
