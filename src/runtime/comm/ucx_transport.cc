@@ -201,7 +201,10 @@ class UcxTransport final : public Transport {
       absl::MutexLock lock(&mu_);
       pending = !pending_.empty();
     }
-    if (pending) ucp_worker_signal(worker_);  // asleep: poll again
+    if (pending) {
+      look_again_.fetch_add(1);
+      ucp_worker_signal(worker_);  // asleep: poll again
+    }
   }
 
   void CancelAll() override {
@@ -245,7 +248,8 @@ class UcxTransport final : public Transport {
     op->handle = h;
     op->posted = true;
     if (op->completed) finished_.push_back(op);  // UCX was faster than us
-    ucp_worker_signal(worker_);                  // the progress thread may sleep
+    look_again_.fetch_add(1);
+    ucp_worker_signal(worker_);  // the progress thread may sleep
   }
 
   // An operation that never reached UCX, or finished inside the post.
@@ -255,6 +259,7 @@ class UcxTransport final : public Transport {
     op->posted = true;
     op->completed = true;
     finished_.push_back(op);
+    look_again_.fetch_add(1);
     ucp_worker_signal(worker_);
   }
 
@@ -367,6 +372,10 @@ class UcxTransport final : public Transport {
   void ProgressLoop() {
     Clock::time_point active = Clock::now();  // the last time anything happened
     while (!stop_.load()) {
+      // Operations posted (or the compute going idle) after this point
+      // are looked at again before any sleep: ucp_worker_arm may consume
+      // the signal such a post sends.
+      const uint64_t looks = look_again_.load();
       unsigned events = 0, n = 0;
       while ((n = ucp_worker_progress(worker_)) != 0) events += n;
       RunCancels(peer_failure_.exchange(false));
@@ -397,6 +406,7 @@ class UcxTransport final : public Transport {
       }
       const ucs_status_t s = ucp_worker_arm(worker_);
       if (s == UCS_ERR_BUSY) continue;  // more events arrived
+      if (look_again_.load() != looks) continue;
       {
         absl::MutexLock lock(&mu_);
         if (!finished_.empty() || !cancels_.empty()) continue;
@@ -452,6 +462,8 @@ class UcxTransport final : public Transport {
   std::atomic<bool> peer_failure_{false};
   std::atomic<bool> stop_{false};
   std::atomic<bool> compute_idle_{false};
+  // Counts posts and other reasons for the progress thread to look again.
+  std::atomic<uint64_t> look_again_{0};
   std::atomic<Clock::rep> idle_since_{0};  // Clock ticks
   std::thread progress_;
   absl::Mutex mu_;

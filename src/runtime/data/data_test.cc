@@ -1,3 +1,4 @@
+#include <cmath>
 #include <fstream>
 
 #include "gmock/gmock.h"
@@ -67,6 +68,50 @@ TEST(Synthetic, SameSampleSameDataWhateverTheBatching) {
     EXPECT_GE(y3.i64()[k], 0);
     EXPECT_LT(y3.i64()[k], 10);
   }
+}
+
+// The inputs are unit normals around ±0.5 class centres: second moment
+// 1 + 0.25, and cosine and sine elements alike.
+TEST(Synthetic, InputsAreUnitNormalsAroundTheClassCentres) {
+  auto g = zoo::BuildZooModel("mlp");
+  ASSERT_THAT(g, IsOk());
+  TrainingOptions o;
+  o.optimizer.kind = OptimizerSpec::Kind::kSgd;
+  ASSERT_THAT(BuildTrainingGraph(&*g, o), IsOk());
+  auto sig = DataSignatureOf(*g);
+  ASSERT_THAT(sig, IsOk());
+  auto d = MakeSyntheticDataset(*g, *sig, 7);
+  ASSERT_THAT(d, IsOk());
+  Tensor x, y;
+  constexpr int64_t kRows = 512;
+  ASSERT_THAT((*d)->Batch(1000, kRows, &x, &y), IsOk());
+  const int64_t f = x.numel() / kRows;
+  double even = 0, odd = 0;
+  int64_t n_even = 0, n_odd = 0;
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    ASSERT_TRUE(std::isfinite(x.f32()[i])) << i;
+    const double v = x.f32()[i];
+    ((i % f) % 2 == 0 ? even : odd) += v * v;
+    ++((i % f) % 2 == 0 ? n_even : n_odd);
+  }
+  EXPECT_NEAR(even / n_even, 1.25, 0.05);
+  EXPECT_NEAR(odd / n_odd, 1.25, 0.05);
+  // Two samples of one class differ (fresh noise), by about √2 per element.
+  int64_t a = -1, b = -1;
+  for (int64_t i = 0; i < kRows && b < 0; ++i) {
+    if (a < 0) {
+      a = i;
+    } else if (y.i64()[i] == y.i64()[a]) {
+      b = i;
+    }
+  }
+  ASSERT_GE(b, 0);
+  double diff = 0;
+  for (int64_t e = 0; e < f; ++e) {
+    const double t = x.f32()[a * f + e] - x.f32()[b * f + e];
+    diff += t * t;
+  }
+  EXPECT_NEAR(diff / f, 2.0, 0.3);
 }
 
 }  // namespace

@@ -72,6 +72,15 @@ uint64_t Mix(uint64_t z) {
   return z ^ (z >> 31);
 }
 
+// CounterUniform(seed, index) with Mix(seed) computed once.
+inline float UniformMixed(uint64_t mixed_seed, uint64_t index) {
+  return static_cast<float>(Mix(mixed_seed ^ index) >> 40) * (1.0f / 16777216.0f);
+}
+
+// Class centres above this many floats (classes × features) are computed per
+// element instead of kept.
+constexpr int64_t kMaxCachedOffsets = int64_t{1} << 22;
+
 class SyntheticDataset final : public Dataset {
  public:
   SyntheticDataset(DataSignature sig, std::vector<int64_t> in_dims, std::vector<int64_t> label_dims,
@@ -81,7 +90,16 @@ class SyntheticDataset final : public Dataset {
         label_dims_(std::move(label_dims)),
         vocab_(vocab),
         classes_(classes),
-        seed_(seed) {}
+        seed_(seed),
+        mixed_seed_(Mix(seed)) {
+    const int64_t f = Prod(in_dims_);
+    if (classes_ > 0 && classes_ * f <= kMaxCachedOffsets) {
+      offsets_.resize(static_cast<size_t>(classes_ * f));
+      for (int64_t c = 0; c < classes_; ++c) {
+        for (int64_t e = 0; e < f; ++e) offsets_[c * f + e] = Offset(c, e);
+      }
+    }
+  }
 
   int64_t size() const override { return 0; }
 
@@ -111,17 +129,28 @@ class SyntheticDataset final : public Dataset {
                               ? static_cast<int64_t>(Mix(seed_ ^ 0xc1a55ULL ^ Mix(sample)) %
                                                      static_cast<uint64_t>(classes_))
                               : 0;
-      for (int64_t e = 0; e < f; ++e) {
-        const double u1 = std::max(1e-12, double(CounterUniform(seed_, 2 * (sample * f + e))));
-        const double u2 = CounterUniform(seed_, 2 * (sample * f + e) + 1);
-        double v = std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
-        // Classification: Gaussian clusters around ±0.5 class centres.
-        if (classes_ > 0) {
-          v += CounterUniform(seed_ ^ 0xce47e5ULL, (static_cast<uint64_t>(cls) << 32) ^ e) < 0.5f
-                   ? -0.5
-                   : 0.5;
+      // Standard normals by Box–Muller, one pair of uniforms giving elements
+      // e and e + 1 (cosine and sine): each value is a function of the
+      // sample and the element alone, whatever the batching. In float: this
+      // runs on the data thread beside the kernels every step.
+      const uint64_t first = 2 * sample * static_cast<uint64_t>(f);
+      for (int64_t e = 0; e < f; e += 2) {
+        const uint64_t k = first + 2 * static_cast<uint64_t>(e);
+        const float u1 = std::max(0x1p-25f, UniformMixed(mixed_seed_, k));
+        const float u2 = UniformMixed(mixed_seed_, k + 1);
+        const float r = std::sqrt(-2.0f * std::log(u1));
+        const float angle = 6.28318530718f * u2;
+        x[e] = r * std::cos(angle);
+        if (e + 1 < f) x[e + 1] = r * std::sin(angle);
+      }
+      // Classification: Gaussian clusters around ±0.5 class centres.
+      if (classes_ > 0) {
+        if (!offsets_.empty()) {
+          const float* off = offsets_.data() + cls * f;
+          for (int64_t e = 0; e < f; ++e) x[e] += off[e];
+        } else {
+          for (int64_t e = 0; e < f; ++e) x[e] += Offset(cls, e);
         }
-        x[e] = static_cast<float>(v);
       }
       // Regression: tanh of a fixed random projection of 32 strided inputs.
       const int64_t used = std::min<int64_t>(f, 32), stride = std::max<int64_t>(1, f / used);
@@ -142,10 +171,19 @@ class SyntheticDataset final : public Dataset {
   }
 
  private:
+  // The centre of class `cls` along element `e`: ±0.5.
+  float Offset(int64_t cls, int64_t e) const {
+    return CounterUniform(seed_ ^ 0xce47e5ULL,
+                          (static_cast<uint64_t>(cls) << 32) ^ static_cast<uint64_t>(e)) < 0.5f
+               ? -0.5f
+               : 0.5f;
+  }
+
   DataSignature sig_;
   std::vector<int64_t> in_dims_, label_dims_;
   int64_t vocab_, classes_;
-  uint64_t seed_;
+  uint64_t seed_, mixed_seed_;
+  std::vector<float> offsets_;  // per class, per element (empty: too many)
 };
 
 }  // namespace
