@@ -3,6 +3,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "src/common/status.h"
 #include "src/common/status_matchers.h"
 #include "src/graph/autodiff.h"
 #include "src/graph/zoo/zoo.h"
@@ -49,15 +50,18 @@ TEST(Npy, BadFiles_ClearErrors) {
   EXPECT_THAT(ReadNpy("/nonexistent.npy"), StatusIs(absl::StatusCode::kNotFound));
 }
 
-TEST(Synthetic, SameSampleSameDataWhateverTheBatching) {
-  auto g = zoo::BuildZooModel("mlp");
-  ASSERT_THAT(g, IsOk());
+// The synthetic set of the zoo's MLP (784 features, 10 classes).
+absl::StatusOr<std::unique_ptr<Dataset>> MlpSynthetic(uint64_t seed) {
+  ASSIGN_OR_RETURN(Graph g, zoo::BuildZooModel("mlp"));
   TrainingOptions o;
   o.optimizer.kind = OptimizerSpec::Kind::kSgd;
-  ASSERT_THAT(BuildTrainingGraph(&*g, o), IsOk());
-  auto sig = DataSignatureOf(*g);
-  ASSERT_THAT(sig, IsOk());
-  auto d = MakeSyntheticDataset(*g, *sig, 5);
+  RETURN_IF_ERROR(BuildTrainingGraph(&g, o));
+  ASSIGN_OR_RETURN(DataSignature sig, DataSignatureOf(g));
+  return MakeSyntheticDataset(g, sig, seed);
+}
+
+TEST(Synthetic, SameSampleSameDataWhateverTheBatching) {
+  auto d = MlpSynthetic(5);
   ASSERT_THAT(d, IsOk());
   Tensor x8, y8, x3, y3;
   ASSERT_THAT((*d)->Batch(0, 8, &x8, &y8), IsOk());
@@ -73,14 +77,7 @@ TEST(Synthetic, SameSampleSameDataWhateverTheBatching) {
 // The inputs are unit normals around ±0.5 class centres: second moment
 // 1 + 0.25, and cosine and sine elements alike.
 TEST(Synthetic, InputsAreUnitNormalsAroundTheClassCentres) {
-  auto g = zoo::BuildZooModel("mlp");
-  ASSERT_THAT(g, IsOk());
-  TrainingOptions o;
-  o.optimizer.kind = OptimizerSpec::Kind::kSgd;
-  ASSERT_THAT(BuildTrainingGraph(&*g, o), IsOk());
-  auto sig = DataSignatureOf(*g);
-  ASSERT_THAT(sig, IsOk());
-  auto d = MakeSyntheticDataset(*g, *sig, 7);
+  auto d = MlpSynthetic(7);
   ASSERT_THAT(d, IsOk());
   Tensor x, y;
   constexpr int64_t kRows = 512;
