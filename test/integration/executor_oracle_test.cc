@@ -119,6 +119,41 @@ std::unique_ptr<Setup> Prepare(const Model& m, const quilt::v1::ClusterSpec& spe
   return s;
 }
 
+// A job's directory: the program and the rendezvous directory, and the
+// command line of its executors.
+struct JobDir {
+  std::string base;
+  // quilt-executor for `rank` of `world`, `steps` steps on `data`, then
+  // `extra` flags.
+  std::vector<std::string> Argv(const std::string& world, int rank, int64_t steps,
+                                const std::string& data,
+                                const std::vector<std::string>& extra = {}) const {
+    std::vector<std::string> argv = {RunfilePath("src/runtime/quilt-executor"),
+                                     "--program",
+                                     base + "/program.pb",
+                                     "--world",
+                                     world,
+                                     "--rank",
+                                     std::to_string(rank),
+                                     "--rendezvous",
+                                     base + "/rdv",
+                                     "--steps",
+                                     std::to_string(steps),
+                                     "--data",
+                                     data};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return argv;
+  }
+};
+
+JobDir WriteJob(const TempDir& dir, const std::string& tag,
+                const quilt::v1::DistributedProgram& program) {
+  JobDir job{dir.File(tag)};
+  std::filesystem::create_directories(job.base + "/rdv");
+  std::ofstream(job.base + "/program.pb", std::ios::binary) << program.SerializeAsString();
+  return job;
+}
+
 struct RunResult {
   std::vector<double> losses;  // summed over processes
   std::vector<nlohmann::json> metrics;
@@ -128,21 +163,15 @@ struct RunResult {
 // Runs one executor per node; returns their summed losses and metrics.
 absl::StatusOr<RunResult> RunExecutors(const quilt::v1::DistributedProgram& program, const Setup& s,
                                        const TempDir& dir, const std::string& tag) {
-  const std::string base = dir.File(tag);
-  std::filesystem::create_directories(base + "/rdv");
-  {
-    std::ofstream out(base + "/program.pb", std::ios::binary);
-    out << program.SerializeAsString();
-  }
+  const JobDir job = WriteJob(dir, tag, program);
+  const std::string& base = job.base;
   std::vector<std::string> world;
   for (int n = 0; n < s.topo.num_nodes(); ++n) world.push_back(s.topo.node_id(n));
   std::vector<Subprocess> procs;
   for (size_t r = 0; r < world.size(); ++r) {
     absl::StatusOr<Subprocess> p = Subprocess::Start(
-        {RunfilePath("src/runtime/quilt-executor"), "--program", base + "/program.pb", "--world",
-         absl::StrJoin(world, ","), "--rank", std::to_string(r), "--rendezvous", base + "/rdv",
-         "--steps", std::to_string(kSteps), "--data", s.data, "--out",
-         absl::StrCat(base, "/out", r), "--step-timeout", "60"},
+        job.Argv(absl::StrJoin(world, ","), static_cast<int>(r), kSteps, s.data,
+                 {"--out", absl::StrCat(base, "/out", r), "--step-timeout", "60"}),
         absl::StrCat(base, "/log", r));
     if (!p.ok()) return p.status();
     procs.push_back(std::move(*p));
@@ -371,16 +400,14 @@ TEST(Executor, AKilledPeerFailsTheOthersWithAClearError) {
                                    quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE, "e"),
               24);
   ASSERT_THAT(p.status(), IsOk());
-  const std::string base = dir.File("kill");
-  std::filesystem::create_directories(base + "/rdv");
-  std::ofstream(base + "/program.pb", std::ios::binary) << p->SerializeAsString();
+  const JobDir job = WriteJob(dir, "kill", *p);
+  const std::string& base = job.base;
   std::vector<Subprocess> procs;
   for (int r = 0; r < 2; ++r) {
     // Slow steps (emulated slowdown) so the kill lands mid-run.
     absl::StatusOr<Subprocess> proc = Subprocess::Start(
-        {RunfilePath("src/runtime/quilt-executor"), "--program", base + "/program.pb", "--world",
-         "w0,w1", "--rank", std::to_string(r), "--rendezvous", base + "/rdv", "--steps", "100000",
-         "--data", s->data, "--slowdown", "w0/cpu:0=50,w1/cpu:0=50", "--step-timeout", "30"},
+        job.Argv("w0,w1", r, 100000, s->data,
+                 {"--slowdown", "w0/cpu:0=50,w1/cpu:0=50", "--step-timeout", "30"}),
         absl::StrCat(base, "/log", r));
     ASSERT_THAT(proc.status(), IsOk());
     procs.push_back(std::move(*proc));
@@ -414,17 +441,14 @@ TEST(Executor, TracesEveryInstructionOfEveryStep) {
                                    quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE, "even"),
               24);
   ASSERT_THAT(p.status(), IsOk());
-  const std::string base = dir.File("trace");
-  std::filesystem::create_directories(base + "/rdv");
-  std::ofstream(base + "/program.pb", std::ios::binary) << p->SerializeAsString();
+  const JobDir job = WriteJob(dir, "trace", *p);
+  const std::string& base = job.base;
   constexpr int kSteps = 3;
   std::vector<Subprocess> procs;
   for (int r = 0; r < 2; ++r) {
     absl::StatusOr<Subprocess> proc =
-        Subprocess::Start({RunfilePath("src/runtime/quilt-executor"), "--program",
-                           base + "/program.pb", "--world", "w0,w1", "--rank", std::to_string(r),
-                           "--rendezvous", base + "/rdv", "--steps", std::to_string(kSteps),
-                           "--data", s->data, "--trace", absl::StrCat(base, "/trace", r, ".json")},
+        Subprocess::Start(job.Argv("w0,w1", r, kSteps, s->data,
+                                   {"--trace", absl::StrCat(base, "/trace", r, ".json")}),
                           absl::StrCat(base, "/log", r));
     ASSERT_THAT(proc.status(), IsOk());
     procs.push_back(std::move(*proc));
@@ -486,27 +510,10 @@ TEST(Executor, RunsOnTheCpusItIsGivenAndRefusesOthers) {
                                    quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE, "one"),
               24);
   ASSERT_THAT(p.status(), IsOk());
-  const std::string base = dir.File("pin");
-  std::filesystem::create_directories(base + "/rdv");
-  std::ofstream(base + "/program.pb", std::ios::binary) << p->SerializeAsString();
+  const JobDir job = WriteJob(dir, "pin", *p);
+  const std::string& base = job.base;
   auto argv = [&](const std::string& cpus) {
-    return std::vector<std::string>{RunfilePath("src/runtime/quilt-executor"),
-                                    "--program",
-                                    base + "/program.pb",
-                                    "--world",
-                                    "w0",
-                                    "--rank",
-                                    "0",
-                                    "--rendezvous",
-                                    base + "/rdv",
-                                    "--steps",
-                                    "100000",
-                                    "--data",
-                                    s->data,
-                                    "--slowdown",
-                                    "w0/cpu:0=50",
-                                    "--cpus",
-                                    cpus};
+    return job.Argv("w0", 0, 100000, s->data, {"--slowdown", "w0/cpu:0=50", "--cpus", cpus});
   };
   for (const auto& [cpus, reason] : std::vector<std::pair<std::string, std::string>>{
            {"x", "bad CPU 'x'"},
