@@ -30,6 +30,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <set>
 #include <sstream>
 
 #include "CLI/CLI.hpp"
@@ -296,6 +297,22 @@ absl::StatusOr<Calibration> Calibrate(const Graph& g, int64_t full, const Measur
   return c;
 }
 
+// Of `cpus`, the first on each physical core (hardware threads of one core
+// would make two devices share it); CPUs whose topology is unknown count
+// as cores of their own.
+std::vector<int> OneCpuPerCore(const std::vector<int>& cpus) {
+  std::vector<int> out;
+  std::set<std::string> cores;
+  for (int c : cpus) {
+    std::ifstream in(
+        absl::StrCat("/sys/devices/system/cpu/cpu", c, "/topology/thread_siblings_list"));
+    std::string siblings;
+    if (!(in >> siblings)) siblings = absl::StrCat("cpu", c);
+    if (cores.insert(siblings).second) out.push_back(c);
+  }
+  return out;
+}
+
 // Executor processes of the data-parallel run (one device each).
 constexpr int kProcesses = 2;
 // Rounds of calibration and measurement per model (odd: a median round).
@@ -520,7 +537,8 @@ int main(int argc, char** argv) {
       std::cerr << "executor_bench: " << cpus.status() << "\n";
       return 1;
     }
-    if (cpus->size() >= static_cast<size_t>(quilt::kProcesses)) o.cpus = *cpus;
+    const std::vector<int> cores = quilt::OneCpuPerCore(*cpus);
+    if (cores.size() >= static_cast<size_t>(quilt::kProcesses)) o.cpus = cores;
   }
   char tmpl[] = "/tmp/quilt-executor-bench-XXXXXX";
   if (mkdtemp(tmpl) == nullptr) return 1;
