@@ -53,13 +53,23 @@ export QUILT_COORDINATOR=$addr
 echo "coordinator serving on $addr (log: $dir/coordinator.log)"
 
 step "Starting two workers (worker-b emulates a GPU half as fast)"
-# A core each where the machine has two: each worker measures its device on
-# the core its executors then run on.
+# A core each where the machine has two (two CPUs that are not hardware
+# threads of one core): each worker measures its device on the core its
+# executors then run on.
 cpus_a=() cpus_b=()
-if [[ $(nproc) -ge 2 ]]; then
-  read -r first second _ < <(taskset -cp $$ 2>/dev/null | sed 's/.*: //' | tr ',-' '  ') || true
-  if [[ -n "${second:-}" ]]; then cpus_a=(--cpus "$first") cpus_b=(--cpus "$second"); fi
-fi
+allowed=$(taskset -cp $$ 2>/dev/null | sed 's/.*: //') || allowed=""
+first="" first_core=""
+for part in ${allowed//,/ }; do
+  if [[ $part == *-* ]]; then range=$(seq "${part%-*}" "${part#*-}"); else range=$part; fi
+  for c in $range; do
+    core=$(cat "/sys/devices/system/cpu/cpu$c/topology/thread_siblings_list" 2>/dev/null || echo "$c")
+    if [[ -z "$first" ]]; then
+      first=$c first_core=$core
+    elif [[ "$core" != "$first_core" && ${#cpus_b[@]} -eq 0 ]]; then
+      cpus_a=(--cpus "$first") cpus_b=(--cpus "$c")
+    fi
+  done
+done
 "$bin/worker/quilt-worker" --coordinator_address "$addr" --node_id worker-a --cpu_cores 1 \
   "${cpus_a[@]}" --ready_file "$dir/worker-a.ready" >"$dir/worker-a.log" 2>&1 &
 pids+=($!)
