@@ -104,6 +104,13 @@ absl::Status PinProcessToCpus(const std::vector<int>& cpus) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::vector<int>> PinProcessToCpuList(const std::string& list) {
+  absl::StatusOr<std::vector<int>> cpus = ParseCpuList(list);
+  if (!cpus.ok()) return cpus.status();
+  if (absl::Status s = PinProcessToCpus(*cpus); !s.ok()) return s;
+  return cpus;
+}
+
 std::string FormatCpuList(const std::vector<int>& cpus) {
   std::string out;
   for (size_t i = 0; i < cpus.size();) {

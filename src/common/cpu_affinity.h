@@ -26,6 +26,9 @@ absl::StatusOr<std::vector<int>> AllowedCpus();
 // them); the affinity is then unchanged.
 absl::Status PinProcessToCpus(const std::vector<int>& cpus);
 
+// ParseCpuList, then PinProcessToCpus: the CPUs pinned to.
+absl::StatusOr<std::vector<int>> PinProcessToCpuList(const std::string& list);
+
 // "0-2,5".
 std::string FormatCpuList(const std::vector<int>& cpus);
 

@@ -122,9 +122,8 @@ int main(int argc, char** argv) {
 
   // Pinned before any thread starts (they would inherit it anyway).
   if (!cpus.empty()) {
-    absl::StatusOr<std::vector<int>> list = quilt::ParseCpuList(cpus);
-    absl::Status pinned = list.ok() ? quilt::PinProcessToCpus(*list) : list.status();
-    if (!pinned.ok()) return Fail("--cpus: " + std::string(pinned.message()));
+    absl::StatusOr<std::vector<int>> pinned = quilt::PinProcessToCpuList(cpus);
+    if (!pinned.ok()) return Fail("--cpus: " + std::string(pinned.status().message()));
   }
   quilt::SetComputeThreads(threads);
   absl::StatusOr<std::string> bytes = quilt::ReadFile(program_path);

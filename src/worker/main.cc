@@ -74,10 +74,9 @@ int Run(WorkerConfig config) {
   // Pinned before measuring the devices, so that they are measured on the
   // CPUs their executors (which inherit it) will run on.
   if (!config.cpus.empty()) {
-    absl::StatusOr<std::vector<int>> cpus = ParseCpuList(config.cpus);
-    absl::Status pinned = cpus.ok() ? PinProcessToCpus(*cpus) : cpus.status();
-    if (!pinned.ok()) {
-      QLOG_ERROR("cpus: {}", std::string(pinned.message()));
+    absl::StatusOr<std::vector<int>> cpus = PinProcessToCpuList(config.cpus);
+    if (!cpus.ok()) {
+      QLOG_ERROR("cpus: {}", std::string(cpus.status().message()));
       return 2;
     }
     QLOG_INFO("running on CPUs {}", FormatCpuList(*cpus));
