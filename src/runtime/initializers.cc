@@ -5,20 +5,6 @@
 #include "src/common/status.h"
 
 namespace quilt {
-namespace {
-
-uint64_t Mix(uint64_t z) {
-  z += 0x9e3779b97f4a7c15ULL;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-
-}  // namespace
-
-float CounterUniform(uint64_t seed, uint64_t index) {
-  return static_cast<float>(Mix(Mix(seed) ^ index) >> 40) * (1.0f / 16777216.0f);
-}
 
 absl::StatusOr<Tensor> InitialValue(const ParameterSpec& spec, const std::vector<int64_t>& dims) {
   if (spec.value.has_value()) return spec.value->Clone();

@@ -65,18 +65,6 @@ class NumpyDataset final : public Dataset {
   std::shared_ptr<const NpyMapping> x_, y_;
 };
 
-uint64_t Mix(uint64_t z) {
-  z += 0x9e3779b97f4a7c15ULL;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-
-// CounterUniform(seed, index) with Mix(seed) computed once.
-inline float UniformMixed(uint64_t mixed_seed, uint64_t index) {
-  return static_cast<float>(Mix(mixed_seed ^ index) >> 40) * (1.0f / 16777216.0f);
-}
-
 // Class centres above this many floats (classes × features) are computed per
 // element instead of kept.
 constexpr int64_t kMaxCachedOffsets = int64_t{1} << 22;
@@ -136,8 +124,8 @@ class SyntheticDataset final : public Dataset {
       const uint64_t first = 2 * sample * static_cast<uint64_t>(f);
       for (int64_t e = 0; e < f; e += 2) {
         const uint64_t k = first + 2 * static_cast<uint64_t>(e);
-        const float u1 = std::max(0x1p-25f, UniformMixed(mixed_seed_, k));
-        const float u2 = UniformMixed(mixed_seed_, k + 1);
+        const float u1 = std::max(0x1p-25f, CounterUniformMixed(mixed_seed_, k));
+        const float u2 = CounterUniformMixed(mixed_seed_, k + 1);
         const float r = std::sqrt(-2.0f * std::log(u1));
         const float angle = 6.28318530718f * u2;
         x[e] = r * std::cos(angle);
