@@ -376,11 +376,15 @@ absl::Status BenchModel(const std::string& name, int64_t batch, Options o) {
     // CPU (the CPUs may differ in speed); unpinned, both from the slower
     // process of each step.
     x.cal.clear();
-    for (int d = 0; d < kProcesses; ++d) {
-      const bool own = !o.cpus.empty();
-      ASSIGN_OR_RETURN(Calibration c, Calibrate(g, batch, own ? x.co_full.Process(d) : x.co_full,
-                                                half, own ? x.co_half.Process(d) : x.co_half, o));
-      x.cal.push_back(c);
+    if (o.cpus.empty()) {
+      ASSIGN_OR_RETURN(Calibration c, Calibrate(g, batch, x.co_full, half, x.co_half, o));
+      x.cal.assign(kProcesses, c);
+    } else {
+      for (int d = 0; d < kProcesses; ++d) {
+        ASSIGN_OR_RETURN(Calibration c,
+                         Calibrate(g, batch, x.co_full.Process(d), half, x.co_half.Process(d), o));
+        x.cal.push_back(c);
+      }
     }
     ASSIGN_OR_RETURN(x.plan, PlanDataParallel(g, x.cal, batch, o));
     ASSIGN_OR_RETURN(x.two, Measure(x.plan, absl::StrCat(name, "_2proc_round", r + 1), o));
@@ -407,16 +411,17 @@ absl::Status BenchModel(const std::string& name, int64_t batch, Options o) {
     }
     ++r;
   }
-  std::vector<int> order(kRounds);
-  for (int r = 0; r < kRounds; ++r) order[r] = r;
-  std::sort(order.begin(), order.end(),
-            [&](int a, int b) { return rounds[a].error < rounds[b].error; });
-  const int median = order[kRounds / 2];
+  // The round with the median of an error (each split from its own).
+  auto median_round = [&](double Round::*error) {
+    std::vector<int> order(kRounds);
+    for (int r = 0; r < kRounds; ++r) order[r] = r;
+    std::sort(order.begin(), order.end(),
+              [&](int a, int b) { return rounds[a].*error < rounds[b].*error; });
+    return order[kRounds / 2];
+  };
+  const int median = median_round(&Round::error);
   const Round& chosen = rounds[median];
-  // The proportional split's figures from its own median round.
-  std::sort(order.begin(), order.end(),
-            [&](int a, int b) { return rounds[a].prop_error < rounds[b].prop_error; });
-  const int prop_median = order[kRounds / 2];
+  const int prop_median = median_round(&Round::prop_error);
   const Round& prop = rounds[prop_median];
   std::vector<double> errors;
   // Per round: the even split's step over the proportional one's,
