@@ -56,7 +56,8 @@ nlohmann::json Diagnose(const quilt::Graph& g, const quilt::Topology& topo, int6
     j["coarse_s"] = score.ok() ? score->time_s : -1;
     j["full_baseline_s"] = FineTime(g, topo, *cost, ns.strategy, batch);
     j["full_same_plan_grouped_s"] =
-        FineTime(g, topo, *cost, space.FineStrategy(g, state, ns.name, true), batch);
+        FineTime(g, topo, *cost,
+                 space.FineStrategy(g, state, ns.name, quilt::SearchSpace::kFusePerGroup), batch);
     out[ns.name] = j;
   }
   return out;

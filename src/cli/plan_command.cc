@@ -68,7 +68,12 @@ std::string RenderExplain(const quilt::v1::PlanReport& r) {
                                                  : HumanSeconds(d.saved_s());
     t.AddRow({std::to_string(d.group()), ops, d.placement(), d.aggregation(), saves});
   }
-  out += t.Render() + "\n" + Breakdown(*h) + "\n";
+  out += t.Render() + "\n";
+  if (!s.gradient_collectives().empty()) {
+    out += absl::StrFormat("gradients: %s (the fastest of %d variants simulated in full)\n",
+                           s.gradient_collectives(), s.variants_simulated());
+  }
+  out += Breakdown(*h) + "\n";
   for (const auto& e : r.estimates()) {
     if (e.name() == s.start()) out += Breakdown(e) + "\n";
   }

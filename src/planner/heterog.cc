@@ -317,8 +317,23 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
   }
   result.result_s = best_score.time_s;
   result.feasible = best_score.feasible();
-  result.variants = {space.FineStrategy(g, best, "heterog", /*fuse=*/true),
-                     space.FineStrategy(g, best, "heterog", /*fuse=*/false)};
+  std::vector<int64_t> fusions = {SearchSpace::kFusePerGroup, SearchSpace::kFuseNone};
+  fusions.insert(fusions.end(), options.bucket_bytes.begin(), options.bucket_bytes.end());
+  for (int64_t fusion : fusions) {
+    result.variants.push_back(space.FineStrategy(g, best, "heterog", fusion));
+    result.variant_collectives.push_back(FusionLabel(fusion));
+  }
+  result.first_start_variant = result.variants.size();
+  // The starting plan with the smallest buckets too: the search compared
+  // plans with a collective per group, which can favour choices (parameter
+  // servers) that buckets make slower than the start.
+  if (!(start_state == best) && !options.bucket_bytes.empty()) {
+    const int64_t smallest =
+        *std::min_element(options.bucket_bytes.begin(), options.bucket_bytes.end());
+    result.variants.push_back(space.FineStrategy(g, start_state, "heterog", smallest));
+    result.variant_collectives.push_back(FusionLabel(smallest) + ", ops placed as " + result.start +
+                                         " places them");
+  }
   // What each group's choice is worth: the step with that group put back
   // as the start had it.
   for (int k = 0; k < coarse->num_groups(); ++k) {
@@ -330,6 +345,12 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
     c.placement = space.options()[best.place[k]].label;
     c.aggregation =
         space.options()[best.place[k]].single() ? "none (one device)" : MethodLabel(best.method[k]);
+    GroupChoice as_start = c;
+    as_start.placement = space.options()[start_state.place[k]].label;
+    as_start.aggregation = space.options()[start_state.place[k]].single()
+                               ? "none (one device)"
+                               : MethodLabel(start_state.method[k]);
+    result.start_choices.push_back(as_start);
     if (best.place[k] != start_state.place[k] || best.method[k] != start_state.method[k]) {
       PlanState back = best;
       back.place[k] = start_state.place[k];

@@ -43,6 +43,11 @@ struct SearchOptions {
   int restarts = 3;
   // Share of each device's memory a plan may fill on the coarsened graph.
   double memory_fraction = 0.92;
+  // Gradient buckets the full plan is also simulated with (besides a
+  // collective per group and per gradient): bytes per bucket, larger
+  // gradients summed in slices of that size, so that small urgent
+  // collectives (a synchronized batch norm's sums) wait less behind them.
+  std::vector<int64_t> bucket_bytes = {2 << 20, 8 << 20};
 };
 
 // What the plan does with one group, and what that is worth.
@@ -59,8 +64,14 @@ struct GroupChoice {
 
 struct SearchResult {
   // The plan for the full graph, in variants for the full simulation to
-  // choose from: gradients of a group fused in one collective, or not.
+  // choose from: gradients of a group fused in one collective, one
+  // collective per gradient, SearchOptions::bucket_bytes buckets, and the
+  // starting plan with the smallest buckets.
   std::vector<quilt::v1::Strategy> variants;
+  // Per variant: how its gradients form collectives, in words.
+  std::vector<std::string> variant_collectives;
+  // Variants from this index on place the ops as the start does.
+  size_t first_start_variant = 0;
   // Predicted on the coarsened graph: the starting baseline, the result.
   std::string start;
   double start_s = 0, result_s = 0;
@@ -72,6 +83,8 @@ struct SearchResult {
   // "evaluation limit" or "time budget".
   std::string stopped_by;
   std::vector<GroupChoice> choices;
+  // The start's choices (nothing saved), for a start variant.
+  std::vector<GroupChoice> start_choices;
 };
 
 // `baselines`: the strategies to start from (their names and placements).

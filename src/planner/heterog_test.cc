@@ -267,6 +267,60 @@ TEST_P(PlanWithHeteroG, NeverSlowerAndReportsItsSimulation) {
   EXPECT_DOUBLE_EQ(sim->step_time_s, h->step_time_s());
 }
 
+// The plan is the fastest of the search's variants (gradient buckets and
+// slices, a collective per group or per gradient) simulated in full, and
+// the report names the chosen one's collectives.
+TEST(HeteroG, PlanIsTheFastestVariantAndNamesItsCollectives) {
+  absl::StatusOr<Graph> g = zoo::BuildZooModel("cnn");
+  ASSERT_THAT(g.status(), IsOk());
+  TrainingOptions to;
+  to.loss = LossType::kSoftmaxCrossEntropy;
+  to.optimizer.kind = OptimizerSpec::Kind::kSgd;
+  to.optimizer.momentum = 0.9;
+  ASSERT_THAT(BuildTrainingGraph(&*g, to), IsOk());
+  auto f = Make(std::move(*g), RandomCluster(5));
+  PlanOptions o;
+  o.global_batch = 8 * f->topo.num_devices();
+  o.search.max_evaluations = 40;
+  o.search.bucket_bytes = {4096, 65536};
+  absl::StatusOr<PlanResult> r = Plan(f->graph, f->topo, o);
+  ASSERT_THAT(r.status(), IsOk());
+  const quilt::v1::StrategyEstimate* h = nullptr;
+  for (const auto& e : r->report.estimates()) {
+    if (e.name() == "heterog") h = &e;
+  }
+  ASSERT_NE(h, nullptr);
+  ASSERT_TRUE(h->feasible());
+  absl::StatusOr<SearchResult> sr =
+      SearchHeteroG(f->graph, f->topo, *f->cost, o.global_batch,
+                    Baselines(f->graph, f->topo, *f->cost, o.global_batch), o.search);
+  ASSERT_THAT(sr.status(), IsOk());
+  ASSERT_EQ(sr->variants.size(), sr->variant_collectives.size());
+  ASSERT_GE(sr->variants.size(), 4u);
+  EXPECT_EQ(h->search().variants_simulated(), static_cast<int>(sr->variants.size()));
+  double fastest = 0;
+  std::string label;
+  int sliced = 0;
+  for (size_t v = 0; v < sr->variants.size(); ++v) {
+    for (const auto& a : sr->variants[v].aggregations()) sliced += a.partition_bytes() > 0;
+    absl::StatusOr<quilt::v1::StrategyEstimate> e =
+        Estimate(f->graph, f->topo, *f->cost, NamedStrategy{"v", sr->variants[v], ""},
+                 o.global_batch, r->report.lower_bound_s(), nullptr, nullptr, false, true);
+    ASSERT_THAT(e.status(), IsOk());
+    if (e->feasible() && (fastest == 0 || e->step_time_s() < fastest)) {
+      fastest = e->step_time_s();
+      label = sr->variant_collectives[v];
+    }
+  }
+  EXPECT_GT(sliced, 0);
+  if (h->note().find("is kept") != std::string::npos) {
+    EXPECT_LE(h->step_time_s(), fastest);  // a baseline was as fast
+  } else {
+    EXPECT_DOUBLE_EQ(h->step_time_s(), fastest);
+    EXPECT_EQ(h->search().gradient_collectives(), label);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(ModelsAndClusters, PlanWithHeteroG,
                          ::testing::Combine(::testing::Values("mlp", "cnn", "transformer"),
                                             ::testing::Values(3, 11)),

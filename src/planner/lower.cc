@@ -106,7 +106,10 @@ class Lowerer {
   // aggregation it takes. With `allow_partial`, a partial sum held on the
   // device is returned as is (and *partial set).
   absl::StatusOr<std::vector<int64_t>> Provide(const Key& need, bool allow_partial, bool* partial);
-  absl::StatusOr<std::vector<int64_t>> Aggregate(int t, AggregationMethod method, int bucket);
+  // Sums partial `t` over its devices; with `partition_bytes` > 0, in
+  // slices of rows of dim 0 of at most that many bytes, one collective each.
+  absl::StatusOr<std::vector<int64_t>> Aggregate(int t, AggregationMethod method,
+                                                 int64_t partition_bytes);
   absl::StatusOr<std::vector<int64_t>> PushToServer(int t, const Key& need);
   int64_t Transfer(int t, const Key& from, int64_t b, int64_t e, const Key& into);
   absl::Status LowerOp(int op_index);
@@ -164,13 +167,11 @@ int64_t Lowerer::Transfer(int t, const Key& from, int64_t b, int64_t e, const Ke
 }
 
 absl::StatusOr<std::vector<int64_t>> Lowerer::Aggregate(int t, AggregationMethod method,
-                                                        int bucket) {
+                                                        int64_t partition_bytes) {
   std::vector<int> devices = partial_on_.at(t);
   std::sort(devices.begin(), devices.end(), [&](int a, int b) {
     return std::make_pair(topo_.device(a).node, a) < std::make_pair(topo_.device(b).node, b);
   });
-  const int64_t collective = next_collective_++;
-  (void)bucket;
   auto [git, fresh] = group_ids_.emplace(devices, static_cast<int64_t>(groups_.size()) + 1);
   if (fresh) groups_.push_back(devices);
   if (method == quilt::v1::AGGREGATION_METHOD_PARAMETER_SERVER) {
@@ -187,18 +188,35 @@ absl::StatusOr<std::vector<int64_t>> Lowerer::Aggregate(int t, AggregationMethod
       method = quilt::v1::AGGREGATION_METHOD_TREE_ALLREDUCE;
     }
   }
-  for (int d : devices) {
-    const Key k{t, d, 0, 0};
-    Instruction& ins = *New();
-    auto* ar = ins.mutable_all_reduce();
-    ar->set_collective_id(collective);
-    ar->set_group(git->second);
-    ar->add_tensors(info(t).name);
-    ar->set_bytes(Bytes(t, 0, 0));
-    ar->set_algorithm(method);
-    const int64_t id = Emit(d, &ins, writers_[k]);
-    writers_[k] = {id};
+  // Slices: whole rows of dim 0, at most partition_bytes (or one row)
+  // each, as even as the rows allow.
+  const int64_t whole = Bytes(t, 0, 0);
+  const int64_t rows = info(t).shape.rank() == 0 ? 1 : info(t).shape.dim(0).value;
+  int64_t slices = 1;
+  if (partition_bytes > 0 && whole > partition_bytes && rows > 1) {
+    const int64_t per_slice = std::max<int64_t>(1, partition_bytes / (whole / rows));
+    slices = (rows + per_slice - 1) / per_slice;
   }
+  std::map<int, std::vector<int64_t>> written;
+  for (int64_t s = 0; s < slices; ++s) {
+    const int64_t begin = slices == 1 ? 0 : rows * s / slices;
+    const int64_t end = slices == 1 ? 0 : rows * (s + 1) / slices;
+    const int64_t collective = next_collective_++;
+    for (int d : devices) {
+      const Key k{t, d, 0, 0};
+      Instruction& ins = *New();
+      auto* ar = ins.mutable_all_reduce();
+      ar->set_collective_id(collective);
+      ar->set_group(git->second);
+      ar->add_tensors(info(t).name);
+      ar->set_bytes(slices == 1 ? whole : whole / rows * (end - begin));
+      ar->set_begin(begin);
+      ar->set_end(end);
+      ar->set_algorithm(method);
+      written[d].push_back(Emit(d, &ins, writers_[k]));
+    }
+  }
+  for (int d : devices) writers_[Key{t, d, 0, 0}] = written[d];
   partial_on_.erase(t);
   full_on_[t] = devices;
   return std::vector<int64_t>{};
@@ -258,7 +276,7 @@ absl::StatusOr<std::vector<int64_t>> Lowerer::Provide(const Key& need, bool allo
         if (writers_.count(need)) return writers_[need];
         return PushToServer(t, need);
       }
-      RETURN_IF_ERROR(Aggregate(t, pp.method, pp.bucket).status());
+      RETURN_IF_ERROR(Aggregate(t, pp.method, pp.partition_bytes).status());
     } else {
       // Not a gradient (e.g. batch-norm statistics): the runtime's choice,
       // as collective libraries make it.
@@ -487,7 +505,7 @@ void Lowerer::FuseBuckets() {
   }
   for (const auto& [cid, idx] : members) {
     const auto& ar = instrs_[idx[0]].second->all_reduce();
-    if (ar.tensors_size() != 1) continue;
+    if (ar.tensors_size() != 1 || ar.end() != 0) continue;  // fused or a slice
     auto gp = grad_of_param_.find(tid_.at(ar.tensors(0)));
     if (gp == grad_of_param_.end()) continue;
     const int bucket = p_.params.at(gp->second).bucket;

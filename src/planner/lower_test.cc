@@ -172,6 +172,58 @@ TEST(Lower, BucketsFuseGradientsIntoOneCollectivePerBucket) {
   EXPECT_EQ(bytes, param_bytes);
 }
 
+// Gradients larger than partition_bytes are summed in slices of whole rows
+// that tile dim 0, each its own collective of at most that many bytes (or
+// one row); smaller ones stay whole. Every all-reduce method.
+TEST(Lower, PartitionedGradientsAreSummedInSlicesThatTileTheirRows) {
+  auto s = Make("mlp");
+  for (AggregationMethod method :
+       {quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE, quilt::v1::AGGREGATION_METHOD_TREE_ALLREDUCE,
+        quilt::v1::AGGREGATION_METHOD_HIERARCHICAL_ALLREDUCE}) {
+    SCOPED_TRACE(quilt::v1::AggregationMethod_Name(method));
+    Strategy strategy = DataParallelStrategy(s->graph, s->topo, {1, 2, 1, 1}, method, "dp");
+    const int64_t limit = 3000;
+    for (auto& a : *strategy.mutable_aggregations()) a.set_partition_bytes(limit);
+    const DistributedProgram p = LowerChecked(*s, strategy, 32);
+    // Per gradient, on device 0: its slices' rows and bytes.
+    std::map<std::string, std::vector<std::pair<int64_t, int64_t>>> rows;
+    std::map<std::string, int64_t> bytes;
+    for (const auto& ins : p.devices(0).instructions()) {
+      if (!ins.has_all_reduce()) continue;
+      const auto& ar = ins.all_reduce();
+      ASSERT_EQ(ar.tensors_size(), 1);
+      rows[ar.tensors(0)].push_back({ar.begin(), ar.end()});
+      bytes[ar.tensors(0)] += ar.bytes();
+    }
+    int sliced = 0;
+    for (const Op& update : s->graph.ops) {
+      if (!OpRegistry::Global().Find(update.type)->is_update) continue;
+      const TensorInfo* param = s->graph.FindTensor(update.inputs[0]);
+      const int64_t whole = param->shape.NumElements(1) * DTypeSize(param->dtype);
+      const int64_t dim0 = param->shape.rank() == 0 ? 1 : param->shape.dim(0).value;
+      const std::string& grad = update.inputs[1];
+      ASSERT_TRUE(rows.count(grad)) << grad;
+      EXPECT_EQ(bytes[grad], whole) << grad;
+      std::vector<std::pair<int64_t, int64_t>> r = rows[grad];
+      std::sort(r.begin(), r.end());
+      if (whole <= limit || dim0 == 1) {
+        EXPECT_EQ(r, (std::vector<std::pair<int64_t, int64_t>>{{0, 0}})) << grad;
+        continue;
+      }
+      ++sliced;
+      EXPECT_EQ(r.front().first, 0) << grad;
+      EXPECT_EQ(r.back().second, dim0) << grad;
+      for (size_t k = 0; k < r.size(); ++k) {
+        EXPECT_LT(r[k].first, r[k].second) << grad;
+        if (k > 0) EXPECT_EQ(r[k].first, r[k - 1].second) << grad;
+        const int64_t slice_bytes = whole / dim0 * (r[k].second - r[k].first);
+        EXPECT_TRUE(slice_bytes <= limit || r[k].second - r[k].first == 1) << grad;
+      }
+    }
+    EXPECT_GT(sliced, 0);
+  }
+}
+
 // Sums that are not parameter gradients (batch-norm statistics and their
 // gradients' sums over the batch) take the faster of
 // the ring and the tree: over slow-to-reach members (high latency) the
@@ -361,6 +413,16 @@ TEST(Lower, BadStrategies_AreRejectedWithTheirCause) {
   no_servers.mutable_aggregations(0)->clear_servers();
   EXPECT_THAT(Lower(s->graph, no_servers, s->topo, s->cost.get(), 8).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("has no servers")));
+  Strategy partitioned_ps = no_servers;
+  partitioned_ps.mutable_aggregations(0)->add_servers(s->topo.device(1).id);
+  partitioned_ps.mutable_aggregations(0)->set_partition_bytes(1024);
+  EXPECT_THAT(Lower(s->graph, partitioned_ps, s->topo, s->cost.get(), 8).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("only all-reduce methods")));
+  Strategy negative = DataParallelStrategy(s->graph, s->topo, {1, 1, 1, 1},
+                                           quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE, "dp");
+  negative.mutable_aggregations(0)->set_partition_bytes(-5);
+  EXPECT_THAT(Lower(s->graph, negative, s->topo, s->cost.get(), 8).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("negative partition_bytes")));
   Strategy twice = no_servers;
   twice.mutable_aggregations(0)->add_servers(s->topo.device(1).id);
   twice.mutable_aggregations(0)->add_servers(s->topo.device(1).id);
@@ -477,6 +539,75 @@ TEST_F(Corrupted, UpdateReadsAnUnaggregatedGradient) {
   EXPECT_THAT(Validate(p),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("partial sum over part of the batch that was never aggregated")));
+}
+
+// A partitioned gradient whose update misses one slice reads rows that
+// were never summed; a slice beyond the tensor's rows, or one summed twice,
+// is refused too.
+TEST_F(Corrupted, PartitionedGradientSlices) {
+  Strategy strategy = DataParallelStrategy(s_->graph, s_->topo, {1, 1, 1, 1},
+                                           quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE, "dp");
+  for (auto& a : *strategy.mutable_aggregations()) a.set_partition_bytes(2000);
+  const DistributedProgram sliced = LowerChecked(*s_, strategy, 32);
+  const auto is_slice = [](const Instruction& i) {
+    return i.has_all_reduce() && i.all_reduce().end() != 0;
+  };
+  {
+    // The update that depends on a slice drops that dependency.
+    DistributedProgram p = sliced;
+    const Instruction slice = *At(p, Find(p, is_slice));
+    bool dropped = false;
+    for (auto& dp : *p.mutable_devices()) {
+      for (auto& ins : *dp.mutable_instructions()) {
+        if (!ins.has_compute() || dropped) continue;
+        std::vector<int64_t> deps(ins.deps().begin(), ins.deps().end());
+        auto it = std::find(deps.begin(), deps.end(), slice.id());
+        if (it == deps.end()) continue;
+        deps.erase(it);
+        ins.clear_deps();
+        for (int64_t d : deps) ins.add_deps(d);
+        dropped = true;
+      }
+    }
+    ASSERT_TRUE(dropped);
+    const absl::Status st = Validate(p);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(st.message(), HasSubstr(slice.all_reduce().tensors(0)));
+  }
+  {
+    DistributedProgram p = sliced;
+    const int64_t cid = At(p, Find(p, is_slice))->all_reduce().collective_id();
+    for (auto& dp : *p.mutable_devices()) {
+      for (auto& ins : *dp.mutable_instructions()) {
+        if (ins.has_all_reduce() && ins.all_reduce().collective_id() == cid)
+          ins.mutable_all_reduce()->set_end(1 << 20);
+      }
+    }
+    EXPECT_THAT(Validate(p), StatusIs(absl::StatusCode::kInvalidArgument,
+                                      HasSubstr("a slice is whole rows of one tensor")));
+  }
+  {
+    // A second collective over the first slice's rows after it.
+    DistributedProgram p = sliced;
+    const Instruction first = *At(p, Find(p, is_slice));
+    int64_t id = MaxId(p);
+    for (auto& dp : *p.mutable_devices()) {
+      int64_t member = -1;
+      for (const auto& ins : dp.instructions()) {
+        if (ins.has_all_reduce() &&
+            ins.all_reduce().collective_id() == first.all_reduce().collective_id()) {
+          member = ins.id();
+        }
+      }
+      Instruction* again = dp.add_instructions();
+      *again->mutable_all_reduce() = first.all_reduce();
+      again->mutable_all_reduce()->set_collective_id(777777);
+      again->set_id(++id);
+      again->add_deps(member);
+    }
+    EXPECT_THAT(Validate(p),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("aggregated exactly once")));
+  }
 }
 
 TEST_F(Corrupted, ReplicasNotCoveringTheBatch) {

@@ -74,6 +74,17 @@ absl::StatusOr<Placement> Place(const Graph& g, const quilt::v1::Strategy& s, co
     if (a != aggs.end()) {
       pp.method = a->second->method();
       pp.bucket = a->second->bucket();
+      pp.partition_bytes = a->second->partition_bytes();
+      if (pp.partition_bytes < 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "parameter '", param.tensor, "' has negative partition_bytes ", pp.partition_bytes));
+      }
+      if (pp.partition_bytes > 0 && pp.method == quilt::v1::AGGREGATION_METHOD_PARAMETER_SERVER) {
+        return absl::InvalidArgumentError(
+            "parameter '" + param.tensor +
+            "' sets partition_bytes, which only all-reduce methods take (parameter servers "
+            "shard by their servers)");
+      }
     }
     if (pp.method == quilt::v1::AGGREGATION_METHOD_PARAMETER_SERVER) {
       if (a == aggs.end() || a->second->servers().empty()) {

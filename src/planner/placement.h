@@ -30,6 +30,7 @@ struct ParamPlacement {
   // PS: rows [begin, end) of dim 0 on each server (aligned with devices).
   std::vector<std::pair<int64_t, int64_t>> shards;
   int bucket = 0;
+  int64_t partition_bytes = 0;  // all-reduce slices of at most this (0 = whole)
 };
 
 struct Placement {

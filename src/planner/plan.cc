@@ -1,5 +1,9 @@
 #include "src/planner/plan.h"
 
+#include <algorithm>
+#include <atomic>
+#include <thread>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -94,12 +98,15 @@ struct Evaluated {
 };
 
 using EvaluateFn = std::function<absl::Status(const NamedStrategy&)>;
+// Several at once (in parallel), each as EvaluateFn would.
+using EvaluateManyFn = std::function<absl::Status(const std::vector<NamedStrategy>&)>;
 
 // The HeteroG search from the baselines, its plan simulated in full, and
 // compared with the best baseline simulated in full: never slower.
 absl::Status PlanHeteroG(const Graph& g, const Topology& topo, const CostModel& cost,
                          const std::vector<NamedStrategy>& baselines, double lb,
                          const PlanOptions& o, absl::Time start, const EvaluateFn& evaluate,
+                         const EvaluateManyFn& evaluate_many,
                          std::map<std::string, Evaluated>* done) {
   if (o.progress) {
     o.progress(absl::StrFormat("searching hybrid plans (%.1f s so far)",
@@ -131,9 +138,14 @@ absl::Status PlanHeteroG(const Graph& g, const Topology& topo, const CostModel& 
     if (ns.name == sr.start) RETURN_IF_ERROR(evaluate(ns));
   }
   // Each variant simulated in full; the fastest feasible one is the plan.
+  std::vector<NamedStrategy> variants;
   for (size_t v = 1; v < sr.variants.size(); ++v) {
-    const std::string name = absl::StrCat(kHeteroG, "#", v);
-    RETURN_IF_ERROR(evaluate(NamedStrategy{name, sr.variants[v], ""}));
+    variants.push_back(NamedStrategy{absl::StrCat(kHeteroG, "#", v), sr.variants[v], ""});
+  }
+  RETURN_IF_ERROR(evaluate_many(variants));
+  size_t chosen = 0;
+  for (size_t v = 1; v < sr.variants.size(); ++v) {
+    const std::string& name = variants[v - 1].name;
     Evaluated& first = done->at(kHeteroG);
     Evaluated& other = done->at(name);
     const bool better =
@@ -143,6 +155,7 @@ absl::Status PlanHeteroG(const Graph& g, const Topology& topo, const CostModel& 
       other.estimate.set_name(kHeteroG);
       other.estimate.mutable_strategy()->set_name(kHeteroG);
       first = std::move(other);
+      chosen = v;
     }
     done->erase(name);
   }
@@ -154,7 +167,11 @@ absl::Status PlanHeteroG(const Graph& g, const Topology& topo, const CostModel& 
   summary.set_stopped_by(sr.stopped_by);
   summary.set_start_coarse_s(sr.start_s);
   summary.set_result_coarse_s(sr.result_s);
-  for (const GroupChoice& c : sr.choices) {
+  if (chosen < sr.variant_collectives.size()) {
+    summary.set_gradient_collectives(sr.variant_collectives[chosen]);
+  }
+  summary.set_variants_simulated(static_cast<int32_t>(sr.variants.size()));
+  for (const GroupChoice& c : chosen >= sr.first_start_variant ? sr.start_choices : sr.choices) {
     auto* d = summary.add_decisions();
     d->set_group(c.group);
     d->set_first_op(c.first_op);
@@ -224,6 +241,38 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
     done[ns.name] = std::move(e);
     return absl::OkStatus();
   };
+  auto evaluate_many = [&](const std::vector<NamedStrategy>& list) -> absl::Status {
+    if (list.empty()) return absl::OkStatus();
+    if (o.progress) {
+      o.progress(absl::StrFormat("simulating %s … %s (%.1f s so far)", list.front().name,
+                                 list.back().name, absl::ToDoubleSeconds(absl::Now() - start)));
+    }
+    // Lowering, validation and simulation only read the graph, topology
+    // and cost model: one strategy per thread.
+    std::vector<absl::Status> status(list.size());
+    std::vector<Evaluated> out(list.size());
+    std::atomic<size_t> next{0};
+    auto work = [&] {
+      for (size_t i; (i = next++) < list.size();) {
+        absl::StatusOr<quilt::v1::StrategyEstimate> e =
+            Estimate(g, topo, cost, list[i], o.global_batch, lb, &out[i].program, &out[i].sim,
+                     o.trace, /*both_orders=*/true);
+        if (e.ok()) out[i].estimate = std::move(*e);
+        status[i] = e.status();
+      }
+    };
+    const size_t threads =
+        std::min<size_t>(list.size(), std::max(1u, std::thread::hardware_concurrency()));
+    std::vector<std::thread> pool;
+    for (size_t k = 1; k < threads; ++k) pool.emplace_back(work);
+    work();
+    for (std::thread& t : pool) t.join();
+    for (size_t i = 0; i < list.size(); ++i) {
+      RETURN_IF_ERROR(status[i]);
+      done[list[i].name] = std::move(out[i]);
+    }
+    return absl::OkStatus();
+  };
   bool found = false;
   for (const NamedStrategy& ns : strategies) {
     if (!wanted(ns.name)) continue;
@@ -263,7 +312,8 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
   if (wanted(kHeteroG)) {
     found = true;
     names.push_back(kHeteroG);
-    RETURN_IF_ERROR(PlanHeteroG(g, topo, cost, strategies, lb, o, start, evaluate, &done));
+    RETURN_IF_ERROR(
+        PlanHeteroG(g, topo, cost, strategies, lb, o, start, evaluate, evaluate_many, &done));
   }
   if (!found) {
     return absl::InvalidArgumentError("unknown strategy '" + o.strategy + "'; known: all, " +

@@ -87,6 +87,13 @@ class Validator {
   // The latest instruction among `n`'s dependencies on its device that
   // writes rows `need` of `tensor` (-1 = resident, -2 = none).
   int Writer(int n, int tensor, const Range& need) const;
+  // Rows [begin, end) of dim 0 that slice `r` of `tensor` stands for.
+  std::pair<int64_t, int64_t> Rows(int tensor, const Range& r) const;
+  // What `n` reads of rows `need`: the slices of partitioned all-reduces
+  // among its dependencies written into the tensor's instance after the
+  // latest writer (Writer), as far as they overlap `need`, and that writer
+  // when they do not cover it (-1 = resident; empty = nothing written).
+  std::vector<int> Contributors(int n, int tensor, const Range& need) const;
   absl::Status ReadsOf(int n, std::vector<Access>* reads) const;
   absl::Status AddRange(const quilt::v1::TensorRange& r, std::vector<Access>* out) const {
     ASSIGN_OR_RETURN(int t, Tensor(r.tensor()));
@@ -327,7 +334,8 @@ absl::Status Validator::CheckCollectives() {
       if (ar.group() != first.group() || ar.bytes() != first.bytes() ||
           ar.tensors_size() != first.tensors_size() ||
           !std::equal(ar.tensors().begin(), ar.tensors().end(), first.tensors().begin()) ||
-          ar.algorithm() != first.algorithm()) {
+          ar.algorithm() != first.algorithm() || ar.begin() != first.begin() ||
+          ar.end() != first.end()) {
         return absl::InvalidArgumentError(
             absl::StrCat("the members of all-reduce ", cid, " disagree"));
       }
@@ -350,6 +358,22 @@ absl::Status Validator::CheckCollectives() {
         return absl::InvalidArgumentError("all-reduce " + std::to_string(cid) +
                                           " sums batch tensor '" + name + "'");
       }
+    }
+    if (first.begin() != 0 || first.end() != 0) {
+      int64_t rows = 0;
+      if (first.tensors_size() == 1) {
+        const Shape& s = g_.tensors()[tensor_index_.at(first.tensors(0))].shape;
+        rows = s.rank() == 0 ? 1 : s.dim(0).value;
+      }
+      if (first.tensors_size() != 1 || first.begin() < 0 || first.begin() >= first.end() ||
+          first.end() > rows) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "all-reduce ", cid, " sums rows [", first.begin(), ", ", first.end(), ") of ",
+            first.tensors_size() == 1 ? "'" + first.tensors(0) + "'" : "several tensors",
+            first.tensors_size() == 1 ? absl::StrCat(", which has ", rows, " rows") : "",
+            "; a slice is whole rows of one tensor"));
+      }
+      bytes = bytes / rows * (first.end() - first.begin());
     }
     if (bytes != first.bytes()) {
       return absl::InvalidArgumentError(absl::StrCat("all-reduce ", cid, " says ", first.bytes(),
@@ -428,7 +452,7 @@ absl::Status Validator::WritesOf(int n, std::vector<Access>* out) const {
     case Instruction::kAllReduce:
       for (const auto& name : ins.all_reduce().tensors()) {
         ASSIGN_OR_RETURN(int t, Tensor(name));
-        out->push_back({t, {}});
+        out->push_back({t, {ins.all_reduce().begin(), ins.all_reduce().end()}});
       }
       return absl::OkStatus();
     case Instruction::kPsAccumulate:
@@ -463,7 +487,7 @@ absl::Status Validator::ReadsOf(int n, std::vector<Access>* out) const {
     case Instruction::kAllReduce:
       for (const auto& name : ins.all_reduce().tensors()) {
         ASSIGN_OR_RETURN(int t, Tensor(name));
-        out->push_back({t, {}});
+        out->push_back({t, {ins.all_reduce().begin(), ins.all_reduce().end()}});
       }
       return absl::OkStatus();
     case Instruction::kPsPush: {
@@ -502,6 +526,55 @@ int Validator::Writer(int n, int tensor, const Range& need) const {
   return -2;
 }
 
+std::pair<int64_t, int64_t> Validator::Rows(int tensor, const Range& r) const {
+  if (!r.whole()) return {r.begin, r.end};
+  const Shape& s = g_.tensors()[tensor].shape;
+  if (Batched(tensor)) return {0, p_.global_batch()};
+  return {0, s.rank() == 0 ? 1 : s.dim(0).value};
+}
+
+std::vector<int> Validator::Contributors(int n, int tensor, const Range& need) const {
+  const int w = Writer(n, tensor, need);
+  // Slices summed in place after the writer, latest first: each supplies
+  // the rows of `need` that no later one did.
+  const int d = nodes_[n].device;
+  std::vector<int> slices;
+  for (int dep : deps_[n]) {
+    const Node& s = nodes_[dep];
+    if (s.device != d || dep <= w || !s.ins->has_all_reduce()) continue;
+    const auto& ar = s.ins->all_reduce();
+    if (ar.end() == 0 || ar.tensors_size() != 1 || tensor_index_.at(ar.tensors(0)) != tensor) {
+      continue;
+    }
+    slices.push_back(dep);
+  }
+  std::sort(slices.rbegin(), slices.rend());
+  auto [lo, hi] = Rows(tensor, need);
+  std::vector<std::pair<int64_t, int64_t>> open = {{lo, hi}};  // rows not yet supplied
+  std::vector<int> out;
+  for (int s : slices) {
+    const auto& ar = nodes_[s].ins->all_reduce();
+    std::vector<std::pair<int64_t, int64_t>> rest;
+    bool used = false;
+    for (auto [a, b] : open) {
+      const int64_t x = std::max(a, ar.begin()), y = std::min(b, ar.end());
+      if (x >= y) {
+        rest.push_back({a, b});
+        continue;
+      }
+      used = true;
+      if (a < x) rest.push_back({a, x});
+      if (y < b) rest.push_back({y, b});
+    }
+    if (used) out.push_back(s);
+    open = std::move(rest);
+  }
+  if (open.empty()) return out;
+  if (w == -2) return {};
+  out.push_back(w);
+  return out;
+}
+
 absl::Status Validator::CheckDataflow() {
   // Nodes are in id order, and dependencies point to smaller ids: one pass
   // sees every writer before its readers. A write is a partial sum when a
@@ -519,23 +592,31 @@ absl::Status Validator::CheckDataflow() {
     const Instruction& ins = *node.ins;
     reads.clear();
     RETURN_IF_ERROR(ReadsOf(n, &reads));
-    std::vector<bool> read_partial;
+    // Per read: whether any / all of the rows it reads are partial sums.
+    std::vector<bool> read_partial, read_all_partial;
     for (const Access& a : reads) {
-      const int w = Writer(n, a.tensor, a.range);
-      if (w == -2) {
+      const std::vector<int> ws = Contributors(n, a.tensor, a.range);
+      if (ws.empty()) {
         return absl::InvalidArgumentError(absl::StrCat(
             "instruction ", ins.id(), " on ", DeviceName(node.device), " reads '",
             TensorName(a.tensor), "'",
             a.range.whole() ? "" : absl::StrCat(" rows [", a.range.begin, ", ", a.range.end, ")"),
             ", which is neither resident there nor written by one of its dependencies"));
       }
-      bool partial = false;
-      if (w >= 0) {
-        for (int k = nodes_[w].first_write; k < nodes_[w].first_write + nodes_[w].num_writes; ++k) {
-          if (writes_[k].tensor == a.tensor) partial = partial || write_partial_[k];
+      bool any = false, all = true;
+      for (int w : ws) {
+        bool partial = false;
+        if (w >= 0) {
+          for (int k = nodes_[w].first_write; k < nodes_[w].first_write + nodes_[w].num_writes;
+               ++k) {
+            if (writes_[k].tensor == a.tensor) partial = partial || write_partial_[k];
+          }
         }
+        any |= partial;
+        all &= partial;
       }
-      read_partial.push_back(partial);
+      read_partial.push_back(any);
+      read_all_partial.push_back(all);
     }
     bool out_partial = false;
     switch (ins.kind_case()) {
@@ -581,7 +662,7 @@ absl::Status Validator::CheckDataflow() {
         for (size_t k = 0; k < reads.size(); ++k) {
           const bool alone =
               ins.has_all_reduce() && groups_.at(ins.all_reduce().group()).size() == 1;
-          if (!read_partial[k] && !alone) {
+          if (!read_all_partial[k] && !alone) {
             return absl::InvalidArgumentError(
                 absl::StrCat("instruction ", ins.id(), " on ", DeviceName(node.device), " sums '",
                              TensorName(reads[k].tensor),

@@ -26,6 +26,17 @@ std::string MethodLabel(Method m) {
   return "?";
 }
 
+std::string FusionLabel(int64_t fusion) {
+  if (fusion < 0) return "the all-reduced gradients of each group in one collective";
+  if (fusion == 0) return "one collective per gradient";
+  const std::string size =
+      fusion % (1 << 20) == 0 ? absl::StrCat(fusion >> 20, " MiB") : absl::StrCat(fusion, " bytes");
+  return absl::StrCat("buckets of ", size,
+                      " filled as gradients become ready, larger gradients "
+                      "summed in slices of ",
+                      size);
+}
+
 bool Score::BetterThan(const Score& o) const {
   if (feasible() != o.feasible()) return feasible();
   if (!feasible()) return overflow_bytes < o.overflow_bytes;
@@ -198,12 +209,14 @@ quilt::v1::Strategy SearchSpace::CoarseStrategy(const PlanState& state) const {
 }
 
 quilt::v1::Strategy SearchSpace::FineStrategy(const Graph& fine, const PlanState& state,
-                                              const std::string& name, bool fuse) const {
+                                              const std::string& name, int64_t fusion) const {
   quilt::v1::Strategy s;
   s.set_name(name);
   s.set_global_batch(batch_);
   s.set_order(state.order);
   const Grouping& grouping = coarse_.grouping();
+  const std::map<std::string, int> buckets =
+      fusion > 0 ? GradientBuckets(fine, fusion) : std::map<std::string, int>{};
   for (int k = 0; k < coarse_.num_groups(); ++k) {
     auto* g = s.add_groups();
     g->set_group(k);
@@ -226,8 +239,12 @@ quilt::v1::Strategy SearchSpace::FineStrategy(const Graph& fine, const PlanState
       a->set_method(ToProto(state.method[k]));
       if (state.method[k] == Method::kParameterServer) {
         for (int d : servers[p]) a->add_servers(topo_.device(d).id);
-      } else if (fuse) {
+      } else if (fusion == kFusePerGroup) {
         a->set_bucket(k + 1);  // the group's gradients in one collective
+      } else if (fusion > 0) {
+        auto b = buckets.find(p);
+        if (b != buckets.end()) a->set_bucket(b->second);
+        a->set_partition_bytes(fusion);
       }
     }
   }

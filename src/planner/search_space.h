@@ -29,6 +29,8 @@ struct PlacementOption {
 
 enum class Method : uint8_t { kRing, kHierarchical, kParameterServer, kTree };
 std::string MethodLabel(Method m);
+// How SearchSpace::FineStrategy's `fusion` forms collectives, in words.
+std::string FusionLabel(int64_t fusion);
 
 struct PlanState {
   std::vector<int> place;  // option per group
@@ -69,13 +71,19 @@ class SearchSpace {
   PlanState FromDataParallel(const quilt::v1::Strategy& strategy);
 
   quilt::v1::Strategy CoarseStrategy(const PlanState& state) const;
+  // How a fine strategy's all-reduce gradients form collectives:
+  // kFusePerGroup, the gradients of a group in one (as the coarse model has
+  // them); kFuseNone, one each; or > 0, buckets of at most that many bytes
+  // in the order gradients become ready (GradientBuckets), gradients larger
+  // than that summed in slices of that size (partition_bytes).
+  static constexpr int64_t kFusePerGroup = -1;
+  static constexpr int64_t kFuseNone = 0;
   // The same plan for the full graph: each group's forward ops placed as the
-  // state says, its parameters aggregated by its method (with `fuse`, the
-  // all-reduce gradients of a group in one bucket, as the coarse model has
-  // them; else one collective each; parameter servers shared by bytes over
-  // the group's devices).
+  // state says, its parameters aggregated by its method, all-reduce
+  // gradients fused as `fusion` says, parameter servers shared by bytes over
+  // the group's devices.
   quilt::v1::Strategy FineStrategy(const Graph& fine, const PlanState& state,
-                                   const std::string& name, bool fuse) const;
+                                   const std::string& name, int64_t fusion) const;
 
   // Lowers and simulates the coarsened graph; cached. Errors: lowering or
   // simulation errors (a bug; the caller treats the state as unusable).

@@ -25,6 +25,7 @@ void TensorStore::Put(const InstanceKey& k, Tensor t) {
   auto [it, fresh] = values_.insert_or_assign(k, std::move(t));
   if (fresh) by_tensor_[k.tensor].push_back(k);
   assembled_.erase(k);
+  sliced_.erase(k);
 }
 
 bool TensorStore::Get(const InstanceKey& k, Tensor* out) const {
@@ -81,6 +82,13 @@ std::vector<Tensor> TensorStore::Retain(const absl::flat_hash_map<InstanceKey, b
       ++it;
     } else {
       assembled_.erase(it++);
+    }
+  }
+  for (auto it = sliced_.begin(); it != sliced_.end();) {
+    if (keep.contains(it->first)) {
+      ++it;
+    } else {
+      sliced_.erase(it++);
     }
   }
   return dropped;

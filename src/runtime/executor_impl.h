@@ -14,6 +14,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/mutex.h"
 #include "src/graph/graph.h"
+#include "src/runtime/comm/collectives.h"
 #include "src/runtime/comm/tags.h"
 #include "src/runtime/executor.h"
 #include "src/runtime/kernels/kernel.h"
@@ -48,6 +49,12 @@ class TensorStore {
   // assembled until a Put replaces it.
   absl::Status WriteInto(const InstanceKey& k, DType dtype, const std::vector<int64_t>& dims,
                          int axis, int64_t at, const Tensor& src);
+  // Writes `src` at rows [at, ...) of dim 0 of the existing instance `k`
+  // (a slice of a gradient summed on its own). The first such write to a
+  // value copies it, since its storage may be shared with other tensors;
+  // later writes to the same value write in place. Errors: NOT_FOUND when
+  // `k` is absent; those of WriteRows.
+  absl::Status WriteSlice(const InstanceKey& k, int64_t at, const Tensor& src);
   // Keeps only the keys in `keep`; the others' values are handed back, so
   // that the caller can free them when it suits it.
   std::vector<Tensor> Retain(const absl::flat_hash_map<InstanceKey, bool>& keep);
@@ -60,6 +67,8 @@ class TensorStore {
   absl::flat_hash_map<InstanceKey, Tensor> values_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<int, std::vector<InstanceKey>> by_tensor_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<InstanceKey> assembled_ ABSL_GUARDED_BY(mu_);
+  // Per instance written by WriteSlice: the storage of its private copy.
+  absl::flat_hash_map<InstanceKey, const void*> sliced_ ABSL_GUARDED_BY(mu_);
 };
 
 class Executor::Impl {
@@ -104,6 +113,7 @@ class Executor::Impl {
   void StartSend(int node);
   void StartRecv(int node);
   void StartAllReduce(int node);
+  void StartAllReduceSlice(int node, AllReduceSpec spec);
   void StartPush(int node);
   void StartAccumulate(int node);
   void StartPull(int node);

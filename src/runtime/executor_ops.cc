@@ -32,6 +32,18 @@ absl::Status TensorStore::WriteInto(const InstanceKey& k, DType dtype,
   return WriteRows(&it->second, axis, at, src);
 }
 
+absl::Status TensorStore::WriteSlice(const InstanceKey& k, int64_t at, const Tensor& src) {
+  absl::MutexLock lock(&mu_);
+  auto it = values_.find(k);
+  if (it == values_.end()) return absl::NotFoundError("no instance to write a slice into");
+  auto s = sliced_.find(k);
+  if (s == sliced_.end() || s->second != it->second.raw()) {
+    it->second = it->second.Clone();
+    sliced_[k] = it->second.raw();
+  }
+  return WriteRows(&it->second, 0, at, src);
+}
+
 std::vector<int64_t> Executor::Impl::DimsOf(int tensor, int64_t begin, int64_t end) const {
   const TensorInfo& info = graph_.tensors()[tensor];
   const bool batched = info.shape.HasBatch();
@@ -225,6 +237,10 @@ void Executor::Impl::StartAllReduce(int node) {
   }
   // The sum goes into a fresh buffer: the partial tensors may share storage
   // with others.
+  if (ar.end() != 0) {
+    StartAllReduceSlice(node, std::move(spec));
+    return;
+  }
   std::vector<int> ids;
   std::vector<Tensor> parts;
   int64_t total = 0;
@@ -273,6 +289,36 @@ void Executor::Impl::StartAllReduce(int node) {
       dev.store.Put(InstanceKey{ids[i], 0, 0}, std::move(*out));
     }
     Done(node);
+  });
+}
+
+void Executor::Impl::StartAllReduceSlice(int node, AllReduceSpec spec) {
+  // Rows [begin, end) of dim 0 of one gradient, summed on their own and
+  // written back into the gradient's instance (WriteSlice).
+  const auto& ar = nodes_[node].ins->all_reduce();
+  Device& dev = *devices_[nodes_[node].device];
+  const int t = tensor_ids_.at(ar.tensors(0));
+  Tensor v;
+  if (!dev.store.Get(InstanceKey{t, 0, 0}, &v) || v.dtype() != DType::kF32) {
+    Fail(node, absl::InternalError("'" + ar.tensors(0) + "' is not on the device as float32"));
+    return;
+  }
+  absl::StatusOr<Tensor> rows = SliceRows(v, 0, ar.begin(), ar.end());
+  if (!rows.ok()) {
+    Fail(node, rows.status());
+    return;
+  }
+  auto sum = std::make_shared<Tensor>(std::move(*rows));
+  spec.data = sum->f32();
+  spec.owner = sum;
+  spec.count = sum->numel();
+  const int64_t at = ar.begin();
+  const absl::Time start = absl::Now();
+  quilt::StartAllReduce(transport_, spec, [this, node, sum, t, at, start](absl::Status st) {
+    if (options_.trace) Record(node, start, true);
+    if (st.ok())
+      st = devices_[nodes_[node].device]->store.WriteSlice(InstanceKey{t, 0, 0}, at, *sum);
+    st.ok() ? Done(node) : Fail(node, st);
   });
 }
 

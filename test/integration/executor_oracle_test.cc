@@ -347,6 +347,21 @@ TEST_P(Oracle, EveryStrategyEndsWithTheSingleDeviceParameters) {
     strategies.push_back({"sharded-ps", ps});
   }
   {
+    // Small gradients fused in buckets, larger ones summed in slices of
+    // rows, by each all-reduce method in turn.
+    quilt::v1::Strategy sliced = DataParallelStrategy(s->graph, s->topo, proportional,
+                                                      quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE,
+                                                      "sl", /*bucket_bytes=*/512);
+    const quilt::v1::AggregationMethod methods[] = {
+        quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE, quilt::v1::AGGREGATION_METHOD_TREE_ALLREDUCE,
+        quilt::v1::AGGREGATION_METHOD_HIERARCHICAL_ALLREDUCE};
+    for (int i = 0; i < sliced.aggregations_size(); ++i) {
+      sliced.mutable_aggregations(i)->set_method(methods[i % 3]);
+      sliced.mutable_aggregations(i)->set_partition_bytes(700);
+    }
+    strategies.push_back({"buckets-and-slices", sliced});
+  }
+  {
     SearchOptions so;
     so.max_evaluations = 60;
     so.seed = 3;
