@@ -83,6 +83,7 @@ absl::StatusOr<quilt::v1::StrategyEstimate> Estimate(const Graph& g, const Topol
 namespace {
 
 constexpr char kHeteroG[] = "heterog";
+constexpr int kBothOrdersDevices = 16;
 
 // The proportional baseline's counterpart with the even split.
 std::string EvenCounterpart(const std::string& name) {
@@ -98,8 +99,10 @@ struct Evaluated {
 };
 
 using EvaluateFn = std::function<absl::Status(const NamedStrategy&)>;
-// Several at once (in parallel), each as EvaluateFn would.
-using EvaluateManyFn = std::function<absl::Status(const std::vector<NamedStrategy>&)>;
+// Several at once (in parallel), each as EvaluateFn would; with
+// `both_orders` false, only in the execution order its strategy names.
+using EvaluateManyFn =
+    std::function<absl::Status(const std::vector<NamedStrategy>&, bool both_orders)>;
 
 // The HeteroG search from the baselines, its plan simulated in full, and
 // compared with the best baseline simulated in full: never slower.
@@ -138,11 +141,16 @@ absl::Status PlanHeteroG(const Graph& g, const Topology& topo, const CostModel& 
     if (ns.name == sr.start) RETURN_IF_ERROR(evaluate(ns));
   }
   // Each variant simulated in full; the fastest feasible one is the plan.
+  // On clusters of more than kBothOrdersDevices devices, where a full
+  // simulation costs seconds, only in the execution order the first
+  // variant ran faster in (they place the ops alike).
   std::vector<NamedStrategy> variants;
+  const quilt::v1::ExecutionOrder order = done->at(kHeteroG).estimate.strategy().order();
   for (size_t v = 1; v < sr.variants.size(); ++v) {
     variants.push_back(NamedStrategy{absl::StrCat(kHeteroG, "#", v), sr.variants[v], ""});
+    variants.back().strategy.set_order(order);
   }
-  RETURN_IF_ERROR(evaluate_many(variants));
+  RETURN_IF_ERROR(evaluate_many(variants, topo.num_devices() <= kBothOrdersDevices));
   size_t chosen = 0;
   for (size_t v = 1; v < sr.variants.size(); ++v) {
     const std::string& name = variants[v - 1].name;
@@ -241,7 +249,8 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
     done[ns.name] = std::move(e);
     return absl::OkStatus();
   };
-  auto evaluate_many = [&](const std::vector<NamedStrategy>& list) -> absl::Status {
+  auto evaluate_many = [&](const std::vector<NamedStrategy>& list,
+                           bool both_orders) -> absl::Status {
     if (list.empty()) return absl::OkStatus();
     if (o.progress) {
       o.progress(absl::StrFormat("simulating %s … %s (%.1f s so far)", list.front().name,
@@ -256,7 +265,7 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
       for (size_t i; (i = next++) < list.size();) {
         absl::StatusOr<quilt::v1::StrategyEstimate> e =
             Estimate(g, topo, cost, list[i], o.global_batch, lb, &out[i].program, &out[i].sim,
-                     o.trace, /*both_orders=*/true);
+                     o.trace, both_orders);
         if (e.ok()) out[i].estimate = std::move(*e);
         status[i] = e.status();
       }
