@@ -1,6 +1,8 @@
 // quiltctl: the admin CLI. Cluster commands talk to the coordinator (exit
 // code 1 with the address tried when it cannot be reached); graph and
 // train-local work offline. `-o json` on every listing; 2 for usage errors.
+#include <cblas-openblas.h>
+
 #include <cstdlib>
 #include <vector>
 
@@ -9,6 +11,10 @@
 #include "src/common/version.h"
 
 int main(int argc, char** argv) {
+  // The planner's linear programs call BLAS on tiny matrices; OpenBLAS's
+  // worker threads would then spin on the cores the search runs on.
+  // train-local sizes its own kernel threads (and keeps OpenBLAS at one).
+  openblas_set_num_threads(1);
   CLI::App app{"quiltctl: administer a Quilt cluster and look at models"};
   app.set_version_flag("--version", quilt::kVersion);
   app.require_subcommand(1);

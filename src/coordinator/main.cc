@@ -1,5 +1,7 @@
 // quilt-coordinator: the cluster's control plane daemon. Flags, config,
 // logging, signals, state, gRPC service, systemd readiness, drain on SIGTERM.
+#include <cblas-openblas.h>
+
 #include <cstdio>
 #include <memory>
 
@@ -64,6 +66,9 @@ int Run(const CoordinatorConfig& config) {
 }  // namespace quilt
 
 int main(int argc, char** argv) {
+  // The planner's linear programs call BLAS on tiny matrices; OpenBLAS's
+  // worker threads would then spin on the cores plans are searched on.
+  openblas_set_num_threads(1);
   quilt::BlockTerminationSignals();
   CLI::App app{"quilt-coordinator: plans and tracks distributed training on a cluster"};
   app.set_version_flag("--version", quilt::kVersion);
