@@ -470,6 +470,25 @@ class Corrupted : public ::testing::Test {
     return m;
   }
 
+  // A second all-reduce of what `first` sums, after it, on every member.
+  void SumAgainAfter(const Instruction& first, DistributedProgram* p) {
+    int64_t id = MaxId(*p);
+    for (auto& dp : *p->mutable_devices()) {
+      int64_t member = -1;
+      for (const auto& ins : dp.instructions()) {
+        if (ins.has_all_reduce() &&
+            ins.all_reduce().collective_id() == first.all_reduce().collective_id()) {
+          member = ins.id();
+        }
+      }
+      Instruction* again = dp.add_instructions();
+      *again->mutable_all_reduce() = first.all_reduce();
+      again->mutable_all_reduce()->set_collective_id(777777);
+      again->set_id(++id);
+      again->add_deps(member);
+    }
+  }
+
   std::unique_ptr<World> s_;
   DistributedProgram ring_, ps_;
 };
@@ -487,22 +506,7 @@ TEST_F(Corrupted, GradientAggregatedTwice) {
   DistributedProgram p = ring_;
   const Instruction first =
       *At(p, Find(p, [](const Instruction& i) { return i.has_all_reduce(); }));
-  // A second all-reduce of the same gradient after the first, on every member.
-  int64_t id = MaxId(p);
-  for (auto& dp : *p.mutable_devices()) {
-    int64_t member = -1;
-    for (const auto& ins : dp.instructions()) {
-      if (ins.has_all_reduce() &&
-          ins.all_reduce().collective_id() == first.all_reduce().collective_id()) {
-        member = ins.id();
-      }
-    }
-    Instruction* again = dp.add_instructions();
-    *again->mutable_all_reduce() = first.all_reduce();
-    again->mutable_all_reduce()->set_collective_id(777777);
-    again->set_id(++id);
-    again->add_deps(member);
-  }
+  SumAgainAfter(first, &p);
   EXPECT_THAT(Validate(p),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("aggregated exactly once")));
 }
@@ -587,24 +591,9 @@ TEST_F(Corrupted, PartitionedGradientSlices) {
                                       HasSubstr("a slice is whole rows of one tensor")));
   }
   {
-    // A second collective over the first slice's rows after it.
     DistributedProgram p = sliced;
-    const Instruction first = *At(p, Find(p, is_slice));
-    int64_t id = MaxId(p);
-    for (auto& dp : *p.mutable_devices()) {
-      int64_t member = -1;
-      for (const auto& ins : dp.instructions()) {
-        if (ins.has_all_reduce() &&
-            ins.all_reduce().collective_id() == first.all_reduce().collective_id()) {
-          member = ins.id();
-        }
-      }
-      Instruction* again = dp.add_instructions();
-      *again->mutable_all_reduce() = first.all_reduce();
-      again->mutable_all_reduce()->set_collective_id(777777);
-      again->set_id(++id);
-      again->add_deps(member);
-    }
+    const Instruction slice = *At(p, Find(p, is_slice));
+    SumAgainAfter(slice, &p);
     EXPECT_THAT(Validate(p),
                 StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("aggregated exactly once")));
   }
