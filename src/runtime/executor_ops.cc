@@ -235,12 +235,12 @@ void Executor::Impl::StartAllReduce(int node) {
     spec.ranks.push_back(device_rank_[d]);
     spec.nodes.push_back(device_rank_[d]);  // one process per node
   }
-  // The sum goes into a fresh buffer: the partial tensors may share storage
-  // with others.
   if (ar.end() != 0) {
     StartAllReduceSlice(node, std::move(spec));
     return;
   }
+  // The sum goes into a fresh buffer: the partial tensors may share storage
+  // with others.
   std::vector<int> ids;
   std::vector<Tensor> parts;
   int64_t total = 0;
