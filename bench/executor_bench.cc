@@ -16,7 +16,9 @@
 //      ring all-reduce) train the same global batch, right after their
 //      calibration, and the simulator predicts their step from it: split
 //      evenly, and split as the planner's dp-proportional baseline splits
-//      it for the calibrated devices (run only where that differs);
+//      it for the calibrated devices (run only where that differs), and
+//      split evenly with gradients in small buckets, larger ones summed in
+//      slices (--slice-bytes, as the planner's bucket variants run them);
 //   4. the calibration's two runs at once at the per-replica batch again:
 //      a round whose machine changed by more than 10 % meanwhile is run
 //      again (at most five times per model; the count is reported).
@@ -70,6 +72,10 @@ struct Options {
   // Where processes share this host, process i of a run is pinned to
   // cpus[i % cpus.size()] (empty: not pinned).
   std::vector<int> cpus;
+  // The even split is also run with gradients in buckets of this many
+  // bytes, larger ones summed in slices of it, as the planner's bucket
+  // variants do (0: not run).
+  int64_t slice_bytes = 256 << 10;
 };
 
 // The run's samples (the seeded synthetic set) as NumPy files, so that the
@@ -125,10 +131,12 @@ struct Planned {
 
 // Data parallel over the calibrated devices, the batch split evenly or, with
 // `proportional`, as the planner's dp-proportional baseline splits it (the
-// slowest device's computation smallest, from the calibrated speeds).
+// slowest device's computation smallest, from the calibrated speeds);
+// gradients in DDP's 25 MiB buckets, or with `slice_bytes` > 0 in buckets
+// of that size, larger gradients summed in slices of it.
 absl::StatusOr<Planned> PlanDataParallel(const Graph& g, const std::vector<Calibration>& devices,
-                                         int64_t batch, const Options& o,
-                                         bool proportional = false) {
+                                         int64_t batch, const Options& o, bool proportional = false,
+                                         int64_t slice_bytes = 0) {
   Planned p;
   const int nodes = static_cast<int>(devices.size());
   ASSIGN_OR_RETURN(p.topo, Topology::Build(Cluster(devices, o)));
@@ -138,9 +146,11 @@ absl::StatusOr<Planned> PlanDataParallel(const Graph& g, const std::vector<Calib
     ASSIGN_OR_RETURN(RowLoadModel load, RowLoadModel::Fit(g, cost, p.topo, batch));
     ASSIGN_OR_RETURN(p.rows, ProportionalSplit(load, p.topo, batch));
   }
-  const quilt::v1::Strategy s =
+  quilt::v1::Strategy s =
       DataParallelStrategy(g, p.topo, p.rows, quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE,
-                           proportional ? "proportional-ring" : "even-ring", kBucketBytes);
+                           proportional ? "proportional-ring" : "even-ring",
+                           slice_bytes > 0 ? slice_bytes : kBucketBytes);
+  for (auto& a : *s.mutable_aggregations()) a.set_partition_bytes(slice_bytes);
   ASSIGN_OR_RETURN(p.program, Lower(g, s, p.topo, &cost, batch));
   SimOptions so;
   so.trace = true;
@@ -355,10 +365,10 @@ absl::Status BenchModel(const std::string& name, int64_t batch, Options o) {
   // error is reported (all rounds' errors too). The one-process figures
   // for throughput run alone, the faster of the rounds kept.
   struct Round {
-    Measured co_full, co_half, two, prop;
-    std::vector<Calibration> cal;  // per device
-    Planned plan, prop_plan;       // even and proportional splits
-    double error = 0, prop_error = 0;
+    Measured co_full, co_half, two, prop, sliced;
+    std::vector<Calibration> cal;          // per device
+    Planned plan, prop_plan, sliced_plan;  // even and proportional splits; even in slices
+    double error = 0, prop_error = 0, sliced_error = 0;
     double drift = 0;  // of the calibration run repeated after the measurement
   };
   Measured m1, m1_half;
@@ -399,6 +409,13 @@ absl::Status BenchModel(const std::string& name, int64_t batch, Options o) {
                        Measure(x.prop_plan, absl::StrCat(name, "_2proc_prop_round", r + 1), o));
     }
     x.prop_error = x.prop_plan.sim.step_time_s / x.prop.step_s - 1;
+    if (o.slice_bytes > 0) {
+      ASSIGN_OR_RETURN(x.sliced_plan,
+                       PlanDataParallel(g, x.cal, batch, o, /*proportional=*/false, o.slice_bytes));
+      ASSIGN_OR_RETURN(x.sliced,
+                       Measure(x.sliced_plan, absl::StrCat(name, "_2proc_sliced_round", r + 1), o));
+      x.sliced_error = x.sliced_plan.sim.step_time_s / x.sliced.step_s - 1;
+    }
     // The calibration holds only while the machine's load does: it is run
     // again after the measurement, and a round whose machine changed
     // meanwhile is run again (a few times at most).
@@ -423,15 +440,25 @@ absl::Status BenchModel(const std::string& name, int64_t batch, Options o) {
   const Round& chosen = rounds[median];
   const int prop_median = median_round(&Round::prop_error);
   const Round& prop = rounds[prop_median];
+  const int sliced_median = median_round(&Round::sliced_error);
+  const Round& sliced = rounds[sliced_median];
   std::vector<double> errors;
   // Per round: the even split's step over the proportional one's,
   // measured back to back.
   std::vector<double> drifts, prop_errors, prop_gains;
+  // Per round: the even split in DDP's buckets over the same in slices,
+  // measured back to back, and as the simulator predicted it.
+  std::vector<double> sliced_errors, sliced_gains, sliced_predicted_gains;
   for (const Round& x : rounds) {
     errors.push_back(x.error);
     drifts.push_back(x.drift);
     prop_errors.push_back(x.prop_error);
     prop_gains.push_back(x.two.step_s / x.prop.step_s);
+    if (o.slice_bytes > 0) {
+      sliced_errors.push_back(x.sliced_error);
+      sliced_gains.push_back(x.two.step_s / x.sliced.step_s);
+      sliced_predicted_gains.push_back(x.plan.sim.step_time_s / x.sliced_plan.sim.step_time_s);
+    }
   }
   const std::vector<Calibration>& cal = chosen.cal;
   std::vector<double> flops, op_overhead, step_overhead;
@@ -500,6 +527,14 @@ absl::Status BenchModel(const std::string& name, int64_t batch, Options o) {
                               {"round_proportional_prediction_errors", prop_errors},
                               {"round_proportional_gains", prop_gains},
                               {"median_proportional_gain", MedianOf(prop_gains)},
+                              {"slice_bytes", o.slice_bytes},
+                              {"sliced_round", sliced_median + 1},
+                              {"sliced_two_process_step_s", sliced.sliced.step_s},
+                              {"sliced_predicted_step_s", sliced.sliced_plan.sim.step_time_s},
+                              {"sliced_prediction_error", sliced.sliced_error},
+                              {"round_sliced_prediction_errors", sliced_errors},
+                              {"round_sliced_gains", sliced_gains},
+                              {"round_sliced_predicted_gains", sliced_predicted_gains},
                               {"round_calibration_drifts", drifts},
                               {"rounds_discarded", discarded}}
                    .dump()
@@ -531,6 +566,10 @@ int main(int argc, char** argv) {
                  "Measured extra latency when the receiver's transport sleeps (comm_bench: "
                  "after idle minus ping-pong)");
   app.add_option("--trace-dir", o.trace_dir, "Write measured and simulated Chrome traces here");
+  app.add_option("--slice-bytes", o.slice_bytes,
+                 "Also run the even split with gradients in buckets of this size, larger ones "
+                 "summed in slices of it (0: not)")
+      ->check(CLI::NonNegativeNumber);
   bool no_pin = false;
   app.add_flag("--no-pin", no_pin,
                "Leave processes that run at once unpinned (calibrate both devices from the "
