@@ -22,6 +22,16 @@
 namespace quilt {
 namespace {
 
+// Adds the backward pass and the updates: softmax cross-entropy, SGD with
+// momentum 0.9 or Adam.
+absl::Status Train(Graph* g, OptimizerSpec::Kind kind = OptimizerSpec::Kind::kSgd) {
+  TrainingOptions to;
+  to.loss = LossType::kSoftmaxCrossEntropy;
+  to.optimizer.kind = kind;
+  if (kind == OptimizerSpec::Kind::kSgd) to.optimizer.momentum = 0.9;
+  return BuildTrainingGraph(g, to);
+}
+
 // x[1024] → fc1 (1024×4096) → relu → fc2 (4096×4096, 64 MiB) → relu → fc3.
 Graph WideMlp() {
   Graph g;
@@ -41,11 +51,7 @@ Graph WideMlp() {
     }
   }
   g.outputs = {y};
-  TrainingOptions to;
-  to.loss = LossType::kSoftmaxCrossEntropy;
-  to.optimizer.kind = OptimizerSpec::Kind::kSgd;
-  to.optimizer.momentum = 0.9;
-  EXPECT_THAT(BuildTrainingGraph(&g, to), IsOk());
+  EXPECT_THAT(Train(&g), IsOk());
   return g;
 }
 
@@ -67,11 +73,7 @@ Graph DeepMlp() {
     }
   }
   g.outputs = {y};
-  TrainingOptions to;
-  to.loss = LossType::kSoftmaxCrossEntropy;
-  to.optimizer.kind = OptimizerSpec::Kind::kSgd;
-  to.optimizer.momentum = 0.9;
-  EXPECT_THAT(BuildTrainingGraph(&g, to), IsOk());
+  EXPECT_THAT(Train(&g), IsOk());
   return g;
 }
 
@@ -232,10 +234,7 @@ TEST_P(PlanWithHeteroG, NeverSlowerAndReportsItsSimulation) {
   const auto& [model, seed] = GetParam();
   absl::StatusOr<Graph> g = zoo::BuildZooModel(model);
   ASSERT_THAT(g.status(), IsOk());
-  TrainingOptions to;
-  to.loss = LossType::kSoftmaxCrossEntropy;
-  to.optimizer.kind = OptimizerSpec::Kind::kAdam;
-  ASSERT_THAT(BuildTrainingGraph(&*g, to), IsOk());
+  ASSERT_THAT(Train(&*g, OptimizerSpec::Kind::kAdam), IsOk());
   auto f = Make(std::move(*g), RandomCluster(seed));
   PlanOptions o;
   o.global_batch = 4 * f->topo.num_devices();
@@ -273,11 +272,7 @@ TEST_P(PlanWithHeteroG, NeverSlowerAndReportsItsSimulation) {
 TEST(HeteroG, PlanIsTheFastestVariantAndNamesItsCollectives) {
   absl::StatusOr<Graph> g = zoo::BuildZooModel("cnn");
   ASSERT_THAT(g.status(), IsOk());
-  TrainingOptions to;
-  to.loss = LossType::kSoftmaxCrossEntropy;
-  to.optimizer.kind = OptimizerSpec::Kind::kSgd;
-  to.optimizer.momentum = 0.9;
-  ASSERT_THAT(BuildTrainingGraph(&*g, to), IsOk());
+  ASSERT_THAT(Train(&*g), IsOk());
   auto f = Make(std::move(*g), RandomCluster(4));
   // Plan simulates the variants in both execution orders on clusters this
   // small, as this test does.

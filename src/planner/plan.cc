@@ -236,25 +236,14 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
   const std::vector<NamedStrategy> strategies = Baselines(g, topo, cost, o.global_batch);
   auto wanted = [&](const std::string& name) { return o.strategy == "all" || o.strategy == name; };
   std::map<std::string, Evaluated> done;
-  auto evaluate = [&](const NamedStrategy& ns) -> absl::Status {
-    if (done.count(ns.name)) return absl::OkStatus();
-    if (o.progress) {
-      o.progress(absl::StrFormat("simulating %s (%.1f s so far)", ns.name,
-                                 absl::ToDoubleSeconds(absl::Now() - start)));
-    }
-    Evaluated e;
-    ASSIGN_OR_RETURN(e.estimate,
-                     Estimate(g, topo, cost, ns, o.global_batch, lb, &e.program, &e.sim, o.trace,
-                              /*both_orders=*/true));
-    done[ns.name] = std::move(e);
-    return absl::OkStatus();
-  };
   auto evaluate_many = [&](const std::vector<NamedStrategy>& list,
                            bool both_orders) -> absl::Status {
     if (list.empty()) return absl::OkStatus();
     if (o.progress) {
-      o.progress(absl::StrFormat("simulating %s … %s (%.1f s so far)", list.front().name,
-                                 list.back().name, absl::ToDoubleSeconds(absl::Now() - start)));
+      for (const NamedStrategy& ns : list) {
+        o.progress(absl::StrFormat("simulating %s (%.1f s so far)", ns.name,
+                                   absl::ToDoubleSeconds(absl::Now() - start)));
+      }
     }
     // Lowering, validation and simulation only read the graph, topology
     // and cost model: one strategy per thread.
@@ -282,6 +271,21 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
     }
     return absl::OkStatus();
   };
+  auto evaluate = [&](const NamedStrategy& ns) -> absl::Status {
+    if (done.count(ns.name)) return absl::OkStatus();
+    return evaluate_many({ns}, /*both_orders=*/true);
+  };
+  // The wanted baselines and the even counterparts of proportional ones,
+  // simulated at once.
+  std::vector<NamedStrategy> first;
+  for (const NamedStrategy& ns : strategies) {
+    bool counterpart = false;
+    for (const NamedStrategy& other : strategies) {
+      counterpart |= wanted(other.name) && EvenCounterpart(other.name) == ns.name;
+    }
+    if (wanted(ns.name) || counterpart) first.push_back(ns);
+  }
+  RETURN_IF_ERROR(evaluate_many(first, /*both_orders=*/true));
   bool found = false;
   for (const NamedStrategy& ns : strategies) {
     if (!wanted(ns.name)) continue;
