@@ -58,6 +58,11 @@ std::string RenderExplain(const quilt::v1::PlanReport& r) {
       "(coarse model: %s → %s)\n\n",
       s.groups(), s.plans_evaluated(), s.search_wall_s(), s.stopped_by(), s.start(),
       HumanSeconds(s.start_coarse_s()), HumanSeconds(s.result_coarse_s()));
+  if (s.decisions().empty()) {
+    out += "No group choices: the plan is the baseline's (" + h->note() + ")\n";
+    if (!s.gradient_collectives().empty()) out += "gradients: " + s.gradient_collectives() + "\n";
+    return out + Breakdown(*h) + "\n";
+  }
   Table t({"GROUP", "OPS", "PLACEMENT", "AGGREGATION", "SAVES"});
   for (const auto& d : s.decisions()) {
     const std::string ops =

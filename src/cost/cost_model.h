@@ -95,7 +95,8 @@ class CostModel {
   // Per device: op index → measured times (batch, seconds), sorted; empty if none.
   std::vector<std::vector<std::vector<std::pair<int64_t, double>>>> tables_;
   // Composite models: the fine model and each op's members; sums cached by
-  // (op, device, rows).
+  // (op, device, rows) — so a composite model, unlike a plain one, must not
+  // be used from two threads at once.
   const CostModel* fine_ = nullptr;
   std::vector<std::vector<int>> members_;
   mutable absl::flat_hash_map<uint64_t, double> composite_time_;

@@ -597,6 +597,79 @@ TEST_F(Corrupted, PartitionedGradientSlices) {
     EXPECT_THAT(Validate(p),
                 StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("aggregated exactly once")));
   }
+  {
+    // Two slices that overlap and do not depend on each other: each reads
+    // a partial sum, and the update sees every row, but the shared rows are
+    // summed twice.
+    DistributedProgram p = sliced;
+    const Instruction slice = *At(p, Find(p, is_slice));
+    const int64_t cid = slice.all_reduce().collective_id();
+    const std::string tensor = slice.all_reduce().tensors(0);
+    std::vector<std::pair<int64_t, int64_t>> ranges;  // of this tensor's slices
+    for (const auto& ins : p.devices(0).instructions()) {
+      if (ins.has_all_reduce() && ins.all_reduce().tensors(0) == tensor)
+        ranges.push_back({ins.all_reduce().begin(), ins.all_reduce().end()});
+    }
+    ASSERT_GE(ranges.size(), 2u);
+    std::sort(ranges.begin(), ranges.end());
+    for (auto& dp : *p.mutable_devices()) {
+      for (auto& ins : *dp.mutable_instructions()) {
+        if (!ins.has_all_reduce() || ins.all_reduce().collective_id() != cid) continue;
+        // Widen it over the next slice's first row, bytes to match.
+        auto* ar = ins.mutable_all_reduce();
+        const int64_t row_bytes = ar->bytes() / (ar->end() - ar->begin());
+        if (ar->end() < ranges.back().second) {
+          ar->set_end(ar->end() + 1);
+        } else {
+          ar->set_begin(ar->begin() - 1);
+        }
+        ar->set_bytes(row_bytes * (ar->end() - ar->begin()));
+      }
+    }
+    const absl::Status st = Validate(p);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(st.message(), HasSubstr("both sum rows"));
+    EXPECT_THAT(st.message(), HasSubstr(tensor));
+  }
+  {
+    // A reader that depends on one slice only, and on the gradient's
+    // producer: some rows summed, the others still partial.
+    DistributedProgram p = sliced;
+    const Instruction slice = *At(p, Find(p, is_slice));
+    std::map<int64_t, const Instruction*> by_id;
+    for (const auto& dp : p.devices()) {
+      for (const auto& ins : dp.instructions()) by_id[ins.id()] = &ins;
+    }
+    bool changed = false;
+    for (auto& dp : *p.mutable_devices()) {
+      for (auto& ins : *dp.mutable_instructions()) {
+        if (!ins.has_compute() || changed) continue;
+        std::vector<int64_t> deps(ins.deps().begin(), ins.deps().end());
+        if (std::find(deps.begin(), deps.end(), slice.id()) == deps.end()) continue;
+        // Drop its other slices of the tensor; depend on their producers.
+        std::vector<int64_t> kept;
+        for (int64_t d : deps) {
+          const Instruction* dep = by_id[d];
+          const bool other_slice = d != slice.id() && dep->has_all_reduce() &&
+                                   dep->all_reduce().end() != 0 &&
+                                   dep->all_reduce().tensors(0) == slice.all_reduce().tensors(0);
+          if (!other_slice) {
+            kept.push_back(d);
+            continue;
+          }
+          for (int64_t dd : dep->deps()) kept.push_back(dd);
+        }
+        std::sort(kept.begin(), kept.end());
+        kept.erase(std::unique(kept.begin(), kept.end()), kept.end());
+        ins.clear_deps();
+        for (int64_t d : kept) ins.add_deps(d);
+        changed = true;
+      }
+    }
+    ASSERT_TRUE(changed);
+    EXPECT_THAT(Validate(p), StatusIs(absl::StatusCode::kInvalidArgument,
+                                      HasSubstr("some rows summed and others still partial")));
+  }
 }
 
 TEST_F(Corrupted, ReplicasNotCoveringTheBatch) {

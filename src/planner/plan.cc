@@ -148,7 +148,8 @@ absl::Status PlanHeteroG(const Graph& g, const Topology& topo, const CostModel& 
   const quilt::v1::ExecutionOrder order = done->at(kHeteroG).estimate.strategy().order();
   for (size_t v = 1; v < sr.variants.size(); ++v) {
     variants.push_back(NamedStrategy{absl::StrCat(kHeteroG, "#", v), sr.variants[v], ""});
-    variants.back().strategy.set_order(order);
+    // Start variants place the ops otherwise: they keep the start's order.
+    if (v < sr.first_start_variant) variants.back().strategy.set_order(order);
   }
   RETURN_IF_ERROR(evaluate_many(variants, topo.num_devices() <= kBothOrdersDevices));
   size_t chosen = 0;
@@ -174,12 +175,14 @@ absl::Status PlanHeteroG(const Graph& g, const Topology& topo, const CostModel& 
   summary.set_search_wall_s(sr.search_wall_s);
   summary.set_stopped_by(sr.stopped_by);
   summary.set_start_coarse_s(sr.start_s);
-  summary.set_result_coarse_s(sr.result_s);
+  // A start variant places the ops as the start does.
+  const bool from_start = chosen >= sr.first_start_variant;
+  summary.set_result_coarse_s(from_start ? sr.start_s : sr.result_s);
   if (chosen < sr.variant_collectives.size()) {
     summary.set_gradient_collectives(sr.variant_collectives[chosen]);
   }
   summary.set_variants_simulated(static_cast<int32_t>(sr.variants.size()));
-  for (const GroupChoice& c : chosen >= sr.first_start_variant ? sr.start_choices : sr.choices) {
+  for (const GroupChoice& c : from_start ? sr.start_choices : sr.choices) {
     auto* d = summary.add_decisions();
     d->set_group(c.group);
     d->set_first_op(c.first_op);
@@ -209,6 +212,10 @@ absl::Status PlanHeteroG(const Graph& g, const Topology& topo, const CostModel& 
     h.estimate.mutable_strategy()->set_name(kHeteroG);
     h.program.mutable_strategy()->set_name(kHeteroG);
     h.estimate.set_note(why + "; " + best->estimate.name() + " is as fast or faster and is kept");
+    // The plan is the baseline's: no group choice or collective of the
+    // search's plan describes it.
+    summary.clear_decisions();
+    summary.set_gradient_collectives("as " + best->estimate.name() + " forms them");
   } else if (best != nullptr) {
     h.estimate.set_note(absl::StrFormat("%.2f× faster than %s",
                                         best->estimate.step_time_s() / h.estimate.step_time_s(),

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <set>
+#include <tuple>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
@@ -52,6 +53,7 @@ class Validator {
     RETURN_IF_ERROR(Index());
     RETURN_IF_ERROR(CheckTransfers());
     RETURN_IF_ERROR(CheckCollectives());
+    RETURN_IF_ERROR(CheckDisjointSums());
     RETURN_IF_ERROR(CheckCoverage());
     RETURN_IF_ERROR(CheckStrategy());
     return CheckDataflow();
@@ -81,6 +83,8 @@ class Validator {
   absl::Status Index();
   absl::Status CheckTransfers();
   absl::Status CheckCollectives();
+  // No row of a tensor summed by two all-reduces on one device.
+  absl::Status CheckDisjointSums();
   absl::Status CheckCoverage();
   absl::Status CheckStrategy();
   absl::Status CheckDataflow();
@@ -383,6 +387,37 @@ absl::Status Validator::CheckCollectives() {
   return absl::OkStatus();
 }
 
+absl::Status Validator::CheckDisjointSums() {
+  // Per (tensor, device): the rows each all-reduce there sums. A row summed
+  // by two of them, dependent or not, is summed twice.
+  absl::flat_hash_map<int64_t, std::vector<std::tuple<int64_t, int64_t, int64_t>>> sums;
+  for (const Node& node : nodes_) {
+    if (!node.ins->has_all_reduce()) continue;
+    const auto& ar = node.ins->all_reduce();
+    for (const std::string& name : ar.tensors()) {
+      ASSIGN_OR_RETURN(int t, Tensor(name));
+      auto [b, e] = Rows(t, Range{ar.begin(), ar.end()});
+      sums[Key(t, node.device)].push_back({b, e, node.ins->id()});
+    }
+  }
+  for (auto& [key, ranges] : sums) {
+    std::sort(ranges.begin(), ranges.end());
+    for (size_t k = 1; k < ranges.size(); ++k) {
+      const auto& [pb, pe, pid] = ranges[k - 1];
+      const auto& [b, e, id] = ranges[k];
+      if (b < pe) {
+        const int t = static_cast<int>(key / topo_.num_devices());
+        return absl::InvalidArgumentError(
+            absl::StrCat("instructions ", pid, " and ", id, " on ",
+                         DeviceName(static_cast<int>(key % topo_.num_devices())),
+                         " both sum rows [", b, ", ", std::min(e, pe), ") of '", TensorName(t),
+                         "' (a gradient must be aggregated exactly once)"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Validator::CheckCoverage() {
   const int64_t batch = p_.global_batch();
   for (size_t i = 0; i < g_.ops.size(); ++i) {
@@ -614,6 +649,11 @@ absl::Status Validator::CheckDataflow() {
         }
         any |= partial;
         all &= partial;
+      }
+      if (any && !all && !ins.has_all_reduce()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "instruction ", ins.id(), " on ", DeviceName(node.device), " reads '",
+            TensorName(a.tensor), "' with some rows summed and others still partial sums"));
       }
       read_partial.push_back(any);
       read_all_partial.push_back(all);

@@ -235,7 +235,7 @@ void Executor::Impl::StartAllReduce(int node) {
     spec.ranks.push_back(device_rank_[d]);
     spec.nodes.push_back(device_rank_[d]);  // one process per node
   }
-  if (ar.end() != 0) {
+  if (ar.begin() != 0 || ar.end() != 0) {
     StartAllReduceSlice(node, std::move(spec));
     return;
   }
@@ -297,7 +297,19 @@ void Executor::Impl::StartAllReduceSlice(int node, AllReduceSpec spec) {
   // written back into the gradient's instance (WriteSlice).
   const auto& ar = nodes_[node].ins->all_reduce();
   Device& dev = *devices_[nodes_[node].device];
-  const int t = tensor_ids_.at(ar.tensors(0));
+  if (ar.tensors_size() != 1 || ar.begin() < 0 || ar.begin() >= ar.end()) {
+    Fail(node,
+         absl::InvalidArgumentError(absl::StrCat(
+             "all-reduce ", ar.collective_id(), " sums rows [", ar.begin(), ", ", ar.end(), ") of ",
+             ar.tensors_size(), " tensors; a slice is non-empty rows of one tensor")));
+    return;
+  }
+  auto tid = tensor_ids_.find(ar.tensors(0));
+  if (tid == tensor_ids_.end()) {
+    Fail(node, absl::InvalidArgumentError("all-reduce of unknown tensor '" + ar.tensors(0) + "'"));
+    return;
+  }
+  const int t = tid->second;
   Tensor v;
   if (!dev.store.Get(InstanceKey{t, 0, 0}, &v) || v.dtype() != DType::kF32) {
     Fail(node, absl::InternalError("'" + ar.tensors(0) + "' is not on the device as float32"));
@@ -308,6 +320,8 @@ void Executor::Impl::StartAllReduceSlice(int node, AllReduceSpec spec) {
     Fail(node, rows.status());
     return;
   }
+  // The sum must not land in the gradient's own storage (it may be shared).
+  if (rows->raw() == v.raw()) *rows = rows->Clone();
   auto sum = std::make_shared<Tensor>(std::move(*rows));
   spec.data = sum->f32();
   spec.owner = sum;

@@ -6,8 +6,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "src/common/status.h"
+#include "src/runtime/counter_random.h"
 #include "src/runtime/data/npy.h"
-#include "src/runtime/initializers.h"
 
 namespace quilt {
 namespace {

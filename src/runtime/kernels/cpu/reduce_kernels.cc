@@ -6,6 +6,7 @@
 
 #include "src/common/status.h"
 #include "src/graph/graph_builder.h"
+#include "src/runtime/counter_random.h"
 #include "src/runtime/kernels/cpu/loops.h"
 #include "src/runtime/kernels/kernel.h"
 
@@ -94,13 +95,6 @@ absl::Status ReduceGrad(KernelContext& ctx) {
   return absl::OkStatus();
 }
 
-uint64_t Mix(uint64_t z) {
-  z += 0x9e3779b97f4a7c15ULL;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-
 uint64_t HashName(const std::string& s) {
   uint64_t h = 1469598103934665603ULL;
   for (unsigned char c : s) h = (h ^ c) * 1099511628211ULL;
@@ -138,8 +132,7 @@ absl::Status Dropout(KernelContext& ctx) {
         const int64_t o = t / (len * inner), j = (t / inner) % len, i = t % inner;
         g = (o * global_len + offset + j) * inner + i;
       }
-      const float u =
-          static_cast<float>(Mix(key ^ static_cast<uint64_t>(g)) >> 40) * (1.0f / 16777216.0f);
+      const float u = CounterUniformMixed(key, static_cast<uint64_t>(g));
       const float m = u >= p ? keep_scale : 0.0f;
       y->f32()[t] = x.f32()[t] * m;
       if (mask) mask->f32()[t] = m;
