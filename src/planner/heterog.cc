@@ -336,20 +336,20 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
   }
   // What each group's choice is worth: the step with that group put back
   // as the start had it.
+  auto describe = [&](const PlanState& state, int k, GroupChoice* c) {
+    const PlacementOption& o = space.options()[state.place[k]];
+    c->placement = o.label;
+    c->aggregation = o.single() ? "none (one device)" : MethodLabel(state.method[k]);
+  };
   for (int k = 0; k < coarse->num_groups(); ++k) {
     GroupChoice c;
     c.group = k;
     c.ops = static_cast<int>(grouping.forward_ops[k].size());
     c.first_op = g.ops[grouping.forward_ops[k].front()].name;
     c.last_op = g.ops[grouping.forward_ops[k].back()].name;
-    c.placement = space.options()[best.place[k]].label;
-    c.aggregation =
-        space.options()[best.place[k]].single() ? "none (one device)" : MethodLabel(best.method[k]);
     GroupChoice as_start = c;
-    as_start.placement = space.options()[start_state.place[k]].label;
-    as_start.aggregation = space.options()[start_state.place[k]].single()
-                               ? "none (one device)"
-                               : MethodLabel(start_state.method[k]);
+    describe(best, k, &c);
+    describe(start_state, k, &as_start);
     result.start_choices.push_back(as_start);
     if (best.place[k] != start_state.place[k] || best.method[k] != start_state.method[k]) {
       PlanState back = best;

@@ -119,11 +119,11 @@ absl::Status PlanHeteroG(const Graph& g, const Topology& topo, const CostModel& 
                    SearchHeteroG(g, topo, cost, o.global_batch, baselines, o.search));
   // The plan and the baseline it started from (compared below), simulated
   // in full at once.
-  std::vector<NamedStrategy> first{NamedStrategy{kHeteroG, sr.variants[0], ""}};
+  std::vector<NamedStrategy> plan_and_start{NamedStrategy{kHeteroG, sr.variants[0], ""}};
   for (const NamedStrategy& ns : baselines) {
-    if (ns.name == sr.start && !done->count(ns.name)) first.push_back(ns);
+    if (ns.name == sr.start && !done->count(ns.name)) plan_and_start.push_back(ns);
   }
-  RETURN_IF_ERROR(evaluate_many(first, /*both_orders=*/true));
+  RETURN_IF_ERROR(evaluate_many(plan_and_start, /*both_orders=*/true));
   // The coarsened graph misses tensors that live briefly inside a group: a
   // plan that fits there can overflow in full. Then search once more with
   // more headroom.
@@ -140,11 +140,11 @@ absl::Status PlanHeteroG(const Graph& g, const Topology& topo, const CostModel& 
       sr = std::move(retry);
       done->erase(kHeteroG);
       RETURN_IF_ERROR(evaluate(NamedStrategy{kHeteroG, sr.variants[0], ""}));
+      // It may have started from another baseline.
+      for (const NamedStrategy& ns : baselines) {
+        if (ns.name == sr.start) RETURN_IF_ERROR(evaluate(ns));
+      }
     }
-  }
-  // The retry may have started from another baseline.
-  for (const NamedStrategy& ns : baselines) {
-    if (ns.name == sr.start) RETURN_IF_ERROR(evaluate(ns));
   }
   // Each variant simulated in full; the fastest feasible one is the plan.
   // On clusters of more than kBothOrdersDevices devices, where a full

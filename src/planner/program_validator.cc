@@ -364,11 +364,8 @@ absl::Status Validator::CheckCollectives() {
       }
     }
     if (first.begin() != 0 || first.end() != 0) {
-      int64_t rows = 0;
-      if (first.tensors_size() == 1) {
-        const Shape& s = g_.tensors()[tensor_index_.at(first.tensors(0))].shape;
-        rows = s.rank() == 0 ? 1 : s.dim(0).value;
-      }
+      const int64_t rows =
+          first.tensors_size() == 1 ? Rows(tensor_index_.at(first.tensors(0)), Range{}).second : 0;
       if (first.tensors_size() != 1 || first.begin() < 0 || first.begin() >= first.end() ||
           first.end() > rows) {
         return absl::InvalidArgumentError(absl::StrCat(
