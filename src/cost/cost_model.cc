@@ -229,7 +229,7 @@ CostModel::Collective CostModel::AllReduce(quilt::v1::AggregationMethod method,
     // level lasts as long as the busiest parent's longest latency plus its
     // children's bytes.
     Collective c;
-    std::set<int> res;
+    std::vector<int>& res = c.resources;
     std::vector<double> latency(n, 0.0), transfer(n, 0.0);
     for (int i = 1; i < n; ++i) {
       const int parent = (i - 1) / 2;
@@ -238,15 +238,16 @@ CostModel::Collective CostModel::AllReduce(quilt::v1::AggregationMethod method,
         latency[parent] = std::max(latency[parent], p.latency_s);
         transfer[parent] += bytes / p.bandwidth_bytes_per_s;
       }
-      res.insert(p.resources.begin(), p.resources.end());
+      res.insert(res.end(), p.resources.begin(), p.resources.end());
       const Path& q = topology_->PathBetween(devices[parent], devices[i]);
-      res.insert(q.resources.begin(), q.resources.end());
+      res.insert(res.end(), q.resources.begin(), q.resources.end());
     }
+    std::sort(res.begin(), res.end());
+    res.erase(std::unique(res.begin(), res.end()), res.end());
     double level_worst = 0;
     for (int i = 0; i < n; ++i) level_worst = std::max(level_worst, latency[i] + transfer[i]);
     const int levels = static_cast<int>(std::floor(std::log2(static_cast<double>(n))));
     c.time_s = 2.0 * levels * level_worst;
-    c.resources.assign(res.begin(), res.end());
     return c;
   }
   if (method == quilt::v1::AGGREGATION_METHOD_HIERARCHICAL_ALLREDUCE) {

@@ -345,6 +345,9 @@ absl::StatusOr<std::unique_ptr<CoarseModel>> CoarseModel::Build(const Graph& g,
   if (!coarse_order.ok()) return Annotate(coarse_order.status(), "the coarsened graph");
   m->cost_ = std::make_unique<CostModel>(
       CostModel::Composite(&m->graph_, &fine_cost, std::move(cost_members)));
+  absl::StatusOr<GraphIndex> graph_index = GraphIndex::Build(m->graph_);
+  if (!graph_index.ok()) return Annotate(graph_index.status(), "the coarsened graph");
+  m->index_ = std::make_unique<GraphIndex>(*std::move(graph_index));
   return m;
 }
 

@@ -19,6 +19,7 @@
 #include "proto/quilt/v1/strategy.pb.h"
 #include "src/cost/cost_model.h"
 #include "src/graph/graph.h"
+#include "src/graph/graph_index.h"
 
 namespace quilt {
 
@@ -48,6 +49,7 @@ class CoarseModel {
                                                             const CostModel& fine_cost);
 
   const Graph& graph() const { return graph_; }
+  const GraphIndex& index() const { return *index_; }
   const CostModel& cost() const { return *cost_; }
   const Grouping& grouping() const { return grouping_; }
   int num_groups() const { return static_cast<int>(grouping_.forward_ops.size()); }
@@ -62,6 +64,7 @@ class CoarseModel {
   Grouping grouping_;
   std::vector<std::vector<std::string>> flat_params_;
   std::unique_ptr<CostModel> cost_;
+  std::unique_ptr<GraphIndex> index_;  // of graph_
 };
 
 }  // namespace quilt

@@ -10,6 +10,7 @@
 #include "absl/container/node_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "src/common/status.h"
+#include "src/graph/graph_index.h"
 #include "src/graph/op_registry.h"
 #include "src/planner/placement.h"
 #include "src/planner/priorities.h"
@@ -53,13 +54,9 @@ std::vector<Key> Sorted(const absl::flat_hash_set<Key>& keys) {
 
 class Lowerer {
  public:
-  Lowerer(const Graph& g, const Topology& topo, const Placement& p, google::protobuf::Arena* arena)
-      : g_(g), topo_(topo), p_(p), arena_(arena) {
-    for (size_t i = 0; i < g.tensors().size(); ++i) {
-      tid_[g.tensors()[i].name] = static_cast<int>(i);
-      batched_.push_back(g.tensors()[i].shape.HasBatch());
-    }
-  }
+  Lowerer(const GraphIndex& ix, const Topology& topo, const Placement& p,
+          google::protobuf::Arena* arena)
+      : g_(ix.graph()), ix_(ix), topo_(topo), p_(p), arena_(arena) {}
 
   ~Lowerer() {
     if (arena_ == nullptr) {
@@ -73,14 +70,12 @@ class Lowerer {
 
  private:
   const TensorInfo& info(int t) const { return g_.tensors()[t]; }
-  bool batched(int t) const { return batched_[t]; }
+  bool batched(int t) const { return ix_.Batched(t); }
   int64_t Bytes(int t, int64_t b, int64_t e) const { return RangeBytes(info(t), b, e); }
-  quilt::v1::TensorRange Range(int t, int64_t b, int64_t e) const {
-    quilt::v1::TensorRange r;
-    r.set_tensor(info(t).name);
-    r.set_begin(b);
-    r.set_end(e);
-    return r;
+  void SetRange(quilt::v1::TensorRange* r, int t, int64_t b, int64_t e) const {
+    r->set_tensor(info(t).name);
+    r->set_begin(b);
+    r->set_end(e);
   }
 
   // Instructions live on the arena when there is one, else on the heap
@@ -119,12 +114,11 @@ class Lowerer {
   void Reorder();
 
   const Graph& g_;
+  const GraphIndex& ix_;
   const Topology& topo_;
   const Placement& p_;
   google::protobuf::Arena* arena_;
   const CostModel* cost_ = nullptr;  // set by Run; may be null
-  absl::flat_hash_map<std::string, int> tid_;
-  std::vector<bool> batched_;
   std::vector<std::pair<int, Instruction*>> instrs_;
   // Node map: references to writer lists stay valid while others are added.
   absl::node_hash_map<Key, std::vector<int64_t>> writers_;
@@ -150,17 +144,17 @@ int64_t Lowerer::Transfer(int t, const Key& from, int64_t b, int64_t e, const Ke
   const int64_t tag = next_tag_++;
   const int64_t bytes = Bytes(t, b, e);
   Instruction& send = *New();
-  *send.mutable_send()->mutable_range() = Range(t, b, e);
+  SetRange(send.mutable_send()->mutable_range(), t, b, e);
   send.mutable_send()->set_peer_device(topo_.device(into.device).id);
   send.mutable_send()->set_tag(tag);
   send.mutable_send()->set_bytes(bytes);
   Emit(from.device, &send, writers_[from]);
   Instruction& recv = *New();
-  *recv.mutable_recv()->mutable_range() = Range(t, b, e);
+  SetRange(recv.mutable_recv()->mutable_range(), t, b, e);
   recv.mutable_recv()->set_peer_device(topo_.device(from.device).id);
   recv.mutable_recv()->set_tag(tag);
   recv.mutable_recv()->set_bytes(bytes);
-  *recv.mutable_recv()->mutable_into() = Range(t, into.begin, into.end);
+  SetRange(recv.mutable_recv()->mutable_into(), t, into.begin, into.end);
   const int64_t id = Emit(into.device, &recv, {});
   AddWriter(into, id);
   return id;
@@ -226,7 +220,7 @@ absl::StatusOr<std::vector<int64_t>> Lowerer::PushToServer(int t, const Key& nee
   const std::vector<int>& workers = partial_on_.at(t);
   Instruction& acc = *New();
   auto* a = acc.mutable_ps_accumulate();
-  *a->mutable_gradient() = Range(t, need.begin, need.end);
+  SetRange(a->mutable_gradient(), t, need.begin, need.end);
   std::vector<int64_t> deps;
   for (int w : workers) {
     if (w == need.device) {
@@ -238,7 +232,7 @@ absl::StatusOr<std::vector<int64_t>> Lowerer::PushToServer(int t, const Key& nee
     const int64_t tag = next_tag_++;
     Instruction& push = *New();
     auto* ps = push.mutable_ps_push();
-    *ps->mutable_gradient() = Range(t, need.begin, need.end);
+    SetRange(ps->mutable_gradient(), t, need.begin, need.end);
     ps->set_server_device(topo_.device(need.device).id);
     ps->set_tag(tag);
     ps->set_bytes(Bytes(t, need.begin, need.end));
@@ -304,7 +298,7 @@ absl::StatusOr<std::vector<int64_t>> Lowerer::Provide(const Key& need, bool allo
       const int64_t b = std::max(src.begin, need.begin), e = std::min(src.end, need.end);
       if (b >= e) continue;
       if (src.device == need.device) {
-        *concat.mutable_concat()->add_parts() = Range(t, b, e);
+        SetRange(concat.mutable_concat()->add_parts(), t, b, e);
         const auto& sw = writers_[src];
         local_parts.insert(local_parts.end(), sw.begin(), sw.end());
       } else {
@@ -312,7 +306,7 @@ absl::StatusOr<std::vector<int64_t>> Lowerer::Provide(const Key& need, bool allo
       }
     }
     if (concat.concat().parts_size() > 0) {
-      *concat.mutable_concat()->mutable_target() = Range(t, need.begin, need.end);
+      SetRange(concat.mutable_concat()->mutable_target(), t, need.begin, need.end);
       AddWriter(need, Emit(need.device, &concat, local_parts));
     }
     return writers_[need];
@@ -326,7 +320,7 @@ absl::StatusOr<std::vector<int64_t>> Lowerer::Provide(const Key& need, bool allo
       const int64_t tag = next_tag_++;
       Instruction& pull = *New();
       auto* pl = pull.mutable_ps_pull();
-      *pl->mutable_parameter() = Range(t, pp.shards[k].first, pp.shards[k].second);
+      SetRange(pl->mutable_parameter(), t, pp.shards[k].first, pp.shards[k].second);
       pl->set_server_device(topo_.device(pp.devices[k]).id);
       pl->set_tag(tag);
       pl->set_bytes(Bytes(t, pp.shards[k].first, pp.shards[k].second));
@@ -355,21 +349,22 @@ absl::StatusOr<std::vector<int64_t>> Lowerer::Provide(const Key& need, bool allo
 
 absl::Status Lowerer::LowerOp(int i) {
   const Op& op = g_.ops[i];
-  const OpSchema* schema = OpRegistry::Global().Find(op.type);
+  const OpSchema* schema = &ix_.Schema(i);
+  const std::vector<int>& inputs = ix_.Inputs(i);
+  const std::vector<int>& outputs = ix_.Outputs(i);
   const std::vector<Slice>& slices = p_.op_slices[i];
   const bool ps_update = schema->is_update && p_.params.at(op.inputs[0]).method ==
                                                   quilt::v1::AGGREGATION_METHOD_PARAMETER_SERVER;
   bool any_batched_input = false;
-  for (const std::string& in : op.inputs) any_batched_input |= !in.empty() && batched(tid_.at(in));
+  for (int in : inputs) any_batched_input |= in >= 0 && batched(in);
   std::vector<int> out_partial_devices;
   bool out_partial = false;
   for (const Slice& s : slices) {
     std::vector<int64_t> deps;
     bool partial_in = false;
     int partial_inputs = 0;
-    for (size_t k = 0; k < op.inputs.size(); ++k) {
-      if (op.inputs[k].empty()) continue;
-      const int t = tid_.at(op.inputs[k]);
+    for (const int t : inputs) {
+      if (t < 0) continue;
       Key need{t, s.device, 0, 0};
       if (batched(t)) {
         need.begin = s.begin;
@@ -400,8 +395,8 @@ absl::Status Lowerer::LowerOp(int i) {
     ins.mutable_compute()->set_begin(s.begin);
     ins.mutable_compute()->set_end(s.end);
     const int64_t id = Emit(s.device, &ins, deps);
-    for (size_t k = 0; k < op.outputs.size(); ++k) {
-      const int t = tid_.at(op.outputs[k]);
+    for (size_t k = 0; k < outputs.size(); ++k) {
+      const int t = outputs[k];
       Key out{t, s.device, 0, 0};
       if (batched(t) || ps_update) {
         out.begin = s.begin;
@@ -436,7 +431,7 @@ absl::Status Lowerer::Run(const quilt::v1::Strategy& s, const CostModel* cost, b
   cost_ = cost;
   // Parameters, their optimizer state: persistent where they live.
   for (const auto& [name, pp] : p_.params) {
-    const int t = tid_.at(name);
+    const int t = ix_.Tensor(name);
     for (size_t k = 0; k < pp.devices.size(); ++k) {
       const bool ps = pp.method == quilt::v1::AGGREGATION_METHOD_PARAMETER_SERVER;
       const Key key{t, pp.devices[k], ps ? pp.shards[k].first : 0, ps ? pp.shards[k].second : 0};
@@ -444,12 +439,12 @@ absl::Status Lowerer::Run(const quilt::v1::Strategy& s, const CostModel* cost, b
       if (!ps) full_on_[t].push_back(pp.devices[k]);
     }
   }
-  for (const Op& op : g_.ops) {
-    const OpSchema* schema = OpRegistry::Global().Find(op.type);
-    if (schema->is_update) grad_of_param_[tid_.at(op.inputs[1])] = op.inputs[0];
+  for (size_t i = 0; i < g_.ops.size(); ++i) {
+    if (ix_.Schema(static_cast<int>(i)).is_update) {
+      grad_of_param_[ix_.Inputs(static_cast<int>(i))[1]] = g_.ops[i].inputs[0];
+    }
   }
-  ASSIGN_OR_RETURN(std::vector<int> order, g_.TopologicalOrder());
-  for (int i : order) {
+  for (int i : ix_.TopologicalOrder()) {
     absl::Status st = LowerOp(i);
     if (!st.ok()) return Annotate(st, "lowering op '" + g_.ops[i].name + "'");
   }
@@ -464,7 +459,7 @@ absl::Status Lowerer::Run(const quilt::v1::Strategy& s, const CostModel* cost, b
     group->set_id(static_cast<int64_t>(k) + 1);
     for (int d : groups_[k]) group->add_devices(topo_.device(d).id);
   }
-  std::vector<double> priority = HeftPriorities(instrs_, groups_, topo_, g_, cost, s.order());
+  std::vector<double> priority = HeftPriorities(instrs_, groups_, topo_, ix_, cost, s.order());
   std::vector<quilt::v1::DeviceProgram*> per_device(topo_.num_devices(), nullptr);
   std::vector<int> used;
   for (const auto& [d, ins] : instrs_) used.push_back(d);
@@ -486,10 +481,10 @@ absl::Status Lowerer::Run(const quilt::v1::Strategy& s, const CostModel* cost, b
     instrs_[i].second = nullptr;  // the program owns it
   }
   for (const Key& k : persistent) {
-    *per_device[k.device]->add_persistent() = Range(k.tensor, k.begin, k.end);
+    SetRange(per_device[k.device]->add_persistent(), k.tensor, k.begin, k.end);
   }
   for (const Key& k : feeds) {
-    *per_device[k.device]->add_feeds() = Range(k.tensor, k.begin, k.end);
+    SetRange(per_device[k.device]->add_feeds(), k.tensor, k.begin, k.end);
   }
   return absl::OkStatus();
 }
@@ -506,7 +501,7 @@ void Lowerer::FuseBuckets() {
   for (const auto& [cid, idx] : members) {
     const auto& ar = instrs_[idx[0]].second->all_reduce();
     if (ar.tensors_size() != 1 || ar.end() != 0) continue;  // fused or a slice
-    auto gp = grad_of_param_.find(tid_.at(ar.tensors(0)));
+    auto gp = grad_of_param_.find(ix_.Tensor(ar.tensors(0)));
     if (gp == grad_of_param_.end()) continue;
     const int bucket = p_.params.at(gp->second).bucket;
     if (bucket <= 0) continue;
@@ -599,6 +594,12 @@ void Lowerer::Reorder() {
 
 absl::Status Reprioritize(const Graph& g, const Topology& topo, const CostModel* cost,
                           quilt::v1::ExecutionOrder order, quilt::v1::DistributedProgram* prog) {
+  ASSIGN_OR_RETURN(const GraphIndex ix, GraphIndex::Build(g));
+  return Reprioritize(ix, topo, cost, order, prog);
+}
+
+absl::Status Reprioritize(const GraphIndex& ix, const Topology& topo, const CostModel* cost,
+                          quilt::v1::ExecutionOrder order, quilt::v1::DistributedProgram* prog) {
   // Ids index the lowering's instruction list; those fused away are gaps.
   int64_t n = 0;
   for (const auto& dp : prog->devices()) {
@@ -639,7 +640,7 @@ absl::Status Reprioritize(const Graph& g, const Topology& topo, const CostModel*
       if (members.back() < 0) return absl::InvalidArgumentError("unknown device '" + d + "'");
     }
   }
-  const std::vector<double> priority = HeftPriorities(instrs, groups, topo, g, cost, order);
+  const std::vector<double> priority = HeftPriorities(instrs, groups, topo, ix, cost, order);
   for (int64_t i = 0; i < n; ++i) {
     if (instrs[i].second != &gap) instrs[i].second->set_priority(priority[i]);
   }
@@ -651,19 +652,31 @@ absl::StatusOr<quilt::v1::DistributedProgram> Lower(const Graph& g, const quilt:
                                                     const Topology& topo, const CostModel* cost,
                                                     int64_t global_batch) {
   if (!g.has_backward) return absl::InvalidArgumentError("lowering needs a training graph");
-  ASSIGN_OR_RETURN(Placement p, Place(g, s, topo, global_batch));
-  Lowerer l(g, topo, p, nullptr);
+  ASSIGN_OR_RETURN(const GraphIndex ix, GraphIndex::Build(g));
+  return Lower(ix, s, topo, cost, global_batch);
+}
+
+absl::StatusOr<quilt::v1::DistributedProgram> Lower(const GraphIndex& ix,
+                                                    const quilt::v1::Strategy& s,
+                                                    const Topology& topo, const CostModel* cost,
+                                                    int64_t global_batch) {
+  const Graph& g = ix.graph();
+  if (!g.has_backward) return absl::InvalidArgumentError("lowering needs a training graph");
+  ASSIGN_OR_RETURN(Placement p, Place(ix, s, topo, global_batch));
+  Lowerer l(ix, topo, p, nullptr);
   quilt::v1::DistributedProgram prog;
   RETURN_IF_ERROR(l.Run(s, cost, /*include_graph=*/true, &prog));
   return prog;
 }
 
 absl::StatusOr<quilt::v1::DistributedProgram*> LowerOnArena(
-    const Graph& g, const quilt::v1::Strategy& s, const Topology& topo, const CostModel* cost,
+    const GraphIndex& ix, const quilt::v1::Strategy& s, const Topology& topo, const CostModel* cost,
     int64_t global_batch, google::protobuf::Arena* arena) {
-  if (!g.has_backward) return absl::InvalidArgumentError("lowering needs a training graph");
-  ASSIGN_OR_RETURN(Placement p, Place(g, s, topo, global_batch));
-  Lowerer l(g, topo, p, arena);
+  if (!ix.graph().has_backward) {
+    return absl::InvalidArgumentError("lowering needs a training graph");
+  }
+  ASSIGN_OR_RETURN(Placement p, Place(ix, s, topo, global_batch));
+  Lowerer l(ix, topo, p, arena);
   auto* prog = google::protobuf::Arena::CreateMessage<quilt::v1::DistributedProgram>(arena);
   RETURN_IF_ERROR(l.Run(s, cost, /*include_graph=*/false, prog));
   return prog;

@@ -17,6 +17,7 @@
 #include "src/cluster/topology.h"
 #include "src/cost/cost_model.h"
 #include "src/graph/graph.h"
+#include "src/graph/graph_index.h"
 
 namespace quilt {
 
@@ -27,11 +28,17 @@ absl::StatusOr<quilt::v1::DistributedProgram> Lower(const Graph& graph,
                                                     const quilt::v1::Strategy& strategy,
                                                     const Topology& topology, const CostModel* cost,
                                                     int64_t global_batch);
+// The same for the graph `index` resolves (built once by the caller).
+absl::StatusOr<quilt::v1::DistributedProgram> Lower(const GraphIndex& index,
+                                                    const quilt::v1::Strategy& strategy,
+                                                    const Topology& topology, const CostModel* cost,
+                                                    int64_t global_batch);
 
 // The same program built on `arena` (owned by it) and without the training
-// graph inside: what a search that lowers thousands of candidates uses.
+// graph inside, for the graph `index` resolves (built once): what a search
+// that lowers thousands of candidates uses.
 absl::StatusOr<quilt::v1::DistributedProgram*> LowerOnArena(
-    const Graph& graph, const quilt::v1::Strategy& strategy, const Topology& topology,
+    const GraphIndex& index, const quilt::v1::Strategy& strategy, const Topology& topology,
     const CostModel* cost, int64_t global_batch, google::protobuf::Arena* arena);
 
 // Recomputes a lowered program's instruction priorities for `order` (and
@@ -40,6 +47,8 @@ absl::StatusOr<quilt::v1::DistributedProgram*> LowerOnArena(
 // dependencies on ids no instruction has, group ids outside 1..groups, or
 // devices the topology lacks.
 absl::Status Reprioritize(const Graph& graph, const Topology& topology, const CostModel* cost,
+                          quilt::v1::ExecutionOrder order, quilt::v1::DistributedProgram* program);
+absl::Status Reprioritize(const GraphIndex& index, const Topology& topology, const CostModel* cost,
                           quilt::v1::ExecutionOrder order, quilt::v1::DistributedProgram* program);
 
 // Bytes of rows [begin, end) of `t` (whole tensor when begin = end = 0;

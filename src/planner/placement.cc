@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "src/common/status.h"
 #include "src/graph/op_registry.h"
@@ -28,10 +29,17 @@ std::vector<Slice> SplitBatch(const std::vector<std::pair<int, int>>& replicas, 
 
 absl::StatusOr<Placement> Place(const Graph& g, const quilt::v1::Strategy& s, const Topology& topo,
                                 int64_t batch) {
+  ASSIGN_OR_RETURN(const GraphIndex ix, GraphIndex::Build(g));
+  return Place(ix, s, topo, batch);
+}
+
+absl::StatusOr<Placement> Place(const GraphIndex& ix, const quilt::v1::Strategy& s,
+                                const Topology& topo, int64_t batch) {
   if (batch <= 0) return absl::InvalidArgumentError("the global batch must be positive");
+  const Graph& g = ix.graph();
   Placement p;
   p.global_batch = batch;
-  std::map<std::string, int> group_of;
+  absl::flat_hash_map<std::string, int> group_of;
   for (int gi = 0; gi < s.groups_size(); ++gi) {
     const quilt::v1::GroupPlacement& gp = s.groups(gi);
     std::vector<std::pair<int, int>> reps;
@@ -55,18 +63,19 @@ absl::StatusOr<Placement> Place(const Graph& g, const quilt::v1::Strategy& s, co
     }
     p.group_of_op.push_back(it->second);
   }
-  std::map<std::string, const quilt::v1::ParameterAggregation*> aggs;
+  absl::flat_hash_map<std::string, const quilt::v1::ParameterAggregation*> aggs;
   for (const auto& a : s.aggregations()) aggs[a.parameter()] = &a;
-  // Update ops run where the parameter lives.
-  std::map<std::string, int> update_op_of;
+  // Update ops run where the parameter lives (by parameter tensor id).
+  absl::flat_hash_map<int, int> update_op_of;
   for (size_t i = 0; i < g.ops.size(); ++i) {
-    const OpSchema* schema = OpRegistry::Global().Find(g.ops[i].type);
-    if (schema != nullptr && schema->is_update)
-      update_op_of[g.ops[i].inputs[0]] = static_cast<int>(i);
+    if (ix.Schema(static_cast<int>(i)).is_update) {
+      update_op_of[ix.Inputs(static_cast<int>(i))[0]] = static_cast<int>(i);
+    }
   }
   for (const ParameterSpec& param : g.parameters) {
     if (param.frozen) continue;
-    auto u = update_op_of.find(param.tensor);
+    const int param_tensor = ix.Tensor(param.tensor);
+    auto u = update_op_of.find(param_tensor);
     if (u == update_op_of.end()) continue;  // unused parameter
     ParamPlacement pp;
     const auto& reps = p.groups[p.group_of_op[u->second]];
@@ -90,9 +99,8 @@ absl::StatusOr<Placement> Place(const Graph& g, const quilt::v1::Strategy& s, co
       if (a == aggs.end() || a->second->servers().empty()) {
         return absl::InvalidArgumentError("parameter '" + param.tensor + "' has no servers");
       }
-      const int64_t rows = g.FindTensor(param.tensor)->shape.rank() == 0
-                               ? 1
-                               : g.FindTensor(param.tensor)->shape.dim(0).value;
+      const Shape& shape = g.tensors()[param_tensor].shape;
+      const int64_t rows = shape.rank() == 0 ? 1 : shape.dim(0).value;
       const int n =
           std::min<int>(a->second->servers_size(), static_cast<int>(std::max<int64_t>(1, rows)));
       for (int k = 0; k < n; ++k) {
@@ -115,13 +123,10 @@ absl::StatusOr<Placement> Place(const Graph& g, const quilt::v1::Strategy& s, co
     const Op& op = g.ops[i];
     const auto& reps = p.groups[p.group_of_op[i]];
     bool batched = false;
-    for (const std::string& t : op.outputs) batched |= g.FindTensor(t)->shape.HasBatch();
-    for (const std::string& t : op.inputs) {
-      batched |= !t.empty() && g.FindTensor(t)->shape.HasBatch();
-    }
+    for (int t : ix.Outputs(static_cast<int>(i))) batched |= ix.Batched(t);
+    for (int t : ix.Inputs(static_cast<int>(i))) batched |= t >= 0 && ix.Batched(t);
     std::vector<Slice> slices;
-    const OpSchema* schema = OpRegistry::Global().Find(op.type);
-    if (schema->is_update) {
+    if (ix.Schema(static_cast<int>(i)).is_update) {
       const ParamPlacement& pp = p.params.at(op.inputs[0]);
       for (size_t k = 0; k < pp.devices.size(); ++k) {
         if (pp.method == quilt::v1::AGGREGATION_METHOD_PARAMETER_SERVER) {

@@ -14,6 +14,7 @@
 #include "proto/quilt/v1/strategy.pb.h"
 #include "src/cluster/topology.h"
 #include "src/graph/graph.h"
+#include "src/graph/graph_index.h"
 
 namespace quilt {
 
@@ -51,6 +52,9 @@ std::vector<Slice> SplitBatch(const std::vector<std::pair<int, int>>& replicas, 
 // Errors: INVALID_ARGUMENT when the strategy names unknown devices or ops,
 // leaves a forward op without a group, or has no replicas in a group.
 absl::StatusOr<Placement> Place(const Graph& graph, const quilt::v1::Strategy& strategy,
+                                const Topology& topology, int64_t global_batch);
+// The same for the graph `index` resolves (built once by the caller).
+absl::StatusOr<Placement> Place(const GraphIndex& index, const quilt::v1::Strategy& strategy,
                                 const Topology& topology, int64_t global_batch);
 
 // The op whose group an op belongs to: its forward op, or itself.

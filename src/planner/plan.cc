@@ -47,6 +47,16 @@ absl::StatusOr<quilt::v1::StrategyEstimate> Estimate(const Graph& g, const Topol
                                                      int64_t batch, double lower_bound,
                                                      quilt::v1::DistributedProgram* program,
                                                      SimResult* sim, bool trace, bool both_orders) {
+  ASSIGN_OR_RETURN(const GraphIndex ix, GraphIndex::Build(g));
+  return Estimate(ix, topo, cost, ns, batch, lower_bound, program, sim, trace, both_orders);
+}
+
+absl::StatusOr<quilt::v1::StrategyEstimate> Estimate(const GraphIndex& ix, const Topology& topo,
+                                                     const CostModel& cost, const NamedStrategy& ns,
+                                                     int64_t batch, double lower_bound,
+                                                     quilt::v1::DistributedProgram* program,
+                                                     SimResult* sim, bool trace, bool both_orders) {
+  const Graph& g = ix.graph();
   quilt::v1::StrategyEstimate e;
   e.set_name(ns.name);
   if (!ns.infeasible_reason.empty()) {
@@ -54,17 +64,18 @@ absl::StatusOr<quilt::v1::StrategyEstimate> Estimate(const Graph& g, const Topol
     e.set_infeasible_reason(ns.infeasible_reason);
     return e;
   }
-  absl::StatusOr<quilt::v1::DistributedProgram> prog = Lower(g, ns.strategy, topo, &cost, batch);
+  absl::StatusOr<quilt::v1::DistributedProgram> prog = Lower(ix, ns.strategy, topo, &cost, batch);
   if (!prog.ok()) return Annotate(prog.status(), "lowering " + ns.name);
-  RETURN_IF_ERROR(Annotate(ValidateProgram(*prog, g, topo), "validating " + ns.name));
+  RETURN_IF_ERROR(Annotate(ValidateProgram(*prog, ix, topo), "validating " + ns.name));
   SimOptions so;
   so.trace = trace;
+  so.index = &ix;
   ASSIGN_OR_RETURN(SimResult r, Simulate(*prog, g, topo, cost, so));
   if (both_orders) {
     // Priorities do not change what the program does: the same program
     // reranked, simulated, and kept if faster.
     quilt::v1::DistributedProgram other = *prog;
-    RETURN_IF_ERROR(Reprioritize(g, topo, &cost, OtherOrder(ns.strategy.order()), &other));
+    RETURN_IF_ERROR(Reprioritize(ix, topo, &cost, OtherOrder(ns.strategy.order()), &other));
     ASSIGN_OR_RETURN(SimResult ro, Simulate(other, g, topo, cost, so));
     const bool fits = r.out_of_memory.empty(), other_fits = ro.out_of_memory.empty();
     if (other_fits && (!fits || ro.step_time_s < r.step_time_s)) {
@@ -239,6 +250,7 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
   if (!g.has_backward) return absl::InvalidArgumentError("planning needs a training graph");
   if (o.global_batch < 1) return absl::InvalidArgumentError("the batch must be at least 1");
   ASSIGN_OR_RETURN(CostModel cost, CostModel::Create(&g, &topo));
+  ASSIGN_OR_RETURN(const GraphIndex ix, GraphIndex::Build(g));
   PlanResult result;
   quilt::v1::PlanReport& rep = result.report;
   rep.set_model(g.name);
@@ -266,7 +278,7 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
     auto work = [&] {
       for (size_t i; (i = next++) < list.size();) {
         absl::StatusOr<quilt::v1::StrategyEstimate> e =
-            Estimate(g, topo, cost, list[i], o.global_batch, lb, &out[i].program, &out[i].sim,
+            Estimate(ix, topo, cost, list[i], o.global_batch, lb, &out[i].program, &out[i].sim,
                      o.trace, both_orders);
         if (e.ok()) out[i].estimate = std::move(*e);
         status[i] = e.status();

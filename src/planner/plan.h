@@ -17,6 +17,7 @@
 #include "proto/quilt/v1/program.pb.h"
 #include "src/cluster/topology.h"
 #include "src/graph/graph.h"
+#include "src/graph/graph_index.h"
 #include "src/planner/baselines.h"
 #include "src/planner/heterog.h"
 #include "src/sim/simulator.h"
@@ -57,6 +58,11 @@ absl::StatusOr<quilt::v1::StrategyEstimate> Estimate(const Graph& graph, const T
                                                      double lower_bound,
                                                      quilt::v1::DistributedProgram* program,
                                                      SimResult* sim, bool trace, bool both_orders);
+// The same for the graph `index` resolves (built once by the caller).
+absl::StatusOr<quilt::v1::StrategyEstimate> Estimate(
+    const GraphIndex& index, const Topology& topology, const CostModel& cost,
+    const NamedStrategy& strategy, int64_t batch, double lower_bound,
+    quilt::v1::DistributedProgram* program, SimResult* sim, bool trace, bool both_orders);
 
 }  // namespace quilt
 

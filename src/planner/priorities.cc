@@ -11,12 +11,9 @@ using quilt::v1::Instruction;
 
 class Estimator {
  public:
-  Estimator(const std::vector<std::vector<int>>& groups, const Topology& topo, const Graph& g,
+  Estimator(const std::vector<std::vector<int>>& groups, const Topology& topo, const GraphIndex& g,
             const CostModel* cost)
-      : groups_(groups), topo_(topo), cost_(cost) {
-    op_index_.reserve(g.ops.size());
-    for (size_t i = 0; i < g.ops.size(); ++i) op_index_[g.ops[i].name] = static_cast<int>(i);
-  }
+      : groups_(groups), topo_(topo), g_(g), cost_(cost) {}
 
   // Seconds the cost model expects the instruction to take on `device`
   // (transfers alone on their path; collectives with all members).
@@ -24,9 +21,9 @@ class Estimator {
     if (cost_ == nullptr) return 1.0;
     switch (ins.kind_case()) {
       case Instruction::kCompute: {
-        auto it = op_index_.find(ins.compute().op());
-        if (it == op_index_.end()) return 0;
-        return cost_->OpTime(it->second, device, ins.compute().end() - ins.compute().begin());
+        const int op = g_.OpIndex(ins.compute().op());
+        if (op < 0) return 0;
+        return cost_->OpTime(op, device, ins.compute().end() - ins.compute().begin());
       }
       case Instruction::kSend:
         return PathTime(device, ins.send().peer_device(), ins.send().bytes(), false);
@@ -63,8 +60,8 @@ class Estimator {
 
   const std::vector<std::vector<int>>& groups_;
   const Topology& topo_;
+  const GraphIndex& g_;
   const CostModel* cost_;
-  absl::flat_hash_map<std::string, int> op_index_;
   absl::flat_hash_map<int64_t, double> collective_s_;
 };
 
@@ -72,7 +69,7 @@ class Estimator {
 
 std::vector<double> HeftPriorities(const std::vector<std::pair<int, Instruction*>>& instrs,
                                    const std::vector<std::vector<int>>& groups,
-                                   const Topology& topo, const Graph& g, const CostModel* cost,
+                                   const Topology& topo, const GraphIndex& g, const CostModel* cost,
                                    quilt::v1::ExecutionOrder order) {
   const size_t n = instrs.size();
   Estimator estimate(groups, topo, g, cost);

@@ -14,7 +14,7 @@
 #include "proto/quilt/v1/strategy.pb.h"
 #include "src/cluster/topology.h"
 #include "src/cost/cost_model.h"
-#include "src/graph/graph.h"
+#include "src/graph/graph_index.h"
 
 namespace quilt {
 
@@ -26,7 +26,7 @@ inline constexpr quilt::v1::ExecutionOrder kExecutionOrders[] = {
 // device indices of collective group g. Returns rank per index.
 std::vector<double> HeftPriorities(
     const std::vector<std::pair<int, quilt::v1::Instruction*>>& instrs,
-    const std::vector<std::vector<int>>& groups, const Topology& topology, const Graph& graph,
+    const std::vector<std::vector<int>>& groups, const Topology& topology, const GraphIndex& graph,
     const CostModel* cost, quilt::v1::ExecutionOrder order);
 
 }  // namespace quilt

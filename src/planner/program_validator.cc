@@ -44,8 +44,8 @@ struct Node {
 
 class Validator {
  public:
-  Validator(const quilt::v1::DistributedProgram& p, const Graph& g, const Topology& topo)
-      : p_(p), g_(g), topo_(topo) {}
+  Validator(const quilt::v1::DistributedProgram& p, const GraphIndex& ix, const Topology& topo)
+      : p_(p), g_(ix.graph()), ix_(ix), topo_(topo) {}
 
   absl::Status Run() {
     if (p_.global_batch() <= 0)
@@ -65,11 +65,11 @@ class Validator {
   bool Batched(int t) const { return g_.tensors()[t].shape.HasBatch(); }
 
   absl::StatusOr<int> Tensor(const std::string& name) const {
-    auto it = tensor_index_.find(name);
-    if (it == tensor_index_.end()) {
+    const int t = ix_.Tensor(name);
+    if (t < 0) {
       return absl::InvalidArgumentError("the program names unknown tensor '" + name + "'");
     }
-    return it->second;
+    return t;
   }
   absl::StatusOr<int> Device(const std::string& id) const {
     const int d = topo_.DeviceIndex(id);
@@ -108,10 +108,8 @@ class Validator {
 
   const quilt::v1::DistributedProgram& p_;
   const Graph& g_;
+  const GraphIndex& ix_;
   const Topology& topo_;
-  absl::flat_hash_map<std::string, int> tensor_index_, op_index_;
-  std::vector<const OpSchema*> schema_;
-  std::vector<std::vector<int>> op_inputs_, op_outputs_;
   std::vector<Node> nodes_;  // in id order
   absl::flat_hash_map<int64_t, int> node_of_id_;
   std::vector<std::vector<int>> deps_;  // node indices
@@ -126,20 +124,6 @@ class Validator {
 };
 
 absl::Status Validator::Index() {
-  for (size_t i = 0; i < g_.tensors().size(); ++i)
-    tensor_index_[g_.tensors()[i].name] = static_cast<int>(i);
-  for (size_t i = 0; i < g_.ops.size(); ++i) {
-    const Op& op = g_.ops[i];
-    op_index_[op.name] = static_cast<int>(i);
-    schema_.push_back(OpRegistry::Global().Find(op.type));
-    if (schema_.back() == nullptr)
-      return absl::InvalidArgumentError("unknown op type '" + op.type + "'");
-    std::vector<int> ins, outs;
-    for (const std::string& t : op.inputs) ins.push_back(t.empty() ? -1 : tensor_index_.at(t));
-    for (const std::string& t : op.outputs) outs.push_back(tensor_index_.at(t));
-    op_inputs_.push_back(std::move(ins));
-    op_outputs_.push_back(std::move(outs));
-  }
   op_runs_.resize(g_.ops.size());
   for (const quilt::v1::DeviceGroup& group : p_.groups()) {
     std::vector<int>& members = groups_[group.id()];
@@ -230,13 +214,12 @@ absl::Status Validator::Index() {
         collective_[ins.all_reduce().collective_id()].push_back(in);
         break;
       case Instruction::kCompute: {
-        auto it = op_index_.find(ins.compute().op());
-        if (it == op_index_.end()) {
+        const int op = ix_.OpIndex(ins.compute().op());
+        if (op < 0) {
           return absl::InvalidArgumentError("instruction " + std::to_string(ins.id()) +
                                             " runs unknown op '" + ins.compute().op() + "'");
         }
-        op_runs_[it->second].push_back(
-            {nodes_[n].device, {ins.compute().begin(), ins.compute().end()}});
+        op_runs_[op].push_back({nodes_[n].device, {ins.compute().begin(), ins.compute().end()}});
         break;
       }
       case Instruction::KIND_NOT_SET:
@@ -365,7 +348,7 @@ absl::Status Validator::CheckCollectives() {
     }
     if (first.begin() != 0 || first.end() != 0) {
       const int64_t rows =
-          first.tensors_size() == 1 ? Rows(tensor_index_.at(first.tensors(0)), Range{}).second : 0;
+          first.tensors_size() == 1 ? Rows(ix_.Tensor(first.tensors(0)), Range{}).second : 0;
       if (first.tensors_size() != 1 || first.begin() < 0 || first.begin() >= first.end() ||
           first.end() > rows) {
         return absl::InvalidArgumentError(absl::StrCat(
@@ -422,8 +405,8 @@ absl::Status Validator::CheckCoverage() {
     if (op_runs_[i].empty())
       return absl::InvalidArgumentError("op '" + op.name + "' runs on no device");
     bool batched = false;
-    for (int t : op_outputs_[i]) batched |= Batched(t);
-    for (int t : op_inputs_[i]) batched |= t >= 0 && Batched(t);
+    for (int t : ix_.Outputs(i)) batched |= Batched(t);
+    for (int t : ix_.Inputs(i)) batched |= t >= 0 && Batched(t);
     if (!batched) continue;
     std::vector<Range> r;
     for (const auto& [d, range] : op_runs_[i]) r.push_back(range);
@@ -447,7 +430,7 @@ absl::Status Validator::CheckCoverage() {
 
 absl::Status Validator::CheckStrategy() {
   if (p_.strategy().groups_size() == 0) return absl::OkStatus();  // hand-built program
-  absl::StatusOr<Placement> placed = Place(g_, p_.strategy(), topo_, p_.global_batch());
+  absl::StatusOr<Placement> placed = Place(ix_, p_.strategy(), topo_, p_.global_batch());
   if (!placed.ok()) return Annotate(placed.status(), "the program's strategy");
   for (size_t i = 0; i < g_.ops.size(); ++i) {
     std::vector<std::pair<int, Range>> want;
@@ -468,13 +451,13 @@ absl::Status Validator::WritesOf(int n, std::vector<Access>* out) const {
   const Instruction& ins = *nodes_[n].ins;
   switch (ins.kind_case()) {
     case Instruction::kCompute: {
-      const int op = op_index_.at(ins.compute().op());
+      const int op = ix_.OpIndex(ins.compute().op());
       const Range own{ins.compute().begin(), ins.compute().end()};
-      if (schema_[op]->is_update) {
+      if (ix_.Schema(op).is_update) {
         // In place: parameter and optimizer state (not re-read this step).
         return absl::OkStatus();
       }
-      for (int t : op_outputs_[op]) out->push_back({t, Batched(t) ? own : Range{}});
+      for (int t : ix_.Outputs(op)) out->push_back({t, Batched(t) ? own : Range{}});
       return absl::OkStatus();
     }
     case Instruction::kRecv:
@@ -503,10 +486,10 @@ absl::Status Validator::ReadsOf(int n, std::vector<Access>* out) const {
   const Instruction& ins = *nodes_[n].ins;
   switch (ins.kind_case()) {
     case Instruction::kCompute: {
-      const int op = op_index_.at(ins.compute().op());
+      const int op = ix_.OpIndex(ins.compute().op());
       const Range own{ins.compute().begin(), ins.compute().end()};
-      const bool shard = schema_[op]->is_update && !own.whole();
-      for (int t : op_inputs_[op]) {
+      const bool shard = ix_.Schema(op).is_update && !own.whole();
+      for (int t : ix_.Inputs(op)) {
         if (t >= 0) out->push_back({t, Batched(t) || shard ? own : Range{}});
       }
       return absl::OkStatus();
@@ -575,7 +558,7 @@ std::vector<int> Validator::Contributors(int n, int tensor, const Range& need) c
     const Node& s = nodes_[dep];
     if (s.device != d || dep <= w || !s.ins->has_all_reduce()) continue;
     const auto& ar = s.ins->all_reduce();
-    if (ar.end() == 0 || ar.tensors_size() != 1 || tensor_index_.at(ar.tensors(0)) != tensor) {
+    if (ar.end() == 0 || ar.tensors_size() != 1 || ix_.Tensor(ar.tensors(0)) != tensor) {
       continue;
     }
     slices.push_back(dep);
@@ -658,9 +641,9 @@ absl::Status Validator::CheckDataflow() {
     bool out_partial = false;
     switch (ins.kind_case()) {
       case Instruction::kCompute: {
-        const int op = op_index_.at(ins.compute().op());
+        const int op = ix_.OpIndex(ins.compute().op());
         const Range own{ins.compute().begin(), ins.compute().end()};
-        const OpSchema& s = *schema_[op];
+        const OpSchema& s = ix_.Schema(op);
         int partial_inputs = 0;
         bool batched_input = false;
         for (size_t k = 0; k < reads.size(); ++k) {
@@ -720,10 +703,10 @@ absl::Status Validator::CheckDataflow() {
       bool partial = out_partial && !Batched(w.tensor);
       if (is_compute && partial) {
         // Per-replica statistics (e.g. batch-norm moments) are not sums.
-        const int op = op_index_.at(ins.compute().op());
-        for (size_t k = 0; k < op_outputs_[op].size(); ++k) {
-          if (op_outputs_[op][k] == w.tensor &&
-              IsLocalOutput(g_.ops[op], *schema_[op], static_cast<int>(k))) {
+        const int op = ix_.OpIndex(ins.compute().op());
+        for (size_t k = 0; k < ix_.Outputs(op).size(); ++k) {
+          if (ix_.Outputs(op)[k] == w.tensor &&
+              IsLocalOutput(g_.ops[op], ix_.Schema(op), static_cast<int>(k))) {
             partial = false;
           }
         }
@@ -744,7 +727,7 @@ absl::Status Validator::CheckDataflow() {
     const std::vector<int>& group = groups_.at(ar.group());
     const std::set<int> summed(group.begin(), group.end());
     for (const std::string& name : ar.tensors()) {
-      const int t = tensor_index_.at(name);
+      const int t = ix_.Tensor(name);
       if (summed != partial_on[t]) {
         return absl::InvalidArgumentError(
             absl::StrCat("all-reduce ", cid, " sums '", name, "' over {", names(summed),
@@ -758,7 +741,7 @@ absl::Status Validator::CheckDataflow() {
     std::set<int> summed;
     if (acc.includes_local()) summed.insert(node.device);
     for (int64_t tag : acc.push_tags()) summed.insert(nodes_[push_.at(tag)].device);
-    const int t = tensor_index_.at(acc.gradient().tensor());
+    const int t = ix_.Tensor(acc.gradient().tensor());
     if (summed != partial_on[t]) {
       return absl::InvalidArgumentError(
           absl::StrCat("the accumulation of '", acc.gradient().tensor(), "' on ",
@@ -773,7 +756,13 @@ absl::Status Validator::CheckDataflow() {
 
 absl::Status ValidateProgram(const quilt::v1::DistributedProgram& p, const Graph& g,
                              const Topology& topo) {
-  return Validator(p, g, topo).Run();
+  ASSIGN_OR_RETURN(const GraphIndex ix, GraphIndex::Build(g));
+  return ValidateProgram(p, ix, topo);
+}
+
+absl::Status ValidateProgram(const quilt::v1::DistributedProgram& p, const GraphIndex& ix,
+                             const Topology& topo) {
+  return Validator(p, ix, topo).Run();
 }
 
 }  // namespace quilt

@@ -12,11 +12,15 @@
 #include "proto/quilt/v1/program.pb.h"
 #include "src/cluster/topology.h"
 #include "src/graph/graph.h"
+#include "src/graph/graph_index.h"
 
 namespace quilt {
 
 // Errors: INVALID_ARGUMENT describing the first violation.
 absl::Status ValidateProgram(const quilt::v1::DistributedProgram& program, const Graph& graph,
+                             const Topology& topology);
+// The same for the graph `index` resolves (built once by the caller).
+absl::Status ValidateProgram(const quilt::v1::DistributedProgram& program, const GraphIndex& index,
                              const Topology& topology);
 
 }  // namespace quilt

@@ -290,9 +290,11 @@ absl::StatusOr<Score> SearchSpace::Evaluate(const PlanState& state) {
   ++evaluations_;
   const quilt::v1::Strategy s = CoarseStrategy(state);
   google::protobuf::Arena arena;
+  SimOptions sim_options;
+  sim_options.index = &coarse_.index();
   ASSIGN_OR_RETURN(quilt::v1::DistributedProgram * p,
-                   LowerOnArena(coarse_.graph(), s, topo_, &coarse_.cost(), batch_, &arena));
-  ASSIGN_OR_RETURN(SimResult r, Simulate(*p, coarse_.graph(), topo_, coarse_.cost()));
+                   LowerOnArena(coarse_.index(), s, topo_, &coarse_.cost(), batch_, &arena));
+  ASSIGN_OR_RETURN(SimResult r, Simulate(*p, coarse_.graph(), topo_, coarse_.cost(), sim_options));
   Score score;
   score.time_s = r.step_time_s;
   for (const DeviceUsage& u : r.devices) {

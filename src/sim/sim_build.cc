@@ -15,9 +15,9 @@ namespace quilt::sim_internal {
 using quilt::v1::Instruction;
 
 absl::StatusOr<int> Sim::TensorId(const std::string& name) const {
-  auto it = tensor_index_.find(name);
-  if (it == tensor_index_.end()) return absl::InvalidArgumentError("unknown tensor '" + name + "'");
-  return it->second;
+  const int t = ix_->Tensor(name);
+  if (t < 0) return absl::InvalidArgumentError("unknown tensor '" + name + "'");
+  return t;
 }
 
 int Sim::InstanceFor(int tensor, int device, int64_t begin, int64_t end) {
@@ -54,26 +54,20 @@ int Sim::Containing(int tensor, int device, int64_t begin, int64_t end) {
 }
 
 absl::Status Sim::Build() {
-  op_index_.reserve(g_.ops.size());
-  for (size_t i = 0; i < g_.ops.size(); ++i) op_index_[g_.ops[i].name] = static_cast<int>(i);
-  tensor_index_.reserve(g_.tensors().size());
+  ix_ = opt_.index;
+  if (ix_ == nullptr || &ix_->graph() != &g_) {
+    ASSIGN_OR_RETURN(own_index_, GraphIndex::Build(g_));
+    ix_ = &*own_index_;
+  }
   for (size_t i = 0; i < g_.tensors().size(); ++i) {
     const TensorInfo& t = g_.tensors()[i];
-    tensor_index_[t.name] = static_cast<int>(i);
     tensor_batched_.push_back(t.shape.HasBatch());
     tensor_bytes_.push_back(RangeBytes(t, 0, 0));
     tensor_row_bytes_.push_back(
         t.shape.HasBatch() ? RangeBytes(t, 0, 1)
                            : (t.shape.rank() == 0 ? tensor_bytes_.back() : RangeBytes(t, 0, 1)));
   }
-  std::vector<bool> is_update(g_.ops.size());
-  std::vector<std::vector<int>> op_inputs(g_.ops.size()), op_outputs(g_.ops.size());
-  for (size_t i = 0; i < g_.ops.size(); ++i) {
-    is_update[i] = OpRegistry::Global().Find(g_.ops[i].type)->is_update;
-    for (const std::string& in : g_.ops[i].inputs)
-      op_inputs[i].push_back(in.empty() ? -1 : tensor_index_.at(in));
-    for (const std::string& out : g_.ops[i].outputs) op_outputs[i].push_back(tensor_index_.at(out));
-  }
+  auto is_update = [&](int op) { return ix_->Schema(op).is_update; };
   size_t total = 0;
   for (const auto& dp : prog_.devices()) total += dp.instructions_size();
   nodes_.reserve(total);
@@ -105,6 +99,7 @@ absl::Status Sim::Build() {
     return it == id_map.end() ? -1 : it->second;
   };
   first_instance_.reserve(total);
+  instances_.reserve(total);
   absl::flat_hash_map<int64_t, int> send_tag, recv_tag, push_tag;
   absl::flat_hash_map<int64_t, int> collective_of;
   absl::flat_hash_map<int64_t, std::vector<int>> groups;
@@ -150,28 +145,27 @@ absl::Status Sim::Build() {
     switch (ins.kind_case()) {
       case Instruction::kCompute: {
         node.kind = Kind::kCompute;
-        auto it = op_index_.find(ins.compute().op());
-        if (it == op_index_.end()) {
+        const int op = ix_->OpIndex(ins.compute().op());
+        if (op < 0) {
           return absl::InvalidArgumentError("program runs unknown op '" + ins.compute().op() + "'");
         }
-        const int op = it->second;
         const int64_t b = ins.compute().begin(), e = ins.compute().end();
-        const bool shard = is_update[op] && !(b == 0 && e == 0);
+        const bool shard = is_update(op) && !(b == 0 && e == 0);
         double dur = cost_.OpTime(op, d, e - b);
         if (shard) {
-          const TensorInfo& p = g_.tensors()[op_inputs[op][0]];
+          const TensorInfo& p = g_.tensors()[ix_->Inputs(op)[0]];
           const int64_t rows = p.shape.rank() == 0 ? 1 : std::max<int64_t>(1, p.shape.dim(0).value);
           dur *= static_cast<double>(e - b) / static_cast<double>(rows);
         }
         node.duration = dur;
-        for (int t : op_inputs[op]) {
+        for (int t : ix_->Inputs(op)) {
           if (t < 0) continue;
           const bool bt = tensor_batched_[t];
           const int inst = Containing(t, d, bt || shard ? b : 0, bt || shard ? e : 0);
           if (inst >= 0) reads_.Add(n, inst);
         }
-        if (!is_update[op]) {  // updates write in place
-          for (int t : op_outputs[op]) {
+        if (!is_update(op)) {  // updates write in place
+          for (int t : ix_->Outputs(op)) {
             const bool bt = tensor_batched_[t];
             writes_.Add(n, InstanceFor(t, d, bt ? b : 0, bt ? e : 0));
           }

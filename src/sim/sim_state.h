@@ -6,12 +6,14 @@
 #define QUILT_SRC_SIM_SIM_STATE_H_
 
 #include <functional>
+#include <optional>
 #include <queue>
 #include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "src/graph/graph_index.h"
 #include "src/sim/simulator.h"
 
 namespace quilt::sim_internal {
@@ -108,7 +110,9 @@ class Sim {
   const CostModel& cost_;
   const SimOptions& opt_;
 
-  absl::flat_hash_map<std::string, int> op_index_, tensor_index_;
+  // The graph's index: the caller's (SimOptions::index) or built by Build.
+  const GraphIndex* ix_ = nullptr;
+  std::optional<GraphIndex> own_index_;
   // Per tensor: whether it carries the batch, bytes per batch row (or per
   // row of dim 0) and whole bytes.
   std::vector<bool> tensor_batched_;

@@ -17,6 +17,7 @@
 #include "src/cluster/topology.h"
 #include "src/cost/cost_model.h"
 #include "src/graph/graph.h"
+#include "src/graph/graph_index.h"
 
 namespace quilt {
 
@@ -66,6 +67,9 @@ struct SimResult {
 
 struct SimOptions {
   bool trace = false;
+  // The graph's index, built once by a caller that simulates many programs
+  // of one graph; built per call when null (or of another graph).
+  const GraphIndex* index = nullptr;
 };
 
 // Errors: INVALID_ARGUMENT for programs that refer to unknown devices, ops
