@@ -85,6 +85,13 @@ std::string RenderExplain(const quilt::v1::PlanReport& r) {
   return out;
 }
 
+std::string NoFeasibleStrategy(const quilt::v1::PlanReport& r) {
+  return absl::StrCat(
+      "No feasible strategy: every strategy above runs out of memory or cannot "
+      "be built at a global batch of ",
+      r.global_batch(), "; a smaller --batch or more devices may fit");
+}
+
 std::string RenderPlan(const quilt::v1::PlanReport& r) {
   std::string out = absl::StrFormat(
       "Model %s, global batch %d. Compute lower bound: %s per step (3 × forward FLOPs / Σ "
@@ -113,9 +120,26 @@ std::string RenderPlan(const quilt::v1::PlanReport& r) {
   for (const auto& e : r.estimates()) {
     if (!e.note().empty()) out += "\nNote on " + e.name() + ": " + e.note() + "\n";
   }
-  if (!r.best().empty()) out += "\nBest: " + r.best() + "\n";
+  if (!r.best().empty()) {
+    out += "\nBest: " + r.best() + "\n";
+  } else {
+    out += "\n" + NoFeasibleStrategy(r) + "\n";
+  }
   out += absl::StrFormat("Planning took %.2f s\n", r.planning_wall_s());
   return out;
+}
+
+// Prints the report as a table (with --explain, the explanation) or JSON.
+// Without a feasible strategy the command fails (the table says why; JSON
+// readers get it on stderr), so that scripts do not go on to submit the job.
+int Print(const quilt::v1::PlanReport& r, const PlanArgs& a) {
+  if (a.format == "json") {
+    std::cout << ToJson(r);
+    if (r.best().empty()) std::cerr << "quiltctl: " << NoFeasibleStrategy(r) << "\n";
+  } else {
+    std::cout << RenderPlan(r) + (a.explain ? RenderExplain(r) : "");
+  }
+  return r.best().empty() ? 1 : 0;
 }
 
 TrainingOptions TrainingFor(const Graph& g, const PlanArgs& a) {
@@ -157,10 +181,7 @@ int RunRemote(const PlanArgs& a, const Graph& forward, const GlobalOptions& glob
   std::cerr << "planning on the coordinator at " << globals.coordinator << "\n";
   absl::StatusOr<quilt::v1::PlanReport> report = client.PlanJob(request);
   if (!report.ok()) return PrintError(std::string(report.status().message()));
-  std::cout << (a.format == "json"
-                    ? ToJson(*report)
-                    : RenderPlan(*report) + (a.explain ? RenderExplain(*report) : ""));
-  return 0;
+  return Print(*report, a);
 }
 
 int Run(const PlanArgs& a, const GlobalOptions& globals) {
@@ -202,10 +223,7 @@ int Run(const PlanArgs& a, const GlobalOptions& globals) {
     out << ChromeTraceJson(r->best_sim, *topo, a.model + " / " + r->report.best());
     if (!out) return PrintError("cannot write " + a.trace);
   }
-  std::cout << (a.format == "json"
-                    ? ToJson(r->report)
-                    : RenderPlan(r->report) + (a.explain ? RenderExplain(r->report) : ""));
-  return 0;
+  return Print(r->report, a);
 }
 
 }  // namespace

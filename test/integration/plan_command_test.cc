@@ -113,5 +113,30 @@ TEST(PlanCommand, BadInput_ExitsWithAClearError) {
   EXPECT_NE(batch.exit_code, 0);
 }
 
+// gpt2 at 96 rows needs more memory than HeteroG's testbed has in all: the
+// table says why each strategy fails and the command fails, in both formats.
+TEST(PlanCommand, NoFeasibleStrategy_SaysSoAndFails) {
+  const std::vector<std::string> args = {
+      "zoo:gpt2", "--cluster", "config/clusters/heterog_testbed.textproto", "--batch", "96"};
+  const CommandResult table = Plan(args);
+  EXPECT_EQ(table.exit_code, 1) << table.err;
+  EXPECT_THAT(table.out, HasSubstr("out of memory"));
+  EXPECT_THAT(table.out, HasSubstr("No feasible strategy"));
+  EXPECT_THAT(table.out, HasSubstr("global batch of 96"));
+  EXPECT_THAT(table.out, ::testing::Not(HasSubstr("Best: ")));
+  std::vector<std::string> json_args = args;
+  json_args.insert(json_args.end(), {"-o", "json"});
+  const CommandResult json = Plan(json_args);
+  EXPECT_EQ(json.exit_code, 1);
+  const nlohmann::json r = nlohmann::json::parse(json.out);
+  EXPECT_EQ(r.value("best", ""), "");
+  for (const auto& e : r["estimates"]) EXPECT_FALSE(e["feasible"].get<bool>()) << e["name"];
+  EXPECT_THAT(json.err, HasSubstr("No feasible strategy"));
+  // One batch that fits: the same command succeeds.
+  std::vector<std::string> fits = args;
+  fits.back() = "16";
+  EXPECT_EQ(Plan(fits).exit_code, 0);
+}
+
 }  // namespace
 }  // namespace quilt::testing
