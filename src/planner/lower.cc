@@ -1,13 +1,13 @@
 #include "src/planner/lower.h"
 
 #include <algorithm>
+#include <deque>
 #include <map>
 #include <set>
 #include <tuple>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
-#include "absl/container/node_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "src/common/status.h"
 #include "src/graph/graph_index.h"
@@ -44,6 +44,26 @@ struct Key {
   friend H AbslHashValue(H h, const Key& k) {
     return H::combine(std::move(h), k.tensor, k.device, k.begin, k.end);
   }
+};
+
+// Writer lists by instance: references to a list stay valid while others
+// are added (lists live in a deque); operator[] adds an empty list.
+class WriterLists {
+ public:
+  std::vector<int64_t>& operator[](const Key& k) {
+    auto [it, fresh] = index_.try_emplace(k, lists_.size());
+    if (fresh) lists_.emplace_back();
+    return lists_[it->second];
+  }
+  const std::vector<int64_t>* Find(const Key& k) const {
+    auto it = index_.find(k);
+    return it == index_.end() ? nullptr : &lists_[it->second];
+  }
+  std::deque<std::vector<int64_t>>& lists() { return lists_; }
+
+ private:
+  absl::flat_hash_map<Key, size_t> index_;
+  std::deque<std::vector<int64_t>> lists_;
 };
 
 std::vector<Key> Sorted(const absl::flat_hash_set<Key>& keys) {
@@ -120,8 +140,7 @@ class Lowerer {
   google::protobuf::Arena* arena_;
   const CostModel* cost_ = nullptr;  // set by Run; may be null
   std::vector<std::pair<int, Instruction*>> instrs_;
-  // Node map: references to writer lists stay valid while others are added.
-  absl::node_hash_map<Key, std::vector<int64_t>> writers_;
+  WriterLists writers_;
   absl::flat_hash_set<Key> persistent_;
   absl::flat_hash_set<Key> feeds_;
   // Batch tensors: the instances their producer made.
@@ -267,7 +286,7 @@ absl::StatusOr<std::vector<int64_t>> Lowerer::Provide(const Key& need, bool allo
     if (gp != grad_of_param_.end()) {
       const ParamPlacement& pp = p_.params.at(gp->second);
       if (pp.method == quilt::v1::AGGREGATION_METHOD_PARAMETER_SERVER) {
-        if (writers_.count(need)) return writers_[need];
+        if (const auto* w = writers_.Find(need)) return *w;
         return PushToServer(t, need);
       }
       RETURN_IF_ERROR(Aggregate(t, pp.method, pp.partition_bytes).status());
@@ -277,8 +296,7 @@ absl::StatusOr<std::vector<int64_t>> Lowerer::Provide(const Key& need, bool allo
       RETURN_IF_ERROR(Aggregate(t, quilt::v1::AGGREGATION_METHOD_UNSPECIFIED, 0).status());
     }
   }
-  auto w = writers_.find(need);
-  if (w != writers_.end()) return w->second;
+  if (const auto* w = writers_.Find(need)) return *w;
   const TensorInfo& ti = info(t);
   if (local_.count(t)) {
     return absl::InvalidArgumentError(
@@ -539,7 +557,7 @@ void Lowerer::FuseBuckets() {
     ins->clear_deps();
     for (int64_t x : deps) ins->add_deps(x);
   }
-  for (auto& [k, ws] : writers_) {
+  for (std::vector<int64_t>& ws : writers_.lists()) {
     for (int64_t& w : ws) w = remap[w];
   }
 }

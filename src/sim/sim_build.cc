@@ -20,12 +20,17 @@ absl::StatusOr<int> Sim::TensorId(const std::string& name) const {
   return t;
 }
 
+int& Sim::FirstInstance(int tensor, int device) {
+  const int64_t key = static_cast<int64_t>(tensor) * topo_.num_devices() + device;
+  if (!head_table_.empty()) return head_table_[key];
+  return head_map_.emplace(key, -1).first->second;
+}
+
 int Sim::InstanceFor(int tensor, int device, int64_t begin, int64_t end) {
   // Instances of one tensor on one device form a short chain (usually one
   // or two: a slice and the assembled whole).
-  auto [head, first] =
-      first_instance_.emplace(static_cast<int64_t>(tensor) * topo_.num_devices() + device, -1);
-  for (int id = head->second; id >= 0; id = instances_[id].next_same) {
+  int& head = FirstInstance(tensor, device);
+  for (int id = head; id >= 0; id = instances_[id].next_same) {
     if (instances_[id].begin == begin && instances_[id].end == end) return id;
   }
   Instance inst;
@@ -33,18 +38,16 @@ int Sim::InstanceFor(int tensor, int device, int64_t begin, int64_t end) {
   inst.begin = begin;
   inst.end = end;
   inst.bytes = Bytes(tensor, begin, end);
-  inst.next_same = head->second;
+  inst.next_same = head;
   const int id = static_cast<int>(instances_.size());
-  head->second = id;
+  head = id;
   instances_.push_back(inst);
   return id;
 }
 
 int Sim::Containing(int tensor, int device, int64_t begin, int64_t end) {
-  auto it = first_instance_.find(static_cast<int64_t>(tensor) * topo_.num_devices() + device);
-  if (it == first_instance_.end()) return -1;
   int found = -1;
-  for (int id = it->second; id >= 0; id = instances_[id].next_same) {
+  for (int id = FirstInstance(tensor, device); id >= 0; id = instances_[id].next_same) {
     const Instance& i = instances_[id];
     if (i.begin == begin && i.end == end) return id;
     if (found < 0 && ((i.begin == 0 && i.end == 0) || (i.begin <= begin && end <= i.end)))
@@ -98,7 +101,14 @@ absl::Status Sim::Build() {
     auto it = id_map.find(id);
     return it == id_map.end() ? -1 : it->second;
   };
-  first_instance_.reserve(total);
+  // A table of (tensor, device) heads where it stays small, a hash map
+  // beyond (graphs of many tensors on many devices).
+  const int64_t heads = static_cast<int64_t>(g_.tensors().size()) * topo_.num_devices();
+  if (heads <= kMaxHeadTable) {
+    head_table_.assign(static_cast<size_t>(heads), -1);
+  } else {
+    head_map_.reserve(total);
+  }
   instances_.reserve(total);
   absl::flat_hash_map<int64_t, int> send_tag, recv_tag, push_tag;
   absl::flat_hash_map<int64_t, int> collective_of;

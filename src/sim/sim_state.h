@@ -126,7 +126,12 @@ class Sim {
   std::vector<double> priority_;
   std::vector<Collective> collectives_;
   std::vector<Instance> instances_;
-  absl::flat_hash_map<int64_t, int> first_instance_;  // tensor · devices + device
+  // First instance of (tensor, device), key tensor · devices + device (-1:
+  // none): a table when the keys are few enough, else a map.
+  static constexpr int64_t kMaxHeadTable = int64_t{1} << 22;
+  std::vector<int> head_table_;
+  absl::flat_hash_map<int64_t, int> head_map_;
+  int& FirstInstance(int tensor, int device);
   std::vector<int> feeds_;
 
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;
