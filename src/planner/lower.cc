@@ -128,6 +128,13 @@ class Lowerer {
   absl::StatusOr<std::vector<int64_t>> PushToServer(int t, const Key& need);
   int64_t Transfer(int t, const Key& from, int64_t b, int64_t e, const Key& into);
   absl::Status LowerOp(int op_index);
+  // Per input of op i: whether a partial sum of it may be read as is (and
+  // make the op's output a partial sum too): only one held by exactly the
+  // devices the op runs on (the parts then add up to the output's parts),
+  // of a linear op whose outputs do not carry the batch; for an op that
+  // adds its operands, only when every operand is such a partial sum.
+  // Other partial inputs are summed first.
+  std::vector<bool> KeepPartial(int op_index) const;
   // Merges the all-reduces of gradients that share a fusion bucket (same
   // devices and algorithm) into one, then restores a topological issue order.
   void FuseBuckets();
@@ -365,6 +372,39 @@ absl::StatusOr<std::vector<int64_t>> Lowerer::Provide(const Key& need, bool allo
   return writers_[need];
 }
 
+std::vector<bool> Lowerer::KeepPartial(int i) const {
+  const std::vector<int>& inputs = ix_.Inputs(i);
+  std::vector<bool> keep(inputs.size(), false);
+  if (!ix_.Schema(i).linear) return keep;
+  for (int t : ix_.Outputs(i)) {
+    if (batched(t)) return keep;  // rows of a batch tensor are not sums
+  }
+  std::vector<int> devices;
+  for (const Slice& s : p_.op_slices[i]) devices.push_back(s.device);
+  std::sort(devices.begin(), devices.end());
+  const std::string& type = g_.ops[i].type;
+  const bool adds = type == "Add" || type == "Sub" || type == "Sum";
+  bool all = true, any = false;
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    if (inputs[k] < 0) continue;
+    auto it = partial_on_.find(inputs[k]);
+    if (it != partial_on_.end()) {
+      std::vector<int> holders = it->second;
+      std::sort(holders.begin(), holders.end());
+      keep[k] = holders == devices;
+    }
+    // Only a linear op's first partial operand (a product of two partial
+    // sums is not a partial sum of the product).
+    if (!adds && any) keep[k] = false;
+    any |= keep[k];
+    all &= keep[k];
+  }
+  // An op that adds its operands keeps them partial only when all are:
+  // a whole operand would be counted once per device.
+  if (adds && !all) keep.assign(keep.size(), false);
+  return keep;
+}
+
 absl::Status Lowerer::LowerOp(int i) {
   const Op& op = g_.ops[i];
   const OpSchema* schema = &ix_.Schema(i);
@@ -375,13 +415,14 @@ absl::Status Lowerer::LowerOp(int i) {
                                                   quilt::v1::AGGREGATION_METHOD_PARAMETER_SERVER;
   bool any_batched_input = false;
   for (int in : inputs) any_batched_input |= in >= 0 && batched(in);
+  const std::vector<bool> keep = KeepPartial(i);
   std::vector<int> out_partial_devices;
   bool out_partial = false;
   for (const Slice& s : slices) {
     std::vector<int64_t> deps;
     bool partial_in = false;
-    int partial_inputs = 0;
-    for (const int t : inputs) {
+    for (size_t k = 0; k < inputs.size(); ++k) {
+      const int t = inputs[k];
       if (t < 0) continue;
       Key need{t, s.device, 0, 0};
       if (batched(t)) {
@@ -398,15 +439,9 @@ absl::Status Lowerer::LowerOp(int i) {
         MarkPersistent(need);
       }
       bool partial = false;
-      ASSIGN_OR_RETURN(std::vector<int64_t> w, Provide(need, schema->linear, &partial));
+      ASSIGN_OR_RETURN(std::vector<int64_t> w, Provide(need, keep[k], &partial));
       partial_in |= partial;
-      partial_inputs += partial;
       deps.insert(deps.end(), w.begin(), w.end());
-    }
-    // Linear ops keep partial sums only when a single operand is partial
-    // (Sum needs every operand partial).
-    if (partial_in && op.type != "Sum" && partial_inputs > 1) {
-      return absl::InvalidArgumentError("op '" + op.name + "' multiplies two partial sums");
     }
     Instruction& ins = *New();
     ins.mutable_compute()->set_op(op.name);

@@ -23,6 +23,7 @@ using quilt::v1::AggregationMethod;
 using quilt::v1::DistributedProgram;
 using quilt::v1::Instruction;
 using quilt::v1::Strategy;
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 // Two nodes: two fast devices, two slow ones.
@@ -364,6 +365,75 @@ TEST(Lower, MixedGroups_TransferActivationsAndGradientsBetweenThem) {
   }
 }
 
+// The transformer's tied embedding: its lookup alone on fast/gpu:0, every
+// other op on all four devices. The embedding's gradient sums the lookup's
+// part (whole, on fast/gpu:0) and the output projection's and the second
+// lookup's parts (partial sums on all four devices).
+Strategy TiedSplit(const Graph& g, const Topology& topo) {
+  Strategy s;
+  s.set_name("tied-split");
+  const std::vector<std::string> fwd = ForwardOps(g);
+  auto* one = s.add_groups();
+  one->set_group(0);
+  one->add_ops(fwd[0]);
+  auto* r = one->add_replicas();
+  r->set_device("fast/gpu:0");
+  r->set_replicas(1);
+  auto* all = s.add_groups();
+  all->set_group(1);
+  for (size_t i = 1; i < fwd.size(); ++i) all->add_ops(fwd[i]);
+  for (int d = 0; d < topo.num_devices(); ++d) {
+    auto* rr = all->add_replicas();
+    rr->set_device(topo.device(d).id);
+    rr->set_replicas(1);
+  }
+  for (const ParameterSpec& p : g.parameters) {
+    auto* a = s.add_aggregations();
+    a->set_parameter(p.tensor);
+    a->set_method(quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE);
+  }
+  return s;
+}
+
+TEST(Lower, PartialSumsHeldOnOtherDevicesAreSummedBeforeUse) {
+  auto s = Make("transformer");
+  ASSERT_EQ(ForwardOps(s->graph)[0], "Gather");
+  const DistributedProgram p = LowerChecked(*s, TiedSplit(s->graph, s->topo), 8);
+  // The gradient's sum runs where the embedding lives (fast/gpu:0); each
+  // part partial on all four devices is all-reduced over all four first.
+  const Op* sum = s->graph.FindOp("grad/embedding.weight_sum");
+  ASSERT_NE(sum, nullptr);
+  std::map<int64_t, const Instruction*> by_id;
+  std::map<std::string, std::set<std::string>> summed_on;  // tensor → devices
+  const Instruction* sum_ins = nullptr;
+  for (const auto& dp : p.devices()) {
+    for (const auto& ins : dp.instructions()) {
+      by_id[ins.id()] = &ins;
+      if (ins.has_all_reduce()) {
+        for (const auto& t : ins.all_reduce().tensors()) summed_on[t].insert(dp.device());
+      }
+      if (ins.has_compute() && ins.compute().op() == sum->name) {
+        EXPECT_EQ(sum_ins, nullptr) << "the sum runs on one device";
+        EXPECT_EQ(dp.device(), "fast/gpu:0");
+        sum_ins = &ins;
+      }
+    }
+  }
+  ASSERT_NE(sum_ins, nullptr);
+  int partial_parts = 0;
+  for (const std::string& part : sum->inputs) {
+    if (part == "grad/Gather_grad") continue;  // the lookup's part: whole, on fast/gpu:0
+    ++partial_parts;
+    EXPECT_EQ(summed_on[part].size(), 4u) << part << " must be all-reduced over every device";
+    bool after = false;
+    for (int64_t dep : sum_ins->deps()) {
+      after |= by_id[dep]->has_all_reduce() && by_id[dep]->all_reduce().tensors(0) == part;
+    }
+    EXPECT_TRUE(after) << "the sum must read " << part << " after its all-reduce";
+  }
+  EXPECT_EQ(partial_parts, 2);
+}
+
 TEST(Lower, ParameterServerShards_SplitTheUpdateByRows) {
   auto s = Make("mlp");
   Strategy strategy = DataParallelStrategy(s->graph, s->topo, {1, 1, 1, 1},
@@ -670,6 +740,74 @@ TEST_F(Corrupted, PartitionedGradientSlices) {
     EXPECT_THAT(Validate(p), StatusIs(absl::StatusCode::kInvalidArgument,
                                       HasSubstr("some rows summed and others still partial")));
   }
+}
+
+// The same program with one part's all-reduce removed: the sum on
+// fast/gpu:0 would read only its own partial sum and the other devices'
+// parts would be lost.
+TEST(Validator, PartialSumsReadOnFewerDevicesThanHoldThem) {
+  auto s = Make("transformer");
+  absl::StatusOr<DistributedProgram> lowered =
+      Lower(s->graph, TiedSplit(s->graph, s->topo), s->topo, s->cost.get(), 8);
+  ASSERT_THAT(lowered.status(), IsOk());
+  DistributedProgram p = *lowered;
+  const std::string part = "grad/logits_grad_1";
+  std::map<int64_t, int64_t> producer_of_reduce;  // all-reduce id → its dependency
+  for (auto& dp : *p.mutable_devices()) {
+    auto* list = dp.mutable_instructions();
+    for (int k = list->size() - 1; k >= 0; --k) {
+      const Instruction& ins = list->Get(k);
+      if (ins.has_all_reduce() && ins.all_reduce().tensors(0) == part) {
+        ASSERT_EQ(ins.deps_size(), 1);
+        producer_of_reduce[ins.id()] = ins.deps(0);
+        list->DeleteSubrange(k, 1);
+      }
+    }
+  }
+  ASSERT_EQ(producer_of_reduce.size(), 4u);
+  // Ids doubled (room for one more instruction after each); the sum then
+  // "aggregated" by an all-reduce over fast/gpu:0 alone, as a lowering that
+  // took the sum's own partial sum for the whole would do.
+  const std::string sum = "grad/embedding.weight_sum";
+  auto* alone = p.add_groups();
+  alone->set_id(p.groups_size());
+  alone->add_devices("fast/gpu:0");
+  for (auto& dp : *p.mutable_devices()) {
+    auto* list = dp.mutable_instructions();
+    for (int k = 0; k < list->size(); ++k) {
+      Instruction& ins = *list->Mutable(k);
+      ins.set_id(2 * ins.id());
+      for (int j = 0; j < ins.deps_size(); ++j) {
+        auto it = producer_of_reduce.find(ins.deps(j));
+        ins.set_deps(j, 2 * (it != producer_of_reduce.end() ? it->second : ins.deps(j)));
+      }
+    }
+    for (int k = 0; k < list->size(); ++k) {
+      if (!list->Get(k).has_compute() || list->Get(k).compute().op() != sum) continue;
+      const int64_t sum_id = list->Get(k).id();
+      Instruction reduce;
+      reduce.set_id(sum_id + 1);
+      reduce.add_deps(sum_id);
+      reduce.mutable_all_reduce()->set_collective_id(888888);
+      reduce.mutable_all_reduce()->set_group(alone->id());
+      reduce.mutable_all_reduce()->add_tensors(sum);
+      reduce.mutable_all_reduce()->set_bytes(RangeBytes(*s->graph.FindTensor(sum), 0, 0));
+      reduce.mutable_all_reduce()->set_algorithm(quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE);
+      for (int j = k + 1; j < list->size(); ++j) {
+        Instruction& later = *list->Mutable(j);
+        for (int d = 0; d < later.deps_size(); ++d) {
+          if (later.deps(d) == sum_id) later.set_deps(d, sum_id + 1);
+        }
+      }
+      *list->Add() = reduce;
+      for (int j = list->size() - 1; j > k + 1; --j) list->SwapElements(j, j - 1);
+      break;
+    }
+  }
+  EXPECT_THAT(ValidateProgram(p, s->graph, s->topo),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("grad/logits_grad_1"), HasSubstr("on {fast/gpu:0}"),
+                             HasSubstr("would never be added"))));
 }
 
 TEST_F(Corrupted, ReplicasNotCoveringTheBatch) {

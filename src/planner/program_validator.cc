@@ -1,6 +1,7 @@
 #include "src/planner/program_validator.h"
 
 #include <algorithm>
+#include <map>
 #include <set>
 #include <tuple>
 
@@ -600,6 +601,8 @@ absl::Status Validator::CheckDataflow() {
   const int64_t batch = p_.global_batch();
   // Gradient tensor → devices holding a partial sum of it.
   absl::flat_hash_map<int, std::set<int>> partial_on;
+  // (op, tensor) → devices where the op reads partial sums of the tensor.
+  std::map<std::pair<int, int>, std::set<int>> partial_readers;
   std::vector<Access> reads, writes;
   for (size_t ni = 0; ni < nodes_.size(); ++ni) {
     const int n = static_cast<int>(ni);
@@ -657,10 +660,31 @@ absl::Status Validator::CheckDataflow() {
                            " reads gradient '", TensorName(grad),
                            "', a partial sum over part of the batch that was never aggregated"));
         }
-        if (partial_inputs > 0 && (!s.linear || (partial_inputs > 1 && g_.ops[op].type != "Sum"))) {
+        const std::string& type = g_.ops[op].type;
+        const bool adds = type == "Add" || type == "Sub" || type == "Sum";
+        if (partial_inputs > 0 && (!s.linear || (partial_inputs > 1 && !adds))) {
           return absl::InvalidArgumentError(
               absl::StrCat("op '", g_.ops[op].name, "' on ", DeviceName(node.device),
                            " reads a partial sum that was never aggregated"));
+        }
+        if (partial_inputs > 0) {
+          for (int t : ix_.Outputs(op)) {
+            if (Batched(t)) {
+              return absl::InvalidArgumentError(absl::StrCat(
+                  "op '", g_.ops[op].name, "' on ", DeviceName(node.device),
+                  " reads a partial sum into rows of the batch tensor '", TensorName(t), "'"));
+            }
+          }
+          for (size_t k = 0; k < reads.size(); ++k) {
+            if (read_partial[k]) partial_readers[{op, reads[k].tensor}].insert(node.device);
+            // Adding a whole operand to partial sums counts it once per device.
+            if (adds && !read_partial[k] && op_runs_[op].size() > 1) {
+              return absl::InvalidArgumentError(absl::StrCat(
+                  "op '", g_.ops[op].name, "' on ", DeviceName(node.device), " adds '",
+                  TensorName(reads[k].tensor), "', whole, to partial sums on ", op_runs_[op].size(),
+                  " devices: it would be counted once per device"));
+            }
+          }
         }
         out_partial =
             partial_inputs > 0 || (batched_input && !(own.begin == 0 && own.end == batch));
@@ -733,6 +757,17 @@ absl::Status Validator::CheckDataflow() {
             absl::StrCat("all-reduce ", cid, " sums '", name, "' over {", names(summed),
                          "}, but its partial sums are on {", names(partial_on[t]), "}"));
       }
+    }
+  }
+  // A linear op reading partial sums must read every device's: its own
+  // partial outputs are summed later, the parts it does not read never.
+  for (const auto& [key, readers] : partial_readers) {
+    const std::set<int>& holders = partial_on[key.second];
+    if (readers != holders) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("op '", g_.ops[key.first].name, "' reads the partial sums of '",
+                       TensorName(key.second), "' on {", names(readers), "}, but they are on {",
+                       names(holders), "}: the others would never be added"));
     }
   }
   for (const Node& node : nodes_) {

@@ -301,6 +301,37 @@ quilt::v1::Strategy RandomStrategy(const Graph& g, const Topology& topo, uint64_
   return s;
 }
 
+// Forward ops [0, cut/3) and [cut/3, end) as two groups: one on device 0
+// (with one_first) or the last device, the other on every device; ring
+// all-reduce.
+quilt::v1::Strategy TwoGroups(const Graph& g, const Topology& topo, int cut, bool one_first) {
+  const std::vector<std::string> fwd = ForwardOps(g);
+  const size_t boundary = fwd.size() * static_cast<size_t>(cut) / 3;
+  quilt::v1::Strategy s;
+  s.set_name("two-groups");
+  for (int k = 0; k < 2; ++k) {
+    auto* grp = s.add_groups();
+    grp->set_group(k);
+    for (size_t i = k == 0 ? 0 : boundary; i < (k == 0 ? boundary : fwd.size()); ++i) {
+      grp->add_ops(fwd[i]);
+    }
+    const bool one = (k == 0) == one_first;
+    for (int d = 0; d < topo.num_devices(); ++d) {
+      if (one && d != (one_first ? 0 : topo.num_devices() - 1)) continue;
+      auto* r = grp->add_replicas();
+      r->set_device(topo.device(d).id);
+      r->set_replicas(1);
+    }
+  }
+  for (const Op& op : g.ops) {
+    if (!OpRegistry::Global().Find(op.type)->is_update) continue;
+    auto* a = s.add_aggregations();
+    a->set_parameter(op.inputs[0]);
+    a->set_method(quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE);
+  }
+  return s;
+}
+
 struct Case {
   Model model;
   int nodes;
@@ -373,6 +404,17 @@ TEST_P(Oracle, EveryStrategyEndsWithTheSingleDeviceParameters) {
   }
   for (uint64_t seed : {11, 12, 13, 14})
     strategies.push_back({absl::StrCat("random", seed), RandomStrategy(s->graph, s->topo, seed)});
+  // Two groups on different device sets (one device, then all; all, then
+  // one), cut at a third and two thirds of the forward ops: a parameter
+  // used on both sides of the cut (the transformer's shared layer norm) has
+  // gradient parts partial over all devices and whole on one, which must
+  // still be summed exactly once.
+  for (int cut : {1, 2}) {
+    for (bool one_first : {true, false}) {
+      strategies.push_back({absl::StrCat("split", cut, one_first ? "-one-all" : "-all-one"),
+                            TwoGroups(s->graph, s->topo, cut, one_first)});
+    }
+  }
   for (const auto& [name, strategy] : strategies) {
     SCOPED_TRACE(name);
     absl::StatusOr<quilt::v1::DistributedProgram> p = Program(*s, strategy, c.model.batch);
