@@ -12,6 +12,7 @@
 #include "src/common/status.h"
 #include "src/graph/graph_index.h"
 #include "src/graph/op_registry.h"
+#include "src/planner/partial_sums.h"
 #include "src/planner/placement.h"
 #include "src/planner/priorities.h"
 
@@ -131,9 +132,8 @@ class Lowerer {
   // Per input of op i: whether a partial sum of it may be read as is (and
   // make the op's output a partial sum too): only one held by exactly the
   // devices the op runs on (the parts then add up to the output's parts),
-  // of a linear op whose outputs do not carry the batch; for an op that
-  // adds its operands, only when every operand is such a partial sum.
-  // Other partial inputs are summed first.
+  // as the op's PartialRule allows, when its outputs do not carry the
+  // batch. Other partial inputs are summed first.
   std::vector<bool> KeepPartial(int op_index) const;
   // Merges the all-reduces of gradients that share a fusion bucket (same
   // devices and algorithm) into one, then restores a topological issue order.
@@ -375,15 +375,14 @@ absl::StatusOr<std::vector<int64_t>> Lowerer::Provide(const Key& need, bool allo
 std::vector<bool> Lowerer::KeepPartial(int i) const {
   const std::vector<int>& inputs = ix_.Inputs(i);
   std::vector<bool> keep(inputs.size(), false);
-  if (!ix_.Schema(i).linear) return keep;
+  const PartialRule rule = PartialRuleOf(g_.ops[i], ix_.Schema(i));
+  if (rule == PartialRule::kNone) return keep;
   for (int t : ix_.Outputs(i)) {
     if (batched(t)) return keep;  // rows of a batch tensor are not sums
   }
   std::vector<int> devices;
   for (const Slice& s : p_.op_slices[i]) devices.push_back(s.device);
   std::sort(devices.begin(), devices.end());
-  const std::string& type = g_.ops[i].type;
-  const bool adds = type == "Add" || type == "Sub" || type == "Sum";
   bool all = true, any = false;
   for (size_t k = 0; k < inputs.size(); ++k) {
     if (inputs[k] < 0) continue;
@@ -393,15 +392,16 @@ std::vector<bool> Lowerer::KeepPartial(int i) const {
       std::sort(holders.begin(), holders.end());
       keep[k] = holders == devices;
     }
-    // Only a linear op's first partial operand (a product of two partial
-    // sums is not a partial sum of the product).
-    if (!adds && any) keep[k] = false;
+    // One partial operand (a product of two partial sums is not a partial
+    // sum of the product); a quotient's numerator only.
+    if ((rule == PartialRule::kOneOperand && any) ||
+        (rule == PartialRule::kFirstOperand && k > 0)) {
+      keep[k] = false;
+    }
     any |= keep[k];
     all &= keep[k];
   }
-  // An op that adds its operands keeps them partial only when all are:
-  // a whole operand would be counted once per device.
-  if (adds && !all) keep.assign(keep.size(), false);
+  if (rule == PartialRule::kAllOperands && !all) keep.assign(keep.size(), false);
   return keep;
 }
 

@@ -13,6 +13,7 @@
 #include "src/graph/op_registry.h"
 #include "src/graph/zoo/zoo.h"
 #include "src/planner/baselines.h"
+#include "src/planner/partial_sums.h"
 #include "src/planner/program_validator.h"
 #include "src/sim/simulator.h"
 
@@ -740,6 +741,30 @@ TEST_F(Corrupted, PartitionedGradientSlices) {
     EXPECT_THAT(Validate(p), StatusIs(absl::StatusCode::kInvalidArgument,
                                       HasSubstr("some rows summed and others still partial")));
   }
+}
+
+TEST(PartialRule, FollowsWhatEachOpDoesWithItsOperands) {
+  auto rule = [](const std::string& type, std::vector<std::string> inputs) {
+    Op op;
+    op.type = type;
+    op.inputs = std::move(inputs);
+    const OpSchema* schema = OpRegistry::Global().Find(type);
+    EXPECT_NE(schema, nullptr) << type;
+    return schema == nullptr ? PartialRule::kNone : PartialRuleOf(op, *schema);
+  };
+  for (const char* adds : {"Add", "Sub", "Sum", "Concat"}) {
+    EXPECT_EQ(rule(adds, {"a", "b"}), PartialRule::kAllOperands) << adds;
+  }
+  EXPECT_EQ(rule("Div", {"a", "b"}), PartialRule::kFirstOperand);
+  EXPECT_EQ(rule("Mul", {"a", "b"}), PartialRule::kOneOperand);
+  EXPECT_EQ(rule("MatMul", {"a", "b"}), PartialRule::kOneOperand);
+  EXPECT_EQ(rule("Gemm", {"a", "b"}), PartialRule::kOneOperand);
+  EXPECT_EQ(rule("Gemm", {"a", "b", "c"}), PartialRule::kNone);  // affine: the bias
+  EXPECT_EQ(rule("Gemm", {"a", "b", ""}), PartialRule::kOneOperand);
+  EXPECT_EQ(rule("Neg", {"a"}), PartialRule::kOneOperand);
+  EXPECT_EQ(rule("Relu", {"a"}), PartialRule::kNone);
+  EXPECT_EQ(rule("Pow", {"a", "b"}), PartialRule::kNone);
+  EXPECT_EQ(rule("Log", {"a"}), PartialRule::kNone);
 }
 
 // The same program with one part's all-reduce removed: the sum on

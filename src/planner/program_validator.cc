@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "src/common/status.h"
 #include "src/graph/op_registry.h"
+#include "src/planner/partial_sums.h"
 #include "src/planner/placement.h"
 
 namespace quilt {
@@ -660,9 +661,14 @@ absl::Status Validator::CheckDataflow() {
                            " reads gradient '", TensorName(grad),
                            "', a partial sum over part of the batch that was never aggregated"));
         }
-        const std::string& type = g_.ops[op].type;
-        const bool adds = type == "Add" || type == "Sub" || type == "Sum";
-        if (partial_inputs > 0 && (!s.linear || (partial_inputs > 1 && !adds))) {
+        const PartialRule rule = PartialRuleOf(g_.ops[op], s);
+        bool allowed = rule != PartialRule::kNone;
+        if (rule == PartialRule::kOneOperand) allowed = partial_inputs <= 1;
+        for (size_t k = 1; k < reads.size() && rule == PartialRule::kFirstOperand; ++k) {
+          allowed &= !(read_partial[k] && reads[k].tensor != reads[0].tensor);
+        }
+        const bool adds = rule == PartialRule::kAllOperands;
+        if (partial_inputs > 0 && !allowed) {
           return absl::InvalidArgumentError(
               absl::StrCat("op '", g_.ops[op].name, "' on ", DeviceName(node.device),
                            " reads a partial sum that was never aggregated"));
@@ -677,7 +683,8 @@ absl::Status Validator::CheckDataflow() {
           }
           for (size_t k = 0; k < reads.size(); ++k) {
             if (read_partial[k]) partial_readers[{op, reads[k].tensor}].insert(node.device);
-            // Adding a whole operand to partial sums counts it once per device.
+            // Adding (or concatenating) a whole operand to partial sums
+            // counts it once per device.
             if (adds && !read_partial[k] && op_runs_[op].size() > 1) {
               return absl::InvalidArgumentError(absl::StrCat(
                   "op '", g_.ops[op].name, "' on ", DeviceName(node.device), " adds '",
