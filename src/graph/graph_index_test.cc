@@ -9,6 +9,7 @@
 #include "src/graph/autodiff.h"
 #include "src/graph/graph_builder.h"
 #include "src/graph/zoo/zoo.h"
+#include "src/testing/make_op.h"
 
 namespace quilt {
 namespace {
@@ -81,16 +82,6 @@ TEST_P(GraphIndexOnZoo, ResolvesEveryNameAndOrdersProducersFirst) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, GraphIndexOnZoo, ::testing::Values("mlp", "cnn", "transformer"));
-
-Op MakeOp(const std::string& name, const std::string& type, std::vector<std::string> in,
-          std::vector<std::string> out) {
-  Op op;
-  op.name = name;
-  op.type = type;
-  op.inputs = std::move(in);
-  op.outputs = std::move(out);
-  return op;
-}
 
 Graph OneInput() {
   Graph g;

@@ -7,6 +7,7 @@
 #include "src/common/status_matchers.h"
 #include "src/graph/graph_builder.h"
 #include "src/graph/zoo/zoo.h"
+#include "src/testing/make_op.h"
 
 namespace quilt {
 namespace {
@@ -20,16 +21,6 @@ Graph TwoInputs() {
   EXPECT_THAT(b.AddInput("x", DType::kF32, Shape({Dim::Batch(), Dim::Fixed(3)})), IsOk());
   EXPECT_THAT(b.AddInput("i", DType::kI64, Shape({Dim::Batch(), Dim::Fixed(3)})), IsOk());
   return g;
-}
-
-Op MakeOp(const std::string& name, const std::string& type, std::vector<std::string> in,
-          std::vector<std::string> out) {
-  Op op;
-  op.name = name;
-  op.type = type;
-  op.inputs = std::move(in);
-  op.outputs = std::move(out);
-  return op;
 }
 
 TEST(Validate, Cycle_NamesAnOpOnIt) {
