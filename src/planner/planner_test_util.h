@@ -1,0 +1,125 @@
+// Helpers of the planner's tests: a cluster of two nodes with two devices
+// each, fast and slow (TwoNodes); a zoo model's training graph with its
+// topology and cost model (World, Make); lowering that also validates and
+// simulates (LowerChecked); and a strategy that puts the transformer's tied
+// embedding lookup on one device and everything else on all four
+// (TiedSplit).
+#ifndef QUILT_SRC_PLANNER_PLANNER_TEST_UTIL_H_
+#define QUILT_SRC_PLANNER_PLANNER_TEST_UTIL_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "src/common/status_matchers.h"
+#include "src/cost/cost_model.h"
+#include "src/graph/autodiff.h"
+#include "src/graph/zoo/zoo.h"
+#include "src/planner/baselines.h"
+#include "src/planner/lower.h"
+#include "src/planner/program_validator.h"
+#include "src/sim/simulator.h"
+
+namespace quilt::testing {
+
+// Two nodes: two fast devices, two slow ones.
+inline quilt::v1::ClusterSpec TwoNodes() {
+  quilt::v1::ClusterSpec spec;
+  spec.set_name("two-nodes");
+  for (int n = 0; n < 2; ++n) {
+    auto* node = spec.add_nodes();
+    node->set_node_id(n == 0 ? "fast" : "slow");
+    for (int d = 0; d < 2; ++d) {
+      auto* dev = node->add_devices();
+      dev->set_id(node->node_id() + "/gpu:" + std::to_string(d));
+      dev->set_kind(quilt::v1::DEVICE_KIND_GPU);
+      dev->set_index(d);
+      dev->set_peak_fp32_flops_per_s(n == 0 ? 1.4e13 : 9e12);
+      dev->set_efficiency(0.4);
+      dev->set_memory_bandwidth_bytes_per_s(8e11);
+      dev->set_memory_bytes(int64_t{16} << 30);
+    }
+    node->mutable_intra_node_link()->set_bandwidth_bytes_per_s(1.2e10);
+    node->mutable_nic()->set_bandwidth_bytes_per_s(1.25e9);
+  }
+  return spec;
+}
+
+struct World {
+  Graph graph;
+  Topology topo;
+  std::unique_ptr<CostModel> cost;
+};
+
+inline std::unique_ptr<World> Make(const std::string& model,
+                                   const quilt::v1::ClusterSpec& spec = TwoNodes()) {
+  auto s = std::make_unique<World>();
+  absl::StatusOr<Graph> g = zoo::BuildZooModel(model);
+  EXPECT_THAT(g.status(), IsOk());
+  s->graph = std::move(*g);
+  TrainingOptions to;
+  to.loss = LossType::kSoftmaxCrossEntropy;
+  to.optimizer.kind = OptimizerSpec::Kind::kSgd;
+  to.optimizer.momentum = 0.9;
+  EXPECT_THAT(BuildTrainingGraph(&s->graph, to), IsOk());
+  absl::StatusOr<Topology> topo = Topology::Build(spec);
+  EXPECT_THAT(topo.status(), IsOk());
+  s->topo = std::move(*topo);
+  absl::StatusOr<CostModel> cost = CostModel::Create(&s->graph, &s->topo);
+  EXPECT_THAT(cost.status(), IsOk());
+  s->cost = std::make_unique<CostModel>(std::move(*cost));
+  return s;
+}
+
+// Lowers, validates and simulates; returns the program.
+inline quilt::v1::DistributedProgram LowerChecked(const World& s,
+                                                  const quilt::v1::Strategy& strategy,
+                                                  int64_t batch) {
+  absl::StatusOr<quilt::v1::DistributedProgram> p =
+      Lower(s.graph, strategy, s.topo, s.cost.get(), batch);
+  EXPECT_THAT(p.status(), IsOk());
+  if (!p.ok()) return {};
+  EXPECT_THAT(ValidateProgram(*p, s.graph, s.topo), IsOk());
+  absl::StatusOr<SimResult> r = Simulate(*p, s.graph, s.topo, *s.cost);
+  EXPECT_THAT(r.status(), IsOk());
+  if (r.ok()) {
+    EXPECT_GT(r->step_time_s, 0);
+  }
+  return *p;
+}
+
+// The transformer's tied embedding: its lookup alone on fast/gpu:0, every
+// other op on all four devices. The embedding's gradient sums the lookup's
+// part (whole, on fast/gpu:0) and the output projection's and the second
+// lookup's parts (partial sums on all four devices).
+inline quilt::v1::Strategy TiedSplit(const Graph& g, const Topology& topo) {
+  quilt::v1::Strategy s;
+  s.set_name("tied-split");
+  const std::vector<std::string> fwd = ForwardOps(g);
+  auto* one = s.add_groups();
+  one->set_group(0);
+  one->add_ops(fwd[0]);
+  auto* r = one->add_replicas();
+  r->set_device("fast/gpu:0");
+  r->set_replicas(1);
+  auto* all = s.add_groups();
+  all->set_group(1);
+  for (size_t i = 1; i < fwd.size(); ++i) all->add_ops(fwd[i]);
+  for (int d = 0; d < topo.num_devices(); ++d) {
+    auto* rr = all->add_replicas();
+    rr->set_device(topo.device(d).id);
+    rr->set_replicas(1);
+  }
+  for (const ParameterSpec& p : g.parameters) {
+    auto* a = s.add_aggregations();
+    a->set_parameter(p.tensor);
+    a->set_method(quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE);
+  }
+  return s;
+}
+
+}  // namespace quilt::testing
+
+#endif  // QUILT_SRC_PLANNER_PLANNER_TEST_UTIL_H_
