@@ -53,6 +53,18 @@ struct World {
   std::unique_ptr<CostModel> cost;
 };
 
+// The topology of `spec` and the cost model of `graph` on it (the graph
+// and the topology must outlive the model).
+inline void TopologyAndCost(const quilt::v1::ClusterSpec& spec, const Graph& graph, Topology* topo,
+                            std::unique_ptr<CostModel>* cost) {
+  absl::StatusOr<Topology> built = Topology::Build(spec);
+  EXPECT_THAT(built.status(), IsOk());
+  if (built.ok()) *topo = std::move(*built);
+  absl::StatusOr<CostModel> model = CostModel::Create(&graph, topo);
+  EXPECT_THAT(model.status(), IsOk());
+  if (model.ok()) *cost = std::make_unique<CostModel>(std::move(*model));
+}
+
 inline std::unique_ptr<World> Make(const std::string& model,
                                    const quilt::v1::ClusterSpec& spec = TwoNodes()) {
   auto s = std::make_unique<World>();
@@ -64,12 +76,7 @@ inline std::unique_ptr<World> Make(const std::string& model,
   to.optimizer.kind = OptimizerSpec::Kind::kSgd;
   to.optimizer.momentum = 0.9;
   EXPECT_THAT(BuildTrainingGraph(&s->graph, to), IsOk());
-  absl::StatusOr<Topology> topo = Topology::Build(spec);
-  EXPECT_THAT(topo.status(), IsOk());
-  s->topo = std::move(*topo);
-  absl::StatusOr<CostModel> cost = CostModel::Create(&s->graph, &s->topo);
-  EXPECT_THAT(cost.status(), IsOk());
-  s->cost = std::make_unique<CostModel>(std::move(*cost));
+  TopologyAndCost(spec, s->graph, &s->topo, &s->cost);
   return s;
 }
 

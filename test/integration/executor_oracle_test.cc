@@ -31,6 +31,7 @@
 #include "src/planner/baselines.h"
 #include "src/planner/heterog.h"
 #include "src/planner/lower.h"
+#include "src/planner/planner_test_util.h"
 #include "src/planner/program_validator.h"
 #include "src/runtime/data/dataset.h"
 #include "src/runtime/data/npy.h"
@@ -110,12 +111,7 @@ std::unique_ptr<Setup> Prepare(const Model& m, const quilt::v1::ClusterSpec& spe
   for (const std::string& name : ref->runner->PersistentNames()) {
     s->reference[name] = *ref->runner->Persistent(name);
   }
-  absl::StatusOr<Topology> topo = Topology::Build(spec);
-  EXPECT_THAT(topo.status(), IsOk());
-  s->topo = std::move(*topo);
-  absl::StatusOr<CostModel> cost = CostModel::Create(&s->graph, &s->topo);
-  EXPECT_THAT(cost.status(), IsOk());
-  s->cost = std::make_unique<CostModel>(std::move(*cost));
+  TopologyAndCost(spec, s->graph, &s->topo, &s->cost);
   return s;
 }
 
