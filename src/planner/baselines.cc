@@ -19,14 +19,17 @@ namespace quilt {
 namespace {
 
 // Peak memory of one step of the whole graph on device d with `rows` rows.
-absl::StatusOr<int64_t> SingleDevicePeak(const Graph& g, const CostModel& cost,
+absl::StatusOr<int64_t> SingleDevicePeak(const GraphIndex& ix, const CostModel& cost,
                                          const Topology& topo, int d, int64_t rows) {
+  const Graph& g = ix.graph();
   std::vector<int64_t> one(topo.num_devices(), 0);
   one[d] = 1;
   const quilt::v1::Strategy s =
       DataParallelStrategy(g, topo, one, quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE, "probe");
-  ASSIGN_OR_RETURN(quilt::v1::DistributedProgram prog, Lower(g, s, topo, &cost, rows));
-  ASSIGN_OR_RETURN(SimResult r, Simulate(prog, g, topo, cost));
+  ASSIGN_OR_RETURN(quilt::v1::DistributedProgram prog, Lower(ix, s, topo, &cost, rows));
+  SimOptions options;
+  options.index = &ix;
+  ASSIGN_OR_RETURN(SimResult r, Simulate(prog, g, topo, cost, options));
   return r.devices.empty() ? 0 : r.devices.front().peak_memory_bytes;
 }
 
@@ -51,8 +54,9 @@ absl::StatusOr<RowLoadModel> RowLoadModel::Fit(const Graph& g, const CostModel& 
   // probe once, at the even share and twice it.
   const int64_t r1 = std::max<int64_t>(1, batch / std::max(1, n));
   const int64_t r2 = 2 * r1;
-  ASSIGN_OR_RETURN(int64_t p1, SingleDevicePeak(g, cost, topo, 0, r1));
-  ASSIGN_OR_RETURN(int64_t p2, SingleDevicePeak(g, cost, topo, 0, r2));
+  ASSIGN_OR_RETURN(const GraphIndex ix, GraphIndex::Build(g));
+  ASSIGN_OR_RETURN(int64_t p1, SingleDevicePeak(ix, cost, topo, 0, r1));
+  ASSIGN_OR_RETURN(int64_t p2, SingleDevicePeak(ix, cost, topo, 0, r2));
   const double m1 = std::max(0.0, static_cast<double>(p2 - p1) / static_cast<double>(r2 - r1));
   const double m0 = std::max(0.0, static_cast<double>(p1) - m1 * static_cast<double>(r1));
   for (int d = 0; d < n; ++d) {

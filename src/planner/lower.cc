@@ -156,6 +156,8 @@ class Lowerer {
   absl::flat_hash_map<int, std::vector<int>> full_on_;
   // Partial sums: tensor → devices holding a partial.
   absl::flat_hash_map<int, std::vector<int>> partial_on_;
+  // Instructions that read a partial sum as is, by instance.
+  absl::flat_hash_map<Key, std::vector<int64_t>> partial_readers_;
   absl::flat_hash_set<int> local_;  // per-replica statistics
   // Gradient tensor → the parameter it updates (for the aggregation choice).
   absl::flat_hash_map<int, std::string> grad_of_param_;
@@ -233,7 +235,13 @@ absl::StatusOr<std::vector<int64_t>> Lowerer::Aggregate(int t, AggregationMethod
       ar->set_begin(begin);
       ar->set_end(end);
       ar->set_algorithm(method);
-      written[d].push_back(Emit(d, &ins, writers_[k]));
+      // After the ops that read the partial sum as is: the sum replaces it.
+      std::vector<int64_t> deps = writers_[k];
+      auto readers = partial_readers_.find(k);
+      if (readers != partial_readers_.end()) {
+        deps.insert(deps.end(), readers->second.begin(), readers->second.end());
+      }
+      written[d].push_back(Emit(d, &ins, std::move(deps)));
     }
   }
   for (int d : devices) writers_[Key{t, d, 0, 0}] = written[d];
@@ -420,6 +428,7 @@ absl::Status Lowerer::LowerOp(int i) {
   bool out_partial = false;
   for (const Slice& s : slices) {
     std::vector<int64_t> deps;
+    std::vector<Key> partial_reads;
     bool partial_in = false;
     for (size_t k = 0; k < inputs.size(); ++k) {
       const int t = inputs[k];
@@ -441,6 +450,7 @@ absl::Status Lowerer::LowerOp(int i) {
       bool partial = false;
       ASSIGN_OR_RETURN(std::vector<int64_t> w, Provide(need, keep[k], &partial));
       partial_in |= partial;
+      if (partial) partial_reads.push_back(need);
       deps.insert(deps.end(), w.begin(), w.end());
     }
     Instruction& ins = *New();
@@ -448,6 +458,7 @@ absl::Status Lowerer::LowerOp(int i) {
     ins.mutable_compute()->set_begin(s.begin);
     ins.mutable_compute()->set_end(s.end);
     const int64_t id = Emit(s.device, &ins, deps);
+    for (const Key& k : partial_reads) partial_readers_[k].push_back(id);
     for (size_t k = 0; k < outputs.size(); ++k) {
       const int t = outputs[k];
       Key out{t, s.device, 0, 0};
