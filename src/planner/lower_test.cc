@@ -9,7 +9,6 @@
 #include "gtest/gtest.h"
 #include "src/common/status_matchers.h"
 #include "src/graph/autodiff.h"
-#include "src/graph/graph_builder.h"
 #include "src/graph/op_registry.h"
 #include "src/graph/zoo/zoo.h"
 #include "src/planner/baselines.h"
@@ -350,31 +349,15 @@ TEST(Lower, PartialSumsHeldOnOtherDevicesAreSummedBeforeUse) {
 // and summed for another (Relu): the all-reduce replaces the partial sum
 // on each device, so there it must wait for the op that reads the partial.
 TEST(Lower, AllReduceWaitsForTheOpsThatReadThePartialSum) {
-  Graph g;
-  GraphBuilder b(&g);
-  ASSERT_THAT(b.AddInput("x", DType::kF32, Shape({Dim::Batch(), Dim::Fixed(4)})).status(), IsOk());
-  Attrs over_rows;
-  over_rows.SetInts("axes", {0});
-  over_rows.SetInt("keepdims", 0);
-  absl::StatusOr<std::string> t = b.Add("ReduceSum", {"x"}, over_rows, "t");
-  ASSERT_THAT(t.status(), IsOk());
-  ASSERT_THAT(b.Add("Neg", {*t}, {}, "n").status(), IsOk());
-  ASSERT_THAT(b.Add("Relu", {*t}, {}, "r").status(), IsOk());
-  g.has_backward = true;  // no parameters: lowered as it is
-  World w;
-  w.graph = std::move(g);
-  testing::TopologyAndCost(TwoNodes(), w.graph, &w.topo, &w.cost);
-  const DistributedProgram p =
-      LowerChecked(w,
-                   DataParallelStrategy(w.graph, w.topo, {1, 1, 1, 1},
-                                        quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE, "dp"),
-                   8);
+  std::unique_ptr<World> w = testing::PartialReadThenSummed();
+  const std::string t = "t";
+  const DistributedProgram p = LowerChecked(*w, testing::EvenRing(*w), 8);
   int checked = 0;
   for (const auto& dp : p.devices()) {
     int64_t neg = -1;
     for (const auto& ins : dp.instructions()) {
       if (ins.has_compute() && ins.compute().op() == "n") neg = ins.id();
-      if (!ins.has_all_reduce() || ins.all_reduce().tensors(0) != *t) continue;
+      if (!ins.has_all_reduce() || ins.all_reduce().tensors(0) != t) continue;
       ASSERT_GE(neg, 0) << dp.device() << ": the partial's reader comes first";
       EXPECT_THAT(std::vector<int64_t>(ins.deps().begin(), ins.deps().end()),
                   ::testing::Contains(neg))

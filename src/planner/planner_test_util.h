@@ -3,7 +3,9 @@
 // topology and cost model (World, Make); lowering that also validates and
 // simulates (LowerChecked); and a strategy that puts the transformer's tied
 // embedding lookup on one device and everything else on all four
-// (TiedSplit).
+// (TiedSplit); a graph whose partial sum one op reads as is and another
+// needs summed (PartialReadThenSummed); data parallelism with ring
+// all-reduce over every device (EvenRing).
 #ifndef QUILT_SRC_PLANNER_PLANNER_TEST_UTIL_H_
 #define QUILT_SRC_PLANNER_PLANNER_TEST_UTIL_H_
 
@@ -16,6 +18,7 @@
 #include "src/common/status_matchers.h"
 #include "src/cost/cost_model.h"
 #include "src/graph/autodiff.h"
+#include "src/graph/graph_builder.h"
 #include "src/graph/zoo/zoo.h"
 #include "src/planner/baselines.h"
 #include "src/planner/lower.h"
@@ -125,6 +128,29 @@ inline quilt::v1::Strategy TiedSplit(const Graph& g, const Topology& topo) {
     a->set_method(quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE);
   }
   return s;
+}
+
+// x [B, 4] → t = ReduceSum over the rows (a partial sum when the rows are
+// split) → n = Neg(t) (linear: reads the partial as is) and r = Relu(t)
+// (needs the sum); no parameters, on TwoNodes.
+inline std::unique_ptr<World> PartialReadThenSummed() {
+  auto w = std::make_unique<World>();
+  GraphBuilder b(&w->graph);
+  EXPECT_THAT(b.AddInput("x", DType::kF32, Shape({Dim::Batch(), Dim::Fixed(4)})).status(), IsOk());
+  Attrs over_rows;
+  over_rows.SetInts("axes", {0});
+  over_rows.SetInt("keepdims", 0);
+  EXPECT_THAT(b.Add("ReduceSum", {"x"}, over_rows, "t").status(), IsOk());
+  EXPECT_THAT(b.Add("Neg", {"t"}, {}, "n").status(), IsOk());
+  EXPECT_THAT(b.Add("Relu", {"t"}, {}, "r").status(), IsOk());
+  w->graph.has_backward = true;  // no parameters: lowered as it is
+  TopologyAndCost(TwoNodes(), w->graph, &w->topo, &w->cost);
+  return w;
+}
+
+inline quilt::v1::Strategy EvenRing(const World& w) {
+  return DataParallelStrategy(w.graph, w.topo, std::vector<int64_t>(w.topo.num_devices(), 1),
+                              quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE, "dp");
 }
 
 }  // namespace quilt::testing

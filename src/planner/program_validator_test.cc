@@ -359,6 +359,36 @@ TEST(Validator, PartialSumsReadOnFewerDevicesThanHoldThem) {
                              HasSubstr("would never be added"))));
 }
 
+// The all-reduce of a partial sum that an op reads as is, no longer
+// waiting for that op: the op might read the sum instead.
+TEST(Validator, AllReduceReplacingAPartialSumBeforeItsReader) {
+  std::unique_ptr<World> w = testing::PartialReadThenSummed();
+  absl::StatusOr<DistributedProgram> lowered =
+      Lower(w->graph, testing::EvenRing(*w), w->topo, w->cost.get(), 8);
+  ASSERT_THAT(lowered.status(), IsOk());
+  ASSERT_THAT(ValidateProgram(*lowered, w->graph, w->topo), IsOk());
+  DistributedProgram p = *lowered;
+  auto& dp = *p.mutable_devices(1);
+  int64_t neg = -1;
+  bool cut = false;
+  for (auto& ins : *dp.mutable_instructions()) {
+    if (ins.has_compute() && ins.compute().op() == "n") neg = ins.id();
+    if (!ins.has_all_reduce() || neg < 0) continue;
+    std::vector<int64_t> deps;
+    for (int64_t d : ins.deps()) {
+      if (d != neg) deps.push_back(d);
+    }
+    cut = deps.size() < static_cast<size_t>(ins.deps_size());
+    ins.clear_deps();
+    for (int64_t d : deps) ins.add_deps(d);
+  }
+  ASSERT_TRUE(cut);
+  EXPECT_THAT(ValidateProgram(p, w->graph, w->topo),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("replaces 't'"), HasSubstr(dp.device()),
+                             HasSubstr("without waiting for it"))));
+}
+
 TEST_F(Corrupted, ReplicasNotCoveringTheBatch) {
   DistributedProgram p = ring_;
   Instruction* c =

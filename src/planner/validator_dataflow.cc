@@ -166,8 +166,10 @@ absl::Status Validator::CheckDataflow() {
   const int64_t batch = p_.global_batch();
   // Gradient tensor → devices holding a partial sum of it.
   absl::flat_hash_map<int, std::set<int>> partial_on;
-  // (op, tensor) → devices where the op reads partial sums of the tensor.
+  // (op, tensor) → devices where the op reads partial sums of the tensor;
+  // Key(tensor, device) → the nodes that read its partial sum as is.
   std::map<std::pair<int, int>, std::set<int>> partial_readers;
+  absl::flat_hash_map<int64_t, std::vector<int>> partial_reads_at;
   std::vector<Access> reads, writes;
   for (size_t ni = 0; ni < nodes_.size(); ++ni) {
     const int n = static_cast<int>(ni);
@@ -246,7 +248,10 @@ absl::Status Validator::CheckDataflow() {
             }
           }
           for (size_t k = 0; k < reads.size(); ++k) {
-            if (read_partial[k]) partial_readers[{op, reads[k].tensor}].insert(node.device);
+            if (read_partial[k]) {
+              partial_readers[{op, reads[k].tensor}].insert(node.device);
+              partial_reads_at[Key(reads[k].tensor, node.device)].push_back(n);
+            }
             // Adding (or concatenating) a whole operand to partial sums
             // counts it once per device.
             if (adds && !read_partial[k] && op_runs_[op].size() > 1) {
@@ -274,6 +279,21 @@ absl::Status Validator::CheckDataflow() {
       case Instruction::kAllReduce:
       case Instruction::kPsPush:
       case Instruction::kPsAccumulate:
+        for (size_t k = 0; k < reads.size() && ins.has_all_reduce(); ++k) {
+          // The sum takes the partial sum's place: whatever reads the
+          // partial as is must have run.
+          auto readers = partial_reads_at.find(Key(reads[k].tensor, node.device));
+          if (readers == partial_reads_at.end()) continue;
+          for (int a : readers->second) {
+            if (!DependsOn(n, a)) {
+              return absl::InvalidArgumentError(absl::StrCat(
+                  "all-reduce ", ins.id(), " on ", DeviceName(node.device), " replaces '",
+                  TensorName(reads[k].tensor), "', whose partial sum instruction ",
+                  nodes_[a].ins->id(), " reads as is, without waiting for it"));
+            }
+          }
+          partial_reads_at.erase(readers);
+        }
         for (size_t k = 0; k < reads.size(); ++k) {
           const bool alone =
               ins.has_all_reduce() && groups_.at(ins.all_reduce().group()).size() == 1;
@@ -356,6 +376,23 @@ absl::Status Validator::CheckDataflow() {
     }
   }
   return absl::OkStatus();
+}
+
+bool Validator::DependsOn(int n, int a) const {
+  // Dependencies point to smaller indices: nodes below `a` cannot lead to it.
+  std::vector<int> stack = {n};
+  std::vector<bool> seen(static_cast<size_t>(n - a + 1), false);
+  while (!stack.empty()) {
+    const int x = stack.back();
+    stack.pop_back();
+    for (int d : deps_[x]) {
+      if (d == a) return true;
+      if (d < a || seen[d - a]) continue;
+      seen[d - a] = true;
+      stack.push_back(d);
+    }
+  }
+  return false;
 }
 
 }  // namespace quilt::validator_internal

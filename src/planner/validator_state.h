@@ -111,6 +111,8 @@ class Validator {
     return absl::OkStatus();
   }
   absl::Status WritesOf(int n, std::vector<Access>* writes) const;
+  // Whether node n depends on node a, directly or through others (a < n).
+  bool DependsOn(int n, int a) const;
 
   const quilt::v1::DistributedProgram& p_;
   const Graph& g_;
