@@ -1,6 +1,7 @@
 // The correctness oracle (DESIGN §6): runs of 2–4 quilt-executor processes
 // over UCX on loopback end a training run with the parameters the
-// single-device run ends with, for the fixture MLP, CNN and transformer and
+// single-device run ends with, for the fixture MLP, CNN, transformer and
+// language model with tied embeddings, and
 // for every kind of strategy — data parallel with even and proportional
 // splits and each all-reduce (ring, tree, hierarchical), parameter servers
 // (sharded), the planner's hybrid plan, and seeded random strategies — and
@@ -437,7 +438,10 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Case{{"mlp", "sgd", 24}, 2, 1}, Case{{"mlp", "adam", 24}, 3, 1},
                       Case{{"mlp", "sgd", 24}, 2, 2}, Case{{"cnn", "sgd", 16}, 2, 1},
                       Case{{"cnn", "sgd", 16}, 4, 1}, Case{{"transformer", "sgd", 16}, 2, 1},
-                      Case{{"transformer", "adam", 16}, 3, 1}),
+                      Case{{"transformer", "adam", 16}, 3, 1},
+                      // A tied embedding: its gradient's lookup part and its
+                      // output projection's part, in groups on different devices.
+                      Case{{"tied_lm", "sgd", 16}, 3, 1}),
     [](const auto& info) {
       const Case& c = info.param;
       return absl::StrCat(c.model.name, "_", c.model.optimizer, "_", c.nodes, "x", c.per_node);

@@ -1,6 +1,7 @@
 // `quiltctl train-local` reproduces PyTorch's per-step losses on the
 // exported fixtures (MLP, CNN with batch norm, transformer block with
-// LayerNorm written out or as one op, loss inside or outside the model), for
+// LayerNorm written out or as one op, a language model whose embedding is
+// tied to its output projection, loss inside or outside the model), for
 // 20 SGD (momentum, weight decay) and 20 Adam steps.
 #include <cmath>
 #include <fstream>
@@ -81,7 +82,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Fixture{"mlp_regression", "sgd"}, Fixture{"mlp_regression", "adam"},
                       Fixture{"cnn", "sgd"}, Fixture{"cnn", "adam"}, Fixture{"transformer", "sgd"},
                       Fixture{"transformer", "adam"}, Fixture{"transformer_opset17", "sgd"},
-                      Fixture{"transformer_opset17", "adam"}),
+                      Fixture{"transformer_opset17", "adam"}, Fixture{"tied_lm", "sgd"},
+                      Fixture{"tied_lm", "adam"}),
     [](const auto& info) { return info.param.name + "_" + info.param.optimizer; });
 
 TEST(TrainLocal, SyntheticData_LossFalls) {
