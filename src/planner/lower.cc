@@ -424,8 +424,6 @@ absl::Status Lowerer::LowerOp(int i) {
   bool any_batched_input = false;
   for (int in : inputs) any_batched_input |= in >= 0 && batched(in);
   const std::vector<bool> keep = KeepPartial(i);
-  std::vector<int> out_partial_devices;
-  bool out_partial = false;
   for (const Slice& s : slices) {
     std::vector<int64_t> deps;
     std::vector<Key> partial_reads;
@@ -478,15 +476,12 @@ absl::Status Lowerer::LowerOp(int i) {
       const bool covers_batch = s.begin == 0 && s.end == p_.global_batch;
       const bool partial = (any_batched_input && !covers_batch) || partial_in;
       if (partial) {
-        out_partial = true;
         partial_on_[t].push_back(s.device);
       } else {
         full_on_[t].push_back(s.device);
       }
     }
-    out_partial_devices.push_back(s.device);
   }
-  (void)out_partial;
   return absl::OkStatus();
 }
 

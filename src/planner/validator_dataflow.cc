@@ -13,6 +13,15 @@
 
 namespace quilt::validator_internal {
 
+absl::Status Validator::AddSummed(const quilt::v1::AllReduceInstr& ar,
+                                  std::vector<Access>* out) const {
+  for (const auto& name : ar.tensors()) {
+    ASSIGN_OR_RETURN(int t, Tensor(name));
+    out->push_back({t, {ar.begin(), ar.end()}});
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Validator::WritesOf(int n, std::vector<Access>* out) const {
   const Instruction& ins = *nodes_[n].ins;
   switch (ins.kind_case()) {
@@ -31,11 +40,7 @@ absl::Status Validator::WritesOf(int n, std::vector<Access>* out) const {
     case Instruction::kConcat:
       return AddRange(ins.concat().target(), out);
     case Instruction::kAllReduce:
-      for (const auto& name : ins.all_reduce().tensors()) {
-        ASSIGN_OR_RETURN(int t, Tensor(name));
-        out->push_back({t, {ins.all_reduce().begin(), ins.all_reduce().end()}});
-      }
-      return absl::OkStatus();
+      return AddSummed(ins.all_reduce(), out);
     case Instruction::kPsAccumulate:
       return AddRange(ins.ps_accumulate().gradient(), out);
     case Instruction::kPsPull: {
@@ -66,11 +71,7 @@ absl::Status Validator::ReadsOf(int n, std::vector<Access>* out) const {
       for (const auto& part : ins.concat().parts()) RETURN_IF_ERROR(AddRange(part, out));
       return absl::OkStatus();
     case Instruction::kAllReduce:
-      for (const auto& name : ins.all_reduce().tensors()) {
-        ASSIGN_OR_RETURN(int t, Tensor(name));
-        out->push_back({t, {ins.all_reduce().begin(), ins.all_reduce().end()}});
-      }
-      return absl::OkStatus();
+      return AddSummed(ins.all_reduce(), out);
     case Instruction::kPsPush: {
       ASSIGN_OR_RETURN(int t, Tensor(ins.ps_push().gradient().tensor()));
       out->push_back({t, {}});

@@ -68,7 +68,7 @@ class Validator {
  private:
   std::string TensorName(int t) const { return g_.tensors()[t].name; }
   const std::string& DeviceName(int d) const { return topo_.device(d).id; }
-  bool Batched(int t) const { return g_.tensors()[t].shape.HasBatch(); }
+  bool Batched(int t) const { return ix_.Batched(t); }
 
   absl::StatusOr<int> Tensor(const std::string& name) const {
     const int t = ix_.Tensor(name);
@@ -110,6 +110,8 @@ class Validator {
     out->push_back({t, {r.begin(), r.end()}});
     return absl::OkStatus();
   }
+  // The rows an all-reduce sums, which it both reads and writes.
+  absl::Status AddSummed(const quilt::v1::AllReduceInstr& ar, std::vector<Access>* out) const;
   absl::Status WritesOf(int n, std::vector<Access>* writes) const;
   // Whether node n depends on node a, directly or through others (a < n).
   bool DependsOn(int n, int a) const;

@@ -64,7 +64,6 @@ absl::Status Sim::Build() {
   }
   for (size_t i = 0; i < g_.tensors().size(); ++i) {
     const TensorInfo& t = g_.tensors()[i];
-    tensor_batched_.push_back(t.shape.HasBatch());
     tensor_bytes_.push_back(RangeBytes(t, 0, 0));
     tensor_row_bytes_.push_back(
         t.shape.HasBatch() ? RangeBytes(t, 0, 1)
@@ -170,13 +169,13 @@ absl::Status Sim::Build() {
         node.duration = dur;
         for (int t : ix_->Inputs(op)) {
           if (t < 0) continue;
-          const bool bt = tensor_batched_[t];
+          const bool bt = ix_->Batched(t);
           const int inst = Containing(t, d, bt || shard ? b : 0, bt || shard ? e : 0);
           if (inst >= 0) reads_.Add(n, inst);
         }
         if (!is_update(op)) {  // updates write in place
           for (int t : ix_->Outputs(op)) {
-            const bool bt = tensor_batched_[t];
+            const bool bt = ix_->Batched(t);
             writes_.Add(n, InstanceFor(t, d, bt ? b : 0, bt ? e : 0));
           }
         }

@@ -113,9 +113,7 @@ class Sim {
   // The graph's index: the caller's (SimOptions::index) or built by Build.
   const GraphIndex* ix_ = nullptr;
   std::optional<GraphIndex> own_index_;
-  // Per tensor: whether it carries the batch, bytes per batch row (or per
-  // row of dim 0) and whole bytes.
-  std::vector<bool> tensor_batched_;
+  // Per tensor: bytes per batch row (or per row of dim 0) and whole bytes.
   std::vector<int64_t> tensor_row_bytes_, tensor_bytes_;
   int64_t Bytes(int t, int64_t begin, int64_t end) const {
     if (begin == 0 && end == 0) return tensor_bytes_[t];
