@@ -14,6 +14,7 @@
 #include "src/planner/coarse_graph.h"
 #include "src/planner/lower.h"
 #include "src/planner/plan.h"
+#include "src/planner/planner_test_util.h"
 #include "src/planner/priorities.h"
 #include "src/planner/program_validator.h"
 #include "src/planner/search_space.h"
@@ -100,21 +101,12 @@ quilt::v1::ClusterSpec Mixed(int64_t memory = int64_t{16} << 30) {
   return spec;
 }
 
-struct Fixture {
-  Graph graph;
-  Topology topo;
-  std::unique_ptr<CostModel> cost;
-};
+using Fixture = testing::World;
 
 std::unique_ptr<Fixture> Make(Graph g, const quilt::v1::ClusterSpec& spec) {
   auto f = std::make_unique<Fixture>();
   f->graph = std::move(g);
-  absl::StatusOr<Topology> topo = Topology::Build(spec);
-  EXPECT_THAT(topo.status(), IsOk());
-  f->topo = std::move(*topo);
-  absl::StatusOr<CostModel> cost = CostModel::Create(&f->graph, &f->topo);
-  EXPECT_THAT(cost.status(), IsOk());
-  f->cost = std::make_unique<CostModel>(std::move(*cost));
+  testing::TopologyAndCost(spec, f->graph, &f->topo, &f->cost);
   return f;
 }
 
