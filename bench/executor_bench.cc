@@ -46,6 +46,7 @@
 #include "src/graph/autodiff.h"
 #include "src/graph/model_loader.h"
 #include "src/planner/baselines.h"
+#include "src/planner/calibration.h"
 #include "src/planner/lower.h"
 #include "src/runtime/comm/ucx_transport.h"
 #include "src/runtime/data/dataset.h"
@@ -92,11 +93,7 @@ absl::Status WriteData(const Graph& g, int64_t samples, const std::string& dir, 
 }
 
 // The device as calibrated from one-process runs.
-struct Calibration {
-  double flops_per_s = 5e10;
-  double op_overhead_s = 0;
-  double step_overhead_s = 0;
-};
+using Calibration = DeviceCalibration;
 
 // One node per device, each device as calibrated.
 quilt::v1::ClusterSpec Cluster(const std::vector<Calibration>& devices, const Options& o) {
@@ -265,46 +262,13 @@ absl::StatusOr<Measured> Measure(const Planned& p, const std::string& tag, const
   return result;
 }
 
-int ComputeInstructions(const quilt::v1::DistributedProgram& p) {
-  int n = 0;
-  for (const auto& d : p.devices()) {
-    for (const auto& ins : d.instructions()) n += ins.has_compute() ? 1 : 0;
-  }
-  return n;
-}
-
-// The FLOP rate and fixed time per op that make the simulated one-device
-// kernel time match the measured one at both batch sizes (time in kernels
-// = ops × overhead + work / rate, the memory-bound part not scaling with
-// the rate, hence a few rounds), and the host time per step (at the
-// per-replica batch). Where no fixed time fits, the rate matches the
-// smaller (per-replica) batch.
+// The calibration that makes the simulated one-device kernel time match
+// the measured one at both batch sizes (calibration.h).
 absl::StatusOr<Calibration> Calibrate(const Graph& g, int64_t full, const Measured& at_full,
                                       int64_t half, const Measured& at_half, const Options& o) {
-  Calibration c;
-  c.op_overhead_s = 1e-6;
-  for (int round = 0; round < 6; ++round) {
-    ASSIGN_OR_RETURN(Planned pf, PlanDataParallel(g, {c}, full, o));
-    ASSIGN_OR_RETURN(Planned ph, PlanDataParallel(g, {c}, half, o));
-    const int n = ComputeInstructions(pf.program);
-    const double vf = pf.sim.step_time_s - n * c.op_overhead_s;
-    const double vh = ph.sim.step_time_s - n * c.op_overhead_s;
-    double scale = vf > vh ? (at_full.compute_s - at_half.compute_s) / (vf - vh) : 0;
-    double overhead = n > 0 ? (at_full.compute_s - vf * scale) / n : 0;
-    if (scale <= 0 || overhead < 0) {
-      // No fixed cost fits (the half batch takes less than half the time:
-      // caches): the rate alone, matched at the per-replica batch, which
-      // is the one the prediction is for.
-      overhead = 0;
-      scale = at_half.compute_s / std::max(1e-12, vh);
-    }
-    c.flops_per_s /= scale;
-    c.op_overhead_s = std::max(overhead, 1e-9);  // 0 would mean "the default"
-  }
-  // Host time per step at the per-replica batch too: reading a step's
-  // data grows with its rows.
-  c.step_overhead_s = std::max(0.0, at_half.step_s - at_half.compute_s);
-  return c;
+  const quilt::v1::Device device = Cluster({Calibration{}}, o).nodes(0).devices(0);
+  return FitCalibration(g, device, {full, at_full.step_s, at_full.compute_s},
+                        {half, at_half.step_s, at_half.compute_s});
 }
 
 // Of `cpus`, the first on each physical core (hardware threads of one core
