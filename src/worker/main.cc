@@ -27,6 +27,7 @@
 #include "src/rpc/coordinator_client.h"
 #include "src/worker/config.h"
 #include "src/worker/kernel_rates.h"
+#include "src/worker/model_profiler.h"
 #include "src/worker/worker.h"
 
 namespace quilt {
@@ -149,9 +150,20 @@ int Run(WorkerConfig config) {
   ProbeRunner probes([&running] {
     if (Worker* w = running.load()) w->Wake();
   });
+  ProfilerOptions profiler_options;
+  profiler_options.executor_path = executor;
+  profiler_options.work_dir = work_dir;
+  profiler_options.node_id = config.node_id;
+  profiler_options.threads = static_cast<int>(config.executor_threads);
+  profiler_options.compute_slowdown = config.compute_slowdown;
+  profiler_options.on_result = [&running] {
+    if (Worker* w = running.load()) w->Wake();
+  };
+  ModelProfiler profiler(profiler_options);
   WorkerOptions options;
   options.tasks = &tasks;
   options.probes = &probes;
+  options.profiler = &profiler;
   options.max_backoff = absl::Milliseconds(config.max_backoff_ms);
   options.on_first_registration = [&config, incarnation] {
     if (config.ready_file.empty()) return;

@@ -18,6 +18,7 @@
 #include "nlohmann/json.hpp"
 #include "src/common/files.h"
 #include "src/common/logging.h"
+#include "src/worker/spawn.h"
 
 namespace quilt {
 namespace {
@@ -47,17 +48,6 @@ TaskRunner::~TaskRunner() {
   for (auto& t : all) {
     if (t->reader.joinable()) t->reader.join();
   }
-}
-
-std::string TaskRunner::LastError(const std::string& log_path) {
-  std::ifstream in(log_path);
-  std::string line, last, error;
-  while (std::getline(in, line)) {
-    if (line.empty()) continue;
-    last = line;
-    if (absl::StartsWith(line, "quilt-executor: ")) error = line.substr(strlen("quilt-executor: "));
-  }
-  return error.empty() ? last : error;
 }
 
 void TaskRunner::Start(const quilt::v1::TaskAssignment& a) {
@@ -114,37 +104,16 @@ void TaskRunner::Start(const quilt::v1::TaskAssignment& a) {
     }
     argv.insert(argv.end(), {"--slowdown", absl::StrJoin(items, ",")});
   }
-  // Everything the child needs is ready before fork (no allocation after).
-  std::vector<char*> args;
-  for (std::string& arg : argv) args.push_back(arg.data());
-  args.push_back(nullptr);
   const std::string log = t->dir + "/executor.log";
-  static constexpr char kExecFailed[] = "quilt-executor: cannot run the executor binary\n";
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) return fail(std::string("pipe: ") + strerror(errno));
-  const pid_t parent = getpid();
-  const pid_t pid = fork();
-  if (pid < 0) {
+  absl::StatusOr<pid_t> spawned = SpawnChild(std::move(argv), log, fds[1]);
+  if (!spawned.ok()) {
     close(fds[0]);
     close(fds[1]);
-    return fail(std::string("fork: ") + strerror(errno));
+    return fail(std::string(spawned.status().message()));
   }
-  if (pid == 0) {
-    // The child: dies with the worker; stdout to the pipe, stderr to the log.
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(1);
-    // The worker blocks termination signals in every thread; the executor
-    // must not inherit that.
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, nullptr);
-    const int err = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-    if (err >= 0) dup2(err, STDERR_FILENO);
-    dup2(fds[1], STDOUT_FILENO);
-    execv(args[0], args.data());
-    if (write(STDERR_FILENO, kExecFailed, sizeof(kExecFailed) - 1) < 0) _exit(127);
-    _exit(127);
-  }
+  const pid_t pid = *spawned;
   close(fds[1]);
   t->pid = pid;
   t->out_fd = fds[0];
@@ -186,7 +155,7 @@ void TaskRunner::Read(Task* t) {
       t->state = quilt::v1::TASK_STATE_SUCCEEDED;
     } else {
       t->state = quilt::v1::TASK_STATE_FAILED;
-      t->message = LastError(t->dir + "/executor.log");
+      t->message = LastExecutorError(t->dir + "/executor.log");
       if (WIFSIGNALED(status)) {
         t->message = absl::StrCat("killed by signal ", WTERMSIG(status),
                                   t->message.empty() ? "" : ": ", t->message);

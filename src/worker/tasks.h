@@ -75,7 +75,6 @@ class TaskRunner {
   };
 
   void Read(Task* task);
-  static std::string LastError(const std::string& log_path);
 
   TaskRunnerOptions options_;
   mutable absl::Mutex mu_;

@@ -93,6 +93,9 @@ void Worker::Loop() {
     std::vector<quilt::v1::LinkProbeResult> measured;
     if (options_.probes != nullptr) measured = options_.probes->Results();
     for (const auto& r : measured) *hb.add_probe_results() = r;
+    std::vector<quilt::v1::ModelProfileResult> profiled;
+    if (options_.profiler != nullptr) profiled = options_.profiler->Results();
+    for (const auto& r : profiled) *hb.add_profile_results() = r;
     absl::StatusOr<quilt::v1::HeartbeatResponse> h = coordinator_->Heartbeat(hb);
     if (h.ok()) {
       if (failures > 0) QLOG_INFO("heartbeats resumed node={} after_failures={}", id, failures);
@@ -106,6 +109,10 @@ void Worker::Loop() {
       if (options_.probes != nullptr) {
         options_.probes->Ack(measured);
         for (const auto& p : h->probes()) options_.probes->Start(p);
+      }
+      if (options_.profiler != nullptr) {
+        options_.profiler->Ack(profiled);
+        for (const auto& p : h->profiles()) options_.profiler->Start(p);
       }
       continue;
     }

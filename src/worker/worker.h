@@ -21,6 +21,7 @@
 #include "proto/quilt/v1/cluster.pb.h"
 #include "src/worker/coordinator_interface.h"
 #include "src/worker/link_probe.h"
+#include "src/worker/model_profiler.h"
 #include "src/worker/tasks.h"
 
 namespace quilt {
@@ -34,6 +35,8 @@ struct WorkerOptions {
   // worker).
   TaskRunner* tasks = nullptr;
   ProbeRunner* probes = nullptr;
+  // Profiles of submitted models (optional; must outlive the worker).
+  ModelProfiler* profiler = nullptr;
 };
 
 class Worker {
