@@ -111,6 +111,10 @@ std::string Describe(const JobStatus& s) {
           : "");
   absl::StrAppendFormat(&out, "Throughput: %s samples/s\n",
                         s.samples_per_s() > 0 ? absl::StrFormat("%.1f", s.samples_per_s()) : "-");
+  for (int i = 0; i < s.calibration_size(); ++i) {
+    absl::StrAppendFormat(&out, "%s%s\n", i == 0 ? "Planned by: " : "            ",
+                          s.calibration(i));
+  }
   return out;
 }
 

@@ -126,6 +126,9 @@ std::string RenderPlan(const quilt::v1::PlanReport& r) {
     out += "\n" + NoFeasibleStrategy(r) + "\n";
   }
   out += absl::StrFormat("Planning took %.2f s\n", r.planning_wall_s());
+  for (int i = 0; i < r.calibration_size(); ++i) {
+    out += (i == 0 ? "Planned by: " : "            ") + r.calibration(i) + "\n";
+  }
   return out;
 }
 

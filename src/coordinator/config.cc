@@ -25,6 +25,10 @@ const ConfigSchema<CoordinatorConfig>& CoordinatorConfigSchema() {
              "Largest request accepted (a submitted model must fit).", 1 << 20, 2000000000)
         .Int("drain_timeout_ms", &C::drain_timeout_ms,
              "On SIGTERM, how long in-flight calls may take before the server stops.", 0, 600000)
+        .Int("profile_timeout_ms", &C::profile_timeout_ms,
+             "How long a submission waits for the workers to profile its model before planning "
+             "(0: plan with the devices' start-up figures).",
+             0, 3600000)
         .String("log_level", &C::log_level, "Log verbosity.",
                 {"trace", "debug", "info", "warn", "error", "off"})
         .String("ready_file", &C::ready_file,

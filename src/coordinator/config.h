@@ -20,6 +20,7 @@ struct CoordinatorConfig {
   int64_t down_after_ms = 30000;
   int64_t max_request_bytes = 256 << 20;
   int64_t drain_timeout_ms = 10000;
+  int64_t profile_timeout_ms = 60000;
   std::string log_level = "info";
   std::string ready_file;
 };

@@ -33,6 +33,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(const Coordinat
                                           config.state_dir + "/checkpoints");
   RETURN_IF_ERROR(Annotate(c->jobs_->Load(), "loading the jobs of " + db_path));
   c->links_ = std::make_unique<LinkProbes>(c->registry_.get(), clock);
+  c->profiles_ = std::make_unique<ModelProfiles>();
   return c;
 }
 

@@ -17,6 +17,7 @@
 #include "src/coordinator/config.h"
 #include "src/coordinator/job_manager.h"
 #include "src/coordinator/link_probes.h"
+#include "src/coordinator/model_profiles.h"
 #include "src/coordinator/node_registry.h"
 #include "src/coordinator/store/store.h"
 
@@ -37,6 +38,7 @@ class Coordinator {
   NodeRegistry* registry() { return registry_.get(); }
   JobManager* jobs() { return jobs_.get(); }
   LinkProbes* links() { return links_.get(); }
+  ModelProfiles* profiles() { return profiles_.get(); }
   const CoordinatorConfig& config() const { return config_; }
   absl::Time start_time() const { return start_time_; }
   Clock* clock() const { return clock_; }
@@ -52,6 +54,7 @@ class Coordinator {
   std::unique_ptr<NodeRegistry> registry_;
   std::unique_ptr<JobManager> jobs_;
   std::unique_ptr<LinkProbes> links_;
+  std::unique_ptr<ModelProfiles> profiles_;
   absl::Notification stop_;
   std::thread ticker_;
 };

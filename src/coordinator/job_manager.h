@@ -34,6 +34,8 @@ struct NewJob {
   std::vector<std::string> world;  // node ids by rank
   std::string strategy;
   double predicted_step_time_s = 0;
+  // Per node: what its devices were planned with (JobStatus.calibration).
+  std::vector<std::string> calibration;
 };
 
 class JobManager {

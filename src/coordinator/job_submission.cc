@@ -33,22 +33,14 @@ absl::Status CheckDataset(const quilt::v1::JobSpec& spec, const Graph& graph) {
   return absl::OkStatus();
 }
 
-}  // namespace
-
-absl::StatusOr<NewJob> PrepareJob(const quilt::v1::JobSpec& spec, const NodeRegistry& registry,
-                                  const LinkProbes* links, const SubmissionOptions& options) {
-  if (spec.steps() < 1) return absl::InvalidArgumentError("steps must be at least 1");
-  if (spec.checkpoint_interval_steps() < 0) {
-    return absl::InvalidArgumentError("checkpoint_interval_steps must not be negative");
-  }
-  ASSIGN_OR_RETURN(Graph graph, TrainingGraphForJob(spec));
-  RETURN_IF_ERROR(CheckDataset(spec, graph));
-  ASSIGN_OR_RETURN(quilt::v1::ClusterSpec cluster, LiveClusterSpec(registry, links));
+// The plan of the job on `cluster`, with the checks every plan must pass.
+absl::StatusOr<PlanResult> PlanOn(const quilt::v1::JobSpec& spec, const Graph& graph,
+                                  const quilt::v1::ClusterSpec& cluster,
+                                  const std::string& strategy, const SubmissionOptions& options) {
   absl::StatusOr<Topology> topo = Topology::Build(cluster);
   if (!topo.ok()) return Annotate(topo.status(), "the live cluster");
   PlanOptions plan;
   plan.global_batch = spec.global_batch();
-  const std::string strategy = spec.strategy().empty() ? "auto" : spec.strategy();
   plan.strategy = strategy == "auto" ? "all" : strategy;
   plan.search.time_budget_s = options.time_budget_s;
   plan.search.seed = spec.seed() == 0 ? 1 : spec.seed();
@@ -76,12 +68,38 @@ absl::StatusOr<NewJob> PrepareJob(const quilt::v1::JobSpec& spec, const NodeRegi
                                                    " cannot be split over the ", used.size(),
                                                    " devices of the plan"));
   }
+  return result;
+}
+
+}  // namespace
+
+absl::StatusOr<NewJob> PrepareJob(const quilt::v1::JobSpec& spec, const NodeRegistry& registry,
+                                  const LinkProbes* links, ModelProfiles* profiles,
+                                  const SubmissionOptions& options) {
+  if (spec.steps() < 1) return absl::InvalidArgumentError("steps must be at least 1");
+  if (spec.checkpoint_interval_steps() < 0) {
+    return absl::InvalidArgumentError("checkpoint_interval_steps must not be negative");
+  }
+  ASSIGN_OR_RETURN(Graph graph, TrainingGraphForJob(spec));
+  RETURN_IF_ERROR(CheckDataset(spec, graph));
+  ASSIGN_OR_RETURN(quilt::v1::ClusterSpec cluster, LiveClusterSpec(registry, links));
+  const std::string strategy = spec.strategy().empty() ? "auto" : spec.strategy();
+  // Planned with the devices' start-up figures first: a job that fits no
+  // plan is refused before any worker profiles it.
+  ASSIGN_OR_RETURN(PlanResult result, PlanOn(spec, graph, cluster, strategy, options));
+  std::vector<std::string> calibration;
+  if (profiles != nullptr && options.profile_timeout > absl::ZeroDuration()) {
+    calibration =
+        profiles->Calibrate(graph, spec.global_batch(), options.profile_timeout, &cluster);
+    ASSIGN_OR_RETURN(result, PlanOn(spec, graph, cluster, strategy, options));
+  }
   NewJob job;
   job.spec = spec;
   job.spec.set_strategy(strategy);
   job.program = result.best_program.SerializeAsString();
-  for (int n = 0; n < topo->num_nodes(); ++n) job.world.push_back(topo->node_id(n));
+  for (const auto& node : cluster.nodes()) job.world.push_back(node.node_id());
   job.strategy = result.report.best();
+  job.calibration = std::move(calibration);
   for (const auto& e : result.report.estimates()) {
     if (e.name() == result.report.best()) job.predicted_step_time_s = e.step_time_s();
   }

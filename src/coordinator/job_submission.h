@@ -10,6 +10,7 @@
 #include "proto/quilt/v1/job.pb.h"
 #include "src/coordinator/job_manager.h"
 #include "src/coordinator/link_probes.h"
+#include "src/coordinator/model_profiles.h"
 #include "src/coordinator/node_registry.h"
 
 namespace quilt {
@@ -17,14 +18,19 @@ namespace quilt {
 struct SubmissionOptions {
   // The planner's search budget for "auto".
   double time_budget_s = 10;
+  // How long to wait for the workers' profiles of the model (0: none).
+  absl::Duration profile_timeout = absl::ZeroDuration();
 };
 
 // Errors: INVALID_ARGUMENT (bad model, unsupported op, steps < 1, batch
 // smaller than the devices it is split over, unreadable or mismatched
 // dataset, unknown strategy), FAILED_PRECONDITION (no Ready nodes, no
 // strategy fits the devices' memory).
+// With `profiles`, the workers profile the model first and the plan uses
+// their calibrations (model_profiles.h).
 absl::StatusOr<NewJob> PrepareJob(const quilt::v1::JobSpec& spec, const NodeRegistry& registry,
-                                  const LinkProbes* links, const SubmissionOptions& options);
+                                  const LinkProbes* links, ModelProfiles* profiles,
+                                  const SubmissionOptions& options);
 
 }  // namespace quilt
 

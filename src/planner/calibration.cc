@@ -29,6 +29,7 @@ quilt::v1::Strategy OneDeviceStrategy(const Graph& g, const Topology& topo) {
 
 struct Simulated {
   double step_s = 0;
+  int64_t peak_bytes = 0;
   int compute_instructions = 0;
 };
 
@@ -41,6 +42,8 @@ absl::StatusOr<Simulated> SimulateOneDevice(const Graph& g, const quilt::v1::Dev
   ASSIGN_OR_RETURN(SimResult r, Simulate(p, g, topo, cost));
   Simulated out;
   out.step_s = r.step_time_s;
+  for (const DeviceUsage& u : r.devices)
+    out.peak_bytes = std::max(out.peak_bytes, u.peak_memory_bytes);
   for (const auto& d : p.devices()) {
     for (const auto& ins : d.instructions()) out.compute_instructions += ins.has_compute() ? 1 : 0;
   }
@@ -57,9 +60,11 @@ absl::StatusOr<quilt::v1::DistributedProgram> OneDeviceProgram(const Graph& g,
   return Lower(g, OneDeviceStrategy(g, topo), topo, &cost, rows);
 }
 
-absl::StatusOr<double> PredictStep(const Graph& g, const quilt::v1::Device& device, int64_t rows) {
+absl::StatusOr<OneDevicePrediction> PredictOneDevice(const Graph& g,
+                                                     const quilt::v1::Device& device,
+                                                     int64_t rows) {
   ASSIGN_OR_RETURN(Simulated s, SimulateOneDevice(g, device, rows));
-  return s.step_s;
+  return OneDevicePrediction{s.step_s, s.peak_bytes};
 }
 
 quilt::v1::Device Calibrated(const quilt::v1::Device& device, const DeviceCalibration& c) {

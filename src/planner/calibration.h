@@ -37,10 +37,14 @@ absl::StatusOr<quilt::v1::DistributedProgram> OneDeviceProgram(const Graph& trai
                                                                const quilt::v1::Device& device,
                                                                int64_t rows);
 
-// The simulated step of OneDeviceProgram: its kernels and the device's
-// host time per step.
-absl::StatusOr<double> PredictStep(const Graph& training_graph, const quilt::v1::Device& device,
-                                   int64_t rows);
+// What the simulator predicts of OneDeviceProgram: the step (its kernels
+// and the device's host time per step) and the device's peak memory.
+struct OneDevicePrediction {
+  double step_s = 0;
+  int64_t peak_bytes = 0;
+};
+absl::StatusOr<OneDevicePrediction> PredictOneDevice(const Graph& training_graph,
+                                                     const quilt::v1::Device& device, int64_t rows);
 
 // `device` as calibrated: its GEMM rate, time per op and per step set, its
 // op-type rates cleared (the fitted rate is the model's own).

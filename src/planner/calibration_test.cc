@@ -42,10 +42,12 @@ ProfileRun Predicted(const Graph& g, const DeviceCalibration& truth, int64_t row
   no_host.step_overhead_s = 0;
   ProfileRun run;
   run.rows = rows;
-  absl::StatusOr<double> kernels = PredictStep(g, Calibrated(Cpu(), no_host), rows);
+  absl::StatusOr<OneDevicePrediction> kernels =
+      PredictOneDevice(g, Calibrated(Cpu(), no_host), rows);
   EXPECT_THAT(kernels.status(), IsOk());
-  run.compute_s = *kernels;
-  run.step_s = *kernels + truth.step_overhead_s;
+  EXPECT_GT(kernels->peak_bytes, 0);
+  run.compute_s = kernels->step_s;
+  run.step_s = kernels->step_s + truth.step_overhead_s;
   return run;
 }
 
@@ -62,9 +64,9 @@ TEST(Calibration, FitsTheCalibrationThatProducedTheRuns) {
     // The fitted device predicts both runs.
     const quilt::v1::Device d = Calibrated(Cpu(), *c);
     for (const ProfileRun& run : {large, small}) {
-      absl::StatusOr<double> step = PredictStep(g, d, run.rows);
+      absl::StatusOr<OneDevicePrediction> step = PredictOneDevice(g, d, run.rows);
       ASSERT_THAT(step.status(), IsOk());
-      EXPECT_NEAR(*step / run.step_s, 1, 0.02) << model << " at " << run.rows << " rows";
+      EXPECT_NEAR(step->step_s / run.step_s, 1, 0.02) << model << " at " << run.rows << " rows";
     }
   }
 }

@@ -36,6 +36,7 @@ grpc::ServerUnaryReactor* ClusterServiceImpl::Heartbeat(grpc::CallbackServerCont
         resp->set_heartbeat_period_s(absl::ToDoubleSeconds(registry_->options().heartbeat_period));
         jobs_->OnHeartbeat(req, resp);
         links_->OnHeartbeat(req, resp);
+        profiles_->OnHeartbeat(req, resp);
         return absl::OkStatus();
       });
 }

@@ -8,6 +8,7 @@
 #include "proto/quilt/v1/services.grpc.pb.h"
 #include "src/coordinator/job_manager.h"
 #include "src/coordinator/link_probes.h"
+#include "src/coordinator/model_profiles.h"
 #include "src/coordinator/node_registry.h"
 
 namespace quilt::rpc {
@@ -23,8 +24,9 @@ using ClusterServiceBase = quilt::v1::ClusterService::WithRawCallbackMethod_Regi
 
 class ClusterServiceImpl final : public ClusterServiceBase {
  public:
-  ClusterServiceImpl(NodeRegistry* registry, JobManager* jobs, LinkProbes* links)
-      : registry_(registry), jobs_(jobs), links_(links) {}
+  ClusterServiceImpl(NodeRegistry* registry, JobManager* jobs, LinkProbes* links,
+                     ModelProfiles* profiles)
+      : registry_(registry), jobs_(jobs), links_(links), profiles_(profiles) {}
 
   grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* ctx,
                                      const grpc::ByteBuffer* request,
@@ -41,6 +43,7 @@ class ClusterServiceImpl final : public ClusterServiceBase {
   NodeRegistry* registry_;
   JobManager* jobs_;
   LinkProbes* links_;
+  ModelProfiles* profiles_;
 };
 
 }  // namespace quilt::rpc

@@ -74,6 +74,12 @@ absl::Status JobServiceImpl::Plan(const quilt::v1::PlanJobRequest& request,
   ASSIGN_OR_RETURN(Graph graph, TrainingGraphForJob(request.spec()));
   ASSIGN_OR_RETURN(quilt::v1::ClusterSpec spec,
                    LiveClusterSpec(*coordinator_->registry(), coordinator_->links()));
+  std::vector<std::string> calibration;
+  if (coordinator_->config().profile_timeout_ms > 0) {
+    calibration = coordinator_->profiles()->Calibrate(
+        graph, request.spec().global_batch(),
+        absl::Milliseconds(coordinator_->config().profile_timeout_ms), &spec);
+  }
   absl::StatusOr<Topology> topo = Topology::Build(spec);
   if (!topo.ok()) return Annotate(topo.status(), "the live cluster");
   PlanOptions options;
@@ -91,6 +97,7 @@ absl::Status JobServiceImpl::Plan(const quilt::v1::PlanJobRequest& request,
             options.global_batch, spec.nodes_size(), result.report.best(),
             result.report.planning_wall_s());
   *report = std::move(result.report);
+  for (const std::string& line : calibration) report->add_calibration(line);
   return absl::OkStatus();
 }
 
@@ -100,8 +107,11 @@ grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(grpc::CallbackServerContext*
   return OnPlanningQueue<quilt::v1::SubmitJobRequest, quilt::v1::SubmitJobResponse>(
       ctx, raw_request, raw_response, "SubmitJob",
       [this](const quilt::v1::SubmitJobRequest& r, quilt::v1::SubmitJobResponse* response) {
-        ASSIGN_OR_RETURN(
-            NewJob job, PrepareJob(r.spec(), *coordinator_->registry(), coordinator_->links(), {}));
+        SubmissionOptions options;
+        options.profile_timeout = absl::Milliseconds(coordinator_->config().profile_timeout_ms);
+        ASSIGN_OR_RETURN(NewJob job,
+                         PrepareJob(r.spec(), *coordinator_->registry(), coordinator_->links(),
+                                    coordinator_->profiles(), options));
         ASSIGN_OR_RETURN(std::string id, coordinator_->jobs()->Add(std::move(job)));
         response->set_job_id(id);
         return absl::OkStatus();

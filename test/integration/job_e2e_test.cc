@@ -6,8 +6,10 @@
 // bad requests are rejected at submit time with their reason; a worker
 // killed during a job fails the job with the reason while the coordinator
 // keeps serving.
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
@@ -113,6 +115,23 @@ TEST_F(Jobs, RunsToSucceededWithTheSingleDeviceParametersAndExportsThem) {
   const nlohmann::json job = Job(id);
   EXPECT_EQ(job.value("state", std::string()), "JOB_STATE_SUCCEEDED");
   EXPECT_EQ(job.value("nodes", nlohmann::json::array()).size(), 2u);
+  // Both workers profiled the model before it was planned; worker-b's
+  // kernels run twice as long, and its measured step says so.
+  const nlohmann::json calibration = job.value("calibration", nlohmann::json::array());
+  ASSERT_EQ(calibration.size(), 2u) << job.dump();
+  std::map<std::string, double> step_ms;
+  for (const auto& line : calibration) {
+    const std::string text = line.get<std::string>();
+    const std::string node = text.substr(0, text.find(':'));
+    const std::string runs = absl::StrCat("(", kBatch / 2, " and ", kBatch / 4, " rows: ");
+    EXPECT_THAT(text, ::testing::StartsWith(node + ": profiled on " + node + "/cpu:0 " + runs))
+        << text;
+    const size_t at = text.find(runs);
+    ASSERT_NE(at, std::string::npos) << text;
+    step_ms[node] = std::stod(text.substr(at + runs.size()));
+  }
+  ASSERT_EQ(step_ms.size(), 2u);
+  EXPECT_GT(step_ms["worker-b"], step_ms["worker-a"]) << calibration.dump();
 
   // The single-device run of the same job.
   quilt::v1::JobSpec spec;

@@ -1,0 +1,217 @@
+#include "src/coordinator/model_profiles.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
+#include "src/common/logging.h"
+#include "src/planner/calibration.h"
+
+namespace quilt {
+namespace {
+
+// The same model gives the same name: a hash of its training graph,
+// serialized deterministically.
+std::string ModelKey(const Graph& g) {
+  std::string bytes;
+  {
+    google::protobuf::io::StringOutputStream out(&bytes);
+    google::protobuf::io::CodedOutputStream coded(&out);
+    coded.SetSerializationDeterministic(true);
+    g.ToProto().SerializeToCodedStream(&coded);
+  }
+  return absl::StrFormat("%016x", std::hash<std::string>()(bytes));
+}
+
+std::string Ms(double s) { return absl::StrFormat("%.2f ms", s * 1e3); }
+
+}  // namespace
+
+void ModelProfiles::OnHeartbeat(const quilt::v1::HeartbeatRequest& request,
+                                quilt::v1::HeartbeatResponse* response) {
+  absl::MutexLock lock(&mu_);
+  const std::string& node = request.node_id();
+  Node& n = nodes_[node];
+  if (n.incarnation != request.incarnation()) {
+    // A restarted worker: what it measured before may not hold, and what
+    // it was asked it will not answer.
+    if (n.incarnation != 0) {
+      for (auto it = results_.begin(); it != results_.end();) {
+        it = it->second.first == node ? results_.erase(it) : std::next(it);
+      }
+      for (auto it = asked_.begin(); it != asked_.end();) {
+        if (it->second != node) {
+          ++it;
+          continue;
+        }
+        quilt::v1::ModelProfileResult failed;
+        failed.set_profile_id(it->first);
+        failed.set_error("the worker restarted");
+        results_[it->first] = {node, failed};
+        it = asked_.erase(it);
+      }
+      n.pending.clear();
+    }
+    n.incarnation = request.incarnation();
+  }
+  for (const quilt::v1::ModelProfileResult& r : request.profile_results()) {
+    auto a = asked_.find(r.profile_id());
+    if (a == asked_.end() || a->second != node) continue;
+    results_[r.profile_id()] = {node, r};
+    asked_.erase(a);
+  }
+  while (!n.pending.empty()) {
+    *response->add_profiles() = std::move(n.pending.front());
+    n.pending.pop_front();
+  }
+}
+
+std::vector<std::string> ModelProfiles::Calibrate(const Graph& g, int64_t global_batch,
+                                                  absl::Duration timeout,
+                                                  quilt::v1::ClusterSpec* cluster) {
+  const absl::Time deadline = absl::Now() + timeout;
+  const std::string model = ModelKey(g);
+  int64_t devices = 0;
+  for (const auto& node : cluster->nodes()) devices += node.devices_size();
+  const int64_t large =
+      std::max<int64_t>(2, (global_batch + std::max<int64_t>(1, devices) - 1) / devices);
+  const int64_t small = large / 2;
+  struct Wanted {
+    std::string node, id;
+    int device = -1;   // index in the node
+    std::string line;  // set when nothing is to be waited for
+  };
+  std::vector<Wanted> wanted;
+  for (const auto& node : cluster->nodes()) {
+    Wanted w;
+    w.node = node.node_id();
+    for (int d = 0; d < node.devices_size() && w.device < 0; ++d) {
+      if (node.devices(d).kind() == quilt::v1::DEVICE_KIND_CPU) w.device = d;
+    }
+    if (w.device < 0) {
+      w.line = absl::StrCat(w.node,
+                            ": start-up figures (no CPU device; profiling GPUs is not built yet)");
+      wanted.push_back(std::move(w));
+      continue;
+    }
+    w.id = absl::StrCat(model, "-", w.node, "-", large);
+    bool known = false;
+    {
+      absl::MutexLock lock(&mu_);
+      known = results_.count(w.id) > 0 || asked_.count(w.id) > 0;
+    }
+    if (!known) {
+      const quilt::v1::Device& device = node.devices(w.device);
+      quilt::v1::ModelProfile p;
+      p.set_profile_id(w.id);
+      p.set_device(device.id());
+      p.set_warmup_steps(options_.warmup_steps);
+      absl::StatusOr<OneDevicePrediction> predicted = PredictOneDevice(g, device, large);
+      if (predicted.ok() && device.memory_bytes() > 0 &&
+          predicted->peak_bytes > device.memory_bytes()) {
+        w.line = absl::StrFormat(
+            "%s: start-up figures (the model at %d rows needs %.1f GiB of %s's %.1f GiB)", w.node,
+            large, static_cast<double>(predicted->peak_bytes) / (1 << 30), device.id(),
+            static_cast<double>(device.memory_bytes()) / (1 << 30));
+        wanted.push_back(std::move(w));
+        continue;
+      }
+      const int64_t measured =
+          predicted.ok() && predicted->step_s > 0
+              ? std::clamp<int64_t>(
+                    static_cast<int64_t>(std::ceil(options_.run_s / predicted->step_s)),
+                    options_.min_steps, options_.max_steps)
+              : options_.min_steps;
+      p.set_steps(measured + options_.warmup_steps);
+      absl::Status st = absl::OkStatus();
+      for (int64_t rows : {large, small}) {
+        absl::StatusOr<quilt::v1::DistributedProgram> program = OneDeviceProgram(g, device, rows);
+        if (!program.ok()) {
+          st = program.status();
+          break;
+        }
+        auto* run = p.add_runs();
+        run->set_rows(rows);
+        run->set_program(program->SerializeAsString());
+      }
+      if (!st.ok()) {
+        w.line =
+            absl::StrCat(w.node, ": start-up figures (its profile program: ", st.message(), ")");
+        wanted.push_back(std::move(w));
+        continue;
+      }
+      absl::MutexLock lock(&mu_);
+      if (results_.count(w.id) == 0 && asked_.count(w.id) == 0) {
+        asked_[w.id] = w.node;
+        nodes_[w.node].pending.push_back(std::move(p));
+      }
+    }
+    wanted.push_back(std::move(w));
+  }
+  // Wait for every node's result (or the deadline).
+  std::map<std::string, quilt::v1::ModelProfileResult> got;
+  {
+    absl::MutexLock lock(&mu_);
+    auto all = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      for (const Wanted& w : wanted) {
+        if (w.line.empty() && results_.count(w.id) == 0) return false;
+      }
+      return true;
+    };
+    mu_.AwaitWithDeadline(absl::Condition(&all), deadline);
+    for (const Wanted& w : wanted) {
+      auto it = results_.find(w.id);
+      if (w.line.empty() && it != results_.end()) got[w.id] = it->second.second;
+    }
+  }
+  std::vector<std::string> lines;
+  for (Wanted& w : wanted) {
+    if (!w.line.empty()) {
+      lines.push_back(w.line);
+      continue;
+    }
+    auto it = got.find(w.id);
+    if (it == got.end()) {
+      lines.push_back(absl::StrCat(w.node, ": start-up figures (no profile within ",
+                                   absl::FormatDuration(timeout), ")"));
+      continue;
+    }
+    const quilt::v1::ModelProfileResult& r = it->second;
+    if (!r.error().empty() || r.runs_size() != 2) {
+      lines.push_back(absl::StrCat(w.node, ": start-up figures (its profile failed: ",
+                                   r.error().empty() ? "incomplete" : r.error(), ")"));
+      continue;
+    }
+    quilt::v1::NodeInfo* node = nullptr;
+    for (auto& n : *cluster->mutable_nodes()) {
+      if (n.node_id() == w.node) node = &n;
+    }
+    const quilt::v1::Device device = node->devices(w.device);
+    auto run = [](const quilt::v1::ModelProfileResult::Run& x) {
+      return ProfileRun{x.rows(), x.step_time_s(), x.compute_time_s()};
+    };
+    absl::StatusOr<DeviceCalibration> c = FitCalibration(g, device, run(r.runs(0)), run(r.runs(1)));
+    if (!c.ok()) {
+      lines.push_back(
+          absl::StrCat(w.node, ": start-up figures (its profile: ", c.status().message(), ")"));
+      continue;
+    }
+    for (auto& d : *node->mutable_devices()) {
+      if (d.kind() == quilt::v1::DEVICE_KIND_CPU) d = Calibrated(d, *c);
+    }
+    lines.push_back(absl::StrFormat(
+        "%s: profiled on %s (%d and %d rows: %s and %s a step) — %.1f GFLOP/s, %.1f µs per op, "
+        "%.0f µs per step",
+        w.node, device.id(), r.runs(0).rows(), r.runs(1).rows(), Ms(r.runs(0).step_time_s()),
+        Ms(r.runs(1).step_time_s()), c->flops_per_s / 1e9, c->op_overhead_s * 1e6,
+        c->step_overhead_s * 1e6));
+  }
+  for (const std::string& l : lines) QLOG_INFO("calibration {}", l);
+  return lines;
+}
+
+}  // namespace quilt

@@ -1,0 +1,71 @@
+// Profiles of submitted models, asked of the workers with their heartbeats
+// before a job is planned (as HeteroG profiles each op on each device
+// type): every node's first CPU device runs the model's one-device program
+// at the rows a device of the cluster will compute (the global batch over
+// its devices) and at half of them, and the executor's measured times give
+// the node a calibration (calibration.h) that replaces its devices'
+// start-up figures for this job. A node that does not answer in time, or
+// whose profile fails, is planned with its start-up figures, and the job
+// says so. Results are kept per model, node and rows (until the node's
+// worker restarts), so a model submitted again is planned at once.
+//
+// Thread-safe.
+#ifndef QUILT_SRC_COORDINATOR_MODEL_PROFILES_H_
+#define QUILT_SRC_COORDINATOR_MODEL_PROFILES_H_
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "proto/quilt/v1/cluster.pb.h"
+#include "proto/quilt/v1/services.pb.h"
+#include "src/graph/graph.h"
+
+namespace quilt {
+
+struct ProfileOptions {
+  // Seconds of measured steps each run aims for (at least min_steps).
+  double run_s = 0.5;
+  int64_t min_steps = 4, max_steps = 30;
+  int64_t warmup_steps = 2;
+};
+
+class ModelProfiles {
+ public:
+  explicit ModelProfiles(ProfileOptions options = {}) : options_(options) {}
+
+  // Takes the node's results and hands it the profiles asked of it.
+  void OnHeartbeat(const quilt::v1::HeartbeatRequest& request,
+                   quilt::v1::HeartbeatResponse* response);
+
+  // Profiles `training_graph` on every node of `cluster` (waiting at most
+  // `timeout` for the results) and calibrates their CPU devices in
+  // `cluster`; one line per node saying what its devices were planned
+  // with.
+  std::vector<std::string> Calibrate(const Graph& training_graph, int64_t global_batch,
+                                     absl::Duration timeout, quilt::v1::ClusterSpec* cluster);
+
+ private:
+  struct Node {
+    uint64_t incarnation = 0;
+    std::deque<quilt::v1::ModelProfile> pending;  // not handed out yet
+  };
+
+  const ProfileOptions options_;
+  mutable absl::Mutex mu_;
+  std::map<std::string, Node> nodes_ ABSL_GUARDED_BY(mu_);
+  // By profile id ("<model>-<node>-<rows>"): the node and its result.
+  std::map<std::string, std::pair<std::string, quilt::v1::ModelProfileResult>> results_
+      ABSL_GUARDED_BY(mu_);
+  // Profile ids asked and not answered.
+  std::map<std::string, std::string> asked_ ABSL_GUARDED_BY(mu_);  // id → node
+};
+
+}  // namespace quilt
+
+#endif  // QUILT_SRC_COORDINATOR_MODEL_PROFILES_H_
