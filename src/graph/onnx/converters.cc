@@ -241,8 +241,42 @@ absl::StatusOr<std::vector<int64_t>> SymbolicTarget(ImportContext& ctx, const Sh
     a.SetInts("shape", target);
     return b.Add("Reshape", {"x"}, std::move(a)).ok();
   };
-  if (fits(t)) return t;
   const int64_t b0 = ctx.export_batch();
+  const int axis = in.BatchAxis();
+  // Row-major, the batch stays whole in one dim of the target: the dims
+  // before it hold a factor of the input's dims before the batch, and the
+  // dims up to it all of them and the batch. (An input dim of m × B holds
+  // the batch outermost or innermost.) A dim whose exported extent merely
+  // equals a multiple of the batch (a feature of the same size) is not the
+  // batch's.
+  auto aligned = [&](std::vector<int64_t> cand) {
+    if (axis < 0 || b0 <= 0) return true;
+    for (size_t j = 0; j < cand.size(); ++j) {
+      if (cand[j] == 0 && static_cast<int>(j) < in.rank()) {
+        // A copied dim: the batch itself when it is the batch's.
+        cand[j] = static_cast<int>(j) == axis ? -1 : in.dim(static_cast<int>(j)).Concrete(b0);
+      }
+    }
+    int64_t before = 1;
+    for (int i = 0; i < axis; ++i) before *= in.dim(i).Concrete(b0);
+    const int64_t m = in.dim(axis).Concrete(b0) / b0;
+    const int64_t numel = in.NumElements(b0);
+    int64_t known = 1;
+    for (int64_t d : cand) known *= d == -1 ? 1 : d;
+    int64_t lead = 1;
+    for (size_t j = 0; j < cand.size(); ++j) {
+      const int64_t extent = cand[j] == -1 ? (known > 0 ? numel / known : 0) : cand[j];
+      if (cand[j] == -1) {
+        const int64_t upto = lead * extent;
+        const bool outermost = before % lead == 0 && upto % (before * b0) == 0;
+        const bool innermost = (before * m) % lead == 0 && upto % (before * m * b0) == 0;
+        return lead > 0 && (outermost || innermost);
+      }
+      lead *= extent;
+    }
+    return false;
+  };
+  if (fits(t) && aligned(t)) return t;
   // A -1 the exporter left is a fixed extent once the batch has its dim.
   std::vector<int64_t> concrete = t;
   const int64_t numel = in.NumElements(b0);
@@ -258,7 +292,6 @@ absl::StatusOr<std::vector<int64_t>> SymbolicTarget(ImportContext& ctx, const Sh
   }
   if (infer_at >= 0 && known > 0) concrete[infer_at] = numel / known;
   std::vector<int> order;
-  const int axis = in.BatchAxis();
   if (axis >= 0 && axis < static_cast<int>(concrete.size())) order.push_back(axis);
   for (int i = 0; i < static_cast<int>(concrete.size()); ++i) {
     if (i != axis) order.push_back(i);
@@ -267,7 +300,7 @@ absl::StatusOr<std::vector<int64_t>> SymbolicTarget(ImportContext& ctx, const Sh
     if (concrete[j] <= 0 || b0 <= 0 || concrete[j] % b0 != 0) continue;
     std::vector<int64_t> cand = concrete;
     cand[j] = -1;
-    if (fits(cand)) return cand;
+    if (fits(cand) && aligned(cand)) return cand;
   }
   return absl::InvalidArgumentError(
       absl::StrCat("cannot tell which dimension of the reshape target [", absl::StrJoin(t, ","),
@@ -518,8 +551,11 @@ absl::Status Dropout(ImportContext& ctx, const Node& node) {
   if (const Tensor* r = ctx.ConstantInput(node, 1)) ratio = r->f32()[0];
   bool training = false;
   if (const Tensor* t = ctx.ConstantInput(node, 2)) training = t->i64()[0] != 0;
-  if (node.output_size() > 1 && !node.output(1).empty()) {
-    return absl::InvalidArgumentError("Dropout's mask output is not supported");
+  // Training exports always name the mask; only a mask something reads is
+  // unsupported.
+  if (node.output_size() > 1 && !node.output(1).empty() && ctx.IsRead(node.output(1))) {
+    return absl::InvalidArgumentError(
+        "Dropout's mask output is read by another node (not supported)");
   }
   ASSIGN_OR_RETURN(std::string x, ctx.Data(node, 0));
   if (!training || ratio == 0) {

@@ -6,6 +6,7 @@
 
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,9 @@ class ImportContext {
   absl::StatusOr<std::string> State(const onnx::NodeProto& node, int i);
   // True if input i is an initializer that Data() makes a parameter.
   bool IsParameterInitializer(const onnx::NodeProto& node, int i) const;
+  // Whether a node or the graph's outputs read the ONNX value.
+  bool IsRead(const std::string& onnx_name) const { return read_.count(onnx_name) > 0; }
+  void SetRead(std::set<std::string> names) { read_ = std::move(names); }
   absl::StatusOr<TensorType> TypeOf(const std::string& tensor) { return builder_.TypeOf(tensor); }
 
   // Adds a Quilt op for `node` and maps its first `map_outputs` outputs
@@ -63,6 +67,7 @@ class ImportContext {
   std::map<std::string, std::string> tensors_;  // ONNX name → graph tensor
   std::map<std::string, Tensor> constants_;     // ONNX name → known value
   std::map<std::string, Tensor> initializers_;  // not yet materialized
+  std::set<std::string> read_;
 };
 
 // One converter per supported ONNX op type.

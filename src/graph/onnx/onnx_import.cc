@@ -139,6 +139,12 @@ absl::StatusOr<Graph> ImportOnnx(const std::string& bytes, const OnnxImportOptio
     if (!name.ok()) return Fail(src, name.status());
     ctx.SetTensor(in->name(), *name);
   }
+  std::set<std::string> read;
+  for (const onnx::NodeProto& n : gp.node()) {
+    for (const std::string& in : n.input()) read.insert(in);
+  }
+  for (const auto& out : gp.output()) read.insert(out.name());
+  ctx.SetRead(std::move(read));
   for (const onnx::NodeProto& n : gp.node()) {
     absl::Status s = Converters().at(n.op_type())(ctx, n);
     if (!s.ok()) {

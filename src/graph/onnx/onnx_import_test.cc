@@ -90,7 +90,103 @@ onnx::ModelProto Tiny(int64_t opset) {
   return m;
 }
 
+// x [B, 8, 6] → Transpose → [8, B, 6] → Reshape to the exported [8·B, E]
+// with E equal to the exported batch → Softmax over E.
+onnx::ModelProto SequenceFirstReshape(int64_t export_batch, int64_t e) {
+  onnx::ModelProto m;
+  m.set_ir_version(7);
+  m.add_opset_import()->set_version(14);
+  auto* g = m.mutable_graph();
+  auto* in = g->add_input();
+  in->set_name("x");
+  auto* tt = in->mutable_type()->mutable_tensor_type();
+  tt->set_elem_type(onnx::TensorProto::FLOAT);
+  for (int64_t d : {export_batch, int64_t{8}, e}) tt->mutable_shape()->add_dim()->set_dim_value(d);
+  auto* tr = g->add_node();
+  tr->set_op_type("Transpose");
+  tr->set_name("t");
+  tr->add_input("x");
+  tr->add_output("xt");
+  auto* perm = tr->add_attribute();
+  perm->set_name("perm");
+  perm->set_type(onnx::AttributeProto::INTS);
+  for (int64_t p : {1, 0, 2}) perm->add_ints(p);
+  auto* shape = g->add_initializer();
+  shape->set_name("shape");
+  shape->set_data_type(onnx::TensorProto::INT64);
+  shape->add_dims(2);
+  shape->add_int64_data(8 * export_batch);
+  shape->add_int64_data(e);
+  auto* r = g->add_node();
+  r->set_op_type("Reshape");
+  r->set_name("r");
+  r->add_input("xt");
+  r->add_input("shape");
+  r->add_output("flat");
+  auto* sm = g->add_node();
+  sm->set_op_type("Softmax");
+  sm->set_name("sm");
+  sm->add_input("flat");
+  sm->add_output("y");
+  g->add_output()->set_name("y");
+  return m;
+}
+
+TEST(OnnxImport, ReshapeTarget_BatchIsTheDimRowMajorOrderPutsItIn) {
+  // E = 16 = the exported batch: the batch is still in dim 0 ([8·B, 16]),
+  // not in the dim of the same size.
+  for (int64_t e : {16, 12}) {
+    absl::StatusOr<Graph> g = Import(SequenceFirstReshape(16, e).SerializeAsString());
+    ASSERT_THAT(g.status(), IsOk()) << e;
+    const TensorInfo* flat = nullptr;
+    for (const Op& op : g->ops) {
+      if (op.type == "Reshape") flat = g->FindTensor(op.outputs[0]);
+    }
+    ASSERT_NE(flat, nullptr);
+    EXPECT_EQ(flat->shape.BatchAxis(), 0) << flat->shape.ToString();
+    EXPECT_EQ(flat->shape.dim(1).Concrete(5), e) << flat->shape.ToString();
+    EXPECT_EQ(flat->shape.dim(0).Concrete(5), 40) << flat->shape.ToString();
+  }
+}
+
 TEST(OnnxImport, Tiny_Imports) { EXPECT_THAT(Import(Tiny(14).SerializeAsString()), IsOk()); }
+
+// x → Dropout (training, with its mask output named) → y; with
+// `mask_read`, the mask is also a graph output.
+onnx::ModelProto DropoutWithMask(bool mask_read) {
+  onnx::ModelProto m = Tiny(14);
+  auto* g = m.mutable_graph();
+  g->clear_node();
+  g->clear_output();
+  auto* ratio = g->add_initializer();
+  ratio->set_name("ratio");
+  ratio->set_data_type(onnx::TensorProto::FLOAT);
+  ratio->add_float_data(0.2f);
+  auto* training = g->add_initializer();
+  training->set_name("training");
+  training->set_data_type(onnx::TensorProto::BOOL);
+  training->add_int32_data(1);
+  auto* n = g->add_node();
+  n->set_op_type("Dropout");
+  n->set_name("drop");
+  for (const char* in : {"x", "ratio", "training"}) n->add_input(in);
+  n->add_output("y");
+  n->add_output("mask");
+  g->add_output()->set_name("y");
+  if (mask_read) g->add_output()->set_name("mask");
+  return m;
+}
+
+TEST(OnnxImport, DropoutMask_IgnoredUnlessRead) {
+  absl::StatusOr<Graph> g = Import(DropoutWithMask(false).SerializeAsString());
+  ASSERT_THAT(g.status(), IsOk());
+  int dropouts = 0;
+  for (const Op& op : g->ops) dropouts += op.type == "Dropout";
+  EXPECT_EQ(dropouts, 1);
+  EXPECT_THAT(Import(DropoutWithMask(true).SerializeAsString()).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("Dropout's mask output is read by another node")));
+}
 
 TEST(OnnxImport, UnsupportedOps_AllListedByTypeAndNode) {
   onnx::ModelProto m = Tiny(14);
