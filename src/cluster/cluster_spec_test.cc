@@ -3,7 +3,9 @@
 // and latencies.
 #include "src/cluster/cluster_spec.h"
 
+#include <cmath>
 #include <fstream>
+#include <limits>
 
 #include "gmock/gmock.h"
 #include "google/protobuf/util/json_util.h"
@@ -144,6 +146,30 @@ TEST(ClusterSpec, ValidationErrorsNameTheCulprit) {
     auto s = Valid();
     s.mutable_nodes(1)->mutable_nic()->set_bandwidth_bytes_per_s(-1);
     EXPECT_THAT(ValidateClusterSpec(s), StatusIs(absl::StatusCode::kInvalidArgument));
+  }
+  for (double bad : {std::nan(""), -1.0, std::numeric_limits<double>::infinity()}) {
+    auto s = Valid();
+    auto* t = s.mutable_nodes(0)->mutable_devices(0)->add_op_times();
+    t->set_op("Gemm");
+    t->set_batch(1);
+    t->set_time_s(bad);
+    EXPECT_THAT(ValidateClusterSpec(s),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         HasSubstr("'n0/gpu:0' op_times[Gemm].time_s must be a finite number")));
+  }
+  {
+    auto s = Valid();
+    auto* t = s.mutable_nodes(0)->mutable_devices(0)->add_op_times();
+    t->set_op("Gemm");
+    t->set_time_s(1e-3);
+    EXPECT_THAT(ValidateClusterSpec(s), StatusIs(absl::StatusCode::kInvalidArgument,
+                                                 HasSubstr("op_times[Gemm].batch must be")));
+  }
+  {
+    auto s = Valid();
+    s.mutable_nodes(0)->mutable_devices(0)->set_measured_op_overhead_s(std::nan(""));
+    EXPECT_THAT(ValidateClusterSpec(s), StatusIs(absl::StatusCode::kInvalidArgument,
+                                                 HasSubstr("measured_op_overhead_s")));
   }
 }
 

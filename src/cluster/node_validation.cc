@@ -79,6 +79,24 @@ absl::Status ValidateNodeInfo(const quilt::v1::NodeInfo& info) {
       RETURN_IF_ERROR(
           CheckFigure(r.flops_per_s(), where + " measured_op_type_rates[" + r.op_type() + "]"));
     }
+    for (const quilt::v1::OpTiming& t : d.op_times()) {
+      if (t.op().empty()) {
+        return absl::InvalidArgumentError(where + " has an op time without an op");
+      }
+      RETURN_IF_ERROR(CheckFigure(t.time_s(), where + " op_times[" + t.op() + "].time_s"));
+      if (t.batch() < 1) {
+        return absl::InvalidArgumentError(absl::StrCat(where, " op_times[", t.op(),
+                                                       "].batch must be at least 1, got ",
+                                                       t.batch()));
+      }
+    }
+    RETURN_IF_ERROR(CheckFigure(d.measured_op_overhead_s(), where + " measured_op_overhead_s"));
+    RETURN_IF_ERROR(
+        CheckFigure(d.measured_step_overhead_s(), where + " measured_step_overhead_s"));
+    RETURN_IF_ERROR(
+        CheckFigure(d.measured_transport_wakeup_s(), where + " measured_transport_wakeup_s"));
+    RETURN_IF_ERROR(
+        CheckFigure(d.measured_transport_spin_s(), where + " measured_transport_spin_s"));
     if (d.efficiency() < 0 || d.efficiency() > 1 || !std::isfinite(d.efficiency())) {
       return absl::InvalidArgumentError(absl::StrCat(where, " efficiency must be in [0, 1]"));
     }

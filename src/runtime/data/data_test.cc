@@ -50,6 +50,39 @@ TEST(Npy, BadFiles_ClearErrors) {
   EXPECT_THAT(ReadNpy("/nonexistent.npy"), StatusIs(absl::StatusCode::kNotFound));
 }
 
+// A version 1.0 file with `header` (padded) and `data_bytes` zero bytes.
+std::string NpyWith(const std::string& header, size_t data_bytes) {
+  std::string h = header;
+  while ((10 + h.size() + 1) % 64 != 0) h += ' ';
+  h += '\n';
+  std::string out = "\x93NUMPY";
+  out += '\x01';
+  out += '\x00';
+  out += static_cast<char>(h.size() & 0xff);
+  out += static_cast<char>(h.size() >> 8);
+  return out + h + std::string(data_bytes, '\0');
+}
+
+TEST(Npy, AShapeLargerThanTheFileIsRefusedWhateverItsProduct) {
+  // 2^58 + 64 rows of 16 floats: the byte count wraps around to the 4096
+  // bytes the file has.
+  const std::string wraps = NpyWith(
+      "{'descr': '<f4', 'fortran_order': False, 'shape': (288230376151711808, 16), }", 4096);
+  EXPECT_THAT(ParseNpy(wraps, "x.npy"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("needs more than the 4096")));
+  const std::string huge =
+      NpyWith("{'descr': '<f8', 'fortran_order': False, 'shape': (9223372036854775807, 9), }", 64);
+  EXPECT_THAT(ParseNpy(huge, "x.npy"), StatusIs(absl::StatusCode::kInvalidArgument));
+  const std::string fits =
+      NpyWith("{'descr': '<f4', 'fortran_order': False, 'shape': (64, 16), }", 4096);
+  absl::StatusOr<Tensor> t = ParseNpy(fits, "x.npy");
+  ASSERT_THAT(t.status(), IsOk());
+  EXPECT_EQ(t->numel(), 1024);
+  const std::string empty =
+      NpyWith("{'descr': '<f4', 'fortran_order': False, 'shape': (0, 9223372036854775807), }", 0);
+  EXPECT_THAT(ParseNpy(empty, "x.npy").status(), IsOk());
+}
+
 // The synthetic set of the zoo's MLP (784 features, 10 classes).
 absl::StatusOr<std::unique_ptr<Dataset>> MlpSynthetic(uint64_t seed) {
   ASSIGN_OR_RETURN(Graph g, zoo::BuildZooModel("mlp"));

@@ -11,6 +11,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "src/common/files.h"
@@ -66,11 +67,23 @@ absl::StatusOr<NpyHeader> ParseNpyHeader(const char* bytes, size_t size, const s
     return bad("dtype " + h.descr + " (use float32, float64, int64 or int32, little-endian)");
   }
   h.data_offset = offset + header_len;
-  int64_t numel = 1;
-  for (int64_t d : h.dims) numel *= d;
-  const size_t need = static_cast<size_t>(numel) * static_cast<size_t>(h.element_bytes);
-  if (size - h.data_offset < need) {
-    return bad(absl::StrCat("truncated data: ", size - h.data_offset, " bytes, expected ", need));
+  // The shape's bytes, without overflow: a header may claim more than
+  // any file holds.
+  const size_t have = size - h.data_offset;
+  size_t need = static_cast<size_t>(h.element_bytes);
+  bool empty = false;
+  for (int64_t d : h.dims) empty |= d == 0;
+  for (int64_t d : h.dims) {
+    if (empty) break;
+    if (static_cast<size_t>(d) > have / need) {
+      return bad(absl::StrCat("truncated data: the shape (", absl::StrJoin(h.dims, ", "),
+                              ") needs more than the ", have, " bytes of data the file has"));
+    }
+    need *= static_cast<size_t>(d);
+  }
+  if (empty) need = 0;
+  if (have < need) {
+    return bad(absl::StrCat("truncated data: ", have, " bytes, expected ", need));
   }
   return h;
 }
