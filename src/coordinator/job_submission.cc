@@ -1,7 +1,5 @@
 #include "src/coordinator/job_submission.h"
 
-#include <set>
-
 #include "absl/strings/str_cat.h"
 #include "src/cluster/topology.h"
 #include "src/common/logging.h"
@@ -58,15 +56,18 @@ absl::StatusOr<PlanResult> PlanOn(const quilt::v1::JobSpec& spec, const Graph& g
                      " fits the memory of the Ready nodes' devices", why.empty() ? "" : " (", why,
                      why.empty() ? "" : ")"));
   }
-  // Every replica needs at least one sample.
-  std::set<std::string> used;
-  for (const auto& d : result.best_program.devices()) {
-    if (d.instructions_size() > 0) used.insert(d.device());
-  }
-  if (spec.global_batch() < static_cast<int64_t>(used.size())) {
-    return absl::InvalidArgumentError(absl::StrCat("a global batch of ", spec.global_batch(),
-                                                   " cannot be split over the ", used.size(),
-                                                   " devices of the plan"));
+  // A strategy asked for by name splits the batch over every device it
+  // names (the planner's own plans use only devices that get rows).
+  if (strategy != "auto") {
+    for (const auto& group : result.best_program.strategy().groups()) {
+      int replicas = 0;
+      for (const auto& r : group.replicas()) replicas += r.replicas() > 0 ? 1 : 0;
+      if (spec.global_batch() < replicas) {
+        return absl::InvalidArgumentError(absl::StrCat("a global batch of ", spec.global_batch(),
+                                                       " cannot be split over the ", replicas,
+                                                       " devices of ", strategy));
+      }
+    }
   }
   return result;
 }

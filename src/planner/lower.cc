@@ -376,7 +376,8 @@ absl::StatusOr<std::vector<int64_t>> Lowerer::Provide(const Key& need, bool allo
   }
   // Rows of dim 0 when the destination holds a shard (a parameter server).
   Transfer(t, Key{t, src, 0, 0}, need.begin, need.end, need);
-  full_on_[t].push_back(need.device);
+  // A shard is not the whole tensor: only a whole copy serves others.
+  if (need.begin == 0 && need.end == 0) full_on_[t].push_back(need.device);
   return writers_[need];
 }
 

@@ -306,6 +306,28 @@ TEST(Lower, MixedGroups_TransferActivationsAndGradientsBetweenThem) {
   }
 }
 
+TEST(Lower, BatchSmallerThanTheReplicas_DevicesWithoutRowsDoNothing) {
+  for (AggregationMethod method : {quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE,
+                                   quilt::v1::AGGREGATION_METHOD_PARAMETER_SERVER}) {
+    auto s = Make("mlp");
+    const Strategy strategy = DataParallelStrategy(s->graph, s->topo, {1, 1, 1, 1}, method, "dp");
+    for (int64_t batch : {1, 2, 3}) {
+      const DistributedProgram p = LowerChecked(*s, strategy, batch);
+      int computing = 0;
+      for (const auto& dp : p.devices()) {
+        bool batch_op = false;
+        for (const auto& ins : dp.instructions()) {
+          batch_op |= ins.has_compute() && ins.compute().end() > ins.compute().begin() &&
+                      !(ins.compute().begin() == 0 && ins.compute().end() == 0) &&
+                      s->graph.FindOp(ins.compute().op())->type != "SgdUpdate";
+        }
+        computing += batch_op;
+      }
+      EXPECT_EQ(computing, batch) << AggregationMethod_Name(method) << " at " << batch;
+    }
+  }
+}
+
 TEST(Lower, PartialSumsHeldOnOtherDevicesAreSummedBeforeUse) {
   auto s = Make("transformer");
   ASSERT_EQ(ForwardOps(s->graph)[0], "Gather");

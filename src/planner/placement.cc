@@ -53,6 +53,17 @@ absl::StatusOr<Placement> Place(const GraphIndex& ix, const quilt::v1::Strategy&
     if (reps.empty()) {
       return absl::InvalidArgumentError(absl::StrCat("group ", gi, " has no replicas"));
     }
+    // A device the split gives no rows (a batch smaller than the replica
+    // count) does nothing in the group.
+    if (reps.size() > 1) {
+      std::vector<std::pair<int, int>> kept;
+      for (const Slice& rows : SplitBatch(reps, batch)) {
+        for (const auto& rep : reps) {
+          if (rep.first == rows.device) kept.push_back(rep);
+        }
+      }
+      reps = std::move(kept);
+    }
     for (const std::string& op : gp.ops()) group_of[op] = gi;
     p.groups.push_back(std::move(reps));
   }

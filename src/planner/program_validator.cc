@@ -329,9 +329,18 @@ absl::Status Validator::CheckStrategy() {
     std::sort(want.begin(), want.end());
     std::sort(have.begin(), have.end());
     if (want != have) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "op '", g_.ops[i].name, "' runs on ", have.size(), " device slice(s), but its group ",
-          placed->group_of_op[i], " in the strategy places it on ", want.size()));
+      auto list = [&](const std::vector<std::pair<int, Range>>& runs) {
+        std::string out;
+        for (const auto& [d, r] : runs) {
+          absl::StrAppend(
+              &out, out.empty() ? "" : ", ", DeviceName(d),
+              r.begin == r.end ? "" : absl::StrCat(" rows [", r.begin, ", ", r.end, ")"));
+        }
+        return out;
+      };
+      return absl::InvalidArgumentError(
+          absl::StrCat("op '", g_.ops[i].name, "' runs on ", list(have), ", but its group ",
+                       placed->group_of_op[i], " in the strategy places it on ", list(want)));
     }
   }
   return absl::OkStatus();
