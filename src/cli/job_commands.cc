@@ -4,6 +4,7 @@
 // and export (the trained model as ONNX).
 #include <unistd.h>
 
+#include <cmath>
 #include <fstream>
 #include <iostream>
 
@@ -196,8 +197,18 @@ void AddJobCommands(CLI::App& app, const GlobalOptions& globals, std::vector<Com
       ->check(CLI::IsMember({"auto", "softmax_cross_entropy", "mse"}));
   submit->add_option("--optimizer", a->optimizer, "sgd | adam")
       ->check(CLI::IsMember({"sgd", "adam"}));
-  submit->add_option("--lr", a->lr, "Learning rate (default 0.05 for sgd, 1e-3 for adam)");
-  submit->add_option("--momentum", a->momentum, "SGD momentum");
+  const CLI::Validator positive_finite(
+      [](std::string& v) {
+        double d = 0;
+        return absl::SimpleAtod(v, &d) && std::isfinite(d) && d > 0
+                   ? std::string()
+                   : "must be a positive finite number, got " + v;
+      },
+      "POSITIVE");
+  submit->add_option("--lr", a->lr, "Learning rate (default 0.05 for sgd, 1e-3 for adam)")
+      ->check(positive_finite);
+  submit->add_option("--momentum", a->momentum, "SGD momentum (default 0.9)")
+      ->check(CLI::Range(0.0, 1.0));
   submit->add_option("--strategy", a->strategy, "auto (the planner) or a baseline's name");
   submit->add_option("--data", a->data, "synthetic[:SEED] or INPUTS.npy,LABELS.npy");
   submit->add_option("--checkpoint-every", a->checkpoint_every,

@@ -168,8 +168,8 @@ TEST(ClusterSpec, ValidationErrorsNameTheCulprit) {
   {
     auto s = Valid();
     s.mutable_nodes(0)->mutable_devices(0)->set_measured_op_overhead_s(std::nan(""));
-    EXPECT_THAT(ValidateClusterSpec(s), StatusIs(absl::StatusCode::kInvalidArgument,
-                                                 HasSubstr("measured_op_overhead_s")));
+    EXPECT_THAT(ValidateClusterSpec(s),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("measured_op_overhead_s")));
   }
 }
 

@@ -85,14 +85,12 @@ absl::Status ValidateNodeInfo(const quilt::v1::NodeInfo& info) {
       }
       RETURN_IF_ERROR(CheckFigure(t.time_s(), where + " op_times[" + t.op() + "].time_s"));
       if (t.batch() < 1) {
-        return absl::InvalidArgumentError(absl::StrCat(where, " op_times[", t.op(),
-                                                       "].batch must be at least 1, got ",
-                                                       t.batch()));
+        return absl::InvalidArgumentError(absl::StrCat(
+            where, " op_times[", t.op(), "].batch must be at least 1, got ", t.batch()));
       }
     }
     RETURN_IF_ERROR(CheckFigure(d.measured_op_overhead_s(), where + " measured_op_overhead_s"));
-    RETURN_IF_ERROR(
-        CheckFigure(d.measured_step_overhead_s(), where + " measured_step_overhead_s"));
+    RETURN_IF_ERROR(CheckFigure(d.measured_step_overhead_s(), where + " measured_step_overhead_s"));
     RETURN_IF_ERROR(
         CheckFigure(d.measured_transport_wakeup_s(), where + " measured_transport_wakeup_s"));
     RETURN_IF_ERROR(

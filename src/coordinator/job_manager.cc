@@ -147,6 +147,12 @@ void JobManager::Finish(Job* job, JobState state, const std::string& message) {
   *st->mutable_finished_at() = ToProtoTime(clock_->Now());
   job->addresses.clear();
   QLOG_INFO("job {} {}: {}", st->job_id(), quilt::v1::JobState_Name(state), message);
+  if (state == quilt::v1::JOB_STATE_FAILED && registry_ != nullptr) {
+    registry_->RecordJobFailure(
+        job->record.world().empty() ? "" : job->record.world(0),
+        absl::StrCat("job ", st->job_id(), st->name().empty() ? "" : " (" + st->name() + ")", ": ",
+                     message));
+  }
   Changed(job);
 }
 

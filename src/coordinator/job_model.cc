@@ -1,5 +1,8 @@
 #include "src/coordinator/job_model.h"
 
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
 #include "src/common/status.h"
 #include "src/graph/autodiff.h"
 #include "src/graph/model_loader.h"
@@ -56,8 +59,23 @@ absl::StatusOr<Graph> TrainingGraphForJob(const quilt::v1::JobSpec& spec) {
   if (to.optimizer.kind == OptimizerSpec::Kind::kNone) {
     return absl::InvalidArgumentError("the job sets no optimizer (sgd or adam)");
   }
-  if (to.optimizer.learning_rate <= 0) {
-    return absl::InvalidArgumentError("the job's learning rate must be positive");
+  const OptimizerSpec& o = to.optimizer;
+  if (!(o.learning_rate > 0) || !std::isfinite(o.learning_rate)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the job's learning rate must be a positive finite number, got ", o.learning_rate));
+  }
+  if (!(o.momentum >= 0 && o.momentum <= 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the job's momentum must be in [0, 1], got ", o.momentum));
+  }
+  if (!(o.weight_decay >= 0) || !std::isfinite(o.weight_decay)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the job's weight decay must be a finite number >= 0, got ", o.weight_decay));
+  }
+  if (o.kind == OptimizerSpec::Kind::kAdam &&
+      (!(o.beta1 >= 0 && o.beta1 < 1) || !(o.beta2 >= 0 && o.beta2 < 1))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the job's Adam betas must be in [0, 1), got ", o.beta1, " and ", o.beta2));
   }
   RETURN_IF_ERROR(Annotate(BuildTrainingGraph(&g, to), "building the training graph"));
   return g;

@@ -51,6 +51,11 @@ absl::Status NodeRegistry::Persist(Entry& e) {
   return s;
 }
 
+void NodeRegistry::RecordJobFailure(const std::string& node_id, const std::string& message) {
+  absl::MutexLock lock(&mu_);
+  RecordEvent(node_id, ClusterEvent::KIND_JOB_FAILED, message);
+}
+
 void NodeRegistry::RecordEvent(const std::string& node_id, ClusterEvent::Kind kind,
                                const std::string& message) {
   ClusterEvent ev;

@@ -65,6 +65,9 @@ class NodeRegistry {
 
   const LivenessOptions& options() const { return options_; }
 
+  // A job failed (kept with the nodes' events for `quiltctl status`).
+  void RecordJobFailure(const std::string& node_id, const std::string& message);
+
  private:
   struct Entry {
     quilt::v1::NodeStatus status;

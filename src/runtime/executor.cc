@@ -1,6 +1,7 @@
 #include "src/runtime/executor.h"
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <thread>
 
@@ -607,6 +608,22 @@ absl::Status Executor::Impl::Run() {
         report.compute_time_s = std::max(report.compute_time_s, dev->busy_s);
     }
     for (auto& dev : devices_) {
+      if (loss_tensor_ < 0) break;
+      for (const auto& [key, value] : dev->store.Instances(loss_tensor_)) {
+        if (value.dtype() == DType::kF32 && value.numel() == 1) {
+          report.loss_part += value.f32()[0];
+          report.has_loss = true;
+        }
+      }
+    }
+    if (report.has_loss && !std::isfinite(report.loss_part)) {
+      // Parameters that took this step's update would be NaN from now on.
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the loss is ", report.loss_part, " at step ", step,
+          " (no update applied): the data holds non-finite values or the learning rate is too "
+          "high"));
+    }
+    for (auto& dev : devices_) {
       // Read before any is written: an update's target may be another's
       // source.
       std::vector<std::vector<std::pair<InstanceKey, Tensor>>> sources;
@@ -615,14 +632,6 @@ absl::Status Executor::Impl::Run() {
       for (size_t u = 0; u < update_ids_.size(); ++u) {
         for (const auto& [key, value] : sources[u]) {
           dev->store.Put(InstanceKey{update_ids_[u].second, key.begin, key.end}, value);
-        }
-      }
-      if (loss_tensor_ >= 0) {
-        for (const auto& [key, value] : dev->store.Instances(loss_tensor_)) {
-          if (value.dtype() == DType::kF32 && value.numel() == 1) {
-            report.loss_part += value.f32()[0];
-            report.has_loss = true;
-          }
         }
       }
     }

@@ -1,5 +1,8 @@
 #include "src/runtime/local_trainer.h"
 
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "src/common/status.h"
 
@@ -23,6 +26,11 @@ absl::StatusOr<LocalTrainResult> TrainLocal(const Graph& g, Dataset* data,
     ASSIGN_OR_RETURN(float loss, result.runner->Step({{sig.input.name, x}, {sig.label.name, y}}));
     const double t = absl::ToDoubleSeconds(absl::Now() - start);
     if (step > 0) timed += t;
+    if (!std::isfinite(loss)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("the loss is ", loss, " at step ", step + 1,
+                       ": the data holds non-finite values or the learning rate is too high"));
+    }
     result.losses.push_back(loss);
     if (options.on_step) {
       options.on_step({step + 1, loss, t, t > 0 ? options.batch / t : 0});

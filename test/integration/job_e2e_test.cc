@@ -6,6 +6,8 @@
 // bad requests are rejected at submit time with their reason; a worker
 // killed during a job fails the job with the reason while the coordinator
 // keeps serving.
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -286,6 +288,26 @@ TEST_F(Jobs, BadRequestsAreRejectedAtSubmitWithTheirReason) {
   absl::StatusOr<CommandResult> jobs = cluster_.Quiltctl({"jobs", "-o", "json"});
   ASSERT_THAT(jobs.status(), IsOk());
   EXPECT_EQ(nlohmann::json::parse(jobs->out).value("jobs", nlohmann::json::array()).size(), 0u);
+}
+
+TEST_F(Jobs, ANonFiniteLossFailsTheJobAndStatusListsIt) {
+  absl::StatusOr<Tensor> x = ReadNpy(Fixture("x.npy"));
+  ASSERT_THAT(x.status(), IsOk());
+  x->f32()[0] = std::nanf("");  // sample 0: in the first step's batch
+  const std::string nan_x = cluster_.dir().File("nan_x.npy");
+  ASSERT_THAT(WriteNpy(nan_x, *x), IsOk());
+  std::vector<std::string> args = SubmitArgs(cluster_.dir().File("ckpt"), 5, "dp-even-ring");
+  const auto data = std::find(args.begin(), args.end(), "--data");
+  ASSERT_NE(data, args.end());
+  *(data + 1) = nan_x + "," + Fixture("y.npy");
+  const std::string id = Submit(args);
+  ASSERT_TRUE(Eventually([&] { return State(id) == "JOB_STATE_FAILED"; }, absl::Seconds(60)))
+      << Job(id).dump();
+  EXPECT_THAT(Job(id).value("message", std::string()), HasSubstr("the loss is nan at step 1"));
+  absl::StatusOr<CommandResult> status = cluster_.Quiltctl({"status"});
+  ASSERT_THAT(status.status(), IsOk());
+  EXPECT_THAT(status->out, HasSubstr("JobFailed"));
+  EXPECT_THAT(status->out, HasSubstr("job " + id));
 }
 
 TEST_F(Jobs, AKilledWorkerFailsTheJobWithTheReasonAndTheCoordinatorKeepsServing) {

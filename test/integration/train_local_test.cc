@@ -10,7 +10,9 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "src/common/status_matchers.h"
+#include "src/runtime/data/npy.h"
 #include "src/testing/subprocess.h"
+#include "src/testing/temp_dir.h"
 
 namespace quilt::testing {
 namespace {
@@ -121,6 +123,21 @@ TEST(TrainLocal, BadData_ClearErrors) {
   ASSERT_THAT(r, IsOk());
   EXPECT_EQ(r->exit_code, 1);
   EXPECT_THAT(r->err, HasSubstr("--loss"));
+}
+
+TEST(TrainLocal, NonFiniteLoss_FailsNamingTheStep) {
+  const std::string dir = RunfilePath("test/fixtures/mlp");
+  absl::StatusOr<Tensor> x = ReadNpy(dir + "/x.npy");
+  ASSERT_THAT(x.status(), IsOk());
+  x->f32()[3] = std::nanf("");  // in the first batch
+  testing::TempDir tmp;
+  ASSERT_THAT(WriteNpy(tmp.File("x.npy"), *x), IsOk());
+  auto r = RunCommand({RunfilePath("src/cli/quiltctl"), "train-local", dir + "/model.onnx",
+                       "--loss", "softmax_cross_entropy", "--data",
+                       tmp.File("x.npy") + "," + dir + "/y.npy", "--batch", "4", "--steps", "3"});
+  ASSERT_THAT(r, IsOk());
+  EXPECT_EQ(r->exit_code, 1) << r->out;
+  EXPECT_THAT(r->err, HasSubstr("the loss is nan at step 1"));
 }
 
 TEST(GraphInspect, ZooResNet50_ReportsParametersAndFlops) {

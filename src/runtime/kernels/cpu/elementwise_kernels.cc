@@ -114,7 +114,8 @@ absl::Status SumToShape(KernelContext& ctx) {
 }
 
 absl::Status Relu(KernelContext& c) {
-  return Unary(c, [](float x) { return x > 0 ? x : 0.0f; });
+  // NaN stays NaN, as in PyTorch (a model fed non-finite data says so).
+  return Unary(c, [](float x) { return x > 0 || x != x ? x : 0.0f; });
 }
 absl::Status ReluGrad(KernelContext& c) {
   return GradPair(c, [](float dy, float y) { return y > 0 ? dy : 0.0f; });
