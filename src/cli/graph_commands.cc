@@ -5,6 +5,7 @@
 #include "nlohmann/json.hpp"
 #include "src/cli/command.h"
 #include "src/cli/format.h"
+#include "src/cli/validators.h"
 #include "src/graph/autodiff.h"
 #include "src/graph/graph_summary.h"
 #include "src/graph/model_loader.h"
@@ -85,7 +86,7 @@ void AddGraphCommands(CLI::App& app, std::vector<Command>* out) {
   inspect->add_option("model", args->model, "zoo:NAME, a .onnx file or a .pb/.pbtxt graph")
       ->required();
   inspect->add_option("--batch", args->batch, "Batch size (default: the model's)")
-      ->check(CLI::PositiveNumber);
+      ->check(Positive());
   inspect->add_option("-o,--output", args->format, "table | json")
       ->check(CLI::IsMember({"table", "json"}));
   out->push_back({inspect, [args]() { return Inspect(*args); }});

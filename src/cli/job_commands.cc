@@ -17,6 +17,7 @@
 #include "absl/time/clock.h"
 #include "src/cli/command.h"
 #include "src/cli/format.h"
+#include "src/cli/validators.h"
 #include "src/common/files.h"
 #include "src/common/proto_time.h"
 #include "src/common/status.h"
@@ -189,24 +190,14 @@ void AddJobCommands(CLI::App& app, const GlobalOptions& globals, std::vector<Com
   auto a = std::make_shared<SubmitArgs>();
   CLI::App* submit = app.add_subcommand("submit", "Train a model on the cluster");
   submit->add_option("model", a->model, "zoo:NAME, a .onnx file or a .pb/.pbtxt graph")->required();
-  submit->add_option("--batch", a->batch, "Global batch size")
-      ->required()
-      ->check(CLI::PositiveNumber);
-  submit->add_option("--steps", a->steps, "Training steps")->required()->check(CLI::PositiveNumber);
+  submit->add_option("--batch", a->batch, "Global batch size")->required()->check(Positive());
+  submit->add_option("--steps", a->steps, "Training steps")->required()->check(Positive());
   submit->add_option("--loss", a->loss, "auto (the model's) | softmax_cross_entropy | mse")
       ->check(CLI::IsMember({"auto", "softmax_cross_entropy", "mse"}));
   submit->add_option("--optimizer", a->optimizer, "sgd | adam")
       ->check(CLI::IsMember({"sgd", "adam"}));
-  const CLI::Validator positive_finite(
-      [](std::string& v) {
-        double d = 0;
-        return absl::SimpleAtod(v, &d) && std::isfinite(d) && d > 0
-                   ? std::string()
-                   : "must be a positive finite number, got " + v;
-      },
-      "POSITIVE");
   submit->add_option("--lr", a->lr, "Learning rate (default 0.05 for sgd, 1e-3 for adam)")
-      ->check(positive_finite);
+      ->check(Positive());
   submit->add_option("--momentum", a->momentum, "SGD momentum (default 0.9)")
       ->check(CLI::Range(0.0, 1.0));
   submit->add_option("--strategy", a->strategy, "auto (the planner) or a baseline's name");

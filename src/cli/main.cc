@@ -8,6 +8,7 @@
 
 #include "CLI/CLI.hpp"
 #include "src/cli/command.h"
+#include "src/cli/validators.h"
 #include "src/common/version.h"
 
 int main(int argc, char** argv) {
@@ -26,7 +27,7 @@ int main(int argc, char** argv) {
   CLI::Option* timeout =
       app.add_option("--timeout", globals.timeout_s,
                      "Deadline of each call, in seconds (default 10; 600 for plan)")
-          ->check(CLI::PositiveNumber);
+          ->check(quilt::cli::Positive());
   std::vector<quilt::cli::Command> commands;
   quilt::cli::AddClusterCommands(app, globals, &commands);
   quilt::cli::AddGraphCommands(app, &commands);

@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "src/cli/command.h"
 #include "src/cli/format.h"
+#include "src/cli/validators.h"
 #include "src/cluster/cluster_spec.h"
 #include "src/cluster/topology.h"
 #include "src/graph/autodiff.h"
@@ -89,7 +90,9 @@ std::string NoFeasibleStrategy(const quilt::v1::PlanReport& r) {
   return absl::StrCat(
       "No feasible strategy: every strategy above runs out of memory or cannot "
       "be built at a global batch of ",
-      r.global_batch(), "; a smaller --batch or more devices may fit");
+      r.global_batch(),
+      r.global_batch() > 1 ? "; a smaller --batch or more devices may fit"
+                           : "; devices with more memory may fit");
 }
 
 std::string RenderPlan(const quilt::v1::PlanReport& r) {
@@ -239,7 +242,7 @@ void AddPlanCommand(CLI::App& app, const GlobalOptions& globals, std::vector<Com
   c->add_option("--cluster", a->cluster,
                 "ClusterSpec file (.textproto or .json) to plan offline; without it the "
                 "coordinator plans on the live cluster");
-  c->add_option("--batch", a->batch, "Global batch size")->required()->check(CLI::PositiveNumber);
+  c->add_option("--batch", a->batch, "Global batch size")->required()->check(Positive());
   c->add_option(
       "--strategy", a->strategy,
       "all, heterog (the planner), or a baseline: single-device, dp-even-ring, dp-even-ps, "
@@ -250,10 +253,11 @@ void AddPlanCommand(CLI::App& app, const GlobalOptions& globals, std::vector<Com
   c->add_flag("--explain", a->explain, "Per op group: what the planner chose and what it saves");
   c->add_option("--time-budget", a->time_budget_s,
                 "Seconds the planner's search may take (default 5)")
-      ->check(CLI::PositiveNumber);
+      ->check(Positive());
   c->add_option("--seed", a->seed, "Seed of the planner's search (same seed, same plan)");
   c->add_option("--groups", a->groups,
-                "Op groups the planner coarsens the graph into (default: by cluster size)");
+                "Op groups the planner coarsens the graph into (default: by cluster size)")
+      ->check(Positive());
   c->add_option("--trace", a->trace,
                 "Write the best strategy's simulated timeline (Chrome trace JSON)");
   c->add_option("--optimizer", a->optimizer, "sgd (momentum 0.9) | adam")

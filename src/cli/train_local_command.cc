@@ -8,6 +8,7 @@
 #include "absl/strings/str_split.h"
 #include "nlohmann/json.hpp"
 #include "src/cli/command.h"
+#include "src/cli/validators.h"
 #include "src/graph/autodiff.h"
 #include "src/graph/model_loader.h"
 #include "src/runtime/data/dataset.h"
@@ -132,15 +133,13 @@ void AddTrainLocalCommand(CLI::App& app, std::vector<Command>* out) {
   c->add_option("--loss", a->loss, "softmax_cross_entropy | mse (default: the model's own)")
       ->check(CLI::IsMember({"softmax_cross_entropy", "mse"}));
   c->add_option("--data", a->data, "INPUTS.npy,LABELS.npy or synthetic")->required();
-  c->add_option("--batch", a->batch, "Samples per step")->required()->check(CLI::PositiveNumber);
-  c->add_option("--steps", a->steps, "Training steps")->required()->check(CLI::PositiveNumber);
+  c->add_option("--batch", a->batch, "Samples per step")->required()->check(Positive());
+  c->add_option("--steps", a->steps, "Training steps")->required()->check(Positive());
   c->add_option("--optimizer", a->optimizer, "sgd | adam")->check(CLI::IsMember({"sgd", "adam"}));
-  c->add_option("--lr", a->lr, "Learning rate")->check(CLI::PositiveNumber);
+  c->add_option("--lr", a->lr, "Learning rate")->check(Positive());
   c->add_option("--momentum", a->momentum, "SGD momentum")->check(CLI::Range(0.0, 1.0));
-  c->add_option("--weight-decay", a->weight_decay, "L2 weight decay")
-      ->check(CLI::NonNegativeNumber);
-  c->add_option("--threads", a->threads, "Compute threads (default: all cores)")
-      ->check(CLI::PositiveNumber);
+  c->add_option("--weight-decay", a->weight_decay, "L2 weight decay")->check(NonNegative());
+  c->add_option("--threads", a->threads, "Compute threads (default: all cores)")->check(Positive());
   c->add_option("--seed", a->seed, "Seed of synthetic data and dropout");
   c->add_option("-o,--output", a->format, "table | json")->check(CLI::IsMember({"table", "json"}));
   c->add_flag("--profile", a->profile, "Report the time spent per op type");

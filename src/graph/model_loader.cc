@@ -34,6 +34,9 @@ absl::StatusOr<Graph> LoadModel(const std::string& spec, int64_t batch) {
     const bool ok = text ? google::protobuf::TextFormat::ParseFromString(bytes, &proto)
                          : proto.ParseFromString(bytes);
     if (!ok) return absl::InvalidArgumentError(spec + ": not a valid quilt.v1.TrainingGraph");
+    if (proto.ops_size() == 0) {
+      return absl::InvalidArgumentError(spec + ": the graph has no ops (an empty file?)");
+    }
     absl::StatusOr<Graph> parsed = Graph::FromProto(proto);
     if (!parsed.ok()) return Annotate(parsed.status(), spec);
     g = std::move(*parsed);

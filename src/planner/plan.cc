@@ -355,7 +355,7 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
   }
   if (!found) {
     return absl::InvalidArgumentError("unknown strategy '" + o.strategy + "'; known: all, " +
-                                      absl::StrJoin(names, ", "));
+                                      std::string(kHeteroG) + ", " + absl::StrJoin(names, ", "));
   }
   double best = -1;
   for (const std::string& name : names) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "proto/quilt/v1/services.grpc.pb.h"
 #include "src/rpc/channel.h"
@@ -17,6 +18,12 @@ absl::Status CallStatus(const grpc::Status& s, const std::string& address) {
       s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
     return absl::Status(status.code(), absl::StrCat("coordinator at ", address,
                                                     " is unreachable: ", status.message()));
+  }
+  if (s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED &&
+      absl::StrContains(s.error_message(), "larger than max")) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the request is larger than the coordinator at ", address,
+                     " accepts (its max_request_bytes setting): ", status.message()));
   }
   return status;
 }

@@ -107,10 +107,24 @@ TEST(PlanCommand, BadInput_ExitsWithAClearError) {
       Plan({"zoo:mlp", "--cluster", "config/clusters/hap_cluster.textproto", "--batch", "8",
             "--strategy", "dp-magic"});
   EXPECT_NE(strategy.exit_code, 0);
+  EXPECT_THAT(strategy.err, HasSubstr("known: all, heterog, "));
   EXPECT_THAT(strategy.err, HasSubstr("dp-even-ring"));
   const CommandResult batch =
       Plan({"zoo:mlp", "--cluster", "config/clusters/hap_cluster.textproto", "--batch", "0"});
   EXPECT_NE(batch.exit_code, 0);
+  EXPECT_THAT(batch.err, HasSubstr("--batch: must be a positive finite number, got 0"));
+  const CommandResult groups =
+      Plan({"zoo:mlp", "--cluster", "config/clusters/hap_cluster.textproto", "--batch", "8",
+            "--groups", "-4"});
+  EXPECT_NE(groups.exit_code, 0);
+  EXPECT_THAT(groups.err, HasSubstr("--groups: must be a positive finite number, got -4"));
+  // A directory where a file is expected, for the cluster and the model.
+  const CommandResult dir = Plan({"zoo:mlp", "--cluster", "config/clusters", "--batch", "8"});
+  EXPECT_NE(dir.exit_code, 0);
+  EXPECT_THAT(dir.err, HasSubstr("config/clusters is a directory, not a file"));
+  const CommandResult onnx_dir =
+      Plan({"test", "--cluster", "config/clusters/hap_cluster.textproto", "--batch", "8"});
+  EXPECT_NE(onnx_dir.exit_code, 0);
 }
 
 // gpt2 at 96 rows needs more memory than HeteroG's testbed has in all: the
