@@ -9,9 +9,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "src/common/status_matchers.h"
-#include "src/graph/autodiff.h"
-#include "src/graph/zoo/zoo.h"
 #include "src/planner/calibration.h"
+#include "src/testing/zoo_training.h"
 
 namespace quilt {
 namespace {
@@ -19,15 +18,7 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
-Graph Mlp() {
-  absl::StatusOr<Graph> g = zoo::BuildZooModel("mlp");
-  EXPECT_THAT(g.status(), IsOk());
-  TrainingOptions to;
-  to.loss = LossType::kSoftmaxCrossEntropy;
-  to.optimizer.kind = OptimizerSpec::Kind::kSgd;
-  EXPECT_THAT(BuildTrainingGraph(&*g, to), IsOk());
-  return std::move(*g);
-}
+Graph Mlp() { return testing::ZooTrainingGraph("mlp"); }
 
 quilt::v1::ClusterSpec Cluster(const std::vector<std::string>& cpu_nodes, bool with_gpu_node) {
   quilt::v1::ClusterSpec spec;

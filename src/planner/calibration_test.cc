@@ -5,22 +5,12 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "src/common/status_matchers.h"
-#include "src/graph/autodiff.h"
-#include "src/graph/zoo/zoo.h"
+#include "src/testing/zoo_training.h"
 
 namespace quilt {
 namespace {
 
-Graph Training(const std::string& model) {
-  absl::StatusOr<Graph> g = zoo::BuildZooModel(model);
-  EXPECT_THAT(g.status(), IsOk());
-  TrainingOptions to;
-  to.loss = LossType::kSoftmaxCrossEntropy;
-  to.optimizer.kind = OptimizerSpec::Kind::kSgd;
-  to.optimizer.momentum = 0.9;
-  EXPECT_THAT(BuildTrainingGraph(&*g, to), IsOk());
-  return std::move(*g);
-}
+Graph Training(const std::string& model) { return testing::ZooTrainingGraph(model); }
 
 quilt::v1::Device Cpu() {
   quilt::v1::Device d;

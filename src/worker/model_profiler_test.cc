@@ -7,11 +7,10 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "src/common/status_matchers.h"
-#include "src/graph/autodiff.h"
-#include "src/graph/zoo/zoo.h"
 #include "src/planner/calibration.h"
 #include "src/testing/subprocess.h"
 #include "src/testing/temp_dir.h"
+#include "src/testing/zoo_training.h"
 
 namespace quilt {
 namespace {
@@ -28,13 +27,8 @@ quilt::v1::Device Cpu() {
 }
 
 std::string Program(int64_t rows) {
-  absl::StatusOr<Graph> g = zoo::BuildZooModel("mlp");
-  EXPECT_THAT(g.status(), IsOk());
-  TrainingOptions to;
-  to.loss = LossType::kSoftmaxCrossEntropy;
-  to.optimizer.kind = OptimizerSpec::Kind::kSgd;
-  EXPECT_THAT(BuildTrainingGraph(&*g, to), IsOk());
-  absl::StatusOr<quilt::v1::DistributedProgram> p = OneDeviceProgram(*g, Cpu(), rows);
+  const Graph g = testing::ZooTrainingGraph("mlp");
+  absl::StatusOr<quilt::v1::DistributedProgram> p = OneDeviceProgram(g, Cpu(), rows);
   EXPECT_THAT(p.status(), IsOk());
   return p->SerializeAsString();
 }
