@@ -33,7 +33,14 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(const Coordinat
                                           config.state_dir + "/checkpoints");
   RETURN_IF_ERROR(Annotate(c->jobs_->Load(), "loading the jobs of " + db_path));
   c->links_ = std::make_unique<LinkProbes>(c->registry_.get(), clock);
-  c->profiles_ = std::make_unique<ModelProfiles>();
+  NodeRegistry* registry = c->registry_.get();
+  c->profiles_ =
+      std::make_unique<ModelProfiles>(ProfileOptions{}, [registry](const std::string& id) {
+        for (const quilt::v1::NodeStatus& n : registry->ListNodes()) {
+          if (n.info().node_id() == id) return n.state() == quilt::v1::NODE_STATE_READY;
+        }
+        return false;
+      });
   return c;
 }
 

@@ -56,6 +56,8 @@ int Run(const CoordinatorConfig& config) {
   }
   QLOG_INFO("draining timeout_ms={}", config.drain_timeout_ms);
   NotifyStopping();
+  // Submissions waiting for profiles plan at once with what they have.
+  (*coordinator)->profiles()->Shutdown();
   (*server)->Shutdown(absl::Milliseconds(config.drain_timeout_ms));
   (*coordinator)->Stop();
   QLOG_INFO("stopped");

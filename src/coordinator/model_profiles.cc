@@ -31,6 +31,11 @@ std::string Ms(double s) { return absl::StrFormat("%.2f ms", s * 1e3); }
 
 }  // namespace
 
+void ModelProfiles::Shutdown() {
+  absl::MutexLock lock(&mu_);
+  shutdown_ = true;
+}
+
 void ModelProfiles::OnHeartbeat(const quilt::v1::HeartbeatRequest& request,
                                 quilt::v1::HeartbeatResponse* response) {
   absl::MutexLock lock(&mu_);
@@ -152,20 +157,40 @@ std::vector<std::string> ModelProfiles::Calibrate(const Graph& g, int64_t global
     }
     wanted.push_back(std::move(w));
   }
-  // Wait for every node's result (or the deadline).
+  // Wait for every node's result, the deadline, the node to stop being
+  // Ready, or the coordinator to stop; checked every quarter second.
   std::map<std::string, quilt::v1::ModelProfileResult> got;
-  {
-    absl::MutexLock lock(&mu_);
-    auto all = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  std::map<std::string, std::string> gave_up;  // node → why
+  bool stopping = false;
+  while (true) {
+    std::vector<std::string> missing;
+    {
+      absl::MutexLock lock(&mu_);
+      auto done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        if (shutdown_) return true;
+        for (const Wanted& w : wanted) {
+          if (w.line.empty() && !gave_up.count(w.node) && results_.count(w.id) == 0) return false;
+        }
+        return true;
+      };
+      mu_.AwaitWithDeadline(absl::Condition(&done),
+                            std::min(deadline, absl::Now() + absl::Milliseconds(250)));
+      stopping = shutdown_;
       for (const Wanted& w : wanted) {
-        if (w.line.empty() && results_.count(w.id) == 0) return false;
+        if (!w.line.empty() || gave_up.count(w.node)) continue;
+        auto it = results_.find(w.id);
+        if (it != results_.end()) {
+          got[w.id] = it->second.second;
+        } else {
+          missing.push_back(w.node);
+        }
       }
-      return true;
-    };
-    mu_.AwaitWithDeadline(absl::Condition(&all), deadline);
-    for (const Wanted& w : wanted) {
-      auto it = results_.find(w.id);
-      if (w.line.empty() && it != results_.end()) got[w.id] = it->second.second;
+    }
+    if (missing.empty() || stopping || absl::Now() >= deadline) break;
+    if (ready_ != nullptr) {
+      for (const std::string& node : missing) {
+        if (!ready_(node)) gave_up[node] = "it stopped being Ready while profiling";
+      }
     }
   }
   std::vector<std::string> lines;
@@ -176,8 +201,13 @@ std::vector<std::string> ModelProfiles::Calibrate(const Graph& g, int64_t global
     }
     auto it = got.find(w.id);
     if (it == got.end()) {
-      lines.push_back(absl::StrCat(w.node, ": start-up figures (no profile within ",
-                                   absl::FormatDuration(timeout), ")"));
+      auto why = gave_up.find(w.node);
+      lines.push_back(absl::StrCat(
+          w.node, ": start-up figures (",
+          why != gave_up.end() ? why->second
+          : stopping           ? "the coordinator is stopping"
+                               : absl::StrCat("no profile within ", absl::FormatDuration(timeout)),
+          ")"));
       continue;
     }
     const quilt::v1::ModelProfileResult& r = it->second;

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -37,7 +38,15 @@ struct ProfileOptions {
 
 class ModelProfiles {
  public:
-  explicit ModelProfiles(ProfileOptions options = {}) : options_(options) {}
+  // `ready(node)`: whether the node is still Ready (a node that is not is
+  // no longer waited for); null = always.
+  explicit ModelProfiles(ProfileOptions options = {},
+                         std::function<bool(const std::string&)> ready = nullptr)
+      : options_(options), ready_(std::move(ready)) {}
+
+  // Ends every wait now (those plans use the start-up figures) and every
+  // later one at once: the coordinator is stopping.
+  void Shutdown();
 
   // Takes the node's results and hands it the profiles asked of it.
   void OnHeartbeat(const quilt::v1::HeartbeatRequest& request,
@@ -57,7 +66,9 @@ class ModelProfiles {
   };
 
   const ProfileOptions options_;
+  const std::function<bool(const std::string&)> ready_;
   mutable absl::Mutex mu_;
+  bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
   std::map<std::string, Node> nodes_ ABSL_GUARDED_BY(mu_);
   // By profile id ("<model>-<node>-<rows>"): the node and its result.
   std::map<std::string, std::pair<std::string, quilt::v1::ModelProfileResult>> results_

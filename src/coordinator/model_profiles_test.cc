@@ -4,6 +4,7 @@
 // fail, or have no CPU device keep their start-up figures, and say so.
 #include "src/coordinator/model_profiles.h"
 
+#include <atomic>
 #include <thread>
 
 #include "gmock/gmock.h"
@@ -167,6 +168,37 @@ TEST(ModelProfiles, AModelThatDoesNotFitOneDeviceIsNotProfiled) {
   ASSERT_EQ(lines.size(), 1u);
   EXPECT_THAT(lines[0], HasSubstr("n0: start-up figures (the model at 64 rows needs"));
   EXPECT_TRUE(Beat(&profiles, "n0", 1).profiles().empty());
+}
+
+TEST(ModelProfiles, ANodeThatStopsBeingReadyIsNotWaitedFor) {
+  const Graph g = testing::ZooTrainingGraph("mlp");
+  std::atomic<bool> ready{true};
+  ModelProfiles profiles({}, [&ready](const std::string&) { return ready.load(); });
+  quilt::v1::ClusterSpec cluster = Cluster({"n0"}, false);
+  std::vector<std::string> lines;
+  const absl::Time start = absl::Now();
+  std::thread submit([&] { lines = profiles.Calibrate(g, 16, absl::Seconds(60), &cluster); });
+  AskedOf(&profiles, "n0", 1);  // handed out, never answered
+  ready = false;
+  submit.join();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_THAT(lines[0], HasSubstr("n0: start-up figures (it stopped being Ready while profiling)"));
+}
+
+TEST(ModelProfiles, ShutdownEndsTheWaitsAtOnce) {
+  const Graph g = testing::ZooTrainingGraph("mlp");
+  ModelProfiles profiles;
+  quilt::v1::ClusterSpec cluster = Cluster({"n0"}, false);
+  std::vector<std::string> lines;
+  const absl::Time start = absl::Now();
+  std::thread submit([&] { lines = profiles.Calibrate(g, 16, absl::Seconds(60), &cluster); });
+  AskedOf(&profiles, "n0", 1);
+  profiles.Shutdown();
+  submit.join();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_THAT(lines[0], HasSubstr("n0: start-up figures (the coordinator is stopping)"));
 }
 
 }  // namespace
