@@ -1,5 +1,7 @@
 #include "src/coordinator/job_submission.h"
 
+#include <set>
+
 #include "absl/strings/str_cat.h"
 #include "src/cluster/topology.h"
 #include "src/common/logging.h"
@@ -92,13 +94,28 @@ absl::StatusOr<NewJob> PrepareJob(const quilt::v1::JobSpec& spec, const NodeRegi
   if (profiles != nullptr && options.profile_timeout > absl::ZeroDuration()) {
     calibration =
         profiles->Calibrate(graph, spec.global_batch(), options.profile_timeout, &cluster);
+    // The nodes Ready now (one may have gone while profiling), as profiled.
+    ASSIGN_OR_RETURN(quilt::v1::ClusterSpec now, LiveClusterSpec(registry, links));
+    for (auto& node : *now.mutable_nodes()) {
+      for (const auto& profiled : cluster.nodes()) {
+        if (profiled.node_id() == node.node_id()) *node.mutable_devices() = profiled.devices();
+      }
+    }
+    cluster = std::move(now);
     ASSIGN_OR_RETURN(result, PlanOn(spec, graph, cluster, strategy, options));
   }
   NewJob job;
   job.spec = spec;
   job.spec.set_strategy(strategy);
   job.program = result.best_program.SerializeAsString();
-  for (const auto& node : cluster.nodes()) job.world.push_back(node.node_id());
+  // The nodes the program runs on (an idle node is no part of the job).
+  std::set<std::string> used;
+  for (const auto& d : result.best_program.devices()) {
+    used.insert(d.device().substr(0, d.device().find('/')));
+  }
+  for (const auto& node : cluster.nodes()) {
+    if (used.count(node.node_id())) job.world.push_back(node.node_id());
+  }
   job.strategy = result.report.best();
   job.calibration = std::move(calibration);
   for (const auto& e : result.report.estimates()) {

@@ -9,20 +9,33 @@
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "src/common/logging.h"
+#include "src/graph/op_registry.h"
 #include "src/planner/calibration.h"
 
 namespace quilt {
 namespace {
 
 // The same model gives the same name: a hash of its training graph,
-// serialized deterministically.
+// serialized deterministically, without what does not change the work (the
+// optimizer's settings, which its update ops carry as attributes, and the
+// parameters' initial values).
 std::string ModelKey(const Graph& g) {
+  quilt::v1::TrainingGraph proto = g.ToProto();
+  proto.clear_optimizer();
+  for (auto& op : *proto.mutable_ops()) {
+    const OpSchema* schema = OpRegistry::Global().Find(op.type());
+    if (schema != nullptr && schema->is_update) op.clear_attrs();
+  }
+  for (auto& p : *proto.mutable_parameters()) {
+    p.clear_value();
+    p.clear_initializer();
+  }
   std::string bytes;
   {
     google::protobuf::io::StringOutputStream out(&bytes);
     google::protobuf::io::CodedOutputStream coded(&out);
     coded.SetSerializationDeterministic(true);
-    g.ToProto().SerializeToCodedStream(&coded);
+    proto.SerializeToCodedStream(&coded);
   }
   return absl::StrFormat("%016x", std::hash<std::string>()(bytes));
 }
@@ -185,6 +198,23 @@ std::vector<std::string> ModelProfiles::Calibrate(const Graph& g, int64_t global
           missing.push_back(w.node);
         }
       }
+      if (missing.empty() || stopping || absl::Now() >= deadline) {
+        // A failure is not kept, nor a question left unanswered: the next
+        // submission asks again.
+        for (const auto& [id, r] : got) {
+          if (!r.error().empty()) results_.erase(id);
+        }
+        for (const Wanted& w : wanted) {
+          if (!w.line.empty() || got.count(w.id)) continue;
+          asked_.erase(w.id);
+          auto& pending = nodes_[w.node].pending;
+          pending.erase(std::remove_if(pending.begin(), pending.end(),
+                                       [&](const quilt::v1::ModelProfile& p) {
+                                         return p.profile_id() == w.id;
+                                       }),
+                        pending.end());
+        }
+      }
     }
     if (missing.empty() || stopping || absl::Now() >= deadline) break;
     if (ready_ != nullptr) {
@@ -224,7 +254,10 @@ std::vector<std::string> ModelProfiles::Calibrate(const Graph& g, int64_t global
     auto run = [](const quilt::v1::ModelProfileResult::Run& x) {
       return ProfileRun{x.rows(), x.step_time_s(), x.compute_time_s()};
     };
-    absl::StatusOr<DeviceCalibration> c = FitCalibration(g, device, run(r.runs(0)), run(r.runs(1)));
+    // No op runs faster than a large GEMM: a fit far beyond the node's
+    // start-up GEMM rate explains the runs with fixed times, not work.
+    absl::StatusOr<DeviceCalibration> c = FitCalibration(g, device, run(r.runs(0)), run(r.runs(1)),
+                                                         4 * device.measured_gemm_flops_per_s());
     if (!c.ok()) {
       lines.push_back(
           absl::StrCat(w.node, ": start-up figures (its profile: ", c.status().message(), ")"));

@@ -1,8 +1,10 @@
 #include "src/planner/calibration.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "src/cluster/topology.h"
 #include "src/common/status.h"
 #include "src/cost/cost_model.h"
@@ -79,7 +81,8 @@ quilt::v1::Device Calibrated(const quilt::v1::Device& device, const DeviceCalibr
 }
 
 absl::StatusOr<DeviceCalibration> FitCalibration(const Graph& g, const quilt::v1::Device& device,
-                                                 const ProfileRun& large, const ProfileRun& small) {
+                                                 const ProfileRun& large, const ProfileRun& small,
+                                                 double max_flops_per_s) {
   if (large.rows == small.rows || large.rows <= 0 || small.rows <= 0) {
     return absl::InvalidArgumentError(absl::StrCat("profile runs at ", large.rows, " and ",
                                                    small.rows, " rows: two row counts needed"));
@@ -107,6 +110,25 @@ absl::StatusOr<DeviceCalibration> FitCalibration(const Graph& g, const quilt::v1
     }
     c.flops_per_s /= scale;
     c.op_overhead_s = std::max(overhead, 1e-9);
+  }
+  if (!std::isfinite(c.flops_per_s) || c.flops_per_s <= 0 ||
+      (max_flops_per_s > 0 && c.flops_per_s > max_flops_per_s)) {
+    // Two runs that took about as long leave the rate almost no work to
+    // explain: the rate alone, matched at the larger run.
+    c.flops_per_s =
+        device.measured_gemm_flops_per_s() > 0 ? device.measured_gemm_flops_per_s() : 5e10;
+    c.op_overhead_s = 1e-9;
+    for (int round = 0; round < 4; ++round) {
+      const quilt::v1::Device d = Calibrated(device, {c.flops_per_s, c.op_overhead_s, 0});
+      ASSIGN_OR_RETURN(Simulated sf, SimulateOneDevice(g, d, full.rows));
+      c.flops_per_s *= sf.step_s / full.compute_s;
+    }
+    if (!std::isfinite(c.flops_per_s) || c.flops_per_s <= 0 ||
+        (max_flops_per_s > 0 && c.flops_per_s > max_flops_per_s)) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("the runs imply %.3g FLOP/s, beyond the %.3g the device can reach",
+                          c.flops_per_s, max_flops_per_s));
+    }
   }
   c.step_overhead_s = std::max(0.0, half.step_s - half.compute_s);
   return c;

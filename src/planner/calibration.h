@@ -54,11 +54,16 @@ quilt::v1::Device Calibrated(const quilt::v1::Device& device, const DeviceCalibr
 // overhead + work / rate, the memory-bound part not scaling with the rate,
 // hence a few rounds). Where no fixed time per op fits (the smaller run
 // took less than its share: caches), the rate alone matches the smaller
-// run. The host time per step is the smaller run's. Errors:
-// INVALID_ARGUMENT for runs at equal rows or without positive times.
+// run. The host time per step is the smaller run's. A rate above
+// `max_flops_per_s` (0 = no bound; what the device can reach at most) means
+// the two runs took about as long and the fixed time absorbed them: then
+// the rate alone matches the larger run. Errors: INVALID_ARGUMENT for runs
+// at equal rows or without positive times, or when even the rate alone is
+// beyond the bound.
 absl::StatusOr<DeviceCalibration> FitCalibration(const Graph& training_graph,
                                                  const quilt::v1::Device& device,
-                                                 const ProfileRun& large, const ProfileRun& small);
+                                                 const ProfileRun& large, const ProfileRun& small,
+                                                 double max_flops_per_s = 0);
 
 }  // namespace quilt
 

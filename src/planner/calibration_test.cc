@@ -70,6 +70,23 @@ TEST(Calibration, CalibratedDeviceUsesTheFittedRateForEveryOp) {
   EXPECT_EQ(d.id(), "w0/cpu:0");
 }
 
+TEST(Calibration, RunsOfAboutTheSameTimeAreExplainedByTheRateWithinTheBound) {
+  const Graph g = Training("mlp");
+  // Half the rows took as long: unbounded, the fixed time per op absorbs
+  // both runs and the rate goes to infinity.
+  const ProfileRun large{64, 11e-3, 10e-3}, small{32, 10.9e-3, 9.9e-3};
+  const double bound = 4 * Cpu().measured_gemm_flops_per_s();
+  absl::StatusOr<DeviceCalibration> c = FitCalibration(g, Cpu(), large, small, bound);
+  ASSERT_THAT(c.status(), IsOk());
+  EXPECT_LE(c->flops_per_s, bound);
+  absl::StatusOr<OneDevicePrediction> step = PredictOneDevice(g, Calibrated(Cpu(), *c), 64);
+  ASSERT_THAT(step.status(), IsOk());
+  EXPECT_NEAR(step->step_s / large.step_s, 1, 0.1);
+  // A device that cannot do it at any rate within the bound: refused.
+  EXPECT_THAT(FitCalibration(g, Cpu(), {64, 1e-9, 1e-9}, {32, 1e-9, 1e-9}, bound),
+              StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("beyond")));
+}
+
 TEST(Calibration, RejectsRunsItCannotFit) {
   const Graph g = Training("mlp");
   EXPECT_THAT(FitCalibration(g, Cpu(), {32, 1e-3, 9e-4}, {32, 1e-3, 9e-4}),

@@ -42,7 +42,17 @@ ModelProfiler::~ModelProfiler() {
 
 void ModelProfiler::Start(const quilt::v1::ModelProfile& profile) {
   absl::MutexLock lock(&mu_);
-  if (!known_.insert(profile.profile_id()).second) return;
+  if (!known_.insert(profile.profile_id()).second) {
+    // Asked again (a restarted coordinator): a finished profile is sent
+    // again; one queued or running reports when it ends.
+    auto done = finished_.find(profile.profile_id());
+    if (done == finished_.end()) return;
+    for (const auto& r : results_) {
+      if (r.profile_id() == profile.profile_id()) return;
+    }
+    results_.push_back(done->second);
+    return;
+  }
   queue_.push_back(profile);
 }
 
@@ -79,6 +89,11 @@ void ModelProfiler::Loop() {
     {
       absl::MutexLock lock(&mu_);
       if (stop_) return;
+      if (result.error().empty()) {
+        finished_[result.profile_id()] = result;
+      } else {
+        known_.erase(result.profile_id());  // a failure may not recur: asked again, run again
+      }
       results_.push_back(std::move(result));
     }
     if (options_.on_result) options_.on_result();
@@ -197,6 +212,7 @@ absl::Status ModelProfiler::RunOne(const quilt::v1::ModelProfile& profile, int i
   out->set_step_time_s(Median(steps));
   out->set_compute_time_s(Median(compute));
   std::filesystem::remove_all(dir, ec);
+  std::filesystem::remove(options_.work_dir + "/profiles/" + profile.profile_id(), ec);
   return absl::OkStatus();
 }
 

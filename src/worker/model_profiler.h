@@ -15,6 +15,7 @@
 
 #include <deque>
 #include <functional>
+#include <map>
 #include <set>
 #include <string>
 #include <thread>
@@ -61,6 +62,7 @@ class ModelProfiler {
   mutable absl::Mutex mu_;
   std::deque<quilt::v1::ModelProfile> queue_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> known_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, quilt::v1::ModelProfileResult> finished_ ABSL_GUARDED_BY(mu_);
   std::vector<quilt::v1::ModelProfileResult> results_ ABSL_GUARDED_BY(mu_);
   pid_t child_ ABSL_GUARDED_BY(mu_) = -1;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;

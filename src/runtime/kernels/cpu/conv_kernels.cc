@@ -102,8 +102,9 @@ void Col2Im(const float* col, const ConvGeom& g, float* x, int64_t stride) {
 
 // Uninitialized scratch memory from the tensor buffer pool (plain vectors
 // would be zero-filled and, when large, freshly mapped on every call).
-float* Scratch(Tensor* holder, int64_t n) {
-  *holder = Tensor::Empty(DType::kF32, {n}).value();
+// Errors: RESOURCE_EXHAUSTED when the memory cannot be had.
+absl::StatusOr<float*> Scratch(Tensor* holder, int64_t n) {
+  ASSIGN_OR_RETURN(*holder, Tensor::Empty(DType::kF32, {n}));
   return holder->f32();
 }
 
@@ -133,8 +134,8 @@ absl::Status Conv(KernelContext& ctx) {
   const int64_t plane = g.ho * g.wo;
   const int64_t chunk = ImagesPerChunk(g);
   Tensor col_t, y_t;
-  float* col = Scratch(&col_t, g.ckk * chunk * plane);
-  float* y = Scratch(&y_t, g.mg * chunk * plane);
+  ASSIGN_OR_RETURN(float* col, Scratch(&col_t, g.ckk * chunk * plane));
+  ASSIGN_OR_RETURN(float* y, Scratch(&y_t, g.mg * chunk * plane));
   for (int64_t n0 = 0; n0 < g.n; n0 += chunk) {
     const int64_t nc = std::min(chunk, g.n - n0);
     for (int64_t grp = 0; grp < g.win.group; ++grp) {
@@ -184,8 +185,8 @@ absl::Status ConvGradInput(KernelContext& ctx) {
   const int64_t plane = g.ho * g.wo;
   const int64_t chunk = ImagesPerChunk(g);
   Tensor col_t, dyb_t;
-  float* col = Scratch(&col_t, g.ckk * chunk * plane);
-  float* dyb = Scratch(&dyb_t, g.mg * chunk * plane);
+  ASSIGN_OR_RETURN(float* col, Scratch(&col_t, g.ckk * chunk * plane));
+  ASSIGN_OR_RETURN(float* dyb, Scratch(&dyb_t, g.mg * chunk * plane));
   for (int64_t n0 = 0; n0 < g.n; n0 += chunk) {
     const int64_t nc = std::min(chunk, g.n - n0);
     for (int64_t grp = 0; grp < g.win.group; ++grp) {
@@ -213,8 +214,8 @@ absl::Status ConvGradWeight(KernelContext& ctx) {
   const int64_t plane = g.ho * g.wo;
   const int64_t chunk = ImagesPerChunk(g);
   Tensor col_t, dyb_t;
-  float* col = Scratch(&col_t, g.ckk * chunk * plane);
-  float* dyb = Scratch(&dyb_t, g.mg * chunk * plane);
+  ASSIGN_OR_RETURN(float* col, Scratch(&col_t, g.ckk * chunk * plane));
+  ASSIGN_OR_RETURN(float* dyb, Scratch(&dyb_t, g.mg * chunk * plane));
   for (int64_t n0 = 0; n0 < g.n; n0 += chunk) {
     const int64_t nc = std::min(chunk, g.n - n0);
     for (int64_t grp = 0; grp < g.win.group; ++grp) {
