@@ -53,6 +53,7 @@ void Coordinator::Start() {
 void Coordinator::Stop() {
   if (!stop_.HasBeenNotified()) stop_.Notify();
   if (ticker_.joinable()) ticker_.join();
+  jobs_->Flush();
 }
 
 void Coordinator::TickerLoop() {

@@ -61,6 +61,18 @@ JobManager::Job* JobManager::Find(const std::string& job_id) {
   return it == jobs_.end() ? nullptr : &it->second;
 }
 
+void JobManager::Flush() {
+  absl::MutexLock lock(&mu_);
+  for (auto& [id, job] : jobs_) {
+    if (job.persisted_version == job.version) continue;
+    if (absl::Status s = store_->PutJob(job.record); !s.ok()) {
+      QLOG_ERROR("cannot store job {}: {}", id, s.ToString());
+      continue;
+    }
+    job.persisted_version = job.version;
+  }
+}
+
 void JobManager::Changed(Job* job, bool durable) {
   job->version = ++version_;
   const absl::Time now = clock_->Now();
@@ -68,6 +80,8 @@ void JobManager::Changed(Job* job, bool durable) {
   job->persisted = now;
   if (absl::Status s = store_->PutJob(job->record); !s.ok()) {
     QLOG_ERROR("cannot store job {}: {}", job->record.status().job_id(), s.ToString());
+  } else {
+    job->persisted_version = job->version;
   }
 }
 
@@ -175,6 +189,9 @@ void JobManager::ApplyReport(Job* job, const std::string& node,
   quilt::v1::JobRecord& r = job->record;
   auto task = r.mutable_tasks()->find(node);
   if (task == r.mutable_tasks()->end()) return;  // not a node of this job
+  // An ended job keeps the state it ended in (executors of a job failed at
+  // a coordinator restart may still report steps).
+  if (Ended(r.status().state())) return;
   quilt::v1::TaskReport& t = task->second;
   t.set_state(report.state());
   t.set_step(std::max(t.step(), report.step()));

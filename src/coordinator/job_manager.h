@@ -64,6 +64,10 @@ class JobManager {
   void OnHeartbeat(const quilt::v1::HeartbeatRequest& request,
                    quilt::v1::HeartbeatResponse* response);
 
+  // Writes every job changed since it was last stored (progress is stored
+  // at most every few seconds): at shutdown.
+  void Flush();
+
   // Fails running jobs whose nodes are Down. Called by the liveness ticker.
   void CheckNodes();
 
@@ -92,6 +96,7 @@ class JobManager {
     // steps again).
     std::map<std::string, int64_t> next_step;
     absl::Time persisted = absl::InfinitePast();
+    int64_t persisted_version = -1;
   };
 
   void ApplyReport(Job* job, const std::string& node, const quilt::v1::TaskReport& report)

@@ -234,6 +234,22 @@ TEST_F(JobManagerTest, JobsSurviveARestartAndRunningOnesAreFailed) {
               ElementsAre(running));
 }
 
+TEST_F(JobManagerTest, FlushStoresProgressAndAnEndedJobTakesNoMoreReports) {
+  const std::string id = AddJob(100);
+  Beat("a", {Report(id, quilt::v1::TASK_STATE_RUNNING, 1, {1.0, 1.0, 1.0})});
+  Beat("b", {Report(id, quilt::v1::TASK_STATE_RUNNING, 1, {1.0, 1.0, 1.0})});
+  ASSERT_EQ(Status(id).step(), 3);
+  jobs_->Flush();  // progress is otherwise stored at most every few seconds
+  Reopen();
+  EXPECT_EQ(Status(id).step(), 3);
+  EXPECT_EQ(Status(id).state(), quilt::v1::JOB_STATE_FAILED);
+  // Executors that kept running report more steps: the ended job keeps its.
+  Beat("a", {Report(id, quilt::v1::TASK_STATE_RUNNING, 4, {1.0, 1.0})});
+  Beat("b", {Report(id, quilt::v1::TASK_STATE_RUNNING, 4, {1.0, 1.0})});
+  EXPECT_EQ(Status(id).step(), 3);
+  EXPECT_EQ(Status(id).state(), quilt::v1::JOB_STATE_FAILED);
+}
+
 TEST_F(JobManagerTest, WaitForChangeReturnsOnChangeOrTimeout) {
   const std::string id = AddJob();
   int64_t version = -1;

@@ -80,6 +80,16 @@ absl::StatusOr<NewJob> PrepareJob(const quilt::v1::JobSpec& spec, const NodeRegi
                                   const LinkProbes* links, ModelProfiles* profiles,
                                   const SubmissionOptions& options) {
   if (spec.steps() < 1) return absl::InvalidArgumentError("steps must be at least 1");
+  // The name is shown in tables and logs: printable and short.
+  if (spec.name().size() > 128) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the job's name has ", spec.name().size(), " bytes; at most 128"));
+  }
+  for (unsigned char c : spec.name()) {
+    if (c < 0x20 || c == 0x7f) {
+      return absl::InvalidArgumentError("the job's name has a control character");
+    }
+  }
   if (spec.checkpoint_interval_steps() < 0) {
     return absl::InvalidArgumentError("checkpoint_interval_steps must not be negative");
   }

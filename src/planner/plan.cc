@@ -249,6 +249,11 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
   const absl::Time start = absl::Now();
   if (!g.has_backward) return absl::InvalidArgumentError("planning needs a training graph");
   if (o.global_batch < 1) return absl::InvalidArgumentError("the batch must be at least 1");
+  if (o.global_batch > kMaxGlobalBatch) {
+    return absl::InvalidArgumentError(absl::StrCat("a global batch of ", o.global_batch,
+                                                   " is more than the ", kMaxGlobalBatch,
+                                                   " samples a step may have"));
+  }
   ASSIGN_OR_RETURN(CostModel cost, CostModel::Create(&g, &topo));
   ASSIGN_OR_RETURN(const GraphIndex ix, GraphIndex::Build(g));
   PlanResult result;

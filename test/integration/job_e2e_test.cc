@@ -286,6 +286,10 @@ TEST_F(Jobs, BadRequestsAreRejectedAtSubmitWithTheirReason) {
   std::vector<std::string> small = args;
   small[5] = "128";
   rejected(small, "fewer than one global batch");
+  // A name with a control character (it would reach terminals as is).
+  std::vector<std::string> named = args;
+  named.insert(named.end(), {"--name", "evil\x1b[2Jname"});
+  rejected(named, "control character");
   // Nothing was created.
   absl::StatusOr<CommandResult> jobs = cluster_.Quiltctl({"jobs", "-o", "json"});
   ASSERT_THAT(jobs.status(), IsOk());
