@@ -76,6 +76,21 @@ absl::StatusOr<PlanResult> PlanOn(const quilt::v1::JobSpec& spec, const Graph& g
 
 }  // namespace
 
+absl::StatusOr<quilt::v1::ClusterSpec> ProfiledCluster(
+    const Graph& graph, int64_t global_batch, const NodeRegistry& registry, const LinkProbes* links,
+    ModelProfiles* profiles, absl::Duration timeout, std::vector<std::string>* calibration) {
+  ASSIGN_OR_RETURN(quilt::v1::ClusterSpec cluster, LiveClusterSpec(registry, links));
+  *calibration = profiles->Calibrate(graph, global_batch, timeout, &cluster);
+  // The nodes Ready now (one may have gone while profiling), as profiled.
+  ASSIGN_OR_RETURN(quilt::v1::ClusterSpec now, LiveClusterSpec(registry, links));
+  for (auto& node : *now.mutable_nodes()) {
+    for (const auto& profiled : cluster.nodes()) {
+      if (profiled.node_id() == node.node_id()) *node.mutable_devices() = profiled.devices();
+    }
+  }
+  return now;
+}
+
 absl::StatusOr<NewJob> PrepareJob(const quilt::v1::JobSpec& spec, const NodeRegistry& registry,
                                   const LinkProbes* links, ModelProfiles* profiles,
                                   const SubmissionOptions& options) {
@@ -102,16 +117,8 @@ absl::StatusOr<NewJob> PrepareJob(const quilt::v1::JobSpec& spec, const NodeRegi
   ASSIGN_OR_RETURN(PlanResult result, PlanOn(spec, graph, cluster, strategy, options));
   std::vector<std::string> calibration;
   if (profiles != nullptr && options.profile_timeout > absl::ZeroDuration()) {
-    calibration =
-        profiles->Calibrate(graph, spec.global_batch(), options.profile_timeout, &cluster);
-    // The nodes Ready now (one may have gone while profiling), as profiled.
-    ASSIGN_OR_RETURN(quilt::v1::ClusterSpec now, LiveClusterSpec(registry, links));
-    for (auto& node : *now.mutable_nodes()) {
-      for (const auto& profiled : cluster.nodes()) {
-        if (profiled.node_id() == node.node_id()) *node.mutable_devices() = profiled.devices();
-      }
-    }
-    cluster = std::move(now);
+    ASSIGN_OR_RETURN(cluster, ProfiledCluster(graph, spec.global_batch(), registry, links, profiles,
+                                              options.profile_timeout, &calibration));
     ASSIGN_OR_RETURN(result, PlanOn(spec, graph, cluster, strategy, options));
   }
   NewJob job;

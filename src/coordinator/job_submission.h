@@ -6,12 +6,16 @@
 #ifndef QUILT_SRC_COORDINATOR_JOB_SUBMISSION_H_
 #define QUILT_SRC_COORDINATOR_JOB_SUBMISSION_H_
 
+#include <string>
+#include <vector>
+
 #include "absl/status/statusor.h"
 #include "proto/quilt/v1/job.pb.h"
 #include "src/coordinator/job_manager.h"
 #include "src/coordinator/link_probes.h"
 #include "src/coordinator/model_profiles.h"
 #include "src/coordinator/node_registry.h"
+#include "src/graph/graph.h"
 
 namespace quilt {
 
@@ -26,6 +30,15 @@ struct SubmissionOptions {
 // smaller than the devices it is split over, unreadable or mismatched
 // dataset, unknown strategy), FAILED_PRECONDITION (no Ready nodes, no
 // strategy fits the devices' memory).
+// The live cluster with each node's devices as the workers' profiles of
+// `graph` (at `global_batch`) calibrate them, waiting at most `timeout`;
+// the nodes are those Ready once the profiles are in. `calibration`: per
+// node, what its devices are (JobStatus.calibration). Errors: those of
+// LiveClusterSpec.
+absl::StatusOr<quilt::v1::ClusterSpec> ProfiledCluster(
+    const Graph& graph, int64_t global_batch, const NodeRegistry& registry, const LinkProbes* links,
+    ModelProfiles* profiles, absl::Duration timeout, std::vector<std::string>* calibration);
+
 // With `profiles`, the workers profile the model first and the plan uses
 // their calibrations (model_profiles.h).
 absl::StatusOr<NewJob> PrepareJob(const quilt::v1::JobSpec& spec, const NodeRegistry& registry,

@@ -76,9 +76,11 @@ absl::Status JobServiceImpl::Plan(const quilt::v1::PlanJobRequest& request,
                    LiveClusterSpec(*coordinator_->registry(), coordinator_->links()));
   std::vector<std::string> calibration;
   if (coordinator_->config().profile_timeout_ms > 0) {
-    calibration = coordinator_->profiles()->Calibrate(
-        graph, request.spec().global_batch(),
-        absl::Milliseconds(coordinator_->config().profile_timeout_ms), &spec);
+    ASSIGN_OR_RETURN(
+        spec, ProfiledCluster(graph, request.spec().global_batch(), *coordinator_->registry(),
+                              coordinator_->links(), coordinator_->profiles(),
+                              absl::Milliseconds(coordinator_->config().profile_timeout_ms),
+                              &calibration));
   }
   absl::StatusOr<Topology> topo = Topology::Build(spec);
   if (!topo.ok()) return Annotate(topo.status(), "the live cluster");
