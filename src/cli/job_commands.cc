@@ -30,6 +30,13 @@ namespace {
 using quilt::v1::JobState;
 using quilt::v1::JobStatus;
 
+// `path` from the current directory (empty stays empty).
+std::string Absolute(const std::string& path) {
+  if (path.empty() || path[0] == '/') return path;
+  char cwd[4096];
+  return getcwd(cwd, sizeof(cwd)) != nullptr ? std::string(cwd) + "/" + path : path;
+}
+
 struct SubmitArgs {
   std::string model, name, loss = "auto", optimizer = "sgd", strategy = "auto", data = "synthetic";
   std::string checkpoint_dir;
@@ -59,7 +66,8 @@ absl::StatusOr<quilt::v1::JobSpec> SpecFrom(const SubmitArgs& a) {
   spec.set_strategy(a.strategy);
   spec.set_seed(a.seed);
   spec.set_checkpoint_interval_steps(a.checkpoint_every);
-  spec.set_checkpoint_dir(a.checkpoint_dir);
+  // The workers write there, in their own working directories: absolute.
+  spec.set_checkpoint_dir(Absolute(a.checkpoint_dir));
   if (a.loss == "softmax_cross_entropy") {
     spec.set_loss(quilt::v1::Loss::TYPE_SOFTMAX_CROSS_ENTROPY);
   } else if (a.loss == "mse") {
@@ -83,12 +91,7 @@ absl::StatusOr<quilt::v1::JobSpec> SpecFrom(const SubmitArgs& a) {
       return absl::InvalidArgumentError("--data synthetic[:SEED], or INPUTS.npy,LABELS.npy");
     }
     // The coordinator and the workers read them: absolute paths.
-    for (std::string& f : files) {
-      if (!f.empty() && f[0] != '/') {
-        char cwd[4096];
-        if (getcwd(cwd, sizeof(cwd)) != nullptr) f = std::string(cwd) + "/" + f;
-      }
-    }
+    for (std::string& f : files) f = Absolute(f);
     spec.mutable_dataset()->mutable_numpy()->set_inputs_path(files[0]);
     spec.mutable_dataset()->mutable_numpy()->set_labels_path(files[1]);
   }

@@ -4,11 +4,13 @@
 #include <cblas-openblas.h>
 
 #include <cstdlib>
+#include <set>
 #include <vector>
 
 #include "CLI/CLI.hpp"
 #include "src/cli/command.h"
 #include "src/cli/validators.h"
+#include "src/common/net.h"
 #include "src/common/version.h"
 
 int main(int argc, char** argv) {
@@ -37,7 +39,21 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   globals.timeout_set = timeout->count() > 0;
   for (const quilt::cli::Command& c : commands) {
-    if (c.app->parsed()) return c.run();
+    if (!c.app->parsed()) continue;
+    // Commands that call the coordinator need an address they can use.
+    static const std::set<std::string> remote = {"status",   "nodes", "submit", "jobs",
+                                                 "describe", "watch", "cancel", "export"};
+    if (remote.count(c.app->get_name()) > 0 && globals.coordinator.rfind("unix:", 0) != 0) {
+      absl::StatusOr<quilt::HostPort> hp = quilt::ParseHostPort(globals.coordinator);
+      if (!hp.ok() || hp->port == 0) {
+        std::cerr << "quiltctl: --coordinator "
+                  << (hp.ok() ? "'" + globals.coordinator + "': port 0 is no coordinator's port"
+                              : std::string(hp.status().message()))
+                  << "\n";
+        return 2;
+      }
+    }
+    return c.run();
   }
   return 2;
 }

@@ -1,5 +1,6 @@
 #include "src/coordinator/job_submission.h"
 
+#include <filesystem>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -76,6 +77,22 @@ absl::StatusOr<PlanResult> PlanOn(const quilt::v1::JobSpec& spec, const Graph& g
 
 }  // namespace
 
+absl::Status CheckCheckpointDir(const std::string& dir) {
+  if (dir.empty()) return absl::OkStatus();  // the coordinator's own
+  if (dir[0] != '/') {
+    return absl::InvalidArgumentError("the checkpoint directory '" + dir +
+                                      "' must be an absolute path");
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec || !std::filesystem::is_directory(dir)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the checkpoint directory ", dir,
+                     " cannot be created here: ", ec ? ec.message() : "not a directory"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<quilt::v1::ClusterSpec> ProfiledCluster(
     const Graph& graph, int64_t global_batch, const NodeRegistry& registry, const LinkProbes* links,
     ModelProfiles* profiles, absl::Duration timeout, std::vector<std::string>* calibration) {
@@ -110,6 +127,7 @@ absl::StatusOr<NewJob> PrepareJob(const quilt::v1::JobSpec& spec, const NodeRegi
   }
   ASSIGN_OR_RETURN(Graph graph, TrainingGraphForJob(spec));
   RETURN_IF_ERROR(CheckDataset(spec, graph));
+  RETURN_IF_ERROR(CheckCheckpointDir(spec.checkpoint_dir()));
   ASSIGN_OR_RETURN(quilt::v1::ClusterSpec cluster, LiveClusterSpec(registry, links));
   const std::string strategy = spec.strategy().empty() ? "auto" : spec.strategy();
   // Planned with the devices' start-up figures first: a job that fits no

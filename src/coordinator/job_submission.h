@@ -30,6 +30,11 @@ struct SubmissionOptions {
 // smaller than the devices it is split over, unreadable or mismatched
 // dataset, unknown strategy), FAILED_PRECONDITION (no Ready nodes, no
 // strategy fits the devices' memory).
+// A job's checkpoint directory: empty (the coordinator's), or an absolute
+// path the coordinator can create (it and the nodes share the storage).
+// Errors: INVALID_ARGUMENT naming the path.
+absl::Status CheckCheckpointDir(const std::string& dir);
+
 // The live cluster with each node's devices as the workers' profiles of
 // `graph` (at `global_batch`) calibrate them, waiting at most `timeout`;
 // the nodes are those Ready once the profiles are in. `calibration`: per

@@ -286,6 +286,12 @@ TEST_F(Jobs, BadRequestsAreRejectedAtSubmitWithTheirReason) {
   std::vector<std::string> small = args;
   small[5] = "128";
   rejected(small, "fewer than one global batch");
+  // A checkpoint directory the coordinator cannot create.
+  std::vector<std::string> unwritable = args;
+  const auto ckpt_flag = std::find(unwritable.begin(), unwritable.end(), "--checkpoint-dir");
+  ASSERT_NE(ckpt_flag, unwritable.end());
+  *(ckpt_flag + 1) = "/proc/quilt-checkpoints";
+  rejected(unwritable, "checkpoint directory /proc/quilt-checkpoints cannot be created");
   // A name with a control character (it would reach terminals as is).
   std::vector<std::string> named = args;
   named.insert(named.end(), {"--name", "evil\x1b[2Jname"});

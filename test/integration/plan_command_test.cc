@@ -127,6 +127,16 @@ TEST(PlanCommand, BadInput_ExitsWithAClearError) {
   EXPECT_NE(onnx_dir.exit_code, 0);
 }
 
+TEST(Quiltctl, ACoordinatorAddressItCannotUseIsRefusedBeforeAnyCall) {
+  for (const std::string& address : {"127.0.0.1:99999", "127.0.0.1", "127.0.0.1:0"}) {
+    auto r = RunCommand({RunfilePath("src/cli/quiltctl"), "--coordinator", address, "status"},
+                        absl::Seconds(30));
+    ASSERT_THAT(r, IsOk());
+    EXPECT_EQ(r->exit_code, 2) << address;
+    EXPECT_THAT(r->err, HasSubstr("--coordinator")) << address;
+  }
+}
+
 // gpt2 at 96 rows needs more memory than HeteroG's testbed has in all: the
 // table says why each strategy fails and the command fails, in both formats.
 TEST(PlanCommand, NoFeasibleStrategy_SaysSoAndFails) {
