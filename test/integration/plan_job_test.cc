@@ -40,7 +40,13 @@ TEST(PlanJob, PlansOnTheLiveWorkersWithTheirMeasuredSpeeds) {
     if (e["name"] == "single-device" || e["name"] == "heterog") continue;
     std::set<std::string> devices;
     for (const auto& m : e["memory"]) devices.insert(m["device"].get<std::string>());
-    EXPECT_EQ(devices, (std::set<std::string>{"fast/cpu:0", "slow/cpu:0"})) << e["name"];
+    // The even splits use both; a proportional split may leave the slow
+    // worker out (its profiled time per step outweighs what its rows save).
+    if (e["name"].get<std::string>().rfind("dp-even", 0) == 0) {
+      EXPECT_EQ(devices, (std::set<std::string>{"fast/cpu:0", "slow/cpu:0"})) << e["name"];
+    } else {
+      EXPECT_TRUE(devices.count("fast/cpu:0")) << e["name"];
+    }
   }
   // The proportional split gives the fast worker more rows than the one
   // slowed four times.
