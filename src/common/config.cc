@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -194,6 +195,10 @@ absl::Status ConfigSchemaBase::ApplyTomlImpl(const std::string& text, const std:
 }
 
 absl::Status ConfigSchemaBase::ApplyTomlFileImpl(const std::string& path, void* config) const {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    return absl::InvalidArgumentError("config file " + path + " is a directory, not a file");
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     return absl::NotFoundError(

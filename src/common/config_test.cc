@@ -6,6 +6,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "src/common/status_matchers.h"
+#include "src/testing/temp_dir.h"
 
 namespace quilt {
 namespace {
@@ -103,6 +104,14 @@ TEST(ConfigSchema, Layers_EnvThenFlagsOverrideFile) {
   EXPECT_THAT(schema.Set("heartbeat_period_ms", "4x", &c),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--heartbeat_period_ms")));
   EXPECT_THAT(schema.Set("nope", "1", &c), StatusIs(absl::StatusCode::kNotFound));
+}
+
+TEST(ConfigSchema, ADirectoryIsNoConfigFile) {
+  auto schema = MakeSchema();
+  TestConfig c;
+  testing::TempDir dir;
+  EXPECT_THAT(schema.ApplyTomlFile(dir.path(), &c),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("is a directory")));
 }
 
 TEST(ConfigSchema, BadEnvValue_NamesVariable) {

@@ -14,10 +14,17 @@ namespace {
 // Transport errors name the address; the server's own errors pass through.
 absl::Status CallStatus(const grpc::Status& s, const std::string& address) {
   absl::Status status = FromGrpcStatus(s);
-  if (s.error_code() == grpc::StatusCode::UNAVAILABLE ||
-      s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+  if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
     return absl::Status(status.code(), absl::StrCat("coordinator at ", address,
                                                     " is unreachable: ", status.message()));
+  }
+  if (s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+    // Unreachable, or busy (planning waits for the workers' profiles).
+    return absl::Status(status.code(),
+                        absl::StrCat("coordinator at ", address,
+                                     " did not answer in time (unreachable, or busy planning; "
+                                     "--timeout gives it longer): ",
+                                     status.message()));
   }
   if (s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED &&
       absl::StrContains(s.error_message(), "larger than max")) {
