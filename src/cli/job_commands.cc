@@ -143,20 +143,26 @@ int Watch(const std::string& id, const GlobalOptions& g, const std::string& form
   JobStatus last;
   int64_t last_printed_step = -1;
   JobState last_printed_state = quilt::v1::JOB_STATE_UNSPECIFIED;
-  absl::Status s = client.WatchJob(id, [&](const JobStatus& st) {
-    last = st;
-    if (format == "json") {
-      std::cout << ToJson(st) << std::endl;
-    } else if (tty) {
-      std::cout << "\r" << ProgressLine(st) << "\033[K" << std::flush;
-    } else if (st.state() != last_printed_state || JobEnded(st.state()) ||
-               st.step() >= last_printed_step + std::max<int64_t>(1, st.steps() / 20)) {
-      // Not a terminal: a line per 5 % of the steps and per state change.
-      std::cout << ProgressLine(st) << "\n" << std::flush;
-      last_printed_step = st.step();
-      last_printed_state = st.state();
-    }
-  });
+  // The stream has no deadline (a job runs for hours): a call that has one
+  // first, so that a coordinator that does not answer is reported within
+  // --timeout.
+  absl::Status s = client.GetJob(id).status();
+  if (s.ok()) {
+    s = client.WatchJob(id, [&](const JobStatus& st) {
+      last = st;
+      if (format == "json") {
+        std::cout << ToJson(st) << std::endl;
+      } else if (tty) {
+        std::cout << "\r" << ProgressLine(st) << "\033[K" << std::flush;
+      } else if (st.state() != last_printed_state || JobEnded(st.state()) ||
+                 st.step() >= last_printed_step + std::max<int64_t>(1, st.steps() / 20)) {
+        // Not a terminal: a line per 5 % of the steps and per state change.
+        std::cout << ProgressLine(st) << "\n" << std::flush;
+        last_printed_step = st.step();
+        last_printed_state = st.state();
+      }
+    });
+  }
   if (tty) std::cout << "\n";
   if (!s.ok()) return PrintError(std::string(s.message()));
   if (format != "json") {

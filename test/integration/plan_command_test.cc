@@ -1,8 +1,14 @@
 // `quiltctl plan` as a user runs it: every baseline and the lower bound for
 // BERT-large on the HAP cluster, JSON with the same content, a Chrome trace
 // that parses, and clear errors for bad input.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <fstream>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -135,6 +141,29 @@ TEST(Quiltctl, ACoordinatorAddressItCannotUseIsRefusedBeforeAnyCall) {
     EXPECT_EQ(r->exit_code, 2) << address;
     EXPECT_THAT(r->err, HasSubstr("--coordinator")) << address;
   }
+}
+
+// A listener that accepts connections and never answers.
+TEST(Quiltctl, WatchGivesUpOnACoordinatorThatDoesNotAnswerWithinTheTimeout) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(listen(fd, 8), 0);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const std::string address = absl::StrCat("127.0.0.1:", ntohs(addr.sin_port));
+  const absl::Time start = absl::Now();
+  auto r = RunCommand({RunfilePath("src/cli/quiltctl"), "--coordinator", address, "--timeout", "2",
+                       "watch", "job-x"},
+                      absl::Seconds(60));
+  close(fd);
+  ASSERT_THAT(r, IsOk());
+  EXPECT_NE(r->exit_code, 0);
+  EXPECT_THAT(r->err, HasSubstr("did not answer in time"));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(20));
 }
 
 // gpt2 at 96 rows needs more memory than HeteroG's testbed has in all: the
