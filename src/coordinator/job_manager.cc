@@ -64,25 +64,23 @@ JobManager::Job* JobManager::Find(const std::string& job_id) {
 void JobManager::Flush() {
   absl::MutexLock lock(&mu_);
   for (auto& [id, job] : jobs_) {
-    if (job.persisted_version == job.version) continue;
-    if (absl::Status s = store_->PutJob(job.record); !s.ok()) {
-      QLOG_ERROR("cannot store job {}: {}", id, s.ToString());
-      continue;
-    }
-    job.persisted_version = job.version;
+    if (job.persisted_version != job.version) Persist(&job);
   }
 }
 
-void JobManager::Changed(Job* job, bool durable) {
-  job->version = ++version_;
-  const absl::Time now = clock_->Now();
-  if (!durable && now - job->persisted < absl::Seconds(5)) return;
-  job->persisted = now;
+void JobManager::Persist(Job* job) {
+  job->persisted = clock_->Now();
   if (absl::Status s = store_->PutJob(job->record); !s.ok()) {
     QLOG_ERROR("cannot store job {}: {}", job->record.status().job_id(), s.ToString());
   } else {
     job->persisted_version = job->version;
   }
+}
+
+void JobManager::Changed(Job* job, bool durable) {
+  job->version = ++version_;
+  if (!durable && clock_->Now() - job->persisted < absl::Seconds(5)) return;
+  Persist(job);
 }
 
 absl::StatusOr<std::string> JobManager::Add(NewJob n) {

@@ -106,6 +106,8 @@ class JobManager {
   // Wakes watchers; writes the record now when `durable`, else at most
   // every few seconds (progress only).
   void Changed(Job* job, bool durable = true) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Writes the record (failures are logged; the next change tries again).
+  void Persist(Job* job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Job* Find(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   CoordinatorStore* store_;

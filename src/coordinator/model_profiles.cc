@@ -100,13 +100,16 @@ std::vector<std::string> ModelProfiles::Calibrate(const Graph& g, int64_t global
   const int64_t small = large / 2;
   struct Wanted {
     std::string node, id;
-    int device = -1;   // index in the node
-    std::string line;  // set when nothing is to be waited for
+    int node_index = 0;  // in the cluster
+    int device = -1;     // index in the node
+    std::string line;    // set when nothing is to be waited for
   };
   std::vector<Wanted> wanted;
-  for (const auto& node : cluster->nodes()) {
+  for (int i = 0; i < cluster->nodes_size(); ++i) {
+    const quilt::v1::NodeInfo& node = cluster->nodes(i);
     Wanted w;
     w.node = node.node_id();
+    w.node_index = i;
     for (int d = 0; d < node.devices_size() && w.device < 0; ++d) {
       if (node.devices(d).kind() == quilt::v1::DEVICE_KIND_CPU) w.device = d;
     }
@@ -246,10 +249,7 @@ std::vector<std::string> ModelProfiles::Calibrate(const Graph& g, int64_t global
                                    r.error().empty() ? "incomplete" : r.error(), ")"));
       continue;
     }
-    quilt::v1::NodeInfo* node = nullptr;
-    for (auto& n : *cluster->mutable_nodes()) {
-      if (n.node_id() == w.node) node = &n;
-    }
+    quilt::v1::NodeInfo* node = cluster->mutable_nodes(w.node_index);
     const quilt::v1::Device device = node->devices(w.device);
     auto run = [](const quilt::v1::ModelProfileResult::Run& x) {
       return ProfileRun{x.rows(), x.step_time_s(), x.compute_time_s()};
