@@ -45,7 +45,12 @@ absl::StatusOr<PlanResult> PlanOn(const quilt::v1::JobSpec& spec, const Graph& g
   plan.strategy = strategy == "auto" ? "all" : strategy;
   plan.search.time_budget_s = options.time_budget_s;
   plan.search.seed = spec.seed() == 0 ? 1 : spec.seed();
-  ASSIGN_OR_RETURN(PlanResult result, Plan(graph, *topo, plan));
+  absl::StatusOr<PlanResult> planned;
+  {
+    absl::MutexLockMaybe lock(options.planner_lock);
+    planned = Plan(graph, *topo, plan);
+  }
+  ASSIGN_OR_RETURN(PlanResult result, std::move(planned));
   if (result.report.best().empty()) {
     std::string why;
     for (const auto& e : result.report.estimates()) {

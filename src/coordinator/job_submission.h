@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "proto/quilt/v1/job.pb.h"
 #include "src/coordinator/job_manager.h"
 #include "src/coordinator/link_probes.h"
@@ -24,6 +25,9 @@ struct SubmissionOptions {
   double time_budget_s = 10;
   // How long to wait for the workers' profiles of the model (0: none).
   absl::Duration profile_timeout = absl::ZeroDuration();
+  // Held while the planner runs (null: none), so that concurrent
+  // submissions, which may wait for profiles, plan one at a time.
+  absl::Mutex* planner_lock = nullptr;
 };
 
 // Errors: INVALID_ARGUMENT (bad model, unsupported op, steps < 1, batch

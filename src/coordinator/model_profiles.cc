@@ -100,9 +100,10 @@ std::vector<std::string> ModelProfiles::Calibrate(const Graph& g, int64_t global
   const int64_t small = large / 2;
   struct Wanted {
     std::string node, id;
-    int node_index = 0;  // in the cluster
-    int device = -1;     // index in the node
-    std::string line;    // set when nothing is to be waited for
+    int node_index = 0;    // in the cluster
+    int device = -1;       // index in the node
+    std::string line;      // set when nothing is to be waited for
+    bool waiting = false;  // counted in waiters_
   };
   std::vector<Wanted> wanted;
   for (int i = 0; i < cluster->nodes_size(); ++i) {
@@ -122,8 +123,12 @@ std::vector<std::string> ModelProfiles::Calibrate(const Graph& g, int64_t global
     w.id = absl::StrCat(model, "-", w.node, "-", large);
     bool known = false;
     {
+      // Counted first, so that a plan waiting for the same profile and
+      // giving up does not withdraw the question from this one.
       absl::MutexLock lock(&mu_);
       known = results_.count(w.id) > 0 || asked_.count(w.id) > 0;
+      ++waiters_[w.id];
+      w.waiting = true;
     }
     if (!known) {
       const quilt::v1::Device& device = node.devices(w.device);
@@ -202,13 +207,19 @@ std::vector<std::string> ModelProfiles::Calibrate(const Graph& g, int64_t global
         }
       }
       if (missing.empty() || stopping || absl::Now() >= deadline) {
-        // A failure is not kept, nor a question left unanswered: the next
-        // submission asks again.
-        for (const auto& [id, r] : got) {
-          if (!r.error().empty()) results_.erase(id);
-        }
-        for (const Wanted& w : wanted) {
-          if (!w.line.empty() || got.count(w.id)) continue;
+        // A failure is not kept, nor a question left unanswered, once no
+        // plan waits for it: the next submission asks again.
+        for (Wanted& w : wanted) {
+          if (!w.waiting) continue;
+          w.waiting = false;
+          auto count = waiters_.find(w.id);
+          if (--count->second > 0) continue;
+          waiters_.erase(count);
+          auto result = results_.find(w.id);
+          if (result != results_.end()) {
+            if (!result->second.second.error().empty()) results_.erase(result);
+            continue;
+          }
           asked_.erase(w.id);
           auto& pending = nodes_[w.node].pending;
           pending.erase(std::remove_if(pending.begin(), pending.end(),

@@ -75,6 +75,8 @@ class ModelProfiles {
       ABSL_GUARDED_BY(mu_);
   // Profile ids asked and not answered.
   std::map<std::string, std::string> asked_ ABSL_GUARDED_BY(mu_);  // id → node
+  // Plans waiting for each profile id.
+  std::map<std::string, int> waiters_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace quilt

@@ -30,6 +30,7 @@ quilt::v1::RegisterRequest RegisterReq(const std::string& id, uint64_t incarnati
   d->set_id(id + "/cpu:0");
   d->set_kind(quilt::v1::DEVICE_KIND_CPU);
   d->set_measured_gemm_flops_per_s(5e10);
+  d->set_memory_bytes(int64_t{8} << 30);
   return r;
 }
 
@@ -38,9 +39,10 @@ class CoordinatorServerTest : public ::testing::Test {
   void SetUp() override { StartCoordinator("127.0.0.1:0"); }
   void TearDown() override { StopCoordinator(); }
 
-  void StartCoordinator(const std::string& address) {
+  void StartCoordinator(const std::string& address, int64_t profile_timeout_ms = 60000) {
     CoordinatorConfig config;
     config.listen_address = address;
+    config.profile_timeout_ms = profile_timeout_ms;
     config.state_dir = dir_.path();
     auto c = Coordinator::Create(config, RealClock::Get());
     ASSERT_THAT(c, IsOk());
@@ -166,6 +168,115 @@ TEST_F(CoordinatorServerTest, CoordinatorRestart_KeepsNodeList) {
   ASSERT_THAT(status, IsOk());
   EXPECT_EQ(status->nodes(0).state(), quilt::v1::NODE_STATE_READY);
   EXPECT_EQ(status->nodes(1).state(), quilt::v1::NODE_STATE_NOT_READY);
+}
+
+// Heartbeats as node `id` until `n` profile questions have come (or
+// `within` passes); returns their ids.
+std::vector<std::string> AwaitProfileQuestions(CoordinatorClient* client, const std::string& id,
+                                               uint64_t incarnation, size_t n,
+                                               absl::Duration within = absl::Seconds(20)) {
+  std::vector<std::string> ids;
+  const absl::Time deadline = absl::Now() + within;
+  do {
+    quilt::v1::HeartbeatRequest hb;
+    hb.set_node_id(id);
+    hb.set_incarnation(incarnation);
+    absl::StatusOr<quilt::v1::HeartbeatResponse> r = client->Heartbeat(hb);
+    if (!r.ok()) break;
+    for (const auto& p : r->profiles()) ids.push_back(p.profile_id());
+    absl::SleepFor(absl::Milliseconds(50));
+  } while (ids.size() < n && absl::Now() < deadline);
+  return ids;
+}
+
+quilt::v1::JobSpec ZooJob(const std::string& model, int64_t batch) {
+  quilt::v1::JobSpec spec;
+  spec.set_zoo(model);
+  spec.set_global_batch(batch);
+  spec.set_steps(1);
+  spec.mutable_optimizer()->mutable_sgd()->set_learning_rate(0.05);
+  return spec;
+}
+
+// A submission waiting for a node's profile holds no other request: an
+// export and a second submission are served meanwhile.
+TEST_F(CoordinatorServerTest, SubmissionWaitingForProfiles_OtherRequestsServed) {
+  StopCoordinator();
+  StartCoordinator("127.0.0.1:0", /*profile_timeout_ms=*/60000);
+  ASSERT_THAT(client_->Register(RegisterReq("n1", 7)), IsOk());
+  ASSERT_THAT(AwaitProfileQuestions(client_.get(), "n1", 7, 1, absl::ZeroDuration()),
+              ::testing::IsEmpty());  // one heartbeat: Ready
+  JobClient jobs(server_->address(), absl::Seconds(90));
+  auto first = std::async(std::launch::async, [&] { return jobs.SubmitJob(ZooJob("mlp", 8)); });
+  std::vector<std::string> asked = AwaitProfileQuestions(client_.get(), "n1", 7, 1);
+  ASSERT_THAT(asked, SizeIs(1)) << (first.wait_for(std::chrono::seconds(0)) ==
+                                            std::future_status::ready
+                                        ? first.get().status().ToString()
+                                        : "still submitting");
+
+  JobClient quick(server_->address(), absl::Seconds(10));
+  EXPECT_THAT(quick.ExportJob("no-such-job"), StatusIs(absl::StatusCode::kNotFound));
+  auto second = std::async(std::launch::async, [&] { return jobs.SubmitJob(ZooJob("mlp", 16)); });
+  std::vector<std::string> more = AwaitProfileQuestions(client_.get(), "n1", 7, 1);
+  ASSERT_THAT(more, SizeIs(1)) << "the second submission waited behind the first";
+  EXPECT_NE(more[0], asked[0]);
+
+  // Answered (failed): both jobs are accepted on start-up figures at once.
+  quilt::v1::HeartbeatRequest hb;
+  hb.set_node_id("n1");
+  hb.set_incarnation(7);
+  for (const std::string& id : {asked[0], more[0]}) {
+    auto* r = hb.add_profile_results();
+    r->set_profile_id(id);
+    r->set_error("no data");
+  }
+  ASSERT_THAT(client_->Heartbeat(hb), IsOk());
+  ASSERT_EQ(first.wait_for(std::chrono::seconds(20)), std::future_status::ready);
+  ASSERT_EQ(second.wait_for(std::chrono::seconds(20)), std::future_status::ready);
+  absl::StatusOr<std::string> a = first.get(), b = second.get();
+  ASSERT_THAT(a, IsOk());
+  ASSERT_THAT(b, IsOk());
+  for (const std::string& job : {*a, *b}) {
+    absl::StatusOr<quilt::v1::JobStatus> st = quick.GetJob(job);
+    ASSERT_THAT(st, IsOk());
+    ASSERT_THAT(st->calibration(), SizeIs(1));
+    EXPECT_THAT(st->calibration(0), HasSubstr("its profile failed: no data"));
+  }
+}
+
+// Two plans of the same model wait for the one question asked; its answer
+// reaches both, even though the first to see it is done with it.
+TEST_F(CoordinatorServerTest, TwoPlansOfOneModel_ShareTheProfile) {
+  StopCoordinator();
+  StartCoordinator("127.0.0.1:0", /*profile_timeout_ms=*/60000);
+  ASSERT_THAT(client_->Register(RegisterReq("n1", 7)), IsOk());
+  ASSERT_THAT(AwaitProfileQuestions(client_.get(), "n1", 7, 1, absl::ZeroDuration()),
+              ::testing::IsEmpty());  // one heartbeat: Ready
+  JobClient jobs(server_->address(), absl::Seconds(90));
+  auto submitted = std::async(std::launch::async, [&] { return jobs.SubmitJob(ZooJob("mlp", 8)); });
+  std::vector<std::string> asked = AwaitProfileQuestions(client_.get(), "n1", 7, 1);
+  ASSERT_THAT(asked, SizeIs(1));
+  quilt::v1::PlanJobRequest plan;
+  *plan.mutable_spec() = ZooJob("mlp", 8);
+  plan.set_strategy("single-device");
+  auto planned = std::async(std::launch::async, [&] { return jobs.PlanJob(plan); });
+  // The plan's profile is the one already asked: no second question.
+  EXPECT_THAT(AwaitProfileQuestions(client_.get(), "n1", 7, 1, absl::Seconds(2)),
+              ::testing::IsEmpty());
+  quilt::v1::HeartbeatRequest hb;
+  hb.set_node_id("n1");
+  hb.set_incarnation(7);
+  auto* r = hb.add_profile_results();
+  r->set_profile_id(asked[0]);
+  r->set_error("no data");
+  ASSERT_THAT(client_->Heartbeat(hb), IsOk());
+  ASSERT_EQ(submitted.wait_for(std::chrono::seconds(20)), std::future_status::ready);
+  ASSERT_EQ(planned.wait_for(std::chrono::seconds(20)), std::future_status::ready);
+  ASSERT_THAT(submitted.get(), IsOk());
+  absl::StatusOr<quilt::v1::PlanReport> report = planned.get();
+  ASSERT_THAT(report, IsOk());
+  ASSERT_THAT(report->calibration(), SizeIs(1));
+  EXPECT_THAT(report->calibration(0), HasSubstr("its profile failed: no data"));
 }
 
 TEST(AdminClient, UnreachableCoordinator_UnavailableNamingAddress) {

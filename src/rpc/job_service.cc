@@ -14,9 +14,13 @@
 namespace quilt::rpc {
 namespace {
 
-// One plan at a time (each is CPU-bound), a few more waiting.
-constexpr int kPlanningThreads = 1;
+// Planning requests in progress at once (most of a request's time may be
+// spent waiting for profiles; the planner itself runs one at a time), and
+// a few more waiting.
+constexpr int kPlanningThreads = 4;
 constexpr int kMaxWaitingPlans = 4;
+constexpr int kExportThreads = 1;
+constexpr int kMaxWaitingExports = 4;
 // Requests that carry ids only.
 constexpr size_t kMaxSmallRequestBytes = 64 << 10;
 
@@ -25,20 +29,21 @@ constexpr size_t kMaxSmallRequestBytes = 64 << 10;
 JobServiceImpl::JobServiceImpl(Coordinator* coordinator, size_t max_request_bytes)
     : coordinator_(coordinator),
       max_request_bytes_(max_request_bytes),
-      planning_(kPlanningThreads, kMaxWaitingPlans) {}
+      planning_(kPlanningThreads, kMaxWaitingPlans),
+      exports_(kExportThreads, kMaxWaitingExports) {}
 
-JobServiceImpl::~JobServiceImpl() { planning_.Shutdown(); }
+JobServiceImpl::~JobServiceImpl() { Drain(); }
 
 template <typename Request, typename Response>
-grpc::ServerUnaryReactor* JobServiceImpl::OnPlanningQueue(
-    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* raw_request,
+grpc::ServerUnaryReactor* JobServiceImpl::OnQueue(
+    WorkQueue* queue, grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* raw_request,
     grpc::ByteBuffer* raw_response, const char* method,
     std::function<absl::Status(const Request&, Response*)> work) {
   auto request = std::make_shared<Request>();
   absl::Status parsed = ParseRequest(*raw_request, max_request_bytes_, method, request.get());
   if (!parsed.ok()) return Finish(ctx, parsed);
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  const bool taken = planning_.Submit([request, reactor, raw_response, work] {
+  const bool taken = queue->Submit([request, reactor, raw_response, work] {
     Response response;
     absl::Status s = work(*request, &response);
     if (s.ok()) {
@@ -50,11 +55,12 @@ grpc::ServerUnaryReactor* JobServiceImpl::OnPlanningQueue(
     reactor->Finish(ToGrpcStatus(s));
   });
   if (!taken) {
-    reactor->Finish(ToGrpcStatus(planning_.accepting()
-                                     ? absl::ResourceExhaustedError(absl::StrCat(
-                                           "the coordinator is already planning ",
-                                           planning_.pending(), " jobs; try again later"))
-                                     : absl::UnavailableError("the coordinator is shutting down")));
+    reactor->Finish(ToGrpcStatus(
+        queue->accepting()
+            ? absl::ResourceExhaustedError(absl::StrCat(
+                  "the coordinator is already ", queue == &planning_ ? "planning " : "exporting ",
+                  queue->pending(), " jobs; try again later"))
+            : absl::UnavailableError("the coordinator is shutting down")));
   }
   return reactor;
 }
@@ -62,8 +68,8 @@ grpc::ServerUnaryReactor* JobServiceImpl::OnPlanningQueue(
 grpc::ServerUnaryReactor* JobServiceImpl::PlanJob(grpc::CallbackServerContext* ctx,
                                                   const grpc::ByteBuffer* raw_request,
                                                   grpc::ByteBuffer* raw_response) {
-  return OnPlanningQueue<quilt::v1::PlanJobRequest, quilt::v1::PlanReport>(
-      ctx, raw_request, raw_response, "PlanJob",
+  return OnQueue<quilt::v1::PlanJobRequest, quilt::v1::PlanReport>(
+      &planning_, ctx, raw_request, raw_response, "PlanJob",
       [this](const quilt::v1::PlanJobRequest& r, quilt::v1::PlanReport* report) {
         return Plan(r, report);
       });
@@ -94,7 +100,12 @@ absl::Status JobServiceImpl::Plan(const quilt::v1::PlanJobRequest& request,
   if (request.max_plans() != 0)
     options.search.max_evaluations = std::max<int64_t>(0, request.max_plans());
   options.search.seed = request.seed() == 0 ? 1 : request.seed();
-  ASSIGN_OR_RETURN(PlanResult result, quilt::Plan(graph, *topo, options));
+  absl::StatusOr<PlanResult> planned;
+  {
+    absl::MutexLock lock(&planner_);
+    planned = quilt::Plan(graph, *topo, options);
+  }
+  ASSIGN_OR_RETURN(PlanResult result, std::move(planned));
   QLOG_INFO("planned {} (batch {}) on {} node(s): best {}, {:.2f} s", graph.name,
             options.global_batch, spec.nodes_size(), result.report.best(),
             result.report.planning_wall_s());
@@ -106,10 +117,11 @@ absl::Status JobServiceImpl::Plan(const quilt::v1::PlanJobRequest& request,
 grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(grpc::CallbackServerContext* ctx,
                                                     const grpc::ByteBuffer* raw_request,
                                                     grpc::ByteBuffer* raw_response) {
-  return OnPlanningQueue<quilt::v1::SubmitJobRequest, quilt::v1::SubmitJobResponse>(
-      ctx, raw_request, raw_response, "SubmitJob",
+  return OnQueue<quilt::v1::SubmitJobRequest, quilt::v1::SubmitJobResponse>(
+      &planning_, ctx, raw_request, raw_response, "SubmitJob",
       [this](const quilt::v1::SubmitJobRequest& r, quilt::v1::SubmitJobResponse* response) {
         SubmissionOptions options;
+        options.planner_lock = &planner_;
         options.profile_timeout = absl::Milliseconds(coordinator_->config().profile_timeout_ms);
         ASSIGN_OR_RETURN(NewJob job,
                          PrepareJob(r.spec(), *coordinator_->registry(), coordinator_->links(),
@@ -157,9 +169,9 @@ grpc::ServerUnaryReactor* JobServiceImpl::CancelJob(grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* JobServiceImpl::ExportJob(grpc::CallbackServerContext* ctx,
                                                     const grpc::ByteBuffer* raw_request,
                                                     grpc::ByteBuffer* raw_response) {
-  // Reading a checkpoint is file work: the planning queue, not gRPC's threads.
-  return OnPlanningQueue<quilt::v1::ExportJobRequest, quilt::v1::ExportJobResponse>(
-      ctx, raw_request, raw_response, "ExportJob",
+  // Reading a checkpoint is file work: a queue of its own, not gRPC's threads.
+  return OnQueue<quilt::v1::ExportJobRequest, quilt::v1::ExportJobResponse>(
+      &exports_, ctx, raw_request, raw_response, "ExportJob",
       [this](const quilt::v1::ExportJobRequest& r, quilt::v1::ExportJobResponse* response) {
         ASSIGN_OR_RETURN(quilt::v1::JobRecord record, coordinator_->jobs()->Record(r.job_id()));
         ASSIGN_OR_RETURN(*response->mutable_onnx(), ExportTrainedOnnx(record));

@@ -6,11 +6,18 @@
 // threads, and a full queue answers RESOURCE_EXHAUSTED at once. GetJob,
 // ListJobs, WatchJob (a stream of every change until the job ends),
 // CancelJob and ExportJob read and change the JobManager's state.
+//
+// A request that plans may first wait for the workers' profiles of its
+// model (seconds, or profile_timeout_ms for a node that does not answer),
+// so several planning requests run at once, and only their planner runs
+// take turns (one at a time: each is CPU-bound). Exports read checkpoint
+// files on a queue of their own.
 #ifndef QUILT_SRC_RPC_JOB_SERVICE_H_
 #define QUILT_SRC_RPC_JOB_SERVICE_H_
 
 #include <functional>
 
+#include "absl/synchronization/mutex.h"
 #include "proto/quilt/v1/services.grpc.pb.h"
 #include "src/common/work_queue.h"
 #include "src/coordinator/coordinator.h"
@@ -56,21 +63,28 @@ class JobServiceImpl final : public JobServiceBase {
   grpc::Status WatchJob(grpc::ServerContext* ctx, const quilt::v1::WatchJobRequest* request,
                         grpc::ServerWriter<quilt::v1::JobStatus>* writer) override;
 
-  // Runs the accepted plans to completion; call before the server shuts down.
-  void Drain() { planning_.Shutdown(); }
+  // Runs the accepted plans and exports to completion; call before the
+  // server shuts down.
+  void Drain() {
+    planning_.Shutdown();
+    exports_.Shutdown();
+  }
 
  private:
   absl::Status Plan(const quilt::v1::PlanJobRequest& request, quilt::v1::PlanReport* report);
-  // Runs `work` on the planning queue and finishes the call with it.
+  // Runs `work` on `queue` and finishes the call with it.
   template <typename Request, typename Response>
-  grpc::ServerUnaryReactor* OnPlanningQueue(
-      grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* raw_request,
-      grpc::ByteBuffer* raw_response, const char* method,
-      std::function<absl::Status(const Request&, Response*)> work);
+  grpc::ServerUnaryReactor* OnQueue(WorkQueue* queue, grpc::CallbackServerContext* ctx,
+                                    const grpc::ByteBuffer* raw_request,
+                                    grpc::ByteBuffer* raw_response, const char* method,
+                                    std::function<absl::Status(const Request&, Response*)> work);
 
   Coordinator* coordinator_;
   size_t max_request_bytes_;
   WorkQueue planning_;
+  WorkQueue exports_;
+  // Held while the planner runs: one plan computes at a time.
+  absl::Mutex planner_;
 };
 
 }  // namespace quilt::rpc
