@@ -358,6 +358,15 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
     RETURN_IF_ERROR(
         PlanHeteroG(g, topo, cost, strategies, lb, o, start, evaluate, evaluate_many, &done));
   }
+  const bool data_parallel = o.strategy == "dp-even-ring" || o.strategy == "dp-even-ps" ||
+                             o.strategy == "dp-proportional-ring" ||
+                             o.strategy == "dp-proportional-ps";
+  if (!found && topo.num_devices() < 2 && data_parallel) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "strategy '", o.strategy, "' splits the batch over at least 2 devices; the cluster has ",
+        topo.num_devices(), " (known here: all, ", kHeteroG, ", ", absl::StrJoin(names, ", "),
+        ")"));
+  }
   if (!found) {
     return absl::InvalidArgumentError("unknown strategy '" + o.strategy + "'; known: all, " +
                                       std::string(kHeteroG) + ", " + absl::StrJoin(names, ", "));

@@ -110,8 +110,10 @@ void LocalCluster::KillWorker(const std::string& node_id, int sig) {
 }
 
 absl::StatusOr<CommandResult> LocalCluster::Quiltctl(const std::vector<std::string>& args) {
+  // A live plan profiles the model on the workers first: seconds on a
+  // loaded machine.
   std::vector<std::string> argv = {RunfilePath("src/cli/quiltctl"), "--coordinator", address_,
-                                   "--timeout", "5"};
+                                   "--timeout", "30"};
   argv.insert(argv.end(), args.begin(), args.end());
   return RunCommand(argv);
 }

@@ -88,6 +88,12 @@ TEST(PlanJob, PlansOnTheLiveWorkersWithTheirMeasuredSpeeds) {
   ASSERT_EQ(after->exit_code, 0) << after->err;
   // One device left: single-device and the planner's plan.
   EXPECT_EQ(nlohmann::json::parse(after->out)["estimates"].size(), 2u);
+  // A data-parallel strategy is known, but needs two devices.
+  auto dp = cluster.Quiltctl({"plan", "zoo:mlp", "--batch", "16", "--strategy", "dp-even-ps"});
+  ASSERT_THAT(dp, IsOk());
+  EXPECT_NE(dp->exit_code, 0);
+  EXPECT_THAT(dp->err, HasSubstr("'dp-even-ps' splits the batch over at least 2 devices; the "
+                                 "cluster has 1"));
 }
 
 }  // namespace
