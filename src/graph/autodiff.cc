@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "src/common/status.h"
+#include "src/graph/batch_layout.h"
 #include "src/graph/graph_builder.h"
 #include "src/graph/op_registry.h"
 #include "src/graph/validate.h"
@@ -216,7 +217,9 @@ absl::Status BuildTrainingGraph(Graph* g, const TrainingOptions& options) {
     }
   }
   g->has_backward = true;
-  return ValidateGraph(g);
+  RETURN_IF_ERROR(ValidateGraph(g));
+  MarkInterleavedBatches(g);
+  return absl::OkStatus();
 }
 
 }  // namespace quilt

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "src/common/status.h"
+#include "src/graph/batch_layout.h"
 
 namespace quilt {
 
@@ -365,6 +366,7 @@ absl::StatusOr<Graph> Graph::FromProto(const quilt::v1::TrainingGraph& proto) {
   for (const quilt::v1::StateUpdate& u : proto.updates()) {
     g.updates.push_back({u.target(), u.source()});
   }
+  MarkInterleavedBatches(&g);
   return g;
 }
 

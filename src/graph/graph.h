@@ -39,6 +39,8 @@ struct TensorInfo {
   DType dtype = DType::kF32;
   Shape shape;
   TensorRole role = TensorRole::kActivation;
+  // The batch dim's rows interleave the samples (batch_layout.h).
+  bool interleaved_batch = false;
 };
 
 struct Op {

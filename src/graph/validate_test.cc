@@ -80,6 +80,21 @@ TEST(Validate, DtypeAndShapeMismatches_NameTheOp) {
                                           HasSubstr("but the graph declares f32[B,4]")));
 }
 
+TEST(Validate, SoftmaxAlongTheBatch_Rejected) {
+  for (const char* type : {"Softmax", "LogSoftmax"}) {
+    Graph g = TwoInputs();
+    Op op = MakeOp("sm", type, {"x"}, {"y"});
+    op.attrs.SetInt("axis", 0);
+    g.ops.push_back(op);
+    EXPECT_THAT(ValidateGraph(&g),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         AllOf(HasSubstr("'sm'"), HasSubstr("softmax along the batch"))));
+    Graph h = TwoInputs();
+    h.ops.push_back(MakeOp("sm", type, {"x"}, {"y"}));  // the last axis
+    EXPECT_THAT(ValidateGraph(&h), IsOk());
+  }
+}
+
 TEST(Validate, WrongArity_Rejected) {
   Graph g = TwoInputs();
   g.ops.push_back(MakeOp("m", "MatMul", {"x"}, {"y"}));

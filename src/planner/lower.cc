@@ -325,6 +325,21 @@ absl::StatusOr<std::vector<int64_t>> Lowerer::Provide(const Key& need, bool allo
     if (pr == produced_.end()) {
       return absl::InvalidArgumentError("no device computes batch tensor '" + ti.name + "'");
     }
+    if (ti.interleaved_batch) {
+      // Samples [b, e) of such a tensor are not one range of its rows.
+      for (const Key& src : pr->second) {
+        if (std::max(src.begin, need.begin) >= std::min(src.end, need.end)) continue;
+        if (src.begin != need.begin || src.end != need.end) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("'", ti.name,
+                           "' interleaves its samples along the batch dim (a reshape merged "
+                           "the batch with an outer dim), so samples ",
+                           need.begin, "..", need.end, " on ", topo_.device(need.device).id,
+                           " cannot be taken from samples ", src.begin, "..", src.end, " on ",
+                           topo_.device(src.device).id));
+        }
+      }
+    }
     std::vector<int64_t> local_parts;
     Instruction& concat = *New();
     for (const Key& src : pr->second) {

@@ -26,7 +26,9 @@ using quilt::v1::Strategy;
 using ::testing::HasSubstr;
 using testing::LowerChecked;
 using testing::Make;
+using testing::EvenRing;
 using testing::TiedSplit;
+using testing::TopologyAndCost;
 using testing::TwoNodes;
 using testing::World;
 
@@ -302,6 +304,80 @@ TEST(Lower, MixedGroups_TransferActivationsAndGradientsBetweenThem) {
       EXPECT_GT(Count(p, Instruction::kPsAccumulate), 0);
     } else {
       EXPECT_FALSE(computing.count("slow/gpu:0"));
+    }
+  }
+}
+
+// x [B, 6, 8] → a Linear(8, 16) and tanh on every (sample, step) row →
+// [B, 96] → Linear(96, 4). `time_major`: the rows are formed sequence
+// first ([6, B, 8] → [6·B, 8], as PyTorch's attention does), so their
+// samples interleave; else sample first ([B·6, 8]).
+std::unique_ptr<World> RowsPerStep(bool time_major) {
+  auto w = std::make_unique<World>();
+  Graph& g = w->graph;
+  GraphBuilder b(&g);
+  auto ints = [](const char* key, std::vector<int64_t> v) {
+    Attrs a;
+    a.SetInts(key, std::move(v));
+    return a;
+  };
+  InitializerSpec init;
+  init.kind = InitializerSpec::Kind::kUniform;
+  init.low = -0.3;
+  init.high = 0.3;
+  EXPECT_THAT(
+      b.AddInput("x", DType::kF32, Shape({Dim::Batch(), Dim::Fixed(6), Dim::Fixed(8)})).status(),
+      IsOk());
+  EXPECT_THAT(b.AddParameter("w1", Shape::Fixed({8, 16}), init).status(), IsOk());
+  EXPECT_THAT(b.AddParameter("w2", Shape::Fixed({96, 4}), init).status(), IsOk());
+  std::string rows = "x";
+  if (time_major) rows = *b.Add("Transpose", {rows}, ints("perm", {1, 0, 2}), "steps_first");
+  rows = *b.Add("Reshape", {rows}, ints("shape", {-1, 8}), "rows");
+  std::string h = *b.Add("MatMul", {rows, "w1"}, {}, "h");
+  h = *b.Add("Tanh", {h}, {}, "t");
+  if (time_major) {
+    h = *b.Add("Reshape", {h}, ints("shape", {6, -1, 16}), "steps");
+    h = *b.Add("Transpose", {h}, ints("perm", {1, 0, 2}), "samples");
+  }
+  h = *b.Add("Reshape", {h}, ints("shape", {-1, 96}), "flat");
+  const std::string logits = *b.Add("MatMul", {h, "w2"}, {}, "logits");
+  g.outputs = {logits};
+  g.loss.type = LossType::kSoftmaxCrossEntropy;
+  g.loss.prediction = logits;
+  TrainingOptions to;
+  to.loss = LossType::kSoftmaxCrossEntropy;
+  to.optimizer.kind = OptimizerSpec::Kind::kSgd;
+  EXPECT_THAT(BuildTrainingGraph(&g, to), IsOk());
+  TopologyAndCost(TwoNodes(), g, &w->topo, &w->cost);
+  return w;
+}
+
+TEST(Lower, InterleavedSamples_NotReSplitBetweenDevices) {
+  for (bool time_major : {false, true}) {
+    auto w = RowsPerStep(time_major);
+    // Exactly the [6·B, k] row tensors formed sequence first interleave,
+    // forward and backward.
+    int rows = 0, gradients = 0;
+    for (const TensorInfo& t : w->graph.tensors()) {
+      const bool row = t.shape.rank() == 2 && t.shape.dim(0).batch && t.shape.dim(0).value == 6;
+      EXPECT_EQ(t.interleaved_batch, time_major && row) << t.name << " " << t.shape.ToString();
+      rows += row;
+      gradients += row && t.role == TensorRole::kGradient;
+    }
+    EXPECT_GE(rows, 5);
+    EXPECT_GE(gradients, 2);
+    // Each device reshaping its own samples: exact either way.
+    LowerChecked(*w, EvenRing(*w), 8);
+    // The fast node's two halves of the rows gathered on one slow device:
+    // a range of samples is a range of rows only sample first.
+    absl::StatusOr<DistributedProgram> p =
+        Lower(w->graph, Pipeline(w->graph, w->topo, quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE),
+              w->topo, w->cost.get(), 8);
+    if (time_major) {
+      EXPECT_THAT(p.status(), StatusIs(absl::StatusCode::kInvalidArgument,
+                                       HasSubstr("interleaves its samples")));
+    } else {
+      EXPECT_THAT(p.status(), IsOk());
     }
   }
 }

@@ -244,6 +244,11 @@ OpSchema SoftmaxLike(const std::string& type, const std::string& grad_type) {
     RETURN_IF_ERROR(RequireFloatInputs(ctx));
     absl::StatusOr<int> axis = NormalizeAxis(ctx.attrs().Int("axis", -1), ctx.shape(0).rank());
     if (!axis.ok()) return ctx.Error(std::string(axis.status().message()));
+    // Each replica holds some of the batch's rows: a softmax across them
+    // would normalize over its own rows only.
+    if (ctx.shape(0).dim(*axis).batch) {
+      return ctx.Error("a softmax along the batch dimension is not supported");
+    }
     return InferSameAsInput(ctx);
   };
   s.cost = ElementwiseCost(5);
