@@ -53,14 +53,27 @@ void Coordinator::Start() {
 void Coordinator::Stop() {
   if (!stop_.HasBeenNotified()) stop_.Notify();
   if (ticker_.joinable()) ticker_.join();
-  jobs_->Flush();
+  if (jobs_ != nullptr) jobs_->Flush();  // null when Create failed
 }
+
+// Ticks this many periods apart mean the coordinator itself was paused.
+constexpr int kPausedAfterTicks = 8;
 
 void Coordinator::TickerLoop() {
   const absl::Duration period = registry_->options().heartbeat_period / 4;
   const absl::Duration watchdog = WatchdogInterval();
   absl::Time last_watchdog = absl::InfinitePast();
+  absl::Time last_tick = clock_->Now();
   while (!stop_.WaitForNotificationWithTimeout(period)) {
+    // A tick far later than its period: the coordinator was not running,
+    // and the workers' heartbeats of that time wait unread.
+    const absl::Time now = clock_->Now();
+    if (now - last_tick > kPausedAfterTicks * period) {
+      QLOG_WARN("the coordinator did not run for {:.1f} s; node silence counted without it",
+                absl::ToDoubleSeconds(now - last_tick - period));
+      registry_->ExcuseSilence(now - last_tick - period);
+    }
+    last_tick = now;
     registry_->CheckLiveness();
     jobs_->CheckNodes();
     if (watchdog > absl::ZeroDuration() && absl::Now() - last_watchdog >= watchdog) {

@@ -166,6 +166,12 @@ void NodeRegistry::CheckLiveness() {
   }
 }
 
+void NodeRegistry::ExcuseSilence(absl::Duration paused) {
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = clock_->Now();
+  for (auto& [id, e] : nodes_) e.last_seen = std::min(now, e.last_seen + paused);
+}
+
 std::vector<NodeStatus> NodeRegistry::ListNodes() const {
   absl::MutexLock lock(&mu_);
   const absl::Time now = clock_->Now();

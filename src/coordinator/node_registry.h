@@ -57,6 +57,11 @@ class NodeRegistry {
   // Moves late nodes to NOT_READY / DOWN and records events.
   void CheckLiveness();
 
+  // The coordinator itself did not run for `paused` (a stopped process, a
+  // paused virtual machine, a stalled disk): the nodes' heartbeats of that
+  // time wait unread, so it does not count as their silence.
+  void ExcuseSilence(absl::Duration paused);
+
   // All nodes, ordered by id, with heartbeat ages as of now.
   std::vector<quilt::v1::NodeStatus> ListNodes() const;
 

@@ -64,6 +64,18 @@ TEST_F(NodeRegistryTest, RegisterThenHeartbeat_IsReady) {
   EXPECT_EQ(nodes[0].incarnation(), 11u);
 }
 
+TEST_F(NodeRegistryTest, CoordinatorPaused_NotCountedAsSilence) {
+  ASSERT_THAT(registry_->Register(Info("a"), 11), IsOk());
+  clock_.Advance(absl::Seconds(40));
+  registry_->ExcuseSilence(absl::Seconds(39));
+  registry_->CheckLiveness();
+  EXPECT_EQ(StateOf("a"), quilt::v1::NODE_STATE_READY);
+  // Silence after the pause still counts.
+  clock_.Advance(absl::Seconds(30));
+  registry_->CheckLiveness();
+  EXPECT_EQ(StateOf("a"), quilt::v1::NODE_STATE_DOWN);
+}
+
 TEST_F(NodeRegistryTest, MissedHeartbeats_NotReadyThenDownThenRecovered) {
   ASSERT_THAT(registry_->Register(Info("a"), 11), IsOk());
   clock_.Advance(absl::Seconds(4.9));

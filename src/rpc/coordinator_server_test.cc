@@ -5,6 +5,8 @@
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
+#include <filesystem>
+#include <fstream>
 #include <future>
 
 #include "gmock/gmock.h"
@@ -277,6 +279,21 @@ TEST_F(CoordinatorServerTest, TwoPlansOfOneModel_ShareTheProfile) {
   ASSERT_THAT(report, IsOk());
   ASSERT_THAT(report->calibration(), SizeIs(1));
   EXPECT_THAT(report->calibration(0), HasSubstr("its profile failed: no data"));
+}
+
+TEST(Coordinator, UnusableStateDir_AnErrorNotACrash) {
+  testing::TempDir dir;
+  CoordinatorConfig config;
+  config.state_dir = dir.path() + "/file";
+  ASSERT_TRUE(std::ofstream(config.state_dir).good());
+  EXPECT_THAT(Coordinator::Create(config, RealClock::Get()).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("state_dir")));
+  config.state_dir = dir.path() + "/state";
+  std::filesystem::create_directories(config.state_dir);
+  std::ofstream(config.state_dir + "/coordinator.db") << "not a database, long enough to be read";
+  absl::StatusOr<std::unique_ptr<Coordinator>> c = Coordinator::Create(config, RealClock::Get());
+  EXPECT_FALSE(c.ok());
+  EXPECT_THAT(c.status().message(), HasSubstr("coordinator.db"));
 }
 
 TEST(AdminClient, UnreachableCoordinator_UnavailableNamingAddress) {
