@@ -310,11 +310,13 @@ void AddJobCommands(CLI::App& app, const GlobalOptions& globals, std::vector<Com
   exp->add_option("-o,--output", *export_out, "The .onnx file to write")->required();
   out->push_back({exp, [export_id, export_out, &globals] {
                     rpc::JobClient client(globals.coordinator, absl::Seconds(globals.timeout_s));
-                    absl::StatusOr<std::string> onnx = client.ExportJob(*export_id);
-                    if (!onnx.ok()) return PrintError(std::string(onnx.status().message()));
-                    absl::Status w = WriteFileAtomically(*export_out, *onnx);
+                    absl::StatusOr<quilt::v1::ExportJobResponse> r = client.ExportJob(*export_id);
+                    if (!r.ok()) return PrintError(std::string(r.status().message()));
+                    absl::Status w = WriteFileAtomically(*export_out, r->onnx());
                     if (!w.ok()) return PrintError(std::string(w.message()));
-                    std::cout << "wrote " << *export_out << "\n";
+                    if (!r->note().empty()) std::cerr << "quiltctl: " << r->note() << "\n";
+                    std::cout << "wrote " << *export_out << " (the weights after step " << r->step()
+                              << ")\n";
                     return 0;
                   }});
 }

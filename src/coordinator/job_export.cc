@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 #include "onnx/onnx_pb.h"
@@ -51,50 +52,80 @@ absl::StatusOr<Tensor> Join(const std::string& name, std::vector<Piece> pieces) 
   return out;
 }
 
+// One step's checkpoint (every rank's files).
+absl::StatusOr<Checkpoint> ReadCheckpoint(const std::string& step_dir, int world) {
+  std::map<std::string, std::vector<Piece>> pieces;
+  for (int r = 0; r < world; ++r) {
+    const std::string rank_dir = absl::StrCat(step_dir, "/rank-", r);
+    std::ifstream in(rank_dir + "/metrics.json");
+    const nlohmann::json m = nlohmann::json::parse(in, nullptr, false);
+    if (m.is_discarded() || !m.is_object() || !m.contains("tensors") || !m["tensors"].is_array()) {
+      return absl::DataLossError(rank_dir + "/metrics.json is not a checkpoint index");
+    }
+    for (const auto& t : m["tensors"]) {
+      auto integer_or_absent = [&t](const char* key) {
+        return !t.contains(key) || t[key].is_number_integer();
+      };
+      if (!t.is_object() || !t.contains("file") || !t["file"].is_string() ||
+          !t.contains("tensor") || !t["tensor"].is_string() || !integer_or_absent("begin") ||
+          !integer_or_absent("end")) {
+        return absl::DataLossError(rank_dir + "/metrics.json lists a tensor it does not describe");
+      }
+      Piece p;
+      p.begin = t.value("begin", int64_t{0});
+      p.end = t.value("end", int64_t{0});
+      ASSIGN_OR_RETURN(p.value, ReadNpy(rank_dir + "/" + t["file"].get<std::string>()));
+      pieces[t["tensor"].get<std::string>()].push_back(std::move(p));
+    }
+  }
+  Checkpoint c;
+  for (auto& [name, parts] : pieces) {
+    ASSIGN_OR_RETURN(c.tensors[name], Join(name, std::move(parts)));
+  }
+  return c;
+}
+
 }  // namespace
 
 absl::StatusOr<Checkpoint> ReadLatestCheckpoint(const std::string& dir, int world) {
-  std::vector<std::string> steps;
+  std::vector<std::pair<int64_t, std::string>> steps;  // number, name
   std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
     const std::string name = e.path().filename().string();
-    if (absl::StartsWith(name, "step-")) steps.push_back(name);
+    int64_t step = 0;
+    if (!absl::StartsWith(name, "step-")) continue;
+    const std::string digits = name.substr(5);
+    if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos ||
+        !absl::SimpleAtoi(digits, &step)) {
+      continue;  // not a checkpoint (a link named step-latest, a stray copy)
+    }
+    steps.emplace_back(step, name);
   }
   std::sort(steps.rbegin(), steps.rend());
-  for (const std::string& step : steps) {
+  absl::Status newest_problem = absl::OkStatus();
+  std::string passed_over;
+  for (const auto& [number, step] : steps) {
     bool complete = true;
     for (int r = 0; r < world && complete; ++r) {
       complete =
           std::filesystem::exists(absl::StrCat(dir, "/", step, "/rank-", r, "/metrics.json"));
     }
     if (!complete) continue;
-    std::map<std::string, std::vector<Piece>> pieces;
-    for (int r = 0; r < world; ++r) {
-      const std::string rank_dir = absl::StrCat(dir, "/", step, "/rank-", r);
-      std::ifstream in(rank_dir + "/metrics.json");
-      const nlohmann::json m = nlohmann::json::parse(in, nullptr, false);
-      if (m.is_discarded() || !m.contains("tensors")) {
-        return absl::DataLossError(rank_dir + "/metrics.json is not a checkpoint index");
-      }
-      for (const auto& t : m["tensors"]) {
-        Piece p;
-        p.begin = t.value("begin", int64_t{0});
-        p.end = t.value("end", int64_t{0});
-        ASSIGN_OR_RETURN(p.value, ReadNpy(rank_dir + "/" + t.value("file", std::string())));
-        pieces[t.value("tensor", std::string())].push_back(std::move(p));
-      }
+    absl::StatusOr<Checkpoint> c = ReadCheckpoint(absl::StrCat(dir, "/", step), world);
+    if (c.ok()) {
+      c->step = number;
+      c->passed_over = passed_over;
+      return c;
     }
-    Checkpoint c;
-    c.step = std::stoll(step.substr(5));
-    for (auto& [name, parts] : pieces) {
-      ASSIGN_OR_RETURN(c.tensors[name], Join(name, std::move(parts)));
-    }
-    return c;
+    if (newest_problem.ok()) newest_problem = absl::DataLossError(c.status().message());
+    absl::StrAppend(&passed_over, passed_over.empty() ? "" : "; ", step, ": ",
+                    c.status().message());
   }
+  if (!newest_problem.ok()) return newest_problem;
   return absl::NotFoundError("no complete checkpoint in " + dir);
 }
 
-absl::StatusOr<std::string> ExportTrainedOnnx(const quilt::v1::JobRecord& job) {
+absl::StatusOr<quilt::v1::ExportJobResponse> ExportTrainedOnnx(const quilt::v1::JobRecord& job) {
   const quilt::v1::JobSpec& spec = job.spec();
   if (spec.model_case() != quilt::v1::JobSpec::kOnnx) {
     return absl::FailedPreconditionError(
@@ -129,7 +160,13 @@ absl::StatusOr<std::string> ExportTrainedOnnx(const quilt::v1::JobRecord& job) {
   if (replaced == 0) {
     return absl::FailedPreconditionError("no initializer of the model was trained");
   }
-  return model.SerializeAsString();
+  quilt::v1::ExportJobResponse out;
+  out.set_onnx(model.SerializeAsString());
+  out.set_step(ckpt->step);
+  if (!ckpt->passed_over.empty()) {
+    out.set_note("newer checkpoints do not read: " + ckpt->passed_over);
+  }
+  return out;
 }
 
 }  // namespace quilt

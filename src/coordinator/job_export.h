@@ -1,5 +1,7 @@
 // A job's trained state on disk and the trained model out: the latest
-// complete checkpoint (every rank's metrics.json written) read back into
+// complete checkpoint (every rank's metrics.json written; steps ordered by
+// number, entries not named step-<number> ignored; a newer checkpoint that
+// does not read is passed over and said) read back into
 // whole tensors — parameter-server shards joined by rows, replicas (equal)
 // taken once — and an ONNX model (for jobs submitted as ONNX) with its
 // initializers replaced by the trained parameters.
@@ -11,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "proto/quilt/v1/job.pb.h"
+#include "proto/quilt/v1/services.pb.h"
 #include "src/graph/tensor.h"
 
 namespace quilt {
@@ -18,14 +21,16 @@ namespace quilt {
 struct Checkpoint {
   int64_t step = 0;
   std::map<std::string, Tensor> tensors;  // parameters and optimizer state
+  // Newer complete checkpoints that did not read, and why.
+  std::string passed_over;
 };
 
-// Errors: NOT_FOUND (no complete checkpoint in `dir`), DATA_LOSS (files
-// that do not fit together).
+// Errors: NOT_FOUND (no complete checkpoint in `dir`), DATA_LOSS (none of
+// the complete ones reads: the newest one's problem).
 absl::StatusOr<Checkpoint> ReadLatestCheckpoint(const std::string& dir, int world);
 
 // Errors: FAILED_PRECONDITION (not an ONNX job, or no checkpoint yet).
-absl::StatusOr<std::string> ExportTrainedOnnx(const quilt::v1::JobRecord& job);
+absl::StatusOr<quilt::v1::ExportJobResponse> ExportTrainedOnnx(const quilt::v1::JobRecord& job);
 
 }  // namespace quilt
 

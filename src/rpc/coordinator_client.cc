@@ -158,7 +158,7 @@ absl::Status JobClient::CancelJob(const std::string& job_id, const std::string& 
   return s.ok() ? absl::OkStatus() : CallStatus(s, address_);
 }
 
-absl::StatusOr<std::string> JobClient::ExportJob(const std::string& job_id) {
+absl::StatusOr<quilt::v1::ExportJobResponse> JobClient::ExportJob(const std::string& job_id) {
   grpc::ClientContext ctx;
   SetTimeout(&ctx, timeout_);
   ctx.set_wait_for_ready(false);
@@ -167,7 +167,7 @@ absl::StatusOr<std::string> JobClient::ExportJob(const std::string& job_id) {
   quilt::v1::ExportJobResponse response;
   grpc::Status s = stubs_->jobs->ExportJob(&ctx, request, &response);
   if (!s.ok()) return CallStatus(s, address_);
-  return response.onnx();
+  return response;
 }
 
 absl::Status JobClient::WatchJob(

@@ -1,0 +1,79 @@
+// Reading a job's latest checkpoint back: steps by number, entries that
+// are not checkpoints ignored, a newer checkpoint that does not read
+// passed over (and said), shards joined by rows.
+#include "src/coordinator/job_export.h"
+
+#include <filesystem>
+#include <fstream>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "src/common/status_matchers.h"
+#include "src/runtime/data/npy.h"
+#include "src/testing/temp_dir.h"
+
+namespace quilt {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Rank `rank` of `step` in `dir`: tensor "w" rows [begin, end) = value.
+void WriteRank(const std::string& dir, const std::string& step, int rank, int64_t begin,
+               int64_t end, float value) {
+  const std::string rank_dir = dir + "/" + step + "/rank-" + std::to_string(rank);
+  std::filesystem::create_directories(rank_dir);
+  absl::StatusOr<Tensor> t = Tensor::Empty(DType::kF32, {end - begin, 2});
+  ASSERT_THAT(t.status(), IsOk());
+  for (int64_t i = 0; i < t->numel(); ++i) static_cast<float*>(t->raw())[i] = value;
+  ASSERT_THAT(WriteNpy(rank_dir + "/w.npy", *t), IsOk());
+  nlohmann::json m;
+  m["tensors"] =
+      nlohmann::json::array({{{"tensor", "w"}, {"begin", begin}, {"end", end}, {"file", "w.npy"}}});
+  std::ofstream(rank_dir + "/metrics.json") << m.dump();
+}
+
+TEST(ReadLatestCheckpoint, NewestByNumber_SkipsWhatIsNotACheckpoint) {
+  testing::TempDir dir;
+  for (const auto& [step, value] : std::vector<std::pair<std::string, float>>{
+           {"step-00000900", 9}, {"step-00001000", 10}, {"step-100000000", 7}}) {
+    WriteRank(dir.path(), step, 0, 0, 2, value);
+    WriteRank(dir.path(), step, 1, 2, 4, value);
+  }
+  // Not checkpoints: a link by a common convention, a stray copy, a step
+  // that one rank has not finished.
+  std::filesystem::create_directory_symlink(dir.path() + "/step-00001000",
+                                            dir.path() + "/step-latest");
+  WriteRank(dir.path(), "step-old", 0, 0, 2, 1);
+  WriteRank(dir.path(), "step-old", 1, 2, 4, 1);
+  WriteRank(dir.path(), "step-200000000", 0, 0, 2, 1);
+  absl::StatusOr<Checkpoint> c = ReadLatestCheckpoint(dir.path(), 2);
+  ASSERT_THAT(c.status(), IsOk());
+  EXPECT_EQ(c->step, 100000000);  // by number, not by name
+  EXPECT_TRUE(c->passed_over.empty());
+  ASSERT_EQ(c->tensors.count("w"), 1u);
+  EXPECT_EQ(c->tensors["w"].dims(), (std::vector<int64_t>{4, 2}));
+  EXPECT_EQ(static_cast<const float*>(c->tensors["w"].raw())[0], 7.0f);
+}
+
+TEST(ReadLatestCheckpoint, UnreadableNewest_OlderOneAndWhy) {
+  testing::TempDir dir;
+  WriteRank(dir.path(), "step-00000400", 0, 0, 4, 4);
+  WriteRank(dir.path(), "step-00000600", 0, 0, 4, 6);
+  std::filesystem::resize_file(dir.path() + "/step-00000600/rank-0/w.npy", 20);
+  absl::StatusOr<Checkpoint> c = ReadLatestCheckpoint(dir.path(), 1);
+  ASSERT_THAT(c.status(), IsOk());
+  EXPECT_EQ(c->step, 400);
+  EXPECT_THAT(c->passed_over, HasSubstr("step-00000600"));
+  // Index entries of the wrong type are a data error, not a crash.
+  std::ofstream(dir.path() + "/step-00000400/rank-0/metrics.json")
+      << R"({"tensors": [{"tensor": "w", "begin": "zero", "file": "w.npy"}]})";
+  EXPECT_THAT(ReadLatestCheckpoint(dir.path(), 1).status(),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("step-00000600")));
+  testing::TempDir empty;
+  EXPECT_THAT(ReadLatestCheckpoint(empty.path(), 1).status(),
+              StatusIs(absl::StatusCode::kNotFound));
+}
+
+}  // namespace
+}  // namespace quilt
