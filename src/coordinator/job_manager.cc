@@ -117,7 +117,18 @@ absl::StatusOr<std::string> JobManager::Add(NewJob n) {
     (*r.mutable_tasks())[node] = t;
   }
   job.addresses.assign(n.world.size(), "");
-  Changed(&job);
+  // Stored before it is acknowledged: a job the coordinator cannot keep
+  // is not started.
+  job.version = ++version_;
+  if (absl::Status s = store_->PutJob(r); !s.ok()) {
+    QLOG_ERROR("cannot store job {}: {}", id, s.ToString());
+    jobs_.erase(id);
+    order_.pop_back();
+    return absl::UnavailableError(absl::StrCat("the coordinator cannot store the job (",
+                                               s.message(), "); it was not started"));
+  }
+  job.persisted = clock_->Now();
+  job.persisted_version = job.version;
   QLOG_INFO("job {} added: {} steps on {} node(s), strategy {}", id, st->steps(), n.world.size(),
             st->strategy());
   return id;

@@ -250,6 +250,56 @@ TEST_F(JobManagerTest, FlushStoresProgressAndAnEndedJobTakesNoMoreReports) {
   EXPECT_EQ(Status(id).state(), quilt::v1::JOB_STATE_FAILED);
 }
 
+// The real store, whose job writes fail on demand (a full disk).
+class FullDiskStore final : public CoordinatorStore {
+ public:
+  explicit FullDiskStore(CoordinatorStore* store) : store_(store) {}
+  absl::Status PutNode(const quilt::v1::NodeStatus& n) override { return store_->PutNode(n); }
+  absl::StatusOr<std::vector<quilt::v1::NodeStatus>> ListNodes() override {
+    return store_->ListNodes();
+  }
+  absl::Status AppendEvent(const quilt::v1::ClusterEvent& e) override {
+    return store_->AppendEvent(e);
+  }
+  absl::StatusOr<std::vector<quilt::v1::ClusterEvent>> RecentEvents(int max) override {
+    return store_->RecentEvents(max);
+  }
+  absl::Status PutJob(const quilt::v1::JobRecord& job) override {
+    if (full) return absl::ResourceExhaustedError("database or disk is full");
+    return store_->PutJob(job);
+  }
+  absl::StatusOr<std::vector<quilt::v1::JobRecord>> ListJobs() override {
+    return store_->ListJobs();
+  }
+  bool full = false;
+
+ private:
+  CoordinatorStore* store_;
+};
+
+TEST_F(JobManagerTest, AJobThatCannotBeStoredIsNotAccepted) {
+  FullDiskStore disk(store_.get());
+  JobManager jobs(&disk, registry_.get(), &clock_, "/ckpt");
+  ASSERT_THAT(jobs.Load(), IsOk());
+  disk.full = true;
+  NewJob n;
+  n.spec.set_steps(3);
+  n.program = "program-bytes";
+  n.world = {"a"};
+  EXPECT_THAT(jobs.Add(n), StatusIs(absl::StatusCode::kUnavailable,
+                                    HasSubstr("cannot store the job (database or disk is full)")));
+  EXPECT_THAT(jobs.List(), IsEmpty());
+  // Nothing is handed to the workers.
+  HeartbeatRequest hb;
+  hb.set_node_id("a");
+  HeartbeatResponse out;
+  jobs.OnHeartbeat(hb, &out);
+  EXPECT_EQ(out.assignments_size(), 0);
+  disk.full = false;
+  EXPECT_THAT(jobs.Add(n), IsOk());
+  EXPECT_THAT(jobs.List(), SizeIs(1));
+}
+
 TEST_F(JobManagerTest, WaitForChangeReturnsOnChangeOrTimeout) {
   const std::string id = AddJob();
   int64_t version = -1;
