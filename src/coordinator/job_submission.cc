@@ -1,6 +1,9 @@
 #include "src/coordinator/job_submission.h"
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -95,6 +98,18 @@ absl::Status CheckCheckpointDir(const std::string& dir) {
         absl::StrCat("the checkpoint directory ", dir,
                      " cannot be created here: ", ec ? ec.message() : "not a directory"));
   }
+  // Writable (a read-only mount would fail the job at its first checkpoint).
+  const std::string probe = dir + "/.quilt-write-check";
+  {
+    std::ofstream out(probe);
+    out << "x";
+    out.flush();
+    if (!out.good()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the checkpoint directory ", dir, " cannot be written here: ", std::strerror(errno)));
+    }
+  }
+  std::filesystem::remove(probe, ec);
   return absl::OkStatus();
 }
 

@@ -638,7 +638,7 @@ absl::Status Executor::Impl::Run() {
     previous_end = absl::Now();
     report.step_time_s = absl::ToDoubleSeconds(previous_end - start);
     steps_.push_back(report);
-    if (options_.on_step) options_.on_step(report);
+    if (options_.on_step) RETURN_IF_ERROR(options_.on_step(report));
   }
   return absl::OkStatus();
 }

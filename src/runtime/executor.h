@@ -50,7 +50,9 @@ struct ExecutorOptions {
   std::map<std::string, double> slowdown;
   // Record every instruction's start and end.
   bool trace = false;
-  std::function<void(const ExecutorStep&)> on_step;
+  // Called after each step; an error ends the run with it (e.g. a
+  // checkpoint that cannot be written).
+  std::function<absl::Status(const ExecutorStep&)> on_step;
 };
 
 // A persistent tensor (or shard) a local device holds.

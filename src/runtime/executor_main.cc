@@ -147,8 +147,7 @@ int main(int argc, char** argv) {
     options.slowdown[kv.first] = f;
   }
   quilt::Executor* running = nullptr;  // set once created
-  absl::Status checkpoint_error;
-  options.on_step = [&](const quilt::ExecutorStep& s) {
+  options.on_step = [&](const quilt::ExecutorStep& s) -> absl::Status {
     if (progress) {
       nlohmann::json line = {{"step", s.step}, {"step_time_s", s.step_time_s}};
       line["loss_part"] = s.has_loss ? nlohmann::json(s.loss_part) : nlohmann::json(nullptr);
@@ -159,10 +158,15 @@ int main(int argc, char** argv) {
     }
     const bool due = !checkpoint_dir.empty() &&
                      (s.step == steps || (checkpoint_every > 0 && s.step % checkpoint_every == 0));
-    if (due && running != nullptr && checkpoint_error.ok()) {
-      checkpoint_error = WriteState(
-          absl::StrFormat("%s/step-%08d/rank-%d", checkpoint_dir, s.step, rank), rank, *running);
-    }
+    if (!due || running == nullptr) return absl::OkStatus();
+    // A checkpoint that cannot be written ends the job now: the steps
+    // after it could not be kept either.
+    const std::string dir = absl::StrFormat("%s/step-%08d/rank-%d", checkpoint_dir, s.step, rank);
+    absl::Status w = WriteState(dir, rank, *running);
+    if (w.ok()) return w;
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);  // no partial checkpoint left behind
+    return absl::Status(w.code(), absl::StrCat("checkpoint at step ", s.step, ": ", w.message()));
   };
   // Data.
   absl::StatusOr<quilt::Graph> graph = quilt::Graph::FromProto(program.graph());
@@ -212,7 +216,6 @@ int main(int argc, char** argv) {
                                                         absl::StrCat("rank ", rank, " (measured)"));
   }
   if (!run.ok()) return Fail(std::string(run.message()));
-  if (!checkpoint_error.ok()) return Fail("checkpoint: " + std::string(checkpoint_error.message()));
   if (!out_dir.empty()) {
     absl::Status w = WriteState(out_dir, rank, **executor);
     if (!w.ok()) return Fail(std::string(w.message()));

@@ -292,6 +292,9 @@ TEST_F(Jobs, BadRequestsAreRejectedAtSubmitWithTheirReason) {
   ASSERT_NE(ckpt_flag, unwritable.end());
   *(ckpt_flag + 1) = "/proc/quilt-checkpoints";
   rejected(unwritable, "checkpoint directory /proc/quilt-checkpoints cannot be created");
+  // One that exists but takes no files (sysfs: not even for root).
+  *(ckpt_flag + 1) = "/sys/kernel";
+  rejected(unwritable, "checkpoint directory /sys/kernel cannot be written");
   // A name with a control character (it would reach terminals as is).
   std::vector<std::string> named = args;
   named.insert(named.end(), {"--name", "evil\x1b[2Jname"});
@@ -345,6 +348,20 @@ TEST_F(Jobs, AKilledWorkerFailsTheJobWithTheReasonAndTheCoordinatorKeepsServing)
   absl::StatusOr<CommandResult> status = cluster_.Quiltctl({"status"});
   ASSERT_THAT(status.status(), IsOk());
   EXPECT_EQ(status->exit_code, 0) << status->err;
+}
+
+TEST_F(Jobs, ACheckpointThatCannotBeWrittenFailsTheJobAtThatStep) {
+  const std::string checkpoints = cluster_.dir().File("ckpt");
+  const std::string id = Submit(SubmitArgs(checkpoints, 1000000, "dp-even-ring"));
+  ASSERT_FALSE(id.empty());
+  // A file where step 40's checkpoint directory goes.
+  std::filesystem::create_directories(checkpoints + "/" + id);
+  ASSERT_TRUE(std::ofstream(checkpoints + "/" + id + "/step-00000040").good());
+  ASSERT_TRUE(Eventually([&] { return State(id) == "JOB_STATE_FAILED"; }, absl::Seconds(60)))
+      << Job(id).dump();
+  EXPECT_THAT(Job(id).value("message", std::string()), HasSubstr("checkpoint at step 40"));
+  EXPECT_LT(Step(id), 100);
+  EXPECT_TRUE(std::filesystem::exists(checkpoints + "/" + id + "/step-00000036/rank-1"));
 }
 
 TEST(JobsWithoutWorkers, SubmitSaysNoNodeIsReady) {
