@@ -246,6 +246,40 @@ TEST_F(CoordinatorServerTest, SubmissionWaitingForProfiles_OtherRequestsServed) 
   }
 }
 
+// A client that gives up while its job is planned gets no job started.
+TEST_F(CoordinatorServerTest, SubmissionTheClientGaveUpOn_NotStarted) {
+  StopCoordinator();
+  StartCoordinator("127.0.0.1:0", /*profile_timeout_ms=*/60000);
+  ASSERT_THAT(client_->Register(RegisterReq("n1", 7)), IsOk());
+  ASSERT_THAT(AwaitProfileQuestions(client_.get(), "n1", 7, 1, absl::ZeroDuration()),
+              ::testing::IsEmpty());
+  JobClient impatient(server_->address(), absl::Seconds(2));
+  auto submitted =
+      std::async(std::launch::async, [&] { return impatient.SubmitJob(ZooJob("mlp", 8)); });
+  std::vector<std::string> asked = AwaitProfileQuestions(client_.get(), "n1", 7, 1);
+  ASSERT_THAT(asked, SizeIs(1));
+  EXPECT_THAT(submitted.get(), StatusIs(absl::StatusCode::kDeadlineExceeded));
+  quilt::v1::HeartbeatRequest hb;
+  hb.set_node_id("n1");
+  hb.set_incarnation(7);
+  auto* r = hb.add_profile_results();
+  r->set_profile_id(asked[0]);
+  r->set_error("no data");
+  ASSERT_THAT(client_->Heartbeat(hb), IsOk());
+  // The submission finishes planning after the answer and starts nothing.
+  JobClient jobs(server_->address(), absl::Seconds(10));
+  absl::SleepFor(absl::Seconds(1));
+  absl::StatusOr<std::vector<quilt::v1::JobStatus>> listed = jobs.ListJobs();
+  ASSERT_THAT(listed, IsOk());
+  EXPECT_THAT(*listed, ::testing::IsEmpty());
+  // Keep the node Ready until the planning is surely over, then check again.
+  EXPECT_THAT(AwaitProfileQuestions(client_.get(), "n1", 7, 1, absl::Seconds(2)),
+              ::testing::IsEmpty());
+  listed = jobs.ListJobs();
+  ASSERT_THAT(listed, IsOk());
+  EXPECT_THAT(*listed, ::testing::IsEmpty());
+}
+
 // Two plans of the same model wait for the one question asked; its answer
 // reaches both, even though the first to see it is done with it.
 TEST_F(CoordinatorServerTest, TwoPlansOfOneModel_ShareTheProfile) {

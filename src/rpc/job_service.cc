@@ -119,13 +119,19 @@ grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(grpc::CallbackServerContext*
                                                     grpc::ByteBuffer* raw_response) {
   return OnQueue<quilt::v1::SubmitJobRequest, quilt::v1::SubmitJobResponse>(
       &planning_, ctx, raw_request, raw_response, "SubmitJob",
-      [this](const quilt::v1::SubmitJobRequest& r, quilt::v1::SubmitJobResponse* response) {
+      [this, ctx](const quilt::v1::SubmitJobRequest& r, quilt::v1::SubmitJobResponse* response) {
         SubmissionOptions options;
         options.planner_lock = &planner_;
         options.profile_timeout = absl::Milliseconds(coordinator_->config().profile_timeout_ms);
         ASSIGN_OR_RETURN(NewJob job,
                          PrepareJob(r.spec(), *coordinator_->registry(), coordinator_->links(),
                                     coordinator_->profiles(), options));
+        // A client that gave up (its deadline, Ctrl-C) never learns the
+        // job's id: a job it would submit again is not started.
+        if (ctx->IsCancelled()) {
+          QLOG_INFO("submission of '{}' dropped: the client gave up waiting", r.spec().name());
+          return absl::CancelledError("the client gave up waiting; the job was not started");
+        }
         ASSIGN_OR_RETURN(std::string id, coordinator_->jobs()->Add(std::move(job)));
         response->set_job_id(id);
         return absl::OkStatus();
