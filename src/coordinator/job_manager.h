@@ -36,6 +36,8 @@ struct NewJob {
   double predicted_step_time_s = 0;
   // Per node: what its devices were planned with (JobStatus.calibration).
   std::vector<std::string> calibration;
+  // Per node: the plan's peak memory of its devices, summed.
+  std::map<std::string, int64_t> predicted_memory_bytes;
 };
 
 class JobManager {

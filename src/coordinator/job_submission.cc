@@ -174,7 +174,12 @@ absl::StatusOr<NewJob> PrepareJob(const quilt::v1::JobSpec& spec, const NodeRegi
   job.strategy = result.report.best();
   job.calibration = std::move(calibration);
   for (const auto& e : result.report.estimates()) {
-    if (e.name() == result.report.best()) job.predicted_step_time_s = e.step_time_s();
+    if (e.name() != result.report.best()) continue;
+    job.predicted_step_time_s = e.step_time_s();
+    for (const quilt::v1::DeviceMemory& m : e.memory()) {
+      const std::string node = m.device().substr(0, m.device().find('/'));
+      if (used.count(node)) job.predicted_memory_bytes[node] += m.peak_bytes();
+    }
   }
   QLOG_INFO("planned job '{}' on {} node(s): {} predicted {:.4f} s/step", spec.name(),
             job.world.size(), job.strategy, job.predicted_step_time_s);

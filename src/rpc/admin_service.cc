@@ -1,6 +1,9 @@
 #include "src/rpc/admin_service.h"
 
 #include <algorithm>
+#include <map>
+#include <string>
+#include <vector>
 
 #include "src/common/version.h"
 #include "src/rpc/handler_util.h"
@@ -18,7 +21,24 @@ grpc::ServerUnaryReactor* AdminServiceImpl::GetClusterStatus(grpc::CallbackServe
 absl::Status AdminServiceImpl::ClusterStatus(const quilt::v1::GetClusterStatusRequest& request,
                                              quilt::v1::ClusterStatus* response) {
   NodeRegistry* registry = coordinator_->registry();
-  for (quilt::v1::NodeStatus& n : registry->ListNodes()) *response->add_nodes() = std::move(n);
+  // Jobs not ended, and what their plans hold on each node.
+  std::map<std::string, std::vector<std::string>> running;
+  std::map<std::string, int64_t> memory;
+  for (const quilt::v1::JobStatus& job : coordinator_->jobs()->List()) {
+    const quilt::v1::JobState state = job.state();
+    if (state != quilt::v1::JOB_STATE_PENDING && state != quilt::v1::JOB_STATE_PLANNING &&
+        state != quilt::v1::JOB_STATE_RUNNING) {
+      continue;
+    }
+    for (const std::string& node : job.nodes()) running[node].push_back(job.job_id());
+    for (const auto& [node, bytes] : job.predicted_memory_bytes()) memory[node] += bytes;
+  }
+  for (quilt::v1::NodeStatus& n : registry->ListNodes()) {
+    const std::string& id = n.info().node_id();
+    for (const std::string& job : running[id]) n.add_running_jobs(job);
+    n.set_memory_used_bytes(memory[id]);
+    *response->add_nodes() = std::move(n);
+  }
   const int max_events = request.max_events() > 0 ? std::min(request.max_events(), 1000) : 20;
   for (quilt::v1::ClusterEvent& e : registry->RecentEvents(max_events)) {
     *response->add_recent_events() = std::move(e);

@@ -338,6 +338,15 @@ TEST_F(Jobs, ANonFiniteLossFailsTheJobAndStatusListsIt) {
 TEST_F(Jobs, AKilledWorkerFailsTheJobWithTheReasonAndTheCoordinatorKeepsServing) {
   const std::string id = Submit(SubmitArgs(cluster_.dir().File("ckpt"), 1000000, "dp-even-ring"));
   ASSERT_TRUE(Eventually([&] { return Step(id) > 2; }, absl::Seconds(60))) << Job(id).dump();
+  // Both nodes list the job and the memory its plan holds there.
+  absl::StatusOr<std::map<std::string, nlohmann::json>> nodes = cluster_.Nodes();
+  ASSERT_THAT(nodes.status(), IsOk());
+  for (const char* node : {"worker-a", "worker-b"}) {
+    const nlohmann::json& n = (*nodes)[node];
+    ASSERT_TRUE(n.contains("running_jobs")) << n.dump();
+    EXPECT_EQ(n["running_jobs"], nlohmann::json::array({id})) << n.dump();
+    EXPECT_GT(std::stoll(n.value("memory_used_bytes", std::string("0"))), 0) << n.dump();
+  }
   cluster_.KillWorker("worker-b", SIGKILL);
   ASSERT_TRUE(Eventually([&] { return State(id) == "JOB_STATE_FAILED"; }, absl::Seconds(30)))
       << Job(id).dump();
@@ -345,6 +354,11 @@ TEST_F(Jobs, AKilledWorkerFailsTheJobWithTheReasonAndTheCoordinatorKeepsServing)
   // The executor on worker-a names its lost peer (or the node is Down).
   EXPECT_THAT(message, HasSubstr("worker-b"));
   EXPECT_TRUE(Eventually([&] { return Executors(id) == 0; }, absl::Seconds(10)));
+  nodes = cluster_.Nodes();
+  ASSERT_THAT(nodes.status(), IsOk());
+  EXPECT_EQ((*nodes)["worker-a"].value("running_jobs", nlohmann::json::array()),
+            nlohmann::json::array());
+  EXPECT_EQ((*nodes)["worker-a"].value("memory_used_bytes", std::string("0")), "0");
   absl::StatusOr<CommandResult> status = cluster_.Quiltctl({"status"});
   ASSERT_THAT(status.status(), IsOk());
   EXPECT_EQ(status->exit_code, 0) << status->err;
