@@ -90,6 +90,19 @@ absl::Status NodeRegistry::Register(const quilt::v1::NodeInfo& info, uint64_t in
   const bool known = it != nodes_.end();
   Entry updated = known ? it->second : Entry{};
   const uint64_t previous = updated.status.incarnation();
+  // Another worker process under the same id while this one is alive: two
+  // workers given one id (they would take it from each other for ever).
+  // A restarted worker's old process is silent: accepted once it is not
+  // Ready.
+  if (known && previous != incarnation && updated.status.state() == quilt::v1::NODE_STATE_READY &&
+      now - updated.last_seen < options_.not_ready_after) {
+    return absl::AlreadyExistsError(absl::StrFormat(
+        "node id %s is in use by another running worker (incarnation %016x, heard from %s "
+        "ago): give each worker its own node id; a restarted worker is accepted once its old "
+        "process has been silent for %s",
+        info.node_id(), previous, Seconds(now - updated.last_seen),
+        Seconds(options_.not_ready_after)));
+  }
   *updated.status.mutable_info() = info;
   updated.status.set_incarnation(incarnation);
   updated.status.set_state(quilt::v1::NODE_STATE_READY);

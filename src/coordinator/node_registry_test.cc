@@ -100,7 +100,14 @@ TEST_F(NodeRegistryTest, MissedHeartbeats_NotReadyThenDownThenRecovered) {
 
 TEST_F(NodeRegistryTest, StaleIncarnationHeartbeat_IsAborted) {
   ASSERT_THAT(registry_->Register(Info("a"), 11), IsOk());
-  ASSERT_THAT(registry_->Register(Info("a"), 12), IsOk());  // worker restarted
+  // A second live worker under the same id is refused.
+  EXPECT_THAT(registry_->Register(Info("a"), 12),
+              StatusIs(absl::StatusCode::kAlreadyExists,
+                       HasSubstr("node id a is in use by another running worker")));
+  EXPECT_THAT(registry_->Heartbeat("a", 11), IsOk());
+  // Silent past not-ready: the worker restarted.
+  clock_.Advance(absl::Seconds(5.1));
+  ASSERT_THAT(registry_->Register(Info("a"), 12), IsOk());
   EXPECT_THAT(registry_->Heartbeat("a", 11),
               StatusIs(absl::StatusCode::kAborted, HasSubstr("stale")));
   EXPECT_THAT(registry_->Heartbeat("a", 12), IsOk());

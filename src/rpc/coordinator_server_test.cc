@@ -90,10 +90,14 @@ TEST_F(CoordinatorServerTest, RegisterAndHeartbeat_NodeListedReady) {
 
 TEST_F(CoordinatorServerTest, StaleIncarnation_Aborted) {
   ASSERT_THAT(client_->Register(RegisterReq("n1", 7)), IsOk());
-  ASSERT_THAT(client_->Register(RegisterReq("n1", 8)), IsOk());
+  // A second worker under a live id is refused; the first keeps it.
+  EXPECT_THAT(client_->Register(RegisterReq("n1", 8)),
+              StatusIs(absl::StatusCode::kAlreadyExists, HasSubstr("in use")));
   quilt::v1::HeartbeatRequest hb;
   hb.set_node_id("n1");
   hb.set_incarnation(7);
+  EXPECT_THAT(client_->Heartbeat(hb), IsOk());
+  hb.set_incarnation(8);
   EXPECT_THAT(client_->Heartbeat(hb), StatusIs(absl::StatusCode::kAborted, HasSubstr("stale")));
 }
 

@@ -15,6 +15,8 @@
 namespace quilt {
 namespace {
 
+using ::testing::HasSubstr;
+
 quilt::v1::NodeInfo Info(const std::string& id) {
   quilt::v1::NodeInfo info;
   info.set_node_id(id);
@@ -100,18 +102,21 @@ TEST_F(WorkerTest, CoordinatorStartsLate_WorkerRetriesUntilRegistered) {
   ASSERT_TRUE(Eventually([&] { return StateOf("w1") == quilt::v1::NODE_STATE_READY; }));
 }
 
-TEST_F(WorkerTest, StaleIncarnation_WorkerRegistersAgain) {
+TEST_F(WorkerTest, SecondProcessUnderALiveId_RefusedAndTheWorkerKeepsIt) {
   StartCoordinator("127.0.0.1:0");
   rpc::CoordinatorClient client(server_->address(), absl::Seconds(2));
   Worker worker(Info("w1"), 42, &client, {});
   worker.Start();
   ASSERT_TRUE(Eventually([&] { return worker.registered(); }));
-  // Another process claims the node: the first one's heartbeats are stale.
-  ASSERT_THAT(coordinator_->registry()->Register(Info("w1"), 43), IsOk());
-  ASSERT_TRUE(Eventually([&] { return worker.registrations() >= 2; }));
+  // Another process claims the node while this one heartbeats.
+  EXPECT_THAT(coordinator_->registry()->Register(Info("w1"), 43),
+              StatusIs(absl::StatusCode::kAlreadyExists, HasSubstr("in use")));
+  absl::SleepFor(absl::Milliseconds(1500));
+  EXPECT_EQ(worker.registrations(), 1);
   auto nodes = coordinator_->registry()->ListNodes();
   ASSERT_EQ(nodes.size(), 1u);
   EXPECT_EQ(nodes[0].incarnation(), 42u);
+  EXPECT_EQ(nodes[0].state(), quilt::v1::NODE_STATE_READY);
 }
 
 }  // namespace
