@@ -22,18 +22,6 @@ std::string HumanSi(double value) {
       std::fabs(v) >= 100 ? "%.0f%s" : (std::fabs(v) >= 10 ? "%.1f%s" : "%.2f%s"), v, kUnits[unit]);
 }
 
-std::string HumanBytes(int64_t bytes) {
-  static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-  double v = static_cast<double>(bytes);
-  int unit = 0;
-  while (std::fabs(v) >= 1024 && unit < 5) {
-    v /= 1024;
-    ++unit;
-  }
-  if (unit == 0) return absl::StrCat(bytes, "B");
-  return absl::StrFormat("%.1f%s", v, kUnits[unit]);
-}
-
 std::string HumanDuration(double seconds) {
   if (!std::isfinite(seconds) || seconds < 0) return "-";
   if (seconds < 60) return absl::StrFormat("%.1fs", seconds);

@@ -9,13 +9,13 @@
 #include <vector>
 
 #include "google/protobuf/message.h"
+#include "src/common/units.h"
 
 namespace quilt::cli {
 
 // 1.5e12 → "1.50T"; 0 → "0".
 std::string HumanSi(double value);
-// 17179869184 → "16.0GiB".
-std::string HumanBytes(int64_t bytes);
+using ::quilt::HumanBytes;  // src/common/units.h
 // 0.42 → "0.4s"; 75 → "1m15s"; 7300 → "2h1m".
 std::string HumanDuration(double seconds);
 // Short durations with their unit: "850 µs", "612.9 ms", "23.28 s".

@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "src/common/status.h"
+#include "src/common/units.h"
 #include "src/sim/sim_state.h"
 
 namespace quilt {
@@ -355,9 +356,8 @@ absl::StatusOr<SimResult> Sim::Run() {
     u.out_of_memory = u.capacity_bytes > 0 && u.peak_memory_bytes > u.capacity_bytes;
     if (u.out_of_memory && u.peak_memory_bytes - u.capacity_bytes > worst_over) {
       worst_over = u.peak_memory_bytes - u.capacity_bytes;
-      r.out_of_memory = absl::StrFormat("%s needs %.2f GiB at its peak, has %.2f GiB", u.device,
-                                        u.peak_memory_bytes / double(1 << 30),
-                                        u.capacity_bytes / double(1 << 30));
+      r.out_of_memory = absl::StrCat(u.device, " needs ", HumanBytes(u.peak_memory_bytes),
+                                     " at its peak, has ", HumanBytes(u.capacity_bytes));
     }
     const double last = std::max(compute.empty() ? 0 : compute.back().second,
                                  merged.empty() ? 0 : merged.back().second);

@@ -7,6 +7,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "src/common/status_matchers.h"
+#include "src/common/units.h"
 #include "src/graph/graph_builder.h"
 
 namespace quilt {
@@ -355,6 +356,11 @@ TEST(Simulator, OutOfMemory_IsReportedWithTheDevice) {
   const SimResult r = MustSimulate(*w, ChainProgram(w->topo));
   EXPECT_TRUE(r.devices[0].out_of_memory);
   EXPECT_THAT(r.out_of_memory, HasSubstr("n0/gpu:0"));
+  // In units that tell the two apart, however small.
+  EXPECT_THAT(r.out_of_memory, HasSubstr("at its peak, has " + HumanBytes(3 * kActivation)));
+  EXPECT_THAT(r.out_of_memory,
+              HasSubstr("needs " + HumanBytes(r.devices[0].peak_memory_bytes) + " at its peak"));
+  EXPECT_NE(HumanBytes(r.devices[0].peak_memory_bytes), HumanBytes(3 * kActivation));
 }
 
 class RingAllReduce : public ::testing::TestWithParam<int> {};
