@@ -27,6 +27,8 @@ struct PlanArgs {
   std::string trace;
   std::string program_out;
   std::string optimizer = "sgd";
+  std::string loss = "auto";
+  double lr = 0, momentum = 0.9;
   std::string format = "table";
   bool explain = false;
   double time_budget_s = 10;
@@ -148,13 +150,25 @@ int Print(const quilt::v1::PlanReport& r, const PlanArgs& a) {
   return r.best().empty() ? 1 : 0;
 }
 
-TrainingOptions TrainingFor(const Graph& g, const PlanArgs& a) {
+// The loss and optimizer the plan trains with (submit's defaults).
+// Errors: a --loss other than the one the model computes.
+absl::StatusOr<TrainingOptions> TrainingFor(const Graph& g, const PlanArgs& a) {
   TrainingOptions to;
-  to.loss = g.loss.type == LossType::kNone ? LossType::kSoftmaxCrossEntropy : LossType::kNone;
+  if (a.loss != "auto") {
+    const LossType want = a.loss == "mse" ? LossType::kMse : LossType::kSoftmaxCrossEntropy;
+    if (g.loss.type != LossType::kNone && !g.loss.output.empty() && g.loss.type != want) {
+      return absl::InvalidArgumentError("the model already computes a different loss than --loss " +
+                                        a.loss);
+    }
+    to.loss = g.loss.output.empty() ? want : LossType::kNone;
+  } else if (g.loss.type == LossType::kNone) {
+    std::cerr << "planning with softmax cross-entropy: the model has no loss (--loss sets one)\n";
+    to.loss = LossType::kSoftmaxCrossEntropy;
+  }
   to.optimizer.kind =
       a.optimizer == "adam" ? OptimizerSpec::Kind::kAdam : OptimizerSpec::Kind::kSgd;
-  to.optimizer.learning_rate = a.optimizer == "adam" ? 1e-3 : 0.01;
-  to.optimizer.momentum = a.optimizer == "adam" ? 0 : 0.9;
+  to.optimizer.learning_rate = a.lr > 0 ? a.lr : (a.optimizer == "adam" ? 1e-3 : 0.05);
+  to.optimizer.momentum = a.optimizer == "adam" ? 0 : a.momentum;
   return to;
 }
 
@@ -167,9 +181,14 @@ int RunRemote(const PlanArgs& a, const Graph& forward, const GlobalOptions& glob
   if (absl::Status s = SetJobModel(a.model, a.batch, &forward, &spec); !s.ok()) {
     return PrintError(std::string(s.message()));
   }
-  const TrainingOptions to = TrainingFor(forward, a);
-  if (to.loss == LossType::kSoftmaxCrossEntropy)
+  absl::StatusOr<TrainingOptions> training = TrainingFor(forward, a);
+  if (!training.ok()) return PrintError(std::string(training.status().message()));
+  const TrainingOptions& to = *training;
+  if (to.loss == LossType::kSoftmaxCrossEntropy) {
     spec.set_loss(quilt::v1::Loss::TYPE_SOFTMAX_CROSS_ENTROPY);
+  } else if (to.loss == LossType::kMse) {
+    spec.set_loss(quilt::v1::Loss::TYPE_MSE);
+  }
   if (to.optimizer.kind == OptimizerSpec::Kind::kAdam) {
     spec.mutable_optimizer()->mutable_adam()->set_learning_rate(to.optimizer.learning_rate);
   } else {
@@ -190,7 +209,8 @@ int RunRemote(const PlanArgs& a, const Graph& forward, const GlobalOptions& glob
   return Print(*report, a);
 }
 
-int Run(const PlanArgs& a, const GlobalOptions& globals) {
+int Run(PlanArgs a, const GlobalOptions& globals) {
+  if (a.strategy == "auto") a.strategy = "all";  // submit's name for it
   absl::StatusOr<Graph> g = LoadModel(a.model, a.batch);
   if (!g.ok()) return PrintError(std::string(g.status().message()));
   if (a.cluster.empty()) {
@@ -203,7 +223,10 @@ int Run(const PlanArgs& a, const GlobalOptions& globals) {
   if (!spec.ok()) return PrintError(std::string(spec.status().message()));
   absl::StatusOr<Topology> topo = Topology::Build(*spec);
   if (!topo.ok()) return PrintError(std::string(topo.status().message()));
-  if (absl::Status s = BuildTrainingGraph(&*g, TrainingFor(*g, a)); !s.ok()) {
+  absl::StatusOr<TrainingOptions> training = TrainingFor(*g, a);
+  if (!training.ok()) return PrintError(std::string(training.status().message()));
+  if (g->loss.output.empty() && training->loss != LossType::kNone) g->loss.type = training->loss;
+  if (absl::Status s = BuildTrainingGraph(&*g, *training); !s.ok()) {
     return PrintError(std::string(s.message()));
   }
   PlanOptions po;
@@ -243,16 +266,15 @@ void AddPlanCommand(CLI::App& app, const GlobalOptions& globals, std::vector<Com
                 "ClusterSpec file (.textproto or .json) to plan offline; without it the "
                 "coordinator plans on the live cluster");
   c->add_option("--batch", a->batch, "Global batch size")->required()->check(Positive());
-  c->add_option(
-      "--strategy", a->strategy,
-      "all, heterog (the planner), or a baseline: single-device, dp-even-ring, dp-even-ps, "
-      "dp-proportional-ring, dp-proportional-ps");
+  c->add_option("--strategy", a->strategy,
+                "all (or auto), heterog (the planner), or a baseline: single-device, dp-even-ring, "
+                "dp-even-ps, dp-proportional-ring, dp-proportional-ps");
   c->add_option(
       "--program-out", a->program_out,
       "Write the best strategy's DistributedProgram (binary protobuf, for quilt-executor)");
   c->add_flag("--explain", a->explain, "Per op group: what the planner chose and what it saves");
   c->add_option("--time-budget", a->time_budget_s,
-                "Seconds the planner's search may take (default 5)")
+                "Seconds the planner's search may take (default 10)")
       ->check(Positive());
   c->add_option("--seed", a->seed, "Seed of the planner's search (same seed, same plan)");
   c->add_option("--groups", a->groups,
@@ -260,8 +282,16 @@ void AddPlanCommand(CLI::App& app, const GlobalOptions& globals, std::vector<Com
       ->check(Positive());
   c->add_option("--trace", a->trace,
                 "Write the best strategy's simulated timeline (Chrome trace JSON)");
-  c->add_option("--optimizer", a->optimizer, "sgd (momentum 0.9) | adam")
-      ->check(CLI::IsMember({"sgd", "adam"}));
+  c->add_option("--optimizer", a->optimizer, "sgd | adam")->check(CLI::IsMember({"sgd", "adam"}));
+  c->add_option("--loss", a->loss,
+                "auto (the model's; softmax cross-entropy if it has none) | "
+                "softmax_cross_entropy | mse")
+      ->check(CLI::IsMember({"auto", "softmax_cross_entropy", "mse"}));
+  c->add_option("--lr", a->lr,
+                "Learning rate of --program-out (default 0.05 for sgd, 1e-3 for adam)")
+      ->check(Positive());
+  c->add_option("--momentum", a->momentum, "SGD momentum (default 0.9)")
+      ->check(CLI::Range(0.0, 1.0));
   c->add_option("-o,--output", a->format, "table | json")->check(CLI::IsMember({"table", "json"}));
   out->push_back({c, [a, &globals]() { return Run(*a, globals); }});
 }

@@ -12,6 +12,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "proto/quilt/v1/program.pb.h"
 #include "src/common/status_matchers.h"
 #include "src/testing/subprocess.h"
 #include "src/testing/temp_dir.h"
@@ -98,6 +99,34 @@ TEST(PlanCommand, TraceOpensAsChromeTraceJson) {
   }
   EXPECT_GT(compute, 0);
   EXPECT_GT(collective, 0);
+}
+
+TEST(PlanCommand, ProgramOut_TrainsWithTheGivenLossAndOptimizer) {
+  TempDir dir;
+  const std::string out = dir.File("p.pb");
+  const CommandResult r = Plan({"test/fixtures/mlp_regression/model.onnx", "--cluster",
+                                "config/clusters/nvlink_2x4_v100.textproto", "--batch", "64",
+                                "--strategy", "dp-even-ring", "--loss", "mse", "--lr", "0.2",
+                                "--momentum", "0.5", "--program-out", out});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  quilt::v1::DistributedProgram program;
+  std::ifstream in(out, std::ios::binary);
+  ASSERT_TRUE(program.ParseFromIstream(&in));
+  EXPECT_EQ(program.graph().loss().type(), quilt::v1::Loss::TYPE_MSE);
+  EXPECT_DOUBLE_EQ(program.graph().optimizer().sgd().learning_rate(), 0.2);
+  EXPECT_DOUBLE_EQ(program.graph().optimizer().sgd().momentum(), 0.5);
+  // A model that computes its own loss keeps it; another one is refused.
+  const CommandResult other =
+      Plan({"test/fixtures/mlp_loss_in_model/model.onnx", "--cluster",
+            "config/clusters/nvlink_2x4_v100.textproto", "--batch", "64", "--loss", "mse"});
+  EXPECT_NE(other.exit_code, 0);
+  EXPECT_THAT(other.err, HasSubstr("already computes a different loss than --loss mse"));
+  // submit's name for planning with everything.
+  const CommandResult all =
+      Plan({"zoo:mlp", "--cluster", "config/clusters/nvlink_2x4_v100.textproto", "--batch", "64",
+            "--strategy", "auto", "-o", "json"});
+  ASSERT_EQ(all.exit_code, 0) << all.err;
+  EXPECT_EQ(nlohmann::json::parse(all.out)["estimates"].size(), kStrategies.size());
 }
 
 TEST(PlanCommand, BadInput_ExitsWithAClearError) {
