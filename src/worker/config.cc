@@ -46,6 +46,10 @@ const ConfigSchema<WorkerConfig>& WorkerConfigSchema() {
                 "Where each job's program and executor log go; empty =\n"
                 "$TMPDIR/quilt-worker/<node_id>.")
         .Int("executor_threads", &C::executor_threads, "Kernel threads of each executor.", 1, 1024)
+        .Int("stall_timeout_ms", &C::stall_timeout_ms,
+             "An executor that finishes no step for this long (nor for 20 times its\n"
+             "slowest step) is stopped and its job fails as stalled.",
+             1000, int64_t{7} * 24 * 3600 * 1000)
         .String("probe_address", &C::probe_address,
                 "Where this worker serves link probes from other workers (host:port;\n"
                 "port 0 = any). The host must be reachable from the other nodes.");

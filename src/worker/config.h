@@ -28,6 +28,7 @@ struct WorkerConfig {
   std::string executor_path;
   std::string work_dir;
   int64_t executor_threads = 1;
+  int64_t stall_timeout_ms = 600000;
   std::string probe_address = "127.0.0.1:0";
 };
 

@@ -143,6 +143,7 @@ int Run(WorkerConfig config) {
   task_options.compute_slowdown = config.compute_slowdown;
   for (const auto& d : node->devices()) task_options.device_ids.push_back(d.id());
   task_options.threads = static_cast<int>(config.executor_threads);
+  task_options.stall_timeout = absl::Milliseconds(config.stall_timeout_ms);
   task_options.on_change = [&running] {
     if (Worker* w = running.load()) w->Wake();
   };

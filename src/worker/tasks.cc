@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -13,6 +14,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "nlohmann/json.hpp"
@@ -118,6 +120,7 @@ void TaskRunner::Start(const quilt::v1::TaskAssignment& a) {
   t->pid = pid;
   t->out_fd = fds[0];
   t->state = quilt::v1::TASK_STATE_RUNNING;
+  t->last_progress = absl::Now();
   QLOG_INFO("job {}: started executor pid={} rank={} of {}", a.job_id(), pid, a.rank(),
             a.world_size());
   t->reader = std::thread([this, t] { Read(t); });
@@ -136,6 +139,8 @@ void TaskRunner::Read(Task* t) {
       const auto& part = j["loss_part"];
       t->loss_parts.push_back(part.is_number() ? part.get<double>() : 0.0);
       t->step_times.push_back(j.value("step_time_s", 0.0));
+      t->last_progress = absl::Now();
+      t->slowest_step_s = std::max(t->slowest_step_s, t->step_times.back());
     }
     if (options_.on_change) options_.on_change();
   }
@@ -151,6 +156,9 @@ void TaskRunner::Read(Task* t) {
     waitpid(t->pid, &status, 0);
     if (t->cancelled) {
       t->state = quilt::v1::TASK_STATE_CANCELLED;
+    } else if (!t->stalled.empty()) {
+      t->state = quilt::v1::TASK_STATE_FAILED;
+      t->message = t->stalled;
     } else if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
       t->state = quilt::v1::TASK_STATE_SUCCEEDED;
     } else {
@@ -192,6 +200,25 @@ void TaskRunner::Cancel(const std::string& job_id) {
   t->cancelled_at = absl::Now();
   kill(t->pid, SIGTERM);
   QLOG_INFO("job {}: stopping executor pid={}", job_id, t->pid);
+}
+
+void TaskRunner::KillStalled() {
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = absl::Now();
+  for (auto& [id, t] : tasks_) {
+    if (Ended(t->state) || t->pid <= 0 || t->cancelled || !t->stalled.empty()) continue;
+    const absl::Duration limit =
+        std::max(options_.stall_timeout, absl::Seconds(20 * t->slowest_step_s));
+    const absl::Duration silent = now - t->last_progress;
+    if (silent < limit) continue;
+    t->stalled = absl::StrFormat(
+        "the executor finished no step for %.0f s (%s) and was stopped as stalled "
+        "(stall_timeout_ms); its log: %s/executor.log",
+        absl::ToDoubleSeconds(silent),
+        t->step == 0 ? "before its first step" : absl::StrCat("after step ", t->step), t->dir);
+    QLOG_ERROR("job {}: {}", id, t->stalled);
+    kill(t->pid, SIGKILL);
+  }
 }
 
 std::vector<quilt::v1::TaskReport> TaskRunner::Reports() const {

@@ -6,6 +6,9 @@
 // is read on a thread, its stderr goes to executor.log in the job's
 // directory. Each executor's state and the steps not yet reported are
 // collected by Reports(); the worker sends them with its next heartbeat.
+// An executor that finishes no step for the stall timeout (a hung
+// checkpoint write on a dead file server, a stopped process) is killed and
+// its job fails saying so, instead of running for ever.
 // Cancel() stops an executor (SIGTERM, SIGKILL when asked again 5 s on); an
 // executor dies with the worker (PR_SET_PDEATHSIG), so a killed worker
 // never leaves a job half-running on its node.
@@ -37,6 +40,9 @@ struct TaskRunnerOptions {
   double compute_slowdown = 1;
   std::vector<std::string> device_ids;
   int threads = 1;
+  // An executor with no finished step for this long (nor for 20 times its
+  // slowest step) is killed as stalled.
+  absl::Duration stall_timeout = absl::Minutes(10);
   // Called when there is something new to report (a step, an exit).
   std::function<void()> on_change;
 };
@@ -57,6 +63,8 @@ class TaskRunner {
   void Ack(const std::vector<quilt::v1::TaskReport>& reports);
   // Executors still running.
   int running() const;
+  // Kills the executors that made no progress for the stall timeout.
+  void KillStalled();
 
  private:
   struct Task {
@@ -68,6 +76,9 @@ class TaskRunner {
     bool cancelled = false;
     absl::Time cancelled_at;
     int64_t step = 0;
+    absl::Time last_progress;  // start, or the last finished step
+    double slowest_step_s = 0;
+    std::string stalled;  // why it was killed as stalled
     int64_t first_unreported = 1;
     std::vector<double> loss_parts, step_times;  // from first_unreported
     std::string message;

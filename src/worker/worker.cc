@@ -88,7 +88,10 @@ void Worker::Loop() {
     hb.set_node_id(id);
     hb.set_incarnation(incarnation_);
     std::vector<quilt::v1::TaskReport> reports;
-    if (options_.tasks != nullptr) reports = options_.tasks->Reports();
+    if (options_.tasks != nullptr) {
+      options_.tasks->KillStalled();
+      reports = options_.tasks->Reports();
+    }
     for (const auto& r : reports) *hb.add_tasks() = r;
     std::vector<quilt::v1::LinkProbeResult> measured;
     if (options_.probes != nullptr) measured = options_.probes->Results();

@@ -378,6 +378,37 @@ TEST_F(Jobs, ACheckpointThatCannotBeWrittenFailsTheJobAtThatStep) {
   EXPECT_TRUE(std::filesystem::exists(checkpoints + "/" + id + "/step-00000036/rank-1"));
 }
 
+TEST(StalledExecutor, IsStoppedAndTheJobFailsSayingSo) {
+  LocalCluster cluster;
+  ASSERT_THAT(cluster.StartCoordinator().status(), IsOk());
+  ASSERT_THAT(cluster.StartWorker("solo", {"--stall_timeout_ms", "3000"}).status(), IsOk());
+  absl::StatusOr<CommandResult> r =
+      cluster.Quiltctl(SubmitArgs(cluster.dir().File("ckpt"), 1000000, "single-device"));
+  ASSERT_THAT(r.status(), IsOk());
+  ASSERT_EQ(r->exit_code, 0) << r->err;
+  std::string id = r->out;
+  while (!id.empty() && (id.back() == '\n' || id.back() == ' ')) id.pop_back();
+  auto job = [&] {
+    absl::StatusOr<CommandResult> d = cluster.Quiltctl({"describe", "job", id, "-o", "json"});
+    return d.ok() ? nlohmann::json::parse(d->out, nullptr, false) : nlohmann::json();
+  };
+  ASSERT_TRUE(Eventually(
+      [&] {
+        const nlohmann::json j = job();
+        return j.is_object() && j.contains("step") && std::stoll(j["step"].get<std::string>()) > 2;
+      },
+      absl::Seconds(60)))
+      << job().dump();
+  // The executor hangs (as on a dead file server): stopped, not killed.
+  absl::StatusOr<CommandResult> stop = RunCommand({"/usr/bin/pkill", "-STOP", "-f", id});
+  ASSERT_THAT(stop.status(), IsOk());
+  ASSERT_EQ(stop->exit_code, 0);
+  ASSERT_TRUE(
+      Eventually([&] { return job().value("state", "") == "JOB_STATE_FAILED"; }, absl::Seconds(30)))
+      << job().dump();
+  EXPECT_THAT(job().value("message", std::string()), HasSubstr("stopped as stalled"));
+}
+
 TEST(JobsWithoutWorkers, SubmitSaysNoNodeIsReady) {
   LocalCluster cluster;
   ASSERT_THAT(cluster.StartCoordinator().status(), IsOk());
