@@ -284,6 +284,32 @@ TEST_F(CoordinatorServerTest, SubmissionTheClientGaveUpOn_NotStarted) {
   EXPECT_THAT(*listed, ::testing::IsEmpty());
 }
 
+// A stopping coordinator ends open watches instead of waiting out its
+// drain time for them.
+TEST_F(CoordinatorServerTest, Shutdown_EndsOpenWatchesAtOnce) {
+  StopCoordinator();
+  StartCoordinator("127.0.0.1:0", /*profile_timeout_ms=*/0);
+  ASSERT_THAT(client_->Register(RegisterReq("n1", 7)), IsOk());
+  ASSERT_THAT(AwaitProfileQuestions(client_.get(), "n1", 7, 1, absl::ZeroDuration()),
+              ::testing::IsEmpty());
+  JobClient jobs(server_->address(), absl::Seconds(30));
+  absl::StatusOr<std::string> id = jobs.SubmitJob(ZooJob("mlp", 8));
+  ASSERT_THAT(id, IsOk());  // pending: no worker runs it
+  std::atomic<int> updates{0};
+  auto watched = std::async(std::launch::async, [&] {
+    return jobs.WatchJob(*id, [&](const quilt::v1::JobStatus&) { ++updates; });
+  });
+  ASSERT_TRUE([&] {
+    for (int i = 0; i < 100 && updates.load() == 0; ++i) absl::SleepFor(absl::Milliseconds(50));
+    return updates.load() > 0;
+  }());
+  const absl::Time start = absl::Now();
+  server_->Shutdown(absl::Seconds(20));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+  ASSERT_EQ(watched.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  EXPECT_THAT(watched.get(), StatusIs(absl::StatusCode::kUnavailable));
+}
+
 // Two plans of the same model wait for the one question asked; its answer
 // reaches both, even though the first to see it is done with it.
 TEST_F(CoordinatorServerTest, TwoPlansOfOneModel_ShareTheProfile) {

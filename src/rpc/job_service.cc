@@ -190,6 +190,12 @@ grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* ctx,
                                       grpc::ServerWriter<quilt::v1::JobStatus>* writer) {
   int64_t version = -1;
   while (!ctx->IsCancelled()) {
+    // A stopping coordinator ends its watches at once (the server waits
+    // for open calls before it stops).
+    if (stopping_.load()) {
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                          "the coordinator is shutting down; watch again once it is back");
+    }
     const int64_t before = version;
     absl::StatusOr<quilt::v1::JobStatus> st =
         coordinator_->jobs()->WaitForChange(request->job_id(), &version, absl::Seconds(1));

@@ -15,6 +15,7 @@
 #ifndef QUILT_SRC_RPC_JOB_SERVICE_H_
 #define QUILT_SRC_RPC_JOB_SERVICE_H_
 
+#include <atomic>
 #include <functional>
 
 #include "absl/synchronization/mutex.h"
@@ -66,6 +67,7 @@ class JobServiceImpl final : public JobServiceBase {
   // Runs the accepted plans and exports to completion; call before the
   // server shuts down.
   void Drain() {
+    stopping_.store(true);  // watches end
     planning_.Shutdown();
     exports_.Shutdown();
   }
@@ -85,6 +87,7 @@ class JobServiceImpl final : public JobServiceBase {
   WorkQueue exports_;
   // Held while the planner runs: one plan computes at a time.
   absl::Mutex planner_;
+  std::atomic<bool> stopping_{false};
 };
 
 }  // namespace quilt::rpc
