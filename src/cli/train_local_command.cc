@@ -70,6 +70,11 @@ int Run(const TrainArgs& a) {
     data = OpenNumpyDataset(paths[0], paths[1], *sig);
   }
   if (!data.ok()) return PrintError(std::string(data.status().message()));
+  if (a.data != "synthetic" && (*data)->size() < a.batch) {
+    // As submit: a batch would repeat samples within itself.
+    return PrintError(absl::StrFormat("the dataset has %d samples, fewer than one batch of %d",
+                                      (*data)->size(), a.batch));
+  }
   const bool json = a.format == "json";
   if (!json) {
     std::cout << absl::StrFormat(

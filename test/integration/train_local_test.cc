@@ -123,6 +123,13 @@ TEST(TrainLocal, BadData_ClearErrors) {
   ASSERT_THAT(r, IsOk());
   EXPECT_EQ(r->exit_code, 1);
   EXPECT_THAT(r->err, HasSubstr("--loss"));
+  // A batch larger than the dataset.
+  r = RunCommand({RunfilePath("src/cli/quiltctl"), "train-local", dir + "/model.onnx", "--loss",
+                  "softmax_cross_entropy", "--data", dir + "/x.npy," + dir + "/y.npy", "--batch",
+                  "100000", "--steps", "1"});
+  ASSERT_THAT(r, IsOk());
+  EXPECT_EQ(r->exit_code, 1);
+  EXPECT_THAT(r->err, HasSubstr("fewer than one batch of 100000"));
 }
 
 TEST(TrainLocal, NonFiniteLoss_FailsNamingTheStep) {
