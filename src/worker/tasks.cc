@@ -39,8 +39,8 @@ TaskRunner::~TaskRunner() {
   {
     absl::MutexLock lock(&mu_);
     for (auto& [id, t] : tasks_) {
-      if (!Ended(t->state) && t->pid > 0) {
-        t->cancelled = true;
+      if (!t->exited && t->pid > 0) {
+        t->cancelled = t->stalled.empty();
         kill(t->pid, SIGKILL);
       }
       all.push_back(std::move(t));
@@ -154,6 +154,7 @@ void TaskRunner::Read(Task* t) {
   {
     absl::MutexLock lock(&mu_);
     waitpid(t->pid, &status, 0);
+    t->exited = true;
     if (t->cancelled) {
       t->state = quilt::v1::TASK_STATE_CANCELLED;
     } else if (!t->stalled.empty()) {
@@ -218,6 +219,16 @@ void TaskRunner::KillStalled() {
         t->step == 0 ? "before its first step" : absl::StrCat("after step ", t->step), t->dir);
     QLOG_ERROR("job {}: {}", id, t->stalled);
     kill(t->pid, SIGKILL);
+  }
+}
+
+void TaskRunner::Abandon(const std::string& reason) {
+  absl::MutexLock lock(&mu_);
+  for (auto& [id, t] : tasks_) {
+    if (Ended(t->state) || t->pid <= 0 || t->cancelled || !t->stalled.empty()) continue;
+    t->stalled = reason;
+    t->state = quilt::v1::TASK_STATE_FAILED;
+    t->message = reason;
   }
 }
 

@@ -65,12 +65,16 @@ class TaskRunner {
   int running() const;
   // Kills the executors that made no progress for the stall timeout.
   void KillStalled();
+  // The worker is stopping: every running job is reported FAILED with
+  // `reason` from now on (its executor is stopped with the runner).
+  void Abandon(const std::string& reason);
 
  private:
   struct Task {
     std::string job_id;
     std::string dir;
     pid_t pid = -1;
+    bool exited = false;  // reaped
     int out_fd = -1;
     quilt::v1::TaskState state = quilt::v1::TASK_STATE_STARTING;
     bool cancelled = false;
@@ -78,7 +82,7 @@ class TaskRunner {
     int64_t step = 0;
     absl::Time last_progress;  // start, or the last finished step
     double slowest_step_s = 0;
-    std::string stalled;  // why it was killed as stalled
+    std::string stalled;  // why it was stopped (stalled, the worker stopping)
     int64_t first_unreported = 1;
     std::vector<double> loss_parts, step_times;  // from first_unreported
     std::string message;

@@ -131,6 +131,18 @@ void Worker::Loop() {
       QLOG_WARN("heartbeat failed node={} error=\"{}\"", id, h.status().ToString());
     }
   }
+  // Stopping with executors running: their jobs fail saying why, before
+  // the executors die and their peers can only report a lost peer.
+  if (registered_ && options_.tasks != nullptr && options_.tasks->running() > 0) {
+    options_.tasks->Abandon("the worker on " + id + " was stopped");
+    quilt::v1::HeartbeatRequest hb;
+    hb.set_node_id(id);
+    hb.set_incarnation(incarnation_);
+    for (const auto& r : options_.tasks->Reports()) *hb.add_tasks() = r;
+    absl::StatusOr<quilt::v1::HeartbeatResponse> h = coordinator_->Heartbeat(hb);
+    if (!h.ok())
+      QLOG_WARN("cannot report the stop node={} error=\"{}\"", id, h.status().ToString());
+  }
 }
 
 }  // namespace quilt

@@ -378,6 +378,18 @@ TEST_F(Jobs, ACheckpointThatCannotBeWrittenFailsTheJobAtThatStep) {
   EXPECT_TRUE(std::filesystem::exists(checkpoints + "/" + id + "/step-00000036/rank-1"));
 }
 
+TEST_F(Jobs, AWorkerStoppedMidJobFailsItSayingSo) {
+  const std::string id = Submit(SubmitArgs(cluster_.dir().File("ckpt"), 1000000, "dp-even-ring"));
+  ASSERT_TRUE(Eventually([&] { return Step(id) > 2; }, absl::Seconds(60))) << Job(id).dump();
+  cluster_.KillWorker("worker-b", SIGTERM);
+  ASSERT_TRUE(Eventually([&] { return State(id) == "JOB_STATE_FAILED"; }, absl::Seconds(30)))
+      << Job(id).dump();
+  // The stopped worker is named, not its peer's lost connection.
+  EXPECT_THAT(Job(id).value("message", std::string()),
+              HasSubstr("the worker on worker-b was stopped"));
+  EXPECT_TRUE(Eventually([&] { return Executors(id) == 0; }, absl::Seconds(10)));
+}
+
 TEST(StalledExecutor, IsStoppedAndTheJobFailsSayingSo) {
   LocalCluster cluster;
   ASSERT_THAT(cluster.StartCoordinator().status(), IsOk());
