@@ -41,6 +41,9 @@ TEST_P(ZooTest, TrainingGraphBuilds) {
   int trainable = 0;
   for (const ParameterSpec& p : g->parameters) trainable += !p.frozen;
   EXPECT_EQ(updates, trainable);
+  // Every batch tensor holds its samples in blocks (batch_layout.h), so
+  // the planner may move any range of samples between devices.
+  for (const TensorInfo& t : g->tensors()) EXPECT_FALSE(t.interleaved_batch) << t.name;
 }
 
 INSTANTIATE_TEST_SUITE_P(Zoo, ZooTest, ::testing::ValuesIn(ZooModels()),
