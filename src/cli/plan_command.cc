@@ -40,9 +40,11 @@ struct PlanArgs {
 std::string Breakdown(const quilt::v1::StrategyEstimate& e) {
   const bool transfers_first = e.strategy().order() == quilt::v1::EXECUTION_ORDER_TRANSFERS_FIRST;
   return absl::StrFormat(
-      "%s: step %s = compute %s + exposed communication %s + idle %s (execution order: %s)",
+      "%s: step %s = compute %s + exposed communication %s + idle %s on %s, its busiest "
+      "device (execution order: %s)",
       e.name(), HumanSeconds(e.step_time_s()), HumanSeconds(e.compute_s()),
       HumanSeconds(e.exposed_communication_s()), HumanSeconds(e.idle_s()),
+      e.critical_device().empty() ? "-" : e.critical_device(),
       transfers_first ? "gradients' producers lifted by the communication queued behind them"
                       : "critical path first");
 }

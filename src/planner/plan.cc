@@ -30,6 +30,7 @@ void Fill(const SimResult& r, int64_t batch, double lower_bound, quilt::v1::Stra
   e->set_compute_s(r.compute_s);
   e->set_exposed_communication_s(r.exposed_communication_s);
   e->set_idle_s(r.idle_s);
+  e->set_critical_device(r.critical_device);
   for (const DeviceUsage& u : r.devices) {
     auto* m = e->add_memory();
     m->set_device(u.device);

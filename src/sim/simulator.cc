@@ -320,7 +320,7 @@ absl::StatusOr<SimResult> Sim::Run() {
   }
   r.step_time_s += r.host_overhead_s;
   int critical = -1;
-  double critical_end = -1;
+  double critical_busy = -1, critical_end = -1;
   int64_t worst_over = 0;
   for (int d = 0; d < nd; ++d) {
     if (!used[d]) continue;
@@ -361,7 +361,10 @@ absl::StatusOr<SimResult> Sim::Run() {
     }
     const double last = std::max(compute.empty() ? 0 : compute.back().second,
                                  merged.empty() ? 0 : merged.back().second);
-    if (last > critical_end) {
+    const double busy = u.busy_s + u.exposed_communication_s;
+    if (busy > critical_busy * (1 + 1e-9) ||
+        (busy >= critical_busy * (1 - 1e-9) && last > critical_end)) {
+      critical_busy = busy;
       critical_end = last;
       critical = static_cast<int>(r.devices.size());
     }
@@ -369,6 +372,7 @@ absl::StatusOr<SimResult> Sim::Run() {
   }
   if (critical >= 0) {
     const DeviceUsage& c = r.devices[critical];
+    r.critical_device = c.device;
     r.compute_s = c.busy_s;
     r.exposed_communication_s = c.exposed_communication_s;
     r.idle_s = std::max(0.0, end_time - c.busy_s - c.exposed_communication_s);

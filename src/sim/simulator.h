@@ -56,7 +56,9 @@ struct SimResult {
   int64_t communication_bytes = 0;
   // Largest peak memory over capacity (empty when everything fits).
   std::string out_of_memory;
-  // Breakdown on the device that finishes last.
+  // Breakdown on the critical device: the busiest (most compute plus
+  // exposed communication; of equals, the one that finishes last).
+  std::string critical_device;
   double compute_s = 0, exposed_communication_s = 0, idle_s = 0;
   int64_t instructions = 0;
   int64_t events = 0;

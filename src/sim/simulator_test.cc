@@ -224,6 +224,31 @@ TEST(Simulator, ChainOnOneDevice_TakesTheSumOfItsOps) {
   EXPECT_EQ(r.communication_bytes, 0);
 }
 
+TEST(Simulator, Breakdown_OnTheBusiestDeviceNotTheLastToFinish) {
+  // Device 0 computes a and b (3 ms), then sends a to device 1, which
+  // computes b from it (2 ms) and finishes last.
+  auto w = MakeWorld(ChainGraph(), TimedSpec(2));
+  ProgramBuilder p(w->topo, kRows);
+  p.Feed(0, "x", 0, kRows);
+  const int64_t a = p.Compute(0, "a", 0, kRows);
+  const int64_t b = p.Compute(0, "b", 0, kRows, {a});
+  p.Transfer(0, 1, "a", kActivation);
+  int64_t recv = -1;
+  for (auto& ins : *p.device(0).mutable_instructions()) {
+    if (ins.has_send()) ins.add_deps(b);
+  }
+  for (const auto& ins : p.device(1).instructions()) {
+    if (ins.has_recv()) recv = ins.id();
+  }
+  p.Compute(1, "b", 0, kRows, {recv});
+  const SimResult r = MustSimulate(*w, p.program());
+  ASSERT_EQ(r.devices.size(), 2u);
+  EXPECT_GT(r.step_time_s, 5e-3);
+  EXPECT_EQ(r.critical_device, w->topo.device(0).id);
+  EXPECT_NEAR(r.compute_s, 3e-3, 1e-9);
+  EXPECT_NEAR(r.compute_s + r.exposed_communication_s + r.idle_s, r.step_time_s, 1e-9);
+}
+
 TEST(Simulator, IndependentOps_SerializeOnOneDeviceAndOverlapOnTwo) {
   auto w = MakeWorld(ChainGraph(), TimedSpec(2));
   ProgramBuilder one(w->topo, kRows);
