@@ -2,16 +2,14 @@
 
 #include <algorithm>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <vector>
 
-#include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 #include "onnx/onnx_pb.h"
 #include "src/common/status.h"
+#include "src/coordinator/checkpoint_dir.h"
 #include "src/runtime/data/npy.h"
 
 namespace quilt {
@@ -88,29 +86,9 @@ absl::StatusOr<Checkpoint> ReadCheckpoint(const std::string& step_dir, int world
 }  // namespace
 
 absl::StatusOr<Checkpoint> ReadLatestCheckpoint(const std::string& dir, int world) {
-  std::vector<std::pair<int64_t, std::string>> steps;  // number, name
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
-    const std::string name = e.path().filename().string();
-    int64_t step = 0;
-    if (!absl::StartsWith(name, "step-")) continue;
-    const std::string digits = name.substr(5);
-    if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos ||
-        !absl::SimpleAtoi(digits, &step)) {
-      continue;  // not a checkpoint (a link named step-latest, a stray copy)
-    }
-    steps.emplace_back(step, name);
-  }
-  std::sort(steps.rbegin(), steps.rend());
   absl::Status newest_problem = absl::OkStatus();
   std::string passed_over;
-  for (const auto& [number, step] : steps) {
-    bool complete = true;
-    for (int r = 0; r < world && complete; ++r) {
-      complete =
-          std::filesystem::exists(absl::StrCat(dir, "/", step, "/rank-", r, "/metrics.json"));
-    }
-    if (!complete) continue;
+  for (const auto& [number, step] : CompleteSteps(dir, world)) {
     absl::StatusOr<Checkpoint> c = ReadCheckpoint(absl::StrCat(dir, "/", step), world);
     if (c.ok()) {
       c->step = number;

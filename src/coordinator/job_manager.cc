@@ -8,6 +8,7 @@
 #include "src/common/logging.h"
 #include "src/common/proto_time.h"
 #include "src/common/status.h"
+#include "src/coordinator/checkpoint_dir.h"
 
 namespace quilt {
 
@@ -49,8 +50,14 @@ absl::Status JobManager::Load() {
     job.record = std::move(r);
     order_.push_back(id);
     if (!Ended(job.record.status().state())) {
+      // What the job kept: its last complete checkpoint.
+      const auto steps = CompleteSteps(job.record.spec().checkpoint_dir(), job.record.world_size());
       Finish(&job, quilt::v1::JOB_STATE_FAILED,
-             "the coordinator restarted while the job ran (restarting jobs is not supported yet)");
+             absl::StrCat("the coordinator restarted while the job ran (restarting jobs is not "
+                          "supported yet); ",
+                          steps.empty() ? std::string("no complete checkpoint")
+                                        : absl::StrCat("its last complete checkpoint is step ",
+                                                       steps.front().first, " (quiltctl export)")));
     }
   }
   return absl::OkStatus();

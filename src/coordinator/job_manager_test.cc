@@ -1,5 +1,8 @@
 #include "src/coordinator/job_manager.h"
 
+#include <filesystem>
+#include <fstream>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "src/common/fake_clock.h"
@@ -232,6 +235,28 @@ TEST_F(JobManagerTest, JobsSurviveARestartAndRunningOnesAreFailed) {
   // A worker still running it is told to stop.
   EXPECT_THAT(Beat("a", {Report(running, quilt::v1::TASK_STATE_RUNNING, 1, {})}).cancel_jobs(),
               ElementsAre(running));
+}
+
+TEST_F(JobManagerTest, AJobFailedByARestartNamesItsLastCompleteCheckpoint) {
+  NewJob n;
+  n.spec.set_steps(100);
+  n.spec.set_checkpoint_dir(dir_.File("ck"));
+  n.program = "program-bytes";
+  n.world = {"a", "b"};
+  absl::StatusOr<std::string> id = jobs_->Add(n);
+  ASSERT_THAT(id, IsOk());
+  const std::string job_dir = dir_.File("ck") + "/" + *id;
+  for (const auto& [step, ranks] :
+       std::vector<std::pair<std::string, int>>{{"step-00000008", 2}, {"step-00000012", 1}}) {
+    for (int r = 0; r < ranks; ++r) {
+      const std::string rank_dir = job_dir + "/" + step + "/rank-" + std::to_string(r);
+      std::filesystem::create_directories(rank_dir);
+      std::ofstream(rank_dir + "/metrics.json") << "{}";
+    }
+  }
+  Reopen();
+  EXPECT_EQ(Status(*id).state(), quilt::v1::JOB_STATE_FAILED);
+  EXPECT_THAT(Status(*id).message(), HasSubstr("its last complete checkpoint is step 8"));
 }
 
 TEST_F(JobManagerTest, FlushStoresProgressAndAnEndedJobTakesNoMoreReports) {

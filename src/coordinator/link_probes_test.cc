@@ -96,7 +96,9 @@ TEST_F(LinkProbesTest, FailuresAreRetriedLaterAndRestartsMeasureAgain) {
   ASSERT_THAT(r.probes(), SizeIs(1));
   Beat("a", {Result(r.probes(0), 1e9)});
   ASSERT_THAT(probes_->Links(), SizeIs(1));
-  // b restarts: the link is measured again.
+  // b restarts (its old process silent): the link is measured again.
+  clock_.Advance(absl::Seconds(6));
+  ASSERT_THAT(registry_->Heartbeat("a", 1), IsOk());
   ASSERT_THAT(registry_->Register(Info("b"), 3), IsOk());
   r = Beat("a");
   ASSERT_THAT(r.probes(), SizeIs(1));
