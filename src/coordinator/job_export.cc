@@ -39,6 +39,17 @@ absl::StatusOr<Tensor> Join(const std::string& name, std::vector<Piece> pieces) 
   }
   std::vector<int64_t> dims = parts.front()->value.dims();
   if (dims.empty()) return absl::DataLossError("'" + name + "' is a sharded scalar");
+  // Each file holds exactly its rows, with the same type and row shape.
+  for (const Piece* p : parts) {
+    std::vector<int64_t> d = p->value.dims();
+    if (p->end < p->begin || d.empty() || d[0] != p->end - p->begin ||
+        p->value.dtype() != parts.front()->value.dtype() ||
+        !std::equal(d.begin() + 1, d.end(), dims.begin() + 1, dims.end())) {
+      return absl::DataLossError(absl::StrCat(
+          "'", name, "': the file of rows [", p->begin, ", ", p->end, ") holds ",
+          p->value.TypeString(), ", not those rows of ", parts.front()->value.TypeString()));
+    }
+  }
   dims[0] = rows;
   ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(parts.front()->value.dtype(), dims));
   char* dst = static_cast<char*>(out.raw());
@@ -85,11 +96,16 @@ absl::StatusOr<Checkpoint> ReadCheckpoint(const std::string& step_dir, int world
 
 }  // namespace
 
-absl::StatusOr<Checkpoint> ReadLatestCheckpoint(const std::string& dir, int world) {
+absl::StatusOr<Checkpoint> ReadLatestCheckpoint(
+    const std::string& dir, int world,
+    const std::function<absl::Status(const Checkpoint&)>& accept) {
   absl::Status newest_problem = absl::OkStatus();
   std::string passed_over;
   for (const auto& [number, step] : CompleteSteps(dir, world)) {
     absl::StatusOr<Checkpoint> c = ReadCheckpoint(absl::StrCat(dir, "/", step), world);
+    if (c.ok() && accept != nullptr) {
+      if (absl::Status a = accept(*c); !a.ok()) c = a;
+    }
     if (c.ok()) {
       c->step = number;
       c->passed_over = passed_over;
@@ -110,33 +126,42 @@ absl::StatusOr<quilt::v1::ExportJobResponse> ExportTrainedOnnx(const quilt::v1::
         "job " + job.status().job_id() +
         " was not submitted as ONNX; exporting other models is not supported yet");
   }
-  absl::StatusOr<Checkpoint> ckpt = ReadLatestCheckpoint(spec.checkpoint_dir(), job.world_size());
-  if (!ckpt.ok()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "job ", job.status().job_id(), " has no checkpoint yet: ", ckpt.status().message()));
-  }
   onnx::ModelProto model;
   if (!model.ParseFromString(spec.onnx())) {
     return absl::DataLossError("the job's ONNX model does not parse");
   }
-  int replaced = 0;
+  // Every trained initializer must fit the model: a checkpoint that does
+  // not is passed over like one that does not read.
+  auto fits = [&model](const Checkpoint& c) -> absl::Status {
+    int trained = 0;
+    for (const onnx::TensorProto& init : model.graph().initializer()) {
+      auto it = c.tensors.find(init.name());
+      if (it == c.tensors.end()) continue;
+      int64_t numel = 1;
+      for (int64_t d : init.dims()) numel *= d;
+      if (it->second.dtype() != DType::kF32 || init.data_type() != onnx::TensorProto::FLOAT ||
+          numel != it->second.numel()) {
+        return absl::DataLossError(absl::StrCat("trained '", init.name(), "' is ",
+                                                it->second.TypeString(),
+                                                ", which does not fit the model's initializer"));
+      }
+      ++trained;
+    }
+    if (trained == 0) return absl::DataLossError("it holds no initializer of the model");
+    return absl::OkStatus();
+  };
+  absl::StatusOr<Checkpoint> ckpt =
+      ReadLatestCheckpoint(spec.checkpoint_dir(), job.world_size(), fits);
+  if (!ckpt.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job ", job.status().job_id(), " has no usable checkpoint: ", ckpt.status().message()));
+  }
   for (onnx::TensorProto& init : *model.mutable_graph()->mutable_initializer()) {
     auto it = ckpt->tensors.find(init.name());
     if (it == ckpt->tensors.end()) continue;
-    Tensor& v = it->second;
-    int64_t numel = 1;
-    for (int64_t d : init.dims()) numel *= d;
-    if (v.dtype() != DType::kF32 || init.data_type() != onnx::TensorProto::FLOAT ||
-        numel != v.numel()) {
-      return absl::DataLossError(
-          absl::StrCat("trained '", init.name(), "' does not fit the model's initializer"));
-    }
+    const Tensor& v = it->second;
     init.clear_float_data();
     init.set_raw_data(std::string(static_cast<const char*>(v.raw()), v.bytes()));
-    ++replaced;
-  }
-  if (replaced == 0) {
-    return absl::FailedPreconditionError("no initializer of the model was trained");
   }
   quilt::v1::ExportJobResponse out;
   out.set_onnx(model.SerializeAsString());

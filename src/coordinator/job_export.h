@@ -8,6 +8,7 @@
 #ifndef QUILT_SRC_COORDINATOR_JOB_EXPORT_H_
 #define QUILT_SRC_COORDINATOR_JOB_EXPORT_H_
 
+#include <functional>
 #include <map>
 #include <string>
 
@@ -25,9 +26,12 @@ struct Checkpoint {
   std::string passed_over;
 };
 
-// Errors: NOT_FOUND (no complete checkpoint in `dir`), DATA_LOSS (none of
-// the complete ones reads: the newest one's problem).
-absl::StatusOr<Checkpoint> ReadLatestCheckpoint(const std::string& dir, int world);
+// With `accept`, a checkpoint it refuses is passed over like one that does
+// not read. Errors: NOT_FOUND (no complete checkpoint in `dir`),
+// DATA_LOSS (none of the complete ones reads: the newest one's problem).
+absl::StatusOr<Checkpoint> ReadLatestCheckpoint(
+    const std::string& dir, int world,
+    const std::function<absl::Status(const Checkpoint&)>& accept = nullptr);
 
 // Errors: FAILED_PRECONDITION (not an ONNX job, or no checkpoint yet).
 absl::StatusOr<quilt::v1::ExportJobResponse> ExportTrainedOnnx(const quilt::v1::JobRecord& job);

@@ -56,6 +56,33 @@ TEST(ReadLatestCheckpoint, NewestByNumber_SkipsWhatIsNotACheckpoint) {
   EXPECT_EQ(static_cast<const float*>(c->tensors["w"].raw())[0], 7.0f);
 }
 
+TEST(ReadLatestCheckpoint, FilesThatDoNotHoldTheirRows_PassedOver) {
+  testing::TempDir dir;
+  WriteRank(dir.path(), "step-00000400", 0, 0, 2, 4);
+  WriteRank(dir.path(), "step-00000400", 1, 2, 4, 4);
+  // Two rows' index entries, but files of two rows each claiming one.
+  WriteRank(dir.path(), "step-00000500", 0, 0, 2, 5);
+  WriteRank(dir.path(), "step-00000500", 1, 2, 4, 5);
+  for (int r = 0; r < 2; ++r) {
+    nlohmann::json m;
+    m["tensors"] =
+        nlohmann::json::array({{{"tensor", "w"}, {"begin", r}, {"end", r + 1}, {"file", "w.npy"}}});
+    std::ofstream(dir.path() + "/step-00000500/rank-" + std::to_string(r) + "/metrics.json")
+        << m.dump();
+  }
+  absl::StatusOr<Checkpoint> c = ReadLatestCheckpoint(dir.path(), 2);
+  ASSERT_THAT(c.status(), IsOk());
+  EXPECT_EQ(c->step, 400);
+  EXPECT_THAT(c->passed_over, HasSubstr("not those rows"));
+  // A checkpoint the caller does not accept is passed over too.
+  c = ReadLatestCheckpoint(dir.path(), 2, [](const Checkpoint& k) {
+    return k.step == 0 && static_cast<const float*>(k.tensors.at("w").raw())[0] == 4.0f
+               ? absl::DataLossError("refused")
+               : absl::OkStatus();
+  });
+  EXPECT_THAT(c.status(), StatusIs(absl::StatusCode::kDataLoss));
+}
+
 TEST(ReadLatestCheckpoint, UnreadableNewest_OlderOneAndWhy) {
   testing::TempDir dir;
   WriteRank(dir.path(), "step-00000400", 0, 0, 4, 4);
