@@ -115,9 +115,10 @@ absl::Status CheckCheckpointDir(const std::string& dir) {
 
 absl::StatusOr<quilt::v1::ClusterSpec> ProfiledCluster(
     const Graph& graph, int64_t global_batch, const NodeRegistry& registry, const LinkProbes* links,
-    ModelProfiles* profiles, absl::Duration timeout, std::vector<std::string>* calibration) {
+    ModelProfiles* profiles, absl::Duration timeout, std::vector<std::string>* calibration,
+    const std::function<bool()>& abandoned) {
   ASSIGN_OR_RETURN(quilt::v1::ClusterSpec cluster, LiveClusterSpec(registry, links));
-  *calibration = profiles->Calibrate(graph, global_batch, timeout, &cluster);
+  *calibration = profiles->Calibrate(graph, global_batch, timeout, &cluster, abandoned);
   // The nodes Ready now (one may have gone while profiling), as profiled.
   ASSIGN_OR_RETURN(quilt::v1::ClusterSpec now, LiveClusterSpec(registry, links));
   for (auto& node : *now.mutable_nodes()) {
@@ -155,8 +156,12 @@ absl::StatusOr<NewJob> PrepareJob(const quilt::v1::JobSpec& spec, const NodeRegi
   ASSIGN_OR_RETURN(PlanResult result, PlanOn(spec, graph, cluster, strategy, options));
   std::vector<std::string> calibration;
   if (profiles != nullptr && options.profile_timeout > absl::ZeroDuration()) {
-    ASSIGN_OR_RETURN(cluster, ProfiledCluster(graph, spec.global_batch(), registry, links, profiles,
-                                              options.profile_timeout, &calibration));
+    ASSIGN_OR_RETURN(cluster,
+                     ProfiledCluster(graph, spec.global_batch(), registry, links, profiles,
+                                     options.profile_timeout, &calibration, options.abandoned));
+    if (options.abandoned != nullptr && options.abandoned()) {
+      return absl::CancelledError("the client gave up waiting; the job was not started");
+    }
     ASSIGN_OR_RETURN(result, PlanOn(spec, graph, cluster, strategy, options));
   }
   NewJob job;

@@ -6,6 +6,7 @@
 #ifndef QUILT_SRC_COORDINATOR_JOB_SUBMISSION_H_
 #define QUILT_SRC_COORDINATOR_JOB_SUBMISSION_H_
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,9 @@ struct SubmissionOptions {
   // Held while the planner runs (null: none), so that concurrent
   // submissions, which may wait for profiles, plan one at a time.
   absl::Mutex* planner_lock = nullptr;
+  // Whether the client has left (null: never): profiling stops waiting and
+  // the job is not planned further.
+  std::function<bool()> abandoned;
 };
 
 // Errors: INVALID_ARGUMENT (bad model, unsupported op, steps < 1, batch
@@ -46,7 +50,8 @@ absl::Status CheckCheckpointDir(const std::string& dir);
 // LiveClusterSpec.
 absl::StatusOr<quilt::v1::ClusterSpec> ProfiledCluster(
     const Graph& graph, int64_t global_batch, const NodeRegistry& registry, const LinkProbes* links,
-    ModelProfiles* profiles, absl::Duration timeout, std::vector<std::string>* calibration);
+    ModelProfiles* profiles, absl::Duration timeout, std::vector<std::string>* calibration,
+    const std::function<bool()>& abandoned = nullptr);
 
 // With `profiles`, the workers profile the model first and the plan uses
 // their calibrations (model_profiles.h).

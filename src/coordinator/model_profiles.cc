@@ -90,7 +90,8 @@ void ModelProfiles::OnHeartbeat(const quilt::v1::HeartbeatRequest& request,
 
 std::vector<std::string> ModelProfiles::Calibrate(const Graph& g, int64_t global_batch,
                                                   absl::Duration timeout,
-                                                  quilt::v1::ClusterSpec* cluster) {
+                                                  quilt::v1::ClusterSpec* cluster,
+                                                  const std::function<bool()>& abandoned) {
   const absl::Time deadline = absl::Now() + timeout;
   const std::string model = ModelKey(g);
   int64_t devices = 0;
@@ -196,7 +197,7 @@ std::vector<std::string> ModelProfiles::Calibrate(const Graph& g, int64_t global
       };
       mu_.AwaitWithDeadline(absl::Condition(&done),
                             std::min(deadline, absl::Now() + absl::Milliseconds(250)));
-      stopping = shutdown_;
+      stopping = shutdown_ || (abandoned != nullptr && abandoned());
       for (const Wanted& w : wanted) {
         if (!w.line.empty() || gave_up.count(w.node)) continue;
         auto it = results_.find(w.id);

@@ -56,8 +56,10 @@ class ModelProfiles {
   // `timeout` for the results) and calibrates their CPU devices in
   // `cluster`; one line per node saying what its devices were planned
   // with.
+  // `abandoned` (null: never) ends the wait early: the plan's client left.
   std::vector<std::string> Calibrate(const Graph& training_graph, int64_t global_batch,
-                                     absl::Duration timeout, quilt::v1::ClusterSpec* cluster);
+                                     absl::Duration timeout, quilt::v1::ClusterSpec* cluster,
+                                     const std::function<bool()>& abandoned = nullptr);
 
  private:
   struct Node {

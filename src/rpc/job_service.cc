@@ -43,7 +43,11 @@ grpc::ServerUnaryReactor* JobServiceImpl::OnQueue(
   absl::Status parsed = ParseRequest(*raw_request, max_request_bytes_, method, request.get());
   if (!parsed.ok()) return Finish(ctx, parsed);
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  const bool taken = queue->Submit([request, reactor, raw_response, work] {
+  const bool taken = queue->Submit([ctx, request, reactor, raw_response, work] {
+    if (ctx->IsCancelled()) {  // the client left while this waited its turn
+      reactor->Finish(ToGrpcStatus(absl::CancelledError("the client gave up waiting")));
+      return;
+    }
     Response response;
     absl::Status s = work(*request, &response);
     if (s.ok()) {
@@ -70,12 +74,14 @@ grpc::ServerUnaryReactor* JobServiceImpl::PlanJob(grpc::CallbackServerContext* c
                                                   grpc::ByteBuffer* raw_response) {
   return OnQueue<quilt::v1::PlanJobRequest, quilt::v1::PlanReport>(
       &planning_, ctx, raw_request, raw_response, "PlanJob",
-      [this](const quilt::v1::PlanJobRequest& r, quilt::v1::PlanReport* report) {
-        return Plan(r, report);
+      [this, ctx](const quilt::v1::PlanJobRequest& r, quilt::v1::PlanReport* report) {
+        return Plan(
+            r, [ctx] { return ctx->IsCancelled(); }, report);
       });
 }
 
 absl::Status JobServiceImpl::Plan(const quilt::v1::PlanJobRequest& request,
+                                  const std::function<bool()>& abandoned,
                                   quilt::v1::PlanReport* report) {
   ASSIGN_OR_RETURN(Graph graph, TrainingGraphForJob(request.spec()));
   ASSIGN_OR_RETURN(quilt::v1::ClusterSpec spec,
@@ -86,7 +92,8 @@ absl::Status JobServiceImpl::Plan(const quilt::v1::PlanJobRequest& request,
         spec, ProfiledCluster(graph, request.spec().global_batch(), *coordinator_->registry(),
                               coordinator_->links(), coordinator_->profiles(),
                               absl::Milliseconds(coordinator_->config().profile_timeout_ms),
-                              &calibration));
+                              &calibration, abandoned));
+    if (abandoned()) return absl::CancelledError("the client gave up waiting");
   }
   absl::StatusOr<Topology> topo = Topology::Build(spec);
   if (!topo.ok()) return Annotate(topo.status(), "the live cluster");
@@ -123,6 +130,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(grpc::CallbackServerContext*
         SubmissionOptions options;
         options.planner_lock = &planner_;
         options.profile_timeout = absl::Milliseconds(coordinator_->config().profile_timeout_ms);
+        options.abandoned = [ctx] { return ctx->IsCancelled(); };
         ASSIGN_OR_RETURN(NewJob job,
                          PrepareJob(r.spec(), *coordinator_->registry(), coordinator_->links(),
                                     coordinator_->profiles(), options));
@@ -133,6 +141,12 @@ grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(grpc::CallbackServerContext*
           return absl::CancelledError("the client gave up waiting; the job was not started");
         }
         ASSIGN_OR_RETURN(std::string id, coordinator_->jobs()->Add(std::move(job)));
+        if (ctx->IsCancelled()) {
+          // It left while the job was stored: the job is ended before any
+          // worker hears of it.
+          (void)coordinator_->jobs()->Cancel(id, "the client gave up waiting for the submission");
+          return absl::CancelledError("the client gave up waiting; the job was not started");
+        }
         response->set_job_id(id);
         return absl::OkStatus();
       });

@@ -73,7 +73,9 @@ class JobServiceImpl final : public JobServiceBase {
   }
 
  private:
-  absl::Status Plan(const quilt::v1::PlanJobRequest& request, quilt::v1::PlanReport* report);
+  // `abandoned`: whether the client has left (checked after profiling).
+  absl::Status Plan(const quilt::v1::PlanJobRequest& request,
+                    const std::function<bool()>& abandoned, quilt::v1::PlanReport* report);
   // Runs `work` on `queue` and finishes the call with it.
   template <typename Request, typename Response>
   grpc::ServerUnaryReactor* OnQueue(WorkQueue* queue, grpc::CallbackServerContext* ctx,
