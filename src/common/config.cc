@@ -129,9 +129,15 @@ absl::Status ConfigSchemaBase::CheckAndSet(const ConfigField& field, const Confi
   if (const auto* i = std::get_if<int64_t>(&value)) number = static_cast<double>(*i);
   if (const auto* d = std::get_if<double>(&value)) number = *d;
   if (!std::isnan(number) && (number < field.min || number > field.max)) {
-    return absl::InvalidArgumentError(absl::StrFormat("%s: %s = %s is out of range [%g, %g]", where,
-                                                      field.key, RenderValue(value), field.min,
-                                                      field.max));
+    // Integer keys' bounds as integers (not 1.04858e+06).
+    auto bound = [&field](double b) {
+      return field.type == ConfigType::kInt && std::fabs(b) < 9e15
+                 ? absl::StrCat(static_cast<int64_t>(b))
+                 : absl::StrFormat("%g", b);
+    };
+    return absl::InvalidArgumentError(absl::StrFormat("%s: %s = %s is out of range [%s, %s]", where,
+                                                      field.key, RenderValue(value),
+                                                      bound(field.min), bound(field.max)));
   }
   if (field.type == ConfigType::kDouble && !std::isfinite(number)) {
     return absl::InvalidArgumentError(

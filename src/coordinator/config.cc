@@ -40,6 +40,12 @@ const ConfigSchema<CoordinatorConfig>& CoordinatorConfigSchema() {
 
 absl::Status ValidateCoordinatorConfig(const CoordinatorConfig& c) {
   RETURN_IF_ERROR(ParseHostPort(c.listen_address).status());
+  if (!IsLoopbackAddress(c.listen_address)) {
+    return absl::InvalidArgumentError(
+        "listen_address " + c.listen_address +
+        " is not a loopback address, and plaintext is allowed only on loopback (TLS is not "
+        "supported yet)");
+  }
   if (c.not_ready_after_ms <= c.heartbeat_period_ms) {
     return absl::InvalidArgumentError(absl::StrCat("not_ready_after_ms (", c.not_ready_after_ms,
                                                    ") must be greater than heartbeat_period_ms (",

@@ -36,6 +36,9 @@ TEST(CoordinatorConfig, BadListenAddressRejected) {
   CoordinatorConfig c;
   c.listen_address = "nowhere";
   EXPECT_THAT(ValidateCoordinatorConfig(c), StatusIs(absl::StatusCode::kInvalidArgument));
+  c.listen_address = "0.0.0.0:7070";  // plaintext beyond loopback
+  EXPECT_THAT(ValidateCoordinatorConfig(c),
+              StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("loopback")));
 }
 
 }  // namespace

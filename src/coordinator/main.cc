@@ -10,7 +10,6 @@
 #include "src/common/config_cli.h"
 #include "src/common/files.h"
 #include "src/common/logging.h"
-#include "src/common/net.h"
 #include "src/common/signals.h"
 #include "src/common/systemd.h"
 #include "src/common/version.h"
@@ -27,13 +26,6 @@ int Fail(const char* what, const absl::Status& s) {
 }
 
 int Run(const CoordinatorConfig& config) {
-  if (!IsLoopbackAddress(config.listen_address)) {
-    return Fail("refusing to start",
-                absl::FailedPreconditionError(
-                    "listen_address " + config.listen_address +
-                    " is not a loopback address, and plaintext is allowed only on loopback "
-                    "(TLS is not supported yet)"));
-  }
   auto coordinator = Coordinator::Create(config, RealClock::Get());
   if (!coordinator.ok()) return Fail("cannot load state", coordinator.status());
   auto server = rpc::CoordinatorServer::Start(coordinator->get());

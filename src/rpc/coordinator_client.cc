@@ -12,11 +12,18 @@ namespace quilt::rpc {
 namespace {
 
 // Transport errors name the address; the server's own errors pass through.
-absl::Status CallStatus(const grpc::Status& s, const std::string& address) {
+// `daemon`: the caller is a worker or an executor (its hint names its
+// setting, not quiltctl's).
+absl::Status CallStatus(const grpc::Status& s, const std::string& address, bool daemon = false) {
   absl::Status status = FromGrpcStatus(s);
   if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
     return absl::Status(status.code(), absl::StrCat("coordinator at ", address,
                                                     " is unreachable: ", status.message()));
+  }
+  if (s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED && daemon) {
+    return absl::Status(status.code(), absl::StrCat("coordinator at ", address,
+                                                    " did not answer in time (rpc_timeout_ms): ",
+                                                    status.message()));
   }
   if (s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
     // Unreachable, or busy (planning waits for the workers' profiles).
@@ -54,7 +61,7 @@ absl::StatusOr<quilt::v1::RegisterResponse> CoordinatorClient::Register(
   SetTimeout(&ctx, timeout_);
   quilt::v1::RegisterResponse response;
   grpc::Status s = stubs_->cluster->Register(&ctx, request, &response);
-  if (!s.ok()) return CallStatus(s, address_);
+  if (!s.ok()) return CallStatus(s, address_, /*daemon=*/true);
   return response;
 }
 
@@ -64,7 +71,7 @@ absl::StatusOr<quilt::v1::HeartbeatResponse> CoordinatorClient::Heartbeat(
   SetTimeout(&ctx, timeout_);
   quilt::v1::HeartbeatResponse response;
   grpc::Status s = stubs_->cluster->Heartbeat(&ctx, request, &response);
-  if (!s.ok()) return CallStatus(s, address_);
+  if (!s.ok()) return CallStatus(s, address_, /*daemon=*/true);
   return response;
 }
 
@@ -214,7 +221,7 @@ absl::StatusOr<std::vector<std::string>> CoordinatorRendezvous::Exchange(int ran
       return std::vector<std::string>(response.addresses().begin(), response.addresses().end());
     }
     if (!s.ok()) {
-      last = CallStatus(s, address_);
+      last = CallStatus(s, address_, /*daemon=*/true);
       // Only an unreachable coordinator is worth asking again.
       if (last.code() != absl::StatusCode::kUnavailable &&
           last.code() != absl::StatusCode::kDeadlineExceeded) {

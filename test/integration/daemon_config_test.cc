@@ -43,6 +43,14 @@ TEST_P(DaemonConfigTest, ShippedExampleConfig_PassesCheck) {
       RunCommand({Binary(), "config", "check", RunfilePath("config/" + role + ".example.toml")});
   ASSERT_THAT(check, IsOk());
   EXPECT_EQ(check->exit_code, 0) << check->err;
+  // It is `config default` (every key, current docs) under a header line.
+  auto defaults = RunCommand({Binary(), "config", "default"});
+  ASSERT_THAT(defaults, IsOk());
+  std::ifstream in(RunfilePath("config/" + role + ".example.toml"));
+  std::string example((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_NE(example.find('\n'), std::string::npos);
+  EXPECT_EQ(example.substr(example.find('\n') + 1), defaults->out)
+      << "regenerate config/" << role << ".example.toml from `config default`";
 }
 
 TEST_P(DaemonConfigTest, BadKey_CheckNamesLineAndKey) {
@@ -90,8 +98,15 @@ TEST(Coordinator, NonLoopbackPlaintext_RefusesToStart) {
   auto r = RunCommand({RunfilePath("src/coordinator/quilt-coordinator"), "--listen_address",
                        "0.0.0.0:0", "--state_dir", dir.File("s")});
   ASSERT_THAT(r, IsOk());
-  EXPECT_EQ(r->exit_code, 1);
+  EXPECT_EQ(r->exit_code, 2);  // a configuration error
   EXPECT_THAT(r->err, HasSubstr("loopback"));
+  // `config check` says the same of a file that would not start.
+  std::ofstream(dir.File("c.toml")) << "listen_address = \"0.0.0.0:7070\"\n";
+  r = RunCommand(
+      {RunfilePath("src/coordinator/quilt-coordinator"), "config", "check", dir.File("c.toml")});
+  ASSERT_THAT(r, IsOk());
+  EXPECT_NE(r->exit_code, 0) << r->out;
+  EXPECT_THAT(r->err + r->out, HasSubstr("loopback"));
 }
 
 TEST(Coordinator, PortInUse_ClearError) {
