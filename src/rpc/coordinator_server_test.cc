@@ -65,6 +65,31 @@ class CoordinatorServerTest : public ::testing::Test {
     coordinator_.reset();
   }
 
+  // A coordinator waiting `profile_timeout_ms` for profiles, with node n1
+  // (incarnation 7) Ready.
+  void RestartWithReadyNode(int64_t profile_timeout_ms) {
+    StopCoordinator();
+    StartCoordinator("127.0.0.1:0", profile_timeout_ms);
+    ASSERT_THAT(client_->Register(RegisterReq("n1", 7)), IsOk());
+    quilt::v1::HeartbeatRequest hb;
+    hb.set_node_id("n1");
+    hb.set_incarnation(7);
+    ASSERT_THAT(client_->Heartbeat(hb), IsOk());
+  }
+
+  // n1 answers the profiles `ids` with failures.
+  absl::Status FailProfiles(const std::vector<std::string>& ids) {
+    quilt::v1::HeartbeatRequest hb;
+    hb.set_node_id("n1");
+    hb.set_incarnation(7);
+    for (const std::string& id : ids) {
+      auto* r = hb.add_profile_results();
+      r->set_profile_id(id);
+      r->set_error("no data");
+    }
+    return client_->Heartbeat(hb).status();
+  }
+
   testing::TempDir dir_;
   std::unique_ptr<Coordinator> coordinator_;
   std::unique_ptr<CoordinatorServer> server_;
@@ -207,11 +232,7 @@ quilt::v1::JobSpec ZooJob(const std::string& model, int64_t batch) {
 // A submission waiting for a node's profile holds no other request: an
 // export and a second submission are served meanwhile.
 TEST_F(CoordinatorServerTest, SubmissionWaitingForProfiles_OtherRequestsServed) {
-  StopCoordinator();
-  StartCoordinator("127.0.0.1:0", /*profile_timeout_ms=*/60000);
-  ASSERT_THAT(client_->Register(RegisterReq("n1", 7)), IsOk());
-  ASSERT_THAT(AwaitProfileQuestions(client_.get(), "n1", 7, 1, absl::ZeroDuration()),
-              ::testing::IsEmpty());  // one heartbeat: Ready
+  RestartWithReadyNode(60000);
   JobClient jobs(server_->address(), absl::Seconds(90));
   auto first = std::async(std::launch::async, [&] { return jobs.SubmitJob(ZooJob("mlp", 8)); });
   std::vector<std::string> asked = AwaitProfileQuestions(client_.get(), "n1", 7, 1);
@@ -228,15 +249,7 @@ TEST_F(CoordinatorServerTest, SubmissionWaitingForProfiles_OtherRequestsServed) 
   EXPECT_NE(more[0], asked[0]);
 
   // Answered (failed): both jobs are accepted on start-up figures at once.
-  quilt::v1::HeartbeatRequest hb;
-  hb.set_node_id("n1");
-  hb.set_incarnation(7);
-  for (const std::string& id : {asked[0], more[0]}) {
-    auto* r = hb.add_profile_results();
-    r->set_profile_id(id);
-    r->set_error("no data");
-  }
-  ASSERT_THAT(client_->Heartbeat(hb), IsOk());
+  ASSERT_THAT(FailProfiles({asked[0], more[0]}), IsOk());
   ASSERT_EQ(first.wait_for(std::chrono::seconds(20)), std::future_status::ready);
   ASSERT_EQ(second.wait_for(std::chrono::seconds(20)), std::future_status::ready);
   absl::StatusOr<std::string> a = first.get(), b = second.get();
@@ -253,11 +266,7 @@ TEST_F(CoordinatorServerTest, SubmissionWaitingForProfiles_OtherRequestsServed) 
 // A client that gives up while its job is planned gets no job started,
 // and its profile is no longer waited for.
 TEST_F(CoordinatorServerTest, SubmissionTheClientGaveUpOn_NotStarted) {
-  StopCoordinator();
-  StartCoordinator("127.0.0.1:0", /*profile_timeout_ms=*/60000);
-  ASSERT_THAT(client_->Register(RegisterReq("n1", 7)), IsOk());
-  ASSERT_THAT(AwaitProfileQuestions(client_.get(), "n1", 7, 1, absl::ZeroDuration()),
-              ::testing::IsEmpty());
+  RestartWithReadyNode(60000);
   JobClient impatient(server_->address(), absl::Seconds(2));
   auto submitted =
       std::async(std::launch::async, [&] { return impatient.SubmitJob(ZooJob("mlp", 8)); });
@@ -275,13 +284,7 @@ TEST_F(CoordinatorServerTest, SubmissionTheClientGaveUpOn_NotStarted) {
   std::vector<std::string> again = AwaitProfileQuestions(client_.get(), "n1", 7, 1);
   ASSERT_THAT(again, SizeIs(1));
   EXPECT_EQ(again[0], asked[0]);
-  quilt::v1::HeartbeatRequest hb;
-  hb.set_node_id("n1");
-  hb.set_incarnation(7);
-  auto* r = hb.add_profile_results();
-  r->set_profile_id(again[0]);
-  r->set_error("no data");
-  ASSERT_THAT(client_->Heartbeat(hb), IsOk());
+  ASSERT_THAT(FailProfiles({again[0]}), IsOk());
   ASSERT_EQ(planned.wait_for(std::chrono::seconds(20)), std::future_status::ready);
   EXPECT_THAT(planned.get(), IsOk());
   absl::StatusOr<std::vector<quilt::v1::JobStatus>> listed = jobs.ListJobs();
@@ -292,11 +295,7 @@ TEST_F(CoordinatorServerTest, SubmissionTheClientGaveUpOn_NotStarted) {
 // A stopping coordinator ends open watches instead of waiting out its
 // drain time for them.
 TEST_F(CoordinatorServerTest, Shutdown_EndsOpenWatchesAtOnce) {
-  StopCoordinator();
-  StartCoordinator("127.0.0.1:0", /*profile_timeout_ms=*/0);
-  ASSERT_THAT(client_->Register(RegisterReq("n1", 7)), IsOk());
-  ASSERT_THAT(AwaitProfileQuestions(client_.get(), "n1", 7, 1, absl::ZeroDuration()),
-              ::testing::IsEmpty());
+  RestartWithReadyNode(0);
   JobClient jobs(server_->address(), absl::Seconds(30));
   absl::StatusOr<std::string> id = jobs.SubmitJob(ZooJob("mlp", 8));
   ASSERT_THAT(id, IsOk());  // pending: no worker runs it
@@ -318,11 +317,7 @@ TEST_F(CoordinatorServerTest, Shutdown_EndsOpenWatchesAtOnce) {
 // Two plans of the same model wait for the one question asked; its answer
 // reaches both, even though the first to see it is done with it.
 TEST_F(CoordinatorServerTest, TwoPlansOfOneModel_ShareTheProfile) {
-  StopCoordinator();
-  StartCoordinator("127.0.0.1:0", /*profile_timeout_ms=*/60000);
-  ASSERT_THAT(client_->Register(RegisterReq("n1", 7)), IsOk());
-  ASSERT_THAT(AwaitProfileQuestions(client_.get(), "n1", 7, 1, absl::ZeroDuration()),
-              ::testing::IsEmpty());  // one heartbeat: Ready
+  RestartWithReadyNode(60000);
   JobClient jobs(server_->address(), absl::Seconds(90));
   auto submitted = std::async(std::launch::async, [&] { return jobs.SubmitJob(ZooJob("mlp", 8)); });
   std::vector<std::string> asked = AwaitProfileQuestions(client_.get(), "n1", 7, 1);
@@ -334,13 +329,7 @@ TEST_F(CoordinatorServerTest, TwoPlansOfOneModel_ShareTheProfile) {
   // The plan's profile is the one already asked: no second question.
   EXPECT_THAT(AwaitProfileQuestions(client_.get(), "n1", 7, 1, absl::Seconds(2)),
               ::testing::IsEmpty());
-  quilt::v1::HeartbeatRequest hb;
-  hb.set_node_id("n1");
-  hb.set_incarnation(7);
-  auto* r = hb.add_profile_results();
-  r->set_profile_id(asked[0]);
-  r->set_error("no data");
-  ASSERT_THAT(client_->Heartbeat(hb), IsOk());
+  ASSERT_THAT(FailProfiles({asked[0]}), IsOk());
   ASSERT_EQ(submitted.wait_for(std::chrono::seconds(20)), std::future_status::ready);
   ASSERT_EQ(planned.wait_for(std::chrono::seconds(20)), std::future_status::ready);
   ASSERT_THAT(submitted.get(), IsOk());
