@@ -441,7 +441,9 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{{"transformer", "adam", 16}, 3, 1},
                       // A tied embedding: its gradient's lookup part and its
                       // output projection's part, in groups on different devices.
-                      Case{{"tied_lm", "sgd", 16}, 3, 1}),
+                      Case{{"tied_lm", "sgd", 16}, 3, 1},
+                      // A parameter expanded over each replica's rows.
+                      Case{{"cls_token", "sgd", 16}, 3, 1}),
     [](const auto& info) {
       const Case& c = info.param;
       return absl::StrCat(c.model.name, "_", c.model.optimizer, "_", c.nodes, "x", c.per_node);

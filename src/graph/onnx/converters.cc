@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -510,6 +511,94 @@ absl::Status ConstantOfShape(ImportContext& ctx, const Node& node) {
   return absl::OkStatus();
 }
 
+// Element i of a constant of `n` elements or a scalar (broadcast).
+int64_t At(int64_t numel, int64_t i) { return numel == 1 ? 0 : i; }
+
+// Equal and Where on constants: the shape arithmetic PyTorch exports for
+// expand(-1, ...) (which dims to keep), folded.
+absl::Status EqualNode(ImportContext& ctx, const Node& node) {
+  const Tensor* a = ctx.ConstantInput(node, 0);
+  const Tensor* b = ctx.ConstantInput(node, 1);
+  if (a == nullptr || b == nullptr || a->dtype() != DType::kI64 || b->dtype() != DType::kI64 ||
+      (a->numel() != b->numel() && a->numel() != 1 && b->numel() != 1)) {
+    return absl::InvalidArgumentError(
+        "Equal is supported on constant int64 values only (the shape arithmetic of exports)");
+  }
+  const Tensor& big = a->numel() >= b->numel() ? *a : *b;
+  ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(DType::kBool, big.dims()));
+  auto* o = static_cast<uint8_t*>(out.raw());
+  for (int64_t i = 0; i < out.numel(); ++i) {
+    o[i] = a->i64()[At(a->numel(), i)] == b->i64()[At(b->numel(), i)];
+  }
+  ctx.SetConstant(node.output(0), out);
+  return absl::OkStatus();
+}
+
+absl::Status WhereNode(ImportContext& ctx, const Node& node) {
+  const Tensor* c = ctx.ConstantInput(node, 0);
+  const Tensor* x = ctx.ConstantInput(node, 1);
+  const Tensor* y = ctx.ConstantInput(node, 2);
+  if (c == nullptr || x == nullptr || y == nullptr || c->dtype() != DType::kBool ||
+      x->dtype() != DType::kI64 || y->dtype() != DType::kI64) {
+    return absl::InvalidArgumentError(
+        "Where is supported on constant int64 values only (the shape arithmetic of exports)");
+  }
+  const int64_t n = std::max({c->numel(), x->numel(), y->numel()});
+  for (const Tensor* t : {c, x, y}) {
+    if (t->numel() != n && t->numel() != 1) {
+      return absl::InvalidArgumentError("Where on constants of different shapes");
+    }
+  }
+  const Tensor& big = c->numel() == n ? *c : (x->numel() == n ? *x : *y);
+  ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(DType::kI64, big.dims()));
+  const auto* cond = static_cast<const uint8_t*>(c->raw());
+  for (int64_t i = 0; i < n; ++i) {
+    out.i64()[i] =
+        cond[At(c->numel(), i)] ? x->i64()[At(x->numel(), i)] : y->i64()[At(y->numel(), i)];
+  }
+  ctx.SetConstant(node.output(0), out);
+  return absl::OkStatus();
+}
+
+// Expand with a constant shape (numpy broadcasting of the input and the
+// shape). A dim the input does not have (or has as 1) that the shape sets
+// to the export batch becomes the batch, as in x.expand(x.shape[0], ...),
+// when the input has no batch of its own.
+absl::Status ExpandNode(ImportContext& ctx, const Node& node) {
+  ASSIGN_OR_RETURN(std::vector<int64_t> target, ctx.ConstInts(node, 1));
+  ASSIGN_OR_RETURN(std::string x, ctx.Data(node, 0));
+  ASSIGN_OR_RETURN(TensorType t, ctx.TypeOf(x));
+  const int rank = std::max<int>(t.shape.rank(), static_cast<int>(target.size()));
+  const bool has_batch = t.shape.HasBatch();
+  std::vector<Dim> out(rank);
+  bool batch_placed = has_batch;
+  for (int i = 0; i < rank; ++i) {
+    const int xi = i - (rank - t.shape.rank());
+    const int ti = i - (rank - static_cast<int>(target.size()));
+    const std::optional<Dim> xd = xi >= 0 ? std::optional<Dim>(t.shape.dim(xi)) : std::nullopt;
+    const int64_t tv = ti >= 0 ? target[ti] : 1;
+    if (xd.has_value() && xd->batch) {
+      out[i] = *xd;  // the shape gives 1 or the export batch here
+      continue;
+    }
+    const int64_t xv = xd.has_value() ? xd->value : 1;
+    if (xv != 1 && tv != 1 && xv != tv) {
+      return absl::InvalidArgumentError(absl::StrCat("cannot expand ", t.shape.ToString(), " to [",
+                                                     absl::StrJoin(target, ","), "]"));
+    }
+    const int64_t v = xv == 1 ? tv : xv;
+    if (!batch_placed && xv == 1 && v == ctx.export_batch()) {
+      out[i] = Dim::Batch(1);
+      batch_placed = true;
+    } else {
+      out[i] = Dim::Fixed(v);
+    }
+  }
+  Attrs a;
+  EncodeShape(&a, "shape", quilt::Shape(out));
+  return ctx.Emit(node, "Expand", {x}, std::move(a));
+}
+
 absl::Status Cast(ImportContext& ctx, const Node& node) {
   const int64_t to = AttrInt(node, "to", 0);
   std::string q;
@@ -659,6 +748,9 @@ const std::map<std::string, Converter>& Converters() {
       {"Gather", Gather},
       {"Shape", Shape},
       {"ConstantOfShape", ConstantOfShape},
+      {"Equal", EqualNode},
+      {"Where", WhereNode},
+      {"Expand", ExpandNode},
       {"Cast", Cast},
       {"ReduceMean", Reduce},
       {"ReduceSum", Reduce},

@@ -204,6 +204,21 @@ TEST(OnnxImport, UnsupportedOps_AllListedByTypeAndNode) {
                              HasSubstr("Einsum (node 'ein')"))));
 }
 
+TEST(OnnxImport, EqualAndWhereOnData_RefusedNamingTheNode) {
+  for (const char* type : {"Equal", "Where"}) {
+    onnx::ModelProto m = Tiny(14);
+    auto* n = m.mutable_graph()->add_node();
+    n->set_op_type(type);
+    n->set_name("cmp");
+    for (int i = 0; i < (std::string(type) == "Where" ? 3 : 2); ++i) n->add_input("y");
+    n->add_output("cmp_out");
+    EXPECT_THAT(Import(m.SerializeAsString()),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         AllOf(HasSubstr("'cmp'"), HasSubstr("constant int64 values only"))))
+        << type;
+  }
+}
+
 TEST(OnnxImport, UnsupportedOpset_Named) {
   EXPECT_THAT(Import(Tiny(11).SerializeAsString()),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("opset 11 is not supported")));

@@ -297,6 +297,34 @@ QUILT_REGISTER_OP([] {
 
 QUILT_REGISTER_OP([] {
   OpSchema s;
+  s.type = "Expand";
+  s.linear = true;
+  s.doc = "Broadcasts the input to attribute 'shape' (ONNX Expand with a constant shape).";
+  s.infer = [](InferContext& ctx) -> absl::Status {
+    RETURN_IF_ERROR(RequireFloatInputs(ctx));
+    absl::StatusOr<Shape> target = DecodeShape(ctx.attrs(), "shape");
+    if (!target.ok()) return ctx.Error(std::string(target.status().message()));
+    absl::StatusOr<Shape> b = Broadcast(ctx.shape(0), *target);
+    if (!b.ok() || *b != *target) {
+      return ctx.Error(
+          absl::StrCat("cannot expand ", ctx.shape(0).ToString(), " to ", target->ToString()));
+    }
+    ctx.set_output(0, ctx.dtype(0), *target);
+    return absl::OkStatus();
+  };
+  s.cost = [](const CostContext& c) { return OpCost{0, c.IoBytes()}; };
+  s.grad = [](GradContext& g) -> absl::Status {
+    if (!g.needs_dx(0)) return absl::OkStatus();
+    ASSIGN_OR_RETURN(Shape sh, InShape(g, 0));
+    ASSIGN_OR_RETURN(std::string dx, SumTo(g, g.dy(0), sh));
+    g.set_dx(0, dx);
+    return absl::OkStatus();
+  };
+  return s;
+}());
+
+QUILT_REGISTER_OP([] {
+  OpSchema s;
   s.type = "Zeros";
   s.doc = "A float tensor of zeros shaped by attribute 'shape'.";
   s.min_inputs = s.max_inputs = 0;

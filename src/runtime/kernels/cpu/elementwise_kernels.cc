@@ -200,6 +200,14 @@ absl::Status Cast(KernelContext& ctx) {
   return absl::OkStatus();
 }
 
+absl::Status Expand(KernelContext& ctx) {
+  ASSIGN_OR_RETURN(Tensor * out, ctx.Output(0));
+  const float zero = 0.0f;
+  BroadcastBinary(ctx.in(0).f32(), ctx.in(0).dims(), &zero, {}, out->f32(), out->dims(),
+                  [](float a, float) { return a; });
+  return absl::OkStatus();
+}
+
 absl::Status Zeros(KernelContext& ctx) {
   ASSIGN_OR_RETURN(Tensor * out, ctx.Output(0));
   out->SetZero();
@@ -214,6 +222,7 @@ QUILT_REGISTER_KERNEL("cpu", "Pow", Pow);
 QUILT_REGISTER_KERNEL("cpu", "PowGrad", PowGrad);
 QUILT_REGISTER_KERNEL("cpu", "Sum", Sum);
 QUILT_REGISTER_KERNEL("cpu", "SumToShape", SumToShape);
+QUILT_REGISTER_KERNEL("cpu", "Expand", Expand);
 QUILT_REGISTER_KERNEL("cpu", "Relu", Relu);
 QUILT_REGISTER_KERNEL("cpu", "ReluGrad", ReluGrad);
 QUILT_REGISTER_KERNEL("cpu", "Gelu", Gelu);
