@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -242,9 +243,24 @@ absl::StatusOr<std::unique_ptr<Dataset>> MakeSyntheticDataset(const Graph& graph
   }
   int64_t classes = 0;
   if (sig.label.dtype == DType::kI64) {
+    // The labels as the loss reads them: through the reshapes a model with
+    // its loss inside applies (y.reshape(-1)).
+    std::set<std::string> labels = {sig.label.name};
+    for (bool grew = true; grew;) {
+      grew = false;
+      for (const Op& op : graph.ops) {
+        const bool view = op.type == "Reshape" || op.type == "Flatten" || op.type == "Squeeze" ||
+                          op.type == "Unsqueeze";
+        if (view && !op.inputs.empty() && labels.count(op.inputs[0]) && !op.outputs.empty() &&
+            labels.insert(op.outputs[0]).second) {
+          grew = true;
+        }
+      }
+    }
     // The class count: the loss's prediction extent along its class axis.
     for (const Op& op : graph.ops) {
-      if (op.type == "SoftmaxCrossEntropyLoss" && op.inputs[1] == sig.label.name) {
+      if (op.type == "SoftmaxCrossEntropyLoss" && op.inputs.size() > 1 &&
+          labels.count(op.inputs[1])) {
         const Shape& s = graph.FindTensor(op.inputs[0])->shape;
         int64_t axis = op.attrs.Int("class_axis", 1);
         if (axis < 0) axis += s.rank();
