@@ -218,7 +218,8 @@ std::vector<std::string> ModelProfiles::Calibrate(const Graph& g, int64_t global
           waiters_.erase(count);
           auto result = results_.find(w.id);
           if (result != results_.end()) {
-            if (!result->second.second.error().empty()) results_.erase(result);
+            const quilt::v1::ModelProfileResult& r = result->second.second;
+            if (!r.error().empty() || r.jobs_running() > 0) results_.erase(result);
             continue;
           }
           asked_.erase(w.id);
@@ -280,10 +281,13 @@ std::vector<std::string> ModelProfiles::Calibrate(const Graph& g, int64_t global
     }
     lines.push_back(absl::StrFormat(
         "%s: profiled on %s (%d and %d rows: %s and %s a step) — %.1f GFLOP/s, %.1f µs per op, "
-        "%.0f µs per step",
+        "%.0f µs per step%s",
         w.node, device.id(), r.runs(0).rows(), r.runs(1).rows(), Ms(r.runs(0).step_time_s()),
         Ms(r.runs(1).step_time_s()), c->flops_per_s / 1e9, c->op_overhead_s * 1e6,
-        c->step_overhead_s * 1e6));
+        c->step_overhead_s * 1e6,
+        r.jobs_running() > 0
+            ? absl::StrCat(" (measured while ", r.jobs_running(), " job(s) ran there; not kept)")
+            : ""));
   }
   for (const std::string& l : lines) QLOG_INFO("calibration {}", l);
   return lines;

@@ -17,6 +17,7 @@ namespace quilt {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::StartsWith;
 
 Graph Mlp() { return testing::ZooTrainingGraph("mlp"); }
@@ -143,6 +144,32 @@ TEST(ModelProfiles, CalibratesEachNodeFromItsProfileAndKeepsTheResult) {
   EXPECT_THAT(lines[0], HasSubstr("n0: start-up figures (its profile failed: the executor at 32 "
                                   "rows failed: out of memory)"));
   EXPECT_EQ(third.nodes(0).devices(0).measured_gemm_flops_per_s(), 8e10);
+}
+
+TEST(ModelProfiles, AProfileTakenWhileJobsRanIsUsedOnceAndNotKept) {
+  const Graph g = Mlp();
+  ModelProfiles profiles;
+  Beat(&profiles, "n0", 7);
+  quilt::v1::ClusterSpec cluster = Cluster({"n0"}, false);
+  const quilt::v1::Device device = cluster.nodes(0).devices(0);
+  std::vector<std::string> lines;
+  std::thread submit([&] { lines = profiles.Calibrate(g, 64, absl::Seconds(60), &cluster); });
+  const quilt::v1::ModelProfile asked = AskedOf(&profiles, "n0", 7);
+  quilt::v1::ModelProfileResult loaded = Measured(g, asked, device, {1e10, 30e-6, 500e-6});
+  loaded.set_jobs_running(2);
+  Beat(&profiles, "n0", 7, {loaded});
+  submit.join();
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_THAT(lines[0], StartsWith("n0: profiled on n0/cpu:0"));
+  EXPECT_THAT(lines[0], HasSubstr("(measured while 2 job(s) ran there; not kept)"));
+  // The next plan of the model asks again.
+  quilt::v1::ClusterSpec again = Cluster({"n0"}, false);
+  std::thread resubmit([&] { lines = profiles.Calibrate(g, 64, absl::Seconds(60), &again); });
+  const quilt::v1::ModelProfile asked_again = AskedOf(&profiles, "n0", 7);
+  EXPECT_EQ(asked_again.profile_id(), asked.profile_id());
+  Beat(&profiles, "n0", 7, {Measured(g, asked_again, device, {2e10, 30e-6, 500e-6})});
+  resubmit.join();
+  EXPECT_THAT(lines[0], Not(HasSubstr("not kept")));
 }
 
 TEST(ModelProfiles, ANodeThatDoesNotAnswerKeepsItsStartUpFigures) {

@@ -157,6 +157,7 @@ int Run(WorkerConfig config) {
   profiler_options.node_id = config.node_id;
   profiler_options.threads = static_cast<int>(config.executor_threads);
   profiler_options.compute_slowdown = config.compute_slowdown;
+  profiler_options.jobs_running = [&tasks] { return tasks.running(); };
   profiler_options.on_result = [&running] {
     if (Worker* w = running.load()) w->Wake();
   };

@@ -89,10 +89,11 @@ void ModelProfiler::Loop() {
     {
       absl::MutexLock lock(&mu_);
       if (stop_) return;
-      if (result.error().empty()) {
+      if (result.error().empty() && result.jobs_running() == 0) {
         finished_[result.profile_id()] = result;
       } else {
-        known_.erase(result.profile_id());  // a failure may not recur: asked again, run again
+        // A failure may not recur, nor a job's load: asked again, run again.
+        known_.erase(result.profile_id());
       }
       results_.push_back(std::move(result));
     }
@@ -104,6 +105,8 @@ quilt::v1::ModelProfileResult ModelProfiler::Run(const quilt::v1::ModelProfile& 
   const absl::Time start = absl::Now();
   quilt::v1::ModelProfileResult result;
   result.set_profile_id(profile.profile_id());
+  auto busy = [this] { return options_.jobs_running ? options_.jobs_running() : 0; };
+  int jobs = busy();
   for (int i = 0; i < profile.runs_size(); ++i) {
     absl::Status st = RunOne(profile, i, result.add_runs());
     if (!st.ok()) {
@@ -113,6 +116,7 @@ quilt::v1::ModelProfileResult ModelProfiler::Run(const quilt::v1::ModelProfile& 
     }
   }
   result.set_wall_s(absl::ToDoubleSeconds(absl::Now() - start));
+  result.set_jobs_running(std::max(jobs, busy()));
   if (result.error().empty()) {
     std::string runs;
     for (const auto& r : result.runs()) {

@@ -39,6 +39,9 @@ struct ProfilerOptions {
   absl::Duration run_timeout = absl::Seconds(120);
   // Called when a profile has finished.
   std::function<void()> on_result;
+  // Executors of jobs running on the node now (null: none): a profile taken
+  // while some run says so and is not kept.
+  std::function<int()> jobs_running;
 };
 
 class ModelProfiler {

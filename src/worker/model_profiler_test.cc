@@ -3,6 +3,8 @@
 // cannot run fails the profile with its error.
 #include "src/worker/model_profiler.h"
 
+#include <atomic>
+
 #include "absl/synchronization/notification.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -99,6 +101,38 @@ TEST(ModelProfiler, EmulatedSlowdownSlowsTheKernels) {
   ASSERT_EQ(plain.runs_size(), 1);
   ASSERT_EQ(slow.runs_size(), 1);
   EXPECT_GT(slow.runs(0).step_time_s(), 2 * plain.runs(0).step_time_s());
+}
+
+TEST(ModelProfiler, AProfileTakenWhileJobsRunSaysSoAndIsRunAgainWhenAsked) {
+  testing::TempDir dir;
+  quilt::v1::ModelProfile p;
+  p.set_profile_id("busy");
+  p.set_device("n0/cpu:0");
+  p.set_steps(4);
+  p.set_warmup_steps(1);
+  auto* run = p.add_runs();
+  run->set_rows(32);
+  run->set_program(Program(32));
+  std::atomic<int> results{0};
+  ProfilerOptions o;
+  o.executor_path = testing::RunfilePath("src/runtime/quilt-executor");
+  o.work_dir = dir.path();
+  o.node_id = "n0";
+  o.on_result = [&results] { ++results; };
+  o.jobs_running = [] { return 2; };
+  ModelProfiler profiler(o);
+  std::vector<double> walls;
+  for (int round = 1; round <= 2; ++round) {
+    profiler.Start(p);
+    for (int i = 0; i < 2400 && results.load() < round; ++i) absl::SleepFor(absl::Milliseconds(50));
+    std::vector<quilt::v1::ModelProfileResult> r = profiler.Results();
+    ASSERT_EQ(r.size(), 1u) << "round " << round;
+    EXPECT_EQ(r[0].error(), "");
+    EXPECT_EQ(r[0].jobs_running(), 2);
+    walls.push_back(r[0].wall_s());
+    profiler.Ack(r);
+  }
+  EXPECT_NE(walls[0], walls[1]);  // measured again, not the first result re-sent
 }
 
 TEST(ModelProfiler, AProgramTheExecutorRejectsFailsTheProfile) {
