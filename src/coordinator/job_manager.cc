@@ -172,7 +172,8 @@ std::map<std::string, int> JobManager::CountByState() const {
   return out;
 }
 
-void JobManager::Finish(Job* job, JobState state, const std::string& message) {
+void JobManager::Finish(Job* job, JobState state, const std::string& message,
+                        const std::string& node) {
   quilt::v1::JobStatus* st = job->record.mutable_status();
   if (Ended(st->state())) return;
   st->set_state(state);
@@ -182,7 +183,7 @@ void JobManager::Finish(Job* job, JobState state, const std::string& message) {
   QLOG_INFO("job {} {}: {}", st->job_id(), quilt::v1::JobState_Name(state), message);
   if (state == quilt::v1::JOB_STATE_FAILED && registry_ != nullptr) {
     registry_->RecordJobFailure(
-        job->record.world().empty() ? "" : job->record.world(0),
+        !node.empty() || job->record.world().empty() ? node : job->record.world(0),
         absl::StrCat("job ", st->job_id(), st->name().empty() ? "" : " (" + st->name() + ")", ": ",
                      message));
   }
@@ -254,7 +255,7 @@ void JobManager::ApplyReport(Job* job, const std::string& node,
   if (Ended(st->state())) return;
   if (report.state() == quilt::v1::TASK_STATE_FAILED) {
     Finish(job, quilt::v1::JOB_STATE_FAILED,
-           absl::StrCat("the executor on ", node, " failed: ", report.message()));
+           absl::StrCat("the executor on ", node, " failed: ", report.message()), node);
     return;
   }
   if (report.state() == quilt::v1::TASK_STATE_RUNNING &&
@@ -315,7 +316,8 @@ void JobManager::OnHeartbeat(const quilt::v1::HeartbeatRequest& request,
       (*job.record.mutable_tasks())[node].set_state(quilt::v1::TASK_STATE_FAILED);
       Finish(&job, quilt::v1::JOB_STATE_FAILED,
              absl::StrCat("the worker on ", node,
-                          " no longer runs the executor (did the worker restart?)"));
+                          " no longer runs the executor (did the worker restart?)"),
+             node);
       continue;
     }
     if (Ended(r.status().state())) {
@@ -353,7 +355,8 @@ void JobManager::CheckNodes() {
       if (d == down.end()) continue;
       Finish(&job, quilt::v1::JOB_STATE_FAILED,
              absl::StrCat("node ", node, " is down", d->second.empty() ? "" : " (", d->second,
-                          d->second.empty() ? "" : ")"));
+                          d->second.empty() ? "" : ")"),
+             node);
       break;
     }
   }

@@ -103,8 +103,10 @@ class JobManager {
 
   void ApplyReport(Job* job, const std::string& node, const quilt::v1::TaskReport& report)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Finish(Job* job, quilt::v1::JobState state, const std::string& message)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A failure is recorded among the cluster's events against `node` (the
+  // job's first node when empty).
+  void Finish(Job* job, quilt::v1::JobState state, const std::string& message,
+              const std::string& node = "") ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Wakes watchers; writes the record now when `durable`, else at most
   // every few seconds (progress only).
   void Changed(Job* job, bool durable = true) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -176,6 +176,12 @@ TEST_F(JobManagerTest, AFailedExecutorFailsTheJobAndTheOthersAreStopped) {
   EXPECT_THAT(s.message(), HasSubstr("out of memory in conv2"));
   EXPECT_THAT(Beat("a", {Report(id, quilt::v1::TASK_STATE_RUNNING, 1, {})}).cancel_jobs(),
               ElementsAre(id));
+  // The cluster's events attribute the failure to b, not the job's first
+  // node.
+  const std::vector<quilt::v1::ClusterEvent> events = registry_->RecentEvents(10);
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events[0].kind(), quilt::v1::ClusterEvent::KIND_JOB_FAILED);
+  EXPECT_EQ(events[0].node_id(), "b");
 }
 
 TEST_F(JobManagerTest, CancelTellsTheWorkersAndRefusesASecondTime) {
