@@ -262,6 +262,23 @@ absl::Status ConfigSchemaBase::ApplyEnvImpl(
   return absl::OkStatus();
 }
 
+absl::Status ConfigSchemaBase::CheckEnvNames(const std::vector<std::string>& names) const {
+  for (const std::string& name : names) {
+    if (name.size() <= env_prefix_.size() ||
+        name.compare(0, env_prefix_.size(), env_prefix_) != 0) {
+      continue;
+    }
+    if (name == env_prefix_ + "ARGS") continue;  // the systemd units' extra flags
+    bool known = false;
+    for (const ConfigField& f : fields_) known |= EnvName(f.key) == name;
+    if (!known) {
+      return absl::InvalidArgumentError(absl::StrCat("$", name, " names no ", config_name_,
+                                                     " setting (`config default` lists them)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 std::string ConfigSchemaBase::RenderTomlImpl(const void* config) const {
   std::string out = absl::StrCat("# ", config_name_,
                                  " configuration. Every key is optional; the values shown are "

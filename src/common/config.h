@@ -66,6 +66,11 @@ class ConfigSchemaBase {
   // Applies every set QUILT_<...>_<KEY> variable, read through `getenv`.
   absl::Status ApplyEnvImpl(void* config,
                             const std::function<const char*(const char*)>& getenv) const;
+  // Refuses environment variables with this schema's prefix that name no
+  // key (a misspelt setting would otherwise be ignored), but <prefix>ARGS
+  // (the systemd units' extra flags). `names`: the environment's variable
+  // names. Errors: INVALID_ARGUMENT naming the first.
+  absl::Status CheckEnvNames(const std::vector<std::string>& names) const;
   // Applies one value given as text (a flag). Errors: NOT_FOUND for an unknown
   // key, INVALID_ARGUMENT for a bad value.
   absl::Status SetImpl(const std::string& key, const std::string& text, const std::string& source,
@@ -137,6 +142,7 @@ class ConfigSchema : public ConfigSchemaBase {
     return *this;
   }
 
+  using ConfigSchemaBase::CheckEnvNames;
   absl::Status ApplyToml(const std::string& text, const std::string& source, T* config) const {
     return ApplyTomlImpl(text, source, config);
   }

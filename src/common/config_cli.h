@@ -5,11 +5,14 @@
 #ifndef QUILT_SRC_COMMON_CONFIG_CLI_H_
 #define QUILT_SRC_COMMON_CONFIG_CLI_H_
 
+#include <unistd.h>  // environ
+
 #include <cstdlib>
 #include <iostream>
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "CLI/CLI.hpp"
 #include "absl/status/status.h"
@@ -70,6 +73,12 @@ class ConfigCli {
   absl::Status Build(T* config) {
     *config = T{};
     if (!config_path_.empty()) RETURN_IF_ERROR(schema_->ApplyTomlFile(config_path_, config));
+    std::vector<std::string> names;
+    for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+      const std::string entry(*e);
+      names.push_back(entry.substr(0, entry.find('=')));
+    }
+    RETURN_IF_ERROR(schema_->CheckEnvNames(names));
     RETURN_IF_ERROR(schema_->ApplyEnv(config, [](const char* n) { return std::getenv(n); }));
     for (const auto& [key, option] : flag_options_) {
       if (option->count() > 0) RETURN_IF_ERROR(schema_->Set(key, flag_values_[key], config));

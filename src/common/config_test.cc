@@ -64,6 +64,16 @@ TEST(ConfigSchema, WrongType_NamesKeyAndLine) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("t.toml:2")));
 }
 
+TEST(ConfigSchema, MisspeltEnvironmentVariable_Refused) {
+  auto schema = MakeSchema();
+  EXPECT_THAT(schema.CheckEnvNames({"PATH", "QUILT_TEST_HEARTBEAT_PERIOD_MS", "QUILT_OTHER_X",
+                                    "QUILT_TEST_ARGS"}),  // the systemd units' extra flags
+              IsOk());
+  EXPECT_THAT(schema.CheckEnvNames({"QUILT_TEST_HEARTBEAT_PERIOD"}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("$QUILT_TEST_HEARTBEAT_PERIOD names no quilt-test setting")));
+}
+
 TEST(ConfigSchema, OutOfRangeAndBadChoice_Rejected) {
   auto schema = MakeSchema();
   TestConfig c;
