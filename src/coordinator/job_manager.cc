@@ -338,6 +338,7 @@ void JobManager::OnHeartbeat(const quilt::v1::HeartbeatRequest& request,
     a->set_seed(r.spec().seed());
     a->set_checkpoint_interval_steps(r.spec().checkpoint_interval_steps());
     a->set_checkpoint_dir(r.spec().checkpoint_dir());
+    a->set_predicted_step_time_s(r.status().predicted_step_time_s());
   }
 }
 

@@ -103,6 +103,7 @@ TEST_F(JobManagerTest, EachNodeGetsItsAssignmentOnceWithItsRank) {
   EXPECT_EQ(a.assignments(0).rank(), 0);
   EXPECT_EQ(a.assignments(0).program(), "program-bytes");
   EXPECT_EQ(a.assignments(0).checkpoint_dir(), "/ckpt/" + id);
+  EXPECT_DOUBLE_EQ(a.assignments(0).predicted_step_time_s(), 0.25);  // for the stall watchdog
   EXPECT_THAT(a.assignments(0).world(), ElementsAre("a", "b"));
   EXPECT_EQ(Beat("b").assignments(0).rank(), 1);
   EXPECT_THAT(Beat("c").assignments(), IsEmpty());  // not in the world

@@ -48,7 +48,7 @@ const ConfigSchema<WorkerConfig>& WorkerConfigSchema() {
         .Int("executor_threads", &C::executor_threads, "Kernel threads of each executor.", 1, 1024)
         .Int("stall_timeout_ms", &C::stall_timeout_ms,
              "An executor that finishes no step for this long (nor for 20 times its\n"
-             "slowest step) is stopped and its job fails as stalled.",
+             "slowest or its predicted step) is stopped and its job fails as stalled.",
              1000, int64_t{7} * 24 * 3600 * 1000)
         .String("probe_address", &C::probe_address,
                 "Where this worker serves link probes from other workers (host:port;\n"

@@ -59,6 +59,7 @@ void TaskRunner::Start(const quilt::v1::TaskAssignment& a) {
   Task* t = task.get();
   t->job_id = a.job_id();
   t->dir = options_.work_dir + "/" + a.job_id();
+  t->slowest_step_s = std::max(0.0, a.predicted_step_time_s());
   tasks_[a.job_id()] = std::move(task);
   auto fail = [&](const std::string& why) {
     t->state = quilt::v1::TASK_STATE_FAILED;

@@ -41,7 +41,7 @@ struct TaskRunnerOptions {
   std::vector<std::string> device_ids;
   int threads = 1;
   // An executor with no finished step for this long (nor for 20 times its
-  // slowest step) is killed as stalled.
+  // slowest step or its predicted step) is killed as stalled.
   absl::Duration stall_timeout = absl::Minutes(10);
   // Called when there is something new to report (a step, an exit).
   std::function<void()> on_change;
@@ -80,9 +80,9 @@ class TaskRunner {
     bool cancelled = false;
     absl::Time cancelled_at;
     int64_t step = 0;
-    absl::Time last_progress;  // start, or the last finished step
-    double slowest_step_s = 0;
-    std::string stalled;  // why it was stopped (stalled, the worker stopping)
+    absl::Time last_progress;   // start, or the last finished step
+    double slowest_step_s = 0;  // measured, or the plan's prediction
+    std::string stalled;        // why it was stopped (stalled, the worker stopping)
     int64_t first_unreported = 1;
     std::vector<double> loss_parts, step_times;  // from first_unreported
     std::string message;
