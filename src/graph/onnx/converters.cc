@@ -605,7 +605,12 @@ absl::Status Cast(ImportContext& ctx, const Node& node) {
   if (to == onnx::TensorProto::FLOAT || to == onnx::TensorProto::DOUBLE) q = "f32";
   if (to == onnx::TensorProto::INT64 || to == onnx::TensorProto::INT32) q = "i64";
   if (q.empty())
-    return absl::InvalidArgumentError(absl::StrCat("Cast to type ", to, " is not supported"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Cast to ",
+        onnx::TensorProto::DataType_IsValid(static_cast<int>(to))
+            ? onnx::TensorProto::DataType_Name(static_cast<onnx::TensorProto::DataType>(to))
+            : absl::StrCat("type ", to),
+        " is not supported (float and integer tensors are)"));
   if (const Tensor* c = ctx.ConstantInput(node, 0);
       c != nullptr && !ctx.IsParameterInitializer(node, 0)) {
     ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(q == "f32" ? DType::kF32 : DType::kI64, c->dims()));

@@ -1,5 +1,6 @@
 #include "src/graph/onnx/import_context.h"
 
+#include <cmath>
 #include <cstring>
 
 #include "absl/strings/match.h"
@@ -147,9 +148,15 @@ bool ImportContext::IsParameterInitializer(const onnx::NodeProto& node, int i) c
   if (!HasInput(node, i)) return false;
   auto it = initializers_.find(node.input(i));
   if (it == initializers_.end()) return false;
-  // Trainable: float initializers, except scalars the exporter folded.
-  return it->second.dtype() == DType::kF32 &&
-         !(it->second.numel() <= 1 && absl::StartsWith(node.input(i), "onnx::"));
+  // Trainable: float initializers, except scalars the exporter folded and
+  // tensors no weight can be (±inf or NaN: the additive masks of attention).
+  const Tensor& t = it->second;
+  if (t.dtype() != DType::kF32) return false;
+  if (t.numel() <= 1 && absl::StartsWith(node.input(i), "onnx::")) return false;
+  for (int64_t k = 0; k < t.numel(); ++k) {
+    if (!std::isfinite(t.f32()[k])) return false;
+  }
+  return true;
 }
 
 std::optional<std::string> ImportContext::Lookup(const std::string& onnx_name) const {

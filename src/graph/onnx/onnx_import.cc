@@ -93,6 +93,7 @@ absl::StatusOr<Graph> ImportOnnx(const std::string& bytes, const OnnxImportOptio
   if (inputs.empty()) return absl::InvalidArgumentError(src + ": the model has no inputs");
   // The batch the exporter saw: the first input's first dimension.
   int64_t b0 = 0;
+  bool static_batch = false;
   {
     const auto& shape = inputs[0]->type().tensor_type().shape();
     if (shape.dim_size() == 0) {
@@ -100,6 +101,7 @@ absl::StatusOr<Graph> ImportOnnx(const std::string& bytes, const OnnxImportOptio
                                         "' has no batch dimension");
     }
     b0 = shape.dim(0).has_dim_value() ? shape.dim(0).dim_value() : 0;
+    static_batch = b0 > 0;
     if (b0 <= 0) b0 = options.batch > 0 ? options.batch : 1;
   }
 
@@ -148,8 +150,18 @@ absl::StatusOr<Graph> ImportOnnx(const std::string& bytes, const OnnxImportOptio
   for (const onnx::NodeProto& n : gp.node()) {
     absl::Status s = Converters().at(n.op_type())(ctx, n);
     if (!s.ok()) {
+      // A batch baked into the export is told from other dims by its size:
+      // a small one, or one equal to another dim, can be mistaken.
+      const std::string hint =
+          static_batch ? absl::StrCat(" (the model was exported with a fixed batch of ", b0,
+                                      ", which the import may mistake for another dim of that "
+                                      "size; export with a dynamic batch, e.g. torch.onnx.export("
+                                      "..., dynamic_axes={'",
+                                      inputs[0]->name(),
+                                      "': {0: 'batch'}}), or with a batch no other dim has)")
+                       : "";
       return absl::InvalidArgumentError(
-          absl::StrCat(src, ": node '", n.name(), "' (", n.op_type(), "): ", s.message()));
+          absl::StrCat(src, ": node '", n.name(), "' (", n.op_type(), "): ", s.message(), hint));
     }
   }
   for (const auto& out : gp.output()) {

@@ -204,6 +204,52 @@ TEST(OnnxImport, UnsupportedOps_AllListedByTypeAndNode) {
                              HasSubstr("Einsum (node 'ein')"))));
 }
 
+TEST(OnnxImport, AnInitializerHoldingInfinities_IsAConstantNotAParameter) {
+  onnx::ModelProto m = Tiny(14);
+  auto* g = m.mutable_graph();
+  for (const auto& [name, v] : {std::pair{"mask", -INFINITY}, std::pair{"w", 0.5f}}) {
+    auto* t = g->add_initializer();
+    t->set_name(name);
+    t->set_data_type(onnx::TensorProto::FLOAT);
+    t->add_dims(3);
+    for (int i = 0; i < 3; ++i) t->add_float_data(i == 1 ? v : 0.0f);
+    auto* n = g->add_node();
+    n->set_op_type("Add");
+    n->set_name(std::string("add_") + name);
+    n->add_input("y");
+    n->add_input(name);
+    n->add_output(std::string("y_") + name);
+  }
+  absl::StatusOr<Graph> imported = Import(m.SerializeAsString());
+  ASSERT_THAT(imported, IsOk());
+  std::vector<std::string> params;
+  for (const ParameterSpec& p : imported->parameters) params.push_back(p.tensor);
+  // The additive mask (as attention exports it) is no weight; w is.
+  EXPECT_THAT(params, ::testing::ElementsAre(::testing::HasSubstr("w")));
+}
+
+TEST(OnnxImport, AStaticExportBatch_NamedWhenImportFails) {
+  // Reshape to a target that cannot hold the exported batch of 2.
+  onnx::ModelProto m = Tiny(14);
+  auto* g = m.mutable_graph();
+  auto* shape = g->add_initializer();
+  shape->set_name("shape");
+  shape->set_data_type(onnx::TensorProto::INT64);
+  shape->add_dims(2);
+  shape->add_int64_data(5);
+  shape->add_int64_data(-1);
+  auto* r = g->add_node();
+  r->set_op_type("Reshape");
+  r->set_name("r");
+  r->add_input("y");
+  r->add_input("shape");
+  r->add_output("z");
+  EXPECT_THAT(Import(m.SerializeAsString()),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("node 'r'"), HasSubstr("exported with a fixed batch of 2"),
+                             HasSubstr("dynamic_axes"))));
+}
+
 TEST(OnnxImport, EqualAndWhereOnData_RefusedNamingTheNode) {
   for (const char* type : {"Equal", "Where"}) {
     onnx::ModelProto m = Tiny(14);
