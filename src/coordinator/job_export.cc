@@ -10,6 +10,8 @@
 #include "onnx/onnx_pb.h"
 #include "src/common/status.h"
 #include "src/coordinator/checkpoint_dir.h"
+#include "src/graph/onnx/import_context.h"
+#include "src/graph/onnx/transposed_copies.h"
 #include "src/runtime/data/npy.h"
 
 namespace quilt {
@@ -156,12 +158,33 @@ absl::StatusOr<quilt::v1::ExportJobResponse> ExportTrainedOnnx(const quilt::v1::
     return absl::FailedPreconditionError(absl::StrCat(
         "job ", job.status().job_id(), " has no usable checkpoint: ", ckpt.status().message()));
   }
+  // The exporter's transposed copies of weights trained as those weights
+  // (transposed_copies.h): written as the trained weight's transpose.
+  std::map<std::string, Tensor> initial;
+  for (const onnx::TensorProto& init : model.graph().initializer()) {
+    absl::StatusOr<Tensor> v = onnx_import::FromTensorProto(init);
+    if (v.ok()) initial[init.name()] = std::move(*v);
+  }
+  const std::map<std::string, std::string> copies = TransposedCopies(initial);
   for (onnx::TensorProto& init : *model.mutable_graph()->mutable_initializer()) {
     auto it = ckpt->tensors.find(init.name());
-    if (it == ckpt->tensors.end()) continue;
-    const Tensor& v = it->second;
+    Tensor value;
+    if (it != ckpt->tensors.end()) {
+      value = it->second;
+    } else if (auto c = copies.find(init.name()); c != copies.end()) {
+      auto w = ckpt->tensors.find(c->second);
+      if (w == ckpt->tensors.end() || w->second.rank() != 2) continue;
+      const Tensor& t = w->second;
+      ASSIGN_OR_RETURN(value, Tensor::Empty(DType::kF32, {t.dim(1), t.dim(0)}));
+      for (int64_t i = 0; i < t.dim(0); ++i) {
+        for (int64_t j = 0; j < t.dim(1); ++j)
+          value.f32()[j * t.dim(0) + i] = t.f32()[i * t.dim(1) + j];
+      }
+    } else {
+      continue;
+    }
     init.clear_float_data();
-    init.set_raw_data(std::string(static_cast<const char*>(v.raw()), v.bytes()));
+    init.set_raw_data(std::string(static_cast<const char*>(value.raw()), value.bytes()));
   }
   quilt::v1::ExportJobResponse out;
   out.set_onnx(model.SerializeAsString());

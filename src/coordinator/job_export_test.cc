@@ -3,12 +3,15 @@
 // passed over (and said), shards joined by rows.
 #include "src/coordinator/job_export.h"
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "onnx/onnx_pb.h"
 #include "src/common/status_matchers.h"
 #include "src/runtime/data/npy.h"
 #include "src/testing/temp_dir.h"
@@ -100,6 +103,53 @@ TEST(ReadLatestCheckpoint, UnreadableNewest_OlderOneAndWhy) {
   testing::TempDir empty;
   EXPECT_THAT(ReadLatestCheckpoint(empty.path(), 1).status(),
               StatusIs(absl::StatusCode::kNotFound));
+}
+
+// A weight the exporter also folded into a transposed copy (a tied
+// embedding): the export writes the trained weight and its transpose.
+TEST(ExportTrainedOnnx, TransposedCopiesGetTheTrainedWeightTransposed) {
+  testing::TempDir dir;
+  onnx::ModelProto model;
+  auto* g = model.mutable_graph();
+  auto add = [&](const std::string& name, std::vector<int64_t> dims, std::vector<float> v) {
+    auto* t = g->add_initializer();
+    t->set_name(name);
+    t->set_data_type(onnx::TensorProto::FLOAT);
+    for (int64_t d : dims) t->add_dims(d);
+    for (float x : v) t->add_float_data(x);
+  };
+  add("emb.weight", {3, 2}, {1, 2, 3, 4, 5, 6});
+  add("onnx::MatMul_7", {2, 3}, {1, 3, 5, 2, 4, 6});
+  add("onnx::MatMul_8", {2, 3}, {1, 3, 5, 2, 4, 7});  // not a transpose of any weight
+  quilt::v1::JobRecord job;
+  job.mutable_status()->set_job_id("j");
+  job.mutable_spec()->set_onnx(model.SerializeAsString());
+  job.mutable_spec()->set_checkpoint_dir(dir.path());
+  job.add_world("n0");
+  const std::string rank_dir = dir.path() + "/step-00000010/rank-0";
+  std::filesystem::create_directories(rank_dir);
+  ASSERT_THAT(WriteNpy(rank_dir + "/w.npy", Tensor::FromF32({3, 2}, {10, 20, 30, 40, 50, 60})),
+              IsOk());
+  nlohmann::json m;
+  m["tensors"] = nlohmann::json::array({{{"tensor", "emb.weight"}, {"file", "w.npy"}}});
+  std::ofstream(rank_dir + "/metrics.json") << m.dump();
+  absl::StatusOr<quilt::v1::ExportJobResponse> out = ExportTrainedOnnx(job);
+  ASSERT_THAT(out.status(), IsOk());
+  EXPECT_EQ(out->step(), 10);
+  onnx::ModelProto exported;
+  ASSERT_TRUE(exported.ParseFromString(out->onnx()));
+  std::map<std::string, std::vector<float>> values;
+  for (const auto& t : exported.graph().initializer()) {
+    std::vector<float> v(t.float_data().begin(), t.float_data().end());
+    if (!t.raw_data().empty()) {
+      v.resize(t.raw_data().size() / sizeof(float));
+      std::memcpy(v.data(), t.raw_data().data(), t.raw_data().size());
+    }
+    values[t.name()] = v;
+  }
+  EXPECT_EQ(values["emb.weight"], (std::vector<float>{10, 20, 30, 40, 50, 60}));
+  EXPECT_EQ(values["onnx::MatMul_7"], (std::vector<float>{10, 30, 50, 20, 40, 60}));
+  EXPECT_EQ(values["onnx::MatMul_8"], (std::vector<float>{1, 3, 5, 2, 4, 7}));  // as it was
 }
 
 }  // namespace

@@ -443,7 +443,9 @@ INSTANTIATE_TEST_SUITE_P(
                       // output projection's part, in groups on different devices.
                       Case{{"tied_lm", "sgd", 16}, 3, 1},
                       // A parameter expanded over each replica's rows.
-                      Case{{"cls_token", "sgd", 16}, 3, 1}),
+                      Case{{"cls_token", "sgd", 16}, 3, 1},
+                      // The same tie, the projection a folded transposed copy.
+                      Case{{"tied_lm_folded", "sgd", 16}, 3, 1}),
     [](const auto& info) {
       const Case& c = info.param;
       return absl::StrCat(c.model.name, "_", c.model.optimizer, "_", c.nodes, "x", c.per_node);

@@ -86,7 +86,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Fixture{"transformer", "adam"}, Fixture{"transformer_opset17", "sgd"},
                       Fixture{"transformer_opset17", "adam"}, Fixture{"tied_lm", "sgd"},
                       Fixture{"tied_lm", "adam"}, Fixture{"cls_token", "sgd"},
-                      Fixture{"cls_token", "adam"}),
+                      Fixture{"cls_token", "adam"}, Fixture{"tied_lm_folded", "sgd"},
+                      Fixture{"tied_lm_folded", "adam"}),
     [](const auto& info) { return info.param.name + "_" + info.param.optimizer; });
 
 TEST(TrainLocal, SyntheticData_LossFalls) {

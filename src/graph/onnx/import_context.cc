@@ -6,6 +6,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "src/common/status.h"
+#include "src/graph/onnx/transposed_copies.h"
 
 namespace quilt::onnx_import {
 
@@ -107,6 +108,8 @@ void ImportContext::AddInitializer(const std::string& name, Tensor value) {
   initializers_[name] = std::move(value);
 }
 
+void ImportContext::TieTransposedCopies() { copies_ = TransposedCopies(initializers_); }
+
 void ImportContext::SetTensor(const std::string& onnx_name, const std::string& tensor) {
   tensors_[onnx_name] = tensor;
 }
@@ -168,6 +171,15 @@ std::optional<std::string> ImportContext::Lookup(const std::string& onnx_name) c
 absl::StatusOr<std::string> ImportContext::Materialize(const std::string& name, bool trainable,
                                                        bool frozen) {
   if (auto t = Lookup(name)) return *t;
+  auto copy = copies_.find(name);
+  if (copy != copies_.end() && trainable) {
+    ASSIGN_OR_RETURN(std::string w, Materialize(copy->second, true, false));
+    Attrs perm;
+    perm.SetInts("perm", {1, 0});
+    ASSIGN_OR_RETURN(std::string t, builder_.Add("Transpose", {w}, std::move(perm), name));
+    tensors_[name] = t;
+    return t;
+  }
   auto init = initializers_.find(name);
   if (init != initializers_.end() && (trainable || frozen)) {
     const std::string pname = builder_.UniqueName(name);

@@ -29,6 +29,10 @@ class ImportContext {
   int64_t export_batch() const { return export_batch_; }
 
   void AddInitializer(const std::string& name, Tensor value);
+  // Call after the initializers are added: the exporter's transposed
+  // copies of weights (transposed_copies.h) become Transpose ops of the
+  // weight, so both uses train one parameter.
+  void TieTransposedCopies();
   void SetTensor(const std::string& onnx_name, const std::string& tensor);
   void SetConstant(const std::string& onnx_name, Tensor value);
 
@@ -67,6 +71,7 @@ class ImportContext {
   std::map<std::string, std::string> tensors_;  // ONNX name → graph tensor
   std::map<std::string, Tensor> constants_;     // ONNX name → known value
   std::map<std::string, Tensor> initializers_;  // not yet materialized
+  std::map<std::string, std::string> copies_;   // transposed copy → weight
   std::set<std::string> read_;
 };
 

@@ -113,6 +113,7 @@ absl::StatusOr<Graph> ImportOnnx(const std::string& bytes, const OnnxImportOptio
     if (!v.ok()) return Fail(src, v.status());
     ctx.AddInitializer(t.name(), std::move(*v));
   }
+  ctx.TieTransposedCopies();
   for (const onnx::ValueInfoProto* in : inputs) {
     if (!in->type().has_tensor_type()) {
       return absl::InvalidArgumentError(src + ": input '" + in->name() + "' is not a tensor");
