@@ -85,16 +85,22 @@ TEST(ModelProfiler, RunsEachProgramAndReportsItsMedians) {
   EXPECT_GT(r.wall_s(), 0);
 }
 
+// A profile of one run of the program at `rows`.
+quilt::v1::ModelProfile OneRun(const std::string& id, int64_t rows, int64_t steps, int64_t warmup) {
+  quilt::v1::ModelProfile p;
+  p.set_profile_id(id);
+  p.set_device("n0/cpu:0");
+  p.set_steps(steps);
+  p.set_warmup_steps(warmup);
+  auto* run = p.add_runs();
+  run->set_rows(rows);
+  run->set_program(Program(rows));
+  return p;
+}
+
 TEST(ModelProfiler, EmulatedSlowdownSlowsTheKernels) {
   testing::TempDir dir;
-  quilt::v1::ModelProfile p;
-  p.set_device("n0/cpu:0");
-  p.set_steps(6);
-  p.set_warmup_steps(2);
-  auto* run = p.add_runs();
-  run->set_rows(256);
-  run->set_program(Program(256));
-  p.set_profile_id("plain");
+  quilt::v1::ModelProfile p = OneRun("plain", 256, 6, 2);
   const quilt::v1::ModelProfileResult plain = Profile(p, dir.path());
   p.set_profile_id("slow");
   const quilt::v1::ModelProfileResult slow = Profile(p, dir.path(), 4);
@@ -105,14 +111,7 @@ TEST(ModelProfiler, EmulatedSlowdownSlowsTheKernels) {
 
 TEST(ModelProfiler, AProfileTakenWhileJobsRunSaysSoAndIsRunAgainWhenAsked) {
   testing::TempDir dir;
-  quilt::v1::ModelProfile p;
-  p.set_profile_id("busy");
-  p.set_device("n0/cpu:0");
-  p.set_steps(4);
-  p.set_warmup_steps(1);
-  auto* run = p.add_runs();
-  run->set_rows(32);
-  run->set_program(Program(32));
+  const quilt::v1::ModelProfile p = OneRun("busy", 32, 4, 1);
   std::atomic<int> results{0};
   ProfilerOptions o;
   o.executor_path = testing::RunfilePath("src/runtime/quilt-executor");

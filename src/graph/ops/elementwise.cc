@@ -194,23 +194,28 @@ QUILT_REGISTER_OP([] {
   return s;
 }());
 
+// SumToShape and Expand: the output has attribute 'shape'; broadcasting
+// the input with it gives the input (a sum over expanded dims) or the
+// shape (an expansion).
+absl::Status InferBroadcastToShape(InferContext& ctx, bool expand) {
+  RETURN_IF_ERROR(RequireFloatInputs(ctx));
+  absl::StatusOr<Shape> target = DecodeShape(ctx.attrs(), "shape");
+  if (!target.ok()) return ctx.Error(std::string(target.status().message()));
+  absl::StatusOr<Shape> b = Broadcast(ctx.shape(0), *target);
+  if (!b.ok() || *b != (expand ? *target : ctx.shape(0))) {
+    return ctx.Error(absl::StrCat("cannot ", expand ? "expand " : "sum ", ctx.shape(0).ToString(),
+                                  " to ", target->ToString()));
+  }
+  ctx.set_output(0, ctx.dtype(0), *target);
+  return absl::OkStatus();
+}
+
 QUILT_REGISTER_OP([] {
   OpSchema s;
   s.type = "SumToShape";
   s.linear = true;
   s.doc = "Sums the input over the dims that broadcasting expanded, giving attribute 'shape'.";
-  s.infer = [](InferContext& ctx) -> absl::Status {
-    RETURN_IF_ERROR(RequireFloatInputs(ctx));
-    absl::StatusOr<Shape> target = DecodeShape(ctx.attrs(), "shape");
-    if (!target.ok()) return ctx.Error(std::string(target.status().message()));
-    absl::StatusOr<Shape> b = Broadcast(ctx.shape(0), *target);
-    if (!b.ok() || *b != ctx.shape(0)) {
-      return ctx.Error(
-          absl::StrCat("cannot sum ", ctx.shape(0).ToString(), " to ", target->ToString()));
-    }
-    ctx.set_output(0, ctx.dtype(0), *target);
-    return absl::OkStatus();
-  };
+  s.infer = [](InferContext& ctx) { return InferBroadcastToShape(ctx, /*expand=*/false); };
   s.cost = [](const CostContext& c) {
     return OpCost{static_cast<double>(c.InNumel(0)), c.IoBytes()};
   };
@@ -300,18 +305,7 @@ QUILT_REGISTER_OP([] {
   s.type = "Expand";
   s.linear = true;
   s.doc = "Broadcasts the input to attribute 'shape' (ONNX Expand with a constant shape).";
-  s.infer = [](InferContext& ctx) -> absl::Status {
-    RETURN_IF_ERROR(RequireFloatInputs(ctx));
-    absl::StatusOr<Shape> target = DecodeShape(ctx.attrs(), "shape");
-    if (!target.ok()) return ctx.Error(std::string(target.status().message()));
-    absl::StatusOr<Shape> b = Broadcast(ctx.shape(0), *target);
-    if (!b.ok() || *b != *target) {
-      return ctx.Error(
-          absl::StrCat("cannot expand ", ctx.shape(0).ToString(), " to ", target->ToString()));
-    }
-    ctx.set_output(0, ctx.dtype(0), *target);
-    return absl::OkStatus();
-  };
+  s.infer = [](InferContext& ctx) { return InferBroadcastToShape(ctx, /*expand=*/true); };
   s.cost = [](const CostContext& c) { return OpCost{0, c.IoBytes()}; };
   s.grad = [](GradContext& g) -> absl::Status {
     if (!g.needs_dx(0)) return absl::OkStatus();
