@@ -40,6 +40,7 @@ std::string Absolute(const std::string& path) {
 struct SubmitArgs {
   std::string model, name, loss = "auto", optimizer = "sgd", strategy = "auto", data = "synthetic";
   std::string checkpoint_dir;
+  std::vector<std::string> frozen;
   int64_t batch = 0, steps = 0, checkpoint_every = 0;
   double lr = 0, momentum = 0.9;
   uint64_t seed = 0;
@@ -61,6 +62,7 @@ absl::StatusOr<quilt::v1::JobSpec> SpecFrom(const SubmitArgs& a) {
   quilt::v1::JobSpec spec;
   RETURN_IF_ERROR(SetJobModel(a.model, a.batch, nullptr, &spec));
   spec.set_name(a.name);
+  for (const std::string& name : a.frozen) spec.add_frozen(name);
   spec.set_global_batch(a.batch);
   spec.set_steps(a.steps);
   spec.set_strategy(a.strategy);
@@ -201,6 +203,11 @@ void AddJobCommands(CLI::App& app, const GlobalOptions& globals, std::vector<Com
   submit->add_option("model", a->model, "zoo:NAME, a .onnx file or a .pb/.pbtxt graph")->required();
   submit->add_option("--batch", a->batch, "Global batch size")->required()->check(Positive());
   submit->add_option("--steps", a->steps, "Training steps")->required()->check(Positive());
+  submit
+      ->add_option("--frozen", a->frozen,
+                   "Parameters not to train, by name (comma-separated): buffers an ONNX export "
+                   "wrote as initializers")
+      ->delimiter(',');
   submit->add_option("--loss", a->loss, "auto (the model's) | softmax_cross_entropy | mse")
       ->check(CLI::IsMember({"auto", "softmax_cross_entropy", "mse"}));
   submit->add_option("--optimizer", a->optimizer, "sgd | adam")

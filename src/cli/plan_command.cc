@@ -28,6 +28,7 @@ struct PlanArgs {
   std::string program_out;
   std::string optimizer = "sgd";
   std::string loss = "auto";
+  std::vector<std::string> frozen;
   double lr = 0, momentum = 0.9;
   std::string format = "table";
   bool explain = false;
@@ -179,6 +180,7 @@ int RunRemote(const PlanArgs& a, const Graph& forward, const GlobalOptions& glob
   quilt::v1::PlanJobRequest request;
   quilt::v1::JobSpec& spec = *request.mutable_spec();
   spec.set_name(forward.name);
+  for (const std::string& name : a.frozen) spec.add_frozen(name);
   spec.set_global_batch(a.batch);
   if (absl::Status s = SetJobModel(a.model, a.batch, &forward, &spec); !s.ok()) {
     return PrintError(std::string(s.message()));
@@ -215,6 +217,9 @@ int Run(PlanArgs a, const GlobalOptions& globals) {
   if (a.strategy == "auto") a.strategy = "all";  // submit's name for it
   absl::StatusOr<Graph> g = LoadModel(a.model, a.batch);
   if (!g.ok()) return PrintError(std::string(g.status().message()));
+  if (absl::Status f = FreezeParameters(&*g, a.frozen); !f.ok()) {
+    return PrintError(std::string(f.message()));
+  }
   if (a.cluster.empty()) {
     if (!a.trace.empty() || !a.program_out.empty()) {
       return PrintError("--trace and --program-out need --cluster (an offline plan)");
@@ -285,6 +290,10 @@ void AddPlanCommand(CLI::App& app, const GlobalOptions& globals, std::vector<Com
   c->add_option("--trace", a->trace,
                 "Write the best strategy's simulated timeline (Chrome trace JSON)");
   c->add_option("--optimizer", a->optimizer, "sgd | adam")->check(CLI::IsMember({"sgd", "adam"}));
+  c->add_option("--frozen", a->frozen,
+                "Parameters not to train, by name (comma-separated): buffers an ONNX export wrote "
+                "as initializers")
+      ->delimiter(',');
   c->add_option("--loss", a->loss,
                 "auto (the model's; softmax cross-entropy if it has none) | "
                 "softmax_cross_entropy | mse")

@@ -20,6 +20,7 @@ namespace {
 
 struct TrainArgs {
   std::string model;
+  std::vector<std::string> frozen;
   std::string loss;
   std::string data;
   int64_t batch = 0;
@@ -38,6 +39,9 @@ int Run(const TrainArgs& a) {
   SetComputeThreads(a.threads > 0 ? a.threads : std::max(1u, std::thread::hardware_concurrency()));
   absl::StatusOr<Graph> g = LoadModel(a.model, a.batch);
   if (!g.ok()) return PrintError(std::string(g.status().message()));
+  if (absl::Status f = FreezeParameters(&*g, a.frozen); !f.ok()) {
+    return PrintError(std::string(f.message()));
+  }
   TrainingOptions to;
   if (!a.loss.empty()) {
     const LossType want = a.loss == "mse" ? LossType::kMse : LossType::kSoftmaxCrossEntropy;
@@ -135,6 +139,10 @@ void AddTrainLocalCommand(CLI::App& app, std::vector<Command>* out) {
   auto a = std::make_shared<TrainArgs>();
   CLI::App* c = app.add_subcommand("train-local", "Train a model on one CPU device");
   c->add_option("model", a->model, "zoo:NAME, a .onnx file or a .pb/.pbtxt graph")->required();
+  c->add_option("--frozen", a->frozen,
+                "Parameters not to train, by name (comma-separated): buffers an ONNX export wrote "
+                "as initializers")
+      ->delimiter(',');
   c->add_option("--loss", a->loss, "softmax_cross_entropy | mse (default: the model's own)")
       ->check(CLI::IsMember({"softmax_cross_entropy", "mse"}));
   c->add_option("--data", a->data, "INPUTS.npy,LABELS.npy or synthetic")->required();

@@ -39,7 +39,14 @@ absl::StatusOr<Graph> TrainingGraphForJob(const quilt::v1::JobSpec& spec) {
     return absl::InvalidArgumentError("the job's global_batch must be at least 1");
   }
   ASSIGN_OR_RETURN(Graph g, ForwardGraph(spec));
-  if (g.has_backward) return g;
+  if (g.has_backward) {
+    if (spec.frozen_size() > 0) {
+      return absl::InvalidArgumentError("frozen parameters need a model without its backward pass");
+    }
+    return g;
+  }
+  RETURN_IF_ERROR(
+      FreezeParameters(&g, std::vector<std::string>(spec.frozen().begin(), spec.frozen().end())));
   TrainingOptions to;
   switch (spec.loss()) {
     case quilt::v1::Loss::TYPE_SOFTMAX_CROSS_ENTROPY:

@@ -1,6 +1,8 @@
 #include "src/graph/model_loader.h"
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "google/protobuf/text_format.h"
 #include "src/common/files.h"
 #include "src/common/status.h"
@@ -16,6 +18,26 @@ absl::StatusOr<Graph> LoadOnnxBytes(const std::string& bytes, int64_t batch,
   o.batch = batch;
   o.source = source;
   return ImportOnnx(bytes, o);
+}
+
+absl::Status FreezeParameters(Graph* g, const std::vector<std::string>& names) {
+  std::vector<std::string> unknown;
+  for (const std::string& name : names) {
+    bool found = false;
+    for (ParameterSpec& p : g->parameters) {
+      if (p.tensor != name) continue;
+      p.frozen = true;
+      found = true;
+    }
+    if (!found) unknown.push_back(name);
+  }
+  if (!unknown.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("no parameter named ",
+                                                   absl::StrJoin(unknown, ", "),
+                                                   " to freeze (`quiltctl graph inspect` lists "
+                                                   "them)"));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<Graph> LoadModel(const std::string& spec, int64_t batch) {

@@ -5,6 +5,7 @@
 #define QUILT_SRC_GRAPH_MODEL_LOADER_H_
 
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "src/graph/graph.h"
@@ -14,6 +15,11 @@ namespace quilt {
 // `batch` > 0 sets the graph's reference batch. Errors: NOT_FOUND (no such
 // file or zoo model), INVALID_ARGUMENT (unreadable or invalid model).
 absl::StatusOr<Graph> LoadModel(const std::string& spec, int64_t batch = 0);
+
+// Keeps the parameters named `names` as they are (not trained): buffers an
+// ONNX export wrote as initializers, which ONNX does not tell from weights.
+// Errors: INVALID_ARGUMENT naming those that are no parameter.
+absl::Status FreezeParameters(Graph* graph, const std::vector<std::string>& names);
 
 // Same, from the bytes of an ONNX file or of a TrainingGraph message.
 absl::StatusOr<Graph> LoadOnnxBytes(const std::string& bytes, int64_t batch,

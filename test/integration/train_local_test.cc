@@ -6,6 +6,7 @@
 #include <cmath>
 #include <fstream>
 
+#include "absl/strings/str_join.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -58,6 +59,12 @@ TEST_P(TrainLocalMatchesPyTorch, LossesWithin1e4Relative) {
   if (!expected["loss_in_model"].get<bool>()) {
     argv.insert(argv.end(), {"--loss", expected["loss"].get<std::string>()});
   }
+  // Buffers PyTorch does not train (ONNX writes them as initializers).
+  std::vector<std::string> frozen;
+  for (const auto& name : expected.value("frozen", nlohmann::json::array())) {
+    frozen.push_back(name.get<std::string>());
+  }
+  if (!frozen.empty()) argv.insert(argv.end(), {"--frozen", absl::StrJoin(frozen, ",")});
   if (f.optimizer == "sgd") {
     argv.insert(argv.end(), {"--momentum", std::to_string(cfg["momentum"].get<double>()),
                              "--weight-decay", std::to_string(cfg["weight_decay"].get<double>())});
@@ -87,7 +94,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Fixture{"transformer_opset17", "adam"}, Fixture{"tied_lm", "sgd"},
                       Fixture{"tied_lm", "adam"}, Fixture{"cls_token", "sgd"},
                       Fixture{"cls_token", "adam"}, Fixture{"tied_lm_folded", "sgd"},
-                      Fixture{"tied_lm_folded", "adam"}),
+                      Fixture{"tied_lm_folded", "adam"}, Fixture{"buffer_scale", "sgd"},
+                      Fixture{"buffer_scale", "adam"}),
     [](const auto& info) { return info.param.name + "_" + info.param.optimizer; });
 
 TEST(TrainLocal, SyntheticData_LossFalls) {
