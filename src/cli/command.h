@@ -10,6 +10,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "proto/quilt/v1/job.pb.h"
 #include "src/graph/graph.h"
 
@@ -39,6 +40,12 @@ void AddJobCommands(CLI::App& app, const GlobalOptions& globals, std::vector<Com
 // already loaded it).
 absl::Status SetJobModel(const std::string& model, int64_t batch, const Graph* loaded,
                          quilt::v1::JobSpec* spec);
+
+// The loss a command's --loss adds to `graph` ("" or "auto": none, the
+// model's own): kNone when the model computes its loss itself; a loss named
+// for a graph without a loss output is recorded on it. Errors: a --loss
+// other than the one the model computes.
+absl::StatusOr<LossType> ApplyLossFlag(const std::string& loss, Graph* graph);
 
 // Prints "quiltctl: <message>" to stderr; returns 1.
 int PrintError(const std::string& message);

@@ -196,6 +196,20 @@ absl::Status SetJobModel(const std::string& model, int64_t batch, const Graph* l
   return absl::OkStatus();
 }
 
+absl::StatusOr<LossType> ApplyLossFlag(const std::string& loss, Graph* g) {
+  if (loss.empty() || loss == "auto") return LossType::kNone;
+  const LossType want = loss == "mse" ? LossType::kMse : LossType::kSoftmaxCrossEntropy;
+  if (!g->loss.output.empty()) {
+    if (g->loss.type != want) {
+      return absl::InvalidArgumentError("the model already computes a different loss than --loss " +
+                                        loss);
+    }
+    return LossType::kNone;
+  }
+  g->loss.type = want;
+  return want;
+}
+
 void AddJobCommands(CLI::App& app, const GlobalOptions& globals, std::vector<Command>* out) {
   // submit
   auto a = std::make_shared<SubmitArgs>();

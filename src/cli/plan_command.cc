@@ -11,6 +11,7 @@
 #include "src/cli/validators.h"
 #include "src/cluster/cluster_spec.h"
 #include "src/cluster/topology.h"
+#include "src/common/status.h"
 #include "src/graph/autodiff.h"
 #include "src/graph/model_loader.h"
 #include "src/planner/plan.h"
@@ -153,20 +154,15 @@ int Print(const quilt::v1::PlanReport& r, const PlanArgs& a) {
   return r.best().empty() ? 1 : 0;
 }
 
-// The loss and optimizer the plan trains with (submit's defaults).
-// Errors: a --loss other than the one the model computes.
-absl::StatusOr<TrainingOptions> TrainingFor(const Graph& g, const PlanArgs& a) {
+// The loss and optimizer the plan trains `g` with (submit's defaults); a
+// loss it adds is recorded on `g`. Errors: a --loss other than the one the
+// model computes.
+absl::StatusOr<TrainingOptions> TrainingFor(const PlanArgs& a, Graph* g) {
   TrainingOptions to;
-  if (a.loss != "auto") {
-    const LossType want = a.loss == "mse" ? LossType::kMse : LossType::kSoftmaxCrossEntropy;
-    if (g.loss.type != LossType::kNone && !g.loss.output.empty() && g.loss.type != want) {
-      return absl::InvalidArgumentError("the model already computes a different loss than --loss " +
-                                        a.loss);
-    }
-    to.loss = g.loss.output.empty() ? want : LossType::kNone;
-  } else if (g.loss.type == LossType::kNone) {
+  ASSIGN_OR_RETURN(to.loss, ApplyLossFlag(a.loss, g));
+  if (g->loss.type == LossType::kNone) {
     std::cerr << "planning with softmax cross-entropy: the model has no loss (--loss sets one)\n";
-    to.loss = LossType::kSoftmaxCrossEntropy;
+    g->loss.type = to.loss = LossType::kSoftmaxCrossEntropy;
   }
   to.optimizer.kind =
       a.optimizer == "adam" ? OptimizerSpec::Kind::kAdam : OptimizerSpec::Kind::kSgd;
@@ -176,16 +172,16 @@ absl::StatusOr<TrainingOptions> TrainingFor(const Graph& g, const PlanArgs& a) {
 }
 
 // The coordinator plans on the live cluster.
-int RunRemote(const PlanArgs& a, const Graph& forward, const GlobalOptions& globals) {
+int RunRemote(const PlanArgs& a, Graph* forward, const GlobalOptions& globals) {
   quilt::v1::PlanJobRequest request;
   quilt::v1::JobSpec& spec = *request.mutable_spec();
-  spec.set_name(forward.name);
+  spec.set_name(forward->name);
   for (const std::string& name : a.frozen) spec.add_frozen(name);
   spec.set_global_batch(a.batch);
-  if (absl::Status s = SetJobModel(a.model, a.batch, &forward, &spec); !s.ok()) {
+  if (absl::Status s = SetJobModel(a.model, a.batch, forward, &spec); !s.ok()) {
     return PrintError(std::string(s.message()));
   }
-  absl::StatusOr<TrainingOptions> training = TrainingFor(forward, a);
+  absl::StatusOr<TrainingOptions> training = TrainingFor(a, forward);
   if (!training.ok()) return PrintError(std::string(training.status().message()));
   const TrainingOptions& to = *training;
   if (to.loss == LossType::kSoftmaxCrossEntropy) {
@@ -224,15 +220,14 @@ int Run(PlanArgs a, const GlobalOptions& globals) {
     if (!a.trace.empty() || !a.program_out.empty()) {
       return PrintError("--trace and --program-out need --cluster (an offline plan)");
     }
-    return RunRemote(a, *g, globals);
+    return RunRemote(a, &*g, globals);
   }
   absl::StatusOr<quilt::v1::ClusterSpec> spec = LoadClusterSpec(a.cluster);
   if (!spec.ok()) return PrintError(std::string(spec.status().message()));
   absl::StatusOr<Topology> topo = Topology::Build(*spec);
   if (!topo.ok()) return PrintError(std::string(topo.status().message()));
-  absl::StatusOr<TrainingOptions> training = TrainingFor(*g, a);
+  absl::StatusOr<TrainingOptions> training = TrainingFor(a, &*g);
   if (!training.ok()) return PrintError(std::string(training.status().message()));
-  if (g->loss.output.empty() && training->loss != LossType::kNone) g->loss.type = training->loss;
   if (absl::Status s = BuildTrainingGraph(&*g, *training); !s.ok()) {
     return PrintError(std::string(s.message()));
   }

@@ -43,14 +43,10 @@ int Run(const TrainArgs& a) {
     return PrintError(std::string(f.message()));
   }
   TrainingOptions to;
-  if (!a.loss.empty()) {
-    const LossType want = a.loss == "mse" ? LossType::kMse : LossType::kSoftmaxCrossEntropy;
-    if (g->loss.type != LossType::kNone && !g->loss.output.empty() && g->loss.type != want) {
-      return PrintError("the model already computes a different loss than --loss " + a.loss);
-    }
-    to.loss = want;
-    if (g->loss.output.empty()) g->loss.type = want;
-  } else if (g->loss.type == LossType::kNone) {
+  absl::StatusOr<LossType> loss = ApplyLossFlag(a.loss, &*g);
+  if (!loss.ok()) return PrintError(std::string(loss.status().message()));
+  to.loss = *loss;
+  if (g->loss.type == LossType::kNone) {
     return PrintError("the model has no loss; pass --loss softmax_cross_entropy or --loss mse");
   }
   to.optimizer.kind =

@@ -174,12 +174,7 @@ absl::StatusOr<quilt::v1::ExportJobResponse> ExportTrainedOnnx(const quilt::v1::
     } else if (auto c = copies.find(init.name()); c != copies.end()) {
       auto w = ckpt->tensors.find(c->second);
       if (w == ckpt->tensors.end() || w->second.rank() != 2) continue;
-      const Tensor& t = w->second;
-      ASSIGN_OR_RETURN(value, Tensor::Empty(DType::kF32, {t.dim(1), t.dim(0)}));
-      for (int64_t i = 0; i < t.dim(0); ++i) {
-        for (int64_t j = 0; j < t.dim(1); ++j)
-          value.f32()[j * t.dim(0) + i] = t.f32()[i * t.dim(1) + j];
-      }
+      ASSIGN_OR_RETURN(value, TransposedMatrix(w->second));
     } else {
       continue;
     }

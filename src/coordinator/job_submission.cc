@@ -48,12 +48,7 @@ absl::StatusOr<PlanResult> PlanOn(const quilt::v1::JobSpec& spec, const Graph& g
   plan.strategy = strategy == "auto" ? "all" : strategy;
   plan.search.time_budget_s = options.time_budget_s;
   plan.search.seed = spec.seed() == 0 ? 1 : spec.seed();
-  absl::StatusOr<PlanResult> planned;
-  {
-    absl::MutexLockMaybe lock(options.planner_lock);
-    planned = Plan(graph, *topo, plan);
-  }
-  ASSIGN_OR_RETURN(PlanResult result, std::move(planned));
+  ASSIGN_OR_RETURN(PlanResult result, PlanHolding(options.planner_lock, graph, *topo, plan));
   if (result.report.best().empty()) {
     std::string why;
     for (const auto& e : result.report.estimates()) {
@@ -84,6 +79,12 @@ absl::StatusOr<PlanResult> PlanOn(const quilt::v1::JobSpec& spec, const Graph& g
 }
 
 }  // namespace
+
+absl::StatusOr<PlanResult> PlanHolding(absl::Mutex* lock, const Graph& graph, const Topology& topo,
+                                       const PlanOptions& options) {
+  absl::MutexLockMaybe held(lock);
+  return Plan(graph, topo, options);
+}
 
 absl::Status CheckCheckpointDir(const std::string& dir) {
   if (dir.empty()) return absl::OkStatus();  // the coordinator's own

@@ -18,6 +18,7 @@
 #include "src/coordinator/model_profiles.h"
 #include "src/coordinator/node_registry.h"
 #include "src/graph/graph.h"
+#include "src/planner/plan.h"
 
 namespace quilt {
 
@@ -33,6 +34,11 @@ struct SubmissionOptions {
   // the job is not planned further.
   std::function<bool()> abandoned;
 };
+
+// quilt::Plan while holding `lock` (null: none), so that requests planning
+// at once run the CPU-bound planner one at a time.
+absl::StatusOr<PlanResult> PlanHolding(absl::Mutex* lock, const Graph& graph, const Topology& topo,
+                                       const PlanOptions& options);
 
 // Errors: INVALID_ARGUMENT (bad model, unsupported op, steps < 1, batch
 // smaller than the devices it is split over, unreadable or mismatched

@@ -9,6 +9,7 @@
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "src/common/logging.h"
+#include "src/common/units.h"
 #include "src/graph/op_registry.h"
 #include "src/planner/calibration.h"
 
@@ -140,10 +141,9 @@ std::vector<std::string> ModelProfiles::Calibrate(const Graph& g, int64_t global
       absl::StatusOr<OneDevicePrediction> predicted = PredictOneDevice(g, device, large);
       if (predicted.ok() && device.memory_bytes() > 0 &&
           predicted->peak_bytes > device.memory_bytes()) {
-        w.line = absl::StrFormat(
-            "%s: start-up figures (the model at %d rows needs %.1f GiB of %s's %.1f GiB)", w.node,
-            large, static_cast<double>(predicted->peak_bytes) / (1 << 30), device.id(),
-            static_cast<double>(device.memory_bytes()) / (1 << 30));
+        w.line = absl::StrCat(w.node, ": start-up figures (the model at ", large, " rows needs ",
+                              HumanBytes(predicted->peak_bytes), " of ", device.id(), "'s ",
+                              HumanBytes(device.memory_bytes()), ")");
         wanted.push_back(std::move(w));
         continue;
       }

@@ -94,6 +94,10 @@ quilt::v1::Strategy DataParallelStrategy(const Graph& graph, const Topology& top
 
 std::vector<NamedStrategy> Baselines(const Graph& graph, const Topology& topo,
                                      const CostModel& cost, int64_t batch);
+// The data-parallel baselines, which Baselines lists for two or more
+// devices.
+inline constexpr const char* kDataParallelBaselines[] = {
+    "dp-even-ring", "dp-even-ps", "dp-proportional-ring", "dp-proportional-ps"};
 
 // 3 × forward FLOPs of the global batch / Σ device FLOP/s.
 double ComputeLowerBound(const Graph& graph, const CostModel& cost, const Topology& topo,

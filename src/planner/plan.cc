@@ -4,6 +4,7 @@
 #include <atomic>
 #include <thread>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -359,9 +360,7 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
     RETURN_IF_ERROR(
         PlanHeteroG(g, topo, cost, strategies, lb, o, start, evaluate, evaluate_many, &done));
   }
-  const bool data_parallel = o.strategy == "dp-even-ring" || o.strategy == "dp-even-ps" ||
-                             o.strategy == "dp-proportional-ring" ||
-                             o.strategy == "dp-proportional-ps";
+  const bool data_parallel = absl::c_linear_search(kDataParallelBaselines, o.strategy);
   if (!found && topo.num_devices() < 2 && data_parallel) {
     return absl::InvalidArgumentError(absl::StrCat(
         "strategy '", o.strategy, "' splits the batch over at least 2 devices; the cluster has ",

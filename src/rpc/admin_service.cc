@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "src/common/version.h"
+#include "src/coordinator/job_manager.h"
 #include "src/rpc/handler_util.h"
 
 namespace quilt::rpc {
@@ -25,11 +26,7 @@ absl::Status AdminServiceImpl::ClusterStatus(const quilt::v1::GetClusterStatusRe
   std::map<std::string, std::vector<std::string>> running;
   std::map<std::string, int64_t> memory;
   for (const quilt::v1::JobStatus& job : coordinator_->jobs()->List()) {
-    const quilt::v1::JobState state = job.state();
-    if (state != quilt::v1::JOB_STATE_PENDING && state != quilt::v1::JOB_STATE_PLANNING &&
-        state != quilt::v1::JOB_STATE_RUNNING) {
-      continue;
-    }
+    if (JobManager::Ended(job.state())) continue;
     for (const std::string& node : job.nodes()) running[node].push_back(job.job_id());
     for (const auto& [node, bytes] : job.predicted_memory_bytes()) memory[node] += bytes;
   }

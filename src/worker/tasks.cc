@@ -40,7 +40,7 @@ TaskRunner::~TaskRunner() {
     absl::MutexLock lock(&mu_);
     for (auto& [id, t] : tasks_) {
       if (!t->exited && t->pid > 0) {
-        t->cancelled = t->stalled.empty();
+        t->cancelled = t->stop_reason.empty();
         kill(t->pid, SIGKILL);
       }
       all.push_back(std::move(t));
@@ -158,9 +158,9 @@ void TaskRunner::Read(Task* t) {
     t->exited = true;
     if (t->cancelled) {
       t->state = quilt::v1::TASK_STATE_CANCELLED;
-    } else if (!t->stalled.empty()) {
+    } else if (!t->stop_reason.empty()) {
       t->state = quilt::v1::TASK_STATE_FAILED;
-      t->message = t->stalled;
+      t->message = t->stop_reason;
     } else if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
       t->state = quilt::v1::TASK_STATE_SUCCEEDED;
     } else {
@@ -204,21 +204,25 @@ void TaskRunner::Cancel(const std::string& job_id) {
   QLOG_INFO("job {}: stopping executor pid={}", job_id, t->pid);
 }
 
+bool TaskRunner::Stoppable(const Task& t) {
+  return !Ended(t.state) && t.pid > 0 && !t.cancelled && t.stop_reason.empty();
+}
+
 void TaskRunner::KillStalled() {
   absl::MutexLock lock(&mu_);
   const absl::Time now = absl::Now();
   for (auto& [id, t] : tasks_) {
-    if (Ended(t->state) || t->pid <= 0 || t->cancelled || !t->stalled.empty()) continue;
+    if (!Stoppable(*t)) continue;
     const absl::Duration limit =
         std::max(options_.stall_timeout, absl::Seconds(20 * t->slowest_step_s));
     const absl::Duration silent = now - t->last_progress;
     if (silent < limit) continue;
-    t->stalled = absl::StrFormat(
+    t->stop_reason = absl::StrFormat(
         "the executor finished no step for %.0f s (%s) and was stopped as stalled "
         "(stall_timeout_ms); its log: %s/executor.log",
         absl::ToDoubleSeconds(silent),
         t->step == 0 ? "before its first step" : absl::StrCat("after step ", t->step), t->dir);
-    QLOG_ERROR("job {}: {}", id, t->stalled);
+    QLOG_ERROR("job {}: {}", id, t->stop_reason);
     kill(t->pid, SIGKILL);
   }
 }
@@ -226,8 +230,8 @@ void TaskRunner::KillStalled() {
 void TaskRunner::Abandon(const std::string& reason) {
   absl::MutexLock lock(&mu_);
   for (auto& [id, t] : tasks_) {
-    if (Ended(t->state) || t->pid <= 0 || t->cancelled || !t->stalled.empty()) continue;
-    t->stalled = reason;
+    if (!Stoppable(*t)) continue;
+    t->stop_reason = reason;
     t->state = quilt::v1::TASK_STATE_FAILED;
     t->message = reason;
   }

@@ -82,7 +82,7 @@ class TaskRunner {
     int64_t step = 0;
     absl::Time last_progress;   // start, or the last finished step
     double slowest_step_s = 0;  // measured, or the plan's prediction
-    std::string stalled;        // why it was stopped (stalled, the worker stopping)
+    std::string stop_reason;    // why the runner stopped it (stalled, the worker stopping)
     int64_t first_unreported = 1;
     std::vector<double> loss_parts, step_times;  // from first_unreported
     std::string message;
@@ -90,6 +90,8 @@ class TaskRunner {
   };
 
   void Read(Task* task);
+  // Running, and neither cancelled nor already being stopped.
+  static bool Stoppable(const Task& t);
 
   TaskRunnerOptions options_;
   mutable absl::Mutex mu_;

@@ -31,6 +31,9 @@ absl::Status Direct(ImportContext& ctx, const Node& node, const std::string& typ
   return ctx.Emit(node, type, std::move(ins), std::move(attrs));
 }
 
+// Element i of a constant of `n` elements or a scalar (broadcast).
+int64_t At(int64_t numel, int64_t i) { return numel == 1 ? 0 : i; }
+
 // Folds an element-wise int64/float op on constants (shape arithmetic).
 bool FoldBinary(ImportContext& ctx, const Node& node) {
   const Tensor* a = ctx.ConstantInput(node, 0);
@@ -42,7 +45,7 @@ bool FoldBinary(ImportContext& ctx, const Node& node) {
   const bool a_big = a->numel() >= b->numel();
   Tensor out = (a_big ? *a : *b).Clone();
   for (int64_t i = 0; i < out.numel(); ++i) {
-    const int64_t x = a->i64()[a->numel() == 1 ? 0 : i], y = b->i64()[b->numel() == 1 ? 0 : i];
+    const int64_t x = a->i64()[At(a->numel(), i)], y = b->i64()[At(b->numel(), i)];
     const std::string& t = node.op_type();
     out.i64()[i] = t == "Add" ? x + y : t == "Sub" ? x - y : t == "Mul" ? x * y : (y ? x / y : 0);
   }
@@ -510,9 +513,6 @@ absl::Status ConstantOfShape(ImportContext& ctx, const Node& node) {
   ctx.SetConstant(node.output(0), out);
   return absl::OkStatus();
 }
-
-// Element i of a constant of `n` elements or a scalar (broadcast).
-int64_t At(int64_t numel, int64_t i) { return numel == 1 ? 0 : i; }
 
 // Equal and Where on constants: the shape arithmetic PyTorch exports for
 // expand(-1, ...) (which dims to keep), folded.

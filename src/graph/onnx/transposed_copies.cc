@@ -1,6 +1,7 @@
 #include "src/graph/onnx/transposed_copies.h"
 
 #include "absl/strings/match.h"
+#include "src/common/status.h"
 
 namespace quilt {
 namespace {
@@ -29,6 +30,18 @@ bool Matrix(const Tensor& t) {
 }
 
 }  // namespace
+
+absl::StatusOr<Tensor> TransposedMatrix(const Tensor& w) {
+  if (w.dtype() != DType::kF32 || w.rank() != 2) {
+    return absl::InvalidArgumentError("a transpose of " + w.TypeString() + " (not a float matrix)");
+  }
+  const int64_t rows = w.dim(0), cols = w.dim(1);
+  ASSIGN_OR_RETURN(Tensor t, Tensor::Empty(DType::kF32, {cols, rows}));
+  for (int64_t i = 0; i < rows; ++i) {
+    for (int64_t j = 0; j < cols; ++j) t.f32()[j * rows + i] = w.f32()[i * cols + j];
+  }
+  return t;
+}
 
 std::map<std::string, std::string> TransposedCopies(
     const std::map<std::string, Tensor>& initializers) {

@@ -11,9 +11,13 @@
 #include <map>
 #include <string>
 
+#include "absl/status/statusor.h"
 #include "src/graph/tensor.h"
 
 namespace quilt {
+
+// The transpose of a 2-D float tensor (a trained weight, for its copy).
+absl::StatusOr<Tensor> TransposedMatrix(const Tensor& w);
 
 // copy name → the weight it is the transpose of.
 std::map<std::string, std::string> TransposedCopies(
