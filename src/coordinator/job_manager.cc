@@ -293,11 +293,17 @@ void JobManager::OnHeartbeat(const quilt::v1::HeartbeatRequest& request,
     const TaskState task_before = known == job->record.tasks().end()
                                       ? quilt::v1::TASK_STATE_UNSPECIFIED
                                       : known->second.state();
+    const int64_t step_before = job->record.status().step();
     ApplyReport(job, node, report);
     const quilt::v1::JobState after = job->record.status().state();
+    // A step that passes a checkpoint is stored at once, so that a job's
+    // recorded step never falls behind its last checkpoint.
+    const int64_t every = job->record.spec().checkpoint_interval_steps();
+    const bool checkpointed =
+        every > 0 && job->record.status().step() / every != step_before / every;
     // (Finish already stored an end.)
     if (!(Ended(after) && after != before)) {
-      Changed(job, /*durable=*/after != before || report.state() != task_before);
+      Changed(job, /*durable=*/after != before || report.state() != task_before || checkpointed);
     }
     if (Ended(job->record.status().state()) && !TaskEnded(report.state())) {
       response->add_cancel_jobs(report.job_id());

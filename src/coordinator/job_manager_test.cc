@@ -282,6 +282,30 @@ TEST_F(JobManagerTest, FlushStoresProgressAndAnEndedJobTakesNoMoreReports) {
   EXPECT_EQ(Status(id).state(), quilt::v1::JOB_STATE_FAILED);
 }
 
+TEST_F(JobManagerTest, AStepThatPassesACheckpointIsStoredAtOnce) {
+  NewJob n;
+  n.spec.set_steps(100);
+  n.spec.set_checkpoint_interval_steps(4);
+  n.program = "program-bytes";
+  n.world = {"a", "b"};
+  absl::StatusOr<std::string> id = jobs_->Add(n);
+  ASSERT_THAT(id, IsOk());
+  for (const std::string node : {"a", "b"}) {
+    Beat(node, {Report(*id, quilt::v1::TASK_STATE_RUNNING, 1, {1.0})});
+  }
+  for (const std::string node : {"a", "b"}) {
+    Beat(node, {Report(*id, quilt::v1::TASK_STATE_RUNNING, 2, {1.0, 1.0, 1.0})});
+  }
+  for (const std::string node : {"a", "b"}) {
+    Beat(node, {Report(*id, quilt::v1::TASK_STATE_RUNNING, 5, {1.0})});
+  }
+  ASSERT_EQ(Status(*id).step(), 5);
+  Reopen();  // no Flush: only what was stored survives
+  // Steps 2–3 and 5 waited for the next periodic write; step 4, a
+  // checkpoint, was stored when it completed.
+  EXPECT_EQ(Status(*id).step(), 4);
+}
+
 // The real store, whose job writes fail on demand (a full disk).
 class FullDiskStore final : public CoordinatorStore {
  public:
