@@ -45,12 +45,20 @@ absl::Status CallStatus(const grpc::Status& s, const std::string& address, bool 
 }  // namespace
 
 struct CoordinatorClient::Stubs {
+  std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<quilt::v1::ClusterService::Stub> cluster;
 };
 
 CoordinatorClient::CoordinatorClient(const std::string& address, absl::Duration timeout)
     : address_(address), timeout_(timeout), stubs_(new Stubs) {
-  stubs_->cluster = quilt::v1::ClusterService::NewStub(MakeChannel(address));
+  stubs_->channel = MakeChannel(address);
+  stubs_->cluster = quilt::v1::ClusterService::NewStub(stubs_->channel);
+}
+
+bool CoordinatorClient::WaitForConnection(absl::Duration timeout) {
+  // Asks for a connection now (an idle channel waits for a call otherwise)
+  // and waits for it.
+  return stubs_->channel->WaitForConnected(absl::ToChronoTime(absl::Now() + timeout));
 }
 
 CoordinatorClient::~CoordinatorClient() = default;

@@ -27,6 +27,7 @@ class CoordinatorClient final : public CoordinatorInterface {
       const quilt::v1::RegisterRequest& request) override;
   absl::StatusOr<quilt::v1::HeartbeatResponse> Heartbeat(
       const quilt::v1::HeartbeatRequest& request) override;
+  bool WaitForConnection(absl::Duration timeout) override;
 
  private:
   struct Stubs;

@@ -6,6 +6,7 @@
 #define QUILT_SRC_WORKER_COORDINATOR_INTERFACE_H_
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "proto/quilt/v1/services.pb.h"
 
 namespace quilt {
@@ -21,6 +22,11 @@ class CoordinatorInterface {
   // Errors as ClusterService.Heartbeat, plus transport errors.
   virtual absl::StatusOr<quilt::v1::HeartbeatResponse> Heartbeat(
       const quilt::v1::HeartbeatRequest& request) = 0;
+  // After a call found the coordinator unreachable: waits until a
+  // connection to it is up again, or `timeout`; whether it is up. Lets a
+  // worker call again as soon as a restarted coordinator listens (the
+  // transport's own retries wait for a next call and back off).
+  virtual bool WaitForConnection(absl::Duration timeout) = 0;
 };
 
 }  // namespace quilt

@@ -29,6 +29,17 @@ void Worker::Stop() {
 
 bool Worker::Sleep(absl::Duration d) { return !stop_.WaitForNotificationWithTimeout(d); }
 
+bool Worker::AwaitCoordinator(absl::Duration d) {
+  const absl::Time end = absl::Now() + d;
+  while (!stop_.HasBeenNotified()) {
+    const absl::Duration left = end - absl::Now();
+    if (left <= absl::ZeroDuration()) return true;
+    // In slices, so that a stop is not held up.
+    if (coordinator_->WaitForConnection(std::min(left, absl::Milliseconds(200)))) return true;
+  }
+  return false;
+}
+
 void Worker::Wake() {
   absl::MutexLock lock(&wake_mu_);
   woken_ = true;
@@ -40,6 +51,7 @@ void Worker::Loop() {
   absl::Duration backoff = options_.initial_backoff;
   absl::Duration period = absl::Seconds(1);
   int failures = 0;
+  bool unreachable = false;  // the last heartbeat's
   const std::string& id = node_.node_id();
 
   while (!stop_.HasBeenNotified()) {
@@ -67,13 +79,26 @@ void Worker::Loop() {
                   absl::ToInt64Milliseconds(backoff), r.status().ToString());
         NotifyStatus("waiting for the coordinator: " + std::string(r.status().message()));
       }
-      if (!Sleep(backoff * jitter(rng))) break;
+      // Unreachable: again as soon as it listens, at the latest after the
+      // backoff; refused: after the backoff.
+      const absl::Duration wait = backoff * jitter(rng);
+      if (r.status().code() == absl::StatusCode::kUnavailable) {
+        if (!Sleep(absl::Milliseconds(100)) || !AwaitCoordinator(wait)) break;
+      } else if (!Sleep(wait)) {
+        break;
+      }
       backoff = std::min(backoff * 2, options_.max_backoff);
       continue;
     }
 
-    // The period, or sooner (not before 100 ms) when woken.
-    {
+    // The period, or sooner (not before 100 ms) when woken, or, after the
+    // coordinator was unreachable, as soon as it listens again.
+    if (unreachable) {
+      if (!Sleep(absl::Milliseconds(100)) ||
+          !AwaitCoordinator(std::max(absl::ZeroDuration(), period - absl::Milliseconds(100)))) {
+        break;
+      }
+    } else {
       if (!Sleep(absl::Milliseconds(100))) break;
       absl::MutexLock lock(&wake_mu_);
       auto woken = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(wake_mu_) {
@@ -100,6 +125,7 @@ void Worker::Loop() {
     if (options_.profiler != nullptr) profiled = options_.profiler->Results();
     for (const auto& r : profiled) *hb.add_profile_results() = r;
     absl::StatusOr<quilt::v1::HeartbeatResponse> h = coordinator_->Heartbeat(hb);
+    unreachable = !h.ok() && h.status().code() == absl::StatusCode::kUnavailable;
     if (h.ok()) {
       if (failures > 0) QLOG_INFO("heartbeats resumed node={} after_failures={}", id, failures);
       failures = 0;

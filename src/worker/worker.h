@@ -60,6 +60,9 @@ class Worker {
   void Loop();
   // Waits `d` or until Stop(); false when stopping.
   bool Sleep(absl::Duration d);
+  // Waits up to `d` for a connection to the coordinator (sooner when it is
+  // up); false when stopped.
+  bool AwaitCoordinator(absl::Duration d);
 
   const quilt::v1::NodeInfo node_;
   const uint64_t incarnation_;
