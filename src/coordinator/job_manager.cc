@@ -210,8 +210,12 @@ void JobManager::ApplyReport(Job* job, const std::string& node,
   auto task = r.mutable_tasks()->find(node);
   if (task == r.mutable_tasks()->end()) return;  // not a node of this job
   // An ended job keeps the state it ended in (executors of a job failed at
-  // a coordinator restart may still report steps).
-  if (Ended(r.status().state())) return;
+  // a coordinator restart may still report steps), but an executor's own
+  // end is noted: its worker is told to stop it until then.
+  if (Ended(r.status().state())) {
+    if (TaskEnded(report.state())) task->second.set_state(report.state());
+    return;
+  }
   quilt::v1::TaskReport& t = task->second;
   t.set_state(report.state());
   t.set_step(std::max(t.step(), report.step()));

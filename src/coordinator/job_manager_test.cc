@@ -322,12 +322,14 @@ class FullDiskStore final : public CoordinatorStore {
   }
   absl::Status PutJob(const quilt::v1::JobRecord& job) override {
     if (full) return absl::ResourceExhaustedError("database or disk is full");
+    ++job_writes;
     return store_->PutJob(job);
   }
   absl::StatusOr<std::vector<quilt::v1::JobRecord>> ListJobs() override {
     return store_->ListJobs();
   }
   bool full = false;
+  int job_writes = 0;
 
  private:
   CoordinatorStore* store_;
@@ -354,6 +356,46 @@ TEST_F(JobManagerTest, AJobThatCannotBeStoredIsNotAccepted) {
   disk.full = false;
   EXPECT_THAT(jobs.Add(n), IsOk());
   EXPECT_THAT(jobs.List(), SizeIs(1));
+}
+
+TEST_F(JobManagerTest, AnEndedJobIsStoppedOnItsNodesOnceAndThenLeftAlone) {
+  FullDiskStore disk(store_.get());
+  JobManager jobs(&disk, registry_.get(), &clock_, "/ckpt");
+  ASSERT_THAT(jobs.Load(), IsOk());
+  NewJob n;
+  n.spec.set_steps(100);
+  n.program = "program-bytes";
+  n.world = {"a", "b"};
+  absl::StatusOr<std::string> id = jobs.Add(n);
+  ASSERT_THAT(id, IsOk());
+  auto beat = [&](const std::string& node, std::vector<TaskReport> reports) {
+    HeartbeatRequest hb;
+    hb.set_node_id(node);
+    for (auto& r : reports) *hb.add_tasks() = r;
+    HeartbeatResponse out;
+    jobs.OnHeartbeat(hb, &out);
+    return out;
+  };
+  beat("a", {Report(*id, quilt::v1::TASK_STATE_RUNNING, 1, {})});
+  beat("b", {Report(*id, quilt::v1::TASK_STATE_RUNNING, 1, {})});
+  ASSERT_THAT(jobs.Cancel(*id, ""), IsOk());
+  // a's executor is still running: it is told to stop it.
+  EXPECT_THAT(beat("a", {Report(*id, quilt::v1::TASK_STATE_RUNNING, 1, {})}).cancel_jobs(),
+              ElementsAre(*id));
+  // b's worker no longer reports it (it reported the end and had it
+  // acknowledged): it is told to stop it, and answers that it has.
+  EXPECT_THAT(beat("b", {}).cancel_jobs(), ElementsAre(*id));
+  beat("b", {Report(*id, quilt::v1::TASK_STATE_CANCELLED, 1, {})});
+  beat("a", {Report(*id, quilt::v1::TASK_STATE_CANCELLED, 1, {})});
+  // From then on, neither node hears of the job, and its record is not
+  // written again however often they heartbeat.
+  const int writes = disk.job_writes;
+  for (int i = 0; i < 10; ++i) {
+    EXPECT_THAT(beat("a", {}).cancel_jobs(), IsEmpty());
+    EXPECT_THAT(beat("b", {}).cancel_jobs(), IsEmpty());
+  }
+  EXPECT_EQ(disk.job_writes, writes);
+  EXPECT_EQ(jobs.Get(*id)->state(), quilt::v1::JOB_STATE_CANCELLED);
 }
 
 TEST_F(JobManagerTest, WaitForChangeReturnsOnChangeOrTimeout) {
