@@ -111,14 +111,22 @@ absl::StatusOr<std::string> JobManager::Add(NewJob n) {
     (*st->mutable_predicted_memory_bytes())[node] = bytes;
   }
   for (const std::string& node : n.world) st->add_nodes(node);
-  // The whole spec is kept: export needs the model.
+  // The model's bytes and the program are stored apart (the record is
+  // rewritten as the job runs); the program stays here until every node
+  // has its assignment.
+  CoordinatorStore::JobModel model;
+  if (n.spec.has_onnx()) {
+    model.onnx = std::move(*n.spec.mutable_onnx());
+    n.spec.set_onnx("");
+  }
+  model.program = n.program;
+  job.program = std::move(n.program);
   *r.mutable_spec() = std::move(n.spec);
   // Each job checkpoints into a directory of its own (<dir>/<job id>), so
   // a reused directory never mixes two jobs' steps.
   r.mutable_spec()->set_checkpoint_dir(
       (r.spec().checkpoint_dir().empty() ? checkpoint_root_ : r.spec().checkpoint_dir()) + "/" +
       id);
-  r.set_program(std::move(n.program));
   for (const std::string& node : n.world) {
     r.add_world(node);
     quilt::v1::TaskReport t;
@@ -130,7 +138,7 @@ absl::StatusOr<std::string> JobManager::Add(NewJob n) {
   // Stored before it is acknowledged: a job the coordinator cannot keep
   // is not started.
   job.version = ++version_;
-  if (absl::Status s = store_->PutJob(r); !s.ok()) {
+  if (absl::Status s = store_->AddJob(r, model); !s.ok()) {
     QLOG_ERROR("cannot store job {}: {}", id, s.ToString());
     jobs_.erase(id);
     order_.pop_back();
@@ -156,6 +164,15 @@ absl::StatusOr<quilt::v1::JobRecord> JobManager::Record(const std::string& job_i
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) return absl::NotFoundError("no job '" + job_id + "'");
   return it->second.record;
+}
+
+absl::StatusOr<quilt::v1::JobRecord> JobManager::RecordWithModel(const std::string& job_id) const {
+  ASSIGN_OR_RETURN(quilt::v1::JobRecord record, Record(job_id));
+  // Read outside the lock: a model can be large.
+  ASSIGN_OR_RETURN(CoordinatorStore::JobModel model, store_->GetJobModel(job_id));
+  if (record.spec().has_onnx()) record.mutable_spec()->set_onnx(std::move(model.onnx));
+  record.set_program(std::move(model.program));
+  return record;
 }
 
 std::vector<quilt::v1::JobStatus> JobManager::List() const {
@@ -334,12 +351,29 @@ void JobManager::OnHeartbeat(const quilt::v1::HeartbeatRequest& request,
       if (started && !TaskEnded(task->second.state()) && !reported.count(id)) {
         response->add_cancel_jobs(id);
       }
+      std::string().swap(job.program);
       continue;
     }
-    if (started) continue;
+    if (started) {
+      const bool all_started =
+          std::all_of(r.tasks().begin(), r.tasks().end(), [](const auto& t) {
+            return t.second.state() != quilt::v1::TASK_STATE_UNSPECIFIED;
+          });
+      if (all_started) std::string().swap(job.program);
+      continue;
+    }
+    if (job.program.empty()) {
+      // Handed to every node already, or the coordinator restarted.
+      absl::StatusOr<CoordinatorStore::JobModel> model = store_->GetJobModel(id);
+      if (!model.ok()) {
+        QLOG_ERROR("cannot read job {}'s program: {}", id, model.status().ToString());
+        continue;
+      }
+      job.program = std::move(model->program);
+    }
     quilt::v1::TaskAssignment* a = response->add_assignments();
     a->set_job_id(id);
-    a->set_program(r.program());
+    a->set_program(job.program);
     for (const std::string& n : r.world()) a->add_world(n);
     a->set_rank(
         static_cast<int>(std::find(r.world().begin(), r.world().end(), node) - r.world().begin()));

@@ -55,6 +55,9 @@ class JobManager {
   // Errors: NOT_FOUND.
   absl::StatusOr<quilt::v1::JobStatus> Get(const std::string& job_id) const;
   absl::StatusOr<quilt::v1::JobRecord> Record(const std::string& job_id) const;
+  // The same with the model's bytes (spec.onnx) and the program, which
+  // records leave in the store. Errors: NOT_FOUND.
+  absl::StatusOr<quilt::v1::JobRecord> RecordWithModel(const std::string& job_id) const;
   std::vector<quilt::v1::JobStatus> List() const;
   std::map<std::string, int> CountByState() const;
 
@@ -89,7 +92,9 @@ class JobManager {
 
  private:
   struct Job {
-    quilt::v1::JobRecord record;
+    quilt::v1::JobRecord record;  // without the model's bytes and the program
+    // The program, until every node of the job has been handed it.
+    std::string program;
     int64_t version = 0;
     std::vector<std::string> addresses;                      // rendezvous, by rank
     std::map<int64_t, std::pair<double, int>> loss_by_step;  // sum, ranks

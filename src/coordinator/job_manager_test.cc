@@ -282,6 +282,34 @@ TEST_F(JobManagerTest, FlushStoresProgressAndAnEndedJobTakesNoMoreReports) {
   EXPECT_EQ(Status(id).state(), quilt::v1::JOB_STATE_FAILED);
 }
 
+TEST_F(JobManagerTest, AJobsModelIsKeptInTheStoreAndOutOfItsRecord) {
+  NewJob n;
+  n.spec.set_steps(100);
+  n.spec.set_onnx(std::string(1 << 20, 'm'));
+  n.program = std::string(1 << 20, 'p');
+  n.world = {"a", "b"};
+  absl::StatusOr<std::string> id = jobs_->Add(n);
+  ASSERT_THAT(id, IsOk());
+  // Both nodes are handed the program.
+  EXPECT_EQ(Beat("a").assignments(0).program(), n.program);
+  for (const std::string node : {"a", "b"}) {
+    Beat(node, {Report(*id, quilt::v1::TASK_STATE_RUNNING, 1, {1.0, 1.0})});
+  }
+  jobs_->Flush();
+  // The record, rewritten as the job runs, is small; the model is there
+  // for export.
+  absl::StatusOr<std::vector<quilt::v1::JobRecord>> stored = store_->ListJobs();
+  ASSERT_THAT(stored, IsOk());
+  ASSERT_THAT(*stored, SizeIs(1));
+  EXPECT_LT((*stored)[0].ByteSizeLong(), 4096u);
+  EXPECT_LT(jobs_->Record(*id)->ByteSizeLong(), 4096u);
+  absl::StatusOr<quilt::v1::JobRecord> whole = jobs_->RecordWithModel(*id);
+  ASSERT_THAT(whole, IsOk());
+  EXPECT_EQ(whole->spec().onnx(), n.spec.onnx());
+  EXPECT_EQ(whole->program(), n.program);
+  EXPECT_EQ(whole->status().step(), 2);
+}
+
 TEST_F(JobManagerTest, AStepThatPassesACheckpointIsStoredAtOnce) {
   NewJob n;
   n.spec.set_steps(100);
@@ -320,10 +348,18 @@ class FullDiskStore final : public CoordinatorStore {
   absl::StatusOr<std::vector<quilt::v1::ClusterEvent>> RecentEvents(int max) override {
     return store_->RecentEvents(max);
   }
+  absl::Status AddJob(const quilt::v1::JobRecord& job, const JobModel& model) override {
+    if (full) return absl::ResourceExhaustedError("database or disk is full");
+    ++job_writes;
+    return store_->AddJob(job, model);
+  }
   absl::Status PutJob(const quilt::v1::JobRecord& job) override {
     if (full) return absl::ResourceExhaustedError("database or disk is full");
     ++job_writes;
     return store_->PutJob(job);
+  }
+  absl::StatusOr<JobModel> GetJobModel(const std::string& job_id) override {
+    return store_->GetJobModel(job_id);
   }
   absl::StatusOr<std::vector<quilt::v1::JobRecord>> ListJobs() override {
     return store_->ListJobs();

@@ -6,7 +6,7 @@
 namespace quilt {
 namespace {
 
-constexpr int64_t kSchemaVersion = 2;
+constexpr int64_t kSchemaVersion = 3;
 
 template <typename Proto>
 absl::Status ParseRecord(const std::string& bytes, const char* table, Proto* out) {
@@ -57,6 +57,39 @@ absl::Status SqliteStore::Migrate() {
           "  job_id TEXT UNIQUE NOT NULL,"
           "  record BLOB NOT NULL);"
           "PRAGMA user_version = 2;");
+    }));
+  }
+  if (version < 3) {
+    // Models move out of the job records (version 2 kept them inside).
+    RETURN_IF_ERROR(db_->Transaction([&]() -> absl::Status {
+      RETURN_IF_ERROR(
+          db_->Exec("CREATE TABLE IF NOT EXISTS job_models ("
+                    "  job_id TEXT PRIMARY KEY,"
+                    "  onnx BLOB NOT NULL,"
+                    "  program BLOB NOT NULL);"));
+      std::vector<quilt::v1::JobRecord> records;
+      absl::Status parse = absl::OkStatus();
+      RETURN_IF_ERROR(db_->Run("SELECT record FROM jobs ORDER BY seq", {}, [&](const SqlRow& r) {
+        quilt::v1::JobRecord j;
+        if (absl::Status s = ParseRecord(r.Bytes(0), "jobs", &j); !s.ok()) {
+          parse.Update(s);
+        } else {
+          records.push_back(std::move(j));
+        }
+      }));
+      RETURN_IF_ERROR(parse);
+      for (quilt::v1::JobRecord& j : records) {
+        std::string onnx = j.spec().onnx();
+        std::string program = j.program();
+        j.clear_program();
+        if (j.spec().has_onnx()) j.mutable_spec()->set_onnx("");
+        RETURN_IF_ERROR(
+            db_->Run("INSERT OR REPLACE INTO job_models (job_id, onnx, program) VALUES (?, ?, ?)",
+                     {j.status().job_id(), Blob{std::move(onnx)}, Blob{std::move(program)}}));
+        RETURN_IF_ERROR(db_->Run("UPDATE jobs SET record = ? WHERE job_id = ?",
+                                 {Blob{j.SerializeAsString()}, j.status().job_id()}));
+      }
+      return db_->Exec("PRAGMA user_version = 3;");
     }));
   }
   return absl::OkStatus();
@@ -111,6 +144,30 @@ absl::StatusOr<std::vector<quilt::v1::ClusterEvent>> SqliteStore::RecentEvents(i
                            }));
   RETURN_IF_ERROR(parse);
   return events;
+}
+
+absl::Status SqliteStore::AddJob(const quilt::v1::JobRecord& job, const JobModel& model) {
+  absl::MutexLock lock(&mu_);
+  return db_->Transaction([&]() -> absl::Status {
+    RETURN_IF_ERROR(db_->Run("INSERT INTO jobs (job_id, record) VALUES (?, ?)",
+                             {job.status().job_id(), Blob{job.SerializeAsString()}}));
+    return db_->Run("INSERT INTO job_models (job_id, onnx, program) VALUES (?, ?, ?)",
+                    {job.status().job_id(), Blob{model.onnx}, Blob{model.program}});
+  });
+}
+
+absl::StatusOr<CoordinatorStore::JobModel> SqliteStore::GetJobModel(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  JobModel model;
+  bool found = false;
+  RETURN_IF_ERROR(db_->Run("SELECT onnx, program FROM job_models WHERE job_id = ?", {job_id},
+                           [&](const SqlRow& r) {
+                             model.onnx = r.Bytes(0);
+                             model.program = r.Bytes(1);
+                             found = true;
+                           }));
+  if (!found) return absl::NotFoundError("no model stored for job '" + job_id + "'");
+  return model;
 }
 
 absl::Status SqliteStore::PutJob(const quilt::v1::JobRecord& job) {

@@ -23,8 +23,10 @@ class SqliteStore final : public CoordinatorStore {
   absl::Status PutNode(const quilt::v1::NodeStatus& node) override;
   absl::StatusOr<std::vector<quilt::v1::NodeStatus>> ListNodes() override;
   absl::Status AppendEvent(const quilt::v1::ClusterEvent& event) override;
+  absl::Status AddJob(const quilt::v1::JobRecord& job, const JobModel& model) override;
   absl::Status PutJob(const quilt::v1::JobRecord& job) override;
   absl::StatusOr<std::vector<quilt::v1::JobRecord>> ListJobs() override;
+  absl::StatusOr<JobModel> GetJobModel(const std::string& job_id) override;
   absl::StatusOr<std::vector<quilt::v1::ClusterEvent>> RecentEvents(int max) override;
 
  private:

@@ -12,6 +12,7 @@ namespace quilt {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::SizeIs;
 
 quilt::v1::NodeStatus Node(const std::string& id, uint64_t incarnation) {
@@ -125,6 +126,74 @@ TEST(SqliteStore, AVersionOneDatabaseGainsTheJobsTableAndKeepsItsNodes) {
   ASSERT_THAT(store, IsOk());
   EXPECT_THAT(*(*store)->ListNodes(), SizeIs(1));
   EXPECT_THAT(*(*store)->ListJobs(), SizeIs(1));
+}
+
+TEST(SqliteStore, AJobsModelIsStoredOnceApartFromItsRecord) {
+  testing::TempDir dir;
+  const std::string path = dir.File("c.db");
+  {
+    auto store = SqliteStore::Open(path);
+    ASSERT_THAT(store, IsOk());
+    ASSERT_THAT((*store)->AddJob(JobRec("job-1", quilt::v1::JOB_STATE_PENDING),
+                                 {std::string(1 << 20, 'm'), "program"}),
+                IsOk());
+    // A second job of that id is refused, model and all.
+    EXPECT_THAT((*store)->AddJob(JobRec("job-1", quilt::v1::JOB_STATE_PENDING), {"x", "y"}),
+                Not(IsOk()));
+    ASSERT_THAT((*store)->PutJob(JobRec("job-1", quilt::v1::JOB_STATE_RUNNING)), IsOk());
+  }
+  auto store = SqliteStore::Open(path);
+  ASSERT_THAT(store, IsOk());
+  auto jobs = (*store)->ListJobs();
+  ASSERT_THAT(jobs, IsOk());
+  ASSERT_THAT(*jobs, SizeIs(1));
+  EXPECT_EQ((*jobs)[0].status().state(), quilt::v1::JOB_STATE_RUNNING);
+  auto model = (*store)->GetJobModel("job-1");
+  ASSERT_THAT(model, IsOk());
+  EXPECT_EQ(model->onnx, std::string(1 << 20, 'm'));
+  EXPECT_EQ(model->program, "program");
+  EXPECT_THAT((*store)->GetJobModel("job-2"), StatusIs(absl::StatusCode::kNotFound));
+}
+
+TEST(SqliteStore, AVersionTwoDatabaseMovesModelsOutOfItsJobRecords) {
+  testing::TempDir dir;
+  const std::string path = dir.File("c.db");
+  {
+    auto db = SqliteDb::Open(path);
+    ASSERT_THAT(db, IsOk());
+    ASSERT_THAT((*db)->Exec("CREATE TABLE nodes (node_id TEXT PRIMARY KEY, record BLOB NOT NULL);"
+                            "CREATE TABLE events (id INTEGER PRIMARY KEY AUTOINCREMENT,"
+                            " record BLOB NOT NULL);"
+                            "CREATE TABLE jobs (seq INTEGER PRIMARY KEY AUTOINCREMENT,"
+                            " job_id TEXT UNIQUE NOT NULL, record BLOB NOT NULL);"
+                            "PRAGMA user_version = 2;"),
+                IsOk());
+    for (const std::string id : {"job-b", "job-a"}) {
+      quilt::v1::JobRecord r = JobRec(id, quilt::v1::JOB_STATE_SUCCEEDED);
+      r.mutable_spec()->set_onnx("onnx of " + id);
+      r.mutable_spec()->set_steps(7);
+      r.set_program("program of " + id);
+      ASSERT_THAT((*db)->Run("INSERT INTO jobs (job_id, record) VALUES (?, ?)",
+                             {id, Blob{r.SerializeAsString()}}),
+                  IsOk());
+    }
+  }
+  auto store = SqliteStore::Open(path);
+  ASSERT_THAT(store, IsOk());
+  auto jobs = (*store)->ListJobs();
+  ASSERT_THAT(jobs, IsOk());
+  ASSERT_THAT(*jobs, SizeIs(2));
+  EXPECT_EQ((*jobs)[0].status().job_id(), "job-b");  // the order is kept
+  for (const quilt::v1::JobRecord& r : *jobs) {
+    EXPECT_EQ(r.spec().onnx(), "");
+    EXPECT_TRUE(r.spec().has_onnx());  // the spec still says it is an ONNX model
+    EXPECT_EQ(r.spec().steps(), 7);
+    EXPECT_EQ(r.program(), "");
+    auto model = (*store)->GetJobModel(r.status().job_id());
+    ASSERT_THAT(model, IsOk());
+    EXPECT_EQ(model->onnx, "onnx of " + r.status().job_id());
+    EXPECT_EQ(model->program, "program of " + r.status().job_id());
+  }
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #ifndef QUILT_SRC_COORDINATOR_STORE_STORE_H_
 #define QUILT_SRC_COORDINATOR_STORE_STORE_H_
 
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -26,10 +27,23 @@ class CoordinatorStore {
   // Newest first, at most `max`.
   virtual absl::StatusOr<std::vector<quilt::v1::ClusterEvent>> RecentEvents(int max) = 0;
 
-  // Inserts or replaces the job's record (keyed by status.job_id).
+  // A job's model (its spec's ONNX bytes, when it has them) and its
+  // program: large and written once, so kept apart from the job's record,
+  // which is rewritten as the job runs and read whole at start-up.
+  struct JobModel {
+    std::string onnx;
+    std::string program;
+  };
+  // Stores a new job: its record (without the model's bytes) and its
+  // model, in one transaction.
+  virtual absl::Status AddJob(const quilt::v1::JobRecord& job, const JobModel& model) = 0;
+  // Inserts or replaces the job's record (keyed by status.job_id; without
+  // the model's bytes).
   virtual absl::Status PutJob(const quilt::v1::JobRecord& job) = 0;
-  // Every job, oldest first.
+  // Every job, oldest first (without their models).
   virtual absl::StatusOr<std::vector<quilt::v1::JobRecord>> ListJobs() = 0;
+  // Errors: NOT_FOUND.
+  virtual absl::StatusOr<JobModel> GetJobModel(const std::string& job_id) = 0;
 
   static constexpr int kMaxEvents = 1000;
 };
