@@ -4,6 +4,7 @@
 #include <system_error>
 
 #include "absl/strings/str_cat.h"
+#include "src/common/dir_lock.h"
 #include "src/common/logging.h"
 #include "src/common/status.h"
 #include "src/common/systemd.h"
@@ -21,7 +22,18 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(const Coordinat
     return absl::FailedPreconditionError(
         absl::StrCat("cannot create state_dir ", config.state_dir, ": ", ec.message()));
   }
-  const std::string db_path = config.state_dir + "/coordinator.db";
+  // Absolute: the default checkpoint directory lies under it, and workers
+  // run elsewhere.
+  const std::string state_dir = std::filesystem::absolute(config.state_dir, ec).lexically_normal();
+  if (ec) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot resolve state_dir ", config.state_dir, ": ", ec.message()));
+  }
+  c->config_.state_dir = state_dir;
+  // One coordinator per state dir: a second would fail the first's running
+  // jobs as it loaded them, and both would write the same records.
+  ASSIGN_OR_RETURN(c->lock_, DirLock::Acquire(state_dir, "coordinator.lock", "a coordinator"));
+  const std::string db_path = state_dir + "/coordinator.db";
   ASSIGN_OR_RETURN(c->store_, SqliteStore::Open(db_path));
   LivenessOptions liveness;
   liveness.heartbeat_period = absl::Milliseconds(config.heartbeat_period_ms);
@@ -30,7 +42,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(const Coordinat
   c->registry_ = std::make_unique<NodeRegistry>(clock, c->store_.get(), liveness);
   RETURN_IF_ERROR(Annotate(c->registry_->Load(), "loading " + db_path));
   c->jobs_ = std::make_unique<JobManager>(c->store_.get(), c->registry_.get(), clock,
-                                          config.state_dir + "/checkpoints");
+                                          state_dir + "/checkpoints");
   RETURN_IF_ERROR(Annotate(c->jobs_->Load(), "loading the jobs of " + db_path));
   c->links_ = std::make_unique<LinkProbes>(c->registry_.get(), clock);
   NodeRegistry* registry = c->registry_.get();

@@ -14,6 +14,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "src/common/clock.h"
+#include "src/common/dir_lock.h"
 #include "src/coordinator/config.h"
 #include "src/coordinator/job_manager.h"
 #include "src/coordinator/link_probes.h"
@@ -49,6 +50,7 @@ class Coordinator {
 
   CoordinatorConfig config_;
   Clock* clock_;
+  std::unique_ptr<DirLock> lock_;  // of the state dir; released last
   absl::Time start_time_;
   std::unique_ptr<CoordinatorStore> store_;
   std::unique_ptr<NodeRegistry> registry_;

@@ -354,6 +354,54 @@ TEST(Coordinator, UnusableStateDir_AnErrorNotACrash) {
   EXPECT_THAT(c.status().message(), HasSubstr("coordinator.db"));
 }
 
+TEST(Coordinator, StateDirInUse_RefusedBeforeTouchingItsJobs) {
+  testing::TempDir dir;
+  CoordinatorConfig config;
+  config.state_dir = dir.path() + "/state";
+  absl::StatusOr<std::unique_ptr<Coordinator>> first = Coordinator::Create(config, RealClock::Get());
+  ASSERT_THAT(first, IsOk());
+  NewJob n;
+  n.spec.set_steps(10);
+  n.program = "program";
+  n.world = {"a"};
+  absl::StatusOr<std::string> id = (*first)->jobs()->Add(n);
+  ASSERT_THAT(id, IsOk());
+  // A second coordinator on the same state dir would fail the first's
+  // running jobs as it loaded them.
+  EXPECT_THAT(Coordinator::Create(config, RealClock::Get()).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("is in use by a coordinator (pid ")));
+  first->reset();
+  absl::StatusOr<std::unique_ptr<Coordinator>> second =
+      Coordinator::Create(config, RealClock::Get());
+  ASSERT_THAT(second, IsOk());
+  // (Failed now, by the restart: the lock kept the second from doing so
+  // while the first ran.)
+  EXPECT_THAT((*second)->jobs()->Get(*id)->message(), HasSubstr("the coordinator restarted"));
+}
+
+TEST(Coordinator, RelativeStateDir_MadeAbsolute) {
+  testing::TempDir dir;
+  const std::filesystem::path cwd = std::filesystem::current_path();
+  std::filesystem::current_path(dir.path());
+  CoordinatorConfig config;
+  config.state_dir = "st";
+  absl::StatusOr<std::unique_ptr<Coordinator>> c = Coordinator::Create(config, RealClock::Get());
+  std::filesystem::current_path(cwd);
+  ASSERT_THAT(c, IsOk());
+  // Workers run elsewhere: the default checkpoint dir under it must not be
+  // relative.
+  EXPECT_EQ((*c)->config().state_dir, (std::filesystem::path(dir.path()) / "st").string());
+  NewJob n;
+  n.spec.set_steps(10);
+  n.program = "program";
+  n.world = {"a"};
+  absl::StatusOr<std::string> id = (*c)->jobs()->Add(n);
+  ASSERT_THAT(id, IsOk());
+  EXPECT_EQ((*c)->jobs()->Record(*id)->spec().checkpoint_dir(),
+            (std::filesystem::path(dir.path()) / "st" / "checkpoints" / *id).string());
+}
+
 TEST(AdminClient, UnreachableCoordinator_UnavailableNamingAddress) {
   AdminClient admin("127.0.0.1:1", absl::Seconds(2));
   EXPECT_THAT(admin.GetClusterStatus({}),
