@@ -4,8 +4,11 @@
 #   deploy/install.sh coordinator   # the cluster's coordinator
 #   deploy/install.sh worker        # a worker on this node
 # Binaries go to /usr/local/bin, units to /etc/systemd/system, the quilt user
-# is created with systemd-sysusers, and an example config is put in
-# /etc/quilt/ unless one is there already. The service is enabled and started.
+# is created with systemd-sysusers, the checkpoint directory
+# /var/lib/quilt/checkpoints is created, and an example config is put in
+# /etc/quilt/ unless one is there already. The service is enabled and
+# started, or restarted when it runs already (an upgrade; a restarted
+# coordinator fails the jobs that were running).
 set -euo pipefail
 role=${1:-}
 case "$role" in
@@ -23,11 +26,20 @@ install -m 0755 "$bin/coordinator/quilt-coordinator" "$bin/worker/quilt-worker" 
 install -m 0644 "$top/deploy/sysusers.d/quilt.conf" /usr/lib/sysusers.d/quilt.conf
 systemd-sysusers /usr/lib/sysusers.d/quilt.conf
 install -d -m 0755 /etc/quilt
+# Where executors write checkpoints and the coordinator reads them (on a
+# multi-node cluster, mount shared storage here on every node).
+install -d -o quilt -g quilt -m 0750 /var/lib/quilt
+install -d -o quilt -g quilt -m 0750 /var/lib/quilt/checkpoints
 if [ ! -e "/etc/quilt/$role.toml" ]; then
   install -m 0644 "$top/config/$role.example.toml" "/etc/quilt/$role.toml"
   echo "installed /etc/quilt/$role.toml (edit it, then: systemctl restart quilt-$role)"
 fi
 install -m 0644 "$top/deploy/systemd/quilt-$role.service" /etc/systemd/system/
 systemctl daemon-reload
-systemctl enable --now "quilt-$role.service"
+if systemctl is-active --quiet "quilt-$role.service"; then
+  systemctl restart "quilt-$role.service"
+  echo "restarted quilt-$role with the new binaries"
+else
+  systemctl enable --now "quilt-$role.service"
+fi
 systemctl --no-pager status "quilt-$role.service" | head -5

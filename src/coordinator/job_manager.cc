@@ -355,10 +355,9 @@ void JobManager::OnHeartbeat(const quilt::v1::HeartbeatRequest& request,
       continue;
     }
     if (started) {
-      const bool all_started =
-          std::all_of(r.tasks().begin(), r.tasks().end(), [](const auto& t) {
-            return t.second.state() != quilt::v1::TASK_STATE_UNSPECIFIED;
-          });
+      const bool all_started = std::all_of(r.tasks().begin(), r.tasks().end(), [](const auto& t) {
+        return t.second.state() != quilt::v1::TASK_STATE_UNSPECIFIED;
+      });
       if (all_started) std::string().swap(job.program);
       continue;
     }

@@ -358,7 +358,8 @@ TEST(Coordinator, StateDirInUse_RefusedBeforeTouchingItsJobs) {
   testing::TempDir dir;
   CoordinatorConfig config;
   config.state_dir = dir.path() + "/state";
-  absl::StatusOr<std::unique_ptr<Coordinator>> first = Coordinator::Create(config, RealClock::Get());
+  absl::StatusOr<std::unique_ptr<Coordinator>> first =
+      Coordinator::Create(config, RealClock::Get());
   ASSERT_THAT(first, IsOk());
   NewJob n;
   n.spec.set_steps(10);

@@ -188,7 +188,8 @@ grpc::ServerUnaryReactor* JobServiceImpl::ExportJob(grpc::CallbackServerContext*
   return OnQueue<quilt::v1::ExportJobRequest, quilt::v1::ExportJobResponse>(
       &exports_, ctx, raw_request, raw_response, "ExportJob",
       [this](const quilt::v1::ExportJobRequest& r, quilt::v1::ExportJobResponse* response) {
-        ASSIGN_OR_RETURN(quilt::v1::JobRecord record, coordinator_->jobs()->RecordWithModel(r.job_id()));
+        ASSIGN_OR_RETURN(quilt::v1::JobRecord record,
+                         coordinator_->jobs()->RecordWithModel(r.job_id()));
         ASSIGN_OR_RETURN(*response, ExportTrainedOnnx(record));
         return absl::OkStatus();
       });

@@ -44,7 +44,8 @@ const ConfigSchema<WorkerConfig>& WorkerConfigSchema() {
                 "build tree's src/runtime/).")
         .String("work_dir", &C::work_dir,
                 "Where each job's program and executor log go; empty =\n"
-                "$TMPDIR/quilt-worker/<node_id>.")
+                "$STATE_DIRECTORY/<node_id> under systemd (/var/lib/quilt-worker),\n"
+                "else $TMPDIR/quilt-worker/<node_id>.")
         .Int("executor_threads", &C::executor_threads, "Kernel threads of each executor.", 1, 1024)
         .Int("stall_timeout_ms", &C::stall_timeout_ms,
              "An executor that finishes no step for this long (nor for 20 times its\n"

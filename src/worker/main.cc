@@ -121,8 +121,30 @@ int Run(WorkerConfig config) {
   }
   std::string work_dir = config.work_dir;
   if (work_dir.empty()) {
+    // systemd's StateDirectory= (the unit's /var/lib/quilt-worker), else
+    // the temporary directory.
+    const char* state = std::getenv("STATE_DIRECTORY");  // a list: the first
     const char* tmp = std::getenv("TMPDIR");
-    work_dir = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/quilt-worker/", config.node_id);
+    if (state != nullptr && *state != '\0') {
+      const std::string first(state);
+      work_dir = absl::StrCat(first.substr(0, first.find(':')), "/", config.node_id);
+    } else {
+      work_dir = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/quilt-worker/", config.node_id);
+    }
+  }
+  // Jobs would fail one by one on a work_dir that cannot be used: the
+  // worker does not start.
+  {
+    std::error_code ec;
+    std::filesystem::create_directories(work_dir, ec);
+    absl::Status w = ec ? absl::UnavailableError(absl::StrCat("cannot create it: ", ec.message()))
+                        : WriteFileAtomically(work_dir + "/.write-check", "");
+    if (!w.ok()) {
+      QLOG_ERROR("configuration error: work_dir {} is not usable: {}", work_dir,
+                 std::string(w.message()));
+      return 2;
+    }
+    std::filesystem::remove(work_dir + "/.write-check", ec);
   }
 
   absl::StatusOr<std::unique_ptr<ProbeServer>> probe_server =

@@ -1,11 +1,13 @@
 // The daemons' `config default` / `config check` and startup errors.
 #include <sched.h>
 
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <tuple>
 #include <vector>
 
+#include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "src/common/status_matchers.h"
@@ -91,6 +93,32 @@ TEST(Worker, BadCpus_RefusesToStartNamingTheKey) {
     EXPECT_EQ(r->exit_code, code) << cpus << ": " << r->err;
     EXPECT_THAT(r->err + r->out, HasSubstr(reason)) << cpus;
   }
+}
+
+TEST(Worker, UnusableWorkDir_RefusesToStart) {
+  auto r = RunCommand({RunfilePath("src/worker/quilt-worker"), "--work_dir", "/proc/quilt-work",
+                       "--cuda", "false", "--calibration_ms", "10"});
+  ASSERT_THAT(r, IsOk());
+  EXPECT_EQ(r->exit_code, 2) << r->err;  // a configuration error, before any job fails on it
+  EXPECT_THAT(r->err, HasSubstr("work_dir /proc/quilt-work is not usable"));
+}
+
+TEST(Worker, UnderSystemd_WorksInItsStateDirectory) {
+  TempDir dir;
+  // systemd's StateDirectory= sets $STATE_DIRECTORY; the coordinator is
+  // not there (the worker keeps trying).
+  auto worker = Subprocess::Start(
+      {"/usr/bin/env", "STATE_DIRECTORY=" + dir.File("state"),
+       RunfilePath("src/worker/quilt-worker"), "--node_id", "n1", "--coordinator_address",
+       "127.0.0.1:1", "--cuda", "false", "--calibration_ms", "10"},
+      dir.File("w.log"));
+  ASSERT_THAT(worker, IsOk());
+  bool made = false;
+  for (int i = 0; i < 600 && !made; ++i) {
+    made = std::filesystem::is_directory(dir.File("state/n1"));
+    if (!made) absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_TRUE(made) << "no work_dir under $STATE_DIRECTORY";
 }
 
 TEST(Coordinator, NonLoopbackPlaintext_RefusesToStart) {

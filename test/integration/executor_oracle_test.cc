@@ -559,6 +559,44 @@ TEST(Executor, TracesEveryInstructionOfEveryStep) {
 
 // Every thread of a running executor started with --cpus C may run on C
 // only; lists it cannot use are refused with the reason.
+TEST(Executor, ACheckpointDirItCannotWriteInFailsItBeforeTraining) {
+  auto s = Prepare({"mlp", "sgd", 24}, Cluster(1, 1));
+  TempDir dir;
+  absl::StatusOr<quilt::v1::DistributedProgram> p =
+      Program(*s,
+              DataParallelStrategy(s->graph, s->topo, {1},
+                                   quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE, "one"),
+              24);
+  ASSERT_THAT(p.status(), IsOk());
+  const JobDir job = WriteJob(dir, "ckpt", *p);
+  // A file where the directory would go; the run's first checkpoint is
+  // after its last step, far away.
+  ASSERT_TRUE(std::ofstream(dir.File("blocked")).good());
+  const absl::Time start = absl::Now();
+  absl::StatusOr<CommandResult> r =
+      RunCommand(job.Argv("w0", 0, 100000, s->data,
+                          {"--checkpoint-dir", dir.File("blocked") + "/job", "--checkpoint-every",
+                           "0", "--slowdown", "w0/cpu:0=50"}));
+  ASSERT_THAT(r.status(), IsOk());
+  EXPECT_EQ(r->exit_code, 1);
+  EXPECT_THAT(r->err, HasSubstr("cannot write checkpoints in " + dir.File("blocked") + "/job"));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(60));  // not after 100000 slowed steps
+  // A directory it can write in: created, and no probe left in it.
+  const std::string ok = dir.File("fine/job");
+  absl::StatusOr<Subprocess> proc = Subprocess::Start(
+      job.Argv("w0", 0, 2, s->data, {"--checkpoint-dir", ok, "--checkpoint-every", "0"}),
+      dir.File("log"));
+  ASSERT_THAT(proc.status(), IsOk());
+  std::optional<int> st = proc->Wait(absl::Seconds(60));
+  ASSERT_TRUE(st.has_value());
+  EXPECT_EQ(*st, 0);
+  std::vector<std::string> entries;
+  for (const auto& e : std::filesystem::directory_iterator(ok)) {
+    entries.push_back(e.path().filename().string());
+  }
+  EXPECT_THAT(entries, ::testing::ElementsAre("step-00000002"));
+}
+
 TEST(Executor, RunsOnTheCpusItIsGivenAndRefusesOthers) {
   absl::StatusOr<std::vector<int>> allowed = AllowedCpus();
   ASSERT_THAT(allowed.status(), IsOk());
