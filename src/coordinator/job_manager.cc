@@ -1,6 +1,7 @@
 #include "src/coordinator/job_manager.h"
 
 #include <algorithm>
+#include <cmath>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -8,7 +9,6 @@
 #include "src/common/logging.h"
 #include "src/common/proto_time.h"
 #include "src/common/status.h"
-#include "src/coordinator/checkpoint_dir.h"
 
 namespace quilt {
 
@@ -50,14 +50,16 @@ absl::Status JobManager::Load() {
     job.record = std::move(r);
     order_.push_back(id);
     if (!Ended(job.record.status().state())) {
-      // What the job kept: its last complete checkpoint.
-      const auto steps = CompleteSteps(job.record.spec().checkpoint_dir(), job.record.world_size());
-      Finish(&job, quilt::v1::JOB_STATE_FAILED,
-             absl::StrCat("the coordinator restarted while the job ran (restarting jobs is not "
-                          "supported yet); ",
-                          steps.empty() ? std::string("no complete checkpoint")
-                                        : absl::StrCat("its last complete checkpoint is step ",
-                                                       steps.front().first, " (quiltctl export)")));
+      // Workers keep running their executors while the coordinator is away
+      // and report to it again: the job goes on. A node that comes back
+      // without its executor (its worker restarted), or not at all (Down),
+      // fails it then.
+      job.record.mutable_status()->set_message(std::string(kAwaitingReports));
+      // Steps a node reported before are not counted again (its worker may
+      // send them again: their acknowledgement was lost).
+      for (const auto& [node, task] : job.record.tasks()) job.next_step[node] = task.step() + 1;
+      QLOG_INFO("job {} resumes after the restart at step {}; waiting for its nodes", id,
+                job.record.status().step());
     }
   }
   return absl::OkStatus();
@@ -233,6 +235,7 @@ void JobManager::ApplyReport(Job* job, const std::string& node,
     if (TaskEnded(report.state())) task->second.set_state(report.state());
     return;
   }
+  if (r.status().message() == kAwaitingReports) r.mutable_status()->set_message("");
   quilt::v1::TaskReport& t = task->second;
   t.set_state(report.state());
   t.set_step(std::max(t.step(), report.step()));
@@ -252,7 +255,10 @@ void JobManager::ApplyReport(Job* job, const std::string& node,
     auto& [sum, ranks] = job->loss_by_step[step];
     sum += report.loss_parts(i);
     if (++ranks == world) {
-      if (static_cast<int64_t>(r.losses_size()) < step) r.mutable_losses()->Resize(step, 0.0);
+      // Steps missing before it (lost across a coordinator restart) are NaN.
+      if (static_cast<int64_t>(r.losses_size()) < step) {
+        r.mutable_losses()->Resize(static_cast<int>(step), std::nan(""));
+      }
       r.set_losses(step - 1, sum);
       st->set_last_loss(sum);
       job->loss_by_step.erase(step);

@@ -7,8 +7,10 @@
 // reason names the node) or a node of the job went Down, CANCELLED on
 // request (the workers are told to stop their executors). Executors find
 // each other through ExchangeAddresses. Every change is written to the
-// store; jobs that were PENDING or RUNNING when the coordinator stopped are
-// FAILED on load (restart policies come later).
+// store. Jobs that were PENDING or RUNNING when the coordinator stopped go
+// on after it starts again: workers keep their executors running and
+// report them when they reconnect (a node back without its executor, or
+// Down, fails the job as it would have).
 //
 // Thread-safe. Watchers wait on a per-manager version counter.
 #ifndef QUILT_SRC_COORDINATOR_JOB_MANAGER_H_
@@ -19,6 +21,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "proto/quilt/v1/job.pb.h"
 #include "proto/quilt/v1/services.pb.h"
@@ -91,6 +94,10 @@ class JobManager {
   static bool Ended(quilt::v1::JobState s);
 
  private:
+  // The message of a job found running at start-up until a node reports.
+  static constexpr absl::string_view kAwaitingReports =
+      "the coordinator restarted; waiting for the job's nodes to report";
+
   struct Job {
     quilt::v1::JobRecord record;  // without the model's bytes and the program
     // The program, until every node of the job has been handed it.

@@ -1,5 +1,6 @@
 #include "src/coordinator/job_manager.h"
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -227,43 +228,71 @@ TEST_F(JobManagerTest, RendezvousAnswersOnceEveryRankPublished) {
               StatusIs(absl::StatusCode::kNotFound));
 }
 
-TEST_F(JobManagerTest, JobsSurviveARestartAndRunningOnesAreFailed) {
+TEST_F(JobManagerTest, JobsSurviveARestartAndRunningOnesGoOnWhenTheirNodesReport) {
   const std::string done = AddJob(1);
   Beat("a", {Report(done, quilt::v1::TASK_STATE_SUCCEEDED, 1, {1.0})});
   Beat("b", {Report(done, quilt::v1::TASK_STATE_SUCCEEDED, 1, {2.0})});
-  const std::string running = AddJob();
-  Beat("a", {Report(running, quilt::v1::TASK_STATE_RUNNING, 1, {})});
+  const std::string running = AddJob(4);
+  Beat("a", {Report(running, quilt::v1::TASK_STATE_RUNNING, 1, {1.0})});
+  Beat("b", {Report(running, quilt::v1::TASK_STATE_RUNNING, 1, {1.0})});
+  const std::string pending = AddJob(1);
   Reopen();
-  EXPECT_THAT(jobs_->List(), SizeIs(2));
+  EXPECT_THAT(jobs_->List(), SizeIs(3));
   EXPECT_EQ(Status(done).state(), quilt::v1::JOB_STATE_SUCCEEDED);
   EXPECT_DOUBLE_EQ(Status(done).last_loss(), 3.0);
+  EXPECT_EQ(Status(running).state(), quilt::v1::JOB_STATE_RUNNING);
+  EXPECT_THAT(Status(running).message(), HasSubstr("the coordinator restarted; waiting"));
+  // The executors ran on: step 1 again (its acknowledgement was lost: not
+  // counted twice), then the rest; a is not told to stop, and gets the
+  // pending job's assignment (the program read back from the store).
+  HeartbeatResponse a =
+      Beat("a", {Report(running, quilt::v1::TASK_STATE_SUCCEEDED, 1, {1.0, 1.0, 1.0, 1.0})});
+  EXPECT_THAT(a.cancel_jobs(), IsEmpty());
+  ASSERT_THAT(a.assignments(), SizeIs(1));
+  EXPECT_EQ(a.assignments(0).job_id(), pending);
+  EXPECT_EQ(a.assignments(0).program(), "program-bytes");
+  EXPECT_EQ(Status(running).message(), "");
+  Beat("b", {Report(running, quilt::v1::TASK_STATE_SUCCEEDED, 2, {1.0, 1.0, 1.0})});
+  const quilt::v1::JobStatus s = Status(running);
+  EXPECT_EQ(s.state(), quilt::v1::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(s.step(), 4);
+  EXPECT_THAT(jobs_->Record(running)->losses(), ElementsAre(2.0, 2.0, 2.0, 2.0));
+}
+
+TEST_F(JobManagerTest, AJobWhoseNodeComesBackWithoutItsExecutorFailsAfterARestart) {
+  const std::string running = AddJob(100);
+  Beat("a", {Report(running, quilt::v1::TASK_STATE_RUNNING, 1, {1.0})});
+  Beat("b", {Report(running, quilt::v1::TASK_STATE_RUNNING, 1, {1.0})});
+  Reopen();
+  // b's worker restarted too: it no longer runs the executor.
+  Beat("a", {Report(running, quilt::v1::TASK_STATE_RUNNING, 2, {1.0})});
+  HeartbeatResponse b = Beat("b");
   EXPECT_EQ(Status(running).state(), quilt::v1::JOB_STATE_FAILED);
-  EXPECT_THAT(Status(running).message(), HasSubstr("restarted"));
-  // A worker still running it is told to stop.
-  EXPECT_THAT(Beat("a", {Report(running, quilt::v1::TASK_STATE_RUNNING, 1, {})}).cancel_jobs(),
+  EXPECT_THAT(Status(running).message(), HasSubstr("the worker on b no longer runs the executor"));
+  // a is told to stop its executor.
+  EXPECT_THAT(Beat("a", {Report(running, quilt::v1::TASK_STATE_RUNNING, 3, {1.0})}).cancel_jobs(),
               ElementsAre(running));
 }
 
-TEST_F(JobManagerTest, AJobFailedByARestartNamesItsLastCompleteCheckpoint) {
-  NewJob n;
-  n.spec.set_steps(100);
-  n.spec.set_checkpoint_dir(dir_.File("ck"));
-  n.program = "program-bytes";
-  n.world = {"a", "b"};
-  absl::StatusOr<std::string> id = jobs_->Add(n);
-  ASSERT_THAT(id, IsOk());
-  const std::string job_dir = dir_.File("ck") + "/" + *id;
-  for (const auto& [step, ranks] :
-       std::vector<std::pair<std::string, int>>{{"step-00000008", 2}, {"step-00000012", 1}}) {
-    for (int r = 0; r < ranks; ++r) {
-      const std::string rank_dir = job_dir + "/" + step + "/rank-" + std::to_string(r);
-      std::filesystem::create_directories(rank_dir);
-      std::ofstream(rank_dir + "/metrics.json") << "{}";
-    }
-  }
+TEST_F(JobManagerTest, StepsLostAcrossARestartAreNaNNotZero) {
+  const std::string id = AddJob(100);
+  Beat("a", {Report(id, quilt::v1::TASK_STATE_RUNNING, 1, {1.0})});
+  Beat("b", {Report(id, quilt::v1::TASK_STATE_RUNNING, 1, {1.0})});
+  // Steps 2-3 were reported and acknowledged, but not stored (progress is
+  // stored every few seconds) when the coordinator stopped.
+  Beat("a", {Report(id, quilt::v1::TASK_STATE_RUNNING, 2, {1.0, 1.0})});
+  Beat("b", {Report(id, quilt::v1::TASK_STATE_RUNNING, 2, {1.0, 1.0})});
   Reopen();
-  EXPECT_EQ(Status(*id).state(), quilt::v1::JOB_STATE_FAILED);
-  EXPECT_THAT(Status(*id).message(), HasSubstr("its last complete checkpoint is step 8"));
+  Beat("a", {Report(id, quilt::v1::TASK_STATE_RUNNING, 4, {0.5})});
+  Beat("b", {Report(id, quilt::v1::TASK_STATE_RUNNING, 4, {0.5})});
+  EXPECT_EQ(Status(id).step(), 4);
+  EXPECT_DOUBLE_EQ(Status(id).last_loss(), 1.0);
+  const auto losses = jobs_->Record(id)->losses();
+  ASSERT_EQ(losses.size(), 4);
+  EXPECT_DOUBLE_EQ(losses[0], 2.0);
+  EXPECT_TRUE(std::isnan(losses[1]));
+  EXPECT_TRUE(std::isnan(losses[2]));
+  EXPECT_DOUBLE_EQ(losses[3], 1.0);
 }
 
 TEST_F(JobManagerTest, FlushStoresProgressAndAnEndedJobTakesNoMoreReports) {
@@ -274,12 +303,12 @@ TEST_F(JobManagerTest, FlushStoresProgressAndAnEndedJobTakesNoMoreReports) {
   jobs_->Flush();  // progress is otherwise stored at most every few seconds
   Reopen();
   EXPECT_EQ(Status(id).step(), 3);
-  EXPECT_EQ(Status(id).state(), quilt::v1::JOB_STATE_FAILED);
+  ASSERT_THAT(jobs_->Cancel(id, ""), IsOk());
   // Executors that kept running report more steps: the ended job keeps its.
   Beat("a", {Report(id, quilt::v1::TASK_STATE_RUNNING, 4, {1.0, 1.0})});
   Beat("b", {Report(id, quilt::v1::TASK_STATE_RUNNING, 4, {1.0, 1.0})});
   EXPECT_EQ(Status(id).step(), 3);
-  EXPECT_EQ(Status(id).state(), quilt::v1::JOB_STATE_FAILED);
+  EXPECT_EQ(Status(id).state(), quilt::v1::JOB_STATE_CANCELLED);
 }
 
 TEST_F(JobManagerTest, AJobsModelIsKeptInTheStoreAndOutOfItsRecord) {

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <map>
 #include <set>
 
@@ -376,6 +377,30 @@ TEST_F(Jobs, ACheckpointThatCannotBeWrittenFailsTheJobAtThatStep) {
   EXPECT_THAT(Job(id).value("message", std::string()), HasSubstr("checkpoint at step 40"));
   EXPECT_LT(Step(id), 100);
   EXPECT_TRUE(std::filesystem::exists(checkpoints + "/" + id + "/step-00000036/rank-1"));
+}
+
+TEST_F(Jobs, ARunningJobOutlivesACoordinatorRestart) {
+  constexpr int64_t kLongSteps = 600;
+  const std::string id =
+      Submit(SubmitArgs(cluster_.dir().File("ckpt"), kLongSteps, "dp-even-ring"));
+  ASSERT_TRUE(Eventually([&] { return Step(id) > 2; }, absl::Seconds(60))) << Job(id).dump();
+  const std::string address = cluster_.address();
+  const int64_t before = Step(id);
+  cluster_.StopCoordinator(SIGTERM);
+  ASSERT_TRUE(cluster_.WaitCoordinator(absl::Seconds(10)).has_value());
+  absl::SleepFor(absl::Seconds(2));  // the executors train on meanwhile
+  std::cerr << "step " << before << " of " << kLongSteps << " when the coordinator stopped\n";
+  ASSERT_THAT(cluster_.StartCoordinator(address), IsOk()) << cluster_.Log("coordinator");
+  absl::StatusOr<CommandResult> watched = cluster_.Quiltctl({"watch", id});
+  ASSERT_THAT(watched.status(), IsOk());
+  EXPECT_EQ(watched->exit_code, 0) << watched->out << watched->err << Job(id).dump();
+  EXPECT_EQ(State(id), "JOB_STATE_SUCCEEDED") << Job(id).dump();
+  EXPECT_EQ(Step(id), kLongSteps);
+  // Its final checkpoint is complete: it exports.
+  absl::StatusOr<CommandResult> exported =
+      cluster_.Quiltctl({"export", id, "-o", cluster_.dir().File("after-restart.onnx")});
+  ASSERT_THAT(exported.status(), IsOk());
+  EXPECT_EQ(exported->exit_code, 0) << exported->err;
 }
 
 TEST_F(Jobs, AWorkerStoppedMidJobFailsItSayingSo) {
