@@ -7,8 +7,8 @@
 # is created with systemd-sysusers, the checkpoint directory
 # /var/lib/quilt/checkpoints is created, and an example config is put in
 # /etc/quilt/ unless one is there already. The service is enabled and
-# started, or restarted when it runs already (an upgrade; a restarted
-# coordinator fails the jobs that were running).
+# started, or restarted when it runs already (an upgrade: jobs outlive a
+# coordinator restart; a restarted worker fails the jobs it ran).
 set -euo pipefail
 role=${1:-}
 case "$role" in
