@@ -126,7 +126,10 @@ std::string RenderStatus(const quilt::v1::ClusterStatus& status, const std::stri
   out += "Jobs:";
   if (status.jobs_by_state().empty()) out += " none";
   std::map<std::string, int> jobs(status.jobs_by_state().begin(), status.jobs_by_state().end());
-  for (const auto& [state, n] : jobs) absl::StrAppendFormat(&out, " %s=%d", state, n);
+  for (const auto& [state, n] : jobs) {
+    absl::StrAppendFormat(&out, " %s=%d",
+                          state.rfind("JOB_STATE_", 0) == 0 ? state.substr(10) : state, n);
+  }
   out += "\nLinks (measured):";
   if (status.links().empty()) out += " none yet";
   out += "\n";

@@ -62,11 +62,11 @@ std::string Table::Render() const {
   return out;
 }
 
-std::string ToJson(const google::protobuf::Message& message) {
+std::string ToJson(const google::protobuf::Message& message, bool one_line) {
   google::protobuf::util::JsonPrintOptions options;
   options.preserve_proto_field_names = true;
   options.always_print_primitive_fields = true;
-  options.add_whitespace = true;
+  options.add_whitespace = !one_line;
   std::string out;
   if (!google::protobuf::util::MessageToJsonString(message, &out, options).ok()) return "{}";
   return out;

@@ -33,8 +33,10 @@ class Table {
   std::vector<std::vector<std::string>> rows_;
 };
 
-// A proto message as JSON with the .proto field names, defaults included.
-std::string ToJson(const google::protobuf::Message& message);
+// A proto message as JSON with the .proto field names, defaults included;
+// indented, or on one line (a stream of JSON Lines). As proto3's JSON
+// mapping has it, 64-bit integers are strings.
+std::string ToJson(const google::protobuf::Message& message, bool one_line = false);
 
 }  // namespace quilt::cli
 

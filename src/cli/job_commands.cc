@@ -43,6 +43,7 @@ struct SubmitArgs {
   std::vector<std::string> frozen;
   int64_t batch = 0, steps = 0, checkpoint_every = 0;
   double lr = 0, momentum = 0.9;
+  bool momentum_given = false;  // --momentum was on the command line
   uint64_t seed = 0;
   bool watch = false;
   std::string format = "table";
@@ -76,6 +77,9 @@ absl::StatusOr<quilt::v1::JobSpec> SpecFrom(const SubmitArgs& a) {
     spec.set_loss(quilt::v1::Loss::TYPE_MSE);
   }  // auto: the model's own loss
   if (a.optimizer == "adam") {
+    if (a.momentum_given) {
+      return absl::InvalidArgumentError("--momentum is SGD's; adam takes --lr only");
+    }
     spec.mutable_optimizer()->mutable_adam()->set_learning_rate(a.lr > 0 ? a.lr : 1e-3);
   } else {
     spec.mutable_optimizer()->mutable_sgd()->set_learning_rate(a.lr > 0 ? a.lr : 0.05);
@@ -107,8 +111,8 @@ std::string Describe(const JobStatus& s) {
                         s.message().empty() ? "" : " — " + s.message());
   absl::StrAppendFormat(&out, "Strategy:   %s on %s\n", s.strategy(),
                         absl::StrJoin(s.nodes(), ", "));
-  absl::StrAppendFormat(&out, "Progress:   step %d of %d, loss %.6g\n", s.step(), s.steps(),
-                        s.last_loss());
+  absl::StrAppendFormat(&out, "Progress:   step %d of %d, loss %s\n", s.step(), s.steps(),
+                        s.step() > 0 ? absl::StrFormat("%.6g", s.last_loss()) : "-");
   absl::StrAppendFormat(
       &out, "Step time:  predicted %s, measured %s%s\n", HumanSeconds(s.predicted_step_time_s()),
       s.measured_step_time_s() > 0 ? HumanSeconds(s.measured_step_time_s()) : "-",
@@ -131,10 +135,12 @@ std::string ProgressLine(const JobStatus& s) {
   const double frac = s.steps() > 0 ? static_cast<double>(s.step()) / s.steps() : 0;
   const int filled = static_cast<int>(frac * width);
   std::string bar = std::string(filled, '#') + std::string(width - filled, '.');
-  const double eta =
-      s.measured_step_time_s() > 0 ? (s.steps() - s.step()) * s.measured_step_time_s() : -1;
-  return absl::StrFormat("[%s] %s step %d/%d  loss %.4f  %s samples/s  ETA %s", bar,
-                         StateName(s.state()), s.step(), s.steps(), s.last_loss(),
+  const double eta = s.measured_step_time_s() > 0 && !JobEnded(s.state())
+                         ? (s.steps() - s.step()) * s.measured_step_time_s()
+                         : -1;
+  return absl::StrFormat("[%s] %s step %d/%d  loss %s  %s samples/s  ETA %s", bar,
+                         StateName(s.state()), s.step(), s.steps(),
+                         s.step() > 0 ? absl::StrFormat("%.4f", s.last_loss()) : "-",
                          s.samples_per_s() > 0 ? absl::StrFormat("%.0f", s.samples_per_s()) : "-",
                          eta >= 0 ? HumanDuration(eta) : "-");
 }
@@ -153,7 +159,7 @@ int Watch(const std::string& id, const GlobalOptions& g, const std::string& form
     s = client.WatchJob(id, [&](const JobStatus& st) {
       last = st;
       if (format == "json") {
-        std::cout << ToJson(st) << std::endl;
+        std::cout << ToJson(st, /*one_line=*/true) << std::endl;  // JSON Lines
       } else if (tty) {
         std::cout << "\r" << ProgressLine(st) << "\033[K" << std::flush;
       } else if (st.state() != last_printed_state || JobEnded(st.state()) ||
@@ -238,9 +244,11 @@ void AddJobCommands(CLI::App& app, const GlobalOptions& globals, std::vector<Com
                      "Checkpoints go to DIR/<job id> (default: the coordinator's state\n"
                      "directory)");
   submit->add_option("--name", a->name, "A name for the job");
-  submit->add_option("--seed", a->seed, "Seed of the planner and of random kernels");
+  submit->add_option("--seed", a->seed, "Seed of the planner and of random kernels")
+      ->check(NonNegative());
   submit->add_flag("--watch", a->watch, "Watch the job after submitting it");
-  out->push_back({submit, [a, &globals] {
+  out->push_back({submit, [a, submit, &globals] {
+                    a->momentum_given = submit->count("--momentum") > 0;
                     absl::StatusOr<quilt::v1::JobSpec> spec = SpecFrom(*a);
                     if (!spec.ok()) return PrintError(std::string(spec.status().message()));
                     // Submission plans the job: allow the planner's time.
@@ -330,6 +338,9 @@ void AddJobCommands(CLI::App& app, const GlobalOptions& globals, std::vector<Com
   exp->add_option("id", *export_id, "Job id")->required();
   exp->add_option("-o,--output", *export_out, "The .onnx file to write")->required();
   out->push_back({exp, [export_id, export_out, &globals] {
+                    if (absl::Status w = CheckWritablePath(*export_out); !w.ok()) {
+                      return PrintError(std::string(w.message()));
+                    }
                     rpc::JobClient client(globals.coordinator, absl::Seconds(globals.timeout_s));
                     absl::StatusOr<quilt::v1::ExportJobResponse> r = client.ExportJob(*export_id);
                     if (!r.ok()) return PrintError(std::string(r.status().message()));

@@ -24,8 +24,9 @@ int main(int argc, char** argv) {
   quilt::cli::GlobalOptions globals;
   const char* env = std::getenv("QUILT_COORDINATOR");
   globals.coordinator = env != nullptr && *env != '\0' ? env : "127.0.0.1:7070";
-  app.add_option("--coordinator", globals.coordinator,
-                 "Coordinator address (default $QUILT_COORDINATOR or 127.0.0.1:7070)");
+  CLI::Option* coordinator =
+      app.add_option("--coordinator", globals.coordinator,
+                     "Coordinator address (default $QUILT_COORDINATOR or 127.0.0.1:7070)");
   CLI::Option* timeout =
       app.add_option("--timeout", globals.timeout_s,
                      "Deadline of each call, in seconds (default 10; 600 for plan)")
@@ -36,7 +37,35 @@ int main(int argc, char** argv) {
   quilt::cli::AddTrainLocalCommand(app, &commands);
   quilt::cli::AddPlanCommand(app, globals, &commands);
   quilt::cli::AddJobCommands(app, globals, &commands);
-  CLI11_PARSE(app, argc, argv);
+  // The command: the first argument that is not an option (nor the value
+  // of a global one). CLI11 would only say that one is required.
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--coordinator" || arg == "--timeout") {
+      ++i;
+      continue;
+    }
+    if (!arg.empty() && arg[0] == '-') continue;
+    bool known = false;
+    std::vector<std::string> names;
+    for (const CLI::App* sub : app.get_subcommands({})) {
+      names.push_back(sub->get_name());
+      known = known || sub->get_name() == arg;
+    }
+    if (!known) {
+      std::cerr << "quiltctl: unknown command '" << arg << "' (commands: ";
+      for (size_t k = 0; k < names.size(); ++k) std::cerr << (k ? ", " : "") << names[k];
+      std::cerr << "; quiltctl --help)\n";
+      return 2;
+    }
+    break;
+  }
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // --help and --version exit 0; every usage error 2.
+    return app.exit(e) == 0 ? 0 : 2;
+  }
   globals.timeout_set = timeout->count() > 0;
   for (const quilt::cli::Command& c : commands) {
     if (!c.app->parsed()) continue;
@@ -46,7 +75,10 @@ int main(int argc, char** argv) {
     if (remote.count(c.app->get_name()) > 0 && globals.coordinator.rfind("unix:", 0) != 0) {
       absl::StatusOr<quilt::HostPort> hp = quilt::ParseHostPort(globals.coordinator);
       if (!hp.ok() || hp->port == 0) {
-        std::cerr << "quiltctl: --coordinator "
+        std::cerr << "quiltctl: "
+                  << (coordinator->count() > 0 || env == nullptr || *env == '\0'
+                          ? "--coordinator "
+                          : "$QUILT_COORDINATOR ")
                   << (hp.ok() ? "'" + globals.coordinator + "': port 0 is no coordinator's port"
                               : std::string(hp.status().message()))
                   << "\n";

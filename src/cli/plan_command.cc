@@ -11,6 +11,7 @@
 #include "src/cli/validators.h"
 #include "src/cluster/cluster_spec.h"
 #include "src/cluster/topology.h"
+#include "src/common/files.h"
 #include "src/common/status.h"
 #include "src/graph/autodiff.h"
 #include "src/graph/model_loader.h"
@@ -222,6 +223,13 @@ int Run(PlanArgs a, const GlobalOptions& globals) {
     }
     return RunRemote(a, &*g, globals);
   }
+  // Checked before planning, which can take a while.
+  for (const std::string* path : {&a.program_out, &a.trace}) {
+    if (path->empty()) continue;
+    if (absl::Status w = CheckWritablePath(*path); !w.ok()) {
+      return PrintError(std::string(w.message()));
+    }
+  }
   absl::StatusOr<quilt::v1::ClusterSpec> spec = LoadClusterSpec(a.cluster);
   if (!spec.ok()) return PrintError(std::string(spec.status().message()));
   absl::StatusOr<Topology> topo = Topology::Build(*spec);
@@ -244,15 +252,18 @@ int Run(PlanArgs a, const GlobalOptions& globals) {
   if (!r.ok()) return PrintError(std::string(r.status().message()));
   if (!a.program_out.empty()) {
     if (r->report.best().empty()) return PrintError("no feasible strategy to write");
-    std::ofstream out(a.program_out, std::ios::binary);
-    out << r->best_program.SerializeAsString();
-    if (!out) return PrintError("cannot write " + a.program_out);
+    if (absl::Status w = WriteFileAtomically(a.program_out, r->best_program.SerializeAsString());
+        !w.ok()) {
+      return PrintError(std::string(w.message()));
+    }
   }
   if (!a.trace.empty()) {
     if (r->report.best().empty()) return PrintError("no feasible strategy to trace");
-    std::ofstream out(a.trace);
-    out << ChromeTraceJson(r->best_sim, *topo, a.model + " / " + r->report.best());
-    if (!out) return PrintError("cannot write " + a.trace);
+    if (absl::Status w = WriteFileAtomically(
+            a.trace, ChromeTraceJson(r->best_sim, *topo, a.model + " / " + r->report.best()));
+        !w.ok()) {
+      return PrintError(std::string(w.message()));
+    }
   }
   return Print(r->report, a);
 }
@@ -299,7 +310,12 @@ void AddPlanCommand(CLI::App& app, const GlobalOptions& globals, std::vector<Com
   c->add_option("--momentum", a->momentum, "SGD momentum (default 0.9)")
       ->check(CLI::Range(0.0, 1.0));
   c->add_option("-o,--output", a->format, "table | json")->check(CLI::IsMember({"table", "json"}));
-  out->push_back({c, [a, &globals]() { return Run(*a, globals); }});
+  out->push_back({c, [a, c, &globals]() {
+                    if (a->optimizer == "adam" && c->count("--momentum") > 0) {
+                      return PrintError("--momentum is SGD's; adam takes --lr only");
+                    }
+                    return Run(*a, globals);
+                  }});
 }
 
 }  // namespace quilt::cli

@@ -4,6 +4,7 @@
 #include <iostream>
 #include <thread>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "nlohmann/json.hpp"
@@ -60,17 +61,22 @@ int Run(const TrainArgs& a) {
   absl::StatusOr<DataSignature> sig = DataSignatureOf(*g);
   if (!sig.ok()) return PrintError(std::string(sig.status().message()));
   absl::StatusOr<std::unique_ptr<Dataset>> data;
-  if (a.data == "synthetic") {
-    data = MakeSyntheticDataset(*g, *sig, a.seed);
+  if (a.data.rfind("synthetic", 0) == 0) {
+    // synthetic[:SEED], as submit takes it (--seed otherwise).
+    uint64_t seed = a.seed;
+    if (a.data.size() > 9 && (a.data[9] != ':' || !absl::SimpleAtoi(a.data.substr(10), &seed))) {
+      return PrintError("--data must be INPUTS.npy,LABELS.npy or synthetic[:SEED]");
+    }
+    data = MakeSyntheticDataset(*g, *sig, seed);
   } else {
     std::vector<std::string> paths = absl::StrSplit(a.data, ',');
     if (paths.size() != 2) {
-      return PrintError("--data must be INPUTS.npy,LABELS.npy or synthetic");
+      return PrintError("--data must be INPUTS.npy,LABELS.npy or synthetic[:SEED]");
     }
     data = OpenNumpyDataset(paths[0], paths[1], *sig);
   }
   if (!data.ok()) return PrintError(std::string(data.status().message()));
-  if (a.data != "synthetic" && (*data)->size() < a.batch) {
+  if (a.data.rfind("synthetic", 0) != 0 && (*data)->size() < a.batch) {
     // As submit: a batch would repeat samples within itself.
     return PrintError(absl::StrFormat("the dataset has %d samples, fewer than one batch of %d",
                                       (*data)->size(), a.batch));
@@ -141,18 +147,24 @@ void AddTrainLocalCommand(CLI::App& app, std::vector<Command>* out) {
       ->delimiter(',');
   c->add_option("--loss", a->loss, "softmax_cross_entropy | mse (default: the model's own)")
       ->check(CLI::IsMember({"softmax_cross_entropy", "mse"}));
-  c->add_option("--data", a->data, "INPUTS.npy,LABELS.npy or synthetic")->required();
+  c->add_option("--data", a->data, "INPUTS.npy,LABELS.npy or synthetic[:SEED]")->required();
   c->add_option("--batch", a->batch, "Samples per step")->required()->check(Positive());
   c->add_option("--steps", a->steps, "Training steps")->required()->check(Positive());
   c->add_option("--optimizer", a->optimizer, "sgd | adam")->check(CLI::IsMember({"sgd", "adam"}));
-  c->add_option("--lr", a->lr, "Learning rate")->check(Positive());
-  c->add_option("--momentum", a->momentum, "SGD momentum")->check(CLI::Range(0.0, 1.0));
+  c->add_option("--lr", a->lr, "Learning rate (default 0.01)")->check(Positive());
+  c->add_option("--momentum", a->momentum, "SGD momentum (default 0; adam takes none)")
+      ->check(CLI::Range(0.0, 1.0));
   c->add_option("--weight-decay", a->weight_decay, "L2 weight decay")->check(NonNegative());
   c->add_option("--threads", a->threads, "Compute threads (default: all cores)")->check(Positive());
-  c->add_option("--seed", a->seed, "Seed of synthetic data and dropout");
+  c->add_option("--seed", a->seed, "Seed of synthetic data and dropout")->check(NonNegative());
   c->add_option("-o,--output", a->format, "table | json")->check(CLI::IsMember({"table", "json"}));
   c->add_flag("--profile", a->profile, "Report the time spent per op type");
-  out->push_back({c, [a]() { return Run(*a); }});
+  out->push_back({c, [a, c]() {
+                    if (a->optimizer == "adam" && c->count("--momentum") > 0) {
+                      return PrintError("--momentum is SGD's; adam takes --lr only");
+                    }
+                    return Run(*a);
+                  }});
 }
 
 }  // namespace quilt::cli

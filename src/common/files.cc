@@ -24,6 +24,23 @@ absl::Status ErrnoStatus(int err, const std::string& what) {
 
 }  // namespace
 
+absl::Status CheckWritablePath(const std::string& path) {
+  if (path.empty()) return absl::InvalidArgumentError("an empty path names no file");
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    return absl::InvalidArgumentError(path + " is a directory, not a file");
+  }
+  std::string dir = std::filesystem::path(path).parent_path().string();
+  if (dir.empty()) dir = ".";
+  if (access(dir.c_str(), W_OK | X_OK) != 0) {
+    return ErrnoStatus(errno, absl::StrCat("cannot write ", path, " (directory ", dir, ")"));
+  }
+  if (access(path.c_str(), F_OK) == 0 && access(path.c_str(), W_OK) != 0) {
+    return ErrnoStatus(errno, "cannot write " + path);
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) {

@@ -13,6 +13,11 @@ namespace quilt {
 // Errors: NOT_FOUND / PERMISSION_DENIED / UNAVAILABLE with the path named.
 absl::StatusOr<std::string> ReadFile(const std::string& path);
 absl::Status WriteFileAtomically(const std::string& path, const std::string& contents);
+// Whether a file could be written at `path` (before long work whose result
+// goes there): not empty, not a directory, in a directory this process may
+// write in. Errors: INVALID_ARGUMENT, NOT_FOUND, PERMISSION_DENIED, with the
+// path named.
+absl::Status CheckWritablePath(const std::string& path);
 
 }  // namespace quilt
 

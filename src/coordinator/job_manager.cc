@@ -4,6 +4,7 @@
 #include <cmath>
 #include <random>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "src/common/logging.h"
@@ -214,9 +215,10 @@ absl::Status JobManager::Cancel(const std::string& job_id, const std::string& re
   Job* job = Find(job_id);
   if (job == nullptr) return absl::NotFoundError("no job '" + job_id + "'");
   if (Ended(job->record.status().state())) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("job ", job_id, " already ended (",
-                     quilt::v1::JobState_Name(job->record.status().state()), ")"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job ", job_id, " already ended (",
+        absl::AsciiStrToLower(quilt::v1::JobState_Name(job->record.status().state()).substr(10)),
+        ")"));
   }
   Finish(job, quilt::v1::JOB_STATE_CANCELLED,
          reason.empty() ? "cancelled by request" : "cancelled: " + reason);

@@ -2,10 +2,15 @@
 // workers and quiltctl on loopback.
 #include <signal.h>
 
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "src/common/status_matchers.h"
+#include "src/testing/temp_dir.h"
 #include "test/integration/cluster_fixture.h"
 
 namespace quilt::testing {
@@ -143,6 +148,42 @@ TEST(Quiltctl, UnreachableCoordinator_NonZeroExitNamingAddress) {
   ASSERT_THAT(r, IsOk());
   EXPECT_EQ(r->exit_code, 1);
   EXPECT_THAT(r->err, HasSubstr("127.0.0.1:1"));
+}
+
+TEST(Quiltctl, UsageErrors_NamedWithExitCode2) {
+  const std::string q = RunfilePath("src/cli/quiltctl");
+  TempDir dir;
+  for (const auto& [argv, reason] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{q, "--timeout", "2", "stauts"}, "unknown command 'stauts'"},
+           {{q, "status", "--nope"}, "--nope"},
+           {{q, "train-local", "zoo:mlp", "--data", "synthetic", "--batch", "8", "--steps", "1",
+             "--seed", "-1"},
+            "--seed"},
+           {{"/usr/bin/env", "QUILT_COORDINATOR=garbage", q, "status"},
+            "$QUILT_COORDINATOR bad address 'garbage'"}}) {
+    auto r = RunCommand(argv);
+    ASSERT_THAT(r, IsOk());
+    EXPECT_EQ(r->exit_code, 2) << reason << ": " << r->err;
+    EXPECT_THAT(r->err, HasSubstr(reason));
+  }
+  // Refused before any work: momentum for adam; an output that cannot be
+  // written (export contacts no coordinator; plan plans nothing).
+  for (const auto& [argv, reason] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{q, "train-local", "zoo:mlp", "--data", "synthetic", "--batch", "8", "--steps", "1",
+             "--optimizer", "adam", "--momentum", "0.5"},
+            "--momentum is SGD's"},
+           {{q, "--coordinator", "127.0.0.1:1", "export", "job-x", "-o", dir.path()},
+            dir.path() + " is a directory"},
+           {{q, "plan", "zoo:mlp", "--batch", "8", "--cluster",
+             RunfilePath("config/clusters/heterog_testbed.textproto"), "--trace",
+             "/nonexistent-dir/t.json"},
+            "cannot write /nonexistent-dir/t.json"}}) {
+    auto r = RunCommand(argv);
+    ASSERT_THAT(r, IsOk());
+    EXPECT_EQ(r->exit_code, 1) << reason << ": " << r->err;
+    EXPECT_THAT(r->err, HasSubstr(reason));
+    EXPECT_THAT(r->err, ::testing::Not(HasSubstr("Planning took")));
+  }
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -122,6 +123,18 @@ TEST_F(Jobs, RunsToSucceededWithTheSingleDeviceParametersAndExportsThem) {
   const nlohmann::json job = Job(id);
   EXPECT_EQ(job.value("state", std::string()), "JOB_STATE_SUCCEEDED");
   EXPECT_EQ(job.value("nodes", nlohmann::json::array()).size(), 2u);
+  // watch -o json is JSON Lines: a status per line.
+  absl::StatusOr<CommandResult> lines = cluster_.Quiltctl({"watch", id, "-o", "json"});
+  ASSERT_THAT(lines.status(), IsOk());
+  ASSERT_EQ(lines->exit_code, 0) << lines->err;
+  int statuses = 0;
+  for (absl::string_view line : absl::StrSplit(lines->out, '\n', absl::SkipEmpty())) {
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << line;
+    EXPECT_EQ(j.value("job_id", std::string()), id);
+    ++statuses;
+  }
+  EXPECT_GE(statuses, 1);
   // Both workers profiled the model before it was planned, at a device's
   // rows and half of them (the emulated slowdown is model_profiler_test's:
   // this MLP's 8-row step is almost all host time).
