@@ -5,6 +5,7 @@
 #include <random>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "src/common/logging.h"
@@ -283,8 +284,15 @@ void JobManager::ApplyReport(Job* job, const std::string& node,
   }
   if (Ended(st->state())) return;
   if (report.state() == quilt::v1::TASK_STATE_FAILED) {
-    Finish(job, quilt::v1::JOB_STATE_FAILED,
-           absl::StrCat("the executor on ", node, " failed: ", report.message()), node);
+    const std::string message =
+        absl::StrCat("the executor on ", node, " failed: ", report.message());
+    // An executor that failed because a peer did: the peer's own report,
+    // which names the cause, usually follows; the job waits a little for it.
+    if (absl::StrContains(report.message(), kPeerFailed)) {
+      if (job->knock_on.message.empty()) job->knock_on = {node, message, clock_->Now()};
+      return;
+    }
+    Finish(job, quilt::v1::JOB_STATE_FAILED, message, node);
     return;
   }
   if (report.state() == quilt::v1::TASK_STATE_RUNNING &&
@@ -394,6 +402,16 @@ void JobManager::OnHeartbeat(const quilt::v1::HeartbeatRequest& request,
 }
 
 void JobManager::CheckNodes() {
+  {
+    // Failures caused by a peer whose own report did not come.
+    absl::MutexLock lock(&mu_);
+    for (auto& [id, job] : jobs_) {
+      if (job.knock_on.message.empty() || Ended(job.record.status().state())) continue;
+      if (clock_->Now() - job.knock_on.since >= kRootCauseWait) {
+        Finish(&job, quilt::v1::JOB_STATE_FAILED, job.knock_on.message, job.knock_on.node);
+      }
+    }
+  }
   std::map<std::string, std::string> down;
   for (const quilt::v1::NodeStatus& n : registry_->ListNodes()) {
     if (n.state() == quilt::v1::NODE_STATE_DOWN) down[n.info().node_id()] = n.reason();

@@ -23,6 +23,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "proto/quilt/v1/job.pb.h"
 #include "proto/quilt/v1/services.pb.h"
 #include "src/common/clock.h"
@@ -76,7 +77,9 @@ class JobManager {
   // at most every few seconds): at shutdown.
   void Flush();
 
-  // Fails running jobs whose nodes are Down. Called by the liveness ticker.
+  // Fails running jobs whose nodes are Down, and jobs whose executor failed
+  // because a peer did when no report of the peer's own failure came within
+  // kRootCauseWait. Called by the liveness ticker.
   void CheckNodes();
 
   // Rendezvous of a job's executors: records `address` for `rank`; returns
@@ -92,6 +95,12 @@ class JobManager {
                                                      absl::Duration timeout) const;
 
   static bool Ended(quilt::v1::JobState s);
+
+  // How long a job whose executor failed because of a peer waits for the
+  // peer's report (its cause) before it fails with the one it has.
+  static constexpr absl::Duration kRootCauseWait = absl::Seconds(3);
+  // Executor errors caused by a failed peer (the transport's words).
+  static constexpr absl::string_view kPeerFailed = ": the peer failed";
 
  private:
   // The message of a job found running at start-up until a node reports.
@@ -111,6 +120,11 @@ class JobManager {
     std::map<std::string, int64_t> next_step;
     absl::Time persisted = absl::InfinitePast();
     int64_t persisted_version = -1;
+    // The first failure report caused by a peer, until the job ends.
+    struct KnockOn {
+      std::string node, message;
+      absl::Time since;
+    } knock_on;
   };
 
   void ApplyReport(Job* job, const std::string& node, const quilt::v1::TaskReport& report)

@@ -186,6 +186,34 @@ TEST_F(JobManagerTest, AFailedExecutorFailsTheJobAndTheOthersAreStopped) {
   EXPECT_EQ(events[0].node_id(), "b");
 }
 
+TEST_F(JobManagerTest, AFailureCausedByAPeerGivesWayToThePeersOwnReport) {
+  auto failed = [](const std::string& job, const std::string& message) {
+    TaskReport r = Report(job, quilt::v1::TASK_STATE_FAILED, 2, {});
+    r.set_message(message);
+    return r;
+  };
+  const std::string knock_on = "receive from rank 1 (b) (tag 0x5, 64 bytes): the peer failed";
+  // b's report, with the cause, comes after a's.
+  const std::string id = AddJob(100);
+  Beat("a", {failed(id, knock_on)});
+  EXPECT_EQ(Status(id).state(), quilt::v1::JOB_STATE_PENDING);  // waiting for the cause
+  clock_.Advance(absl::Seconds(1));
+  jobs_->CheckNodes();
+  Beat("b", {failed(id, "the loss is nan at step 1")});
+  EXPECT_EQ(Status(id).state(), quilt::v1::JOB_STATE_FAILED);
+  EXPECT_EQ(Status(id).message(), "the executor on b failed: the loss is nan at step 1");
+  // No report of the cause (b's worker died with it): a's, a little later.
+  const std::string other = AddJob(100);
+  Beat("a", {failed(other, knock_on)});
+  clock_.Advance(JobManager::kRootCauseWait - absl::Milliseconds(1));
+  jobs_->CheckNodes();
+  EXPECT_EQ(Status(other).state(), quilt::v1::JOB_STATE_PENDING);
+  clock_.Advance(absl::Milliseconds(1));
+  jobs_->CheckNodes();
+  EXPECT_EQ(Status(other).state(), quilt::v1::JOB_STATE_FAILED);
+  EXPECT_EQ(Status(other).message(), "the executor on a failed: " + knock_on);
+}
+
 TEST_F(JobManagerTest, CancelTellsTheWorkersAndRefusesASecondTime) {
   const std::string id = AddJob();
   Beat("a", {Report(id, quilt::v1::TASK_STATE_RUNNING, 1, {})});
