@@ -9,6 +9,7 @@
 #include <iostream>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -268,30 +269,55 @@ void AddJobCommands(CLI::App& app, const GlobalOptions& globals, std::vector<Com
                   }});
   // jobs
   auto jobs_format = std::make_shared<std::string>("table");
-  CLI::App* jobs = app.add_subcommand("jobs", "List jobs");
+  auto jobs_state = std::make_shared<std::string>("all");
+  auto jobs_last = std::make_shared<int64_t>(0);
+  CLI::App* jobs = app.add_subcommand("jobs", "List jobs (oldest first)");
   jobs->add_option("-o,--output", *jobs_format, "table | json")
       ->check(CLI::IsMember({"table", "json"}));
-  out->push_back(
-      {jobs, [jobs_format, &globals] {
-         rpc::JobClient client(globals.coordinator, absl::Seconds(globals.timeout_s));
-         absl::StatusOr<std::vector<JobStatus>> list = client.ListJobs();
-         if (!list.ok()) return PrintError(std::string(list.status().message()));
-         if (*jobs_format == "json") {
-           quilt::v1::ListJobsResponse r;
-           for (const auto& j : *list) *r.add_jobs() = j;
-           std::cout << ToJson(r) << "\n";
-           return 0;
-         }
-         Table t({"JOB", "NAME", "STATE", "STEP", "LOSS", "SAMPLES/S", "STRATEGY"});
-         for (const JobStatus& j : *list) {
-           t.AddRow({j.job_id(), j.name(), StateName(j.state()),
-                     absl::StrCat(j.step(), "/", j.steps()), absl::StrFormat("%.4f", j.last_loss()),
-                     j.samples_per_s() > 0 ? absl::StrFormat("%.0f", j.samples_per_s()) : "-",
-                     j.strategy()});
-         }
-         std::cout << t.Render();
-         return 0;
-       }});
+  jobs->add_option("--state", *jobs_state,
+                   "all | active (pending or running) | ended | pending | running | succeeded | "
+                   "failed | cancelled")
+      ->check(CLI::IsMember(
+          {"all", "active", "ended", "pending", "running", "succeeded", "failed", "cancelled"}));
+  jobs->add_option("--last", *jobs_last, "Only the newest N (of those the state selects)")
+      ->check(Positive());
+  out->push_back({jobs, [jobs_format, jobs_state, jobs_last, &globals] {
+                    rpc::JobClient client(globals.coordinator, absl::Seconds(globals.timeout_s));
+                    absl::StatusOr<std::vector<JobStatus>> all = client.ListJobs();
+                    if (!all.ok()) return PrintError(std::string(all.status().message()));
+                    const std::string& want = *jobs_state;
+                    auto selects = [&want](JobState s) {
+                      if (want == "all") return true;
+                      if (want == "active") return !JobEnded(s);
+                      if (want == "ended") return JobEnded(s);
+                      return want == absl::AsciiStrToLower(StateName(s));
+                    };
+                    std::vector<JobStatus> selected;
+                    for (JobStatus& j : *all) {
+                      if (selects(j.state())) selected.push_back(std::move(j));
+                    }
+                    if (*jobs_last > 0 && static_cast<int64_t>(selected.size()) > *jobs_last) {
+                      selected.erase(selected.begin(), selected.end() - *jobs_last);
+                    }
+                    const std::vector<JobStatus>* list = &selected;
+                    if (*jobs_format == "json") {
+                      quilt::v1::ListJobsResponse r;
+                      for (const auto& j : *list) *r.add_jobs() = j;
+                      std::cout << ToJson(r) << "\n";
+                      return 0;
+                    }
+                    Table t({"JOB", "NAME", "STATE", "STEP", "LOSS", "SAMPLES/S", "STRATEGY"});
+                    for (const JobStatus& j : *list) {
+                      t.AddRow(
+                          {j.job_id(), j.name(), StateName(j.state()),
+                           absl::StrCat(j.step(), "/", j.steps()),
+                           j.step() > 0 ? absl::StrFormat("%.4f", j.last_loss()) : "-",
+                           j.samples_per_s() > 0 ? absl::StrFormat("%.0f", j.samples_per_s()) : "-",
+                           j.strategy()});
+                    }
+                    std::cout << t.Render();
+                    return 0;
+                  }});
   // describe job ID
   auto describe_id = std::make_shared<std::string>();
   auto describe_format = std::make_shared<std::string>("table");
@@ -332,6 +358,23 @@ void AddJobCommands(CLI::App& app, const GlobalOptions& globals, std::vector<Com
                     return 0;
                   }});
   // export ID -o FILE
+  // delete
+  auto delete_id = std::make_shared<std::string>();
+  auto keep = std::make_shared<bool>(false);
+  CLI::App* del = app.add_subcommand(
+      "delete", "Forget an ended job: its record, its model and its checkpoints");
+  del->add_option("id", *delete_id, "Job id")->required();
+  del->add_flag("--keep-checkpoints", *keep,
+                "Leave its checkpoint directory (<checkpoint-dir>/<job id>)");
+  out->push_back({del, [delete_id, keep, &globals] {
+                    rpc::JobClient client(globals.coordinator, absl::Seconds(globals.timeout_s));
+                    absl::StatusOr<std::string> removed = client.DeleteJob(*delete_id, *keep);
+                    if (!removed.ok()) return PrintError(std::string(removed.status().message()));
+                    std::cout << "deleted " << *delete_id
+                              << (removed->empty() ? "" : " and its checkpoints in " + *removed)
+                              << "\n";
+                    return 0;
+                  }});
   auto export_id = std::make_shared<std::string>();
   auto export_out = std::make_shared<std::string>();
   CLI::App* exp = app.add_subcommand("export", "Write a job's trained model as ONNX");

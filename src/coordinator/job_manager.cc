@@ -170,6 +170,28 @@ absl::StatusOr<quilt::v1::JobRecord> JobManager::Record(const std::string& job_i
   return it->second.record;
 }
 
+absl::StatusOr<std::string> JobManager::Delete(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  Job* job = Find(job_id);
+  if (job == nullptr) return absl::NotFoundError("no job '" + job_id + "'");
+  if (!Ended(job->record.status().state())) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job ", job_id, " is ",
+        absl::AsciiStrToLower(quilt::v1::JobState_Name(job->record.status().state()).substr(10)),
+        "; cancel it first (quiltctl cancel ", job_id, ")"));
+  }
+  if (absl::Status s = store_->DeleteJob(job_id); !s.ok()) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot delete job ", job_id, " from the store (", s.message(), "); kept"));
+  }
+  std::string checkpoints = job->record.spec().checkpoint_dir();
+  jobs_.erase(job_id);
+  order_.erase(std::find(order_.begin(), order_.end(), job_id));
+  ++version_;
+  QLOG_INFO("job {} deleted", job_id);
+  return checkpoints;
+}
+
 absl::StatusOr<quilt::v1::JobRecord> JobManager::RecordWithModel(const std::string& job_id) const {
   ASSIGN_OR_RETURN(quilt::v1::JobRecord record, Record(job_id));
   // Read outside the lock: a model can be large.
@@ -457,16 +479,18 @@ absl::StatusOr<quilt::v1::JobStatus> JobManager::WaitForChange(const std::string
                                                                int64_t* version,
                                                                absl::Duration timeout) const {
   absl::MutexLock lock(&mu_);
+  if (jobs_.find(job_id) == jobs_.end()) return absl::NotFoundError("no job '" + job_id + "'");
+  // Looked up again on every check: the job may be deleted meanwhile.
+  const int64_t seen = *version;
+  auto changed = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto it = jobs_.find(job_id);
+    return it == jobs_.end() || it->second.version > seen;
+  };
+  mu_.AwaitWithTimeout(absl::Condition(&changed), timeout);
   auto it = jobs_.find(job_id);
-  if (it == jobs_.end()) return absl::NotFoundError("no job '" + job_id + "'");
-  const Job* job = &it->second;
-  std::pair<const Job*, int64_t> wait(job, *version);
-  mu_.AwaitWithTimeout(
-      absl::Condition(
-          +[](std::pair<const Job*, int64_t>* w) { return w->first->version > w->second; }, &wait),
-      timeout);
-  *version = job->version;
-  return job->record.status();
+  if (it == jobs_.end()) return absl::NotFoundError("job '" + job_id + "' was deleted");
+  *version = it->second.version;
+  return it->second.record.status();
 }
 
 }  // namespace quilt

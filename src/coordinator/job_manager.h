@@ -62,6 +62,10 @@ class JobManager {
   // The same with the model's bytes (spec.onnx) and the program, which
   // records leave in the store. Errors: NOT_FOUND.
   absl::StatusOr<quilt::v1::JobRecord> RecordWithModel(const std::string& job_id) const;
+  // Forgets an ended job (its record and model, in the store too); its
+  // checkpoint directory, which the caller may remove. Errors: NOT_FOUND,
+  // FAILED_PRECONDITION (not ended), UNAVAILABLE (the store failed: kept).
+  absl::StatusOr<std::string> Delete(const std::string& job_id);
   std::vector<quilt::v1::JobStatus> List() const;
   std::map<std::string, int> CountByState() const;
 

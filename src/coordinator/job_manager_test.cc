@@ -3,7 +3,9 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
+#include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "src/common/fake_clock.h"
@@ -418,6 +420,10 @@ class FullDiskStore final : public CoordinatorStore {
   absl::StatusOr<JobModel> GetJobModel(const std::string& job_id) override {
     return store_->GetJobModel(job_id);
   }
+  absl::Status DeleteJob(const std::string& job_id) override {
+    if (full) return absl::ResourceExhaustedError("database or disk is full");
+    return store_->DeleteJob(job_id);
+  }
   absl::StatusOr<std::vector<quilt::v1::JobRecord>> ListJobs() override {
     return store_->ListJobs();
   }
@@ -489,6 +495,34 @@ TEST_F(JobManagerTest, AnEndedJobIsStoppedOnItsNodesOnceAndThenLeftAlone) {
   }
   EXPECT_EQ(disk.job_writes, writes);
   EXPECT_EQ(jobs.Get(*id)->state(), quilt::v1::JOB_STATE_CANCELLED);
+}
+
+TEST_F(JobManagerTest, OnlyAnEndedJobIsDeletedAndItStaysDeleted) {
+  const std::string kept = AddJob(3);
+  const std::string id = AddJob(3);
+  EXPECT_THAT(jobs_->Delete(id), StatusIs(absl::StatusCode::kFailedPrecondition,
+                                          HasSubstr("is pending; cancel it first")));
+  EXPECT_THAT(jobs_->Delete("job-none"), StatusIs(absl::StatusCode::kNotFound));
+  ASSERT_THAT(jobs_->Cancel(id, ""), IsOk());
+  // A watcher of the job hears of its deletion.
+  int64_t version = -1;
+  ASSERT_THAT(jobs_->WaitForChange(id, &version, absl::Seconds(5)), IsOk());
+  std::thread watcher([&] {
+    EXPECT_THAT(jobs_->WaitForChange(id, &version, absl::Seconds(30)),
+                StatusIs(absl::StatusCode::kNotFound, HasSubstr("deleted")));
+  });
+  absl::SleepFor(absl::Milliseconds(50));
+  absl::StatusOr<std::string> checkpoints = jobs_->Delete(id);
+  ASSERT_THAT(checkpoints, IsOk());
+  EXPECT_EQ(*checkpoints, "/ckpt/" + id);
+  watcher.join();
+  EXPECT_THAT(jobs_->Get(id), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(jobs_->List(), SizeIs(1));
+  // Its workers are no longer told of it, and after a restart it is gone.
+  EXPECT_THAT(Beat("a").assignments(), SizeIs(1));  // the other job's
+  Reopen();
+  EXPECT_THAT(jobs_->Get(id), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_EQ(Status(kept).state(), quilt::v1::JOB_STATE_PENDING);
 }
 
 TEST_F(JobManagerTest, WaitForChangeReturnsOnChangeOrTimeout) {

@@ -173,6 +173,19 @@ absl::Status JobClient::CancelJob(const std::string& job_id, const std::string& 
   return s.ok() ? absl::OkStatus() : CallStatus(s, address_);
 }
 
+absl::StatusOr<std::string> JobClient::DeleteJob(const std::string& job_id, bool keep_checkpoints) {
+  grpc::ClientContext ctx;
+  SetTimeout(&ctx, timeout_);
+  ctx.set_wait_for_ready(false);
+  quilt::v1::DeleteJobRequest request;
+  request.set_job_id(job_id);
+  request.set_keep_checkpoints(keep_checkpoints);
+  quilt::v1::DeleteJobResponse response;
+  grpc::Status s = stubs_->jobs->DeleteJob(&ctx, request, &response);
+  if (!s.ok()) return CallStatus(s, address_);
+  return response.removed_checkpoints();
+}
+
 absl::StatusOr<quilt::v1::ExportJobResponse> JobClient::ExportJob(const std::string& job_id) {
   grpc::ClientContext ctx;
   SetTimeout(&ctx, timeout_);

@@ -65,6 +65,8 @@ class JobClient {
   absl::StatusOr<quilt::v1::JobStatus> GetJob(const std::string& job_id);
   absl::StatusOr<std::vector<quilt::v1::JobStatus>> ListJobs();
   absl::Status CancelJob(const std::string& job_id, const std::string& reason);
+  // The checkpoint directory removed (empty when kept or none).
+  absl::StatusOr<std::string> DeleteJob(const std::string& job_id, bool keep_checkpoints);
   absl::StatusOr<quilt::v1::ExportJobResponse> ExportJob(const std::string& job_id);
   // Streams the job's status to `on_status` until the job ends (OK) or the
   // stream fails; no deadline.

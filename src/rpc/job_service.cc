@@ -1,5 +1,7 @@
 #include "src/rpc/job_service.h"
 
+#include <filesystem>
+
 #include "absl/strings/str_cat.h"
 #include "src/cluster/topology.h"
 #include "src/common/logging.h"
@@ -191,6 +193,32 @@ grpc::ServerUnaryReactor* JobServiceImpl::ExportJob(grpc::CallbackServerContext*
         ASSIGN_OR_RETURN(quilt::v1::JobRecord record,
                          coordinator_->jobs()->RecordWithModel(r.job_id()));
         ASSIGN_OR_RETURN(*response, ExportTrainedOnnx(record));
+        return absl::OkStatus();
+      });
+}
+
+grpc::ServerUnaryReactor* JobServiceImpl::DeleteJob(grpc::CallbackServerContext* ctx,
+                                                    const grpc::ByteBuffer* raw_request,
+                                                    grpc::ByteBuffer* raw_response) {
+  // Removing checkpoints is file work: the exports' queue.
+  return OnQueue<quilt::v1::DeleteJobRequest, quilt::v1::DeleteJobResponse>(
+      &exports_, ctx, raw_request, raw_response, "DeleteJob",
+      [this](const quilt::v1::DeleteJobRequest& r, quilt::v1::DeleteJobResponse* response) {
+        ASSIGN_OR_RETURN(std::string checkpoints, coordinator_->jobs()->Delete(r.job_id()));
+        std::error_code ec;
+        // Only the job's own directory (<checkpoint_dir>/<job id>).
+        if (r.keep_checkpoints() || checkpoints.empty() ||
+            std::filesystem::path(checkpoints).filename() != r.job_id() ||
+            !std::filesystem::exists(checkpoints, ec)) {
+          return absl::OkStatus();
+        }
+        std::filesystem::remove_all(checkpoints, ec);
+        if (ec) {
+          return absl::UnavailableError(absl::StrCat("job ", r.job_id(),
+                                                     " is deleted, but its checkpoints in ",
+                                                     checkpoints, " are not: ", ec.message()));
+        }
+        response->set_removed_checkpoints(checkpoints);
         return absl::OkStatus();
       });
 }

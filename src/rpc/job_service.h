@@ -33,7 +33,8 @@ using JobServiceBase = quilt::v1::JobService::WithRawCallbackMethod_PlanJob<
             quilt::v1::JobService::WithRawCallbackMethod_ListJobs<
                 quilt::v1::JobService::WithRawCallbackMethod_CancelJob<
                     quilt::v1::JobService::WithRawCallbackMethod_ExportJob<
-                        quilt::v1::JobService::Service>>>>>>;
+                        quilt::v1::JobService::WithRawCallbackMethod_DeleteJob<
+                            quilt::v1::JobService::Service>>>>>>>;
 
 class JobServiceImpl final : public JobServiceBase {
  public:
@@ -59,6 +60,9 @@ class JobServiceImpl final : public JobServiceBase {
                                       const grpc::ByteBuffer* request,
                                       grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* ExportJob(grpc::CallbackServerContext* ctx,
+                                      const grpc::ByteBuffer* request,
+                                      grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* DeleteJob(grpc::CallbackServerContext* ctx,
                                       const grpc::ByteBuffer* request,
                                       grpc::ByteBuffer* response) override;
   grpc::Status WatchJob(grpc::ServerContext* ctx, const quilt::v1::WatchJobRequest* request,

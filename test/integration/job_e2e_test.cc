@@ -35,6 +35,7 @@ namespace quilt::testing {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 constexpr int64_t kBatch = 16;
 constexpr int64_t kSteps = 8;
@@ -247,6 +248,34 @@ TEST_F(Jobs, CancelStopsARunningJobWithinSecondsAndFreesTheWorkers) {
   const std::string next = Submit(SubmitArgs(cluster_.dir().File("ckpt2"), 3, "dp-even-ring"));
   EXPECT_TRUE(Eventually([&] { return State(next) == "JOB_STATE_SUCCEEDED"; }, absl::Seconds(60)))
       << Job(next).dump();
+  // The listing selects by state.
+  auto listed = [&](const std::string& state) {
+    absl::StatusOr<CommandResult> r = cluster_.Quiltctl({"jobs", "--state", state});
+    return r.ok() && r->exit_code == 0 ? r->out : std::string("failed");
+  };
+  EXPECT_THAT(listed("cancelled"), HasSubstr(id));
+  EXPECT_THAT(listed("cancelled"), Not(HasSubstr(next)));
+  EXPECT_THAT(listed("ended"), HasSubstr(next));
+  EXPECT_THAT(listed("active"), Not(HasSubstr(next)));
+  // Deleting an ended job forgets it and removes its checkpoints; a kept
+  // directory stays.
+  const std::string next_checkpoints = cluster_.dir().File("ckpt2") + "/" + next;
+  ASSERT_TRUE(std::filesystem::exists(next_checkpoints + "/step-00000003"));
+  absl::StatusOr<CommandResult> d = cluster_.Quiltctl({"delete", next});
+  ASSERT_THAT(d.status(), IsOk());
+  EXPECT_EQ(d->exit_code, 0) << d->err;
+  EXPECT_THAT(d->out, HasSubstr("its checkpoints in " + next_checkpoints));
+  EXPECT_FALSE(std::filesystem::exists(next_checkpoints));
+  EXPECT_TRUE(Job(next).empty());
+  EXPECT_THAT(listed("all"), Not(HasSubstr(next)));
+  d = cluster_.Quiltctl({"delete", id, "--keep-checkpoints"});
+  ASSERT_THAT(d.status(), IsOk());
+  EXPECT_EQ(d->exit_code, 0) << d->err;
+  EXPECT_TRUE(std::filesystem::exists(cluster_.dir().File("ckpt") + "/" + id));
+  d = cluster_.Quiltctl({"delete", id});
+  ASSERT_THAT(d.status(), IsOk());
+  EXPECT_NE(d->exit_code, 0);
+  EXPECT_THAT(d->err, HasSubstr("no job '" + id + "'"));
 }
 
 TEST_F(Jobs, BadRequestsAreRejectedAtSubmitWithTheirReason) {
@@ -390,6 +419,16 @@ TEST_F(Jobs, ACheckpointThatCannotBeWrittenFailsTheJobAtThatStep) {
   EXPECT_THAT(Job(id).value("message", std::string()), HasSubstr("checkpoint at step 40"));
   EXPECT_LT(Step(id), 100);
   EXPECT_TRUE(std::filesystem::exists(checkpoints + "/" + id + "/step-00000036/rank-1"));
+}
+
+TEST_F(Jobs, ARunningJobCannotBeDeleted) {
+  const std::string id = Submit(SubmitArgs(cluster_.dir().File("ckpt"), 1000000, "dp-even-ring"));
+  ASSERT_TRUE(Eventually([&] { return Step(id) > 0; }, absl::Seconds(60))) << Job(id).dump();
+  absl::StatusOr<CommandResult> d = cluster_.Quiltctl({"delete", id});
+  ASSERT_THAT(d.status(), IsOk());
+  EXPECT_NE(d->exit_code, 0);
+  EXPECT_THAT(d->err, HasSubstr("is running; cancel it first"));
+  EXPECT_EQ(State(id), "JOB_STATE_RUNNING");
 }
 
 TEST_F(Jobs, ARunningJobOutlivesACoordinatorRestart) {

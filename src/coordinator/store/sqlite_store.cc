@@ -170,6 +170,14 @@ absl::StatusOr<CoordinatorStore::JobModel> SqliteStore::GetJobModel(const std::s
   return model;
 }
 
+absl::Status SqliteStore::DeleteJob(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  return db_->Transaction([&]() -> absl::Status {
+    RETURN_IF_ERROR(db_->Run("DELETE FROM jobs WHERE job_id = ?", {job_id}));
+    return db_->Run("DELETE FROM job_models WHERE job_id = ?", {job_id});
+  });
+}
+
 absl::Status SqliteStore::PutJob(const quilt::v1::JobRecord& job) {
   absl::MutexLock lock(&mu_);
   return db_->Run(

@@ -27,6 +27,7 @@ class SqliteStore final : public CoordinatorStore {
   absl::Status PutJob(const quilt::v1::JobRecord& job) override;
   absl::StatusOr<std::vector<quilt::v1::JobRecord>> ListJobs() override;
   absl::StatusOr<JobModel> GetJobModel(const std::string& job_id) override;
+  absl::Status DeleteJob(const std::string& job_id) override;
   absl::StatusOr<std::vector<quilt::v1::ClusterEvent>> RecentEvents(int max) override;
 
  private:

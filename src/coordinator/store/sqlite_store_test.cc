@@ -153,6 +153,11 @@ TEST(SqliteStore, AJobsModelIsStoredOnceApartFromItsRecord) {
   EXPECT_EQ(model->onnx, std::string(1 << 20, 'm'));
   EXPECT_EQ(model->program, "program");
   EXPECT_THAT((*store)->GetJobModel("job-2"), StatusIs(absl::StatusCode::kNotFound));
+  // Deleted: record and model.
+  ASSERT_THAT((*store)->DeleteJob("job-1"), IsOk());
+  EXPECT_THAT(*(*store)->ListJobs(), SizeIs(0));
+  EXPECT_THAT((*store)->GetJobModel("job-1"), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT((*store)->DeleteJob("job-1"), IsOk());  // nothing left to delete
 }
 
 TEST(SqliteStore, AVersionTwoDatabaseMovesModelsOutOfItsJobRecords) {

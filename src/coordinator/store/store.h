@@ -44,6 +44,8 @@ class CoordinatorStore {
   virtual absl::StatusOr<std::vector<quilt::v1::JobRecord>> ListJobs() = 0;
   // Errors: NOT_FOUND.
   virtual absl::StatusOr<JobModel> GetJobModel(const std::string& job_id) = 0;
+  // Removes the job's record and model (nothing when there is none).
+  virtual absl::Status DeleteJob(const std::string& job_id) = 0;
 
   static constexpr int kMaxEvents = 1000;
 };
