@@ -41,6 +41,18 @@ void AddClusterCommands(CLI::App& app, const GlobalOptions& g, std::vector<Comma
                     std::cout << RenderNodes(*s, *nodes_format);
                     return 0;
                   }});
+
+  auto forget_id = std::make_shared<std::string>();
+  CLI::App* forget =
+      app.add_subcommand("forget", "Remove a Down node (a machine taken out of the cluster)");
+  forget->add_option("node", *forget_id, "Node id")->required();
+  out->push_back({forget, [&g, forget_id]() {
+                    rpc::AdminClient admin(g.coordinator, absl::Seconds(g.timeout_s));
+                    absl::Status s = admin.ForgetNode(*forget_id);
+                    if (!s.ok()) return PrintError(std::string(s.message()));
+                    std::cout << "forgot node " << *forget_id << "\n";
+                    return 0;
+                  }});
 }
 
 }  // namespace quilt::cli

@@ -70,8 +70,8 @@ int main(int argc, char** argv) {
   for (const quilt::cli::Command& c : commands) {
     if (!c.app->parsed()) continue;
     // Commands that call the coordinator need an address they can use.
-    static const std::set<std::string> remote = {"status", "nodes",  "submit", "jobs",  "describe",
-                                                 "watch",  "cancel", "export", "delete"};
+    static const std::set<std::string> remote = {"status", "nodes",  "submit", "jobs",   "describe",
+                                                 "watch",  "cancel", "export", "delete", "forget"};
     if (remote.count(c.app->get_name()) > 0 && globals.coordinator.rfind("unix:", 0) != 0) {
       absl::StatusOr<quilt::HostPort> hp = quilt::ParseHostPort(globals.coordinator);
       if (!hp.ok() || hp->port == 0) {

@@ -398,6 +398,7 @@ class FullDiskStore final : public CoordinatorStore {
  public:
   explicit FullDiskStore(CoordinatorStore* store) : store_(store) {}
   absl::Status PutNode(const quilt::v1::NodeStatus& n) override { return store_->PutNode(n); }
+  absl::Status DeleteNode(const std::string& id) override { return store_->DeleteNode(id); }
   absl::StatusOr<std::vector<quilt::v1::NodeStatus>> ListNodes() override {
     return store_->ListNodes();
   }

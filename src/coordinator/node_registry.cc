@@ -51,6 +51,25 @@ absl::Status NodeRegistry::Persist(Entry& e) {
   return s;
 }
 
+absl::Status NodeRegistry::Forget(const std::string& node_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = nodes_.find(node_id);
+  if (it == nodes_.end()) return absl::NotFoundError("no node '" + node_id + "'");
+  const NodeState state = it->second.status.state();
+  if (state != quilt::v1::NODE_STATE_DOWN) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "node ", node_id, " is ", state == quilt::v1::NODE_STATE_READY ? "Ready" : "NotReady",
+        "; only a Down node is forgotten (stop its worker and wait until it is Down)"));
+  }
+  if (absl::Status s = store_->DeleteNode(node_id); !s.ok()) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot remove node ", node_id, " from the store: ", s.message()));
+  }
+  nodes_.erase(it);
+  RecordEvent(node_id, ClusterEvent::KIND_NODE_FORGOTTEN, "removed from the cluster");
+  return absl::OkStatus();
+}
+
 void NodeRegistry::RecordJobFailure(const std::string& node_id, const std::string& message) {
   absl::MutexLock lock(&mu_);
   RecordEvent(node_id, ClusterEvent::KIND_JOB_FAILED, message);

@@ -70,6 +70,10 @@ class NodeRegistry {
 
   const LivenessOptions& options() const { return options_; }
 
+  // Removes a Down node (a machine taken out of the cluster). Errors:
+  // NOT_FOUND, FAILED_PRECONDITION (not Down), UNAVAILABLE (the store).
+  absl::Status Forget(const std::string& node_id);
+
   // A job failed (kept with the nodes' events for `quiltctl status`).
   void RecordJobFailure(const std::string& node_id, const std::string& message);
 

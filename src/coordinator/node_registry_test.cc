@@ -157,5 +157,26 @@ TEST_F(NodeRegistryTest, CoordinatorRestart_KeepsNodesAsNotReadyUntilHeartbeat) 
   EXPECT_GE(registry_->RecentEvents(100).size(), 3u);
 }
 
+TEST_F(NodeRegistryTest, OnlyADownNodeIsForgottenAndItStaysForgotten) {
+  ASSERT_THAT(registry_->Register(Info("a"), 11), IsOk());
+  ASSERT_THAT(registry_->Register(Info("b"), 22), IsOk());
+  EXPECT_THAT(registry_->Forget("a"),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("node a is Ready")));
+  EXPECT_THAT(registry_->Forget("zz"), StatusIs(absl::StatusCode::kNotFound));
+  clock_.Advance(absl::Seconds(31));
+  ASSERT_THAT(registry_->Heartbeat("a", 11), IsOk());
+  registry_->CheckLiveness();
+  ASSERT_EQ(StateOf("b"), quilt::v1::NODE_STATE_DOWN);
+  ASSERT_THAT(registry_->Forget("b"), IsOk());
+  ASSERT_THAT(registry_->ListNodes(), SizeIs(1));
+  EXPECT_EQ(registry_->RecentEvents(1)[0].kind(), quilt::v1::ClusterEvent::KIND_NODE_FORGOTTEN);
+  Reopen();
+  ASSERT_THAT(registry_->ListNodes(), SizeIs(1));
+  EXPECT_EQ(registry_->ListNodes()[0].info().node_id(), "a");
+  // Its worker, back, registers anew.
+  ASSERT_THAT(registry_->Register(Info("b"), 23), IsOk());
+  EXPECT_EQ(StateOf("b"), quilt::v1::NODE_STATE_READY);
+}
+
 }  // namespace
 }  // namespace quilt

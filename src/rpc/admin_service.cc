@@ -19,6 +19,16 @@ grpc::ServerUnaryReactor* AdminServiceImpl::GetClusterStatus(grpc::CallbackServe
       [this](const auto& req, auto* resp) { return ClusterStatus(req, resp); });
 }
 
+grpc::ServerUnaryReactor* AdminServiceImpl::ForgetNode(grpc::CallbackServerContext* ctx,
+                                                       const grpc::ByteBuffer* request,
+                                                       grpc::ByteBuffer* response) {
+  return HandleUnary<quilt::v1::ForgetNodeRequest, quilt::v1::ForgetNodeResponse>(
+      ctx, request, response, kMaxAdminRequestBytes, "ForgetNode",
+      [this](const quilt::v1::ForgetNodeRequest& req, quilt::v1::ForgetNodeResponse*) {
+        return coordinator_->registry()->Forget(req.node_id());
+      });
+}
+
 absl::Status AdminServiceImpl::ClusterStatus(const quilt::v1::GetClusterStatusRequest& request,
                                              quilt::v1::ClusterStatus* response) {
   NodeRegistry* registry = coordinator_->registry();

@@ -1,5 +1,6 @@
 // gRPC adapter of AdminService (operators → coordinator): cluster status for
-// `quiltctl status` and `quiltctl nodes`. Raw methods, see handler_util.h.
+// `quiltctl status` and `quiltctl nodes`, and removing a Down node
+// (`quiltctl forget`). Raw methods, see handler_util.h.
 #ifndef QUILT_SRC_RPC_ADMIN_SERVICE_H_
 #define QUILT_SRC_RPC_ADMIN_SERVICE_H_
 
@@ -11,7 +12,7 @@ namespace quilt::rpc {
 inline constexpr size_t kMaxAdminRequestBytes = 64 << 10;
 
 using AdminServiceBase = quilt::v1::AdminService::WithRawCallbackMethod_GetClusterStatus<
-    quilt::v1::AdminService::Service>;
+    quilt::v1::AdminService::WithRawCallbackMethod_ForgetNode<quilt::v1::AdminService::Service>>;
 
 class AdminServiceImpl final : public AdminServiceBase {
  public:
@@ -20,6 +21,9 @@ class AdminServiceImpl final : public AdminServiceBase {
   grpc::ServerUnaryReactor* GetClusterStatus(grpc::CallbackServerContext* ctx,
                                              const grpc::ByteBuffer* request,
                                              grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* ForgetNode(grpc::CallbackServerContext* ctx,
+                                       const grpc::ByteBuffer* request,
+                                       grpc::ByteBuffer* response) override;
 
  private:
   absl::Status ClusterStatus(const quilt::v1::GetClusterStatusRequest& request,

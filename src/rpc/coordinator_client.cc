@@ -106,6 +106,17 @@ absl::StatusOr<quilt::v1::ClusterStatus> AdminClient::GetClusterStatus(
   return response;
 }
 
+absl::Status AdminClient::ForgetNode(const std::string& node_id) {
+  grpc::ClientContext ctx;
+  SetTimeout(&ctx, timeout_);
+  ctx.set_wait_for_ready(false);
+  quilt::v1::ForgetNodeRequest request;
+  request.set_node_id(node_id);
+  quilt::v1::ForgetNodeResponse response;
+  grpc::Status s = stubs_->admin->ForgetNode(&ctx, request, &response);
+  return s.ok() ? absl::OkStatus() : CallStatus(s, address_);
+}
+
 struct JobClient::Stubs {
   std::unique_ptr<quilt::v1::JobService::Stub> jobs;
 };

@@ -43,6 +43,7 @@ class AdminClient {
 
   absl::StatusOr<quilt::v1::ClusterStatus> GetClusterStatus(
       const quilt::v1::GetClusterStatusRequest& request);
+  absl::Status ForgetNode(const std::string& node_id);
 
   const std::string& address() const { return address_; }
 

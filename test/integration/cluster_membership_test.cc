@@ -106,6 +106,17 @@ TEST_F(ClusterMembershipTest, KilledWorker_NotReadyThenDown_ThenBackWithNewIncar
   auto status = cluster_.Quiltctl({"status"});
   ASSERT_THAT(status, IsOk());
   EXPECT_THAT(status->out, HasSubstr("w2  Down: no heartbeat"));
+  // A Ready node is not forgotten; a Down one is, until its worker is back.
+  auto refused = cluster_.Quiltctl({"forget", "w1"});
+  ASSERT_THAT(refused, IsOk());
+  EXPECT_EQ(refused->exit_code, 1);
+  EXPECT_THAT(refused->err, HasSubstr("only a Down node is forgotten"));
+  auto forgot = cluster_.Quiltctl({"forget", "w2"});
+  ASSERT_THAT(forgot, IsOk());
+  EXPECT_EQ(forgot->exit_code, 0) << forgot->err;
+  auto listed = cluster_.Nodes();
+  ASSERT_THAT(listed, IsOk());
+  EXPECT_EQ(listed->count("w2"), 0u);
 
   auto again = cluster_.StartWorker("w2");
   ASSERT_THAT(again, IsOk());

@@ -101,6 +101,11 @@ absl::Status SqliteStore::PutNode(const quilt::v1::NodeStatus& node) {
                   {node.info().node_id(), Blob{node.SerializeAsString()}});
 }
 
+absl::Status SqliteStore::DeleteNode(const std::string& node_id) {
+  absl::MutexLock lock(&mu_);
+  return db_->Run("DELETE FROM nodes WHERE node_id = ?", {node_id});
+}
+
 absl::StatusOr<std::vector<quilt::v1::NodeStatus>> SqliteStore::ListNodes() {
   absl::MutexLock lock(&mu_);
   std::vector<quilt::v1::NodeStatus> nodes;

@@ -21,6 +21,7 @@ class SqliteStore final : public CoordinatorStore {
   static absl::StatusOr<std::unique_ptr<SqliteStore>> Open(const std::string& path);
 
   absl::Status PutNode(const quilt::v1::NodeStatus& node) override;
+  absl::Status DeleteNode(const std::string& node_id) override;
   absl::StatusOr<std::vector<quilt::v1::NodeStatus>> ListNodes() override;
   absl::Status AppendEvent(const quilt::v1::ClusterEvent& event) override;
   absl::Status AddJob(const quilt::v1::JobRecord& job, const JobModel& model) override;

@@ -21,6 +21,8 @@ class CoordinatorStore {
   // Inserts or replaces the node's record (keyed by info.node_id).
   virtual absl::Status PutNode(const quilt::v1::NodeStatus& node) = 0;
   virtual absl::StatusOr<std::vector<quilt::v1::NodeStatus>> ListNodes() = 0;
+  // Removes the node's record (nothing when there is none).
+  virtual absl::Status DeleteNode(const std::string& node_id) = 0;
 
   // Appends an event; only the newest `kMaxEvents` are kept.
   virtual absl::Status AppendEvent(const quilt::v1::ClusterEvent& event) = 0;
