@@ -468,6 +468,8 @@ absl::StatusOr<std::vector<std::string>> JobManager::ExchangeAddresses(const std
                                                    job_id, " (", world, " executors)"));
   }
   if (address.empty()) return absl::InvalidArgumentError("empty address");
+  // (Empty in a job loaded at start-up: executors publish again.)
+  if (job->addresses.size() != static_cast<size_t>(world)) job->addresses.assign(world, "");
   job->addresses[rank] = address;
   for (const std::string& a : job->addresses) {
     if (a.empty()) return std::vector<std::string>{};

@@ -289,6 +289,21 @@ TEST_F(JobManagerTest, JobsSurviveARestartAndRunningOnesGoOnWhenTheirNodesReport
   EXPECT_THAT(jobs_->Record(running)->losses(), ElementsAre(2.0, 2.0, 2.0, 2.0));
 }
 
+TEST_F(JobManagerTest, ExecutorsFindEachOtherAfterARestart) {
+  const std::string id = AddJob(100);
+  Beat("a", {Report(id, quilt::v1::TASK_STATE_RUNNING, 1, {})});
+  Beat("b", {Report(id, quilt::v1::TASK_STATE_RUNNING, 1, {})});
+  ASSERT_THAT(jobs_->ExchangeAddresses(id, 0, 2, "addr-a"), IsOk());
+  // The coordinator restarts before rank 1 published: both publish again.
+  Reopen();
+  absl::StatusOr<std::vector<std::string>> a = jobs_->ExchangeAddresses(id, 0, 2, "addr-a");
+  ASSERT_THAT(a, IsOk());
+  EXPECT_THAT(*a, IsEmpty());  // not everyone yet
+  absl::StatusOr<std::vector<std::string>> b = jobs_->ExchangeAddresses(id, 1, 2, "addr-b");
+  ASSERT_THAT(b, IsOk());
+  EXPECT_THAT(*b, ElementsAre("addr-a", "addr-b"));
+}
+
 TEST_F(JobManagerTest, AJobWhoseNodeComesBackWithoutItsExecutorFailsAfterARestart) {
   const std::string running = AddJob(100);
   Beat("a", {Report(running, quilt::v1::TASK_STATE_RUNNING, 1, {1.0})});
