@@ -156,7 +156,10 @@ int Watch(const std::string& id, const GlobalOptions& g, const std::string& form
   // first, so that a coordinator that does not answer is reported within
   // --timeout.
   absl::Status s = client.GetJob(id).status();
-  if (s.ok()) {
+  // A coordinator that restarts (an upgrade) keeps its jobs: the watch
+  // waits for it, up to kWatchReconnect, and goes on.
+  constexpr absl::Duration kWatchReconnect = absl::Minutes(10);
+  while (s.ok()) {
     s = client.WatchJob(id, [&](const JobStatus& st) {
       last = st;
       if (format == "json") {
@@ -171,6 +174,16 @@ int Watch(const std::string& id, const GlobalOptions& g, const std::string& form
         last_printed_state = st.state();
       }
     });
+    if (s.ok() || s.code() != absl::StatusCode::kUnavailable || JobEnded(last.state())) break;
+    std::cerr << (tty ? "\n" : "") << "quiltctl: " << s.message()
+              << "; watching again when the coordinator is back\n";
+    const absl::Time give_up = absl::Now() + kWatchReconnect;
+    do {
+      absl::SleepFor(absl::Seconds(1));
+      s = client.GetJob(id).status();
+    } while ((s.code() == absl::StatusCode::kUnavailable ||
+              s.code() == absl::StatusCode::kDeadlineExceeded) &&
+             absl::Now() < give_up);
   }
   if (tty) std::cout << "\n";
   if (!s.ok()) return PrintError(std::string(s.message()));

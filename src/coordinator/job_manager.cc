@@ -11,6 +11,7 @@
 #include "src/common/logging.h"
 #include "src/common/proto_time.h"
 #include "src/common/status.h"
+#include "src/coordinator/checkpoint_dir.h"
 
 namespace quilt {
 
@@ -377,7 +378,20 @@ void JobManager::OnHeartbeat(const quilt::v1::HeartbeatRequest& request,
     if (!Ended(r.status().state()) && started && !TaskEnded(task->second.state()) &&
         !reported.count(id)) {
       // A worker reports every executor it knows until the coordinator
-      // has its end: this one is gone (the worker restarted).
+      // has its end: this one is gone (the worker restarted). If every
+      // rank wrote the final checkpoint, it finished first (the worker
+      // restarted while the coordinator was away, its report lost).
+      const auto steps = CompleteSteps(r.spec().checkpoint_dir(), r.world_size());
+      if (!steps.empty() && steps.front().first == r.spec().steps()) {
+        quilt::v1::TaskReport done;
+        done.set_job_id(id);
+        done.set_state(quilt::v1::TASK_STATE_SUCCEEDED);
+        done.set_step(r.spec().steps());
+        done.set_message("finished (its final checkpoint is complete); its worker restarted since");
+        ApplyReport(&job, node, done);
+        Changed(&job);
+        continue;
+      }
       (*job.record.mutable_tasks())[node].set_state(quilt::v1::TASK_STATE_FAILED);
       Finish(&job, quilt::v1::JOB_STATE_FAILED,
              absl::StrCat("the worker on ", node,
@@ -424,19 +438,29 @@ void JobManager::OnHeartbeat(const quilt::v1::HeartbeatRequest& request,
 }
 
 void JobManager::CheckNodes() {
+  std::map<std::string, std::string> down, silent;  // node → reason
+  for (const quilt::v1::NodeStatus& n : registry_->ListNodes()) {
+    if (n.state() == quilt::v1::NODE_STATE_DOWN) down[n.info().node_id()] = n.reason();
+    if (n.state() != quilt::v1::NODE_STATE_READY) silent[n.info().node_id()] = n.reason();
+  }
   {
-    // Failures caused by a peer whose own report did not come.
+    // Failures caused by a peer whose own report did not come: a node of
+    // the job that stopped heartbeating is the likely cause, and named.
     absl::MutexLock lock(&mu_);
     for (auto& [id, job] : jobs_) {
       if (job.knock_on.message.empty() || Ended(job.record.status().state())) continue;
-      if (clock_->Now() - job.knock_on.since >= kRootCauseWait) {
-        Finish(&job, quilt::v1::JOB_STATE_FAILED, job.knock_on.message, job.knock_on.node);
+      if (clock_->Now() - job.knock_on.since < kRootCauseWait) continue;
+      std::string node = job.knock_on.node, message = job.knock_on.message;
+      for (const std::string& n : job.record.world()) {
+        auto s = silent.find(n);
+        if (s == silent.end()) continue;
+        node = n;
+        message = absl::StrCat("node ", n, " stopped heartbeating",
+                               s->second.empty() ? "" : " (" + s->second + ")", "; ", message);
+        break;
       }
+      Finish(&job, quilt::v1::JOB_STATE_FAILED, message, node);
     }
-  }
-  std::map<std::string, std::string> down;
-  for (const quilt::v1::NodeStatus& n : registry_->ListNodes()) {
-    if (n.state() == quilt::v1::NODE_STATE_DOWN) down[n.info().node_id()] = n.reason();
   }
   if (down.empty()) return;
   absl::MutexLock lock(&mu_);

@@ -5,6 +5,8 @@
 #include <fstream>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -216,6 +218,31 @@ TEST_F(JobManagerTest, AFailureCausedByAPeerGivesWayToThePeersOwnReport) {
   EXPECT_EQ(Status(other).message(), "the executor on a failed: " + knock_on);
 }
 
+TEST_F(JobManagerTest, AFailureCausedByAPeerNamesANodeThatStoppedHeartbeating) {
+  ASSERT_THAT(registry_->Register(Info("a"), 1), IsOk());
+  ASSERT_THAT(registry_->Register(Info("b"), 2), IsOk());
+  ASSERT_THAT(registry_->Register(Info("c"), 3), IsOk());
+  NewJob n;
+  n.spec.set_steps(100);
+  n.program = "program-bytes";
+  n.world = {"a", "b", "c"};
+  absl::StatusOr<std::string> id = jobs_->Add(n);
+  ASSERT_THAT(id, IsOk());
+  // c's worker died with its executor; a and b blame each other.
+  TaskReport r = Report(*id, quilt::v1::TASK_STATE_FAILED, 2, {});
+  r.set_message("receive from rank 1 (b) (tag 0x5, 64 bytes): the peer failed");
+  Beat("a", {r});
+  r.set_message("receive from rank 0 (a) (tag 0x5, 64 bytes): the peer failed");
+  Beat("b", {r});
+  clock_.Advance(absl::Seconds(6));  // past not_ready_after for c
+  ASSERT_THAT(registry_->Heartbeat("a", 1), IsOk());
+  ASSERT_THAT(registry_->Heartbeat("b", 2), IsOk());
+  registry_->CheckLiveness();
+  jobs_->CheckNodes();
+  EXPECT_EQ(Status(*id).state(), quilt::v1::JOB_STATE_FAILED);
+  EXPECT_THAT(Status(*id).message(), ::testing::StartsWith("node c stopped heartbeating"));
+}
+
 TEST_F(JobManagerTest, CancelTellsTheWorkersAndRefusesASecondTime) {
   const std::string id = AddJob();
   Beat("a", {Report(id, quilt::v1::TASK_STATE_RUNNING, 1, {})});
@@ -287,6 +314,44 @@ TEST_F(JobManagerTest, JobsSurviveARestartAndRunningOnesGoOnWhenTheirNodesReport
   EXPECT_EQ(s.state(), quilt::v1::JOB_STATE_SUCCEEDED);
   EXPECT_EQ(s.step(), 4);
   EXPECT_THAT(jobs_->Record(running)->losses(), ElementsAre(2.0, 2.0, 2.0, 2.0));
+}
+
+TEST_F(JobManagerTest, AJobThatFinishedWhileItsWorkerRestartedSucceeds) {
+  NewJob n;
+  n.spec.set_steps(8);
+  n.spec.set_checkpoint_dir(dir_.File("ck"));
+  n.program = "program-bytes";
+  n.world = {"a", "b"};
+  absl::StatusOr<std::string> id = jobs_->Add(n);
+  ASSERT_THAT(id, IsOk());
+  for (const std::string node : {"a", "b"}) {
+    Beat(node, {Report(*id, quilt::v1::TASK_STATE_RUNNING, 1, {1.0})});
+  }
+  auto checkpoint = [&](int64_t step) {
+    for (int r = 0; r < 2; ++r) {
+      const std::string rank_dir = absl::StrCat(dir_.File("ck"), "/", *id, "/step-",
+                                                absl::StrFormat("%08d", step), "/rank-", r);
+      std::filesystem::create_directories(rank_dir);
+      std::ofstream(rank_dir + "/metrics.json") << "{}";
+    }
+  };
+  // While the coordinator was away: both executors finished, b's worker
+  // restarted and lost its report; a reports.
+  checkpoint(4);
+  checkpoint(8);
+  Reopen();
+  Beat("a", {Report(*id, quilt::v1::TASK_STATE_SUCCEEDED, 2, {1, 1, 1, 1, 1, 1, 1})});
+  Beat("b");
+  EXPECT_EQ(Status(*id).state(), quilt::v1::JOB_STATE_SUCCEEDED) << Status(*id).message();
+  EXPECT_EQ(Status(*id).step(), 8);
+  // Without the final checkpoint, a worker that lost its executor fails
+  // the job.
+  const std::string other = AddJob(8);
+  for (const std::string node : {"a", "b"}) {
+    Beat(node, {Report(other, quilt::v1::TASK_STATE_RUNNING, 1, {1.0})});
+  }
+  Beat("b");
+  EXPECT_EQ(Status(other).state(), quilt::v1::JOB_STATE_FAILED);
 }
 
 TEST_F(JobManagerTest, ExecutorsFindEachOtherAfterARestart) {

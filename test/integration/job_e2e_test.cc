@@ -437,6 +437,11 @@ TEST_F(Jobs, ARunningJobOutlivesACoordinatorRestart) {
       Submit(SubmitArgs(cluster_.dir().File("ckpt"), kLongSteps, "dp-even-ring"));
   ASSERT_TRUE(Eventually([&] { return Step(id) > 2; }, absl::Seconds(60))) << Job(id).dump();
   const std::string address = cluster_.address();
+  // A watch across the restart waits for the coordinator and goes on.
+  absl::StatusOr<Subprocess> watch =
+      Subprocess::Start({RunfilePath("src/cli/quiltctl"), "--coordinator", address, "watch", id},
+                        cluster_.dir().File("watch.log"));
+  ASSERT_THAT(watch.status(), IsOk());
   const int64_t before = Step(id);
   cluster_.StopCoordinator(SIGTERM);
   ASSERT_TRUE(cluster_.WaitCoordinator(absl::Seconds(10)).has_value());
@@ -448,6 +453,13 @@ TEST_F(Jobs, ARunningJobOutlivesACoordinatorRestart) {
   EXPECT_EQ(watched->exit_code, 0) << watched->out << watched->err << Job(id).dump();
   EXPECT_EQ(State(id), "JOB_STATE_SUCCEEDED") << Job(id).dump();
   EXPECT_EQ(Step(id), kLongSteps);
+  std::optional<int> watch_exit = watch->Wait(absl::Seconds(30));
+  ASSERT_TRUE(watch_exit.has_value());
+  std::ifstream watch_log(cluster_.dir().File("watch.log"));
+  const std::string watch_text((std::istreambuf_iterator<char>(watch_log)),
+                               std::istreambuf_iterator<char>());
+  EXPECT_EQ(*watch_exit, 0) << watch_text;
+  EXPECT_THAT(watch_text, HasSubstr("watching again when the coordinator is back"));
   // Its final checkpoint is complete: it exports.
   absl::StatusOr<CommandResult> exported =
       cluster_.Quiltctl({"export", id, "-o", cluster_.dir().File("after-restart.onnx")});
