@@ -61,6 +61,7 @@ absl::Status JobManager::Load() {
       // Steps a node reported before are not counted again (its worker may
       // send them again: their acknowledgement was lost).
       for (const auto& [node, task] : job.record.tasks()) job.next_step[node] = task.step() + 1;
+      job.losses_first = job.record.status().step() + 1;  // the store has those before
       QLOG_INFO("job {} resumes after the restart at step {}; waiting for its nodes", id,
                 job.record.status().step());
     }
@@ -82,10 +83,29 @@ void JobManager::Flush() {
 
 void JobManager::Persist(Job* job) {
   job->persisted = clock_->Now();
-  if (absl::Status s = store_->PutJob(job->record); !s.ok()) {
+  // With the losses of the steps every rank finished since the last write
+  // (appended; NaN for those lost across a restart).
+  const int64_t through = job->record.status().step();
+  CoordinatorStore::LossChunk chunk;
+  size_t taken = 0;
+  if (through >= job->losses_first) {
+    const size_t n = static_cast<size_t>(through - job->losses_first + 1);
+    taken = std::min(n, job->losses_tail.size());
+    chunk.first_step = job->losses_first;
+    chunk.losses.assign(job->losses_tail.begin(), job->losses_tail.begin() + taken);
+    chunk.losses.resize(n, std::nan(""));
+  }
+  if (absl::Status s = store_->PutJob(job->record, chunk); !s.ok()) {
     QLOG_ERROR("cannot store job {}: {}", job->record.status().job_id(), s.ToString());
-  } else {
-    job->persisted_version = job->version;
+    return;
+  }
+  job->persisted_version = job->version;
+  if (!chunk.losses.empty()) {
+    job->losses_tail.erase(job->losses_tail.begin(), job->losses_tail.begin() + taken);
+    job->losses_first = through + 1;
+    // Partial sums of stored steps never complete now (a restart lost parts).
+    job->loss_by_step.erase(job->loss_by_step.begin(),
+                            job->loss_by_step.lower_bound(job->losses_first));
   }
 }
 
@@ -169,6 +189,18 @@ absl::StatusOr<quilt::v1::JobRecord> JobManager::Record(const std::string& job_i
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) return absl::NotFoundError("no job '" + job_id + "'");
   return it->second.record;
+}
+
+absl::StatusOr<std::vector<double>> JobManager::Losses(const std::string& job_id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return absl::NotFoundError("no job '" + job_id + "'");
+  const Job& job = it->second;
+  ASSIGN_OR_RETURN(std::vector<double> losses, store_->GetJobLosses(job_id));
+  if (job.losses_tail.empty()) return losses;
+  losses.resize(static_cast<size_t>(job.losses_first - 1), std::nan(""));
+  losses.insert(losses.end(), job.losses_tail.begin(), job.losses_tail.end());
+  return losses;
 }
 
 absl::StatusOr<std::string> JobManager::Delete(const std::string& job_id) {
@@ -281,11 +313,13 @@ void JobManager::ApplyReport(Job* job, const std::string& node,
     auto& [sum, ranks] = job->loss_by_step[step];
     sum += report.loss_parts(i);
     if (++ranks == world) {
-      // Steps missing before it (lost across a coordinator restart) are NaN.
-      if (static_cast<int64_t>(r.losses_size()) < step) {
-        r.mutable_losses()->Resize(static_cast<int>(step), std::nan(""));
+      // Kept until written (Persist); steps missing before it (lost across
+      // a coordinator restart) are NaN.
+      if (step >= job->losses_first) {
+        const size_t at = static_cast<size_t>(step - job->losses_first);
+        if (job->losses_tail.size() <= at) job->losses_tail.resize(at + 1, std::nan(""));
+        job->losses_tail[at] = sum;
       }
-      r.set_losses(step - 1, sum);
       st->set_last_loss(sum);
       job->loss_by_step.erase(step);
     }

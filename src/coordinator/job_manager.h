@@ -66,6 +66,9 @@ class JobManager {
   // checkpoint directory, which the caller may remove. Errors: NOT_FOUND,
   // FAILED_PRECONDITION (not ended), UNAVAILABLE (the store failed: kept).
   absl::StatusOr<std::string> Delete(const std::string& job_id);
+  // The summed loss of every step, from step 1 (NaN for steps lost across a
+  // coordinator restart). Errors: NOT_FOUND, the store's.
+  absl::StatusOr<std::vector<double>> Losses(const std::string& job_id) const;
   std::vector<quilt::v1::JobStatus> List() const;
   std::map<std::string, int> CountByState() const;
 
@@ -118,6 +121,9 @@ class JobManager {
     int64_t version = 0;
     std::vector<std::string> addresses;                      // rendezvous, by rank
     std::map<int64_t, std::pair<double, int>> loss_by_step;  // sum, ranks
+    // Losses of steps losses_first, losses_first + 1, … not written yet.
+    std::vector<double> losses_tail;
+    int64_t losses_first = 1;
     std::vector<double> rank0_step_times;
     // Per node: the first step not applied yet (a retried heartbeat brings
     // steps again).

@@ -135,9 +135,9 @@ TEST_F(JobManagerTest, LossesSumOverRanksAndTheJobSucceedsWhenAllDo) {
   EXPECT_DOUBLE_EQ(s.last_loss(), 1.125);
   EXPECT_DOUBLE_EQ(s.measured_step_time_s(), 0.5);
   EXPECT_DOUBLE_EQ(s.samples_per_s(), 16);
-  absl::StatusOr<quilt::v1::JobRecord> r = jobs_->Record(id);
-  ASSERT_THAT(r, IsOk());
-  EXPECT_THAT(r->losses(), ElementsAre(1.5, 2.25, 1.125));
+  absl::StatusOr<std::vector<double>> losses = jobs_->Losses(id);
+  ASSERT_THAT(losses, IsOk());
+  EXPECT_THAT(*losses, ElementsAre(1.5, 2.25, 1.125));
 }
 
 TEST_F(JobManagerTest, ARetriedHeartbeatDoesNotCountItsStepsTwice) {
@@ -146,9 +146,9 @@ TEST_F(JobManagerTest, ARetriedHeartbeatDoesNotCountItsStepsTwice) {
   Beat("a", {a});
   Beat("a", {a});  // the worker did not get the answer and sends it again
   Beat("b", {Report(id, quilt::v1::TASK_STATE_RUNNING, 1, {0.5, 0.25})});
-  absl::StatusOr<quilt::v1::JobRecord> r = jobs_->Record(id);
-  ASSERT_THAT(r, IsOk());
-  EXPECT_THAT(r->losses(), ElementsAre(1.5, 2.25));
+  absl::StatusOr<std::vector<double>> losses = jobs_->Losses(id);
+  ASSERT_THAT(losses, IsOk());
+  EXPECT_THAT(*losses, ElementsAre(1.5, 2.25));
   EXPECT_EQ(Status(id).step(), 2);
 }
 
@@ -313,7 +313,7 @@ TEST_F(JobManagerTest, JobsSurviveARestartAndRunningOnesGoOnWhenTheirNodesReport
   const quilt::v1::JobStatus s = Status(running);
   EXPECT_EQ(s.state(), quilt::v1::JOB_STATE_SUCCEEDED);
   EXPECT_EQ(s.step(), 4);
-  EXPECT_THAT(jobs_->Record(running)->losses(), ElementsAre(2.0, 2.0, 2.0, 2.0));
+  EXPECT_THAT(*jobs_->Losses(running), ElementsAre(2.0, 2.0, 2.0, 2.0));
 }
 
 TEST_F(JobManagerTest, AJobThatFinishedWhileItsWorkerRestartedSucceeds) {
@@ -397,7 +397,7 @@ TEST_F(JobManagerTest, StepsLostAcrossARestartAreNaNNotZero) {
   Beat("b", {Report(id, quilt::v1::TASK_STATE_RUNNING, 4, {0.5})});
   EXPECT_EQ(Status(id).step(), 4);
   EXPECT_DOUBLE_EQ(Status(id).last_loss(), 1.0);
-  const auto losses = jobs_->Record(id)->losses();
+  const std::vector<double> losses = *jobs_->Losses(id);
   ASSERT_EQ(losses.size(), 4);
   EXPECT_DOUBLE_EQ(losses[0], 2.0);
   EXPECT_TRUE(std::isnan(losses[1]));
@@ -449,6 +449,35 @@ TEST_F(JobManagerTest, AJobsModelIsKeptInTheStoreAndOutOfItsRecord) {
   EXPECT_EQ(whole->status().step(), 2);
 }
 
+TEST_F(JobManagerTest, LossesAreAppendedToTheStoreAndTheRecordStaysSmall) {
+  const std::string id = AddJob(100000);
+  int64_t step = 1;
+  for (int beat = 0; beat < 20; ++beat) {
+    std::vector<double> parts(500, 0.25);
+    for (const std::string node : {"a", "b"}) {
+      Beat(node, {Report(id, quilt::v1::TASK_STATE_RUNNING, step, parts)});
+    }
+    step += 500;
+    clock_.Advance(absl::Seconds(6));  // a periodic write each time
+  }
+  Beat("a", {Report(id, quilt::v1::TASK_STATE_RUNNING, step, {1.0})});
+  Beat("b", {Report(id, quilt::v1::TASK_STATE_RUNNING, step, {2.0})});
+  jobs_->Flush();
+  // 10 001 steps: every loss kept; the record does not grow with them.
+  absl::StatusOr<std::vector<double>> losses = jobs_->Losses(id);
+  ASSERT_THAT(losses, IsOk());
+  ASSERT_EQ(losses->size(), 10001u);
+  EXPECT_DOUBLE_EQ((*losses)[0], 0.5);
+  EXPECT_DOUBLE_EQ((*losses)[9999], 0.5);
+  EXPECT_DOUBLE_EQ((*losses)[10000], 3.0);
+  EXPECT_LT((*store_->ListJobs())[0].ByteSizeLong(), 4096u);
+  Reopen();
+  losses = jobs_->Losses(id);
+  ASSERT_THAT(losses, IsOk());
+  EXPECT_EQ(losses->size(), 10001u);
+  EXPECT_DOUBLE_EQ(losses->back(), 3.0);
+}
+
 TEST_F(JobManagerTest, AStepThatPassesACheckpointIsStoredAtOnce) {
   NewJob n;
   n.spec.set_steps(100);
@@ -493,10 +522,13 @@ class FullDiskStore final : public CoordinatorStore {
     ++job_writes;
     return store_->AddJob(job, model);
   }
-  absl::Status PutJob(const quilt::v1::JobRecord& job) override {
+  absl::Status PutJob(const quilt::v1::JobRecord& job, const LossChunk& losses) override {
     if (full) return absl::ResourceExhaustedError("database or disk is full");
     ++job_writes;
-    return store_->PutJob(job);
+    return store_->PutJob(job, losses);
+  }
+  absl::StatusOr<std::vector<double>> GetJobLosses(const std::string& job_id) override {
+    return store_->GetJobLosses(job_id);
   }
   absl::StatusOr<JobModel> GetJobModel(const std::string& job_id) override {
     return store_->GetJobModel(job_id);

@@ -1,12 +1,19 @@
 #include "src/coordinator/store/sqlite_store.h"
 
+#include <cmath>
+#include <cstring>
+
 #include "absl/strings/str_cat.h"
 #include "src/common/status.h"
 
 namespace quilt {
 namespace {
 
-constexpr int64_t kSchemaVersion = 3;
+constexpr int64_t kSchemaVersion = 4;
+
+std::string PackDoubles(const std::vector<double>& v) {
+  return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(double));
+}
 
 template <typename Proto>
 absl::Status ParseRecord(const std::string& bytes, const char* table, Proto* out) {
@@ -90,6 +97,40 @@ absl::Status SqliteStore::Migrate() {
                                  {Blob{j.SerializeAsString()}, j.status().job_id()}));
       }
       return db_->Exec("PRAGMA user_version = 3;");
+    }));
+  }
+  if (version < 4) {
+    // Losses move out of the job records into chunks appended as they come.
+    RETURN_IF_ERROR(db_->Transaction([&]() -> absl::Status {
+      RETURN_IF_ERROR(
+          db_->Exec("CREATE TABLE IF NOT EXISTS job_losses ("
+                    "  job_id TEXT NOT NULL,"
+                    "  first_step INTEGER NOT NULL,"
+                    "  losses BLOB NOT NULL,"
+                    "  PRIMARY KEY (job_id, first_step));"));
+      std::vector<quilt::v1::JobRecord> records;
+      absl::Status parse = absl::OkStatus();
+      RETURN_IF_ERROR(db_->Run("SELECT record FROM jobs ORDER BY seq", {}, [&](const SqlRow& r) {
+        quilt::v1::JobRecord j;
+        if (absl::Status s = ParseRecord(r.Bytes(0), "jobs", &j); !s.ok()) {
+          parse.Update(s);
+        } else {
+          records.push_back(std::move(j));
+        }
+      }));
+      RETURN_IF_ERROR(parse);
+      for (quilt::v1::JobRecord& j : records) {
+        if (j.losses_size() == 0) continue;
+        const std::vector<double> losses(j.losses().begin(), j.losses().end());
+        j.clear_losses();
+        RETURN_IF_ERROR(
+            db_->Run("INSERT OR REPLACE INTO job_losses (job_id, first_step, losses) VALUES "
+                     "(?, 1, ?)",
+                     {j.status().job_id(), Blob{PackDoubles(losses)}}));
+        RETURN_IF_ERROR(db_->Run("UPDATE jobs SET record = ? WHERE job_id = ?",
+                                 {Blob{j.SerializeAsString()}, j.status().job_id()}));
+      }
+      return db_->Exec("PRAGMA user_version = 4;");
     }));
   }
   return absl::OkStatus();
@@ -179,16 +220,46 @@ absl::Status SqliteStore::DeleteJob(const std::string& job_id) {
   absl::MutexLock lock(&mu_);
   return db_->Transaction([&]() -> absl::Status {
     RETURN_IF_ERROR(db_->Run("DELETE FROM jobs WHERE job_id = ?", {job_id}));
+    RETURN_IF_ERROR(db_->Run("DELETE FROM job_losses WHERE job_id = ?", {job_id}));
     return db_->Run("DELETE FROM job_models WHERE job_id = ?", {job_id});
   });
 }
 
-absl::Status SqliteStore::PutJob(const quilt::v1::JobRecord& job) {
+absl::Status SqliteStore::PutJob(const quilt::v1::JobRecord& job, const LossChunk& losses) {
   absl::MutexLock lock(&mu_);
-  return db_->Run(
-      "INSERT INTO jobs (job_id, record) VALUES (?, ?) "
-      "ON CONFLICT(job_id) DO UPDATE SET record = excluded.record",
-      {job.status().job_id(), Blob{job.SerializeAsString()}});
+  return db_->Transaction([&]() -> absl::Status {
+    RETURN_IF_ERROR(
+        db_->Run("INSERT INTO jobs (job_id, record) VALUES (?, ?) "
+                 "ON CONFLICT(job_id) DO UPDATE SET record = excluded.record",
+                 {job.status().job_id(), Blob{job.SerializeAsString()}}));
+    if (losses.losses.empty()) return absl::OkStatus();
+    return db_->Run(
+        "INSERT OR REPLACE INTO job_losses (job_id, first_step, losses) VALUES (?, ?, ?)",
+        {job.status().job_id(), losses.first_step, Blob{PackDoubles(losses.losses)}});
+  });
+}
+
+absl::StatusOr<std::vector<double>> SqliteStore::GetJobLosses(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  std::vector<double> out;
+  absl::Status bad = absl::OkStatus();
+  RETURN_IF_ERROR(
+      db_->Run("SELECT first_step, losses FROM job_losses WHERE job_id = ? ORDER BY first_step",
+               {job_id}, [&](const SqlRow& r) {
+                 const int64_t first = r.Int(0);
+                 const std::string bytes = r.Bytes(1);
+                 if (first < 1 || bytes.size() % sizeof(double) != 0) {
+                   bad.Update(absl::DataLossError("corrupt losses of job " + job_id));
+                   return;
+                 }
+                 const size_t n = bytes.size() / sizeof(double);
+                 if (out.size() < static_cast<size_t>(first - 1) + n) {
+                   out.resize(static_cast<size_t>(first - 1) + n, std::nan(""));
+                 }
+                 std::memcpy(out.data() + (first - 1), bytes.data(), bytes.size());
+               }));
+  RETURN_IF_ERROR(bad);
+  return out;
 }
 
 absl::StatusOr<std::vector<quilt::v1::JobRecord>> SqliteStore::ListJobs() {

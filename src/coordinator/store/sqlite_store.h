@@ -25,7 +25,8 @@ class SqliteStore final : public CoordinatorStore {
   absl::StatusOr<std::vector<quilt::v1::NodeStatus>> ListNodes() override;
   absl::Status AppendEvent(const quilt::v1::ClusterEvent& event) override;
   absl::Status AddJob(const quilt::v1::JobRecord& job, const JobModel& model) override;
-  absl::Status PutJob(const quilt::v1::JobRecord& job) override;
+  absl::Status PutJob(const quilt::v1::JobRecord& job, const LossChunk& losses) override;
+  absl::StatusOr<std::vector<double>> GetJobLosses(const std::string& job_id) override;
   absl::StatusOr<std::vector<quilt::v1::JobRecord>> ListJobs() override;
   absl::StatusOr<JobModel> GetJobModel(const std::string& job_id) override;
   absl::Status DeleteJob(const std::string& job_id) override;

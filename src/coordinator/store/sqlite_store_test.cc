@@ -1,5 +1,6 @@
 #include "src/coordinator/store/sqlite_store.h"
 
+#include <cmath>
 #include <fstream>
 
 #include "gmock/gmock.h"
@@ -89,10 +90,10 @@ TEST(SqliteStore, JobsSurviveReopenInSubmissionOrder) {
   {
     auto store = SqliteStore::Open(path);
     ASSERT_THAT(store, IsOk());
-    ASSERT_THAT((*store)->PutJob(JobRec("job-z", quilt::v1::JOB_STATE_PENDING)), IsOk());
-    ASSERT_THAT((*store)->PutJob(JobRec("job-a", quilt::v1::JOB_STATE_PENDING)), IsOk());
+    ASSERT_THAT((*store)->PutJob(JobRec("job-z", quilt::v1::JOB_STATE_PENDING), {}), IsOk());
+    ASSERT_THAT((*store)->PutJob(JobRec("job-a", quilt::v1::JOB_STATE_PENDING), {}), IsOk());
     // An update keeps the job's place.
-    ASSERT_THAT((*store)->PutJob(JobRec("job-z", quilt::v1::JOB_STATE_SUCCEEDED)), IsOk());
+    ASSERT_THAT((*store)->PutJob(JobRec("job-z", quilt::v1::JOB_STATE_SUCCEEDED), {}), IsOk());
   }
   auto store = SqliteStore::Open(path);
   ASSERT_THAT(store, IsOk());
@@ -120,7 +121,7 @@ TEST(SqliteStore, AVersionOneDatabaseGainsTheJobsTableAndKeepsItsNodes) {
     auto store = SqliteStore::Open(path);
     ASSERT_THAT(store, IsOk());
     ASSERT_THAT((*store)->PutNode(Node("a", 1)), IsOk());
-    ASSERT_THAT((*store)->PutJob(JobRec("job-1", quilt::v1::JOB_STATE_RUNNING)), IsOk());
+    ASSERT_THAT((*store)->PutJob(JobRec("job-1", quilt::v1::JOB_STATE_RUNNING), {}), IsOk());
   }
   auto store = SqliteStore::Open(path);
   ASSERT_THAT(store, IsOk());
@@ -140,7 +141,7 @@ TEST(SqliteStore, AJobsModelIsStoredOnceApartFromItsRecord) {
     // A second job of that id is refused, model and all.
     EXPECT_THAT((*store)->AddJob(JobRec("job-1", quilt::v1::JOB_STATE_PENDING), {"x", "y"}),
                 Not(IsOk()));
-    ASSERT_THAT((*store)->PutJob(JobRec("job-1", quilt::v1::JOB_STATE_RUNNING)), IsOk());
+    ASSERT_THAT((*store)->PutJob(JobRec("job-1", quilt::v1::JOB_STATE_RUNNING), {}), IsOk());
   }
   auto store = SqliteStore::Open(path);
   ASSERT_THAT(store, IsOk());
@@ -158,6 +159,25 @@ TEST(SqliteStore, AJobsModelIsStoredOnceApartFromItsRecord) {
   EXPECT_THAT(*(*store)->ListJobs(), SizeIs(0));
   EXPECT_THAT((*store)->GetJobModel("job-1"), StatusIs(absl::StatusCode::kNotFound));
   EXPECT_THAT((*store)->DeleteJob("job-1"), IsOk());  // nothing left to delete
+}
+
+TEST(SqliteStore, LossesAreAppendedInChunksAndAGapIsNaN) {
+  testing::TempDir dir;
+  auto store = SqliteStore::Open(dir.File("c.db"));
+  ASSERT_THAT(store, IsOk());
+  const quilt::v1::JobRecord r = JobRec("job-1", quilt::v1::JOB_STATE_RUNNING);
+  ASSERT_THAT((*store)->PutJob(r, {1, {1.0, 2.0}}), IsOk());
+  ASSERT_THAT((*store)->PutJob(r, {}), IsOk());  // progress without new steps
+  ASSERT_THAT((*store)->PutJob(r, {5, {5.0}}), IsOk());
+  auto losses = (*store)->GetJobLosses("job-1");
+  ASSERT_THAT(losses, IsOk());
+  ASSERT_EQ(losses->size(), 5u);
+  EXPECT_EQ((*losses)[1], 2.0);
+  EXPECT_TRUE(std::isnan((*losses)[2]));
+  EXPECT_EQ((*losses)[4], 5.0);
+  EXPECT_THAT(*(*store)->GetJobLosses("job-2"), SizeIs(0));
+  ASSERT_THAT((*store)->DeleteJob("job-1"), IsOk());
+  EXPECT_THAT(*(*store)->GetJobLosses("job-1"), SizeIs(0));
 }
 
 TEST(SqliteStore, AVersionTwoDatabaseMovesModelsOutOfItsJobRecords) {
@@ -178,6 +198,8 @@ TEST(SqliteStore, AVersionTwoDatabaseMovesModelsOutOfItsJobRecords) {
       r.mutable_spec()->set_onnx("onnx of " + id);
       r.mutable_spec()->set_steps(7);
       r.set_program("program of " + id);
+      r.add_losses(0.5);
+      r.add_losses(0.25);
       ASSERT_THAT((*db)->Run("INSERT INTO jobs (job_id, record) VALUES (?, ?)",
                              {id, Blob{r.SerializeAsString()}}),
                   IsOk());
@@ -194,6 +216,8 @@ TEST(SqliteStore, AVersionTwoDatabaseMovesModelsOutOfItsJobRecords) {
     EXPECT_TRUE(r.spec().has_onnx());  // the spec still says it is an ONNX model
     EXPECT_EQ(r.spec().steps(), 7);
     EXPECT_EQ(r.program(), "");
+    EXPECT_EQ(r.losses_size(), 0);  // moved too
+    EXPECT_THAT(*(*store)->GetJobLosses(r.status().job_id()), ::testing::ElementsAre(0.5, 0.25));
     auto model = (*store)->GetJobModel(r.status().job_id());
     ASSERT_THAT(model, IsOk());
     EXPECT_EQ(model->onnx, "onnx of " + r.status().job_id());

@@ -39,14 +39,22 @@ class CoordinatorStore {
   // Stores a new job: its record (without the model's bytes) and its
   // model, in one transaction.
   virtual absl::Status AddJob(const quilt::v1::JobRecord& job, const JobModel& model) = 0;
+  // Losses of consecutive steps from `first_step` (1-based).
+  struct LossChunk {
+    int64_t first_step = 0;
+    std::vector<double> losses;
+  };
   // Inserts or replaces the job's record (keyed by status.job_id; without
-  // the model's bytes).
-  virtual absl::Status PutJob(const quilt::v1::JobRecord& job) = 0;
+  // the model's bytes and the losses) and appends `losses` to the job's
+  // loss history, in one transaction.
+  virtual absl::Status PutJob(const quilt::v1::JobRecord& job, const LossChunk& losses) = 0;
+  // The job's loss history, by step from step 1 (steps never stored: NaN).
+  virtual absl::StatusOr<std::vector<double>> GetJobLosses(const std::string& job_id) = 0;
   // Every job, oldest first (without their models).
   virtual absl::StatusOr<std::vector<quilt::v1::JobRecord>> ListJobs() = 0;
   // Errors: NOT_FOUND.
   virtual absl::StatusOr<JobModel> GetJobModel(const std::string& job_id) = 0;
-  // Removes the job's record and model (nothing when there is none).
+  // Removes the job's record, model and losses (nothing when there is none).
   virtual absl::Status DeleteJob(const std::string& job_id) = 0;
 
   static constexpr int kMaxEvents = 1000;
