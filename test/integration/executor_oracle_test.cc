@@ -557,18 +557,23 @@ TEST(Executor, TracesEveryInstructionOfEveryStep) {
   }
 }
 
-// Every thread of a running executor started with --cpus C may run on C
-// only; lists it cannot use are refused with the reason.
+// The job of one executor on one device (a plain run of the model).
+absl::StatusOr<JobDir> OneDeviceJob(const Setup& s, const TempDir& dir, const std::string& tag) {
+  ASSIGN_OR_RETURN(
+      quilt::v1::DistributedProgram p,
+      Program(s,
+              DataParallelStrategy(s.graph, s.topo, {1},
+                                   quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE, "one"),
+              24));
+  return WriteJob(dir, tag, p);
+}
+
 TEST(Executor, ACheckpointDirItCannotWriteInFailsItBeforeTraining) {
   auto s = Prepare({"mlp", "sgd", 24}, Cluster(1, 1));
   TempDir dir;
-  absl::StatusOr<quilt::v1::DistributedProgram> p =
-      Program(*s,
-              DataParallelStrategy(s->graph, s->topo, {1},
-                                   quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE, "one"),
-              24);
-  ASSERT_THAT(p.status(), IsOk());
-  const JobDir job = WriteJob(dir, "ckpt", *p);
+  absl::StatusOr<JobDir> one = OneDeviceJob(*s, dir, "ckpt");
+  ASSERT_THAT(one.status(), IsOk());
+  const JobDir& job = *one;
   // A file where the directory would go; the run's first checkpoint is
   // after its last step, far away.
   ASSERT_TRUE(std::ofstream(dir.File("blocked")).good());
@@ -597,19 +602,17 @@ TEST(Executor, ACheckpointDirItCannotWriteInFailsItBeforeTraining) {
   EXPECT_THAT(entries, ::testing::ElementsAre("step-00000002"));
 }
 
+// Every thread of a running executor started with --cpus C may run on C
+// only; lists it cannot use are refused with the reason.
 TEST(Executor, RunsOnTheCpusItIsGivenAndRefusesOthers) {
   absl::StatusOr<std::vector<int>> allowed = AllowedCpus();
   ASSERT_THAT(allowed.status(), IsOk());
   const int last = allowed->back();
   auto s = Prepare({"mlp", "sgd", 24}, Cluster(1, 1));
   TempDir dir;
-  absl::StatusOr<quilt::v1::DistributedProgram> p =
-      Program(*s,
-              DataParallelStrategy(s->graph, s->topo, {1},
-                                   quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE, "one"),
-              24);
-  ASSERT_THAT(p.status(), IsOk());
-  const JobDir job = WriteJob(dir, "pin", *p);
+  absl::StatusOr<JobDir> one = OneDeviceJob(*s, dir, "pin");
+  ASSERT_THAT(one.status(), IsOk());
+  const JobDir& job = *one;
   const std::string& base = job.base;
   auto argv = [&](const std::string& cpus) {
     return job.Argv("w0", 0, 100000, s->data, {"--slowdown", "w0/cpu:0=50", "--cpus", cpus});

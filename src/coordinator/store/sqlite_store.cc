@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 
 #include "absl/strings/str_cat.h"
 #include "src/common/status.h"
@@ -19,6 +20,36 @@ template <typename Proto>
 absl::Status ParseRecord(const std::string& bytes, const char* table, Proto* out) {
   if (!out->ParseFromString(bytes)) {
     return absl::DataLossError(absl::StrCat("corrupt record in table ", table));
+  }
+  return absl::OkStatus();
+}
+
+// Every job record, oldest first.
+absl::StatusOr<std::vector<quilt::v1::JobRecord>> ReadJobRecords(SqliteDb* db) {
+  std::vector<quilt::v1::JobRecord> jobs;
+  absl::Status parse = absl::OkStatus();
+  RETURN_IF_ERROR(db->Run("SELECT record FROM jobs ORDER BY seq", {}, [&](const SqlRow& r) {
+    quilt::v1::JobRecord j;
+    absl::Status s = ParseRecord(r.Bytes(0), "jobs", &j);
+    if (s.ok()) {
+      jobs.push_back(std::move(j));
+    } else {
+      parse.Update(s);
+    }
+  }));
+  RETURN_IF_ERROR(parse);
+  return jobs;
+}
+
+// A migration that moves a part of every job record to a table of its own:
+// `move_out` writes it there and clears it from the record.
+absl::Status MoveOutOfJobRecords(
+    SqliteDb* db, const std::function<absl::Status(quilt::v1::JobRecord*)>& move_out) {
+  ASSIGN_OR_RETURN(std::vector<quilt::v1::JobRecord> records, ReadJobRecords(db));
+  for (quilt::v1::JobRecord& j : records) {
+    RETURN_IF_ERROR(move_out(&j));
+    RETURN_IF_ERROR(db->Run("UPDATE jobs SET record = ? WHERE job_id = ?",
+                            {Blob{j.SerializeAsString()}, j.status().job_id()}));
   }
   return absl::OkStatus();
 }
@@ -74,28 +105,15 @@ absl::Status SqliteStore::Migrate() {
                     "  job_id TEXT PRIMARY KEY,"
                     "  onnx BLOB NOT NULL,"
                     "  program BLOB NOT NULL);"));
-      std::vector<quilt::v1::JobRecord> records;
-      absl::Status parse = absl::OkStatus();
-      RETURN_IF_ERROR(db_->Run("SELECT record FROM jobs ORDER BY seq", {}, [&](const SqlRow& r) {
-        quilt::v1::JobRecord j;
-        if (absl::Status s = ParseRecord(r.Bytes(0), "jobs", &j); !s.ok()) {
-          parse.Update(s);
-        } else {
-          records.push_back(std::move(j));
-        }
+      RETURN_IF_ERROR(MoveOutOfJobRecords(db_.get(), [&](quilt::v1::JobRecord* j) {
+        std::string onnx = j->spec().onnx();
+        std::string program = j->program();
+        j->clear_program();
+        if (j->spec().has_onnx()) j->mutable_spec()->set_onnx("");
+        return db_->Run(
+            "INSERT OR REPLACE INTO job_models (job_id, onnx, program) VALUES (?, ?, ?)",
+            {j->status().job_id(), Blob{std::move(onnx)}, Blob{std::move(program)}});
       }));
-      RETURN_IF_ERROR(parse);
-      for (quilt::v1::JobRecord& j : records) {
-        std::string onnx = j.spec().onnx();
-        std::string program = j.program();
-        j.clear_program();
-        if (j.spec().has_onnx()) j.mutable_spec()->set_onnx("");
-        RETURN_IF_ERROR(
-            db_->Run("INSERT OR REPLACE INTO job_models (job_id, onnx, program) VALUES (?, ?, ?)",
-                     {j.status().job_id(), Blob{std::move(onnx)}, Blob{std::move(program)}}));
-        RETURN_IF_ERROR(db_->Run("UPDATE jobs SET record = ? WHERE job_id = ?",
-                                 {Blob{j.SerializeAsString()}, j.status().job_id()}));
-      }
       return db_->Exec("PRAGMA user_version = 3;");
     }));
   }
@@ -108,28 +126,14 @@ absl::Status SqliteStore::Migrate() {
                     "  first_step INTEGER NOT NULL,"
                     "  losses BLOB NOT NULL,"
                     "  PRIMARY KEY (job_id, first_step));"));
-      std::vector<quilt::v1::JobRecord> records;
-      absl::Status parse = absl::OkStatus();
-      RETURN_IF_ERROR(db_->Run("SELECT record FROM jobs ORDER BY seq", {}, [&](const SqlRow& r) {
-        quilt::v1::JobRecord j;
-        if (absl::Status s = ParseRecord(r.Bytes(0), "jobs", &j); !s.ok()) {
-          parse.Update(s);
-        } else {
-          records.push_back(std::move(j));
-        }
+      RETURN_IF_ERROR(MoveOutOfJobRecords(db_.get(), [&](quilt::v1::JobRecord* j) {
+        if (j->losses_size() == 0) return absl::OkStatus();
+        const std::vector<double> losses(j->losses().begin(), j->losses().end());
+        j->clear_losses();
+        return db_->Run(
+            "INSERT OR REPLACE INTO job_losses (job_id, first_step, losses) VALUES (?, 1, ?)",
+            {j->status().job_id(), Blob{PackDoubles(losses)}});
       }));
-      RETURN_IF_ERROR(parse);
-      for (quilt::v1::JobRecord& j : records) {
-        if (j.losses_size() == 0) continue;
-        const std::vector<double> losses(j.losses().begin(), j.losses().end());
-        j.clear_losses();
-        RETURN_IF_ERROR(
-            db_->Run("INSERT OR REPLACE INTO job_losses (job_id, first_step, losses) VALUES "
-                     "(?, 1, ?)",
-                     {j.status().job_id(), Blob{PackDoubles(losses)}}));
-        RETURN_IF_ERROR(db_->Run("UPDATE jobs SET record = ? WHERE job_id = ?",
-                                 {Blob{j.SerializeAsString()}, j.status().job_id()}));
-      }
       return db_->Exec("PRAGMA user_version = 4;");
     }));
   }
@@ -264,19 +268,7 @@ absl::StatusOr<std::vector<double>> SqliteStore::GetJobLosses(const std::string&
 
 absl::StatusOr<std::vector<quilt::v1::JobRecord>> SqliteStore::ListJobs() {
   absl::MutexLock lock(&mu_);
-  std::vector<quilt::v1::JobRecord> jobs;
-  absl::Status parse = absl::OkStatus();
-  RETURN_IF_ERROR(db_->Run("SELECT record FROM jobs ORDER BY seq", {}, [&](const SqlRow& r) {
-    quilt::v1::JobRecord j;
-    absl::Status s = ParseRecord(r.Bytes(0), "jobs", &j);
-    if (s.ok()) {
-      jobs.push_back(std::move(j));
-    } else if (parse.ok()) {
-      parse = s;
-    }
-  }));
-  RETURN_IF_ERROR(parse);
-  return jobs;
+  return ReadJobRecords(db_.get());
 }
 
 }  // namespace quilt
