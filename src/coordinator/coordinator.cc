@@ -24,7 +24,9 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(const Coordinat
   }
   // Absolute: the default checkpoint directory lies under it, and workers
   // run elsewhere.
-  const std::string state_dir = std::filesystem::absolute(config.state_dir, ec).lexically_normal();
+  std::filesystem::path normal = std::filesystem::absolute(config.state_dir, ec).lexically_normal();
+  if (!normal.has_filename() && normal.has_parent_path()) normal = normal.parent_path();  // "dir/"
+  const std::string state_dir = normal.string();
   if (ec) {
     return absl::FailedPreconditionError(
         absl::StrCat("cannot resolve state_dir ", config.state_dir, ": ", ec.message()));

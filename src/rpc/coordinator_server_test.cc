@@ -384,7 +384,7 @@ TEST(Coordinator, RelativeStateDir_MadeAbsolute) {
   const std::filesystem::path cwd = std::filesystem::current_path();
   std::filesystem::current_path(dir.path());
   CoordinatorConfig config;
-  config.state_dir = "st";
+  config.state_dir = "st/";
   absl::StatusOr<std::unique_ptr<Coordinator>> c = Coordinator::Create(config, RealClock::Get());
   std::filesystem::current_path(cwd);
   ASSERT_THAT(c, IsOk());
