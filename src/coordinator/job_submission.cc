@@ -154,7 +154,9 @@ absl::StatusOr<NewJob> PrepareJob(const quilt::v1::JobSpec& spec, const NodeRegi
   const std::string strategy = spec.strategy().empty() ? "auto" : spec.strategy();
   // Planned with the devices' start-up figures first: a job that fits no
   // plan is refused before any worker profiles it.
-  ASSIGN_OR_RETURN(PlanResult result, PlanOn(spec, graph, cluster, strategy, options));
+  absl::StatusOr<PlanResult> first = PlanOn(spec, graph, cluster, strategy, options);
+  if (!first.ok()) return WithNotReadyNodes(first.status(), registry);
+  PlanResult result = std::move(*first);
   std::vector<std::string> calibration;
   if (profiles != nullptr && options.profile_timeout > absl::ZeroDuration()) {
     ASSIGN_OR_RETURN(cluster,

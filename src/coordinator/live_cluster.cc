@@ -29,4 +29,18 @@ absl::StatusOr<quilt::v1::ClusterSpec> LiveClusterSpec(const NodeRegistry& regis
   return spec;
 }
 
+absl::Status WithNotReadyNodes(const absl::Status& status, const NodeRegistry& registry) {
+  std::string waiting;
+  for (const quilt::v1::NodeStatus& n : registry.ListNodes()) {
+    if (n.state() != quilt::v1::NODE_STATE_NOT_READY) continue;
+    absl::StrAppend(&waiting, waiting.empty() ? "" : ", ", n.info().node_id());
+  }
+  if (status.ok() || waiting.empty()) return status;
+  return absl::Status(
+      status.code(),
+      absl::StrCat(status.message(), " (planned on the Ready nodes; not Ready: ", waiting,
+                   ", e.g. after a coordinator restart until they "
+                   "heartbeat)"));
+}
+
 }  // namespace quilt

@@ -16,6 +16,11 @@ namespace quilt {
 absl::StatusOr<quilt::v1::ClusterSpec> LiveClusterSpec(const NodeRegistry& registry,
                                                        const LinkProbes* links = nullptr);
 
+// `status` with the registered nodes left out of the plan because they are
+// NotReady named (a restarted coordinator waits for their heartbeats), when
+// there are any: a plan that failed may not have failed on them.
+absl::Status WithNotReadyNodes(const absl::Status& status, const NodeRegistry& registry);
+
 }  // namespace quilt
 
 #endif  // QUILT_SRC_COORDINATOR_LIVE_CLUSTER_H_
