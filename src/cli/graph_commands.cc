@@ -86,7 +86,7 @@ void AddGraphCommands(CLI::App& app, std::vector<Command>* out) {
   inspect->add_option("model", args->model, "zoo:NAME, a .onnx file or a .pb/.pbtxt graph")
       ->required();
   inspect->add_option("--batch", args->batch, "Batch size (default: the model's)")
-      ->check(Positive());
+      ->check(PositiveInt());
   inspect->add_option("-o,--output", args->format, "table | json")
       ->check(CLI::IsMember({"table", "json"}));
   out->push_back({inspect, [args]() { return Inspect(*args); }});

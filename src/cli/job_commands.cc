@@ -174,7 +174,10 @@ int Watch(const std::string& id, const GlobalOptions& g, const std::string& form
         last_printed_state = st.state();
       }
     });
-    if (s.ok() || s.code() != absl::StatusCode::kUnavailable || JobEnded(last.state())) break;
+    // A stopping coordinator ends the stream UNAVAILABLE or CANCELLED.
+    const bool lost =
+        s.code() == absl::StatusCode::kUnavailable || s.code() == absl::StatusCode::kCancelled;
+    if (s.ok() || !lost || JobEnded(last.state())) break;
     std::cerr << (tty ? "\n" : "") << "quiltctl: " << s.message()
               << "; watching again when the coordinator is back\n";
     const absl::Time give_up = absl::Now() + kWatchReconnect;
@@ -235,8 +238,8 @@ void AddJobCommands(CLI::App& app, const GlobalOptions& globals, std::vector<Com
   auto a = std::make_shared<SubmitArgs>();
   CLI::App* submit = app.add_subcommand("submit", "Train a model on the cluster");
   submit->add_option("model", a->model, "zoo:NAME, a .onnx file or a .pb/.pbtxt graph")->required();
-  submit->add_option("--batch", a->batch, "Global batch size")->required()->check(Positive());
-  submit->add_option("--steps", a->steps, "Training steps")->required()->check(Positive());
+  submit->add_option("--batch", a->batch, "Global batch size")->required()->check(PositiveInt());
+  submit->add_option("--steps", a->steps, "Training steps")->required()->check(PositiveInt());
   submit
       ->add_option("--frozen", a->frozen,
                    "Parameters not to train, by name (comma-separated): buffers an ONNX export "
@@ -252,14 +255,16 @@ void AddJobCommands(CLI::App& app, const GlobalOptions& globals, std::vector<Com
       ->check(CLI::Range(0.0, 1.0));
   submit->add_option("--strategy", a->strategy, "auto (the planner) or a baseline's name");
   submit->add_option("--data", a->data, "synthetic[:SEED] or INPUTS.npy,LABELS.npy");
-  submit->add_option("--checkpoint-every", a->checkpoint_every,
-                     "Checkpoint every N steps (0: after the last)");
+  submit
+      ->add_option("--checkpoint-every", a->checkpoint_every,
+                   "Checkpoint every N steps (0: after the last)")
+      ->check(NonNegativeInt());
   submit->add_option("--checkpoint-dir", a->checkpoint_dir,
                      "Checkpoints go to DIR/<job id> (default: the coordinator's state\n"
                      "directory)");
   submit->add_option("--name", a->name, "A name for the job");
   submit->add_option("--seed", a->seed, "Seed of the planner and of random kernels")
-      ->check(NonNegative());
+      ->check(NonNegativeInt());
   submit->add_flag("--watch", a->watch, "Watch the job after submitting it");
   out->push_back({submit, [a, submit, &globals] {
                     a->momentum_given = submit->count("--momentum") > 0;
@@ -293,7 +298,7 @@ void AddJobCommands(CLI::App& app, const GlobalOptions& globals, std::vector<Com
       ->check(CLI::IsMember(
           {"all", "active", "ended", "pending", "running", "succeeded", "failed", "cancelled"}));
   jobs->add_option("--last", *jobs_last, "Only the newest N (of those the state selects)")
-      ->check(Positive());
+      ->check(PositiveInt());
   out->push_back({jobs, [jobs_format, jobs_state, jobs_last, &globals] {
                     rpc::JobClient client(globals.coordinator, absl::Seconds(globals.timeout_s));
                     absl::StatusOr<std::vector<JobStatus>> all = client.ListJobs();

@@ -278,23 +278,26 @@ void AddPlanCommand(CLI::App& app, const GlobalOptions& globals, std::vector<Com
   c->add_option("--cluster", a->cluster,
                 "ClusterSpec file (.textproto or .json) to plan offline; without it the "
                 "coordinator plans on the live cluster");
-  c->add_option("--batch", a->batch, "Global batch size")->required()->check(Positive());
+  c->add_option("--batch", a->batch, "Global batch size")->required()->check(PositiveInt());
   c->add_option("--strategy", a->strategy,
                 "all (or auto), heterog (the planner), or a baseline: single-device, dp-even-ring, "
                 "dp-even-ps, dp-proportional-ring, dp-proportional-ps");
   c->add_option(
-      "--program-out", a->program_out,
-      "Write the best strategy's DistributedProgram (binary protobuf, for quilt-executor)");
+       "--program-out", a->program_out,
+       "Write the best strategy's DistributedProgram (binary protobuf, for quilt-executor)")
+      ->check(NonEmpty());
   c->add_flag("--explain", a->explain, "Per op group: what the planner chose and what it saves");
   c->add_option("--time-budget", a->time_budget_s,
                 "Seconds the planner's search may take (default 10)")
       ->check(Positive());
-  c->add_option("--seed", a->seed, "Seed of the planner's search (same seed, same plan)");
+  c->add_option("--seed", a->seed, "Seed of the planner's search (same seed, same plan)")
+      ->check(NonNegativeInt());
   c->add_option("--groups", a->groups,
                 "Op groups the planner coarsens the graph into (default: by cluster size)")
-      ->check(Positive());
+      ->check(PositiveInt());
   c->add_option("--trace", a->trace,
-                "Write the best strategy's simulated timeline (Chrome trace JSON)");
+                "Write the best strategy's simulated timeline (Chrome trace JSON)")
+      ->check(NonEmpty());
   c->add_option("--optimizer", a->optimizer, "sgd | adam")->check(CLI::IsMember({"sgd", "adam"}));
   c->add_option("--frozen", a->frozen,
                 "Parameters not to train, by name (comma-separated): buffers an ONNX export wrote "

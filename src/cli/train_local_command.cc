@@ -148,15 +148,16 @@ void AddTrainLocalCommand(CLI::App& app, std::vector<Command>* out) {
   c->add_option("--loss", a->loss, "softmax_cross_entropy | mse (default: the model's own)")
       ->check(CLI::IsMember({"softmax_cross_entropy", "mse"}));
   c->add_option("--data", a->data, "INPUTS.npy,LABELS.npy or synthetic[:SEED]")->required();
-  c->add_option("--batch", a->batch, "Samples per step")->required()->check(Positive());
-  c->add_option("--steps", a->steps, "Training steps")->required()->check(Positive());
+  c->add_option("--batch", a->batch, "Samples per step")->required()->check(PositiveInt());
+  c->add_option("--steps", a->steps, "Training steps")->required()->check(PositiveInt());
   c->add_option("--optimizer", a->optimizer, "sgd | adam")->check(CLI::IsMember({"sgd", "adam"}));
   c->add_option("--lr", a->lr, "Learning rate (default 0.01)")->check(Positive());
   c->add_option("--momentum", a->momentum, "SGD momentum (default 0; adam takes none)")
       ->check(CLI::Range(0.0, 1.0));
   c->add_option("--weight-decay", a->weight_decay, "L2 weight decay")->check(NonNegative());
-  c->add_option("--threads", a->threads, "Compute threads (default: all cores)")->check(Positive());
-  c->add_option("--seed", a->seed, "Seed of synthetic data and dropout")->check(NonNegative());
+  c->add_option("--threads", a->threads, "Compute threads (default: all cores)")
+      ->check(PositiveInt());
+  c->add_option("--seed", a->seed, "Seed of synthetic data and dropout")->check(NonNegativeInt());
   c->add_option("-o,--output", a->format, "table | json")->check(CLI::IsMember({"table", "json"}));
   c->add_flag("--profile", a->profile, "Report the time spent per op type");
   out->push_back({c, [a, c]() {

@@ -27,6 +27,29 @@ inline CLI::Validator Positive(bool zero_ok = false) {
 
 inline CLI::Validator NonNegative() { return Positive(/*zero_ok=*/true); }
 
+// A whole number > 0 (or >= 0 with `zero_ok`) that fits 64 bits (CLI11
+// would clamp a larger one).
+inline CLI::Validator PositiveInt(bool zero_ok = false) {
+  return CLI::Validator(
+      [zero_ok](std::string& v) {
+        int64_t n = 0;
+        const bool ok = absl::SimpleAtoi(v, &n) && (zero_ok ? n >= 0 : n > 0);
+        return ok ? std::string()
+                  : std::string("must be a whole number ") + (zero_ok ? ">= 0" : ">= 1") +
+                        " of at most 19 digits, got " + v;
+      },
+      zero_ok ? "NONNEGATIVE" : "POSITIVE");
+}
+
+inline CLI::Validator NonNegativeInt() { return PositiveInt(/*zero_ok=*/true); }
+
+// A non-empty value (a path).
+inline CLI::Validator NonEmpty() {
+  return CLI::Validator(
+      [](std::string& v) { return v.empty() ? std::string("must not be empty") : std::string(); },
+      "NONEMPTY");
+}
+
 }  // namespace quilt::cli
 
 #endif  // QUILT_SRC_CLI_VALIDATORS_H_

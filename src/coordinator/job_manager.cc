@@ -203,16 +203,24 @@ absl::StatusOr<std::vector<double>> JobManager::Losses(const std::string& job_id
   return losses;
 }
 
+absl::StatusOr<std::string> JobManager::Deletable(const std::string& job_id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return absl::NotFoundError("no job '" + job_id + "'");
+  const quilt::v1::JobState state = it->second.record.status().state();
+  if (!Ended(state)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job ", job_id, " is ", absl::AsciiStrToLower(quilt::v1::JobState_Name(state).substr(10)),
+        "; cancel it first (quiltctl cancel ", job_id, ")"));
+  }
+  return it->second.record.spec().checkpoint_dir();
+}
+
 absl::StatusOr<std::string> JobManager::Delete(const std::string& job_id) {
+  RETURN_IF_ERROR(Deletable(job_id).status());
   absl::MutexLock lock(&mu_);
   Job* job = Find(job_id);
   if (job == nullptr) return absl::NotFoundError("no job '" + job_id + "'");
-  if (!Ended(job->record.status().state())) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "job ", job_id, " is ",
-        absl::AsciiStrToLower(quilt::v1::JobState_Name(job->record.status().state()).substr(10)),
-        "; cancel it first (quiltctl cancel ", job_id, ")"));
-  }
   if (absl::Status s = store_->DeleteJob(job_id); !s.ok()) {
     return absl::UnavailableError(
         absl::StrCat("cannot delete job ", job_id, " from the store (", s.message(), "); kept"));

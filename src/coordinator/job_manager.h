@@ -62,9 +62,12 @@ class JobManager {
   // The same with the model's bytes (spec.onnx) and the program, which
   // records leave in the store. Errors: NOT_FOUND.
   absl::StatusOr<quilt::v1::JobRecord> RecordWithModel(const std::string& job_id) const;
+  // Whether the job may be deleted (it ended); its checkpoint directory.
+  // Errors: NOT_FOUND, FAILED_PRECONDITION (not ended).
+  absl::StatusOr<std::string> Deletable(const std::string& job_id) const;
   // Forgets an ended job (its record and model, in the store too); its
-  // checkpoint directory, which the caller may remove. Errors: NOT_FOUND,
-  // FAILED_PRECONDITION (not ended), UNAVAILABLE (the store failed: kept).
+  // checkpoint directory. Errors: as Deletable, UNAVAILABLE (the store
+  // failed: kept).
   absl::StatusOr<std::string> Delete(const std::string& job_id);
   // The summed loss of every step, from step 1 (NaN for steps lost across a
   // coordinator restart). Errors: NOT_FOUND, the store's.

@@ -204,21 +204,23 @@ grpc::ServerUnaryReactor* JobServiceImpl::DeleteJob(grpc::CallbackServerContext*
   return OnQueue<quilt::v1::DeleteJobRequest, quilt::v1::DeleteJobResponse>(
       &exports_, ctx, raw_request, raw_response, "DeleteJob",
       [this](const quilt::v1::DeleteJobRequest& r, quilt::v1::DeleteJobResponse* response) {
-        ASSIGN_OR_RETURN(std::string checkpoints, coordinator_->jobs()->Delete(r.job_id()));
-        std::error_code ec;
+        ASSIGN_OR_RETURN(std::string checkpoints, coordinator_->jobs()->Deletable(r.job_id()));
+        // The files first: a job whose record went first would leave them
+        // with nothing that names them if the coordinator stopped between.
         // Only the job's own directory (<checkpoint_dir>/<job id>).
-        if (r.keep_checkpoints() || checkpoints.empty() ||
-            std::filesystem::path(checkpoints).filename() != r.job_id() ||
-            !std::filesystem::exists(checkpoints, ec)) {
-          return absl::OkStatus();
+        std::error_code ec;
+        if (!r.keep_checkpoints() && !checkpoints.empty() &&
+            std::filesystem::path(checkpoints).filename() == r.job_id() &&
+            std::filesystem::exists(checkpoints, ec)) {
+          std::filesystem::remove_all(checkpoints, ec);
+          if (ec) {
+            return absl::UnavailableError(absl::StrCat("cannot remove job ", r.job_id(),
+                                                       "'s checkpoints in ", checkpoints, " (",
+                                                       ec.message(), "); the job is kept"));
+          }
+          response->set_removed_checkpoints(checkpoints);
         }
-        std::filesystem::remove_all(checkpoints, ec);
-        if (ec) {
-          return absl::UnavailableError(absl::StrCat("job ", r.job_id(),
-                                                     " is deleted, but its checkpoints in ",
-                                                     checkpoints, " are not: ", ec.message()));
-        }
-        response->set_removed_checkpoints(checkpoints);
+        RETURN_IF_ERROR(coordinator_->jobs()->Delete(r.job_id()).status());
         return absl::OkStatus();
       });
 }

@@ -171,7 +171,14 @@ TEST(Quiltctl, UsageErrors_NamedWithExitCode2) {
              "--seed", "-1"},
             "--seed"},
            {{"/usr/bin/env", "QUILT_COORDINATOR=garbage", q, "status"},
-            "$QUILT_COORDINATOR bad address 'garbage'"}}) {
+            "$QUILT_COORDINATOR bad address 'garbage'"},
+           // Beyond 64 bits (would be clamped), and an empty output path.
+           {{q, "train-local", "zoo:mlp", "--data", "synthetic", "--batch", "8", "--steps",
+             "99999999999999999999"},
+            "--steps"},
+           {{q, "plan", "zoo:mlp", "--batch", "8", "--cluster",
+             RunfilePath("config/clusters/heterog_testbed.textproto"), "--trace", ""},
+            "--trace"}}) {
     auto r = RunCommand(argv);
     ASSERT_THAT(r, IsOk());
     EXPECT_EQ(r->exit_code, 2) << reason << ": " << r->err;

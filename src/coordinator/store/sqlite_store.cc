@@ -137,6 +137,12 @@ absl::Status SqliteStore::Migrate() {
       return db_->Exec("PRAGMA user_version = 4;");
     }));
   }
+  // Space freed by deleted jobs (their models can be large) is given back
+  // to the file system: incremental auto-vacuum, set once (a VACUUM).
+  int64_t auto_vacuum = 0;
+  RETURN_IF_ERROR(
+      db_->Run("PRAGMA auto_vacuum", {}, [&](const SqlRow& r) { auto_vacuum = r.Int(0); }));
+  if (auto_vacuum != 2) RETURN_IF_ERROR(db_->Exec("PRAGMA auto_vacuum = INCREMENTAL; VACUUM;"));
   return absl::OkStatus();
 }
 
@@ -222,11 +228,13 @@ absl::StatusOr<CoordinatorStore::JobModel> SqliteStore::GetJobModel(const std::s
 
 absl::Status SqliteStore::DeleteJob(const std::string& job_id) {
   absl::MutexLock lock(&mu_);
-  return db_->Transaction([&]() -> absl::Status {
+  RETURN_IF_ERROR(db_->Transaction([&]() -> absl::Status {
     RETURN_IF_ERROR(db_->Run("DELETE FROM jobs WHERE job_id = ?", {job_id}));
     RETURN_IF_ERROR(db_->Run("DELETE FROM job_losses WHERE job_id = ?", {job_id}));
     return db_->Run("DELETE FROM job_models WHERE job_id = ?", {job_id});
-  });
+  }));
+  // The freed pages leave the file (at the next WAL checkpoint).
+  return db_->Exec("PRAGMA incremental_vacuum;");
 }
 
 absl::Status SqliteStore::PutJob(const quilt::v1::JobRecord& job, const LossChunk& losses) {

@@ -1,6 +1,7 @@
 #include "src/coordinator/store/sqlite_store.h"
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 
 #include "gmock/gmock.h"
@@ -143,6 +144,7 @@ TEST(SqliteStore, AJobsModelIsStoredOnceApartFromItsRecord) {
                 Not(IsOk()));
     ASSERT_THAT((*store)->PutJob(JobRec("job-1", quilt::v1::JOB_STATE_RUNNING), {}), IsOk());
   }
+  EXPECT_GT(std::filesystem::file_size(path), 1u << 20);
   auto store = SqliteStore::Open(path);
   ASSERT_THAT(store, IsOk());
   auto jobs = (*store)->ListJobs();
@@ -154,8 +156,12 @@ TEST(SqliteStore, AJobsModelIsStoredOnceApartFromItsRecord) {
   EXPECT_EQ(model->onnx, std::string(1 << 20, 'm'));
   EXPECT_EQ(model->program, "program");
   EXPECT_THAT((*store)->GetJobModel("job-2"), StatusIs(absl::StatusCode::kNotFound));
-  // Deleted: record and model.
+  // Deleted: record and model, and the file gives their space back.
   ASSERT_THAT((*store)->DeleteJob("job-1"), IsOk());
+  store->reset();  // checkpoints the log into the file
+  EXPECT_LT(std::filesystem::file_size(path), 512u << 10);
+  store = SqliteStore::Open(path);
+  ASSERT_THAT(store, IsOk());
   EXPECT_THAT(*(*store)->ListJobs(), SizeIs(0));
   EXPECT_THAT((*store)->GetJobModel("job-1"), StatusIs(absl::StatusCode::kNotFound));
   EXPECT_THAT((*store)->DeleteJob("job-1"), IsOk());  // nothing left to delete
