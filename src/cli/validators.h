@@ -36,7 +36,7 @@ inline CLI::Validator PositiveInt(bool zero_ok = false) {
         const bool ok = absl::SimpleAtoi(v, &n) && (zero_ok ? n >= 0 : n > 0);
         return ok ? std::string()
                   : std::string("must be a whole number ") + (zero_ok ? ">= 0" : ">= 1") +
-                        " of at most 19 digits, got " + v;
+                        " (64-bit), got " + v;
       },
       zero_ok ? "NONNEGATIVE" : "POSITIVE");
 }

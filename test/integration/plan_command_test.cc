@@ -147,12 +147,12 @@ TEST(PlanCommand, BadInput_ExitsWithAClearError) {
   const CommandResult batch =
       Plan({"zoo:mlp", "--cluster", "config/clusters/hap_cluster.textproto", "--batch", "0"});
   EXPECT_NE(batch.exit_code, 0);
-  EXPECT_THAT(batch.err, HasSubstr("--batch: must be a positive finite number, got 0"));
+  EXPECT_THAT(batch.err, HasSubstr("--batch: must be a whole number >= 1 (64-bit), got 0"));
   const CommandResult groups =
       Plan({"zoo:mlp", "--cluster", "config/clusters/hap_cluster.textproto", "--batch", "8",
             "--groups", "-4"});
   EXPECT_NE(groups.exit_code, 0);
-  EXPECT_THAT(groups.err, HasSubstr("--groups: must be a positive finite number, got -4"));
+  EXPECT_THAT(groups.err, HasSubstr("--groups: must be a whole number >= 1 (64-bit), got -4"));
   // A directory where a file is expected, for the cluster and the model.
   const CommandResult dir = Plan({"zoo:mlp", "--cluster", "config/clusters", "--batch", "8"});
   EXPECT_NE(dir.exit_code, 0);
