@@ -64,6 +64,15 @@ class JobManagerTest : public ::testing::Test {
     ASSERT_THAT(jobs_->Load(), IsOk());
   }
 
+  // A job of `steps` steps on nodes a and b.
+  static NewJob OnAB(int64_t steps) {
+    NewJob n;
+    n.spec.set_steps(steps);
+    n.program = "program-bytes";
+    n.world = {"a", "b"};
+    return n;
+  }
+
   std::string AddJob(int64_t steps = 3) {
     NewJob n;
     n.spec.set_name("j");
@@ -317,11 +326,8 @@ TEST_F(JobManagerTest, JobsSurviveARestartAndRunningOnesGoOnWhenTheirNodesReport
 }
 
 TEST_F(JobManagerTest, AJobThatFinishedWhileItsWorkerRestartedSucceeds) {
-  NewJob n;
-  n.spec.set_steps(8);
+  NewJob n = OnAB(8);
   n.spec.set_checkpoint_dir(dir_.File("ck"));
-  n.program = "program-bytes";
-  n.world = {"a", "b"};
   absl::StatusOr<std::string> id = jobs_->Add(n);
   ASSERT_THAT(id, IsOk());
   for (const std::string node : {"a", "b"}) {
@@ -479,11 +485,8 @@ TEST_F(JobManagerTest, LossesAreAppendedToTheStoreAndTheRecordStaysSmall) {
 }
 
 TEST_F(JobManagerTest, AStepThatPassesACheckpointIsStoredAtOnce) {
-  NewJob n;
-  n.spec.set_steps(100);
+  NewJob n = OnAB(100);
   n.spec.set_checkpoint_interval_steps(4);
-  n.program = "program-bytes";
-  n.world = {"a", "b"};
   absl::StatusOr<std::string> id = jobs_->Add(n);
   ASSERT_THAT(id, IsOk());
   for (const std::string node : {"a", "b"}) {
@@ -574,10 +577,7 @@ TEST_F(JobManagerTest, AnEndedJobIsStoppedOnItsNodesOnceAndThenLeftAlone) {
   FullDiskStore disk(store_.get());
   JobManager jobs(&disk, registry_.get(), &clock_, "/ckpt");
   ASSERT_THAT(jobs.Load(), IsOk());
-  NewJob n;
-  n.spec.set_steps(100);
-  n.program = "program-bytes";
-  n.world = {"a", "b"};
+  NewJob n = OnAB(100);
   absl::StatusOr<std::string> id = jobs.Add(n);
   ASSERT_THAT(id, IsOk());
   auto beat = [&](const std::string& node, std::vector<TaskReport> reports) {
