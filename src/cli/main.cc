@@ -46,17 +46,30 @@ int main(int argc, char** argv) {
       continue;
     }
     if (!arg.empty() && arg[0] == '-') continue;
-    bool known = false;
-    std::vector<std::string> names;
-    for (const CLI::App* sub : app.get_subcommands({})) {
-      names.push_back(sub->get_name());
-      known = known || sub->get_name() == arg;
-    }
-    if (!known) {
-      std::cerr << "quiltctl: unknown command '" << arg << "' (commands: ";
-      for (size_t k = 0; k < names.size(); ++k) std::cerr << (k ? ", " : "") << names[k];
-      std::cerr << "; quiltctl --help)\n";
-      return 2;
+    // The command, and the word right after it for a command that takes
+    // one (describe job).
+    std::string path;
+    CLI::App* at = &app;
+    for (int k = i; k < argc && at != nullptr; ++k) {
+      const std::string word = argv[k];
+      if (k > i && (at->get_require_subcommand_min() == 0 || word.empty() || word[0] == '-')) {
+        break;
+      }
+      CLI::App* found = nullptr;
+      std::vector<std::string> names;
+      for (CLI::App* sub : at->get_subcommands({})) {
+        names.push_back(sub->get_name());
+        if (sub->get_name() == word) found = sub;
+      }
+      path += (path.empty() ? "" : " ") + word;
+      if (found == nullptr) {
+        std::cerr << "quiltctl: unknown command '" << path << "' (commands"
+                  << (at == &app ? "" : " of " + at->get_name()) << ": ";
+        for (size_t n = 0; n < names.size(); ++n) std::cerr << (n ? ", " : "") << names[n];
+        std::cerr << "; quiltctl --help)\n";
+        return 2;
+      }
+      at = found;
     }
     break;
   }

@@ -166,6 +166,8 @@ TEST(Quiltctl, UsageErrors_NamedWithExitCode2) {
   TempDir dir;
   for (const auto& [argv, reason] : std::vector<std::pair<std::vector<std::string>, std::string>>{
            {{q, "--timeout", "2", "stauts"}, "unknown command 'stauts'"},
+           {{q, "describe", "jbo", "job-x"},
+            "unknown command 'describe jbo' (commands of describe: job"},
            {{q, "status", "--nope"}, "--nope"},
            {{q, "train-local", "zoo:mlp", "--data", "synthetic", "--batch", "8", "--steps", "1",
              "--seed", "-1"},
