@@ -442,6 +442,14 @@ TEST_F(Jobs, ARunningJobOutlivesACoordinatorRestart) {
       Subprocess::Start({RunfilePath("src/cli/quiltctl"), "--coordinator", address, "watch", id},
                         cluster_.dir().File("watch.log"));
   ASSERT_THAT(watch.status(), IsOk());
+  // (Watching before the stop: a watch that cannot reach the coordinator
+  // at its start says so at once.)
+  ASSERT_TRUE(Eventually(
+      [&] {
+        std::error_code ec;
+        return std::filesystem::file_size(cluster_.dir().File("watch.log"), ec) > 0;
+      },
+      absl::Seconds(30)));
   const int64_t before = Step(id);
   cluster_.StopCoordinator(SIGTERM);
   ASSERT_TRUE(cluster_.WaitCoordinator(absl::Seconds(10)).has_value());
