@@ -62,6 +62,7 @@ absl::Status JobManager::Load() {
       // send them again: their acknowledgement was lost).
       for (const auto& [node, task] : job.record.tasks()) job.next_step[node] = task.step() + 1;
       job.losses_first = job.record.status().step() + 1;  // the store has those before
+      job.addresses.assign(job.record.addresses().begin(), job.record.addresses().end());
       QLOG_INFO("job {} resumes after the restart at step {}; waiting for its nodes", id,
                 job.record.status().step());
     }
@@ -264,6 +265,7 @@ void JobManager::Finish(Job* job, JobState state, const std::string& message,
   st->set_message(message);
   *st->mutable_finished_at() = ToProtoTime(clock_->Now());
   job->addresses.clear();
+  job->record.clear_addresses();
   QLOG_INFO("job {} {}: {}", st->job_id(), quilt::v1::JobState_Name(state), message);
   if (state == quilt::v1::JOB_STATE_FAILED && registry_ != nullptr) {
     registry_->RecordJobFailure(
@@ -430,7 +432,17 @@ void JobManager::OnHeartbeat(const quilt::v1::HeartbeatRequest& request,
         done.set_state(quilt::v1::TASK_STATE_SUCCEEDED);
         done.set_step(r.spec().steps());
         done.set_message("finished (its final checkpoint is complete); its worker restarted since");
+        const int64_t reported = job.record.status().step();
         ApplyReport(&job, node, done);
+        quilt::v1::JobStatus* st = job.record.mutable_status();
+        if (st->state() == quilt::v1::JOB_STATE_SUCCEEDED && reported < st->steps()) {
+          // Its last steps' losses were never reported: the loss shown is
+          // step `reported`'s.
+          st->set_message(absl::StrFormat(
+              "%d steps (its final checkpoint is complete; losses reported up to step %d, "
+              "loss %.6g there)",
+              st->steps(), reported, st->last_loss()));
+        }
         Changed(&job);
         continue;
       }
@@ -536,7 +548,13 @@ absl::StatusOr<std::vector<std::string>> JobManager::ExchangeAddresses(const std
   if (address.empty()) return absl::InvalidArgumentError("empty address");
   // (Empty in a job loaded at start-up: executors publish again.)
   if (job->addresses.size() != static_cast<size_t>(world)) job->addresses.assign(world, "");
-  job->addresses[rank] = address;
+  if (job->addresses[rank] != address) {
+    // Stored: a rank that has everyone's addresses does not publish again,
+    // and its peers may still be asking when the coordinator restarts.
+    job->addresses[rank] = address;
+    *job->record.mutable_addresses() = {job->addresses.begin(), job->addresses.end()};
+    Changed(job);
+  }
   for (const std::string& a : job->addresses) {
     if (a.empty()) return std::vector<std::string>{};
   }

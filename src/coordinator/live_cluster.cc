@@ -21,9 +21,12 @@ absl::StatusOr<quilt::v1::ClusterSpec> LiveClusterSpec(const NodeRegistry& regis
     *spec.add_nodes() = std::move(*n.mutable_info());
   }
   if (spec.nodes_size() == 0) {
-    return absl::FailedPreconditionError(absl::StrCat("no Ready nodes to plan for (", registered,
-                                                      " registered: ", not_ready, " not ready, ",
-                                                      down, " down, ", draining, " draining)"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "no Ready nodes to plan for (", registered, " registered: ", not_ready, " not ready, ",
+        down, " down, ", draining, " draining)",
+        not_ready > 0 ? "; NotReady nodes are back when they heartbeat (seconds after a "
+                        "coordinator restart)"
+                      : ""));
   }
   if (links != nullptr) links->AddTo(&spec);
   return spec;

@@ -254,9 +254,11 @@ absl::StatusOr<std::vector<std::string>> CoordinatorRendezvous::Exchange(int ran
     }
     if (!s.ok()) {
       last = CallStatus(s, address_, /*daemon=*/true);
-      // Only an unreachable coordinator is worth asking again.
+      // Only an unreachable or stopping coordinator (which cancels the
+      // calls it has) is worth asking again.
       if (last.code() != absl::StatusCode::kUnavailable &&
-          last.code() != absl::StatusCode::kDeadlineExceeded) {
+          last.code() != absl::StatusCode::kDeadlineExceeded &&
+          last.code() != absl::StatusCode::kCancelled) {
         return last;
       }
     }

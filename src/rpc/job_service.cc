@@ -233,8 +233,7 @@ grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* ctx,
     // A stopping coordinator ends its watches at once (the server waits
     // for open calls before it stops).
     if (stopping_.load()) {
-      return grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                          "the coordinator is shutting down; watch again once it is back");
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the coordinator is shutting down");
     }
     const int64_t before = version;
     absl::StatusOr<quilt::v1::JobStatus> st =
