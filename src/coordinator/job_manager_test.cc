@@ -363,20 +363,21 @@ TEST_F(JobManagerTest, AJobThatFinishedWhileItsWorkerRestartedSucceeds) {
 }
 
 TEST_F(JobManagerTest, ExecutorsFindEachOtherAfterARestart) {
+  const std::string a0("\xff\x00\x80ucx", 6);  // transport addresses are binary
   const std::string id = AddJob(100);
   Beat("a", {Report(id, quilt::v1::TASK_STATE_RUNNING, 1, {})});
   Beat("b", {Report(id, quilt::v1::TASK_STATE_RUNNING, 1, {})});
-  ASSERT_THAT(jobs_->ExchangeAddresses(id, 0, 2, "addr-a"), IsOk());
+  ASSERT_THAT(jobs_->ExchangeAddresses(id, 0, 2, a0), IsOk());
   // The coordinator restarts before rank 1 published: rank 0's address
   // was kept (rank 0 may not publish again: it may have had them all).
   Reopen();
   absl::StatusOr<std::vector<std::string>> b = jobs_->ExchangeAddresses(id, 1, 2, "addr-b");
   ASSERT_THAT(b, IsOk());
-  EXPECT_THAT(*b, ElementsAre("addr-a", "addr-b"));
+  EXPECT_THAT(*b, ElementsAre(a0, "addr-b"));
   // A rank that publishes again is answered too.
-  absl::StatusOr<std::vector<std::string>> a = jobs_->ExchangeAddresses(id, 0, 2, "addr-a");
+  absl::StatusOr<std::vector<std::string>> a = jobs_->ExchangeAddresses(id, 0, 2, a0);
   ASSERT_THAT(a, IsOk());
-  EXPECT_THAT(*a, ElementsAre("addr-a", "addr-b"));
+  EXPECT_THAT(*a, ElementsAre(a0, "addr-b"));
   // An ended job keeps no addresses.
   ASSERT_THAT(jobs_->Cancel(id, ""), IsOk());
   EXPECT_EQ(jobs_->Record(id)->addresses_size(), 0);
