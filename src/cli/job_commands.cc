@@ -317,15 +317,14 @@ void AddJobCommands(CLI::App& app, const GlobalOptions& globals, std::vector<Com
                     if (*jobs_last > 0 && static_cast<int64_t>(selected.size()) > *jobs_last) {
                       selected.erase(selected.begin(), selected.end() - *jobs_last);
                     }
-                    const std::vector<JobStatus>* list = &selected;
                     if (*jobs_format == "json") {
                       quilt::v1::ListJobsResponse r;
-                      for (const auto& j : *list) *r.add_jobs() = j;
+                      for (const auto& j : selected) *r.add_jobs() = j;
                       std::cout << ToJson(r) << "\n";
                       return 0;
                     }
                     Table t({"JOB", "NAME", "STATE", "STEP", "LOSS", "SAMPLES/S", "STRATEGY"});
-                    for (const JobStatus& j : *list) {
+                    for (const JobStatus& j : selected) {
                       t.AddRow(
                           {j.job_id(), j.name(), StateName(j.state()),
                            absl::StrCat(j.step(), "/", j.steps()),

@@ -41,6 +41,20 @@ absl::Status CheckWritablePath(const std::string& path) {
   return absl::OkStatus();
 }
 
+absl::Status MakeWritableDir(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return absl::FailedPreconditionError(ec.message());
+  if (!std::filesystem::is_directory(dir, ec))
+    return absl::FailedPreconditionError("not a directory");
+  const std::string probe = absl::StrCat(dir, "/.quilt-write-check-", getpid());
+  const int fd = open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return absl::UnavailableError(std::strerror(errno));
+  close(fd);
+  unlink(probe.c_str());
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) {

@@ -18,6 +18,12 @@ absl::Status WriteFileAtomically(const std::string& path, const std::string& con
 // write in. Errors: INVALID_ARGUMENT, NOT_FOUND, PERMISSION_DENIED, with the
 // path named.
 absl::Status CheckWritablePath(const std::string& path);
+// Creates `dir` if missing and checks that a file can be made in it (a
+// read-only mount fails here, not at the first real write). The message is
+// the cause alone: FAILED_PRECONDITION when the directory cannot be
+// created (or is no directory), UNAVAILABLE when nothing can be written in
+// it.
+absl::Status MakeWritableDir(const std::string& dir);
 
 }  // namespace quilt
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 
 #include "absl/strings/ascii.h"
@@ -19,6 +20,11 @@ using quilt::v1::JobState;
 using quilt::v1::TaskState;
 
 namespace {
+
+// "running" for JOB_STATE_RUNNING, in messages.
+std::string StateWord(quilt::v1::JobState s) {
+  return absl::AsciiStrToLower(quilt::v1::JobState_Name(s).substr(strlen("JOB_STATE_")));
+}
 
 bool TaskEnded(TaskState s) {
   return s == quilt::v1::TASK_STATE_SUCCEEDED || s == quilt::v1::TASK_STATE_FAILED ||
@@ -62,7 +68,6 @@ absl::Status JobManager::Load() {
       // send them again: their acknowledgement was lost).
       for (const auto& [node, task] : job.record.tasks()) job.next_step[node] = task.step() + 1;
       job.losses_first = job.record.status().step() + 1;  // the store has those before
-      job.addresses.assign(job.record.addresses().begin(), job.record.addresses().end());
       QLOG_INFO("job {} resumes after the restart at step {}; waiting for its nodes", id,
                 job.record.status().step());
     }
@@ -160,7 +165,6 @@ absl::StatusOr<std::string> JobManager::Add(NewJob n) {
     t.set_state(quilt::v1::TASK_STATE_UNSPECIFIED);
     (*r.mutable_tasks())[node] = t;
   }
-  job.addresses.assign(n.world.size(), "");
   // Stored before it is acknowledged: a job the coordinator cannot keep
   // is not started.
   job.version = ++version_;
@@ -210,9 +214,9 @@ absl::StatusOr<std::string> JobManager::Deletable(const std::string& job_id) con
   if (it == jobs_.end()) return absl::NotFoundError("no job '" + job_id + "'");
   const quilt::v1::JobState state = it->second.record.status().state();
   if (!Ended(state)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "job ", job_id, " is ", absl::AsciiStrToLower(quilt::v1::JobState_Name(state).substr(10)),
-        "; cancel it first (quiltctl cancel ", job_id, ")"));
+    return absl::FailedPreconditionError(absl::StrCat("job ", job_id, " is ", StateWord(state),
+                                                      "; cancel it first (quiltctl cancel ", job_id,
+                                                      ")"));
   }
   return it->second.record.spec().checkpoint_dir();
 }
@@ -264,7 +268,6 @@ void JobManager::Finish(Job* job, JobState state, const std::string& message,
   st->set_state(state);
   st->set_message(message);
   *st->mutable_finished_at() = ToProtoTime(clock_->Now());
-  job->addresses.clear();
   job->record.clear_addresses();
   QLOG_INFO("job {} {}: {}", st->job_id(), quilt::v1::JobState_Name(state), message);
   if (state == quilt::v1::JOB_STATE_FAILED && registry_ != nullptr) {
@@ -282,9 +285,7 @@ absl::Status JobManager::Cancel(const std::string& job_id, const std::string& re
   if (job == nullptr) return absl::NotFoundError("no job '" + job_id + "'");
   if (Ended(job->record.status().state())) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "job ", job_id, " already ended (",
-        absl::AsciiStrToLower(quilt::v1::JobState_Name(job->record.status().state()).substr(10)),
-        ")"));
+        "job ", job_id, " already ended (", StateWord(job->record.status().state()), ")"));
   }
   Finish(job, quilt::v1::JOB_STATE_CANCELLED,
          reason.empty() ? "cancelled by request" : "cancelled: " + reason);
@@ -546,19 +547,19 @@ absl::StatusOr<std::vector<std::string>> JobManager::ExchangeAddresses(const std
                                                    job_id, " (", world, " executors)"));
   }
   if (address.empty()) return absl::InvalidArgumentError("empty address");
-  // (Empty in a job loaded at start-up: executors publish again.)
-  if (job->addresses.size() != static_cast<size_t>(world)) job->addresses.assign(world, "");
-  if (job->addresses[rank] != address) {
-    // Stored: a rank that has everyone's addresses does not publish again,
-    // and its peers may still be asking when the coordinator restarts.
-    job->addresses[rank] = address;
-    *job->record.mutable_addresses() = {job->addresses.begin(), job->addresses.end()};
+  // Kept in the record: a rank that has everyone's addresses does not
+  // publish again, and its peers may still be asking when the coordinator
+  // restarts.
+  auto* addresses = job->record.mutable_addresses();
+  while (addresses->size() < world) addresses->Add();
+  if (addresses->Get(rank) != address) {
+    *addresses->Mutable(rank) = address;
     Changed(job);
   }
-  for (const std::string& a : job->addresses) {
+  for (const std::string& a : *addresses) {
     if (a.empty()) return std::vector<std::string>{};
   }
-  return job->addresses;
+  return std::vector<std::string>(addresses->begin(), addresses->end());
 }
 
 absl::StatusOr<quilt::v1::JobStatus> JobManager::WaitForChange(const std::string& job_id,

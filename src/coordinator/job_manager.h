@@ -122,7 +122,6 @@ class JobManager {
     // The program, until every node of the job has been handed it.
     std::string program;
     int64_t version = 0;
-    std::vector<std::string> addresses;                      // rendezvous, by rank
     std::map<int64_t, std::pair<double, int>> loss_by_step;  // sum, ranks
     // Losses of steps losses_first, losses_first + 1, … not written yet.
     std::vector<double> losses_tail;

@@ -1,13 +1,10 @@
 #include "src/coordinator/job_submission.h"
 
-#include <cerrno>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <set>
 
 #include "absl/strings/str_cat.h"
 #include "src/cluster/topology.h"
+#include "src/common/files.h"
 #include "src/common/logging.h"
 #include "src/common/status.h"
 #include "src/coordinator/job_model.h"
@@ -92,25 +89,14 @@ absl::Status CheckCheckpointDir(const std::string& dir) {
     return absl::InvalidArgumentError("the checkpoint directory '" + dir +
                                       "' must be an absolute path");
   }
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec || !std::filesystem::is_directory(dir)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the checkpoint directory ", dir,
-                     " cannot be created here: ", ec ? ec.message() : "not a directory"));
-  }
   // Writable (a read-only mount would fail the job at its first checkpoint).
-  const std::string probe = dir + "/.quilt-write-check";
-  {
-    std::ofstream out(probe);
-    out << "x";
-    out.flush();
-    if (!out.good()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "the checkpoint directory ", dir, " cannot be written here: ", std::strerror(errno)));
-    }
+  if (absl::Status w = MakeWritableDir(dir); !w.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("the checkpoint directory ", dir,
+                                                   w.code() == absl::StatusCode::kFailedPrecondition
+                                                       ? " cannot be created here: "
+                                                       : " cannot be written here: ",
+                                                   w.message()));
   }
-  std::filesystem::remove(probe, ec);
   return absl::OkStatus();
 }
 

@@ -129,16 +129,9 @@ int main(int argc, char** argv) {
   // Checkpoints are written after steps, the last after the whole run: a
   // directory this node cannot write in fails the job now, not then.
   if (!checkpoint_dir.empty()) {
-    std::error_code ec;
-    std::filesystem::create_directories(checkpoint_dir, ec);
-    const std::string probe = absl::StrCat(checkpoint_dir, "/.write-check-rank-", rank);
-    absl::Status w = ec ? absl::UnavailableError(
-                              absl::StrCat("cannot create ", checkpoint_dir, ": ", ec.message()))
-                        : quilt::WriteFileAtomically(probe, "");
-    if (!w.ok()) {
+    if (absl::Status w = quilt::MakeWritableDir(checkpoint_dir); !w.ok()) {
       return Fail(absl::StrCat("cannot write checkpoints in ", checkpoint_dir, ": ", w.message()));
     }
-    std::filesystem::remove(probe, ec);
   }
   absl::StatusOr<std::string> bytes = quilt::ReadFile(program_path);
   if (!bytes.ok()) return Fail(std::string(bytes.status().message()));

@@ -134,17 +134,10 @@ int Run(WorkerConfig config) {
   }
   // Jobs would fail one by one on a work_dir that cannot be used: the
   // worker does not start.
-  {
-    std::error_code ec;
-    std::filesystem::create_directories(work_dir, ec);
-    absl::Status w = ec ? absl::UnavailableError(absl::StrCat("cannot create it: ", ec.message()))
-                        : WriteFileAtomically(work_dir + "/.write-check", "");
-    if (!w.ok()) {
-      QLOG_ERROR("configuration error: work_dir {} is not usable: {}", work_dir,
-                 std::string(w.message()));
-      return 2;
-    }
-    std::filesystem::remove(work_dir + "/.write-check", ec);
+  if (absl::Status w = MakeWritableDir(work_dir); !w.ok()) {
+    QLOG_ERROR("configuration error: work_dir {} is not usable: {}", work_dir,
+               std::string(w.message()));
+    return 2;
   }
 
   absl::StatusOr<std::unique_ptr<ProbeServer>> probe_server =
