@@ -1,7 +1,7 @@
 // quiltctl's job commands: submit (a model file or zoo name with its
 // training settings; the coordinator checks, plans and starts it), jobs,
-// describe job, watch (a live progress line until the job ends), cancel
-// and export (the trained model as ONNX).
+// describe job, watch (a live progress line until the job ends), losses
+// (every step's), cancel, delete and export (the trained model as ONNX).
 #include <unistd.h>
 
 #include <cmath>
@@ -16,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "nlohmann/json.hpp"
 #include "src/cli/command.h"
 #include "src/cli/format.h"
 #include "src/cli/validators.h"
@@ -197,6 +198,38 @@ int Watch(const std::string& id, const GlobalOptions& g, const std::string& form
   return last.state() == quilt::v1::JOB_STATE_SUCCEEDED ? 0 : 1;
 }
 
+// Every step's loss from `from` on, a page at a time: "step<TAB>loss"
+// lines ("nan" for a step whose loss was lost) or one JSON object.
+int PrintLosses(const std::string& id, int64_t from, const std::string& format,
+                const GlobalOptions& globals) {
+  rpc::JobClient client(globals.coordinator, absl::Seconds(globals.timeout_s));
+  std::vector<double> all;
+  int64_t next = from;
+  for (;;) {
+    absl::StatusOr<quilt::v1::JobLosses> page = client.GetJobLosses(id, next);
+    if (!page.ok()) return PrintError(std::string(page.status().message()));
+    all.insert(all.end(), page->losses().begin(), page->losses().end());
+    next = page->first_step() + page->losses_size();
+    if (page->losses_size() == 0 || next > page->last_step()) break;
+  }
+  if (format == "json") {
+    nlohmann::json j;
+    j["job_id"] = id;
+    j["first_step"] = from;
+    j["losses"] = nlohmann::json::array();
+    for (double l : all) j["losses"].push_back(std::isfinite(l) ? nlohmann::json(l) : nullptr);
+    std::cout << j.dump() << "\n";
+    return 0;
+  }
+  std::string text = "step\tloss\n";
+  for (size_t i = 0; i < all.size(); ++i) {
+    absl::StrAppend(&text, from + static_cast<int64_t>(i), "\t", absl::StrFormat("%.9g", all[i]),
+                    "\n");
+  }
+  std::cout << text;
+  return 0;
+}
+
 }  // namespace
 
 absl::Status SetJobModel(const std::string& model, int64_t batch, const Graph* loaded,
@@ -374,7 +407,19 @@ void AddJobCommands(CLI::App& app, const GlobalOptions& globals, std::vector<Com
                     std::cout << "cancelled " << *cancel_id << "\n";
                     return 0;
                   }});
-  // export ID -o FILE
+  // losses ID
+  auto losses_id = std::make_shared<std::string>();
+  auto losses_from = std::make_shared<int64_t>(1);
+  auto losses_format = std::make_shared<std::string>("table");
+  CLI::App* losses =
+      app.add_subcommand("losses", "A job's loss at every step (its training curve)");
+  losses->add_option("id", *losses_id, "Job id")->required();
+  losses->add_option("--from", *losses_from, "First step (default 1)")->check(PositiveInt());
+  losses->add_option("-o,--output", *losses_format, "table (step, loss) | json")
+      ->check(CLI::IsMember({"table", "json"}));
+  out->push_back({losses, [losses_id, losses_from, losses_format, &globals] {
+                    return PrintLosses(*losses_id, *losses_from, *losses_format, globals);
+                  }});
   // delete
   auto delete_id = std::make_shared<std::string>();
   auto keep = std::make_shared<bool>(false);

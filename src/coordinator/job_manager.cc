@@ -64,10 +64,11 @@ absl::Status JobManager::Load() {
       // without its executor (its worker restarted), or not at all (Down),
       // fails it then.
       job.record.mutable_status()->set_message(std::string(kAwaitingReports));
-      // Steps a node reported before are not counted again (its worker may
-      // send them again: their acknowledgement was lost).
-      for (const auto& [node, task] : job.record.tasks()) job.next_step[node] = task.step() + 1;
-      job.losses_first = job.record.status().step() + 1;  // the store has those before
+      // Workers keep the losses of steps after the stored ones until told
+      // they are stored, and send them again.
+      ASSIGN_OR_RETURN(const std::vector<double> stored, store_->GetJobLosses(id));
+      job.losses_first = static_cast<int64_t>(stored.size()) + 1;
+      for (const auto& [node, task] : job.record.tasks()) job.next_step[node] = job.losses_first;
       QLOG_INFO("job {} resumes after the restart at step {}; waiting for its nodes", id,
                 job.record.status().step());
     }
@@ -90,8 +91,8 @@ void JobManager::Flush() {
 void JobManager::Persist(Job* job) {
   job->persisted = clock_->Now();
   // With the losses of the steps every rank finished since the last write
-  // (appended; NaN for those lost across a restart).
-  const int64_t through = job->record.status().step();
+  // (appended).
+  const int64_t through = Settled(*job);
   CoordinatorStore::LossChunk chunk;
   size_t taken = 0;
   if (through >= job->losses_first) {
@@ -113,6 +114,15 @@ void JobManager::Persist(Job* job) {
     job->loss_by_step.erase(job->loss_by_step.begin(),
                             job->loss_by_step.lower_bound(job->losses_first));
   }
+}
+
+int64_t JobManager::Settled(const Job& job) {
+  int64_t through = job.record.status().step();
+  for (const std::string& node : job.record.world()) {
+    auto next = job.next_step.find(node);
+    through = std::min(through, next == job.next_step.end() ? 0 : next->second - 1);
+  }
+  return through;
 }
 
 void JobManager::Changed(Job* job, bool durable) {
@@ -202,9 +212,13 @@ absl::StatusOr<std::vector<double>> JobManager::Losses(const std::string& job_id
   if (it == jobs_.end()) return absl::NotFoundError("no job '" + job_id + "'");
   const Job& job = it->second;
   ASSIGN_OR_RETURN(std::vector<double> losses, store_->GetJobLosses(job_id));
-  if (job.losses_tail.empty()) return losses;
+  const int64_t through = Settled(job);
+  if (job.losses_tail.empty() || through < job.losses_first) return losses;
   losses.resize(static_cast<size_t>(job.losses_first - 1), std::nan(""));
-  losses.insert(losses.end(), job.losses_tail.begin(), job.losses_tail.end());
+  const size_t n =
+      std::min(job.losses_tail.size(), static_cast<size_t>(through - job.losses_first + 1));
+  losses.insert(losses.end(), job.losses_tail.begin(), job.losses_tail.begin() + n);
+  losses.resize(static_cast<size_t>(through), std::nan(""));
   return losses;
 }
 
@@ -304,6 +318,14 @@ void JobManager::ApplyReport(Job* job, const std::string& node,
     if (TaskEnded(report.state())) task->second.set_state(report.state());
     return;
   }
+  int64_t& next = job->next_step.try_emplace(node, 1).first->second;
+  if (report.loss_parts_size() > 0 && report.first_step() > next &&
+      report.kept_from_step() > 0 && report.kept_from_step() <= next) {
+    // Steps this coordinator lacks (received before a restart, not stored)
+    // that the worker still keeps: it sends them again (the receipt asks
+    // for them), and this report with them.
+    return;
+  }
   if (r.status().message() == kAwaitingReports) r.mutable_status()->set_message("");
   quilt::v1::TaskReport& t = task->second;
   t.set_state(report.state());
@@ -313,7 +335,6 @@ void JobManager::ApplyReport(Job* job, const std::string& node,
       static_cast<int>(std::find(r.world().begin(), r.world().end(), node) - r.world().begin());
   const int world = r.world_size();
   quilt::v1::JobStatus* st = r.mutable_status();
-  int64_t& next = job->next_step.try_emplace(node, 1).first->second;
   for (int i = 0; i < report.loss_parts_size(); ++i) {
     const int64_t step = report.first_step() + i;
     if (step < next) continue;  // applied before (a retried heartbeat)
@@ -413,6 +434,13 @@ void JobManager::OnHeartbeat(const quilt::v1::HeartbeatRequest& request,
     if (Ended(job->record.status().state()) && !TaskEnded(report.state())) {
       response->add_cancel_jobs(report.job_id());
     }
+    quilt::v1::TaskReceipt* receipt = response->add_receipts();
+    receipt->set_job_id(report.job_id());
+    const bool stored_end =
+        Ended(job->record.status().state()) && job->persisted_version == job->version;
+    receipt->set_stored_step(stored_end ? INT64_MAX : job->losses_first - 1);
+    auto next = job->next_step.find(node);
+    receipt->set_next_step(next == job->next_step.end() ? 1 : next->second);
   }
   for (const std::string& id : order_) {
     Job& job = jobs_.at(id);

@@ -69,8 +69,8 @@ class JobManager {
   // checkpoint directory. Errors: as Deletable, UNAVAILABLE (the store
   // failed: kept).
   absl::StatusOr<std::string> Delete(const std::string& job_id);
-  // The summed loss of every step, from step 1 (NaN for steps lost across a
-  // coordinator restart). Errors: NOT_FOUND, the store's.
+  // The summed loss of every settled step, from step 1 (NaN for steps lost
+  // across a coordinator restart). Errors: NOT_FOUND, the store's.
   absl::StatusOr<std::vector<double>> Losses(const std::string& job_id) const;
   std::vector<quilt::v1::JobStatus> List() const;
   std::map<std::string, int> CountByState() const;
@@ -148,6 +148,9 @@ class JobManager {
   // Wakes watchers; writes the record now when `durable`, else at most
   // every few seconds (progress only).
   void Changed(Job* job, bool durable = true) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The last step whose loss is settled: every node sent its part or went
+  // past it (a part missing then is lost for good: NaN).
+  static int64_t Settled(const Job& job);
   // Writes the record (failures are logged; the next change tries again).
   void Persist(Job* job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Job* Find(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

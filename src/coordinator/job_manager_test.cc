@@ -419,6 +419,71 @@ TEST_F(JobManagerTest, StepsLostAcrossARestartAreNaNNotZero) {
   EXPECT_DOUBLE_EQ(losses[3], 1.0);
 }
 
+TEST_F(JobManagerTest, ReceiptsSayWhatIsStoredAndARestartedCoordinatorAsksForTheRestAgain) {
+  const std::string id = AddJob(100);
+  auto receipt = [&](const HeartbeatResponse& r) {
+    EXPECT_THAT(r.receipts(), SizeIs(1));
+    return r.receipts_size() == 1 ? r.receipts(0) : quilt::v1::TaskReceipt();
+  };
+  // The first steps are stored with the job's start (a state change).
+  Beat("a", {Report(id, quilt::v1::TASK_STATE_RUNNING, 1, {1.0})});
+  quilt::v1::TaskReceipt b =
+      receipt(Beat("b", {Report(id, quilt::v1::TASK_STATE_RUNNING, 1, {2.0})}));
+  EXPECT_EQ(b.job_id(), id);
+  EXPECT_EQ(b.stored_step(), 1);
+  EXPECT_EQ(b.next_step(), 2);
+  // Progress is stored every few seconds: steps 2-3 are received, not stored.
+  Beat("a", {Report(id, quilt::v1::TASK_STATE_RUNNING, 2, {1.0, 1.0})});
+  b = receipt(Beat("b", {Report(id, quilt::v1::TASK_STATE_RUNNING, 2, {2.0, 2.0})}));
+  EXPECT_EQ(b.stored_step(), 1);
+  EXPECT_EQ(b.next_step(), 4);
+  // The coordinator dies without a word (no Flush). Started again, it asks
+  // for step 2 on, which the workers kept; a worker may also send again
+  // what the store has (step 1): counted once.
+  Reopen();
+  quilt::v1::TaskReceipt a =
+      receipt(Beat("a", {Report(id, quilt::v1::TASK_STATE_RUNNING, 4, {1.0})}));
+  EXPECT_EQ(a.stored_step(), 1);
+  EXPECT_EQ(a.next_step(), 5);  // a sent from step 4: it lost 2-3 (not a receipts worker)
+  b = receipt(Beat("b", {Report(id, quilt::v1::TASK_STATE_RUNNING, 1, {2.0, 2.0, 2.0, 2.0})}));
+  EXPECT_EQ(b.next_step(), 5);
+  EXPECT_EQ(Status(id).step(), 4);
+  std::vector<double> losses = *jobs_->Losses(id);
+  ASSERT_EQ(losses.size(), 4);
+  EXPECT_DOUBLE_EQ(losses[0], 3.0);
+  EXPECT_TRUE(std::isnan(losses[1]));  // a's part never came again
+  EXPECT_DOUBLE_EQ(losses[3], 3.0);
+
+  // A second job whose workers keep every step until it is stored loses
+  // none across a restart.
+  const std::string kept = AddJob(100);
+  Beat("a", {Report(kept, quilt::v1::TASK_STATE_RUNNING, 1, {1.0})});
+  Beat("b", {Report(kept, quilt::v1::TASK_STATE_RUNNING, 1, {1.0})});
+  Beat("a", {Report(kept, quilt::v1::TASK_STATE_RUNNING, 2, {1.0, 1.0})});
+  Beat("b", {Report(kept, quilt::v1::TASK_STATE_RUNNING, 2, {1.0, 1.0})});
+  Reopen();
+  // a goes on from where it was (step 4); it still keeps step 2 on, which
+  // the coordinator lacks: the report waits and a is asked for step 2 on.
+  TaskReport later = Report(kept, quilt::v1::TASK_STATE_RUNNING, 4, {1.0});
+  later.set_kept_from_step(2);
+  a = receipt(Beat("a", {later}));
+  EXPECT_EQ(a.next_step(), 2);
+  EXPECT_EQ(Status(kept).step(), 1);
+  // Before every node sent its steps again, none of them is given up.
+  clock_.Advance(absl::Seconds(10));
+  a = receipt(Beat("a", {Report(kept, quilt::v1::TASK_STATE_RUNNING, 2, {1.0, 1.0, 1.0})}));
+  EXPECT_EQ(a.stored_step(), 1);
+  EXPECT_EQ(a.next_step(), 5);
+  clock_.Advance(absl::Seconds(10));
+  b = receipt(Beat("b", {Report(kept, quilt::v1::TASK_STATE_RUNNING, 2, {1.0, 1.0, 1.0})}));
+  EXPECT_EQ(b.stored_step(), 4);
+  EXPECT_THAT(*jobs_->Losses(kept), ElementsAre(2.0, 2.0, 2.0, 2.0));
+  // An ended job, once stored, lets the workers forget everything.
+  ASSERT_THAT(jobs_->Cancel(kept, ""), IsOk());
+  a = receipt(Beat("a", {Report(kept, quilt::v1::TASK_STATE_CANCELLED, 5, {1.0})}));
+  EXPECT_EQ(a.stored_step(), INT64_MAX);
+}
+
 TEST_F(JobManagerTest, FlushStoresProgressAndAnEndedJobTakesNoMoreReports) {
   const std::string id = AddJob(100);
   Beat("a", {Report(id, quilt::v1::TASK_STATE_RUNNING, 1, {1.0, 1.0, 1.0})});

@@ -197,6 +197,20 @@ absl::StatusOr<std::string> JobClient::DeleteJob(const std::string& job_id, bool
   return response.removed_checkpoints();
 }
 
+absl::StatusOr<quilt::v1::JobLosses> JobClient::GetJobLosses(const std::string& job_id,
+                                                             int64_t from_step) {
+  grpc::ClientContext ctx;
+  SetTimeout(&ctx, timeout_);
+  ctx.set_wait_for_ready(false);
+  quilt::v1::GetJobLossesRequest request;
+  request.set_job_id(job_id);
+  request.set_from_step(from_step);
+  quilt::v1::JobLosses response;
+  grpc::Status s = stubs_->jobs->GetJobLosses(&ctx, request, &response);
+  if (!s.ok()) return CallStatus(s, address_);
+  return response;
+}
+
 absl::StatusOr<quilt::v1::ExportJobResponse> JobClient::ExportJob(const std::string& job_id) {
   grpc::ClientContext ctx;
   SetTimeout(&ctx, timeout_);

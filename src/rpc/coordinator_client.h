@@ -69,6 +69,7 @@ class JobClient {
   // The checkpoint directory removed (empty when kept or none).
   absl::StatusOr<std::string> DeleteJob(const std::string& job_id, bool keep_checkpoints);
   absl::StatusOr<quilt::v1::ExportJobResponse> ExportJob(const std::string& job_id);
+  absl::StatusOr<quilt::v1::JobLosses> GetJobLosses(const std::string& job_id, int64_t from_step);
   // Streams the job's status to `on_status` until the job ends (OK) or the
   // stream fails; no deadline.
   absl::Status WatchJob(const std::string& job_id,

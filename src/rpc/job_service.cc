@@ -1,5 +1,6 @@
 #include "src/rpc/job_service.h"
 
+#include <algorithm>
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
@@ -156,6 +157,29 @@ grpc::ServerUnaryReactor* JobServiceImpl::GetJob(grpc::CallbackServerContext* ct
       ctx, raw_request, raw_response, kMaxSmallRequestBytes, "GetJob",
       [this](const quilt::v1::GetJobRequest& r, quilt::v1::JobStatus* response) {
         ASSIGN_OR_RETURN(*response, coordinator_->jobs()->Get(r.job_id()));
+        return absl::OkStatus();
+      });
+}
+
+grpc::ServerUnaryReactor* JobServiceImpl::GetJobLosses(grpc::CallbackServerContext* ctx,
+                                                       const grpc::ByteBuffer* raw_request,
+                                                       grpc::ByteBuffer* raw_response) {
+  return HandleUnary<quilt::v1::GetJobLossesRequest, quilt::v1::JobLosses>(
+      ctx, raw_request, raw_response, kMaxSmallRequestBytes, "GetJobLosses",
+      [this](const quilt::v1::GetJobLossesRequest& r, quilt::v1::JobLosses* response) {
+        if (r.from_step() < 0) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("from_step must be 0 or more, not ", r.from_step()));
+        }
+        ASSIGN_OR_RETURN(std::vector<double> losses, coordinator_->jobs()->Losses(r.job_id()));
+        constexpr int64_t kMaxLosses = 100000;
+        const int64_t first = std::max<int64_t>(r.from_step(), 1);
+        const int64_t last = static_cast<int64_t>(losses.size());
+        response->set_first_step(first);
+        response->set_last_step(last);
+        for (int64_t step = first; step <= std::min(last, first + kMaxLosses - 1); ++step) {
+          response->add_losses(losses[static_cast<size_t>(step - 1)]);
+        }
         return absl::OkStatus();
       });
 }

@@ -5,7 +5,8 @@
 // large models), so it runs on a small work queue instead of gRPC's
 // threads, and a full queue answers RESOURCE_EXHAUSTED at once. GetJob,
 // ListJobs, WatchJob (a stream of every change until the job ends),
-// CancelJob and ExportJob read and change the JobManager's state.
+// GetJobLosses, CancelJob, ExportJob and DeleteJob read and change the
+// JobManager's state.
 //
 // A request that plans may first wait for the workers' profiles of its
 // model (seconds, or profile_timeout_ms for a node that does not answer),
@@ -34,7 +35,8 @@ using JobServiceBase = quilt::v1::JobService::WithRawCallbackMethod_PlanJob<
                 quilt::v1::JobService::WithRawCallbackMethod_CancelJob<
                     quilt::v1::JobService::WithRawCallbackMethod_ExportJob<
                         quilt::v1::JobService::WithRawCallbackMethod_DeleteJob<
-                            quilt::v1::JobService::Service>>>>>>>;
+                            quilt::v1::JobService::WithRawCallbackMethod_GetJobLosses<
+                                quilt::v1::JobService::Service>>>>>>>>;
 
 class JobServiceImpl final : public JobServiceBase {
  public:
@@ -65,6 +67,9 @@ class JobServiceImpl final : public JobServiceBase {
   grpc::ServerUnaryReactor* DeleteJob(grpc::CallbackServerContext* ctx,
                                       const grpc::ByteBuffer* request,
                                       grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* GetJobLosses(grpc::CallbackServerContext* ctx,
+                                         const grpc::ByteBuffer* request,
+                                         grpc::ByteBuffer* response) override;
   grpc::Status WatchJob(grpc::ServerContext* ctx, const quilt::v1::WatchJobRequest* request,
                         grpc::ServerWriter<quilt::v1::JobStatus>* writer) override;
 

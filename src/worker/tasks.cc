@@ -245,22 +245,29 @@ std::vector<quilt::v1::TaskReport> TaskRunner::Reports() const {
     r.set_job_id(id);
     r.set_state(t->state);
     r.set_step(t->step);
-    r.set_first_step(t->first_unreported);
+    r.set_first_step(t->next_send);
+    r.set_kept_from_step(t->first_kept);
     // At most 1000 steps per report (the heartbeat's size limit).
-    const size_t n = std::min<size_t>(t->loss_parts.size(), 1000);
-    for (size_t i = 0; i < n; ++i) {
+    const size_t from = static_cast<size_t>(t->next_send - t->first_kept);
+    const size_t n = std::min<size_t>(t->loss_parts.size() - from, 1000);
+    for (size_t i = from; i < from + n; ++i) {
       r.add_loss_parts(t->loss_parts[i]);
       r.add_step_times_s(t->step_times[i]);
     }
     // An ended task reports its end only with its last steps.
-    if (n < t->loss_parts.size() && Ended(t->state)) r.set_state(quilt::v1::TASK_STATE_RUNNING);
+    if (from + n < t->loss_parts.size() && Ended(t->state)) {
+      r.set_state(quilt::v1::TASK_STATE_RUNNING);
+    }
     r.set_message(t->message);
     out.push_back(std::move(r));
   }
   return out;
 }
 
-void TaskRunner::Ack(const std::vector<quilt::v1::TaskReport>& reports) {
+void TaskRunner::Ack(const std::vector<quilt::v1::TaskReport>& reports,
+                     const std::vector<quilt::v1::TaskReceipt>& receipts) {
+  std::map<std::string, const quilt::v1::TaskReceipt*> receipt_of;
+  for (const quilt::v1::TaskReceipt& receipt : receipts) receipt_of[receipt.job_id()] = &receipt;
   std::vector<std::unique_ptr<Task>> done;
   {
     absl::MutexLock lock(&mu_);
@@ -268,11 +275,20 @@ void TaskRunner::Ack(const std::vector<quilt::v1::TaskReport>& reports) {
       auto it = tasks_.find(r.job_id());
       if (it == tasks_.end()) continue;
       Task* t = it->second.get();
-      const size_t n =
-          std::min<size_t>(static_cast<size_t>(r.loss_parts_size()), t->loss_parts.size());
-      t->loss_parts.erase(t->loss_parts.begin(), t->loss_parts.begin() + n);
-      t->step_times.erase(t->step_times.begin(), t->step_times.begin() + n);
-      t->first_unreported += static_cast<int64_t>(n);
+      const int64_t kept_end = t->first_kept + static_cast<int64_t>(t->loss_parts.size());
+      auto receipt = receipt_of.find(r.job_id());
+      // Without a receipt (a coordinator that does not know the job, or
+      // predates receipts) what it received is forgotten.
+      const int64_t sent = r.first_step() + r.loss_parts_size();
+      const int64_t stored =
+          receipt == receipt_of.end() ? sent - 1 : receipt->second->stored_step();
+      const int64_t next = receipt == receipt_of.end() ? sent : receipt->second->next_step();
+      const size_t forget = static_cast<size_t>(
+          std::clamp<int64_t>(stored - t->first_kept + 1, 0, kept_end - t->first_kept));
+      t->loss_parts.erase(t->loss_parts.begin(), t->loss_parts.begin() + forget);
+      t->step_times.erase(t->step_times.begin(), t->step_times.begin() + forget);
+      t->first_kept += static_cast<int64_t>(forget);
+      t->next_send = std::clamp(next, t->first_kept, kept_end);
       if (Ended(r.state()) && Ended(t->state) && t->loss_parts.empty()) {
         // The log stays for diagnosis; the program (possibly large) goes.
         std::error_code ec;

@@ -4,8 +4,10 @@
 // the coordinator as its rendezvous, the job's data, checkpoint settings
 // and this node's emulated slowdown; its stdout (one JSON line per step)
 // is read on a thread, its stderr goes to executor.log in the job's
-// directory. Each executor's state and the steps not yet reported are
+// directory. Each executor's state and the steps not yet sent are
 // collected by Reports(); the worker sends them with its next heartbeat.
+// A step's loss is kept until the coordinator says it stored it (a
+// coordinator that restarts asks for the steps it lost again).
 // An executor that finishes no step for the stall timeout (a hung
 // checkpoint write on a dead file server, a stopped process) is killed and
 // its job fails saying so, instead of running for ever.
@@ -56,11 +58,16 @@ class TaskRunner {
   void Start(const quilt::v1::TaskAssignment& assignment);
   // Stops the job's executor; its report says CANCELLED.
   void Cancel(const std::string& job_id);
-  // Every known job's state with the steps not acknowledged yet.
+  // Every known job's state with the steps the coordinator has not
+  // received yet (at most 1000 per job).
   std::vector<quilt::v1::TaskReport> Reports() const;
-  // The coordinator has `reports`: their steps are not sent again, and
-  // jobs they reported as ended are forgotten.
-  void Ack(const std::vector<quilt::v1::TaskReport>& reports);
+  // The coordinator received `reports` and answered with `receipts`: a
+  // job's steps are sent from its receipt's next step on, and those
+  // through its stored step forgotten (all of a report without a
+  // receipt); a job whose end was reported and whose steps are all
+  // forgotten is forgotten.
+  void Ack(const std::vector<quilt::v1::TaskReport>& reports,
+           const std::vector<quilt::v1::TaskReceipt>& receipts);
   // Executors still running.
   int running() const;
   // Kills the executors that made no progress for the stall timeout.
@@ -83,8 +90,11 @@ class TaskRunner {
     absl::Time last_progress;   // start, or the last finished step
     double slowest_step_s = 0;  // measured, or the plan's prediction
     std::string stop_reason;    // why the runner stopped it (stalled, the worker stopping)
-    int64_t first_unreported = 1;
-    std::vector<double> loss_parts, step_times;  // from first_unreported
+    // Steps finished and not known to be stored, from step first_kept;
+    // the coordinator has received those before step next_send.
+    int64_t first_kept = 1;
+    int64_t next_send = 1;
+    std::vector<double> loss_parts, step_times;
     std::string message;
     std::thread reader;
   };

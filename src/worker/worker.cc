@@ -131,7 +131,7 @@ void Worker::Loop() {
       failures = 0;
       period = absl::Seconds(h->heartbeat_period_s());
       if (options_.tasks != nullptr) {
-        options_.tasks->Ack(reports);
+        options_.tasks->Ack(reports, {h->receipts().begin(), h->receipts().end()});
         for (const std::string& job : h->cancel_jobs()) options_.tasks->Cancel(job);
         for (const auto& a : h->assignments()) options_.tasks->Start(a);
       }

@@ -475,6 +475,41 @@ TEST_F(Jobs, ARunningJobOutlivesACoordinatorRestart) {
   EXPECT_EQ(exported->exit_code, 0) << exported->err;
 }
 
+TEST_F(Jobs, ACoordinatorKilledMidJobLosesNoStepsLoss) {
+  constexpr int64_t kSteps = 400;
+  const std::string id = Submit(SubmitArgs(cluster_.dir().File("ckpt"), kSteps, "dp-even-ring"));
+  ASSERT_TRUE(Eventually([&] { return Step(id) > 2; }, absl::Seconds(60))) << Job(id).dump();
+  const std::string address = cluster_.address();
+  // Killed: nothing stored since its last write (every few seconds) but
+  // what the workers kept.
+  cluster_.StopCoordinator(SIGKILL);
+  ASSERT_TRUE(cluster_.WaitCoordinator(absl::Seconds(10)).has_value());
+  absl::SleepFor(absl::Seconds(1));
+  ASSERT_THAT(cluster_.StartCoordinator(address), IsOk()) << cluster_.Log("coordinator");
+  absl::StatusOr<CommandResult> watched = cluster_.Quiltctl({"watch", id});
+  ASSERT_THAT(watched.status(), IsOk());
+  EXPECT_EQ(State(id), "JOB_STATE_SUCCEEDED") << Job(id).dump();
+  absl::StatusOr<CommandResult> losses = cluster_.Quiltctl({"losses", id, "-o", "json"});
+  ASSERT_THAT(losses.status(), IsOk());
+  ASSERT_EQ(losses->exit_code, 0) << losses->err;
+  const nlohmann::json j = nlohmann::json::parse(losses->out, nullptr, false);
+  ASSERT_TRUE(j.contains("losses")) << losses->out;
+  ASSERT_EQ(j["losses"].size(), kSteps);
+  int lost = 0;
+  for (const nlohmann::json& l : j["losses"]) lost += l.is_number() ? 0 : 1;
+  EXPECT_EQ(lost, 0) << losses->out;
+  // The loss shown is the last step's.
+  EXPECT_DOUBLE_EQ(j["losses"].back().get<double>(), Job(id).value("last_loss", 0.0));
+  // The table form: a header and one line per step from --from on.
+  absl::StatusOr<CommandResult> table = cluster_.Quiltctl({"losses", id, "--from", "391"});
+  ASSERT_THAT(table.status(), IsOk());
+  const std::vector<std::string> lines = absl::StrSplit(table->out, '\n', absl::SkipEmpty());
+  ASSERT_EQ(lines.size(), 11) << table->out;
+  EXPECT_EQ(lines[0], "step\tloss");
+  EXPECT_THAT(lines[1], ::testing::StartsWith("391\t"));
+  EXPECT_THAT(lines[10], ::testing::StartsWith("400\t"));
+}
+
 TEST_F(Jobs, AWorkerStoppedMidJobFailsItSayingSo) {
   const std::string id = Submit(SubmitArgs(cluster_.dir().File("ckpt"), 1000000, "dp-even-ring"));
   ASSERT_TRUE(Eventually([&] { return Step(id) > 2; }, absl::Seconds(60))) << Job(id).dump();
