@@ -1,7 +1,9 @@
 // `quiltctl train-local` reproduces PyTorch's per-step losses on the
 // exported fixtures (MLP, CNN with batch norm, transformer block with
 // LayerNorm written out or as one op, a language model whose embedding is
-// tied to its output projection, loss inside or outside the model), for
+// tied to its output projection, loss inside or outside the model, an
+// encoder layer exported with a dynamic batch and trained at a batch equal
+// to its sequence length, with F.pad and a batch-sized constant), for
 // 20 SGD (momentum, weight decay) and 20 Adam steps.
 #include <cmath>
 #include <fstream>
@@ -95,7 +97,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Fixture{"tied_lm", "adam"}, Fixture{"cls_token", "sgd"},
                       Fixture{"cls_token", "adam"}, Fixture{"tied_lm_folded", "sgd"},
                       Fixture{"tied_lm_folded", "adam"}, Fixture{"buffer_scale", "sgd"},
-                      Fixture{"buffer_scale", "adam"}),
+                      Fixture{"buffer_scale", "adam"}, Fixture{"dynamic_encoder", "sgd"},
+                      Fixture{"dynamic_encoder", "adam"}),
     [](const auto& info) { return info.param.name + "_" + info.param.optimizer; });
 
 TEST(TrainLocal, SyntheticData_LossFalls) {

@@ -308,7 +308,8 @@ absl::StatusOr<std::vector<int64_t>> SymbolicTarget(ImportContext& ctx, const Sh
   }
   return absl::InvalidArgumentError(
       absl::StrCat("cannot tell which dimension of the reshape target [", absl::StrJoin(t, ","),
-                   "] carries the batch of ", in.ToString(), " (exported batch ", b0, ")"));
+                   "] carries the batch of ", in.ToString(),
+                   ctx.symbolic_batch() ? "" : absl::StrCat(" (exported batch ", b0, ")")));
 }
 
 absl::Status Reshape(ImportContext& ctx, const Node& node) {
@@ -349,9 +350,52 @@ absl::Status Flatten(ImportContext& ctx, const Node& node) {
   return ctx.Emit(node, "Flatten", {x}, std::move(a));
 }
 
+// The element of a constant at `index` (row-major), copied to `out` at `at`.
+void CopyElement(const Tensor& from, int64_t index, Tensor* out, int64_t at) {
+  const size_t size = DTypeSize(from.dtype());
+  std::memcpy(static_cast<char*>(out->raw()) + at * size,
+              static_cast<const char*>(from.raw()) + index * size, size);
+}
+
+// Row-major strides of `dims`.
+std::vector<int64_t> Strides(const std::vector<int64_t>& dims) {
+  std::vector<int64_t> strides(dims.size(), 1);
+  for (int i = static_cast<int>(dims.size()) - 2; i >= 0; --i) {
+    strides[i] = strides[i + 1] * dims[i + 1];
+  }
+  return strides;
+}
+
 absl::Status Transpose(ImportContext& ctx, const Node& node) {
   Attrs a;
   std::vector<int64_t> perm = AttrInts(node, "perm");
+  if (const Tensor* c = ctx.ConstantInput(node, 0);
+      c != nullptr && !ctx.IsParameterInitializer(node, 0)) {
+    // Constant data (the pads of F.pad are computed so): fold.
+    const int r = c->rank();
+    if (perm.empty()) {
+      for (int i = r - 1; i >= 0; --i) perm.push_back(i);
+    }
+    if (static_cast<int>(perm.size()) != r) {
+      return absl::InvalidArgumentError("Transpose: perm does not match the input's rank");
+    }
+    std::vector<int64_t> dims;
+    for (int64_t p : perm) {
+      if (p < 0 || p >= r) return absl::InvalidArgumentError("Transpose: perm out of range");
+      dims.push_back(c->dim(static_cast<int>(p)));
+    }
+    ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(c->dtype(), dims));
+    const std::vector<int64_t> in_strides = Strides(c->dims());
+    std::vector<int64_t> idx(r, 0);
+    for (int64_t i = 0; i < out.numel(); ++i) {
+      int64_t from = 0;
+      for (int k = 0; k < r; ++k) from += idx[k] * in_strides[perm[k]];
+      CopyElement(*c, from, &out, i);
+      for (int k = r - 1; k >= 0 && ++idx[k] == dims[k]; --k) idx[k] = 0;
+    }
+    ctx.SetConstant(node.output(0), std::move(out));
+    return absl::OkStatus();
+  }
   if (!perm.empty()) a.SetInts("perm", perm);
   ASSIGN_OR_RETURN(std::string x, ctx.Data(node, 0));
   return ctx.Emit(node, "Transpose", {x}, std::move(a));
@@ -437,17 +481,46 @@ absl::Status Slice(ImportContext& ctx, const Node& node) {
     ASSIGN_OR_RETURN(steps, ctx.ConstInts(node, 4));
   }
   const Tensor* c = ctx.ConstantInput(node, 0);
-  if (c != nullptr && c->dtype() == DType::kI64 && c->rank() == 1) {
-    // Shape arithmetic: slice the constant vector.
-    const int64_t n = c->numel();
-    int64_t st = starts.at(0), en = ends.at(0), step = steps.empty() ? 1 : steps[0];
-    if (st < 0) st += n;
-    if (en < 0) en += n;
-    st = std::max<int64_t>(0, std::min(st, n));
-    en = std::max<int64_t>(-1, std::min(en, n));
-    std::vector<int64_t> v;
-    for (int64_t i = st; step > 0 ? i < en : i > en; i += step) v.push_back(c->i64()[i]);
-    ctx.SetConstant(node.output(0), Tensor::FromI64({static_cast<int64_t>(v.size())}, v));
+  if (c != nullptr && !ctx.IsParameterInitializer(node, 0) && c->rank() > 0) {
+    // Shape arithmetic (and other constant data): slice the constant.
+    const int r = c->rank();
+    if (starts.size() != ends.size() || (!axes.empty() && axes.size() != starts.size()) ||
+        (!steps.empty() && steps.size() != starts.size())) {
+      return absl::InvalidArgumentError("Slice: starts, ends, axes and steps differ in length");
+    }
+    std::vector<int64_t> first(r, 0), step(r, 1), count(c->dims());
+    for (size_t k = 0; k < starts.size(); ++k) {
+      int64_t axis = axes.empty() ? static_cast<int64_t>(k) : axes[k];
+      if (axis < 0) axis += r;
+      if (axis < 0 || axis >= r) return absl::InvalidArgumentError("Slice: axis out of range");
+      const int64_t n = c->dim(static_cast<int>(axis));
+      int64_t st = starts[k], en = ends[k];
+      const int64_t s = steps.empty() ? 1 : steps[k];
+      if (s == 0) return absl::InvalidArgumentError("Slice: a step is 0");
+      if (st < 0) st += n;
+      if (en < 0) en += n;
+      if (s > 0) {
+        st = std::clamp<int64_t>(st, 0, n);
+        en = std::clamp<int64_t>(en, 0, n);
+      } else {
+        st = std::clamp<int64_t>(st, 0, n - 1);
+        en = std::clamp<int64_t>(en, -1, n - 1);
+      }
+      first[axis] = st;
+      step[axis] = s;
+      count[axis] = s > 0 ? std::max<int64_t>(0, (en - st + s - 1) / s)
+                          : std::max<int64_t>(0, (st - en + (-s) - 1) / (-s));
+    }
+    ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(c->dtype(), count));
+    const std::vector<int64_t> strides = Strides(c->dims());
+    std::vector<int64_t> idx(r, 0);
+    for (int64_t i = 0; i < out.numel(); ++i) {
+      int64_t from = 0;
+      for (int k = 0; k < r; ++k) from += (first[k] + idx[k] * step[k]) * strides[k];
+      CopyElement(*c, from, &out, i);
+      for (int k = r - 1; k >= 0 && ++idx[k] == count[k]; --k) idx[k] = 0;
+    }
+    ctx.SetConstant(node.output(0), std::move(out));
     return absl::OkStatus();
   }
   Attrs a;
@@ -504,6 +577,31 @@ absl::Status ConstantOfShape(ImportContext& ctx, const Node& node) {
   Tensor value = Tensor::ScalarF32(0.0f);
   if (const auto* a = FindAttr(node, "value")) {
     ASSIGN_OR_RETURN(value, FromTensorProto(a->t()));
+  }
+  // Shaped by the batch (torch.ones(x.shape[0], ...), ones_like): the value
+  // broadcast to the batch, whatever its size.
+  auto batch_at =
+      ctx.symbolic_batch() ? std::find(dims.begin(), dims.end(), ctx.export_batch()) : dims.end();
+  if (batch_at != dims.end()) {
+    if (value.dtype() != DType::kF32) {
+      return absl::InvalidArgumentError(
+          "a constant sized by the batch is supported for float values only");
+    }
+    std::vector<Dim> shape;
+    for (auto d = dims.begin(); d != dims.end(); ++d) {
+      shape.push_back(d == batch_at ? Dim::Batch(1) : Dim::Fixed(*d));
+    }
+    *batch_at = 1;
+    ASSIGN_OR_RETURN(Tensor one, Tensor::Empty(DType::kF32, dims));
+    for (int64_t i = 0; i < one.numel(); ++i) one.f32()[i] = value.f32()[0];
+    const std::string name = node.output(0) + "/value";
+    ctx.SetConstant(name, std::move(one));
+    onnx::NodeProto probe;
+    probe.add_input(name);
+    ASSIGN_OR_RETURN(std::string x, ctx.Data(probe, 0));
+    Attrs a;
+    EncodeShape(&a, "shape", quilt::Shape(shape));
+    return ctx.Emit(node, "Expand", {x}, std::move(a));
   }
   ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(value.dtype(), dims));
   for (int64_t i = 0; i < out.numel(); ++i) {

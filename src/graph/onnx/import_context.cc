@@ -101,8 +101,11 @@ absl::StatusOr<Tensor> FromTensorProto(const onnx::TensorProto& t) {
   }
 }
 
-ImportContext::ImportContext(Graph* graph, int64_t export_batch)
-    : graph_(graph), builder_(graph), export_batch_(export_batch) {}
+ImportContext::ImportContext(Graph* graph, int64_t export_batch, bool symbolic_batch)
+    : graph_(graph),
+      builder_(graph),
+      export_batch_(export_batch),
+      symbolic_batch_(symbolic_batch) {}
 
 void ImportContext::AddInitializer(const std::string& name, Tensor value) {
   initializers_[name] = std::move(value);

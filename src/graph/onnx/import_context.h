@@ -22,11 +22,16 @@ absl::StatusOr<Tensor> FromTensorProto(const onnx::TensorProto& t);
 
 class ImportContext {
  public:
-  ImportContext(Graph* graph, int64_t export_batch);
+  // `export_batch`: the batch size shape arithmetic sees. A model exported
+  // with a dynamic batch (`symbolic_batch`) gets one no other dim of the
+  // model is a multiple of, so a value holding it is known to be the
+  // batch's.
+  ImportContext(Graph* graph, int64_t export_batch, bool symbolic_batch);
 
   GraphBuilder& b() { return builder_; }
   Graph& graph() { return *graph_; }
   int64_t export_batch() const { return export_batch_; }
+  bool symbolic_batch() const { return symbolic_batch_; }
 
   void AddInitializer(const std::string& name, Tensor value);
   // Call after the initializers are added: the exporter's transposed
@@ -68,6 +73,7 @@ class ImportContext {
   Graph* graph_;
   GraphBuilder builder_;
   int64_t export_batch_;
+  bool symbolic_batch_;
   std::map<std::string, std::string> tensors_;  // ONNX name → graph tensor
   std::map<std::string, Tensor> constants_;     // ONNX name → known value
   std::map<std::string, Tensor> initializers_;  // not yet materialized

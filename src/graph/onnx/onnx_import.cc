@@ -1,5 +1,6 @@
 #include "src/graph/onnx/onnx_import.h"
 
+#include <cstring>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -52,6 +53,56 @@ std::string SourceInput(const Graph& g, std::string tensor) {
   return "";
 }
 
+// The batch size a model exported with a dynamic batch is imported with: a
+// prime (from 1009 up) that no dim, shape constant or integer attribute of
+// the model is a multiple of, so that shape arithmetic folded with it tells
+// the batch from every other dim (a batch equal to one, or dividing one,
+// was taken for it).
+int64_t SymbolicBatch(const onnx::GraphProto& gp) {
+  std::set<int64_t> seen;
+  auto dims = [&](const onnx::ValueInfoProto& v) {
+    for (const auto& d : v.type().tensor_type().shape().dim()) {
+      if (d.has_dim_value()) seen.insert(d.dim_value());
+    }
+  };
+  auto tensor = [&](const onnx::TensorProto& t) {
+    for (int64_t d : t.dims()) seen.insert(d);
+    if (t.data_type() == onnx::TensorProto::INT64) {
+      for (int64_t v : t.int64_data()) seen.insert(v);
+      if (t.raw_data().size() <= 64 * sizeof(int64_t)) {
+        for (size_t i = 0; i + sizeof(int64_t) <= t.raw_data().size(); i += sizeof(int64_t)) {
+          int64_t v = 0;
+          std::memcpy(&v, t.raw_data().data() + i, sizeof(v));
+          seen.insert(v);
+        }
+      }
+    }
+  };
+  for (const auto& v : gp.input()) dims(v);
+  for (const auto& v : gp.output()) dims(v);
+  for (const auto& v : gp.value_info()) dims(v);
+  for (const auto& t : gp.initializer()) tensor(t);
+  for (const onnx::NodeProto& n : gp.node()) {
+    for (const auto& a : n.attribute()) {
+      if (a.has_t()) tensor(a.t());
+      if (a.has_i()) seen.insert(a.i());
+      for (int64_t v : a.ints()) seen.insert(v);
+    }
+  }
+  auto prime = [](int64_t n) {
+    for (int64_t d = 2; d * d <= n; ++d) {
+      if (n % d == 0) return false;
+    }
+    return true;
+  };
+  for (int64_t p = 1009;; ++p) {
+    if (!prime(p)) continue;
+    bool divides = false;
+    for (int64_t v : seen) divides = divides || (v > 0 && v % p == 0);
+    if (!divides) return p;
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<Graph> ImportOnnx(const std::string& bytes, const OnnxImportOptions& options) {
@@ -102,12 +153,12 @@ absl::StatusOr<Graph> ImportOnnx(const std::string& bytes, const OnnxImportOptio
     }
     b0 = shape.dim(0).has_dim_value() ? shape.dim(0).dim_value() : 0;
     static_batch = b0 > 0;
-    if (b0 <= 0) b0 = options.batch > 0 ? options.batch : 1;
+    if (!static_batch) b0 = SymbolicBatch(gp);
   }
 
   Graph g;
   g.name = gp.name();
-  ImportContext ctx(&g, b0);
+  ImportContext ctx(&g, b0, !static_batch);
   for (const auto& t : gp.initializer()) {
     absl::StatusOr<Tensor> v = onnx_import::FromTensorProto(t);
     if (!v.ok()) return Fail(src, v.status());
@@ -182,7 +233,7 @@ absl::StatusOr<Graph> ImportOnnx(const std::string& bytes, const OnnxImportOptio
     g.MutableTensor(label)->role = TensorRole::kLabel;
     g.outputs = {g.loss.prediction};
   }
-  g.reference_batch = options.batch > 0 ? options.batch : b0;
+  g.reference_batch = options.batch > 0 ? options.batch : (static_batch ? b0 : 1);
   if (absl::Status s = ValidateGraph(&g); !s.ok()) return Fail(src, s);
   return g;
 }

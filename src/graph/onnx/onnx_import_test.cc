@@ -4,6 +4,7 @@
 
 #include <random>
 
+#include "absl/strings/str_join.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "onnx/onnx_pb.h"
@@ -55,6 +56,27 @@ TEST(OnnxImport, Transformer_UntiesDeduplicatedParametersAndFreesBatchFromReshap
     if (op.type != "Reshape") continue;
     const std::vector<int64_t> t = op.attrs.Ints("shape");
     EXPECT_TRUE(std::find(t.begin(), t.end(), 16) == t.end()) << op.name;
+  }
+}
+
+TEST(OnnxImport, DynamicBatch_TheGraphDoesNotDependOnTheBatchItIsImportedFor) {
+  // An encoder layer (sequence 8) whose shape arithmetic reads the batch,
+  // F.pad, and ones(x.shape[0], 1): a batch of 8 (the sequence's length),
+  // 1 or 2 (dividing it) was taken for the sequence.
+  std::string reference;
+  for (int64_t batch : {0, 1, 2, 8, 16}) {
+    absl::StatusOr<Graph> g = Import(FixtureBytes("dynamic_encoder"), batch);
+    ASSERT_THAT(g.status(), IsOk()) << batch;
+    EXPECT_EQ(g->FindTensor(g->outputs[0])->shape.ToString(), "[B,5]") << batch;
+    EXPECT_EQ(g->reference_batch, batch > 0 ? batch : 1);
+    std::string ops;
+    for (const Op& op : g->ops) {
+      ops += op.type + "(" + absl::StrJoin(op.inputs, ",") + ")";
+      for (const std::string& out : op.outputs) ops += " " + g->FindTensor(out)->shape.ToString();
+      ops += "\n";
+    }
+    if (reference.empty()) reference = ops;
+    EXPECT_EQ(ops, reference) << "imported for batch " << batch;
   }
 }
 
