@@ -62,6 +62,30 @@ absl::Status Unary(ImportContext& ctx, const Node& node) {
   return Direct(ctx, node, node.op_type());
 }
 
+absl::Status LeakyRelu(ImportContext& ctx, const Node& node) {
+  Attrs a;
+  a.SetFloat("alpha", AttrFloat(node, "alpha", 0.01f));
+  ASSIGN_OR_RETURN(std::string x, ctx.Data(node, 0));
+  return ctx.Emit(node, "LeakyRelu", {x}, std::move(a));
+}
+
+// Clip's bounds are inputs 1 and 2 (each optional), constants.
+absl::Status Clip(ImportContext& ctx, const Node& node) {
+  Attrs a;
+  const char* names[] = {"", "min", "max"};
+  for (int i : {1, 2}) {
+    if (!ctx.HasInput(node, i)) continue;
+    const Tensor* c = ctx.ConstantInput(node, i);
+    if (c == nullptr || c->numel() != 1 || ctx.IsParameterInitializer(node, i)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Clip's ", names[i], " must be a constant scalar"));
+    }
+    a.SetFloat(names[i], c->dtype() == DType::kF32 ? c->f32()[0] : c->i64()[0]);
+  }
+  ASSIGN_OR_RETURN(std::string x, ctx.Data(node, 0));
+  return ctx.Emit(node, "Clip", {x}, std::move(a));
+}
+
 absl::Status Identity(ImportContext& ctx, const Node& node) {
   if (ctx.IsParameterInitializer(node, 0)) {
     // The exporter deduplicates equal initializers (e.g. every LayerNorm's
@@ -820,6 +844,9 @@ const std::map<std::string, Converter>& Converters() {
       {"Pow", Binary},
       {"Sum", [](ImportContext& c, const Node& n) { return Direct(c, n, "Sum"); }},
       {"Relu", Unary},
+      {"LeakyRelu", LeakyRelu},
+      {"Clip", Clip},
+      {"Abs", Unary},
       {"Tanh", Unary},
       {"Sigmoid", Unary},
       {"Erf", Unary},

@@ -232,6 +232,22 @@ QUILT_REGISTER_OP(UnaryOp("Tanh", 15, UnaryGrad("TanhGrad", true)));
 QUILT_REGISTER_OP(GradOp("TanhGrad", 3));
 QUILT_REGISTER_OP(UnaryOp("Sigmoid", 15, UnaryGrad("SigmoidGrad", true)));
 QUILT_REGISTER_OP(GradOp("SigmoidGrad", 3));
+QUILT_REGISTER_OP([] {
+  OpSchema s = UnaryOp("LeakyRelu", 2, UnaryGrad("LeakyReluGrad", /*use_output=*/false));
+  s.doc = "Element-wise x for x > 0, else alpha · x (attribute 'alpha', default 0.01).";
+  return s;
+}());
+QUILT_REGISTER_OP(GradOp("LeakyReluGrad", 2));
+QUILT_REGISTER_OP([] {
+  OpSchema s = UnaryOp("Clip", 2, UnaryGrad("ClipGrad", /*use_output=*/false));
+  s.doc =
+      "Element-wise min(max(x, attribute 'min'), attribute 'max') (each optional: unbounded); "
+      "the gradient passes where min <= x <= max.";
+  return s;
+}());
+QUILT_REGISTER_OP(GradOp("ClipGrad", 2));
+QUILT_REGISTER_OP(UnaryOp("Abs", 1, UnaryGrad("AbsGrad", /*use_output=*/false)));
+QUILT_REGISTER_OP(GradOp("AbsGrad", 2));
 QUILT_REGISTER_OP(UnaryOp("Sqrt", 4, UnaryGrad("SqrtGrad", true)));
 QUILT_REGISTER_OP(GradOp("SqrtGrad", 2));
 

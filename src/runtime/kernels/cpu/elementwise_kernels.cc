@@ -1,6 +1,8 @@
 // CPU kernels of element-wise ops and their gradients.
 #include <cmath>
 #include <cstring>
+#include <limits>
+#include <utility>
 
 #include "src/common/status.h"
 #include "src/runtime/kernels/cpu/loops.h"
@@ -169,6 +171,36 @@ absl::Status Sigmoid(KernelContext& c) {
 absl::Status SigmoidGrad(KernelContext& c) {
   return GradPair(c, [](float dy, float y) { return dy * y * (1.0f - y); });
 }
+absl::Status LeakyRelu(KernelContext& c) {
+  const float alpha = static_cast<float>(c.attrs().Float("alpha", 0.01));
+  return Unary(c, [alpha](float x) { return x > 0 || x != x ? x : alpha * x; });
+}
+absl::Status LeakyReluGrad(KernelContext& c) {
+  const float alpha = static_cast<float>(c.attrs().Float("alpha", 0.01));
+  return GradPair(c, [alpha](float dy, float x) { return x > 0 ? dy : alpha * dy; });
+}
+// Bounds: attributes 'min' and 'max', each absent when unbounded.
+std::pair<float, float> ClipBounds(const KernelContext& c) {
+  return {c.attrs().Has("min") ? static_cast<float>(c.attrs().Float("min"))
+                               : -std::numeric_limits<float>::infinity(),
+          c.attrs().Has("max") ? static_cast<float>(c.attrs().Float("max"))
+                               : std::numeric_limits<float>::infinity()};
+}
+absl::Status Clip(KernelContext& c) {
+  const auto [lo, hi] = ClipBounds(c);
+  // NaN stays NaN.
+  return Unary(c, [lo, hi](float x) { return x < lo ? lo : x > hi ? hi : x; });
+}
+absl::Status ClipGrad(KernelContext& c) {
+  const auto [lo, hi] = ClipBounds(c);
+  return GradPair(c, [lo, hi](float dy, float x) { return x >= lo && x <= hi ? dy : 0.0f; });
+}
+absl::Status Abs(KernelContext& c) {
+  return Unary(c, [](float x) { return std::fabs(x); });
+}
+absl::Status AbsGrad(KernelContext& c) {
+  return GradPair(c, [](float dy, float x) { return x > 0 ? dy : x < 0 ? -dy : 0.0f; });
+}
 absl::Status Sqrt(KernelContext& c) {
   return Unary(c, [](float x) { return std::sqrt(x); });
 }
@@ -233,6 +265,12 @@ QUILT_REGISTER_KERNEL("cpu", "Tanh", Tanh);
 QUILT_REGISTER_KERNEL("cpu", "TanhGrad", TanhGrad);
 QUILT_REGISTER_KERNEL("cpu", "Sigmoid", Sigmoid);
 QUILT_REGISTER_KERNEL("cpu", "SigmoidGrad", SigmoidGrad);
+QUILT_REGISTER_KERNEL("cpu", "LeakyRelu", LeakyRelu);
+QUILT_REGISTER_KERNEL("cpu", "LeakyReluGrad", LeakyReluGrad);
+QUILT_REGISTER_KERNEL("cpu", "Clip", Clip);
+QUILT_REGISTER_KERNEL("cpu", "ClipGrad", ClipGrad);
+QUILT_REGISTER_KERNEL("cpu", "Abs", Abs);
+QUILT_REGISTER_KERNEL("cpu", "AbsGrad", AbsGrad);
 QUILT_REGISTER_KERNEL("cpu", "Sqrt", Sqrt);
 QUILT_REGISTER_KERNEL("cpu", "SqrtGrad", SqrtGrad);
 QUILT_REGISTER_KERNEL("cpu", "Exp", Exp);

@@ -68,6 +68,10 @@ std::vector<Case> Cases() {
        {{{4, 1}}},
        A({{"shape", Ints{2, 4, 3}}, {"shape_batch_axis", int64_t{-1}}})},
       {"Relu", "Relu", {{{2, 5}}}},
+      {"LeakyRelu", "LeakyRelu", {{{2, 5}}}, A({{"alpha", 0.2}})},
+      {"Clip", "Clip", {{{2, 5}}}, A({{"min", -0.5}, {"max", 0.5}})},
+      {"ClipMinOnly", "Clip", {{{2, 5}}}, A({{"min", 0.0}})},
+      {"Abs", "Abs", {{{2, 5}}}},
       {"Gelu", "Gelu", {{{2, 5}, -3, 3}}},
       {"GeluTanh", "Gelu", {{{2, 5}, -3, 3}}, A({{"approximate", std::string("tanh")}})},
       {"Erf", "Erf", {{{2, 5}}}},
@@ -209,8 +213,11 @@ absl::StatusOr<Graph> BuildCase(const Case& c, uint64_t seed, std::vector<std::s
         for (int64_t k = 0; k < n; ++k) v[k] = a.lo + (a.hi - a.lo) * ((k * 7919) % n) / float(n);
       }
       // Keep Relu and friends away from their kink at 0.
-      if (c.type == "Relu") {
+      if (c.type == "Relu" || c.type == "LeakyRelu" || c.type == "Abs" || c.type == "Clip") {
         for (float& x : v) x = x >= 0 ? x + 0.1f : x - 0.1f;
+      }
+      if (c.type == "Clip") {  // and from the bounds at ±0.5
+        for (float& x : v) x = std::fabs(std::fabs(x) - 0.5f) < 0.05f ? x * 1.2f : x;
       }
       t = Tensor::FromF32(a.dims, v);
     }
