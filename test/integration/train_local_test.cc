@@ -3,7 +3,9 @@
 // LayerNorm written out or as one op, a language model whose embedding is
 // tied to its output projection, loss inside or outside the model, an
 // encoder layer exported with a dynamic batch and trained at a batch equal
-// to its sequence length, with F.pad and a batch-sized constant), for
+// to its sequence length, with F.pad and a batch-sized constant, causal
+// attention masked by masked_fill from a buffer, with ReLU6, LeakyReLU,
+// clamp and abs), for
 // 20 SGD (momentum, weight decay) and 20 Adam steps.
 #include <cmath>
 #include <fstream>
@@ -98,7 +100,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Fixture{"cls_token", "adam"}, Fixture{"tied_lm_folded", "sgd"},
                       Fixture{"tied_lm_folded", "adam"}, Fixture{"buffer_scale", "sgd"},
                       Fixture{"buffer_scale", "adam"}, Fixture{"dynamic_encoder", "sgd"},
-                      Fixture{"dynamic_encoder", "adam"}),
+                      Fixture{"dynamic_encoder", "adam"}, Fixture{"masked_attention", "sgd"},
+                      Fixture{"masked_attention", "adam"}),
     [](const auto& info) { return info.param.name + "_" + info.param.optimizer; });
 
 TEST(TrainLocal, SyntheticData_LossFalls) {

@@ -641,17 +641,23 @@ absl::Status ConstantOfShape(ImportContext& ctx, const Node& node) {
 absl::Status EqualNode(ImportContext& ctx, const Node& node) {
   const Tensor* a = ctx.ConstantInput(node, 0);
   const Tensor* b = ctx.ConstantInput(node, 1);
-  if (a == nullptr || b == nullptr || a->dtype() != DType::kI64 || b->dtype() != DType::kI64 ||
+  auto numeric = [](const Tensor* t) {
+    return t != nullptr && (t->dtype() == DType::kI64 || t->dtype() == DType::kF32);
+  };
+  if (!numeric(a) || !numeric(b) ||
       (a->numel() != b->numel() && a->numel() != 1 && b->numel() != 1)) {
     return absl::InvalidArgumentError(
-        "Equal is supported on constant int64 values only (the shape arithmetic of exports)");
+        "Equal is supported on constants only (shape arithmetic, fixed masks); a mask computed "
+        "from the inputs is not");
   }
+  auto value = [](const Tensor* t, int64_t i) {
+    i = At(t->numel(), i);
+    return t->dtype() == DType::kI64 ? static_cast<double>(t->i64()[i]) : t->f32()[i];
+  };
   const Tensor& big = a->numel() >= b->numel() ? *a : *b;
   ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(DType::kBool, big.dims()));
   auto* o = static_cast<uint8_t*>(out.raw());
-  for (int64_t i = 0; i < out.numel(); ++i) {
-    o[i] = a->i64()[At(a->numel(), i)] == b->i64()[At(b->numel(), i)];
-  }
+  for (int64_t i = 0; i < out.numel(); ++i) o[i] = value(a, i) == value(b, i);
   ctx.SetConstant(node.output(0), out);
   return absl::OkStatus();
 }
@@ -660,10 +666,35 @@ absl::Status WhereNode(ImportContext& ctx, const Node& node) {
   const Tensor* c = ctx.ConstantInput(node, 0);
   const Tensor* x = ctx.ConstantInput(node, 1);
   const Tensor* y = ctx.ConstantInput(node, 2);
+  if (c != nullptr && c->dtype() == DType::kBool && (x == nullptr) != (y == nullptr)) {
+    // A fixed mask filling data with a constant (masked_fill with a causal
+    // mask): data · keep + fill, keep and fill constants shaped like the
+    // mask (the gradient passes where the data is kept).
+    const Tensor* v = x != nullptr ? x : y;
+    const bool fill_when = x != nullptr;  // the mask's value where v goes
+    if (v->numel() != 1 || v->dtype() != DType::kF32) {
+      return absl::InvalidArgumentError(
+          "Where with a constant mask is supported with a float scalar as its constant branch");
+    }
+    ASSIGN_OR_RETURN(Tensor keep, Tensor::Empty(DType::kF32, c->dims()));
+    ASSIGN_OR_RETURN(Tensor fill, Tensor::Empty(DType::kF32, c->dims()));
+    const auto* cond = static_cast<const uint8_t*>(c->raw());
+    for (int64_t i = 0; i < c->numel(); ++i) {
+      const bool filled = (cond[i] != 0) == fill_when;
+      keep.f32()[i] = filled ? 0.0f : 1.0f;
+      fill.f32()[i] = filled ? v->f32()[0] : 0.0f;
+    }
+    ASSIGN_OR_RETURN(std::string data, ctx.Data(node, x != nullptr ? 2 : 1));
+    ASSIGN_OR_RETURN(std::string keep_t, ctx.b().AddConstant(node.output(0) + "/keep", keep));
+    ASSIGN_OR_RETURN(std::string fill_t, ctx.b().AddConstant(node.output(0) + "/fill", fill));
+    ASSIGN_OR_RETURN(std::string kept, ctx.b().Add("Mul", {data, keep_t}));
+    return ctx.Emit(node, "Add", {kept, fill_t}, Attrs());
+  }
   if (c == nullptr || x == nullptr || y == nullptr || c->dtype() != DType::kBool ||
       x->dtype() != DType::kI64 || y->dtype() != DType::kI64) {
     return absl::InvalidArgumentError(
-        "Where is supported on constant int64 values only (the shape arithmetic of exports)");
+        "Where is supported with a constant condition only (shape arithmetic, a fixed mask "
+        "filling data with a constant); a condition computed from the inputs is not");
   }
   const int64_t n = std::max({c->numel(), x->numel(), y->numel()});
   for (const Tensor* t : {c, x, y}) {
@@ -726,6 +757,24 @@ absl::Status Cast(ImportContext& ctx, const Node& node) {
   std::string q;
   if (to == onnx::TensorProto::FLOAT || to == onnx::TensorProto::DOUBLE) q = "f32";
   if (to == onnx::TensorProto::INT64 || to == onnx::TensorProto::INT32) q = "i64";
+  if (to == onnx::TensorProto::BOOL) {
+    // (An initializer too: a mask buffer; nothing trains through a bool.)
+    const Tensor* c = ctx.ConstantInput(node, 0);
+    if (c == nullptr) {
+      return absl::InvalidArgumentError(
+          "Cast to BOOL of data (a mask computed from the inputs) is not supported: a mask must "
+          "be a constant (a registered buffer, frozen) or additive (0 and -inf)");
+    }
+    ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(DType::kBool, c->dims()));
+    for (int64_t i = 0; i < c->numel(); ++i) {
+      static_cast<uint8_t*>(out.raw())[i] = c->dtype() == DType::kF32 ? c->f32()[i] != 0
+                                            : c->dtype() == DType::kI64
+                                                ? c->i64()[i] != 0
+                                                : static_cast<const uint8_t*>(c->raw())[i] != 0;
+    }
+    ctx.SetConstant(node.output(0), std::move(out));
+    return absl::OkStatus();
+  }
   if (q.empty())
     return absl::InvalidArgumentError(absl::StrCat(
         "Cast to ",
