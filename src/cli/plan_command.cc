@@ -71,25 +71,27 @@ std::string RenderExplain(const quilt::v1::PlanReport& r) {
     if (!s.gradient_collectives().empty()) out += "gradients: " + s.gradient_collectives() + "\n";
     return out + Breakdown(*h) + "\n";
   }
-  Table t({"GROUP", "OPS", "PLACEMENT", "AGGREGATION", "SAVES"});
+  Table t({"GROUP", "OPS", "PLACEMENT", "AGGREGATION", "SAVES*"});
   for (const auto& d : s.decisions()) {
     const std::string ops =
         d.ops() == 1 ? d.first_op()
                      : absl::StrFormat("%s … %s (%d ops)", d.first_op(), d.last_op(), d.ops());
-    const std::string saves = d.saved_s() < 0    ? "needed to fit memory"
+    const std::string saves = d.needed_to_fit()  ? "needed to fit memory"
                               : d.saved_s() == 0 ? "-"
+                              : d.saved_s() < 0  ? "-" + HumanSeconds(-d.saved_s())
                                                  : HumanSeconds(d.saved_s());
     t.AddRow({std::to_string(d.group()), ops, d.placement(), d.aggregation(), saves});
   }
-  out += t.Render() + "\n";
+  out += t.Render() +
+         "* the step time added on the search's coarse model by putting that group alone back "
+         "as the start had it (negative: the choice pays only with the others'); the groups' "
+         "figures do not add up to the plan's saving\n\n";
   if (!s.gradient_collectives().empty()) {
     out += absl::StrFormat("gradients: %s (the fastest of %d variants simulated in full)\n",
                            s.gradient_collectives(), s.variants_simulated());
   }
   out += Breakdown(*h) + "\n";
-  for (const auto& e : r.estimates()) {
-    if (e.name() == s.start()) out += Breakdown(e) + "\n";
-  }
+  if (s.has_best_baseline()) out += Breakdown(s.best_baseline()) + "\n";
   return out;
 }
 
@@ -290,6 +292,10 @@ void AddPlanCommand(CLI::App& app, const GlobalOptions& globals, std::vector<Com
   c->add_option("--time-budget", a->time_budget_s,
                 "Seconds the planner's search may take (default 10)")
       ->check(Positive());
+  c->add_option("--max-plans", a->max_plans,
+                "Plans the planner's search simulates at most once one fits (default 200; until "
+                "one fits, the time budget alone ends it)")
+      ->check(PositiveInt());
   c->add_option("--seed", a->seed, "Seed of the planner's search (same seed, same plan)")
       ->check(NonNegativeInt());
   c->add_option("--groups", a->groups,

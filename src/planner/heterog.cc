@@ -150,10 +150,10 @@ class Search {
     Score best_score = start_score, current_score = start_score;
     int idle_restarts = 0;
     stopped_by_ = "converged";
-    while (!OutOfBudget()) {
+    while (!OutOfBudget(best_score)) {
       bool improved = false;
       for (const Move& m : Moves(current)) {
-        if (OutOfBudget()) break;
+        if (OutOfBudget(best_score)) break;
         const PlanState next = Apply(current, m, *space_);
         if (next == current) continue;
         absl::StatusOr<Score> score = space_->Evaluate(next);
@@ -221,8 +221,11 @@ class Search {
     return out;
   }
 
-  bool OutOfBudget() {
-    if (options_.max_evaluations > 0 && space_->evaluations() >= options_.max_evaluations) {
+  // The evaluation limit counts once a plan fits: until then the search
+  // goes on for its time budget.
+  bool OutOfBudget(const Score& best) {
+    if (best.feasible() && options_.max_evaluations > 0 &&
+        space_->evaluations() >= options_.max_evaluations) {
       stopped_by_ = "evaluation limit";
       return true;
     }
@@ -269,6 +272,10 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
       s.order = order;
       absl::StatusOr<Score> score = space.Evaluate(s);
       if (!score.ok()) continue;
+      if (score->feasible()) {
+        auto [it, added] = result.baseline_coarse_s.try_emplace(ns.name, score->time_s);
+        if (!added) it->second = std::min(it->second, score->time_s);
+      }
       if (!have || score->BetterThan(best_score)) {
         best = s;
         best_score = *score;
@@ -356,7 +363,8 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
       back.place[k] = start_state.place[k];
       back.method[k] = start_state.method[k];
       absl::StatusOr<Score> s = space.Evaluate(back);
-      if (s.ok()) c.saved_s = s->feasible() ? s->time_s - best_score.time_s : -1;
+      if (s.ok() && s->feasible()) c.saved_s = s->time_s - best_score.time_s;
+      if (s.ok() && !s->feasible() && best_score.feasible()) c.needed_to_fit = true;
     }
     result.choices.push_back(c);
   }

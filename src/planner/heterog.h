@@ -16,6 +16,7 @@
 #ifndef QUILT_SRC_PLANNER_HETEROG_H_
 #define QUILT_SRC_PLANNER_HETEROG_H_
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -33,7 +34,8 @@ namespace quilt {
 // on the machine's speed (the result says which ended it).
 struct SearchOptions {
   double time_budget_s = 10;
-  // Plans simulated at most; 0 = no limit.
+  // Plans simulated at most once one fits (until then the time budget
+  // alone ends the search); 0 = no limit.
   int64_t max_evaluations = 200;
   uint64_t seed = 1;
   // Op groups; 0 = chosen from the cluster size.
@@ -60,6 +62,8 @@ struct GroupChoice {
   // Predicted step time added by putting this group back as the starting
   // baseline has it (0 when the choice is the baseline's).
   double saved_s = 0;
+  // Put back so, the plan no longer fits memory.
+  bool needed_to_fit = false;
 };
 
 struct SearchResult {
@@ -85,6 +89,9 @@ struct SearchResult {
   std::vector<GroupChoice> choices;
   // The start's choices (nothing saved), for a start variant.
   std::vector<GroupChoice> start_choices;
+  // Per data-parallel baseline: its step time on the coarsened graph (the
+  // faster execution order), where it fits there.
+  std::map<std::string, double> baseline_coarse_s;
 };
 
 // `baselines`: the strategies to start from (their names and placements).

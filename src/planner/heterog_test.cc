@@ -248,6 +248,20 @@ TEST_P(PlanWithHeteroG, NeverSlowerAndReportsItsSimulation) {
     EXPECT_TRUE(h->feasible());
     EXPECT_LE(h->step_time_s(), best_baseline);
   }
+  // Asked for alone, the plan is compared with the baselines too (it was
+  // compared with its start only, which the coarse model can misjudge).
+  PlanOptions alone = o;
+  alone.strategy = "heterog";
+  absl::StatusOr<PlanResult> ra = Plan(f->graph, f->topo, alone);
+  ASSERT_THAT(ra.status(), IsOk());
+  ASSERT_EQ(ra->report.estimates_size(), 1);
+  const quilt::v1::StrategyEstimate& ha = ra->report.estimates(0);
+  if (best_baseline > 0) {
+    EXPECT_TRUE(ha.feasible());
+    EXPECT_LE(ha.step_time_s(), best_baseline) << ha.note();
+    EXPECT_TRUE(ha.search().has_best_baseline());
+    EXPECT_DOUBLE_EQ(ha.search().best_baseline().step_time_s(), best_baseline);
+  }
   if (!h->feasible()) return;
   absl::StatusOr<quilt::v1::DistributedProgram> p =
       Lower(f->graph, h->strategy(), f->topo, f->cost.get(), o.global_batch);

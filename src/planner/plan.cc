@@ -130,11 +130,23 @@ absl::Status PlanHeteroG(const Graph& g, const Topology& topo, const CostModel& 
   }
   ASSIGN_OR_RETURN(SearchResult sr,
                    SearchHeteroG(g, topo, cost, o.global_batch, baselines, o.search));
-  // The plan and the baseline it started from (compared below), simulated
-  // in full at once.
+  // The plan and the baselines it is compared with below, simulated in
+  // full at once: every one but those the coarse model puts at more than
+  // kCoarseMargin times the fastest baseline's time (a full simulation on
+  // a large cluster costs seconds; the coarse model errs by percents, and
+  // on what fits memory, so baselines that do not fit there are simulated).
+  constexpr double kCoarseMargin = 1.5;
+  double fastest = -1;
+  for (const auto& [name, s] : sr.baseline_coarse_s) {
+    if (fastest < 0 || s < fastest) fastest = s;
+  }
   std::vector<NamedStrategy> plan_and_start{NamedStrategy{kHeteroG, sr.variants[0], ""}};
   for (const NamedStrategy& ns : baselines) {
-    if (ns.name == sr.start && !done->count(ns.name)) plan_and_start.push_back(ns);
+    if (done->count(ns.name)) continue;
+    auto coarse = sr.baseline_coarse_s.find(ns.name);
+    const bool far = coarse != sr.baseline_coarse_s.end() && fastest > 0 &&
+                     coarse->second > kCoarseMargin * fastest && ns.name != sr.start;
+    if (!far) plan_and_start.push_back(ns);
   }
   RETURN_IF_ERROR(evaluate_many(plan_and_start, /*both_orders=*/true));
   // The coarsened graph misses tensors that live briefly inside a group: a
@@ -210,6 +222,7 @@ absl::Status PlanHeteroG(const Graph& g, const Topology& topo, const CostModel& 
     d->set_placement(c.placement);
     d->set_aggregation(c.aggregation);
     d->set_saved_s(c.saved_s);
+    d->set_needed_to_fit(c.needed_to_fit);
   }
   Evaluated& h = done->at(kHeteroG);
   const Evaluated* best = nullptr;
@@ -241,6 +254,13 @@ absl::Status PlanHeteroG(const Graph& g, const Topology& topo, const CostModel& 
                                         best->estimate.name()));
   }
   (void)lb;
+  if (best != nullptr) {
+    quilt::v1::StrategyEstimate* b = summary.mutable_best_baseline();
+    *b = best->estimate;
+    b->clear_strategy();  // (large; its order is all the explanation shows)
+    b->mutable_strategy()->set_order(best->estimate.strategy().order());
+    b->clear_search();
+  }
   *h.estimate.mutable_search() = std::move(summary);
   return absl::OkStatus();
 }
