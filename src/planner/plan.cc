@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <memory>
 #include <thread>
 
 #include "absl/algorithm/container.h"
@@ -66,8 +67,12 @@ absl::StatusOr<quilt::v1::StrategyEstimate> Estimate(const GraphIndex& ix, const
     e.set_infeasible_reason(ns.infeasible_reason);
     return e;
   }
-  absl::StatusOr<quilt::v1::DistributedProgram> prog = Lower(ix, ns.strategy, topo, &cost, batch);
-  if (!prog.ok()) return Annotate(prog.status(), "lowering " + ns.name);
+  // Without the training graph inside (its weights can be gigabytes; Plan
+  // puts it in the program it returns).
+  absl::StatusOr<quilt::v1::DistributedProgram*> lowered =
+      LowerOnArena(ix, ns.strategy, topo, &cost, batch, /*arena=*/nullptr);
+  if (!lowered.ok()) return Annotate(lowered.status(), "lowering " + ns.name);
+  std::unique_ptr<quilt::v1::DistributedProgram> prog(*lowered);
   RETURN_IF_ERROR(Annotate(ValidateProgram(*prog, ix, topo), "validating " + ns.name));
   SimOptions so;
   so.trace = trace;
@@ -403,6 +408,7 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
     }
     *rep.add_estimates() = e.estimate;
   }
+  if (!rep.best().empty()) *result.best_program.mutable_graph() = g.ToProto();
   rep.set_planning_wall_s(absl::ToDoubleSeconds(absl::Now() - start));
   return result;
 }

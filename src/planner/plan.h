@@ -56,6 +56,7 @@ absl::StatusOr<PlanResult> Plan(const Graph& training_graph, const Topology& top
 // Lowers, validates and simulates one strategy into an estimate. With
 // `both_orders`, the program is also simulated in the other execution
 // order and the faster kept (the estimate's strategy says which).
+// `program` gets the program without the training graph inside.
 absl::StatusOr<quilt::v1::StrategyEstimate> Estimate(const Graph& graph, const Topology& topology,
                                                      const CostModel& cost,
                                                      const NamedStrategy& strategy, int64_t batch,
