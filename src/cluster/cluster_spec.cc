@@ -72,10 +72,14 @@ absl::Status ValidateClusterSpec(const quilt::v1::ClusterSpec& spec) {
       return absl::InvalidArgumentError(absl::StrCat("pair link ", p.src_device(), " -> ",
                                                      p.dst_device(), " names an unknown device"));
     }
-    if (p.link().bandwidth_bytes_per_s() <= 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("pair link ", p.src_device(), " -> ", p.dst_device(), " has no bandwidth"));
+    const std::string what = absl::StrCat("pair link ", p.src_device(), " -> ", p.dst_device());
+    if (p.src_device() == p.dst_device()) {
+      return absl::InvalidArgumentError(what + " links a device to itself");
     }
+    if (p.link().bandwidth_bytes_per_s() <= 0) {
+      return absl::InvalidArgumentError(what + " has no bandwidth");
+    }
+    RETURN_IF_ERROR(CheckLink(p.link(), what));
   }
   return absl::OkStatus();
 }

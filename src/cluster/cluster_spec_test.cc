@@ -171,6 +171,47 @@ TEST(ClusterSpec, ValidationErrorsNameTheCulprit) {
     EXPECT_THAT(ValidateClusterSpec(s),
                 StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("measured_op_overhead_s")));
   }
+  // Pair links: not to a device itself, and with sane figures.
+  auto pair = [](quilt::v1::ClusterSpec* s, const std::string& to, double bandwidth,
+                 double latency) {
+    auto* p = s->add_pair_links();
+    p->set_src_device("n0/gpu:0");
+    p->set_dst_device(to);
+    p->mutable_link()->set_bandwidth_bytes_per_s(bandwidth);
+    p->mutable_link()->set_latency_s(latency);
+  };
+  {
+    auto s = Valid();
+    pair(&s, "n0/gpu:0", 1e9, 1e-6);
+    EXPECT_THAT(ValidateClusterSpec(s),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("to itself")));
+  }
+  for (auto [bandwidth, latency] :
+       std::vector<std::pair<double, double>>{{std::nan(""), 1e-6},
+                                              {std::numeric_limits<double>::infinity(), 1e-6},
+                                              {1e9, -1},
+                                              {1e9, std::nan("")},
+                                              {1, 1e-6},
+                                              {1e9, 1e6}}) {
+    auto s = Valid();
+    pair(&s, "n1/gpu:0", bandwidth, latency);
+    EXPECT_THAT(ValidateClusterSpec(s),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("n0/gpu:0 -> n1/gpu:0")))
+        << bandwidth << " " << latency;
+  }
+  // Absurd device figures (a unit mistake) are refused.
+  for (double flops : {1e-30, 1e300}) {
+    auto s = Valid();
+    s.mutable_nodes(0)->mutable_devices(0)->set_peak_fp32_flops_per_s(flops);
+    EXPECT_THAT(ValidateClusterSpec(s),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("peak_fp32_flops_per_s")));
+  }
+  {
+    auto s = Valid();
+    s.mutable_nodes(0)->mutable_devices(0)->set_efficiency(1e-300);
+    EXPECT_THAT(ValidateClusterSpec(s),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("efficiency")));
+  }
 }
 
 TEST(Topology, PathsTakeTheNarrowestLinkAndSumLatencies) {

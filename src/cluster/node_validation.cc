@@ -18,12 +18,25 @@ absl::Status CheckFigure(double v, const std::string& what) {
   return absl::OkStatus();
 }
 
-absl::Status CheckLink(const quilt::v1::Link& link, const std::string& what) {
-  RETURN_IF_ERROR(CheckFigure(link.bandwidth_bytes_per_s(), what + ".bandwidth_bytes_per_s"));
-  return CheckFigure(link.latency_s(), what + ".latency_s");
+// A figure that, when given (not 0), lies in [lo, hi]: beyond, it is a
+// typo or a unit mistake, and plans built on it would be nonsense.
+absl::Status CheckRange(double v, double lo, double hi, const std::string& what,
+                        const std::string& range) {
+  RETURN_IF_ERROR(CheckFigure(v, what));
+  if (v != 0 && (v < lo || v > hi)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " is ", v, ", outside ", range, " (or 0: not given)"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
+
+absl::Status CheckLink(const quilt::v1::Link& link, const std::string& what) {
+  RETURN_IF_ERROR(CheckRange(link.bandwidth_bytes_per_s(), 1e3, 1e13,
+                             what + ".bandwidth_bytes_per_s", "1 KB/s to 10 TB/s"));
+  return CheckRange(link.latency_s(), 0, 60, what + ".latency_s", "0 to 60 s");
+}
 
 absl::Status ValidateNodeId(const std::string& node_id) {
   if (node_id.empty()) return absl::InvalidArgumentError("node_id is empty");
@@ -65,10 +78,14 @@ absl::Status ValidateNodeInfo(const quilt::v1::NodeInfo& info) {
     if (d.kind() != quilt::v1::DEVICE_KIND_CPU && d.kind() != quilt::v1::DEVICE_KIND_GPU) {
       return absl::InvalidArgumentError(absl::StrCat(where, " has no valid kind"));
     }
-    RETURN_IF_ERROR(CheckFigure(d.peak_fp32_flops_per_s(), where + " peak_fp32_flops_per_s"));
-    RETURN_IF_ERROR(CheckFigure(d.peak_fp16_flops_per_s(), where + " peak_fp16_flops_per_s"));
-    RETURN_IF_ERROR(
-        CheckFigure(d.measured_gemm_flops_per_s(), where + " measured_gemm_flops_per_s"));
+    constexpr double kMinFlops = 1e6, kMaxFlops = 1e17;
+    const std::string flops_range = "1 MFLOP/s to 100 PFLOP/s";
+    RETURN_IF_ERROR(CheckRange(d.peak_fp32_flops_per_s(), kMinFlops, kMaxFlops,
+                               where + " peak_fp32_flops_per_s", flops_range));
+    RETURN_IF_ERROR(CheckRange(d.peak_fp16_flops_per_s(), kMinFlops, kMaxFlops,
+                               where + " peak_fp16_flops_per_s", flops_range));
+    RETURN_IF_ERROR(CheckRange(d.measured_gemm_flops_per_s(), kMinFlops, kMaxFlops,
+                               where + " measured_gemm_flops_per_s", flops_range));
     RETURN_IF_ERROR(
         CheckFigure(d.memory_bandwidth_bytes_per_s(), where + " memory_bandwidth_bytes_per_s"));
     RETURN_IF_ERROR(CheckFigure(d.compute_slowdown(), where + " compute_slowdown"));
@@ -95,8 +112,10 @@ absl::Status ValidateNodeInfo(const quilt::v1::NodeInfo& info) {
         CheckFigure(d.measured_transport_wakeup_s(), where + " measured_transport_wakeup_s"));
     RETURN_IF_ERROR(
         CheckFigure(d.measured_transport_spin_s(), where + " measured_transport_spin_s"));
-    if (d.efficiency() < 0 || d.efficiency() > 1 || !std::isfinite(d.efficiency())) {
-      return absl::InvalidArgumentError(absl::StrCat(where, " efficiency must be in [0, 1]"));
+    if (d.efficiency() < 0 || d.efficiency() > 1 || !std::isfinite(d.efficiency()) ||
+        (d.efficiency() > 0 && d.efficiency() < 0.01)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, " efficiency must be in [0.01, 1] (or 0: the default), got ", d.efficiency()));
     }
     if (d.memory_bytes() < 0) {
       return absl::InvalidArgumentError(absl::StrCat(where, " memory_bytes is negative"));

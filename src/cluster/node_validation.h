@@ -16,6 +16,10 @@ inline constexpr int kMaxDevicesPerNode = 1024;
 
 // Node ids: 1-128 characters of [A-Za-z0-9._-], starting with a letter or
 // digit.
+// A link's bandwidth and latency: finite, not negative, and when given (not
+// 0) within 1 KB/s–10 TB/s and 0–60 s; errors name `what`.
+absl::Status CheckLink(const quilt::v1::Link& link, const std::string& what);
+
 absl::Status ValidateNodeId(const std::string& node_id);
 
 // The whole NodeInfo: id, unique device ids of the form "<node_id>/...",
