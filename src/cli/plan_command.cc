@@ -106,7 +106,7 @@ std::string NoFeasibleStrategy(const quilt::v1::PlanReport& r) {
 
 std::string RenderPlan(const quilt::v1::PlanReport& r) {
   std::string out = absl::StrFormat(
-      "Model %s, global batch %d. Compute lower bound: %s per step (3 × forward FLOPs / Σ "
+      "Model %s, global batch %d. Compute lower bound: %s per step (forward and backward FLOPs / Σ "
       "device FLOP/s)\n\n",
       r.model(), r.global_batch(), HumanSeconds(r.lower_bound_s()));
   Table t({"STRATEGY", "STEP", "SAMPLES/S", "vs LOWER BOUND", "PEAK MEM (max device)", "COMM/STEP",
