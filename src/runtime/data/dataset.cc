@@ -106,9 +106,10 @@ class SyntheticDataset final : public Dataset {
               vocab_;
         }
         for (int64_t k = 0; k < p; ++k) {
-          // Per-token labels: the token mod the class count (learnable
-          // through the embedding).
-          label->i64()[i * p + k] = input->i64()[i * f + (k % f)] % classes_;
+          // Per-token labels: a function of the token (learnable through
+          // the embedding), not the token itself, which a model whose
+          // output projection is its embedding predicts from the start.
+          label->i64()[i * p + k] = (input->i64()[i * f + (k % f)] * 3 + 1) % classes_;
         }
         continue;
       }
