@@ -40,11 +40,15 @@ absl::Status AddLoss(Graph* g, const TrainingOptions& options) {
   }
   GraphBuilder b(g);
   ASSIGN_OR_RETURN(TensorType pred, b.TypeOf(loss.prediction));
+  const int64_t class_axis = options.class_axis != TrainingOptions::kAutoClassAxis
+                                 ? options.class_axis
+                             : pred.shape.rank() >= 4 ? 1
+                                                      : -1;
   if (loss.label.empty()) {
     Shape label_shape = pred.shape;
     DType label_type = pred.dtype;
     if (loss.type == LossType::kSoftmaxCrossEntropy) {
-      ASSIGN_OR_RETURN(int axis, NormalizeAxis(options.class_axis, pred.shape.rank()));
+      ASSIGN_OR_RETURN(int axis, NormalizeAxis(class_axis, pred.shape.rank()));
       std::vector<Dim> dims;
       for (int i = 0; i < pred.shape.rank(); ++i) {
         if (i != axis) dims.push_back(pred.shape.dim(i));
@@ -59,7 +63,7 @@ absl::Status AddLoss(Graph* g, const TrainingOptions& options) {
   std::string type = "MseLoss";
   if (loss.type == LossType::kSoftmaxCrossEntropy) {
     type = "SoftmaxCrossEntropyLoss";
-    attrs.SetInt("class_axis", options.class_axis);
+    attrs.SetInt("class_axis", class_axis);
   }
   b.set_role(TensorRole::kLoss);
   ASSIGN_OR_RETURN(loss.output,

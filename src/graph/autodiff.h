@@ -15,8 +15,12 @@ struct TrainingOptions {
   // Loss to add when the graph has none yet: on the graph's first output
   // against a new label input. kNone: the graph must already define its loss.
   LossType loss = LossType::kNone;
-  // For softmax cross entropy added here: the class dim of the prediction.
-  int64_t class_axis = -1;
+  // For softmax cross entropy added here: the class dim of the prediction;
+  // kAutoClassAxis: the last of a prediction of rank 2 or 3 ([N, C],
+  // [N, T, V] of a sequence model), 1 of one of rank 4 or more ([N, C, H,
+  // W], as PyTorch's cross_entropy takes images).
+  static constexpr int64_t kAutoClassAxis = INT64_MIN;
+  int64_t class_axis = kAutoClassAxis;
   OptimizerSpec optimizer;
 };
 

@@ -5,7 +5,7 @@
 // encoder layer exported with a dynamic batch and trained at a batch equal
 // to its sequence length, with F.pad and a batch-sized constant, causal
 // attention masked by masked_fill from a buffer, with ReLU6, LeakyReLU,
-// clamp and abs), for
+// clamp and abs, a per-pixel classifier whose classes are on axis 1), for
 // 20 SGD (momentum, weight decay) and 20 Adam steps.
 #include <cmath>
 #include <fstream>
@@ -101,7 +101,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Fixture{"tied_lm_folded", "adam"}, Fixture{"buffer_scale", "sgd"},
                       Fixture{"buffer_scale", "adam"}, Fixture{"dynamic_encoder", "sgd"},
                       Fixture{"dynamic_encoder", "adam"}, Fixture{"masked_attention", "sgd"},
-                      Fixture{"masked_attention", "adam"}),
+                      Fixture{"masked_attention", "adam"}, Fixture{"segmenter", "sgd"},
+                      Fixture{"segmenter", "adam"}),
     [](const auto& info) { return info.param.name + "_" + info.param.optimizer; });
 
 TEST(TrainLocal, SyntheticData_LossFalls) {
