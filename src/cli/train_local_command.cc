@@ -48,6 +48,7 @@ int Run(const TrainArgs& a) {
   if (!loss.ok()) return PrintError(std::string(loss.status().message()));
   to.loss = *loss;
   if (g->loss.type == LossType::kNone) {
+    if (absl::Status t = CheckLossTarget(*g); !t.ok()) return PrintError(std::string(t.message()));
     return PrintError("the model has no loss; pass --loss softmax_cross_entropy or --loss mse");
   }
   to.optimizer.kind =

@@ -35,7 +35,7 @@ absl::Status AddLoss(Graph* g, const TrainingOptions& options) {
     return absl::InvalidArgumentError("the graph has no loss; choose one (e.g. --loss)");
   }
   if (loss.prediction.empty()) {
-    if (g->outputs.empty()) return absl::InvalidArgumentError("the graph has no output to train");
+    RETURN_IF_ERROR(CheckLossTarget(*g));
     loss.prediction = g->outputs[0];
   }
   GraphBuilder b(g);
@@ -72,6 +72,19 @@ absl::Status AddLoss(Graph* g, const TrainingOptions& options) {
 }
 
 }  // namespace
+
+absl::Status CheckLossTarget(const Graph& g) {
+  if (g.outputs.empty()) return absl::InvalidArgumentError("the graph has no output to train");
+  const TensorInfo* out = g.FindTensor(g.outputs[0]);
+  if (out != nullptr && out->shape.rank() == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the model's output '", g.outputs[0],
+        "' is a scalar: a loss computed inside the model that Quilt does not recognize (it "
+        "recognizes softmax cross-entropy as F.cross_entropy exports it); export the model "
+        "without its loss and pass --loss softmax_cross_entropy or --loss mse"));
+  }
+  return absl::OkStatus();
+}
 
 absl::Status BuildTrainingGraph(Graph* g, const TrainingOptions& options) {
   if (g->has_backward)

@@ -24,6 +24,10 @@ struct TrainingOptions {
   OptimizerSpec optimizer;
 };
 
+// Whether a loss can be put on the graph's first output: not on a scalar
+// (a loss the model computes itself that the import did not recognize).
+absl::Status CheckLossTarget(const Graph& g);
+
 // Adds the loss (if asked), the backward pass and the updates. Errors:
 // INVALID_ARGUMENT when the graph has no loss, an op on the path to the loss
 // has no gradient, or no parameter is trainable; FAILED_PRECONDITION when

@@ -287,6 +287,35 @@ TEST(OnnxImport, EqualAndWhereOnData_RefusedNamingTheNode) {
   }
 }
 
+TEST(OnnxImport, AScalarOutputIsNotTakenForPredictions) {
+  // A model that computes a loss Quilt does not recognize (BCE with logits
+  // exports as arithmetic and a mean): its output is a scalar.
+  onnx::ModelProto m = Tiny(14);
+  auto* g = m.mutable_graph();
+  auto* n = g->add_node();
+  n->set_op_type("ReduceMean");
+  n->set_name("mean");
+  n->add_input("y");
+  n->add_output("loss");
+  auto* keep = n->add_attribute();
+  keep->set_name("keepdims");
+  keep->set_type(onnx::AttributeProto::INT);
+  keep->set_i(0);
+  g->clear_output();
+  g->add_output()->set_name("loss");
+  absl::StatusOr<Graph> imported = Import(m.SerializeAsString());
+  ASSERT_THAT(imported.status(), IsOk());
+  EXPECT_THAT(CheckLossTarget(*imported), StatusIs(absl::StatusCode::kInvalidArgument,
+                                                   AllOf(HasSubstr("output 'mean' is a scalar"),
+                                                         HasSubstr("export the model without "
+                                                                   "its loss"))));
+  TrainingOptions o;
+  o.loss = LossType::kMse;
+  o.optimizer.kind = OptimizerSpec::Kind::kSgd;
+  EXPECT_THAT(BuildTrainingGraph(&*imported, o),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("is a scalar")));
+}
+
 TEST(OnnxImport, UnsupportedOpset_Named) {
   EXPECT_THAT(Import(Tiny(11).SerializeAsString()),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("opset 11 is not supported")));

@@ -202,9 +202,11 @@ absl::StatusOr<std::unique_ptr<Dataset>> OpenNumpyDataset(const std::string& inp
                   const std::string& path, const char* what) -> absl::Status {
     std::vector<int64_t> rest(t.dims.begin() + (t.dims.empty() ? 0 : 1), t.dims.end());
     if (t.dims.empty() || rest != dims) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(path, ": ", what, " have shape [", absl::StrJoin(t.dims, ","),
-                       "]; the model needs [N,", absl::StrJoin(dims, ","), "]"));
+      std::string need = "N";
+      for (int64_t d : dims) absl::StrAppend(&need, ",", d);
+      return absl::InvalidArgumentError(absl::StrCat(path, ": ", what, " have shape [",
+                                                     absl::StrJoin(t.dims, ","),
+                                                     "]; the model needs [", need, "]"));
     }
     if (t.dtype != dtype) {
       return absl::InvalidArgumentError(absl::StrCat(path, ": ", what, " are ", DTypeName(t.dtype),
