@@ -266,6 +266,9 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
   bool have = false;
   for (const NamedStrategy& ns : baselines) {
     if (!ns.infeasible_reason.empty() || ns.strategy.groups_size() != 1) continue;
+    // (On a cluster of hundreds of devices each takes seconds: the budget
+    // holds here too, once a start fits.)
+    if (have && best_score.feasible() && absl::Now() >= deadline) break;
     // In either execution order: the search keeps the start's.
     for (auto order : kExecutionOrders) {
       PlanState s = space.FromDataParallel(ns.strategy);
