@@ -264,6 +264,11 @@ TEST(Topology, MissingLinksGetDocumentedDefaults) {
   ASSERT_THAT(t.status(), IsOk());
   EXPECT_DOUBLE_EQ(t->PathBetween(0, 1).bandwidth_bytes_per_s, kDefaultGpuFabricBytesPerS);
   EXPECT_DOUBLE_EQ(t->PathBetween(0, 2).bandwidth_bytes_per_s, kDefaultNicBytesPerS);
+  // Each default taken is said (and nothing else).
+  EXPECT_THAT(DefaultedLinks(Valid()), ::testing::IsEmpty());
+  EXPECT_THAT(DefaultedLinks(s),
+              ::testing::ElementsAre(HasSubstr("node 'n0': no intra_node_link bandwidth"),
+                                     HasSubstr("node 'n0': no nic bandwidth; taking 1.25 GB/s")));
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "src/cluster/cluster_spec.h"
 #include "src/common/status.h"
 
@@ -12,6 +13,25 @@ namespace {
 double Or(double v, double def) { return v > 0 ? v : def; }
 
 }  // namespace
+
+std::vector<std::string> DefaultedLinks(const quilt::v1::ClusterSpec& spec) {
+  std::vector<std::string> out;
+  for (const quilt::v1::NodeInfo& node : spec.nodes()) {
+    bool any_gpu = false;
+    for (const auto& d : node.devices()) any_gpu |= d.kind() == quilt::v1::DEVICE_KIND_GPU;
+    if (node.devices_size() > 1 && node.intra_node_link().bandwidth_bytes_per_s() == 0) {
+      const double bw = any_gpu ? kDefaultGpuFabricBytesPerS : kDefaultCpuFabricBytesPerS;
+      out.push_back(absl::StrFormat(
+          "node '%s': no intra_node_link bandwidth; taking %.3g GB/s (%s)", node.node_id(),
+          bw / 1e9, any_gpu ? "PCIe 3.0 x16" : "shared-memory copies"));
+    }
+    if (spec.nodes_size() > 1 && node.nic().bandwidth_bytes_per_s() == 0) {
+      out.push_back(absl::StrFormat("node '%s': no nic bandwidth; taking %.3g GB/s (10 Gbit/s)",
+                                    node.node_id(), kDefaultNicBytesPerS / 1e9));
+    }
+  }
+  return out;
+}
 
 absl::StatusOr<Topology> Topology::Build(const quilt::v1::ClusterSpec& spec) {
   RETURN_IF_ERROR(ValidateClusterSpec(spec));

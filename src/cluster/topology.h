@@ -46,6 +46,12 @@ struct Path {
   }
 };
 
+// What the spec leaves out that a plan depends on, and the default taken
+// for it, one line each ("node 'n0': no nic bandwidth; taking 1.25 GB/s
+// (10 Gbit/s)"): a NIC of a multi-node cluster, the intra-node link of a
+// node of several devices. Empty when nothing is defaulted.
+std::vector<std::string> DefaultedLinks(const quilt::v1::ClusterSpec& spec);
+
 class Topology {
  public:
   // Errors: INVALID_ARGUMENT for an invalid spec.
