@@ -932,6 +932,7 @@ const std::map<std::string, Converter>& Converters() {
       {"Expand", ExpandNode},
       {"Cast", Cast},
       {"ReduceMean", Reduce},
+      {"ReduceMax", Reduce},
       {"ReduceSum", Reduce},
       {"Dropout", Dropout},
       {"Pad", Pad},

@@ -316,6 +316,39 @@ TEST(OnnxImport, AScalarOutputIsNotTakenForPredictions) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("is a scalar")));
 }
 
+TEST(OnnxImport, ReduceMax_OverFeaturesImportsAndOverTheBatchIsRefused) {
+  for (int64_t axis : {1, 0}) {
+    onnx::ModelProto m = Tiny(14);
+    auto* g = m.mutable_graph();
+    // A dynamic batch: dim 0 of x is the batch.
+    g->mutable_input(0)
+        ->mutable_type()
+        ->mutable_tensor_type()
+        ->mutable_shape()
+        ->mutable_dim(0)
+        ->set_dim_param("batch");
+    auto* n = g->add_node();
+    n->set_op_type("ReduceMax");
+    n->set_name("max");
+    n->add_input("y");
+    n->add_output("m");
+    auto* axes = n->add_attribute();
+    axes->set_name("axes");
+    axes->set_type(onnx::AttributeProto::INTS);
+    axes->add_ints(axis);
+    g->clear_output();
+    g->add_output()->set_name("m");
+    absl::StatusOr<Graph> imported = Import(m.SerializeAsString());
+    if (axis == 1) {
+      ASSERT_THAT(imported.status(), IsOk());
+      EXPECT_EQ(imported->FindTensor(imported->outputs[0])->shape.ToString(), "[B,1]");
+    } else {
+      EXPECT_THAT(imported.status(), StatusIs(absl::StatusCode::kInvalidArgument,
+                                              AllOf(HasSubstr("'max'"), HasSubstr("batch dim"))));
+    }
+  }
+}
+
 TEST(OnnxImport, UnsupportedOpset_Named) {
   EXPECT_THAT(Import(Tiny(11).SerializeAsString()),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("opset 11 is not supported")));

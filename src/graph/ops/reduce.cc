@@ -71,6 +71,55 @@ QUILT_REGISTER_OP(Reduce("ReduceSum", false));
 QUILT_REGISTER_OP(Reduce("ReduceMean", true));
 
 QUILT_REGISTER_OP([] {
+  OpSchema s = Reduce("ReduceMax", false);
+  s.linear = false;
+  s.doc =
+      "Maximum over attribute axes (all when empty), keepdims (1); not over the batch dim (each "
+      "replica holds part of the batch). The gradient goes to the maxima, split evenly among "
+      "ties.";
+  auto infer = s.infer;
+  s.infer = [infer](InferContext& ctx) -> absl::Status {
+    RETURN_IF_ERROR(infer(ctx));
+    const int batch = ctx.shape(0).BatchAxis();
+    absl::StatusOr<std::vector<bool>> reduced = ReducedAxes(ctx.attrs(), ctx.shape(0).rank());
+    if (!reduced.ok()) return ctx.Error(std::string(reduced.status().message()));
+    if (batch >= 0 && (*reduced)[batch]) {
+      return ctx.Error(
+          "a maximum over the batch dim is not supported (each replica holds part of "
+          "the batch)");
+    }
+    return absl::OkStatus();
+  };
+  s.grad = [](GradContext& g) -> absl::Status {
+    if (!g.needs_dx(0)) return absl::OkStatus();
+    Attrs a = g.op().attrs;
+    ASSIGN_OR_RETURN(std::string dx, g.b().Add("ReduceMaxGrad", {g.dy(0), g.x(0), g.y(0)},
+                                               std::move(a), g.op().name + "_grad"));
+    g.set_dx(0, dx);
+    return absl::OkStatus();
+  };
+  return s;
+}());
+
+QUILT_REGISTER_OP([] {
+  OpSchema s;
+  s.type = "ReduceMaxGrad";
+  s.doc =
+      "Gradient of ReduceMax: inputs dY, X, Y; dY where X equals its maximum, split evenly "
+      "among ties, else 0 (X's shape).";
+  s.min_inputs = s.max_inputs = 3;
+  s.infer = [](InferContext& ctx) -> absl::Status {
+    RETURN_IF_ERROR(RequireFloatInputs(ctx));
+    ctx.set_output(0, ctx.dtype(1), ctx.shape(1));
+    return absl::OkStatus();
+  };
+  s.cost = [](const CostContext& c) {
+    return OpCost{2.0 * static_cast<double>(c.OutNumel(0)), c.IoBytes()};
+  };
+  return s;
+}());
+
+QUILT_REGISTER_OP([] {
   OpSchema s;
   s.type = "ReduceGrad";
   s.linear = true;
