@@ -5,7 +5,8 @@
 // encoder layer exported with a dynamic batch and trained at a batch equal
 // to its sequence length, with F.pad and a batch-sized constant, causal
 // attention masked by masked_fill from a buffer, with ReLU6, LeakyReLU,
-// clamp and abs, a per-pixel classifier whose classes are on axis 1), for
+// clamp and abs, a per-pixel classifier whose classes are on axis 1, with
+// nearest upsampling), for
 // 20 SGD (momentum, weight decay) and 20 Adam steps.
 #include <cmath>
 #include <fstream>

@@ -462,19 +462,29 @@ absl::Status SqueezeLike(ImportContext& ctx, const Node& node) {
 
 absl::Status Concat(ImportContext& ctx, const Node& node) {
   const int64_t axis = AttrInt(node, "axis", 0);
-  bool all_const = true;
+  // Vectors of constants (shape arithmetic, Resize's scales): folded.
+  bool all_const = node.input_size() > 0;
+  DType dtype = DType::kInvalid;
+  int64_t total = 0;
   for (int i = 0; i < node.input_size(); ++i) {
     const Tensor* c = ctx.ConstantInput(node, i);
-    all_const &= c != nullptr && c->dtype() == DType::kI64 && c->rank() == 1 &&
-                 !ctx.IsParameterInitializer(node, i);
+    all_const &= c != nullptr && (c->dtype() == DType::kI64 || c->dtype() == DType::kF32) &&
+                 c->rank() == 1 && !ctx.IsParameterInitializer(node, i) &&
+                 (i == 0 || c->dtype() == dtype);
+    if (c != nullptr) {
+      dtype = c->dtype();
+      total += c->numel();
+    }
   }
   if (all_const && (axis == 0 || axis == -1)) {
-    std::vector<int64_t> v;
+    ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(dtype, {total}));
+    char* dst = static_cast<char*>(out.raw());
     for (int i = 0; i < node.input_size(); ++i) {
       const Tensor* c = ctx.ConstantInput(node, i);
-      v.insert(v.end(), c->i64(), c->i64() + c->numel());
+      std::memcpy(dst, c->raw(), static_cast<size_t>(c->bytes()));
+      dst += c->bytes();
     }
-    ctx.SetConstant(node.output(0), Tensor::FromI64({static_cast<int64_t>(v.size())}, v));
+    ctx.SetConstant(node.output(0), std::move(out));
     return absl::OkStatus();
   }
   Attrs a;
@@ -832,6 +842,59 @@ absl::Status Dropout(ImportContext& ctx, const Node& node) {
   return ctx.Emit(node, "Dropout", {x}, std::move(a), 2, 1);
 }
 
+// Resize: nearest-neighbour upsampling of [N,C,H,W] by whole scales (what
+// nn.Upsample and F.interpolate(mode='nearest') export), from constant
+// scales (input 2) or sizes (input 3).
+absl::Status Resize(ImportContext& ctx, const Node& node) {
+  const std::string mode = AttrString(node, "mode", "nearest");
+  if (mode != "nearest") {
+    return absl::InvalidArgumentError("Resize mode '" + mode +
+                                      "' is not supported (nearest-neighbour upsampling is)");
+  }
+  const std::string coords = AttrString(node, "coordinate_transformation_mode", "half_pixel");
+  const std::string rounding = AttrString(node, "nearest_mode", "round_prefer_floor");
+  const bool floor_of_ratio =
+      (coords == "asymmetric" && rounding == "floor") ||
+      ((coords == "half_pixel" || coords == "pytorch_half_pixel") &&
+       (rounding == "round_prefer_floor" || rounding == "round_prefer_ceil"));
+  if (!floor_of_ratio) {
+    return absl::InvalidArgumentError("Resize with coordinate_transformation_mode '" + coords +
+                                      "' and nearest_mode '" + rounding + "' is not supported");
+  }
+  ASSIGN_OR_RETURN(std::string x, ctx.Data(node, 0));
+  ASSIGN_OR_RETURN(TensorType t, ctx.TypeOf(x));
+  if (t.shape.rank() != 4) {
+    return absl::InvalidArgumentError("Resize is supported on [N,C,H,W] inputs only");
+  }
+  std::vector<double> scales;
+  if (const Tensor* s = ctx.ConstantInput(node, 2); s != nullptr && s->numel() > 0) {
+    for (int64_t i = 0; i < s->numel(); ++i) scales.push_back(s->f32()[i]);
+  } else if (const Tensor* z = ctx.ConstantInput(node, 3); z != nullptr && z->numel() == 4) {
+    // Sizes: the batch's entry may be the import's batch; N and C stay.
+    scales = {1, 1};
+    for (int i = 2; i < 4; ++i) {
+      scales.push_back(static_cast<double>(z->i64()[i]) /
+                       static_cast<double>(t.shape.dim(i).value));
+    }
+  } else {
+    return absl::InvalidArgumentError("Resize needs constant scales or sizes");
+  }
+  if (scales.size() != 4 || scales[0] != 1 || scales[1] != 1) {
+    return absl::InvalidArgumentError("Resize may scale only H and W of [N,C,H,W]");
+  }
+  std::vector<int64_t> whole;
+  for (int i = 2; i < 4; ++i) {
+    if (scales[i] < 1 || scales[i] != std::floor(scales[i])) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Resize by ", scales[i], " is not supported (whole upsampling factors are)"));
+    }
+    whole.push_back(static_cast<int64_t>(scales[i]));
+  }
+  Attrs a;
+  a.SetInts("scales", whole);
+  return ctx.Emit(node, "Upsample", {x}, std::move(a));
+}
+
 absl::Status Pad(ImportContext& ctx, const Node& node) {
   const std::string mode = AttrString(node, "mode", "constant");
   if (mode != "constant") {
@@ -933,6 +996,7 @@ const std::map<std::string, Converter>& Converters() {
       {"Cast", Cast},
       {"ReduceMean", Reduce},
       {"ReduceMax", Reduce},
+      {"Resize", Resize},
       {"ReduceSum", Reduce},
       {"Dropout", Dropout},
       {"Pad", Pad},

@@ -1,4 +1,6 @@
 // 2-D pooling ops and their gradients.
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 #include "src/common/status.h"
 #include "src/graph/ops/conv_attrs.h"
@@ -75,6 +77,69 @@ OpSchema PoolGrad(const std::string& type, int inputs) {
   };
   return s;
 }
+
+// Scales of an Upsample: attribute scales [sh, sw], whole numbers >= 1.
+absl::StatusOr<std::pair<int64_t, int64_t>> UpsampleScales(const Attrs& attrs) {
+  const std::vector<int64_t> s = attrs.Ints("scales");
+  if (s.size() != 2 || s[0] < 1 || s[1] < 1) {
+    return absl::InvalidArgumentError("scales must be two whole numbers >= 1 (height, width)");
+  }
+  return std::make_pair(s[0], s[1]);
+}
+
+QUILT_REGISTER_OP([] {
+  OpSchema s;
+  s.type = "Upsample";
+  s.doc =
+      "Nearest-neighbour upsampling of [N,C,H,W] by whole attribute scales [sh, sw]: "
+      "out[n,c,y,x] = in[n,c,y/sh,x/sw].";
+  s.infer = [](InferContext& ctx) -> absl::Status {
+    RETURN_IF_ERROR(RequireFloatInputs(ctx));
+    const Shape& x = ctx.shape(0);
+    if (x.rank() != 4) return ctx.Error("only [N,C,H,W] inputs are upsampled");
+    for (int i = 1; i < 4; ++i) {
+      if (x.dim(i).batch) return ctx.Error("only dim 0 may carry the batch");
+    }
+    absl::StatusOr<std::pair<int64_t, int64_t>> sc = UpsampleScales(ctx.attrs());
+    if (!sc.ok()) return ctx.Error(std::string(sc.status().message()));
+    ctx.set_output(0, ctx.dtype(0),
+                   Shape({x.dim(0), x.dim(1), Dim::Fixed(x.dim(2).value * sc->first),
+                          Dim::Fixed(x.dim(3).value * sc->second)}));
+    return absl::OkStatus();
+  };
+  s.cost = [](const CostContext& c) { return OpCost{0, c.IoBytes()}; };
+  s.grad = [](GradContext& g) -> absl::Status {
+    if (!g.needs_dx(0)) return absl::OkStatus();
+    ASSIGN_OR_RETURN(std::string dx,
+                     g.b().Add("UpsampleGrad", {g.dy(0)}, g.op().attrs, g.op().name + "_grad"));
+    g.set_dx(0, dx);
+    return absl::OkStatus();
+  };
+  return s;
+}());
+
+QUILT_REGISTER_OP([] {
+  OpSchema s;
+  s.type = "UpsampleGrad";
+  s.doc = "Gradient of Upsample: dY summed over each sh × sw block.";
+  s.infer = [](InferContext& ctx) -> absl::Status {
+    RETURN_IF_ERROR(RequireFloatInputs(ctx));
+    const Shape& dy = ctx.shape(0);
+    absl::StatusOr<std::pair<int64_t, int64_t>> sc = UpsampleScales(ctx.attrs());
+    if (!sc.ok()) return ctx.Error(std::string(sc.status().message()));
+    if (dy.rank() != 4 || dy.dim(2).value % sc->first != 0 || dy.dim(3).value % sc->second != 0) {
+      return ctx.Error("dY is not an upsampled [N,C,H,W]");
+    }
+    ctx.set_output(0, ctx.dtype(0),
+                   Shape({dy.dim(0), dy.dim(1), Dim::Fixed(dy.dim(2).value / sc->first),
+                          Dim::Fixed(dy.dim(3).value / sc->second)}));
+    return absl::OkStatus();
+  };
+  s.cost = [](const CostContext& c) {
+    return OpCost{static_cast<double>(c.InNumel(0)), c.IoBytes()};
+  };
+  return s;
+}());
 
 QUILT_REGISTER_OP(Pool("MaxPool", "MaxPoolGrad", true));
 QUILT_REGISTER_OP(PoolGrad("MaxPoolGrad", 2));

@@ -177,6 +177,7 @@ std::vector<Case> Cases() {
       {"ReduceSum", "ReduceSum", {{{2, 3, 4}}}, A({{"axes", Ints{1}}, {"keepdims", int64_t{0}}})},
       {"ReduceMean", "ReduceMean", {{{2, 3, 4}}}, A({{"axes", Ints{0, 2}}})},
       {"ReduceMeanAll", "ReduceMean", {{{2, 3}}}, A({{"keepdims", int64_t{0}}})},
+      {"Upsample", "Upsample", {{{1, 2, 2, 3}}}, A({{"scales", Ints{2, 3}}})},
       {"ReduceMax",
        "ReduceMax",
        {{{2, 3, 4}, -1, 1, true, {}, true}},

@@ -1,7 +1,9 @@
 // CPU kernels of 2-D pooling ops and their gradients.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <utility>
 
 #include "src/common/status.h"
 #include "src/graph/ops/conv_attrs.h"
@@ -251,6 +253,51 @@ absl::Status GlobalAveragePoolGrad(KernelContext& ctx) {
   return absl::OkStatus();
 }
 
+// Upsample (nearest, whole scales) and its gradient over [N,C,H,W].
+std::pair<int64_t, int64_t> Scales(const KernelContext& ctx) {
+  const std::vector<int64_t> s = ctx.attrs().Ints("scales", {1, 1});
+  return {s[0], s[1]};
+}
+
+absl::Status Upsample(KernelContext& ctx) {
+  const Tensor& x = ctx.in(0);
+  ASSIGN_OR_RETURN(Tensor * y, ctx.Output(0));
+  const auto [sh, sw] = Scales(ctx);
+  const int64_t planes = x.dim(0) * x.dim(1), h = x.dim(2), w = x.dim(3);
+  ParallelFor(planes, 1, [&](int64_t b, int64_t e) {
+    for (int64_t p = b; p < e; ++p) {
+      const float* src = x.f32() + p * h * w;
+      float* dst = y->f32() + p * h * sh * w * sw;
+      for (int64_t oy = 0; oy < h * sh; ++oy) {
+        const float* row = src + (oy / sh) * w;
+        for (int64_t ox = 0; ox < w * sw; ++ox) *dst++ = row[ox / sw];
+      }
+    }
+  });
+  return absl::OkStatus();
+}
+
+absl::Status UpsampleGrad(KernelContext& ctx) {
+  const Tensor& dy = ctx.in(0);
+  ASSIGN_OR_RETURN(Tensor * dx, ctx.Output(0));
+  const auto [sh, sw] = Scales(ctx);
+  const int64_t planes = dx->dim(0) * dx->dim(1), h = dx->dim(2), w = dx->dim(3);
+  ParallelFor(planes, 1, [&](int64_t b, int64_t e) {
+    for (int64_t p = b; p < e; ++p) {
+      const float* src = dy.f32() + p * h * sh * w * sw;
+      float* dst = dx->f32() + p * h * w;
+      std::fill(dst, dst + h * w, 0.0f);
+      for (int64_t oy = 0; oy < h * sh; ++oy) {
+        float* row = dst + (oy / sh) * w;
+        for (int64_t ox = 0; ox < w * sw; ++ox) row[ox / sw] += *src++;
+      }
+    }
+  });
+  return absl::OkStatus();
+}
+
+QUILT_REGISTER_KERNEL("cpu", "Upsample", Upsample);
+QUILT_REGISTER_KERNEL("cpu", "UpsampleGrad", UpsampleGrad);
 QUILT_REGISTER_KERNEL("cpu", "MaxPool", MaxPool);
 QUILT_REGISTER_KERNEL("cpu", "MaxPoolGrad", MaxPoolGrad);
 QUILT_REGISTER_KERNEL("cpu", "AveragePool", AveragePool);
