@@ -6,7 +6,7 @@
 // to its sequence length, with F.pad and a batch-sized constant, causal
 // attention masked by masked_fill from a buffer, with ReLU6, LeakyReLU,
 // clamp and abs, a per-pixel classifier whose classes are on axis 1, with
-// nearest upsampling), for
+// group norm and nearest upsampling), for
 // 20 SGD (momentum, weight decay) and 20 Adam steps.
 #include <cmath>
 #include <fstream>

@@ -250,6 +250,48 @@ absl::Status LayerNorm(ImportContext& ctx, const Node& node) {
                   std::min(3, node.output_size()));
 }
 
+// InstanceNormalization (nn.InstanceNorm2d, and nn.GroupNorm, which exports
+// as one over [N, G, -1]): each (sample, channel) normalized over the dims
+// after the channel — a LayerNormalization from axis 2 with unit scale —
+// then the per-channel scale and bias.
+absl::Status InstanceNorm(ImportContext& ctx, const Node& node) {
+  ASSIGN_OR_RETURN(std::string x, ctx.Data(node, 0));
+  ASSIGN_OR_RETURN(TensorType t, ctx.TypeOf(x));
+  const int r = t.shape.rank();
+  if (r < 3) return absl::InvalidArgumentError("InstanceNormalization needs [N, C, ...] input");
+  for (int i = 1; i < r; ++i) {
+    if (t.shape.dim(i).batch) {
+      return absl::InvalidArgumentError("InstanceNormalization: only dim 0 may carry the batch");
+    }
+  }
+  std::vector<int64_t> norm_dims;
+  for (int i = 2; i < r; ++i) norm_dims.push_back(t.shape.dim(i).value);
+  ASSIGN_OR_RETURN(Tensor ones, Tensor::Empty(DType::kF32, norm_dims));
+  for (int64_t i = 0; i < ones.numel(); ++i) ones.f32()[i] = 1.0f;
+  ASSIGN_OR_RETURN(std::string unit, ctx.b().AddConstant(node.name() + "/unit_scale", ones));
+  Attrs a;
+  a.SetInt("axis", 2);
+  a.SetFloat("epsilon", AttrFloat(node, "epsilon", 1e-5f));
+  ASSIGN_OR_RETURN(
+      std::vector<std::string> normed,
+      ctx.b().AddOp("LayerNormalization", {x, unit}, std::move(a), 3, node.name() + "/normalize"));
+  // Scale and bias per channel: [C] as [C, 1, ...].
+  std::vector<int64_t> per_channel = {t.shape.dim(1).value};
+  for (int i = 2; i < r; ++i) per_channel.push_back(1);
+  std::vector<std::string> affine;
+  for (int i : {1, 2}) {
+    ASSIGN_OR_RETURN(std::string v, ctx.Data(node, i));
+    Attrs shape;
+    shape.SetInts("shape", per_channel);
+    ASSIGN_OR_RETURN(std::string b, ctx.b().Add("Reshape", {v}, std::move(shape),
+                                                node.name() + (i == 1 ? "/scale" : "/bias")));
+    affine.push_back(b);
+  }
+  ASSIGN_OR_RETURN(std::string scaled,
+                   ctx.b().Add("Mul", {normed[0], affine[0]}, Attrs(), node.name() + "/scaled"));
+  return ctx.Emit(node, "Add", {scaled, affine[1]}, Attrs());
+}
+
 absl::Status Softmax(ImportContext& ctx, const Node& node) {
   Attrs a;
   a.SetInt("axis", AttrInt(node, "axis", -1));
@@ -997,6 +1039,7 @@ const std::map<std::string, Converter>& Converters() {
       {"ReduceMean", Reduce},
       {"ReduceMax", Reduce},
       {"Resize", Resize},
+      {"InstanceNormalization", InstanceNorm},
       {"ReduceSum", Reduce},
       {"Dropout", Dropout},
       {"Pad", Pad},
