@@ -56,6 +56,15 @@ bool JobEnded(JobState s) {
          s == quilt::v1::JOB_STATE_CANCELLED;
 }
 
+// The job's last loss ("-" before a first step's), with the step it is
+// from when that is not the job's step (losses still coming in, or lost).
+std::string LossText(const JobStatus& s, const absl::FormatSpec<double>& format) {
+  if (s.last_loss_step() <= 0) return "-";
+  std::string text = absl::StrFormat(format, s.last_loss());
+  if (s.last_loss_step() != s.step()) absl::StrAppend(&text, " (step ", s.last_loss_step(), ")");
+  return text;
+}
+
 std::string StateName(JobState s) {
   std::string n = quilt::v1::JobState_Name(s);
   return n.rfind("JOB_STATE_", 0) == 0 ? n.substr(10) : n;
@@ -114,7 +123,7 @@ std::string Describe(const JobStatus& s) {
   absl::StrAppendFormat(&out, "Strategy:   %s on %s\n", s.strategy(),
                         absl::StrJoin(s.nodes(), ", "));
   absl::StrAppendFormat(&out, "Progress:   step %d of %d, loss %s\n", s.step(), s.steps(),
-                        s.step() > 0 ? absl::StrFormat("%.6g", s.last_loss()) : "-");
+                        LossText(s, "%.6g"));
   absl::StrAppendFormat(
       &out, "Step time:  predicted %s, measured %s%s\n", HumanSeconds(s.predicted_step_time_s()),
       s.measured_step_time_s() > 0 ? HumanSeconds(s.measured_step_time_s()) : "-",
@@ -141,8 +150,7 @@ std::string ProgressLine(const JobStatus& s) {
                          ? (s.steps() - s.step()) * s.measured_step_time_s()
                          : -1;
   return absl::StrFormat("[%s] %s step %d/%d  loss %s  %s samples/s  ETA %s", bar,
-                         StateName(s.state()), s.step(), s.steps(),
-                         s.step() > 0 ? absl::StrFormat("%.4f", s.last_loss()) : "-",
+                         StateName(s.state()), s.step(), s.steps(), LossText(s, "%.4g"),
                          s.samples_per_s() > 0 ? absl::StrFormat("%.0f", s.samples_per_s()) : "-",
                          eta >= 0 ? HumanDuration(eta) : "-");
 }
@@ -360,8 +368,7 @@ void AddJobCommands(CLI::App& app, const GlobalOptions& globals, std::vector<Com
                     for (const JobStatus& j : selected) {
                       t.AddRow(
                           {j.job_id(), j.name(), StateName(j.state()),
-                           absl::StrCat(j.step(), "/", j.steps()),
-                           j.step() > 0 ? absl::StrFormat("%.4f", j.last_loss()) : "-",
+                           absl::StrCat(j.step(), "/", j.steps()), LossText(j, "%.4g"),
                            j.samples_per_s() > 0 ? absl::StrFormat("%.0f", j.samples_per_s()) : "-",
                            j.strategy()});
                     }

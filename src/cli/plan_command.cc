@@ -42,11 +42,16 @@ struct PlanArgs {
 
 std::string Breakdown(const quilt::v1::StrategyEstimate& e) {
   const bool transfers_first = e.strategy().order() == quilt::v1::EXECUTION_ORDER_TRANSFERS_FIRST;
+  // What the three leave of the step: the device's fixed per-step cost
+  // (a measured overhead of the executor's step, from profiles).
+  const double rest = e.step_time_s() - e.compute_s() - e.exposed_communication_s() - e.idle_s();
+  const std::string overhead =
+      rest > 1e-3 * e.step_time_s() ? " + per-step overhead " + HumanSeconds(rest) : "";
   return absl::StrFormat(
-      "%s: step %s = compute %s + exposed communication %s + idle %s on %s, its busiest "
+      "%s: step %s = compute %s + exposed communication %s + idle %s%s on %s, its busiest "
       "device (execution order: %s)",
       e.name(), HumanSeconds(e.step_time_s()), HumanSeconds(e.compute_s()),
-      HumanSeconds(e.exposed_communication_s()), HumanSeconds(e.idle_s()),
+      HumanSeconds(e.exposed_communication_s()), HumanSeconds(e.idle_s()), overhead,
       e.critical_device().empty() ? "-" : e.critical_device(),
       transfers_first ? "gradients' producers lifted by the communication queued behind them"
                       : "critical path first");
@@ -294,8 +299,9 @@ void AddPlanCommand(CLI::App& app, const GlobalOptions& globals, std::vector<Com
                 "Seconds the planner's search may take (default 10)")
       ->check(Positive());
   c->add_option("--max-plans", a->max_plans,
-                "Plans the planner's search simulates at most once one fits (default 200; until "
-                "one fits, the time budget alone ends it)")
+                "Plans the planner's local search simulates once one fits (default 200; until "
+                "one fits, the time budget alone ends it; its starting plans and the "
+                "explanation's what-ifs are simulated besides)")
       ->check(PositiveInt());
   c->add_option("--seed", a->seed, "Seed of the planner's search (same seed, same plan)")
       ->check(NonNegativeInt());

@@ -58,6 +58,7 @@ absl::Status JobManager::Load() {
     Job& job = jobs_[id];
     job.record = std::move(r);
     order_.push_back(id);
+    job.loaded_ended = Ended(job.record.status().state());
     if (!Ended(job.record.status().state())) {
       // Workers keep running their executors while the coordinator is away
       // and report to it again: the job goes on. A node that comes back
@@ -114,6 +115,11 @@ void JobManager::Persist(Job* job) {
     job->loss_by_step.erase(job->loss_by_step.begin(),
                             job->loss_by_step.lower_bound(job->losses_first));
   }
+}
+
+int64_t JobManager::NextStep(const Job& job, const std::string& node) {
+  auto next = job.next_step.find(node);
+  return next == job.next_step.end() ? 1 : next->second;
 }
 
 int64_t JobManager::Settled(const Job& job) {
@@ -282,6 +288,9 @@ void JobManager::Finish(Job* job, JobState state, const std::string& message,
   st->set_state(state);
   st->set_message(message);
   *st->mutable_finished_at() = ToProtoTime(clock_->Now());
+  // Steps reported so far bound what counts after the end.
+  job->end_step = 0;
+  for (const auto& [n, t] : job->record.tasks()) job->end_step = std::max(job->end_step, t.step());
   job->record.clear_addresses();
   QLOG_INFO("job {} {}: {}", st->job_id(), quilt::v1::JobState_Name(state), message);
   if (state == quilt::v1::JOB_STATE_FAILED && registry_ != nullptr) {
@@ -311,32 +320,38 @@ void JobManager::ApplyReport(Job* job, const std::string& node,
   quilt::v1::JobRecord& r = job->record;
   auto task = r.mutable_tasks()->find(node);
   if (task == r.mutable_tasks()->end()) return;  // not a node of this job
-  // An ended job keeps the state it ended in (executors of a job failed at
-  // a coordinator restart may still report steps), but an executor's own
-  // end is noted: its worker is told to stop it until then.
-  if (Ended(r.status().state())) {
+  const bool ended = Ended(r.status().state());
+  if (ended && job->loaded_ended) {
+    // Ended before this coordinator started: only an executor's end is
+    // noted (its worker is told to stop it until then).
     if (TaskEnded(report.state())) task->second.set_state(report.state());
     return;
   }
   int64_t& next = job->next_step.try_emplace(node, 1).first->second;
-  if (report.loss_parts_size() > 0 && report.first_step() > next &&
-      report.kept_from_step() > 0 && report.kept_from_step() <= next) {
+  if (report.loss_parts_size() > 0 && report.first_step() > next && report.kept_from_step() > 0 &&
+      report.kept_from_step() <= next) {
     // Steps this coordinator lacks (received before a restart, not stored)
     // that the worker still keeps: it sends them again (the receipt asks
     // for them), and this report with them.
     return;
   }
-  if (r.status().message() == kAwaitingReports) r.mutable_status()->set_message("");
+  job->heard.insert(node);
   quilt::v1::TaskReport& t = task->second;
-  t.set_state(report.state());
-  t.set_step(std::max(t.step(), report.step()));
-  if (!report.message().empty()) t.set_message(report.message());
+  // An ended job keeps the state it ended in, and takes the steps of its
+  // executors up to where it ended (the other ranks' reports of the steps
+  // before a failure come after it); an executor's own end is noted.
+  const int64_t limit = ended ? job->end_step : INT64_MAX;
+  if (!ended || TaskEnded(report.state())) t.set_state(report.state());
+  t.set_step(std::max(t.step(), std::min(report.step(), limit)));
+  if (!ended && !report.message().empty()) t.set_message(report.message());
+  if (!ended && r.status().message() == kAwaitingReports) r.mutable_status()->set_message("");
   const int rank =
       static_cast<int>(std::find(r.world().begin(), r.world().end(), node) - r.world().begin());
   const int world = r.world_size();
   quilt::v1::JobStatus* st = r.mutable_status();
   for (int i = 0; i < report.loss_parts_size(); ++i) {
     const int64_t step = report.first_step() + i;
+    if (step > limit) break;
     if (step < next) continue;  // applied before (a retried heartbeat)
     next = step + 1;
     if (rank == 0 && i < report.step_times_s_size()) {
@@ -352,7 +367,10 @@ void JobManager::ApplyReport(Job* job, const std::string& node,
         if (job->losses_tail.size() <= at) job->losses_tail.resize(at + 1, std::nan(""));
         job->losses_tail[at] = sum;
       }
-      st->set_last_loss(sum);
+      if (step >= st->last_loss_step()) {
+        st->set_last_loss(sum);
+        st->set_last_loss_step(step);
+      }
       job->loss_by_step.erase(step);
     }
   }
@@ -390,14 +408,20 @@ void JobManager::ApplyReport(Job* job, const std::string& node,
     st->set_message("");
     *st->mutable_started_at() = ToProtoTime(clock_->Now());
   }
-  bool all_done = true;
+  // Done when every executor succeeded and every node has reported to this
+  // coordinator (after a restart, a node's stored end may come before the
+  // steps its worker keeps and sends again).
+  bool all_done = static_cast<int>(job->heard.size()) == world;
   for (const auto& [n, task_report] : r.tasks()) {
     all_done = all_done && task_report.state() == quilt::v1::TASK_STATE_SUCCEEDED;
   }
   if (all_done) {
     if (!st->has_started_at()) *st->mutable_started_at() = ToProtoTime(clock_->Now());
     Finish(job, quilt::v1::JOB_STATE_SUCCEEDED,
-           absl::StrFormat("%d steps, final loss %.6g", st->steps(), st->last_loss()));
+           st->last_loss_step() == st->steps()
+               ? absl::StrFormat("%d steps, final loss %.6g", st->steps(), st->last_loss())
+               : absl::StrFormat("%d steps (losses complete up to step %d, loss %.6g there)",
+                                 st->steps(), st->last_loss_step(), st->last_loss()));
   }
 }
 
@@ -420,6 +444,7 @@ void JobManager::OnHeartbeat(const quilt::v1::HeartbeatRequest& request,
                                       ? quilt::v1::TASK_STATE_UNSPECIFIED
                                       : known->second.state();
     const int64_t step_before = job->record.status().step();
+    const int64_t next_before = NextStep(*job, node);
     ApplyReport(job, node, report);
     const quilt::v1::JobState after = job->record.status().state();
     // A step that passes a checkpoint is stored at once, so that a job's
@@ -429,18 +454,25 @@ void JobManager::OnHeartbeat(const quilt::v1::HeartbeatRequest& request,
         every > 0 && job->record.status().step() / every != step_before / every;
     // (Finish already stored an end.)
     if (!(Ended(after) && after != before)) {
-      Changed(job, /*durable=*/after != before || report.state() != task_before || checkpointed);
+      // (An ended job's late steps are stored at once: its workers forget
+      // them when told so.)
+      const bool late_steps = Ended(after) && NextStep(*job, node) != next_before;
+      Changed(job, /*durable=*/after != before || report.state() != task_before || checkpointed ||
+                       late_steps);
     }
     if (Ended(job->record.status().state()) && !TaskEnded(report.state())) {
       response->add_cancel_jobs(report.job_id());
     }
     quilt::v1::TaskReceipt* receipt = response->add_receipts();
     receipt->set_job_id(report.job_id());
-    const bool stored_end =
-        Ended(job->record.status().state()) && job->persisted_version == job->version;
+    const int64_t next_step = NextStep(*job, node);
+    // Everything may go once the ended job is stored and this node sent its
+    // steps up to the end (or the job ended before this coordinator began).
+    const bool stored_end = Ended(job->record.status().state()) &&
+                            job->persisted_version == job->version &&
+                            (job->loaded_ended || next_step > job->end_step);
     receipt->set_stored_step(stored_end ? INT64_MAX : job->losses_first - 1);
-    auto next = job->next_step.find(node);
-    receipt->set_next_step(next == job->next_step.end() ? 1 : next->second);
+    receipt->set_next_step(next_step);
   }
   for (const std::string& id : order_) {
     Job& job = jobs_.at(id);
@@ -461,17 +493,11 @@ void JobManager::OnHeartbeat(const quilt::v1::HeartbeatRequest& request,
         done.set_state(quilt::v1::TASK_STATE_SUCCEEDED);
         done.set_step(r.spec().steps());
         done.set_message("finished (its final checkpoint is complete); its worker restarted since");
-        const int64_t reported = job.record.status().step();
+        // The steps it had not reported are lost with its worker: their
+        // losses are settled as missing (NaN), and the job's message says
+        // up to which step they are complete.
+        job.next_step[node] = r.spec().steps() + 1;
         ApplyReport(&job, node, done);
-        quilt::v1::JobStatus* st = job.record.mutable_status();
-        if (st->state() == quilt::v1::JOB_STATE_SUCCEEDED && reported < st->steps()) {
-          // Its last steps' losses were never reported: the loss shown is
-          // step `reported`'s.
-          st->set_message(absl::StrFormat(
-              "%d steps (its final checkpoint is complete; losses reported up to step %d, "
-              "loss %.6g there)",
-              st->steps(), reported, st->last_loss()));
-        }
         Changed(&job);
         continue;
       }

@@ -17,6 +17,7 @@
 #define QUILT_SRC_COORDINATOR_JOB_MANAGER_H_
 
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -130,6 +131,15 @@ class JobManager {
     // Per node: the first step not applied yet (a retried heartbeat brings
     // steps again).
     std::map<std::string, int64_t> next_step;
+    // Nodes that reported to this coordinator (the job does not succeed
+    // before all have: after a restart their stored ends come before the
+    // steps their workers send again).
+    std::set<std::string> heard;
+    // The last step any executor had reported when the job ended: steps up
+    // to it still count after the end.
+    int64_t end_step = 0;
+    // It had ended when this coordinator loaded it (its steps are stored).
+    bool loaded_ended = false;
     absl::Time persisted = absl::InfinitePast();
     int64_t persisted_version = -1;
     // The first failure report caused by a peer, until the job ends.
@@ -151,6 +161,8 @@ class JobManager {
   // The last step whose loss is settled: every node sent its part or went
   // past it (a part missing then is lost for good: NaN).
   static int64_t Settled(const Job& job);
+  // The first step of `node` not applied yet.
+  static int64_t NextStep(const Job& job, const std::string& node);
   // Writes the record (failures are logged; the next change tries again).
   void Persist(Job* job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Job* Find(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

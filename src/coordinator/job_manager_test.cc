@@ -350,8 +350,14 @@ TEST_F(JobManagerTest, AJobThatFinishedWhileItsWorkerRestartedSucceeds) {
   Beat("b");
   EXPECT_EQ(Status(*id).state(), quilt::v1::JOB_STATE_SUCCEEDED) << Status(*id).message();
   EXPECT_EQ(Status(*id).step(), 8);
-  // The loss it shows is the last one reported, and says so.
-  EXPECT_THAT(Status(*id).message(), HasSubstr("losses reported up to step 1"));
+  // The loss it shows is the last one complete, and says so; b's parts of
+  // steps 2-8 went with its worker: NaN, every step stored.
+  EXPECT_THAT(Status(*id).message(), HasSubstr("losses complete up to step 1"));
+  EXPECT_EQ(Status(*id).last_loss_step(), 1);
+  const std::vector<double> losses = *jobs_->Losses(*id);
+  ASSERT_EQ(losses.size(), 8);
+  EXPECT_DOUBLE_EQ(losses[0], 2.0);
+  for (size_t i = 1; i < 8; ++i) EXPECT_TRUE(std::isnan(losses[i])) << i;
   // Without the final checkpoint, a worker that lost its executor fails
   // the job.
   const std::string other = AddJob(8);
@@ -482,6 +488,47 @@ TEST_F(JobManagerTest, ReceiptsSayWhatIsStoredAndARestartedCoordinatorAsksForThe
   ASSERT_THAT(jobs_->Cancel(kept, ""), IsOk());
   a = receipt(Beat("a", {Report(kept, quilt::v1::TASK_STATE_CANCELLED, 5, {1.0})}));
   EXPECT_EQ(a.stored_step(), INT64_MAX);
+}
+
+TEST_F(JobManagerTest, AJobDoesNotSucceedAfterARestartBeforeEveryNodeSentItsKeptSteps) {
+  const std::string id = AddJob(6);
+  Beat("a", {Report(id, quilt::v1::TASK_STATE_RUNNING, 1, {1.0})});
+  Beat("b", {Report(id, quilt::v1::TASK_STATE_RUNNING, 1, {1.0})});
+  // a finished (its end is stored: a state change) while b was behind;
+  // a keeps steps 2-6 (not stored: b had not sent them).
+  TaskReport a_done = Report(id, quilt::v1::TASK_STATE_SUCCEEDED, 2, {1, 1, 1, 1, 1});
+  a_done.set_kept_from_step(2);
+  Beat("a", {a_done});
+  Reopen();
+  // b finishes first after the restart: the job waits for a.
+  TaskReport b_done = Report(id, quilt::v1::TASK_STATE_SUCCEEDED, 2, {1, 1, 1, 1, 1});
+  b_done.set_kept_from_step(2);
+  Beat("b", {b_done});
+  EXPECT_EQ(Status(id).state(), quilt::v1::JOB_STATE_RUNNING);
+  Beat("a", {a_done});
+  EXPECT_EQ(Status(id).state(), quilt::v1::JOB_STATE_SUCCEEDED) << Status(id).message();
+  EXPECT_THAT(Status(id).message(), HasSubstr("6 steps, final loss 2"));
+  EXPECT_THAT(*jobs_->Losses(id), ElementsAre(2.0, 2.0, 2.0, 2.0, 2.0, 2.0));
+}
+
+TEST_F(JobManagerTest, AFailedJobKeepsTheLossesOfStepsEveryRankFinishedBeforeIt) {
+  const std::string id = AddJob(100);
+  Beat("a", {Report(id, quilt::v1::TASK_STATE_RUNNING, 1, {1.0})});
+  Beat("b", {Report(id, quilt::v1::TASK_STATE_RUNNING, 1, {1.0})});
+  // a fails at step 4 having finished 2-3; b's report of 2-3 comes after,
+  // with step 4 (which counts no more: a never finished it).
+  TaskReport failed = Report(id, quilt::v1::TASK_STATE_FAILED, 2, {1.0, 1.0});
+  failed.set_message("the loss is nan at step 4");
+  Beat("a", {failed});
+  ASSERT_EQ(Status(id).state(), quilt::v1::JOB_STATE_FAILED);
+  HeartbeatResponse r = Beat("b", {Report(id, quilt::v1::TASK_STATE_RUNNING, 2, {2.0, 2.0, 2.0})});
+  EXPECT_THAT(r.cancel_jobs(), ElementsAre(id));
+  EXPECT_EQ(Status(id).state(), quilt::v1::JOB_STATE_FAILED);
+  EXPECT_EQ(Status(id).step(), 3);
+  EXPECT_THAT(*jobs_->Losses(id), ElementsAre(2.0, 3.0, 3.0));
+  // b has sent everything up to the end: it may forget its steps.
+  ASSERT_THAT(r.receipts(), SizeIs(1));
+  EXPECT_EQ(r.receipts(0).stored_step(), INT64_MAX);
 }
 
 TEST_F(JobManagerTest, FlushStoresProgressAndAnEndedJobTakesNoMoreReports) {

@@ -15,7 +15,7 @@ namespace quilt::rpc {
 
 // Per-method request limits (the registration carries the device list).
 inline constexpr size_t kMaxRegisterRequestBytes = 4 << 20;
-inline constexpr size_t kMaxHeartbeatRequestBytes = 1 << 20;  // with task reports
+inline constexpr size_t kMaxHeartbeatRequestBytes = 4 << 20;  // with task reports
 
 using ClusterServiceBase = quilt::v1::ClusterService::WithRawCallbackMethod_Register<
     quilt::v1::ClusterService::WithRawCallbackMethod_Heartbeat<

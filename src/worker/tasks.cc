@@ -247,9 +247,9 @@ std::vector<quilt::v1::TaskReport> TaskRunner::Reports() const {
     r.set_step(t->step);
     r.set_first_step(t->next_send);
     r.set_kept_from_step(t->first_kept);
-    // At most 1000 steps per report (the heartbeat's size limit).
+    // At most kMaxReportSteps per report (the heartbeat's size).
     const size_t from = static_cast<size_t>(t->next_send - t->first_kept);
-    const size_t n = std::min<size_t>(t->loss_parts.size() - from, 1000);
+    const size_t n = std::min<size_t>(t->loss_parts.size() - from, kMaxReportSteps);
     for (size_t i = from; i < from + n; ++i) {
       r.add_loss_parts(t->loss_parts[i]);
       r.add_step_times_s(t->step_times[i]);
@@ -301,6 +301,15 @@ void TaskRunner::Ack(const std::vector<quilt::v1::TaskReport>& reports,
   for (auto& t : done) {
     if (t->reader.joinable()) t->reader.join();
   }
+}
+
+bool TaskRunner::Backlogged() const {
+  absl::MutexLock lock(&mu_);
+  for (const auto& [id, t] : tasks_) {
+    const size_t sent = static_cast<size_t>(t->next_send - t->first_kept);
+    if (t->loss_parts.size() - sent >= kMaxReportSteps) return true;
+  }
+  return false;
 }
 
 int TaskRunner::running() const {

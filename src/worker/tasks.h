@@ -58,9 +58,14 @@ class TaskRunner {
   void Start(const quilt::v1::TaskAssignment& assignment);
   // Stops the job's executor; its report says CANCELLED.
   void Cancel(const std::string& job_id);
+  // Steps one report carries at most per job.
+  static constexpr size_t kMaxReportSteps = 4000;
   // Every known job's state with the steps the coordinator has not
-  // received yet (at most 1000 per job).
+  // received yet (at most kMaxReportSteps per job).
   std::vector<quilt::v1::TaskReport> Reports() const;
+  // Whether a job has a full report's worth of steps still to send (after
+  // the coordinator was away): the worker reports again soon.
+  bool Backlogged() const;
   // The coordinator received `reports` and answered with `receipts`: a
   // job's steps are sent from its receipt's next step on, and those
   // through its stored step forgotten (all of a report without a

@@ -132,6 +132,10 @@ void Worker::Loop() {
       period = absl::Seconds(h->heartbeat_period_s());
       if (options_.tasks != nullptr) {
         options_.tasks->Ack(reports, {h->receipts().begin(), h->receipts().end()});
+        if (options_.tasks->Backlogged()) {
+          absl::MutexLock lock(&wake_mu_);
+          woken_ = true;
+        }
         for (const std::string& job : h->cancel_jobs()) options_.tasks->Cancel(job);
         for (const auto& a : h->assignments()) options_.tasks->Start(a);
       }
