@@ -251,6 +251,7 @@ int Run(PlanArgs a, const GlobalOptions& globals) {
   po.global_batch = a.batch;
   po.strategy = a.strategy;
   po.trace = !a.trace.empty();
+  po.program_with_graph = !a.program_out.empty();
   po.progress = [](const std::string& line) { std::cerr << line << "\n"; };
   po.search.time_budget_s = a.time_budget_s;
   po.search.max_evaluations = a.max_plans;

@@ -86,32 +86,39 @@ absl::Status ValidateNodeInfo(const quilt::v1::NodeInfo& info) {
                                where + " peak_fp16_flops_per_s", flops_range));
     RETURN_IF_ERROR(CheckRange(d.measured_gemm_flops_per_s(), kMinFlops, kMaxFlops,
                                where + " measured_gemm_flops_per_s", flops_range));
+    RETURN_IF_ERROR(CheckRange(d.memory_bandwidth_bytes_per_s(), 1e6, 1e14,
+                               where + " memory_bandwidth_bytes_per_s", "1 MB/s to 100 TB/s"));
     RETURN_IF_ERROR(
-        CheckFigure(d.memory_bandwidth_bytes_per_s(), where + " memory_bandwidth_bytes_per_s"));
-    RETURN_IF_ERROR(CheckFigure(d.compute_slowdown(), where + " compute_slowdown"));
+        CheckRange(d.compute_slowdown(), 0.01, 1000, where + " compute_slowdown", "0.01 to 1000"));
     for (const quilt::v1::OpTypeRate& r : d.measured_op_type_rates()) {
       if (r.op_type().empty()) {
         return absl::InvalidArgumentError(where + " has a measured op-type rate without a type");
       }
-      RETURN_IF_ERROR(
-          CheckFigure(r.flops_per_s(), where + " measured_op_type_rates[" + r.op_type() + "]"));
+      RETURN_IF_ERROR(CheckRange(r.flops_per_s(), 1e3, kMaxFlops,
+                                 where + " measured_op_type_rates[" + r.op_type() + "]",
+                                 "1 kFLOP/s to 100 PFLOP/s"));
     }
     for (const quilt::v1::OpTiming& t : d.op_times()) {
       if (t.op().empty()) {
         return absl::InvalidArgumentError(where + " has an op time without an op");
       }
       RETURN_IF_ERROR(CheckFigure(t.time_s(), where + " op_times[" + t.op() + "].time_s"));
+      if (t.time_s() <= 0 || t.time_s() > 1e4) {
+        return absl::InvalidArgumentError(absl::StrCat(where, " op_times[", t.op(), "].time_s is ",
+                                                       t.time_s(), ", outside (0, 10000] s"));
+      }
       if (t.batch() < 1) {
         return absl::InvalidArgumentError(absl::StrCat(
             where, " op_times[", t.op(), "].batch must be at least 1, got ", t.batch()));
       }
     }
-    RETURN_IF_ERROR(CheckFigure(d.measured_op_overhead_s(), where + " measured_op_overhead_s"));
-    RETURN_IF_ERROR(CheckFigure(d.measured_step_overhead_s(), where + " measured_step_overhead_s"));
-    RETURN_IF_ERROR(
-        CheckFigure(d.measured_transport_wakeup_s(), where + " measured_transport_wakeup_s"));
-    RETURN_IF_ERROR(
-        CheckFigure(d.measured_transport_spin_s(), where + " measured_transport_spin_s"));
+    for (const auto& [value, name] :
+         {std::pair<double, const char*>{d.measured_op_overhead_s(), "measured_op_overhead_s"},
+          {d.measured_step_overhead_s(), "measured_step_overhead_s"},
+          {d.measured_transport_wakeup_s(), "measured_transport_wakeup_s"},
+          {d.measured_transport_spin_s(), "measured_transport_spin_s"}}) {
+      RETURN_IF_ERROR(CheckRange(value, 0, 60, where + " " + name, "0 to 60 s"));
+    }
     if (d.efficiency() < 0 || d.efficiency() > 1 || !std::isfinite(d.efficiency()) ||
         (d.efficiency() > 0 && d.efficiency() < 0.01)) {
       return absl::InvalidArgumentError(absl::StrCat(

@@ -101,6 +101,11 @@ absl::StatusOr<DeviceCalibration> FitCalibration(const Graph& g, const quilt::v1
   if (device.measured_gemm_flops_per_s() > 0) c.flops_per_s = device.measured_gemm_flops_per_s();
   c.op_overhead_s = 1e-6;
   for (int round = 0; round < 6; ++round) {
+    // A rate past the bound (or past any device's) is handled below.
+    if (!std::isfinite(c.flops_per_s) || c.flops_per_s > 1e17 ||
+        (max_flops_per_s > 0 && c.flops_per_s > max_flops_per_s)) {
+      break;
+    }
     const quilt::v1::Device d = Calibrated(device, {c.flops_per_s, c.op_overhead_s, 0});
     ASSIGN_OR_RETURN(Simulated sf, SimulateOneDevice(g, d, full.rows));
     ASSIGN_OR_RETURN(Simulated sh, SimulateOneDevice(g, d, half.rows));
@@ -124,6 +129,12 @@ absl::StatusOr<DeviceCalibration> FitCalibration(const Graph& g, const quilt::v1
         device.measured_gemm_flops_per_s() > 0 ? device.measured_gemm_flops_per_s() : 5e10;
     c.op_overhead_s = 1e-9;
     for (int round = 0; round < 4; ++round) {
+      // Past the bound it is refused below (and a device that fast is not
+      // a valid one to simulate).
+      if (!std::isfinite(c.flops_per_s) || c.flops_per_s > 1e17 ||
+          (max_flops_per_s > 0 && c.flops_per_s > max_flops_per_s)) {
+        break;
+      }
       const quilt::v1::Device d = Calibrated(device, {c.flops_per_s, c.op_overhead_s, 0});
       ASSIGN_OR_RETURN(Simulated sf, SimulateOneDevice(g, d, full.rows));
       c.flops_per_s *= sf.step_s / full.compute_s;

@@ -173,7 +173,8 @@ class Search {
       if (improved) continue;
       // A local optimum: restart from the best plan, kicked by a few random
       // moves, until the restarts stop paying.
-      if (++idle_restarts > options_.restarts) break;
+      // (While nothing fits, the restarts go on until the budget ends.)
+      if (++idle_restarts > options_.restarts && best_score.feasible()) break;
       current = best;
       std::vector<Move> moves = Moves(best);
       const int kicks = 1 + static_cast<int>(rng_() % 3);

@@ -1,6 +1,7 @@
 #include "src/planner/plan.h"
 
 #include <algorithm>
+#include <cmath>
 #include <atomic>
 #include <memory>
 #include <thread>
@@ -41,6 +42,10 @@ void Fill(const SimResult& r, int64_t batch, double lower_bound, quilt::v1::Stra
   }
   e->set_feasible(r.out_of_memory.empty());
   if (!r.out_of_memory.empty()) e->set_infeasible_reason("out of memory: " + r.out_of_memory);
+  if (!std::isfinite(r.step_time_s)) {
+    e->set_feasible(false);
+    e->set_infeasible_reason("its simulated step time is not finite (check the devices' figures)");
+  }
 }
 
 }  // namespace
@@ -155,13 +160,17 @@ absl::Status PlanHeteroG(const Graph& g, const Topology& topo, const CostModel& 
   }
   RETURN_IF_ERROR(evaluate_many(plan_and_start, /*both_orders=*/true));
   // The coarsened graph misses tensors that live briefly inside a group: a
-  // plan that fits there can overflow in full. Then search once more with
-  // more headroom.
-  if (sr.feasible && !done->at(kHeteroG).estimate.feasible()) {
-    SearchOptions again = o.search;
-    again.memory_fraction = o.search.memory_fraction * 0.85;
-    if (o.progress)
-      o.progress("the plan overflows memory in full; searching again with more headroom");
+  // plan that fits there can overflow in full. Then search again with more
+  // headroom, up to three times, each with 15 % less of each device.
+  SearchOptions again = o.search;
+  for (int attempt = 0; attempt < 3 && sr.feasible && !done->at(kHeteroG).estimate.feasible();
+       ++attempt) {
+    again.memory_fraction *= 0.85;
+    if (o.progress) {
+      o.progress(absl::StrFormat(
+          "the plan overflows memory in full; searching again with %.0f %% of each device's",
+          100 * again.memory_fraction));
+    }
     ASSIGN_OR_RETURN(SearchResult retry,
                      SearchHeteroG(g, topo, cost, o.global_batch, baselines, again));
     if (retry.feasible) {
@@ -408,7 +417,9 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
     }
     *rep.add_estimates() = e.estimate;
   }
-  if (!rep.best().empty()) *result.best_program.mutable_graph() = g.ToProto();
+  if (!rep.best().empty() && o.program_with_graph) {
+    *result.best_program.mutable_graph() = g.ToProto();
+  }
   rep.set_planning_wall_s(absl::ToDoubleSeconds(absl::Now() - start));
   return result;
 }

@@ -39,6 +39,9 @@ struct PlanOptions {
   std::function<void(const std::string&)> progress;
   // The HeteroG search ("heterog" or "all").
   SearchOptions search;
+  // Whether the best program carries the training graph (with its initial
+  // weights, which can be gigabytes): what executors need, not a report.
+  bool program_with_graph = true;
 };
 
 struct PlanResult {

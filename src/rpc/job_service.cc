@@ -110,6 +110,7 @@ absl::Status JobServiceImpl::Plan(const quilt::v1::PlanJobRequest& request,
   if (request.max_plans() != 0)
     options.search.max_evaluations = std::max<int64_t>(0, request.max_plans());
   options.search.seed = request.seed() == 0 ? 1 : request.seed();
+  options.program_with_graph = false;  // a report only
   ASSIGN_OR_RETURN(PlanResult result, PlanHolding(&planner_, graph, *topo, options));
   QLOG_INFO("planned {} (batch {}) on {} node(s): best {}, {:.2f} s", graph.name,
             options.global_batch, spec.nodes_size(), result.report.best(),
