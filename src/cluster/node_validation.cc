@@ -86,8 +86,8 @@ absl::Status ValidateNodeInfo(const quilt::v1::NodeInfo& info) {
                                where + " peak_fp16_flops_per_s", flops_range));
     RETURN_IF_ERROR(CheckRange(d.measured_gemm_flops_per_s(), kMinFlops, kMaxFlops,
                                where + " measured_gemm_flops_per_s", flops_range));
-    RETURN_IF_ERROR(CheckRange(d.memory_bandwidth_bytes_per_s(), 1e6, 1e14,
-                               where + " memory_bandwidth_bytes_per_s", "1 MB/s to 100 TB/s"));
+    RETURN_IF_ERROR(CheckRange(d.memory_bandwidth_bytes_per_s(), 1e6, 1e16,
+                               where + " memory_bandwidth_bytes_per_s", "1 MB/s to 10 PB/s"));
     RETURN_IF_ERROR(
         CheckRange(d.compute_slowdown(), 0.01, 1000, where + " compute_slowdown", "0.01 to 1000"));
     for (const quilt::v1::OpTypeRate& r : d.measured_op_type_rates()) {

@@ -1,8 +1,8 @@
 #include "src/planner/plan.h"
 
 #include <algorithm>
-#include <cmath>
 #include <atomic>
+#include <cmath>
 #include <memory>
 #include <thread>
 
