@@ -1,5 +1,6 @@
-// ONNX op converters: each maps one ONNX node to Quilt ops (or folds it to a
-// constant when all its inputs are known, as shape computations are).
+// ONNX op converters: each maps one ONNX node to Quilt ops (layers,
+// element-wise ops, reshapes, losses), and the table of every converter;
+// shape and constant ops are in constant_converters.cc.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -8,16 +9,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "src/common/status.h"
-#include "src/graph/onnx/import_context.h"
+#include "src/graph/onnx/converter_parts.h"
 
 namespace quilt::onnx_import {
-namespace {
 
-using Node = onnx::NodeProto;
-
-// Same-named op with the node's inputs as data.
-absl::Status Direct(ImportContext& ctx, const Node& node, const std::string& type,
-                    Attrs attrs = {}) {
+absl::Status Direct(ImportContext& ctx, const Node& node, const std::string& type, Attrs attrs) {
   std::vector<std::string> ins;
   for (int i = 0; i < node.input_size(); ++i) {
     if (!ctx.HasInput(node, i)) {
@@ -31,8 +27,9 @@ absl::Status Direct(ImportContext& ctx, const Node& node, const std::string& typ
   return ctx.Emit(node, type, std::move(ins), std::move(attrs));
 }
 
-// Element i of a constant of `n` elements or a scalar (broadcast).
 int64_t At(int64_t numel, int64_t i) { return numel == 1 ? 0 : i; }
+
+namespace {
 
 // Folds an element-wise int64/float op on constants (shape arithmetic).
 bool FoldBinary(ImportContext& ctx, const Node& node) {
@@ -103,35 +100,6 @@ absl::Status Identity(ImportContext& ctx, const Node& node) {
   ASSIGN_OR_RETURN(std::string x, ctx.Data(node, 0));
   ctx.SetTensor(node.output(0), x);
   return absl::OkStatus();
-}
-
-absl::Status ConstantNode(ImportContext& ctx, const Node& node) {
-  for (const auto& a : node.attribute()) {
-    if (a.name() == "value") {
-      ASSIGN_OR_RETURN(Tensor t, FromTensorProto(a.t()));
-      ctx.SetConstant(node.output(0), t);
-      return absl::OkStatus();
-    }
-    if (a.name() == "value_float") {
-      ctx.SetConstant(node.output(0), Tensor::ScalarF32(a.f()));
-      return absl::OkStatus();
-    }
-    if (a.name() == "value_int") {
-      ctx.SetConstant(node.output(0), Tensor::FromI64({}, {a.i()}));
-      return absl::OkStatus();
-    }
-    if (a.name() == "value_ints") {
-      std::vector<int64_t> v(a.ints().begin(), a.ints().end());
-      ctx.SetConstant(node.output(0), Tensor::FromI64({static_cast<int64_t>(v.size())}, v));
-      return absl::OkStatus();
-    }
-    if (a.name() == "value_floats") {
-      std::vector<float> v(a.floats().begin(), a.floats().end());
-      ctx.SetConstant(node.output(0), Tensor::FromF32({static_cast<int64_t>(v.size())}, v));
-      return absl::OkStatus();
-    }
-  }
-  return absl::InvalidArgumentError("Constant without a supported value attribute");
 }
 
 absl::Status Gemm(ImportContext& ctx, const Node& node) {
@@ -416,57 +384,6 @@ absl::Status Flatten(ImportContext& ctx, const Node& node) {
   return ctx.Emit(node, "Flatten", {x}, std::move(a));
 }
 
-// The element of a constant at `index` (row-major), copied to `out` at `at`.
-void CopyElement(const Tensor& from, int64_t index, Tensor* out, int64_t at) {
-  const size_t size = DTypeSize(from.dtype());
-  std::memcpy(static_cast<char*>(out->raw()) + at * size,
-              static_cast<const char*>(from.raw()) + index * size, size);
-}
-
-// Row-major strides of `dims`.
-std::vector<int64_t> Strides(const std::vector<int64_t>& dims) {
-  std::vector<int64_t> strides(dims.size(), 1);
-  for (int i = static_cast<int>(dims.size()) - 2; i >= 0; --i) {
-    strides[i] = strides[i + 1] * dims[i + 1];
-  }
-  return strides;
-}
-
-absl::Status Transpose(ImportContext& ctx, const Node& node) {
-  Attrs a;
-  std::vector<int64_t> perm = AttrInts(node, "perm");
-  if (const Tensor* c = ctx.ConstantInput(node, 0);
-      c != nullptr && !ctx.IsParameterInitializer(node, 0)) {
-    // Constant data (the pads of F.pad are computed so): fold.
-    const int r = c->rank();
-    if (perm.empty()) {
-      for (int i = r - 1; i >= 0; --i) perm.push_back(i);
-    }
-    if (static_cast<int>(perm.size()) != r) {
-      return absl::InvalidArgumentError("Transpose: perm does not match the input's rank");
-    }
-    std::vector<int64_t> dims;
-    for (int64_t p : perm) {
-      if (p < 0 || p >= r) return absl::InvalidArgumentError("Transpose: perm out of range");
-      dims.push_back(c->dim(static_cast<int>(p)));
-    }
-    ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(c->dtype(), dims));
-    const std::vector<int64_t> in_strides = Strides(c->dims());
-    std::vector<int64_t> idx(r, 0);
-    for (int64_t i = 0; i < out.numel(); ++i) {
-      int64_t from = 0;
-      for (int k = 0; k < r; ++k) from += idx[k] * in_strides[perm[k]];
-      CopyElement(*c, from, &out, i);
-      for (int k = r - 1; k >= 0 && ++idx[k] == dims[k]; --k) idx[k] = 0;
-    }
-    ctx.SetConstant(node.output(0), std::move(out));
-    return absl::OkStatus();
-  }
-  if (!perm.empty()) a.SetInts("perm", perm);
-  ASSIGN_OR_RETURN(std::string x, ctx.Data(node, 0));
-  return ctx.Emit(node, "Transpose", {x}, std::move(a));
-}
-
 // Axes from input 1 (opset 13+) or the attribute.
 absl::StatusOr<std::vector<int64_t>> AxesOf(ImportContext& ctx, const Node& node, int input) {
   if (ctx.HasInput(node, input)) return ctx.ConstInts(node, input);
@@ -502,38 +419,6 @@ absl::Status SqueezeLike(ImportContext& ctx, const Node& node) {
   return ctx.Emit(node, node.op_type(), {x}, std::move(a));
 }
 
-absl::Status Concat(ImportContext& ctx, const Node& node) {
-  const int64_t axis = AttrInt(node, "axis", 0);
-  // Vectors of constants (shape arithmetic, Resize's scales): folded.
-  bool all_const = node.input_size() > 0;
-  DType dtype = DType::kInvalid;
-  int64_t total = 0;
-  for (int i = 0; i < node.input_size(); ++i) {
-    const Tensor* c = ctx.ConstantInput(node, i);
-    all_const &= c != nullptr && (c->dtype() == DType::kI64 || c->dtype() == DType::kF32) &&
-                 c->rank() == 1 && !ctx.IsParameterInitializer(node, i) &&
-                 (i == 0 || c->dtype() == dtype);
-    if (c != nullptr) {
-      dtype = c->dtype();
-      total += c->numel();
-    }
-  }
-  if (all_const && (axis == 0 || axis == -1)) {
-    ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(dtype, {total}));
-    char* dst = static_cast<char*>(out.raw());
-    for (int i = 0; i < node.input_size(); ++i) {
-      const Tensor* c = ctx.ConstantInput(node, i);
-      std::memcpy(dst, c->raw(), static_cast<size_t>(c->bytes()));
-      dst += c->bytes();
-    }
-    ctx.SetConstant(node.output(0), std::move(out));
-    return absl::OkStatus();
-  }
-  Attrs a;
-  a.SetInt("axis", axis);
-  return Direct(ctx, node, "Concat", std::move(a));
-}
-
 absl::Status Split(ImportContext& ctx, const Node& node) {
   Attrs a;
   a.SetInt("axis", AttrInt(node, "axis", 0));
@@ -544,225 +429,6 @@ absl::Status Split(ImportContext& ctx, const Node& node) {
   if (!split.empty()) a.SetInts("split", split);
   ASSIGN_OR_RETURN(std::string x, ctx.Data(node, 0));
   return ctx.Emit(node, "Split", {x}, std::move(a));
-}
-
-absl::Status Slice(ImportContext& ctx, const Node& node) {
-  ASSIGN_OR_RETURN(std::vector<int64_t> starts, ctx.ConstInts(node, 1));
-  ASSIGN_OR_RETURN(std::vector<int64_t> ends, ctx.ConstInts(node, 2));
-  std::vector<int64_t> axes, steps;
-  if (ctx.HasInput(node, 3)) {
-    ASSIGN_OR_RETURN(axes, ctx.ConstInts(node, 3));
-  }
-  if (ctx.HasInput(node, 4)) {
-    ASSIGN_OR_RETURN(steps, ctx.ConstInts(node, 4));
-  }
-  const Tensor* c = ctx.ConstantInput(node, 0);
-  if (c != nullptr && !ctx.IsParameterInitializer(node, 0) && c->rank() > 0) {
-    // Shape arithmetic (and other constant data): slice the constant.
-    const int r = c->rank();
-    if (starts.size() != ends.size() || (!axes.empty() && axes.size() != starts.size()) ||
-        (!steps.empty() && steps.size() != starts.size())) {
-      return absl::InvalidArgumentError("Slice: starts, ends, axes and steps differ in length");
-    }
-    std::vector<int64_t> first(r, 0), step(r, 1), count(c->dims());
-    for (size_t k = 0; k < starts.size(); ++k) {
-      int64_t axis = axes.empty() ? static_cast<int64_t>(k) : axes[k];
-      if (axis < 0) axis += r;
-      if (axis < 0 || axis >= r) return absl::InvalidArgumentError("Slice: axis out of range");
-      const int64_t n = c->dim(static_cast<int>(axis));
-      int64_t st = starts[k], en = ends[k];
-      const int64_t s = steps.empty() ? 1 : steps[k];
-      if (s == 0) return absl::InvalidArgumentError("Slice: a step is 0");
-      if (st < 0) st += n;
-      if (en < 0) en += n;
-      if (s > 0) {
-        st = std::clamp<int64_t>(st, 0, n);
-        en = std::clamp<int64_t>(en, 0, n);
-      } else {
-        st = std::clamp<int64_t>(st, 0, n - 1);
-        en = std::clamp<int64_t>(en, -1, n - 1);
-      }
-      first[axis] = st;
-      step[axis] = s;
-      count[axis] = s > 0 ? std::max<int64_t>(0, (en - st + s - 1) / s)
-                          : std::max<int64_t>(0, (st - en + (-s) - 1) / (-s));
-    }
-    ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(c->dtype(), count));
-    const std::vector<int64_t> strides = Strides(c->dims());
-    std::vector<int64_t> idx(r, 0);
-    for (int64_t i = 0; i < out.numel(); ++i) {
-      int64_t from = 0;
-      for (int k = 0; k < r; ++k) from += (first[k] + idx[k] * step[k]) * strides[k];
-      CopyElement(*c, from, &out, i);
-      for (int k = r - 1; k >= 0 && ++idx[k] == count[k]; --k) idx[k] = 0;
-    }
-    ctx.SetConstant(node.output(0), std::move(out));
-    return absl::OkStatus();
-  }
-  Attrs a;
-  a.SetInts("starts", starts);
-  a.SetInts("ends", ends);
-  if (!axes.empty()) a.SetInts("axes", axes);
-  if (!steps.empty()) a.SetInts("steps", steps);
-  ASSIGN_OR_RETURN(std::string x, ctx.Data(node, 0));
-  return ctx.Emit(node, "Slice", {x}, std::move(a));
-}
-
-absl::Status Gather(ImportContext& ctx, const Node& node) {
-  const int64_t axis = AttrInt(node, "axis", 0);
-  const Tensor* data = ctx.ConstantInput(node, 0);
-  const Tensor* idx = ctx.ConstantInput(node, 1);
-  if (data != nullptr && idx != nullptr && data->dtype() == DType::kI64 && data->rank() == 1) {
-    std::vector<int64_t> v;
-    for (int64_t i = 0; i < idx->numel(); ++i) {
-      int64_t k = idx->i64()[i];
-      if (k < 0) k += data->numel();
-      if (k < 0 || k >= data->numel()) return absl::InvalidArgumentError("index out of range");
-      v.push_back(data->i64()[k]);
-    }
-    ctx.SetConstant(node.output(0), Tensor::FromI64(idx->dims(), v));
-    return absl::OkStatus();
-  }
-  Attrs a;
-  a.SetInt("axis", axis);
-  return Direct(ctx, node, "Gather", std::move(a));
-}
-
-absl::Status Shape(ImportContext& ctx, const Node& node) {
-  std::vector<int64_t> dims;
-  if (const Tensor* c = ctx.ConstantInput(node, 0)) {
-    dims = c->dims();
-  } else {
-    ASSIGN_OR_RETURN(std::string x, ctx.Data(node, 0));
-    ASSIGN_OR_RETURN(TensorType t, ctx.TypeOf(x));
-    dims = t.shape.Concrete(ctx.export_batch());
-  }
-  const int64_t r = static_cast<int64_t>(dims.size());
-  int64_t start = AttrInt(node, "start", 0), end = AttrInt(node, "end", r);
-  if (start < 0) start += r;
-  if (end < 0) end += r;
-  start = std::max<int64_t>(0, std::min(start, r));
-  end = std::max(start, std::min(end, r));
-  std::vector<int64_t> v(dims.begin() + start, dims.begin() + end);
-  ctx.SetConstant(node.output(0), Tensor::FromI64({static_cast<int64_t>(v.size())}, v));
-  return absl::OkStatus();
-}
-
-absl::Status ConstantOfShape(ImportContext& ctx, const Node& node) {
-  ASSIGN_OR_RETURN(std::vector<int64_t> dims, ctx.ConstInts(node, 0));
-  Tensor value = Tensor::ScalarF32(0.0f);
-  if (const auto* a = FindAttr(node, "value")) {
-    ASSIGN_OR_RETURN(value, FromTensorProto(a->t()));
-  }
-  // Shaped by the batch (torch.ones(x.shape[0], ...), ones_like): the value
-  // broadcast to the batch, whatever its size.
-  auto batch_at =
-      ctx.symbolic_batch() ? std::find(dims.begin(), dims.end(), ctx.export_batch()) : dims.end();
-  if (batch_at != dims.end()) {
-    if (value.dtype() != DType::kF32) {
-      return absl::InvalidArgumentError(
-          "a constant sized by the batch is supported for float values only");
-    }
-    std::vector<Dim> shape;
-    for (auto d = dims.begin(); d != dims.end(); ++d) {
-      shape.push_back(d == batch_at ? Dim::Batch(1) : Dim::Fixed(*d));
-    }
-    *batch_at = 1;
-    ASSIGN_OR_RETURN(Tensor one, Tensor::Empty(DType::kF32, dims));
-    for (int64_t i = 0; i < one.numel(); ++i) one.f32()[i] = value.f32()[0];
-    const std::string name = node.output(0) + "/value";
-    ctx.SetConstant(name, std::move(one));
-    onnx::NodeProto probe;
-    probe.add_input(name);
-    ASSIGN_OR_RETURN(std::string x, ctx.Data(probe, 0));
-    Attrs a;
-    EncodeShape(&a, "shape", quilt::Shape(shape));
-    return ctx.Emit(node, "Expand", {x}, std::move(a));
-  }
-  ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(value.dtype(), dims));
-  for (int64_t i = 0; i < out.numel(); ++i) {
-    std::memcpy(static_cast<char*>(out.raw()) + i * DTypeSize(out.dtype()), value.raw(),
-                DTypeSize(out.dtype()));
-  }
-  ctx.SetConstant(node.output(0), out);
-  return absl::OkStatus();
-}
-
-// Equal and Where on constants: the shape arithmetic PyTorch exports for
-// expand(-1, ...) (which dims to keep), folded.
-absl::Status EqualNode(ImportContext& ctx, const Node& node) {
-  const Tensor* a = ctx.ConstantInput(node, 0);
-  const Tensor* b = ctx.ConstantInput(node, 1);
-  auto numeric = [](const Tensor* t) {
-    return t != nullptr && (t->dtype() == DType::kI64 || t->dtype() == DType::kF32);
-  };
-  if (!numeric(a) || !numeric(b) ||
-      (a->numel() != b->numel() && a->numel() != 1 && b->numel() != 1)) {
-    return absl::InvalidArgumentError(
-        "Equal is supported on constants only (shape arithmetic, fixed masks); a mask computed "
-        "from the inputs is not");
-  }
-  auto value = [](const Tensor* t, int64_t i) {
-    i = At(t->numel(), i);
-    return t->dtype() == DType::kI64 ? static_cast<double>(t->i64()[i]) : t->f32()[i];
-  };
-  const Tensor& big = a->numel() >= b->numel() ? *a : *b;
-  ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(DType::kBool, big.dims()));
-  auto* o = static_cast<uint8_t*>(out.raw());
-  for (int64_t i = 0; i < out.numel(); ++i) o[i] = value(a, i) == value(b, i);
-  ctx.SetConstant(node.output(0), out);
-  return absl::OkStatus();
-}
-
-absl::Status WhereNode(ImportContext& ctx, const Node& node) {
-  const Tensor* c = ctx.ConstantInput(node, 0);
-  const Tensor* x = ctx.ConstantInput(node, 1);
-  const Tensor* y = ctx.ConstantInput(node, 2);
-  if (c != nullptr && c->dtype() == DType::kBool && (x == nullptr) != (y == nullptr)) {
-    // A fixed mask filling data with a constant (masked_fill with a causal
-    // mask): data · keep + fill, keep and fill constants shaped like the
-    // mask (the gradient passes where the data is kept).
-    const Tensor* v = x != nullptr ? x : y;
-    const bool fill_when = x != nullptr;  // the mask's value where v goes
-    if (v->numel() != 1 || v->dtype() != DType::kF32) {
-      return absl::InvalidArgumentError(
-          "Where with a constant mask is supported with a float scalar as its constant branch");
-    }
-    ASSIGN_OR_RETURN(Tensor keep, Tensor::Empty(DType::kF32, c->dims()));
-    ASSIGN_OR_RETURN(Tensor fill, Tensor::Empty(DType::kF32, c->dims()));
-    const auto* cond = static_cast<const uint8_t*>(c->raw());
-    for (int64_t i = 0; i < c->numel(); ++i) {
-      const bool filled = (cond[i] != 0) == fill_when;
-      keep.f32()[i] = filled ? 0.0f : 1.0f;
-      fill.f32()[i] = filled ? v->f32()[0] : 0.0f;
-    }
-    ASSIGN_OR_RETURN(std::string data, ctx.Data(node, x != nullptr ? 2 : 1));
-    ASSIGN_OR_RETURN(std::string keep_t, ctx.b().AddConstant(node.output(0) + "/keep", keep));
-    ASSIGN_OR_RETURN(std::string fill_t, ctx.b().AddConstant(node.output(0) + "/fill", fill));
-    ASSIGN_OR_RETURN(std::string kept, ctx.b().Add("Mul", {data, keep_t}));
-    return ctx.Emit(node, "Add", {kept, fill_t}, Attrs());
-  }
-  if (c == nullptr || x == nullptr || y == nullptr || c->dtype() != DType::kBool ||
-      x->dtype() != DType::kI64 || y->dtype() != DType::kI64) {
-    return absl::InvalidArgumentError(
-        "Where is supported with a constant condition only (shape arithmetic, a fixed mask "
-        "filling data with a constant); a condition computed from the inputs is not");
-  }
-  const int64_t n = std::max({c->numel(), x->numel(), y->numel()});
-  for (const Tensor* t : {c, x, y}) {
-    if (t->numel() != n && t->numel() != 1) {
-      return absl::InvalidArgumentError("Where on constants of different shapes");
-    }
-  }
-  const Tensor& big = c->numel() == n ? *c : (x->numel() == n ? *x : *y);
-  ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(DType::kI64, big.dims()));
-  const auto* cond = static_cast<const uint8_t*>(c->raw());
-  for (int64_t i = 0; i < n; ++i) {
-    out.i64()[i] =
-        cond[At(c->numel(), i)] ? x->i64()[At(x->numel(), i)] : y->i64()[At(y->numel(), i)];
-  }
-  ctx.SetConstant(node.output(0), out);
-  return absl::OkStatus();
 }
 
 // Expand with a constant shape (numpy broadcasting of the input and the
@@ -802,55 +468,6 @@ absl::Status ExpandNode(ImportContext& ctx, const Node& node) {
   Attrs a;
   EncodeShape(&a, "shape", quilt::Shape(out));
   return ctx.Emit(node, "Expand", {x}, std::move(a));
-}
-
-absl::Status Cast(ImportContext& ctx, const Node& node) {
-  const int64_t to = AttrInt(node, "to", 0);
-  std::string q;
-  if (to == onnx::TensorProto::FLOAT || to == onnx::TensorProto::DOUBLE) q = "f32";
-  if (to == onnx::TensorProto::INT64 || to == onnx::TensorProto::INT32) q = "i64";
-  if (to == onnx::TensorProto::BOOL) {
-    // (An initializer too: a mask buffer; nothing trains through a bool.)
-    const Tensor* c = ctx.ConstantInput(node, 0);
-    if (c == nullptr) {
-      return absl::InvalidArgumentError(
-          "Cast to BOOL of data (a mask computed from the inputs) is not supported: a mask must "
-          "be a constant (a registered buffer, frozen) or additive (0 and -inf)");
-    }
-    ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(DType::kBool, c->dims()));
-    for (int64_t i = 0; i < c->numel(); ++i) {
-      static_cast<uint8_t*>(out.raw())[i] = c->dtype() == DType::kF32 ? c->f32()[i] != 0
-                                            : c->dtype() == DType::kI64
-                                                ? c->i64()[i] != 0
-                                                : static_cast<const uint8_t*>(c->raw())[i] != 0;
-    }
-    ctx.SetConstant(node.output(0), std::move(out));
-    return absl::OkStatus();
-  }
-  if (q.empty())
-    return absl::InvalidArgumentError(absl::StrCat(
-        "Cast to ",
-        onnx::TensorProto::DataType_IsValid(static_cast<int>(to))
-            ? onnx::TensorProto::DataType_Name(static_cast<onnx::TensorProto::DataType>(to))
-            : absl::StrCat("type ", to),
-        " is not supported (float and integer tensors are)"));
-  if (const Tensor* c = ctx.ConstantInput(node, 0);
-      c != nullptr && !ctx.IsParameterInitializer(node, 0)) {
-    ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(q == "f32" ? DType::kF32 : DType::kI64, c->dims()));
-    for (int64_t i = 0; i < c->numel(); ++i) {
-      if (q == "f32") {
-        out.f32()[i] = c->dtype() == DType::kF32 ? c->f32()[i] : static_cast<float>(c->i64()[i]);
-      } else {
-        out.i64()[i] = c->dtype() == DType::kI64 ? c->i64()[i] : static_cast<int64_t>(c->f32()[i]);
-      }
-    }
-    ctx.SetConstant(node.output(0), out);
-    return absl::OkStatus();
-  }
-  Attrs a;
-  a.SetString("to", q);
-  ASSIGN_OR_RETURN(std::string x, ctx.Data(node, 0));
-  return ctx.Emit(node, "Cast", {x}, std::move(a));
 }
 
 absl::Status Reduce(ImportContext& ctx, const Node& node) {
@@ -1030,7 +647,7 @@ const std::map<std::string, Converter>& Converters() {
       {"Split", Split},
       {"Slice", Slice},
       {"Gather", Gather},
-      {"Shape", Shape},
+      {"Shape", ShapeNode},
       {"ConstantOfShape", ConstantOfShape},
       {"Equal", EqualNode},
       {"Where", WhereNode},

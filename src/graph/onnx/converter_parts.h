@@ -1,0 +1,37 @@
+// What the ONNX converters share across their files (internal to the
+// import): the helpers every converter uses, and the converters of shape
+// and constant ops (constant_converters.cc) that Converters() lists.
+#ifndef QUILT_SRC_GRAPH_ONNX_CONVERTER_PARTS_H_
+#define QUILT_SRC_GRAPH_ONNX_CONVERTER_PARTS_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "onnx/onnx_pb.h"
+#include "src/graph/onnx/import_context.h"
+
+namespace quilt::onnx_import {
+
+using Node = onnx::NodeProto;
+
+// The same-named (or `type`) Quilt op with the node's inputs as data.
+absl::Status Direct(ImportContext& ctx, const Node& node, const std::string& type,
+                    Attrs attrs = {});
+// Element i of a constant of `numel` elements or of a scalar (broadcast).
+int64_t At(int64_t numel, int64_t i);
+
+// Shape and constant ops: folded on constants, Quilt ops on data.
+absl::Status ConstantNode(ImportContext& ctx, const Node& node);
+absl::Status Transpose(ImportContext& ctx, const Node& node);
+absl::Status Concat(ImportContext& ctx, const Node& node);
+absl::Status Slice(ImportContext& ctx, const Node& node);
+absl::Status Gather(ImportContext& ctx, const Node& node);
+absl::Status ShapeNode(ImportContext& ctx, const Node& node);
+absl::Status ConstantOfShape(ImportContext& ctx, const Node& node);
+absl::Status EqualNode(ImportContext& ctx, const Node& node);
+absl::Status WhereNode(ImportContext& ctx, const Node& node);
+absl::Status Cast(ImportContext& ctx, const Node& node);
+
+}  // namespace quilt::onnx_import
+
+#endif  // QUILT_SRC_GRAPH_ONNX_CONVERTER_PARTS_H_
