@@ -44,7 +44,7 @@ struct SubmitArgs {
   std::string checkpoint_dir;
   std::vector<std::string> frozen;
   int64_t batch = 0, steps = 0, checkpoint_every = 0;
-  double lr = 0, momentum = 0.9;
+  double lr = 0, momentum = 0.9, weight_decay = 0;
   bool momentum_given = false;  // --momentum was on the command line
   uint64_t seed = 0;
   bool watch = false;
@@ -92,9 +92,11 @@ absl::StatusOr<quilt::v1::JobSpec> SpecFrom(const SubmitArgs& a) {
       return absl::InvalidArgumentError("--momentum is SGD's; adam takes --lr only");
     }
     spec.mutable_optimizer()->mutable_adam()->set_learning_rate(a.lr > 0 ? a.lr : 1e-3);
+    spec.mutable_optimizer()->mutable_adam()->set_weight_decay(a.weight_decay);
   } else {
     spec.mutable_optimizer()->mutable_sgd()->set_learning_rate(a.lr > 0 ? a.lr : 0.05);
     spec.mutable_optimizer()->mutable_sgd()->set_momentum(a.momentum);
+    spec.mutable_optimizer()->mutable_sgd()->set_weight_decay(a.weight_decay);
   }
   if (a.data.rfind("synthetic", 0) == 0) {
     uint64_t seed = 0;
@@ -292,6 +294,8 @@ void AddJobCommands(CLI::App& app, const GlobalOptions& globals, std::vector<Com
       ->check(CLI::IsMember({"sgd", "adam"}));
   submit->add_option("--lr", a->lr, "Learning rate (default 0.05 for sgd, 1e-3 for adam)")
       ->check(Positive());
+  submit->add_option("--weight-decay", a->weight_decay, "L2 weight decay (default 0)")
+      ->check(NonNegative());
   submit->add_option("--momentum", a->momentum, "SGD momentum (default 0.9)")
       ->check(CLI::Range(0.0, 1.0));
   submit->add_option("--strategy", a->strategy, "auto (the planner) or a baseline's name");

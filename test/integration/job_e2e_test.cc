@@ -59,6 +59,8 @@ std::vector<std::string> SubmitArgs(const std::string& checkpoints, int64_t step
           "0.05",
           "--momentum",
           "0.9",
+          "--weight-decay",
+          "0.05",
           "--strategy",
           strategy,
           "--data",
@@ -161,6 +163,8 @@ TEST_F(Jobs, RunsToSucceededWithTheSingleDeviceParametersAndExportsThem) {
   spec.set_global_batch(kBatch);
   spec.mutable_optimizer()->mutable_sgd()->set_learning_rate(0.05);
   spec.mutable_optimizer()->mutable_sgd()->set_momentum(0.9);
+  spec.mutable_optimizer()->mutable_sgd()->set_weight_decay(
+      0.05);  // (enough to change the loss past the tolerance)
   absl::StatusOr<Graph> g = TrainingGraphForJob(spec);
   ASSERT_THAT(g.status(), IsOk());
   absl::StatusOr<DataSignature> sig = DataSignatureOf(*g);
