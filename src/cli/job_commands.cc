@@ -308,8 +308,7 @@ void AddJobCommands(CLI::App& app, const GlobalOptions& globals, std::vector<Com
                      "Checkpoints go to DIR/<job id> (default: the coordinator's state\n"
                      "directory)");
   submit->add_option("--name", a->name, "A name for the job");
-  submit->add_option("--seed", a->seed, "Seed of the planner and of random kernels")
-      ->check(NonNegativeInt());
+  submit->add_option("--seed", a->seed, "Seed of the planner and of random kernels")->check(Seed());
   submit->add_flag("--watch", a->watch, "Watch the job after submitting it");
   out->push_back({submit, [a, submit, &globals] {
                     a->momentum_given = submit->count("--momentum") > 0;

@@ -305,7 +305,7 @@ void AddPlanCommand(CLI::App& app, const GlobalOptions& globals, std::vector<Com
                 "explanation's what-ifs are simulated besides)")
       ->check(PositiveInt());
   c->add_option("--seed", a->seed, "Seed of the planner's search (same seed, same plan)")
-      ->check(NonNegativeInt());
+      ->check(Seed());
   c->add_option("--groups", a->groups,
                 "Op groups the planner coarsens the graph into (default: by cluster size)")
       ->check(PositiveInt());

@@ -158,7 +158,7 @@ void AddTrainLocalCommand(CLI::App& app, std::vector<Command>* out) {
   c->add_option("--weight-decay", a->weight_decay, "L2 weight decay")->check(NonNegative());
   c->add_option("--threads", a->threads, "Compute threads (default: all cores)")
       ->check(PositiveInt());
-  c->add_option("--seed", a->seed, "Seed of synthetic data and dropout")->check(NonNegativeInt());
+  c->add_option("--seed", a->seed, "Seed of synthetic data and dropout")->check(Seed());
   c->add_option("-o,--output", a->format, "table | json")->check(CLI::IsMember({"table", "json"}));
   c->add_flag("--profile", a->profile, "Report the time spent per op type");
   out->push_back({c, [a, c]() {

@@ -43,6 +43,17 @@ inline CLI::Validator PositiveInt(bool zero_ok = false) {
 
 inline CLI::Validator NonNegativeInt() { return PositiveInt(/*zero_ok=*/true); }
 
+// A seed: a whole number in [0, 2^64 - 1].
+inline CLI::Validator Seed() {
+  return CLI::Validator(
+      [](std::string& v) {
+        uint64_t n = 0;
+        return absl::SimpleAtoi(v, &n) ? std::string()
+                                       : "must be a whole number from 0 to 2^64 - 1, got " + v;
+      },
+      "SEED");
+}
+
 // A non-empty value (a path).
 inline CLI::Validator NonEmpty() {
   return CLI::Validator(
