@@ -12,18 +12,28 @@ namespace {
 
 double Or(double v, double def) { return v > 0 ? v : def; }
 
+bool AnyGpu(const quilt::v1::NodeInfo& node) {
+  for (const auto& d : node.devices()) {
+    if (d.kind() == quilt::v1::DEVICE_KIND_GPU) return true;
+  }
+  return false;
+}
+
+// The intra-node link of a node that does not give one.
+double DefaultFabricBytesPerS(const quilt::v1::NodeInfo& node) {
+  return AnyGpu(node) ? kDefaultGpuFabricBytesPerS : kDefaultCpuFabricBytesPerS;
+}
+
 }  // namespace
 
 std::vector<std::string> DefaultedLinks(const quilt::v1::ClusterSpec& spec) {
   std::vector<std::string> out;
   for (const quilt::v1::NodeInfo& node : spec.nodes()) {
-    bool any_gpu = false;
-    for (const auto& d : node.devices()) any_gpu |= d.kind() == quilt::v1::DEVICE_KIND_GPU;
     if (node.devices_size() > 1 && node.intra_node_link().bandwidth_bytes_per_s() == 0) {
-      const double bw = any_gpu ? kDefaultGpuFabricBytesPerS : kDefaultCpuFabricBytesPerS;
-      out.push_back(absl::StrFormat(
-          "node '%s': no intra_node_link bandwidth; taking %.3g GB/s (%s)", node.node_id(),
-          bw / 1e9, any_gpu ? "PCIe 3.0 x16" : "shared-memory copies"));
+      out.push_back(
+          absl::StrFormat("node '%s': no intra_node_link bandwidth; taking %.3g GB/s (%s)",
+                          node.node_id(), DefaultFabricBytesPerS(node) / 1e9,
+                          AnyGpu(node) ? "PCIe 3.0 x16" : "shared-memory copies"));
     }
     if (spec.nodes_size() > 1 && node.nic().bandwidth_bytes_per_s() == 0) {
       out.push_back(absl::StrFormat("node '%s': no nic bandwidth; taking %.3g GB/s (10 Gbit/s)",
@@ -46,10 +56,8 @@ absl::StatusOr<Topology> Topology::Build(const quilt::v1::ClusterSpec& spec) {
     const quilt::v1::NodeInfo& node = spec.nodes(n);
     t.node_ids_.push_back(node.node_id());
     t.node_devices_.emplace_back();
-    bool any_gpu = false;
-    for (const auto& d : node.devices()) any_gpu |= d.kind() == quilt::v1::DEVICE_KIND_GPU;
-    const double fabric_bw = Or(node.intra_node_link().bandwidth_bytes_per_s(),
-                                any_gpu ? kDefaultGpuFabricBytesPerS : kDefaultCpuFabricBytesPerS);
+    const double fabric_bw =
+        Or(node.intra_node_link().bandwidth_bytes_per_s(), DefaultFabricBytesPerS(node));
     const double fabric_lat = Or(node.intra_node_link().latency_s(), kDefaultFabricLatencyS);
     for (const auto& d : node.devices()) {
       const int idx = static_cast<int>(t.devices_.size());

@@ -67,8 +67,8 @@ absl::Status JobManager::Load() {
       job.record.mutable_status()->set_message(std::string(kAwaitingReports));
       // Workers keep the losses of steps after the stored ones until told
       // they are stored, and send them again.
-      ASSIGN_OR_RETURN(const std::vector<double> stored, store_->GetJobLosses(id));
-      job.losses_first = static_cast<int64_t>(stored.size()) + 1;
+      ASSIGN_OR_RETURN(const int64_t stored, store_->LastLossStep(id));
+      job.losses_first = stored + 1;
       for (const auto& [node, task] : job.record.tasks()) job.next_step[node] = job.losses_first;
       QLOG_INFO("job {} resumes after the restart at step {}; waiting for its nodes", id,
                 job.record.status().step());
@@ -125,8 +125,7 @@ int64_t JobManager::NextStep(const Job& job, const std::string& node) {
 int64_t JobManager::Settled(const Job& job) {
   int64_t through = job.record.status().step();
   for (const std::string& node : job.record.world()) {
-    auto next = job.next_step.find(node);
-    through = std::min(through, next == job.next_step.end() ? 0 : next->second - 1);
+    through = std::min(through, NextStep(job, node) - 1);
   }
   return through;
 }

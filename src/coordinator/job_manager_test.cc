@@ -653,6 +653,9 @@ class FullDiskStore final : public CoordinatorStore {
   absl::StatusOr<std::vector<double>> GetJobLosses(const std::string& job_id) override {
     return store_->GetJobLosses(job_id);
   }
+  absl::StatusOr<int64_t> LastLossStep(const std::string& job_id) override {
+    return store_->LastLossStep(job_id);
+  }
   absl::StatusOr<JobModel> GetJobModel(const std::string& job_id) override {
     return store_->GetJobModel(job_id);
   }

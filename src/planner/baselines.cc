@@ -6,7 +6,6 @@
 #include <coin/CoinPackedVector.hpp>
 #include <limits>
 #include <map>
-#include <memory>
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
@@ -27,13 +26,10 @@ absl::StatusOr<int64_t> SingleDevicePeak(const GraphIndex& ix, const CostModel& 
   one[d] = 1;
   const quilt::v1::Strategy s =
       DataParallelStrategy(g, topo, one, quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE, "probe");
-  // (Without the graph inside: its weights can be gigabytes.)
-  ASSIGN_OR_RETURN(quilt::v1::DistributedProgram * lowered,
-                   LowerOnArena(ix, s, topo, &cost, rows, /*arena=*/nullptr));
-  const std::unique_ptr<quilt::v1::DistributedProgram> prog(lowered);
+  ASSIGN_OR_RETURN(quilt::v1::DistributedProgram prog, LowerWithoutGraph(ix, s, topo, &cost, rows));
   SimOptions options;
   options.index = &ix;
-  ASSIGN_OR_RETURN(SimResult r, Simulate(*prog, g, topo, cost, options));
+  ASSIGN_OR_RETURN(SimResult r, Simulate(prog, g, topo, cost, options));
   return r.devices.empty() ? 0 : r.devices.front().peak_memory_bytes;
 }
 

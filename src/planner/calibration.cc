@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -40,12 +39,9 @@ absl::StatusOr<Simulated> SimulateOneDevice(const Graph& g, const quilt::v1::Dev
                                             int64_t rows) {
   ASSIGN_OR_RETURN(Topology topo, OneDevice(device));
   ASSIGN_OR_RETURN(CostModel cost, CostModel::Create(&g, &topo));
-  // (Without the graph inside: its weights can be gigabytes.)
   ASSIGN_OR_RETURN(const GraphIndex ix, GraphIndex::Build(g));
-  ASSIGN_OR_RETURN(quilt::v1::DistributedProgram * lowered,
-                   LowerOnArena(ix, OneDeviceStrategy(g, topo), topo, &cost, rows, nullptr));
-  const std::unique_ptr<quilt::v1::DistributedProgram> owned(lowered);
-  const quilt::v1::DistributedProgram& p = *owned;
+  ASSIGN_OR_RETURN(quilt::v1::DistributedProgram p,
+                   LowerWithoutGraph(ix, OneDeviceStrategy(g, topo), topo, &cost, rows));
   ASSIGN_OR_RETURN(SimResult r, Simulate(p, g, topo, cost));
   Simulated out;
   out.step_s = r.step_time_s;

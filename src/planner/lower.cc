@@ -731,17 +731,36 @@ absl::StatusOr<quilt::v1::DistributedProgram> Lower(const Graph& g, const quilt:
   return Lower(ix, s, topo, cost, global_batch);
 }
 
+namespace {
+
+absl::StatusOr<quilt::v1::DistributedProgram> LowerProgram(
+    const GraphIndex& ix, const quilt::v1::Strategy& s, const Topology& topo, const CostModel* cost,
+    int64_t global_batch, bool include_graph) {
+  if (!ix.graph().has_backward) {
+    return absl::InvalidArgumentError("lowering needs a training graph");
+  }
+  ASSIGN_OR_RETURN(Placement p, Place(ix, s, topo, global_batch));
+  Lowerer l(ix, topo, p, nullptr);
+  quilt::v1::DistributedProgram prog;
+  RETURN_IF_ERROR(l.Run(s, cost, include_graph, &prog));
+  return prog;
+}
+
+}  // namespace
+
 absl::StatusOr<quilt::v1::DistributedProgram> Lower(const GraphIndex& ix,
                                                     const quilt::v1::Strategy& s,
                                                     const Topology& topo, const CostModel* cost,
                                                     int64_t global_batch) {
-  const Graph& g = ix.graph();
-  if (!g.has_backward) return absl::InvalidArgumentError("lowering needs a training graph");
-  ASSIGN_OR_RETURN(Placement p, Place(ix, s, topo, global_batch));
-  Lowerer l(ix, topo, p, nullptr);
-  quilt::v1::DistributedProgram prog;
-  RETURN_IF_ERROR(l.Run(s, cost, /*include_graph=*/true, &prog));
-  return prog;
+  return LowerProgram(ix, s, topo, cost, global_batch, /*include_graph=*/true);
+}
+
+absl::StatusOr<quilt::v1::DistributedProgram> LowerWithoutGraph(const GraphIndex& ix,
+                                                                const quilt::v1::Strategy& s,
+                                                                const Topology& topo,
+                                                                const CostModel* cost,
+                                                                int64_t global_batch) {
+  return LowerProgram(ix, s, topo, cost, global_batch, /*include_graph=*/false);
 }
 
 absl::StatusOr<quilt::v1::DistributedProgram*> LowerOnArena(

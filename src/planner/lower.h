@@ -34,6 +34,14 @@ absl::StatusOr<quilt::v1::DistributedProgram> Lower(const GraphIndex& index,
                                                     const Topology& topology, const CostModel* cost,
                                                     int64_t global_batch);
 
+// The same without the training graph inside (its initial weights can be
+// gigabytes): what simulating a strategy needs.
+absl::StatusOr<quilt::v1::DistributedProgram> LowerWithoutGraph(const GraphIndex& index,
+                                                                const quilt::v1::Strategy& strategy,
+                                                                const Topology& topology,
+                                                                const CostModel* cost,
+                                                                int64_t global_batch);
+
 // The same program built on `arena` (owned by it) and without the training
 // graph inside, for the graph `index` resolves (built once): what a search
 // that lowers thousands of candidates uses.

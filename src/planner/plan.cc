@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
-#include <memory>
 #include <thread>
 
 #include "absl/algorithm/container.h"
@@ -72,12 +71,10 @@ absl::StatusOr<quilt::v1::StrategyEstimate> Estimate(const GraphIndex& ix, const
     e.set_infeasible_reason(ns.infeasible_reason);
     return e;
   }
-  // Without the training graph inside (its weights can be gigabytes; Plan
-  // puts it in the program it returns).
-  absl::StatusOr<quilt::v1::DistributedProgram*> lowered =
-      LowerOnArena(ix, ns.strategy, topo, &cost, batch, /*arena=*/nullptr);
-  if (!lowered.ok()) return Annotate(lowered.status(), "lowering " + ns.name);
-  std::unique_ptr<quilt::v1::DistributedProgram> prog(*lowered);
+  // (Plan puts the training graph in the program it returns.)
+  absl::StatusOr<quilt::v1::DistributedProgram> prog =
+      LowerWithoutGraph(ix, ns.strategy, topo, &cost, batch);
+  if (!prog.ok()) return Annotate(prog.status(), "lowering " + ns.name);
   RETURN_IF_ERROR(Annotate(ValidateProgram(*prog, ix, topo), "validating " + ns.name));
   SimOptions so;
   so.trace = trace;

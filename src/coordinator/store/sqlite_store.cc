@@ -274,6 +274,15 @@ absl::StatusOr<std::vector<double>> SqliteStore::GetJobLosses(const std::string&
   return out;
 }
 
+absl::StatusOr<int64_t> SqliteStore::LastLossStep(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  int64_t last = 0;
+  RETURN_IF_ERROR(
+      db_->Run("SELECT MAX(first_step + length(losses) / 8 - 1) FROM job_losses WHERE job_id = ?",
+               {job_id}, [&](const SqlRow& r) { last = r.Int(0); }));
+  return last;
+}
+
 absl::StatusOr<std::vector<quilt::v1::JobRecord>> SqliteStore::ListJobs() {
   absl::MutexLock lock(&mu_);
   return ReadJobRecords(db_.get());

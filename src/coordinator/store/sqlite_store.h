@@ -27,6 +27,7 @@ class SqliteStore final : public CoordinatorStore {
   absl::Status AddJob(const quilt::v1::JobRecord& job, const JobModel& model) override;
   absl::Status PutJob(const quilt::v1::JobRecord& job, const LossChunk& losses) override;
   absl::StatusOr<std::vector<double>> GetJobLosses(const std::string& job_id) override;
+  absl::StatusOr<int64_t> LastLossStep(const std::string& job_id) override;
   absl::StatusOr<std::vector<quilt::v1::JobRecord>> ListJobs() override;
   absl::StatusOr<JobModel> GetJobModel(const std::string& job_id) override;
   absl::Status DeleteJob(const std::string& job_id) override;

@@ -181,9 +181,12 @@ TEST(SqliteStore, LossesAreAppendedInChunksAndAGapIsNaN) {
   EXPECT_EQ((*losses)[1], 2.0);
   EXPECT_TRUE(std::isnan((*losses)[2]));
   EXPECT_EQ((*losses)[4], 5.0);
+  EXPECT_EQ(*(*store)->LastLossStep("job-1"), 5);  // without reading them
   EXPECT_THAT(*(*store)->GetJobLosses("job-2"), SizeIs(0));
+  EXPECT_EQ(*(*store)->LastLossStep("job-2"), 0);
   ASSERT_THAT((*store)->DeleteJob("job-1"), IsOk());
   EXPECT_THAT(*(*store)->GetJobLosses("job-1"), SizeIs(0));
+  EXPECT_EQ(*(*store)->LastLossStep("job-1"), 0);
 }
 
 TEST(SqliteStore, AVersionTwoDatabaseMovesModelsOutOfItsJobRecords) {

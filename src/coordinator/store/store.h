@@ -50,6 +50,8 @@ class CoordinatorStore {
   virtual absl::Status PutJob(const quilt::v1::JobRecord& job, const LossChunk& losses) = 0;
   // The job's loss history, by step from step 1 (steps never stored: NaN).
   virtual absl::StatusOr<std::vector<double>> GetJobLosses(const std::string& job_id) = 0;
+  // The last step of the job's loss history (0: none), without reading it.
+  virtual absl::StatusOr<int64_t> LastLossStep(const std::string& job_id) = 0;
   // Every job, oldest first (without their models).
   virtual absl::StatusOr<std::vector<quilt::v1::JobRecord>> ListJobs() = 0;
   // Errors: NOT_FOUND.

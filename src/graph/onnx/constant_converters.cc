@@ -239,34 +239,29 @@ absl::Status ConstantOfShape(ImportContext& ctx, const Node& node) {
   // broadcast to the batch, whatever its size.
   auto batch_at =
       ctx.symbolic_batch() ? std::find(dims.begin(), dims.end(), ctx.export_batch()) : dims.end();
-  if (batch_at != dims.end()) {
-    if (value.dtype() != DType::kF32) {
-      return absl::InvalidArgumentError(
-          "a constant sized by the batch is supported for float values only");
-    }
-    std::vector<Dim> shape;
-    for (auto d = dims.begin(); d != dims.end(); ++d) {
-      shape.push_back(d == batch_at ? Dim::Batch(1) : Dim::Fixed(*d));
-    }
-    *batch_at = 1;
-    ASSIGN_OR_RETURN(Tensor one, Tensor::Empty(DType::kF32, dims));
-    for (int64_t i = 0; i < one.numel(); ++i) one.f32()[i] = value.f32()[0];
-    const std::string name = node.output(0) + "/value";
-    ctx.SetConstant(name, std::move(one));
-    onnx::NodeProto probe;
-    probe.add_input(name);
-    ASSIGN_OR_RETURN(std::string x, ctx.Data(probe, 0));
-    Attrs a;
-    EncodeShape(&a, "shape", quilt::Shape(shape));
-    return ctx.Emit(node, "Expand", {x}, std::move(a));
+  const bool batched = batch_at != dims.end();
+  if (batched && value.dtype() != DType::kF32) {
+    return absl::InvalidArgumentError(
+        "a constant sized by the batch is supported for float values only");
   }
+  std::vector<Dim> shape;
+  for (auto d = dims.begin(); d != dims.end(); ++d) {
+    shape.push_back(d == batch_at ? Dim::Batch(1) : Dim::Fixed(*d));
+  }
+  if (batched) *batch_at = 1;
   ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(value.dtype(), dims));
   for (int64_t i = 0; i < out.numel(); ++i) {
     std::memcpy(static_cast<char*>(out.raw()) + i * DTypeSize(out.dtype()), value.raw(),
                 DTypeSize(out.dtype()));
   }
-  ctx.SetConstant(node.output(0), out);
-  return absl::OkStatus();
+  if (!batched) {
+    ctx.SetConstant(node.output(0), std::move(out));
+    return absl::OkStatus();
+  }
+  ASSIGN_OR_RETURN(std::string x, ctx.b().AddConstant(node.output(0) + "/value", std::move(out)));
+  Attrs a;
+  EncodeShape(&a, "shape", quilt::Shape(shape));
+  return ctx.Emit(node, "Expand", {x}, std::move(a));
 }
 
 // Equal and Where on constants: the shape arithmetic PyTorch exports for

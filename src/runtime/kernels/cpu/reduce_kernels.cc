@@ -76,10 +76,12 @@ absl::Status Reduce(KernelContext& ctx) {
   return absl::OkStatus();
 }
 
-// For each element of x (row-major), the flat index of its output element
-// under `reduced` (keepdims or not: the same flat layout).
-std::vector<int64_t> OutputIndex(const std::vector<int64_t>& dims,
-                                 const std::vector<bool>& reduced) {
+// Calls f(i, o) for each element i of a tensor of `dims` (row-major) with o
+// the flat index of its output element under `reduced` (keepdims or not:
+// the same flat layout).
+template <typename F>
+void ForEachReducedElement(const std::vector<int64_t>& dims, const std::vector<bool>& reduced,
+                           F f) {
   std::vector<int64_t> keep_dims = dims;
   for (size_t i = 0; i < dims.size(); ++i) {
     if (reduced[i]) keep_dims[i] = 1;
@@ -87,44 +89,43 @@ std::vector<int64_t> OutputIndex(const std::vector<int64_t>& dims,
   const std::vector<int64_t> so = BroadcastStrides(keep_dims, dims);
   int64_t n = 1;
   for (int64_t d : dims) n *= d;
-  std::vector<int64_t> out(static_cast<size_t>(n));
   std::vector<int64_t> idx(dims.size(), 0);
+  int64_t o = 0;
   for (int64_t i = 0; i < n; ++i) {
-    int64_t o = 0;
-    for (size_t k = 0; k < dims.size(); ++k) o += idx[k] * so[k];
-    out[static_cast<size_t>(i)] = o;
-    for (int k = static_cast<int>(dims.size()) - 1; k >= 0 && ++idx[k] == dims[k]; --k) idx[k] = 0;
+    f(i, o);
+    for (int k = static_cast<int>(dims.size()) - 1; k >= 0; --k) {
+      o += so[k];
+      if (++idx[k] < dims[k]) break;
+      o -= so[k] * idx[k];
+      idx[k] = 0;
+    }
   }
-  return out;
 }
 
 absl::Status ReduceMax(KernelContext& ctx) {
   const Tensor& x = ctx.in(0);
   ASSIGN_OR_RETURN(Tensor * out, ctx.Output(0));
-  const std::vector<int64_t> at = OutputIndex(x.dims(), Reduced(ctx.attrs(), x.rank()));
-  float* o = out->f32();
-  for (int64_t i = 0; i < out->numel(); ++i) o[i] = -std::numeric_limits<float>::infinity();
-  for (int64_t i = 0; i < x.numel(); ++i) {
+  float* m = out->f32();
+  for (int64_t i = 0; i < out->numel(); ++i) m[i] = -std::numeric_limits<float>::infinity();
+  ForEachReducedElement(x.dims(), Reduced(ctx.attrs(), x.rank()), [&](int64_t i, int64_t o) {
     const float v = x.f32()[i];
-    float& m = o[at[static_cast<size_t>(i)]];
-    if (v > m || v != v) m = v != v || m != m ? std::numeric_limits<float>::quiet_NaN() : v;
-  }
+    if (v > m[o] || v != v)
+      m[o] = v != v || m[o] != m[o] ? std::numeric_limits<float>::quiet_NaN() : v;
+  });
   return absl::OkStatus();
 }
 
 absl::Status ReduceMaxGrad(KernelContext& ctx) {
   const Tensor &dy = ctx.in(0), &x = ctx.in(1), &y = ctx.in(2);
   ASSIGN_OR_RETURN(Tensor * dx, ctx.Output(0));
-  const std::vector<int64_t> at = OutputIndex(x.dims(), Reduced(ctx.attrs(), x.rank()));
+  const std::vector<bool> reduced = Reduced(ctx.attrs(), x.rank());
   std::vector<int> ties(static_cast<size_t>(y.numel()), 0);
-  for (int64_t i = 0; i < x.numel(); ++i) {
-    const int64_t o = at[static_cast<size_t>(i)];
+  ForEachReducedElement(x.dims(), reduced, [&](int64_t i, int64_t o) {
     ties[static_cast<size_t>(o)] += x.f32()[i] == y.f32()[o] ? 1 : 0;
-  }
-  for (int64_t i = 0; i < x.numel(); ++i) {
-    const int64_t o = at[static_cast<size_t>(i)];
+  });
+  ForEachReducedElement(x.dims(), reduced, [&](int64_t i, int64_t o) {
     dx->f32()[i] = x.f32()[i] == y.f32()[o] ? dy.f32()[o] / static_cast<float>(ties[o]) : 0.0f;
-  }
+  });
   return absl::OkStatus();
 }
 
