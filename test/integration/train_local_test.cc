@@ -103,7 +103,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Fixture{"buffer_scale", "adam"}, Fixture{"dynamic_encoder", "sgd"},
                       Fixture{"dynamic_encoder", "adam"}, Fixture{"masked_attention", "sgd"},
                       Fixture{"masked_attention", "adam"}, Fixture{"segmenter", "sgd"},
-                      Fixture{"segmenter", "adam"}),
+                      Fixture{"segmenter", "adam"}, Fixture{"causal_lm", "sgd"},
+                      Fixture{"causal_lm", "adam"}),
     [](const auto& info) { return info.param.name + "_" + info.param.optimizer; });
 
 TEST(TrainLocal, SyntheticData_LossFalls) {

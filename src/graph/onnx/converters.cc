@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
@@ -31,32 +32,93 @@ int64_t At(int64_t numel, int64_t i) { return numel == 1 ? 0 : i; }
 
 namespace {
 
-// Folds an element-wise int64/float op on constants (shape arithmetic).
+// Folds an element-wise op on constants that are not parameters: shape
+// arithmetic (int64 Add, Sub, Mul, Div) and float arithmetic on constants
+// (a scale computed from a dim, e.g. 1 / sqrt(head size)).
 bool FoldBinary(ImportContext& ctx, const Node& node) {
   const Tensor* a = ctx.ConstantInput(node, 0);
   const Tensor* b = ctx.ConstantInput(node, 1);
-  if (a == nullptr || b == nullptr || a->dtype() != DType::kI64 || b->dtype() != DType::kI64) {
+  if (a == nullptr || b == nullptr || ctx.IsParameterInitializer(node, 0) ||
+      ctx.IsParameterInitializer(node, 1)) {
     return false;
   }
   if (a->numel() != b->numel() && a->numel() != 1 && b->numel() != 1) return false;
+  const std::string& t = node.op_type();
   const bool a_big = a->numel() >= b->numel();
-  Tensor out = (a_big ? *a : *b).Clone();
-  for (int64_t i = 0; i < out.numel(); ++i) {
-    const int64_t x = a->i64()[At(a->numel(), i)], y = b->i64()[At(b->numel(), i)];
-    const std::string& t = node.op_type();
-    out.i64()[i] = t == "Add" ? x + y : t == "Sub" ? x - y : t == "Mul" ? x * y : (y ? x / y : 0);
+  if (a->dtype() == DType::kI64 && b->dtype() == DType::kI64 && t != "Pow") {
+    Tensor out = (a_big ? *a : *b).Clone();
+    for (int64_t i = 0; i < out.numel(); ++i) {
+      const int64_t x = a->i64()[At(a->numel(), i)], y = b->i64()[At(b->numel(), i)];
+      out.i64()[i] = t == "Add" ? x + y : t == "Sub" ? x - y : t == "Mul" ? x * y : (y ? x / y : 0);
+    }
+    ctx.SetConstant(node.output(0), out);
+    return true;
   }
-  ctx.SetConstant(node.output(0), out);
+  if (a->dtype() != DType::kF32 || (b->dtype() != DType::kF32 && t != "Pow")) return false;
+  absl::StatusOr<Tensor> out = Tensor::Empty(DType::kF32, (a_big ? *a : *b).dims());
+  if (!out.ok()) return false;
+  for (int64_t i = 0; i < out->numel(); ++i) {
+    const double x = a->f32()[At(a->numel(), i)];
+    const double y = b->dtype() == DType::kF32 ? b->f32()[At(b->numel(), i)]
+                                               : static_cast<double>(b->i64()[At(b->numel(), i)]);
+    out->f32()[i] = static_cast<float>(t == "Add"   ? x + y
+                                       : t == "Sub" ? x - y
+                                       : t == "Mul" ? x * y
+                                       : t == "Div" ? x / y
+                                                    : std::pow(x, y));
+  }
+  ctx.SetConstant(node.output(0), *std::move(out));
+  return true;
+}
+
+// Folds an element-wise float function of a constant that is not a
+// parameter; false for other inputs.
+bool FoldUnary(ImportContext& ctx, const Node& node) {
+  const Tensor* c = ctx.ConstantInput(node, 0);
+  if (c == nullptr || c->dtype() != DType::kF32 || ctx.IsParameterInitializer(node, 0)) {
+    return false;
+  }
+  const std::string& t = node.op_type();
+  static const std::map<std::string, double (*)(double)>* fns =
+      new std::map<std::string, double (*)(double)>{
+          {"Sqrt", [](double x) { return std::sqrt(x); }},
+          {"Reciprocal", [](double x) { return 1 / x; }},
+          {"Neg", [](double x) { return -x; }},
+          {"Exp", [](double x) { return std::exp(x); }},
+          {"Log", [](double x) { return std::log(x); }},
+          {"Abs", [](double x) { return std::fabs(x); }},
+          {"Tanh", [](double x) { return std::tanh(x); }},
+          {"Erf", [](double x) { return std::erf(x); }},
+          {"Relu", [](double x) { return x > 0 ? x : 0.0; }},
+          {"Sigmoid", [](double x) { return 1 / (1 + std::exp(-x)); }}};
+  auto fn = fns->find(t);
+  if (fn == fns->end()) return false;
+  Tensor out = c->Clone();
+  for (int64_t i = 0; i < out.numel(); ++i) {
+    out.f32()[i] = static_cast<float>(fn->second(c->f32()[i]));
+  }
+  ctx.SetConstant(node.output(0), std::move(out));
   return true;
 }
 
 absl::Status Binary(ImportContext& ctx, const Node& node) {
-  if (node.op_type() != "Pow" && FoldBinary(ctx, node)) return absl::OkStatus();
+  if (FoldBinary(ctx, node)) return absl::OkStatus();
   return Direct(ctx, node, node.op_type());
 }
 
 absl::Status Unary(ImportContext& ctx, const Node& node) {
+  if (FoldUnary(ctx, node)) return absl::OkStatus();
   return Direct(ctx, node, node.op_type());
+}
+
+// 1 / x, as a division of a constant one.
+absl::Status Reciprocal(ImportContext& ctx, const Node& node) {
+  if (FoldUnary(ctx, node)) return absl::OkStatus();
+  ASSIGN_OR_RETURN(std::string x, ctx.Data(node, 0));
+  ASSIGN_OR_RETURN(Tensor one, Tensor::Empty(DType::kF32, {}));
+  one.f32()[0] = 1;
+  ASSIGN_OR_RETURN(std::string k, ctx.b().AddConstant(node.name() + "_one", std::move(one)));
+  return ctx.Emit(node, "Div", {k, x}, {});
 }
 
 absl::Status LeakyRelu(ImportContext& ctx, const Node& node) {
@@ -625,6 +687,7 @@ const std::map<std::string, Converter>& Converters() {
       {"Exp", Unary},
       {"Log", Unary},
       {"Neg", Unary},
+      {"Reciprocal", Reciprocal},
       {"Identity", Identity},
       {"Constant", ConstantNode},
       {"Gemm", Gemm},

@@ -153,7 +153,7 @@ absl::StatusOr<std::vector<int64_t>> ImportContext::ConstInts(const onnx::NodePr
 bool ImportContext::IsParameterInitializer(const onnx::NodeProto& node, int i) const {
   if (!HasInput(node, i)) return false;
   auto it = initializers_.find(node.input(i));
-  if (it == initializers_.end()) return false;
+  if (it == initializers_.end() || !reach_.count(node.input(i))) return false;
   // Trainable: float initializers, except scalars the exporter folded and
   // tensors no weight can be (±inf or NaN: the additive masks of attention).
   const Tensor& t = it->second;

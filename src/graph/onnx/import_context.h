@@ -52,8 +52,10 @@ class ImportContext {
   absl::StatusOr<std::string> Data(const onnx::NodeProto& node, int i);
   // A graph tensor for non-trainable state (batch-norm running statistics).
   absl::StatusOr<std::string> State(const onnx::NodeProto& node, int i);
-  // True if input i is an initializer that Data() makes a parameter.
+  // True if input i is an initializer that Data() makes a parameter: a
+  // float one that a gradient reaches (SetGradientReach).
   bool IsParameterInitializer(const onnx::NodeProto& node, int i) const;
+  void SetGradientReach(std::set<std::string> names) { reach_ = std::move(names); }
   // Whether a node or the graph's outputs read the ONNX value.
   bool IsRead(const std::string& onnx_name) const { return read_.count(onnx_name) > 0; }
   void SetRead(std::set<std::string> names) { read_ = std::move(names); }
@@ -79,6 +81,7 @@ class ImportContext {
   std::map<std::string, Tensor> initializers_;  // not yet materialized
   std::map<std::string, std::string> copies_;   // transposed copy → weight
   std::set<std::string> read_;
+  std::set<std::string> reach_;
 };
 
 // One converter per supported ONNX op type.

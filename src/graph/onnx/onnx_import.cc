@@ -7,6 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "onnx/onnx_pb.h"
 #include "src/common/status.h"
+#include "src/graph/onnx/gradient_reach.h"
 #include "src/graph/onnx/import_context.h"
 #include "src/graph/validate.h"
 
@@ -165,6 +166,7 @@ absl::StatusOr<Graph> ImportOnnx(const std::string& bytes, const OnnxImportOptio
     ctx.AddInitializer(t.name(), std::move(*v));
   }
   ctx.TieTransposedCopies();
+  ctx.SetGradientReach(onnx_import::GradientReach(gp));
   for (const onnx::ValueInfoProto* in : inputs) {
     if (!in->type().has_tensor_type()) {
       return absl::InvalidArgumentError(src + ": input '" + in->name() + "' is not a tensor");

@@ -241,12 +241,51 @@ TEST(OnnxImport, AnInitializerHoldingInfinities_IsAConstantNotAParameter) {
     n->add_input("y");
     n->add_input(name);
     n->add_output(std::string("y_") + name);
+    g->add_output()->set_name(std::string("y_") + name);
   }
   absl::StatusOr<Graph> imported = Import(m.SerializeAsString());
   ASSERT_THAT(imported, IsOk());
   std::vector<std::string> params;
   for (const ParameterSpec& p : imported->parameters) params.push_back(p.tensor);
   // The additive mask (as attention exports it) is no weight; w is.
+  EXPECT_THAT(params, ::testing::ElementsAre(::testing::HasSubstr("w")));
+}
+
+// y + w·(keep == 1), where `keep` (a float buffer, as a causal mask is
+// registered) reaches the output only through the comparison, and `w`
+// both through it and as data; `dead` feeds a node no output reads.
+TEST(OnnxImport, AFloatInitializerNoGradientReaches_IsAConstantNotAParameter) {
+  onnx::ModelProto m = Tiny(14);
+  auto* g = m.mutable_graph();
+  for (const char* name : {"keep", "w", "one", "dead"}) {
+    auto* t = g->add_initializer();
+    t->set_name(name);
+    t->set_data_type(onnx::TensorProto::FLOAT);
+    t->add_dims(3);
+    for (int i = 0; i < 3; ++i) t->add_float_data(i == 1 ? 0.0f : 1.0f);
+  }
+  auto node = [&](const char* type, std::vector<std::string> ins, const char* out) {
+    auto* n = g->add_node();
+    n->set_op_type(type);
+    n->set_name(std::string(type) + "_" + out);
+    for (const std::string& in : ins) n->add_input(in);
+    n->add_output(out);
+  };
+  node("Equal", {"keep", "one"}, "kept");
+  node("Cast", {"kept"}, "kept_f");
+  auto* to = g->mutable_node(g->node_size() - 1)->add_attribute();
+  to->set_name("to");
+  to->set_type(onnx::AttributeProto::INT);
+  to->set_i(onnx::TensorProto::FLOAT);
+  node("Mul", {"w", "kept_f"}, "scaled");
+  node("Add", {"y", "scaled"}, "out");
+  node("Add", {"y", "dead"}, "unused");
+  g->clear_output();
+  g->add_output()->set_name("out");
+  absl::StatusOr<Graph> imported = Import(m.SerializeAsString());
+  ASSERT_THAT(imported, IsOk());
+  std::vector<std::string> params;
+  for (const ParameterSpec& p : imported->parameters) params.push_back(p.tensor);
   EXPECT_THAT(params, ::testing::ElementsAre(::testing::HasSubstr("w")));
 }
 
