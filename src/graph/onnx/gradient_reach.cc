@@ -8,12 +8,33 @@ namespace {
 
 // Ops whose outputs do not vary smoothly with any input.
 const std::set<std::string>& Constant() {
-  static const auto* ops = new std::set<std::string>{
-      "Shape",     "Size",     "Equal",    "Greater", "Less",        "GreaterOrEqual",
-      "LessOrEqual", "Not",    "And",      "Or",      "Xor",         "ArgMax",
-      "ArgMin",    "NonZero",  "Range",    "ConstantOfShape", "EyeLike", "OneHot",
-      "IsNaN",     "IsInf",    "Sign",     "Floor",   "Ceil",        "Round",
-      "RandomNormalLike", "RandomUniformLike", "Bernoulli"};
+  static const auto* ops = new std::set<std::string>{"Shape",
+                                                     "Size",
+                                                     "Equal",
+                                                     "Greater",
+                                                     "Less",
+                                                     "GreaterOrEqual",
+                                                     "LessOrEqual",
+                                                     "Not",
+                                                     "And",
+                                                     "Or",
+                                                     "Xor",
+                                                     "ArgMax",
+                                                     "ArgMin",
+                                                     "NonZero",
+                                                     "Range",
+                                                     "ConstantOfShape",
+                                                     "EyeLike",
+                                                     "OneHot",
+                                                     "IsNaN",
+                                                     "IsInf",
+                                                     "Sign",
+                                                     "Floor",
+                                                     "Ceil",
+                                                     "Round",
+                                                     "RandomNormalLike",
+                                                     "RandomUniformLike",
+                                                     "Bernoulli"};
   return *ops;
 }
 
@@ -33,13 +54,29 @@ bool Smooth(const onnx::NodeProto& node, int i) {
     return true;
   }
   if (t == "Where") return i != 0;
-  static const auto* data_only = new std::map<std::string, int>{
-      {"Reshape", 1},   {"Expand", 1},    {"Tile", 1},      {"Slice", 1},
-      {"Squeeze", 1},   {"Unsqueeze", 1}, {"Gather", 1},    {"GatherElements", 1},
-      {"GatherND", 1},  {"Split", 1},     {"ReduceSum", 1}, {"ReduceMean", 1},
-      {"ReduceMax", 1}, {"ReduceMin", 1}, {"TopK", 1},      {"CumSum", 1},
-      {"Resize", 1},    {"Upsample", 1},  {"Dropout", 1},   {"SoftmaxCrossEntropyLoss", 1},
-      {"NegativeLogLikelihoodLoss", 1},   {"Pad", 1},  {"Clip", 1}};
+  static const auto* data_only = new std::map<std::string, int>{{"Reshape", 1},
+                                                                {"Expand", 1},
+                                                                {"Tile", 1},
+                                                                {"Slice", 1},
+                                                                {"Squeeze", 1},
+                                                                {"Unsqueeze", 1},
+                                                                {"Gather", 1},
+                                                                {"GatherElements", 1},
+                                                                {"GatherND", 1},
+                                                                {"Split", 1},
+                                                                {"ReduceSum", 1},
+                                                                {"ReduceMean", 1},
+                                                                {"ReduceMax", 1},
+                                                                {"ReduceMin", 1},
+                                                                {"TopK", 1},
+                                                                {"CumSum", 1},
+                                                                {"Resize", 1},
+                                                                {"Upsample", 1},
+                                                                {"Dropout", 1},
+                                                                {"SoftmaxCrossEntropyLoss", 1},
+                                                                {"NegativeLogLikelihoodLoss", 1},
+                                                                {"Pad", 1},
+                                                                {"Clip", 1}};
   auto it = data_only->find(t);
   return it == data_only->end() || i < it->second;
 }
