@@ -297,7 +297,9 @@ void AddPlanCommand(CLI::App& app, const GlobalOptions& globals, std::vector<Com
       ->check(NonEmpty());
   c->add_flag("--explain", a->explain, "Per op group: what the planner chose and what it saves");
   c->add_option("--time-budget", a->time_budget_s,
-                "Seconds the planner's search may take (default 10)")
+                "Seconds the planner's search may take (default 10); building the baselines "
+                "and simulating every strategy in full come on top (seconds each on hundreds "
+                "of devices)")
       ->check(Positive());
   c->add_option("--max-plans", a->max_plans,
                 "Plans the planner's local search simulates once one fits (default 200; until "

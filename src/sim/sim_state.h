@@ -73,6 +73,15 @@ struct Instance {
   bool freed = false;
 };
 
+// Communications over the same links waiting for them.
+struct PathWaiters {
+  const std::vector<int>* links = nullptr;
+  std::priority_queue<std::pair<double, int>> waiting;  // (priority, -node)
+  bool registered = false;                              // has waiters, and is in its links' lists
+  int epoch = 0;                                        // registrations so far
+  int busy = 0;                                         // busy links, while registered
+};
+
 struct Event {
   double time;
   int64_t seq;
@@ -95,8 +104,10 @@ class Sim {
   const std::vector<int>& Links(int n) const;
   std::string Label(int n) const;
   void Ready(int n);
-  int BusyLink(int n) const;
+  int PathClass(int n);
   void TryStartComm(int n);
+  template <typename Fn>
+  void ForClasses(int link, Fn&& fn);
   void FreeLinks(int n);
   void Start(int n);
   void Complete(int n);
@@ -139,9 +150,14 @@ class Sim {
   std::vector<bool> busy_, dirty_;
   std::vector<int> dirty_list_;
   std::vector<bool> link_busy_;
-  std::vector<double> link_free_at_;
-  // Per link: communications waiting for it, (priority, -node).
-  std::vector<std::priority_queue<std::pair<double, int>>> link_waiting_;
+  // Communications waiting for links, by path class (simulator.cc): the
+  // classes, their ids by path, per link the (class, registration) entries
+  // of classes that use it (emptied ones dropped lazily), and the classes
+  // whose links all freed at once.
+  std::vector<PathWaiters> classes_;
+  absl::flat_hash_map<int64_t, int> class_ids_;
+  std::vector<std::vector<std::pair<int, int>>> link_classes_;
+  std::vector<int> startable_;
   std::vector<int64_t> live_, peak_;
   std::vector<double> busy_s_, link_busy_s_;
   // Per node (its process's transport): when its latest transfer ends

@@ -90,47 +90,88 @@ void Sim::Ready(int n) {
   }
 }
 
-// A communication starts as soon as every link on its path is free; until
-// then it waits in the queue of one busy link (links are never reserved
-// ahead, so no link idles while something could use it).
-// The busy link that frees last: waiting there, the others are most likely
-// free by the time it is (fewer moves between queues).
-int Sim::BusyLink(int n) const {
-  int busy = -1;
-  for (int r : Links(n)) {
-    if (link_busy_[r] && (busy < 0 || link_free_at_[r] > link_free_at_[busy])) busy = r;
-  }
-  return busy;
+// A communication starts as soon as every link on its path is free (links
+// are never reserved ahead, so no link idles while something could use
+// it). Waiting communications are kept by path class (the same links:
+// transfers between the same two devices, or one collective), each class
+// a queue by priority; a class with waiters is registered with each of its
+// links and counts how many of them are busy. When links free, the classes
+// whose count falls to zero start their best waiter, highest priority
+// first across them, each start making its links busy again for the rest.
+// (Cost per link state change: the classes registered with that link;
+// moving single waiters between the queues of single links instead cost
+// quadratic time where many transfers cross, as parameter servers'.)
+int Sim::PathClass(int n) {
+  const Node& node = nodes_[n];
+  const int64_t key =
+      node.kind == Kind::kAllReduce
+          ? -1 - static_cast<int64_t>(node.collective)
+          : static_cast<int64_t>(node.path_from) * topo_.num_devices() + node.path_to;
+  auto [it, added] = class_ids_.try_emplace(key, static_cast<int>(classes_.size()));
+  if (added) classes_.push_back(PathWaiters{&Links(n)});
+  return it->second;
 }
 
 void Sim::TryStartComm(int n) {
-  const int busy = BusyLink(n);
-  if (busy >= 0) {
-    link_waiting_[busy].push({priority_[n], -n});
-  } else {
-    Start(n);
+  const int c = PathClass(n);
+  PathWaiters& pc = classes_[c];
+  if (!pc.registered) {
+    int busy = 0;
+    for (int r : *pc.links) busy += link_busy_[r] ? 1 : 0;
+    if (busy == 0) {
+      Start(n);
+      return;
+    }
+    pc.registered = true;
+    pc.busy = busy;
+    ++pc.epoch;
+    for (int r : *pc.links) link_classes_[r].push_back({c, pc.epoch});
   }
+  pc.waiting.push({priority_[n], -n});
 }
 
-// Frees the links of a finished communication and starts what waited for
-// them, highest priority first across all of them; a waiter that still
-// finds another link busy moves to that link's queue.
+// Applies `fn` to the classes registered with link r, dropping the entries
+// of classes that have emptied since.
+template <typename Fn>
+void Sim::ForClasses(int r, Fn&& fn) {
+  std::vector<std::pair<int, int>>& list = link_classes_[r];
+  size_t kept = 0;
+  for (size_t i = 0; i < list.size(); ++i) {
+    const auto [c, epoch] = list[i];
+    if (!classes_[c].registered || classes_[c].epoch != epoch) continue;
+    list[kept++] = list[i];
+    fn(c);
+  }
+  list.resize(kept);
+}
+
 void Sim::FreeLinks(int n) {
-  std::priority_queue<std::tuple<double, int, int>> heads;  // (priority, -node, link)
-  auto offer = [&](int r) {
-    if (!link_busy_[r] && !link_waiting_[r].empty()) {
-      heads.push({link_waiting_[r].top().first, link_waiting_[r].top().second, r});
+  startable_.clear();
+  for (int r : Links(n)) {
+    link_busy_[r] = false;
+    ForClasses(r, [&](int c) {
+      if (--classes_[c].busy == 0) startable_.push_back(c);
+    });
+  }
+  // Starts only make links busy, so a class passed over cannot become
+  // startable again here. (Usually one start takes a link every other
+  // candidate needs: picking the best each time is cheaper than sorting.)
+  while (true) {
+    int best = -1;
+    size_t kept = 0;
+    for (size_t i = 0; i < startable_.size(); ++i) {
+      const int c = startable_[i];
+      if (!classes_[c].registered || classes_[c].busy != 0) continue;
+      startable_[kept++] = c;
+      if (best < 0 || classes_[c].waiting.top() > classes_[best].waiting.top()) best = c;
     }
-  };
-  for (int r : Links(n)) link_busy_[r] = false;
-  for (int r : Links(n)) offer(r);
-  while (!heads.empty()) {
-    const auto [priority, neg, r] = heads.top();
-    heads.pop();
-    if (link_busy_[r]) continue;  // taken meanwhile: the waiter stays queued
-    link_waiting_[r].pop();
-    TryStartComm(-neg);
-    offer(r);
+    startable_.resize(kept);
+    if (best < 0) break;
+    PathWaiters& pc = classes_[best];
+    const int w = -pc.waiting.top().second;
+    pc.waiting.pop();
+    if (pc.waiting.empty()) pc.registered = false;
+    Start(w);
   }
 }
 
@@ -177,8 +218,8 @@ void Sim::Start(int n) {
   if (node.comm()) {
     for (int r : Links(n)) {
       link_busy_[r] = true;
-      link_free_at_[r] = end;
       link_busy_s_[r] += duration;
+      ForClasses(r, [&](int c) { ++classes_[c].busy; });
     }
   }
   // Writers allocate their outputs when they start.
@@ -259,8 +300,7 @@ absl::StatusOr<SimResult> Sim::Run() {
   busy_.assign(nd, false);
   dirty_.assign(nd, false);
   link_busy_.assign(topo_.num_resources(), false);
-  link_free_at_.assign(topo_.num_resources(), 0.0);
-  link_waiting_.resize(topo_.num_resources());
+  link_classes_.assign(topo_.num_resources(), {});
   link_busy_s_.assign(topo_.num_resources(), 0.0);
   live_.assign(nd, 0);
   peak_.assign(nd, 0);
