@@ -104,7 +104,9 @@ INSTANTIATE_TEST_SUITE_P(
                       Fixture{"dynamic_encoder", "adam"}, Fixture{"masked_attention", "sgd"},
                       Fixture{"masked_attention", "adam"}, Fixture{"segmenter", "sgd"},
                       Fixture{"segmenter", "adam"}, Fixture{"causal_lm", "sgd"},
-                      Fixture{"causal_lm", "adam"}),
+                      Fixture{"causal_lm", "adam"}, Fixture{"causal_lm_static", "sgd"},
+                      Fixture{"causal_lm_static", "adam"}, Fixture{"causal_lm_inline", "sgd"},
+                      Fixture{"causal_lm_inline", "adam"}),
     [](const auto& info) { return info.param.name + "_" + info.param.optimizer; });
 
 TEST(TrainLocal, SyntheticData_LossFalls) {

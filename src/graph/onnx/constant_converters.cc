@@ -1,7 +1,8 @@
 // Converters of ONNX's shape and constant ops (Constant, Shape,
-// ConstantOfShape, Gather, Slice, Concat, Transpose, Cast, Equal, Where):
-// on constants they fold (the shape arithmetic exports compute, fixed
-// masks); on data they become Quilt ops.
+// ConstantOfShape, Gather, Slice, Concat, Transpose, Cast, Equal, Where,
+// Range, Trilu): on constants they fold (the shape arithmetic exports
+// compute, fixed masks, positions); on data they become Quilt ops or are
+// refused.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -292,6 +293,15 @@ absl::Status EqualNode(ImportContext& ctx, const Node& node) {
 
 absl::Status WhereNode(ImportContext& ctx, const Node& node) {
   const Tensor* c = ctx.ConstantInput(node, 0);
+  // A BOOL initializer (a mask the exporter folded) is read as integers.
+  Tensor as_bool;
+  if (c != nullptr && c->dtype() == DType::kI64) {
+    ASSIGN_OR_RETURN(as_bool, Tensor::Empty(DType::kBool, c->dims()));
+    for (int64_t i = 0; i < c->numel(); ++i) {
+      static_cast<uint8_t*>(as_bool.raw())[i] = c->i64()[i] != 0;
+    }
+    c = &as_bool;
+  }
   const Tensor* x = ctx.ConstantInput(node, 1);
   const Tensor* y = ctx.ConstantInput(node, 2);
   if (c != nullptr && c->dtype() == DType::kBool && (x == nullptr) != (y == nullptr)) {
@@ -338,6 +348,65 @@ absl::Status WhereNode(ImportContext& ctx, const Node& node) {
         cond[At(c->numel(), i)] ? x->i64()[At(x->numel(), i)] : y->i64()[At(y->numel(), i)];
   }
   ctx.SetConstant(node.output(0), out);
+  return absl::OkStatus();
+}
+
+// Range of constants (torch.arange over a fixed length): folded.
+absl::Status RangeNode(ImportContext& ctx, const Node& node) {
+  const Tensor* a[3];
+  for (int i = 0; i < 3; ++i) {
+    a[i] = ctx.ConstantInput(node, i);
+    if (a[i] == nullptr || a[i]->numel() != 1 || a[i]->dtype() != a[0]->dtype() ||
+        (a[i]->dtype() != DType::kI64 && a[i]->dtype() != DType::kF32)) {
+      return absl::InvalidArgumentError(
+          "Range is supported over constant scalars of one type (a fixed length); a range "
+          "computed from the inputs is not");
+    }
+  }
+  const bool ints = a[0]->dtype() == DType::kI64;
+  auto value = [&](int i) { return ints ? static_cast<double>(a[i]->i64()[0]) : a[i]->f32()[0]; };
+  const double start = value(0), limit = value(1), delta = value(2);
+  if (delta == 0) return absl::InvalidArgumentError("Range: delta is 0");
+  const double count = std::max(0.0, std::ceil((limit - start) / delta));
+  if (!(count <= double{1 << 30})) return absl::InvalidArgumentError("Range: too many values");
+  ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(a[0]->dtype(), {static_cast<int64_t>(count)}));
+  for (int64_t i = 0; i < out.numel(); ++i) {
+    if (ints) {
+      out.i64()[i] = a[0]->i64()[0] + i * a[2]->i64()[0];
+    } else {
+      out.f32()[i] = static_cast<float>(start + static_cast<double>(i) * delta);
+    }
+  }
+  ctx.SetConstant(node.output(0), std::move(out));
+  return absl::OkStatus();
+}
+
+// Trilu of a constant (a causal mask built with torch.triu / tril in
+// forward): folded; elements outside the triangle become zero.
+absl::Status TriluNode(ImportContext& ctx, const Node& node) {
+  const Tensor* c = ctx.ConstantInput(node, 0);
+  if (c == nullptr || ctx.IsParameterInitializer(node, 0) || c->rank() < 2) {
+    return absl::InvalidArgumentError(
+        "Trilu (torch.triu / tril) is supported on constants of rank 2 or more (a mask built "
+        "from fixed sizes); on data it is not");
+  }
+  int64_t k = 0;
+  if (ctx.HasInput(node, 1)) {
+    ASSIGN_OR_RETURN(std::vector<int64_t> kv, ctx.ConstInts(node, 1));
+    if (kv.size() != 1) return absl::InvalidArgumentError("Trilu: k must be a scalar");
+    k = kv[0];
+  }
+  const bool upper = AttrInt(node, "upper", 1) != 0;
+  const int64_t rows = c->dim(c->rank() - 2), cols = c->dim(c->rank() - 1);
+  Tensor out = c->Clone();
+  const int64_t esize = c->bytes() / std::max<int64_t>(1, c->numel());
+  char* data = static_cast<char*>(out.raw());
+  for (int64_t i = 0; i < out.numel(); ++i) {
+    const int64_t col = i % cols, row = (i / cols) % rows;
+    const bool kept = upper ? col - row >= k : col - row <= k;
+    if (!kept) std::memset(data + i * esize, 0, static_cast<size_t>(esize));
+  }
+  ctx.SetConstant(node.output(0), std::move(out));
   return absl::OkStatus();
 }
 

@@ -31,6 +31,8 @@ absl::Status ConstantOfShape(ImportContext& ctx, const Node& node);
 absl::Status EqualNode(ImportContext& ctx, const Node& node);
 absl::Status WhereNode(ImportContext& ctx, const Node& node);
 absl::Status Cast(ImportContext& ctx, const Node& node);
+absl::Status RangeNode(ImportContext& ctx, const Node& node);
+absl::Status TriluNode(ImportContext& ctx, const Node& node);
 
 }  // namespace quilt::onnx_import
 

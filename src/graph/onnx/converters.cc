@@ -716,6 +716,8 @@ const std::map<std::string, Converter>& Converters() {
       {"Where", WhereNode},
       {"Expand", ExpandNode},
       {"Cast", Cast},
+      {"Range", RangeNode},
+      {"Trilu", TriluNode},
       {"ReduceMean", Reduce},
       {"ReduceMax", Reduce},
       {"Resize", Resize},
