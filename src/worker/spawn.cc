@@ -24,6 +24,7 @@ absl::StatusOr<pid_t> SpawnChild(std::vector<std::string> argv, const std::strin
   const pid_t pid = fork();
   if (pid < 0) return absl::InternalError(std::string("fork: ") + strerror(errno));
   if (pid == 0) {
+    setpgid(0, 0);
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(1);
     sigset_t none;
@@ -36,6 +37,7 @@ absl::StatusOr<pid_t> SpawnChild(std::vector<std::string> argv, const std::strin
     if (write(STDERR_FILENO, kExecFailed, sizeof(kExecFailed) - 1) < 0) _exit(127);
     _exit(127);
   }
+  setpgid(pid, pid);  // (also here: signals to the group may come before the child runs)
   return pid;
 }
 

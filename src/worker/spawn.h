@@ -1,4 +1,6 @@
-// Starting a child process of the worker (an executor): it dies with the
+// Starting a child process of the worker (an executor): it leads a process
+// group of its own (signal -pid to reach whatever it started too, e.g.
+// under a wrapper script), dies with the
 // worker (PR_SET_PDEATHSIG), starts with an empty signal mask (the worker
 // blocks termination signals in every thread), appends its stderr to
 // `log_path`, and writes its stdout to `stdout_fd` (or the log when -1).

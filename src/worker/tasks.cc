@@ -1,6 +1,7 @@
 #include "src/worker/tasks.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -41,7 +42,7 @@ TaskRunner::~TaskRunner() {
     for (auto& [id, t] : tasks_) {
       if (!t->exited && t->pid > 0) {
         t->cancelled = t->stop_reason.empty();
-        kill(t->pid, SIGKILL);
+        kill(-t->pid, SIGKILL);
       }
       all.push_back(std::move(t));
     }
@@ -127,30 +128,55 @@ void TaskRunner::Start(const quilt::v1::TaskAssignment& a) {
   t->reader = std::thread([this, t] { Read(t); });
 }
 
+// Progress lines until the executor exits. Not until end of file: a
+// process it started (under a wrapper script) may hold the pipe open
+// after it ended; what is left of its process group is killed then.
 void TaskRunner::Read(Task* t) {
-  FILE* f = fdopen(t->out_fd, "r");
-  char* line = nullptr;
-  size_t cap = 0;
-  while (f != nullptr && getline(&line, &cap, f) > 0) {
-    const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-    if (j.is_discarded() || !j.contains("step")) continue;
-    {
-      absl::MutexLock lock(&mu_);
-      t->step = j.value("step", int64_t{0});
-      const auto& part = j["loss_part"];
-      t->loss_parts.push_back(part.is_number() ? part.get<double>() : 0.0);
-      t->step_times.push_back(j.value("step_time_s", 0.0));
-      t->last_progress = absl::Now();
-      t->slowest_step_s = std::max(t->slowest_step_s, t->step_times.back());
+  std::string pending;
+  char buf[4096];
+  auto exited = [&] {
+    siginfo_t info = {};
+    return waitid(P_PID, static_cast<id_t>(t->pid), &info, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+           info.si_pid == t->pid;
+  };
+  bool open = true, ended = false;
+  while (open) {
+    ended = ended || exited();
+    pollfd p = {t->out_fd, POLLIN, 0};
+    const int ready = poll(&p, 1, ended ? 0 : 200);
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready <= 0) {
+      if (ended) break;  // exited, and nothing more to read
+      continue;
     }
-    if (options_.on_change) options_.on_change();
+    const ssize_t n = read(t->out_fd, buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;  // end of file (or an error reading it)
+    pending.append(buf, static_cast<size_t>(n));
+    size_t start = 0;
+    for (size_t nl; (nl = pending.find('\n', start)) != std::string::npos; start = nl + 1) {
+      const nlohmann::json j =
+          nlohmann::json::parse(pending.begin() + start, pending.begin() + nl, nullptr, false);
+      if (j.is_discarded() || !j.contains("step")) continue;
+      {
+        absl::MutexLock lock(&mu_);
+        t->step = j.value("step", int64_t{0});
+        const auto& part = j["loss_part"];
+        t->loss_parts.push_back(part.is_number() ? part.get<double>() : 0.0);
+        t->step_times.push_back(j.value("step_time_s", 0.0));
+        t->last_progress = absl::Now();
+        t->slowest_step_s = std::max(t->slowest_step_s, t->step_times.back());
+      }
+      if (options_.on_change) options_.on_change();
+    }
+    pending.erase(0, start);
   }
-  free(line);
-  if (f != nullptr) fclose(f);
+  close(t->out_fd);
   // Wait for the exit without reaping, so that the pid stays this child's
   // (Cancel may still signal it) until the state says it ended.
   siginfo_t info = {};
   waitid(P_PID, static_cast<id_t>(t->pid), &info, WEXITED | WNOWAIT);
+  kill(-t->pid, SIGKILL);  // what it left running
   int status = 0;
   {
     absl::MutexLock lock(&mu_);
@@ -195,12 +221,12 @@ void TaskRunner::Cancel(const std::string& job_id) {
   if (Ended(t->state) || t->pid <= 0) return;
   if (t->cancelled) {
     // Asked again (every heartbeat until it ended): force it after 5 s.
-    if (absl::Now() - t->cancelled_at > absl::Seconds(5)) kill(t->pid, SIGKILL);
+    if (absl::Now() - t->cancelled_at > absl::Seconds(5)) kill(-t->pid, SIGKILL);
     return;
   }
   t->cancelled = true;
   t->cancelled_at = absl::Now();
-  kill(t->pid, SIGTERM);
+  kill(-t->pid, SIGTERM);
   QLOG_INFO("job {}: stopping executor pid={}", job_id, t->pid);
 }
 
@@ -223,7 +249,7 @@ void TaskRunner::KillStalled() {
         absl::ToDoubleSeconds(silent),
         t->step == 0 ? "before its first step" : absl::StrCat("after step ", t->step), t->dir);
     QLOG_ERROR("job {}: {}", id, t->stop_reason);
-    kill(t->pid, SIGKILL);
+    kill(-t->pid, SIGKILL);
   }
 }
 

@@ -11,6 +11,9 @@
 // An executor that finishes no step for the stall timeout (a hung
 // checkpoint write on a dead file server, a stopped process) is killed and
 // its job fails saying so, instead of running for ever.
+// An executor ends when it exits (not when its output closes: a process it
+// started may hold that open); signals go to its process group, so what
+// it started (under a wrapper script) stops with it.
 // Cancel() stops an executor (SIGTERM, SIGKILL when asked again 5 s on); an
 // executor dies with the worker (PR_SET_PDEATHSIG), so a killed worker
 // never leaves a job half-running on its node.

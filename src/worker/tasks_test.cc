@@ -1,0 +1,120 @@
+// TaskRunner: an executor's end is seen when it exits, even when a process
+// it started holds its output open, and whatever it started is stopped
+// with it; a stalled executor is stopped with its process group.
+#include "src/worker/tasks.h"
+
+#include <signal.h>
+#include <sys/stat.h>
+
+#include <fstream>
+#include <string>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "src/common/files.h"
+#include "src/testing/temp_dir.h"
+
+namespace quilt {
+namespace {
+
+// An executor stand-in: a shell script that reports one step, starts a
+// long sleep in the background (holding its output; its pid in
+// `pidfile`), then runs `tail`.
+std::string Script(const std::string& dir, const std::string& pidfile, const std::string& tail) {
+  const std::string path = dir + "/executor.sh";
+  std::ofstream(path) << "#!/bin/sh\n"
+                      << "echo '{\"step\": 1, \"loss_part\": 0.5, \"step_time_s\": 0.01}'\n"
+                      << "sleep 600 &\n"
+                      << "echo $! > " << pidfile << "\n"
+                      << tail << "\n";
+  chmod(path.c_str(), 0755);
+  return path;
+}
+
+quilt::v1::TaskReport WaitForEnd(TaskRunner& runner, absl::Duration limit) {
+  const absl::Time until = absl::Now() + limit;
+  quilt::v1::TaskReport last;
+  while (absl::Now() < until) {
+    for (const auto& r : runner.Reports()) {
+      last = r;
+      if (r.state() == quilt::v1::TASK_STATE_FAILED ||
+          r.state() == quilt::v1::TASK_STATE_SUCCEEDED ||
+          r.state() == quilt::v1::TASK_STATE_CANCELLED) {
+        return r;
+      }
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  return last;
+}
+
+// Whether the process is gone (or a zombie no one reaped yet).
+bool Gone(const std::string& pidfile) {
+  absl::StatusOr<std::string> text = ReadFile(pidfile);
+  int pid = 0;
+  if (!text.ok() || !absl::SimpleAtoi(absl::StripAsciiWhitespace(*text), &pid) || pid <= 0) {
+    return false;
+  }
+  for (int i = 0; i < 100; ++i) {
+    absl::StatusOr<std::string> stat = ReadFile("/proc/" + std::to_string(pid) + "/stat");
+    if (!stat.ok()) return true;
+    const size_t paren = stat->rfind(')');
+    if (paren != std::string::npos && paren + 2 < stat->size() && (*stat)[paren + 2] == 'Z') {
+      return true;
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return false;
+}
+
+TaskRunnerOptions Options(const std::string& dir, const std::string& executor) {
+  TaskRunnerOptions o;
+  o.executor_path = executor;
+  o.work_dir = dir + "/work";
+  o.coordinator_address = "127.0.0.1:1";
+  return o;
+}
+
+quilt::v1::TaskAssignment Assignment() {
+  quilt::v1::TaskAssignment a;
+  a.set_job_id("job-1");
+  a.add_world("w1");
+  a.set_steps(10);
+  return a;
+}
+
+TEST(TaskRunner, AnExecutorThatExitsEndsItsTaskThoughAChildHoldsItsOutput) {
+  testing::TempDir tmp;
+  const std::string pidfile = tmp.path() + "/child.pid";
+  TaskRunner runner(Options(tmp.path(), Script(tmp.path(), pidfile, "exit 3")));
+  runner.Start(Assignment());
+  const quilt::v1::TaskReport r = WaitForEnd(runner, absl::Seconds(20));
+  EXPECT_EQ(r.state(), quilt::v1::TASK_STATE_FAILED) << r.message();
+  EXPECT_EQ(r.step(), 1);
+  EXPECT_NE(r.message().find("status 3"), std::string::npos) << r.message();
+  EXPECT_TRUE(Gone(pidfile)) << "the background sleep outlived its executor";
+}
+
+TEST(TaskRunner, AStalledExecutorIsStoppedWithWhatItStarted) {
+  testing::TempDir tmp;
+  const std::string pidfile = tmp.path() + "/child.pid";
+  TaskRunnerOptions o = Options(tmp.path(), Script(tmp.path(), pidfile, "sleep 600"));
+  o.stall_timeout = absl::Seconds(1);
+  TaskRunner runner(o);
+  runner.Start(Assignment());
+  const absl::Time until = absl::Now() + absl::Seconds(30);
+  quilt::v1::TaskReport r;
+  while (absl::Now() < until) {
+    runner.KillStalled();
+    r = WaitForEnd(runner, absl::Milliseconds(200));
+    if (r.state() == quilt::v1::TASK_STATE_FAILED) break;
+  }
+  EXPECT_EQ(r.state(), quilt::v1::TASK_STATE_FAILED);
+  EXPECT_NE(r.message().find("stalled"), std::string::npos) << r.message();
+  EXPECT_TRUE(Gone(pidfile)) << "the background sleep outlived its stalled executor";
+}
+
+}  // namespace
+}  // namespace quilt
