@@ -123,6 +123,7 @@ int64_t JobManager::NextStep(const Job& job, const std::string& node) {
 }
 
 int64_t JobManager::Settled(const Job& job) {
+  if (job.closed) return job.end_step;
   int64_t through = job.record.status().step();
   for (const std::string& node : job.record.world()) {
     through = std::min(through, NextStep(job, node) - 1);
@@ -373,10 +374,11 @@ void JobManager::ApplyReport(Job* job, const std::string& node,
       job->loss_by_step.erase(step);
     }
   }
-  // The job's step: the one every executor finished.
+  // The job's step: the one every executor finished (once it is closed,
+  // the last any executor reached).
   int64_t step = INT64_MAX;
   for (const auto& [n, task_report] : r.tasks()) step = std::min(step, task_report.step());
-  st->set_step(step == INT64_MAX ? 0 : step);
+  st->set_step(job->closed ? job->end_step : step == INT64_MAX ? 0 : step);
   // Measured step time: the mean after the first step (the warm-up), over
   // the last 20.
   const auto& times = job->rank0_step_times;
@@ -545,11 +547,43 @@ void JobManager::OnHeartbeat(const quilt::v1::HeartbeatRequest& request,
   }
 }
 
+void JobManager::CloseEnded(const std::set<std::string>& down) {
+  for (auto& [id, job] : jobs_) {
+    const quilt::v1::JobStatus& st = job.record.status();
+    if (!Ended(st.state()) || job.loaded_ended || job.closed) continue;
+    bool done = clock_->Now() - FromProtoTime(st.finished_at()) >= kLateStepsGrace;
+    if (!done) {
+      done = true;
+      for (const std::string& node : job.record.world()) {
+        auto task = job.record.tasks().find(node);
+        const bool sent = task != job.record.tasks().end() && TaskEnded(task->second.state()) &&
+                          job.heard.count(node) > 0 && NextStep(job, node) > task->second.step();
+        done = done && (sent || down.count(node) > 0);
+      }
+    }
+    if (!done) continue;
+    const int64_t missing = job.end_step - Settled(job);
+    job.closed = true;
+    job.record.mutable_status()->set_step(std::max(st.step(), job.end_step));
+    if (missing > 0) {
+      QLOG_INFO("job {}: the losses of steps {}–{} lack parts of nodes that stopped (NaN)", id,
+                job.end_step - missing + 1, job.end_step);
+    }
+    Changed(&job);
+  }
+}
+
 void JobManager::CheckNodes() {
   std::map<std::string, std::string> down, silent;  // node → reason
   for (const quilt::v1::NodeStatus& n : registry_->ListNodes()) {
     if (n.state() == quilt::v1::NODE_STATE_DOWN) down[n.info().node_id()] = n.reason();
     if (n.state() != quilt::v1::NODE_STATE_READY) silent[n.info().node_id()] = n.reason();
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    std::set<std::string> down_nodes;
+    for (const auto& [node, reason] : down) down_nodes.insert(node);
+    CloseEnded(down_nodes);
   }
   {
     // Failures caused by a peer whose own report did not come: a node of

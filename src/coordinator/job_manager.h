@@ -112,6 +112,9 @@ class JobManager {
   static constexpr absl::Duration kRootCauseWait = absl::Seconds(3);
   // Executor errors caused by a failed peer (the transport's words).
   static constexpr absl::string_view kPeerFailed = ": the peer failed";
+  // How long an ended job waits for steps from nodes that went silent
+  // before their parts count as lost.
+  static constexpr absl::Duration kLateStepsGrace = absl::Seconds(60);
 
  private:
   // The message of a job found running at start-up until a node reports.
@@ -140,6 +143,9 @@ class JobManager {
     int64_t end_step = 0;
     // It had ended when this coordinator loaded it (its steps are stored).
     bool loaded_ended = false;
+    // Ended, and no more steps will come (CloseEnded): steps through
+    // end_step are settled, a part still missing is NaN.
+    bool closed = false;
     absl::Time persisted = absl::InfinitePast();
     int64_t persisted_version = -1;
     // The first failure report caused by a peer, until the job ends.
@@ -159,8 +165,13 @@ class JobManager {
   // every few seconds (progress only).
   void Changed(Job* job, bool durable = true) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The last step whose loss is settled: every node sent its part or went
-  // past it (a part missing then is lost for good: NaN).
+  // past it (a part missing then is lost for good: NaN); end_step once the
+  // job is closed.
   static int64_t Settled(const Job& job);
+  // Closes the ended jobs whose nodes have nothing more to send: each has
+  // sent its steps through the end or is Down (`down`), or the job ended
+  // kLateStepsGrace ago.
+  void CloseEnded(const std::set<std::string>& down) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The first step of `node` not applied yet.
   static int64_t NextStep(const Job& job, const std::string& node);
   // Writes the record (failures are logged; the next change tries again).

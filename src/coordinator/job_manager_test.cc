@@ -252,6 +252,61 @@ TEST_F(JobManagerTest, AFailureCausedByAPeerNamesANodeThatStoppedHeartbeating) {
   EXPECT_THAT(Status(*id).message(), ::testing::StartsWith("node c stopped heartbeating"));
 }
 
+// c dies after step 2; a and b fail after step 4 because it did. Steps 3
+// and 4 lack c's parts: once c is Down (or the late-steps grace passed)
+// they are NaN, and the job's step is the last any executor reached.
+TEST_F(JobManagerTest, AFailedJobsStepsWithoutTheStoppedNodesPartsAreNaNOnceItIsDown) {
+  for (int grace : {0, 1}) {
+    for (const char* n : {"a", "b", "c"}) {
+      (void)registry_->Register(Info(n), grace * 3 + (n[0] - 'a') + 1);
+    }
+    NewJob job;
+    job.spec.set_steps(100);
+    job.program = "program-bytes";
+    job.world = {"a", "b", "c"};
+    absl::StatusOr<std::string> id = jobs_->Add(job);
+    ASSERT_THAT(id, IsOk());
+    for (const char* n : {"a", "b", "c"}) {
+      Beat(n, {Report(*id, quilt::v1::TASK_STATE_RUNNING, 1, {1.0, 1.0})});
+    }
+    TaskReport r = Report(*id, quilt::v1::TASK_STATE_FAILED, 3, {1.0, 1.0});
+    r.set_message("receive from rank 2 (c) (tag 0x5, 64 bytes): the peer failed");
+    Beat("a", {r});
+    Beat("b", {r});
+    bool c_alive = false;
+    auto beat_ab = [&](absl::Duration d) {
+      clock_.Advance(d);
+      ASSERT_THAT(registry_->Heartbeat("a", grace * 3 + 1), IsOk());
+      ASSERT_THAT(registry_->Heartbeat("b", grace * 3 + 2), IsOk());
+      if (c_alive) ASSERT_THAT(registry_->Heartbeat("c", grace * 3 + 3), IsOk());
+      registry_->CheckLiveness();
+      jobs_->CheckNodes();
+    };
+    beat_ab(absl::Seconds(6));
+    EXPECT_EQ(Status(*id).state(), quilt::v1::JOB_STATE_FAILED);
+    EXPECT_EQ(Status(*id).step(), 2);  // c may still send steps 3 and 4
+    EXPECT_THAT(*jobs_->Losses(*id), ElementsAre(3.0, 3.0));
+    if (grace == 1) {
+      // c comes back without its executor before it is Down: the job waits
+      // for the grace.
+      c_alive = true;
+      beat_ab(JobManager::kLateStepsGrace - absl::Milliseconds(1));
+      EXPECT_EQ(Status(*id).step(), 2);
+      beat_ab(absl::Milliseconds(1));
+    } else {
+      beat_ab(absl::Seconds(25));  // c is Down 30 s after its last heartbeat
+    }
+    EXPECT_EQ(Status(*id).step(), 4) << grace;
+    const std::vector<double> losses = *jobs_->Losses(*id);
+    ASSERT_EQ(losses.size(), 4u) << grace;
+    EXPECT_EQ(losses[1], 3.0);
+    EXPECT_TRUE(std::isnan(losses[2]) && std::isnan(losses[3])) << losses[2] << " " << losses[3];
+    // A restart keeps them.
+    Reopen();
+    EXPECT_EQ(jobs_->Losses(*id)->size(), 4u);
+  }
+}
+
 TEST_F(JobManagerTest, CancelTellsTheWorkersAndRefusesASecondTime) {
   const std::string id = AddJob();
   Beat("a", {Report(id, quilt::v1::TASK_STATE_RUNNING, 1, {})});
