@@ -106,7 +106,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Fixture{"segmenter", "adam"}, Fixture{"causal_lm", "sgd"},
                       Fixture{"causal_lm", "adam"}, Fixture{"causal_lm_static", "sgd"},
                       Fixture{"causal_lm_static", "adam"}, Fixture{"causal_lm_inline", "sgd"},
-                      Fixture{"causal_lm_inline", "adam"}),
+                      Fixture{"causal_lm_inline", "adam"}, Fixture{"hard_activations", "sgd"},
+                      Fixture{"hard_activations", "adam"}),
     [](const auto& info) { return info.param.name + "_" + info.param.optimizer; });
 
 TEST(TrainLocal, SyntheticData_LossFalls) {

@@ -128,6 +128,31 @@ absl::Status LeakyRelu(ImportContext& ctx, const Node& node) {
   return ctx.Emit(node, "LeakyRelu", {x}, std::move(a));
 }
 
+// HardSigmoid: clip(alpha·x + beta, 0, 1); HardSwish: x · hardsigmoid(x)
+// with alpha 1/6 and beta 1/2 (nn.Hardsigmoid, nn.Hardswish).
+absl::Status HardSigmoidLike(ImportContext& ctx, const Node& node) {
+  const bool swish = node.op_type() == "HardSwish";
+  const float alpha = swish ? 1.0f / 6 : AttrFloat(node, "alpha", 0.2f);
+  const float beta = swish ? 0.5f : AttrFloat(node, "beta", 0.5f);
+  ASSIGN_OR_RETURN(std::string x, ctx.Data(node, 0));
+  auto scalar = [&](const std::string& what, float v) -> absl::StatusOr<std::string> {
+    ASSIGN_OR_RETURN(Tensor t, Tensor::Empty(DType::kF32, {}));
+    t.f32()[0] = v;
+    return ctx.b().AddConstant(node.name() + "/" + what, std::move(t));
+  };
+  ASSIGN_OR_RETURN(std::string a, scalar("alpha", alpha));
+  ASSIGN_OR_RETURN(std::string b, scalar("beta", beta));
+  ASSIGN_OR_RETURN(std::string ax, ctx.b().Add("Mul", {x, a}, {}, node.name() + "/scaled"));
+  ASSIGN_OR_RETURN(std::string axb, ctx.b().Add("Add", {ax, b}, {}, node.name() + "/shifted"));
+  Attrs bounds;
+  bounds.SetFloat("min", 0);
+  bounds.SetFloat("max", 1);
+  if (!swish) return ctx.Emit(node, "Clip", {axb}, std::move(bounds));
+  ASSIGN_OR_RETURN(std::string gate,
+                   ctx.b().Add("Clip", {axb}, std::move(bounds), node.name() + "/gate"));
+  return ctx.Emit(node, "Mul", {x, gate}, {});
+}
+
 // Clip's bounds are inputs 1 and 2 (each optional), constants.
 absl::Status Clip(ImportContext& ctx, const Node& node) {
   Attrs a;
@@ -679,6 +704,8 @@ const std::map<std::string, Converter>& Converters() {
       {"Relu", Unary},
       {"LeakyRelu", LeakyRelu},
       {"Clip", Clip},
+      {"HardSigmoid", HardSigmoidLike},
+      {"HardSwish", HardSigmoidLike},
       {"Abs", Unary},
       {"Tanh", Unary},
       {"Sigmoid", Unary},
