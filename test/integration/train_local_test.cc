@@ -107,7 +107,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Fixture{"causal_lm", "adam"}, Fixture{"causal_lm_static", "sgd"},
                       Fixture{"causal_lm_static", "adam"}, Fixture{"causal_lm_inline", "sgd"},
                       Fixture{"causal_lm_inline", "adam"}, Fixture{"hard_activations", "sgd"},
-                      Fixture{"hard_activations", "adam"}),
+                      Fixture{"hard_activations", "adam"}, Fixture{"text_cnn", "sgd"},
+                      Fixture{"text_cnn", "adam"}),
     [](const auto& info) { return info.param.name + "_" + info.param.optimizer; });
 
 TEST(TrainLocal, SyntheticData_LossFalls) {

@@ -199,52 +199,92 @@ absl::Status Gemm(ImportContext& ctx, const Node& node) {
 }
 
 // Resolves auto_pad into explicit pads for a 2-D window.
-absl::StatusOr<std::vector<int64_t>> Pads(ImportContext& ctx, const Node& node,
-                                          const std::string& x, std::vector<int64_t> kernel) {
-  std::vector<int64_t> pads = AttrInts(node, "pads");
-  const std::string auto_pad = AttrString(node, "auto_pad", "NOTSET");
-  if (auto_pad == "NOTSET") return pads.empty() ? std::vector<int64_t>{0, 0, 0, 0} : pads;
-  if (auto_pad == "VALID") return std::vector<int64_t>{0, 0, 0, 0};
-  ASSIGN_OR_RETURN(TensorType t, ctx.TypeOf(x));
-  if (t.shape.rank() != 4) return absl::InvalidArgumentError("only 2-D windows");
-  std::vector<int64_t> strides = AttrInts(node, "strides");
-  std::vector<int64_t> dil = AttrInts(node, "dilations");
-  if (strides.empty()) strides = {1, 1};
-  if (dil.empty()) dil = {1, 1};
-  pads.assign(4, 0);
-  for (int i = 0; i < 2; ++i) {
-    const int64_t in = t.shape.dim(2 + i).value;
-    const int64_t out = (in + strides[i] - 1) / strides[i];
-    const int64_t total =
-        std::max<int64_t>(0, (out - 1) * strides[i] + (kernel[i] - 1) * dil[i] + 1 - in);
-    const int64_t small = total / 2, big = total - small;
-    pads[i] = auto_pad == "SAME_UPPER" ? small : big;
-    pads[i + 2] = auto_pad == "SAME_UPPER" ? big : small;
+// A convolution's or pooling's window, 2-D. A 1-D one (Conv1d, MaxPool1d,
+// AvgPool1d: X [N, C, L]) runs as a 2-D one over [N, C, 1, L]: its
+// attributes get a leading 1 (pads 0).
+struct Window {
+  std::vector<int64_t> kernel, strides, dilations, pads;
+};
+
+std::vector<int64_t> Lift(std::vector<int64_t> v, bool one_d) {
+  if (v.empty()) return {1, 1};
+  if (one_d && v.size() == 1) return {1, v[0]};
+  return v;
+}
+
+// `x`: the (2-D) input; `kernel`: the window, before lifting.
+absl::StatusOr<Window> WindowOf(ImportContext& ctx, const Node& node, const std::string& x,
+                                std::vector<int64_t> kernel, bool one_d) {
+  Window w;
+  w.kernel = Lift(std::move(kernel), one_d);
+  w.strides = Lift(AttrInts(node, "strides"), one_d);
+  w.dilations = Lift(AttrInts(node, "dilations"), one_d);
+  if (w.kernel.size() != 2 || w.strides.size() != 2 || w.dilations.size() != 2) {
+    return absl::InvalidArgumentError("only 1-D and 2-D windows are supported");
   }
-  return pads;
+  std::vector<int64_t> pads = AttrInts(node, "pads");
+  if (one_d && pads.size() == 2) pads = {0, pads[0], 0, pads[1]};
+  const std::string auto_pad = AttrString(node, "auto_pad", "NOTSET");
+  if (auto_pad == "NOTSET") {
+    w.pads = pads.empty() ? std::vector<int64_t>{0, 0, 0, 0} : pads;
+    return w;
+  }
+  w.pads.assign(4, 0);
+  if (auto_pad == "VALID") return w;
+  ASSIGN_OR_RETURN(TensorType t, ctx.TypeOf(x));
+  for (int i = 0; i < 2; ++i) {
+    const int64_t in = t.shape.dim(2 + i).value, s = w.strides[i];
+    const int64_t out = (in + s - 1) / s;
+    const int64_t total =
+        std::max<int64_t>(0, (out - 1) * s + (w.kernel[i] - 1) * w.dilations[i] + 1 - in);
+    const int64_t small = total / 2, big = total - small;
+    w.pads[i] = auto_pad == "SAME_UPPER" ? small : big;
+    w.pads[i + 2] = auto_pad == "SAME_UPPER" ? big : small;
+  }
+  return w;
+}
+
+// Inserts (Unsqueeze) or removes (Squeeze) dim 2.
+absl::StatusOr<std::string> Dim2(ImportContext& ctx, const std::string& type, const std::string& t,
+                                 const std::string& hint) {
+  Attrs a;
+  a.SetInts("axes", {2});
+  return ctx.b().Add(type, {t}, std::move(a), hint);
 }
 
 absl::Status Conv(ImportContext& ctx, const Node& node) {
   ASSIGN_OR_RETURN(std::string x, ctx.Data(node, 0));
   ASSIGN_OR_RETURN(std::string w, ctx.Data(node, 1));
   ASSIGN_OR_RETURN(TensorType wt, ctx.TypeOf(w));
-  if (wt.shape.rank() != 4) return absl::InvalidArgumentError("only 2-D convolution is supported");
+  const bool one_d = wt.shape.rank() == 3;
+  if (wt.shape.rank() != 4 && !one_d) {
+    return absl::InvalidArgumentError("only 1-D and 2-D convolutions are supported");
+  }
   std::vector<int64_t> kernel = AttrInts(node, "kernel_shape");
-  if (kernel.empty()) kernel = {wt.shape.dim(2).value, wt.shape.dim(3).value};
+  if (kernel.empty()) {
+    for (int i = 2; i < wt.shape.rank(); ++i) kernel.push_back(wt.shape.dim(i).value);
+  }
+  if (one_d) {
+    ASSIGN_OR_RETURN(x, Dim2(ctx, "Unsqueeze", x, node.name() + "/x2d"));
+    ASSIGN_OR_RETURN(w, Dim2(ctx, "Unsqueeze", w, node.name() + "/w2d"));
+  }
+  ASSIGN_OR_RETURN(Window win, WindowOf(ctx, node, x, kernel, one_d));
   Attrs a;
-  a.SetInts("kernel_shape", kernel);
-  std::vector<int64_t> strides = AttrInts(node, "strides"), dil = AttrInts(node, "dilations");
-  a.SetInts("strides", strides.empty() ? std::vector<int64_t>{1, 1} : strides);
-  a.SetInts("dilations", dil.empty() ? std::vector<int64_t>{1, 1} : dil);
-  ASSIGN_OR_RETURN(std::vector<int64_t> pads, Pads(ctx, node, x, kernel));
-  a.SetInts("pads", pads);
+  a.SetInts("kernel_shape", win.kernel);
+  a.SetInts("strides", win.strides);
+  a.SetInts("dilations", win.dilations);
+  a.SetInts("pads", win.pads);
   a.SetInt("group", AttrInt(node, "group", 1));
   std::vector<std::string> ins = {x, w};
   if (ctx.HasInput(node, 2)) {
     ASSIGN_OR_RETURN(std::string b, ctx.Data(node, 2));
     ins.push_back(b);
   }
-  return ctx.Emit(node, "Conv", ins, std::move(a));
+  if (!one_d) return ctx.Emit(node, "Conv", ins, std::move(a));
+  ASSIGN_OR_RETURN(std::string y, ctx.b().Add("Conv", ins, std::move(a), node.name() + "/2d"));
+  Attrs axes;
+  axes.SetInts("axes", {2});
+  return ctx.Emit(node, "Squeeze", {y}, std::move(axes));
 }
 
 absl::Status Pool(ImportContext& ctx, const Node& node) {
@@ -253,19 +293,29 @@ absl::Status Pool(ImportContext& ctx, const Node& node) {
   }
   ASSIGN_OR_RETURN(std::string x, ctx.Data(node, 0));
   const std::vector<int64_t> kernel = AttrInts(node, "kernel_shape");
-  if (kernel.size() != 2) return absl::InvalidArgumentError("only 2-D pooling is supported");
+  const bool one_d = kernel.size() == 1;
+  if (kernel.size() != 2 && !one_d) {
+    return absl::InvalidArgumentError("only 1-D and 2-D pooling is supported");
+  }
+  if (one_d) {
+    ASSIGN_OR_RETURN(x, Dim2(ctx, "Unsqueeze", x, node.name() + "/x2d"));
+  }
+  ASSIGN_OR_RETURN(Window win, WindowOf(ctx, node, x, kernel, one_d));
   Attrs a;
-  a.SetInts("kernel_shape", kernel);
-  std::vector<int64_t> strides = AttrInts(node, "strides"), dil = AttrInts(node, "dilations");
-  a.SetInts("strides", strides.empty() ? std::vector<int64_t>{1, 1} : strides);
-  if (!dil.empty()) a.SetInts("dilations", dil);
-  ASSIGN_OR_RETURN(std::vector<int64_t> pads, Pads(ctx, node, x, kernel));
-  a.SetInts("pads", pads);
+  a.SetInts("kernel_shape", win.kernel);
+  a.SetInts("strides", win.strides);
+  if (!AttrInts(node, "dilations").empty()) a.SetInts("dilations", win.dilations);
+  a.SetInts("pads", win.pads);
   a.SetInt("ceil_mode", AttrInt(node, "ceil_mode", 0));
   if (node.op_type() == "AveragePool") {
     a.SetInt("count_include_pad", AttrInt(node, "count_include_pad", 0));
   }
-  return ctx.Emit(node, node.op_type(), {x}, std::move(a), 1, 1);
+  if (!one_d) return ctx.Emit(node, node.op_type(), {x}, std::move(a), 1, 1);
+  ASSIGN_OR_RETURN(std::vector<std::string> y,
+                   ctx.b().AddOp(node.op_type(), {x}, std::move(a), 1, node.name() + "/2d"));
+  Attrs axes;
+  axes.SetInts("axes", {2});
+  return ctx.Emit(node, "Squeeze", {y[0]}, std::move(axes), 1, 1);
 }
 
 absl::Status BatchNorm(ImportContext& ctx, const Node& node) {
