@@ -50,6 +50,10 @@ absl::StatusOr<LossType> ApplyLossFlag(const std::string& loss, Graph* graph);
 // Prints "quiltctl: <message>" to stderr; returns 1.
 int PrintError(const std::string& message);
 
+// Prints the model's notes (ModelNotes) to stderr as "quiltctl: note: …",
+// the parameters named in `frozen` counted as frozen.
+void PrintModelNotes(Graph graph, const std::vector<std::string>& frozen);
+
 }  // namespace quilt::cli
 
 #endif  // QUILT_SRC_CLI_COMMAND_H_

@@ -1,4 +1,5 @@
 // quiltctl graph inspect: what a model is made of and what it costs.
+#include <algorithm>
 #include <iostream>
 
 #include "absl/strings/str_format.h"
@@ -17,6 +18,7 @@ struct InspectArgs {
   std::string model;
   int64_t batch = 0;
   std::string format = "table";
+  bool parameters = false;
 };
 
 int Inspect(const InspectArgs& a) {
@@ -47,6 +49,12 @@ int Inspect(const InspectArgs& a) {
     j["forward_flops_per_sample"] = flops_per_sample;
     j["inputs"] = g->inputs;
     j["outputs"] = g->outputs;
+    nlohmann::json params = nlohmann::json::array();
+    for (const ParameterSpec& p : g->parameters) {
+      params.push_back({{"name", p.tensor}, {"shape", g->FindTensor(p.tensor)->shape.ToString()}});
+    }
+    j["parameter_list"] = params;
+    j["notes"] = ModelNotes(*g);
     if (full.ok()) {
       j["training_graph"] = {{"ops", full->ops}, {"flops_per_sample", full->flops / batch}};
     } else {
@@ -72,10 +80,27 @@ int Inspect(const InspectArgs& a) {
   Table t({"TYPE", "COUNT"});
   for (const auto& [type, n] : fwd->ops_by_type) t.AddRow({type, std::to_string(n)});
   std::cout << t.Render();
+  if (a.parameters) {
+    std::cout << absl::StrFormat("Parameters (%d):\n", g->parameters.size());
+    Table p({"NAME", "SHAPE", "ELEMENTS"});
+    for (const ParameterSpec& spec : g->parameters) {
+      const Shape& shape = g->FindTensor(spec.tensor)->shape;
+      p.AddRow({spec.tensor, shape.ToString(), std::to_string(shape.NumElements(1))});
+    }
+    std::cout << p.Render();
+  }
+  for (const std::string& note : ModelNotes(*g)) std::cout << "Note: " << note << "\n";
   return 0;
 }
 
 }  // namespace
+
+void PrintModelNotes(Graph graph, const std::vector<std::string>& frozen) {
+  for (ParameterSpec& p : graph.parameters) {
+    if (std::find(frozen.begin(), frozen.end(), p.tensor) != frozen.end()) p.frozen = true;
+  }
+  for (const std::string& note : ModelNotes(graph)) std::cerr << "quiltctl: note: " << note << "\n";
+}
 
 void AddGraphCommands(CLI::App& app, std::vector<Command>* out) {
   CLI::App* graph = app.add_subcommand("graph", "Look at model graphs");
@@ -89,6 +114,8 @@ void AddGraphCommands(CLI::App& app, std::vector<Command>* out) {
       ->check(PositiveInt());
   inspect->add_option("-o,--output", args->format, "table | json")
       ->check(CLI::IsMember({"table", "json"}));
+  inspect->add_flag("--parameters", args->parameters,
+                    "List the parameters by name (the names --frozen takes)");
   out->push_back({inspect, [args]() { return Inspect(*args); }});
 }
 

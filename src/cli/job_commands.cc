@@ -73,6 +73,11 @@ std::string StateName(JobState s) {
 absl::StatusOr<quilt::v1::JobSpec> SpecFrom(const SubmitArgs& a) {
   quilt::v1::JobSpec spec;
   RETURN_IF_ERROR(SetJobModel(a.model, a.batch, nullptr, &spec));
+  if (spec.model_case() == quilt::v1::JobSpec::kOnnx) {
+    // (The coordinator imports it and reports errors; here only its notes.)
+    absl::StatusOr<Graph> g = LoadOnnxBytes(spec.onnx(), a.batch, a.model);
+    if (g.ok()) PrintModelNotes(*std::move(g), a.frozen);
+  }
   spec.set_name(a.name);
   for (const std::string& name : a.frozen) spec.add_frozen(name);
   spec.set_global_batch(a.batch);

@@ -224,6 +224,7 @@ int Run(PlanArgs a, const GlobalOptions& globals) {
   if (absl::Status f = FreezeParameters(&*g, a.frozen); !f.ok()) {
     return PrintError(std::string(f.message()));
   }
+  PrintModelNotes(*g, {});
   if (a.cluster.empty()) {
     if (!a.trace.empty() || !a.program_out.empty()) {
       return PrintError("--trace and --program-out need --cluster (an offline plan)");

@@ -43,6 +43,7 @@ int Run(const TrainArgs& a) {
   if (absl::Status f = FreezeParameters(&*g, a.frozen); !f.ok()) {
     return PrintError(std::string(f.message()));
   }
+  PrintModelNotes(*g, {});
   TrainingOptions to;
   absl::StatusOr<LossType> loss = ApplyLossFlag(a.loss, &*g);
   if (!loss.ok()) return PrintError(std::string(loss.status().message()));

@@ -34,10 +34,38 @@ absl::Status FreezeParameters(Graph* g, const std::vector<std::string>& names) {
   if (!unknown.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("no parameter named ",
                                                    absl::StrJoin(unknown, ", "),
-                                                   " to freeze (`quiltctl graph inspect` lists "
-                                                   "them)"));
+                                                   " to freeze (`quiltctl graph inspect "
+                                                   "--parameters` lists them)"));
   }
   return absl::OkStatus();
+}
+
+std::vector<std::string> ModelNotes(const Graph& g) {
+  std::vector<std::string> notes;
+  std::vector<std::string> odd;
+  for (const ParameterSpec& p : g.parameters) {
+    if (p.frozen || absl::StartsWith(p.tensor, "onnx::")) continue;
+    const size_t dot = p.tensor.rfind('.');
+    const std::string leaf = dot == std::string::npos ? p.tensor : p.tensor.substr(dot + 1);
+    if (absl::StrContains(leaf, "weight") || absl::StrContains(leaf, "bias")) continue;
+    odd.push_back(p.tensor);
+  }
+  if (!odd.empty()) {
+    constexpr size_t kShown = 8;
+    std::vector<std::string> shown(odd.begin(), odd.begin() + std::min(odd.size(), kShown));
+    notes.push_back(absl::StrCat(
+        "trained as weights: ", absl::StrJoin(shown, ", "),
+        odd.size() > kShown ? absl::StrCat(" and ", odd.size() - kShown, " more") : "",
+        " (not named like a layer's weight or bias; ONNX does not mark registered buffers: if ",
+        odd.size() == 1 ? "it is one" : "they are buffers", ", pass --frozen ",
+        absl::StrJoin(shown, ","), ")"));
+  }
+  if (g.loss.output.empty() && g.outputs.size() > 1) {
+    notes.push_back(absl::StrCat("the model has ", g.outputs.size(),
+                                 " outputs; the loss is computed on the first ('", g.outputs[0],
+                                 "') and the others take no part in training"));
+  }
+  return notes;
 }
 
 absl::StatusOr<Graph> LoadModel(const std::string& spec, int64_t batch) {

@@ -21,6 +21,13 @@ absl::StatusOr<Graph> LoadModel(const std::string& spec, int64_t batch = 0);
 // Errors: INVALID_ARGUMENT naming those that are no parameter.
 absl::Status FreezeParameters(Graph* graph, const std::vector<std::string>& names);
 
+// What a user training the model should know that nothing else says:
+// trained parameters not named like a module's weight or bias (ONNX does
+// not tell registered buffers, e.g. RoPE tables or normalization
+// constants, from weights: --frozen keeps them), and outputs beyond the
+// first, which the loss does not use. One sentence each.
+std::vector<std::string> ModelNotes(const Graph& graph);
+
 // Same, from the bytes of an ONNX file or of a TrainingGraph message.
 absl::StatusOr<Graph> LoadOnnxBytes(const std::string& bytes, int64_t batch,
                                     const std::string& source);

@@ -189,5 +189,32 @@ TEST(GraphInspect, ZooResNet50_ReportsParametersAndFlops) {
   EXPECT_EQ(j["ops_by_type"]["Conv"].get<int>(), 53);
 }
 
+TEST(GraphInspect, ListsParametersByNameAndNotesThoseThatMayBeBuffers) {
+  // buffer_scale's `scale` is a registered buffer ONNX writes as an
+  // initializer like any weight: a note names it and the flag that keeps it.
+  const std::string model = RunfilePath("test/fixtures/buffer_scale/model.onnx");
+  auto r = RunCommand({RunfilePath("src/cli/quiltctl"), "graph", "inspect", model, "-o", "json"});
+  ASSERT_THAT(r, IsOk());
+  ASSERT_EQ(r->exit_code, 0) << r->err;
+  const auto j = nlohmann::json::parse(r->out);
+  std::vector<std::string> names;
+  for (const auto& p : j["parameter_list"]) names.push_back(p["name"].get<std::string>());
+  EXPECT_THAT(names, ::testing::Contains("scale"));
+  EXPECT_THAT(names, ::testing::Contains("lin.weight"));
+  ASSERT_EQ(j["notes"].size(), 1u);
+  EXPECT_THAT(j["notes"][0].get<std::string>(), HasSubstr("--frozen scale"));
+  // Frozen, it is no longer noted.
+  r = RunCommand({RunfilePath("src/cli/quiltctl"), "train-local", model, "--data", "synthetic",
+                  "--batch", "4", "--steps", "1", "--loss", "softmax_cross_entropy"});
+  ASSERT_THAT(r, IsOk());
+  EXPECT_THAT(r->err, HasSubstr("note: trained as weights: scale"));
+  r = RunCommand({RunfilePath("src/cli/quiltctl"), "train-local", model, "--data", "synthetic",
+                  "--batch", "4", "--steps", "1", "--loss", "softmax_cross_entropy", "--frozen",
+                  "scale"});
+  ASSERT_THAT(r, IsOk());
+  EXPECT_EQ(r->exit_code, 0) << r->err;
+  EXPECT_THAT(r->err, ::testing::Not(HasSubstr("note:")));
+}
+
 }  // namespace
 }  // namespace quilt::testing
