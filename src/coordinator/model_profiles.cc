@@ -99,7 +99,6 @@ std::vector<std::string> ModelProfiles::Calibrate(const Graph& g, int64_t global
   for (const auto& node : cluster->nodes()) devices += node.devices_size();
   const int64_t large =
       std::max<int64_t>(2, (global_batch + std::max<int64_t>(1, devices) - 1) / devices);
-  const int64_t small = large / 2;
   struct Wanted {
     std::string node, id;
     int node_index = 0;    // in the cluster
@@ -122,7 +121,16 @@ std::vector<std::string> ModelProfiles::Calibrate(const Graph& g, int64_t global
       wanted.push_back(std::move(w));
       continue;
     }
-    w.id = absl::StrCat(model, "-", w.node, "-", large);
+    const quilt::v1::Device& device = node.devices(w.device);
+    absl::StatusOr<OneDevicePrediction> predicted = PredictOneDevice(g, device, large);
+    // Profiled at fewer rows when a step of them would be long.
+    int64_t rows = large;
+    if (predicted.ok() && predicted->step_s > options_.max_step_s) {
+      rows = std::max<int64_t>(2, static_cast<int64_t>(static_cast<double>(large) *
+                                                       options_.max_step_s / predicted->step_s));
+    }
+    const int64_t small = rows / 2;
+    w.id = absl::StrCat(model, "-", w.node, "-", rows);
     bool known = false;
     {
       // Counted first, so that a plan waiting for the same profile and
@@ -133,12 +141,10 @@ std::vector<std::string> ModelProfiles::Calibrate(const Graph& g, int64_t global
       w.waiting = true;
     }
     if (!known) {
-      const quilt::v1::Device& device = node.devices(w.device);
       quilt::v1::ModelProfile p;
       p.set_profile_id(w.id);
       p.set_device(device.id());
       p.set_warmup_steps(options_.warmup_steps);
-      absl::StatusOr<OneDevicePrediction> predicted = PredictOneDevice(g, device, large);
       if (predicted.ok() && device.memory_bytes() > 0 &&
           predicted->peak_bytes > device.memory_bytes()) {
         w.line = absl::StrCat(w.node, ": start-up figures (the model at ", large, " rows needs ",
@@ -147,22 +153,22 @@ std::vector<std::string> ModelProfiles::Calibrate(const Graph& g, int64_t global
         wanted.push_back(std::move(w));
         continue;
       }
+      const double step_s =
+          predicted.ok() ? predicted->step_s * static_cast<double>(rows) / large : 0;
       const int64_t measured =
-          predicted.ok() && predicted->step_s > 0
-              ? std::clamp<int64_t>(
-                    static_cast<int64_t>(std::ceil(options_.run_s / predicted->step_s)),
-                    options_.min_steps, options_.max_steps)
-              : options_.min_steps;
+          step_s > 0 ? std::clamp<int64_t>(static_cast<int64_t>(std::ceil(options_.run_s / step_s)),
+                                           options_.min_steps, options_.max_steps)
+                     : options_.min_steps;
       p.set_steps(measured + options_.warmup_steps);
       absl::Status st = absl::OkStatus();
-      for (int64_t rows : {large, small}) {
-        absl::StatusOr<quilt::v1::DistributedProgram> program = OneDeviceProgram(g, device, rows);
+      for (int64_t r : {rows, small}) {
+        absl::StatusOr<quilt::v1::DistributedProgram> program = OneDeviceProgram(g, device, r);
         if (!program.ok()) {
           st = program.status();
           break;
         }
         auto* run = p.add_runs();
-        run->set_rows(rows);
+        run->set_rows(r);
         run->set_program(program->SerializeAsString());
       }
       if (!st.ok()) {

@@ -2,7 +2,8 @@
 // before a job is planned (as HeteroG profiles each op on each device
 // type): every node's first CPU device runs the model's one-device program
 // at the rows a device of the cluster will compute (the global batch over
-// its devices) and at half of them, and the executor's measured times give
+// its devices; fewer when a step of those would be long: max_step_s) and
+// at half of them, and the executor's measured times give
 // the node a calibration (calibration.h) that replaces its devices'
 // start-up figures for this job. A node that does not answer in time, or
 // whose profile fails, is planned with its start-up figures, and the job
@@ -34,6 +35,12 @@ struct ProfileOptions {
   double run_s = 0.5;
   int64_t min_steps = 4, max_steps = 30;
   int64_t warmup_steps = 2;
+  // Rows a profile runs at most: those a step of about this long computes
+  // (predicted from the device's start-up figures). A device's rows beyond
+  // them (a huge batch) are priced by the calibration fitted below them,
+  // instead of profiling for minutes (and gigabytes) what a plan may not
+  // wait for.
+  double max_step_s = 1.0;
 };
 
 class ModelProfiles {

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "src/common/status_matchers.h"
@@ -144,6 +145,34 @@ TEST(ModelProfiles, CalibratesEachNodeFromItsProfileAndKeepsTheResult) {
   EXPECT_THAT(lines[0], HasSubstr("n0: start-up figures (its profile failed: the executor at 32 "
                                   "rows failed: out of memory)"));
   EXPECT_EQ(third.nodes(0).devices(0).measured_gemm_flops_per_s(), 8e10);
+}
+
+TEST(ModelProfiles, AHugeBatchIsProfiledAtTheRowsOfAShortStep) {
+  const Graph g = Mlp();
+  quilt::v1::ClusterSpec cluster = Cluster({"n0"}, /*with_gpu_node=*/false);
+  const quilt::v1::Device device = cluster.nodes(0).devices(0);
+  const int64_t batch = 1 << 16;
+  absl::StatusOr<OneDevicePrediction> whole = PredictOneDevice(g, device, batch);
+  ASSERT_THAT(whole.status(), IsOk());
+  ASSERT_LT(whole->peak_bytes, device.memory_bytes());  // it fits: it is profiled
+  ProfileOptions o;
+  o.max_step_s = whole->step_s / 50;
+  ModelProfiles profiles(o);
+  Beat(&profiles, "n0", 7);
+  std::vector<std::string> lines;
+  std::thread submit([&] { lines = profiles.Calibrate(g, batch, absl::Seconds(60), &cluster); });
+  const quilt::v1::ModelProfile asked = AskedOf(&profiles, "n0", 7);
+  ASSERT_EQ(asked.runs_size(), 2);
+  const int64_t rows = asked.runs(0).rows();
+  EXPECT_LT(rows, batch / 8);
+  absl::StatusOr<OneDevicePrediction> step = PredictOneDevice(g, device, rows);
+  ASSERT_THAT(step.status(), IsOk());
+  EXPECT_LE(step->step_s, 1.5 * o.max_step_s);
+  EXPECT_EQ(asked.runs(1).rows(), rows / 2);
+  Beat(&profiles, "n0", 7, {Measured(g, asked, device, DeviceCalibration{2e10, 30e-6, 500e-6})});
+  submit.join();
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_THAT(lines[0], StartsWith(absl::StrCat("n0: profiled on n0/cpu:0 (", rows, " and ")));
 }
 
 TEST(ModelProfiles, AProfileTakenWhileJobsRanIsUsedOnceAndNotKept) {
