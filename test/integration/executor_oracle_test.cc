@@ -445,7 +445,11 @@ INSTANTIATE_TEST_SUITE_P(
                       // A parameter expanded over each replica's rows.
                       Case{{"cls_token", "sgd", 16}, 3, 1},
                       // The same tie, the projection a folded transposed copy.
-                      Case{{"tied_lm_folded", "sgd", 16}, 3, 1}),
+                      Case{{"tied_lm_folded", "sgd", 16}, 3, 1},
+                      // A padding mask computed from each replica's ids.
+                      Case{{"padded_encoder", "sgd", 16}, 3, 1},
+                      // 1-D convolutions and batch norm over [N, C, L].
+                      Case{{"text_cnn", "sgd", 16}, 2, 1}),
     [](const auto& info) {
       const Case& c = info.param;
       return absl::StrCat(c.model.name, "_", c.model.optimizer, "_", c.nodes, "x", c.per_node);

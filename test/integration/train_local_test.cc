@@ -108,7 +108,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Fixture{"causal_lm_static", "adam"}, Fixture{"causal_lm_inline", "sgd"},
                       Fixture{"causal_lm_inline", "adam"}, Fixture{"hard_activations", "sgd"},
                       Fixture{"hard_activations", "adam"}, Fixture{"text_cnn", "sgd"},
-                      Fixture{"text_cnn", "adam"}),
+                      Fixture{"text_cnn", "adam"}, Fixture{"padded_encoder", "sgd"},
+                      Fixture{"padded_encoder", "adam"}),
     [](const auto& info) { return info.param.name + "_" + info.param.optimizer; });
 
 TEST(TrainLocal, SyntheticData_LossFalls) {

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
+#include <map>
 
 #include "absl/strings/str_cat.h"
 #include "src/common/status.h"
@@ -236,10 +238,14 @@ absl::Status ConstantOfShape(ImportContext& ctx, const Node& node) {
   if (const auto* a = FindAttr(node, "value")) {
     ASSIGN_OR_RETURN(value, FromTensorProto(a->t()));
   }
-  // Shaped by the batch (torch.ones(x.shape[0], ...), ones_like): the value
-  // broadcast to the batch, whatever its size.
+  // Shaped by the batch (torch.ones(x.shape[0], ...), ones_like; a multiple
+  // of it: batch × heads): the value broadcast to the batch, whatever its
+  // size.
+  const int64_t b0 = ctx.export_batch();
   auto batch_at =
-      ctx.symbolic_batch() ? std::find(dims.begin(), dims.end(), ctx.export_batch()) : dims.end();
+      ctx.symbolic_batch()
+          ? std::find_if(dims.begin(), dims.end(), [&](int64_t d) { return d > 0 && d % b0 == 0; })
+          : dims.end();
   const bool batched = batch_at != dims.end();
   if (batched && value.dtype() != DType::kF32) {
     return absl::InvalidArgumentError(
@@ -247,7 +253,7 @@ absl::Status ConstantOfShape(ImportContext& ctx, const Node& node) {
   }
   std::vector<Dim> shape;
   for (auto d = dims.begin(); d != dims.end(); ++d) {
-    shape.push_back(d == batch_at ? Dim::Batch(1) : Dim::Fixed(*d));
+    shape.push_back(d == batch_at ? Dim::Batch(*d / b0) : Dim::Fixed(*d));
   }
   if (batched) *batch_at = 1;
   ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(value.dtype(), dims));
@@ -267,29 +273,33 @@ absl::Status ConstantOfShape(ImportContext& ctx, const Node& node) {
 
 // Equal and Where on constants: the shape arithmetic PyTorch exports for
 // expand(-1, ...) (which dims to keep), folded.
-absl::Status EqualNode(ImportContext& ctx, const Node& node) {
-  const Tensor* a = ctx.ConstantInput(node, 0);
-  const Tensor* b = ctx.ConstantInput(node, 1);
-  auto numeric = [](const Tensor* t) {
-    return t != nullptr && (t->dtype() == DType::kI64 || t->dtype() == DType::kF32);
-  };
-  if (!numeric(a) || !numeric(b) ||
-      (a->numel() != b->numel() && a->numel() != 1 && b->numel() != 1)) {
-    return absl::InvalidArgumentError(
-        "Equal is supported on constants only (shape arithmetic, fixed masks); a mask computed "
-        "from the inputs is not");
-  }
-  auto value = [](const Tensor* t, int64_t i) {
-    i = At(t->numel(), i);
-    return t->dtype() == DType::kI64 ? static_cast<double>(t->i64()[i]) : t->f32()[i];
-  };
-  const Tensor& big = a->numel() >= b->numel() ? *a : *b;
-  ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(DType::kBool, big.dims()));
-  auto* o = static_cast<uint8_t*>(out.raw());
-  for (int64_t i = 0; i < out.numel(); ++i) o[i] = value(a, i) == value(b, i);
-  ctx.SetConstant(node.output(0), out);
-  return absl::OkStatus();
+namespace {
+
+// A float32 scalar constant.
+absl::StatusOr<std::string> ScalarConstant(ImportContext& ctx, const std::string& name, float v) {
+  ASSIGN_OR_RETURN(Tensor t, Tensor::Empty(DType::kF32, {}));
+  t.f32()[0] = v;
+  return ctx.b().AddConstant(name, std::move(t));
 }
+
+// Input i as data; a constant's infinities become the largest finite
+// floats (a mask's fill times a 0 of the mask must be 0, not NaN; softmax
+// gives such a score the same zero weight).
+absl::StatusOr<std::string> FiniteData(ImportContext& ctx, const Node& node, int i) {
+  const Tensor* c = ctx.ConstantInput(node, i);
+  if (c == nullptr || c->dtype() != DType::kF32 || ctx.IsParameterInitializer(node, i)) {
+    return ctx.Data(node, i);
+  }
+  Tensor v = c->Clone();
+  for (int64_t k = 0; k < v.numel(); ++k) {
+    float& f = v.f32()[k];
+    if (std::isinf(f))
+      f = f > 0 ? std::numeric_limits<float>::max() : -std::numeric_limits<float>::max();
+  }
+  return ctx.b().AddConstant(node.input(i) + "/finite", std::move(v));
+}
+
+}  // namespace
 
 absl::Status WhereNode(ImportContext& ctx, const Node& node) {
   const Tensor* c = ctx.ConstantInput(node, 0);
@@ -330,9 +340,29 @@ absl::Status WhereNode(ImportContext& ctx, const Node& node) {
   }
   if (c == nullptr || x == nullptr || y == nullptr || c->dtype() != DType::kBool ||
       x->dtype() != DType::kI64 || y->dtype() != DType::kI64) {
-    return absl::InvalidArgumentError(
-        "Where is supported with a constant condition only (shape arithmetic, a fixed mask "
-        "filling data with a constant); a condition computed from the inputs is not");
+    // A condition of data (0s and 1s), or data in both branches:
+    // y + c · (x - y), broadcast; the gradient reaches x where c holds and
+    // y elsewhere.
+    std::string cond;
+    if (c != nullptr) {
+      ASSIGN_OR_RETURN(Tensor f, Tensor::Empty(DType::kF32, c->dims()));
+      for (int64_t i = 0; i < c->numel(); ++i) {
+        f.f32()[i] = static_cast<const uint8_t*>(c->raw())[i] != 0 ? 1.0f : 0.0f;
+      }
+      ASSIGN_OR_RETURN(cond, ctx.b().AddConstant(node.name() + "/condition", std::move(f)));
+    } else {
+      ASSIGN_OR_RETURN(cond, ctx.Data(node, 0));
+      ASSIGN_OR_RETURN(TensorType t, ctx.TypeOf(cond));
+      if (t.dtype != DType::kF32) {
+        return absl::InvalidArgumentError("Where's condition must be a boolean");
+      }
+    }
+    ASSIGN_OR_RETURN(std::string xd, FiniteData(ctx, node, 1));
+    ASSIGN_OR_RETURN(std::string yd, FiniteData(ctx, node, 2));
+    ASSIGN_OR_RETURN(std::string diff, ctx.b().Add("Sub", {xd, yd}, {}, node.name() + "/diff"));
+    ASSIGN_OR_RETURN(std::string picked,
+                     ctx.b().Add("Mul", {cond, diff}, {}, node.name() + "/picked"));
+    return ctx.Emit(node, "Add", {yd, picked}, {});
   }
   const int64_t n = std::max({c->numel(), x->numel(), y->numel()});
   for (const Tensor* t : {c, x, y}) {
@@ -410,6 +440,62 @@ absl::Status TriluNode(ImportContext& ctx, const Node& node) {
   return absl::OkStatus();
 }
 
+// Equal, Greater, Less, GreaterOrEqual, LessOrEqual of data: 1 where the
+// comparison holds, as floats (a boolean of data is 0s and 1s).
+absl::Status CompareNode(ImportContext& ctx, const Node& node) {
+  static const auto* modes = new std::map<std::string, std::string>{{"Equal", "eq"},
+                                                                    {"Greater", "gt"},
+                                                                    {"Less", "lt"},
+                                                                    {"GreaterOrEqual", "ge"},
+                                                                    {"LessOrEqual", "le"}};
+  const std::string mode = modes->at(node.op_type());
+  const Tensor* ca = ctx.ConstantInput(node, 0);
+  const Tensor* cb = ctx.ConstantInput(node, 1);
+  auto numeric = [](const Tensor* t) {
+    return t != nullptr && (t->dtype() == DType::kI64 || t->dtype() == DType::kF32);
+  };
+  if (numeric(ca) && numeric(cb) &&
+      (ca->numel() == cb->numel() || ca->numel() == 1 || cb->numel() == 1)) {
+    // Of constants: folded.
+    auto value = [](const Tensor* t, int64_t i) {
+      i = At(t->numel(), i);
+      return t->dtype() == DType::kI64 ? static_cast<double>(t->i64()[i]) : t->f32()[i];
+    };
+    const Tensor& big = ca->numel() >= cb->numel() ? *ca : *cb;
+    ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(DType::kBool, big.dims()));
+    auto* o = static_cast<uint8_t*>(out.raw());
+    for (int64_t i = 0; i < out.numel(); ++i) {
+      const double x = value(ca, i), y = value(cb, i);
+      o[i] = mode == "eq"   ? x == y
+             : mode == "gt" ? x > y
+             : mode == "lt" ? x < y
+             : mode == "ge" ? x >= y
+                            : x <= y;
+    }
+    ctx.SetConstant(node.output(0), std::move(out));
+    return absl::OkStatus();
+  }
+  ASSIGN_OR_RETURN(std::string x, ctx.Data(node, 0));
+  ASSIGN_OR_RETURN(std::string y, ctx.Data(node, 1));
+  Attrs a;
+  a.SetString("mode", mode);
+  return ctx.Emit(node, "CompareMask", {x, y}, std::move(a));
+}
+
+// Not of a constant folds; of data (0s and 1s) it is 1 - x.
+absl::Status NotNode(ImportContext& ctx, const Node& node) {
+  if (const Tensor* c = ctx.ConstantInput(node, 0); c != nullptr && c->dtype() == DType::kBool) {
+    Tensor out = c->Clone();
+    auto* v = static_cast<uint8_t*>(out.raw());
+    for (int64_t i = 0; i < out.numel(); ++i) v[i] = v[i] == 0;
+    ctx.SetConstant(node.output(0), std::move(out));
+    return absl::OkStatus();
+  }
+  ASSIGN_OR_RETURN(std::string x, ctx.Data(node, 0));
+  ASSIGN_OR_RETURN(std::string one, ScalarConstant(ctx, node.name() + "/one", 1));
+  return ctx.Emit(node, "Sub", {one, x}, {});
+}
+
 absl::Status Cast(ImportContext& ctx, const Node& node) {
   const int64_t to = AttrInt(node, "to", 0);
   std::string q;
@@ -419,9 +505,18 @@ absl::Status Cast(ImportContext& ctx, const Node& node) {
     // (An initializer too: a mask buffer; nothing trains through a bool.)
     const Tensor* c = ctx.ConstantInput(node, 0);
     if (c == nullptr) {
-      return absl::InvalidArgumentError(
-          "Cast to BOOL of data (a mask computed from the inputs) is not supported: a mask must "
-          "be a constant (a registered buffer, frozen) or additive (0 and -inf)");
+      // Of data: x != 0, as floats (a boolean of data is 0s and 1s).
+      ASSIGN_OR_RETURN(std::string x, ctx.Data(node, 0));
+      ASSIGN_OR_RETURN(TensorType t, ctx.TypeOf(x));
+      ASSIGN_OR_RETURN(Tensor zero, Tensor::Empty(t.dtype, {}));
+      std::memset(zero.raw(), 0, static_cast<size_t>(zero.bytes()));
+      ASSIGN_OR_RETURN(std::string z, ctx.b().AddConstant(node.name() + "/zero", std::move(zero)));
+      Attrs eq_mode;
+      eq_mode.SetString("mode", "eq");
+      ASSIGN_OR_RETURN(std::string eq, ctx.b().Add("CompareMask", {x, z}, std::move(eq_mode),
+                                                   node.name() + "/is_zero"));
+      ASSIGN_OR_RETURN(std::string one, ScalarConstant(ctx, node.name() + "/one", 1));
+      return ctx.Emit(node, "Sub", {one, eq}, {});
     }
     ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(DType::kBool, c->dims()));
     for (int64_t i = 0; i < c->numel(); ++i) {

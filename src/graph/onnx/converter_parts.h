@@ -28,10 +28,11 @@ absl::Status Slice(ImportContext& ctx, const Node& node);
 absl::Status Gather(ImportContext& ctx, const Node& node);
 absl::Status ShapeNode(ImportContext& ctx, const Node& node);
 absl::Status ConstantOfShape(ImportContext& ctx, const Node& node);
-absl::Status EqualNode(ImportContext& ctx, const Node& node);
 absl::Status WhereNode(ImportContext& ctx, const Node& node);
 absl::Status Cast(ImportContext& ctx, const Node& node);
 absl::Status RangeNode(ImportContext& ctx, const Node& node);
+absl::Status NotNode(ImportContext& ctx, const Node& node);
+absl::Status CompareNode(ImportContext& ctx, const Node& node);
 absl::Status TriluNode(ImportContext& ctx, const Node& node);
 
 }  // namespace quilt::onnx_import

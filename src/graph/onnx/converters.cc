@@ -595,8 +595,9 @@ absl::Status ExpandNode(ImportContext& ctx, const Node& node) {
                                                      absl::StrJoin(target, ","), "]"));
     }
     const int64_t v = xv == 1 ? tv : xv;
-    if (!batch_placed && xv == 1 && v == ctx.export_batch()) {
-      out[i] = Dim::Batch(1);
+    const int64_t b0 = ctx.export_batch();
+    if (!batch_placed && xv == 1 && (v == b0 || (ctx.symbolic_batch() && v > 0 && v % b0 == 0))) {
+      out[i] = Dim::Batch(v / b0);  // (a multiple: batch × heads)
       batch_placed = true;
     } else {
       out[i] = Dim::Fixed(v);
@@ -789,11 +790,16 @@ const std::map<std::string, Converter>& Converters() {
       {"Gather", Gather},
       {"Shape", ShapeNode},
       {"ConstantOfShape", ConstantOfShape},
-      {"Equal", EqualNode},
+      {"Equal", CompareNode},
       {"Where", WhereNode},
       {"Expand", ExpandNode},
       {"Cast", Cast},
       {"Range", RangeNode},
+      {"Not", NotNode},
+      {"Greater", CompareNode},
+      {"Less", CompareNode},
+      {"GreaterOrEqual", CompareNode},
+      {"LessOrEqual", CompareNode},
       {"Trilu", TriluNode},
       {"ReduceMean", Reduce},
       {"ReduceMax", Reduce},

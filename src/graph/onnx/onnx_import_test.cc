@@ -311,18 +311,36 @@ TEST(OnnxImport, AStaticExportBatch_NamedWhenImportFails) {
                              HasSubstr("dynamic_axes"))));
 }
 
-TEST(OnnxImport, EqualAndWhereOnData_RefusedNamingTheNode) {
-  for (const char* type : {"Equal", "Where"}) {
-    onnx::ModelProto m = Tiny(14);
-    auto* n = m.mutable_graph()->add_node();
+TEST(OnnxImport, ComparisonsAndWhereOnData_BecomeMasksOfZerosAndOnes) {
+  // y (softmax output) > 0.5 as a mask selecting y or -inf: the infinity
+  // becomes the largest finite float, so that 0 · fill is 0, not NaN.
+  onnx::ModelProto m = Tiny(14);
+  auto* g = m.mutable_graph();
+  for (const auto& [name, v] : {std::pair{"half", 0.5f}, std::pair{"fill", -INFINITY}}) {
+    auto* t = g->add_initializer();
+    t->set_name(name);
+    t->set_data_type(onnx::TensorProto::FLOAT);
+    t->add_float_data(v);
+  }
+  auto node = [&](const char* type, std::vector<std::string> ins, const char* out) {
+    auto* n = g->add_node();
     n->set_op_type(type);
-    n->set_name("cmp");
-    for (int i = 0; i < (std::string(type) == "Where" ? 3 : 2); ++i) n->add_input("y");
-    n->add_output("cmp_out");
-    EXPECT_THAT(Import(m.SerializeAsString()),
-                StatusIs(absl::StatusCode::kInvalidArgument,
-                         AllOf(HasSubstr("'cmp'"), HasSubstr("computed from the inputs"))))
-        << type;
+    n->set_name(out);
+    for (const std::string& in : ins) n->add_input(in);
+    n->add_output(out);
+  };
+  node("Greater", {"y", "half"}, "big");
+  node("Where", {"big", "y", "fill"}, "kept");
+  g->clear_output();
+  g->add_output()->set_name("kept");
+  absl::StatusOr<Graph> imported = Import(m.SerializeAsString());
+  ASSERT_THAT(imported.status(), IsOk());
+  std::map<std::string, int> types;
+  for (const Op& op : imported->ops) ++types[op.type];
+  EXPECT_EQ(types["CompareMask"], 1);
+  for (const auto& [name, c] : imported->constants) {
+    if (c.dtype() != DType::kF32) continue;
+    for (int64_t i = 0; i < c.numel(); ++i) EXPECT_TRUE(std::isfinite(c.f32()[i])) << name;
   }
 }
 

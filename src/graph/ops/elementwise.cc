@@ -349,4 +349,32 @@ QUILT_REGISTER_OP([] {
 }());
 
 }  // namespace
+// Masks computed from data (a padding mask, ids == 0; x > 0): 1 where the
+// comparison holds, 0 elsewhere, as floats; nothing trains through it.
+QUILT_REGISTER_OP([] {
+  OpSchema s;
+  s.type = "CompareMask";
+  s.doc =
+      "1 where A <mode> B holds, else 0, as float32, with numpy broadcasting; A and B both "
+      "float32 or both int64. Attribute mode: eq, gt, lt, ge or le. No gradient.";
+  s.min_inputs = s.max_inputs = 2;
+  s.non_differentiable_inputs = {0, 1};
+  s.infer = [](InferContext& ctx) -> absl::Status {
+    if (ctx.dtype(0) != ctx.dtype(1) ||
+        (ctx.dtype(0) != DType::kF32 && ctx.dtype(0) != DType::kI64)) {
+      return ctx.Error("A and B must both be float32 or both int64");
+    }
+    const std::string mode = ctx.attrs().String("mode", "");
+    if (mode != "eq" && mode != "gt" && mode != "lt" && mode != "ge" && mode != "le") {
+      return ctx.Error("mode must be eq, gt, lt, ge or le, got '" + mode + "'");
+    }
+    absl::StatusOr<Shape> shape = Broadcast(ctx.shape(0), ctx.shape(1));
+    if (!shape.ok()) return ctx.Error(std::string(shape.status().message()));
+    ctx.set_output(0, DType::kF32, *shape);
+    return absl::OkStatus();
+  };
+  s.cost = ElementwiseCost(1);
+  return s;
+}());
+
 }  // namespace quilt::ops

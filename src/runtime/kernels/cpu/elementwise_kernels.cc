@@ -38,6 +38,42 @@ absl::Status GradPair(KernelContext& ctx, F f) {
   return absl::OkStatus();
 }
 
+// 1 where the comparison (attribute mode) holds, broadcast, for float32
+// or int64 inputs.
+template <typename T>
+bool Holds(const std::string& mode, T a, T b) {
+  return mode == "eq"   ? a == b
+         : mode == "gt" ? a > b
+         : mode == "lt" ? a < b
+         : mode == "ge" ? a >= b
+                        : a <= b;
+}
+
+absl::Status CompareMask(KernelContext& ctx) {
+  ASSIGN_OR_RETURN(Tensor * out, ctx.Output(0));
+  const Tensor& a = ctx.in(0);
+  const Tensor& b = ctx.in(1);
+  const std::string mode = ctx.attrs().String("mode", "eq");
+  const std::vector<int64_t>& dout = out->dims();
+  const std::vector<int64_t> sa = BroadcastStrides(a.dims(), dout);
+  const std::vector<int64_t> sb = BroadcastStrides(b.dims(), dout);
+  const bool ints = a.dtype() == DType::kI64;
+  const int r = static_cast<int>(dout.size());
+  std::vector<int64_t> idx(r, 0);
+  for (int64_t i = 0; i < out->numel(); ++i) {
+    int64_t oa = 0, ob = 0;
+    for (int d = 0; d < r; ++d) {
+      oa += idx[d] * sa[d];
+      ob += idx[d] * sb[d];
+    }
+    const bool holds =
+        ints ? Holds(mode, a.i64()[oa], b.i64()[ob]) : Holds(mode, a.f32()[oa], b.f32()[ob]);
+    out->f32()[i] = holds ? 1.0f : 0.0f;
+    for (int d = r - 1; d >= 0 && ++idx[d] == dout[d]; --d) idx[d] = 0;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Add(KernelContext& c) {
   return Binary(c, [](float a, float b) { return a + b; });
 }
@@ -270,6 +306,7 @@ QUILT_REGISTER_KERNEL("cpu", "LeakyReluGrad", LeakyReluGrad);
 QUILT_REGISTER_KERNEL("cpu", "Clip", Clip);
 QUILT_REGISTER_KERNEL("cpu", "ClipGrad", ClipGrad);
 QUILT_REGISTER_KERNEL("cpu", "Abs", Abs);
+QUILT_REGISTER_KERNEL("cpu", "CompareMask", CompareMask);
 QUILT_REGISTER_KERNEL("cpu", "AbsGrad", AbsGrad);
 QUILT_REGISTER_KERNEL("cpu", "Sqrt", Sqrt);
 QUILT_REGISTER_KERNEL("cpu", "SqrtGrad", SqrtGrad);
