@@ -109,7 +109,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Fixture{"causal_lm_inline", "adam"}, Fixture{"hard_activations", "sgd"},
                       Fixture{"hard_activations", "adam"}, Fixture{"text_cnn", "sgd"},
                       Fixture{"text_cnn", "adam"}, Fixture{"padded_encoder", "sgd"},
-                      Fixture{"padded_encoder", "adam"}),
+                      Fixture{"padded_encoder", "adam"}, Fixture{"activations", "sgd"},
+                      Fixture{"activations", "adam"}),
     [](const auto& info) { return info.param.name + "_" + info.param.optimizer; });
 
 TEST(TrainLocal, SyntheticData_LossFalls) {

@@ -153,6 +153,75 @@ absl::Status HardSigmoidLike(ImportContext& ctx, const Node& node) {
   return ctx.Emit(node, "Mul", {x, gate}, {});
 }
 
+// Activations built from others (a stable softplus: relu(x) +
+// log(1 + exp(-|x|)); exp of min(x, 0) where only x <= 0 is kept):
+// Softplus, Mish (x·tanh(softplus x)), Elu, Selu, Celu and PRelu
+// (relu(x) - slope·relu(-x), the slope a parameter broadcast over x).
+absl::Status Composite(ImportContext& ctx, const Node& node) {
+  const std::string& type = node.op_type();
+  const std::string at = node.name().empty() ? type : node.name();
+  ASSIGN_OR_RETURN(std::string x, ctx.Data(node, 0));
+  auto op = [&](const std::string& t, std::vector<std::string> ins, const std::string& hint,
+                Attrs a = {}) {
+    return ctx.b().Add(t, std::move(ins), std::move(a), at + "/" + hint);
+  };
+  auto scalar = [&](const std::string& what, float v) -> absl::StatusOr<std::string> {
+    ASSIGN_OR_RETURN(Tensor t, Tensor::Empty(DType::kF32, {}));
+    t.f32()[0] = v;
+    return ctx.b().AddConstant(at + "/" + what, std::move(t));
+  };
+  auto softplus = [&]() -> absl::StatusOr<std::string> {
+    ASSIGN_OR_RETURN(std::string pos, op("Relu", {x}, "pos"));
+    ASSIGN_OR_RETURN(std::string mag, op("Abs", {x}, "abs"));
+    ASSIGN_OR_RETURN(std::string neg, op("Neg", {mag}, "neg_abs"));
+    ASSIGN_OR_RETURN(std::string e, op("Exp", {neg}, "exp"));
+    ASSIGN_OR_RETURN(std::string one, scalar("one", 1));
+    ASSIGN_OR_RETURN(std::string e1, op("Add", {e, one}, "exp_plus_one"));
+    ASSIGN_OR_RETURN(std::string l, op("Log", {e1}, "log"));
+    return op("Add", {pos, l}, "softplus");
+  };
+  if (type == "Softplus") {
+    ASSIGN_OR_RETURN(std::string sp, softplus());
+    return ctx.Emit(node, "Identity", {sp}, {});
+  }
+  if (type == "Mish") {
+    ASSIGN_OR_RETURN(std::string sp, softplus());
+    ASSIGN_OR_RETURN(std::string t, op("Tanh", {sp}, "tanh"));
+    return ctx.Emit(node, "Mul", {x, t}, {});
+  }
+  if (type == "PRelu") {
+    ASSIGN_OR_RETURN(std::string slope, ctx.Data(node, 1));
+    ASSIGN_OR_RETURN(std::string pos, op("Relu", {x}, "pos"));
+    ASSIGN_OR_RETURN(std::string nx, op("Neg", {x}, "neg"));
+    ASSIGN_OR_RETURN(std::string neg, op("Relu", {nx}, "neg_part"));
+    ASSIGN_OR_RETURN(std::string scaled, op("Mul", {slope, neg}, "scaled"));
+    return ctx.Emit(node, "Sub", {pos, scaled}, {});
+  }
+  // Elu, Selu, Celu: scale · (max(x, 0) + min(alpha·(exp(x / a) - 1), 0)),
+  // with a = alpha for Celu and 1 otherwise.
+  const bool selu = type == "Selu", celu = type == "Celu";
+  const float alpha = AttrFloat(node, "alpha", selu ? 1.67326319f : 1.0f);
+  const float gamma = selu ? AttrFloat(node, "gamma", 1.05070102f) : 1.0f;
+  ASSIGN_OR_RETURN(std::string pos, op("Relu", {x}, "pos"));
+  Attrs upto0;
+  upto0.SetFloat("max", 0);
+  ASSIGN_OR_RETURN(std::string low, op("Clip", {x}, "nonpositive", std::move(upto0)));
+  std::string arg = low;
+  if (celu && alpha != 1.0f) {
+    ASSIGN_OR_RETURN(std::string inv, scalar("inv_alpha", 1.0f / alpha));
+    ASSIGN_OR_RETURN(arg, op("Mul", {low, inv}, "scaled_x"));
+  }
+  ASSIGN_OR_RETURN(std::string e, op("Exp", {arg}, "exp"));
+  ASSIGN_OR_RETURN(std::string one, scalar("one", 1));
+  ASSIGN_OR_RETURN(std::string em1, op("Sub", {e, one}, "expm1"));
+  ASSIGN_OR_RETURN(std::string a, scalar("alpha", alpha));
+  ASSIGN_OR_RETURN(std::string neg, op("Mul", {a, em1}, "negative_part"));
+  if (!selu) return ctx.Emit(node, "Add", {pos, neg}, {});
+  ASSIGN_OR_RETURN(std::string sum, op("Add", {pos, neg}, "elu"));
+  ASSIGN_OR_RETURN(std::string g, scalar("gamma", gamma));
+  return ctx.Emit(node, "Mul", {g, sum}, {});
+}
+
 // Clip's bounds are inputs 1 and 2 (each optional), constants.
 absl::Status Clip(ImportContext& ctx, const Node& node) {
   Attrs a;
@@ -756,6 +825,12 @@ const std::map<std::string, Converter>& Converters() {
       {"LeakyRelu", LeakyRelu},
       {"Clip", Clip},
       {"HardSigmoid", HardSigmoidLike},
+      {"Softplus", Composite},
+      {"Mish", Composite},
+      {"PRelu", Composite},
+      {"Elu", Composite},
+      {"Selu", Composite},
+      {"Celu", Composite},
       {"HardSwish", HardSigmoidLike},
       {"Abs", Unary},
       {"Tanh", Unary},
