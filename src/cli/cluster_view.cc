@@ -115,11 +115,16 @@ std::string RenderStatus(const quilt::v1::ClusterStatus& status, const std::stri
   }
   absl::StrAppendFormat(&out, "Nodes: %d/%d Ready", ready, status.nodes_size());
   if (not_ready + down > 0) absl::StrAppendFormat(&out, " (%d NotReady, %d Down)", not_ready, down);
-  absl::StrAppendFormat(&out, "\nCompute (Ready nodes): %sFLOP/s measured fp32 GEMM\n",
-                        HumanSi(flops));
+  if (ready == 0) {
+    out += "\nCompute (Ready nodes): none\n";
+  } else {
+    absl::StrAppendFormat(&out, "\nCompute (Ready nodes): %sFLOP/s measured fp32 GEMM\n",
+                          HumanSi(flops));
+  }
   out += "Devices (used/total on Ready nodes):\n";
-  if (devices.empty()) out += "  (none)\n";
+  if (ready == 0) out += "  (none)\n";
   for (const auto& [key, counts] : devices) {
+    if (counts.second == 0) continue;  // only on nodes that are not Ready
     absl::StrAppendFormat(&out, "  %d/%d %s  %s\n", counts.first, counts.second, key.first,
                           key.second.empty() ? "-" : key.second);
   }

@@ -69,6 +69,15 @@ TEST(ClusterView, StatusCountsReadyNodesAndListsFailures) {
   EXPECT_THAT(out, HasSubstr("5.0s ago  b  Down: no heartbeat for 31.0 s"));
 }
 
+TEST(ClusterView, StatusWithNoReadyNodeSaysSo) {
+  quilt::v1::ClusterStatus status = TwoNodes();
+  for (auto& n : *status.mutable_nodes()) n.set_state(quilt::v1::NODE_STATE_DOWN);
+  std::string out = RenderStatus(status, "127.0.0.1:7070", absl::FromUnixSeconds(1000000005));
+  EXPECT_THAT(out, HasSubstr("Compute (Ready nodes): none\n"));
+  EXPECT_THAT(out, HasSubstr("Devices (used/total on Ready nodes):\n  (none)\n"));
+  EXPECT_THAT(out, Not(HasSubstr("0/0")));
+}
+
 TEST(ClusterView, NodesJsonUsesProtoFieldNames) {
   std::string out = RenderNodes(TwoNodes(), "json");
   EXPECT_THAT(out, HasSubstr("\"nodes\""));

@@ -3,6 +3,8 @@
 #include <cstring>
 #include <set>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "onnx/onnx_pb.h"
@@ -123,12 +125,19 @@ absl::StatusOr<Graph> ImportOnnx(const std::string& bytes, const OnnxImportOptio
         src, ": opset ", opset, " is not supported (supported: ", kMinOpset, "–", kMaxOpset, ")"));
   }
   const onnx::GraphProto& gp = model.graph();
+  // A node is named by its name, or its place in the graph when it has none.
+  auto node_label = [&](int i) {
+    const std::string& name = gp.node(i).name();
+    return name.empty() ? absl::StrCat("node #", i + 1, " (unnamed)")
+                        : absl::StrCat("node '", name, "'");
+  };
   std::vector<std::string> unsupported;
-  for (const onnx::NodeProto& n : gp.node()) {
+  for (int i = 0; i < gp.node_size(); ++i) {
+    const onnx::NodeProto& n = gp.node(i);
     const bool default_domain = n.domain().empty() || n.domain() == "ai.onnx";
     if (!default_domain || !Converters().count(n.op_type())) {
-      unsupported.push_back(absl::StrCat(default_domain ? "" : n.domain() + ":", n.op_type(),
-                                         " (node '", n.name(), "')"));
+      unsupported.push_back(absl::StrCat(default_domain ? "" : n.domain() + ":", n.op_type(), " (",
+                                         node_label(i), ")"));
     }
   }
   if (!unsupported.empty()) {
@@ -201,21 +210,29 @@ absl::StatusOr<Graph> ImportOnnx(const std::string& bytes, const OnnxImportOptio
   }
   for (const auto& out : gp.output()) read.insert(out.name());
   ctx.SetRead(std::move(read));
-  for (const onnx::NodeProto& n : gp.node()) {
+  for (int i = 0; i < gp.node_size(); ++i) {
+    const onnx::NodeProto& n = gp.node(i);
     absl::Status s = Converters().at(n.op_type())(ctx, n);
     if (!s.ok()) {
       // A batch baked into the export is told from other dims by its size:
       // a small one, or one equal to another dim, can be mistaken.
+      // (Only where the failure is about shapes.)
+      const std::string why = absl::AsciiStrToLower(s.message());
+      bool about_shapes = false;
+      for (const char* word : {"shape", "batch", "dim", "broadcast", "expand", "reshape"}) {
+        about_shapes = about_shapes || absl::StrContains(why, word);
+      }
       const std::string hint =
-          static_batch ? absl::StrCat(" (the model was exported with a fixed batch of ", b0,
-                                      ", which the import may mistake for another dim of that "
-                                      "size; export with a dynamic batch, e.g. torch.onnx.export("
-                                      "..., dynamic_axes={'",
-                                      inputs[0]->name(),
-                                      "': {0: 'batch'}}), or with a batch no other dim has)")
-                       : "";
+          static_batch && about_shapes
+              ? absl::StrCat(" (the model was exported with a fixed batch of ", b0,
+                             ", which the import may mistake for another dim of that "
+                             "size; export with a dynamic batch, e.g. torch.onnx.export("
+                             "..., dynamic_axes={'",
+                             inputs[0]->name(),
+                             "': {0: 'batch'}}), or with a batch no other dim has)")
+              : "";
       return absl::InvalidArgumentError(
-          absl::StrCat(src, ": node '", n.name(), "' (", n.op_type(), "): ", s.message(), hint));
+          absl::StrCat(src, ": ", node_label(i), " (", n.op_type(), "): ", s.message(), hint));
     }
   }
   for (const auto& out : gp.output()) {

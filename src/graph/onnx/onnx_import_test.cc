@@ -212,18 +212,21 @@ TEST(OnnxImport, DropoutMask_IgnoredUnlessRead) {
 
 TEST(OnnxImport, UnsupportedOps_AllListedByTypeAndNode) {
   onnx::ModelProto m = Tiny(14);
-  for (auto [type, name] : {std::pair{"NonMaxSuppression", "nms"}, std::pair{"Einsum", "ein"}}) {
+  for (auto [type, name] :
+       {std::pair{"NonMaxSuppression", "nms"}, std::pair{"Einsum", "ein"}, std::pair{"Det", ""}}) {
     auto* n = m.mutable_graph()->add_node();
     n->set_op_type(type);
     n->set_name(name);
     n->add_input("y");
     n->add_output(std::string(name) + "_out");
   }
-  EXPECT_THAT(Import(m.SerializeAsString()),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       AllOf(HasSubstr("m.onnx: unsupported ONNX ops"),
-                             HasSubstr("NonMaxSuppression (node 'nms')"),
-                             HasSubstr("Einsum (node 'ein')"))));
+  EXPECT_THAT(
+      Import(m.SerializeAsString()),
+      StatusIs(
+          absl::StatusCode::kInvalidArgument,
+          AllOf(HasSubstr("m.onnx: unsupported ONNX ops"),
+                HasSubstr("NonMaxSuppression (node 'nms')"), HasSubstr("Einsum (node 'ein')"),
+                HasSubstr(absl::StrCat("Det (node #", m.graph().node_size(), " (unnamed))")))));
 }
 
 TEST(OnnxImport, AnInitializerHoldingInfinities_IsAConstantNotAParameter) {
