@@ -20,6 +20,15 @@ absl::Status Direct(ImportContext& ctx, const Node& node, const std::string& typ
 // Element i of a constant of `numel` elements or of a scalar (broadcast).
 int64_t At(int64_t numel, int64_t i);
 
+// Activations and windowed layers (layer_converters.cc).
+absl::Status LeakyRelu(ImportContext& ctx, const Node& node);
+absl::Status HardSigmoidLike(ImportContext& ctx, const Node& node);
+absl::Status Composite(ImportContext& ctx, const Node& node);
+absl::Status Clip(ImportContext& ctx, const Node& node);
+absl::Status Conv(ImportContext& ctx, const Node& node);
+absl::Status Pool(ImportContext& ctx, const Node& node);
+absl::Status Resize(ImportContext& ctx, const Node& node);
+
 // Shape and constant ops: folded on constants, Quilt ops on data.
 absl::Status ConstantNode(ImportContext& ctx, const Node& node);
 absl::Status Transpose(ImportContext& ctx, const Node& node);

@@ -1,0 +1,344 @@
+// ONNX converters of activations built from or beside Quilt's element-wise
+// ops, and of windowed layers: 1-D and 2-D convolutions and pooling (a
+// 1-D window runs as a 2-D one over [N, C, 1, L]) and Resize (nearest by
+// whole factors, bilinear).
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "src/common/status.h"
+#include "src/graph/onnx/converter_parts.h"
+
+namespace quilt::onnx_import {
+namespace {
+
+// A convolution's or pooling's window, 2-D. A 1-D one (Conv1d, MaxPool1d,
+// AvgPool1d: X [N, C, L]) runs as a 2-D one over [N, C, 1, L]: its
+// attributes get a leading 1 (pads 0).
+struct Window {
+  std::vector<int64_t> kernel, strides, dilations, pads;
+};
+
+std::vector<int64_t> Lift(std::vector<int64_t> v, bool one_d) {
+  if (v.empty()) return {1, 1};
+  if (one_d && v.size() == 1) return {1, v[0]};
+  return v;
+}
+
+// `x`: the (2-D) input; `kernel`: the window, before lifting.
+absl::StatusOr<Window> WindowOf(ImportContext& ctx, const Node& node, const std::string& x,
+                                std::vector<int64_t> kernel, bool one_d) {
+  Window w;
+  w.kernel = Lift(std::move(kernel), one_d);
+  w.strides = Lift(AttrInts(node, "strides"), one_d);
+  w.dilations = Lift(AttrInts(node, "dilations"), one_d);
+  if (w.kernel.size() != 2 || w.strides.size() != 2 || w.dilations.size() != 2) {
+    return absl::InvalidArgumentError("only 1-D and 2-D windows are supported");
+  }
+  std::vector<int64_t> pads = AttrInts(node, "pads");
+  if (one_d && pads.size() == 2) pads = {0, pads[0], 0, pads[1]};
+  const std::string auto_pad = AttrString(node, "auto_pad", "NOTSET");
+  if (auto_pad == "NOTSET") {
+    w.pads = pads.empty() ? std::vector<int64_t>{0, 0, 0, 0} : pads;
+    return w;
+  }
+  w.pads.assign(4, 0);
+  if (auto_pad == "VALID") return w;
+  ASSIGN_OR_RETURN(TensorType t, ctx.TypeOf(x));
+  for (int i = 0; i < 2; ++i) {
+    const int64_t in = t.shape.dim(2 + i).value, s = w.strides[i];
+    const int64_t out = (in + s - 1) / s;
+    const int64_t total =
+        std::max<int64_t>(0, (out - 1) * s + (w.kernel[i] - 1) * w.dilations[i] + 1 - in);
+    const int64_t small = total / 2, big = total - small;
+    w.pads[i] = auto_pad == "SAME_UPPER" ? small : big;
+    w.pads[i + 2] = auto_pad == "SAME_UPPER" ? big : small;
+  }
+  return w;
+}
+
+// Inserts (Unsqueeze) or removes (Squeeze) dim 2.
+absl::StatusOr<std::string> Dim2(ImportContext& ctx, const std::string& type, const std::string& t,
+                                 const std::string& hint) {
+  Attrs a;
+  a.SetInts("axes", {2});
+  return ctx.b().Add(type, {t}, std::move(a), hint);
+}
+
+// Bilinear Resize (F.interpolate(mode="bilinear"), either corner
+// alignment) of [N,C,H,W] to a constant size or by constant scales.
+absl::Status ResizeLinear(ImportContext& ctx, const Node& node) {
+  const std::string coords = AttrString(node, "coordinate_transformation_mode", "half_pixel");
+  std::string quilt_coords;
+  if (coords == "half_pixel" || coords == "pytorch_half_pixel") quilt_coords = "half_pixel";
+  if (coords == "align_corners" || coords == "asymmetric") quilt_coords = coords;
+  if (quilt_coords.empty()) {
+    return absl::InvalidArgumentError("Resize (linear) with coordinate_transformation_mode '" +
+                                      coords + "' is not supported");
+  }
+  ASSIGN_OR_RETURN(std::string x, ctx.Data(node, 0));
+  ASSIGN_OR_RETURN(TensorType t, ctx.TypeOf(x));
+  if (t.shape.rank() != 4) {
+    return absl::InvalidArgumentError("bilinear Resize is supported on [N,C,H,W] inputs only");
+  }
+  int64_t out[2];
+  if (const Tensor* z = ctx.ConstantInput(node, 3); z != nullptr && z->numel() == 4) {
+    out[0] = z->i64()[2];
+    out[1] = z->i64()[3];
+  } else if (const Tensor* sc = ctx.ConstantInput(node, 2); sc != nullptr && sc->numel() == 4) {
+    if (sc->f32()[0] != 1 || sc->f32()[1] != 1) {
+      return absl::InvalidArgumentError("Resize may scale only H and W of [N,C,H,W]");
+    }
+    for (int i = 0; i < 2; ++i) {
+      out[i] = static_cast<int64_t>(
+          std::floor(static_cast<double>(t.shape.dim(2 + i).value) * sc->f32()[2 + i]));
+    }
+  } else {
+    return absl::InvalidArgumentError("Resize needs constant scales or sizes");
+  }
+  Attrs a;
+  a.SetInt("out_h", out[0]);
+  a.SetInt("out_w", out[1]);
+  a.SetString("coords", quilt_coords);
+  return ctx.Emit(node, "ResizeBilinear", {x}, std::move(a));
+}
+
+}  // namespace
+
+absl::Status LeakyRelu(ImportContext& ctx, const Node& node) {
+  Attrs a;
+  a.SetFloat("alpha", AttrFloat(node, "alpha", 0.01f));
+  ASSIGN_OR_RETURN(std::string x, ctx.Data(node, 0));
+  return ctx.Emit(node, "LeakyRelu", {x}, std::move(a));
+}
+
+// HardSigmoid: clip(alpha·x + beta, 0, 1); HardSwish: x · hardsigmoid(x)
+// with alpha 1/6 and beta 1/2 (nn.Hardsigmoid, nn.Hardswish).
+absl::Status HardSigmoidLike(ImportContext& ctx, const Node& node) {
+  const bool swish = node.op_type() == "HardSwish";
+  const float alpha = swish ? 1.0f / 6 : AttrFloat(node, "alpha", 0.2f);
+  const float beta = swish ? 0.5f : AttrFloat(node, "beta", 0.5f);
+  ASSIGN_OR_RETURN(std::string x, ctx.Data(node, 0));
+  auto scalar = [&](const std::string& what, float v) -> absl::StatusOr<std::string> {
+    ASSIGN_OR_RETURN(Tensor t, Tensor::Empty(DType::kF32, {}));
+    t.f32()[0] = v;
+    return ctx.b().AddConstant(node.name() + "/" + what, std::move(t));
+  };
+  ASSIGN_OR_RETURN(std::string a, scalar("alpha", alpha));
+  ASSIGN_OR_RETURN(std::string b, scalar("beta", beta));
+  ASSIGN_OR_RETURN(std::string ax, ctx.b().Add("Mul", {x, a}, {}, node.name() + "/scaled"));
+  ASSIGN_OR_RETURN(std::string axb, ctx.b().Add("Add", {ax, b}, {}, node.name() + "/shifted"));
+  Attrs bounds;
+  bounds.SetFloat("min", 0);
+  bounds.SetFloat("max", 1);
+  if (!swish) return ctx.Emit(node, "Clip", {axb}, std::move(bounds));
+  ASSIGN_OR_RETURN(std::string gate,
+                   ctx.b().Add("Clip", {axb}, std::move(bounds), node.name() + "/gate"));
+  return ctx.Emit(node, "Mul", {x, gate}, {});
+}
+
+// Activations built from others (a stable softplus: relu(x) +
+// log(1 + exp(-|x|)); exp of min(x, 0) where only x <= 0 is kept):
+// Softplus, Mish (x·tanh(softplus x)), Elu, Selu, Celu and PRelu
+// (relu(x) - slope·relu(-x), the slope a parameter broadcast over x).
+absl::Status Composite(ImportContext& ctx, const Node& node) {
+  const std::string& type = node.op_type();
+  const std::string at = node.name().empty() ? type : node.name();
+  ASSIGN_OR_RETURN(std::string x, ctx.Data(node, 0));
+  auto op = [&](const std::string& t, std::vector<std::string> ins, const std::string& hint,
+                Attrs a = {}) {
+    return ctx.b().Add(t, std::move(ins), std::move(a), at + "/" + hint);
+  };
+  auto scalar = [&](const std::string& what, float v) -> absl::StatusOr<std::string> {
+    ASSIGN_OR_RETURN(Tensor t, Tensor::Empty(DType::kF32, {}));
+    t.f32()[0] = v;
+    return ctx.b().AddConstant(at + "/" + what, std::move(t));
+  };
+  auto softplus = [&]() -> absl::StatusOr<std::string> {
+    ASSIGN_OR_RETURN(std::string pos, op("Relu", {x}, "pos"));
+    ASSIGN_OR_RETURN(std::string mag, op("Abs", {x}, "abs"));
+    ASSIGN_OR_RETURN(std::string neg, op("Neg", {mag}, "neg_abs"));
+    ASSIGN_OR_RETURN(std::string e, op("Exp", {neg}, "exp"));
+    ASSIGN_OR_RETURN(std::string one, scalar("one", 1));
+    ASSIGN_OR_RETURN(std::string e1, op("Add", {e, one}, "exp_plus_one"));
+    ASSIGN_OR_RETURN(std::string l, op("Log", {e1}, "log"));
+    return op("Add", {pos, l}, "softplus");
+  };
+  if (type == "Softplus") {
+    ASSIGN_OR_RETURN(std::string sp, softplus());
+    return ctx.Emit(node, "Identity", {sp}, {});
+  }
+  if (type == "Mish") {
+    ASSIGN_OR_RETURN(std::string sp, softplus());
+    ASSIGN_OR_RETURN(std::string t, op("Tanh", {sp}, "tanh"));
+    return ctx.Emit(node, "Mul", {x, t}, {});
+  }
+  if (type == "PRelu") {
+    ASSIGN_OR_RETURN(std::string slope, ctx.Data(node, 1));
+    ASSIGN_OR_RETURN(std::string pos, op("Relu", {x}, "pos"));
+    ASSIGN_OR_RETURN(std::string nx, op("Neg", {x}, "neg"));
+    ASSIGN_OR_RETURN(std::string neg, op("Relu", {nx}, "neg_part"));
+    ASSIGN_OR_RETURN(std::string scaled, op("Mul", {slope, neg}, "scaled"));
+    return ctx.Emit(node, "Sub", {pos, scaled}, {});
+  }
+  // Elu, Selu, Celu: scale · (max(x, 0) + min(alpha·(exp(x / a) - 1), 0)),
+  // with a = alpha for Celu and 1 otherwise.
+  const bool selu = type == "Selu", celu = type == "Celu";
+  const float alpha = AttrFloat(node, "alpha", selu ? 1.67326319f : 1.0f);
+  const float gamma = selu ? AttrFloat(node, "gamma", 1.05070102f) : 1.0f;
+  ASSIGN_OR_RETURN(std::string pos, op("Relu", {x}, "pos"));
+  Attrs upto0;
+  upto0.SetFloat("max", 0);
+  ASSIGN_OR_RETURN(std::string low, op("Clip", {x}, "nonpositive", std::move(upto0)));
+  std::string arg = low;
+  if (celu && alpha != 1.0f) {
+    ASSIGN_OR_RETURN(std::string inv, scalar("inv_alpha", 1.0f / alpha));
+    ASSIGN_OR_RETURN(arg, op("Mul", {low, inv}, "scaled_x"));
+  }
+  ASSIGN_OR_RETURN(std::string e, op("Exp", {arg}, "exp"));
+  ASSIGN_OR_RETURN(std::string one, scalar("one", 1));
+  ASSIGN_OR_RETURN(std::string em1, op("Sub", {e, one}, "expm1"));
+  ASSIGN_OR_RETURN(std::string a, scalar("alpha", alpha));
+  ASSIGN_OR_RETURN(std::string neg, op("Mul", {a, em1}, "negative_part"));
+  if (!selu) return ctx.Emit(node, "Add", {pos, neg}, {});
+  ASSIGN_OR_RETURN(std::string sum, op("Add", {pos, neg}, "elu"));
+  ASSIGN_OR_RETURN(std::string g, scalar("gamma", gamma));
+  return ctx.Emit(node, "Mul", {g, sum}, {});
+}
+
+// Clip's bounds are inputs 1 and 2 (each optional), constants.
+absl::Status Clip(ImportContext& ctx, const Node& node) {
+  Attrs a;
+  const char* names[] = {"", "min", "max"};
+  for (int i : {1, 2}) {
+    if (!ctx.HasInput(node, i)) continue;
+    const Tensor* c = ctx.ConstantInput(node, i);
+    if (c == nullptr || c->numel() != 1 || ctx.IsParameterInitializer(node, i)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Clip's ", names[i], " must be a constant scalar"));
+    }
+    a.SetFloat(names[i], c->dtype() == DType::kF32 ? c->f32()[0] : c->i64()[0]);
+  }
+  ASSIGN_OR_RETURN(std::string x, ctx.Data(node, 0));
+  return ctx.Emit(node, "Clip", {x}, std::move(a));
+}
+
+absl::Status Conv(ImportContext& ctx, const Node& node) {
+  ASSIGN_OR_RETURN(std::string x, ctx.Data(node, 0));
+  ASSIGN_OR_RETURN(std::string w, ctx.Data(node, 1));
+  ASSIGN_OR_RETURN(TensorType wt, ctx.TypeOf(w));
+  const bool one_d = wt.shape.rank() == 3;
+  if (wt.shape.rank() != 4 && !one_d) {
+    return absl::InvalidArgumentError("only 1-D and 2-D convolutions are supported");
+  }
+  std::vector<int64_t> kernel = AttrInts(node, "kernel_shape");
+  if (kernel.empty()) {
+    for (int i = 2; i < wt.shape.rank(); ++i) kernel.push_back(wt.shape.dim(i).value);
+  }
+  if (one_d) {
+    ASSIGN_OR_RETURN(x, Dim2(ctx, "Unsqueeze", x, node.name() + "/x2d"));
+    ASSIGN_OR_RETURN(w, Dim2(ctx, "Unsqueeze", w, node.name() + "/w2d"));
+  }
+  ASSIGN_OR_RETURN(Window win, WindowOf(ctx, node, x, kernel, one_d));
+  Attrs a;
+  a.SetInts("kernel_shape", win.kernel);
+  a.SetInts("strides", win.strides);
+  a.SetInts("dilations", win.dilations);
+  a.SetInts("pads", win.pads);
+  a.SetInt("group", AttrInt(node, "group", 1));
+  std::vector<std::string> ins = {x, w};
+  if (ctx.HasInput(node, 2)) {
+    ASSIGN_OR_RETURN(std::string b, ctx.Data(node, 2));
+    ins.push_back(b);
+  }
+  if (!one_d) return ctx.Emit(node, "Conv", ins, std::move(a));
+  ASSIGN_OR_RETURN(std::string y, ctx.b().Add("Conv", ins, std::move(a), node.name() + "/2d"));
+  Attrs axes;
+  axes.SetInts("axes", {2});
+  return ctx.Emit(node, "Squeeze", {y}, std::move(axes));
+}
+
+absl::Status Pool(ImportContext& ctx, const Node& node) {
+  if (node.output_size() > 1 && !node.output(1).empty()) {
+    return absl::InvalidArgumentError("MaxPool's Indices output is not supported");
+  }
+  ASSIGN_OR_RETURN(std::string x, ctx.Data(node, 0));
+  const std::vector<int64_t> kernel = AttrInts(node, "kernel_shape");
+  const bool one_d = kernel.size() == 1;
+  if (kernel.size() != 2 && !one_d) {
+    return absl::InvalidArgumentError("only 1-D and 2-D pooling is supported");
+  }
+  if (one_d) {
+    ASSIGN_OR_RETURN(x, Dim2(ctx, "Unsqueeze", x, node.name() + "/x2d"));
+  }
+  ASSIGN_OR_RETURN(Window win, WindowOf(ctx, node, x, kernel, one_d));
+  Attrs a;
+  a.SetInts("kernel_shape", win.kernel);
+  a.SetInts("strides", win.strides);
+  if (!AttrInts(node, "dilations").empty()) a.SetInts("dilations", win.dilations);
+  a.SetInts("pads", win.pads);
+  a.SetInt("ceil_mode", AttrInt(node, "ceil_mode", 0));
+  if (node.op_type() == "AveragePool") {
+    a.SetInt("count_include_pad", AttrInt(node, "count_include_pad", 0));
+  }
+  if (!one_d) return ctx.Emit(node, node.op_type(), {x}, std::move(a), 1, 1);
+  ASSIGN_OR_RETURN(std::vector<std::string> y,
+                   ctx.b().AddOp(node.op_type(), {x}, std::move(a), 1, node.name() + "/2d"));
+  Attrs axes;
+  axes.SetInts("axes", {2});
+  return ctx.Emit(node, "Squeeze", {y[0]}, std::move(axes), 1, 1);
+}
+
+absl::Status Resize(ImportContext& ctx, const Node& node) {
+  const std::string mode = AttrString(node, "mode", "nearest");
+  if (mode == "linear") return ResizeLinear(ctx, node);
+  if (mode != "nearest") {
+    return absl::InvalidArgumentError("Resize mode '" + mode +
+                                      "' is not supported (nearest and bilinear are)");
+  }
+  const std::string coords = AttrString(node, "coordinate_transformation_mode", "half_pixel");
+  const std::string rounding = AttrString(node, "nearest_mode", "round_prefer_floor");
+  const bool floor_of_ratio =
+      (coords == "asymmetric" && rounding == "floor") ||
+      ((coords == "half_pixel" || coords == "pytorch_half_pixel") &&
+       (rounding == "round_prefer_floor" || rounding == "round_prefer_ceil"));
+  if (!floor_of_ratio) {
+    return absl::InvalidArgumentError("Resize with coordinate_transformation_mode '" + coords +
+                                      "' and nearest_mode '" + rounding + "' is not supported");
+  }
+  ASSIGN_OR_RETURN(std::string x, ctx.Data(node, 0));
+  ASSIGN_OR_RETURN(TensorType t, ctx.TypeOf(x));
+  if (t.shape.rank() != 4) {
+    return absl::InvalidArgumentError("Resize is supported on [N,C,H,W] inputs only");
+  }
+  std::vector<double> scales;
+  if (const Tensor* s = ctx.ConstantInput(node, 2); s != nullptr && s->numel() > 0) {
+    for (int64_t i = 0; i < s->numel(); ++i) scales.push_back(s->f32()[i]);
+  } else if (const Tensor* z = ctx.ConstantInput(node, 3); z != nullptr && z->numel() == 4) {
+    // Sizes: the batch's entry may be the import's batch; N and C stay.
+    scales = {1, 1};
+    for (int i = 2; i < 4; ++i) {
+      scales.push_back(static_cast<double>(z->i64()[i]) /
+                       static_cast<double>(t.shape.dim(i).value));
+    }
+  } else {
+    return absl::InvalidArgumentError("Resize needs constant scales or sizes");
+  }
+  if (scales.size() != 4 || scales[0] != 1 || scales[1] != 1) {
+    return absl::InvalidArgumentError("Resize may scale only H and W of [N,C,H,W]");
+  }
+  std::vector<int64_t> whole;
+  for (int i = 2; i < 4; ++i) {
+    if (scales[i] < 1 || scales[i] != std::floor(scales[i])) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Resize by ", scales[i], " is not supported (whole upsampling factors are)"));
+    }
+    whole.push_back(static_cast<int64_t>(scales[i]));
+  }
+  Attrs a;
+  a.SetInts("scales", whole);
+  return ctx.Emit(node, "Upsample", {x}, std::move(a));
+}
+
+}  // namespace quilt::onnx_import
