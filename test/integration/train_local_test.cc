@@ -111,7 +111,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Fixture{"text_cnn", "adam"}, Fixture{"padded_encoder", "sgd"},
                       Fixture{"padded_encoder", "adam"}, Fixture{"activations", "sgd"},
                       Fixture{"activations", "adam"}, Fixture{"bilinear_segmenter", "sgd"},
-                      Fixture{"bilinear_segmenter", "adam"}),
+                      Fixture{"bilinear_segmenter", "adam"}, Fixture{"autoencoder", "sgd"},
+                      Fixture{"autoencoder", "adam"}),
     [](const auto& info) { return info.param.name + "_" + info.param.optimizer; });
 
 TEST(TrainLocal, SyntheticData_LossFalls) {

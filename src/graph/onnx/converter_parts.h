@@ -26,6 +26,7 @@ absl::Status HardSigmoidLike(ImportContext& ctx, const Node& node);
 absl::Status Composite(ImportContext& ctx, const Node& node);
 absl::Status Clip(ImportContext& ctx, const Node& node);
 absl::Status Conv(ImportContext& ctx, const Node& node);
+absl::Status ConvTranspose(ImportContext& ctx, const Node& node);
 absl::Status Pool(ImportContext& ctx, const Node& node);
 absl::Status Resize(ImportContext& ctx, const Node& node);
 

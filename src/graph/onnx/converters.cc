@@ -560,6 +560,7 @@ const std::map<std::string, Converter>& Converters() {
       {"Gemm", Gemm},
       {"MatMul", [](ImportContext& c, const Node& n) { return Direct(c, n, "MatMul"); }},
       {"Conv", Conv},
+      {"ConvTranspose", ConvTranspose},
       {"MaxPool", Pool},
       {"AveragePool", Pool},
       {"GlobalAveragePool",

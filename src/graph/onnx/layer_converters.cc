@@ -259,6 +259,69 @@ absl::Status Conv(ImportContext& ctx, const Node& node) {
   return ctx.Emit(node, "Squeeze", {y}, std::move(axes));
 }
 
+// ConvTranspose (nn.ConvTranspose2d) is the input gradient of the
+// convolution whose weight it has ([C_in, C_out / group, kh, kw]): a
+// ConvGradInput of X with W, to the output size ONNX defines, then the
+// bias over channels.
+absl::Status ConvTranspose(ImportContext& ctx, const Node& node) {
+  ASSIGN_OR_RETURN(std::string x, ctx.Data(node, 0));
+  ASSIGN_OR_RETURN(std::string w, ctx.Data(node, 1));
+  ASSIGN_OR_RETURN(TensorType xt, ctx.TypeOf(x));
+  ASSIGN_OR_RETURN(TensorType wt, ctx.TypeOf(w));
+  if (xt.shape.rank() != 4 || wt.shape.rank() != 4) {
+    return absl::InvalidArgumentError("only 2-D transposed convolutions are supported");
+  }
+  const std::string auto_pad = AttrString(node, "auto_pad", "NOTSET");
+  if (auto_pad != "NOTSET" && auto_pad != "VALID") {
+    return absl::InvalidArgumentError("ConvTranspose with auto_pad " + auto_pad +
+                                      " is not supported (explicit pads are)");
+  }
+  const int64_t group = AttrInt(node, "group", 1);
+  const std::vector<int64_t> kernel = {wt.shape.dim(2).value, wt.shape.dim(3).value};
+  std::vector<int64_t> strides = AttrInts(node, "strides"), dil = AttrInts(node, "dilations");
+  std::vector<int64_t> pads = AttrInts(node, "pads"), extra = AttrInts(node, "output_padding");
+  if (strides.empty()) strides = {1, 1};
+  if (dil.empty()) dil = {1, 1};
+  if (pads.empty() || auto_pad == "VALID") pads = {0, 0, 0, 0};
+  if (extra.empty()) extra = {0, 0};
+  if (strides.size() != 2 || dil.size() != 2 || pads.size() != 4 || extra.size() != 2) {
+    return absl::InvalidArgumentError(
+        "ConvTranspose: strides, dilations, pads or output_padding "
+        "do not describe a 2-D window");
+  }
+  std::vector<int64_t> out(2);
+  const std::vector<int64_t> given = AttrInts(node, "output_shape");
+  for (int i = 0; i < 2; ++i) {
+    out[i] = given.size() >= 2 ? given[given.size() - 2 + i]
+                               : strides[i] * (xt.shape.dim(2 + i).value - 1) + extra[i] +
+                                     (kernel[i] - 1) * dil[i] + 1 - pads[i] - pads[i + 2];
+    if (extra[i] < 0 || extra[i] >= strides[i]) {
+      return absl::InvalidArgumentError(
+          "ConvTranspose: an output_padding not smaller than the stride is not supported");
+    }
+    if (out[i] < 1) return absl::InvalidArgumentError("ConvTranspose: the output would be empty");
+  }
+  Attrs a;
+  a.SetInts("kernel_shape", kernel);
+  a.SetInts("strides", strides);
+  a.SetInts("dilations", dil);
+  a.SetInts("pads", pads);
+  a.SetInt("group", group);
+  const int64_t channels = wt.shape.dim(1).value * group;
+  EncodeShape(
+      &a, "input_shape",
+      Shape({xt.shape.dim(0), Dim::Fixed(channels), Dim::Fixed(out[0]), Dim::Fixed(out[1])}));
+  if (!ctx.HasInput(node, 2)) return ctx.Emit(node, "ConvGradInput", {x, w}, std::move(a));
+  ASSIGN_OR_RETURN(std::string y,
+                   ctx.b().Add("ConvGradInput", {x, w}, std::move(a), node.name() + "/unbiased"));
+  ASSIGN_OR_RETURN(std::string b, ctx.Data(node, 2));
+  Attrs shape;
+  shape.SetInts("shape", {channels, 1, 1});
+  ASSIGN_OR_RETURN(std::string b3,
+                   ctx.b().Add("Reshape", {b}, std::move(shape), node.name() + "/bias"));
+  return ctx.Emit(node, "Add", {y, b3}, {});
+}
+
 absl::Status Pool(ImportContext& ctx, const Node& node) {
   if (node.output_size() > 1 && !node.output(1).empty()) {
     return absl::InvalidArgumentError("MaxPool's Indices output is not supported");

@@ -103,6 +103,25 @@ QUILT_REGISTER_OP([] {
   s.cost = [](const CostContext& c) {
     return OpCost{ConvFlops(c.in_dims[0], c.in_dims[1]), c.IoBytes()};
   };
+  // Linear in dY and in W (a transposed convolution trains through it):
+  // its adjoint in dY is the convolution with W, in W the weight gradient
+  // of that convolution.
+  s.grad = [](GradContext& g) -> absl::Status {
+    if (g.needs_dx(0)) {
+      ASSIGN_OR_RETURN(std::string dx, g.b().Add("Conv", {g.dy(0), g.x(1)}, g.op().attrs,
+                                                 g.op().name + "_grad_dy"));
+      g.set_dx(0, dx);
+    }
+    if (g.needs_dx(1)) {
+      ASSIGN_OR_RETURN(Shape ws, ShapeOf(g, g.x(1)));
+      Attrs a = g.op().attrs;
+      EncodeShape(&a, "weight_shape", ws);
+      ASSIGN_OR_RETURN(std::string dw, g.b().Add("ConvGradWeight", {g.x(0), g.dy(0)}, std::move(a),
+                                                 g.op().name + "_grad_w"));
+      g.set_dx(1, dw);
+    }
+    return absl::OkStatus();
+  };
   return s;
 }());
 

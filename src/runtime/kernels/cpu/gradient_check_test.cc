@@ -105,6 +105,15 @@ std::vector<Case> Cases() {
        {{{1, 4, 6, 6}}, {{4, 2, 2, 2}}},
        A({{"group", int64_t{2}}, {"dilations", Ints{2, 2}}, {"pads", Ints{1, 0, 0, 1}}})},
       {"ConvPointwise", "Conv", {{{2, 3, 2, 2}}, {{2, 3, 1, 1}}}},
+      // A transposed convolution: X [2,4,3,3] up to [2,3,6,6] (output
+      // padding 1) with W [4,3,3,3].
+      {"ConvTranspose",
+       "ConvGradInput",
+       {{{2, 4, 3, 3}}, {{4, 3, 3, 3}}},
+       A({{"strides", Ints{2, 2}},
+          {"pads", Ints{1, 1, 1, 1}},
+          {"input_shape", Ints{2, 3, 6, 6}},
+          {"input_shape_batch_axis", int64_t{-1}}})},
       {"MaxPool",
        "MaxPool",
        {{{1, 2, 4, 4}, -1, 1, true, {}, true}},
