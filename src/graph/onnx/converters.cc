@@ -448,7 +448,19 @@ absl::Status Reduce(ImportContext& ctx, const Node& node) {
   a.SetInt("keepdims", AttrInt(node, "keepdims", 1));
   a.SetInt("noop_with_empty_axes", AttrInt(node, "noop_with_empty_axes", 0));
   ASSIGN_OR_RETURN(std::string x, ctx.Data(node, 0));
-  return ctx.Emit(node, node.op_type(), {x}, std::move(a));
+  const std::string& type = node.op_type();
+  if (type == "ReduceMean" || type == "ReduceMax" || type == "ReduceSum") {
+    return ctx.Emit(node, type, {x}, std::move(a));
+  }
+  // Norms as sums (F.normalize's ReduceL2): of |x| (L1) or x² (L2: then
+  // the square root).
+  const std::string at = node.name().empty() ? type : node.name();
+  ASSIGN_OR_RETURN(std::string term, type == "ReduceL1"
+                                         ? ctx.b().Add("Abs", {x}, {}, at + "/abs")
+                                         : ctx.b().Add("Mul", {x, x}, {}, at + "/square"));
+  if (type != "ReduceL2") return ctx.Emit(node, "ReduceSum", {term}, std::move(a));
+  ASSIGN_OR_RETURN(std::string sum, ctx.b().Add("ReduceSum", {term}, std::move(a), at + "/sum"));
+  return ctx.Emit(node, "Sqrt", {sum}, {});
 }
 
 absl::Status Dropout(ImportContext& ctx, const Node& node) {
@@ -596,6 +608,9 @@ const std::map<std::string, Converter>& Converters() {
       {"Resize", Resize},
       {"InstanceNormalization", InstanceNorm},
       {"ReduceSum", Reduce},
+      {"ReduceL1", Reduce},
+      {"ReduceL2", Reduce},
+      {"ReduceSumSquare", Reduce},
       {"Dropout", Dropout},
       {"Pad", Pad},
       {"SoftmaxCrossEntropyLoss", Sce},
