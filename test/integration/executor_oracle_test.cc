@@ -451,7 +451,9 @@ INSTANTIATE_TEST_SUITE_P(
                       // 1-D convolutions and batch norm over [N, C, L].
                       Case{{"text_cnn", "sgd", 16}, 2, 1},
                       // Transposed convolutions (an input gradient as an op).
-                      Case{{"autoencoder", "sgd", 16}, 2, 1}),
+                      Case{{"autoencoder", "sgd", 16}, 2, 1},
+                      // LSTM and GRU unrolled, the batch on axis 1 of [T, B, ·].
+                      Case{{"recurrent", "sgd", 16}, 2, 1}),
     [](const auto& info) {
       const Case& c = info.param;
       return absl::StrCat(c.model.name, "_", c.model.optimizer, "_", c.nodes, "x", c.per_node);

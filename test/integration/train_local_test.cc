@@ -111,7 +111,8 @@ INSTANTIATE_TEST_SUITE_P(
         Fixture{"padded_encoder", "adam"}, Fixture{"activations", "sgd"},
         Fixture{"activations", "adam"}, Fixture{"bilinear_segmenter", "sgd"},
         Fixture{"bilinear_segmenter", "adam"}, Fixture{"autoencoder", "sgd"},
-        Fixture{"autoencoder", "adam"}, Fixture{"norms", "sgd"}, Fixture{"norms", "adam"}),
+        Fixture{"autoencoder", "adam"}, Fixture{"norms", "sgd"}, Fixture{"norms", "adam"},
+        Fixture{"recurrent", "sgd"}, Fixture{"recurrent", "adam"}),
     [](const auto& info) { return info.param.name + "_" + info.param.optimizer; });
 
 TEST(TrainLocal, SyntheticData_LossFalls) {

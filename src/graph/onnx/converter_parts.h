@@ -29,6 +29,8 @@ absl::Status Conv(ImportContext& ctx, const Node& node);
 absl::Status ConvTranspose(ImportContext& ctx, const Node& node);
 absl::Status Pool(ImportContext& ctx, const Node& node);
 absl::Status Resize(ImportContext& ctx, const Node& node);
+// LSTM and GRU, unrolled (recurrent_converters.cc).
+absl::Status Recurrent(ImportContext& ctx, const Node& node);
 
 // Shape and constant ops: folded on constants, Quilt ops on data.
 absl::Status ConstantNode(ImportContext& ctx, const Node& node);

@@ -573,6 +573,8 @@ const std::map<std::string, Converter>& Converters() {
       {"MatMul", [](ImportContext& c, const Node& n) { return Direct(c, n, "MatMul"); }},
       {"Conv", Conv},
       {"ConvTranspose", ConvTranspose},
+      {"LSTM", Recurrent},
+      {"GRU", Recurrent},
       {"MaxPool", Pool},
       {"AveragePool", Pool},
       {"GlobalAveragePool",
