@@ -87,6 +87,17 @@ class JobManagerTest : public ::testing::Test {
     return *id;
   }
 
+  // A job of 100 steps on nodes a, b and c.
+  std::string AddJobOnABC() {
+    NewJob n;
+    n.spec.set_steps(100);
+    n.program = "program-bytes";
+    n.world = {"a", "b", "c"};
+    absl::StatusOr<std::string> id = jobs_->Add(std::move(n));
+    EXPECT_THAT(id, IsOk());
+    return id.ok() ? *id : "";
+  }
+
   HeartbeatResponse Beat(const std::string& node, std::vector<TaskReport> reports = {}) {
     HeartbeatRequest req;
     req.set_node_id(node);
@@ -231,14 +242,9 @@ TEST_F(JobManagerTest, AFailureCausedByAPeerNamesANodeThatStoppedHeartbeating) {
   ASSERT_THAT(registry_->Register(Info("a"), 1), IsOk());
   ASSERT_THAT(registry_->Register(Info("b"), 2), IsOk());
   ASSERT_THAT(registry_->Register(Info("c"), 3), IsOk());
-  NewJob n;
-  n.spec.set_steps(100);
-  n.program = "program-bytes";
-  n.world = {"a", "b", "c"};
-  absl::StatusOr<std::string> id = jobs_->Add(n);
-  ASSERT_THAT(id, IsOk());
+  const std::string id = AddJobOnABC();
   // c's worker died with its executor; a and b blame each other.
-  TaskReport r = Report(*id, quilt::v1::TASK_STATE_FAILED, 2, {});
+  TaskReport r = Report(id, quilt::v1::TASK_STATE_FAILED, 2, {});
   r.set_message("receive from rank 1 (b) (tag 0x5, 64 bytes): the peer failed");
   Beat("a", {r});
   r.set_message("receive from rank 0 (a) (tag 0x5, 64 bytes): the peer failed");
@@ -248,8 +254,8 @@ TEST_F(JobManagerTest, AFailureCausedByAPeerNamesANodeThatStoppedHeartbeating) {
   ASSERT_THAT(registry_->Heartbeat("b", 2), IsOk());
   registry_->CheckLiveness();
   jobs_->CheckNodes();
-  EXPECT_EQ(Status(*id).state(), quilt::v1::JOB_STATE_FAILED);
-  EXPECT_THAT(Status(*id).message(), ::testing::StartsWith("node c stopped heartbeating"));
+  EXPECT_EQ(Status(id).state(), quilt::v1::JOB_STATE_FAILED);
+  EXPECT_THAT(Status(id).message(), ::testing::StartsWith("node c stopped heartbeating"));
 }
 
 // c dies after step 2; a and b fail after step 4 because it did. Steps 3
@@ -260,16 +266,11 @@ TEST_F(JobManagerTest, AFailedJobsStepsWithoutTheStoppedNodesPartsAreNaNOnceItIs
     for (const char* n : {"a", "b", "c"}) {
       (void)registry_->Register(Info(n), grace * 3 + (n[0] - 'a') + 1);
     }
-    NewJob job;
-    job.spec.set_steps(100);
-    job.program = "program-bytes";
-    job.world = {"a", "b", "c"};
-    absl::StatusOr<std::string> id = jobs_->Add(job);
-    ASSERT_THAT(id, IsOk());
+    const std::string id = AddJobOnABC();
     for (const char* n : {"a", "b", "c"}) {
-      Beat(n, {Report(*id, quilt::v1::TASK_STATE_RUNNING, 1, {1.0, 1.0})});
+      Beat(n, {Report(id, quilt::v1::TASK_STATE_RUNNING, 1, {1.0, 1.0})});
     }
-    TaskReport r = Report(*id, quilt::v1::TASK_STATE_FAILED, 3, {1.0, 1.0});
+    TaskReport r = Report(id, quilt::v1::TASK_STATE_FAILED, 3, {1.0, 1.0});
     r.set_message("receive from rank 2 (c) (tag 0x5, 64 bytes): the peer failed");
     Beat("a", {r});
     Beat("b", {r});
@@ -283,27 +284,27 @@ TEST_F(JobManagerTest, AFailedJobsStepsWithoutTheStoppedNodesPartsAreNaNOnceItIs
       jobs_->CheckNodes();
     };
     beat_ab(absl::Seconds(6));
-    EXPECT_EQ(Status(*id).state(), quilt::v1::JOB_STATE_FAILED);
-    EXPECT_EQ(Status(*id).step(), 2);  // c may still send steps 3 and 4
-    EXPECT_THAT(*jobs_->Losses(*id), ElementsAre(3.0, 3.0));
+    EXPECT_EQ(Status(id).state(), quilt::v1::JOB_STATE_FAILED);
+    EXPECT_EQ(Status(id).step(), 2);  // c may still send steps 3 and 4
+    EXPECT_THAT(*jobs_->Losses(id), ElementsAre(3.0, 3.0));
     if (grace == 1) {
       // c comes back without its executor before it is Down: the job waits
       // for the grace.
       c_alive = true;
       beat_ab(JobManager::kLateStepsGrace - absl::Milliseconds(1));
-      EXPECT_EQ(Status(*id).step(), 2);
+      EXPECT_EQ(Status(id).step(), 2);
       beat_ab(absl::Milliseconds(1));
     } else {
       beat_ab(absl::Seconds(25));  // c is Down 30 s after its last heartbeat
     }
-    EXPECT_EQ(Status(*id).step(), 4) << grace;
-    const std::vector<double> losses = *jobs_->Losses(*id);
+    EXPECT_EQ(Status(id).step(), 4) << grace;
+    const std::vector<double> losses = *jobs_->Losses(id);
     ASSERT_EQ(losses.size(), 4u) << grace;
     EXPECT_EQ(losses[1], 3.0);
     EXPECT_TRUE(std::isnan(losses[2]) && std::isnan(losses[3])) << losses[2] << " " << losses[3];
     // A restart keeps them.
     Reopen();
-    EXPECT_EQ(jobs_->Losses(*id)->size(), 4u);
+    EXPECT_EQ(jobs_->Losses(id)->size(), 4u);
   }
 }
 
