@@ -1,6 +1,7 @@
 #include "src/planner/heterog.h"
 
 #include <algorithm>
+#include <optional>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -143,6 +144,13 @@ class Search {
       : space_(space), groups_(groups), options_(o), deadline_(deadline), rng_(o.seed) {}
 
   const std::string& stopped_by() const { return stopped_by_; }
+  // The fastest plan seen over the search's share of memory but within the
+  // devices' whole memory, if any.
+  const std::optional<std::pair<PlanState, Score>>& near() const { return near_; }
+  // Up to kEarlier plans that were the best before the result (the latest
+  // first).
+  static constexpr size_t kEarlier = 8;
+  const std::vector<std::pair<PlanState, Score>>& earlier() const { return earlier_; }
 
   // Local search from `start`; returns the best state found.
   absl::StatusOr<std::pair<PlanState, Score>> Run(PlanState start, Score start_score) {
@@ -158,6 +166,7 @@ class Search {
         if (next == current) continue;
         absl::StatusOr<Score> score = space_->Evaluate(next);
         if (!score.ok()) continue;  // a state the lowering rejects: skip it
+        Near(next, *score);
         if (score->BetterThan(current_score) &&
             (!current_score.feasible() || score->time_s < current_score.time_s * (1 - 1e-6))) {
           current = next;
@@ -166,6 +175,11 @@ class Search {
         }
       }
       if (current_score.BetterThan(best_score)) {
+        // Kept: the coarsened graph's memory errs both ways, and the full
+        // simulation may find that a later best does not fit, or an
+        // earlier one over the memory share does.
+        earlier_.insert(earlier_.begin(), {best, best_score});
+        if (earlier_.size() > kEarlier) earlier_.pop_back();
         best = current;
         best_score = current_score;
         idle_restarts = 0;
@@ -225,8 +239,9 @@ class Search {
   // The evaluation limit counts once a plan fits: until then the search
   // goes on for its time budget.
   bool OutOfBudget(const Score& best) {
+    if (best.feasible() && fit_at_ < 0) fit_at_ = space_->evaluations();
     if (best.feasible() && options_.max_evaluations > 0 &&
-        space_->evaluations() >= options_.max_evaluations) {
+        space_->evaluations() - fit_at_ >= options_.max_evaluations) {
       stopped_by_ = "evaluation limit";
       return true;
     }
@@ -237,7 +252,16 @@ class Search {
     return false;
   }
 
+  void Near(const PlanState& state, const Score& score) {
+    if (score.feasible() || !score.fits_whole) return;
+    if (!near_.has_value() || score.time_s < near_->second.time_s) near_ = {state, score};
+  }
+
   SearchSpace* space_;
+  std::optional<std::pair<PlanState, Score>> near_;
+  std::vector<std::pair<PlanState, Score>> earlier_;
+  // Evaluations made when a plan first fitted (-1: none has yet).
+  int64_t fit_at_ = -1;
   std::string stopped_by_;
   int groups_;
   const SearchOptions& options_;
@@ -261,6 +285,8 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
   SearchSpace space(topo, cost, *coarse, batch, options.memory_fraction);
   SearchResult result;
   result.groups = coarse->num_groups();
+  std::optional<PlanState> near;
+  std::vector<std::pair<PlanState, Score>> earlier;
   // Start from the best baseline on the coarse model.
   PlanState best;
   Score best_score;
@@ -325,6 +351,12 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
     best = found.first;
     best_score = found.second;
     result.stopped_by = search.stopped_by();
+    earlier = search.earlier();
+    if (search.near().has_value() &&
+        (!best_score.feasible() || search.near()->second.time_s < best_score.time_s)) {
+      near = search.near()->first;
+      result.near_s = search.near()->second.time_s;
+    }
   }
   result.result_s = best_score.time_s;
   result.feasible = best_score.feasible();
@@ -344,6 +376,16 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
     result.variants.push_back(space.FineStrategy(g, start_state, "heterog", smallest));
     result.variant_collectives.push_back(FusionLabel(smallest) + ", ops placed as " + result.start +
                                          " places them");
+  }
+  if (near.has_value()) {
+    result.near_variant = result.variants.size();
+    result.variants.push_back(space.FineStrategy(g, *near, "heterog", SearchSpace::kFusePerGroup));
+    result.variant_collectives.push_back(FusionLabel(SearchSpace::kFusePerGroup) +
+                                         ", a plan the search kept from over its memory share");
+  }
+  for (const auto& [state, score] : earlier) {
+    result.fallbacks.push_back(space.FineStrategy(g, state, "heterog", SearchSpace::kFusePerGroup));
+    result.fallback_s.push_back(score.time_s);
   }
   // What each group's choice is worth: the step with that group put back
   // as the start had it.
@@ -371,6 +413,17 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
       if (s.ok() && !s->feasible() && best_score.feasible()) c.needed_to_fit = true;
     }
     result.choices.push_back(c);
+    if (near.has_value()) {
+      GroupChoice n = as_start;
+      describe(*near, k, &n);
+      result.near_choices.push_back(n);
+    }
+    result.fallback_choices.resize(earlier.size());
+    for (size_t e = 0; e < earlier.size(); ++e) {
+      GroupChoice f = as_start;
+      describe(earlier[e].first, k, &f);
+      result.fallback_choices[e].push_back(f);
+    }
   }
   result.evaluated = space.evaluations();
   result.search_wall_s = absl::ToDoubleSeconds(absl::Now() - start);

@@ -76,6 +76,19 @@ struct SearchResult {
   std::vector<std::string> variant_collectives;
   // Variants from this index on place the ops as the start does.
   size_t first_start_variant = 0;
+  // The variant (last, when there is one; else 0) of the fastest plan over
+  // the search's share of memory but within the devices' whole memory: the
+  // coarsened graph's memory errs, and the full simulation may find it
+  // fits. Its choices are near_choices.
+  size_t near_variant = 0;
+  double near_s = 0;  // predicted on the coarsened graph
+  std::vector<GroupChoice> near_choices;
+  // Plans that were the search's best before its result, the latest first
+  // (per group collectives), for when no variant fits in full; their
+  // coarse times and choices.
+  std::vector<quilt::v1::Strategy> fallbacks;
+  std::vector<double> fallback_s;
+  std::vector<std::vector<GroupChoice>> fallback_choices;
   // Predicted on the coarsened graph: the starting baseline, the result.
   std::string start;
   double start_s = 0, result_s = 0;

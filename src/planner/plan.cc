@@ -156,59 +156,96 @@ absl::Status PlanHeteroG(const Graph& g, const Topology& topo, const CostModel& 
     if (!far) plan_and_start.push_back(ns);
   }
   RETURN_IF_ERROR(evaluate_many(plan_and_start, /*both_orders=*/true));
+  // Each variant of a search's plan simulated in full; the fastest feasible
+  // one (or the first, when none fits) becomes done[kHeteroG]. On clusters
+  // of more than kBothOrdersDevices devices, where a full simulation costs
+  // seconds, only in the execution order the first variant ran faster in
+  // (they place the ops alike). Returns the variant chosen.
+  auto simulate_variants = [&](const SearchResult& r) -> absl::StatusOr<size_t> {
+    std::vector<NamedStrategy> variants;
+    const quilt::v1::ExecutionOrder order = done->at(kHeteroG).estimate.strategy().order();
+    for (size_t v = 1; v < r.variants.size(); ++v) {
+      variants.push_back(NamedStrategy{absl::StrCat(kHeteroG, "#", v), r.variants[v], ""});
+      // Start variants place the ops otherwise: they keep the start's order
+      // (and the plan from over the memory share its own).
+      if (v < r.first_start_variant) variants.back().strategy.set_order(order);
+    }
+    RETURN_IF_ERROR(evaluate_many(variants, topo.num_devices() <= kBothOrdersDevices));
+    size_t chosen = 0;
+    for (size_t v = 1; v < r.variants.size(); ++v) {
+      const std::string& name = variants[v - 1].name;
+      Evaluated& first = done->at(kHeteroG);
+      Evaluated& other = done->at(name);
+      const bool better = other.estimate.feasible() &&
+                          (!first.estimate.feasible() ||
+                           other.estimate.step_time_s() < first.estimate.step_time_s());
+      if (better) {
+        other.estimate.set_name(kHeteroG);
+        other.estimate.mutable_strategy()->set_name(kHeteroG);
+        first = std::move(other);
+        chosen = v;
+      }
+      done->erase(name);
+    }
+    return chosen;
+  };
+  ASSIGN_OR_RETURN(size_t chosen, simulate_variants(sr));
+  // None fits in full: the search's earlier bests, latest (fastest) first.
+  int fallback = -1;
+  for (size_t k = 0; k < sr.fallbacks.size() && !done->at(kHeteroG).estimate.feasible(); ++k) {
+    const std::string name = absl::StrCat(kHeteroG, "~", k + 1);
+    RETURN_IF_ERROR(evaluate(NamedStrategy{name, sr.fallbacks[k], ""}));
+    Evaluated& e = done->at(name);
+    if (e.estimate.feasible()) {
+      e.estimate.set_name(kHeteroG);
+      e.estimate.mutable_strategy()->set_name(kHeteroG);
+      done->at(kHeteroG) = std::move(e);
+      fallback = static_cast<int>(k);
+    }
+    done->erase(name);
+  }
   // The coarsened graph misses tensors that live briefly inside a group: a
   // plan that fits there can overflow in full. Then search again with more
-  // headroom, up to three times, each with 15 % less of each device.
+  // headroom, up to three times, each with 15 % less of each device, in
+  // what is left of the time budget (a quarter of it when none is); the
+  // fastest plan that fits in full, of every search, is kept.
   SearchOptions again = o.search;
+  double searched_s = sr.search_wall_s;
   for (int attempt = 0; attempt < 3 && sr.feasible && !done->at(kHeteroG).estimate.feasible();
        ++attempt) {
     again.memory_fraction *= 0.85;
+    again.time_budget_s =
+        std::max(o.search.time_budget_s - searched_s, 0.25 * o.search.time_budget_s);
     if (o.progress) {
       o.progress(absl::StrFormat(
-          "the plan overflows memory in full; searching again with %.0f %% of each device's",
-          100 * again.memory_fraction));
+          "the plan overflows memory in full; searching again with %.0f %% of each device's "
+          "(%.1f s of search budget)",
+          100 * again.memory_fraction, again.time_budget_s));
     }
     ASSIGN_OR_RETURN(SearchResult retry,
                      SearchHeteroG(g, topo, cost, o.global_batch, baselines, again));
-    if (retry.feasible) {
-      retry.evaluated += sr.evaluated;
-      retry.search_wall_s += sr.search_wall_s;
+    searched_s += retry.search_wall_s;
+    if (!retry.feasible) continue;
+    Evaluated before = std::move(done->at(kHeteroG));
+    done->erase(kHeteroG);
+    RETURN_IF_ERROR(evaluate(NamedStrategy{kHeteroG, retry.variants[0], ""}));
+    // It may have started from another baseline.
+    for (const NamedStrategy& ns : baselines) {
+      if (ns.name == retry.start && !done->count(ns.name)) RETURN_IF_ERROR(evaluate(ns));
+    }
+    ASSIGN_OR_RETURN(size_t retry_chosen, simulate_variants(retry));
+    retry.evaluated += sr.evaluated;
+    retry.search_wall_s = searched_s;
+    if (done->at(kHeteroG).estimate.feasible()) {
       sr = std::move(retry);
-      done->erase(kHeteroG);
-      RETURN_IF_ERROR(evaluate(NamedStrategy{kHeteroG, sr.variants[0], ""}));
-      // It may have started from another baseline.
-      for (const NamedStrategy& ns : baselines) {
-        if (ns.name == sr.start) RETURN_IF_ERROR(evaluate(ns));
-      }
+      chosen = retry_chosen;
+      fallback = -1;
+    } else {
+      // No better: the earlier attempt's plan stays (its searches counted).
+      done->at(kHeteroG) = std::move(before);
+      sr.evaluated = retry.evaluated;
+      sr.search_wall_s = searched_s;
     }
-  }
-  // Each variant simulated in full; the fastest feasible one is the plan.
-  // On clusters of more than kBothOrdersDevices devices, where a full
-  // simulation costs seconds, only in the execution order the first
-  // variant ran faster in (they place the ops alike).
-  std::vector<NamedStrategy> variants;
-  const quilt::v1::ExecutionOrder order = done->at(kHeteroG).estimate.strategy().order();
-  for (size_t v = 1; v < sr.variants.size(); ++v) {
-    variants.push_back(NamedStrategy{absl::StrCat(kHeteroG, "#", v), sr.variants[v], ""});
-    // Start variants place the ops otherwise: they keep the start's order.
-    if (v < sr.first_start_variant) variants.back().strategy.set_order(order);
-  }
-  RETURN_IF_ERROR(evaluate_many(variants, topo.num_devices() <= kBothOrdersDevices));
-  size_t chosen = 0;
-  for (size_t v = 1; v < sr.variants.size(); ++v) {
-    const std::string& name = variants[v - 1].name;
-    Evaluated& first = done->at(kHeteroG);
-    Evaluated& other = done->at(name);
-    const bool better =
-        other.estimate.feasible() &&
-        (!first.estimate.feasible() || other.estimate.step_time_s() < first.estimate.step_time_s());
-    if (better) {
-      other.estimate.set_name(kHeteroG);
-      other.estimate.mutable_strategy()->set_name(kHeteroG);
-      first = std::move(other);
-      chosen = v;
-    }
-    done->erase(name);
   }
   quilt::v1::SearchSummary summary;
   summary.set_start(sr.start);
@@ -218,13 +255,25 @@ absl::Status PlanHeteroG(const Graph& g, const Topology& topo, const CostModel& 
   summary.set_stopped_by(sr.stopped_by);
   summary.set_start_coarse_s(sr.start_s);
   // A start variant places the ops as the start does.
-  const bool from_start = chosen >= sr.first_start_variant;
-  summary.set_result_coarse_s(from_start ? sr.start_s : sr.result_s);
-  if (chosen < sr.variant_collectives.size()) {
+  const bool near = sr.near_variant > 0 && chosen == sr.near_variant && fallback < 0;
+  const bool from_start = chosen >= sr.first_start_variant && !near && fallback < 0;
+  summary.set_result_coarse_s(fallback >= 0 ? sr.fallback_s[fallback]
+                              : near        ? sr.near_s
+                              : from_start  ? sr.start_s
+                                            : sr.result_s);
+  if (fallback >= 0) {
+    summary.set_gradient_collectives(
+        "the all-reduced gradients of each group in one collective, a plan the search had kept "
+        "before its last (which does not fit in full)");
+  } else if (chosen < sr.variant_collectives.size()) {
     summary.set_gradient_collectives(sr.variant_collectives[chosen]);
   }
   summary.set_variants_simulated(static_cast<int32_t>(sr.variants.size()));
-  for (const GroupChoice& c : from_start ? sr.start_choices : sr.choices) {
+  const std::vector<GroupChoice>& decided = fallback >= 0 ? sr.fallback_choices[fallback]
+                                            : near        ? sr.near_choices
+                                            : from_start  ? sr.start_choices
+                                                          : sr.choices;
+  for (const GroupChoice& c : decided) {
     auto* d = summary.add_decisions();
     d->set_group(c.group);
     d->set_first_op(c.first_op);

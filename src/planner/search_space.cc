@@ -297,7 +297,9 @@ absl::StatusOr<Score> SearchSpace::Evaluate(const PlanState& state) {
   ASSIGN_OR_RETURN(SimResult r, Simulate(*p, coarse_.graph(), topo_, coarse_.cost(), sim_options));
   Score score;
   score.time_s = r.step_time_s;
+  score.fits_whole = true;
   for (const DeviceUsage& u : r.devices) {
+    if (u.capacity_bytes > 0 && u.peak_memory_bytes > u.capacity_bytes) score.fits_whole = false;
     const double cap = memory_fraction_ * static_cast<double>(u.capacity_bytes);
     if (u.capacity_bytes > 0 && static_cast<double>(u.peak_memory_bytes) > cap) {
       score.overflow_bytes += static_cast<double>(u.peak_memory_bytes) - cap;

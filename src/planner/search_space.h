@@ -45,6 +45,9 @@ struct Score {
   double time_s = 0;
   // Bytes over capacity, summed over devices (0 when it fits).
   double overflow_bytes = 0;
+  // Within every device's whole memory (the search's share of it may be
+  // less): the full simulation may find it fits.
+  bool fits_whole = false;
   bool feasible() const { return overflow_bytes <= 0; }
   // Feasible before infeasible; then faster, or less over memory.
   bool BetterThan(const Score& o) const;

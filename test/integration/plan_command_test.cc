@@ -220,5 +220,21 @@ TEST(PlanCommand, NoFeasibleStrategy_SaysSoAndFails) {
   EXPECT_EQ(Plan(fits).exit_code, 0);
 }
 
+// Where plans fit only near the memory limit, the coarsened graph's memory
+// errs: a search that goes on longer must not end with a plan that does not
+// fit in full when one it passed does (the search's earlier bests and the
+// best plan over its memory share are simulated in full too).
+TEST(PlanCommand, ALongerSearchKeepsAPlanThatFits) {
+  for (const char* budget : {"3", "30"}) {
+    const CommandResult r =
+        Plan({"zoo:bert_large", "--cluster", "test/fixtures/clusters/small_memory.textproto",
+              "--batch", "48", "--strategy", "heterog", "--time-budget", budget, "-o", "json"});
+    ASSERT_EQ(r.exit_code, 0) << budget << ": " << r.err;
+    const nlohmann::json j = nlohmann::json::parse(r.out);
+    ASSERT_EQ(j["estimates"].size(), 1u);
+    EXPECT_TRUE(j["estimates"][0]["feasible"].get<bool>()) << budget;
+  }
+}
+
 }  // namespace
 }  // namespace quilt::testing

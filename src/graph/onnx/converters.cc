@@ -463,6 +463,18 @@ absl::Status Reduce(ImportContext& ctx, const Node& node) {
   return ctx.Emit(node, "Sqrt", {sum}, {});
 }
 
+// CumSum along a constant axis.
+absl::Status CumSumNode(ImportContext& ctx, const Node& node) {
+  ASSIGN_OR_RETURN(std::vector<int64_t> axis, ctx.ConstInts(node, 1));
+  if (axis.size() != 1) return absl::InvalidArgumentError("CumSum's axis must be a scalar");
+  Attrs a;
+  a.SetInt("axis", axis[0]);
+  a.SetInt("exclusive", AttrInt(node, "exclusive", 0));
+  a.SetInt("reverse", AttrInt(node, "reverse", 0));
+  ASSIGN_OR_RETURN(std::string x, ctx.Data(node, 0));
+  return ctx.Emit(node, "CumSum", {x}, std::move(a));
+}
+
 absl::Status Dropout(ImportContext& ctx, const Node& node) {
   float ratio = AttrFloat(node, "ratio", 0.5f);
   if (const Tensor* r = ctx.ConstantInput(node, 1)) ratio = r->f32()[0];
@@ -613,6 +625,7 @@ const std::map<std::string, Converter>& Converters() {
       {"ReduceL1", Reduce},
       {"ReduceL2", Reduce},
       {"ReduceSumSquare", Reduce},
+      {"CumSum", CumSumNode},
       {"Dropout", Dropout},
       {"Pad", Pad},
       {"SoftmaxCrossEntropyLoss", Sce},
