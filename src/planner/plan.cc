@@ -309,9 +309,22 @@ absl::Status PlanHeteroG(const Graph& g, const Topology& topo, const CostModel& 
     summary.clear_decisions();
     summary.set_gradient_collectives("as " + best->estimate.name() + " forms them");
   } else if (best != nullptr) {
-    h.estimate.set_note(absl::StrFormat("%.2f× faster than %s",
-                                        best->estimate.step_time_s() / h.estimate.step_time_s(),
-                                        best->estimate.name()));
+    std::string note = absl::StrFormat("%.2f× faster than %s",
+                                       best->estimate.step_time_s() / h.estimate.step_time_s(),
+                                       best->estimate.name());
+    // Placed as its start places the ops: the gain is in the collectives
+    // alone (the baselines sum each gradient on its own).
+    bool as_start = true;
+    for (size_t k = 0; k < decided.size() && k < sr.start_choices.size(); ++k) {
+      as_start = as_start && decided[k].placement == sr.start_choices[k].placement &&
+                 decided[k].aggregation == sr.start_choices[k].aggregation;
+    }
+    if (as_start) {
+      absl::StrAppend(&note, "; the ops are placed as ", sr.start,
+                      " places them: the gain is in how gradients form collectives (",
+                      summary.gradient_collectives(), ")");
+    }
+    h.estimate.set_note(note);
   }
   (void)lb;
   if (best != nullptr) {
