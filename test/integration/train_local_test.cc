@@ -112,7 +112,8 @@ INSTANTIATE_TEST_SUITE_P(
         Fixture{"activations", "adam"}, Fixture{"bilinear_segmenter", "sgd"},
         Fixture{"bilinear_segmenter", "adam"}, Fixture{"autoencoder", "sgd"},
         Fixture{"autoencoder", "adam"}, Fixture{"norms", "sgd"}, Fixture{"norms", "adam"},
-        Fixture{"recurrent", "sgd"}, Fixture{"recurrent", "adam"}),
+        Fixture{"recurrent", "sgd"}, Fixture{"recurrent", "adam"}, Fixture{"position_ids", "sgd"},
+        Fixture{"position_ids", "adam"}),
     [](const auto& info) { return info.param.name + "_" + info.param.optimizer; });
 
 TEST(TrainLocal, SyntheticData_LossFalls) {

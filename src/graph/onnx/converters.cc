@@ -104,7 +104,26 @@ bool FoldUnary(ImportContext& ctx, const Node& node) {
 
 absl::Status Binary(ImportContext& ctx, const Node& node) {
   if (FoldBinary(ctx, node)) return absl::OkStatus();
-  return Direct(ctx, node, node.op_type());
+  const std::string& type = node.op_type();
+  if (type == "Add" || type == "Sub" || type == "Mul") {
+    // Integer data (position ids from a mask's cumulative sum): computed in
+    // float32, exact for the small integers ids are, and cast back.
+    ASSIGN_OR_RETURN(std::string a, ctx.Data(node, 0));
+    ASSIGN_OR_RETURN(std::string b, ctx.Data(node, 1));
+    ASSIGN_OR_RETURN(TensorType ta, ctx.TypeOf(a));
+    ASSIGN_OR_RETURN(TensorType tb, ctx.TypeOf(b));
+    if (ta.dtype == DType::kI64 && tb.dtype == DType::kI64) {
+      const std::string at = node.name().empty() ? type : node.name();
+      Attrs to_float, to_int;
+      to_float.SetString("to", "f32");
+      to_int.SetString("to", "i64");
+      ASSIGN_OR_RETURN(std::string fa, ctx.b().Add("Cast", {a}, to_float, at + "/a_f32"));
+      ASSIGN_OR_RETURN(std::string fb, ctx.b().Add("Cast", {b}, to_float, at + "/b_f32"));
+      ASSIGN_OR_RETURN(std::string f, ctx.b().Add(type, {fa, fb}, {}, at + "/f32"));
+      return ctx.Emit(node, "Cast", {f}, std::move(to_int));
+    }
+  }
+  return Direct(ctx, node, type);
 }
 
 absl::Status Unary(ImportContext& ctx, const Node& node) {
