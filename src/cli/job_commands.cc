@@ -201,7 +201,9 @@ int Watch(const std::string& id, const GlobalOptions& g, const std::string& form
       absl::SleepFor(absl::Seconds(1));
       s = client.GetJob(id).status();
     } while ((s.code() == absl::StatusCode::kUnavailable ||
-              s.code() == absl::StatusCode::kDeadlineExceeded) &&
+              s.code() == absl::StatusCode::kDeadlineExceeded ||
+              // (a coordinator still stopping cancels the calls it gets)
+              s.code() == absl::StatusCode::kCancelled) &&
              absl::Now() < give_up);
   }
   if (tty) std::cout << "\n";

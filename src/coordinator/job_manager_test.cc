@@ -1,3 +1,5 @@
+// JobManager: assignments by rank, losses summed over ranks, failures and
+// their causes, cancel, rendezvous, storage of jobs, models and losses.
 #include "src/coordinator/job_manager.h"
 
 #include <cmath>
@@ -8,25 +10,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
-#include "gmock/gmock.h"
-#include "gtest/gtest.h"
-#include "src/common/fake_clock.h"
-#include "src/common/status_matchers.h"
 #include "src/coordinator/job_manager_test_fixture.h"
-#include "src/coordinator/store/sqlite_store.h"
-#include "src/testing/node_info.h"
-#include "src/testing/temp_dir.h"
 
 namespace quilt {
 namespace {
-
-using quilt::v1::HeartbeatRequest;
-using quilt::v1::HeartbeatResponse;
-using quilt::v1::TaskReport;
-using ::testing::ElementsAre;
-using ::testing::HasSubstr;
-using ::testing::IsEmpty;
-using ::testing::SizeIs;
 
 TEST_F(JobManagerTest, EachNodeGetsItsAssignmentOnceWithItsRank) {
   const std::string id = AddJob();

@@ -22,6 +22,10 @@ namespace quilt {
 using quilt::v1::HeartbeatRequest;
 using quilt::v1::HeartbeatResponse;
 using quilt::v1::TaskReport;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::SizeIs;
 
 inline quilt::v1::NodeInfo Info(const std::string& id) { return testing::CpuNodeInfo(id); }
 
