@@ -6,6 +6,8 @@
 #include <iostream>
 
 #include "absl/strings/str_format.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "src/cli/command.h"
 #include "src/cli/format.h"
 #include "src/cli/validators.h"
@@ -260,15 +262,28 @@ int Run(PlanArgs a, const GlobalOptions& globals) {
   po.search.target_groups = a.groups;
   absl::StatusOr<PlanResult> r = Plan(*g, *topo, po);
   if (!r.ok()) return PrintError(std::string(r.status().message()));
+  if (r->report.best().empty() && (!a.program_out.empty() || !a.trace.empty())) {
+    // The table says why each strategy failed; then the error.
+    Print(r->report, a);
+    return PrintError(a.program_out.empty() ? "no feasible strategy to trace"
+                                            : "no feasible strategy to write");
+  }
   if (!a.program_out.empty()) {
-    if (r->report.best().empty()) return PrintError("no feasible strategy to write");
-    if (absl::Status w = WriteFileAtomically(a.program_out, r->best_program.SerializeAsString());
-        !w.ok()) {
+    // Deterministic bytes: the same plan, the same file (maps in order).
+    std::string bytes;
+    {
+      google::protobuf::io::StringOutputStream raw(&bytes);
+      google::protobuf::io::CodedOutputStream out(&raw);
+      out.SetSerializationDeterministic(true);
+      if (!r->best_program.SerializeToCodedStream(&out)) {
+        return PrintError("cannot serialize the program");
+      }
+    }
+    if (absl::Status w = WriteFileAtomically(a.program_out, bytes); !w.ok()) {
       return PrintError(std::string(w.message()));
     }
   }
   if (!a.trace.empty()) {
-    if (r->report.best().empty()) return PrintError("no feasible strategy to trace");
     if (absl::Status w = WriteFileAtomically(
             a.trace, ChromeTraceJson(r->best_sim, *topo, a.model + " / " + r->report.best()));
         !w.ok()) {

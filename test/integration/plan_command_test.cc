@@ -13,6 +13,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "proto/quilt/v1/program.pb.h"
+#include "src/common/files.h"
 #include "src/common/status_matchers.h"
 #include "src/testing/subprocess.h"
 #include "src/testing/temp_dir.h"
@@ -115,6 +116,19 @@ TEST(PlanCommand, ProgramOut_TrainsWithTheGivenLossAndOptimizer) {
   EXPECT_EQ(program.graph().loss().type(), quilt::v1::Loss::TYPE_MSE);
   EXPECT_DOUBLE_EQ(program.graph().optimizer().sgd().learning_rate(), 0.2);
   EXPECT_DOUBLE_EQ(program.graph().optimizer().sgd().momentum(), 0.5);
+  // The same plan writes the same bytes (a seeded search, maps in order).
+  std::vector<std::string> files;
+  for (const char* name : {"h1.pb", "h2.pb"}) {
+    files.push_back(dir.File(name));
+    const CommandResult h = Plan({"test/fixtures/transformer/model.onnx", "--cluster",
+                                  "config/clusters/heterog_testbed.textproto", "--batch", "32",
+                                  "--strategy", "heterog", "--max-plans", "50", "--seed", "3",
+                                  "--time-budget", "60", "--program-out", files.back()});
+    ASSERT_EQ(h.exit_code, 0) << h.err;
+  }
+  absl::StatusOr<std::string> first = ReadFile(files[0]), second = ReadFile(files[1]);
+  ASSERT_TRUE(first.ok() && second.ok());
+  EXPECT_TRUE(*first == *second) << "the two programs differ";
   // A model that computes its own loss keeps it; another one is refused.
   const CommandResult other =
       Plan({"test/fixtures/mlp_loss_in_model/model.onnx", "--cluster",
@@ -214,6 +228,14 @@ TEST(PlanCommand, NoFeasibleStrategy_SaysSoAndFails) {
   EXPECT_EQ(r.value("best", ""), "");
   for (const auto& e : r["estimates"]) EXPECT_FALSE(e["feasible"].get<bool>()) << e["name"];
   EXPECT_THAT(json.err, HasSubstr("No feasible strategy"));
+  // Asked for a program, it still says why each strategy failed.
+  TempDir dir;
+  std::vector<std::string> out_args = args;
+  out_args.insert(out_args.end(), {"--program-out", dir.File("p.pb")});
+  const CommandResult with_out = Plan(out_args);
+  EXPECT_EQ(with_out.exit_code, 1);
+  EXPECT_THAT(with_out.out, HasSubstr("out of memory"));
+  EXPECT_THAT(with_out.err, HasSubstr("no feasible strategy to write"));
   // One batch that fits: the same command succeeds.
   std::vector<std::string> fits = args;
   fits.back() = "16";
