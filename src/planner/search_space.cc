@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "src/common/status.h"
@@ -102,6 +104,32 @@ SearchSpace::SearchSpace(const Topology& topo, const CostModel& fine_cost,
     for (size_t j = 0; j + 1 < nodes.size(); ++j) {
       for (int d : topo.NodeDevices(nodes[j].second)) devices.push_back(d);
       if (j >= 1) weighted(devices, absl::StrCat("fastest ", j + 1, " nodes"));
+    }
+  }
+  // Without the device whose slowest link is far slower than the others'
+  // (one behind a slow pair link or a slow bus): every set above includes
+  // both ends of such a link.
+  if (n > 2) {
+    // (its slowest link's bandwidth, its speed, device): of two ends of one
+    // slow link, the slower goes.
+    std::vector<std::tuple<double, double, int>> worst;
+    for (int d = 0; d < n; ++d) {
+      double w = std::numeric_limits<double>::infinity();
+      for (int e = 0; e < n; ++e) {
+        if (e != d) w = std::min(w, topo.PathBetween(d, e).bandwidth_bytes_per_s);
+      }
+      worst.push_back({w, speed_[d], d});
+    }
+    std::sort(worst.begin(), worst.end());
+    // The slowest device's slowest link against the typical device's.
+    const double typical = std::get<0>(worst[worst.size() / 2]);
+    if (std::get<0>(worst[0]) * 4 < typical) {
+      const int out = std::get<2>(worst[0]);
+      std::vector<int> rest;
+      for (int d = 0; d < n; ++d) {
+        if (d != out) rest.push_back(d);
+      }
+      weighted(rest, "all but " + topo.device(out).id + " (slow links)");
     }
   }
   // Single devices: every one on small clusters, the fastest of each node

@@ -258,5 +258,27 @@ TEST(PlanCommand, ALongerSearchKeepsAPlanThatFits) {
   }
 }
 
+// A device behind a very slow link: the planner leaves it out (every
+// data-parallel baseline uses it, or falls back to one device).
+TEST(PlanCommand, ADeviceBehindASlowLinkIsLeftOut) {
+  const CommandResult r =
+      Plan({"zoo:resnet50", "--cluster", "test/fixtures/clusters/slow_pair.textproto", "--batch",
+            "32", "-o", "json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  double heterog = 0, best_baseline = 0;
+  for (const auto& e : j["estimates"]) {
+    if (!e["feasible"].get<bool>()) continue;
+    const double t = e["step_time_s"].get<double>();
+    if (e["name"] == "heterog") {
+      heterog = t;
+    } else if (best_baseline == 0 || t < best_baseline) {
+      best_baseline = t;
+    }
+  }
+  ASSERT_GT(heterog, 0);
+  EXPECT_LT(heterog, 0.85 * best_baseline);
+}
+
 }  // namespace
 }  // namespace quilt::testing
