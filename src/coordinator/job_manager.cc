@@ -547,7 +547,7 @@ void JobManager::OnHeartbeat(const quilt::v1::HeartbeatRequest& request,
   }
 }
 
-void JobManager::CloseEnded(const std::set<std::string>& down) {
+void JobManager::CloseEnded(const std::map<std::string, std::string>& down) {
   for (auto& [id, job] : jobs_) {
     const quilt::v1::JobStatus& st = job.record.status();
     if (!Ended(st.state()) || job.loaded_ended || job.closed) continue;
@@ -581,9 +581,7 @@ void JobManager::CheckNodes() {
   }
   {
     absl::MutexLock lock(&mu_);
-    std::set<std::string> down_nodes;
-    for (const auto& [node, reason] : down) down_nodes.insert(node);
-    CloseEnded(down_nodes);
+    CloseEnded(down);
   }
   {
     // Failures caused by a peer whose own report did not come: a node of

@@ -170,8 +170,9 @@ class JobManager {
   static int64_t Settled(const Job& job);
   // Closes the ended jobs whose nodes have nothing more to send: each has
   // sent its steps through the end or is Down (`down`), or the job ended
-  // kLateStepsGrace ago.
-  void CloseEnded(const std::set<std::string>& down) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // kLateStepsGrace ago. `down`: the Down nodes (and why).
+  void CloseEnded(const std::map<std::string, std::string>& down)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The first step of `node` not applied yet.
   static int64_t NextStep(const Job& job, const std::string& node);
   // Writes the record (failures are logged; the next change tries again).

@@ -161,6 +161,13 @@ absl::Status PlanHeteroG(const Graph& g, const Topology& topo, const CostModel& 
   // of more than kBothOrdersDevices devices, where a full simulation costs
   // seconds, only in the execution order the first variant ran faster in
   // (they place the ops alike). Returns the variant chosen.
+  // Makes the estimate `name` the plan's.
+  auto adopt = [&](const std::string& name) {
+    Evaluated& e = done->at(name);
+    e.estimate.set_name(kHeteroG);
+    e.estimate.mutable_strategy()->set_name(kHeteroG);
+    done->at(kHeteroG) = std::move(e);
+  };
   auto simulate_variants = [&](const SearchResult& r) -> absl::StatusOr<size_t> {
     std::vector<NamedStrategy> variants;
     const quilt::v1::ExecutionOrder order = done->at(kHeteroG).estimate.strategy().order();
@@ -174,15 +181,10 @@ absl::Status PlanHeteroG(const Graph& g, const Topology& topo, const CostModel& 
     size_t chosen = 0;
     for (size_t v = 1; v < r.variants.size(); ++v) {
       const std::string& name = variants[v - 1].name;
-      Evaluated& first = done->at(kHeteroG);
-      Evaluated& other = done->at(name);
-      const bool better = other.estimate.feasible() &&
-                          (!first.estimate.feasible() ||
-                           other.estimate.step_time_s() < first.estimate.step_time_s());
-      if (better) {
-        other.estimate.set_name(kHeteroG);
-        other.estimate.mutable_strategy()->set_name(kHeteroG);
-        first = std::move(other);
+      const quilt::v1::StrategyEstimate& first = done->at(kHeteroG).estimate;
+      const quilt::v1::StrategyEstimate& other = done->at(name).estimate;
+      if (other.feasible() && (!first.feasible() || other.step_time_s() < first.step_time_s())) {
+        adopt(name);
         chosen = v;
       }
       done->erase(name);
@@ -195,11 +197,8 @@ absl::Status PlanHeteroG(const Graph& g, const Topology& topo, const CostModel& 
   for (size_t k = 0; k < sr.fallbacks.size() && !done->at(kHeteroG).estimate.feasible(); ++k) {
     const std::string name = absl::StrCat(kHeteroG, "~", k + 1);
     RETURN_IF_ERROR(evaluate(NamedStrategy{name, sr.fallbacks[k], ""}));
-    Evaluated& e = done->at(name);
-    if (e.estimate.feasible()) {
-      e.estimate.set_name(kHeteroG);
-      e.estimate.mutable_strategy()->set_name(kHeteroG);
-      done->at(kHeteroG) = std::move(e);
+    if (done->at(name).estimate.feasible()) {
+      adopt(name);
       fallback = static_cast<int>(k);
     }
     done->erase(name);

@@ -139,8 +139,8 @@ void TaskRunner::Read(Task* t) {
     return waitid(P_PID, static_cast<id_t>(t->pid), &info, WEXITED | WNOHANG | WNOWAIT) == 0 &&
            info.si_pid == t->pid;
   };
-  bool open = true, ended = false;
-  while (open) {
+  bool ended = false;
+  for (;;) {
     ended = ended || exited();
     pollfd p = {t->out_fd, POLLIN, 0};
     const int ready = poll(&p, 1, ended ? 0 : 200);

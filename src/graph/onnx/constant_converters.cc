@@ -275,13 +275,6 @@ absl::Status ConstantOfShape(ImportContext& ctx, const Node& node) {
 // expand(-1, ...) (which dims to keep), folded.
 namespace {
 
-// A float32 scalar constant.
-absl::StatusOr<std::string> ScalarConstant(ImportContext& ctx, const std::string& name, float v) {
-  ASSIGN_OR_RETURN(Tensor t, Tensor::Empty(DType::kF32, {}));
-  t.f32()[0] = v;
-  return ctx.b().AddConstant(name, std::move(t));
-}
-
 // Input i as data; a constant's infinities become the largest finite
 // floats (a mask's fill times a 0 of the mask must be 0, not NaN; softmax
 // gives such a score the same zero weight).

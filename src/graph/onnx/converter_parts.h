@@ -19,6 +19,8 @@ absl::Status Direct(ImportContext& ctx, const Node& node, const std::string& typ
                     Attrs attrs = {});
 // Element i of a constant of `numel` elements or of a scalar (broadcast).
 int64_t At(int64_t numel, int64_t i);
+// A graph constant holding the float32 scalar v.
+absl::StatusOr<std::string> ScalarConstant(ImportContext& ctx, const std::string& name, float v);
 
 // Activations and windowed layers (layer_converters.cc).
 absl::Status LeakyRelu(ImportContext& ctx, const Node& node);

@@ -31,6 +31,10 @@ absl::Status Direct(ImportContext& ctx, const Node& node, const std::string& typ
 
 int64_t At(int64_t numel, int64_t i) { return numel == 1 ? 0 : i; }
 
+absl::StatusOr<std::string> ScalarConstant(ImportContext& ctx, const std::string& name, float v) {
+  return ctx.b().AddConstant(name, Tensor::ScalarF32(v));
+}
+
 namespace {
 
 // Folds an element-wise op on constants that are not parameters: shape
@@ -135,9 +139,7 @@ absl::Status Unary(ImportContext& ctx, const Node& node) {
 absl::Status Reciprocal(ImportContext& ctx, const Node& node) {
   if (FoldUnary(ctx, node)) return absl::OkStatus();
   ASSIGN_OR_RETURN(std::string x, ctx.Data(node, 0));
-  ASSIGN_OR_RETURN(Tensor one, Tensor::Empty(DType::kF32, {}));
-  one.f32()[0] = 1;
-  ASSIGN_OR_RETURN(std::string k, ctx.b().AddConstant(node.name() + "_one", std::move(one)));
+  ASSIGN_OR_RETURN(std::string k, ScalarConstant(ctx, node.name() + "_one", 1));
   return ctx.Emit(node, "Div", {k, x}, {});
 }
 

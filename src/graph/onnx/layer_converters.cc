@@ -120,13 +120,8 @@ absl::Status HardSigmoidLike(ImportContext& ctx, const Node& node) {
   const float alpha = swish ? 1.0f / 6 : AttrFloat(node, "alpha", 0.2f);
   const float beta = swish ? 0.5f : AttrFloat(node, "beta", 0.5f);
   ASSIGN_OR_RETURN(std::string x, ctx.Data(node, 0));
-  auto scalar = [&](const std::string& what, float v) -> absl::StatusOr<std::string> {
-    ASSIGN_OR_RETURN(Tensor t, Tensor::Empty(DType::kF32, {}));
-    t.f32()[0] = v;
-    return ctx.b().AddConstant(node.name() + "/" + what, std::move(t));
-  };
-  ASSIGN_OR_RETURN(std::string a, scalar("alpha", alpha));
-  ASSIGN_OR_RETURN(std::string b, scalar("beta", beta));
+  ASSIGN_OR_RETURN(std::string a, ScalarConstant(ctx, node.name() + "/alpha", alpha));
+  ASSIGN_OR_RETURN(std::string b, ScalarConstant(ctx, node.name() + "/beta", beta));
   ASSIGN_OR_RETURN(std::string ax, ctx.b().Add("Mul", {x, a}, {}, node.name() + "/scaled"));
   ASSIGN_OR_RETURN(std::string axb, ctx.b().Add("Add", {ax, b}, {}, node.name() + "/shifted"));
   Attrs bounds;
@@ -150,12 +145,10 @@ absl::Status Composite(ImportContext& ctx, const Node& node) {
                 Attrs a = {}) {
     return ctx.b().Add(t, std::move(ins), std::move(a), at + "/" + hint);
   };
-  auto scalar = [&](const std::string& what, float v) -> absl::StatusOr<std::string> {
-    ASSIGN_OR_RETURN(Tensor t, Tensor::Empty(DType::kF32, {}));
-    t.f32()[0] = v;
-    return ctx.b().AddConstant(at + "/" + what, std::move(t));
+  auto scalar = [&](const std::string& what, float v) {
+    return ScalarConstant(ctx, at + "/" + what, v);
   };
-  auto softplus = [&]() -> absl::StatusOr<std::string> {
+  if (type == "Softplus" || type == "Mish") {
     ASSIGN_OR_RETURN(std::string pos, op("Relu", {x}, "pos"));
     ASSIGN_OR_RETURN(std::string mag, op("Abs", {x}, "abs"));
     ASSIGN_OR_RETURN(std::string neg, op("Neg", {mag}, "neg_abs"));
@@ -163,14 +156,8 @@ absl::Status Composite(ImportContext& ctx, const Node& node) {
     ASSIGN_OR_RETURN(std::string one, scalar("one", 1));
     ASSIGN_OR_RETURN(std::string e1, op("Add", {e, one}, "exp_plus_one"));
     ASSIGN_OR_RETURN(std::string l, op("Log", {e1}, "log"));
-    return op("Add", {pos, l}, "softplus");
-  };
-  if (type == "Softplus") {
-    ASSIGN_OR_RETURN(std::string sp, softplus());
-    return ctx.Emit(node, "Identity", {sp}, {});
-  }
-  if (type == "Mish") {
-    ASSIGN_OR_RETURN(std::string sp, softplus());
+    if (type == "Softplus") return ctx.Emit(node, "Add", {pos, l}, {});
+    ASSIGN_OR_RETURN(std::string sp, op("Add", {pos, l}, "softplus"));
     ASSIGN_OR_RETURN(std::string t, op("Tanh", {sp}, "tanh"));
     return ctx.Emit(node, "Mul", {x, t}, {});
   }
