@@ -59,7 +59,7 @@ absl::Status NodeRegistry::Forget(const std::string& node_id) {
   if (state != quilt::v1::NODE_STATE_DOWN) {
     return absl::FailedPreconditionError(absl::StrCat(
         "node ", node_id, " is ", state == quilt::v1::NODE_STATE_READY ? "Ready" : "NotReady",
-        "; only a Down node is forgotten (stop its worker and wait until it is Down)"));
+        "; only a Down node is forgotten (stop its worker: a stopped worker's node is Down at once)"));
   }
   if (absl::Status s = store_->DeleteNode(node_id); !s.ok()) {
     return absl::UnavailableError(
@@ -149,9 +149,9 @@ absl::Status NodeRegistry::Register(const quilt::v1::NodeInfo& info, uint64_t in
   return absl::OkStatus();
 }
 
-absl::Status NodeRegistry::Heartbeat(const std::string& node_id, uint64_t incarnation) {
+absl::StatusOr<NodeRegistry::Entry*> NodeRegistry::Find(const std::string& node_id,
+                                                        uint64_t incarnation) {
   RETURN_IF_ERROR(ValidateNodeId(node_id));
-  absl::MutexLock lock(&mu_);
   auto it = nodes_.find(node_id);
   if (it == nodes_.end()) {
     return absl::NotFoundError(
@@ -163,6 +163,24 @@ absl::Status NodeRegistry::Heartbeat(const std::string& node_id, uint64_t incarn
         "node %s: incarnation %016x is stale (registered incarnation is %016x); register again",
         node_id, incarnation, e.status.incarnation()));
   }
+  return &e;
+}
+
+absl::Status NodeRegistry::Leave(const std::string& node_id, uint64_t incarnation) {
+  absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(Entry * e, Find(node_id, incarnation));
+  e->last_seen = clock_->Now();
+  if (e->status.state() == quilt::v1::NODE_STATE_DOWN) return absl::OkStatus();
+  QLOG_INFO("node down node={}: its worker stopped", node_id);
+  Transition(*e, quilt::v1::NODE_STATE_DOWN, "its worker stopped", ClusterEvent::KIND_NODE_DOWN,
+             "its worker stopped");
+  return absl::OkStatus();
+}
+
+absl::Status NodeRegistry::Heartbeat(const std::string& node_id, uint64_t incarnation) {
+  absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(Entry * found, Find(node_id, incarnation));
+  Entry& e = *found;
   const absl::Time now = clock_->Now();
   e.last_seen = now;
   *e.status.mutable_last_heartbeat() = ToProtoTime(now);

@@ -54,6 +54,10 @@ class NodeRegistry {
   // INVALID_ARGUMENT (bad node id).
   absl::Status Heartbeat(const std::string& node_id, uint64_t incarnation);
 
+  // The node's worker process is stopping (a last heartbeat said so): the
+  // node is DOWN at once. Errors as Heartbeat's.
+  absl::Status Leave(const std::string& node_id, uint64_t incarnation);
+
   // Moves late nodes to NOT_READY / DOWN and records events.
   void CheckLiveness();
 
@@ -85,6 +89,9 @@ class NodeRegistry {
     absl::Time last_persisted;
   };
 
+  // The node's entry when `incarnation` is its registered one.
+  absl::StatusOr<Entry*> Find(const std::string& node_id, uint64_t incarnation)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Transition(Entry& e, quilt::v1::NodeState state, const std::string& reason,
                   quilt::v1::ClusterEvent::Kind event, const std::string& message)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

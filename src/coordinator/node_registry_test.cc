@@ -98,6 +98,30 @@ TEST_F(NodeRegistryTest, MissedHeartbeats_NotReadyThenDownThenRecovered) {
   EXPECT_EQ(events[3].kind(), ClusterEvent::KIND_NODE_REGISTERED);
 }
 
+TEST_F(NodeRegistryTest, AStoppingWorkersNodeIsDownAtOnceAndMayBeForgotten) {
+  ASSERT_THAT(registry_->Register(Info("a"), 11), IsOk());
+  ASSERT_THAT(registry_->Register(Info("b"), 12), IsOk());
+  // Only the registered incarnation may take its node down.
+  EXPECT_THAT(registry_->Leave("a", 99), StatusIs(absl::StatusCode::kAborted));
+  EXPECT_THAT(registry_->Leave("c", 1), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_EQ(StateOf("a"), quilt::v1::NODE_STATE_READY);
+  ASSERT_THAT(registry_->Leave("a", 11), IsOk());
+  EXPECT_EQ(StateOf("a"), quilt::v1::NODE_STATE_DOWN);
+  EXPECT_EQ(StateOf("b"), quilt::v1::NODE_STATE_READY);
+  EXPECT_EQ(registry_->ListNodes()[0].reason(), "its worker stopped");
+  EXPECT_EQ(registry_->RecentEvents(1)[0].kind(), ClusterEvent::KIND_NODE_DOWN);
+  // A new worker process for a stopped worker's node registers at once
+  // (while the old one heartbeats, it is refused).
+  ASSERT_THAT(registry_->Register(Info("b"), 13), StatusIs(absl::StatusCode::kAlreadyExists));
+  ASSERT_THAT(registry_->Leave("b", 12), IsOk());
+  ASSERT_THAT(registry_->Register(Info("b"), 13), IsOk());
+  EXPECT_EQ(StateOf("b"), quilt::v1::NODE_STATE_READY);
+  // Stored: a restarted coordinator keeps it Down, and it may be forgotten.
+  Reopen();
+  EXPECT_EQ(StateOf("a"), quilt::v1::NODE_STATE_DOWN);
+  EXPECT_THAT(registry_->Forget("a"), IsOk());
+}
+
 TEST_F(NodeRegistryTest, StaleIncarnationHeartbeat_IsAborted) {
   ASSERT_THAT(registry_->Register(Info("a"), 11), IsOk());
   // A second live worker under the same id is refused.

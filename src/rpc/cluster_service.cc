@@ -37,6 +37,7 @@ grpc::ServerUnaryReactor* ClusterServiceImpl::Heartbeat(grpc::CallbackServerCont
         jobs_->OnHeartbeat(req, resp);
         links_->OnHeartbeat(req, resp);
         profiles_->OnHeartbeat(req, resp);
+        if (req.stopping()) return registry_->Leave(req.node_id(), req.incarnation());
         return absl::OkStatus();
       });
 }

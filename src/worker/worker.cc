@@ -161,17 +161,25 @@ void Worker::Loop() {
       QLOG_WARN("heartbeat failed node={} error=\"{}\"", id, h.status().ToString());
     }
   }
-  // Stopping with executors running: their jobs fail saying why, before
-  // the executors die and their peers can only report a lost peer.
-  if (registered_ && options_.tasks != nullptr && options_.tasks->running() > 0) {
-    options_.tasks->Abandon("the worker on " + id + " was stopped");
+  // Stopping: the coordinator learns it at once (the node is Down, no new
+  // work goes there), and with executors running their jobs fail saying
+  // why, before the executors die and their peers can only report a lost
+  // peer.
+  if (registered_) {
     quilt::v1::HeartbeatRequest hb;
     hb.set_node_id(id);
     hb.set_incarnation(incarnation_);
-    for (const auto& r : options_.tasks->Reports()) *hb.add_tasks() = r;
+    hb.set_stopping(true);
+    if (options_.tasks != nullptr) {
+      if (options_.tasks->running() > 0) {
+        options_.tasks->Abandon("the worker on " + id + " was stopped");
+      }
+      for (const auto& r : options_.tasks->Reports()) *hb.add_tasks() = r;
+    }
     absl::StatusOr<quilt::v1::HeartbeatResponse> h = coordinator_->Heartbeat(hb);
-    if (!h.ok())
+    if (!h.ok()) {
       QLOG_WARN("cannot report the stop node={} error=\"{}\"", id, h.status().ToString());
+    }
   }
 }
 

@@ -79,11 +79,17 @@ TEST_F(WorkerTest, RegistersAndStaysReady) {
   // Several heartbeat periods later, still Ready: heartbeats arrive.
   absl::SleepFor(absl::Milliseconds(800));
   EXPECT_EQ(StateOf("w1"), quilt::v1::NODE_STATE_READY);
+  // A stopped worker says so: its node is Down at once, not after the
+  // down timeout (1.5 s here).
+  const absl::Time stopped = absl::Now();
   worker.Stop();
-  ASSERT_TRUE(Eventually([&] {
-    coordinator_->registry()->CheckLiveness();
-    return StateOf("w1") == quilt::v1::NODE_STATE_NOT_READY;
-  }));
+  EXPECT_EQ(StateOf("w1"), quilt::v1::NODE_STATE_DOWN);
+  EXPECT_LT(absl::Now() - stopped, absl::Milliseconds(1000));
+  EXPECT_EQ(coordinator_->registry()->ListNodes()[0].reason(), "its worker stopped");
+  // A new process for the node is Ready again.
+  Worker again(Info("w1"), 43, &client, {});
+  again.Start();
+  ASSERT_TRUE(Eventually([&] { return StateOf("w1") == quilt::v1::NODE_STATE_READY; }));
 }
 
 TEST_F(WorkerTest, CoordinatorStartsLate_WorkerRetriesUntilRegistered) {

@@ -128,6 +128,22 @@ TEST_F(ClusterMembershipTest, KilledWorker_NotReadyThenDown_ThenBackWithNewIncar
   EXPECT_EQ((*nodes)["w2"]["incarnation"].get<std::string>().size() > 0, true);
 }
 
+TEST_F(ClusterMembershipTest, StoppedWorker_DownAtOnceSayingSo_ThenForgotten) {
+  cluster_.KillWorker("w2", SIGTERM);
+  ASSERT_TRUE(Eventually([&] { return StateOf(cluster_, "w2") == "NODE_STATE_DOWN"; },
+                         absl::Seconds(10)))
+      << cluster_.Log("w2");
+  // Not after the not-ready and down timeouts: the worker's last heartbeat
+  // said it was stopping (a silent node would be "no heartbeat for …").
+  EXPECT_EQ(StateOf(cluster_, "w1"), "NODE_STATE_READY");
+  auto status = cluster_.Quiltctl({"status"});
+  ASSERT_THAT(status, IsOk());
+  EXPECT_THAT(status->out, HasSubstr("w2  Down: its worker stopped"));
+  auto forgot = cluster_.Quiltctl({"forget", "w2"});
+  ASSERT_THAT(forgot, IsOk());
+  EXPECT_EQ(forgot->exit_code, 0) << forgot->err;
+}
+
 TEST_F(ClusterMembershipTest, CoordinatorRestart_KeepsNodesAndWorkersReconnect) {
   const std::string address = cluster_.address();
   cluster_.StopCoordinator(SIGTERM);
