@@ -65,6 +65,17 @@ std::string LossText(const JobStatus& s, const absl::FormatSpec<double>& format)
   return text;
 }
 
+// A running job that finished no step for far longer than its steps take
+// (at least 10 s; 60 s before its first step, which waits for every
+// executor to start): how long, else "".
+std::string StallText(const JobStatus& s) {
+  if (s.state() != quilt::v1::JOB_STATE_RUNNING) return "";
+  const double step =
+      s.measured_step_time_s() > 0 ? s.measured_step_time_s() : s.predicted_step_time_s();
+  if (s.since_progress_s() <= std::max(s.step() > 0 ? 10.0 : 60.0, 10 * step)) return "";
+  return absl::StrCat("no step for ", HumanDuration(s.since_progress_s()));
+}
+
 std::string StateName(JobState s) {
   std::string n = quilt::v1::JobState_Name(s);
   return n.rfind("JOB_STATE_", 0) == 0 ? n.substr(10) : n;
@@ -129,8 +140,18 @@ std::string Describe(const JobStatus& s) {
                         s.message().empty() ? "" : " — " + s.message());
   absl::StrAppendFormat(&out, "Strategy:   %s on %s\n", s.strategy(),
                         absl::StrJoin(s.nodes(), ", "));
-  absl::StrAppendFormat(&out, "Progress:   step %d of %d, loss %s\n", s.step(), s.steps(),
-                        LossText(s, "%.6g"));
+  absl::StrAppendFormat(&out, "Progress:   step %d of %d, loss %s%s\n", s.step(), s.steps(),
+                        LossText(s, "%.6g"),
+                        s.state() == quilt::v1::JOB_STATE_RUNNING && s.has_progressed_at()
+                            ? absl::StrCat(", ", s.step() > 0 ? "last step " : "started ",
+                                           HumanDuration(s.since_progress_s()), " ago")
+                            : "");
+  if (const std::string stall = StallText(s); !stall.empty()) {
+    absl::StrAppendFormat(&out,
+                          "Warning:    %s; a worker stops an executor that finishes no step for "
+                          "its stall_timeout_ms, and the job fails\n",
+                          stall);
+  }
   absl::StrAppendFormat(
       &out, "Step time:  predicted %s, measured %s%s\n", HumanSeconds(s.predicted_step_time_s()),
       s.measured_step_time_s() > 0 ? HumanSeconds(s.measured_step_time_s()) : "-",
@@ -156,10 +177,12 @@ std::string ProgressLine(const JobStatus& s) {
   const double eta = s.measured_step_time_s() > 0 && !JobEnded(s.state())
                          ? (s.steps() - s.step()) * s.measured_step_time_s()
                          : -1;
-  return absl::StrFormat("[%s] %s step %d/%d  loss %s  %s samples/s  ETA %s", bar,
+  const std::string stall = StallText(s);
+  return absl::StrFormat("[%s] %s step %d/%d  loss %s  %s samples/s  ETA %s%s", bar,
                          StateName(s.state()), s.step(), s.steps(), LossText(s, "%.4g"),
                          s.samples_per_s() > 0 ? absl::StrFormat("%.0f", s.samples_per_s()) : "-",
-                         eta >= 0 ? HumanDuration(eta) : "-");
+                         eta >= 0 ? HumanDuration(eta) : "-",
+                         stall.empty() ? "" : "  (" + stall + ")");
 }
 
 int Watch(const std::string& id, const GlobalOptions& g, const std::string& format) {
@@ -168,6 +191,7 @@ int Watch(const std::string& id, const GlobalOptions& g, const std::string& form
   JobStatus last;
   int64_t last_printed_step = -1;
   JobState last_printed_state = quilt::v1::JOB_STATE_UNSPECIFIED;
+  bool printed_stalled = false;
   // The stream has no deadline (a job runs for hours): a call that has one
   // first, so that a coordinator that does not answer is reported within
   // --timeout.
@@ -183,11 +207,14 @@ int Watch(const std::string& id, const GlobalOptions& g, const std::string& form
       } else if (tty) {
         std::cout << "\r" << ProgressLine(st) << "\033[K" << std::flush;
       } else if (st.state() != last_printed_state || JobEnded(st.state()) ||
-                 st.step() >= last_printed_step + std::max<int64_t>(1, st.steps() / 20)) {
-        // Not a terminal: a line per 5 % of the steps and per state change.
+                 st.step() >= last_printed_step + std::max<int64_t>(1, st.steps() / 20) ||
+                 StallText(st).empty() == printed_stalled) {
+        // Not a terminal: a line per 5 % of the steps, per state change,
+        // and when the job stalls or goes on.
         std::cout << ProgressLine(st) << "\n" << std::flush;
         last_printed_step = st.step();
         last_printed_state = st.state();
+        printed_stalled = !StallText(st).empty();
       }
     });
     // A stopping coordinator ends the stream UNAVAILABLE or CANCELLED.

@@ -202,7 +202,7 @@ absl::StatusOr<quilt::v1::JobStatus> JobManager::Get(const std::string& job_id) 
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) return absl::NotFoundError("no job '" + job_id + "'");
-  return it->second.record.status();
+  return Answered(it->second.record.status());
 }
 
 absl::StatusOr<quilt::v1::JobRecord> JobManager::Record(const std::string& job_id) const {
@@ -270,7 +270,7 @@ absl::StatusOr<quilt::v1::JobRecord> JobManager::RecordWithModel(const std::stri
 std::vector<quilt::v1::JobStatus> JobManager::List() const {
   absl::MutexLock lock(&mu_);
   std::vector<quilt::v1::JobStatus> out;
-  for (const std::string& id : order_) out.push_back(jobs_.at(id).record.status());
+  for (const std::string& id : order_) out.push_back(Answered(jobs_.at(id).record.status()));
   return out;
 }
 
@@ -378,7 +378,9 @@ void JobManager::ApplyReport(Job* job, const std::string& node,
   // the last any executor reached).
   int64_t step = INT64_MAX;
   for (const auto& [n, task_report] : r.tasks()) step = std::min(step, task_report.step());
+  const int64_t before = st->step();
   st->set_step(job->closed ? job->end_step : step == INT64_MAX ? 0 : step);
+  if (st->step() > before) *st->mutable_progressed_at() = ToProtoTime(clock_->Now());
   // Measured step time: the mean after the first step (the warm-up), over
   // the last 20.
   const auto& times = job->rank0_step_times;
@@ -408,6 +410,7 @@ void JobManager::ApplyReport(Job* job, const std::string& node,
     st->set_state(quilt::v1::JOB_STATE_RUNNING);
     st->set_message("");
     *st->mutable_started_at() = ToProtoTime(clock_->Now());
+    *st->mutable_progressed_at() = st->started_at();
   }
   // Done when every executor succeeded and every node has reported to this
   // coordinator (after a restart, a node's stored end may come before the
@@ -662,7 +665,15 @@ absl::StatusOr<quilt::v1::JobStatus> JobManager::WaitForChange(const std::string
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) return absl::NotFoundError("job '" + job_id + "' was deleted");
   *version = it->second.version;
-  return it->second.record.status();
+  return Answered(it->second.record.status());
+}
+
+quilt::v1::JobStatus JobManager::Answered(quilt::v1::JobStatus status) const {
+  if (status.state() == quilt::v1::JOB_STATE_RUNNING && status.has_progressed_at()) {
+    status.set_since_progress_s(std::max(
+        0.0, absl::ToDoubleSeconds(clock_->Now() - FromProtoTime(status.progressed_at()))));
+  }
+  return status;
 }
 
 }  // namespace quilt

@@ -107,6 +107,10 @@ class JobManager {
 
   static bool Ended(quilt::v1::JobState s);
 
+  // `status` as answered now: with the seconds since the job last
+  // progressed.
+  quilt::v1::JobStatus Answered(quilt::v1::JobStatus status) const;
+
   // How long a job whose executor failed because of a peer waits for the
   // peer's report (its cause) before it fails with the one it has.
   static constexpr absl::Duration kRootCauseWait = absl::Seconds(3);

@@ -59,7 +59,8 @@ absl::Status NodeRegistry::Forget(const std::string& node_id) {
   if (state != quilt::v1::NODE_STATE_DOWN) {
     return absl::FailedPreconditionError(absl::StrCat(
         "node ", node_id, " is ", state == quilt::v1::NODE_STATE_READY ? "Ready" : "NotReady",
-        "; only a Down node is forgotten (stop its worker: a stopped worker's node is Down at once)"));
+        "; only a Down node is forgotten (stop its worker: a stopped worker's node is Down at "
+        "once)"));
   }
   if (absl::Status s = store_->DeleteNode(node_id); !s.ok()) {
     return absl::UnavailableError(

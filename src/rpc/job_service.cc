@@ -253,7 +253,12 @@ grpc::ServerUnaryReactor* JobServiceImpl::DeleteJob(grpc::CallbackServerContext*
 grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* ctx,
                                       const quilt::v1::WatchJobRequest* request,
                                       grpc::ServerWriter<quilt::v1::JobStatus>* writer) {
+  // A running job that does not change is written again every
+  // kUnchangedEvery, with its time since it last progressed (a stall
+  // shows in the watch).
+  constexpr absl::Duration kUnchangedEvery = absl::Seconds(10);
   int64_t version = -1;
+  absl::Time written = absl::InfinitePast();
   while (!ctx->IsCancelled()) {
     // A stopping coordinator ends its watches at once (the server waits
     // for open calls before it stops).
@@ -264,7 +269,12 @@ grpc::Status JobServiceImpl::WatchJob(grpc::ServerContext* ctx,
     absl::StatusOr<quilt::v1::JobStatus> st =
         coordinator_->jobs()->WaitForChange(request->job_id(), &version, absl::Seconds(1));
     if (!st.ok()) return ToGrpcStatus(st.status());
-    if (version != before && !writer->Write(*st)) break;  // the client went away
+    const bool again =
+        st->state() == quilt::v1::JOB_STATE_RUNNING && absl::Now() - written >= kUnchangedEvery;
+    if (version != before || again) {
+      if (!writer->Write(*st)) break;  // the client went away
+      written = absl::Now();
+    }
     if (JobManager::Ended(st->state())) break;
   }
   return grpc::Status::OK;

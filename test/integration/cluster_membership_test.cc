@@ -130,8 +130,8 @@ TEST_F(ClusterMembershipTest, KilledWorker_NotReadyThenDown_ThenBackWithNewIncar
 
 TEST_F(ClusterMembershipTest, StoppedWorker_DownAtOnceSayingSo_ThenForgotten) {
   cluster_.KillWorker("w2", SIGTERM);
-  ASSERT_TRUE(Eventually([&] { return StateOf(cluster_, "w2") == "NODE_STATE_DOWN"; },
-                         absl::Seconds(10)))
+  ASSERT_TRUE(
+      Eventually([&] { return StateOf(cluster_, "w2") == "NODE_STATE_DOWN"; }, absl::Seconds(10)))
       << cluster_.Log("w2");
   // Not after the not-ready and down timeouts: the worker's last heartbeat
   // said it was stopping (a silent node would be "no heartbeat for …").

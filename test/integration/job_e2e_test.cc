@@ -15,6 +15,7 @@
 #include <map>
 #include <set>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
@@ -512,6 +513,34 @@ TEST_F(Jobs, ACoordinatorKilledMidJobLosesNoStepsLoss) {
   EXPECT_EQ(lines[0], "step\tloss");
   EXPECT_THAT(lines[1], ::testing::StartsWith("391\t"));
   EXPECT_THAT(lines[10], ::testing::StartsWith("400\t"));
+}
+
+TEST_F(Jobs, AStallShowsInDescribeAndGoesWhenTheJobGoesOn) {
+  const std::string id = Submit(SubmitArgs(cluster_.dir().File("ckpt"), 1000000, "single-device"));
+  ASSERT_TRUE(Eventually([&] { return Step(id) > 2; }, absl::Seconds(60))) << Job(id).dump();
+  auto describe = [&] {
+    absl::StatusOr<CommandResult> d = cluster_.Quiltctl({"describe", "job", id});
+    return d.ok() ? d->out : std::string();
+  };
+  EXPECT_THAT(describe(), HasSubstr(", last step "));
+  EXPECT_THAT(describe(), Not(HasSubstr("no step for")));
+  // The executor hangs (stopped; the worker's stall timeout is minutes).
+  absl::StatusOr<CommandResult> stop = RunCommand({"/usr/bin/pkill", "-STOP", "-f", id});
+  ASSERT_THAT(stop.status(), IsOk());
+  ASSERT_EQ(stop->exit_code, 0);
+  ASSERT_TRUE(
+      Eventually([&] { return absl::StrContains(describe(), "no step for"); }, absl::Seconds(30)))
+      << describe();
+  EXPECT_GT(Job(id).value("since_progress_s", 0.0), 10.0) << Job(id).dump();
+  EXPECT_EQ(State(id), "JOB_STATE_RUNNING");
+  // It goes on: the warning goes.
+  const int64_t stalled_at = Step(id);
+  absl::StatusOr<CommandResult> cont = RunCommand({"/usr/bin/pkill", "-CONT", "-f", id});
+  ASSERT_THAT(cont.status(), IsOk());
+  ASSERT_TRUE(Eventually([&] { return Step(id) > stalled_at; }, absl::Seconds(30)));
+  EXPECT_THAT(describe(), Not(HasSubstr("no step for")));
+  EXPECT_LT(Job(id).value("since_progress_s", 0.0), 10.0) << Job(id).dump();
+  ASSERT_THAT(cluster_.Quiltctl({"cancel", id}).status(), IsOk());
 }
 
 TEST_F(Jobs, AWorkerStoppedMidJobFailsItSayingSo) {
