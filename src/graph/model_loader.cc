@@ -1,5 +1,7 @@
 #include "src/graph/model_loader.h"
 
+#include <algorithm>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -40,8 +42,53 @@ absl::Status FreezeParameters(Graph* g, const std::vector<std::string>& names) {
   return absl::OkStatus();
 }
 
-std::vector<std::string> ModelNotes(const Graph& g) {
+namespace {
+
+// "a, b, c and 5 more".
+std::string SomeNames(const std::vector<std::string>& names, size_t shown) {
+  std::vector<std::string> first(names.begin(), names.begin() + std::min(names.size(), shown));
+  return absl::StrCat(
+      absl::StrJoin(first, ", "),
+      names.size() > shown ? absl::StrCat(" and ", names.size() - shown, " more") : "");
+}
+
+// Trained tensors the ONNX exporter computed (constant folding names them
+// "onnx::<consumer>_<n>"), but for a MatMul's: those are transposed weights,
+// which train as the weights they come from. The rest are expressions of
+// parameters or buffers that now train as weights of their own.
+std::vector<std::string> FoldedNotes(const Graph& g) {
+  std::vector<std::string> conv, other;
+  for (const ParameterSpec& p : g.parameters) {
+    if (p.frozen || !absl::StartsWith(p.tensor, "onnx::") ||
+        absl::StartsWith(p.tensor, "onnx::MatMul_")) {
+      continue;
+    }
+    (absl::StartsWith(p.tensor, "onnx::Conv_") ? conv : other).push_back(p.tensor);
+  }
   std::vector<std::string> notes;
+  if (!conv.empty()) {
+    notes.push_back(absl::StrCat(
+        "convolution weights computed by the exporter: ", SomeNames(conv, 4),
+        "; an export in eval mode (torch.onnx.export's default) folds batch norm into the "
+        "convolutions, and the model would train without it: export with "
+        "training=torch.onnx.TrainingMode.TRAINING"));
+  }
+  if (!other.empty()) {
+    notes.push_back(absl::StrCat(
+        "trained tensors computed by the exporter from parameters or buffers (constant "
+        "folding): ",
+        SomeNames(other, 4),
+        "; each trains as a weight of its own (a weight scaled or normalized in forward, or "
+        "a buffer, would not train as in PyTorch): export with do_constant_folding=False, "
+        "or pass --frozen for buffers"));
+  }
+  return notes;
+}
+
+}  // namespace
+
+std::vector<std::string> ModelNotes(const Graph& g) {
+  std::vector<std::string> notes = FoldedNotes(g);
   std::vector<std::string> odd;
   for (const ParameterSpec& p : g.parameters) {
     if (p.frozen || absl::StartsWith(p.tensor, "onnx::")) continue;
@@ -54,8 +101,7 @@ std::vector<std::string> ModelNotes(const Graph& g) {
     constexpr size_t kShown = 8;
     std::vector<std::string> shown(odd.begin(), odd.begin() + std::min(odd.size(), kShown));
     notes.push_back(absl::StrCat(
-        "trained as weights: ", absl::StrJoin(shown, ", "),
-        odd.size() > kShown ? absl::StrCat(" and ", odd.size() - kShown, " more") : "",
+        "trained as weights: ", SomeNames(odd, kShown),
         " (not named like a layer's weight or bias; ONNX does not mark registered buffers: if ",
         odd.size() == 1 ? "it is one" : "they are buffers", ", pass --frozen ",
         absl::StrJoin(shown, ","), ")"));

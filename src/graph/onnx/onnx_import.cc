@@ -11,6 +11,7 @@
 #include "src/common/status.h"
 #include "src/graph/onnx/gradient_reach.h"
 #include "src/graph/onnx/import_context.h"
+#include "src/graph/onnx/loss_output.h"
 #include "src/graph/validate.h"
 
 namespace quilt {
@@ -166,6 +167,7 @@ absl::StatusOr<Graph> ImportOnnx(const std::string& bytes, const OnnxImportOptio
     if (!static_batch) b0 = SymbolicBatch(gp);
   }
 
+  if (absl::Status s = onnx_import::CheckLossOutputs(gp); !s.ok()) return Fail(src, s);
   Graph g;
   g.name = gp.name();
   ImportContext ctx(&g, b0, !static_batch);

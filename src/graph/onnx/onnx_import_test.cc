@@ -93,6 +93,56 @@ TEST(OnnxImport, LossInModel_BecomesTheGraphLossWithALabelInput) {
   EXPECT_THAT(BuildTrainingGraph(&*g, o), IsOk());
 }
 
+// The loss-in-model fixture with `op` (Mul by 2, Identity, or a second
+// SoftmaxCrossEntropyLoss) applied to its loss, whose result is the output.
+std::string LossFollowedBy(const std::string& op) {
+  onnx::ModelProto m;
+  EXPECT_TRUE(m.ParseFromString(FixtureBytes("mlp_loss_in_model")));
+  onnx::GraphProto* g = m.mutable_graph();
+  const onnx::NodeProto* sce = nullptr;
+  for (const onnx::NodeProto& n : g->node()) {
+    if (n.op_type() == "SoftmaxCrossEntropyLoss") sce = &n;
+  }
+  EXPECT_NE(sce, nullptr);
+  onnx::NodeProto next = *sce;  // a copy: another loss of the same scores
+  next.set_name("after_loss");
+  next.clear_output();
+  next.add_output("after");
+  if (op == "Mul") {
+    onnx::TensorProto* two = g->add_initializer();
+    two->set_name("two");
+    two->set_data_type(onnx::TensorProto::FLOAT);
+    two->add_float_data(2);
+    next.clear_input();
+    next.add_input(sce->output(0));
+    next.add_input("two");
+  } else if (op == "Identity") {
+    next.clear_input();
+    next.add_input(sce->output(0));
+  }
+  next.set_op_type(op);
+  next.clear_attribute();
+  if (op == "SoftmaxCrossEntropyLoss") *next.mutable_attribute() = sce->attribute();
+  *g->add_node() = next;
+  g->mutable_output(0)->set_name("after");
+  return m.SerializeAsString();
+}
+
+TEST(OnnxImport, ALossTheModelChangesAfterTheCrossEntropy_IsRefusedNotDropped) {
+  // Training the cross-entropy alone would drop the factor.
+  EXPECT_THAT(Import(LossFollowedBy("Mul")),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("output 'after' is computed from the cross-entropy loss"),
+                             HasSubstr("(by Mul)"))));
+  EXPECT_THAT(
+      Import(LossFollowedBy("SoftmaxCrossEntropyLoss")),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("computes 2 cross-entropy losses")));
+  // A copy of the loss is the loss.
+  absl::StatusOr<Graph> g = Import(LossFollowedBy("Identity"));
+  ASSERT_THAT(g, IsOk());
+  EXPECT_EQ(g->loss.type, LossType::kSoftmaxCrossEntropy);
+}
+
 onnx::ModelProto Tiny(int64_t opset) {
   onnx::ModelProto m;
   m.set_ir_version(7);

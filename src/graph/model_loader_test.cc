@@ -1,0 +1,46 @@
+// ModelNotes: what a user is told about how a model will train.
+#include "src/graph/model_loader.h"
+
+#include "absl/strings/str_join.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace quilt {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+Graph WithParameters(const std::vector<std::string>& names) {
+  Graph g;
+  for (const std::string& n : names) {
+    ParameterSpec p;
+    p.tensor = n;
+    g.parameters.push_back(p);
+  }
+  return g;
+}
+
+TEST(ModelNotes, ExporterFoldedTensorsAreNamedButTransposedWeightsAreNot) {
+  // An eval-mode export: batch norm folded into the convolution.
+  const std::string bn = absl::StrJoin(
+      ModelNotes(WithParameters({"onnx::Conv_16", "onnx::Conv_17", "4.weight"})), "\n");
+  EXPECT_THAT(bn, AllOf(HasSubstr("onnx::Conv_16, onnx::Conv_17"),
+                        HasSubstr("folds batch norm into the convolutions"),
+                        HasSubstr("TrainingMode.TRAINING")));
+  // A weight scaled in forward (w * c, folded into a Gemm's operand) and a
+  // folded buffer added to scores.
+  const std::string scaled =
+      absl::StrJoin(ModelNotes(WithParameters({"onnx::Gemm_31", "onnx::Add_4"})), "\n");
+  EXPECT_THAT(scaled, AllOf(HasSubstr("onnx::Gemm_31, onnx::Add_4"),
+                            HasSubstr("do_constant_folding=False"), Not(HasSubstr("batch norm"))));
+  // A linear layer's transposed weight trains as the weight; frozen
+  // tensors do not train.
+  Graph plain = WithParameters({"onnx::MatMul_8", "l.bias", "onnx::Add_5"});
+  plain.parameters[2].frozen = true;
+  EXPECT_THAT(ModelNotes(plain), ::testing::IsEmpty());
+}
+
+}  // namespace
+}  // namespace quilt
