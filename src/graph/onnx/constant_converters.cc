@@ -374,6 +374,69 @@ absl::Status WhereNode(ImportContext& ctx, const Node& node) {
   return absl::OkStatus();
 }
 
+// Mod of constants (index arithmetic, e.g. window positions): folded, with
+// the divisor's sign (Python's %) or, with fmod=1, the dividend's.
+absl::Status ModNode(ImportContext& ctx, const Node& node) {
+  const Tensor* a = ctx.ConstantInput(node, 0);
+  const Tensor* b = ctx.ConstantInput(node, 1);
+  if (a == nullptr || b == nullptr || a->dtype() != b->dtype() ||
+      (a->dtype() != DType::kI64 && a->dtype() != DType::kF32) ||
+      (a->numel() != b->numel() && a->numel() != 1 && b->numel() != 1)) {
+    return absl::InvalidArgumentError(
+        "Mod is supported on constants of one type (index arithmetic); Mod of data is not");
+  }
+  const bool fmod = AttrInt(node, "fmod", 0) != 0;
+  Tensor out = (a->numel() >= b->numel() ? *a : *b).Clone();
+  for (int64_t i = 0; i < out.numel(); ++i) {
+    if (a->dtype() == DType::kI64) {
+      const int64_t x = a->i64()[At(a->numel(), i)], y = b->i64()[At(b->numel(), i)];
+      if (y == 0) return absl::InvalidArgumentError("Mod by zero");
+      int64_t r = x % y;
+      if (!fmod && r != 0 && ((r < 0) != (y < 0))) r += y;
+      out.i64()[i] = r;
+    } else {
+      const double x = a->f32()[At(a->numel(), i)], y = b->f32()[At(b->numel(), i)];
+      double r = std::fmod(x, y);
+      if (!fmod && r != 0 && ((r < 0) != (y < 0))) r += y;
+      out.f32()[i] = static_cast<float>(r);
+    }
+  }
+  ctx.SetConstant(node.output(0), std::move(out));
+  return absl::OkStatus();
+}
+
+// ReduceProd of a constant vector (an element count from a shape, as
+// torch.std and var export): folded.
+absl::Status ReduceProdNode(ImportContext& ctx, const Node& node) {
+  const Tensor* a = ctx.ConstantInput(node, 0);
+  if (a == nullptr || a->rank() > 1 || (a->dtype() != DType::kI64 && a->dtype() != DType::kF32)) {
+    return absl::InvalidArgumentError(
+        "ReduceProd is supported on a constant vector (an element count from a shape); a "
+        "product of data is not");
+  }
+  if (ctx.HasInput(node, 1)) {
+    ASSIGN_OR_RETURN(std::vector<int64_t> axes, ctx.ConstInts(node, 1));
+    for (int64_t axis : axes) {
+      if (axis != 0 && axis != -1) return absl::InvalidArgumentError("ReduceProd: bad axis");
+    }
+  }
+  const bool keep = AttrInt(node, "keepdims", 1) != 0 && a->rank() == 1;
+  std::vector<int64_t> dims;
+  if (keep) dims.push_back(1);
+  ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(a->dtype(), dims));
+  if (a->dtype() == DType::kI64) {
+    int64_t p = 1;
+    for (int64_t i = 0; i < a->numel(); ++i) p *= a->i64()[i];
+    out.i64()[0] = p;
+  } else {
+    double p = 1;
+    for (int64_t i = 0; i < a->numel(); ++i) p *= a->f32()[i];
+    out.f32()[0] = static_cast<float>(p);
+  }
+  ctx.SetConstant(node.output(0), std::move(out));
+  return absl::OkStatus();
+}
+
 // Range of constants (torch.arange over a fixed length): folded.
 absl::Status RangeNode(ImportContext& ctx, const Node& node) {
   const Tensor* a[3];

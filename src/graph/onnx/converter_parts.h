@@ -27,6 +27,7 @@ absl::Status LeakyRelu(ImportContext& ctx, const Node& node);
 absl::Status HardSigmoidLike(ImportContext& ctx, const Node& node);
 absl::Status Composite(ImportContext& ctx, const Node& node);
 absl::Status Clip(ImportContext& ctx, const Node& node);
+absl::Status MaxMin(ImportContext& ctx, const Node& node);
 absl::Status Conv(ImportContext& ctx, const Node& node);
 absl::Status ConvTranspose(ImportContext& ctx, const Node& node);
 absl::Status Pool(ImportContext& ctx, const Node& node);
@@ -48,6 +49,8 @@ absl::Status RangeNode(ImportContext& ctx, const Node& node);
 absl::Status NotNode(ImportContext& ctx, const Node& node);
 absl::Status CompareNode(ImportContext& ctx, const Node& node);
 absl::Status TriluNode(ImportContext& ctx, const Node& node);
+absl::Status ModNode(ImportContext& ctx, const Node& node);
+absl::Status ReduceProdNode(ImportContext& ctx, const Node& node);
 
 }  // namespace quilt::onnx_import
 

@@ -133,6 +133,70 @@ absl::Status HardSigmoidLike(ImportContext& ctx, const Node& node) {
   return ctx.Emit(node, "Mul", {x, gate}, {});
 }
 
+// Max and Min of any number of inputs (torch.maximum, minimum; a clamp by
+// a tensor), two at a time: w·a + (1 − w)·b with w = 1 where a wins, ½
+// where they tie (where PyTorch splits the gradient evenly), from masks
+// nothing trains through; exact where a and b are far apart in size.
+absl::Status MaxMin(ImportContext& ctx, const Node& node) {
+  const bool max = node.op_type() == "Max";
+  const std::string at = node.name().empty() ? node.op_type() : node.name();
+  if (node.input_size() == 0) return absl::InvalidArgumentError("no inputs");
+  // Of constants (shape arithmetic): folded.
+  std::vector<const Tensor*> c;
+  for (int i = 0; i < node.input_size(); ++i) {
+    const Tensor* t = ctx.ConstantInput(node, i);
+    if (t == nullptr || ctx.IsParameterInitializer(node, i) ||
+        (t->dtype() != DType::kI64 && t->dtype() != DType::kF32) ||
+        (!c.empty() && (t->dtype() != c[0]->dtype() ||
+                        (t->numel() != c[0]->numel() && t->numel() != 1 && c[0]->numel() != 1)))) {
+      break;
+    }
+    c.push_back(t);
+  }
+  if (static_cast<int>(c.size()) == node.input_size()) {
+    const Tensor* big = *std::max_element(c.begin(), c.end(), [](const Tensor* x, const Tensor* y) {
+      return x->numel() < y->numel();
+    });
+    Tensor out = big->Clone();
+    for (int64_t e = 0; e < out.numel(); ++e) {
+      for (const Tensor* t : c) {
+        if (t->dtype() == DType::kI64) {
+          const int64_t v = t->i64()[At(t->numel(), e)];
+          if (t == c[0] || (max ? v > out.i64()[e] : v < out.i64()[e])) out.i64()[e] = v;
+        } else {
+          const float v = t->f32()[At(t->numel(), e)];
+          if (t == c[0] || (max ? v > out.f32()[e] : v < out.f32()[e])) out.f32()[e] = v;
+        }
+      }
+    }
+    ctx.SetConstant(node.output(0), std::move(out));
+    return absl::OkStatus();
+  }
+  ASSIGN_OR_RETURN(std::string acc, ctx.Data(node, 0));
+  if (node.input_size() == 1) return ctx.Emit(node, "Identity", {acc}, {});
+  ASSIGN_OR_RETURN(std::string half, ScalarConstant(ctx, at + "/half", 0.5f));
+  ASSIGN_OR_RETURN(std::string one, ScalarConstant(ctx, at + "/one", 1));
+  for (int i = 1; i < node.input_size(); ++i) {
+    ASSIGN_OR_RETURN(std::string b, ctx.Data(node, i));
+    const std::string p = absl::StrCat(at, "/", i, "/");
+    auto op = [&](const std::string& t, std::vector<std::string> ins, const std::string& hint,
+                  Attrs a = {}) { return ctx.b().Add(t, std::move(ins), std::move(a), p + hint); };
+    Attrs wins, ties;
+    wins.SetString("mode", max ? "gt" : "lt");
+    ties.SetString("mode", "eq");
+    ASSIGN_OR_RETURN(std::string w1, op("CompareMask", {acc, b}, "wins", std::move(wins)));
+    ASSIGN_OR_RETURN(std::string t, op("CompareMask", {acc, b}, "ties", std::move(ties)));
+    ASSIGN_OR_RETURN(std::string th, op("Mul", {t, half}, "half_ties"));
+    ASSIGN_OR_RETURN(std::string w, op("Add", {w1, th}, "weight"));
+    ASSIGN_OR_RETURN(std::string wa, op("Mul", {w, acc}, "from_a"));
+    ASSIGN_OR_RETURN(std::string rest, op("Sub", {one, w}, "rest"));
+    ASSIGN_OR_RETURN(std::string wb, op("Mul", {rest, b}, "from_b"));
+    if (i + 1 == node.input_size()) return ctx.Emit(node, "Add", {wa, wb}, {});
+    ASSIGN_OR_RETURN(acc, op("Add", {wa, wb}, "out"));
+  }
+  return absl::OkStatus();
+}
+
 // Activations built from others (a stable softplus: relu(x) +
 // log(1 + exp(-|x|)); exp of min(x, 0) where only x <= 0 is kept):
 // Softplus, Mish (x·tanh(softplus x)), Elu, Selu, Celu and PRelu

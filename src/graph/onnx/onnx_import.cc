@@ -1,5 +1,6 @@
 #include "src/graph/onnx/onnx_import.h"
 
+#include <algorithm>
 #include <cstring>
 #include <set>
 
@@ -132,14 +133,24 @@ absl::StatusOr<Graph> ImportOnnx(const std::string& bytes, const OnnxImportOptio
     return name.empty() ? absl::StrCat("node #", i + 1, " (unnamed)")
                         : absl::StrCat("node '", name, "'");
   };
-  std::vector<std::string> unsupported;
+  // Per unsupported op (in the order first met), the nodes that use it.
+  std::vector<std::pair<std::string, std::vector<std::string>>> missing;
   for (int i = 0; i < gp.node_size(); ++i) {
     const onnx::NodeProto& n = gp.node(i);
     const bool default_domain = n.domain().empty() || n.domain() == "ai.onnx";
-    if (!default_domain || !Converters().count(n.op_type())) {
-      unsupported.push_back(absl::StrCat(default_domain ? "" : n.domain() + ":", n.op_type(), " (",
-                                         node_label(i), ")"));
-    }
+    if (default_domain && Converters().count(n.op_type())) continue;
+    const std::string op = absl::StrCat(default_domain ? "" : n.domain() + ":", n.op_type());
+    auto it = std::find_if(missing.begin(), missing.end(), [&](const auto& m) { return m.first == op; });
+    if (it == missing.end()) it = missing.insert(missing.end(), {op, {}});
+    it->second.push_back(node_label(i));
+  }
+  std::vector<std::string> unsupported;
+  for (const auto& [op, nodes] : missing) {
+    constexpr size_t kShown = 3;
+    std::vector<std::string> shown(nodes.begin(), nodes.begin() + std::min(nodes.size(), kShown));
+    unsupported.push_back(absl::StrCat(
+        op, " (", nodes.size() > 1 ? absl::StrCat(nodes.size(), " nodes: ") : "",
+        absl::StrJoin(shown, ", "), nodes.size() > kShown ? ", …" : "", ")"));
   }
   if (!unsupported.empty()) {
     return absl::InvalidArgumentError(
