@@ -453,7 +453,11 @@ INSTANTIATE_TEST_SUITE_P(
                       // Transposed convolutions (an input gradient as an op).
                       Case{{"autoencoder", "sgd", 16}, 2, 1},
                       // LSTM and GRU unrolled, the batch on axis 1 of [T, B, ·].
-                      Case{{"recurrent", "sgd", 16}, 2, 1}),
+                      Case{{"recurrent", "sgd", 16}, 2, 1},
+                      // Max / Min from masks of each replica's rows.
+                      Case{{"min_max", "sgd", 16}, 2, 1},
+                      // Padding by copies; a class token repeated over the batch.
+                      Case{{"pads_repeats", "sgd", 16}, 2, 1}),
     [](const auto& info) {
       const Case& c = info.param;
       return absl::StrCat(c.model.name, "_", c.model.optimizer, "_", c.nodes, "x", c.per_node);

@@ -113,7 +113,8 @@ INSTANTIATE_TEST_SUITE_P(
         Fixture{"bilinear_segmenter", "adam"}, Fixture{"autoencoder", "sgd"},
         Fixture{"autoencoder", "adam"}, Fixture{"norms", "sgd"}, Fixture{"norms", "adam"},
         Fixture{"recurrent", "sgd"}, Fixture{"recurrent", "adam"}, Fixture{"position_ids", "sgd"},
-        Fixture{"position_ids", "adam"}, Fixture{"min_max", "sgd"}, Fixture{"min_max", "adam"}),
+        Fixture{"position_ids", "adam"}, Fixture{"min_max", "sgd"}, Fixture{"min_max", "adam"},
+        Fixture{"pads_repeats", "sgd"}, Fixture{"pads_repeats", "adam"}),
     [](const auto& info) { return info.param.name + "_" + info.param.optimizer; });
 
 TEST(TrainLocal, SyntheticData_LossFalls) {

@@ -5,6 +5,7 @@
 #define QUILT_SRC_GRAPH_ONNX_CONVERTER_PARTS_H_
 
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "onnx/onnx_pb.h"
@@ -32,6 +33,11 @@ absl::Status Conv(ImportContext& ctx, const Node& node);
 absl::Status ConvTranspose(ImportContext& ctx, const Node& node);
 absl::Status Pool(ImportContext& ctx, const Node& node);
 absl::Status Resize(ImportContext& ctx, const Node& node);
+// Copies of slices (copy_converters.cc): Tile, and Pad by reflection or
+// the edge (`pads` as ONNX orders them).
+absl::Status Tile(ImportContext& ctx, const Node& node);
+absl::Status PadByCopies(ImportContext& ctx, const Node& node, const std::string& mode,
+                         const std::vector<int64_t>& pads);
 // LSTM and GRU, unrolled (recurrent_converters.cc).
 absl::Status Recurrent(ImportContext& ctx, const Node& node);
 

@@ -522,13 +522,16 @@ absl::Status Dropout(ImportContext& ctx, const Node& node) {
 // scales (input 2) or sizes (input 3).
 absl::Status Pad(ImportContext& ctx, const Node& node) {
   const std::string mode = AttrString(node, "mode", "constant");
-  if (mode != "constant") {
-    return absl::InvalidArgumentError("Pad mode '" + mode + "' is not supported (only constant)");
+  if (mode != "constant" && mode != "reflect" && mode != "edge") {
+    return absl::InvalidArgumentError("Pad mode '" + mode +
+                                      "' is not supported (constant, reflect or edge)");
   }
   std::vector<int64_t> pads = AttrInts(node, "pads");
   if (ctx.HasInput(node, 1)) {
     ASSIGN_OR_RETURN(pads, ctx.ConstInts(node, 1));
   }
+  if (ctx.HasInput(node, 3)) return absl::InvalidArgumentError("Pad with axes is not supported");
+  if (mode != "constant") return PadByCopies(ctx, node, mode, pads);
   float value = 0;
   if (const Tensor* v = ctx.ConstantInput(node, 2)) value = v->f32()[0];
   if (ctx.HasInput(node, 3)) return absl::InvalidArgumentError("Pad with axes is not supported");
@@ -586,6 +589,7 @@ const std::map<std::string, Converter>& Converters() {
       {"Max", MaxMin},
       {"Min", MaxMin},
       {"Mod", ModNode},
+      {"Tile", Tile},
       {"ReduceProd", ReduceProdNode},
       {"HardSigmoid", HardSigmoidLike},
       {"Softplus", Composite},

@@ -140,7 +140,8 @@ absl::StatusOr<Graph> ImportOnnx(const std::string& bytes, const OnnxImportOptio
     const bool default_domain = n.domain().empty() || n.domain() == "ai.onnx";
     if (default_domain && Converters().count(n.op_type())) continue;
     const std::string op = absl::StrCat(default_domain ? "" : n.domain() + ":", n.op_type());
-    auto it = std::find_if(missing.begin(), missing.end(), [&](const auto& m) { return m.first == op; });
+    auto it =
+        std::find_if(missing.begin(), missing.end(), [&](const auto& m) { return m.first == op; });
     if (it == missing.end()) it = missing.insert(missing.end(), {op, {}});
     it->second.push_back(node_label(i));
   }
@@ -148,9 +149,9 @@ absl::StatusOr<Graph> ImportOnnx(const std::string& bytes, const OnnxImportOptio
   for (const auto& [op, nodes] : missing) {
     constexpr size_t kShown = 3;
     std::vector<std::string> shown(nodes.begin(), nodes.begin() + std::min(nodes.size(), kShown));
-    unsupported.push_back(absl::StrCat(
-        op, " (", nodes.size() > 1 ? absl::StrCat(nodes.size(), " nodes: ") : "",
-        absl::StrJoin(shown, ", "), nodes.size() > kShown ? ", …" : "", ")"));
+    unsupported.push_back(
+        absl::StrCat(op, " (", nodes.size() > 1 ? absl::StrCat(nodes.size(), " nodes: ") : "",
+                     absl::StrJoin(shown, ", "), nodes.size() > kShown ? ", …" : "", ")"));
   }
   if (!unsupported.empty()) {
     return absl::InvalidArgumentError(
