@@ -114,7 +114,10 @@ INSTANTIATE_TEST_SUITE_P(
         Fixture{"autoencoder", "adam"}, Fixture{"norms", "sgd"}, Fixture{"norms", "adam"},
         Fixture{"recurrent", "sgd"}, Fixture{"recurrent", "adam"}, Fixture{"position_ids", "sgd"},
         Fixture{"position_ids", "adam"}, Fixture{"min_max", "sgd"}, Fixture{"min_max", "adam"},
-        Fixture{"pads_repeats", "sgd"}, Fixture{"pads_repeats", "adam"}),
+        Fixture{"pads_repeats", "sgd"}, Fixture{"pads_repeats", "adam"},
+        // Newer opsets' forms of the same models (tools/fixtures/upgrade_opset.py).
+        Fixture{"causal_lm_opset20", "sgd"}, Fixture{"causal_lm_opset20", "adam"},
+        Fixture{"segmenter_opset18", "sgd"}, Fixture{"segmenter_opset21", "adam"}),
     [](const auto& info) { return info.param.name + "_" + info.param.optimizer; });
 
 TEST(TrainLocal, SyntheticData_LossFalls) {

@@ -251,6 +251,83 @@ absl::Status InstanceNorm(ImportContext& ctx, const Node& node) {
   return ctx.Emit(node, "Add", {scaled, affine[1]}, Attrs());
 }
 
+// GroupNormalization (opset 18; nn.GroupNorm): X [N, C, ...] as
+// [N, G, C/G, ...] normalized from axis 2 (a LayerNormalization with unit
+// scale), then the affine: per group in opset 18, per channel from 21.
+absl::Status GroupNorm(ImportContext& ctx, const Node& node) {
+  ASSIGN_OR_RETURN(std::string x, ctx.Data(node, 0));
+  ASSIGN_OR_RETURN(TensorType t, ctx.TypeOf(x));
+  const int r = t.shape.rank();
+  const int64_t groups = AttrInt(node, "num_groups", 0);
+  if (r < 3) return absl::InvalidArgumentError("GroupNormalization needs [N, C, ...] input");
+  for (int i = 1; i < r; ++i) {
+    if (t.shape.dim(i).batch) {
+      return absl::InvalidArgumentError("GroupNormalization: only dim 0 may carry the batch");
+    }
+  }
+  const int64_t c = t.shape.dim(1).value;
+  if (groups <= 0 || c % groups != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("GroupNormalization: ", c, " channels in ", groups, " groups"));
+  }
+  const std::string at = node.name().empty() ? "GroupNormalization" : node.name();
+  auto reshape = [&](const std::string& v, std::vector<int64_t> shape, const std::string& hint) {
+    Attrs a;
+    a.SetInts("shape", std::move(shape));
+    return ctx.b().Add("Reshape", {v}, std::move(a), at + "/" + hint);
+  };
+  std::vector<int64_t> grouped = {-1, groups, c / groups}, norm_dims = {c / groups};
+  for (int i = 2; i < r; ++i) {
+    grouped.push_back(t.shape.dim(i).value);
+    norm_dims.push_back(t.shape.dim(i).value);
+  }
+  ASSIGN_OR_RETURN(std::string xg, reshape(x, grouped, "grouped"));
+  ASSIGN_OR_RETURN(Tensor ones, Tensor::Empty(DType::kF32, norm_dims));
+  for (int64_t i = 0; i < ones.numel(); ++i) ones.f32()[i] = 1.0f;
+  ASSIGN_OR_RETURN(std::string unit, ctx.b().AddConstant(at + "/unit_scale", ones));
+  Attrs a;
+  a.SetInt("axis", 2);
+  a.SetFloat("epsilon", AttrFloat(node, "epsilon", 1e-5f));
+  ASSIGN_OR_RETURN(
+      std::vector<std::string> normed,
+      ctx.b().AddOp("LayerNormalization", {xg, unit}, std::move(a), 3, at + "/normalize"));
+  // Opset 18's scale and bias are per group ([G] as [G, 1, ...] over the
+  // grouped tensor); 21's per channel ([C] as [C, 1, ...] over X).
+  const bool per_group = ctx.opset() < 21;
+  std::vector<int64_t> affine_shape = {per_group ? groups : c};
+  for (int i = per_group ? 1 : 2; i < r; ++i) affine_shape.push_back(1);
+  std::string y = normed[0];
+  if (!per_group) {
+    std::vector<int64_t> back = {-1};
+    for (int i = 1; i < r; ++i) back.push_back(t.shape.dim(i).value);
+    ASSIGN_OR_RETURN(y, reshape(y, back, "ungrouped"));
+  }
+  ASSIGN_OR_RETURN(std::string scale, ctx.Data(node, 1));
+  ASSIGN_OR_RETURN(std::string bias, ctx.Data(node, 2));
+  ASSIGN_OR_RETURN(scale, reshape(scale, affine_shape, "scale"));
+  ASSIGN_OR_RETURN(bias, reshape(bias, affine_shape, "bias"));
+  ASSIGN_OR_RETURN(std::string scaled, ctx.b().Add("Mul", {y, scale}, Attrs(), at + "/scaled"));
+  if (!per_group) return ctx.Emit(node, "Add", {scaled, bias}, Attrs());
+  ASSIGN_OR_RETURN(std::string shifted,
+                   ctx.b().Add("Add", {scaled, bias}, Attrs(), at + "/shifted"));
+  std::vector<int64_t> back = {-1};
+  for (int i = 1; i < r; ++i) back.push_back(t.shape.dim(i).value);
+  Attrs out;
+  out.SetInts("shape", back);
+  return ctx.Emit(node, "Reshape", {shifted}, std::move(out));
+}
+
+// Gelu (opset 20), exact or with the tanh approximation.
+absl::Status GeluNode(ImportContext& ctx, const Node& node) {
+  const std::string approximate = AttrString(node, "approximate", "none");
+  if (approximate != "none" && approximate != "tanh") {
+    return absl::InvalidArgumentError("Gelu approximate '" + approximate + "'");
+  }
+  Attrs a;
+  a.SetString("approximate", approximate);
+  return Direct(ctx, node, "Gelu", std::move(a));
+}
+
 absl::Status Softmax(ImportContext& ctx, const Node& node) {
   Attrs a;
   a.SetInt("axis", AttrInt(node, "axis", -1));
@@ -417,8 +494,21 @@ absl::Status Split(ImportContext& ctx, const Node& node) {
   if (ctx.HasInput(node, 1)) {
     ASSIGN_OR_RETURN(split, ctx.ConstInts(node, 1));
   }
-  if (!split.empty()) a.SetInts("split", split);
   ASSIGN_OR_RETURN(std::string x, ctx.Data(node, 0));
+  if (const int64_t parts = AttrInt(node, "num_outputs", 0); split.empty() && parts > 0) {
+    // Opset 18: equal parts of ceil(n / parts), the last one smaller.
+    ASSIGN_OR_RETURN(TensorType t, ctx.TypeOf(x));
+    int64_t axis = AttrInt(node, "axis", 0);
+    if (axis < 0) axis += t.shape.rank();
+    if (axis < 0 || axis >= t.shape.rank() || t.shape.dim(static_cast<int>(axis)).batch) {
+      return absl::InvalidArgumentError("Split: bad axis, or the batch dim");
+    }
+    const int64_t n = t.shape.dim(static_cast<int>(axis)).value;
+    const int64_t each = (n + parts - 1) / parts;
+    for (int64_t i = 0; i < parts; ++i)
+      split.push_back(std::max<int64_t>(0, std::min(each, n - i * each)));
+  }
+  if (!split.empty()) a.SetInts("split", split);
   return ctx.Emit(node, "Split", {x}, std::move(a));
 }
 
@@ -530,11 +620,27 @@ absl::Status Pad(ImportContext& ctx, const Node& node) {
   if (ctx.HasInput(node, 1)) {
     ASSIGN_OR_RETURN(pads, ctx.ConstInts(node, 1));
   }
-  if (ctx.HasInput(node, 3)) return absl::InvalidArgumentError("Pad with axes is not supported");
+  if (ctx.HasInput(node, 3)) {
+    // Opset 18: pads for the listed axes only.
+    ASSIGN_OR_RETURN(std::vector<int64_t> axes, ctx.ConstInts(node, 3));
+    ASSIGN_OR_RETURN(std::string data, ctx.Data(node, 0));
+    ASSIGN_OR_RETURN(TensorType t, ctx.TypeOf(data));
+    const int64_t rank = t.shape.rank();
+    if (pads.size() != 2 * axes.size()) {
+      return absl::InvalidArgumentError("Pad: pads are not two per axis");
+    }
+    std::vector<int64_t> full(static_cast<size_t>(2 * rank), 0);
+    for (size_t k = 0; k < axes.size(); ++k) {
+      const int64_t axis = axes[k] < 0 ? axes[k] + rank : axes[k];
+      if (axis < 0 || axis >= rank) return absl::InvalidArgumentError("Pad: axis out of range");
+      full[axis] = pads[k];
+      full[axis + rank] = pads[k + axes.size()];
+    }
+    pads = std::move(full);
+  }
   if (mode != "constant") return PadByCopies(ctx, node, mode, pads);
   float value = 0;
   if (const Tensor* v = ctx.ConstantInput(node, 2)) value = v->f32()[0];
-  if (ctx.HasInput(node, 3)) return absl::InvalidArgumentError("Pad with axes is not supported");
   ASSIGN_OR_RETURN(std::string x, ctx.Data(node, 0));
   if (std::all_of(pads.begin(), pads.end(), [](int64_t p) { return p == 0; })) {
     ctx.SetTensor(node.output(0), x);
@@ -650,6 +756,8 @@ const std::map<std::string, Converter>& Converters() {
       {"ReduceMax", Reduce},
       {"Resize", Resize},
       {"InstanceNormalization", InstanceNorm},
+      {"GroupNormalization", GroupNorm},
+      {"Gelu", GeluNode},
       {"ReduceSum", Reduce},
       {"ReduceL1", Reduce},
       {"ReduceL2", Reduce},

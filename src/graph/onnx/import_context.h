@@ -32,6 +32,9 @@ class ImportContext {
   Graph& graph() { return *graph_; }
   int64_t export_batch() const { return export_batch_; }
   bool symbolic_batch() const { return symbolic_batch_; }
+  // The model's ONNX opset (where an op's meaning changed between them).
+  int64_t opset() const { return opset_; }
+  void set_opset(int64_t opset) { opset_ = opset; }
 
   void AddInitializer(const std::string& name, Tensor value);
   // Call after the initializers are added: the exporter's transposed
@@ -75,6 +78,7 @@ class ImportContext {
   Graph* graph_;
   GraphBuilder builder_;
   int64_t export_batch_;
+  int64_t opset_ = 0;
   bool symbolic_batch_;
   std::map<std::string, std::string> tensors_;  // ONNX name → graph tensor
   std::map<std::string, Tensor> constants_;     // ONNX name → known value

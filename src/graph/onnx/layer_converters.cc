@@ -406,6 +406,18 @@ absl::Status Pool(ImportContext& ctx, const Node& node) {
 
 absl::Status Resize(ImportContext& ctx, const Node& node) {
   const std::string mode = AttrString(node, "mode", "nearest");
+  // Opset 18's options, where they change the result.
+  if (AttrInt(node, "antialias", 0) != 0) {
+    return absl::InvalidArgumentError("Resize with antialias is not supported");
+  }
+  if (!AttrInts(node, "axes").empty()) {
+    return absl::InvalidArgumentError("Resize over listed axes is not supported");
+  }
+  if (const std::string policy = AttrString(node, "keep_aspect_ratio_policy", "stretch");
+      policy != "stretch") {
+    return absl::InvalidArgumentError("Resize keep_aspect_ratio_policy '" + policy +
+                                      "' is not supported");
+  }
   if (mode == "linear") return ResizeLinear(ctx, node);
   if (mode != "nearest") {
     return absl::InvalidArgumentError("Resize mode '" + mode +

@@ -283,6 +283,32 @@ TEST(OnnxImport, UnsupportedOps_AllListedByTypeAndNode) {
                 HasSubstr("ScatterND (4 nodes: node 's1', node 's2', node 's3', …)"))));
 }
 
+TEST(OnnxImport, PadWithAxes_PadsTheListedAxesOnly) {
+  // Opset 18: y [2, 3] padded by 1 before and 2 after on axis 1 (as -1).
+  onnx::ModelProto m = Tiny(18);
+  auto* g = m.mutable_graph();
+  for (const auto& [name, v] : {std::pair{"pads", std::vector<int64_t>{1, 2}},
+                                std::pair{"axes", std::vector<int64_t>{-1}}}) {
+    auto* t = g->add_initializer();
+    t->set_name(name);
+    t->set_data_type(onnx::TensorProto::INT64);
+    t->add_dims(static_cast<int64_t>(v.size()));
+    for (int64_t x : v) t->add_int64_data(x);
+  }
+  auto* n = g->add_node();
+  n->set_op_type("Pad");
+  for (const char* in : {"y", "pads", "", "axes"}) n->add_input(in);
+  n->add_output("z");
+  g->mutable_output(0)->set_name("z");
+  absl::StatusOr<Graph> imported = Import(m.SerializeAsString());
+  ASSERT_THAT(imported, IsOk());
+  EXPECT_EQ(imported->FindTensor(imported->outputs[0])->shape.ToString(), "[B,6]");
+  const Op* pad = nullptr;
+  for (const Op& op : imported->ops) pad = op.type == "Pad" ? &op : pad;
+  ASSERT_NE(pad, nullptr);
+  EXPECT_EQ(pad->attrs.Ints("pads"), (std::vector<int64_t>{0, 1, 0, 2}));
+}
+
 TEST(OnnxImport, ModAndReduceProdOfConstants_Fold) {
   // y + float(Mod(a, b)) * ReduceProd(c): Python's % (the divisor's sign)
   // by default, C's fmod with fmod=1.
@@ -516,8 +542,12 @@ TEST(OnnxImport, ReduceMax_OverFeaturesImportsAndOverTheBatchIsRefused) {
 TEST(OnnxImport, UnsupportedOpset_Named) {
   EXPECT_THAT(Import(Tiny(11).SerializeAsString()),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("opset 11 is not supported")));
-  EXPECT_THAT(Import(Tiny(18).SerializeAsString()),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("opset 18")));
+  EXPECT_THAT(Import(Tiny(23).SerializeAsString()),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("opset 23 is not supported (supported: 13–22)")));
+  for (int64_t opset : {13, 17, 18, 21, 22}) {
+    EXPECT_THAT(Import(Tiny(opset).SerializeAsString()), IsOk()) << opset;
+  }
 }
 
 TEST(OnnxImport, DynamicNonBatchDim_Rejected) {
