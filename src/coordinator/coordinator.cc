@@ -88,8 +88,10 @@ void Coordinator::TickerLoop() {
       registry_->ExcuseSilence(now - last_tick - period);
     }
     last_tick = now;
-    registry_->CheckLiveness();
-    jobs_->CheckNodes();
+    if (!draining_.load()) {
+      registry_->CheckLiveness();
+      jobs_->CheckNodes();
+    }
     if (watchdog > absl::ZeroDuration() && absl::Now() - last_watchdog >= watchdog) {
       NotifyWatchdog();
       last_watchdog = absl::Now();

@@ -4,9 +4,13 @@
 //
 // Threading: Start() launches one ticker thread that checks liveness every
 // quarter heartbeat period; Stop() joins it. Components are thread-safe.
+// BeginDrain() (a stopping coordinator, which serves no more heartbeats)
+// stops judging the nodes: their silence is the coordinator's, and a job
+// must outlive the restart.
 #ifndef QUILT_SRC_COORDINATOR_COORDINATOR_H_
 #define QUILT_SRC_COORDINATOR_COORDINATOR_H_
 
+#include <atomic>
 #include <memory>
 #include <thread>
 
@@ -34,6 +38,9 @@ class Coordinator {
   ~Coordinator();
 
   void Start();
+  // From now on no node is taken NotReady or Down, and no job fails for a
+  // silent node (the coordinator is stopping).
+  void BeginDrain() { draining_.store(true); }
   void Stop();
 
   NodeRegistry* registry() { return registry_.get(); }
@@ -58,6 +65,7 @@ class Coordinator {
   std::unique_ptr<LinkProbes> links_;
   std::unique_ptr<ModelProfiles> profiles_;
   absl::Notification stop_;
+  std::atomic<bool> draining_{false};
   std::thread ticker_;
 };
 

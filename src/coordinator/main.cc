@@ -48,6 +48,8 @@ int Run(const CoordinatorConfig& config) {
   }
   QLOG_INFO("draining timeout_ms={}", config.drain_timeout_ms);
   NotifyStopping();
+  // Heartbeats go unanswered from now on: nodes are not judged by them.
+  (*coordinator)->BeginDrain();
   // Submissions waiting for profiles plan at once with what they have.
   (*coordinator)->profiles()->Shutdown();
   (*server)->Shutdown(absl::Milliseconds(config.drain_timeout_ms));

@@ -92,6 +92,21 @@ TEST_F(WorkerTest, RegistersAndStaysReady) {
   ASSERT_TRUE(Eventually([&] { return StateOf("w1") == quilt::v1::NODE_STATE_READY; }));
 }
 
+TEST_F(WorkerTest, ADrainingCoordinatorDoesNotJudgeTheNodesItNoLongerHears) {
+  StartCoordinator("127.0.0.1:0");
+  rpc::CoordinatorClient client(server_->address(), absl::Milliseconds(200));
+  Worker worker(Info("w1"), 42, &client, {});
+  worker.Start();
+  ASSERT_TRUE(Eventually([&] { return worker.registered(); }));
+  // Stopping: the server answers no more heartbeats, for longer than the
+  // down timeout (1.5 s), while the coordinator still runs.
+  coordinator_->BeginDrain();
+  server_->Shutdown(absl::ZeroDuration());
+  absl::SleepFor(absl::Milliseconds(2500));
+  EXPECT_EQ(StateOf("w1"), quilt::v1::NODE_STATE_READY);
+  EXPECT_EQ(coordinator_->registry()->RecentEvents(10).size(), 1u);  // registered only
+}
+
 TEST_F(WorkerTest, CoordinatorStartsLate_WorkerRetriesUntilRegistered) {
   // Reserve a port: start and stop a coordinator, then bring it back there.
   StartCoordinator("127.0.0.1:0");
