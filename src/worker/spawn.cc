@@ -9,6 +9,7 @@
 #include <cstring>
 #include <fstream>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 
 namespace quilt {
@@ -41,15 +42,36 @@ absl::StatusOr<pid_t> SpawnChild(std::vector<std::string> argv, const std::strin
   return pid;
 }
 
+namespace {
+
+// A line that says something: a few letters, and not a frame or a rule of
+// a crash's backtrace ("==== backtrace ====", " 3  /lib/libucs.so(…)").
+bool Meaningful(const std::string& line) {
+  const absl::string_view s = absl::StripLeadingAsciiWhitespace(line);
+  if (absl::StartsWith(s, "====") || absl::StartsWith(s, "----")) return false;
+  if (!s.empty() && absl::ascii_isdigit(s[0])) {
+    size_t i = 0;
+    while (i < s.size() && absl::ascii_isdigit(s[i])) ++i;
+    if (i < s.size() && s[i] == ' ') return false;  // a backtrace frame
+  }
+  int letters = 0;
+  for (char c : s) letters += absl::ascii_isalpha(c) ? 1 : 0;
+  return letters >= 3;
+}
+
+}  // namespace
+
 std::string LastExecutorError(const std::string& log_path) {
   std::ifstream in(log_path);
-  std::string line, last, error;
+  std::string line, last, error, caught;
   while (std::getline(in, line)) {
-    if (line.empty()) continue;
+    if (!Meaningful(line)) continue;
     last = line;
     if (absl::StartsWith(line, "quilt-executor: ")) error = line.substr(strlen("quilt-executor: "));
+    // A crash handler's report (UCX's: "[host:pid] Caught signal 11 (…)").
+    if (absl::StrContains(line, "Caught signal")) caught = line;
   }
-  return error.empty() ? last : error;
+  return !error.empty() ? error : !caught.empty() ? caught : last;
 }
 
 }  // namespace quilt

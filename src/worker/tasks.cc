@@ -191,10 +191,13 @@ void TaskRunner::Read(Task* t) {
       t->state = quilt::v1::TASK_STATE_SUCCEEDED;
     } else {
       t->state = quilt::v1::TASK_STATE_FAILED;
-      t->message = LastExecutorError(t->dir + "/executor.log");
+      const std::string log = t->dir + "/executor.log";
+      t->message = LastExecutorError(log);
       if (WIFSIGNALED(status)) {
-        t->message = absl::StrCat("killed by signal ", WTERMSIG(status),
-                                  t->message.empty() ? "" : ": ", t->message);
+        const int sig = WTERMSIG(status);
+        t->message = absl::StrCat("killed by signal ", sig, " (", strsignal(sig), ")",
+                                  t->message.empty() ? "" : ": ", t->message,
+                                  sig == SIGKILL ? "" : "; its log: " + log);
       }
       if (t->message.empty())
         t->message = "exited with status " + std::to_string(WEXITSTATUS(status));

@@ -97,6 +97,28 @@ TEST(TaskRunner, AnExecutorThatExitsEndsItsTaskThoughAChildHoldsItsOutput) {
   EXPECT_TRUE(Gone(pidfile)) << "the background sleep outlived its executor";
 }
 
+TEST(TaskRunner, ACrashIsNamedByItsSignalAndItsHandlersLineNotABacktraceRule) {
+  testing::TempDir tmp;
+  const std::string pidfile = tmp.path() + "/child.pid";
+  // As UCX's crash handler writes it, then the signal kills the process.
+  const std::string crash =
+      "echo '[host:1:0:1] Caught signal 11 (Segmentation fault: address not mapped)' >&2\n"
+      "echo '==== backtrace (tid:      1) ====' >&2\n"
+      "echo ' 0  /usr/lib/libucs.so.0(ucs_handle_error+0x2dc) [0x7f]' >&2\n"
+      "echo '=================================' >&2\n"
+      "kill -SEGV $$";
+  TaskRunner runner(Options(tmp.path(), Script(tmp.path(), pidfile, crash)));
+  runner.Start(Assignment());
+  const quilt::v1::TaskReport r = WaitForEnd(runner, absl::Seconds(20));
+  EXPECT_EQ(r.state(), quilt::v1::TASK_STATE_FAILED) << r.message();
+  EXPECT_NE(
+      r.message().find("killed by signal 11 (Segmentation fault): [host:1:0:1] Caught signal"),
+      std::string::npos)
+      << r.message();
+  EXPECT_NE(r.message().find("/executor.log"), std::string::npos) << r.message();
+  EXPECT_EQ(r.message().find("===="), std::string::npos) << r.message();
+}
+
 TEST(TaskRunner, AStalledExecutorIsStoppedWithWhatItStarted) {
   testing::TempDir tmp;
   const std::string pidfile = tmp.path() + "/child.pid";
