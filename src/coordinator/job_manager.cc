@@ -291,6 +291,9 @@ void JobManager::Finish(Job* job, JobState state, const std::string& message,
   // Steps reported so far bound what counts after the end.
   job->end_step = 0;
   for (const auto& [n, t] : job->record.tasks()) job->end_step = std::max(job->end_step, t.step());
+  for (const std::string& n : job->record.world()) {
+    if (!job->heard.count(n)) job->unheard_at_end.insert(n);
+  }
   job->record.clear_addresses();
   QLOG_INFO("job {} {}: {}", st->job_id(), quilt::v1::JobState_Name(state), message);
   if (state == quilt::v1::JOB_STATE_FAILED && registry_ != nullptr) {
@@ -340,6 +343,9 @@ void JobManager::ApplyReport(Job* job, const std::string& node,
   // An ended job keeps the state it ended in, and takes the steps of its
   // executors up to where it ended (the other ranks' reports of the steps
   // before a failure come after it); an executor's own end is noted.
+  if (ended && job->unheard_at_end.count(node) && !TaskEnded(t.state())) {
+    job->end_step = std::max(job->end_step, report.step());
+  }
   const int64_t limit = ended ? job->end_step : INT64_MAX;
   if (!ended || TaskEnded(report.state())) t.set_state(report.state());
   t.set_step(std::max(t.step(), std::min(report.step(), limit)));
@@ -424,6 +430,10 @@ void JobManager::ApplyReport(Job* job, const std::string& node,
     Finish(job, quilt::v1::JOB_STATE_SUCCEEDED,
            st->last_loss_step() == st->steps()
                ? absl::StrFormat("%d steps, final loss %.6g", st->steps(), st->last_loss())
+           : st->last_loss_step() == 0
+               ? absl::StrFormat("%d steps (no step's loss is complete: parts of them went "
+                                 "with a worker that restarted)",
+                                 st->steps())
                : absl::StrFormat("%d steps (losses complete up to step %d, loss %.6g there)",
                                  st->steps(), st->last_loss_step(), st->last_loss()));
   }

@@ -145,6 +145,10 @@ class JobManager {
     // The last step any executor had reported when the job ended: steps up
     // to it still count after the end.
     int64_t end_step = 0;
+    // Nodes this coordinator had not heard from when the job ended (it
+    // restarted since): their executors' steps all came before they
+    // learned of the end, so each one's reports extend end_step.
+    std::set<std::string> unheard_at_end;
     // It had ended when this coordinator loaded it (its steps are stored).
     bool loaded_ended = false;
     // Ended, and no more steps will come (CloseEnded): steps through
