@@ -343,7 +343,7 @@ void JobManager::ApplyReport(Job* job, const std::string& node,
   // An ended job keeps the state it ended in, and takes the steps of its
   // executors up to where it ended (the other ranks' reports of the steps
   // before a failure come after it); an executor's own end is noted.
-  if (ended && job->unheard_at_end.count(node) && !TaskEnded(t.state())) {
+  if (ended && job->unheard_at_end.erase(node) > 0 && !TaskEnded(t.state())) {
     job->end_step = std::max(job->end_step, report.step());
   }
   const int64_t limit = ended ? job->end_step : INT64_MAX;

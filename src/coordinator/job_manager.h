@@ -146,8 +146,9 @@ class JobManager {
     // to it still count after the end.
     int64_t end_step = 0;
     // Nodes this coordinator had not heard from when the job ended (it
-    // restarted since): their executors' steps all came before they
-    // learned of the end, so each one's reports extend end_step.
+    // restarted since): the steps their executors had reached came before
+    // they could learn of the end, so each one's first report after it
+    // extends end_step to its executor's step.
     std::set<std::string> unheard_at_end;
     // It had ended when this coordinator loaded it (its steps are stored).
     bool loaded_ended = false;

@@ -254,11 +254,18 @@ TEST_F(JobManagerTest, FlushStoresProgressAndAnEndedJobTakesNoMoreReports) {
   Reopen();
   EXPECT_EQ(Status(id).step(), 3);
   ASSERT_THAT(jobs_->Cancel(id, ""), IsOk());
-  // Executors that kept running report more steps: the ended job keeps its.
+  // Cancelled before the nodes reported to this coordinator: the steps
+  // their executors had reached came before they could know, and count.
   Beat("a", {Report(id, quilt::v1::TASK_STATE_RUNNING, 4, {1.0, 1.0})});
   Beat("b", {Report(id, quilt::v1::TASK_STATE_RUNNING, 4, {1.0, 1.0})});
-  EXPECT_EQ(Status(id).step(), 3);
+  EXPECT_EQ(Status(id).step(), 5);
+  // Executors that kept running once they were told report more steps:
+  // the ended job keeps its.
+  Beat("a", {Report(id, quilt::v1::TASK_STATE_RUNNING, 6, {1.0})});
+  Beat("b", {Report(id, quilt::v1::TASK_STATE_RUNNING, 6, {1.0})});
+  EXPECT_EQ(Status(id).step(), 5);
   EXPECT_EQ(Status(id).state(), quilt::v1::JOB_STATE_CANCELLED);
+  EXPECT_THAT(*jobs_->Losses(id), ElementsAre(2.0, 2.0, 2.0, 2.0, 2.0));
 }
 
 TEST_F(JobManagerTest, AJobsModelIsKeptInTheStoreAndOutOfItsRecord) {
