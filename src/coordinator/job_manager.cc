@@ -588,9 +588,11 @@ void JobManager::CloseEnded(const std::map<std::string, std::string>& down) {
 
 void JobManager::CheckNodes() {
   std::map<std::string, std::string> down, silent;  // node → reason
+  std::map<std::string, absl::Time> registered;     // its worker's start
   for (const quilt::v1::NodeStatus& n : registry_->ListNodes()) {
     if (n.state() == quilt::v1::NODE_STATE_DOWN) down[n.info().node_id()] = n.reason();
     if (n.state() != quilt::v1::NODE_STATE_READY) silent[n.info().node_id()] = n.reason();
+    registered[n.info().node_id()] = FromProtoTime(n.registered_at());
   }
   {
     absl::MutexLock lock(&mu_);
@@ -598,19 +600,28 @@ void JobManager::CheckNodes() {
   }
   {
     // Failures caused by a peer whose own report did not come: a node of
-    // the job that stopped heartbeating is the likely cause, and named.
+    // the job that stopped heartbeating, or whose worker restarted since
+    // the job started, is the likely cause, and named.
     absl::MutexLock lock(&mu_);
     for (auto& [id, job] : jobs_) {
       if (job.knock_on.message.empty() || Ended(job.record.status().state())) continue;
       if (clock_->Now() - job.knock_on.since < kRootCauseWait) continue;
       std::string node = job.knock_on.node, message = job.knock_on.message;
+      const absl::Time started = FromProtoTime(job.record.status().started_at());
       for (const std::string& n : job.record.world()) {
         auto s = silent.find(n);
-        if (s == silent.end()) continue;
-        node = n;
-        message = absl::StrCat("node ", n, " stopped heartbeating",
-                               s->second.empty() ? "" : " (" + s->second + ")", "; ", message);
-        break;
+        auto r = registered.find(n);
+        if (s != silent.end()) {
+          node = n;
+          message = absl::StrCat("node ", n, " stopped heartbeating",
+                                 s->second.empty() ? "" : " (" + s->second + ")", "; ", message);
+          break;
+        }
+        if (job.record.status().has_started_at() && r != registered.end() && r->second > started) {
+          node = n;
+          message = absl::StrCat("the worker on ", n, " restarted; ", message);
+          break;
+        }
       }
       Finish(&job, quilt::v1::JOB_STATE_FAILED, message, node);
     }

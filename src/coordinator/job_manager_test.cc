@@ -153,6 +153,32 @@ TEST_F(JobManagerTest, AFailureCausedByAPeerNamesANodeThatStoppedHeartbeating) {
   EXPECT_THAT(Status(id).message(), ::testing::StartsWith("node c stopped heartbeating"));
 }
 
+TEST_F(JobManagerTest, AFailureCausedByAPeerNamesANodeWhoseWorkerRestartedSinceTheJobStarted) {
+  ASSERT_THAT(registry_->Register(Info("a"), 1), IsOk());
+  ASSERT_THAT(registry_->Register(Info("b"), 2), IsOk());
+  ASSERT_THAT(registry_->Register(Info("c"), 3), IsOk());
+  const std::string id = AddJobOnABC();
+  for (const char* n : {"a", "b", "c"}) {
+    Beat(n, {Report(id, quilt::v1::TASK_STATE_RUNNING, 1, {1.0})});
+  }
+  // c's worker died with its executor and came back at once (Ready again
+  // before the others' failures are judged); a and b blame each other.
+  TaskReport r = Report(id, quilt::v1::TASK_STATE_FAILED, 2, {});
+  r.set_message("receive from rank 1 (b) (tag 0x5, 64 bytes): the peer failed");
+  Beat("a", {r});
+  r.set_message("receive from rank 0 (a) (tag 0x5, 64 bytes): the peer failed");
+  Beat("b", {r});
+  clock_.Advance(absl::Seconds(6));
+  ASSERT_THAT(registry_->Register(Info("c"), 33), IsOk());
+  for (const auto& [n, inc] : {std::pair{"a", 1}, std::pair{"b", 2}, std::pair{"c", 33}}) {
+    ASSERT_THAT(registry_->Heartbeat(n, inc), IsOk());
+  }
+  registry_->CheckLiveness();
+  jobs_->CheckNodes();
+  EXPECT_EQ(Status(id).state(), quilt::v1::JOB_STATE_FAILED);
+  EXPECT_THAT(Status(id).message(), ::testing::StartsWith("the worker on c restarted; "));
+}
+
 // c dies after step 2; a and b fail after step 4 because it did. Steps 3
 // and 4 lack c's parts: once c is Down (or the late-steps grace passed)
 // they are NaN, and the job's step is the last any executor reached.
