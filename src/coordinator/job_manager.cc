@@ -306,6 +306,17 @@ void JobManager::Finish(Job* job, JobState state, const std::string& message,
 }
 
 absl::Status JobManager::Cancel(const std::string& job_id, const std::string& reason) {
+  // Shown in tables and logs: printable, one line, short.
+  if (reason.size() > 512) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the reason has ", reason.size(), " bytes; at most 512"));
+  }
+  for (unsigned char c : reason) {
+    if (c < 0x20 || c == 0x7f) {
+      return absl::InvalidArgumentError(
+          "the reason has a control character (a newline, an escape)");
+    }
+  }
   absl::MutexLock lock(&mu_);
   Job* job = Find(job_id);
   if (job == nullptr) return absl::NotFoundError("no job '" + job_id + "'");

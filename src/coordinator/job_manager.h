@@ -76,7 +76,8 @@ class JobManager {
   std::vector<quilt::v1::JobStatus> List() const;
   std::map<std::string, int> CountByState() const;
 
-  // Errors: NOT_FOUND, FAILED_PRECONDITION (the job already ended).
+  // Errors: NOT_FOUND, FAILED_PRECONDITION (the job already ended),
+  // INVALID_ARGUMENT (a reason with a control character or over 512 bytes).
   absl::Status Cancel(const std::string& job_id, const std::string& reason);
 
   // A worker's heartbeat: applies its task reports and adds the node's

@@ -232,6 +232,11 @@ TEST_F(JobManagerTest, AFailedJobsStepsWithoutTheStoppedNodesPartsAreNaNOnceItIs
 TEST_F(JobManagerTest, CancelTellsTheWorkersAndRefusesASecondTime) {
   const std::string id = AddJob();
   Beat("a", {Report(id, quilt::v1::TASK_STATE_RUNNING, 1, {})});
+  // A reason that would forge a line of a table or a log is refused.
+  EXPECT_THAT(jobs_->Cancel(id, "x\nFAKE: job succeeded"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("control character")));
+  EXPECT_THAT(jobs_->Cancel(id, "\x1b[32mgreen"), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(Status(id).state(), quilt::v1::JOB_STATE_RUNNING);
   ASSERT_THAT(jobs_->Cancel(id, "wrong lr"), IsOk());
   EXPECT_EQ(Status(id).state(), quilt::v1::JOB_STATE_CANCELLED);
   EXPECT_THAT(Status(id).message(), HasSubstr("wrong lr"));

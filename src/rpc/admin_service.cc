@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -40,8 +41,10 @@ absl::Status AdminServiceImpl::ClusterStatus(const quilt::v1::GetClusterStatusRe
     for (const std::string& node : job.nodes()) running[node].push_back(job.job_id());
     for (const auto& [node, bytes] : job.predicted_memory_bytes()) memory[node] += bytes;
   }
+  std::set<std::string> ready;
   for (quilt::v1::NodeStatus& n : registry->ListNodes()) {
     const std::string& id = n.info().node_id();
+    if (n.state() == quilt::v1::NODE_STATE_READY) ready.insert(id);
     for (const std::string& job : running[id]) n.add_running_jobs(job);
     n.set_memory_used_bytes(memory[id]);
     *response->add_nodes() = std::move(n);
@@ -53,8 +56,10 @@ absl::Status AdminServiceImpl::ClusterStatus(const quilt::v1::GetClusterStatusRe
   for (const auto& [state, n] : coordinator_->jobs()->CountByState()) {
     (*response->mutable_jobs_by_state())[state] = n;
   }
+  // Between Ready nodes only (not a forgotten or Down node's).
   for (quilt::v1::MeasuredLink& l : coordinator_->links()->Links()) {
-    *response->add_links() = std::move(l);
+    if (ready.count(l.src_node()) && ready.count(l.dst_node()))
+      *response->add_links() = std::move(l);
   }
   response->set_coordinator_version(kVersion);
   response->set_coordinator_uptime_s(

@@ -17,6 +17,7 @@ namespace quilt::testing {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::SizeIs;
 
 std::string StateOf(LocalCluster& cluster, const std::string& node) {
@@ -91,6 +92,13 @@ TEST_F(ClusterMembershipTest, TheWorkersMeasureTheLinkBetweenThem) {
   auto status = cluster_.Quiltctl({"status"});
   ASSERT_THAT(status, IsOk());
   EXPECT_THAT(status->out, HasSubstr("w1 <-> w2"));
+  // A link to a node that is no longer Ready is not listed.
+  cluster_.KillWorker("w2", SIGTERM);
+  ASSERT_TRUE(
+      Eventually([&] { return StateOf(cluster_, "w2") == "NODE_STATE_DOWN"; }, absl::Seconds(10)));
+  status = cluster_.Quiltctl({"status"});
+  ASSERT_THAT(status, IsOk());
+  EXPECT_THAT(status->out, Not(HasSubstr("w1 <-> w2")));
 }
 
 TEST_F(ClusterMembershipTest, KilledWorker_NotReadyThenDown_ThenBackWithNewIncarnation) {
