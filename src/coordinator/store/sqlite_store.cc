@@ -5,6 +5,7 @@
 #include <functional>
 
 #include "absl/strings/str_cat.h"
+#include "src/common/logging.h"
 #include "src/common/status.h"
 
 namespace quilt {
@@ -24,20 +25,23 @@ absl::Status ParseRecord(const std::string& bytes, const char* table, Proto* out
   return absl::OkStatus();
 }
 
-// Every job record, oldest first.
+// Every job record, oldest first. A record that does not parse is left
+// out (and in the database, untouched) with an error naming it: one
+// damaged job does not keep the coordinator and every other job down.
 absl::StatusOr<std::vector<quilt::v1::JobRecord>> ReadJobRecords(SqliteDb* db) {
   std::vector<quilt::v1::JobRecord> jobs;
-  absl::Status parse = absl::OkStatus();
-  RETURN_IF_ERROR(db->Run("SELECT record FROM jobs ORDER BY seq", {}, [&](const SqlRow& r) {
-    quilt::v1::JobRecord j;
-    absl::Status s = ParseRecord(r.Bytes(0), "jobs", &j);
-    if (s.ok()) {
-      jobs.push_back(std::move(j));
-    } else {
-      parse.Update(s);
-    }
-  }));
-  RETURN_IF_ERROR(parse);
+  RETURN_IF_ERROR(
+      db->Run("SELECT seq, job_id, record FROM jobs ORDER BY seq", {}, [&](const SqlRow& r) {
+        quilt::v1::JobRecord j;
+        if (ParseRecord(r.Bytes(2), "jobs", &j).ok()) {
+          jobs.push_back(std::move(j));
+          return;
+        }
+        QLOG_ERROR(
+            "job {} (row {} of table jobs) has a corrupt record: left out, and kept in the "
+            "database as it is",
+            r.Text(1), r.Int(0));
+      }));
   return jobs;
 }
 

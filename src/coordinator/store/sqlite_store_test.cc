@@ -106,6 +106,39 @@ TEST(SqliteStore, JobsSurviveReopenInSubmissionOrder) {
   EXPECT_EQ((*jobs)[1].status().job_id(), "job-a");
 }
 
+TEST(SqliteStore, ACorruptJobRecordIsLeftOutAndKeptTheOthersLoad) {
+  testing::TempDir dir;
+  const std::string path = dir.File("c.db");
+  {
+    auto store = SqliteStore::Open(path);
+    ASSERT_THAT(store, IsOk());
+    for (const char* id : {"job-1", "job-2", "job-3"}) {
+      ASSERT_THAT((*store)->PutJob(JobRec(id, quilt::v1::JOB_STATE_SUCCEEDED), {}), IsOk());
+    }
+  }
+  {
+    auto db = SqliteDb::Open(path);
+    ASSERT_THAT(db, IsOk());
+    ASSERT_THAT((*db)->Exec("UPDATE jobs SET record = x'deadbeef' WHERE job_id = 'job-2';"),
+                IsOk());
+  }
+  auto store = SqliteStore::Open(path);
+  ASSERT_THAT(store, IsOk());
+  auto jobs = (*store)->ListJobs();
+  ASSERT_THAT(jobs, IsOk());
+  ASSERT_THAT(*jobs, SizeIs(2));
+  EXPECT_EQ((*jobs)[0].status().job_id(), "job-1");
+  EXPECT_EQ((*jobs)[1].status().job_id(), "job-3");
+  // Untouched in the database.
+  auto db = SqliteDb::Open(path);
+  ASSERT_THAT(db, IsOk());
+  std::string record;
+  ASSERT_THAT((*db)->Run("SELECT record FROM jobs WHERE job_id = 'job-2'", {},
+                         [&](const SqlRow& r) { record = r.Bytes(0); }),
+              IsOk());
+  EXPECT_EQ(record, std::string("\xde\xad\xbe\xef", 4));
+}
+
 TEST(SqliteStore, AVersionOneDatabaseGainsTheJobsTableAndKeepsItsNodes) {
   testing::TempDir dir;
   const std::string path = dir.File("c.db");
