@@ -149,6 +149,9 @@ absl::StatusOr<NewJob> PrepareJob(const quilt::v1::JobSpec& spec, const NodeRegi
                      ProfiledCluster(graph, spec.global_batch(), registry, links, profiles,
                                      options.profile_timeout, &calibration, options.abandoned));
     if (options.abandoned != nullptr && options.abandoned()) {
+      QLOG_INFO(
+          "a submission was abandoned by its client while the workers profiled the model; "
+          "no job was started");
       return absl::CancelledError("the client gave up waiting; the job was not started");
     }
     ASSIGN_OR_RETURN(result, PlanOn(spec, graph, cluster, strategy, options));

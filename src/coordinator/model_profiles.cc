@@ -189,7 +189,7 @@ std::vector<std::string> ModelProfiles::Calibrate(const Graph& g, int64_t global
   // Ready, or the coordinator to stop; checked every quarter second.
   std::map<std::string, quilt::v1::ModelProfileResult> got;
   std::map<std::string, std::string> gave_up;  // node → why
-  bool stopping = false;
+  bool stopping = false, left = false;         // shutting down; the client left
   while (true) {
     std::vector<std::string> missing;
     {
@@ -203,7 +203,8 @@ std::vector<std::string> ModelProfiles::Calibrate(const Graph& g, int64_t global
       };
       mu_.AwaitWithDeadline(absl::Condition(&done),
                             std::min(deadline, absl::Now() + absl::Milliseconds(250)));
-      stopping = shutdown_ || (abandoned != nullptr && abandoned());
+      left = abandoned != nullptr && abandoned();
+      stopping = shutdown_ || left;
       for (const Wanted& w : wanted) {
         if (!w.line.empty() || gave_up.count(w.node)) continue;
         auto it = results_.find(w.id);
@@ -257,6 +258,7 @@ std::vector<std::string> ModelProfiles::Calibrate(const Graph& g, int64_t global
       lines.push_back(absl::StrCat(
           w.node, ": start-up figures (",
           why != gave_up.end() ? why->second
+          : left               ? "the client that asked for the plan left"
           : stopping           ? "the coordinator is stopping"
                                : absl::StrCat("no profile within ", absl::FormatDuration(timeout)),
           ")"));

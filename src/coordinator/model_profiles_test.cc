@@ -257,5 +257,22 @@ TEST(ModelProfiles, ShutdownEndsTheWaitsAtOnce) {
   EXPECT_THAT(lines[0], HasSubstr("n0: start-up figures (the coordinator is stopping)"));
 }
 
+TEST(ModelProfiles, AClientThatLeavesEndsItsWaitSayingSo) {
+  const Graph g = testing::ZooTrainingGraph("mlp");
+  ModelProfiles profiles;
+  quilt::v1::ClusterSpec cluster = Cluster({"n0"}, false);
+  std::atomic<bool> left{false};
+  std::vector<std::string> lines;
+  std::thread submit([&] {
+    lines = profiles.Calibrate(g, 16, absl::Seconds(60), &cluster, [&] { return left.load(); });
+  });
+  AskedOf(&profiles, "n0", 1);
+  left = true;
+  submit.join();
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_THAT(lines[0],
+              HasSubstr("n0: start-up figures (the client that asked for the plan left)"));
+}
+
 }  // namespace
 }  // namespace quilt
