@@ -1,8 +1,10 @@
 #include "src/coordinator/job_submission.h"
 
+#include <algorithm>
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "src/cluster/topology.h"
 #include "src/common/files.h"
 #include "src/common/logging.h"
@@ -34,10 +36,13 @@ absl::Status CheckDataset(const quilt::v1::JobSpec& spec, const Graph& graph) {
   return absl::OkStatus();
 }
 
-// The plan of the job on `cluster`, with the checks every plan must pass.
+// The plan of the job on `cluster` shared with the jobs on it, with the
+// checks every plan must pass.
 absl::StatusOr<PlanResult> PlanOn(const quilt::v1::JobSpec& spec, const Graph& graph,
-                                  const quilt::v1::ClusterSpec& cluster,
-                                  const std::string& strategy, const SubmissionOptions& options) {
+                                  quilt::v1::ClusterSpec cluster, const std::string& strategy,
+                                  const SubmissionOptions& options,
+                                  const std::set<std::string>& measured_loaded = {}) {
+  ShareBusyNodes(options.loads, measured_loaded, &cluster);
   absl::StatusOr<Topology> topo = Topology::Build(cluster);
   if (!topo.ok()) return Annotate(topo.status(), "the live cluster");
   PlanOptions plan;
@@ -75,7 +80,57 @@ absl::StatusOr<PlanResult> PlanOn(const quilt::v1::JobSpec& spec, const Graph& g
   return result;
 }
 
+// Every speed figure of `d` divided by `k` (times multiplied).
+void Slower(double k, quilt::v1::Device* d) {
+  d->set_peak_fp32_flops_per_s(d->peak_fp32_flops_per_s() / k);
+  d->set_measured_gemm_flops_per_s(d->measured_gemm_flops_per_s() / k);
+  if (d->memory_bandwidth_bytes_per_s() > 0) {
+    d->set_memory_bandwidth_bytes_per_s(d->memory_bandwidth_bytes_per_s() / k);
+  } else {
+    // (The default bandwidth and overhead scale with the slowdown.)
+    d->set_compute_slowdown(std::max(1.0, d->compute_slowdown()) * k);
+  }
+  d->set_measured_op_overhead_s(d->measured_op_overhead_s() * k);
+  d->set_measured_step_overhead_s(d->measured_step_overhead_s() * k);
+  for (auto& r : *d->mutable_measured_op_type_rates()) r.set_flops_per_s(r.flops_per_s() / k);
+  for (auto& t : *d->mutable_op_times()) t.set_time_s(t.time_s() * k);
+}
+
 }  // namespace
+
+std::map<std::string, NodeLoad> NodeLoads(const std::vector<quilt::v1::JobStatus>& jobs) {
+  std::map<std::string, NodeLoad> out;
+  for (const quilt::v1::JobStatus& j : jobs) {
+    if (JobManager::Ended(j.state())) continue;
+    for (const std::string& node : j.nodes()) ++out[node].jobs;
+    for (const auto& [node, bytes] : j.predicted_memory_bytes()) out[node].memory_bytes += bytes;
+  }
+  return out;
+}
+
+std::vector<std::string> ShareBusyNodes(const std::map<std::string, NodeLoad>& loads,
+                                        const std::set<std::string>& measured_loaded,
+                                        quilt::v1::ClusterSpec* cluster) {
+  std::vector<std::string> lines;
+  for (auto& node : *cluster->mutable_nodes()) {
+    auto it = loads.find(node.node_id());
+    if (it == loads.end() || it->second.jobs == 0 || node.devices_size() == 0) continue;
+    const NodeLoad& load = it->second;
+    const bool measured = measured_loaded.count(node.node_id()) > 0;
+    const int64_t held = load.memory_bytes / node.devices_size();
+    for (auto& d : *node.mutable_devices()) {
+      if (!measured) Slower(load.jobs + 1.0, &d);
+      d.set_memory_bytes(std::max<int64_t>(0, d.memory_bytes() - held));
+    }
+    lines.push_back(absl::StrCat(
+        node.node_id(), ": shared with ", load.jobs, " running job(s): ",
+        measured ? "their load is in its profile"
+                 : absl::StrCat("planned at 1/", load.jobs + 1, " of its devices' speed"),
+        ", less the ", absl::StrFormat("%.1f", load.memory_bytes / 1048576.0),
+        " MiB their plans hold"));
+  }
+  return lines;
+}
 
 absl::StatusOr<PlanResult> PlanHolding(absl::Mutex* lock, const Graph& graph, const Topology& topo,
                                        const PlanOptions& options) {
@@ -103,9 +158,10 @@ absl::Status CheckCheckpointDir(const std::string& dir) {
 absl::StatusOr<quilt::v1::ClusterSpec> ProfiledCluster(
     const Graph& graph, int64_t global_batch, const NodeRegistry& registry, const LinkProbes* links,
     ModelProfiles* profiles, absl::Duration timeout, std::vector<std::string>* calibration,
-    const std::function<bool()>& abandoned) {
+    const std::function<bool()>& abandoned, std::set<std::string>* measured_loaded) {
   ASSIGN_OR_RETURN(quilt::v1::ClusterSpec cluster, LiveClusterSpec(registry, links));
-  *calibration = profiles->Calibrate(graph, global_batch, timeout, &cluster, abandoned);
+  *calibration =
+      profiles->Calibrate(graph, global_batch, timeout, &cluster, abandoned, measured_loaded);
   // The nodes Ready now (one may have gone while profiling), as profiled.
   ASSIGN_OR_RETURN(quilt::v1::ClusterSpec now, LiveClusterSpec(registry, links));
   for (auto& node : *now.mutable_nodes()) {
@@ -144,17 +200,18 @@ absl::StatusOr<NewJob> PrepareJob(const quilt::v1::JobSpec& spec, const NodeRegi
   if (!first.ok()) return WithNotReadyNodes(first.status(), registry);
   PlanResult result = std::move(*first);
   std::vector<std::string> calibration;
+  std::set<std::string> measured_loaded;
   if (profiles != nullptr && options.profile_timeout > absl::ZeroDuration()) {
-    ASSIGN_OR_RETURN(cluster,
-                     ProfiledCluster(graph, spec.global_batch(), registry, links, profiles,
-                                     options.profile_timeout, &calibration, options.abandoned));
+    ASSIGN_OR_RETURN(cluster, ProfiledCluster(graph, spec.global_batch(), registry, links, profiles,
+                                              options.profile_timeout, &calibration,
+                                              options.abandoned, &measured_loaded));
     if (options.abandoned != nullptr && options.abandoned()) {
       QLOG_INFO(
           "a submission was abandoned by its client while the workers profiled the model; "
           "no job was started");
       return absl::CancelledError("the client gave up waiting; the job was not started");
     }
-    ASSIGN_OR_RETURN(result, PlanOn(spec, graph, cluster, strategy, options));
+    ASSIGN_OR_RETURN(result, PlanOn(spec, graph, cluster, strategy, options, measured_loaded));
   }
   NewJob job;
   job.spec = spec;
@@ -170,6 +227,12 @@ absl::StatusOr<NewJob> PrepareJob(const quilt::v1::JobSpec& spec, const NodeRegi
   }
   job.strategy = result.report.best();
   job.calibration = std::move(calibration);
+  {
+    quilt::v1::ClusterSpec shared = cluster;
+    for (std::string& line : ShareBusyNodes(options.loads, measured_loaded, &shared)) {
+      if (used.count(line.substr(0, line.find(':')))) job.calibration.push_back(std::move(line));
+    }
+  }
   for (const auto& e : result.report.estimates()) {
     if (e.name() != result.report.best()) continue;
     job.predicted_step_time_s = e.step_time_s();

@@ -7,6 +7,8 @@
 #define QUILT_SRC_COORDINATOR_JOB_SUBMISSION_H_
 
 #include <functional>
+#include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -22,7 +24,30 @@
 
 namespace quilt {
 
+// What the jobs not ended hold of a node.
+struct NodeLoad {
+  int jobs = 0;
+  // Their plans' peak memory on the node, summed (predicted).
+  int64_t memory_bytes = 0;
+};
+
+// Per node, from the statuses of the jobs (those not ended count).
+std::map<std::string, NodeLoad> NodeLoads(const std::vector<quilt::v1::JobStatus>& jobs);
+
+// The cluster as a new job would share it: a node running k jobs has its
+// devices compute at 1/(k+1) of their speed (time-shared; not for a node
+// in `measured_loaded`, whose figures were measured while its jobs ran),
+// and its devices hold what those jobs' plans leave of their memory (the
+// node's total split evenly). A line per busy node for the job's
+// calibration notes.
+std::vector<std::string> ShareBusyNodes(const std::map<std::string, NodeLoad>& loads,
+                                        const std::set<std::string>& measured_loaded,
+                                        quilt::v1::ClusterSpec* cluster);
+
 struct SubmissionOptions {
+  // The jobs already on the nodes (NodeLoads): the plan shares their
+  // devices (ShareBusyNodes).
+  std::map<std::string, NodeLoad> loads;
   // The planner's search budget for "auto".
   double time_budget_s = 10;
   // How long to wait for the workers' profiles of the model (0: none).
@@ -57,7 +82,8 @@ absl::Status CheckCheckpointDir(const std::string& dir);
 absl::StatusOr<quilt::v1::ClusterSpec> ProfiledCluster(
     const Graph& graph, int64_t global_batch, const NodeRegistry& registry, const LinkProbes* links,
     ModelProfiles* profiles, absl::Duration timeout, std::vector<std::string>* calibration,
-    const std::function<bool()>& abandoned = nullptr);
+    const std::function<bool()>& abandoned = nullptr,
+    std::set<std::string>* measured_loaded = nullptr);
 
 // With `profiles`, the workers profile the model first and the plan uses
 // their calibrations (model_profiles.h).

@@ -92,7 +92,8 @@ void ModelProfiles::OnHeartbeat(const quilt::v1::HeartbeatRequest& request,
 std::vector<std::string> ModelProfiles::Calibrate(const Graph& g, int64_t global_batch,
                                                   absl::Duration timeout,
                                                   quilt::v1::ClusterSpec* cluster,
-                                                  const std::function<bool()>& abandoned) {
+                                                  const std::function<bool()>& abandoned,
+                                                  std::set<std::string>* loaded) {
   const absl::Time deadline = absl::Now() + timeout;
   const std::string model = ModelKey(g);
   int64_t devices = 0;
@@ -287,6 +288,7 @@ std::vector<std::string> ModelProfiles::Calibrate(const Graph& g, int64_t global
     for (auto& d : *node->mutable_devices()) {
       if (d.kind() == quilt::v1::DEVICE_KIND_CPU) d = Calibrated(d, *c);
     }
+    if (loaded != nullptr && r.jobs_running() > 0) loaded->insert(w.node);
     lines.push_back(absl::StrFormat(
         "%s: profiled on %s (%d and %d rows: %s and %s a step) — %.1f GFLOP/s, %.1f µs per op, "
         "%.0f µs per step%s",

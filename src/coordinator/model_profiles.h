@@ -18,6 +18,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -64,9 +65,12 @@ class ModelProfiles {
   // `cluster`; one line per node saying what its devices were planned
   // with.
   // `abandoned` (null: never) ends the wait early: the plan's client left.
+  // `loaded` (optional) gets the nodes calibrated by a profile taken while
+  // jobs ran there (their figures already share the node).
   std::vector<std::string> Calibrate(const Graph& training_graph, int64_t global_batch,
                                      absl::Duration timeout, quilt::v1::ClusterSpec* cluster,
-                                     const std::function<bool()>& abandoned = nullptr);
+                                     const std::function<bool()>& abandoned = nullptr,
+                                     std::set<std::string>* loaded = nullptr);
 
  private:
   struct Node {

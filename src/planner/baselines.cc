@@ -329,10 +329,26 @@ std::vector<NamedStrategy> Baselines(const Graph& g, const Topology& topo, const
                                      int64_t batch) {
   const int n = topo.num_devices();
   std::vector<NamedStrategy> out;
-  // Single device: the fastest.
+  absl::StatusOr<RowLoadModel> load = RowLoadModel::Fit(g, cost, topo, batch);
+  // Single device: the one the whole batch computes fastest on (by the
+  // load model, which counts per-op and per-step overheads; the highest
+  // FLOP/s without it), among those it fits.
   int best = 0;
   for (int d = 1; d < n; ++d) {
     if (cost.speed(d).flops_per_s > cost.speed(best).flops_per_s) best = d;
+  }
+  if (load.ok()) {
+    double best_s = 0;
+    int fastest = -1;
+    for (int d = 0; d < n; ++d) {
+      if (load->MaxRows(d) < batch) continue;
+      const double s = load->ComputeSeconds(d, batch);
+      if (fastest < 0 || s < best_s) {
+        fastest = d;
+        best_s = s;
+      }
+    }
+    if (fastest >= 0) best = fastest;
   }
   std::vector<int64_t> single(n, 0);
   single[best] = 1;
@@ -351,7 +367,6 @@ std::vector<NamedStrategy> Baselines(const Graph& g, const Topology& topo, const
                                       "dp-even-ps"),
                  ""});
   absl::StatusOr<std::vector<int64_t>> prop = absl::UnknownError("");
-  absl::StatusOr<RowLoadModel> load = RowLoadModel::Fit(g, cost, topo, batch);
   prop = load.ok() ? ProportionalSplit(*load, topo, batch) : load.status();
   for (auto [name, method] :
        {std::pair{"dp-proportional-ring", quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE},

@@ -275,6 +275,23 @@ TEST_P(PlanWithHeteroG, NeverSlowerAndReportsItsSimulation) {
 // The plan is the fastest of the search's variants (gradient buckets and
 // slices, a collective per group or per gradient) simulated in full, and
 // the report names the chosen one's collectives.
+TEST(Baselines, TheSingleDeviceIsTheOneTheBatchComputesFastestOn) {
+  // fast/gpu:0 has the most FLOP/s (with fast/gpu:1) but a slow launcher:
+  // 1 ms per op makes a small model slower there than anywhere else.
+  quilt::v1::ClusterSpec spec = testing::TwoNodes();
+  spec.mutable_nodes(0)->mutable_devices(0)->set_measured_op_overhead_s(1e-3);
+  auto f = testing::Make("mlp", spec);
+  const std::vector<NamedStrategy> baselines = Baselines(f->graph, f->topo, *f->cost, 32);
+  ASSERT_FALSE(baselines.empty());
+  ASSERT_EQ(baselines[0].name, "single-device");
+  const auto& groups = baselines[0].strategy.groups();
+  ASSERT_FALSE(groups.empty());
+  for (const auto& group : groups) {
+    ASSERT_EQ(group.replicas_size(), 1);
+    EXPECT_EQ(group.replicas(0).device(), "fast/gpu:1");
+  }
+}
+
 TEST(HeteroG, PlanIsTheFastestVariantAndNamesItsCollectives) {
   absl::StatusOr<Graph> g = zoo::BuildZooModel("cnn");
   ASSERT_THAT(g.status(), IsOk());

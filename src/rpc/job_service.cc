@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "src/cluster/topology.h"
@@ -90,13 +91,19 @@ absl::Status JobServiceImpl::Plan(const quilt::v1::PlanJobRequest& request,
   ASSIGN_OR_RETURN(quilt::v1::ClusterSpec spec,
                    LiveClusterSpec(*coordinator_->registry(), coordinator_->links()));
   std::vector<std::string> calibration;
+  std::set<std::string> measured_loaded;
   if (coordinator_->config().profile_timeout_ms > 0) {
     ASSIGN_OR_RETURN(
         spec, ProfiledCluster(graph, request.spec().global_batch(), *coordinator_->registry(),
                               coordinator_->links(), coordinator_->profiles(),
                               absl::Milliseconds(coordinator_->config().profile_timeout_ms),
-                              &calibration, abandoned));
+                              &calibration, abandoned, &measured_loaded));
     if (abandoned()) return absl::CancelledError("the client gave up waiting");
+  }
+  // As a job submitted now would share the nodes with the jobs on them.
+  for (std::string& line :
+       ShareBusyNodes(NodeLoads(coordinator_->jobs()->List()), measured_loaded, &spec)) {
+    calibration.push_back(std::move(line));
   }
   absl::StatusOr<Topology> topo = Topology::Build(spec);
   if (!topo.ok()) return Annotate(topo.status(), "the live cluster");
@@ -127,6 +134,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(grpc::CallbackServerContext*
       &planning_, ctx, raw_request, raw_response, "SubmitJob",
       [this, ctx](const quilt::v1::SubmitJobRequest& r, quilt::v1::SubmitJobResponse* response) {
         SubmissionOptions options;
+        options.loads = NodeLoads(coordinator_->jobs()->List());
         options.planner_lock = &planner_;
         options.profile_timeout = absl::Milliseconds(coordinator_->config().profile_timeout_ms);
         options.abandoned = [ctx] { return ctx->IsCancelled(); };

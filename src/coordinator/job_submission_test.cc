@@ -1,0 +1,90 @@
+// Planning a job on nodes other jobs already run on: the busy nodes'
+// devices are shared (their speed divided, their memory less what the
+// running jobs' plans hold), so a plan prefers idle nodes.
+#include "src/coordinator/job_submission.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "src/cluster/topology.h"
+#include "src/cost/cost_model.h"
+#include "src/planner/baselines.h"
+#include "src/testing/node_info.h"
+#include "src/testing/zoo_training.h"
+
+namespace quilt {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::SizeIs;
+
+quilt::v1::JobStatus Job(quilt::v1::JobState state, std::vector<std::string> nodes,
+                         int64_t memory_per_node) {
+  quilt::v1::JobStatus s;
+  s.set_state(state);
+  for (const std::string& n : nodes) {
+    s.add_nodes(n);
+    (*s.mutable_predicted_memory_bytes())[n] = memory_per_node;
+  }
+  return s;
+}
+
+quilt::v1::ClusterSpec Cluster() {
+  quilt::v1::ClusterSpec spec;
+  *spec.add_nodes() = testing::CpuNodeInfo("a");
+  *spec.add_nodes() = testing::CpuNodeInfo("b", 2);
+  return spec;
+}
+
+TEST(NodeLoads, CountsTheJobsNotEndedAndTheirMemory) {
+  const auto loads = NodeLoads({Job(quilt::v1::JOB_STATE_RUNNING, {"a", "b"}, 100),
+                                Job(quilt::v1::JOB_STATE_PENDING, {"a"}, 50),
+                                Job(quilt::v1::JOB_STATE_SUCCEEDED, {"b"}, 1000)});
+  ASSERT_EQ(loads.size(), 2u);
+  EXPECT_EQ(loads.at("a").jobs, 2);
+  EXPECT_EQ(loads.at("a").memory_bytes, 150);
+  EXPECT_EQ(loads.at("b").jobs, 1);
+  EXPECT_EQ(loads.at("b").memory_bytes, 100);
+}
+
+TEST(ShareBusyNodes, DividesABusyNodesSpeedAndTakesItsJobsMemory) {
+  quilt::v1::ClusterSpec spec = Cluster();
+  const auto lines = ShareBusyNodes({{"b", {1, int64_t{256} << 20}}}, {}, &spec);
+  const quilt::v1::Device& idle = spec.nodes(0).devices(0);
+  EXPECT_DOUBLE_EQ(idle.measured_gemm_flops_per_s(), 1e11);
+  EXPECT_EQ(idle.memory_bytes(), 1 << 30);
+  for (const quilt::v1::Device& d : spec.nodes(1).devices()) {
+    EXPECT_DOUBLE_EQ(d.measured_gemm_flops_per_s(), 5e10);
+    EXPECT_EQ(d.memory_bytes(), (int64_t{1} << 30) - (int64_t{128} << 20));  // half each
+  }
+  ASSERT_THAT(lines, SizeIs(1));
+  EXPECT_THAT(lines[0], HasSubstr("b: shared with 1 running job(s): planned at 1/2"));
+  // Figures measured while the job ran already hold its load: memory only.
+  quilt::v1::ClusterSpec measured = Cluster();
+  ShareBusyNodes({{"b", {1, 0}}}, {"b"}, &measured);
+  EXPECT_DOUBLE_EQ(measured.nodes(1).devices(0).measured_gemm_flops_per_s(), 1e11);
+}
+
+TEST(ShareBusyNodes, AOneDevicePlanGoesToTheIdleNode) {
+  const Graph g = testing::ZooTrainingGraph("mlp");
+  for (const std::string busy : {"", "a"}) {
+    quilt::v1::ClusterSpec spec;
+    *spec.add_nodes() = testing::CpuNodeInfo("a");
+    *spec.add_nodes() = testing::CpuNodeInfo("b");
+    spec.mutable_nodes(0)->mutable_devices(0)->set_measured_gemm_flops_per_s(1.2e11);
+    std::map<std::string, NodeLoad> loads;
+    if (!busy.empty()) loads[busy] = {1, 0};
+    ShareBusyNodes(loads, {}, &spec);
+    absl::StatusOr<Topology> topo = Topology::Build(spec);
+    ASSERT_TRUE(topo.ok()) << topo.status();
+    absl::StatusOr<CostModel> cost = CostModel::Create(&g, &*topo);
+    ASSERT_TRUE(cost.ok()) << cost.status();
+    const std::vector<NamedStrategy> baselines = Baselines(g, *topo, *cost, 32);
+    ASSERT_EQ(baselines[0].name, "single-device");
+    // a is faster when idle; sharing it with a job, b is.
+    EXPECT_EQ(baselines[0].strategy.groups(0).replicas(0).device(),
+              busy.empty() ? "a/cpu:0" : "b/cpu:0");
+  }
+}
+
+}  // namespace
+}  // namespace quilt
