@@ -590,8 +590,10 @@ void JobManager::CloseEnded(const std::map<std::string, std::string>& down) {
     job.closed = true;
     job.record.mutable_status()->set_step(std::max(st.step(), job.end_step));
     if (missing > 0) {
-      QLOG_INFO("job {}: the losses of steps {}–{} lack parts of nodes that stopped (NaN)", id,
-                job.end_step - missing + 1, job.end_step);
+      QLOG_INFO("job {}: the losses of {} lack parts of nodes that stopped (NaN)", id,
+                missing == 1
+                    ? absl::StrCat("step ", job.end_step)
+                    : absl::StrCat("steps ", job.end_step - missing + 1, "–", job.end_step));
     }
     Changed(&job);
   }

@@ -290,7 +290,7 @@ std::vector<std::string> ModelProfiles::Calibrate(const Graph& g, int64_t global
     }
     if (loaded != nullptr && r.jobs_running() > 0) loaded->insert(w.node);
     lines.push_back(absl::StrFormat(
-        "%s: profiled on %s (%d and %d rows: %s and %s a step) — %.1f GFLOP/s, %.1f µs per op, "
+        "%s: profiled on %s (%d and %d rows: %s and %s a step) — %.3g GFLOP/s, %.3g µs per op, "
         "%.0f µs per step%s",
         w.node, device.id(), r.runs(0).rows(), r.runs(1).rows(), Ms(r.runs(0).step_time_s()),
         Ms(r.runs(1).step_time_s()), c->flops_per_s / 1e9, c->op_overhead_s * 1e6,

@@ -118,7 +118,11 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_flag("--progress", progress, "One JSON line per step on stdout");
   app.add_option("--cpus", cpus, "Run on these CPUs only (a list like 0,2-3)");
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;  // --help, --version; else a usage error
+  }
 
   // Pinned before any thread starts (they would inherit it anyway).
   if (!cpus.empty()) {

@@ -216,7 +216,11 @@ int main(int argc, char** argv) {
   quilt::WorkerConfig config;
   quilt::ConfigCli<quilt::WorkerConfig> config_cli(&app, &quilt::WorkerConfigSchema(),
                                                    quilt::ValidateWorkerConfig);
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;  // --help, --version; else a usage error
+  }
   if (std::optional<int> code = config_cli.Resolve(&config)) return *code;
   if (absl::Status s = quilt::InitLogging({"quilt-worker", config.log_level}); !s.ok()) {
     std::fprintf(stderr, "%s\n", s.ToString().c_str());

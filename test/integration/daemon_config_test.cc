@@ -70,6 +70,14 @@ TEST_P(DaemonConfigTest, BadFlagValue_ExitsWithUsageError) {
   ASSERT_THAT(r, IsOk());
   EXPECT_EQ(r->exit_code, 2);
   EXPECT_THAT(r->err, HasSubstr("--log_level"));
+  // An unknown flag is a usage error too.
+  auto unknown = RunCommand({Binary(), "--no_such_flag", "1"});
+  ASSERT_THAT(unknown, IsOk());
+  EXPECT_EQ(unknown->exit_code, 2) << unknown->err;
+  // --help is not an error.
+  auto help = RunCommand({Binary(), "--help"});
+  ASSERT_THAT(help, IsOk());
+  EXPECT_EQ(help->exit_code, 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Daemons, DaemonConfigTest,
