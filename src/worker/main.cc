@@ -83,25 +83,8 @@ int Run(WorkerConfig config) {
     QLOG_INFO("running on CPUs {}", FormatCpuList(*cpus));
   }
 
-  LocalNodeOptions local;
-  local.node_id = config.node_id;
-  local.version = kVersion;
-  local.cpu_devices = static_cast<int>(config.cpu_devices);
-  local.cpu_cores = static_cast<int>(config.cpu_cores);
-  local.kernel_threads = static_cast<int>(config.executor_threads);
-  local.calibration = absl::Milliseconds(config.calibration_ms);
-  local.discover_cuda = config.cuda;
-  local.compute_slowdown = config.compute_slowdown;
-  absl::StatusOr<quilt::v1::NodeInfo> node = DiscoverLocalNode(local);
-  if (!node.ok()) {
-    QLOG_ERROR("device discovery failed: {}", node.status().ToString());
-    return 1;
-  }
-  if (absl::Status s = AddOpTypeRates(config, &*node); !s.ok()) {
-    QLOG_ERROR("device calibration failed: {}", s.ToString());
-    return 1;
-  }
-
+  // Checked before measuring the devices (seconds): a bad setting is told
+  // at once.
   std::string executor = config.executor_path;
   if (executor.empty()) {
     const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe");
@@ -138,6 +121,25 @@ int Run(WorkerConfig config) {
     QLOG_ERROR("configuration error: work_dir {} is not usable: {}", work_dir,
                std::string(w.message()));
     return 2;
+  }
+
+  LocalNodeOptions local;
+  local.node_id = config.node_id;
+  local.version = kVersion;
+  local.cpu_devices = static_cast<int>(config.cpu_devices);
+  local.cpu_cores = static_cast<int>(config.cpu_cores);
+  local.kernel_threads = static_cast<int>(config.executor_threads);
+  local.calibration = absl::Milliseconds(config.calibration_ms);
+  local.discover_cuda = config.cuda;
+  local.compute_slowdown = config.compute_slowdown;
+  absl::StatusOr<quilt::v1::NodeInfo> node = DiscoverLocalNode(local);
+  if (!node.ok()) {
+    QLOG_ERROR("device discovery failed: {}", node.status().ToString());
+    return 1;
+  }
+  if (absl::Status s = AddOpTypeRates(config, &*node); !s.ok()) {
+    QLOG_ERROR("device calibration failed: {}", s.ToString());
+    return 1;
   }
 
   absl::StatusOr<std::unique_ptr<ProbeServer>> probe_server =
