@@ -457,7 +457,9 @@ INSTANTIATE_TEST_SUITE_P(
                       // Max / Min from masks of each replica's rows.
                       Case{{"min_max", "sgd", 16}, 2, 1},
                       // Padding by copies; a class token repeated over the batch.
-                      Case{{"pads_repeats", "sgd", 16}, 2, 1}),
+                      Case{{"pads_repeats", "sgd", 16}, 2, 1},
+                      // Attention by einsum (batched MatMuls of each replica's rows).
+                      Case{{"einsum_attention", "sgd", 16}, 2, 1}),
     [](const auto& info) {
       const Case& c = info.param;
       return absl::StrCat(c.model.name, "_", c.model.optimizer, "_", c.nodes, "x", c.per_node);

@@ -117,7 +117,8 @@ INSTANTIATE_TEST_SUITE_P(
         Fixture{"pads_repeats", "sgd"}, Fixture{"pads_repeats", "adam"},
         // Newer opsets' forms of the same models (tools/fixtures/upgrade_opset.py).
         Fixture{"causal_lm_opset20", "sgd"}, Fixture{"causal_lm_opset20", "adam"},
-        Fixture{"segmenter_opset18", "sgd"}, Fixture{"segmenter_opset21", "adam"}),
+        Fixture{"segmenter_opset18", "sgd"}, Fixture{"segmenter_opset21", "adam"},
+        Fixture{"einsum_attention", "sgd"}, Fixture{"einsum_attention", "adam"}),
     [](const auto& info) { return info.param.name + "_" + info.param.optimizer; });
 
 TEST(TrainLocal, SyntheticData_LossFalls) {

@@ -38,6 +38,8 @@ absl::Status Resize(ImportContext& ctx, const Node& node);
 absl::Status Tile(ImportContext& ctx, const Node& node);
 absl::Status PadByCopies(ImportContext& ctx, const Node& node, const std::string& mode,
                          const std::vector<int64_t>& pads);
+// Einsum of one or two operands (einsum_converter.cc).
+absl::Status Einsum(ImportContext& ctx, const Node& node);
 // LSTM and GRU, unrolled (recurrent_converters.cc).
 absl::Status Recurrent(ImportContext& ctx, const Node& node);
 

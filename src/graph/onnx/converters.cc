@@ -696,6 +696,7 @@ const std::map<std::string, Converter>& Converters() {
       {"Min", MaxMin},
       {"Mod", ModNode},
       {"Tile", Tile},
+      {"Einsum", Einsum},
       {"ReduceProd", ReduceProdNode},
       {"HardSigmoid", HardSigmoidLike},
       {"Softplus", Composite},

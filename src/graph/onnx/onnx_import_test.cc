@@ -263,9 +263,9 @@ TEST(OnnxImport, DropoutMask_IgnoredUnlessRead) {
 TEST(OnnxImport, UnsupportedOps_AllListedByTypeAndNode) {
   onnx::ModelProto m = Tiny(14);
   for (auto [type, name] :
-       {std::pair{"NonMaxSuppression", "nms"}, std::pair{"Einsum", "ein"}, std::pair{"Det", ""},
-        std::pair{"ScatterND", "s1"}, std::pair{"ScatterND", "s2"}, std::pair{"ScatterND", "s3"},
-        std::pair{"ScatterND", "s4"}}) {
+       {std::pair{"NonMaxSuppression", "nms"}, std::pair{"DepthToSpace", "d2s"},
+        std::pair{"Det", ""}, std::pair{"ScatterND", "s1"}, std::pair{"ScatterND", "s2"},
+        std::pair{"ScatterND", "s3"}, std::pair{"ScatterND", "s4"}}) {
     auto* n = m.mutable_graph()->add_node();
     n->set_op_type(type);
     n->set_name(name);
@@ -277,10 +277,36 @@ TEST(OnnxImport, UnsupportedOps_AllListedByTypeAndNode) {
       StatusIs(
           absl::StatusCode::kInvalidArgument,
           AllOf(HasSubstr("m.onnx: unsupported ONNX ops"),
-                HasSubstr("NonMaxSuppression (node 'nms')"), HasSubstr("Einsum (node 'ein')"),
+                HasSubstr("NonMaxSuppression (node 'nms')"), HasSubstr("DepthToSpace (node 'd2s')"),
                 HasSubstr(absl::StrCat("Det (node #", m.graph().node_size() - 4, " (unnamed))")),
                 // One entry per op: how many nodes, a few named.
                 HasSubstr("ScatterND (4 nodes: node 's1', node 's2', node 's3', …)"))));
+}
+
+TEST(OnnxImport, EinsumsItCannotComputeAreRefusedSayingWhy) {
+  // y is [B, 3].
+  for (const auto& [equation, why] :
+       {std::pair{"ii->i", "a diagonal"}, std::pair{"bi->i", "sums over the batch dim"},
+        std::pair{"bi,bj->ij", "contracts over the batch dim"},
+        std::pair{"bi,bj,bk->ijk", "one or two are supported"},
+        std::pair{"bI->b", "only lower-case letters"}}) {
+    onnx::ModelProto m = Tiny(14);
+    auto* g = m.mutable_graph();
+    auto* n = g->add_node();
+    n->set_op_type("Einsum");
+    const int operands =
+        static_cast<int>(std::count(equation, equation + strlen(equation), ',')) + 1;
+    for (int i = 0; i < operands; ++i) n->add_input("y");
+    n->add_output("z");
+    auto* a = n->add_attribute();
+    a->set_name("equation");
+    a->set_type(onnx::AttributeProto::STRING);
+    a->set_s(equation);
+    g->mutable_output(0)->set_name("z");
+    EXPECT_THAT(Import(m.SerializeAsString()),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(why)))
+        << equation;
+  }
 }
 
 TEST(OnnxImport, PadWithAxes_PadsTheListedAxesOnly) {

@@ -1,0 +1,267 @@
+// Einsum of one or two operands (torch.einsum), as the ops it is made of:
+// sums over letters only one operand has, then for two operands a batched
+// MatMul — each operand transposed to [shared..., own..., contracted...]
+// and reshaped to [shared..., own, contracted] — reshaped back and
+// transposed to the output's order. An ellipsis stands for the dims the
+// letters leave. Repeated letters within an operand (diagonals) and more
+// than two operands are refused.
+#include <algorithm>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "src/common/status.h"
+#include "src/graph/onnx/converter_parts.h"
+
+namespace quilt::onnx_import {
+namespace {
+
+// An operand's letters, its ellipsis expanded to letters of its own
+// ('A', 'B', …: upper case is reserved for it here).
+absl::StatusOr<std::string> Expand(const std::string& term, int rank, int* ellipsis_rank) {
+  const size_t dots = term.find("...");
+  std::string letters = term;
+  if (dots != std::string::npos) letters.erase(dots, 3);
+  for (char c : letters) {
+    if (c < 'a' || c > 'z') {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Einsum: '", std::string(1, c), "' (only lower-case letters and ...)"));
+    }
+  }
+  if (dots == std::string::npos) {
+    if (static_cast<int>(letters.size()) != rank) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Einsum: '", term, "' names ", letters.size(), " dims of ", rank));
+    }
+    return letters;
+  }
+  const int extra = rank - static_cast<int>(letters.size());
+  if (extra < 0) return absl::InvalidArgumentError("Einsum: more letters than dims");
+  if (*ellipsis_rank >= 0 && *ellipsis_rank != extra) {
+    return absl::InvalidArgumentError("Einsum: ellipses of different ranks (broadcast)");
+  }
+  *ellipsis_rank = extra;
+  std::string fill;
+  for (int i = 0; i < extra; ++i) fill += static_cast<char>('A' + i);
+  return term.substr(0, dots) + fill + term.substr(dots + 3);
+}
+
+struct Operand {
+  std::string tensor;
+  std::string letters;
+  Shape shape;
+};
+
+class Builder {
+ public:
+  Builder(ImportContext& ctx, std::string at) : ctx_(ctx), at_(std::move(at)) {}
+
+  absl::StatusOr<std::string> Op(const std::string& type, std::vector<std::string> in, Attrs a,
+                                 const std::string& hint) {
+    return ctx_.b().Add(type, std::move(in), std::move(a), absl::StrCat(at_, "/", hint, n_++));
+  }
+
+  // Sums `x` over the letters not in `keep`.
+  absl::Status SumOut(Operand* x, const std::string& keep) {
+    std::vector<int64_t> axes;
+    std::string kept;
+    for (size_t i = 0; i < x->letters.size(); ++i) {
+      if (keep.find(x->letters[i]) == std::string::npos) {
+        axes.push_back(static_cast<int64_t>(i));
+      } else {
+        kept += x->letters[i];
+      }
+    }
+    if (axes.empty()) return absl::OkStatus();
+    for (int64_t a : axes) {
+      if (x->shape.dim(static_cast<int>(a)).batch) {
+        return absl::InvalidArgumentError("Einsum sums over the batch dim");
+      }
+    }
+    Attrs a;
+    a.SetInts("axes", axes);
+    a.SetInt("keepdims", 0);
+    ASSIGN_OR_RETURN(x->tensor, Op("ReduceSum", {x->tensor}, std::move(a), "sum"));
+    std::vector<Dim> dims;
+    for (size_t i = 0; i < x->letters.size(); ++i) {
+      if (keep.find(x->letters[i]) != std::string::npos) dims.push_back(x->shape.dim(i));
+    }
+    x->letters = kept;
+    x->shape = Shape(dims);
+    return absl::OkStatus();
+  }
+
+  // `x` with its dims in the order of `order` (a permutation of its letters).
+  absl::Status Permute(Operand* x, const std::string& order) {
+    if (order == x->letters) return absl::OkStatus();
+    std::vector<int64_t> perm;
+    std::vector<Dim> dims;
+    for (char c : order) {
+      const size_t i = x->letters.find(c);
+      perm.push_back(static_cast<int64_t>(i));
+      dims.push_back(x->shape.dim(static_cast<int>(i)));
+    }
+    Attrs a;
+    a.SetInts("perm", perm);
+    ASSIGN_OR_RETURN(x->tensor, Op("Transpose", {x->tensor}, std::move(a), "transpose"));
+    x->letters = order;
+    x->shape = Shape(dims);
+    return absl::OkStatus();
+  }
+
+  // Reshapes `x` (letters in groups) to one dim per group.
+  absl::StatusOr<std::string> Merge(const Operand& x, const std::vector<std::string>& groups) {
+    std::vector<int64_t> target;
+    for (const std::string& g : groups) {
+      int64_t size = 1;
+      bool batch = false;
+      for (char c : g) {
+        const Dim d = x.shape.dim(static_cast<int>(x.letters.find(c)));
+        batch = batch || d.batch;
+        size *= d.batch ? 1 : d.value;
+      }
+      target.push_back(batch ? -1 : size);
+    }
+    Attrs a;
+    a.SetInts("shape", target);
+    return Op("Reshape", {x.tensor}, std::move(a), "merge");
+  }
+
+ private:
+  ImportContext& ctx_;
+  std::string at_;
+  int n_ = 0;
+};
+
+}  // namespace
+
+absl::Status Einsum(ImportContext& ctx, const Node& node) {
+  std::string equation = AttrString(node, "equation", "");
+  equation.erase(std::remove(equation.begin(), equation.end(), ' '), equation.end());
+  const size_t arrow = equation.find("->");
+  const std::vector<std::string> terms = absl::StrSplit(equation.substr(0, arrow), ',');
+  if (terms.size() != static_cast<size_t>(node.input_size()) || terms.empty() || terms.size() > 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Einsum '", equation, "': ", node.input_size(),
+                     " operands (one or two are supported, one term each)"));
+  }
+  std::vector<Operand> ops;
+  int ellipsis_rank = -1;
+  for (int i = 0; i < node.input_size(); ++i) {
+    Operand x;
+    ASSIGN_OR_RETURN(x.tensor, ctx.Data(node, i));
+    ASSIGN_OR_RETURN(TensorType t, ctx.TypeOf(x.tensor));
+    x.shape = t.shape;
+    ASSIGN_OR_RETURN(x.letters, Expand(terms[i], t.shape.rank(), &ellipsis_rank));
+    for (char c : x.letters) {
+      if (std::count(x.letters.begin(), x.letters.end(), c) > 1) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("Einsum '", equation, "': a letter repeated in one operand (a diagonal)"));
+      }
+    }
+    ops.push_back(std::move(x));
+  }
+  // The output's letters: given, or (implicit) the ellipsis then the
+  // letters that appear once, in order.
+  std::string out;
+  if (arrow != std::string::npos) {
+    out = equation.substr(arrow + 2);
+    if (const size_t dots = out.find("..."); dots != std::string::npos) {
+      std::string fill;
+      for (int i = 0; i < std::max(0, ellipsis_rank); ++i) fill += static_cast<char>('A' + i);
+      out = out.substr(0, dots) + fill + out.substr(dots + 3);
+    }
+    for (char c : out) {
+      if (std::count(out.begin(), out.end(), c) > 1) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("Einsum '", equation, "': a letter repeated in the output"));
+      }
+    }
+  } else {
+    for (int i = 0; i < std::max(0, ellipsis_rank); ++i) out += static_cast<char>('A' + i);
+    std::map<char, int> count;
+    for (const Operand& x : ops) {
+      for (char c : x.letters) ++count[c];
+    }
+    for (const auto& [c, n] : count) {
+      if (n == 1 && c >= 'a') out += c;
+    }
+  }
+  std::map<char, Dim> size;
+  for (const Operand& x : ops) {
+    for (size_t i = 0; i < x.letters.size(); ++i) {
+      const Dim d = x.shape.dim(static_cast<int>(i));
+      auto [it, fresh] = size.emplace(x.letters[i], d);
+      if (!fresh && it->second != d) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("Einsum '", equation, "': letter '", std::string(1, x.letters[i]),
+                         "' has two sizes (broadcasting a dim of 1 is not supported)"));
+      }
+    }
+  }
+  for (char c : out) {
+    if (!size.count(c)) {
+      return absl::InvalidArgumentError(absl::StrCat("Einsum '", equation, "': output letter '",
+                                                     std::string(1, c), "' is in no operand"));
+    }
+  }
+  Builder b(ctx, node.name().empty() ? "Einsum" : node.name());
+  auto in = [](const std::string& s, char c) { return s.find(c) != std::string::npos; };
+  Operand result;
+  if (ops.size() == 1) {
+    result = ops[0];
+    RETURN_IF_ERROR(b.SumOut(&result, out));
+  } else {
+    Operand& x = ops[0];
+    Operand& y = ops[1];
+    // Letters only one operand has and the output lacks: summed first.
+    RETURN_IF_ERROR(b.SumOut(&x, out + y.letters));
+    RETURN_IF_ERROR(b.SumOut(&y, out + x.letters));
+    std::string shared, left, right, contracted;
+    for (char c : x.letters) {
+      if (in(y.letters, c)) {
+        (in(out, c) ? shared : contracted) += c;
+      } else {
+        left += c;
+      }
+    }
+    for (char c : y.letters) {
+      if (!in(x.letters, c)) right += c;
+    }
+    for (char c : contracted) {
+      if (size.at(c).batch) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("Einsum '", equation, "' contracts over the batch dim"));
+      }
+    }
+    RETURN_IF_ERROR(b.Permute(&x, shared + left + contracted));
+    RETURN_IF_ERROR(b.Permute(&y, shared + contracted + right));
+    std::vector<std::string> gx, gy;
+    for (char c : shared) {
+      gx.push_back(std::string(1, c));
+      gy.push_back(std::string(1, c));
+    }
+    gx.push_back(left);
+    gx.push_back(contracted);
+    gy.push_back(contracted);
+    gy.push_back(right);
+    ASSIGN_OR_RETURN(std::string xm, b.Merge(x, gx));
+    ASSIGN_OR_RETURN(std::string ym, b.Merge(y, gy));
+    ASSIGN_OR_RETURN(std::string prod, b.Op("MatMul", {xm, ym}, {}, "matmul"));
+    // Back to one dim per letter: [shared..., left..., right...].
+    result.tensor = prod;
+    result.letters = shared + left + right;
+    std::vector<Dim> dims;
+    for (char c : result.letters) dims.push_back(size.at(c));
+    result.shape = Shape(dims);
+    std::vector<std::string> each;
+    for (char c : result.letters) each.push_back(std::string(1, c));
+    ASSIGN_OR_RETURN(result.tensor, b.Merge(result, each));
+  }
+  RETURN_IF_ERROR(b.Permute(&result, out));
+  return ctx.Emit(node, "Identity", {result.tensor}, {});
+}
+
+}  // namespace quilt::onnx_import
