@@ -459,7 +459,9 @@ INSTANTIATE_TEST_SUITE_P(
                       // Padding by copies; a class token repeated over the batch.
                       Case{{"pads_repeats", "sgd", 16}, 2, 1},
                       // Attention by einsum (batched MatMuls of each replica's rows).
-                      Case{{"einsum_attention", "sgd", 16}, 2, 1}),
+                      Case{{"einsum_attention", "sgd", 16}, 2, 1},
+                      // torch.gather by one-hot masks; int64 slices of the ids.
+                      Case{{"gather_elements", "sgd", 16}, 2, 1}),
     [](const auto& info) {
       const Case& c = info.param;
       return absl::StrCat(c.model.name, "_", c.model.optimizer, "_", c.nodes, "x", c.per_node);

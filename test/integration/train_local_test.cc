@@ -118,7 +118,8 @@ INSTANTIATE_TEST_SUITE_P(
         // Newer opsets' forms of the same models (tools/fixtures/upgrade_opset.py).
         Fixture{"causal_lm_opset20", "sgd"}, Fixture{"causal_lm_opset20", "adam"},
         Fixture{"segmenter_opset18", "sgd"}, Fixture{"segmenter_opset21", "adam"},
-        Fixture{"einsum_attention", "sgd"}, Fixture{"einsum_attention", "adam"}),
+        Fixture{"einsum_attention", "sgd"}, Fixture{"einsum_attention", "adam"},
+        Fixture{"gather_elements", "sgd"}, Fixture{"gather_elements", "adam"}),
     [](const auto& info) { return info.param.name + "_" + info.param.optimizer; });
 
 TEST(TrainLocal, SyntheticData_LossFalls) {

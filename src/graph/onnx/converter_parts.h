@@ -36,6 +36,7 @@ absl::Status Resize(ImportContext& ctx, const Node& node);
 // Copies of slices (copy_converters.cc): Tile, and Pad by reflection or
 // the edge (`pads` as ONNX orders them).
 absl::Status Tile(ImportContext& ctx, const Node& node);
+absl::Status GatherElements(ImportContext& ctx, const Node& node);
 absl::Status PadByCopies(ImportContext& ctx, const Node& node, const std::string& mode,
                          const std::vector<int64_t>& pads);
 // Einsum of one or two operands (einsum_converter.cc).

@@ -697,6 +697,7 @@ const std::map<std::string, Converter>& Converters() {
       {"Mod", ModNode},
       {"Tile", Tile},
       {"Einsum", Einsum},
+      {"GatherElements", GatherElements},
       {"ReduceProd", ReduceProdNode},
       {"HardSigmoid", HardSigmoidLike},
       {"Softplus", Composite},

@@ -2,8 +2,10 @@
 // (tensor.repeat) as Concats of copies, or an Expand over the batch for a
 // dim of 1 repeated batch times; Pad by reflection or by the edge
 // (nn.ReflectionPad2d, ReplicationPad, padding_mode="reflect" /
-// "replicate") as Concats of reversed or repeated slices. Each is exact,
-// and its gradient sums over the copies (Concat's and Slice's).
+// "replicate") as Concats of reversed or repeated slices; GatherElements
+// (torch.gather) as a one-hot mask of the indices times the data, summed
+// over the gathered axis. Each is exact, and its gradient sums over the
+// copies (Concat's, Slice's, or the mask's).
 #include <limits>
 #include <string>
 #include <vector>
@@ -129,6 +131,79 @@ absl::Status PadByCopies(ImportContext& ctx, const Node& node, const std::string
     ASSIGN_OR_RETURN(x, ConcatAxis(ctx, parts, i, at));
   }
   return ctx.Emit(node, "Identity", {x}, {});
+}
+
+absl::Status GatherElements(ImportContext& ctx, const Node& node) {
+  ASSIGN_OR_RETURN(std::string data, ctx.Data(node, 0));
+  ASSIGN_OR_RETURN(std::string idx, ctx.Data(node, 1));
+  ASSIGN_OR_RETURN(TensorType dt, ctx.TypeOf(data));
+  ASSIGN_OR_RETURN(TensorType it, ctx.TypeOf(idx));
+  const int r = dt.shape.rank();
+  if (it.dtype != DType::kI64) return absl::InvalidArgumentError("GatherElements: int64 indices");
+  if (it.shape.rank() != r) {
+    return absl::InvalidArgumentError("GatherElements: indices of another rank than the data");
+  }
+  int64_t axis = AttrInt(node, "axis", 0);
+  if (axis < 0) axis += r;
+  if (axis < 0 || axis >= r) return absl::InvalidArgumentError("GatherElements: bad axis");
+  const int ax = static_cast<int>(axis);
+  if (dt.shape.dim(ax).batch || it.shape.dim(ax).batch) {
+    return absl::InvalidArgumentError("GatherElements along the batch dim");
+  }
+  const std::string at = At(node);
+  // The data cut to the indices' extent in every other dim.
+  for (int d = 0; d < r; ++d) {
+    if (d == ax || dt.shape.dim(d) == it.shape.dim(d)) continue;
+    if (dt.shape.dim(d).batch || it.shape.dim(d).batch ||
+        it.shape.dim(d).value > dt.shape.dim(d).value) {
+      return absl::InvalidArgumentError(absl::StrCat("GatherElements: indices ",
+                                                     it.shape.ToString(), " exceed the data ",
+                                                     dt.shape.ToString(), " in dim ", d));
+    }
+    ASSIGN_OR_RETURN(
+        data, SliceAxis(ctx, data, d, 0, it.shape.dim(d).value, 1, absl::StrCat(at, "/cut", d)));
+  }
+  const int64_t n = dt.shape.dim(ax).value;
+  // [..., k, 1, ...] indices against [1, ..., 1, n, 1, ...] positions
+  // (and their negative forms): 1 where an index names the position.
+  auto with_one_at = [&](const Shape& s, int where) {
+    std::vector<int64_t> target;
+    for (int d = 0; d < s.rank(); ++d) {
+      if (d == where) target.push_back(1);
+      target.push_back(s.dim(d).batch ? -1 : s.dim(d).value);
+    }
+    if (where == s.rank()) target.push_back(1);
+    return target;
+  };
+  auto reshape = [&](const std::string& x, std::vector<int64_t> target, const std::string& hint) {
+    Attrs a;
+    a.SetInts("shape", std::move(target));
+    return ctx.b().Add("Reshape", {x}, std::move(a), at + "/" + hint);
+  };
+  ASSIGN_OR_RETURN(std::string idx_u, reshape(idx, with_one_at(it.shape, ax + 1), "indices"));
+  ASSIGN_OR_RETURN(TensorType cut, ctx.TypeOf(data));
+  ASSIGN_OR_RETURN(std::string data_u, reshape(data, with_one_at(cut.shape, ax), "data"));
+  std::vector<int64_t> pos_dims(static_cast<size_t>(r + 1), 1);
+  pos_dims[static_cast<size_t>(ax + 1)] = n;
+  std::vector<std::string> masks;
+  for (int64_t shift : {int64_t{0}, -n}) {
+    std::vector<int64_t> v;
+    for (int64_t i = 0; i < n; ++i) v.push_back(i + shift);
+    ASSIGN_OR_RETURN(std::string pos,
+                     ctx.b().AddConstant(absl::StrCat(at, "/positions", shift == 0 ? "" : "_neg"),
+                                         Tensor::FromI64(pos_dims, v)));
+    Attrs eq;
+    eq.SetString("mode", "eq");
+    ASSIGN_OR_RETURN(std::string m, ctx.b().Add("CompareMask", {idx_u, pos}, std::move(eq),
+                                                at + (shift == 0 ? "/hit" : "/hit_neg")));
+    masks.push_back(m);
+  }
+  ASSIGN_OR_RETURN(std::string mask, ctx.b().Add("Add", masks, {}, at + "/one_hot"));
+  ASSIGN_OR_RETURN(std::string picked, ctx.b().Add("Mul", {mask, data_u}, {}, at + "/picked"));
+  Attrs sum;
+  sum.SetInts("axes", {axis + 1});
+  sum.SetInt("keepdims", 0);
+  return ctx.Emit(node, "ReduceSum", {picked}, std::move(sum));
 }
 
 }  // namespace quilt::onnx_import

@@ -117,8 +117,9 @@ absl::Status Split(KernelContext& ctx) {
 }
 
 // Copies between a tensor of `full` dims and its slice (direction by `to_slice`).
-void SliceCopy(const ops::SliceSpec& s, const std::vector<int64_t>& full, float* full_data,
-               float* slice_data, bool to_slice) {
+template <typename T>
+void SliceCopy(const ops::SliceSpec& s, const std::vector<int64_t>& full, T* full_data,
+               T* slice_data, bool to_slice) {
   const int r = static_cast<int>(full.size());
   const std::vector<int64_t> fs = RowMajorStrides(full);
   const int64_t n = Numel(s.count);
@@ -140,10 +141,16 @@ void SliceCopy(const ops::SliceSpec& s, const std::vector<int64_t>& full, float*
 
 absl::Status Slice(KernelContext& ctx) {
   const Tensor& x = ctx.in(0);
-  if (x.dtype() != DType::kF32) return ctx.Error("only f32 slices");
+  if (x.dtype() != DType::kF32 && x.dtype() != DType::kI64) {
+    return ctx.Error("only f32 and i64 slices");
+  }
   ASSIGN_OR_RETURN(ops::SliceSpec s, ops::ResolveSlice(ctx.attrs(), Shape::Fixed(x.dims())));
   ASSIGN_OR_RETURN(Tensor * out, ctx.Output(0));
-  SliceCopy(s, x.dims(), const_cast<float*>(x.f32()), out->f32(), true);
+  if (x.dtype() == DType::kI64) {  // ids, positions
+    SliceCopy(s, x.dims(), const_cast<int64_t*>(x.i64()), out->i64(), true);
+  } else {
+    SliceCopy(s, x.dims(), const_cast<float*>(x.f32()), out->f32(), true);
+  }
   return absl::OkStatus();
 }
 
