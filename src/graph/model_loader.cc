@@ -1,6 +1,7 @@
 #include "src/graph/model_loader.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -89,6 +90,14 @@ std::vector<std::string> FoldedNotes(const Graph& g) {
 
 std::vector<std::string> ModelNotes(const Graph& g) {
   std::vector<std::string> notes = FoldedNotes(g);
+  for (const auto& [name, value] : g.constants) {
+    const size_t at = name.find(kPaddingRowMark);
+    if (at == std::string::npos) continue;
+    notes.push_back(absl::StrCat("embedding ", name.substr(0, at), ": row ",
+                                 name.substr(at + strlen(kPaddingRowMark)),
+                                 " is all zeros, taken for nn.Embedding's padding_idx: the lookup "
+                                 "gives it no gradient, as PyTorch does"));
+  }
   std::vector<std::string> odd;
   for (const ParameterSpec& p : g.parameters) {
     if (p.frozen || absl::StartsWith(p.tensor, "onnx::")) continue;

@@ -119,7 +119,8 @@ INSTANTIATE_TEST_SUITE_P(
         Fixture{"causal_lm_opset20", "sgd"}, Fixture{"causal_lm_opset20", "adam"},
         Fixture{"segmenter_opset18", "sgd"}, Fixture{"segmenter_opset21", "adam"},
         Fixture{"einsum_attention", "sgd"}, Fixture{"einsum_attention", "adam"},
-        Fixture{"gather_elements", "sgd"}, Fixture{"gather_elements", "adam"}),
+        Fixture{"gather_elements", "sgd"}, Fixture{"gather_elements", "adam"},
+        Fixture{"zeros_and_kinks", "sgd"}, Fixture{"zeros_and_kinks", "adam"}),
     [](const auto& info) { return info.param.name + "_" + info.param.optimizer; });
 
 TEST(TrainLocal, SyntheticData_LossFalls) {

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "src/common/status.h"
 #include "src/graph/onnx/converter_parts.h"
+#include "src/graph/onnx/onnx_import.h"
 
 namespace quilt::onnx_import {
 namespace {
@@ -209,6 +210,31 @@ absl::Status Gather(ImportContext& ctx, const Node& node) {
   }
   Attrs a;
   a.SetInt("axis", axis);
+  // An embedding table with one row of zeros among others: that row is
+  // nn.Embedding's padding_idx, which PyTorch keeps out of the lookup's
+  // gradient (the export loses the flag). The table is looked up through
+  // a mask of that row: the same values, and no gradient there.
+  if (data != nullptr && axis == 0 && data->dtype() == DType::kF32 && data->rank() == 2 &&
+      data->dim(0) > 1 && ctx.IsParameterInitializer(node, 0)) {
+    const int64_t rows = data->dim(0), cols = data->dim(1);
+    std::vector<int64_t> zero_rows;
+    for (int64_t r = 0; r < rows && zero_rows.size() < 2; ++r) {
+      const float* row = data->f32() + r * cols;
+      if (std::all_of(row, row + cols, [](float v) { return v == 0.0f; })) zero_rows.push_back(r);
+    }
+    if (zero_rows.size() == 1) {
+      ASSIGN_OR_RETURN(std::string table, ctx.Data(node, 0));
+      ASSIGN_OR_RETURN(std::string ids, ctx.Data(node, 1));
+      ASSIGN_OR_RETURN(Tensor keep, Tensor::Empty(DType::kF32, {rows, 1}));
+      for (int64_t r = 0; r < rows; ++r) keep.f32()[r] = r == zero_rows[0] ? 0.0f : 1.0f;
+      ASSIGN_OR_RETURN(
+          std::string mask,
+          ctx.b().AddConstant(absl::StrCat(table, kPaddingRowMark, zero_rows[0]), std::move(keep)));
+      ASSIGN_OR_RETURN(std::string masked,
+                       ctx.b().Add("Mul", {table, mask}, {}, table + "/without_padding_row"));
+      return ctx.Emit(node, "Gather", {masked, ids}, std::move(a));
+    }
+  }
   return Direct(ctx, node, "Gather", std::move(a));
 }
 

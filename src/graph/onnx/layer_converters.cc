@@ -200,7 +200,9 @@ absl::Status MaxMin(ImportContext& ctx, const Node& node) {
 // Activations built from others (a stable softplus: relu(x) +
 // log(1 + exp(-|x|)); exp of min(x, 0) where only x <= 0 is kept):
 // Softplus, Mish (x·tanh(softplus x)), Elu, Selu, Celu and PRelu
-// (relu(x) - slope·relu(-x), the slope a parameter broadcast over x).
+// (relu(x) + slope·min(x, 0), the slope a parameter broadcast over x);
+// relu and |x| as x times a mask of x > 0, so that the slopes at 0 are
+// PyTorch's.
 absl::Status Composite(ImportContext& ctx, const Node& node) {
   const std::string& type = node.op_type();
   const std::string at = node.name().empty() ? type : node.name();
@@ -212,9 +214,22 @@ absl::Status Composite(ImportContext& ctx, const Node& node) {
   auto scalar = [&](const std::string& what, float v) {
     return ScalarConstant(ctx, at + "/" + what, v);
   };
+  // x > 0 as 0s and 1s (no gradient): relu(x) = x·m and |x| = x·(2m - 1)
+  // take PyTorch's slopes at 0 (softplus' σ(0) = ½, PReLU's slope).
+  auto positive = [&]() -> absl::StatusOr<std::string> {
+    ASSIGN_OR_RETURN(std::string zero, scalar("zero", 0));
+    Attrs gt;
+    gt.SetString("mode", "gt");
+    return op("CompareMask", {x, zero}, "positive", std::move(gt));
+  };
   if (type == "Softplus" || type == "Mish") {
-    ASSIGN_OR_RETURN(std::string pos, op("Relu", {x}, "pos"));
-    ASSIGN_OR_RETURN(std::string mag, op("Abs", {x}, "abs"));
+    ASSIGN_OR_RETURN(std::string m, positive());
+    ASSIGN_OR_RETURN(std::string pos, op("Mul", {x, m}, "pos"));
+    ASSIGN_OR_RETURN(std::string two, scalar("two", 2));
+    ASSIGN_OR_RETURN(std::string one_m, scalar("one_for_sign", 1));
+    ASSIGN_OR_RETURN(std::string m2, op("Mul", {m, two}, "two_m"));
+    ASSIGN_OR_RETURN(std::string sign, op("Sub", {m2, one_m}, "sign"));
+    ASSIGN_OR_RETURN(std::string mag, op("Mul", {x, sign}, "abs"));
     ASSIGN_OR_RETURN(std::string neg, op("Neg", {mag}, "neg_abs"));
     ASSIGN_OR_RETURN(std::string e, op("Exp", {neg}, "exp"));
     ASSIGN_OR_RETURN(std::string one, scalar("one", 1));
@@ -226,12 +241,13 @@ absl::Status Composite(ImportContext& ctx, const Node& node) {
     return ctx.Emit(node, "Mul", {x, t}, {});
   }
   if (type == "PRelu") {
+    // x·m + slope·(x - x·m).
     ASSIGN_OR_RETURN(std::string slope, ctx.Data(node, 1));
-    ASSIGN_OR_RETURN(std::string pos, op("Relu", {x}, "pos"));
-    ASSIGN_OR_RETURN(std::string nx, op("Neg", {x}, "neg"));
-    ASSIGN_OR_RETURN(std::string neg, op("Relu", {nx}, "neg_part"));
+    ASSIGN_OR_RETURN(std::string m, positive());
+    ASSIGN_OR_RETURN(std::string pos, op("Mul", {x, m}, "pos"));
+    ASSIGN_OR_RETURN(std::string neg, op("Sub", {x, pos}, "neg_part"));
     ASSIGN_OR_RETURN(std::string scaled, op("Mul", {slope, neg}, "scaled"));
-    return ctx.Emit(node, "Sub", {pos, scaled}, {});
+    return ctx.Emit(node, "Add", {pos, scaled}, {});
   }
   // Elu, Selu, Celu: scale · (max(x, 0) + min(alpha·(exp(x / a) - 1), 0)),
   // with a = alpha for Celu and 1 otherwise.

@@ -17,6 +17,11 @@
 
 namespace quilt {
 
+// In the name of the constant that masks an embedding table's row of zeros
+// (nn.Embedding's padding_idx, which the export loses) out of the lookup's
+// gradient: "<table>/padding_row_<row>".
+inline constexpr char kPaddingRowMark[] = "/padding_row_";
+
 struct OnnxImportOptions {
   // Batch size to record as the graph's reference batch (0 = the exported
   // one). The graph itself is batch-symbolic either way.
