@@ -21,6 +21,17 @@
 
 namespace quilt {
 
+// Parses the command line: nullopt to go on, else the exit status (0 after
+// --help or --version, 2 for a usage error; CLI11 printed it).
+inline std::optional<int> ParseCommandLine(CLI::App& app, int argc, char** argv) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  return std::nullopt;
+}
+
 template <typename T>
 class ConfigCli {
  public:

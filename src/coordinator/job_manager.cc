@@ -9,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "src/common/display_text.h"
 #include "src/common/logging.h"
 #include "src/common/proto_time.h"
 #include "src/common/status.h"
@@ -307,16 +308,7 @@ void JobManager::Finish(Job* job, JobState state, const std::string& message,
 
 absl::Status JobManager::Cancel(const std::string& job_id, const std::string& reason) {
   // Shown in tables and logs: printable, one line, short.
-  if (reason.size() > 512) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the reason has ", reason.size(), " bytes; at most 512"));
-  }
-  for (unsigned char c : reason) {
-    if (c < 0x20 || c == 0x7f) {
-      return absl::InvalidArgumentError(
-          "the reason has a control character (a newline, an escape)");
-    }
-  }
+  RETURN_IF_ERROR(CheckDisplayText(reason, 512, "the reason"));
   absl::MutexLock lock(&mu_);
   Job* job = Find(job_id);
   if (job == nullptr) return absl::NotFoundError("no job '" + job_id + "'");
@@ -354,7 +346,7 @@ void JobManager::ApplyReport(Job* job, const std::string& node,
   // An ended job keeps the state it ended in, and takes the steps of its
   // executors up to where it ended (the other ranks' reports of the steps
   // before a failure come after it); an executor's own end is noted.
-  if (ended && job->unheard_at_end.erase(node) > 0 && !TaskEnded(t.state())) {
+  if (ended && job->unheard_at_end.erase(node) > 0 && !job->closed && !TaskEnded(t.state())) {
     job->end_step = std::max(job->end_step, report.step());
   }
   const int64_t limit = ended ? job->end_step : INT64_MAX;

@@ -146,10 +146,11 @@ class JobManager {
     // The last step any executor had reported when the job ended: steps up
     // to it still count after the end.
     int64_t end_step = 0;
-    // Nodes this coordinator had not heard from when the job ended (it
-    // restarted since): the steps their executors had reached came before
-    // they could learn of the end, so each one's first report after it
-    // extends end_step to its executor's step.
+    // Nodes this coordinator had not heard from when the job ended (after
+    // a restart, their steps so far were not here): the steps their
+    // executors had reached came before they could learn of the end, so
+    // each one's first report after it extends end_step to its executor's
+    // step, until the job is closed.
     std::set<std::string> unheard_at_end;
     // It had ended when this coordinator loaded it (its steps are stored).
     bool loaded_ended = false;

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "src/cluster/topology.h"
+#include "src/common/display_text.h"
 #include "src/common/files.h"
 #include "src/common/logging.h"
 #include "src/common/status.h"
@@ -59,10 +60,15 @@ absl::StatusOr<PlanResult> PlanOn(const quilt::v1::JobSpec& spec, const Graph& g
         break;
       }
     }
+    std::string busy;
+    for (const auto& [node, load] : options.loads) {
+      if (load.jobs > 0) absl::StrAppend(&busy, busy.empty() ? "" : ", ", node);
+    }
     return absl::FailedPreconditionError(
         absl::StrCat("no ", strategy == "auto" ? "strategy" : "'" + strategy + "' plan",
                      " fits the memory of the Ready nodes' devices", why.empty() ? "" : " (", why,
-                     why.empty() ? "" : ")"));
+                     why.empty() ? "" : ")",
+                     busy.empty() ? "" : "; the jobs running on " + busy + " hold part of it"));
   }
   // A strategy asked for by name splits the batch over every device it
   // names (the planner's own plans use only devices that get rows).
@@ -84,12 +90,9 @@ absl::StatusOr<PlanResult> PlanOn(const quilt::v1::JobSpec& spec, const Graph& g
 void Slower(double k, quilt::v1::Device* d) {
   d->set_peak_fp32_flops_per_s(d->peak_fp32_flops_per_s() / k);
   d->set_measured_gemm_flops_per_s(d->measured_gemm_flops_per_s() / k);
-  if (d->memory_bandwidth_bytes_per_s() > 0) {
-    d->set_memory_bandwidth_bytes_per_s(d->memory_bandwidth_bytes_per_s() / k);
-  } else {
-    // (The default bandwidth and overhead scale with the slowdown.)
-    d->set_compute_slowdown(std::max(1.0, d->compute_slowdown()) * k);
-  }
+  // The slowdown stretches memory-bound time and the default per-op
+  // overhead; a measured overhead is stretched here.
+  d->set_compute_slowdown(std::max(1.0, d->compute_slowdown()) * k);
   d->set_measured_op_overhead_s(d->measured_op_overhead_s() * k);
   d->set_measured_step_overhead_s(d->measured_step_overhead_s() * k);
   for (auto& r : *d->mutable_measured_op_type_rates()) r.set_flops_per_s(r.flops_per_s() / k);
@@ -177,15 +180,7 @@ absl::StatusOr<NewJob> PrepareJob(const quilt::v1::JobSpec& spec, const NodeRegi
                                   const SubmissionOptions& options) {
   if (spec.steps() < 1) return absl::InvalidArgumentError("steps must be at least 1");
   // The name is shown in tables and logs: printable and short.
-  if (spec.name().size() > 128) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the job's name has ", spec.name().size(), " bytes; at most 128"));
-  }
-  for (unsigned char c : spec.name()) {
-    if (c < 0x20 || c == 0x7f) {
-      return absl::InvalidArgumentError("the job's name has a control character");
-    }
-  }
+  RETURN_IF_ERROR(CheckDisplayText(spec.name(), 128, "the job's name"));
   if (spec.checkpoint_interval_steps() < 0) {
     return absl::InvalidArgumentError("checkpoint_interval_steps must not be negative");
   }

@@ -71,11 +71,7 @@ int main(int argc, char** argv) {
   quilt::CoordinatorConfig config;
   quilt::ConfigCli<quilt::CoordinatorConfig> config_cli(&app, &quilt::CoordinatorConfigSchema(),
                                                         quilt::ValidateCoordinatorConfig);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;  // --help, --version; else a usage error
-  }
+  if (std::optional<int> code = quilt::ParseCommandLine(app, argc, argv)) return *code;
   if (std::optional<int> code = config_cli.Resolve(&config)) return *code;
   if (absl::Status s = quilt::InitLogging({"quilt-coordinator", config.log_level}); !s.ok()) {
     std::fprintf(stderr, "%s\n", s.ToString().c_str());

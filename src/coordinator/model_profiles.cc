@@ -43,6 +43,15 @@ std::string ModelKey(const Graph& g) {
 
 std::string Ms(double s) { return absl::StrFormat("%.2f ms", s * 1e3); }
 
+// Three significant digits, never in exponent form (2140, 21.4, 0.214).
+std::string Digits3(double v) {
+  const double a = std::fabs(v);
+  if (a >= 100) return absl::StrFormat("%.0f", v);
+  if (a >= 10) return absl::StrFormat("%.1f", v);
+  if (a >= 1) return absl::StrFormat("%.2f", v);
+  return absl::StrFormat("%.3f", v);
+}
+
 }  // namespace
 
 void ModelProfiles::Shutdown() {
@@ -290,10 +299,10 @@ std::vector<std::string> ModelProfiles::Calibrate(const Graph& g, int64_t global
     }
     if (loaded != nullptr && r.jobs_running() > 0) loaded->insert(w.node);
     lines.push_back(absl::StrFormat(
-        "%s: profiled on %s (%d and %d rows: %s and %s a step) — %.3g GFLOP/s, %.3g µs per op, "
+        "%s: profiled on %s (%d and %d rows: %s and %s a step) — %s GFLOP/s, %s µs per op, "
         "%.0f µs per step%s",
         w.node, device.id(), r.runs(0).rows(), r.runs(1).rows(), Ms(r.runs(0).step_time_s()),
-        Ms(r.runs(1).step_time_s()), c->flops_per_s / 1e9, c->op_overhead_s * 1e6,
+        Ms(r.runs(1).step_time_s()), Digits3(c->flops_per_s / 1e9), Digits3(c->op_overhead_s * 1e6),
         c->step_overhead_s * 1e6,
         r.jobs_running() > 0
             ? absl::StrCat(" (measured while ", r.jobs_running(), " job(s) ran there; not kept)")

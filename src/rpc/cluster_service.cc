@@ -31,13 +31,15 @@ grpc::ServerUnaryReactor* ClusterServiceImpl::Heartbeat(grpc::CallbackServerCont
   return HandleUnary<HeartbeatRequest, HeartbeatResponse>(
       ctx, request, response, kMaxHeartbeatRequestBytes, "Heartbeat",
       [this](const HeartbeatRequest& req, HeartbeatResponse* resp) {
-        absl::Status s = registry_->Heartbeat(req.node_id(), req.incarnation());
+        // A stopping worker's node goes Down at once (not Ready first), and
+        // then its executors' last reports are applied.
+        absl::Status s = req.stopping() ? registry_->Leave(req.node_id(), req.incarnation())
+                                        : registry_->Heartbeat(req.node_id(), req.incarnation());
         if (!s.ok()) return s;
         resp->set_heartbeat_period_s(absl::ToDoubleSeconds(registry_->options().heartbeat_period));
         jobs_->OnHeartbeat(req, resp);
         links_->OnHeartbeat(req, resp);
         profiles_->OnHeartbeat(req, resp);
-        if (req.stopping()) return registry_->Leave(req.node_id(), req.incarnation());
         return absl::OkStatus();
       });
 }

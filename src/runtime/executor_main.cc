@@ -26,6 +26,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "nlohmann/json.hpp"
+#include "src/common/config_cli.h"
 #include "src/common/cpu_affinity.h"
 #include "src/common/files.h"
 #include "src/common/status.h"
@@ -118,11 +119,7 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_flag("--progress", progress, "One JSON line per step on stdout");
   app.add_option("--cpus", cpus, "Run on these CPUs only (a list like 0,2-3)");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;  // --help, --version; else a usage error
-  }
+  if (std::optional<int> code = quilt::ParseCommandLine(app, argc, argv)) return *code;
 
   // Pinned before any thread starts (they would inherit it anyway).
   if (!cpus.empty()) {

@@ -195,7 +195,8 @@ void TaskRunner::Read(Task* t) {
       t->message = LastExecutorError(log);
       if (WIFSIGNALED(status)) {
         const int sig = WTERMSIG(status);
-        t->message = absl::StrCat("killed by signal ", sig, " (", strsignal(sig), ")",
+        const char* name = sigdescr_np(sig);  // (strsignal is not thread-safe)
+        t->message = absl::StrCat("killed by signal ", sig, " (", name != nullptr ? name : "?", ")",
                                   t->message.empty() ? "" : ": ", t->message,
                                   sig == SIGKILL ? "" : "; its log: " + log);
       }

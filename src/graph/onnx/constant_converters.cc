@@ -299,11 +299,6 @@ absl::Status ConstantOfShape(ImportContext& ctx, const Node& node) {
 
 // Equal and Where on constants: the shape arithmetic PyTorch exports for
 // expand(-1, ...) (which dims to keep), folded.
-namespace {
-
-// Input i as data; a constant's infinities become the largest finite
-// floats (a mask's fill times a 0 of the mask must be 0, not NaN; softmax
-// gives such a score the same zero weight).
 absl::StatusOr<std::string> FiniteData(ImportContext& ctx, const Node& node, int i) {
   const Tensor* c = ctx.ConstantInput(node, i);
   if (c == nullptr || c->dtype() != DType::kF32 || ctx.IsParameterInitializer(node, i)) {
@@ -317,8 +312,6 @@ absl::StatusOr<std::string> FiniteData(ImportContext& ctx, const Node& node, int
   }
   return ctx.b().AddConstant(node.input(i) + "/finite", std::move(v));
 }
-
-}  // namespace
 
 absl::Status WhereNode(ImportContext& ctx, const Node& node) {
   const Tensor* c = ctx.ConstantInput(node, 0);
@@ -407,9 +400,10 @@ absl::Status ModNode(ImportContext& ctx, const Node& node) {
   const Tensor* b = ctx.ConstantInput(node, 1);
   if (a == nullptr || b == nullptr || a->dtype() != b->dtype() ||
       (a->dtype() != DType::kI64 && a->dtype() != DType::kF32) ||
-      (a->numel() != b->numel() && a->numel() != 1 && b->numel() != 1)) {
+      (a->dims() != b->dims() && a->numel() != 1 && b->numel() != 1)) {
     return absl::InvalidArgumentError(
-        "Mod is supported on constants of one type (index arithmetic); Mod of data is not");
+        "Mod is supported on constants of one type and shape, or by a scalar (index "
+        "arithmetic); Mod of data is not");
   }
   const bool fmod = AttrInt(node, "fmod", 0) != 0;
   Tensor out = (a->numel() >= b->numel() ? *a : *b).Clone();

@@ -20,6 +20,10 @@ absl::Status Direct(ImportContext& ctx, const Node& node, const std::string& typ
                     Attrs attrs = {});
 // Element i of a constant of `numel` elements or of a scalar (broadcast).
 int64_t At(int64_t numel, int64_t i);
+// Input i as data; a constant's infinities become the largest finite
+// floats (a mask's fill times a 0 of the mask must be 0, not NaN; softmax
+// gives such a score the same zero weight).
+absl::StatusOr<std::string> FiniteData(ImportContext& ctx, const Node& node, int i);
 // A graph constant holding the float32 scalar v.
 absl::StatusOr<std::string> ScalarConstant(ImportContext& ctx, const std::string& name, float v);
 

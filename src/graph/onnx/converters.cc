@@ -259,7 +259,7 @@ absl::Status GroupNorm(ImportContext& ctx, const Node& node) {
   ASSIGN_OR_RETURN(TensorType t, ctx.TypeOf(x));
   const int r = t.shape.rank();
   const int64_t groups = AttrInt(node, "num_groups", 0);
-  if (r < 3) return absl::InvalidArgumentError("GroupNormalization needs [N, C, ...] input");
+  if (r < 2) return absl::InvalidArgumentError("GroupNormalization needs [N, C, ...] input");
   for (int i = 1; i < r; ++i) {
     if (t.shape.dim(i).batch) {
       return absl::InvalidArgumentError("GroupNormalization: only dim 0 may carry the batch");
@@ -503,8 +503,16 @@ absl::Status Split(ImportContext& ctx, const Node& node) {
     if (axis < 0 || axis >= t.shape.rank() || t.shape.dim(static_cast<int>(axis)).batch) {
       return absl::InvalidArgumentError("Split: bad axis, or the batch dim");
     }
+    if (parts != node.output_size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Split: num_outputs ", parts, " but ", node.output_size(), " outputs"));
+    }
     const int64_t n = t.shape.dim(static_cast<int>(axis)).value;
     const int64_t each = (n + parts - 1) / parts;
+    if (each * (parts - 1) >= n) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Split: ", n, " into ", parts, " parts leaves an empty one"));
+    }
     for (int64_t i = 0; i < parts; ++i)
       split.push_back(std::max<int64_t>(0, std::min(each, n - i * each)));
   }

@@ -1,6 +1,6 @@
 // Converters that build a tensor from copies of another's slices: Tile
-// (tensor.repeat) as Concats of copies, or an Expand over the batch for a
-// dim of 1 repeated batch times; Pad by reflection or by the edge
+// (tensor.repeat) as Concats of copies, or an Expand for dims of 1 (over
+// the batch for a dim 0 of 1 repeated batch times); Pad by reflection or by the edge
 // (nn.ReflectionPad2d, ReplicationPad, padding_mode="reflect" /
 // "replicate") as Concats of reversed or repeated slices; GatherElements
 // (torch.gather) as a one-hot mask of the indices times the data, summed
@@ -64,10 +64,19 @@ absl::Status Tile(ImportContext& ctx, const Node& node) {
       return absl::InvalidArgumentError(
           "Tile repeats the batch dim (replicas split the batch; repeat another dim)");
     }
-    if (d.value == 1 && !t.shape.HasBatch() && !expand &&
-        (r == b0 || (ctx.symbolic_batch() && r % b0 == 0))) {
+    const bool batch_count = r == b0 || (ctx.symbolic_batch() && r % b0 == 0);
+    if (i == 0 && d.value == 1 && !t.shape.HasBatch() && batch_count) {
       // A parameter repeated over the batch (cls.repeat(B, 1, 1)).
       expanded[i] = Dim::Batch(r / b0);
+      expand = true;
+      continue;
+    }
+    if (ctx.symbolic_batch() && r % b0 == 0) {
+      return absl::InvalidArgumentError(
+          "Tile by a count that depends on the batch, other than a dim 0 of 1 without a batch");
+    }
+    if (d.value == 1) {  // an Expand, not r copies
+      expanded[i] = Dim::Fixed(r);
       expand = true;
       continue;
     }

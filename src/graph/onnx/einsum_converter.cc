@@ -18,16 +18,19 @@
 namespace quilt::onnx_import {
 namespace {
 
-// An operand's letters, its ellipsis expanded to letters of its own
-// ('A', 'B', …: upper case is reserved for it here).
+// An ellipsis' dims are named '0', '1', … here (letters are the user's).
+char EllipsisDim(int i) { return static_cast<char>('0' + i); }
+bool Letter(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
+
+// An operand's letters, its ellipsis expanded to EllipsisDim(0), ….
 absl::StatusOr<std::string> Expand(const std::string& term, int rank, int* ellipsis_rank) {
   const size_t dots = term.find("...");
   std::string letters = term;
   if (dots != std::string::npos) letters.erase(dots, 3);
   for (char c : letters) {
-    if (c < 'a' || c > 'z') {
+    if (!Letter(c)) {
       return absl::InvalidArgumentError(
-          absl::StrCat("Einsum: '", std::string(1, c), "' (only lower-case letters and ...)"));
+          absl::StrCat("Einsum: '", std::string(1, c), "' (only letters and ...)"));
     }
   }
   if (dots == std::string::npos) {
@@ -39,12 +42,13 @@ absl::StatusOr<std::string> Expand(const std::string& term, int rank, int* ellip
   }
   const int extra = rank - static_cast<int>(letters.size());
   if (extra < 0) return absl::InvalidArgumentError("Einsum: more letters than dims");
+  if (extra > 10) return absl::InvalidArgumentError("Einsum: an ellipsis of more than 10 dims");
   if (*ellipsis_rank >= 0 && *ellipsis_rank != extra) {
     return absl::InvalidArgumentError("Einsum: ellipses of different ranks (broadcast)");
   }
   *ellipsis_rank = extra;
   std::string fill;
-  for (int i = 0; i < extra; ++i) fill += static_cast<char>('A' + i);
+  for (int i = 0; i < extra; ++i) fill += EllipsisDim(i);
   return term.substr(0, dots) + fill + term.substr(dots + 3);
 }
 
@@ -168,9 +172,16 @@ absl::Status Einsum(ImportContext& ctx, const Node& node) {
   std::string out;
   if (arrow != std::string::npos) {
     out = equation.substr(arrow + 2);
-    if (const size_t dots = out.find("..."); dots != std::string::npos) {
+    const size_t dots = out.find("...");
+    for (size_t i = 0; i < out.size(); ++i) {
+      if (!Letter(out[i]) && !(dots != std::string::npos && i >= dots && i < dots + 3)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "Einsum '", equation, "': '", std::string(1, out[i]), "' (only letters and ...)"));
+      }
+    }
+    if (dots != std::string::npos) {
       std::string fill;
-      for (int i = 0; i < std::max(0, ellipsis_rank); ++i) fill += static_cast<char>('A' + i);
+      for (int i = 0; i < std::max(0, ellipsis_rank); ++i) fill += EllipsisDim(i);
       out = out.substr(0, dots) + fill + out.substr(dots + 3);
     }
     for (char c : out) {
@@ -180,13 +191,13 @@ absl::Status Einsum(ImportContext& ctx, const Node& node) {
       }
     }
   } else {
-    for (int i = 0; i < std::max(0, ellipsis_rank); ++i) out += static_cast<char>('A' + i);
+    for (int i = 0; i < std::max(0, ellipsis_rank); ++i) out += EllipsisDim(i);
     std::map<char, int> count;
     for (const Operand& x : ops) {
       for (char c : x.letters) ++count[c];
     }
     for (const auto& [c, n] : count) {
-      if (n == 1 && c >= 'a') out += c;
+      if (n == 1 && Letter(c)) out += c;
     }
   }
   std::map<char, Dim> size;

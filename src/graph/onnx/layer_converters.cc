@@ -136,7 +136,8 @@ absl::Status HardSigmoidLike(ImportContext& ctx, const Node& node) {
 // Max and Min of any number of inputs (torch.maximum, minimum; a clamp by
 // a tensor), two at a time: w·a + (1 − w)·b with w = 1 where a wins, ½
 // where they tie (where PyTorch splits the gradient evenly), from masks
-// nothing trains through; exact where a and b are far apart in size.
+// nothing trains through: exact for finite values (a constant's ±inf is
+// the largest finite float, as 0·inf would be NaN).
 absl::Status MaxMin(ImportContext& ctx, const Node& node) {
   const bool max = node.op_type() == "Max";
   const std::string at = node.name().empty() ? node.op_type() : node.name();
@@ -147,16 +148,21 @@ absl::Status MaxMin(ImportContext& ctx, const Node& node) {
     const Tensor* t = ctx.ConstantInput(node, i);
     if (t == nullptr || ctx.IsParameterInitializer(node, i) ||
         (t->dtype() != DType::kI64 && t->dtype() != DType::kF32) ||
-        (!c.empty() && (t->dtype() != c[0]->dtype() ||
-                        (t->numel() != c[0]->numel() && t->numel() != 1 && c[0]->numel() != 1)))) {
+        (!c.empty() && t->dtype() != c[0]->dtype())) {
       break;
     }
     c.push_back(t);
   }
-  if (static_cast<int>(c.size()) == node.input_size()) {
-    const Tensor* big = *std::max_element(c.begin(), c.end(), [](const Tensor* x, const Tensor* y) {
-      return x->numel() < y->numel();
-    });
+  const Tensor* big =
+      c.empty() ? nullptr
+                : *std::max_element(c.begin(), c.end(), [](const Tensor* x, const Tensor* y) {
+                    return x->numel() < y->numel();
+                  });
+  // (Folded when every constant is a scalar or of the largest's shape.)
+  const bool same_shapes = std::all_of(c.begin(), c.end(), [&](const Tensor* t) {
+    return t->numel() == 1 || t->dims() == big->dims();
+  });
+  if (static_cast<int>(c.size()) == node.input_size() && same_shapes) {
     Tensor out = big->Clone();
     for (int64_t e = 0; e < out.numel(); ++e) {
       for (const Tensor* t : c) {
@@ -172,12 +178,12 @@ absl::Status MaxMin(ImportContext& ctx, const Node& node) {
     ctx.SetConstant(node.output(0), std::move(out));
     return absl::OkStatus();
   }
-  ASSIGN_OR_RETURN(std::string acc, ctx.Data(node, 0));
+  ASSIGN_OR_RETURN(std::string acc, FiniteData(ctx, node, 0));
   if (node.input_size() == 1) return ctx.Emit(node, "Identity", {acc}, {});
   ASSIGN_OR_RETURN(std::string half, ScalarConstant(ctx, at + "/half", 0.5f));
   ASSIGN_OR_RETURN(std::string one, ScalarConstant(ctx, at + "/one", 1));
   for (int i = 1; i < node.input_size(); ++i) {
-    ASSIGN_OR_RETURN(std::string b, ctx.Data(node, i));
+    ASSIGN_OR_RETURN(std::string b, FiniteData(ctx, node, i));
     const std::string p = absl::StrCat(at, "/", i, "/");
     auto op = [&](const std::string& t, std::vector<std::string> ins, const std::string& hint,
                   Attrs a = {}) { return ctx.b().Add(t, std::move(ins), std::move(a), p + hint); };
