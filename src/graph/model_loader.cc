@@ -54,16 +54,17 @@ std::string SomeNames(const std::vector<std::string>& names, size_t shown) {
 }
 
 // Trained tensors the ONNX exporter computed (constant folding names them
-// "onnx::<consumer>_<n>"), but for a MatMul's: those are transposed weights,
-// which train as the weights they come from. The rest are expressions of
-// parameters or buffers that now train as weights of their own.
+// "onnx::<consumer>_<n>"), but for a MatMul's or a recurrent layer's: those
+// are transposed or gate-reordered weights, which train as the weights they
+// come from. The rest are expressions of parameters or buffers that now
+// train as weights of their own.
 std::vector<std::string> FoldedNotes(const Graph& g) {
   std::vector<std::string> conv, other;
   for (const ParameterSpec& p : g.parameters) {
-    if (p.frozen || !absl::StartsWith(p.tensor, "onnx::") ||
-        absl::StartsWith(p.tensor, "onnx::MatMul_")) {
-      continue;
-    }
+    const bool rearranged =
+        absl::StartsWith(p.tensor, "onnx::MatMul_") || absl::StartsWith(p.tensor, "onnx::LSTM_") ||
+        absl::StartsWith(p.tensor, "onnx::GRU_") || absl::StartsWith(p.tensor, "onnx::RNN_");
+    if (p.frozen || !absl::StartsWith(p.tensor, "onnx::") || rearranged) continue;
     (absl::StartsWith(p.tensor, "onnx::Conv_") ? conv : other).push_back(p.tensor);
   }
   std::vector<std::string> notes;

@@ -37,8 +37,10 @@ TEST(ModelNotes, ExporterFoldedTensorsAreNamedButTransposedWeightsAreNot) {
                             HasSubstr("do_constant_folding=False"), Not(HasSubstr("batch norm"))));
   // A linear layer's transposed weight trains as the weight; frozen
   // tensors do not train.
-  Graph plain = WithParameters({"onnx::MatMul_8", "l.bias", "onnx::Add_5"});
-  plain.parameters[2].frozen = true;
+  // (So do an LSTM's and a GRU's gate-reordered weights.)
+  Graph plain =
+      WithParameters({"onnx::MatMul_8", "onnx::LSTM_12", "onnx::GRU_3", "l.bias", "onnx::Add_5"});
+  plain.parameters[4].frozen = true;
   EXPECT_THAT(ModelNotes(plain), ::testing::IsEmpty());
 }
 

@@ -568,6 +568,14 @@ absl::Status NotNode(ImportContext& ctx, const Node& node) {
     return absl::OkStatus();
   }
   ASSIGN_OR_RETURN(std::string x, ctx.Data(node, 0));
+  ASSIGN_OR_RETURN(TensorType t, ctx.TypeOf(x));
+  if (t.dtype != DType::kF32) {
+    // A boolean read as integers (a BOOL buffer sliced to the input's
+    // length): its 0s and 1s as floats.
+    Attrs to;
+    to.SetString("to", "f32");
+    ASSIGN_OR_RETURN(x, ctx.b().Add("Cast", {x}, std::move(to), node.name() + "/as_float"));
+  }
   ASSIGN_OR_RETURN(std::string one, ScalarConstant(ctx, node.name() + "/one", 1));
   return ctx.Emit(node, "Sub", {one, x}, {});
 }
