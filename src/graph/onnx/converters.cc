@@ -526,6 +526,18 @@ absl::Status Split(ImportContext& ctx, const Node& node) {
 // when the input has no batch of its own.
 absl::Status ExpandNode(ImportContext& ctx, const Node& node) {
   ASSIGN_OR_RETURN(std::vector<int64_t> target, ctx.ConstInts(node, 1));
+  // A constant expanded to its own shape (a fixed-batch export's zero
+  // state, [1, batch, H]) stays that constant.
+  if (const Tensor* c = ctx.ConstantInput(node, 0); c != nullptr &&
+                                                    !ctx.IsParameterInitializer(node, 0) &&
+                                                    c->rank() == static_cast<int>(target.size())) {
+    bool same = true;
+    for (int i = 0; i < c->rank(); ++i) same = same && (target[i] == 1 || target[i] == c->dim(i));
+    if (same) {
+      ctx.SetConstant(node.output(0), c->Clone());
+      return absl::OkStatus();
+    }
+  }
   ASSIGN_OR_RETURN(std::string x, ctx.Data(node, 0));
   ASSIGN_OR_RETURN(TensorType t, ctx.TypeOf(x));
   const int rank = std::max<int>(t.shape.rank(), static_cast<int>(target.size()));

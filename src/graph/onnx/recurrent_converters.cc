@@ -6,6 +6,7 @@
 // f, c; GRU: z, r, h, with the reset gate applied after the recurrent
 // product: linear_before_reset = 1, as PyTorch exports). Refused: variable
 // sequence lengths, peepholes, clipping, other activations, layout 1.
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -105,10 +106,17 @@ absl::Status Recurrent(ImportContext& ctx, const Node& node) {
   if (ctx.HasInput(node, 3)) {
     ASSIGN_OR_RETURN(bias, ctx.Data(node, 3));
   }
-  if (ctx.HasInput(node, 5)) {
+  // An initial state of zeros is no initial state (a fixed-batch export
+  // bakes its batch into a [1, batch, H] constant of zeros).
+  auto zeros = [&](int i) {
+    const Tensor* c = ctx.ConstantInput(node, i);
+    return c != nullptr && c->dtype() == DType::kF32 && !ctx.IsParameterInitializer(node, i) &&
+           std::all_of(c->f32(), c->f32() + c->numel(), [](float v) { return v == 0.0f; });
+  };
+  if (ctx.HasInput(node, 5) && !zeros(5)) {
     ASSIGN_OR_RETURN(h0, ctx.Data(node, 5));
   }
-  if (lstm && ctx.HasInput(node, 6)) {
+  if (lstm && ctx.HasInput(node, 6) && !zeros(6)) {
     ASSIGN_OR_RETURN(c0, ctx.Data(node, 6));
   }
   const int64_t gh = gates * hidden;
