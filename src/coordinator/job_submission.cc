@@ -39,11 +39,13 @@ absl::Status CheckDataset(const quilt::v1::JobSpec& spec, const Graph& graph) {
 
 // The plan of the job on `cluster` shared with the jobs on it, with the
 // checks every plan must pass.
+// `lock` is held while planning (null: none, or the caller holds it).
 absl::StatusOr<PlanResult> PlanOn(const quilt::v1::JobSpec& spec, const Graph& graph,
                                   quilt::v1::ClusterSpec cluster, const std::string& strategy,
                                   const SubmissionOptions& options,
-                                  const std::set<std::string>& measured_loaded = {}) {
-  ShareBusyNodes(options.loads, measured_loaded, &cluster);
+                                  const std::map<std::string, NodeLoad>& loads,
+                                  const std::set<std::string>& measured_loaded, absl::Mutex* lock) {
+  ShareBusyNodes(loads, measured_loaded, &cluster);
   absl::StatusOr<Topology> topo = Topology::Build(cluster);
   if (!topo.ok()) return Annotate(topo.status(), "the live cluster");
   PlanOptions plan;
@@ -51,7 +53,7 @@ absl::StatusOr<PlanResult> PlanOn(const quilt::v1::JobSpec& spec, const Graph& g
   plan.strategy = strategy == "auto" ? "all" : strategy;
   plan.search.time_budget_s = options.time_budget_s;
   plan.search.seed = spec.seed() == 0 ? 1 : spec.seed();
-  ASSIGN_OR_RETURN(PlanResult result, PlanHolding(options.planner_lock, graph, *topo, plan));
+  ASSIGN_OR_RETURN(PlanResult result, PlanHolding(lock, graph, *topo, plan));
   if (result.report.best().empty()) {
     std::string why;
     for (const auto& e : result.report.estimates()) {
@@ -61,7 +63,7 @@ absl::StatusOr<PlanResult> PlanOn(const quilt::v1::JobSpec& spec, const Graph& g
       }
     }
     std::string busy;
-    for (const auto& [node, load] : options.loads) {
+    for (const auto& [node, load] : loads) {
       if (load.jobs > 0) absl::StrAppend(&busy, busy.empty() ? "" : ", ", node);
     }
     return absl::FailedPreconditionError(
@@ -189,14 +191,18 @@ absl::StatusOr<NewJob> PrepareJob(const quilt::v1::JobSpec& spec, const NodeRegi
   RETURN_IF_ERROR(CheckCheckpointDir(spec.checkpoint_dir()));
   ASSIGN_OR_RETURN(quilt::v1::ClusterSpec cluster, LiveClusterSpec(registry, links));
   const std::string strategy = spec.strategy().empty() ? "auto" : spec.strategy();
-  // Planned with the devices' start-up figures first: a job that fits no
-  // plan is refused before any worker profiles it.
-  absl::StatusOr<PlanResult> first = PlanOn(spec, graph, cluster, strategy, options);
-  if (!first.ok()) return WithNotReadyNodes(first.status(), registry);
-  PlanResult result = std::move(*first);
+  auto loads_now = [&] {
+    return options.loads ? options.loads() : std::map<std::string, NodeLoad>{};
+  };
+  const bool profiling = profiles != nullptr && options.profile_timeout > absl::ZeroDuration();
   std::vector<std::string> calibration;
   std::set<std::string> measured_loaded;
-  if (profiles != nullptr && options.profile_timeout > absl::ZeroDuration()) {
+  if (profiling) {
+    // Planned with the devices' start-up figures first: a job that fits no
+    // plan is refused before any worker profiles it.
+    absl::StatusOr<PlanResult> first =
+        PlanOn(spec, graph, cluster, strategy, options, loads_now(), {}, options.planner_lock);
+    if (!first.ok()) return WithNotReadyNodes(first.status(), registry);
     ASSIGN_OR_RETURN(cluster, ProfiledCluster(graph, spec.global_batch(), registry, links, profiles,
                                               options.profile_timeout, &calibration,
                                               options.abandoned, &measured_loaded));
@@ -206,8 +212,14 @@ absl::StatusOr<NewJob> PrepareJob(const quilt::v1::JobSpec& spec, const NodeRegi
           "no job was started");
       return absl::CancelledError("the client gave up waiting; the job was not started");
     }
-    ASSIGN_OR_RETURN(result, PlanOn(spec, graph, cluster, strategy, options, measured_loaded));
   }
+  // The final plan, with the jobs on the nodes now, until the job is placed.
+  absl::MutexLockMaybe placing(options.planner_lock);
+  const std::map<std::string, NodeLoad> loads = loads_now();
+  absl::StatusOr<PlanResult> planned =
+      PlanOn(spec, graph, cluster, strategy, options, loads, measured_loaded, nullptr);
+  if (!planned.ok()) return WithNotReadyNodes(planned.status(), registry);
+  const PlanResult& result = *planned;
   NewJob job;
   job.spec = spec;
   job.spec.set_strategy(strategy);
@@ -224,7 +236,7 @@ absl::StatusOr<NewJob> PrepareJob(const quilt::v1::JobSpec& spec, const NodeRegi
   job.calibration = std::move(calibration);
   {
     quilt::v1::ClusterSpec shared = cluster;
-    for (std::string& line : ShareBusyNodes(options.loads, measured_loaded, &shared)) {
+    for (std::string& line : ShareBusyNodes(loads, measured_loaded, &shared)) {
       if (used.count(line.substr(0, line.find(':')))) job.calibration.push_back(std::move(line));
     }
   }
@@ -238,6 +250,10 @@ absl::StatusOr<NewJob> PrepareJob(const quilt::v1::JobSpec& spec, const NodeRegi
   }
   QLOG_INFO("planned job '{}' on {} node(s): {} predicted {:.4f} s/step", spec.name(),
             job.world.size(), job.strategy, job.predicted_step_time_s);
+  if (options.place) {
+    RETURN_IF_ERROR(options.place(std::move(job)));
+    return NewJob{};
+  }
   return job;
 }
 

@@ -45,9 +45,14 @@ std::vector<std::string> ShareBusyNodes(const std::map<std::string, NodeLoad>& l
                                         quilt::v1::ClusterSpec* cluster);
 
 struct SubmissionOptions {
-  // The jobs already on the nodes (NodeLoads): the plan shares their
-  // devices (ShareBusyNodes).
-  std::map<std::string, NodeLoad> loads;
+  // The jobs on the nodes now (NodeLoads; null: none): the plan shares
+  // their devices (ShareBusyNodes). Read for the final plan with
+  // `planner_lock` held until `place` has taken the job.
+  std::function<std::map<std::string, NodeLoad>()> loads;
+  // Takes the prepared job (adds it to the jobs) with `planner_lock` held,
+  // so that the next submission's plan counts it (null: PrepareJob returns
+  // the job instead).
+  std::function<absl::Status(NewJob&&)> place;
   // The planner's search budget for "auto".
   double time_budget_s = 10;
   // How long to wait for the workers' profiles of the model (0: none).
@@ -86,7 +91,8 @@ absl::StatusOr<quilt::v1::ClusterSpec> ProfiledCluster(
     std::set<std::string>* measured_loaded = nullptr);
 
 // With `profiles`, the workers profile the model first and the plan uses
-// their calibrations (model_profiles.h).
+// their calibrations (model_profiles.h). With `options.place`, the job is
+// handed to it (and the one returned is empty).
 absl::StatusOr<NewJob> PrepareJob(const quilt::v1::JobSpec& spec, const NodeRegistry& registry,
                                   const LinkProbes* links, ModelProfiles* profiles,
                                   const SubmissionOptions& options);

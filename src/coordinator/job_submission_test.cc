@@ -3,12 +3,17 @@
 // running jobs' plans hold), so a plan prefers idle nodes.
 #include "src/coordinator/job_submission.h"
 
+#include <thread>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "src/cluster/topology.h"
+#include "src/common/fake_clock.h"
+#include "src/coordinator/store/sqlite_store.h"
 #include "src/cost/cost_model.h"
 #include "src/planner/baselines.h"
 #include "src/testing/node_info.h"
+#include "src/testing/temp_dir.h"
 #include "src/testing/zoo_training.h"
 
 namespace quilt {
@@ -84,6 +89,53 @@ TEST(ShareBusyNodes, AOneDevicePlanGoesToTheIdleNode) {
     EXPECT_EQ(baselines[0].strategy.groups(0).replicas(0).device(),
               busy.empty() ? "a/cpu:0" : "b/cpu:0");
   }
+}
+
+TEST(PrepareJob, SubmissionsAtOnceCountEachOthersJobs) {
+  // Two equal idle nodes; four one-device jobs submitted at the same time:
+  // each plan counts the jobs placed before it, so they spread two a node
+  // (each would take the same node were they planned on one snapshot).
+  testing::TempDir dir;
+  auto store = SqliteStore::Open(dir.File("c.db"));
+  ASSERT_TRUE(store.ok());
+  FakeClock clock;
+  NodeRegistry registry(&clock, store->get(), LivenessOptions{});
+  ASSERT_TRUE(registry.Register(testing::CpuNodeInfo("a"), 1).ok());
+  ASSERT_TRUE(registry.Register(testing::CpuNodeInfo("b"), 2).ok());
+  absl::Mutex planner, placed_mu;
+  std::vector<quilt::v1::JobStatus> placed;
+  SubmissionOptions options;
+  options.planner_lock = &planner;
+  options.loads = [&] {
+    absl::MutexLock lock(&placed_mu);
+    return NodeLoads(placed);
+  };
+  options.place = [&](NewJob&& job) {
+    absl::MutexLock lock(&placed_mu);
+    quilt::v1::JobStatus s;
+    s.set_state(quilt::v1::JOB_STATE_RUNNING);
+    for (const std::string& n : job.world) s.add_nodes(n);
+    placed.push_back(s);
+    return absl::OkStatus();
+  };
+  quilt::v1::JobSpec spec;
+  spec.set_zoo("mlp");
+  spec.set_global_batch(16);
+  spec.set_steps(10);
+  spec.set_strategy("single-device");
+  spec.mutable_optimizer()->mutable_sgd()->set_learning_rate(0.1);
+  std::vector<std::thread> submitters;
+  std::vector<absl::Status> results(4);
+  for (int i = 0; i < 4; ++i) {
+    submitters.emplace_back(
+        [&, i] { results[i] = PrepareJob(spec, registry, nullptr, nullptr, options).status(); });
+  }
+  for (std::thread& t : submitters) t.join();
+  for (const absl::Status& s : results) ASSERT_TRUE(s.ok()) << s;
+  const auto loads = NodeLoads(placed);
+  ASSERT_EQ(loads.size(), 2u);
+  EXPECT_EQ(loads.at("a").jobs, 2);
+  EXPECT_EQ(loads.at("b").jobs, 2);
 }
 
 }  // namespace

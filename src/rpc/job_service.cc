@@ -134,28 +134,32 @@ grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(grpc::CallbackServerContext*
       &planning_, ctx, raw_request, raw_response, "SubmitJob",
       [this, ctx](const quilt::v1::SubmitJobRequest& r, quilt::v1::SubmitJobResponse* response) {
         SubmissionOptions options;
-        options.loads = NodeLoads(coordinator_->jobs()->List());
+        options.loads = [this] { return NodeLoads(coordinator_->jobs()->List()); };
         options.planner_lock = &planner_;
         options.profile_timeout = absl::Milliseconds(coordinator_->config().profile_timeout_ms);
         options.abandoned = [ctx] { return ctx->IsCancelled(); };
-        ASSIGN_OR_RETURN(NewJob job,
-                         PrepareJob(r.spec(), *coordinator_->registry(), coordinator_->links(),
-                                    coordinator_->profiles(), options));
-        // A client that gave up (its deadline, Ctrl-C) never learns the
-        // job's id: a job it would submit again is not started.
-        if (ctx->IsCancelled()) {
-          QLOG_INFO("submission of '{}' dropped: the client gave up waiting", r.spec().name());
-          return absl::CancelledError("the client gave up waiting; the job was not started");
-        }
-        ASSIGN_OR_RETURN(std::string id, coordinator_->jobs()->Add(std::move(job)));
-        if (ctx->IsCancelled()) {
-          // It left while the job was stored: the job is ended before any
-          // worker hears of it.
-          (void)coordinator_->jobs()->Cancel(id, "the client gave up waiting for the submission");
-          return absl::CancelledError("the client gave up waiting; the job was not started");
-        }
-        response->set_job_id(id);
-        return absl::OkStatus();
+        // Added while the planner is held: the next submission's plan
+        // counts this job on its nodes.
+        options.place = [&](NewJob&& job) -> absl::Status {
+          // A client that gave up (its deadline, Ctrl-C) never learns the
+          // job's id: a job it would submit again is not started.
+          if (ctx->IsCancelled()) {
+            QLOG_INFO("submission of '{}' dropped: the client gave up waiting", r.spec().name());
+            return absl::CancelledError("the client gave up waiting; the job was not started");
+          }
+          ASSIGN_OR_RETURN(std::string id, coordinator_->jobs()->Add(std::move(job)));
+          if (ctx->IsCancelled()) {
+            // It left while the job was stored: the job is ended before
+            // any worker hears of it.
+            (void)coordinator_->jobs()->Cancel(id, "the client gave up waiting for the submission");
+            return absl::CancelledError("the client gave up waiting; the job was not started");
+          }
+          response->set_job_id(id);
+          return absl::OkStatus();
+        };
+        return PrepareJob(r.spec(), *coordinator_->registry(), coordinator_->links(),
+                          coordinator_->profiles(), options)
+            .status();
       });
 }
 
