@@ -255,12 +255,19 @@ TEST_F(CoordinatorServerTest, SubmissionWaitingForProfiles_OtherRequestsServed) 
   absl::StatusOr<std::string> a = first.get(), b = second.get();
   ASSERT_THAT(a, IsOk());
   ASSERT_THAT(b, IsOk());
+  // The one placed second shares n1 with the other, and says so.
+  int shared = 0;
   for (const std::string& job : {*a, *b}) {
     absl::StatusOr<quilt::v1::JobStatus> st = quick.GetJob(job);
     ASSERT_THAT(st, IsOk());
-    ASSERT_THAT(st->calibration(), SizeIs(1));
+    ASSERT_GE(st->calibration_size(), 1);
     EXPECT_THAT(st->calibration(0), HasSubstr("its profile failed: no data"));
+    if (st->calibration_size() == 2) {
+      EXPECT_THAT(st->calibration(1), HasSubstr("n1: shared with 1 running job(s)"));
+      ++shared;
+    }
   }
+  EXPECT_EQ(shared, 1);
 }
 
 // A client that gives up while its job is planned gets no job started,
