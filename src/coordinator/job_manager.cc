@@ -59,21 +59,32 @@ absl::Status JobManager::Load() {
     Job& job = jobs_[id];
     job.record = std::move(r);
     order_.push_back(id);
-    job.loaded_ended = Ended(job.record.status().state());
-    if (!Ended(job.record.status().state())) {
+    const bool ended = Ended(job.record.status().state());
+    job.loaded_ended = ended && !job.record.late_steps_open();
+    if (ended && !job.loaded_ended) {
+      // Ended, not closed, when the coordinator stopped: the steps stored
+      // are where it ended, and every node's first report may carry the
+      // steps its executor reached before it learned of the end.
+      for (const auto& [node, task] : job.record.tasks()) {
+        job.end_step = std::max(job.end_step, task.step());
+      }
+      for (const std::string& n : job.record.world()) job.unheard_at_end.insert(n);
+    }
+    if (job.loaded_ended) continue;
+    if (!ended) {
       // Workers keep running their executors while the coordinator is away
       // and report to it again: the job goes on. A node that comes back
       // without its executor (its worker restarted), or not at all (Down),
       // fails it then.
       job.record.mutable_status()->set_message(std::string(kAwaitingReports));
-      // Workers keep the losses of steps after the stored ones until told
-      // they are stored, and send them again.
-      ASSIGN_OR_RETURN(const int64_t stored, store_->LastLossStep(id));
-      job.losses_first = stored + 1;
-      for (const auto& [node, task] : job.record.tasks()) job.next_step[node] = job.losses_first;
       QLOG_INFO("job {} resumes after the restart at step {}; waiting for its nodes", id,
                 job.record.status().step());
     }
+    // Workers keep the losses of steps after the stored ones until told
+    // they are stored, and send them again.
+    ASSIGN_OR_RETURN(const int64_t stored, store_->LastLossStep(id));
+    job.losses_first = stored + 1;
+    for (const auto& [node, task] : job.record.tasks()) job.next_step[node] = job.losses_first;
   }
   return absl::OkStatus();
 }
@@ -292,6 +303,7 @@ void JobManager::Finish(Job* job, JobState state, const std::string& message,
   // Steps reported so far bound what counts after the end.
   job->end_step = 0;
   for (const auto& [n, t] : job->record.tasks()) job->end_step = std::max(job->end_step, t.step());
+  job->record.set_late_steps_open(true);
   for (const std::string& n : job->record.world()) {
     if (!job->heard.count(n)) job->unheard_at_end.insert(n);
   }
@@ -580,6 +592,7 @@ void JobManager::CloseEnded(const std::map<std::string, std::string>& down) {
     if (!done) continue;
     const int64_t missing = job.end_step - Settled(job);
     job.closed = true;
+    job.record.set_late_steps_open(false);
     job.record.mutable_status()->set_step(std::max(st.step(), job.end_step));
     if (missing > 0) {
       QLOG_INFO("job {}: the losses of {} lack parts of nodes that stopped (NaN)", id,

@@ -126,31 +126,35 @@ TEST_F(JobManagerTest, AJobWhoseNodeComesBackWithoutItsExecutorFailsAfterARestar
 }
 
 TEST_F(JobManagerTest, ANodeUnheardWhenTheJobFailedAfterARestartKeepsTheStepsItReached) {
-  const std::string id = AddJob(100);
-  Beat("a", {Report(id, quilt::v1::TASK_STATE_RUNNING, 1, {1.0})});
-  Beat("b", {Report(id, quilt::v1::TASK_STATE_RUNNING, 1, {1.0})});
-  Reopen();
-  // b's worker restarted while the coordinator was away; it is heard
-  // first, and the job fails before a's kept steps arrive.
-  Beat("b");
-  ASSERT_EQ(Status(id).state(), quilt::v1::JOB_STATE_FAILED);
-  // a's executor had reached step 40 (and then failed with its peer): its
-  // steps came before it could know of the end, in pages.
-  TaskReport first = Report(id, quilt::v1::TASK_STATE_RUNNING, 2, std::vector<double>(19, 1.0));
-  first.set_step(40);
-  Beat("a", {first});
-  TaskReport last = Report(id, quilt::v1::TASK_STATE_FAILED, 21, std::vector<double>(20, 1.0));
-  last.set_message("receive from rank 1 (b): the peer failed");
-  Beat("a", {last});
-  clock_.Advance(JobManager::kLateStepsGrace + absl::Seconds(1));
-  jobs_->CheckNodes();
-  EXPECT_EQ(Status(id).step(), 40);
-  EXPECT_THAT(Status(id).message(), HasSubstr("the worker on b no longer runs the executor"));
-  // b's parts of steps 2-40 went with its worker: NaN, every step stored.
-  const std::vector<double> losses = *jobs_->Losses(id);
-  ASSERT_EQ(losses.size(), 40u);
-  EXPECT_DOUBLE_EQ(losses[0], 2.0);
-  for (size_t i = 1; i < losses.size(); ++i) EXPECT_TRUE(std::isnan(losses[i])) << i;
+  for (const bool second_restart : {false, true}) {
+    const std::string id = AddJob(100);
+    Beat("a", {Report(id, quilt::v1::TASK_STATE_RUNNING, 1, {1.0})});
+    Beat("b", {Report(id, quilt::v1::TASK_STATE_RUNNING, 1, {1.0})});
+    Reopen();
+    // b's worker restarted while the coordinator was away; it is heard
+    // first, and the job fails before a's kept steps arrive.
+    Beat("b");
+    ASSERT_EQ(Status(id).state(), quilt::v1::JOB_STATE_FAILED);
+    // (The coordinator may restart again before they do.)
+    if (second_restart) Reopen();
+    // a's executor had reached step 40 (and then failed with its peer): its
+    // steps came before it could know of the end, in pages.
+    TaskReport first = Report(id, quilt::v1::TASK_STATE_RUNNING, 2, std::vector<double>(19, 1.0));
+    first.set_step(40);
+    Beat("a", {first});
+    TaskReport last = Report(id, quilt::v1::TASK_STATE_FAILED, 21, std::vector<double>(20, 1.0));
+    last.set_message("receive from rank 1 (b): the peer failed");
+    Beat("a", {last});
+    clock_.Advance(JobManager::kLateStepsGrace + absl::Seconds(1));
+    jobs_->CheckNodes();
+    EXPECT_EQ(Status(id).step(), 40);
+    EXPECT_THAT(Status(id).message(), HasSubstr("the worker on b no longer runs the executor"));
+    // b's parts of steps 2-40 went with its worker: NaN, every step stored.
+    const std::vector<double> losses = *jobs_->Losses(id);
+    ASSERT_EQ(losses.size(), 40u);
+    EXPECT_DOUBLE_EQ(losses[0], 2.0);
+    for (size_t i = 1; i < losses.size(); ++i) EXPECT_TRUE(std::isnan(losses[i])) << i;
+  }
 }
 
 TEST_F(JobManagerTest, StepsLostAcrossARestartAreNaNNotZero) {
