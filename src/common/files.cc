@@ -30,6 +30,11 @@ absl::Status CheckWritablePath(const std::string& path) {
   if (std::filesystem::is_directory(path, ec)) {
     return absl::InvalidArgumentError(path + " is a directory, not a file");
   }
+  if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec)) {
+    // (A new file is renamed over it: a device or a pipe would be replaced.)
+    return absl::InvalidArgumentError(path +
+                                      " is not a regular file (a device, a pipe or a socket)");
+  }
   std::string dir = std::filesystem::path(path).parent_path().string();
   if (dir.empty()) dir = ".";
   if (access(dir.c_str(), W_OK | X_OK) != 0) {
@@ -69,6 +74,14 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
 }
 
 absl::Status WriteFileAtomically(const std::string& path, const std::string& contents) {
+  {
+    // The new file is renamed over the old: never over a device or a pipe.
+    std::error_code ec;
+    if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec)) {
+      return absl::InvalidArgumentError(path +
+                                        " is not a regular file (a device, a pipe or a socket)");
+    }
+  }
   const std::string tmp = absl::StrCat(path, ".tmp.", getpid());
   int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return ErrnoStatus(errno, "cannot create " + tmp);

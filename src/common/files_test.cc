@@ -1,0 +1,36 @@
+// Writing files: a new file replaces the old by rename, so a path that is
+// not a regular file (a device, a pipe) is refused rather than replaced.
+#include "src/common/files.h"
+
+#include <sys/stat.h>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "src/common/status_matchers.h"
+#include "src/testing/temp_dir.h"
+
+namespace quilt {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(Files, APipeIsRefusedNotReplaced) {
+  testing::TempDir dir;
+  const std::string pipe = dir.File("pipe");
+  ASSERT_EQ(mkfifo(pipe.c_str(), 0644), 0);
+  EXPECT_THAT(WriteFileAtomically(pipe, "model"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not a regular file")));
+  EXPECT_THAT(CheckWritablePath(pipe),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not a regular file")));
+  struct stat st;
+  ASSERT_EQ(stat(pipe.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISFIFO(st.st_mode)) << "the pipe was replaced";
+  // A regular file, new or old, is written.
+  const std::string file = dir.File("model.onnx");
+  ASSERT_THAT(WriteFileAtomically(file, "one"), IsOk());
+  ASSERT_THAT(WriteFileAtomically(file, "two"), IsOk());
+  EXPECT_THAT(ReadFile(file), IsOkAndHolds(std::string("two")));
+}
+
+}  // namespace
+}  // namespace quilt
