@@ -10,7 +10,8 @@
 
 namespace quilt {
 
-std::vector<std::pair<int64_t, std::string>> CompleteSteps(const std::string& dir, int world) {
+std::vector<std::pair<int64_t, std::string>> CompleteSteps(
+    const std::string& dir, int world, std::vector<std::pair<int64_t, std::string>>* incomplete) {
   std::vector<std::pair<int64_t, std::string>> steps;
   std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
@@ -22,14 +23,22 @@ std::vector<std::pair<int64_t, std::string>> CompleteSteps(const std::string& di
         !absl::SimpleAtoi(digits, &step)) {
       continue;
     }
-    bool complete = true;
-    for (int r = 0; r < world && complete; ++r) {
-      complete =
-          std::filesystem::exists(absl::StrCat(dir, "/", name, "/rank-", r, "/metrics.json"), ec);
+    int missing = -1;
+    for (int r = 0; r < world && missing < 0; ++r) {
+      if (!std::filesystem::exists(absl::StrCat(dir, "/", name, "/rank-", r, "/metrics.json"),
+                                   ec)) {
+        missing = r;
+      }
     }
-    if (complete) steps.emplace_back(step, name);
+    if (missing < 0) {
+      steps.emplace_back(step, name);
+    } else if (incomplete != nullptr) {
+      incomplete->emplace_back(
+          step, absl::StrCat(name, ": incomplete (no rank-", missing, "/metrics.json)"));
+    }
   }
   std::sort(steps.rbegin(), steps.rend());
+  if (incomplete != nullptr) std::sort(incomplete->rbegin(), incomplete->rend());
   return steps;
 }
 

@@ -14,7 +14,11 @@ namespace quilt {
 
 // The complete steps in `dir` for `world` ranks, newest first:
 // (step number, directory name). Empty when there is none (or no dir).
-std::vector<std::pair<int64_t, std::string>> CompleteSteps(const std::string& dir, int world);
+// `incomplete` (optional) gets the others, newest first: (step number,
+// "step-…: incomplete (no rank-R/metrics.json)").
+std::vector<std::pair<int64_t, std::string>> CompleteSteps(
+    const std::string& dir, int world,
+    std::vector<std::pair<int64_t, std::string>>* incomplete = nullptr);
 
 }  // namespace quilt
 

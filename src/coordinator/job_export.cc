@@ -103,14 +103,27 @@ absl::StatusOr<Checkpoint> ReadLatestCheckpoint(
     const std::function<absl::Status(const Checkpoint&)>& accept) {
   absl::Status newest_problem = absl::OkStatus();
   std::string passed_over;
-  for (const auto& [number, step] : CompleteSteps(dir, world)) {
+  std::vector<std::pair<int64_t, std::string>> incomplete;
+  const std::vector<std::pair<int64_t, std::string>> complete =
+      CompleteSteps(dir, world, &incomplete);
+  // Newer incomplete steps than the one taken are named with the others.
+  auto newer_incomplete = [&](int64_t than) {
+    std::string out;
+    for (const auto& [number, why] : incomplete) {
+      if (number > than) absl::StrAppend(&out, out.empty() ? "" : "; ", why);
+    }
+    return out;
+  };
+  for (const auto& [number, step] : complete) {
     absl::StatusOr<Checkpoint> c = ReadCheckpoint(absl::StrCat(dir, "/", step), world);
     if (c.ok() && accept != nullptr) {
       if (absl::Status a = accept(*c); !a.ok()) c = a;
     }
     if (c.ok()) {
       c->step = number;
-      c->passed_over = passed_over;
+      const std::string skipped = newer_incomplete(number);
+      c->passed_over =
+          absl::StrCat(skipped, !skipped.empty() && !passed_over.empty() ? "; " : "", passed_over);
       return c;
     }
     if (newest_problem.ok()) newest_problem = absl::DataLossError(c.status().message());
