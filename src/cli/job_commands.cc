@@ -174,15 +174,16 @@ std::string ProgressLine(const JobStatus& s) {
   const double frac = s.steps() > 0 ? static_cast<double>(s.step()) / s.steps() : 0;
   const int filled = static_cast<int>(frac * width);
   std::string bar = std::string(filled, '#') + std::string(width - filled, '.');
-  const double eta = s.measured_step_time_s() > 0 && !JobEnded(s.state())
+  const std::string stall = StallText(s);
+  // (A stalled job has no current rate: none is shown.)
+  const double eta = s.measured_step_time_s() > 0 && !JobEnded(s.state()) && stall.empty()
                          ? (s.steps() - s.step()) * s.measured_step_time_s()
                          : -1;
-  const std::string stall = StallText(s);
-  return absl::StrFormat("[%s] %s step %d/%d  loss %s  %s samples/s  ETA %s%s", bar,
-                         StateName(s.state()), s.step(), s.steps(), LossText(s, "%.4g"),
-                         s.samples_per_s() > 0 ? absl::StrFormat("%.0f", s.samples_per_s()) : "-",
-                         eta >= 0 ? HumanDuration(eta) : "-",
-                         stall.empty() ? "" : "  (" + stall + ")");
+  return absl::StrFormat(
+      "[%s] %s step %d/%d  loss %s  %s samples/s  ETA %s%s", bar, StateName(s.state()), s.step(),
+      s.steps(), LossText(s, "%.4g"),
+      s.samples_per_s() > 0 && stall.empty() ? absl::StrFormat("%.0f", s.samples_per_s()) : "-",
+      eta >= 0 ? HumanDuration(eta) : "-", stall.empty() ? "" : "  (" + stall + ")");
 }
 
 int Watch(const std::string& id, const GlobalOptions& g, const std::string& format) {
@@ -206,15 +207,16 @@ int Watch(const std::string& id, const GlobalOptions& g, const std::string& form
         std::cout << ToJson(st, /*one_line=*/true) << std::endl;  // JSON Lines
       } else if (tty) {
         std::cout << "\r" << ProgressLine(st) << "\033[K" << std::flush;
-      } else if (st.state() != last_printed_state || JobEnded(st.state()) ||
+      } else if (const bool stalled = !StallText(st).empty();
+                 st.state() != last_printed_state || JobEnded(st.state()) ||
                  st.step() >= last_printed_step + std::max<int64_t>(1, st.steps() / 20) ||
-                 StallText(st).empty() == printed_stalled) {
+                 stalled != printed_stalled) {
         // Not a terminal: a line per 5 % of the steps, per state change,
         // and when the job stalls or goes on.
         std::cout << ProgressLine(st) << "\n" << std::flush;
         last_printed_step = st.step();
         last_printed_state = st.state();
-        printed_stalled = !StallText(st).empty();
+        printed_stalled = stalled;
       }
     });
     // A stopping coordinator ends the stream UNAVAILABLE or CANCELLED.

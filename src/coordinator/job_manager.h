@@ -108,10 +108,6 @@ class JobManager {
 
   static bool Ended(quilt::v1::JobState s);
 
-  // `status` as answered now: with the seconds since the job last
-  // progressed.
-  quilt::v1::JobStatus Answered(quilt::v1::JobStatus status) const;
-
   // How long a job whose executor failed because of a peer waits for the
   // peer's report (its cause) before it fails with the one it has.
   static constexpr absl::Duration kRootCauseWait = absl::Seconds(3);
@@ -122,6 +118,9 @@ class JobManager {
   static constexpr absl::Duration kLateStepsGrace = absl::Seconds(60);
 
  private:
+  // `status` as answered now: with the seconds since the job last
+  // progressed.
+  quilt::v1::JobStatus Answered(quilt::v1::JobStatus status) const;
   // The message of a job found running at start-up until a node reports.
   static constexpr absl::string_view kAwaitingReports =
       "the coordinator restarted; waiting for the job's nodes to report";

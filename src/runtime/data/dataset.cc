@@ -204,9 +204,15 @@ absl::StatusOr<std::unique_ptr<Dataset>> OpenNumpyDataset(const std::string& inp
     if (t.dims.empty() || rest != dims) {
       std::string need = "N";
       for (int64_t d : dims) absl::StrAppend(&need, ",", d);
-      return absl::InvalidArgumentError(absl::StrCat(path, ": ", what, " have shape [",
-                                                     absl::StrJoin(t.dims, ","),
-                                                     "]; the model needs [", need, "]"));
+      // Per-position labels of a sequence model: its output's classes are
+      // on the last axis.
+      const bool positions = std::string(what) == "labels" && dims.size() == 1;
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, ": ", what, " have shape [", absl::StrJoin(t.dims, ","), "]; the model needs [",
+          need, "]",
+          positions ? " (a 3-D output [N, T, C] takes its classes on the last axis: an output in "
+                      "PyTorch's [N, C, T] layout has to be transposed to [N, T, C] in the model)"
+                    : ""));
     }
     if (t.dtype != dtype) {
       return absl::InvalidArgumentError(absl::StrCat(path, ": ", what, " are ", DTypeName(t.dtype),
