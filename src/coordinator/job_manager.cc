@@ -166,6 +166,9 @@ absl::StatusOr<std::string> JobManager::Add(NewJob n) {
   st->set_strategy(n.strategy);
   st->set_predicted_step_time_s(n.predicted_step_time_s);
   for (const std::string& line : n.calibration) st->add_calibration(line);
+  for (const auto& [device, bytes] : n.predicted_device_memory_bytes) {
+    (*st->mutable_predicted_device_memory_bytes())[device] = bytes;
+  }
   for (const auto& [node, bytes] : n.predicted_memory_bytes) {
     (*st->mutable_predicted_memory_bytes())[node] = bytes;
   }

@@ -43,6 +43,8 @@ struct NewJob {
   std::vector<std::string> calibration;
   // Per node: the plan's peak memory of its devices, summed.
   std::map<std::string, int64_t> predicted_memory_bytes;
+  // The same per device.
+  std::map<std::string, int64_t> predicted_device_memory_bytes;
 };
 
 class JobManager {

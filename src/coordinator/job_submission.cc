@@ -108,7 +108,15 @@ std::map<std::string, NodeLoad> NodeLoads(const std::vector<quilt::v1::JobStatus
   for (const quilt::v1::JobStatus& j : jobs) {
     if (JobManager::Ended(j.state())) continue;
     for (const std::string& node : j.nodes()) ++out[node].jobs;
-    for (const auto& [node, bytes] : j.predicted_memory_bytes()) out[node].memory_bytes += bytes;
+    for (const auto& [node, bytes] : j.predicted_memory_bytes()) {
+      if (j.predicted_device_memory_bytes().empty()) {
+        out[node].memory_bytes += bytes;  // (no per-device figures)
+      }
+    }
+    for (const auto& [device, bytes] : j.predicted_device_memory_bytes()) {
+      NodeLoad& load = out[device.substr(0, device.find('/'))];
+      load.device_memory_bytes[device] += bytes;
+    }
   }
   return out;
 }
@@ -122,17 +130,21 @@ std::vector<std::string> ShareBusyNodes(const std::map<std::string, NodeLoad>& l
     if (it == loads.end() || it->second.jobs == 0 || node.devices_size() == 0) continue;
     const NodeLoad& load = it->second;
     const bool measured = measured_loaded.count(node.node_id()) > 0;
-    const int64_t held = load.memory_bytes / node.devices_size();
+    const int64_t evenly = load.memory_bytes / node.devices_size();
+    int64_t held_total = load.memory_bytes;
     for (auto& d : *node.mutable_devices()) {
       if (!measured) Slower(load.jobs + 1.0, &d);
+      auto on_device = load.device_memory_bytes.find(d.id());
+      const int64_t held =
+          evenly + (on_device == load.device_memory_bytes.end() ? 0 : on_device->second);
+      if (on_device != load.device_memory_bytes.end()) held_total += on_device->second;
       d.set_memory_bytes(std::max<int64_t>(0, d.memory_bytes() - held));
     }
     lines.push_back(absl::StrCat(
         node.node_id(), ": shared with ", load.jobs, " running job(s): ",
         measured ? "their load is in its profile"
                  : absl::StrCat("planned at 1/", load.jobs + 1, " of its devices' speed"),
-        ", less the ", absl::StrFormat("%.1f", load.memory_bytes / 1048576.0),
-        " MiB their plans hold"));
+        ", less the ", absl::StrFormat("%.1f", held_total / 1048576.0), " MiB their plans hold"));
   }
   return lines;
 }
@@ -245,7 +257,9 @@ absl::StatusOr<NewJob> PrepareJob(const quilt::v1::JobSpec& spec, const NodeRegi
     job.predicted_step_time_s = e.step_time_s();
     for (const quilt::v1::DeviceMemory& m : e.memory()) {
       const std::string node = m.device().substr(0, m.device().find('/'));
-      if (used.count(node)) job.predicted_memory_bytes[node] += m.peak_bytes();
+      if (!used.count(node)) continue;
+      job.predicted_memory_bytes[node] += m.peak_bytes();
+      job.predicted_device_memory_bytes[m.device()] += m.peak_bytes();
     }
   }
   QLOG_INFO("planned job '{}' on {} node(s): {} predicted {:.4f} s/step", spec.name(),

@@ -29,6 +29,9 @@ struct NodeLoad {
   int jobs = 0;
   // Their plans' peak memory on the node, summed (predicted).
   int64_t memory_bytes = 0;
+  // The same per device, where the jobs say (jobs from before per-device
+  // figures were kept count in memory_bytes only).
+  std::map<std::string, int64_t> device_memory_bytes;
 };
 
 // Per node, from the statuses of the jobs (those not ended count).
@@ -37,9 +40,9 @@ std::map<std::string, NodeLoad> NodeLoads(const std::vector<quilt::v1::JobStatus
 // The cluster as a new job would share it: a node running k jobs has its
 // devices compute at 1/(k+1) of their speed (time-shared; not for a node
 // in `measured_loaded`, whose figures were measured while its jobs ran),
-// and its devices hold what those jobs' plans leave of their memory (the
-// node's total split evenly). A line per busy node for the job's
-// calibration notes.
+// and its devices hold what those jobs' plans leave of their memory (per
+// device; what a job gave per node only is split evenly over the node's
+// devices). A line per busy node for the job's calibration notes.
 std::vector<std::string> ShareBusyNodes(const std::map<std::string, NodeLoad>& loads,
                                         const std::set<std::string>& measured_loaded,
                                         quilt::v1::ClusterSpec* cluster);

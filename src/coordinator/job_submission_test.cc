@@ -69,6 +69,20 @@ TEST(ShareBusyNodes, DividesABusyNodesSpeedAndTakesItsJobsMemory) {
   EXPECT_DOUBLE_EQ(measured.nodes(1).devices(0).measured_gemm_flops_per_s(), 1e11);
 }
 
+TEST(ShareBusyNodes, MemoryAJobHoldsOnOneDeviceComesOffThatDevice) {
+  // A job on b's second device only (its plan's peak there).
+  quilt::v1::JobStatus job = Job(quilt::v1::JOB_STATE_RUNNING, {"b"}, int64_t{300} << 20);
+  (*job.mutable_predicted_device_memory_bytes())["b/cpu:1"] = int64_t{300} << 20;
+  const auto loads = NodeLoads({job});
+  EXPECT_EQ(loads.at("b").memory_bytes, 0);  // not counted twice
+  quilt::v1::ClusterSpec spec = Cluster();
+  const auto lines = ShareBusyNodes(loads, {}, &spec);
+  EXPECT_EQ(spec.nodes(1).devices(0).memory_bytes(), int64_t{1} << 30);
+  EXPECT_EQ(spec.nodes(1).devices(1).memory_bytes(), (int64_t{1} << 30) - (int64_t{300} << 20));
+  ASSERT_THAT(lines, SizeIs(1));
+  EXPECT_THAT(lines[0], HasSubstr("less the 300.0 MiB their plans hold"));
+}
+
 TEST(ShareBusyNodes, AOneDevicePlanGoesToTheIdleNode) {
   const Graph g = testing::ZooTrainingGraph("mlp");
   for (const std::string busy : {"", "a"}) {
