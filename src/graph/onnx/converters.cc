@@ -209,6 +209,24 @@ absl::Status LayerNorm(ImportContext& ctx, const Node& node) {
                   std::min(3, node.output_size()));
 }
 
+// `x` normalized over its dims from axis 2 on (`norm_dims`): a
+// LayerNormalization with unit scale and the node's epsilon.
+absl::StatusOr<std::string> NormalizeFromAxis2(ImportContext& ctx, const Node& node,
+                                               const std::string& x,
+                                               const std::vector<int64_t>& norm_dims,
+                                               const std::string& at) {
+  ASSIGN_OR_RETURN(Tensor ones, Tensor::Empty(DType::kF32, norm_dims));
+  for (int64_t i = 0; i < ones.numel(); ++i) ones.f32()[i] = 1.0f;
+  ASSIGN_OR_RETURN(std::string unit, ctx.b().AddConstant(at + "/unit_scale", ones));
+  Attrs a;
+  a.SetInt("axis", 2);
+  a.SetFloat("epsilon", AttrFloat(node, "epsilon", 1e-5f));
+  ASSIGN_OR_RETURN(
+      std::vector<std::string> normed,
+      ctx.b().AddOp("LayerNormalization", {x, unit}, std::move(a), 3, at + "/normalize"));
+  return normed[0];
+}
+
 // InstanceNormalization (nn.InstanceNorm2d, and nn.GroupNorm, which exports
 // as one over [N, G, -1]): each (sample, channel) normalized over the dims
 // after the channel — a LayerNormalization from axis 2 with unit scale —
@@ -225,15 +243,7 @@ absl::Status InstanceNorm(ImportContext& ctx, const Node& node) {
   }
   std::vector<int64_t> norm_dims;
   for (int i = 2; i < r; ++i) norm_dims.push_back(t.shape.dim(i).value);
-  ASSIGN_OR_RETURN(Tensor ones, Tensor::Empty(DType::kF32, norm_dims));
-  for (int64_t i = 0; i < ones.numel(); ++i) ones.f32()[i] = 1.0f;
-  ASSIGN_OR_RETURN(std::string unit, ctx.b().AddConstant(node.name() + "/unit_scale", ones));
-  Attrs a;
-  a.SetInt("axis", 2);
-  a.SetFloat("epsilon", AttrFloat(node, "epsilon", 1e-5f));
-  ASSIGN_OR_RETURN(
-      std::vector<std::string> normed,
-      ctx.b().AddOp("LayerNormalization", {x, unit}, std::move(a), 3, node.name() + "/normalize"));
+  ASSIGN_OR_RETURN(std::string normed, NormalizeFromAxis2(ctx, node, x, norm_dims, node.name()));
   // Scale and bias per channel: [C] as [C, 1, ...].
   std::vector<int64_t> per_channel = {t.shape.dim(1).value};
   for (int i = 2; i < r; ++i) per_channel.push_back(1);
@@ -247,7 +257,7 @@ absl::Status InstanceNorm(ImportContext& ctx, const Node& node) {
     affine.push_back(b);
   }
   ASSIGN_OR_RETURN(std::string scaled,
-                   ctx.b().Add("Mul", {normed[0], affine[0]}, Attrs(), node.name() + "/scaled"));
+                   ctx.b().Add("Mul", {normed, affine[0]}, Attrs(), node.name() + "/scaled"));
   return ctx.Emit(node, "Add", {scaled, affine[1]}, Attrs());
 }
 
@@ -282,21 +292,12 @@ absl::Status GroupNorm(ImportContext& ctx, const Node& node) {
     norm_dims.push_back(t.shape.dim(i).value);
   }
   ASSIGN_OR_RETURN(std::string xg, reshape(x, grouped, "grouped"));
-  ASSIGN_OR_RETURN(Tensor ones, Tensor::Empty(DType::kF32, norm_dims));
-  for (int64_t i = 0; i < ones.numel(); ++i) ones.f32()[i] = 1.0f;
-  ASSIGN_OR_RETURN(std::string unit, ctx.b().AddConstant(at + "/unit_scale", ones));
-  Attrs a;
-  a.SetInt("axis", 2);
-  a.SetFloat("epsilon", AttrFloat(node, "epsilon", 1e-5f));
-  ASSIGN_OR_RETURN(
-      std::vector<std::string> normed,
-      ctx.b().AddOp("LayerNormalization", {xg, unit}, std::move(a), 3, at + "/normalize"));
+  ASSIGN_OR_RETURN(std::string y, NormalizeFromAxis2(ctx, node, xg, norm_dims, at));
   // Opset 18's scale and bias are per group ([G] as [G, 1, ...] over the
   // grouped tensor); 21's per channel ([C] as [C, 1, ...] over X).
   const bool per_group = ctx.opset() < 21;
   std::vector<int64_t> affine_shape = {per_group ? groups : c};
   for (int i = per_group ? 1 : 2; i < r; ++i) affine_shape.push_back(1);
-  std::string y = normed[0];
   if (!per_group) {
     std::vector<int64_t> back = {-1};
     for (int i = 1; i < r; ++i) back.push_back(t.shape.dim(i).value);
