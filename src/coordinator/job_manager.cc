@@ -322,6 +322,8 @@ void JobManager::Finish(Job* job, JobState state, const std::string& message,
 }
 
 absl::Status JobManager::Cancel(const std::string& job_id, const std::string& reason) {
+  // (A job its nodes have not reported to since a restart may have
+  // finished meanwhile: ApplyReport then says it succeeded.)
   // Shown in tables and logs: printable, one line, short.
   RETURN_IF_ERROR(CheckDisplayText(reason, 512, "the reason"));
   absl::MutexLock lock(&mu_);
@@ -333,6 +335,7 @@ absl::Status JobManager::Cancel(const std::string& job_id, const std::string& re
   }
   Finish(job, quilt::v1::JOB_STATE_CANCELLED,
          reason.empty() ? "cancelled by request" : "cancelled: " + reason);
+  job->cancelled_unheard = !job->unheard_at_end.empty();
   return absl::OkStatus();
 }
 
@@ -415,6 +418,25 @@ void JobManager::ApplyReport(Job* job, const std::string& node,
     const double mean = sum / static_cast<double>(times.size() - from);
     st->set_measured_step_time_s(mean);
     if (mean > 0) st->set_samples_per_s(static_cast<double>(r.spec().global_batch()) / mean);
+  }
+  if (st->state() == quilt::v1::JOB_STATE_CANCELLED && job->cancelled_unheard) {
+    // Cancelled after a restart, before its nodes reported: if every
+    // executor had finished every step, the job succeeded before the
+    // cancel could reach it.
+    bool finished = static_cast<int>(job->heard.size()) == world;
+    for (const auto& [n, task_report] : r.tasks()) {
+      finished = finished && task_report.state() == quilt::v1::TASK_STATE_SUCCEEDED &&
+                 task_report.step() >= r.spec().steps();
+    }
+    if (finished) {
+      st->set_state(quilt::v1::JOB_STATE_SUCCEEDED);
+      st->set_message(absl::StrFormat(
+          "%d steps (finished while the coordinator was away, before the cancel reached it)",
+          r.spec().steps()));
+      QLOG_INFO("job {}: {}", r.status().job_id(), st->message());
+      job->cancelled_unheard = false;
+      Changed(job);  // stored at once (OnHeartbeat stores no change of an end)
+    }
   }
   if (Ended(st->state())) return;
   if (report.state() == quilt::v1::TASK_STATE_FAILED) {

@@ -153,6 +153,8 @@ class JobManager {
     // each one's first report after it extends end_step to its executor's
     // step, until the job is closed.
     std::set<std::string> unheard_at_end;
+    // Cancelled while some node was unheard (above).
+    bool cancelled_unheard = false;
     // It had ended when this coordinator loaded it (its steps are stored).
     bool loaded_ended = false;
     // Ended, and no more steps will come (CloseEnded): steps through

@@ -157,6 +157,29 @@ TEST_F(JobManagerTest, ANodeUnheardWhenTheJobFailedAfterARestartKeepsTheStepsItR
   }
 }
 
+TEST_F(JobManagerTest, AJobThatFinishedBeforeACancelAfterARestartReachedItSucceeded) {
+  const std::string done = AddJob(4), cut = AddJob(100);
+  for (const char* n : {"a", "b"}) {
+    Beat(n, {Report(done, quilt::v1::TASK_STATE_RUNNING, 1, {1.0}),
+             Report(cut, quilt::v1::TASK_STATE_RUNNING, 1, {1.0})});
+  }
+  Reopen();
+  // Cancelled before the nodes report: one job had finished meanwhile,
+  // the other had not.
+  ASSERT_THAT(jobs_->Cancel(done, ""), IsOk());
+  ASSERT_THAT(jobs_->Cancel(cut, ""), IsOk());
+  for (const char* n : {"a", "b"}) {
+    Beat(n, {Report(done, quilt::v1::TASK_STATE_SUCCEEDED, 2, {1.0, 1.0, 1.0}),
+             Report(cut, quilt::v1::TASK_STATE_RUNNING, 2, {1.0, 1.0, 1.0})});
+  }
+  EXPECT_EQ(Status(done).state(), quilt::v1::JOB_STATE_SUCCEEDED);
+  EXPECT_THAT(Status(done).message(), HasSubstr("before the cancel reached it"));
+  EXPECT_EQ(Status(cut).state(), quilt::v1::JOB_STATE_CANCELLED);
+  // Stored so.
+  Reopen();
+  EXPECT_EQ(Status(done).state(), quilt::v1::JOB_STATE_SUCCEEDED);
+}
+
 TEST_F(JobManagerTest, StepsLostAcrossARestartAreNaNNotZero) {
   const std::string id = AddJob(100);
   Beat("a", {Report(id, quilt::v1::TASK_STATE_RUNNING, 1, {1.0})});
