@@ -335,6 +335,36 @@ TEST(OnnxImport, PadWithAxes_PadsTheListedAxesOnly) {
   EXPECT_EQ(pad->attrs.Ints("pads"), (std::vector<int64_t>{0, 1, 0, 2}));
 }
 
+TEST(OnnxImport, SplitByNumOutputs_TheLastPartIsSmaller) {
+  // Opset 18: y [B, 3] in 2 parts along axis 1 is [B, 2] and [B, 1].
+  onnx::ModelProto m = Tiny(18);
+  auto* g = m.mutable_graph();
+  auto* n = g->add_node();
+  n->set_op_type("Split");
+  n->add_input("y");
+  n->add_output("p0");
+  n->add_output("p1");
+  for (const auto& [name, v] : {std::pair{"axis", 1}, std::pair{"num_outputs", 2}}) {
+    auto* a = n->add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::INT);
+    a->set_i(v);
+  }
+  g->mutable_output(0)->set_name("p0");
+  g->add_output()->set_name("p1");
+  absl::StatusOr<Graph> imported = Import(m.SerializeAsString());
+  ASSERT_THAT(imported, IsOk());
+  ASSERT_EQ(imported->outputs.size(), 2u);
+  EXPECT_EQ(imported->FindTensor(imported->outputs[0])->shape.ToString(), "[B,2]");
+  EXPECT_EQ(imported->FindTensor(imported->outputs[1])->shape.ToString(), "[B,1]");
+  // More parts than the dim has: an empty one, refused.
+  n->mutable_attribute(1)->set_i(4);
+  n->add_output("p2");
+  n->add_output("p3");
+  EXPECT_THAT(Import(m.SerializeAsString()),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("leaves an empty one")));
+}
+
 TEST(OnnxImport, ModAndReduceProdOfConstants_Fold) {
   // y + float(Mod(a, b)) * ReduceProd(c): Python's % (the divisor's sign)
   // by default, C's fmod with fmod=1.
