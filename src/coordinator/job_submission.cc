@@ -38,14 +38,16 @@ absl::Status CheckDataset(const quilt::v1::JobSpec& spec, const Graph& graph) {
 }
 
 // The plan of the job on `cluster` shared with the jobs on it, with the
-// checks every plan must pass.
-// `lock` is held while planning (null: none, or the caller holds it).
+// checks every plan must pass. `lock` is held while planning (null: none,
+// or the caller holds it); `shared` (optional) gets ShareBusyNodes' lines.
 absl::StatusOr<PlanResult> PlanOn(const quilt::v1::JobSpec& spec, const Graph& graph,
                                   quilt::v1::ClusterSpec cluster, const std::string& strategy,
                                   const SubmissionOptions& options,
                                   const std::map<std::string, NodeLoad>& loads,
-                                  const std::set<std::string>& measured_loaded, absl::Mutex* lock) {
-  ShareBusyNodes(loads, measured_loaded, &cluster);
+                                  const std::set<std::string>& measured_loaded, absl::Mutex* lock,
+                                  std::vector<std::string>* shared = nullptr) {
+  std::vector<std::string> lines = ShareBusyNodes(loads, measured_loaded, &cluster);
+  if (shared != nullptr) *shared = std::move(lines);
   absl::StatusOr<Topology> topo = Topology::Build(cluster);
   if (!topo.ok()) return Annotate(topo.status(), "the live cluster");
   PlanOptions plan;
@@ -228,8 +230,9 @@ absl::StatusOr<NewJob> PrepareJob(const quilt::v1::JobSpec& spec, const NodeRegi
   // The final plan, with the jobs on the nodes now, until the job is placed.
   absl::MutexLockMaybe placing(options.planner_lock);
   const std::map<std::string, NodeLoad> loads = loads_now();
+  std::vector<std::string> shared;  // the busy nodes' lines
   absl::StatusOr<PlanResult> planned =
-      PlanOn(spec, graph, cluster, strategy, options, loads, measured_loaded, nullptr);
+      PlanOn(spec, graph, cluster, strategy, options, loads, measured_loaded, nullptr, &shared);
   if (!planned.ok()) return WithNotReadyNodes(planned.status(), registry);
   const PlanResult& result = *planned;
   NewJob job;
@@ -246,11 +249,8 @@ absl::StatusOr<NewJob> PrepareJob(const quilt::v1::JobSpec& spec, const NodeRegi
   }
   job.strategy = result.report.best();
   job.calibration = std::move(calibration);
-  {
-    quilt::v1::ClusterSpec shared = cluster;
-    for (std::string& line : ShareBusyNodes(loads, measured_loaded, &shared)) {
-      if (used.count(line.substr(0, line.find(':')))) job.calibration.push_back(std::move(line));
-    }
+  for (std::string& line : shared) {
+    if (used.count(line.substr(0, line.find(':')))) job.calibration.push_back(std::move(line));
   }
   for (const auto& e : result.report.estimates()) {
     if (e.name() != result.report.best()) continue;

@@ -24,6 +24,10 @@ int64_t At(int64_t numel, int64_t i);
 // floats (a mask's fill times a 0 of the mask must be 0, not NaN; softmax
 // gives such a score the same zero weight).
 absl::StatusOr<std::string> FiniteData(ImportContext& ctx, const Node& node, int i);
+// `x` reshaped to `target` (Reshape's convention: -1 is inferred, the batch
+// dim's place), named `name`.
+absl::StatusOr<std::string> ReshapeTo(ImportContext& ctx, const std::string& x,
+                                      std::vector<int64_t> target, const std::string& name);
 // A graph constant holding the float32 scalar v.
 absl::StatusOr<std::string> ScalarConstant(ImportContext& ctx, const std::string& name, float v);
 

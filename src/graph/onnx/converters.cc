@@ -209,6 +209,17 @@ absl::Status LayerNorm(ImportContext& ctx, const Node& node) {
                   std::min(3, node.output_size()));
 }
 
+}  // namespace
+
+absl::StatusOr<std::string> ReshapeTo(ImportContext& ctx, const std::string& x,
+                                      std::vector<int64_t> target, const std::string& name) {
+  Attrs a;
+  a.SetInts("shape", std::move(target));
+  return ctx.b().Add("Reshape", {x}, std::move(a), name);
+}
+
+namespace {
+
 // `x` normalized over its dims from axis 2 on (`norm_dims`): a
 // LayerNormalization with unit scale and the node's epsilon.
 absl::StatusOr<std::string> NormalizeFromAxis2(ImportContext& ctx, const Node& node,
@@ -250,10 +261,8 @@ absl::Status InstanceNorm(ImportContext& ctx, const Node& node) {
   std::vector<std::string> affine;
   for (int i : {1, 2}) {
     ASSIGN_OR_RETURN(std::string v, ctx.Data(node, i));
-    Attrs shape;
-    shape.SetInts("shape", per_channel);
-    ASSIGN_OR_RETURN(std::string b, ctx.b().Add("Reshape", {v}, std::move(shape),
-                                                node.name() + (i == 1 ? "/scale" : "/bias")));
+    ASSIGN_OR_RETURN(std::string b,
+                     ReshapeTo(ctx, v, per_channel, node.name() + (i == 1 ? "/scale" : "/bias")));
     affine.push_back(b);
   }
   ASSIGN_OR_RETURN(std::string scaled,
@@ -282,9 +291,7 @@ absl::Status GroupNorm(ImportContext& ctx, const Node& node) {
   }
   const std::string at = node.name().empty() ? "GroupNormalization" : node.name();
   auto reshape = [&](const std::string& v, std::vector<int64_t> shape, const std::string& hint) {
-    Attrs a;
-    a.SetInts("shape", std::move(shape));
-    return ctx.b().Add("Reshape", {v}, std::move(a), at + "/" + hint);
+    return ReshapeTo(ctx, v, std::move(shape), at + "/" + hint);
   };
   std::vector<int64_t> grouped = {-1, groups, c / groups}, norm_dims = {c / groups};
   for (int i = 2; i < r; ++i) {

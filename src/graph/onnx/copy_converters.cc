@@ -185,9 +185,7 @@ absl::Status GatherElements(ImportContext& ctx, const Node& node) {
     return target;
   };
   auto reshape = [&](const std::string& x, std::vector<int64_t> target, const std::string& hint) {
-    Attrs a;
-    a.SetInts("shape", std::move(target));
-    return ctx.b().Add("Reshape", {x}, std::move(a), at + "/" + hint);
+    return ReshapeTo(ctx, x, std::move(target), at + "/" + hint);
   };
   ASSIGN_OR_RETURN(std::string idx_u, reshape(idx, with_one_at(it.shape, ax + 1), "indices"));
   ASSIGN_OR_RETURN(TensorType cut, ctx.TypeOf(data));

@@ -128,9 +128,7 @@ class Builder {
       }
       target.push_back(batch ? -1 : size);
     }
-    Attrs a;
-    a.SetInts("shape", target);
-    return Op("Reshape", {x.tensor}, std::move(a), "merge");
+    return ReshapeTo(ctx_, x.tensor, std::move(target), absl::StrCat(at_, "/merge", n_++));
   }
 
  private:

@@ -388,10 +388,7 @@ absl::Status ConvTranspose(ImportContext& ctx, const Node& node) {
   ASSIGN_OR_RETURN(std::string y,
                    ctx.b().Add("ConvGradInput", {x, w}, std::move(a), node.name() + "/unbiased"));
   ASSIGN_OR_RETURN(std::string b, ctx.Data(node, 2));
-  Attrs shape;
-  shape.SetInts("shape", {channels, 1, 1});
-  ASSIGN_OR_RETURN(std::string b3,
-                   ctx.b().Add("Reshape", {b}, std::move(shape), node.name() + "/bias"));
+  ASSIGN_OR_RETURN(std::string b3, ReshapeTo(ctx, b, {channels, 1, 1}, node.name() + "/bias"));
   return ctx.Emit(node, "Add", {y, b3}, {});
 }
 
