@@ -461,7 +461,9 @@ INSTANTIATE_TEST_SUITE_P(
                       // Attention by einsum (batched MatMuls of each replica's rows).
                       Case{{"einsum_attention", "sgd", 16}, 2, 1},
                       // torch.gather by one-hot masks; int64 slices of the ids.
-                      Case{{"gather_elements", "sgd", 16}, 2, 1}),
+                      Case{{"gather_elements", "sgd", 16}, 2, 1},
+                      // Blocks moved between space and depth, the batch split.
+                      Case{{"pixel_shuffler", "sgd", 16}, 2, 1}),
     [](const auto& info) {
       const Case& c = info.param;
       return absl::StrCat(c.model.name, "_", c.model.optimizer, "_", c.nodes, "x", c.per_node);

@@ -121,7 +121,8 @@ INSTANTIATE_TEST_SUITE_P(
         Fixture{"einsum_attention", "sgd"}, Fixture{"einsum_attention", "adam"},
         Fixture{"gather_elements", "sgd"}, Fixture{"gather_elements", "adam"},
         Fixture{"zeros_and_kinks", "sgd"}, Fixture{"zeros_and_kinks", "adam"},
-        Fixture{"bool_mask_lm", "sgd"}, Fixture{"recurrent_fixed", "sgd"}),
+        Fixture{"bool_mask_lm", "sgd"}, Fixture{"recurrent_fixed", "sgd"},
+        Fixture{"pixel_shuffler", "sgd"}, Fixture{"pixel_shuffler", "adam"}),
     [](const auto& info) { return info.param.name + "_" + info.param.optimizer; });
 
 TEST(TrainLocal, SyntheticData_LossFalls) {

@@ -47,6 +47,10 @@ absl::Status Tile(ImportContext& ctx, const Node& node);
 absl::Status GatherElements(ImportContext& ctx, const Node& node);
 absl::Status PadByCopies(ImportContext& ctx, const Node& node, const std::string& mode,
                          const std::vector<int64_t>& pads);
+// DepthToSpace and SpaceToDepth as Reshape, Transpose, Reshape
+// (block_converters.cc).
+absl::Status DepthToSpace(ImportContext& ctx, const Node& node);
+absl::Status SpaceToDepth(ImportContext& ctx, const Node& node);
 // Einsum of one or two operands (einsum_converter.cc).
 absl::Status Einsum(ImportContext& ctx, const Node& node);
 // LSTM and GRU, unrolled (recurrent_converters.cc).

@@ -724,6 +724,8 @@ const std::map<std::string, Converter>& Converters() {
       {"Min", MaxMin},
       {"Mod", ModNode},
       {"Tile", Tile},
+      {"DepthToSpace", DepthToSpace},
+      {"SpaceToDepth", SpaceToDepth},
       {"Einsum", Einsum},
       {"GatherElements", GatherElements},
       {"ReduceProd", ReduceProdNode},
