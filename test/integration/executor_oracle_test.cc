@@ -463,7 +463,9 @@ INSTANTIATE_TEST_SUITE_P(
                       // torch.gather by one-hot masks; int64 slices of the ids.
                       Case{{"gather_elements", "sgd", 16}, 2, 1},
                       // Blocks moved between space and depth, the batch split.
-                      Case{{"pixel_shuffler", "sgd", 16}, 2, 1}),
+                      Case{{"pixel_shuffler", "sgd", 16}, 2, 1},
+                      // Shifted windows: a mask folded from ScatterND, rolls.
+                      Case{{"swin_blocks", "sgd", 16}, 2, 1}),
     [](const auto& info) {
       const Case& c = info.param;
       return absl::StrCat(c.model.name, "_", c.model.optimizer, "_", c.nodes, "x", c.per_node);

@@ -100,28 +100,40 @@ absl::Status Transpose(ImportContext& ctx, const Node& node) {
 }
 
 absl::Status Concat(ImportContext& ctx, const Node& node) {
-  const int64_t axis = AttrInt(node, "axis", 0);
-  // Vectors of constants (shape arithmetic, Resize's scales): folded.
-  bool all_const = node.input_size() > 0;
-  DType dtype = DType::kInvalid;
-  int64_t total = 0;
+  int64_t axis = AttrInt(node, "axis", 0);
+  // Constants (shape arithmetic, Resize's scales, index tensors of a slice
+  // assignment): folded.
+  std::vector<const Tensor*> c;
   for (int i = 0; i < node.input_size(); ++i) {
-    const Tensor* c = ctx.ConstantInput(node, i);
-    all_const &= c != nullptr && (c->dtype() == DType::kI64 || c->dtype() == DType::kF32) &&
-                 c->rank() == 1 && !ctx.IsParameterInitializer(node, i) &&
-                 (i == 0 || c->dtype() == dtype);
-    if (c != nullptr) {
-      dtype = c->dtype();
-      total += c->numel();
+    const Tensor* t = ctx.ConstantInput(node, i);
+    if (t == nullptr || ctx.IsParameterInitializer(node, i) || t->rank() == 0 ||
+        (!c.empty() && (t->dtype() != c[0]->dtype() || t->rank() != c[0]->rank()))) {
+      break;
     }
+    c.push_back(t);
   }
-  if (all_const && (axis == 0 || axis == -1)) {
-    ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(dtype, {total}));
+  const int rank = c.empty() ? 0 : c[0]->rank();
+  if (axis < 0) axis += rank;
+  bool fold =
+      !c.empty() && static_cast<int>(c.size()) == node.input_size() && axis >= 0 && axis < rank;
+  for (const Tensor* t : c) {
+    for (int d = 0; fold && d < rank; ++d) fold = d == axis || t->dim(d) == c[0]->dim(d);
+  }
+  if (fold) {
+    std::vector<int64_t> dims = c[0]->dims();
+    dims[axis] = 0;
+    for (const Tensor* t : c) dims[axis] += t->dim(static_cast<int>(axis));
+    int64_t outer = 1;
+    for (int d = 0; d < axis; ++d) outer *= dims[d];
+    ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(c[0]->dtype(), dims));
     char* dst = static_cast<char*>(out.raw());
-    for (int i = 0; i < node.input_size(); ++i) {
-      const Tensor* c = ctx.ConstantInput(node, i);
-      std::memcpy(dst, c->raw(), static_cast<size_t>(c->bytes()));
-      dst += c->bytes();
+    for (int64_t o = 0; o < outer; ++o) {
+      for (const Tensor* t : c) {
+        const int64_t chunk = outer == 0 ? 0 : t->bytes() / outer;
+        std::memcpy(dst, static_cast<const char*>(t->raw()) + o * chunk,
+                    static_cast<size_t>(chunk));
+        dst += chunk;
+      }
     }
     ctx.SetConstant(node.output(0), std::move(out));
     return absl::OkStatus();
@@ -376,18 +388,12 @@ absl::Status WhereNode(ImportContext& ctx, const Node& node) {
                      ctx.b().Add("Mul", {cond, diff}, {}, node.name() + "/picked"));
     return ctx.Emit(node, "Add", {yd, picked}, {});
   }
-  const int64_t n = std::max({c->numel(), x->numel(), y->numel()});
-  for (const Tensor* t : {c, x, y}) {
-    if (t->numel() != n && t->numel() != 1) {
-      return absl::InvalidArgumentError("Where on constants of different shapes");
-    }
-  }
-  const Tensor& big = c->numel() == n ? *c : (x->numel() == n ? *x : *y);
-  ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(DType::kI64, big.dims()));
+  absl::StatusOr<Broadcast> bc = BroadcastDims({c->dims(), x->dims(), y->dims()});
+  if (!bc.ok()) return absl::InvalidArgumentError(absl::StrCat("Where: ", bc.status().message()));
+  ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(DType::kI64, bc->dims));
   const auto* cond = static_cast<const uint8_t*>(c->raw());
-  for (int64_t i = 0; i < n; ++i) {
-    out.i64()[i] =
-        cond[At(c->numel(), i)] ? x->i64()[At(x->numel(), i)] : y->i64()[At(y->numel(), i)];
+  for (int64_t i = 0; i < out.numel(); ++i) {
+    out.i64()[i] = cond[bc->from[0][i]] ? x->i64()[bc->from[1][i]] : y->i64()[bc->from[2][i]];
   }
   ctx.SetConstant(node.output(0), out);
   return absl::OkStatus();
@@ -399,23 +405,23 @@ absl::Status ModNode(ImportContext& ctx, const Node& node) {
   const Tensor* a = ctx.ConstantInput(node, 0);
   const Tensor* b = ctx.ConstantInput(node, 1);
   if (a == nullptr || b == nullptr || a->dtype() != b->dtype() ||
-      (a->dtype() != DType::kI64 && a->dtype() != DType::kF32) ||
-      (a->dims() != b->dims() && a->numel() != 1 && b->numel() != 1)) {
+      (a->dtype() != DType::kI64 && a->dtype() != DType::kF32)) {
     return absl::InvalidArgumentError(
-        "Mod is supported on constants of one type and shape, or by a scalar (index "
-        "arithmetic); Mod of data is not");
+        "Mod is supported on constants of one type (index arithmetic); Mod of data is not");
   }
+  absl::StatusOr<Broadcast> bc = BroadcastDims({a->dims(), b->dims()});
+  if (!bc.ok()) return absl::InvalidArgumentError(absl::StrCat("Mod: ", bc.status().message()));
   const bool fmod = AttrInt(node, "fmod", 0) != 0;
-  Tensor out = (a->numel() >= b->numel() ? *a : *b).Clone();
+  ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(a->dtype(), bc->dims));
   for (int64_t i = 0; i < out.numel(); ++i) {
     if (a->dtype() == DType::kI64) {
-      const int64_t x = a->i64()[At(a->numel(), i)], y = b->i64()[At(b->numel(), i)];
+      const int64_t x = a->i64()[bc->from[0][i]], y = b->i64()[bc->from[1][i]];
       if (y == 0) return absl::InvalidArgumentError("Mod by zero");
       int64_t r = x % y;
       if (!fmod && r != 0 && ((r < 0) != (y < 0))) r += y;
       out.i64()[i] = r;
     } else {
-      const double x = a->f32()[At(a->numel(), i)], y = b->f32()[At(b->numel(), i)];
+      const double x = a->f32()[bc->from[0][i]], y = b->f32()[bc->from[1][i]];
       double r = std::fmod(x, y);
       if (!fmod && r != 0 && ((r < 0) != (y < 0))) r += y;
       out.f32()[i] = static_cast<float>(r);
@@ -530,18 +536,19 @@ absl::Status CompareNode(ImportContext& ctx, const Node& node) {
   auto numeric = [](const Tensor* t) {
     return t != nullptr && (t->dtype() == DType::kI64 || t->dtype() == DType::kF32);
   };
-  if (numeric(ca) && numeric(cb) &&
-      (ca->numel() == cb->numel() || ca->numel() == 1 || cb->numel() == 1)) {
+  if (numeric(ca) && numeric(cb)) {
     // Of constants: folded.
     auto value = [](const Tensor* t, int64_t i) {
-      i = At(t->numel(), i);
       return t->dtype() == DType::kI64 ? static_cast<double>(t->i64()[i]) : t->f32()[i];
     };
-    const Tensor& big = ca->numel() >= cb->numel() ? *ca : *cb;
-    ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(DType::kBool, big.dims()));
+    absl::StatusOr<Broadcast> bc = BroadcastDims({ca->dims(), cb->dims()});
+    if (!bc.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(node.op_type(), ": ", bc.status().message()));
+    }
+    ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(DType::kBool, bc->dims));
     auto* o = static_cast<uint8_t*>(out.raw());
     for (int64_t i = 0; i < out.numel(); ++i) {
-      const double x = value(ca, i), y = value(cb, i);
+      const double x = value(ca, bc->from[0][i]), y = value(cb, bc->from[1][i]);
       o[i] = mode == "eq"   ? x == y
              : mode == "gt" ? x > y
              : mode == "lt" ? x < y

@@ -18,8 +18,14 @@ using Node = onnx::NodeProto;
 // The same-named (or `type`) Quilt op with the node's inputs as data.
 absl::Status Direct(ImportContext& ctx, const Node& node, const std::string& type,
                     Attrs attrs = {});
-// Element i of a constant of `numel` elements or of a scalar (broadcast).
-int64_t At(int64_t numel, int64_t i);
+// NumPy broadcasting, for folds of element-wise ops on constants: the
+// result's dims and, per operand, the element each result element reads.
+// Errors: INVALID_ARGUMENT naming the dims when they do not broadcast.
+struct Broadcast {
+  std::vector<int64_t> dims;
+  std::vector<std::vector<int64_t>> from;  // [operand][result element]
+};
+absl::StatusOr<Broadcast> BroadcastDims(const std::vector<std::vector<int64_t>>& operands);
 // Input i as data; a constant's infinities become the largest finite
 // floats (a mask's fill times a 0 of the mask must be 0, not NaN; softmax
 // gives such a score the same zero weight).
@@ -51,6 +57,8 @@ absl::Status PadByCopies(ImportContext& ctx, const Node& node, const std::string
 // (block_converters.cc).
 absl::Status DepthToSpace(ImportContext& ctx, const Node& node);
 absl::Status SpaceToDepth(ImportContext& ctx, const Node& node);
+// ScatterND of constants, folded (scatter_converter.cc).
+absl::Status ScatterND(ImportContext& ctx, const Node& node);
 // Einsum of one or two operands (einsum_converter.cc).
 absl::Status Einsum(ImportContext& ctx, const Node& node);
 // LSTM and GRU, unrolled (recurrent_converters.cc).

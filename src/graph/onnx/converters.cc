@@ -29,7 +29,48 @@ absl::Status Direct(ImportContext& ctx, const Node& node, const std::string& typ
   return ctx.Emit(node, type, std::move(ins), std::move(attrs));
 }
 
-int64_t At(int64_t numel, int64_t i) { return numel == 1 ? 0 : i; }
+absl::StatusOr<Broadcast> BroadcastDims(const std::vector<std::vector<int64_t>>& operands) {
+  size_t rank = 0;
+  for (const auto& d : operands) rank = std::max(rank, d.size());
+  Broadcast b;
+  b.dims.assign(rank, 1);
+  // Each operand's stride per result dim (0 where it broadcasts).
+  std::vector<std::vector<int64_t>> strides;
+  for (const auto& d : operands) {
+    std::vector<int64_t> st(rank, 0);
+    int64_t stride = 1;
+    for (size_t k = 0; k < d.size(); ++k) {
+      const size_t i = rank - 1 - k;
+      const int64_t v = d[d.size() - 1 - k];
+      if (v != 1) {
+        if (b.dims[i] != 1 && b.dims[i] != v) {
+          std::vector<std::string> all;
+          for (const auto& o : operands)
+            all.push_back(absl::StrCat("[", absl::StrJoin(o, ","), "]"));
+          return absl::InvalidArgumentError(
+              absl::StrCat("dims ", absl::StrJoin(all, " and "), " do not broadcast"));
+        }
+        b.dims[i] = v;
+        st[i] = stride;
+      }
+      stride *= v;
+    }
+    strides.push_back(std::move(st));
+  }
+  int64_t n = 1;
+  for (int64_t v : b.dims) n *= v;
+  b.from.assign(operands.size(), std::vector<int64_t>(static_cast<size_t>(n)));
+  std::vector<int64_t> idx(rank, 0);
+  for (int64_t e = 0; e < n; ++e) {
+    for (size_t o = 0; o < operands.size(); ++o) {
+      int64_t at = 0;
+      for (size_t i = 0; i < rank; ++i) at += idx[i] * strides[o][i];
+      b.from[o][static_cast<size_t>(e)] = at;
+    }
+    for (int i = static_cast<int>(rank) - 1; i >= 0 && ++idx[i] == b.dims[i]; --i) idx[i] = 0;
+  }
+  return b;
+}
 
 absl::StatusOr<std::string> ScalarConstant(ImportContext& ctx, const std::string& name, float v) {
   return ctx.b().AddConstant(name, Tensor::ScalarF32(v));
@@ -47,25 +88,30 @@ bool FoldBinary(ImportContext& ctx, const Node& node) {
       ctx.IsParameterInitializer(node, 1)) {
     return false;
   }
-  if (a->numel() != b->numel() && a->numel() != 1 && b->numel() != 1) return false;
+  absl::StatusOr<Broadcast> bc = BroadcastDims({a->dims(), b->dims()});
+  if (!bc.ok()) return false;  // (the op reports the shapes)
+  const std::vector<int64_t>&ia = bc->from[0], &ib = bc->from[1];
   const std::string& t = node.op_type();
-  const bool a_big = a->numel() >= b->numel();
   if (a->dtype() == DType::kI64 && b->dtype() == DType::kI64 && t != "Pow") {
-    Tensor out = (a_big ? *a : *b).Clone();
-    for (int64_t i = 0; i < out.numel(); ++i) {
-      const int64_t x = a->i64()[At(a->numel(), i)], y = b->i64()[At(b->numel(), i)];
-      out.i64()[i] = t == "Add" ? x + y : t == "Sub" ? x - y : t == "Mul" ? x * y : (y ? x / y : 0);
+    absl::StatusOr<Tensor> out = Tensor::Empty(DType::kI64, bc->dims);
+    if (!out.ok()) return false;
+    for (int64_t i = 0; i < out->numel(); ++i) {
+      const int64_t x = a->i64()[ia[i]], y = b->i64()[ib[i]];
+      out->i64()[i] = t == "Add"   ? x + y
+                      : t == "Sub" ? x - y
+                      : t == "Mul" ? x * y
+                                   : (y ? x / y : 0);
     }
-    ctx.SetConstant(node.output(0), out);
+    ctx.SetConstant(node.output(0), *std::move(out));
     return true;
   }
   if (a->dtype() != DType::kF32 || (b->dtype() != DType::kF32 && t != "Pow")) return false;
-  absl::StatusOr<Tensor> out = Tensor::Empty(DType::kF32, (a_big ? *a : *b).dims());
+  absl::StatusOr<Tensor> out = Tensor::Empty(DType::kF32, bc->dims);
   if (!out.ok()) return false;
   for (int64_t i = 0; i < out->numel(); ++i) {
-    const double x = a->f32()[At(a->numel(), i)];
-    const double y = b->dtype() == DType::kF32 ? b->f32()[At(b->numel(), i)]
-                                               : static_cast<double>(b->i64()[At(b->numel(), i)]);
+    const double x = a->f32()[ia[i]];
+    const double y =
+        b->dtype() == DType::kF32 ? b->f32()[ib[i]] : static_cast<double>(b->i64()[ib[i]]);
     out->f32()[i] = static_cast<float>(t == "Add"   ? x + y
                                        : t == "Sub" ? x - y
                                        : t == "Mul" ? x * y
@@ -532,6 +578,33 @@ absl::Status Split(ImportContext& ctx, const Node& node) {
 // shape). A dim the input does not have (or has as 1) that the shape sets
 // to the export batch becomes the batch, as in x.expand(x.shape[0], ...),
 // when the input has no batch of its own.
+// `c` broadcast to `target` (numpy rules), or nothing when the result
+// would hold a dynamic batch (a dim the export batch divides).
+absl::StatusOr<std::optional<Tensor>> ExpandConstant(ImportContext& ctx, const Tensor& c,
+                                                     const std::vector<int64_t>& target) {
+  absl::StatusOr<Broadcast> bc = BroadcastDims({c.dims(), target});
+  if (!bc.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot expand ", c.TypeString(), " to [", absl::StrJoin(target, ","), "]"));
+  }
+  const int64_t b0 = ctx.export_batch();
+  const int rank = static_cast<int>(bc->dims.size());
+  for (int i = 0; i < rank; ++i) {
+    const int ci = i - (rank - c.rank());
+    const int64_t v = bc->dims[i];
+    if (ctx.symbolic_batch() && (ci < 0 || c.dim(ci) == 1) && b0 > 0 && v > 0 && v % b0 == 0) {
+      return std::optional<Tensor>();
+    }
+  }
+  ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(c.dtype(), bc->dims));
+  const size_t esize = DTypeSize(c.dtype());
+  for (int64_t i = 0; i < out.numel(); ++i) {
+    std::memcpy(static_cast<char*>(out.raw()) + i * esize,
+                static_cast<const char*>(c.raw()) + bc->from[0][i] * esize, esize);
+  }
+  return std::optional<Tensor>(std::move(out));
+}
+
 absl::Status ExpandNode(ImportContext& ctx, const Node& node) {
   ASSIGN_OR_RETURN(std::vector<int64_t> target, ctx.ConstInts(node, 1));
   // A constant expanded to its own shape (a fixed-batch export's zero
@@ -543,6 +616,16 @@ absl::Status ExpandNode(ImportContext& ctx, const Node& node) {
     for (int i = 0; i < c->rank(); ++i) same = same && (target[i] == 1 || target[i] == c->dim(i));
     if (same) {
       ctx.SetConstant(node.output(0), c->Clone());
+      return absl::OkStatus();
+    }
+  }
+  if (const Tensor* c = ctx.ConstantInput(node, 0);
+      c != nullptr && !ctx.IsParameterInitializer(node, 0)) {
+    // A constant broadcast to fixed dims (index arithmetic of a mask built
+    // in forward) folds; to a size holding a dynamic batch it is an op.
+    ASSIGN_OR_RETURN(std::optional<Tensor> folded, ExpandConstant(ctx, *c, target));
+    if (folded.has_value()) {
+      ctx.SetConstant(node.output(0), *std::move(folded));
       return absl::OkStatus();
     }
   }
@@ -726,6 +809,7 @@ const std::map<std::string, Converter>& Converters() {
       {"Tile", Tile},
       {"DepthToSpace", DepthToSpace},
       {"SpaceToDepth", SpaceToDepth},
+      {"ScatterND", ScatterND},
       {"Einsum", Einsum},
       {"GatherElements", GatherElements},
       {"ReduceProd", ReduceProdNode},

@@ -153,25 +153,21 @@ absl::Status MaxMin(ImportContext& ctx, const Node& node) {
     }
     c.push_back(t);
   }
-  const Tensor* big =
-      c.empty() ? nullptr
-                : *std::max_element(c.begin(), c.end(), [](const Tensor* x, const Tensor* y) {
-                    return x->numel() < y->numel();
-                  });
-  // (Folded when every constant is a scalar or of the largest's shape.)
-  const bool same_shapes = std::all_of(c.begin(), c.end(), [&](const Tensor* t) {
-    return t->numel() == 1 || t->dims() == big->dims();
-  });
-  if (static_cast<int>(c.size()) == node.input_size() && same_shapes) {
-    Tensor out = big->Clone();
+  std::vector<std::vector<int64_t>> dims;
+  for (const Tensor* t : c) dims.push_back(t->dims());
+  absl::StatusOr<Broadcast> bc = BroadcastDims(dims);
+  if (!c.empty() && static_cast<int>(c.size()) == node.input_size() && bc.ok()) {
+    ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(c[0]->dtype(), bc->dims));
     for (int64_t e = 0; e < out.numel(); ++e) {
-      for (const Tensor* t : c) {
+      for (size_t k = 0; k < c.size(); ++k) {
+        const Tensor* t = c[k];
+        const int64_t at = bc->from[k][e];
         if (t->dtype() == DType::kI64) {
-          const int64_t v = t->i64()[At(t->numel(), e)];
-          if (t == c[0] || (max ? v > out.i64()[e] : v < out.i64()[e])) out.i64()[e] = v;
+          const int64_t v = t->i64()[at];
+          if (k == 0 || (max ? v > out.i64()[e] : v < out.i64()[e])) out.i64()[e] = v;
         } else {
-          const float v = t->f32()[At(t->numel(), e)];
-          if (t == c[0] || (max ? v > out.f32()[e] : v < out.f32()[e])) out.f32()[e] = v;
+          const float v = t->f32()[at];
+          if (k == 0 || (max ? v > out.f32()[e] : v < out.f32()[e])) out.f32()[e] = v;
         }
       }
     }

@@ -264,8 +264,8 @@ TEST(OnnxImport, UnsupportedOps_AllListedByTypeAndNode) {
   onnx::ModelProto m = Tiny(14);
   for (auto [type, name] :
        {std::pair{"NonMaxSuppression", "nms"}, std::pair{"Unique", "uniq"}, std::pair{"Det", ""},
-        std::pair{"ScatterND", "s1"}, std::pair{"ScatterND", "s2"}, std::pair{"ScatterND", "s3"},
-        std::pair{"ScatterND", "s4"}}) {
+        std::pair{"NonZero", "s1"}, std::pair{"NonZero", "s2"}, std::pair{"NonZero", "s3"},
+        std::pair{"NonZero", "s4"}}) {
     auto* n = m.mutable_graph()->add_node();
     n->set_op_type(type);
     n->set_name(name);
@@ -280,7 +280,7 @@ TEST(OnnxImport, UnsupportedOps_AllListedByTypeAndNode) {
                 HasSubstr("NonMaxSuppression (node 'nms')"), HasSubstr("Unique (node 'uniq')"),
                 HasSubstr(absl::StrCat("Det (node #", m.graph().node_size() - 4, " (unnamed))")),
                 // One entry per op: how many nodes, a few named.
-                HasSubstr("ScatterND (4 nodes: node 's1', node 's2', node 's3', …)"))));
+                HasSubstr("NonZero (4 nodes: node 's1', node 's2', node 's3', …)"))));
 }
 
 TEST(OnnxImport, EinsumsItCannotComputeAreRefusedSayingWhy) {
@@ -412,6 +412,110 @@ TEST(OnnxImport, ModAndReduceProdOfConstants_Fold) {
                         std::vector<float>(t.f32(), t.f32() + 3) == want);
     }
     EXPECT_TRUE(found) << "fmod=" << fmod;
+  }
+}
+
+TEST(OnnxImport, ArithmeticOfConstants_Broadcasts) {
+  // y · (a + b) with Constant nodes a [3, 1] and b [3]: a + b is [3, 3]
+  // (it was taken element by element, as [3, 1], when the counts matched).
+  onnx::ModelProto m = Tiny(14);
+  auto* g = m.mutable_graph();
+  auto constant = [&](const std::string& name, std::vector<int64_t> dims, std::vector<float> v) {
+    auto* n = g->add_node();
+    n->set_op_type("Constant");
+    n->add_output(name);
+    auto* a = n->add_attribute();
+    a->set_name("value");
+    a->set_type(onnx::AttributeProto::TENSOR);
+    a->mutable_t()->set_data_type(onnx::TensorProto::FLOAT);
+    for (int64_t d : dims) a->mutable_t()->add_dims(d);
+    for (float x : v) a->mutable_t()->add_float_data(x);
+  };
+  constant("a", {3, 1}, {0, 1, 2});
+  constant("b", {3}, {0, 10, 20});
+  auto node = [&](const std::string& type, std::vector<std::string> in, const std::string& out) {
+    auto* n = g->add_node();
+    n->set_op_type(type);
+    for (const auto& i : in) n->add_input(i);
+    n->add_output(out);
+  };
+  node("Add", {"a", "b"}, "ab");
+  node("MatMul", {"y", "ab"}, "z");
+  g->mutable_output(0)->set_name("z");
+  absl::StatusOr<Graph> imported = Import(m.SerializeAsString());
+  ASSERT_THAT(imported, IsOk());
+  const std::vector<float> want = {0, 10, 20, 1, 11, 21, 2, 12, 22};
+  bool found = false;
+  for (const auto& [name, t] : imported->constants) {
+    found = found || (t.dtype() == DType::kF32 && t.dims() == std::vector<int64_t>{3, 3} &&
+                      std::vector<float>(t.f32(), t.f32() + 9) == want);
+  }
+  EXPECT_TRUE(found);
+  EXPECT_EQ(imported->FindTensor(imported->outputs[0])->shape.ToString(), "[B,3]");
+}
+
+TEST(OnnxImport, ScatterNDOfConstants_FoldsAndOfDataIsRefused) {
+  // y + ScatterND(data, indices, updates) with data and updates Constant
+  // nodes: a slice assignment (negative index included), then with
+  // reduction "add", where repeated indices accumulate.
+  struct Case {
+    std::string reduction;
+    std::vector<float> data;
+    std::vector<int64_t> indices;
+    std::vector<float> updates;
+    std::vector<float> want;
+  };
+  for (const Case& c : {Case{"none", {0, 0, 0}, {2, -3}, {5, 7}, {7, 0, 5}},
+                        Case{"add", {1, 1, 1}, {0, 0, 2}, {1, 2, 3}, {4, 1, 4}}}) {
+    onnx::ModelProto m = Tiny(16);
+    auto* g = m.mutable_graph();
+    auto constant = [&](const std::string& name, const std::vector<float>& v) {
+      auto* n = g->add_node();
+      n->set_op_type("Constant");
+      n->add_output(name);
+      auto* a = n->add_attribute();
+      a->set_name("value");
+      a->set_type(onnx::AttributeProto::TENSOR);
+      a->mutable_t()->set_data_type(onnx::TensorProto::FLOAT);
+      a->mutable_t()->add_dims(static_cast<int64_t>(v.size()));
+      for (float x : v) a->mutable_t()->add_float_data(x);
+    };
+    constant("data", c.data);
+    constant("updates", c.updates);
+    auto* idx = g->add_initializer();
+    idx->set_name("indices");
+    idx->set_data_type(onnx::TensorProto::INT64);
+    idx->add_dims(static_cast<int64_t>(c.indices.size()));
+    idx->add_dims(1);
+    for (int64_t x : c.indices) idx->add_int64_data(x);
+    auto* scatter = g->add_node();
+    scatter->set_op_type("ScatterND");
+    for (const char* in : {"data", "indices", "updates"}) scatter->add_input(in);
+    scatter->add_output("s");
+    auto* r = scatter->add_attribute();
+    r->set_name("reduction");
+    r->set_type(onnx::AttributeProto::STRING);
+    r->set_s(c.reduction);
+    auto* add = g->add_node();
+    add->set_op_type("Add");
+    add->add_input("y");
+    add->add_input("s");
+    add->add_output("z");
+    g->mutable_output(0)->set_name("z");
+    absl::StatusOr<Graph> imported = Import(m.SerializeAsString());
+    ASSERT_THAT(imported, IsOk()) << c.reduction;
+    bool found = false;
+    for (const auto& [name, t] : imported->constants) {
+      found = found || (t.dtype() == DType::kF32 && t.numel() == 3 &&
+                        std::vector<float>(t.f32(), t.f32() + 3) == c.want);
+    }
+    EXPECT_TRUE(found) << c.reduction;
+    // The same into the model's data: refused, naming the input.
+    scatter->set_input(0, "y");
+    EXPECT_THAT(Import(m.SerializeAsString()),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         AllOf(HasSubstr("ScatterND: input 0 ('y')"),
+                               HasSubstr("only a ScatterND of constants"))));
   }
 }
 
