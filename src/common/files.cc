@@ -37,6 +37,9 @@ absl::Status CheckWritablePath(const std::string& path) {
   }
   std::string dir = std::filesystem::path(path).parent_path().string();
   if (dir.empty()) dir = ".";
+  if (std::filesystem::exists(dir, ec) && !std::filesystem::is_directory(dir, ec)) {
+    return ErrnoStatus(ENOTDIR, absl::StrCat("cannot write ", path, " (", dir, ")"));
+  }
   if (access(dir.c_str(), W_OK | X_OK) != 0) {
     return ErrnoStatus(errno, absl::StrCat("cannot write ", path, " (directory ", dir, ")"));
   }

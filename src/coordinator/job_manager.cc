@@ -97,11 +97,11 @@ JobManager::Job* JobManager::Find(const std::string& job_id) {
 void JobManager::Flush() {
   absl::MutexLock lock(&mu_);
   for (auto& [id, job] : jobs_) {
-    if (job.persisted_version != job.version) Persist(&job);
+    if (job.persisted_version != job.version) Persist(&job).IgnoreError();  // (logged)
   }
 }
 
-void JobManager::Persist(Job* job) {
+absl::Status JobManager::Persist(Job* job) {
   job->persisted = clock_->Now();
   // With the losses of the steps every rank finished since the last write
   // (appended).
@@ -117,7 +117,7 @@ void JobManager::Persist(Job* job) {
   }
   if (absl::Status s = store_->PutJob(job->record, chunk); !s.ok()) {
     QLOG_ERROR("cannot store job {}: {}", job->record.status().job_id(), s.ToString());
-    return;
+    return s;
   }
   job->persisted_version = job->version;
   if (!chunk.losses.empty()) {
@@ -127,6 +127,7 @@ void JobManager::Persist(Job* job) {
     job->loss_by_step.erase(job->loss_by_step.begin(),
                             job->loss_by_step.lower_bound(job->losses_first));
   }
+  return absl::OkStatus();
 }
 
 int64_t JobManager::NextStep(const Job& job, const std::string& node) {
@@ -146,7 +147,7 @@ int64_t JobManager::Settled(const Job& job) {
 void JobManager::Changed(Job* job, bool durable) {
   job->version = ++version_;
   if (!durable && clock_->Now() - job->persisted < absl::Seconds(5)) return;
-  Persist(job);
+  Persist(job).IgnoreError();  // (logged; retried at the next change or Flush)
 }
 
 absl::StatusOr<std::string> JobManager::Add(NewJob n) {
@@ -203,7 +204,7 @@ absl::StatusOr<std::string> JobManager::Add(NewJob n) {
     QLOG_ERROR("cannot store job {}: {}", id, s.ToString());
     jobs_.erase(id);
     order_.pop_back();
-    return absl::UnavailableError(absl::StrCat("the coordinator cannot store the job (",
+    return absl::Status(s.code(), absl::StrCat("the coordinator cannot store the job (",
                                                s.message(), "); it was not started"));
   }
   job.persisted = clock_->Now();
@@ -262,8 +263,8 @@ absl::StatusOr<std::string> JobManager::Delete(const std::string& job_id) {
   Job* job = Find(job_id);
   if (job == nullptr) return absl::NotFoundError("no job '" + job_id + "'");
   if (absl::Status s = store_->DeleteJob(job_id); !s.ok()) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot delete job ", job_id, " from the store (", s.message(), "); kept"));
+    return absl::Status(s.code(), absl::StrCat("cannot delete job ", job_id, " from the store (",
+                                               s.message(), "); kept"));
   }
   std::string checkpoints = job->record.spec().checkpoint_dir();
   jobs_.erase(job_id);
@@ -336,6 +337,20 @@ absl::Status JobManager::Cancel(const std::string& job_id, const std::string& re
   Finish(job, quilt::v1::JOB_STATE_CANCELLED,
          reason.empty() ? "cancelled by request" : "cancelled: " + reason);
   job->cancelled_unheard = !job->unheard_at_end.empty();
+  if (job->persisted_version != job->version) {
+    // Finish could not store it: the cancel holds until this coordinator
+    // stops, and is stored with the job's next change once writes succeed.
+    absl::Status stored = Persist(job);
+    if (!stored.ok()) {
+      return absl::Status(
+          stored.code(),
+          absl::StrCat("job ", job_id,
+                       " is cancelled, but the coordinator cannot store that yet: it is stored "
+                       "when its state directory takes writes again (a coordinator restart "
+                       "before then would resume the job): ",
+                       stored.message()));
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -352,11 +367,13 @@ void JobManager::ApplyReport(Job* job, const std::string& node,
     return;
   }
   int64_t& next = job->next_step.try_emplace(node, 1).first->second;
-  if (report.loss_parts_size() > 0 && report.first_step() > next && report.kept_from_step() > 0 &&
+  if (report.first_step() > next && report.kept_from_step() > 0 &&
       report.kept_from_step() <= next) {
     // Steps this coordinator lacks (received before a restart, not stored)
     // that the worker still keeps: it sends them again (the receipt asks
-    // for them), and this report with them.
+    // for them), and this report with them. (A report with no steps of its
+    // own, the worker having sent them all before the restart, waits too:
+    // taken now, an executor's end would end the job without them.)
     return;
   }
   job->heard.insert(node);

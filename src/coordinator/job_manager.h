@@ -190,7 +190,7 @@ class JobManager {
   // The first step of `node` not applied yet.
   static int64_t NextStep(const Job& job, const std::string& node);
   // Writes the record (failures are logged; the next change tries again).
-  void Persist(Job* job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status Persist(Job* job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Job* Find(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   CoordinatorStore* store_;

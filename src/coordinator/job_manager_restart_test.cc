@@ -287,6 +287,36 @@ TEST_F(JobManagerTest, AJobDoesNotSucceedAfterARestartBeforeEveryNodeSentItsKept
   EXPECT_THAT(*jobs_->Losses(id), ElementsAre(2.0, 2.0, 2.0, 2.0, 2.0, 2.0));
 }
 
+TEST_F(JobManagerTest, AnEndReportedWithoutStepsAfterARestartWaitsForTheKeptSteps) {
+  const std::string id = AddJob(4);
+  Beat("a", {Report(id, quilt::v1::TASK_STATE_RUNNING, 1, {1.0})});
+  Beat("b", {Report(id, quilt::v1::TASK_STATE_RUNNING, 1, {1.0})});
+  // Steps 2-4 are received from both (not stored: the store was full, or
+  // the coordinator died before its periodic write); the workers keep them.
+  Beat("a", {Report(id, quilt::v1::TASK_STATE_RUNNING, 2, {1.0, 1.0, 1.0})});
+  Beat("b", {Report(id, quilt::v1::TASK_STATE_RUNNING, 2, {1.0, 1.0, 1.0})});
+  Reopen();
+  // Both executors finished; having sent every step, their reports carry
+  // none: the job waits for the steps they keep, and asks for them.
+  for (const std::string node : {"a", "b"}) {
+    TaskReport done = Report(id, quilt::v1::TASK_STATE_SUCCEEDED, 5, {});
+    done.set_step(4);
+    done.set_kept_from_step(2);
+    HeartbeatResponse r = Beat(node, {done});
+    ASSERT_THAT(r.receipts(), SizeIs(1));
+    EXPECT_EQ(r.receipts(0).next_step(), 2);
+  }
+  EXPECT_EQ(Status(id).state(), quilt::v1::JOB_STATE_RUNNING);
+  for (const std::string node : {"a", "b"}) {
+    TaskReport again = Report(id, quilt::v1::TASK_STATE_SUCCEEDED, 2, {1.0, 1.0, 1.0});
+    again.set_kept_from_step(2);
+    Beat(node, {again});
+  }
+  EXPECT_EQ(Status(id).state(), quilt::v1::JOB_STATE_SUCCEEDED);
+  EXPECT_THAT(Status(id).message(), HasSubstr("4 steps, final loss 2"));
+  EXPECT_THAT(*jobs_->Losses(id), ElementsAre(2.0, 2.0, 2.0, 2.0));
+}
+
 TEST_F(JobManagerTest, AFailedJobKeepsTheLossesOfStepsEveryRankFinishedBeforeIt) {
   const std::string id = AddJob(100);
   Beat("a", {Report(id, quilt::v1::TASK_STATE_RUNNING, 1, {1.0})});

@@ -434,7 +434,7 @@ TEST_F(JobManagerTest, AJobThatCannotBeStoredIsNotAccepted) {
   n.spec.set_steps(3);
   n.program = "program-bytes";
   n.world = {"a"};
-  EXPECT_THAT(jobs.Add(n), StatusIs(absl::StatusCode::kUnavailable,
+  EXPECT_THAT(jobs.Add(n), StatusIs(absl::StatusCode::kResourceExhausted,
                                     HasSubstr("cannot store the job (database or disk is full)")));
   EXPECT_THAT(jobs.List(), IsEmpty());
   // Nothing is handed to the workers.
@@ -446,6 +446,28 @@ TEST_F(JobManagerTest, AJobThatCannotBeStoredIsNotAccepted) {
   disk.full = false;
   EXPECT_THAT(jobs.Add(n), IsOk());
   EXPECT_THAT(jobs.List(), SizeIs(1));
+}
+
+TEST_F(JobManagerTest, ACancelThatCannotBeStoredSaysSoAndIsStoredWhenTheDiskHasRoom) {
+  FullDiskStore disk(store_.get());
+  {
+    JobManager jobs(&disk, registry_.get(), &clock_, "/ckpt");
+    ASSERT_THAT(jobs.Load(), IsOk());
+    absl::StatusOr<std::string> id = jobs.Add(OnAB(100));
+    ASSERT_THAT(id, IsOk());
+    disk.full = true;
+    EXPECT_THAT(jobs.Cancel(*id, ""),
+                StatusIs(absl::StatusCode::kResourceExhausted,
+                         AllOf(HasSubstr("is cancelled, but the coordinator cannot store that yet"),
+                               HasSubstr("database or disk is full"))));
+    EXPECT_EQ(jobs.Get(*id)->state(), quilt::v1::JOB_STATE_CANCELLED);
+    disk.full = false;
+    jobs.Flush();
+  }
+  JobManager again(&disk, registry_.get(), &clock_, "/ckpt");
+  ASSERT_THAT(again.Load(), IsOk());
+  ASSERT_THAT(again.List(), SizeIs(1));
+  EXPECT_EQ(again.List()[0].state(), quilt::v1::JOB_STATE_CANCELLED);
 }
 
 TEST_F(JobManagerTest, AnEndedJobIsStoppedOnItsNodesOnceAndThenLeftAlone) {

@@ -22,6 +22,7 @@ namespace quilt {
 using quilt::v1::HeartbeatRequest;
 using quilt::v1::HeartbeatResponse;
 using quilt::v1::TaskReport;
+using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;

@@ -8,6 +8,7 @@
 #include "CLI/CLI.hpp"
 #include "src/common/clock.h"
 #include "src/common/config_cli.h"
+#include "src/common/file_limit.h"
 #include "src/common/files.h"
 #include "src/common/logging.h"
 #include "src/common/signals.h"
@@ -26,6 +27,7 @@ int Fail(const char* what, const absl::Status& s) {
 }
 
 int Run(const CoordinatorConfig& config) {
+  RaiseOpenFileLimit("quilt-coordinator");
   auto coordinator = Coordinator::Create(config, RealClock::Get());
   if (!coordinator.ok()) return Fail("cannot load state", coordinator.status());
   auto server = rpc::CoordinatorServer::Start(coordinator->get());

@@ -63,8 +63,8 @@ absl::Status NodeRegistry::Forget(const std::string& node_id) {
         "once)"));
   }
   if (absl::Status s = store_->DeleteNode(node_id); !s.ok()) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot remove node ", node_id, " from the store: ", s.message()));
+    return absl::Status(
+        s.code(), absl::StrCat("cannot remove node ", node_id, " from the store: ", s.message()));
   }
   nodes_.erase(it);
   RecordEvent(node_id, ClusterEvent::KIND_NODE_FORGOTTEN, "removed from the cluster");
@@ -192,6 +192,8 @@ absl::Status NodeRegistry::Heartbeat(const std::string& node_id, uint64_t incarn
                "heartbeats resumed");
   } else if (now - e.last_persisted >= options_.heartbeat_persist_interval) {
     if (absl::Status s = Persist(e); !s.ok()) {
+      // Tried again after the interval, not at every heartbeat.
+      e.last_persisted = now;
       QLOG_WARN("cannot store heartbeat time node={} error=\"{}\"", node_id, s.ToString());
     }
   }

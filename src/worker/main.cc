@@ -16,6 +16,7 @@
 #include "src/cluster/local_node.h"
 #include "src/common/config_cli.h"
 #include "src/common/cpu_affinity.h"
+#include "src/common/file_limit.h"
 #include "src/common/files.h"
 #include "src/common/logging.h"
 #include "src/common/net.h"
@@ -63,6 +64,7 @@ absl::Status AddOpTypeRates(const WorkerConfig& config, quilt::v1::NodeInfo* nod
 }
 
 int Run(WorkerConfig config) {
+  RaiseOpenFileLimit("quilt-worker");
   if (config.node_id.empty()) config.node_id = LocalHostname();
   if (absl::Status s = ValidateWorkerConfig(config); !s.ok()) {
     QLOG_ERROR("node id from the hostname is not usable: {}; set node_id", s.ToString());

@@ -21,9 +21,12 @@ absl::Status SqliteDb::Error(int rc, const std::string& what) const {
                                  db_ ? sqlite3_errmsg(db_) : sqlite3_errstr(rc));
   int primary = rc & 0xff;
   if (primary == SQLITE_CORRUPT || primary == SQLITE_NOTADB) return absl::DataLossError(msg);
-  if (primary == SQLITE_BUSY || primary == SQLITE_LOCKED || primary == SQLITE_CANTOPEN ||
-      primary == SQLITE_IOERR || primary == SQLITE_FULL || primary == SQLITE_READONLY) {
-    return absl::UnavailableError(msg);
+  // (Not UNAVAILABLE, which callers read as "the coordinator is
+  // unreachable", except for a lock that a retry outlasts.)
+  if (primary == SQLITE_BUSY || primary == SQLITE_LOCKED) return absl::UnavailableError(msg);
+  if (primary == SQLITE_FULL) return absl::ResourceExhaustedError(msg);
+  if (primary == SQLITE_READONLY || primary == SQLITE_CANTOPEN) {
+    return absl::FailedPreconditionError(msg);
   }
   return absl::InternalError(msg);
 }
@@ -35,10 +38,18 @@ absl::StatusOr<std::unique_ptr<SqliteDb>> SqliteDb::Open(const std::string& path
                       SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, nullptr);
   std::unique_ptr<SqliteDb> db(new SqliteDb(raw, path));
   if (rc != SQLITE_OK) return db->Error(rc, "open");
+  if (sqlite3_db_readonly(raw, "main") == 1) {
+    // (SQLite falls back to reading a file it may not write.)
+    return absl::FailedPreconditionError(
+        absl::StrCat("sqlite (", path, "): the database file is not writable by this process"));
+  }
   sqlite3_busy_timeout(raw, 5000);
   // WAL: readers never block the writer; synchronous=FULL: a committed
-  // transaction survives power loss.
-  RETURN_IF_ERROR(db->Exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;"));
+  // transaction survives power loss. The log is cut back to 4 MiB at each
+  // checkpoint (a large model's insert, refused or deleted, would
+  // otherwise hold its size on disk until the coordinator stops).
+  RETURN_IF_ERROR(db->Exec(
+      "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA journal_size_limit=4194304;"));
   // Fails with DATA_LOSS on a corrupt file rather than at first use.
   RETURN_IF_ERROR(db->Exec("PRAGMA quick_check;"));
   return db;
@@ -88,11 +99,14 @@ absl::Status SqliteDb::Run(const std::string& sql, const std::vector<SqlValue>& 
 absl::Status SqliteDb::Transaction(const std::function<absl::Status()>& body) {
   RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
   absl::Status s = body();
+  if (s.ok()) s = Exec("COMMIT");
   if (!s.ok()) {
     Exec("ROLLBACK").IgnoreError();
-    return s;
+    // What the failed transaction wrote to the log (a large model's pages,
+    // on a full disk) is given back at once.
+    Exec("PRAGMA wal_checkpoint(TRUNCATE);").IgnoreError();
   }
-  return Exec("COMMIT");
+  return s;
 }
 
 }  // namespace quilt

@@ -1,12 +1,16 @@
 #include "src/coordinator/store/sqlite_store.h"
 
+#include <sys/statvfs.h>
+
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 
 #include "absl/strings/str_cat.h"
 #include "src/common/logging.h"
 #include "src/common/status.h"
+#include "src/common/units.h"
 
 namespace quilt {
 namespace {
@@ -208,6 +212,21 @@ absl::StatusOr<std::vector<quilt::v1::ClusterEvent>> SqliteStore::RecentEvents(i
 
 absl::Status SqliteStore::AddJob(const quilt::v1::JobRecord& job, const JobModel& model) {
   absl::MutexLock lock(&mu_);
+  // Written to the log, then into the file: refused up front when the
+  // disk cannot take both (a failed insert would fill it on the way).
+  const int64_t bytes = static_cast<int64_t>(model.onnx.size() + model.program.size());
+  const std::string dir = std::filesystem::path(db_->path()).parent_path().string();
+  struct statvfs fs;
+  if (statvfs(dir.empty() ? "." : dir.c_str(), &fs) == 0) {
+    const int64_t free = static_cast<int64_t>(fs.f_bavail) * static_cast<int64_t>(fs.f_frsize);
+    const int64_t need = 2 * bytes + (1 << 20);
+    if (free < need) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("the coordinator's state directory ", dir, " has ", HumanBytes(free),
+                       " free; storing this job's model and program (", HumanBytes(bytes),
+                       ") needs about ", HumanBytes(need)));
+    }
+  }
   return db_->Transaction([&]() -> absl::Status {
     RETURN_IF_ERROR(db_->Run("INSERT INTO jobs (job_id, record) VALUES (?, ?)",
                              {job.status().job_id(), Blob{job.SerializeAsString()}}));
@@ -237,8 +256,10 @@ absl::Status SqliteStore::DeleteJob(const std::string& job_id) {
     RETURN_IF_ERROR(db_->Run("DELETE FROM job_losses WHERE job_id = ?", {job_id}));
     return db_->Run("DELETE FROM job_models WHERE job_id = ?", {job_id});
   }));
-  // The freed pages leave the file (at the next WAL checkpoint).
-  return db_->Exec("PRAGMA incremental_vacuum;");
+  // The freed pages leave the file, and the log is cut back: the space is
+  // free when delete returns.
+  RETURN_IF_ERROR(db_->Exec("PRAGMA incremental_vacuum;"));
+  return db_->Exec("PRAGMA wal_checkpoint(TRUNCATE);");
 }
 
 absl::Status SqliteStore::PutJob(const quilt::v1::JobRecord& job, const LossChunk& losses) {
