@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
@@ -11,6 +12,22 @@
 
 namespace quilt {
 namespace {
+
+// Waits up to ~kSpin for `done()` by spinning (a kernel's next loop comes
+// within microseconds; waking a blocked thread takes tens of them, more than
+// many small loops take), then returns whether it came.
+template <typename Done>
+bool SpinFor(Done done) {
+  constexpr auto kSpin = std::chrono::microseconds(100);
+  const auto until = std::chrono::steady_clock::now() + kSpin;
+  for (int i = 1;; ++i) {
+    if (done()) return true;
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+    if (i % 64 == 0 && std::chrono::steady_clock::now() > until) return done();
+  }
+}
 
 class Pool {
  public:
@@ -23,7 +40,9 @@ class Pool {
     Stop();
     threads_ = std::max(1, n);
     stop_ = false;
-    for (int i = 1; i < threads_; ++i) workers_.emplace_back([this, i] { Work(i); });
+    // New workers wait for the next loop, not the last one run.
+    const uint64_t now = generation_.load();
+    for (int i = 1; i < threads_; ++i) workers_.emplace_back([this, i, now] { Work(i, now); });
   }
   int threads() const { return threads_; }
 
@@ -39,13 +58,15 @@ class Pool {
       fn_ = &fn;
       n_ = n;
       chunks_ = chunks;
-      remaining_ = static_cast<int>(chunks - 1);
-      ++generation_;
+      remaining_.store(static_cast<int>(chunks - 1));
+      generation_.fetch_add(1, std::memory_order_release);
     }
-    cv_.notify_all();
+    cv_.notify_all();  // (workers still spinning see the generation first)
     RunChunk(0);
-    std::unique_lock<std::mutex> lock(mu_);
-    done_.wait(lock, [this] { return remaining_ == 0; });
+    if (!SpinFor([this] { return remaining_.load(std::memory_order_acquire) == 0; })) {
+      std::unique_lock<std::mutex> lock(mu_);
+      done_.wait(lock, [this] { return remaining_.load() == 0; });
+    }
     fn_ = nullptr;
   }
 
@@ -58,18 +79,31 @@ class Pool {
     if (b < e) (*fn_)(b, e);
   }
 
-  void Work(int index) {
-    uint64_t seen = 0;
+  void Work(int index, uint64_t seen) {
     for (;;) {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
-      if (stop_) return;
-      seen = generation_;
-      if (index >= chunks_) continue;
-      lock.unlock();
+      auto ready = [&] {
+        return stop_.load(std::memory_order_acquire) ||
+               generation_.load(std::memory_order_acquire) != seen;
+      };
+      if (!SpinFor(ready)) {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, ready);
+      }
+      if (stop_.load()) return;
+      int64_t chunks;
+      {
+        // The loop's generation and size together (a worker left out of one
+        // loop may wake only when the next is set up).
+        std::lock_guard<std::mutex> lock(mu_);
+        seen = generation_.load();
+        chunks = chunks_;
+      }
+      if (index >= chunks) continue;
       RunChunk(index);
-      lock.lock();
-      if (--remaining_ == 0) done_.notify_one();
+      if (remaining_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+        std::lock_guard<std::mutex> lock(mu_);
+        done_.notify_one();
+      }
     }
   }
 
@@ -87,11 +121,12 @@ class Pool {
   std::vector<std::thread> workers_;
   std::mutex mu_;
   std::condition_variable cv_, done_;
-  bool stop_ = false;
-  uint64_t generation_ = 0;
+  std::atomic<bool> stop_{false};
+  std::atomic<uint64_t> generation_{0};
+  // Set under mu_ before generation_ moves on; read by workers after.
   const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
   int64_t n_ = 0, chunks_ = 0;
-  int remaining_ = 0;
+  std::atomic<int> remaining_{0};
 };
 
 }  // namespace

@@ -1,7 +1,10 @@
 // CPU kernels of 2-D convolution (im2col + SGEMM per image and group) and of
 // its gradients (col2im for the input, accumulated SGEMMs for the weight).
+// Grouped convolutions run their groups in parallel; others split each GEMM.
 #include <algorithm>
+#include <atomic>
 #include <cstring>
+#include <functional>
 #include <vector>
 
 #include "src/common/status.h"
@@ -9,6 +12,7 @@
 #include "src/runtime/kernels/cpu/gemm.h"
 #include "src/runtime/kernels/cpu/loops.h"
 #include "src/runtime/kernels/kernel.h"
+#include "src/runtime/parallel.h"
 
 namespace quilt::cpu {
 namespace {
@@ -110,47 +114,118 @@ absl::StatusOr<float*> Scratch(Tensor* holder, int64_t n) {
 
 // Images per GEMM: the im2col buffer of a chunk stays under ~32 MiB, and
 // small images are batched so each GEMM is large enough to run efficiently.
+// (The same whatever the thread count: the weight gradient sums the chunks
+// in turn, and so is the same on every machine.)
 int64_t ImagesPerChunk(const ConvGeom& g) {
   const int64_t per_image = std::max<int64_t>(1, g.ckk * g.ho * g.wo);
   return std::max<int64_t>(1, std::min<int64_t>(g.n, (int64_t{8} << 20) / per_image));
 }
 
-// col[:, i·P:(i+1)·P] = im2col of image n0+i, group grp (P = ho·wo).
-void Im2ColChunk(const Tensor& x, const ConvGeom& g, int64_t n0, int64_t nc, int64_t grp,
-                 float* col) {
+// One group's share of a chunk of images: scratch `col` [ckk, nc·P] and
+// `buf` [mg, nc·P]; `split`: its GEMMs and copies may use the compute
+// threads (false inside a ParallelFor over groups).
+struct GroupWork {
+  int64_t n0, nc, grp;
+  float* col;
+  float* buf;
+  bool split;
+};
+
+// Runs `body` for every chunk of images and every group. A convolution of
+// one group runs them in turn, each GEMM split across the compute threads;
+// a grouped one (depthwise: one group per channel, each GEMM tiny) runs
+// its groups side by side, each on one thread with scratch of its own.
+// Errors: RESOURCE_EXHAUSTED when the scratch memory cannot be had.
+absl::Status EachGroup(const ConvGeom& g, const std::function<void(const GroupWork&)>& body) {
   const int64_t plane = g.ho * g.wo;
-  ParallelFor(nc, 1, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) {
-      Im2Col(x.f32() + ((n0 + i) * g.c + grp * g.cg) * g.h * g.w, g, col + i * plane, nc * plane);
+  const int64_t chunk = ImagesPerChunk(g);
+  const int64_t scratch = (g.ckk + g.mg) * chunk * plane;  // floats per runner
+  const int threads = ComputeThreads();
+  if (g.win.group == 1 || threads <= 1) {
+    Tensor col_t, buf_t;
+    ASSIGN_OR_RETURN(float* col, Scratch(&col_t, g.ckk * chunk * plane));
+    ASSIGN_OR_RETURN(float* buf, Scratch(&buf_t, g.mg * chunk * plane));
+    for (int64_t n0 = 0; n0 < g.n; n0 += chunk) {
+      for (int64_t grp = 0; grp < g.win.group; ++grp) {
+        body({n0, std::min(chunk, g.n - n0), grp, col, buf, /*split=*/true});
+      }
     }
+    return absl::OkStatus();
+  }
+  // Runners side by side, their scratch 128 MiB in all at most.
+  const int64_t runners = std::max<int64_t>(
+      1, std::min<int64_t>(
+             {threads, g.win.group, (int64_t{32} << 20) / std::max<int64_t>(1, scratch)}));
+  std::atomic<bool> out_of_memory{false};
+  ParallelFor(runners, 1, [&](int64_t first, int64_t end) {
+    for (int64_t r = first; r < end; ++r) {
+      Tensor col_t, buf_t;
+      absl::StatusOr<float*> col = Scratch(&col_t, g.ckk * chunk * plane);
+      absl::StatusOr<float*> buf = Scratch(&buf_t, g.mg * chunk * plane);
+      if (!col.ok() || !buf.ok()) {
+        out_of_memory = true;
+        return;
+      }
+      for (int64_t grp = r; grp < g.win.group; grp += runners) {
+        for (int64_t n0 = 0; n0 < g.n; n0 += chunk) {
+          body({n0, std::min(chunk, g.n - n0), grp, *col, *buf, /*split=*/false});
+        }
+      }
+    }
+  });
+  if (out_of_memory) {
+    return absl::ResourceExhaustedError("cannot allocate a grouped convolution's scratch memory");
+  }
+  return absl::OkStatus();
+}
+
+// `fn(i)` for each image i of the chunk, on the compute threads if `split`.
+void EachImage(const GroupWork& w, const std::function<void(int64_t)>& fn) {
+  if (!w.split) {
+    for (int64_t i = 0; i < w.nc; ++i) fn(i);
+    return;
+  }
+  ParallelFor(w.nc, 1, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) fn(i);
+  });
+}
+
+void Gemm(const GroupWork& w, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a,
+          const float* b, float beta, float* c) {
+  if (w.split) {
+    Sgemm(ta, tb, m, n, k, 1.0f, a, b, beta, c);
+  } else {
+    SgemmOnThisThread(ta, tb, m, n, k, 1.0f, a, b, beta, c);
+  }
+}
+
+// w.col[:, i·P:(i+1)·P] = im2col of image n0+i, group grp (P = ho·wo).
+void Im2ColChunk(const Tensor& x, const ConvGeom& g, const GroupWork& w) {
+  const int64_t plane = g.ho * g.wo;
+  EachImage(w, [&](int64_t i) {
+    Im2Col(x.f32() + ((w.n0 + i) * g.c + w.grp * g.cg) * g.h * g.w, g, w.col + i * plane,
+           w.nc * plane);
   });
 }
 
 absl::Status Conv(KernelContext& ctx) {
   const Tensor& x = ctx.in(0);
-  const Tensor& w = ctx.in(1);
-  ASSIGN_OR_RETURN(ConvGeom g, Geometry(ctx, x.dims(), w.dims()));
+  const Tensor& wt = ctx.in(1);
+  ASSIGN_OR_RETURN(ConvGeom g, Geometry(ctx, x.dims(), wt.dims()));
   ASSIGN_OR_RETURN(Tensor * out, ctx.Output(0));
   const int64_t plane = g.ho * g.wo;
-  const int64_t chunk = ImagesPerChunk(g);
-  Tensor col_t, y_t;
-  ASSIGN_OR_RETURN(float* col, Scratch(&col_t, g.ckk * chunk * plane));
-  ASSIGN_OR_RETURN(float* y, Scratch(&y_t, g.mg * chunk * plane));
-  for (int64_t n0 = 0; n0 < g.n; n0 += chunk) {
-    const int64_t nc = std::min(chunk, g.n - n0);
-    for (int64_t grp = 0; grp < g.win.group; ++grp) {
-      Im2ColChunk(x, g, n0, nc, grp, col);
-      // y [mg, nc·P] = W_g [mg, ckk] · col [ckk, nc·P]
-      Sgemm(false, false, g.mg, nc * plane, g.ckk, 1.0f, w.f32() + grp * g.mg * g.ckk, col, 0.0f,
-            y);
-      for (int64_t i = 0; i < nc; ++i) {
-        for (int64_t m = 0; m < g.mg; ++m) {
-          std::memcpy(out->f32() + ((n0 + i) * g.m + grp * g.mg + m) * plane,
-                      y + m * nc * plane + i * plane, sizeof(float) * plane);
-        }
+  RETURN_IF_ERROR(EachGroup(g, [&](const GroupWork& w) {
+    Im2ColChunk(x, g, w);
+    // buf [mg, nc·P] = W_g [mg, ckk] · col [ckk, nc·P]
+    Gemm(w, false, false, g.mg, w.nc * plane, g.ckk, wt.f32() + w.grp * g.mg * g.ckk, w.col, 0.0f,
+         w.buf);
+    for (int64_t i = 0; i < w.nc; ++i) {
+      for (int64_t m = 0; m < g.mg; ++m) {
+        std::memcpy(out->f32() + ((w.n0 + i) * g.m + w.grp * g.mg + m) * plane,
+                    w.buf + m * w.nc * plane + i * plane, sizeof(float) * plane);
       }
     }
-  }
+  }));
   if (ctx.has_input(2)) {
     const float* b = ctx.in(2).f32();
     ParallelFor(g.n * g.m, 16, [&](int64_t s, int64_t e) {
@@ -164,45 +239,34 @@ absl::Status Conv(KernelContext& ctx) {
   return absl::OkStatus();
 }
 
-// dy of images n0..n0+nc, group grp, as [mg, nc·P].
-void GatherDy(const Tensor& dy, const ConvGeom& g, int64_t n0, int64_t nc, int64_t grp,
-              float* buf) {
+// w.buf = dy of images n0..n0+nc, group grp, as [mg, nc·P].
+void GatherDy(const Tensor& dy, const ConvGeom& g, const GroupWork& w) {
   const int64_t plane = g.ho * g.wo;
-  for (int64_t i = 0; i < nc; ++i) {
+  for (int64_t i = 0; i < w.nc; ++i) {
     for (int64_t m = 0; m < g.mg; ++m) {
-      std::memcpy(buf + m * nc * plane + i * plane,
-                  dy.f32() + ((n0 + i) * g.m + grp * g.mg + m) * plane, sizeof(float) * plane);
+      std::memcpy(w.buf + m * w.nc * plane + i * plane,
+                  dy.f32() + ((w.n0 + i) * g.m + w.grp * g.mg + m) * plane, sizeof(float) * plane);
     }
   }
 }
 
 absl::Status ConvGradInput(KernelContext& ctx) {
   const Tensor& dy = ctx.in(0);
-  const Tensor& w = ctx.in(1);
+  const Tensor& wt = ctx.in(1);
   ASSIGN_OR_RETURN(Tensor * dx, ctx.Output(0));
-  ASSIGN_OR_RETURN(ConvGeom g, Geometry(ctx, dx->dims(), w.dims()));
+  ASSIGN_OR_RETURN(ConvGeom g, Geometry(ctx, dx->dims(), wt.dims()));
   dx->SetZero();
   const int64_t plane = g.ho * g.wo;
-  const int64_t chunk = ImagesPerChunk(g);
-  Tensor col_t, dyb_t;
-  ASSIGN_OR_RETURN(float* col, Scratch(&col_t, g.ckk * chunk * plane));
-  ASSIGN_OR_RETURN(float* dyb, Scratch(&dyb_t, g.mg * chunk * plane));
-  for (int64_t n0 = 0; n0 < g.n; n0 += chunk) {
-    const int64_t nc = std::min(chunk, g.n - n0);
-    for (int64_t grp = 0; grp < g.win.group; ++grp) {
-      GatherDy(dy, g, n0, nc, grp, dyb);
-      // col [ckk, nc·P] = W_gᵀ · dy
-      Sgemm(true, false, g.ckk, nc * plane, g.mg, 1.0f, w.f32() + grp * g.mg * g.ckk, dyb, 0.0f,
-            col);
-      ParallelFor(nc, 1, [&](int64_t b, int64_t e) {
-        for (int64_t i = b; i < e; ++i) {
-          Col2Im(col + i * plane, g, dx->f32() + ((n0 + i) * g.c + grp * g.cg) * g.h * g.w,
-                 nc * plane);
-        }
-      });
-    }
-  }
-  return absl::OkStatus();
+  return EachGroup(g, [&](const GroupWork& w) {
+    GatherDy(dy, g, w);
+    // col [ckk, nc·P] = W_gᵀ · dy
+    Gemm(w, true, false, g.ckk, w.nc * plane, g.mg, wt.f32() + w.grp * g.mg * g.ckk, w.buf, 0.0f,
+         w.col);
+    EachImage(w, [&](int64_t i) {
+      Col2Im(w.col + i * plane, g, dx->f32() + ((w.n0 + i) * g.c + w.grp * g.cg) * g.h * g.w,
+             w.nc * plane);
+    });
+  });
 }
 
 absl::Status ConvGradWeight(KernelContext& ctx) {
@@ -212,21 +276,13 @@ absl::Status ConvGradWeight(KernelContext& ctx) {
   ASSIGN_OR_RETURN(ConvGeom g, Geometry(ctx, x.dims(), dw->dims()));
   dw->SetZero();
   const int64_t plane = g.ho * g.wo;
-  const int64_t chunk = ImagesPerChunk(g);
-  Tensor col_t, dyb_t;
-  ASSIGN_OR_RETURN(float* col, Scratch(&col_t, g.ckk * chunk * plane));
-  ASSIGN_OR_RETURN(float* dyb, Scratch(&dyb_t, g.mg * chunk * plane));
-  for (int64_t n0 = 0; n0 < g.n; n0 += chunk) {
-    const int64_t nc = std::min(chunk, g.n - n0);
-    for (int64_t grp = 0; grp < g.win.group; ++grp) {
-      Im2ColChunk(x, g, n0, nc, grp, col);
-      GatherDy(dy, g, n0, nc, grp, dyb);
-      // dW_g [mg, ckk] += dy [mg, nc·P] · colᵀ
-      Sgemm(false, true, g.mg, g.ckk, nc * plane, 1.0f, dyb, col, 1.0f,
-            dw->f32() + grp * g.mg * g.ckk);
-    }
-  }
-  return absl::OkStatus();
+  return EachGroup(g, [&](const GroupWork& w) {
+    Im2ColChunk(x, g, w);
+    GatherDy(dy, g, w);
+    // dW_g [mg, ckk] += dy [mg, nc·P] · colᵀ
+    Gemm(w, false, true, g.mg, g.ckk, w.nc * plane, w.buf, w.col, 1.0f,
+         dw->f32() + w.grp * g.mg * g.ckk);
+  });
 }
 
 QUILT_REGISTER_KERNEL("cpu", "Conv", Conv);

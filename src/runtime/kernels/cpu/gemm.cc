@@ -17,17 +17,26 @@ void Call(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const 
               static_cast<blasint>(ldc));
 }
 
+// C = beta · C where k = 0 (BLAS would not touch it); false otherwise.
+bool EmptyProduct(int64_t m, int64_t n, int64_t k, float beta, float* c, int64_t ldc) {
+  if (k > 0) return false;
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0 ? 0.0f : beta * c[i * ldc + j];
+  }
+  return true;
+}
+
 }  // namespace
+
+void SgemmOnThisThread(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+                       const float* a, const float* b, float beta, float* c) {
+  if (m <= 0 || n <= 0 || EmptyProduct(m, n, k, beta, c, n)) return;
+  Call(ta, tb, m, n, k, alpha, a, ta ? m : k, b, tb ? k : n, beta, c, n);
+}
 
 void Sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
            int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  if (m <= 0 || n <= 0) return;
-  if (k <= 0) {
-    for (int64_t i = 0; i < m; ++i) {
-      for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0 ? 0.0f : beta * c[i * ldc + j];
-    }
-    return;
-  }
+  if (m <= 0 || n <= 0 || EmptyProduct(m, n, k, beta, c, ldc)) return;
   const int threads = ComputeThreads();
   const double flops = 2.0 * static_cast<double>(m) * n * k;
   if (threads <= 1 || flops < 4e6) {

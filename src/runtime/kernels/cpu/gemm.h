@@ -19,6 +19,12 @@ inline void Sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, f
   Sgemm(trans_a, trans_b, m, n, k, alpha, a, trans_a ? m : k, b, trans_b ? k : n, beta, c, n);
 }
 
+// A dense product on the calling thread alone: for the body of a
+// ParallelFor, which must not start another (many small products, such as
+// one per group of a grouped convolution, run side by side instead).
+void SgemmOnThisThread(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                       const float* a, const float* b, float beta, float* c);
+
 }  // namespace quilt::cpu
 
 #endif  // QUILT_SRC_RUNTIME_KERNELS_CPU_GEMM_H_

@@ -18,6 +18,7 @@
 #include "src/graph/op_registry.h"
 #include "src/runtime/graph_runner.h"
 #include "src/runtime/kernels/kernel.h"
+#include "src/runtime/parallel.h"
 
 namespace quilt {
 namespace {
@@ -105,6 +106,11 @@ std::vector<Case> Cases() {
        {{{1, 4, 6, 6}}, {{4, 2, 2, 2}}},
        A({{"group", int64_t{2}}, {"dilations", Ints{2, 2}}, {"pads", Ints{1, 0, 0, 1}}})},
       {"ConvPointwise", "Conv", {{{2, 3, 2, 2}}, {{2, 3, 1, 1}}}},
+      // Depthwise: one group per channel (groups run side by side).
+      {"ConvDepthwise",
+       "Conv",
+       {{{2, 6, 4, 4}}, {{6, 1, 3, 3}}, {{6}}},
+       A({{"group", int64_t{6}}, {"pads", Ints{1, 1, 1, 1}}})},
       // A transposed convolution: X [2,4,3,3] up to [2,3,6,6] (output
       // padding 1) with W [4,3,3,3].
       {"ConvTranspose",
@@ -336,6 +342,44 @@ TEST_P(GradientCheck, MatchesFiniteDifferences) {
           << c.name << ": d loss / d " << p << "[" << i << "]";
     }
     ASSERT_THAT((*runner)->SetPersistent(p, base), IsOk());
+  }
+}
+
+TEST_P(GradientCheck, SameOnFourComputeThreadsAsOnOne) {
+  // The loss and every gradient, computed with the kernels' loops split
+  // across threads (grouped convolutions: groups side by side), against one
+  // thread: a chunk run twice or skipped, or two threads writing one
+  // buffer, would show.
+  const Case& c = GetParam();
+  std::vector<std::string> params;
+  auto built = BuildCase(c, 99, &params);
+  ASSERT_THAT(built, IsOk());
+  Graph g = std::move(*built);
+  TrainingOptions opts;
+  opts.optimizer.kind = OptimizerSpec::Kind::kSgd;
+  opts.optimizer.learning_rate = 0;
+  ASSERT_THAT(BuildTrainingGraph(&g, opts), IsOk());
+  std::vector<std::string> fetch = {g.loss.output};
+  for (const Op& op : g.ops) {
+    if (op.type == "SgdUpdate") fetch.push_back(op.inputs[1]);
+  }
+  std::vector<std::map<std::string, Tensor>> runs;
+  for (int threads : {1, 4}) {
+    SetComputeThreads(threads);
+    auto runner = GraphRunner::Create(g, {});
+    ASSERT_THAT(runner, IsOk());
+    auto out = (*runner)->Evaluate({}, fetch);
+    ASSERT_THAT(out, IsOk());
+    runs.push_back(std::move(*out));
+  }
+  SetComputeThreads(1);
+  for (const std::string& t : fetch) {
+    const Tensor &one = runs[0][t], &four = runs[1][t];
+    ASSERT_EQ(one.numel(), four.numel()) << t;
+    for (int64_t i = 0; i < one.numel(); ++i) {
+      EXPECT_NEAR(four.f32()[i], one.f32()[i], 1e-6 + 1e-5 * std::fabs(one.f32()[i]))
+          << c.name << ": " << t << "[" << i << "]";
+    }
   }
 }
 
