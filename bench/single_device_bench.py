@@ -18,6 +18,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -57,12 +58,30 @@ def torch_step_time(name, batch, threads, steps):
     return sum(times[1:]) / (len(times) - 1)
 
 
+TMP = tempfile.mkdtemp(prefix="single_device_bench_")
+
+
+def data_files(name, batch):
+    """The fixture's samples repeated to at least one batch (train-local
+    refuses a dataset smaller than a batch; PyTorch above wraps around the
+    same samples)."""
+    d = os.path.join(ROOT, "test", "fixtures", name)
+    paths = []
+    for part in ("x", "y"):
+        v = np.load(os.path.join(d, part + ".npy"))
+        reps = -(-batch // v.shape[0])
+        path = os.path.join(TMP, "%s_%d_%s.npy" % (name, batch, part))
+        np.save(path, np.concatenate([v] * reps))
+        paths.append(path)
+    return ",".join(paths)
+
+
 def quilt_step_time(name, batch, threads, steps):
     d = os.path.join(ROOT, "test", "fixtures", name)
     r = subprocess.run(
         [os.path.join(ROOT, "bazel-bin", "src", "cli", "quiltctl"), "train-local",
          os.path.join(d, "model.onnx"), "--loss", "softmax_cross_entropy", "--data",
-         os.path.join(d, "x.npy") + "," + os.path.join(d, "y.npy"), "--batch", str(batch),
+         data_files(name, batch), "--batch", str(batch),
          "--steps", str(steps), "--optimizer", "sgd", "--lr", "0.01", "--momentum", "0.9",
          "--threads", str(threads), "-o", "json"], capture_output=True, text=True, check=True)
     return json.loads(r.stdout)["mean_step_time_s"]
