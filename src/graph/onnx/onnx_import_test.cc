@@ -415,24 +415,27 @@ TEST(OnnxImport, ModAndReduceProdOfConstants_Fold) {
   }
 }
 
+// A Constant node `name` holding float32 `v` of `dims`.
+void AddFloatConstant(onnx::GraphProto* g, const std::string& name,
+                      const std::vector<int64_t>& dims, const std::vector<float>& v) {
+  auto* n = g->add_node();
+  n->set_op_type("Constant");
+  n->add_output(name);
+  auto* a = n->add_attribute();
+  a->set_name("value");
+  a->set_type(onnx::AttributeProto::TENSOR);
+  a->mutable_t()->set_data_type(onnx::TensorProto::FLOAT);
+  for (int64_t d : dims) a->mutable_t()->add_dims(d);
+  for (float x : v) a->mutable_t()->add_float_data(x);
+}
+
 TEST(OnnxImport, ArithmeticOfConstants_Broadcasts) {
   // y · (a + b) with Constant nodes a [3, 1] and b [3]: a + b is [3, 3]
   // (it was taken element by element, as [3, 1], when the counts matched).
   onnx::ModelProto m = Tiny(14);
   auto* g = m.mutable_graph();
-  auto constant = [&](const std::string& name, std::vector<int64_t> dims, std::vector<float> v) {
-    auto* n = g->add_node();
-    n->set_op_type("Constant");
-    n->add_output(name);
-    auto* a = n->add_attribute();
-    a->set_name("value");
-    a->set_type(onnx::AttributeProto::TENSOR);
-    a->mutable_t()->set_data_type(onnx::TensorProto::FLOAT);
-    for (int64_t d : dims) a->mutable_t()->add_dims(d);
-    for (float x : v) a->mutable_t()->add_float_data(x);
-  };
-  constant("a", {3, 1}, {0, 1, 2});
-  constant("b", {3}, {0, 10, 20});
+  AddFloatConstant(g, "a", {3, 1}, {0, 1, 2});
+  AddFloatConstant(g, "b", {3}, {0, 10, 20});
   auto node = [&](const std::string& type, std::vector<std::string> in, const std::string& out) {
     auto* n = g->add_node();
     n->set_op_type(type);
@@ -469,19 +472,8 @@ TEST(OnnxImport, ScatterNDOfConstants_FoldsAndOfDataIsRefused) {
                         Case{"add", {1, 1, 1}, {0, 0, 2}, {1, 2, 3}, {4, 1, 4}}}) {
     onnx::ModelProto m = Tiny(16);
     auto* g = m.mutable_graph();
-    auto constant = [&](const std::string& name, const std::vector<float>& v) {
-      auto* n = g->add_node();
-      n->set_op_type("Constant");
-      n->add_output(name);
-      auto* a = n->add_attribute();
-      a->set_name("value");
-      a->set_type(onnx::AttributeProto::TENSOR);
-      a->mutable_t()->set_data_type(onnx::TensorProto::FLOAT);
-      a->mutable_t()->add_dims(static_cast<int64_t>(v.size()));
-      for (float x : v) a->mutable_t()->add_float_data(x);
-    };
-    constant("data", c.data);
-    constant("updates", c.updates);
+    AddFloatConstant(g, "data", {static_cast<int64_t>(c.data.size())}, c.data);
+    AddFloatConstant(g, "updates", {static_cast<int64_t>(c.updates.size())}, c.updates);
     auto* idx = g->add_initializer();
     idx->set_name("indices");
     idx->set_data_type(onnx::TensorProto::INT64);

@@ -293,23 +293,30 @@ absl::StatusOr<Graph> BuildCase(const Case& c, uint64_t seed, std::vector<std::s
   return g;
 }
 
+// The case's training graph (SGD at rate 0) and, for each parameter, its
+// gradient (input 1 of its update op).
+absl::StatusOr<Graph> TrainingCase(const Case& c, uint64_t seed, std::vector<std::string>* params,
+                                   std::map<std::string, std::string>* grad_of) {
+  ASSIGN_OR_RETURN(Graph g, BuildCase(c, seed, params));
+  TrainingOptions opts;
+  opts.optimizer.kind = OptimizerSpec::Kind::kSgd;
+  opts.optimizer.learning_rate = 0;
+  RETURN_IF_ERROR(BuildTrainingGraph(&g, opts));
+  for (const Op& op : g.ops) {
+    if (op.type == "SgdUpdate") (*grad_of)[op.inputs[0]] = op.inputs[1];
+  }
+  return g;
+}
+
 class GradientCheck : public ::testing::TestWithParam<Case> {};
 
 TEST_P(GradientCheck, MatchesFiniteDifferences) {
   const Case& c = GetParam();
   std::vector<std::string> params;
-  auto built = BuildCase(c, 1234, &params);
+  std::map<std::string, std::string> grad_of;
+  auto built = TrainingCase(c, 1234, &params, &grad_of);
   ASSERT_THAT(built, IsOk());
   Graph g = std::move(*built);
-  TrainingOptions opts;
-  opts.optimizer.kind = OptimizerSpec::Kind::kSgd;
-  opts.optimizer.learning_rate = 0;
-  ASSERT_THAT(BuildTrainingGraph(&g, opts), IsOk());
-  // The gradient of each parameter is input 1 of its update op.
-  std::map<std::string, std::string> grad_of;
-  for (const Op& op : g.ops) {
-    if (op.type == "SgdUpdate") grad_of[op.inputs[0]] = op.inputs[1];
-  }
   auto runner = GraphRunner::Create(g, {});
   ASSERT_THAT(runner, IsOk());
   std::vector<std::string> fetch = {g.loss.output};
@@ -352,17 +359,12 @@ TEST_P(GradientCheck, SameOnFourComputeThreadsAsOnOne) {
   // buffer, would show.
   const Case& c = GetParam();
   std::vector<std::string> params;
-  auto built = BuildCase(c, 99, &params);
+  std::map<std::string, std::string> grad_of;
+  auto built = TrainingCase(c, 99, &params, &grad_of);
   ASSERT_THAT(built, IsOk());
-  Graph g = std::move(*built);
-  TrainingOptions opts;
-  opts.optimizer.kind = OptimizerSpec::Kind::kSgd;
-  opts.optimizer.learning_rate = 0;
-  ASSERT_THAT(BuildTrainingGraph(&g, opts), IsOk());
+  const Graph& g = *built;
   std::vector<std::string> fetch = {g.loss.output};
-  for (const Op& op : g.ops) {
-    if (op.type == "SgdUpdate") fetch.push_back(op.inputs[1]);
-  }
+  for (const auto& [param, grad] : grad_of) fetch.push_back(grad);
   std::vector<std::map<std::string, Tensor>> runs;
   for (int threads : {1, 4}) {
     SetComputeThreads(threads);
