@@ -465,7 +465,10 @@ INSTANTIATE_TEST_SUITE_P(
                       // Blocks moved between space and depth, the batch split.
                       Case{{"pixel_shuffler", "sgd", 16}, 2, 1},
                       // Shifted windows: a mask folded from ScatterND, rolls.
-                      Case{{"swin_blocks", "sgd", 16}, 2, 1}),
+                      Case{{"swin_blocks", "sgd", 16}, 2, 1},
+                      // Language-model blocks: sliced labels, integer tables over
+                      // the batch, a padding row tied to the output layer.
+                      Case{{"lm_blocks", "sgd", 16}, 2, 1}),
     [](const auto& info) {
       const Case& c = info.param;
       return absl::StrCat(c.model.name, "_", c.model.optimizer, "_", c.nodes, "x", c.per_node);

@@ -5,6 +5,7 @@
 // refused.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <map>
@@ -224,8 +225,10 @@ absl::Status Gather(ImportContext& ctx, const Node& node) {
   a.SetInt("axis", axis);
   // An embedding table with one row of zeros among others: that row is
   // nn.Embedding's padding_idx, which PyTorch keeps out of the lookup's
-  // gradient (the export loses the flag). The table is looked up through
-  // a mask of that row: the same values, and no gradient there.
+  // gradient (the export loses the flag). The table is looked up as
+  // table · keep + StopGradient(table) · (1 − keep), keep 0 at that row:
+  // the same values (the row may train elsewhere, through a tied output
+  // layer), and no gradient through the lookup there.
   if (data != nullptr && axis == 0 && data->dtype() == DType::kF32 && data->rank() == 2 &&
       data->dim(0) > 1 && ctx.IsParameterInitializer(node, 0)) {
     const int64_t rows = data->dim(0), cols = data->dim(1);
@@ -242,9 +245,18 @@ absl::Status Gather(ImportContext& ctx, const Node& node) {
       ASSIGN_OR_RETURN(
           std::string mask,
           ctx.b().AddConstant(absl::StrCat(table, kPaddingRowMark, zero_rows[0]), std::move(keep)));
-      ASSIGN_OR_RETURN(std::string masked,
+      ASSIGN_OR_RETURN(Tensor row, Tensor::Empty(DType::kF32, {rows, 1}));
+      for (int64_t r = 0; r < rows; ++r) row.f32()[r] = r == zero_rows[0] ? 1.0f : 0.0f;
+      ASSIGN_OR_RETURN(std::string row_mask,
+                       ctx.b().AddConstant(table + "/padding_value_mask", std::move(row)));
+      ASSIGN_OR_RETURN(std::string kept,
                        ctx.b().Add("Mul", {table, mask}, {}, table + "/without_padding_row"));
-      return ctx.Emit(node, "Gather", {masked, ids}, std::move(a));
+      ASSIGN_OR_RETURN(std::string held, ctx.b().Add("StopGradient", {table}, {}, table + "/held"));
+      ASSIGN_OR_RETURN(std::string padding,
+                       ctx.b().Add("Mul", {held, row_mask}, {}, table + "/padding_value"));
+      ASSIGN_OR_RETURN(std::string looked_up,
+                       ctx.b().Add("Add", {kept, padding}, {}, table + "/for_lookup"));
+      return ctx.Emit(node, "Gather", {looked_up, ids}, std::move(a));
     }
   }
   return Direct(ctx, node, "Gather", std::move(a));
@@ -285,9 +297,15 @@ absl::Status ConstantOfShape(ImportContext& ctx, const Node& node) {
           ? std::find_if(dims.begin(), dims.end(), [&](int64_t d) { return d > 0 && d % b0 == 0; })
           : dims.end();
   const bool batched = batch_at != dims.end();
+  // Integers over the batch (torch.zeros(ids.shape, dtype=torch.long): token
+  // types): a float constant expanded, then cast back (exact below 2^24).
+  const bool ints = batched && value.dtype() == DType::kI64 && value.numel() == 1 &&
+                    std::abs(value.i64()[0]) < (int64_t{1} << 24);
+  if (ints) value = Tensor::ScalarF32(static_cast<float>(value.i64()[0]));
   if (batched && value.dtype() != DType::kF32) {
     return absl::InvalidArgumentError(
-        "a constant sized by the batch is supported for float values only");
+        "a constant sized by the batch is supported for float values and int64 values below "
+        "2^24 only");
   }
   std::vector<Dim> shape;
   for (auto d = dims.begin(); d != dims.end(); ++d) {
@@ -306,7 +324,12 @@ absl::Status ConstantOfShape(ImportContext& ctx, const Node& node) {
   ASSIGN_OR_RETURN(std::string x, ctx.b().AddConstant(node.output(0) + "/value", std::move(out)));
   Attrs a;
   EncodeShape(&a, "shape", quilt::Shape(shape));
-  return ctx.Emit(node, "Expand", {x}, std::move(a));
+  if (!ints) return ctx.Emit(node, "Expand", {x}, std::move(a));
+  ASSIGN_OR_RETURN(std::string e,
+                   ctx.b().Add("Expand", {x}, std::move(a), node.output(0) + "/f32"));
+  Attrs to_int;
+  to_int.SetString("to", "i64");
+  return ctx.Emit(node, "Cast", {e}, std::move(to_int));
 }
 
 // Equal and Where on constants: the shape arithmetic PyTorch exports for
@@ -609,12 +632,10 @@ absl::Status Cast(ImportContext& ctx, const Node& node) {
       ASSIGN_OR_RETURN(std::string one, ScalarConstant(ctx, node.name() + "/one", 1));
       return ctx.Emit(node, "Sub", {one, eq}, {});
     }
+    RETURN_IF_ERROR(CheckNumeric(*c, "Cast"));
     ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(DType::kBool, c->dims()));
     for (int64_t i = 0; i < c->numel(); ++i) {
-      static_cast<uint8_t*>(out.raw())[i] = c->dtype() == DType::kF32 ? c->f32()[i] != 0
-                                            : c->dtype() == DType::kI64
-                                                ? c->i64()[i] != 0
-                                                : static_cast<const uint8_t*>(c->raw())[i] != 0;
+      static_cast<uint8_t*>(out.raw())[i] = NumberAt(*c, i) != 0;
     }
     ctx.SetConstant(node.output(0), std::move(out));
     return absl::OkStatus();
@@ -628,12 +649,15 @@ absl::Status Cast(ImportContext& ctx, const Node& node) {
         " is not supported (float and integer tensors are)"));
   if (const Tensor* c = ctx.ConstantInput(node, 0);
       c != nullptr && !ctx.IsParameterInitializer(node, 0)) {
+    RETURN_IF_ERROR(CheckNumeric(*c, "Cast"));
     ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(q == "f32" ? DType::kF32 : DType::kI64, c->dims()));
     for (int64_t i = 0; i < c->numel(); ++i) {
+      // (A boolean is 0 or 1; int64 to int64 stays exact beyond 2^53.)
       if (q == "f32") {
-        out.f32()[i] = c->dtype() == DType::kF32 ? c->f32()[i] : static_cast<float>(c->i64()[i]);
+        out.f32()[i] = static_cast<float>(NumberAt(*c, i));
       } else {
-        out.i64()[i] = c->dtype() == DType::kI64 ? c->i64()[i] : static_cast<int64_t>(c->f32()[i]);
+        out.i64()[i] =
+            c->dtype() == DType::kI64 ? c->i64()[i] : static_cast<int64_t>(NumberAt(*c, i));
       }
     }
     ctx.SetConstant(node.output(0), out);

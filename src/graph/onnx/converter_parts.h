@@ -18,6 +18,10 @@ using Node = onnx::NodeProto;
 // The same-named (or `type`) Quilt op with the node's inputs as data.
 absl::Status Direct(ImportContext& ctx, const Node& node, const std::string& type,
                     Attrs attrs = {});
+// Element i of a constant of float32, int64, int32 or boolean elements.
+double NumberAt(const Tensor& t, int64_t i);
+// INVALID_ARGUMENT naming `op` unless NumberAt reads `t`'s elements.
+absl::Status CheckNumeric(const Tensor& t, const std::string& op);
 // NumPy broadcasting, for folds of element-wise ops on constants: the
 // result's dims and, per operand, the element each result element reads.
 // Errors: INVALID_ARGUMENT naming the dims when they do not broadcast.

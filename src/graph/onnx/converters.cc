@@ -29,6 +29,31 @@ absl::Status Direct(ImportContext& ctx, const Node& node, const std::string& typ
   return ctx.Emit(node, type, std::move(ins), std::move(attrs));
 }
 
+double NumberAt(const Tensor& t, int64_t i) {
+  switch (t.dtype()) {
+    case DType::kF32:
+      return t.f32()[i];
+    case DType::kI64:
+      return static_cast<double>(t.i64()[i]);
+    case DType::kI32:
+      return static_cast<const int32_t*>(t.raw())[i];
+    case DType::kBool:
+      return static_cast<const uint8_t*>(t.raw())[i] != 0 ? 1.0 : 0.0;
+    default:
+      return 0;
+  }
+}
+
+absl::Status CheckNumeric(const Tensor& t, const std::string& op) {
+  if (t.dtype() == DType::kF32 || t.dtype() == DType::kI64 || t.dtype() == DType::kI32 ||
+      t.dtype() == DType::kBool) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(op, " of a constant of ", t.TypeString(),
+                   " (float32, int64, int32 and boolean constants are supported)"));
+}
+
 absl::StatusOr<Broadcast> BroadcastDims(const std::vector<std::vector<int64_t>>& operands) {
   size_t rank = 0;
   for (const auto& d : operands) rank = std::max(rank, d.size());
@@ -122,14 +147,23 @@ bool FoldBinary(ImportContext& ctx, const Node& node) {
   return true;
 }
 
-// Folds an element-wise float function of a constant that is not a
-// parameter; false for other inputs.
+// Folds an element-wise function of a constant that is not a parameter
+// (float32; Abs, Neg and Sign of int64 too: index arithmetic, T5's
+// relative position buckets); false for other inputs.
 bool FoldUnary(ImportContext& ctx, const Node& node) {
   const Tensor* c = ctx.ConstantInput(node, 0);
-  if (c == nullptr || c->dtype() != DType::kF32 || ctx.IsParameterInitializer(node, 0)) {
-    return false;
-  }
+  if (c == nullptr || ctx.IsParameterInitializer(node, 0)) return false;
   const std::string& t = node.op_type();
+  if (c->dtype() == DType::kI64 && (t == "Abs" || t == "Neg" || t == "Sign")) {
+    Tensor out = c->Clone();
+    for (int64_t i = 0; i < out.numel(); ++i) {
+      const int64_t x = c->i64()[i];
+      out.i64()[i] = t == "Abs" ? (x < 0 ? -x : x) : t == "Neg" ? -x : (x > 0) - (x < 0);
+    }
+    ctx.SetConstant(node.output(0), std::move(out));
+    return true;
+  }
+  if (c->dtype() != DType::kF32) return false;
   static const std::map<std::string, double (*)(double)>* fns =
       new std::map<std::string, double (*)(double)>{
           {"Sqrt", [](double x) { return std::sqrt(x); }},
@@ -141,7 +175,12 @@ bool FoldUnary(ImportContext& ctx, const Node& node) {
           {"Tanh", [](double x) { return std::tanh(x); }},
           {"Erf", [](double x) { return std::erf(x); }},
           {"Relu", [](double x) { return x > 0 ? x : 0.0; }},
-          {"Sigmoid", [](double x) { return 1 / (1 + std::exp(-x)); }}};
+          {"Sigmoid", [](double x) { return 1 / (1 + std::exp(-x)); }},
+          {"Sin", [](double x) { return std::sin(x); }},
+          {"Cos", [](double x) { return std::cos(x); }},
+          {"Floor", [](double x) { return std::floor(x); }},
+          {"Ceil", [](double x) { return std::ceil(x); }},
+          {"Sign", [](double x) { return static_cast<double>((x > 0) - (x < 0)); }}};
   auto fn = fns->find(t);
   if (fn == fns->end()) return false;
   Tensor out = c->Clone();
@@ -150,6 +189,16 @@ bool FoldUnary(ImportContext& ctx, const Node& node) {
   }
   ctx.SetConstant(node.output(0), std::move(out));
   return true;
+}
+
+// Element-wise ops Quilt computes only on constants (rotary tables from
+// positions, bucket indices): folded, else refused saying so.
+absl::Status ConstantOnlyUnary(ImportContext& ctx, const Node& node) {
+  if (FoldUnary(ctx, node)) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      node.op_type(),
+      " is supported on constants only (computed from fixed positions or shapes); here its input "
+      "depends on the model's inputs or parameters"));
 }
 
 absl::Status Binary(ImportContext& ctx, const Node& node) {
@@ -660,6 +709,18 @@ absl::Status ExpandNode(ImportContext& ctx, const Node& node) {
   }
   Attrs a;
   EncodeShape(&a, "shape", quilt::Shape(out));
+  if (t.dtype == DType::kI64) {
+    // Integer ids over the batch (BERT's token types, a [1, T] buffer
+    // expanded to [B, T]): expanded as float32, exact below 2^24, and cast
+    // back.
+    const std::string at = node.name().empty() ? "Expand" : node.name();
+    Attrs to_float, to_int;
+    to_float.SetString("to", "f32");
+    to_int.SetString("to", "i64");
+    ASSIGN_OR_RETURN(std::string f, ctx.b().Add("Cast", {x}, std::move(to_float), at + "/f32"));
+    ASSIGN_OR_RETURN(std::string e, ctx.b().Add("Expand", {f}, std::move(a), at + "/expand"));
+    return ctx.Emit(node, "Cast", {e}, std::move(to_int));
+  }
   return ctx.Emit(node, "Expand", {x}, std::move(a));
 }
 
@@ -822,6 +883,11 @@ const std::map<std::string, Converter>& Converters() {
       {"Celu", Composite},
       {"HardSwish", HardSigmoidLike},
       {"Abs", Unary},
+      {"Sin", ConstantOnlyUnary},
+      {"Cos", ConstantOnlyUnary},
+      {"Floor", ConstantOnlyUnary},
+      {"Ceil", ConstantOnlyUnary},
+      {"Sign", ConstantOnlyUnary},
       {"Tanh", Unary},
       {"Sigmoid", Unary},
       {"Erf", Unary},

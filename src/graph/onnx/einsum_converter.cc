@@ -137,6 +137,58 @@ class Builder {
   int n_ = 0;
 };
 
+// out[o…] = Σ over the other letters of Π operands, on constants (every
+// combination of the letters' values in turn: for small tables).
+absl::Status FoldEinsum(ImportContext& ctx, const Node& node, const std::vector<Operand>& ops,
+                        const std::vector<const Tensor*>& constants, const std::string& out,
+                        const std::map<char, Dim>& size) {
+  std::string letters;  // the output's first, then the summed ones
+  letters = out;
+  for (const auto& [c, d] : size) {
+    if (out.find(c) == std::string::npos) letters += c;
+  }
+  std::vector<int64_t> extent;
+  double combinations = 1;
+  for (char c : letters) {
+    extent.push_back(size.at(c).value);
+    combinations *= static_cast<double>(size.at(c).value);
+  }
+  if (combinations > 5e7) {
+    return absl::InvalidArgumentError(absl::StrCat("Einsum of constants over ", combinations,
+                                                   " combinations (folded up to 5e7)"));
+  }
+  std::vector<int64_t> out_dims(extent.begin(), extent.begin() + static_cast<long>(out.size()));
+  ASSIGN_OR_RETURN(Tensor result, Tensor::Zeros(DType::kF32, out_dims));
+  // Per operand, the stride of each letter of `letters` in it (0: absent).
+  std::vector<std::vector<int64_t>> strides;
+  for (const Operand& x : ops) {
+    std::vector<int64_t> st(letters.size(), 0);
+    int64_t stride = 1;
+    for (int k = static_cast<int>(x.letters.size()) - 1; k >= 0; --k) {
+      st[letters.find(x.letters[static_cast<size_t>(k)])] = stride;
+      stride *= x.shape.dim(k).value;
+    }
+    strides.push_back(std::move(st));
+  }
+  int64_t inner = 1;  // combinations of the summed letters per output element
+  for (size_t k = out.size(); k < letters.size(); ++k) inner *= extent[k];
+  std::vector<int64_t> idx(letters.size(), 0);
+  for (int64_t n = 0; n < static_cast<int64_t>(combinations); ++n) {
+    double term = 1;
+    for (size_t o = 0; o < ops.size(); ++o) {
+      int64_t at = 0;
+      for (size_t k = 0; k < letters.size(); ++k) at += idx[k] * strides[o][k];
+      term *= constants[o]->f32()[at];
+    }
+    result.f32()[inner == 0 ? 0 : n / inner] += static_cast<float>(term);
+    for (int k = static_cast<int>(letters.size()) - 1; k >= 0 && ++idx[k] == extent[k]; --k) {
+      idx[k] = 0;
+    }
+  }
+  ctx.SetConstant(node.output(0), std::move(result));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status Einsum(ImportContext& ctx, const Node& node) {
@@ -149,14 +201,27 @@ absl::Status Einsum(ImportContext& ctx, const Node& node) {
         absl::StrCat("Einsum '", equation, "': ", node.input_size(),
                      " operands (one or two are supported, one term each)"));
   }
+  // Of constants (torch.outer of positions and frequencies, rotary
+  // tables): computed here.
+  std::vector<const Tensor*> constants;
+  for (int i = 0; i < node.input_size(); ++i) {
+    const Tensor* c = ctx.ConstantInput(node, i);
+    if (c == nullptr || ctx.IsParameterInitializer(node, i) || c->dtype() != DType::kF32) break;
+    constants.push_back(c);
+  }
+  const bool fold = static_cast<int>(constants.size()) == node.input_size();
   std::vector<Operand> ops;
   int ellipsis_rank = -1;
   for (int i = 0; i < node.input_size(); ++i) {
     Operand x;
-    ASSIGN_OR_RETURN(x.tensor, ctx.Data(node, i));
-    ASSIGN_OR_RETURN(TensorType t, ctx.TypeOf(x.tensor));
-    x.shape = t.shape;
-    ASSIGN_OR_RETURN(x.letters, Expand(terms[i], t.shape.rank(), &ellipsis_rank));
+    if (fold) {
+      x.shape = Shape::Fixed(constants[static_cast<size_t>(i)]->dims());
+    } else {
+      ASSIGN_OR_RETURN(x.tensor, ctx.Data(node, i));
+      ASSIGN_OR_RETURN(TensorType t, ctx.TypeOf(x.tensor));
+      x.shape = t.shape;
+    }
+    ASSIGN_OR_RETURN(x.letters, Expand(terms[i], x.shape.rank(), &ellipsis_rank));
     for (char c : x.letters) {
       if (std::count(x.letters.begin(), x.letters.end(), c) > 1) {
         return absl::InvalidArgumentError(
@@ -216,6 +281,7 @@ absl::Status Einsum(ImportContext& ctx, const Node& node) {
                                                      std::string(1, c), "' is in no operand"));
     }
   }
+  if (fold) return FoldEinsum(ctx, node, ops, constants, out, size);
   Builder b(ctx, node.name().empty() ? "Einsum" : node.name());
   auto in = [](const std::string& s, char c) { return s.find(c) != std::string::npos; };
   Operand result;

@@ -43,10 +43,11 @@ absl::StatusOr<DType> InputType(int32_t elem_type) {
   }
 }
 
-// Follows single-input view ops back from `tensor` to a graph input.
+// Follows single-input view ops back from `tensor` to a graph input (and
+// slices: a causal LM's loss on labels[:, 1:]).
 std::string SourceInput(const Graph& g, std::string tensor) {
-  const std::set<std::string> views = {"Reshape",   "Flatten", "Squeeze",
-                                       "Unsqueeze", "Cast",    "Identity"};
+  const std::set<std::string> views = {"Reshape", "Flatten",  "Squeeze", "Unsqueeze",
+                                       "Cast",    "Identity", "Slice"};
   const auto producers = g.Producers();
   for (int hops = 0; hops < 16; ++hops) {
     for (const std::string& in : g.inputs) {
@@ -263,7 +264,10 @@ absl::StatusOr<Graph> ImportOnnx(const std::string& bytes, const OnnxImportOptio
   if (!g.loss.output.empty()) {
     const std::string label = SourceInput(g, g.loss.label);
     if (label.empty()) {
-      return absl::InvalidArgumentError(src + ": the loss's labels do not come from a model input");
+      return absl::InvalidArgumentError(
+          src +
+          ": the loss's labels do not come from a model input (through reshapes, casts or "
+          "slices); compute them in the data instead (shifted labels as their own array)");
     }
     g.inputs.erase(std::find(g.inputs.begin(), g.inputs.end(), label));
     g.labels.push_back(label);

@@ -277,6 +277,19 @@ QUILT_REGISTER_OP([] {
   return s;
 }());
 
+// The value passes, no gradient does (an embedding's padding row: it
+// trains through the tied output layer, not through the lookup).
+QUILT_REGISTER_OP([] {
+  OpSchema s;
+  s.type = "StopGradient";
+  s.linear = true;
+  s.doc = "Output = input; no gradient flows back through it.";
+  s.non_differentiable_inputs = {0};
+  s.infer = InferSameAsInput;
+  s.cost = [](const CostContext& c) { return OpCost{0, c.IoBytes()}; };
+  return s;
+}());
+
 QUILT_REGISTER_OP([] {
   OpSchema s;
   s.type = "Identity";

@@ -317,6 +317,7 @@ QUILT_REGISTER_KERNEL("cpu", "Exp", Exp);
 QUILT_REGISTER_KERNEL("cpu", "Log", Log);
 QUILT_REGISTER_KERNEL("cpu", "Neg", Neg);
 QUILT_REGISTER_KERNEL("cpu", "Identity", Identity);
+QUILT_REGISTER_KERNEL("cpu", "StopGradient", Identity);
 QUILT_REGISTER_KERNEL("cpu", "Cast", Cast);
 QUILT_REGISTER_KERNEL("cpu", "Zeros", Zeros);
 
