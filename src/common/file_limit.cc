@@ -8,7 +8,7 @@
 
 namespace quilt {
 
-int64_t RaiseOpenFileLimit(const char* daemon, int64_t want, int64_t warn_below) {
+int64_t RaiseOpenFileLimit(int64_t want, int64_t warn_below) {
   struct rlimit lim;
   if (getrlimit(RLIMIT_NOFILE, &lim) != 0) return 0;
   const rlim_t target = lim.rlim_max == RLIM_INFINITY
@@ -22,10 +22,10 @@ int64_t RaiseOpenFileLimit(const char* daemon, int64_t want, int64_t warn_below)
   const int64_t soft = lim.rlim_cur == RLIM_INFINITY ? want : static_cast<int64_t>(lim.rlim_cur);
   if (soft < warn_below) {
     QLOG_WARN(
-        "{}: the open-file limit is {} (hard limit {}); many clients, nodes or jobs at once may "
+        "the open-file limit is {} (hard limit {}); many clients, nodes or jobs at once may "
         "exhaust it, and connections are then refused: raise it (LimitNOFILE= in the unit, "
         "ulimit -n)",
-        daemon, soft, lim.rlim_max == RLIM_INFINITY ? want : static_cast<int64_t>(lim.rlim_max));
+        soft, lim.rlim_max == RLIM_INFINITY ? want : static_cast<int64_t>(lim.rlim_max));
   }
   return soft;
 }

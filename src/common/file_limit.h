@@ -12,7 +12,7 @@ namespace quilt {
 // Raises the soft RLIMIT_NOFILE to the hard limit (at most `want`) and logs
 // a warning naming both when the result is below `warn_below`. Returns the
 // soft limit now in force (0 if it cannot be read).
-int64_t RaiseOpenFileLimit(const char* daemon, int64_t want = 65536, int64_t warn_below = 4096);
+int64_t RaiseOpenFileLimit(int64_t want = 65536, int64_t warn_below = 4096);
 
 }  // namespace quilt
 

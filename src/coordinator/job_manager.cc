@@ -346,8 +346,9 @@ absl::Status JobManager::Cancel(const std::string& job_id, const std::string& re
           stored.code(),
           absl::StrCat("job ", job_id,
                        " is cancelled, but the coordinator cannot store that yet: it is stored "
-                       "when its state directory takes writes again (a coordinator restart "
-                       "before then would resume the job): ",
+                       "when its state directory takes writes again (if the coordinator "
+                       "restarts before then, executors that had not yet stopped train on: "
+                       "cancel again): ",
                        stored.message()));
     }
   }
@@ -466,6 +467,16 @@ void JobManager::ApplyReport(Job* job, const std::string& node,
       return;
     }
     Finish(job, quilt::v1::JOB_STATE_FAILED, message, node);
+    return;
+  }
+  if (report.state() == quilt::v1::TASK_STATE_CANCELLED) {
+    // Workers stop an executor as cancelled only when the coordinator says
+    // so: this job was cancelled before a restart, and the cancel was not
+    // stored (a full disk).
+    Finish(job, quilt::v1::JOB_STATE_CANCELLED,
+           absl::StrCat("cancelled (the executor on ", node,
+                        " had been stopped by a cancel this coordinator could not store before "
+                        "it restarted)"));
     return;
   }
   if (report.state() == quilt::v1::TASK_STATE_RUNNING &&

@@ -470,6 +470,33 @@ TEST_F(JobManagerTest, ACancelThatCannotBeStoredSaysSoAndIsStoredWhenTheDiskHasR
   EXPECT_EQ(again.List()[0].state(), quilt::v1::JOB_STATE_CANCELLED);
 }
 
+TEST_F(JobManagerTest, AnUnstoredCancelIsTakenFromTheExecutorsItStoppedAfterARestart) {
+  FullDiskStore disk(store_.get());
+  std::string id;
+  {
+    JobManager jobs(&disk, registry_.get(), &clock_, "/ckpt");
+    ASSERT_THAT(jobs.Load(), IsOk());
+    absl::StatusOr<std::string> added = jobs.Add(OnAB(100));
+    ASSERT_THAT(added, IsOk());
+    id = *added;
+    disk.full = true;
+    EXPECT_THAT(jobs.Cancel(id, ""), Not(IsOk()));
+  }
+  // Restarted before the disk had room: the job is running as stored; its
+  // executors, stopped by the cancel, say so.
+  JobManager again(&disk, registry_.get(), &clock_, "/ckpt");
+  ASSERT_THAT(again.Load(), IsOk());
+  HeartbeatRequest hb;
+  hb.set_node_id("a");
+  *hb.add_tasks() = Report(id, quilt::v1::TASK_STATE_CANCELLED, 1, {});
+  HeartbeatResponse out;
+  again.OnHeartbeat(hb, &out);
+  absl::StatusOr<quilt::v1::JobStatus> st = again.Get(id);
+  ASSERT_THAT(st, IsOk());
+  EXPECT_EQ(st->state(), quilt::v1::JOB_STATE_CANCELLED);
+  EXPECT_THAT(st->message(), HasSubstr("stopped by a cancel this coordinator could not store"));
+}
+
 TEST_F(JobManagerTest, AnEndedJobIsStoppedOnItsNodesOnceAndThenLeftAlone) {
   FullDiskStore disk(store_.get());
   JobManager jobs(&disk, registry_.get(), &clock_, "/ckpt");

@@ -26,6 +26,7 @@ using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
+using ::testing::Not;
 using ::testing::SizeIs;
 
 inline quilt::v1::NodeInfo Info(const std::string& id) { return testing::CpuNodeInfo(id); }

@@ -27,7 +27,7 @@ int Fail(const char* what, const absl::Status& s) {
 }
 
 int Run(const CoordinatorConfig& config) {
-  RaiseOpenFileLimit("quilt-coordinator");
+  RaiseOpenFileLimit();
   auto coordinator = Coordinator::Create(config, RealClock::Get());
   if (!coordinator.ok()) return Fail("cannot load state", coordinator.status());
   auto server = rpc::CoordinatorServer::Start(coordinator->get());

@@ -64,7 +64,7 @@ absl::Status AddOpTypeRates(const WorkerConfig& config, quilt::v1::NodeInfo* nod
 }
 
 int Run(WorkerConfig config) {
-  RaiseOpenFileLimit("quilt-worker");
+  RaiseOpenFileLimit();
   if (config.node_id.empty()) config.node_id = LocalHostname();
   if (absl::Status s = ValidateWorkerConfig(config); !s.ok()) {
     QLOG_ERROR("node id from the hostname is not usable: {}; set node_id", s.ToString());
