@@ -136,10 +136,13 @@ std::vector<std::string> ModelProfiles::Calibrate(const Graph& g, int64_t global
     // Profiled at fewer rows when a step of them would be long.
     int64_t rows = large;
     if (predicted.ok() && predicted->step_s > options_.max_step_s) {
-      rows = std::max<int64_t>(2, static_cast<int64_t>(static_cast<double>(large) *
-                                                       options_.max_step_s / predicted->step_s));
+      // (At least 4: the smaller run has 2 rows, as batch norm over one
+      // value per channel is refused.)
+      rows = std::max<int64_t>(std::min<int64_t>(4, large),
+                               static_cast<int64_t>(static_cast<double>(large) *
+                                                    options_.max_step_s / predicted->step_s));
     }
-    const int64_t small = rows / 2;
+    const int64_t small = std::max<int64_t>(1, rows / 2);
     w.id = absl::StrCat(model, "-", w.node, "-", rows);
     bool known = false;
     {

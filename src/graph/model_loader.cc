@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <set>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -89,8 +90,42 @@ std::vector<std::string> FoldedNotes(const Graph& g) {
 
 }  // namespace
 
+namespace {
+
+// Embedding tables looked up directly with two or more all-zero rows: the
+// export drops padding_idx, and with several candidates none is taken.
+std::vector<std::string> ZeroRowNotes(const Graph& g) {
+  std::vector<std::string> notes;
+  std::set<std::string> tables;
+  for (const Op& op : g.ops) {
+    if (op.type == "Gather" && !op.inputs.empty()) tables.insert(op.inputs[0]);
+  }
+  for (const ParameterSpec& p : g.parameters) {
+    if (!tables.count(p.tensor) || !p.value.has_value()) continue;
+    const Tensor& t = *p.value;
+    if (t.dtype() != DType::kF32 || t.rank() != 2 || t.dim(0) < 2) continue;
+    std::vector<int64_t> zero;
+    for (int64_t r = 0; r < t.dim(0); ++r) {
+      const float* row = t.f32() + r * t.dim(1);
+      if (std::all_of(row, row + t.dim(1), [](float v) { return v == 0.0f; })) zero.push_back(r);
+    }
+    if (zero.size() < 2) continue;
+    notes.push_back(absl::StrCat(
+        "embedding ", p.tensor, ": rows ",
+        absl::StrJoin(zero.begin(), zero.begin() + std::min<size_t>(zero.size(), 4), ", "),
+        zero.size() > 4 ? ", …" : "",
+        " are all zeros; the export does not say which, if any, is "
+        "nn.Embedding's padding_idx, so every row trains through the lookup (PyTorch gives the "
+        "padding_idx row no gradient)"));
+  }
+  return notes;
+}
+
+}  // namespace
+
 std::vector<std::string> ModelNotes(const Graph& g) {
   std::vector<std::string> notes = FoldedNotes(g);
+  for (std::string& n : ZeroRowNotes(g)) notes.push_back(std::move(n));
   for (const auto& [name, value] : g.constants) {
     const size_t at = name.find(kPaddingRowMark);
     if (at == std::string::npos) continue;

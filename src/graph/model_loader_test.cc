@@ -44,5 +44,25 @@ TEST(ModelNotes, ExporterFoldedTensorsAreNamedButTransposedWeightsAreNot) {
   EXPECT_THAT(ModelNotes(plain), ::testing::IsEmpty());
 }
 
+TEST(ModelNotes, AnEmbeddingWithSeveralZeroRowsIsNamed) {
+  // A table looked up by ids with rows 0 and 2 all zeros (padding and an
+  // unknown token zeroed by hand): neither is taken for padding_idx.
+  auto table_with_zero_rows = [](std::vector<int64_t> zero) {
+    Graph g = WithParameters({"emb.weight"});
+    std::vector<float> v(4 * 3, 1.0f);
+    for (int64_t r : zero) std::fill(v.begin() + r * 3, v.begin() + r * 3 + 3, 0.0f);
+    g.parameters[0].value = Tensor::FromF32({4, 3}, v);
+    Op lookup;
+    lookup.type = "Gather";
+    lookup.inputs = {"emb.weight", "ids"};
+    g.ops.push_back(lookup);
+    return ModelNotes(g);
+  };
+  EXPECT_THAT(absl::StrJoin(table_with_zero_rows({0, 2}), "\n"),
+              AllOf(HasSubstr("embedding emb.weight: rows 0, 2 are all zeros"),
+                    HasSubstr("every row trains through the lookup")));
+  EXPECT_THAT(table_with_zero_rows({}), ::testing::IsEmpty());
+}
+
 }  // namespace
 }  // namespace quilt

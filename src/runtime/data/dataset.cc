@@ -206,7 +206,8 @@ absl::StatusOr<std::unique_ptr<Dataset>> OpenNumpyDataset(const std::string& inp
       for (int64_t d : dims) absl::StrAppend(&need, ",", d);
       // Per-position labels of a sequence model: its output's classes are
       // on the last axis.
-      const bool positions = std::string(what) == "labels" && dims.size() == 1;
+      const bool positions =
+          std::string(what) == "labels" && dims.size() == 1 && dtype == DType::kI64;
       return absl::InvalidArgumentError(absl::StrCat(
           path, ": ", what, " have shape [", absl::StrJoin(t.dims, ","), "]; the model needs [",
           need, "]",

@@ -240,11 +240,14 @@ absl::Status AbsGrad(KernelContext& c) {
 absl::Status Sqrt(KernelContext& c) {
   return Unary(c, [](float x) { return std::sqrt(x); });
 }
-// No gradient flows where none comes in, though sqrt's slope is infinite
-// at 0: a norm clamped from below (cosine similarity, F.normalize of a zero
-// row) passes 0 to a sqrt of 0, and PyTorch's kernels give 0 there, not NaN.
+// No gradient at sqrt(0), where the slope is infinite: sqrt is how exports
+// compute norms (torch.norm, F.normalize, cosine similarity, std: the
+// square root of a sum of squares), whose PyTorch gradients at a zero
+// vector are 0; an infinite slope times the squares' zero gradient would be
+// NaN.
 absl::Status SqrtGrad(KernelContext& c) {
-  return GradPair(c, [](float dy, float y) { return dy == 0.0f ? 0.0f : dy / (2.0f * y); });
+  return GradPair(
+      c, [](float dy, float y) { return dy == 0.0f || y == 0.0f ? 0.0f : dy / (2.0f * y); });
 }
 absl::Status Exp(KernelContext& c) {
   return Unary(c, [](float x) { return std::exp(x); });

@@ -33,6 +33,12 @@ BnLayout LayoutOf(const KernelContext& ctx, const Tensor& x) {
 absl::Status BatchNormStats(KernelContext& ctx) {
   const Tensor& x = ctx.in(0);
   const BnLayout l = LayoutOf(ctx, x);
+  if (l.global_count <= 1) {
+    // (PyTorch refuses it too: every output would be the bias, whatever x.)
+    return absl::InvalidArgumentError(
+        "batch norm in training over one value per channel (a batch of 1 without spatial dims): "
+        "use a batch of 2 or more");
+  }
   ASSIGN_OR_RETURN(Tensor * mean, ctx.Output(0));
   ASSIGN_OR_RETURN(Tensor * sqmean, ctx.Output(1));
   ParallelFor(l.c, 1, [&](int64_t cb, int64_t ce) {
