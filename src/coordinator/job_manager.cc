@@ -470,13 +470,17 @@ void JobManager::ApplyReport(Job* job, const std::string& node,
     return;
   }
   if (report.state() == quilt::v1::TASK_STATE_CANCELLED) {
-    // Workers stop an executor as cancelled only when the coordinator says
-    // so: this job was cancelled before a restart, and the cancel was not
-    // stored (a full disk).
-    Finish(job, quilt::v1::JOB_STATE_CANCELLED,
-           absl::StrCat("cancelled (the executor on ", node,
-                        " had been stopped by a cancel this coordinator could not store before "
-                        "it restarted)"));
+    // Workers stop an executor only when the coordinator says so: the job
+    // ended before a restart and the end was not stored (a full disk). A
+    // cancel, unless another executor reports the failure that ended it
+    // (CheckNodes waits a little for that).
+    if (job->stopped.message.empty()) {
+      job->stopped = {node,
+                      absl::StrCat("cancelled (the executor on ", node,
+                                   " had been stopped by a cancel this coordinator could not "
+                                   "store before it restarted)"),
+                      clock_->Now()};
+    }
     return;
   }
   if (report.state() == quilt::v1::TASK_STATE_RUNNING &&
@@ -695,6 +699,11 @@ void JobManager::CheckNodes() {
         }
       }
       Finish(&job, quilt::v1::JOB_STATE_FAILED, message, node);
+    }
+    for (auto& [id, job] : jobs_) {
+      if (job.stopped.message.empty() || Ended(job.record.status().state())) continue;
+      if (clock_->Now() - job.stopped.since < kRootCauseWait) continue;
+      Finish(&job, quilt::v1::JOB_STATE_CANCELLED, job.stopped.message, job.stopped.node);
     }
   }
   if (down.empty()) return;

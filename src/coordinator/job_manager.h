@@ -167,6 +167,10 @@ class JobManager {
       std::string node, message;
       absl::Time since;
     } knock_on;
+    // The first executor reported stopped by a cancel this coordinator does
+    // not know of (stored before a restart: a cancel, or the stop of an
+    // ended job's other executors); a failure reported meanwhile wins.
+    KnockOn stopped;
   };
 
   void ApplyReport(Job* job, const std::string& node, const quilt::v1::TaskReport& report)

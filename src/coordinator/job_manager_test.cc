@@ -486,15 +486,37 @@ TEST_F(JobManagerTest, AnUnstoredCancelIsTakenFromTheExecutorsItStoppedAfterARes
   // executors, stopped by the cancel, say so.
   JobManager again(&disk, registry_.get(), &clock_, "/ckpt");
   ASSERT_THAT(again.Load(), IsOk());
-  HeartbeatRequest hb;
-  hb.set_node_id("a");
-  *hb.add_tasks() = Report(id, quilt::v1::TASK_STATE_CANCELLED, 1, {});
-  HeartbeatResponse out;
-  again.OnHeartbeat(hb, &out);
+  auto beat = [&](JobManager& jobs, const std::string& node, const TaskReport& r) {
+    HeartbeatRequest hb;
+    hb.set_node_id(node);
+    *hb.add_tasks() = r;
+    HeartbeatResponse out;
+    jobs.OnHeartbeat(hb, &out);
+  };
+  beat(again, "a", Report(id, quilt::v1::TASK_STATE_CANCELLED, 1, {}));
+  // (A failure another executor reports first would win: below.)
+  EXPECT_NE(again.Get(id)->state(), quilt::v1::JOB_STATE_CANCELLED);
+  clock_.Advance(absl::Seconds(4));
+  again.CheckNodes();
   absl::StatusOr<quilt::v1::JobStatus> st = again.Get(id);
   ASSERT_THAT(st, IsOk());
   EXPECT_EQ(st->state(), quilt::v1::JOB_STATE_CANCELLED);
   EXPECT_THAT(st->message(), HasSubstr("stopped by a cancel this coordinator could not store"));
+
+  // A job that failed with its end unstored: its other executor, stopped
+  // because it failed, reports first; the failure, reported next, names
+  // the cause.
+  disk.full = false;
+  absl::StatusOr<std::string> failed = again.Add(OnAB(100));
+  ASSERT_THAT(failed, IsOk());
+  beat(again, "a", Report(*failed, quilt::v1::TASK_STATE_CANCELLED, 1, {}));
+  TaskReport broke = Report(*failed, quilt::v1::TASK_STATE_FAILED, 1, {});
+  broke.set_message("out of memory at step 3");
+  beat(again, "b", broke);
+  clock_.Advance(absl::Seconds(4));
+  again.CheckNodes();
+  EXPECT_EQ(again.Get(*failed)->state(), quilt::v1::JOB_STATE_FAILED);
+  EXPECT_THAT(again.Get(*failed)->message(), HasSubstr("out of memory at step 3"));
 }
 
 TEST_F(JobManagerTest, AnEndedJobIsStoppedOnItsNodesOnceAndThenLeftAlone) {

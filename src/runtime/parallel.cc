@@ -57,6 +57,13 @@ class Pool {
       fn(0, n);
       return;
     }
+    // One loop at a time: a second caller (another device's thread in the
+    // same process) runs its loop on its own thread instead of waiting.
+    std::unique_lock<std::mutex> running(run_mu_, std::try_to_lock);
+    if (!running.owns_lock()) {
+      fn(0, n);
+      return;
+    }
     {
       std::lock_guard<std::mutex> lock(mu_);
       fn_ = &fn;
@@ -123,6 +130,7 @@ class Pool {
 
   int threads_ = 1;
   std::vector<std::thread> workers_;
+  std::mutex run_mu_;  // held by the caller whose loop runs
   std::mutex mu_;
   std::condition_variable cv_, done_;
   std::atomic<bool> stop_{false};

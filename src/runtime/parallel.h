@@ -16,7 +16,9 @@ void SetComputeThreads(int n);
 int ComputeThreads();
 
 // Calls fn(begin, end) over disjoint chunks covering [0, n); returns when
-// all are done. Not reentrant: fn must not call ParallelFor.
+// all are done. Not reentrant: fn must not call ParallelFor. Callers on
+// several threads at once are safe: one loop uses the pool, the others run
+// on their own thread.
 void ParallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
 
 }  // namespace quilt

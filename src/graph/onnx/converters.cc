@@ -83,7 +83,13 @@ absl::StatusOr<Broadcast> BroadcastDims(const std::vector<std::vector<int64_t>>&
     strides.push_back(std::move(st));
   }
   int64_t n = 1;
-  for (int64_t v : b.dims) n *= v;
+  for (int64_t v : b.dims) {
+    if (v < 0) return absl::InvalidArgumentError(absl::StrCat("a negative dim (", v, ")"));
+    if (v > 0 && n > (int64_t{1} << 28) / v) {
+      return absl::InvalidArgumentError("a constant of more than 2^28 elements");
+    }
+    n *= v;
+  }
   b.from.assign(operands.size(), std::vector<int64_t>(static_cast<size_t>(n)));
   std::vector<int64_t> idx(rank, 0);
   for (int64_t e = 0; e < n; ++e) {
@@ -641,7 +647,12 @@ absl::StatusOr<std::optional<Tensor>> ExpandConstant(ImportContext& ctx, const T
   for (int i = 0; i < rank; ++i) {
     const int ci = i - (rank - c.rank());
     const int64_t v = bc->dims[i];
-    if (ctx.symbolic_batch() && (ci < 0 || c.dim(ci) == 1) && b0 > 0 && v > 0 && v % b0 == 0) {
+    // (A fixed-batch export's float constant expanded to the batch is the
+    // batch's too, as the op path takes it; integers there were refused.)
+    const bool new_dim = ci < 0 || c.dim(ci) == 1;
+    if (new_dim && b0 > 0 && v > 0 &&
+        ((ctx.symbolic_batch() && v % b0 == 0) ||
+         (!ctx.symbolic_batch() && v == b0 && c.dtype() == DType::kF32))) {
       return std::optional<Tensor>();
     }
   }

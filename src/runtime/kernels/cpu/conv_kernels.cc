@@ -141,7 +141,15 @@ absl::Status EachGroup(const ConvGeom& g, const std::function<void(const GroupWo
   const int64_t chunk = ImagesPerChunk(g);
   const int64_t scratch = (g.ckk + g.mg) * chunk * plane;  // floats per runner
   const int threads = ComputeThreads();
-  if (g.win.group == 1 || threads <= 1) {
+  // Runners side by side, their scratch 128 MiB in all at most; only when
+  // there are groups enough for the threads, or each group's GEMM is too
+  // small to split (Sgemm runs those on one thread anyway).
+  const int64_t runners = std::max<int64_t>(
+      1, std::min<int64_t>(
+             {threads, g.win.group, (int64_t{32} << 20) / std::max<int64_t>(1, scratch)}));
+  const double group_flops = 2.0 * static_cast<double>(g.mg) * static_cast<double>(g.ckk) *
+                             static_cast<double>(chunk * plane);
+  if (runners < 2 || (g.win.group < threads && group_flops >= 4e6)) {
     Tensor col_t, buf_t;
     ASSIGN_OR_RETURN(float* col, Scratch(&col_t, g.ckk * chunk * plane));
     ASSIGN_OR_RETURN(float* buf, Scratch(&buf_t, g.mg * chunk * plane));
@@ -152,10 +160,6 @@ absl::Status EachGroup(const ConvGeom& g, const std::function<void(const GroupWo
     }
     return absl::OkStatus();
   }
-  // Runners side by side, their scratch 128 MiB in all at most.
-  const int64_t runners = std::max<int64_t>(
-      1, std::min<int64_t>(
-             {threads, g.win.group, (int64_t{32} << 20) / std::max<int64_t>(1, scratch)}));
   std::atomic<bool> out_of_memory{false};
   ParallelFor(runners, 1, [&](int64_t first, int64_t end) {
     for (int64_t r = first; r < end; ++r) {
