@@ -616,7 +616,7 @@ absl::Status Executor::Impl::Run() {
         }
       }
     }
-    if (report.has_loss && !std::isfinite(report.loss_part)) {
+    if (report.has_loss && !std::isfinite(report.loss_part) && !options_.timing_only) {
       // Parameters that took this step's update would be NaN from now on.
       return absl::FailedPreconditionError(absl::StrCat(
           "the loss is ", report.loss_part, " at step ", step,
@@ -624,6 +624,7 @@ absl::Status Executor::Impl::Run() {
           "high"));
     }
     for (auto& dev : devices_) {
+      if (options_.timing_only) break;
       // Read before any is written: an update's target may be another's
       // source.
       std::vector<std::vector<std::pair<InstanceKey, Tensor>>> sources;

@@ -50,6 +50,10 @@ struct ExecutorOptions {
   std::map<std::string, double> slowdown;
   // Record every instruction's start and end.
   bool trace = false;
+  // Every step computes its updates and applies none (the parameters stay
+  // as they began): a profile's timing run on synthetic data, which the
+  // job's learning rate could make diverge, times the same work.
+  bool timing_only = false;
   // Called after each step; an error ends the run with it (e.g. a
   // checkpoint that cannot be written).
   std::function<absl::Status(const ExecutorStep&)> on_step;

@@ -118,6 +118,9 @@ int main(int argc, char** argv) {
                  "Checkpoint every N steps (0: only after the last)")
       ->check(CLI::NonNegativeNumber);
   app.add_flag("--progress", progress, "One JSON line per step on stdout");
+  bool timing_only = false;
+  app.add_flag("--timing-only", timing_only,
+               "Compute every step's updates without applying them (profiling runs)");
   app.add_option("--cpus", cpus, "Run on these CPUs only (a list like 0,2-3)");
   if (std::optional<int> code = quilt::ParseCommandLine(app, argc, argv)) return *code;
 
@@ -143,6 +146,7 @@ int main(int argc, char** argv) {
     return Fail(absl::StrCat("--rank ", rank, " is outside the world of ", nodes.size()));
   }
   quilt::ExecutorOptions options;
+  options.timing_only = timing_only;
   options.steps = steps;
   options.seed = seed;
   options.step_timeout = absl::Seconds(step_timeout);

@@ -12,7 +12,7 @@
 
 namespace quilt::testing {
 
-inline Graph ZooTrainingGraph(const std::string& model) {
+inline Graph ZooTrainingGraph(const std::string& model, float learning_rate = 0.01f) {
   absl::StatusOr<Graph> g = zoo::BuildZooModel(model);
   EXPECT_TRUE(g.ok()) << g.status();
   if (!g.ok()) return Graph();
@@ -20,6 +20,7 @@ inline Graph ZooTrainingGraph(const std::string& model) {
   to.loss = LossType::kSoftmaxCrossEntropy;
   to.optimizer.kind = OptimizerSpec::Kind::kSgd;
   to.optimizer.momentum = 0.9;
+  to.optimizer.learning_rate = learning_rate;
   const absl::Status built = BuildTrainingGraph(&*g, to);
   EXPECT_TRUE(built.ok()) << built;
   return std::move(*g);

@@ -142,23 +142,14 @@ absl::Status ModelProfiler::RunOne(const quilt::v1::ModelProfile& profile, int i
   std::filesystem::create_directories(dir + "/rdv", ec);
   if (ec) return absl::UnavailableError("cannot create " + dir + ": " + ec.message());
   RETURN_IF_ERROR(WriteFileAtomically(dir + "/program.pb", run.program()));
-  std::vector<std::string> argv = {options_.executor_path,
-                                   "--program",
-                                   dir + "/program.pb",
-                                   "--world",
-                                   options_.node_id,
-                                   "--rank",
-                                   "0",
-                                   "--rendezvous",
-                                   dir + "/rdv",
-                                   "--steps",
-                                   std::to_string(std::max<int64_t>(1, profile.steps())),
-                                   "--data",
-                                   "synthetic",
-                                   "--threads",
-                                   std::to_string(options_.threads),
-                                   "--out",
-                                   dir + "/out"};
+  std::vector<std::string> argv = {
+      options_.executor_path, "--program", dir + "/program.pb", "--world", options_.node_id,
+      "--rank", "0", "--rendezvous", dir + "/rdv", "--steps",
+      std::to_string(std::max<int64_t>(1, profile.steps())), "--data", "synthetic", "--threads",
+      std::to_string(options_.threads), "--out", dir + "/out",
+      // (The job's learning rate on synthetic
+      // data may diverge: nothing is applied.)
+      "--timing-only"};
   if (options_.compute_slowdown > 1) {
     argv.insert(argv.end(),
                 {"--slowdown", absl::StrCat(profile.device(), "=", options_.compute_slowdown)});

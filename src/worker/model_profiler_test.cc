@@ -28,8 +28,8 @@ quilt::v1::Device Cpu() {
   return d;
 }
 
-std::string Program(int64_t rows) {
-  const Graph g = testing::ZooTrainingGraph("mlp");
+std::string Program(int64_t rows, float learning_rate = 0.01f) {
+  const Graph g = testing::ZooTrainingGraph("mlp", learning_rate);
   absl::StatusOr<quilt::v1::DistributedProgram> p = OneDeviceProgram(g, Cpu(), rows);
   EXPECT_THAT(p.status(), IsOk());
   return p->SerializeAsString();
@@ -132,6 +132,24 @@ TEST(ModelProfiler, AProfileTakenWhileJobsRunSaysSoAndIsRunAgainWhenAsked) {
     profiler.Ack(r);
   }
   EXPECT_NE(walls[0], walls[1]);  // measured again, not the first result re-sent
+}
+
+TEST(ModelProfiler, AJobsLearningRateThatDivergesOnSyntheticDataStillProfiles) {
+  // The program is the job's own, its learning rate far too high for the
+  // synthetic data: the timing run applies no update, so it cannot diverge.
+  testing::TempDir dir;
+  quilt::v1::ModelProfile p;
+  p.set_profile_id("diverging");
+  p.set_device("n0/cpu:0");
+  p.set_steps(12);
+  p.set_warmup_steps(2);
+  auto* run = p.add_runs();
+  run->set_rows(64);
+  run->set_program(Program(64, 1e6f));
+  const quilt::v1::ModelProfileResult r = Profile(p, dir.path());
+  EXPECT_EQ(r.error(), "");
+  ASSERT_EQ(r.runs_size(), 1);
+  EXPECT_GT(r.runs(0).step_time_s(), 0);
 }
 
 TEST(ModelProfiler, AProgramTheExecutorRejectsFailsTheProfile) {

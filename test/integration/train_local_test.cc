@@ -128,10 +128,11 @@ INSTANTIATE_TEST_SUITE_P(
     [](const auto& info) { return info.param.name + "_" + info.param.optimizer; });
 
 TEST(TrainLocal, SyntheticData_LossFalls) {
-  // A zoo model, and an exported one whose loss is inside it (its labels
-  // reach the loss through a reshape).
+  // A zoo model, and exported ones whose loss is inside them (their labels
+  // reach the loss through a reshape; through a slice, labels[:, 1:]).
   for (const std::string model :
-       {std::string("zoo:mlp"), RunfilePath("test/fixtures/mlp_loss_in_model/model.onnx")}) {
+       {std::string("zoo:mlp"), RunfilePath("test/fixtures/mlp_loss_in_model/model.onnx"),
+        RunfilePath("test/fixtures/lm_blocks/model.onnx")}) {
     auto r = RunCommand({RunfilePath("src/cli/quiltctl"), "train-local", model, "--data",
                          "synthetic", "--batch", "32", "--steps", "30", "--optimizer", "adam",
                          "--lr", "0.003", "--threads", "1", "-o", "json"},

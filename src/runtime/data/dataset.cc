@@ -253,14 +253,15 @@ absl::StatusOr<std::unique_ptr<Dataset>> MakeSyntheticDataset(const Graph& graph
   }
   int64_t classes = 0;
   if (sig.label.dtype == DType::kI64) {
-    // The labels as the loss reads them: through the reshapes a model with
-    // its loss inside applies (y.reshape(-1)).
+    // The labels as the loss reads them: through the reshapes and slices a
+    // model with its loss inside applies (y.reshape(-1), y[:, 1:]).
     std::set<std::string> labels = {sig.label.name};
     for (bool grew = true; grew;) {
       grew = false;
       for (const Op& op : graph.ops) {
         const bool view = op.type == "Reshape" || op.type == "Flatten" || op.type == "Squeeze" ||
-                          op.type == "Unsqueeze";
+                          op.type == "Unsqueeze" || op.type == "Slice" || op.type == "Cast" ||
+                          op.type == "Identity";
         if (view && !op.inputs.empty() && labels.count(op.inputs[0]) && !op.outputs.empty() &&
             labels.insert(op.outputs[0]).second) {
           grew = true;
