@@ -32,9 +32,11 @@
 namespace quilt {
 
 struct ProfileOptions {
-  // Seconds of measured steps each run aims for (at least min_steps).
+  // Seconds of measured steps each run aims for (at least min_steps; at
+  // most max_steps: steps of a millisecond or less need a couple of hundred
+  // for a median that noise does not swing).
   double run_s = 0.5;
-  int64_t min_steps = 4, max_steps = 30;
+  int64_t min_steps = 4, max_steps = 200;
   int64_t warmup_steps = 2;
   // Rows a profile runs at most: those a step of about this long computes
   // (predicted from the device's start-up figures). A device's rows beyond
