@@ -41,6 +41,12 @@ absl::StatusOr<std::string> ReshapeTo(ImportContext& ctx, const std::string& x,
 // A graph constant holding the float32 scalar v.
 absl::StatusOr<std::string> ScalarConstant(ImportContext& ctx, const std::string& name, float v);
 
+// Element-wise ops and Expand, folded on constants (elementwise_converters.cc).
+absl::Status Binary(ImportContext& ctx, const Node& node);
+absl::Status Unary(ImportContext& ctx, const Node& node);
+absl::Status Reciprocal(ImportContext& ctx, const Node& node);
+absl::Status ConstantOnlyUnary(ImportContext& ctx, const Node& node);
+absl::Status ExpandNode(ImportContext& ctx, const Node& node);
 // Activations and windowed layers (layer_converters.cc).
 absl::Status LeakyRelu(ImportContext& ctx, const Node& node);
 absl::Status HardSigmoidLike(ImportContext& ctx, const Node& node);
