@@ -108,6 +108,9 @@ class Graph {
   bool has_backward = false;
   int64_t reference_batch = 0;
   std::vector<StateUpdate> updates;
+  // What the import noticed about how the model will train (shown with
+  // ModelNotes; not serialized).
+  std::vector<std::string> import_notes;
 
   // Tensors in insertion order. Errors: ALREADY_EXISTS for a duplicate name.
   absl::Status AddTensor(TensorInfo info);

@@ -126,6 +126,7 @@ std::vector<std::string> ZeroRowNotes(const Graph& g) {
 std::vector<std::string> ModelNotes(const Graph& g) {
   std::vector<std::string> notes = FoldedNotes(g);
   for (std::string& n : ZeroRowNotes(g)) notes.push_back(std::move(n));
+  notes.insert(notes.end(), g.import_notes.begin(), g.import_notes.end());
   for (const auto& [name, value] : g.constants) {
     const size_t at = name.find(kPaddingRowMark);
     if (at == std::string::npos) continue;

@@ -124,7 +124,8 @@ INSTANTIATE_TEST_SUITE_P(
         Fixture{"bool_mask_lm", "sgd"}, Fixture{"recurrent_fixed", "sgd"},
         Fixture{"pixel_shuffler", "sgd"}, Fixture{"pixel_shuffler", "adam"},
         Fixture{"swin_blocks", "sgd"}, Fixture{"swin_blocks", "adam"}, Fixture{"lm_blocks", "sgd"},
-        Fixture{"lm_blocks", "adam"}),
+        Fixture{"lm_blocks", "adam"}, Fixture{"shared_layers", "sgd"},
+        Fixture{"shared_layers", "adam"}),
     [](const auto& info) { return info.param.name + "_" + info.param.optimizer; });
 
 TEST(TrainLocal, SyntheticData_LossFalls) {

@@ -9,6 +9,7 @@
 #include <map>
 #include <optional>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "src/common/status.h"
@@ -37,12 +38,19 @@ absl::StatusOr<std::string> ScalarConstant(ImportContext& ctx, const std::string
 namespace {
 
 absl::Status Identity(ImportContext& ctx, const Node& node) {
+  if (ctx.IsParameterInitializer(node, 0) && ctx.identities_share()) {
+    // One weight used in several places (a layer applied more than once).
+    ASSIGN_OR_RETURN(std::string p, ctx.Data(node, 0));
+    ctx.SetTensor(node.output(0), p);
+    return absl::OkStatus();
+  }
   if (ctx.IsParameterInitializer(node, 0)) {
     // The exporter deduplicates equal initializers (e.g. every LayerNorm's
     // ones) behind Identity nodes; in the model they are separate parameters.
     ASSIGN_OR_RETURN(Tensor v, ctx.Const(node, 0));
     ASSIGN_OR_RETURN(std::string p,
                      ctx.b().AddParameterValue(ctx.b().UniqueName(node.output(0)), v.Clone()));
+    if (absl::StartsWith(node.input(0), "onnx::")) ctx.NoteUntiedCopy(node.input(0), p);
     ctx.SetTensor(node.output(0), p);
     return absl::OkStatus();
   }

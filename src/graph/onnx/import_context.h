@@ -62,6 +62,18 @@ class ImportContext {
   // Whether a node or the graph's outputs read the ONNX value.
   bool IsRead(const std::string& onnx_name) const { return read_.count(onnx_name) > 0; }
   void SetRead(std::set<std::string> names) { read_ = std::move(names); }
+  // Whether an Identity of a parameter initializer is that parameter (a
+  // weight shared by several uses: a training-mode export merges only
+  // those) or a copy trained on its own (an eval-mode export also merges
+  // parameters of equal values: every LayerNorm's ones).
+  bool identities_share() const { return identities_share_; }
+  void set_identities_share(bool share) { identities_share_ = share; }
+  // A copy of a folded tensor the export merged (equal values, or one
+  // shared weight: an eval-mode export cannot tell) that trains apart.
+  void NoteUntiedCopy(const std::string& source, const std::string& copy) {
+    untied_.push_back(copy + " (of " + source + ")");
+  }
+  const std::vector<std::string>& untied_copies() const { return untied_; }
   absl::StatusOr<TensorType> TypeOf(const std::string& tensor) { return builder_.TypeOf(tensor); }
 
   // Adds a Quilt op for `node` and maps its first `map_outputs` outputs
@@ -80,6 +92,8 @@ class ImportContext {
   int64_t export_batch_;
   int64_t opset_ = 0;
   bool symbolic_batch_;
+  bool identities_share_ = false;
+  std::vector<std::string> untied_;
   std::map<std::string, std::string> tensors_;  // ONNX name → graph tensor
   std::map<std::string, Tensor> constants_;     // ONNX name → known value
   std::map<std::string, Tensor> initializers_;  // not yet materialized

@@ -195,6 +195,18 @@ absl::StatusOr<Graph> ImportOnnx(const std::string& bytes, const OnnxImportOptio
   }
   ctx.TieTransposedCopies();
   ctx.SetGradientReach(onnx_import::GradientReach(gp));
+  // An export that merged named parameters behind Identity nodes merged
+  // equal values (eval mode: deep-copied layers, LayerNorm ones), which
+  // train apart; one that did not merged only tensors of one weight (a
+  // training-mode export: the transposed copies of a layer applied twice).
+  std::set<std::string> initializers;
+  for (const auto& t : gp.initializer()) initializers.insert(t.name());
+  bool merged_named = false;
+  for (const onnx::NodeProto& n : gp.node()) {
+    merged_named |= n.op_type() == "Identity" && n.input_size() == 1 &&
+                    initializers.count(n.input(0)) > 0 && !absl::StartsWith(n.input(0), "onnx::");
+  }
+  ctx.set_identities_share(!merged_named);
   for (const onnx::ValueInfoProto* in : inputs) {
     if (!in->type().has_tensor_type()) {
       return absl::InvalidArgumentError(src + ": input '" + in->name() + "' is not a tensor");
@@ -260,6 +272,16 @@ absl::StatusOr<Graph> ImportOnnx(const std::string& bytes, const OnnxImportOptio
     absl::StatusOr<std::string> t = ctx.Data(probe, 0);
     if (!t.ok()) return Fail(src, Annotate(t.status(), "output '" + out.name() + "'"));
     g.outputs.push_back(*t);
+  }
+  if (!ctx.untied_copies().empty()) {
+    const std::vector<std::string>& u = ctx.untied_copies();
+    g.import_notes.push_back(absl::StrCat(
+        "tensors the export holds once, behind Identity nodes, train as copies of their own: ",
+        absl::StrJoin(u.begin(), u.begin() + std::min<size_t>(u.size(), 3), ", "),
+        u.size() > 3 ? ", …" : "",
+        "; an eval-mode export merges equal values as well as a weight used more than once (a "
+        "layer applied repeatedly), which PyTorch trains as one: export with "
+        "training=torch.onnx.TrainingMode.TRAINING or do_constant_folding=False"));
   }
   if (!g.loss.output.empty()) {
     const std::string label = SourceInput(g, g.loss.label);
