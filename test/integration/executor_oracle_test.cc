@@ -470,7 +470,9 @@ INSTANTIATE_TEST_SUITE_P(
                       // the batch, a padding row tied to the output layer.
                       Case{{"lm_blocks", "sgd", 16}, 2, 1},
                       // One layer applied three times: one weight, summed gradients.
-                      Case{{"shared_layers", "sgd", 16}, 2, 1}),
+                      Case{{"shared_layers", "sgd", 16}, 2, 1},
+                      // Or / And of masks, int64 counts over each replica's rows.
+                      Case{{"mask_ops", "sgd", 16}, 2, 1}),
     [](const auto& info) {
       const Case& c = info.param;
       return absl::StrCat(c.model.name, "_", c.model.optimizer, "_", c.nodes, "x", c.per_node);

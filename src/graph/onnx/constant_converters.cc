@@ -264,8 +264,10 @@ absl::Status Gather(ImportContext& ctx, const Node& node) {
 
 absl::Status ShapeNode(ImportContext& ctx, const Node& node) {
   std::vector<int64_t> dims;
+  DType in_type = DType::kF32;
   if (const Tensor* c = ctx.ConstantInput(node, 0)) {
     dims = c->dims();
+    in_type = c->dtype();
   } else {
     ASSIGN_OR_RETURN(std::string x, ctx.Data(node, 0));
     ASSIGN_OR_RETURN(TensorType t, ctx.TypeOf(x));
@@ -299,6 +301,13 @@ absl::Status ConstantOfShape(ImportContext& ctx, const Node& node) {
   const bool batched = batch_at != dims.end();
   // Integers over the batch (torch.zeros(ids.shape, dtype=torch.long): token
   // types): a float constant expanded, then cast back (exact below 2^24).
+  const auto* attr = FindAttr(node, "value");
+  const bool boolean = attr != nullptr && attr->t().data_type() == onnx::TensorProto::BOOL;
+  if (batched && boolean && value.numel() == 1) {
+    // A mask over the batch (torch.zeros(B, 1, dtype=torch.bool)): 0s or 1s
+    // as floats, as masks of data are.
+    value = Tensor::ScalarF32(NumberAt(value, 0) != 0 ? 1.0f : 0.0f);
+  }
   const bool ints = batched && value.dtype() == DType::kI64 && value.numel() == 1 &&
                     std::abs(value.i64()[0]) < (int64_t{1} << 24);
   if (ints) value = Tensor::ScalarF32(static_cast<float>(value.i64()[0]));
@@ -330,6 +339,41 @@ absl::Status ConstantOfShape(ImportContext& ctx, const Node& node) {
   Attrs to_int;
   to_int.SetString("to", "i64");
   return ctx.Emit(node, "Cast", {e}, std::move(to_int));
+}
+
+// EyeLike (torch.eye(n) of a fixed n, in forward: a GCN's self-loops): an
+// identity matrix shaped like its input, ones on diagonal k.
+absl::Status EyeLikeNode(ImportContext& ctx, const Node& node) {
+  std::vector<int64_t> dims;
+  DType in_type = DType::kF32;
+  if (const Tensor* c = ctx.ConstantInput(node, 0)) {
+    dims = c->dims();
+    in_type = c->dtype();
+  } else {
+    ASSIGN_OR_RETURN(std::string x, ctx.Data(node, 0));
+    ASSIGN_OR_RETURN(TensorType t, ctx.TypeOf(x));
+    if (t.shape.HasBatch()) {
+      return absl::InvalidArgumentError("EyeLike of a tensor holding the batch");
+    }
+    dims = t.shape.Concrete(ctx.export_batch());
+  }
+  if (dims.size() != 2) return absl::InvalidArgumentError("EyeLike of a tensor not of rank 2");
+  const int64_t k = AttrInt(node, "k", 0);
+  // The dtype attribute's type, else the input's.
+  const int64_t dtype = AttrInt(node, "dtype", -1);
+  const bool ints = dtype == onnx::TensorProto::INT64 || (dtype < 0 && in_type == DType::kI64);
+  ASSIGN_OR_RETURN(Tensor out, Tensor::Zeros(ints ? DType::kI64 : DType::kF32, dims));
+  for (int64_t r = 0; r < dims[0]; ++r) {
+    const int64_t col = r + k;
+    if (col < 0 || col >= dims[1]) continue;
+    if (ints) {
+      out.i64()[r * dims[1] + col] = 1;
+    } else {
+      out.f32()[r * dims[1] + col] = 1.0f;
+    }
+  }
+  ctx.SetConstant(node.output(0), std::move(out));
+  return absl::OkStatus();
 }
 
 // Equal and Where on constants: the shape arithmetic PyTorch exports for

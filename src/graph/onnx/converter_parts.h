@@ -47,6 +47,11 @@ absl::Status Unary(ImportContext& ctx, const Node& node);
 absl::Status Reciprocal(ImportContext& ctx, const Node& node);
 absl::Status ConstantOnlyUnary(ImportContext& ctx, const Node& node);
 absl::Status ExpandNode(ImportContext& ctx, const Node& node);
+absl::Status Logical(ImportContext& ctx, const Node& node);
+// Quilt op `type` of `inputs` computed in float32 (int64 inputs cast to it,
+// exact below 2^24) and cast back to int64: integer data (ids, counts).
+absl::Status EmitInFloat(ImportContext& ctx, const Node& node, const std::string& type,
+                         const std::vector<std::string>& inputs, Attrs attrs);
 // Activations and windowed layers (layer_converters.cc).
 absl::Status LeakyRelu(ImportContext& ctx, const Node& node);
 absl::Status HardSigmoidLike(ImportContext& ctx, const Node& node);
@@ -82,6 +87,7 @@ absl::Status Slice(ImportContext& ctx, const Node& node);
 absl::Status Gather(ImportContext& ctx, const Node& node);
 absl::Status ShapeNode(ImportContext& ctx, const Node& node);
 absl::Status ConstantOfShape(ImportContext& ctx, const Node& node);
+absl::Status EyeLikeNode(ImportContext& ctx, const Node& node);
 absl::Status WhereNode(ImportContext& ctx, const Node& node);
 absl::Status Cast(ImportContext& ctx, const Node& node);
 absl::Status RangeNode(ImportContext& ctx, const Node& node);

@@ -437,6 +437,11 @@ absl::Status Reduce(ImportContext& ctx, const Node& node) {
   a.SetInt("noop_with_empty_axes", AttrInt(node, "noop_with_empty_axes", 0));
   ASSIGN_OR_RETURN(std::string x, ctx.Data(node, 0));
   const std::string& type = node.op_type();
+  ASSIGN_OR_RETURN(TensorType xt, ctx.TypeOf(x));
+  if ((type == "ReduceSum" || type == "ReduceMax") && xt.dtype == DType::kI64) {
+    // A count of a mask's ones ((~pad).sum(1)): in float32, cast back.
+    return EmitInFloat(ctx, node, type, {x}, std::move(a));
+  }
   if (type == "ReduceMean" || type == "ReduceMax" || type == "ReduceSum") {
     return ctx.Emit(node, type, {x}, std::move(a));
   }
@@ -572,6 +577,9 @@ const std::map<std::string, Converter>& Converters() {
       {"Max", MaxMin},
       {"Min", MaxMin},
       {"Mod", ModNode},
+      {"And", Logical},
+      {"Or", Logical},
+      {"Xor", Logical},
       {"Tile", Tile},
       {"DepthToSpace", DepthToSpace},
       {"SpaceToDepth", SpaceToDepth},
@@ -628,6 +636,7 @@ const std::map<std::string, Converter>& Converters() {
       {"Gather", Gather},
       {"Shape", ShapeNode},
       {"ConstantOfShape", ConstantOfShape},
+      {"EyeLike", EyeLikeNode},
       {"Equal", CompareNode},
       {"Where", WhereNode},
       {"Expand", ExpandNode},

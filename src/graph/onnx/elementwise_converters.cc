@@ -191,6 +191,27 @@ absl::Status ConstantOnlyUnary(ImportContext& ctx, const Node& node) {
       "depends on the model's inputs or parameters"));
 }
 
+absl::Status EmitInFloat(ImportContext& ctx, const Node& node, const std::string& type,
+                         const std::vector<std::string>& inputs, Attrs attrs) {
+  const std::string at = node.name().empty() ? type : node.name();
+  Attrs to_float, to_int;
+  to_float.SetString("to", "f32");
+  to_int.SetString("to", "i64");
+  std::vector<std::string> floats;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    ASSIGN_OR_RETURN(TensorType t, ctx.TypeOf(inputs[i]));
+    if (t.dtype != DType::kI64) {
+      floats.push_back(inputs[i]);
+      continue;
+    }
+    ASSIGN_OR_RETURN(std::string f, ctx.b().Add("Cast", {inputs[i]}, to_float,
+                                                absl::StrCat(at, "/in", i, "_f32")));
+    floats.push_back(f);
+  }
+  ASSIGN_OR_RETURN(std::string f, ctx.b().Add(type, floats, std::move(attrs), at + "/f32"));
+  return ctx.Emit(node, "Cast", {f}, std::move(to_int));
+}
+
 absl::Status Binary(ImportContext& ctx, const Node& node) {
   if (FoldBinary(ctx, node)) return absl::OkStatus();
   const std::string& type = node.op_type();
@@ -202,17 +223,63 @@ absl::Status Binary(ImportContext& ctx, const Node& node) {
     ASSIGN_OR_RETURN(TensorType ta, ctx.TypeOf(a));
     ASSIGN_OR_RETURN(TensorType tb, ctx.TypeOf(b));
     if (ta.dtype == DType::kI64 && tb.dtype == DType::kI64) {
-      const std::string at = node.name().empty() ? type : node.name();
-      Attrs to_float, to_int;
-      to_float.SetString("to", "f32");
-      to_int.SetString("to", "i64");
-      ASSIGN_OR_RETURN(std::string fa, ctx.b().Add("Cast", {a}, to_float, at + "/a_f32"));
-      ASSIGN_OR_RETURN(std::string fb, ctx.b().Add("Cast", {b}, to_float, at + "/b_f32"));
-      ASSIGN_OR_RETURN(std::string f, ctx.b().Add(type, {fa, fb}, {}, at + "/f32"));
-      return ctx.Emit(node, "Cast", {f}, std::move(to_int));
+      return EmitInFloat(ctx, node, type, {a, b}, {});
     }
   }
   return Direct(ctx, node, type);
+}
+
+// And, Or and Xor of masks: folded on constants; on data (masks are 0s and
+// 1s as floats) a·b, a + b − a·b and a + b − 2·a·b.
+absl::Status Logical(ImportContext& ctx, const Node& node) {
+  const std::string& type = node.op_type();
+  const Tensor* ca = ctx.ConstantInput(node, 0);
+  const Tensor* cb = ctx.ConstantInput(node, 1);
+  if (ca != nullptr && cb != nullptr) {
+    RETURN_IF_ERROR(CheckNumeric(*ca, type));
+    RETURN_IF_ERROR(CheckNumeric(*cb, type));
+    ASSIGN_OR_RETURN(Broadcast bc, BroadcastDims({ca->dims(), cb->dims()}));
+    ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(DType::kBool, bc.dims));
+    for (int64_t i = 0; i < out.numel(); ++i) {
+      const bool x = NumberAt(*ca, bc.from[0][i]) != 0, y = NumberAt(*cb, bc.from[1][i]) != 0;
+      static_cast<uint8_t*>(out.raw())[i] = type == "And"  ? (x && y)
+                                            : type == "Or" ? (x || y)
+                                                           : (x != y);
+    }
+    ctx.SetConstant(node.output(0), std::move(out));
+    return absl::OkStatus();
+  }
+  const std::string at = node.name().empty() ? type : node.name();
+  std::vector<std::string> masks;
+  for (int i = 0; i < 2; ++i) {
+    if (const Tensor* c = ctx.ConstantInput(node, i)) {
+      // A fixed mask (a causal one): its 0s and 1s as floats.
+      RETURN_IF_ERROR(CheckNumeric(*c, type));
+      ASSIGN_OR_RETURN(Tensor f, Tensor::Empty(DType::kF32, c->dims()));
+      for (int64_t e = 0; e < f.numel(); ++e) f.f32()[e] = NumberAt(*c, e) != 0 ? 1.0f : 0.0f;
+      ASSIGN_OR_RETURN(std::string m,
+                       ctx.b().AddConstant(absl::StrCat(at, "/mask", i), std::move(f)));
+      masks.push_back(m);
+      continue;
+    }
+    ASSIGN_OR_RETURN(std::string m, ctx.Data(node, i));
+    ASSIGN_OR_RETURN(TensorType tt, ctx.TypeOf(m));
+    if (tt.dtype != DType::kF32) {
+      return absl::InvalidArgumentError(absl::StrCat(type, " of ", DTypeName(tt.dtype),
+                                                     " data (masks of comparisons are supported)"));
+    }
+    masks.push_back(m);
+  }
+  const std::string& a = masks[0];
+  const std::string& b = masks[1];
+  ASSIGN_OR_RETURN(std::string ab, ctx.b().Add("Mul", {a, b}, {}, at + "/both"));
+  if (type == "And") return ctx.Emit(node, "Identity", {ab}, {});
+  ASSIGN_OR_RETURN(std::string sum, ctx.b().Add("Add", {a, b}, {}, at + "/sum"));
+  if (type == "Xor") {
+    ASSIGN_OR_RETURN(std::string twice, ctx.b().Add("Add", {ab, ab}, {}, at + "/both_twice"));
+    return ctx.Emit(node, "Sub", {sum, twice}, {});
+  }
+  return ctx.Emit(node, "Sub", {sum, ab}, {});
 }
 
 absl::Status Unary(ImportContext& ctx, const Node& node) {

@@ -4,6 +4,7 @@
 // whole factors, bilinear).
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 
 #include "absl/strings/str_cat.h"
@@ -289,7 +290,29 @@ absl::Status Clip(ImportContext& ctx, const Node& node) {
     }
     a.SetFloat(names[i], c->dtype() == DType::kF32 ? c->f32()[0] : c->i64()[0]);
   }
+  const float lo = a.Float("min", -std::numeric_limits<float>::infinity());
+  const float hi = a.Float("max", std::numeric_limits<float>::infinity());
+  if (const Tensor* c = ctx.ConstantInput(node, 0);
+      c != nullptr && !ctx.IsParameterInitializer(node, 0) &&
+      (c->dtype() == DType::kF32 || c->dtype() == DType::kI64)) {
+    // Of a constant (a clipped distance matrix from positions): folded.
+    Tensor out = c->Clone();
+    for (int64_t i = 0; i < out.numel(); ++i) {
+      if (c->dtype() == DType::kF32) {
+        out.f32()[i] = std::min(std::max(c->f32()[i], lo), hi);
+      } else {
+        const double v =
+            std::min(std::max(static_cast<double>(c->i64()[i]), static_cast<double>(lo)),
+                     static_cast<double>(hi));
+        out.i64()[i] = static_cast<int64_t>(v);
+      }
+    }
+    ctx.SetConstant(node.output(0), std::move(out));
+    return absl::OkStatus();
+  }
   ASSIGN_OR_RETURN(std::string x, ctx.Data(node, 0));
+  ASSIGN_OR_RETURN(TensorType xt, ctx.TypeOf(x));
+  if (xt.dtype == DType::kI64) return EmitInFloat(ctx, node, "Clip", {x}, std::move(a));
   return ctx.Emit(node, "Clip", {x}, std::move(a));
 }
 
