@@ -367,6 +367,38 @@ absl::StatusOr<std::vector<int64_t>> AxesOf(ImportContext& ctx, const Node& node
   return AttrInts(node, "axes");
 }
 
+// MatMul; a 1-D operand (h @ q with a vector q) as a matrix of one column
+// (or row), and that dim squeezed from the result, as NumPy does.
+absl::Status MatMulNode(ImportContext& ctx, const Node& node) {
+  ASSIGN_OR_RETURN(std::string a, ctx.Data(node, 0));
+  ASSIGN_OR_RETURN(std::string b, ctx.Data(node, 1));
+  ASSIGN_OR_RETURN(TensorType ta, ctx.TypeOf(a));
+  ASSIGN_OR_RETURN(TensorType tb, ctx.TypeOf(b));
+  const bool vec_a = ta.shape.rank() == 1, vec_b = tb.shape.rank() == 1;
+  if (!vec_a && !vec_b) return ctx.Emit(node, "MatMul", {a, b}, {});
+  const std::string at = node.name().empty() ? "MatMul" : node.name();
+  auto unsqueeze = [&](const std::string& x, int64_t axis, const std::string& hint) {
+    Attrs u;
+    u.SetInts("axes", {axis});
+    return ctx.b().Add("Unsqueeze", {x}, std::move(u), at + "/" + hint);
+  };
+  if (vec_a) {
+    ASSIGN_OR_RETURN(a, unsqueeze(a, 0, "row"));
+  }
+  if (vec_b) {
+    ASSIGN_OR_RETURN(b, unsqueeze(b, 1, "column"));
+  }
+  ASSIGN_OR_RETURN(std::string y, ctx.b().Add("MatMul", {a, b}, {}, at + "/matrix"));
+  ASSIGN_OR_RETURN(TensorType ty, ctx.TypeOf(y));
+  const int64_t r = ty.shape.rank();
+  std::vector<int64_t> axes;
+  if (vec_a) axes.push_back(r - 2);
+  if (vec_b) axes.push_back(r - 1);
+  Attrs sq;
+  sq.SetInts("axes", axes);
+  return ctx.Emit(node, "Squeeze", {y}, std::move(sq));
+}
+
 absl::Status SqueezeLike(ImportContext& ctx, const Node& node) {
   ASSIGN_OR_RETURN(std::vector<int64_t> axes, AxesOf(ctx, node, 1));
   if (const Tensor* c = ctx.ConstantInput(node, 0);
@@ -612,7 +644,7 @@ const std::map<std::string, Converter>& Converters() {
       {"Identity", Identity},
       {"Constant", ConstantNode},
       {"Gemm", Gemm},
-      {"MatMul", [](ImportContext& c, const Node& n) { return Direct(c, n, "MatMul"); }},
+      {"MatMul", MatMulNode},
       {"Conv", Conv},
       {"ConvTranspose", ConvTranspose},
       {"LSTM", Recurrent},
