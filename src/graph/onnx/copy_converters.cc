@@ -1,6 +1,6 @@
 // Converters that build a tensor from copies of another's slices: Tile
 // (tensor.repeat) as Concats of copies, or an Expand for dims of 1 (over
-// the batch for a dim 0 of 1 repeated batch times); Pad by reflection or by the edge
+// the batch for a dim of 1 repeated batch times); Pad by reflection or by the edge
 // (nn.ReflectionPad2d, ReplicationPad, padding_mode="reflect" /
 // "replicate") as Concats of reversed or repeated slices; GatherElements
 // (torch.gather) as a one-hot mask of the indices times the data, summed
@@ -54,7 +54,7 @@ absl::Status Tile(ImportContext& ctx, const Node& node) {
   }
   const int64_t b0 = ctx.export_batch();
   std::vector<Dim> expanded = t.shape.dims();
-  bool expand = false;
+  bool expand = false, over_batch = false;
   for (int i = 0; i < t.shape.rank(); ++i) {
     const int64_t r = repeats[i];
     if (r < 1) return absl::InvalidArgumentError("Tile: a repeat count below 1");
@@ -65,15 +65,18 @@ absl::Status Tile(ImportContext& ctx, const Node& node) {
           "Tile repeats the batch dim (replicas split the batch; repeat another dim)");
     }
     const bool batch_count = r == b0 || (ctx.symbolic_batch() && r % b0 == 0);
-    if (i == 0 && d.value == 1 && !t.shape.HasBatch() && batch_count) {
-      // A parameter repeated over the batch (cls.repeat(B, 1, 1)).
+    if (d.value == 1 && !t.shape.HasBatch() && !over_batch && batch_count) {
+      // A parameter repeated over the batch (cls.repeat(B, 1, 1); a
+      // sequence-first bias_k.repeat(1, B, 1)).
       expanded[i] = Dim::Batch(r / b0);
       expand = true;
+      over_batch = true;
       continue;
     }
     if (ctx.symbolic_batch() && r % b0 == 0) {
       return absl::InvalidArgumentError(
-          "Tile by a count that depends on the batch, other than a dim 0 of 1 without a batch");
+          "Tile by a count that depends on the batch, other than of a dim of 1 of a tensor "
+          "without a batch");
     }
     if (d.value == 1) {  // an Expand, not r copies
       expanded[i] = Dim::Fixed(r);
