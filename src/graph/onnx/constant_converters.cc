@@ -262,17 +262,35 @@ absl::Status Gather(ImportContext& ctx, const Node& node) {
   return Direct(ctx, node, "Gather", std::move(a));
 }
 
-absl::Status ShapeNode(ImportContext& ctx, const Node& node) {
+namespace {
+
+// Input 0's dims (a data tensor's at the export batch), element type and
+// whether it holds the batch.
+struct InputShape {
   std::vector<int64_t> dims;
-  DType in_type = DType::kF32;
+  DType dtype = DType::kF32;
+  bool batched = false;
+};
+absl::StatusOr<InputShape> ShapeOfInput(ImportContext& ctx, const Node& node) {
+  InputShape in;
   if (const Tensor* c = ctx.ConstantInput(node, 0)) {
-    dims = c->dims();
-    in_type = c->dtype();
-  } else {
-    ASSIGN_OR_RETURN(std::string x, ctx.Data(node, 0));
-    ASSIGN_OR_RETURN(TensorType t, ctx.TypeOf(x));
-    dims = t.shape.Concrete(ctx.export_batch());
+    in.dims = c->dims();
+    in.dtype = c->dtype();
+    return in;
   }
+  ASSIGN_OR_RETURN(std::string x, ctx.Data(node, 0));
+  ASSIGN_OR_RETURN(TensorType t, ctx.TypeOf(x));
+  in.dims = t.shape.Concrete(ctx.export_batch());
+  in.dtype = t.dtype;
+  in.batched = t.shape.HasBatch();
+  return in;
+}
+
+}  // namespace
+
+absl::Status ShapeNode(ImportContext& ctx, const Node& node) {
+  ASSIGN_OR_RETURN(InputShape in, ShapeOfInput(ctx, node));
+  std::vector<int64_t> dims = in.dims;
   const int64_t r = static_cast<int64_t>(dims.size());
   int64_t start = AttrInt(node, "start", 0), end = AttrInt(node, "end", r);
   if (start < 0) start += r;
@@ -344,19 +362,10 @@ absl::Status ConstantOfShape(ImportContext& ctx, const Node& node) {
 // EyeLike (torch.eye(n) of a fixed n, in forward: a GCN's self-loops): an
 // identity matrix shaped like its input, ones on diagonal k.
 absl::Status EyeLikeNode(ImportContext& ctx, const Node& node) {
-  std::vector<int64_t> dims;
-  DType in_type = DType::kF32;
-  if (const Tensor* c = ctx.ConstantInput(node, 0)) {
-    dims = c->dims();
-    in_type = c->dtype();
-  } else {
-    ASSIGN_OR_RETURN(std::string x, ctx.Data(node, 0));
-    ASSIGN_OR_RETURN(TensorType t, ctx.TypeOf(x));
-    if (t.shape.HasBatch()) {
-      return absl::InvalidArgumentError("EyeLike of a tensor holding the batch");
-    }
-    dims = t.shape.Concrete(ctx.export_batch());
-  }
+  ASSIGN_OR_RETURN(InputShape in, ShapeOfInput(ctx, node));
+  if (in.batched) return absl::InvalidArgumentError("EyeLike of a tensor holding the batch");
+  const std::vector<int64_t>& dims = in.dims;
+  const DType in_type = in.dtype;
   if (dims.size() != 2) return absl::InvalidArgumentError("EyeLike of a tensor not of rank 2");
   const int64_t k = AttrInt(node, "k", 0);
   // The dtype attribute's type, else the input's.

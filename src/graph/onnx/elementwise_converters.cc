@@ -392,15 +392,8 @@ absl::Status ExpandNode(ImportContext& ctx, const Node& node) {
   EncodeShape(&a, "shape", quilt::Shape(out));
   if (t.dtype == DType::kI64) {
     // Integer ids over the batch (BERT's token types, a [1, T] buffer
-    // expanded to [B, T]): expanded as float32, exact below 2^24, and cast
-    // back.
-    const std::string at = node.name().empty() ? "Expand" : node.name();
-    Attrs to_float, to_int;
-    to_float.SetString("to", "f32");
-    to_int.SetString("to", "i64");
-    ASSIGN_OR_RETURN(std::string f, ctx.b().Add("Cast", {x}, std::move(to_float), at + "/f32"));
-    ASSIGN_OR_RETURN(std::string e, ctx.b().Add("Expand", {f}, std::move(a), at + "/expand"));
-    return ctx.Emit(node, "Cast", {e}, std::move(to_int));
+    // expanded to [B, T]).
+    return EmitInFloat(ctx, node, "Expand", {x}, std::move(a));
   }
   return ctx.Emit(node, "Expand", {x}, std::move(a));
 }
