@@ -65,7 +65,8 @@ class ImportContext {
   // Whether an Identity of a parameter initializer is that parameter (a
   // weight shared by several uses: a training-mode export merges only
   // those) or a copy trained on its own (an eval-mode export also merges
-  // parameters of equal values: every LayerNorm's ones).
+  // parameters of equal values: every LayerNorm's ones; and an export that
+  // does not show its mode, where a note names the copies).
   bool identities_share() const { return identities_share_; }
   void set_identities_share(bool share) { identities_share_ = share; }
   // A copy of a folded tensor the export merged (equal values, or one

@@ -62,6 +62,39 @@ std::string SourceInput(const Graph& g, std::string tensor) {
   return "";
 }
 
+// Whether the export shows it was made in training mode, where tensors
+// merged behind Identity nodes are one weight used in several places (a
+// layer applied twice): an eval-mode export merges equal values too (every
+// LayerNorm's ones, deep-copied layers), which train apart. Training mode
+// shows in Dropout nodes (eval exports drop them), batch norm's
+// training_mode, or two initializers of equal values left unmerged; an
+// eval-mode export shows in named parameters merged.
+bool TrainingModeExport(const onnx::GraphProto& gp) {
+  std::set<std::string> initializers;
+  for (const auto& t : gp.initializer()) initializers.insert(t.name());
+  bool training = false;
+  for (const onnx::NodeProto& n : gp.node()) {
+    if (n.op_type() == "Identity" && n.input_size() == 1 && initializers.count(n.input(0)) > 0 &&
+        !absl::StartsWith(n.input(0), "onnx::")) {
+      return false;  // named parameters merged: eval mode
+    }
+    training |= n.op_type() == "Dropout" && n.input_size() >= 3 && !n.input(2).empty();
+    for (const auto& a : n.attribute()) {
+      training |= n.op_type() == "BatchNormalization" && a.name() == "training_mode" && a.i() == 1;
+    }
+  }
+  std::set<std::string> contents;
+  for (const auto& t : gp.initializer()) {
+    int64_t n = 1;
+    for (int64_t d : t.dims()) n *= d;
+    if (n < 2) continue;
+    onnx::TensorProto unnamed = t;
+    unnamed.clear_name();
+    training |= !contents.insert(unnamed.SerializeAsString()).second;
+  }
+  return training;
+}
+
 // The batch size a model exported with a dynamic batch is imported with: a
 // prime (from 1009 up) that no dim, shape constant or integer attribute of
 // the model is a multiple of, so that shape arithmetic folded with it tells
@@ -195,18 +228,7 @@ absl::StatusOr<Graph> ImportOnnx(const std::string& bytes, const OnnxImportOptio
   }
   ctx.TieTransposedCopies();
   ctx.SetGradientReach(onnx_import::GradientReach(gp));
-  // An export that merged named parameters behind Identity nodes merged
-  // equal values (eval mode: deep-copied layers, LayerNorm ones), which
-  // train apart; one that did not merged only tensors of one weight (a
-  // training-mode export: the transposed copies of a layer applied twice).
-  std::set<std::string> initializers;
-  for (const auto& t : gp.initializer()) initializers.insert(t.name());
-  bool merged_named = false;
-  for (const onnx::NodeProto& n : gp.node()) {
-    merged_named |= n.op_type() == "Identity" && n.input_size() == 1 &&
-                    initializers.count(n.input(0)) > 0 && !absl::StartsWith(n.input(0), "onnx::");
-  }
-  ctx.set_identities_share(!merged_named);
+  ctx.set_identities_share(TrainingModeExport(gp));
   for (const onnx::ValueInfoProto* in : inputs) {
     if (!in->type().has_tensor_type()) {
       return absl::InvalidArgumentError(src + ": input '" + in->name() + "' is not a tensor");
@@ -279,9 +301,9 @@ absl::StatusOr<Graph> ImportOnnx(const std::string& bytes, const OnnxImportOptio
         "tensors the export holds once, behind Identity nodes, train as copies of their own: ",
         absl::StrJoin(u.begin(), u.begin() + std::min<size_t>(u.size(), 3), ", "),
         u.size() > 3 ? ", …" : "",
-        "; an eval-mode export merges equal values as well as a weight used more than once (a "
-        "layer applied repeatedly), which PyTorch trains as one: export with "
-        "training=torch.onnx.TrainingMode.TRAINING or do_constant_folding=False"));
+        "; the export merges equal values (in eval mode) as well as a weight used more than "
+        "once (a layer applied repeatedly), which PyTorch trains as one: if a layer is shared, "
+        "export with do_constant_folding=False"));
   }
   if (!g.loss.output.empty()) {
     const std::string label = SourceInput(g, g.loss.label);

@@ -457,15 +457,18 @@ TEST(OnnxImport, ArithmeticOfConstants_Broadcasts) {
   EXPECT_EQ(imported->FindTensor(imported->outputs[0])->shape.ToString(), "[B,3]");
 }
 
-TEST(OnnxImport, IdentitiesOfAFoldedWeight_AreOneParameterUnlessNamedOnesWereMerged) {
-  // z = (y · W) · W2 with W2 = Identity(W), W an exporter-folded [3, 3]
-  // (a layer applied twice, as a training-mode export holds it); with a
-  // named parameter merged too (an eval-mode export, which merges equal
-  // values), the copies train apart and a note says so.
-  for (bool eval_mode : {false, true}) {
+TEST(OnnxImport, IdentitiesOfAFoldedWeight_AreOneParameterOnlyInATrainingModeExport) {
+  // z = (y · W) · W2 + a.bias + c.bias with W2 = Identity(W), W an
+  // exporter-folded [3, 3] (a layer applied twice). A training-mode export
+  // leaves equal initializers apart (a.bias and c.bias both zeros): W2 is
+  // W. An eval-mode export merges them (c.bias = Identity(a.bias)); one that
+  // shows neither (the biases differ) cannot say: the copies train apart
+  // and a note names them.
+  enum Mode { kTraining, kEval, kUnknown };
+  for (Mode mode : {kTraining, kEval, kUnknown}) {
     onnx::ModelProto m = Tiny(14);
     auto* g = m.mutable_graph();
-    auto init = [&](const std::string& name, std::vector<int64_t> dims, float v) {
+    auto init = [&](const std::string& name, std::vector<int64_t> dims, float v, float step) {
       auto* t = g->add_initializer();
       t->set_name(name);
       t->set_data_type(onnx::TensorProto::FLOAT);
@@ -474,10 +477,11 @@ TEST(OnnxImport, IdentitiesOfAFoldedWeight_AreOneParameterUnlessNamedOnesWereMer
         t->add_dims(d);
         n *= d;
       }
-      for (int64_t i = 0; i < n; ++i) t->add_float_data(v + 0.1f * static_cast<float>(i));
+      for (int64_t i = 0; i < n; ++i) t->add_float_data(v + step * static_cast<float>(i));
     };
-    init("onnx::MatMul_1", {3, 3}, 0.5f);
-    init("a.bias", {3}, 0.0f);
+    init("onnx::MatMul_1", {3, 3}, 0.5f, 0.1f);
+    init("a.bias", {3}, 0.0f, 0.0f);
+    if (mode != kEval) init("c.bias", {3}, mode == kTraining ? 0.0f : 1.0f, 0.0f);
     auto node = [&](const std::string& type, std::vector<std::string> in, const std::string& out) {
       auto* n = g->add_node();
       n->set_op_type(type);
@@ -485,25 +489,21 @@ TEST(OnnxImport, IdentitiesOfAFoldedWeight_AreOneParameterUnlessNamedOnesWereMer
       n->add_output(out);
     };
     node("Identity", {"onnx::MatMul_1"}, "onnx::MatMul_2");
+    if (mode == kEval) node("Identity", {"a.bias"}, "c.bias");
     node("MatMul", {"y", "onnx::MatMul_1"}, "h");
     node("MatMul", {"h", "onnx::MatMul_2"}, "h2");
-    if (eval_mode) {
-      node("Identity", {"a.bias"}, "b.bias");
-      node("Add", {"h2", "a.bias"}, "h3");
-      node("Add", {"h3", "b.bias"}, "z");
-    } else {
-      node("Add", {"h2", "a.bias"}, "z");
-    }
+    node("Add", {"h2", "a.bias"}, "h3");
+    node("Add", {"h3", "c.bias"}, "z");
     g->mutable_output(0)->set_name("z");
     absl::StatusOr<Graph> imported = Import(m.SerializeAsString());
-    ASSERT_THAT(imported, IsOk()) << eval_mode;
+    ASSERT_THAT(imported, IsOk()) << mode;
     int weights = 0;
     for (const ParameterSpec& p : imported->parameters) {
       weights += p.value.has_value() && p.value->numel() == 9;
     }
-    EXPECT_EQ(weights, eval_mode ? 2 : 1) << eval_mode;
-    EXPECT_EQ(imported->import_notes.size(), eval_mode ? 1u : 0u);
-    if (eval_mode) {
+    EXPECT_EQ(weights, mode == kTraining ? 1 : 2) << mode;
+    EXPECT_EQ(imported->import_notes.size(), mode == kTraining ? 0u : 1u) << mode;
+    if (mode != kTraining && !imported->import_notes.empty()) {
       EXPECT_THAT(imported->import_notes[0], HasSubstr("onnx::MatMul_2 (of onnx::MatMul_1)"));
     }
   }
