@@ -178,6 +178,11 @@ absl::Status NodeRegistry::Leave(const std::string& node_id, uint64_t incarnatio
   return absl::OkStatus();
 }
 
+absl::Status NodeRegistry::Check(const std::string& node_id, uint64_t incarnation) {
+  absl::MutexLock lock(&mu_);
+  return Find(node_id, incarnation).status();
+}
+
 absl::Status NodeRegistry::Heartbeat(const std::string& node_id, uint64_t incarnation) {
   absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(Entry * found, Find(node_id, incarnation));

@@ -57,6 +57,9 @@ class NodeRegistry {
   // The node's worker process is stopping (a last heartbeat said so): the
   // node is DOWN at once. Errors as Heartbeat's.
   absl::Status Leave(const std::string& node_id, uint64_t incarnation);
+  // Whether the node and incarnation are known, changing nothing. Errors as
+  // Heartbeat's.
+  absl::Status Check(const std::string& node_id, uint64_t incarnation);
 
   // Moves late nodes to NOT_READY / DOWN and records events.
   void CheckLiveness();

@@ -31,16 +31,18 @@ grpc::ServerUnaryReactor* ClusterServiceImpl::Heartbeat(grpc::CallbackServerCont
   return HandleUnary<HeartbeatRequest, HeartbeatResponse>(
       ctx, request, response, kMaxHeartbeatRequestBytes, "Heartbeat",
       [this](const HeartbeatRequest& req, HeartbeatResponse* resp) {
-        // A stopping worker's node goes Down at once (not Ready first), and
-        // then its executors' last reports are applied.
-        absl::Status s = req.stopping() ? registry_->Leave(req.node_id(), req.incarnation())
-                                        : registry_->Heartbeat(req.node_id(), req.incarnation());
-        if (!s.ok()) return s;
+        // A stopping worker's executors' last reports (the job failed: its
+        // worker was stopped) are applied first, then its node goes Down at
+        // once (not Ready first): the other way round, a liveness check in
+        // between failed its jobs as "node is down".
+        RETURN_IF_ERROR(req.stopping() ? registry_->Check(req.node_id(), req.incarnation())
+                                       : registry_->Heartbeat(req.node_id(), req.incarnation()));
         resp->set_heartbeat_period_s(absl::ToDoubleSeconds(registry_->options().heartbeat_period));
         jobs_->OnHeartbeat(req, resp);
         links_->OnHeartbeat(req, resp);
         profiles_->OnHeartbeat(req, resp);
-        return absl::OkStatus();
+        return req.stopping() ? registry_->Leave(req.node_id(), req.incarnation())
+                              : absl::OkStatus();
       });
 }
 
