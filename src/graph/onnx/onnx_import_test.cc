@@ -11,11 +11,15 @@
 #include "src/common/files.h"
 #include "src/common/status_matchers.h"
 #include "src/graph/autodiff.h"
+#include "src/graph/onnx/onnx_test_graphs.h"
 #include "src/graph/validate.h"
 #include "src/testing/subprocess.h"
 
 namespace quilt {
 namespace {
+
+using testing::Import;
+using testing::Tiny;
 
 using ::testing::AllOf;
 using ::testing::HasSubstr;
@@ -24,13 +28,6 @@ std::string FixtureBytes(const std::string& name) {
   auto b = ReadFile(testing::RunfilePath("test/fixtures/" + name + "/model.onnx"));
   EXPECT_THAT(b, IsOk());
   return b.ok() ? *b : "";
-}
-
-absl::StatusOr<Graph> Import(const std::string& bytes, int64_t batch = 0) {
-  OnnxImportOptions o;
-  o.source = "m.onnx";
-  o.batch = batch;
-  return ImportOnnx(bytes, o);
 }
 
 TEST(OnnxImport, Mlp_ParametersAndSymbolicBatch) {
@@ -141,25 +138,6 @@ TEST(OnnxImport, ALossTheModelChangesAfterTheCrossEntropy_IsRefusedNotDropped) {
   absl::StatusOr<Graph> g = Import(LossFollowedBy("Identity"));
   ASSERT_THAT(g, IsOk());
   EXPECT_EQ(g->loss.type, LossType::kSoftmaxCrossEntropy);
-}
-
-onnx::ModelProto Tiny(int64_t opset) {
-  onnx::ModelProto m;
-  m.set_ir_version(7);
-  m.add_opset_import()->set_version(opset);
-  auto* g = m.mutable_graph();
-  auto* in = g->add_input();
-  in->set_name("x");
-  in->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
-  in->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(2);
-  in->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(3);
-  auto* n = g->add_node();
-  n->set_op_type("Relu");
-  n->set_name("relu");
-  n->add_input("x");
-  n->add_output("y");
-  g->add_output()->set_name("y");
-  return m;
 }
 
 // x [B, 8, 6] → Transpose → [8, B, 6] → Reshape to the exported [8·B, E]
@@ -306,260 +284,6 @@ TEST(OnnxImport, EinsumsItCannotComputeAreRefusedSayingWhy) {
     EXPECT_THAT(Import(m.SerializeAsString()),
                 StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(why)))
         << equation;
-  }
-}
-
-TEST(OnnxImport, PadWithAxes_PadsTheListedAxesOnly) {
-  // Opset 18: y [2, 3] padded by 1 before and 2 after on axis 1 (as -1).
-  onnx::ModelProto m = Tiny(18);
-  auto* g = m.mutable_graph();
-  for (const auto& [name, v] : {std::pair{"pads", std::vector<int64_t>{1, 2}},
-                                std::pair{"axes", std::vector<int64_t>{-1}}}) {
-    auto* t = g->add_initializer();
-    t->set_name(name);
-    t->set_data_type(onnx::TensorProto::INT64);
-    t->add_dims(static_cast<int64_t>(v.size()));
-    for (int64_t x : v) t->add_int64_data(x);
-  }
-  auto* n = g->add_node();
-  n->set_op_type("Pad");
-  for (const char* in : {"y", "pads", "", "axes"}) n->add_input(in);
-  n->add_output("z");
-  g->mutable_output(0)->set_name("z");
-  absl::StatusOr<Graph> imported = Import(m.SerializeAsString());
-  ASSERT_THAT(imported, IsOk());
-  EXPECT_EQ(imported->FindTensor(imported->outputs[0])->shape.ToString(), "[B,6]");
-  const Op* pad = nullptr;
-  for (const Op& op : imported->ops) pad = op.type == "Pad" ? &op : pad;
-  ASSERT_NE(pad, nullptr);
-  EXPECT_EQ(pad->attrs.Ints("pads"), (std::vector<int64_t>{0, 1, 0, 2}));
-}
-
-TEST(OnnxImport, SplitByNumOutputs_TheLastPartIsSmaller) {
-  // Opset 18: y [B, 3] in 2 parts along axis 1 is [B, 2] and [B, 1].
-  onnx::ModelProto m = Tiny(18);
-  auto* g = m.mutable_graph();
-  auto* n = g->add_node();
-  n->set_op_type("Split");
-  n->add_input("y");
-  n->add_output("p0");
-  n->add_output("p1");
-  for (const auto& [name, v] : {std::pair{"axis", 1}, std::pair{"num_outputs", 2}}) {
-    auto* a = n->add_attribute();
-    a->set_name(name);
-    a->set_type(onnx::AttributeProto::INT);
-    a->set_i(v);
-  }
-  g->mutable_output(0)->set_name("p0");
-  g->add_output()->set_name("p1");
-  absl::StatusOr<Graph> imported = Import(m.SerializeAsString());
-  ASSERT_THAT(imported, IsOk());
-  ASSERT_EQ(imported->outputs.size(), 2u);
-  EXPECT_EQ(imported->FindTensor(imported->outputs[0])->shape.ToString(), "[B,2]");
-  EXPECT_EQ(imported->FindTensor(imported->outputs[1])->shape.ToString(), "[B,1]");
-  // More parts than the dim has: an empty one, refused.
-  n->mutable_attribute(1)->set_i(4);
-  n->add_output("p2");
-  n->add_output("p3");
-  EXPECT_THAT(Import(m.SerializeAsString()),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("leaves an empty one")));
-}
-
-TEST(OnnxImport, ModAndReduceProdOfConstants_Fold) {
-  // y + float(Mod(a, b)) * ReduceProd(c): Python's % (the divisor's sign)
-  // by default, C's fmod with fmod=1.
-  for (int fmod : {0, 1}) {
-    onnx::ModelProto m = Tiny(14);
-    auto* g = m.mutable_graph();
-    auto ints = [&](const std::string& name, std::vector<int64_t> v) {
-      auto* t = g->add_initializer();
-      t->set_name(name);
-      t->set_data_type(onnx::TensorProto::INT64);
-      t->add_dims(static_cast<int64_t>(v.size()));
-      for (int64_t x : v) t->add_int64_data(x);
-    };
-    ints("a", {-7, 7, 8});
-    ints("b", {3, -3, 3});
-    ints("c", {2, 1, 2});
-    auto node = [&](const std::string& type, std::vector<std::string> in, const std::string& out) {
-      auto* n = g->add_node();
-      n->set_op_type(type);
-      for (const auto& i : in) n->add_input(i);
-      n->add_output(out);
-      return n;
-    };
-    auto* mod = node("Mod", {"a", "b"}, "r");
-    auto* attr = mod->add_attribute();
-    attr->set_name("fmod");
-    attr->set_type(onnx::AttributeProto::INT);
-    attr->set_i(fmod);
-    node("ReduceProd", {"c"}, "p");
-    node("Mul", {"r", "p"}, "rp");
-    auto* cast = node("Cast", {"rp"}, "rf");
-    auto* to = cast->add_attribute();
-    to->set_name("to");
-    to->set_type(onnx::AttributeProto::INT);
-    to->set_i(onnx::TensorProto::FLOAT);
-    node("Add", {"y", "rf"}, "z");
-    g->mutable_output(0)->set_name("z");
-    absl::StatusOr<Graph> imported = Import(m.SerializeAsString());
-    ASSERT_THAT(imported, IsOk()) << fmod;
-    const std::vector<float> want =
-        fmod ? std::vector<float>{-4, 4, 8} : std::vector<float>{8, -8, 8};
-    bool found = false;
-    for (const auto& [name, t] : imported->constants) {
-      found = found || (t.dtype() == DType::kF32 && t.numel() == 3 &&
-                        std::vector<float>(t.f32(), t.f32() + 3) == want);
-    }
-    EXPECT_TRUE(found) << "fmod=" << fmod;
-  }
-}
-
-// A Constant node `name` holding float32 `v` of `dims`.
-void AddFloatConstant(onnx::GraphProto* g, const std::string& name,
-                      const std::vector<int64_t>& dims, const std::vector<float>& v) {
-  auto* n = g->add_node();
-  n->set_op_type("Constant");
-  n->add_output(name);
-  auto* a = n->add_attribute();
-  a->set_name("value");
-  a->set_type(onnx::AttributeProto::TENSOR);
-  a->mutable_t()->set_data_type(onnx::TensorProto::FLOAT);
-  for (int64_t d : dims) a->mutable_t()->add_dims(d);
-  for (float x : v) a->mutable_t()->add_float_data(x);
-}
-
-TEST(OnnxImport, ArithmeticOfConstants_Broadcasts) {
-  // y · (a + b) with Constant nodes a [3, 1] and b [3]: a + b is [3, 3]
-  // (it was taken element by element, as [3, 1], when the counts matched).
-  onnx::ModelProto m = Tiny(14);
-  auto* g = m.mutable_graph();
-  AddFloatConstant(g, "a", {3, 1}, {0, 1, 2});
-  AddFloatConstant(g, "b", {3}, {0, 10, 20});
-  auto node = [&](const std::string& type, std::vector<std::string> in, const std::string& out) {
-    auto* n = g->add_node();
-    n->set_op_type(type);
-    for (const auto& i : in) n->add_input(i);
-    n->add_output(out);
-  };
-  node("Add", {"a", "b"}, "ab");
-  node("MatMul", {"y", "ab"}, "z");
-  g->mutable_output(0)->set_name("z");
-  absl::StatusOr<Graph> imported = Import(m.SerializeAsString());
-  ASSERT_THAT(imported, IsOk());
-  const std::vector<float> want = {0, 10, 20, 1, 11, 21, 2, 12, 22};
-  bool found = false;
-  for (const auto& [name, t] : imported->constants) {
-    found = found || (t.dtype() == DType::kF32 && t.dims() == std::vector<int64_t>{3, 3} &&
-                      std::vector<float>(t.f32(), t.f32() + 9) == want);
-  }
-  EXPECT_TRUE(found);
-  EXPECT_EQ(imported->FindTensor(imported->outputs[0])->shape.ToString(), "[B,3]");
-}
-
-TEST(OnnxImport, IdentitiesOfAFoldedWeight_AreOneParameterOnlyInATrainingModeExport) {
-  // z = (y · W) · W2 + a.bias + c.bias with W2 = Identity(W), W an
-  // exporter-folded [3, 3] (a layer applied twice). A training-mode export
-  // leaves equal initializers apart (a.bias and c.bias both zeros): W2 is
-  // W. An eval-mode export merges them (c.bias = Identity(a.bias)); one that
-  // shows neither (the biases differ) cannot say: the copies train apart
-  // and a note names them.
-  enum Mode { kTraining, kEval, kUnknown };
-  for (Mode mode : {kTraining, kEval, kUnknown}) {
-    onnx::ModelProto m = Tiny(14);
-    auto* g = m.mutable_graph();
-    auto init = [&](const std::string& name, std::vector<int64_t> dims, float v, float step) {
-      auto* t = g->add_initializer();
-      t->set_name(name);
-      t->set_data_type(onnx::TensorProto::FLOAT);
-      int64_t n = 1;
-      for (int64_t d : dims) {
-        t->add_dims(d);
-        n *= d;
-      }
-      for (int64_t i = 0; i < n; ++i) t->add_float_data(v + step * static_cast<float>(i));
-    };
-    init("onnx::MatMul_1", {3, 3}, 0.5f, 0.1f);
-    init("a.bias", {3}, 0.0f, 0.0f);
-    if (mode != kEval) init("c.bias", {3}, mode == kTraining ? 0.0f : 1.0f, 0.0f);
-    auto node = [&](const std::string& type, std::vector<std::string> in, const std::string& out) {
-      auto* n = g->add_node();
-      n->set_op_type(type);
-      for (const auto& i : in) n->add_input(i);
-      n->add_output(out);
-    };
-    node("Identity", {"onnx::MatMul_1"}, "onnx::MatMul_2");
-    if (mode == kEval) node("Identity", {"a.bias"}, "c.bias");
-    node("MatMul", {"y", "onnx::MatMul_1"}, "h");
-    node("MatMul", {"h", "onnx::MatMul_2"}, "h2");
-    node("Add", {"h2", "a.bias"}, "h3");
-    node("Add", {"h3", "c.bias"}, "z");
-    g->mutable_output(0)->set_name("z");
-    absl::StatusOr<Graph> imported = Import(m.SerializeAsString());
-    ASSERT_THAT(imported, IsOk()) << mode;
-    int weights = 0;
-    for (const ParameterSpec& p : imported->parameters) {
-      weights += p.value.has_value() && p.value->numel() == 9;
-    }
-    EXPECT_EQ(weights, mode == kTraining ? 1 : 2) << mode;
-    EXPECT_EQ(imported->import_notes.size(), mode == kTraining ? 0u : 1u) << mode;
-    if (mode != kTraining && !imported->import_notes.empty()) {
-      EXPECT_THAT(imported->import_notes[0], HasSubstr("onnx::MatMul_2 (of onnx::MatMul_1)"));
-    }
-  }
-}
-
-TEST(OnnxImport, ScatterNDOfConstants_FoldsAndOfDataIsRefused) {
-  // y + ScatterND(data, indices, updates) with data and updates Constant
-  // nodes: a slice assignment (negative index included), then with
-  // reduction "add", where repeated indices accumulate.
-  struct Case {
-    std::string reduction;
-    std::vector<float> data;
-    std::vector<int64_t> indices;
-    std::vector<float> updates;
-    std::vector<float> want;
-  };
-  for (const Case& c : {Case{"none", {0, 0, 0}, {2, -3}, {5, 7}, {7, 0, 5}},
-                        Case{"add", {1, 1, 1}, {0, 0, 2}, {1, 2, 3}, {4, 1, 4}}}) {
-    onnx::ModelProto m = Tiny(16);
-    auto* g = m.mutable_graph();
-    AddFloatConstant(g, "data", {static_cast<int64_t>(c.data.size())}, c.data);
-    AddFloatConstant(g, "updates", {static_cast<int64_t>(c.updates.size())}, c.updates);
-    auto* idx = g->add_initializer();
-    idx->set_name("indices");
-    idx->set_data_type(onnx::TensorProto::INT64);
-    idx->add_dims(static_cast<int64_t>(c.indices.size()));
-    idx->add_dims(1);
-    for (int64_t x : c.indices) idx->add_int64_data(x);
-    auto* scatter = g->add_node();
-    scatter->set_op_type("ScatterND");
-    for (const char* in : {"data", "indices", "updates"}) scatter->add_input(in);
-    scatter->add_output("s");
-    auto* r = scatter->add_attribute();
-    r->set_name("reduction");
-    r->set_type(onnx::AttributeProto::STRING);
-    r->set_s(c.reduction);
-    auto* add = g->add_node();
-    add->set_op_type("Add");
-    add->add_input("y");
-    add->add_input("s");
-    add->add_output("z");
-    g->mutable_output(0)->set_name("z");
-    absl::StatusOr<Graph> imported = Import(m.SerializeAsString());
-    ASSERT_THAT(imported, IsOk()) << c.reduction;
-    bool found = false;
-    for (const auto& [name, t] : imported->constants) {
-      found = found || (t.dtype() == DType::kF32 && t.numel() == 3 &&
-                        std::vector<float>(t.f32(), t.f32() + 3) == c.want);
-    }
-    EXPECT_TRUE(found) << c.reduction;
-    // The same into the model's data: refused, naming the input.
-    scatter->set_input(0, "y");
-    EXPECT_THAT(Import(m.SerializeAsString()),
-                StatusIs(absl::StatusCode::kInvalidArgument,
-                         AllOf(HasSubstr("ScatterND: input 0 ('y')"),
-                               HasSubstr("only a ScatterND of constants"))));
   }
 }
 

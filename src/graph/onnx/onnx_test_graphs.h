@@ -1,0 +1,57 @@
+// Small ONNX graphs built by hand for the import's tests, and the import
+// they go through (source "m.onnx").
+#ifndef QUILT_SRC_GRAPH_ONNX_ONNX_TEST_GRAPHS_H_
+#define QUILT_SRC_GRAPH_ONNX_ONNX_TEST_GRAPHS_H_
+
+#include <string>
+#include <vector>
+
+#include "onnx/onnx_pb.h"
+#include "src/graph/onnx/onnx_import.h"
+
+namespace quilt::testing {
+
+inline absl::StatusOr<Graph> Import(const std::string& bytes, int64_t batch = 0) {
+  OnnxImportOptions o;
+  o.source = "m.onnx";
+  o.batch = batch;
+  return ImportOnnx(bytes, o);
+}
+
+// x [2, 3] → Relu → y, the graph's output, at `opset`.
+inline onnx::ModelProto Tiny(int64_t opset) {
+  onnx::ModelProto m;
+  m.set_ir_version(7);
+  m.add_opset_import()->set_version(opset);
+  auto* g = m.mutable_graph();
+  auto* in = g->add_input();
+  in->set_name("x");
+  in->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
+  in->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(2);
+  in->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(3);
+  auto* n = g->add_node();
+  n->set_op_type("Relu");
+  n->set_name("relu");
+  n->add_input("x");
+  n->add_output("y");
+  g->add_output()->set_name("y");
+  return m;
+}
+
+// A Constant node `name` holding float32 `v` of `dims`.
+inline void AddFloatConstant(onnx::GraphProto* g, const std::string& name,
+                             const std::vector<int64_t>& dims, const std::vector<float>& v) {
+  auto* n = g->add_node();
+  n->set_op_type("Constant");
+  n->add_output(name);
+  auto* a = n->add_attribute();
+  a->set_name("value");
+  a->set_type(onnx::AttributeProto::TENSOR);
+  a->mutable_t()->set_data_type(onnx::TensorProto::FLOAT);
+  for (int64_t d : dims) a->mutable_t()->add_dims(d);
+  for (float x : v) a->mutable_t()->add_float_data(x);
+}
+
+}  // namespace quilt::testing
+
+#endif  // QUILT_SRC_GRAPH_ONNX_ONNX_TEST_GRAPHS_H_
