@@ -302,6 +302,11 @@ absl::StatusOr<LossType> ApplyLossFlag(const std::string& loss, Graph* g) {
   if (loss.empty() || loss == "auto") return LossType::kNone;
   const LossType want = loss == "mse" ? LossType::kMse : LossType::kSoftmaxCrossEntropy;
   if (!g->loss.output.empty()) {
+    if (g->loss.type == LossType::kModel) {
+      return absl::InvalidArgumentError("the model computes its own loss ('" + g->loss.output +
+                                        "'); --loss " + loss +
+                                        " applies to a model that returns its prediction");
+    }
     if (g->loss.type != want) {
       return absl::InvalidArgumentError("the model already computes a different loss than --loss " +
                                         loss);

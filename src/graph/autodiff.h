@@ -25,7 +25,7 @@ struct TrainingOptions {
 };
 
 // Whether a loss can be put on the graph's first output: not on a scalar
-// (a loss the model computes itself that the import did not recognize).
+// (a loss the model computes without reading labels).
 absl::Status CheckLossTarget(const Graph& g);
 
 // Adds the loss (if asked), the backward pass and the updates. Errors:

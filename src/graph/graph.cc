@@ -241,8 +241,9 @@ quilt::v1::TrainingGraph Graph::ToProto() const {
   for (const auto& l : labels) g.add_labels(l);
   for (const auto& o : outputs) g.add_outputs(o);
   if (loss.type != LossType::kNone) {
-    g.mutable_loss()->set_type(loss.type == LossType::kMse
-                                   ? quilt::v1::Loss::TYPE_MSE
+    g.mutable_loss()->set_type(loss.type == LossType::kMse ? quilt::v1::Loss::TYPE_MSE
+                               : loss.type == LossType::kModel
+                                   ? quilt::v1::Loss::TYPE_MODEL
                                    : quilt::v1::Loss::TYPE_SOFTMAX_CROSS_ENTROPY);
     g.mutable_loss()->set_prediction(loss.prediction);
     g.mutable_loss()->set_label(loss.label);
@@ -352,6 +353,12 @@ absl::StatusOr<Graph> Graph::FromProto(const quilt::v1::TrainingGraph& proto) {
         break;
       case quilt::v1::Loss::TYPE_MSE:
         g.loss.type = LossType::kMse;
+        break;
+      case quilt::v1::Loss::TYPE_MODEL:
+        g.loss.type = LossType::kModel;
+        if (proto.loss().output().empty()) {
+          return absl::InvalidArgumentError("the model's own loss names no output tensor");
+        }
         break;
       default:
         return absl::InvalidArgumentError("loss has no type");

@@ -68,7 +68,10 @@ struct ParameterSpec {
   bool frozen = false;
 };
 
-enum class LossType { kNone, kSoftmaxCrossEntropy, kMse };
+// kModel: the model computes its own loss with ordinary ops (binary cross-
+// entropy, a weighted sum of losses, ...): `output` is that scalar, `label`
+// the labels input it reads, `prediction` empty.
+enum class LossType { kNone, kSoftmaxCrossEntropy, kMse, kModel };
 
 struct LossSpec {
   LossType type = LossType::kNone;

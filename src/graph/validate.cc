@@ -129,6 +129,13 @@ absl::Status ValidateGraph(Graph* graph) {
     if (!loss.output.empty() && !graph->HasTensor(loss.output)) {
       return absl::InvalidArgumentError("the loss output '" + loss.output + "' is not produced");
     }
+    if (loss.type == LossType::kModel) {
+      const TensorInfo* out = graph->FindTensor(loss.output);
+      if (out == nullptr || out->shape.rank() != 0 || out->dtype != DType::kF32) {
+        return absl::InvalidArgumentError("the model's loss '" + loss.output +
+                                          "' must be a float32 scalar");
+      }
+    }
   }
   for (const StateUpdate& u : graph->updates) {
     const TensorInfo* t = graph->FindTensor(u.target);

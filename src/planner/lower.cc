@@ -139,6 +139,9 @@ class Lowerer {
   // devices and algorithm) into one, then restores a topological issue order.
   void FuseBuckets();
   void Reorder();
+  // Marks the devices whose loss is a copy of a whole loss another device
+  // reports (DeviceProgram.loss_copy).
+  void MarkLossCopies(const std::vector<quilt::v1::DeviceProgram*>& per_device) const;
 
   const Graph& g_;
   const GraphIndex& ix_;
@@ -561,7 +564,34 @@ absl::Status Lowerer::Run(const quilt::v1::Strategy& s, const CostModel* cost, b
   for (const Key& k : feeds) {
     SetRange(per_device[k.device]->add_feeds(), k.tensor, k.begin, k.end);
   }
+  MarkLossCopies(per_device);
   return absl::OkStatus();
+}
+
+void Lowerer::MarkLossCopies(const std::vector<quilt::v1::DeviceProgram*>& per_device) const {
+  if (g_.loss.output.empty()) return;
+  const int t = ix_.Tensor(g_.loss.output);
+  if (t < 0) return;
+  // Partial losses all count; a whole loss counts once, on the first
+  // device that holds it.
+  std::vector<int> counted;
+  if (auto p = partial_on_.find(t); p != partial_on_.end()) {
+    counted = p->second;
+  } else if (auto f = full_on_.find(t); f != full_on_.end() && !f->second.empty()) {
+    counted = {f->second[0]};
+  }
+  std::vector<int> holders;
+  for (const auto* m : {&partial_on_, &full_on_}) {
+    if (auto it = m->find(t); it != m->end()) {
+      holders.insert(holders.end(), it->second.begin(), it->second.end());
+    }
+  }
+  for (int d : holders) {
+    if (per_device[d] == nullptr) continue;
+    if (std::find(counted.begin(), counted.end(), d) == counted.end()) {
+      per_device[d]->set_loss_copy(true);
+    }
+  }
 }
 
 void Lowerer::FuseBuckets() {
@@ -666,62 +696,6 @@ void Lowerer::Reorder() {
 }
 
 }  // namespace
-
-absl::Status Reprioritize(const Graph& g, const Topology& topo, const CostModel* cost,
-                          quilt::v1::ExecutionOrder order, quilt::v1::DistributedProgram* prog) {
-  ASSIGN_OR_RETURN(const GraphIndex ix, GraphIndex::Build(g));
-  return Reprioritize(ix, topo, cost, order, prog);
-}
-
-absl::Status Reprioritize(const GraphIndex& ix, const Topology& topo, const CostModel* cost,
-                          quilt::v1::ExecutionOrder order, quilt::v1::DistributedProgram* prog) {
-  // Ids index the lowering's instruction list; those fused away are gaps.
-  int64_t n = 0;
-  for (const auto& dp : prog->devices()) {
-    for (const auto& ins : dp.instructions()) n = std::max(n, ins.id() + 1);
-  }
-  Instruction gap;
-  std::vector<std::pair<int, Instruction*>> instrs(n, {0, &gap});
-  for (auto& dp : *prog->mutable_devices()) {
-    const int device = topo.DeviceIndex(dp.device());
-    if (device < 0) return absl::InvalidArgumentError("unknown device '" + dp.device() + "'");
-    for (auto& ins : *dp.mutable_instructions()) {
-      if (ins.id() < 0 || instrs[ins.id()].second != &gap) {
-        return absl::InvalidArgumentError(absl::StrCat("instruction id ", ins.id(), " on ",
-                                                       dp.device(), " is negative or repeated"));
-      }
-      instrs[ins.id()] = {device, &ins};
-    }
-  }
-  for (int64_t i = 0; i < n; ++i) {
-    for (int64_t d : instrs[i].second->deps()) {
-      if (d < 0 || d >= n || instrs[d].second == &gap) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("instruction ", i, " depends on ", d, ", which no instruction is"));
-      }
-    }
-  }
-  // groups[id - 1]: the members of group `id`.
-  std::vector<std::vector<int>> groups;
-  for (const auto& group : prog->groups()) {
-    if (group.id() < 1 || group.id() > prog->groups_size()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("group id ", group.id(), " is not in 1..", prog->groups_size()));
-    }
-    if (static_cast<size_t>(group.id()) > groups.size()) groups.resize(group.id());
-    std::vector<int>& members = groups[group.id() - 1];
-    for (const std::string& d : group.devices()) {
-      members.push_back(topo.DeviceIndex(d));
-      if (members.back() < 0) return absl::InvalidArgumentError("unknown device '" + d + "'");
-    }
-  }
-  const std::vector<double> priority = HeftPriorities(instrs, groups, topo, ix, cost, order);
-  for (int64_t i = 0; i < n; ++i) {
-    if (instrs[i].second != &gap) instrs[i].second->set_priority(priority[i]);
-  }
-  prog->mutable_strategy()->set_order(order);
-  return absl::OkStatus();
-}
 
 absl::StatusOr<quilt::v1::DistributedProgram> Lower(const Graph& g, const quilt::v1::Strategy& s,
                                                     const Topology& topo, const CostModel* cost,

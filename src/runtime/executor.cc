@@ -226,6 +226,7 @@ absl::Status Executor::Impl::Init() {
       dev->persistent[InstanceKey{t->second, r.begin(), r.end()}] = true;
     }
     for (const auto& r : dp.feeds()) dev->feeds.push_back(r);
+    dev->loss_copy = dp.loss_copy();
     devices_.push_back(std::move(dev));
   }
   for (size_t n = 0; n < nodes_.size(); ++n) {
@@ -609,6 +610,7 @@ absl::Status Executor::Impl::Run() {
     }
     for (auto& dev : devices_) {
       if (loss_tensor_ < 0) break;
+      if (dev->loss_copy) continue;  // another device reports this whole loss
       for (const auto& [key, value] : dev->store.Instances(loss_tensor_)) {
         if (value.dtype() == DType::kF32 && value.numel() == 1) {
           report.loss_part += value.f32()[0];

@@ -84,6 +84,7 @@ class Executor::Impl {
     TensorStore store;
     absl::flat_hash_map<InstanceKey, bool> persistent;
     std::vector<quilt::v1::TensorRange> feeds;
+    bool loss_copy = false;  // DeviceProgram.loss_copy: its loss is not reported
     std::thread thread;
     // (priority, -node): the compute instructions ready to run.
     std::priority_queue<std::pair<double, int>> ready;

@@ -472,7 +472,13 @@ INSTANTIATE_TEST_SUITE_P(
                       // One layer applied three times: one weight, summed gradients.
                       Case{{"shared_layers", "sgd", 16}, 2, 1},
                       // Or / And of masks, int64 counts over each replica's rows.
-                      Case{{"mask_ops", "sgd", 16}, 2, 1}),
+                      Case{{"mask_ops", "sgd", 16}, 2, 1},
+                      // The model's own loss: a binary cross-entropy's mean,
+                      // partial over the replicas' rows.
+                      Case{{"multilabel_bce", "sgd", 16}, 2, 1},
+                      // A loss past the batch mean (a root, a weighted sum): whole
+                      // on every replica, reported once.
+                      Case{{"mixed_losses", "sgd", 16}, 3, 1}),
     [](const auto& info) {
       const Case& c = info.param;
       return absl::StrCat(c.model.name, "_", c.model.optimizer, "_", c.nodes, "x", c.per_node);

@@ -125,7 +125,9 @@ INSTANTIATE_TEST_SUITE_P(
         Fixture{"pixel_shuffler", "sgd"}, Fixture{"pixel_shuffler", "adam"},
         Fixture{"swin_blocks", "sgd"}, Fixture{"swin_blocks", "adam"}, Fixture{"lm_blocks", "sgd"},
         Fixture{"lm_blocks", "adam"}, Fixture{"shared_layers", "sgd"},
-        Fixture{"shared_layers", "adam"}, Fixture{"mask_ops", "sgd"}, Fixture{"mask_ops", "adam"}),
+        Fixture{"shared_layers", "adam"}, Fixture{"mask_ops", "sgd"}, Fixture{"mask_ops", "adam"},
+        Fixture{"multilabel_bce", "sgd"}, Fixture{"multilabel_bce", "adam"},
+        Fixture{"mixed_losses", "sgd"}, Fixture{"mixed_losses", "adam"}),
     [](const auto& info) { return info.param.name + "_" + info.param.optimizer; });
 
 TEST(TrainLocal, SyntheticData_LossFalls) {

@@ -583,14 +583,9 @@ absl::Status Sce(ImportContext& ctx, const Node& node) {
     a.SetInt("ignore_index", AttrInt(node, "ignore_index", 0));
   ASSIGN_OR_RETURN(std::string scores, ctx.Data(node, 0));
   ASSIGN_OR_RETURN(std::string labels, ctx.Data(node, 1));
-  RETURN_IF_ERROR(ctx.Emit(node, "SoftmaxCrossEntropyLoss", {scores, labels}, std::move(a),
-                           std::min(2, node.output_size())));
-  Graph& g = ctx.graph();
-  g.loss.type = LossType::kSoftmaxCrossEntropy;
-  g.loss.prediction = scores;
-  g.loss.label = labels;
-  g.loss.output = g.ops.back().outputs[0];
-  return absl::OkStatus();
+  // Which output is the loss is decided after the import (model_loss.h).
+  return ctx.Emit(node, "SoftmaxCrossEntropyLoss", {scores, labels}, std::move(a),
+                  std::min(2, node.output_size()));
 }
 
 }  // namespace

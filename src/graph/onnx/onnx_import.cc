@@ -12,7 +12,7 @@
 #include "src/common/status.h"
 #include "src/graph/onnx/gradient_reach.h"
 #include "src/graph/onnx/import_context.h"
-#include "src/graph/onnx/loss_output.h"
+#include "src/graph/onnx/model_loss.h"
 #include "src/graph/validate.h"
 
 namespace quilt {
@@ -41,25 +41,6 @@ absl::StatusOr<DType> InputType(int32_t elem_type) {
       return absl::InvalidArgumentError(
           absl::StrCat("input element type ", elem_type, " is not supported (float32 or int64)"));
   }
-}
-
-// Follows single-input view ops back from `tensor` to a graph input (and
-// slices: a causal LM's loss on labels[:, 1:]).
-std::string SourceInput(const Graph& g, std::string tensor) {
-  const std::set<std::string> views = {"Reshape", "Flatten",  "Squeeze", "Unsqueeze",
-                                       "Cast",    "Identity", "Slice"};
-  const auto producers = g.Producers();
-  for (int hops = 0; hops < 16; ++hops) {
-    for (const std::string& in : g.inputs) {
-      if (in == tensor) return in;
-    }
-    auto it = producers.find(tensor);
-    if (it == producers.end()) return "";
-    const Op& op = g.ops[it->second];
-    if (!views.count(op.type) || op.inputs.empty()) return "";
-    tensor = op.inputs[0];
-  }
-  return "";
 }
 
 // Whether the export shows it was made in training mode, where tensors
@@ -216,7 +197,6 @@ absl::StatusOr<Graph> ImportOnnx(const std::string& bytes, const OnnxImportOptio
     if (!static_batch) b0 = SymbolicBatch(gp);
   }
 
-  if (absl::Status s = onnx_import::CheckLossOutputs(gp); !s.ok()) return Fail(src, s);
   Graph g;
   g.name = gp.name();
   ImportContext ctx(&g, b0, !static_batch);
@@ -305,19 +285,7 @@ absl::StatusOr<Graph> ImportOnnx(const std::string& bytes, const OnnxImportOptio
         "once (a layer applied repeatedly), which PyTorch trains as one: if a layer is shared, "
         "export with do_constant_folding=False"));
   }
-  if (!g.loss.output.empty()) {
-    const std::string label = SourceInput(g, g.loss.label);
-    if (label.empty()) {
-      return absl::InvalidArgumentError(
-          src +
-          ": the loss's labels do not come from a model input (through reshapes, casts or "
-          "slices); compute them in the data instead (shifted labels as their own array)");
-    }
-    g.inputs.erase(std::find(g.inputs.begin(), g.inputs.end(), label));
-    g.labels.push_back(label);
-    g.MutableTensor(label)->role = TensorRole::kLabel;
-    g.outputs = {g.loss.prediction};
-  }
+  if (absl::Status s = onnx_import::ResolveModelLoss(&g); !s.ok()) return Fail(src, s);
   g.reference_batch = options.batch > 0 ? options.batch : (static_batch ? b0 : 1);
   if (absl::Status s = ValidateGraph(&g); !s.ok()) return Fail(src, s);
   return g;

@@ -1,10 +1,11 @@
-// ONNX import (opsets 13–17) of what torch.onnx.export produces for MLPs,
+// ONNX import (opsets 13–22) of what torch.onnx.export produces for MLPs,
 // CNNs and transformer blocks. Initializers become parameters with their
 // values (scalars folded by the exporter, named "onnx::...", stay
 // constants); shape computations are folded; the batch (every input's first
 // dimension) becomes symbolic, including in Reshape targets the exporter
-// baked it into. A SoftmaxCrossEntropyLoss in the model becomes the graph's
-// loss and its label input a label. All unsupported ops are reported
+// baked it into. A loss the model computes (a scalar output that reads
+// its second input, the labels) becomes the graph's loss (model_loss.h).
+// All unsupported ops are reported
 // together, by type and node name; truncated or corrupt files get a clear
 // error.
 #ifndef QUILT_SRC_GRAPH_ONNX_ONNX_IMPORT_H_

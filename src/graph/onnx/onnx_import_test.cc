@@ -125,19 +125,40 @@ std::string LossFollowedBy(const std::string& op) {
   return m.SerializeAsString();
 }
 
-TEST(OnnxImport, ALossTheModelChangesAfterTheCrossEntropy_IsRefusedNotDropped) {
-  // Training the cross-entropy alone would drop the factor.
-  EXPECT_THAT(Import(LossFollowedBy("Mul")),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       AllOf(HasSubstr("output 'after' is computed from the cross-entropy loss"),
-                             HasSubstr("(by Mul)"))));
-  EXPECT_THAT(
-      Import(LossFollowedBy("SoftmaxCrossEntropyLoss")),
-      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("computes 2 cross-entropy losses")));
-  // A copy of the loss is the loss.
-  absl::StatusOr<Graph> g = Import(LossFollowedBy("Identity"));
+TEST(OnnxImport, ALossComputedFromTheCrossEntropy_TrainsAsTheModelsOwnLoss) {
+  // A factor on the cross-entropy is part of the loss: the whole scalar is
+  // differentiated, so the factor reaches the cross-entropy's gradient.
+  absl::StatusOr<Graph> g = Import(LossFollowedBy("Mul"));
   ASSERT_THAT(g, IsOk());
-  EXPECT_EQ(g->loss.type, LossType::kSoftmaxCrossEntropy);
+  EXPECT_EQ(g->loss.type, LossType::kModel);
+  EXPECT_EQ(g->outputs, std::vector<std::string>{g->loss.output});
+  EXPECT_EQ(g->labels, std::vector<std::string>{"y"});
+  EXPECT_EQ(g->loss.label, "y");
+  const std::string loss = g->loss.output;
+  TrainingOptions o;
+  o.optimizer.kind = OptimizerSpec::Kind::kSgd;
+  ASSERT_THAT(BuildTrainingGraph(&*g, o), IsOk());
+  EXPECT_EQ(g->loss.output, loss);
+  const auto producers = g->Producers();
+  int sce_grads = 0;
+  for (const Op& op : g->ops) {
+    if (op.type != "SoftmaxCrossEntropyLossGrad") continue;
+    ++sce_grads;
+    // Its dLoss is the factor's gradient (2 · the seed), not the seed.
+    auto p = producers.find(op.inputs[0]);
+    ASSERT_NE(p, producers.end()) << op.inputs[0];
+    EXPECT_EQ(g->ops[p->second].type, "Mul");
+  }
+  EXPECT_EQ(sce_grads, 1);
+
+  // A cross-entropy of a cross-entropy's scores returned as it is, or a
+  // copy of the loss, is the built-in loss.
+  for (const char* op : {"SoftmaxCrossEntropyLoss", "Identity"}) {
+    absl::StatusOr<Graph> same = Import(LossFollowedBy(op));
+    ASSERT_THAT(same, IsOk()) << op;
+    EXPECT_EQ(same->loss.type, LossType::kSoftmaxCrossEntropy) << op;
+    EXPECT_EQ(same->labels, std::vector<std::string>{"y"}) << op;
+  }
 }
 
 // x [B, 8, 6] → Transpose → [8, B, 6] → Reshape to the exported [8·B, E]
@@ -406,8 +427,8 @@ TEST(OnnxImport, ComparisonsAndWhereOnData_BecomeMasksOfZerosAndOnes) {
 }
 
 TEST(OnnxImport, AScalarOutputIsNotTakenForPredictions) {
-  // A model that computes a loss Quilt does not recognize (BCE with logits
-  // exports as arithmetic and a mean): its output is a scalar.
+  // A model whose scalar output reads no labels (a loss of the input alone,
+  // as an autoencoder's): it is no loss Quilt can train, nor a prediction.
   onnx::ModelProto m = Tiny(14);
   auto* g = m.mutable_graph();
   auto* n = g->add_node();
@@ -423,10 +444,11 @@ TEST(OnnxImport, AScalarOutputIsNotTakenForPredictions) {
   g->add_output()->set_name("loss");
   absl::StatusOr<Graph> imported = Import(m.SerializeAsString());
   ASSERT_THAT(imported.status(), IsOk());
-  EXPECT_THAT(CheckLossTarget(*imported), StatusIs(absl::StatusCode::kInvalidArgument,
-                                                   AllOf(HasSubstr("output 'mean' is a scalar"),
-                                                         HasSubstr("export the model without "
-                                                                   "its loss"))));
+  EXPECT_THAT(CheckLossTarget(*imported),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("output 'mean' is a scalar that reads no labels"),
+                             HasSubstr("export the model without "
+                                       "its loss"))));
   TrainingOptions o;
   o.loss = LossType::kMse;
   o.optimizer.kind = OptimizerSpec::Kind::kSgd;

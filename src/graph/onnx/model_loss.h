@@ -1,0 +1,29 @@
+// The loss of an imported model that computes its own: its first float32
+// scalar output that reads the labels (an input after the first). A
+// softmax cross-entropy returned as it is trains as the built-in loss (its
+// scores stay the graph's output); any other scalar — binary cross-entropy,
+// a cross-entropy times a factor, a sum of several losses — trains as the
+// model's own loss (LossType::kModel), differentiated through its ops like
+// the rest of the model, so nothing computed from a loss drops out. The
+// labels input moves from the graph's inputs to its labels.
+#ifndef QUILT_SRC_GRAPH_ONNX_MODEL_LOSS_H_
+#define QUILT_SRC_GRAPH_ONNX_MODEL_LOSS_H_
+
+#include "absl/status/status.h"
+#include "src/graph/graph.h"
+
+namespace quilt::onnx_import {
+
+// Sets g->loss, g->labels and g->outputs; leaves the graph without a loss
+// when no output is such a scalar. Errors: INVALID_ARGUMENT when the loss
+// reads several inputs besides the first, or a cross-entropy's labels come
+// from no input.
+absl::Status ResolveModelLoss(Graph* g);
+
+// Follows single-input view ops (reshapes, casts, slices) back from
+// `tensor` to a graph input; "" when it comes from none.
+std::string SourceInput(const Graph& g, std::string tensor);
+
+}  // namespace quilt::onnx_import
+
+#endif  // QUILT_SRC_GRAPH_ONNX_MODEL_LOSS_H_
