@@ -43,6 +43,10 @@ absl::StatusOr<std::string> ScalarConstant(ImportContext& ctx, const std::string
 
 // Element-wise ops and Expand, folded on constants (elementwise_converters.cc).
 absl::Status Binary(ImportContext& ctx, const Node& node);
+// Folds an element-wise function of a constant that is not a parameter
+// (float32; Abs, Neg and Sign of int64 too: index arithmetic, T5's
+// relative position buckets); false for other inputs.
+bool FoldUnary(ImportContext& ctx, const Node& node);
 absl::Status Unary(ImportContext& ctx, const Node& node);
 absl::Status Reciprocal(ImportContext& ctx, const Node& node);
 absl::Status ConstantOnlyUnary(ImportContext& ctx, const Node& node);
@@ -56,6 +60,9 @@ absl::Status EmitInFloat(ImportContext& ctx, const Node& node, const std::string
 absl::Status LeakyRelu(ImportContext& ctx, const Node& node);
 absl::Status HardSigmoidLike(ImportContext& ctx, const Node& node);
 absl::Status Composite(ImportContext& ctx, const Node& node);
+// Log; of a sigmoid or of 1 − a sigmoid (binary cross-entropy with logits,
+// F.logsigmoid) as a stable −softplus.
+absl::Status Log(ImportContext& ctx, const Node& node);
 absl::Status Clip(ImportContext& ctx, const Node& node);
 absl::Status MaxMin(ImportContext& ctx, const Node& node);
 absl::Status Conv(ImportContext& ctx, const Node& node);

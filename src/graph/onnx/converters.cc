@@ -633,7 +633,7 @@ const std::map<std::string, Converter>& Converters() {
       {"Erf", Unary},
       {"Sqrt", Unary},
       {"Exp", Unary},
-      {"Log", Unary},
+      {"Log", Log},
       {"Neg", Unary},
       {"Reciprocal", Reciprocal},
       {"Identity", Identity},

@@ -135,9 +135,8 @@ bool FoldBinary(ImportContext& ctx, const Node& node) {
   return true;
 }
 
-// Folds an element-wise function of a constant that is not a parameter
-// (float32; Abs, Neg and Sign of int64 too: index arithmetic, T5's
-// relative position buckets); false for other inputs.
+}  // namespace
+
 bool FoldUnary(ImportContext& ctx, const Node& node) {
   const Tensor* c = ctx.ConstantInput(node, 0);
   if (c == nullptr || ctx.IsParameterInitializer(node, 0)) return false;
@@ -178,8 +177,6 @@ bool FoldUnary(ImportContext& ctx, const Node& node) {
   ctx.SetConstant(node.output(0), std::move(out));
   return true;
 }
-
-}  // namespace
 
 // Element-wise ops Quilt computes only on constants (rotary tables from
 // positions, bucket indices): folded, else refused saying so.

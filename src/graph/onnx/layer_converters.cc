@@ -200,6 +200,86 @@ absl::Status MaxMin(ImportContext& ctx, const Node& node) {
   return absl::OkStatus();
 }
 
+namespace {
+
+// softplus(x) = relu(x) + log(1 + exp(-|x|)), stably, as its two terms;
+// relu and |x| from a mask of x > 0 (no gradient), so that the slope at 0
+// is PyTorch's σ(0) = ½.
+absl::StatusOr<std::pair<std::string, std::string>> SoftplusParts(ImportContext& ctx,
+                                                                  const std::string& x,
+                                                                  const std::string& at) {
+  auto op = [&](const std::string& t, std::vector<std::string> ins, const std::string& hint,
+                Attrs a = {}) {
+    return ctx.b().Add(t, std::move(ins), std::move(a), at + "/" + hint);
+  };
+  ASSIGN_OR_RETURN(std::string zero, ScalarConstant(ctx, at + "/zero", 0));
+  Attrs gt;
+  gt.SetString("mode", "gt");
+  ASSIGN_OR_RETURN(std::string m, op("CompareMask", {x, zero}, "positive", std::move(gt)));
+  ASSIGN_OR_RETURN(std::string pos, op("Mul", {x, m}, "pos"));
+  ASSIGN_OR_RETURN(std::string two, ScalarConstant(ctx, at + "/two", 2));
+  ASSIGN_OR_RETURN(std::string one_m, ScalarConstant(ctx, at + "/one_for_sign", 1));
+  ASSIGN_OR_RETURN(std::string m2, op("Mul", {m, two}, "two_m"));
+  ASSIGN_OR_RETURN(std::string sign, op("Sub", {m2, one_m}, "sign"));
+  ASSIGN_OR_RETURN(std::string mag, op("Mul", {x, sign}, "abs"));
+  ASSIGN_OR_RETURN(std::string neg, op("Neg", {mag}, "neg_abs"));
+  ASSIGN_OR_RETURN(std::string e, op("Exp", {neg}, "exp"));
+  ASSIGN_OR_RETURN(std::string one, ScalarConstant(ctx, at + "/one", 1));
+  ASSIGN_OR_RETURN(std::string e1, op("Add", {e, one}, "exp_plus_one"));
+  ASSIGN_OR_RETURN(std::string l, op("Log", {e1}, "log"));
+  return std::make_pair(pos, l);
+}
+
+// The op of the graph that writes `tensor` (nullptr for inputs, parameters
+// and constants).
+const Op* ProducerOf(const Graph& g, const std::string& tensor) {
+  for (auto it = g.ops.rbegin(); it != g.ops.rend(); ++it) {
+    for (const std::string& out : it->outputs) {
+      if (out == tensor) return &*it;
+    }
+  }
+  return nullptr;
+}
+
+// Whether `tensor` is a float32 graph constant holding the single value 1.
+bool IsConstantOne(const Graph& g, const std::string& tensor) {
+  auto c = g.constants.find(tensor);
+  return c != g.constants.end() && c->second.dtype() == DType::kF32 && c->second.numel() == 1 &&
+         c->second.f32()[0] == 1.0f;
+}
+
+}  // namespace
+
+absl::Status Log(ImportContext& ctx, const Node& node) {
+  if (FoldUnary(ctx, node)) return absl::OkStatus();
+  ASSIGN_OR_RETURN(std::string x, ctx.Data(node, 0));
+  const Graph& g = ctx.graph();
+  const Op* p = ProducerOf(g, x);
+  std::string z;
+  bool of_one_minus = false;
+  if (p != nullptr && p->type == "Sigmoid") {
+    z = p->inputs[0];
+  } else if (p != nullptr && p->type == "Sub" && p->inputs.size() == 2 &&
+             IsConstantOne(g, p->inputs[0])) {
+    const Op* s = ProducerOf(g, p->inputs[1]);
+    if (s != nullptr && s->type == "Sigmoid") {
+      z = s->inputs[0];
+      of_one_minus = true;
+    }
+  }
+  if (z.empty()) return ctx.Emit(node, "Log", {x}, {});
+  // log σ(z) = −softplus(−z); log(1 − σ(z)) = log σ(−z) = −softplus(z).
+  const std::string at = (node.name().empty() ? std::string("Log") : node.name()) + "/stable";
+  std::string arg = z;
+  if (!of_one_minus) {
+    ASSIGN_OR_RETURN(arg, ctx.b().Add("Neg", {z}, {}, at + "/neg_z"));
+  }
+  ASSIGN_OR_RETURN(auto parts, SoftplusParts(ctx, arg, at));
+  ASSIGN_OR_RETURN(std::string sp,
+                   ctx.b().Add("Add", {parts.first, parts.second}, {}, at + "/softplus"));
+  return ctx.Emit(node, "Neg", {sp}, {});
+}
+
 // Activations built from others (a stable softplus: relu(x) +
 // log(1 + exp(-|x|)); exp of min(x, 0) where only x <= 0 is kept):
 // Softplus, Mish (x·tanh(softplus x)), Elu, Selu, Celu and PRelu
@@ -226,18 +306,8 @@ absl::Status Composite(ImportContext& ctx, const Node& node) {
     return op("CompareMask", {x, zero}, "positive", std::move(gt));
   };
   if (type == "Softplus" || type == "Mish") {
-    ASSIGN_OR_RETURN(std::string m, positive());
-    ASSIGN_OR_RETURN(std::string pos, op("Mul", {x, m}, "pos"));
-    ASSIGN_OR_RETURN(std::string two, scalar("two", 2));
-    ASSIGN_OR_RETURN(std::string one_m, scalar("one_for_sign", 1));
-    ASSIGN_OR_RETURN(std::string m2, op("Mul", {m, two}, "two_m"));
-    ASSIGN_OR_RETURN(std::string sign, op("Sub", {m2, one_m}, "sign"));
-    ASSIGN_OR_RETURN(std::string mag, op("Mul", {x, sign}, "abs"));
-    ASSIGN_OR_RETURN(std::string neg, op("Neg", {mag}, "neg_abs"));
-    ASSIGN_OR_RETURN(std::string e, op("Exp", {neg}, "exp"));
-    ASSIGN_OR_RETURN(std::string one, scalar("one", 1));
-    ASSIGN_OR_RETURN(std::string e1, op("Add", {e, one}, "exp_plus_one"));
-    ASSIGN_OR_RETURN(std::string l, op("Log", {e1}, "log"));
+    ASSIGN_OR_RETURN(auto parts, SoftplusParts(ctx, x, at));
+    const auto& [pos, l] = parts;
     if (type == "Softplus") return ctx.Emit(node, "Add", {pos, l}, {});
     ASSIGN_OR_RETURN(std::string sp, op("Add", {pos, l}, "softplus"));
     ASSIGN_OR_RETURN(std::string t, op("Tanh", {sp}, "tanh"));

@@ -2,6 +2,7 @@
 // opsets, folds of constants (Mod, ReduceProd, broadcasting arithmetic,
 // ScatterND), and Identity-merged weights, shared or apart by the export's
 // mode.
+#include "absl/strings/match.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "onnx/onnx_pb.h"
@@ -41,6 +42,55 @@ TEST(OnnxImport, PadWithAxes_PadsTheListedAxesOnly) {
   for (const Op& op : imported->ops) pad = op.type == "Pad" ? &op : pad;
   ASSERT_NE(pad, nullptr);
   EXPECT_EQ(pad->attrs.Ints("pads"), (std::vector<int64_t>{0, 1, 0, 2}));
+}
+
+TEST(OnnxImport, LogOfASigmoid_IsAStableSoftplus) {
+  // log σ(y), log(1 − σ(y)) (binary cross-entropy with logits exports
+  // both) and log(1 − y): only the last is a plain Log of its input; the
+  // others read no sigmoid (which rounds to 0 or 1 for large |y|).
+  onnx::ModelProto m = Tiny(14);
+  auto* g = m.mutable_graph();
+  AddFloatConstant(g, "one", {}, {1.0f});
+  auto node = [&](const char* type, std::vector<const char*> ins, const char* out) {
+    auto* n = g->add_node();
+    n->set_op_type(type);
+    n->set_name(out);
+    for (const char* in : ins) n->add_input(in);
+    n->add_output(out);
+  };
+  node("Sigmoid", {"y"}, "s");
+  node("Log", {"s"}, "log_s");
+  node("Sub", {"one", "s"}, "one_minus_s");
+  node("Log", {"one_minus_s"}, "log_one_minus_s");
+  node("Sub", {"one", "y"}, "one_minus_y");
+  node("Log", {"one_minus_y"}, "log_one_minus_y");
+  node("Add", {"log_s", "log_one_minus_s"}, "sum");
+  node("Add", {"sum", "log_one_minus_y"}, "out");
+  g->mutable_output(0)->set_name("out");
+  absl::StatusOr<Graph> imported = Import(m.SerializeAsString());
+  ASSERT_THAT(imported, IsOk());
+  const auto producers = imported->Producers();
+  int plain_logs = 0;
+  for (const Op& op : imported->ops) {
+    if (op.type != "Log") continue;
+    auto p = producers.find(op.inputs[0]);
+    ASSERT_NE(p, producers.end());
+    const Op& in = imported->ops[p->second];
+    EXPECT_NE(in.type, "Sigmoid") << op.name;
+    if (in.type == "Sub") {
+      ++plain_logs;
+      auto y = producers.find(in.inputs[1]);
+      ASSERT_NE(y, producers.end());
+      EXPECT_EQ(imported->ops[y->second].type, "Relu");  // log(1 − y) as it is
+    }
+  }
+  EXPECT_EQ(plain_logs, 1);
+  // Each stable form is a negated softplus: the log of 1 + exp(−|·|).
+  int negs_of_softplus = 0;
+  for (const Op& op : imported->ops) {
+    if (op.type == "Neg" && absl::StrContains(op.inputs[0], "softplus")) ++negs_of_softplus;
+  }
+  EXPECT_EQ(negs_of_softplus, 2);
 }
 
 TEST(OnnxImport, SplitByNumOutputs_TheLastPartIsSmaller) {
