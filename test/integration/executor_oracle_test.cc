@@ -478,7 +478,10 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{{"multilabel_bce", "sgd", 16}, 2, 1},
                       // A loss past the batch mean (a root, a weighted sum): whole
                       // on every replica, reported once.
-                      Case{{"mixed_losses", "sgd", 16}, 3, 1}),
+                      Case{{"mixed_losses", "sgd", 16}, 3, 1},
+                      // x.shape[0], kl_div's batchmean, an unbiased variance over
+                      // the batch: the global batch, whatever each replica holds.
+                      Case{{"batch_size_losses", "sgd", 16}, 3, 1}),
     [](const auto& info) {
       const Case& c = info.param;
       return absl::StrCat(c.model.name, "_", c.model.optimizer, "_", c.nodes, "x", c.per_node);

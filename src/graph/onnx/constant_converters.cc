@@ -270,6 +270,7 @@ struct InputShape {
   std::vector<int64_t> dims;
   DType dtype = DType::kF32;
   bool batched = false;
+  std::vector<bool> batch_dims;  // per dim: whether it is the batch's
 };
 absl::StatusOr<InputShape> ShapeOfInput(ImportContext& ctx, const Node& node) {
   InputShape in;
@@ -283,6 +284,7 @@ absl::StatusOr<InputShape> ShapeOfInput(ImportContext& ctx, const Node& node) {
   in.dims = t.shape.Concrete(ctx.export_batch());
   in.dtype = t.dtype;
   in.batched = t.shape.HasBatch();
+  for (int i = 0; i < t.shape.rank(); ++i) in.batch_dims.push_back(t.shape.dim(i).batch);
   return in;
 }
 
@@ -299,6 +301,16 @@ absl::Status ShapeNode(ImportContext& ctx, const Node& node) {
   end = std::max(start, std::min(end, r));
   std::vector<int64_t> v(dims.begin() + start, dims.begin() + end);
   ctx.SetConstant(node.output(0), Tensor::FromI64({static_cast<int64_t>(v.size())}, v));
+  if (ctx.symbolic_batch() && in.batched) {
+    // Its batch element is B (times the dim's multiple) when used as data.
+    BatchForm form;
+    for (int64_t i = start; i < end; ++i) {
+      const bool batch = in.batch_dims[i];
+      form.a.push_back(batch ? static_cast<double>(dims[i] / ctx.export_batch()) : 0.0);
+      form.c.push_back(batch ? 0.0 : static_cast<double>(dims[i]));
+    }
+    ctx.SetBatchForm(node.output(0), std::move(form));
+  }
   return absl::OkStatus();
 }
 

@@ -118,7 +118,28 @@ void ImportContext::SetTensor(const std::string& onnx_name, const std::string& t
 }
 
 void ImportContext::SetConstant(const std::string& onnx_name, Tensor value) {
+  // Folded from values of the batch size: the result's form.
+  if (node_ != nullptr) {
+    std::vector<const BatchForm*> forms;
+    std::vector<const Tensor*> values;
+    bool from_batch = false;
+    for (int k = 0; k < node_->input_size(); ++k) {
+      // (A form that does not vary with the batch is a plain constant.)
+      auto f = batch_forms_.find(node_->input(k));
+      const bool varies = f != batch_forms_.end() && f->second.DependsOnBatch();
+      forms.push_back(varies ? &f->second : nullptr);
+      values.push_back(ConstantInput(*node_, k));
+      from_batch = from_batch || forms.back() != nullptr;
+    }
+    if (from_batch) {
+      batch_forms_[onnx_name] = DeriveBatchForm(*node_, forms, values, value, export_batch_);
+    }
+  }
   constants_[onnx_name] = std::move(value);
+}
+
+void ImportContext::SetBatchForm(const std::string& onnx_name, BatchForm form) {
+  batch_forms_[onnx_name] = std::move(form);
 }
 
 bool ImportContext::HasInput(const onnx::NodeProto& node, int i) const {
@@ -195,7 +216,43 @@ absl::StatusOr<std::string> ImportContext::Materialize(const std::string& name, 
   auto c = constants_.find(name);
   if (c != constants_.end()) value = &c->second;
   if (value == nullptr) return absl::InvalidArgumentError("undefined value '" + name + "'");
+  if (auto f = batch_forms_.find(name); f != batch_forms_.end() && f->second.DependsOnBatch()) {
+    return FromBatch(name, *value, f->second);
+  }
   ASSIGN_OR_RETURN(std::string k, builder_.AddConstant(name, *value));
+  tensors_[name] = k;
+  return k;
+}
+
+absl::StatusOr<std::string> ImportContext::FromBatch(const std::string& name, const Tensor& value,
+                                                     const BatchForm& form) {
+  for (int64_t d : value.dims()) {
+    if (symbolic_batch_ && d > 0 && d % export_batch_ == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("'", name,
+                       "' holds a value per sample computed from the batch size (as torch.arange("
+                       "x.shape[0])); not supported: pass it in the data"));
+    }
+  }
+  if (!form.affine) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "'", name,
+        "' is computed from the batch size (x.shape[0]) by arithmetic the import does not "
+        "follow (it follows selections, sums and products of a shape's elements, and "
+        "arithmetic with constants); compute it from constants, or pass it in the data"));
+  }
+  if (value.dtype() != DType::kF32 && value.dtype() != DType::kI64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", name, "' holds the batch size as ", value.TypeString()));
+  }
+  Attrs a;
+  a.Set("a", form.a);
+  a.Set("c", form.c);
+  a.SetString("dtype", value.dtype() == DType::kF32 ? "f32" : "i64");
+  std::vector<Dim> dims;
+  for (int64_t d : value.dims()) dims.push_back(Dim::Fixed(d));
+  EncodeShape(&a, "shape", Shape(std::move(dims)));
+  ASSIGN_OR_RETURN(std::string k, builder_.Add("BatchAffine", {}, std::move(a), name));
   tensors_[name] = k;
   return k;
 }

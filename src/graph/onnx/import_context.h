@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "onnx/onnx_pb.h"
 #include "src/graph/graph_builder.h"
+#include "src/graph/onnx/batch_values.h"
 
 namespace quilt::onnx_import {
 
@@ -42,7 +43,12 @@ class ImportContext {
   // weight, so both uses train one parameter.
   void TieTransposedCopies();
   void SetTensor(const std::string& onnx_name, const std::string& tensor);
+  // A constant folded while converting the node BeginNode named takes a
+  // batch form (batch_values.h) when an input of that node has one.
   void SetConstant(const std::string& onnx_name, Tensor value);
+  void BeginNode(const onnx::NodeProto& node) { node_ = &node; }
+  // The batch form of a constant (Shape's: its batch element is B).
+  void SetBatchForm(const std::string& onnx_name, BatchForm form);
 
   bool HasInput(const onnx::NodeProto& node, int i) const;
   // The known value of input i, if it is a constant or initializer.
@@ -87,6 +93,10 @@ class ImportContext {
   std::optional<std::string> Lookup(const std::string& onnx_name) const;
   absl::StatusOr<std::string> Materialize(const std::string& onnx_name, bool trainable,
                                           bool frozen);
+  // A value of the batch size used as data: a BatchAffine op, or an error
+  // when its form is not followed.
+  absl::StatusOr<std::string> FromBatch(const std::string& onnx_name, const Tensor& value,
+                                        const BatchForm& form);
 
   Graph* graph_;
   GraphBuilder builder_;
@@ -95,10 +105,12 @@ class ImportContext {
   bool symbolic_batch_;
   bool identities_share_ = false;
   std::vector<std::string> untied_;
-  std::map<std::string, std::string> tensors_;  // ONNX name → graph tensor
-  std::map<std::string, Tensor> constants_;     // ONNX name → known value
-  std::map<std::string, Tensor> initializers_;  // not yet materialized
-  std::map<std::string, std::string> copies_;   // transposed copy → weight
+  std::map<std::string, std::string> tensors_;    // ONNX name → graph tensor
+  std::map<std::string, Tensor> constants_;       // ONNX name → known value
+  std::map<std::string, BatchForm> batch_forms_;  // constants computed from the batch
+  const onnx::NodeProto* node_ = nullptr;         // being converted
+  std::map<std::string, Tensor> initializers_;    // not yet materialized
+  std::map<std::string, std::string> copies_;     // transposed copy → weight
   std::set<std::string> read_;
   std::set<std::string> reach_;
 };

@@ -1,7 +1,9 @@
 // ONNX converters on small graphs built by hand: Pad and Split of newer
 // opsets, folds of constants (Mod, ReduceProd, broadcasting arithmetic,
-// ScatterND), and Identity-merged weights, shared or apart by the export's
-// mode.
+// ScatterND), Identity-merged weights, shared or apart by the export's
+// mode, logs of sigmoids, and the batch size used as a value.
+#include <tuple>
+
 #include "absl/strings/match.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -91,6 +93,91 @@ TEST(OnnxImport, LogOfASigmoid_IsAStableSoftplus) {
     if (op.type == "Neg" && absl::StrContains(op.inputs[0], "softplus")) ++negs_of_softplus;
   }
   EXPECT_EQ(negs_of_softplus, 2);
+}
+
+// x [batch, 3] (a dynamic batch) → Relu → y; `value` computed from
+// Shape(y) by `nodes` (type, inputs, output), and out = ReduceSum(y) ·
+// value, the graph's output.
+onnx::ModelProto BatchValue(
+    const std::vector<std::tuple<std::string, std::vector<std::string>, std::string>>& nodes) {
+  onnx::ModelProto m = Tiny(14);
+  auto* g = m.mutable_graph();
+  g->mutable_input(0)
+      ->mutable_type()
+      ->mutable_tensor_type()
+      ->mutable_shape()
+      ->mutable_dim(0)
+      ->set_dim_param("batch");
+  auto* shape = g->add_node();
+  shape->set_op_type("Shape");
+  shape->add_input("y");
+  shape->add_output("shape");
+  AddFloatConstant(g, "one", {}, {1.0f});
+  auto* zero = g->add_initializer();
+  zero->set_name("zero");
+  zero->set_data_type(onnx::TensorProto::INT64);
+  zero->add_int64_data(0);
+  auto* one_i = g->add_initializer();
+  one_i->set_name("one_i");
+  one_i->set_data_type(onnx::TensorProto::INT64);
+  one_i->add_int64_data(1);
+  AddFloatConstant(g, "two", {}, {2.0f});
+  for (const auto& [type, ins, out] : nodes) {
+    auto* n = g->add_node();
+    n->set_op_type(type);
+    n->set_name(out);
+    for (const std::string& in : ins) n->add_input(in);
+    n->add_output(out);
+    if (type == "Cast") {
+      auto* to = n->add_attribute();
+      to->set_name("to");
+      to->set_type(onnx::AttributeProto::INT);
+      to->set_i(onnx::TensorProto::FLOAT);
+    }
+  }
+  auto* sum = g->add_node();
+  sum->set_op_type("ReduceSum");
+  sum->add_input("y");
+  sum->add_output("sum");
+  auto* mul = g->add_node();
+  mul->set_op_type("Mul");
+  mul->add_input("sum");
+  mul->add_input("value");
+  mul->add_output("out");
+  g->mutable_output(0)->set_name("out");
+  return m;
+}
+
+TEST(OnnxImport, TheBatchSizeAsAValue_IsComputedFromTheStepsBatch) {
+  // (x.shape[0] − 1) / 2, as data: a BatchAffine op of a = ½, c = −½, not
+  // the placeholder batch the import folds shapes with.
+  absl::StatusOr<Graph> g = Import(BatchValue({{"Gather", {"shape", "zero"}, "b"},
+                                               {"Cast", {"b"}, "bf"},
+                                               {"Sub", {"bf", "one"}, "b1"},
+                                               {"Div", {"b1", "two"}, "value"}})
+                                       .SerializeAsString());
+  ASSERT_THAT(g, IsOk());
+  const Op* affine = nullptr;
+  for (const Op& op : g->ops) affine = op.type == "BatchAffine" ? &op : affine;
+  ASSERT_NE(affine, nullptr);
+  EXPECT_EQ(affine->attrs.Floats("a"), std::vector<double>{0.5});
+  EXPECT_EQ(affine->attrs.Floats("c"), std::vector<double>{-0.5});
+  EXPECT_EQ(g->FindTensor(affine->outputs[0])->dtype, DType::kF32);
+
+  // B · B is not followed: refused by name, not folded.
+  EXPECT_THAT(Import(BatchValue({{"Gather", {"shape", "zero"}, "b"},
+                                 {"Cast", {"b"}, "bf"},
+                                 {"Mul", {"bf", "bf"}, "value"}})
+                         .SerializeAsString()),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("'value' is computed from the batch size"),
+                             HasSubstr("does not follow"))));
+  // The feature count (Shape's element 1) is a plain constant.
+  absl::StatusOr<Graph> features =
+      Import(BatchValue({{"Gather", {"shape", "one_i"}, "d"}, {"Cast", {"d"}, "value"}})
+                 .SerializeAsString());
+  ASSERT_THAT(features, IsOk());
+  for (const Op& op : features->ops) EXPECT_NE(op.type, "BatchAffine");
 }
 
 TEST(OnnxImport, SplitByNumOutputs_TheLastPartIsSmaller) {

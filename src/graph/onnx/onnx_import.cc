@@ -245,6 +245,7 @@ absl::StatusOr<Graph> ImportOnnx(const std::string& bytes, const OnnxImportOptio
   ctx.SetRead(std::move(read));
   for (int i = 0; i < gp.node_size(); ++i) {
     const onnx::NodeProto& n = gp.node(i);
+    ctx.BeginNode(n);
     absl::Status s = Converters().at(n.op_type())(ctx, n);
     if (!s.ok()) {
       // A batch baked into the export is told from other dims by its size:

@@ -348,6 +348,31 @@ QUILT_REGISTER_OP([] {
 
 QUILT_REGISTER_OP([] {
   OpSchema s;
+  s.type = "BatchAffine";
+  s.doc =
+      "A value computed from the batch size (x.shape[0] used as data): element i is "
+      "a[i]·B + c[i], B the global batch of the step; attributes a, c (floats), dtype "
+      "(f32 or i64) and shape (no batch dim).";
+  s.min_inputs = s.max_inputs = 0;
+  s.infer = [](InferContext& ctx) -> absl::Status {
+    absl::StatusOr<Shape> shape = DecodeShape(ctx.attrs(), "shape");
+    if (!shape.ok()) return ctx.Error(std::string(shape.status().message()));
+    if (shape->HasBatch()) return ctx.Error("the shape cannot hold the batch");
+    const std::string dtype = ctx.attrs().String("dtype", "f32");
+    if (dtype != "f32" && dtype != "i64") return ctx.Error("dtype must be f32 or i64");
+    const size_t n = static_cast<size_t>(shape->NumElements(1));
+    if (ctx.attrs().Floats("a").size() != n || ctx.attrs().Floats("c").size() != n) {
+      return ctx.Error(absl::StrCat("a and c must hold ", n, " values"));
+    }
+    ctx.set_output(0, dtype == "f32" ? DType::kF32 : DType::kI64, *shape);
+    return absl::OkStatus();
+  };
+  s.cost = [](const CostContext& c) { return OpCost{0, c.IoBytes()}; };
+  return s;
+}());
+
+QUILT_REGISTER_OP([] {
+  OpSchema s;
   s.type = "Zeros";
   s.doc = "A float tensor of zeros shaped by attribute 'shape'.";
   s.min_inputs = s.max_inputs = 0;

@@ -288,6 +288,26 @@ absl::Status Zeros(KernelContext& ctx) {
   return absl::OkStatus();
 }
 
+// a·B + c per element, B the step's global batch.
+absl::Status BatchAffine(KernelContext& ctx) {
+  ASSIGN_OR_RETURN(Tensor * out, ctx.Output(0));
+  const std::vector<double> a = ctx.attrs().Floats("a"), c = ctx.attrs().Floats("c");
+  if (static_cast<int64_t>(a.size()) != out->numel() || a.size() != c.size()) {
+    return absl::InvalidArgumentError("BatchAffine: a and c do not match the output");
+  }
+  const double b = static_cast<double>(ctx.global_batch);
+  for (int64_t i = 0; i < out->numel(); ++i) {
+    const double v = a[i] * b + c[i];
+    if (out->dtype() == DType::kI64) {
+      out->i64()[i] = std::llround(v);
+    } else {
+      out->f32()[i] = static_cast<float>(v);
+    }
+  }
+  return absl::OkStatus();
+}
+
+QUILT_REGISTER_KERNEL("cpu", "BatchAffine", BatchAffine);
 QUILT_REGISTER_KERNEL("cpu", "Add", Add);
 QUILT_REGISTER_KERNEL("cpu", "Sub", Sub);
 QUILT_REGISTER_KERNEL("cpu", "Mul", Mul);
