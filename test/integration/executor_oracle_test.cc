@@ -481,7 +481,10 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{{"mixed_losses", "sgd", 16}, 3, 1},
                       // x.shape[0], kl_div's batchmean, an unbiased variance over
                       // the batch: the global batch, whatever each replica holds.
-                      Case{{"batch_size_losses", "sgd", 16}, 3, 1}),
+                      Case{{"batch_size_losses", "sgd", 16}, 3, 1},
+                      // Labels ignored unevenly over the replicas' rows: the mean
+                      // over the kept labels of the whole batch.
+                      Case{{"ignored_labels", "sgd", 16}, 2, 1}),
     [](const auto& info) {
       const Case& c = info.param;
       return absl::StrCat(c.model.name, "_", c.model.optimizer, "_", c.nodes, "x", c.per_node);

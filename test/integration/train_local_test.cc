@@ -128,7 +128,8 @@ INSTANTIATE_TEST_SUITE_P(
         Fixture{"shared_layers", "adam"}, Fixture{"mask_ops", "sgd"}, Fixture{"mask_ops", "adam"},
         Fixture{"multilabel_bce", "sgd"}, Fixture{"multilabel_bce", "adam"},
         Fixture{"mixed_losses", "sgd"}, Fixture{"mixed_losses", "adam"},
-        Fixture{"batch_size_losses", "sgd"}, Fixture{"batch_size_losses", "adam"}),
+        Fixture{"batch_size_losses", "sgd"}, Fixture{"batch_size_losses", "adam"},
+        Fixture{"ignored_labels", "sgd"}, Fixture{"ignored_labels", "adam"}),
     [](const auto& info) { return info.param.name + "_" + info.param.optimizer; });
 
 TEST(TrainLocal, SyntheticData_LossFalls) {

@@ -579,13 +579,39 @@ absl::Status Sce(ImportContext& ctx, const Node& node) {
   Attrs a;
   a.SetInt("class_axis", 1);
   a.SetString("reduction", reduction);
-  if (FindAttr(node, "ignore_index") != nullptr)
-    a.SetInt("ignore_index", AttrInt(node, "ignore_index", 0));
+  const bool ignores = FindAttr(node, "ignore_index") != nullptr;
+  const int64_t ignore_index = AttrInt(node, "ignore_index", 0);
+  if (ignores) a.SetInt("ignore_index", ignore_index);
   ASSIGN_OR_RETURN(std::string scores, ctx.Data(node, 0));
   ASSIGN_OR_RETURN(std::string labels, ctx.Data(node, 1));
   // Which output is the loss is decided after the import (model_loss.h).
-  return ctx.Emit(node, "SoftmaxCrossEntropyLoss", {scores, labels}, std::move(a),
-                  std::min(2, node.output_size()));
+  if (!ignores || reduction != "mean") {
+    return ctx.Emit(node, "SoftmaxCrossEntropyLoss", {scores, labels}, std::move(a),
+                    std::min(2, node.output_size()));
+  }
+  // The mean over the labels not ignored, as their sum over their count:
+  // replicas holding part of the batch hold parts of both (a mean of each
+  // replica's own mean is not the batch's).
+  const std::string at = node.name().empty() ? "SoftmaxCrossEntropyLoss" : node.name();
+  a.SetString("reduction", "sum");
+  ASSIGN_OR_RETURN(std::vector<std::string> sce,
+                   ctx.b().AddOp("SoftmaxCrossEntropyLoss", {scores, labels}, std::move(a),
+                                 std::min(2, node.output_size()), at + "/sum"));
+  if (node.output_size() > 1 && !node.output(1).empty()) ctx.SetTensor(node.output(1), sce[1]);
+  ASSIGN_OR_RETURN(std::string ignored,
+                   ctx.b().AddConstant(at + "/ignore_index",
+                                       Tensor::FromI64({}, std::vector<int64_t>{ignore_index})));
+  Attrs eq;
+  eq.SetString("mode", "eq");
+  ASSIGN_OR_RETURN(std::string skip,
+                   ctx.b().Add("CompareMask", {labels, ignored}, std::move(eq), at + "/ignored"));
+  ASSIGN_OR_RETURN(std::string one, ScalarConstant(ctx, at + "/one", 1));
+  ASSIGN_OR_RETURN(std::string kept, ctx.b().Add("Sub", {one, skip}, {}, at + "/kept"));
+  Attrs all;
+  all.SetInt("keepdims", 0);
+  ASSIGN_OR_RETURN(std::string count,
+                   ctx.b().Add("ReduceSum", {kept}, std::move(all), at + "/count"));
+  return ctx.Emit(node, "Div", {sce[0], count}, {}, 1, 1);
 }
 
 }  // namespace

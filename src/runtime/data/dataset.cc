@@ -261,7 +261,7 @@ absl::StatusOr<std::unique_ptr<Dataset>> MakeSyntheticDataset(const Graph& graph
       for (const Op& op : graph.ops) {
         const bool view = op.type == "Reshape" || op.type == "Flatten" || op.type == "Squeeze" ||
                           op.type == "Unsqueeze" || op.type == "Slice" || op.type == "Cast" ||
-                          op.type == "Identity";
+                          op.type == "Identity" || op.type == "Gather";
         if (view && !op.inputs.empty() && labels.count(op.inputs[0]) && !op.outputs.empty() &&
             labels.insert(op.outputs[0]).second) {
           grew = true;
