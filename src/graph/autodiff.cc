@@ -79,9 +79,10 @@ absl::Status CheckLossTarget(const Graph& g) {
   if (out != nullptr && out->shape.rank() == 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the model's output '", g.outputs[0],
-        "' is a scalar that reads no labels: a loss the model computes must read them as its "
-        "second input (forward(x, y)); a loss without labels is not supported yet: export the "
-        "model without its loss and pass --loss softmax_cross_entropy or --loss mse"));
+        "' is a scalar that reads no labels or no weight: a loss the model computes must read "
+        "the labels as its second input (forward(x, y)); a loss without labels is not "
+        "supported yet: export the model without its loss and pass --loss "
+        "softmax_cross_entropy or --loss mse"));
   }
   return absl::OkStatus();
 }

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "src/common/status.h"
+#include "src/graph/graph_builder.h"
 
 namespace quilt::onnx_import {
 namespace {
@@ -37,6 +38,71 @@ void MoveToLabels(Graph* g, const std::string& label) {
   g->MutableTensor(label)->role = TensorRole::kLabel;
 }
 
+// Tensors computed from `seeds` (seeds included).
+std::set<std::string> Reach(const Graph& g, const std::vector<int>& order,
+                            std::set<std::string> seeds) {
+  for (int i : order) {
+    const Op& op = g.ops[i];
+    for (const std::string& t : op.inputs) {
+      if (seeds.count(t)) {
+        seeds.insert(op.outputs.begin(), op.outputs.end());
+        break;
+      }
+    }
+  }
+  return seeds;
+}
+
+// Parameters whose values meet the model's data only in ops that also
+// read the labels (following ops of parameters and constants alone, such
+// as pos_weight − 1): weights of the loss, which PyTorch often holds as
+// buffers the export cannot tell from parameters.
+std::vector<std::string> LossOnlyParameters(const Graph& g, const std::vector<int>& order,
+                                            const std::string& label) {
+  std::set<std::string> data(g.inputs.begin(), g.inputs.end());
+  data.insert(label);
+  data = Reach(g, order, data);
+  const std::set<std::string> labeled = Reach(g, order, {label});
+  std::map<std::string, std::vector<int>> consumers;
+  for (size_t i = 0; i < g.ops.size(); ++i) {
+    for (const std::string& t : g.ops[i].inputs) consumers[t].push_back(static_cast<int>(i));
+  }
+  std::vector<std::string> out;
+  for (const ParameterSpec& p : g.parameters) {
+    bool meets = false, only_labels = true;
+    std::set<std::string> seen;
+    std::vector<std::string> todo = {p.tensor};
+    while (!todo.empty() && only_labels) {
+      const std::string t = todo.back();
+      todo.pop_back();
+      if (!seen.insert(t).second) continue;
+      for (int i : consumers[t]) {
+        const Op& op = g.ops[i];
+        bool reads_data = false, reads_labels = false;
+        for (const std::string& in : op.inputs) {
+          reads_data = reads_data || data.count(in);
+          reads_labels = reads_labels || labeled.count(in);
+        }
+        if (!reads_data) {
+          todo.insert(todo.end(), op.outputs.begin(), op.outputs.end());
+        } else {
+          meets = true;
+          only_labels = only_labels && reads_labels;
+        }
+      }
+    }
+    if (meets && only_labels) out.push_back(p.tensor);
+  }
+  return out;
+}
+
+std::string Quoted(const std::vector<std::string>& names) {
+  std::vector<std::string> q;
+  for (size_t i = 0; i < names.size() && i < 4; ++i) q.push_back("'" + names[i] + "'");
+  if (names.size() > 4) q.push_back("…");
+  return absl::StrJoin(q, ", ");
+}
+
 }  // namespace
 
 std::string SourceInput(const Graph& g, std::string tensor) {
@@ -59,22 +125,49 @@ std::string SourceInput(const Graph& g, std::string tensor) {
 absl::Status ResolveModelLoss(Graph* g) {
   g->loss = LossSpec();
   ASSIGN_OR_RETURN(const auto from, InputsOf(*g));
+  ASSIGN_OR_RETURN(const std::vector<int> order, g->TopologicalOrder());
+  std::set<std::string> params;
+  for (const ParameterSpec& p : g->parameters) params.insert(p.tensor);
+  const std::set<std::string> trained = Reach(*g, order, params);
   std::string loss;
   std::vector<int> label_inputs;
+  std::vector<std::string> others;  // outputs that are not the loss
   for (const std::string& out : g->outputs) {
     const TensorInfo* t = g->FindTensor(out);
-    if (t == nullptr || t->shape.rank() != 0 || t->dtype != DType::kF32) continue;
-    auto it = from.find(out);
-    if (it == from.end()) continue;
-    label_inputs.clear();
-    for (int k : it->second) {
-      if (k > 0) label_inputs.push_back(k);
+    if (!loss.empty() || t == nullptr || t->shape.NumElements(1) != 1 || t->shape.HasBatch() ||
+        t->dtype != DType::kF32 || !trained.count(out)) {
+      others.push_back(out);
+      continue;
     }
-    if (label_inputs.empty()) continue;  // reads no labels: not a loss
+    auto it = from.find(out);
+    std::vector<int> reads;
+    if (it != from.end()) {
+      for (int k : it->second) {
+        if (k > 0) reads.push_back(k);
+      }
+    }
+    if (reads.empty()) {  // reads no labels: not a loss
+      others.push_back(out);
+      continue;
+    }
     loss = out;
-    break;
+    label_inputs = reads;
   }
   if (loss.empty()) return absl::OkStatus();
+  const std::string output = loss;
+  if (g->FindTensor(loss)->shape.rank() != 0) {
+    // A loss of shape [1] (or [1, 1]): its one value.
+    Attrs all;
+    all.SetInt("keepdims", 0);
+    GraphBuilder b(g);
+    ASSIGN_OR_RETURN(loss, b.Add("ReduceSum", {loss}, std::move(all), loss + "/scalar"));
+  }
+  if (!others.empty()) {
+    g->import_notes.push_back(absl::StrCat(
+        "the loss is output '", output, "' (the first scalar that reads the labels and a weight); ",
+        others.size() == 1 ? "output '" + others[0] + "' is" : "outputs " + Quoted(others) + " are",
+        " left out of training"));
+  }
 
   const auto producers = g->Producers();
   const auto p = producers.find(loss);
@@ -105,6 +198,14 @@ absl::Status ResolveModelLoss(Graph* g) {
   g->loss.type = LossType::kModel;
   g->loss.label = g->inputs[label_inputs[0]];
   g->loss.output = loss;
+  const std::vector<std::string> with_labels = LossOnlyParameters(*g, order, g->loss.label);
+  if (!with_labels.empty()) {
+    g->import_notes.push_back(absl::StrCat(
+        "weights ", Quoted(with_labels),
+        " are used only where the loss reads the labels: they train as parameters; if they are "
+        "buffers of a loss module (nn.BCEWithLogitsLoss's weight or pos_weight, class "
+        "weights), pass them to --frozen"));
+  }
   MoveToLabels(g, g->loss.label);
   g->outputs = {loss};
   return absl::OkStatus();

@@ -37,9 +37,16 @@ absl::StatusOr<DType> InputType(int32_t elem_type) {
       return DType::kF32;
     case onnx::TensorProto::INT64:
       return DType::kI64;
-    default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("input element type ", elem_type, " is not supported (float32 or int64)"));
+    default: {
+      const std::string name = onnx::TensorProto::DataType_IsValid(elem_type)
+                                   ? absl::AsciiStrToLower(onnx::TensorProto::DataType_Name(
+                                         static_cast<onnx::TensorProto::DataType>(elem_type)))
+                                   : absl::StrCat("number ", elem_type);
+      return absl::InvalidArgumentError(absl::StrCat(
+          "input element type ", name,
+          " is not supported (float32 or int64: cast the data, or .float() / .long() the "
+          "example inputs of the export)"));
+    }
   }
 }
 

@@ -1,0 +1,107 @@
+// Which output of an imported model is its loss, what the labels are, and
+// the notes that say so: hand-built graphs.
+#include "src/graph/onnx/model_loss.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_join.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "onnx/onnx_pb.h"
+#include "src/common/status_matchers.h"
+#include "src/graph/autodiff.h"
+#include "src/graph/onnx/onnx_test_graphs.h"
+
+namespace quilt {
+namespace {
+
+using ::quilt::testing::Import;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+void AddInput(onnx::GraphProto* g, const std::string& name, int32_t type) {
+  auto* in = g->add_input();
+  in->set_name(name);
+  in->mutable_type()->mutable_tensor_type()->set_elem_type(type);
+  auto* shape = in->mutable_type()->mutable_tensor_type()->mutable_shape();
+  shape->add_dim()->set_dim_param("batch");
+  shape->add_dim()->set_dim_value(3);
+}
+
+void AddWeight(onnx::GraphProto* g, const std::string& name, std::vector<int64_t> dims) {
+  auto* w = g->add_initializer();
+  w->set_name(name);
+  w->set_data_type(onnx::TensorProto::FLOAT);
+  int64_t n = 1;
+  for (int64_t d : dims) {
+    w->add_dims(d);
+    n *= d;
+  }
+  for (int64_t i = 0; i < n; ++i) w->add_float_data(0.1f * static_cast<float>(i + 1));
+}
+
+void AddNode(onnx::GraphProto* g, const std::string& type, std::vector<std::string> ins,
+             const std::string& out) {
+  auto* n = g->add_node();
+  n->set_op_type(type);
+  n->set_name(out);
+  for (const std::string& in : ins) n->add_input(in);
+  n->add_output(out);
+}
+
+// forward(x, y) returning (metric, loss, z): z = x·W, loss = mean((z − y)²
+// · pw) with keepdims (shape [1, 1]), metric = mean(y) (no weight).
+onnx::ModelProto MetricLossAndPrediction(int32_t label_type = onnx::TensorProto::FLOAT) {
+  onnx::ModelProto m;
+  m.set_ir_version(7);
+  m.add_opset_import()->set_version(14);
+  auto* g = m.mutable_graph();
+  AddInput(g, "x", onnx::TensorProto::FLOAT);
+  AddInput(g, "y", label_type);
+  AddWeight(g, "W", {3, 3});
+  AddWeight(g, "pw", {3});
+  AddNode(g, "MatMul", {"x", "W"}, "z");
+  AddNode(g, "Sub", {"z", "y"}, "d");
+  AddNode(g, "Mul", {"d", "d"}, "sq");
+  AddNode(g, "Mul", {"sq", "pw"}, "weighted");
+  AddNode(g, "ReduceMean", {"weighted"}, "loss");
+  AddNode(g, "ReduceMean", {"y"}, "metric");
+  g->mutable_node(g->node_size() - 1)->add_attribute()->set_name("keepdims");
+  g->mutable_node(g->node_size() - 1)->mutable_attribute(0)->set_type(onnx::AttributeProto::INT);
+  g->mutable_node(g->node_size() - 1)->mutable_attribute(0)->set_i(0);
+  for (const char* out : {"metric", "loss", "z"}) g->add_output()->set_name(out);
+  return m;
+}
+
+TEST(ModelLoss, TheFirstScalarThatReadsLabelsAndAWeight_IsTheLoss) {
+  absl::StatusOr<Graph> g = Import(MetricLossAndPrediction().SerializeAsString());
+  ASSERT_THAT(g, IsOk());
+  EXPECT_EQ(g->loss.type, LossType::kModel);
+  EXPECT_EQ(g->labels, std::vector<std::string>{"y"});
+  EXPECT_EQ(g->inputs, std::vector<std::string>{"x"});
+  // The [1, 1] mean is taken as its one value.
+  ASSERT_NE(g->FindTensor(g->loss.output), nullptr);
+  EXPECT_EQ(g->FindTensor(g->loss.output)->shape.rank(), 0);
+  EXPECT_EQ(g->outputs, std::vector<std::string>{g->loss.output});
+  const std::string notes = absl::StrJoin(g->import_notes, "\n");
+  EXPECT_THAT(notes, AllOf(HasSubstr("the loss is output 'loss'"),
+                           HasSubstr("outputs 'metric', 'z' are left out of training")));
+  // pw meets the data only where the loss reads the labels; W does not.
+  EXPECT_THAT(notes, HasSubstr("weights 'pw' are used only where the loss reads the labels"));
+  EXPECT_THAT(notes, Not(HasSubstr("'W'")));
+  TrainingOptions o;
+  o.optimizer.kind = OptimizerSpec::Kind::kSgd;
+  EXPECT_THAT(BuildTrainingGraph(&*g, o), IsOk());
+}
+
+TEST(ModelLoss, LabelsOfAnotherType_AreNamedInTheError) {
+  EXPECT_THAT(Import(MetricLossAndPrediction(onnx::TensorProto::INT32).SerializeAsString()),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("input 'y'"), HasSubstr("element type int32"))));
+}
+
+}  // namespace
+}  // namespace quilt
