@@ -97,6 +97,44 @@ TEST(ModelLoss, TheFirstScalarThatReadsLabelsAndAWeight_IsTheLoss) {
   EXPECT_THAT(BuildTrainingGraph(&*g, o), IsOk());
 }
 
+TEST(ModelLoss, AFixedBatchExportsBatchSizeInTheLoss_IsNotedAtAnotherBatch) {
+  // forward(x, y) exported at batch 4: ((x·W − y)²).sum() / x.shape[0],
+  // the exporter's constant 4.
+  onnx::ModelProto m = MetricLossAndPrediction();
+  auto* g = m.mutable_graph();
+  for (int i = 0; i < 2; ++i) {
+    g->mutable_input(i)
+        ->mutable_type()
+        ->mutable_tensor_type()
+        ->mutable_shape()
+        ->mutable_dim(0)
+        ->set_dim_value(4);
+  }
+  g->clear_output();
+  AddNode(g, "ReduceSum", {"sq"}, "sum");
+  auto* k = g->add_node();
+  k->set_op_type("Constant");
+  k->add_output("four");
+  auto* v = k->add_attribute();
+  v->set_name("value");
+  v->set_type(onnx::AttributeProto::TENSOR);
+  v->mutable_t()->set_data_type(onnx::TensorProto::FLOAT);
+  v->mutable_t()->add_float_data(4.0f);
+  AddNode(g, "Div", {"sum", "four"}, "per_sample");
+  g->add_output()->set_name("per_sample");
+  for (int64_t batch : {0, 4, 8}) {
+    absl::StatusOr<Graph> imported = Import(m.SerializeAsString(), batch);
+    ASSERT_THAT(imported, IsOk());
+    EXPECT_EQ(imported->loss.type, LossType::kModel);
+    const std::string notes = absl::StrJoin(imported->import_notes, "\n");
+    if (batch == 8) {
+      EXPECT_THAT(notes, HasSubstr("exported with a fixed batch of 4 and trains with 8"));
+    } else {
+      EXPECT_THAT(notes, Not(HasSubstr("fixed batch"))) << batch;
+    }
+  }
+}
+
 TEST(ModelLoss, LabelsOfAnotherType_AreNamedInTheError) {
   EXPECT_THAT(Import(MetricLossAndPrediction(onnx::TensorProto::INT32).SerializeAsString()),
               StatusIs(absl::StatusCode::kInvalidArgument,

@@ -83,6 +83,34 @@ bool TrainingModeExport(const onnx::GraphProto& gp) {
   return training;
 }
 
+// A fixed-batch export trained at another batch: the exporter computes
+// x.shape[0] into constants, so a loss that divides by it (a sum over the
+// batch, kl_div's batchmean) keeps the export's batch. Noted when a float
+// constant equal to it feeds an op that reads the labels.
+void NoteBakedBatch(int64_t export_batch, int64_t batch, Graph* g) {
+  std::set<std::string> labeled(g->labels.begin(), g->labels.end());
+  std::vector<std::string> baked;
+  for (const Op& op : g->ops) {  // in the order the import added them
+    bool reads_labels = false;
+    for (const std::string& in : op.inputs) reads_labels = reads_labels || labeled.count(in);
+    if (!reads_labels) continue;
+    labeled.insert(op.outputs.begin(), op.outputs.end());
+    for (const std::string& in : op.inputs) {
+      auto c = g->constants.find(in);
+      if (c != g->constants.end() && c->second.dtype() == DType::kF32 && c->second.numel() == 1 &&
+          c->second.f32()[0] == static_cast<float>(export_batch)) {
+        baked.push_back(in);
+      }
+    }
+  }
+  if (baked.empty()) return;
+  g->import_notes.push_back(absl::StrCat(
+      "the model was exported with a fixed batch of ", export_batch, " and trains with ", batch,
+      ": its loss reads the constant ", export_batch, " ('", baked[0],
+      "'), the batch size the export computed in (x.shape[0]), which stays ", export_batch,
+      "; export with a dynamic batch (dynamic_axes)"));
+}
+
 // The batch size a model exported with a dynamic batch is imported with: a
 // prime (from 1009 up) that no dim, shape constant or integer attribute of
 // the model is a multiple of, so that shape arithmetic folded with it tells
@@ -266,8 +294,10 @@ absl::StatusOr<Graph> ImportOnnx(const std::string& bytes, const OnnxImportOptio
       const std::string hint =
           static_batch && about_shapes
               ? absl::StrCat(" (the model was exported with a fixed batch of ", b0,
-                             ", which the import may mistake for another dim of that "
-                             "size; export with a dynamic batch, e.g. torch.onnx.export("
+                             ": tensors the export built at that size (zeros of the "
+                             "batch's shape) stay that size, and another dim of that size "
+                             "can be taken for the batch; export with a dynamic batch, e.g. "
+                             "torch.onnx.export("
                              "..., dynamic_axes={'",
                              inputs[0]->name(),
                              "': {0: 'batch'}}), or with a batch no other dim has)")
@@ -294,6 +324,9 @@ absl::StatusOr<Graph> ImportOnnx(const std::string& bytes, const OnnxImportOptio
         "export with do_constant_folding=False"));
   }
   if (absl::Status s = onnx_import::ResolveModelLoss(&g); !s.ok()) return Fail(src, s);
+  if (static_batch && options.batch > 0 && options.batch != b0 && !g.labels.empty()) {
+    NoteBakedBatch(b0, options.batch, &g);
+  }
   g.reference_batch = options.batch > 0 ? options.batch : (static_batch ? b0 : 1);
   if (absl::Status s = ValidateGraph(&g); !s.ok()) return Fail(src, s);
   return g;
