@@ -135,6 +135,26 @@ TEST(ModelLoss, AFixedBatchExportsBatchSizeInTheLoss_IsNotedAtAnotherBatch) {
   }
 }
 
+TEST(ModelLoss, AnOutputOfUnsupportedOps_IsLeftOutBesideALoss) {
+  // (metric, loss, z, top): top = ArgMax(z), which the import does not
+  // convert; the metric is declared a scalar.
+  onnx::ModelProto m = MetricLossAndPrediction();
+  auto* g = m.mutable_graph();
+  AddNode(g, "ArgMax", {"z"}, "top");
+  g->add_output()->set_name("top");
+  absl::StatusOr<Graph> refused = Import(m.SerializeAsString());
+  EXPECT_THAT(refused, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("ArgMax")));
+  g->mutable_output(0)->mutable_type()->mutable_tensor_type()->set_elem_type(
+      onnx::TensorProto::FLOAT);
+  g->mutable_output(0)->mutable_type()->mutable_tensor_type()->mutable_shape();
+  absl::StatusOr<Graph> imported = Import(m.SerializeAsString());
+  ASSERT_THAT(imported, IsOk());
+  EXPECT_EQ(imported->loss.type, LossType::kModel);
+  EXPECT_THAT(absl::StrJoin(imported->import_notes, "\n"),
+              HasSubstr("output 'top' uses ops the import does not support (ArgMax) and is left "
+                        "out"));
+}
+
 TEST(ModelLoss, LabelsOfAnotherType_AreNamedInTheError) {
   EXPECT_THAT(Import(MetricLossAndPrediction(onnx::TensorProto::INT32).SerializeAsString()),
               StatusIs(absl::StatusCode::kInvalidArgument,

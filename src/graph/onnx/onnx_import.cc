@@ -13,6 +13,7 @@
 #include "src/graph/onnx/gradient_reach.h"
 #include "src/graph/onnx/import_context.h"
 #include "src/graph/onnx/model_loss.h"
+#include "src/graph/onnx/unused_outputs.h"
 #include "src/graph/validate.h"
 
 namespace quilt {
@@ -179,6 +180,10 @@ absl::StatusOr<Graph> ImportOnnx(const std::string& bytes, const OnnxImportOptio
     return absl::InvalidArgumentError(absl::StrCat(
         src, ": opset ", opset, " is not supported (supported: ", kMinOpset, "–", kMaxOpset, ")"));
   }
+  auto supported = [](const onnx::NodeProto& n) {
+    return (n.domain().empty() || n.domain() == "ai.onnx") && Converters().count(n.op_type()) > 0;
+  };
+  const std::string dropped = onnx_import::DropUnsupportedOutputs(model.mutable_graph(), supported);
   const onnx::GraphProto& gp = model.graph();
   // A node is named by its name, or its place in the graph when it has none.
   auto node_label = [&](int i) {
@@ -234,6 +239,7 @@ absl::StatusOr<Graph> ImportOnnx(const std::string& bytes, const OnnxImportOptio
 
   Graph g;
   g.name = gp.name();
+  if (!dropped.empty()) g.import_notes.push_back(dropped);
   ImportContext ctx(&g, b0, !static_batch);
   ctx.set_opset(opset);
   for (const auto& t : gp.initializer()) {
