@@ -4,6 +4,7 @@
 // (every step's), cancel, delete and export (the trained model as ONNX).
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <iostream>
@@ -302,6 +303,14 @@ absl::StatusOr<LossType> ApplyLossFlag(const std::string& loss, Graph* g) {
   if (loss.empty() || loss == "auto") return LossType::kNone;
   const LossType want = loss == "mse" ? LossType::kMse : LossType::kSoftmaxCrossEntropy;
   if (!g->loss.output.empty()) {
+    // A cross-entropy inside the model is what --loss softmax_cross_entropy
+    // asks for (with its ignored labels it is the model's own loss).
+    const bool has_sce = std::any_of(g->ops.begin(), g->ops.end(), [](const Op& op) {
+      return op.type == "SoftmaxCrossEntropyLoss";
+    });
+    if (g->loss.type == LossType::kModel && want == LossType::kSoftmaxCrossEntropy && has_sce) {
+      return LossType::kNone;
+    }
     if (g->loss.type == LossType::kModel) {
       return absl::InvalidArgumentError("the model computes its own loss ('" + g->loss.output +
                                         "'); --loss " + loss +

@@ -21,6 +21,7 @@
 namespace quilt::testing {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 const std::vector<std::string> kStrategies = {"single-device",      "dp-even-ring",
@@ -134,7 +135,15 @@ TEST(PlanCommand, ProgramOut_TrainsWithTheGivenLossAndOptimizer) {
       Plan({"test/fixtures/mlp_loss_in_model/model.onnx", "--cluster",
             "config/clusters/nvlink_2x4_v100.textproto", "--batch", "64", "--loss", "mse"});
   EXPECT_NE(other.exit_code, 0);
-  EXPECT_THAT(other.err, HasSubstr("already computes a different loss than --loss mse"));
+  EXPECT_THAT(other.err, AllOf(HasSubstr("the model computes its own loss"),
+                               HasSubstr("--loss mse applies to a model that returns its "
+                                         "prediction")));
+  // Its cross-entropy is what --loss softmax_cross_entropy asks for.
+  EXPECT_EQ(Plan({"test/fixtures/mlp_loss_in_model/model.onnx", "--cluster",
+                  "config/clusters/nvlink_2x4_v100.textproto", "--batch", "64", "--loss",
+                  "softmax_cross_entropy"})
+                .exit_code,
+            0);
   // submit's name for planning with everything.
   const CommandResult all =
       Plan({"zoo:mlp", "--cluster", "config/clusters/nvlink_2x4_v100.textproto", "--batch", "64",
