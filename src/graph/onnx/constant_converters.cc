@@ -322,14 +322,13 @@ absl::Status ConstantOfShape(ImportContext& ctx, const Node& node) {
   }
   // Shaped by the batch (torch.ones(x.shape[0], ...), ones_like; a multiple
   // of it: batch × heads): the value broadcast to the batch, whatever its
-  // size. In a fixed-batch export, a first dim of the export's batch is the
-  // batch's (zeros_like of a [batch, ...] tensor), as in Expand.
+  // size. (In a fixed-batch export a dim of the export's batch may as well
+  // be a sequence's of that length: a causal mask's [T, T].)
   const int64_t b0 = ctx.export_batch();
   auto batch_at =
       ctx.symbolic_batch()
           ? std::find_if(dims.begin(), dims.end(), [&](int64_t d) { return d > 0 && d % b0 == 0; })
-      : !dims.empty() && dims[0] == b0 ? dims.begin()
-                                       : dims.end();
+          : dims.end();
   const bool batched = batch_at != dims.end();
   // Integers over the batch (torch.zeros(ids.shape, dtype=torch.long): token
   // types): a float constant expanded, then cast back (exact below 2^24).

@@ -180,6 +180,36 @@ TEST(OnnxImport, TheBatchSizeAsAValue_IsComputedFromTheStepsBatch) {
   for (const Op& op : features->ops) EXPECT_NE(op.type, "BatchAffine");
 }
 
+TEST(OnnxImport, AFixedBatchExportsSquareConstant_IsNotTakenForTheBatch) {
+  // x [4, 4, 4] exported at batch 4 plus ConstantOfShape([4, 4]): a causal
+  // mask's [T, T] whose T equals the batch; it is a constant, not [B, 4].
+  onnx::ModelProto m = Tiny(14);
+  auto* g = m.mutable_graph();
+  auto* shape = g->mutable_input(0)->mutable_type()->mutable_tensor_type()->mutable_shape();
+  shape->mutable_dim(0)->set_dim_value(4);
+  shape->mutable_dim(1)->set_dim_value(4);
+  shape->add_dim()->set_dim_value(4);
+  auto* dims = g->add_initializer();
+  dims->set_name("dims");
+  dims->set_data_type(onnx::TensorProto::INT64);
+  dims->add_dims(2);
+  dims->add_int64_data(4);
+  dims->add_int64_data(4);
+  auto* c = g->add_node();
+  c->set_op_type("ConstantOfShape");
+  c->add_input("dims");
+  c->add_output("mask");
+  auto* add = g->add_node();
+  add->set_op_type("Add");
+  add->add_input("y");
+  add->add_input("mask");
+  add->add_output("z");
+  g->mutable_output(0)->set_name("z");
+  absl::StatusOr<Graph> imported = Import(m.SerializeAsString());
+  ASSERT_THAT(imported, IsOk());
+  EXPECT_EQ(imported->FindTensor(imported->outputs[0])->shape.ToString(), "[B,4,4]");
+}
+
 TEST(OnnxImport, SplitByNumOutputs_TheLastPartIsSmaller) {
   // Opset 18: y [B, 3] in 2 parts along axis 1 is [B, 2] and [B, 1].
   onnx::ModelProto m = Tiny(18);
