@@ -4,19 +4,12 @@
 #include <set>
 #include <utility>
 
+#include "src/graph/onnx/converter_parts.h"
+
 namespace quilt::onnx_import {
 namespace {
 
-double At(const Tensor& t, int64_t i) {
-  switch (t.dtype()) {
-    case DType::kF32:
-      return t.f32()[i];
-    case DType::kI64:
-      return static_cast<double>(t.i64()[i]);
-    default:
-      return std::nan("");
-  }
-}
+double At(const Tensor& t, int64_t i) { return NumberAt(t, i); }
 
 BatchForm NotAffine() {
   BatchForm f;

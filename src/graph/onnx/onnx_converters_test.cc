@@ -18,6 +18,7 @@ using testing::AddFloatConstant;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 using testing::Import;
+using testing::SetDynamicBatch;
 using testing::Tiny;
 
 TEST(OnnxImport, PadWithAxes_PadsTheListedAxesOnly) {
@@ -102,12 +103,7 @@ onnx::ModelProto BatchValue(
     const std::vector<std::tuple<std::string, std::vector<std::string>, std::string>>& nodes) {
   onnx::ModelProto m = Tiny(14);
   auto* g = m.mutable_graph();
-  g->mutable_input(0)
-      ->mutable_type()
-      ->mutable_tensor_type()
-      ->mutable_shape()
-      ->mutable_dim(0)
-      ->set_dim_param("batch");
+  SetDynamicBatch(&m);
   auto* shape = g->add_node();
   shape->set_op_type("Shape");
   shape->add_input("y");

@@ -20,6 +20,7 @@ namespace quilt {
 namespace {
 
 using testing::Import;
+using testing::SetDynamicBatch;
 using testing::Tiny;
 
 using ::testing::AllOf;
@@ -480,12 +481,7 @@ TEST(OnnxImport, ReduceMax_OverFeaturesImportsAndOverTheBatchIsRefused) {
     onnx::ModelProto m = Tiny(14);
     auto* g = m.mutable_graph();
     // A dynamic batch: dim 0 of x is the batch.
-    g->mutable_input(0)
-        ->mutable_type()
-        ->mutable_tensor_type()
-        ->mutable_shape()
-        ->mutable_dim(0)
-        ->set_dim_param("batch");
+    SetDynamicBatch(&m);
     auto* n = g->add_node();
     n->set_op_type("ReduceMax");
     n->set_name("max");

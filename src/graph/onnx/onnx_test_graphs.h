@@ -38,6 +38,17 @@ inline onnx::ModelProto Tiny(int64_t opset) {
   return m;
 }
 
+// Input 0's dim 0 becomes a dynamic batch (dim_param "batch").
+inline void SetDynamicBatch(onnx::ModelProto* m) {
+  m->mutable_graph()
+      ->mutable_input(0)
+      ->mutable_type()
+      ->mutable_tensor_type()
+      ->mutable_shape()
+      ->mutable_dim(0)
+      ->set_dim_param("batch");
+}
+
 // A Constant node `name` holding float32 `v` of `dims`.
 inline void AddFloatConstant(onnx::GraphProto* g, const std::string& name,
                              const std::vector<int64_t>& dims, const std::vector<float>& v) {
