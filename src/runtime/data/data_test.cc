@@ -107,6 +107,42 @@ TEST(Synthetic, SameSampleSameDataWhateverTheBatching) {
   }
 }
 
+// The zoo MLP trained with MSE (targets in (−1, 1)), and the same graph
+// whose loss is its own (targets in (0, 1), as probabilities are).
+TEST(Synthetic, TargetsOfTheModelsOwnLossAreInTheUnitInterval) {
+  for (bool own : {false, true}) {
+    absl::StatusOr<Graph> g = zoo::BuildZooModel("mlp");
+    ASSERT_THAT(g, IsOk());
+    TrainingOptions o;
+    o.loss = LossType::kMse;
+    o.optimizer.kind = OptimizerSpec::Kind::kSgd;
+    g->loss = LossSpec();
+    ASSERT_THAT(BuildTrainingGraph(&*g, o), IsOk());
+    if (own) g->loss.type = LossType::kModel;
+    absl::StatusOr<DataSignature> sig = DataSignatureOf(*g);
+    ASSERT_THAT(sig, IsOk());
+    auto d = MakeSyntheticDataset(*g, *sig, 3);
+    ASSERT_THAT(d, IsOk());
+    Tensor x, y;
+    ASSERT_THAT((*d)->Batch(0, 256, &x, &y), IsOk());
+    ASSERT_EQ(y.dtype(), DType::kF32);
+    float lo = 1, hi = -1;
+    for (int64_t i = 0; i < y.numel(); ++i) {
+      lo = std::min(lo, y.f32()[i]);
+      hi = std::max(hi, y.f32()[i]);
+    }
+    EXPECT_GT(hi, lo + 0.5f) << own;  // spread out, not constant
+    if (own) {
+      EXPECT_GT(lo, 0.0f);
+      EXPECT_LT(hi, 1.0f);
+    } else {
+      EXPECT_LT(lo, 0.0f);
+      EXPECT_GT(lo, -1.0f);
+      EXPECT_LT(hi, 1.0f);
+    }
+  }
+}
+
 // The inputs are unit normals around ±0.5 class centres: second moment
 // 1 + 0.25, and cosine and sine elements alike.
 TEST(Synthetic, InputsAreUnitNormalsAroundTheClassCentres) {

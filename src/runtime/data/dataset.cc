@@ -73,14 +73,15 @@ constexpr int64_t kMaxCachedOffsets = int64_t{1} << 22;
 class SyntheticDataset final : public Dataset {
  public:
   SyntheticDataset(DataSignature sig, std::vector<int64_t> in_dims, std::vector<int64_t> label_dims,
-                   int64_t vocab, int64_t classes, uint64_t seed)
+                   int64_t vocab, int64_t classes, uint64_t seed, bool unit_labels)
       : sig_(std::move(sig)),
         in_dims_(std::move(in_dims)),
         label_dims_(std::move(label_dims)),
         vocab_(vocab),
         classes_(classes),
         seed_(seed),
-        mixed_seed_(Mix(seed)) {
+        mixed_seed_(Mix(seed)),
+        unit_labels_(unit_labels) {
     const int64_t f = Prod(in_dims_);
     if (classes_ > 0 && classes_ * f <= kMaxCachedOffsets) {
       offsets_.resize(static_cast<size_t>(classes_ * f));
@@ -154,7 +155,8 @@ class SyntheticDataset final : public Dataset {
           const uint64_t key = (static_cast<uint64_t>(k) << 32) ^ j;
           s += (2.0 * CounterUniform(seed_ ^ 0xabcdefULL, key) - 1.0) * x[j * stride];
         }
-        label->f32()[i * p + k] = static_cast<float>(std::tanh(s / std::sqrt(double(used)) * 2));
+        const double t = std::tanh(s / std::sqrt(double(used)) * 2);
+        label->f32()[i * p + k] = static_cast<float>(unit_labels_ ? 0.5 * (t + 1) : t);
       }
     }
     return absl::OkStatus();
@@ -173,6 +175,7 @@ class SyntheticDataset final : public Dataset {
   std::vector<int64_t> in_dims_, label_dims_;
   int64_t vocab_, classes_;
   uint64_t seed_, mixed_seed_;
+  bool unit_labels_;            // float labels in (0, 1) rather than (−1, 1)
   std::vector<float> offsets_;  // per class, per element (empty: too many)
 };
 
@@ -281,7 +284,8 @@ absl::StatusOr<std::unique_ptr<Dataset>> MakeSyntheticDataset(const Graph& graph
     if (classes <= 0) return absl::InvalidArgumentError("cannot tell the number of classes");
   }
   return std::unique_ptr<Dataset>(
-      new SyntheticDataset(sig, std::move(xd), std::move(yd), vocab, classes, seed));
+      new SyntheticDataset(sig, std::move(xd), std::move(yd), vocab, classes, seed,
+                           /*unit_labels=*/graph.loss.type == LossType::kModel));
 }
 
 }  // namespace quilt

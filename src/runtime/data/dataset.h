@@ -42,7 +42,9 @@ absl::StatusOr<std::unique_ptr<Dataset>> OpenNumpyDataset(const std::string& inp
 // Seeded synthetic data. Classification with float inputs: each sample has
 // a class and its inputs are N(0, 1) around a ±0.5 centre per class (every
 // label position gets the class); regression: N(0, 1) inputs and targets
-// tanh of a fixed random projection; integer inputs are tokens of the
+// tanh of a fixed random projection (for a loss the model computes,
+// (tanh + 1) / 2: values in (0, 1), as a binary cross-entropy's or a KL
+// divergence's targets must be); integer inputs are tokens of the
 // vocabulary the graph's embedding (Gather) reads, and per-token labels are
 // the token mod the class count. All learnable. Errors: INVALID_ARGUMENT
 // when the input/label kinds are unsupported.
