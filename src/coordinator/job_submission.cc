@@ -19,9 +19,17 @@ namespace quilt {
 namespace {
 
 absl::Status CheckDataset(const quilt::v1::JobSpec& spec, const Graph& graph) {
-  if (spec.dataset().source_case() != quilt::v1::DatasetSpec::kNumpy) return absl::OkStatus();
   absl::StatusOr<DataSignature> sig = DataSignatureOf(graph);
   if (!sig.ok()) return Annotate(sig.status(), "the model's data");
+  if (spec.dataset().source_case() != quilt::v1::DatasetSpec::kNumpy) {
+    // Synthetic: what the executors will make must be possible to make.
+    absl::StatusOr<std::unique_ptr<Dataset>> data =
+        MakeSyntheticDataset(graph, *sig, spec.dataset().synthetic_seed());
+    if (!data.ok()) {
+      return Annotate(data.status(), "synthetic data for this model (pass --data X.npy,Y.npy)");
+    }
+    return absl::OkStatus();
+  }
   const auto& files = spec.dataset().numpy();
   if (files.inputs_path().empty() || files.labels_path().empty()) {
     return absl::InvalidArgumentError("the dataset needs both an inputs and a labels file");

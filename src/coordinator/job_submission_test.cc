@@ -7,6 +7,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "onnx/onnx_pb.h"
 #include "src/cluster/topology.h"
 #include "src/common/fake_clock.h"
 #include "src/coordinator/store/sqlite_store.h"
@@ -19,6 +20,7 @@
 namespace quilt {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 using ::testing::SizeIs;
 
@@ -150,6 +152,71 @@ TEST(PrepareJob, SubmissionsAtOnceCountEachOthersJobs) {
   ASSERT_EQ(loads.size(), 2u);
   EXPECT_EQ(loads.at("a").jobs, 2);
   EXPECT_EQ(loads.at("b").jobs, 2);
+}
+
+// forward(x, y) = mean((float(x)·W − y)²) with int64 x [batch, 3]: integer
+// inputs no embedding reads, which synthetic data cannot make.
+std::string IntegerInputsWithoutAnEmbedding() {
+  onnx::ModelProto m;
+  m.set_ir_version(7);
+  m.add_opset_import()->set_version(14);
+  auto* g = m.mutable_graph();
+  for (const auto& [name, type] : {std::pair<const char*, int>{"x", onnx::TensorProto::INT64},
+                                   std::pair<const char*, int>{"y", onnx::TensorProto::FLOAT}}) {
+    auto* in = g->add_input();
+    in->set_name(name);
+    in->mutable_type()->mutable_tensor_type()->set_elem_type(type);
+    auto* shape = in->mutable_type()->mutable_tensor_type()->mutable_shape();
+    shape->add_dim()->set_dim_param("batch");
+    shape->add_dim()->set_dim_value(3);
+  }
+  auto* w = g->add_initializer();
+  w->set_name("W");
+  w->set_data_type(onnx::TensorProto::FLOAT);
+  w->add_dims(3);
+  w->add_dims(3);
+  for (int i = 0; i < 9; ++i) w->add_float_data(0.1f * static_cast<float>(i));
+  auto node = [&](const char* type, std::vector<std::string> ins, const char* out) {
+    auto* n = g->add_node();
+    n->set_op_type(type);
+    for (const std::string& in : ins) n->add_input(in);
+    n->add_output(out);
+    return n;
+  };
+  auto* cast = node("Cast", {"x"}, "xf");
+  cast->add_attribute()->set_name("to");
+  cast->mutable_attribute(0)->set_type(onnx::AttributeProto::INT);
+  cast->mutable_attribute(0)->set_i(onnx::TensorProto::FLOAT);
+  node("MatMul", {"xf", "W"}, "z");
+  node("Sub", {"z", "y"}, "d");
+  node("Mul", {"d", "d"}, "sq");
+  auto* mean = node("ReduceMean", {"sq"}, "loss");
+  mean->add_attribute()->set_name("keepdims");
+  mean->mutable_attribute(0)->set_type(onnx::AttributeProto::INT);
+  mean->mutable_attribute(0)->set_i(0);
+  g->add_output()->set_name("loss");
+  return m.SerializeAsString();
+}
+
+TEST(PrepareJob, SyntheticDataThatCannotBeMade_IsRefusedAtSubmission) {
+  // (It failed on the executors, after planning and starting the job.)
+  testing::TempDir dir;
+  auto store = SqliteStore::Open(dir.File("c.db"));
+  ASSERT_TRUE(store.ok());
+  FakeClock clock;
+  NodeRegistry registry(&clock, store->get(), LivenessOptions{});
+  ASSERT_TRUE(registry.Register(testing::CpuNodeInfo("a"), 1).ok());
+  quilt::v1::JobSpec spec;
+  spec.set_onnx(IntegerInputsWithoutAnEmbedding());
+  spec.set_global_batch(4);
+  spec.set_steps(2);
+  spec.mutable_optimizer()->mutable_sgd()->set_learning_rate(0.1);
+  absl::StatusOr<NewJob> job = PrepareJob(spec, registry, nullptr, nullptr, SubmissionOptions{});
+  ASSERT_FALSE(job.ok());
+  EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(job.status().message()),
+              AllOf(HasSubstr("synthetic data for this model (pass --data X.npy,Y.npy)"),
+                    HasSubstr("embedding")));
 }
 
 }  // namespace

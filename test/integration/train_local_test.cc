@@ -152,6 +152,23 @@ TEST(TrainLocal, SyntheticData_LossFalls) {
   }
 }
 
+TEST(TrainLocal, AStepWhoseLabelsAreAllIgnored_HasLossZeroAndGoesOn) {
+  // ignored_labels ignores rows 0–5 and 9 of every 16: at batch 3, steps 1
+  // and 2 (rows 0–5) keep no label. PyTorch's loss is NaN there and its
+  // gradient 0; Quilt's loss is 0 (and the gradient 0), and training goes on.
+  const std::string dir = RunfilePath("test/fixtures/ignored_labels");
+  auto r = RunCommand({RunfilePath("src/cli/quiltctl"), "train-local", dir + "/model.onnx",
+                       "--data", dir + "/x.npy," + dir + "/y.npy", "--batch", "3", "--steps", "6",
+                       "--threads", "1", "-o", "json"});
+  ASSERT_THAT(r, IsOk());
+  ASSERT_EQ(r->exit_code, 0) << r->err;
+  const auto losses = nlohmann::json::parse(r->out)["losses"];
+  ASSERT_EQ(losses.size(), 6u);
+  EXPECT_EQ(losses[0].get<double>(), 0.0);
+  EXPECT_EQ(losses[1].get<double>(), 0.0);
+  for (int i = 2; i < 6; ++i) EXPECT_GT(losses[i].get<double>(), 0.1) << "step " << i + 1;
+}
+
 TEST(TrainLocal, BadData_ClearErrors) {
   const std::string dir = RunfilePath("test/fixtures/mlp");
   // Inputs of another model (CNN images) do not fit the MLP.

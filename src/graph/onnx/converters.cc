@@ -591,7 +591,9 @@ absl::Status Sce(ImportContext& ctx, const Node& node) {
   }
   // The mean over the labels not ignored, as their sum over their count:
   // replicas holding part of the batch hold parts of both (a mean of each
-  // replica's own mean is not the batch's).
+  // replica's own mean is not the batch's). A step whose labels are all
+  // ignored has loss 0 and no gradient (PyTorch's loss is NaN there, its
+  // gradient 0): the count is at least 1.
   const std::string at = node.name().empty() ? "SoftmaxCrossEntropyLoss" : node.name();
   a.SetString("reduction", "sum");
   ASSIGN_OR_RETURN(std::vector<std::string> sce,
@@ -609,8 +611,12 @@ absl::Status Sce(ImportContext& ctx, const Node& node) {
   ASSIGN_OR_RETURN(std::string kept, ctx.b().Add("Sub", {one, skip}, {}, at + "/kept"));
   Attrs all;
   all.SetInt("keepdims", 0);
+  ASSIGN_OR_RETURN(std::string kept_count,
+                   ctx.b().Add("ReduceSum", {kept}, std::move(all), at + "/kept_count"));
+  Attrs at_least_one;
+  at_least_one.SetFloat("min", 1.0);
   ASSIGN_OR_RETURN(std::string count,
-                   ctx.b().Add("ReduceSum", {kept}, std::move(all), at + "/count"));
+                   ctx.b().Add("Clip", {kept_count}, std::move(at_least_one), at + "/count"));
   return ctx.Emit(node, "Div", {sce[0], count}, {}, 1, 1);
 }
 

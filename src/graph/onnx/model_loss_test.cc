@@ -155,6 +155,28 @@ TEST(ModelLoss, AnOutputOfUnsupportedOps_IsLeftOutBesideALoss) {
                         "out"));
 }
 
+TEST(ModelLoss, ScalarsTheExportFoldedIntoTheLoss_AreNoted) {
+  // 0.5 · loss, the 0.5 an initializer named as the exporter names the
+  // scalars it folds (a learned loss weight w[0] becomes one).
+  onnx::ModelProto m = MetricLossAndPrediction();
+  auto* g = m.mutable_graph();
+  auto* w = g->add_initializer();
+  w->set_name("onnx::Mul_7");
+  w->set_data_type(onnx::TensorProto::FLOAT);
+  w->add_float_data(0.5f);
+  AddNode(g, "Mul", {"onnx::Mul_7", "loss"}, "scaled");
+  g->clear_output();
+  g->add_output()->set_name("scaled");
+  absl::StatusOr<Graph> imported = Import(m.SerializeAsString());
+  ASSERT_THAT(imported, IsOk());
+  EXPECT_THAT(absl::StrJoin(imported->import_notes, "\n"),
+              HasSubstr("the loss reads scalars the export folded (onnx::Mul_7)"));
+  // Without it, no such note.
+  absl::StatusOr<Graph> plain = Import(MetricLossAndPrediction().SerializeAsString());
+  ASSERT_THAT(plain, IsOk());
+  EXPECT_THAT(absl::StrJoin(plain->import_notes, "\n"), Not(HasSubstr("folded")));
+}
+
 TEST(ModelLoss, LabelsOfAnotherType_AreNamedInTheError) {
   EXPECT_THAT(Import(MetricLossAndPrediction(onnx::TensorProto::INT32).SerializeAsString()),
               StatusIs(absl::StatusCode::kInvalidArgument,

@@ -281,7 +281,11 @@ absl::StatusOr<std::unique_ptr<Dataset>> MakeSyntheticDataset(const Graph& graph
         classes = s.dim(static_cast<int>(axis)).value;
       }
     }
-    if (classes <= 0) return absl::InvalidArgumentError("cannot tell the number of classes");
+    if (classes <= 0) {
+      return absl::InvalidArgumentError(
+          "cannot tell the number of classes of the integer labels (Quilt reads it from a "
+          "cross-entropy over them; this model reads them otherwise)");
+    }
   }
   return std::unique_ptr<Dataset>(
       new SyntheticDataset(sig, std::move(xd), std::move(yd), vocab, classes, seed,
