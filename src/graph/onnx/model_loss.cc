@@ -122,7 +122,14 @@ std::string SourceInput(const Graph& g, std::string tensor) {
   return "";
 }
 
-absl::Status ResolveModelLoss(Graph* g) {
+absl::Status ResolveModelLoss(Graph* g, const std::vector<std::string>& names) {
+  // How outputs are named to the user: as the model names them.
+  auto shown = [&](const std::string& out) {
+    for (size_t k = 0; k < g->outputs.size() && k < names.size(); ++k) {
+      if (g->outputs[k] == out) return names[k];
+    }
+    return out;
+  };
   g->loss = LossSpec();
   ASSIGN_OR_RETURN(const auto from, InputsOf(*g));
   ASSIGN_OR_RETURN(const std::vector<int> order, g->TopologicalOrder());
@@ -136,7 +143,7 @@ absl::Status ResolveModelLoss(Graph* g) {
     const TensorInfo* t = g->FindTensor(out);
     if (!loss.empty() || t == nullptr || t->shape.NumElements(1) != 1 || t->shape.HasBatch() ||
         t->dtype != DType::kF32 || !trained.count(out)) {
-      others.push_back(out);
+      others.push_back(shown(out));
       continue;
     }
     auto it = from.find(out);
@@ -147,14 +154,14 @@ absl::Status ResolveModelLoss(Graph* g) {
       }
     }
     if (reads.empty()) {  // reads no labels: not a loss
-      others.push_back(out);
+      others.push_back(shown(out));
       continue;
     }
     loss = out;
     label_inputs = reads;
   }
   if (loss.empty()) return absl::OkStatus();
-  const std::string output = loss;
+  const std::string output = shown(loss);
   if (g->FindTensor(loss)->shape.rank() != 0) {
     // A loss of shape [1] (or [1, 1]): its one value.
     Attrs all;
@@ -166,7 +173,7 @@ absl::Status ResolveModelLoss(Graph* g) {
     g->import_notes.push_back(absl::StrCat(
         "the loss is output '", output, "' (the first scalar that reads the labels and a weight); ",
         others.size() == 1 ? "output '" + others[0] + "' is" : "outputs " + Quoted(others) + " are",
-        " left out of training"));
+        " left out of training (a model trains on the loss it returns first)"));
   }
 
   const auto producers = g->Producers();

@@ -9,16 +9,20 @@
 #ifndef QUILT_SRC_GRAPH_ONNX_MODEL_LOSS_H_
 #define QUILT_SRC_GRAPH_ONNX_MODEL_LOSS_H_
 
+#include <string>
+#include <vector>
+
 #include "absl/status/status.h"
 #include "src/graph/graph.h"
 
 namespace quilt::onnx_import {
 
 // Sets g->loss, g->labels and g->outputs; leaves the graph without a loss
-// when no output is such a scalar. Errors: INVALID_ARGUMENT when the loss
+// when no output is such a scalar. `names`: the model's names of
+// g->outputs, in order (for notes). Errors: INVALID_ARGUMENT when the loss
 // reads several inputs besides the first, or a cross-entropy's labels come
 // from no input.
-absl::Status ResolveModelLoss(Graph* g);
+absl::Status ResolveModelLoss(Graph* g, const std::vector<std::string>& names);
 
 // Follows single-input view ops (reshapes, casts, slices) back from
 // `tensor` to a graph input; "" when it comes from none.

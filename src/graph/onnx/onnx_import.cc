@@ -357,7 +357,11 @@ absl::StatusOr<Graph> ImportOnnx(const std::string& bytes, const OnnxImportOptio
         "once (a layer applied repeatedly), which PyTorch trains as one: if a layer is shared, "
         "export with do_constant_folding=False"));
   }
-  if (absl::Status s = onnx_import::ResolveModelLoss(&g); !s.ok()) return Fail(src, s);
+  std::vector<std::string> output_names;
+  for (const auto& out : gp.output()) output_names.push_back(out.name());
+  if (absl::Status s = onnx_import::ResolveModelLoss(&g, output_names); !s.ok()) {
+    return Fail(src, s);
+  }
   if (!g.labels.empty()) {
     NoteLossConstants(static_batch && options.batch > 0 && options.batch != b0 ? b0 : 0,
                       options.batch, &g);
