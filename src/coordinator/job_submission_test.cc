@@ -107,17 +107,33 @@ TEST(ShareBusyNodes, AOneDevicePlanGoesToTheIdleNode) {
   }
 }
 
+// A node registry on a real store, with idle CPU nodes registered.
+struct Registry {
+  explicit Registry(const std::vector<std::string>& nodes) {
+    absl::StatusOr<std::unique_ptr<SqliteStore>> opened = SqliteStore::Open(dir.File("c.db"));
+    if (!opened.ok()) {
+      ADD_FAILURE() << opened.status();
+      return;
+    }
+    store = std::move(*opened);
+    registry = std::make_unique<NodeRegistry>(&clock, store.get(), LivenessOptions{});
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      EXPECT_TRUE(registry->Register(testing::CpuNodeInfo(nodes[i]), i + 1).ok());
+    }
+  }
+  testing::TempDir dir;
+  std::unique_ptr<SqliteStore> store;
+  FakeClock clock;
+  std::unique_ptr<NodeRegistry> registry;
+};
+
 TEST(PrepareJob, SubmissionsAtOnceCountEachOthersJobs) {
   // Two equal idle nodes; four one-device jobs submitted at the same time:
   // each plan counts the jobs placed before it, so they spread two a node
   // (each would take the same node were they planned on one snapshot).
-  testing::TempDir dir;
-  auto store = SqliteStore::Open(dir.File("c.db"));
-  ASSERT_TRUE(store.ok());
-  FakeClock clock;
-  NodeRegistry registry(&clock, store->get(), LivenessOptions{});
-  ASSERT_TRUE(registry.Register(testing::CpuNodeInfo("a"), 1).ok());
-  ASSERT_TRUE(registry.Register(testing::CpuNodeInfo("b"), 2).ok());
+  Registry nodes({"a", "b"});
+  ASSERT_NE(nodes.registry, nullptr);
+  NodeRegistry& registry = *nodes.registry;
   absl::Mutex planner, placed_mu;
   std::vector<quilt::v1::JobStatus> placed;
   SubmissionOptions options;
@@ -200,12 +216,9 @@ std::string IntegerInputsWithoutAnEmbedding() {
 
 TEST(PrepareJob, SyntheticDataThatCannotBeMade_IsRefusedAtSubmission) {
   // (It failed on the executors, after planning and starting the job.)
-  testing::TempDir dir;
-  auto store = SqliteStore::Open(dir.File("c.db"));
-  ASSERT_TRUE(store.ok());
-  FakeClock clock;
-  NodeRegistry registry(&clock, store->get(), LivenessOptions{});
-  ASSERT_TRUE(registry.Register(testing::CpuNodeInfo("a"), 1).ok());
+  Registry nodes({"a"});
+  ASSERT_NE(nodes.registry, nullptr);
+  NodeRegistry& registry = *nodes.registry;
   quilt::v1::JobSpec spec;
   spec.set_onnx(IntegerInputsWithoutAnEmbedding());
   spec.set_global_batch(4);
