@@ -27,8 +27,8 @@ struct TrainArgs {
   int64_t batch = 0;
   int64_t steps = 0;
   std::string optimizer = "sgd";
-  double lr = 0.01;
-  double momentum = 0;
+  double lr = 0;  // 0: submit's default (0.05 for sgd, 1e-3 for adam)
+  double momentum = 0.9;
   double weight_decay = 0;
   int threads = 0;
   uint64_t seed = 0;
@@ -54,8 +54,9 @@ int Run(const TrainArgs& a) {
   }
   to.optimizer.kind =
       a.optimizer == "adam" ? OptimizerSpec::Kind::kAdam : OptimizerSpec::Kind::kSgd;
-  to.optimizer.learning_rate = a.lr;
-  to.optimizer.momentum = a.momentum;
+  const bool adam = a.optimizer == "adam";
+  to.optimizer.learning_rate = a.lr > 0 ? a.lr : (adam ? 1e-3 : 0.05);
+  to.optimizer.momentum = adam ? 0 : a.momentum;
   to.optimizer.weight_decay = a.weight_decay;
   if (absl::Status s = BuildTrainingGraph(&*g, to); !s.ok()) {
     return PrintError(std::string(s.message()));
@@ -87,7 +88,7 @@ int Run(const TrainArgs& a) {
   if (!json) {
     std::cout << absl::StrFormat(
         "Training %s on 1 CPU device (%d threads): batch %d, %d steps, %s lr=%g\n", a.model,
-        ComputeThreads(), a.batch, a.steps, a.optimizer, a.lr);
+        ComputeThreads(), a.batch, a.steps, a.optimizer, to.optimizer.learning_rate);
   }
   LocalTrainOptions lo;
   lo.batch = a.batch;
@@ -153,8 +154,9 @@ void AddTrainLocalCommand(CLI::App& app, std::vector<Command>* out) {
   c->add_option("--batch", a->batch, "Samples per step")->required()->check(PositiveInt());
   c->add_option("--steps", a->steps, "Training steps")->required()->check(PositiveInt());
   c->add_option("--optimizer", a->optimizer, "sgd | adam")->check(CLI::IsMember({"sgd", "adam"}));
-  c->add_option("--lr", a->lr, "Learning rate (default 0.01)")->check(Positive());
-  c->add_option("--momentum", a->momentum, "SGD momentum (default 0; adam takes none)")
+  c->add_option("--lr", a->lr, "Learning rate (default 0.05 for sgd, 1e-3 for adam, as submit)")
+      ->check(Positive());
+  c->add_option("--momentum", a->momentum, "SGD momentum (default 0.9, as submit; adam takes none)")
       ->check(CLI::Range(0.0, 1.0));
   c->add_option("--weight-decay", a->weight_decay, "L2 weight decay")->check(NonNegative());
   c->add_option("--threads", a->threads, "Compute threads (default: all cores)")
