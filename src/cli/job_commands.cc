@@ -42,6 +42,7 @@ std::string Absolute(const std::string& path) {
 
 struct SubmitArgs {
   std::string model, name, loss = "auto", optimizer = "sgd", strategy = "auto", data = "synthetic";
+  std::string loss_output;
   std::string checkpoint_dir;
   std::vector<std::string> frozen;
   int64_t batch = 0, steps = 0, checkpoint_every = 0;
@@ -85,9 +86,13 @@ std::string StateName(JobState s) {
 absl::StatusOr<quilt::v1::JobSpec> SpecFrom(const SubmitArgs& a) {
   quilt::v1::JobSpec spec;
   RETURN_IF_ERROR(SetJobModel(a.model, a.batch, nullptr, &spec));
+  if (!a.loss_output.empty() && spec.model_case() != quilt::v1::JobSpec::kOnnx) {
+    return absl::InvalidArgumentError("--loss-output names an output of an ONNX model");
+  }
+  spec.set_loss_output(a.loss_output);
   if (spec.model_case() == quilt::v1::JobSpec::kOnnx) {
     // (The coordinator imports it and reports errors; here only its notes.)
-    absl::StatusOr<Graph> g = LoadOnnxBytes(spec.onnx(), a.batch, a.model);
+    absl::StatusOr<Graph> g = LoadOnnxBytes(spec.onnx(), a.batch, a.model, a.loss_output);
     if (g.ok()) PrintModelNotes(*std::move(g), a.frozen);
   }
   spec.set_name(a.name);
@@ -338,6 +343,9 @@ void AddJobCommands(CLI::App& app, const GlobalOptions& globals, std::vector<Com
                    "Parameters not to train, by name (comma-separated): buffers an ONNX export "
                    "wrote as initializers")
       ->delimiter(',');
+  submit->add_option("--loss-output", a->loss_output,
+                     "The ONNX output that is the model's own loss (default: the first one-value "
+                     "output that reads the labels and a weight)");
   submit->add_option("--loss", a->loss, "auto (the model's) | softmax_cross_entropy | mse")
       ->check(CLI::IsMember({"auto", "softmax_cross_entropy", "mse"}));
   submit->add_option("--optimizer", a->optimizer, "sgd | adam")

@@ -25,6 +25,7 @@ namespace {
 
 struct PlanArgs {
   std::string model;
+  std::string loss_output;
   std::string cluster;
   int64_t batch = 0;
   std::string strategy = "all";
@@ -188,6 +189,7 @@ int RunRemote(const PlanArgs& a, Graph* forward, const GlobalOptions& globals) {
   spec.set_name(forward->name);
   for (const std::string& name : a.frozen) spec.add_frozen(name);
   spec.set_global_batch(a.batch);
+  spec.set_loss_output(a.loss_output);
   if (absl::Status s = SetJobModel(a.model, a.batch, forward, &spec); !s.ok()) {
     return PrintError(std::string(s.message()));
   }
@@ -221,7 +223,7 @@ int RunRemote(const PlanArgs& a, Graph* forward, const GlobalOptions& globals) {
 
 int Run(PlanArgs a, const GlobalOptions& globals) {
   if (a.strategy == "auto") a.strategy = "all";  // submit's name for it
-  absl::StatusOr<Graph> g = LoadModel(a.model, a.batch);
+  absl::StatusOr<Graph> g = LoadModel(a.model, a.batch, a.loss_output);
   if (!g.ok()) return PrintError(std::string(g.status().message()));
   if (absl::Status f = FreezeParameters(&*g, a.frozen); !f.ok()) {
     return PrintError(std::string(f.message()));
@@ -335,6 +337,9 @@ void AddPlanCommand(CLI::App& app, const GlobalOptions& globals, std::vector<Com
                 "Parameters not to train, by name (comma-separated): buffers an ONNX export wrote "
                 "as initializers")
       ->delimiter(',');
+  c->add_option("--loss-output", a->loss_output,
+                "The ONNX output that is the model's own loss (default: the first one-value "
+                "output that reads the labels and a weight)");
   c->add_option("--loss", a->loss,
                 "auto (the model's; softmax cross-entropy if it has none) | "
                 "softmax_cross_entropy | mse")

@@ -27,6 +27,7 @@ struct TrainArgs {
   int64_t batch = 0;
   int64_t steps = 0;
   std::string optimizer = "sgd";
+  std::string loss_output;
   double lr = 0;  // 0: submit's default (0.05 for sgd, 1e-3 for adam)
   double momentum = 0.9;
   double weight_decay = 0;
@@ -38,7 +39,7 @@ struct TrainArgs {
 
 int Run(const TrainArgs& a) {
   SetComputeThreads(a.threads > 0 ? a.threads : std::max(1u, std::thread::hardware_concurrency()));
-  absl::StatusOr<Graph> g = LoadModel(a.model, a.batch);
+  absl::StatusOr<Graph> g = LoadModel(a.model, a.batch, a.loss_output);
   if (!g.ok()) return PrintError(std::string(g.status().message()));
   if (absl::Status f = FreezeParameters(&*g, a.frozen); !f.ok()) {
     return PrintError(std::string(f.message()));
@@ -148,6 +149,9 @@ void AddTrainLocalCommand(CLI::App& app, std::vector<Command>* out) {
                 "Parameters not to train, by name (comma-separated): buffers an ONNX export wrote "
                 "as initializers")
       ->delimiter(',');
+  c->add_option("--loss-output", a->loss_output,
+                "The ONNX output that is the model's own loss (default: the first one-value "
+                "output that reads the labels and a weight)");
   c->add_option("--loss", a->loss, "softmax_cross_entropy | mse (default: the model's own)")
       ->check(CLI::IsMember({"softmax_cross_entropy", "mse"}));
   c->add_option("--data", a->data, "INPUTS.npy,LABELS.npy or synthetic[:SEED]")->required();

@@ -20,7 +20,8 @@ absl::StatusOr<Graph> ForwardGraph(const quilt::v1::JobSpec& spec) {
       return g;
     }
     case quilt::v1::JobSpec::kOnnx:
-      return LoadOnnxBytes(spec.onnx(), spec.global_batch(), "the job's ONNX model");
+      return LoadOnnxBytes(spec.onnx(), spec.global_batch(), "the job's ONNX model",
+                           spec.loss_output());
     case quilt::v1::JobSpec::kGraph: {
       absl::StatusOr<Graph> g = Graph::FromProto(spec.graph());
       if (!g.ok()) return Annotate(g.status(), "the job's graph");

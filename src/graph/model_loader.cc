@@ -17,10 +17,11 @@
 namespace quilt {
 
 absl::StatusOr<Graph> LoadOnnxBytes(const std::string& bytes, int64_t batch,
-                                    const std::string& source) {
+                                    const std::string& source, const std::string& loss_output) {
   OnnxImportOptions o;
   o.batch = batch;
   o.source = source;
+  o.loss_output = loss_output;
   return ImportOnnx(bytes, o);
 }
 
@@ -160,14 +161,15 @@ std::vector<std::string> ModelNotes(const Graph& g) {
   return notes;
 }
 
-absl::StatusOr<Graph> LoadModel(const std::string& spec, int64_t batch) {
+absl::StatusOr<Graph> LoadModel(const std::string& spec, int64_t batch,
+                                const std::string& loss_output) {
   Graph g;
   if (absl::StartsWith(spec, "zoo:")) {
     ASSIGN_OR_RETURN(g, zoo::BuildZooModel(spec.substr(4)));
     RETURN_IF_ERROR(ValidateGraph(&g));
   } else if (absl::EndsWith(spec, ".onnx")) {
     ASSIGN_OR_RETURN(std::string bytes, ReadFile(spec));
-    ASSIGN_OR_RETURN(g, LoadOnnxBytes(bytes, batch, spec));
+    ASSIGN_OR_RETURN(g, LoadOnnxBytes(bytes, batch, spec, loss_output));
   } else if (absl::EndsWith(spec, ".pb") || absl::EndsWith(spec, ".pbtxt") ||
              absl::EndsWith(spec, ".textproto")) {
     ASSIGN_OR_RETURN(std::string bytes, ReadFile(spec));

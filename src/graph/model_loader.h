@@ -12,9 +12,12 @@
 
 namespace quilt {
 
-// `batch` > 0 sets the graph's reference batch. Errors: NOT_FOUND (no such
-// file or zoo model), INVALID_ARGUMENT (unreadable or invalid model).
-absl::StatusOr<Graph> LoadModel(const std::string& spec, int64_t batch = 0);
+// `batch` > 0 sets the graph's reference batch; `loss_output` names the
+// ONNX output that is the model's own loss (empty: the import's choice).
+// Errors: NOT_FOUND (no such file or zoo model), INVALID_ARGUMENT
+// (unreadable or invalid model).
+absl::StatusOr<Graph> LoadModel(const std::string& spec, int64_t batch = 0,
+                                const std::string& loss_output = "");
 
 // Keeps the parameters named `names` as they are (not trained): buffers an
 // ONNX export wrote as initializers, which ONNX does not tell from weights.
@@ -30,7 +33,7 @@ std::vector<std::string> ModelNotes(const Graph& graph);
 
 // Same, from the bytes of an ONNX file or of a TrainingGraph message.
 absl::StatusOr<Graph> LoadOnnxBytes(const std::string& bytes, int64_t batch,
-                                    const std::string& source);
+                                    const std::string& source, const std::string& loss_output = "");
 
 }  // namespace quilt
 

@@ -122,7 +122,8 @@ std::string SourceInput(const Graph& g, std::string tensor) {
   return "";
 }
 
-absl::Status ResolveModelLoss(Graph* g, const std::vector<std::string>& names) {
+absl::Status ResolveModelLoss(Graph* g, const std::vector<std::string>& names,
+                              const std::string& wanted) {
   // How outputs are named to the user: as the model names them.
   auto shown = [&](const std::string& out) {
     for (size_t k = 0; k < g->outputs.size() && k < names.size(); ++k) {
@@ -139,10 +140,29 @@ absl::Status ResolveModelLoss(Graph* g, const std::vector<std::string>& names) {
   std::string loss;
   std::vector<int> label_inputs;
   std::vector<std::string> others;  // outputs that are not the loss
+  if (!wanted.empty() &&
+      std::none_of(g->outputs.begin(), g->outputs.end(),
+                   [&](const std::string& out) { return shown(out) == wanted; })) {
+    std::vector<std::string> all;
+    for (const std::string& out : g->outputs) all.push_back(shown(out));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the model has no output '", wanted, "' (its outputs: ", Quoted(all), ")"));
+  }
   for (const std::string& out : g->outputs) {
     const TensorInfo* t = g->FindTensor(out);
-    if (!loss.empty() || t == nullptr || t->shape.NumElements(1) != 1 || t->shape.HasBatch() ||
+    const bool asked = !wanted.empty() && shown(out) == wanted;
+    if (!loss.empty() || (!wanted.empty() && !asked)) {
+      others.push_back(shown(out));
+      continue;
+    }
+    if (t == nullptr || t->shape.NumElements(1) != 1 || t->shape.HasBatch() ||
         t->dtype != DType::kF32 || !trained.count(out)) {
+      if (asked) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("output '", wanted,
+                         "' cannot be the loss: a loss is one float32 value computed from a "
+                         "weight and the labels"));
+      }
       others.push_back(shown(out));
       continue;
     }
@@ -154,6 +174,10 @@ absl::Status ResolveModelLoss(Graph* g, const std::vector<std::string>& names) {
       }
     }
     if (reads.empty()) {  // reads no labels: not a loss
+      if (asked) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "output '", wanted, "' cannot be the loss: it reads no labels (the second input)"));
+      }
       others.push_back(shown(out));
       continue;
     }
@@ -171,9 +195,10 @@ absl::Status ResolveModelLoss(Graph* g, const std::vector<std::string>& names) {
   }
   if (!others.empty()) {
     g->import_notes.push_back(absl::StrCat(
-        "the loss is output '", output, "' (the first scalar that reads the labels and a weight); ",
+        "the loss is output '", output, "' (",
+        wanted.empty() ? "the first scalar that reads the labels and a weight" : "as asked", "); ",
         others.size() == 1 ? "output '" + others[0] + "' is" : "outputs " + Quoted(others) + " are",
-        " left out of training (a model trains on the loss it returns first)"));
+        " left out of training", wanted.empty() ? " (--loss-output names another)" : ""));
   }
 
   const auto producers = g->Producers();

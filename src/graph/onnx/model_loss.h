@@ -19,10 +19,12 @@ namespace quilt::onnx_import {
 
 // Sets g->loss, g->labels and g->outputs; leaves the graph without a loss
 // when no output is such a scalar. `names`: the model's names of
-// g->outputs, in order (for notes). Errors: INVALID_ARGUMENT when the loss
-// reads several inputs besides the first, or a cross-entropy's labels come
-// from no input.
-absl::Status ResolveModelLoss(Graph* g, const std::vector<std::string>& names);
+// g->outputs, in order; `wanted`: the name of the output to take (empty:
+// the first that can be). Errors: INVALID_ARGUMENT when `wanted` names no
+// output or one that cannot be the loss, when the loss reads several
+// inputs besides the first, or a cross-entropy's labels come from no input.
+absl::Status ResolveModelLoss(Graph* g, const std::vector<std::string>& names,
+                              const std::string& wanted = "");
 
 // Follows single-input view ops (reshapes, casts, slices) back from
 // `tensor` to a graph input; "" when it comes from none.

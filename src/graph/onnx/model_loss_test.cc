@@ -12,6 +12,7 @@
 #include "onnx/onnx_pb.h"
 #include "src/common/status_matchers.h"
 #include "src/graph/autodiff.h"
+#include "src/graph/onnx/onnx_import.h"
 #include "src/graph/onnx/onnx_test_graphs.h"
 
 namespace quilt {
@@ -175,6 +176,34 @@ TEST(ModelLoss, ScalarsTheExportFoldedIntoTheLoss_AreNoted) {
   absl::StatusOr<Graph> plain = Import(MetricLossAndPrediction().SerializeAsString());
   ASSERT_THAT(plain, IsOk());
   EXPECT_THAT(absl::StrJoin(plain->import_notes, "\n"), Not(HasSubstr("folded")));
+}
+
+TEST(ModelLoss, AnOutputAskedFor_IsTheLossOrTheImportSaysWhyNot) {
+  // (metric, loss, z, second) with second = mean((z − y)²), unweighted.
+  onnx::ModelProto m = MetricLossAndPrediction();
+  auto* g = m.mutable_graph();
+  AddNode(g, "ReduceMean", {"sq"}, "second");
+  g->add_output()->set_name("second");
+  auto import = [&](const std::string& wanted) {
+    OnnxImportOptions o;
+    o.loss_output = wanted;
+    return ImportOnnx(m.SerializeAsString(), o);
+  };
+  absl::StatusOr<Graph> first = import("");
+  ASSERT_THAT(first, IsOk());
+  absl::StatusOr<Graph> second = import("second");
+  ASSERT_THAT(second, IsOk());
+  EXPECT_EQ(second->loss.type, LossType::kModel);
+  EXPECT_NE(second->loss.output, first->loss.output);
+  EXPECT_THAT(absl::StrJoin(second->import_notes, "\n"),
+              HasSubstr("the loss is output 'second' (as asked)"));
+  EXPECT_THAT(import("z"), StatusIs(absl::StatusCode::kInvalidArgument,
+                                    HasSubstr("output 'z' cannot be the loss")));
+  EXPECT_THAT(import("metric"), StatusIs(absl::StatusCode::kInvalidArgument,
+                                         HasSubstr("output 'metric' cannot be the loss")));
+  EXPECT_THAT(import("nope"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("no output 'nope' (its outputs: 'metric', 'loss', 'z', ")));
 }
 
 TEST(ModelLoss, LabelsOfAnotherType_AreNamedInTheError) {

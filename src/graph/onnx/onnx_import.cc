@@ -359,7 +359,8 @@ absl::StatusOr<Graph> ImportOnnx(const std::string& bytes, const OnnxImportOptio
   }
   std::vector<std::string> output_names;
   for (const auto& out : gp.output()) output_names.push_back(out.name());
-  if (absl::Status s = onnx_import::ResolveModelLoss(&g, output_names); !s.ok()) {
+  if (absl::Status s = onnx_import::ResolveModelLoss(&g, output_names, options.loss_output);
+      !s.ok()) {
     return Fail(src, s);
   }
   if (!g.labels.empty()) {

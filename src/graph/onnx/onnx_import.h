@@ -29,6 +29,9 @@ struct OnnxImportOptions {
   int64_t batch = 0;
   // Name used in errors (e.g. the file path).
   std::string source = "model.onnx";
+  // The output that is the model's own loss (model_loss.h); empty: the
+  // first that can be.
+  std::string loss_output;
 };
 
 // Errors: INVALID_ARGUMENT with the reason (corrupt file, unsupported opset,
