@@ -31,13 +31,6 @@ std::string HumanDuration(double seconds) {
   return absl::StrFormat("%dd%dh", s / 86400, (s % 86400) / 3600);
 }
 
-std::string HumanSeconds(double seconds) {
-  if (!std::isfinite(seconds) || seconds < 0) return "-";
-  if (seconds < 1e-3) return absl::StrFormat("%.3g µs", seconds * 1e6);
-  if (seconds < 10) return absl::StrFormat("%.4g ms", seconds * 1e3);
-  return absl::StrFormat("%.2f s", seconds);
-}
-
 size_t DisplayWidth(const std::string& s) {
   size_t n = 0;
   for (unsigned char c : s) n += (c & 0xC0) != 0x80;  // UTF-8 lead bytes

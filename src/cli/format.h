@@ -18,8 +18,7 @@ std::string HumanSi(double value);
 using ::quilt::HumanBytes;  // src/common/units.h
 // 0.42 → "0.4s"; 75 → "1m15s"; 7300 → "2h1m".
 std::string HumanDuration(double seconds);
-// Short durations with their unit: "850 µs", "612.9 ms", "23.28 s".
-std::string HumanSeconds(double seconds);
+// (HumanSeconds: src/common/units.h.)
 // Terminal columns of a UTF-8 string (one per code point).
 size_t DisplayWidth(const std::string& s);
 

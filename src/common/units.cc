@@ -19,4 +19,11 @@ std::string HumanBytes(int64_t bytes) {
   return absl::StrFormat("%.1f%s", v, kUnits[unit]);
 }
 
+std::string HumanSeconds(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "-";
+  if (seconds < 1e-3) return absl::StrFormat("%.3g µs", seconds * 1e6);
+  if (seconds < 10) return absl::StrFormat("%.4g ms", seconds * 1e3);
+  return absl::StrFormat("%.2f s", seconds);
+}
+
 }  // namespace quilt

@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "src/common/status.h"
+#include "src/common/units.h"
 #include "src/planner/lower.h"
 #include "src/planner/program_validator.h"
 
@@ -295,8 +296,7 @@ absl::Status PlanHeteroG(const Graph& g, const Topology& topo, const CostModel& 
       (!h.estimate.feasible() || h.estimate.step_time_s() >= best->estimate.step_time_s())) {
     const std::string why =
         h.estimate.feasible()
-            ? absl::StrFormat("the search's best plan simulated at %.4g s",
-                              h.estimate.step_time_s())
+            ? "the search's best plan simulated at " + HumanSeconds(h.estimate.step_time_s())
             : "the search's best plan does not fit (" + h.estimate.infeasible_reason() + ")";
     h = *best;
     h.estimate.set_name(kHeteroG);
