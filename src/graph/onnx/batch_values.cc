@@ -9,8 +9,6 @@
 namespace quilt::onnx_import {
 namespace {
 
-double At(const Tensor& t, int64_t i) { return NumberAt(t, i); }
-
 BatchForm NotAffine() {
   BatchForm f;
   f.affine = false;
@@ -23,7 +21,7 @@ std::pair<double, double> Element(const BatchForm* form, const Tensor* value, in
     const size_t j = form->a.size() == 1 ? 0 : static_cast<size_t>(i);
     return {form->a[j], form->c[j]};
   }
-  return {0.0, At(*value, value->numel() == 1 ? 0 : i)};
+  return {0.0, NumberAt(*value, value->numel() == 1 ? 0 : i)};
 }
 
 // Output elements of an op that only selects or copies input elements:
@@ -32,13 +30,13 @@ BatchForm Select(const std::vector<const BatchForm*>& forms,
                  const std::vector<const Tensor*>& values, const Tensor& out) {
   BatchForm f;
   for (int64_t i = 0; i < out.numel(); ++i) {
-    const double v = At(out, i);
+    const double v = NumberAt(out, i);
     std::pair<double, double> e = {0.0, v};
     for (size_t k = 0; k < forms.size(); ++k) {
       if (forms[k] == nullptr || values[k] == nullptr) continue;
       bool found = false;
       for (int64_t j = 0; j < values[k]->numel() && !found; ++j) {
-        if (At(*values[k], j) == v && forms[k]->a[j] != 0) {
+        if (NumberAt(*values[k], j) == v && forms[k]->a[j] != 0) {
           e = {forms[k]->a[j], forms[k]->c[j]};
           found = true;
         }
@@ -143,7 +141,7 @@ BatchForm DeriveBatchForm(const onnx::NodeProto& node, const std::vector<const B
   if (!f.affine || static_cast<int64_t>(f.a.size()) != out.numel()) return NotAffine();
   // The form must give the folded value back at the placeholder batch.
   for (int64_t i = 0; i < out.numel(); ++i) {
-    const double want = At(out, i), got = f.a[i] * static_cast<double>(batch) + f.c[i];
+    const double want = NumberAt(out, i), got = f.a[i] * static_cast<double>(batch) + f.c[i];
     if (!(std::fabs(want - got) <= 1e-6 * std::max(1.0, std::fabs(want)))) return NotAffine();
   }
   return f;

@@ -230,17 +230,6 @@ absl::StatusOr<std::pair<std::string, std::string>> SoftplusParts(ImportContext&
   return std::make_pair(pos, l);
 }
 
-// The op of the graph that writes `tensor` (nullptr for inputs, parameters
-// and constants).
-const Op* ProducerOf(const Graph& g, const std::string& tensor) {
-  for (auto it = g.ops.rbegin(); it != g.ops.rend(); ++it) {
-    for (const std::string& out : it->outputs) {
-      if (out == tensor) return &*it;
-    }
-  }
-  return nullptr;
-}
-
 // Whether `tensor` is a float32 graph constant holding the single value 1.
 bool IsConstantOne(const Graph& g, const std::string& tensor) {
   auto c = g.constants.find(tensor);
@@ -254,14 +243,20 @@ absl::Status Log(ImportContext& ctx, const Node& node) {
   if (FoldUnary(ctx, node)) return absl::OkStatus();
   ASSIGN_OR_RETURN(std::string x, ctx.Data(node, 0));
   const Graph& g = ctx.graph();
-  const Op* p = ProducerOf(g, x);
+  const std::map<std::string, int> producers = g.Producers();
+  // The op that writes a tensor (nullptr for inputs, parameters, constants).
+  auto producer_of = [&](const std::string& t) -> const Op* {
+    auto it = producers.find(t);
+    return it == producers.end() ? nullptr : &g.ops[it->second];
+  };
+  const Op* p = producer_of(x);
   std::string z;
   bool of_one_minus = false;
   if (p != nullptr && p->type == "Sigmoid") {
     z = p->inputs[0];
   } else if (p != nullptr && p->type == "Sub" && p->inputs.size() == 2 &&
              IsConstantOne(g, p->inputs[0])) {
-    const Op* s = ProducerOf(g, p->inputs[1]);
+    const Op* s = producer_of(p->inputs[1]);
     if (s != nullptr && s->type == "Sigmoid") {
       z = s->inputs[0];
       of_one_minus = true;

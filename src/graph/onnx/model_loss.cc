@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "src/common/status.h"
@@ -14,11 +15,11 @@
 namespace quilt::onnx_import {
 namespace {
 
-// The graph inputs each tensor is computed from (by input index).
-absl::StatusOr<std::map<std::string, std::set<int>>> InputsOf(const Graph& g) {
+// The graph inputs each tensor is computed from (by input index), over
+// the ops in topological `order`.
+std::map<std::string, std::set<int>> InputsOf(const Graph& g, const std::vector<int>& order) {
   std::map<std::string, std::set<int>> from;
   for (size_t i = 0; i < g.inputs.size(); ++i) from[g.inputs[i]].insert(static_cast<int>(i));
-  ASSIGN_OR_RETURN(std::vector<int> order, g.TopologicalOrder());
   for (int i : order) {
     const Op& op = g.ops[i];
     std::set<int> in;
@@ -132,8 +133,8 @@ absl::Status ResolveModelLoss(Graph* g, const std::vector<std::string>& names,
     return out;
   };
   g->loss = LossSpec();
-  ASSIGN_OR_RETURN(const auto from, InputsOf(*g));
   ASSIGN_OR_RETURN(const std::vector<int> order, g->TopologicalOrder());
+  const auto from = InputsOf(*g, order);
   std::set<std::string> params;
   for (const ParameterSpec& p : g->parameters) params.insert(p.tensor);
   const std::set<std::string> trained = Reach(*g, order, params);
@@ -241,6 +242,60 @@ absl::Status ResolveModelLoss(Graph* g, const std::vector<std::string>& names,
   MoveToLabels(g, g->loss.label);
   g->outputs = {loss};
   return absl::OkStatus();
+}
+
+// The loss reads a constant where an op reads the labels, or computes a
+// scalar the loss is made of (a weighted sum of losses).
+void NoteLossConstants(int64_t export_batch, int64_t batch, Graph* g) {
+  absl::StatusOr<std::vector<int>> order = g->TopologicalOrder();
+  if (!order.ok()) return;  // (the import validates the graph after)
+  const std::set<std::string> labeled =
+      Reach(*g, *order, std::set<std::string>(g->labels.begin(), g->labels.end()));
+  // The tensors the loss is computed from.
+  std::set<std::string> into_loss;
+  const auto producers = g->Producers();
+  for (std::vector<std::string> todo = {g->loss.output}; !todo.empty();) {
+    const std::string t = todo.back();
+    todo.pop_back();
+    if (!into_loss.insert(t).second) continue;
+    if (auto p = producers.find(t); p != producers.end()) {
+      for (const std::string& in : g->ops[p->second].inputs) todo.push_back(in);
+    }
+  }
+  std::vector<std::string> baked, folded;
+  for (const Op& op : g->ops) {
+    bool reads_labels = false;
+    for (const std::string& in : op.inputs) reads_labels = reads_labels || labeled.count(in);
+    const TensorInfo* out = g->FindTensor(op.outputs[0]);
+    const bool loss_term =
+        into_loss.count(op.outputs[0]) && out != nullptr && out->shape.rank() == 0;
+    if (!reads_labels && !loss_term) continue;
+    for (const std::string& in : op.inputs) {
+      auto c = g->constants.find(in);
+      if (c == g->constants.end() || c->second.dtype() != DType::kF32 || c->second.numel() != 1) {
+        continue;
+      }
+      if (export_batch > 0 && c->second.f32()[0] == static_cast<float>(export_batch)) {
+        baked.push_back(in);
+      } else if (absl::StartsWith(in, "onnx::") &&
+                 std::find(folded.begin(), folded.end(), in) == folded.end()) {
+        folded.push_back(in);
+      }
+    }
+  }
+  if (!baked.empty()) {
+    g->import_notes.push_back(absl::StrCat(
+        "the model was exported with a fixed batch of ", export_batch, " and trains with ", batch,
+        ": its loss reads the constant ", export_batch, " ('", baked[0],
+        "'), the batch size the export computed in (x.shape[0]), which stays ", export_batch,
+        "; export with a dynamic batch (dynamic_axes)"));
+  }
+  if (!folded.empty()) {
+    g->import_notes.push_back(absl::StrCat(
+        "the loss reads scalars the export folded (", absl::StrJoin(folded, ", "),
+        "), which stay constants: if they come from weights (learned loss weights such as "
+        "self.w[0]), export with do_constant_folding=False"));
+  }
 }
 
 }  // namespace quilt::onnx_import

@@ -9,6 +9,7 @@
 #ifndef QUILT_SRC_GRAPH_ONNX_MODEL_LOSS_H_
 #define QUILT_SRC_GRAPH_ONNX_MODEL_LOSS_H_
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,13 @@ namespace quilt::onnx_import {
 // inputs besides the first, or a cross-entropy's labels come from no input.
 absl::Status ResolveModelLoss(Graph* g, const std::vector<std::string>& names,
                               const std::string& wanted = "");
+
+// Notes (g->import_notes) the constants the loss of `g` (resolved) reads
+// that the export computed: scalars it folded from weights ("onnx::<op>_<n>":
+// learned loss weights such as self.w[0], which stay constants), and, when
+// `export_batch` > 0 (a fixed-batch export trained at `batch`), the export's
+// batch (x.shape[0] computed in, which stays that size).
+void NoteLossConstants(int64_t export_batch, int64_t batch, Graph* g);
 
 // Follows single-input view ops (reshapes, casts, slices) back from
 // `tensor` to a graph input; "" when it comes from none.

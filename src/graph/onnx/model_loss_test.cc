@@ -18,6 +18,7 @@
 namespace quilt {
 namespace {
 
+using ::quilt::testing::AddNode;
 using ::quilt::testing::Import;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
@@ -42,15 +43,6 @@ void AddWeight(onnx::GraphProto* g, const std::string& name, std::vector<int64_t
     n *= d;
   }
   for (int64_t i = 0; i < n; ++i) w->add_float_data(0.1f * static_cast<float>(i + 1));
-}
-
-void AddNode(onnx::GraphProto* g, const std::string& type, std::vector<std::string> ins,
-             const std::string& out) {
-  auto* n = g->add_node();
-  n->set_op_type(type);
-  n->set_name(out);
-  for (const std::string& in : ins) n->add_input(in);
-  n->add_output(out);
 }
 
 // forward(x, y) returning (metric, loss, z): z = x·W, loss = mean((z − y)²

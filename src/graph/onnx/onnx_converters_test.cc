@@ -15,6 +15,7 @@ namespace quilt {
 namespace {
 
 using testing::AddFloatConstant;
+using testing::AddNode;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 using testing::Import;
@@ -54,13 +55,8 @@ TEST(OnnxImport, LogOfASigmoid_IsAStableSoftplus) {
   onnx::ModelProto m = Tiny(14);
   auto* g = m.mutable_graph();
   AddFloatConstant(g, "one", {}, {1.0f});
-  auto node = [&](const char* type, std::vector<const char*> ins, const char* out) {
-    auto* n = g->add_node();
-    n->set_op_type(type);
-    n->set_name(out);
-    for (const char* in : ins) n->add_input(in);
-    n->add_output(out);
-  };
+  auto node = [&](const std::string& type, const std::vector<std::string>& in,
+                  const std::string& out) { return AddNode(g, type, in, out); };
   node("Sigmoid", {"y"}, "s");
   node("Log", {"s"}, "log_s");
   node("Sub", {"one", "s"}, "one_minus_s");
@@ -252,13 +248,8 @@ TEST(OnnxImport, ModAndReduceProdOfConstants_Fold) {
     ints("a", {-7, 7, 8});
     ints("b", {3, -3, 3});
     ints("c", {2, 1, 2});
-    auto node = [&](const std::string& type, std::vector<std::string> in, const std::string& out) {
-      auto* n = g->add_node();
-      n->set_op_type(type);
-      for (const auto& i : in) n->add_input(i);
-      n->add_output(out);
-      return n;
-    };
+    auto node = [&](const std::string& type, const std::vector<std::string>& in,
+                    const std::string& out) { return AddNode(g, type, in, out); };
     auto* mod = node("Mod", {"a", "b"}, "r");
     auto* attr = mod->add_attribute();
     attr->set_name("fmod");
@@ -293,12 +284,8 @@ TEST(OnnxImport, ArithmeticOfConstants_Broadcasts) {
   auto* g = m.mutable_graph();
   AddFloatConstant(g, "a", {3, 1}, {0, 1, 2});
   AddFloatConstant(g, "b", {3}, {0, 10, 20});
-  auto node = [&](const std::string& type, std::vector<std::string> in, const std::string& out) {
-    auto* n = g->add_node();
-    n->set_op_type(type);
-    for (const auto& i : in) n->add_input(i);
-    n->add_output(out);
-  };
+  auto node = [&](const std::string& type, const std::vector<std::string>& in,
+                  const std::string& out) { return AddNode(g, type, in, out); };
   node("Add", {"a", "b"}, "ab");
   node("MatMul", {"y", "ab"}, "z");
   g->mutable_output(0)->set_name("z");
@@ -339,12 +326,8 @@ TEST(OnnxImport, IdentitiesOfAFoldedWeight_AreOneParameterOnlyInATrainingModeExp
     init("onnx::MatMul_1", {3, 3}, 0.5f, 0.1f);
     init("a.bias", {3}, 0.0f, 0.0f);
     if (mode != kEval) init("c.bias", {3}, mode == kTraining ? 0.0f : 1.0f, 0.0f);
-    auto node = [&](const std::string& type, std::vector<std::string> in, const std::string& out) {
-      auto* n = g->add_node();
-      n->set_op_type(type);
-      for (const auto& i : in) n->add_input(i);
-      n->add_output(out);
-    };
+    auto node = [&](const std::string& type, const std::vector<std::string>& in,
+                    const std::string& out) { return AddNode(g, type, in, out); };
     node("Identity", {"onnx::MatMul_1"}, "onnx::MatMul_2");
     if (mode == kEval) node("Identity", {"a.bias"}, "c.bias");
     node("MatMul", {"y", "onnx::MatMul_1"}, "h");

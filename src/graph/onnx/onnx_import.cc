@@ -84,62 +84,6 @@ bool TrainingModeExport(const onnx::GraphProto& gp) {
   return training;
 }
 
-// Constants the loss reads (in ops that read the labels, or that compute
-// scalars it is made of: a weighted sum of losses) that the export
-// computed: scalars it folded from weights (named "onnx::<op>_<n>": learned
-// loss weights such as self.w[0], which stay constants), and, when
-// `export_batch` > 0 (a fixed-batch export trained at `batch`), the
-// export's batch (x.shape[0], which stays that size). Noted.
-void NoteLossConstants(int64_t export_batch, int64_t batch, Graph* g) {
-  std::set<std::string> labeled(g->labels.begin(), g->labels.end());
-  // The tensors the loss is computed from.
-  std::set<std::string> into_loss;
-  const auto producers = g->Producers();
-  for (std::vector<std::string> todo = {g->loss.output}; !todo.empty();) {
-    const std::string t = todo.back();
-    todo.pop_back();
-    if (!into_loss.insert(t).second) continue;
-    if (auto p = producers.find(t); p != producers.end()) {
-      for (const std::string& in : g->ops[p->second].inputs) todo.push_back(in);
-    }
-  }
-  std::vector<std::string> baked, folded;
-  for (const Op& op : g->ops) {  // in the order the import added them
-    bool reads_labels = false;
-    for (const std::string& in : op.inputs) reads_labels = reads_labels || labeled.count(in);
-    if (reads_labels) labeled.insert(op.outputs.begin(), op.outputs.end());
-    const TensorInfo* out = g->FindTensor(op.outputs[0]);
-    const bool loss_term =
-        into_loss.count(op.outputs[0]) && out != nullptr && out->shape.rank() == 0;
-    if (!reads_labels && !loss_term) continue;
-    for (const std::string& in : op.inputs) {
-      auto c = g->constants.find(in);
-      if (c == g->constants.end() || c->second.dtype() != DType::kF32 || c->second.numel() != 1) {
-        continue;
-      }
-      if (export_batch > 0 && c->second.f32()[0] == static_cast<float>(export_batch)) {
-        baked.push_back(in);
-      } else if (absl::StartsWith(in, "onnx::") &&
-                 std::find(folded.begin(), folded.end(), in) == folded.end()) {
-        folded.push_back(in);
-      }
-    }
-  }
-  if (!baked.empty()) {
-    g->import_notes.push_back(absl::StrCat(
-        "the model was exported with a fixed batch of ", export_batch, " and trains with ", batch,
-        ": its loss reads the constant ", export_batch, " ('", baked[0],
-        "'), the batch size the export computed in (x.shape[0]), which stays ", export_batch,
-        "; export with a dynamic batch (dynamic_axes)"));
-  }
-  if (!folded.empty()) {
-    g->import_notes.push_back(absl::StrCat(
-        "the loss reads scalars the export folded (", absl::StrJoin(folded, ", "),
-        "), which stay constants: if they come from weights (learned loss weights such as "
-        "self.w[0]), export with do_constant_folding=False"));
-  }
-}
-
 // The batch size a model exported with a dynamic batch is imported with: a
 // prime (from 1009 up) that no dim, shape constant or integer attribute of
 // the model is a multiple of, so that shape arithmetic folded with it tells
@@ -223,8 +167,8 @@ absl::StatusOr<Graph> ImportOnnx(const std::string& bytes, const OnnxImportOptio
   std::vector<std::pair<std::string, std::vector<std::string>>> missing;
   for (int i = 0; i < gp.node_size(); ++i) {
     const onnx::NodeProto& n = gp.node(i);
+    if (supported(n)) continue;
     const bool default_domain = n.domain().empty() || n.domain() == "ai.onnx";
-    if (default_domain && Converters().count(n.op_type())) continue;
     const std::string op = absl::StrCat(default_domain ? "" : n.domain() + ":", n.op_type());
     auto it =
         std::find_if(missing.begin(), missing.end(), [&](const auto& m) { return m.first == op; });
@@ -364,8 +308,8 @@ absl::StatusOr<Graph> ImportOnnx(const std::string& bytes, const OnnxImportOptio
     return Fail(src, s);
   }
   if (!g.labels.empty()) {
-    NoteLossConstants(static_batch && options.batch > 0 && options.batch != b0 ? b0 : 0,
-                      options.batch, &g);
+    onnx_import::NoteLossConstants(
+        static_batch && options.batch > 0 && options.batch != b0 ? b0 : 0, options.batch, &g);
   }
   g.reference_batch = options.batch > 0 ? options.batch : (static_batch ? b0 : 1);
   if (absl::Status s = ValidateGraph(&g); !s.ok()) return Fail(src, s);

@@ -49,6 +49,16 @@ inline void SetDynamicBatch(onnx::ModelProto* m) {
       ->set_dim_param("batch");
 }
 
+// A node of `type` reading `inputs` and writing `output` (unnamed).
+inline onnx::NodeProto* AddNode(onnx::GraphProto* g, const std::string& type,
+                                const std::vector<std::string>& inputs, const std::string& output) {
+  auto* n = g->add_node();
+  n->set_op_type(type);
+  for (const std::string& in : inputs) n->add_input(in);
+  n->add_output(output);
+  return n;
+}
+
 // A Constant node `name` holding float32 `v` of `dims`.
 inline void AddFloatConstant(onnx::GraphProto* g, const std::string& name,
                              const std::vector<int64_t>& dims, const std::vector<float>& v) {
