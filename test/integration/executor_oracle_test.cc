@@ -484,7 +484,16 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{{"batch_size_losses", "sgd", 16}, 3, 1},
                       // Labels ignored unevenly over the replicas' rows: the mean
                       // over the kept labels of the whole batch.
-                      Case{{"ignored_labels", "sgd", 16}, 2, 1}),
+                      Case{{"ignored_labels", "sgd", 16}, 2, 1},
+                      // Class weights: the weighted mean over the whole batch's
+                      // labels (the weight sum too is the batch's).
+                      Case{{"weighted_ce", "sgd", 16}, 3, 1},
+                      // One-hot rows of each replica's labels.
+                      Case{{"smoothed_ce", "sgd", 16}, 2, 1},
+                      // Per-sample cross-entropies, then a mean.
+                      Case{{"focal_loss", "sgd", 16}, 2, 1},
+                      // NLL over [N, C, T], class weights, a class ignored.
+                      Case{{"mixture_nll", "sgd", 16}, 2, 1}),
     [](const auto& info) {
       const Case& c = info.param;
       return absl::StrCat(c.model.name, "_", c.model.optimizer, "_", c.nodes, "x", c.per_node);

@@ -129,7 +129,11 @@ INSTANTIATE_TEST_SUITE_P(
         Fixture{"multilabel_bce", "sgd"}, Fixture{"multilabel_bce", "adam"},
         Fixture{"mixed_losses", "sgd"}, Fixture{"mixed_losses", "adam"},
         Fixture{"batch_size_losses", "sgd"}, Fixture{"batch_size_losses", "adam"},
-        Fixture{"ignored_labels", "sgd"}, Fixture{"ignored_labels", "adam"}),
+        Fixture{"ignored_labels", "sgd"}, Fixture{"ignored_labels", "adam"},
+        Fixture{"weighted_ce", "sgd"}, Fixture{"weighted_ce", "adam"},
+        Fixture{"smoothed_ce", "sgd"}, Fixture{"smoothed_ce", "adam"}, Fixture{"focal_loss", "sgd"},
+        Fixture{"focal_loss", "adam"}, Fixture{"mixture_nll", "sgd"},
+        Fixture{"mixture_nll", "adam"}),
     [](const auto& info) { return info.param.name + "_" + info.param.optimizer; });
 
 TEST(TrainLocal, SyntheticData_LossFalls) {

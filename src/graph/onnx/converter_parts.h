@@ -86,6 +86,11 @@ absl::Status Einsum(ImportContext& ctx, const Node& node);
 // LSTM and GRU, unrolled (recurrent_converters.cc).
 absl::Status Recurrent(ImportContext& ctx, const Node& node);
 
+// Class losses and one-hot labels (class_loss_converters.cc).
+absl::Status Sce(ImportContext& ctx, const Node& node);
+absl::Status Nll(ImportContext& ctx, const Node& node);
+absl::Status OneHotNode(ImportContext& ctx, const Node& node);
+
 // Shape and constant ops: folded on constants, Quilt ops on data.
 absl::Status ConstantNode(ImportContext& ctx, const Node& node);
 absl::Status Transpose(ImportContext& ctx, const Node& node);

@@ -1,5 +1,6 @@
 // ONNX op converters: each maps one ONNX node to Quilt ops (layers,
-// normalizations, reshapes, losses), and the table of every converter;
+// normalizations, reshapes), and the table of every converter; the class
+// losses and OneHot are in class_loss_converters.cc,
 // element-wise ops and Expand are in elementwise_converters.cc, shape and
 // constant ops in constant_converters.cc, activations and windowed layers
 // (convolution, pooling, Resize) in layer_converters.cc.
@@ -566,60 +567,6 @@ absl::Status Pad(ImportContext& ctx, const Node& node) {
   return ctx.Emit(node, "Pad", {x}, std::move(a));
 }
 
-absl::Status Sce(ImportContext& ctx, const Node& node) {
-  if (ctx.HasInput(node, 2)) {
-    return absl::InvalidArgumentError(
-        "SoftmaxCrossEntropyLoss with class weights is not supported");
-  }
-  const std::string reduction = AttrString(node, "reduction", "mean");
-  if (reduction != "mean" && reduction != "sum") {
-    return absl::InvalidArgumentError("SoftmaxCrossEntropyLoss reduction '" + reduction +
-                                      "' is not supported");
-  }
-  Attrs a;
-  a.SetInt("class_axis", 1);
-  a.SetString("reduction", reduction);
-  const bool ignores = FindAttr(node, "ignore_index") != nullptr;
-  const int64_t ignore_index = AttrInt(node, "ignore_index", 0);
-  if (ignores) a.SetInt("ignore_index", ignore_index);
-  ASSIGN_OR_RETURN(std::string scores, ctx.Data(node, 0));
-  ASSIGN_OR_RETURN(std::string labels, ctx.Data(node, 1));
-  // Which output is the loss is decided after the import (model_loss.h).
-  if (!ignores || reduction != "mean") {
-    return ctx.Emit(node, "SoftmaxCrossEntropyLoss", {scores, labels}, std::move(a),
-                    std::min(2, node.output_size()));
-  }
-  // The mean over the labels not ignored, as their sum over their count:
-  // replicas holding part of the batch hold parts of both (a mean of each
-  // replica's own mean is not the batch's). A step whose labels are all
-  // ignored has loss 0 and no gradient (PyTorch's loss is NaN there, its
-  // gradient 0): the count is at least 1.
-  const std::string at = node.name().empty() ? "SoftmaxCrossEntropyLoss" : node.name();
-  a.SetString("reduction", "sum");
-  ASSIGN_OR_RETURN(std::vector<std::string> sce,
-                   ctx.b().AddOp("SoftmaxCrossEntropyLoss", {scores, labels}, std::move(a),
-                                 std::min(2, node.output_size()), at + "/sum"));
-  if (node.output_size() > 1 && !node.output(1).empty()) ctx.SetTensor(node.output(1), sce[1]);
-  ASSIGN_OR_RETURN(std::string ignored,
-                   ctx.b().AddConstant(at + "/ignore_index",
-                                       Tensor::FromI64({}, std::vector<int64_t>{ignore_index})));
-  Attrs eq;
-  eq.SetString("mode", "eq");
-  ASSIGN_OR_RETURN(std::string skip,
-                   ctx.b().Add("CompareMask", {labels, ignored}, std::move(eq), at + "/ignored"));
-  ASSIGN_OR_RETURN(std::string one, ScalarConstant(ctx, at + "/one", 1));
-  ASSIGN_OR_RETURN(std::string kept, ctx.b().Add("Sub", {one, skip}, {}, at + "/kept"));
-  Attrs all;
-  all.SetInt("keepdims", 0);
-  ASSIGN_OR_RETURN(std::string kept_count,
-                   ctx.b().Add("ReduceSum", {kept}, std::move(all), at + "/kept_count"));
-  Attrs at_least_one;
-  at_least_one.SetFloat("min", 1.0);
-  ASSIGN_OR_RETURN(std::string count,
-                   ctx.b().Add("Clip", {kept_count}, std::move(at_least_one), at + "/count"));
-  return ctx.Emit(node, "Div", {sce[0], count}, {}, 1, 1);
-}
-
 }  // namespace
 
 const std::map<std::string, Converter>& Converters() {
@@ -721,6 +668,8 @@ const std::map<std::string, Converter>& Converters() {
       {"Dropout", Dropout},
       {"Pad", Pad},
       {"SoftmaxCrossEntropyLoss", Sce},
+      {"NegativeLogLikelihoodLoss", Nll},
+      {"OneHot", OneHotNode},
   };
   return *table;
 }

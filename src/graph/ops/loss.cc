@@ -1,5 +1,6 @@
-// Loss ops. Both divide by the element count of the *global* batch (the
-// runtime passes the global batch size), so replicas working on slices of a
+// Loss ops, and OneHot, the labels as rows that losses written as
+// arithmetic weigh their log-probabilities with. The losses divide by the element count of the
+// *global* batch (the runtime passes the global batch size), so replicas working on slices of a
 // batch produce partial losses and gradients that sum to the full ones.
 #include "absl/strings/str_cat.h"
 #include "src/common/status.h"
@@ -79,6 +80,32 @@ QUILT_REGISTER_OP([] {
   s.cost = [](const CostContext& c) {
     return OpCost{5.0 * static_cast<double>(c.InNumel(1)), c.IoBytes()};
   };
+  return s;
+}());
+
+QUILT_REGISTER_OP([] {
+  OpSchema s;
+  s.type = "OneHot";
+  s.doc =
+      "Float32 one-hot rows of int64 labels: the labels' shape with attribute classes "
+      "inserted at attribute axis (-1: last). A label equal to attribute ignore_index (when "
+      "set) gets a row of zeros; with wrap_negative 1 a label in [-classes, 0) counts from the "
+      "end (ONNX's OneHot); any other label outside [0, classes) is an error. No gradient.";
+  s.min_inputs = s.max_inputs = 1;
+  s.non_differentiable_inputs = {0};
+  s.infer = [](InferContext& ctx) -> absl::Status {
+    if (ctx.dtype(0) != DType::kI64) return ctx.Error("labels must be int64 class indices");
+    const int64_t classes = ctx.attrs().Int("classes", 0);
+    if (classes <= 0) return ctx.Error("attribute classes must be positive");
+    const int rank = ctx.shape(0).rank();
+    absl::StatusOr<int> axis = NormalizeAxis(ctx.attrs().Int("axis", -1), rank + 1);
+    if (!axis.ok()) return ctx.Error(std::string(axis.status().message()));
+    std::vector<Dim> dims = ctx.shape(0).dims();
+    dims.insert(dims.begin() + *axis, Dim::Fixed(classes));
+    ctx.set_output(0, DType::kF32, Shape(std::move(dims)));
+    return absl::OkStatus();
+  };
+  s.cost = ElementwiseCost(1);
   return s;
 }());
 

@@ -280,11 +280,16 @@ absl::StatusOr<std::unique_ptr<Dataset>> MakeSyntheticDataset(const Graph& graph
         if (axis < 0) axis += s.rank();
         classes = s.dim(static_cast<int>(axis)).value;
       }
+      // A loss written with one-hot rows of the labels (class weights,
+      // F.nll_loss, F.one_hot).
+      if (op.type == "OneHot" && labels.count(op.inputs[0])) {
+        classes = op.attrs.Int("classes", 0);
+      }
     }
     if (classes <= 0) {
       return absl::InvalidArgumentError(
           "cannot tell the number of classes of the integer labels (Quilt reads it from a "
-          "cross-entropy over them; this model reads them otherwise)");
+          "cross-entropy or a one-hot of them; this model reads them otherwise)");
     }
   }
   return std::unique_ptr<Dataset>(

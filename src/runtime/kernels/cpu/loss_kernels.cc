@@ -1,5 +1,6 @@
-// CPU kernels of the losses and their gradients. The mean divides by the
+// CPU kernels of the losses and their gradients, and OneHot. The mean divides by the
 // global element count: local count × global batch / local batch.
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -144,7 +145,35 @@ absl::Status MseGrad(KernelContext& ctx) {
   return absl::OkStatus();
 }
 
+absl::Status OneHot(KernelContext& ctx) {
+  const Tensor& labels = ctx.in(0);
+  const int64_t classes = ctx.attrs().Int("classes", 0);
+  int64_t axis = ctx.attrs().Int("axis", -1);
+  if (axis < 0) axis += labels.rank() + 1;
+  const bool has_ignore = ctx.attrs().Has("ignore_index");
+  const int64_t ignore = ctx.attrs().Int("ignore_index", -1);
+  const bool wrap = ctx.attrs().Int("wrap_negative", 0) != 0;
+  // Labels as [outer, inner] around the inserted class dim.
+  int64_t outer = 1, inner = 1;
+  for (int i = 0; i < labels.rank(); ++i) (i < axis ? outer : inner) *= labels.dim(i);
+  ASSIGN_OR_RETURN(Tensor * out, ctx.Output(0));
+  std::fill(out->f32(), out->f32() + out->numel(), 0.0f);
+  for (int64_t t = 0; t < labels.numel(); ++t) {
+    int64_t l = labels.i64()[t];
+    if (has_ignore && l == ignore) continue;
+    if (wrap && l < 0 && l >= -classes) l += classes;
+    if (l < 0 || l >= classes) {
+      return ctx.Error(absl::StrCat("label ", labels.i64()[t], " at position ", t,
+                                    " is not a class in [0, ", classes, ")"));
+    }
+    const int64_t o = t / inner, i = t % inner;
+    out->f32()[(o * classes + l) * inner + i] = 1.0f;
+  }
+  return absl::OkStatus();
+}
+
 QUILT_REGISTER_KERNEL("cpu", "SoftmaxCrossEntropyLoss", Sce);
+QUILT_REGISTER_KERNEL("cpu", "OneHot", OneHot);
 QUILT_REGISTER_KERNEL("cpu", "SoftmaxCrossEntropyLossGrad", SceGrad);
 QUILT_REGISTER_KERNEL("cpu", "MseLoss", Mse);
 QUILT_REGISTER_KERNEL("cpu", "MseLossGrad", MseGrad);
