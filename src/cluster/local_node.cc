@@ -54,12 +54,17 @@ absl::StatusOr<quilt::v1::NodeInfo> DiscoverLocalNode(const LocalNodeOptions& op
     // executor runs one kernel thread is not as fast as all its cores.
     const int threads =
         options.kernel_threads > 0 ? std::min(options.kernel_threads, per_device) : per_device;
-    QLOG_INFO("calibrating CPU devices={} cores_per_device={} kernel_threads={} duration_ms={}",
-              options.cpu_devices, per_device, threads,
-              absl::ToInt64Milliseconds(options.calibration));
-    const CpuSpeed speed = MeasureCpuSpeed(threads, options.calibration);
+    if (!options.cpu_speed.has_value()) {
+      QLOG_INFO("calibrating CPU devices={} cores_per_device={} kernel_threads={} duration_ms={}",
+                options.cpu_devices, per_device, threads,
+                absl::ToInt64Milliseconds(options.calibration));
+    }
+    const CpuSpeed speed = options.cpu_speed.has_value()
+                               ? *options.cpu_speed
+                               : MeasureCpuSpeed(threads, options.calibration);
     const double gemm = speed.gemm_flops_per_s / options.compute_slowdown;
-    QLOG_INFO("CPU calibration gemm_gflops={:.1f} memory_gbytes_per_s={:.1f} slowdown={}",
+    QLOG_INFO("CPU {} gemm_gflops={:.1f} memory_gbytes_per_s={:.1f} slowdown={}",
+              options.cpu_speed.has_value() ? "speed given" : "calibration",
               speed.gemm_flops_per_s / 1e9, speed.memory_bandwidth_bytes_per_s / 1e9,
               options.compute_slowdown);
     for (int i = 0; i < options.cpu_devices; ++i) {

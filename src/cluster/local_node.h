@@ -4,11 +4,13 @@
 #ifndef QUILT_SRC_CLUSTER_LOCAL_NODE_H_
 #define QUILT_SRC_CLUSTER_LOCAL_NODE_H_
 
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "proto/quilt/v1/cluster.pb.h"
+#include "src/cluster/cpu_calibration.h"
 
 namespace quilt {
 
@@ -29,6 +31,9 @@ struct LocalNodeOptions {
   bool discover_cuda = true;
   // Development: every device's kernels run this many times slower.
   double compute_slowdown = 1.0;
+  // A CPU speed known already (an earlier calibration of this host): used
+  // as measured instead of calibrating again.
+  std::optional<CpuSpeed> cpu_speed;
 };
 
 // Errors: INVALID_ARGUMENT for impossible options (more CPU devices than

@@ -9,6 +9,7 @@
 // parts sum to the single-device losses. A killed executor makes the others
 // fail with a clear error, soon.
 #include <signal.h>
+#include <sys/wait.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -182,7 +183,11 @@ absl::StatusOr<RunResult> RunExecutors(const quilt::v1::DistributedProgram& prog
     std::stringstream text;
     text << log.rdbuf();
     if (!st.has_value() || *st != 0) {
-      return absl::InternalError(absl::StrCat("executor ", r, " failed: ", text.str()));
+      const std::string how = !st.has_value() ? "did not exit within 120 s"
+                              : WIFSIGNALED(*st)
+                                  ? absl::StrCat("was killed by signal ", WTERMSIG(*st))
+                                  : absl::StrCat("exited ", WEXITSTATUS(*st));
+      return absl::InternalError(absl::StrCat("executor ", r, " ", how, ": ", text.str()));
     }
     std::ifstream m(absl::StrCat(base, "/out", r, "/metrics.json"));
     nlohmann::json metrics = nlohmann::json::parse(m);
@@ -493,7 +498,9 @@ INSTANTIATE_TEST_SUITE_P(
                       // Per-sample cross-entropies, then a mean.
                       Case{{"focal_loss", "sgd", 16}, 2, 1},
                       // NLL over [N, C, T], class weights, a class ignored.
-                      Case{{"mixture_nll", "sgd", 16}, 2, 1}),
+                      Case{{"mixture_nll", "sgd", 16}, 2, 1},
+                      // Probability targets (mixup's): a mean over the batch.
+                      Case{{"soft_targets", "sgd", 16}, 3, 1}),
     [](const auto& info) {
       const Case& c = info.param;
       return absl::StrCat(c.model.name, "_", c.model.optimizer, "_", c.nodes, "x", c.per_node);

@@ -133,7 +133,8 @@ INSTANTIATE_TEST_SUITE_P(
         Fixture{"weighted_ce", "sgd"}, Fixture{"weighted_ce", "adam"},
         Fixture{"smoothed_ce", "sgd"}, Fixture{"smoothed_ce", "adam"}, Fixture{"focal_loss", "sgd"},
         Fixture{"focal_loss", "adam"}, Fixture{"mixture_nll", "sgd"},
-        Fixture{"mixture_nll", "adam"}),
+        Fixture{"mixture_nll", "adam"}, Fixture{"soft_targets", "sgd"},
+        Fixture{"soft_targets", "adam"}),
     [](const auto& info) { return info.param.name + "_" + info.param.optimizer; });
 
 TEST(TrainLocal, SyntheticData_LossFalls) {

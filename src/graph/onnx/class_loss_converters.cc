@@ -1,6 +1,7 @@
 // Converters of the class losses and of one-hot labels:
 // SoftmaxCrossEntropyLoss (Quilt's op of that name where it computes it:
-// a mean or a sum without class weights), NegativeLogLikelihoodLoss, and
+// a mean or a sum of class labels without class weights; probability
+// targets too), NegativeLogLikelihoodLoss, and
 // OneHot (F.one_hot: label smoothing and focal losses written by hand).
 // Class weights, per-position losses (reduction "none") and NLL are the
 // log-probabilities times the labels' one-hot rows (a OneHot op, which
@@ -27,6 +28,24 @@ absl::StatusOr<std::string> ReduceAll(ImportContext& ctx, const std::string& x,
   return ctx.b().Add("ReduceSum", {x}, std::move(a), name);
 }
 
+// The class weights as a constant [C, 1, ...] against scores of `shape`
+// (classes on axis 1). Errors: INVALID_ARGUMENT unless one per class.
+absl::StatusOr<std::string> WeightConstant(ImportContext& ctx, const Node& node,
+                                           const Tensor& weights, const Shape& shape) {
+  const int64_t classes = shape.dim(1).value;
+  RETURN_IF_ERROR(CheckNumeric(weights, node.op_type()));
+  if (weights.numel() != classes) {
+    return absl::InvalidArgumentError(absl::StrCat(node.op_type(), " '", NameOf(node),
+                                                   "': ", weights.numel(), " class weights for ",
+                                                   classes, " classes"));
+  }
+  std::vector<int64_t> dims(static_cast<size_t>(shape.rank() - 1), 1);
+  dims[0] = classes;
+  std::vector<float> w;
+  for (int64_t c = 0; c < classes; ++c) w.push_back(static_cast<float>(NumberAt(weights, c)));
+  return ctx.b().AddConstant(NameOf(node) + "/class_weights", Tensor::FromF32(dims, w));
+}
+
 // −Σ weight[label] · logp[label] over the labels `node` does not ignore,
 // with classes on axis 1 of `logp`: per position (reduction "none"), summed,
 // or divided by the labels' total weight ("mean"; a step whose labels are
@@ -45,6 +64,15 @@ absl::Status WeightedNll(ImportContext& ctx, const Node& node, const std::string
                      " must be [N, C, ...] with the classes on axis 1 and the batch elsewhere"));
   }
   const int64_t classes = shape.dim(1).value;
+  ASSIGN_OR_RETURN(TensorType label_type, ctx.TypeOf(labels));
+  std::vector<Dim> per_position = shape.dims();
+  per_position.erase(per_position.begin() + 1);
+  if (label_type.shape != Shape(per_position)) {
+    return absl::InvalidArgumentError(absl::StrCat(node.op_type(), " '", at, "': labels ",
+                                                   label_type.shape.ToString(), " must be ",
+                                                   Shape(per_position).ToString(), " (the scores ",
+                                                   shape.ToString(), " without the classes)"));
+  }
   Attrs oh;
   oh.SetInt("classes", classes);
   oh.SetInt("axis", 1);
@@ -54,23 +82,13 @@ absl::Status WeightedNll(ImportContext& ctx, const Node& node, const std::string
   ASSIGN_OR_RETURN(std::string rows, ctx.b().Add("OneHot", {labels}, std::move(oh), at + "/rows"));
   float floor = 1;  // the least total weight of a step with a kept label
   if (weights != nullptr) {
-    RETURN_IF_ERROR(CheckNumeric(*weights, node.op_type()));
-    if (weights->numel() != classes) {
-      return absl::InvalidArgumentError(absl::StrCat(node.op_type(), " '", at,
-                                                     "': ", weights->numel(), " class weights for ",
-                                                     classes, " classes"));
-    }
-    std::vector<int64_t> dims(static_cast<size_t>(shape.rank() - 1), 1);
-    dims[0] = classes;
-    std::vector<float> w;
+    ASSIGN_OR_RETURN(std::string wc, WeightConstant(ctx, node, *weights, shape));
     float least = 0;
     for (int64_t c = 0; c < classes; ++c) {
-      w.push_back(static_cast<float>(NumberAt(*weights, c)));
-      if (w.back() > 0 && (least == 0 || w.back() < least)) least = w.back();
+      const float w = static_cast<float>(NumberAt(*weights, c));
+      if (w > 0 && (least == 0 || w < least)) least = w;
     }
     if (least > 0) floor = least;
-    ASSIGN_OR_RETURN(std::string wc,
-                     ctx.b().AddConstant(at + "/class_weights", Tensor::FromF32(dims, w)));
     ASSIGN_OR_RETURN(rows, ctx.b().Add("Mul", {rows, wc}, {}, at + "/weighted_rows"));
   }
   if (node.output_size() > 1 && !node.output(1).empty()) ctx.SetTensor(node.output(1), logp);
@@ -88,6 +106,37 @@ absl::Status WeightedNll(ImportContext& ctx, const Node& node, const std::string
   ASSIGN_OR_RETURN(std::string divisor,
                    ctx.b().Add("Clip", {weight_sum}, std::move(at_least), at + "/divisor"));
   return ctx.Emit(node, "Div", {loss_sum, divisor}, {}, 1, 1);
+}
+
+// −Σ_c weight[c] · target[c] · logp[c] of probability targets (float
+// labels shaped as the scores; F.cross_entropy takes them for mixup or
+// distillation): per position ("none"), summed, or averaged over the
+// positions (PyTorch's mean for such targets, whatever the weights).
+absl::Status SoftTargetNll(ImportContext& ctx, const Node& node, const std::string& logp,
+                           const std::string& targets, const Tensor* weights,
+                           const std::string& reduction) {
+  const std::string at = NameOf(node);
+  ASSIGN_OR_RETURN(TensorType lt, ctx.TypeOf(logp));
+  ASSIGN_OR_RETURN(TensorType tt, ctx.TypeOf(targets));
+  if (lt.shape != tt.shape || lt.shape.rank() < 2 || lt.shape.dim(1).batch) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        node.op_type(), " '", at, "': probability targets ", tt.shape.ToString(),
+        " must have the scores' shape ", lt.shape.ToString(), " with the classes on axis 1"));
+  }
+  std::string weighted = targets;
+  if (weights != nullptr) {
+    ASSIGN_OR_RETURN(std::string wc, WeightConstant(ctx, node, *weights, lt.shape));
+    ASSIGN_OR_RETURN(weighted, ctx.b().Add("Mul", {targets, wc}, {}, at + "/weighted_targets"));
+  }
+  if (node.output_size() > 1 && !node.output(1).empty()) ctx.SetTensor(node.output(1), logp);
+  ASSIGN_OR_RETURN(std::string picked, ctx.b().Add("Mul", {logp, weighted}, {}, at + "/picked"));
+  ASSIGN_OR_RETURN(std::string per, ReduceAll(ctx, picked, {1}, at + "/per_position"));
+  if (reduction == "none") return ctx.Emit(node, "Neg", {per}, {}, 1, 1);
+  Attrs all;
+  all.SetInt("keepdims", 0);
+  ASSIGN_OR_RETURN(std::string total, ctx.b().Add(reduction == "sum" ? "ReduceSum" : "ReduceMean",
+                                                  {per}, std::move(all), at + "/" + reduction));
+  return ctx.Emit(node, "Neg", {total}, {}, 1, 1);
 }
 
 absl::StatusOr<std::string> Reduction(const Node& node) {
@@ -118,12 +167,16 @@ absl::Status Sce(ImportContext& ctx, const Node& node) {
   ASSIGN_OR_RETURN(const std::string reduction, Reduction(node));
   ASSIGN_OR_RETURN(const Tensor* weights, ClassWeights(ctx, node));
   ASSIGN_OR_RETURN(std::string scores, ctx.Data(node, 0));
+  ASSIGN_OR_RETURN(std::string labels, ctx.Data(node, 1));
+  ASSIGN_OR_RETURN(TensorType label_type, ctx.TypeOf(labels));
+  const bool probabilities = label_type.dtype == DType::kF32;
   const std::string at = NameOf(node);
-  if (weights != nullptr || reduction == "none") {
+  if (weights != nullptr || reduction == "none" || probabilities) {
     Attrs a;
     a.SetInt("axis", 1);
     ASSIGN_OR_RETURN(std::string logp,
                      ctx.b().Add("LogSoftmax", {scores}, std::move(a), at + "/log_softmax"));
+    if (probabilities) return SoftTargetNll(ctx, node, logp, labels, weights, reduction);
     return WeightedNll(ctx, node, logp, weights, reduction);
   }
   Attrs a;
@@ -132,7 +185,6 @@ absl::Status Sce(ImportContext& ctx, const Node& node) {
   const bool ignores = FindAttr(node, "ignore_index") != nullptr;
   const int64_t ignore_index = AttrInt(node, "ignore_index", 0);
   if (ignores) a.SetInt("ignore_index", ignore_index);
-  ASSIGN_OR_RETURN(std::string labels, ctx.Data(node, 1));
   // Which output is the loss is decided after the import (model_loss.h).
   if (!ignores || reduction != "mean") {
     return ctx.Emit(node, "SoftmaxCrossEntropyLoss", {scores, labels}, std::move(a),
