@@ -6,7 +6,7 @@
 // to its sequence length, with F.pad and a batch-sized constant, causal
 // attention masked by masked_fill from a buffer, with ReLU6, LeakyReLU,
 // clamp and abs, a per-pixel classifier whose classes are on axis 1, with
-// group norm and nearest upsampling), for
+// group norm and nearest upsampling; exports of opsets 9–11 among them), for
 // 20 SGD (momentum, weight decay) and 20 Adam steps.
 #include <cmath>
 #include <fstream>
@@ -134,7 +134,13 @@ INSTANTIATE_TEST_SUITE_P(
         Fixture{"smoothed_ce", "sgd"}, Fixture{"smoothed_ce", "adam"}, Fixture{"focal_loss", "sgd"},
         Fixture{"focal_loss", "adam"}, Fixture{"mixture_nll", "sgd"},
         Fixture{"mixture_nll", "adam"}, Fixture{"soft_targets", "sgd"},
-        Fixture{"soft_targets", "adam"}),
+        Fixture{"soft_targets", "adam"}, Fixture{"masked_attention_opset9", "sgd"},
+        Fixture{"masked_attention_opset9", "adam"}, Fixture{"pads_repeats_opset9", "sgd"},
+        Fixture{"pads_repeats_opset9", "adam"}, Fixture{"recurrent_opset9", "sgd"},
+        Fixture{"recurrent_opset9", "adam"}, Fixture{"segmenter_opset9", "sgd"},
+        Fixture{"segmenter_opset9", "adam"}, Fixture{"segmenter_opset10", "sgd"},
+        Fixture{"segmenter_opset10", "adam"}, Fixture{"text_cnn_opset11", "sgd"},
+        Fixture{"text_cnn_opset11", "adam"}),
     [](const auto& info) { return info.param.name + "_" + info.param.optimizer; });
 
 TEST(TrainLocal, SyntheticData_LossFalls) {

@@ -144,15 +144,23 @@ absl::Status Concat(ImportContext& ctx, const Node& node) {
   return Direct(ctx, node, "Concat", std::move(a));
 }
 
+// Slice: starts, ends, axes and steps are inputs from opset 10; starts,
+// ends and axes are attributes before it.
 absl::Status Slice(ImportContext& ctx, const Node& node) {
-  ASSIGN_OR_RETURN(std::vector<int64_t> starts, ctx.ConstInts(node, 1));
-  ASSIGN_OR_RETURN(std::vector<int64_t> ends, ctx.ConstInts(node, 2));
-  std::vector<int64_t> axes, steps;
-  if (ctx.HasInput(node, 3)) {
-    ASSIGN_OR_RETURN(axes, ctx.ConstInts(node, 3));
-  }
-  if (ctx.HasInput(node, 4)) {
-    ASSIGN_OR_RETURN(steps, ctx.ConstInts(node, 4));
+  std::vector<int64_t> starts, ends, axes, steps;
+  if (ctx.opset() < 10) {
+    starts = AttrInts(node, "starts");
+    ends = AttrInts(node, "ends");
+    axes = AttrInts(node, "axes");
+  } else {
+    ASSIGN_OR_RETURN(starts, ctx.ConstInts(node, 1));
+    ASSIGN_OR_RETURN(ends, ctx.ConstInts(node, 2));
+    if (ctx.HasInput(node, 3)) {
+      ASSIGN_OR_RETURN(axes, ctx.ConstInts(node, 3));
+    }
+    if (ctx.HasInput(node, 4)) {
+      ASSIGN_OR_RETURN(steps, ctx.ConstInts(node, 4));
+    }
   }
   const Tensor* c = ctx.ConstantInput(node, 0);
   if (c != nullptr && !ctx.IsParameterInitializer(node, 0) && c->rank() > 0) {

@@ -238,11 +238,49 @@ absl::Status GeluNode(ImportContext& ctx, const Node& node) {
   return Direct(ctx, node, "Gelu", std::move(a));
 }
 
+// Softmax and LogSoftmax. Before opset 13 the input was seen as a matrix
+// [d0 ⋯ d(axis−1), d(axis) ⋯ d(r−1)] (axis 1 by default) and normalized
+// over its rows: the same as over the last axis when the axis is the last,
+// else over the trailing dims flattened, done as such between two Reshapes.
 absl::Status Softmax(ImportContext& ctx, const Node& node) {
-  Attrs a;
-  a.SetInt("axis", AttrInt(node, "axis", -1));
+  const bool flattening = ctx.opset() < 13;
+  int64_t axis = AttrInt(node, "axis", flattening ? 1 : -1);
   ASSIGN_OR_RETURN(std::string x, ctx.Data(node, 0));
-  return ctx.Emit(node, node.op_type(), {x}, std::move(a));
+  ASSIGN_OR_RETURN(TensorType t, ctx.TypeOf(x));
+  const int rank = t.shape.rank();
+  if (axis < 0) axis += rank;
+  if (!flattening || axis == rank - 1) {
+    Attrs a;
+    a.SetInt("axis", axis);
+    return ctx.Emit(node, node.op_type(), {x}, std::move(a));
+  }
+  const std::string at = node.name().empty() ? node.op_type() : node.name();
+  int64_t rows = 1, cols = 1;
+  bool batch_in_rows = false;
+  for (int k = 0; k < rank; ++k) {
+    const Dim& d = t.shape.dim(k);
+    if (k < axis) {
+      batch_in_rows = batch_in_rows || d.batch;
+      rows *= d.value;
+    } else if (d.batch) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          node.op_type(), " '", at, "' (opset ", ctx.opset(), ") normalizes over dims ", axis,
+          ".. of ", t.shape.ToString(), ", which hold the batch: samples would mix"));
+    } else {
+      cols *= d.value;
+    }
+  }
+  std::vector<int64_t> back;
+  for (int k = 0; k < rank; ++k) back.push_back(t.shape.dim(k).batch ? -1 : t.shape.dim(k).value);
+  Attrs flat;
+  flat.SetInts("shape", {batch_in_rows ? -1 : rows, cols});
+  ASSIGN_OR_RETURN(std::string m, ctx.b().Add("Reshape", {x}, std::move(flat), at + "/rows"));
+  Attrs a;
+  a.SetInt("axis", 1);
+  ASSIGN_OR_RETURN(std::string y, ctx.b().Add(node.op_type(), {m}, std::move(a), at + "/of_rows"));
+  Attrs unflat;
+  unflat.SetInts("shape", back);
+  return ctx.Emit(node, "Reshape", {y}, std::move(unflat));
 }
 
 // The reshape target with the batch on a -1 (or 0): the exporter bakes the
@@ -504,7 +542,10 @@ absl::Status CumSumNode(ImportContext& ctx, const Node& node) {
 absl::Status Dropout(ImportContext& ctx, const Node& node) {
   float ratio = AttrFloat(node, "ratio", 0.5f);
   if (const Tensor* r = ctx.ConstantInput(node, 1)) ratio = r->f32()[0];
-  bool training = false;
+  // Opset 12 made the mode an input (false when absent). Before it the
+  // mode was the runtime's, and PyTorch leaves Dropout out of an export
+  // in eval mode: one that is there is a training export's.
+  bool training = ctx.opset() < 12;
   if (const Tensor* t = ctx.ConstantInput(node, 2)) training = t->i64()[0] != 0;
   // Training exports always name the mask; only a mask something reads is
   // unsupported.
@@ -522,9 +563,8 @@ absl::Status Dropout(ImportContext& ctx, const Node& node) {
   return ctx.Emit(node, "Dropout", {x}, std::move(a), 2, 1);
 }
 
-// Resize: nearest-neighbour upsampling of [N,C,H,W] by whole scales (what
-// nn.Upsample and F.interpolate(mode='nearest') export), from constant
-// scales (input 2) or sizes (input 3).
+// Pad: the pads (and the constant) as inputs from opset 11, attributes
+// before it.
 absl::Status Pad(ImportContext& ctx, const Node& node) {
   const std::string mode = AttrString(node, "mode", "constant");
   if (mode != "constant" && mode != "reflect" && mode != "edge") {
@@ -554,7 +594,7 @@ absl::Status Pad(ImportContext& ctx, const Node& node) {
     pads = std::move(full);
   }
   if (mode != "constant") return PadByCopies(ctx, node, mode, pads);
-  float value = 0;
+  float value = AttrFloat(node, "value", 0);
   if (const Tensor* v = ctx.ConstantInput(node, 2)) value = v->f32()[0];
   ASSIGN_OR_RETURN(std::string x, ctx.Data(node, 0));
   if (std::all_of(pads.begin(), pads.end(), [](int64_t p) { return p == 0; })) {
@@ -657,6 +697,7 @@ const std::map<std::string, Converter>& Converters() {
       {"ReduceMean", Reduce},
       {"ReduceMax", Reduce},
       {"Resize", Resize},
+      {"Upsample", Resize},
       {"InstanceNormalization", InstanceNorm},
       {"GroupNormalization", GroupNorm},
       {"Gelu", GeluNode},

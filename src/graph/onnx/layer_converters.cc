@@ -67,10 +67,26 @@ absl::StatusOr<std::string> Dim2(ImportContext& ctx, const std::string& type, co
   return ctx.b().Add(type, {t}, std::move(a), hint);
 }
 
+// Upsample (opsets 7–9) and Resize of opset 10: scales are input 1, and
+// the coordinates are asymmetric with nearest rounding down (what
+// Resize 11+ calls "asymmetric" and "floor").
+bool LegacyResize(const ImportContext& ctx, const Node& node) {
+  return node.op_type() == "Upsample" || ctx.opset() < 11;
+}
+
+int ScalesInput(const ImportContext& ctx, const Node& node) {
+  return LegacyResize(ctx, node) ? 1 : 2;
+}
+
+std::string Coordinates(const ImportContext& ctx, const Node& node) {
+  return AttrString(node, "coordinate_transformation_mode",
+                    LegacyResize(ctx, node) ? "asymmetric" : "half_pixel");
+}
+
 // Bilinear Resize (F.interpolate(mode="bilinear"), either corner
 // alignment) of [N,C,H,W] to a constant size or by constant scales.
 absl::Status ResizeLinear(ImportContext& ctx, const Node& node) {
-  const std::string coords = AttrString(node, "coordinate_transformation_mode", "half_pixel");
+  const std::string coords = Coordinates(ctx, node);
   std::string quilt_coords;
   if (coords == "half_pixel" || coords == "pytorch_half_pixel") quilt_coords = "half_pixel";
   if (coords == "align_corners" || coords == "asymmetric") quilt_coords = coords;
@@ -87,7 +103,8 @@ absl::Status ResizeLinear(ImportContext& ctx, const Node& node) {
   if (const Tensor* z = ctx.ConstantInput(node, 3); z != nullptr && z->numel() == 4) {
     out[0] = z->i64()[2];
     out[1] = z->i64()[3];
-  } else if (const Tensor* sc = ctx.ConstantInput(node, 2); sc != nullptr && sc->numel() == 4) {
+  } else if (const Tensor* sc = ctx.ConstantInput(node, ScalesInput(ctx, node));
+             sc != nullptr && sc->numel() == 4) {
     if (sc->f32()[0] != 1 || sc->f32()[1] != 1) {
       return absl::InvalidArgumentError("Resize may scale only H and W of [N,C,H,W]");
     }
@@ -342,11 +359,13 @@ absl::Status Composite(ImportContext& ctx, const Node& node) {
   return ctx.Emit(node, "Mul", {g, sum}, {});
 }
 
-// Clip's bounds are inputs 1 and 2 (each optional), constants.
+// Clip's bounds are inputs 1 and 2 (each optional), constants; attributes
+// before opset 11.
 absl::Status Clip(ImportContext& ctx, const Node& node) {
   Attrs a;
   const char* names[] = {"", "min", "max"};
   for (int i : {1, 2}) {
+    if (FindAttr(node, names[i]) != nullptr) a.SetFloat(names[i], AttrFloat(node, names[i], 0));
     if (!ctx.HasInput(node, i)) continue;
     const Tensor* c = ctx.ConstantInput(node, i);
     if (c == nullptr || c->numel() != 1 || ctx.IsParameterInitializer(node, i)) {
@@ -521,13 +540,14 @@ absl::Status Resize(ImportContext& ctx, const Node& node) {
     return absl::InvalidArgumentError("Resize keep_aspect_ratio_policy '" + policy +
                                       "' is not supported");
   }
-  if (mode == "linear") return ResizeLinear(ctx, node);
+  if (mode == "linear" || mode == "bilinear") return ResizeLinear(ctx, node);
   if (mode != "nearest") {
-    return absl::InvalidArgumentError("Resize mode '" + mode +
+    return absl::InvalidArgumentError(node.op_type() + " mode '" + mode +
                                       "' is not supported (nearest and bilinear are)");
   }
-  const std::string coords = AttrString(node, "coordinate_transformation_mode", "half_pixel");
-  const std::string rounding = AttrString(node, "nearest_mode", "round_prefer_floor");
+  const std::string coords = Coordinates(ctx, node);
+  const std::string rounding =
+      AttrString(node, "nearest_mode", LegacyResize(ctx, node) ? "floor" : "round_prefer_floor");
   const bool floor_of_ratio =
       (coords == "asymmetric" && rounding == "floor") ||
       ((coords == "half_pixel" || coords == "pytorch_half_pixel") &&
@@ -542,7 +562,8 @@ absl::Status Resize(ImportContext& ctx, const Node& node) {
     return absl::InvalidArgumentError("Resize is supported on [N,C,H,W] inputs only");
   }
   std::vector<double> scales;
-  if (const Tensor* s = ctx.ConstantInput(node, 2); s != nullptr && s->numel() > 0) {
+  if (const Tensor* s = ctx.ConstantInput(node, ScalesInput(ctx, node));
+      s != nullptr && s->numel() > 0) {
     for (int64_t i = 0; i < s->numel(); ++i) scales.push_back(s->f32()[i]);
   } else if (const Tensor* z = ctx.ConstantInput(node, 3); z != nullptr && z->numel() == 4) {
     // Sizes: the batch's entry may be the import's batch; N and C stay.

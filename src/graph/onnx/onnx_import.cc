@@ -22,7 +22,12 @@ namespace {
 using onnx_import::Converters;
 using onnx_import::ImportContext;
 
-constexpr int64_t kMinOpset = 13;
+// Opsets 9-12 wrote some of today's inputs as attributes (Slice before 10;
+// Clip's bounds and Pad's value before 11; Squeeze, Unsqueeze, Split and
+// ReduceSum before 13), had Upsample and Resize with scales as input 1
+// (10), a Dropout whose mode was the runtime's (before 12), and a Softmax
+// over the trailing dims flattened (before 13); the converters read both.
+constexpr int64_t kMinOpset = 9;
 // Opsets 18-22 changed the ops Quilt imports in ways the converters follow
 // (reduction axes as inputs, Split's num_outputs, Pad's axes, Resize's
 // antialias, GroupNormalization's and Gelu's arrival) or only added types.

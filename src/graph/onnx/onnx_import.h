@@ -1,4 +1,4 @@
-// ONNX import (opsets 13–22) of what torch.onnx.export produces for MLPs,
+// ONNX import (opsets 9–22) of what torch.onnx.export produces for MLPs,
 // CNNs and transformer blocks. Initializers become parameters with their
 // values (scalars folded by the exporter, named "onnx::...", stay
 // constants); shape computations are folded; the batch (every input's first
