@@ -438,14 +438,22 @@ absl::Status Conv(ImportContext& ctx, const Node& node) {
 // ConvTranspose (nn.ConvTranspose2d) is the input gradient of the
 // convolution whose weight it has ([C_in, C_out / group, kh, kw]): a
 // ConvGradInput of X with W, to the output size ONNX defines, then the
-// bias over channels.
+// bias over channels. A 1-D one (nn.ConvTranspose1d) runs as a 2-D one
+// over [N, C, 1, L], as Conv does.
 absl::Status ConvTranspose(ImportContext& ctx, const Node& node) {
   ASSIGN_OR_RETURN(std::string x, ctx.Data(node, 0));
   ASSIGN_OR_RETURN(std::string w, ctx.Data(node, 1));
   ASSIGN_OR_RETURN(TensorType xt, ctx.TypeOf(x));
   ASSIGN_OR_RETURN(TensorType wt, ctx.TypeOf(w));
+  const bool one_d = xt.shape.rank() == 3 && wt.shape.rank() == 3;
+  if (one_d) {
+    ASSIGN_OR_RETURN(x, Dim2(ctx, "Unsqueeze", x, node.name() + "/x2d"));
+    ASSIGN_OR_RETURN(w, Dim2(ctx, "Unsqueeze", w, node.name() + "/w2d"));
+    ASSIGN_OR_RETURN(xt, ctx.TypeOf(x));
+    ASSIGN_OR_RETURN(wt, ctx.TypeOf(w));
+  }
   if (xt.shape.rank() != 4 || wt.shape.rank() != 4) {
-    return absl::InvalidArgumentError("only 2-D transposed convolutions are supported");
+    return absl::InvalidArgumentError("only 1-D and 2-D transposed convolutions are supported");
   }
   const std::string auto_pad = AttrString(node, "auto_pad", "NOTSET");
   if (auto_pad != "NOTSET" && auto_pad != "VALID") {
@@ -454,10 +462,13 @@ absl::Status ConvTranspose(ImportContext& ctx, const Node& node) {
   }
   const int64_t group = AttrInt(node, "group", 1);
   const std::vector<int64_t> kernel = {wt.shape.dim(2).value, wt.shape.dim(3).value};
-  std::vector<int64_t> strides = AttrInts(node, "strides"), dil = AttrInts(node, "dilations");
+  std::vector<int64_t> strides = Lift(AttrInts(node, "strides"), one_d);
+  std::vector<int64_t> dil = Lift(AttrInts(node, "dilations"), one_d);
   std::vector<int64_t> pads = AttrInts(node, "pads"), extra = AttrInts(node, "output_padding");
-  if (strides.empty()) strides = {1, 1};
-  if (dil.empty()) dil = {1, 1};
+  std::vector<int64_t> given = AttrInts(node, "output_shape");
+  if (one_d && pads.size() == 2) pads = {0, pads[0], 0, pads[1]};
+  if (one_d && extra.size() == 1) extra = {0, extra[0]};
+  if (one_d && given.size() == 1) given = {1, given[0]};
   if (pads.empty() || auto_pad == "VALID") pads = {0, 0, 0, 0};
   if (extra.empty()) extra = {0, 0};
   if (strides.size() != 2 || dil.size() != 2 || pads.size() != 4 || extra.size() != 2) {
@@ -466,7 +477,6 @@ absl::Status ConvTranspose(ImportContext& ctx, const Node& node) {
         "do not describe a 2-D window");
   }
   std::vector<int64_t> out(2);
-  const std::vector<int64_t> given = AttrInts(node, "output_shape");
   for (int i = 0; i < 2; ++i) {
     out[i] = given.size() >= 2 ? given[given.size() - 2 + i]
                                : strides[i] * (xt.shape.dim(2 + i).value - 1) + extra[i] +
@@ -487,12 +497,20 @@ absl::Status ConvTranspose(ImportContext& ctx, const Node& node) {
   EncodeShape(
       &a, "input_shape",
       Shape({xt.shape.dim(0), Dim::Fixed(channels), Dim::Fixed(out[0]), Dim::Fixed(out[1])}));
-  if (!ctx.HasInput(node, 2)) return ctx.Emit(node, "ConvGradInput", {x, w}, std::move(a));
+  if (!ctx.HasInput(node, 2) && !one_d) {
+    return ctx.Emit(node, "ConvGradInput", {x, w}, std::move(a));
+  }
   ASSIGN_OR_RETURN(std::string y,
                    ctx.b().Add("ConvGradInput", {x, w}, std::move(a), node.name() + "/unbiased"));
-  ASSIGN_OR_RETURN(std::string b, ctx.Data(node, 2));
-  ASSIGN_OR_RETURN(std::string b3, ReshapeTo(ctx, b, {channels, 1, 1}, node.name() + "/bias"));
-  return ctx.Emit(node, "Add", {y, b3}, {});
+  if (ctx.HasInput(node, 2)) {
+    ASSIGN_OR_RETURN(std::string b, ctx.Data(node, 2));
+    ASSIGN_OR_RETURN(std::string b3, ReshapeTo(ctx, b, {channels, 1, 1}, node.name() + "/bias"));
+    if (!one_d) return ctx.Emit(node, "Add", {y, b3}, {});
+    ASSIGN_OR_RETURN(y, ctx.b().Add("Add", {y, b3}, {}, node.name() + "/biased"));
+  }
+  Attrs axes;
+  axes.SetInts("axes", {2});
+  return ctx.Emit(node, "Squeeze", {y}, std::move(axes));
 }
 
 absl::Status Pool(ImportContext& ctx, const Node& node) {
