@@ -141,7 +141,8 @@ INSTANTIATE_TEST_SUITE_P(
         Fixture{"segmenter_opset9", "adam"}, Fixture{"segmenter_opset10", "sgd"},
         Fixture{"segmenter_opset10", "adam"}, Fixture{"text_cnn_opset11", "sgd"},
         Fixture{"text_cnn_opset11", "adam"}, Fixture{"upsampler_1d", "sgd"},
-        Fixture{"upsampler_1d", "adam"}),
+        Fixture{"upsampler_1d", "adam"}, Fixture{"einsum_bilinear", "sgd"},
+        Fixture{"einsum_bilinear", "adam"}),
     [](const auto& info) { return info.param.name + "_" + info.param.optimizer; });
 
 TEST(TrainLocal, SyntheticData_LossFalls) {

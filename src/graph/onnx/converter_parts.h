@@ -81,7 +81,7 @@ absl::Status DepthToSpace(ImportContext& ctx, const Node& node);
 absl::Status SpaceToDepth(ImportContext& ctx, const Node& node);
 // ScatterND of constants, folded (scatter_converter.cc).
 absl::Status ScatterND(ImportContext& ctx, const Node& node);
-// Einsum of one or two operands (einsum_converter.cc).
+// Einsum of any number of operands (einsum_converter.cc).
 absl::Status Einsum(ImportContext& ctx, const Node& node);
 // LSTM and GRU, unrolled (recurrent_converters.cc).
 absl::Status Recurrent(ImportContext& ctx, const Node& node);

@@ -1,10 +1,10 @@
-// Einsum of one or two operands (torch.einsum), as the ops it is made of:
-// sums over letters only one operand has, then for two operands a batched
-// MatMul — each operand transposed to [shared..., own..., contracted...]
-// and reshaped to [shared..., own, contracted] — reshaped back and
-// transposed to the output's order. An ellipsis stands for the dims the
-// letters leave. Repeated letters within an operand (diagonals) and more
-// than two operands are refused.
+// Einsum (torch.einsum), as the ops it is made of: sums over letters only
+// one operand has, then for each further operand, left to right, a
+// batched MatMul — each side transposed to [shared..., own...,
+// contracted...] and reshaped to [shared..., own, contracted] — reshaped
+// back; at the end, transposed to the output's order. An ellipsis stands
+// for the dims the letters leave. Repeated letters within an operand
+// (diagonals) are refused.
 #include <algorithm>
 #include <map>
 #include <string>
@@ -137,6 +137,58 @@ class Builder {
   int n_ = 0;
 };
 
+bool Has(const std::string& s, char c) { return s.find(c) != std::string::npos; }
+
+// x · y as one operand with the letters of either that are in `keep`:
+// letters only one of them has and `keep` lacks are summed first; then a
+// batched MatMul over [shared..., own, contracted], reshaped back to one
+// dim per letter, [shared..., x's own..., y's own...].
+absl::StatusOr<Operand> Contract(Builder& b, const std::string& equation, Operand x, Operand y,
+                                 const std::string& keep, const std::map<char, Dim>& size) {
+  RETURN_IF_ERROR(b.SumOut(&x, keep + y.letters));
+  RETURN_IF_ERROR(b.SumOut(&y, keep + x.letters));
+  std::string shared, left, right, contracted;
+  for (char c : x.letters) {
+    if (Has(y.letters, c)) {
+      (Has(keep, c) ? shared : contracted) += c;
+    } else {
+      left += c;
+    }
+  }
+  for (char c : y.letters) {
+    if (!Has(x.letters, c)) right += c;
+  }
+  for (char c : contracted) {
+    if (size.at(c).batch) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Einsum '", equation, "' contracts over the batch dim"));
+    }
+  }
+  RETURN_IF_ERROR(b.Permute(&x, shared + left + contracted));
+  RETURN_IF_ERROR(b.Permute(&y, shared + contracted + right));
+  std::vector<std::string> gx, gy;
+  for (char c : shared) {
+    gx.push_back(std::string(1, c));
+    gy.push_back(std::string(1, c));
+  }
+  gx.push_back(left);
+  gx.push_back(contracted);
+  gy.push_back(contracted);
+  gy.push_back(right);
+  ASSIGN_OR_RETURN(std::string xm, b.Merge(x, gx));
+  ASSIGN_OR_RETURN(std::string ym, b.Merge(y, gy));
+  Operand result;
+  ASSIGN_OR_RETURN(result.tensor, b.Op("MatMul", {xm, ym}, {}, "matmul"));
+  result.letters = shared + left + right;
+  std::vector<Dim> dims;
+  for (char c : result.letters) dims.push_back(size.at(c));
+  result.shape = Shape(dims);
+  std::vector<std::string> each;
+  for (char c : result.letters) each.push_back(std::string(1, c));
+  ASSIGN_OR_RETURN(result.tensor, b.Merge(result, each));
+  return result;
+}
+
 // out[o…] = Σ over the other letters of Π operands, on constants (every
 // combination of the letters' values in turn: for small tables).
 absl::Status FoldEinsum(ImportContext& ctx, const Node& node, const std::vector<Operand>& ops,
@@ -196,10 +248,9 @@ absl::Status Einsum(ImportContext& ctx, const Node& node) {
   equation.erase(std::remove(equation.begin(), equation.end(), ' '), equation.end());
   const size_t arrow = equation.find("->");
   const std::vector<std::string> terms = absl::StrSplit(equation.substr(0, arrow), ',');
-  if (terms.size() != static_cast<size_t>(node.input_size()) || terms.empty() || terms.size() > 2) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("Einsum '", equation, "': ", node.input_size(),
-                     " operands (one or two are supported, one term each)"));
+  if (terms.size() != static_cast<size_t>(node.input_size()) || terms.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("Einsum '", equation, "': ", node.input_size(),
+                                                   " operands for ", terms.size(), " terms"));
   }
   // Of constants (torch.outer of positions and frequencies, rotary
   // tables): computed here.
@@ -283,58 +334,16 @@ absl::Status Einsum(ImportContext& ctx, const Node& node) {
   }
   if (fold) return FoldEinsum(ctx, node, ops, constants, out, size);
   Builder b(ctx, node.name().empty() ? "Einsum" : node.name());
-  auto in = [](const std::string& s, char c) { return s.find(c) != std::string::npos; };
-  Operand result;
-  if (ops.size() == 1) {
-    result = ops[0];
-    RETURN_IF_ERROR(b.SumOut(&result, out));
-  } else {
-    Operand& x = ops[0];
-    Operand& y = ops[1];
-    // Letters only one operand has and the output lacks: summed first.
-    RETURN_IF_ERROR(b.SumOut(&x, out + y.letters));
-    RETURN_IF_ERROR(b.SumOut(&y, out + x.letters));
-    std::string shared, left, right, contracted;
-    for (char c : x.letters) {
-      if (in(y.letters, c)) {
-        (in(out, c) ? shared : contracted) += c;
-      } else {
-        left += c;
-      }
-    }
-    for (char c : y.letters) {
-      if (!in(x.letters, c)) right += c;
-    }
-    for (char c : contracted) {
-      if (size.at(c).batch) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("Einsum '", equation, "' contracts over the batch dim"));
-      }
-    }
-    RETURN_IF_ERROR(b.Permute(&x, shared + left + contracted));
-    RETURN_IF_ERROR(b.Permute(&y, shared + contracted + right));
-    std::vector<std::string> gx, gy;
-    for (char c : shared) {
-      gx.push_back(std::string(1, c));
-      gy.push_back(std::string(1, c));
-    }
-    gx.push_back(left);
-    gx.push_back(contracted);
-    gy.push_back(contracted);
-    gy.push_back(right);
-    ASSIGN_OR_RETURN(std::string xm, b.Merge(x, gx));
-    ASSIGN_OR_RETURN(std::string ym, b.Merge(y, gy));
-    ASSIGN_OR_RETURN(std::string prod, b.Op("MatMul", {xm, ym}, {}, "matmul"));
-    // Back to one dim per letter: [shared..., left..., right...].
-    result.tensor = prod;
-    result.letters = shared + left + right;
-    std::vector<Dim> dims;
-    for (char c : result.letters) dims.push_back(size.at(c));
-    result.shape = Shape(dims);
-    std::vector<std::string> each;
-    for (char c : result.letters) each.push_back(std::string(1, c));
-    ASSIGN_OR_RETURN(result.tensor, b.Merge(result, each));
+  // Left to right, each product keeping the letters the output or a later
+  // operand has.
+  Operand result = ops[0];
+  for (size_t i = 1; i < ops.size(); ++i) {
+    std::string keep = out;
+    for (size_t k = i + 1; k < ops.size(); ++k) keep += ops[k].letters;
+    ASSIGN_OR_RETURN(result,
+                     Contract(b, equation, std::move(result), std::move(ops[i]), keep, size));
   }
+  RETURN_IF_ERROR(b.SumOut(&result, out));
   RETURN_IF_ERROR(b.Permute(&result, out));
   return ctx.Emit(node, "Identity", {result.tensor}, {});
 }
