@@ -82,9 +82,10 @@ absl::StatusOr<PlanResult> PlanOn(const quilt::v1::JobSpec& spec, const Graph& g
                      why.empty() ? "" : ")",
                      busy.empty() ? "" : "; the jobs running on " + busy + " hold part of it"));
   }
-  // A strategy asked for by name splits the batch over every device it
-  // names (the planner's own plans use only devices that get rows).
-  if (strategy != "auto") {
+  // A baseline asked for by name splits the batch over every device it
+  // names (the planner's own plans, by auto or heterog, run on the devices
+  // that get rows).
+  if (strategy != "auto" && strategy != "heterog") {
     for (const auto& group : result.best_program.strategy().groups()) {
       int replicas = 0;
       for (const auto& r : group.replicas()) replicas += r.replicas() > 0 ? 1 : 0;

@@ -10,6 +10,7 @@
 #include "onnx/onnx_pb.h"
 #include "src/cluster/topology.h"
 #include "src/common/fake_clock.h"
+#include "src/common/status_matchers.h"
 #include "src/coordinator/store/sqlite_store.h"
 #include "src/cost/cost_model.h"
 #include "src/planner/baselines.h"
@@ -168,6 +169,39 @@ TEST(PrepareJob, SubmissionsAtOnceCountEachOthersJobs) {
   ASSERT_EQ(loads.size(), 2u);
   EXPECT_EQ(loads.at("a").jobs, 2);
   EXPECT_EQ(loads.at("b").jobs, 2);
+}
+
+TEST(PrepareJob, ABatchSmallerThanTheDevices_RunsThePlannersPlanButNoEvenSplit) {
+  // One row on two nodes: a data-parallel baseline asked for by name
+  // cannot split it; the planner's plans (heterog, auto) place each group
+  // on the devices that get its rows (or one device).
+  Registry nodes({"a", "b"});
+  ASSERT_NE(nodes.registry, nullptr);
+  absl::Mutex planner;
+  SubmissionOptions options;
+  options.planner_lock = &planner;
+  options.loads = [] { return std::map<std::string, NodeLoad>(); };
+  std::vector<std::string> world;
+  options.place = [&](NewJob&& job) {
+    world = job.world;
+    return absl::OkStatus();
+  };
+  quilt::v1::JobSpec spec;
+  spec.set_zoo("mlp");
+  spec.set_global_batch(1);
+  spec.set_steps(2);
+  spec.mutable_optimizer()->mutable_sgd()->set_learning_rate(0.1);
+  spec.set_strategy("dp-even-ring");
+  EXPECT_THAT(PrepareJob(spec, *nodes.registry, nullptr, nullptr, options).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("a global batch of 1 cannot be split over the 2 devices")));
+  for (const std::string strategy : {"heterog", "auto"}) {
+    spec.set_strategy(strategy);
+    world.clear();
+    EXPECT_THAT(PrepareJob(spec, *nodes.registry, nullptr, nullptr, options).status(), IsOk())
+        << strategy;
+    EXPECT_FALSE(world.empty()) << strategy;
+  }
 }
 
 // forward(x, y) = mean((float(x)·W − y)²) with int64 x [batch, 3]: integer

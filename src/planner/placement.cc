@@ -17,12 +17,25 @@ std::vector<Slice> SplitBatch(const std::vector<std::pair<int, int>>& replicas, 
   int64_t total = 0;
   for (const auto& [d, r] : replicas) total += r;
   std::vector<Slice> out;
-  int64_t prefix = 0;
+  if (total <= 0) return out;
+  // Rows in proportion to the counts: each device its whole share, the
+  // rows left over one each to the largest fractions (ties: the earlier).
+  std::vector<int64_t> rows;
+  std::vector<size_t> by_fraction;
+  int64_t given = 0;
   for (const auto& [d, r] : replicas) {
-    const int64_t begin = total > 0 ? batch * prefix / total : 0;
-    prefix += r;
-    const int64_t end = total > 0 ? batch * prefix / total : 0;
-    if (end > begin) out.push_back({d, begin, end});
+    rows.push_back(batch * r / total);
+    given += rows.back();
+    by_fraction.push_back(by_fraction.size());
+  }
+  std::stable_sort(by_fraction.begin(), by_fraction.end(), [&](size_t a, size_t b) {
+    return batch * replicas[a].second % total > batch * replicas[b].second % total;
+  });
+  for (size_t k = 0; given < batch && k < by_fraction.size(); ++k, ++given) ++rows[by_fraction[k]];
+  int64_t begin = 0;
+  for (size_t i = 0; i < replicas.size(); ++i) {
+    if (rows[i] > 0) out.push_back({replicas[i].first, begin, begin + rows[i]});
+    begin += rows[i];
   }
   return out;
 }

@@ -45,8 +45,10 @@ struct Placement {
   std::vector<std::vector<std::pair<int, int>>> groups;
 };
 
-// Batch rows of each device for replica counts (device, r): contiguous
-// slices with boundaries floor(B · prefix / R), in the given order.
+// Batch rows of each device for replica counts (device, r): B · r / R
+// rounded down, the rows left over one each to the devices with the largest
+// remainders (ties: the earlier), as contiguous slices in the given order.
+// A device with no rows gets no slice.
 std::vector<Slice> SplitBatch(const std::vector<std::pair<int, int>>& replicas, int64_t batch);
 
 // Errors: INVALID_ARGUMENT when the strategy names unknown devices or ops,

@@ -227,6 +227,24 @@ TEST(TrainLocal, NonFiniteLoss_FailsNamingTheStep) {
   EXPECT_THAT(r->err, HasSubstr("the loss is nan at step 1"));
 }
 
+TEST(TrainLocal, ANegativeLabelOfOneHot_IsRefusedNamingIt) {
+  // smoothed_ce's labels go through F.one_hot, which PyTorch refuses a
+  // negative class to (ONNX's OneHot would count it from the end).
+  const std::string dir = RunfilePath("test/fixtures/smoothed_ce");
+  absl::StatusOr<Tensor> y = ReadNpy(dir + "/y.npy");
+  ASSERT_THAT(y.status(), IsOk());
+  ASSERT_EQ(y->dtype(), DType::kI64);
+  y->i64()[2] = -1;  // in the first batch
+  testing::TempDir tmp;
+  ASSERT_THAT(WriteNpy(tmp.File("y.npy"), *y), IsOk());
+  auto r = RunCommand({RunfilePath("src/cli/quiltctl"), "train-local", dir + "/model.onnx",
+                       "--data", dir + "/x.npy," + tmp.File("y.npy"), "--batch", "4", "--steps",
+                       "2", "--threads", "1"});
+  ASSERT_THAT(r, IsOk());
+  EXPECT_EQ(r->exit_code, 1) << r->out;
+  EXPECT_THAT(r->err, HasSubstr("label -1 at position 2 is not a class in [0, 5)"));
+}
+
 TEST(GraphInspect, ZooResNet50_ReportsParametersAndFlops) {
   auto r = RunCommand({RunfilePath("src/cli/quiltctl"), "graph", "inspect", "zoo:resnet50",
                        "--batch", "8", "-o", "json"});

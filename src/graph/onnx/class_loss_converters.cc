@@ -237,11 +237,20 @@ absl::Status OneHotNode(ImportContext& ctx, const Node& node) {
   const int64_t classes = static_cast<int64_t>(NumberAt(depth, 0));
   const double off = NumberAt(values, 0), on = NumberAt(values, 1);
   const std::string at = NameOf(node);
+  if (classes < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "OneHot '", at, "': depth ", classes,
+        ": F.one_hot without num_classes takes the class count from the labels at run time; "
+        "give num_classes"));
+  }
   ASSIGN_OR_RETURN(std::string indices, ctx.Data(node, 0));
   Attrs a;
   a.SetInt("classes", classes);
   a.SetInt("axis", AttrInt(node, "axis", -1));
-  a.SetInt("wrap_negative", 1);
+  // ONNX counts a negative index from the end; PyTorch's F.one_hot, which
+  // exports this node, refuses one: so does the kernel (a label that is no
+  // class), as the cross-entropy does.
+  a.SetInt("wrap_negative", 0);
   const bool affine = off != 0 || on != 1;
   const bool integer = values.dtype() == DType::kI64 || values.dtype() == DType::kI32;
   if (!affine && !integer) return ctx.Emit(node, "OneHot", {indices}, std::move(a));

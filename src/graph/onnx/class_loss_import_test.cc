@@ -17,6 +17,7 @@ namespace quilt {
 namespace {
 
 using testing::AddNode;
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 using testing::Import;
 
@@ -79,7 +80,25 @@ TEST(ClassLossImport, NllAndOneHotReadTheLabelsAsClasses) {
   rows = OnlyOneHot(*smoothed);
   ASSERT_NE(rows, nullptr);
   EXPECT_EQ(rows->attrs.Int("classes", 0), 5);
+  EXPECT_EQ(rows->attrs.Int("wrap_negative", 1), 0);  // PyTorch refuses -1
   EXPECT_EQ(smoothed->FindTensor(rows->outputs[0])->shape.ToString(), "[B,5]");
+}
+
+TEST(ClassLossImport, OneHotWithoutAClassCount_AsksForNumClasses) {
+  // F.one_hot(y) without num_classes exports depth -1.
+  onnx::ModelProto m = Fixture("smoothed_ce");
+  auto* nodes = m.mutable_graph()->mutable_node();
+  onnx::NodeProto* one_hot = nullptr;
+  for (onnx::NodeProto& n : *nodes) one_hot = n.op_type() == "OneHot" ? &n : one_hot;
+  ASSERT_NE(one_hot, nullptr);
+  one_hot->set_input(1, "no_depth");
+  auto* t = m.mutable_graph()->add_initializer();
+  t->set_name("no_depth");
+  t->set_data_type(onnx::TensorProto::INT64);
+  t->add_int64_data(-1);
+  EXPECT_THAT(Import(m.SerializeAsString()).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("depth -1"), HasSubstr("give num_classes"))));
 }
 
 onnx::NodeProto* Sce(onnx::ModelProto* m) {
