@@ -114,6 +114,9 @@ class Graph {
   // What the import noticed about how the model will train (shown with
   // ModelNotes; not serialized).
   std::vector<std::string> import_notes;
+  // Parameters the model's own loss uses only where it reads the labels
+  // (likely a loss module's buffers; ModelNotes names those not frozen).
+  std::vector<std::string> label_only_parameters;
 
   // Tensors in insertion order. Errors: ALREADY_EXISTS for a duplicate name.
   absl::Status AddTensor(TensorInfo info);

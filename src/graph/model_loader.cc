@@ -153,6 +153,20 @@ std::vector<std::string> ModelNotes(const Graph& g) {
         odd.size() == 1 ? "it is one" : "they are buffers", ", pass --frozen ",
         absl::StrJoin(shown, ","), ")"));
   }
+  std::vector<std::string> label_only;
+  for (const ParameterSpec& p : g.parameters) {
+    const auto& named = g.label_only_parameters;
+    if (!p.frozen && std::find(named.begin(), named.end(), p.tensor) != named.end()) {
+      label_only.push_back("'" + p.tensor + "'");
+    }
+  }
+  if (!label_only.empty()) {
+    notes.push_back(absl::StrCat(
+        "weights ", SomeNames(label_only, 8),
+        " are used only where the loss reads the labels: they train as parameters; if they are "
+        "buffers of a loss module (nn.BCEWithLogitsLoss's weight or pos_weight, class "
+        "weights), pass them to --frozen"));
+  }
   if (g.loss.output.empty() && g.outputs.size() > 1) {
     notes.push_back(absl::StrCat("the model has ", g.outputs.size(),
                                  " outputs; the loss is computed on the first ('", g.outputs[0],

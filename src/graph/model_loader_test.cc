@@ -44,6 +44,15 @@ TEST(ModelNotes, ExporterFoldedTensorsAreNamedButTransposedWeightsAreNot) {
   EXPECT_THAT(ModelNotes(plain), ::testing::IsEmpty());
 }
 
+TEST(ModelNotes, WeightsOnlyTheLabelsMeet_AreNamedUnlessFrozen) {
+  Graph g = WithParameters({"fc.weight", "pos_weight"});
+  g.label_only_parameters = {"pos_weight"};
+  EXPECT_THAT(absl::StrJoin(ModelNotes(g), "\n"),
+              HasSubstr("weights 'pos_weight' are used only where the loss reads the labels"));
+  g.parameters[1].frozen = true;  // --frozen pos_weight
+  EXPECT_THAT(absl::StrJoin(ModelNotes(g), "\n"), Not(HasSubstr("pos_weight")));
+}
+
 TEST(ModelNotes, AnEmbeddingWithSeveralZeroRowsIsNamed) {
   // A table looked up by ids with rows 0 and 2 all zeros (padding and an
   // unknown token zeroed by hand): neither is taken for padding_idx.

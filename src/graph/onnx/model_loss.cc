@@ -231,14 +231,7 @@ absl::Status ResolveModelLoss(Graph* g, const std::vector<std::string>& names,
   g->loss.type = LossType::kModel;
   g->loss.label = g->inputs[label_inputs[0]];
   g->loss.output = loss;
-  const std::vector<std::string> with_labels = LossOnlyParameters(*g, order, g->loss.label);
-  if (!with_labels.empty()) {
-    g->import_notes.push_back(absl::StrCat(
-        "weights ", Quoted(with_labels),
-        " are used only where the loss reads the labels: they train as parameters; if they are "
-        "buffers of a loss module (nn.BCEWithLogitsLoss's weight or pos_weight, class "
-        "weights), pass them to --frozen"));
-  }
+  g->label_only_parameters = LossOnlyParameters(*g, order, g->loss.label);
   MoveToLabels(g, g->loss.label);
   g->outputs = {loss};
   return absl::OkStatus();

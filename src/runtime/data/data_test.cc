@@ -1,6 +1,7 @@
 #include <cmath>
 #include <fstream>
 
+#include "absl/strings/match.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "src/common/status.h"
@@ -81,6 +82,37 @@ TEST(Npy, AShapeLargerThanTheFileIsRefusedWhateverItsProduct) {
   const std::string empty =
       NpyWith("{'descr': '<f4', 'fortran_order': False, 'shape': (0, 9223372036854775807), }", 0);
   EXPECT_THAT(ParseNpy(empty, "x.npy").status(), IsOk());
+}
+
+TEST(NumpyDataset, LabelsOfAnotherShape_HintAtTheClassesAxisOnlyWhereItIsTheLast) {
+  testing::TempDir dir;
+  ASSERT_THAT(WriteNpy(dir.File("x.npy"), Tensor::FromF32({8, 4}, std::vector<float>(32, 0.5f))),
+              IsOk());
+  ASSERT_THAT(WriteNpy(dir.File("y.npy"), Tensor::FromI64({8, 7}, std::vector<int64_t>(56, 1))),
+              IsOk());
+  DataSignature sig;
+  sig.input.dtype = DType::kF32;
+  sig.input.shape = Shape({Dim::Batch(1), Dim::Fixed(4)});
+  sig.label.dtype = DType::kI64;
+  sig.label.shape = Shape({Dim::Batch(1), Dim::Fixed(6)});
+  for (bool classes_last : {true, false}) {
+    sig.classes_last = classes_last;
+    auto d = OpenNumpyDataset(dir.File("x.npy"), dir.File("y.npy"), sig);
+    ASSERT_FALSE(d.ok());
+    EXPECT_THAT(d.status().message(), HasSubstr("labels have shape [8,7]; the model needs [N,6]"));
+    EXPECT_EQ(absl::StrContains(d.status().message(), "transposed to [N, T, C]"), classes_last);
+  }
+  // The zoo's GPT-2: per-token classes on its output's last axis.
+  for (const auto& [model, classes_last] : {std::pair{"gpt2", true}, {"mlp", false}}) {
+    absl::StatusOr<Graph> g = zoo::BuildZooModel(model);
+    ASSERT_THAT(g, IsOk());
+    TrainingOptions o;
+    o.optimizer.kind = OptimizerSpec::Kind::kSgd;
+    ASSERT_THAT(BuildTrainingGraph(&*g, o), IsOk());
+    absl::StatusOr<DataSignature> s = DataSignatureOf(*g);
+    ASSERT_THAT(s, IsOk());
+    EXPECT_EQ(s->classes_last, classes_last) << model;
+  }
 }
 
 // The synthetic set of the zoo's MLP (784 features, 10 classes).

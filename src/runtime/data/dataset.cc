@@ -191,6 +191,11 @@ absl::StatusOr<DataSignature> DataSignatureOf(const Graph& graph) {
   DataSignature s;
   s.input = *graph.FindTensor(graph.inputs[0]);
   s.label = *graph.FindTensor(graph.labels[0]);
+  const TensorInfo* scores =
+      graph.loss.prediction.empty() ? nullptr : graph.FindTensor(graph.loss.prediction);
+  s.classes_last = graph.loss.type == LossType::kSoftmaxCrossEntropy && scores != nullptr &&
+                   scores->shape.rank() == 3 && s.label.shape.rank() == 2 &&
+                   s.label.shape.dim(1) == scores->shape.dim(1);
   return s;
 }
 
@@ -201,16 +206,15 @@ absl::StatusOr<std::unique_ptr<Dataset>> OpenNumpyDataset(const std::string& inp
   ASSIGN_OR_RETURN(std::shared_ptr<const NpyMapping> y, NpyMapping::Open(labels_path));
   ASSIGN_OR_RETURN(std::vector<int64_t> xd, SampleDims(sig.input));
   ASSIGN_OR_RETURN(std::vector<int64_t> yd, SampleDims(sig.label));
-  auto check = [](const NpyHeader& t, const std::vector<int64_t>& dims, DType dtype,
-                  const std::string& path, const char* what) -> absl::Status {
+  auto check = [&sig](const NpyHeader& t, const std::vector<int64_t>& dims, DType dtype,
+                      const std::string& path, const char* what) -> absl::Status {
     std::vector<int64_t> rest(t.dims.begin() + (t.dims.empty() ? 0 : 1), t.dims.end());
     if (t.dims.empty() || rest != dims) {
       std::string need = "N";
       for (int64_t d : dims) absl::StrAppend(&need, ",", d);
-      // Per-position labels of a sequence model: its output's classes are
+      // Per-position labels of a sequence model whose output's classes are
       // on the last axis.
-      const bool positions =
-          std::string(what) == "labels" && dims.size() == 1 && dtype == DType::kI64;
+      const bool positions = std::string(what) == "labels" && sig.classes_last;
       return absl::InvalidArgumentError(absl::StrCat(
           path, ": ", what, " have shape [", absl::StrJoin(t.dims, ","), "]; the model needs [",
           need, "]",

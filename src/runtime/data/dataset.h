@@ -30,6 +30,9 @@ class Dataset {
 struct DataSignature {
   TensorInfo input;
   TensorInfo label;
+  // Per-position labels of a sequence output [N, T, C] whose classes are on
+  // its last axis (Quilt's softmax cross-entropy on a 3-D output).
+  bool classes_last = false;
 };
 absl::StatusOr<DataSignature> DataSignatureOf(const Graph& graph);
 
