@@ -31,10 +31,12 @@ void ForEachWindow(int64_t planes, int64_t h, int64_t w, const Window2D& k, F f)
   });
 }
 
-// 2×2 windows with stride 2 and no padding (the common case).
-bool Is2x2(const Window2D& k) {
+// 2×2 windows with stride 2 and no padding (the common case), each inside
+// the h × w input (with ceil_mode an odd size adds a window that hangs
+// over the edge: the general path bounds it).
+bool Is2x2(const Window2D& k, int64_t h, int64_t w, int64_t ho, int64_t wo) {
   return k.kh == 2 && k.kw == 2 && k.sh == 2 && k.sw == 2 && k.pt == 0 && k.pl == 0 && k.pb == 0 &&
-         k.pr == 0 && k.dh == 1 && k.dw == 1;
+         k.pr == 0 && k.dh == 1 && k.dw == 1 && 2 * ho <= h && 2 * wo <= w;
 }
 
 absl::Status MaxPool(KernelContext& ctx) {
@@ -42,7 +44,7 @@ absl::Status MaxPool(KernelContext& ctx) {
   ASSIGN_OR_RETURN(Window2D k, ops::ParseWindow(ctx.attrs()));
   ASSIGN_OR_RETURN(Tensor * out, ctx.Output(0));
   const int64_t h = x.dim(2), w = x.dim(3), plane_out = out->dim(2) * out->dim(3);
-  if (Is2x2(k)) {
+  if (Is2x2(k, h, w, out->dim(2), out->dim(3))) {
     const int64_t ho = out->dim(2), wo = out->dim(3);
     ParallelFor(x.dim(0) * x.dim(1), 4, [&](int64_t pb, int64_t pe) {
       for (int64_t p = pb; p < pe; ++p) {
@@ -88,8 +90,9 @@ absl::Status MaxPoolGrad(KernelContext& ctx) {
   ASSIGN_OR_RETURN(Window2D k, ops::ParseWindow(ctx.attrs()));
   ASSIGN_OR_RETURN(Tensor * dx, ctx.Output(0));
   const int64_t h = x.dim(2), w = x.dim(3), plane_out = dy.dim(2) * dy.dim(3);
-  if (!(Is2x2(k) && h == 2 * dy.dim(2) && w == 2 * dy.dim(3))) dx->SetZero();
-  if (Is2x2(k) && h == 2 * dy.dim(2) && w == 2 * dy.dim(3)) {
+  const bool fast = Is2x2(k, h, w, dy.dim(2), dy.dim(3));
+  if (!(fast && h == 2 * dy.dim(2) && w == 2 * dy.dim(3))) dx->SetZero();
+  if (fast && h == 2 * dy.dim(2) && w == 2 * dy.dim(3)) {
     // Windows tile the input exactly: write every element once.
     const int64_t ho = dy.dim(2), wo = dy.dim(3);
     ParallelFor(x.dim(0) * x.dim(1), 4, [&](int64_t pb, int64_t pe) {
@@ -124,7 +127,7 @@ absl::Status MaxPoolGrad(KernelContext& ctx) {
     });
     return absl::OkStatus();
   }
-  if (Is2x2(k)) {
+  if (fast) {
     const int64_t ho = dy.dim(2), wo = dy.dim(3);
     ParallelFor(x.dim(0) * x.dim(1), 4, [&](int64_t pb, int64_t pe) {
       for (int64_t p = pb; p < pe; ++p) {
