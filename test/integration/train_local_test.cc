@@ -142,7 +142,8 @@ INSTANTIATE_TEST_SUITE_P(
         Fixture{"segmenter_opset10", "adam"}, Fixture{"text_cnn_opset11", "sgd"},
         Fixture{"text_cnn_opset11", "adam"}, Fixture{"upsampler_1d", "sgd"},
         Fixture{"upsampler_1d", "adam"}, Fixture{"einsum_bilinear", "sgd"},
-        Fixture{"einsum_bilinear", "adam"}),
+        Fixture{"einsum_bilinear", "adam"}, Fixture{"integer_ops", "sgd"},
+        Fixture{"integer_ops", "adam"}),
     [](const auto& info) { return info.param.name + "_" + info.param.optimizer; });
 
 TEST(TrainLocal, SyntheticData_LossFalls) {

@@ -480,10 +480,26 @@ absl::Status WhereNode(ImportContext& ctx, const Node& node) {
     }
     ASSIGN_OR_RETURN(std::string xd, FiniteData(ctx, node, 1));
     ASSIGN_OR_RETURN(std::string yd, FiniteData(ctx, node, 2));
+    // Integer branches (ids picked by a mask): in float32, exact for the
+    // small integers ids are, and cast back.
+    bool integer = false;
+    for (std::string* branch : {&xd, &yd}) {
+      ASSIGN_OR_RETURN(TensorType t, ctx.TypeOf(*branch));
+      if (t.dtype != DType::kI64) continue;
+      integer = true;
+      Attrs to_float;
+      to_float.SetString("to", "f32");
+      ASSIGN_OR_RETURN(*branch, ctx.b().Add("Cast", {*branch}, std::move(to_float),
+                                            node.name() + "/branch_f32"));
+    }
     ASSIGN_OR_RETURN(std::string diff, ctx.b().Add("Sub", {xd, yd}, {}, node.name() + "/diff"));
     ASSIGN_OR_RETURN(std::string picked,
                      ctx.b().Add("Mul", {cond, diff}, {}, node.name() + "/picked"));
-    return ctx.Emit(node, "Add", {yd, picked}, {});
+    if (!integer) return ctx.Emit(node, "Add", {yd, picked}, {});
+    ASSIGN_OR_RETURN(std::string sum, ctx.b().Add("Add", {yd, picked}, {}, node.name() + "/f32"));
+    Attrs to_int;
+    to_int.SetString("to", "i64");
+    return ctx.Emit(node, "Cast", {sum}, std::move(to_int));
   }
   absl::StatusOr<Broadcast> bc = BroadcastDims({c->dims(), x->dims(), y->dims()});
   if (!bc.ok()) return absl::InvalidArgumentError(absl::StrCat("Where: ", bc.status().message()));

@@ -516,9 +516,32 @@ absl::Status Reduce(ImportContext& ctx, const Node& node) {
   if (type == "ReduceMean" || type == "ReduceMax" || type == "ReduceSum") {
     return ctx.Emit(node, type, {x}, std::move(a));
   }
+  const std::string at = node.name().empty() ? type : node.name();
+  if (type == "ReduceMin") {  // torch.amin, torch.min(dim): −max(−x)
+    ASSIGN_OR_RETURN(std::string neg, ctx.b().Add("Neg", {x}, {}, at + "/negated"));
+    ASSIGN_OR_RETURN(std::string max, ctx.b().Add("ReduceMax", {neg}, std::move(a), at + "/max"));
+    return ctx.Emit(node, "Neg", {max}, {});
+  }
+  if (type == "ReduceLogSumExp") {
+    // torch.logsumexp: m + log Σ exp(x − m) with m the (constant) maximum,
+    // so no exp overflows; m's gradient cancels, so it takes none.
+    Attrs keep = a;
+    keep.SetInt("keepdims", 1);
+    ASSIGN_OR_RETURN(std::string max, ctx.b().Add("ReduceMax", {x}, keep, at + "/max"));
+    ASSIGN_OR_RETURN(std::string m, ctx.b().Add("StopGradient", {max}, {}, at + "/shift"));
+    ASSIGN_OR_RETURN(std::string shifted, ctx.b().Add("Sub", {x, m}, {}, at + "/shifted"));
+    ASSIGN_OR_RETURN(std::string e, ctx.b().Add("Exp", {shifted}, {}, at + "/exp"));
+    ASSIGN_OR_RETURN(std::string sum, ctx.b().Add("ReduceSum", {e}, a, at + "/sum"));
+    ASSIGN_OR_RETURN(std::string log, ctx.b().Add("Log", {sum}, {}, at + "/log"));
+    std::string m_out = m;
+    if (a.Int("keepdims", 1) == 0) {
+      ASSIGN_OR_RETURN(std::string max_out, ctx.b().Add("ReduceMax", {x}, a, at + "/max_out"));
+      ASSIGN_OR_RETURN(m_out, ctx.b().Add("StopGradient", {max_out}, {}, at + "/shift_out"));
+    }
+    return ctx.Emit(node, "Add", {log, m_out}, {});
+  }
   // Norms as sums (F.normalize's ReduceL2): of |x| (L1) or x² (L2: then
   // the square root).
-  const std::string at = node.name().empty() ? type : node.name();
   ASSIGN_OR_RETURN(std::string term, type == "ReduceL1"
                                          ? ctx.b().Add("Abs", {x}, {}, at + "/abs")
                                          : ctx.b().Add("Mul", {x, x}, {}, at + "/square"));
@@ -702,6 +725,8 @@ const std::map<std::string, Converter>& Converters() {
       {"GroupNormalization", GroupNorm},
       {"Gelu", GeluNode},
       {"ReduceSum", Reduce},
+      {"ReduceMin", Reduce},
+      {"ReduceLogSumExp", Reduce},
       {"ReduceL1", Reduce},
       {"ReduceL2", Reduce},
       {"ReduceSumSquare", Reduce},

@@ -212,9 +212,10 @@ absl::Status EmitInFloat(ImportContext& ctx, const Node& node, const std::string
 absl::Status Binary(ImportContext& ctx, const Node& node) {
   if (FoldBinary(ctx, node)) return absl::OkStatus();
   const std::string& type = node.op_type();
-  if (type == "Add" || type == "Sub" || type == "Mul") {
-    // Integer data (position ids from a mask's cumulative sum): computed in
-    // float32, exact for the small integers ids are, and cast back.
+  if (type == "Add" || type == "Sub" || type == "Mul" || type == "Div") {
+    // Integer data (position ids from a mask's cumulative sum, ids // k):
+    // computed in float32, exact for the small integers ids are, and cast
+    // back (a quotient truncated toward zero, as ONNX's integer Div).
     ASSIGN_OR_RETURN(std::string a, ctx.Data(node, 0));
     ASSIGN_OR_RETURN(std::string b, ctx.Data(node, 1));
     ASSIGN_OR_RETURN(TensorType ta, ctx.TypeOf(a));
