@@ -686,6 +686,7 @@ const std::map<std::string, Converter>& Converters() {
       {"ConvTranspose", ConvTranspose},
       {"LSTM", Recurrent},
       {"GRU", Recurrent},
+      {"RNN", Recurrent},
       {"MaxPool", Pool},
       {"AveragePool", Pool},
       {"GlobalAveragePool",

@@ -1,11 +1,11 @@
-// ONNX LSTM and GRU (nn.LSTM, nn.GRU: one or two directions, the layers
-// exported one node each) unrolled over their fixed sequence length into
-// Quilt ops: the input projection of every step at once (a MatMul of
-// X [T, B, I]), then per step the recurrent MatMul, the gates (Split,
-// Sigmoid, Tanh) and the state update. Gate orders are ONNX's (LSTM: i, o,
-// f, c; GRU: z, r, h, with the reset gate applied after the recurrent
-// product: linear_before_reset = 1, as PyTorch exports). Refused: variable
-// sequence lengths, peepholes, clipping, other activations, layout 1.
+// ONNX LSTM, GRU and RNN (nn.LSTM, nn.GRU, nn.RNN with tanh or relu: one
+// or two directions, the layers exported one node each) unrolled over
+// their fixed sequence length into Quilt ops: the input projection of
+// every step at once (a MatMul of X [T, B, I]), then per step the
+// recurrent MatMul, the gates (Split, Sigmoid, Tanh) and the state update. Gate orders are ONNX's
+// (LSTM: i, o, f, c; GRU: z, r, h, with the reset gate applied after the recurrent product:
+// linear_before_reset = 1, as PyTorch exports). Refused: variable sequence lengths, peepholes,
+// clipping, other activations, layout 1.
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -69,9 +69,30 @@ class Unroller {
 
 }  // namespace
 
+// An RNN's activation: every direction's the same, Tanh (the default) or
+// Relu (nn.RNN's nonlinearity). Errors: INVALID_ARGUMENT for others.
+absl::StatusOr<std::string> RnnActivation(const Node& node) {
+  const onnx::AttributeProto* a = FindAttr(node, "activations");
+  if (a == nullptr || a->strings_size() == 0) return std::string("Tanh");
+  const std::string first = a->strings(0);
+  for (const std::string& s : a->strings()) {
+    if (s != first || (s != "Tanh" && s != "Relu")) {
+      return absl::InvalidArgumentError(
+          "RNN activations other than Tanh or Relu (the same in both directions) are not "
+          "supported");
+    }
+  }
+  return first;
+}
+
 absl::Status Recurrent(ImportContext& ctx, const Node& node) {
   const bool lstm = node.op_type() == "LSTM";
-  const int gates = lstm ? 4 : 3;
+  const bool rnn = node.op_type() == "RNN";
+  const int gates = lstm ? 4 : rnn ? 1 : 3;
+  std::string activation;
+  if (rnn) {
+    ASSIGN_OR_RETURN(activation, RnnActivation(node));
+  }
   const int64_t hidden = AttrInt(node, "hidden_size", 0);
   const std::string direction = AttrString(node, "direction", "forward");
   if (hidden <= 0) return absl::InvalidArgumentError("hidden_size must be positive");
@@ -79,11 +100,11 @@ absl::Status Recurrent(ImportContext& ctx, const Node& node) {
     return absl::InvalidArgumentError("unknown direction '" + direction + "'");
   }
   if (FindAttr(node, "clip") != nullptr || AttrInt(node, "layout", 0) != 0 ||
-      AttrInt(node, "input_forget", 0) != 0 || FindAttr(node, "activations") != nullptr) {
+      AttrInt(node, "input_forget", 0) != 0 || (!rnn && FindAttr(node, "activations") != nullptr)) {
     return absl::InvalidArgumentError(
         "clip, layout 1, input_forget and activations other than the defaults are not supported");
   }
-  if (!lstm && AttrInt(node, "linear_before_reset", 0) != 1) {
+  if (!lstm && !rnn && AttrInt(node, "linear_before_reset", 0) != 1) {
     return absl::InvalidArgumentError(
         "GRU with linear_before_reset = 0 is not supported (PyTorch exports 1)");
   }
@@ -136,7 +157,7 @@ absl::Status Recurrent(ImportContext& ctx, const Node& node) {
       ASSIGN_OR_RETURN(std::string wb, u.Take(bd, 0, 0, gh, false));
       ASSIGN_OR_RETURN(rb, u.Take(bd, 0, gh, 2 * gh, false));
       ASSIGN_OR_RETURN(xw, u.Op("Add", {xw, wb}));
-      if (lstm) {
+      if (lstm || rnn) {
         ASSIGN_OR_RETURN(xw, u.Op("Add", {xw, rb}));
         rb.clear();
       }
@@ -152,7 +173,14 @@ absl::Status Recurrent(ImportContext& ctx, const Node& node) {
     for (int64_t k = 0; k < steps; ++k) {
       const int64_t t = backward ? steps - 1 - k : k;
       ASSIGN_OR_RETURN(std::string xs, u.Take(xw, 0, t, t + 1, true));  // [B, G·H]
-      if (lstm) {
+      if (rnn) {
+        std::string g = xs;
+        if (!h.empty()) {
+          ASSIGN_OR_RETURN(std::string hr, u.Op("MatMul", {h, rt}));
+          ASSIGN_OR_RETURN(g, u.Op("Add", {xs, hr}));
+        }
+        ASSIGN_OR_RETURN(h, u.Op(activation, {g}));
+      } else if (lstm) {
         std::string g = xs;
         if (!h.empty()) {
           ASSIGN_OR_RETURN(std::string hr, u.Op("MatMul", {h, rt}));
