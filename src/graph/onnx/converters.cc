@@ -616,10 +616,45 @@ absl::Status Pad(ImportContext& ctx, const Node& node) {
     }
     pads = std::move(full);
   }
-  if (mode != "constant") return PadByCopies(ctx, node, mode, pads);
+  const bool crops = std::any_of(pads.begin(), pads.end(), [](int64_t p) { return p < 0; });
+  if (mode != "constant") {
+    if (crops) {
+      return absl::InvalidArgumentError("Pad: negative pads (cropping) in mode '" + mode +
+                                        "' are not supported (in mode constant they are)");
+    }
+    return PadByCopies(ctx, node, mode, pads);
+  }
   float value = AttrFloat(node, "value", 0);
   if (const Tensor* v = ctx.ConstantInput(node, 2)) value = v->f32()[0];
   ASSIGN_OR_RETURN(std::string x, ctx.Data(node, 0));
+  if (crops) {
+    // F.pad with negative amounts crops: a Slice of those edges first.
+    ASSIGN_OR_RETURN(TensorType t, ctx.TypeOf(x));
+    const int64_t rank = t.shape.rank();
+    if (static_cast<int64_t>(pads.size()) != 2 * rank) {
+      return absl::InvalidArgumentError("Pad: pads are not two per axis");
+    }
+    std::vector<int64_t> starts, ends, axes;
+    for (int64_t i = 0; i < rank; ++i) {
+      const int64_t before = std::min<int64_t>(pads[i], 0),
+                    after = std::min<int64_t>(pads[i + rank], 0);
+      if (before == 0 && after == 0) continue;
+      if (t.shape.dim(static_cast<int>(i)).batch) {
+        return absl::InvalidArgumentError("Pad: negative pads would crop the batch dim");
+      }
+      starts.push_back(-before);
+      ends.push_back(t.shape.dim(static_cast<int>(i)).value + after);
+      axes.push_back(i);
+      pads[i] -= before;
+      pads[i + rank] -= after;
+    }
+    Attrs crop;
+    crop.SetInts("starts", starts);
+    crop.SetInts("ends", ends);
+    crop.SetInts("axes", axes);
+    const std::string at = node.name().empty() ? "Pad" : node.name();
+    ASSIGN_OR_RETURN(x, ctx.b().Add("Slice", {x}, std::move(crop), at + "/crop"));
+  }
   if (std::all_of(pads.begin(), pads.end(), [](int64_t p) { return p == 0; })) {
     ctx.SetTensor(node.output(0), x);
     return absl::OkStatus();

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <set>
 
 #include "absl/strings/ascii.h"
@@ -32,6 +33,31 @@ constexpr int64_t kMinOpset = 9;
 // (reduction axes as inputs, Split's num_outputs, Pad's axes, Resize's
 // antialias, GroupNormalization's and Gelu's arrival) or only added types.
 constexpr int64_t kMaxOpset = 22;
+
+// What PyTorch code exports an op the import does not support, where its
+// name alone would not tell a user ("" when it does).
+std::string WhatExportsIt(const std::string& op) {
+  static const auto* hints = new std::map<std::string, std::string>{
+      {"If", "control flow: nn.LocalResponseNorm and torch.diagonal export as If"},
+      {"Loop", "a loop over data: nn.EmbeddingBag, Python loops over tensor values"},
+      {"TopK", "torch.topk, torch.sort"},
+      {"ArgMax", "argmax takes no gradient: compute metrics outside the model"},
+      {"ArgMin", "argmin takes no gradient: compute metrics outside the model"},
+      {"NonZero", "boolean indexing x[mask], torch.nonzero: shapes that depend on the data"},
+      {"Unique", "torch.unique: a shape that depends on the data"},
+      {"SplitToSequence", "a list of tensors (torch.chunk or split of an uneven size)"},
+      {"SequenceConstruct", "a list of tensors"},
+      {"ConcatFromSequence", "torch.stack or cat of a list built in a loop"},
+      {"ScatterElements", "indexed writes (x[idx] = v, scatter_)"},
+      {"RandomNormalLike", "random numbers drawn in the model (torch.randn_like)"},
+      {"RandomUniformLike", "random numbers drawn in the model (torch.rand_like)"},
+      {"Bernoulli", "random numbers drawn in the model (torch.bernoulli)"},
+      {"LRN", "nn.LocalResponseNorm"},
+      {"GridSample", "F.grid_sample"},
+  };
+  auto it = hints->find(op);
+  return it == hints->end() ? "" : it->second;
+}
 
 absl::Status Fail(const std::string& source, const absl::Status& s) {
   return absl::Status(s.code(), absl::StrCat(source, ": ", s.message()));
@@ -184,9 +210,11 @@ absl::StatusOr<Graph> ImportOnnx(const std::string& bytes, const OnnxImportOptio
   for (const auto& [op, nodes] : missing) {
     constexpr size_t kShown = 3;
     std::vector<std::string> shown(nodes.begin(), nodes.begin() + std::min(nodes.size(), kShown));
+    const std::string hint = WhatExportsIt(op);
     unsupported.push_back(
         absl::StrCat(op, " (", nodes.size() > 1 ? absl::StrCat(nodes.size(), " nodes: ") : "",
-                     absl::StrJoin(shown, ", "), nodes.size() > kShown ? ", …" : "", ")"));
+                     absl::StrJoin(shown, ", "), nodes.size() > kShown ? ", …" : "", ")",
+                     hint.empty() ? "" : " [" + hint + "]"));
   }
   if (!unsupported.empty()) {
     return absl::InvalidArgumentError(
