@@ -160,7 +160,8 @@ absl::StatusOr<float> GraphRunner::Step(const std::map<std::string, Tensor>& fee
   for (const StateUpdate& u : graph_.updates) keep.push_back(ids_.at(u.source));
   std::vector<Tensor> values;
   RETURN_IF_ERROR(Run(feeds, /*train=*/true, keep, &values));
-  const float loss = values[loss_id_].f32()[0];
+  // + 0: a step whose labels are all ignored reports 0, not −0.
+  const float loss = values[loss_id_].f32()[0] + 0.0f;
   // All updates read the old state, so apply them only after the step.
   for (const StateUpdate& u : graph_.updates) {
     state_[ids_.at(u.target)] = values[ids_.at(u.source)];

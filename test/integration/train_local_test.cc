@@ -182,6 +182,7 @@ TEST(TrainLocal, AStepWhoseLabelsAreAllIgnored_HasLossZeroAndGoesOn) {
   ASSERT_EQ(losses.size(), 6u);
   EXPECT_EQ(losses[0].get<double>(), 0.0);
   EXPECT_EQ(losses[1].get<double>(), 0.0);
+  EXPECT_FALSE(std::signbit(losses[0].get<double>()));  // 0, not −0
   for (int i = 2; i < 6; ++i) EXPECT_GT(losses[i].get<double>(), 0.1) << "step " << i + 1;
 }
 

@@ -32,9 +32,20 @@ SceView View(const KernelContext& ctx, const Tensor& scores) {
   return v;
 }
 
+// The position of the i-th of this execution's labels in the step's
+// labels: a replica holds rows from batch_offset on (labels [B, ...]).
+int64_t StepPosition(const KernelContext& ctx, const Tensor& labels, const Shape& shape,
+                     int64_t i) {
+  if (shape.BatchAxis() != 0 || ctx.local_batch <= 0 || labels.numel() % ctx.local_batch != 0) {
+    return i;
+  }
+  return ctx.batch_offset * (labels.numel() / ctx.local_batch) + i;
+}
+
 // Validates labels and returns the divisor of the mean (or 1 for "sum").
-absl::StatusOr<double> SceDivisor(KernelContext& ctx, const Tensor& labels, const SceView& v,
+absl::StatusOr<double> SceDivisor(KernelContext& ctx, int label_input, const SceView& v,
                                   bool batched) {
+  const Tensor& labels = ctx.in(label_input);
   const bool has_ignore = ctx.attrs().Has("ignore_index");
   const int64_t ignore = ctx.attrs().Int("ignore_index", -1);
   int64_t count = 0;
@@ -42,8 +53,9 @@ absl::StatusOr<double> SceDivisor(KernelContext& ctx, const Tensor& labels, cons
     const int64_t l = labels.i64()[i];
     if (has_ignore && l == ignore) continue;
     if (l < 0 || l >= v.classes) {
-      return ctx.Error(
-          absl::StrCat("label ", l, " at position ", i, " is not a class in [0, ", v.classes, ")"));
+      return ctx.Error(absl::StrCat("label ", l, " at position ",
+                                    StepPosition(ctx, labels, ctx.in_shape(label_input), i),
+                                    " is not a class in [0, ", v.classes, ")"));
     }
     ++count;
   }
@@ -55,7 +67,7 @@ absl::Status Sce(KernelContext& ctx) {
   const Tensor& scores = ctx.in(0);
   const Tensor& labels = ctx.in(1);
   const SceView v = View(ctx, scores);
-  ASSIGN_OR_RETURN(double divisor, SceDivisor(ctx, labels, v, ctx.in_shape(0).HasBatch()));
+  ASSIGN_OR_RETURN(double divisor, SceDivisor(ctx, 1, v, ctx.in_shape(0).HasBatch()));
   const bool has_ignore = ctx.attrs().Has("ignore_index");
   const int64_t ignore = ctx.attrs().Int("ignore_index", -1);
   ASSIGN_OR_RETURN(Tensor * loss, ctx.Output(0));
@@ -91,7 +103,7 @@ absl::Status SceGrad(KernelContext& ctx) {
   const Tensor& scores = ctx.in(1);
   const Tensor& labels = ctx.in(2);
   const SceView v = View(ctx, scores);
-  ASSIGN_OR_RETURN(double divisor, SceDivisor(ctx, labels, v, ctx.in_shape(1).HasBatch()));
+  ASSIGN_OR_RETURN(double divisor, SceDivisor(ctx, 2, v, ctx.in_shape(1).HasBatch()));
   const bool has_ignore = ctx.attrs().Has("ignore_index");
   const int64_t ignore = ctx.attrs().Int("ignore_index", -1);
   ASSIGN_OR_RETURN(Tensor * ds, ctx.Output(0));
@@ -163,7 +175,8 @@ absl::Status OneHot(KernelContext& ctx) {
     if (has_ignore && l == ignore) continue;
     if (wrap && l < 0 && l >= -classes) l += classes;
     if (l < 0 || l >= classes) {
-      return ctx.Error(absl::StrCat("label ", labels.i64()[t], " at position ", t,
+      return ctx.Error(absl::StrCat("label ", labels.i64()[t], " at position ",
+                                    StepPosition(ctx, labels, ctx.in_shape(0), t),
                                     " is not a class in [0, ", classes, ")"));
     }
     const int64_t o = t / inner, i = t % inner;

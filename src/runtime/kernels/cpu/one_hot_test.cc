@@ -1,5 +1,6 @@
 // The OneHot kernel: rows of labels at any axis, ignored labels, ONNX's
-// negative labels, and the error naming a label that is not a class.
+// negative labels, and the error naming a label that is not a class (by
+// its position in the step's labels, on a replica's rows too).
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -8,6 +9,7 @@
 #include "src/common/status_matchers.h"
 #include "src/graph/graph_builder.h"
 #include "src/runtime/graph_runner.h"
+#include "src/runtime/kernels/kernel.h"
 
 namespace quilt {
 namespace {
@@ -78,6 +80,26 @@ TEST(OneHot, ALabelThatIsNotAClass_IsAnErrorNamingIt) {
     auto out = RunOneHot(labels, OneHotAttrs(4, 1));
     EXPECT_THAT(out.status(), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(bad)));
   }
+}
+
+TEST(OneHot, OnAReplicasRows_TheBadLabelsPositionIsTheSteps) {
+  // Rows 4 and 5 of a step's labels [B, 3]: the replica's position 4 is
+  // the step's 3 · 4 + 4 = 16, as one device would say.
+  Op op;
+  op.name = "rows";
+  op.type = "OneHot";
+  op.attrs = OneHotAttrs(4, -1);
+  const Tensor labels = Tensor::FromI64({2, 3}, {1, 2, 3, 0, 7, 1});
+  const Shape shape({Dim::Batch(), Dim::Fixed(3)});
+  std::vector<Tensor> outs(1);
+  KernelContext ctx(op, {&labels}, {&shape}, {{2, 3, 4}}, {DType::kF32}, &outs);
+  ctx.local_batch = 2;
+  ctx.batch_offset = 4;
+  ctx.global_batch = 8;
+  KernelFn kernel = KernelRegistry::Global().Find("cpu", "OneHot");
+  ASSERT_NE(kernel, nullptr);
+  EXPECT_THAT(kernel(ctx), StatusIs(absl::StatusCode::kInvalidArgument,
+                                    HasSubstr("label 7 at position 16 is not a class")));
 }
 
 }  // namespace
