@@ -103,10 +103,12 @@ TEST(ModelProfiler, EmulatedSlowdownSlowsTheKernels) {
   quilt::v1::ModelProfile p = OneRun("plain", 256, 6, 2);
   const quilt::v1::ModelProfileResult plain = Profile(p, dir.path());
   p.set_profile_id("slow");
-  const quilt::v1::ModelProfileResult slow = Profile(p, dir.path(), 4);
+  const quilt::v1::ModelProfileResult slow = Profile(p, dir.path(), 10);
   ASSERT_EQ(plain.runs_size(), 1);
   ASSERT_EQ(slow.runs_size(), 1);
-  EXPECT_GT(slow.runs(0).step_time_s(), 2 * plain.runs(0).step_time_s());
+  // Ten times slower kernels; a loaded machine can stretch the plain run
+  // alone by 2× or more, so the bound leaves a factor of 4 for that.
+  EXPECT_GT(slow.runs(0).step_time_s(), 2.5 * plain.runs(0).step_time_s());
 }
 
 TEST(ModelProfiler, AProfileTakenWhileJobsRunSaysSoAndIsRunAgainWhenAsked) {
