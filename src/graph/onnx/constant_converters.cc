@@ -512,15 +512,51 @@ absl::Status WhereNode(ImportContext& ctx, const Node& node) {
   return absl::OkStatus();
 }
 
+// Mod of data (torch.div(..., rounding_mode="floor") exports a Mod that
+// corrects the quotient's sign; ids % k): a − b · floor(a / b), the
+// divisor's sign (Python's %); int64 in float32 (exact for the small
+// integers ids are) and cast back. The gradient is 1 for a (and
+// −floor(a / b) for b), as PyTorch's.
+absl::Status ModOfData(ImportContext& ctx, const Node& node) {
+  const std::string at = node.name().empty() ? "Mod" : node.name();
+  if (AttrInt(node, "fmod", 0) != 0) {
+    return absl::InvalidArgumentError(
+        "Mod with fmod = 1 (torch.fmod) of data is not supported (of constants, and Python's % "
+        "of data, are)");
+  }
+  std::vector<std::string> in(2);
+  bool integer = false;
+  for (int i = 0; i < 2; ++i) {
+    ASSIGN_OR_RETURN(in[i], ctx.Data(node, i));
+    ASSIGN_OR_RETURN(TensorType t, ctx.TypeOf(in[i]));
+    if (t.dtype != DType::kI64) continue;
+    integer = true;
+    Attrs to_float;
+    to_float.SetString("to", "f32");
+    ASSIGN_OR_RETURN(in[i], ctx.b().Add("Cast", {in[i]}, std::move(to_float),
+                                        absl::StrCat(at, "/in", i, "_f32")));
+  }
+  ASSIGN_OR_RETURN(std::string q, ctx.b().Add("Div", {in[0], in[1]}, {}, at + "/quotient"));
+  ASSIGN_OR_RETURN(std::string whole, ctx.b().Add("Floor", {q}, {}, at + "/floor"));
+  ASSIGN_OR_RETURN(std::string taken, ctx.b().Add("Mul", {in[1], whole}, {}, at + "/taken"));
+  if (!integer) return ctx.Emit(node, "Sub", {in[0], taken}, {});
+  ASSIGN_OR_RETURN(std::string r, ctx.b().Add("Sub", {in[0], taken}, {}, at + "/f32"));
+  Attrs to_int;
+  to_int.SetString("to", "i64");
+  return ctx.Emit(node, "Cast", {r}, std::move(to_int));
+}
+
 // Mod of constants (index arithmetic, e.g. window positions): folded, with
 // the divisor's sign (Python's %) or, with fmod=1, the dividend's.
 absl::Status ModNode(ImportContext& ctx, const Node& node) {
   const Tensor* a = ctx.ConstantInput(node, 0);
   const Tensor* b = ctx.ConstantInput(node, 1);
-  if (a == nullptr || b == nullptr || a->dtype() != b->dtype() ||
-      (a->dtype() != DType::kI64 && a->dtype() != DType::kF32)) {
-    return absl::InvalidArgumentError(
-        "Mod is supported on constants of one type (index arithmetic); Mod of data is not");
+  if (a == nullptr || b == nullptr || ctx.IsParameterInitializer(node, 0) ||
+      ctx.IsParameterInitializer(node, 1)) {
+    return ModOfData(ctx, node);
+  }
+  if (a->dtype() != b->dtype() || (a->dtype() != DType::kI64 && a->dtype() != DType::kF32)) {
+    return absl::InvalidArgumentError("Mod of constants of two types, or not numbers");
   }
   absl::StatusOr<Broadcast> bc = BroadcastDims({a->dims(), b->dims()});
   if (!bc.ok()) return absl::InvalidArgumentError(absl::StrCat("Mod: ", bc.status().message()));

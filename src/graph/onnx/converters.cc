@@ -702,7 +702,10 @@ const std::map<std::string, Converter>& Converters() {
       {"Abs", Unary},
       {"Sin", ConstantOnlyUnary},
       {"Cos", ConstantOnlyUnary},
-      {"Floor", ConstantOnlyUnary},
+      {"Floor",
+       [](ImportContext& c, const Node& n) {
+         return c.ConstantInput(n, 0) != nullptr ? ConstantOnlyUnary(c, n) : Unary(c, n);
+       }},
       {"Ceil", ConstantOnlyUnary},
       {"Sign", ConstantOnlyUnary},
       {"Tanh", Unary},

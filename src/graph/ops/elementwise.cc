@@ -277,6 +277,14 @@ QUILT_REGISTER_OP([] {
   return s;
 }());
 
+// Its gradient is 0 wherever it exists, as PyTorch's: none flows back.
+QUILT_REGISTER_OP([] {
+  OpSchema s = UnaryOp("Floor", 1, nullptr);
+  s.doc = "Element-wise floor (the largest integer not above x); no gradient flows back.";
+  s.non_differentiable_inputs = {0};
+  return s;
+}());
+
 // The value passes, no gradient does (an embedding's padding row: it
 // trains through the tied output layer, not through the lookup).
 QUILT_REGISTER_OP([] {

@@ -237,6 +237,9 @@ absl::Status Abs(KernelContext& c) {
 absl::Status AbsGrad(KernelContext& c) {
   return GradPair(c, [](float dy, float x) { return x > 0 ? dy : x < 0 ? -dy : 0.0f; });
 }
+absl::Status Floor(KernelContext& c) {
+  return Unary(c, [](float x) { return std::floor(x); });
+}
 absl::Status Sqrt(KernelContext& c) {
   return Unary(c, [](float x) { return std::sqrt(x); });
 }
@@ -332,6 +335,7 @@ QUILT_REGISTER_KERNEL("cpu", "LeakyReluGrad", LeakyReluGrad);
 QUILT_REGISTER_KERNEL("cpu", "Clip", Clip);
 QUILT_REGISTER_KERNEL("cpu", "ClipGrad", ClipGrad);
 QUILT_REGISTER_KERNEL("cpu", "Abs", Abs);
+QUILT_REGISTER_KERNEL("cpu", "Floor", Floor);
 QUILT_REGISTER_KERNEL("cpu", "CompareMask", CompareMask);
 QUILT_REGISTER_KERNEL("cpu", "AbsGrad", AbsGrad);
 QUILT_REGISTER_KERNEL("cpu", "Sqrt", Sqrt);
