@@ -500,7 +500,13 @@ INSTANTIATE_TEST_SUITE_P(
                       // NLL over [N, C, T], class weights, a class ignored.
                       Case{{"mixture_nll", "sgd", 16}, 2, 1},
                       // Probability targets (mixup's): a mean over the batch.
-                      Case{{"soft_targets", "sgd", 16}, 3, 1}),
+                      Case{{"soft_targets", "sgd", 16}, 3, 1},
+                      // Integer arithmetic on each replica's ids (//, %, where),
+                      // floor, amin and logsumexp.
+                      Case{{"integer_ops", "sgd", 16}, 2, 1},
+                      // nn.RNN unrolled; F.pad cropping feature maps.
+                      Case{{"elman_rnn", "sgd", 16}, 2, 1},
+                      Case{{"cropping_pads", "sgd", 16}, 3, 1}),
     [](const auto& info) {
       const Case& c = info.param;
       return absl::StrCat(c.model.name, "_", c.model.optimizer, "_", c.nodes, "x", c.per_node);
