@@ -144,7 +144,8 @@ INSTANTIATE_TEST_SUITE_P(
         Fixture{"upsampler_1d", "adam"}, Fixture{"einsum_bilinear", "sgd"},
         Fixture{"einsum_bilinear", "adam"}, Fixture{"integer_ops", "sgd"},
         Fixture{"integer_ops", "adam"}, Fixture{"elman_rnn", "sgd"}, Fixture{"elman_rnn", "adam"},
-        Fixture{"cropping_pads", "sgd"}, Fixture{"cropping_pads", "adam"}),
+        Fixture{"cropping_pads", "sgd"}, Fixture{"cropping_pads", "adam"},
+        Fixture{"downsampler", "sgd"}, Fixture{"downsampler", "adam"}),
     [](const auto& info) { return info.param.name + "_" + info.param.optimizer; });
 
 TEST(TrainLocal, SyntheticData_LossFalls) {

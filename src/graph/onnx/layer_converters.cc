@@ -596,11 +596,46 @@ absl::Status Resize(ImportContext& ctx, const Node& node) {
   if (scales.size() != 4 || scales[0] != 1 || scales[1] != 1) {
     return absl::InvalidArgumentError("Resize may scale only H and W of [N,C,H,W]");
   }
+  if (scales[2] <= 1 && scales[3] <= 1 && (scales[2] < 1 || scales[3] < 1)) {
+    // Down by whole factors k (F.interpolate(scale_factor=1/k)): every
+    // k-th row and column from the one the coordinates and rounding pick
+    // (0 when asymmetric; half_pixel: k·i + (k − 1)/2, a half rounded as
+    // nearest_mode says), a strided Slice.
+    Attrs a;
+    std::vector<int64_t> starts, ends, axes, steps;
+    for (int i = 2; i < 4; ++i) {
+      const double inv = 1.0 / scales[i];
+      const int64_t k = std::llround(inv);
+      if (k < 1 || std::fabs(inv - static_cast<double>(k)) > 1e-6) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("Resize by ", scales[i],
+                         " is not supported (whole factors up, and down by 1/k for whole k, are)"));
+      }
+      const int64_t in = t.shape.dim(i).value;
+      const int64_t out =
+          static_cast<int64_t>(std::floor(static_cast<double>(in) * scales[i] + 1e-6));
+      if (out < 1) return absl::InvalidArgumentError("Resize: the output would be empty");
+      int64_t first = 0;
+      if (coords != "asymmetric" && !(coords == "pytorch_half_pixel" && out == 1)) {
+        first = k % 2 == 1 ? (k - 1) / 2 : (rounding == "round_prefer_ceil" ? k / 2 : k / 2 - 1);
+      }
+      starts.push_back(first);
+      ends.push_back(first + (out - 1) * k + 1);
+      axes.push_back(i);
+      steps.push_back(k);
+    }
+    a.SetInts("starts", starts);
+    a.SetInts("ends", ends);
+    a.SetInts("axes", axes);
+    a.SetInts("steps", steps);
+    return ctx.Emit(node, "Slice", {x}, std::move(a));
+  }
   std::vector<int64_t> whole;
   for (int i = 2; i < 4; ++i) {
     if (scales[i] < 1 || scales[i] != std::floor(scales[i])) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "Resize by ", scales[i], " is not supported (whole upsampling factors are)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("Resize by ", scales[i],
+                       " is not supported (whole factors up, and down by 1/k for whole k, are)"));
     }
     whole.push_back(static_cast<int64_t>(scales[i]));
   }

@@ -48,6 +48,49 @@ TEST(OnnxImport, PadWithAxes_PadsTheListedAxesOnly) {
   EXPECT_EQ(pad->attrs.Ints("pads"), (std::vector<int64_t>{0, 1, 0, 2}));
 }
 
+TEST(OnnxImport, NearestDownsamplingByWholeFactors_IsAStridedSlice) {
+  // x [B, 1, 8, 8] by 1/4: rows 4·i + 3/2 rounded as nearest_mode says
+  // (half_pixel), or 4·i (asymmetric).
+  struct Case {
+    const char* coords;
+    const char* rounding;
+    int64_t first;
+  };
+  for (const Case& c :
+       {Case{"half_pixel", "round_prefer_floor", 1}, Case{"half_pixel", "round_prefer_ceil", 2},
+        Case{"asymmetric", "floor", 0}}) {
+    onnx::ModelProto m;
+    m.set_ir_version(7);
+    m.add_opset_import()->set_version(14);
+    auto* g = m.mutable_graph();
+    auto* in = g->add_input();
+    in->set_name("x");
+    auto* t = in->mutable_type()->mutable_tensor_type();
+    t->set_elem_type(onnx::TensorProto::FLOAT);
+    t->mutable_shape()->add_dim()->set_dim_param("batch");
+    for (int64_t d : {1, 8, 8}) t->mutable_shape()->add_dim()->set_dim_value(d);
+    AddFloatConstant(g, "scales", {4}, {1, 1, 0.25f, 0.25f});
+    auto* n = AddNode(g, "Resize", {"x", "", "scales"}, "y");
+    for (const auto& [name, value] :
+         {std::pair{"mode", "nearest"}, std::pair{"coordinate_transformation_mode", c.coords},
+          std::pair{"nearest_mode", c.rounding}}) {
+      auto* a = n->add_attribute();
+      a->set_name(name);
+      a->set_type(onnx::AttributeProto::STRING);
+      a->set_s(value);
+    }
+    g->add_output()->set_name("y");
+    absl::StatusOr<Graph> imported = Import(m.SerializeAsString());
+    ASSERT_THAT(imported, IsOk()) << c.coords << " " << c.rounding;
+    const Op* slice = nullptr;
+    for (const Op& op : imported->ops) slice = op.type == "Slice" ? &op : slice;
+    ASSERT_NE(slice, nullptr);
+    EXPECT_EQ(slice->attrs.Ints("starts"), (std::vector<int64_t>{c.first, c.first})) << c.coords;
+    EXPECT_EQ(slice->attrs.Ints("steps"), (std::vector<int64_t>{4, 4}));
+    EXPECT_EQ(imported->FindTensor(imported->outputs[0])->shape.ToString(), "[B,1,2,2]");
+  }
+}
+
 TEST(OnnxImport, LogOfASigmoid_IsAStableSoftplus) {
   // log σ(y), log(1 − σ(y)) (binary cross-entropy with logits exports
   // both) and log(1 − y): only the last is a plain Log of its input; the
