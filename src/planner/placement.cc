@@ -29,7 +29,8 @@ std::vector<Slice> SplitBatch(const std::vector<std::pair<int, int>>& replicas, 
     by_fraction.push_back(by_fraction.size());
   }
   std::stable_sort(by_fraction.begin(), by_fraction.end(), [&](size_t a, size_t b) {
-    return batch * replicas[a].second % total > batch * replicas[b].second % total;
+    const int64_t ra = batch * replicas[a].second % total, rb = batch * replicas[b].second % total;
+    return ra != rb ? ra > rb : replicas[a].second > replicas[b].second;
   });
   for (size_t k = 0; given < batch && k < by_fraction.size(); ++k, ++given) ++rows[by_fraction[k]];
   int64_t begin = 0;
@@ -67,15 +68,15 @@ absl::StatusOr<Placement> Place(const GraphIndex& ix, const quilt::v1::Strategy&
       return absl::InvalidArgumentError(absl::StrCat("group ", gi, " has no replicas"));
     }
     // A device the split gives no rows (a batch smaller than the replica
-    // count) does nothing in the group.
+    // count) does nothing in the group; the others keep the rows that
+    // split gave them (their counts become those rows: split again by
+    // the old counts, a kept device could get none).
     if (reps.size() > 1) {
-      std::vector<std::pair<int, int>> kept;
-      for (const Slice& rows : SplitBatch(reps, batch)) {
-        for (const auto& rep : reps) {
-          if (rep.first == rows.device) kept.push_back(rep);
-        }
+      const std::vector<Slice> rows = SplitBatch(reps, batch);
+      if (rows.size() < reps.size()) {
+        reps.clear();
+        for (const Slice& r : rows) reps.push_back({r.device, static_cast<int>(r.end - r.begin)});
       }
-      reps = std::move(kept);
     }
     for (const std::string& op : gp.ops()) group_of[op] = gi;
     p.groups.push_back(std::move(reps));

@@ -47,7 +47,8 @@ struct Placement {
 
 // Batch rows of each device for replica counts (device, r): B · r / R
 // rounded down, the rows left over one each to the devices with the largest
-// remainders (ties: the earlier), as contiguous slices in the given order.
+// remainders (ties: the most replicas, then the earlier), as contiguous
+// slices in the given order.
 // A device with no rows gets no slice.
 std::vector<Slice> SplitBatch(const std::vector<std::pair<int, int>>& replicas, int64_t batch);
 

@@ -239,9 +239,10 @@ absl::Status OneHotNode(ImportContext& ctx, const Node& node) {
   const std::string at = NameOf(node);
   if (classes < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "OneHot '", at, "': depth ", classes,
-        ": F.one_hot without num_classes takes the class count from the labels at run time; "
-        "give num_classes"));
+        "OneHot '", at, "': depth ", classes, " is no class count",
+        classes == -1 ? " (F.one_hot without num_classes takes it from the labels at run time; "
+                        "give num_classes)"
+                      : ""));
   }
   ASSIGN_OR_RETURN(std::string indices, ctx.Data(node, 0));
   Attrs a;

@@ -517,6 +517,10 @@ absl::Status Reduce(ImportContext& ctx, const Node& node) {
     return ctx.Emit(node, type, {x}, std::move(a));
   }
   const std::string at = node.name().empty() ? type : node.name();
+  if ((type == "ReduceMin" || type == "ReduceLogSumExp") && xt.dtype != DType::kF32) {
+    return absl::InvalidArgumentError(absl::StrCat(type, " of ", DTypeName(xt.dtype),
+                                                   " data is not supported (of float32 it is)"));
+  }
   if (type == "ReduceMin") {  // torch.amin, torch.min(dim): −max(−x)
     ASSIGN_OR_RETURN(std::string neg, ctx.b().Add("Neg", {x}, {}, at + "/negated"));
     ASSIGN_OR_RETURN(std::string max, ctx.b().Add("ReduceMax", {neg}, std::move(a), at + "/max"));
@@ -702,10 +706,7 @@ const std::map<std::string, Converter>& Converters() {
       {"Abs", Unary},
       {"Sin", ConstantOnlyUnary},
       {"Cos", ConstantOnlyUnary},
-      {"Floor",
-       [](ImportContext& c, const Node& n) {
-         return c.ConstantInput(n, 0) != nullptr ? ConstantOnlyUnary(c, n) : Unary(c, n);
-       }},
+      {"Floor", Unary},
       {"Ceil", ConstantOnlyUnary},
       {"Sign", ConstantOnlyUnary},
       {"Tanh", Unary},

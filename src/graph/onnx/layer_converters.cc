@@ -106,14 +106,14 @@ absl::Status ResizeLinear(ImportContext& ctx, const Node& node) {
   } else if (const Tensor* sc = ctx.ConstantInput(node, ScalesInput(ctx, node));
              sc != nullptr && sc->numel() == 4) {
     if (sc->f32()[0] != 1 || sc->f32()[1] != 1) {
-      return absl::InvalidArgumentError("Resize may scale only H and W of [N,C,H,W]");
+      return absl::InvalidArgumentError(node.op_type() + " may scale only H and W of [N,C,H,W]");
     }
     for (int i = 0; i < 2; ++i) {
       out[i] = static_cast<int64_t>(
           std::floor(static_cast<double>(t.shape.dim(2 + i).value) * sc->f32()[2 + i]));
     }
   } else {
-    return absl::InvalidArgumentError("Resize needs constant scales or sizes");
+    return absl::InvalidArgumentError(node.op_type() + " needs constant scales or sizes");
   }
   Attrs a;
   a.SetInt("out_h", out[0]);
@@ -591,10 +591,10 @@ absl::Status Resize(ImportContext& ctx, const Node& node) {
                        static_cast<double>(t.shape.dim(i).value));
     }
   } else {
-    return absl::InvalidArgumentError("Resize needs constant scales or sizes");
+    return absl::InvalidArgumentError(node.op_type() + " needs constant scales or sizes");
   }
   if (scales.size() != 4 || scales[0] != 1 || scales[1] != 1) {
-    return absl::InvalidArgumentError("Resize may scale only H and W of [N,C,H,W]");
+    return absl::InvalidArgumentError(node.op_type() + " may scale only H and W of [N,C,H,W]");
   }
   if (scales[2] <= 1 && scales[3] <= 1 && (scales[2] < 1 || scales[3] < 1)) {
     // Down by whole factors k (F.interpolate(scale_factor=1/k)): every

@@ -1,8 +1,8 @@
 // Import of opsets 9–12 on small graphs built by hand: Softmax over the
 // trailing dims flattened (before 13), Dropout that trains without a mode
-// input (before 12), Clip's bounds, Pad's value and Slice's ranges as
-// attributes. PyTorch's own exports at these opsets are fixtures trained
-// against its losses (train_local_test).
+// input (before 12) and marks a training export, Clip's bounds, Pad's
+// value and Slice's ranges as attributes. PyTorch's own exports at these
+// opsets are fixtures trained against its losses (train_local_test).
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "onnx/onnx_pb.h"
@@ -120,6 +120,32 @@ TEST(LegacyOpsetImport, DropoutBefore12_TrainsAndFrom12WithoutAMode_DoesNot) {
     } else {
       EXPECT_TRUE(dropout.empty()) << opset;
     }
+  }
+}
+
+TEST(LegacyOpsetImport, ADropoutBefore12_MarksATrainingExport) {
+  // An exporter-folded weight W used twice, the second use through an
+  // Identity (a layer applied twice): one parameter in a training-mode
+  // export, which a Dropout of one input says before opset 12.
+  for (bool dropout : {true, false}) {
+    onnx::ModelProto m = Model(11);
+    auto* g = m.mutable_graph();
+    auto* w = g->add_initializer();
+    w->set_name("onnx::MatMul_1");
+    w->set_data_type(onnx::TensorProto::FLOAT);
+    for (int64_t d : {4, 4}) w->add_dims(d);
+    for (int i = 0; i < 16; ++i) w->add_float_data(0.1f * static_cast<float>(i));
+    AddNode(g, "Identity", {"onnx::MatMul_1"}, "onnx::MatMul_2");
+    AddNode(g, "MatMul", {"x", "onnx::MatMul_1"}, "h");
+    AddNode(g, dropout ? "Dropout" : "Identity", {"h"}, "d");
+    AddNode(g, "MatMul", {"d", "onnx::MatMul_2"}, "z");
+    absl::StatusOr<Graph> imported = ImportWithOutput(m, "z");
+    ASSERT_THAT(imported, IsOk()) << dropout;
+    int weights = 0;
+    for (const ParameterSpec& p : imported->parameters) {
+      weights += p.value.has_value() && p.value->numel() == 16;
+    }
+    EXPECT_EQ(weights, dropout ? 1 : 2) << dropout;
   }
 }
 

@@ -38,7 +38,7 @@ constexpr int64_t kMaxOpset = 22;
 // name alone would not tell a user ("" when it does).
 std::string WhatExportsIt(const std::string& op) {
   static const auto* hints = new std::map<std::string, std::string>{
-      {"If", "control flow: nn.LocalResponseNorm and torch.diagonal export as If"},
+      {"If", "control flow: PyTorch exports nn.LocalResponseNorm and torch.diagonal with it"},
       {"Loop", "a loop over data: nn.EmbeddingBag, Python loops over tensor values"},
       {"TopK", "torch.topk, torch.sort"},
       {"ArgMax", "argmax takes no gradient: compute metrics outside the model"},
@@ -52,7 +52,7 @@ std::string WhatExportsIt(const std::string& op) {
       {"RandomNormalLike", "random numbers drawn in the model (torch.randn_like)"},
       {"RandomUniformLike", "random numbers drawn in the model (torch.rand_like)"},
       {"Bernoulli", "random numbers drawn in the model (torch.bernoulli)"},
-      {"LRN", "nn.LocalResponseNorm"},
+      {"LRN", "local response normalization"},
       {"GridSample", "F.grid_sample"},
   };
   auto it = hints->find(op);
@@ -89,7 +89,7 @@ absl::StatusOr<DType> InputType(int32_t elem_type) {
 // shows in Dropout nodes (eval exports drop them), batch norm's
 // training_mode, or two initializers of equal values left unmerged; an
 // eval-mode export shows in named parameters merged.
-bool TrainingModeExport(const onnx::GraphProto& gp) {
+bool TrainingModeExport(const onnx::GraphProto& gp, int64_t opset) {
   std::set<std::string> initializers;
   for (const auto& t : gp.initializer()) initializers.insert(t.name());
   bool training = false;
@@ -98,10 +98,16 @@ bool TrainingModeExport(const onnx::GraphProto& gp) {
         !absl::StartsWith(n.input(0), "onnx::")) {
       return false;  // named parameters merged: eval mode
     }
-    training |= n.op_type() == "Dropout" && n.input_size() >= 3 && !n.input(2).empty();
+    // Dropout's mode is an input from opset 12; before it any Dropout is a
+    // training export's. Batch norm says so by an attribute from opset 14,
+    // before it by its running statistics' outputs.
+    training |=
+        n.op_type() == "Dropout" && ((n.input_size() >= 3 && !n.input(2).empty()) || opset < 12);
     for (const auto& a : n.attribute()) {
       training |= n.op_type() == "BatchNormalization" && a.name() == "training_mode" && a.i() == 1;
     }
+    training |= n.op_type() == "BatchNormalization" && opset < 14 && n.output_size() > 1 &&
+                !n.output(1).empty();
   }
   std::set<std::string> contents;
   for (const auto& t : gp.initializer()) {
@@ -254,7 +260,7 @@ absl::StatusOr<Graph> ImportOnnx(const std::string& bytes, const OnnxImportOptio
   }
   ctx.TieTransposedCopies();
   ctx.SetGradientReach(onnx_import::GradientReach(gp));
-  ctx.set_identities_share(TrainingModeExport(gp));
+  ctx.set_identities_share(TrainingModeExport(gp, opset));
   for (const onnx::ValueInfoProto* in : inputs) {
     if (!in->type().has_tensor_type()) {
       return absl::InvalidArgumentError(src + ": input '" + in->name() + "' is not a tensor");
