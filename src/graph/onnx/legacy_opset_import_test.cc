@@ -17,18 +17,7 @@ using ::testing::HasSubstr;
 using testing::Import;
 
 // x [batch, 3, 4] (a dynamic batch) at `opset`; nodes are added after.
-onnx::ModelProto Model(int64_t opset) {
-  onnx::ModelProto m;
-  m.set_ir_version(7);
-  m.add_opset_import()->set_version(opset);
-  auto* in = m.mutable_graph()->add_input();
-  in->set_name("x");
-  auto* t = in->mutable_type()->mutable_tensor_type();
-  t->set_elem_type(onnx::TensorProto::FLOAT);
-  t->mutable_shape()->add_dim()->set_dim_param("batch");
-  for (int64_t d : {3, 4}) t->mutable_shape()->add_dim()->set_dim_value(d);
-  return m;
-}
+onnx::ModelProto Model(int64_t opset) { return testing::WithBatchedInput(opset, {3, 4}); }
 
 void SetInt(onnx::NodeProto* n, const std::string& name, int64_t v) {
   auto* a = n->add_attribute();

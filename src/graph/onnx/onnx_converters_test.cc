@@ -59,16 +59,8 @@ TEST(OnnxImport, NearestDownsamplingByWholeFactors_IsAStridedSlice) {
   for (const Case& c :
        {Case{"half_pixel", "round_prefer_floor", 1}, Case{"half_pixel", "round_prefer_ceil", 2},
         Case{"asymmetric", "floor", 0}}) {
-    onnx::ModelProto m;
-    m.set_ir_version(7);
-    m.add_opset_import()->set_version(14);
+    onnx::ModelProto m = testing::WithBatchedInput(14, {1, 8, 8});
     auto* g = m.mutable_graph();
-    auto* in = g->add_input();
-    in->set_name("x");
-    auto* t = in->mutable_type()->mutable_tensor_type();
-    t->set_elem_type(onnx::TensorProto::FLOAT);
-    t->mutable_shape()->add_dim()->set_dim_param("batch");
-    for (int64_t d : {1, 8, 8}) t->mutable_shape()->add_dim()->set_dim_value(d);
     AddFloatConstant(g, "scales", {4}, {1, 1, 0.25f, 0.25f});
     auto* n = AddNode(g, "Resize", {"x", "", "scales"}, "y");
     for (const auto& [name, value] :

@@ -38,6 +38,21 @@ inline onnx::ModelProto Tiny(int64_t opset) {
   return m;
 }
 
+// A float32 input x [batch, dims...] (a dynamic batch) at `opset`, and
+// nothing else: nodes and outputs are added after.
+inline onnx::ModelProto WithBatchedInput(int64_t opset, const std::vector<int64_t>& dims) {
+  onnx::ModelProto m;
+  m.set_ir_version(7);
+  m.add_opset_import()->set_version(opset);
+  auto* in = m.mutable_graph()->add_input();
+  in->set_name("x");
+  auto* t = in->mutable_type()->mutable_tensor_type();
+  t->set_elem_type(onnx::TensorProto::FLOAT);
+  t->mutable_shape()->add_dim()->set_dim_param("batch");
+  for (int64_t d : dims) t->mutable_shape()->add_dim()->set_dim_value(d);
+  return m;
+}
+
 // Input 0's dim 0 becomes a dynamic batch (dim_param "batch").
 inline void SetDynamicBatch(onnx::ModelProto* m) {
   m->mutable_graph()
