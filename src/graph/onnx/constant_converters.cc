@@ -482,24 +482,12 @@ absl::Status WhereNode(ImportContext& ctx, const Node& node) {
     ASSIGN_OR_RETURN(std::string yd, FiniteData(ctx, node, 2));
     // Integer branches (ids picked by a mask): in float32, exact for the
     // small integers ids are, and cast back.
-    bool integer = false;
-    for (std::string* branch : {&xd, &yd}) {
-      ASSIGN_OR_RETURN(TensorType t, ctx.TypeOf(*branch));
-      if (t.dtype != DType::kI64) continue;
-      integer = true;
-      Attrs to_float;
-      to_float.SetString("to", "f32");
-      ASSIGN_OR_RETURN(*branch, ctx.b().Add("Cast", {*branch}, std::move(to_float),
-                                            node.name() + "/branch_f32"));
-    }
-    ASSIGN_OR_RETURN(std::string diff, ctx.b().Add("Sub", {xd, yd}, {}, node.name() + "/diff"));
+    std::vector<std::string> branches = {xd, yd};
+    ASSIGN_OR_RETURN(const bool integer, CastIntsToFloat(ctx, node, &branches));
+    ASSIGN_OR_RETURN(std::string diff, ctx.b().Add("Sub", branches, {}, node.name() + "/diff"));
     ASSIGN_OR_RETURN(std::string picked,
                      ctx.b().Add("Mul", {cond, diff}, {}, node.name() + "/picked"));
-    if (!integer) return ctx.Emit(node, "Add", {yd, picked}, {});
-    ASSIGN_OR_RETURN(std::string sum, ctx.b().Add("Add", {yd, picked}, {}, node.name() + "/f32"));
-    Attrs to_int;
-    to_int.SetString("to", "i64");
-    return ctx.Emit(node, "Cast", {sum}, std::move(to_int));
+    return EmitLastOp(ctx, node, "Add", {branches[1], picked}, {}, integer);
   }
   absl::StatusOr<Broadcast> bc = BroadcastDims({c->dims(), x->dims(), y->dims()});
   if (!bc.ok()) return absl::InvalidArgumentError(absl::StrCat("Where: ", bc.status().message()));
@@ -525,25 +513,14 @@ absl::Status ModOfData(ImportContext& ctx, const Node& node) {
         "of data, are)");
   }
   std::vector<std::string> in(2);
-  bool integer = false;
   for (int i = 0; i < 2; ++i) {
     ASSIGN_OR_RETURN(in[i], ctx.Data(node, i));
-    ASSIGN_OR_RETURN(TensorType t, ctx.TypeOf(in[i]));
-    if (t.dtype != DType::kI64) continue;
-    integer = true;
-    Attrs to_float;
-    to_float.SetString("to", "f32");
-    ASSIGN_OR_RETURN(in[i], ctx.b().Add("Cast", {in[i]}, std::move(to_float),
-                                        absl::StrCat(at, "/in", i, "_f32")));
   }
+  ASSIGN_OR_RETURN(const bool integer, CastIntsToFloat(ctx, node, &in));
   ASSIGN_OR_RETURN(std::string q, ctx.b().Add("Div", {in[0], in[1]}, {}, at + "/quotient"));
   ASSIGN_OR_RETURN(std::string whole, ctx.b().Add("Floor", {q}, {}, at + "/floor"));
   ASSIGN_OR_RETURN(std::string taken, ctx.b().Add("Mul", {in[1], whole}, {}, at + "/taken"));
-  if (!integer) return ctx.Emit(node, "Sub", {in[0], taken}, {});
-  ASSIGN_OR_RETURN(std::string r, ctx.b().Add("Sub", {in[0], taken}, {}, at + "/f32"));
-  Attrs to_int;
-  to_int.SetString("to", "i64");
-  return ctx.Emit(node, "Cast", {r}, std::move(to_int));
+  return EmitLastOp(ctx, node, "Sub", {in[0], taken}, {}, integer);
 }
 
 // Mod of constants (index arithmetic, e.g. window positions): folded, with

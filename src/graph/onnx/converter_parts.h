@@ -56,6 +56,13 @@ absl::Status Logical(ImportContext& ctx, const Node& node);
 // exact below 2^24) and cast back to int64: integer data (ids, counts).
 absl::Status EmitInFloat(ImportContext& ctx, const Node& node, const std::string& type,
                          const std::vector<std::string>& inputs, Attrs attrs);
+// The same in two steps, for ops built of several: each int64 tensor of
+// `tensors` replaced by its float32 cast (true when any was), then `node`'s
+// output as op `type` of `inputs`, cast back to int64 when `integer`.
+absl::StatusOr<bool> CastIntsToFloat(ImportContext& ctx, const Node& node,
+                                     std::vector<std::string>* tensors);
+absl::Status EmitLastOp(ImportContext& ctx, const Node& node, const std::string& type,
+                        const std::vector<std::string>& inputs, Attrs attrs, bool integer);
 // Activations and windowed layers (layer_converters.cc).
 absl::Status LeakyRelu(ImportContext& ctx, const Node& node);
 absl::Status HardSigmoidLike(ImportContext& ctx, const Node& node);

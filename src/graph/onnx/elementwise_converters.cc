@@ -188,25 +188,37 @@ absl::Status ConstantOnlyUnary(ImportContext& ctx, const Node& node) {
       "depends on the model's inputs or parameters"));
 }
 
+absl::StatusOr<bool> CastIntsToFloat(ImportContext& ctx, const Node& node,
+                                     std::vector<std::string>* tensors) {
+  const std::string at = node.name().empty() ? node.op_type() : node.name();
+  bool any = false;
+  for (size_t i = 0; i < tensors->size(); ++i) {
+    ASSIGN_OR_RETURN(TensorType t, ctx.TypeOf((*tensors)[i]));
+    if (t.dtype != DType::kI64) continue;
+    any = true;
+    Attrs to_float;
+    to_float.SetString("to", "f32");
+    ASSIGN_OR_RETURN((*tensors)[i], ctx.b().Add("Cast", {(*tensors)[i]}, std::move(to_float),
+                                                absl::StrCat(at, "/in", i, "_f32")));
+  }
+  return any;
+}
+
+absl::Status EmitLastOp(ImportContext& ctx, const Node& node, const std::string& type,
+                        const std::vector<std::string>& inputs, Attrs attrs, bool integer) {
+  if (!integer) return ctx.Emit(node, type, inputs, std::move(attrs));
+  const std::string at = node.name().empty() ? node.op_type() : node.name();
+  ASSIGN_OR_RETURN(std::string f, ctx.b().Add(type, inputs, std::move(attrs), at + "/f32"));
+  Attrs to_int;
+  to_int.SetString("to", "i64");
+  return ctx.Emit(node, "Cast", {f}, std::move(to_int));
+}
+
 absl::Status EmitInFloat(ImportContext& ctx, const Node& node, const std::string& type,
                          const std::vector<std::string>& inputs, Attrs attrs) {
-  const std::string at = node.name().empty() ? type : node.name();
-  Attrs to_float, to_int;
-  to_float.SetString("to", "f32");
-  to_int.SetString("to", "i64");
-  std::vector<std::string> floats;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    ASSIGN_OR_RETURN(TensorType t, ctx.TypeOf(inputs[i]));
-    if (t.dtype != DType::kI64) {
-      floats.push_back(inputs[i]);
-      continue;
-    }
-    ASSIGN_OR_RETURN(std::string f, ctx.b().Add("Cast", {inputs[i]}, to_float,
-                                                absl::StrCat(at, "/in", i, "_f32")));
-    floats.push_back(f);
-  }
-  ASSIGN_OR_RETURN(std::string f, ctx.b().Add(type, floats, std::move(attrs), at + "/f32"));
-  return ctx.Emit(node, "Cast", {f}, std::move(to_int));
+  std::vector<std::string> floats = inputs;
+  RETURN_IF_ERROR(CastIntsToFloat(ctx, node, &floats).status());
+  return EmitLastOp(ctx, node, type, floats, std::move(attrs), /*integer=*/true);
 }
 
 absl::Status Binary(ImportContext& ctx, const Node& node) {
