@@ -83,6 +83,39 @@ std::string Coordinates(const ImportContext& ctx, const Node& node) {
                     LegacyResize(ctx, node) ? "asymmetric" : "half_pixel");
 }
 
+// Where a Resize (or Upsample) of [N,C,H,W] `in` goes: H and W out, and
+// their scales (out / in when given sizes; floor(in · scale) out when given
+// scales, as ONNX defines it). Errors: INVALID_ARGUMENT unless constant
+// sizes or scales that keep N and C.
+struct ResizeTarget {
+  int64_t out[2];
+  double scale[2];
+};
+absl::StatusOr<ResizeTarget> TargetOf(ImportContext& ctx, const Node& node, const Shape& in) {
+  ResizeTarget r;
+  if (const Tensor* z = ctx.ConstantInput(node, 3); z != nullptr && z->numel() == 4) {
+    // Sizes: the batch's entry may be the import's batch; N and C stay.
+    for (int i = 0; i < 2; ++i) {
+      r.out[i] = z->i64()[2 + i];
+      r.scale[i] = static_cast<double>(r.out[i]) / static_cast<double>(in.dim(2 + i).value);
+    }
+    return r;
+  }
+  const Tensor* s = ctx.ConstantInput(node, ScalesInput(ctx, node));
+  if (s == nullptr || s->numel() == 0) {
+    return absl::InvalidArgumentError(node.op_type() + " needs constant scales or sizes");
+  }
+  if (s->numel() != 4 || s->f32()[0] != 1 || s->f32()[1] != 1) {
+    return absl::InvalidArgumentError(node.op_type() + " may scale only H and W of [N,C,H,W]");
+  }
+  for (int i = 0; i < 2; ++i) {
+    r.scale[i] = s->f32()[2 + i];
+    r.out[i] =
+        static_cast<int64_t>(std::floor(static_cast<double>(in.dim(2 + i).value) * r.scale[i]));
+  }
+  return r;
+}
+
 // Bilinear Resize (F.interpolate(mode="bilinear"), either corner
 // alignment) of [N,C,H,W] to a constant size or by constant scales.
 absl::Status ResizeLinear(ImportContext& ctx, const Node& node) {
@@ -99,22 +132,8 @@ absl::Status ResizeLinear(ImportContext& ctx, const Node& node) {
   if (t.shape.rank() != 4) {
     return absl::InvalidArgumentError("bilinear Resize is supported on [N,C,H,W] inputs only");
   }
-  int64_t out[2];
-  if (const Tensor* z = ctx.ConstantInput(node, 3); z != nullptr && z->numel() == 4) {
-    out[0] = z->i64()[2];
-    out[1] = z->i64()[3];
-  } else if (const Tensor* sc = ctx.ConstantInput(node, ScalesInput(ctx, node));
-             sc != nullptr && sc->numel() == 4) {
-    if (sc->f32()[0] != 1 || sc->f32()[1] != 1) {
-      return absl::InvalidArgumentError(node.op_type() + " may scale only H and W of [N,C,H,W]");
-    }
-    for (int i = 0; i < 2; ++i) {
-      out[i] = static_cast<int64_t>(
-          std::floor(static_cast<double>(t.shape.dim(2 + i).value) * sc->f32()[2 + i]));
-    }
-  } else {
-    return absl::InvalidArgumentError(node.op_type() + " needs constant scales or sizes");
-  }
+  ASSIGN_OR_RETURN(const ResizeTarget target, TargetOf(ctx, node, t.shape));
+  const int64_t* out = target.out;
   Attrs a;
   a.SetInt("out_h", out[0]);
   a.SetInt("out_w", out[1]);
@@ -579,31 +598,16 @@ absl::Status Resize(ImportContext& ctx, const Node& node) {
   if (t.shape.rank() != 4) {
     return absl::InvalidArgumentError("Resize is supported on [N,C,H,W] inputs only");
   }
-  std::vector<double> scales;
-  if (const Tensor* s = ctx.ConstantInput(node, ScalesInput(ctx, node));
-      s != nullptr && s->numel() > 0) {
-    for (int64_t i = 0; i < s->numel(); ++i) scales.push_back(s->f32()[i]);
-  } else if (const Tensor* z = ctx.ConstantInput(node, 3); z != nullptr && z->numel() == 4) {
-    // Sizes: the batch's entry may be the import's batch; N and C stay.
-    scales = {1, 1};
-    for (int i = 2; i < 4; ++i) {
-      scales.push_back(static_cast<double>(z->i64()[i]) /
-                       static_cast<double>(t.shape.dim(i).value));
-    }
-  } else {
-    return absl::InvalidArgumentError(node.op_type() + " needs constant scales or sizes");
-  }
-  if (scales.size() != 4 || scales[0] != 1 || scales[1] != 1) {
-    return absl::InvalidArgumentError(node.op_type() + " may scale only H and W of [N,C,H,W]");
-  }
-  if (scales[2] <= 1 && scales[3] <= 1 && (scales[2] < 1 || scales[3] < 1)) {
+  ASSIGN_OR_RETURN(const ResizeTarget target, TargetOf(ctx, node, t.shape));
+  const double* scales = target.scale;
+  if (scales[0] <= 1 && scales[1] <= 1 && (scales[0] < 1 || scales[1] < 1)) {
     // Down by whole factors k (F.interpolate(scale_factor=1/k)): every
     // k-th row and column from the one the coordinates and rounding pick
     // (0 when asymmetric; half_pixel: k·i + (k − 1)/2, a half rounded as
     // nearest_mode says), a strided Slice.
     Attrs a;
     std::vector<int64_t> starts, ends, axes, steps;
-    for (int i = 2; i < 4; ++i) {
+    for (int i = 0; i < 2; ++i) {
       const double inv = 1.0 / scales[i];
       const int64_t k = std::llround(inv);
       if (k < 1 || std::fabs(inv - static_cast<double>(k)) > 1e-6) {
@@ -611,9 +615,7 @@ absl::Status Resize(ImportContext& ctx, const Node& node) {
             absl::StrCat("Resize by ", scales[i],
                          " is not supported (whole factors up, and down by 1/k for whole k, are)"));
       }
-      const int64_t in = t.shape.dim(i).value;
-      const int64_t out =
-          static_cast<int64_t>(std::floor(static_cast<double>(in) * scales[i] + 1e-6));
+      const int64_t out = target.out[i];
       if (out < 1) return absl::InvalidArgumentError("Resize: the output would be empty");
       int64_t first = 0;
       if (coords != "asymmetric" && !(coords == "pytorch_half_pixel" && out == 1)) {
@@ -621,7 +623,7 @@ absl::Status Resize(ImportContext& ctx, const Node& node) {
       }
       starts.push_back(first);
       ends.push_back(first + (out - 1) * k + 1);
-      axes.push_back(i);
+      axes.push_back(2 + i);
       steps.push_back(k);
     }
     a.SetInts("starts", starts);
@@ -631,7 +633,7 @@ absl::Status Resize(ImportContext& ctx, const Node& node) {
     return ctx.Emit(node, "Slice", {x}, std::move(a));
   }
   std::vector<int64_t> whole;
-  for (int i = 2; i < 4; ++i) {
+  for (int i = 0; i < 2; ++i) {
     if (scales[i] < 1 || scales[i] != std::floor(scales[i])) {
       return absl::InvalidArgumentError(
           absl::StrCat("Resize by ", scales[i],
