@@ -19,7 +19,8 @@ std::vector<Slice> SplitBatch(const std::vector<std::pair<int, int>>& replicas, 
   std::vector<Slice> out;
   if (total <= 0) return out;
   // Rows in proportion to the counts: each device its whole share, the
-  // rows left over one each to the largest fractions (ties: the earlier).
+  // rows left over one each to the largest fractions (ties: the most
+  // replicas, then the earlier).
   std::vector<int64_t> rows;
   std::vector<size_t> by_fraction;
   int64_t given = 0;

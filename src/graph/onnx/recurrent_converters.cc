@@ -2,9 +2,10 @@
 // or two directions, the layers exported one node each) unrolled over
 // their fixed sequence length into Quilt ops: the input projection of
 // every step at once (a MatMul of X [T, B, I]), then per step the
-// recurrent MatMul, the gates (Split, Sigmoid, Tanh) and the state update. Gate orders are ONNX's
-// (LSTM: i, o, f, c; GRU: z, r, h, with the reset gate applied after the recurrent product:
-// linear_before_reset = 1, as PyTorch exports). Refused: variable sequence lengths, peepholes,
+// recurrent MatMul, the gates (Split, Sigmoid, Tanh) and the state update.
+// Gate orders are ONNX's (LSTM: i, o, f, c; GRU: z, r, h, with the reset
+// gate applied after the recurrent product: linear_before_reset = 1, as
+// PyTorch exports). Refused: variable sequence lengths, peepholes,
 // clipping, other activations, layout 1.
 #include <algorithm>
 #include <string>
@@ -173,19 +174,15 @@ absl::Status Recurrent(ImportContext& ctx, const Node& node) {
     for (int64_t k = 0; k < steps; ++k) {
       const int64_t t = backward ? steps - 1 - k : k;
       ASSIGN_OR_RETURN(std::string xs, u.Take(xw, 0, t, t + 1, true));  // [B, G·H]
+      // x·Wᵀ + b + h·Rᵀ (LSTM and RNN: the biases are in the projection).
+      std::string g = xs;
+      if ((lstm || rnn) && !h.empty()) {
+        ASSIGN_OR_RETURN(std::string hr, u.Op("MatMul", {h, rt}));
+        ASSIGN_OR_RETURN(g, u.Op("Add", {xs, hr}));
+      }
       if (rnn) {
-        std::string g = xs;
-        if (!h.empty()) {
-          ASSIGN_OR_RETURN(std::string hr, u.Op("MatMul", {h, rt}));
-          ASSIGN_OR_RETURN(g, u.Op("Add", {xs, hr}));
-        }
         ASSIGN_OR_RETURN(h, u.Op(activation, {g}));
       } else if (lstm) {
-        std::string g = xs;
-        if (!h.empty()) {
-          ASSIGN_OR_RETURN(std::string hr, u.Op("MatMul", {h, rt}));
-          ASSIGN_OR_RETURN(g, u.Op("Add", {xs, hr}));
-        }
         ASSIGN_OR_RETURN(std::vector<std::string> p, u.Split(g, 4));
         ASSIGN_OR_RETURN(std::string i, u.Op("Sigmoid", {p[0]}));
         ASSIGN_OR_RETURN(std::string o, u.Op("Sigmoid", {p[1]}));
