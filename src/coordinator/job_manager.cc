@@ -69,6 +69,7 @@ absl::Status JobManager::Load() {
         job.end_step = std::max(job.end_step, task.step());
       }
       for (const std::string& n : job.record.world()) job.unheard_at_end.insert(n);
+      job.grace_from = clock_->Now();
     }
     if (job.loaded_ended) continue;
     if (!ended) {
@@ -84,7 +85,13 @@ absl::Status JobManager::Load() {
     // they are stored, and send them again.
     ASSIGN_OR_RETURN(const int64_t stored, store_->LastLossStep(id));
     job.losses_first = stored + 1;
-    for (const auto& [node, task] : job.record.tasks()) job.next_step[node] = job.losses_first;
+    for (const auto& [node, task] : job.record.tasks()) {
+      job.next_step[node] = job.losses_first;
+      // An executor that ended with every step it ran stored was forgotten
+      // by its worker (the receipt said so), which reports it no more: it
+      // is heard, or the job would wait for it forever.
+      if (!ended && TaskEnded(task.state()) && task.step() <= stored) job.heard.insert(node);
+    }
   }
   return absl::OkStatus();
 }
@@ -386,7 +393,9 @@ void JobManager::ApplyReport(Job* job, const std::string& node,
     job->end_step = std::max(job->end_step, report.step());
   }
   const int64_t limit = ended ? job->end_step : INT64_MAX;
-  if (!ended || TaskEnded(report.state())) t.set_state(report.state());
+  // (An executor's end is final: a late report of it running, one that
+  // waited out a retry, does not undo it.)
+  if ((!ended && !TaskEnded(t.state())) || TaskEnded(report.state())) t.set_state(report.state());
   t.set_step(std::max(t.step(), std::min(report.step(), limit)));
   if (!ended && !report.message().empty()) t.set_message(report.message());
   if (!ended && r.status().message() == kAwaitingReports) r.mutable_status()->set_message("");
@@ -636,7 +645,8 @@ void JobManager::CloseEnded(const std::map<std::string, std::string>& down) {
   for (auto& [id, job] : jobs_) {
     const quilt::v1::JobStatus& st = job.record.status();
     if (!Ended(st.state()) || job.loaded_ended || job.closed) continue;
-    bool done = clock_->Now() - FromProtoTime(st.finished_at()) >= kLateStepsGrace;
+    const absl::Time from = std::max(FromProtoTime(st.finished_at()), job.grace_from);
+    bool done = clock_->Now() - from >= kLateStepsGrace;
     if (!done) {
       done = true;
       for (const std::string& node : job.record.world()) {

@@ -157,6 +157,10 @@ class JobManager {
     bool cancelled_unheard = false;
     // It had ended when this coordinator loaded it (its steps are stored).
     bool loaded_ended = false;
+    // When the late steps' grace began: the end, or for a job loaded ended
+    // but open, the load (the time the coordinator was away does not
+    // count: its workers could not send).
+    absl::Time grace_from = absl::InfinitePast();
     // Ended, and no more steps will come (CloseEnded): steps through
     // end_step are settled, a part still missing is NaN.
     bool closed = false;

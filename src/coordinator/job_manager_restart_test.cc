@@ -337,5 +337,69 @@ TEST_F(JobManagerTest, AFailedJobKeepsTheLossesOfStepsEveryRankFinishedBeforeIt)
   EXPECT_EQ(r.receipts(0).stored_step(), INT64_MAX);
 }
 
+TEST_F(JobManagerTest, AnExecutorItsWorkerForgotBeforeARestartDoesNotHoldTheJobBack) {
+  const std::string id = AddJob(4);
+  Beat("a", {Report(id, quilt::v1::TASK_STATE_RUNNING, 1, {1.0})});
+  Beat("b", {Report(id, quilt::v1::TASK_STATE_RUNNING, 1, {1.0})});
+  // b ran every step and writes its final checkpoint; a finished: its end
+  // is stored with every step it ran, the receipt says so, and a's worker
+  // forgets the executor (it reports it no more).
+  Beat("b", {Report(id, quilt::v1::TASK_STATE_RUNNING, 2, {1.0, 1.0, 1.0})});
+  HeartbeatResponse a = Beat("a", {Report(id, quilt::v1::TASK_STATE_SUCCEEDED, 2, {1, 1, 1})});
+  ASSERT_THAT(a.receipts(), SizeIs(1));
+  ASSERT_EQ(a.receipts(0).stored_step(), 4);
+  Reopen();
+  Beat("a");
+  EXPECT_EQ(Status(id).state(), quilt::v1::JOB_STATE_RUNNING);
+  TaskReport b_done = Report(id, quilt::v1::TASK_STATE_SUCCEEDED, 5, {});
+  b_done.set_step(4);
+  Beat("b", {b_done});
+  EXPECT_EQ(Status(id).state(), quilt::v1::JOB_STATE_SUCCEEDED) << Status(id).message();
+  EXPECT_THAT(Status(id).message(), HasSubstr("4 steps, final loss 2"));
+  EXPECT_THAT(*jobs_->Losses(id), ElementsAre(2.0, 2.0, 2.0, 2.0));
+}
+
+TEST_F(JobManagerTest, ALateReportOfAnExecutorRunningDoesNotUndoItsEnd) {
+  const std::string id = AddJob(4);
+  Beat("a", {Report(id, quilt::v1::TASK_STATE_RUNNING, 1, {1.0})});
+  Beat("b", {Report(id, quilt::v1::TASK_STATE_RUNNING, 1, {1.0})});
+  Beat("b", {Report(id, quilt::v1::TASK_STATE_RUNNING, 2, {1.0, 1.0, 1.0})});
+  Beat("a", {Report(id, quilt::v1::TASK_STATE_SUCCEEDED, 2, {1, 1, 1})});
+  // A heartbeat of a sent before its end, retried, lands after it; then a's
+  // worker, which has the end stored, reports the executor no more.
+  Beat("a", {Report(id, quilt::v1::TASK_STATE_RUNNING, 2, {1.0})});
+  Beat("a");
+  EXPECT_EQ(Status(id).state(), quilt::v1::JOB_STATE_RUNNING) << Status(id).message();
+  TaskReport b_done = Report(id, quilt::v1::TASK_STATE_SUCCEEDED, 5, {});
+  b_done.set_step(4);
+  Beat("b", {b_done});
+  EXPECT_EQ(Status(id).state(), quilt::v1::JOB_STATE_SUCCEEDED) << Status(id).message();
+}
+
+TEST_F(JobManagerTest, TheLateStepsGraceOfAnEndedJobCountsFromARestartNotFromTheEnd) {
+  const std::string id = AddJob(100);
+  Beat("a", {Report(id, quilt::v1::TASK_STATE_RUNNING, 1, {1.0})});
+  Beat("b", {Report(id, quilt::v1::TASK_STATE_RUNNING, 1, {1.0})});
+  // b fails after steps 2-3; a had finished them too but not sent them.
+  TaskReport failed = Report(id, quilt::v1::TASK_STATE_FAILED, 2, {1.0, 1.0});
+  failed.set_message("the loss is nan at step 4");
+  Beat("b", {failed});
+  ASSERT_EQ(Status(id).state(), quilt::v1::JOB_STATE_FAILED);
+  // The coordinator stops at once and is away for longer than the grace.
+  clock_.Advance(JobManager::kLateStepsGrace * 2);
+  Reopen();
+  jobs_->CheckNodes();
+  // Both workers send the steps they kept again.
+  failed.set_kept_from_step(2);
+  Beat("b", {failed});
+  TaskReport a_steps = Report(id, quilt::v1::TASK_STATE_RUNNING, 2, {1.0, 1.0});
+  a_steps.set_kept_from_step(2);
+  Beat("a", {a_steps});
+  clock_.Advance(JobManager::kLateStepsGrace + absl::Seconds(1));
+  jobs_->CheckNodes();
+  EXPECT_EQ(Status(id).step(), 3);
+  EXPECT_THAT(*jobs_->Losses(id), ElementsAre(2.0, 2.0, 2.0));
+}
+
 }  // namespace
 }  // namespace quilt

@@ -200,7 +200,9 @@ TEST_F(JobManagerTest, AFailedJobsStepsWithoutTheStoppedNodesPartsAreNaNOnceItIs
       clock_.Advance(d);
       ASSERT_THAT(registry_->Heartbeat("a", grace * 3 + 1), IsOk());
       ASSERT_THAT(registry_->Heartbeat("b", grace * 3 + 2), IsOk());
-      if (c_alive) ASSERT_THAT(registry_->Heartbeat("c", grace * 3 + 3), IsOk());
+      if (c_alive) {
+        ASSERT_THAT(registry_->Heartbeat("c", grace * 3 + 3), IsOk());
+      }
       registry_->CheckLiveness();
       jobs_->CheckNodes();
     };
