@@ -7,6 +7,7 @@
 #include "src/common/status.h"
 #include "src/common/status_matchers.h"
 #include "src/graph/autodiff.h"
+#include "src/graph/graph_builder.h"
 #include "src/graph/zoo/zoo.h"
 #include "src/runtime/data/dataset.h"
 #include "src/runtime/data/npy.h"
@@ -173,6 +174,59 @@ TEST(Synthetic, TargetsOfTheModelsOwnLossAreInTheUnitInterval) {
       EXPECT_LT(hi, 1.0f);
     }
   }
+}
+
+// A token model with float targets (a regression on the tokens): targets
+// in (−1, 1), spread out, and a function of the sample's tokens alone.
+TEST(Synthetic, TokenInputsWithFloatTargetsGetFloatTargetsOfTheTokens) {
+  Graph g;
+  GraphBuilder b(&g);
+  ASSERT_THAT(b.AddInput("ids", DType::kI64, Shape({Dim::Batch(), Dim::Fixed(6)})), IsOk());
+  InitializerSpec n;
+  n.kind = InitializerSpec::Kind::kNormal;
+  n.stddev = 0.1;
+  ASSERT_THAT(b.AddParameter("emb", Shape::Fixed({50, 8}), n), IsOk());
+  ASSERT_THAT(b.AddParameter("w", Shape::Fixed({8, 1}), n), IsOk());
+  ASSERT_THAT(b.Add("Gather", {"emb", "ids"}, {}, "e"), IsOk());
+  Attrs mean;
+  mean.SetInts("axes", {1});
+  mean.SetInt("keepdims", 0);
+  ASSERT_THAT(b.Add("ReduceMean", {"e"}, std::move(mean), "m"), IsOk());
+  ASSERT_THAT(b.Add("MatMul", {"m", "w"}, {}, "y"), IsOk());
+  g.outputs = {"y"};
+  TrainingOptions o;
+  o.loss = LossType::kMse;
+  o.optimizer.kind = OptimizerSpec::Kind::kSgd;
+  ASSERT_THAT(BuildTrainingGraph(&g, o), IsOk());
+  absl::StatusOr<DataSignature> sig = DataSignatureOf(g);
+  ASSERT_THAT(sig, IsOk());
+  auto d = MakeSyntheticDataset(g, *sig, 3);
+  ASSERT_THAT(d, IsOk());
+  Tensor x, y, x5, y5;
+  ASSERT_THAT((*d)->Batch(0, 256, &x, &y), IsOk());
+  ASSERT_THAT((*d)->Batch(10, 5, &x5, &y5), IsOk());
+  ASSERT_EQ(y.dtype(), DType::kF32);
+  ASSERT_EQ(y.numel(), 256);
+  float lo = 1, hi = -1;
+  for (int64_t i = 0; i < y.numel(); ++i) {
+    lo = std::min(lo, y.f32()[i]);
+    hi = std::max(hi, y.f32()[i]);
+    for (int j = 0; j < 6; ++j) {
+      ASSERT_GE(x.i64()[i * 6 + j], 0);
+      ASSERT_LT(x.i64()[i * 6 + j], 50);
+    }
+  }
+  EXPECT_GT(lo, -1.0f);
+  EXPECT_LT(hi, 1.0f);
+  EXPECT_GT(hi, lo + 0.5f);
+  for (int k = 0; k < 5; ++k) EXPECT_EQ(y5.f32()[k], y.f32()[10 + k]);
+  // Samples with the same tokens have the same target; others differ.
+  int same = 0, differ = 0;
+  for (int64_t i = 1; i < 256; ++i) {
+    const bool tokens_equal = std::equal(x.i64() + i * 6, x.i64() + i * 6 + 6, x.i64());
+    (y.f32()[i] == y.f32()[0]) == tokens_equal ? ++same : ++differ;
+  }
+  EXPECT_EQ(differ, 0);
 }
 
 // The inputs are unit normals around ±0.5 class centres: second moment

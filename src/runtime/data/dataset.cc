@@ -106,11 +106,26 @@ class SyntheticDataset final : public Dataset {
                                    static_cast<float>(vocab_)) %
               vocab_;
         }
+        const int64_t* tokens = input->i64() + i * f;
         for (int64_t k = 0; k < p; ++k) {
-          // Per-token labels: a function of the token (learnable through
-          // the embedding), not the token itself, which a model whose
-          // output projection is its embedding predicts from the start.
-          label->i64()[i * p + k] = (input->i64()[i * f + (k % f)] * 3 + 1) % classes_;
+          if (label->dtype() == DType::kI64) {
+            // Per-token labels: a function of the token (learnable through
+            // the embedding), not the token itself, which a model whose
+            // output projection is its embedding predicts from the start.
+            label->i64()[i * p + k] = (tokens[k % f] * 3 + 1) % classes_;
+            continue;
+          }
+          // Float targets: tanh of a sum of per-token values (learnable
+          // through the embedding, pooled) over up to 32 strided tokens.
+          const int64_t used = std::min<int64_t>(f, 32), stride = std::max<int64_t>(1, f / used);
+          double s = 0;
+          for (int64_t j = 0; j < used; ++j) {
+            const uint64_t key =
+                (static_cast<uint64_t>(k) << 32) ^ static_cast<uint64_t>(tokens[j * stride]);
+            s += 2.0 * CounterUniform(seed_ ^ 0x70f1a7ULL, key) - 1.0;
+          }
+          const double t = std::tanh(s / std::sqrt(double(used)) * 2);
+          label->f32()[i * p + k] = static_cast<float>(unit_labels_ ? 0.5 * (t + 1) : t);
         }
         continue;
       }
