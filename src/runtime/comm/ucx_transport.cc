@@ -173,7 +173,12 @@ class UcxTransport final : public Transport {
     // Posted even when the peer is gone: what it sent before it went may
     // wait among the unexpected messages, and matches now.
     ucp_request_param_t p = {};
-    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    // Never completed in place: a message waiting among the unexpected ones
+    // would give its length only through recv_info, which UCX does not
+    // fill on every path (and a shorter message is no error to UCX). The
+    // callback always has it.
+    p.op_attr_mask =
+        UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
     p.cb.recv = &UcxTransport::OnRecv;
     p.user_data = op;
     const uint64_t id = op->id;

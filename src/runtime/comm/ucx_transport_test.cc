@@ -1,6 +1,7 @@
 // The UCX transport between two processes on this machine (the test and a
 // forked child): large and small messages arrive intact both ways over the
-// same-machine endpoints, a message of the wrong size is reported, and a
+// same-machine endpoints, a message of the wrong size is reported (a
+// shorter one waiting before the receive too), and a
 // peer killed while a large send to it and a receive from it wait fails
 // both, naming the peer, within seconds — the endpoint that carries the
 // data has no failure handling of its own, so this checks the one that
@@ -70,6 +71,9 @@ TEST(UcxTransportTest, LargeAndSmallMessagesArriveIntactBothWays) {
     if (!SendSync(t, 0, Tag(3), big.data(), kLarge, deadline).ok()) return 3;
     char oversize[100] = {};
     if (!SendSync(t, 0, Tag(4), oversize, sizeof(oversize), deadline).ok()) return 4;
+    // Shorter than expected, and there before the receive is posted.
+    char undersize[16] = {};
+    if (!SendSync(t, 0, Tag(5), undersize, sizeof(undersize), deadline).ok()) return 6;
     return Barrier(t, 1, deadline).ok() ? 0 : 5;
   });
   absl::StatusOr<std::unique_ptr<Transport>> t = Connect(0, dir.path());
@@ -89,6 +93,11 @@ TEST(UcxTransportTest, LargeAndSmallMessagesArriveIntactBothWays) {
   EXPECT_EQ(wrong.code(), absl::StatusCode::kDataLoss) << wrong;
   EXPECT_THAT(wrong.message(), HasSubstr("rank 1 (child)"));
   EXPECT_THAT(Barrier(t->get(), 1, deadline), IsOk());
+  absl::SleepFor(absl::Milliseconds(100));  // the short message waits, unexpected
+  const absl::Status short_one =
+      RecvSync(t->get(), 1, Tag(5), expected, sizeof(expected), deadline);
+  EXPECT_EQ(short_one.code(), absl::StatusCode::kDataLoss) << short_one;
+  EXPECT_THAT(short_one.message(), HasSubstr("16 bytes arrived, 64 expected"));
   int status = 0;
   ASSERT_EQ(waitpid(child, &status, 0), child);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
