@@ -177,6 +177,9 @@ double CostModel::OpTime(int op, int device, int64_t rows) const {
   const auto& table = tables_[device];
   if (!table.empty() && !table[op].empty()) {
     const auto& e = table[op];
+    // An op without the batch (an update, a weight's transform) takes what
+    // it was measured to take, at whatever batch that was.
+    if (!batched_[op]) return e.back().second;
     // Linear between measured batches; proportional outside them.
     if (b <= e.front().first) return e.front().second * b / std::max<int64_t>(1, e.front().first);
     if (b >= e.back().first) return e.back().second * b / std::max<int64_t>(1, e.back().first);

@@ -224,6 +224,26 @@ TEST(Simulator, ChainOnOneDevice_TakesTheSumOfItsOps) {
   EXPECT_EQ(r.communication_bytes, 0);
 }
 
+TEST(Simulator, MeasuredTimesOfOpsWithoutTheBatchDoNotScaleWithIt) {
+  // d = Relu(w) reads the weight alone: measured at the batch of kRows, it
+  // takes that time at any batch; the batched ops scale with their rows.
+  Graph g = ChainGraph();
+  GraphBuilder b(&g);
+  ASSERT_THAT(b.Add("Relu", {"w"}, {}, "d"), IsOk());
+  quilt::v1::ClusterSpec spec = TimedSpec(1);
+  auto* timing = spec.mutable_nodes(0)->mutable_devices(0)->add_op_times();
+  timing->set_op("d");
+  timing->set_batch(kRows);
+  timing->set_time_s(3e-3);
+  auto w = MakeWorld(std::move(g), spec);
+  const int d = static_cast<int>(w->graph.ops.size()) - 1;
+  ASSERT_FALSE(w->cost.Batched(d));
+  EXPECT_NEAR(w->cost.OpTime(d, 0, 1), 3e-3, 1e-12);
+  EXPECT_NEAR(w->cost.OpTime(d, 0, kRows * 4), 3e-3, 1e-12);
+  ASSERT_TRUE(w->cost.Batched(0));
+  EXPECT_NEAR(w->cost.OpTime(0, 0, kRows * 2), 2e-3, 1e-12);
+}
+
 TEST(Simulator, Breakdown_OnTheBusiestDeviceNotTheLastToFinish) {
   // Device 0 computes a and b (3 ms), then sends a to device 1, which
   // computes b from it (2 ms) and finishes last.
