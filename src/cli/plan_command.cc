@@ -84,10 +84,11 @@ std::string RenderExplain(const quilt::v1::PlanReport& r) {
     const std::string ops =
         d.ops() == 1 ? d.first_op()
                      : absl::StrFormat("%s … %s (%d ops)", d.first_op(), d.last_op(), d.ops());
-    const std::string saves = d.needed_to_fit()  ? "needed to fit memory"
-                              : d.saved_s() == 0 ? "-"
-                              : d.saved_s() < 0  ? "-" + HumanSeconds(-d.saved_s())
-                                                 : HumanSeconds(d.saved_s());
+    const std::string saves = d.needed_to_fit()        ? "needed to fit memory"
+                              : d.saved_not_measured() ? "not measured (time budget)"
+                              : d.saved_s() == 0       ? "-"
+                              : d.saved_s() < 0        ? "-" + HumanSeconds(-d.saved_s())
+                                                       : HumanSeconds(d.saved_s());
     t.AddRow({std::to_string(d.group()), ops, d.placement(), d.aggregation(), saves});
   }
   out += t.Render() +
@@ -317,7 +318,8 @@ void AddPlanCommand(CLI::App& app, const GlobalOptions& globals, std::vector<Com
   c->add_option("--time-budget", a->time_budget_s,
                 "Seconds the planner's search may take (default 10); building the baselines "
                 "and simulating every strategy in full come on top (seconds each on hundreds "
-                "of devices)")
+                "of devices), and a plan that overflows memory in full searches again with "
+                "at least a quarter of it, up to three times")
       ->check(Positive());
   c->add_option("--max-plans", a->max_plans,
                 "Plans the planner's local search simulates once one fits (default 200; until "

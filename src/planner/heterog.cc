@@ -404,7 +404,11 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
     describe(best, k, &c);
     describe(start_state, k, &as_start);
     result.start_choices.push_back(as_start);
-    if (best.place[k] != start_state.place[k] || best.method[k] != start_state.method[k]) {
+    const bool changed =
+        best.place[k] != start_state.place[k] || best.method[k] != start_state.method[k];
+    if (changed && absl::Now() >= deadline) {
+      c.saved_not_measured = true;  // (each costs a simulation: seconds on large clusters)
+    } else if (changed) {
       PlanState back = best;
       back.place[k] = start_state.place[k];
       back.method[k] = start_state.method[k];

@@ -64,6 +64,8 @@ struct GroupChoice {
   double saved_s = 0;
   // Put back so, the plan no longer fits memory.
   bool needed_to_fit = false;
+  // Not simulated: the time budget had run out.
+  bool saved_not_measured = false;
 };
 
 struct SearchResult {

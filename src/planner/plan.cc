@@ -283,6 +283,7 @@ absl::Status PlanHeteroG(const Graph& g, const Topology& topo, const CostModel& 
     d->set_aggregation(c.aggregation);
     d->set_saved_s(c.saved_s);
     d->set_needed_to_fit(c.needed_to_fit);
+    d->set_saved_not_measured(c.saved_not_measured);
   }
   Evaluated& h = done->at(kHeteroG);
   const Evaluated* best = nullptr;

@@ -229,6 +229,7 @@ absl::Status Executor::Impl::Init() {
     dev->loss_copy = dp.loss_copy();
     devices_.push_back(std::move(dev));
   }
+  RETURN_IF_ERROR(CheckInstructions());
   for (size_t n = 0; n < nodes_.size(); ++n) {
     for (int64_t dep : nodes_[n].ins->deps()) {
       auto it = node_of_id.find(dep);

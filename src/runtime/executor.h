@@ -71,7 +71,8 @@ class Executor {
   // `world[r]`: the node whose devices process r runs (a device
   // "<node>/<kind>:<i>" belongs to <node>); this process is `rank`.
   // Errors: INVALID_ARGUMENT for programs this process cannot run (unknown
-  // ops or kernels, dependencies across processes, devices of no process).
+  // ops, kernels, tensors, peers, servers, pushes or groups, dependencies
+  // across processes, devices of no process).
   static absl::StatusOr<std::unique_ptr<Executor>> Create(quilt::v1::DistributedProgram program,
                                                           std::vector<std::string> world, int rank,
                                                           Transport* transport, Dataset* data,

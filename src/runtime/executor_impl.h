@@ -105,6 +105,8 @@ class Executor::Impl {
   ~Impl();
   absl::Status Init();
   absl::Status Run();
+  // The communication and copy instructions' names (executor_checks.cc).
+  absl::Status CheckInstructions() const;
 
   // Instruction implementations (executor_ops.cc). Compute-like ones run on
   // the device's thread and return their status; communication ones post

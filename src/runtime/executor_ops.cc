@@ -270,7 +270,12 @@ void Executor::Impl::StartAllReduce(int node) {
   spec.owner = sum;
   spec.count = total;
   const absl::Time start = absl::Now();
-  quilt::StartAllReduce(transport_, spec, [this, node, sum, ids, parts, start](absl::Status st) {
+  // (The parts are not held past the copy: each goes when its sum replaces
+  // it, so the step holds the parts and the staging buffer, as simulated.)
+  std::vector<std::vector<int64_t>> dims;
+  for (const Tensor& p : parts) dims.push_back(p.dims());
+  parts.clear();
+  quilt::StartAllReduce(transport_, spec, [this, node, sum, ids, dims, start](absl::Status st) {
     if (options_.trace) Record(node, start, true);
     if (!st.ok()) {
       Fail(node, st);
@@ -279,7 +284,7 @@ void Executor::Impl::StartAllReduce(int node) {
     Device& dev = *devices_[nodes_[node].device];
     int64_t at = 0;
     for (size_t i = 0; i < ids.size(); ++i) {
-      absl::StatusOr<Tensor> out = Tensor::Empty(DType::kF32, parts[i].dims());
+      absl::StatusOr<Tensor> out = Tensor::Empty(DType::kF32, dims[i]);
       if (!out.ok()) {
         Fail(node, out.status());
         return;

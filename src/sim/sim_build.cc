@@ -234,6 +234,7 @@ absl::Status Sim::Build() {
           collectives_.push_back(std::move(c));
         }
         node.collective = it->second;
+        node.scratch = ins.all_reduce().bytes();
         collectives_[it->second].members.push_back(n);
         for (const auto& tn : ins.all_reduce().tensors()) {
           ASSIGN_OR_RETURN(int t, TensorId(tn));
@@ -267,6 +268,8 @@ absl::Status Sim::Build() {
         node.duration =
             (acc.push_tags_size() + 1) * static_cast<double>(bytes) / speed.memory_bytes_per_s +
             speed.overhead_s;
+        node.scratch = acc.push_tags_size() * bytes;
+        node.local_deps = ins.deps_size();
         if (acc.includes_local()) {
           const int inst = Containing(t, d, 0, 0);
           if (inst >= 0) reads_.Add(n, inst);

@@ -32,6 +32,13 @@ struct Node {
   int collective = -1;  // index into collectives_
   Kind kind = Kind::kLocal;
   bool done = false;
+  // Buffers the executor holds beside the tensor instances until the node
+  // completes: an all-reduce member's staging buffer (from when it is
+  // ready), an accumulate's receive buffers, one per push (from when its
+  // own dependencies are done: the executor posts the receives then).
+  int64_t scratch = 0;
+  int local_deps = 0;  // an accumulate's dependencies not done yet
+  bool scratch_held = false;
   bool comm() const { return kind != Kind::kCompute && kind != Kind::kLocal; }
 };
 
@@ -114,6 +121,8 @@ class Sim {
   void Dispatch(int device);
   void Alloc(int inst);
   void Release(int inst);
+  void HoldScratch(int n);
+  void DropScratch(int n);
 
   const quilt::v1::DistributedProgram& prog_;
   const Graph& g_;

@@ -65,6 +65,21 @@ void Sim::Release(int i) {
   live_[inst.device] -= inst.bytes;
 }
 
+void Sim::HoldScratch(int n) {
+  Node& node = nodes_[n];
+  if (node.scratch_held || node.scratch == 0) return;
+  node.scratch_held = true;
+  live_[node.device] += node.scratch;
+  peak_[node.device] = std::max(peak_[node.device], live_[node.device]);
+}
+
+void Sim::DropScratch(int n) {
+  Node& node = nodes_[n];
+  if (!node.scratch_held) return;
+  node.scratch_held = false;
+  live_[node.device] -= node.scratch;
+}
+
 void Sim::Ready(int n) {
   Node& node = nodes_[n];
   switch (node.kind) {
@@ -81,6 +96,7 @@ void Sim::Ready(int n) {
       if (--nodes_[node.partner].pending == 0) Ready(node.partner);
       break;
     case Kind::kAllReduce: {
+      HoldScratch(n);
       Collective& c = collectives_[node.collective];
       if (++c.ready == static_cast<int>(c.members.size())) TryStartComm(c.members[0]);
       break;
@@ -270,6 +286,7 @@ void Sim::Complete(int n) {
   }
   finished([&](int m) {
     nodes_[m].done = true;
+    DropScratch(m);
     for (const int* r = reads_.b(m); r != reads_.e(m); ++r) {
       --instances_[*r].readers;
       Release(*r);
@@ -279,7 +296,12 @@ void Sim::Complete(int n) {
   if (node.comm()) FreeLinks(n);
   finished([&](int m) {
     for (const int* s = succ_.b(m); s != succ_.e(m); ++s) {
-      if (--nodes_[*s].pending == 0) Ready(*s);
+      Node& next = nodes_[*s];
+      if (next.kind == Kind::kLocal && nodes_[m].kind != Kind::kPush && next.local_deps > 0 &&
+          --next.local_deps == 0) {
+        HoldScratch(*s);  // an accumulate posts its receives
+      }
+      if (--next.pending == 0) Ready(*s);
     }
   });
 }
@@ -312,6 +334,12 @@ absl::StatusOr<SimResult> Sim::Run() {
     if (instances_[i].persistent) Alloc(static_cast<int>(i));
   }
   for (int f : feeds_) Alloc(f);
+  for (size_t n = 0; n < nodes_.size(); ++n) {
+    const Node& node = nodes_[n];
+    if (node.kind == Kind::kLocal && node.ins->has_ps_accumulate() && node.local_deps == 0) {
+      HoldScratch(static_cast<int>(n));
+    }
+  }
   // Collect first: readying a send can ready its receive, which must not be
   // readied a second time by this loop.
   std::vector<int> initially_ready;

@@ -449,6 +449,28 @@ TEST(Simulator, RingAcrossNodes_IsPacedByTheSlowestHop) {
   EXPECT_NEAR(MustSimulate(*w, p.program()).step_time_s, 2.0 * 3 * hop, 1e-9);
 }
 
+TEST(Simulator, MemoryCountsTheAllReduceStagingAndTheServersReceiveBuffers) {
+  const int64_t m = 8 << 20;
+  auto w = MakeWorld(TensorGraph(m), Spec({NodeShape{3}}));
+  {
+    // The sum goes through a staging buffer of the bucket's size.
+    ProgramBuilder p(w->topo, 1);
+    for (int d = 0; d < 2; ++d) p.Persistent(d, "g");
+    p.AllReduce({0, 1}, "g", m);
+    const SimResult r = MustSimulate(*w, p.program());
+    for (int d = 0; d < 2; ++d) EXPECT_EQ(r.devices[d].peak_memory_bytes, 2 * m) << d;
+  }
+  {
+    // Device 0 serves two workers: a receive buffer per push, then the sum.
+    ProgramBuilder p(w->topo, 1);
+    for (int d = 1; d < 3; ++d) p.Persistent(d, "g");
+    p.PushAll({1, 2}, 0, "g", m);
+    const SimResult r = MustSimulate(*w, p.program());
+    EXPECT_EQ(r.devices[0].peak_memory_bytes, 3 * m);
+    EXPECT_EQ(r.devices[1].peak_memory_bytes, m);
+  }
+}
+
 TEST(Simulator, ParameterServerFanIn_IsLimitedByTheServersLink) {
   const int64_t m = 8 << 20;
   const int k = 4;

@@ -37,6 +37,7 @@
 #include "src/planner/program_validator.h"
 #include "src/runtime/data/dataset.h"
 #include "src/runtime/data/npy.h"
+#include "src/runtime/executor.h"
 #include "src/runtime/local_trainer.h"
 #include "src/runtime/parallel.h"
 #include "src/testing/subprocess.h"
@@ -45,6 +46,7 @@
 namespace quilt::testing {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 constexpr int64_t kSteps = 10;
@@ -549,6 +551,90 @@ TEST(Executor, AKilledPeerFailsTheOthersWithAClearError) {
   EXPECT_THAT(text.str(), HasSubstr("rank 1"));
   EXPECT_THAT(text.str(), HasSubstr("the peer failed"));
   EXPECT_THAT(text.str(), HasSubstr("step "));
+}
+
+// A program whose communication names what does not exist is refused
+// before anything runs, naming the instruction, not failed mid-step.
+TEST(Executor, RefusesProgramsNamingUnknownTensorsDevicesPushesOrGroups) {
+  auto s = Prepare({"mlp", "sgd", 24}, Cluster(2, 1));
+  std::vector<int64_t> even(2, 1);
+  absl::StatusOr<quilt::v1::DistributedProgram> ring =
+      Program(*s,
+              DataParallelStrategy(s->graph, s->topo, even,
+                                   quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE, "e"),
+              24);
+  ASSERT_THAT(ring.status(), IsOk());
+  absl::StatusOr<quilt::v1::DistributedProgram> ps =
+      Program(*s,
+              DataParallelStrategy(s->graph, s->topo, even,
+                                   quilt::v1::AGGREGATION_METHOD_PARAMETER_SERVER, "p"),
+              24);
+  ASSERT_THAT(ps.status(), IsOk());
+  auto create = [](quilt::v1::DistributedProgram p) {
+    absl::StatusOr<std::unique_ptr<Executor>> e =
+        Executor::Create(std::move(p), {"w0", "w1"}, 0, nullptr, nullptr, ExecutorOptions{});
+    return e.status();
+  };
+  // Unchanged, they get as far as the missing dataset.
+  EXPECT_THAT(create(*ring), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("dataset")));
+  EXPECT_THAT(create(*ps), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("dataset")));
+  // The first instruction of a kind on device `d` (the other process's
+  // too: its pulls are served here).
+  auto first = [](quilt::v1::DistributedProgram* p, int d, auto has) -> quilt::v1::Instruction* {
+    for (auto& ins : *p->mutable_devices(d)->mutable_instructions()) {
+      if (has(ins)) return &ins;
+    }
+    return nullptr;
+  };
+  auto all_reduce = [](const quilt::v1::Instruction& i) { return i.has_all_reduce(); };
+  struct Broken {
+    std::string what;
+    quilt::v1::DistributedProgram program;
+  };
+  std::vector<Broken> broken;
+  {
+    quilt::v1::DistributedProgram p = *ring;
+    quilt::v1::Instruction* ins = first(&p, 0, all_reduce);
+    ASSERT_NE(ins, nullptr);
+    ins->mutable_all_reduce()->set_tensors(0, "no-such-gradient");
+    broken.push_back({"unknown tensor 'no-such-gradient'", p});
+  }
+  {
+    quilt::v1::DistributedProgram p = *ring;
+    first(&p, 0, all_reduce)->mutable_all_reduce()->set_group(987);
+    broken.push_back({"unknown group 987", p});
+  }
+  {
+    quilt::v1::DistributedProgram p = *ring;
+    const int64_t group = first(&p, 0, all_reduce)->all_reduce().group();
+    for (auto& g : *p.mutable_groups()) {
+      if (g.id() == group) g.mutable_devices()->RemoveLast();
+    }
+    // Device 1 is no longer a member (each group lists 0, then 1).
+    broken.push_back({"not a member", p});
+  }
+  {
+    quilt::v1::DistributedProgram p = *ps;
+    quilt::v1::Instruction* pull =
+        first(&p, 1, [](const quilt::v1::Instruction& i) { return i.has_ps_pull(); });
+    ASSERT_NE(pull, nullptr);
+    pull->mutable_ps_pull()->set_server_device("w7/cpu:0");
+    broken.push_back({"server device 'w7/cpu:0', which has no program", p});
+  }
+  {
+    quilt::v1::DistributedProgram p = *ps;
+    quilt::v1::Instruction* acc =
+        first(&p, 0, [](const quilt::v1::Instruction& i) { return i.has_ps_accumulate(); });
+    ASSERT_NE(acc, nullptr);
+    acc->mutable_ps_accumulate()->set_push_tags(0, 424242);
+    broken.push_back({"waits for push 424242, which no device makes", p});
+  }
+  for (Broken& b : broken) {
+    EXPECT_THAT(create(std::move(b.program)),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         AllOf(HasSubstr("instruction "), HasSubstr(b.what))))
+        << b.what;
+  }
 }
 
 // The measured trace has every instruction of every step once, named as

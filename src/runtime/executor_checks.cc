@@ -1,0 +1,89 @@
+// Checks of a program's communication and copy instructions before the
+// executor runs any (Init): every tensor they name exists, every peer or
+// server device has a program, every push an accumulate waits for exists,
+// and every all-reduce names a group its device belongs to. A program
+// failing them is refused whole (INVALID_ARGUMENT naming the instruction)
+// rather than failing, or worse, mid-step.
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "src/common/status.h"
+#include "src/runtime/executor_impl.h"
+
+namespace quilt {
+namespace {
+
+std::string Where(const quilt::v1::DeviceProgram& dp, const quilt::v1::Instruction& ins) {
+  return absl::StrCat("instruction ", ins.id(), " on ", dp.device());
+}
+
+}  // namespace
+
+absl::Status Executor::Impl::CheckInstructions() const {
+  for (int i = 0; i < program_.devices_size(); ++i) {
+    const quilt::v1::DeviceProgram& dp = program_.devices(i);
+    for (const quilt::v1::Instruction& ins : dp.instructions()) {
+      auto tensor = [&](const std::string& name) -> absl::Status {
+        if (tensor_ids_.contains(name)) return absl::OkStatus();
+        return absl::InvalidArgumentError(
+            absl::StrCat(Where(dp, ins), " names unknown tensor '", name, "'"));
+      };
+      auto device = [&](const std::string& id, const char* role) -> absl::Status {
+        if (program_device_.contains(id)) return absl::OkStatus();
+        return absl::InvalidArgumentError(
+            absl::StrCat(Where(dp, ins), " names ", role, " '", id, "', which has no program"));
+      };
+      switch (ins.kind_case()) {
+        case quilt::v1::Instruction::kSend:
+          RETURN_IF_ERROR(tensor(ins.send().range().tensor()));
+          RETURN_IF_ERROR(device(ins.send().peer_device(), "peer device"));
+          break;
+        case quilt::v1::Instruction::kRecv:
+          RETURN_IF_ERROR(tensor(ins.recv().range().tensor()));
+          if (ins.recv().has_into()) RETURN_IF_ERROR(tensor(ins.recv().into().tensor()));
+          RETURN_IF_ERROR(device(ins.recv().peer_device(), "peer device"));
+          break;
+        case quilt::v1::Instruction::kConcat:
+          RETURN_IF_ERROR(tensor(ins.concat().target().tensor()));
+          for (const auto& part : ins.concat().parts()) RETURN_IF_ERROR(tensor(part.tensor()));
+          break;
+        case quilt::v1::Instruction::kAllReduce: {
+          for (const std::string& t : ins.all_reduce().tensors()) RETURN_IF_ERROR(tensor(t));
+          auto group = groups_.find(ins.all_reduce().group());
+          if (group == groups_.end()) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                Where(dp, ins), " all-reduces over unknown group ", ins.all_reduce().group()));
+          }
+          if (std::find(group->second.begin(), group->second.end(), i) == group->second.end()) {
+            return absl::InvalidArgumentError(
+                absl::StrCat(Where(dp, ins), " all-reduces over group ", ins.all_reduce().group(),
+                             ", which its device is not a member of"));
+          }
+          break;
+        }
+        case quilt::v1::Instruction::kPsPush:
+          RETURN_IF_ERROR(tensor(ins.ps_push().gradient().tensor()));
+          RETURN_IF_ERROR(device(ins.ps_push().server_device(), "server device"));
+          break;
+        case quilt::v1::Instruction::kPsAccumulate:
+          RETURN_IF_ERROR(tensor(ins.ps_accumulate().gradient().tensor()));
+          for (int64_t tag : ins.ps_accumulate().push_tags()) {
+            if (!push_device_.contains(tag)) {
+              return absl::InvalidArgumentError(
+                  absl::StrCat(Where(dp, ins), " waits for push ", tag, ", which no device makes"));
+            }
+          }
+          break;
+        case quilt::v1::Instruction::kPsPull:
+          RETURN_IF_ERROR(tensor(ins.ps_pull().parameter().tensor()));
+          RETURN_IF_ERROR(device(ins.ps_pull().server_device(), "server device"));
+          break;
+        default:
+          break;
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace quilt
