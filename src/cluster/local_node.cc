@@ -19,9 +19,10 @@ namespace {
 double NicBandwidthBytesPerS() {
   double best_mbit = 0;
   std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator("/sys/class/net", ec)) {
-    if (entry.path().filename() == "lo") continue;
-    std::ifstream in(entry.path() / "speed");
+  for (std::filesystem::directory_iterator it("/sys/class/net", ec), end; !ec && it != end;
+       it.increment(ec)) {
+    if (it->path().filename() == "lo") continue;
+    std::ifstream in(it->path() / "speed");
     double mbit = 0;
     if (in >> mbit && mbit > best_mbit) best_mbit = mbit;
   }

@@ -14,8 +14,10 @@ std::vector<std::pair<int64_t, std::string>> CompleteSteps(
     const std::string& dir, int world, std::vector<std::pair<int64_t, std::string>>* incomplete) {
   std::vector<std::pair<int64_t, std::string>> steps;
   std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
-    const std::string name = e.path().filename().string();
+  // increment(ec): a range-for's ++ throws on a read error (shared storage
+  // failing), which would end the coordinator.
+  for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
     if (!absl::StartsWith(name, "step-")) continue;
     const std::string digits = name.substr(5);
     int64_t step = 0;
@@ -24,9 +26,10 @@ std::vector<std::pair<int64_t, std::string>> CompleteSteps(
       continue;
     }
     int missing = -1;
+    std::error_code file_ec;  // (not the iteration's)
     for (int r = 0; r < world && missing < 0; ++r) {
       if (!std::filesystem::exists(absl::StrCat(dir, "/", name, "/rank-", r, "/metrics.json"),
-                                   ec)) {
+                                   file_ec)) {
         missing = r;
       }
     }

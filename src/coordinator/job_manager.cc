@@ -522,8 +522,40 @@ void JobManager::ApplyReport(Job* job, const std::string& node,
 
 void JobManager::OnHeartbeat(const quilt::v1::HeartbeatRequest& request,
                              quilt::v1::HeartbeatResponse* response) {
-  absl::MutexLock lock(&mu_);
   const std::string& node = request.node_id();
+  // Whether the jobs this node ran and reports no more (its worker
+  // restarted) finished first: every rank wrote the final checkpoint. Read
+  // without the lock: shared storage that hangs stalls this heartbeat, not
+  // the coordinator. (Jobs only leave this set meanwhile.)
+  std::map<std::string, bool> finished_unreported;
+  {
+    std::set<std::string> reports;
+    for (const quilt::v1::TaskReport& report : request.tasks()) reports.insert(report.job_id());
+    struct Unreported {
+      std::string id, dir;
+      int world = 0;
+      int64_t steps = 0;
+    };
+    std::vector<Unreported> unreported;
+    {
+      absl::MutexLock lock(&mu_);
+      for (const auto& [id, job] : jobs_) {
+        const quilt::v1::JobRecord& r = job.record;
+        auto task = r.tasks().find(node);
+        if (task == r.tasks().end() || Ended(r.status().state()) || reports.count(id) ||
+            task->second.state() == quilt::v1::TASK_STATE_UNSPECIFIED ||
+            TaskEnded(task->second.state())) {
+          continue;
+        }
+        unreported.push_back({id, r.spec().checkpoint_dir(), r.world_size(), r.spec().steps()});
+      }
+    }
+    for (const Unreported& u : unreported) {
+      const auto steps = CompleteSteps(u.dir, u.world);
+      finished_unreported[u.id] = !steps.empty() && steps.front().first == u.steps;
+    }
+  }
+  absl::MutexLock lock(&mu_);
   std::map<std::string, bool> reported;
   for (const quilt::v1::TaskReport& report : request.tasks()) {
     reported[report.job_id()] = true;
@@ -581,8 +613,9 @@ void JobManager::OnHeartbeat(const quilt::v1::HeartbeatRequest& request,
       // has its end: this one is gone (the worker restarted). If every
       // rank wrote the final checkpoint, it finished first (the worker
       // restarted while the coordinator was away, its report lost).
-      const auto steps = CompleteSteps(r.spec().checkpoint_dir(), r.world_size());
-      if (!steps.empty() && steps.front().first == r.spec().steps()) {
+      auto finished = finished_unreported.find(id);
+      if (finished == finished_unreported.end()) continue;  // (the next heartbeat decides)
+      if (finished->second) {
         quilt::v1::TaskReport done;
         done.set_job_id(id);
         done.set_state(quilt::v1::TASK_STATE_SUCCEEDED);
