@@ -227,7 +227,13 @@ int main(int argc, char** argv) {
                                                         (*executor)->TraceLanes(),
                                                         absl::StrCat("rank ", rank, " (measured)"));
   }
-  if (!run.ok()) return Fail(std::string(run.message()));
+  if (!run.ok()) {
+    // Transfers a failed step left posted (sends UCX cannot cancel, the
+    // next hops of a collective) call back into the executor when the
+    // transport ends them: it ends first, the executor still there.
+    transport->reset();
+    return Fail(std::string(run.message()));
+  }
   if (!out_dir.empty()) {
     absl::Status w = WriteState(out_dir, rank, **executor);
     if (!w.ok()) return Fail(std::string(w.message()));
