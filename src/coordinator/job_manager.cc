@@ -446,10 +446,11 @@ void JobManager::ApplyReport(Job* job, const std::string& node,
     st->set_measured_step_time_s(mean);
     if (mean > 0) st->set_samples_per_s(static_cast<double>(r.spec().global_batch()) / mean);
   }
-  if (st->state() == quilt::v1::JOB_STATE_CANCELLED && job->cancelled_unheard) {
-    // Cancelled after a restart, before its nodes reported: if every
-    // executor had finished every step, the job succeeded before the
-    // cancel could reach it.
+  if (st->state() == quilt::v1::JOB_STATE_CANCELLED) {
+    // If every executor had finished every step (one the cancel reached
+    // reports itself cancelled), the job succeeded before the cancel could
+    // reach it: while its last reports were on their way, or, cancelled
+    // after a restart, before its nodes reported.
     bool finished = static_cast<int>(job->heard.size()) == world;
     for (const auto& [n, task_report] : r.tasks()) {
       finished = finished && task_report.state() == quilt::v1::TASK_STATE_SUCCEEDED &&
@@ -457,9 +458,9 @@ void JobManager::ApplyReport(Job* job, const std::string& node,
     }
     if (finished) {
       st->set_state(quilt::v1::JOB_STATE_SUCCEEDED);
-      st->set_message(absl::StrFormat(
-          "%d steps (finished while the coordinator was away, before the cancel reached it)",
-          r.spec().steps()));
+      st->set_message(
+          absl::StrFormat("%d steps (finished %sbefore the cancel reached it)", r.spec().steps(),
+                          job->cancelled_unheard ? "while the coordinator was away, " : ""));
       QLOG_INFO("job {}: {}", r.status().job_id(), st->message());
       job->cancelled_unheard = false;
       Changed(job);  // stored at once (OnHeartbeat stores no change of an end)

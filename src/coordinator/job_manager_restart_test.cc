@@ -180,6 +180,25 @@ TEST_F(JobManagerTest, AJobThatFinishedBeforeACancelAfterARestartReachedItSuccee
   EXPECT_EQ(Status(done).state(), quilt::v1::JOB_STATE_SUCCEEDED);
 }
 
+TEST_F(JobManagerTest, AJobWhoseLastEndWasOnItsWayWhenCancelledSucceeded) {
+  const std::string id = AddJob(4);
+  Beat("a", {Report(id, quilt::v1::TASK_STATE_RUNNING, 1, {1.0})});
+  Beat("b", {Report(id, quilt::v1::TASK_STATE_RUNNING, 1, {1.0})});
+  // a finished; b's end is on its way when the cancel comes.
+  Beat("a", {Report(id, quilt::v1::TASK_STATE_SUCCEEDED, 2, {1.0, 1.0, 1.0})});
+  ASSERT_THAT(jobs_->Cancel(id, ""), IsOk());
+  ASSERT_EQ(Status(id).state(), quilt::v1::JOB_STATE_CANCELLED);
+  Beat("b", {Report(id, quilt::v1::TASK_STATE_SUCCEEDED, 2, {1.0, 1.0, 1.0})});
+  EXPECT_EQ(Status(id).state(), quilt::v1::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(Status(id).message(), "4 steps (finished before the cancel reached it)");
+  // An executor the cancel reached says so: the job stays cancelled.
+  const std::string cut = AddJob(4);
+  Beat("a", {Report(cut, quilt::v1::TASK_STATE_SUCCEEDED, 1, {1, 1, 1, 1})});
+  ASSERT_THAT(jobs_->Cancel(cut, ""), IsOk());
+  Beat("b", {Report(cut, quilt::v1::TASK_STATE_CANCELLED, 1, {1.0, 1.0})});
+  EXPECT_EQ(Status(cut).state(), quilt::v1::JOB_STATE_CANCELLED);
+}
+
 TEST_F(JobManagerTest, StepsLostAcrossARestartAreNaNNotZero) {
   const std::string id = AddJob(100);
   Beat("a", {Report(id, quilt::v1::TASK_STATE_RUNNING, 1, {1.0})});
