@@ -508,7 +508,9 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{{"integer_ops", "sgd", 16}, 2, 1},
                       // nn.RNN unrolled; F.pad cropping feature maps.
                       Case{{"elman_rnn", "sgd", 16}, 2, 1},
-                      Case{{"cropping_pads", "sgd", 16}, 3, 1}),
+                      Case{{"cropping_pads", "sgd", 16}, 3, 1},
+                      // Grouped-query attention: key/value heads repeated.
+                      Case{{"gqa_attention", "sgd", 16}, 2, 1}),
     [](const auto& info) {
       const Case& c = info.param;
       return absl::StrCat(c.model.name, "_", c.model.optimizer, "_", c.nodes, "x", c.per_node);

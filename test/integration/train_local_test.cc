@@ -145,7 +145,8 @@ INSTANTIATE_TEST_SUITE_P(
         Fixture{"einsum_bilinear", "adam"}, Fixture{"integer_ops", "sgd"},
         Fixture{"integer_ops", "adam"}, Fixture{"elman_rnn", "sgd"}, Fixture{"elman_rnn", "adam"},
         Fixture{"cropping_pads", "sgd"}, Fixture{"cropping_pads", "adam"},
-        Fixture{"downsampler", "sgd"}, Fixture{"downsampler", "adam"}),
+        Fixture{"downsampler", "sgd"}, Fixture{"downsampler", "adam"},
+        Fixture{"gqa_attention", "sgd"}, Fixture{"gqa_attention", "adam"}),
     [](const auto& info) { return info.param.name + "_" + info.param.optimizer; });
 
 TEST(TrainLocal, SyntheticData_LossFalls) {

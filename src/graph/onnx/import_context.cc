@@ -231,7 +231,10 @@ absl::StatusOr<std::string> ImportContext::FromBatch(const std::string& name, co
       return absl::InvalidArgumentError(
           absl::StrCat("'", name,
                        "' holds a value per sample computed from the batch size (as torch.arange("
-                       "x.shape[0])); not supported: pass it in the data"));
+                       "x.shape[0])); not supported: pass it in the data. (PyTorch also exports "
+                       "an assignment into a slice of an activation, h[:, 0] = v, so: indices "
+                       "over the batch for a ScatterND, which Quilt does not train through; "
+                       "build such a tensor with torch.cat or torch.where instead)"));
     }
   }
   if (!form.affine) {

@@ -305,7 +305,8 @@ absl::StatusOr<Graph> ImportOnnx(const std::string& bytes, const OnnxImportOptio
       // (Only where the failure is about shapes.)
       const std::string why = absl::AsciiStrToLower(s.message());
       bool about_shapes = false;
-      for (const char* word : {"shape", "batch", "dim", "broadcast", "expand", "reshape"}) {
+      for (const char* word :
+           {"shape", "batch", "dim", "broadcast", "expand", "reshape", "does not match"}) {
         about_shapes = about_shapes || absl::StrContains(why, word);
       }
       const std::string hint =

@@ -415,6 +415,36 @@ TEST(OnnxImport, AStaticExportBatch_NamedWhenImportFails) {
                              HasSubstr("dynamic_axes"))));
 }
 
+TEST(OnnxImport, AStaticExportBatch_NamedWhenAConcatOfABatchSizedConstantFails) {
+  // torch.cat([h, torch.ones(x.shape[0], 1)], 1) exported at batch 2: the
+  // ones stay [2, 1] while h has the batch.
+  onnx::ModelProto m = Tiny(14);
+  auto* g = m.mutable_graph();
+  auto* ones = g->add_initializer();
+  ones->set_name("ones");
+  ones->set_data_type(onnx::TensorProto::FLOAT);
+  ones->add_dims(2);
+  ones->add_dims(1);
+  ones->add_float_data(1);
+  ones->add_float_data(1);
+  auto* c = g->add_node();
+  c->set_op_type("Concat");
+  c->set_name("cat");
+  c->add_input("y");
+  c->add_input("ones");
+  c->add_output("z");
+  auto* axis = c->add_attribute();
+  axis->set_name("axis");
+  axis->set_type(onnx::AttributeProto::INT);
+  axis->set_i(1);
+  g->clear_output();
+  g->add_output()->set_name("z");
+  EXPECT_THAT(Import(m.SerializeAsString()),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("node 'cat'"), HasSubstr("does not match"),
+                             HasSubstr("exported with a fixed batch of 2"))));
+}
+
 TEST(OnnxImport, ComparisonsAndWhereOnData_BecomeMasksOfZerosAndOnes) {
   // y (softmax output) > 0.5 as a mask selecting y or -inf: the infinity
   // becomes the largest finite float, so that 0 · fill is 0, not NaN.
