@@ -328,6 +328,16 @@ absl::StatusOr<LossType> ApplyLossFlag(const std::string& loss, Graph* g) {
     return LossType::kNone;
   }
   g->loss.type = want;
+  const TensorInfo* out = g->outputs.empty() ? nullptr : g->FindTensor(g->outputs[0]);
+  if (want == LossType::kSoftmaxCrossEntropy && out != nullptr && out->shape.rank() == 3 &&
+      !out->shape.dim(1).batch && out->shape.dim(1) == out->shape.dim(2)) {
+    // [N, K, K]: the labels' shape does not tell the two readings apart.
+    std::cerr << "quiltctl: note: the model's output is [N, " << out->shape.dim(1).value << ", "
+              << out->shape.dim(2).value
+              << "]: --loss softmax_cross_entropy takes its classes from the last axis (a "
+                 "sequence model's [N, L, V]); for classes on axis 1 ([N, C, L], as "
+                 "F.cross_entropy reads them) compute the loss inside the model\n";
+  }
   return want;
 }
 
