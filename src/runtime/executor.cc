@@ -120,7 +120,9 @@ Executor::Impl::Impl(quilt::v1::DistributedProgram program, std::vector<std::str
       data_(data),
       options_(std::move(options)) {}
 
-Executor::Impl::~Impl() {
+Executor::Impl::~Impl() { StopThreads(); }
+
+void Executor::Impl::StopThreads() {
   {
     absl::MutexLock lock(&mu_);
     stop_ = true;
@@ -663,6 +665,8 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(quilt::v1::Distribute
 }
 
 absl::Status Executor::Run() { return impl_->Run(); }
+
+void Executor::Stop() { impl_->StopThreads(); }
 
 std::vector<HeldTensor> Executor::Persistent() const {
   std::vector<HeldTensor> out;

@@ -80,6 +80,11 @@ class Executor {
   ~Executor();
 
   absl::Status Run();
+  // Ends the device threads; Run may not be called after. The executor
+  // stays, so that the transport can end before it (transfers a failed
+  // step left posted call back into the executor as they are cancelled,
+  // and the device threads use the transport).
+  void Stop();
   std::vector<HeldTensor> Persistent() const;
   const std::vector<ExecutorStep>& steps() const;
   // Measured timeline (with options.trace): lanes are local device

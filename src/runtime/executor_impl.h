@@ -105,6 +105,8 @@ class Executor::Impl {
   ~Impl();
   absl::Status Init();
   absl::Status Run();
+  // Ends the device threads (idempotent; the destructor calls it).
+  void StopThreads();
   // The communication and copy instructions' names (executor_checks.cc).
   absl::Status CheckInstructions() const;
 

@@ -230,7 +230,9 @@ int main(int argc, char** argv) {
   if (!run.ok()) {
     // Transfers a failed step left posted (sends UCX cannot cancel, the
     // next hops of a collective) call back into the executor when the
-    // transport ends them: it ends first, the executor still there.
+    // transport ends them: it ends first, the executor still there but its
+    // threads (which use the transport) stopped.
+    (*executor)->Stop();
     transport->reset();
     return Fail(std::string(run.message()));
   }
