@@ -394,8 +394,11 @@ void JobManager::ApplyReport(Job* job, const std::string& node,
   }
   const int64_t limit = ended ? job->end_step : INT64_MAX;
   // (An executor's end is final: a late report of it running, one that
-  // waited out a retry, does not undo it.)
-  if ((!ended && !TaskEnded(t.state())) || TaskEnded(report.state())) t.set_state(report.state());
+  // waited out a retry, does not undo it, nor does a worker's report of a
+  // job it no longer knows, stopped by a cancel.)
+  if (!TaskEnded(t.state()) && (!ended || TaskEnded(report.state()))) {
+    t.set_state(report.state());
+  }
   t.set_step(std::max(t.step(), std::min(report.step(), limit)));
   if (!ended && !report.message().empty()) t.set_message(report.message());
   if (!ended && r.status().message() == kAwaitingReports) r.mutable_status()->set_message("");
@@ -596,9 +599,11 @@ void JobManager::OnHeartbeat(const quilt::v1::HeartbeatRequest& request,
     const int64_t next_step = NextStep(*job, node);
     // Everything may go once the ended job is stored and this node sent its
     // steps up to the end (or the job ended before this coordinator began).
-    const bool stored_end = Ended(job->record.status().state()) &&
-                            job->persisted_version == job->version &&
-                            (job->loaded_ended || next_step > job->end_step);
+    // (A node unheard since the job ended, its report waiting for the
+    // steps it sends again, may still extend the end: not yet.)
+    const bool stored_end =
+        Ended(job->record.status().state()) && job->persisted_version == job->version &&
+        (job->loaded_ended || (next_step > job->end_step && !job->unheard_at_end.count(node)));
     receipt->set_stored_step(stored_end ? INT64_MAX : job->losses_first - 1);
     receipt->set_next_step(next_step);
   }

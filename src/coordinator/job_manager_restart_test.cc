@@ -191,12 +191,48 @@ TEST_F(JobManagerTest, AJobWhoseLastEndWasOnItsWayWhenCancelledSucceeded) {
   Beat("b", {Report(id, quilt::v1::TASK_STATE_SUCCEEDED, 2, {1.0, 1.0, 1.0})});
   EXPECT_EQ(Status(id).state(), quilt::v1::JOB_STATE_SUCCEEDED);
   EXPECT_EQ(Status(id).message(), "4 steps (finished before the cancel reached it)");
+  // A worker that forgot the job and is told again to cancel it reports it
+  // stopped there: the executor's end stays what it was.
+  TaskReport never = Report(id, quilt::v1::TASK_STATE_CANCELLED, 1, {});
+  never.set_step(0);
+  Beat("a", {never});
+  absl::StatusOr<quilt::v1::JobRecord> record = jobs_->Record(id);
+  ASSERT_THAT(record, IsOk());
+  EXPECT_EQ(record->tasks().at("a").state(), quilt::v1::TASK_STATE_SUCCEEDED);
+  EXPECT_EQ(record->tasks().at("a").step(), 4);
   // An executor the cancel reached says so: the job stays cancelled.
   const std::string cut = AddJob(4);
   Beat("a", {Report(cut, quilt::v1::TASK_STATE_SUCCEEDED, 1, {1, 1, 1, 1})});
   ASSERT_THAT(jobs_->Cancel(cut, ""), IsOk());
   Beat("b", {Report(cut, quilt::v1::TASK_STATE_CANCELLED, 1, {1.0, 1.0})});
   EXPECT_EQ(Status(cut).state(), quilt::v1::JOB_STATE_CANCELLED);
+}
+
+TEST_F(JobManagerTest, ACancelAfterARestartKeepsTheStepsItsNodesSendAgain) {
+  const std::string id = AddJob(6);
+  Beat("a", {Report(id, quilt::v1::TASK_STATE_RUNNING, 1, {1.0})});
+  Beat("b", {Report(id, quilt::v1::TASK_STATE_RUNNING, 1, {1.0})});
+  // Steps 2-3 received, not stored, when the coordinator stops.
+  Beat("a", {Report(id, quilt::v1::TASK_STATE_RUNNING, 2, {1.0, 1.0})});
+  Beat("b", {Report(id, quilt::v1::TASK_STATE_RUNNING, 2, {1.0, 1.0})});
+  Reopen();
+  ASSERT_THAT(jobs_->Cancel(id, ""), IsOk());
+  // Both executors had finished every step meanwhile. a's first report
+  // carries its last steps; it keeps those from step 2: the receipt asks
+  // for them and lets it forget none.
+  TaskReport a_end = Report(id, quilt::v1::TASK_STATE_SUCCEEDED, 4, {1.0, 1.0, 1.0});
+  a_end.set_kept_from_step(2);
+  HeartbeatResponse r = Beat("a", {a_end});
+  ASSERT_THAT(r.receipts(), SizeIs(1));
+  EXPECT_EQ(r.receipts(0).next_step(), 2);
+  EXPECT_EQ(r.receipts(0).stored_step(), 1);
+  for (const std::string node : {"a", "b"}) {
+    TaskReport again = Report(id, quilt::v1::TASK_STATE_SUCCEEDED, 2, {1, 1, 1, 1, 1});
+    again.set_kept_from_step(2);
+    Beat(node, {again});
+  }
+  EXPECT_EQ(Status(id).state(), quilt::v1::JOB_STATE_SUCCEEDED) << Status(id).message();
+  EXPECT_THAT(*jobs_->Losses(id), ElementsAre(2.0, 2.0, 2.0, 2.0, 2.0, 2.0));
 }
 
 TEST_F(JobManagerTest, StepsLostAcrossARestartAreNaNNotZero) {
