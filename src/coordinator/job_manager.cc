@@ -7,6 +7,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "src/common/display_text.h"
@@ -35,6 +36,22 @@ bool TaskEnded(TaskState s) {
 std::string NewJobId() {
   static std::mt19937_64 rng(std::random_device{}());
   return absl::StrFormat("job-%08x", static_cast<uint32_t>(rng()));
+}
+
+// The node of the first "rank N" in an executor's message (its peer, in a
+// failure caused by one), or "" when none is named.
+std::string PeerNamed(const std::string& message,
+                      const google::protobuf::RepeatedPtrField<std::string>& world) {
+  const size_t at = message.find("rank ");
+  if (at == std::string::npos) return "";
+  size_t end = at + 5;
+  while (end < message.size() && absl::ascii_isdigit(message[end])) ++end;
+  int rank = -1;
+  if (!absl::SimpleAtoi(message.substr(at + 5, end - at - 5), &rank) || rank < 0 ||
+      rank >= world.size()) {
+    return "";
+  }
+  return world[rank];
 }
 
 }  // namespace
@@ -745,6 +762,19 @@ void JobManager::CheckNodes() {
           node = n;
           message = absl::StrCat("the worker on ", n, " restarted; ", message);
           break;
+        }
+      }
+      if (node == job.knock_on.node) {
+        // None of them is known to have stopped: the peer the executor
+        // names ("… rank 1 (b) …: the peer failed"), which sent nothing of
+        // its own, is the likely cause.
+        const std::string peer = PeerNamed(job.knock_on.message, job.record.world());
+        if (!peer.empty() && peer != node) {
+          message = absl::StrCat("node ", peer,
+                                 " sent no report of its own (its executor "
+                                 "stopped without one); ",
+                                 message);
+          node = peer;
         }
       }
       Finish(&job, quilt::v1::JOB_STATE_FAILED, message, node);

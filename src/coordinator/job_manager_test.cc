@@ -130,7 +130,14 @@ TEST_F(JobManagerTest, AFailureCausedByAPeerGivesWayToThePeersOwnReport) {
   clock_.Advance(absl::Milliseconds(1));
   jobs_->CheckNodes();
   EXPECT_EQ(Status(other).state(), quilt::v1::JOB_STATE_FAILED);
-  EXPECT_EQ(Status(other).message(), "the executor on a failed: " + knock_on);
+  // The peer a names, silent since, is taken for the cause.
+  EXPECT_EQ(Status(other).message(),
+            "node b sent no report of its own (its executor stopped without one); the executor "
+            "on a failed: " +
+                knock_on);
+  const std::vector<quilt::v1::ClusterEvent> events = registry_->RecentEvents(10);
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events[0].node_id(), "b");
 }
 
 TEST_F(JobManagerTest, AFailureCausedByAPeerNamesANodeThatStoppedHeartbeating) {
