@@ -250,6 +250,26 @@ TEST(TrainLocal, ANegativeLabelOfOneHot_IsRefusedNamingIt) {
   EXPECT_THAT(r->err, HasSubstr("label -1 at position 2 is not a class in [0, 5)"));
 }
 
+TEST(TrainLocal, ANegativeTokenIdInTheData_IsRefusedNamingIt) {
+  // ONNX's Gather counts a negative index from the end; ids the model's
+  // input looks up (nn.Embedding) are refused instead, as PyTorch does.
+  const std::string dir = RunfilePath("test/fixtures/elman_rnn");
+  absl::StatusOr<Tensor> x = ReadNpy(dir + "/x.npy");
+  ASSERT_THAT(x.status(), IsOk());
+  ASSERT_EQ(x->dtype(), DType::kI64);
+  ASSERT_EQ(x->dim(1), 6);
+  x->i64()[6 + 2] = -1;  // sample 1, position 2: the step's 9th id
+  testing::TempDir tmp;
+  ASSERT_THAT(WriteNpy(tmp.File("x.npy"), *x), IsOk());
+  auto r =
+      RunCommand({RunfilePath("src/cli/quiltctl"), "train-local", dir + "/model.onnx", "--loss",
+                  "softmax_cross_entropy", "--data", tmp.File("x.npy") + "," + dir + "/y.npy",
+                  "--batch", "4", "--steps", "2", "--threads", "1"});
+  ASSERT_THAT(r, IsOk());
+  EXPECT_EQ(r->exit_code, 1) << r->out;
+  EXPECT_THAT(r->err, HasSubstr("id -1 at position 8 of the step's input ids is negative"));
+}
+
 TEST(GraphInspect, ZooResNet50_ReportsParametersAndFlops) {
   auto r = RunCommand({RunfilePath("src/cli/quiltctl"), "graph", "inspect", "zoo:resnet50",
                        "--batch", "8", "-o", "json"});

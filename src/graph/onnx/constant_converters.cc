@@ -231,6 +231,12 @@ absl::Status Gather(ImportContext& ctx, const Node& node) {
   }
   Attrs a;
   a.SetInt("axis", axis);
+  if (idx == nullptr && axis == 0) {
+    // Ids straight from the model's input: negative ones are bad data.
+    ASSIGN_OR_RETURN(std::string ids, ctx.Data(node, 1));
+    const std::vector<std::string>& inputs = ctx.b().graph().inputs;
+    if (std::find(inputs.begin(), inputs.end(), ids) != inputs.end()) a.SetInt("ids_from_data", 1);
+  }
   // An embedding table with one row of zeros among others: that row is
   // nn.Embedding's padding_idx, which PyTorch keeps out of the lookup's
   // gradient (the export loses the flag). The table is looked up as

@@ -382,7 +382,10 @@ absl::StatusOr<Shape> GatherShape(const Shape& data, const Shape& indices, int64
 QUILT_REGISTER_OP([] {
   OpSchema s;
   s.type = "Gather";
-  s.doc = "Takes slices of data along attribute axis (0) at int64 indices (embedding lookup).";
+  s.doc =
+      "Takes slices of data along attribute axis (0) at int64 indices (embedding lookup); "
+      "ids_from_data (0): the indices are the model's input, and negative ones are refused "
+      "rather than counted from the end.";
   s.min_inputs = s.max_inputs = 2;
   s.non_differentiable_inputs = {1};
   s.infer = [](InferContext& ctx) -> absl::Status {

@@ -83,6 +83,17 @@ class KernelRegistry {
   std::map<std::pair<std::string, std::string>, KernelFn> kernels_;
 };
 
+// The position of the i-th element of this execution's `t` (of `shape`,
+// [B, ...]: labels, ids) in the step's: a replica holds rows from
+// batch_offset on.
+inline int64_t StepPosition(const KernelContext& ctx, const Tensor& t, const Shape& shape,
+                            int64_t i) {
+  if (shape.BatchAxis() != 0 || ctx.local_batch <= 0 || t.numel() % ctx.local_batch != 0) {
+    return i;
+  }
+  return ctx.batch_offset * (t.numel() / ctx.local_batch) + i;
+}
+
 struct KernelRegistration {
   KernelRegistration(const char* device, const char* op_type, KernelFn fn) {
     KernelRegistry::Global().Register(device, op_type, fn);

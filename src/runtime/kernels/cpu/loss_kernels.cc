@@ -32,16 +32,6 @@ SceView View(const KernelContext& ctx, const Tensor& scores) {
   return v;
 }
 
-// The position of the i-th of this execution's labels in the step's
-// labels: a replica holds rows from batch_offset on (labels [B, ...]).
-int64_t StepPosition(const KernelContext& ctx, const Tensor& labels, const Shape& shape,
-                     int64_t i) {
-  if (shape.BatchAxis() != 0 || ctx.local_batch <= 0 || labels.numel() % ctx.local_batch != 0) {
-    return i;
-  }
-  return ctx.batch_offset * (labels.numel() / ctx.local_batch) + i;
-}
-
 // Validates labels and returns the divisor of the mean (or 1 for "sum").
 absl::StatusOr<double> SceDivisor(KernelContext& ctx, int label_input, const SceView& v,
                                   bool batched) {

@@ -190,6 +190,19 @@ absl::Status Gather(KernelContext& ctx) {
   const int axis = NormAxis(ctx.attrs().Int("axis", 0), data.rank());
   int64_t outer, n, inner;
   GatherView(data.dims(), axis, &outer, &n, &inner);
+  if (ctx.attrs().Int("ids_from_data", 0) != 0) {
+    // The model's input looked up directly (an embedding): negative ids
+    // are bad data (-1 padding, -100 ignored labels) that would wrap.
+    for (int64_t i = 0; i < idx.numel(); ++i) {
+      if (idx.i64()[i] < 0) {
+        return ctx.Error(absl::StrCat("id ", idx.i64()[i], " at position ",
+                                      StepPosition(ctx, idx, ctx.in_shape(1), i),
+                                      " of the step's input ids is negative: an embedding lookup "
+                                      "takes ids in [0, ",
+                                      n, ") (nn.Embedding refuses negative ids too)"));
+      }
+    }
+  }
   RETURN_IF_ERROR(CheckIndices(ctx, idx, n));
   ASSIGN_OR_RETURN(Tensor * out, ctx.Output(0));
   const int64_t esize = DTypeSize(data.dtype());
