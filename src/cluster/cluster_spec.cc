@@ -67,7 +67,12 @@ absl::Status ValidateClusterSpec(const quilt::v1::ClusterSpec& spec) {
       }
     }
   }
+  std::set<std::pair<std::string, std::string>> pairs;
   for (const quilt::v1::PairLink& p : spec.pair_links()) {
+    if (!pairs.insert({p.src_device(), p.dst_device()}).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("pair link ", p.src_device(), " -> ", p.dst_device(), " is given twice"));
+    }
     if (!devices.count(p.src_device()) || !devices.count(p.dst_device())) {
       return absl::InvalidArgumentError(absl::StrCat("pair link ", p.src_device(), " -> ",
                                                      p.dst_device(), " names an unknown device"));

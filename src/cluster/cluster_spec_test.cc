@@ -186,6 +186,15 @@ TEST(ClusterSpec, ValidationErrorsNameTheCulprit) {
     EXPECT_THAT(ValidateClusterSpec(s),
                 StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("to itself")));
   }
+  {
+    // Given twice (the one direction): which would count is not said.
+    auto s = Valid();
+    pair(&s, "n1/gpu:0", 1e4, 1e-6);
+    pair(&s, "n1/gpu:0", 1e10, 1e-6);
+    EXPECT_THAT(ValidateClusterSpec(s),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         HasSubstr("pair link n0/gpu:0 -> n1/gpu:0 is given twice")));
+  }
   for (auto [bandwidth, latency] :
        std::vector<std::pair<double, double>>{{std::nan(""), 1e-6},
                                               {std::numeric_limits<double>::infinity(), 1e-6},

@@ -168,6 +168,59 @@ TEST(HeteroG, FindsTheOptimumOfASmallActionSpace) {
   EXPECT_LT(found->result_s, found->start_s);
 }
 
+// `nodes` nodes of `per_node` equal GPUs; node 0's NIC at `nic0` bytes/s,
+// the others' at 12.5 GB/s.
+quilt::v1::ClusterSpec Equal(int nodes, int per_node, double nic0) {
+  quilt::v1::ClusterSpec spec = Mixed();
+  spec.clear_nodes();
+  for (int n = 0; n < nodes; ++n) {
+    auto* node = spec.add_nodes();
+    node->set_node_id("n" + std::to_string(n));
+    for (int d = 0; d < per_node; ++d) {
+      *node->add_devices() = Mixed().nodes(0).devices(0);
+      node->mutable_devices(d)->set_id(node->node_id() + "/gpu:" + std::to_string(d));
+      node->mutable_devices(d)->set_index(d);
+    }
+    node->mutable_intra_node_link()->set_bandwidth_bytes_per_s(1e11);
+    node->mutable_nic()->set_bandwidth_bytes_per_s(n == 0 ? nic0 : 1.25e10);
+  }
+  return spec;
+}
+
+// The placements the search may choose from, by label.
+std::vector<std::pair<std::string, int>> Options(const quilt::v1::ClusterSpec& spec) {
+  auto f = Make(WideMlp(), spec);
+  const Grouping grouping = GroupOps(f->graph, *f->cost, 3, 8);
+  absl::StatusOr<std::unique_ptr<CoarseModel>> coarse =
+      CoarseModel::Build(f->graph, grouping, *f->cost);
+  EXPECT_THAT(coarse.status(), IsOk());
+  SearchSpace space(f->topo, *f->cost, **coarse, 64, 0.92);
+  std::vector<std::pair<std::string, int>> out;
+  for (const PlacementOption& o : space.options()) {
+    out.push_back({o.label, static_cast<int>(o.replicas.size())});
+  }
+  return out;
+}
+
+TEST(HeteroG, TheSearchMayLeaveOutADeviceBehindASlowLinkOrANodeBehindASlowNic) {
+  // Three equal devices, two of them joined by a slow pair link: the
+  // typical link is fast, so a set without one end of it is offered.
+  quilt::v1::ClusterSpec three = Equal(1, 3, 1.25e10);
+  auto* slow = three.add_pair_links();
+  slow->set_src_device("n0/gpu:0");
+  slow->set_dst_device("n0/gpu:1");
+  slow->mutable_link()->set_bandwidth_bytes_per_s(1e3);
+  EXPECT_THAT(Options(three),
+              ::testing::Contains(::testing::Pair(::testing::HasSubstr("(slow links)"), 2)));
+  // Four nodes of two, the first on a slow NIC (the sets by speed keep it:
+  // listed first, it ties the others): a set without that node.
+  EXPECT_THAT(Options(Equal(4, 2, 1.25e8)),
+              ::testing::Contains(::testing::Pair("all but node n0 (slow NICs)", 6)));
+  EXPECT_THAT(
+      Options(Equal(4, 2, 1.25e10)),
+      ::testing::Not(::testing::Contains(::testing::Pair(::testing::HasSubstr("slow NICs"), 6))));
+}
+
 TEST(HeteroG, SameSeedSamePlan) {
   auto f = Make(WideMlp(), Mixed());
   const std::vector<NamedStrategy> baselines = Baselines(f->graph, f->topo, *f->cost, 48);

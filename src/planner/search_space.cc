@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "src/common/status.h"
 #include "src/planner/baselines.h"
 #include "src/planner/lower.h"
@@ -121,8 +122,15 @@ SearchSpace::SearchSpace(const Topology& topo, const CostModel& fine_cost,
       worst.push_back({w, speed_[d], d});
     }
     std::sort(worst.begin(), worst.end());
-    // The slowest device's slowest link against the typical device's.
-    const double typical = std::get<0>(worst[worst.size() / 2]);
+    // The slowest device's slowest link against the typical link (the
+    // median pair: of three devices, two are ends of one slow link, so the
+    // typical device's slowest link would be it).
+    std::vector<double> pairs;
+    for (int d = 0; d < n; ++d) {
+      for (int e = d + 1; e < n; ++e) pairs.push_back(topo.PathBetween(d, e).bandwidth_bytes_per_s);
+    }
+    std::nth_element(pairs.begin(), pairs.begin() + pairs.size() / 2, pairs.end());
+    const double typical = pairs[pairs.size() / 2];
     if (std::get<0>(worst[0]) * 4 < typical) {
       const int out = std::get<2>(worst[0]);
       std::vector<int> rest;
@@ -130,6 +138,37 @@ SearchSpace::SearchSpace(const Topology& topo, const CostModel& fine_cost,
         if (d != out) rest.push_back(d);
       }
       weighted(rest, "all but " + topo.device(out).id + " (slow links)");
+    }
+  }
+  // Without the nodes behind slow NICs (a node whose best path to another
+  // node is far slower than the typical node's): the sets above go by
+  // compute speed alone, and a fast node on a slow NIC holds every step.
+  if (topo.num_nodes() > 2) {
+    const int nn = topo.num_nodes();
+    std::vector<double> best(nn, 0);
+    for (int a = 0; a < nn; ++a) {
+      for (int b = 0; b < nn; ++b) {
+        if (a == b || topo.NodeDevices(a).empty() || topo.NodeDevices(b).empty()) continue;
+        best[a] = std::max(
+            best[a],
+            topo.PathBetween(topo.NodeDevices(a)[0], topo.NodeDevices(b)[0]).bandwidth_bytes_per_s);
+      }
+    }
+    std::vector<double> sorted = best;
+    std::sort(sorted.begin(), sorted.end());
+    const double typical = sorted[sorted.size() / 2];
+    std::vector<int> rest;
+    std::vector<std::string> left_out;
+    for (int node = 0; node < nn; ++node) {
+      if (best[node] * 4 < typical) {
+        left_out.push_back(topo.node_id(node));
+      } else {
+        for (int d : topo.NodeDevices(node)) rest.push_back(d);
+      }
+    }
+    if (!left_out.empty() && !rest.empty()) {
+      weighted(rest, absl::StrCat("all but ", left_out.size() == 1 ? "node " : "nodes ",
+                                  absl::StrJoin(left_out, ", "), " (slow NICs)"));
     }
   }
   // Single devices: every one on small clusters, the fastest of each node
