@@ -219,6 +219,9 @@ TEST(HeteroG, TheSearchMayLeaveOutADeviceBehindASlowLinkOrANodeBehindASlowNic) {
   EXPECT_THAT(
       Options(Equal(4, 2, 1.25e10)),
       ::testing::Not(::testing::Contains(::testing::Pair(::testing::HasSubstr("slow NICs"), 6))));
+  // One device is one placement (a search where nothing fits then stops
+  // at once instead of searching for its whole budget).
+  EXPECT_THAT(Options(Equal(1, 1, 1.25e10)), ::testing::SizeIs(1));
 }
 
 TEST(HeteroG, SameSeedSamePlan) {

@@ -186,6 +186,9 @@ SearchSpace::SearchSpace(const Topology& topo, const CostModel& fine_cost,
 
 int SearchSpace::AddOption(PlacementOption option) {
   std::sort(option.replicas.begin(), option.replicas.end());
+  // One device is one placement whatever its count (a set of one device by
+  // speed is the device itself: on one device the space has one option).
+  if (option.replicas.size() == 1) option.replicas[0].second = 1;
   for (size_t i = 0; i < options_.size(); ++i) {
     if (options_[i].replicas == option.replicas) return static_cast<int>(i);
   }
