@@ -21,6 +21,7 @@ std::string HumanBytes(int64_t bytes) {
 
 std::string HumanSeconds(double seconds) {
   if (!std::isfinite(seconds) || seconds < 0) return "-";
+  if (seconds < 1e-9) return "0 µs";  // (rounding left over from sums of times)
   if (seconds < 1e-3) return absl::StrFormat("%.3g µs", seconds * 1e6);
   if (seconds < 10) return absl::StrFormat("%.4g ms", seconds * 1e3);
   return absl::StrFormat("%.2f s", seconds);

@@ -95,6 +95,7 @@ absl::StatusOr<quilt::v1::StrategyEstimate> Estimate(const GraphIndex& ix, const
   }
   *e.mutable_strategy() = prog->strategy();
   e.mutable_strategy()->set_name(ns.name);
+  e.mutable_strategy()->set_global_batch(batch);  // (the baselines' builders leave it out)
   Fill(r, batch, lower_bound, &e);
   if (program != nullptr) *program = std::move(*prog);
   if (sim != nullptr) *sim = std::move(r);

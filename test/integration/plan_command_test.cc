@@ -64,6 +64,7 @@ TEST(PlanCommand, BertLargeOnHap_PrintsEveryBaselineAndTheLowerBound) {
     EXPECT_EQ(e["name"], kStrategies[i]);
     const double step = e["step_time_s"].get<double>();
     if (step == 0) continue;
+    EXPECT_EQ(e["strategy"]["global_batch"], "2048") << e["name"];
     EXPECT_GE(step, lower);
     EXPECT_NEAR(e["ratio_to_lower_bound"].get<double>(), step / lower, 1e-9 * step / lower);
     EXPECT_NEAR(e["samples_per_s"].get<double>(), 2048 / step, 1e-6 * 2048 / step);
