@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 #include <fstream>
+#include <map>
+#include <set>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -151,7 +153,8 @@ absl::StatusOr<quilt::v1::ExportJobResponse> ExportTrainedOnnx(const quilt::v1::
     int trained = 0;
     for (const onnx::TensorProto& init : model.graph().initializer()) {
       auto it = c.tensors.find(init.name());
-      if (it == c.tensors.end()) continue;
+      // (Integer tables, position indices: constants, never trained.)
+      if (it == c.tensors.end() || init.data_type() != onnx::TensorProto::FLOAT) continue;
       int64_t numel = 1;
       for (int64_t d : init.dims()) numel *= d;
       if (it->second.dtype() != DType::kF32 || init.data_type() != onnx::TensorProto::FLOAT ||
@@ -180,6 +183,7 @@ absl::StatusOr<quilt::v1::ExportJobResponse> ExportTrainedOnnx(const quilt::v1::
   }
   const std::map<std::string, std::string> copies = TransposedCopies(initial);
   for (onnx::TensorProto& init : *model.mutable_graph()->mutable_initializer()) {
+    if (init.data_type() != onnx::TensorProto::FLOAT) continue;
     auto it = ckpt->tensors.find(init.name());
     Tensor value;
     if (it != ckpt->tensors.end()) {
@@ -193,6 +197,30 @@ absl::StatusOr<quilt::v1::ExportJobResponse> ExportTrainedOnnx(const quilt::v1::
     }
     init.clear_float_data();
     init.set_raw_data(std::string(static_cast<const char*>(value.raw()), value.bytes()));
+  }
+  // Values the export shares through Identity nodes (PyTorch merges equal
+  // initial values: the ones and zeros of LayerNorms) train as one
+  // parameter per use: each trained use becomes an initializer of its own
+  // in place of its Identity.
+  std::set<std::string> initializers;
+  for (const onnx::TensorProto& init : model.graph().initializer())
+    initializers.insert(init.name());
+  auto* nodes = model.mutable_graph()->mutable_node();
+  for (int i = 0; i < nodes->size();) {
+    const onnx::NodeProto& n = nodes->Get(i);
+    auto it = n.op_type() == "Identity" && n.output_size() == 1 && !initializers.count(n.output(0))
+                  ? ckpt->tensors.find(n.output(0))
+                  : ckpt->tensors.end();
+    if (it == ckpt->tensors.end() || it->second.dtype() != DType::kF32) {
+      ++i;
+      continue;
+    }
+    onnx::TensorProto* t = model.mutable_graph()->add_initializer();
+    t->set_name(n.output(0));
+    t->set_data_type(onnx::TensorProto::FLOAT);
+    for (int64_t d : it->second.dims()) t->add_dims(d);
+    t->set_raw_data(std::string(static_cast<const char*>(it->second.raw()), it->second.bytes()));
+    nodes->DeleteSubrange(i, 1);
   }
   quilt::v1::ExportJobResponse out;
   out.set_onnx(model.SerializeAsString());

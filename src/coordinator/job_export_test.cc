@@ -153,5 +153,62 @@ TEST(ExportTrainedOnnx, TransposedCopiesGetTheTrainedWeightTransposed) {
   EXPECT_EQ(values["onnx::MatMul_8"], (std::vector<float>{1, 3, 5, 2, 4, 7}));  // as it was
 }
 
+TEST(ExportTrainedOnnx, UsesSharedThroughIdentitiesGetTheirOwnValuesAndIntegersStay) {
+  // ln2.weight = Identity(ln1.weight) (PyTorch merged equal initial
+  // values; each use trained on its own), and an int64 table of positions.
+  testing::TempDir dir;
+  onnx::ModelProto model;
+  auto* g = model.mutable_graph();
+  auto* w = g->add_initializer();
+  w->set_name("ln1.weight");
+  w->set_data_type(onnx::TensorProto::FLOAT);
+  w->add_dims(2);
+  w->add_float_data(1);
+  w->add_float_data(1);
+  auto* ids = g->add_initializer();
+  ids->set_name("position_ids");
+  ids->set_data_type(onnx::TensorProto::INT64);
+  ids->add_dims(2);
+  ids->add_int64_data(0);
+  ids->add_int64_data(1);
+  auto* identity = g->add_node();
+  identity->set_op_type("Identity");
+  identity->add_input("ln1.weight");
+  identity->add_output("ln2.weight");
+  quilt::v1::JobRecord job;
+  job.mutable_status()->set_job_id("j");
+  job.mutable_spec()->set_onnx(model.SerializeAsString());
+  job.mutable_spec()->set_checkpoint_dir(dir.path());
+  job.add_world("n0");
+  const std::string rank_dir = dir.path() + "/step-00000004/rank-0";
+  std::filesystem::create_directories(rank_dir);
+  ASSERT_THAT(WriteNpy(rank_dir + "/a.npy", Tensor::FromF32({2}, {1.5, 0.5})), IsOk());
+  ASSERT_THAT(WriteNpy(rank_dir + "/b.npy", Tensor::FromF32({2}, {2.5, -1})), IsOk());
+  ASSERT_THAT(WriteNpy(rank_dir + "/c.npy", Tensor::FromI64({2}, {0, 1})), IsOk());
+  nlohmann::json m;
+  m["tensors"] = nlohmann::json::array({{{"tensor", "ln1.weight"}, {"file", "a.npy"}},
+                                        {{"tensor", "ln2.weight"}, {"file", "b.npy"}},
+                                        {{"tensor", "position_ids"}, {"file", "c.npy"}}});
+  std::ofstream(rank_dir + "/metrics.json") << m.dump();
+  absl::StatusOr<quilt::v1::ExportJobResponse> out = ExportTrainedOnnx(job);
+  ASSERT_THAT(out.status(), IsOk());
+  onnx::ModelProto exported;
+  ASSERT_TRUE(exported.ParseFromString(out->onnx()));
+  EXPECT_EQ(exported.graph().node_size(), 0);  // the Identity gave way
+  std::map<std::string, std::vector<float>> values;
+  for (const auto& t : exported.graph().initializer()) {
+    if (t.data_type() != onnx::TensorProto::FLOAT) {
+      EXPECT_EQ(t.name(), "position_ids");
+      EXPECT_THAT(t.int64_data(), ::testing::ElementsAre(0, 1));
+      continue;
+    }
+    std::vector<float> v(t.raw_data().size() / sizeof(float));
+    std::memcpy(v.data(), t.raw_data().data(), t.raw_data().size());
+    values[t.name()] = v;
+  }
+  EXPECT_EQ(values["ln1.weight"], (std::vector<float>{1.5, 0.5}));
+  EXPECT_EQ(values["ln2.weight"], (std::vector<float>{2.5, -1}));
+}
+
 }  // namespace
 }  // namespace quilt

@@ -54,8 +54,11 @@ std::string FileName(const std::string& s) {
   return out;
 }
 
-// The tensors this process holds and the steps so far, into `dir`.
-absl::Status WriteState(const std::string& dir, int rank, const quilt::Executor& executor) {
+// The tensors this process holds, into `dir`, and with `steps` every
+// step's loss part and times so far (the run's final state; a checkpoint
+// leaves them out: they would make each one larger than the last).
+absl::Status WriteState(const std::string& dir, int rank, const quilt::Executor& executor,
+                        bool steps) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return absl::UnavailableError("cannot create " + dir + ": " + ec.message());
@@ -66,6 +69,7 @@ absl::Status WriteState(const std::string& dir, int rank, const quilt::Executor&
   metrics["step_times_s"] = nlohmann::json::array();
   metrics["compute_times_s"] = nlohmann::json::array();
   for (const quilt::ExecutorStep& s : executor.steps()) {
+    if (!steps) break;
     metrics["loss_parts"].push_back(s.has_loss ? nlohmann::json(s.loss_part)
                                                : nlohmann::json(nullptr));
     metrics["step_times_s"].push_back(s.step_time_s);
@@ -174,7 +178,7 @@ int main(int argc, char** argv) {
     // A checkpoint that cannot be written ends the job now: the steps
     // after it could not be kept either.
     const std::string dir = absl::StrFormat("%s/step-%08d/rank-%d", checkpoint_dir, s.step, rank);
-    absl::Status w = WriteState(dir, rank, *running);
+    absl::Status w = WriteState(dir, rank, *running, /*steps=*/false);
     if (w.ok()) return w;
     std::error_code ec;
     std::filesystem::remove_all(dir, ec);  // no partial checkpoint left behind
@@ -237,7 +241,7 @@ int main(int argc, char** argv) {
     return Fail(std::string(run.message()));
   }
   if (!out_dir.empty()) {
-    absl::Status w = WriteState(out_dir, rank, **executor);
+    absl::Status w = WriteState(out_dir, rank, **executor, /*steps=*/true);
     if (!w.ok()) return Fail(std::string(w.message()));
   }
   // Nobody leaves (closing its connections) while others still run.

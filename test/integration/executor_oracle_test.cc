@@ -751,6 +751,13 @@ TEST(Executor, ACheckpointDirItCannotWriteInFailsItBeforeTraining) {
     entries.push_back(e.path().filename().string());
   }
   EXPECT_THAT(entries, ::testing::ElementsAre("step-00000002"));
+  // A checkpoint's index names its tensors only: the steps' losses and
+  // times would make each checkpoint larger than the one before.
+  std::ifstream index(ok + "/step-00000002/rank-0/metrics.json");
+  const nlohmann::json metrics = nlohmann::json::parse(index);
+  EXPECT_FALSE(metrics["tensors"].empty());
+  EXPECT_TRUE(metrics["loss_parts"].empty());
+  EXPECT_TRUE(metrics["step_times_s"].empty());
 }
 
 // Every thread of a running executor started with --cpus C may run on C
