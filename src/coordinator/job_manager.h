@@ -109,6 +109,7 @@ class JobManager {
                                                      absl::Duration timeout) const;
 
   static bool Ended(quilt::v1::JobState s);
+  static bool TaskEnded(quilt::v1::TaskState s);
 
   // How long a job whose executor failed because of a peer waits for the
   // peer's report (its cause) before it fails with the one it has.

@@ -76,9 +76,10 @@ absl::Status Conv(ImportContext& ctx, const Node& node);
 absl::Status ConvTranspose(ImportContext& ctx, const Node& node);
 absl::Status Pool(ImportContext& ctx, const Node& node);
 absl::Status Resize(ImportContext& ctx, const Node& node);
-// Copies of slices (copy_converters.cc): Tile, and Pad by reflection or
-// the edge (`pads` as ONNX orders them).
+// Copies of slices (copy_converters.cc): Tile, Split, and Pad by
+// reflection or the edge (`pads` as ONNX orders them).
 absl::Status Tile(ImportContext& ctx, const Node& node);
+absl::Status Split(ImportContext& ctx, const Node& node);
 absl::Status GatherElements(ImportContext& ctx, const Node& node);
 absl::Status PadByCopies(ImportContext& ctx, const Node& node, const std::string& mode,
                          const std::vector<int64_t>& pads);

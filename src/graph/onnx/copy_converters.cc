@@ -5,7 +5,10 @@
 // "replicate") as Concats of reversed or repeated slices; GatherElements
 // (torch.gather) as a one-hot mask of the indices times the data, summed
 // over the gathered axis. Each is exact, and its gradient sums over the
-// copies (Concat's, Slice's, or the mask's).
+// copies (Concat's, Slice's, or the mask's). Split: into parts along an
+// axis (a constant's parts folded, as repeat_interleave's repeat counts).
+#include <algorithm>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <vector>
@@ -214,6 +217,86 @@ absl::Status GatherElements(ImportContext& ctx, const Node& node) {
   sum.SetInts("axes", {axis + 1});
   sum.SetInt("keepdims", 0);
   return ctx.Emit(node, "ReduceSum", {picked}, std::move(sum));
+}
+
+absl::Status Split(ImportContext& ctx, const Node& node) {
+  Attrs a;
+  a.SetInt("axis", AttrInt(node, "axis", 0));
+  std::vector<int64_t> split = AttrInts(node, "split");
+  if (ctx.HasInput(node, 1)) {
+    ASSIGN_OR_RETURN(split, ctx.ConstInts(node, 1));
+  }
+  if (const Tensor* c = ctx.ConstantInput(node, 0);
+      c != nullptr && !ctx.IsParameterInitializer(node, 0) && c->rank() > 0) {
+    // Constant data (repeat counts of repeat_interleave): split it here, so
+    // what reads the parts may still need them constant.
+    int64_t axis = AttrInt(node, "axis", 0);
+    if (axis < 0) axis += c->rank();
+    if (axis < 0 || axis >= c->rank()) return absl::InvalidArgumentError("Split: bad axis");
+    const int64_t n = c->dim(static_cast<int>(axis));
+    const int parts = node.output_size();
+    if (split.empty()) {
+      // Equal parts (opset 18's num_outputs: of ceil(n / parts), the last
+      // one smaller).
+      const bool ceil = AttrInt(node, "num_outputs", 0) > 0;
+      if (parts == 0 || (!ceil && n % parts != 0)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("Split: ", n, " does not split into ", parts, " equal parts"));
+      }
+      const int64_t each = (n + parts - 1) / parts;
+      for (int64_t k = 0; k < parts; ++k)
+        split.push_back(std::clamp<int64_t>(n - k * each, 0, each));
+    }
+    int64_t total = 0;
+    for (int64_t k : split) total += k < 0 ? n + 1 : k;
+    if (static_cast<int>(split.size()) != parts || total != n) {
+      return absl::InvalidArgumentError(absl::StrCat("Split: parts of ", n, " that do not add up"));
+    }
+    int64_t outer = 1, inner = DTypeSize(c->dtype());
+    for (int i = 0; i < c->rank(); ++i) {
+      if (i < axis) outer *= c->dim(i);
+      if (i > axis) inner *= c->dim(i);
+    }
+    int64_t at = 0;
+    for (int k = 0; k < parts; ++k) {
+      std::vector<int64_t> dims = c->dims();
+      dims[axis] = split[k];
+      ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(c->dtype(), dims));
+      const auto* from = static_cast<const char*>(c->raw());
+      auto* to = static_cast<char*>(out.raw());
+      for (int64_t o = 0; o < outer; ++o) {
+        std::memcpy(to + o * split[k] * inner, from + (o * n + at) * inner,
+                    static_cast<size_t>(split[k] * inner));
+      }
+      at += split[k];
+      ctx.SetConstant(node.output(k), std::move(out));
+    }
+    return absl::OkStatus();
+  }
+  ASSIGN_OR_RETURN(std::string x, ctx.Data(node, 0));
+  if (const int64_t parts = AttrInt(node, "num_outputs", 0); split.empty() && parts > 0) {
+    // Opset 18: equal parts of ceil(n / parts), the last one smaller.
+    ASSIGN_OR_RETURN(TensorType t, ctx.TypeOf(x));
+    int64_t axis = AttrInt(node, "axis", 0);
+    if (axis < 0) axis += t.shape.rank();
+    if (axis < 0 || axis >= t.shape.rank() || t.shape.dim(static_cast<int>(axis)).batch) {
+      return absl::InvalidArgumentError("Split: bad axis, or the batch dim");
+    }
+    if (parts != node.output_size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Split: num_outputs ", parts, " but ", node.output_size(), " outputs"));
+    }
+    const int64_t n = t.shape.dim(static_cast<int>(axis)).value;
+    const int64_t each = (n + parts - 1) / parts;
+    if (each * (parts - 1) >= n) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Split: ", n, " into ", parts, " parts leaves an empty one"));
+    }
+    for (int64_t i = 0; i < parts; ++i)
+      split.push_back(std::max<int64_t>(0, std::min(each, n - i * each)));
+  }
+  if (!split.empty()) a.SetInts("split", split);
+  return ctx.Emit(node, "Split", {x}, std::move(a));
 }
 
 }  // namespace quilt::onnx_import
