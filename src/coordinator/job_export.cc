@@ -136,6 +136,17 @@ absl::StatusOr<Checkpoint> ReadLatestCheckpoint(
   return absl::NotFoundError("no complete checkpoint in " + dir);
 }
 
+namespace {
+
+// The initializers training can change: float32 and float64 (read as
+// float32); integer ones are tables and indices.
+bool Floating(const onnx::TensorProto& init) {
+  return init.data_type() == onnx::TensorProto::FLOAT ||
+         init.data_type() == onnx::TensorProto::DOUBLE;
+}
+
+}  // namespace
+
 absl::StatusOr<quilt::v1::ExportJobResponse> ExportTrainedOnnx(const quilt::v1::JobRecord& job) {
   const quilt::v1::JobSpec& spec = job.spec();
   if (spec.model_case() != quilt::v1::JobSpec::kOnnx) {
@@ -154,11 +165,10 @@ absl::StatusOr<quilt::v1::ExportJobResponse> ExportTrainedOnnx(const quilt::v1::
     for (const onnx::TensorProto& init : model.graph().initializer()) {
       auto it = c.tensors.find(init.name());
       // (Integer tables, position indices: constants, never trained.)
-      if (it == c.tensors.end() || init.data_type() != onnx::TensorProto::FLOAT) continue;
+      if (it == c.tensors.end() || !Floating(init)) continue;
       int64_t numel = 1;
       for (int64_t d : init.dims()) numel *= d;
-      if (it->second.dtype() != DType::kF32 || init.data_type() != onnx::TensorProto::FLOAT ||
-          numel != it->second.numel()) {
+      if (it->second.dtype() != DType::kF32 || numel != it->second.numel()) {
         return absl::DataLossError(absl::StrCat("trained '", init.name(), "' is ",
                                                 it->second.TypeString(),
                                                 ", which does not fit the model's initializer"));
@@ -183,7 +193,7 @@ absl::StatusOr<quilt::v1::ExportJobResponse> ExportTrainedOnnx(const quilt::v1::
   }
   const std::map<std::string, std::string> copies = TransposedCopies(initial);
   for (onnx::TensorProto& init : *model.mutable_graph()->mutable_initializer()) {
-    if (init.data_type() != onnx::TensorProto::FLOAT) continue;
+    if (!Floating(init)) continue;
     auto it = ckpt->tensors.find(init.name());
     Tensor value;
     if (it != ckpt->tensors.end()) {
@@ -196,7 +206,16 @@ absl::StatusOr<quilt::v1::ExportJobResponse> ExportTrainedOnnx(const quilt::v1::
       continue;
     }
     init.clear_float_data();
-    init.set_raw_data(std::string(static_cast<const char*>(value.raw()), value.bytes()));
+    init.clear_double_data();
+    if (init.data_type() == onnx::TensorProto::DOUBLE) {
+      // (Trained in float32, as the import reads it; written back as the
+      // model holds it.)
+      std::vector<double> wide(value.f32(), value.f32() + value.numel());
+      init.set_raw_data(
+          std::string(reinterpret_cast<const char*>(wide.data()), wide.size() * sizeof(double)));
+    } else {
+      init.set_raw_data(std::string(static_cast<const char*>(value.raw()), value.bytes()));
+    }
   }
   // Values the export shares through Identity nodes (PyTorch merges equal
   // initial values: the ones and zeros of LayerNorms) train as one

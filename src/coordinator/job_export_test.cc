@@ -165,6 +165,11 @@ TEST(ExportTrainedOnnx, UsesSharedThroughIdentitiesGetTheirOwnValuesAndIntegersS
   w->add_dims(2);
   w->add_float_data(1);
   w->add_float_data(1);
+  auto* wide = g->add_initializer();  // a float64 weight (model.double())
+  wide->set_name("scale");
+  wide->set_data_type(onnx::TensorProto::DOUBLE);
+  wide->add_dims(1);
+  wide->add_double_data(1);
   auto* ids = g->add_initializer();
   ids->set_name("position_ids");
   ids->set_data_type(onnx::TensorProto::INT64);
@@ -185,10 +190,12 @@ TEST(ExportTrainedOnnx, UsesSharedThroughIdentitiesGetTheirOwnValuesAndIntegersS
   ASSERT_THAT(WriteNpy(rank_dir + "/a.npy", Tensor::FromF32({2}, {1.5, 0.5})), IsOk());
   ASSERT_THAT(WriteNpy(rank_dir + "/b.npy", Tensor::FromF32({2}, {2.5, -1})), IsOk());
   ASSERT_THAT(WriteNpy(rank_dir + "/c.npy", Tensor::FromI64({2}, {0, 1})), IsOk());
+  ASSERT_THAT(WriteNpy(rank_dir + "/d.npy", Tensor::FromF32({1}, {0.25})), IsOk());
   nlohmann::json m;
   m["tensors"] = nlohmann::json::array({{{"tensor", "ln1.weight"}, {"file", "a.npy"}},
                                         {{"tensor", "ln2.weight"}, {"file", "b.npy"}},
-                                        {{"tensor", "position_ids"}, {"file", "c.npy"}}});
+                                        {{"tensor", "position_ids"}, {"file", "c.npy"}},
+                                        {{"tensor", "scale"}, {"file", "d.npy"}}});
   std::ofstream(rank_dir + "/metrics.json") << m.dump();
   absl::StatusOr<quilt::v1::ExportJobResponse> out = ExportTrainedOnnx(job);
   ASSERT_THAT(out.status(), IsOk());
@@ -197,6 +204,14 @@ TEST(ExportTrainedOnnx, UsesSharedThroughIdentitiesGetTheirOwnValuesAndIntegersS
   EXPECT_EQ(exported.graph().node_size(), 0);  // the Identity gave way
   std::map<std::string, std::vector<float>> values;
   for (const auto& t : exported.graph().initializer()) {
+    if (t.data_type() == onnx::TensorProto::DOUBLE) {
+      ASSERT_EQ(t.raw_data().size(), sizeof(double));
+      double v = 0;
+      std::memcpy(&v, t.raw_data().data(), sizeof(v));
+      EXPECT_EQ(v, 0.25);  // trained, written as the model holds it
+      EXPECT_TRUE(t.double_data().empty());
+      continue;
+    }
     if (t.data_type() != onnx::TensorProto::FLOAT) {
       EXPECT_EQ(t.name(), "position_ids");
       EXPECT_THAT(t.int64_data(), ::testing::ElementsAre(0, 1));

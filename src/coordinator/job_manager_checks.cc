@@ -1,6 +1,7 @@
 // JobManager's side of the liveness ticker: ended jobs closed once their
 // nodes have nothing more to send, failures whose cause did not report
 // attributed to the node that caused them, jobs of Down nodes failed.
+#include <cstring>
 #include <map>
 #include <string>
 
@@ -14,11 +15,19 @@
 namespace quilt {
 namespace {
 
-// The node of the first "rank N" in an executor's message (its peer, in a
+// The node of the "rank N" an executor's message names (its peer, in a
 // failure caused by one), or "" when none is named.
 std::string PeerNamed(const std::string& message,
                       const google::protobuf::RepeatedPtrField<std::string>& world) {
-  const size_t at = message.find("rank ");
+  // The transfer's own words first (a node or tensor name may hold "rank").
+  size_t at = std::string::npos;
+  for (const char* words : {"from rank ", "to rank ", "rank "}) {
+    at = message.find(words);
+    if (at != std::string::npos) {
+      at += strlen(words) - strlen("rank ");
+      break;
+    }
+  }
   if (at == std::string::npos) return "";
   size_t end = at + 5;
   while (end < message.size() && absl::ascii_isdigit(message[end])) ++end;
