@@ -341,6 +341,26 @@ absl::StatusOr<Graph> ImportOnnx(const std::string& bytes, const OnnxImportOptio
         "once (a layer applied repeatedly), which PyTorch trains as one: if a layer is shared, "
         "export with do_constant_folding=False"));
   }
+  // Batch norms of an eval-mode export (training_mode 0; before opset 14,
+  // no running statistics out): trained, they use each step's statistics.
+  std::vector<std::string> eval_norms;
+  for (const onnx::NodeProto& n : gp.node()) {
+    if (n.op_type() != "BatchNormalization") continue;
+    bool training = opset < 14 && n.output_size() > 1 && !n.output(1).empty();
+    for (const auto& a : n.attribute()) training |= a.name() == "training_mode" && a.i() == 1;
+    if (!training) eval_norms.push_back(n.name().empty() ? n.output(0) : n.name());
+  }
+  if (!eval_norms.empty()) {
+    const bool one = eval_norms.size() == 1;
+    g.import_notes.push_back(absl::StrCat(
+        one ? "batch norm " : "batch norms ",
+        absl::StrJoin(eval_norms.begin(),
+                      eval_norms.begin() + std::min<size_t>(eval_norms.size(), 3), ", "),
+        eval_norms.size() > 3 ? ", …" : "", one ? " was" : " were",
+        " exported in eval mode and train as model.train() runs them, normalizing by each "
+        "step's batch statistics and updating the running ones (training with the running "
+        "statistics fixed, as a fine-tuning in eval mode would, is not supported)"));
+  }
   std::vector<std::string> output_names;
   for (const auto& out : gp.output()) output_names.push_back(out.name());
   if (absl::Status s = onnx_import::ResolveModelLoss(&g, output_names, options.loss_output);

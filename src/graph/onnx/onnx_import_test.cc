@@ -547,6 +547,39 @@ TEST(OnnxImport, UnsupportedOpset_Named) {
   }
 }
 
+TEST(OnnxImport, AnEvalModeBatchNorm_TrainsWithBatchStatisticsAndSaysSo) {
+  for (const int64_t training_mode : {0, 1}) {
+    onnx::ModelProto m = testing::WithBatchedInput(14, {2});
+    auto* g = m.mutable_graph();
+    for (const std::string name : {"scale", "bias", "mean", "var"}) {
+      auto* t = g->add_initializer();
+      t->set_name(name);
+      t->set_data_type(onnx::TensorProto::FLOAT);
+      t->add_dims(2);
+      const float v = name == "bias" || name == "mean" ? 0 : 1;
+      t->add_float_data(v);
+      t->add_float_data(v);
+    }
+    onnx::NodeProto* bn =
+        testing::AddNode(g, "BatchNormalization", {"x", "scale", "bias", "mean", "var"}, "y");
+    bn->set_name("bn1");
+    auto* mode = bn->add_attribute();
+    mode->set_name("training_mode");
+    mode->set_type(onnx::AttributeProto::INT);
+    mode->set_i(training_mode);
+    g->add_output()->set_name("y");
+    absl::StatusOr<Graph> imported = Import(m.SerializeAsString());
+    ASSERT_THAT(imported.status(), IsOk());
+    const auto note = ::testing::Contains(
+        AllOf(HasSubstr("batch norm bn1 was exported in eval mode"), HasSubstr("model.train()")));
+    if (training_mode == 0) {
+      EXPECT_THAT(imported->import_notes, note);
+    } else {
+      EXPECT_THAT(imported->import_notes, ::testing::Not(note));
+    }
+  }
+}
+
 TEST(OnnxImport, DynamicNonBatchDim_Rejected) {
   onnx::ModelProto m = Tiny(14);
   m.mutable_graph()
