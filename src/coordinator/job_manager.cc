@@ -440,12 +440,16 @@ void JobManager::ApplyReport(Job* job, const std::string& node,
   st->set_step(job->closed ? job->end_step : step == INT64_MAX ? 0 : step);
   if (st->step() > before) *st->mutable_progressed_at() = ToProtoTime(clock_->Now());
   // Measured step time: the mean after the first step (the warm-up), over
-  // the last 20.
-  const auto& times = job->rank0_step_times;
+  // the last 20 steps or the last kStepTimeWindow of them, whichever is
+  // longer (20 steps of a millisecond would swing with every pause).
+  auto& times = job->rank0_step_times;
+  if (times.size() > kMaxStepTimes) {
+    times.erase(times.begin() + 1, times.end() - kMaxStepTimes / 2);  // (the warm-up stays)
+  }
   if (times.size() > 1) {
-    const size_t from = std::max<size_t>(1, times.size() > 20 ? times.size() - 20 : 1);
+    size_t from = times.size();
     double sum = 0;
-    for (size_t i = from; i < times.size(); ++i) sum += times[i];
+    while (from > 1 && (times.size() - from < 20 || sum < kStepTimeWindow)) sum += times[--from];
     const double mean = sum / static_cast<double>(times.size() - from);
     st->set_measured_step_time_s(mean);
     if (mean > 0) st->set_samples_per_s(static_cast<double>(r.spec().global_batch()) / mean);

@@ -114,6 +114,10 @@ class JobManager {
   // How long a job whose executor failed because of a peer waits for the
   // peer's report (its cause) before it fails with the one it has.
   static constexpr absl::Duration kRootCauseWait = absl::Seconds(3);
+  // The measured step time is a mean over at least this much of the
+  // latest steps (seconds), and the step times kept at most so many.
+  static constexpr double kStepTimeWindow = 10.0;
+  static constexpr size_t kMaxStepTimes = 200000;
   // Executor errors caused by a failed peer (the transport's words).
   static constexpr absl::string_view kPeerFailed = ": the peer failed";
   // How long an ended job waits for steps from nodes that went silent

@@ -55,6 +55,24 @@ TEST_F(JobManagerTest, LossesSumOverRanksAndTheJobSucceedsWhenAllDo) {
   EXPECT_THAT(*losses, ElementsAre(1.5, 2.25, 1.125));
 }
 
+TEST_F(JobManagerTest, TheMeasuredStepTimeIsAMeanOverSecondsNotTheLast20Steps) {
+  // 2000 steps of 1 ms, then 20 of 10 ms (a pause): over the last 10 s,
+  // not the last 20 steps (which would say 10 ms).
+  const std::string id = AddJob(5000);
+  std::vector<double> times(2001, 1e-3);
+  times.insert(times.end(), 20, 1e-2);
+  for (const std::string node : {"a", "b"}) {
+    TaskReport r =
+        Report(id, quilt::v1::TASK_STATE_RUNNING, 1, std::vector<double>(times.size(), 1.0));
+    r.clear_step_times_s();
+    for (double t : times) r.add_step_times_s(t);
+    Beat(node, {r});
+  }
+  const double expected = (2000 * 1e-3 + 20 * 1e-2) / 2020;  // after the warm-up step
+  EXPECT_NEAR(Status(id).measured_step_time_s(), expected, 1e-12);
+  EXPECT_NEAR(Status(id).samples_per_s(), 8 / expected, 1e-6);
+}
+
 TEST_F(JobManagerTest, ARetriedHeartbeatDoesNotCountItsStepsTwice) {
   const std::string id = AddJob(3);
   const TaskReport a = Report(id, quilt::v1::TASK_STATE_RUNNING, 1, {1.0, 2.0});

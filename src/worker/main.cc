@@ -16,6 +16,7 @@
 #include "src/cluster/local_node.h"
 #include "src/common/config_cli.h"
 #include "src/common/cpu_affinity.h"
+#include "src/common/dir_lock.h"
 #include "src/common/file_limit.h"
 #include "src/common/files.h"
 #include "src/common/logging.h"
@@ -123,6 +124,26 @@ int Run(WorkerConfig config) {
     QLOG_ERROR("configuration error: work_dir {} is not usable: {}", work_dir,
                std::string(w.message()));
     return 2;
+  }
+  // One worker per work_dir: its jobs' directories are its own.
+  absl::StatusOr<std::unique_ptr<DirLock>> work_lock =
+      DirLock::Acquire(work_dir, "worker.lock", "a worker");
+  if (!work_lock.ok()) {
+    QLOG_ERROR("configuration error: {}", std::string(work_lock.status().message()));
+    return 2;
+  }
+  // The programs of jobs a previous run of this worker ran (their executors
+  // ended with it): a job's program goes when the coordinator has its end,
+  // which that run may not have heard. Their logs stay.
+  {
+    std::error_code ec;
+    int removed = 0;
+    for (std::filesystem::directory_iterator it(work_dir, ec), end; !ec && it != end;
+         it.increment(ec)) {
+      std::error_code rm;
+      if (std::filesystem::remove(it->path() / "program.pb", rm)) ++removed;
+    }
+    if (removed > 0) QLOG_INFO("removed {} program(s) of jobs a previous run left", removed);
   }
 
   LocalNodeOptions local;
