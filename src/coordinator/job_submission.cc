@@ -271,7 +271,8 @@ absl::StatusOr<NewJob> PrepareJob(const quilt::v1::JobSpec& spec, const NodeRegi
       job.predicted_device_memory_bytes[m.device()] += m.peak_bytes();
     }
   }
-  QLOG_INFO("planned job '{}' on {} node(s): {} predicted {:.4f} s/step", spec.name(),
+  QLOG_INFO("planned {} on {} node(s): {} predicted {:.4f} s/step",
+            spec.name().empty() ? std::string("a job without a name") : "job '" + spec.name() + "'",
             job.world.size(), job.strategy, job.predicted_step_time_s);
   if (options.place) {
     RETURN_IF_ERROR(options.place(std::move(job)));
