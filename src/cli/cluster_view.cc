@@ -135,8 +135,8 @@ std::string RenderStatus(const quilt::v1::ClusterStatus& status, const std::stri
     absl::StrAppendFormat(&out, " %s=%d",
                           state.rfind("JOB_STATE_", 0) == 0 ? state.substr(10) : state, n);
   }
-  out += "\nLinks (measured):";
-  if (status.links().empty()) out += " none yet";
+  out += "\nLinks (measured, between Ready nodes):";
+  if (status.links().empty()) out += ready < 2 ? " none (fewer than two Ready nodes)" : " none yet";
   out += "\n";
   for (const auto& l : status.links()) {
     absl::StrAppendFormat(&out, "  %s <-> %s  %s/s  %s\n", l.src_node(), l.dst_node(),

@@ -67,6 +67,8 @@ TEST(ClusterView, StatusCountsReadyNodesAndListsFailures) {
   EXPECT_THAT(out, HasSubstr("Nodes: 1/2 Ready (0 NotReady, 1 Down)"));
   EXPECT_THAT(out, HasSubstr("0/1 gpu  V100"));
   EXPECT_THAT(out, HasSubstr("5.0s ago  b  Down: no heartbeat for 31.0 s"));
+  // (b's links, measured or not, are not listed while it is not Ready.)
+  EXPECT_THAT(out, HasSubstr("Links (measured, between Ready nodes): none (fewer than two Ready"));
 }
 
 TEST(ClusterView, StatusWithNoReadyNodeSaysSo) {
