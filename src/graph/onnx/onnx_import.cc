@@ -278,7 +278,11 @@ absl::StatusOr<Graph> ImportOnnx(const std::string& bytes, const OnnxImportOptio
       if (!d.has_dim_value() || d.dim_value() <= 0) {
         return absl::InvalidArgumentError(absl::StrCat(
             src, ": input '", in->name(), "' dimension ", i, " ('", d.dim_param(),
-            "') is dynamic; only the first (batch) dimension may be — export with fixed sizes"));
+            "') is dynamic; only the first (batch) dimension may be — export with fixed sizes",
+            i == 1 ? " (a sequence-first model's batch is its second dimension: Quilt takes "
+                     "the first for the batch, so export it batch-first, e.g. batch_first=True "
+                     "or a transpose in forward)"
+                   : ""));
       }
       dims.push_back(Dim::Fixed(d.dim_value()));
     }

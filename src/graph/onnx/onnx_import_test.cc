@@ -590,7 +590,8 @@ TEST(OnnxImport, DynamicNonBatchDim_Rejected) {
       ->mutable_dim(1)
       ->set_dim_param("seq");
   EXPECT_THAT(Import(m.SerializeAsString()),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("('seq') is dynamic")));
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("('seq') is dynamic"), HasSubstr("batch_first=True"))));
 }
 
 TEST(OnnxImport, TruncatedAndEmptyFiles_ClearErrors) {
