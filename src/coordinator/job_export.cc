@@ -145,6 +145,20 @@ bool Floating(const onnx::TensorProto& init) {
          init.data_type() == onnx::TensorProto::DOUBLE;
 }
 
+// Trained float32 `value` into `init`, in the type it holds (float64
+// weights were trained as float32, as the import reads them).
+void WriteTrained(const Tensor& value, onnx::TensorProto* init) {
+  init->clear_float_data();
+  init->clear_double_data();
+  if (init->data_type() == onnx::TensorProto::DOUBLE) {
+    std::vector<double> wide(value.f32(), value.f32() + value.numel());
+    init->set_raw_data(
+        std::string(reinterpret_cast<const char*>(wide.data()), wide.size() * sizeof(double)));
+    return;
+  }
+  init->set_raw_data(std::string(static_cast<const char*>(value.raw()), value.bytes()));
+}
+
 }  // namespace
 
 absl::StatusOr<quilt::v1::ExportJobResponse> ExportTrainedOnnx(const quilt::v1::JobRecord& job) {
@@ -205,17 +219,7 @@ absl::StatusOr<quilt::v1::ExportJobResponse> ExportTrainedOnnx(const quilt::v1::
     } else {
       continue;
     }
-    init.clear_float_data();
-    init.clear_double_data();
-    if (init.data_type() == onnx::TensorProto::DOUBLE) {
-      // (Trained in float32, as the import reads it; written back as the
-      // model holds it.)
-      std::vector<double> wide(value.f32(), value.f32() + value.numel());
-      init.set_raw_data(
-          std::string(reinterpret_cast<const char*>(wide.data()), wide.size() * sizeof(double)));
-    } else {
-      init.set_raw_data(std::string(static_cast<const char*>(value.raw()), value.bytes()));
-    }
+    WriteTrained(value, &init);
   }
   // Values the export shares through Identity nodes (PyTorch merges equal
   // initial values: the ones and zeros of LayerNorms) train as one
@@ -238,7 +242,7 @@ absl::StatusOr<quilt::v1::ExportJobResponse> ExportTrainedOnnx(const quilt::v1::
     t->set_name(n.output(0));
     t->set_data_type(onnx::TensorProto::FLOAT);
     for (int64_t d : it->second.dims()) t->add_dims(d);
-    t->set_raw_data(std::string(static_cast<const char*>(it->second.raw()), it->second.bytes()));
+    WriteTrained(it->second, t);
     nodes->DeleteSubrange(i, 1);
   }
   quilt::v1::ExportJobResponse out;

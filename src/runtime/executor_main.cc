@@ -68,12 +68,13 @@ absl::Status WriteState(const std::string& dir, int rank, const quilt::Executor&
   metrics["loss_parts"] = nlohmann::json::array();
   metrics["step_times_s"] = nlohmann::json::array();
   metrics["compute_times_s"] = nlohmann::json::array();
-  for (const quilt::ExecutorStep& s : executor.steps()) {
-    if (!steps) break;
-    metrics["loss_parts"].push_back(s.has_loss ? nlohmann::json(s.loss_part)
-                                               : nlohmann::json(nullptr));
-    metrics["step_times_s"].push_back(s.step_time_s);
-    metrics["compute_times_s"].push_back(s.compute_time_s);
+  if (steps) {
+    for (const quilt::ExecutorStep& s : executor.steps()) {
+      metrics["loss_parts"].push_back(s.has_loss ? nlohmann::json(s.loss_part)
+                                                 : nlohmann::json(nullptr));
+      metrics["step_times_s"].push_back(s.step_time_s);
+      metrics["compute_times_s"].push_back(s.compute_time_s);
+    }
   }
   for (const quilt::HeldTensor& h : executor.Persistent()) {
     const std::string file =

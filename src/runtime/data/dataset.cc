@@ -124,8 +124,7 @@ class SyntheticDataset final : public Dataset {
                 (static_cast<uint64_t>(k) << 32) ^ static_cast<uint64_t>(tokens[j * stride]);
             s += 2.0 * CounterUniform(seed_ ^ 0x70f1a7ULL, key) - 1.0;
           }
-          const double t = std::tanh(s / std::sqrt(double(used)) * 2);
-          label->f32()[i * p + k] = static_cast<float>(unit_labels_ ? 0.5 * (t + 1) : t);
+          label->f32()[i * p + k] = Target(s, used);
         }
         continue;
       }
@@ -170,14 +169,20 @@ class SyntheticDataset final : public Dataset {
           const uint64_t key = (static_cast<uint64_t>(k) << 32) ^ j;
           s += (2.0 * CounterUniform(seed_ ^ 0xabcdefULL, key) - 1.0) * x[j * stride];
         }
-        const double t = std::tanh(s / std::sqrt(double(used)) * 2);
-        label->f32()[i * p + k] = static_cast<float>(unit_labels_ ? 0.5 * (t + 1) : t);
+        label->f32()[i * p + k] = Target(s, used);
       }
     }
     return absl::OkStatus();
   }
 
  private:
+  // A float target from a sum `s` of `used` terms of unit scale: tanh of
+  // it, normalized, in (−1, 1) or, for the model's own loss, (0, 1).
+  float Target(double s, int64_t used) const {
+    const double t = std::tanh(s / std::sqrt(double(used)) * 2);
+    return static_cast<float>(unit_labels_ ? 0.5 * (t + 1) : t);
+  }
+
   // The centre of class `cls` along element `e`: ±0.5.
   float Offset(int64_t cls, int64_t e) const {
     return CounterUniform(seed_ ^ 0xce47e5ULL,

@@ -173,9 +173,20 @@ void GatherView(const std::vector<int64_t>& data, int axis, int64_t* outer, int6
   }
 }
 
-absl::Status CheckIndices(KernelContext& ctx, const Tensor& idx, int64_t n) {
+// Indices in [−n, n), or with `from_data` (the model's input looked up
+// directly, an embedding) in [0, n): negative ids there are bad data (−1
+// padding, −100 ignored labels) that would wrap.
+absl::Status CheckIndices(KernelContext& ctx, const Tensor& idx, int64_t n,
+                          bool from_data = false) {
   for (int64_t i = 0; i < idx.numel(); ++i) {
     const int64_t v = idx.i64()[i];
+    if (from_data && v < 0) {
+      return ctx.Error(absl::StrCat("id ", v, " at position ",
+                                    StepPosition(ctx, idx, ctx.in_shape(1), i),
+                                    " of the step's input ids is negative: an embedding lookup "
+                                    "takes ids in [0, ",
+                                    n, ") (nn.Embedding refuses negative ids too)"));
+    }
     if (v < -n || v >= n) {
       return ctx.Error(
           absl::StrCat("index ", v, " at position ", i, " is out of range [", -n, ", ", n, ")"));
@@ -190,20 +201,7 @@ absl::Status Gather(KernelContext& ctx) {
   const int axis = NormAxis(ctx.attrs().Int("axis", 0), data.rank());
   int64_t outer, n, inner;
   GatherView(data.dims(), axis, &outer, &n, &inner);
-  if (ctx.attrs().Int("ids_from_data", 0) != 0) {
-    // The model's input looked up directly (an embedding): negative ids
-    // are bad data (-1 padding, -100 ignored labels) that would wrap.
-    for (int64_t i = 0; i < idx.numel(); ++i) {
-      if (idx.i64()[i] < 0) {
-        return ctx.Error(absl::StrCat("id ", idx.i64()[i], " at position ",
-                                      StepPosition(ctx, idx, ctx.in_shape(1), i),
-                                      " of the step's input ids is negative: an embedding lookup "
-                                      "takes ids in [0, ",
-                                      n, ") (nn.Embedding refuses negative ids too)"));
-      }
-    }
-  }
-  RETURN_IF_ERROR(CheckIndices(ctx, idx, n));
+  RETURN_IF_ERROR(CheckIndices(ctx, idx, n, ctx.attrs().Int("ids_from_data", 0) != 0));
   ASSIGN_OR_RETURN(Tensor * out, ctx.Output(0));
   const int64_t esize = DTypeSize(data.dtype());
   const int64_t k = idx.numel();
