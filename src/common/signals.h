@@ -1,7 +1,9 @@
 // Process signal handling for daemons: SIGTERM / SIGINT request a drain,
 // SIGHUP a reload. Signals are blocked in every thread (call
 // BlockTerminationSignals() first in main, before any thread starts) and
-// received synchronously by WaitForSignal().
+// received synchronously by WaitForSignal(). A thread a library started
+// before main (with the signals unblocked) hands a signal it gets on to
+// the thread that blocked them, so it never ends the process.
 #ifndef QUILT_SRC_COMMON_SIGNALS_H_
 #define QUILT_SRC_COMMON_SIGNALS_H_
 
