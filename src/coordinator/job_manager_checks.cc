@@ -1,6 +1,7 @@
 // JobManager's side of the liveness ticker: ended jobs closed once their
 // nodes have nothing more to send, failures whose cause did not report
 // attributed to the node that caused them, jobs of Down nodes failed.
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <string>
@@ -8,6 +9,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "src/common/logging.h"
 #include "src/common/proto_time.h"
 #include "src/coordinator/job_manager.h"
@@ -74,11 +76,18 @@ void JobManager::CloseEnded(const std::map<std::string, std::string>& down) {
 void JobManager::CheckNodes() {
   std::map<std::string, std::string> down, silent;  // node → reason
   std::map<std::string, absl::Time> registered;     // its worker's start
+  std::map<std::string, absl::Time> last_beat;
   for (const quilt::v1::NodeStatus& n : registry_->ListNodes()) {
     if (n.state() == quilt::v1::NODE_STATE_DOWN) down[n.info().node_id()] = n.reason();
     if (n.state() != quilt::v1::NODE_STATE_READY) silent[n.info().node_id()] = n.reason();
     registered[n.info().node_id()] = FromProtoTime(n.registered_at());
+    if (n.has_last_heartbeat()) last_beat[n.info().node_id()] = FromProtoTime(n.last_heartbeat());
   }
+  // Long enough for two heartbeats of every live node: one that sent none
+  // since the failure stopped with it (before the registry, which waits
+  // for not_ready_after, says so).
+  const absl::Duration root_cause_wait =
+      std::max(kRootCauseWait, 2 * registry_->options().heartbeat_period + absl::Milliseconds(500));
   {
     absl::MutexLock lock(&mu_);
     CloseEnded(down);
@@ -90,16 +99,25 @@ void JobManager::CheckNodes() {
     absl::MutexLock lock(&mu_);
     for (auto& [id, job] : jobs_) {
       if (job.knock_on.message.empty() || Ended(job.record.status().state())) continue;
-      if (clock_->Now() - job.knock_on.since < kRootCauseWait) continue;
+      if (clock_->Now() - job.knock_on.since < root_cause_wait) continue;
       std::string node = job.knock_on.node, message = job.knock_on.message;
       const absl::Time started = FromProtoTime(job.record.status().started_at());
       for (const std::string& n : job.record.world()) {
         auto s = silent.find(n);
         auto r = registered.find(n);
+        auto b = last_beat.find(n);
         if (s != silent.end()) {
           node = n;
           message = absl::StrCat("node ", n, " stopped heartbeating",
                                  s->second.empty() ? "" : " (" + s->second + ")", "; ", message);
+          break;
+        }
+        if (b != last_beat.end() && b->second < job.knock_on.since) {
+          node = n;
+          message = absl::StrCat(
+              "node ", n, " stopped heartbeating (none since the failure, ",
+              absl::StrFormat("%.1f", absl::ToDoubleSeconds(clock_->Now() - job.knock_on.since)),
+              " s ago); ", message);
           break;
         }
         if (job.record.status().has_started_at() && r != registered.end() && r->second > started) {

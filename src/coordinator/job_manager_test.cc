@@ -178,6 +178,36 @@ TEST_F(JobManagerTest, AFailureCausedByAPeerNamesANodeThatStoppedHeartbeating) {
   EXPECT_THAT(Status(id).message(), ::testing::StartsWith("node c stopped heartbeating"));
 }
 
+// Before the registry calls it not ready (not_ready_after, 5 s): a node of
+// the job that sent no heartbeat since the failure is named once the
+// others have sent two.
+TEST_F(JobManagerTest, AFailureCausedByAPeerNamesANodeSilentSinceTheFailure) {
+  ASSERT_THAT(registry_->Register(Info("a"), 1), IsOk());
+  ASSERT_THAT(registry_->Register(Info("b"), 2), IsOk());
+  ASSERT_THAT(registry_->Register(Info("c"), 3), IsOk());
+  const std::string id = AddJobOnABC();
+  clock_.Advance(absl::Milliseconds(200));
+  TaskReport r = Report(id, quilt::v1::TASK_STATE_FAILED, 2, {});
+  r.set_message("receive from rank 1 (b) (tag 0x5, 64 bytes): the peer failed");
+  Beat("a", {r});
+  r.set_message("receive from rank 0 (a) (tag 0x5, 64 bytes): the peer failed");
+  Beat("b", {r});
+  for (int i = 0; i < 3; ++i) {
+    clock_.Advance(absl::Seconds(1));
+    ASSERT_THAT(registry_->Heartbeat("a", 1), IsOk());
+    ASSERT_THAT(registry_->Heartbeat("b", 2), IsOk());
+    registry_->CheckLiveness();
+    jobs_->CheckNodes();
+  }
+  EXPECT_EQ(Status(id).state(), quilt::v1::JOB_STATE_FAILED);
+  EXPECT_THAT(Status(id).message(),
+              ::testing::StartsWith("node c stopped heartbeating (none since the failure, 3.0 s "
+                                    "ago); the executor on "));
+  const std::vector<quilt::v1::ClusterEvent> events = registry_->RecentEvents(10);
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events[0].node_id(), "c");
+}
+
 TEST_F(JobManagerTest, AFailureCausedByAPeerNamesANodeWhoseWorkerRestartedSinceTheJobStarted) {
   ASSERT_THAT(registry_->Register(Info("a"), 1), IsOk());
   ASSERT_THAT(registry_->Register(Info("b"), 2), IsOk());
