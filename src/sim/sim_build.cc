@@ -254,7 +254,7 @@ absl::Status Sim::Build() {
         node.path_to = server;
         node.duration =
             topo_.PathBetween(d, server).Time(static_cast<double>(ins.ps_push().bytes()));
-        comm_bytes_ += ins.ps_push().bytes();
+        if (server != d) comm_bytes_ += ins.ps_push().bytes();
         ASSIGN_OR_RETURN(int t, TensorId(ins.ps_push().gradient().tensor()));
         const int inst = Containing(t, d, 0, 0);
         if (inst >= 0) reads_.Add(n, inst);
@@ -286,7 +286,7 @@ absl::Status Sim::Build() {
         node.path_to = d;
         node.duration =
             topo_.PathBetween(server, d).Time(static_cast<double>(ins.ps_pull().bytes()));
-        comm_bytes_ += ins.ps_pull().bytes();
+        if (server != d) comm_bytes_ += ins.ps_pull().bytes();  // (its own: a copy)
         ASSIGN_OR_RETURN(int t, TensorId(ins.ps_pull().parameter().tensor()));
         writes_.Add(n, InstanceFor(t, d, 0, 0));
         break;

@@ -165,6 +165,9 @@ class Sim {
   // whose links all freed at once.
   std::vector<PathWaiters> classes_;
   absl::flat_hash_map<int64_t, int> class_ids_;
+  // Collectives over the same links share a class (per collective, lazily).
+  std::vector<int> collective_class_;
+  absl::flat_hash_map<std::vector<int>, int> link_set_class_;
   std::vector<std::vector<std::pair<int, int>>> link_classes_;
   std::vector<int> startable_;
   std::vector<int64_t> live_, peak_;

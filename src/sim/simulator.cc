@@ -117,12 +117,25 @@ void Sim::Ready(int n) {
 // (Cost per link state change: the classes registered with that link;
 // moving single waiters between the queues of single links instead cost
 // quadratic time where many transfers cross, as parameter servers'.)
+// Collectives over the same links are one class: a batch norm's sums and
+// the gradients' all-reduces of a group over hundreds of devices would
+// otherwise each register with every link of the ring.
 int Sim::PathClass(int n) {
   const Node& node = nodes_[n];
-  const int64_t key =
-      node.kind == Kind::kAllReduce
-          ? -1 - static_cast<int64_t>(node.collective)
-          : static_cast<int64_t>(node.path_from) * topo_.num_devices() + node.path_to;
+  if (node.kind == Kind::kAllReduce) {
+    if (collective_class_.empty()) collective_class_.assign(collectives_.size(), -1);
+    int& cc = collective_class_[node.collective];
+    if (cc < 0) {
+      std::vector<int> links = Links(n);
+      std::sort(links.begin(), links.end());
+      auto [it, added] =
+          link_set_class_.try_emplace(std::move(links), static_cast<int>(classes_.size()));
+      if (added) classes_.push_back(PathWaiters{&Links(n)});
+      cc = it->second;
+    }
+    return cc;
+  }
+  const int64_t key = static_cast<int64_t>(node.path_from) * topo_.num_devices() + node.path_to;
   auto [it, added] = class_ids_.try_emplace(key, static_cast<int>(classes_.size()));
   if (added) classes_.push_back(PathWaiters{&Links(n)});
   return it->second;

@@ -131,6 +131,14 @@ class ProgramBuilder {
     *a = acc;
     a->set_id(id);
   }
+  // Device d pulls `tensor` (`bytes`) from `server`.
+  void Pull(int d, int server, const std::string& tensor, int64_t bytes) {
+    Instruction* p = Add(d);
+    p->mutable_ps_pull()->mutable_parameter()->set_tensor(tensor);
+    p->mutable_ps_pull()->set_server_device(topo_.device(server).id);
+    p->mutable_ps_pull()->set_tag(next_tag_++);
+    p->mutable_ps_pull()->set_bytes(bytes);
+  }
   const DistributedProgram& program() const { return prog_; }
 
  private:
@@ -469,6 +477,19 @@ TEST(Simulator, MemoryCountsTheAllReduceStagingAndTheServersReceiveBuffers) {
     EXPECT_EQ(r.devices[0].peak_memory_bytes, 3 * m);
     EXPECT_EQ(r.devices[1].peak_memory_bytes, m);
   }
+}
+
+// A pull from the device's own server copies in its memory: no bytes
+// between devices. Pulls from another device are.
+TEST(Simulator, CommunicationCountsOnlyTransfersBetweenDevices) {
+  const int64_t m = 8 << 20;
+  auto w = MakeWorld(TensorGraph(m), Spec({NodeShape{2}}));
+  ProgramBuilder p(w->topo, 1);
+  p.Persistent(0, "g");
+  p.Pull(0, 0, "g", m);
+  EXPECT_EQ(MustSimulate(*w, p.program()).communication_bytes, 0);
+  p.Pull(1, 0, "g", m);
+  EXPECT_EQ(MustSimulate(*w, p.program()).communication_bytes, m);
 }
 
 TEST(Simulator, ParameterServerFanIn_IsLimitedByTheServersLink) {
