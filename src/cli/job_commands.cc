@@ -92,8 +92,13 @@ absl::StatusOr<quilt::v1::JobSpec> SpecFrom(const SubmitArgs& a) {
   spec.set_loss_output(a.loss_output);
   if (spec.model_case() == quilt::v1::JobSpec::kOnnx) {
     // (The coordinator imports it and reports errors; here only its notes.)
+    // (--loss against the model's own is checked there too, for every
+    // kind of model; here before the upload.)
     absl::StatusOr<Graph> g = LoadOnnxBytes(spec.onnx(), a.batch, a.model, a.loss_output);
-    if (g.ok()) PrintModelNotes(*std::move(g), a.frozen);
+    if (g.ok()) {
+      RETURN_IF_ERROR(ApplyLossFlag(a.loss, &*g).status());
+      PrintModelNotes(*std::move(g), a.frozen);
+    }
   }
   spec.set_name(a.name);
   for (const std::string& name : a.frozen) spec.add_frozen(name);
@@ -306,28 +311,9 @@ absl::Status SetJobModel(const std::string& model, int64_t batch, const Graph* l
 
 absl::StatusOr<LossType> ApplyLossFlag(const std::string& loss, Graph* g) {
   if (loss.empty() || loss == "auto") return LossType::kNone;
-  const LossType want = loss == "mse" ? LossType::kMse : LossType::kSoftmaxCrossEntropy;
-  if (!g->loss.output.empty()) {
-    // A cross-entropy inside the model is what --loss softmax_cross_entropy
-    // asks for (with its ignored labels it is the model's own loss).
-    const bool has_sce = std::any_of(g->ops.begin(), g->ops.end(), [](const Op& op) {
-      return op.type == "SoftmaxCrossEntropyLoss";
-    });
-    if (g->loss.type == LossType::kModel && want == LossType::kSoftmaxCrossEntropy && has_sce) {
-      return LossType::kNone;
-    }
-    if (g->loss.type == LossType::kModel) {
-      return absl::InvalidArgumentError("the model computes its own loss ('" + g->loss.output +
-                                        "'); --loss " + loss +
-                                        " applies to a model that returns its prediction");
-    }
-    if (g->loss.type != want) {
-      return absl::InvalidArgumentError("the model already computes a different loss than --loss " +
-                                        loss);
-    }
-    return LossType::kNone;
-  }
-  g->loss.type = want;
+  const LossType asked = loss == "mse" ? LossType::kMse : LossType::kSoftmaxCrossEntropy;
+  ASSIGN_OR_RETURN(const LossType want, ChooseLoss(asked, "--loss " + loss, g));
+  if (want == LossType::kNone) return want;
   const TensorInfo* out = g->outputs.empty() ? nullptr : g->FindTensor(g->outputs[0]);
   if (want == LossType::kSoftmaxCrossEntropy && out != nullptr && out->shape.rank() == 3 &&
       !out->shape.dim(1).batch && out->shape.dim(1) == out->shape.dim(2)) {

@@ -38,6 +38,11 @@ absl::StatusOr<quilt::v1::NodeInfo> DiscoverLocalNode(const LocalNodeOptions& op
   }
   const HostInfo host = ReadHostInfo();
   const int cores = options.cpu_cores > 0 ? std::min(options.cpu_cores, host.cores) : host.cores;
+  if (options.cpu_cores > host.cores) {
+    // (One configuration may serve machines of different sizes: a cap.)
+    QLOG_WARN("cpu_cores={} but only {} core(s) are available: using {}", options.cpu_cores,
+              host.cores, host.cores);
+  }
   if (options.cpu_devices < 0 || options.cpu_devices > cores) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "cpu_devices = %d, but only %d core(s) are available", options.cpu_devices, cores));

@@ -87,7 +87,7 @@ absl::Status WriteFileAtomically(const std::string& path, const std::string& con
   }
   const std::string tmp = absl::StrCat(path, ".tmp.", getpid());
   int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoStatus(errno, "cannot create " + tmp);
+  if (fd < 0) return ErrnoStatus(errno, "cannot write " + path + " (creating " + tmp + ")");
   size_t done = 0;
   while (done < contents.size()) {
     ssize_t n = write(fd, contents.data() + done, contents.size() - done);

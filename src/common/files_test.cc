@@ -1,5 +1,6 @@
 // Writing files: a new file replaces the old by rename, so a path that is
-// not a regular file (a device, a pipe) is refused rather than replaced.
+// not a regular file (a device, a pipe) is refused rather than replaced;
+// errors name the file asked for.
 #include "src/common/files.h"
 
 #include <sys/stat.h>
@@ -13,6 +14,7 @@ namespace quilt {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 TEST(Files, APipeIsRefusedNotReplaced) {
   testing::TempDir dir;
@@ -30,6 +32,15 @@ TEST(Files, APipeIsRefusedNotReplaced) {
   ASSERT_THAT(WriteFileAtomically(file, "one"), IsOk());
   ASSERT_THAT(WriteFileAtomically(file, "two"), IsOk());
   EXPECT_THAT(ReadFile(file), IsOkAndHolds(std::string("two")));
+}
+
+// A file that cannot be created is named as the caller gave it (the
+// temporary it is written through comes after).
+TEST(Files, AFileThatCannotBeCreatedIsNamed) {
+  const absl::Status s = WriteFileAtomically("/proc/quilt-no-such-file.onnx", "model");
+  EXPECT_THAT(s, Not(IsOk()));
+  EXPECT_THAT(std::string(s.message()),
+              ::testing::StartsWith("cannot write /proc/quilt-no-such-file.onnx"));
 }
 
 }  // namespace

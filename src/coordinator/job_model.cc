@@ -39,6 +39,7 @@ absl::StatusOr<Graph> TrainingGraphForJob(const quilt::v1::JobSpec& spec) {
   if (spec.global_batch() < 1) {
     return absl::InvalidArgumentError("the job's global_batch must be at least 1");
   }
+  RETURN_IF_ERROR(CheckGlobalBatch(spec.global_batch()));
   ASSIGN_OR_RETURN(Graph g, ForwardGraph(spec));
   if (g.has_backward) {
     if (spec.frozen_size() > 0) {
@@ -50,19 +51,21 @@ absl::StatusOr<Graph> TrainingGraphForJob(const quilt::v1::JobSpec& spec) {
       FreezeParameters(&g, std::vector<std::string>(spec.frozen().begin(), spec.frozen().end())));
   TrainingOptions to;
   switch (spec.loss()) {
-    case quilt::v1::Loss::TYPE_SOFTMAX_CROSS_ENTROPY:
-      to.loss = LossType::kSoftmaxCrossEntropy;
+    case quilt::v1::Loss::TYPE_SOFTMAX_CROSS_ENTROPY: {
+      ASSIGN_OR_RETURN(to.loss, ChooseLoss(LossType::kSoftmaxCrossEntropy,
+                                           "the job's loss softmax_cross_entropy", &g));
       break;
-    case quilt::v1::Loss::TYPE_MSE:
-      to.loss = LossType::kMse;
+    }
+    case quilt::v1::Loss::TYPE_MSE: {
+      ASSIGN_OR_RETURN(to.loss, ChooseLoss(LossType::kMse, "the job's loss mse", &g));
       break;
+    }
     default:
       if (g.loss.type == LossType::kNone) {
         return absl::InvalidArgumentError("the model defines no loss and the job sets none");
       }
       break;
   }
-  if (g.loss.type != LossType::kNone) to.loss = LossType::kNone;  // the model's own
   to.optimizer = OptimizerFromProto(spec.optimizer());
   if (to.optimizer.kind == OptimizerSpec::Kind::kNone) {
     return absl::InvalidArgumentError("the job sets no optimizer (sgd or adam)");

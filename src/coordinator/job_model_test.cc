@@ -1,9 +1,11 @@
 // A job's training graph: parameters the job names frozen are not
-// updated; a name that is no parameter is refused.
+// updated; a name that is no parameter is refused; a loss other than the
+// model's is refused.
 #include "src/coordinator/job_model.h"
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "src/common/files.h"
 #include "src/common/status_matchers.h"
 
 namespace quilt {
@@ -41,6 +43,44 @@ TEST(TrainingGraphForJob, FrozenParametersAreNotUpdated) {
   spec.add_frozen("no.such.weight");
   EXPECT_THAT(TrainingGraphForJob(spec).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("no.such.weight")));
+}
+
+// A loss the job names must be the model's: a model that computes its own
+// loss, or a zoo model's softmax cross-entropy, is not trained with another
+// without a word.
+TEST(TrainingGraphForJob, RefusesALossOtherThanTheModels) {
+  quilt::v1::JobSpec zoo = MlpJob();
+  zoo.set_loss(quilt::v1::Loss::TYPE_SOFTMAX_CROSS_ENTROPY);
+  EXPECT_THAT(TrainingGraphForJob(zoo).status(), IsOk());
+  zoo.set_loss(quilt::v1::Loss::TYPE_MSE);
+  EXPECT_THAT(TrainingGraphForJob(zoo).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("the job's loss mse")));
+
+  absl::StatusOr<std::string> onnx = ReadFile("test/fixtures/lm_blocks/model.onnx");
+  ASSERT_THAT(onnx.status(), IsOk());
+  quilt::v1::JobSpec own = MlpJob();
+  own.set_onnx(*onnx);
+  own.set_global_batch(4);
+  EXPECT_THAT(TrainingGraphForJob(own).status(), IsOk());
+  // (Its own loss is a cross-entropy: asking for that is asking for it.)
+  own.set_loss(quilt::v1::Loss::TYPE_SOFTMAX_CROSS_ENTROPY);
+  EXPECT_THAT(TrainingGraphForJob(own).status(), IsOk());
+  own.set_loss(quilt::v1::Loss::TYPE_MSE);
+  EXPECT_THAT(TrainingGraphForJob(own).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("computes its own loss")));
+}
+
+// A batch past what a step may have is named as such, before the model's
+// tensors are sized by it.
+TEST(TrainingGraphForJob, RefusesABatchPastTheLimitNamingIt) {
+  absl::StatusOr<std::string> onnx = ReadFile("test/fixtures/lm_blocks/model.onnx");
+  ASSERT_THAT(onnx.status(), IsOk());
+  quilt::v1::JobSpec spec = MlpJob();
+  spec.set_onnx(*onnx);
+  spec.set_global_batch(3000000000);
+  EXPECT_THAT(TrainingGraphForJob(spec).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("a global batch of 3000000000 is more than the")));
 }
 
 }  // namespace

@@ -402,4 +402,10 @@ OptimizerSpec OptimizerFromProto(const quilt::v1::Optimizer& proto) {
   return o;
 }
 
+absl::Status CheckGlobalBatch(int64_t batch) {
+  if (batch <= kMaxGlobalBatch) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("a global batch of ", batch, " is more than the ",
+                                                 kMaxGlobalBatch, " samples a step may have"));
+}
+
 }  // namespace quilt

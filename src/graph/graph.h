@@ -152,6 +152,12 @@ class Graph {
 // zero betas and epsilon take PyTorch's defaults).
 OptimizerSpec OptimizerFromProto(const quilt::v1::Optimizer& proto);
 
+// The largest global batch a step may have (rows are counted in 32 bits in
+// places, and no step of more samples fits any cluster).
+inline constexpr int64_t kMaxGlobalBatch = int64_t{1} << 30;
+// Errors: INVALID_ARGUMENT for a batch over kMaxGlobalBatch, naming both.
+absl::Status CheckGlobalBatch(int64_t batch);
+
 }  // namespace quilt
 
 #endif  // QUILT_SRC_GRAPH_GRAPH_H_

@@ -18,6 +18,7 @@ namespace quilt {
 
 absl::StatusOr<Graph> LoadOnnxBytes(const std::string& bytes, int64_t batch,
                                     const std::string& source, const std::string& loss_output) {
+  RETURN_IF_ERROR(CheckGlobalBatch(batch));
   OnnxImportOptions o;
   o.batch = batch;
   o.source = source;
@@ -177,6 +178,7 @@ std::vector<std::string> ModelNotes(const Graph& g) {
 
 absl::StatusOr<Graph> LoadModel(const std::string& spec, int64_t batch,
                                 const std::string& loss_output) {
+  RETURN_IF_ERROR(CheckGlobalBatch(batch));
   Graph g;
   if (absl::StartsWith(spec, "zoo:")) {
     ASSIGN_OR_RETURN(g, zoo::BuildZooModel(spec.substr(4)));
@@ -206,6 +208,35 @@ absl::StatusOr<Graph> LoadModel(const std::string& spec, int64_t batch,
   if (batch > 0) g.reference_batch = batch;
   if (g.reference_batch <= 0) g.reference_batch = 1;
   return g;
+}
+
+absl::StatusOr<LossType> ChooseLoss(LossType want, const std::string& asked, Graph* g) {
+  if (want == LossType::kNone) return LossType::kNone;
+  if (!g->loss.output.empty()) {
+    const bool has_sce = std::any_of(g->ops.begin(), g->ops.end(), [](const Op& op) {
+      return op.type == "SoftmaxCrossEntropyLoss";
+    });
+    if (g->loss.type == LossType::kModel && want == LossType::kSoftmaxCrossEntropy && has_sce) {
+      return LossType::kNone;
+    }
+    if (g->loss.type == LossType::kModel) {
+      return absl::InvalidArgumentError("the model computes its own loss ('" + g->loss.output +
+                                        "'); " + asked +
+                                        " applies to a model that returns its prediction");
+    }
+    if (g->loss.type != want) {
+      return absl::InvalidArgumentError("the model already computes a different loss than " +
+                                        asked);
+    }
+    return LossType::kNone;
+  }
+  if (g->loss.type != LossType::kNone && g->loss.type != want) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the model's loss is ", g->loss.type == LossType::kMse ? "mse" : "softmax cross-entropy",
+        "; ", asked, " asks for another"));
+  }
+  g->loss.type = want;
+  return want;
 }
 
 }  // namespace quilt

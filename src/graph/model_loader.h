@@ -31,6 +31,15 @@ absl::Status FreezeParameters(Graph* graph, const std::vector<std::string>& name
 // first, which the loss does not use. One sentence each.
 std::vector<std::string> ModelNotes(const Graph& graph);
 
+// The loss to add to `graph` when a job or command asks for `want`
+// (kNone: the model's own): kNone when the model computes its loss itself
+// (a cross-entropy inside the model is what kSoftmaxCrossEntropy asks for);
+// a loss asked for a graph without a loss output is recorded on it.
+// `asked` names the request in errors (e.g. "--loss mse"). Errors:
+// INVALID_ARGUMENT for a loss other than the one the model computes or
+// names (a zoo model's softmax cross-entropy).
+absl::StatusOr<LossType> ChooseLoss(LossType want, const std::string& asked, Graph* graph);
+
 // Same, from the bytes of an ONNX file or of a TrainingGraph message.
 absl::StatusOr<Graph> LoadOnnxBytes(const std::string& bytes, int64_t batch,
                                     const std::string& source, const std::string& loss_output = "");

@@ -24,10 +24,6 @@
 
 namespace quilt {
 
-// The largest global batch a plan is made for (rows are counted in 32 bits
-// in places, and no step of more samples fits any cluster).
-inline constexpr int64_t kMaxGlobalBatch = int64_t{1} << 30;
-
 struct PlanOptions {
   int64_t global_batch = 0;
   // "all" or one strategy name.

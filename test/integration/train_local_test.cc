@@ -268,6 +268,17 @@ TEST(TrainLocal, ANegativeTokenIdInTheData_IsRefusedNamingIt) {
   ASSERT_THAT(r, IsOk());
   EXPECT_EQ(r->exit_code, 1) << r->out;
   EXPECT_THAT(r->err, HasSubstr("id -1 at position 8 of the step's input ids is negative"));
+
+  // One past the table: the same valid range named, not ONNX's [-n, n).
+  x->i64()[6 + 2] = 1000000;
+  ASSERT_THAT(WriteNpy(tmp.File("x.npy"), *x), IsOk());
+  r = RunCommand({RunfilePath("src/cli/quiltctl"), "train-local", dir + "/model.onnx", "--loss",
+                  "softmax_cross_entropy", "--data", tmp.File("x.npy") + "," + dir + "/y.npy",
+                  "--batch", "4", "--steps", "2", "--threads", "1"});
+  ASSERT_THAT(r, IsOk());
+  EXPECT_EQ(r->exit_code, 1) << r->out;
+  EXPECT_THAT(r->err, HasSubstr("id 1000000 at position 8 of the step's input ids is past the "
+                                "table's end: an embedding lookup takes ids in [0, "));
 }
 
 TEST(GraphInspect, ZooResNet50_ReportsParametersAndFlops) {
@@ -282,6 +293,13 @@ TEST(GraphInspect, ZooResNet50_ReportsParametersAndFlops) {
   EXPECT_LT(j["forward_flops_per_sample"].get<double>(), 9.0e9);
   EXPECT_GT(j["training_graph"]["ops"].get<int>(), 2 * j["ops"].get<int>());
   EXPECT_EQ(j["ops_by_type"]["Conv"].get<int>(), 53);
+
+  // A batch no step may have is refused, not summed past 64 bits.
+  r = RunCommand({RunfilePath("src/cli/quiltctl"), "graph", "inspect", "zoo:resnet50", "--batch",
+                  "70000000000"});
+  ASSERT_THAT(r, IsOk());
+  EXPECT_EQ(r->exit_code, 1) << r->out;
+  EXPECT_THAT(r->err, HasSubstr("a global batch of 70000000000 is more than the"));
 }
 
 TEST(GraphInspect, ListsParametersByNameAndNotesThoseThatMayBeBuffers) {

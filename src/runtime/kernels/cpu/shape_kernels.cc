@@ -180,12 +180,12 @@ absl::Status CheckIndices(KernelContext& ctx, const Tensor& idx, int64_t n,
                           bool from_data = false) {
   for (int64_t i = 0; i < idx.numel(); ++i) {
     const int64_t v = idx.i64()[i];
-    if (from_data && v < 0) {
-      return ctx.Error(absl::StrCat("id ", v, " at position ",
-                                    StepPosition(ctx, idx, ctx.in_shape(1), i),
-                                    " of the step's input ids is negative: an embedding lookup "
-                                    "takes ids in [0, ",
-                                    n, ") (nn.Embedding refuses negative ids too)"));
+    if (from_data && (v < 0 || v >= n)) {
+      return ctx.Error(
+          absl::StrCat("id ", v, " at position ", StepPosition(ctx, idx, ctx.in_shape(1), i),
+                       " of the step's input ids is ", v < 0 ? "negative" : "past the table's end",
+                       ": an embedding lookup takes ids in [0, ", n, ")",
+                       v < 0 ? " (nn.Embedding refuses negative ids too)" : ""));
     }
     if (v < -n || v >= n) {
       return ctx.Error(
