@@ -72,6 +72,7 @@ Grouping GroupOps(const Graph& g, const CostModel& cost, int target, int64_t row
   const double share = total / target;
   const int64_t big = std::max<int64_t>(1, total_params / target);
   Grouping out;
+  out.rows = std::max<int64_t>(1, rows);
   double cur = 0;
   int64_t cur_params = 0;
   for (int i : forward) {

@@ -35,6 +35,8 @@ struct Grouping {
   // Per group: bytes per batch row of the batch tensors its forward ops
   // produce (what the backward pass keeps alive, about).
   std::vector<int64_t> activation_bytes_per_row;
+  // The batch rows `seconds` are taken at.
+  int64_t rows = 1;
 };
 
 // About `target` groups (fewer when the graph has fewer forward ops).

@@ -1,6 +1,7 @@
 #include "src/planner/heterog.h"
 
 #include <algorithm>
+#include <limits>
 #include <optional>
 #include <random>
 
@@ -98,6 +99,9 @@ PlanState LayerwiseSeed(const Topology& topo, const CoarseModel& coarse, const G
   return s;
 }
 
+// Clusters of more devices than this try whole-plan placement moves first.
+constexpr int kWholePlacementDevices = 64;
+
 // Action spaces up to this many states are enumerated.
 constexpr double kEnumerateStates = 20000;
 
@@ -140,8 +144,14 @@ int AutoGroups(const Topology& topo) {
 
 class Search {
  public:
-  Search(SearchSpace* space, int groups, const SearchOptions& o, absl::Time deadline)
-      : space_(space), groups_(groups), options_(o), deadline_(deadline), rng_(o.seed) {}
+  // `whole_placements`: try moving every group at once to the placements
+  // the estimate favours (see Moves).
+  Search(SearchSpace* space, int groups, const SearchOptions& o, absl::Time deadline,
+         bool whole_placements)
+      : space_(space), groups_(groups), options_(o), deadline_(deadline), rng_(o.seed) {
+    for (int k = 0; whole_placements && k < static_cast<int>(space->options().size()); ++k)
+      estimates_.push_back(space->Estimate(k));
+  }
 
   const std::string& stopped_by() const { return stopped_by_; }
   // The fastest plan seen over the search's share of memory but within the
@@ -160,7 +170,7 @@ class Search {
     stopped_by_ = "converged";
     while (!OutOfBudget(best_score)) {
       bool improved = false;
-      for (const Move& m : Moves(current)) {
+      for (const Move& m : Moves(current, TimeOf(current_score))) {
         if (OutOfBudget(best_score)) break;
         const PlanState next = Apply(current, m, *space_);
         if (next == current) continue;
@@ -190,7 +200,7 @@ class Search {
       // (While nothing fits, the restarts go on until the budget ends.)
       if (++idle_restarts > options_.restarts && best_score.feasible()) break;
       current = best;
-      std::vector<Move> moves = Moves(best);
+      std::vector<Move> moves = Moves(best, TimeOf(best_score));
       const int kicks = 1 + static_cast<int>(rng_() % 3);
       for (int i = 0; i < kicks && !moves.empty(); ++i) {
         current = Apply(current, moves[rng_() % moves.size()], *space_);
@@ -207,11 +217,42 @@ class Search {
   }
 
  private:
-  // Aggregation changes first (cheap and often worth it), then runs of
-  // groups from long to short, then single groups; each tier shuffled.
-  std::vector<Move> Moves(const PlanState& s) {
-    std::vector<Move> methods, ranges, singles;
+  // Whole-plan changes first: every group's aggregation at once to each
+  // method its placement allows, then (on large clusters) every group to
+  // each placement whose rough estimate (SearchSpace::Estimate) beats
+  // `time_s`, the most promising first (at most kWholeMoves). Then
+  // aggregation changes group by group (cheap and often worth it), runs of
+  // groups from long to short, and single groups, each of these tiers
+  // shuffled. (On clusters of hundreds of devices a plan over all of them
+  // costs a good part of a second to simulate and the default budget
+  // covers a few dozen moves: one group's change there saves little, a
+  // smaller device set much. On smaller clusters, where the search covers
+  // its moves, the early jumps led it to worse plans: docs/BENCHMARKS.md.)
+  static constexpr size_t kWholeMoves = 4;
+  std::vector<Move> Moves(const PlanState& s, double time_s) {
+    std::vector<Move> whole, methods, ranges, singles;
     const int nopt = static_cast<int>(space_->options().size());
+    std::vector<std::pair<double, int>> promising;
+    for (int o = 0; o < static_cast<int>(estimates_.size()); ++o) {
+      const double e = estimates_[o];
+      if (e < time_s && std::any_of(s.place.begin(), s.place.end(), [&](int p) { return p != o; }))
+        promising.push_back({e, o});
+    }
+    std::sort(promising.begin(), promising.end());
+    if (promising.size() > kWholeMoves) promising.resize(kWholeMoves);
+    for (Method m :
+         {Method::kRing, Method::kHierarchical, Method::kParameterServer, Method::kTree}) {
+      int differ = 0;
+      bool allowed = true;
+      for (int k = 0; k < groups_ && allowed; ++k) {
+        const std::vector<Method> ok = space_->MethodsFor(s.place[k]);
+        allowed = std::find(ok.begin(), ok.end(), m) != ok.end();
+        differ += s.method[k] != m;
+      }
+      // (One group differing is a move of the next tier.)
+      if (allowed && differ > 1) whole.push_back({0, groups_, -1, m, true});
+    }
+    for (const auto& [e, o] : promising) whole.push_back({0, groups_, o, Method::kRing, false});
     for (int k = 0; k < groups_; ++k) {
       for (Method m : space_->MethodsFor(s.place[k])) {
         if (m != s.method[k]) methods.push_back({k, 1, -1, m, true});
@@ -230,7 +271,8 @@ class Search {
     }
     std::shuffle(methods.begin(), methods.end(), rng_);
     std::shuffle(singles.begin(), singles.end(), rng_);
-    std::vector<Move> out = std::move(methods);
+    std::vector<Move> out = std::move(whole);
+    out.insert(out.end(), methods.begin(), methods.end());
     out.insert(out.end(), ranges.begin(), ranges.end());
     out.insert(out.end(), singles.begin(), singles.end());
     return out;
@@ -252,12 +294,19 @@ class Search {
     return false;
   }
 
+  // A plan's time as the whole-plan moves compare it (any estimate beats
+  // a plan that does not fit).
+  static double TimeOf(const Score& score) {
+    return score.feasible() ? score.time_s : std::numeric_limits<double>::infinity();
+  }
+
   void Near(const PlanState& state, const Score& score) {
     if (score.feasible() || !score.fits_whole) return;
     if (!near_.has_value() || score.time_s < near_->second.time_s) near_ = {state, score};
   }
 
   SearchSpace* space_;
+  std::vector<double> estimates_;  // per placement option
   std::optional<std::pair<PlanState, Score>> near_;
   std::vector<std::pair<PlanState, Score>> earlier_;
   // Evaluations made when a plan first fitted (-1: none has yet).
@@ -291,7 +340,19 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
   PlanState best;
   Score best_score;
   bool have = false;
+  // Splits over several devices first: when the budget ends the starts
+  // early (hundreds of devices), a single device is the worst of them.
+  std::vector<const NamedStrategy*> starts;
   for (const NamedStrategy& ns : baselines) {
+    if (ns.strategy.groups_size() == 1 && ns.strategy.groups(0).replicas_size() > 1)
+      starts.push_back(&ns);
+  }
+  for (const NamedStrategy& ns : baselines) {
+    if (!(ns.strategy.groups_size() == 1 && ns.strategy.groups(0).replicas_size() > 1))
+      starts.push_back(&ns);
+  }
+  for (const NamedStrategy* start_ns : starts) {
+    const NamedStrategy& ns = *start_ns;
     if (!ns.infeasible_reason.empty() || ns.strategy.groups_size() != 1) continue;
     // (On a cluster of hundreds of devices each takes seconds: the budget
     // holds here too, once a start fits.)
@@ -346,7 +407,8 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
     }
     result.stopped_by = absl::Now() < deadline ? "enumerated" : "time budget";
   } else {
-    Search search(&space, coarse->num_groups(), options, deadline);
+    Search search(&space, coarse->num_groups(), options, deadline,
+                  topo.num_devices() > kWholePlacementDevices);
     ASSIGN_OR_RETURN(auto found, search.Run(best, best_score));
     best = found.first;
     best_score = found.second;

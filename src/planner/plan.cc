@@ -120,6 +120,15 @@ struct Evaluated {
   SimResult sim;
 };
 
+// Bytes over capacity, summed over the devices.
+int64_t Overflow(const quilt::v1::StrategyEstimate& e) {
+  int64_t over = 0;
+  for (const auto& m : e.memory()) {
+    if (m.capacity_bytes() > 0) over += std::max<int64_t>(0, m.peak_bytes() - m.capacity_bytes());
+  }
+  return over;
+}
+
 using EvaluateFn = std::function<absl::Status(const NamedStrategy&)>;
 // Several at once (in parallel), each as EvaluateFn would; with
 // `both_orders` false, only in the execution order its strategy names.
@@ -327,6 +336,34 @@ absl::Status PlanHeteroG(const Graph& g, const Topology& topo, const CostModel& 
     }
     h.estimate.set_note(note);
   }
+  if (best == nullptr && !h.estimate.feasible()) {
+    // Nothing fits: the plan shown is the one nearest to fitting (the
+    // search ranks plans that overflow by the coarse model's bytes, which
+    // the full simulation can overturn).
+    const Evaluated* nearest = nullptr;
+    for (const NamedStrategy& ns : baselines) {
+      auto it = done->find(ns.name);
+      if (it == done->end() || it->second.estimate.step_time_s() <= 0) continue;
+      if (Overflow(it->second.estimate) >= Overflow(h.estimate)) continue;
+      if (nearest == nullptr || Overflow(it->second.estimate) < Overflow(nearest->estimate))
+        nearest = &it->second;
+    }
+    if (nearest != nullptr) {
+      const std::string why =
+          "no plan fits: " + nearest->estimate.name() + ", shown, is over memory by " +
+          HumanBytes(Overflow(nearest->estimate)) + " in all, the search's best plan by " +
+          HumanBytes(Overflow(h.estimate));
+      const std::string reason = nearest->estimate.infeasible_reason();
+      h = *nearest;
+      h.estimate.set_name(kHeteroG);
+      h.estimate.mutable_strategy()->set_name(kHeteroG);
+      h.program.mutable_strategy()->set_name(kHeteroG);
+      h.estimate.set_infeasible_reason(reason);
+      h.estimate.set_note(why);
+      summary.clear_decisions();
+      summary.set_gradient_collectives("as " + nearest->estimate.name() + " forms them");
+    }
+  }
   (void)lb;
   if (best != nullptr) {
     quilt::v1::StrategyEstimate* b = summary.mutable_best_baseline();
@@ -345,11 +382,7 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
   const absl::Time start = absl::Now();
   if (!g.has_backward) return absl::InvalidArgumentError("planning needs a training graph");
   if (o.global_batch < 1) return absl::InvalidArgumentError("the batch must be at least 1");
-  if (o.global_batch > kMaxGlobalBatch) {
-    return absl::InvalidArgumentError(absl::StrCat("a global batch of ", o.global_batch,
-                                                   " is more than the ", kMaxGlobalBatch,
-                                                   " samples a step may have"));
-  }
+  RETURN_IF_ERROR(CheckGlobalBatch(o.global_batch));
   ASSIGN_OR_RETURN(CostModel cost, CostModel::Create(&g, &topo));
   ASSIGN_OR_RETURN(const GraphIndex ix, GraphIndex::Build(g));
   PlanResult result;

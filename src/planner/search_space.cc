@@ -219,6 +219,37 @@ std::vector<Method> SearchSpace::MethodsFor(int option) const {
   return out;
 }
 
+double SearchSpace::Estimate(int option) const {
+  const PlacementOption& o = options_[option];
+  const Grouping& grouping = coarse_.grouping();
+  double seconds = 0;
+  int64_t params = 0;
+  for (int k = 0; k < coarse_.num_groups(); ++k) {
+    seconds += grouping.seconds[k];
+    params += grouping.param_bytes[k];
+  }
+  // Seconds per row on a device of speed 1 (the groups' times are device 0's).
+  const double row_work = seconds / static_cast<double>(grouping.rows) * speed_[0];
+  int total = 0;
+  for (const auto& [d, r] : o.replicas) total += r;
+  double compute = 0;
+  double link = std::numeric_limits<double>::infinity();
+  const size_t m = o.replicas.size();
+  for (size_t i = 0; i < m; ++i) {
+    const auto [d, r] = o.replicas[i];
+    const double rows = static_cast<double>(batch_) * r / std::max(1, total);
+    compute = std::max(compute, rows * row_work / std::max(speed_[d], 1.0));
+    if (m > 1) {
+      link =
+          std::min(link, topo_.PathBetween(d, o.replicas[(i + 1) % m].first).bandwidth_bytes_per_s);
+    }
+  }
+  const double ring = m > 1 ? 2.0 * static_cast<double>(params) * static_cast<double>(m - 1) /
+                                  static_cast<double>(m) / std::max(link, 1.0)
+                            : 0.0;
+  return std::max(compute, ring);
+}
+
 PlanState SearchSpace::FromDataParallel(const quilt::v1::Strategy& s) {
   PlacementOption o;
   for (const auto& r : s.groups(0).replicas()) {

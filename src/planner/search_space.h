@@ -69,6 +69,13 @@ class SearchSpace {
   // Aggregation methods worth trying for an option (none matter for one
   // device: its gradients are whole).
   std::vector<Method> MethodsFor(int option) const;
+  // A rough step time of every group on `option`, without simulating: the
+  // slowest member's computation (the groups' reference time scaled by its
+  // rows and speed) or a ring all-reduce of every parameter over the
+  // slowest link between consecutive members, whichever is longer. Only
+  // for ordering candidates: it ignores memory, latencies and the ops'
+  // order.
+  double Estimate(int option) const;
 
   // The state a data-parallel strategy (one group over every op) maps to.
   PlanState FromDataParallel(const quilt::v1::Strategy& strategy);
