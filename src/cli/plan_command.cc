@@ -67,13 +67,17 @@ std::string RenderExplain(const quilt::v1::PlanReport& r) {
   for (const auto& e : r.estimates()) {
     if (e.has_search()) h = &e;
   }
-  if (h == nullptr) return "";
+  if (h == nullptr) {
+    return "\nNothing to explain: --explain says what the planner chose per op group, and it did "
+           "not plan here (--strategy heterog or all runs it)\n";
+  }
   const quilt::v1::SearchSummary& s = h->search();
   std::string out = absl::StrFormat(
-      "\nheterog: %d op groups, %d plans simulated in %.2f s (stopped: %s), starting from %s "
+      "\nheterog: %d op group%s, %d plans simulated in %.2f s (stopped: %s), starting from %s "
       "(coarse model: %s → %s)\n\n",
-      s.groups(), s.plans_evaluated(), s.search_wall_s(), s.stopped_by(), s.start(),
-      HumanSeconds(s.start_coarse_s()), HumanSeconds(s.result_coarse_s()));
+      s.groups(), s.groups() == 1 ? "" : "s", s.plans_evaluated(), s.search_wall_s(),
+      s.stopped_by(), s.start(), HumanSeconds(s.start_coarse_s()),
+      HumanSeconds(s.result_coarse_s()));
   if (s.decisions().empty()) {
     out += "No group choices: the plan is the baseline's (" + h->note() + ")\n";
     if (!s.gradient_collectives().empty()) out += "gradients: " + s.gradient_collectives() + "\n";
@@ -118,8 +122,8 @@ std::string RenderPlan(const quilt::v1::PlanReport& r) {
       "Model %s, global batch %d. Compute lower bound: %s per step (forward and backward FLOPs / Σ "
       "device FLOP/s)\n\n",
       r.model(), r.global_batch(), HumanSeconds(r.lower_bound_s()));
-  Table t({"STRATEGY", "STEP", "SAMPLES/S", "vs LOWER BOUND", "PEAK MEM (max device)", "COMM/STEP",
-           "FEASIBLE"});
+  Table t({"STRATEGY", "STEP", "SAMPLES/S", "vs LOWER BOUND", "PEAK MEM (fullest device)",
+           "COMM/STEP", "FEASIBLE"});
   for (const auto& e : r.estimates()) {
     int64_t peak = 0, cap = 0;
     for (const auto& m : e.memory()) {
@@ -212,6 +216,7 @@ int RunRemote(const PlanArgs& a, Graph* forward, const GlobalOptions& globals) {
   request.set_time_budget_s(a.time_budget_s);
   request.set_max_plans(a.max_plans == 0 ? -1 : a.max_plans);  // proto: 0 = default
   request.set_seed(a.seed);
+  request.set_groups(a.groups);
   // Planning takes seconds to minutes: a longer deadline unless one is given.
   const double timeout =
       globals.timeout_set ? globals.timeout_s : std::max(globals.timeout_s, 600.0);

@@ -117,6 +117,11 @@ absl::Status JobServiceImpl::Plan(const quilt::v1::PlanJobRequest& request,
   if (request.max_plans() != 0)
     options.search.max_evaluations = std::max<int64_t>(0, request.max_plans());
   options.search.seed = request.seed() == 0 ? 1 : request.seed();
+  if (request.groups() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("groups must be 0 (by cluster size) or more, got ", request.groups()));
+  }
+  options.search.target_groups = request.groups();
   options.program_with_graph = false;  // a report only
   ASSIGN_OR_RETURN(PlanResult result, PlanHolding(&planner_, graph, *topo, options));
   QLOG_INFO("planned {} (batch {}) on {} node(s): best {}, {:.2f} s", graph.name,

@@ -68,6 +68,26 @@ TEST(PlanJob, PlansOnTheLiveWorkersWithTheirMeasuredSpeeds) {
   ASSERT_EQ(onnx->exit_code, 0) << onnx->err;
   EXPECT_THAT(onnx->out, HasSubstr("dp-even-ring"));
 
+  // The planner's options travel too: about as many groups as asked for,
+  // far fewer than the cluster's default (the same model, above).
+  int default_groups = 0;
+  for (const auto& e : report["estimates"]) {
+    if (e["name"] == "heterog") default_groups = e["search"]["groups"].get<int>();
+  }
+  ASSERT_GT(default_groups, 3);
+  auto groups = cluster.Quiltctl({"plan", "zoo:cnn", "--batch", "64", "-o", "json", "--strategy",
+                                  "heterog", "--groups", "2", "--time-budget", "1"});
+  ASSERT_THAT(groups, IsOk());
+  ASSERT_EQ(groups->exit_code, 0) << groups->err;
+  const nlohmann::json grouped = nlohmann::json::parse(groups->out);
+  int heterog = 0;
+  for (const auto& e : grouped["estimates"]) {
+    if (e["name"] != "heterog") continue;
+    ++heterog;
+    EXPECT_LE(e["search"]["groups"].get<int>(), 3) << groups->out;
+  }
+  EXPECT_EQ(heterog, 1) << groups->out;
+
   // Bad requests come back as clear errors.
   auto strategy = cluster.Quiltctl({"plan", "zoo:mlp", "--batch", "8", "--strategy", "dp-magic"});
   ASSERT_THAT(strategy, IsOk());
