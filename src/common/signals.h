@@ -7,6 +7,7 @@
 #ifndef QUILT_SRC_COMMON_SIGNALS_H_
 #define QUILT_SRC_COMMON_SIGNALS_H_
 
+#include "absl/status/status.h"
 #include "absl/time/time.h"
 
 namespace quilt {
@@ -14,10 +15,12 @@ namespace quilt {
 enum class DaemonSignal { kNone, kTerminate, kReload };
 
 // Blocks SIGTERM, SIGINT and SIGHUP in the calling thread (and the threads it
-// starts afterwards).
-void BlockTerminationSignals();
+// starts afterwards). Errors: INTERNAL when the mask or a handler cannot be
+// set.
+absl::Status BlockTerminationSignals();
 
-// Waits up to `timeout` for one of the blocked signals. kNone on timeout.
+// Waits up to `timeout` for one of the blocked signals, in the thread that
+// called BlockTerminationSignals. kNone on timeout.
 DaemonSignal WaitForSignal(absl::Duration timeout);
 
 }  // namespace quilt

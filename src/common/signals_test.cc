@@ -1,9 +1,12 @@
 // Daemon signals: a SIGTERM the kernel hands to a thread that left it
 // unblocked (a library's thread started before main blocked the signals)
-// reaches WaitForSignal instead of ending the process.
+// reaches WaitForSignal instead of ending the process; a forked child
+// still ends on it.
 #include "src/common/signals.h"
 
 #include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <thread>
@@ -27,7 +30,7 @@ TEST(Signals, ASignalToAThreadThatLeftItUnblockedReachesTheWaiter) {
     while (!done) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   });
   while (!ready) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  BlockTerminationSignals();
+  ASSERT_TRUE(BlockTerminationSignals().ok());
   // Only `library` takes it: without the hand-on this ends the test binary.
   ASSERT_EQ(kill(getpid(), SIGTERM), 0);
   EXPECT_EQ(WaitForSignal(absl::Seconds(10)), DaemonSignal::kTerminate);
@@ -36,6 +39,30 @@ TEST(Signals, ASignalToAThreadThatLeftItUnblockedReachesTheWaiter) {
   EXPECT_EQ(WaitForSignal(absl::Milliseconds(50)), DaemonSignal::kNone);
   done = true;
   library.join();
+}
+
+// A child forked before it execs (a worker starting an executor) inherits
+// the hand-on handler but not the waiting thread: a SIGTERM that reaches it
+// there ends it, as by default, instead of vanishing.
+TEST(Signals, AForkedChildIsEndedByASignalAsByDefault) {
+  ASSERT_TRUE(BlockTerminationSignals().ok());
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    for (int i = 0; i < 500; ++i) usleep(10000);
+    _exit(0);  // the signal was lost
+  }
+  usleep(50000);
+  ASSERT_EQ(kill(child, SIGTERM), 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFSIGNALED(status)) << "exit status " << status;
+  if (WIFSIGNALED(status)) {
+    EXPECT_EQ(WTERMSIG(status), SIGTERM);
+  }
 }
 
 }  // namespace

@@ -85,9 +85,11 @@ void JobManager::CheckNodes() {
   }
   // Long enough for two heartbeats of every live node: one that sent none
   // since the failure stopped with it (before the registry, which waits
-  // for not_ready_after, says so).
-  const absl::Duration root_cause_wait =
-      std::max(kRootCauseWait, 2 * registry_->options().heartbeat_period + absl::Milliseconds(500));
+  // for not_ready_after, says so; never longer than that).
+  const LivenessOptions& liveness = registry_->options();
+  const absl::Duration root_cause_wait = std::max(
+      kRootCauseWait,
+      std::min(2 * liveness.heartbeat_period + absl::Milliseconds(500), liveness.not_ready_after));
   {
     absl::MutexLock lock(&mu_);
     CloseEnded(down);
@@ -102,6 +104,13 @@ void JobManager::CheckNodes() {
       if (clock_->Now() - job.knock_on.since < root_cause_wait) continue;
       std::string node = job.knock_on.node, message = job.knock_on.message;
       const absl::Time started = FromProtoTime(job.record.status().started_at());
+      // A node silent since the failure counts only if another node of the
+      // job was heard since (a coordinator that stalled heard none).
+      bool heard_since = false;
+      for (const std::string& n : job.record.world()) {
+        auto b = last_beat.find(n);
+        heard_since = heard_since || (b != last_beat.end() && b->second > job.knock_on.since);
+      }
       for (const std::string& n : job.record.world()) {
         auto s = silent.find(n);
         auto r = registered.find(n);
@@ -112,7 +121,7 @@ void JobManager::CheckNodes() {
                                  s->second.empty() ? "" : " (" + s->second + ")", "; ", message);
           break;
         }
-        if (b != last_beat.end() && b->second < job.knock_on.since) {
+        if (heard_since && b != last_beat.end() && b->second < job.knock_on.since) {
           node = n;
           message = absl::StrCat(
               "node ", n, " stopped heartbeating (none since the failure, ",

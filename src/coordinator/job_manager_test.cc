@@ -208,6 +208,23 @@ TEST_F(JobManagerTest, AFailureCausedByAPeerNamesANodeSilentSinceTheFailure) {
   EXPECT_EQ(events[0].node_id(), "c");
 }
 
+// A coordinator that heard no node since the failure (it stalled) blames
+// none for silence.
+TEST_F(JobManagerTest, AFailureCausedByAPeerBlamesNoSilenceWhenNoNodeWasHeardSince) {
+  ASSERT_THAT(registry_->Register(Info("a"), 1), IsOk());
+  ASSERT_THAT(registry_->Register(Info("b"), 2), IsOk());
+  ASSERT_THAT(registry_->Register(Info("c"), 3), IsOk());
+  const std::string id = AddJobOnABC();
+  clock_.Advance(absl::Milliseconds(200));
+  TaskReport r = Report(id, quilt::v1::TASK_STATE_FAILED, 2, {});
+  r.set_message("receive from rank 1 (b) (tag 0x5, 64 bytes): the peer failed");
+  Beat("a", {r});
+  clock_.Advance(absl::Seconds(3));
+  jobs_->CheckNodes();
+  EXPECT_EQ(Status(id).state(), quilt::v1::JOB_STATE_FAILED);
+  EXPECT_THAT(Status(id).message(), ::testing::StartsWith("node b sent no report of its own"));
+}
+
 TEST_F(JobManagerTest, AFailureCausedByAPeerNamesANodeWhoseWorkerRestartedSinceTheJobStarted) {
   ASSERT_THAT(registry_->Register(Info("a"), 1), IsOk());
   ASSERT_THAT(registry_->Register(Info("b"), 2), IsOk());

@@ -3,6 +3,7 @@
 #include <cblas-openblas.h>
 
 #include <cstdio>
+#include <iostream>
 #include <memory>
 
 #include "CLI/CLI.hpp"
@@ -67,7 +68,10 @@ int main(int argc, char** argv) {
   // The planner's linear programs call BLAS on tiny matrices; OpenBLAS's
   // worker threads would then spin on the cores plans are searched on.
   openblas_set_num_threads(1);
-  quilt::BlockTerminationSignals();
+  if (absl::Status s = quilt::BlockTerminationSignals(); !s.ok()) {
+    std::cerr << "quilt-coordinator: " << s.message() << "\n";
+    return 1;
+  }
   CLI::App app{"quilt-coordinator: plans and tracks distributed training on a cluster"};
   app.set_version_flag("--version", quilt::kVersion);
   quilt::CoordinatorConfig config;

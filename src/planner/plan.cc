@@ -343,8 +343,13 @@ absl::Status PlanHeteroG(const Graph& g, const Topology& topo, const CostModel& 
     const Evaluated* nearest = nullptr;
     for (const NamedStrategy& ns : baselines) {
       auto it = done->find(ns.name);
-      if (it == done->end() || it->second.estimate.step_time_s() <= 0) continue;
-      if (Overflow(it->second.estimate) >= Overflow(h.estimate)) continue;
+      if (it == done->end() || !(it->second.estimate.step_time_s() > 0) ||
+          !std::isfinite(it->second.estimate.step_time_s())) {
+        continue;
+      }
+      // (One that fits memory but could not be timed is no nearer.)
+      const int64_t over = Overflow(it->second.estimate);
+      if (over <= 0 || over >= Overflow(h.estimate)) continue;
       if (nearest == nullptr || Overflow(it->second.estimate) < Overflow(nearest->estimate))
         nearest = &it->second;
     }

@@ -320,7 +320,7 @@ absl::Status Sim::Build() {
     recv.path_to = recv.device;
     recv.duration = topo_.PathBetween(send.device, recv.device)
                         .Time(static_cast<double>(send.ins->send().bytes()));
-    comm_bytes_ += send.ins->send().bytes();
+    if (send.device != recv.device) comm_bytes_ += send.ins->send().bytes();
     ++recv.pending;  // the send side must be ready too
   }
   for (const auto& [tag, r] : recv_tag) {

@@ -488,6 +488,8 @@ TEST(Simulator, CommunicationCountsOnlyTransfersBetweenDevices) {
   p.Persistent(0, "g");
   p.Pull(0, 0, "g", m);
   EXPECT_EQ(MustSimulate(*w, p.program()).communication_bytes, 0);
+  p.Transfer(0, 0, "g", m);
+  EXPECT_EQ(MustSimulate(*w, p.program()).communication_bytes, 0);
   p.Pull(1, 0, "g", m);
   EXPECT_EQ(MustSimulate(*w, p.program()).communication_bytes, m);
 }

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <iostream>
 #include <memory>
 
 #include "CLI/CLI.hpp"
@@ -235,7 +236,10 @@ int Run(WorkerConfig config) {
 }  // namespace quilt
 
 int main(int argc, char** argv) {
-  quilt::BlockTerminationSignals();
+  if (absl::Status s = quilt::BlockTerminationSignals(); !s.ok()) {
+    std::cerr << "quilt-worker: " << s.message() << "\n";
+    return 1;
+  }
   CLI::App app{"quilt-worker: offers this node's devices to a Quilt coordinator"};
   app.set_version_flag("--version", quilt::kVersion);
   quilt::WorkerConfig config;
