@@ -106,6 +106,9 @@ class Graph {
   std::vector<std::string> inputs;
   std::vector<std::string> labels;
   std::vector<std::string> outputs;
+  // The outputs as the imported model names them (ONNX; aligned with
+  // `outputs`, empty otherwise; not serialized).
+  std::vector<std::string> output_names;
   LossSpec loss;
   OptimizerSpec optimizer;
   bool has_backward = false;

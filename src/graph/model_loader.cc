@@ -169,9 +169,10 @@ std::vector<std::string> ModelNotes(const Graph& g) {
         "weights), pass them to --frozen"));
   }
   if (g.loss.output.empty() && g.outputs.size() > 1) {
-    notes.push_back(absl::StrCat("the model has ", g.outputs.size(),
-                                 " outputs; the loss is computed on the first ('", g.outputs[0],
-                                 "') and the others take no part in training"));
+    const bool named = g.output_names.size() == g.outputs.size();
+    notes.push_back(absl::StrCat(
+        "the model has ", g.outputs.size(), " outputs; the loss is computed on the first ('",
+        named ? g.output_names[0] : g.outputs[0], "') and the others take no part in training"));
   }
   return notes;
 }

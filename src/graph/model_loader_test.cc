@@ -73,5 +73,17 @@ TEST(ModelNotes, AnEmbeddingWithSeveralZeroRowsIsNamed) {
   EXPECT_THAT(table_with_zero_rows({}), ::testing::IsEmpty());
 }
 
+// Outputs beyond the first are named as the model names them (what
+// --loss-output takes), not by the tensors the import made.
+TEST(ModelNotes, OutputsAreNamedAsTheModelNamesThem) {
+  Graph g;
+  g.outputs = {"/cls/Gemm_output_0", "/box/Gemm_output_0"};
+  g.output_names = {"logits", "box"};
+  const std::string notes = absl::StrJoin(ModelNotes(g), "\n");
+  EXPECT_THAT(notes, HasSubstr("the loss is computed on the first ('logits')"));
+  g.output_names.clear();  // a graph not imported: its tensors' names
+  EXPECT_THAT(absl::StrJoin(ModelNotes(g), "\n"), HasSubstr("('/cls/Gemm_output_0')"));
+}
+
 }  // namespace
 }  // namespace quilt

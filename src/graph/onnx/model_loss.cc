@@ -218,6 +218,7 @@ absl::Status ResolveModelLoss(Graph* g, const std::vector<std::string>& names,
     g->loss.output = loss;
     MoveToLabels(g, label);
     g->outputs = {g->loss.prediction};
+    g->output_names.clear();  // (the prediction is no output of the model)
     return absl::OkStatus();
   }
   if (label_inputs.size() > 1) {
@@ -234,6 +235,7 @@ absl::Status ResolveModelLoss(Graph* g, const std::vector<std::string>& names,
   g->label_only_parameters = LossOnlyParameters(*g, order, g->loss.label);
   MoveToLabels(g, g->loss.label);
   g->outputs = {loss};
+  g->output_names = {shown(loss)};
   return absl::OkStatus();
 }
 

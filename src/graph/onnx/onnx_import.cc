@@ -334,6 +334,7 @@ absl::StatusOr<Graph> ImportOnnx(const std::string& bytes, const OnnxImportOptio
     absl::StatusOr<std::string> t = ctx.Data(probe, 0);
     if (!t.ok()) return Fail(src, Annotate(t.status(), "output '" + out.name() + "'"));
     g.outputs.push_back(*t);
+    g.output_names.push_back(out.name());
   }
   if (!ctx.untied_copies().empty()) {
     const std::vector<std::string>& u = ctx.untied_copies();
