@@ -33,6 +33,7 @@ void AddClusterCommands(CLI::App& app, const GlobalOptions& globals, std::vector
 void AddGraphCommands(CLI::App& app, std::vector<Command>* out);
 void AddTrainLocalCommand(CLI::App& app, std::vector<Command>* out);
 void AddPlanCommand(CLI::App& app, const GlobalOptions& globals, std::vector<Command>* out);
+void AddSimulateCommand(CLI::App& app, std::vector<Command>* out);
 void AddJobCommands(CLI::App& app, const GlobalOptions& globals, std::vector<Command>* out);
 
 // The model of a job spec from a command's MODEL argument: zoo:NAME, an

@@ -36,6 +36,7 @@ int main(int argc, char** argv) {
   quilt::cli::AddGraphCommands(app, &commands);
   quilt::cli::AddTrainLocalCommand(app, &commands);
   quilt::cli::AddPlanCommand(app, globals, &commands);
+  quilt::cli::AddSimulateCommand(app, &commands);
   quilt::cli::AddJobCommands(app, globals, &commands);
   // The command: the first argument that is not an option (nor the value
   // of a global one). CLI11 would only say that one is required.

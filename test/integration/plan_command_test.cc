@@ -1,6 +1,7 @@
 // `quiltctl plan` as a user runs it: every baseline and the lower bound for
 // BERT-large on the HAP cluster, JSON with the same content, a Chrome trace
-// that parses, and clear errors for bad input.
+// that parses, a written program that `quiltctl simulate` predicts the
+// same step for, and clear errors for bad input.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -151,6 +152,80 @@ TEST(PlanCommand, ProgramOut_TrainsWithTheGivenLossAndOptimizer) {
             "--strategy", "auto", "-o", "json"});
   ASSERT_EQ(all.exit_code, 0) << all.err;
   EXPECT_EQ(nlohmann::json::parse(all.out)["estimates"].size(), kStrategies.size());
+}
+
+CommandResult Simulate(std::vector<std::string> args) {
+  args.insert(args.begin(), {RunfilePath("src/cli/quiltctl"), "simulate"});
+  auto r = RunCommand(args, absl::Seconds(120));
+  EXPECT_THAT(r, IsOk());
+  return r.ok() ? *r : CommandResult{};
+}
+
+// The program plan writes simulates again to the step plan reported; on a
+// cluster with slower NICs it is slower; bad files are named.
+TEST(SimulateCommand, ProgramOut_SimulatesToThePlansStep) {
+  TempDir dir;
+  const std::string program = dir.File("p.pb");
+  const std::string testbed = "config/clusters/heterog_testbed.textproto";
+  const CommandResult plan =
+      Plan({"zoo:cnn", "--cluster", testbed, "--batch", "64", "--strategy", "heterog",
+            "--max-plans", "50", "-o", "json", "--program-out", program});
+  ASSERT_EQ(plan.exit_code, 0) << plan.err;
+  const nlohmann::json p = nlohmann::json::parse(plan.out);
+  ASSERT_EQ(p["estimates"].size(), 1u);
+  const double planned = p["estimates"][0]["step_time_s"].get<double>();
+  ASSERT_GT(planned, 0);
+
+  const CommandResult sim = Simulate({program, "--cluster", testbed, "-o", "json"});
+  ASSERT_EQ(sim.exit_code, 0) << sim.err;
+  const nlohmann::json s = nlohmann::json::parse(sim.out);
+  EXPECT_NEAR(s["step_time_s"].get<double>(), planned, 1e-9 * planned);
+  EXPECT_EQ(s["strategy"], "heterog");
+  EXPECT_TRUE(s["feasible"].get<bool>());
+  ASSERT_GE(s["devices"].size(), 1u);  // the devices the plan uses
+  for (const auto& d : s["devices"]) {
+    EXPECT_GT(d["peak_memory_bytes"].get<int64_t>(), 0) << d["device"];
+    EXPECT_LE(d["busy_s"].get<double>() + d["exposed_communication_s"].get<double>() +
+                  d["idle_s"].get<double>(),
+              s["step_time_s"].get<double>() * (1 + 1e-9))
+        << d["device"];
+  }
+  const CommandResult table = Simulate({program, "--cluster", testbed});
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_THAT(table.out,
+              AllOf(HasSubstr("validated"), HasSubstr(s["devices"][0]["device"].get<std::string>()),
+                    HasSubstr(s["critical_device"].get<std::string>() + ", its busiest device")));
+
+  // The same devices behind links (NICs and buses) a tenth as fast or
+  // slower: the same program waits longer for its transfers.
+  absl::StatusOr<std::string> spec = ReadFile(testbed);
+  ASSERT_TRUE(spec.ok());
+  std::string slow = *spec;
+  for (const std::string link : {"nic { bandwidth_bytes_per_s: 1.25e+10",
+                                 "nic { bandwidth_bytes_per_s: 6.25e+09",
+                                 "intra_node_link { bandwidth_bytes_per_s: 1.2e+10"}) {
+    const std::string to = link.substr(0, link.find(':') + 2) + "6.25e+08";
+    for (size_t at = slow.find(link); at != std::string::npos; at = slow.find(link, at)) {
+      slow.replace(at, link.size(), to);
+    }
+  }
+  ASSERT_NE(slow, *spec);
+  const std::string slow_file = dir.File("slow.textproto");
+  ASSERT_THAT(WriteFileAtomically(slow_file, slow), IsOk());
+  const CommandResult slower = Simulate({program, "--cluster", slow_file, "-o", "json"});
+  ASSERT_EQ(slower.exit_code, 0) << slower.err;
+  EXPECT_GT(nlohmann::json::parse(slower.out)["step_time_s"].get<double>(), 2 * planned);
+
+  // A cluster without the program's devices, a file that is no program.
+  const CommandResult other =
+      Simulate({program, "--cluster", "config/clusters/nvlink_2x4_v100.textproto"});
+  EXPECT_EQ(other.exit_code, 1);
+  EXPECT_THAT(other.err, AllOf(HasSubstr("v100-0/gpu:0"), HasSubstr("does not have")));
+  const std::string junk = dir.File("junk.pb");
+  ASSERT_THAT(WriteFileAtomically(junk, "not a program"), IsOk());
+  const CommandResult bad = Simulate({junk, "--cluster", testbed});
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_THAT(bad.err, AllOf(HasSubstr(junk), HasSubstr("is not a DistributedProgram")));
 }
 
 TEST(PlanCommand, BadInput_ExitsWithAClearError) {

@@ -1,0 +1,149 @@
+// quiltctl simulate: validates a DistributedProgram written by `quiltctl
+// plan --program-out` (it carries its training graph) against a cluster
+// and simulates it again: the step time, the critical device's breakdown
+// and every device's time and memory. What `plan` predicted for the
+// program can be checked with it (the same program, cluster and
+// simulator give the same step), and a program can be looked at on
+// another cluster file naming the same devices (links or speeds changed).
+#include <algorithm>
+#include <iostream>
+
+#include "absl/strings/str_format.h"
+#include "src/cli/command.h"
+#include "src/cli/format.h"
+#include "src/cli/validators.h"
+#include "src/cluster/cluster_spec.h"
+#include "src/cluster/topology.h"
+#include "src/common/files.h"
+#include "src/cost/cost_model.h"
+#include "src/planner/program_validator.h"
+#include "src/sim/simulator.h"
+
+namespace quilt::cli {
+namespace {
+
+struct SimulateArgs {
+  std::string program;
+  std::string cluster;
+  std::string trace;
+  std::string format = "table";
+};
+
+std::string OrderName(quilt::v1::ExecutionOrder order) {
+  return order == quilt::v1::EXECUTION_ORDER_TRANSFERS_FIRST
+             ? "gradients' producers lifted by the communication queued behind them"
+             : "critical path first";
+}
+
+// A device's time neither computing nor communicating (the simulator's
+// idle time includes its exposed communication).
+double Waiting(const DeviceUsage& d) { return std::max(0.0, d.idle_s - d.exposed_communication_s); }
+
+int PrintJson(const quilt::v1::DistributedProgram& program, const SimResult& r) {
+  std::string devices;
+  for (const DeviceUsage& d : r.devices) {
+    if (!devices.empty()) devices += ",";
+    devices += absl::StrFormat(
+        R"({"device":"%s","busy_s":%.9g,"idle_s":%.9g,"exposed_communication_s":%.9g,)"
+        R"("peak_memory_bytes":%d,"capacity_bytes":%d,"out_of_memory":%s})",
+        d.device, d.busy_s, Waiting(d), d.exposed_communication_s, d.peak_memory_bytes,
+        d.capacity_bytes, d.out_of_memory ? "true" : "false");
+  }
+  std::cout << absl::StrFormat(
+      R"({"strategy":"%s","global_batch":%d,"step_time_s":%.9g,"critical_device":"%s",)"
+      R"("compute_s":%.9g,"exposed_communication_s":%.9g,"idle_s":%.9g,)"
+      R"("communication_bytes":%d,"feasible":%s,"devices":[%s]})",
+      program.strategy().name(), program.global_batch(), r.step_time_s, r.critical_device,
+      r.compute_s, r.exposed_communication_s, r.idle_s, r.communication_bytes,
+      r.out_of_memory.empty() ? "true" : "false", devices)
+            << "\n";
+  return r.out_of_memory.empty() ? 0 : 1;
+}
+
+int PrintTable(const quilt::v1::DistributedProgram& program, const SimResult& r) {
+  const double step = r.step_time_s;
+  std::cout << absl::StrFormat(
+      "Program %s: %d devices, global batch %d, execution order: %s (validated)\n\n",
+      program.strategy().name().empty() ? "(unnamed)" : program.strategy().name(),
+      program.devices_size(), program.global_batch(), OrderName(program.strategy().order()));
+  Table t({"DEVICE", "BUSY", "EXPOSED COMM", "IDLE", "PEAK MEM", "CAPACITY", "FITS"});
+  for (const DeviceUsage& d : r.devices) {
+    t.AddRow({d.device, HumanSeconds(d.busy_s), HumanSeconds(d.exposed_communication_s),
+              HumanSeconds(Waiting(d)), HumanBytes(d.peak_memory_bytes), HumanBytes(d.capacity_bytes),
+              d.out_of_memory ? "NO" : "yes"});
+  }
+  std::cout << t.Render() << "\n";
+  std::cout << absl::StrFormat(
+      "Step %s (%.1f samples/s) = compute %s + exposed communication %s + idle %s on %s, its "
+      "busiest device\nCommunication per step: %s\n",
+      HumanSeconds(step), step > 0 ? program.global_batch() / step : 0.0,
+      HumanSeconds(r.compute_s), HumanSeconds(r.exposed_communication_s),
+      HumanSeconds(r.idle_s), r.critical_device.empty() ? "-" : r.critical_device,
+      HumanBytes(r.communication_bytes));
+  if (!r.out_of_memory.empty()) {
+    return PrintError("the program does not fit memory: " + r.out_of_memory);
+  }
+  return 0;
+}
+
+int Run(const SimulateArgs& a) {
+  absl::StatusOr<std::string> bytes = ReadFile(a.program);
+  if (!bytes.ok()) return PrintError(std::string(bytes.status().message()));
+  quilt::v1::DistributedProgram program;
+  if (!program.ParseFromString(*bytes) || program.devices_size() == 0) {
+    return PrintError(a.program +
+                      " is not a DistributedProgram (write one with quiltctl plan --program-out)");
+  }
+  if (program.graph().ops_size() == 0) {
+    return PrintError(a.program + " carries no training graph (quiltctl plan --program-out "
+                                  "writes it with the program)");
+  }
+  absl::StatusOr<Graph> graph = Graph::FromProto(program.graph());
+  if (!graph.ok()) {
+    return PrintError(a.program + ": its training graph: " + std::string(graph.status().message()));
+  }
+  absl::StatusOr<quilt::v1::ClusterSpec> spec = LoadClusterSpec(a.cluster);
+  if (!spec.ok()) return PrintError(std::string(spec.status().message()));
+  for (const std::string& line : DefaultedLinks(*spec)) std::cerr << "note: " << line << "\n";
+  absl::StatusOr<Topology> topo = Topology::Build(*spec);
+  if (!topo.ok()) return PrintError(std::string(topo.status().message()));
+  for (const auto& d : program.devices()) {
+    if (topo->DeviceIndex(d.device()) < 0) {
+      return PrintError(absl::StrFormat("the program runs on %s, which %s does not have",
+                                        d.device(), a.cluster));
+    }
+  }
+  if (absl::Status v = ValidateProgram(program, *graph, *topo); !v.ok()) {
+    return PrintError("the program is invalid: " + std::string(v.message()));
+  }
+  absl::StatusOr<CostModel> cost = CostModel::Create(&*graph, &*topo);
+  if (!cost.ok()) return PrintError(std::string(cost.status().message()));
+  SimOptions options;
+  options.trace = !a.trace.empty();
+  absl::StatusOr<SimResult> r = Simulate(program, *graph, *topo, *cost, options);
+  if (!r.ok()) return PrintError("cannot simulate: " + std::string(r.status().message()));
+  if (!a.trace.empty()) {
+    const std::string title = a.program + " / " + program.strategy().name();
+    if (absl::Status w = WriteFileAtomically(a.trace, ChromeTraceJson(*r, *topo, title)); !w.ok()) {
+      return PrintError(std::string(w.message()));
+    }
+  }
+  return a.format == "json" ? PrintJson(program, *r) : PrintTable(program, *r);
+}
+
+}  // namespace
+
+void AddSimulateCommand(CLI::App& app, std::vector<Command>* out) {
+  auto a = std::make_shared<SimulateArgs>();
+  CLI::App* c = app.add_subcommand(
+      "simulate", "Validate and simulate a program (quiltctl plan --program-out) on a cluster");
+  c->add_option("program", a->program, "DistributedProgram file (binary protobuf)")->required();
+  c->add_option("--cluster", a->cluster, "ClusterSpec file (.textproto or .json)")->required();
+  c->add_option("--trace", a->trace, "Write the simulated timeline (Chrome trace JSON)")
+      ->check(NonEmpty());
+  c->add_option("-o,--output", a->format, "table | json")
+      ->check(CLI::IsMember({"table", "json"}));
+  out->push_back({c, [a] { return Run(*a); }});
+}
+
+}  // namespace quilt::cli
