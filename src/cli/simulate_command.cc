@@ -49,14 +49,15 @@ int PrintJson(const quilt::v1::DistributedProgram& program, const SimResult& r) 
         d.device, d.busy_s, Waiting(d), d.exposed_communication_s, d.peak_memory_bytes,
         d.capacity_bytes, d.out_of_memory ? "true" : "false");
   }
-  std::cout << absl::StrFormat(
-      R"({"strategy":"%s","global_batch":%d,"step_time_s":%.9g,"critical_device":"%s",)"
-      R"("compute_s":%.9g,"exposed_communication_s":%.9g,"idle_s":%.9g,)"
-      R"("communication_bytes":%d,"feasible":%s,"devices":[%s]})",
-      program.strategy().name(), program.global_batch(), r.step_time_s, r.critical_device,
-      r.compute_s, r.exposed_communication_s, r.idle_s, r.communication_bytes,
-      r.out_of_memory.empty() ? "true" : "false", devices)
-            << "\n";
+  std::cout
+      << absl::StrFormat(
+             R"({"strategy":"%s","global_batch":%d,"step_time_s":%.9g,"critical_device":"%s",)"
+             R"("compute_s":%.9g,"exposed_communication_s":%.9g,"idle_s":%.9g,)"
+             R"("communication_bytes":%d,"feasible":%s,"devices":[%s]})",
+             program.strategy().name(), program.global_batch(), r.step_time_s, r.critical_device,
+             r.compute_s, r.exposed_communication_s, r.idle_s, r.communication_bytes,
+             r.out_of_memory.empty() ? "true" : "false", devices)
+      << "\n";
   return r.out_of_memory.empty() ? 0 : 1;
 }
 
@@ -69,17 +70,16 @@ int PrintTable(const quilt::v1::DistributedProgram& program, const SimResult& r)
   Table t({"DEVICE", "BUSY", "EXPOSED COMM", "IDLE", "PEAK MEM", "CAPACITY", "FITS"});
   for (const DeviceUsage& d : r.devices) {
     t.AddRow({d.device, HumanSeconds(d.busy_s), HumanSeconds(d.exposed_communication_s),
-              HumanSeconds(Waiting(d)), HumanBytes(d.peak_memory_bytes), HumanBytes(d.capacity_bytes),
-              d.out_of_memory ? "NO" : "yes"});
+              HumanSeconds(Waiting(d)), HumanBytes(d.peak_memory_bytes),
+              HumanBytes(d.capacity_bytes), d.out_of_memory ? "NO" : "yes"});
   }
   std::cout << t.Render() << "\n";
   std::cout << absl::StrFormat(
       "Step %s (%.1f samples/s) = compute %s + exposed communication %s + idle %s on %s, its "
       "busiest device\nCommunication per step: %s\n",
-      HumanSeconds(step), step > 0 ? program.global_batch() / step : 0.0,
-      HumanSeconds(r.compute_s), HumanSeconds(r.exposed_communication_s),
-      HumanSeconds(r.idle_s), r.critical_device.empty() ? "-" : r.critical_device,
-      HumanBytes(r.communication_bytes));
+      HumanSeconds(step), step > 0 ? program.global_batch() / step : 0.0, HumanSeconds(r.compute_s),
+      HumanSeconds(r.exposed_communication_s), HumanSeconds(r.idle_s),
+      r.critical_device.empty() ? "-" : r.critical_device, HumanBytes(r.communication_bytes));
   if (!r.out_of_memory.empty()) {
     return PrintError("the program does not fit memory: " + r.out_of_memory);
   }
@@ -95,8 +95,9 @@ int Run(const SimulateArgs& a) {
                       " is not a DistributedProgram (write one with quiltctl plan --program-out)");
   }
   if (program.graph().ops_size() == 0) {
-    return PrintError(a.program + " carries no training graph (quiltctl plan --program-out "
-                                  "writes it with the program)");
+    return PrintError(a.program +
+                      " carries no training graph (quiltctl plan --program-out "
+                      "writes it with the program)");
   }
   absl::StatusOr<Graph> graph = Graph::FromProto(program.graph());
   if (!graph.ok()) {
@@ -109,8 +110,8 @@ int Run(const SimulateArgs& a) {
   if (!topo.ok()) return PrintError(std::string(topo.status().message()));
   for (const auto& d : program.devices()) {
     if (topo->DeviceIndex(d.device()) < 0) {
-      return PrintError(absl::StrFormat("the program runs on %s, which %s does not have",
-                                        d.device(), a.cluster));
+      return PrintError(
+          absl::StrFormat("the program runs on %s, which %s does not have", d.device(), a.cluster));
     }
   }
   if (absl::Status v = ValidateProgram(program, *graph, *topo); !v.ok()) {
@@ -141,8 +142,7 @@ void AddSimulateCommand(CLI::App& app, std::vector<Command>* out) {
   c->add_option("--cluster", a->cluster, "ClusterSpec file (.textproto or .json)")->required();
   c->add_option("--trace", a->trace, "Write the simulated timeline (Chrome trace JSON)")
       ->check(NonEmpty());
-  c->add_option("-o,--output", a->format, "table | json")
-      ->check(CLI::IsMember({"table", "json"}));
+  c->add_option("-o,--output", a->format, "table | json")->check(CLI::IsMember({"table", "json"}));
   out->push_back({c, [a] { return Run(*a); }});
 }
 

@@ -121,12 +121,16 @@ absl::StatusOr<std::pair<PlanState, Score>> Enumerate(
       s.place[k] = choices[at[k]].first;
       s.method[k] = choices[at[k]].second;
     }
+    std::vector<PlanState> orders;
     for (auto order : kExecutionOrders) {
       s.order = order;
-      absl::StatusOr<Score> score = space->Evaluate(s);
-      if (score.ok() && (!have || score->BetterThan(*&best_score))) {
-        best = s;
-        best_score = *score;
+      orders.push_back(s);
+    }
+    std::vector<absl::StatusOr<Score>> scores = space->EvaluateAll(orders);
+    for (size_t i = 0; i < orders.size(); ++i) {
+      if (scores[i].ok() && (!have || scores[i]->BetterThan(best_score))) {
+        best = orders[i];
+        best_score = *scores[i];
         have = true;
       }
     }
@@ -170,18 +174,34 @@ class Search {
     stopped_by_ = "converged";
     while (!OutOfBudget(best_score)) {
       bool improved = false;
-      for (const Move& m : Moves(current, TimeOf(current_score))) {
+      const std::vector<Move> pass = Moves(current, TimeOf(current_score));
+      // The moves in turn, each from the plan the ones before it left; the
+      // next kWindow plans are simulated together (on two threads), and
+      // those after a move that was taken are simulated again from the new
+      // plan. The window is fixed, so the plans are the same on any machine.
+      for (size_t i = 0; i < pass.size();) {
         if (OutOfBudget(best_score)) break;
-        const PlanState next = Apply(current, m, *space_);
-        if (next == current) continue;
-        absl::StatusOr<Score> score = space_->Evaluate(next);
-        if (!score.ok()) continue;  // a state the lowering rejects: skip it
-        Near(next, *score);
-        if (score->BetterThan(current_score) &&
-            (!current_score.feasible() || score->time_s < current_score.time_s * (1 - 1e-6))) {
-          current = next;
-          current_score = *score;
-          improved = true;
+        std::vector<PlanState> window;
+        std::vector<size_t> after;  // per plan: the index of the move after it
+        for (; i < pass.size() && window.size() < kWindow; ++i) {
+          PlanState next = Apply(current, pass[i], *space_);
+          if (next == current) continue;
+          window.push_back(std::move(next));
+          after.push_back(i + 1);
+        }
+        std::vector<absl::StatusOr<Score>> scores = space_->EvaluateAll(window);
+        for (size_t w = 0; w < window.size(); ++w) {
+          if (!scores[w].ok()) continue;  // a state the lowering rejects: skip it
+          const Score& score = *scores[w];
+          Near(window[w], score);
+          if (score.BetterThan(current_score) &&
+              (!current_score.feasible() || score.time_s < current_score.time_s * (1 - 1e-6))) {
+            current = window[w];
+            current_score = score;
+            improved = true;
+            i = after[w];
+            break;
+          }
         }
       }
       if (current_score.BetterThan(best_score)) {
@@ -229,6 +249,8 @@ class Search {
   // smaller device set much. On smaller clusters, where the search covers
   // its moves, the early jumps led it to worse plans: docs/BENCHMARKS.md.)
   static constexpr size_t kWholeMoves = 4;
+  // Plans the local search simulates at once (SearchSpace::EvaluateAll).
+  static constexpr size_t kWindow = 2;
   std::vector<Move> Moves(const PlanState& s, double time_s) {
     std::vector<Move> whole, methods, ranges, singles;
     const int nopt = static_cast<int>(space_->options().size());

@@ -4,6 +4,8 @@
 // than the best baseline and reports the time its program simulates to.
 #include "src/planner/heterog.h"
 
+#include <random>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "src/cluster/random_cluster.h"
@@ -166,6 +168,64 @@ TEST(HeteroG, FindsTheOptimumOfASmallActionSpace) {
       << "searched " << found->evaluated << " of " << states;
   // A real hybrid: not every group placed as the starting baseline has it.
   EXPECT_LT(found->result_s, found->start_s);
+}
+
+// Plans simulated together (on two threads where there are two cores)
+// score exactly as one by one; a plan twice in one call, or one simulated
+// before, is simulated once.
+TEST(HeteroG, PlansSimulatedTogetherScoreAsOneByOne) {
+  auto f = Make(WideMlp(), Mixed());
+  const Grouping grouping = GroupOps(f->graph, *f->cost, 3, 16);
+  absl::StatusOr<std::unique_ptr<CoarseModel>> coarse =
+      CoarseModel::Build(f->graph, grouping, *f->cost);
+  ASSERT_THAT(coarse.status(), IsOk());
+  const int groups = (*coarse)->num_groups();
+  SearchSpace together(f->topo, *f->cost, **coarse, 48, 0.92);
+  SearchSpace alone(f->topo, *f->cost, **coarse, 48, 0.92);
+  together.set_parallel_above(0);  // always the second thread
+  std::mt19937_64 rng(7);
+  std::vector<PlanState> states;
+  for (int i = 0; i < 40; ++i) {
+    PlanState s;
+    for (int k = 0; k < groups; ++k) {
+      s.place.push_back(static_cast<int>(rng() % together.options().size()));
+      const std::vector<Method> methods = together.MethodsFor(s.place.back());
+      s.method.push_back(methods[rng() % methods.size()]);
+    }
+    s.order = kExecutionOrders[rng() % 2];
+    states.push_back(s);
+  }
+  int64_t distinct = 0;
+  for (size_t i = 0; i < states.size(); i += 2) {
+    const std::vector<PlanState> pair = {states[i], states[i + 1]};
+    std::vector<absl::StatusOr<Score>> got = together.EvaluateAll(pair);
+    ASSERT_EQ(got.size(), 2u);
+    for (int j = 0; j < 2; ++j) {
+      const int64_t before = alone.evaluations();
+      absl::StatusOr<Score> want = alone.Evaluate(pair[j]);
+      distinct += alone.evaluations() - before;
+      ASSERT_THAT(got[j].status(), IsOk());
+      ASSERT_THAT(want.status(), IsOk());
+      EXPECT_EQ(got[j]->time_s, want->time_s) << i + j;
+      EXPECT_EQ(got[j]->overflow_bytes, want->overflow_bytes) << i + j;
+      EXPECT_EQ(got[j]->fits_whole, want->fits_whole) << i + j;
+    }
+  }
+  EXPECT_EQ(together.evaluations(), distinct);
+  // Twice in one call: once; again later: from the cache.
+  PlanState fresh = states[0];
+  fresh.order = fresh.order == kExecutionOrders[0] ? kExecutionOrders[1] : kExecutionOrders[0];
+  fresh.place[0] = (fresh.place[0] + 1) % static_cast<int>(together.options().size());
+  fresh.method[0] = together.MethodsFor(fresh.place[0])[0];
+  const int64_t before = together.evaluations();
+  std::vector<absl::StatusOr<Score>> twice = together.EvaluateAll({fresh, fresh});
+  ASSERT_THAT(twice[0].status(), IsOk());
+  ASSERT_THAT(twice[1].status(), IsOk());
+  EXPECT_EQ(twice[0]->time_s, twice[1]->time_s);
+  const int64_t after = together.evaluations();
+  EXPECT_LE(after - before, 1);
+  ASSERT_THAT(together.EvaluateAll({fresh, states[1]})[0].status(), IsOk());
+  EXPECT_EQ(together.evaluations(), after);
 }
 
 // `nodes` nodes of `per_node` equal GPUs; node 0's NIC at `nic0` bytes/s,

@@ -322,12 +322,11 @@ absl::Status PlanHeteroG(const Graph& g, const Topology& topo, const CostModel& 
     const double ratio = best->estimate.step_time_s() / h.estimate.step_time_s();
     // Under 1 % a ratio rounds to 1.00×: say how much, in per cent and time.
     std::string note =
-        ratio >= 1.01
-            ? absl::StrFormat("%.2f× faster than %s", ratio, best->estimate.name())
-            : absl::StrFormat("%.2f %% faster than %s (%s less per step)", (ratio - 1) * 100,
-                              best->estimate.name(),
-                              HumanSeconds(best->estimate.step_time_s() -
-                                           h.estimate.step_time_s()));
+        ratio >= 1.01 ? absl::StrFormat("%.2f× faster than %s", ratio, best->estimate.name())
+                      : absl::StrFormat(
+                            "%.2f %% faster than %s (%s less per step)", (ratio - 1) * 100,
+                            best->estimate.name(),
+                            HumanSeconds(best->estimate.step_time_s() - h.estimate.step_time_s()));
     // Placed as its start places the ops: the gain is in the collectives
     // alone (the baselines sum each gradient on its own).
     bool as_start = true;

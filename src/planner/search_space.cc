@@ -4,10 +4,13 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <memory>
+#include <thread>
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
 #include "src/common/status.h"
 #include "src/planner/baselines.h"
 #include "src/planner/lower.h"
@@ -384,18 +387,21 @@ std::string SearchSpace::Key(const PlanState& state) const {
   return key;
 }
 
-absl::StatusOr<Score> SearchSpace::Evaluate(const PlanState& state) {
-  const std::string key = Key(state);
-  auto it = cache_.find(key);
-  if (it != cache_.end()) return it->second;
-  ++evaluations_;
+absl::StatusOr<Score> SearchSpace::Compute(const PlanState& state, const CostModel& cost,
+                                           std::vector<char>* block) const {
   const quilt::v1::Strategy s = CoarseStrategy(state);
-  google::protobuf::Arena arena;
+  // The program goes into `block` (kept from one plan to the next: fresh
+  // memory for every plan costs page faults), and blocks of its own past it.
+  if (block->empty()) block->resize(kArenaBlockBytes);
+  google::protobuf::ArenaOptions arena_options;
+  arena_options.initial_block = block->data();
+  arena_options.initial_block_size = block->size();
+  google::protobuf::Arena arena(arena_options);
   SimOptions sim_options;
   sim_options.index = &coarse_.index();
   ASSIGN_OR_RETURN(quilt::v1::DistributedProgram * p,
-                   LowerOnArena(coarse_.index(), s, topo_, &coarse_.cost(), batch_, &arena));
-  ASSIGN_OR_RETURN(SimResult r, Simulate(*p, coarse_.graph(), topo_, coarse_.cost(), sim_options));
+                   LowerOnArena(coarse_.index(), s, topo_, &cost, batch_, &arena));
+  ASSIGN_OR_RETURN(SimResult r, Simulate(*p, coarse_.graph(), topo_, cost, sim_options));
   Score score;
   score.time_s = r.step_time_s;
   score.fits_whole = true;
@@ -406,8 +412,71 @@ absl::StatusOr<Score> SearchSpace::Evaluate(const PlanState& state) {
       score.overflow_bytes += static_cast<double>(u.peak_memory_bytes) - cap;
     }
   }
-  cache_.emplace(key, score);
   return score;
+}
+
+absl::StatusOr<Score> SearchSpace::Evaluate(const PlanState& state) {
+  return std::move(EvaluateAll({state})[0]);
+}
+
+std::vector<absl::StatusOr<Score>> SearchSpace::EvaluateAll(const std::vector<PlanState>& states) {
+  std::vector<absl::StatusOr<Score>> out(states.size(), absl::UnknownError("not evaluated"));
+  // The states not cached, each once (by key); out[i] = index into them.
+  std::vector<std::string> keys;
+  std::vector<size_t> first_of;  // per state to compute: its index in `states`
+  std::vector<int> slot(states.size(), -1);
+  for (size_t i = 0; i < states.size(); ++i) {
+    std::string key = Key(states[i]);
+    if (auto it = cache_.find(key); it != cache_.end()) {
+      out[i] = it->second;
+      continue;
+    }
+    auto same = std::find(keys.begin(), keys.end(), key);
+    if (same != keys.end()) {
+      slot[i] = static_cast<int>(same - keys.begin());
+      continue;
+    }
+    slot[i] = static_cast<int>(keys.size());
+    keys.push_back(std::move(key));
+    first_of.push_back(i);
+  }
+  std::vector<absl::StatusOr<Score>> computed(keys.size(), absl::UnknownError("not evaluated"));
+  // The first on this thread with the coarse model's cost model, the others
+  // on one more thread with its own copy (the composite model caches sums
+  // and may not be shared between threads).
+  // (Plans that simulate in under parallel_above_s_ cost less than a
+  // thread's start and end.)
+  const absl::Time start = absl::Now();
+  if (keys.size() > 1 && std::thread::hardware_concurrency() > 1 &&
+      compute_s_ > parallel_above_s_) {
+    if (second_cost_ == nullptr) second_cost_ = std::make_unique<CostModel>(coarse_.cost());
+    std::thread other([&] {
+      for (size_t k = 1; k < keys.size(); ++k)
+        computed[k] = Compute(states[first_of[k]], *second_cost_, &blocks_[1]);
+    });
+    computed[0] = Compute(states[first_of[0]], coarse_.cost(), &blocks_[0]);
+    other.join();
+  } else {
+    for (size_t k = 0; k < keys.size(); ++k)
+      computed[k] = Compute(states[first_of[k]], coarse_.cost(), &blocks_[0]);
+  }
+  if (!keys.empty()) {
+    // Per plan, as if one thread had simulated them all: the moving
+    // average sees the plans' cost, not the threads' speed-up.
+    const double each = absl::ToDoubleSeconds(absl::Now() - start) /
+                        static_cast<double>(keys.size() > 1 && compute_s_ > parallel_above_s_
+                                                ? (keys.size() + 1) / 2
+                                                : keys.size());
+    compute_s_ = compute_s_ == 0 ? each : 0.8 * compute_s_ + 0.2 * each;
+  }
+  evaluations_ += static_cast<int64_t>(keys.size());
+  for (size_t k = 0; k < keys.size(); ++k) {
+    if (computed[k].ok()) cache_.emplace(keys[k], *computed[k]);
+  }
+  for (size_t i = 0; i < states.size(); ++i) {
+    if (slot[i] >= 0) out[i] = computed[slot[i]];
+  }
+  return out;
 }
 
 }  // namespace quilt

@@ -8,6 +8,7 @@
 #ifndef QUILT_SRC_PLANNER_SEARCH_SPACE_H_
 #define QUILT_SRC_PLANNER_SEARCH_SPACE_H_
 
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -98,10 +99,23 @@ class SearchSpace {
   // Lowers and simulates the coarsened graph; cached. Errors: lowering or
   // simulation errors (a bug; the caller treats the state as unusable).
   absl::StatusOr<Score> Evaluate(const PlanState& state);
+  // The same for several states, those not cached on two threads where the
+  // machine has two cores (the scores are the same either way); in order.
+  std::vector<absl::StatusOr<Score>> EvaluateAll(const std::vector<PlanState>& states);
+  // Plans that take longer than this to simulate (a moving average) are
+  // simulated on two threads by EvaluateAll; kParallelAboveS by default.
+  void set_parallel_above(double seconds) { parallel_above_s_ = seconds; }
+  // States lowered and simulated (not found in the cache).
   int64_t evaluations() const { return evaluations_; }
 
  private:
   std::string Key(const PlanState& state) const;
+  // Lowers and simulates with `cost` (the coarse model's, or a copy), the
+  // program in an arena that starts in `block`.
+  absl::StatusOr<Score> Compute(const PlanState& state, const CostModel& cost,
+                                std::vector<char>* block) const;
+  static constexpr size_t kArenaBlockBytes = 8 << 20;
+  static constexpr double kParallelAboveS = 2e-3;
   // Parameter servers of group k (parameter-server aggregation).
   std::vector<int> Servers(const PlanState& state, int k) const;
 
@@ -112,6 +126,14 @@ class SearchSpace {
   std::vector<double> speed_;
   std::vector<PlacementOption> options_;
   absl::flat_hash_map<std::string, Score> cache_;
+  // The coarse cost model for EvaluateAll's second thread.
+  std::unique_ptr<CostModel> second_cost_;
+  // Moving average of one plan's lowering and simulation, seconds (0: none
+  // yet); EvaluateAll uses a second thread above kParallelAboveS.
+  double compute_s_ = 0;
+  double parallel_above_s_ = kParallelAboveS;
+  // Per thread: the first block of the arena programs are lowered into.
+  std::vector<char> blocks_[2];
   int64_t evaluations_ = 0;
 };
 

@@ -201,9 +201,9 @@ TEST(SimulateCommand, ProgramOut_SimulatesToThePlansStep) {
   absl::StatusOr<std::string> spec = ReadFile(testbed);
   ASSERT_TRUE(spec.ok());
   std::string slow = *spec;
-  for (const std::string link : {"nic { bandwidth_bytes_per_s: 1.25e+10",
-                                 "nic { bandwidth_bytes_per_s: 6.25e+09",
-                                 "intra_node_link { bandwidth_bytes_per_s: 1.2e+10"}) {
+  for (const std::string link :
+       {"nic { bandwidth_bytes_per_s: 1.25e+10", "nic { bandwidth_bytes_per_s: 6.25e+09",
+        "intra_node_link { bandwidth_bytes_per_s: 1.2e+10"}) {
     const std::string to = link.substr(0, link.find(':') + 2) + "6.25e+08";
     for (size_t at = slow.find(link); at != std::string::npos; at = slow.find(link, at)) {
       slow.replace(at, link.size(), to);
