@@ -380,10 +380,15 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
     // holds here too, once a start fits.)
     if (have && best_score.feasible() && absl::Now() >= deadline) break;
     // In either execution order: the search keeps the start's.
+    std::vector<PlanState> orders;
     for (auto order : kExecutionOrders) {
-      PlanState s = space.FromDataParallel(ns.strategy);
-      s.order = order;
-      absl::StatusOr<Score> score = space.Evaluate(s);
+      orders.push_back(space.FromDataParallel(ns.strategy));
+      orders.back().order = order;
+    }
+    std::vector<absl::StatusOr<Score>> scores = space.EvaluateAll(orders);
+    for (size_t i = 0; i < orders.size(); ++i) {
+      const PlanState& s = orders[i];
+      const absl::StatusOr<Score>& score = scores[i];
       if (!score.ok()) continue;
       if (score->feasible()) {
         auto [it, added] = result.baseline_coarse_s.try_emplace(ns.name, score->time_s);
@@ -478,6 +483,24 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
     c->placement = o.label;
     c->aggregation = o.single() ? "none (one device)" : MethodLabel(state.method[k]);
   };
+  // The step with each changed group put back, two at a time while the
+  // budget lasts (each costs a simulation: seconds on large clusters).
+  std::vector<int> changed;
+  for (int k = 0; k < coarse->num_groups(); ++k) {
+    if (best.place[k] != start_state.place[k] || best.method[k] != start_state.method[k])
+      changed.push_back(k);
+  }
+  std::map<int, absl::StatusOr<Score>> put_back;
+  for (size_t i = 0; i < changed.size() && absl::Now() < deadline; i += 2) {
+    std::vector<PlanState> backs;
+    for (size_t j = i; j < std::min(changed.size(), i + 2); ++j) {
+      backs.push_back(best);
+      backs.back().place[changed[j]] = start_state.place[changed[j]];
+      backs.back().method[changed[j]] = start_state.method[changed[j]];
+    }
+    std::vector<absl::StatusOr<Score>> scores = space.EvaluateAll(backs);
+    for (size_t j = 0; j < backs.size(); ++j) put_back.emplace(changed[i + j], scores[j]);
+  }
   for (int k = 0; k < coarse->num_groups(); ++k) {
     GroupChoice c;
     c.group = k;
@@ -488,17 +511,14 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
     describe(best, k, &c);
     describe(start_state, k, &as_start);
     result.start_choices.push_back(as_start);
-    const bool changed =
+    const bool group_changed =
         best.place[k] != start_state.place[k] || best.method[k] != start_state.method[k];
-    if (changed && absl::Now() >= deadline) {
-      c.saved_not_measured = true;  // (each costs a simulation: seconds on large clusters)
-    } else if (changed) {
-      PlanState back = best;
-      back.place[k] = start_state.place[k];
-      back.method[k] = start_state.method[k];
-      absl::StatusOr<Score> s = space.Evaluate(back);
+    if (auto it = put_back.find(k); it != put_back.end()) {
+      const absl::StatusOr<Score>& s = it->second;
       if (s.ok() && s->feasible()) c.saved_s = s->time_s - best_score.time_s;
       if (s.ok() && !s->feasible() && best_score.feasible()) c.needed_to_fit = true;
+    } else if (group_changed) {
+      c.saved_not_measured = true;  // the budget ran out first
     }
     result.choices.push_back(c);
     if (near.has_value()) {

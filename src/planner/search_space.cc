@@ -1,6 +1,7 @@
 #include "src/planner/search_space.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -388,14 +389,15 @@ std::string SearchSpace::Key(const PlanState& state) const {
 }
 
 absl::StatusOr<Score> SearchSpace::Compute(const PlanState& state, const CostModel& cost,
-                                           std::vector<char>* block) const {
+                                           std::unique_ptr<char[]>* block) const {
   const quilt::v1::Strategy s = CoarseStrategy(state);
   // The program goes into `block` (kept from one plan to the next: fresh
   // memory for every plan costs page faults), and blocks of its own past it.
-  if (block->empty()) block->resize(kArenaBlockBytes);
+  // (Left uninitialized: only the pages the programs use are touched.)
+  if (*block == nullptr) *block = std::unique_ptr<char[]>(new char[kArenaBlockBytes]);
   google::protobuf::ArenaOptions arena_options;
-  arena_options.initial_block = block->data();
-  arena_options.initial_block_size = block->size();
+  arena_options.initial_block = block->get();
+  arena_options.initial_block_size = kArenaBlockBytes;
   google::protobuf::Arena arena(arena_options);
   SimOptions sim_options;
   sim_options.index = &coarse_.index();
@@ -447,14 +449,17 @@ std::vector<absl::StatusOr<Score>> SearchSpace::EvaluateAll(const std::vector<Pl
   // (Plans that simulate in under parallel_above_s_ cost less than a
   // thread's start and end.)
   const absl::Time start = absl::Now();
-  if (keys.size() > 1 && std::thread::hardware_concurrency() > 1 &&
-      compute_s_ > parallel_above_s_) {
+  const bool parallel =
+      keys.size() > 1 && std::thread::hardware_concurrency() > 1 && compute_s_ > parallel_above_s_;
+  if (parallel) {
     if (second_cost_ == nullptr) second_cost_ = std::make_unique<CostModel>(coarse_.cost());
-    std::thread other([&] {
-      for (size_t k = 1; k < keys.size(); ++k)
-        computed[k] = Compute(states[first_of[k]], *second_cost_, &blocks_[1]);
-    });
-    computed[0] = Compute(states[first_of[0]], coarse_.cost(), &blocks_[0]);
+    std::atomic<size_t> next{0};
+    auto work = [&](const CostModel& cost, std::unique_ptr<char[]>* block) {
+      for (size_t k; (k = next++) < keys.size();)
+        computed[k] = Compute(states[first_of[k]], cost, block);
+    };
+    std::thread other([&] { work(*second_cost_, &blocks_[1]); });
+    work(coarse_.cost(), &blocks_[0]);
     other.join();
   } else {
     for (size_t k = 0; k < keys.size(); ++k)
@@ -464,9 +469,7 @@ std::vector<absl::StatusOr<Score>> SearchSpace::EvaluateAll(const std::vector<Pl
     // Per plan, as if one thread had simulated them all: the moving
     // average sees the plans' cost, not the threads' speed-up.
     const double each = absl::ToDoubleSeconds(absl::Now() - start) /
-                        static_cast<double>(keys.size() > 1 && compute_s_ > parallel_above_s_
-                                                ? (keys.size() + 1) / 2
-                                                : keys.size());
+                        static_cast<double>(parallel ? (keys.size() + 1) / 2 : keys.size());
     compute_s_ = compute_s_ == 0 ? each : 0.8 * compute_s_ + 0.2 * each;
   }
   evaluations_ += static_cast<int64_t>(keys.size());

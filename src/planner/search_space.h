@@ -113,7 +113,7 @@ class SearchSpace {
   // Lowers and simulates with `cost` (the coarse model's, or a copy), the
   // program in an arena that starts in `block`.
   absl::StatusOr<Score> Compute(const PlanState& state, const CostModel& cost,
-                                std::vector<char>* block) const;
+                                std::unique_ptr<char[]>* block) const;
   static constexpr size_t kArenaBlockBytes = 8 << 20;
   static constexpr double kParallelAboveS = 2e-3;
   // Parameter servers of group k (parameter-server aggregation).
@@ -133,7 +133,7 @@ class SearchSpace {
   double compute_s_ = 0;
   double parallel_above_s_ = kParallelAboveS;
   // Per thread: the first block of the arena programs are lowered into.
-  std::vector<char> blocks_[2];
+  std::unique_ptr<char[]> blocks_[2];
   int64_t evaluations_ = 0;
 };
 
