@@ -6,9 +6,11 @@
 // simulator give the same step), and a program can be looked at on
 // another cluster file naming the same devices (links or speeds changed).
 #include <algorithm>
+#include <cmath>
 #include <iostream>
 
 #include "absl/strings/str_format.h"
+#include "nlohmann/json.hpp"
 #include "src/cli/command.h"
 #include "src/cli/format.h"
 #include "src/cli/validators.h"
@@ -39,29 +41,42 @@ std::string OrderName(quilt::v1::ExecutionOrder order) {
 // idle time includes its exposed communication).
 double Waiting(const DeviceUsage& d) { return std::max(0.0, d.idle_s - d.exposed_communication_s); }
 
-int PrintJson(const quilt::v1::DistributedProgram& program, const SimResult& r) {
-  std::string devices;
-  for (const DeviceUsage& d : r.devices) {
-    if (!devices.empty()) devices += ",";
-    devices += absl::StrFormat(
-        R"({"device":"%s","busy_s":%.9g,"idle_s":%.9g,"exposed_communication_s":%.9g,)"
-        R"("peak_memory_bytes":%d,"capacity_bytes":%d,"out_of_memory":%s})",
-        d.device, d.busy_s, Waiting(d), d.exposed_communication_s, d.peak_memory_bytes,
-        d.capacity_bytes, d.out_of_memory ? "true" : "false");
-  }
-  std::cout
-      << absl::StrFormat(
-             R"({"strategy":"%s","global_batch":%d,"step_time_s":%.9g,"critical_device":"%s",)"
-             R"("compute_s":%.9g,"exposed_communication_s":%.9g,"idle_s":%.9g,)"
-             R"("communication_bytes":%d,"feasible":%s,"devices":[%s]})",
-             program.strategy().name(), program.global_batch(), r.step_time_s, r.critical_device,
-             r.compute_s, r.exposed_communication_s, r.idle_s, r.communication_bytes,
-             r.out_of_memory.empty() ? "true" : "false", devices)
-      << "\n";
-  return r.out_of_memory.empty() ? 0 : 1;
+// A number for JSON (null when not finite, which JSON cannot hold).
+nlohmann::json Number(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(); }
+
+// What the step has beside the busiest device's compute, exposed
+// communication and idle time: the per-step overhead the devices measured.
+double Overhead(const SimResult& r) {
+  return std::max(0.0, r.step_time_s - r.compute_s - r.exposed_communication_s - r.idle_s);
 }
 
-int PrintTable(const quilt::v1::DistributedProgram& program, const SimResult& r) {
+void PrintJson(const quilt::v1::DistributedProgram& program, const SimResult& r) {
+  nlohmann::json devices = nlohmann::json::array();
+  for (const DeviceUsage& d : r.devices) {
+    devices.push_back({{"device", d.device},
+                       {"busy_s", Number(d.busy_s)},
+                       {"exposed_communication_s", Number(d.exposed_communication_s)},
+                       {"idle_s", Number(Waiting(d))},
+                       {"peak_memory_bytes", d.peak_memory_bytes},
+                       {"capacity_bytes", d.capacity_bytes},
+                       {"out_of_memory", d.out_of_memory}});
+  }
+  const nlohmann::json out = {{"strategy", program.strategy().name()},
+                              {"global_batch", program.global_batch()},
+                              {"step_time_s", Number(r.step_time_s)},
+                              {"critical_device", r.critical_device},
+                              {"compute_s", Number(r.compute_s)},
+                              {"exposed_communication_s", Number(r.exposed_communication_s)},
+                              {"idle_s", Number(r.idle_s)},
+                              {"step_overhead_s", Number(Overhead(r))},
+                              {"communication_bytes", r.communication_bytes},
+                              {"feasible", r.out_of_memory.empty()},
+                              {"out_of_memory", r.out_of_memory},
+                              {"devices", devices}};
+  std::cout << out.dump(2) << "\n";
+}
+
+void PrintTable(const quilt::v1::DistributedProgram& program, const SimResult& r) {
   const double step = r.step_time_s;
   std::cout << absl::StrFormat(
       "Program %s: %d devices, global batch %d, execution order: %s (validated)\n\n",
@@ -74,16 +89,14 @@ int PrintTable(const quilt::v1::DistributedProgram& program, const SimResult& r)
               HumanBytes(d.capacity_bytes), d.out_of_memory ? "NO" : "yes"});
   }
   std::cout << t.Render() << "\n";
+  const double overhead = Overhead(r);
   std::cout << absl::StrFormat(
-      "Step %s (%.1f samples/s) = compute %s + exposed communication %s + idle %s on %s, its "
+      "Step %s (%.1f samples/s) = compute %s + exposed communication %s + idle %s%s on %s, its "
       "busiest device\nCommunication per step: %s\n",
       HumanSeconds(step), step > 0 ? program.global_batch() / step : 0.0, HumanSeconds(r.compute_s),
       HumanSeconds(r.exposed_communication_s), HumanSeconds(r.idle_s),
+      overhead > 1e-3 * step ? " + per-step overhead " + HumanSeconds(overhead) : "",
       r.critical_device.empty() ? "-" : r.critical_device, HumanBytes(r.communication_bytes));
-  if (!r.out_of_memory.empty()) {
-    return PrintError("the program does not fit memory: " + r.out_of_memory);
-  }
-  return 0;
 }
 
 int Run(const SimulateArgs& a) {
@@ -129,7 +142,16 @@ int Run(const SimulateArgs& a) {
       return PrintError(std::string(w.message()));
     }
   }
-  return a.format == "json" ? PrintJson(program, *r) : PrintTable(program, *r);
+  if (a.format == "json") {
+    PrintJson(program, *r);
+  } else {
+    PrintTable(program, *r);
+  }
+  // Exit status 1 when a device overflows its memory, in either format.
+  if (!r->out_of_memory.empty()) {
+    return PrintError("the program does not fit memory: " + r->out_of_memory);
+  }
+  return 0;
 }
 
 }  // namespace
@@ -142,6 +164,9 @@ void AddSimulateCommand(CLI::App& app, std::vector<Command>* out) {
   c->add_option("--cluster", a->cluster, "ClusterSpec file (.textproto or .json)")->required();
   c->add_option("--trace", a->trace, "Write the simulated timeline (Chrome trace JSON)")
       ->check(NonEmpty());
+  c->footer(
+      "Exit status: 0 when the program validates, simulates and fits every device's memory; 1 "
+      "otherwise (the reason on stderr; the table or JSON still printed when it does not fit).");
   c->add_option("-o,--output", a->format, "table | json")->check(CLI::IsMember({"table", "json"}));
   out->push_back({c, [a] { return Run(*a); }});
 }

@@ -96,7 +96,8 @@ class CostModel {
   std::vector<std::vector<std::vector<std::pair<int64_t, double>>>> tables_;
   // Composite models: the fine model and each op's members; sums cached by
   // (op, device, rows) — so a composite model, unlike a plain one, must not
-  // be used from two threads at once.
+  // be used from two threads at once (copies of one may: they share only
+  // the fine model, which is plain and caches nothing).
   const CostModel* fine_ = nullptr;
   std::vector<std::vector<int>> members_;
   mutable absl::flat_hash_map<uint64_t, double> composite_time_;

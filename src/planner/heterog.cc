@@ -99,6 +99,11 @@ PlanState LayerwiseSeed(const Topology& topo, const CoarseModel& coarse, const G
   return s;
 }
 
+// Plans the search simulates at once (SearchSpace::EvaluateAll): the local
+// search's next moves, the explanation's put-back plans. Fixed, so that the
+// plans are the same whatever the threads.
+constexpr size_t kWindow = 2;
+
 // Clusters of more devices than this try whole-plan placement moves first.
 constexpr int kWholePlacementDevices = 64;
 
@@ -249,8 +254,6 @@ class Search {
   // smaller device set much. On smaller clusters, where the search covers
   // its moves, the early jumps led it to worse plans: docs/BENCHMARKS.md.)
   static constexpr size_t kWholeMoves = 4;
-  // Plans the local search simulates at once (SearchSpace::EvaluateAll).
-  static constexpr size_t kWindow = 2;
   std::vector<Move> Moves(const PlanState& s, double time_s) {
     std::vector<Move> whole, methods, ranges, singles;
     const int nopt = static_cast<int>(space_->options().size());
@@ -483,7 +486,7 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
     c->placement = o.label;
     c->aggregation = o.single() ? "none (one device)" : MethodLabel(state.method[k]);
   };
-  // The step with each changed group put back, two at a time while the
+  // The step with each changed group put back, kWindow at a time while the
   // budget lasts (each costs a simulation: seconds on large clusters).
   std::vector<int> changed;
   for (int k = 0; k < coarse->num_groups(); ++k) {
@@ -491,9 +494,9 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
       changed.push_back(k);
   }
   std::map<int, absl::StatusOr<Score>> put_back;
-  for (size_t i = 0; i < changed.size() && absl::Now() < deadline; i += 2) {
+  for (size_t i = 0; i < changed.size() && absl::Now() < deadline; i += kWindow) {
     std::vector<PlanState> backs;
-    for (size_t j = i; j < std::min(changed.size(), i + 2); ++j) {
+    for (size_t j = i; j < std::min(changed.size(), i + kWindow); ++j) {
       backs.push_back(best);
       backs.back().place[changed[j]] = start_state.place[changed[j]];
       backs.back().method[changed[j]] = start_state.method[changed[j]];

@@ -35,7 +35,9 @@ namespace quilt {
 struct SearchOptions {
   double time_budget_s = 10;
   // Plans simulated at most once one fits (until then the time budget
-  // alone ends the search); 0 = no limit.
+  // alone ends the search); 0 = no limit. The local search simulates two
+  // plans at a time: the second, when the first is taken, is simulated
+  // again from the new plan and counts twice; the limit may be passed by one.
   int64_t max_evaluations = 200;
   uint64_t seed = 1;
   // Op groups; 0 = chosen from the cluster size.

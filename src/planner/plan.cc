@@ -324,7 +324,7 @@ absl::Status PlanHeteroG(const Graph& g, const Topology& topo, const CostModel& 
     std::string note =
         ratio >= 1.01 ? absl::StrFormat("%.2f× faster than %s", ratio, best->estimate.name())
                       : absl::StrFormat(
-                            "%.2f %% faster than %s (%s less per step)", (ratio - 1) * 100,
+                            "%.2g %% faster than %s (%s less per step)", (ratio - 1) * 100,
                             best->estimate.name(),
                             HumanSeconds(best->estimate.step_time_s() - h.estimate.step_time_s()));
     // Placed as its start places the ops: the gain is in the collectives

@@ -6,6 +6,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <system_error>
 #include <thread>
 #include <tuple>
 
@@ -423,7 +424,8 @@ absl::StatusOr<Score> SearchSpace::Evaluate(const PlanState& state) {
 
 std::vector<absl::StatusOr<Score>> SearchSpace::EvaluateAll(const std::vector<PlanState>& states) {
   std::vector<absl::StatusOr<Score>> out(states.size(), absl::UnknownError("not evaluated"));
-  // The states not cached, each once (by key); out[i] = index into them.
+  // The states not cached, each once (by key); slot[i] = state i's index
+  // among them (-1: cached).
   std::vector<std::string> keys;
   std::vector<size_t> first_of;  // per state to compute: its index in `states`
   std::vector<int> slot(states.size(), -1);
@@ -443,28 +445,32 @@ std::vector<absl::StatusOr<Score>> SearchSpace::EvaluateAll(const std::vector<Pl
     first_of.push_back(i);
   }
   std::vector<absl::StatusOr<Score>> computed(keys.size(), absl::UnknownError("not evaluated"));
-  // The first on this thread with the coarse model's cost model, the others
-  // on one more thread with its own copy (the composite model caches sums
-  // and may not be shared between threads).
-  // (Plans that simulate in under parallel_above_s_ cost less than a
-  // thread's start and end.)
+  // This thread and one more take the states in turn, each with a cost
+  // model of its own: the coarse model's here, a copy there (the composite
+  // model caches sums and may not be shared between threads; the copy
+  // shares its fine model, which caches nothing). Plans that simulate in
+  // under parallel_above_s_ cost less than a thread's start and end; a
+  // threshold of 0 always takes the second thread (tests).
   const absl::Time start = absl::Now();
-  const bool parallel =
-      keys.size() > 1 && std::thread::hardware_concurrency() > 1 && compute_s_ > parallel_above_s_;
+  bool parallel = keys.size() > 1 &&
+                  (parallel_above_s_ <= 0 ||
+                   (std::thread::hardware_concurrency() > 1 && compute_s_ > parallel_above_s_));
+  std::atomic<size_t> next{0};
+  auto work = [&](const CostModel& cost, std::unique_ptr<char[]>* block) {
+    for (size_t k; (k = next++) < keys.size();)
+      computed[k] = Compute(states[first_of[k]], cost, block);
+  };
+  std::thread other;
   if (parallel) {
     if (second_cost_ == nullptr) second_cost_ = std::make_unique<CostModel>(coarse_.cost());
-    std::atomic<size_t> next{0};
-    auto work = [&](const CostModel& cost, std::unique_ptr<char[]>* block) {
-      for (size_t k; (k = next++) < keys.size();)
-        computed[k] = Compute(states[first_of[k]], cost, block);
-    };
-    std::thread other([&] { work(*second_cost_, &blocks_[1]); });
-    work(coarse_.cost(), &blocks_[0]);
-    other.join();
-  } else {
-    for (size_t k = 0; k < keys.size(); ++k)
-      computed[k] = Compute(states[first_of[k]], coarse_.cost(), &blocks_[0]);
+    try {
+      other = std::thread([&] { work(*second_cost_, &blocks_[1]); });
+    } catch (const std::system_error&) {
+      parallel = false;  // no thread to be had (a process limit): this one does all
+    }
   }
+  work(coarse_.cost(), &blocks_[0]);
+  if (other.joinable()) other.join();
   if (!keys.empty()) {
     // Per plan, as if one thread had simulated them all: the moving
     // average sees the plans' cost, not the threads' speed-up.

@@ -4,7 +4,8 @@
 // cluster: every device, each node, the fastest k devices, the fastest j
 // nodes, the baselines' splits, and single devices. States are scored by
 // lowering the coarsened graph (coarse_graph.h) and simulating it; scores
-// are cached by state.
+// are cached by state. Not thread-safe; EvaluateAll runs a second thread
+// of its own while it lasts.
 #ifndef QUILT_SRC_PLANNER_SEARCH_SPACE_H_
 #define QUILT_SRC_PLANNER_SEARCH_SPACE_H_
 
@@ -103,7 +104,8 @@ class SearchSpace {
   // machine has two cores (the scores are the same either way); in order.
   std::vector<absl::StatusOr<Score>> EvaluateAll(const std::vector<PlanState>& states);
   // Plans that take longer than this to simulate (a moving average) are
-  // simulated on two threads by EvaluateAll; kParallelAboveS by default.
+  // simulated on two threads by EvaluateAll; kParallelAboveS by default;
+  // 0: always (even on one core: tests).
   void set_parallel_above(double seconds) { parallel_above_s_ = seconds; }
   // States lowered and simulated (not found in the cache).
   int64_t evaluations() const { return evaluations_; }

@@ -181,6 +181,7 @@ TEST(SimulateCommand, ProgramOut_SimulatesToThePlansStep) {
   const nlohmann::json s = nlohmann::json::parse(sim.out);
   EXPECT_NEAR(s["step_time_s"].get<double>(), planned, 1e-9 * planned);
   EXPECT_EQ(s["strategy"], "heterog");
+  EXPECT_EQ(s["global_batch"], 64);
   EXPECT_TRUE(s["feasible"].get<bool>());
   ASSERT_GE(s["devices"].size(), 1u);  // the devices the plan uses
   for (const auto& d : s["devices"]) {
@@ -220,7 +221,9 @@ TEST(SimulateCommand, ProgramOut_SimulatesToThePlansStep) {
   const CommandResult other =
       Simulate({program, "--cluster", "config/clusters/nvlink_2x4_v100.textproto"});
   EXPECT_EQ(other.exit_code, 1);
-  EXPECT_THAT(other.err, AllOf(HasSubstr("v100-0/gpu:0"), HasSubstr("does not have")));
+  EXPECT_THAT(other.err, AllOf(HasSubstr("the program runs on "), HasSubstr("/gpu:"),
+                               HasSubstr("which config/clusters/nvlink_2x4_v100.textproto "
+                                         "does not have")));
   const std::string junk = dir.File("junk.pb");
   ASSERT_THAT(WriteFileAtomically(junk, "not a program"), IsOk());
   const CommandResult bad = Simulate({junk, "--cluster", testbed});
