@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <set>
 
 #include "absl/strings/match.h"
@@ -23,7 +24,15 @@ absl::StatusOr<Graph> LoadOnnxBytes(const std::string& bytes, int64_t batch,
   o.batch = batch;
   o.source = source;
   o.loss_output = loss_output;
-  return ImportOnnx(bytes, o);
+  ASSIGN_OR_RETURN(Graph g, ImportOnnx(bytes, o));
+  // PyTorch names every exported graph alike ("torch_jit", "main_graph"):
+  // a file's name says more.
+  if (absl::EndsWith(source, ".onnx") &&
+      (g.name.empty() || g.name == "torch_jit" || g.name == "main_graph")) {
+    const std::string file = std::filesystem::path(source).stem().string();
+    if (!file.empty()) g.name = file;
+  }
+  return g;
 }
 
 absl::Status FreezeParameters(Graph* g, const std::vector<std::string>& names) {

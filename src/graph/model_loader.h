@@ -40,7 +40,9 @@ std::vector<std::string> ModelNotes(const Graph& graph);
 // names (a zoo model's softmax cross-entropy).
 absl::StatusOr<LossType> ChooseLoss(LossType want, const std::string& asked, Graph* graph);
 
-// Same, from the bytes of an ONNX file or of a TrainingGraph message.
+// Same, from the bytes of an ONNX file or of a TrainingGraph message. A
+// graph an exporter gave its default name ("torch_jit", "main_graph", none)
+// is named after the file when `source` is one (ends in .onnx).
 absl::StatusOr<Graph> LoadOnnxBytes(const std::string& bytes, int64_t batch,
                                     const std::string& source, const std::string& loss_output = "");
 

@@ -4,6 +4,7 @@
 #include "absl/strings/str_join.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "src/common/files.h"
 
 namespace quilt {
 namespace {
@@ -83,6 +84,22 @@ TEST(ModelNotes, OutputsAreNamedAsTheModelNamesThem) {
   EXPECT_THAT(notes, HasSubstr("the loss is computed on the first ('logits')"));
   g.output_names.clear();  // a graph not imported: its tensors' names
   EXPECT_THAT(absl::StrJoin(ModelNotes(g), "\n"), HasSubstr("('/cls/Gemm_output_0')"));
+}
+
+// PyTorch's default graph name gives way to the file's; a name the model
+// was given stays, and so does the default where no file is named.
+TEST(LoadModel, AnExportersDefaultGraphNameGivesWayToTheFilesName) {
+  absl::StatusOr<std::string> bytes = ReadFile("test/fixtures/mlp/model.onnx");
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  absl::StatusOr<Graph> from_file = LoadModel("test/fixtures/mlp/model.onnx", 8, "");
+  ASSERT_TRUE(from_file.ok()) << from_file.status();
+  EXPECT_EQ(from_file->name, "model");
+  absl::StatusOr<Graph> from_bytes = LoadOnnxBytes(*bytes, 8, "the job's ONNX model");
+  ASSERT_TRUE(from_bytes.ok()) << from_bytes.status();
+  EXPECT_EQ(from_bytes->name, "torch_jit");
+  absl::StatusOr<Graph> renamed = LoadOnnxBytes(*bytes, 8, "/data/resnet18.onnx");
+  ASSERT_TRUE(renamed.ok()) << renamed.status();
+  EXPECT_EQ(renamed->name, "resnet18");
 }
 
 }  // namespace
