@@ -159,16 +159,10 @@ TEST_F(JobManagerTest, AFailureCausedByAPeerGivesWayToThePeersOwnReport) {
 }
 
 TEST_F(JobManagerTest, AFailureCausedByAPeerNamesANodeThatStoppedHeartbeating) {
-  ASSERT_THAT(registry_->Register(Info("a"), 1), IsOk());
-  ASSERT_THAT(registry_->Register(Info("b"), 2), IsOk());
-  ASSERT_THAT(registry_->Register(Info("c"), 3), IsOk());
+  ASSERT_NO_FATAL_FAILURE(RegisterABC());
   const std::string id = AddJobOnABC();
   // c's worker died with its executor; a and b blame each other.
-  TaskReport r = Report(id, quilt::v1::TASK_STATE_FAILED, 2, {});
-  r.set_message("receive from rank 1 (b) (tag 0x5, 64 bytes): the peer failed");
-  Beat("a", {r});
-  r.set_message("receive from rank 0 (a) (tag 0x5, 64 bytes): the peer failed");
-  Beat("b", {r});
+  AAndBBlameEachOther(id);
   clock_.Advance(absl::Seconds(6));  // past not_ready_after for c
   ASSERT_THAT(registry_->Heartbeat("a", 1), IsOk());
   ASSERT_THAT(registry_->Heartbeat("b", 2), IsOk());
@@ -182,16 +176,10 @@ TEST_F(JobManagerTest, AFailureCausedByAPeerNamesANodeThatStoppedHeartbeating) {
 // the job that sent no heartbeat since the failure is named once the
 // others have sent two.
 TEST_F(JobManagerTest, AFailureCausedByAPeerNamesANodeSilentSinceTheFailure) {
-  ASSERT_THAT(registry_->Register(Info("a"), 1), IsOk());
-  ASSERT_THAT(registry_->Register(Info("b"), 2), IsOk());
-  ASSERT_THAT(registry_->Register(Info("c"), 3), IsOk());
+  ASSERT_NO_FATAL_FAILURE(RegisterABC());
   const std::string id = AddJobOnABC();
   clock_.Advance(absl::Milliseconds(200));
-  TaskReport r = Report(id, quilt::v1::TASK_STATE_FAILED, 2, {});
-  r.set_message("receive from rank 1 (b) (tag 0x5, 64 bytes): the peer failed");
-  Beat("a", {r});
-  r.set_message("receive from rank 0 (a) (tag 0x5, 64 bytes): the peer failed");
-  Beat("b", {r});
+  AAndBBlameEachOther(id);
   for (int i = 0; i < 3; ++i) {
     clock_.Advance(absl::Seconds(1));
     ASSERT_THAT(registry_->Heartbeat("a", 1), IsOk());
@@ -211,9 +199,7 @@ TEST_F(JobManagerTest, AFailureCausedByAPeerNamesANodeSilentSinceTheFailure) {
 // A coordinator that heard no node since the failure (it stalled) blames
 // none for silence.
 TEST_F(JobManagerTest, AFailureCausedByAPeerBlamesNoSilenceWhenNoNodeWasHeardSince) {
-  ASSERT_THAT(registry_->Register(Info("a"), 1), IsOk());
-  ASSERT_THAT(registry_->Register(Info("b"), 2), IsOk());
-  ASSERT_THAT(registry_->Register(Info("c"), 3), IsOk());
+  ASSERT_NO_FATAL_FAILURE(RegisterABC());
   const std::string id = AddJobOnABC();
   clock_.Advance(absl::Milliseconds(200));
   TaskReport r = Report(id, quilt::v1::TASK_STATE_FAILED, 2, {});
@@ -226,20 +212,14 @@ TEST_F(JobManagerTest, AFailureCausedByAPeerBlamesNoSilenceWhenNoNodeWasHeardSin
 }
 
 TEST_F(JobManagerTest, AFailureCausedByAPeerNamesANodeWhoseWorkerRestartedSinceTheJobStarted) {
-  ASSERT_THAT(registry_->Register(Info("a"), 1), IsOk());
-  ASSERT_THAT(registry_->Register(Info("b"), 2), IsOk());
-  ASSERT_THAT(registry_->Register(Info("c"), 3), IsOk());
+  ASSERT_NO_FATAL_FAILURE(RegisterABC());
   const std::string id = AddJobOnABC();
   for (const char* n : {"a", "b", "c"}) {
     Beat(n, {Report(id, quilt::v1::TASK_STATE_RUNNING, 1, {1.0})});
   }
   // c's worker died with its executor and came back at once (Ready again
   // before the others' failures are judged); a and b blame each other.
-  TaskReport r = Report(id, quilt::v1::TASK_STATE_FAILED, 2, {});
-  r.set_message("receive from rank 1 (b) (tag 0x5, 64 bytes): the peer failed");
-  Beat("a", {r});
-  r.set_message("receive from rank 0 (a) (tag 0x5, 64 bytes): the peer failed");
-  Beat("b", {r});
+  AAndBBlameEachOther(id);
   clock_.Advance(absl::Seconds(6));
   ASSERT_THAT(registry_->Register(Info("c"), 33), IsOk());
   for (const auto& [n, inc] : {std::pair{"a", 1}, std::pair{"b", 2}, std::pair{"c", 33}}) {

@@ -90,6 +90,23 @@ class JobManagerTest : public ::testing::Test {
   }
 
   // A job of 100 steps on nodes a, b and c.
+  // Nodes a, b and c registered (incarnations 1, 2 and 3).
+  void RegisterABC() {
+    ASSERT_THAT(registry_->Register(Info("a"), 1), IsOk());
+    ASSERT_THAT(registry_->Register(Info("b"), 2), IsOk());
+    ASSERT_THAT(registry_->Register(Info("c"), 3), IsOk());
+  }
+
+  // a's and b's executors of job `id` failed at step 2, each because the
+  // other did (c's sent nothing).
+  void AAndBBlameEachOther(const std::string& id) {
+    TaskReport r = Report(id, quilt::v1::TASK_STATE_FAILED, 2, {});
+    r.set_message("receive from rank 1 (b) (tag 0x5, 64 bytes): the peer failed");
+    Beat("a", {r});
+    r.set_message("receive from rank 0 (a) (tag 0x5, 64 bytes): the peer failed");
+    Beat("b", {r});
+  }
+
   std::string AddJobOnABC() {
     NewJob n;
     n.spec.set_steps(100);
