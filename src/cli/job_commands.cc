@@ -1,6 +1,6 @@
 // quiltctl's job commands: submit (a model file or zoo name with its
 // training settings; the coordinator checks, plans and starts it), jobs,
-// describe job, watch (a live progress line until the job ends), losses
+// describe job, watch (a live progress line until the job ends), resume, losses
 // (every step's), cancel, delete and export (the trained model as ONNX).
 #include <unistd.h>
 
@@ -382,6 +382,35 @@ void AddJobCommands(CLI::App& app, const GlobalOptions& globals, std::vector<Com
                                 << HumanSeconds(st->predicted_step_time_s()) << " per step\n";
                     }
                     return a->watch ? Watch(*id, globals, "table") : 0;
+                  }});
+  // resume ID
+  auto resume_id = std::make_shared<std::string>();
+  auto resume_watch = std::make_shared<bool>(false);
+  CLI::App* resume = app.add_subcommand(
+      "resume", "Train a failed or cancelled job on from its last checkpoint, as a new job");
+  resume->add_option("id", *resume_id, "Job id")->required();
+  resume->add_flag("--watch", *resume_watch, "Watch the new job");
+  resume->footer(
+      "The new job is the old one's spec with the weights of its last readable checkpoint and "
+      "the steps left, planned on the cluster as it is now (ONNX jobs). The optimizer's state "
+      "(momentum, Adam's moments) starts afresh, and the data from its first batch.");
+  out->push_back({resume, [resume_id, resume_watch, &globals] {
+                    const double timeout = globals.timeout_set ? globals.timeout_s : 600.0;
+                    rpc::JobClient client(globals.coordinator, absl::Seconds(timeout));
+                    std::cerr << "resuming " << *resume_id << " on " << globals.coordinator
+                              << " (the coordinator reads its checkpoint and plans the job)\n";
+                    absl::StatusOr<quilt::v1::ResumeJobResponse> r = client.ResumeJob(*resume_id);
+                    if (!r.ok()) return PrintError(std::string(r.status().message()));
+                    std::cout << r->job_id() << "\n";
+                    std::cerr << "from step " << r->from_step() << "'s checkpoint, " << r->steps()
+                              << " steps left";
+                    if (absl::StatusOr<JobStatus> st = client.GetJob(r->job_id()); st.ok()) {
+                      std::cerr << "; plan: " << st->strategy() << ", predicted "
+                                << HumanSeconds(st->predicted_step_time_s()) << " per step";
+                    }
+                    std::cerr << "\n";
+                    if (!r->note().empty()) std::cerr << "note: " << r->note() << "\n";
+                    return *resume_watch ? Watch(r->job_id(), globals, "table") : 0;
                   }});
   // jobs
   auto jobs_format = std::make_shared<std::string>("table");

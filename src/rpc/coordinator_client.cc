@@ -223,6 +223,18 @@ absl::StatusOr<quilt::v1::ExportJobResponse> JobClient::ExportJob(const std::str
   return response;
 }
 
+absl::StatusOr<quilt::v1::ResumeJobResponse> JobClient::ResumeJob(const std::string& job_id) {
+  grpc::ClientContext ctx;
+  SetTimeout(&ctx, timeout_);
+  ctx.set_wait_for_ready(false);
+  quilt::v1::ResumeJobRequest request;
+  request.set_job_id(job_id);
+  quilt::v1::ResumeJobResponse response;
+  grpc::Status s = stubs_->jobs->ResumeJob(&ctx, request, &response);
+  if (!s.ok()) return CallStatus(s, address_);
+  return response;
+}
+
 absl::Status JobClient::WatchJob(
     const std::string& job_id, const std::function<void(const quilt::v1::JobStatus&)>& on_status) {
   grpc::ClientContext ctx;

@@ -6,7 +6,8 @@
 // threads, and a full queue answers RESOURCE_EXHAUSTED at once. GetJob,
 // ListJobs, WatchJob (a stream of every change until the job ends),
 // GetJobLosses, CancelJob, ExportJob and DeleteJob read and change the
-// JobManager's state.
+// JobManager's state; ResumeJob submits an ended job again from its
+// checkpoint.
 //
 // A request that plans may first wait for the workers' profiles of its
 // model (seconds, or profile_timeout_ms for a node that does not answer),
@@ -36,7 +37,8 @@ using JobServiceBase = quilt::v1::JobService::WithRawCallbackMethod_PlanJob<
                     quilt::v1::JobService::WithRawCallbackMethod_ExportJob<
                         quilt::v1::JobService::WithRawCallbackMethod_DeleteJob<
                             quilt::v1::JobService::WithRawCallbackMethod_GetJobLosses<
-                                quilt::v1::JobService::Service>>>>>>>>;
+                                quilt::v1::JobService::WithRawCallbackMethod_ResumeJob<
+                                    quilt::v1::JobService::Service>>>>>>>>>;
 
 class JobServiceImpl final : public JobServiceBase {
  public:
@@ -70,6 +72,9 @@ class JobServiceImpl final : public JobServiceBase {
   grpc::ServerUnaryReactor* GetJobLosses(grpc::CallbackServerContext* ctx,
                                          const grpc::ByteBuffer* request,
                                          grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* ResumeJob(grpc::CallbackServerContext* ctx,
+                                      const grpc::ByteBuffer* request,
+                                      grpc::ByteBuffer* response) override;
   grpc::Status WatchJob(grpc::ServerContext* ctx, const quilt::v1::WatchJobRequest* request,
                         grpc::ServerWriter<quilt::v1::JobStatus>* writer) override;
 
@@ -85,6 +90,9 @@ class JobServiceImpl final : public JobServiceBase {
   // `abandoned`: whether the client has left (checked after profiling).
   absl::Status Plan(const quilt::v1::PlanJobRequest& request,
                     const std::function<bool()>& abandoned, quilt::v1::PlanReport* report);
+  // Checks, plans and adds a job (SubmitJob, ResumeJob); its id.
+  absl::Status Submit(const quilt::v1::JobSpec& spec, grpc::CallbackServerContext* ctx,
+                      std::string* job_id);
   // Runs `work` on `queue` and finishes the call with it.
   template <typename Request, typename Response>
   grpc::ServerUnaryReactor* OnQueue(WorkQueue* queue, grpc::CallbackServerContext* ctx,

@@ -283,6 +283,73 @@ TEST_F(Jobs, CancelStopsARunningJobWithinSecondsAndFreesTheWorkers) {
   EXPECT_THAT(d->err, HasSubstr("no job '" + id + "'"));
 }
 
+// A job's losses, from step 1 (quiltctl losses -o json; NaN for lost).
+std::vector<double> Losses(LocalCluster& cluster, const std::string& id) {
+  absl::StatusOr<CommandResult> r = cluster.Quiltctl({"losses", id, "-o", "json"});
+  std::vector<double> out;
+  if (!r.ok() || r->exit_code != 0) return out;
+  const nlohmann::json j = nlohmann::json::parse(r->out, nullptr, false);
+  if (!j.contains("losses")) return out;
+  for (const nlohmann::json& l : j["losses"]) out.push_back(l.is_number() ? l.get<double>() : NAN);
+  return out;
+}
+
+// A cancelled job trains on from its last checkpoint as a new job: the
+// steps left, from the trained weights (its first loss keeps most of what
+// the old job had learnt by then), to SUCCEEDED. A running job and an
+// ended job with nothing left are refused with the reason.
+TEST_F(Jobs, ACancelledJobResumesFromItsLastCheckpointAsANewJob) {
+  constexpr int64_t kTotal = 200;
+  const std::string id = Submit(SubmitArgs(cluster_.dir().File("ckpt"), kTotal, "dp-even-ring"));
+  ASSERT_TRUE(Eventually([&] { return Step(id) > 13; }, absl::Seconds(60))) << Job(id).dump();
+  absl::StatusOr<CommandResult> running = cluster_.Quiltctl({"resume", id});
+  ASSERT_THAT(running.status(), IsOk());
+  EXPECT_NE(running->exit_code, 0);
+  EXPECT_THAT(running->err, HasSubstr("only a failed or cancelled job can be resumed"));
+  absl::StatusOr<CommandResult> c = cluster_.Quiltctl({"cancel", id});
+  ASSERT_THAT(c.status(), IsOk());
+  ASSERT_EQ(c->exit_code, 0) << c->err;
+  const std::vector<double> old_losses = Losses(cluster_, id);
+
+  absl::StatusOr<CommandResult> r = cluster_.Quiltctl({"resume", id});
+  ASSERT_THAT(r.status(), IsOk());
+  ASSERT_EQ(r->exit_code, 0) << r->err;
+  std::string resumed = r->out;
+  while (!resumed.empty() && (resumed.back() == '\n' || resumed.back() == ' ')) resumed.pop_back();
+  ASSERT_NE(resumed, id);
+  // Checkpoints every 4 steps: the last one the cancel left.
+  const nlohmann::json job = Job(resumed);
+  const int64_t steps = std::stoll(job.value("steps", std::string("0")));
+  const int64_t from = kTotal - steps;
+  EXPECT_GE(from, 12);
+  EXPECT_EQ(from % 4, 0);
+  EXPECT_LE(from, static_cast<int64_t>(old_losses.size()));
+  EXPECT_THAT(r->err, HasSubstr("from step " + std::to_string(from) + "'s checkpoint"));
+  EXPECT_THAT(job.value("name", std::string()),
+              HasSubstr("(resumed from " + id + " at step " + std::to_string(from) + ")"));
+  ASSERT_TRUE(
+      Eventually([&] { return State(resumed) == "JOB_STATE_SUCCEEDED"; }, absl::Seconds(120)))
+      << Job(resumed).dump();
+  const std::vector<double> new_losses = Losses(cluster_, resumed);
+  ASSERT_EQ(static_cast<int64_t>(new_losses.size()), steps);
+  ASSERT_GE(old_losses.size(), 2u);
+  // The old job's first loss (initial weights) and its loss at the
+  // checkpoint's step: the new job starts near the latter.
+  const double initial = old_losses[0], learnt = old_losses[from - 1];
+  ASSERT_LT(learnt, initial);
+  EXPECT_LT(new_losses[0], initial - 0.5 * (initial - learnt))
+      << "initial " << initial << ", at step " << from << " " << learnt;
+  // It has nothing left once it succeeded: refused, naming export.
+  absl::StatusOr<CommandResult> again = cluster_.Quiltctl({"resume", resumed});
+  ASSERT_THAT(again.status(), IsOk());
+  EXPECT_NE(again->exit_code, 0);
+  EXPECT_THAT(again->err, HasSubstr("only a failed or cancelled job can be resumed"));
+  absl::StatusOr<CommandResult> unknown = cluster_.Quiltctl({"resume", "job-00000000"});
+  ASSERT_THAT(unknown.status(), IsOk());
+  EXPECT_NE(unknown->exit_code, 0);
+  EXPECT_THAT(unknown->err, HasSubstr("job-00000000"));
+}
+
 TEST_F(Jobs, BadRequestsAreRejectedAtSubmitWithTheirReason) {
   const std::string ckpt = cluster_.dir().File("ckpt");
   auto rejected = [&](std::vector<std::string> args, const std::string& why) {
