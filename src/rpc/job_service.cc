@@ -190,7 +190,12 @@ grpc::ServerUnaryReactor* JobServiceImpl::ResumeJob(grpc::CallbackServerContext*
                            absl::StripPrefix(quilt::v1::JobState_Name(state), "JOB_STATE_"),
                            ": only a failed or cancelled job can be resumed"));
         }
-        ASSIGN_OR_RETURN(quilt::v1::ExportJobResponse trained, ExportTrainedOnnx(record));
+        absl::StatusOr<quilt::v1::ExportJobResponse> exported = ExportTrainedOnnx(record);
+        if (!exported.ok()) {
+          return absl::Status(exported.status().code(),
+                              absl::StrCat("cannot resume it: ", exported.status().message()));
+        }
+        quilt::v1::ExportJobResponse& trained = *exported;
         const int64_t left = record.spec().steps() - trained.step();
         if (left <= 0) {
           return absl::FailedPreconditionError(
