@@ -390,16 +390,20 @@ void AddJobCommands(CLI::App& app, const GlobalOptions& globals, std::vector<Com
       "resume", "Train a failed or cancelled job on from its last checkpoint, as a new job");
   resume->add_option("id", *resume_id, "Job id")->required();
   resume->add_flag("--watch", *resume_watch, "Watch the new job");
+  auto resume_strategy = std::make_shared<std::string>();
+  resume->add_option("--strategy", *resume_strategy,
+                     "auto (the planner) or a baseline's name (default: the old job's)");
   resume->footer(
       "The new job is the old one's spec with the weights of its last readable checkpoint and "
       "the steps left, planned on the cluster as it is now (ONNX jobs). The optimizer's state "
       "(momentum, Adam's moments) starts afresh, and the data from its first batch.");
-  out->push_back({resume, [resume_id, resume_watch, &globals] {
+  out->push_back({resume, [resume_id, resume_watch, resume_strategy, &globals] {
                     const double timeout = globals.timeout_set ? globals.timeout_s : 600.0;
                     rpc::JobClient client(globals.coordinator, absl::Seconds(timeout));
                     std::cerr << "resuming " << *resume_id << " on " << globals.coordinator
                               << " (the coordinator reads its checkpoint and plans the job)\n";
-                    absl::StatusOr<quilt::v1::ResumeJobResponse> r = client.ResumeJob(*resume_id);
+                    absl::StatusOr<quilt::v1::ResumeJobResponse> r =
+                        client.ResumeJob(*resume_id, *resume_strategy);
                     if (!r.ok()) return PrintError(std::string(r.status().message()));
                     std::cout << r->job_id() << "\n";
                     std::cerr << "from step " << r->from_step() << "'s checkpoint, " << r->steps()

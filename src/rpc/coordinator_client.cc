@@ -223,12 +223,14 @@ absl::StatusOr<quilt::v1::ExportJobResponse> JobClient::ExportJob(const std::str
   return response;
 }
 
-absl::StatusOr<quilt::v1::ResumeJobResponse> JobClient::ResumeJob(const std::string& job_id) {
+absl::StatusOr<quilt::v1::ResumeJobResponse> JobClient::ResumeJob(const std::string& job_id,
+                                                                  const std::string& strategy) {
   grpc::ClientContext ctx;
   SetTimeout(&ctx, timeout_);
   ctx.set_wait_for_ready(false);
   quilt::v1::ResumeJobRequest request;
   request.set_job_id(job_id);
+  request.set_strategy(strategy);
   quilt::v1::ResumeJobResponse response;
   grpc::Status s = stubs_->jobs->ResumeJob(&ctx, request, &response);
   if (!s.ok()) return CallStatus(s, address_);

@@ -206,6 +206,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::ResumeJob(grpc::CallbackServerContext*
         quilt::v1::JobSpec spec = record.spec();
         spec.set_onnx(std::move(*trained.mutable_onnx()));
         spec.set_steps(left);
+        if (!r.strategy().empty()) spec.set_strategy(r.strategy());
         spec.set_name(absl::StrCat(spec.name().empty() ? r.job_id() : spec.name(),
                                    " (resumed from ", r.job_id(), " at step ", trained.step(),
                                    ")"));
