@@ -5,6 +5,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "proto/quilt/v1/services.grpc.pb.h"
+#include "src/common/status.h"
 #include "src/rpc/channel.h"
 #include "src/rpc/status_conversion.h"
 
@@ -40,6 +41,23 @@ absl::Status CallStatus(const grpc::Status& s, const std::string& address, bool 
                      " accepts (its max_request_bytes setting): ", status.message()));
   }
   return status;
+}
+
+// One unary JobService call with the client's deadline, failing fast when
+// the coordinator is down.
+template <typename Request, typename Response>
+absl::StatusOr<Response> Unary(quilt::v1::JobService::Stub* stub,
+                               grpc::Status (quilt::v1::JobService::Stub::*method)(
+                                   grpc::ClientContext*, const Request&, Response*),
+                               const Request& request, absl::Duration timeout,
+                               const std::string& address) {
+  grpc::ClientContext ctx;
+  SetTimeout(&ctx, timeout);
+  ctx.set_wait_for_ready(false);
+  Response response;
+  grpc::Status s = (stub->*method)(&ctx, request, &response);
+  if (!s.ok()) return CallStatus(s, address);
+  return response;
 }
 
 }  // namespace
@@ -129,112 +147,75 @@ JobClient::JobClient(const std::string& address, absl::Duration timeout)
 JobClient::~JobClient() = default;
 
 absl::StatusOr<quilt::v1::PlanReport> JobClient::PlanJob(const quilt::v1::PlanJobRequest& request) {
-  grpc::ClientContext ctx;
-  SetTimeout(&ctx, timeout_);
-  ctx.set_wait_for_ready(false);
-  quilt::v1::PlanReport response;
-  grpc::Status s = stubs_->jobs->PlanJob(&ctx, request, &response);
-  if (!s.ok()) return CallStatus(s, address_);
-  return response;
+  return Unary(stubs_->jobs.get(), &quilt::v1::JobService::Stub::PlanJob, request, timeout_,
+               address_);
 }
 
 absl::StatusOr<std::string> JobClient::SubmitJob(const quilt::v1::JobSpec& spec) {
-  grpc::ClientContext ctx;
-  SetTimeout(&ctx, timeout_);
-  ctx.set_wait_for_ready(false);
   quilt::v1::SubmitJobRequest request;
   *request.mutable_spec() = spec;
-  quilt::v1::SubmitJobResponse response;
-  grpc::Status s = stubs_->jobs->SubmitJob(&ctx, request, &response);
-  if (!s.ok()) return CallStatus(s, address_);
+  ASSIGN_OR_RETURN(quilt::v1::SubmitJobResponse response,
+                   Unary(stubs_->jobs.get(), &quilt::v1::JobService::Stub::SubmitJob, request,
+                         timeout_, address_));
   return response.job_id();
 }
 
 absl::StatusOr<quilt::v1::JobStatus> JobClient::GetJob(const std::string& job_id) {
-  grpc::ClientContext ctx;
-  SetTimeout(&ctx, timeout_);
-  ctx.set_wait_for_ready(false);
   quilt::v1::GetJobRequest request;
   request.set_job_id(job_id);
-  quilt::v1::JobStatus response;
-  grpc::Status s = stubs_->jobs->GetJob(&ctx, request, &response);
-  if (!s.ok()) return CallStatus(s, address_);
-  return response;
+  return Unary(stubs_->jobs.get(), &quilt::v1::JobService::Stub::GetJob, request, timeout_,
+               address_);
 }
 
 absl::StatusOr<std::vector<quilt::v1::JobStatus>> JobClient::ListJobs() {
-  grpc::ClientContext ctx;
-  SetTimeout(&ctx, timeout_);
-  ctx.set_wait_for_ready(false);
-  quilt::v1::ListJobsResponse response;
-  grpc::Status s = stubs_->jobs->ListJobs(&ctx, quilt::v1::ListJobsRequest(), &response);
-  if (!s.ok()) return CallStatus(s, address_);
+  ASSIGN_OR_RETURN(quilt::v1::ListJobsResponse response,
+                   Unary(stubs_->jobs.get(), &quilt::v1::JobService::Stub::ListJobs,
+                         quilt::v1::ListJobsRequest(), timeout_, address_));
   return std::vector<quilt::v1::JobStatus>(response.jobs().begin(), response.jobs().end());
 }
 
 absl::Status JobClient::CancelJob(const std::string& job_id, const std::string& reason) {
-  grpc::ClientContext ctx;
-  SetTimeout(&ctx, timeout_);
-  ctx.set_wait_for_ready(false);
   quilt::v1::CancelJobRequest request;
   request.set_job_id(job_id);
   request.set_reason(reason);
-  quilt::v1::CancelJobResponse response;
-  grpc::Status s = stubs_->jobs->CancelJob(&ctx, request, &response);
-  return s.ok() ? absl::OkStatus() : CallStatus(s, address_);
+  return Unary(stubs_->jobs.get(), &quilt::v1::JobService::Stub::CancelJob, request, timeout_,
+               address_)
+      .status();
 }
 
 absl::StatusOr<std::string> JobClient::DeleteJob(const std::string& job_id, bool keep_checkpoints) {
-  grpc::ClientContext ctx;
-  SetTimeout(&ctx, timeout_);
-  ctx.set_wait_for_ready(false);
   quilt::v1::DeleteJobRequest request;
   request.set_job_id(job_id);
   request.set_keep_checkpoints(keep_checkpoints);
-  quilt::v1::DeleteJobResponse response;
-  grpc::Status s = stubs_->jobs->DeleteJob(&ctx, request, &response);
-  if (!s.ok()) return CallStatus(s, address_);
+  ASSIGN_OR_RETURN(quilt::v1::DeleteJobResponse response,
+                   Unary(stubs_->jobs.get(), &quilt::v1::JobService::Stub::DeleteJob, request,
+                         timeout_, address_));
   return response.removed_checkpoints();
 }
 
 absl::StatusOr<quilt::v1::JobLosses> JobClient::GetJobLosses(const std::string& job_id,
                                                              int64_t from_step) {
-  grpc::ClientContext ctx;
-  SetTimeout(&ctx, timeout_);
-  ctx.set_wait_for_ready(false);
   quilt::v1::GetJobLossesRequest request;
   request.set_job_id(job_id);
   request.set_from_step(from_step);
-  quilt::v1::JobLosses response;
-  grpc::Status s = stubs_->jobs->GetJobLosses(&ctx, request, &response);
-  if (!s.ok()) return CallStatus(s, address_);
-  return response;
+  return Unary(stubs_->jobs.get(), &quilt::v1::JobService::Stub::GetJobLosses, request, timeout_,
+               address_);
 }
 
 absl::StatusOr<quilt::v1::ExportJobResponse> JobClient::ExportJob(const std::string& job_id) {
-  grpc::ClientContext ctx;
-  SetTimeout(&ctx, timeout_);
-  ctx.set_wait_for_ready(false);
   quilt::v1::ExportJobRequest request;
   request.set_job_id(job_id);
-  quilt::v1::ExportJobResponse response;
-  grpc::Status s = stubs_->jobs->ExportJob(&ctx, request, &response);
-  if (!s.ok()) return CallStatus(s, address_);
-  return response;
+  return Unary(stubs_->jobs.get(), &quilt::v1::JobService::Stub::ExportJob, request, timeout_,
+               address_);
 }
 
 absl::StatusOr<quilt::v1::ResumeJobResponse> JobClient::ResumeJob(const std::string& job_id,
                                                                   const std::string& strategy) {
-  grpc::ClientContext ctx;
-  SetTimeout(&ctx, timeout_);
-  ctx.set_wait_for_ready(false);
   quilt::v1::ResumeJobRequest request;
   request.set_job_id(job_id);
   request.set_strategy(strategy);
-  quilt::v1::ResumeJobResponse response;
-  grpc::Status s = stubs_->jobs->ResumeJob(&ctx, request, &response);
-  if (!s.ok()) return CallStatus(s, address_);
-  return response;
+  return Unary(stubs_->jobs.get(), &quilt::v1::JobService::Stub::ResumeJob, request, timeout_,
+               address_);
 }
 
 absl::Status JobClient::WatchJob(
