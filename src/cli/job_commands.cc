@@ -46,6 +46,7 @@ struct SubmitArgs {
   std::string checkpoint_dir;
   std::vector<std::string> frozen;
   int64_t batch = 0, steps = 0, checkpoint_every = 0;
+  int max_restarts = 0;
   double lr = 0, momentum = 0.9, weight_decay = 0;
   bool momentum_given = false;  // --momentum was on the command line
   uint64_t seed = 0;
@@ -107,6 +108,7 @@ absl::StatusOr<quilt::v1::JobSpec> SpecFrom(const SubmitArgs& a) {
   spec.set_strategy(a.strategy);
   spec.set_seed(a.seed);
   spec.set_checkpoint_interval_steps(a.checkpoint_every);
+  spec.set_max_restarts(a.max_restarts);
   // The workers write there, in their own working directories: absolute.
   spec.set_checkpoint_dir(Absolute(a.checkpoint_dir));
   if (a.loss == "softmax_cross_entropy") {
@@ -175,6 +177,13 @@ std::string Describe(const JobStatus& s) {
   for (int i = 0; i < s.calibration_size(); ++i) {
     absl::StrAppendFormat(&out, "%s%s\n", i == 0 ? "Planned by: " : "            ",
                           s.calibration(i));
+  }
+  if (!s.resumed_as().empty()) {
+    absl::StrAppendFormat(&out, "Resumed as: %s (from this job's last checkpoint)\n",
+                          s.resumed_as());
+  }
+  if (!s.restart_error().empty()) {
+    absl::StrAppendFormat(&out, "Restart:    not made: %s\n", s.restart_error());
   }
   return out;
 }
@@ -362,6 +371,11 @@ void AddJobCommands(CLI::App& app, const GlobalOptions& globals, std::vector<Com
                      "Checkpoints go to DIR/<job id> (default: the coordinator's state\n"
                      "directory)");
   submit->add_option("--name", a->name, "A name for the job");
+  submit
+      ->add_option("--max-restarts", a->max_restarts,
+                   "After a failure, resume from the last checkpoint as a new job up to N "
+                   "times (ONNX jobs; default 0; the strategy should suit fewer nodes: auto)")
+      ->check(CLI::Range(0, 100));
   submit->add_option("--seed", a->seed, "Seed of the planner and of random kernels")->check(Seed());
   submit->add_flag("--watch", a->watch, "Watch the job after submitting it");
   out->push_back({submit, [a, submit, &globals] {

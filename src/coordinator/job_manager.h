@@ -87,6 +87,21 @@ class JobManager {
   void OnHeartbeat(const quilt::v1::HeartbeatRequest& request,
                    quilt::v1::HeartbeatResponse* response);
 
+  // Resuming (JobService.ResumeJob): records that `next` trains on from
+  // `job_id`'s checkpoint (JobStatus.resumed_as). Errors: NOT_FOUND,
+  // FAILED_PRECONDITION (already resumed: its resumed_as is named).
+  absl::Status MarkResumed(const std::string& job_id, const std::string& next);
+  // Errors: as MarkResumed, without marking.
+  absl::Status CheckNotResumed(const std::string& job_id) const;
+  // Failed jobs with restarts left (spec.max_restarts > 0) that are not
+  // resumed, failed at least `after` ago (a lost node no longer Ready) and
+  // whose restart was not tried by this coordinator; each is returned once
+  // (a coordinator that restarts tries again).
+  std::vector<std::string> RestartsDue(absl::Duration after);
+  // Why the restart after `job_id`'s failure could not be made
+  // (JobStatus.restart_error).
+  void MarkRestartFailed(const std::string& job_id, const std::string& error);
+
   // Writes every job changed since it was last stored (progress is stored
   // at most every few seconds): at shutdown.
   void Flush();
@@ -214,6 +229,8 @@ class JobManager {
   std::map<std::string, Job> jobs_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> order_ ABSL_GUARDED_BY(mu_);
   int64_t version_ ABSL_GUARDED_BY(mu_) = 0;
+  // Jobs RestartsDue returned.
+  std::set<std::string> restarts_tried_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace quilt

@@ -75,10 +75,11 @@ class JobManagerTest : public ::testing::Test {
     return n;
   }
 
-  std::string AddJob(int64_t steps = 3) {
+  std::string AddJob(int64_t steps = 3, int max_restarts = 0) {
     NewJob n;
     n.spec.set_name("j");
     n.spec.set_steps(steps);
+    n.spec.set_max_restarts(max_restarts);
     n.spec.set_global_batch(8);
     n.program = "program-bytes";
     n.world = {"a", "b"};

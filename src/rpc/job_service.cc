@@ -5,7 +5,6 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/strip.h"
 #include "src/cluster/topology.h"
 #include "src/common/logging.h"
 #include "src/common/status.h"
@@ -35,7 +34,9 @@ JobServiceImpl::JobServiceImpl(Coordinator* coordinator, size_t max_request_byte
     : coordinator_(coordinator),
       max_request_bytes_(max_request_bytes),
       planning_(kPlanningThreads, kMaxWaitingPlans),
-      exports_(kExportThreads, kMaxWaitingExports) {}
+      exports_(kExportThreads, kMaxWaitingExports) {
+  restarter_ = std::thread([this] { RestartLoop(); });
+}
 
 JobServiceImpl::~JobServiceImpl() { Drain(); }
 
@@ -139,18 +140,18 @@ absl::Status JobServiceImpl::Submit(const quilt::v1::JobSpec& spec,
   options.loads = [this] { return NodeLoads(coordinator_->jobs()->List()); };
   options.planner_lock = &planner_;
   options.profile_timeout = absl::Milliseconds(coordinator_->config().profile_timeout_ms);
-  options.abandoned = [ctx] { return ctx->IsCancelled(); };
+  options.abandoned = [ctx] { return ctx != nullptr && ctx->IsCancelled(); };
   // Added while the planner is held: the next submission's plan counts
   // this job on its nodes.
   options.place = [&](NewJob&& job) -> absl::Status {
     // A client that gave up (its deadline, Ctrl-C) never learns the job's
     // id: a job it would submit again is not started.
-    if (ctx->IsCancelled()) {
+    if (ctx != nullptr && ctx->IsCancelled()) {
       QLOG_INFO("submission of '{}' dropped: the client gave up waiting", spec.name());
       return absl::CancelledError("the client gave up waiting; the job was not started");
     }
     ASSIGN_OR_RETURN(std::string id, coordinator_->jobs()->Add(std::move(job)));
-    if (ctx->IsCancelled()) {
+    if (ctx != nullptr && ctx->IsCancelled()) {
       // It left while the job was stored: the job is ended before any
       // worker hears of it.
       (void)coordinator_->jobs()->Cancel(id, "the client gave up waiting for the submission");
@@ -181,42 +182,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::ResumeJob(grpc::CallbackServerContext*
   return OnQueue<quilt::v1::ResumeJobRequest, quilt::v1::ResumeJobResponse>(
       &planning_, ctx, raw_request, raw_response, "ResumeJob",
       [this, ctx](const quilt::v1::ResumeJobRequest& r, quilt::v1::ResumeJobResponse* response) {
-        ASSIGN_OR_RETURN(quilt::v1::JobRecord record,
-                         coordinator_->jobs()->RecordWithModel(r.job_id()));
-        const quilt::v1::JobState state = record.status().state();
-        if (state != quilt::v1::JOB_STATE_FAILED && state != quilt::v1::JOB_STATE_CANCELLED) {
-          return absl::FailedPreconditionError(
-              absl::StrCat("job ", r.job_id(), " is ",
-                           absl::StripPrefix(quilt::v1::JobState_Name(state), "JOB_STATE_"),
-                           ": only a failed or cancelled job can be resumed"));
-        }
-        absl::StatusOr<quilt::v1::ExportJobResponse> exported = ExportTrainedOnnx(record);
-        if (!exported.ok()) {
-          return absl::Status(exported.status().code(),
-                              absl::StrCat("cannot resume it: ", exported.status().message()));
-        }
-        quilt::v1::ExportJobResponse& trained = *exported;
-        const int64_t left = record.spec().steps() - trained.step();
-        if (left <= 0) {
-          return absl::FailedPreconditionError(
-              absl::StrCat("job ", r.job_id(), "'s last checkpoint is of step ", trained.step(),
-                           ", its last: no steps are left to train (quiltctl export ", r.job_id(),
-                           " writes the model)"));
-        }
-        quilt::v1::JobSpec spec = record.spec();
-        spec.set_onnx(std::move(*trained.mutable_onnx()));
-        spec.set_steps(left);
-        if (!r.strategy().empty()) spec.set_strategy(r.strategy());
-        spec.set_name(absl::StrCat(spec.name().empty() ? r.job_id() : spec.name(),
-                                   " (resumed from ", r.job_id(), " at step ", trained.step(),
-                                   ")"));
-        RETURN_IF_ERROR(Submit(spec, ctx, response->mutable_job_id()));
-        response->set_from_step(trained.step());
-        response->set_steps(left);
-        response->set_note(trained.note());
-        QLOG_INFO("job {} resumed as {} from step {} ({} steps left)", r.job_id(),
-                  response->job_id(), trained.step(), left);
-        return absl::OkStatus();
+        return Resume(r.job_id(), r.strategy(), /*automatic=*/false, ctx, response);
       });
 }
 

@@ -7,7 +7,8 @@
 // ListJobs, WatchJob (a stream of every change until the job ends),
 // GetJobLosses, CancelJob, ExportJob and DeleteJob read and change the
 // JobManager's state; ResumeJob submits an ended job again from its
-// checkpoint.
+// checkpoint, and failed jobs with restarts left are resumed so on their
+// own (JobSpec.max_restarts).
 //
 // A request that plans may first wait for the workers' profiles of its
 // model (seconds, or profile_timeout_ms for a node that does not answer),
@@ -19,6 +20,8 @@
 
 #include <atomic>
 #include <functional>
+#include <string>
+#include <thread>
 
 #include "absl/synchronization/mutex.h"
 #include "proto/quilt/v1/services.grpc.pb.h"
@@ -81,7 +84,8 @@ class JobServiceImpl final : public JobServiceBase {
   // Runs the accepted plans and exports to completion; call before the
   // server shuts down.
   void Drain() {
-    stopping_.store(true);  // watches end
+    stopping_.store(true);  // watches and the restarts end
+    if (restarter_.joinable()) restarter_.join();
     planning_.Shutdown();
     exports_.Shutdown();
   }
@@ -90,9 +94,18 @@ class JobServiceImpl final : public JobServiceBase {
   // `abandoned`: whether the client has left (checked after profiling).
   absl::Status Plan(const quilt::v1::PlanJobRequest& request,
                     const std::function<bool()>& abandoned, quilt::v1::PlanReport* report);
-  // Checks, plans and adds a job (SubmitJob, ResumeJob); its id.
+  // Checks, plans and adds a job (SubmitJob, ResumeJob); its id. `ctx`:
+  // the client's call (null for a restart).
   absl::Status Submit(const quilt::v1::JobSpec& spec, grpc::CallbackServerContext* ctx,
                       std::string* job_id);
+  // ResumeJob's work (job_resume.cc); `automatic`: a restart after a
+  // failure (the new job has one restart less), `ctx` null then.
+  absl::Status Resume(const std::string& job_id, const std::string& strategy, bool automatic,
+                      grpc::CallbackServerContext* ctx, quilt::v1::ResumeJobResponse* response);
+  // Until Drain: restarts failed jobs with restarts left, on the planning
+  // queue, once their failure is old enough for a lost node to be no
+  // longer Ready (not_ready_after_ms and a second).
+  void RestartLoop();
   // Runs `work` on `queue` and finishes the call with it.
   template <typename Request, typename Response>
   grpc::ServerUnaryReactor* OnQueue(WorkQueue* queue, grpc::CallbackServerContext* ctx,
@@ -107,6 +120,7 @@ class JobServiceImpl final : public JobServiceBase {
   // Held while the planner runs: one plan computes at a time.
   absl::Mutex planner_;
   std::atomic<bool> stopping_{false};
+  std::thread restarter_;
 };
 
 }  // namespace quilt::rpc

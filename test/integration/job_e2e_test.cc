@@ -351,6 +351,49 @@ TEST_F(Jobs, ACancelledJobResumesFromItsLastCheckpointAsANewJob) {
   EXPECT_THAT(unknown->err, HasSubstr("job-00000000"));
 }
 
+// With a restart left, a job that fails because a node died trains on by
+// itself: once the node is no longer Ready, a new job from its last
+// checkpoint on the nodes left, named on the old one.
+TEST_F(Jobs, AJobWithARestartLeftTrainsOnWithoutTheNodeThatDied) {
+  ASSERT_THAT(cluster_.StartWorker("worker-c").status(), IsOk());
+  ASSERT_TRUE(Eventually(
+      [&] {
+        absl::StatusOr<std::map<std::string, nlohmann::json>> n = cluster_.Nodes();
+        return n.ok() && (*n)["worker-c"].value("state", std::string()) == "NODE_STATE_READY";
+      },
+      absl::Seconds(30)));
+  std::vector<std::string> args = SubmitArgs(cluster_.dir().File("ckpt"), 1000000, "dp-even-ring");
+  args.insert(args.end(), {"--max-restarts", "1"});
+  const std::string id = Submit(args);
+  ASSERT_TRUE(Eventually([&] { return Step(id) > 6; }, absl::Seconds(60))) << Job(id).dump();
+  ASSERT_EQ(Job(id)["nodes"].size(), 3u) << Job(id).dump();
+  cluster_.KillWorker("worker-b", SIGKILL);
+  std::string next;
+  ASSERT_TRUE(Eventually(
+      [&] {
+        next = Job(id).value("resumed_as", std::string());
+        return !next.empty();
+      },
+      absl::Seconds(60)))
+      << Job(id).dump() << cluster_.Log("coordinator");
+  EXPECT_EQ(State(id), "JOB_STATE_FAILED");
+  ASSERT_TRUE(Eventually([&] { return Step(next) > 2; }, absl::Seconds(60))) << Job(next).dump();
+  EXPECT_EQ(Job(next)["nodes"], nlohmann::json::array({"worker-a", "worker-c"}))
+      << Job(next).dump();
+  EXPECT_THAT(Job(next).value("name", std::string()), HasSubstr("(resumed from " + id));
+  absl::StatusOr<CommandResult> d = cluster_.Quiltctl({"describe", "job", id});
+  ASSERT_THAT(d.status(), IsOk());
+  EXPECT_THAT(d->out, HasSubstr("Resumed as: " + next));
+  // Resumed once: by hand it is refused, naming the job that trains on.
+  absl::StatusOr<CommandResult> again = cluster_.Quiltctl({"resume", id});
+  ASSERT_THAT(again.status(), IsOk());
+  EXPECT_NE(again->exit_code, 0);
+  EXPECT_THAT(again->err, HasSubstr("was resumed already, as " + next));
+  absl::StatusOr<CommandResult> c = cluster_.Quiltctl({"cancel", next});
+  ASSERT_THAT(c.status(), IsOk());
+  EXPECT_EQ(c->exit_code, 0) << c->err;
+}
+
 TEST_F(Jobs, BadRequestsAreRejectedAtSubmitWithTheirReason) {
   const std::string ckpt = cluster_.dir().File("ckpt");
   auto rejected = [&](std::vector<std::string> args, const std::string& why) {

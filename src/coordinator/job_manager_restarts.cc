@@ -1,0 +1,62 @@
+// JobManager: what resuming a job records (JobStatus.resumed_as and
+// restart_error), and the failed jobs due a restart.
+#include "absl/strings/str_cat.h"
+#include "src/common/proto_time.h"
+#include "src/coordinator/job_manager.h"
+
+namespace quilt {
+
+absl::Status JobManager::CheckNotResumed(const std::string& job_id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return absl::NotFoundError("no job '" + job_id + "'");
+  const std::string& next = it->second.record.status().resumed_as();
+  if (!next.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", job_id, " was resumed already, as ", next));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status JobManager::MarkResumed(const std::string& job_id, const std::string& next) {
+  absl::MutexLock lock(&mu_);
+  Job* job = Find(job_id);
+  if (job == nullptr) return absl::NotFoundError("no job '" + job_id + "'");
+  quilt::v1::JobStatus* st = job->record.mutable_status();
+  if (!st->resumed_as().empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", job_id, " was resumed already, as ", st->resumed_as()));
+  }
+  st->set_resumed_as(next);
+  st->clear_restart_error();
+  Changed(job, /*durable=*/true);
+  return absl::OkStatus();
+}
+
+std::vector<std::string> JobManager::RestartsDue(absl::Duration after) {
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = clock_->Now();
+  std::vector<std::string> out;
+  for (const std::string& id : order_) {
+    const Job& job = jobs_.at(id);
+    const quilt::v1::JobStatus& st = job.record.status();
+    if (st.state() != quilt::v1::JOB_STATE_FAILED || job.record.spec().max_restarts() <= 0 ||
+        !st.resumed_as().empty() || !st.restart_error().empty() || restarts_tried_.count(id) ||
+        FromProtoTime(st.finished_at()) > now - after) {
+      continue;
+    }
+    restarts_tried_.insert(id);
+    out.push_back(id);
+  }
+  return out;
+}
+
+void JobManager::MarkRestartFailed(const std::string& job_id, const std::string& error) {
+  absl::MutexLock lock(&mu_);
+  Job* job = Find(job_id);
+  if (job == nullptr) return;
+  job->record.mutable_status()->set_restart_error(error);
+  Changed(job, /*durable=*/true);
+}
+
+}  // namespace quilt
