@@ -55,6 +55,7 @@ JobManager::JobManager(CoordinatorStore* store, NodeRegistry* registry, Clock* c
 absl::Status JobManager::Load() {
   ASSIGN_OR_RETURN(std::vector<quilt::v1::JobRecord> records, store_->ListJobs());
   absl::MutexLock lock(&mu_);
+  loaded_at_ = clock_->Now();
   for (quilt::v1::JobRecord& r : records) {
     const std::string id = r.status().job_id();
     Job& job = jobs_[id];
@@ -277,6 +278,7 @@ absl::StatusOr<std::string> JobManager::Delete(const std::string& job_id) {
   std::string checkpoints = job->record.spec().checkpoint_dir();
   jobs_.erase(job_id);
   order_.erase(std::find(order_.begin(), order_.end(), job_id));
+  restarts_tried_.erase(job_id);
   ++version_;
   QLOG_INFO("job {} deleted", job_id);
   return checkpoints;

@@ -1,5 +1,6 @@
-// The coordinator's jobs: records in the store, their state machine, and
-// the exchange with workers. A planned job (program lowered, nodes chosen)
+// The coordinator's jobs: records in the store, their state machine, the
+// exchange with workers, and which failed jobs were resumed or are due a
+// restart (job_manager_restarts.cc). A planned job (program lowered, nodes chosen)
 // is added PENDING; its nodes' workers receive their assignment with their
 // next heartbeat and report their executor's state and per-step metrics
 // with every heartbeat after; the job is RUNNING once an executor runs,
@@ -93,13 +94,14 @@ class JobManager {
   absl::Status MarkResumed(const std::string& job_id, const std::string& next);
   // Errors: as MarkResumed, without marking.
   absl::Status CheckNotResumed(const std::string& job_id) const;
-  // Failed jobs with restarts left (spec.max_restarts > 0) that are not
-  // resumed, failed at least `after` ago (a lost node no longer Ready) and
-  // whose restart was not tried by this coordinator; each is returned once
-  // (a coordinator that restarts tries again).
+  // Failed jobs with restarts left (spec.max_restarts > 0), not resumed,
+  // with no restart_error, whose failure (or this coordinator's start, if
+  // later) is at least `after` old (a lost node no longer Ready) and that
+  // it did not return in the last `after` (a restart that failed for a
+  // passing reason is tried again then).
   std::vector<std::string> RestartsDue(absl::Duration after);
-  // Why the restart after `job_id`'s failure could not be made
-  // (JobStatus.restart_error).
+  // Why the restart after `job_id`'s failure cannot be made
+  // (JobStatus.restart_error: not tried again); nothing once it is resumed.
   void MarkRestartFailed(const std::string& job_id, const std::string& error);
 
   // Writes every job changed since it was last stored (progress is stored
@@ -229,8 +231,11 @@ class JobManager {
   std::map<std::string, Job> jobs_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> order_ ABSL_GUARDED_BY(mu_);
   int64_t version_ ABSL_GUARDED_BY(mu_) = 0;
-  // Jobs RestartsDue returned.
-  std::set<std::string> restarts_tried_ ABSL_GUARDED_BY(mu_);
+  // Jobs RestartsDue returned, and when.
+  std::map<std::string, absl::Time> restarts_tried_ ABSL_GUARDED_BY(mu_);
+  // When Load ran: a failure before it counts from then (the nodes have
+  // been reconnecting since).
+  absl::Time loaded_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
 };
 
 }  // namespace quilt

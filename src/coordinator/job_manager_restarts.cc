@@ -1,5 +1,7 @@
 // JobManager: what resuming a job records (JobStatus.resumed_as and
 // restart_error), and the failed jobs due a restart.
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "src/common/proto_time.h"
 #include "src/coordinator/job_manager.h"
@@ -41,11 +43,13 @@ std::vector<std::string> JobManager::RestartsDue(absl::Duration after) {
     const Job& job = jobs_.at(id);
     const quilt::v1::JobStatus& st = job.record.status();
     if (st.state() != quilt::v1::JOB_STATE_FAILED || job.record.spec().max_restarts() <= 0 ||
-        !st.resumed_as().empty() || !st.restart_error().empty() || restarts_tried_.count(id) ||
-        FromProtoTime(st.finished_at()) > now - after) {
+        !st.resumed_as().empty() || !st.restart_error().empty() ||
+        std::max(FromProtoTime(st.finished_at()), loaded_at_) > now - after) {
       continue;
     }
-    restarts_tried_.insert(id);
+    auto [tried, fresh] = restarts_tried_.try_emplace(id, now);
+    if (!fresh && tried->second > now - after) continue;
+    tried->second = now;
     out.push_back(id);
   }
   return out;
@@ -54,7 +58,7 @@ std::vector<std::string> JobManager::RestartsDue(absl::Duration after) {
 void JobManager::MarkRestartFailed(const std::string& job_id, const std::string& error) {
   absl::MutexLock lock(&mu_);
   Job* job = Find(job_id);
-  if (job == nullptr) return;
+  if (job == nullptr || !job->record.status().resumed_as().empty()) return;
   job->record.mutable_status()->set_restart_error(error);
   Changed(job, /*durable=*/true);
 }

@@ -103,36 +103,47 @@ TEST_F(JobManagerTest, AnExecutorItsWorkerNoLongerReportsFailsTheJob) {
               IsEmpty());
 }
 
-// A failed job with a restart left is due once, `after` its failure;
-// resumed, it is due no more and cannot be resumed twice; a failed restart
-// is kept in its status and stored.
-TEST_F(JobManagerTest, AFailedJobWithRestartsLeftIsDueOnceAfterTheWait) {
+// A failed job with restarts left is due `after` its failure, again only
+// `after` it was last returned; resumed, or with a restart error, never;
+// a coordinator that starts again counts from its start.
+TEST_F(JobManagerTest, AFailedJobWithRestartsLeftIsDueAfterTheWait) {
   const std::string id = AddJob(100, /*max_restarts=*/2);
   const std::string none = AddJob(100);
-  for (const std::string& j : {id, none}) {
+  const std::string broken = AddJob(100, /*max_restarts=*/1);
+  const std::string later = AddJob(100, /*max_restarts=*/1);
+  for (const std::string& j : {id, none, broken, later}) {
     TaskReport failed = Report(j, quilt::v1::TASK_STATE_FAILED, 1, {});
     failed.set_message("lost");
     Beat("b", {failed});
     ASSERT_EQ(Status(j).state(), quilt::v1::JOB_STATE_FAILED);
   }
-  EXPECT_THAT(jobs_->RestartsDue(absl::Seconds(6)), ::testing::IsEmpty());
-  clock_.Advance(absl::Seconds(6));
-  EXPECT_THAT(jobs_->RestartsDue(absl::Seconds(6)), ElementsAre(id));
-  EXPECT_THAT(jobs_->RestartsDue(absl::Seconds(6)), ::testing::IsEmpty());  // once
+  const absl::Duration after = absl::Seconds(6);
+  EXPECT_THAT(jobs_->RestartsDue(after), ::testing::IsEmpty());
+  clock_.Advance(after);
+  EXPECT_THAT(jobs_->RestartsDue(after), ElementsAre(id, broken, later));
+  EXPECT_THAT(jobs_->RestartsDue(after), ::testing::IsEmpty());  // just tried
+  jobs_->MarkRestartFailed(broken, "no checkpoint");
+  EXPECT_EQ(Status(broken).restart_error(), "no checkpoint");
   ASSERT_THAT(jobs_->CheckNotResumed(id), IsOk());
   ASSERT_THAT(jobs_->MarkResumed(id, "job-next"), IsOk());
   EXPECT_EQ(Status(id).resumed_as(), "job-next");
   EXPECT_THAT(jobs_->MarkResumed(id, "job-other"),
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("as job-next")));
   EXPECT_THAT(jobs_->CheckNotResumed(id), StatusIs(absl::StatusCode::kFailedPrecondition));
-  jobs_->MarkRestartFailed(none, "no checkpoint");
-  EXPECT_EQ(Status(none).restart_error(), "no checkpoint");
-  // Both are stored: a coordinator that starts again has them.
+  jobs_->MarkRestartFailed(id, "late");  // resumed: kept as it is
+  EXPECT_EQ(Status(id).restart_error(), "");
+  // `later` failed its restart for a passing reason: tried again.
+  clock_.Advance(after);
+  EXPECT_THAT(jobs_->RestartsDue(after), ElementsAre(later));
+  // Stored: a coordinator that starts again has both marks, and waits
+  // `after` from its start.
   JobManager again(store_.get(), registry_.get(), &clock_, "");
   ASSERT_THAT(again.Load(), IsOk());
   EXPECT_EQ(again.Get(id)->resumed_as(), "job-next");
-  EXPECT_EQ(again.Get(none)->restart_error(), "no checkpoint");
-  EXPECT_THAT(again.RestartsDue(absl::Seconds(6)), ::testing::IsEmpty());
+  EXPECT_EQ(again.Get(broken)->restart_error(), "no checkpoint");
+  EXPECT_THAT(again.RestartsDue(after), ::testing::IsEmpty());
+  clock_.Advance(after);
+  EXPECT_THAT(again.RestartsDue(after), ElementsAre(later));
 }
 
 TEST_F(JobManagerTest, AFailedExecutorFailsTheJobAndTheOthersAreStopped) {

@@ -205,9 +205,23 @@ absl::StatusOr<NewJob> PrepareJob(const quilt::v1::JobSpec& spec, const NodeRegi
                                   const SubmissionOptions& options) {
   if (spec.steps() < 1) return absl::InvalidArgumentError("steps must be at least 1");
   // The name is shown in tables and logs: printable and short.
-  RETURN_IF_ERROR(CheckDisplayText(spec.name(), 128, "the job's name"));
+  RETURN_IF_ERROR(CheckDisplayText(spec.name(), kMaxJobNameBytes, "the job's name"));
   if (spec.checkpoint_interval_steps() < 0) {
     return absl::InvalidArgumentError("checkpoint_interval_steps must not be negative");
+  }
+  if (spec.max_restarts() < 0 || spec.max_restarts() > 100) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_restarts must be 0 to 100, not ", spec.max_restarts()));
+  }
+  if (spec.max_restarts() > 0 && spec.model_case() != quilt::v1::JobSpec::kOnnx) {
+    return absl::InvalidArgumentError(
+        "max_restarts needs an ONNX model: a restart trains on from the checkpoint's weights "
+        "written into the job's ONNX file");
+  }
+  if (spec.max_restarts() > 0 && spec.checkpoint_interval_steps() == 0) {
+    return absl::InvalidArgumentError(
+        "max_restarts needs checkpoints before the end (--checkpoint-every N): a restart "
+        "trains on from the last one");
   }
   ASSIGN_OR_RETURN(Graph graph, TrainingGraphForJob(spec));
   RETURN_IF_ERROR(CheckDataset(spec, graph));

@@ -93,6 +93,9 @@ absl::StatusOr<quilt::v1::ClusterSpec> ProfiledCluster(
     const std::function<bool()>& abandoned = nullptr,
     std::set<std::string>* measured_loaded = nullptr);
 
+// The longest job name (bytes of UTF-8).
+inline constexpr size_t kMaxJobNameBytes = 128;
+
 // With `profiles`, the workers profile the model first and the plan uses
 // their calibrations (model_profiles.h). With `options.place`, the job is
 // handed to it (and the one returned is empty).

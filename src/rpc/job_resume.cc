@@ -1,12 +1,15 @@
 // JobServiceImpl's resuming: a failed or cancelled ONNX job trained on as a
 // new job from its last readable checkpoint (ResumeJob, by hand), and the
 // restarts of failed jobs with restarts left (JobSpec.max_restarts).
+#include <filesystem>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "src/common/logging.h"
 #include "src/common/status.h"
 #include "src/coordinator/job_export.h"
+#include "src/coordinator/job_submission.h"
 #include "src/rpc/job_service.h"
 
 namespace quilt::rpc {
@@ -40,16 +43,22 @@ absl::Status JobServiceImpl::Resume(const std::string& job_id, const std::string
   spec.set_steps(left);
   if (!strategy.empty()) spec.set_strategy(strategy);
   if (automatic) spec.set_max_restarts(spec.max_restarts() - 1);
-  // The original name, not a chain of "(resumed …)".
+  // The original name, not a chain of "(resumed …)", cut (at a character)
+  // so that the whole fits a job name's 128 bytes.
   std::string name = spec.name().empty() ? job_id : spec.name();
   if (const size_t at = name.find(" (resumed from "); at != std::string::npos) name.resize(at);
-  spec.set_name(absl::StrCat(name, " (resumed from ", job_id, " at step ", trained.step(), ")"));
-  RETURN_IF_ERROR(Submit(spec, ctx, response->mutable_job_id()));
-  if (absl::Status marked = jobs->MarkResumed(job_id, response->job_id()); !marked.ok()) {
-    // Resumed meanwhile by another request: this one's job goes.
-    (void)jobs->Cancel(response->job_id(), "job " + job_id + " was resumed twice at once");
-    return marked;
+  const std::string suffix =
+      absl::StrCat(" (resumed from ", job_id, " at step ", trained.step(), ")");
+  if (name.size() + suffix.size() > kMaxJobNameBytes) {
+    size_t keep = kMaxJobNameBytes > suffix.size() ? kMaxJobNameBytes - suffix.size() : 0;
+    while (keep > 0 && (static_cast<unsigned char>(name[keep]) & 0xC0) == 0x80) --keep;
+    name.resize(keep);
   }
+  spec.set_name(name + suffix);
+  // Its checkpoints beside the old job's (<dir>/<new id>), not inside them.
+  spec.set_checkpoint_dir(
+      std::filesystem::path(record.spec().checkpoint_dir()).parent_path().string());
+  RETURN_IF_ERROR(Submit(spec, ctx, response->mutable_job_id(), job_id));
   response->set_from_step(trained.step());
   response->set_steps(left);
   response->set_note(trained.note());
@@ -68,15 +77,17 @@ void JobServiceImpl::RestartLoop() {
       const bool taken = planning_.Submit([this, id] {
         quilt::v1::ResumeJobResponse response;
         absl::Status s = Resume(id, "", /*automatic=*/true, nullptr, &response);
-        if (!s.ok()) {
-          QLOG_WARN("job {} failed and could not be restarted: {}", id, std::string(s.message()));
-          coordinator_->jobs()->MarkRestartFailed(id, std::string(s.message()));
-        }
+        if (s.ok()) return;
+        // A passing cause (the store, a full queue, a client's deadline)
+        // is tried again later; another is kept in the job's status.
+        const bool passing = s.code() == absl::StatusCode::kUnavailable ||
+                             s.code() == absl::StatusCode::kResourceExhausted ||
+                             s.code() == absl::StatusCode::kDeadlineExceeded;
+        QLOG_WARN("job {} failed and could not be restarted{}: {}", id,
+                  passing ? " (tried again later)" : "", std::string(s.message()));
+        if (!passing) coordinator_->jobs()->MarkRestartFailed(id, std::string(s.message()));
       });
-      if (!taken) {
-        coordinator_->jobs()->MarkRestartFailed(
-            id, "the coordinator's planning queue was full (quiltctl resume retries it)");
-      }
+      if (!taken) QLOG_WARN("job {}'s restart waits: the planning queue is full", id);
     }
   }
 }

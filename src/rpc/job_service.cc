@@ -135,7 +135,8 @@ absl::Status JobServiceImpl::Plan(const quilt::v1::PlanJobRequest& request,
 }
 
 absl::Status JobServiceImpl::Submit(const quilt::v1::JobSpec& spec,
-                                    grpc::CallbackServerContext* ctx, std::string* job_id) {
+                                    grpc::CallbackServerContext* ctx, std::string* job_id,
+                                    const std::string& resumed_from) {
   SubmissionOptions options;
   options.loads = [this] { return NodeLoads(coordinator_->jobs()->List()); };
   options.planner_lock = &planner_;
@@ -150,7 +151,14 @@ absl::Status JobServiceImpl::Submit(const quilt::v1::JobSpec& spec,
       QLOG_INFO("submission of '{}' dropped: the client gave up waiting", spec.name());
       return absl::CancelledError("the client gave up waiting; the job was not started");
     }
+    if (!resumed_from.empty()) RETURN_IF_ERROR(coordinator_->jobs()->CheckNotResumed(resumed_from));
     ASSIGN_OR_RETURN(std::string id, coordinator_->jobs()->Add(std::move(job)));
+    if (!resumed_from.empty()) {
+      if (absl::Status marked = coordinator_->jobs()->MarkResumed(resumed_from, id); !marked.ok()) {
+        (void)coordinator_->jobs()->Cancel(id, "its job could not be marked resumed");
+        return marked;
+      }
+    }
     if (ctx != nullptr && ctx->IsCancelled()) {
       // It left while the job was stored: the job is ended before any
       // worker hears of it.

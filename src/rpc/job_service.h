@@ -95,9 +95,11 @@ class JobServiceImpl final : public JobServiceBase {
   absl::Status Plan(const quilt::v1::PlanJobRequest& request,
                     const std::function<bool()>& abandoned, quilt::v1::PlanReport* report);
   // Checks, plans and adds a job (SubmitJob, ResumeJob); its id. `ctx`:
-  // the client's call (null for a restart).
+  // the client's call (null for a restart). `resumed_from`: the job it
+  // trains on from, checked not resumed and marked so while the planner is
+  // held (two resumes of one job take turns there: the second is refused).
   absl::Status Submit(const quilt::v1::JobSpec& spec, grpc::CallbackServerContext* ctx,
-                      std::string* job_id);
+                      std::string* job_id, const std::string& resumed_from = "");
   // ResumeJob's work (job_resume.cc); `automatic`: a restart after a
   // failure (the new job has one restart less), `ctx` null then.
   absl::Status Resume(const std::string& job_id, const std::string& strategy, bool automatic,

@@ -380,7 +380,15 @@ TEST_F(Jobs, AJobWithARestartLeftTrainsOnWithoutTheNodeThatDied) {
   ASSERT_TRUE(Eventually([&] { return Step(next) > 2; }, absl::Seconds(60))) << Job(next).dump();
   EXPECT_EQ(Job(next)["nodes"], nlohmann::json::array({"worker-a", "worker-c"}))
       << Job(next).dump();
-  EXPECT_THAT(Job(next).value("name", std::string()), HasSubstr("(resumed from " + id));
+  // From a checkpoint past the start, with the steps left; its checkpoints
+  // beside the old job's.
+  const std::string name = Job(next).value("name", std::string());
+  EXPECT_THAT(name, HasSubstr("(resumed from " + id + " at step "));
+  EXPECT_THAT(name, Not(HasSubstr(" at step 0)")));
+  EXPECT_LT(std::stoll(Job(next).value("steps", std::string("0"))), 1000000);
+  EXPECT_TRUE(
+      Eventually([&] { return std::filesystem::exists(cluster_.dir().File("ckpt") + "/" + next); },
+                 absl::Seconds(30)));
   absl::StatusOr<CommandResult> d = cluster_.Quiltctl({"describe", "job", id});
   ASSERT_THAT(d.status(), IsOk());
   EXPECT_THAT(d->out, HasSubstr("Resumed as: " + next));
@@ -389,9 +397,12 @@ TEST_F(Jobs, AJobWithARestartLeftTrainsOnWithoutTheNodeThatDied) {
   ASSERT_THAT(again.status(), IsOk());
   EXPECT_NE(again->exit_code, 0);
   EXPECT_THAT(again->err, HasSubstr("was resumed already, as " + next));
-  absl::StatusOr<CommandResult> c = cluster_.Quiltctl({"cancel", next});
-  ASSERT_THAT(c.status(), IsOk());
-  EXPECT_EQ(c->exit_code, 0) << c->err;
+  // Its one restart used: the new job fails with worker-c and stays failed.
+  cluster_.KillWorker("worker-c", SIGKILL);
+  ASSERT_TRUE(Eventually([&] { return State(next) == "JOB_STATE_FAILED"; }, absl::Seconds(60)))
+      << Job(next).dump();
+  absl::SleepFor(kNotReadyAfter + absl::Seconds(2));
+  EXPECT_EQ(Job(next).value("resumed_as", std::string()), "") << Job(next).dump();
 }
 
 TEST_F(Jobs, BadRequestsAreRejectedAtSubmitWithTheirReason) {
@@ -407,6 +418,16 @@ TEST_F(Jobs, BadRequestsAreRejectedAtSubmitWithTheirReason) {
   std::vector<std::string> zoo = args;
   zoo[1] = "zoo:no_such_model";
   rejected(zoo, "no_such_model");
+  // Restarts of a zoo model (nothing to export) or without checkpoints
+  // before the end.
+  std::vector<std::string> restarts = args;
+  restarts.insert(restarts.end(), {"--max-restarts", "2"});
+  std::vector<std::string> zoo_restarts = restarts;
+  zoo_restarts[1] = "zoo:mlp";
+  rejected(zoo_restarts, "max_restarts needs an ONNX model");
+  std::vector<std::string> no_checkpoints = restarts;
+  *std::next(std::find(no_checkpoints.begin(), no_checkpoints.end(), "--checkpoint-every")) = "0";
+  rejected(no_checkpoints, "max_restarts needs checkpoints before the end");
   // Unsupported op.
   {
     onnx::ModelProto m;
