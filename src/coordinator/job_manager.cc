@@ -95,6 +95,7 @@ absl::Status JobManager::Load() {
       if (!ended && TaskEnded(task.state()) && task.step() <= stored) job.heard.insert(node);
     }
   }
+  RelinkResumed();
   return absl::OkStatus();
 }
 
@@ -169,6 +170,7 @@ absl::StatusOr<std::string> JobManager::Add(NewJob n) {
   quilt::v1::JobStatus* st = r.mutable_status();
   st->set_job_id(id);
   st->set_name(n.spec.name().empty() ? id : n.spec.name());
+  st->set_resumed_from(n.resumed_from);
   st->set_state(quilt::v1::JOB_STATE_PENDING);
   st->set_message("waiting for the workers to start the executors");
   *st->mutable_submitted_at() = ToProtoTime(clock_->Now());

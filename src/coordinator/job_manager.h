@@ -46,6 +46,8 @@ struct NewJob {
   std::map<std::string, int64_t> predicted_memory_bytes;
   // The same per device.
   std::map<std::string, int64_t> predicted_device_memory_bytes;
+  // The job it trains on from (JobStatus.resumed_from), if resumed.
+  std::string resumed_from;
 };
 
 class JobManager {
@@ -222,6 +224,10 @@ class JobManager {
   // Writes the record (failures are logged; the next change tries again).
   absl::Status Persist(Job* job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Job* Find(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // At Load: a resumed job's resumed_from marks its old job resumed (a
+  // coordinator that stopped between adding the new job and marking the
+  // old one).
+  void RelinkResumed() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   CoordinatorStore* store_;
   NodeRegistry* registry_;

@@ -63,4 +63,15 @@ void JobManager::MarkRestartFailed(const std::string& job_id, const std::string&
   Changed(job, /*durable=*/true);
 }
 
+void JobManager::RelinkResumed() {
+  for (const std::string& id : order_) {
+    const std::string& from = jobs_.at(id).record.status().resumed_from();
+    Job* old = from.empty() ? nullptr : Find(from);
+    if (old == nullptr || !old->record.status().resumed_as().empty()) continue;
+    old->record.mutable_status()->set_resumed_as(id);
+    old->record.mutable_status()->clear_restart_error();
+    Changed(old, /*durable=*/true);
+  }
+}
+
 }  // namespace quilt

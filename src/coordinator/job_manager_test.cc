@@ -144,6 +144,22 @@ TEST_F(JobManagerTest, AFailedJobWithRestartsLeftIsDueAfterTheWait) {
   EXPECT_THAT(again.RestartsDue(after), ::testing::IsEmpty());
   clock_.Advance(after);
   EXPECT_THAT(again.RestartsDue(after), ElementsAre(later));
+  // A job added as `later`'s continuation whose coordinator stopped before
+  // marking `later`: marked when the next one starts.
+  NewJob n;
+  n.spec.set_steps(10);
+  n.program = "program-bytes";
+  n.world = {"a"};
+  n.resumed_from = later;
+  absl::StatusOr<std::string> cont = again.Add(std::move(n));
+  ASSERT_THAT(cont, IsOk());
+  EXPECT_EQ(again.Get(*cont)->resumed_from(), later);
+  EXPECT_EQ(again.Get(later)->resumed_as(), "");
+  JobManager third(store_.get(), registry_.get(), &clock_, "");
+  ASSERT_THAT(third.Load(), IsOk());
+  EXPECT_EQ(third.Get(later)->resumed_as(), *cont);
+  clock_.Advance(2 * after);
+  EXPECT_THAT(third.RestartsDue(after), ::testing::IsEmpty());
 }
 
 TEST_F(JobManagerTest, AFailedExecutorFailsTheJobAndTheOthersAreStopped) {

@@ -152,6 +152,7 @@ absl::Status JobServiceImpl::Submit(const quilt::v1::JobSpec& spec,
       return absl::CancelledError("the client gave up waiting; the job was not started");
     }
     if (!resumed_from.empty()) RETURN_IF_ERROR(coordinator_->jobs()->CheckNotResumed(resumed_from));
+    job.resumed_from = resumed_from;
     ASSIGN_OR_RETURN(std::string id, coordinator_->jobs()->Add(std::move(job)));
     if (!resumed_from.empty()) {
       if (absl::Status marked = coordinator_->jobs()->MarkResumed(resumed_from, id); !marked.ok()) {
