@@ -12,6 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "proto/quilt/v1/job.pb.h"
+#include "proto/quilt/v1/strategy.pb.h"
 #include "src/graph/graph.h"
 
 namespace quilt::cli {
@@ -47,6 +48,15 @@ absl::Status SetJobModel(const std::string& model, int64_t batch, const Graph* l
 // for a graph without a loss output is recorded on it. Errors: a --loss
 // other than the one the model computes.
 absl::StatusOr<LossType> ApplyLossFlag(const std::string& loss, Graph* graph);
+
+// A step's time on its busiest device, as `plan --explain` and `simulate`
+// print it: "compute X + exposed communication Y + idle Z[ + per-step
+// overhead W] on DEVICE, its busiest device" (the overhead: what the three
+// leave of the step, the executor's measured fixed cost, shown above 0.1 %).
+std::string StepParts(double step_s, double compute_s, double exposed_s, double idle_s,
+                      const std::string& device);
+// The execution order in words.
+std::string ExecutionOrderText(quilt::v1::ExecutionOrder order);
 
 // Prints "quiltctl: <message>" to stderr; returns 1.
 int PrintError(const std::string& message);

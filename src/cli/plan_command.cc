@@ -44,20 +44,11 @@ struct PlanArgs {
 };
 
 std::string Breakdown(const quilt::v1::StrategyEstimate& e) {
-  const bool transfers_first = e.strategy().order() == quilt::v1::EXECUTION_ORDER_TRANSFERS_FIRST;
-  // What the three leave of the step: the device's fixed per-step cost
-  // (a measured overhead of the executor's step, from profiles).
-  const double rest = e.step_time_s() - e.compute_s() - e.exposed_communication_s() - e.idle_s();
-  const std::string overhead =
-      rest > 1e-3 * e.step_time_s() ? " + per-step overhead " + HumanSeconds(rest) : "";
-  return absl::StrFormat(
-      "%s: step %s = compute %s + exposed communication %s + idle %s%s on %s, its busiest "
-      "device (execution order: %s)",
-      e.name(), HumanSeconds(e.step_time_s()), HumanSeconds(e.compute_s()),
-      HumanSeconds(e.exposed_communication_s()), HumanSeconds(e.idle_s()), overhead,
-      e.critical_device().empty() ? "-" : e.critical_device(),
-      transfers_first ? "gradients' producers lifted by the communication queued behind them"
-                      : "critical path first");
+  return absl::StrFormat("%s: step %s = %s (execution order: %s)", e.name(),
+                         HumanSeconds(e.step_time_s()),
+                         StepParts(e.step_time_s(), e.compute_s(), e.exposed_communication_s(),
+                                   e.idle_s(), e.critical_device()),
+                         ExecutionOrderText(e.strategy().order()));
 }
 
 // Per group: what the HeteroG plan chose and what it saves, then the time
@@ -302,6 +293,22 @@ int Run(PlanArgs a, const GlobalOptions& globals) {
 }
 
 }  // namespace
+
+std::string StepParts(double step_s, double compute_s, double exposed_s, double idle_s,
+                      const std::string& device) {
+  const double rest = step_s - compute_s - exposed_s - idle_s;
+  return absl::StrFormat(
+      "compute %s + exposed communication %s + idle %s%s on %s, its busiest device",
+      HumanSeconds(compute_s), HumanSeconds(exposed_s), HumanSeconds(idle_s),
+      rest > 1e-3 * step_s ? " + per-step overhead " + HumanSeconds(rest) : "",
+      device.empty() ? "-" : device);
+}
+
+std::string ExecutionOrderText(quilt::v1::ExecutionOrder order) {
+  return order == quilt::v1::EXECUTION_ORDER_TRANSFERS_FIRST
+             ? "gradients' producers lifted by the communication queued behind them"
+             : "critical path first";
+}
 
 void AddPlanCommand(CLI::App& app, const GlobalOptions& globals, std::vector<Command>* out) {
   auto a = std::make_shared<PlanArgs>();

@@ -31,12 +31,6 @@ struct SimulateArgs {
   std::string format = "table";
 };
 
-std::string OrderName(quilt::v1::ExecutionOrder order) {
-  return order == quilt::v1::EXECUTION_ORDER_TRANSFERS_FIRST
-             ? "gradients' producers lifted by the communication queued behind them"
-             : "critical path first";
-}
-
 // A device's time neither computing nor communicating (the simulator's
 // idle time includes its exposed communication).
 double Waiting(const DeviceUsage& d) { return std::max(0.0, d.idle_s - d.exposed_communication_s); }
@@ -81,7 +75,8 @@ void PrintTable(const quilt::v1::DistributedProgram& program, const SimResult& r
   std::cout << absl::StrFormat(
       "Program %s: %d devices, global batch %d, execution order: %s (validated)\n\n",
       program.strategy().name().empty() ? "(unnamed)" : program.strategy().name(),
-      program.devices_size(), program.global_batch(), OrderName(program.strategy().order()));
+      program.devices_size(), program.global_batch(),
+      ExecutionOrderText(program.strategy().order()));
   Table t({"DEVICE", "BUSY", "EXPOSED COMM", "IDLE", "PEAK MEM", "CAPACITY", "FITS"});
   for (const DeviceUsage& d : r.devices) {
     t.AddRow({d.device, HumanSeconds(d.busy_s), HumanSeconds(d.exposed_communication_s),
@@ -89,14 +84,11 @@ void PrintTable(const quilt::v1::DistributedProgram& program, const SimResult& r
               HumanBytes(d.capacity_bytes), d.out_of_memory ? "NO" : "yes"});
   }
   std::cout << t.Render() << "\n";
-  const double overhead = Overhead(r);
   std::cout << absl::StrFormat(
-      "Step %s (%.1f samples/s) = compute %s + exposed communication %s + idle %s%s on %s, its "
-      "busiest device\nCommunication per step: %s\n",
-      HumanSeconds(step), step > 0 ? program.global_batch() / step : 0.0, HumanSeconds(r.compute_s),
-      HumanSeconds(r.exposed_communication_s), HumanSeconds(r.idle_s),
-      overhead > 1e-3 * step ? " + per-step overhead " + HumanSeconds(overhead) : "",
-      r.critical_device.empty() ? "-" : r.critical_device, HumanBytes(r.communication_bytes));
+      "Step %s (%.1f samples/s) = %s\nCommunication per step: %s\n", HumanSeconds(step),
+      step > 0 ? program.global_batch() / step : 0.0,
+      StepParts(step, r.compute_s, r.exposed_communication_s, r.idle_s, r.critical_device),
+      HumanBytes(r.communication_bytes));
 }
 
 int Run(const SimulateArgs& a) {

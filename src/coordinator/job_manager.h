@@ -228,6 +228,10 @@ class JobManager {
   // coordinator that stopped between adding the new job and marking the
   // old one).
   void RelinkResumed() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // FAILED_PRECONDITION naming the job `job_id` was resumed as, if any.
+  static absl::Status NotResumed(const Job& job, const std::string& job_id);
+  // Marks `job` resumed as `next` (no restart error then) and stores it.
+  void SetResumed(Job* job, const std::string& next) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   CoordinatorStore* store_;
   NodeRegistry* registry_;

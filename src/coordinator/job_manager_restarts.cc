@@ -4,34 +4,37 @@
 
 #include "absl/strings/str_cat.h"
 #include "src/common/proto_time.h"
+#include "src/common/status.h"
 #include "src/coordinator/job_manager.h"
 
 namespace quilt {
+
+absl::Status JobManager::NotResumed(const Job& job, const std::string& job_id) {
+  const std::string& next = job.record.status().resumed_as();
+  if (next.empty()) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat("job ", job_id, " was resumed already, as ", next));
+}
+
+void JobManager::SetResumed(Job* job, const std::string& next) {
+  job->record.mutable_status()->set_resumed_as(next);
+  job->record.mutable_status()->clear_restart_error();
+  Changed(job, /*durable=*/true);
+}
 
 absl::Status JobManager::CheckNotResumed(const std::string& job_id) const {
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) return absl::NotFoundError("no job '" + job_id + "'");
-  const std::string& next = it->second.record.status().resumed_as();
-  if (!next.empty()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("job ", job_id, " was resumed already, as ", next));
-  }
-  return absl::OkStatus();
+  return NotResumed(it->second, job_id);
 }
 
 absl::Status JobManager::MarkResumed(const std::string& job_id, const std::string& next) {
   absl::MutexLock lock(&mu_);
   Job* job = Find(job_id);
   if (job == nullptr) return absl::NotFoundError("no job '" + job_id + "'");
-  quilt::v1::JobStatus* st = job->record.mutable_status();
-  if (!st->resumed_as().empty()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("job ", job_id, " was resumed already, as ", st->resumed_as()));
-  }
-  st->set_resumed_as(next);
-  st->clear_restart_error();
-  Changed(job, /*durable=*/true);
+  RETURN_IF_ERROR(NotResumed(*job, job_id));
+  SetResumed(job, next);
   return absl::OkStatus();
 }
 
@@ -68,9 +71,7 @@ void JobManager::RelinkResumed() {
     const std::string& from = jobs_.at(id).record.status().resumed_from();
     Job* old = from.empty() ? nullptr : Find(from);
     if (old == nullptr || !old->record.status().resumed_as().empty()) continue;
-    old->record.mutable_status()->set_resumed_as(id);
-    old->record.mutable_status()->clear_restart_error();
-    Changed(old, /*durable=*/true);
+    SetResumed(old, id);
   }
 }
 
