@@ -1,30 +1,21 @@
 // A job's trained state on disk and the trained model out: the latest
 // complete checkpoint (every rank's metrics.json written; steps ordered by
 // number, entries not named step-<number> ignored; a newer checkpoint that
-// does not read is passed over and said) read back into
-// whole tensors — parameter-server shards joined by rows, replicas (equal)
-// taken once — and an ONNX model (for jobs submitted as ONNX) with its
+// does not read is passed over and said) read back into whole tensors
+// (src/runtime/checkpoint.h), and an ONNX model (for jobs submitted as ONNX) with its
 // initializers replaced by the trained parameters.
 #ifndef QUILT_SRC_COORDINATOR_JOB_EXPORT_H_
 #define QUILT_SRC_COORDINATOR_JOB_EXPORT_H_
 
 #include <functional>
-#include <map>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "proto/quilt/v1/job.pb.h"
 #include "proto/quilt/v1/services.pb.h"
-#include "src/graph/tensor.h"
+#include "src/runtime/checkpoint.h"
 
 namespace quilt {
-
-struct Checkpoint {
-  int64_t step = 0;
-  std::map<std::string, Tensor> tensors;  // parameters and optimizer state
-  // Newer complete checkpoints that did not read, and why.
-  std::string passed_over;
-};
 
 // With `accept`, a checkpoint it refuses is passed over like one that does
 // not read. Errors: NOT_FOUND (no complete checkpoint in `dir`),

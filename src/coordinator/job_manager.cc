@@ -686,6 +686,7 @@ void JobManager::OnHeartbeat(const quilt::v1::HeartbeatRequest& request,
     a->set_checkpoint_interval_steps(r.spec().checkpoint_interval_steps());
     a->set_checkpoint_dir(r.spec().checkpoint_dir());
     a->set_predicted_step_time_s(r.status().predicted_step_time_s());
+    if (r.spec().has_resume_from()) *a->mutable_resume_from() = r.spec().resume_from();
   }
 }
 

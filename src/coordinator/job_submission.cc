@@ -1,6 +1,7 @@
 #include "src/coordinator/job_submission.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -183,6 +184,34 @@ absl::Status CheckCheckpointDir(const std::string& dir) {
   return absl::OkStatus();
 }
 
+// A resumed job's starting checkpoint: every rank's index there (the
+// executors read it at their start).
+absl::Status CheckResumeFrom(const quilt::v1::JobSpec& spec) {
+  if (!spec.has_resume_from()) return absl::OkStatus();
+  const quilt::v1::ResumeFrom& from = spec.resume_from();
+  if (from.steps_before() < 0) {
+    return absl::InvalidArgumentError("resume_from.steps_before must not be negative");
+  }
+  if (from.checkpoint().empty()) return absl::OkStatus();
+  if (from.checkpoint()[0] != '/') {
+    return absl::InvalidArgumentError("resume_from.checkpoint '" + from.checkpoint() +
+                                      "' must be an absolute path");
+  }
+  if (from.world() < 1 || from.world() > 65536) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("resume_from.world must be 1 to 65536, not ", from.world()));
+  }
+  for (int r = 0; r < from.world(); ++r) {
+    const std::string index = absl::StrCat(from.checkpoint(), "/rank-", r, "/metrics.json");
+    std::error_code ec;
+    if (!std::filesystem::exists(index, ec)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the checkpoint to resume from is incomplete or unreadable here: no ", index));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<quilt::v1::ClusterSpec> ProfiledCluster(
     const Graph& graph, int64_t global_batch, const NodeRegistry& registry, const LinkProbes* links,
     ModelProfiles* profiles, absl::Duration timeout, std::vector<std::string>* calibration,
@@ -226,6 +255,7 @@ absl::StatusOr<NewJob> PrepareJob(const quilt::v1::JobSpec& spec, const NodeRegi
   ASSIGN_OR_RETURN(Graph graph, TrainingGraphForJob(spec));
   RETURN_IF_ERROR(CheckDataset(spec, graph));
   RETURN_IF_ERROR(CheckCheckpointDir(spec.checkpoint_dir()));
+  RETURN_IF_ERROR(CheckResumeFrom(spec));
   ASSIGN_OR_RETURN(quilt::v1::ClusterSpec cluster, LiveClusterSpec(registry, links));
   const std::string strategy = spec.strategy().empty() ? "auto" : spec.strategy();
   auto loads_now = [&] {

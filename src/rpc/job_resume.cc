@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "src/common/logging.h"
@@ -43,6 +44,14 @@ absl::Status JobServiceImpl::Resume(const std::string& job_id, const std::string
   spec.set_steps(left);
   if (!strategy.empty()) spec.set_strategy(strategy);
   if (automatic) spec.set_max_restarts(spec.max_restarts() - 1);
+  // Every executor starts from the checkpoint's parameters and optimizer
+  // state (each taking its share under the new plan), and the step count
+  // goes on: the data's position and Adam's bias correction.
+  quilt::v1::ResumeFrom* from = spec.mutable_resume_from();
+  from->set_checkpoint(
+      absl::StrFormat("%s/step-%08d", record.spec().checkpoint_dir(), trained.step()));
+  from->set_world(record.world_size());
+  from->set_steps_before(record.spec().resume_from().steps_before() + trained.step());
   // The original name, not a chain of "(resumed …)", cut (at a character)
   // so that the whole fits a job name's 128 bytes.
   std::string name = spec.name().empty() ? job_id : spec.name();

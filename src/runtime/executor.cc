@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <map>
+#include <set>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -245,7 +247,11 @@ absl::Status Executor::Impl::Init() {
     }
   }
   // Initial persistent values: parameters from their initializers (sliced
-  // for shards), optimizer state zeros, constants.
+  // for shards), optimizer state zeros, constants; or restored.
+  std::map<std::string, Tensor> restored;
+  if (options_.restore != nullptr) {
+    ASSIGN_OR_RETURN(restored, Restored());
+  }
   absl::flat_hash_map<int, Tensor> whole;
   for (auto& dev : devices_) {
     for (const auto& [key, unused] : dev->persistent) {
@@ -253,7 +259,9 @@ absl::Status Executor::Impl::Init() {
       auto w = whole.find(key.tensor);
       if (w == whole.end()) {
         Tensor value;
-        if (const ParameterSpec* p = graph_.FindParameter(info.name)) {
+        if (auto r = restored.find(info.name); r != restored.end()) {
+          value = std::move(r->second);
+        } else if (const ParameterSpec* p = graph_.FindParameter(info.name)) {
           ASSIGN_OR_RETURN(value, InitialValue(*p, info.shape.Concrete(1)));
         } else if (graph_.constants.count(info.name)) {
           value = graph_.constants.at(info.name);
@@ -441,6 +449,34 @@ void Executor::Impl::Record(int node, absl::Time start, bool comm, absl::Time en
   trace_.push_back({node, comm, start, end});
 }
 
+// The persistent tensors of this process (constants aside) from
+// options_.restore, each checked against the graph's type of it.
+absl::StatusOr<std::map<std::string, Tensor>> Executor::Impl::Restored() {
+  std::set<std::string> names;
+  for (const auto& dev : devices_) {
+    for (const auto& [key, unused] : dev->persistent) {
+      const std::string& name = graph_.tensors()[key.tensor].name;
+      if (!graph_.constants.count(name)) names.insert(name);
+    }
+  }
+  using Tensors = std::map<std::string, Tensor>;
+  ASSIGN_OR_RETURN(Tensors out, options_.restore(names));
+  for (const std::string& name : names) {
+    auto it = out.find(name);
+    if (it == out.end()) {
+      return absl::NotFoundError("the state to restore holds no '" + name + "'");
+    }
+    const TensorInfo& info = *graph_.FindTensor(name);
+    const std::vector<int64_t> dims = info.shape.Concrete(1);
+    if (it->second.dtype() != info.dtype || it->second.dims() != dims) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the state to restore holds '", name, "' as ", it->second.TypeString(),
+          ", the model has ", DTypeName(info.dtype), "[", absl::StrJoin(dims, ","), "]"));
+    }
+  }
+  return out;
+}
+
 // The tensors every device is fed in `step`: per device, per feed.
 absl::StatusOr<std::vector<std::vector<Tensor>>> Executor::Impl::Feeds(int64_t step) {
   std::vector<std::vector<Tensor>> out(devices_.size());
@@ -524,7 +560,7 @@ class Prefetcher {
 
 absl::Status Executor::Impl::Run() {
   // The next step's data is read while this step runs.
-  Prefetcher prefetch([this](int64_t step) { return Feeds(step); });
+  Prefetcher prefetch([this](int64_t step) { return Feeds(options_.steps_before + step); });
   prefetch.Request(1);
   absl::Time previous_end = absl::Now();
   for (int64_t step = 1; step <= options_.steps; ++step) {

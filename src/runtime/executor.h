@@ -17,6 +17,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -57,6 +58,18 @@ struct ExecutorOptions {
   // Called after each step; an error ends the run with it (e.g. a
   // checkpoint that cannot be written).
   std::function<absl::Status(const ExecutorStep&)> on_step;
+  // Training that goes on from an earlier run (a resumed job): the steps
+  // it trained, so that step k of this run reads the data of step
+  // steps_before + k and Adam's bias correction and random kernels count
+  // on; steps are still reported (and checkpointed) from 1.
+  int64_t steps_before = 0;
+  // With `restore`, the parameters and optimizer state (every persistent
+  // tensor but constants) start from the whole tensors it returns for the
+  // names asked, in place of their initializers and zeros (shards take
+  // their rows). A name it lacks, or a tensor of another type or shape,
+  // fails Create naming it.
+  std::function<absl::StatusOr<std::map<std::string, Tensor>>(const std::set<std::string>& names)>
+      restore;
 };
 
 // A persistent tensor (or shard) a local device holds.

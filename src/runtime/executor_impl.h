@@ -134,6 +134,7 @@ class Executor::Impl {
 
   // Helpers.
   absl::StatusOr<std::vector<std::vector<Tensor>>> Feeds(int64_t step);
+  absl::StatusOr<std::map<std::string, Tensor>> Restored();
   // Sends rows of a tensor this node's device holds (a copy when the
   // instance may change before the send completes).
   void SendRange(int node, const quilt::v1::TensorRange& range, const std::string& peer_device,

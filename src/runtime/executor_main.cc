@@ -13,6 +13,7 @@
 //       --steps 10 --data synthetic|X.npy,Y.npy --out DIR [--trace t.json]
 //       [--slowdown n0/cpu:0=3] [--step-timeout 60] [--seed 0]
 //       [--checkpoint-dir DIR --checkpoint-every N] [--progress] [--cpus 0-3]
+//       [--restore STEP_DIR --restore-world W] [--steps-before K]
 //
 // Exit status: 0 success, 1 failure (the reason on stderr), 2 usage.
 #include <filesystem>
@@ -32,6 +33,7 @@
 #include "src/common/status.h"
 #include "src/graph/graph.h"
 #include "src/rpc/coordinator_client.h"
+#include "src/runtime/checkpoint.h"
 #include "src/runtime/comm/rendezvous.h"
 #include "src/runtime/comm/ucx_transport.h"
 #include "src/runtime/data/dataset.h"
@@ -123,6 +125,16 @@ int main(int argc, char** argv) {
                  "Checkpoint every N steps (0: only after the last)")
       ->check(CLI::NonNegativeNumber);
   app.add_flag("--progress", progress, "One JSON line per step on stdout");
+  std::string restore_dir;
+  int restore_world = 0;
+  int64_t steps_before = 0;
+  app.add_option("--restore", restore_dir,
+                 "A checkpoint's step directory to start from (parameters, optimizer state)");
+  app.add_option("--restore-world", restore_world, "The ranks that wrote that checkpoint")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--steps-before", steps_before,
+                 "Steps trained before this run (the data's position, Adam's step count)")
+      ->check(CLI::NonNegativeNumber);
   bool timing_only = false;
   app.add_flag("--timing-only", timing_only,
                "Compute every step's updates without applying them (profiling runs)");
@@ -152,6 +164,20 @@ int main(int argc, char** argv) {
   }
   quilt::ExecutorOptions options;
   options.timing_only = timing_only;
+  options.steps_before = steps_before;
+  if (!restore_dir.empty()) {
+    if (restore_world <= 0) return Fail("--restore needs --restore-world");
+    options.restore = [&](const std::set<std::string>& names)
+        -> absl::StatusOr<std::map<std::string, quilt::Tensor>> {
+      absl::StatusOr<quilt::Checkpoint> c = quilt::ReadCheckpoint(
+          restore_dir, restore_world, [&names](const std::string& n) { return names.count(n) > 0; });
+      if (!c.ok()) {
+        return absl::Status(c.status().code(), absl::StrCat("cannot restore from ", restore_dir,
+                                                            ": ", c.status().message()));
+      }
+      return std::move(c->tensors);
+    };
+  }
   options.steps = steps;
   options.seed = seed;
   options.step_timeout = absl::Seconds(step_timeout);

@@ -113,7 +113,7 @@ absl::Status Executor::Impl::Compute(int node) {
   std::vector<Tensor> outs(op.outputs.size());
   KernelContext ctx(op, std::move(in), std::move(shapes), out_dims, out_types, &outs);
   const bool batched_op = !Whole(b, e) && !shard;
-  ctx.step = step_;
+  ctx.step = options_.steps_before + step_;  // the training's step
   ctx.seed = options_.seed;
   ctx.local_batch = batched_op ? e - b : batch_;
   ctx.batch_offset = batched_op ? b : 0;

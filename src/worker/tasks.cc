@@ -101,6 +101,14 @@ void TaskRunner::Start(const quilt::v1::TaskAssignment& a) {
     argv.insert(argv.end(), {"--checkpoint-dir", a.checkpoint_dir(), "--checkpoint-every",
                              std::to_string(a.checkpoint_interval_steps())});
   }
+  if (a.has_resume_from()) {
+    const quilt::v1::ResumeFrom& from = a.resume_from();
+    if (!from.checkpoint().empty()) {
+      argv.insert(argv.end(), {"--restore", from.checkpoint(), "--restore-world",
+                               std::to_string(from.world())});
+    }
+    argv.insert(argv.end(), {"--steps-before", std::to_string(from.steps_before())});
+  }
   if (options_.compute_slowdown > 1) {
     std::vector<std::string> items;
     for (const std::string& d : options_.device_ids) {
