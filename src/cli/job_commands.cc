@@ -178,6 +178,12 @@ std::string Describe(const JobStatus& s) {
     absl::StrAppendFormat(&out, "%s%s\n", i == 0 ? "Planned by: " : "            ",
                           s.calibration(i));
   }
+  if (!s.resumed_from().empty()) {
+    absl::StrAppendFormat(&out,
+                          "Resumed from: %s (its checkpoint's parameters and optimizer state, the "
+                          "data from where it stopped)\n",
+                          s.resumed_from());
+  }
   if (!s.resumed_as().empty()) {
     absl::StrAppendFormat(&out, "Resumed as: %s (from this job's last checkpoint)\n",
                           s.resumed_as());

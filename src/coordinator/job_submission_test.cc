@@ -3,6 +3,8 @@
 // running jobs' plans hold), so a plan prefers idle nodes.
 #include "src/coordinator/job_submission.h"
 
+#include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "gmock/gmock.h"
@@ -264,6 +266,34 @@ TEST(PrepareJob, SyntheticDataThatCannotBeMade_IsRefusedAtSubmission) {
   EXPECT_THAT(std::string(job.status().message()),
               AllOf(HasSubstr("synthetic data for this model (pass --data X.npy,Y.npy)"),
                     HasSubstr("embedding")));
+}
+
+TEST(PrepareJob, AResumeFromACheckpointThatIsNotThere_IsRefusedAtSubmission) {
+  Registry nodes({"a"});
+  ASSERT_NE(nodes.registry, nullptr);
+  quilt::v1::JobSpec spec;
+  spec.set_zoo("mlp");
+  spec.set_global_batch(16);
+  spec.set_steps(2);
+  spec.mutable_optimizer()->mutable_sgd()->set_learning_rate(0.1);
+  const std::string step = nodes.dir.File("ckpt/step-00000004");
+  std::filesystem::create_directories(step + "/rank-0");
+  ASSERT_TRUE(std::ofstream(step + "/rank-0/metrics.json").good());
+  auto refused = [&](int world, int64_t before, const std::string& dir) -> std::string {
+    spec.mutable_resume_from()->set_checkpoint(dir);
+    spec.mutable_resume_from()->set_world(world);
+    spec.mutable_resume_from()->set_steps_before(before);
+    absl::StatusOr<NewJob> job =
+        PrepareJob(spec, *nodes.registry, nullptr, nullptr, SubmissionOptions{});
+    if (job.ok()) return "";
+    EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument);
+    return std::string(job.status().message());
+  };
+  EXPECT_EQ(refused(1, 4, step), "");
+  EXPECT_THAT(refused(2, 4, step), HasSubstr("no " + step + "/rank-1/metrics.json"));
+  EXPECT_THAT(refused(1, -1, step), HasSubstr("steps_before must not be negative"));
+  EXPECT_THAT(refused(0, 4, step), HasSubstr("resume_from.world must be 1 to 65536, not 0"));
+  EXPECT_THAT(refused(1, 4, "ckpt/step-00000004"), HasSubstr("must be an absolute path"));
 }
 
 }  // namespace

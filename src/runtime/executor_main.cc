@@ -169,8 +169,9 @@ int main(int argc, char** argv) {
     if (restore_world <= 0) return Fail("--restore needs --restore-world");
     options.restore = [&](const std::set<std::string>& names)
         -> absl::StatusOr<std::map<std::string, quilt::Tensor>> {
-      absl::StatusOr<quilt::Checkpoint> c = quilt::ReadCheckpoint(
-          restore_dir, restore_world, [&names](const std::string& n) { return names.count(n) > 0; });
+      absl::StatusOr<quilt::Checkpoint> c =
+          quilt::ReadCheckpoint(restore_dir, restore_world,
+                                [&names](const std::string& n) { return names.count(n) > 0; });
       if (!c.ok()) {
         return absl::Status(c.status().code(), absl::StrCat("cannot restore from ", restore_dir,
                                                             ": ", c.status().message()));

@@ -161,24 +161,29 @@ struct RunResult {
 };
 
 // Runs one executor per node; returns their summed losses and metrics.
+// `steps` steps each, with `extra` flags.
 absl::StatusOr<RunResult> RunExecutors(const quilt::v1::DistributedProgram& program, const Setup& s,
-                                       const TempDir& dir, const std::string& tag) {
+                                       const TempDir& dir, const std::string& tag,
+                                       int64_t steps = kSteps,
+                                       const std::vector<std::string>& extra = {}) {
   const JobDir job = WriteJob(dir, tag, program);
   const std::string& base = job.base;
   std::vector<std::string> world;
   for (int n = 0; n < s.topo.num_nodes(); ++n) world.push_back(s.topo.node_id(n));
   std::vector<Subprocess> procs;
   for (size_t r = 0; r < world.size(); ++r) {
+    std::vector<std::string> flags = {"--out", absl::StrCat(base, "/out", r), "--step-timeout",
+                                      "60"};
+    flags.insert(flags.end(), extra.begin(), extra.end());
     absl::StatusOr<Subprocess> p = Subprocess::Start(
-        job.Argv(absl::StrJoin(world, ","), static_cast<int>(r), kSteps, s.data,
-                 {"--out", absl::StrCat(base, "/out", r), "--step-timeout", "60"}),
+        job.Argv(absl::StrJoin(world, ","), static_cast<int>(r), steps, s.data, flags),
         absl::StrCat(base, "/log", r));
     if (!p.ok()) return p.status();
     procs.push_back(std::move(*p));
   }
   RunResult result;
   result.out_dir = base;
-  result.losses.assign(kSteps, 0);
+  result.losses.assign(steps, 0);
   for (size_t r = 0; r < procs.size(); ++r) {
     std::optional<int> st = procs[r].Wait(absl::Seconds(120));
     std::ifstream log(absl::StrCat(base, "/log", r));
@@ -193,7 +198,7 @@ absl::StatusOr<RunResult> RunExecutors(const quilt::v1::DistributedProgram& prog
     }
     std::ifstream m(absl::StrCat(base, "/out", r, "/metrics.json"));
     nlohmann::json metrics = nlohmann::json::parse(m);
-    for (int64_t k = 0; k < kSteps; ++k) {
+    for (int64_t k = 0; k < steps; ++k) {
       const nlohmann::json& part = metrics["loss_parts"][static_cast<size_t>(k)];
       if (!part.is_null()) result.losses[k] += part.get<double>();
     }
@@ -203,8 +208,9 @@ absl::StatusOr<RunResult> RunExecutors(const quilt::v1::DistributedProgram& prog
 }
 
 // Every tensor every process holds equals the reference (rows of it, for
-// shards).
-void ExpectMatchesReference(const Setup& s, const RunResult& r) {
+// shards), and each step's loss the reference's (the run's first step is
+// the reference's step `first` + 1).
+void ExpectMatchesReference(const Setup& s, const RunResult& r, int64_t first = 0) {
   std::set<std::string> seen;
   for (size_t rank = 0; rank < r.metrics.size(); ++rank) {
     // A process whose devices the plan leaves idle holds nothing.
@@ -235,10 +241,14 @@ void ExpectMatchesReference(const Setup& s, const RunResult& r) {
   }
   // Every trainable parameter is held somewhere.
   for (const ParameterSpec& p : s.graph.parameters) {
-    if (!p.frozen) EXPECT_TRUE(seen.count(p.tensor)) << p.tensor << " is held by no process";
+    if (!p.frozen) {
+      EXPECT_TRUE(seen.count(p.tensor)) << p.tensor << " is held by no process";
+    }
   }
-  for (int64_t k = 0; k < kSteps; ++k) {
-    EXPECT_NEAR(r.losses[k], s.losses[k], 1e-4 * (1 + std::abs(s.losses[k]))) << "step " << k + 1;
+  ASSERT_EQ(first + static_cast<int64_t>(r.losses.size()), kSteps);
+  for (size_t k = 0; k < r.losses.size(); ++k) {
+    const double want = s.losses[first + k];
+    EXPECT_NEAR(r.losses[k], want, 1e-4 * (1 + std::abs(want))) << "step " << first + k + 1;
   }
 }
 
@@ -717,6 +727,62 @@ absl::StatusOr<JobDir> OneDeviceJob(const Setup& s, const TempDir& dir, const st
                                    quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE, "one"),
               24));
   return WriteJob(dir, tag, p);
+}
+
+// A run that stops after 4 steps and one that goes on from its checkpoint
+// under another plan (sharded parameter servers where the first had a
+// ring) end as the uninterrupted run: the parameters and Adam's moments
+// are restored, each process taking its share, and the data and Adam's
+// step count go on from step 5 (batches of 24 of 64 samples: the data's
+// position is not a whole number of passes).
+TEST(Executor, ARunGoesOnFromACheckpointUnderAnotherPlanAsIfUninterrupted) {
+  auto s = Prepare({"mlp", "adam", 24}, Cluster(3, 1));
+  TempDir dir;
+  const int n = s->topo.num_devices();
+  absl::StatusOr<quilt::v1::DistributedProgram> ring =
+      Program(*s,
+              DataParallelStrategy(s->graph, s->topo, std::vector<int64_t>(n, 1),
+                                   quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE, "ring"),
+              24);
+  ASSERT_THAT(ring.status(), IsOk());
+  quilt::v1::Strategy ps = DataParallelStrategy(
+      s->graph, s->topo, {3, 2, 1}, quilt::v1::AGGREGATION_METHOD_PARAMETER_SERVER, "ps");
+  for (auto& a : *ps.mutable_aggregations()) {
+    a.clear_servers();
+    a.add_servers(s->topo.device(0).id);
+    a.add_servers(s->topo.device(n - 1).id);
+  }
+  absl::StatusOr<quilt::v1::DistributedProgram> sharded = Program(*s, ps, 24);
+  ASSERT_THAT(sharded.status(), IsOk());
+  constexpr int64_t kFirst = 4;
+  const std::string ckpt = dir.File("ckpt");
+  absl::StatusOr<RunResult> before = RunExecutors(
+      *ring, *s, dir, "before", kFirst, {"--checkpoint-dir", ckpt, "--checkpoint-every", "0"});
+  ASSERT_THAT(before.status(), IsOk());
+  const std::string step = absl::StrCat(ckpt, "/step-0000000", kFirst);
+  absl::StatusOr<RunResult> after = RunExecutors(
+      *sharded, *s, dir, "after", kSteps - kFirst,
+      {"--restore", step, "--restore-world", "3", "--steps-before", std::to_string(kFirst)});
+  ASSERT_THAT(after.status(), IsOk());
+  ExpectMatchesReference(*s, *after, kFirst);
+
+  // A checkpoint that lacks a rank, and one of another optimizer, are refused
+  // before the first step, naming the problem.
+  absl::StatusOr<RunResult> missing =
+      RunExecutors(*sharded, *s, dir, "missing", 1, {"--restore", step, "--restore-world", "4"});
+  ASSERT_FALSE(missing.ok());
+  EXPECT_THAT(missing.status().message(),
+              HasSubstr("cannot restore from " + step + ": " + step + "/rank-3/metrics.json"));
+  // (SGD with momentum: its state is not Adam's.)
+  auto other = Prepare({"mlp", "sgd", 24}, Cluster(1, 1));
+  absl::StatusOr<JobDir> sgd = OneDeviceJob(*other, dir, "sgd");
+  ASSERT_THAT(sgd.status(), IsOk());
+  absl::StatusOr<CommandResult> r =
+      RunCommand(sgd->Argv("w0", 0, 1, other->data, {"--restore", step, "--restore-world", "3"}));
+  ASSERT_THAT(r.status(), IsOk());
+  EXPECT_EQ(r->exit_code, 1);
+  EXPECT_THAT(r->err, HasSubstr("the state to restore holds no '"));
+  EXPECT_THAT(r->err, HasSubstr(".momentum'"));
 }
 
 TEST(Executor, ACheckpointDirItCannotWriteInFailsItBeforeTraining) {
