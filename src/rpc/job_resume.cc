@@ -28,6 +28,21 @@ absl::Status JobServiceImpl::Resume(const std::string& job_id, const std::string
   }
   RETURN_IF_ERROR(jobs->CheckNotResumed(job_id));
   absl::StatusOr<quilt::v1::ExportJobResponse> exported = ExportTrainedOnnx(record);
+  const quilt::v1::ResumeFrom& started = record.spec().resume_from();
+  // A resumed job that failed before a checkpoint of its own (or whose
+  // checkpoints were lost) goes on from where it started.
+  const bool from_start = !exported.ok() && !started.checkpoint().empty() &&
+                          record.spec().model_case() == quilt::v1::JobSpec::kOnnx &&
+                          exported.status().code() == absl::StatusCode::kFailedPrecondition;
+  if (from_start) {
+    quilt::v1::ExportJobResponse again;
+    again.set_onnx(record.spec().onnx());
+    again.set_step(0);
+    again.set_note(absl::StrCat("no checkpoint of its own (", exported.status().message(),
+                                "): it starts again from where it started (", started.checkpoint(),
+                                ")"));
+    exported = std::move(again);
+  }
   if (!exported.ok()) {
     return absl::Status(exported.status().code(),
                         absl::StrCat("cannot resume it: ", exported.status().message()));
@@ -47,11 +62,13 @@ absl::Status JobServiceImpl::Resume(const std::string& job_id, const std::string
   // Every executor starts from the checkpoint's parameters and optimizer
   // state (each taking its share under the new plan), and the step count
   // goes on: the data's position and Adam's bias correction.
-  quilt::v1::ResumeFrom* from = spec.mutable_resume_from();
-  from->set_checkpoint(
-      absl::StrFormat("%s/step-%08d", record.spec().checkpoint_dir(), trained.step()));
-  from->set_world(record.world_size());
-  from->set_steps_before(record.spec().resume_from().steps_before() + trained.step());
+  if (!from_start) {
+    quilt::v1::ResumeFrom* from = spec.mutable_resume_from();
+    from->set_checkpoint(
+        absl::StrFormat("%s/step-%08d", record.spec().checkpoint_dir(), trained.step()));
+    from->set_world(record.world_size());
+    from->set_steps_before(started.steps_before() + trained.step());
+  }
   // The original name, not a chain of "(resumed …)", cut (at a character)
   // so that the whole fits a job name's 128 bytes.
   std::string name = spec.name().empty() ? job_id : spec.name();

@@ -60,7 +60,10 @@ absl::StatusOr<std::string> LocalCluster::StartCoordinator(const std::string& ad
   if (!p.ok()) return p.status();
   coordinator_ = std::make_unique<Subprocess>(std::move(*p));
   absl::StatusOr<std::string> bound = WaitForFile(ready, absl::Seconds(20));
-  if (!bound.ok()) return bound.status();
+  if (!bound.ok()) {
+    return absl::Status(bound.status().code(),
+                        absl::StrCat(bound.status().message(), "; its log:\n", Log("coordinator")));
+  }
   address_ = *bound;
   return address_;
 }
@@ -76,27 +79,22 @@ std::optional<int> LocalCluster::WaitCoordinator(absl::Duration timeout) {
 absl::StatusOr<std::string> LocalCluster::StartWorker(const std::string& node_id,
                                                       const std::vector<std::string>& extra) {
   const std::string ready = dir_.File(absl::StrCat(node_id, ".ready.", restarts_++));
-  std::vector<std::string> argv = {RunfilePath("src/worker/quilt-worker"),
-                                   "--coordinator_address",
-                                   address_,
-                                   "--node_id",
-                                   node_id,
-                                   "--cpu_cores",
-                                   "1",
-                                   "--calibration_ms",
-                                   "100",
-                                   "--cuda",
-                                   "false",
-                                   "--max_backoff_ms",
-                                   "300",
-                                   "--ready_file",
-                                   ready};
+  std::vector<std::string> argv = {RunfilePath("src/worker/quilt-worker"), "--coordinator_address",
+                                   address_, "--node_id", node_id, "--cpu_cores", "1",
+                                   "--calibration_ms", "100", "--cuda", "false", "--max_backoff_ms",
+                                   "300", "--ready_file", ready,
+                                   // Its own (the default under /tmp is
+                                   // the same for tests run at once).
+                                   "--work_dir", dir_.File(node_id + "-work")};
   argv.insert(argv.end(), extra.begin(), extra.end());
   auto p = Subprocess::Start(argv, dir_.File(node_id + ".log"));
   if (!p.ok()) return p.status();
   workers_[node_id] = std::make_unique<Subprocess>(std::move(*p));
   absl::StatusOr<std::string> line = WaitForFile(ready, absl::Seconds(30));
-  if (!line.ok()) return line.status();
+  if (!line.ok()) {
+    return absl::Status(line.status().code(),
+                        absl::StrCat(line.status().message(), "; its log:\n", Log(node_id)));
+  }
   // "<node_id> <incarnation>"
   return line->substr(line->find(' ') + 1);
 }

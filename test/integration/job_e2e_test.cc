@@ -366,6 +366,69 @@ TEST_F(Jobs, ACancelledJobResumesFromItsLastCheckpointAsANewJob) {
   EXPECT_THAT(unknown->err, HasSubstr("job-00000000"));
 }
 
+// Resumes chain: a resumed job resumed in turn goes on from its own
+// checkpoint, the steps before it counted over both jobs; one without a
+// checkpoint of its own (lost here) goes on from where it started. Each
+// trains as the uninterrupted run at its steps.
+TEST_F(Jobs, AResumedJobResumesFromItsOwnCheckpointOrWhereItStarted) {
+  constexpr int64_t kTotal = 1000000;  // (cancelled long before)
+  const std::string ckpt = cluster_.dir().File("ckpt");
+  auto cancel_after = [&](const std::string& id, int64_t step) {
+    ASSERT_TRUE(Eventually([&] { return Step(id) > step; }, absl::Seconds(60))) << Job(id).dump();
+    absl::StatusOr<CommandResult> c = cluster_.Quiltctl({"cancel", id});
+    ASSERT_THAT(c.status(), IsOk());
+    ASSERT_EQ(c->exit_code, 0) << c->err;
+    ASSERT_TRUE(Eventually([&] { return Executors(id) == 0; }, absl::Seconds(30)));
+  };
+  auto resume = [&](const std::string& id, std::string* err) {
+    absl::StatusOr<CommandResult> r = cluster_.Quiltctl({"resume", id});
+    EXPECT_THAT(r.status(), IsOk());
+    EXPECT_EQ(r->exit_code, 0) << r->err;
+    *err = r->err;
+    std::string next = r->out;
+    while (!next.empty() && (next.back() == '\n' || next.back() == ' ')) next.pop_back();
+    return next;
+  };
+  auto steps_of = [&](const std::string& id) {
+    return std::stoll(Job(id).value("steps", std::string("0")));
+  };
+  const std::string a = Submit(SubmitArgs(ckpt, kTotal, "dp-even-ring"));
+  ASSERT_FALSE(a.empty());
+  ASSERT_NO_FATAL_FAILURE(cancel_after(a, 13));
+  std::string err;
+  const std::string b = resume(a, &err);
+  const int64_t from_a = kTotal - steps_of(b);
+  ASSERT_NO_FATAL_FAILURE(cancel_after(b, 9));
+  const std::string c = resume(b, &err);
+  const int64_t from_b = steps_of(b) - steps_of(c);
+  EXPECT_GE(from_b, 8);
+  EXPECT_THAT(Job(c).value("name", std::string()),
+              HasSubstr("(resumed from " + b + " at step " + std::to_string(from_b) + ")"));
+  ASSERT_TRUE(Eventually([&] { return Losses(cluster_, c).size() >= 20; }, absl::Seconds(60)));
+  ASSERT_NO_FATAL_FAILURE(cancel_after(c, 2));
+  std::filesystem::remove_all(ckpt + "/" + c);
+  const std::string d = resume(c, &err);
+  EXPECT_THAT(err, HasSubstr("no checkpoint of its own"));
+  EXPECT_EQ(steps_of(d), steps_of(c));
+  EXPECT_THAT(Job(d).value("name", std::string()), HasSubstr("(resumed from " + c + " at step 0)"));
+  ASSERT_TRUE(Eventually([&] { return Losses(cluster_, d).size() >= 20; }, absl::Seconds(60)));
+  ASSERT_NO_FATAL_FAILURE(cancel_after(d, 20));
+
+  SingleDeviceRun single;
+  ASSERT_THAT(single.Train(from_a + from_b + 20), IsOk());
+  const std::vector<float>& want = single.result.losses;
+  for (const auto& [job, before] : std::vector<std::pair<std::string, int64_t>>{
+           {b, from_a}, {c, from_a + from_b}, {d, from_a + from_b}}) {
+    const std::vector<double> got = Losses(cluster_, job);
+    ASSERT_GE(got.size(), 8u) << job;
+    for (size_t k = 0; k < std::min<size_t>(got.size(), 20); ++k) {
+      const double w = want[static_cast<size_t>(before) + k];
+      ASSERT_NEAR(got[k], w, 1e-3 * (1 + std::abs(w)))
+          << job << "'s step " << k + 1 << ", the run's step " << before + k + 1;
+    }
+  }
+}
+
 // With a restart left, a job that fails because a node died trains on by
 // itself: once the node is no longer Ready, a new job from its last
 // checkpoint on the nodes left, named on the old one.
