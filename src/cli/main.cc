@@ -12,6 +12,7 @@
 #include "src/cli/validators.h"
 #include "src/common/net.h"
 #include "src/common/version.h"
+#include "src/rpc/security.h"
 
 int main(int argc, char** argv) {
   // The planner's linear programs call BLAS on tiny matrices; OpenBLAS's
@@ -27,6 +28,20 @@ int main(int argc, char** argv) {
   CLI::Option* coordinator =
       app.add_option("--coordinator", globals.coordinator,
                      "Coordinator address (default $QUILT_COORDINATOR or 127.0.0.1:7070)");
+  // TLS to the coordinator and its client token (flags, else environment).
+  auto from_env = [](const char* name) {
+    const char* v = std::getenv(name);
+    return std::string(v != nullptr ? v : "");
+  };
+  std::string tls_ca = from_env("QUILT_TLS_CA"), token_file = from_env("QUILT_TOKEN_FILE"),
+              tls_server_name = from_env("QUILT_TLS_SERVER_NAME");
+  app.add_option("--tls-ca", tls_ca,
+                 "PEM CA to trust the coordinator by: talk TLS (default $QUILT_TLS_CA)");
+  app.add_option("--token-file", token_file,
+                 "File holding the coordinator's client token (default $QUILT_TOKEN_FILE)");
+  app.add_option("--tls-server-name", tls_server_name,
+                 "The name the coordinator's certificate carries, when it is not the address's "
+                 "host (default $QUILT_TLS_SERVER_NAME)");
   CLI::Option* timeout =
       app.add_option("--timeout", globals.timeout_s,
                      "Deadline of each call, in seconds (default 10; 600 for plan)")
@@ -42,7 +57,8 @@ int main(int argc, char** argv) {
   // of a global one). CLI11 would only say that one is required.
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    if (arg == "--coordinator" || arg == "--timeout") {
+    if (arg == "--coordinator" || arg == "--timeout" || arg == "--tls-ca" ||
+        arg == "--token-file" || arg == "--tls-server-name") {
       ++i;
       continue;
     }
@@ -81,11 +97,19 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;
   }
   globals.timeout_set = timeout->count() > 0;
+  absl::StatusOr<quilt::rpc::ClientSecurity> security =
+      quilt::rpc::LoadClientSecurity(tls_ca, token_file, tls_server_name);
+  if (!security.ok()) {
+    std::cerr << "quiltctl: " << security.status().message() << "\n";
+    return 2;
+  }
+  quilt::rpc::SetClientSecurity(*security);
   for (const quilt::cli::Command& c : commands) {
     if (!c.app->parsed()) continue;
     // Commands that call the coordinator need an address they can use.
-    static const std::set<std::string> remote = {"status", "nodes",  "submit", "jobs",   "describe",
-                                                 "watch",  "cancel", "export", "delete", "forget"};
+    static const std::set<std::string> remote = {"status",   "nodes",  "submit", "jobs",
+                                                 "describe", "watch",  "cancel", "export",
+                                                 "delete",   "forget", "resume", "losses"};
     if (remote.count(c.app->get_name()) > 0 && globals.coordinator.rfind("unix:", 0) != 0) {
       absl::StatusOr<quilt::HostPort> hp = quilt::ParseHostPort(globals.coordinator);
       if (!hp.ok() || hp->port == 0) {
@@ -96,6 +120,12 @@ int main(int argc, char** argv) {
                   << (hp.ok() ? "'" + globals.coordinator + "': port 0 is no coordinator's port"
                               : std::string(hp.status().message()))
                   << "\n";
+        return 2;
+      }
+      if (tls_ca.empty() && !quilt::IsLoopbackAddress(globals.coordinator)) {
+        std::cerr << "quiltctl: " << globals.coordinator
+                  << " is not a loopback address: a coordinator there serves TLS; pass --tls-ca "
+                     "(and --token-file) or set $QUILT_TLS_CA ($QUILT_TOKEN_FILE)\n";
         return 2;
       }
     }

@@ -12,7 +12,8 @@ const ConfigSchema<CoordinatorConfig>& CoordinatorConfigSchema() {
     auto* s = new ConfigSchema<C>("QUILT_COORDINATOR_", "quilt-coordinator");
     s->String("listen_address", &C::listen_address,
               "Address of the gRPC API (workers, quiltctl, clients): host:port.\n"
-              "Port 0 picks a free port (see ready_file). Plaintext: loopback only.")
+              "Port 0 picks a free port (see ready_file). Off loopback it needs TLS\n"
+              "(tls_cert_file, tls_key_file) and a client token (token_file).")
         .String("state_dir", &C::state_dir,
                 "Directory of the state database (coordinator.db). Created if missing.")
         .Int("heartbeat_period_ms", &C::heartbeat_period_ms,
@@ -32,7 +33,14 @@ const ConfigSchema<CoordinatorConfig>& CoordinatorConfigSchema() {
         .String("log_level", &C::log_level, "Log verbosity.",
                 {"trace", "debug", "info", "warn", "error", "off"})
         .String("ready_file", &C::ready_file,
-                "If set, the bound address is written to this file once serving.");
+                "If set, the bound address is written to this file once serving.")
+        .String("tls_cert_file", &C::tls_cert_file,
+                "PEM certificate (chain) of the API: serve TLS. Clients trust its CA\n"
+                "(workers' tls_ca_file, quiltctl --tls-ca).")
+        .String("tls_key_file", &C::tls_key_file, "PEM private key of tls_cert_file.")
+        .String("token_file", &C::token_file,
+                "File holding the client token (one line): every call must carry it\n"
+                "(workers' token_file, quiltctl --token-file). Needs TLS.");
     return s;
   }();
   return *schema;
@@ -40,11 +48,20 @@ const ConfigSchema<CoordinatorConfig>& CoordinatorConfigSchema() {
 
 absl::Status ValidateCoordinatorConfig(const CoordinatorConfig& c) {
   RETURN_IF_ERROR(ParseHostPort(c.listen_address).status());
-  if (!IsLoopbackAddress(c.listen_address)) {
+  if (c.tls_cert_file.empty() != c.tls_key_file.empty()) {
+    return absl::InvalidArgumentError(
+        "tls_cert_file and tls_key_file go together: TLS needs the certificate and its key");
+  }
+  if (!c.token_file.empty() && c.tls_cert_file.empty()) {
+    return absl::InvalidArgumentError(
+        "token_file needs TLS (tls_cert_file, tls_key_file): over plaintext anyone on the path "
+        "could read the token");
+  }
+  if (!IsLoopbackAddress(c.listen_address) && (c.tls_cert_file.empty() || c.token_file.empty())) {
     return absl::InvalidArgumentError(
         "listen_address " + c.listen_address +
-        " is not a loopback address, and plaintext is allowed only on loopback (TLS is not "
-        "supported yet)");
+        " is not a loopback address: off loopback the API needs TLS (tls_cert_file, "
+        "tls_key_file) and a client token (token_file)");
   }
   if (c.not_ready_after_ms <= c.heartbeat_period_ms) {
     return absl::InvalidArgumentError(absl::StrCat("not_ready_after_ms (", c.not_ready_after_ms,

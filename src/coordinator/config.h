@@ -23,12 +23,17 @@ struct CoordinatorConfig {
   int64_t profile_timeout_ms = 60000;
   std::string log_level = "info";
   std::string ready_file;
+  // TLS (PEM files) and the token every client must send (security.h).
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  std::string token_file;
 };
 
 const ConfigSchema<CoordinatorConfig>& CoordinatorConfigSchema();
 
 // Cross-key checks: not_ready_after_ms > heartbeat_period_ms, down_after_ms >
-// not_ready_after_ms, a parseable listen address.
+// not_ready_after_ms, a parseable listen address, which off loopback needs
+// TLS and a client token.
 absl::Status ValidateCoordinatorConfig(const CoordinatorConfig& config);
 
 }  // namespace quilt

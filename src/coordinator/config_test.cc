@@ -41,5 +41,24 @@ TEST(CoordinatorConfig, BadListenAddressRejected) {
               StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("loopback")));
 }
 
+TEST(CoordinatorConfig, OffLoopbackTheApiNeedsTlsAndAToken) {
+  CoordinatorConfig c;
+  c.listen_address = "0.0.0.0:7070";
+  c.tls_cert_file = "/etc/quilt/api.pem";
+  c.tls_key_file = "/etc/quilt/api.key";
+  EXPECT_THAT(ValidateCoordinatorConfig(c),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("client token")));
+  c.token_file = "/etc/quilt/token";
+  EXPECT_THAT(ValidateCoordinatorConfig(c), IsOk());
+  c.tls_key_file.clear();
+  EXPECT_THAT(ValidateCoordinatorConfig(c),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("go together")));
+  // A token over plaintext, even on loopback.
+  c = CoordinatorConfig();
+  c.token_file = "/etc/quilt/token";
+  EXPECT_THAT(ValidateCoordinatorConfig(c),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("needs TLS")));
+}
+
 }  // namespace
 }  // namespace quilt

@@ -35,8 +35,11 @@ int Run(const CoordinatorConfig& config) {
   if (!server.ok()) return Fail("cannot start the API server", server.status());
   (*coordinator)->Start();
   const std::string address = (*server)->address();
-  QLOG_INFO("serving address={} state_dir={} version={} transport=plaintext(loopback)", address,
-            config.state_dir, kVersion);
+  const char* transport = config.tls_cert_file.empty() ? "plaintext(loopback)"
+                          : config.token_file.empty()  ? "tls"
+                                                       : "tls+token";
+  QLOG_INFO("serving address={} state_dir={} version={} transport={}", address, config.state_dir,
+            kVersion, transport);
   if (!config.ready_file.empty()) {
     if (absl::Status s = WriteFileAtomically(config.ready_file, address + "\n"); !s.ok()) {
       return Fail("cannot write ready_file", s);

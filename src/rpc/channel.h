@@ -12,6 +12,8 @@
 
 namespace quilt::rpc {
 
+// Over TLS with the process's client token when SetClientSecurity gave a
+// CA (security.h), else plaintext.
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address);
 
 // Sets the deadline of `ctx` to now + timeout.

@@ -7,6 +7,7 @@
 #include "proto/quilt/v1/services.grpc.pb.h"
 #include "src/common/status.h"
 #include "src/rpc/channel.h"
+#include "src/rpc/security.h"
 #include "src/rpc/status_conversion.h"
 
 namespace quilt::rpc {
@@ -18,8 +19,14 @@ namespace {
 absl::Status CallStatus(const grpc::Status& s, const std::string& address, bool daemon = false) {
   absl::Status status = FromGrpcStatus(s);
   if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
-    return absl::Status(status.code(), absl::StrCat("coordinator at ", address,
-                                                    " is unreachable: ", status.message()));
+    // A coordinator serving TLS closes a plaintext connection at once.
+    const bool plaintext = CurrentClientSecurity().ca_pem.empty();
+    return absl::Status(
+        status.code(),
+        absl::StrCat("coordinator at ", address, " is unreachable: ", status.message(),
+                     plaintext ? (daemon ? " (if it serves TLS, set tls_ca_file and token_file)"
+                                         : " (if it serves TLS, pass --tls-ca and --token-file)")
+                               : ""));
   }
   if (s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED && daemon) {
     return absl::Status(status.code(), absl::StrCat("coordinator at ", address,

@@ -11,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "src/rpc/security.h"
 
 namespace quilt::rpc {
 
@@ -22,6 +23,8 @@ struct ServerOptions {
   int64_t max_request_bytes = 64 << 20;
   // Largest response (e.g. a trained model on export).
   int64_t max_response_bytes = 1 << 30;
+  // TLS and the client token (security.h); plaintext by default.
+  ServerSecurity security;
 };
 
 class GrpcServer {

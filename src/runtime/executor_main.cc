@@ -14,6 +14,7 @@
 //       [--slowdown n0/cpu:0=3] [--step-timeout 60] [--seed 0]
 //       [--checkpoint-dir DIR --checkpoint-every N] [--progress] [--cpus 0-3]
 //       [--restore STEP_DIR --restore-world W] [--steps-before K]
+//       [--tls-ca CA.pem [--token-file F] [--tls-server-name N]]
 //
 // Exit status: 0 success, 1 failure (the reason on stderr), 2 usage.
 #include <filesystem>
@@ -33,6 +34,7 @@
 #include "src/common/status.h"
 #include "src/graph/graph.h"
 #include "src/rpc/coordinator_client.h"
+#include "src/rpc/security.h"
 #include "src/runtime/checkpoint.h"
 #include "src/runtime/comm/rendezvous.h"
 #include "src/runtime/comm/ucx_transport.h"
@@ -139,8 +141,17 @@ int main(int argc, char** argv) {
   app.add_flag("--timing-only", timing_only,
                "Compute every step's updates without applying them (profiling runs)");
   app.add_option("--cpus", cpus, "Run on these CPUs only (a list like 0,2-3)");
+  std::string tls_ca, token_file, tls_server_name;
+  app.add_option("--tls-ca", tls_ca, "PEM CA to trust the coordinator by (coordinator:// TLS)");
+  app.add_option("--token-file", token_file, "The coordinator's client token (needs --tls-ca)");
+  app.add_option("--tls-server-name", tls_server_name,
+                 "The name the coordinator's certificate carries");
   if (std::optional<int> code = quilt::ParseCommandLine(app, argc, argv)) return *code;
 
+  absl::StatusOr<quilt::rpc::ClientSecurity> security =
+      quilt::rpc::LoadClientSecurity(tls_ca, token_file, tls_server_name);
+  if (!security.ok()) return Fail(std::string(security.status().message()));
+  quilt::rpc::SetClientSecurity(*security);
   // Pinned before any thread starts (they would inherit it anyway).
   if (!cpus.empty()) {
     absl::StatusOr<std::vector<int>> pinned = quilt::PinProcessToCpuList(cpus);

@@ -53,7 +53,15 @@ const ConfigSchema<WorkerConfig>& WorkerConfigSchema() {
              1000, int64_t{7} * 24 * 3600 * 1000)
         .String("probe_address", &C::probe_address,
                 "Where this worker serves link probes from other workers (host:port;\n"
-                "port 0 = any). The host must be reachable from the other nodes.");
+                "port 0 = any). The host must be reachable from the other nodes.")
+        .String("tls_ca_file", &C::tls_ca_file,
+                "PEM CA certificate(s) to trust the coordinator by: talk TLS to it (its\n"
+                "executors too). Needed when the coordinator is not on loopback.")
+        .String("token_file", &C::token_file,
+                "File holding the coordinator's client token (one line). Needs TLS.")
+        .String("tls_server_name", &C::tls_server_name,
+                "The name the coordinator's certificate carries, when it is not the\n"
+                "host of coordinator_address (e.g. reached by IP).");
     return s;
   }();
   return *schema;
@@ -63,6 +71,16 @@ absl::Status ValidateWorkerConfig(const WorkerConfig& c) {
   RETURN_IF_ERROR(ParseHostPort(c.coordinator_address).status());
   RETURN_IF_ERROR(ParseHostPort(c.probe_address).status());
   if (!c.node_id.empty()) RETURN_IF_ERROR(ValidateNodeId(c.node_id));
+  if (!IsLoopbackAddress(c.coordinator_address) && c.tls_ca_file.empty()) {
+    return absl::InvalidArgumentError(
+        "coordinator_address " + c.coordinator_address +
+        " is not a loopback address: talking to it needs TLS (tls_ca_file) and, as the "
+        "coordinator asks, its client token (token_file)");
+  }
+  if (!c.token_file.empty() && c.tls_ca_file.empty()) {
+    return absl::InvalidArgumentError(
+        "token_file needs TLS (tls_ca_file): over plaintext anyone on the path could read it");
+  }
   if (!c.cpus.empty()) {
     if (absl::Status s = ParseCpuList(c.cpus).status(); !s.ok()) {
       return absl::InvalidArgumentError("cpus: " + std::string(s.message()));

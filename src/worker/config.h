@@ -30,11 +30,16 @@ struct WorkerConfig {
   int64_t executor_threads = 1;
   int64_t stall_timeout_ms = 600000;
   std::string probe_address = "127.0.0.1:0";
+  // TLS to the coordinator and the client token (src/rpc/security.h).
+  std::string tls_ca_file;
+  std::string token_file;
+  std::string tls_server_name;
 };
 
 const ConfigSchema<WorkerConfig>& WorkerConfigSchema();
 
-// Cross-key checks (a parseable coordinator address, a valid node id).
+// Cross-key checks (a parseable coordinator address, a valid node id; TLS
+// to a coordinator off loopback).
 absl::Status ValidateWorkerConfig(const WorkerConfig& config);
 
 }  // namespace quilt

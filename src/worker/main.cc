@@ -28,6 +28,7 @@
 #include "src/common/systemd.h"
 #include "src/common/version.h"
 #include "src/rpc/coordinator_client.h"
+#include "src/rpc/security.h"
 #include "src/worker/config.h"
 #include "src/worker/kernel_rates.h"
 #include "src/worker/model_profiler.h"
@@ -89,6 +90,13 @@ int Run(WorkerConfig config) {
 
   // Checked before measuring the devices (seconds): a bad setting is told
   // at once.
+  absl::StatusOr<rpc::ClientSecurity> security =
+      rpc::LoadClientSecurity(config.tls_ca_file, config.token_file, config.tls_server_name);
+  if (!security.ok()) {
+    QLOG_ERROR("configuration error: {}", std::string(security.status().message()));
+    return 2;
+  }
+  rpc::SetClientSecurity(*security);
   std::string executor = config.executor_path;
   if (executor.empty()) {
     const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe");
@@ -181,6 +189,19 @@ int Run(WorkerConfig config) {
   task_options.executor_path = executor;
   task_options.work_dir = work_dir;
   task_options.coordinator_address = config.coordinator_address;
+  // Paths as configured: the executors run on this node.
+  if (!config.tls_ca_file.empty()) {
+    task_options.security_flags.insert(task_options.security_flags.end(),
+                                       {"--tls-ca", config.tls_ca_file});
+  }
+  if (!config.token_file.empty()) {
+    task_options.security_flags.insert(task_options.security_flags.end(),
+                                       {"--token-file", config.token_file});
+  }
+  if (!config.tls_server_name.empty()) {
+    task_options.security_flags.insert(task_options.security_flags.end(),
+                                       {"--tls-server-name", config.tls_server_name});
+  }
   task_options.compute_slowdown = config.compute_slowdown;
   for (const auto& d : node->devices()) task_options.device_ids.push_back(d.id());
   task_options.threads = static_cast<int>(config.executor_threads);

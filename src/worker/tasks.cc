@@ -88,6 +88,7 @@ void TaskRunner::Start(const quilt::v1::TaskAssignment& a) {
       "--threads",
       std::to_string(options_.threads),
       "--progress"};
+  argv.insert(argv.end(), options_.security_flags.begin(), options_.security_flags.end());
   if (a.dataset().source_case() == quilt::v1::DatasetSpec::kNumpy) {
     argv.insert(
         argv.end(),

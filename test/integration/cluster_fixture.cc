@@ -48,15 +48,26 @@ std::string LocalCluster::Log(const std::string& name) const {
   return Slurp(dir_.File(name + ".log"));
 }
 
-absl::StatusOr<std::string> LocalCluster::StartCoordinator(const std::string& address) {
+absl::StatusOr<std::string> LocalCluster::StartCoordinator(
+    const std::string& address, const std::vector<std::string>& extra_flags) {
   const std::string ready = dir_.File(absl::StrCat("coordinator.ready.", restarts_++));
-  auto p = Subprocess::Start(
-      {RunfilePath("src/coordinator/quilt-coordinator"), "--listen_address", address, "--state_dir",
-       dir_.File("state"), "--ready_file", ready, "--heartbeat_period_ms",
-       absl::StrCat(absl::ToInt64Milliseconds(kHeartbeatPeriod)), "--not_ready_after_ms",
-       absl::StrCat(absl::ToInt64Milliseconds(kNotReadyAfter)), "--down_after_ms",
-       absl::StrCat(absl::ToInt64Milliseconds(kDownAfter)), "--drain_timeout_ms", "1000"},
-      dir_.File("coordinator.log"));
+  std::vector<std::string> argv = {RunfilePath("src/coordinator/quilt-coordinator"),
+                                   "--listen_address",
+                                   address,
+                                   "--state_dir",
+                                   dir_.File("state"),
+                                   "--ready_file",
+                                   ready,
+                                   "--heartbeat_period_ms",
+                                   absl::StrCat(absl::ToInt64Milliseconds(kHeartbeatPeriod)),
+                                   "--not_ready_after_ms",
+                                   absl::StrCat(absl::ToInt64Milliseconds(kNotReadyAfter)),
+                                   "--down_after_ms",
+                                   absl::StrCat(absl::ToInt64Milliseconds(kDownAfter)),
+                                   "--drain_timeout_ms",
+                                   "1000"};
+  argv.insert(argv.end(), extra_flags.begin(), extra_flags.end());
+  auto p = Subprocess::Start(argv, dir_.File("coordinator.log"));
   if (!p.ok()) return p.status();
   coordinator_ = std::make_unique<Subprocess>(std::move(*p));
   absl::StatusOr<std::string> bound = WaitForFile(ready, absl::Seconds(20));
@@ -112,6 +123,7 @@ absl::StatusOr<CommandResult> LocalCluster::Quiltctl(const std::vector<std::stri
   // loaded machine.
   std::vector<std::string> argv = {RunfilePath("src/cli/quiltctl"), "--coordinator", address_,
                                    "--timeout", "30"};
+  argv.insert(argv.end(), client_flags_.begin(), client_flags_.end());
   argv.insert(argv.end(), args.begin(), args.end());
   return RunCommand(argv);
 }

@@ -28,9 +28,10 @@ class LocalCluster {
   LocalCluster();
   ~LocalCluster();
 
-  // Starts the coordinator on `address` (port 0 = any) and waits until it
-  // serves. Returns its address.
-  absl::StatusOr<std::string> StartCoordinator(const std::string& address = "127.0.0.1:0");
+  // Starts the coordinator on `address` (port 0 = any), with `extra_flags`,
+  // and waits until it serves. Returns its address.
+  absl::StatusOr<std::string> StartCoordinator(const std::string& address = "127.0.0.1:0",
+                                               const std::vector<std::string>& extra_flags = {});
   void StopCoordinator(int sig);
   std::optional<int> WaitCoordinator(absl::Duration timeout);
 
@@ -40,8 +41,10 @@ class LocalCluster {
                                           const std::vector<std::string>& extra_flags = {});
   void KillWorker(const std::string& node_id, int sig);
 
-  // quiltctl against this cluster's coordinator.
+  // quiltctl against this cluster's coordinator (with the client flags
+  // set, e.g. --tls-ca).
   absl::StatusOr<CommandResult> Quiltctl(const std::vector<std::string>& args);
+  void SetClientFlags(std::vector<std::string> flags) { client_flags_ = std::move(flags); }
   // `quiltctl nodes -o json`, parsed; node_id → node object.
   absl::StatusOr<std::map<std::string, nlohmann::json>> Nodes();
 
@@ -56,6 +59,7 @@ class LocalCluster {
   std::unique_ptr<Subprocess> coordinator_;
   std::map<std::string, std::unique_ptr<Subprocess>> workers_;
   int restarts_ = 0;
+  std::vector<std::string> client_flags_;
 };
 
 // Polls `cond` every 50 ms until it holds or `timeout` passes.

@@ -1,0 +1,116 @@
+// The API over TLS with a client token, end to end with the real binaries:
+// a coordinator serving TLS and asking for a token, workers and their
+// executors that trust its CA and send the token (a job runs to
+// SUCCEEDED), and quiltctl refused for each thing it lacks: TLS, trust in
+// the server's CA, the right server name, the token.
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "src/common/status_matchers.h"
+#include "test/integration/cluster_fixture.h"
+
+namespace quilt::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string Tls(const std::string& file) { return RunfilePath("test/fixtures/tls/" + file); }
+
+std::vector<std::string> Flags(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+TEST(Tls, ACoordinatorOnTlsServesOnlyClientsThatTrustItAndSendItsToken) {
+  LocalCluster cluster;
+  ASSERT_THAT(cluster.StartCoordinator("127.0.0.1:0",
+                                       {"--tls_cert_file", Tls("server.pem"), "--tls_key_file",
+                                        Tls("server.key"), "--token_file", Tls("token")}),
+              IsOk());
+  EXPECT_THAT(cluster.Log("coordinator"), HasSubstr("transport=tls+token"));
+  const std::vector<std::string> client = {"--tls_ca_file", Tls("ca.pem"), "--token_file",
+                                           Tls("token")};
+  ASSERT_THAT(cluster.StartWorker("worker-a", client), IsOk()) << cluster.Log("worker-a");
+  ASSERT_THAT(cluster.StartWorker("worker-b", client), IsOk()) << cluster.Log("worker-b");
+
+  auto nodes = [&](const std::vector<std::string>& flags) {
+    absl::StatusOr<CommandResult> r = cluster.Quiltctl(Flags(flags, {"nodes", "-o", "json"}));
+    EXPECT_THAT(r.status(), IsOk());
+    return r.ok() ? *r : CommandResult{};
+  };
+  const CommandResult ok = nodes({"--tls-ca", Tls("ca.pem"), "--token-file", Tls("token")});
+  EXPECT_EQ(ok.exit_code, 0) << ok.err;
+  EXPECT_THAT(ok.out, HasSubstr("worker-b"));
+  // By another name the certificate carries.
+  const CommandResult named = nodes({"--tls-ca", Tls("ca.pem"), "--token-file", Tls("token"),
+                                     "--tls-server-name", "coordinator.test"});
+  EXPECT_EQ(named.exit_code, 0) << named.err;
+
+  const CommandResult plaintext = nodes({});
+  EXPECT_NE(plaintext.exit_code, 0);
+  const CommandResult untrusted =
+      nodes({"--tls-ca", Tls("other_ca.pem"), "--token-file", Tls("token")});
+  EXPECT_NE(untrusted.exit_code, 0);
+  const CommandResult misnamed = nodes({"--tls-ca", Tls("ca.pem"), "--token-file", Tls("token"),
+                                        "--tls-server-name", "elsewhere.test"});
+  EXPECT_NE(misnamed.exit_code, 0);
+  const CommandResult tokenless = nodes({"--tls-ca", Tls("ca.pem")});
+  EXPECT_NE(tokenless.exit_code, 0);
+  EXPECT_THAT(tokenless.err, HasSubstr("asks for a client token"));
+  const CommandResult wrong =
+      nodes({"--tls-ca", Tls("ca.pem"), "--token-file", Tls("wrong_token")});
+  EXPECT_NE(wrong.exit_code, 0);
+  EXPECT_THAT(wrong.err, HasSubstr("not this coordinator's"));
+  // A token is never sent in plaintext.
+  const CommandResult exposed = nodes({"--token-file", Tls("token")});
+  EXPECT_EQ(exposed.exit_code, 2);
+  EXPECT_THAT(exposed.err, HasSubstr("needs TLS"));
+
+  // A job: its executors find each other through the coordinator over TLS.
+  cluster.SetClientFlags({"--tls-ca", Tls("ca.pem"), "--token-file", Tls("token")});
+  const std::string mlp = RunfilePath("test/fixtures/mlp/");
+  absl::StatusOr<CommandResult> submitted = cluster.Quiltctl(
+      {"submit", mlp + "model.onnx", "--loss", "softmax_cross_entropy", "--batch", "16", "--steps",
+       "6", "--strategy", "dp-even-ring", "--data", mlp + "x.npy," + mlp + "y.npy", "--watch"});
+  ASSERT_THAT(submitted.status(), IsOk());
+  EXPECT_EQ(submitted->exit_code, 0) << submitted->err << cluster.Log("worker-a");
+  absl::StatusOr<CommandResult> jobs = cluster.Quiltctl({"jobs"});
+  ASSERT_THAT(jobs.status(), IsOk());
+  EXPECT_THAT(jobs->out, HasSubstr("SUCCEEDED"));
+}
+
+TEST(Tls, DaemonsRefuseSettingsThatWouldSendPlaintextOffLoopback) {
+  LocalCluster cluster;
+  // Off loopback the coordinator needs TLS and a token.
+  absl::StatusOr<CommandResult> c =
+      RunCommand({RunfilePath("src/coordinator/quilt-coordinator"), "--listen_address", "0.0.0.0:0",
+                  "--state_dir", cluster.dir().File("state")});
+  ASSERT_THAT(c.status(), IsOk());
+  EXPECT_NE(c->exit_code, 0);
+  EXPECT_THAT(c->err + c->out, HasSubstr("needs TLS"));
+  // A key that is not PEM is named.
+  c = RunCommand({RunfilePath("src/coordinator/quilt-coordinator"), "--listen_address",
+                  "127.0.0.1:0", "--state_dir", cluster.dir().File("state"), "--tls_cert_file",
+                  Tls("server.pem"), "--tls_key_file", Tls("token")});
+  ASSERT_THAT(c.status(), IsOk());
+  EXPECT_NE(c->exit_code, 0);
+  EXPECT_THAT(c->err + c->out, HasSubstr(Tls("token") + " is not PEM"));
+  // A worker does not talk plaintext to a coordinator off loopback.
+  absl::StatusOr<CommandResult> w =
+      RunCommand({RunfilePath("src/worker/quilt-worker"), "--coordinator_address", "192.0.2.1:7070",
+                  "--node_id", "n1", "--cuda", "false"});
+  ASSERT_THAT(w.status(), IsOk());
+  EXPECT_NE(w->exit_code, 0);
+  EXPECT_THAT(w->err + w->out, HasSubstr("needs TLS (tls_ca_file)"));
+  // Nor quiltctl.
+  absl::StatusOr<CommandResult> q =
+      RunCommand({RunfilePath("src/cli/quiltctl"), "--coordinator", "192.0.2.1:7070", "nodes"});
+  ASSERT_THAT(q.status(), IsOk());
+  EXPECT_EQ(q->exit_code, 2);
+  EXPECT_THAT(q->err, HasSubstr("pass --tls-ca"));
+}
+
+}  // namespace
+}  // namespace quilt::testing
