@@ -184,18 +184,24 @@ absl::StatusOr<RunResult> RunExecutors(const quilt::v1::DistributedProgram& prog
   RunResult result;
   result.out_dir = base;
   result.losses.assign(steps, 0);
+  // Every executor's end, so that a failure names all that failed (one
+  // that died early shows as the others' missing peer).
+  std::string failures;
   for (size_t r = 0; r < procs.size(); ++r) {
     std::optional<int> st = procs[r].Wait(absl::Seconds(120));
+    if (st.has_value() && *st == 0) continue;
     std::ifstream log(absl::StrCat(base, "/log", r));
     std::stringstream text;
     text << log.rdbuf();
-    if (!st.has_value() || *st != 0) {
-      const std::string how = !st.has_value() ? "did not exit within 120 s"
-                              : WIFSIGNALED(*st)
-                                  ? absl::StrCat("was killed by signal ", WTERMSIG(*st))
-                                  : absl::StrCat("exited ", WEXITSTATUS(*st));
-      return absl::InternalError(absl::StrCat("executor ", r, " ", how, ": ", text.str()));
-    }
+    const std::string how = !st.has_value() ? "did not exit within 120 s"
+                            : WIFSIGNALED(*st)
+                                ? absl::StrCat("was killed by signal ", WTERMSIG(*st))
+                                : absl::StrCat("exited ", WEXITSTATUS(*st));
+    absl::StrAppend(&failures, failures.empty() ? "" : "\n", "executor ", r, " ", how, ": ",
+                    text.str());
+  }
+  if (!failures.empty()) return absl::InternalError(failures);
+  for (size_t r = 0; r < procs.size(); ++r) {
     std::ifstream m(absl::StrCat(base, "/out", r, "/metrics.json"));
     nlohmann::json metrics = nlohmann::json::parse(m);
     for (int64_t k = 0; k < steps; ++k) {
