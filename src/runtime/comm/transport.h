@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
@@ -55,11 +56,12 @@ class Transport {
 
 // Blocking forms for simple uses: post, then wait for the callback until
 // `deadline` (DEADLINE_EXCEEDED names the peer and tag; the operation is
-// cancelled).
+// cancelled, and may yet complete into `data`: pass `keep`, owning it, to
+// keep it alive until then).
 absl::Status SendSync(Transport* t, int peer, uint64_t tag, const void* data, size_t bytes,
-                      absl::Time deadline);
+                      absl::Time deadline, std::shared_ptr<const void> keep = nullptr);
 absl::Status RecvSync(Transport* t, int peer, uint64_t tag, void* data, size_t bytes,
-                      absl::Time deadline);
+                      absl::Time deadline, std::shared_ptr<const void> keep = nullptr);
 
 // Every process waits until every process has called it with the same `id`
 // (through rank 0). Errors: as RecvSync, naming the rank that is missing.

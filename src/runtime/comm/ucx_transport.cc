@@ -43,6 +43,9 @@ struct Op {
   void* handle = nullptr;
   bool posted = false;     // the handle (if any) is known
   bool completed = false;  // UCX finished it
+  // Ended by hand (a send to a failed peer): UCX may still read its
+  // buffer, which `done`'s captures keep alive until the transport ends.
+  bool forced = false;
   ucs_status_t status = UCS_OK;
   size_t received = 0;
 };
@@ -157,8 +160,17 @@ class UcxTransport final : public Transport {
     p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
     p.cb.send = &UcxTransport::OnSend;
     p.user_data = op;
-    ucp_ep_h ep = fast_eps_[peer] != nullptr ? fast_eps_[peer] : eps_[peer];
-    Posted(op, ucp_tag_send_nbx(ep, data, bytes, tag, &p));
+    {
+      // Not past Shutdown's closing of the endpoints (a callback of an
+      // operation it could not cancel may still post).
+      absl::ReaderMutexLock open(&open_mu_);
+      if (closing_) {
+        Finish(op, UCS_ERR_CANCELED);
+        return id;
+      }
+      ucp_ep_h ep = fast_eps_[peer] != nullptr ? fast_eps_[peer] : eps_[peer];
+      Posted(op, ucp_tag_send_nbx(ep, data, bytes, tag, &p));
+    }
     // A failure seen by the progress thread before the post missed this
     // send: have it look again.
     if (failed_[peer].load()) {
@@ -182,7 +194,14 @@ class UcxTransport final : public Transport {
     p.cb.recv = &UcxTransport::OnRecv;
     p.user_data = op;
     const uint64_t id = op->id;
-    Posted(op, ucp_tag_recv_nbx(worker_, data, bytes, tag, ~uint64_t{0}, &p));
+    {
+      absl::ReaderMutexLock open(&open_mu_);
+      if (closing_) {
+        Finish(op, UCS_ERR_CANCELED);
+        return id;
+      }
+      Posted(op, ucp_tag_recv_nbx(worker_, data, bytes, tag, ~uint64_t{0}, &p));
+    }
     // Read after posting: a failure before it is seen here, one after it
     // by the progress thread's cancel of posted receives.
     if (failed_[peer].load()) Cancel(id);  // nothing more will come
@@ -283,7 +302,9 @@ class UcxTransport final : public Transport {
   // failed peer finish now with an error: on the shared-memory endpoint
   // nothing else would end them (it has no failure handling); their UCX
   // requests are released unfinished, which UCX allows (no callback
-  // follows, and only the dead peer would have read the buffers).
+  // follows). UCX may still read their buffers (a peer that is only
+  // leaving still drains shared memory): what the callbacks hold is kept
+  // until the transport ends.
   void RunCancels(bool peers_failed) {
     std::vector<void*> handles;
     {
@@ -294,6 +315,7 @@ class UcxTransport final : public Transport {
               op->handle != nullptr) {
             op->status = UCS_ERR_CONNECTION_RESET;
             op->completed = true;
+            op->forced = true;
             finished_.push_back(op);
           }
         }
@@ -369,6 +391,7 @@ class UcxTransport final : public Transport {
       const absl::Status s = StatusOf(*op);
       op->done(s);
       absl::MutexLock lock(&mu_);
+      if (op->forced) kept_.push_back(std::move(op->done));
       pending_.erase(op->id);
       delete op;
     }
@@ -425,6 +448,12 @@ class UcxTransport final : public Transport {
   void Shutdown() {
     if (worker_ == nullptr) return;
     if (progress_.joinable()) CancelAll();
+    {
+      // From here on nothing is posted: what CancelAll could not end may
+      // still call back and post, and the endpoints are about to close.
+      absl::MutexLock closing(&open_mu_);
+      closing_ = true;
+    }
     // Flush what is in flight (a last message must arrive before the
     // connection goes), forcing only endpoints of peers that failed.
     std::vector<void*> closing;
@@ -452,6 +481,8 @@ class UcxTransport final : public Transport {
     ucp_worker_destroy(worker_);
     worker_ = nullptr;
     ucp_cleanup(context_);
+    absl::MutexLock lock(&mu_);
+    kept_.clear();
   }
 
   const int rank_, size_;
@@ -476,6 +507,11 @@ class UcxTransport final : public Transport {
   absl::flat_hash_map<uint64_t, Op*> pending_ ABSL_GUARDED_BY(mu_);
   std::deque<Op*> finished_ ABSL_GUARDED_BY(mu_);
   std::vector<uint64_t> cancels_ ABSL_GUARDED_BY(mu_);
+  // Callbacks of sends ended by hand, kept with what they hold.
+  std::vector<CommCallback> kept_ ABSL_GUARDED_BY(mu_);
+  // Posting holds it shared; Shutdown sets closing_ holding it alone.
+  absl::Mutex open_mu_;
+  bool closing_ ABSL_GUARDED_BY(open_mu_) = false;
 };
 
 // Blocking wait on one operation's callback.
@@ -493,7 +529,7 @@ absl::Status WaitSync(Transport* t, uint64_t id, const std::shared_ptr<SyncWait>
     t->Cancel(id);
     w->mu.Lock();
     w->mu.AwaitWithTimeout(absl::Condition(&w->done), absl::Seconds(10));
-    if (w->status.ok()) return absl::OkStatus();  // finished meanwhile
+    if (w->done && w->status.ok()) return absl::OkStatus();  // finished meanwhile
     return absl::DeadlineExceededError(what + ": timed out");
   }
   return w->status;
@@ -514,29 +550,31 @@ absl::StatusOr<std::unique_ptr<Transport>> CreateUcxTransport(int rank, int size
 }
 
 absl::Status Barrier(Transport* t, uint64_t id, absl::Time deadline) {
-  char byte = 0;
+  // On the heap, held by each operation's callback: one that timed out may
+  // still complete into it.
+  auto byte = std::make_shared<char>(0);
   if (t->rank() != 0) {
-    RETURN_IF_ERROR(
-        SendSync(t, 0, MakeTag(0, TagKind::kBarrier, id, t->rank()), &byte, 1, deadline));
-    return RecvSync(t, 0, MakeTag(0, TagKind::kBarrier, id, t->size() + t->rank()), &byte, 1,
-                    deadline);
+    RETURN_IF_ERROR(SendSync(t, 0, MakeTag(0, TagKind::kBarrier, id, t->rank()), byte.get(), 1,
+                             deadline, byte));
+    return RecvSync(t, 0, MakeTag(0, TagKind::kBarrier, id, t->size() + t->rank()), byte.get(), 1,
+                    deadline, byte);
   }
   for (int r = 1; r < t->size(); ++r) {
-    RETURN_IF_ERROR(
-        Annotate(RecvSync(t, r, MakeTag(0, TagKind::kBarrier, id, r), &byte, 1, deadline),
-                 absl::StrCat("barrier ", id, ": rank ", r, " did not arrive")));
+    RETURN_IF_ERROR(Annotate(
+        RecvSync(t, r, MakeTag(0, TagKind::kBarrier, id, r), byte.get(), 1, deadline, byte),
+        absl::StrCat("barrier ", id, ": rank ", r, " did not arrive")));
   }
   for (int r = 1; r < t->size(); ++r) {
-    RETURN_IF_ERROR(
-        SendSync(t, r, MakeTag(0, TagKind::kBarrier, id, t->size() + r), &byte, 1, deadline));
+    RETURN_IF_ERROR(SendSync(t, r, MakeTag(0, TagKind::kBarrier, id, t->size() + r), byte.get(), 1,
+                             deadline, byte));
   }
   return absl::OkStatus();
 }
 
 absl::Status SendSync(Transport* t, int peer, uint64_t tag, const void* data, size_t bytes,
-                      absl::Time deadline) {
+                      absl::Time deadline, std::shared_ptr<const void> keep) {
   auto w = std::make_shared<SyncWait>();
-  const uint64_t id = t->Send(peer, tag, data, bytes, [w](absl::Status s) {
+  const uint64_t id = t->Send(peer, tag, data, bytes, [w, keep](absl::Status s) {
     absl::MutexLock lock(&w->mu);
     w->status = std::move(s);
     w->done = true;
@@ -545,9 +583,9 @@ absl::Status SendSync(Transport* t, int peer, uint64_t tag, const void* data, si
 }
 
 absl::Status RecvSync(Transport* t, int peer, uint64_t tag, void* data, size_t bytes,
-                      absl::Time deadline) {
+                      absl::Time deadline, std::shared_ptr<const void> keep) {
   auto w = std::make_shared<SyncWait>();
-  const uint64_t id = t->Recv(peer, tag, data, bytes, [w](absl::Status s) {
+  const uint64_t id = t->Recv(peer, tag, data, bytes, [w, keep](absl::Status s) {
     absl::MutexLock lock(&w->mu);
     w->status = std::move(s);
     w->done = true;
