@@ -380,7 +380,7 @@ void AddJobCommands(CLI::App& app, const GlobalOptions& globals, std::vector<Com
   submit
       ->add_option("--max-restarts", a->max_restarts,
                    "After a failure, resume from the last checkpoint as a new job up to N "
-                   "times (ONNX jobs; default 0; the strategy should suit fewer nodes: auto)")
+                   "times (default 0; the strategy should suit fewer nodes: auto)")
       ->check(CLI::Range(0, 100));
   submit->add_option("--seed", a->seed, "Seed of the planner and of random kernels")->check(Seed());
   submit->add_flag("--watch", a->watch, "Watch the job after submitting it");
@@ -414,9 +414,9 @@ void AddJobCommands(CLI::App& app, const GlobalOptions& globals, std::vector<Com
   resume->add_option("--strategy", *resume_strategy,
                      "auto (the planner) or a baseline's name (default: the old job's)");
   resume->footer(
-      "The new job is the old one's spec with the weights of its last readable checkpoint and "
-      "the steps left, planned on the cluster as it is now (ONNX jobs). The optimizer's state "
-      "(momentum, Adam's moments) starts afresh, and the data from its first batch.");
+      "The new job is the old one's spec with the steps left, planned on the cluster as it is "
+      "now. Its executors start from the last readable checkpoint's parameters and optimizer "
+      "state (momentum, Adam's moments) and read the data on from where the old job was.");
   out->push_back({resume, [resume_id, resume_watch, resume_strategy, &globals] {
                     const double timeout = globals.timeout_set ? globals.timeout_s : 600.0;
                     rpc::JobClient client(globals.coordinator, absl::Seconds(timeout));

@@ -242,11 +242,6 @@ absl::StatusOr<NewJob> PrepareJob(const quilt::v1::JobSpec& spec, const NodeRegi
     return absl::InvalidArgumentError(
         absl::StrCat("max_restarts must be 0 to 100, not ", spec.max_restarts()));
   }
-  if (spec.max_restarts() > 0 && spec.model_case() != quilt::v1::JobSpec::kOnnx) {
-    return absl::InvalidArgumentError(
-        "max_restarts needs an ONNX model: a restart trains on from the checkpoint's weights "
-        "written into the job's ONNX file");
-  }
   if (spec.max_restarts() > 0 && spec.checkpoint_interval_steps() == 0) {
     return absl::InvalidArgumentError(
         "max_restarts needs checkpoints before the end (--checkpoint-every N): a restart "

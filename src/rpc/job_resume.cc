@@ -1,5 +1,5 @@
-// JobServiceImpl's resuming: a failed or cancelled ONNX job trained on as a
-// new job from its last readable checkpoint (ResumeJob, by hand), and the
+// JobServiceImpl's resuming: a failed or cancelled job trained on as a new
+// job from its last readable checkpoint (ResumeJob, by hand), and the
 // restarts of failed jobs with restarts left (JobSpec.max_restarts).
 #include <filesystem>
 
@@ -14,6 +14,25 @@
 #include "src/rpc/job_service.h"
 
 namespace quilt::rpc {
+namespace {
+
+// The step of a job's latest readable checkpoint (as ExportTrainedOnnx
+// finds it, without a model to write). Errors: FAILED_PRECONDITION.
+absl::StatusOr<quilt::v1::ExportJobResponse> LatestCheckpointStep(const quilt::v1::JobRecord& job) {
+  absl::StatusOr<Checkpoint> ckpt =
+      ReadLatestCheckpoint(job.spec().checkpoint_dir(), job.world_size());
+  if (!ckpt.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job ", job.status().job_id(), " has no usable checkpoint: ", ckpt.status().message()));
+  }
+  quilt::v1::ExportJobResponse out;
+  out.set_step(ckpt->step);
+  if (!ckpt->passed_over.empty())
+    out.set_note("newer checkpoints do not read: " + ckpt->passed_over);
+  return out;
+}
+
+}  // namespace
 
 absl::Status JobServiceImpl::Resume(const std::string& job_id, const std::string& strategy,
                                     bool automatic, grpc::CallbackServerContext* ctx,
@@ -27,12 +46,16 @@ absl::Status JobServiceImpl::Resume(const std::string& job_id, const std::string
         ": only a failed or cancelled job can be resumed"));
   }
   RETURN_IF_ERROR(jobs->CheckNotResumed(job_id));
-  absl::StatusOr<quilt::v1::ExportJobResponse> exported = ExportTrainedOnnx(record);
+  // ONNX jobs go on with the trained weights in their model too (what
+  // export writes); the others keep their model, and every job's
+  // executors restore the checkpoint's state.
+  const bool onnx = record.spec().model_case() == quilt::v1::JobSpec::kOnnx;
+  absl::StatusOr<quilt::v1::ExportJobResponse> exported =
+      onnx ? ExportTrainedOnnx(record) : LatestCheckpointStep(record);
   const quilt::v1::ResumeFrom& started = record.spec().resume_from();
   // A resumed job that failed before a checkpoint of its own (or whose
   // checkpoints were lost) goes on from where it started.
   const bool from_start = !exported.ok() && !started.checkpoint().empty() &&
-                          record.spec().model_case() == quilt::v1::JobSpec::kOnnx &&
                           exported.status().code() == absl::StatusCode::kFailedPrecondition;
   if (from_start) {
     quilt::v1::ExportJobResponse again;
@@ -55,7 +78,7 @@ absl::Status JobServiceImpl::Resume(const std::string& job_id, const std::string
         ", its last: no steps are left to train (quiltctl export ", job_id, " writes the model)"));
   }
   quilt::v1::JobSpec spec = record.spec();
-  spec.set_onnx(std::move(*trained.mutable_onnx()));
+  if (onnx) spec.set_onnx(std::move(*trained.mutable_onnx()));
   spec.set_steps(left);
   if (!strategy.empty()) spec.set_strategy(strategy);
   if (automatic) spec.set_max_restarts(spec.max_restarts() - 1);

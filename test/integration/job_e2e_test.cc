@@ -429,6 +429,64 @@ TEST_F(Jobs, AResumedJobResumesFromItsOwnCheckpointOrWhereItStarted) {
   }
 }
 
+// A zoo model (no ONNX file to write the weights into) resumes too: its
+// executors restore the checkpoint, so the new job trains as the
+// uninterrupted run would have, on the same synthetic samples, with
+// Adam's moments and step count.
+TEST_F(Jobs, AZooJobResumesFromItsCheckpointAndRepeatsTheStepsAfterIt) {
+  const std::string ckpt = cluster_.dir().File("ckpt");
+  const std::string id =
+      Submit({"submit", "zoo:mlp", "--batch", "16", "--steps", "1000000", "--optimizer", "adam",
+              "--strategy", "dp-even-ring", "--data", "synthetic:7", "--checkpoint-dir", ckpt,
+              "--checkpoint-every", "5"});
+  ASSERT_FALSE(id.empty());
+  ASSERT_TRUE(Eventually([&] { return Step(id) > 23; }, absl::Seconds(60))) << Job(id).dump();
+  absl::StatusOr<CommandResult> c = cluster_.Quiltctl({"cancel", id});
+  ASSERT_THAT(c.status(), IsOk());
+  ASSERT_EQ(c->exit_code, 0) << c->err;
+  ASSERT_TRUE(Eventually([&] { return Executors(id) == 0; }, absl::Seconds(30)));
+  const std::vector<double> old_losses = Losses(cluster_, id);
+  absl::StatusOr<CommandResult> r = cluster_.Quiltctl({"resume", id});
+  ASSERT_THAT(r.status(), IsOk());
+  ASSERT_EQ(r->exit_code, 0) << r->err;
+  std::string resumed = r->out;
+  while (!resumed.empty() && (resumed.back() == '\n' || resumed.back() == ' ')) resumed.pop_back();
+  const int64_t from = 1000000 - std::stoll(Job(resumed).value("steps", std::string("0")));
+  EXPECT_EQ(from % 5, 0);
+  ASSERT_TRUE(
+      Eventually([&] { return Losses(cluster_, resumed).size() >= 10; }, absl::Seconds(60)));
+  const std::vector<double> new_losses = Losses(cluster_, resumed);
+  absl::StatusOr<CommandResult> stop = cluster_.Quiltctl({"cancel", resumed});
+  ASSERT_THAT(stop.status(), IsOk());
+  // The same model trained on one device without a break.
+  quilt::v1::JobSpec spec;
+  spec.set_zoo("mlp");
+  spec.set_global_batch(16);
+  spec.mutable_optimizer()->mutable_adam()->set_learning_rate(1e-3);
+  absl::StatusOr<Graph> g = TrainingGraphForJob(spec);
+  ASSERT_THAT(g.status(), IsOk());
+  absl::StatusOr<DataSignature> sig = DataSignatureOf(*g);
+  ASSERT_THAT(sig.status(), IsOk());
+  absl::StatusOr<std::unique_ptr<Dataset>> data = MakeSyntheticDataset(*g, *sig, 7);
+  ASSERT_THAT(data.status(), IsOk());
+  SetComputeThreads(1);
+  LocalTrainOptions lo;
+  lo.batch = 16;
+  lo.steps = from + 10;
+  absl::StatusOr<LocalTrainResult> ref = TrainLocal(*g, data->get(), lo);
+  ASSERT_THAT(ref.status(), IsOk());
+  ASSERT_GE(old_losses.size(), 20u);
+  for (size_t k = 0; k < 20; ++k) {
+    EXPECT_NEAR(old_losses[k], ref->losses[k], 1e-4 * (1 + std::abs(ref->losses[k])))
+        << "the old job's step " << k + 1;
+  }
+  for (size_t k = 0; k < 10; ++k) {
+    const double w = ref->losses[static_cast<size_t>(from) + k];
+    EXPECT_NEAR(new_losses[k], w, 1e-4 * (1 + std::abs(w)))
+        << "the new job's step " << k + 1 << ", the run's " << from + k + 1;
+  }
+}
+
 // With a restart left, a job that fails because a node died trains on by
 // itself: once the node is no longer Ready, a new job from its last
 // checkpoint on the nodes left, named on the old one.
@@ -496,13 +554,9 @@ TEST_F(Jobs, BadRequestsAreRejectedAtSubmitWithTheirReason) {
   std::vector<std::string> zoo = args;
   zoo[1] = "zoo:no_such_model";
   rejected(zoo, "no_such_model");
-  // Restarts of a zoo model (nothing to export) or without checkpoints
-  // before the end.
+  // Restarts without checkpoints before the end.
   std::vector<std::string> restarts = args;
   restarts.insert(restarts.end(), {"--max-restarts", "2"});
-  std::vector<std::string> zoo_restarts = restarts;
-  zoo_restarts[1] = "zoo:mlp";
-  rejected(zoo_restarts, "max_restarts needs an ONNX model");
   std::vector<std::string> no_checkpoints = restarts;
   *std::next(std::find(no_checkpoints.begin(), no_checkpoints.end(), "--checkpoint-every")) = "0";
   rejected(no_checkpoints, "max_restarts needs checkpoints before the end");
