@@ -139,6 +139,28 @@ class Jobs : public ::testing::Test {
     return r.ok() ? std::atoi(r->out.c_str()) : -1;
   }
 
+  // Cancels `id` once past `step`; returns when its executors have ended.
+  void CancelAfter(const std::string& id, int64_t step) {
+    ASSERT_TRUE(Eventually([&] { return Step(id) > step; }, absl::Seconds(60))) << Job(id).dump();
+    absl::StatusOr<CommandResult> c = cluster_.Quiltctl({"cancel", id});
+    ASSERT_THAT(c.status(), IsOk());
+    ASSERT_EQ(c->exit_code, 0) << c->err;
+    ASSERT_TRUE(Eventually([&] { return Executors(id) == 0; }, absl::Seconds(30)));
+  }
+
+  // quiltctl resume ID: the new job's id; `err` (optional) gets what it
+  // said on stderr.
+  std::string Resume(const std::string& id, std::string* err = nullptr) {
+    absl::StatusOr<CommandResult> r = cluster_.Quiltctl({"resume", id});
+    EXPECT_THAT(r.status(), IsOk());
+    if (!r.ok()) return "";
+    EXPECT_EQ(r->exit_code, 0) << r->err;
+    if (err != nullptr) *err = r->err;
+    std::string next = r->out;
+    while (!next.empty() && (next.back() == '\n' || next.back() == ' ')) next.pop_back();
+    return next;
+  }
+
   LocalCluster cluster_;
 };
 
@@ -305,9 +327,10 @@ std::vector<double> Losses(LocalCluster& cluster, const std::string& id) {
 }
 
 // A cancelled job trains on from its last checkpoint as a new job: the
-// steps left, from the trained weights (its first loss keeps most of what
-// the old job had learnt by then), to SUCCEEDED. A running job and an
-// ended job with nothing left are refused with the reason.
+// steps left, from the checkpoint's weights and momentum and the data where
+// the old job was (each step's loss is the uninterrupted run's), to
+// SUCCEEDED. A running job and an ended job with nothing left are refused
+// with the reason.
 TEST_F(Jobs, ACancelledJobResumesFromItsLastCheckpointAsANewJob) {
   constexpr int64_t kTotal = 200;
   const std::string id = Submit(SubmitArgs(cluster_.dir().File("ckpt"), kTotal, "dp-even-ring"));
@@ -316,18 +339,14 @@ TEST_F(Jobs, ACancelledJobResumesFromItsLastCheckpointAsANewJob) {
   ASSERT_THAT(running.status(), IsOk());
   EXPECT_NE(running->exit_code, 0);
   EXPECT_THAT(running->err, HasSubstr("only a failed or cancelled job can be resumed"));
-  absl::StatusOr<CommandResult> c = cluster_.Quiltctl({"cancel", id});
-  ASSERT_THAT(c.status(), IsOk());
-  ASSERT_EQ(c->exit_code, 0) << c->err;
+  ASSERT_NO_FATAL_FAILURE(CancelAfter(id, 13));
   // (Its executors ran on until the cancel reached them: its checkpoint
   // can be of a later step than its last loss.)
   const std::vector<double> old_losses = Losses(cluster_, id);
 
-  absl::StatusOr<CommandResult> r = cluster_.Quiltctl({"resume", id});
-  ASSERT_THAT(r.status(), IsOk());
-  ASSERT_EQ(r->exit_code, 0) << r->err;
-  std::string resumed = r->out;
-  while (!resumed.empty() && (resumed.back() == '\n' || resumed.back() == ' ')) resumed.pop_back();
+  std::string said;
+  const std::string resumed = Resume(id, &said);
+  ASSERT_FALSE(resumed.empty());
   ASSERT_NE(resumed, id);
   // Checkpoints every 4 steps: the last one the cancel left.
   const nlohmann::json job = Job(resumed);
@@ -335,7 +354,7 @@ TEST_F(Jobs, ACancelledJobResumesFromItsLastCheckpointAsANewJob) {
   const int64_t from = kTotal - steps;
   EXPECT_GE(from, 12);
   EXPECT_EQ(from % 4, 0);
-  EXPECT_THAT(r->err, HasSubstr("from step " + std::to_string(from) + "'s checkpoint"));
+  EXPECT_THAT(said, HasSubstr("from step " + std::to_string(from) + "'s checkpoint"));
   EXPECT_THAT(job.value("name", std::string()),
               HasSubstr("(resumed from " + id + " at step " + std::to_string(from) + ")"));
   ASSERT_TRUE(
@@ -373,46 +392,30 @@ TEST_F(Jobs, ACancelledJobResumesFromItsLastCheckpointAsANewJob) {
 TEST_F(Jobs, AResumedJobResumesFromItsOwnCheckpointOrWhereItStarted) {
   constexpr int64_t kTotal = 1000000;  // (cancelled long before)
   const std::string ckpt = cluster_.dir().File("ckpt");
-  auto cancel_after = [&](const std::string& id, int64_t step) {
-    ASSERT_TRUE(Eventually([&] { return Step(id) > step; }, absl::Seconds(60))) << Job(id).dump();
-    absl::StatusOr<CommandResult> c = cluster_.Quiltctl({"cancel", id});
-    ASSERT_THAT(c.status(), IsOk());
-    ASSERT_EQ(c->exit_code, 0) << c->err;
-    ASSERT_TRUE(Eventually([&] { return Executors(id) == 0; }, absl::Seconds(30)));
-  };
-  auto resume = [&](const std::string& id, std::string* err) {
-    absl::StatusOr<CommandResult> r = cluster_.Quiltctl({"resume", id});
-    EXPECT_THAT(r.status(), IsOk());
-    EXPECT_EQ(r->exit_code, 0) << r->err;
-    *err = r->err;
-    std::string next = r->out;
-    while (!next.empty() && (next.back() == '\n' || next.back() == ' ')) next.pop_back();
-    return next;
-  };
   auto steps_of = [&](const std::string& id) {
     return std::stoll(Job(id).value("steps", std::string("0")));
   };
   const std::string a = Submit(SubmitArgs(ckpt, kTotal, "dp-even-ring"));
   ASSERT_FALSE(a.empty());
-  ASSERT_NO_FATAL_FAILURE(cancel_after(a, 13));
+  ASSERT_NO_FATAL_FAILURE(CancelAfter(a, 13));
   std::string err;
-  const std::string b = resume(a, &err);
+  const std::string b = Resume(a, &err);
   const int64_t from_a = kTotal - steps_of(b);
-  ASSERT_NO_FATAL_FAILURE(cancel_after(b, 9));
-  const std::string c = resume(b, &err);
+  ASSERT_NO_FATAL_FAILURE(CancelAfter(b, 9));
+  const std::string c = Resume(b, &err);
   const int64_t from_b = steps_of(b) - steps_of(c);
   EXPECT_GE(from_b, 8);
   EXPECT_THAT(Job(c).value("name", std::string()),
               HasSubstr("(resumed from " + b + " at step " + std::to_string(from_b) + ")"));
   ASSERT_TRUE(Eventually([&] { return Losses(cluster_, c).size() >= 20; }, absl::Seconds(60)));
-  ASSERT_NO_FATAL_FAILURE(cancel_after(c, 2));
+  ASSERT_NO_FATAL_FAILURE(CancelAfter(c, 2));
   std::filesystem::remove_all(ckpt + "/" + c);
-  const std::string d = resume(c, &err);
+  const std::string d = Resume(c, &err);
   EXPECT_THAT(err, HasSubstr("no checkpoint of its own"));
   EXPECT_EQ(steps_of(d), steps_of(c));
   EXPECT_THAT(Job(d).value("name", std::string()), HasSubstr("(resumed from " + c + " at step 0)"));
   ASSERT_TRUE(Eventually([&] { return Losses(cluster_, d).size() >= 20; }, absl::Seconds(60)));
-  ASSERT_NO_FATAL_FAILURE(cancel_after(d, 20));
+  ASSERT_NO_FATAL_FAILURE(CancelAfter(d, 20));
 
   SingleDeviceRun single;
   ASSERT_THAT(single.Train(from_a + from_b + 20), IsOk());
@@ -440,17 +443,10 @@ TEST_F(Jobs, AZooJobResumesFromItsCheckpointAndRepeatsTheStepsAfterIt) {
               "--strategy", "dp-even-ring", "--data", "synthetic:7", "--checkpoint-dir", ckpt,
               "--checkpoint-every", "5"});
   ASSERT_FALSE(id.empty());
-  ASSERT_TRUE(Eventually([&] { return Step(id) > 23; }, absl::Seconds(60))) << Job(id).dump();
-  absl::StatusOr<CommandResult> c = cluster_.Quiltctl({"cancel", id});
-  ASSERT_THAT(c.status(), IsOk());
-  ASSERT_EQ(c->exit_code, 0) << c->err;
-  ASSERT_TRUE(Eventually([&] { return Executors(id) == 0; }, absl::Seconds(30)));
+  ASSERT_NO_FATAL_FAILURE(CancelAfter(id, 23));
   const std::vector<double> old_losses = Losses(cluster_, id);
-  absl::StatusOr<CommandResult> r = cluster_.Quiltctl({"resume", id});
-  ASSERT_THAT(r.status(), IsOk());
-  ASSERT_EQ(r->exit_code, 0) << r->err;
-  std::string resumed = r->out;
-  while (!resumed.empty() && (resumed.back() == '\n' || resumed.back() == ' ')) resumed.pop_back();
+  const std::string resumed = Resume(id);
+  ASSERT_FALSE(resumed.empty());
   const int64_t from = 1000000 - std::stoll(Job(resumed).value("steps", std::string("0")));
   EXPECT_EQ(from % 5, 0);
   ASSERT_TRUE(
