@@ -1,7 +1,9 @@
 // Control-plane benchmark: a real coordinator gRPC server on loopback, called
-// by the real client. Measures heartbeat round trips (one client) and a
-// cluster-status read with many registered nodes. Run with
-//   bazel run -c opt //bench:control_plane_bench -- --benchmark_format=json
+// by the real client. Measures heartbeat round trips (one client; also over
+// TLS with the client token, from the test certificates) and a
+// cluster-status read with many registered nodes. Run from the repository
+// root (the TLS case reads test/fixtures/tls/):
+//   bazel-bin/bench/control_plane_bench --benchmark_format=json
 #include <benchmark/benchmark.h>
 
 #include <memory>
@@ -11,20 +13,28 @@
 #include "src/coordinator/coordinator.h"
 #include "src/rpc/coordinator_client.h"
 #include "src/rpc/coordinator_server.h"
+#include "src/rpc/security.h"
 #include "src/testing/temp_dir.h"
 
 namespace quilt {
 namespace {
+
+constexpr char kTls[] = "test/fixtures/tls/";
 
 struct Fixture {
   testing::TempDir dir;
   std::unique_ptr<Coordinator> coordinator;
   std::unique_ptr<rpc::CoordinatorServer> server;
 
-  Fixture() {
+  explicit Fixture(bool tls = false) {
     CoordinatorConfig config;
     config.listen_address = "127.0.0.1:0";
     config.state_dir = dir.path();
+    if (tls) {
+      config.tls_cert_file = std::string(kTls) + "server.pem";
+      config.tls_key_file = std::string(kTls) + "server.key";
+      config.token_file = std::string(kTls) + "token";
+    }
     coordinator = std::move(Coordinator::Create(config, RealClock::Get()).value());
     server = std::move(rpc::CoordinatorServer::Start(coordinator.get()).value());
   }
@@ -44,8 +54,20 @@ quilt::v1::RegisterRequest Node(int i) {
   return r;
 }
 
+// range(0): 1 = over TLS with the client token.
 void BM_HeartbeatRoundTrip(benchmark::State& state) {
-  Fixture f;
+  const bool tls = state.range(0) == 1;
+  Fixture f(tls);
+  rpc::SetClientSecurity({});
+  if (tls) {
+    absl::StatusOr<rpc::ClientSecurity> security =
+        rpc::LoadClientSecurity(std::string(kTls) + "ca.pem", std::string(kTls) + "token", "");
+    if (!security.ok()) {
+      state.SkipWithError("run from the repository root (test/fixtures/tls/)");
+      return;
+    }
+    rpc::SetClientSecurity(*security);
+  }
   rpc::CoordinatorClient client(f.server->address(), absl::Seconds(5));
   if (!client.Register(Node(0)).ok()) state.SkipWithError("register failed");
   quilt::v1::HeartbeatRequest hb;
@@ -55,8 +77,10 @@ void BM_HeartbeatRoundTrip(benchmark::State& state) {
     if (!client.Heartbeat(hb).ok()) state.SkipWithError("heartbeat failed");
   }
   state.SetItemsProcessed(state.iterations());
+  state.counters["tls"] = tls ? 1 : 0;
+  rpc::SetClientSecurity({});
 }
-BENCHMARK(BM_HeartbeatRoundTrip)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_HeartbeatRoundTrip)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 void BM_ClusterStatus(benchmark::State& state) {
   Fixture f;
