@@ -87,11 +87,13 @@ absl::Status BatchNorm(ImportContext& ctx, const Node& node) {
   Attrs a;
   a.SetFloat("epsilon", AttrFloat(node, "epsilon", 1e-5f));
   a.SetFloat("momentum", AttrFloat(node, "momentum", 0.9f));
+  a.SetInt("shifted", 1);
   // Always training mode: Quilt trains the model. Statistics of the global
-  // batch, then the normalization (see BatchNormStats).
+  // batch about the running mean, then the normalization (see
+  // BatchNormStats).
   const std::string hint = node.name().empty() ? "BatchNorm" : node.name();
   ASSIGN_OR_RETURN(std::vector<std::string> stats,
-                   ctx.b().AddOp("BatchNormStats", {ins[0]}, {}, 2, hint + ".stats"));
+                   ctx.b().AddOp("BatchNormStats", {ins[0], ins[3]}, {}, 2, hint + ".stats"));
   return ctx.Emit(node, "BatchNormApply",
                   {ins[0], stats[0], stats[1], ins[1], ins[2], ins[3], ins[4]}, std::move(a), 3,
                   std::min(3, node.output_size()));

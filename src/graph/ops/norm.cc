@@ -20,6 +20,10 @@ absl::Status CheckChannelVector(InferContext& ctx, int i, const Dim& c) {
 // per-channel mean and mean of squares divided by the *global* element
 // count (replicas holding a slice produce partial sums that the lowering
 // adds up, as it does for gradients), BatchNormApply normalizes with them.
+// Both are taken about a shift K, the layer's running mean (the same on
+// every replica during a step): E[x - K] and E[(x - K)²], so that the
+// variance E[(x-K)²] - E[x-K]² keeps its precision in float32 when the
+// mean is large against the spread, once the running mean is near it.
 
 absl::Status CheckBatchNormX(InferContext& ctx, const Shape& x) {
   if (x.rank() < 2) return ctx.Error("X must be [N,C,...]");
@@ -33,13 +37,17 @@ QUILT_REGISTER_OP([] {
   OpSchema s;
   s.type = "BatchNormStats";
   s.doc =
-      "Per-channel statistics of X[N,C,...] for batch norm: Σx / count and Σx² / count, with "
-      "count = global batch × spatial size (so slices of the batch give partial sums).";
-  s.min_inputs = s.max_inputs = 1;
+      "Per-channel statistics of X[N,C,...] for batch norm: Σ(x-K) / count and Σ(x-K)² / "
+      "count, with count = global batch × spatial size (so slices of the batch give partial "
+      "sums). Inputs X and the optional per-channel shift K (0 when absent).";
+  s.min_inputs = 1;
+  s.max_inputs = 2;
   s.min_outputs = s.max_outputs = 2;
+  s.non_differentiable_inputs = {1};
   s.infer = [](InferContext& ctx) -> absl::Status {
     RETURN_IF_ERROR(RequireFloatInputs(ctx));
     RETURN_IF_ERROR(CheckBatchNormX(ctx, ctx.shape(0)));
+    if (ctx.num_inputs() > 1) RETURN_IF_ERROR(CheckChannelVector(ctx, 1, ctx.shape(0).dim(1)));
     const Shape c({ctx.shape(0).dim(1)});
     ctx.set_output(0, ctx.dtype(0), c);
     ctx.set_output(1, ctx.dtype(0), c);
@@ -51,6 +59,7 @@ QUILT_REGISTER_OP([] {
   s.grad = [](GradContext& g) -> absl::Status {
     if (!g.needs_dx(0) || (g.dy(0).empty() && g.dy(1).empty())) return absl::OkStatus();
     std::vector<std::string> in = {g.x(0), g.dy(0), g.dy(1)};
+    if (g.op().inputs.size() > 1) in.push_back(g.x(1));  // the shift
     ASSIGN_OR_RETURN(std::string dx,
                      g.b().Add("BatchNormStatsGrad", in, {}, g.op().name + "_grad"));
     g.set_dx(0, dx);
@@ -63,10 +72,10 @@ QUILT_REGISTER_OP([] {
   OpSchema s;
   s.type = "BatchNormStatsGrad";
   s.doc =
-      "Gradient of BatchNormStats: dX = (dmean + 2·x·dsqmean) / count. Inputs X, dmean, "
-      "dsqmean (either may be omitted).";
+      "Gradient of BatchNormStats: dX = (dmean + 2·(x-K)·dsqmean) / count. Inputs X, dmean, "
+      "dsqmean (either may be omitted), the optional shift K.";
   s.min_inputs = 1;
-  s.max_inputs = 3;
+  s.max_inputs = 4;
   s.infer = [](InferContext& ctx) -> absl::Status {
     RETURN_IF_ERROR(RequireFloatInputs(ctx));
     ctx.set_output(0, ctx.input(0));
@@ -86,7 +95,8 @@ QUILT_REGISTER_OP([] {
       "bias. Inputs X, mean, sqmean (from BatchNormStats), scale, bias, running_mean, "
       "running_var; outputs Y and the updated running mean and variance (running = "
       "momentum·running + (1-momentum)·batch, unbiased variance over the global batch). "
-      "Attributes epsilon (1e-5), momentum (0.9).";
+      "Attributes epsilon (1e-5), momentum (0.9), shifted (0; 1: the statistics are about "
+      "running_mean, BatchNormStats's shift, and mean is running_mean + the first).";
   s.min_inputs = s.max_inputs = 7;
   s.min_outputs = s.max_outputs = 3;
   s.non_differentiable_inputs = {5, 6};
@@ -111,9 +121,10 @@ QUILT_REGISTER_OP([] {
     bool any = false;
     for (int i = 0; i < 5; ++i) any |= g.needs_dx(i);
     if (!any) return absl::OkStatus();
+    std::vector<std::string> in = {g.dy(0), g.x(0), g.x(1), g.x(2), g.x(3)};
+    if (g.op().attrs.Int("shifted", 0) != 0) in.push_back(g.x(5));
     ASSIGN_OR_RETURN(std::vector<std::string> d,
-                     g.b().AddOp("BatchNormApplyGrad", {g.dy(0), g.x(0), g.x(1), g.x(2), g.x(3)},
-                                 g.op().attrs, 5, g.op().name + "_grad"));
+                     g.b().AddOp("BatchNormApplyGrad", in, g.op().attrs, 5, g.op().name + "_grad"));
     for (int i = 0; i < 5; ++i) {
       if (g.needs_dx(i)) g.set_dx(i, d[i]);
     }
@@ -126,9 +137,11 @@ QUILT_REGISTER_OP([] {
   OpSchema s;
   s.type = "BatchNormApplyGrad";
   s.doc =
-      "Gradient of BatchNormApply. Inputs dY, X, mean, sqmean, scale; outputs dX, dmean, "
-      "dsqmean, dscale, dbias (the last four summed over the rows given).";
-  s.min_inputs = s.max_inputs = 5;
+      "Gradient of BatchNormApply. Inputs dY, X, mean, sqmean, scale and the optional shift "
+      "K (statistics about K); outputs dX, dmean, dsqmean, dscale, dbias (the last four summed "
+      "over the rows given).";
+  s.min_inputs = 5;
+  s.max_inputs = 6;
   s.min_outputs = s.max_outputs = 5;
   s.infer = [](InferContext& ctx) -> absl::Status {
     RETURN_IF_ERROR(RequireFloatInputs(ctx));

@@ -89,8 +89,9 @@ absl::StatusOr<std::string> Layers::BatchNorm(const std::string& name, const std
   Attrs a;
   a.SetFloat("epsilon", 1e-5);
   a.SetFloat("momentum", 0.9);
+  a.SetInt("shifted", 1);  // statistics about the running mean
   ASSIGN_OR_RETURN(std::vector<std::string> stats,
-                   b_.AddOp("BatchNormStats", {x}, {}, 2, name + ".stats"));
+                   b_.AddOp("BatchNormStats", {x, rm}, {}, 2, name + ".stats"));
   ASSIGN_OR_RETURN(std::vector<std::string> outs,
                    b_.AddOp("BatchNormApply", {x, stats[0], stats[1], scale, bias, rm, rv},
                             std::move(a), 3, name));

@@ -39,16 +39,19 @@ absl::Status BatchNormStats(KernelContext& ctx) {
         "batch norm in training over one value per channel (a batch of 1 without spatial dims): "
         "use a batch of 2 or more");
   }
+  const float* shift = ctx.has_input(1) ? ctx.in(1).f32() : nullptr;
   ASSIGN_OR_RETURN(Tensor * mean, ctx.Output(0));
   ASSIGN_OR_RETURN(Tensor * sqmean, ctx.Output(1));
   ParallelFor(l.c, 1, [&](int64_t cb, int64_t ce) {
     for (int64_t ch = cb; ch < ce; ++ch) {
+      const double k = shift != nullptr ? shift[ch] : 0.0;
       double sum = 0, sq = 0;
       for (int64_t i = 0; i < l.n; ++i) {
         const float* p = x.f32() + (i * l.c + ch) * l.s;
         for (int64_t j = 0; j < l.s; ++j) {
-          sum += p[j];
-          sq += static_cast<double>(p[j]) * p[j];
+          const double v = p[j] - k;
+          sum += v;
+          sq += v * v;
         }
       }
       mean->f32()[ch] = static_cast<float>(sum / l.global_count);
@@ -63,16 +66,18 @@ absl::Status BatchNormStatsGrad(KernelContext& ctx) {
   const BnLayout l = LayoutOf(ctx, x);
   const float* dmean = ctx.has_input(1) ? ctx.in(1).f32() : nullptr;
   const float* dsq = ctx.has_input(2) ? ctx.in(2).f32() : nullptr;
+  const float* shift = ctx.has_input(3) ? ctx.in(3).f32() : nullptr;
   ASSIGN_OR_RETURN(Tensor * dx, ctx.Output(0));
   const float inv = static_cast<float>(1.0 / l.global_count);
   ParallelFor(l.c, 1, [&](int64_t cb, int64_t ce) {
     for (int64_t ch = cb; ch < ce; ++ch) {
       const float a = dmean ? dmean[ch] * inv : 0.0f;
       const float b = dsq ? 2.0f * dsq[ch] * inv : 0.0f;
+      const float k = shift != nullptr ? shift[ch] : 0.0f;
       for (int64_t i = 0; i < l.n; ++i) {
         const float* p = x.f32() + (i * l.c + ch) * l.s;
         float* d = dx->f32() + (i * l.c + ch) * l.s;
-        for (int64_t j = 0; j < l.s; ++j) d[j] = a + b * p[j];
+        for (int64_t j = 0; j < l.s; ++j) d[j] = a + b * (p[j] - k);
       }
     }
   });
@@ -89,6 +94,7 @@ absl::Status BatchNormApply(KernelContext& ctx) {
   const float* rv = ctx.in(6).f32();
   const double eps = ctx.attrs().Float("epsilon", 1e-5);
   const float momentum = static_cast<float>(ctx.attrs().Float("momentum", 0.9));
+  const bool shifted = ctx.attrs().Int("shifted", 0) != 0;  // statistics about rm
   const BnLayout l = LayoutOf(ctx, x);
   Tensor* out[3];
   for (int i = 0; i < 3; ++i) {
@@ -100,15 +106,20 @@ absl::Status BatchNormApply(KernelContext& ctx) {
           std::max(0.0, static_cast<double>(sqmean[ch]) - static_cast<double>(mean[ch]) * mean[ch]);
       const float invstd = static_cast<float>(1.0 / std::sqrt(var + eps));
       const float a = scale[ch] * invstd;
-      const float b = bias[ch] - mean[ch] * a;
+      // The batch mean; x minus it first (exact for x near it), then the
+      // scale: a large mean is not multiplied out.
+      const double batch_mean = (shifted ? static_cast<double>(rm[ch]) : 0.0) + mean[ch];
+      const float c = static_cast<float>(batch_mean);
+      const float b = bias[ch];
       for (int64_t i = 0; i < l.n; ++i) {
         const float* p = x.f32() + (i * l.c + ch) * l.s;
         float* y = out[0]->f32() + (i * l.c + ch) * l.s;
-        for (int64_t j = 0; j < l.s; ++j) y[j] = p[j] * a + b;
+        for (int64_t j = 0; j < l.s; ++j) y[j] = (p[j] - c) * a + b;
       }
       const double count = l.global_count;
       const double unbiased = count > 1 ? var * count / (count - 1) : var;
-      out[1]->f32()[ch] = momentum * rm[ch] + (1 - momentum) * mean[ch];
+      out[1]->f32()[ch] =
+          static_cast<float>(momentum * static_cast<double>(rm[ch]) + (1 - momentum) * batch_mean);
       out[2]->f32()[ch] = momentum * rv[ch] + (1 - momentum) * static_cast<float>(unbiased);
     }
   });
@@ -121,6 +132,7 @@ absl::Status BatchNormApplyGrad(KernelContext& ctx) {
   const float* mean = ctx.in(2).f32();
   const float* sqmean = ctx.in(3).f32();
   const float* scale = ctx.in(4).f32();
+  const float* shift = ctx.has_input(5) ? ctx.in(5).f32() : nullptr;
   const double eps = ctx.attrs().Float("epsilon", 1e-5);
   const BnLayout l = LayoutOf(ctx, x);
   Tensor* out[5];
@@ -132,13 +144,14 @@ absl::Status BatchNormApplyGrad(KernelContext& ctx) {
       const double m = mean[ch];
       const double var = std::max(0.0, static_cast<double>(sqmean[ch]) - m * m);
       const double invstd = 1.0 / std::sqrt(var + eps);
+      const float sh = shift != nullptr ? shift[ch] : 0.0f;
       double sdy = 0, sdyxm = 0;
       for (int64_t i = 0; i < l.n; ++i) {
         const float* g = dy.f32() + (i * l.c + ch) * l.s;
         const float* p = x.f32() + (i * l.c + ch) * l.s;
         for (int64_t j = 0; j < l.s; ++j) {
           sdy += g[j];
-          sdyxm += g[j] * (p[j] - m);
+          sdyxm += g[j] * (static_cast<double>(p[j] - sh) - m);
         }
       }
       const double gamma = scale[ch];
