@@ -73,9 +73,10 @@ absl::Status JobServiceImpl::Resume(const std::string& job_id, const std::string
   quilt::v1::ExportJobResponse& trained = *exported;
   const int64_t left = record.spec().steps() - trained.step();
   if (left <= 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "job ", job_id, "'s last checkpoint is of step ", trained.step(),
-        ", its last: no steps are left to train (quiltctl export ", job_id, " writes the model)"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", job_id, "'s last checkpoint is of step ", trained.step(),
+                     ", its last: no steps are left to train",
+                     onnx ? absl::StrCat(" (quiltctl export ", job_id, " writes the model)") : ""));
   }
   quilt::v1::JobSpec spec = record.spec();
   if (onnx) spec.set_onnx(std::move(*trained.mutable_onnx()));

@@ -449,14 +449,17 @@ void Executor::Impl::Record(int node, absl::Time start, bool comm, absl::Time en
   trace_.push_back({node, comm, start, end});
 }
 
-// The persistent tensors of this process (constants aside) from
-// options_.restore, each checked against the graph's type of it.
+// The persistent tensors of this process from options_.restore (constants
+// aside, unless a step updates them), each checked against the graph's
+// type of it.
 absl::StatusOr<std::map<std::string, Tensor>> Executor::Impl::Restored() {
+  std::set<std::string> updated;
+  for (const auto& u : graph_.updates) updated.insert(u.target);
   std::set<std::string> names;
   for (const auto& dev : devices_) {
     for (const auto& [key, unused] : dev->persistent) {
       const std::string& name = graph_.tensors()[key.tensor].name;
-      if (!graph_.constants.count(name)) names.insert(name);
+      if (!graph_.constants.count(name) || updated.count(name)) names.insert(name);
     }
   }
   using Tensors = std::map<std::string, Tensor>;

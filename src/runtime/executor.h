@@ -64,7 +64,8 @@ struct ExecutorOptions {
   // on; steps are still reported (and checkpointed) from 1.
   int64_t steps_before = 0;
   // With `restore`, the parameters and optimizer state (every persistent
-  // tensor but constants) start from the whole tensors it returns for the
+  // tensor but constants no step updates) start from the whole tensors it
+  // returns for the
   // names asked, in place of their initializers and zeros (shards take
   // their rows). A name it lacks, or a tensor of another type or shape,
   // fails Create naming it.
