@@ -28,8 +28,12 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(
   std::unique_ptr<GrpcServer> server(new GrpcServer());
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || port == 0) {
-    return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen_address,
-                                               " (address in use or not local?)"));
+    return absl::UnavailableError(absl::StrCat(
+        "cannot listen on ", options.listen_address,
+        options.security.cert_pem.empty()
+            ? " (address in use or not local?)"
+            : " (address in use or not local, or the TLS certificate and key do not go "
+              "together?)"));
   }
   const bool v6 = hp.host.find(':') != std::string::npos;
   server->address_ = v6 ? absl::StrCat("[", hp.host, "]:", port) : absl::StrCat(hp.host, ":", port);

@@ -97,6 +97,13 @@ TEST(Tls, DaemonsRefuseSettingsThatWouldSendPlaintextOffLoopback) {
   ASSERT_THAT(c.status(), IsOk());
   EXPECT_NE(c->exit_code, 0);
   EXPECT_THAT(c->err + c->out, HasSubstr(Tls("token") + " is not PEM"));
+  // A certificate that is not the key's.
+  c = RunCommand({RunfilePath("src/coordinator/quilt-coordinator"), "--listen_address",
+                  "127.0.0.1:0", "--state_dir", cluster.dir().File("state"), "--tls_cert_file",
+                  Tls("ca.pem"), "--tls_key_file", Tls("server.key")});
+  ASSERT_THAT(c.status(), IsOk());
+  EXPECT_NE(c->exit_code, 0);
+  EXPECT_THAT(c->err + c->out, HasSubstr("the TLS certificate and key do not go together"));
   // A worker does not talk plaintext to a coordinator off loopback.
   absl::StatusOr<CommandResult> w =
       RunCommand({RunfilePath("src/worker/quilt-worker"), "--coordinator_address", "192.0.2.1:7070",
