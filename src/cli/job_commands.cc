@@ -184,6 +184,11 @@ std::string Describe(const JobStatus& s) {
                           "data from where it stopped)\n",
                           s.resumed_from());
   }
+  if (s.steps_before() > 0) {
+    absl::StrAppendFormat(&out,
+                          "Trained before: %d steps (its step k is the training's step %d + k)\n",
+                          s.steps_before(), s.steps_before());
+  }
   if (!s.resumed_as().empty()) {
     absl::StrAppendFormat(&out, "Resumed as: %s (from this job's last checkpoint)\n",
                           s.resumed_as());

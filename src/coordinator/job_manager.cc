@@ -171,6 +171,7 @@ absl::StatusOr<std::string> JobManager::Add(NewJob n) {
   st->set_job_id(id);
   st->set_name(n.spec.name().empty() ? id : n.spec.name());
   st->set_resumed_from(n.resumed_from);
+  st->set_steps_before(n.spec.resume_from().steps_before());
   st->set_state(quilt::v1::JOB_STATE_PENDING);
   st->set_message("waiting for the workers to start the executors");
   *st->mutable_submitted_at() = ToProtoTime(clock_->Now());

@@ -407,6 +407,14 @@ TEST_F(Jobs, AResumedJobResumesFromItsOwnCheckpointOrWhereItStarted) {
   EXPECT_GE(from_b, 8);
   EXPECT_THAT(Job(c).value("name", std::string()),
               HasSubstr("(resumed from " + b + " at step " + std::to_string(from_b) + ")"));
+  // Its status counts the steps before it, over both jobs (int64: a JSON
+  // string), and describe says so.
+  EXPECT_EQ(Job(c).value("steps_before", std::string()), std::to_string(from_a + from_b));
+  absl::StatusOr<CommandResult> described = cluster_.Quiltctl({"describe", "job", c});
+  ASSERT_THAT(described.status(), IsOk());
+  EXPECT_THAT(described->out, HasSubstr("Resumed from: " + b));
+  EXPECT_THAT(described->out,
+              HasSubstr("Trained before: " + std::to_string(from_a + from_b) + " steps"));
   ASSERT_TRUE(Eventually([&] { return Losses(cluster_, c).size() >= 20; }, absl::Seconds(60)));
   ASSERT_NO_FATAL_FAILURE(CancelAfter(c, 2));
   std::filesystem::remove_all(ckpt + "/" + c);
