@@ -10,6 +10,16 @@
 
 namespace quilt {
 
+int MissingRank(const std::string& step_dir, int world) {
+  for (int r = 0; r < world; ++r) {
+    std::error_code ec;  // (a read error counts as missing)
+    if (!std::filesystem::exists(absl::StrCat(step_dir, "/rank-", r, "/metrics.json"), ec)) {
+      return r;
+    }
+  }
+  return -1;
+}
+
 std::vector<std::pair<int64_t, std::string>> CompleteSteps(
     const std::string& dir, int world, std::vector<std::pair<int64_t, std::string>>* incomplete) {
   std::vector<std::pair<int64_t, std::string>> steps;
@@ -25,14 +35,7 @@ std::vector<std::pair<int64_t, std::string>> CompleteSteps(
         !absl::SimpleAtoi(digits, &step)) {
       continue;
     }
-    int missing = -1;
-    std::error_code file_ec;  // (not the iteration's)
-    for (int r = 0; r < world && missing < 0; ++r) {
-      if (!std::filesystem::exists(absl::StrCat(dir, "/", name, "/rank-", r, "/metrics.json"),
-                                   file_ec)) {
-        missing = r;
-      }
-    }
+    const int missing = MissingRank(absl::StrCat(dir, "/", name), world);
     if (missing < 0) {
       steps.emplace_back(step, name);
     } else if (incomplete != nullptr) {

@@ -12,6 +12,10 @@
 
 namespace quilt {
 
+// The first rank of `world` without `step_dir`/rank-R/metrics.json, or -1
+// when every rank wrote its index (the step is complete).
+int MissingRank(const std::string& step_dir, int world);
+
 // The complete steps in `dir` for `world` ranks, newest first:
 // (step number, directory name). Empty when there is none (or no dir).
 // `incomplete` (optional) gets the others, newest first: (step number,

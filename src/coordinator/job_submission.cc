@@ -1,7 +1,6 @@
 #include "src/coordinator/job_submission.h"
 
 #include <algorithm>
-#include <filesystem>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -11,6 +10,7 @@
 #include "src/common/files.h"
 #include "src/common/logging.h"
 #include "src/common/status.h"
+#include "src/coordinator/checkpoint_dir.h"
 #include "src/coordinator/job_model.h"
 #include "src/coordinator/live_cluster.h"
 #include "src/planner/plan.h"
@@ -201,13 +201,10 @@ absl::Status CheckResumeFrom(const quilt::v1::JobSpec& spec) {
     return absl::InvalidArgumentError(
         absl::StrCat("resume_from.world must be 1 to 65536, not ", from.world()));
   }
-  for (int r = 0; r < from.world(); ++r) {
-    const std::string index = absl::StrCat(from.checkpoint(), "/rank-", r, "/metrics.json");
-    std::error_code ec;
-    if (!std::filesystem::exists(index, ec)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "the checkpoint to resume from is incomplete or unreadable here: no ", index));
-    }
+  if (const int r = MissingRank(from.checkpoint(), from.world()); r >= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the checkpoint to resume from is incomplete or unreadable here: no ",
+                     from.checkpoint(), "/rank-", r, "/metrics.json"));
   }
   return absl::OkStatus();
 }
