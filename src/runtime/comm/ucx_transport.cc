@@ -160,17 +160,8 @@ class UcxTransport final : public Transport {
     p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
     p.cb.send = &UcxTransport::OnSend;
     p.user_data = op;
-    {
-      // Not past Shutdown's closing of the endpoints (a callback of an
-      // operation it could not cancel may still post).
-      absl::ReaderMutexLock open(&open_mu_);
-      if (closing_) {
-        Finish(op, UCS_ERR_CANCELED);
-        return id;
-      }
-      ucp_ep_h ep = fast_eps_[peer] != nullptr ? fast_eps_[peer] : eps_[peer];
-      Posted(op, ucp_tag_send_nbx(ep, data, bytes, tag, &p));
-    }
+    ucp_ep_h ep = fast_eps_[peer] != nullptr ? fast_eps_[peer] : eps_[peer];
+    if (!PostOpen(op, [&] { return ucp_tag_send_nbx(ep, data, bytes, tag, &p); })) return id;
     // A failure seen by the progress thread before the post missed this
     // send: have it look again.
     if (failed_[peer].load()) {
@@ -194,14 +185,9 @@ class UcxTransport final : public Transport {
     p.cb.recv = &UcxTransport::OnRecv;
     p.user_data = op;
     const uint64_t id = op->id;
-    {
-      absl::ReaderMutexLock open(&open_mu_);
-      if (closing_) {
-        Finish(op, UCS_ERR_CANCELED);
-        return id;
-      }
-      Posted(op, ucp_tag_recv_nbx(worker_, data, bytes, tag, ~uint64_t{0}, &p));
-    }
+    if (!PostOpen(op,
+                  [&] { return ucp_tag_recv_nbx(worker_, data, bytes, tag, ~uint64_t{0}, &p); }))
+      return id;
     // Read after posting: a failure before it is seen here, one after it
     // by the progress thread's cancel of posted receives.
     if (failed_[peer].load()) Cancel(id);  // nothing more will come
@@ -257,6 +243,20 @@ class UcxTransport final : public Transport {
     op->id = next_id_++;
     pending_[op->id] = op;
     return op;
+  }
+
+  // Posts `op` by `post` unless Shutdown is closing the endpoints (a
+  // callback of an operation it could not cancel may still post): then it
+  // ends cancelled, and false.
+  template <typename PostFn>
+  bool PostOpen(Op* op, PostFn post) {
+    absl::ReaderMutexLock open(&open_mu_);
+    if (closing_) {
+      Finish(op, UCS_ERR_CANCELED);
+      return false;
+    }
+    Posted(op, post());
+    return true;
   }
 
   void Posted(Op* op, ucs_status_ptr_t h) {
