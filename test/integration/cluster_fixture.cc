@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "src/common/status.h"
 
 namespace quilt::testing {
 namespace {
@@ -48,6 +49,16 @@ std::string LocalCluster::Log(const std::string& name) const {
   return Slurp(dir_.File(name + ".log"));
 }
 
+absl::StatusOr<std::string> LocalCluster::WaitReady(const std::string& ready_file,
+                                                    absl::Duration timeout,
+                                                    const std::string& name) const {
+  absl::StatusOr<std::string> line = WaitForFile(ready_file, timeout);
+  if (line.ok()) return line;
+  // A daemon that did not start says why in its log.
+  return absl::Status(line.status().code(),
+                      absl::StrCat(line.status().message(), "; its log:\n", Log(name)));
+}
+
 absl::StatusOr<std::string> LocalCluster::StartCoordinator(
     const std::string& address, const std::vector<std::string>& extra_flags) {
   const std::string ready = dir_.File(absl::StrCat("coordinator.ready.", restarts_++));
@@ -70,12 +81,7 @@ absl::StatusOr<std::string> LocalCluster::StartCoordinator(
   auto p = Subprocess::Start(argv, dir_.File("coordinator.log"));
   if (!p.ok()) return p.status();
   coordinator_ = std::make_unique<Subprocess>(std::move(*p));
-  absl::StatusOr<std::string> bound = WaitForFile(ready, absl::Seconds(20));
-  if (!bound.ok()) {
-    return absl::Status(bound.status().code(),
-                        absl::StrCat(bound.status().message(), "; its log:\n", Log("coordinator")));
-  }
-  address_ = *bound;
+  ASSIGN_OR_RETURN(address_, WaitReady(ready, absl::Seconds(20), "coordinator"));
   return address_;
 }
 
@@ -101,13 +107,9 @@ absl::StatusOr<std::string> LocalCluster::StartWorker(const std::string& node_id
   auto p = Subprocess::Start(argv, dir_.File(node_id + ".log"));
   if (!p.ok()) return p.status();
   workers_[node_id] = std::make_unique<Subprocess>(std::move(*p));
-  absl::StatusOr<std::string> line = WaitForFile(ready, absl::Seconds(30));
-  if (!line.ok()) {
-    return absl::Status(line.status().code(),
-                        absl::StrCat(line.status().message(), "; its log:\n", Log(node_id)));
-  }
+  ASSIGN_OR_RETURN(std::string line, WaitReady(ready, absl::Seconds(30), node_id));
   // "<node_id> <incarnation>"
-  return line->substr(line->find(' ') + 1);
+  return line.substr(line.find(' ') + 1);
 }
 
 void LocalCluster::KillWorker(const std::string& node_id, int sig) {

@@ -54,6 +54,11 @@ class LocalCluster {
   std::string Log(const std::string& name) const;
 
  private:
+  // The first line `name` writes to `ready_file`, waiting up to `timeout`;
+  // the error carries its log.
+  absl::StatusOr<std::string> WaitReady(const std::string& ready_file, absl::Duration timeout,
+                                        const std::string& name) const;
+
   TempDir dir_;
   std::string address_;
   std::unique_ptr<Subprocess> coordinator_;
