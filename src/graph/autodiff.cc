@@ -183,7 +183,7 @@ absl::Status BuildTrainingGraph(Graph* g, const TrainingOptions& options) {
   }
   GraphBuilder u(g, "update/");
   const OptimizerSpec& opt = options.optimizer;
-  for (const ParameterSpec p : std::vector<ParameterSpec>(g->parameters)) {
+  for (const ParameterSpec& p : std::vector<ParameterSpec>(g->parameters)) {
     if (p.frozen) continue;
     ASSIGN_OR_RETURN(std::string grad, gradient_of(p.tensor));
     if (grad.empty()) continue;  // unused parameter: never updated (as in PyTorch)

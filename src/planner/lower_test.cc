@@ -159,7 +159,9 @@ TEST(Lower, PartitionedGradientsAreSummedInSlicesThatTileTheirRows) {
       EXPECT_EQ(r.back().second, dim0) << grad;
       for (size_t k = 0; k < r.size(); ++k) {
         EXPECT_LT(r[k].first, r[k].second) << grad;
-        if (k > 0) EXPECT_EQ(r[k].first, r[k - 1].second) << grad;
+        if (k > 0) {
+          EXPECT_EQ(r[k].first, r[k - 1].second) << grad;
+        }
         const int64_t slice_bytes = whole / dim0 * (r[k].second - r[k].first);
         EXPECT_TRUE(slice_bytes <= limit || r[k].second - r[k].first == 1) << grad;
       }

@@ -105,7 +105,9 @@ TEST_P(Invariants, HoldForEveryBaseline) {
     ASSERT_GT(e.memory_size(), 0);
     for (const auto& m : e.memory()) fits &= m.peak_bytes() <= m.capacity_bytes();
     EXPECT_EQ(e.feasible(), fits);
-    if (!fits) EXPECT_THAT(e.infeasible_reason(), ::testing::HasSubstr("out of memory"));
+    if (!fits) {
+      EXPECT_THAT(e.infeasible_reason(), ::testing::HasSubstr("out of memory"));
+    }
   }
   if (!r.best().empty()) {
     EXPECT_THAT(ValidateProgram(plan->best_program, *g, *topo), IsOk());
@@ -170,7 +172,9 @@ TEST(Proportional, GivesFasterDevicesMoreRows) {
     speed[topo->device(d).id] = cost->speed(d).flops_per_s;
   for (const auto& [a, ra] : rows) {
     for (const auto& [b, rb] : rows) {
-      if (speed[a] > 1.2 * speed[b]) EXPECT_GT(ra, rb) << a << " vs " << b;
+      if (speed[a] > 1.2 * speed[b]) {
+        EXPECT_GT(ra, rb) << a << " vs " << b;
+      }
     }
   }
   int total = 0;

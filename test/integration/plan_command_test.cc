@@ -69,8 +69,9 @@ TEST(PlanCommand, BertLargeOnHap_PrintsEveryBaselineAndTheLowerBound) {
     EXPECT_GE(step, lower);
     EXPECT_NEAR(e["ratio_to_lower_bound"].get<double>(), step / lower, 1e-9 * step / lower);
     EXPECT_NEAR(e["samples_per_s"].get<double>(), 2048 / step, 1e-6 * 2048 / step);
-    if (e["name"] != "heterog")
+    if (e["name"] != "heterog") {
       EXPECT_EQ(e["memory"].size(), e["name"] == "single-device" ? 1u : 64u);
+    }
     if (e["name"] == r["best"]) best = step;
   }
   // 2048 rows do not fit one 16 GB V100.
@@ -78,7 +79,9 @@ TEST(PlanCommand, BertLargeOnHap_PrintsEveryBaselineAndTheLowerBound) {
   EXPECT_THAT(r["estimates"][0]["infeasible_reason"].get<std::string>(),
               HasSubstr("out of memory"));
   for (const auto& e : r["estimates"]) {
-    if (e["feasible"].get<bool>()) EXPECT_GE(e["step_time_s"].get<double>(), best);
+    if (e["feasible"].get<bool>()) {
+      EXPECT_GE(e["step_time_s"].get<double>(), best);
+    }
   }
   // The planner's plan is the best, or as fast as the best baseline.
   EXPECT_LE(r["estimates"][5]["step_time_s"].get<double>(), best);
@@ -265,7 +268,7 @@ TEST(PlanCommand, BadInput_ExitsWithAClearError) {
 }
 
 TEST(Quiltctl, ACoordinatorAddressItCannotUseIsRefusedBeforeAnyCall) {
-  for (const std::string& address : {"127.0.0.1:99999", "127.0.0.1", "127.0.0.1:0"}) {
+  for (const char* address : {"127.0.0.1:99999", "127.0.0.1", "127.0.0.1:0"}) {
     auto r = RunCommand({RunfilePath("src/cli/quiltctl"), "--coordinator", address, "status"},
                         absl::Seconds(30));
     ASSERT_THAT(r, IsOk());

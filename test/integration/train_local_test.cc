@@ -152,7 +152,7 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(TrainLocal, SyntheticData_LossFalls) {
   // A zoo model, and exported ones whose loss is inside them (their labels
   // reach the loss through a reshape; through a slice, labels[:, 1:]).
-  for (const std::string model :
+  for (const std::string& model :
        {std::string("zoo:mlp"), RunfilePath("test/fixtures/mlp_loss_in_model/model.onnx"),
         RunfilePath("test/fixtures/lm_blocks/model.onnx")}) {
     auto r = RunCommand({RunfilePath("src/cli/quiltctl"), "train-local", model, "--data",

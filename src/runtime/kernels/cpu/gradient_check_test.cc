@@ -407,7 +407,9 @@ TEST(OpRegistry, EveryDifferentiableOpHasAGradientCheck) {
   for (const Case& c : Cases()) covered.insert(c.type);
   for (const std::string& type : OpRegistry::Global().Types()) {
     const OpSchema* s = OpRegistry::Global().Find(type);
-    if (s->grad) EXPECT_TRUE(covered.count(type)) << type << " has a gradient but no check";
+    if (s->grad) {
+      EXPECT_TRUE(covered.count(type)) << type << " has a gradient but no check";
+    }
   }
 }
 
