@@ -1,6 +1,7 @@
 // quiltctl status / nodes: the coordinator's view of the cluster.
 #include <iostream>
 
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "src/cli/cluster_view.h"
 #include "src/cli/command.h"
@@ -53,6 +54,33 @@ void AddClusterCommands(CLI::App& app, const GlobalOptions& g, std::vector<Comma
                     std::cout << "forgot node " << *forget_id << "\n";
                     return 0;
                   }});
+
+  for (const bool draining : {true, false}) {
+    auto id = std::make_shared<std::string>();
+    CLI::App* cmd = draining ? app.add_subcommand("drain",
+                                                  "Place no new jobs on a node (automatic restarts "
+                                                  "included); the jobs running on it go on")
+                             : app.add_subcommand(
+                                   "undrain", "Take a drained node back: new jobs may run on it");
+    cmd->add_option("node", *id, "Node id")->required();
+    out->push_back({cmd, [&g, id, draining]() {
+                      rpc::AdminClient admin(g.coordinator, absl::Seconds(g.timeout_s));
+                      auto r = admin.SetNodeDraining(*id, draining);
+                      if (!r.ok()) return PrintError(std::string(r.status().message()));
+                      std::cout << "node " << *id
+                                << (draining
+                                        ? (r->changed() ? " is draining: no new jobs"
+                                                        : " was draining already")
+                                        : (r->changed() ? " is taken back: new jobs may run on it"
+                                                        : " was not draining"));
+                      if (draining && r->running_jobs_size() > 0) {
+                        std::cout << "; running on it until they end: "
+                                  << absl::StrJoin(r->running_jobs(), ", ");
+                      }
+                      std::cout << "\n";
+                      return 0;
+                    }});
+  }
 }
 
 }  // namespace quilt::cli

@@ -98,7 +98,7 @@ std::string RenderStatus(const quilt::v1::ClusterStatus& status, const std::stri
   std::string out =
       absl::StrFormat("Coordinator: %s (version %s, up %s)\n", address,
                       status.coordinator_version(), HumanDuration(status.coordinator_uptime_s()));
-  int ready = 0, not_ready = 0, down = 0;
+  int ready = 0, not_ready = 0, down = 0, draining = 0;
   std::map<std::pair<std::string, std::string>, std::pair<int, int>> devices;  // (kind, model)
   double flops = 0;
   for (const NodeStatus& n : status.nodes()) {
@@ -106,6 +106,7 @@ std::string RenderStatus(const quilt::v1::ClusterStatus& status, const std::stri
     ready += is_ready;
     not_ready += n.state() == quilt::v1::NODE_STATE_NOT_READY;
     down += n.state() == quilt::v1::NODE_STATE_DOWN;
+    draining += is_ready && n.draining();
     if (is_ready) flops += NodeFlops(n.info());
     for (const auto& d : n.info().devices()) {
       auto& [used, total] = devices[{KindName(d.kind()), d.model()}];
@@ -115,6 +116,9 @@ std::string RenderStatus(const quilt::v1::ClusterStatus& status, const std::stri
   }
   absl::StrAppendFormat(&out, "Nodes: %d/%d Ready", ready, status.nodes_size());
   if (not_ready + down > 0) absl::StrAppendFormat(&out, " (%d NotReady, %d Down)", not_ready, down);
+  if (draining > 0) {
+    absl::StrAppendFormat(&out, ", %d draining (no new jobs)", draining);
+  }
   if (ready == 0) {
     out += "\nCompute (Ready nodes): none\n";
   } else {

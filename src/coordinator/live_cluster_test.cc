@@ -47,5 +47,29 @@ TEST(LiveCluster, ReadyNodesOnlyAndAFailedPlanNamesTheOthers) {
   EXPECT_THAT(WithNotReadyNodes(absl::OkStatus(), *registry), IsOk());
 }
 
+TEST(LiveCluster, ADrainingNodeIsLeftOutAndAllDrainingIsRefusedSayingSo) {
+  testing::TempDir dir;
+  auto store = SqliteStore::Open(dir.File("c.db"));
+  ASSERT_THAT(store, IsOk());
+  FakeClock clock;
+  NodeRegistry registry(&clock, store->get(), LivenessOptions{});
+  ASSERT_THAT(registry.Load(), IsOk());
+  ASSERT_THAT(registry.Register(testing::CpuNodeInfo("a"), 1), IsOk());
+  ASSERT_THAT(registry.Register(testing::CpuNodeInfo("b"), 2), IsOk());
+  ASSERT_THAT(registry.SetDraining("a", true), IsOk());
+  absl::StatusOr<quilt::v1::ClusterSpec> spec = LiveClusterSpec(registry);
+  ASSERT_THAT(spec, IsOk());
+  ASSERT_THAT(spec->nodes(), SizeIs(1));
+  EXPECT_EQ(spec->nodes(0).node_id(), "b");
+  ASSERT_THAT(registry.SetDraining("b", true), IsOk());
+  EXPECT_THAT(LiveClusterSpec(registry),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("2 draining")));
+  ASSERT_THAT(registry.SetDraining("a", false), IsOk());
+  spec = LiveClusterSpec(registry);
+  ASSERT_THAT(spec, IsOk());
+  ASSERT_THAT(spec->nodes(), SizeIs(1));
+  EXPECT_EQ(spec->nodes(0).node_id(), "a");
+}
+
 }  // namespace
 }  // namespace quilt

@@ -71,6 +71,24 @@ absl::Status NodeRegistry::Forget(const std::string& node_id) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<bool> NodeRegistry::SetDraining(const std::string& node_id, bool draining) {
+  absl::MutexLock lock(&mu_);
+  auto it = nodes_.find(node_id);
+  if (it == nodes_.end()) return absl::NotFoundError("no node '" + node_id + "'");
+  Entry& e = it->second;
+  if (e.status.draining() == draining) return false;
+  e.status.set_draining(draining);
+  if (absl::Status s = Persist(e); !s.ok()) {
+    e.status.set_draining(!draining);
+    return absl::Status(s.code(), absl::StrCat("cannot store node ", node_id, "'s draining (",
+                                               s.message(), "); it is unchanged"));
+  }
+  RecordEvent(node_id,
+              draining ? ClusterEvent::KIND_NODE_DRAINING : ClusterEvent::KIND_NODE_UNDRAINED,
+              draining ? "drained: no new jobs" : "taken back: new jobs may run on it");
+  return true;
+}
+
 void NodeRegistry::RecordJobFailure(const std::string& node_id, const std::string& message) {
   absl::MutexLock lock(&mu_);
   RecordEvent(node_id, ClusterEvent::KIND_JOB_FAILED, message);

@@ -81,6 +81,12 @@ class NodeRegistry {
   // NOT_FOUND, FAILED_PRECONDITION (not Down), UNAVAILABLE (the store).
   absl::Status Forget(const std::string& node_id);
 
+  // Drains a node (no new job is planned on it; LiveClusterSpec leaves it
+  // out) or takes it back; kept in the store, so across restarts of the
+  // coordinator and of the node's worker. Returns whether it changed.
+  // Errors: NOT_FOUND, UNAVAILABLE (the store: unchanged).
+  absl::StatusOr<bool> SetDraining(const std::string& node_id, bool draining);
+
   // A job failed (kept with the nodes' events for `quiltctl status`).
   void RecordJobFailure(const std::string& node_id, const std::string& message);
 

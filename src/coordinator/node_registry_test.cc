@@ -202,5 +202,33 @@ TEST_F(NodeRegistryTest, OnlyADownNodeIsForgottenAndItStaysForgotten) {
   EXPECT_EQ(StateOf("b"), quilt::v1::NODE_STATE_READY);
 }
 
+TEST_F(NodeRegistryTest, ADrainedNodeStaysDrainedAcrossRestartsUntilTakenBack) {
+  ASSERT_THAT(registry_->Register(Info("a"), 11), IsOk());
+  ASSERT_THAT(registry_->Register(Info("b"), 22), IsOk());
+  EXPECT_THAT(registry_->SetDraining("zz", true), StatusIs(absl::StatusCode::kNotFound));
+  ASSERT_THAT(registry_->SetDraining("b", true), IsOkAndHolds(true));
+  EXPECT_THAT(registry_->SetDraining("b", true), IsOkAndHolds(false));  // already
+  EXPECT_EQ(registry_->RecentEvents(1)[0].kind(), ClusterEvent::KIND_NODE_DRAINING);
+  auto draining = [&](const std::string& id) {
+    for (const auto& n : registry_->ListNodes()) {
+      if (n.info().node_id() == id) return n.draining();
+    }
+    return false;
+  };
+  EXPECT_FALSE(draining("a"));
+  // The coordinator restarts, then the node's worker (a new incarnation).
+  Reopen();
+  EXPECT_TRUE(draining("b"));
+  clock_.Advance(absl::Seconds(6));
+  registry_->CheckLiveness();
+  ASSERT_THAT(registry_->Register(Info("b"), 23), IsOk());
+  EXPECT_EQ(StateOf("b"), quilt::v1::NODE_STATE_READY);
+  EXPECT_TRUE(draining("b"));
+  ASSERT_THAT(registry_->SetDraining("b", false), IsOkAndHolds(true));
+  EXPECT_EQ(registry_->RecentEvents(1)[0].kind(), ClusterEvent::KIND_NODE_UNDRAINED);
+  Reopen();
+  EXPECT_FALSE(draining("b"));
+}
+
 }  // namespace
 }  // namespace quilt

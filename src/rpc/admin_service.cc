@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "src/common/status.h"
 #include "src/common/version.h"
 #include "src/coordinator/job_manager.h"
 #include "src/rpc/handler_util.h"
@@ -27,6 +28,26 @@ grpc::ServerUnaryReactor* AdminServiceImpl::ForgetNode(grpc::CallbackServerConte
       ctx, request, response, kMaxAdminRequestBytes, "ForgetNode",
       [this](const quilt::v1::ForgetNodeRequest& req, quilt::v1::ForgetNodeResponse*) {
         return coordinator_->registry()->Forget(req.node_id());
+      });
+}
+
+grpc::ServerUnaryReactor* AdminServiceImpl::SetNodeDraining(grpc::CallbackServerContext* ctx,
+                                                            const grpc::ByteBuffer* request,
+                                                            grpc::ByteBuffer* response) {
+  return HandleUnary<quilt::v1::SetNodeDrainingRequest, quilt::v1::SetNodeDrainingResponse>(
+      ctx, request, response, kMaxAdminRequestBytes, "SetNodeDraining",
+      [this](const quilt::v1::SetNodeDrainingRequest& req,
+             quilt::v1::SetNodeDrainingResponse* resp) -> absl::Status {
+        ASSIGN_OR_RETURN(const bool changed,
+                         coordinator_->registry()->SetDraining(req.node_id(), req.draining()));
+        resp->set_changed(changed);
+        for (const quilt::v1::JobStatus& job : coordinator_->jobs()->List()) {
+          if (JobManager::Ended(job.state())) continue;
+          for (const std::string& node : job.nodes()) {
+            if (node == req.node_id()) resp->add_running_jobs(job.job_id());
+          }
+        }
+        return absl::OkStatus();
       });
 }
 

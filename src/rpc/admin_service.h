@@ -1,6 +1,7 @@
 // gRPC adapter of AdminService (operators → coordinator): cluster status for
-// `quiltctl status` and `quiltctl nodes`, and removing a Down node
-// (`quiltctl forget`). Raw methods, see handler_util.h.
+// `quiltctl status` and `quiltctl nodes`, removing a Down node (`quiltctl
+// forget`) and draining one (`quiltctl drain`, `undrain`). Raw methods, see
+// handler_util.h.
 #ifndef QUILT_SRC_RPC_ADMIN_SERVICE_H_
 #define QUILT_SRC_RPC_ADMIN_SERVICE_H_
 
@@ -12,7 +13,9 @@ namespace quilt::rpc {
 inline constexpr size_t kMaxAdminRequestBytes = 64 << 10;
 
 using AdminServiceBase = quilt::v1::AdminService::WithRawCallbackMethod_GetClusterStatus<
-    quilt::v1::AdminService::WithRawCallbackMethod_ForgetNode<quilt::v1::AdminService::Service>>;
+    quilt::v1::AdminService::WithRawCallbackMethod_ForgetNode<
+        quilt::v1::AdminService::WithRawCallbackMethod_SetNodeDraining<
+            quilt::v1::AdminService::Service>>>;
 
 class AdminServiceImpl final : public AdminServiceBase {
  public:
@@ -24,6 +27,9 @@ class AdminServiceImpl final : public AdminServiceBase {
   grpc::ServerUnaryReactor* ForgetNode(grpc::CallbackServerContext* ctx,
                                        const grpc::ByteBuffer* request,
                                        grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* SetNodeDraining(grpc::CallbackServerContext* ctx,
+                                            const grpc::ByteBuffer* request,
+                                            grpc::ByteBuffer* response) override;
 
  private:
   absl::Status ClusterStatus(const quilt::v1::GetClusterStatusRequest& request,

@@ -142,6 +142,20 @@ absl::Status AdminClient::ForgetNode(const std::string& node_id) {
   return s.ok() ? absl::OkStatus() : CallStatus(s, address_);
 }
 
+absl::StatusOr<quilt::v1::SetNodeDrainingResponse> AdminClient::SetNodeDraining(
+    const std::string& node_id, bool draining) {
+  grpc::ClientContext ctx;
+  SetTimeout(&ctx, timeout_);
+  ctx.set_wait_for_ready(false);
+  quilt::v1::SetNodeDrainingRequest request;
+  request.set_node_id(node_id);
+  request.set_draining(draining);
+  quilt::v1::SetNodeDrainingResponse response;
+  grpc::Status s = stubs_->admin->SetNodeDraining(&ctx, request, &response);
+  if (!s.ok()) return CallStatus(s, address_);
+  return response;
+}
+
 struct JobClient::Stubs {
   std::unique_ptr<quilt::v1::JobService::Stub> jobs;
 };

@@ -44,6 +44,8 @@ class AdminClient {
   absl::StatusOr<quilt::v1::ClusterStatus> GetClusterStatus(
       const quilt::v1::GetClusterStatusRequest& request);
   absl::Status ForgetNode(const std::string& node_id);
+  absl::StatusOr<quilt::v1::SetNodeDrainingResponse> SetNodeDraining(const std::string& node_id,
+                                                                     bool draining);
 
   const std::string& address() const { return address_; }
 

@@ -545,6 +545,55 @@ TEST_F(Jobs, AJobWithARestartLeftTrainsOnWithoutTheNodeThatDied) {
   EXPECT_EQ(Job(next).value("resumed_as", std::string()), "") << Job(next).dump();
 }
 
+TEST_F(Jobs, ADrainedNodeGetsNoNewJobsWhileItsRunningJobGoesOn) {
+  auto quiltctl = [&](const std::vector<std::string>& args) {
+    absl::StatusOr<CommandResult> r = cluster_.Quiltctl(args);
+    EXPECT_THAT(r.status(), IsOk());
+    return r.ok() ? *r : CommandResult{};
+  };
+  const std::string running =
+      Submit(SubmitArgs(cluster_.dir().File("ckpt"), 1000000, "dp-even-ring"));
+  ASSERT_TRUE(Eventually([&] { return Step(running) > 2; }, absl::Seconds(60)))
+      << Job(running).dump();
+  const CommandResult drained = quiltctl({"drain", "worker-b"});
+  EXPECT_EQ(drained.exit_code, 0) << drained.err;
+  EXPECT_THAT(drained.out, HasSubstr("worker-b is draining"));
+  EXPECT_THAT(drained.out, HasSubstr("running on it until they end: " + running));
+  EXPECT_THAT(quiltctl({"drain", "worker-b"}).out, HasSubstr("draining already"));
+  const CommandResult unknown = quiltctl({"drain", "worker-z"});
+  EXPECT_NE(unknown.exit_code, 0);
+  EXPECT_THAT(unknown.err, HasSubstr("no node 'worker-z'"));
+  EXPECT_THAT(quiltctl({"nodes"}).out, HasSubstr("Ready,Draining"));
+  EXPECT_THAT(quiltctl({"status"}).out, HasSubstr("1 draining (no new jobs)"));
+  // The running job goes on over both nodes; new ones are planned without
+  // the drained node: data parallelism over every device finds one.
+  const int64_t at = Step(running);
+  EXPECT_TRUE(Eventually([&] { return Step(running) > at + 2; }, absl::Seconds(60)));
+  EXPECT_EQ(State(running), "JOB_STATE_RUNNING");
+  const CommandResult one = quiltctl(SubmitArgs(cluster_.dir().File("ckpt"), 3, "dp-even-ring"));
+  EXPECT_NE(one.exit_code, 0);
+  EXPECT_THAT(one.err, HasSubstr("the cluster has 1"));
+  const std::string next = Submit(SubmitArgs(cluster_.dir().File("ckpt"), 3, "auto"));
+  EXPECT_EQ(Job(next)["nodes"], nlohmann::json::array({"worker-a"})) << Job(next).dump();
+  ASSERT_TRUE(Eventually([&] { return State(next) == "JOB_STATE_SUCCEEDED"; }, absl::Seconds(60)))
+      << Job(next).dump();
+  // Every Ready node draining: a submission is refused, saying why.
+  EXPECT_EQ(quiltctl({"drain", "worker-a"}).exit_code, 0);
+  const CommandResult refused = quiltctl(SubmitArgs(cluster_.dir().File("ckpt"), 3, "auto"));
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_THAT(refused.err, HasSubstr("2 draining"));
+  // Taken back: the next job may use it again.
+  for (const char* node : {"worker-a", "worker-b"}) {
+    const CommandResult back = quiltctl({"undrain", node});
+    EXPECT_EQ(back.exit_code, 0) << back.err;
+    EXPECT_THAT(back.out, HasSubstr("is taken back"));
+  }
+  EXPECT_THAT(quiltctl({"undrain", "worker-b"}).out, HasSubstr("was not draining"));
+  EXPECT_THAT(quiltctl({"nodes"}).out, Not(HasSubstr("Draining")));
+  const std::string last = Submit(SubmitArgs(cluster_.dir().File("ckpt"), 3, "dp-even-ring"));
+  EXPECT_EQ(Job(last)["nodes"].size(), 2u) << Job(last).dump();
+}
+
 TEST_F(Jobs, BadRequestsAreRejectedAtSubmitWithTheirReason) {
   const std::string ckpt = cluster_.dir().File("ckpt");
   auto rejected = [&](std::vector<std::string> args, const std::string& why) {
