@@ -40,7 +40,11 @@ const ConfigSchema<CoordinatorConfig>& CoordinatorConfigSchema() {
         .String("tls_key_file", &C::tls_key_file, "PEM private key of tls_cert_file.")
         .String("token_file", &C::token_file,
                 "File holding the client token (one line): every call must carry it\n"
-                "(workers' token_file, quiltctl --token-file). Needs TLS.");
+                "(workers' token_file, quiltctl --token-file). Needs TLS.")
+        .String("metrics_address", &C::metrics_address,
+                "If set (host:port), Prometheus metrics are served at /metrics there:\n"
+                "nodes, jobs, and each job's step, loss and step time. Plain HTTP with no\n"
+                "token (the page holds job names, node ids and numbers). Empty: off.");
     return s;
   }();
   return *schema;
@@ -48,6 +52,11 @@ const ConfigSchema<CoordinatorConfig>& CoordinatorConfigSchema() {
 
 absl::Status ValidateCoordinatorConfig(const CoordinatorConfig& c) {
   RETURN_IF_ERROR(ParseHostPort(c.listen_address).status());
+  if (!c.metrics_address.empty()) {
+    if (absl::Status s = ParseHostPort(c.metrics_address).status(); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("metrics_address: ", s.message()));
+    }
+  }
   if (c.tls_cert_file.empty() != c.tls_key_file.empty()) {
     return absl::InvalidArgumentError(
         "tls_cert_file and tls_key_file go together: TLS needs the certificate and its key");

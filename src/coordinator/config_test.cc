@@ -41,6 +41,15 @@ TEST(CoordinatorConfig, BadListenAddressRejected) {
               StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("loopback")));
 }
 
+TEST(CoordinatorConfig, ABadMetricsAddressIsRejectedByName) {
+  CoordinatorConfig c;
+  c.metrics_address = "nowhere";
+  EXPECT_THAT(ValidateCoordinatorConfig(c), StatusIs(absl::StatusCode::kInvalidArgument,
+                                                     ::testing::HasSubstr("metrics_address")));
+  c.metrics_address = "127.0.0.1:9464";
+  EXPECT_THAT(ValidateCoordinatorConfig(c), IsOk());
+}
+
 TEST(CoordinatorConfig, OffLoopbackTheApiNeedsTlsAndAToken) {
   CoordinatorConfig c;
   c.listen_address = "0.0.0.0:7070";

@@ -12,11 +12,13 @@
 #include "src/common/file_limit.h"
 #include "src/common/files.h"
 #include "src/common/logging.h"
+#include "src/common/metrics_server.h"
 #include "src/common/signals.h"
 #include "src/common/systemd.h"
 #include "src/common/version.h"
 #include "src/coordinator/config.h"
 #include "src/coordinator/coordinator.h"
+#include "src/coordinator/metrics.h"
 #include "src/rpc/coordinator_server.h"
 
 namespace quilt {
@@ -45,6 +47,16 @@ int Run(const CoordinatorConfig& config) {
       return Fail("cannot write ready_file", s);
     }
   }
+  std::unique_ptr<MetricsServer> metrics;
+  if (!config.metrics_address.empty()) {
+    Coordinator* c = coordinator->get();
+    auto m = MetricsServer::Start(config.metrics_address, "/metrics", [c] {
+      return RenderMetrics(c->registry()->ListNodes(), c->jobs()->List());
+    });
+    if (!m.ok()) return Fail("cannot serve metrics", m.status());
+    metrics = std::move(*m);
+    QLOG_INFO("metrics at http://{}/metrics", metrics->address());
+  }
   NotifyReady("serving on " + address);
 
   for (;;) {
@@ -58,6 +70,7 @@ int Run(const CoordinatorConfig& config) {
   (*coordinator)->BeginDrain();
   // Submissions waiting for profiles plan at once with what they have.
   (*coordinator)->profiles()->Shutdown();
+  metrics.reset();
   (*server)->Shutdown(absl::Milliseconds(config.drain_timeout_ms));
   (*coordinator)->Stop();
   QLOG_INFO("stopped");

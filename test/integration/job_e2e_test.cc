@@ -15,6 +15,7 @@
 #include <map>
 #include <set>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -31,6 +32,7 @@
 #include "src/runtime/data/npy.h"
 #include "src/runtime/local_trainer.h"
 #include "src/runtime/parallel.h"
+#include "src/testing/raw_http.h"
 #include "test/integration/cluster_fixture.h"
 
 namespace quilt::testing {
@@ -592,6 +594,51 @@ TEST_F(Jobs, ADrainedNodeGetsNoNewJobsWhileItsRunningJobGoesOn) {
   EXPECT_THAT(quiltctl({"nodes"}).out, Not(HasSubstr("Draining")));
   const std::string last = Submit(SubmitArgs(cluster_.dir().File("ckpt"), 3, "dp-even-ring"));
   EXPECT_EQ(Job(last)["nodes"].size(), 2u) << Job(last).dump();
+}
+
+// The coordinator's Prometheus endpoint follows a running job.
+TEST(Metrics, TheEndpointShowsTheClusterAndARunningJobsProgress) {
+  LocalCluster cluster;
+  ASSERT_THAT(cluster.StartCoordinator("127.0.0.1:0", {"--metrics_address", "127.0.0.1:0"}),
+              IsOk());
+  ASSERT_THAT(cluster.StartWorker("worker-a").status(), IsOk());
+  // The port it got is in its log.
+  const std::string log = cluster.Log("coordinator");
+  const size_t at = log.find("metrics at http://");
+  ASSERT_NE(at, std::string::npos) << log;
+  const size_t from = at + strlen("metrics at http://");
+  const std::string address = log.substr(from, log.find('/', from) - from);
+  absl::StatusOr<CommandResult> r =
+      cluster.Quiltctl(SubmitArgs(cluster.dir().File("ckpt"), 1000000, "auto"));
+  ASSERT_THAT(r.status(), IsOk());
+  ASSERT_EQ(r->exit_code, 0) << r->err;
+  const std::string id(absl::StripAsciiWhitespace(r->out));
+  // The value of the sample whose line starts with `prefix` ("" if none).
+  auto sample = [&](const std::string& prefix) {
+    const std::string page = testing::RawHttpExchange(address, "GET /metrics HTTP/1.1\r\n\r\n");
+    const size_t p = page.find("\n" + prefix);
+    if (p == std::string::npos) return std::string();
+    const size_t v = page.find(' ', page.find('}', p)) + 1;
+    return page.substr(v, page.find('\n', v) - v);
+  };
+  EXPECT_EQ(sample("quilt_nodes{state=\"ready\"}"), "1");
+  EXPECT_EQ(sample("quilt_jobs{state=\"failed\"}"), "0");
+  const std::string labels = "{job=\"" + id + "\",";
+  ASSERT_TRUE(Eventually(
+      [&] {
+        const std::string step = sample("quilt_job_step" + labels);
+        return !step.empty() && std::stoll(step) > 3;
+      },
+      absl::Seconds(60)))
+      << testing::RawHttpExchange(address, "GET /metrics HTTP/1.1\r\n\r\n");
+  EXPECT_EQ(sample("quilt_job_steps" + labels), "1000000");
+  EXPECT_EQ(sample("quilt_jobs{state=\"running\"}"), "1");
+  const double loss = std::stod(sample("quilt_job_loss" + labels));
+  EXPECT_TRUE(std::isfinite(loss) && loss > 0) << loss;
+  EXPECT_GT(std::stod(sample("quilt_job_predicted_step_time_seconds" + labels)), 0);
+  ASSERT_EQ(cluster.Quiltctl({"cancel", id})->exit_code, 0);
+  EXPECT_EQ(sample("quilt_job_step" + labels), "");  // ended: no longer listed
+  EXPECT_EQ(sample("quilt_jobs{state=\"cancelled\"}"), "1");
 }
 
 TEST_F(Jobs, BadRequestsAreRejectedAtSubmitWithTheirReason) {

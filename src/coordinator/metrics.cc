@@ -1,0 +1,117 @@
+#include "src/coordinator/metrics.h"
+
+#include <cmath>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "src/coordinator/job_manager.h"
+
+namespace quilt {
+namespace {
+
+// Prometheus's spelling of a sample value (NaN and infinities included).
+std::string Value(double v) {
+  if (std::isnan(v)) return "NaN";
+  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
+  return absl::StrFormat("%.17g", v);
+}
+
+void Family(std::string* out, const char* name, const char* help) {
+  absl::StrAppend(out, "# HELP ", name, " ", help, "\n# TYPE ", name, " gauge\n");
+}
+
+std::string Lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+}  // namespace
+
+std::string EscapeLabelValue(const std::string& value) {
+  std::string out;
+  for (char c : value) {
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c == '"') {
+      out += "\\\"";
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+std::string RenderMetrics(const std::vector<quilt::v1::NodeStatus>& nodes,
+                          const std::vector<quilt::v1::JobStatus>& jobs) {
+  std::string out;
+  std::map<std::string, int> node_states;
+  for (int s = quilt::v1::NODE_STATE_READY; s <= quilt::v1::NODE_STATE_DOWN; ++s) {
+    node_states[Lower(quilt::v1::NodeState_Name(static_cast<quilt::v1::NodeState>(s))
+                          .substr(strlen("NODE_STATE_")))] = 0;
+  }
+  int draining = 0;
+  for (const quilt::v1::NodeStatus& n : nodes) {
+    const std::string name = quilt::v1::NodeState_Name(n.state());
+    ++node_states[Lower(name.substr(std::min(name.size(), strlen("NODE_STATE_"))))];
+    draining += n.draining();
+  }
+  Family(&out, "quilt_nodes", "Registered nodes by state.");
+  for (const auto& [state, count] : node_states) {
+    absl::StrAppend(&out, "quilt_nodes{state=\"", state, "\"} ", count, "\n");
+  }
+  Family(&out, "quilt_nodes_draining", "Nodes drained by an operator (no new jobs).");
+  absl::StrAppend(&out, "quilt_nodes_draining ", draining, "\n");
+
+  std::map<std::string, int> job_states;
+  for (int s = quilt::v1::JOB_STATE_PENDING; s <= quilt::v1::JOB_STATE_CANCELLED; ++s) {
+    if (s == quilt::v1::JOB_STATE_PLANNING) continue;  // not a state jobs are kept in
+    job_states[Lower(quilt::v1::JobState_Name(static_cast<quilt::v1::JobState>(s))
+                         .substr(strlen("JOB_STATE_")))] = 0;
+  }
+  for (const quilt::v1::JobStatus& j : jobs) {
+    const std::string name = quilt::v1::JobState_Name(j.state());
+    ++job_states[Lower(name.substr(std::min(name.size(), strlen("JOB_STATE_"))))];
+  }
+  Family(&out, "quilt_jobs", "Jobs the coordinator keeps, by state.");
+  for (const auto& [state, count] : job_states) {
+    absl::StrAppend(&out, "quilt_jobs{state=\"", state, "\"} ", count, "\n");
+  }
+
+  struct PerJob {
+    const char* name;
+    const char* help;
+    double (*get)(const quilt::v1::JobStatus&);
+  };
+  const PerJob per_job[] = {
+      {"quilt_job_step", "The last step every executor of the job finished.",
+       [](const quilt::v1::JobStatus& j) { return static_cast<double>(j.step()); }},
+      {"quilt_job_steps", "The steps the job trains for.",
+       [](const quilt::v1::JobStatus& j) { return static_cast<double>(j.steps()); }},
+      {"quilt_job_loss", "The loss of the job's latest complete step (NaN before the first).",
+       [](const quilt::v1::JobStatus& j) {
+         return j.last_loss_step() > 0 ? j.last_loss() : std::nan("");
+       }},
+      {"quilt_job_step_time_seconds", "Measured step time (0 before it is measured).",
+       [](const quilt::v1::JobStatus& j) { return j.measured_step_time_s(); }},
+      {"quilt_job_predicted_step_time_seconds", "The plan's simulated step time.",
+       [](const quilt::v1::JobStatus& j) { return j.predicted_step_time_s(); }},
+      {"quilt_job_samples_per_second", "Global batch over the measured step time.",
+       [](const quilt::v1::JobStatus& j) { return j.samples_per_s(); }},
+      {"quilt_job_seconds_since_progress", "Seconds since the job's step last moved on.",
+       [](const quilt::v1::JobStatus& j) { return j.since_progress_s(); }},
+  };
+  for (const PerJob& m : per_job) {
+    Family(&out, m.name, m.help);
+    for (const quilt::v1::JobStatus& j : jobs) {
+      if (JobManager::Ended(j.state())) continue;
+      absl::StrAppend(&out, m.name, "{job=\"", EscapeLabelValue(j.job_id()), "\",name=\"",
+                      EscapeLabelValue(j.name()), "\"} ", Value(m.get(j)), "\n");
+    }
+  }
+  return out;
+}
+
+}  // namespace quilt
