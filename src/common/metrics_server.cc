@@ -6,6 +6,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -20,11 +21,34 @@ namespace quilt {
 namespace {
 
 constexpr size_t kMaxRequestBytes = 8 << 10;
+// Everything one connection may take: reading the request, sending the
+// answer and reading what the client sends after it.
+constexpr int kConnectionDeadlineMs = 2000;
 
-void SendAll(int fd, const std::string& data) {
+int64_t NowMs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
+}
+
+// Waits until `fd` is ready for `events` or the deadline passes.
+bool WaitFor(int fd, short events, int64_t deadline_ms) {
+  for (;;) {
+    const int64_t left = deadline_ms - NowMs();
+    if (left <= 0) return false;
+    pollfd p{fd, events, 0};
+    const int rc = poll(&p, 1, static_cast<int>(left));
+    if (rc > 0) return true;
+    if (rc == 0 || errno != EINTR) return false;
+  }
+}
+
+void SendAll(int fd, const std::string& data, int64_t deadline_ms) {
   size_t sent = 0;
   while (sent < data.size()) {
-    const ssize_t n = send(fd, data.data() + sent, data.size() - sent, MSG_NOSIGNAL);
+    if (!WaitFor(fd, POLLOUT, deadline_ms)) return;  // a client that does not read
+    const ssize_t n = send(fd, data.data() + sent, data.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) continue;
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return;  // the client left
     sent += static_cast<size_t>(n);
@@ -45,7 +69,9 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
   absl::StatusOr<HostPort> hp = ParseHostPort(address);
   if (!hp.ok()) return hp.status();
   addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
+  // IPv4 unless the host is an IPv6 literal ("localhost" is 127.0.0.1,
+  // where scrapers look).
+  hints.ai_family = absl::StrContains(hp->host, ':') ? AF_INET6 : AF_INET;
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
   addrinfo* found = nullptr;
@@ -60,7 +86,10 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
   std::string error = "no address to listen on";
   for (addrinfo* a = found; a != nullptr && fd < 0; a = a->ai_next) {
     fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
-    if (fd < 0) continue;
+    if (fd < 0) {
+      error = strerror(errno);
+      continue;
+    }
     const int one = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
     if (bind(fd, a->ai_addr, a->ai_addrlen) != 0 || listen(fd, 16) != 0) {
@@ -102,15 +131,22 @@ void MetricsServer::Loop() {
     pollfd p{fd_, POLLIN, 0};
     if (poll(&p, 1, 100) <= 0) continue;  // (checks stop_ every 100 ms)
     const int client = accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (client < 0) continue;
-    Serve(client);
+    if (client < 0) {
+      // Out of descriptors (the listener stays readable): not a busy loop.
+      if (errno == EMFILE || errno == ENFILE || errno == ENOMEM || errno == ENOBUFS) {
+        poll(nullptr, 0, 100);
+      }
+      continue;
+    }
+    const int64_t deadline = NowMs() + kConnectionDeadlineMs;
+    Serve(client, deadline);
     // The answer is sent: end our side, and read what the client still
     // sends until it closes (closing with unread bytes would reset the
     // connection, and the client could lose the answer).
     shutdown(client, SHUT_WR);
     char sink[4096];
-    for (size_t drained = 0; drained < (64 << 10);) {
-      const ssize_t n = recv(client, sink, sizeof(sink), 0);
+    for (size_t drained = 0; drained < (64 << 10) && WaitFor(client, POLLIN, deadline);) {
+      const ssize_t n = recv(client, sink, sizeof(sink), MSG_DONTWAIT);
       if (n <= 0) break;
       drained += static_cast<size_t>(n);
     }
@@ -118,35 +154,34 @@ void MetricsServer::Loop() {
   }
 }
 
-void MetricsServer::Serve(int client) {
-  timeval tv{1, 0};
-  setsockopt(client, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  setsockopt(client, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+void MetricsServer::Serve(int client, int64_t deadline_ms) {
   std::string request;
   char buf[1024];
-  while (request.find("\r\n\r\n") == std::string::npos && request.size() < kMaxRequestBytes) {
-    const ssize_t n = recv(client, buf, sizeof(buf), 0);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;  // closed, or silent past the timeout
+  while (request.find("\r\n\r\n") == std::string::npos && request.size() < kMaxRequestBytes &&
+         WaitFor(client, POLLIN, deadline_ms)) {
+    const ssize_t n = recv(client, buf, sizeof(buf), MSG_DONTWAIT);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
+    if (n <= 0) break;  // closed
     request.append(buf, static_cast<size_t>(n));
   }
   const size_t eol = request.find("\r\n");
   std::vector<std::string> line = absl::StrSplit(request.substr(0, eol), ' ', absl::SkipEmpty());
   if (eol == std::string::npos || line.size() != 3 || !absl::StartsWith(line[2], "HTTP/1.")) {
-    SendAll(client, Response(400, "Bad Request", "not an HTTP/1 request\n", false));
+    SendAll(client, Response(400, "Bad Request", "not an HTTP/1 request\n", false), deadline_ms);
     return;
   }
   const bool head = line[0] == "HEAD";
   if (line[0] != "GET" && !head) {
-    SendAll(client, Response(405, "Method Not Allowed", "only GET\n", false));
+    SendAll(client, Response(405, "Method Not Allowed", "only GET\n", false), deadline_ms);
     return;
   }
   const std::string target = line[1].substr(0, line[1].find('?'));
   if (target != path_) {
-    SendAll(client, Response(404, "Not Found", "metrics are at " + path_ + "\n", head));
+    SendAll(client, Response(404, "Not Found", "metrics are at " + path_ + "\n", head),
+            deadline_ms);
     return;
   }
-  SendAll(client, Response(200, "OK", render_(), head));
+  SendAll(client, Response(200, "OK", render_(), head), deadline_ms);
 }
 
 }  // namespace quilt

@@ -2,8 +2,9 @@
 // scrapes. GET (or HEAD) of `path` answers 200 with the page `render`
 // makes at that moment; another path 404, another method 405, a request
 // that is not HTTP 400. One connection at a time, each closed after its
-// answer; a client that sends nothing is dropped after a second, so a
-// stuck scraper cannot block the next one for longer. Plaintext and
+// answer and given 2 s in all (reading, answering), so a stuck or slow
+// scraper cannot hold the next one up for longer. IPv4 unless the host is
+// an IPv6 literal. Plaintext and
 // unauthenticated: the page must hold nothing secret.
 #ifndef QUILT_SRC_COMMON_METRICS_SERVER_H_
 #define QUILT_SRC_COMMON_METRICS_SERVER_H_
@@ -33,7 +34,7 @@ class MetricsServer {
  private:
   MetricsServer(int fd, std::string address, std::string path, std::function<std::string()> render);
   void Loop();
-  void Serve(int client);
+  void Serve(int client, int64_t deadline_ms);
 
   const int fd_;
   const std::string address_, path_;

@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
@@ -76,6 +78,34 @@ TEST_F(MetricsServerTest, AClientThatSendsNothingDoesNotKeepOthersOut) {
   EXPECT_THAT(Exchange(server_->address(), "GET /metrics HTTP/1.1\r\n\r\n"),
               StartsWith("HTTP/1.1 200 OK"));
   close(silent);
+}
+
+TEST_F(MetricsServerTest, AClientThatDribblesItsRequestIsCutOffForTheNextOne) {
+  absl::StatusOr<HostPort> hp = ParseHostPort(server_->address());
+  ASSERT_THAT(hp, IsOk());
+  const int slow = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(hp->port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(connect(slow, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  // A byte every 300 ms: its 60-byte request would take 18 s, and each byte
+  // comes well within any per-read timeout.
+  std::atomic<int> sent{0};
+  std::thread dribbler([&] {
+    for (int i = 0; i < 60; ++i) {
+      if (send(slow, "x", 1, MSG_NOSIGNAL) != 1) return;  // cut off
+      ++sent;
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    }
+  });
+  // The next scrape is answered (Exchange gives up after 10 s).
+  EXPECT_THAT(Exchange(server_->address(), "GET /metrics HTTP/1.1\r\n\r\n"),
+              StartsWith("HTTP/1.1 200 OK"));
+  shutdown(slow, SHUT_RDWR);
+  dribbler.join();
+  close(slow);
+  EXPECT_LT(sent.load(), 60);
 }
 
 TEST(MetricsServer, AnAddressItCannotListenOnIsRefusedByName) {

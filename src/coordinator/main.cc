@@ -42,11 +42,6 @@ int Run(const CoordinatorConfig& config) {
                                                        : "tls+token";
   QLOG_INFO("serving address={} state_dir={} version={} transport={}", address, config.state_dir,
             kVersion, transport);
-  if (!config.ready_file.empty()) {
-    if (absl::Status s = WriteFileAtomically(config.ready_file, address + "\n"); !s.ok()) {
-      return Fail("cannot write ready_file", s);
-    }
-  }
   std::unique_ptr<MetricsServer> metrics;
   if (!config.metrics_address.empty()) {
     Coordinator* c = coordinator->get();
@@ -56,6 +51,11 @@ int Run(const CoordinatorConfig& config) {
     if (!m.ok()) return Fail("cannot serve metrics", m.status());
     metrics = std::move(*m);
     QLOG_INFO("metrics at http://{}/metrics", metrics->address());
+  }
+  if (!config.ready_file.empty()) {
+    if (absl::Status s = WriteFileAtomically(config.ready_file, address + "\n"); !s.ok()) {
+      return Fail("cannot write ready_file", s);
+    }
   }
   NotifyReady("serving on " + address);
 

@@ -107,7 +107,7 @@ std::string RenderMetrics(const std::vector<quilt::v1::NodeStatus>& nodes,
     Family(&out, m.name, m.help);
     for (const quilt::v1::JobStatus& j : jobs) {
       if (JobManager::Ended(j.state())) continue;
-      absl::StrAppend(&out, m.name, "{job=\"", EscapeLabelValue(j.job_id()), "\",name=\"",
+      absl::StrAppend(&out, m.name, "{job_id=\"", EscapeLabelValue(j.job_id()), "\",name=\"",
                       EscapeLabelValue(j.name()), "\"} ", Value(m.get(j)), "\n");
     }
   }

@@ -65,7 +65,7 @@ TEST(Metrics, NodesAndJobsByStateAndTheJobsNotEndedOneByOne) {
   EXPECT_EQ(s["quilt_jobs{state=\"pending\"}"], "1");
   EXPECT_EQ(s["quilt_jobs{state=\"succeeded\"}"], "1");
   EXPECT_EQ(s["quilt_jobs{state=\"failed\"}"], "0");
-  const std::string j1 = "{job=\"j1\",name=\"bert \\\"large\\\"\\\\x\\nrun\"}";
+  const std::string j1 = "{job_id=\"j1\",name=\"bert \\\"large\\\"\\\\x\\nrun\"}";
   EXPECT_EQ(s["quilt_job_step" + j1], "120");
   EXPECT_EQ(s["quilt_job_steps" + j1], "1000");
   EXPECT_EQ(s["quilt_job_loss" + j1], "2.5");
@@ -73,8 +73,8 @@ TEST(Metrics, NodesAndJobsByStateAndTheJobsNotEndedOneByOne) {
   EXPECT_EQ(std::stod(s["quilt_job_predicted_step_time_seconds" + j1]), 0.2);
   EXPECT_EQ(s["quilt_job_samples_per_second" + j1], "1024");
   // No loss yet: NaN, not a 0 that reads as a perfect model.
-  EXPECT_EQ(s["quilt_job_loss{job=\"j2\",name=\"j2\"}"], "NaN");
-  EXPECT_THAT(text, Not(HasSubstr("job=\"j0\"")));  // ended
+  EXPECT_EQ(s["quilt_job_loss{job_id=\"j2\",name=\"j2\"}"], "NaN");
+  EXPECT_THAT(text, Not(HasSubstr("job_id=\"j0\"")));  // ended
   // Every family is typed once.
   EXPECT_THAT(text, HasSubstr("# TYPE quilt_job_step gauge\n"));
   EXPECT_EQ(text.find("# TYPE quilt_nodes gauge"), text.rfind("# TYPE quilt_nodes gauge"));

@@ -151,6 +151,17 @@ absl::Status JobServiceImpl::Submit(const quilt::v1::JobSpec& spec,
       QLOG_INFO("submission of '{}' dropped: the client gave up waiting", spec.name());
       return absl::CancelledError("the client gave up waiting; the job was not started");
     }
+    // A node drained while the job was planned takes no new job: the
+    // submission is refused (an automatic restart is tried again later).
+    const std::set<std::string> world(job.world.begin(), job.world.end());
+    for (const quilt::v1::NodeStatus& n : coordinator_->registry()->ListNodes()) {
+      if (n.draining() && world.count(n.info().node_id())) {
+        return absl::UnavailableError(
+            absl::StrCat("node ", n.info().node_id(),
+                         " was drained while the job was planned; the job was not started "
+                         "(submit it again)"));
+      }
+    }
     if (!resumed_from.empty()) RETURN_IF_ERROR(coordinator_->jobs()->CheckNotResumed(resumed_from));
     job.resumed_from = resumed_from;
     ASSIGN_OR_RETURN(std::string id, coordinator_->jobs()->Add(std::move(job)));

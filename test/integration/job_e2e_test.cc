@@ -603,9 +603,16 @@ TEST(Metrics, TheEndpointShowsTheClusterAndARunningJobsProgress) {
               IsOk());
   ASSERT_THAT(cluster.StartWorker("worker-a").status(), IsOk());
   // The port it got is in its log.
-  const std::string log = cluster.Log("coordinator");
-  const size_t at = log.find("metrics at http://");
-  ASSERT_NE(at, std::string::npos) << log;
+  std::string log;
+  size_t at = std::string::npos;
+  ASSERT_TRUE(Eventually(
+      [&] {
+        log = cluster.Log("coordinator");
+        at = log.find("metrics at http://");
+        return at != std::string::npos;
+      },
+      absl::Seconds(10)))
+      << log;
   const size_t from = at + strlen("metrics at http://");
   const std::string address = log.substr(from, log.find('/', from) - from);
   absl::StatusOr<CommandResult> r =
@@ -623,7 +630,7 @@ TEST(Metrics, TheEndpointShowsTheClusterAndARunningJobsProgress) {
   };
   EXPECT_EQ(sample("quilt_nodes{state=\"ready\"}"), "1");
   EXPECT_EQ(sample("quilt_jobs{state=\"failed\"}"), "0");
-  const std::string labels = "{job=\"" + id + "\",";
+  const std::string labels = "{job_id=\"" + id + "\",";
   ASSERT_TRUE(Eventually(
       [&] {
         const std::string step = sample("quilt_job_step" + labels);
