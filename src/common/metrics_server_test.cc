@@ -35,6 +35,20 @@ class MetricsServerTest : public ::testing::Test {
     ASSERT_THAT(s, IsOk());
     server_ = std::move(*s);
   }
+  // A connection to the server that sends nothing yet (-1 if none).
+  int Connect() {
+    absl::StatusOr<HostPort> hp = ParseHostPort(server_->address());
+    if (!hp.ok()) return -1;
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(hp->port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0) return fd;
+    close(fd);
+    return -1;
+  }
+
   std::atomic<int> scrapes_{0};
   std::unique_ptr<MetricsServer> server_;
 };
@@ -66,14 +80,8 @@ TEST_F(MetricsServerTest, OtherPathsMethodsAndNonHttpAreRefusedWithTheirCodes) {
 }
 
 TEST_F(MetricsServerTest, AClientThatSendsNothingDoesNotKeepOthersOut) {
-  absl::StatusOr<HostPort> hp = ParseHostPort(server_->address());
-  ASSERT_THAT(hp, IsOk());
-  const int silent = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(hp->port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(connect(silent, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  const int silent = Connect();
+  ASSERT_GE(silent, 0);
   // Served after the silent one is dropped (Exchange waits up to 10 s).
   EXPECT_THAT(Exchange(server_->address(), "GET /metrics HTTP/1.1\r\n\r\n"),
               StartsWith("HTTP/1.1 200 OK"));
@@ -81,14 +89,8 @@ TEST_F(MetricsServerTest, AClientThatSendsNothingDoesNotKeepOthersOut) {
 }
 
 TEST_F(MetricsServerTest, AClientThatDribblesItsRequestIsCutOffForTheNextOne) {
-  absl::StatusOr<HostPort> hp = ParseHostPort(server_->address());
-  ASSERT_THAT(hp, IsOk());
-  const int slow = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(hp->port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(connect(slow, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  const int slow = Connect();
+  ASSERT_GE(slow, 0);
   // A byte every 300 ms: its 60-byte request would take 18 s, and each byte
   // comes well within any per-read timeout.
   std::atomic<int> sent{0};
