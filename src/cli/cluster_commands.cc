@@ -1,6 +1,7 @@
 // quiltctl status / nodes: the coordinator's view of the cluster.
 #include <iostream>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "src/cli/cluster_view.h"
@@ -9,6 +10,41 @@
 #include "src/rpc/coordinator_client.h"
 
 namespace quilt::cli {
+namespace {
+
+// Polls the cluster until no job runs on `node`, saying which still do as
+// that changes; 1 when `timeout_s` (0 = none) passes first or the node is
+// gone.
+int WaitUntilIdle(rpc::AdminClient& admin, const std::string& node, double timeout_s) {
+  const absl::Time until =
+      timeout_s > 0 ? absl::Now() + absl::Seconds(timeout_s) : absl::InfiniteFuture();
+  std::string said;
+  for (;;) {
+    auto s = admin.GetClusterStatus({});
+    if (!s.ok()) return PrintError(std::string(s.status().message()));
+    const quilt::v1::NodeStatus* found = nullptr;
+    for (const auto& n : s->nodes()) {
+      if (n.info().node_id() == node) found = &n;
+    }
+    if (found == nullptr) return PrintError("node " + node + " is no longer registered");
+    if (found->running_jobs().empty()) {
+      std::cout << "node " << node << " runs no job: it may be stopped" << std::endl;
+      return 0;
+    }
+    const std::string jobs = absl::StrJoin(found->running_jobs(), ", ");
+    if (absl::Now() >= until) {
+      return PrintError(absl::StrCat("node ", node, " still runs ", jobs, " after ", timeout_s,
+                                     " s (it stays draining)"));
+    }
+    if (jobs != said) {
+      std::cout << "waiting for " << jobs << " to end on " << node << std::endl;
+      said = jobs;
+    }
+    absl::SleepFor(absl::Seconds(1));
+  }
+}
+
+}  // namespace
 
 int PrintError(const std::string& message) {
   std::cerr << "quiltctl: " << message << "\n";
@@ -55,32 +91,47 @@ void AddClusterCommands(CLI::App& app, const GlobalOptions& g, std::vector<Comma
                     return 0;
                   }});
 
-  for (const bool draining : {true, false}) {
-    auto id = std::make_shared<std::string>();
-    CLI::App* cmd = draining ? app.add_subcommand("drain",
-                                                  "Place no new jobs on a node (automatic restarts "
-                                                  "included); the jobs running on it go on")
-                             : app.add_subcommand(
-                                   "undrain", "Take a drained node back: new jobs may run on it");
-    cmd->add_option("node", *id, "Node id")->required();
-    out->push_back({cmd, [&g, id, draining]() {
-                      rpc::AdminClient admin(g.coordinator, absl::Seconds(g.timeout_s));
-                      auto r = admin.SetNodeDraining(*id, draining);
-                      if (!r.ok()) return PrintError(std::string(r.status().message()));
-                      std::cout << "node " << *id
-                                << (draining
-                                        ? (r->changed() ? " is draining: no new jobs"
-                                                        : " was draining already")
-                                        : (r->changed() ? " is taken back: new jobs may run on it"
-                                                        : " was not draining"));
-                      if (draining && r->running_jobs_size() > 0) {
-                        std::cout << "; running on it until they end: "
-                                  << absl::StrJoin(r->running_jobs(), ", ");
-                      }
-                      std::cout << "\n";
-                      return 0;
-                    }});
-  }
+  auto drain_id = std::make_shared<std::string>();
+  auto wait = std::make_shared<bool>(false);
+  auto wait_timeout_s = std::make_shared<double>(0);
+  CLI::App* drain = app.add_subcommand(
+      "drain",
+      "Place no new jobs on a node (automatic restarts included); the jobs running on it go on");
+  drain->add_option("node", *drain_id, "Node id")->required();
+  drain->add_flag("--wait", *wait, "Wait until no job runs on the node (it may then be stopped)");
+  drain
+      ->add_option("--wait-timeout", *wait_timeout_s,
+                   "With --wait: give up after this many seconds (0: no limit)")
+      ->check(CLI::NonNegativeNumber);
+  out->push_back({drain, [&g, drain_id, wait, wait_timeout_s]() {
+                    rpc::AdminClient admin(g.coordinator, absl::Seconds(g.timeout_s));
+                    auto r = admin.SetNodeDraining(*drain_id, true);
+                    if (!r.ok()) return PrintError(std::string(r.status().message()));
+                    std::cout << "node " << *drain_id
+                              << (r->changed() ? " is draining: no new jobs"
+                                               : " was draining already");
+                    if (r->running_jobs_size() > 0) {
+                      std::cout << "; running on it until they end: "
+                                << absl::StrJoin(r->running_jobs(), ", ");
+                    }
+                    std::cout << std::endl;
+                    return *wait ? WaitUntilIdle(admin, *drain_id, *wait_timeout_s) : 0;
+                  }});
+
+  auto undrain_id = std::make_shared<std::string>();
+  CLI::App* undrain =
+      app.add_subcommand("undrain", "Take a drained node back: new jobs may run on it");
+  undrain->add_option("node", *undrain_id, "Node id")->required();
+  out->push_back({undrain, [&g, undrain_id]() {
+                    rpc::AdminClient admin(g.coordinator, absl::Seconds(g.timeout_s));
+                    auto r = admin.SetNodeDraining(*undrain_id, false);
+                    if (!r.ok()) return PrintError(std::string(r.status().message()));
+                    std::cout << "node " << *undrain_id
+                              << (r->changed() ? " is taken back: new jobs may run on it"
+                                               : " was not draining")
+                              << "\n";
+                    return 0;
+                  }});
 }
 
 }  // namespace quilt::cli

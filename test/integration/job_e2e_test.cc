@@ -579,6 +579,16 @@ TEST_F(Jobs, ADrainedNodeGetsNoNewJobsWhileItsRunningJobGoesOn) {
   EXPECT_EQ(Job(next)["nodes"], nlohmann::json::array({"worker-a"})) << Job(next).dump();
   ASSERT_TRUE(Eventually([&] { return State(next) == "JOB_STATE_SUCCEEDED"; }, absl::Seconds(60)))
       << Job(next).dump();
+  // Waiting for the node to be idle: not while the job runs; once it is
+  // cancelled, at once.
+  const CommandResult busy = quiltctl({"drain", "worker-b", "--wait", "--wait-timeout", "2"});
+  EXPECT_NE(busy.exit_code, 0);
+  EXPECT_THAT(busy.out, HasSubstr("waiting for " + running + " to end on worker-b"));
+  EXPECT_THAT(busy.err, HasSubstr("still runs " + running));
+  ASSERT_EQ(quiltctl({"cancel", running}).exit_code, 0);
+  const CommandResult idle = quiltctl({"drain", "worker-b", "--wait", "--wait-timeout", "30"});
+  EXPECT_EQ(idle.exit_code, 0) << idle.err;
+  EXPECT_THAT(idle.out, HasSubstr("worker-b runs no job: it may be stopped"));
   // Every Ready node draining: a submission is refused, saying why.
   EXPECT_EQ(quiltctl({"drain", "worker-a"}).exit_code, 0);
   const CommandResult refused = quiltctl(SubmitArgs(cluster_.dir().File("ckpt"), 3, "auto"));
