@@ -58,6 +58,16 @@ std::string EventLabel(ClusterEvent::Kind k) {
       return "Restarted";
     case ClusterEvent::KIND_JOB_FAILED:
       return "JobFailed";
+    case ClusterEvent::KIND_NODE_REGISTERED:
+      return "Registered";
+    case ClusterEvent::KIND_NODE_RECOVERED:
+      return "Recovered";
+    case ClusterEvent::KIND_NODE_FORGOTTEN:
+      return "Forgotten";
+    case ClusterEvent::KIND_NODE_DRAINING:
+      return "Draining";
+    case ClusterEvent::KIND_NODE_UNDRAINED:
+      return "Undrained";
     default:
       return "Event";
   }
@@ -193,6 +203,68 @@ std::string RenderNodes(const quilt::v1::ClusterStatus& status, const std::strin
     table.AddRow(std::move(row));
   }
   return table.Render();
+}
+
+absl::StatusOr<std::string> RenderNodeDetails(const quilt::v1::ClusterStatus& status,
+                                              const std::string& node_id, const std::string& format,
+                                              absl::Time now) {
+  const NodeStatus* node = nullptr;
+  for (const NodeStatus& n : status.nodes()) {
+    if (n.info().node_id() == node_id) node = &n;
+  }
+  if (node == nullptr) return absl::NotFoundError("no node '" + node_id + "'");
+  if (format == "json") return ToJson(*node) + "\n";
+  const quilt::v1::NodeInfo& info = node->info();
+  std::string out;
+  absl::StrAppend(&out, "Node:        ", node_id, "  ", NodeStateLabel(*node),
+                  node->draining() ? " (draining: no new jobs)" : "", "\n");
+  if (!node->reason().empty()) absl::StrAppend(&out, "Reason:      ", node->reason(), "\n");
+  absl::StrAppend(&out, "Host:        ", info.hostname().empty() ? "-" : info.hostname(),
+                  info.address().empty() ? "" : "  " + info.address(), "\n");
+  absl::StrAppend(&out, "Version:     ", info.version().empty() ? "-" : info.version(),
+                  absl::StrFormat("  (worker incarnation %016x)", node->incarnation()), "\n");
+  if (node->has_registered_at()) {
+    absl::StrAppend(
+        &out, "Registered:  ",
+        HumanDuration(absl::ToDoubleSeconds(now - FromProtoTime(node->registered_at()))), " ago\n");
+  }
+  absl::StrAppend(&out, "Heartbeat:   ", HumanDuration(node->heartbeat_age_s()), " ago\n");
+  absl::StrAppend(&out, "Memory:      plans hold ", HumanBytes(node->memory_used_bytes()), " of ",
+                  HumanBytes(DeviceMemory(info)), " device memory\n");
+  out += "Devices:\n";
+  if (info.devices().empty()) out += "  (none)\n";
+  for (const auto& d : info.devices()) {
+    absl::StrAppend(&out, "  ", d.id(), "  ", KindName(d.kind()), "  ",
+                    d.model().empty() ? "-" : d.model(), "  ", HumanBytes(d.memory_bytes()), "  ",
+                    d.measured_gemm_flops_per_s() > 0
+                        ? HumanSi(d.measured_gemm_flops_per_s()) + "FLOP/s measured"
+                        : HumanSi(d.peak_fp32_flops_per_s()) + "FLOP/s peak (not measured)",
+                    "\n");
+  }
+  out += "Links (measured):\n";
+  int links = 0;
+  for (const auto& l : status.links()) {
+    if (l.src_node() != node_id && l.dst_node() != node_id) continue;
+    absl::StrAppendFormat(&out, "  %s <-> %s  %s/s  %s\n", l.src_node(), l.dst_node(),
+                          HumanSi(l.link().bandwidth_bytes_per_s()) + "B",
+                          HumanSeconds(l.link().latency_s()));
+    ++links;
+  }
+  if (links == 0) out += "  (none)\n";
+  absl::StrAppend(&out, "Jobs:        ",
+                  node->running_jobs().empty() ? "none" : absl::StrJoin(node->running_jobs(), ", "),
+                  "\n");
+  out += "Recent events:\n";
+  int events = 0;
+  for (const ClusterEvent& e : status.recent_events()) {
+    if (e.node_id() != node_id) continue;
+    const double ago = absl::ToDoubleSeconds(now - FromProtoTime(e.time()));
+    absl::StrAppendFormat(&out, "  %s ago  %s: %s\n", HumanDuration(ago), EventLabel(e.kind()),
+                          e.message());
+    ++events;
+  }
+  if (events == 0) out += "  (none)\n";
+  return out;
 }
 
 }  // namespace quilt::cli

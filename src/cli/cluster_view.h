@@ -1,11 +1,12 @@
-// Renders the coordinator's ClusterStatus for `quiltctl status` and
-// `quiltctl nodes` (table, wide table, JSON). Pure functions: the output
-// depends only on the arguments.
+// Renders the coordinator's ClusterStatus for `quiltctl status`,
+// `quiltctl nodes` (table, wide table, JSON) and `quiltctl describe node`. Pure functions: the
+// output depends only on the arguments.
 #ifndef QUILT_SRC_CLI_CLUSTER_VIEW_H_
 #define QUILT_SRC_CLI_CLUSTER_VIEW_H_
 
 #include <string>
 
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "proto/quilt/v1/services.pb.h"
 
@@ -24,6 +25,14 @@ std::string RenderStatus(const quilt::v1::ClusterStatus& status, const std::stri
 
 // format: "table" | "wide" | "json".
 std::string RenderNodes(const quilt::v1::ClusterStatus& status, const std::string& format);
+
+// `quiltctl describe node`: the node's state (draining too), host, devices
+// with their measured speed, its measured links, the jobs on it and its
+// recent events. format: "table" | "json" (its NodeStatus). Errors:
+// NOT_FOUND naming the node.
+absl::StatusOr<std::string> RenderNodeDetails(const quilt::v1::ClusterStatus& status,
+                                              const std::string& node_id, const std::string& format,
+                                              absl::Time now);
 
 }  // namespace quilt::cli
 

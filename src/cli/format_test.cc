@@ -87,5 +87,40 @@ TEST(ClusterView, NodesJsonUsesProtoFieldNames) {
   EXPECT_THAT(out, HasSubstr("\"state\": \"NODE_STATE_DOWN\""));
 }
 
+TEST(ClusterView, DescribeNodeShowsItsStateDevicesLinksJobsAndOwnEvents) {
+  quilt::v1::ClusterStatus status = TwoNodes();
+  auto* a = status.mutable_nodes(0);
+  a->set_draining(true);
+  a->add_running_jobs("job-1");
+  a->mutable_info()->mutable_devices(0)->set_id("a/gpu:0");
+  auto* l = status.add_links();
+  l->set_src_node("a");
+  l->set_dst_node("b");
+  l->mutable_link()->set_bandwidth_bytes_per_s(1.25e9);
+  l->mutable_link()->set_latency_s(20e-6);
+  auto* e = status.add_recent_events();
+  e->set_node_id("a");
+  e->set_kind(quilt::v1::ClusterEvent::KIND_NODE_DRAINING);
+  e->set_message("drained: no new jobs");
+  e->mutable_time()->set_seconds(1000000002);
+  const absl::Time now = absl::FromUnixSeconds(1000000005);
+  absl::StatusOr<std::string> out = RenderNodeDetails(status, "a", "table", now);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_THAT(*out, HasSubstr("Node:        a  Ready,Draining (draining: no new jobs)"));
+  EXPECT_THAT(*out, HasSubstr("  a/gpu:0  gpu  V100  16.0GiB  14.0TFLOP/s measured"));
+  EXPECT_THAT(*out, HasSubstr("  a <-> b  1.25GB/s"));
+  EXPECT_THAT(*out, HasSubstr("Jobs:        job-1"));
+  EXPECT_THAT(*out, HasSubstr("  3.0s ago  Draining: drained: no new jobs"));
+  EXPECT_THAT(*out, Not(HasSubstr("no heartbeat")));  // b's event
+  absl::StatusOr<std::string> b = RenderNodeDetails(status, "b", "table", now);
+  ASSERT_TRUE(b.ok());
+  EXPECT_THAT(*b, HasSubstr("Reason:      no heartbeat for 31.0 s"));
+  EXPECT_THAT(*b, HasSubstr("Jobs:        none"));
+  EXPECT_THAT(*b, HasSubstr("5.0s ago  Down: no heartbeat for 31.0 s"));
+  EXPECT_THAT(*RenderNodeDetails(status, "a", "json", now), HasSubstr("\"draining\": true"));
+  EXPECT_EQ(RenderNodeDetails(status, "zz", "table", now).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
 }  // namespace
 }  // namespace quilt::cli

@@ -18,6 +18,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "nlohmann/json.hpp"
+#include "src/cli/cluster_view.h"
 #include "src/cli/command.h"
 #include "src/cli/format.h"
 #include "src/cli/validators.h"
@@ -504,6 +505,26 @@ void AddJobCommands(CLI::App& app, const GlobalOptions& globals, std::vector<Com
                     absl::StatusOr<JobStatus> st = client.GetJob(*describe_id);
                     if (!st.ok()) return PrintError(std::string(st.status().message()));
                     std::cout << (*describe_format == "json" ? ToJson(*st) + "\n" : Describe(*st));
+                    return 0;
+                  }});
+  // describe node ID
+  auto node_id = std::make_shared<std::string>();
+  auto node_format = std::make_shared<std::string>("table");
+  CLI::App* describe_node = describe->add_subcommand(
+      "node", "A node: state, devices and their speed, links, jobs, recent events");
+  describe_node->add_option("id", *node_id, "Node id")->required();
+  describe_node->add_option("-o,--output", *node_format, "table | json")
+      ->check(CLI::IsMember({"table", "json"}));
+  out->push_back({describe_node, [node_id, node_format, &globals] {
+                    rpc::AdminClient admin(globals.coordinator, absl::Seconds(globals.timeout_s));
+                    quilt::v1::GetClusterStatusRequest request;
+                    request.set_max_events(1000);
+                    auto st = admin.GetClusterStatus(request);
+                    if (!st.ok()) return PrintError(std::string(st.status().message()));
+                    absl::StatusOr<std::string> text =
+                        RenderNodeDetails(*st, *node_id, *node_format, absl::Now());
+                    if (!text.ok()) return PrintError(std::string(text.status().message()));
+                    std::cout << *text;
                     return 0;
                   }});
   // watch ID

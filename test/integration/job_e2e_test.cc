@@ -566,6 +566,10 @@ TEST_F(Jobs, ADrainedNodeGetsNoNewJobsWhileItsRunningJobGoesOn) {
   EXPECT_NE(unknown.exit_code, 0);
   EXPECT_THAT(unknown.err, HasSubstr("no node 'worker-z'"));
   EXPECT_THAT(quiltctl({"nodes"}).out, HasSubstr("Ready,Draining"));
+  const CommandResult described = quiltctl({"describe", "node", "worker-b"});
+  EXPECT_THAT(described.out, HasSubstr("(draining: no new jobs)"));
+  EXPECT_THAT(described.out, HasSubstr("Jobs:        " + running));
+  EXPECT_THAT(described.out, HasSubstr("Draining: drained: no new jobs"));
   EXPECT_THAT(quiltctl({"status"}).out, HasSubstr("1 draining (no new jobs)"));
   // The running job goes on over both nodes; new ones are planned without
   // the drained node: data parallelism over every device finds one.
