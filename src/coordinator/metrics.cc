@@ -1,6 +1,7 @@
 #include "src/coordinator/metrics.h"
 
 #include <cmath>
+#include <functional>
 #include <map>
 
 #include "absl/strings/str_cat.h"
@@ -64,6 +65,39 @@ std::string RenderMetrics(const std::vector<quilt::v1::NodeStatus>& nodes,
   }
   Family(&out, "quilt_nodes_draining", "Nodes drained by an operator (no new jobs).");
   absl::StrAppend(&out, "quilt_nodes_draining ", draining, "\n");
+
+  std::map<std::string, int> jobs_on;
+  for (const quilt::v1::JobStatus& j : jobs) {
+    if (JobManager::Ended(j.state())) continue;
+    for (const std::string& node : j.nodes()) ++jobs_on[node];
+  }
+  struct PerNode {
+    const char* name;
+    const char* help;
+    std::function<double(const quilt::v1::NodeStatus&)> get;
+  };
+  const PerNode per_node[] = {
+      {"quilt_node_ready", "1 while the node is Ready (heartbeats arrive), else 0.",
+       [](const quilt::v1::NodeStatus& n) {
+         return n.state() == quilt::v1::NODE_STATE_READY ? 1.0 : 0.0;
+       }},
+      {"quilt_node_draining", "1 while an operator has the node drained, else 0.",
+       [](const quilt::v1::NodeStatus& n) { return n.draining() ? 1.0 : 0.0; }},
+      {"quilt_node_heartbeat_age_seconds", "Seconds since the node's last heartbeat.",
+       [](const quilt::v1::NodeStatus& n) { return n.heartbeat_age_s(); }},
+      {"quilt_node_jobs", "Jobs not ended that run on the node.",
+       [&jobs_on](const quilt::v1::NodeStatus& n) {
+         auto it = jobs_on.find(n.info().node_id());
+         return it == jobs_on.end() ? 0.0 : static_cast<double>(it->second);
+       }},
+  };
+  for (const PerNode& m : per_node) {
+    Family(&out, m.name, m.help);
+    for (const quilt::v1::NodeStatus& n : nodes) {
+      absl::StrAppend(&out, m.name, "{node=\"", EscapeLabelValue(n.info().node_id()), "\"} ",
+                      Value(m.get(n)), "\n");
+    }
+  }
 
   std::map<std::string, int> job_states;
   for (int s = quilt::v1::JOB_STATE_PENDING; s <= quilt::v1::JOB_STATE_CANCELLED; ++s) {

@@ -1,6 +1,7 @@
 // The coordinator's metrics in Prometheus's text exposition format (0.0.4),
 // for the optional metrics endpoint (config key metrics_address): nodes by
-// state and draining; jobs by state; per job not ended, its step, steps,
+// state and draining, and per node whether it is Ready or drained, its
+// heartbeat age and its jobs; jobs by state; per job not ended, its step, steps,
 // last loss, measured and predicted step time and samples/s, labelled
 // job_id (Prometheus keeps `job` for its scrape job) and name. Gauges only: each scrape reads the
 // state as it is.

@@ -52,8 +52,14 @@ TEST(Metrics, NodesAndJobsByStateAndTheJobsNotEndedOneByOne) {
   pending.set_job_id("j2");
   pending.set_name("j2");
   pending.set_state(quilt::v1::JOB_STATE_PENDING);
+  running.add_nodes("a");
+  running.add_nodes("b");
+  pending.add_nodes("a");
+  nodes[2].set_heartbeat_age_s(42.5);
   quilt::v1::JobStatus done = running;
   done.set_job_id("j0");
+  done.clear_nodes();
+  done.add_nodes("c");
   done.set_state(quilt::v1::JOB_STATE_SUCCEEDED);
   const std::string text = RenderMetrics(nodes, {done, running, pending});
   std::map<std::string, std::string> s = Samples(text);
@@ -75,6 +81,15 @@ TEST(Metrics, NodesAndJobsByStateAndTheJobsNotEndedOneByOne) {
   // No loss yet: NaN, not a 0 that reads as a perfect model.
   EXPECT_EQ(s["quilt_job_loss{job_id=\"j2\",name=\"j2\"}"], "NaN");
   EXPECT_THAT(text, Not(HasSubstr("job_id=\"j0\"")));  // ended
+  EXPECT_EQ(s["quilt_node_ready{node=\"a\"}"], "1");
+  EXPECT_EQ(s["quilt_node_ready{node=\"c\"}"], "0");
+  EXPECT_EQ(s["quilt_node_draining{node=\"b\"}"], "1");
+  EXPECT_EQ(s["quilt_node_draining{node=\"a\"}"], "0");
+  EXPECT_EQ(s["quilt_node_heartbeat_age_seconds{node=\"c\"}"], "42.5");
+  // j1 runs on a and b, j2 (pending) on a; j0 ended on c.
+  EXPECT_EQ(s["quilt_node_jobs{node=\"a\"}"], "2");
+  EXPECT_EQ(s["quilt_node_jobs{node=\"b\"}"], "1");
+  EXPECT_EQ(s["quilt_node_jobs{node=\"c\"}"], "0");
   // Every family is typed once.
   EXPECT_THAT(text, HasSubstr("# TYPE quilt_job_step gauge\n"));
   EXPECT_EQ(text.find("# TYPE quilt_nodes gauge"), text.rfind("# TYPE quilt_nodes gauge"));

@@ -654,6 +654,8 @@ TEST(Metrics, TheEndpointShowsTheClusterAndARunningJobsProgress) {
       << testing::RawHttpExchange(address, "GET /metrics HTTP/1.1\r\n\r\n");
   EXPECT_EQ(sample("quilt_job_steps" + labels), "1000000");
   EXPECT_EQ(sample("quilt_jobs{state=\"running\"}"), "1");
+  EXPECT_EQ(sample("quilt_node_jobs{node=\"worker-a\"}"), "1");
+  EXPECT_EQ(sample("quilt_node_ready{node=\"worker-a\"}"), "1");
   const double loss = std::stod(sample("quilt_job_loss" + labels));
   EXPECT_TRUE(std::isfinite(loss) && loss > 0) << loss;
   EXPECT_GT(std::stod(sample("quilt_job_predicted_step_time_seconds" + labels)), 0);
