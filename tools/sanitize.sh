@@ -4,8 +4,7 @@
 # report fails the run. Builds into an output directory of its own
 # (bazel-out/k8-opt-asan), so the normal build stays cached.
 #
-#   tools/sanitize.sh [TARGET...]   (default: the runtime, the daemons, the
-#                                    RPC layer and the integration tests)
+#   tools/sanitize.sh [TARGET...]   (default: every test, //...)
 #
 # Reports go to $QUILT_ASAN_DIR (default: a new directory under /tmp), one
 # file per process that found an error. Leak checking is off: daemons are
@@ -15,8 +14,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-  targets=(//src/runtime/... //src/coordinator/... //src/worker/... //src/rpc/...
-    //test/integration/...)
+  targets=(//...)
 fi
 reports=${QUILT_ASAN_DIR:-$(mktemp -d /tmp/quilt-asan.XXXXXX)}
 mkdir -p "$reports"
