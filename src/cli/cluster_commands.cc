@@ -22,10 +22,7 @@ int WaitUntilIdle(rpc::AdminClient& admin, const std::string& node, double timeo
   for (;;) {
     auto s = admin.GetClusterStatus({});
     if (!s.ok()) return PrintError(std::string(s.status().message()));
-    const quilt::v1::NodeStatus* found = nullptr;
-    for (const auto& n : s->nodes()) {
-      if (n.info().node_id() == node) found = &n;
-    }
+    const quilt::v1::NodeStatus* found = FindNode(*s, node);
     if (found == nullptr) return PrintError("node " + node + " is no longer registered");
     if (found->running_jobs().empty()) {
       std::cout << "node " << node << " runs no job: it may be stopped" << std::endl;

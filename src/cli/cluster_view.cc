@@ -75,6 +75,13 @@ std::string EventLabel(ClusterEvent::Kind k) {
 
 }  // namespace
 
+const NodeStatus* FindNode(const quilt::v1::ClusterStatus& status, const std::string& node_id) {
+  for (const NodeStatus& n : status.nodes()) {
+    if (n.info().node_id() == node_id) return &n;
+  }
+  return nullptr;
+}
+
 std::string NodeStateLabel(const NodeStatus& node) {
   std::string s;
   switch (node.state()) {
@@ -208,10 +215,7 @@ std::string RenderNodes(const quilt::v1::ClusterStatus& status, const std::strin
 absl::StatusOr<std::string> RenderNodeDetails(const quilt::v1::ClusterStatus& status,
                                               const std::string& node_id, const std::string& format,
                                               absl::Time now) {
-  const NodeStatus* node = nullptr;
-  for (const NodeStatus& n : status.nodes()) {
-    if (n.info().node_id() == node_id) node = &n;
-  }
+  const NodeStatus* node = FindNode(status, node_id);
   if (node == nullptr) return absl::NotFoundError("no node '" + node_id + "'");
   if (format == "json") return ToJson(*node) + "\n";
   const quilt::v1::NodeInfo& info = node->info();

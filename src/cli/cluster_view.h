@@ -12,6 +12,10 @@
 
 namespace quilt::cli {
 
+// The node `node_id` of `status`, or null.
+const quilt::v1::NodeStatus* FindNode(const quilt::v1::ClusterStatus& status,
+                                      const std::string& node_id);
+
 // "Ready", "NotReady", "Down", with ",Draining" appended when draining.
 std::string NodeStateLabel(const quilt::v1::NodeStatus& node);
 

@@ -71,7 +71,8 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
   addrinfo hints{};
   // IPv4 unless the host is an IPv6 literal ("localhost" is 127.0.0.1,
   // where scrapers look).
-  hints.ai_family = absl::StrContains(hp->host, ':') ? AF_INET6 : AF_INET;
+  const bool v6 = absl::StrContains(hp->host, ':');
+  hints.ai_family = v6 ? AF_INET6 : AF_INET;
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
   addrinfo* found = nullptr;
@@ -108,7 +109,6 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
   const int got =
       ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
                                         : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
-  const bool v6 = absl::StrContains(hp->host, ':');
   const std::string host = v6 ? "[" + hp->host + "]" : hp->host;
   return std::unique_ptr<MetricsServer>(
       new MetricsServer(fd, absl::StrCat(host, ":", got), path, std::move(render)));

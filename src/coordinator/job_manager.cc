@@ -45,6 +45,16 @@ bool JobManager::Ended(JobState s) {
          s == quilt::v1::JOB_STATE_CANCELLED;
 }
 
+std::map<std::string, std::vector<std::string>> JobManager::ActiveJobsByNode(
+    const std::vector<quilt::v1::JobStatus>& jobs) {
+  std::map<std::string, std::vector<std::string>> out;
+  for (const quilt::v1::JobStatus& job : jobs) {
+    if (Ended(job.state())) continue;
+    for (const std::string& node : job.nodes()) out[node].push_back(job.job_id());
+  }
+  return out;
+}
+
 JobManager::JobManager(CoordinatorStore* store, NodeRegistry* registry, Clock* clock,
                        std::string checkpoint_root)
     : store_(store),

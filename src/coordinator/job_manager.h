@@ -128,6 +128,10 @@ class JobManager {
                                                      absl::Duration timeout) const;
 
   static bool Ended(quilt::v1::JobState s);
+  // Per node, the ids of the jobs in `jobs` that have not ended and run on
+  // it (in the order given).
+  static std::map<std::string, std::vector<std::string>> ActiveJobsByNode(
+      const std::vector<quilt::v1::JobStatus>& jobs);
   static bool TaskEnded(quilt::v1::TaskState s);
 
   // How long a job whose executor failed because of a peer waits for the

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
 #include "src/coordinator/job_manager.h"
 
 namespace quilt {
@@ -22,7 +23,10 @@ void Family(std::string* out, const char* name, const char* help) {
   absl::StrAppend(out, "# HELP ", name, " ", help, "\n# TYPE ", name, " gauge\n");
 }
 
-std::string Lower(std::string s) {
+// An enum value's name as a label value: "NODE_STATE_NOT_READY" without
+// `prefix`, lower case ("not_ready").
+std::string StateLabel(const std::string& name, absl::string_view prefix) {
+  std::string s(absl::StripPrefix(name, prefix));
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return s;
 }
@@ -47,16 +51,17 @@ std::string EscapeLabelValue(const std::string& value) {
 
 std::string RenderMetrics(const std::vector<quilt::v1::NodeStatus>& nodes,
                           const std::vector<quilt::v1::JobStatus>& jobs) {
+  using quilt::v1::JobState_Name;
+  using quilt::v1::NodeState_Name;
+  constexpr absl::string_view kNodePrefix = "NODE_STATE_", kJobPrefix = "JOB_STATE_";
   std::string out;
   std::map<std::string, int> node_states;
   for (int s = quilt::v1::NODE_STATE_READY; s <= quilt::v1::NODE_STATE_DOWN; ++s) {
-    node_states[Lower(quilt::v1::NodeState_Name(static_cast<quilt::v1::NodeState>(s))
-                          .substr(strlen("NODE_STATE_")))] = 0;
+    node_states[StateLabel(NodeState_Name(static_cast<quilt::v1::NodeState>(s)), kNodePrefix)] = 0;
   }
   int draining = 0;
   for (const quilt::v1::NodeStatus& n : nodes) {
-    const std::string name = quilt::v1::NodeState_Name(n.state());
-    ++node_states[Lower(name.substr(std::min(name.size(), strlen("NODE_STATE_"))))];
+    ++node_states[StateLabel(NodeState_Name(n.state()), kNodePrefix)];
     draining += n.draining();
   }
   Family(&out, "quilt_nodes", "Registered nodes by state.");
@@ -66,11 +71,8 @@ std::string RenderMetrics(const std::vector<quilt::v1::NodeStatus>& nodes,
   Family(&out, "quilt_nodes_draining", "Nodes drained by an operator (no new jobs).");
   absl::StrAppend(&out, "quilt_nodes_draining ", draining, "\n");
 
-  std::map<std::string, int> jobs_on;
-  for (const quilt::v1::JobStatus& j : jobs) {
-    if (JobManager::Ended(j.state())) continue;
-    for (const std::string& node : j.nodes()) ++jobs_on[node];
-  }
+  const std::map<std::string, std::vector<std::string>> jobs_on =
+      JobManager::ActiveJobsByNode(jobs);
   struct PerNode {
     const char* name;
     const char* help;
@@ -88,7 +90,7 @@ std::string RenderMetrics(const std::vector<quilt::v1::NodeStatus>& nodes,
       {"quilt_node_jobs", "Jobs not ended that run on the node.",
        [&jobs_on](const quilt::v1::NodeStatus& n) {
          auto it = jobs_on.find(n.info().node_id());
-         return it == jobs_on.end() ? 0.0 : static_cast<double>(it->second);
+         return it == jobs_on.end() ? 0.0 : static_cast<double>(it->second.size());
        }},
   };
   for (const PerNode& m : per_node) {
@@ -102,12 +104,10 @@ std::string RenderMetrics(const std::vector<quilt::v1::NodeStatus>& nodes,
   std::map<std::string, int> job_states;
   for (int s = quilt::v1::JOB_STATE_PENDING; s <= quilt::v1::JOB_STATE_CANCELLED; ++s) {
     if (s == quilt::v1::JOB_STATE_PLANNING) continue;  // not a state jobs are kept in
-    job_states[Lower(quilt::v1::JobState_Name(static_cast<quilt::v1::JobState>(s))
-                         .substr(strlen("JOB_STATE_")))] = 0;
+    job_states[StateLabel(JobState_Name(static_cast<quilt::v1::JobState>(s)), kJobPrefix)] = 0;
   }
   for (const quilt::v1::JobStatus& j : jobs) {
-    const std::string name = quilt::v1::JobState_Name(j.state());
-    ++job_states[Lower(name.substr(std::min(name.size(), strlen("JOB_STATE_"))))];
+    ++job_states[StateLabel(JobState_Name(j.state()), kJobPrefix)];
   }
   Family(&out, "quilt_jobs", "Jobs the coordinator keeps, by state.");
   for (const auto& [state, count] : job_states) {

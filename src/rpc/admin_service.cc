@@ -41,11 +41,9 @@ grpc::ServerUnaryReactor* AdminServiceImpl::SetNodeDraining(grpc::CallbackServer
         ASSIGN_OR_RETURN(const bool changed,
                          coordinator_->registry()->SetDraining(req.node_id(), req.draining()));
         resp->set_changed(changed);
-        for (const quilt::v1::JobStatus& job : coordinator_->jobs()->List()) {
-          if (JobManager::Ended(job.state())) continue;
-          for (const std::string& node : job.nodes()) {
-            if (node == req.node_id()) resp->add_running_jobs(job.job_id());
-          }
+        for (const std::string& job :
+             JobManager::ActiveJobsByNode(coordinator_->jobs()->List())[req.node_id()]) {
+          resp->add_running_jobs(job);
         }
         return absl::OkStatus();
       });
@@ -55,11 +53,11 @@ absl::Status AdminServiceImpl::ClusterStatus(const quilt::v1::GetClusterStatusRe
                                              quilt::v1::ClusterStatus* response) {
   NodeRegistry* registry = coordinator_->registry();
   // Jobs not ended, and what their plans hold on each node.
-  std::map<std::string, std::vector<std::string>> running;
+  const std::vector<quilt::v1::JobStatus> jobs = coordinator_->jobs()->List();
+  std::map<std::string, std::vector<std::string>> running = JobManager::ActiveJobsByNode(jobs);
   std::map<std::string, int64_t> memory;
-  for (const quilt::v1::JobStatus& job : coordinator_->jobs()->List()) {
+  for (const quilt::v1::JobStatus& job : jobs) {
     if (JobManager::Ended(job.state())) continue;
-    for (const std::string& node : job.nodes()) running[node].push_back(job.job_id());
     for (const auto& [node, bytes] : job.predicted_memory_bytes()) memory[node] += bytes;
   }
   std::set<std::string> ready;
