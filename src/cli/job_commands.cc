@@ -52,6 +52,7 @@ struct SubmitArgs {
   bool momentum_given = false;  // --momentum was on the command line
   uint64_t seed = 0;
   bool watch = false;
+  bool queue = false;
   std::string format = "table";
 };
 
@@ -110,6 +111,7 @@ absl::StatusOr<quilt::v1::JobSpec> SpecFrom(const SubmitArgs& a) {
   spec.set_seed(a.seed);
   spec.set_checkpoint_interval_steps(a.checkpoint_every);
   spec.set_max_restarts(a.max_restarts);
+  spec.set_queue(a.queue);
   // The workers write there, in their own working directories: absolute.
   spec.set_checkpoint_dir(Absolute(a.checkpoint_dir));
   if (a.loss == "softmax_cross_entropy") {
@@ -215,7 +217,10 @@ std::string ProgressLine(const JobStatus& s) {
       "[%s] %s step %d/%d  loss %s  %s samples/s  ETA %s%s", bar, StateName(s.state()), s.step(),
       s.steps(), LossText(s, "%.4g"),
       s.samples_per_s() > 0 && stall.empty() ? absl::StrFormat("%.0f", s.samples_per_s()) : "-",
-      eta >= 0 ? HumanDuration(eta) : "-", stall.empty() ? "" : "  (" + stall + ")");
+      eta >= 0 ? HumanDuration(eta) : "-",
+      !stall.empty()                             ? "  (" + stall + ")"
+      : s.state() == quilt::v1::JOB_STATE_QUEUED ? "  (" + s.message() + ")"
+                                                 : "");
 }
 
 int Watch(const std::string& id, const GlobalOptions& g, const std::string& format) {
@@ -390,6 +395,9 @@ void AddJobCommands(CLI::App& app, const GlobalOptions& globals, std::vector<Com
       ->check(CLI::Range(0, 100));
   submit->add_option("--seed", a->seed, "Seed of the planner and of random kernels")->check(Seed());
   submit->add_flag("--watch", a->watch, "Watch the job after submitting it");
+  submit->add_flag("--queue", a->queue,
+                   "When other jobs hold the memory it needs, wait for them (QUEUED, first in "
+                   "first out) instead of failing");
   out->push_back({submit, [a, submit, &globals] {
                     a->momentum_given = submit->count("--momentum") > 0;
                     absl::StatusOr<quilt::v1::JobSpec> spec = SpecFrom(*a);
@@ -403,7 +411,9 @@ void AddJobCommands(CLI::App& app, const GlobalOptions& globals, std::vector<Com
                     if (!id.ok()) return PrintError(std::string(id.status().message()));
                     absl::StatusOr<JobStatus> st = client.GetJob(*id);
                     std::cout << *id << "\n";
-                    if (st.ok()) {
+                    if (st.ok() && st->state() == quilt::v1::JOB_STATE_QUEUED) {
+                      std::cerr << "queued: " << st->message() << "\n";
+                    } else if (st.ok()) {
                       std::cerr << "plan: " << st->strategy() << ", predicted "
                                 << HumanSeconds(st->predicted_step_time_s()) << " per step\n";
                     }

@@ -47,6 +47,14 @@ absl::StatusOr<quilt::v1::NodeInfo> DiscoverLocalNode(const LocalNodeOptions& op
     return absl::InvalidArgumentError(absl::StrFormat(
         "cpu_devices = %d, but only %d core(s) are available", options.cpu_devices, cores));
   }
+  if (options.cpu_memory_bytes < 0 ||
+      (host.memory_bytes > 0 && options.cpu_memory_bytes > host.memory_bytes)) {
+    return absl::InvalidArgumentError(absl::StrFormat("cpu_memory_mb = %d, but the host has %d MiB",
+                                                      options.cpu_memory_bytes >> 20,
+                                                      host.memory_bytes >> 20));
+  }
+  const int64_t cpu_memory =
+      options.cpu_memory_bytes > 0 ? options.cpu_memory_bytes : host.memory_bytes;
   quilt::v1::NodeInfo info;
   info.set_node_id(options.node_id);
   info.set_hostname(host.hostname);
@@ -82,7 +90,7 @@ absl::StatusOr<quilt::v1::NodeInfo> DiscoverLocalNode(const LocalNodeOptions& op
       d->set_cores(per_device);
       d->set_measured_gemm_flops_per_s(gemm);
       d->set_memory_bandwidth_bytes_per_s(speed.memory_bandwidth_bytes_per_s / options.cpu_devices);
-      d->set_memory_bytes(host.memory_bytes / options.cpu_devices);
+      d->set_memory_bytes(cpu_memory / options.cpu_devices);
       d->set_compute_slowdown(options.compute_slowdown);
     }
     // CPU devices of one host exchange tensors through shared memory.

@@ -31,6 +31,9 @@ struct LocalNodeOptions {
   bool discover_cuda = true;
   // Development: every device's kernels run this many times slower.
   double compute_slowdown = 1.0;
+  // Memory the CPU devices offer, in all (0: the host's). More than the
+  // host has is refused.
+  int64_t cpu_memory_bytes = 0;
   // A CPU speed known already (an earlier calibration of this host): used
   // as measured instead of calibrating again.
   std::optional<CpuSpeed> cpu_speed;

@@ -54,6 +54,24 @@ TEST(DiscoverLocalNode, SlowdownDividesMeasuredSpeed) {
   EXPECT_EQ(slow->devices(0).compute_slowdown(), 4);
 }
 
+TEST(DiscoverLocalNode, CpuMemoryCapIsSplitOverTheDevicesAndBoundedByTheHosts) {
+  LocalNodeOptions o;
+  o.node_id = "n";
+  o.cpu_cores = 2;
+  o.cpu_devices = 2;
+  o.discover_cuda = false;
+  o.cpu_speed = CpuSpeed{8e10, 2e10};
+  o.cpu_memory_bytes = int64_t{3} << 30;
+  if (ReadHostInfo().cores < 2) GTEST_SKIP() << "needs 2 cores for 2 devices";
+  auto capped = DiscoverLocalNode(o);
+  ASSERT_THAT(capped, IsOk());
+  EXPECT_EQ(capped->devices(0).memory_bytes(), int64_t{3} << 29);
+  EXPECT_EQ(capped->devices(1).memory_bytes(), int64_t{3} << 29);
+  o.cpu_memory_bytes = ReadHostInfo().memory_bytes + (int64_t{1} << 20);
+  EXPECT_THAT(DiscoverLocalNode(o),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("but the host has")));
+}
+
 TEST(DiscoverLocalNode, ImpossibleOptions_InvalidArgument) {
   LocalNodeOptions o;
   o.node_id = "n";

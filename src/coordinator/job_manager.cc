@@ -84,7 +84,7 @@ absl::Status JobManager::Load() {
       job.grace_from = clock_->Now();
     }
     if (job.loaded_ended) continue;
-    if (!ended) {
+    if (!ended && job.record.status().state() != quilt::v1::JOB_STATE_QUEUED) {
       // Workers keep running their executors while the coordinator is away
       // and report to it again: the job goes on. A node that comes back
       // without its executor (its worker restarted), or not at all (Down),
@@ -171,6 +171,33 @@ void JobManager::Changed(Job* job, bool durable) {
 }
 
 absl::StatusOr<std::string> JobManager::Add(NewJob n) {
+  return Insert(std::move(n), quilt::v1::JOB_STATE_PENDING,
+                "waiting for the workers to start the executors");
+}
+
+void JobManager::SetPlan(Job* job, NewJob* n) {
+  quilt::v1::JobRecord& r = job->record;
+  quilt::v1::JobStatus* st = r.mutable_status();
+  st->set_strategy(n->strategy);
+  st->set_predicted_step_time_s(n->predicted_step_time_s);
+  for (const std::string& line : n->calibration) st->add_calibration(line);
+  for (const auto& [device, bytes] : n->predicted_device_memory_bytes) {
+    (*st->mutable_predicted_device_memory_bytes())[device] = bytes;
+  }
+  for (const auto& [node, bytes] : n->predicted_memory_bytes) {
+    (*st->mutable_predicted_memory_bytes())[node] = bytes;
+  }
+  for (const std::string& node : n->world) {
+    st->add_nodes(node);
+    r.add_world(node);
+    quilt::v1::TaskReport t;
+    t.set_job_id(st->job_id());
+    t.set_state(quilt::v1::TASK_STATE_UNSPECIFIED);
+    (*r.mutable_tasks())[node] = t;
+  }
+}
+
+absl::StatusOr<std::string> JobManager::Insert(NewJob n, JobState state, std::string message) {
   absl::MutexLock lock(&mu_);
   std::string id = NewJobId();
   while (jobs_.count(id)) id = NewJobId();
@@ -182,20 +209,11 @@ absl::StatusOr<std::string> JobManager::Add(NewJob n) {
   st->set_name(n.spec.name().empty() ? id : n.spec.name());
   st->set_resumed_from(n.resumed_from);
   st->set_steps_before(n.spec.resume_from().steps_before());
-  st->set_state(quilt::v1::JOB_STATE_PENDING);
-  st->set_message("waiting for the workers to start the executors");
+  st->set_state(state);
+  st->set_message(std::move(message));
   *st->mutable_submitted_at() = ToProtoTime(clock_->Now());
   st->set_steps(n.spec.steps());
-  st->set_strategy(n.strategy);
-  st->set_predicted_step_time_s(n.predicted_step_time_s);
-  for (const std::string& line : n.calibration) st->add_calibration(line);
-  for (const auto& [device, bytes] : n.predicted_device_memory_bytes) {
-    (*st->mutable_predicted_device_memory_bytes())[device] = bytes;
-  }
-  for (const auto& [node, bytes] : n.predicted_memory_bytes) {
-    (*st->mutable_predicted_memory_bytes())[node] = bytes;
-  }
-  for (const std::string& node : n.world) st->add_nodes(node);
+  SetPlan(&job, &n);
   // The model's bytes and the program are stored apart (the record is
   // rewritten as the job runs); the program stays here until every node
   // has its assignment.
@@ -212,13 +230,6 @@ absl::StatusOr<std::string> JobManager::Add(NewJob n) {
   r.mutable_spec()->set_checkpoint_dir(
       (r.spec().checkpoint_dir().empty() ? checkpoint_root_ : r.spec().checkpoint_dir()) + "/" +
       id);
-  for (const std::string& node : n.world) {
-    r.add_world(node);
-    quilt::v1::TaskReport t;
-    t.set_job_id(id);
-    t.set_state(quilt::v1::TASK_STATE_UNSPECIFIED);
-    (*r.mutable_tasks())[node] = t;
-  }
   // Stored before it is acknowledged: a job the coordinator cannot keep
   // is not started.
   job.version = ++version_;
@@ -231,8 +242,12 @@ absl::StatusOr<std::string> JobManager::Add(NewJob n) {
   }
   job.persisted = clock_->Now();
   job.persisted_version = job.version;
-  QLOG_INFO("job {} added: {} steps on {} node(s), strategy {}", id, st->steps(), n.world.size(),
-            st->strategy());
+  if (state == quilt::v1::JOB_STATE_QUEUED) {
+    QLOG_INFO("job {} queued: {}", id, st->message());
+  } else {
+    QLOG_INFO("job {} added: {} steps on {} node(s), strategy {}", id, st->steps(), r.world_size(),
+              st->strategy());
+  }
   return id;
 }
 

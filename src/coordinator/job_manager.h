@@ -62,6 +62,21 @@ class JobManager {
   // Adds a planned job; returns its id.
   absl::StatusOr<std::string> Add(NewJob job);
 
+  // Queueing (JobSpec.queue; job_manager_queue.cc). Adds a job that waits
+  // for room, QUEUED: no plan or nodes yet, `why` its status message.
+  absl::StatusOr<std::string> AddQueued(quilt::v1::JobSpec spec, const std::string& why);
+  // The queued jobs' ids, oldest first.
+  std::vector<std::string> Queued() const;
+  // A queued job's plan: it becomes PENDING on `job.world`, as Add adds a
+  // job (stored first). Errors: NOT_FOUND, FAILED_PRECONDITION (no longer
+  // queued: cancelled meanwhile), the store's (it stays queued).
+  absl::Status StartQueued(const std::string& job_id, NewJob job);
+  // A queued job waits on: `why` becomes its status message (stored when
+  // it changed). Nothing for a job no longer queued.
+  void KeepQueued(const std::string& job_id, const std::string& why);
+  // A queued job that cannot start as submitted: FAILED with `error`.
+  void FailQueued(const std::string& job_id, const std::string& error);
+
   // Errors: NOT_FOUND.
   absl::StatusOr<quilt::v1::JobStatus> Get(const std::string& job_id) const;
   absl::StatusOr<quilt::v1::JobRecord> Record(const std::string& job_id) const;
@@ -207,6 +222,10 @@ class JobManager {
 
   void ApplyReport(Job* job, const std::string& node, const quilt::v1::TaskReport& report)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Adds and stores a job in `state`.
+  absl::StatusOr<std::string> Insert(NewJob n, quilt::v1::JobState state, std::string message);
+  // The record's plan from `n`: strategy, predictions, nodes and tasks.
+  static void SetPlan(Job* job, NewJob* n);
   // A failure is recorded among the cluster's events against `node` (the
   // job's first node when empty).
   void Finish(Job* job, quilt::v1::JobState state, const std::string& message,

@@ -510,6 +510,11 @@ class FullDiskStore final : public CoordinatorStore {
     ++job_writes;
     return store_->AddJob(job, model);
   }
+  absl::Status StartJob(const quilt::v1::JobRecord& job, const std::string& program) override {
+    if (full) return absl::ResourceExhaustedError("database or disk is full");
+    ++job_writes;
+    return store_->StartJob(job, program);
+  }
   absl::Status PutJob(const quilt::v1::JobRecord& job, const LossChunk& losses) override {
     if (full) return absl::ResourceExhaustedError("database or disk is full");
     ++job_writes;

@@ -102,7 +102,7 @@ std::string RenderMetrics(const std::vector<quilt::v1::NodeStatus>& nodes,
   }
 
   std::map<std::string, int> job_states;
-  for (int s = quilt::v1::JOB_STATE_PENDING; s <= quilt::v1::JOB_STATE_CANCELLED; ++s) {
+  for (int s = quilt::v1::JOB_STATE_PENDING; s <= quilt::v1::JobState_MAX; ++s) {
     if (s == quilt::v1::JOB_STATE_PLANNING) continue;  // not a state jobs are kept in
     job_states[StateLabel(JobState_Name(static_cast<quilt::v1::JobState>(s)), kJobPrefix)] = 0;
   }

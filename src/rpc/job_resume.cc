@@ -123,6 +123,7 @@ void JobServiceImpl::RestartLoop() {
       absl::Milliseconds(coordinator_->config().not_ready_after_ms) + absl::Seconds(1);
   while (!stopping_.load()) {
     absl::SleepFor(absl::Milliseconds(100));
+    DispatchQueued();
     for (const std::string& id : coordinator_->jobs()->RestartsDue(after)) {
       const bool taken = planning_.Submit([this, id] {
         quilt::v1::ResumeJobResponse response;

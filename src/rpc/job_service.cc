@@ -153,15 +153,7 @@ absl::Status JobServiceImpl::Submit(const quilt::v1::JobSpec& spec,
     }
     // A node drained while the job was planned takes no new job: the
     // submission is refused (an automatic restart is tried again later).
-    const std::set<std::string> world(job.world.begin(), job.world.end());
-    for (const quilt::v1::NodeStatus& n : coordinator_->registry()->ListNodes()) {
-      if (n.draining() && world.count(n.info().node_id())) {
-        return absl::UnavailableError(
-            absl::StrCat("node ", n.info().node_id(),
-                         " was drained while the job was planned; the job was not started "
-                         "(submit it again)"));
-      }
-    }
+    RETURN_IF_ERROR(RefuseDrained(job.world));
     if (!resumed_from.empty()) RETURN_IF_ERROR(coordinator_->jobs()->CheckNotResumed(resumed_from));
     job.resumed_from = resumed_from;
     ASSIGN_OR_RETURN(std::string id, coordinator_->jobs()->Add(std::move(job)));
@@ -180,9 +172,17 @@ absl::Status JobServiceImpl::Submit(const quilt::v1::JobSpec& spec,
     *job_id = id;
     return absl::OkStatus();
   };
-  return PrepareJob(spec, *coordinator_->registry(), coordinator_->links(),
-                    coordinator_->profiles(), options)
-      .status();
+  const bool queueing = spec.queue() && resumed_from.empty();
+  // First in, first out: behind jobs queued already.
+  const size_t ahead = queueing ? coordinator_->jobs()->Queued().size() : 0;
+  if (ahead > 0) {
+    return Enqueue(spec, ctx, absl::StrCat("behind ", ahead, " queued job(s)"), job_id);
+  }
+  absl::Status s = PrepareJob(spec, *coordinator_->registry(), coordinator_->links(),
+                              coordinator_->profiles(), options)
+                       .status();
+  if (!queueing || s.code() != absl::StatusCode::kFailedPrecondition) return s;
+  return Enqueue(spec, ctx, absl::StrCat("waiting for room: ", s.message()), job_id);
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(grpc::CallbackServerContext* ctx,

@@ -8,7 +8,9 @@
 // GetJobLosses, CancelJob, ExportJob and DeleteJob read and change the
 // JobManager's state; ResumeJob submits an ended job again from its
 // checkpoint, and failed jobs with restarts left are resumed so on their
-// own (JobSpec.max_restarts).
+// own (JobSpec.max_restarts). A submission with JobSpec.queue that fits
+// only once other jobs leave room waits QUEUED and is started by the
+// dispatcher (job_queue.cc).
 //
 // A request that plans may first wait for the workers' profiles of its
 // model (seconds, or profile_timeout_ms for a node that does not answer),
@@ -22,6 +24,7 @@
 #include <functional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/synchronization/mutex.h"
 #include "proto/quilt/v1/services.grpc.pb.h"
@@ -104,6 +107,20 @@ class JobServiceImpl final : public JobServiceBase {
   // failure (the new job has one restart less), `ctx` null then.
   absl::Status Resume(const std::string& job_id, const std::string& strategy, bool automatic,
                       grpc::CallbackServerContext* ctx, quilt::v1::ResumeJobResponse* response);
+  // Queueing (job_queue.cc). Adds `spec` QUEUED (`why`: its message) once
+  // a plan fits the idle cluster. Errors: PrepareJob's, the store's.
+  absl::Status Enqueue(const quilt::v1::JobSpec& spec, grpc::CallbackServerContext* ctx,
+                       const std::string& why, std::string* job_id);
+  // Plans the oldest queued job on the planning queue when what its plan
+  // sees changed (QueueView) or kQueueRetry passed; one at a time.
+  void DispatchQueued();
+  std::string QueueView() const;
+  // Plans queued job `id` with the jobs on the nodes now and starts it if
+  // a plan fits; else it waits on (why: its message), or fails for a
+  // cause that is not passing (its dataset is gone, say).
+  void StartQueued(const std::string& id);
+  // UNAVAILABLE when a node of `world` is draining.
+  absl::Status RefuseDrained(const std::vector<std::string>& world) const;
   // Until Drain: restarts failed jobs with restarts left, on the planning
   // queue, once their failure is old enough for a lost node to be no
   // longer Ready (not_ready_after_ms and a second).
@@ -123,6 +140,12 @@ class JobServiceImpl final : public JobServiceBase {
   absl::Mutex planner_;
   std::atomic<bool> stopping_{false};
   std::thread restarter_;
+  // The dispatcher's state (its thread, restarter_, only).
+  static constexpr absl::Duration kQueueRetry = absl::Seconds(30);
+  std::atomic<bool> dispatching_{false};
+  std::atomic<bool> queue_poked_{false};  // a job was queued
+  std::string queue_seen_;
+  absl::Time queue_tried_ = absl::InfinitePast();
 };
 
 }  // namespace quilt::rpc

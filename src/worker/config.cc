@@ -19,6 +19,10 @@ const ConfigSchema<WorkerConfig>& WorkerConfigSchema() {
         .Int("cpu_devices", &C::cpu_devices,
              "CPU devices to offer; the cores are split evenly between them.", 0, 1024)
         .Int("cpu_cores", &C::cpu_cores, "Cores to use in all; 0 = every core available.", 0, 65536)
+        .Int("cpu_memory_mb", &C::cpu_memory_mb,
+             "Memory the CPU devices offer jobs, in MiB, split evenly between them\n"
+             "(the planner keeps every job within it); 0 = the host's (or its cgroup's).",
+             0, int64_t{1} << 40)
         .String("cpus", &C::cpus,
                 "CPUs this worker, its device measurements and its executors run on\n"
                 "(a list like \"0-3,8\"); empty = those it was started with (e.g.\n"

@@ -17,6 +17,7 @@ struct WorkerConfig {
   std::string node_id;
   int64_t cpu_devices = 1;
   int64_t cpu_cores = 0;
+  int64_t cpu_memory_mb = 0;
   std::string cpus;
   int64_t calibration_ms = 1000;
   bool cuda = true;

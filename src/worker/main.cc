@@ -164,6 +164,7 @@ int Run(WorkerConfig config) {
   local.calibration = absl::Milliseconds(config.calibration_ms);
   local.discover_cuda = config.cuda;
   local.compute_slowdown = config.compute_slowdown;
+  local.cpu_memory_bytes = config.cpu_memory_mb << 20;
   absl::StatusOr<quilt::v1::NodeInfo> node = DiscoverLocalNode(local);
   if (!node.ok()) {
     QLOG_ERROR("device discovery failed: {}", node.status().ToString());

@@ -235,6 +235,20 @@ absl::Status SqliteStore::AddJob(const quilt::v1::JobRecord& job, const JobModel
   });
 }
 
+absl::Status SqliteStore::StartJob(const quilt::v1::JobRecord& job, const std::string& program) {
+  absl::MutexLock lock(&mu_);
+  const std::string& id = job.status().job_id();
+  return db_->Transaction([&]() -> absl::Status {
+    bool found = false;
+    RETURN_IF_ERROR(db_->Run("SELECT 1 FROM job_models WHERE job_id = ?", {id},
+                             [&](const SqlRow&) { found = true; }));
+    if (!found) return absl::NotFoundError("no job '" + id + "' stored");
+    RETURN_IF_ERROR(db_->Run("UPDATE jobs SET record = ? WHERE job_id = ?",
+                             {Blob{job.SerializeAsString()}, id}));
+    return db_->Run("UPDATE job_models SET program = ? WHERE job_id = ?", {Blob{program}, id});
+  });
+}
+
 absl::StatusOr<CoordinatorStore::JobModel> SqliteStore::GetJobModel(const std::string& job_id) {
   absl::MutexLock lock(&mu_);
   JobModel model;

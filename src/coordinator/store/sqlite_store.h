@@ -25,6 +25,7 @@ class SqliteStore final : public CoordinatorStore {
   absl::StatusOr<std::vector<quilt::v1::NodeStatus>> ListNodes() override;
   absl::Status AppendEvent(const quilt::v1::ClusterEvent& event) override;
   absl::Status AddJob(const quilt::v1::JobRecord& job, const JobModel& model) override;
+  absl::Status StartJob(const quilt::v1::JobRecord& job, const std::string& program) override;
   absl::Status PutJob(const quilt::v1::JobRecord& job, const LossChunk& losses) override;
   absl::StatusOr<std::vector<double>> GetJobLosses(const std::string& job_id) override;
   absl::StatusOr<int64_t> LastLossStep(const std::string& job_id) override;

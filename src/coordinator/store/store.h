@@ -39,6 +39,9 @@ class CoordinatorStore {
   // Stores a new job: its record (without the model's bytes) and its
   // model, in one transaction.
   virtual absl::Status AddJob(const quilt::v1::JobRecord& job, const JobModel& model) = 0;
+  // A queued job that starts: replaces its record and the program of its
+  // model (the ONNX bytes stay), in one transaction. Errors: NOT_FOUND.
+  virtual absl::Status StartJob(const quilt::v1::JobRecord& job, const std::string& program) = 0;
   // Losses of consecutive steps from `first_step` (1-based).
   struct LossChunk {
     int64_t first_step = 0;

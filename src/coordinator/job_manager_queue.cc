@@ -1,0 +1,75 @@
+// JobManager's queue: jobs submitted with JobSpec.queue that wait QUEUED
+// for other jobs to leave room, and their start once a plan fits.
+#include "absl/strings/str_cat.h"
+#include "src/common/logging.h"
+#include "src/coordinator/job_manager.h"
+
+namespace quilt {
+
+absl::StatusOr<std::string> JobManager::AddQueued(quilt::v1::JobSpec spec, const std::string& why) {
+  NewJob n;
+  n.spec = std::move(spec);
+  return Insert(std::move(n), quilt::v1::JOB_STATE_QUEUED, why);
+}
+
+std::vector<std::string> JobManager::Queued() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::string> out;
+  for (const std::string& id : order_) {
+    if (jobs_.at(id).record.status().state() == quilt::v1::JOB_STATE_QUEUED) out.push_back(id);
+  }
+  return out;
+}
+
+absl::Status JobManager::StartQueued(const std::string& job_id, NewJob n) {
+  absl::MutexLock lock(&mu_);
+  Job* job = Find(job_id);
+  if (job == nullptr) return absl::NotFoundError("no job '" + job_id + "'");
+  if (job->record.status().state() != quilt::v1::JOB_STATE_QUEUED) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", job_id, " is no longer queued (",
+                     quilt::v1::JobState_Name(job->record.status().state()), ")"));
+  }
+  // Stored before it takes effect: a job the coordinator cannot keep
+  // started stays queued.
+  Job started;
+  started.record = job->record;
+  SetPlan(&started, &n);
+  quilt::v1::JobStatus* st = started.record.mutable_status();
+  st->set_state(quilt::v1::JOB_STATE_PENDING);
+  st->set_message("waiting for the workers to start the executors");
+  if (absl::Status s = store_->StartJob(started.record, n.program); !s.ok()) {
+    QLOG_ERROR("cannot store the start of queued job {}: {}", job_id, s.ToString());
+    return absl::Status(s.code(), absl::StrCat("the coordinator cannot store the job's start (",
+                                               s.message(), "); it stays queued"));
+  }
+  job->record = std::move(started.record);
+  job->program = std::move(n.program);
+  job->version = ++version_;
+  job->persisted = clock_->Now();
+  job->persisted_version = job->version;
+  QLOG_INFO("queued job {} starts: {} steps on {} node(s), strategy {}", job_id,
+            job->record.status().steps(), job->record.world_size(),
+            job->record.status().strategy());
+  return absl::OkStatus();
+}
+
+void JobManager::KeepQueued(const std::string& job_id, const std::string& why) {
+  absl::MutexLock lock(&mu_);
+  Job* job = Find(job_id);
+  if (job == nullptr || job->record.status().state() != quilt::v1::JOB_STATE_QUEUED ||
+      job->record.status().message() == why) {
+    return;
+  }
+  job->record.mutable_status()->set_message(why);
+  Changed(job);
+}
+
+void JobManager::FailQueued(const std::string& job_id, const std::string& error) {
+  absl::MutexLock lock(&mu_);
+  Job* job = Find(job_id);
+  if (job == nullptr || job->record.status().state() != quilt::v1::JOB_STATE_QUEUED) return;
+  Finish(job, quilt::v1::JOB_STATE_FAILED, "it could not start from the queue: " + error);
+}
+
+}  // namespace quilt

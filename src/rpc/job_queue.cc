@@ -1,0 +1,135 @@
+// JobServiceImpl's queue (JobSpec.queue): a submission the Ready nodes
+// lack the memory for only because other jobs hold it waits QUEUED, and
+// the oldest queued job is planned again whenever what a plan would see
+// changes (a job ended or started, a node came, left or was drained), and
+// every half minute besides. First in, first out: a job never starts
+// before one queued ahead of it.
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "src/common/logging.h"
+#include "src/common/status.h"
+#include "src/coordinator/job_submission.h"
+#include "src/rpc/job_service.h"
+
+namespace quilt::rpc {
+namespace {
+
+// Causes a queued job waits out: room (FAILED_PRECONDITION: no plan fits,
+// or no Ready node), the store, a full queue, a slow worker.
+bool Passing(const absl::Status& s) {
+  return s.code() == absl::StatusCode::kFailedPrecondition ||
+         s.code() == absl::StatusCode::kUnavailable ||
+         s.code() == absl::StatusCode::kResourceExhausted ||
+         s.code() == absl::StatusCode::kDeadlineExceeded;
+}
+
+}  // namespace
+
+absl::Status JobServiceImpl::RefuseDrained(const std::vector<std::string>& world) const {
+  const std::set<std::string> nodes(world.begin(), world.end());
+  for (const quilt::v1::NodeStatus& n : coordinator_->registry()->ListNodes()) {
+    if (n.draining() && nodes.count(n.info().node_id())) {
+      return absl::UnavailableError(
+          absl::StrCat("node ", n.info().node_id(),
+                       " was drained while the job was planned; the job was not started "
+                       "(submit it again)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status JobServiceImpl::Enqueue(const quilt::v1::JobSpec& spec,
+                                     grpc::CallbackServerContext* ctx, const std::string& why,
+                                     std::string* job_id) {
+  // It waits only for room other jobs hold: on the idle cluster, a plan
+  // must fit (checked and planned as a submission is).
+  SubmissionOptions idle;
+  idle.planner_lock = &planner_;
+  idle.profile_timeout = absl::Milliseconds(coordinator_->config().profile_timeout_ms);
+  idle.abandoned = [ctx] { return ctx != nullptr && ctx->IsCancelled(); };
+  absl::StatusOr<NewJob> fits = PrepareJob(spec, *coordinator_->registry(), coordinator_->links(),
+                                           coordinator_->profiles(), idle);
+  if (!fits.ok()) {
+    if (fits.status().code() != absl::StatusCode::kFailedPrecondition) return fits.status();
+    return absl::FailedPreconditionError(absl::StrCat(
+        fits.status().message(), " (with no other job running either, so it is not queued)"));
+  }
+  if (ctx != nullptr && ctx->IsCancelled()) {
+    return absl::CancelledError("the client gave up waiting; the job was not queued");
+  }
+  ASSIGN_OR_RETURN(*job_id, coordinator_->jobs()->AddQueued(spec, why));
+  queue_poked_.store(true);  // the dispatcher looks again
+  return absl::OkStatus();
+}
+
+std::string JobServiceImpl::QueueView() const {
+  // What a queued job's plan depends on: the jobs on the nodes and the
+  // nodes' states.
+  std::string view;
+  for (const quilt::v1::JobStatus& j : coordinator_->jobs()->List()) {
+    if (JobManager::Ended(j.state()) || j.state() == quilt::v1::JOB_STATE_QUEUED) continue;
+    absl::StrAppend(&view, j.job_id(), ",");
+  }
+  absl::StrAppend(&view, ";");
+  for (const quilt::v1::NodeStatus& n : coordinator_->registry()->ListNodes()) {
+    absl::StrAppend(&view, n.info().node_id(), ":", n.state(), n.draining() ? "d" : "", ",");
+  }
+  return view;
+}
+
+void JobServiceImpl::DispatchQueued() {
+  if (dispatching_.load()) return;
+  const std::vector<std::string> queued = coordinator_->jobs()->Queued();
+  if (queued.empty()) return;
+  const std::string view = absl::StrCat(queued.front(), ";", QueueView());
+  const absl::Time now = absl::Now();
+  const bool poked = queue_poked_.exchange(false);
+  if (!poked && view == queue_seen_ && now - queue_tried_ < kQueueRetry) return;
+  queue_seen_ = view;
+  queue_tried_ = now;
+  dispatching_.store(true);
+  const bool taken = planning_.Submit([this, id = queued.front()] {
+    StartQueued(id);
+    dispatching_.store(false);
+  });
+  if (!taken) {
+    dispatching_.store(false);
+    QLOG_WARN("queued job {} waits: the planning queue is full", queued.front());
+  }
+}
+
+void JobServiceImpl::StartQueued(const std::string& id) {
+  JobManager* jobs = coordinator_->jobs();
+  absl::StatusOr<quilt::v1::JobRecord> record = jobs->RecordWithModel(id);
+  if (!record.ok()) {
+    QLOG_WARN("queued job {} cannot be read: {}", id, record.status().ToString());
+    if (record.status().code() != absl::StatusCode::kNotFound) {
+      jobs->KeepQueued(id, absl::StrCat("its model cannot be read now (", record.status().message(),
+                                        "); tried again later"));
+    }
+    return;
+  }
+  if (record->status().state() != quilt::v1::JOB_STATE_QUEUED) return;
+  SubmissionOptions options;
+  options.loads = [jobs] { return NodeLoads(jobs->List()); };
+  options.planner_lock = &planner_;
+  options.profile_timeout = absl::Milliseconds(coordinator_->config().profile_timeout_ms);
+  options.place = [&](NewJob&& job) -> absl::Status {
+    RETURN_IF_ERROR(RefuseDrained(job.world));
+    return jobs->StartQueued(id, std::move(job));
+  };
+  const absl::Status s = PrepareJob(record->spec(), *coordinator_->registry(),
+                                    coordinator_->links(), coordinator_->profiles(), options)
+                             .status();
+  if (s.ok()) return;
+  if (Passing(s)) {
+    jobs->KeepQueued(id, absl::StrCat("waiting for room: ", s.message()));
+  } else {
+    QLOG_WARN("queued job {} cannot start: {}", id, s.ToString());
+    jobs->FailQueued(id, std::string(s.message()));
+  }
+}
+
+}  // namespace quilt::rpc

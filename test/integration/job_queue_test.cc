@@ -1,0 +1,112 @@
+// Queueing on a live cluster: a worker offering 40 MiB runs one job of
+// ~24 MiB; a second is refused, or with --queue waits QUEUED (through a
+// coordinator restart) and starts on its own once the first is cancelled;
+// jobs queue first in, first out; a job the idle cluster cannot fit is
+// refused rather than queued.
+#include <csignal>
+
+#include "absl/strings/ascii.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "src/common/status_matchers.h"
+#include "test/integration/cluster_fixture.h"
+
+namespace quilt::testing {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+class Queue : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_THAT(cluster_.StartCoordinator().status(), IsOk());
+    ASSERT_THAT(cluster_.StartWorker("worker-a", {"--cpu_memory_mb", "40"}).status(), IsOk());
+  }
+
+  // The MLP fixture on synthetic data: ~24 MiB at a batch of 32768.
+  std::vector<std::string> Args(int64_t batch, int64_t steps, bool queue) {
+    std::vector<std::string> args = {
+        "submit",           RunfilePath("test/fixtures/mlp/model.onnx"),
+        "--loss",           "softmax_cross_entropy",
+        "--batch",          std::to_string(batch),
+        "--steps",          std::to_string(steps),
+        "--data",           "synthetic",
+        "--checkpoint-dir", cluster_.dir().File("ckpt")};
+    if (queue) args.push_back("--queue");
+    return args;
+  }
+
+  CommandResult Run(const std::vector<std::string>& args) {
+    absl::StatusOr<CommandResult> r = cluster_.Quiltctl(args);
+    EXPECT_THAT(r.status(), IsOk());
+    return r.ok() ? *r : CommandResult{};
+  }
+
+  std::string Submitted(const CommandResult& r) {
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return std::string(absl::StripAsciiWhitespace(r.out));
+  }
+
+  nlohmann::json Job(const std::string& id) {
+    const CommandResult r = Run({"describe", "job", id, "-o", "json"});
+    if (r.exit_code != 0) return nlohmann::json::object();
+    return nlohmann::json::parse(r.out, nullptr, false);
+  }
+
+  std::string State(const std::string& id) { return Job(id).value("state", std::string()); }
+
+  LocalCluster cluster_;
+};
+
+TEST_F(Queue, AJobWaitsForRoomAndStartsWhenTheJobAheadEnds) {
+  const std::string first = Submitted(Run(Args(32768, 1000000, false)));
+  ASSERT_TRUE(Eventually([&] { return State(first) == "JOB_STATE_RUNNING"; }, absl::Seconds(60)))
+      << Job(first).dump();
+  // Without --queue: refused, saying what holds the memory.
+  const CommandResult refused = Run(Args(32768, 3, false));
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_THAT(refused.err, HasSubstr("the jobs running on worker-a hold part of it"));
+  // With it: queued, with the reason.
+  const CommandResult queued = Run(Args(32768, 3, true));
+  const std::string second = Submitted(queued);
+  EXPECT_THAT(queued.err, HasSubstr("queued: waiting for room"));
+  nlohmann::json j = Job(second);
+  EXPECT_EQ(j.value("state", ""), "JOB_STATE_QUEUED") << j.dump();
+  EXPECT_TRUE(j["nodes"].empty()) << j.dump();
+  // A small job that would fit now queues behind it (first in, first out).
+  const std::string small = Submitted(Run(Args(16, 3, true)));
+  EXPECT_EQ(State(small), "JOB_STATE_QUEUED");
+  EXPECT_THAT(Job(small).value("message", ""), HasSubstr("behind 1 queued job(s)"));
+  // One the idle worker cannot hold is refused, not queued.
+  const CommandResult never = Run(Args(131072, 3, true));
+  EXPECT_NE(never.exit_code, 0);
+  EXPECT_THAT(never.err, HasSubstr("with no other job running either, so it is not queued"));
+  const CommandResult listed = Run({"jobs"});
+  EXPECT_THAT(listed.out, HasSubstr("QUEUED"));
+  // A queued job can be cancelled.
+  EXPECT_EQ(Run({"cancel", small}).exit_code, 0);
+  EXPECT_EQ(State(small), "JOB_STATE_CANCELLED");
+
+  // The queue survives a coordinator restart.
+  cluster_.StopCoordinator(SIGTERM);
+  ASSERT_TRUE(cluster_.WaitCoordinator(absl::Seconds(10)).has_value());
+  ASSERT_THAT(cluster_.StartCoordinator(cluster_.address()), IsOk()) << cluster_.Log("coordinator");
+  EXPECT_EQ(State(second), "JOB_STATE_QUEUED") << Job(second).dump();
+  ASSERT_TRUE(Eventually([&] { return State(first) == "JOB_STATE_RUNNING"; }, absl::Seconds(30)))
+      << Job(first).dump();
+  // Still no room: it waits on.
+  absl::SleepFor(absl::Seconds(2));
+  EXPECT_EQ(State(second), "JOB_STATE_QUEUED") << Job(second).dump();
+
+  // Room: it starts on its own and trains to the end.
+  EXPECT_EQ(Run({"cancel", first}).exit_code, 0);
+  ASSERT_TRUE(Eventually([&] { return State(second) == "JOB_STATE_SUCCEEDED"; }, absl::Seconds(90)))
+      << Job(second).dump() << cluster_.Log("coordinator");
+  j = Job(second);
+  EXPECT_EQ(j["nodes"], nlohmann::json::array({"worker-a"})) << j.dump();
+  EXPECT_THAT(cluster_.Log("coordinator"), HasSubstr("queued job " + second + " starts"));
+}
+
+}  // namespace
+}  // namespace quilt::testing
