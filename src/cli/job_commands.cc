@@ -154,8 +154,14 @@ std::string Describe(const JobStatus& s) {
   absl::StrAppendFormat(&out, "Job:        %s (%s)\n", s.job_id(), s.name());
   absl::StrAppendFormat(&out, "State:      %s%s\n", StateName(s.state()),
                         s.message().empty() ? "" : " — " + s.message());
-  absl::StrAppendFormat(&out, "Strategy:   %s on %s\n", s.strategy(),
-                        absl::StrJoin(s.nodes(), ", "));
+  // A queued job (or one cancelled while queued) has no plan yet.
+  const bool planned = !s.strategy().empty();
+  if (planned) {
+    absl::StrAppendFormat(&out, "Strategy:   %s on %s\n", s.strategy(),
+                          absl::StrJoin(s.nodes(), ", "));
+  } else {
+    out += "Strategy:   - (not planned yet: planned when it leaves the queue)\n";
+  }
   absl::StrAppendFormat(&out, "Progress:   step %d of %d, loss %s%s\n", s.step(), s.steps(),
                         LossText(s, "%.6g"),
                         s.state() == quilt::v1::JOB_STATE_RUNNING && s.has_progressed_at()
@@ -169,7 +175,8 @@ std::string Describe(const JobStatus& s) {
                           stall);
   }
   absl::StrAppendFormat(
-      &out, "Step time:  predicted %s, measured %s%s\n", HumanSeconds(s.predicted_step_time_s()),
+      &out, "Step time:  predicted %s, measured %s%s\n",
+      planned ? HumanSeconds(s.predicted_step_time_s()) : "-",
       s.measured_step_time_s() > 0 ? HumanSeconds(s.measured_step_time_s()) : "-",
       s.measured_step_time_s() > 0 && s.predicted_step_time_s() > 0
           ? absl::StrFormat(" (%+.0f %%)",

@@ -74,6 +74,9 @@ TEST_F(Queue, AJobWaitsForRoomAndStartsWhenTheJobAheadEnds) {
   nlohmann::json j = Job(second);
   EXPECT_EQ(j.value("state", ""), "JOB_STATE_QUEUED") << j.dump();
   EXPECT_TRUE(j["nodes"].empty()) << j.dump();
+  const CommandResult described = Run({"describe", "job", second});
+  EXPECT_THAT(described.out, HasSubstr("State:      QUEUED — waiting for room"));
+  EXPECT_THAT(described.out, HasSubstr("not planned yet"));
   // A small job that would fit now queues behind it (first in, first out).
   const std::string small = Submitted(Run(Args(16, 3, true)));
   EXPECT_EQ(State(small), "JOB_STATE_QUEUED");
