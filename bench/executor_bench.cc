@@ -84,11 +84,17 @@ struct Options {
 absl::Status WriteData(const Graph& g, int64_t samples, const std::string& dir, Options* o) {
   ASSIGN_OR_RETURN(DataSignature sig, DataSignatureOf(g));
   ASSIGN_OR_RETURN(std::unique_ptr<Dataset> d, MakeSyntheticDataset(g, sig, 0));
-  Tensor x, y;
-  RETURN_IF_ERROR(d->Batch(0, samples, &x, &y));
-  RETURN_IF_ERROR(WriteNpy(dir + "/x.npy", x));
+  std::vector<Tensor> xs;
+  Tensor y;
+  RETURN_IF_ERROR(d->Batch(0, samples, &xs, &y));
+  o->data.clear();
+  for (size_t j = 0; j < xs.size(); ++j) {
+    const std::string path = absl::StrCat(dir, "/x", j, ".npy");
+    RETURN_IF_ERROR(WriteNpy(path, xs[j]));
+    absl::StrAppend(&o->data, path, ",");
+  }
   RETURN_IF_ERROR(WriteNpy(dir + "/y.npy", y));
-  o->data = dir + "/x.npy," + dir + "/y.npy";
+  absl::StrAppend(&o->data, dir, "/y.npy");
   return absl::OkStatus();
 }
 

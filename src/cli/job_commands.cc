@@ -138,13 +138,17 @@ absl::StatusOr<quilt::v1::JobSpec> SpecFrom(const SubmitArgs& a) {
     spec.mutable_dataset()->set_synthetic_seed(seed);
   } else {
     std::vector<std::string> files = absl::StrSplit(a.data, ',');
-    if (files.size() != 2) {
-      return absl::InvalidArgumentError("--data synthetic[:SEED], or INPUTS.npy,LABELS.npy");
+    if (files.size() < 2) {
+      return absl::InvalidArgumentError(
+          "--data synthetic[:SEED], or INPUTS.npy,LABELS.npy (a file per model input, then the "
+          "labels)");
     }
     // The coordinator and the workers read them: absolute paths.
     for (std::string& f : files) f = Absolute(f);
-    spec.mutable_dataset()->mutable_numpy()->set_inputs_path(files[0]);
-    spec.mutable_dataset()->mutable_numpy()->set_labels_path(files[1]);
+    quilt::v1::NumpyDataset* numpy = spec.mutable_dataset()->mutable_numpy();
+    numpy->set_inputs_path(files[0]);
+    for (size_t i = 1; i + 1 < files.size(); ++i) numpy->add_more_inputs_paths(files[i]);
+    numpy->set_labels_path(files.back());
   }
   return spec;
 }
@@ -386,7 +390,10 @@ void AddJobCommands(CLI::App& app, const GlobalOptions& globals, std::vector<Com
   submit->add_option("--momentum", a->momentum, "SGD momentum (default 0.9)")
       ->check(CLI::Range(0.0, 1.0));
   submit->add_option("--strategy", a->strategy, "auto (the planner) or a baseline's name");
-  submit->add_option("--data", a->data, "synthetic[:SEED] or INPUTS.npy,LABELS.npy");
+  submit->add_option(
+      "--data", a->data,
+      "synthetic[:SEED] or INPUTS.npy,LABELS.npy (a model with several inputs: a file each, in "
+      "its order, then the labels)");
   submit
       ->add_option("--checkpoint-every", a->checkpoint_every,
                    "Checkpoint every N steps (0: after the last)")

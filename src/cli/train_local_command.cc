@@ -73,11 +73,14 @@ int Run(const TrainArgs& a) {
     }
     data = MakeSyntheticDataset(*g, *sig, seed);
   } else {
+    // A file per model input, then the labels.
     std::vector<std::string> paths = absl::StrSplit(a.data, ',');
-    if (paths.size() != 2) {
+    if (paths.size() < 2) {
       return PrintError("--data must be INPUTS.npy,LABELS.npy or synthetic[:SEED]");
     }
-    data = OpenNumpyDataset(paths[0], paths[1], *sig);
+    const std::string labels = paths.back();
+    paths.pop_back();
+    data = OpenNumpyDataset(paths, labels, *sig);
   }
   if (!data.ok()) return PrintError(std::string(data.status().message()));
   if (a.data.rfind("synthetic", 0) != 0 && (*data)->size() < a.batch) {
@@ -154,7 +157,10 @@ void AddTrainLocalCommand(CLI::App& app, std::vector<Command>* out) {
                 "output that reads the labels and a weight)");
   c->add_option("--loss", a->loss, "softmax_cross_entropy | mse (default: the model's own)")
       ->check(CLI::IsMember({"softmax_cross_entropy", "mse"}));
-  c->add_option("--data", a->data, "INPUTS.npy,LABELS.npy or synthetic[:SEED]")->required();
+  c->add_option("--data", a->data,
+                "INPUTS.npy,LABELS.npy (a file per model input, then the labels) or "
+                "synthetic[:SEED]")
+      ->required();
   c->add_option("--batch", a->batch, "Samples per step")->required()->check(PositiveInt());
   c->add_option("--steps", a->steps, "Training steps")->required()->check(PositiveInt());
   c->add_option("--optimizer", a->optimizer, "sgd | adam")->check(CLI::IsMember({"sgd", "adam"}));

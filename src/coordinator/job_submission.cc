@@ -35,8 +35,10 @@ absl::Status CheckDataset(const quilt::v1::JobSpec& spec, const Graph& graph) {
   if (files.inputs_path().empty() || files.labels_path().empty()) {
     return absl::InvalidArgumentError("the dataset needs both an inputs and a labels file");
   }
+  std::vector<std::string> inputs = {files.inputs_path()};
+  inputs.insert(inputs.end(), files.more_inputs_paths().begin(), files.more_inputs_paths().end());
   absl::StatusOr<std::unique_ptr<Dataset>> data =
-      OpenNumpyDataset(files.inputs_path(), files.labels_path(), *sig);
+      OpenNumpyDataset(inputs, files.labels_path(), *sig);
   if (!data.ok()) return Annotate(data.status(), "the dataset");
   if ((*data)->size() < spec.global_batch()) {
     return absl::InvalidArgumentError(absl::StrCat("the dataset has ", (*data)->size(),

@@ -282,7 +282,7 @@ absl::Status Executor::Impl::Init() {
   for (const auto& d : devices_) any_feed |= !d->feeds.empty();
   if (any_feed) {
     ASSIGN_OR_RETURN(DataSignature sig, DataSignatureOf(graph_));
-    input_name_ = sig.input.name;
+    for (const TensorInfo& t : sig.inputs) input_names_.push_back(t.name);
     label_name_ = sig.label.name;
     if (data_ == nullptr)
       return absl::InvalidArgumentError("the program reads data, but no dataset was given");
@@ -485,14 +485,15 @@ absl::StatusOr<std::vector<std::vector<Tensor>>> Executor::Impl::Feeds(int64_t s
   std::vector<std::vector<Tensor>> out(devices_.size());
   for (size_t d = 0; d < devices_.size(); ++d) {
     for (const auto& r : devices_[d]->feeds) {
-      const bool input = r.tensor() == input_name_;
-      if (!input && r.tensor() != label_name_) {
+      const auto input = std::find(input_names_.begin(), input_names_.end(), r.tensor());
+      if (input == input_names_.end() && r.tensor() != label_name_) {
         return absl::InvalidArgumentError("device " + devices_[d]->id + " is fed '" + r.tensor() +
-                                          "', which is neither the data input nor the label");
+                                          "', which is neither a data input nor the label");
       }
-      Tensor x, y;
-      RETURN_IF_ERROR(data_->Batch((step - 1) * batch_ + r.begin(), r.end() - r.begin(), &x, &y));
-      out[d].push_back(input ? x : y);
+      std::vector<Tensor> xs;
+      Tensor y;
+      RETURN_IF_ERROR(data_->Batch((step - 1) * batch_ + r.begin(), r.end() - r.begin(), &xs, &y));
+      out[d].push_back(input == input_names_.end() ? y : xs[input - input_names_.begin()]);
     }
   }
   return out;

@@ -233,8 +233,11 @@ int main(int argc, char** argv) {
     if (data_spec == "synthetic") {
       d = quilt::MakeSyntheticDataset(*graph, *sig, seed);
     } else {
-      std::pair<std::string, std::string> files = absl::StrSplit(data_spec, ',');
-      d = quilt::OpenNumpyDataset(files.first, files.second, *sig);
+      // INPUTS.npy[,INPUTS2.npy…],LABELS.npy
+      std::vector<std::string> files = absl::StrSplit(data_spec, ',');
+      const std::string labels = files.back();
+      files.pop_back();
+      d = quilt::OpenNumpyDataset(files, labels, *sig);
     }
     if (!d.ok()) return Fail(std::string(d.status().message()));
     data = std::move(*d);

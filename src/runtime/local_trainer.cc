@@ -20,10 +20,13 @@ absl::StatusOr<LocalTrainResult> TrainLocal(const Graph& g, Dataset* data,
   ASSIGN_OR_RETURN(result.runner, GraphRunner::Create(g, ro));
   double timed = 0;
   for (int64_t step = 0; step < options.steps; ++step) {
-    Tensor x, y;
-    RETURN_IF_ERROR(data->Batch(step * options.batch, options.batch, &x, &y));
+    std::vector<Tensor> xs;
+    Tensor y;
+    RETURN_IF_ERROR(data->Batch(step * options.batch, options.batch, &xs, &y));
+    std::map<std::string, Tensor> feeds = {{sig.label.name, y}};
+    for (size_t j = 0; j < xs.size(); ++j) feeds[sig.inputs[j].name] = xs[j];
     const absl::Time start = absl::Now();
-    ASSIGN_OR_RETURN(float loss, result.runner->Step({{sig.input.name, x}, {sig.label.name, y}}));
+    ASSIGN_OR_RETURN(float loss, result.runner->Step(feeds));
     const double t = absl::ToDoubleSeconds(absl::Now() - start);
     if (step > 0) timed += t;
     if (!std::isfinite(loss)) {

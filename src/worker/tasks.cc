@@ -90,10 +90,11 @@ void TaskRunner::Start(const quilt::v1::TaskAssignment& a) {
       "--progress"};
   argv.insert(argv.end(), options_.security_flags.begin(), options_.security_flags.end());
   if (a.dataset().source_case() == quilt::v1::DatasetSpec::kNumpy) {
-    argv.insert(
-        argv.end(),
-        {"--data", a.dataset().numpy().inputs_path() + "," + a.dataset().numpy().labels_path(),
-         "--seed", std::to_string(a.seed())});
+    const quilt::v1::NumpyDataset& numpy = a.dataset().numpy();
+    std::string files = numpy.inputs_path();
+    for (const std::string& more : numpy.more_inputs_paths()) absl::StrAppend(&files, ",", more);
+    argv.insert(argv.end(), {"--data", absl::StrCat(files, ",", numpy.labels_path()), "--seed",
+                             std::to_string(a.seed())});
   } else {
     argv.insert(argv.end(),
                 {"--data", "synthetic", "--seed", std::to_string(a.dataset().synthetic_seed())});

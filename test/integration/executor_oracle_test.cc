@@ -103,7 +103,7 @@ std::unique_ptr<Setup> Prepare(const Model& m, const quilt::v1::ClusterSpec& spe
   absl::StatusOr<DataSignature> sig = DataSignatureOf(s->graph);
   EXPECT_THAT(sig.status(), IsOk());
   absl::StatusOr<std::unique_ptr<Dataset>> data =
-      OpenNumpyDataset(dir + "/x.npy", dir + "/y.npy", *sig);
+      OpenNumpyDataset({dir + "/x.npy"}, dir + "/y.npy", *sig);
   EXPECT_THAT(data.status(), IsOk());
   SetComputeThreads(1);
   LocalTrainOptions lo;

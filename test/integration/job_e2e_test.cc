@@ -93,7 +93,7 @@ struct SingleDeviceRun {
     ASSIGN_OR_RETURN(graph, TrainingGraphForJob(spec));
     ASSIGN_OR_RETURN(DataSignature sig, DataSignatureOf(graph));
     ASSIGN_OR_RETURN(std::unique_ptr<Dataset> data,
-                     OpenNumpyDataset(Fixture("x.npy"), Fixture("y.npy"), sig));
+                     OpenNumpyDataset({Fixture("x.npy")}, Fixture("y.npy"), sig));
     SetComputeThreads(1);
     LocalTrainOptions lo;
     lo.batch = kBatch;
@@ -165,6 +165,37 @@ class Jobs : public ::testing::Test {
 
   LocalCluster cluster_;
 };
+
+// A model of three inputs (word and segment ids, an attention mask; a
+// NumPy file each) trains over both workers as PyTorch trains it.
+TEST_F(Jobs, AModelOfSeveralInputsTrainsOverBothNodesAsPyTorchDoes) {
+  const std::string dir = RunfilePath("test/fixtures/multi_input");
+  std::ifstream in(dir + "/losses.json");
+  const nlohmann::json expected = nlohmann::json::parse(in);
+  const auto& adam = expected["adam"];
+  const std::string id = Submit(
+      {"submit", dir + "/model.onnx", "--loss", "softmax_cross_entropy", "--batch",
+       std::to_string(expected["batch"].get<int>()), "--steps",
+       std::to_string(expected["steps"].get<int>()), "--optimizer", "adam", "--lr",
+       std::to_string(adam["lr"].get<double>()), "--strategy", "dp-even-ring", "--data",
+       absl::StrCat(dir, "/ids.npy,", dir, "/segments.npy,", dir, "/mask.npy,", dir, "/y.npy"),
+       "--checkpoint-dir", cluster_.dir().File("ckpt")});
+  ASSERT_FALSE(id.empty());
+  absl::StatusOr<CommandResult> watched = cluster_.Quiltctl({"watch", id});
+  ASSERT_THAT(watched.status(), IsOk());
+  ASSERT_EQ(watched->exit_code, 0) << watched->out << watched->err << cluster_.Log("worker-a");
+  const nlohmann::json job = Job(id);
+  EXPECT_EQ(job.value("nodes", nlohmann::json::array()).size(), 2u) << job.dump();
+  const double want = adam["losses"].back().get<double>();
+  EXPECT_NEAR(job.value("last_loss", 0.0), want, 1e-4 * want) << job.dump();
+  // Files that do not match the model's inputs are refused at submission.
+  absl::StatusOr<CommandResult> two = cluster_.Quiltctl(
+      {"submit", dir + "/model.onnx", "--loss", "softmax_cross_entropy", "--batch", "16", "--steps",
+       "2", "--data", absl::StrCat(dir, "/ids.npy,", dir, "/y.npy")});
+  ASSERT_THAT(two.status(), IsOk());
+  EXPECT_NE(two->exit_code, 0);
+  EXPECT_THAT(two->err, HasSubstr("3 input(s) (ids, segments, mask), but 1 inputs file(s)"));
+}
 
 TEST_F(Jobs, RunsToSucceededWithTheSingleDeviceParametersAndExportsThem) {
   const std::string checkpoints = cluster_.dir().File("ckpt");

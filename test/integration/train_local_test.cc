@@ -6,11 +6,14 @@
 // to its sequence length, with F.pad and a batch-sized constant, causal
 // attention masked by masked_fill from a buffer, with ReLU6, LeakyReLU,
 // clamp and abs, a per-pixel classifier whose classes are on axis 1, with
-// group norm and nearest upsampling; exports of opsets 9–11 among them), for
+// group norm and nearest upsampling, a BERT-style classifier of three
+// inputs (word and segment ids, an attention mask: a file each); exports
+// of opsets 9–11 among them), for
 // 20 SGD (momentum, weight decay) and 20 Adam steps.
 #include <cmath>
 #include <fstream>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -37,6 +40,16 @@ nlohmann::json ReadJson(const std::string& path) {
   return nlohmann::json::parse(in);
 }
 
+// --data: x.npy, or a file per input where the model has several
+// ("inputs"), then y.npy.
+std::string DataFiles(const std::string& dir, const nlohmann::json& expected) {
+  std::string files;
+  for (const auto& f : expected.value("inputs", nlohmann::json::array({"x.npy"}))) {
+    absl::StrAppend(&files, dir, "/", f.get<std::string>(), ",");
+  }
+  return files + dir + "/y.npy";
+}
+
 class TrainLocalMatchesPyTorch : public ::testing::TestWithParam<Fixture> {};
 
 TEST_P(TrainLocalMatchesPyTorch, LossesWithin1e4Relative) {
@@ -48,7 +61,7 @@ TEST_P(TrainLocalMatchesPyTorch, LossesWithin1e4Relative) {
                                    "train-local",
                                    dir + "/model.onnx",
                                    "--data",
-                                   dir + "/x.npy," + dir + "/y.npy",
+                                   DataFiles(dir, expected),
                                    "--batch",
                                    std::to_string(expected["batch"].get<int>()),
                                    "--steps",
@@ -107,7 +120,8 @@ INSTANTIATE_TEST_SUITE_P(
         Fixture{"causal_lm_static", "sgd"}, Fixture{"causal_lm_static", "adam"},
         Fixture{"causal_lm_inline", "sgd"}, Fixture{"causal_lm_inline", "adam"},
         Fixture{"hard_activations", "sgd"}, Fixture{"hard_activations", "adam"},
-        Fixture{"text_cnn", "sgd"}, Fixture{"text_cnn", "adam"}, Fixture{"padded_encoder", "sgd"},
+        Fixture{"text_cnn", "sgd"}, Fixture{"text_cnn", "adam"}, Fixture{"multi_input", "sgd"},
+        Fixture{"multi_input", "adam"}, Fixture{"padded_encoder", "sgd"},
         Fixture{"padded_encoder", "adam"}, Fixture{"activations", "sgd"},
         Fixture{"activations", "adam"}, Fixture{"bilinear_segmenter", "sgd"},
         Fixture{"bilinear_segmenter", "adam"}, Fixture{"autoencoder", "sgd"},

@@ -224,10 +224,10 @@ absl::Status ResolveModelLoss(Graph* g, const std::vector<std::string>& names,
   if (label_inputs.size() > 1) {
     std::vector<std::string> names;
     for (int k : label_inputs) names.push_back("'" + g->inputs[k] + "'");
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the model's loss '", loss, "' reads ", names.size(), " inputs besides the first (",
-        absl::StrJoin(names, ", "),
-        "); Quilt feeds one input and one labels array: compute the rest in the model"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the model's loss '", loss, "' reads ", names.size(),
+                     " inputs besides the first (", absl::StrJoin(names, ", "),
+                     "); Quilt feeds the loss one labels array: compute the rest in the model"));
   }
   g->loss.type = LossType::kModel;
   g->loss.label = g->inputs[label_inputs[0]];

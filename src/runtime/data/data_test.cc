@@ -1,5 +1,6 @@
 #include <cmath>
 #include <fstream>
+#include <set>
 
 #include "absl/strings/match.h"
 #include "gmock/gmock.h"
@@ -15,6 +16,15 @@
 
 namespace quilt {
 namespace {
+
+// A batch of a one-input dataset.
+absl::Status OneInput(Dataset* d, int64_t start, int64_t count, Tensor* x, Tensor* y) {
+  std::vector<Tensor> xs;
+  RETURN_IF_ERROR(d->Batch(start, count, &xs, y));
+  if (xs.size() != 1) return absl::InternalError("not one input");
+  *x = std::move(xs[0]);
+  return absl::OkStatus();
+}
 
 using ::testing::HasSubstr;
 
@@ -92,13 +102,14 @@ TEST(NumpyDataset, LabelsOfAnotherShape_HintAtTheClassesAxisOnlyWhereItIsTheLast
   ASSERT_THAT(WriteNpy(dir.File("y.npy"), Tensor::FromI64({8, 7}, std::vector<int64_t>(56, 1))),
               IsOk());
   DataSignature sig;
-  sig.input.dtype = DType::kF32;
-  sig.input.shape = Shape({Dim::Batch(1), Dim::Fixed(4)});
+  sig.inputs.resize(1);
+  sig.inputs[0].dtype = DType::kF32;
+  sig.inputs[0].shape = Shape({Dim::Batch(1), Dim::Fixed(4)});
   sig.label.dtype = DType::kI64;
   sig.label.shape = Shape({Dim::Batch(1), Dim::Fixed(6)});
   for (bool classes_last : {true, false}) {
     sig.classes_last = classes_last;
-    auto d = OpenNumpyDataset(dir.File("x.npy"), dir.File("y.npy"), sig);
+    auto d = OpenNumpyDataset({dir.File("x.npy")}, dir.File("y.npy"), sig);
     ASSERT_FALSE(d.ok());
     EXPECT_THAT(d.status().message(), HasSubstr("labels have shape [8,7]; the model needs [N,6]"));
     EXPECT_EQ(absl::StrContains(d.status().message(), "transposed to [N, T, C]"), classes_last);
@@ -130,8 +141,8 @@ TEST(Synthetic, SameSampleSameDataWhateverTheBatching) {
   auto d = MlpSynthetic(5);
   ASSERT_THAT(d, IsOk());
   Tensor x8, y8, x3, y3;
-  ASSERT_THAT((*d)->Batch(0, 8, &x8, &y8), IsOk());
-  ASSERT_THAT((*d)->Batch(5, 3, &x3, &y3), IsOk());
+  ASSERT_THAT(OneInput(d->get(), 0, 8, &x8, &y8), IsOk());
+  ASSERT_THAT(OneInput(d->get(), 5, 3, &x3, &y3), IsOk());
   for (int k = 0; k < 3; ++k) {
     EXPECT_EQ(y3.i64()[k], y8.i64()[5 + k]);
     EXPECT_EQ(x3.f32()[k * 784 + 17], x8.f32()[(5 + k) * 784 + 17]);
@@ -157,7 +168,7 @@ TEST(Synthetic, TargetsOfTheModelsOwnLossAreInTheUnitInterval) {
     auto d = MakeSyntheticDataset(*g, *sig, 3);
     ASSERT_THAT(d, IsOk());
     Tensor x, y;
-    ASSERT_THAT((*d)->Batch(0, 256, &x, &y), IsOk());
+    ASSERT_THAT(OneInput(d->get(), 0, 256, &x, &y), IsOk());
     ASSERT_EQ(y.dtype(), DType::kF32);
     float lo = 1, hi = -1;
     for (int64_t i = 0; i < y.numel(); ++i) {
@@ -203,8 +214,8 @@ TEST(Synthetic, TokenInputsWithFloatTargetsGetFloatTargetsOfTheTokens) {
   auto d = MakeSyntheticDataset(g, *sig, 3);
   ASSERT_THAT(d, IsOk());
   Tensor x, y, x5, y5;
-  ASSERT_THAT((*d)->Batch(0, 256, &x, &y), IsOk());
-  ASSERT_THAT((*d)->Batch(10, 5, &x5, &y5), IsOk());
+  ASSERT_THAT(OneInput(d->get(), 0, 256, &x, &y), IsOk());
+  ASSERT_THAT(OneInput(d->get(), 10, 5, &x5, &y5), IsOk());
   ASSERT_EQ(y.dtype(), DType::kF32);
   ASSERT_EQ(y.numel(), 256);
   float lo = 1, hi = -1;
@@ -236,7 +247,7 @@ TEST(Synthetic, InputsAreUnitNormalsAroundTheClassCentres) {
   ASSERT_THAT(d, IsOk());
   Tensor x, y;
   constexpr int64_t kRows = 512;
-  ASSERT_THAT((*d)->Batch(1000, kRows, &x, &y), IsOk());
+  ASSERT_THAT(OneInput(d->get(), 1000, kRows, &x, &y), IsOk());
   const int64_t f = x.numel() / kRows;
   double even = 0, odd = 0;
   int64_t n_even = 0, n_odd = 0;
@@ -264,6 +275,116 @@ TEST(Synthetic, InputsAreUnitNormalsAroundTheClassCentres) {
     diff += t * t;
   }
   EXPECT_NEAR(diff / f, 2.0, 0.3);
+}
+
+// A classifier of three inputs: word ids (vocabulary 50), segment ids
+// (vocabulary 3) and an attention mask no embedding reads, as a BERT-style
+// export has them.
+absl::StatusOr<Graph> ThreeInputClassifier() {
+  Graph g;
+  GraphBuilder b(&g);
+  const Shape tokens({Dim::Batch(), Dim::Fixed(6)});
+  RETURN_IF_ERROR(b.AddInput("ids", DType::kI64, tokens).status());
+  RETURN_IF_ERROR(b.AddInput("segments", DType::kI64, tokens).status());
+  RETURN_IF_ERROR(b.AddInput("mask", DType::kI64, tokens).status());
+  InitializerSpec n;
+  n.kind = InitializerSpec::Kind::kNormal;
+  n.stddev = 0.1;
+  RETURN_IF_ERROR(b.AddParameter("emb", Shape::Fixed({50, 8}), n).status());
+  RETURN_IF_ERROR(b.AddParameter("seg", Shape::Fixed({3, 8}), n).status());
+  RETURN_IF_ERROR(b.AddParameter("w", Shape::Fixed({8, 5}), n).status());
+  RETURN_IF_ERROR(b.Add("Gather", {"emb", "ids"}, {}, "e").status());
+  RETURN_IF_ERROR(b.Add("Gather", {"seg", "segments"}, {}, "s").status());
+  RETURN_IF_ERROR(b.Add("Add", {"e", "s"}, {}, "es").status());
+  Attrs mean;
+  mean.SetInts("axes", {1});
+  mean.SetInt("keepdims", 0);
+  RETURN_IF_ERROR(b.Add("ReduceMean", {"es"}, mean, "m").status());
+  RETURN_IF_ERROR(b.Add("MatMul", {"m", "w"}, {}, "logits").status());
+  Attrs to_f32;
+  to_f32.SetString("to", "f32");
+  RETURN_IF_ERROR(b.Add("Cast", {"mask"}, std::move(to_f32), "maskf").status());
+  mean.SetInt("keepdims", 1);
+  RETURN_IF_ERROR(b.Add("ReduceMean", {"maskf"}, std::move(mean), "kept").status());
+  RETURN_IF_ERROR(b.Add("Mul", {"logits", "kept"}, {}, "out").status());
+  g.outputs = {"out"};
+  TrainingOptions o;
+  o.loss = LossType::kSoftmaxCrossEntropy;
+  o.optimizer.kind = OptimizerSpec::Kind::kSgd;
+  RETURN_IF_ERROR(BuildTrainingGraph(&g, o));
+  return g;
+}
+
+TEST(Synthetic, SeveralInputsEachGetTheirKindAndTheLabelsFollowTheWords) {
+  absl::StatusOr<Graph> g = ThreeInputClassifier();
+  ASSERT_THAT(g, IsOk());
+  absl::StatusOr<DataSignature> sig = DataSignatureOf(*g);
+  ASSERT_THAT(sig, IsOk());
+  ASSERT_EQ(sig->inputs.size(), 3u);
+  EXPECT_EQ(sig->inputs[2].name, "mask");
+  auto d = MakeSyntheticDataset(*g, *sig, 11);
+  ASSERT_THAT(d, IsOk());
+  std::vector<Tensor> xs, xs4;
+  Tensor y, y4;
+  ASSERT_THAT((*d)->Batch(0, 128, &xs, &y), IsOk());
+  ASSERT_THAT((*d)->Batch(7, 4, &xs4, &y4), IsOk());
+  ASSERT_EQ(xs.size(), 3u);
+  std::set<int64_t> words, segments;
+  for (int64_t e = 0; e < 128 * 6; ++e) {
+    words.insert(xs[0].i64()[e]);
+    segments.insert(xs[1].i64()[e]);
+    EXPECT_EQ(xs[2].i64()[e], 1) << "the mask keeps every token";
+  }
+  EXPECT_EQ(*words.begin(), 0);
+  EXPECT_EQ(*words.rbegin(), 49);
+  EXPECT_EQ(segments, (std::set<int64_t>{0, 1, 2}));
+  // Inputs are independent streams, and a sample is the same data in any
+  // batch.
+  EXPECT_FALSE(std::equal(xs[0].i64(), xs[0].i64() + 6, xs[1].i64()));
+  for (int k = 0; k < 4; ++k) {
+    EXPECT_EQ(y4.i64()[k], y.i64()[7 + k]);
+    EXPECT_EQ(xs4[1].i64()[k * 6 + 2], xs[1].i64()[(7 + k) * 6 + 2]);
+  }
+  // The labels are a function of the words (the largest vocabulary).
+  for (int64_t i = 0; i < 128; ++i) EXPECT_EQ(y.i64()[i], (xs[0].i64()[i * 6] * 3 + 1) % 5);
+}
+
+TEST(NumpyDataset, AFilePerInputInTheModelsOrderAndACountThatMustMatch) {
+  absl::StatusOr<Graph> g = ThreeInputClassifier();
+  ASSERT_THAT(g, IsOk());
+  absl::StatusOr<DataSignature> sig = DataSignatureOf(*g);
+  ASSERT_THAT(sig, IsOk());
+  testing::TempDir dir;
+  std::vector<int64_t> ids(4 * 6), segments(4 * 6, 2), mask(4 * 6, 1);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>(i);
+  ASSERT_THAT(WriteNpy(dir.File("ids.npy"), Tensor::FromI64({4, 6}, ids)), IsOk());
+  ASSERT_THAT(WriteNpy(dir.File("seg.npy"), Tensor::FromI64({4, 6}, segments)), IsOk());
+  ASSERT_THAT(WriteNpy(dir.File("mask.npy"), Tensor::FromI64({4, 6}, mask)), IsOk());
+  ASSERT_THAT(WriteNpy(dir.File("y.npy"), Tensor::FromI64({4}, {0, 1, 2, 3})), IsOk());
+  auto d = OpenNumpyDataset({dir.File("ids.npy"), dir.File("seg.npy"), dir.File("mask.npy")},
+                            dir.File("y.npy"), *sig);
+  ASSERT_THAT(d, IsOk());
+  std::vector<Tensor> xs;
+  Tensor y;
+  ASSERT_THAT((*d)->Batch(3, 2, &xs, &y), IsOk());  // samples 3 and 0
+  ASSERT_EQ(xs.size(), 3u);
+  EXPECT_EQ(xs[0].i64()[0], 18);
+  EXPECT_EQ(xs[0].i64()[6], 0);
+  EXPECT_EQ(xs[1].i64()[0], 2);
+  EXPECT_EQ(y.i64()[0], 3);
+  // Two files for three inputs: named, in order.
+  EXPECT_THAT(OpenNumpyDataset({dir.File("ids.npy"), dir.File("seg.npy")}, dir.File("y.npy"), *sig)
+                  .status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("3 input(s) (ids, segments, mask), but 2 inputs file(s)")));
+  // A file of another shape names its input.
+  ASSERT_THAT(WriteNpy(dir.File("short.npy"), Tensor::FromI64({4, 5}, std::vector<int64_t>(20))),
+              IsOk());
+  EXPECT_THAT(OpenNumpyDataset({dir.File("ids.npy"), dir.File("short.npy"), dir.File("mask.npy")},
+                               dir.File("y.npy"), *sig)
+                  .status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("inputs 'segments' have shape [4,5]; the model needs [N,6]")));
 }
 
 }  // namespace
