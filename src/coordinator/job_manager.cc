@@ -372,8 +372,10 @@ absl::Status JobManager::Cancel(const std::string& job_id, const std::string& re
     return absl::FailedPreconditionError(absl::StrCat(
         "job ", job_id, " already ended (", StateWord(job->record.status().state()), ")"));
   }
+  const bool queued = job->record.status().state() == quilt::v1::JOB_STATE_QUEUED;
   Finish(job, quilt::v1::JOB_STATE_CANCELLED,
          reason.empty() ? "cancelled by request" : "cancelled: " + reason);
+  if (queued) RenumberQueue();
   job->cancelled_unheard = !job->unheard_at_end.empty();
   if (job->persisted_version != job->version) {
     // Finish could not store it: the cancel holds until this coordinator

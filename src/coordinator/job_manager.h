@@ -224,6 +224,9 @@ class JobManager {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Adds and stores a job in `state`.
   absl::StatusOr<std::string> Insert(NewJob n, quilt::v1::JobState state, std::string message);
+  // Sets each queued job's message but the first's to how many are queued
+  // before it (after one left the queue).
+  void RenumberQueue() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The record's plan from `n`: strategy, predictions, nodes and tasks.
   static void SetPlan(Job* job, NewJob* n);
   // A failure is recorded among the cluster's events against `node` (the

@@ -51,7 +51,22 @@ absl::Status JobManager::StartQueued(const std::string& job_id, NewJob n) {
   QLOG_INFO("queued job {} starts: {} steps on {} node(s), strategy {}", job_id,
             job->record.status().steps(), job->record.world_size(),
             job->record.status().strategy());
+  RenumberQueue();
   return absl::OkStatus();
+}
+
+void JobManager::RenumberQueue() {
+  // The head's message is the dispatcher's (what it waits for).
+  int ahead = 0;
+  for (const std::string& id : order_) {
+    Job& job = jobs_.at(id);
+    if (job.record.status().state() != quilt::v1::JOB_STATE_QUEUED) continue;
+    const std::string why = absl::StrCat("behind ", ahead, " queued job(s)");
+    if (ahead++ > 0 && job.record.status().message() != why) {
+      job.record.mutable_status()->set_message(why);
+      Changed(&job);
+    }
+  }
 }
 
 void JobManager::KeepQueued(const std::string& job_id, const std::string& why) {
@@ -70,6 +85,7 @@ void JobManager::FailQueued(const std::string& job_id, const std::string& error)
   Job* job = Find(job_id);
   if (job == nullptr || job->record.status().state() != quilt::v1::JOB_STATE_QUEUED) return;
   Finish(job, quilt::v1::JOB_STATE_FAILED, "it could not start from the queue: " + error);
+  RenumberQueue();
 }
 
 }  // namespace quilt

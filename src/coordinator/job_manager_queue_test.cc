@@ -91,6 +91,21 @@ TEST_F(JobManagerTest, ACancelledQueuedJobEndsAndCannotStart) {
   EXPECT_THAT(jobs_->Deletable(id), IsOk());
 }
 
+TEST_F(JobManagerTest, QueuedJobsSayHowManyWaitBeforeThemAsTheQueueMoves) {
+  const std::string first = *jobs_->AddQueued(QueuedSpec("first"), "waiting for room");
+  const std::string second = *jobs_->AddQueued(QueuedSpec("second"), "behind 1 queued job(s)");
+  const std::string third = *jobs_->AddQueued(QueuedSpec("third"), "behind 2 queued job(s)");
+  const std::string fourth = *jobs_->AddQueued(QueuedSpec("fourth"), "behind 3 queued job(s)");
+  ASSERT_THAT(jobs_->Cancel(second, ""), IsOk());
+  EXPECT_EQ(Status(first).message(), "waiting for room");  // the head's own
+  EXPECT_EQ(Status(third).message(), "behind 1 queued job(s)");
+  EXPECT_EQ(Status(fourth).message(), "behind 2 queued job(s)");
+  ASSERT_THAT(jobs_->StartQueued(first, OnAB(5)), IsOk());
+  EXPECT_EQ(Status(fourth).message(), "behind 1 queued job(s)");
+  jobs_->FailQueued(third, "its dataset is gone");
+  EXPECT_THAT(jobs_->Queued(), ElementsAre(fourth));
+}
+
 TEST_F(JobManagerTest, AQueuedJobsReasonIsUpdatedAndAFailureEndsIt) {
   const std::string id = *jobs_->AddQueued(QueuedSpec("q"), "waiting for room");
   jobs_->KeepQueued(id, "waiting for room: b holds 9 GiB");
