@@ -63,8 +63,10 @@ class JobManager {
   absl::StatusOr<std::string> Add(NewJob job);
 
   // Queueing (JobSpec.queue; job_manager_queue.cc). Adds a job that waits
-  // for room, QUEUED: no plan or nodes yet, `why` its status message.
-  absl::StatusOr<std::string> AddQueued(quilt::v1::JobSpec spec, const std::string& why);
+  // for room, QUEUED: no plan or nodes yet, `why` its status message;
+  // `resumed_from`: the job it trains on from (JobStatus.resumed_from).
+  absl::StatusOr<std::string> AddQueued(quilt::v1::JobSpec spec, const std::string& why,
+                                        const std::string& resumed_from = "");
   // The queued jobs' ids, oldest first.
   std::vector<std::string> Queued() const;
   // A queued job's plan: it becomes PENDING on `job.world`, as Add adds a

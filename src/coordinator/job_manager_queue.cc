@@ -6,9 +6,11 @@
 
 namespace quilt {
 
-absl::StatusOr<std::string> JobManager::AddQueued(quilt::v1::JobSpec spec, const std::string& why) {
+absl::StatusOr<std::string> JobManager::AddQueued(quilt::v1::JobSpec spec, const std::string& why,
+                                                  const std::string& resumed_from) {
   NewJob n;
   n.spec = std::move(spec);
+  n.resumed_from = resumed_from;
   return Insert(std::move(n), quilt::v1::JOB_STATE_QUEUED, why);
 }
 

@@ -106,6 +106,19 @@ TEST_F(JobManagerTest, QueuedJobsSayHowManyWaitBeforeThemAsTheQueueMoves) {
   EXPECT_THAT(jobs_->Queued(), ElementsAre(fourth));
 }
 
+TEST_F(JobManagerTest, AQueuedResumeNamesTheJobItGoesOnFrom) {
+  const std::string old = AddJob();
+  quilt::v1::JobSpec spec = QueuedSpec("again");
+  spec.mutable_resume_from()->set_steps_before(40);
+  const std::string id = *jobs_->AddQueued(spec, "waiting for room", old);
+  ASSERT_THAT(jobs_->MarkResumed(old, id), IsOk());
+  Reopen();
+  EXPECT_EQ(Status(id).resumed_from(), old);
+  EXPECT_EQ(Status(id).steps_before(), 40);
+  EXPECT_EQ(Status(old).resumed_as(), id);
+  EXPECT_EQ(Status(id).state(), quilt::v1::JOB_STATE_QUEUED);
+}
+
 TEST_F(JobManagerTest, AQueuedJobsReasonIsUpdatedAndAFailureEndsIt) {
   const std::string id = *jobs_->AddQueued(QueuedSpec("q"), "waiting for room");
   jobs_->KeepQueued(id, "waiting for room: b holds 9 GiB");

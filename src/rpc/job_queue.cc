@@ -42,7 +42,7 @@ absl::Status JobServiceImpl::RefuseDrained(const std::vector<std::string>& world
 
 absl::Status JobServiceImpl::Enqueue(const quilt::v1::JobSpec& spec,
                                      grpc::CallbackServerContext* ctx, const std::string& why,
-                                     std::string* job_id) {
+                                     std::string* job_id, const std::string& resumed_from) {
   // It waits only for room other jobs hold: on the idle cluster, a plan
   // must fit (checked and planned as a submission is).
   SubmissionOptions idle;
@@ -59,7 +59,16 @@ absl::Status JobServiceImpl::Enqueue(const quilt::v1::JobSpec& spec,
   if (ctx != nullptr && ctx->IsCancelled()) {
     return absl::CancelledError("the client gave up waiting; the job was not queued");
   }
-  ASSIGN_OR_RETURN(*job_id, coordinator_->jobs()->AddQueued(spec, why));
+  JobManager* jobs = coordinator_->jobs();
+  if (!resumed_from.empty()) RETURN_IF_ERROR(jobs->CheckNotResumed(resumed_from));
+  ASSIGN_OR_RETURN(std::string id, jobs->AddQueued(spec, why, resumed_from));
+  if (!resumed_from.empty()) {
+    if (absl::Status marked = jobs->MarkResumed(resumed_from, id); !marked.ok()) {
+      (void)jobs->Cancel(id, "its job could not be marked resumed");
+      return marked;
+    }
+  }
+  *job_id = id;
   queue_poked_.store(true);  // the dispatcher looks again
   return absl::OkStatus();
 }

@@ -172,17 +172,19 @@ absl::Status JobServiceImpl::Submit(const quilt::v1::JobSpec& spec,
     *job_id = id;
     return absl::OkStatus();
   };
-  const bool queueing = spec.queue() && resumed_from.empty();
+  // (A resumed job, and a restart, queue as the job they go on from did.)
+  const bool queueing = spec.queue();
   // First in, first out: behind jobs queued already.
   const size_t ahead = queueing ? coordinator_->jobs()->Queued().size() : 0;
   if (ahead > 0) {
-    return Enqueue(spec, ctx, absl::StrCat("behind ", ahead, " queued job(s)"), job_id);
+    return Enqueue(spec, ctx, absl::StrCat("behind ", ahead, " queued job(s)"), job_id,
+                   resumed_from);
   }
   absl::Status s = PrepareJob(spec, *coordinator_->registry(), coordinator_->links(),
                               coordinator_->profiles(), options)
                        .status();
   if (!queueing || s.code() != absl::StatusCode::kFailedPrecondition) return s;
-  return Enqueue(spec, ctx, absl::StrCat("waiting for room: ", s.message()), job_id);
+  return Enqueue(spec, ctx, absl::StrCat("waiting for room: ", s.message()), job_id, resumed_from);
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(grpc::CallbackServerContext* ctx,

@@ -109,8 +109,10 @@ class JobServiceImpl final : public JobServiceBase {
                       grpc::CallbackServerContext* ctx, quilt::v1::ResumeJobResponse* response);
   // Queueing (job_queue.cc). Adds `spec` QUEUED (`why`: its message) once
   // a plan fits the idle cluster. Errors: PrepareJob's, the store's.
+  // `resumed_from` as Submit's.
   absl::Status Enqueue(const quilt::v1::JobSpec& spec, grpc::CallbackServerContext* ctx,
-                       const std::string& why, std::string* job_id);
+                       const std::string& why, std::string* job_id,
+                       const std::string& resumed_from);
   // Plans the oldest queued job on the planning queue when what its plan
   // sees changed (QueueView) or kQueueRetry passed; one at a time.
   void DispatchQueued();

@@ -2,7 +2,7 @@
 // ~24 MiB; a second is refused, or with --queue waits QUEUED (through a
 // coordinator restart) and starts on its own once the first is cancelled;
 // jobs queue first in, first out; a job the idle cluster cannot fit is
-// refused rather than queued.
+// refused rather than queued; a resume of a queueing job queues too.
 #include <csignal>
 
 #include "absl/strings/ascii.h"
@@ -55,6 +55,11 @@ class Queue : public ::testing::Test {
   }
 
   std::string State(const std::string& id) { return Job(id).value("state", std::string()); }
+
+  int64_t Step(const std::string& id) {
+    const nlohmann::json j = Job(id);
+    return j.contains("step") ? std::stoll(j["step"].get<std::string>()) : 0;  // int64: a string
+  }
 
   LocalCluster cluster_;
 };
@@ -109,6 +114,32 @@ TEST_F(Queue, AJobWaitsForRoomAndStartsWhenTheJobAheadEnds) {
   j = Job(second);
   EXPECT_EQ(j["nodes"], nlohmann::json::array({"worker-a"})) << j.dump();
   EXPECT_THAT(cluster_.Log("coordinator"), HasSubstr("queued job " + second + " starts"));
+}
+
+TEST_F(Queue, AResumeOfAQueueingJobQueuesAndGoesOnFromItsCheckpoint) {
+  std::vector<std::string> args = Args(32768, 1000000, true);
+  args.insert(args.end(), {"--checkpoint-every", "2"});
+  const std::string old = Submitted(Run(args));
+  ASSERT_TRUE(Eventually([&] { return Step(old) > 4; }, absl::Seconds(60))) << Job(old).dump();
+  ASSERT_EQ(Run({"cancel", old}).exit_code, 0);
+  const std::string blocker = Submitted(Run(Args(32768, 1000000, false)));
+  ASSERT_TRUE(Eventually([&] { return State(blocker) == "JOB_STATE_RUNNING"; }, absl::Seconds(60)))
+      << Job(blocker).dump();
+  const std::string resumed = Submitted(Run({"resume", old}));
+  nlohmann::json j = Job(resumed);
+  EXPECT_EQ(j.value("state", ""), "JOB_STATE_QUEUED") << j.dump();
+  EXPECT_EQ(j.value("resumed_from", ""), old);
+  EXPECT_EQ(Job(old).value("resumed_as", ""), resumed);
+  // A second resume of the same job is refused: it was resumed already.
+  const CommandResult again = Run({"resume", old});
+  EXPECT_NE(again.exit_code, 0);
+  EXPECT_THAT(again.err, HasSubstr(resumed));
+  ASSERT_EQ(Run({"cancel", blocker}).exit_code, 0);
+  ASSERT_TRUE(Eventually([&] { return Step(resumed) > 1; }, absl::Seconds(60)))
+      << Job(resumed).dump() << cluster_.Log("coordinator");
+  j = Job(resumed);
+  EXPECT_GE(std::stoll(j.value("steps_before", std::string("0"))), 2) << j.dump();
+  EXPECT_EQ(Run({"cancel", resumed}).exit_code, 0);
 }
 
 }  // namespace
