@@ -2,8 +2,8 @@
 // lack the memory for only because other jobs hold it waits QUEUED, and
 // the oldest queued job is planned again whenever what a plan would see
 // changes (a job ended or started, a node came, left or was drained), and
-// every half minute besides. First in, first out: a job never starts
-// before one queued ahead of it.
+// every 5 minutes besides (a plan costs up to the planner's budget).
+// First in, first out: a job never starts before one queued ahead of it.
 #include <set>
 
 #include "absl/strings/str_cat.h"

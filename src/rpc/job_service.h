@@ -143,7 +143,7 @@ class JobServiceImpl final : public JobServiceBase {
   std::atomic<bool> stopping_{false};
   std::thread restarter_;
   // The dispatcher's state (its thread, restarter_, only).
-  static constexpr absl::Duration kQueueRetry = absl::Seconds(30);
+  static constexpr absl::Duration kQueueRetry = absl::Minutes(5);
   std::atomic<bool> dispatching_{false};
   std::atomic<bool> queue_poked_{false};  // a job was queued
   std::string queue_seen_;
