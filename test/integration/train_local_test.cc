@@ -7,7 +7,8 @@
 // attention masked by masked_fill from a buffer, with ReLU6, LeakyReLU,
 // clamp and abs, a per-pixel classifier whose classes are on axis 1, with
 // group norm and nearest upsampling, a BERT-style classifier of three
-// inputs (word and segment ids, an attention mask: a file each); exports
+// inputs (word and segment ids, an attention mask: a file each), with its
+// loss outside or inside (the labels its last input); exports
 // of opsets 9–11 among them), for
 // 20 SGD (momentum, weight decay) and 20 Adam steps.
 #include <cmath>
@@ -121,7 +122,8 @@ INSTANTIATE_TEST_SUITE_P(
         Fixture{"causal_lm_inline", "sgd"}, Fixture{"causal_lm_inline", "adam"},
         Fixture{"hard_activations", "sgd"}, Fixture{"hard_activations", "adam"},
         Fixture{"text_cnn", "sgd"}, Fixture{"text_cnn", "adam"}, Fixture{"multi_input", "sgd"},
-        Fixture{"multi_input", "adam"}, Fixture{"padded_encoder", "sgd"},
+        Fixture{"multi_input", "adam"}, Fixture{"multi_input_loss_in_model", "sgd"},
+        Fixture{"multi_input_loss_in_model", "adam"}, Fixture{"padded_encoder", "sgd"},
         Fixture{"padded_encoder", "adam"}, Fixture{"activations", "sgd"},
         Fixture{"activations", "adam"}, Fixture{"bilinear_segmenter", "sgd"},
         Fixture{"bilinear_segmenter", "adam"}, Fixture{"autoencoder", "sgd"},

@@ -221,16 +221,20 @@ absl::Status ResolveModelLoss(Graph* g, const std::vector<std::string>& names,
     g->output_names.clear();  // (the prediction is no output of the model)
     return absl::OkStatus();
   }
+  // Several inputs besides the first (token ids, a mask, the labels): the
+  // labels come last, as models take them (forward(ids, mask, y)).
+  const int label = *std::max_element(label_inputs.begin(), label_inputs.end());
   if (label_inputs.size() > 1) {
     std::vector<std::string> names;
     for (int k : label_inputs) names.push_back("'" + g->inputs[k] + "'");
-    return absl::InvalidArgumentError(
-        absl::StrCat("the model's loss '", loss, "' reads ", names.size(),
-                     " inputs besides the first (", absl::StrJoin(names, ", "),
-                     "); Quilt feeds the loss one labels array: compute the rest in the model"));
+    g->import_notes.push_back(absl::StrCat(
+        "the loss '", output, "' reads ", names.size(), " inputs besides the first (",
+        absl::StrJoin(names, ", "), "): the last, '", g->inputs[label],
+        "', is taken as the labels and the others as data (export the model with its labels "
+        "as its last input)"));
   }
   g->loss.type = LossType::kModel;
-  g->loss.label = g->inputs[label_inputs[0]];
+  g->loss.label = g->inputs[label];
   g->loss.output = loss;
   g->label_only_parameters = LossOnlyParameters(*g, order, g->loss.label);
   MoveToLabels(g, g->loss.label);

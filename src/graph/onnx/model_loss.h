@@ -22,8 +22,9 @@ namespace quilt::onnx_import {
 // when no output is such a scalar. `names`: the model's names of
 // g->outputs, in order; `wanted`: the name of the output to take (empty:
 // the first that can be). Errors: INVALID_ARGUMENT when `wanted` names no
-// output or one that cannot be the loss, when the loss reads several
-// inputs besides the first, or a cross-entropy's labels come from no input.
+// output or one that cannot be the loss, or a cross-entropy's labels come
+// from no input. A loss that reads several inputs besides the first takes
+// the last as its labels (noted).
 absl::Status ResolveModelLoss(Graph* g, const std::vector<std::string>& names,
                               const std::string& wanted = "");
 
