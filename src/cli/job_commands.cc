@@ -440,6 +440,10 @@ void AddJobCommands(CLI::App& app, const GlobalOptions& globals, std::vector<Com
       "resume", "Train a failed or cancelled job on from its last checkpoint, as a new job");
   resume->add_option("id", *resume_id, "Job id")->required();
   resume->add_flag("--watch", *resume_watch, "Watch the new job");
+  auto resume_queue = std::make_shared<bool>(false);
+  resume->add_flag("--queue", *resume_queue,
+                   "When other jobs hold the memory it needs, wait for them (as submit --queue; "
+                   "a job submitted with --queue queues without it)");
   auto resume_strategy = std::make_shared<std::string>();
   resume->add_option("--strategy", *resume_strategy,
                      "auto (the planner) or a baseline's name (default: the old job's)");
@@ -447,18 +451,21 @@ void AddJobCommands(CLI::App& app, const GlobalOptions& globals, std::vector<Com
       "The new job is the old one's spec with the steps left, planned on the cluster as it is "
       "now. Its executors start from the last readable checkpoint's parameters and optimizer "
       "state (momentum, Adam's moments) and read the data on from where the old job was.");
-  out->push_back({resume, [resume_id, resume_watch, resume_strategy, &globals] {
+  out->push_back({resume, [resume_id, resume_watch, resume_queue, resume_strategy, &globals] {
                     const double timeout = globals.timeout_set ? globals.timeout_s : 600.0;
                     rpc::JobClient client(globals.coordinator, absl::Seconds(timeout));
                     std::cerr << "resuming " << *resume_id << " on " << globals.coordinator
                               << " (the coordinator reads its checkpoint and plans the job)\n";
                     absl::StatusOr<quilt::v1::ResumeJobResponse> r =
-                        client.ResumeJob(*resume_id, *resume_strategy);
+                        client.ResumeJob(*resume_id, *resume_strategy, *resume_queue);
                     if (!r.ok()) return PrintError(std::string(r.status().message()));
                     std::cout << r->job_id() << "\n";
                     std::cerr << "from step " << r->from_step() << "'s checkpoint, " << r->steps()
                               << " steps left";
-                    if (absl::StatusOr<JobStatus> st = client.GetJob(r->job_id()); st.ok()) {
+                    if (absl::StatusOr<JobStatus> st = client.GetJob(r->job_id());
+                        st.ok() && st->state() == quilt::v1::JOB_STATE_QUEUED) {
+                      std::cerr << "; queued: " << st->message();
+                    } else if (st.ok()) {
                       std::cerr << "; plan: " << st->strategy() << ", predicted "
                                 << HumanSeconds(st->predicted_step_time_s()) << " per step";
                     }

@@ -231,10 +231,12 @@ absl::StatusOr<quilt::v1::ExportJobResponse> JobClient::ExportJob(const std::str
 }
 
 absl::StatusOr<quilt::v1::ResumeJobResponse> JobClient::ResumeJob(const std::string& job_id,
-                                                                  const std::string& strategy) {
+                                                                  const std::string& strategy,
+                                                                  bool queue) {
   quilt::v1::ResumeJobRequest request;
   request.set_job_id(job_id);
   request.set_strategy(strategy);
+  request.set_queue(queue);
   return Unary(stubs_->jobs.get(), &quilt::v1::JobService::Stub::ResumeJob, request, timeout_,
                address_);
 }

@@ -72,9 +72,10 @@ class JobClient {
   absl::StatusOr<std::string> DeleteJob(const std::string& job_id, bool keep_checkpoints);
   absl::StatusOr<quilt::v1::ExportJobResponse> ExportJob(const std::string& job_id);
   // Trains an ended job on as a new one from its checkpoint (JobService.ResumeJob).
-  // `strategy`: the new job's ("" = the old job's).
+  // `strategy`: the new job's ("" = the old job's); `queue`: it queues.
   absl::StatusOr<quilt::v1::ResumeJobResponse> ResumeJob(const std::string& job_id,
-                                                         const std::string& strategy);
+                                                         const std::string& strategy,
+                                                         bool queue = false);
   absl::StatusOr<quilt::v1::JobLosses> GetJobLosses(const std::string& job_id, int64_t from_step);
   // Streams the job's status to `on_status` until the job ends (OK) or the
   // stream fails; no deadline.

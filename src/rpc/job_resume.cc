@@ -36,7 +36,7 @@ absl::StatusOr<quilt::v1::ExportJobResponse> LatestCheckpointStep(const quilt::v
 
 absl::Status JobServiceImpl::Resume(const std::string& job_id, const std::string& strategy,
                                     bool automatic, grpc::CallbackServerContext* ctx,
-                                    quilt::v1::ResumeJobResponse* response) {
+                                    quilt::v1::ResumeJobResponse* response, bool queue) {
   JobManager* jobs = coordinator_->jobs();
   ASSIGN_OR_RETURN(quilt::v1::JobRecord record, jobs->RecordWithModel(job_id));
   const quilt::v1::JobState state = record.status().state();
@@ -108,6 +108,7 @@ absl::Status JobServiceImpl::Resume(const std::string& job_id, const std::string
   // Its checkpoints beside the old job's (<dir>/<new id>), not inside them.
   spec.set_checkpoint_dir(
       std::filesystem::path(record.spec().checkpoint_dir()).parent_path().string());
+  if (queue) spec.set_queue(true);
   RETURN_IF_ERROR(Submit(spec, ctx, response->mutable_job_id(), job_id));
   response->set_from_step(trained.step());
   response->set_steps(left);

@@ -204,7 +204,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::ResumeJob(grpc::CallbackServerContext*
   return OnQueue<quilt::v1::ResumeJobRequest, quilt::v1::ResumeJobResponse>(
       &planning_, ctx, raw_request, raw_response, "ResumeJob",
       [this, ctx](const quilt::v1::ResumeJobRequest& r, quilt::v1::ResumeJobResponse* response) {
-        return Resume(r.job_id(), r.strategy(), /*automatic=*/false, ctx, response);
+        return Resume(r.job_id(), r.strategy(), /*automatic=*/false, ctx, response, r.queue());
       });
 }
 

@@ -104,9 +104,11 @@ class JobServiceImpl final : public JobServiceBase {
   absl::Status Submit(const quilt::v1::JobSpec& spec, grpc::CallbackServerContext* ctx,
                       std::string* job_id, const std::string& resumed_from = "");
   // ResumeJob's work (job_resume.cc); `automatic`: a restart after a
-  // failure (the new job has one restart less), `ctx` null then.
+  // failure (the new job has one restart less), `ctx` null then; `queue`:
+  // the new job queues (JobSpec.queue) whatever the old one did.
   absl::Status Resume(const std::string& job_id, const std::string& strategy, bool automatic,
-                      grpc::CallbackServerContext* ctx, quilt::v1::ResumeJobResponse* response);
+                      grpc::CallbackServerContext* ctx, quilt::v1::ResumeJobResponse* response,
+                      bool queue = false);
   // Queueing (job_queue.cc). Adds `spec` QUEUED (`why`: its message) once
   // a plan fits the idle cluster. Errors: PrepareJob's, the store's.
   // `resumed_from` as Submit's.

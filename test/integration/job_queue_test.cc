@@ -2,7 +2,7 @@
 // ~24 MiB; a second is refused, or with --queue waits QUEUED (through a
 // coordinator restart) and starts on its own once the first is cancelled;
 // jobs queue first in, first out; a job the idle cluster cannot fit is
-// refused rather than queued; a resume of a queueing job queues too.
+// refused rather than queued; a resume with --queue queues too.
 #include <csignal>
 
 #include "absl/strings/ascii.h"
@@ -116,8 +116,10 @@ TEST_F(Queue, AJobWaitsForRoomAndStartsWhenTheJobAheadEnds) {
   EXPECT_THAT(cluster_.Log("coordinator"), HasSubstr("queued job " + second + " starts"));
 }
 
-TEST_F(Queue, AResumeOfAQueueingJobQueuesAndGoesOnFromItsCheckpoint) {
-  std::vector<std::string> args = Args(32768, 1000000, true);
+TEST_F(Queue, AResumeQueuesAndGoesOnFromItsCheckpoint) {
+  // Submitted without --queue: its resume is refused while there is no
+  // room, and with --queue waits for it.
+  std::vector<std::string> args = Args(32768, 1000000, false);
   args.insert(args.end(), {"--checkpoint-every", "2"});
   const std::string old = Submitted(Run(args));
   ASSERT_TRUE(Eventually([&] { return Step(old) > 4; }, absl::Seconds(60))) << Job(old).dump();
@@ -125,7 +127,12 @@ TEST_F(Queue, AResumeOfAQueueingJobQueuesAndGoesOnFromItsCheckpoint) {
   const std::string blocker = Submitted(Run(Args(32768, 1000000, false)));
   ASSERT_TRUE(Eventually([&] { return State(blocker) == "JOB_STATE_RUNNING"; }, absl::Seconds(60)))
       << Job(blocker).dump();
-  const std::string resumed = Submitted(Run({"resume", old}));
+  const CommandResult refused = Run({"resume", old});
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_THAT(refused.err, HasSubstr("hold part of it"));
+  const CommandResult queued = Run({"resume", old, "--queue"});
+  const std::string resumed = Submitted(queued);
+  EXPECT_THAT(queued.err, HasSubstr("queued: waiting for room"));
   nlohmann::json j = Job(resumed);
   EXPECT_EQ(j.value("state", ""), "JOB_STATE_QUEUED") << j.dump();
   EXPECT_EQ(j.value("resumed_from", ""), old);
