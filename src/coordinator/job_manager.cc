@@ -351,7 +351,9 @@ void JobManager::Finish(Job* job, JobState state, const std::string& message,
   }
   job->record.clear_addresses();
   QLOG_INFO("job {} {}: {}", st->job_id(), quilt::v1::JobState_Name(state), message);
-  if (state == quilt::v1::JOB_STATE_FAILED && registry_ != nullptr) {
+  // (A job that failed in the queue ran on no node: no node's event.)
+  if (state == quilt::v1::JOB_STATE_FAILED && registry_ != nullptr &&
+      (!node.empty() || !job->record.world().empty())) {
     registry_->RecordJobFailure(
         !node.empty() || job->record.world().empty() ? node : job->record.world(0),
         absl::StrCat("job ", st->job_id(), st->name().empty() ? "" : " (" + st->name() + ")", ": ",

@@ -42,7 +42,8 @@ absl::Status JobManager::StartQueued(const std::string& job_id, NewJob n) {
   st->set_message("waiting for the workers to start the executors");
   if (absl::Status s = store_->StartJob(started.record, n.program); !s.ok()) {
     QLOG_ERROR("cannot store the start of queued job {}: {}", job_id, s.ToString());
-    return absl::Status(s.code(), absl::StrCat("the coordinator cannot store the job's start (",
+    // (Passing: the dispatcher tries again, whatever the store's code.)
+    return absl::UnavailableError(absl::StrCat("the coordinator cannot store the job's start (",
                                                s.message(), "); it stays queued"));
   }
   job->record = std::move(started.record);

@@ -4,6 +4,7 @@
 // changes (a job ended or started, a node came, left or was drained), and
 // every 5 minutes besides (a plan costs up to the planner's budget).
 // First in, first out: a job never starts before one queued ahead of it.
+#include <map>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -53,8 +54,9 @@ absl::Status JobServiceImpl::Enqueue(const quilt::v1::JobSpec& spec,
                                            coordinator_->profiles(), idle);
   if (!fits.ok()) {
     if (fits.status().code() != absl::StatusCode::kFailedPrecondition) return fits.status();
-    return absl::FailedPreconditionError(absl::StrCat(
-        fits.status().message(), " (with no other job running either, so it is not queued)"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(fits.status().message(),
+                     " (it would not start with no other job running either: not queued)"));
   }
   if (ctx != nullptr && ctx->IsCancelled()) {
     return absl::CancelledError("the client gave up waiting; the job was not queued");
@@ -104,8 +106,13 @@ void JobServiceImpl::DispatchQueued() {
     dispatching_.store(false);
   });
   if (!taken) {
+    // Tried again at the next tick (warned once per head).
     dispatching_.store(false);
-    QLOG_WARN("queued job {} waits: the planning queue is full", queued.front());
+    queue_tried_ = absl::InfinitePast();
+    if (queue_full_warned_ != queued.front()) {
+      queue_full_warned_ = queued.front();
+      QLOG_WARN("queued job {} waits: the planning queue is full", queued.front());
+    }
   }
 }
 
@@ -122,19 +129,41 @@ void JobServiceImpl::StartQueued(const std::string& id) {
   }
   if (record->status().state() != quilt::v1::JOB_STATE_QUEUED) return;
   SubmissionOptions options;
-  options.loads = [jobs] { return NodeLoads(jobs->List()); };
   options.planner_lock = &planner_;
   options.profile_timeout = absl::Milliseconds(coordinator_->config().profile_timeout_ms);
+  bool idle = true;  // no other job holds a node when the plan is made
+  options.loads = [jobs, &idle] {
+    std::map<std::string, NodeLoad> loads = NodeLoads(jobs->List());
+    for (const auto& [node, load] : loads) idle &= load.jobs == 0;
+    return loads;
+  };
   options.place = [&](NewJob&& job) -> absl::Status {
-    RETURN_IF_ERROR(RefuseDrained(job.world));
+    if (!RefuseDrained(job.world).ok()) {
+      return absl::UnavailableError("a node of its plan was drained meanwhile: planned again");
+    }
     return jobs->StartQueued(id, std::move(job));
   };
   const absl::Status s = PrepareJob(record->spec(), *coordinator_->registry(),
                                     coordinator_->links(), coordinator_->profiles(), options)
                              .status();
   if (s.ok()) return;
-  if (Passing(s)) {
-    jobs->KeepQueued(id, absl::StrCat("waiting for room: ", s.message()));
+  // Settled: some node Ready, none between Ready and Down (a worker that
+  // restarts comes back).
+  bool any_ready = false, settled = true;
+  for (const quilt::v1::NodeStatus& n : coordinator_->registry()->ListNodes()) {
+    any_ready |= n.state() == quilt::v1::NODE_STATE_READY && !n.draining();
+    settled &= n.state() != quilt::v1::NODE_STATE_NOT_READY;
+  }
+  if (s.code() == absl::StatusCode::kFailedPrecondition && idle && any_ready && settled) {
+    // The cluster changed since it was queued (a node left, or offers
+    // less): it would wait for ever, and hold up every job behind it.
+    QLOG_WARN("queued job {} no longer fits the idle cluster: {}", id, s.ToString());
+    jobs->FailQueued(
+        id, absl::StrCat("it no longer fits even with no other job running: ", s.message()));
+  } else if (Passing(s)) {
+    jobs->KeepQueued(id, s.code() == absl::StatusCode::kFailedPrecondition
+                             ? absl::StrCat("waiting for room: ", s.message())
+                             : absl::StrCat("waiting: ", s.message()));
   } else {
     QLOG_WARN("queued job {} cannot start: {}", id, s.ToString());
     jobs->FailQueued(id, std::string(s.message()));

@@ -149,6 +149,7 @@ class JobServiceImpl final : public JobServiceBase {
   std::atomic<bool> dispatching_{false};
   std::atomic<bool> queue_poked_{false};  // a job was queued
   std::string queue_seen_;
+  std::string queue_full_warned_;  // the head last warned of a full queue
   absl::Time queue_tried_ = absl::InfinitePast();
 };
 

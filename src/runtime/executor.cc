@@ -483,6 +483,8 @@ absl::StatusOr<std::map<std::string, Tensor>> Executor::Impl::Restored() {
 // The tensors every device is fed in `step`: per device, per feed.
 absl::StatusOr<std::vector<std::vector<Tensor>>> Executor::Impl::Feeds(int64_t step) {
   std::vector<std::vector<Tensor>> out(devices_.size());
+  // Each range's rows read once: every input and the label come together.
+  std::map<std::pair<int64_t, int64_t>, std::pair<std::vector<Tensor>, Tensor>> read;
   for (size_t d = 0; d < devices_.size(); ++d) {
     for (const auto& r : devices_[d]->feeds) {
       const auto input = std::find(input_names_.begin(), input_names_.end(), r.tensor());
@@ -490,10 +492,14 @@ absl::StatusOr<std::vector<std::vector<Tensor>>> Executor::Impl::Feeds(int64_t s
         return absl::InvalidArgumentError("device " + devices_[d]->id + " is fed '" + r.tensor() +
                                           "', which is neither a data input nor the label");
       }
-      std::vector<Tensor> xs;
-      Tensor y;
-      RETURN_IF_ERROR(data_->Batch((step - 1) * batch_ + r.begin(), r.end() - r.begin(), &xs, &y));
-      out[d].push_back(input == input_names_.end() ? y : xs[input - input_names_.begin()]);
+      auto [it, fresh] = read.try_emplace({r.begin(), r.end()});
+      if (fresh) {
+        RETURN_IF_ERROR(data_->Batch((step - 1) * batch_ + r.begin(), r.end() - r.begin(),
+                                     &it->second.first, &it->second.second));
+      }
+      out[d].push_back(input == input_names_.end()
+                           ? it->second.second
+                           : it->second.first[input - input_names_.begin()]);
     }
   }
   return out;

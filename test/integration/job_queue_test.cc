@@ -89,7 +89,7 @@ TEST_F(Queue, AJobWaitsForRoomAndStartsWhenTheJobAheadEnds) {
   // One the idle worker cannot hold is refused, not queued.
   const CommandResult never = Run(Args(131072, 3, true));
   EXPECT_NE(never.exit_code, 0);
-  EXPECT_THAT(never.err, HasSubstr("with no other job running either, so it is not queued"));
+  EXPECT_THAT(never.err, HasSubstr("would not start with no other job running either: not queued"));
   const CommandResult listed = Run({"jobs"});
   EXPECT_THAT(listed.out, HasSubstr("QUEUED"));
   // A queued job can be cancelled.
