@@ -481,10 +481,10 @@ void AddJobCommands(CLI::App& app, const GlobalOptions& globals, std::vector<Com
   jobs->add_option("-o,--output", *jobs_format, "table | json")
       ->check(CLI::IsMember({"table", "json"}));
   jobs->add_option("--state", *jobs_state,
-                   "all | active (pending or running) | ended | pending | running | succeeded | "
-                   "failed | cancelled")
-      ->check(CLI::IsMember(
-          {"all", "active", "ended", "pending", "running", "succeeded", "failed", "cancelled"}));
+                   "all | active (queued, pending or running) | ended | queued | pending | running "
+                   "| succeeded | failed | cancelled")
+      ->check(CLI::IsMember({"all", "active", "ended", "queued", "pending", "running", "succeeded",
+                             "failed", "cancelled"}));
   jobs->add_option("--last", *jobs_last, "Only the newest N (of those the state selects)")
       ->check(PositiveInt());
   out->push_back({jobs, [jobs_format, jobs_state, jobs_last, &globals] {

@@ -287,6 +287,20 @@ grpc::ServerUnaryReactor* JobServiceImpl::DeleteJob(grpc::CallbackServerContext*
       &exports_, ctx, raw_request, raw_response, "DeleteJob",
       [this](const quilt::v1::DeleteJobRequest& r, quilt::v1::DeleteJobResponse* response) {
         ASSIGN_OR_RETURN(std::string checkpoints, coordinator_->jobs()->Deletable(r.job_id()));
+        // A job resumed from its checkpoint that has not started yet (queued,
+        // or its executors not yet running) still needs it.
+        if (!r.keep_checkpoints()) {
+          ASSIGN_OR_RETURN(const quilt::v1::JobStatus old, coordinator_->jobs()->Get(r.job_id()));
+          absl::StatusOr<quilt::v1::JobStatus> next =
+              old.resumed_as().empty() ? absl::NotFoundError("")
+                                       : coordinator_->jobs()->Get(old.resumed_as());
+          if (next.ok() && (next->state() == quilt::v1::JOB_STATE_QUEUED ||
+                            next->state() == quilt::v1::JOB_STATE_PENDING)) {
+            return absl::FailedPreconditionError(absl::StrCat(
+                "job ", next->job_id(), " goes on from this job's checkpoint and has not started ",
+                "yet: delete it once that job runs, or keep the checkpoints (--keep-checkpoints)"));
+          }
+        }
         // The files first: a job whose record went first would leave them
         // with nothing that names them if the coordinator stopped between.
         // Only the job's own directory (<checkpoint_dir>/<job id>).

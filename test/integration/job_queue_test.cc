@@ -137,6 +137,10 @@ TEST_F(Queue, AResumeQueuesAndGoesOnFromItsCheckpoint) {
   EXPECT_EQ(j.value("state", ""), "JOB_STATE_QUEUED") << j.dump();
   EXPECT_EQ(j.value("resumed_from", ""), old);
   EXPECT_EQ(Job(old).value("resumed_as", ""), resumed);
+  // Its checkpoint is still needed: the old job is not deleted with it.
+  const CommandResult deleted = Run({"delete", old});
+  EXPECT_NE(deleted.exit_code, 0);
+  EXPECT_THAT(deleted.err, HasSubstr("goes on from this job's checkpoint and has not started"));
   // A second resume of the same job is refused: it was resumed already.
   const CommandResult again = Run({"resume", old});
   EXPECT_NE(again.exit_code, 0);
