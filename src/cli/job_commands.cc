@@ -153,6 +153,13 @@ absl::StatusOr<quilt::v1::JobSpec> SpecFrom(const SubmitArgs& a) {
   return spec;
 }
 
+// A new job's plan, or why it waits in the queue.
+std::string PlanLine(const JobStatus& s) {
+  if (s.state() == quilt::v1::JOB_STATE_QUEUED) return "queued: " + s.message();
+  return absl::StrCat("plan: ", s.strategy(), ", predicted ",
+                      HumanSeconds(s.predicted_step_time_s()), " per step");
+}
+
 std::string Describe(const JobStatus& s) {
   std::string out;
   absl::StrAppendFormat(&out, "Job:        %s (%s)\n", s.job_id(), s.name());
@@ -425,12 +432,7 @@ void AddJobCommands(CLI::App& app, const GlobalOptions& globals, std::vector<Com
                     if (!id.ok()) return PrintError(std::string(id.status().message()));
                     absl::StatusOr<JobStatus> st = client.GetJob(*id);
                     std::cout << *id << "\n";
-                    if (st.ok() && st->state() == quilt::v1::JOB_STATE_QUEUED) {
-                      std::cerr << "queued: " << st->message() << "\n";
-                    } else if (st.ok()) {
-                      std::cerr << "plan: " << st->strategy() << ", predicted "
-                                << HumanSeconds(st->predicted_step_time_s()) << " per step\n";
-                    }
+                    if (st.ok()) std::cerr << PlanLine(*st) << "\n";
                     return a->watch ? Watch(*id, globals, "table") : 0;
                   }});
   // resume ID
@@ -462,12 +464,8 @@ void AddJobCommands(CLI::App& app, const GlobalOptions& globals, std::vector<Com
                     std::cout << r->job_id() << "\n";
                     std::cerr << "from step " << r->from_step() << "'s checkpoint, " << r->steps()
                               << " steps left";
-                    if (absl::StatusOr<JobStatus> st = client.GetJob(r->job_id());
-                        st.ok() && st->state() == quilt::v1::JOB_STATE_QUEUED) {
-                      std::cerr << "; queued: " << st->message();
-                    } else if (st.ok()) {
-                      std::cerr << "; plan: " << st->strategy() << ", predicted "
-                                << HumanSeconds(st->predicted_step_time_s()) << " per step";
+                    if (absl::StatusOr<JobStatus> st = client.GetJob(r->job_id()); st.ok()) {
+                      std::cerr << "; " << PlanLine(*st);
                     }
                     std::cerr << "\n";
                     if (!r->note().empty()) std::cerr << "note: " << r->note() << "\n";

@@ -6,7 +6,6 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_split.h"
 #include "nlohmann/json.hpp"
 #include "src/cli/command.h"
 #include "src/cli/validators.h"
@@ -73,14 +72,7 @@ int Run(const TrainArgs& a) {
     }
     data = MakeSyntheticDataset(*g, *sig, seed);
   } else {
-    // A file per model input, then the labels.
-    std::vector<std::string> paths = absl::StrSplit(a.data, ',');
-    if (paths.size() < 2) {
-      return PrintError("--data must be INPUTS.npy,LABELS.npy or synthetic[:SEED]");
-    }
-    const std::string labels = paths.back();
-    paths.pop_back();
-    data = OpenNumpyDataset(paths, labels, *sig);
+    data = OpenNumpyFiles(a.data, *sig);  // a file per model input, then the labels
   }
   if (!data.ok()) return PrintError(std::string(data.status().message()));
   if (a.data.rfind("synthetic", 0) != 0 && (*data)->size() < a.batch) {

@@ -171,8 +171,7 @@ void JobManager::Changed(Job* job, bool durable) {
 }
 
 absl::StatusOr<std::string> JobManager::Add(NewJob n) {
-  return Insert(std::move(n), quilt::v1::JOB_STATE_PENDING,
-                "waiting for the workers to start the executors");
+  return Insert(std::move(n), quilt::v1::JOB_STATE_PENDING, std::string(kAwaitingExecutors));
 }
 
 void JobManager::SetPlan(Job* job, NewJob* n) {

@@ -168,6 +168,9 @@ class JobManager {
   // `status` as answered now: with the seconds since the job last
   // progressed.
   quilt::v1::JobStatus Answered(quilt::v1::JobStatus status) const;
+  // The message of a planned job until an executor runs.
+  static constexpr absl::string_view kAwaitingExecutors =
+      "waiting for the workers to start the executors";
   // The message of a job found running at start-up until a node reports.
   static constexpr absl::string_view kAwaitingReports =
       "the coordinator restarted; waiting for the job's nodes to report";

@@ -39,7 +39,7 @@ absl::Status JobManager::StartQueued(const std::string& job_id, NewJob n) {
   SetPlan(&started, &n);
   quilt::v1::JobStatus* st = started.record.mutable_status();
   st->set_state(quilt::v1::JOB_STATE_PENDING);
-  st->set_message("waiting for the workers to start the executors");
+  st->set_message(std::string(kAwaitingExecutors));
   if (absl::Status s = store_->StartJob(started.record, n.program); !s.ok()) {
     QLOG_ERROR("cannot store the start of queued job {}: {}", job_id, s.ToString());
     // (Passing: the dispatcher tries again, whatever the store's code.)

@@ -15,18 +15,6 @@
 #include "src/rpc/job_service.h"
 
 namespace quilt::rpc {
-namespace {
-
-// Causes a queued job waits out: room (FAILED_PRECONDITION: no plan fits,
-// or no Ready node), the store, a full queue, a slow worker.
-bool Passing(const absl::Status& s) {
-  return s.code() == absl::StatusCode::kFailedPrecondition ||
-         s.code() == absl::StatusCode::kUnavailable ||
-         s.code() == absl::StatusCode::kResourceExhausted ||
-         s.code() == absl::StatusCode::kDeadlineExceeded;
-}
-
-}  // namespace
 
 absl::Status JobServiceImpl::RefuseDrained(const std::vector<std::string>& world) const {
   const std::set<std::string> nodes(world.begin(), world.end());
@@ -46,12 +34,8 @@ absl::Status JobServiceImpl::Enqueue(const quilt::v1::JobSpec& spec,
                                      std::string* job_id, const std::string& resumed_from) {
   // It waits only for room other jobs hold: on the idle cluster, a plan
   // must fit (checked and planned as a submission is).
-  SubmissionOptions idle;
-  idle.planner_lock = &planner_;
-  idle.profile_timeout = absl::Milliseconds(coordinator_->config().profile_timeout_ms);
-  idle.abandoned = [ctx] { return ctx != nullptr && ctx->IsCancelled(); };
   absl::StatusOr<NewJob> fits = PrepareJob(spec, *coordinator_->registry(), coordinator_->links(),
-                                           coordinator_->profiles(), idle);
+                                           coordinator_->profiles(), Planning(ctx));
   if (!fits.ok()) {
     if (fits.status().code() != absl::StatusCode::kFailedPrecondition) return fits.status();
     return absl::FailedPreconditionError(
@@ -128,9 +112,7 @@ void JobServiceImpl::StartQueued(const std::string& id) {
     return;
   }
   if (record->status().state() != quilt::v1::JOB_STATE_QUEUED) return;
-  SubmissionOptions options;
-  options.planner_lock = &planner_;
-  options.profile_timeout = absl::Milliseconds(coordinator_->config().profile_timeout_ms);
+  SubmissionOptions options = Planning(nullptr);
   bool idle = true;  // no other job holds a node when the plan is made
   options.loads = [jobs, &idle] {
     std::map<std::string, NodeLoad> loads = NodeLoads(jobs->List());
@@ -160,7 +142,9 @@ void JobServiceImpl::StartQueued(const std::string& id) {
     QLOG_WARN("queued job {} no longer fits the idle cluster: {}", id, s.ToString());
     jobs->FailQueued(
         id, absl::StrCat("it no longer fits even with no other job running: ", s.message()));
-  } else if (Passing(s)) {
+  } else if (s.code() == absl::StatusCode::kFailedPrecondition || Passing(s)) {
+    // It waits out room (no plan fits, or no Ready node) and any passing
+    // cause.
     jobs->KeepQueued(id, s.code() == absl::StatusCode::kFailedPrecondition
                              ? absl::StrCat("waiting for room: ", s.message())
                              : absl::StrCat("waiting: ", s.message()));

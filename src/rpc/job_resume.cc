@@ -119,6 +119,12 @@ absl::Status JobServiceImpl::Resume(const std::string& job_id, const std::string
   return absl::OkStatus();
 }
 
+bool JobServiceImpl::Passing(const absl::Status& s) {
+  return s.code() == absl::StatusCode::kUnavailable ||
+         s.code() == absl::StatusCode::kResourceExhausted ||
+         s.code() == absl::StatusCode::kDeadlineExceeded;
+}
+
 void JobServiceImpl::RestartLoop() {
   const absl::Duration after =
       absl::Milliseconds(coordinator_->config().not_ready_after_ms) + absl::Seconds(1);
@@ -130,11 +136,9 @@ void JobServiceImpl::RestartLoop() {
         quilt::v1::ResumeJobResponse response;
         absl::Status s = Resume(id, "", /*automatic=*/true, nullptr, &response);
         if (s.ok()) return;
-        // A passing cause (the store, a full queue, a client's deadline)
-        // is tried again later; another is kept in the job's status.
-        const bool passing = s.code() == absl::StatusCode::kUnavailable ||
-                             s.code() == absl::StatusCode::kResourceExhausted ||
-                             s.code() == absl::StatusCode::kDeadlineExceeded;
+        // A passing cause is tried again later; another is kept in the
+        // job's status.
+        const bool passing = Passing(s);
         QLOG_WARN("job {} failed and could not be restarted{}: {}", id,
                   passing ? " (tried again later)" : "", std::string(s.message()));
         if (!passing) coordinator_->jobs()->MarkRestartFailed(id, std::string(s.message()));

@@ -134,14 +134,19 @@ absl::Status JobServiceImpl::Plan(const quilt::v1::PlanJobRequest& request,
   return absl::OkStatus();
 }
 
-absl::Status JobServiceImpl::Submit(const quilt::v1::JobSpec& spec,
-                                    grpc::CallbackServerContext* ctx, std::string* job_id,
-                                    const std::string& resumed_from) {
+SubmissionOptions JobServiceImpl::Planning(grpc::CallbackServerContext* ctx) {
   SubmissionOptions options;
-  options.loads = [this] { return NodeLoads(coordinator_->jobs()->List()); };
   options.planner_lock = &planner_;
   options.profile_timeout = absl::Milliseconds(coordinator_->config().profile_timeout_ms);
   options.abandoned = [ctx] { return ctx != nullptr && ctx->IsCancelled(); };
+  return options;
+}
+
+absl::Status JobServiceImpl::Submit(const quilt::v1::JobSpec& spec,
+                                    grpc::CallbackServerContext* ctx, std::string* job_id,
+                                    const std::string& resumed_from) {
+  SubmissionOptions options = Planning(ctx);
+  options.loads = [this] { return NodeLoads(coordinator_->jobs()->List()); };
   // Added while the planner is held: the next submission's plan counts
   // this job on its nodes.
   options.place = [&](NewJob&& job) -> absl::Status {

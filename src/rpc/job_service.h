@@ -30,6 +30,7 @@
 #include "proto/quilt/v1/services.grpc.pb.h"
 #include "src/common/work_queue.h"
 #include "src/coordinator/coordinator.h"
+#include "src/coordinator/job_submission.h"
 
 namespace quilt::rpc {
 
@@ -97,6 +98,12 @@ class JobServiceImpl final : public JobServiceBase {
   // `abandoned`: whether the client has left (checked after profiling).
   absl::Status Plan(const quilt::v1::PlanJobRequest& request,
                     const std::function<bool()>& abandoned, quilt::v1::PlanReport* report);
+  // A cause that passes (the store, a full queue, a deadline): what failed
+  // is tried again later.
+  static bool Passing(const absl::Status& s);
+  // What every submission plans with: the planner held, the profiles'
+  // timeout, and `ctx`'s client leaving (null: none; no loads, no place).
+  SubmissionOptions Planning(grpc::CallbackServerContext* ctx);
   // Checks, plans and adds a job (SubmitJob, ResumeJob); its id. `ctx`:
   // the client's call (null for a restart). `resumed_from`: the job it
   // trains on from, checked not resumed and marked so while the planner is

@@ -233,11 +233,7 @@ int main(int argc, char** argv) {
     if (data_spec == "synthetic") {
       d = quilt::MakeSyntheticDataset(*graph, *sig, seed);
     } else {
-      // INPUTS.npy[,INPUTS2.npy…],LABELS.npy
-      std::vector<std::string> files = absl::StrSplit(data_spec, ',');
-      const std::string labels = files.back();
-      files.pop_back();
-      d = quilt::OpenNumpyDataset(files, labels, *sig);
+      d = quilt::OpenNumpyFiles(data_spec, *sig);
     }
     if (!d.ok()) return Fail(std::string(d.status().message()));
     data = std::move(*d);

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "src/common/status.h"
 #include "src/runtime/counter_random.h"
 #include "src/runtime/data/npy.h"
@@ -329,6 +330,17 @@ absl::StatusOr<std::unique_ptr<Dataset>> OpenNumpyDataset(
     }
   }
   return std::unique_ptr<Dataset>(new NumpyDataset(std::move(xs), std::move(y)));
+}
+
+absl::StatusOr<std::unique_ptr<Dataset>> OpenNumpyFiles(const std::string& files,
+                                                        const DataSignature& sig) {
+  std::vector<std::string> inputs = absl::StrSplit(files, ',');
+  if (inputs.size() < 2) {
+    return absl::InvalidArgumentError("--data must be INPUTS.npy,LABELS.npy or synthetic[:SEED]");
+  }
+  const std::string labels = inputs.back();
+  inputs.pop_back();
+  return OpenNumpyDataset(inputs, labels, sig);
 }
 
 absl::StatusOr<std::unique_ptr<Dataset>> MakeSyntheticDataset(const Graph& graph,

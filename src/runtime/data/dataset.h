@@ -43,6 +43,9 @@ absl::StatusOr<DataSignature> DataSignatureOf(const Graph& graph);
 absl::StatusOr<std::unique_ptr<Dataset>> OpenNumpyDataset(
     const std::vector<std::string>& inputs_paths, const std::string& labels_path,
     const DataSignature& signature);
+// The same from a --data flag's "INPUTS.npy[,INPUTS2.npy…],LABELS.npy".
+absl::StatusOr<std::unique_ptr<Dataset>> OpenNumpyFiles(const std::string& files,
+                                                        const DataSignature& signature);
 
 // Seeded synthetic data. Classification with float inputs: each sample has
 // a class and its inputs are N(0, 1) around a ±0.5 centre per class (every
