@@ -199,7 +199,8 @@ absl::StatusOr<std::vector<int64_t>> Lowerer::Aggregate(int t, AggregationMethod
   });
   auto [git, fresh] = group_ids_.emplace(devices, static_cast<int64_t>(groups_.size()) + 1);
   if (fresh) groups_.push_back(devices);
-  if (method == quilt::v1::AGGREGATION_METHOD_PARAMETER_SERVER) {
+  if (method == quilt::v1::AGGREGATION_METHOD_PARAMETER_SERVER ||
+      method == quilt::v1::AGGREGATION_METHOD_SPARSE_LOOKUP) {
     method = quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE;
   }
   if (method == quilt::v1::AGGREGATION_METHOD_UNSPECIFIED) {

@@ -3,8 +3,10 @@
 // buckets) into programs the validator accepts and the simulator runs.
 #include "src/planner/lower.h"
 
+#include <map>
 #include <set>
 
+#include "absl/strings/match.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "src/common/status_matchers.h"
@@ -12,6 +14,7 @@
 #include "src/graph/op_registry.h"
 #include "src/graph/zoo/zoo.h"
 #include "src/planner/baselines.h"
+#include "src/planner/lookups.h"
 #include "src/planner/planner_test_util.h"
 #include "src/planner/program_validator.h"
 #include "src/sim/simulator.h"
@@ -24,6 +27,7 @@ using quilt::v1::DistributedProgram;
 using quilt::v1::Instruction;
 using quilt::v1::Strategy;
 using testing::EvenRing;
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 using testing::LowerChecked;
 using testing::Make;
@@ -532,6 +536,98 @@ TEST(Lower, BadStrategies_AreRejectedWithTheirCause) {
   twice.mutable_aggregations(0)->add_servers(s->topo.device(1).id);
   EXPECT_THAT(Lower(s->graph, twice, s->topo, s->cost.get(), 8).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("twice")));
+}
+
+// The transformer's embedding table (looked up twice, tied to the output
+// projection) aggregated by sparse lookup: every device computes both
+// lookups' gradients for the whole batch from rows the others send, no
+// collective sums the table's whole gradient, and the output projection's
+// part is all-reduced alone, before the lookups' parts are added.
+TEST(Lower, SparseLookup_GathersTheLookupsRowsAndSumsOnlyTheOtherParts) {
+  auto s = Make("transformer");
+  absl::StatusOr<GraphIndex> built = GraphIndex::Build(s->graph);
+  ASSERT_THAT(built.status(), IsOk());
+  const GraphIndex& ix = *built;
+  const std::map<std::string, std::vector<int>> tables = LookupTables(ix);
+  ASSERT_EQ(tables.size(), 1u);
+  const std::string table = tables.begin()->first;
+  const std::vector<int>& lookups = tables.begin()->second;
+  ASSERT_EQ(lookups.size(), 2u);
+  Strategy strategy = EvenRing(*s);
+  std::string grad;
+  for (auto& a : *strategy.mutable_aggregations()) {
+    if (a.parameter() == table) a.set_method(quilt::v1::AGGREGATION_METHOD_SPARSE_LOOKUP);
+  }
+  for (size_t i = 0; i < s->graph.ops.size(); ++i) {
+    if (ix.Schema(static_cast<int>(i)).is_update && s->graph.ops[i].inputs[0] == table) {
+      grad = s->graph.ops[i].inputs[1];
+    }
+  }
+  ASSERT_FALSE(grad.empty());
+  constexpr int64_t kBatch = 8;
+  const DistributedProgram p = LowerChecked(*s, strategy, kBatch);
+  ASSERT_EQ(p.devices_size(), 4);
+  std::set<std::string> summed;
+  for (const auto& dp : p.devices()) {
+    std::map<std::string, int> whole;
+    int recvs = 0;
+    for (const auto& ins : dp.instructions()) {
+      if (ins.has_all_reduce()) {
+        for (const std::string& t : ins.all_reduce().tensors()) summed.insert(t);
+      }
+      if (ins.has_compute()) {
+        for (int op : lookups) {
+          if (ins.compute().op() != s->graph.ops[op].name) continue;
+          EXPECT_EQ(ins.compute().begin(), 0);
+          EXPECT_EQ(ins.compute().end(), kBatch);
+          ++whole[ins.compute().op()];
+        }
+      }
+      recvs += ins.has_recv();
+    }
+    for (int op : lookups) EXPECT_EQ(whole[s->graph.ops[op].name], 1) << dp.device();
+    EXPECT_GT(recvs, 0) << dp.device();
+  }
+  EXPECT_FALSE(summed.count(grad)) << grad;
+  // The table's other gradient part (the projection's) is summed by itself.
+  int table_parts = 0;
+  for (const std::string& t : summed) table_parts += absl::StartsWith(t, "grad/") && t != grad;
+  EXPECT_GT(table_parts, 0);
+  // The dense program sums the whole gradient instead.
+  const DistributedProgram dense = LowerChecked(*s, EvenRing(*s), kBatch);
+  bool dense_sums_grad = false;
+  for (const auto& dp : dense.devices()) {
+    for (const auto& ins : dp.instructions()) {
+      if (!ins.has_all_reduce()) continue;
+      for (const std::string& t : ins.all_reduce().tensors()) dense_sums_grad |= t == grad;
+    }
+  }
+  EXPECT_TRUE(dense_sums_grad);
+}
+
+TEST(Lower, SparseLookup_RefusedForParametersNoLookupReads) {
+  auto s = Make("mlp");
+  absl::StatusOr<GraphIndex> ix = GraphIndex::Build(s->graph);
+  ASSERT_THAT(ix.status(), IsOk());
+  EXPECT_TRUE(LookupTables(*ix).empty());
+  Strategy strategy = EvenRing(*s);
+  strategy.mutable_aggregations(0)->set_method(quilt::v1::AGGREGATION_METHOD_SPARSE_LOOKUP);
+  EXPECT_THAT(Lower(s->graph, strategy, s->topo, s->cost.get(), 8).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr(strategy.aggregations(0).parameter()),
+                             HasSubstr("only embedding tables take"))));
+  auto t = Make("transformer");
+  absl::StatusOr<GraphIndex> tix = GraphIndex::Build(t->graph);
+  ASSERT_THAT(tix.status(), IsOk());
+  Strategy sliced = EvenRing(*t);
+  for (auto& a : *sliced.mutable_aggregations()) {
+    if (LookupTables(*tix).count(a.parameter())) {
+      a.set_method(quilt::v1::AGGREGATION_METHOD_SPARSE_LOOKUP);
+      a.set_partition_bytes(4096);
+    }
+  }
+  EXPECT_THAT(Lower(t->graph, sliced, t->topo, t->cost.get(), 8).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("partition_bytes")));
 }
 
 // --- The validator on corrupted programs --------------------------------

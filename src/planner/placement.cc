@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "src/common/status.h"
 #include "src/graph/op_registry.h"
+#include "src/planner/lookups.h"
 
 namespace quilt {
 
@@ -90,7 +91,17 @@ absl::StatusOr<Placement> Place(const GraphIndex& ix, const quilt::v1::Strategy&
     p.group_of_op.push_back(it->second);
   }
   absl::flat_hash_map<std::string, const quilt::v1::ParameterAggregation*> aggs;
-  for (const auto& a : s.aggregations()) aggs[a.parameter()] = &a;
+  bool any_sparse = false;
+  for (const auto& a : s.aggregations()) {
+    aggs[a.parameter()] = &a;
+    any_sparse |= a.method() == quilt::v1::AGGREGATION_METHOD_SPARSE_LOOKUP;
+  }
+  // Embedding tables (only looked for when a strategy gathers lookups).
+  std::map<std::string, std::vector<int>> tables;
+  if (any_sparse) tables = LookupTables(ix);
+  // Lookup gradients every device of their table computes for the whole
+  // batch: op → the table's placement.
+  absl::flat_hash_map<int, const ParamPlacement*> whole_batch;
   // Update ops run where the parameter lives (by parameter tensor id).
   absl::flat_hash_map<int, int> update_op_of;
   for (size_t i = 0; i < g.ops.size(); ++i) {
@@ -121,6 +132,21 @@ absl::StatusOr<Placement> Place(const GraphIndex& ix, const quilt::v1::Strategy&
             "shard by their servers)");
       }
     }
+    if (pp.method == quilt::v1::AGGREGATION_METHOD_SPARSE_LOOKUP) {
+      if (!tables.count(param.tensor)) {
+        return absl::InvalidArgumentError(
+            "parameter '" + param.tensor +
+            "' is aggregated by sparse lookup, which only embedding tables take (a parameter "
+            "that a Gather along axis 0 looks rows up in by ids that carry the batch); no such "
+            "lookup reads it");
+      }
+      if (pp.partition_bytes > 0) {
+        return absl::InvalidArgumentError(
+            "parameter '" + param.tensor +
+            "' sets partition_bytes, which sparse lookup does not take (its lookups' part is "
+            "gathered, not summed)");
+      }
+    }
     if (pp.method == quilt::v1::AGGREGATION_METHOD_PARAMETER_SERVER) {
       if (a == aggs.end() || a->second->servers().empty()) {
         return absl::InvalidArgumentError("parameter '" + param.tensor + "' has no servers");
@@ -144,6 +170,9 @@ absl::StatusOr<Placement> Place(const GraphIndex& ix, const quilt::v1::Strategy&
       for (const auto& [d, r] : reps) pp.devices.push_back(d);
     }
     p.params[param.tensor] = std::move(pp);
+    if (p.params[param.tensor].method == quilt::v1::AGGREGATION_METHOD_SPARSE_LOOKUP) {
+      for (int op : tables.at(param.tensor)) whole_batch[op] = &p.params[param.tensor];
+    }
   }
   for (size_t i = 0; i < g.ops.size(); ++i) {
     const Op& op = g.ops[i];
@@ -161,6 +190,8 @@ absl::StatusOr<Placement> Place(const GraphIndex& ix, const quilt::v1::Strategy&
           slices.push_back({pp.devices[k], 0, 0});
         }
       }
+    } else if (auto w = whole_batch.find(static_cast<int>(i)); w != whole_batch.end()) {
+      for (int d : w->second->devices) slices.push_back({d, 0, batch});
     } else if (batched) {
       slices = SplitBatch(reps, batch);
     } else {

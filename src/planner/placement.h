@@ -2,7 +2,9 @@
 // its op group and, for ops on the batch, the rows of the global batch each
 // device computes (contiguous slices in proportion to the replica counts).
 // Also where each parameter lives (its update's devices, or its parameter
-// servers) and how its gradient is aggregated.
+// servers) and how its gradient is aggregated. The lookups of a table
+// aggregated by sparse lookup run on each of the table's devices over the
+// whole batch.
 #ifndef QUILT_SRC_PLANNER_PLACEMENT_H_
 #define QUILT_SRC_PLANNER_PLACEMENT_H_
 
@@ -53,7 +55,8 @@ struct Placement {
 std::vector<Slice> SplitBatch(const std::vector<std::pair<int, int>>& replicas, int64_t batch);
 
 // Errors: INVALID_ARGUMENT when the strategy names unknown devices or ops,
-// leaves a forward op without a group, or has no replicas in a group.
+// leaves a forward op without a group, has no replicas in a group, or
+// aggregates a parameter that is no embedding table by sparse lookup.
 absl::StatusOr<Placement> Place(const Graph& graph, const quilt::v1::Strategy& strategy,
                                 const Topology& topology, int64_t global_batch);
 // The same for the graph `index` resolves (built once by the caller).

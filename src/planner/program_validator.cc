@@ -299,7 +299,17 @@ absl::Status Validator::CheckCoverage() {
     for (int t : ix_.Inputs(i)) batched |= t >= 0 && Batched(t);
     if (!batched) continue;
     std::vector<Range> r;
-    for (const auto& [d, range] : op_runs_[i]) r.push_back(range);
+    bool every_whole = true;
+    for (const auto& [d, range] : op_runs_[i]) {
+      r.push_back(range);
+      every_whole &= range.begin == 0 && range.end == batch;
+    }
+    // An op whose outputs do not carry the batch may run over the whole
+    // batch on several devices: each computes the complete value (a
+    // gathered embedding lookup's gradient).
+    bool batched_out = false;
+    for (int t : ix_.Outputs(i)) batched_out |= Batched(t);
+    if (every_whole && !batched_out) continue;
     std::sort(r.begin(), r.end());
     int64_t at = 0;
     for (const Range& x : r) {

@@ -3,7 +3,8 @@
 // matched transfers, consistent collectives, every input of a computation
 // produced on its device before it is used (resident, or written by an
 // instruction it depends on), replicas of each op covering the global batch
-// exactly once, and every gradient of a replicated parameter aggregated
+// exactly once (or, for ops whose outputs do not carry the batch, each the
+// whole batch), and every gradient of a replicated parameter aggregated
 // exactly once. Errors name the instruction, op or tensor.
 #ifndef QUILT_SRC_PLANNER_PROGRAM_VALIDATOR_H_
 #define QUILT_SRC_PLANNER_PROGRAM_VALIDATOR_H_

@@ -4,7 +4,8 @@
 // language model with tied embeddings, and
 // for every kind of strategy — data parallel with even and proportional
 // splits and each all-reduce (ring, tree, hierarchical), parameter servers
-// (sharded), the planner's hybrid plan, and seeded random strategies — and
+// (sharded), embedding tables' gradients gathered (sparse lookup), the
+// planner's hybrid plan, and seeded random strategies — and
 // the per-process loss
 // parts sum to the single-device losses. A killed executor makes the others
 // fail with a clear error, soon.
@@ -32,6 +33,7 @@
 #include "src/graph/op_registry.h"
 #include "src/planner/baselines.h"
 #include "src/planner/heterog.h"
+#include "src/planner/lookups.h"
 #include "src/planner/lower.h"
 #include "src/planner/planner_test_util.h"
 #include "src/planner/program_validator.h"
@@ -434,6 +436,34 @@ TEST_P(Oracle, EveryStrategyEndsWithTheSingleDeviceParameters) {
       strategies.push_back({absl::StrCat("split", cut, one_first ? "-one-all" : "-all-one"),
                             TwoGroups(s->graph, s->topo, cut, one_first)});
     }
+  }
+  // Embedding tables' gradients gathered (sparse lookup): with every
+  // device data parallel, and with the ops in two groups on different
+  // device sets (a lookup's rows then come from devices that do not hold
+  // the table).
+  absl::StatusOr<GraphIndex> ix = GraphIndex::Build(s->graph);
+  ASSERT_THAT(ix.status(), IsOk());
+  const std::map<std::string, std::vector<int>> tables = LookupTables(*ix);
+  if (!tables.empty()) {
+    auto sparse = [&](quilt::v1::Strategy st) {
+      for (auto& a : *st.mutable_aggregations()) {
+        if (tables.count(a.parameter())) {
+          a.set_method(quilt::v1::AGGREGATION_METHOD_SPARSE_LOOKUP);
+          a.clear_servers();
+          a.set_partition_bytes(0);
+        }
+      }
+      return st;
+    };
+    strategies.push_back(
+        {"sparse-lookups",
+         sparse(DataParallelStrategy(s->graph, s->topo, proportional,
+                                     quilt::v1::AGGREGATION_METHOD_TREE_ALLREDUCE, "sp"))});
+    for (bool one_first : {true, false}) {
+      strategies.push_back({absl::StrCat("split-sparse", one_first ? "-one-all" : "-all-one"),
+                            sparse(TwoGroups(s->graph, s->topo, 1, one_first))});
+    }
+    strategies.push_back({"random-sparse", sparse(RandomStrategy(s->graph, s->topo, 15))});
   }
   for (const auto& [name, strategy] : strategies) {
     SCOPED_TRACE(name);

@@ -1,0 +1,27 @@
+// Embedding tables whose gradient can be gathered rather than summed
+// (AGGREGATION_METHOD_SPARSE_LOOKUP): trainable parameters that a Gather
+// along axis 0 reads as its table, with ids that carry the batch. The
+// lookups' part of such a gradient is a scatter of the batch's rows, so
+// every replica can compute it for the whole batch from the other
+// replicas' ids and row gradients (bytes in proportion to the batch's
+// tokens) instead of all-reducing a table-sized sum.
+#ifndef QUILT_SRC_PLANNER_LOOKUPS_H_
+#define QUILT_SRC_PLANNER_LOOKUPS_H_
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "src/graph/graph_index.h"
+
+namespace quilt {
+
+// Table parameter name → the GatherGrad ops (indices, graph order) of its
+// lookups by per-sample ids. A table also read another way (an output
+// projection tied to it) is included: those parts of its gradient are
+// summed apart. Frozen parameters are not.
+std::map<std::string, std::vector<int>> LookupTables(const GraphIndex& index);
+
+}  // namespace quilt
+
+#endif  // QUILT_SRC_PLANNER_LOOKUPS_H_
