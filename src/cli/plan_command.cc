@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "src/cli/command.h"
@@ -93,6 +94,12 @@ std::string RenderExplain(const quilt::v1::PlanReport& r) {
   if (!s.gradient_collectives().empty()) {
     out += absl::StrFormat("gradients: %s (the fastest of %d variants simulated in full)\n",
                            s.gradient_collectives(), s.variants_simulated());
+  }
+  if (!s.gathered_tables().empty()) {
+    out += absl::StrFormat(
+        "embedding gradients gathered, not summed: %s (each replica computes the lookups' part "
+        "for the whole batch from the others' rows; saves %s per step in full simulation)\n",
+        absl::StrJoin(s.gathered_tables(), ", "), HumanSeconds(s.gathered_saved_s()));
   }
   out += Breakdown(*h) + "\n";
   if (s.has_best_baseline()) out += Breakdown(s.best_baseline()) + "\n";

@@ -458,6 +458,50 @@ TEST(HeteroG, PlanIsTheFastestVariantAndNamesItsCollectives) {
   }
 }
 
+// A tied embedding over slow links: the plan gathers its lookups'
+// gradients, says so, and the same plan with the table summed dense
+// simulates slower.
+TEST(HeteroG, GathersEmbeddingGradientsWhereThatIsFaster) {
+  absl::StatusOr<Graph> g = zoo::BuildZooModel("transformer");
+  ASSERT_THAT(g.status(), IsOk());
+  ASSERT_THAT(Train(&*g), IsOk());
+  auto f = Make(std::move(*g), testing::TwoNodes());
+  PlanOptions o;
+  o.global_batch = 16;
+  o.search.max_evaluations = 30;
+  absl::StatusOr<PlanResult> r = Plan(f->graph, f->topo, o);
+  ASSERT_THAT(r.status(), IsOk());
+  const quilt::v1::StrategyEstimate* h = nullptr;
+  for (const auto& e : r->report.estimates()) {
+    if (e.name() == "heterog") h = &e;
+  }
+  ASSERT_NE(h, nullptr);
+  ASSERT_TRUE(h->feasible());
+  ASSERT_EQ(h->search().gathered_tables_size(), 1) << h->search().DebugString();
+  const std::string table = h->search().gathered_tables(0);
+  EXPECT_GT(h->search().gathered_saved_s(), 0);
+  quilt::v1::Strategy dense = h->strategy();
+  int sparse = 0;
+  for (auto& a : *dense.mutable_aggregations()) {
+    if (a.method() != quilt::v1::AGGREGATION_METHOD_SPARSE_LOOKUP) continue;
+    ++sparse;
+    EXPECT_EQ(a.parameter(), table);
+    a.set_method(quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE);
+  }
+  EXPECT_EQ(sparse, 1);
+  // Its program is what the report timed; the dense one is slower.
+  absl::StatusOr<quilt::v1::StrategyEstimate> same =
+      Estimate(f->graph, f->topo, *f->cost, NamedStrategy{"same", h->strategy(), ""},
+               o.global_batch, r->report.lower_bound_s(), nullptr, nullptr, false, false);
+  ASSERT_THAT(same.status(), IsOk());
+  EXPECT_DOUBLE_EQ(same->step_time_s(), h->step_time_s());
+  absl::StatusOr<quilt::v1::StrategyEstimate> summed =
+      Estimate(f->graph, f->topo, *f->cost, NamedStrategy{"dense", dense, ""}, o.global_batch,
+               r->report.lower_bound_s(), nullptr, nullptr, false, true);
+  ASSERT_THAT(summed.status(), IsOk());
+  EXPECT_GT(summed->step_time_s(), h->step_time_s());
+}
+
 INSTANTIATE_TEST_SUITE_P(ModelsAndClusters, PlanWithHeteroG,
                          ::testing::Combine(::testing::Values("mlp", "cnn", "transformer"),
                                             ::testing::Values(3, 11)),

@@ -1,6 +1,7 @@
 #include "src/planner/lookups.h"
 
 #include "absl/container/flat_hash_set.h"
+#include "src/planner/lower.h"
 
 namespace quilt {
 
@@ -21,6 +22,29 @@ std::map<std::string, std::vector<int>> LookupTables(const GraphIndex& ix) {
     tables[g.ops[fwd].inputs[0]].push_back(i);
   }
   return tables;
+}
+
+quilt::v1::Strategy GatherLookups(const GraphIndex& ix, const quilt::v1::Strategy& strategy,
+                                  int64_t batch, std::vector<std::string>* tables) {
+  tables->clear();
+  quilt::v1::Strategy out = strategy;
+  const std::map<std::string, std::vector<int>> found = LookupTables(ix);
+  if (found.empty()) return out;
+  const Graph& g = ix.graph();
+  for (auto& a : *out.mutable_aggregations()) {
+    auto it = found.find(a.parameter());
+    if (it == found.end() || a.method() == quilt::v1::AGGREGATION_METHOD_SPARSE_LOOKUP) continue;
+    int64_t rows = 0;
+    for (int op : it->second) rows += RangeBytes(g.tensors()[ix.Inputs(op)[0]], 0, batch);
+    const int64_t table = RangeBytes(g.tensors()[ix.Tensor(a.parameter())], 0, 0);
+    if (rows >= table) continue;
+    a.set_method(quilt::v1::AGGREGATION_METHOD_SPARSE_LOOKUP);
+    a.clear_servers();
+    a.set_bucket(0);
+    a.set_partition_bytes(0);
+    tables->push_back(a.parameter());
+  }
+  return out;
 }
 
 }  // namespace quilt

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "proto/quilt/v1/strategy.pb.h"
 #include "src/graph/graph_index.h"
 
 namespace quilt {
@@ -21,6 +22,14 @@ namespace quilt {
 // projection tied to it) is included: those parts of its gradient are
 // summed apart. Frozen parameters are not.
 std::map<std::string, std::vector<int>> LookupTables(const GraphIndex& index);
+
+// `strategy` with the tables worth gathering aggregated by sparse lookup
+// (their servers, buckets and slices dropped), named in *tables: those
+// whose lookups' row gradients for `batch` samples take fewer bytes than
+// the table (what a replica receives against what a ring all-reduce sends
+// per device, about twice the table). None when *tables is empty.
+quilt::v1::Strategy GatherLookups(const GraphIndex& index, const quilt::v1::Strategy& strategy,
+                                  int64_t batch, std::vector<std::string>* tables);
 
 }  // namespace quilt
 
