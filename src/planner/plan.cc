@@ -368,6 +368,10 @@ absl::Status PlanHeteroG(const Graph& g, const Topology& topo, const CostModel& 
       absl::StrAppend(&note, "; the ops are placed as ", sr.start,
                       " places them: the gain is in how gradients form collectives (",
                       summary.gradient_collectives(), ")");
+      if (!gathered.empty()) {
+        absl::StrAppend(&note, " and in ", absl::StrJoin(gathered, ", "),
+                        "'s gradient gathered rather than summed");
+      }
     }
     h.estimate.set_note(note);
   }
