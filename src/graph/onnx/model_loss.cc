@@ -97,6 +97,25 @@ std::vector<std::string> LossOnlyParameters(const Graph& g, const std::vector<in
   return out;
 }
 
+// Graph inputs (by index) that some op reading a parameter reads
+// something computed from: the model's data, as against labels that only
+// the loss reads.
+std::set<int> InputsFeedingWeights(const Graph& g, const std::map<std::string, std::set<int>>& from,
+                                   const std::set<std::string>& params) {
+  std::set<int> feeds;
+  for (const Op& op : g.ops) {
+    if (std::none_of(op.inputs.begin(), op.inputs.end(),
+                     [&](const std::string& t) { return params.count(t) > 0; })) {
+      continue;
+    }
+    for (const std::string& t : op.inputs) {
+      auto it = from.find(t);
+      if (it != from.end()) feeds.insert(it->second.begin(), it->second.end());
+    }
+  }
+  return feeds;
+}
+
 std::string Quoted(const std::vector<std::string>& names) {
   std::vector<std::string> q;
   for (size_t i = 0; i < names.size() && i < 4; ++i) q.push_back("'" + names[i] + "'");
@@ -222,16 +241,36 @@ absl::Status ResolveModelLoss(Graph* g, const std::vector<std::string>& names,
     return absl::OkStatus();
   }
   // Several inputs besides the first (token ids, a mask, the labels): the
-  // labels come last, as models take them (forward(ids, mask, y)).
-  const int label = *std::max_element(label_inputs.begin(), label_inputs.end());
+  // labels are the one that reaches the loss without passing through an op
+  // that reads a weight (a mask feeds attention, whose output meets the
+  // next projection's weight); where that leaves none or several, the last,
+  // as models take them (forward(ids, mask, y)).
+  int label = *std::max_element(label_inputs.begin(), label_inputs.end());
   if (label_inputs.size() > 1) {
+    const std::set<int> feeds = InputsFeedingWeights(*g, from, params);
+    std::vector<int> apart;
+    for (int k : label_inputs) {
+      if (!feeds.count(k)) apart.push_back(k);
+    }
     std::vector<std::string> names;
     for (int k : label_inputs) names.push_back("'" + g->inputs[k] + "'");
-    g->import_notes.push_back(absl::StrCat(
-        "the loss '", output, "' reads ", names.size(), " inputs besides the first (",
-        absl::StrJoin(names, ", "), "): the last, '", g->inputs[label],
-        "', is taken as the labels and the others as data (export the model with its labels "
-        "as its last input)"));
+    if (apart.size() == 1) {
+      label = apart[0];
+      g->import_notes.push_back(absl::StrCat(
+          "the loss '", output, "' reads ", names.size(), " inputs besides the first (",
+          absl::StrJoin(names, ", "), "): '", g->inputs[label],
+          "', the one no weight's op reads anything computed from, is taken as the labels and "
+          "the others as data (--data: the data inputs' files in the model's order, then the "
+          "labels')"));
+    } else {
+      g->import_notes.push_back(absl::StrCat(
+          "the loss '", output, "' reads ", names.size(), " inputs besides the first (",
+          absl::StrJoin(names, ", "), "), and ",
+          apart.empty() ? "each of them" : std::to_string(apart.size()) + " of them",
+          " reach it without meeting a weight: the last, '", g->inputs[label],
+          "', is taken as the labels and the others as data (export the model with its labels "
+          "as its last input)"));
+    }
   }
   g->loss.type = LossType::kModel;
   g->loss.label = g->inputs[label];

@@ -89,6 +89,54 @@ TEST(ModelLoss, TheFirstScalarThatReadsLabelsAndAWeight_IsTheLoss) {
   EXPECT_THAT(BuildTrainingGraph(&*g, o), IsOk());
 }
 
+// forward(x, y, m): z = (x · m) · W, loss = mean((z − y)²) [+ mean(q)
+// with a fourth input q the loss alone reads].
+onnx::ModelProto LabelsBeforeAMask(bool with_q) {
+  onnx::ModelProto m;
+  m.set_ir_version(7);
+  m.add_opset_import()->set_version(14);
+  auto* g = m.mutable_graph();
+  AddInput(g, "x", onnx::TensorProto::FLOAT);
+  AddInput(g, "y", onnx::TensorProto::FLOAT);
+  AddInput(g, "m", onnx::TensorProto::FLOAT);
+  if (with_q) AddInput(g, "q", onnx::TensorProto::FLOAT);
+  AddWeight(g, "W", {3, 3});
+  AddNode(g, "Mul", {"x", "m"}, "masked");
+  AddNode(g, "MatMul", {"masked", "W"}, "z");
+  AddNode(g, "Sub", {"z", "y"}, "d");
+  AddNode(g, "Mul", {"d", "d"}, "sq");
+  if (with_q) {
+    AddNode(g, "Add", {"sq", "q"}, "sq_q");
+    AddNode(g, "ReduceMean", {"sq_q"}, "loss");
+  } else {
+    AddNode(g, "ReduceMean", {"sq"}, "loss");
+  }
+  g->mutable_node(g->node_size() - 1)->add_attribute()->set_name("keepdims");
+  g->mutable_node(g->node_size() - 1)->mutable_attribute(0)->set_type(onnx::AttributeProto::INT);
+  g->mutable_node(g->node_size() - 1)->mutable_attribute(0)->set_i(0);
+  g->add_output()->set_name("loss");
+  return m;
+}
+
+TEST(ModelLoss, TheInputOnlyTheLossReads_IsTheLabelsWhereverItComes) {
+  absl::StatusOr<Graph> g = Import(LabelsBeforeAMask(false).SerializeAsString());
+  ASSERT_THAT(g, IsOk());
+  EXPECT_EQ(g->loss.type, LossType::kModel);
+  EXPECT_EQ(g->labels, std::vector<std::string>{"y"});
+  EXPECT_EQ(g->inputs, (std::vector<std::string>{"x", "m"}));
+  EXPECT_THAT(absl::StrJoin(g->import_notes, "\n"),
+              AllOf(HasSubstr("'y', the one no weight's op reads"), HasSubstr("then the labels")));
+  // Two inputs only the loss reads: the last, as before, and the note says
+  // the choice is a guess.
+  absl::StatusOr<Graph> two = Import(LabelsBeforeAMask(true).SerializeAsString());
+  ASSERT_THAT(two, IsOk());
+  EXPECT_EQ(two->labels, std::vector<std::string>{"q"});
+  EXPECT_EQ(two->inputs, (std::vector<std::string>{"x", "y", "m"}));
+  EXPECT_THAT(absl::StrJoin(two->import_notes, "\n"),
+              AllOf(HasSubstr("2 of them reach it without meeting a weight"),
+                    HasSubstr("the last, 'q', is taken as the labels")));
+}
+
 TEST(ModelLoss, AFixedBatchExportsBatchSizeInTheLoss_IsNotedAtAnotherBatch) {
   // forward(x, y) exported at batch 4: ((x·W − y)²).sum() / x.shape[0],
   // the exporter's constant 4.
