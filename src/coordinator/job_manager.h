@@ -69,6 +69,9 @@ class JobManager {
                                         const std::string& resumed_from = "");
   // The queued jobs' ids, oldest first.
   std::vector<std::string> Queued() const;
+  // The ids of the jobs that hold nodes (neither ended nor queued), oldest
+  // first: what a queued job's plan depends on (no status copied).
+  std::vector<std::string> Holding() const;
   // A queued job's plan: it becomes PENDING on `job.world`, as Add adds a
   // job (stored first). Errors: NOT_FOUND, FAILED_PRECONDITION (no longer
   // queued: cancelled meanwhile), the store's (it stays queued).

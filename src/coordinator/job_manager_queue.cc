@@ -23,6 +23,16 @@ std::vector<std::string> JobManager::Queued() const {
   return out;
 }
 
+std::vector<std::string> JobManager::Holding() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::string> out;
+  for (const std::string& id : order_) {
+    const quilt::v1::JobState state = jobs_.at(id).record.status().state();
+    if (!Ended(state) && state != quilt::v1::JOB_STATE_QUEUED) out.push_back(id);
+  }
+  return out;
+}
+
 absl::Status JobManager::StartQueued(const std::string& job_id, NewJob n) {
   absl::MutexLock lock(&mu_);
   Job* job = Find(job_id);

@@ -27,6 +27,7 @@ TEST_F(JobManagerTest, AQueuedJobWaitsWithoutNodesAndIsAssignedToNoWorker) {
   EXPECT_THAT(st.nodes(), IsEmpty());
   EXPECT_FALSE(JobManager::Ended(st.state()));
   EXPECT_THAT(jobs_->Queued(), ElementsAre(*q));
+  EXPECT_THAT(jobs_->Holding(), ElementsAre(running));
   // Only the planned job reaches the workers, and only it holds nodes.
   HeartbeatResponse a = Beat("a");
   ASSERT_THAT(a.assignments(), SizeIs(1));
@@ -58,8 +59,10 @@ TEST_F(JobManagerTest, AStartedQueuedJobRunsItsPlanAndKeepsItAcrossARestart) {
   plan.strategy = "dp-even-ring";
   plan.predicted_step_time_s = 0.5;
   plan.predicted_memory_bytes = {{"a", 100}, {"b", 200}};
+  EXPECT_THAT(jobs_->Holding(), IsEmpty());
   ASSERT_THAT(jobs_->StartQueued(id, std::move(plan)), IsOk());
   EXPECT_THAT(jobs_->Queued(), IsEmpty());
+  EXPECT_THAT(jobs_->Holding(), ElementsAre(id));
   Reopen();  // the start is stored: plan, nodes and program
   const quilt::v1::JobStatus st = Status(id);
   EXPECT_EQ(st.state(), quilt::v1::JOB_STATE_PENDING);
@@ -84,6 +87,7 @@ TEST_F(JobManagerTest, ACancelledQueuedJobEndsAndCannotStart) {
   ASSERT_THAT(jobs_->Cancel(id, "not needed"), IsOk());
   EXPECT_EQ(Status(id).state(), quilt::v1::JOB_STATE_CANCELLED);
   EXPECT_THAT(jobs_->Queued(), IsEmpty());
+  EXPECT_THAT(jobs_->Holding(), IsEmpty());
   EXPECT_THAT(jobs_->StartQueued(id, OnAB(5)),
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("no longer queued")));
   jobs_->KeepQueued(id, "waiting for room again");  // no effect on an ended job

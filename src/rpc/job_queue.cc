@@ -63,10 +63,7 @@ std::string JobServiceImpl::QueueView() const {
   // What a queued job's plan depends on: the jobs on the nodes and the
   // nodes' states.
   std::string view;
-  for (const quilt::v1::JobStatus& j : coordinator_->jobs()->List()) {
-    if (JobManager::Ended(j.state()) || j.state() == quilt::v1::JOB_STATE_QUEUED) continue;
-    absl::StrAppend(&view, j.job_id(), ",");
-  }
+  for (const std::string& id : coordinator_->jobs()->Holding()) absl::StrAppend(&view, id, ",");
   absl::StrAppend(&view, ";");
   for (const quilt::v1::NodeStatus& n : coordinator_->registry()->ListNodes()) {
     absl::StrAppend(&view, n.info().node_id(), ":", n.state(), n.draining() ? "d" : "", ",");
