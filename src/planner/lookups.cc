@@ -19,6 +19,12 @@ std::map<std::string, std::vector<int>> LookupTables(const GraphIndex& ix) {
     if (fwd < 0 || g.ops[fwd].type != "Gather" || g.ops[fwd].attrs.Int("axis", 0) != 0) continue;
     const std::vector<int>& in = ix.Inputs(fwd);
     if (in.size() < 2 || !trainable.count(in[0]) || in[1] < 0 || !ix.Batched(in[1])) continue;
+    // Samples interleaved along the rows (a time-major [T, B] of ids) are
+    // not one range of rows: the whole batch cannot be gathered from the
+    // replicas' slices.
+    bool interleaved = false;
+    for (int t : ix.Inputs(i)) interleaved |= t >= 0 && g.tensors()[t].interleaved_batch;
+    if (interleaved) continue;
     tables[g.ops[fwd].inputs[0]].push_back(i);
   }
   return tables;

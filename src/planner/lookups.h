@@ -18,7 +18,8 @@
 namespace quilt {
 
 // Table parameter name → the GatherGrad ops (indices, graph order) of its
-// lookups by per-sample ids. A table also read another way (an output
+// lookups by per-sample ids (lookups whose ids interleave the samples
+// along their rows, time-major, left out). A table also read another way (an output
 // projection tied to it) is included: those parts of its gradient are
 // summed apart. Frozen parameters are not.
 std::map<std::string, std::vector<int>> LookupTables(const GraphIndex& index);

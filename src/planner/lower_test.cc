@@ -605,6 +605,70 @@ TEST(Lower, SparseLookup_GathersTheLookupsRowsAndSumsOnlyTheOtherParts) {
   EXPECT_TRUE(dense_sums_grad);
 }
 
+// ids [B, 6] → (time-major: [6, B]) → flat → Gather of table [20, 8] →
+// back to [B, 48] → MatMul → logits.
+std::unique_ptr<World> FlatLookups(bool time_major) {
+  auto w = std::make_unique<World>();
+  Graph& g = w->graph;
+  GraphBuilder b(&g);
+  auto ints = [](const char* key, std::vector<int64_t> v) {
+    Attrs a;
+    a.SetInts(key, std::move(v));
+    return a;
+  };
+  InitializerSpec init;
+  init.kind = InitializerSpec::Kind::kUniform;
+  init.low = -0.3;
+  init.high = 0.3;
+  EXPECT_THAT(b.AddInput("ids", DType::kI64, Shape({Dim::Batch(), Dim::Fixed(6)})).status(),
+              IsOk());
+  EXPECT_THAT(b.AddParameter("table", Shape::Fixed({20, 8}), init).status(), IsOk());
+  EXPECT_THAT(b.AddParameter("w", Shape::Fixed({48, 4}), init).status(), IsOk());
+  std::string ids = "ids";
+  if (time_major) ids = *b.Add("Transpose", {ids}, ints("perm", {1, 0}), "steps_first");
+  ids = *b.Add("Reshape", {ids}, ints("shape", {-1}), "flat_ids");
+  std::string h = *b.Add("Gather", {"table", ids}, {}, "rows");
+  if (time_major) {
+    h = *b.Add("Reshape", {h}, ints("shape", {6, -1, 8}), "steps");
+    h = *b.Add("Transpose", {h}, ints("perm", {1, 0, 2}), "samples");
+  }
+  h = *b.Add("Reshape", {h}, ints("shape", {-1, 48}), "flat");
+  const std::string logits = *b.Add("MatMul", {h, "w"}, {}, "logits");
+  g.outputs = {logits};
+  g.loss.type = LossType::kSoftmaxCrossEntropy;
+  g.loss.prediction = logits;
+  TrainingOptions to;
+  to.loss = LossType::kSoftmaxCrossEntropy;
+  to.optimizer.kind = OptimizerSpec::Kind::kSgd;
+  EXPECT_THAT(BuildTrainingGraph(&g, to), IsOk());
+  TopologyAndCost(TwoNodes(), g, &w->topo, &w->cost);
+  return w;
+}
+
+// Ids flattened sample by sample make a table; flattened step by step
+// (each sample's ids spread over the rows) they do not, and a strategy
+// that gathers such a table is refused.
+TEST(Lower, SparseLookup_OnlyForIdsThatKeepEachSampleTogether) {
+  for (bool time_major : {false, true}) {
+    SCOPED_TRACE(time_major ? "time-major" : "batch-major");
+    auto w = FlatLookups(time_major);
+    absl::StatusOr<GraphIndex> ix = GraphIndex::Build(w->graph);
+    ASSERT_THAT(ix.status(), IsOk());
+    EXPECT_EQ(LookupTables(*ix).count("table"), time_major ? 0u : 1u);
+    Strategy strategy = EvenRing(*w);
+    for (auto& a : *strategy.mutable_aggregations()) {
+      if (a.parameter() == "table") a.set_method(quilt::v1::AGGREGATION_METHOD_SPARSE_LOOKUP);
+    }
+    if (time_major) {
+      EXPECT_THAT(Lower(w->graph, strategy, w->topo, w->cost.get(), 8).status(),
+                  StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("only embedding tables")));
+    } else {
+      const DistributedProgram p = LowerChecked(*w, strategy, 8);
+      EXPECT_EQ(p.devices_size(), 4);
+    }
+  }
+}
+
 TEST(Lower, SparseLookup_RefusedForParametersNoLookupReads) {
   auto s = Make("mlp");
   absl::StatusOr<GraphIndex> ix = GraphIndex::Build(s->graph);
