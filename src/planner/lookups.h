@@ -2,9 +2,11 @@
 // (AGGREGATION_METHOD_SPARSE_LOOKUP): trainable parameters that a Gather
 // along axis 0 reads as its table, with ids that carry the batch. The
 // lookups' part of such a gradient is a scatter of the batch's rows, so
-// every replica can compute it for the whole batch from the other
-// replicas' ids and row gradients (bytes in proportion to the batch's
-// tokens) instead of all-reducing a table-sized sum.
+// every replica can compute it for the whole batch from every row's ids
+// and the other replicas' row gradients (bytes in proportion to the
+// batch's tokens) instead of all-reducing a table-sized sum. A tied table
+// still all-reduces its other part (the output projection's, table-sized),
+// but that sum is complete early in the backward pass and overlaps it.
 #ifndef QUILT_SRC_PLANNER_LOOKUPS_H_
 #define QUILT_SRC_PLANNER_LOOKUPS_H_
 
@@ -24,11 +26,14 @@ namespace quilt {
 // summed apart. Frozen parameters are not.
 std::map<std::string, std::vector<int>> LookupTables(const GraphIndex& index);
 
-// `strategy` with the tables worth gathering aggregated by sparse lookup
-// (their servers, buckets and slices dropped), named in *tables: those
-// whose lookups' row gradients for `batch` samples take fewer bytes than
-// the table (what a replica receives against what a ring all-reduce sends
-// per device, about twice the table). None when *tables is empty.
+// `strategy` with the tables worth trying gathered aggregated by sparse
+// lookup (their servers, buckets and slices dropped), named in *tables:
+// those whose lookups' row gradients for `batch` samples take fewer bytes
+// than the table (what a replica receives at most, against about twice
+// the table that a ring all-reduce moves per device; a rough cut that
+// leaves out tables of a few rows, such as token types, whose rows would
+// cost more than their sum; the simulation decides). None when *tables
+// is empty.
 quilt::v1::Strategy GatherLookups(const GraphIndex& index, const quilt::v1::Strategy& strategy,
                                   int64_t batch, std::vector<std::string>* tables);
 

@@ -5,8 +5,10 @@
 // summed exactly once — by all-reduce over their devices, or pushed to
 // parameter servers that sum them and apply the update; parameters on
 // servers are pulled by the devices that use them; gradients of one fusion
-// bucket share one all-reduce. Instruction priorities are HEFT upward ranks
-// on the cost model. Deterministic.
+// bucket share one all-reduce; the lookups' gradient of an embedding table
+// gathered by sparse lookup runs over the whole batch on each of the
+// table's devices, from row gradients sent by the others. Instruction priorities are HEFT upward
+// ranks on the cost model. Deterministic.
 #ifndef QUILT_SRC_PLANNER_LOWER_H_
 #define QUILT_SRC_PLANNER_LOWER_H_
 

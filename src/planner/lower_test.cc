@@ -603,6 +603,31 @@ TEST(Lower, SparseLookup_GathersTheLookupsRowsAndSumsOnlyTheOtherParts) {
     }
   }
   EXPECT_TRUE(dense_sums_grad);
+  // The validator takes a whole-batch op on several devices, but not twice
+  // on one (a hand-built program, no strategy to compare with).
+  DistributedProgram twice = p;
+  twice.mutable_strategy()->clear_groups();
+  auto* instructions = twice.mutable_devices(0)->mutable_instructions();
+  int64_t next_id = 0;
+  for (const auto& dp : twice.devices()) {
+    for (const auto& ins : dp.instructions()) next_id = std::max(next_id, ins.id() + 1);
+  }
+  for (int k = 0; k < instructions->size(); ++k) {
+    if (!instructions->Get(k).has_compute() ||
+        instructions->Get(k).compute().op() != s->graph.ops[lookups[0]].name) {
+      continue;
+    }
+    Instruction copy = instructions->Get(k);
+    copy.set_id(next_id);
+    copy.clear_deps();
+    copy.add_deps(instructions->Get(k).id());
+    *instructions->Add() = copy;
+    break;
+  }
+  EXPECT_THAT(ValidateProgram(twice, s->graph, s->topo),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("'" + s->graph.ops[lookups[0]].name + "'"),
+                             HasSubstr("cover the batch"))));
 }
 
 // ids [B, 6] → (time-major: [6, B]) → flat → Gather of table [20, 8] →

@@ -265,16 +265,21 @@ absl::Status PlanHeteroG(const Graph& g, const Topology& topo, const CostModel& 
   // simulated in full, kept when faster and within memory.
   std::vector<std::string> gathered;
   double gathered_saved_s = 0;
+  bool tried_gathered = false;
   if (done->at(kHeteroG).estimate.feasible()) {
     ASSIGN_OR_RETURN(const GraphIndex ix, GraphIndex::Build(g));
     const quilt::v1::Strategy sparse =
         GatherLookups(ix, done->at(kHeteroG).estimate.strategy(), o.global_batch, &gathered);
     if (!gathered.empty()) {
+      tried_gathered = true;
       if (o.progress) o.progress("simulating the plan with embedding lookups' gradients gathered");
       const std::string name = absl::StrCat(kHeteroG, "+lookups");
       // (A variant that cannot be lowered is a planner bug, not the
       // user's: the plan without it stands.)
-      const absl::Status st = evaluate(NamedStrategy{name, sparse, ""});
+      // As the variants were: both execution orders only on small clusters
+      // (the plan's own order otherwise).
+      const absl::Status st = evaluate_many({NamedStrategy{name, sparse, ""}},
+                                            topo.num_devices() <= kBothOrdersDevices);
       if (!st.ok()) QLOG_WARN("embedding gradients not gathered: {}", st.ToString());
       const double plain = done->at(kHeteroG).estimate.step_time_s();
       if (st.ok() && done->at(name).estimate.feasible() &&
@@ -310,7 +315,8 @@ absl::Status PlanHeteroG(const Graph& g, const Topology& topo, const CostModel& 
   } else if (chosen < sr.variant_collectives.size()) {
     summary.set_gradient_collectives(sr.variant_collectives[chosen]);
   }
-  summary.set_variants_simulated(static_cast<int32_t>(sr.variants.size()));
+  summary.set_variants_simulated(static_cast<int32_t>(sr.variants.size()) +
+                                 (tried_gathered ? 1 : 0));
   const std::vector<GroupChoice>& decided = fallback >= 0 ? sr.fallback_choices[fallback]
                                             : near        ? sr.near_choices
                                             : from_start  ? sr.start_choices
@@ -373,8 +379,8 @@ absl::Status PlanHeteroG(const Graph& g, const Topology& topo, const CostModel& 
                       " places them: the gain is in how gradients form collectives (",
                       summary.gradient_collectives(), ")");
       if (!gathered.empty()) {
-        absl::StrAppend(&note, " and in ", absl::StrJoin(gathered, ", "),
-                        "'s gradient gathered rather than summed");
+        absl::StrAppend(&note, " and in the gradient", gathered.size() > 1 ? "s" : "", " of ",
+                        absl::StrJoin(gathered, ", "), " gathered rather than summed");
       }
     }
     h.estimate.set_note(note);

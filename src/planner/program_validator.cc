@@ -300,13 +300,14 @@ absl::Status Validator::CheckCoverage() {
     if (!batched) continue;
     std::vector<Range> r;
     bool every_whole = true;
+    std::set<int> on;
     for (const auto& [d, range] : op_runs_[i]) {
       r.push_back(range);
-      every_whole &= range.begin == 0 && range.end == batch;
+      every_whole &= range.begin == 0 && range.end == batch && on.insert(d).second;
     }
     // An op whose outputs do not carry the batch may run over the whole
-    // batch on several devices: each computes the complete value (a
-    // gathered embedding lookup's gradient).
+    // batch on several devices, once on each: each computes the complete
+    // value (a gathered embedding lookup's gradient).
     bool batched_out = false;
     for (int t : ix_.Outputs(i)) batched_out |= Batched(t);
     if (every_whole && !batched_out) continue;

@@ -97,23 +97,55 @@ std::vector<std::string> LossOnlyParameters(const Graph& g, const std::vector<in
   return out;
 }
 
-// Graph inputs (by index) that some op reading a parameter reads
-// something computed from: the model's data, as against labels that only
-// the loss reads.
-std::set<int> InputsFeedingWeights(const Graph& g, const std::map<std::string, std::set<int>>& from,
-                                   const std::set<std::string>& params) {
-  std::set<int> feeds;
-  for (const Op& op : g.ops) {
-    if (std::none_of(op.inputs.begin(), op.inputs.end(),
-                     [&](const std::string& t) { return params.count(t) > 0; })) {
-      continue;
-    }
+// Graph inputs (by index) in the model's body: some op that reads a
+// weight (a parameter, or a tensor computed from parameters alone, such as
+// a tied table transposed) reads something computed from the input, and
+// that op's result goes on to another such op. A mask feeds attention,
+// whose output meets the next projection; labels meet no weight, or only
+// a loss's own (class weights), whose result meets none.
+std::set<int> InputsInTheBody(const Graph& g, const std::vector<int>& order,
+                              const std::map<std::string, std::set<int>>& from,
+                              const std::set<std::string>& params) {
+  std::set<std::string> weights = params;
+  for (int i : order) {
+    const Op& op = g.ops[i];
+    bool weight = false, data = false;
     for (const std::string& t : op.inputs) {
-      auto it = from.find(t);
-      if (it != from.end()) feeds.insert(it->second.begin(), it->second.end());
+      weight = weight || weights.count(t) > 0;
+      data = data || from.count(t) > 0;
+    }
+    if (weight && !data) weights.insert(op.outputs.begin(), op.outputs.end());
+  }
+  auto reads_weight = [&](const Op& op) {
+    bool weight = false, data = false;
+    for (const std::string& t : op.inputs) {
+      weight = weight || weights.count(t) > 0;
+      data = data || from.count(t) > 0;
+    }
+    return weight && data;
+  };
+  // Tensors that an op reading a weight reads, or reads something
+  // computed from.
+  std::set<std::string> before_weight;
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    const Op& op = g.ops[*it];
+    bool feeds = reads_weight(op);
+    for (const std::string& out : op.outputs) feeds = feeds || before_weight.count(out) > 0;
+    if (feeds) before_weight.insert(op.inputs.begin(), op.inputs.end());
+  }
+  std::set<int> body;
+  for (int i : order) {
+    const Op& op = g.ops[i];
+    if (!reads_weight(op)) continue;
+    bool onward = false;
+    for (const std::string& out : op.outputs) onward = onward || before_weight.count(out) > 0;
+    if (!onward) continue;
+    for (const std::string& t : op.inputs) {
+      auto f = from.find(t);
+      if (f != from.end()) body.insert(f->second.begin(), f->second.end());
     }
   }
-  return feeds;
+  return body;
 }
 
 std::string Quoted(const std::vector<std::string>& names) {
@@ -241,33 +273,31 @@ absl::Status ResolveModelLoss(Graph* g, const std::vector<std::string>& names,
     return absl::OkStatus();
   }
   // Several inputs besides the first (token ids, a mask, the labels): the
-  // labels are the one that reaches the loss without passing through an op
-  // that reads a weight (a mask feeds attention, whose output meets the
-  // next projection's weight); where that leaves none or several, the last,
-  // as models take them (forward(ids, mask, y)).
+  // labels come last, as models take them (forward(ids, mask, y)) — unless
+  // the last is in the model's body (a mask: InputsInTheBody) and exactly
+  // one of the others is not (forward(ids, y, mask)).
   int label = *std::max_element(label_inputs.begin(), label_inputs.end());
   if (label_inputs.size() > 1) {
-    const std::set<int> feeds = InputsFeedingWeights(*g, from, params);
+    const std::set<int> body = InputsInTheBody(*g, order, from, params);
     std::vector<int> apart;
     for (int k : label_inputs) {
-      if (!feeds.count(k)) apart.push_back(k);
+      if (!body.count(k)) apart.push_back(k);
     }
     std::vector<std::string> names;
     for (int k : label_inputs) names.push_back("'" + g->inputs[k] + "'");
-    if (apart.size() == 1) {
+    const std::string reads =
+        absl::StrCat("the loss '", output, "' reads ", names.size(), " inputs besides the first (",
+                     absl::StrJoin(names, ", "), "): ");
+    if (body.count(label) && apart.size() == 1) {
+      const std::string last = g->inputs[label];
       label = apart[0];
       g->import_notes.push_back(absl::StrCat(
-          "the loss '", output, "' reads ", names.size(), " inputs besides the first (",
-          absl::StrJoin(names, ", "), "): '", g->inputs[label],
-          "', the one no weight's op reads anything computed from, is taken as the labels and "
-          "the others as data (--data: the data inputs' files in the model's order, then the "
-          "labels')"));
+          reads, "the last, '", last, "', feeds the model's layers, and '", g->inputs[label],
+          "', the one that does not, is taken as the labels and the others as data (--data: the "
+          "data inputs' files in the model's order, then the labels')"));
     } else {
       g->import_notes.push_back(absl::StrCat(
-          "the loss '", output, "' reads ", names.size(), " inputs besides the first (",
-          absl::StrJoin(names, ", "), "), and ",
-          apart.empty() ? "each of them" : std::to_string(apart.size()) + " of them",
-          " reach it without meeting a weight: the last, '", g->inputs[label],
+          reads, "the last, '", g->inputs[label],
           "', is taken as the labels and the others as data (export the model with its labels "
           "as its last input)"));
     }

@@ -24,8 +24,8 @@ namespace quilt::onnx_import {
 // the first that can be). Errors: INVALID_ARGUMENT when `wanted` names no
 // output or one that cannot be the loss, or a cross-entropy's labels come
 // from no input. A loss that reads several inputs besides the first takes
-// as its labels the one no op that reads a weight depends on, or the last
-// when that is not one input (noted either way).
+// the last as its labels, unless the last feeds the model's layers and
+// exactly one of the others does not: then that one (noted either way).
 absl::Status ResolveModelLoss(Graph* g, const std::vector<std::string>& names,
                               const std::string& wanted = "");
 

@@ -89,8 +89,8 @@ TEST(ModelLoss, TheFirstScalarThatReadsLabelsAndAWeight_IsTheLoss) {
   EXPECT_THAT(BuildTrainingGraph(&*g, o), IsOk());
 }
 
-// forward(x, y, m): z = (x · m) · W, loss = mean((z − y)²) [+ mean(q)
-// with a fourth input q the loss alone reads].
+// forward(x, y, m): z = (x · m) · W · V, loss = mean((z − y)²) [+ q, a
+// fourth input the loss alone reads].
 onnx::ModelProto LabelsBeforeAMask(bool with_q) {
   onnx::ModelProto m;
   m.set_ir_version(7);
@@ -101,8 +101,10 @@ onnx::ModelProto LabelsBeforeAMask(bool with_q) {
   AddInput(g, "m", onnx::TensorProto::FLOAT);
   if (with_q) AddInput(g, "q", onnx::TensorProto::FLOAT);
   AddWeight(g, "W", {3, 3});
+  AddWeight(g, "V", {3, 3});
   AddNode(g, "Mul", {"x", "m"}, "masked");
-  AddNode(g, "MatMul", {"masked", "W"}, "z");
+  AddNode(g, "MatMul", {"masked", "W"}, "h");
+  AddNode(g, "MatMul", {"h", "V"}, "z");
   AddNode(g, "Sub", {"z", "y"}, "d");
   AddNode(g, "Mul", {"d", "d"}, "sq");
   if (with_q) {
@@ -125,16 +127,15 @@ TEST(ModelLoss, TheInputOnlyTheLossReads_IsTheLabelsWhereverItComes) {
   EXPECT_EQ(g->labels, std::vector<std::string>{"y"});
   EXPECT_EQ(g->inputs, (std::vector<std::string>{"x", "m"}));
   EXPECT_THAT(absl::StrJoin(g->import_notes, "\n"),
-              AllOf(HasSubstr("'y', the one no weight's op reads"), HasSubstr("then the labels")));
-  // Two inputs only the loss reads: the last, as before, and the note says
-  // the choice is a guess.
+              AllOf(HasSubstr("the last, 'm', feeds the model's layers, and 'y'"),
+                    HasSubstr("then the labels")));
+  // The last reads only the loss: it is the labels, as before.
   absl::StatusOr<Graph> two = Import(LabelsBeforeAMask(true).SerializeAsString());
   ASSERT_THAT(two, IsOk());
   EXPECT_EQ(two->labels, std::vector<std::string>{"q"});
   EXPECT_EQ(two->inputs, (std::vector<std::string>{"x", "y", "m"}));
   EXPECT_THAT(absl::StrJoin(two->import_notes, "\n"),
-              AllOf(HasSubstr("2 of them reach it without meeting a weight"),
-                    HasSubstr("the last, 'q', is taken as the labels")));
+              HasSubstr("the last, 'q', is taken as the labels"));
 }
 
 TEST(ModelLoss, AFixedBatchExportsBatchSizeInTheLoss_IsNotedAtAnotherBatch) {
