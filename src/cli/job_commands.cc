@@ -53,6 +53,7 @@ struct SubmitArgs {
   uint64_t seed = 0;
   bool watch = false;
   bool queue = false;
+  int32_t priority = 0;
   std::string format = "table";
 };
 
@@ -112,6 +113,11 @@ absl::StatusOr<quilt::v1::JobSpec> SpecFrom(const SubmitArgs& a) {
   spec.set_checkpoint_interval_steps(a.checkpoint_every);
   spec.set_max_restarts(a.max_restarts);
   spec.set_queue(a.queue);
+  if (a.priority != 0 && !a.queue) {
+    return absl::InvalidArgumentError(
+        "--priority orders the queue: it needs --queue (a job without it never waits)");
+  }
+  spec.set_priority(a.priority);
   // The workers write there, in their own working directories: absolute.
   spec.set_checkpoint_dir(Absolute(a.checkpoint_dir));
   if (a.loss == "softmax_cross_entropy") {
@@ -165,6 +171,7 @@ std::string Describe(const JobStatus& s) {
   absl::StrAppendFormat(&out, "Job:        %s (%s)\n", s.job_id(), s.name());
   absl::StrAppendFormat(&out, "State:      %s%s\n", StateName(s.state()),
                         s.message().empty() ? "" : " — " + s.message());
+  if (s.priority() != 0) absl::StrAppendFormat(&out, "Priority:   %d\n", s.priority());
   // A queued job (or one cancelled while queued) has no plan yet.
   const bool planned = !s.strategy().empty();
   if (planned) {
@@ -418,7 +425,11 @@ void AddJobCommands(CLI::App& app, const GlobalOptions& globals, std::vector<Com
   submit->add_flag("--watch", a->watch, "Watch the job after submitting it");
   submit->add_flag("--queue", a->queue,
                    "When other jobs hold the memory it needs, wait for them (QUEUED, first in "
-                   "first out) instead of failing");
+                   "first out within a priority) instead of failing");
+  submit
+      ->add_option("--priority", a->priority,
+                   "With --queue: queued jobs of a higher priority start first (default 0)")
+      ->check(CLI::Range(-1000, 1000));
   out->push_back({submit, [a, submit, &globals] {
                     a->momentum_given = submit->count("--momentum") > 0;
                     absl::StatusOr<quilt::v1::JobSpec> spec = SpecFrom(*a);

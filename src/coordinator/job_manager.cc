@@ -207,6 +207,7 @@ absl::StatusOr<std::string> JobManager::Insert(NewJob n, JobState state, std::st
   st->set_job_id(id);
   st->set_name(n.spec.name().empty() ? id : n.spec.name());
   st->set_resumed_from(n.resumed_from);
+  st->set_priority(n.spec.priority());
   st->set_steps_before(n.spec.resume_from().steps_before());
   st->set_state(state);
   st->set_message(std::move(message));

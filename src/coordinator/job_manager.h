@@ -67,8 +67,12 @@ class JobManager {
   // `resumed_from`: the job it trains on from (JobStatus.resumed_from).
   absl::StatusOr<std::string> AddQueued(quilt::v1::JobSpec spec, const std::string& why,
                                         const std::string& resumed_from = "");
-  // The queued jobs' ids, oldest first.
+  // The queued jobs' ids in the order they start: the highest priority
+  // first, then the oldest.
   std::vector<std::string> Queued() const;
+  // How many queued jobs start before a job of `priority` queued now (those
+  // of its priority or a higher one).
+  int QueuedAhead(int32_t priority) const;
   // The ids of the jobs that hold nodes (neither ended nor queued), oldest
   // first: what a queued job's plan depends on (no status copied).
   std::vector<std::string> Holding() const;
@@ -274,6 +278,8 @@ class JobManager {
   mutable absl::Mutex mu_;
   std::map<std::string, Job> jobs_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> order_ ABSL_GUARDED_BY(mu_);
+  // Queued() under the lock.
+  std::vector<std::string> QueueOrder() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int64_t version_ ABSL_GUARDED_BY(mu_) = 0;
   // Jobs RestartsDue returned, and when.
   std::map<std::string, absl::Time> restarts_tried_ ABSL_GUARDED_BY(mu_);

@@ -1,7 +1,10 @@
 // JobManager's queue: jobs submitted with JobSpec.queue that wait QUEUED
 // for other jobs to leave room, and their start once a plan fits.
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "src/common/logging.h"
+#include "src/common/status.h"
 #include "src/coordinator/job_manager.h"
 
 namespace quilt {
@@ -11,16 +14,38 @@ absl::StatusOr<std::string> JobManager::AddQueued(quilt::v1::JobSpec spec, const
   NewJob n;
   n.spec = std::move(spec);
   n.resumed_from = resumed_from;
-  return Insert(std::move(n), quilt::v1::JOB_STATE_QUEUED, why);
+  ASSIGN_OR_RETURN(std::string id, Insert(std::move(n), quilt::v1::JOB_STATE_QUEUED, why));
+  // A job of a higher priority goes before older ones: theirs say so.
+  absl::MutexLock lock(&mu_);
+  RenumberQueue();
+  return id;
 }
 
-std::vector<std::string> JobManager::Queued() const {
-  absl::MutexLock lock(&mu_);
+std::vector<std::string> JobManager::QueueOrder() const {
   std::vector<std::string> out;
   for (const std::string& id : order_) {
     if (jobs_.at(id).record.status().state() == quilt::v1::JOB_STATE_QUEUED) out.push_back(id);
   }
+  // Stable: the oldest first within a priority.
+  std::stable_sort(out.begin(), out.end(), [this](const std::string& a, const std::string& b) {
+    return jobs_.at(a).record.status().priority() > jobs_.at(b).record.status().priority();
+  });
   return out;
+}
+
+std::vector<std::string> JobManager::Queued() const {
+  absl::MutexLock lock(&mu_);
+  return QueueOrder();
+}
+
+int JobManager::QueuedAhead(int32_t priority) const {
+  absl::MutexLock lock(&mu_);
+  int ahead = 0;
+  for (const auto& [id, job] : jobs_) {
+    const quilt::v1::JobStatus& st = job.record.status();
+    ahead += st.state() == quilt::v1::JOB_STATE_QUEUED && st.priority() >= priority;
+  }
+  return ahead;
 }
 
 std::vector<std::string> JobManager::Holding() const {
@@ -71,9 +96,8 @@ absl::Status JobManager::StartQueued(const std::string& job_id, NewJob n) {
 void JobManager::RenumberQueue() {
   // The head's message is the dispatcher's (what it waits for).
   int ahead = 0;
-  for (const std::string& id : order_) {
+  for (const std::string& id : QueueOrder()) {
     Job& job = jobs_.at(id);
-    if (job.record.status().state() != quilt::v1::JOB_STATE_QUEUED) continue;
     const std::string why = absl::StrCat("behind ", ahead, " queued job(s)");
     if (ahead++ > 0 && job.record.status().message() != why) {
       job.record.mutable_status()->set_message(why);

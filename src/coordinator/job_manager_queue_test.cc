@@ -110,6 +110,29 @@ TEST_F(JobManagerTest, QueuedJobsSayHowManyWaitBeforeThemAsTheQueueMoves) {
   EXPECT_THAT(jobs_->Queued(), ElementsAre(fourth));
 }
 
+TEST_F(JobManagerTest, HigherPrioritiesGoFirstAndTheOthersSayHowManyAreAhead) {
+  const std::string low = *jobs_->AddQueued(QueuedSpec("low"), "waiting for room");
+  const std::string mid = *jobs_->AddQueued(QueuedSpec("mid"), "behind 1 queued job(s)");
+  quilt::v1::JobSpec urgent_spec = QueuedSpec("urgent");
+  urgent_spec.set_priority(5);
+  EXPECT_EQ(jobs_->QueuedAhead(5), 0);
+  EXPECT_EQ(jobs_->QueuedAhead(0), 2);
+  const std::string urgent = *jobs_->AddQueued(urgent_spec, "waiting for room: a is full");
+  EXPECT_THAT(jobs_->Queued(), ElementsAre(urgent, low, mid));
+  EXPECT_EQ(Status(urgent).priority(), 5);
+  EXPECT_EQ(Status(urgent).message(), "waiting for room: a is full");
+  EXPECT_EQ(Status(low).message(), "behind 1 queued job(s)");
+  EXPECT_EQ(Status(mid).message(), "behind 2 queued job(s)");
+  EXPECT_EQ(jobs_->QueuedAhead(5), 1);
+  EXPECT_EQ(jobs_->QueuedAhead(-1), 3);
+  // The order is kept across a restart, and moves up as jobs leave.
+  Reopen();
+  EXPECT_THAT(jobs_->Queued(), ElementsAre(urgent, low, mid));
+  ASSERT_THAT(jobs_->StartQueued(urgent, OnAB(5)), IsOk());
+  EXPECT_THAT(jobs_->Queued(), ElementsAre(low, mid));
+  EXPECT_EQ(Status(mid).message(), "behind 1 queued job(s)");
+}
+
 TEST_F(JobManagerTest, AQueuedResumeNamesTheJobItGoesOnFrom) {
   const std::string old = AddJob();
   quilt::v1::JobSpec spec = QueuedSpec("again");

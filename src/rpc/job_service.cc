@@ -179,8 +179,9 @@ absl::Status JobServiceImpl::Submit(const quilt::v1::JobSpec& spec,
   };
   // (A resumed job, and a restart, queue as the job they go on from did.)
   const bool queueing = spec.queue();
-  // First in, first out: behind jobs queued already.
-  const size_t ahead = queueing ? coordinator_->jobs()->Queued().size() : 0;
+  // First in, first out within a priority: behind the jobs queued already
+  // of its priority or a higher one.
+  const int ahead = queueing ? coordinator_->jobs()->QueuedAhead(spec.priority()) : 0;
   if (ahead > 0) {
     return Enqueue(spec, ctx, absl::StrCat("behind ", ahead, " queued job(s)"), job_id,
                    resumed_from);

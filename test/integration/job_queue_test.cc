@@ -2,7 +2,8 @@
 // ~24 MiB; a second is refused, or with --queue waits QUEUED (through a
 // coordinator restart) and starts on its own once the first is cancelled;
 // jobs queue first in, first out; a job the idle cluster cannot fit is
-// refused rather than queued; a resume with --queue queues too.
+// refused rather than queued; a higher --priority goes ahead; a resume
+// with --queue queues too.
 #include <csignal>
 
 #include "absl/strings/ascii.h"
@@ -86,6 +87,21 @@ TEST_F(Queue, AJobWaitsForRoomAndStartsWhenTheJobAheadEnds) {
   const std::string small = Submitted(Run(Args(16, 3, true)));
   EXPECT_EQ(State(small), "JOB_STATE_QUEUED");
   EXPECT_THAT(Job(small).value("message", ""), HasSubstr("behind 1 queued job(s)"));
+  // A job of a higher priority goes ahead of both.
+  std::vector<std::string> urgent_args = Args(32768, 3, true);
+  urgent_args.insert(urgent_args.end(), {"--priority", "5"});
+  const std::string urgent = Submitted(Run(urgent_args));
+  EXPECT_EQ(State(urgent), "JOB_STATE_QUEUED");
+  EXPECT_THAT(Job(urgent).value("message", ""), HasSubstr("waiting for room"));
+  EXPECT_THAT(Job(second).value("message", ""), HasSubstr("behind 1 queued job(s)"));
+  EXPECT_THAT(Job(small).value("message", ""), HasSubstr("behind 2 queued job(s)"));
+  EXPECT_THAT(Run({"describe", "job", urgent}).out, HasSubstr("Priority:   5"));
+  // --priority orders the queue only.
+  std::vector<std::string> unqueued = Args(16, 3, false);
+  unqueued.insert(unqueued.end(), {"--priority", "5"});
+  const CommandResult no_queue = Run(unqueued);
+  EXPECT_NE(no_queue.exit_code, 0);
+  EXPECT_THAT(no_queue.err, HasSubstr("--priority orders the queue: it needs --queue"));
   // One the idle worker cannot hold is refused, not queued.
   const CommandResult never = Run(Args(131072, 3, true));
   EXPECT_NE(never.exit_code, 0);
@@ -107,13 +123,21 @@ TEST_F(Queue, AJobWaitsForRoomAndStartsWhenTheJobAheadEnds) {
   absl::SleepFor(absl::Seconds(2));
   EXPECT_EQ(State(second), "JOB_STATE_QUEUED") << Job(second).dump();
 
-  // Room: it starts on its own and trains to the end.
+  // Room: the urgent job starts first, then the other, each on its own,
+  // and both train to the end.
   EXPECT_EQ(Run({"cancel", first}).exit_code, 0);
-  ASSERT_TRUE(Eventually([&] { return State(second) == "JOB_STATE_SUCCEEDED"; }, absl::Seconds(90)))
+  ASSERT_TRUE(
+      Eventually([&] { return State(second) == "JOB_STATE_SUCCEEDED"; }, absl::Seconds(120)))
       << Job(second).dump() << cluster_.Log("coordinator");
+  EXPECT_EQ(State(urgent), "JOB_STATE_SUCCEEDED") << Job(urgent).dump();
   j = Job(second);
   EXPECT_EQ(j["nodes"], nlohmann::json::array({"worker-a"})) << j.dump();
-  EXPECT_THAT(cluster_.Log("coordinator"), HasSubstr("queued job " + second + " starts"));
+  const std::string log = cluster_.Log("coordinator");
+  const size_t urgent_at = log.find("queued job " + urgent + " starts");
+  const size_t second_at = log.find("queued job " + second + " starts");
+  ASSERT_NE(urgent_at, std::string::npos) << log;
+  ASSERT_NE(second_at, std::string::npos) << log;
+  EXPECT_LT(urgent_at, second_at);
 }
 
 TEST_F(Queue, AResumeQueuesAndGoesOnFromItsCheckpoint) {
