@@ -408,6 +408,14 @@ TEST(Baselines, TheSingleDeviceIsTheOneTheBatchComputesFastestOn) {
   }
 }
 
+// The planner's estimate in a plan's report (null when it has none).
+const quilt::v1::StrategyEstimate* HeteroGEstimate(const PlanResult& r) {
+  for (const auto& e : r.report.estimates()) {
+    if (e.name() == "heterog") return &e;
+  }
+  return nullptr;
+}
+
 TEST(HeteroG, PlanIsTheFastestVariantAndNamesItsCollectives) {
   absl::StatusOr<Graph> g = zoo::BuildZooModel("cnn");
   ASSERT_THAT(g.status(), IsOk());
@@ -422,10 +430,7 @@ TEST(HeteroG, PlanIsTheFastestVariantAndNamesItsCollectives) {
   o.search.bucket_bytes = {4096, 65536};
   absl::StatusOr<PlanResult> r = Plan(f->graph, f->topo, o);
   ASSERT_THAT(r.status(), IsOk());
-  const quilt::v1::StrategyEstimate* h = nullptr;
-  for (const auto& e : r->report.estimates()) {
-    if (e.name() == "heterog") h = &e;
-  }
+  const quilt::v1::StrategyEstimate* h = HeteroGEstimate(*r);
   ASSERT_NE(h, nullptr);
   ASSERT_TRUE(h->feasible());
   absl::StatusOr<SearchResult> sr =
@@ -471,10 +476,7 @@ TEST(HeteroG, GathersEmbeddingGradientsWhereThatIsFaster) {
   o.search.max_evaluations = 30;
   absl::StatusOr<PlanResult> r = Plan(f->graph, f->topo, o);
   ASSERT_THAT(r.status(), IsOk());
-  const quilt::v1::StrategyEstimate* h = nullptr;
-  for (const auto& e : r->report.estimates()) {
-    if (e.name() == "heterog") h = &e;
-  }
+  const quilt::v1::StrategyEstimate* h = HeteroGEstimate(*r);
   ASSERT_NE(h, nullptr);
   ASSERT_TRUE(h->feasible());
   ASSERT_EQ(h->search().gathered_tables_size(), 1) << h->search().DebugString();

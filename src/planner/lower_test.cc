@@ -318,35 +318,24 @@ TEST(Lower, MixedGroups_TransferActivationsAndGradientsBetweenThem) {
 // [B, 96] → Linear(96, 4). `time_major`: the rows are formed sequence
 // first ([6, B, 8] → [6·B, 8], as PyTorch's attention does), so their
 // samples interleave; else sample first ([B·6, 8]).
-std::unique_ptr<World> RowsPerStep(bool time_major) {
-  auto w = std::make_unique<World>();
-  Graph& g = w->graph;
-  GraphBuilder b(&g);
-  auto ints = [](const char* key, std::vector<int64_t> v) {
-    Attrs a;
-    a.SetInts(key, std::move(v));
-    return a;
-  };
+// Helpers of the hand-built graphs below.
+Attrs Ints(const char* key, std::vector<int64_t> v) {
+  Attrs a;
+  a.SetInts(key, std::move(v));
+  return a;
+}
+
+InitializerSpec SmallUniform() {
   InitializerSpec init;
   init.kind = InitializerSpec::Kind::kUniform;
   init.low = -0.3;
   init.high = 0.3;
-  EXPECT_THAT(
-      b.AddInput("x", DType::kF32, Shape({Dim::Batch(), Dim::Fixed(6), Dim::Fixed(8)})).status(),
-      IsOk());
-  EXPECT_THAT(b.AddParameter("w1", Shape::Fixed({8, 16}), init).status(), IsOk());
-  EXPECT_THAT(b.AddParameter("w2", Shape::Fixed({96, 4}), init).status(), IsOk());
-  std::string rows = "x";
-  if (time_major) rows = *b.Add("Transpose", {rows}, ints("perm", {1, 0, 2}), "steps_first");
-  rows = *b.Add("Reshape", {rows}, ints("shape", {-1, 8}), "rows");
-  std::string h = *b.Add("MatMul", {rows, "w1"}, {}, "h");
-  h = *b.Add("Tanh", {h}, {}, "t");
-  if (time_major) {
-    h = *b.Add("Reshape", {h}, ints("shape", {6, -1, 16}), "steps");
-    h = *b.Add("Transpose", {h}, ints("perm", {1, 0, 2}), "samples");
-  }
-  h = *b.Add("Reshape", {h}, ints("shape", {-1, 96}), "flat");
-  const std::string logits = *b.Add("MatMul", {h, "w2"}, {}, "logits");
+  return init;
+}
+
+// `logits` trained with softmax cross-entropy and SGD, on TwoNodes.
+void TrainOnTwoNodes(const std::string& logits, World* w) {
+  Graph& g = w->graph;
   g.outputs = {logits};
   g.loss.type = LossType::kSoftmaxCrossEntropy;
   g.loss.prediction = logits;
@@ -355,6 +344,30 @@ std::unique_ptr<World> RowsPerStep(bool time_major) {
   to.optimizer.kind = OptimizerSpec::Kind::kSgd;
   EXPECT_THAT(BuildTrainingGraph(&g, to), IsOk());
   TopologyAndCost(TwoNodes(), g, &w->topo, &w->cost);
+}
+
+std::unique_ptr<World> RowsPerStep(bool time_major) {
+  auto w = std::make_unique<World>();
+  Graph& g = w->graph;
+  GraphBuilder b(&g);
+  const InitializerSpec init = SmallUniform();
+  EXPECT_THAT(
+      b.AddInput("x", DType::kF32, Shape({Dim::Batch(), Dim::Fixed(6), Dim::Fixed(8)})).status(),
+      IsOk());
+  EXPECT_THAT(b.AddParameter("w1", Shape::Fixed({8, 16}), init).status(), IsOk());
+  EXPECT_THAT(b.AddParameter("w2", Shape::Fixed({96, 4}), init).status(), IsOk());
+  std::string rows = "x";
+  if (time_major) rows = *b.Add("Transpose", {rows}, Ints("perm", {1, 0, 2}), "steps_first");
+  rows = *b.Add("Reshape", {rows}, Ints("shape", {-1, 8}), "rows");
+  std::string h = *b.Add("MatMul", {rows, "w1"}, {}, "h");
+  h = *b.Add("Tanh", {h}, {}, "t");
+  if (time_major) {
+    h = *b.Add("Reshape", {h}, Ints("shape", {6, -1, 16}), "steps");
+    h = *b.Add("Transpose", {h}, Ints("perm", {1, 0, 2}), "samples");
+  }
+  h = *b.Add("Reshape", {h}, Ints("shape", {-1, 96}), "flat");
+  const std::string logits = *b.Add("MatMul", {h, "w2"}, {}, "logits");
+  TrainOnTwoNodes(logits, w.get());
   return w;
 }
 
@@ -636,37 +649,22 @@ std::unique_ptr<World> FlatLookups(bool time_major) {
   auto w = std::make_unique<World>();
   Graph& g = w->graph;
   GraphBuilder b(&g);
-  auto ints = [](const char* key, std::vector<int64_t> v) {
-    Attrs a;
-    a.SetInts(key, std::move(v));
-    return a;
-  };
-  InitializerSpec init;
-  init.kind = InitializerSpec::Kind::kUniform;
-  init.low = -0.3;
-  init.high = 0.3;
+  const InitializerSpec init = SmallUniform();
   EXPECT_THAT(b.AddInput("ids", DType::kI64, Shape({Dim::Batch(), Dim::Fixed(6)})).status(),
               IsOk());
   EXPECT_THAT(b.AddParameter("table", Shape::Fixed({20, 8}), init).status(), IsOk());
   EXPECT_THAT(b.AddParameter("w", Shape::Fixed({48, 4}), init).status(), IsOk());
   std::string ids = "ids";
-  if (time_major) ids = *b.Add("Transpose", {ids}, ints("perm", {1, 0}), "steps_first");
-  ids = *b.Add("Reshape", {ids}, ints("shape", {-1}), "flat_ids");
+  if (time_major) ids = *b.Add("Transpose", {ids}, Ints("perm", {1, 0}), "steps_first");
+  ids = *b.Add("Reshape", {ids}, Ints("shape", {-1}), "flat_ids");
   std::string h = *b.Add("Gather", {"table", ids}, {}, "rows");
   if (time_major) {
-    h = *b.Add("Reshape", {h}, ints("shape", {6, -1, 8}), "steps");
-    h = *b.Add("Transpose", {h}, ints("perm", {1, 0, 2}), "samples");
+    h = *b.Add("Reshape", {h}, Ints("shape", {6, -1, 8}), "steps");
+    h = *b.Add("Transpose", {h}, Ints("perm", {1, 0, 2}), "samples");
   }
-  h = *b.Add("Reshape", {h}, ints("shape", {-1, 48}), "flat");
+  h = *b.Add("Reshape", {h}, Ints("shape", {-1, 48}), "flat");
   const std::string logits = *b.Add("MatMul", {h, "w"}, {}, "logits");
-  g.outputs = {logits};
-  g.loss.type = LossType::kSoftmaxCrossEntropy;
-  g.loss.prediction = logits;
-  TrainingOptions to;
-  to.loss = LossType::kSoftmaxCrossEntropy;
-  to.optimizer.kind = OptimizerSpec::Kind::kSgd;
-  EXPECT_THAT(BuildTrainingGraph(&g, to), IsOk());
-  TopologyAndCost(TwoNodes(), g, &w->topo, &w->cost);
+  TrainOnTwoNodes(logits, w.get());
   return w;
 }
 

@@ -107,21 +107,21 @@ std::set<int> InputsInTheBody(const Graph& g, const std::vector<int>& order,
                               const std::map<std::string, std::set<int>>& from,
                               const std::set<std::string>& params) {
   std::set<std::string> weights = params;
-  for (int i : order) {
-    const Op& op = g.ops[i];
-    bool weight = false, data = false;
+  // Whether op reads a weight, and whether it reads data.
+  auto reads = [&](const Op& op) {
+    std::pair<bool, bool> out{false, false};
     for (const std::string& t : op.inputs) {
-      weight = weight || weights.count(t) > 0;
-      data = data || from.count(t) > 0;
+      out.first = out.first || weights.count(t) > 0;
+      out.second = out.second || from.count(t) > 0;
     }
-    if (weight && !data) weights.insert(op.outputs.begin(), op.outputs.end());
+    return out;
+  };
+  for (int i : order) {
+    const auto [weight, data] = reads(g.ops[i]);
+    if (weight && !data) weights.insert(g.ops[i].outputs.begin(), g.ops[i].outputs.end());
   }
   auto reads_weight = [&](const Op& op) {
-    bool weight = false, data = false;
-    for (const std::string& t : op.inputs) {
-      weight = weight || weights.count(t) > 0;
-      data = data || from.count(t) > 0;
-    }
+    const auto [weight, data] = reads(op);
     return weight && data;
   };
   // Tensors that an op reading a weight reads, or reads something
