@@ -3,7 +3,13 @@
 // the oldest queued job is planned again whenever what a plan would see
 // changes (a job ended or started, a node came, left or was drained), and
 // every 5 minutes besides (a plan costs up to the planner's budget).
-// First in, first out: a job never starts before one queued ahead of it.
+// In priority order, first in, first out within a priority; when the head
+// does not fit, a job behind it may start first (backfill) if it fits now
+// and is predicted to end before any job holding nodes does, so that it
+// cannot hold up the head (as long as the predictions hold).
+#include <algorithm>
+#include <cmath>
+#include <limits>
 #include <map>
 #include <set>
 
@@ -82,8 +88,9 @@ void JobServiceImpl::DispatchQueued() {
   queue_seen_ = view;
   queue_tried_ = now;
   dispatching_.store(true);
-  const bool taken = planning_.Submit([this, id = queued.front()] {
-    StartQueued(id);
+  const bool taken = planning_.Submit([this, queued] {
+    const absl::Status head = StartQueued(queued.front());
+    if (head.code() == absl::StatusCode::kFailedPrecondition) Backfill(queued);
     dispatching_.store(false);
   });
   if (!taken) {
@@ -97,18 +104,38 @@ void JobServiceImpl::DispatchQueued() {
   }
 }
 
-void JobServiceImpl::StartQueued(const std::string& id) {
+void JobServiceImpl::Backfill(const std::vector<std::string>& queued) {
+  // The head cannot start before a job holding nodes ends (or a node
+  // comes): the first predicted end, by each job's steps left at the
+  // slower of its predicted and measured step times.
+  double first_end = std::numeric_limits<double>::infinity();
+  for (const quilt::v1::JobStatus& j : coordinator_->jobs()->List()) {
+    if (JobManager::Ended(j.state()) || j.state() == quilt::v1::JOB_STATE_QUEUED) continue;
+    const double step_s = std::max(j.predicted_step_time_s(), j.measured_step_time_s());
+    first_end = std::min(first_end, static_cast<double>(j.steps() - j.step()) * step_s);
+  }
+  if (!std::isfinite(first_end)) return;  // no job holds a node
+  for (size_t k = 1; k < queued.size() && k <= kBackfillCandidates; ++k) {
+    // One start per round: the next round plans with its load.
+    if (StartQueued(queued[k], first_end).ok()) return;
+  }
+}
+
+absl::Status JobServiceImpl::StartQueued(const std::string& id, double backfill_within_s) {
+  const bool backfill = backfill_within_s >= 0;
   JobManager* jobs = coordinator_->jobs();
   absl::StatusOr<quilt::v1::JobRecord> record = jobs->RecordWithModel(id);
   if (!record.ok()) {
     QLOG_WARN("queued job {} cannot be read: {}", id, record.status().ToString());
-    if (record.status().code() != absl::StatusCode::kNotFound) {
+    if (record.status().code() != absl::StatusCode::kNotFound && !backfill) {
       jobs->KeepQueued(id, absl::StrCat("its model cannot be read now (", record.status().message(),
                                         "); tried again later"));
     }
-    return;
+    return absl::UnavailableError("its record cannot be read");
   }
-  if (record->status().state() != quilt::v1::JOB_STATE_QUEUED) return;
+  if (record->status().state() != quilt::v1::JOB_STATE_QUEUED) {
+    return absl::FailedPreconditionError("no longer queued");
+  }
   SubmissionOptions options = Planning(nullptr);
   bool idle = true;  // no other job holds a node when the plan is made
   options.loads = [jobs, &idle] {
@@ -120,12 +147,27 @@ void JobServiceImpl::StartQueued(const std::string& id) {
     if (!RefuseDrained(job.world).ok()) {
       return absl::UnavailableError("a node of its plan was drained meanwhile: planned again");
     }
+    if (backfill) {
+      // Ahead of the head only if it is predicted to be done before the
+      // head could start, with room for error.
+      const double run_s =
+          static_cast<double>(job.spec.steps()) * job.predicted_step_time_s * kBackfillMargin +
+          absl::ToDoubleSeconds(kBackfillStart);
+      if (!(run_s < backfill_within_s)) {
+        return absl::FailedPreconditionError("its predicted run outlasts the running jobs");
+      }
+      QLOG_INFO(
+          "queued job {} backfills: predicted to take {:.1f} s (with margin), the first job "
+          "holding nodes to end in {:.1f} s",
+          id, run_s, backfill_within_s);
+    }
     return jobs->StartQueued(id, std::move(job));
   };
   const absl::Status s = PrepareJob(record->spec(), *coordinator_->registry(),
                                     coordinator_->links(), coordinator_->profiles(), options)
                              .status();
-  if (s.ok()) return;
+  // A backfill candidate that does not start stays as it was.
+  if (s.ok() || backfill) return s;
   // Settled: some node Ready, none between Ready and Down (a worker that
   // restarts comes back).
   bool any_ready = false, settled = true;
@@ -139,6 +181,7 @@ void JobServiceImpl::StartQueued(const std::string& id) {
     QLOG_WARN("queued job {} no longer fits the idle cluster: {}", id, s.ToString());
     jobs->FailQueued(
         id, absl::StrCat("it no longer fits even with no other job running: ", s.message()));
+    return absl::AbortedError("it failed");
   } else if (s.code() == absl::StatusCode::kFailedPrecondition || Passing(s)) {
     // It waits out room (no plan fits, or no Ready node) and any passing
     // cause.
@@ -149,6 +192,7 @@ void JobServiceImpl::StartQueued(const std::string& id) {
     QLOG_WARN("queued job {} cannot start: {}", id, s.ToString());
     jobs->FailQueued(id, std::string(s.message()));
   }
+  return s;
 }
 
 }  // namespace quilt::rpc

@@ -122,14 +122,24 @@ class JobServiceImpl final : public JobServiceBase {
   absl::Status Enqueue(const quilt::v1::JobSpec& spec, grpc::CallbackServerContext* ctx,
                        const std::string& why, std::string* job_id,
                        const std::string& resumed_from);
-  // Plans the oldest queued job on the planning queue when what its plan
-  // sees changed (QueueView) or kQueueRetry passed; one at a time.
+  // Plans the queue's head on the planning queue when what its plan sees
+  // changed (QueueView) or kQueueRetry passed, and backfills behind it
+  // when it finds no room; one at a time.
   void DispatchQueued();
   std::string QueueView() const;
   // Plans queued job `id` with the jobs on the nodes now and starts it if
   // a plan fits; else it waits on (why: its message), or fails for a
-  // cause that is not passing (its dataset is gone, say).
-  void StartQueued(const std::string& id);
+  // cause that is not passing (its dataset is gone, say). OK when it
+  // started; FAILED_PRECONDITION when it waits for room. With
+  // `backfill_within_s` ≥ 0 (a job behind the head): it starts only if its
+  // predicted run (steps × predicted step time × kBackfillMargin +
+  // kBackfillStart) ends within that many seconds, and is left as it was
+  // otherwise.
+  absl::Status StartQueued(const std::string& id, double backfill_within_s = -1);
+  // After the head of `queued` found no room: the first of the next
+  // kBackfillCandidates jobs that StartQueued backfills within the first
+  // predicted end of a job holding nodes.
+  void Backfill(const std::vector<std::string>& queued);
   // UNAVAILABLE when a node of `world` is draining.
   absl::Status RefuseDrained(const std::vector<std::string>& world) const;
   // Until Drain: restarts failed jobs with restarts left, on the planning
@@ -153,6 +163,9 @@ class JobServiceImpl final : public JobServiceBase {
   std::thread restarter_;
   // The dispatcher's state (its thread, restarter_, only).
   static constexpr absl::Duration kQueueRetry = absl::Minutes(5);
+  static constexpr size_t kBackfillCandidates = 2;
+  static constexpr double kBackfillMargin = 1.5;
+  static constexpr absl::Duration kBackfillStart = absl::Seconds(30);
   std::atomic<bool> dispatching_{false};
   std::atomic<bool> queue_poked_{false};  // a job was queued
   std::string queue_seen_;

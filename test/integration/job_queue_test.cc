@@ -1,9 +1,9 @@
 // Queueing on a live cluster: a worker offering 40 MiB runs one job of
 // ~24 MiB; a second is refused, or with --queue waits QUEUED (through a
 // coordinator restart) and starts on its own once the first is cancelled;
-// jobs queue first in, first out; a job the idle cluster cannot fit is
-// refused rather than queued; a higher --priority goes ahead; a resume
-// with --queue queues too.
+// a small short job backfills ahead of it; a higher --priority goes ahead;
+// others queue first in, first out; a job the idle cluster cannot fit is
+// refused rather than queued; a resume with --queue queues too.
 #include <csignal>
 
 #include "absl/strings/ascii.h"
@@ -83,18 +83,21 @@ TEST_F(Queue, AJobWaitsForRoomAndStartsWhenTheJobAheadEnds) {
   const CommandResult described = Run({"describe", "job", second});
   EXPECT_THAT(described.out, HasSubstr("State:      QUEUED — waiting for room"));
   EXPECT_THAT(described.out, HasSubstr("not planned yet"));
-  // A small job that would fit now queues behind it (first in, first out).
+  // A small job that fits now and is predicted to end long before the
+  // running job starts ahead of the queued one (backfill) and trains to
+  // its end while that one waits.
   const std::string small = Submitted(Run(Args(16, 3, true)));
-  EXPECT_EQ(State(small), "JOB_STATE_QUEUED");
-  EXPECT_THAT(Job(small).value("message", ""), HasSubstr("behind 1 queued job(s)"));
-  // A job of a higher priority goes ahead of both.
+  ASSERT_TRUE(Eventually([&] { return State(small) == "JOB_STATE_SUCCEEDED"; }, absl::Seconds(60)))
+      << Job(small).dump() << cluster_.Log("coordinator");
+  EXPECT_EQ(State(second), "JOB_STATE_QUEUED");
+  EXPECT_THAT(cluster_.Log("coordinator"), HasSubstr("queued job " + small + " backfills"));
+  // A job of a higher priority goes ahead of the queued one.
   std::vector<std::string> urgent_args = Args(32768, 3, true);
   urgent_args.insert(urgent_args.end(), {"--priority", "5"});
   const std::string urgent = Submitted(Run(urgent_args));
   EXPECT_EQ(State(urgent), "JOB_STATE_QUEUED");
   EXPECT_THAT(Job(urgent).value("message", ""), HasSubstr("waiting for room"));
   EXPECT_THAT(Job(second).value("message", ""), HasSubstr("behind 1 queued job(s)"));
-  EXPECT_THAT(Job(small).value("message", ""), HasSubstr("behind 2 queued job(s)"));
   EXPECT_THAT(Run({"describe", "job", urgent}).out, HasSubstr("Priority:   5"));
   // --priority orders the queue only.
   std::vector<std::string> unqueued = Args(16, 3, false);
@@ -106,11 +109,15 @@ TEST_F(Queue, AJobWaitsForRoomAndStartsWhenTheJobAheadEnds) {
   const CommandResult never = Run(Args(131072, 3, true));
   EXPECT_NE(never.exit_code, 0);
   EXPECT_THAT(never.err, HasSubstr("would not start with no other job running either: not queued"));
+  // One that cannot backfill (no room) queues behind both, and can be
+  // cancelled.
+  const std::string late = Submitted(Run(Args(32768, 3, true)));
+  EXPECT_EQ(State(late), "JOB_STATE_QUEUED");
+  EXPECT_THAT(Job(late).value("message", ""), HasSubstr("behind 2 queued job(s)"));
   const CommandResult listed = Run({"jobs"});
   EXPECT_THAT(listed.out, HasSubstr("QUEUED"));
-  // A queued job can be cancelled.
-  EXPECT_EQ(Run({"cancel", small}).exit_code, 0);
-  EXPECT_EQ(State(small), "JOB_STATE_CANCELLED");
+  EXPECT_EQ(Run({"cancel", late}).exit_code, 0);
+  EXPECT_EQ(State(late), "JOB_STATE_CANCELLED");
 
   // The queue survives a coordinator restart.
   cluster_.StopCoordinator(SIGTERM);
