@@ -81,7 +81,8 @@ class JobManager {
   // queued: cancelled meanwhile), the store's (it stays queued).
   absl::Status StartQueued(const std::string& job_id, NewJob job);
   // A queued job waits on: `why` becomes its status message (stored when
-  // it changed). Nothing for a job no longer queued.
+  // it changed) if it is the queue's head; one behind says how many are
+  // ahead instead. Nothing for a job no longer queued.
   void KeepQueued(const std::string& job_id, const std::string& why);
   // A queued job that cannot start as submitted: FAILED with `error`.
   void FailQueued(const std::string& job_id, const std::string& error);

@@ -27,9 +27,11 @@ std::vector<std::string> JobManager::QueueOrder() const {
     if (jobs_.at(id).record.status().state() == quilt::v1::JOB_STATE_QUEUED) out.push_back(id);
   }
   // Stable: the oldest first within a priority.
-  std::stable_sort(out.begin(), out.end(), [this](const std::string& a, const std::string& b) {
-    return jobs_.at(a).record.status().priority() > jobs_.at(b).record.status().priority();
-  });
+  std::stable_sort(
+      out.begin(), out.end(),
+      [this](const std::string& a, const std::string& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return jobs_.at(a).record.status().priority() > jobs_.at(b).record.status().priority();
+      });
   return out;
 }
 
@@ -111,6 +113,12 @@ void JobManager::KeepQueued(const std::string& job_id, const std::string& why) {
   Job* job = Find(job_id);
   if (job == nullptr || job->record.status().state() != quilt::v1::JOB_STATE_QUEUED ||
       job->record.status().message() == why) {
+    return;
+  }
+  // No longer the head (a job of a higher priority came meanwhile): it
+  // says how many are ahead instead.
+  if (QueueOrder().front() != job_id) {
+    RenumberQueue();
     return;
   }
   job->record.mutable_status()->set_message(why);

@@ -125,6 +125,10 @@ TEST_F(JobManagerTest, HigherPrioritiesGoFirstAndTheOthersSayHowManyAreAhead) {
   EXPECT_EQ(Status(mid).message(), "behind 2 queued job(s)");
   EXPECT_EQ(jobs_->QueuedAhead(5), 1);
   EXPECT_EQ(jobs_->QueuedAhead(-1), 3);
+  // A round that planned the old head before the urgent job came keeps
+  // its place's message.
+  jobs_->KeepQueued(low, "waiting for room: a is full");
+  EXPECT_EQ(Status(low).message(), "behind 1 queued job(s)");
   // The order is kept across a restart, and moves up as jobs leave.
   Reopen();
   EXPECT_THAT(jobs_->Queued(), ElementsAre(urgent, low, mid));

@@ -241,6 +241,14 @@ absl::StatusOr<NewJob> PrepareJob(const quilt::v1::JobSpec& spec, const NodeRegi
     return absl::InvalidArgumentError(
         absl::StrCat("max_restarts must be 0 to 100, not ", spec.max_restarts()));
   }
+  if (spec.priority() < -1000 || spec.priority() > 1000) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("priority must be -1000 to 1000, not ", spec.priority()));
+  }
+  if (spec.priority() != 0 && !spec.queue()) {
+    return absl::InvalidArgumentError(
+        "a priority orders the queue: it needs queue (a job without it never waits)");
+  }
   if (spec.max_restarts() > 0 && spec.checkpoint_interval_steps() == 0) {
     return absl::InvalidArgumentError(
         "max_restarts needs checkpoints before the end (--checkpoint-every N): a restart "

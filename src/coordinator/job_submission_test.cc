@@ -268,6 +268,25 @@ TEST(PrepareJob, SyntheticDataThatCannotBeMade_IsRefusedAtSubmission) {
                     HasSubstr("embedding")));
 }
 
+TEST(PrepareJob, APriorityOutOfRangeOrWithoutTheQueue_IsRefused) {
+  Registry nodes({"a"});
+  ASSERT_NE(nodes.registry, nullptr);
+  quilt::v1::JobSpec spec;
+  spec.set_zoo("mlp");
+  spec.set_global_batch(4);
+  spec.set_steps(2);
+  spec.set_priority(3);
+  absl::StatusOr<NewJob> job =
+      PrepareJob(spec, *nodes.registry, nullptr, nullptr, SubmissionOptions{});
+  EXPECT_THAT(job.status(), StatusIs(absl::StatusCode::kInvalidArgument,
+                                     HasSubstr("a priority orders the queue: it needs queue")));
+  spec.set_queue(true);
+  spec.set_priority(1001);
+  job = PrepareJob(spec, *nodes.registry, nullptr, nullptr, SubmissionOptions{});
+  EXPECT_THAT(job.status(), StatusIs(absl::StatusCode::kInvalidArgument,
+                                     HasSubstr("priority must be -1000 to 1000, not 1001")));
+}
+
 TEST(PrepareJob, AResumeFromACheckpointThatIsNotThere_IsRefusedAtSubmission) {
   Registry nodes({"a"});
   ASSERT_NE(nodes.registry, nullptr);

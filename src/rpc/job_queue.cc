@@ -1,6 +1,6 @@
 // JobServiceImpl's queue (JobSpec.queue): a submission the Ready nodes
 // lack the memory for only because other jobs hold it waits QUEUED, and
-// the oldest queued job is planned again whenever what a plan would see
+// the queue's head is planned again whenever what a plan would see
 // changes (a job ended or started, a node came, left or was drained), and
 // every 5 minutes besides (a plan costs up to the planner's budget).
 // In priority order, first in, first out within a priority; when the head
@@ -11,6 +11,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -81,7 +82,13 @@ void JobServiceImpl::DispatchQueued() {
   if (dispatching_.load()) return;
   const std::vector<std::string> queued = coordinator_->jobs()->Queued();
   if (queued.empty()) return;
-  const std::string view = absl::StrCat(queued.front(), ";", QueueView());
+  // The head and the backfill candidates behind it, and what their plans
+  // see.
+  std::string view;
+  for (size_t k = 0; k < queued.size() && k <= kBackfillCandidates; ++k) {
+    absl::StrAppend(&view, queued[k], ",");
+  }
+  absl::StrAppend(&view, ";", QueueView());
   const absl::Time now = absl::Now();
   const bool poked = queue_poked_.exchange(false);
   if (!poked && view == queue_seen_ && now - queue_tried_ < kQueueRetry) return;
@@ -104,7 +111,11 @@ void JobServiceImpl::DispatchQueued() {
   }
 }
 
-void JobServiceImpl::Backfill(const std::vector<std::string>& queued) {
+void JobServiceImpl::Backfill(std::vector<std::string> queued) {
+  // The head that found no room must still be the head.
+  const std::vector<std::string> now = coordinator_->jobs()->Queued();
+  if (now.empty() || now.front() != queued.front()) return;
+  queued = now;
   // The head cannot start before a job holding nodes ends (or a node
   // comes): the first predicted end, by each job's steps left at the
   // slower of its predicted and measured step times.
@@ -114,15 +125,19 @@ void JobServiceImpl::Backfill(const std::vector<std::string>& queued) {
     const double step_s = std::max(j.predicted_step_time_s(), j.measured_step_time_s());
     first_end = std::min(first_end, static_cast<double>(j.steps() - j.step()) * step_s);
   }
-  if (!std::isfinite(first_end)) return;  // no job holds a node
+  // No job holds a node, or none could be done in time.
+  if (!std::isfinite(first_end) || first_end <= absl::ToDoubleSeconds(kBackfillStart)) return;
+  // (An absolute time: planning the candidates takes time too.)
+  const absl::Time by = absl::Now() + absl::Seconds(first_end);
   for (size_t k = 1; k < queued.size() && k <= kBackfillCandidates; ++k) {
     // One start per round: the next round plans with its load.
-    if (StartQueued(queued[k], first_end).ok()) return;
+    if (StartQueued(queued[k], by).ok()) return;
   }
 }
 
-absl::Status JobServiceImpl::StartQueued(const std::string& id, double backfill_within_s) {
-  const bool backfill = backfill_within_s >= 0;
+absl::Status JobServiceImpl::StartQueued(const std::string& id,
+                                         std::optional<absl::Time> backfill_by) {
+  const bool backfill = backfill_by.has_value();
   JobManager* jobs = coordinator_->jobs();
   absl::StatusOr<quilt::v1::JobRecord> record = jobs->RecordWithModel(id);
   if (!record.ok()) {
@@ -134,7 +149,7 @@ absl::Status JobServiceImpl::StartQueued(const std::string& id, double backfill_
     return absl::UnavailableError("its record cannot be read");
   }
   if (record->status().state() != quilt::v1::JOB_STATE_QUEUED) {
-    return absl::FailedPreconditionError("no longer queued");
+    return absl::AbortedError("no longer queued");
   }
   SubmissionOptions options = Planning(nullptr);
   bool idle = true;  // no other job holds a node when the plan is made
@@ -153,21 +168,28 @@ absl::Status JobServiceImpl::StartQueued(const std::string& id, double backfill_
       const double run_s =
           static_cast<double>(job.spec.steps()) * job.predicted_step_time_s * kBackfillMargin +
           absl::ToDoubleSeconds(kBackfillStart);
-      if (!(run_s < backfill_within_s)) {
+      const double left_s = absl::ToDoubleSeconds(*backfill_by - absl::Now());
+      if (!(run_s < left_s)) {
         return absl::FailedPreconditionError("its predicted run outlasts the running jobs");
       }
       QLOG_INFO(
           "queued job {} backfills: predicted to take {:.1f} s (with margin), the first job "
           "holding nodes to end in {:.1f} s",
-          id, run_s, backfill_within_s);
+          id, run_s, left_s);
     }
     return jobs->StartQueued(id, std::move(job));
   };
   const absl::Status s = PrepareJob(record->spec(), *coordinator_->registry(),
                                     coordinator_->links(), coordinator_->profiles(), options)
                              .status();
+  if (s.ok()) return s;
+  // Cancelled (or started by another round) meanwhile.
+  absl::StatusOr<quilt::v1::JobStatus> after = jobs->Get(id);
+  if (!after.ok() || after->state() != quilt::v1::JOB_STATE_QUEUED) {
+    return absl::AbortedError("no longer queued");
+  }
   // A backfill candidate that does not start stays as it was.
-  if (s.ok() || backfill) return s;
+  if (backfill) return s;
   // Settled: some node Ready, none between Ready and Down (a worker that
   // restarts comes back).
   bool any_ready = false, settled = true;
@@ -191,6 +213,7 @@ absl::Status JobServiceImpl::StartQueued(const std::string& id, double backfill_
   } else {
     QLOG_WARN("queued job {} cannot start: {}", id, s.ToString());
     jobs->FailQueued(id, std::string(s.message()));
+    return absl::AbortedError("it failed");
   }
   return s;
 }

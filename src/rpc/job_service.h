@@ -22,6 +22,7 @@
 
 #include <atomic>
 #include <functional>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -130,16 +131,17 @@ class JobServiceImpl final : public JobServiceBase {
   // Plans queued job `id` with the jobs on the nodes now and starts it if
   // a plan fits; else it waits on (why: its message), or fails for a
   // cause that is not passing (its dataset is gone, say). OK when it
-  // started; FAILED_PRECONDITION when it waits for room. With
-  // `backfill_within_s` ≥ 0 (a job behind the head): it starts only if its
-  // predicted run (steps × predicted step time × kBackfillMargin +
-  // kBackfillStart) ends within that many seconds, and is left as it was
-  // otherwise.
-  absl::Status StartQueued(const std::string& id, double backfill_within_s = -1);
-  // After the head of `queued` found no room: the first of the next
-  // kBackfillCandidates jobs that StartQueued backfills within the first
-  // predicted end of a job holding nodes.
-  void Backfill(const std::vector<std::string>& queued);
+  // started; FAILED_PRECONDITION when it waits for room; ABORTED when it
+  // is no longer queued or failed. With `backfill_by` (a job behind the
+  // head): it starts only if its predicted run (steps × predicted step
+  // time × kBackfillMargin + kBackfillStart) ends by then, and is left as
+  // it was otherwise.
+  absl::Status StartQueued(const std::string& id,
+                           std::optional<absl::Time> backfill_by = std::nullopt);
+  // After the head of `queued` found no room (and is still the head): the
+  // first of the next kBackfillCandidates jobs that StartQueued backfills
+  // by the first predicted end of a job holding nodes.
+  void Backfill(std::vector<std::string> queued);
   // UNAVAILABLE when a node of `world` is draining.
   absl::Status RefuseDrained(const std::vector<std::string>& world) const;
   // Until Drain: restarts failed jobs with restarts left, on the planning
