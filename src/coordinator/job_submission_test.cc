@@ -268,13 +268,20 @@ TEST(PrepareJob, SyntheticDataThatCannotBeMade_IsRefusedAtSubmission) {
                     HasSubstr("embedding")));
 }
 
+// zoo:mlp for 2 steps of `batch`, SGD.
+quilt::v1::JobSpec ZooMlp(int64_t batch) {
+  quilt::v1::JobSpec spec;
+  spec.set_zoo("mlp");
+  spec.set_global_batch(batch);
+  spec.set_steps(2);
+  spec.mutable_optimizer()->mutable_sgd()->set_learning_rate(0.1);
+  return spec;
+}
+
 TEST(PrepareJob, APriorityOutOfRangeOrWithoutTheQueue_IsRefused) {
   Registry nodes({"a"});
   ASSERT_NE(nodes.registry, nullptr);
-  quilt::v1::JobSpec spec;
-  spec.set_zoo("mlp");
-  spec.set_global_batch(4);
-  spec.set_steps(2);
+  quilt::v1::JobSpec spec = ZooMlp(4);
   spec.set_priority(3);
   absl::StatusOr<NewJob> job =
       PrepareJob(spec, *nodes.registry, nullptr, nullptr, SubmissionOptions{});
@@ -290,11 +297,7 @@ TEST(PrepareJob, APriorityOutOfRangeOrWithoutTheQueue_IsRefused) {
 TEST(PrepareJob, AResumeFromACheckpointThatIsNotThere_IsRefusedAtSubmission) {
   Registry nodes({"a"});
   ASSERT_NE(nodes.registry, nullptr);
-  quilt::v1::JobSpec spec;
-  spec.set_zoo("mlp");
-  spec.set_global_batch(16);
-  spec.set_steps(2);
-  spec.mutable_optimizer()->mutable_sgd()->set_learning_rate(0.1);
+  quilt::v1::JobSpec spec = ZooMlp(16);
   const std::string step = nodes.dir.File("ckpt/step-00000004");
   std::filesystem::create_directories(step + "/rank-0");
   ASSERT_TRUE(std::ofstream(step + "/rank-0/metrics.json").good());
