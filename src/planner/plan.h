@@ -2,9 +2,11 @@
 // lowered, validated and simulated for a training graph on a cluster, with
 // the compute lower bound, each strategy's ratio to it, memory per device
 // and feasibility, and the planning wall time. What `quiltctl plan` and
-// JobService.PlanJob return. The HeteroG plan is never slower than the
-// best baseline simulated: where the search finds nothing better, it
-// reports that baseline's plan and says so.
+// JobService.PlanJob return. The HeteroG plan is the search's plan with
+// its fastest gradient collectives, then with its embedding tables'
+// gradients gathered (sparse lookup) when that simulates faster; it is
+// never slower than the best baseline simulated: where the search finds
+// nothing better, it reports that baseline's plan and says so.
 #ifndef QUILT_SRC_PLANNER_PLAN_H_
 #define QUILT_SRC_PLANNER_PLAN_H_
 
