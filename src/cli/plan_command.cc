@@ -2,6 +2,7 @@
 // baseline (or one strategy) for a model on a cluster: offline with
 // --cluster FILE, otherwise by the coordinator on the live cluster
 // (JobService.PlanJob).
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 
@@ -15,6 +16,7 @@
 #include "src/cluster/cluster_spec.h"
 #include "src/cluster/topology.h"
 #include "src/common/files.h"
+#include "src/common/proto_file.h"
 #include "src/common/status.h"
 #include "src/graph/autodiff.h"
 #include "src/graph/model_loader.h"
@@ -42,6 +44,8 @@ struct PlanArgs {
   int64_t max_plans = 200;
   uint64_t seed = 1;
   int groups = 0;
+  std::string strategy_file;
+  bool strategy_given = false;  // --strategy on the command line
 };
 
 std::string Breakdown(const quilt::v1::StrategyEstimate& e) {
@@ -234,8 +238,9 @@ int Run(PlanArgs a, const GlobalOptions& globals) {
   }
   PrintModelNotes(*g, {});
   if (a.cluster.empty()) {
-    if (!a.trace.empty() || !a.program_out.empty()) {
-      return PrintError("--trace and --program-out need --cluster (an offline plan)");
+    if (!a.trace.empty() || !a.program_out.empty() || !a.strategy_file.empty()) {
+      return PrintError(
+          "--trace, --program-out and --strategy-file need --cluster (an offline plan)");
     }
     return RunRemote(a, &*g, globals);
   }
@@ -259,6 +264,22 @@ int Run(PlanArgs a, const GlobalOptions& globals) {
   PlanOptions po;
   po.global_batch = a.batch;
   po.strategy = a.strategy;
+  if (!a.strategy_file.empty()) {
+    quilt::v1::Strategy given;
+    if (absl::Status s = ReadProtoFile(a.strategy_file, &given); !s.ok()) {
+      return PrintError(std::string(s.message()));
+    }
+    if (given.global_batch() != 0 && given.global_batch() != a.batch) {
+      std::cerr << "note: " << a.strategy_file << " was planned for a global batch of "
+                << given.global_batch() << "; simulated at " << a.batch
+                << " (its replica counts split that)\n";
+    }
+    const std::string name = "file:" + std::filesystem::path(a.strategy_file).filename().string();
+    given.set_name(name);
+    po.given.push_back(NamedStrategy{name, std::move(given), ""});
+    // Only the file's, unless --strategy names others.
+    if (!a.strategy_given) po.strategy = "given";
+  }
   po.trace = !a.trace.empty();
   po.program_with_graph = !a.program_out.empty();
   po.progress = [](const std::string& line) { std::cerr << line << "\n"; };
@@ -329,6 +350,11 @@ void AddPlanCommand(CLI::App& app, const GlobalOptions& globals, std::vector<Com
   c->add_option("--strategy", a->strategy,
                 "all (or auto), heterog (the planner), or a baseline: single-device, dp-even-ring, "
                 "dp-even-ps, dp-proportional-ring, dp-proportional-ps");
+  c->add_option("--strategy-file", a->strategy_file,
+                "A Strategy of your own (text format, or JSON when the name ends in .json: a "
+                "strategy `plan -o json` printed, edited) simulated as file:NAME; alone unless "
+                "--strategy names others (all: beside every strategy). Offline (--cluster) only")
+      ->check(NonEmpty());
   c->add_option(
        "--program-out", a->program_out,
        "Write the best strategy's DistributedProgram (binary protobuf, for quilt-executor)")
@@ -375,6 +401,7 @@ void AddPlanCommand(CLI::App& app, const GlobalOptions& globals, std::vector<Com
                     if (a->optimizer == "adam" && c->count("--momentum") > 0) {
                       return PrintError("--momentum is SGD's; adam takes --lr only");
                     }
+                    a->strategy_given = c->count("--strategy") > 0;
                     return Run(*a, globals);
                   }});
 }

@@ -4,39 +4,15 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "google/protobuf/io/tokenizer.h"
-#include "google/protobuf/text_format.h"
-#include "google/protobuf/util/json_util.h"
 #include "src/cluster/node_validation.h"
-#include "src/common/files.h"
+#include "src/common/proto_file.h"
 #include "src/common/status.h"
 
 namespace quilt {
 
 absl::StatusOr<quilt::v1::ClusterSpec> LoadClusterSpec(const std::string& path) {
-  ASSIGN_OR_RETURN(std::string text, ReadFile(path));
   quilt::v1::ClusterSpec spec;
-  if (absl::EndsWith(path, ".json")) {
-    google::protobuf::util::JsonParseOptions o;
-    auto s = google::protobuf::util::JsonStringToMessage(text, &spec, o);
-    if (!s.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(path, ": not a ClusterSpec in JSON: ", std::string(s.message())));
-    }
-  } else {
-    struct Collector : google::protobuf::io::ErrorCollector {
-      std::string error;
-      void AddError(int line, int column, const std::string& message) override {
-        if (error.empty()) error = absl::StrCat("line ", line + 1, ":", column + 1, ": ", message);
-      }
-    } collector;
-    google::protobuf::TextFormat::Parser parser;
-    parser.RecordErrorsTo(&collector);
-    if (!parser.ParseFromString(text, &spec)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(path, ": not a ClusterSpec in text format: ", collector.error));
-    }
-  }
+  RETURN_IF_ERROR(ReadProtoFile(path, &spec));
   if (absl::Status s = ValidateClusterSpec(spec); !s.ok()) return Annotate(s, path);
   return spec;
 }

@@ -449,6 +449,13 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
   rep.set_lower_bound_s(lb);
   if (o.progress) o.progress("building the baselines (fitting memory and compute per device)");
   const std::vector<NamedStrategy> strategies = Baselines(g, topo, cost, o.global_batch);
+  for (const NamedStrategy& ns : o.given) {
+    if (ns.name == kHeteroG ||
+        absl::c_any_of(strategies, [&](const NamedStrategy& b) { return b.name == ns.name; })) {
+      return absl::InvalidArgumentError("a given strategy is named '" + ns.name +
+                                        "', as one Quilt plans: name it otherwise");
+    }
+  }
   auto wanted = [&](const std::string& name) { return o.strategy == "all" || o.strategy == name; };
   std::map<std::string, Evaluated> done;
   auto evaluate_many = [&](const std::vector<NamedStrategy>& list,
@@ -543,6 +550,14 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
     RETURN_IF_ERROR(
         PlanHeteroG(g, topo, cost, strategies, lb, o, start, evaluate, evaluate_many, &done));
   }
+  for (const NamedStrategy& ns : o.given) {
+    names.push_back(ns.name);
+    RETURN_IF_ERROR(evaluate(ns));
+  }
+  found |= o.strategy == "given" && !o.given.empty();
+  if (o.strategy == "given" && o.given.empty()) {
+    return absl::InvalidArgumentError("strategy 'given' needs a strategy of the caller's own");
+  }
   const bool data_parallel = absl::c_linear_search(kDataParallelBaselines, o.strategy);
   if (!found && topo.num_devices() < 2 && data_parallel) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -556,7 +571,9 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
   }
   double best = -1;
   for (const std::string& name : names) {
-    if (!wanted(name)) continue;
+    const bool given =
+        absl::c_any_of(o.given, [&](const NamedStrategy& ns) { return ns.name == name; });
+    if (!wanted(name) && !given) continue;
     Evaluated& e = done.at(name);
     if (e.estimate.feasible() && (best < 0 || e.estimate.step_time_s() < best)) {
       best = e.estimate.step_time_s();

@@ -13,6 +13,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "proto/quilt/v1/plan.pb.h"
@@ -40,6 +41,10 @@ struct PlanOptions {
   // Whether the best program carries the training graph (with its initial
   // weights, which can be gigabytes): what executors need, not a report.
   bool program_with_graph = true;
+  // Strategies of the caller's own (a strategy file), simulated beside the
+  // wanted ones under their names (which must not be a baseline's or
+  // "heterog"); with `strategy` "given", only these.
+  std::vector<NamedStrategy> given;
 };
 
 struct PlanResult {
@@ -50,7 +55,7 @@ struct PlanResult {
 };
 
 // Errors: INVALID_ARGUMENT (unknown strategy name, graph without backward
-// pass, batch < 1).
+// pass, batch < 1, a given strategy that cannot be lowered, naming it).
 absl::StatusOr<PlanResult> Plan(const Graph& training_graph, const Topology& topology,
                                 const PlanOptions& options);
 

@@ -234,6 +234,74 @@ TEST(SimulateCommand, ProgramOut_SimulatesToThePlansStep) {
   EXPECT_THAT(bad.err, AllOf(HasSubstr(junk), HasSubstr("is not a DistributedProgram")));
 }
 
+// A strategy plan printed, written to a file, simulates to the step plan
+// reported; edited (the embedding's gradient summed dense instead of
+// gathered) it simulates slower; beside --strategy it joins the table;
+// bad files are named.
+TEST(PlanCommand, StrategyFile_SimulatesAnEditedPlan) {
+  TempDir dir;
+  const std::string testbed = "config/clusters/heterog_testbed.textproto";
+  const CommandResult plan = Plan({"zoo:transformer", "--cluster", testbed, "--batch", "64",
+                                   "--strategy", "heterog", "--max-plans", "30", "-o", "json"});
+  ASSERT_EQ(plan.exit_code, 0) << plan.err;
+  const nlohmann::json p = nlohmann::json::parse(plan.out);
+  ASSERT_EQ(p["estimates"].size(), 1u);
+  const nlohmann::json& h = p["estimates"][0];
+  const double planned = h["step_time_s"].get<double>();
+  ASSERT_EQ(h["search"]["gathered_tables"], nlohmann::json::array({"embedding.weight"}))
+      << h["search"].dump();
+  const std::string same = dir.File("same.json");
+  ASSERT_THAT(WriteFileAtomically(same, h["strategy"].dump()), IsOk());
+  const CommandResult again = Plan({"zoo:transformer", "--cluster", testbed, "--batch", "64",
+                                    "--strategy-file", same, "-o", "json"});
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  const nlohmann::json a = nlohmann::json::parse(again.out);
+  ASSERT_EQ(a["estimates"].size(), 1u);
+  EXPECT_EQ(a["estimates"][0]["name"], "file:same.json");
+  EXPECT_NEAR(a["estimates"][0]["step_time_s"].get<double>(), planned, 1e-9 * planned);
+  EXPECT_EQ(a["best"], "file:same.json");
+
+  nlohmann::json dense = h["strategy"];
+  int edited = 0;
+  for (auto& agg : dense["aggregations"]) {
+    if (agg["parameter"] != "embedding.weight") continue;
+    agg["method"] = "AGGREGATION_METHOD_RING_ALLREDUCE";
+    ++edited;
+  }
+  ASSERT_EQ(edited, 1);
+  const std::string dense_file = dir.File("dense.json");
+  ASSERT_THAT(WriteFileAtomically(dense_file, dense.dump()), IsOk());
+  const CommandResult both =
+      Plan({"zoo:transformer", "--cluster", testbed, "--batch", "64", "--strategy-file", dense_file,
+            "--strategy", "dp-proportional-ring"});
+  ASSERT_EQ(both.exit_code, 0) << both.err;
+  EXPECT_THAT(both.out, AllOf(HasSubstr("dp-proportional-ring"), HasSubstr("file:dense.json")));
+  const CommandResult slower = Plan({"zoo:transformer", "--cluster", testbed, "--batch", "64",
+                                     "--strategy-file", dense_file, "-o", "json"});
+  ASSERT_EQ(slower.exit_code, 0) << slower.err;
+  EXPECT_GT(nlohmann::json::parse(slower.out)["estimates"][0]["step_time_s"].get<double>(),
+            planned);
+
+  // A device the cluster lacks, a file that does not parse, no --cluster.
+  nlohmann::json elsewhere = h["strategy"];
+  elsewhere["groups"][0]["replicas"][0]["device"] = "nowhere/gpu:0";
+  const std::string elsewhere_file = dir.File("elsewhere.json");
+  ASSERT_THAT(WriteFileAtomically(elsewhere_file, elsewhere.dump()), IsOk());
+  const CommandResult unknown = Plan({"zoo:transformer", "--cluster", testbed, "--batch", "64",
+                                      "--strategy-file", elsewhere_file});
+  EXPECT_EQ(unknown.exit_code, 1);
+  EXPECT_THAT(unknown.err, AllOf(HasSubstr("file:elsewhere.json"), HasSubstr("nowhere/gpu:0")));
+  const std::string broken = dir.File("broken.textproto");
+  ASSERT_THAT(WriteFileAtomically(broken, "groups {{"), IsOk());
+  const CommandResult unparsed =
+      Plan({"zoo:transformer", "--cluster", testbed, "--batch", "64", "--strategy-file", broken});
+  EXPECT_EQ(unparsed.exit_code, 1);
+  EXPECT_THAT(unparsed.err, AllOf(HasSubstr(broken), HasSubstr("not a Strategy in text format")));
+  const CommandResult live = Plan({"zoo:transformer", "--batch", "64", "--strategy-file", same});
+  EXPECT_EQ(live.exit_code, 1);
+  EXPECT_THAT(live.err, HasSubstr("--strategy-file need --cluster"));
+}
+
 TEST(PlanCommand, BadInput_ExitsWithAClearError) {
   const CommandResult model = Plan(
       {"zoo:nonexistent", "--cluster", "config/clusters/hap_cluster.textproto", "--batch", "8"});

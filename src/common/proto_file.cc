@@ -1,0 +1,40 @@
+#include "src/common/proto_file.h"
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "google/protobuf/io/tokenizer.h"
+#include "google/protobuf/text_format.h"
+#include "google/protobuf/util/json_util.h"
+#include "src/common/files.h"
+#include "src/common/status.h"
+
+namespace quilt {
+
+absl::Status ReadProtoFile(const std::string& path, google::protobuf::Message* out) {
+  ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  const std::string type = out->GetDescriptor()->name();
+  if (absl::EndsWith(path, ".json")) {
+    google::protobuf::util::JsonParseOptions o;
+    auto s = google::protobuf::util::JsonStringToMessage(text, out, o);
+    if (!s.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": not a ", type, " in JSON: ", std::string(s.message())));
+    }
+    return absl::OkStatus();
+  }
+  struct Collector : google::protobuf::io::ErrorCollector {
+    std::string error;
+    void AddError(int line, int column, const std::string& message) override {
+      if (error.empty()) error = absl::StrCat("line ", line + 1, ":", column + 1, ": ", message);
+    }
+  } collector;
+  google::protobuf::TextFormat::Parser parser;
+  parser.RecordErrorsTo(&collector);
+  if (!parser.ParseFromString(text, out)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": not a ", type, " in text format: ", collector.error));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace quilt
