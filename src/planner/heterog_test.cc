@@ -6,6 +6,7 @@
 
 #include <random>
 
+#include "absl/strings/match.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "src/cluster/random_cluster.h"
@@ -482,6 +483,12 @@ TEST(HeteroG, GathersEmbeddingGradientsWhereThatIsFaster) {
   ASSERT_EQ(h->search().gathered_tables_size(), 1) << h->search().DebugString();
   const std::string table = h->search().gathered_tables(0);
   EXPECT_GT(h->search().gathered_saved_s(), 0);
+  // The explanation's group that updates the table says so (one group).
+  int saying = 0;
+  for (const auto& d : h->search().decisions()) {
+    saying += absl::StrContains(d.aggregation(), table + " gathered (sparse lookup)");
+  }
+  EXPECT_EQ(saying, 1) << h->search().DebugString();
   quilt::v1::Strategy dense = h->strategy();
   int sparse = 0;
   for (auto& a : *dense.mutable_aggregations()) {

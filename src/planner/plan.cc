@@ -15,6 +15,7 @@
 #include "src/common/units.h"
 #include "src/planner/lookups.h"
 #include "src/planner/lower.h"
+#include "src/planner/placement.h"
 #include "src/planner/program_validator.h"
 
 namespace quilt {
@@ -266,6 +267,7 @@ absl::Status PlanHeteroG(const Graph& g, const Topology& topo, const CostModel& 
   std::vector<std::string> gathered;
   double gathered_saved_s = 0;
   bool tried_gathered = false;
+  std::map<int, std::vector<std::string>> gathered_in;  // group → its gathered tables
   if (done->at(kHeteroG).estimate.feasible()) {
     ASSIGN_OR_RETURN(const GraphIndex ix, GraphIndex::Build(g));
     const quilt::v1::Strategy sparse =
@@ -286,6 +288,18 @@ absl::Status PlanHeteroG(const Graph& g, const Topology& topo, const CostModel& 
           done->at(name).estimate.step_time_s() < plain) {
         gathered_saved_s = plain - done->at(name).estimate.step_time_s();
         adopt(name);
+        // The group each table's update is in (its first reader's).
+        for (size_t i = 0; i < g.ops.size(); ++i) {
+          if (!ix.Schema(static_cast<int>(i)).is_update ||
+              !absl::c_linear_search(gathered, g.ops[i].inputs[0])) {
+            continue;
+          }
+          for (int k = 0; k < sparse.groups_size(); ++k) {
+            if (absl::c_linear_search(sparse.groups(k).ops(), GroupKey(g.ops[i]))) {
+              gathered_in[sparse.groups(k).group()].push_back(g.ops[i].inputs[0]);
+            }
+          }
+        }
       } else {
         gathered.clear();
       }
@@ -329,6 +343,10 @@ absl::Status PlanHeteroG(const Graph& g, const Topology& topo, const CostModel& 
     d->set_ops(c.ops);
     d->set_placement(c.placement);
     d->set_aggregation(c.aggregation);
+    if (auto t = gathered_in.find(c.group); t != gathered_in.end()) {
+      d->set_aggregation(absl::StrCat(c.aggregation, "; ", absl::StrJoin(t->second, ", "),
+                                      " gathered (sparse lookup)"));
+    }
     d->set_saved_s(c.saved_s);
     d->set_needed_to_fit(c.needed_to_fit);
     d->set_saved_not_measured(c.saved_not_measured);
