@@ -84,7 +84,7 @@ absl::Status JobManager::Load() {
       job.grace_from = clock_->Now();
     }
     if (job.loaded_ended) continue;
-    if (!ended && job.record.status().state() != quilt::v1::JOB_STATE_QUEUED) {
+    if (HoldsNodes(job.record.status().state())) {
       // Workers keep running their executors while the coordinator is away
       // and report to it again: the job goes on. A node that comes back
       // without its executor (its worker restarted), or not at all (Down),

@@ -153,6 +153,8 @@ class JobManager {
                                                      absl::Duration timeout) const;
 
   static bool Ended(quilt::v1::JobState s);
+  // PENDING or RUNNING: neither ended nor queued (the job has its nodes).
+  static bool HoldsNodes(quilt::v1::JobState s);
   // Per node, the ids of the jobs in `jobs` that have not ended and run on
   // it (in the order given).
   static std::map<std::string, std::vector<std::string>> ActiveJobsByNode(

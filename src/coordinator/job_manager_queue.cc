@@ -50,12 +50,15 @@ int JobManager::QueuedAhead(int32_t priority) const {
   return ahead;
 }
 
+bool JobManager::HoldsNodes(quilt::v1::JobState s) {
+  return !Ended(s) && s != quilt::v1::JOB_STATE_QUEUED;
+}
+
 std::vector<std::string> JobManager::Holding() const {
   absl::MutexLock lock(&mu_);
   std::vector<std::string> out;
   for (const std::string& id : order_) {
-    const quilt::v1::JobState state = jobs_.at(id).record.status().state();
-    if (!Ended(state) && state != quilt::v1::JOB_STATE_QUEUED) out.push_back(id);
+    if (HoldsNodes(jobs_.at(id).record.status().state())) out.push_back(id);
   }
   return out;
 }

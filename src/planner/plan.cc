@@ -140,11 +140,12 @@ using EvaluateManyFn =
 
 // The HeteroG search from the baselines, its plan simulated in full, and
 // compared with the best baseline simulated in full: never slower.
-absl::Status PlanHeteroG(const Graph& g, const Topology& topo, const CostModel& cost,
+absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostModel& cost,
                          const std::vector<NamedStrategy>& baselines, double lb,
                          const PlanOptions& o, absl::Time start, const EvaluateFn& evaluate,
                          const EvaluateManyFn& evaluate_many,
                          std::map<std::string, Evaluated>* done) {
+  const Graph& g = ix.graph();
   if (o.progress) {
     o.progress(absl::StrFormat("searching hybrid plans (%.1f s so far)",
                                absl::ToDoubleSeconds(absl::Now() - start)));
@@ -269,7 +270,6 @@ absl::Status PlanHeteroG(const Graph& g, const Topology& topo, const CostModel& 
   bool tried_gathered = false;
   std::map<int, std::vector<std::string>> gathered_in;  // group → its gathered tables
   if (done->at(kHeteroG).estimate.feasible()) {
-    ASSIGN_OR_RETURN(const GraphIndex ix, GraphIndex::Build(g));
     const quilt::v1::Strategy sparse =
         GatherLookups(ix, done->at(kHeteroG).estimate.strategy(), o.global_batch, &gathered);
     if (!gathered.empty()) {
@@ -351,6 +351,13 @@ absl::Status PlanHeteroG(const Graph& g, const Topology& topo, const CostModel& 
     d->set_needed_to_fit(c.needed_to_fit);
     d->set_saved_not_measured(c.saved_not_measured);
   }
+  // The plan shown is another's: nothing of the search's plan describes it.
+  auto forget_search_plan = [&summary](const std::string& collectives) {
+    summary.clear_decisions();
+    summary.clear_gathered_tables();
+    summary.clear_gathered_saved_s();
+    summary.set_gradient_collectives(collectives);
+  };
   Evaluated& h = done->at(kHeteroG);
   const Evaluated* best = nullptr;
   for (const NamedStrategy& ns : baselines) {
@@ -372,10 +379,7 @@ absl::Status PlanHeteroG(const Graph& g, const Topology& topo, const CostModel& 
     h.estimate.set_note(why + "; " + best->estimate.name() + " is as fast or faster and is kept");
     // The plan is the baseline's: no group choice or collective of the
     // search's plan describes it.
-    summary.clear_decisions();
-    summary.clear_gathered_tables();
-    summary.clear_gathered_saved_s();
-    summary.set_gradient_collectives("as " + best->estimate.name() + " forms them");
+    forget_search_plan("as " + best->estimate.name() + " forms them");
   } else if (best != nullptr) {
     const double ratio = best->estimate.step_time_s() / h.estimate.step_time_s();
     // Under 1 % a ratio rounds to 1.00×: say how much, in per cent and time.
@@ -432,10 +436,7 @@ absl::Status PlanHeteroG(const Graph& g, const Topology& topo, const CostModel& 
       h.program.mutable_strategy()->set_name(kHeteroG);
       h.estimate.set_infeasible_reason(reason);
       h.estimate.set_note(why);
-      summary.clear_decisions();
-      summary.clear_gathered_tables();
-      summary.clear_gathered_saved_s();
-      summary.set_gradient_collectives("as " + nearest->estimate.name() + " forms them");
+      forget_search_plan("as " + nearest->estimate.name() + " forms them");
     }
   }
   (void)lb;
@@ -474,7 +475,11 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
                                         "', as one Quilt plans: name it otherwise");
     }
   }
-  auto wanted = [&](const std::string& name) { return o.strategy == "all" || o.strategy == name; };
+  // (Given strategies always are.)
+  auto wanted = [&](const std::string& name) {
+    return o.strategy == "all" || o.strategy == name ||
+           absl::c_any_of(o.given, [&](const NamedStrategy& ns) { return ns.name == name; });
+  };
   std::map<std::string, Evaluated> done;
   auto evaluate_many = [&](const std::vector<NamedStrategy>& list,
                            bool both_orders) -> absl::Status {
@@ -566,7 +571,7 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
     found = true;
     names.push_back(kHeteroG);
     RETURN_IF_ERROR(
-        PlanHeteroG(g, topo, cost, strategies, lb, o, start, evaluate, evaluate_many, &done));
+        PlanHeteroG(ix, topo, cost, strategies, lb, o, start, evaluate, evaluate_many, &done));
   }
   for (const NamedStrategy& ns : o.given) {
     names.push_back(ns.name);
@@ -589,9 +594,7 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
   }
   double best = -1;
   for (const std::string& name : names) {
-    const bool given =
-        absl::c_any_of(o.given, [&](const NamedStrategy& ns) { return ns.name == name; });
-    if (!wanted(name) && !given) continue;
+    if (!wanted(name)) continue;
     Evaluated& e = done.at(name);
     if (e.estimate.feasible() && (best < 0 || e.estimate.step_time_s() < best)) {
       best = e.estimate.step_time_s();

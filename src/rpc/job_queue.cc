@@ -121,7 +121,7 @@ void JobServiceImpl::Backfill(std::vector<std::string> queued) {
   // slower of its predicted and measured step times.
   double first_end = std::numeric_limits<double>::infinity();
   for (const quilt::v1::JobStatus& j : coordinator_->jobs()->List()) {
-    if (JobManager::Ended(j.state()) || j.state() == quilt::v1::JOB_STATE_QUEUED) continue;
+    if (!JobManager::HoldsNodes(j.state())) continue;
     const double step_s = std::max(j.predicted_step_time_s(), j.measured_step_time_s());
     first_end = std::min(first_end, static_cast<double>(j.steps() - j.step()) * step_s);
   }
