@@ -6,6 +6,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "src/common/hierarchical_layout.h"
 #include "src/common/status.h"
 #include "src/graph/op_registry.h"
 
@@ -254,31 +255,65 @@ CostModel::Collective CostModel::AllReduce(quilt::v1::AggregationMethod method,
     return c;
   }
   if (method == quilt::v1::AGGREGATION_METHOD_HIERARCHICAL_ALLREDUCE) {
-    std::map<int, std::vector<int>> by_node;
-    for (int d : devices) by_node[topology_->device(d).node].push_back(d);
-    if (by_node.size() == 1 || static_cast<int>(by_node.size()) == n) {
-      return Ring(devices, bytes, 2.0 * (n - 1));
-    }
-    Collective c;
-    std::set<int> res;
-    double intra = 0;
-    for (const auto& [node, ds] : by_node) {
-      Collective r = Ring(ds, bytes, 2.0 * (ds.size() - 1));  // reduce-scatter + all-gather
-      intra = std::max(intra, r.time_s);
-      res.insert(r.resources.begin(), r.resources.end());
-    }
-    // Inter-node: k rings of bytes/k over the nodes' first devices' NICs,
-    // all sharing each node's NIC: the NIC carries bytes/N per step.
-    std::vector<int> leaders;
-    for (const auto& [node, ds] : by_node) leaders.push_back(ds.front());
-    const int nodes = static_cast<int>(leaders.size());
-    Collective inter = Ring(leaders, bytes, 2.0 * (nodes - 1));
-    res.insert(inter.resources.begin(), inter.resources.end());
-    c.time_s = intra + inter.time_s;
-    c.resources.assign(res.begin(), res.end());
-    return c;
+    return Hierarchical(devices, bytes);
   }
   return Ring(devices, bytes, 2.0 * (n - 1));
+}
+
+CostModel::Collective CostModel::Hierarchical(const std::vector<int>& devices, double bytes) const {
+  // The runtime's two-level all-reduce (src/common/hierarchical_layout.h):
+  // per piece, the members of each node send every shard to its owner,
+  // the owners of each shard ring over the nodes, and the owners send the
+  // sums back. The pieces pipeline: the step takes one piece through the
+  // three phases, then a slowest phase per further piece.
+  const int n = static_cast<int>(devices.size());
+  std::map<int, std::vector<int>> by_node;
+  for (int d : devices) by_node[topology_->device(d).node].push_back(d);
+  const int nodes = static_cast<int>(by_node.size());
+  if (nodes == n) return Ring(devices, bytes, 2.0 * (n - 1));
+  int min_members = n;
+  for (const auto& [node, ds] : by_node) {
+    min_members = std::min(min_members, static_cast<int>(ds.size()));
+  }
+  const HierarchicalLayout layout =
+      LayoutHierarchical(nodes, min_members, static_cast<int64_t>(bytes / 4));
+  const int s = layout.shards;
+  const double piece = bytes / layout.pieces;
+  std::set<int> res;
+  double within = 0;  // reducing into the owners (sending back mirrors it)
+  for (const auto& [node, ds] : by_node) {
+    const int g = static_cast<int>(ds.size());
+    if (g < 2) continue;
+    double worst = 0;
+    for (int m = 0; m < g; ++m) {
+      // A member sends every shard it does not own; an owner receives its
+      // shard from every other member.
+      const double out = piece * (m < s ? s - 1 : s) / s;
+      const double in = m < s ? piece * (g - 1) / s : 0;
+      for (int j = 0; j < s; ++j) {
+        if (j == m) continue;
+        const Path& p = topology_->PathBetween(ds[m], ds[j]);
+        res.insert(p.resources.begin(), p.resources.end());
+        if (p.resources.empty()) continue;
+        worst = std::max(worst, p.latency_s + std::max(out, in) / p.bandwidth_bytes_per_s);
+      }
+    }
+    within = std::max(within, worst);
+  }
+  // The shards' rings share each node's NIC: together they move the
+  // piece as one ring over the nodes' first members would.
+  double across = 0;
+  for (int j = 0; j < s; ++j) {
+    std::vector<int> owners;
+    for (const auto& [node, ds] : by_node) owners.push_back(ds[j]);
+    Collective r = Ring(owners, j == 0 ? piece : piece / s, 2.0 * (nodes - 1));
+    if (j == 0) across = r.time_s;
+    res.insert(r.resources.begin(), r.resources.end());
+  }
+  Collective c;
+  c.time_s = 2 * within + across + (layout.pieces - 1) * std::max(within, across);
+  c.resources.assign(res.begin(), res.end());
+  return c;
 }
 
 }  // namespace quilt

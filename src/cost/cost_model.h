@@ -82,6 +82,7 @@ class CostModel {
 
  private:
   Collective Ring(const std::vector<int>& devices, double bytes, double factor_steps) const;
+  Collective Hierarchical(const std::vector<int>& devices, double bytes) const;
 
   const Graph* graph_ = nullptr;
   const Topology* topology_ = nullptr;

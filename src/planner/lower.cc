@@ -199,19 +199,25 @@ absl::StatusOr<std::vector<int64_t>> Lowerer::Aggregate(int t, AggregationMethod
   });
   auto [git, fresh] = group_ids_.emplace(devices, static_cast<int64_t>(groups_.size()) + 1);
   if (fresh) groups_.push_back(devices);
-  if (method == quilt::v1::AGGREGATION_METHOD_PARAMETER_SERVER ||
-      method == quilt::v1::AGGREGATION_METHOD_SPARSE_LOOKUP) {
+  if (method == quilt::v1::AGGREGATION_METHOD_PARAMETER_SERVER) {
     method = quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE;
   }
-  if (method == quilt::v1::AGGREGATION_METHOD_UNSPECIFIED) {
-    // The faster of the ring and the tree for these bytes and members
-    // (latency-bound sums over many members: the tree).
+  if (method == quilt::v1::AGGREGATION_METHOD_UNSPECIFIED ||
+      method == quilt::v1::AGGREGATION_METHOD_SPARSE_LOOKUP) {
+    // The fastest all-reduce for these bytes and members (latency-bound
+    // sums over many members: the tree; large ones over nodes of several
+    // members: the two-level one).
     method = quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE;
     const double bytes = static_cast<double>(Bytes(t, 0, 0));
-    if (cost_ != nullptr &&
-        cost_->AllReduce(quilt::v1::AGGREGATION_METHOD_TREE_ALLREDUCE, devices, bytes).time_s <
-            cost_->AllReduce(method, devices, bytes).time_s) {
-      method = quilt::v1::AGGREGATION_METHOD_TREE_ALLREDUCE;
+    double best = cost_ != nullptr ? cost_->AllReduce(method, devices, bytes).time_s : 0;
+    for (AggregationMethod m : {quilt::v1::AGGREGATION_METHOD_TREE_ALLREDUCE,
+                                quilt::v1::AGGREGATION_METHOD_HIERARCHICAL_ALLREDUCE}) {
+      if (cost_ == nullptr) break;
+      const double time = cost_->AllReduce(m, devices, bytes).time_s;
+      if (time < best) {
+        best = time;
+        method = m;
+      }
     }
   }
   // Slices: whole rows of dim 0, at most partition_bytes (or one row)

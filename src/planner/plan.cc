@@ -275,18 +275,48 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
     if (!gathered.empty()) {
       tried_gathered = true;
       if (o.progress) o.progress("simulating the plan with embedding lookups' gradients gathered");
-      const std::string name = absl::StrCat(kHeteroG, "+lookups");
+      // The chosen plan gathered, and on small clusters every other variant
+      // of the search's plan too (how gradients form collectives decides
+      // what gathering saves: the fastest plain variant need not be the
+      // fastest gathered one).
+      std::vector<NamedStrategy> tries{
+          NamedStrategy{absl::StrCat(kHeteroG, "+lookups"), sparse, ""}};
+      std::vector<size_t> variant_of{chosen};
+      const bool small = topo.num_devices() <= kBothOrdersDevices;
+      for (size_t v = 0; small && fallback < 0 && v < sr.variants.size(); ++v) {
+        if (v == chosen) continue;
+        std::vector<std::string> tables;
+        quilt::v1::Strategy variant = sr.variants[v];
+        if (v >= 1 && v < sr.first_start_variant) {
+          variant.set_order(done->at(kHeteroG).estimate.strategy().order());
+        }
+        quilt::v1::Strategy gathered_variant = GatherLookups(ix, variant, o.global_batch, &tables);
+        if (tables == gathered) {
+          tries.push_back(NamedStrategy{absl::StrCat(kHeteroG, "+lookups#", v),
+                                        std::move(gathered_variant), ""});
+          variant_of.push_back(v);
+        }
+      }
       // (A variant that cannot be lowered is a planner bug, not the
       // user's: the plan without it stands.)
       // As the variants were: both execution orders only on small clusters
       // (the plan's own order otherwise).
-      const absl::Status st = evaluate_many({NamedStrategy{name, sparse, ""}},
-                                            topo.num_devices() <= kBothOrdersDevices);
+      const absl::Status st = evaluate_many(tries, small);
       if (!st.ok()) QLOG_WARN("embedding gradients not gathered: {}", st.ToString());
       const double plain = done->at(kHeteroG).estimate.step_time_s();
-      if (st.ok() && done->at(name).estimate.feasible() &&
-          done->at(name).estimate.step_time_s() < plain) {
+      std::string name;
+      for (size_t k = 0; k < tries.size(); ++k) {
+        if (!st.ok() || !done->count(tries[k].name)) continue;
+        const quilt::v1::StrategyEstimate& e = done->at(tries[k].name).estimate;
+        if (e.feasible() && e.step_time_s() < plain &&
+            (name.empty() || e.step_time_s() < done->at(name).estimate.step_time_s())) {
+          name = tries[k].name;
+          chosen = variant_of[k];
+        }
+      }
+      if (!name.empty()) {
         gathered_saved_s = plain - done->at(name).estimate.step_time_s();
+        const quilt::v1::Strategy adopted_groups = done->at(name).estimate.strategy();
         adopt(name);
         // The group each table's update is in (its first reader's).
         for (size_t i = 0; i < g.ops.size(); ++i) {
@@ -294,16 +324,16 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
               !absl::c_linear_search(gathered, g.ops[i].inputs[0])) {
             continue;
           }
-          for (int k = 0; k < sparse.groups_size(); ++k) {
-            if (absl::c_linear_search(sparse.groups(k).ops(), GroupKey(g.ops[i]))) {
-              gathered_in[sparse.groups(k).group()].push_back(g.ops[i].inputs[0]);
+          for (int k = 0; k < adopted_groups.groups_size(); ++k) {
+            if (absl::c_linear_search(adopted_groups.groups(k).ops(), GroupKey(g.ops[i]))) {
+              gathered_in[adopted_groups.groups(k).group()].push_back(g.ops[i].inputs[0]);
             }
           }
         }
       } else {
         gathered.clear();
       }
-      done->erase(name);
+      for (const NamedStrategy& t : tries) done->erase(t.name);
     }
   }
   quilt::v1::SearchSummary summary;

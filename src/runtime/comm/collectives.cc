@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <atomic>
+#include <functional>
 #include <map>
 #include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "src/common/hierarchical_layout.h"
 #include "src/runtime/comm/tags.h"
 
 namespace quilt {
@@ -83,7 +85,8 @@ class BufferPool {
 class Ring : public std::enable_shared_from_this<Ring> {
  public:
   Ring(Transport* t, uint64_t id, int64_t step, std::vector<int> ranks, int me, float* data,
-       int64_t count, int64_t segment_elements, std::shared_ptr<const void> owner)
+       int64_t count, int64_t segment_elements, std::shared_ptr<const void> owner,
+       int tag_member_base = 0)
       : t_(t),
         id_(id),
         step_(step),
@@ -91,7 +94,8 @@ class Ring : public std::enable_shared_from_this<Ring> {
         me_(me),
         data_(data),
         count_(count),
-        owner_(std::move(owner)) {
+        owner_(std::move(owner)),
+        base_(tag_member_base) {
     n_ = static_cast<int>(ranks_.size());
     int64_t longest = 0;
     for (int c = 0; c < n_; ++c) longest = std::max(longest, ChunkBegin(c + 1) - ChunkBegin(c));
@@ -158,10 +162,10 @@ class Ring : public std::enable_shared_from_this<Ring> {
       }
       self->Step(s, k + 1);
     };
-    t_->Recv(ranks_[left], MakeTag(step_, kind, id_, CollectiveSub(j, s, me_)), into,
+    t_->Recv(ranks_[left], MakeTag(step_, kind, id_, CollectiveSub(j, s, base_ + me_)), into,
              static_cast<size_t>(re - rb) * sizeof(float), after);
-    t_->Send(ranks_[right], MakeTag(step_, kind, id_, CollectiveSub(j, s, right)), data_ + sb,
-             static_cast<size_t>(se - sb) * sizeof(float), after);
+    t_->Send(ranks_[right], MakeTag(step_, kind, id_, CollectiveSub(j, s, base_ + right)),
+             data_ + sb, static_cast<size_t>(se - sb) * sizeof(float), after);
   }
 
   Transport* t_;
@@ -172,6 +176,7 @@ class Ring : public std::enable_shared_from_this<Ring> {
   float* data_;
   int64_t count_;
   std::shared_ptr<const void> owner_;  // of data_, while any operation is pending
+  int base_;                           // added to the member in message tags
   std::vector<std::vector<float>> temp_;
   std::shared_ptr<Completion> completion_;
 };
@@ -286,76 +291,179 @@ class Tree : public std::enable_shared_from_this<Tree> {
   std::shared_ptr<Completion> completion_;
 };
 
-// Members of a node send to its first member; the leaders run the ring;
-// each leader sends the sum back.
-void StartHierarchical(Transport* t, const AllReduceSpec& spec, CommCallback done) {
-  std::map<int, std::vector<int>> by_node;  // node → member indices
-  for (int m = 0; m < static_cast<int>(spec.ranks.size()); ++m) by_node[spec.nodes[m]].push_back(m);
-  const std::vector<int>& mine = by_node[spec.nodes[spec.me]];
-  const int leader = mine.front();
-  const size_t bytes = static_cast<size_t>(spec.count) * sizeof(float);
-  if (spec.me != leader) {
-    auto completion = std::make_shared<Completion>(2, std::move(done));
-    auto step = [completion, owner = spec.owner](absl::Status s) {
-      s.ok() ? completion->One() : completion->Fail(s);
-    };
-    t->Send(spec.ranks[leader],
-            MakeTag(spec.step, TagKind::kGatherToLeader, spec.collective_id, spec.me), spec.data,
-            bytes, step);
-    t->Recv(spec.ranks[leader],
-            MakeTag(spec.step, TagKind::kFromLeader, spec.collective_id, spec.me), spec.data, bytes,
-            step);
-    return;
+// The two-level all-reduce (src/common/hierarchical_layout.h): per piece
+// of the buffer, every member of a node sends each shard to the node's
+// member that owns it (member j of the node owns shard j), the owners of
+// each shard ring over the nodes, and each owner sends its shard's sum to
+// the other members of its node. Pieces proceed independently, so one
+// piece's ring overlaps the next one's sums within the nodes.
+class Hierarchical : public std::enable_shared_from_this<Hierarchical> {
+ public:
+  Hierarchical(Transport* t, const AllReduceSpec& spec) : t_(t), spec_(spec) {
+    std::map<int, std::vector<int>> by_node;  // node → member indices
+    for (int m = 0; m < static_cast<int>(spec.ranks.size()); ++m) {
+      by_node[spec.nodes[m]].push_back(m);
+    }
+    int min_members = static_cast<int>(spec.ranks.size());
+    for (const auto& [node, members] : by_node) {
+      if (node == spec.nodes[spec.me]) node_index_ = static_cast<int>(nodes_.size());
+      nodes_.push_back(members);
+      min_members = std::min(min_members, static_cast<int>(members.size()));
+    }
+    layout_ = LayoutHierarchical(static_cast<int>(nodes_.size()), min_members, spec.count);
+    const std::vector<int>& mine = nodes_[node_index_];
+    position_ = static_cast<int>(std::find(mine.begin(), mine.end(), spec.me) - mine.begin());
   }
-  std::vector<int> leader_ranks;
-  int me_among_leaders = 0;
-  for (const auto& [node, members] : by_node) {
-    if (members.front() == spec.me) me_among_leaders = static_cast<int>(leader_ranks.size());
-    leader_ranks.push_back(spec.ranks[members.front()]);
+
+  ~Hierarchical() {
+    for (auto& v : temp_) BufferPool::Get().Give(std::move(v));
   }
-  const int others = static_cast<int>(mine.size()) - 1;
-  auto buffers = std::make_shared<std::vector<std::vector<float>>>(others);
-  auto final_done = std::make_shared<Completion>(1 + others, std::move(done));
-  // After the ring: the sum goes back to the node's members.
-  auto broadcast = [t, spec, mine, bytes, final_done](absl::Status s) {
-    if (!s.ok()) {
-      final_done->Fail(s);
+
+  void Start(CommCallback done) {
+    if (spec_.ranks.size() < 2 || spec_.count == 0) {
+      done(absl::OkStatus());
       return;
     }
-    for (size_t i = 1; i < mine.size(); ++i) {
-      t->Send(spec.ranks[mine[i]],
-              MakeTag(spec.step, TagKind::kFromLeader, spec.collective_id, mine[i]), spec.data,
-              bytes, [final_done, owner = spec.owner](absl::Status st) {
-                st.ok() ? final_done->One() : final_done->Fail(st);
-              });
+    // An owner's piece is done twice: its sums sent, the others' received.
+    completion_ = std::make_shared<Completion>(layout_.pieces * (owner() ? 2 : 1), std::move(done));
+    if (owner()) temp_.resize(static_cast<size_t>(layout_.pieces) * (Mine().size() - 1));
+    for (int p = 0; p < layout_.pieces; ++p) Reduce(p);
+  }
+
+ private:
+  const std::vector<int>& Mine() const { return nodes_[node_index_]; }
+  bool owner() const { return position_ < layout_.shards; }
+  // Elements [begin, end) of shard j of piece p (empty ones are not sent).
+  std::pair<int64_t, int64_t> Shard(int p, int j) const {
+    const int64_t pb = spec_.count * p / layout_.pieces;
+    const int64_t len = spec_.count * (p + 1) / layout_.pieces - pb;
+    return {pb + len * j / layout_.shards, pb + len * (j + 1) / layout_.shards};
+  }
+  size_t Bytes(int p, int j) const {
+    const auto [b, e] = Shard(p, j);
+    return static_cast<size_t>(e - b) * sizeof(float);
+  }
+  uint64_t Tag(TagKind kind, int sender_position, int p, int receiver) const {
+    return MakeTag(spec_.step, kind, spec_.collective_id,
+                   CollectiveSub(sender_position, p, receiver));
+  }
+  std::vector<float>& Temp(int p, int k) { return temp_[p * (Mine().size() - 1) + (k - 1)]; }
+  // A callback for `operations` operations that runs `then` once all have
+  // succeeded (at once when there are none), or fails the all-reduce.
+  CommCallback Count(int operations, std::function<void()> then) {
+    auto self = shared_from_this();
+    auto pending = std::make_shared<std::atomic<int>>(operations + 1);
+    CommCallback cb = [self, pending, then = std::move(then)](absl::Status s) {
+      if (!s.ok()) {
+        self->completion_->Fail(s);
+        return;
+      }
+      if (--*pending == 0) then();
+    };
+    return cb;
+  }
+
+  // Phase 1 of piece p: the shards this member does not own go to their
+  // owners; an owner sums its shard from the others, then rings it.
+  void Reduce(int p) {
+    if (completion_->failed()) return;
+    const std::vector<int>& mine = Mine();
+    const int g = static_cast<int>(mine.size());
+    auto self = shared_from_this();
+    // The sums sent back overwrite the shards sent: they are received only
+    // once those have left.
+    int sends = 0;
+    for (int j = 0; j < layout_.shards; ++j) sends += j != position_ && Bytes(p, j) > 0;
+    CommCallback on_sent = Count(sends, [self, p] { self->ReceiveSums(p); });
+    for (int j = 0; j < layout_.shards; ++j) {
+      if (j == position_ || Bytes(p, j) == 0) continue;
+      t_->Send(spec_.ranks[mine[j]], Tag(TagKind::kGatherToLeader, position_, p, mine[j]),
+               spec_.data + Shard(p, j).first, Bytes(p, j), on_sent);
     }
-    final_done->One();
-  };
-  auto gathered = std::make_shared<Completion>(
-      std::max(1, others),
-      [t, spec, buffers, leader_ranks, me_among_leaders, broadcast](absl::Status s) {
-        if (!s.ok()) {
-          broadcast(s);
-          return;
-        }
-        for (const auto& b : *buffers) {
-          AddInto(spec.data, b.data(), spec.count);
-        }
-        StartRing(t, spec, leader_ranks, me_among_leaders, broadcast);
-      });
-  if (others == 0) {
-    gathered->One();
-    return;
+    on_sent(absl::OkStatus());
+    if (!owner()) return;
+    const auto [b, e] = Shard(p, position_);
+    const int receives = e > b ? g - 1 : 0;
+    CommCallback on_received = Count(receives, [self, p, receives, b = b, e = e] {
+      for (int k = 1; k <= receives; ++k) {
+        AddInto(self->spec_.data + b, self->Temp(p, k).data(), e - b);
+      }
+      self->RingShard(p);
+    });
+    for (int k = 1; k <= receives; ++k) {
+      const int from = (position_ + k) % g;
+      std::vector<float>& into = Temp(p, k);
+      into = BufferPool::Get().Take();
+      into.resize(static_cast<size_t>(e - b));
+      t_->Recv(spec_.ranks[mine[from]], Tag(TagKind::kGatherToLeader, from, p, spec_.me),
+               into.data(), Bytes(p, position_), on_received);
+    }
+    on_received(absl::OkStatus());
   }
-  for (int i = 0; i < others; ++i) {
-    (*buffers)[i].resize(static_cast<size_t>(spec.count));
-    const int member = mine[i + 1];
-    t->Recv(spec.ranks[member],
-            MakeTag(spec.step, TagKind::kGatherToLeader, spec.collective_id, member),
-            (*buffers)[i].data(), bytes, [gathered, buffers, owner = spec.owner](absl::Status s) {
-              s.ok() ? gathered->One() : gathered->Fail(s);
-            });
+
+  // Phase 2: the owners of this shard, one per node, ring it.
+  void RingShard(int p) {
+    if (completion_->failed()) return;
+    std::vector<int> ranks;
+    for (const std::vector<int>& members : nodes_) ranks.push_back(spec_.ranks[members[position_]]);
+    const auto [b, e] = Shard(p, position_);
+    const int nodes = static_cast<int>(nodes_.size());
+    auto self = shared_from_this();
+    auto ring = std::make_shared<Ring>(t_, spec_.collective_id, spec_.step, std::move(ranks),
+                                       node_index_, spec_.data + b, e - b, spec_.segment_elements,
+                                       spec_.owner, (p * layout_.shards + position_) * nodes);
+    ring->Start([self, p](absl::Status s) {
+      if (!s.ok()) {
+        self->completion_->Fail(s);
+        return;
+      }
+      self->SendSum(p);
+    });
   }
+
+  // Phase 3, an owner: its shard's sum to the other members of its node.
+  void SendSum(int p) {
+    if (completion_->failed()) return;
+    const std::vector<int>& mine = Mine();
+    const size_t bytes = Bytes(p, position_);
+    const int sends = bytes > 0 ? static_cast<int>(mine.size()) - 1 : 0;
+    auto self = shared_from_this();
+    CommCallback on_sent = Count(sends, [self] { self->completion_->One(); });
+    for (size_t k = 0; sends > 0 && k < mine.size(); ++k) {
+      if (static_cast<int>(k) == position_) continue;
+      t_->Send(spec_.ranks[mine[k]], Tag(TagKind::kFromLeader, position_, p, mine[k]),
+               spec_.data + Shard(p, position_).first, bytes, on_sent);
+    }
+    on_sent(absl::OkStatus());
+  }
+
+  // Phase 3, every member: the sums of the shards it does not own.
+  void ReceiveSums(int p) {
+    if (completion_->failed()) return;
+    const std::vector<int>& mine = Mine();
+    int receives = 0;
+    for (int j = 0; j < layout_.shards; ++j) receives += j != position_ && Bytes(p, j) > 0;
+    auto self = shared_from_this();
+    CommCallback on_received = Count(receives, [self] { self->completion_->One(); });
+    for (int j = 0; j < layout_.shards; ++j) {
+      if (j == position_ || Bytes(p, j) == 0) continue;
+      t_->Recv(spec_.ranks[mine[j]], Tag(TagKind::kFromLeader, j, p, spec_.me),
+               spec_.data + Shard(p, j).first, Bytes(p, j), on_received);
+    }
+    on_received(absl::OkStatus());
+  }
+
+  Transport* t_;
+  AllReduceSpec spec_;
+  std::vector<std::vector<int>> nodes_;  // member indices per node, by node
+  int node_index_ = 0, position_ = 0;
+  HierarchicalLayout layout_;
+  std::vector<std::vector<float>> temp_;  // per piece, the other members' shards
+  std::shared_ptr<Completion> completion_;
+};
+
+void StartHierarchical(Transport* t, const AllReduceSpec& spec, CommCallback done) {
+  std::make_shared<Hierarchical>(t, spec)->Start(std::move(done));
 }
 
 }  // namespace
