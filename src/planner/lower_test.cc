@@ -175,11 +175,9 @@ TEST(Lower, PartitionedGradientsAreSummedInSlicesThatTileTheirRows) {
 }
 
 // Sums that are not parameter gradients (batch-norm statistics and their
-// gradients' sums over the batch) take the faster of
-// the ring and the tree: over slow-to-reach members (high latency) the
-// tree's fewer steps win; with next to no latency the ring's smaller
-// messages do.
-TEST(Lower, StatisticsSumsTakeTheFasterOfRingAndTree) {
+// gradients' sums over the batch) take the fastest all-reduce the cost model knows for their bytes
+// and members: on high-latency links not the ring (2(n − 1) latencies).
+TEST(Lower, StatisticsSumsTakeTheFastestAllReduce) {
   for (const double latency : {1e-12, 5e-4}) {
     SCOPED_TRACE(latency);
     quilt::v1::ClusterSpec spec = TwoNodes();
@@ -195,6 +193,7 @@ TEST(Lower, StatisticsSumsTakeTheFasterOfRingAndTree) {
     for (const Op& op : s->graph.ops) {
       if (OpRegistry::Global().Find(op.type)->is_update) parameter_gradients.insert(op.inputs[1]);
     }
+    const std::vector<int> members{0, 1, 2, 3};
     int stats = 0, gradients = 0;
     for (const auto& ins : p.devices(0).instructions()) {
       if (!ins.has_all_reduce()) continue;
@@ -204,10 +203,22 @@ TEST(Lower, StatisticsSumsTakeTheFasterOfRingAndTree) {
         continue;
       }
       ++stats;
-      EXPECT_EQ(ins.all_reduce().algorithm(), latency > 1e-6
-                                                  ? quilt::v1::AGGREGATION_METHOD_TREE_ALLREDUCE
-                                                  : quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE)
-          << ins.all_reduce().tensors(0);
+      const double bytes = static_cast<double>(ins.all_reduce().bytes());
+      quilt::v1::AggregationMethod fastest = quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE;
+      double best = s->cost->AllReduce(fastest, members, bytes).time_s;
+      for (auto m : {quilt::v1::AGGREGATION_METHOD_TREE_ALLREDUCE,
+                     quilt::v1::AGGREGATION_METHOD_HIERARCHICAL_ALLREDUCE}) {
+        const double t = s->cost->AllReduce(m, members, bytes).time_s;
+        if (t < best) {
+          best = t;
+          fastest = m;
+        }
+      }
+      EXPECT_EQ(ins.all_reduce().algorithm(), fastest) << ins.all_reduce().tensors(0);
+      if (latency > 1e-6) {
+        EXPECT_NE(ins.all_reduce().algorithm(), quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE)
+            << ins.all_reduce().tensors(0);
+      }
     }
     EXPECT_GT(stats, 0);
     EXPECT_GT(gradients, 0);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <set>
 #include <thread>
 
 #include "absl/algorithm/container.h"
@@ -483,11 +484,37 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
 
 }  // namespace
 
+namespace {
+
+// Every parameter and optimizer state lives on at least one device, at any
+// batch and in any plan: when they outweigh the whole cluster's memory, no
+// search can find a plan, and saying so at once beats searching for its
+// whole time budget.
+absl::Status CheckStateFits(const Graph& g, const Topology& topo) {
+  double state = 0, memory = 0;
+  std::set<std::string> seen;
+  for (const StateUpdate& u : g.updates) {
+    if (!seen.insert(u.target).second) continue;
+    const TensorInfo* t = g.FindTensor(u.target);
+    if (t != nullptr) state += static_cast<double>(t->shape.NumElements(1) * DTypeSize(t->dtype));
+  }
+  for (const DeviceEntry& d : topo.devices()) memory += static_cast<double>(d.proto.memory_bytes());
+  if (state <= memory) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "the model does not fit this cluster at any batch: its parameters and optimizer state take ",
+      HumanBytes(static_cast<int64_t>(state)), " and the cluster's ", topo.num_devices(), " device",
+      topo.num_devices() == 1 ? "" : "s", " hold ", HumanBytes(static_cast<int64_t>(memory)),
+      " in all"));
+}
+
+}  // namespace
+
 absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const PlanOptions& o) {
   const absl::Time start = absl::Now();
   if (!g.has_backward) return absl::InvalidArgumentError("planning needs a training graph");
   if (o.global_batch < 1) return absl::InvalidArgumentError("the batch must be at least 1");
   RETURN_IF_ERROR(CheckGlobalBatch(o.global_batch));
+  RETURN_IF_ERROR(CheckStateFits(g, topo));
   ASSIGN_OR_RETURN(CostModel cost, CostModel::Create(&g, &topo));
   ASSIGN_OR_RETURN(const GraphIndex ix, GraphIndex::Build(g));
   PlanResult result;

@@ -287,5 +287,39 @@ TEST(Plan, RejectsBadRequests) {
   EXPECT_THAT(Plan(*g, *topo, o).status(), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
+// A model whose parameters and optimizer state outweigh every device's
+// memory together fits no plan at any batch: an error naming both sizes,
+// not a search of the whole time budget.
+TEST(Plan, StateLargerThanTheClusterIsRefusedAtOnce) {
+  absl::StatusOr<quilt::v1::ClusterSpec> spec =
+      LoadClusterSpec("config/clusters/nvlink_2x4_v100.textproto");
+  ASSERT_THAT(spec.status(), IsOk());
+  for (auto& node : *spec->mutable_nodes()) {
+    for (auto& d : *node.mutable_devices()) d.set_memory_bytes(64 << 10);
+  }
+  absl::StatusOr<Topology> topo = Topology::Build(*spec);
+  ASSERT_THAT(topo.status(), IsOk());
+  absl::StatusOr<Graph> g = zoo::BuildZooModel("mlp");
+  ASSERT_THAT(g.status(), IsOk());
+  TrainingOptions to;
+  to.loss = LossType::kSoftmaxCrossEntropy;
+  to.optimizer.kind = OptimizerSpec::Kind::kSgd;
+  ASSERT_THAT(BuildTrainingGraph(&*g, to), IsOk());
+  PlanOptions o;
+  o.global_batch = 16;
+  EXPECT_THAT(Plan(*g, *topo, o).status(),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       ::testing::AllOf(::testing::HasSubstr("parameters and optimizer state"),
+                                        ::testing::HasSubstr("512.0KiB"))));
+  // Enough memory for the state (if not for a step): planned, not refused.
+  for (auto& node : *spec->mutable_nodes()) {
+    for (auto& d : *node.mutable_devices()) d.set_memory_bytes(int64_t{4} << 20);
+  }
+  topo = Topology::Build(*spec);
+  ASSERT_THAT(topo.status(), IsOk());
+  o.search.time_budget_s = 1;
+  EXPECT_THAT(Plan(*g, *topo, o).status(), IsOk());
+}
+
 }  // namespace
 }  // namespace quilt
