@@ -7,6 +7,7 @@
 //   bazel build //bench:planner_bench
 //   bazel-bin/bench/planner_bench [--models a,b] [--clusters f1,f2] [--random N --seed S]
 //       [--rows-per-device R] [--time-budget S] [--max-plans N] [--diagnose]
+//       [--write-clusters DIR]
 //
 // --diagnose prints, per case, the coarsened model's and the full model's
 // prediction for the same plans (the search's start and result), to see
@@ -16,10 +17,12 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "google/protobuf/text_format.h"
 #include "nlohmann/json.hpp"
 #include "src/cluster/cluster_spec.h"
 #include "src/cluster/random_cluster.h"
 #include "src/cluster/topology.h"
+#include "src/common/files.h"
 #include "src/graph/autodiff.h"
 #include "src/graph/zoo/zoo.h"
 #include "src/planner/coarse_graph.h"
@@ -87,6 +90,10 @@ int main(int argc, char** argv) {
   app.add_option("--time-budget", budget, "The planner's search budget, seconds");
   app.add_option("--max-plans", max_plans, "Plans the search simulates at most (0 = no limit)");
   app.add_flag("--diagnose", diagnose, "Coarse vs full predictions of the same plans");
+  std::string write_clusters;
+  app.add_option("--write-clusters", write_clusters,
+                 "Also write each random cluster's spec to DIR/NAME.textproto (for quiltctl plan "
+                 "--cluster)");
   CLI11_PARSE(app, argc, argv);
   std::vector<quilt::v1::ClusterSpec> specs;
   for (const std::string& path :
@@ -98,7 +105,17 @@ int main(int argc, char** argv) {
     }
     specs.push_back(*spec);
   }
-  for (int i = 0; i < random; ++i) specs.push_back(quilt::RandomCluster(seed + i));
+  for (int i = 0; i < random; ++i) {
+    specs.push_back(quilt::RandomCluster(seed + i));
+    if (write_clusters.empty()) continue;
+    std::string text;
+    google::protobuf::TextFormat::PrintToString(specs.back(), &text);
+    const std::string path = write_clusters + "/" + specs.back().name() + ".textproto";
+    if (absl::Status st = quilt::WriteFileAtomically(path, text); !st.ok()) {
+      std::cerr << st << "\n";
+      return 1;
+    }
+  }
   for (const quilt::v1::ClusterSpec& spec : specs) {
     auto topo = quilt::Topology::Build(spec);
     if (!topo.ok()) {

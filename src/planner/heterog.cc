@@ -469,6 +469,27 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
     result.variant_collectives.push_back(FusionLabel(smallest) + ", ops placed as " + result.start +
                                          " places them");
   }
+  // The starting placement with the plan's aggregation (where that
+  // placement allows it), one collective per group: the coarse model can
+  // move ops for a saving that the full simulation, with the plan's
+  // collectives, does not confirm.
+  if (!(start_state == best)) {
+    PlanState mixed = start_state;
+    mixed.order = best.order;
+    for (size_t k = 0; k < mixed.method.size(); ++k) {
+      const std::vector<Method> ok = space.MethodsFor(mixed.place[k]);
+      if (std::find(ok.begin(), ok.end(), best.method[k]) != ok.end()) {
+        mixed.method[k] = best.method[k];
+      }
+    }
+    if (!(mixed == start_state) && !(mixed == best)) {
+      result.variants.push_back(
+          space.FineStrategy(g, mixed, "heterog", SearchSpace::kFusePerGroup));
+      result.variant_collectives.push_back(FusionLabel(SearchSpace::kFusePerGroup) +
+                                           ", the plan's aggregation, ops placed as " +
+                                           result.start + " places them");
+    }
+  }
   if (near.has_value()) {
     result.near_variant = result.variants.size();
     result.variants.push_back(space.FineStrategy(g, *near, "heterog", SearchSpace::kFusePerGroup));
