@@ -6,7 +6,8 @@
 // both, naming the peer, within seconds — the endpoint that carries the
 // data has no failure handling of its own, so this checks the one that
 // watches the peer; messages arrive while the compute waits (the progress
-// thread polling) and after.
+// thread polling) and after; the two-level all-reduce sums over two
+// processes.
 #include "src/runtime/comm/ucx_transport.h"
 
 #include <signal.h>
@@ -20,7 +21,9 @@
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "src/common/hierarchical_layout.h"
 #include "src/common/status_matchers.h"
+#include "src/runtime/comm/collectives.h"
 #include "src/runtime/comm/tags.h"
 #include "src/testing/temp_dir.h"
 
@@ -179,6 +182,73 @@ TEST(UcxTransportTest, KilledPeerFailsWaitingSendAndReceiveWithinSeconds) {
   const absl::Status after =
       SendSync(t->get(), 1, Tag(3), in.data(), in.size(), absl::Now() + absl::Seconds(5));
   EXPECT_EQ(after.code(), absl::StatusCode::kUnavailable) << after;
+}
+
+// The two-level all-reduce over UCX: two processes of two members each
+// (the members of a process message each other through the same
+// transport, told apart by tag), a buffer of three pieces; every member
+// ends with the exact sum.
+int RunHierarchical(Transport* t, int rank, std::vector<std::vector<float>>* data) {
+  const int64_t count = static_cast<int64_t>((*data)[0].size());
+  std::vector<std::unique_ptr<Outcome>> outcomes;
+  for (int k = 0; k < 2; ++k) {
+    AllReduceSpec spec;
+    spec.collective_id = 9;
+    spec.step = 1;
+    spec.method = quilt::v1::AGGREGATION_METHOD_HIERARCHICAL_ALLREDUCE;
+    spec.ranks = {0, 0, 1, 1};
+    spec.nodes = spec.ranks;
+    spec.me = rank * 2 + k;
+    spec.data = (*data)[k].data();
+    spec.count = count;
+    outcomes.push_back(std::make_unique<Outcome>());
+    StartAllReduce(t, spec, outcomes.back()->Callback());
+  }
+  for (auto& o : outcomes) {
+    if (!o->done.WaitForNotificationWithTimeout(absl::Seconds(60)) || !o->status.ok()) return 1;
+  }
+  return 0;
+}
+
+// Member m's element i (small integers: the sum is exact in any order).
+float Value(int m, int64_t i) { return static_cast<float>((i * 3 + m * 5) % 7 + m); }
+
+TEST(UcxTransportTest, TwoLevelAllReduceSumsOverTwoProcesses) {
+  testing::TempDir dir;
+  const int64_t count = 2 * kHierarchicalPieceElements + 12345;
+  auto fill = [count](int rank) {
+    std::vector<std::vector<float>> data(2, std::vector<float>(count));
+    for (int k = 0; k < 2; ++k) {
+      for (int64_t i = 0; i < count; ++i) data[k][i] = Value(rank * 2 + k, i);
+    }
+    return data;
+  };
+  auto wrong = [count](const std::vector<std::vector<float>>& data) {
+    int64_t bad = 0;
+    for (const auto& d : data) {
+      for (int64_t i = 0; i < count; ++i) {
+        float want = 0;
+        for (int m = 0; m < 4; ++m) want += Value(m, i);
+        bad += d[i] != want;
+      }
+    }
+    return bad;
+  };
+  const pid_t child = Fork(dir.path(), [&](Transport* t) {
+    std::vector<std::vector<float>> data = fill(1);
+    if (RunHierarchical(t, 1, &data) != 0) return 1;
+    if (wrong(data) != 0) return 2;
+    return Barrier(t, 1, absl::Now() + absl::Seconds(60)).ok() ? 0 : 3;
+  });
+  absl::StatusOr<std::unique_ptr<Transport>> t = Connect(0, dir.path());
+  ASSERT_THAT(t.status(), IsOk());
+  std::vector<std::vector<float>> data = fill(0);
+  ASSERT_EQ(RunHierarchical(t->get(), 0, &data), 0);
+  EXPECT_EQ(wrong(data), 0);
+  EXPECT_THAT(Barrier(t->get(), 1, absl::Now() + absl::Seconds(60)), IsOk());
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
 }
 
 }  // namespace
