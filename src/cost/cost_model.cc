@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <set>
 
@@ -284,21 +285,26 @@ CostModel::Collective CostModel::Hierarchical(const std::vector<int>& devices, d
   for (const auto& [node, ds] : by_node) {
     const int g = static_cast<int>(ds.size());
     if (g < 2) continue;
-    double worst = 0;
     for (int m = 0; m < g; ++m) {
       // A member sends every shard it does not own; an owner receives its
       // shard from every other member.
       const double out = piece * (m < s ? s - 1 : s) / s;
       const double in = m < s ? piece * (g - 1) / s : 0;
-      for (int j = 0; j < s; ++j) {
-        if (j == m) continue;
-        const Path& p = topology_->PathBetween(ds[m], ds[j]);
-        res.insert(p.resources.begin(), p.resources.end());
-        if (p.resources.empty()) continue;
-        worst = std::max(worst, p.latency_s + std::max(out, in) / p.bandwidth_bytes_per_s);
+      double bandwidth = std::numeric_limits<double>::infinity(), latency = 0;
+      for (int k = 0; k < g; ++k) {
+        if (k == m) continue;
+        for (const Path* p :
+             {&topology_->PathBetween(ds[m], ds[k]), &topology_->PathBetween(ds[k], ds[m])}) {
+          res.insert(p->resources.begin(), p->resources.end());
+          if (p->resources.empty()) continue;
+          bandwidth = std::min(bandwidth, p->bandwidth_bytes_per_s);
+          latency = std::max(latency, p->latency_s);
+        }
+      }
+      if (std::isfinite(bandwidth)) {
+        within = std::max(within, latency + std::max(out, in) / bandwidth);
       }
     }
-    within = std::max(within, worst);
   }
   // The shards' rings share each node's NIC: together they move the
   // piece as one ring over the nodes' first members would.
@@ -311,7 +317,9 @@ CostModel::Collective CostModel::Hierarchical(const std::vector<int>& devices, d
     res.insert(r.resources.begin(), r.resources.end());
   }
   Collective c;
-  c.time_s = 2 * within + across + (layout.pieces - 1) * std::max(within, across);
+  // All pieces start at once: in the steady state a member's links carry
+  // one piece's sums in and another's sums back out at the same time.
+  c.time_s = 2 * within + across + (layout.pieces - 1) * std::max(2 * within, across);
   c.resources.assign(res.begin(), res.end());
   return c;
 }

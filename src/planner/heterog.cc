@@ -473,6 +473,7 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
   // placement allows it), one collective per group: the coarse model can
   // move ops for a saving that the full simulation, with the plan's
   // collectives, does not confirm.
+  std::optional<PlanState> mixed_state;
   if (!(start_state == best)) {
     PlanState mixed = start_state;
     mixed.order = best.order;
@@ -482,7 +483,11 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
         mixed.method[k] = best.method[k];
       }
     }
-    if (!(mixed == start_state) && !(mixed == best)) {
+    absl::StatusOr<Score> mixed_score = space.Evaluate(mixed);
+    if (!(mixed == start_state) && !(mixed == best) && mixed_score.ok()) {
+      mixed_state = mixed;
+      result.mixed_variant = result.variants.size();
+      result.mixed_s = mixed_score->time_s;
       result.variants.push_back(
           space.FineStrategy(g, mixed, "heterog", SearchSpace::kFusePerGroup));
       result.variant_collectives.push_back(FusionLabel(SearchSpace::kFusePerGroup) +
@@ -545,6 +550,11 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
       c.saved_not_measured = true;  // the budget ran out first
     }
     result.choices.push_back(c);
+    if (mixed_state.has_value()) {
+      GroupChoice m = as_start;
+      describe(*mixed_state, k, &m);
+      result.mixed_choices.push_back(m);
+    }
     if (near.has_value()) {
       GroupChoice n = as_start;
       describe(*near, k, &n);

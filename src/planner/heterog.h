@@ -85,6 +85,11 @@ struct SearchResult {
   // coarsened graph's memory errs, and the full simulation may find it
   // fits. Its choices are near_choices.
   size_t near_variant = 0;
+  // The variant with the start's placement and the plan's aggregation (0
+  // when there is none): its coarse time and choices.
+  size_t mixed_variant = 0;
+  double mixed_s = 0;
+  std::vector<GroupChoice> mixed_choices;
   double near_s = 0;  // predicted on the coarsened graph
   std::vector<GroupChoice> near_choices;
   // Plans that were the search's best before its result, the latest first

@@ -202,13 +202,23 @@ absl::StatusOr<std::vector<int64_t>> Lowerer::Aggregate(int t, AggregationMethod
   if (method == quilt::v1::AGGREGATION_METHOD_PARAMETER_SERVER) {
     method = quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE;
   }
+  // Slices: whole rows of dim 0, at most partition_bytes (or one row)
+  // each, as even as the rows allow.
+  const int64_t whole = Bytes(t, 0, 0);
+  const int64_t rows = info(t).shape.rank() == 0 ? 1 : info(t).shape.dim(0).value;
+  int64_t slices = 1;
+  if (partition_bytes > 0 && whole > partition_bytes && rows > 1) {
+    const int64_t per_slice = std::max<int64_t>(1, partition_bytes / (whole / rows));
+    slices = (rows + per_slice - 1) / per_slice;
+  }
   if (method == quilt::v1::AGGREGATION_METHOD_UNSPECIFIED ||
       method == quilt::v1::AGGREGATION_METHOD_SPARSE_LOOKUP) {
     // The fastest all-reduce for these bytes and members (latency-bound
     // sums over many members: the tree; large ones over nodes of several
     // members: the two-level one).
     method = quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE;
-    const double bytes = static_cast<double>(Bytes(t, 0, 0));
+    // (Priced as the simulator prices each slice's collective.)
+    const double bytes = static_cast<double>(whole) / static_cast<double>(slices);
     double best = cost_ != nullptr ? cost_->AllReduce(method, devices, bytes).time_s : 0;
     for (AggregationMethod m : {quilt::v1::AGGREGATION_METHOD_TREE_ALLREDUCE,
                                 quilt::v1::AGGREGATION_METHOD_HIERARCHICAL_ALLREDUCE}) {
@@ -219,15 +229,6 @@ absl::StatusOr<std::vector<int64_t>> Lowerer::Aggregate(int t, AggregationMethod
         method = m;
       }
     }
-  }
-  // Slices: whole rows of dim 0, at most partition_bytes (or one row)
-  // each, as even as the rows allow.
-  const int64_t whole = Bytes(t, 0, 0);
-  const int64_t rows = info(t).shape.rank() == 0 ? 1 : info(t).shape.dim(0).value;
-  int64_t slices = 1;
-  if (partition_bytes > 0 && whole > partition_bytes && rows > 1) {
-    const int64_t per_slice = std::max<int64_t>(1, partition_bytes / (whole / rows));
-    slices = (rows + per_slice - 1) / per_slice;
   }
   std::map<int, std::vector<int64_t>> written;
   for (int64_t s = 0; s < slices; ++s) {

@@ -268,13 +268,12 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
   // simulated in full, kept when faster and within memory.
   std::vector<std::string> gathered;
   double gathered_saved_s = 0;
-  bool tried_gathered = false;
+  int gathered_tries = 0;                               // variants simulated with tables gathered
   std::map<int, std::vector<std::string>> gathered_in;  // group → its gathered tables
   if (done->at(kHeteroG).estimate.feasible()) {
     const quilt::v1::Strategy sparse =
         GatherLookups(ix, done->at(kHeteroG).estimate.strategy(), o.global_batch, &gathered);
     if (!gathered.empty()) {
-      tried_gathered = true;
       if (o.progress) o.progress("simulating the plan with embedding lookups' gradients gathered");
       // The chosen plan gathered, and on small clusters every other variant
       // of the search's plan too (how gradients form collectives decides
@@ -302,8 +301,19 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
       // user's: the plan without it stands.)
       // As the variants were: both execution orders only on small clusters
       // (the plan's own order otherwise).
-      const absl::Status st = evaluate_many(tries, small);
+      // The chosen plan's first, so that another variant's failure costs
+      // only that variant.
+      const absl::Status st = evaluate_many({tries[0]}, small);
       if (!st.ok()) QLOG_WARN("embedding gradients not gathered: {}", st.ToString());
+      if (st.ok() && tries.size() > 1) {
+        const std::vector<NamedStrategy> rest(tries.begin() + 1, tries.end());
+        if (const absl::Status more = evaluate_many(rest, small); !more.ok()) {
+          QLOG_WARN("embedding gradients not gathered in the other variants: {}", more.ToString());
+          for (const NamedStrategy& t : rest) done->erase(t.name);
+          tries.resize(1);
+        }
+      }
+      gathered_tries = static_cast<int>(tries.size());
       const double plain = done->at(kHeteroG).estimate.step_time_s();
       std::string name;
       for (size_t k = 0; k < tries.size(); ++k) {
@@ -348,9 +358,11 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
   summary.set_start_coarse_s(sr.start_s);
   // A start variant places the ops as the start does.
   const bool near = sr.near_variant > 0 && chosen == sr.near_variant && fallback < 0;
-  const bool from_start = chosen >= sr.first_start_variant && !near && fallback < 0;
+  const bool mixed = sr.mixed_variant > 0 && chosen == sr.mixed_variant && fallback < 0;
+  const bool from_start = chosen >= sr.first_start_variant && !near && !mixed && fallback < 0;
   summary.set_result_coarse_s(fallback >= 0 ? sr.fallback_s[fallback]
                               : near        ? sr.near_s
+                              : mixed       ? sr.mixed_s
                               : from_start  ? sr.start_s
                                             : sr.result_s);
   if (fallback >= 0) {
@@ -360,10 +372,10 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
   } else if (chosen < sr.variant_collectives.size()) {
     summary.set_gradient_collectives(sr.variant_collectives[chosen]);
   }
-  summary.set_variants_simulated(static_cast<int32_t>(sr.variants.size()) +
-                                 (tried_gathered ? 1 : 0));
+  summary.set_variants_simulated(static_cast<int32_t>(sr.variants.size()) + gathered_tries);
   const std::vector<GroupChoice>& decided = fallback >= 0 ? sr.fallback_choices[fallback]
                                             : near        ? sr.near_choices
+                                            : mixed       ? sr.mixed_choices
                                             : from_start  ? sr.start_choices
                                                           : sr.choices;
   for (const GroupChoice& c : decided) {

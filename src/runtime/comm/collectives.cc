@@ -343,9 +343,10 @@ class Hierarchical : public std::enable_shared_from_this<Hierarchical> {
     const auto [b, e] = Shard(p, j);
     return static_cast<size_t>(e - b) * sizeof(float);
   }
-  uint64_t Tag(TagKind kind, int sender_position, int p, int receiver) const {
+  // Positions within the node: unique among the members a process hosts.
+  uint64_t Tag(TagKind kind, int sender_position, int p, int receiver_position) const {
     return MakeTag(spec_.step, kind, spec_.collective_id,
-                   CollectiveSub(sender_position, p, receiver));
+                   CollectiveSub(sender_position, p, receiver_position));
   }
   std::vector<float>& Temp(int p, int k) { return temp_[p * (Mine().size() - 1) + (k - 1)]; }
   // A callback for `operations` operations that runs `then` once all have
@@ -377,7 +378,7 @@ class Hierarchical : public std::enable_shared_from_this<Hierarchical> {
     CommCallback on_sent = Count(sends, [self, p] { self->ReceiveSums(p); });
     for (int j = 0; j < layout_.shards; ++j) {
       if (j == position_ || Bytes(p, j) == 0) continue;
-      t_->Send(spec_.ranks[mine[j]], Tag(TagKind::kGatherToLeader, position_, p, mine[j]),
+      t_->Send(spec_.ranks[mine[j]], Tag(TagKind::kGatherToLeader, position_, p, j),
                spec_.data + Shard(p, j).first, Bytes(p, j), on_sent);
     }
     on_sent(absl::OkStatus());
@@ -395,7 +396,7 @@ class Hierarchical : public std::enable_shared_from_this<Hierarchical> {
       std::vector<float>& into = Temp(p, k);
       into = BufferPool::Get().Take();
       into.resize(static_cast<size_t>(e - b));
-      t_->Recv(spec_.ranks[mine[from]], Tag(TagKind::kGatherToLeader, from, p, spec_.me),
+      t_->Recv(spec_.ranks[mine[from]], Tag(TagKind::kGatherToLeader, from, p, position_),
                into.data(), Bytes(p, position_), on_received);
     }
     on_received(absl::OkStatus());
@@ -431,7 +432,7 @@ class Hierarchical : public std::enable_shared_from_this<Hierarchical> {
     CommCallback on_sent = Count(sends, [self] { self->completion_->One(); });
     for (size_t k = 0; sends > 0 && k < mine.size(); ++k) {
       if (static_cast<int>(k) == position_) continue;
-      t_->Send(spec_.ranks[mine[k]], Tag(TagKind::kFromLeader, position_, p, mine[k]),
+      t_->Send(spec_.ranks[mine[k]], Tag(TagKind::kFromLeader, position_, p, static_cast<int>(k)),
                spec_.data + Shard(p, position_).first, bytes, on_sent);
     }
     on_sent(absl::OkStatus());
@@ -447,7 +448,7 @@ class Hierarchical : public std::enable_shared_from_this<Hierarchical> {
     CommCallback on_received = Count(receives, [self] { self->completion_->One(); });
     for (int j = 0; j < layout_.shards; ++j) {
       if (j == position_ || Bytes(p, j) == 0) continue;
-      t_->Recv(spec_.ranks[mine[j]], Tag(TagKind::kFromLeader, j, p, spec_.me),
+      t_->Recv(spec_.ranks[mine[j]], Tag(TagKind::kFromLeader, j, p, position_),
                spec_.data + Shard(p, j).first, Bytes(p, j), on_received);
     }
     on_received(absl::OkStatus());

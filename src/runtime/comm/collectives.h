@@ -1,9 +1,10 @@
 // All-reduce (sum) of a float32 buffer over the members of a device group,
 // driven by transport callbacks (no thread waits): a ring — reduce-scatter
 // then all-gather, each chunk cut into segments that move independently so
-// that sending, receiving and adding overlap — or hierarchical: members of
-// a node send to their node's leader, leaders run the ring, leaders send
-// the result back — or a binary tree (member i's parent is (i - 1) / 2):
+// that sending, receiving and adding overlap — or hierarchical (two-level,
+// src/common/hierarchical_layout.h): within each node the members send
+// each shard to its owner, each shard's owners ring over the nodes and send
+// the sums back, in pipelined pieces — or a binary tree (member i's parent is (i - 1) / 2):
 // sums flow up to member 0, the total flows back down, whole buffers per
 // message (2 ⌊log2 n⌋ levels of messages instead of the ring's 2 (n - 1)
 // steps: the choice for small buffers over many members). Every member calls

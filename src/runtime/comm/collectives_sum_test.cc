@@ -3,13 +3,15 @@
 // than the members and buffers of several pieces. Members on one node share
 // a process, as the executor's do: their messages are told apart by tag
 // alone. The in-memory network here delivers a message when both ends are
-// posted, and fails the test when two messages in flight between the same
-// processes carry the same tag (which a real transport would mix up).
+// posted, matching a receiver's messages by tag alone as the real transport
+// does, and fails the test when two messages in flight to one process carry
+// the same tag (which a real transport would mix up) or a message comes
+// from another process than the receive names.
 #include <deque>
 #include <map>
 #include <memory>
 #include <string>
-#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -23,26 +25,29 @@ namespace {
 class Network {
  public:
   struct Post {
+    int from = 0;
     char* recv_into = nullptr;
     const char* send_from = nullptr;
     size_t bytes = 0;
     CommCallback done;
   };
-  using Key = std::tuple<int, int, uint64_t>;  // from, to, tag
+  using Key = std::pair<int, uint64_t>;  // receiving process, tag
 
   void Send(int from, int to, uint64_t tag, const void* data, size_t bytes, CommCallback done) {
     Post p;
+    p.from = from;
     p.send_from = static_cast<const char*>(data);
     p.bytes = bytes;
     p.done = std::move(done);
-    Match(Key{from, to, tag}, &sends_, &recvs_, std::move(p), true);
+    Match(Key{to, tag}, &sends_, &recvs_, std::move(p), true);
   }
   void Recv(int from, int to, uint64_t tag, void* data, size_t bytes, CommCallback done) {
     Post p;
+    p.from = from;
     p.recv_into = static_cast<char*>(data);
     p.bytes = bytes;
     p.done = std::move(done);
-    Match(Key{from, to, tag}, &recvs_, &sends_, std::move(p), false);
+    Match(Key{to, tag}, &recvs_, &sends_, std::move(p), false);
   }
   const std::vector<std::string>& errors() const { return errors_; }
   size_t pending() const { return sends_.size() + recvs_.size(); }
@@ -53,9 +58,8 @@ class Network {
     auto it = theirs->find(k);
     if (it == theirs->end()) {
       if (mine->count(k)) {
-        errors_.push_back(absl::StrCat("two ", is_send ? "sends" : "receives", " in flight from ",
-                                       std::get<0>(k), " to ", std::get<1>(k), " with tag ",
-                                       std::get<2>(k)));
+        errors_.push_back(absl::StrCat("two ", is_send ? "sends" : "receives", " in flight to ",
+                                       k.first, " with tag ", k.second));
         return;
       }
       mine->emplace(k, std::move(p));
@@ -65,9 +69,14 @@ class Network {
     theirs->erase(it);
     Post& send = is_send ? p : other;
     Post& recv = is_send ? other : p;
+    if (send.from != recv.from) {
+      errors_.push_back(absl::StrCat("tag ", k.second, ": a message from ", send.from,
+                                     " matched a receive from ", recv.from));
+      return;
+    }
     if (send.bytes != recv.bytes) {
       errors_.push_back(
-          absl::StrCat("tag ", std::get<2>(k), ": ", send.bytes, " bytes sent into ", recv.bytes));
+          absl::StrCat("tag ", k.second, ": ", send.bytes, " bytes sent into ", recv.bytes));
       return;
     }
     std::copy(send.send_from, send.send_from + send.bytes, recv.recv_into);
