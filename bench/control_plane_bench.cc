@@ -48,6 +48,7 @@ quilt::v1::RegisterRequest Node(int i) {
     auto* d = r.mutable_node()->add_devices();
     d->set_id(r.node().node_id() + "/gpu:" + std::to_string(g));
     d->set_kind(quilt::v1::DEVICE_KIND_GPU);
+    d->set_index(g);
     d->set_model("NVIDIA H100");
     d->set_memory_bytes(int64_t{80} << 30);
   }

@@ -110,7 +110,7 @@ int Run(const SimulateArgs& a) {
   }
   absl::StatusOr<quilt::v1::ClusterSpec> spec = LoadClusterSpec(a.cluster);
   if (!spec.ok()) return PrintError(std::string(spec.status().message()));
-  for (const std::string& line : DefaultedLinks(*spec)) std::cerr << "note: " << line << "\n";
+  for (const std::string& line : DefaultedFigures(*spec)) std::cerr << "note: " << line << "\n";
   absl::StatusOr<Topology> topo = Topology::Build(*spec);
   if (!topo.ok()) return PrintError(std::string(topo.status().message()));
   for (const auto& d : program.devices()) {

@@ -97,6 +97,8 @@ quilt::v1::ClusterSpec Valid() {
       dev->set_kind(quilt::v1::DEVICE_KIND_GPU);
       dev->set_index(d);
       dev->set_peak_fp32_flops_per_s(1e13);
+      dev->set_efficiency(0.3);
+      dev->set_memory_bandwidth_bytes_per_s(9e11);
       dev->set_memory_bytes(int64_t{16} << 30);
     }
     node->mutable_intra_node_link()->set_bandwidth_bytes_per_s(1e11);
@@ -114,6 +116,24 @@ TEST(ClusterSpec, ValidationErrorsNameTheCulprit) {
     s.mutable_nodes(1)->mutable_devices(0)->set_id("n0/gpu:0");
     EXPECT_THAT(ValidateClusterSpec(s),
                 StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("n0/gpu:0")));
+  }
+  {
+    // The id, the kind and the index agree.
+    auto s = Valid();
+    s.mutable_nodes(0)->mutable_devices(1)->set_index(0);
+    EXPECT_THAT(ValidateClusterSpec(s),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         HasSubstr("'n0/gpu:1' disagrees with its kind and index (GPU, index 0): "
+                                   "its id should be 'n0/gpu:0'")));
+    s = Valid();
+    s.mutable_nodes(1)->mutable_devices(0)->set_kind(quilt::v1::DEVICE_KIND_CPU);
+    EXPECT_THAT(ValidateClusterSpec(s), StatusIs(absl::StatusCode::kInvalidArgument,
+                                                 HasSubstr("its id should be 'n1/cpu:0'")));
+    s = Valid();
+    s.mutable_nodes(1)->mutable_devices(1)->set_index(-1);
+    s.mutable_nodes(1)->mutable_devices(1)->set_id("n1/gpu:-1");
+    EXPECT_THAT(ValidateClusterSpec(s), StatusIs(absl::StatusCode::kInvalidArgument,
+                                                 HasSubstr("'n1/gpu:-1' has a negative index")));
   }
   {
     auto s = Valid();
@@ -274,10 +294,26 @@ TEST(Topology, MissingLinksGetDocumentedDefaults) {
   EXPECT_DOUBLE_EQ(t->PathBetween(0, 1).bandwidth_bytes_per_s, kDefaultGpuFabricBytesPerS);
   EXPECT_DOUBLE_EQ(t->PathBetween(0, 2).bandwidth_bytes_per_s, kDefaultNicBytesPerS);
   // Each default taken is said (and nothing else).
-  EXPECT_THAT(DefaultedLinks(Valid()), ::testing::IsEmpty());
-  EXPECT_THAT(DefaultedLinks(s),
+  EXPECT_THAT(DefaultedFigures(Valid()), ::testing::IsEmpty());
+  EXPECT_THAT(DefaultedFigures(s),
               ::testing::ElementsAre(HasSubstr("node 'n0': no intra_node_link bandwidth"),
                                      HasSubstr("node 'n0': no nic bandwidth; taking 1.25 GB/s")));
+}
+
+TEST(Topology, DevicesWithoutFiguresAreSaidPerNode) {
+  auto s = Valid();
+  for (int d = 0; d < 2; ++d)
+    s.mutable_nodes(1)->mutable_devices(d)->clear_memory_bandwidth_bytes_per_s();
+  s.mutable_nodes(0)->mutable_devices(1)->clear_efficiency();
+  EXPECT_THAT(
+      DefaultedFigures(s),
+      ::testing::UnorderedElementsAre(
+          "node 'n0': gpu:1: neither measured_gemm_flops_per_s nor efficiency; taking 0.5 of "
+          "peak_fp32_flops_per_s",
+          "node 'n1': gpu:0, gpu:1: no memory_bandwidth_bytes_per_s; taking 500 GB/s"));
+  // A measured GEMM rate needs no efficiency.
+  s.mutable_nodes(0)->mutable_devices(1)->set_measured_gemm_flops_per_s(5e12);
+  EXPECT_THAT(DefaultedFigures(s), ::testing::ElementsAre(HasSubstr("node 'n1'")));
 }
 
 }  // namespace

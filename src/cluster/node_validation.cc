@@ -78,6 +78,19 @@ absl::Status ValidateNodeInfo(const quilt::v1::NodeInfo& info) {
     if (d.kind() != quilt::v1::DEVICE_KIND_CPU && d.kind() != quilt::v1::DEVICE_KIND_GPU) {
       return absl::InvalidArgumentError(absl::StrCat(where, " has no valid kind"));
     }
+    if (d.index() < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(where, " has a negative index"));
+    }
+    // The id names the device's kind and index; one that disagrees with
+    // them is a copy-and-paste slip that would put work on another device.
+    const std::string expected =
+        absl::StrCat(prefix, d.kind() == quilt::v1::DEVICE_KIND_GPU ? "gpu:" : "cpu:", d.index());
+    if (d.id() != expected) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, " disagrees with its kind and index (",
+                       d.kind() == quilt::v1::DEVICE_KIND_GPU ? "GPU" : "CPU", ", index ",
+                       d.index(), "): its id should be '", expected, "'"));
+    }
     constexpr double kMinFlops = 1e6, kMaxFlops = 1e17;
     const std::string flops_range = "1 MFLOP/s to 100 PFLOP/s";
     RETURN_IF_ERROR(CheckRange(d.peak_fp32_flops_per_s(), kMinFlops, kMaxFlops,

@@ -22,7 +22,8 @@ absl::Status CheckLink(const quilt::v1::Link& link, const std::string& what);
 
 absl::Status ValidateNodeId(const std::string& node_id);
 
-// The whole NodeInfo: id, unique device ids of the form "<node_id>/...",
+// The whole NodeInfo: id, unique device ids "<node_id>/gpu:<index>" or
+// "<node_id>/cpu:<index>" that agree with each device's kind and index,
 // known device kinds, finite non-negative figures.
 absl::Status ValidateNodeInfo(const quilt::v1::NodeInfo& info);
 

@@ -1,9 +1,11 @@
 #include "src/cluster/topology.h"
 
 #include <algorithm>
+#include <map>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "src/cluster/cluster_spec.h"
 #include "src/common/status.h"
 
@@ -26,9 +28,33 @@ double DefaultFabricBytesPerS(const quilt::v1::NodeInfo& node) {
 
 }  // namespace
 
-std::vector<std::string> DefaultedLinks(const quilt::v1::ClusterSpec& spec) {
+std::vector<std::string> DefaultedFigures(const quilt::v1::ClusterSpec& spec) {
   std::vector<std::string> out;
   for (const quilt::v1::NodeInfo& node : spec.nodes()) {
+    // Devices by the default they take, so that a node of eight alike is
+    // one line.
+    std::map<std::string, std::vector<std::string>> devices_by_default;
+    for (const quilt::v1::Device& d : node.devices()) {
+      const bool gpu = d.kind() == quilt::v1::DEVICE_KIND_GPU;
+      const std::string name = d.id().substr(std::min(d.id().size(), node.node_id().size() + 1));
+      if (d.memory_bandwidth_bytes_per_s() == 0) {
+        devices_by_default
+            [absl::StrFormat("no memory_bandwidth_bytes_per_s; taking %.3g GB/s",
+                             (gpu ? kDefaultGpuMemoryBytesPerS : kDefaultCpuMemoryBytesPerS) / 1e9)]
+                .push_back(name);
+      }
+      if (d.measured_gemm_flops_per_s() == 0 && d.efficiency() == 0) {
+        devices_by_default[absl::StrFormat(
+                               "neither measured_gemm_flops_per_s nor efficiency; taking %.2g "
+                               "of peak_fp32_flops_per_s",
+                               kDefaultEfficiency)]
+            .push_back(name);
+      }
+    }
+    for (const auto& [what, names] : devices_by_default) {
+      out.push_back(
+          absl::StrFormat("node '%s': %s: %s", node.node_id(), absl::StrJoin(names, ", "), what));
+    }
     if (node.devices_size() > 1 && node.intra_node_link().bandwidth_bytes_per_s() == 0) {
       out.push_back(
           absl::StrFormat("node '%s': no intra_node_link bandwidth; taking %.3g GB/s (%s)",

@@ -23,6 +23,12 @@ inline constexpr double kDefaultCpuFabricBytesPerS = 10e9;  // shared memory cop
 inline constexpr double kDefaultFabricLatencyS = 5e-6;
 inline constexpr double kDefaultNicBytesPerS = 1.25e9;  // 10 Gbit/s
 inline constexpr double kDefaultNicLatencyS = 12e-6;    // HeteroG's per-transfer overhead
+// Defaults for device figures a spec leaves at 0: memory bandwidth, and the
+// fraction of peak_fp32_flops_per_s training reaches when no measured GEMM
+// rate is given either.
+inline constexpr double kDefaultGpuMemoryBytesPerS = 500e9;
+inline constexpr double kDefaultCpuMemoryBytesPerS = 20e9;
+inline constexpr double kDefaultEfficiency = 0.5;
 
 struct DeviceEntry {
   std::string id;
@@ -49,8 +55,10 @@ struct Path {
 // What the spec leaves out that a plan depends on, and the default taken
 // for it, one line each ("node 'n0': no nic bandwidth; taking 1.25 GB/s
 // (10 Gbit/s)"): a NIC of a multi-node cluster, the intra-node link of a
-// node of several devices. Empty when nothing is defaulted.
-std::vector<std::string> DefaultedLinks(const quilt::v1::ClusterSpec& spec);
+// node of several devices, and per node the devices without a memory
+// bandwidth, or with a peak rate but neither a measured GEMM rate nor an
+// efficiency. Empty when nothing is defaulted.
+std::vector<std::string> DefaultedFigures(const quilt::v1::ClusterSpec& spec);
 
 class Topology {
  public:

@@ -16,8 +16,6 @@ namespace {
 
 constexpr double kGpuOverheadS = 6e-6;
 constexpr double kCpuOverheadS = 1.5e-6;
-constexpr double kDefaultGpuMemoryBytesPerS = 500e9;
-constexpr double kDefaultCpuMemoryBytesPerS = 20e9;
 
 OpCost CostAt(const Graph& g, const Op& op, const OpSchema& schema, int64_t batch) {
   CostContext c{op, {}, {}, {}, {}};

@@ -34,10 +34,6 @@ struct DeviceSpeed {
   double slowdown = 1;
 };
 
-// Default efficiency (fraction of peak) when a device gives neither a
-// measured GEMM rate nor an efficiency.
-inline constexpr double kDefaultEfficiency = 0.5;
-
 DeviceSpeed SpeedOf(const quilt::v1::Device& d);
 
 struct OpCostLine {

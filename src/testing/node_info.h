@@ -17,6 +17,7 @@ inline quilt::v1::NodeInfo CpuNodeInfo(const std::string& id, int devices = 1) {
     auto* d = info.add_devices();
     d->set_id(id + "/cpu:" + std::to_string(i));
     d->set_kind(quilt::v1::DEVICE_KIND_CPU);
+    d->set_index(i);
     d->set_measured_gemm_flops_per_s(1e11);
     d->set_memory_bytes(1 << 30);
   }
