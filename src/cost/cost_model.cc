@@ -2,9 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <map>
-#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "src/common/hierarchical_layout.h"
@@ -222,6 +222,25 @@ CostModel::Collective CostModel::Ring(const std::vector<int>& devices, double by
 
 CostModel::Collective CostModel::AllReduce(quilt::v1::AggregationMethod method,
                                            const std::vector<int>& devices, double bytes) const {
+  if (fine_ == nullptr || devices.size() < 2) return ComputeAllReduce(method, devices, bytes);
+  std::vector<int64_t> key;
+  key.reserve(devices.size() + 2);
+  key.push_back(static_cast<int64_t>(method));
+  int64_t bits = 0;
+  static_assert(sizeof(bits) == sizeof(bytes));
+  std::memcpy(&bits, &bytes, sizeof(bits));
+  key.push_back(bits);
+  key.insert(key.end(), devices.begin(), devices.end());
+  auto it = collectives_.find(key);
+  if (it == collectives_.end()) {
+    it = collectives_.emplace(std::move(key), ComputeAllReduce(method, devices, bytes)).first;
+  }
+  return it->second;
+}
+
+CostModel::Collective CostModel::ComputeAllReduce(quilt::v1::AggregationMethod method,
+                                                  const std::vector<int>& devices,
+                                                  double bytes) const {
   const int n = static_cast<int>(devices.size());
   if (n < 2) return {};
   if (method == quilt::v1::AGGREGATION_METHOD_TREE_ALLREDUCE) {
@@ -266,21 +285,32 @@ CostModel::Collective CostModel::Hierarchical(const std::vector<int>& devices, d
   // sums back. The pieces pipeline: the step takes one piece through the
   // three phases, then a slowest phase per further piece.
   const int n = static_cast<int>(devices.size());
-  std::map<int, std::vector<int>> by_node;
-  for (int d : devices) by_node[topology_->device(d).node].push_back(d);
+  // Members by node, nodes in ascending order (as the runtime's layout
+  // numbers them), members in ring order.
+  std::vector<std::pair<int, int>> keyed;  // (node, position in `devices`)
+  keyed.reserve(n);
+  for (int i = 0; i < n; ++i) keyed.push_back({topology_->device(devices[i]).node, i});
+  std::stable_sort(keyed.begin(), keyed.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<std::vector<int>> by_node;
+  for (size_t i = 0; i < keyed.size(); ++i) {
+    if (i == 0 || keyed[i].first != keyed[i - 1].first) by_node.emplace_back();
+    by_node.back().push_back(devices[keyed[i].second]);
+  }
   const int nodes = static_cast<int>(by_node.size());
   if (nodes == n) return Ring(devices, bytes, 2.0 * (n - 1));
   int min_members = n;
-  for (const auto& [node, ds] : by_node) {
+  for (const std::vector<int>& ds : by_node) {
     min_members = std::min(min_members, static_cast<int>(ds.size()));
   }
   const HierarchicalLayout layout =
       LayoutHierarchical(nodes, min_members, static_cast<int64_t>(bytes / 4));
   const int s = layout.shards;
   const double piece = bytes / layout.pieces;
-  std::set<int> res;
+  Collective c;
+  std::vector<int>& res = c.resources;
   double within = 0;  // reducing into the owners (sending back mirrors it)
-  for (const auto& [node, ds] : by_node) {
+  for (const std::vector<int>& ds : by_node) {
     const int g = static_cast<int>(ds.size());
     if (g < 2) continue;
     for (int m = 0; m < g; ++m) {
@@ -291,12 +321,14 @@ CostModel::Collective CostModel::Hierarchical(const std::vector<int>& devices, d
       double bandwidth = std::numeric_limits<double>::infinity(), latency = 0;
       for (int k = 0; k < g; ++k) {
         if (k == m) continue;
-        for (const Path* p :
-             {&topology_->PathBetween(ds[m], ds[k]), &topology_->PathBetween(ds[k], ds[m])}) {
-          res.insert(p->resources.begin(), p->resources.end());
-          if (p->resources.empty()) continue;
-          bandwidth = std::min(bandwidth, p->bandwidth_bytes_per_s);
-          latency = std::max(latency, p->latency_s);
+        // (Each ordered pair's path once: the other direction is the
+        // other member's.)
+        const Path& p = topology_->PathBetween(ds[m], ds[k]);
+        res.insert(res.end(), p.resources.begin(), p.resources.end());
+        for (const Path* q : {&p, &topology_->PathBetween(ds[k], ds[m])}) {
+          if (q->resources.empty()) continue;
+          bandwidth = std::min(bandwidth, q->bandwidth_bytes_per_s);
+          latency = std::max(latency, q->latency_s);
         }
       }
       if (std::isfinite(bandwidth)) {
@@ -307,18 +339,18 @@ CostModel::Collective CostModel::Hierarchical(const std::vector<int>& devices, d
   // The shards' rings share each node's NIC: together they move the
   // piece as one ring over the nodes' first members would.
   double across = 0;
+  std::vector<int> owners(nodes);
   for (int j = 0; j < s; ++j) {
-    std::vector<int> owners;
-    for (const auto& [node, ds] : by_node) owners.push_back(ds[j]);
+    for (int k = 0; k < nodes; ++k) owners[k] = by_node[k][j];
     Collective r = Ring(owners, j == 0 ? piece : piece / s, 2.0 * (nodes - 1));
     if (j == 0) across = r.time_s;
-    res.insert(r.resources.begin(), r.resources.end());
+    res.insert(res.end(), r.resources.begin(), r.resources.end());
   }
-  Collective c;
+  std::sort(res.begin(), res.end());
+  res.erase(std::unique(res.begin(), res.end()), res.end());
   // All pieces start at once: in the steady state a member's links carry
   // one piece's sums in and another's sums back out at the same time.
   c.time_s = 2 * within + across + (layout.pieces - 1) * std::max(2 * within, across);
-  c.resources.assign(res.begin(), res.end());
   return c;
 }
 

@@ -98,6 +98,11 @@ class CostModel {
   const CostModel* fine_ = nullptr;
   std::vector<std::vector<int>> members_;
   mutable absl::flat_hash_map<uint64_t, double> composite_time_;
+  // Composite models also keep all-reduces by (method, bytes, devices): the
+  // planner's search lowers hundreds of plans that repeat them.
+  mutable absl::flat_hash_map<std::vector<int64_t>, Collective> collectives_;
+  Collective ComputeAllReduce(quilt::v1::AggregationMethod method, const std::vector<int>& devices,
+                              double bytes) const;
 };
 
 }  // namespace quilt

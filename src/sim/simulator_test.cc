@@ -457,6 +457,43 @@ TEST(Simulator, RingAcrossNodes_IsPacedByTheSlowestHop) {
   EXPECT_NEAR(MustSimulate(*w, p.program()).step_time_s, 2.0 * 3 * hop, 1e-9);
 }
 
+TEST(CostModel, CompositeModelsKeepAllReducesAsThePlainModelComputesThem) {
+  NodeShape three{3}, two{2};
+  two.nic_bw = 2e9;
+  auto w = MakeWorld(TensorGraph(1 << 20), Spec({three, two, three}));
+  const CostModel composite = CostModel::Composite(&w->graph, &w->cost, {});
+  const std::vector<std::vector<int>> sets = {
+      {0, 1}, {0, 3}, {0, 1, 2, 3, 4}, {4, 3, 2, 1, 0}, {0, 1, 2, 3, 4, 5, 6, 7}, {5, 0, 3}};
+  for (int round = 0; round < 2; ++round) {  // computed, then kept
+    for (auto method : {quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE,
+                        quilt::v1::AGGREGATION_METHOD_TREE_ALLREDUCE,
+                        quilt::v1::AGGREGATION_METHOD_HIERARCHICAL_ALLREDUCE}) {
+      for (const std::vector<int>& devices : sets) {
+        for (double bytes : {4.0, 4096.0, 3e7, 3e7 + 4}) {
+          SCOPED_TRACE(::testing::Message() << method << " over " << devices.size() << " devices, "
+                                            << bytes << " bytes, round " << round);
+          const CostModel::Collective plain = w->cost.AllReduce(method, devices, bytes);
+          const CostModel::Collective kept = composite.AllReduce(method, devices, bytes);
+          EXPECT_GT(plain.time_s, 0);
+          EXPECT_EQ(kept.time_s, plain.time_s);
+          EXPECT_EQ(kept.resources, plain.resources);
+        }
+      }
+    }
+  }
+  // Different bytes or member order are different collectives.
+  const auto ring = quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE;
+  EXPECT_LT(composite.AllReduce(ring, {0, 3}, 4096).time_s,
+            composite.AllReduce(ring, {0, 3}, 3e7).time_s);
+  // (A tree's parents follow the order: device 3 as the root takes two
+  // children's bytes over its NIC.)
+  const auto tree = quilt::v1::AGGREGATION_METHOD_TREE_ALLREDUCE;
+  EXPECT_LT(composite.AllReduce(tree, {0, 1, 2, 3}, 3e7).time_s,
+            composite.AllReduce(tree, {3, 0, 1, 2}, 3e7).time_s);
+  EXPECT_EQ(composite.AllReduce(tree, {3, 0, 1, 2}, 3e7).time_s,
+            w->cost.AllReduce(tree, {3, 0, 1, 2}, 3e7).time_s);
+}
+
 TEST(Simulator, MemoryCountsTheAllReduceStagingAndTheServersReceiveBuffers) {
   const int64_t m = 8 << 20;
   auto w = MakeWorld(TensorGraph(m), Spec({NodeShape{3}}));
