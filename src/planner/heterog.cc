@@ -474,6 +474,7 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
   // move ops for a saving that the full simulation, with the plan's
   // collectives, does not confirm.
   std::optional<PlanState> mixed_state;
+  Score mixed_plan_score;
   if (!(start_state == best)) {
     PlanState mixed = start_state;
     mixed.order = best.order;
@@ -486,6 +487,7 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
     absl::StatusOr<Score> mixed_score = space.Evaluate(mixed);
     if (!(mixed == start_state) && !(mixed == best) && mixed_score.ok()) {
       mixed_state = mixed;
+      mixed_plan_score = *mixed_score;
       result.mixed_variant = result.variants.size();
       result.mixed_s = mixed_score->time_s;
       result.variants.push_back(
@@ -512,24 +514,44 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
     c->placement = o.label;
     c->aggregation = o.single() ? "none (one device)" : MethodLabel(state.method[k]);
   };
-  // The step with each changed group put back, kWindow at a time while the
-  // budget lasts (each costs a simulation: seconds on large clusters).
-  std::vector<int> changed;
-  for (int k = 0; k < coarse->num_groups(); ++k) {
-    if (best.place[k] != start_state.place[k] || best.method[k] != start_state.method[k])
-      changed.push_back(k);
-  }
-  std::map<int, absl::StatusOr<Score>> put_back;
-  for (size_t i = 0; i < changed.size() && absl::Now() < deadline; i += kWindow) {
-    std::vector<PlanState> backs;
-    for (size_t j = i; j < std::min(changed.size(), i + kWindow); ++j) {
-      backs.push_back(best);
-      backs.back().place[changed[j]] = start_state.place[changed[j]];
-      backs.back().method[changed[j]] = start_state.method[changed[j]];
+  // The step with each changed group of `plan` put back, kWindow at a time
+  // while the budget lasts (each costs a simulation: seconds on large
+  // clusters).
+  auto put_back_each = [&](const PlanState& plan) {
+    std::vector<int> changed;
+    for (int k = 0; k < coarse->num_groups(); ++k) {
+      if (plan.place[k] != start_state.place[k] || plan.method[k] != start_state.method[k])
+        changed.push_back(k);
     }
-    std::vector<absl::StatusOr<Score>> scores = space.EvaluateAll(backs);
-    for (size_t j = 0; j < backs.size(); ++j) put_back.emplace(changed[i + j], scores[j]);
-  }
+    std::map<int, absl::StatusOr<Score>> out;
+    for (size_t i = 0; i < changed.size() && absl::Now() < deadline; i += kWindow) {
+      std::vector<PlanState> backs;
+      for (size_t j = i; j < std::min(changed.size(), i + kWindow); ++j) {
+        backs.push_back(plan);
+        backs.back().place[changed[j]] = start_state.place[changed[j]];
+        backs.back().method[changed[j]] = start_state.method[changed[j]];
+      }
+      std::vector<absl::StatusOr<Score>> scores = space.EvaluateAll(backs);
+      for (size_t j = 0; j < backs.size(); ++j) out.emplace(changed[i + j], scores[j]);
+    }
+    return out;
+  };
+  // What putting group k back says of its choice in a plan of `score`.
+  auto worth = [&](const std::map<int, absl::StatusOr<Score>>& backs, int k, bool changed,
+                   const Score& score, GroupChoice* c) {
+    if (auto it = backs.find(k); it != backs.end()) {
+      const absl::StatusOr<Score>& s = it->second;
+      if (s.ok() && s->feasible()) c->saved_s = s->time_s - score.time_s;
+      if (s.ok() && !s->feasible() && score.feasible()) c->needed_to_fit = true;
+    } else if (changed) {
+      c->saved_not_measured = true;  // the budget ran out first
+    }
+  };
+  const std::map<int, absl::StatusOr<Score>> put_back = put_back_each(best);
+  // (The plan may become the starting placement with the plan's
+  // aggregation: its choices are worth their own figures.)
+  std::map<int, absl::StatusOr<Score>> mixed_put_back;
+  if (mixed_state.has_value()) mixed_put_back = put_back_each(*mixed_state);
   for (int k = 0; k < coarse->num_groups(); ++k) {
     GroupChoice c;
     c.group = k;
@@ -540,19 +562,15 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
     describe(best, k, &c);
     describe(start_state, k, &as_start);
     result.start_choices.push_back(as_start);
-    const bool group_changed =
-        best.place[k] != start_state.place[k] || best.method[k] != start_state.method[k];
-    if (auto it = put_back.find(k); it != put_back.end()) {
-      const absl::StatusOr<Score>& s = it->second;
-      if (s.ok() && s->feasible()) c.saved_s = s->time_s - best_score.time_s;
-      if (s.ok() && !s->feasible() && best_score.feasible()) c.needed_to_fit = true;
-    } else if (group_changed) {
-      c.saved_not_measured = true;  // the budget ran out first
-    }
+    worth(put_back, k,
+          best.place[k] != start_state.place[k] || best.method[k] != start_state.method[k],
+          best_score, &c);
     result.choices.push_back(c);
     if (mixed_state.has_value()) {
       GroupChoice m = as_start;
       describe(*mixed_state, k, &m);
+      worth(mixed_put_back, k, mixed_state->method[k] != start_state.method[k], mixed_plan_score,
+            &m);
       result.mixed_choices.push_back(m);
     }
     if (near.has_value()) {

@@ -464,6 +464,45 @@ TEST(HeteroG, PlanIsTheFastestVariantAndNamesItsCollectives) {
   }
 }
 
+// The plan's variant with the starting placement and the search's
+// aggregation explains its own choices: a group whose aggregation differs
+// from the start's has its worth measured (or says why not), the others
+// none.
+TEST(HeteroG, TheStartingPlacementsVariantMeasuresItsOwnChoices) {
+  int cases = 0;
+  for (uint64_t seed = 1; seed <= 8 && cases < 2; ++seed) {
+    absl::StatusOr<Graph> g = zoo::BuildZooModel("vgg19");
+    ASSERT_THAT(g.status(), IsOk());
+    ASSERT_THAT(Train(&*g), IsOk());
+    auto f = Make(std::move(*g), RandomCluster(seed));
+    SearchOptions o;
+    o.max_evaluations = 60;
+    const int64_t batch = 8 * f->topo.num_devices();
+    absl::StatusOr<SearchResult> sr = SearchHeteroG(
+        f->graph, f->topo, *f->cost, batch, Baselines(f->graph, f->topo, *f->cost, batch), o);
+    ASSERT_THAT(sr.status(), IsOk());
+    if (sr->mixed_variant == 0) continue;
+    ++cases;
+    SCOPED_TRACE(::testing::Message() << "random cluster " << seed);
+    ASSERT_EQ(sr->mixed_choices.size(), sr->start_choices.size());
+    int measured = 0;
+    for (size_t k = 0; k < sr->mixed_choices.size(); ++k) {
+      const GroupChoice& m = sr->mixed_choices[k];
+      const GroupChoice& start = sr->start_choices[k];
+      EXPECT_EQ(m.placement, start.placement);
+      if (m.aggregation == start.aggregation) {
+        EXPECT_EQ(m.saved_s, 0) << k;
+        EXPECT_FALSE(m.needed_to_fit || m.saved_not_measured) << k;
+      } else {
+        EXPECT_TRUE(m.saved_s != 0 || m.needed_to_fit || m.saved_not_measured) << k;
+        measured += m.saved_s != 0;
+      }
+    }
+    EXPECT_GT(measured, 0);
+  }
+  ASSERT_GT(cases, 0) << "no random cluster gave the variant";
+}
+
 // A tied embedding over slow links: the plan gathers its lookups'
 // gradients, says so, and the same plan with the table summed dense
 // simulates slower.
