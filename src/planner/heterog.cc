@@ -517,11 +517,13 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
   // The step with each changed group of `plan` put back, kWindow at a time
   // while the budget lasts (each costs a simulation: seconds on large
   // clusters).
+  auto differs = [&](const PlanState& plan, int k) {
+    return plan.place[k] != start_state.place[k] || plan.method[k] != start_state.method[k];
+  };
   auto put_back_each = [&](const PlanState& plan) {
     std::vector<int> changed;
     for (int k = 0; k < coarse->num_groups(); ++k) {
-      if (plan.place[k] != start_state.place[k] || plan.method[k] != start_state.method[k])
-        changed.push_back(k);
+      if (differs(plan, k)) changed.push_back(k);
     }
     std::map<int, absl::StatusOr<Score>> out;
     for (size_t i = 0; i < changed.size() && absl::Now() < deadline; i += kWindow) {
@@ -536,14 +538,14 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
     }
     return out;
   };
-  // What putting group k back says of its choice in a plan of `score`.
-  auto worth = [&](const std::map<int, absl::StatusOr<Score>>& backs, int k, bool changed,
+  // What putting group k of `plan` (of `score`) back says of its choice.
+  auto worth = [&](const std::map<int, absl::StatusOr<Score>>& backs, const PlanState& plan, int k,
                    const Score& score, GroupChoice* c) {
     if (auto it = backs.find(k); it != backs.end()) {
       const absl::StatusOr<Score>& s = it->second;
       if (s.ok() && s->feasible()) c->saved_s = s->time_s - score.time_s;
       if (s.ok() && !s->feasible() && score.feasible()) c->needed_to_fit = true;
-    } else if (changed) {
+    } else if (differs(plan, k)) {
       c->saved_not_measured = true;  // the budget ran out first
     }
   };
@@ -562,15 +564,12 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
     describe(best, k, &c);
     describe(start_state, k, &as_start);
     result.start_choices.push_back(as_start);
-    worth(put_back, k,
-          best.place[k] != start_state.place[k] || best.method[k] != start_state.method[k],
-          best_score, &c);
+    worth(put_back, best, k, best_score, &c);
     result.choices.push_back(c);
     if (mixed_state.has_value()) {
       GroupChoice m = as_start;
       describe(*mixed_state, k, &m);
-      worth(mixed_put_back, k, mixed_state->method[k] != start_state.method[k], mixed_plan_score,
-            &m);
+      worth(mixed_put_back, *mixed_state, k, mixed_plan_score, &m);
       result.mixed_choices.push_back(m);
     }
     if (near.has_value()) {
