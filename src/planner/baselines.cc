@@ -357,15 +357,10 @@ std::vector<NamedStrategy> Baselines(const Graph& g, const Topology& topo, const
                                       "single-device"),
                  ""});
   if (n < 2) return out;
-  // A replica per device. With fewer rows than devices the ring takes the
-  // devices that get one (the first `batch`, as the split gives them), so
-  // that it names only devices that compute; the parameter servers stay
-  // on every device (the devices without rows serve parameters).
-  std::vector<int64_t> even(n, 1), even_ring(n, 1);
-  for (int d = 0; d < n; ++d) even_ring[d] = d < batch ? 1 : 0;
+  std::vector<int64_t> even(n, 1);
   out.push_back({"dp-even-ring",
-                 DataParallelStrategy(g, topo, even_ring,
-                                      quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE, "dp-even-ring"),
+                 DataParallelStrategy(g, topo, even, quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE,
+                                      "dp-even-ring"),
                  ""});
   out.push_back({"dp-even-ps",
                  DataParallelStrategy(g, topo, even, quilt::v1::AGGREGATION_METHOD_PARAMETER_SERVER,

@@ -4,7 +4,6 @@
 // on heterogeneous clusters the proportional split is never slower than
 // the even one.
 #include <map>
-#include <set>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -181,41 +180,6 @@ TEST(Proportional, GivesFasterDevicesMoreRows) {
   int total = 0;
   for (const auto& [d, n] : rows) total += n;
   EXPECT_EQ(total, 256);
-}
-
-// With fewer rows than devices, the ring baselines name only devices that
-// get rows, and their programs run on those alone.
-TEST(Baselines, FewerRowsThanDevicesRingOnlyTheDevicesThatCompute) {
-  World w;
-  ASSERT_NO_FATAL_FAILURE(MakeWorld("heterog_testbed", "mlp", &w));
-  absl::StatusOr<CostModel> cost = CostModel::Create(&w.graph, &w.topo);
-  ASSERT_THAT(cost.status(), IsOk());
-  for (int64_t batch : {1, 3, 5}) {
-    int rings = 0;
-    for (const NamedStrategy& ns : Baselines(w.graph, w.topo, *cost, batch)) {
-      if (!ns.infeasible_reason.empty() || ns.strategy.aggregations_size() == 0 ||
-          ns.strategy.aggregations(0).method() != quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE) {
-        continue;
-      }
-      ++rings;
-      SCOPED_TRACE(::testing::Message() << ns.name << " at batch " << batch);
-      std::set<std::string> named;
-      int64_t weights = 0;
-      for (const auto& r : ns.strategy.groups(0).replicas()) {
-        named.insert(r.device());
-        weights += r.replicas();
-      }
-      EXPECT_LE(static_cast<int64_t>(named.size()), batch);
-      EXPECT_LE(weights, batch);
-      absl::StatusOr<quilt::v1::StrategyEstimate> e =
-          Estimate(w.graph, w.topo, *cost, ns, batch, 0, nullptr, nullptr, false, false);
-      ASSERT_THAT(e.status(), IsOk());
-      std::set<std::string> used;
-      for (const auto& m : e->memory()) used.insert(m.device());
-      EXPECT_EQ(used, named);
-    }
-    EXPECT_EQ(rings, 3);  // single-device, dp-even-ring, dp-proportional-ring
-  }
 }
 
 // The execution order is chosen per plan: each estimate is the faster of
