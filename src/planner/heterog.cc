@@ -20,17 +20,31 @@ struct Move {
   int option = -1;  // placement move
   Method method = Method::kRing;
   bool is_method = false;
+  // A method move to parameter servers: on this node's devices (-1: the
+  // group's own).
+  int server_node = -1;
 };
+
+// Sets group k's server node (growing the state's list as needed).
+void SetServerNode(PlanState* s, int k, int node) {
+  if (node < 0 && s->ServerNode(k) < 0) return;
+  if (s->server_node.size() < s->place.size()) s->server_node.resize(s->place.size(), -1);
+  s->server_node[k] = node;
+}
 
 PlanState Apply(const PlanState& s, const Move& m, const SearchSpace& space) {
   PlanState out = s;
   for (int k = m.group; k < m.group + m.length && k < static_cast<int>(s.place.size()); ++k) {
     if (m.is_method) {
       out.method[k] = m.method;
+      SetServerNode(&out, k, m.method == Method::kParameterServer ? m.server_node : -1);
     } else {
       out.place[k] = m.option;
       const std::vector<Method> ok = space.MethodsFor(m.option);
-      if (std::find(ok.begin(), ok.end(), out.method[k]) == ok.end()) out.method[k] = ok.front();
+      if (std::find(ok.begin(), ok.end(), out.method[k]) == ok.end()) {
+        out.method[k] = ok.front();
+        SetServerNode(&out, k, -1);
+      }
     }
   }
   return out;
@@ -255,7 +269,7 @@ class Search {
   // its moves, the early jumps led it to worse plans: docs/BENCHMARKS.md.)
   static constexpr size_t kWholeMoves = 4;
   std::vector<Move> Moves(const PlanState& s, double time_s) {
-    std::vector<Move> whole, methods, ranges, singles;
+    std::vector<Move> whole, methods, ranges, singles, servers;
     const int nopt = static_cast<int>(space_->options().size());
     std::vector<std::pair<double, int>> promising;
     for (int o = 0; o < static_cast<int>(estimates_.size()); ++o) {
@@ -277,10 +291,32 @@ class Search {
       // (One group differing is a move of the next tier.)
       if (allowed && differ > 1) whole.push_back({0, groups_, -1, m, true});
     }
+    // Every group's parameters served by one of the server nodes.
+    for (int node : space_->ServerNodes()) {
+      bool allowed = true;
+      int differ = 0;
+      for (int k = 0; k < groups_ && allowed; ++k) {
+        const std::vector<Method> ok = space_->MethodsFor(s.place[k]);
+        allowed = std::find(ok.begin(), ok.end(), Method::kParameterServer) != ok.end();
+        differ += s.method[k] != Method::kParameterServer || s.ServerNode(k) != node;
+      }
+      if (allowed && differ > 1) {
+        whole.push_back({0, groups_, -1, Method::kParameterServer, true, node});
+      }
+    }
     for (const auto& [e, o] : promising) whole.push_back({0, groups_, o, Method::kRing, false});
     for (int k = 0; k < groups_; ++k) {
       for (Method m : space_->MethodsFor(s.place[k])) {
-        if (m != s.method[k]) methods.push_back({k, 1, -1, m, true});
+        if (m != s.method[k] || s.ServerNode(k) >= 0) methods.push_back({k, 1, -1, m, true});
+      }
+      // A group on parameter servers: to a server node instead (last: they
+      // seldom pay, and the pass is cut by the evaluation limit).
+      if (s.method[k] == Method::kParameterServer && !space_->options()[s.place[k]].single()) {
+        for (int node : space_->ServerNodes()) {
+          if (node != s.ServerNode(k)) {
+            servers.push_back({k, 1, -1, Method::kParameterServer, true, node});
+          }
+        }
       }
       for (int o = 0; o < nopt; ++o) {
         if (o != s.place[k]) singles.push_back({k, 1, o, Method::kRing, false});
@@ -296,10 +332,12 @@ class Search {
     }
     std::shuffle(methods.begin(), methods.end(), rng_);
     std::shuffle(singles.begin(), singles.end(), rng_);
+    std::shuffle(servers.begin(), servers.end(), rng_);
     std::vector<Move> out = std::move(whole);
     out.insert(out.end(), methods.begin(), methods.end());
     out.insert(out.end(), ranges.begin(), ranges.end());
     out.insert(out.end(), singles.begin(), singles.end());
+    out.insert(out.end(), servers.begin(), servers.end());
     return out;
   }
 
@@ -482,6 +520,7 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
       const std::vector<Method> ok = space.MethodsFor(mixed.place[k]);
       if (std::find(ok.begin(), ok.end(), best.method[k]) != ok.end()) {
         mixed.method[k] = best.method[k];
+        SetServerNode(&mixed, static_cast<int>(k), best.ServerNode(static_cast<int>(k)));
       }
     }
     absl::StatusOr<Score> mixed_score = space.Evaluate(mixed);
@@ -512,13 +551,14 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
   auto describe = [&](const PlanState& state, int k, GroupChoice* c) {
     const PlacementOption& o = space.options()[state.place[k]];
     c->placement = o.label;
-    c->aggregation = o.single() ? "none (one device)" : MethodLabel(state.method[k]);
+    c->aggregation = space.AggregationLabel(state, k);
   };
   // The step with each changed group of `plan` put back, kWindow at a time
   // while the budget lasts (each costs a simulation: seconds on large
   // clusters).
   auto differs = [&](const PlanState& plan, int k) {
-    return plan.place[k] != start_state.place[k] || plan.method[k] != start_state.method[k];
+    return plan.place[k] != start_state.place[k] || plan.method[k] != start_state.method[k] ||
+           plan.ServerNode(k) != start_state.ServerNode(k);
   };
   auto put_back_each = [&](const PlanState& plan) {
     std::vector<int> changed;
@@ -532,6 +572,7 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
         backs.push_back(plan);
         backs.back().place[changed[j]] = start_state.place[changed[j]];
         backs.back().method[changed[j]] = start_state.method[changed[j]];
+        SetServerNode(&backs.back(), changed[j], start_state.ServerNode(changed[j]));
       }
       std::vector<absl::StatusOr<Score>> scores = space.EvaluateAll(backs);
       for (size_t j = 0; j < backs.size(); ++j) out.emplace(changed[i + j], scores[j]);

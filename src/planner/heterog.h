@@ -1,8 +1,8 @@
 // The HeteroG planner: per op group, where it runs (a device set with
 // replica counts that set its batch split, or one device) and how its
 // gradients are aggregated (ring or hierarchical all-reduce over its
-// replicas, or parameter servers sharded over them); execution order by
-// HEFT rank in the lowering.
+// replicas, or parameter servers sharded over them or over a server node's
+// devices); execution order by HEFT rank in the lowering.
 //
 // The search runs on the coarsened graph (coarse_graph.h): it starts from
 // the best baseline (and, when no baseline fits memory, from layer-wise

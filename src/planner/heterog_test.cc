@@ -5,6 +5,7 @@
 #include "src/planner/heterog.h"
 
 #include <random>
+#include <set>
 
 #include "absl/strings/match.h"
 #include "gmock/gmock.h"
@@ -501,6 +502,67 @@ TEST(HeteroG, TheStartingPlacementsVariantMeasuresItsOwnChoices) {
     EXPECT_GT(measured, 0);
   }
   ASSERT_GT(cases, 0) << "no random cluster gave the variant";
+}
+
+// A group's parameter servers may sit on another node than its devices:
+// the nodes with the fastest NICs are offered, the plan names their
+// devices as servers, the explanation names the node, and the state is
+// its own (scored apart from the one with servers on the group's devices).
+TEST(HeteroG, ParameterServersOnAServerNode) {
+  quilt::v1::ClusterSpec spec = testing::TwoNodes();
+  spec.mutable_nodes(1)->mutable_nic()->set_bandwidth_bytes_per_s(1.25e10);
+  auto f = Make(WideMlp(), spec);
+  const int64_t batch = 32;
+  const Grouping grouping = GroupOps(f->graph, *f->cost, 3, batch / 4);
+  absl::StatusOr<std::unique_ptr<CoarseModel>> coarse =
+      CoarseModel::Build(f->graph, grouping, *f->cost);
+  ASSERT_THAT(coarse.status(), IsOk());
+  SearchSpace space(f->topo, *f->cost, **coarse, batch, 0.92);
+  // The faster NIC first, then the other node.
+  ASSERT_EQ(space.ServerNodes(), (std::vector<int>{1, 0}));
+  const NamedStrategy* even_ps = nullptr;
+  const std::vector<NamedStrategy> baselines = Baselines(f->graph, f->topo, *f->cost, batch);
+  for (const NamedStrategy& ns : baselines) {
+    if (ns.name == "dp-even-ps") even_ps = &ns;
+  }
+  ASSERT_NE(even_ps, nullptr);
+  const PlanState own = space.FromDataParallel(even_ps->strategy);
+  const int groups = (*coarse)->num_groups();
+  ASSERT_GE(groups, 2);
+  PlanState on_node = own;
+  on_node.server_node.assign(groups, -1);
+  on_node.server_node[0] = 1;
+  EXPECT_FALSE(on_node == own);
+  // -1 entries are the same as none.
+  PlanState none_set = own;
+  none_set.server_node.assign(groups, -1);
+  EXPECT_TRUE(none_set == own);
+  EXPECT_EQ(space.AggregationLabel(on_node, 0), "parameter servers on node slow");
+  EXPECT_EQ(space.AggregationLabel(on_node, 1), "parameter servers on its devices");
+  const quilt::v1::Strategy fine = space.FineStrategy(f->graph, on_node, "p", 0);
+  std::set<std::string> group0_params(grouping.params[0].begin(), grouping.params[0].end());
+  int on_slow = 0, elsewhere = 0;
+  for (const auto& a : fine.aggregations()) {
+    ASSERT_EQ(a.method(), quilt::v1::AGGREGATION_METHOD_PARAMETER_SERVER);
+    ASSERT_GT(a.servers_size(), 0);
+    for (const std::string& server : a.servers()) {
+      if (group0_params.count(a.parameter())) {
+        EXPECT_EQ(server.rfind("slow/", 0), 0u) << a.parameter() << " on " << server;
+        ++on_slow;
+      } else {
+        elsewhere += server.rfind("slow/", 0) != 0;
+      }
+    }
+  }
+  EXPECT_GT(on_slow, 0);
+  EXPECT_GT(elsewhere, 0);  // the other groups' servers rotate over both nodes
+  // Lowered and validated, and scored apart.
+  LowerChecked(*f, fine, batch);
+  absl::StatusOr<Score> a = space.Evaluate(own), b = space.Evaluate(on_node);
+  ASSERT_THAT(a.status(), IsOk());
+  ASSERT_THAT(b.status(), IsOk());
+  EXPECT_EQ(space.evaluations(), 2);
+  EXPECT_NE(a->time_s, b->time_s);
 }
 
 // A tied embedding over slow links: the plan gathers its lookups'

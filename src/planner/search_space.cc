@@ -111,6 +111,16 @@ SearchSpace::SearchSpace(const Topology& topo, const CostModel& fine_cost,
       for (int d : topo.NodeDevices(nodes[j].second)) devices.push_back(d);
       if (j >= 1) weighted(devices, absl::StrCat("fastest ", j + 1, " nodes"));
     }
+    // Server nodes: the fastest NICs, then the fastest devices (`nodes` is
+    // by speed, and the sort is stable).
+    std::vector<std::pair<double, int>> by_nic;
+    for (const auto& [minus_speed, node] : nodes) {
+      const double nic = topo.spec().nodes(node).nic().bandwidth_bytes_per_s();
+      by_nic.push_back({-(nic > 0 ? nic : kDefaultNicBytesPerS), node});
+    }
+    std::stable_sort(by_nic.begin(), by_nic.end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
+    for (size_t j = 0; j < by_nic.size() && j < 2; ++j) server_nodes_.push_back(by_nic[j].second);
   }
   // Without the device whose slowest link is far slower than the others'
   // (one behind a slow pair link or a slow bus): every set above includes
@@ -357,12 +367,26 @@ quilt::v1::Strategy SearchSpace::FineStrategy(const Graph& fine, const PlanState
   return s;
 }
 
+std::string SearchSpace::AggregationLabel(const PlanState& state, int k) const {
+  if (options_[state.place[k]].single()) return "none (one device)";
+  if (state.method[k] == Method::kParameterServer && state.ServerNode(k) >= 0) {
+    return "parameter servers on node " + topo_.node_id(state.ServerNode(k));
+  }
+  return MethodLabel(state.method[k]);
+}
+
 std::vector<int> SearchSpace::Servers(const PlanState& state, int k) const {
   // As many servers as the group's parameters fill at an even share of all
-  // parameter bytes over the group's devices, rotating through them group
-  // by group so that groups sharing devices spread their servers.
-  const PlacementOption& o = options_[state.place[k]];
-  const int n = static_cast<int>(o.replicas.size());
+  // parameter bytes over the serving devices (the group's own, or the
+  // server node's), rotating through them group by group so that groups
+  // sharing devices spread their servers.
+  std::vector<int> serving;
+  if (state.ServerNode(k) >= 0) {
+    serving = topo_.NodeDevices(state.ServerNode(k));
+  } else {
+    for (const auto& [d, r] : options_[state.place[k]].replicas) serving.push_back(d);
+  }
+  const int n = static_cast<int>(serving.size());
   const Grouping& grouping = coarse_.grouping();
   int64_t total = 0;
   for (int64_t b : grouping.param_bytes) total += b;
@@ -373,7 +397,7 @@ std::vector<int> SearchSpace::Servers(const PlanState& state, int k) const {
   for (int j = 0; j < k; ++j)
     offset += static_cast<int>(grouping.param_bytes[j] * n / std::max<int64_t>(1, total)) + 1;
   std::vector<int> out;
-  for (int i = 0; i < pieces; ++i) out.push_back(o.replicas[(offset + i) % n].first);
+  for (int i = 0; i < pieces; ++i) out.push_back(serving[(offset + i) % n]);
   return out;
 }
 
@@ -381,10 +405,19 @@ std::string SearchSpace::Key(const PlanState& state) const {
   std::string key;
   key.reserve(state.place.size() * 3 + 1);
   key.push_back(static_cast<char>(state.order));
+  bool servers = false;
   for (size_t k = 0; k < state.place.size(); ++k) {
     key.push_back(static_cast<char>(state.place[k] & 0xff));
     key.push_back(static_cast<char>(state.place[k] >> 8));
     key.push_back(static_cast<char>(state.method[k]));
+    servers |= state.ServerNode(static_cast<int>(k)) >= 0;
+  }
+  // Server nodes only where a group has one (a state without is keyed as
+  // before they existed).
+  for (size_t k = 0; servers && k < state.place.size(); ++k) {
+    const int node = state.ServerNode(static_cast<int>(k)) + 1;
+    key.push_back(static_cast<char>(node & 0xff));
+    key.push_back(static_cast<char>(node >> 8));
   }
   return key;
 }

@@ -37,9 +37,19 @@ std::string FusionLabel(int64_t fusion);
 struct PlanState {
   std::vector<int> place;  // option per group
   std::vector<Method> method;
+  // Per group under parameter-server aggregation: the node whose devices
+  // serve its parameters; -1 (or no entry): the group's own devices.
+  std::vector<int> server_node;
   quilt::v1::ExecutionOrder order = quilt::v1::EXECUTION_ORDER_CRITICAL_PATH;
+  int ServerNode(int k) const {
+    return k < static_cast<int>(server_node.size()) ? server_node[k] : -1;
+  }
   bool operator==(const PlanState& o) const {
-    return place == o.place && method == o.method && order == o.order;
+    if (!(place == o.place && method == o.method && order == o.order)) return false;
+    for (size_t k = 0; k < place.size(); ++k) {
+      if (ServerNode(static_cast<int>(k)) != o.ServerNode(static_cast<int>(k))) return false;
+    }
+    return true;
   }
 };
 
@@ -71,6 +81,12 @@ class SearchSpace {
   // Aggregation methods worth trying for an option (none matter for one
   // device: its gradients are whole).
   std::vector<Method> MethodsFor(int option) const;
+  // Nodes worth serving a group's parameters besides its own devices: on
+  // clusters of several nodes, the two with the fastest NICs (a parameter
+  // server's node takes every replica's gradient in).
+  const std::vector<int>& ServerNodes() const { return server_nodes_; }
+  // How group k's gradients are aggregated, in words.
+  std::string AggregationLabel(const PlanState& state, int k) const;
   // A rough step time of every group on `option`, without simulating: the
   // slowest member's computation (the groups' reference time scaled by its
   // rows and speed) or a ring all-reduce of every parameter over the
@@ -127,6 +143,7 @@ class SearchSpace {
   double memory_fraction_;
   std::vector<double> speed_;
   std::vector<PlacementOption> options_;
+  std::vector<int> server_nodes_;
   absl::flat_hash_map<std::string, Score> cache_;
   // The coarse cost model for EvaluateAll's second thread.
   std::unique_ptr<CostModel> second_cost_;
