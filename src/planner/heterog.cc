@@ -36,6 +36,10 @@ PlanState Apply(const PlanState& s, const Move& m, const SearchSpace& space) {
   PlanState out = s;
   for (int k = m.group; k < m.group + m.length && k < static_cast<int>(s.place.size()); ++k) {
     if (m.is_method) {
+      // (A move made for the pass's starting plan may meet a group that an
+      // earlier move of the pass placed where the method does not apply.)
+      const std::vector<Method> ok = space.MethodsFor(out.place[k]);
+      if (std::find(ok.begin(), ok.end(), m.method) == ok.end()) continue;
       out.method[k] = m.method;
       SetServerNode(&out, k, m.method == Method::kParameterServer ? m.server_node : -1);
     } else {
@@ -286,7 +290,7 @@ class Search {
       for (int k = 0; k < groups_ && allowed; ++k) {
         const std::vector<Method> ok = space_->MethodsFor(s.place[k]);
         allowed = std::find(ok.begin(), ok.end(), m) != ok.end();
-        differ += s.method[k] != m;
+        differ += s.method[k] != m || s.ServerNode(k) >= 0;
       }
       // (One group differing is a move of the next tier.)
       if (allowed && differ > 1) whole.push_back({0, groups_, -1, m, true});
@@ -313,7 +317,7 @@ class Search {
       // seldom pay, and the pass is cut by the evaluation limit).
       if (s.method[k] == Method::kParameterServer && !space_->options()[s.place[k]].single()) {
         for (int node : space_->ServerNodes()) {
-          if (node != s.ServerNode(k)) {
+          if (node != s.ServerNode(k) && !space_->OnlyOn(s.place[k], node)) {
             servers.push_back({k, 1, -1, Method::kParameterServer, true, node});
           }
         }

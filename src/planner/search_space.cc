@@ -367,6 +367,15 @@ quilt::v1::Strategy SearchSpace::FineStrategy(const Graph& fine, const PlanState
   return s;
 }
 
+bool SearchSpace::OnlyOn(int option, int node) const {
+  std::vector<int> devices;
+  for (const auto& [d, r] : options_[option].replicas) devices.push_back(d);
+  std::sort(devices.begin(), devices.end());
+  std::vector<int> on_node = topo_.NodeDevices(node);
+  std::sort(on_node.begin(), on_node.end());
+  return devices == on_node;
+}
+
 std::string SearchSpace::AggregationLabel(const PlanState& state, int k) const {
   if (options_[state.place[k]].single()) return "none (one device)";
   if (state.method[k] == Method::kParameterServer && state.ServerNode(k) >= 0) {

@@ -85,6 +85,9 @@ class SearchSpace {
   // clusters of several nodes, the two with the fastest NICs (a parameter
   // server's node takes every replica's gradient in).
   const std::vector<int>& ServerNodes() const { return server_nodes_; }
+  // Whether `option`'s devices are exactly node `node`'s (servers on the
+  // node are then the group's own).
+  bool OnlyOn(int option, int node) const;
   // How group k's gradients are aggregated, in words.
   std::string AggregationLabel(const PlanState& state, int k) const;
   // A rough step time of every group on `option`, without simulating: the
