@@ -38,15 +38,13 @@ PlanState Apply(const PlanState& s, const Move& m, const SearchSpace& space) {
     if (m.is_method) {
       // (A move made for the pass's starting plan may meet a group that an
       // earlier move of the pass placed where the method does not apply.)
-      const std::vector<Method> ok = space.MethodsFor(out.place[k]);
-      if (std::find(ok.begin(), ok.end(), m.method) == ok.end()) continue;
+      if (!space.Allows(out.place[k], m.method)) continue;
       out.method[k] = m.method;
       SetServerNode(&out, k, m.method == Method::kParameterServer ? m.server_node : -1);
     } else {
       out.place[k] = m.option;
-      const std::vector<Method> ok = space.MethodsFor(m.option);
-      if (std::find(ok.begin(), ok.end(), out.method[k]) == ok.end()) {
-        out.method[k] = ok.front();
+      if (!space.Allows(m.option, out.method[k])) {
+        out.method[k] = space.MethodsFor(m.option).front();
         SetServerNode(&out, k, -1);
       }
     }
@@ -283,30 +281,23 @@ class Search {
     }
     std::sort(promising.begin(), promising.end());
     if (promising.size() > kWholeMoves) promising.resize(kWholeMoves);
+    // Every group's aggregation at once: each method (parameter servers on
+    // the groups' own devices), and parameter servers on each server node.
+    std::vector<std::pair<Method, int>> all_at_once;  // (method, server node)
     for (Method m :
          {Method::kRing, Method::kHierarchical, Method::kParameterServer, Method::kTree}) {
+      all_at_once.push_back({m, -1});
+    }
+    for (int node : space_->ServerNodes()) all_at_once.push_back({Method::kParameterServer, node});
+    for (const auto& [m, node] : all_at_once) {
       int differ = 0;
       bool allowed = true;
       for (int k = 0; k < groups_ && allowed; ++k) {
-        const std::vector<Method> ok = space_->MethodsFor(s.place[k]);
-        allowed = std::find(ok.begin(), ok.end(), m) != ok.end();
-        differ += s.method[k] != m || s.ServerNode(k) >= 0;
+        allowed = space_->Allows(s.place[k], m);
+        differ += s.method[k] != m || s.ServerNode(k) != node;
       }
       // (One group differing is a move of the next tier.)
-      if (allowed && differ > 1) whole.push_back({0, groups_, -1, m, true});
-    }
-    // Every group's parameters served by one of the server nodes.
-    for (int node : space_->ServerNodes()) {
-      bool allowed = true;
-      int differ = 0;
-      for (int k = 0; k < groups_ && allowed; ++k) {
-        const std::vector<Method> ok = space_->MethodsFor(s.place[k]);
-        allowed = std::find(ok.begin(), ok.end(), Method::kParameterServer) != ok.end();
-        differ += s.method[k] != Method::kParameterServer || s.ServerNode(k) != node;
-      }
-      if (allowed && differ > 1) {
-        whole.push_back({0, groups_, -1, Method::kParameterServer, true, node});
-      }
+      if (allowed && differ > 1) whole.push_back({0, groups_, -1, m, true, node});
     }
     for (const auto& [e, o] : promising) whole.push_back({0, groups_, o, Method::kRing, false});
     for (int k = 0; k < groups_; ++k) {
@@ -521,8 +512,7 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
     PlanState mixed = start_state;
     mixed.order = best.order;
     for (size_t k = 0; k < mixed.method.size(); ++k) {
-      const std::vector<Method> ok = space.MethodsFor(mixed.place[k]);
-      if (std::find(ok.begin(), ok.end(), best.method[k]) != ok.end()) {
+      if (space.Allows(mixed.place[k], best.method[k])) {
         mixed.method[k] = best.method[k];
         SetServerNode(&mixed, static_cast<int>(k), best.ServerNode(static_cast<int>(k)));
       }

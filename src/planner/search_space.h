@@ -9,6 +9,7 @@
 #ifndef QUILT_SRC_PLANNER_SEARCH_SPACE_H_
 #define QUILT_SRC_PLANNER_SEARCH_SPACE_H_
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <utility>
@@ -81,6 +82,10 @@ class SearchSpace {
   // Aggregation methods worth trying for an option (none matter for one
   // device: its gradients are whole).
   std::vector<Method> MethodsFor(int option) const;
+  bool Allows(int option, Method m) const {
+    const std::vector<Method> ok = MethodsFor(option);
+    return std::find(ok.begin(), ok.end(), m) != ok.end();
+  }
   // Nodes worth serving a group's parameters besides its own devices: on
   // clusters of several nodes, the two with the fastest NICs (a parameter
   // server's node takes every replica's gradient in).
