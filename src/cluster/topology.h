@@ -79,6 +79,9 @@ class Topology {
   const Resource& resource(int r) const { return resources_[r]; }
   // The path from device a to device b (empty when a == b).
   const Path& PathBetween(int a, int b) const { return paths_[a * num_devices() + b]; }
+  // Node n's NIC bandwidth (bytes/s, each direction; the default when the
+  // spec has none).
+  double NicBytesPerS(int n) const { return nic_bytes_per_s_[n]; }
   const quilt::v1::ClusterSpec& spec() const { return spec_; }
 
  private:
@@ -86,6 +89,7 @@ class Topology {
   std::vector<DeviceEntry> devices_;
   std::vector<std::string> node_ids_;
   std::vector<std::vector<int>> node_devices_;
+  std::vector<double> nic_bytes_per_s_;
   std::map<std::string, int> index_;
   std::vector<Resource> resources_;
   std::vector<Path> paths_;

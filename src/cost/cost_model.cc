@@ -281,8 +281,8 @@ CostModel::Collective CostModel::ComputeAllReduce(quilt::v1::AggregationMethod m
 CostModel::Collective CostModel::Hierarchical(const std::vector<int>& devices, double bytes) const {
   // The runtime's two-level all-reduce (src/common/hierarchical_layout.h):
   // per piece, the members of each node send every shard to its owner,
-  // the owners of each shard ring over the nodes, and the owners send the
-  // sums back. The pieces pipeline: the step takes one piece through the
+  // the owners of each shard exchange it across the nodes, and the owners
+  // send the sums back. The pieces pipeline: the step takes one piece through the
   // three phases, then a slowest phase per further piece.
   const int n = static_cast<int>(devices.size());
   // Members by node, nodes in ascending order (as the runtime's layout
@@ -298,7 +298,6 @@ CostModel::Collective CostModel::Hierarchical(const std::vector<int>& devices, d
     by_node.back().push_back(devices[keyed[i].second]);
   }
   const int nodes = static_cast<int>(by_node.size());
-  if (nodes == n) return Ring(devices, bytes, 2.0 * (n - 1));
   int min_members = n;
   for (const std::vector<int>& ds : by_node) {
     min_members = std::min(min_members, static_cast<int>(ds.size()));
@@ -336,21 +335,39 @@ CostModel::Collective CostModel::Hierarchical(const std::vector<int>& devices, d
       }
     }
   }
-  // The shards' rings share each node's NIC: together they move the
-  // piece as one ring over the nodes' first members would.
-  double across = 0;
-  std::vector<int> owners(nodes);
-  for (int j = 0; j < s; ++j) {
-    for (int k = 0; k < nodes; ++k) owners[k] = by_node[k][j];
-    Collective r = Ring(owners, j == 0 ? piece : piece / s, 2.0 * (nodes - 1));
-    if (j == 0) across = r.time_s;
-    res.insert(res.end(), r.resources.begin(), r.resources.end());
+  // Across the nodes, per piece (src/common/hierarchical_layout.h): each
+  // owner sends every other node's part of its shard to that node's owner,
+  // sums its own part from theirs, then sends the sum back to them all; the
+  // shards together load node k's NIC as one shard of the whole piece
+  // would. `first` is a piece alone (its two phases, each a latency and
+  // the busiest NIC's bytes), `steady` each further piece while pieces
+  // overlap (the busiest NIC's bytes both phases put through each side).
+  std::vector<double> nic(nodes);
+  for (int k = 0; k < nodes; ++k) {
+    nic[k] = topology_->NicBytesPerS(topology_->device(by_node[k][0]).node);
   }
+  const std::vector<double> shares = ExchangeShares(nic, layout.pieces);
+  double phase = 0, steady = 0;
+  for (int k = 0; k < nodes && nodes > 1; ++k) {
+    double latency = 0;
+    for (int l = 0; l < nodes; ++l) {
+      if (l == k) continue;
+      for (int j = 0; j < s; ++j) {
+        const Path& p = topology_->PathBetween(by_node[k][j], by_node[l][j]);
+        res.insert(res.end(), p.resources.begin(), p.resources.end());
+        latency = std::max(latency, p.latency_s);
+      }
+    }
+    const double f = shares.empty() ? 1.0 / nodes : shares[k];
+    phase = std::max(phase, latency + std::max(1 - f, (nodes - 1) * f) * piece / nic[k]);
+    steady = std::max(steady, (1 + (nodes - 2) * f) * piece / nic[k]);
+  }
+  const double first = 2 * phase;
   std::sort(res.begin(), res.end());
   res.erase(std::unique(res.begin(), res.end()), res.end());
   // All pieces start at once: in the steady state a member's links carry
   // one piece's sums in and another's sums back out at the same time.
-  c.time_s = 2 * within + across + (layout.pieces - 1) * std::max(2 * within, across);
+  c.time_s = 2 * within + first + (layout.pieces - 1) * std::max(2 * within, steady);
   return c;
 }
 

@@ -9,6 +9,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "src/common/hierarchical_layout.h"
 #include "src/common/status.h"
 #include "src/graph/graph_index.h"
 #include "src/graph/op_registry.h"
@@ -31,6 +32,23 @@ namespace {
 
 using quilt::v1::AggregationMethod;
 using quilt::v1::Instruction;
+
+// A group over nodes whose NICs differ enough for the two-level
+// all-reduce to size the nodes' parts by them (NodeShares) carries each
+// member's NIC bandwidth.
+void AddNicBandwidths(const Topology& topo, const std::vector<int>& devices,
+                      quilt::v1::DeviceGroup* group) {
+  std::vector<int> nodes;
+  std::vector<double> nic;
+  for (int d : devices) {
+    const int node = topo.device(d).node;
+    if (std::find(nodes.begin(), nodes.end(), node) != nodes.end()) continue;
+    nodes.push_back(node);
+    nic.push_back(topo.NicBytesPerS(node));
+  }
+  if (NodeShares(nic).empty()) return;
+  for (int d : devices) group->add_nic_bytes_per_s(topo.NicBytesPerS(topo.device(d).node));
+}
 
 struct Key {
   int tensor, device;
@@ -544,6 +562,7 @@ absl::Status Lowerer::Run(const quilt::v1::Strategy& s, const CostModel* cost, b
     auto* group = prog.add_groups();
     group->set_id(static_cast<int64_t>(k) + 1);
     for (int d : groups_[k]) group->add_devices(topo_.device(d).id);
+    AddNicBandwidths(topo_, groups_[k], group);
   }
   std::vector<double> priority = HeftPriorities(instrs_, groups_, topo_, ix_, cost, s.order());
   std::vector<quilt::v1::DeviceProgram*> per_device(topo_.num_devices(), nullptr);

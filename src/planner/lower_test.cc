@@ -87,6 +87,45 @@ INSTANTIATE_TEST_SUITE_P(Methods, DataParallel,
                                            quilt::v1::AGGREGATION_METHOD_HIERARCHICAL_ALLREDUCE,
                                            quilt::v1::AGGREGATION_METHOD_PARAMETER_SERVER));
 
+// Groups over three nodes whose NICs differ carry each member's NIC (the
+// two-level all-reduce sizes the nodes' parts by them); groups over nodes
+// alike carry none. The validator refuses NICs the cluster does not have.
+TEST(Lower, GroupsOverNodesOfUnequalNicsCarryThem) {
+  quilt::v1::ClusterSpec spec = TwoNodes();
+  *spec.add_nodes() = spec.nodes(1);
+  auto* third = spec.mutable_nodes(2);
+  third->set_node_id("third");
+  for (int d = 0; d < third->devices_size(); ++d) {
+    third->mutable_devices(d)->set_id("third/gpu:" + std::to_string(d));
+  }
+  const auto two_level = quilt::v1::AGGREGATION_METHOD_HIERARCHICAL_ALLREDUCE;
+  for (double fast_nic : {1.25e9, 5e9}) {
+    SCOPED_TRACE(fast_nic);
+    spec.mutable_nodes(0)->mutable_nic()->set_bandwidth_bytes_per_s(fast_nic);
+    auto s = Make("mlp", spec);
+    const Strategy strategy =
+        DataParallelStrategy(s->graph, s->topo, {1, 1, 1, 1, 1, 1}, two_level, "dp");
+    DistributedProgram p = LowerChecked(*s, strategy, 24);
+    ASSERT_EQ(p.groups_size(), 1);
+    const auto& group = p.groups(0);
+    if (fast_nic == 1.25e9) {
+      EXPECT_EQ(group.nic_bytes_per_s_size(), 0);
+      continue;
+    }
+    ASSERT_EQ(group.nic_bytes_per_s_size(), 6);
+    for (int m = 0; m < 6; ++m) {
+      const bool on_fast = absl::StartsWith(group.devices(m), "fast/");
+      EXPECT_EQ(group.nic_bytes_per_s(m), on_fast ? 5e9 : 1.25e9) << group.devices(m);
+    }
+    p.mutable_groups(0)->set_nic_bytes_per_s(5, 9e9);
+    EXPECT_THAT(ValidateProgram(p, s->graph, s->topo),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("NIC")));
+    p.mutable_groups(0)->mutable_nic_bytes_per_s()->RemoveLast();
+    EXPECT_THAT(ValidateProgram(p, s->graph, s->topo),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("5 NIC bandwidths")));
+  }
+}
+
 TEST(Lower, SingleDevice_HasNoCommunication) {
   auto s = Make("mlp");
   const Strategy strategy = DataParallelStrategy(

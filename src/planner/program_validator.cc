@@ -30,6 +30,7 @@ absl::Status Validator::Index() {
     }
     if (members.empty())
       return absl::InvalidArgumentError(absl::StrCat("group ", group.id(), " is empty"));
+    RETURN_IF_ERROR(CheckGroupNics(group, members));
   }
   std::vector<std::pair<int64_t, std::pair<int, const Instruction*>>> all;
   std::set<int> devices_seen;
@@ -192,6 +193,25 @@ absl::Status Validator::CheckTransfers() {
       return absl::InvalidArgumentError(
           absl::StrCat("instruction ", node.ins->id(), " pulls '", pull.parameter().tensor(),
                        "' from ", pull.server_device(), ", which does not hold it"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Validator::CheckGroupNics(const quilt::v1::DeviceGroup& group,
+                                       const std::vector<int>& members) const {
+  if (group.nic_bytes_per_s_size() == 0) return absl::OkStatus();
+  if (group.nic_bytes_per_s_size() != group.devices_size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("group ", group.id(), " has ", group.devices_size(), " devices but ",
+                     group.nic_bytes_per_s_size(), " NIC bandwidths"));
+  }
+  for (int m = 0; m < group.devices_size(); ++m) {
+    const int node = topo_.device(members[m]).node;
+    if (group.nic_bytes_per_s(m) != topo_.NicBytesPerS(node)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "group ", group.id(), " gives ", group.devices(m), " a NIC of ", group.nic_bytes_per_s(m),
+          " bytes/s; node ", topo_.node_id(node), "'s NIC has ", topo_.NicBytesPerS(node)));
     }
   }
   return absl::OkStatus();

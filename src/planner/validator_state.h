@@ -89,6 +89,9 @@ class Validator {
   absl::Status Index();
   absl::Status CheckTransfers();
   absl::Status CheckCollectives();
+  // A group's NIC bandwidths, where given: one per member, its node's.
+  absl::Status CheckGroupNics(const quilt::v1::DeviceGroup& group,
+                              const std::vector<int>& members) const;
   // No row of a tensor summed by two all-reduces on one device.
   absl::Status CheckDisjointSums();
   absl::Status CheckCoverage();

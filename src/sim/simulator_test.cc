@@ -494,6 +494,32 @@ TEST(CostModel, CompositeModelsKeepAllReducesAsThePlainModelComputesThem) {
             w->cost.AllReduce(tree, {3, 0, 1, 2}, 3e7).time_s);
 }
 
+// The two-level all-reduce's exchange across nodes sizes each node's part
+// by its NIC: a node with a NIC twice as fast as the other three's takes a
+// larger part and the slow NICs carry 1.2 buffers instead of 1.5, so the
+// large all-reduce takes less than when every NIC is slow. Equal parts (a piece alone) gain nothing
+// from the fast NIC.
+TEST(CostModel, TwoLevelAllReducePartsFollowTheNics) {
+  NodeShape slow{2}, fast{2};
+  slow.nic_bw = 1e9;
+  fast.nic_bw = 2e9;
+  slow.fabric_bw = fast.fabric_bw = 1e11;
+  auto mixed = MakeWorld(TensorGraph(1 << 20), Spec({fast, slow, slow, slow}));
+  auto alike = MakeWorld(TensorGraph(1 << 20), Spec({slow, slow, slow, slow}));
+  const auto two_level = quilt::v1::AGGREGATION_METHOD_HIERARCHICAL_ALLREDUCE;
+  const std::vector<int> all = {0, 1, 2, 3, 4, 5, 6, 7};
+  const double large = 256e6;  // 16 pieces
+  const double t_mixed = mixed->cost.AllReduce(two_level, all, large).time_s;
+  const double t_alike = alike->cost.AllReduce(two_level, all, large).time_s;
+  // (The first piece's two phases apart, then 15 overlapped: shares 0.7
+  // and 0.1 put 2.1 pieces through the fast NIC in a phase, equal shares
+  // 0.75 through each.)
+  EXPECT_NEAR(t_mixed / t_alike, (2 * 2.1 / 2 + 15 * 1.2) / (2 * 0.75 + 15 * 1.5), 0.005);
+  const double small = 1e6;  // one piece
+  EXPECT_NEAR(mixed->cost.AllReduce(two_level, all, small).time_s,
+              alike->cost.AllReduce(two_level, all, small).time_s, 1e-12);
+}
+
 TEST(Simulator, MemoryCountsTheAllReduceStagingAndTheServersReceiveBuffers) {
   const int64_t m = 8 << 20;
   auto w = MakeWorld(TensorGraph(m), Spec({NodeShape{3}}));

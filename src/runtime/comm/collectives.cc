@@ -85,8 +85,7 @@ class BufferPool {
 class Ring : public std::enable_shared_from_this<Ring> {
  public:
   Ring(Transport* t, uint64_t id, int64_t step, std::vector<int> ranks, int me, float* data,
-       int64_t count, int64_t segment_elements, std::shared_ptr<const void> owner,
-       int tag_member_base = 0)
+       int64_t count, int64_t segment_elements, std::shared_ptr<const void> owner)
       : t_(t),
         id_(id),
         step_(step),
@@ -94,8 +93,7 @@ class Ring : public std::enable_shared_from_this<Ring> {
         me_(me),
         data_(data),
         count_(count),
-        owner_(std::move(owner)),
-        base_(tag_member_base) {
+        owner_(std::move(owner)) {
     n_ = static_cast<int>(ranks_.size());
     int64_t longest = 0;
     for (int c = 0; c < n_; ++c) longest = std::max(longest, ChunkBegin(c + 1) - ChunkBegin(c));
@@ -162,10 +160,10 @@ class Ring : public std::enable_shared_from_this<Ring> {
       }
       self->Step(s, k + 1);
     };
-    t_->Recv(ranks_[left], MakeTag(step_, kind, id_, CollectiveSub(j, s, base_ + me_)), into,
+    t_->Recv(ranks_[left], MakeTag(step_, kind, id_, CollectiveSub(j, s, me_)), into,
              static_cast<size_t>(re - rb) * sizeof(float), after);
-    t_->Send(ranks_[right], MakeTag(step_, kind, id_, CollectiveSub(j, s, base_ + right)),
-             data_ + sb, static_cast<size_t>(se - sb) * sizeof(float), after);
+    t_->Send(ranks_[right], MakeTag(step_, kind, id_, CollectiveSub(j, s, right)), data_ + sb,
+             static_cast<size_t>(se - sb) * sizeof(float), after);
   }
 
   Transport* t_;
@@ -176,7 +174,6 @@ class Ring : public std::enable_shared_from_this<Ring> {
   float* data_;
   int64_t count_;
   std::shared_ptr<const void> owner_;  // of data_, while any operation is pending
-  int base_;                           // added to the member in message tags
   std::vector<std::vector<float>> temp_;
   std::shared_ptr<Completion> completion_;
 };
@@ -294,9 +291,10 @@ class Tree : public std::enable_shared_from_this<Tree> {
 // The two-level all-reduce (src/common/hierarchical_layout.h): per piece
 // of the buffer, every member of a node sends each shard to the node's
 // member that owns it (member j of the node owns shard j), the owners of
-// each shard ring over the nodes, and each owner sends its shard's sum to
-// the other members of its node. Pieces proceed independently, so one
-// piece's ring overlaps the next one's sums within the nodes.
+// each shard exchange it across the nodes (each sums its node's part of
+// it, then sends that sum to the others), and each owner sends its shard's
+// sum to the other members of its node. Pieces proceed independently, so
+// one piece's exchange overlaps the next one's sums within the nodes.
 class Hierarchical : public std::enable_shared_from_this<Hierarchical> {
  public:
   Hierarchical(Transport* t, const AllReduceSpec& spec) : t_(t), spec_(spec) {
@@ -311,12 +309,20 @@ class Hierarchical : public std::enable_shared_from_this<Hierarchical> {
       min_members = std::min(min_members, static_cast<int>(members.size()));
     }
     layout_ = LayoutHierarchical(static_cast<int>(nodes_.size()), min_members, spec.count);
+    if (spec.nic_bytes_per_s.size() == spec.ranks.size()) {
+      std::vector<double> nic;
+      for (const std::vector<int>& members : nodes_)
+        nic.push_back(spec.nic_bytes_per_s[members[0]]);
+      shares_ = ExchangeShares(nic, layout_.pieces);
+    }
+    scattered_ = std::make_unique<std::atomic<int>[]>(layout_.pieces);
     const std::vector<int>& mine = nodes_[node_index_];
     position_ = static_cast<int>(std::find(mine.begin(), mine.end(), spec.me) - mine.begin());
   }
 
   ~Hierarchical() {
     for (auto& v : temp_) BufferPool::Get().Give(std::move(v));
+    for (auto& v : across_) BufferPool::Get().Give(std::move(v));
   }
 
   void Start(CommCallback done) {
@@ -326,7 +332,10 @@ class Hierarchical : public std::enable_shared_from_this<Hierarchical> {
     }
     // An owner's piece is done twice: its sums sent, the others' received.
     completion_ = std::make_shared<Completion>(layout_.pieces * (owner() ? 2 : 1), std::move(done));
-    if (owner()) temp_.resize(static_cast<size_t>(layout_.pieces) * (Mine().size() - 1));
+    if (owner()) {
+      temp_.resize(static_cast<size_t>(layout_.pieces) * (Mine().size() - 1));
+      across_.resize(static_cast<size_t>(layout_.pieces) * (nodes_.size() - 1));
+    }
     for (int p = 0; p < layout_.pieces; ++p) Reduce(p);
   }
 
@@ -349,6 +358,24 @@ class Hierarchical : public std::enable_shared_from_this<Hierarchical> {
                    CollectiveSub(sender_position, p, receiver_position));
   }
   std::vector<float>& Temp(int p, int k) { return temp_[p * (Mine().size() - 1) + (k - 1)]; }
+  // The k-th other node's part of this owner's shard of piece p, received.
+  std::vector<float>& Across(int p, int k) { return across_[p * (nodes_.size() - 1) + k]; }
+  // Elements [begin, end) of node k's part of this owner's shard of piece p.
+  std::pair<int64_t, int64_t> Part(int p, int k) const {
+    const auto [b, e] = Shard(p, position_);
+    const int n = static_cast<int>(nodes_.size());
+    return {b + ShareBegin(shares_, k, n, e - b), b + ShareBegin(shares_, k + 1, n, e - b)};
+  }
+  // The process of node k's owner of this member's shard.
+  int OwnerRank(int k) const { return spec_.ranks[nodes_[k][position_]]; }
+  // A message of the exchange across nodes of piece p, sent by node k's
+  // owner of this member's shard (tags within a process: per receiving
+  // owner, per sender).
+  uint64_t AcrossTag(TagKind kind, int p, int k) const {
+    const uint64_t sub =
+        (static_cast<uint64_t>(p) * layout_.shards + position_) * nodes_.size() + k;
+    return MakeTag(spec_.step, kind, spec_.collective_id, sub);
+  }
   // A callback for `operations` operations that runs `then` once all have
   // succeeded (at once when there are none), or fails the all-reduce.
   CommCallback Count(int operations, std::function<void()> then) {
@@ -389,7 +416,7 @@ class Hierarchical : public std::enable_shared_from_this<Hierarchical> {
       for (int k = 1; k <= receives; ++k) {
         AddInto(self->spec_.data + b, self->Temp(p, k).data(), e - b);
       }
-      self->RingShard(p);
+      self->Exchange(p);
     });
     for (int k = 1; k <= receives; ++k) {
       const int from = (position_ + k) % g;
@@ -402,24 +429,81 @@ class Hierarchical : public std::enable_shared_from_this<Hierarchical> {
     on_received(absl::OkStatus());
   }
 
-  // Phase 2: the owners of this shard, one per node, ring it.
-  void RingShard(int p) {
+  // Phase 2: the owners of this shard, one per node, exchange it: each
+  // sends every other node its part of the shard and sums its own node's
+  // part from theirs (reduce-scatter), then sends that sum to them all and
+  // receives their parts' sums (all-gather).
+  void Exchange(int p) {
     if (completion_->failed()) return;
-    std::vector<int> ranks;
-    for (const std::vector<int>& members : nodes_) ranks.push_back(spec_.ranks[members[position_]]);
-    const auto [b, e] = Shard(p, position_);
     const int nodes = static_cast<int>(nodes_.size());
     auto self = shared_from_this();
-    auto ring = std::make_shared<Ring>(t_, spec_.collective_id, spec_.step, std::move(ranks),
-                                       node_index_, spec_.data + b, e - b, spec_.segment_elements,
-                                       spec_.owner, (p * layout_.shards + position_) * nodes);
-    ring->Start([self, p](absl::Status s) {
-      if (!s.ok()) {
-        self->completion_->Fail(s);
-        return;
+    const auto [b, e] = Part(p, node_index_);
+    int sends = 0, receives = 0;
+    for (int l = 0; l < nodes; ++l) {
+      if (l == node_index_) continue;
+      const auto [lb, le] = Part(p, l);
+      sends += le > lb;
+      receives += e > b;
+    }
+    // The parts' sums received in the all-gather overwrite the parts sent
+    // here: they are received only once those have left.
+    CommCallback on_sent = Count(sends, [self, p] { self->Arrived(p); });
+    for (int l = 0; l < nodes; ++l) {
+      if (l == node_index_) continue;
+      const auto [lb, le] = Part(p, l);
+      if (le == lb) continue;
+      t_->Send(OwnerRank(l), AcrossTag(TagKind::kAcrossScatter, p, node_index_), spec_.data + lb,
+               static_cast<size_t>(le - lb) * sizeof(float), on_sent);
+    }
+    on_sent(absl::OkStatus());
+    CommCallback on_received = Count(receives, [self, p, b = b, e = e] {
+      for (int k = 0; k + 1 < static_cast<int>(self->nodes_.size()) && e > b; ++k) {
+        AddInto(self->spec_.data + b, self->Across(p, k).data(), e - b);
       }
-      self->SendSum(p);
+      self->Arrived(p);
     });
+    for (int l = 0, k = 0; l < nodes && e > b; ++l) {
+      if (l == node_index_) continue;
+      std::vector<float>& into = Across(p, k++);
+      into = BufferPool::Get().Take();
+      into.resize(static_cast<size_t>(e - b));
+      t_->Recv(OwnerRank(l), AcrossTag(TagKind::kAcrossScatter, p, l), into.data(),
+               static_cast<size_t>(e - b) * sizeof(float), on_received);
+    }
+    on_received(absl::OkStatus());
+  }
+
+  // The reduce-scatter of piece p has sent its parts or summed this
+  // node's: after both, the all-gather.
+  void Arrived(int p) {
+    if (++scattered_[p] == 2) Gather(p);
+  }
+
+  void Gather(int p) {
+    if (completion_->failed()) return;
+    const int nodes = static_cast<int>(nodes_.size());
+    auto self = shared_from_this();
+    const auto [b, e] = Part(p, node_index_);
+    int operations = 0;
+    for (int l = 0; l < nodes; ++l) {
+      if (l == node_index_) continue;
+      const auto [lb, le] = Part(p, l);
+      operations += (e > b) + (le > lb);
+    }
+    CommCallback on_done = Count(operations, [self, p] { self->SendSum(p); });
+    for (int l = 0; l < nodes; ++l) {
+      if (l == node_index_) continue;
+      const auto [lb, le] = Part(p, l);
+      if (le > lb) {
+        t_->Recv(OwnerRank(l), AcrossTag(TagKind::kAcrossGather, p, l), spec_.data + lb,
+                 static_cast<size_t>(le - lb) * sizeof(float), on_done);
+      }
+      if (e > b) {
+        t_->Send(OwnerRank(l), AcrossTag(TagKind::kAcrossGather, p, node_index_), spec_.data + b,
+                 static_cast<size_t>(e - b) * sizeof(float), on_done);
+      }
+    }
+    on_done(absl::OkStatus());
   }
 
   // Phase 3, an owner: its shard's sum to the other members of its node.
@@ -459,7 +543,11 @@ class Hierarchical : public std::enable_shared_from_this<Hierarchical> {
   std::vector<std::vector<int>> nodes_;  // member indices per node, by node
   int node_index_ = 0, position_ = 0;
   HierarchicalLayout layout_;
-  std::vector<std::vector<float>> temp_;  // per piece, the other members' shards
+  std::vector<double> shares_;              // per node, its part of a shard (empty: equal)
+  std::vector<std::vector<float>> temp_;    // per piece, the other members' shards
+  std::vector<std::vector<float>> across_;  // per piece, the other nodes' parts
+  // Per piece, the reduce-scatter's halves done (parts sent, own part summed).
+  std::unique_ptr<std::atomic<int>[]> scattered_;
   std::shared_ptr<Completion> completion_;
 };
 

@@ -34,6 +34,10 @@ class Network {
   using Key = std::pair<int, uint64_t>;  // receiving process, tag
 
   void Send(int from, int to, uint64_t tag, const void* data, size_t bytes, CommCallback done) {
+    if (from != to) {
+      if (sent_across_.size() <= static_cast<size_t>(from)) sent_across_.resize(from + 1);
+      sent_across_[from] += bytes;
+    }
     Post p;
     p.from = from;
     p.send_from = static_cast<const char*>(data);
@@ -51,6 +55,10 @@ class Network {
   }
   const std::vector<std::string>& errors() const { return errors_; }
   size_t pending() const { return sends_.size() + recvs_.size(); }
+  // Bytes process `from` sent to other processes.
+  size_t sent_across(int from) const {
+    return static_cast<size_t>(from) < sent_across_.size() ? sent_across_[from] : 0;
+  }
 
  private:
   void Match(const Key& k, std::map<Key, Post>* mine, std::map<Key, Post>* theirs, Post p,
@@ -86,6 +94,7 @@ class Network {
 
   std::map<Key, Post> sends_, recvs_;
   std::vector<std::string> errors_;
+  std::vector<size_t> sent_across_;
 };
 
 class NetworkTransport final : public Transport {
@@ -116,15 +125,23 @@ struct Case {
   quilt::v1::AggregationMethod method;
   std::vector<int> per_node;  // members of each node (one process each)
   int64_t count;
+  std::vector<double> nics = {};  // per node, its NIC's bandwidth (empty: none given)
 };
 
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
+// Runs the all-reduce of case `c` on `net`; every member must end with
+// the sum of all members' buffers.
+void RunCase(const Case& c, Network& net);
+
 class AllReduceSums : public ::testing::TestWithParam<Case> {};
 
 TEST_P(AllReduceSums, EveryMemberEndsWithTheSum) {
-  const Case& c = GetParam();
   Network net;
+  RunCase(GetParam(), net);
+}
+
+void RunCase(const Case& c, Network& net) {
   std::vector<std::unique_ptr<NetworkTransport>> transports;
   std::vector<int> ranks;
   for (int node = 0; node < static_cast<int>(c.per_node.size()); ++node) {
@@ -151,6 +168,9 @@ TEST_P(AllReduceSums, EveryMemberEndsWithTheSum) {
     spec.method = c.method;
     spec.ranks = ranks;
     spec.nodes = ranks;  // one process per node
+    for (int r : ranks) {
+      if (!c.nics.empty()) spec.nic_bytes_per_s.push_back(c.nics[r]);
+    }
     spec.me = m;
     spec.data = data[m].data();
     spec.count = c.count;
@@ -196,11 +216,64 @@ INSTANTIATE_TEST_SUITE_P(
         // Fewer elements than shards × pieces: empty shards.
         Case{"hierarchical_tiny", kHier, {3, 3}, 2},
         Case{"hierarchical_pieces_2x2", kHier, {2, 2}, kPieces},
-        Case{"hierarchical_pieces_4_4_3", kHier, {4, 4, 3}, kPieces}),
+        Case{"hierarchical_pieces_4_4_3", kHier, {4, 4, 3}, kPieces},
+        // NICs of different speeds: parts of unequal sizes across nodes
+        // (with one piece, and with several), and a node too slow to sum
+        // any part.
+        Case{"hierarchical_nics_2_2_2_2", kHier, {2, 2, 2, 2}, 5003, {2, 1, 1, 1}},
+        Case{"hierarchical_pieces_nics_2_1_3_2", kHier, {2, 1, 3, 2}, kPieces, {1, 4, 1, 2}},
+        Case{"hierarchical_pieces_nics_slow_node", kHier, {2, 2, 2, 2}, kPieces, {10, 10, 10, 1}}),
     [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
 
-// Tags name a ring by (piece, shard, node) in 8 bits: the layout keeps
-// their product within 256 on any cluster.
+// Across nodes, a node sends (1 + (n - 2) f) of the buffer for its share
+// f: with a NIC twice as fast as the other three, it sums 0.7 of every
+// shard and sends twice their bytes, where equal parts would have every
+// node send 1.5 buffers.
+TEST(HierarchicalExchange, NodesSendInProportionToTheirNics) {
+  for (const std::vector<double>& nics : {std::vector<double>{2, 1, 1, 1}, std::vector<double>{}}) {
+    Network net;
+    const Case c{"nics", kHier, {2, 2, 2, 2}, kPieces, nics};
+    RunCase(c, net);
+    const double buffer = static_cast<double>(kPieces) * sizeof(float);
+    for (int node = 0; node < 4; ++node) {
+      const double want = nics.empty() ? 1.5 : (node == 0 ? 2.4 : 1.2);
+      EXPECT_NEAR(static_cast<double>(net.sent_across(node)) / buffer, want, 1e-3)
+          << "node " << node << (nics.empty() ? ", equal parts" : ", NICs 2:1:1:1");
+    }
+  }
+}
+
+TEST(HierarchicalExchange, SharesLevelTheNicsLoad) {
+  const std::vector<double> nics = {12.5e9, 6.25e9, 6.25e9, 6.25e9};
+  const std::vector<double> f = NodeShares(nics);
+  ASSERT_EQ(f.size(), 4u);
+  EXPECT_NEAR(f[0], 0.7, 1e-9);
+  EXPECT_NEAR(f[1], 0.1, 1e-9);
+  // Every NIC busy as long: (1 + 2 f) / bandwidth.
+  for (int k = 1; k < 4; ++k)
+    EXPECT_NEAR((1 + 2 * f[k]) / nics[k], (1 + 2 * f[0]) / nics[0], 1e-20);
+  // Less than equal parts over several pieces; a piece alone keeps equal
+  // parts, whose two phases take less.
+  EXPECT_LT(ExchangeSecondsPerByte(nics, f, 16), ExchangeSecondsPerByte(nics, {}, 16));
+  EXPECT_EQ(ExchangeShares(nics, 16), f);
+  EXPECT_TRUE(ExchangeShares(nics, 1).empty());
+  // A NIC too slow for any part sums none; NICs alike and two nodes keep
+  // equal parts.
+  const std::vector<double> slow = NodeShares({10, 10, 10, 1});
+  ASSERT_EQ(slow.size(), 4u);
+  EXPECT_EQ(slow[3], 0);
+  EXPECT_NEAR(slow[0], 1.0 / 3, 1e-12);
+  EXPECT_TRUE(NodeShares({5, 5, 5}).empty());
+  EXPECT_TRUE(NodeShares({1, 9}).empty());
+  // Parts cover the shard in order.
+  EXPECT_EQ(ShareBegin(f, 0, 4, 1000), 0);
+  EXPECT_EQ(ShareBegin(f, 1, 4, 1000), 700);
+  EXPECT_EQ(ShareBegin(f, 4, 4, 1000), 1000);
+  EXPECT_EQ(ShareBegin({}, 2, 4, 1000), 500);
+}
+
+// The layout keeps pieces × shards × nodes within 256 on any cluster (the
+// exchange's tags name (piece, shard, sending node)).
 TEST(HierarchicalLayout, PiecesShardsAndNodesFitTheTag) {
   for (int nodes : {1, 2, 3, 8, 32, 100, 256}) {
     for (int members : {1, 2, 4, 8, 16}) {

@@ -20,6 +20,8 @@ enum class TagKind : uint64_t {
   kBarrier = 8,         // process barrier (id: its number, sub: the rank)
   kTreeUp = 9,          // tree all-reduce, child to parent (sub: the child)
   kTreeDown = 10,       // tree all-reduce, parent to child (sub: the child)
+  kAcrossScatter = 11,  // hierarchical all-reduce, a node's part to its owner
+  kAcrossGather = 12,   // hierarchical all-reduce, a part's sum to the others
 };
 
 inline uint64_t MakeTag(int64_t step, TagKind kind, uint64_t id, uint64_t sub = 0) {
