@@ -98,6 +98,7 @@ absl::StatusOr<Topology> Topology::Build(const quilt::v1::ClusterSpec& spec) {
     const double nic_bw = Or(node.nic().bandwidth_bytes_per_s(), kDefaultNicBytesPerS);
     const double nic_lat = Or(node.nic().latency_s(), kDefaultNicLatencyS);
     t.nic_bytes_per_s_.push_back(nic_bw);
+    t.fabric_bytes_per_s_.push_back(fabric_bw);
     NodeRes r;
     r.nic_out = static_cast<int>(t.resources_.size());
     t.resources_.push_back({node.node_id() + " nic out", nic_bw, nic_lat / 2});

@@ -8,6 +8,7 @@
 #ifndef QUILT_SRC_CLUSTER_TOPOLOGY_H_
 #define QUILT_SRC_CLUSTER_TOPOLOGY_H_
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <vector>
@@ -79,9 +80,13 @@ class Topology {
   const Resource& resource(int r) const { return resources_[r]; }
   // The path from device a to device b (empty when a == b).
   const Path& PathBetween(int a, int b) const { return paths_[a * num_devices() + b]; }
-  // Node n's NIC bandwidth (bytes/s, each direction; the default when the
-  // spec has none).
-  double NicBytesPerS(int n) const { return nic_bytes_per_s_[n]; }
+  // Bytes/s node n moves to other nodes (and takes from them) when
+  // `streams` of its devices send at once: its NIC's bandwidth, or the
+  // devices' links to it together where they are narrower (defaults
+  // where the spec has none).
+  double NodeBytesPerS(int n, int streams) const {
+    return std::min(nic_bytes_per_s_[n], streams * fabric_bytes_per_s_[n]);
+  }
   const quilt::v1::ClusterSpec& spec() const { return spec_; }
 
  private:
@@ -89,7 +94,7 @@ class Topology {
   std::vector<DeviceEntry> devices_;
   std::vector<std::string> node_ids_;
   std::vector<std::vector<int>> node_devices_;
-  std::vector<double> nic_bytes_per_s_;
+  std::vector<double> nic_bytes_per_s_, fabric_bytes_per_s_;  // per node
   std::map<std::string, int> index_;
   std::vector<Resource> resources_;
   std::vector<Path> paths_;

@@ -338,13 +338,13 @@ CostModel::Collective CostModel::Hierarchical(const std::vector<int>& devices, d
   // Across the nodes, per piece (src/common/hierarchical_layout.h): each
   // owner sends every other node's part of its shard to that node's owner,
   // sums its own part from theirs, then sends the sum back to them all; the
-  // shards together load node k's NIC as one shard of the whole piece
-  // would. `first` is a piece alone (its two phases, each a latency and
-  // the busiest NIC's bytes), `steady` each further piece while pieces
-  // overlap (the busiest NIC's bytes both phases put through each side).
+  // shards together load node k's NIC (or its owners' links, where
+  // narrower) as one shard of the whole piece would. `first` is a piece alone (its two phases, each
+  // a latency and the busiest NIC's bytes), `steady` each further piece while pieces overlap (the
+  // busiest NIC's bytes both phases put through each side).
   std::vector<double> nic(nodes);
   for (int k = 0; k < nodes; ++k) {
-    nic[k] = topology_->NicBytesPerS(topology_->device(by_node[k][0]).node);
+    nic[k] = topology_->NodeBytesPerS(topology_->device(by_node[k][0]).node, s);
   }
   const std::vector<double> shares = ExchangeShares(nic, layout.pieces);
   double phase = 0, steady = 0;

@@ -33,23 +33,6 @@ namespace {
 using quilt::v1::AggregationMethod;
 using quilt::v1::Instruction;
 
-// A group over nodes whose NICs differ enough for the two-level
-// all-reduce to size the nodes' parts by them (NodeShares) carries each
-// member's NIC bandwidth.
-void AddNicBandwidths(const Topology& topo, const std::vector<int>& devices,
-                      quilt::v1::DeviceGroup* group) {
-  std::vector<int> nodes;
-  std::vector<double> nic;
-  for (int d : devices) {
-    const int node = topo.device(d).node;
-    if (std::find(nodes.begin(), nodes.end(), node) != nodes.end()) continue;
-    nodes.push_back(node);
-    nic.push_back(topo.NicBytesPerS(node));
-  }
-  if (NodeShares(nic).empty()) return;
-  for (int d : devices) group->add_nic_bytes_per_s(topo.NicBytesPerS(topo.device(d).node));
-}
-
 struct Key {
   int tensor, device;
   int64_t begin, end;
@@ -562,7 +545,7 @@ absl::Status Lowerer::Run(const quilt::v1::Strategy& s, const CostModel* cost, b
     auto* group = prog.add_groups();
     group->set_id(static_cast<int64_t>(k) + 1);
     for (int d : groups_[k]) group->add_devices(topo_.device(d).id);
-    AddNicBandwidths(topo_, groups_[k], group);
+    for (double b : ExchangeBytesPerS(topo_, groups_[k])) group->add_node_bytes_per_s(b);
   }
   std::vector<double> priority = HeftPriorities(instrs_, groups_, topo_, ix_, cost, s.order());
   std::vector<quilt::v1::DeviceProgram*> per_device(topo_.num_devices(), nullptr);
@@ -723,6 +706,32 @@ void Lowerer::Reorder() {
 }
 
 }  // namespace
+
+std::vector<double> ExchangeBytesPerS(const Topology& topology, const std::vector<int>& devices) {
+  std::vector<int> nodes, members;  // the group's nodes, in order, and their member counts
+  for (int d : devices) {
+    const int node = topology.device(d).node;
+    auto it = std::find(nodes.begin(), nodes.end(), node);
+    if (it == nodes.end()) {
+      nodes.push_back(node);
+      members.push_back(1);
+    } else {
+      ++members[it - nodes.begin()];
+    }
+  }
+  const int shards = LayoutHierarchical(static_cast<int>(nodes.size()),
+                                        *std::min_element(members.begin(), members.end()), 0)
+                         .shards;
+  std::vector<double> per_node;
+  for (int node : nodes) per_node.push_back(topology.NodeBytesPerS(node, shards));
+  if (NodeShares(per_node).empty()) return {};
+  std::vector<double> out;
+  for (int d : devices) {
+    out.push_back(
+        per_node[std::find(nodes.begin(), nodes.end(), topology.device(d).node) - nodes.begin()]);
+  }
+  return out;
+}
 
 absl::StatusOr<quilt::v1::DistributedProgram> Lower(const Graph& g, const quilt::v1::Strategy& s,
                                                     const Topology& topo, const CostModel* cost,

@@ -87,9 +87,10 @@ INSTANTIATE_TEST_SUITE_P(Methods, DataParallel,
                                            quilt::v1::AGGREGATION_METHOD_HIERARCHICAL_ALLREDUCE,
                                            quilt::v1::AGGREGATION_METHOD_PARAMETER_SERVER));
 
-// Groups over three nodes whose NICs differ carry each member's NIC (the
-// two-level all-reduce sizes the nodes' parts by them); groups over nodes
-// alike carry none. The validator refuses NICs the cluster does not have.
+// Groups over three nodes whose NICs differ carry each member's node's
+// bandwidth (the two-level all-reduce sizes the nodes' parts by them);
+// groups over nodes alike carry none. The validator refuses figures the
+// cluster does not give.
 TEST(Lower, GroupsOverNodesOfUnequalNicsCarryThem) {
   quilt::v1::ClusterSpec spec = TwoNodes();
   *spec.add_nodes() = spec.nodes(1);
@@ -109,20 +110,20 @@ TEST(Lower, GroupsOverNodesOfUnequalNicsCarryThem) {
     ASSERT_EQ(p.groups_size(), 1);
     const auto& group = p.groups(0);
     if (fast_nic == 1.25e9) {
-      EXPECT_EQ(group.nic_bytes_per_s_size(), 0);
+      EXPECT_EQ(group.node_bytes_per_s_size(), 0);
       continue;
     }
-    ASSERT_EQ(group.nic_bytes_per_s_size(), 6);
+    ASSERT_EQ(group.node_bytes_per_s_size(), 6);
     for (int m = 0; m < 6; ++m) {
       const bool on_fast = absl::StartsWith(group.devices(m), "fast/");
-      EXPECT_EQ(group.nic_bytes_per_s(m), on_fast ? 5e9 : 1.25e9) << group.devices(m);
+      EXPECT_EQ(group.node_bytes_per_s(m), on_fast ? 5e9 : 1.25e9) << group.devices(m);
     }
-    p.mutable_groups(0)->set_nic_bytes_per_s(5, 9e9);
+    p.mutable_groups(0)->set_node_bytes_per_s(5, 9e9);
     EXPECT_THAT(ValidateProgram(p, s->graph, s->topo),
-                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("NIC")));
-    p.mutable_groups(0)->mutable_nic_bytes_per_s()->RemoveLast();
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("across nodes")));
+    p.mutable_groups(0)->mutable_node_bytes_per_s()->RemoveLast();
     EXPECT_THAT(ValidateProgram(p, s->graph, s->topo),
-                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("5 NIC bandwidths")));
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("5 node bandwidths")));
   }
 }
 

@@ -7,6 +7,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "src/common/status.h"
+#include "src/planner/lower.h"
 #include "src/planner/placement.h"
 #include "src/planner/validator_state.h"
 
@@ -200,18 +201,20 @@ absl::Status Validator::CheckTransfers() {
 
 absl::Status Validator::CheckGroupNics(const quilt::v1::DeviceGroup& group,
                                        const std::vector<int>& members) const {
-  if (group.nic_bytes_per_s_size() == 0) return absl::OkStatus();
-  if (group.nic_bytes_per_s_size() != group.devices_size()) {
+  if (group.node_bytes_per_s_size() == 0) return absl::OkStatus();
+  if (group.node_bytes_per_s_size() != group.devices_size()) {
     return absl::InvalidArgumentError(
         absl::StrCat("group ", group.id(), " has ", group.devices_size(), " devices but ",
-                     group.nic_bytes_per_s_size(), " NIC bandwidths"));
+                     group.node_bytes_per_s_size(), " node bandwidths"));
   }
+  const std::vector<double> want = ExchangeBytesPerS(topo_, members);
   for (int m = 0; m < group.devices_size(); ++m) {
-    const int node = topo_.device(members[m]).node;
-    if (group.nic_bytes_per_s(m) != topo_.NicBytesPerS(node)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "group ", group.id(), " gives ", group.devices(m), " a NIC of ", group.nic_bytes_per_s(m),
-          " bytes/s; node ", topo_.node_id(node), "'s NIC has ", topo_.NicBytesPerS(node)));
+    const double w = want.empty() ? 0 : want[m];
+    if (group.node_bytes_per_s(m) != w) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("group ", group.id(), " gives ", group.devices(m), "'s node ",
+                       group.node_bytes_per_s(m), " bytes/s across nodes; the cluster gives it ", w,
+                       want.empty() ? " (equal parts: no figures)" : ""));
     }
   }
   return absl::OkStatus();

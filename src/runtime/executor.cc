@@ -189,19 +189,19 @@ absl::Status Executor::Impl::Init() {
       }
       members.push_back(it->second);
     }
-    if (g.nic_bytes_per_s_size() != 0) {
-      if (g.nic_bytes_per_s_size() != g.devices_size()) {
+    if (g.node_bytes_per_s_size() != 0) {
+      if (g.node_bytes_per_s_size() != g.devices_size()) {
         return absl::InvalidArgumentError(absl::StrCat("group ", g.id(), " has ", g.devices_size(),
-                                                       " devices but ", g.nic_bytes_per_s_size(),
-                                                       " NIC bandwidths"));
+                                                       " devices but ", g.node_bytes_per_s_size(),
+                                                       " node bandwidths"));
       }
-      for (double b : g.nic_bytes_per_s()) {
+      for (double b : g.node_bytes_per_s()) {
         if (!(b > 0) || !std::isfinite(b)) {
           return absl::InvalidArgumentError(
-              absl::StrCat("group ", g.id(), " has a NIC bandwidth of ", b, " bytes/s"));
+              absl::StrCat("group ", g.id(), " has a node bandwidth of ", b, " bytes/s"));
         }
       }
-      group_nics_[g.id()].assign(g.nic_bytes_per_s().begin(), g.nic_bytes_per_s().end());
+      group_node_bytes_[g.id()].assign(g.node_bytes_per_s().begin(), g.node_bytes_per_s().end());
     }
   }
   absl::flat_hash_map<int64_t, int> node_of_id;

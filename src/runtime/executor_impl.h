@@ -167,7 +167,7 @@ class Executor::Impl {
   absl::flat_hash_map<int64_t, int> push_device_;          // push tag → program device
   absl::flat_hash_map<int64_t, std::vector<int>> groups_;  // group id → program devices
   // group id → its members' NIC bandwidths, where the program gives them.
-  absl::flat_hash_map<int64_t, std::vector<double>> group_nics_;
+  absl::flat_hash_map<int64_t, std::vector<double>> group_node_bytes_;
   std::vector<std::string> input_names_;
   std::string label_name_;
   int loss_tensor_ = -1;

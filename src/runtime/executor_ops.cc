@@ -235,8 +235,8 @@ void Executor::Impl::StartAllReduce(int node) {
     spec.ranks.push_back(device_rank_[d]);
     spec.nodes.push_back(device_rank_[d]);  // one process per node
   }
-  if (auto nic = group_nics_.find(ar.group()); nic != group_nics_.end()) {
-    spec.nic_bytes_per_s = nic->second;
+  if (auto b = group_node_bytes_.find(ar.group()); b != group_node_bytes_.end()) {
+    spec.node_bytes_per_s = b->second;
   }
   if (ar.begin() != 0 || ar.end() != 0) {
     StartAllReduceSlice(node, std::move(spec));

@@ -515,6 +515,16 @@ TEST(CostModel, TwoLevelAllReducePartsFollowTheNics) {
   // and 0.1 put 2.1 pieces through the fast NIC in a phase, equal shares
   // 0.75 through each.)
   EXPECT_NEAR(t_mixed / t_alike, (2 * 2.1 / 2 + 15 * 1.2) / (2 * 0.75 + 15 * 1.5), 0.005);
+  // A fast NIC behind device links that together carry only what the
+  // slow NICs do gains nothing.
+  NodeShape narrow = fast;
+  narrow.fabric_bw = 0.5e9;  // two owners sending at once: 1e9
+  NodeShape narrow_slow = narrow;
+  narrow_slow.nic_bw = slow.nic_bw;
+  auto behind = MakeWorld(TensorGraph(1 << 20), Spec({narrow, slow, slow, slow}));
+  auto behind_slow = MakeWorld(TensorGraph(1 << 20), Spec({narrow_slow, slow, slow, slow}));
+  EXPECT_DOUBLE_EQ(behind->cost.AllReduce(two_level, all, large).time_s,
+                   behind_slow->cost.AllReduce(two_level, all, large).time_s);
   const double small = 1e6;  // one piece
   EXPECT_NEAR(mixed->cost.AllReduce(two_level, all, small).time_s,
               alike->cost.AllReduce(two_level, all, small).time_s, 1e-12);

@@ -309,11 +309,11 @@ class Hierarchical : public std::enable_shared_from_this<Hierarchical> {
       min_members = std::min(min_members, static_cast<int>(members.size()));
     }
     layout_ = LayoutHierarchical(static_cast<int>(nodes_.size()), min_members, spec.count);
-    if (spec.nic_bytes_per_s.size() == spec.ranks.size()) {
-      std::vector<double> nic;
+    if (spec.node_bytes_per_s.size() == spec.ranks.size()) {
+      std::vector<double> bandwidth;
       for (const std::vector<int>& members : nodes_)
-        nic.push_back(spec.nic_bytes_per_s[members[0]]);
-      shares_ = ExchangeShares(nic, layout_.pieces);
+        bandwidth.push_back(spec.node_bytes_per_s[members[0]]);
+      shares_ = ExchangeShares(bandwidth, layout_.pieces);
     }
     scattered_ = std::make_unique<std::atomic<int>[]>(layout_.pieces);
     const std::vector<int>& mine = nodes_[node_index_];

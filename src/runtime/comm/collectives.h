@@ -29,10 +29,10 @@ struct AllReduceSpec {
   // node (hierarchical only).
   std::vector<int> ranks;
   std::vector<int> nodes;
-  // Hierarchical only, per member: its node's NIC bandwidth (bytes/s),
-  // which sizes the nodes' parts of the exchange across them (empty:
-  // equal parts).
-  std::vector<double> nic_bytes_per_s;
+  // Hierarchical only, per member: its node's bandwidth to the other nodes
+  // (bytes/s), which sizes the nodes' parts of the exchange across them
+  // (empty: equal parts).
+  std::vector<double> node_bytes_per_s;
   int me = 0;  // this member's index
   float* data = nullptr;
   int64_t count = 0;

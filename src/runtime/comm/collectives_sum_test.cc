@@ -169,7 +169,7 @@ void RunCase(const Case& c, Network& net) {
     spec.ranks = ranks;
     spec.nodes = ranks;  // one process per node
     for (int r : ranks) {
-      if (!c.nics.empty()) spec.nic_bytes_per_s.push_back(c.nics[r]);
+      if (!c.nics.empty()) spec.node_bytes_per_s.push_back(c.nics[r]);
     }
     spec.me = m;
     spec.data = data[m].data();
