@@ -174,6 +174,8 @@ int main(int argc, char** argv) {
         j["ratio_to_lower_bound"] = heterog->ratio_to_lower_bound();
         j["search_wall_s"] = heterog->search().search_wall_s();
         j["plans_evaluated"] = heterog->search().plans_evaluated();
+        // The search's own prediction of its result, on the coarsened graph.
+        j["search_coarse_s"] = heterog->search().result_coarse_s();
         j["groups"] = heterog->search().groups();
         double peak = 0;
         for (const auto& m : heterog->memory()) {
