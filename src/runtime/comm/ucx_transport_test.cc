@@ -7,7 +7,7 @@
 // data has no failure handling of its own, so this checks the one that
 // watches the peer; messages arrive while the compute waits (the progress
 // thread polling) and after; the two-level all-reduce sums over two
-// processes.
+// processes, and over four whose nodes' parts follow unequal bandwidths.
 #include "src/runtime/comm/ucx_transport.h"
 
 #include <signal.h>
@@ -249,6 +249,76 @@ TEST(UcxTransportTest, TwoLevelAllReduceSumsOverTwoProcesses) {
   int status = 0;
   ASSERT_EQ(waitpid(child, &status, 0), child);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+}
+
+// Four processes (nodes) of two members each, the first node's bandwidth
+// twice the others': the exchange across nodes sums parts of 0.7 and 0.1
+// of each shard over four pieces; every member ends with the exact sum.
+TEST(UcxTransportTest, TwoLevelAllReduceWithPartsByBandwidthOverFourProcesses) {
+  testing::TempDir dir;
+  constexpr int kNodes = 4;
+  const int64_t count = 3 * kHierarchicalPieceElements + 777;  // four pieces
+  ASSERT_EQ(LayoutHierarchical(kNodes, 2, count).pieces, 4);
+  ASSERT_FALSE(ExchangeShares({2e9, 1e9, 1e9, 1e9}, 4).empty());
+  auto connect = [&dir](int rank) {
+    DirectoryRendezvous rdv(dir.path());
+    return CreateUcxTransport(rank, kNodes, &rdv, absl::Seconds(30), {"n0", "n1", "n2", "n3"});
+  };
+  // Runs rank `rank`'s two members; the number of wrong elements, or -1.
+  auto run = [count](Transport* t, int rank) -> int64_t {
+    std::vector<std::vector<float>> data(2, std::vector<float>(count));
+    for (int k = 0; k < 2; ++k) {
+      for (int64_t i = 0; i < count; ++i) data[k][i] = Value(rank * 2 + k, i);
+    }
+    std::vector<std::unique_ptr<Outcome>> outcomes;
+    for (int k = 0; k < 2; ++k) {
+      AllReduceSpec spec;
+      spec.collective_id = 11;
+      spec.step = 2;
+      spec.method = quilt::v1::AGGREGATION_METHOD_HIERARCHICAL_ALLREDUCE;
+      spec.ranks = {0, 0, 1, 1, 2, 2, 3, 3};
+      spec.nodes = spec.ranks;
+      for (int r : spec.ranks) spec.node_bytes_per_s.push_back(r == 0 ? 2e9 : 1e9);
+      spec.me = rank * 2 + k;
+      spec.data = data[k].data();
+      spec.count = count;
+      outcomes.push_back(std::make_unique<Outcome>());
+      StartAllReduce(t, spec, outcomes.back()->Callback());
+    }
+    for (auto& o : outcomes) {
+      if (!o->done.WaitForNotificationWithTimeout(absl::Seconds(60)) || !o->status.ok()) return -1;
+    }
+    int64_t bad = 0;
+    for (const auto& d : data) {
+      for (int64_t i = 0; i < count; ++i) {
+        float want = 0;
+        for (int m = 0; m < 2 * kNodes; ++m) want += Value(m, i);
+        bad += d[i] != want;
+      }
+    }
+    return bad;
+  };
+  std::vector<pid_t> children;
+  for (int rank = 1; rank < kNodes; ++rank) {
+    const pid_t pid = fork();
+    if (pid == 0) {
+      absl::StatusOr<std::unique_ptr<Transport>> t = connect(rank);
+      if (!t.ok()) _exit(10);
+      const int64_t bad = run(t->get(), rank);
+      if (bad != 0) _exit(bad < 0 ? 1 : 2);
+      _exit(Barrier(t->get(), 1, absl::Now() + absl::Seconds(60)).ok() ? 0 : 3);
+    }
+    children.push_back(pid);
+  }
+  absl::StatusOr<std::unique_ptr<Transport>> t = connect(0);
+  ASSERT_THAT(t.status(), IsOk());
+  EXPECT_EQ(run(t->get(), 0), 0);
+  EXPECT_THAT(Barrier(t->get(), 1, absl::Now() + absl::Seconds(60)), IsOk());
+  for (pid_t child : children) {
+    int status = 0;
+    ASSERT_EQ(waitpid(child, &status, 0), child);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  }
 }
 
 }  // namespace
