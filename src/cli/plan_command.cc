@@ -105,6 +105,9 @@ std::string RenderExplain(const quilt::v1::PlanReport& r) {
         "for the whole batch from the others' rows; saves %s per step in full simulation)\n",
         absl::StrJoin(s.gathered_tables(), ", "), HumanSeconds(s.gathered_saved_s()));
   }
+  if (!s.exchange_parts().empty()) {
+    out += "parts across nodes by their bandwidths, in " + s.exchange_parts() + "\n";
+  }
   out += Breakdown(*h) + "\n";
   if (s.has_best_baseline()) out += Breakdown(s.best_baseline()) + "\n";
   return out;

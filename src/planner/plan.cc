@@ -14,6 +14,7 @@
 #include "src/common/logging.h"
 #include "src/common/status.h"
 #include "src/common/units.h"
+#include "src/planner/exchange_parts.h"
 #include "src/planner/lookups.h"
 #include "src/planner/lower.h"
 #include "src/planner/placement.h"
@@ -490,6 +491,7 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
     b->mutable_strategy()->set_order(best->estimate.strategy().order());
     b->clear_search();
   }
+  summary.set_exchange_parts(ExchangePartsText(h.program, topo));
   *h.estimate.mutable_search() = std::move(summary);
   return absl::OkStatus();
 }
