@@ -6,9 +6,7 @@
 // sums a part of it, sized by its NIC, and sends that part's sum to the
 // others), and each owner sends its shard back to its node. The buffer
 // goes through these phases in `pieces` independent parts, so one piece's
-// exchange overlaps the next one's reduction. Pieces × shards × nodes
-// stays within 256 (fewer shards or pieces where it would not), which
-// bounds the messages a step's tags must tell apart.
+// exchange overlaps the next one's reduction.
 #ifndef QUILT_SRC_COMMON_HIERARCHICAL_LAYOUT_H_
 #define QUILT_SRC_COMMON_HIERARCHICAL_LAYOUT_H_
 
@@ -28,14 +26,20 @@ struct HierarchicalLayout {
 };
 
 // `nodes` nodes whose smallest holds `min_members` members, `elements`
-// float32 values.
+// float32 values. Message tags carry a member's position and the piece in
+// 8 bits each within a node, and (piece, shard, node) in 24 bits across
+// nodes: at most 255 shards, and fewer shards or pieces where the 24 bits
+// would not hold them (clusters of thousands of nodes).
 inline HierarchicalLayout LayoutHierarchical(int nodes, int min_members, int64_t elements) {
   HierarchicalLayout l;
   nodes = std::max(1, nodes);
-  l.shards = std::clamp(min_members, 1, std::max(1, 256 / nodes));
+  constexpr int64_t kTagRoom = int64_t{1} << 24;
+  l.shards = static_cast<int>(std::clamp<int64_t>(
+      min_members, 1,
+      std::min<int64_t>(255, std::max<int64_t>(1, kTagRoom / (kHierarchicalMaxPieces * nodes)))));
   const int64_t wanted = (std::max<int64_t>(0, elements) + kHierarchicalPieceElements - 1) /
                          kHierarchicalPieceElements;
-  const int64_t room = std::max(1, 256 / (nodes * l.shards));
+  const int64_t room = std::max<int64_t>(1, kTagRoom / (int64_t{nodes} * l.shards));
   l.pieces = static_cast<int>(
       std::clamp<int64_t>(wanted, 1, std::min<int64_t>(kHierarchicalMaxPieces, room)));
   return l;

@@ -111,6 +111,9 @@ TEST(Lower, GroupsOverNodesOfUnequalNicsCarryThem) {
     const auto& group = p.groups(0);
     if (fast_nic == 1.25e9) {
       EXPECT_EQ(group.node_bytes_per_s_size(), 0);
+      for (int m = 0; m < 6; ++m) p.mutable_groups(0)->add_node_bytes_per_s(1.25e9);
+      EXPECT_THAT(ValidateProgram(p, s->graph, s->topo),
+                  StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("need none")));
       continue;
     }
     ASSERT_EQ(group.node_bytes_per_s_size(), 6);
@@ -124,6 +127,12 @@ TEST(Lower, GroupsOverNodesOfUnequalNicsCarryThem) {
     p.mutable_groups(0)->mutable_node_bytes_per_s()->RemoveLast();
     EXPECT_THAT(ValidateProgram(p, s->graph, s->topo),
                 StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("5 node bandwidths")));
+    // Without them the executor would split evenly what the simulator
+    // prices by bandwidth.
+    p.mutable_groups(0)->clear_node_bytes_per_s();
+    EXPECT_THAT(
+        ValidateProgram(p, s->graph, s->topo),
+        StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("carries no node bandwidths")));
   }
 }
 

@@ -201,20 +201,31 @@ absl::Status Validator::CheckTransfers() {
 
 absl::Status Validator::CheckGroupNics(const quilt::v1::DeviceGroup& group,
                                        const std::vector<int>& members) const {
-  if (group.node_bytes_per_s_size() == 0) return absl::OkStatus();
+  const std::vector<double> want = ExchangeBytesPerS(topo_, members);
+  if (group.node_bytes_per_s_size() == 0) {
+    if (want.empty()) return absl::OkStatus();
+    // The executor would split evenly what the simulator prices by bandwidth.
+    return absl::InvalidArgumentError(absl::StrCat(
+        "group ", group.id(),
+        " carries no node bandwidths, but its nodes' bandwidths differ "
+        "(the two-level all-reduce sizes their parts by them): lower the program again"));
+  }
   if (group.node_bytes_per_s_size() != group.devices_size()) {
     return absl::InvalidArgumentError(
         absl::StrCat("group ", group.id(), " has ", group.devices_size(), " devices but ",
                      group.node_bytes_per_s_size(), " node bandwidths"));
   }
-  const std::vector<double> want = ExchangeBytesPerS(topo_, members);
+  if (want.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("group ", group.id(),
+                     " carries node bandwidths, but its nodes need none (fewer than "
+                     "three, or their bandwidths alike: equal parts); drop node_bytes_per_s"));
+  }
   for (int m = 0; m < group.devices_size(); ++m) {
-    const double w = want.empty() ? 0 : want[m];
-    if (group.node_bytes_per_s(m) != w) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("group ", group.id(), " gives ", group.devices(m), "'s node ",
-                       group.node_bytes_per_s(m), " bytes/s across nodes; the cluster gives it ", w,
-                       want.empty() ? " (equal parts: no figures)" : ""));
+    if (group.node_bytes_per_s(m) != want[m]) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "group ", group.id(), " gives ", group.devices(m), "'s node ", group.node_bytes_per_s(m),
+          " bytes/s across nodes; the cluster gives it ", want[m]));
     }
   }
   return absl::OkStatus();

@@ -310,6 +310,7 @@ class Hierarchical : public std::enable_shared_from_this<Hierarchical> {
     }
     layout_ = LayoutHierarchical(static_cast<int>(nodes_.size()), min_members, spec.count);
     if (spec.node_bytes_per_s.size() == spec.ranks.size()) {
+      // (A node's first member's figure: every process reads the same one.)
       std::vector<double> bandwidth;
       for (const std::vector<int>& members : nodes_)
         bandwidth.push_back(spec.node_bytes_per_s[members[0]]);
@@ -392,7 +393,8 @@ class Hierarchical : public std::enable_shared_from_this<Hierarchical> {
   }
 
   // Phase 1 of piece p: the shards this member does not own go to their
-  // owners; an owner sums its shard from the others, then rings it.
+  // owners; an owner sums its shard from the others, then exchanges it
+  // across the nodes.
   void Reduce(int p) {
     if (completion_->failed()) return;
     const std::vector<int>& mine = Mine();

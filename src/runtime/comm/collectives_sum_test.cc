@@ -272,22 +272,26 @@ TEST(HierarchicalExchange, SharesLevelTheNicsLoad) {
   EXPECT_EQ(ShareBegin({}, 2, 4, 1000), 500);
 }
 
-// The layout keeps pieces × shards × nodes within 256 on any cluster (the
-// exchange's tags name (piece, shard, sending node)).
+// The layout's pieces, shards and nodes fit the tags: (piece, shard,
+// node) in 24 bits, at most 255 shards and 16 pieces; a large buffer gets
+// every piece it can use up to that on clusters of many nodes too.
 TEST(HierarchicalLayout, PiecesShardsAndNodesFitTheTag) {
-  for (int nodes : {1, 2, 3, 8, 32, 100, 256}) {
-    for (int members : {1, 2, 4, 8, 16}) {
+  for (int nodes : {1, 2, 3, 8, 32, 100, 256, 5000, 100000}) {
+    for (int members : {1, 2, 4, 8, 16, 300}) {
       for (int64_t elements : {int64_t{0}, int64_t{10}, int64_t{1} << 26}) {
         const HierarchicalLayout l = LayoutHierarchical(nodes, members, elements);
         EXPECT_GE(l.shards, 1);
-        EXPECT_LE(l.shards, members);
+        EXPECT_LE(l.shards, std::min(members, 255));
         EXPECT_GE(l.pieces, 1);
-        EXPECT_LE(l.pieces * l.shards * nodes, std::max(256, nodes))
+        EXPECT_LE(l.pieces, kHierarchicalMaxPieces);
+        EXPECT_LE(int64_t{l.pieces} * l.shards * nodes, std::max<int64_t>(int64_t{1} << 24, nodes))
             << nodes << " nodes of " << members << ", " << elements << " elements";
       }
     }
   }
   EXPECT_EQ(LayoutHierarchical(4, 2, int64_t{1} << 26).pieces, kHierarchicalMaxPieces);
+  EXPECT_EQ(LayoutHierarchical(32, 8, int64_t{1} << 26).pieces, kHierarchicalMaxPieces);
+  EXPECT_EQ(LayoutHierarchical(32, 8, int64_t{1} << 26).shards, 8);
   EXPECT_EQ(LayoutHierarchical(4, 2, 10).pieces, 1);
 }
 
