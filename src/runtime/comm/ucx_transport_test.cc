@@ -184,11 +184,12 @@ TEST(UcxTransportTest, KilledPeerFailsWaitingSendAndReceiveWithinSeconds) {
   EXPECT_EQ(after.code(), absl::StatusCode::kUnavailable) << after;
 }
 
-// The two-level all-reduce over UCX: two processes of two members each
-// (the members of a process message each other through the same
-// transport, told apart by tag), a buffer of three pieces; every member
-// ends with the exact sum.
-int RunHierarchical(Transport* t, int rank, std::vector<std::vector<float>>* data) {
+// The two-level all-reduce over UCX, rank `rank`'s two members of
+// `nodes` processes of two each (the members of a process message each
+// other through the same transport, told apart by tag), the nodes'
+// bandwidths `bandwidth` (empty: none given); 0 once both have summed.
+int RunHierarchical(Transport* t, int rank, std::vector<std::vector<float>>* data, int nodes = 2,
+                    const std::vector<double>& bandwidth = {}) {
   const int64_t count = static_cast<int64_t>((*data)[0].size());
   std::vector<std::unique_ptr<Outcome>> outcomes;
   for (int k = 0; k < 2; ++k) {
@@ -196,8 +197,11 @@ int RunHierarchical(Transport* t, int rank, std::vector<std::vector<float>>* dat
     spec.collective_id = 9;
     spec.step = 1;
     spec.method = quilt::v1::AGGREGATION_METHOD_HIERARCHICAL_ALLREDUCE;
-    spec.ranks = {0, 0, 1, 1};
+    for (int n = 0; n < nodes; ++n) spec.ranks.insert(spec.ranks.end(), {n, n});
     spec.nodes = spec.ranks;
+    for (int r : spec.ranks) {
+      if (!bandwidth.empty()) spec.node_bytes_per_s.push_back(bandwidth[r]);
+    }
     spec.me = rank * 2 + k;
     spec.data = (*data)[k].data();
     spec.count = count;
@@ -270,24 +274,7 @@ TEST(UcxTransportTest, TwoLevelAllReduceWithPartsByBandwidthOverFourProcesses) {
     for (int k = 0; k < 2; ++k) {
       for (int64_t i = 0; i < count; ++i) data[k][i] = Value(rank * 2 + k, i);
     }
-    std::vector<std::unique_ptr<Outcome>> outcomes;
-    for (int k = 0; k < 2; ++k) {
-      AllReduceSpec spec;
-      spec.collective_id = 11;
-      spec.step = 2;
-      spec.method = quilt::v1::AGGREGATION_METHOD_HIERARCHICAL_ALLREDUCE;
-      spec.ranks = {0, 0, 1, 1, 2, 2, 3, 3};
-      spec.nodes = spec.ranks;
-      for (int r : spec.ranks) spec.node_bytes_per_s.push_back(r == 0 ? 2e9 : 1e9);
-      spec.me = rank * 2 + k;
-      spec.data = data[k].data();
-      spec.count = count;
-      outcomes.push_back(std::make_unique<Outcome>());
-      StartAllReduce(t, spec, outcomes.back()->Callback());
-    }
-    for (auto& o : outcomes) {
-      if (!o->done.WaitForNotificationWithTimeout(absl::Seconds(60)) || !o->status.ok()) return -1;
-    }
+    if (RunHierarchical(t, rank, &data, kNodes, {2e9, 1e9, 1e9, 1e9}) != 0) return -1;
     int64_t bad = 0;
     for (const auto& d : data) {
       for (int64_t i = 0; i < count; ++i) {
