@@ -282,8 +282,8 @@ CostModel::Collective CostModel::Hierarchical(const std::vector<int>& devices, d
   // The runtime's two-level all-reduce (src/common/hierarchical_layout.h):
   // per piece, the members of each node send every shard to its owner,
   // the owners of each shard exchange it across the nodes, and the owners
-  // send the sums back. The pieces pipeline: the step takes one piece through the
-  // three phases, then a slowest phase per further piece.
+  // send the sums back. The pieces pipeline: the step takes one piece
+  // through the three phases, then a slowest phase per further piece.
   const int n = static_cast<int>(devices.size());
   // Members by node, nodes in ascending order (as the runtime's layout
   // numbers them), members in ring order.
@@ -337,11 +337,12 @@ CostModel::Collective CostModel::Hierarchical(const std::vector<int>& devices, d
   }
   // Across the nodes, per piece (src/common/hierarchical_layout.h): each
   // owner sends every other node's part of its shard to that node's owner,
-  // sums its own part from theirs, then sends the sum back to them all; the
-  // shards together load node k's NIC (or its owners' links, where
-  // narrower) as one shard of the whole piece would. `first` is a piece alone (its two phases, each
-  // a latency and the busiest NIC's bytes), `steady` each further piece while pieces overlap (the
-  // busiest NIC's bytes both phases put through each side).
+  // sums its own part from theirs, then sends the sum back to them all;
+  // the shards together load node k's NIC (or its owners' links, where
+  // narrower) as one shard of the whole piece would. A piece alone takes
+  // two phases, each a latency and the busiest NIC's bytes; each further
+  // piece, while pieces overlap, the busiest NIC's bytes of both phases
+  // through each of its sides (`steady`).
   std::vector<double> nic(nodes);
   for (int k = 0; k < nodes; ++k) {
     nic[k] = topology_->NodeBytesPerS(topology_->device(by_node[k][0]).node, s);
