@@ -275,6 +275,33 @@ CostModel::Collective CostModel::ComputeAllReduce(quilt::v1::AggregationMethod m
   if (method == quilt::v1::AGGREGATION_METHOD_HIERARCHICAL_ALLREDUCE) {
     return Hierarchical(devices, bytes);
   }
+  if (method == quilt::v1::AGGREGATION_METHOD_DIRECT_ALLREDUCE) {
+    // Every member's buffer to every other member at once: the longest
+    // latency, then the most loaded resource's bytes (a node's NIC carries
+    // its members' buffers to every member elsewhere).
+    Collective c;
+    std::vector<std::pair<int, double>> load;  // (resource, bytes)
+    double latency = 0;
+    for (int a = 0; a < n; ++a) {
+      for (int b = 0; b < n; ++b) {
+        if (a == b) continue;
+        const Path& p = topology_->PathBetween(devices[a], devices[b]);
+        latency = std::max(latency, p.latency_s);
+        for (int r : p.resources) load.push_back({r, bytes});
+      }
+    }
+    std::sort(load.begin(), load.end());
+    double busiest = 0;
+    for (size_t i = 0; i < load.size();) {
+      const int r = load[i].first;
+      double total = 0;
+      for (; i < load.size() && load[i].first == r; ++i) total += load[i].second;
+      busiest = std::max(busiest, total / topology_->resource(r).bandwidth_bytes_per_s);
+      c.resources.push_back(r);
+    }
+    c.time_s = latency + busiest;
+    return c;
+  }
   return Ring(devices, bytes, 2.0 * (n - 1));
 }
 

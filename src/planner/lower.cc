@@ -33,6 +33,10 @@ namespace {
 using quilt::v1::AggregationMethod;
 using quilt::v1::Instruction;
 
+// The most members a sum the lowering chooses the method of may use the
+// direct all-reduce over (every member messages every other).
+constexpr size_t kDirectAllReduceMembers = 16;
+
 struct Key {
   int tensor, device;
   int64_t begin, end;
@@ -214,16 +218,22 @@ absl::StatusOr<std::vector<int64_t>> Lowerer::Aggregate(int t, AggregationMethod
   }
   if (method == quilt::v1::AGGREGATION_METHOD_UNSPECIFIED ||
       method == quilt::v1::AGGREGATION_METHOD_SPARSE_LOOKUP) {
-    // The fastest all-reduce for these bytes and members (latency-bound
-    // sums over many members: the tree; large ones over nodes of several
-    // members: the two-level one).
+    // The fastest all-reduce for these bytes and members (small sums over
+    // a few members: the direct one; latency-bound sums over many members:
+    // the tree; large ones over nodes of several members: the two-level
+    // one).
     method = quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE;
     // (Priced as the simulator prices each slice's collective.)
     const double bytes = static_cast<double>(whole) / static_cast<double>(slices);
     double best = cost_ != nullptr ? cost_->AllReduce(method, devices, bytes).time_s : 0;
     for (AggregationMethod m : {quilt::v1::AGGREGATION_METHOD_TREE_ALLREDUCE,
-                                quilt::v1::AGGREGATION_METHOD_HIERARCHICAL_ALLREDUCE}) {
+                                quilt::v1::AGGREGATION_METHOD_HIERARCHICAL_ALLREDUCE,
+                                quilt::v1::AGGREGATION_METHOD_DIRECT_ALLREDUCE}) {
       if (cost_ == nullptr) break;
+      if (m == quilt::v1::AGGREGATION_METHOD_DIRECT_ALLREDUCE &&
+          devices.size() > kDirectAllReduceMembers) {
+        continue;
+      }
       const double time = cost_->AllReduce(m, devices, bytes).time_s;
       if (time < best) {
         best = time;

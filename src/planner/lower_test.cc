@@ -224,8 +224,9 @@ TEST(Lower, PartitionedGradientsAreSummedInSlicesThatTileTheirRows) {
 }
 
 // Sums that are not parameter gradients (batch-norm statistics and their
-// gradients' sums over the batch) take the fastest all-reduce the cost model knows for their bytes
-// and members: on high-latency links not the ring (2(n − 1) latencies).
+// gradients' sums over the batch) take the fastest all-reduce the cost
+// model knows for their bytes and members: on high-latency links not the
+// ring (2(n − 1) latencies), and the direct one (one) for some.
 TEST(Lower, StatisticsSumsTakeTheFastestAllReduce) {
   for (const double latency : {1e-12, 5e-4}) {
     SCOPED_TRACE(latency);
@@ -243,7 +244,7 @@ TEST(Lower, StatisticsSumsTakeTheFastestAllReduce) {
       if (OpRegistry::Global().Find(op.type)->is_update) parameter_gradients.insert(op.inputs[1]);
     }
     const std::vector<int> members{0, 1, 2, 3};
-    int stats = 0, gradients = 0;
+    int stats = 0, gradients = 0, direct = 0;
     for (const auto& ins : p.devices(0).instructions()) {
       if (!ins.has_all_reduce()) continue;
       if (parameter_gradients.count(ins.all_reduce().tensors(0))) {
@@ -256,7 +257,8 @@ TEST(Lower, StatisticsSumsTakeTheFastestAllReduce) {
       quilt::v1::AggregationMethod fastest = quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE;
       double best = s->cost->AllReduce(fastest, members, bytes).time_s;
       for (auto m : {quilt::v1::AGGREGATION_METHOD_TREE_ALLREDUCE,
-                     quilt::v1::AGGREGATION_METHOD_HIERARCHICAL_ALLREDUCE}) {
+                     quilt::v1::AGGREGATION_METHOD_HIERARCHICAL_ALLREDUCE,
+                     quilt::v1::AGGREGATION_METHOD_DIRECT_ALLREDUCE}) {
         const double t = s->cost->AllReduce(m, members, bytes).time_s;
         if (t < best) {
           best = t;
@@ -268,7 +270,11 @@ TEST(Lower, StatisticsSumsTakeTheFastestAllReduce) {
         EXPECT_NE(ins.all_reduce().algorithm(), quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE)
             << ins.all_reduce().tensors(0);
       }
+      direct += ins.all_reduce().algorithm() == quilt::v1::AGGREGATION_METHOD_DIRECT_ALLREDUCE;
     }
+    // Small sums over four members on slow links: one latency beats two
+    // or more.
+    if (latency > 1e-6) EXPECT_GT(direct, 0);
     EXPECT_GT(stats, 0);
     EXPECT_GT(gradients, 0);
   }

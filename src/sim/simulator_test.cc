@@ -530,6 +530,36 @@ TEST(CostModel, TwoLevelAllReducePartsFollowTheNics) {
               alike->cost.AllReduce(two_level, all, small).time_s, 1e-12);
 }
 
+// The direct all-reduce: one message latency, then the busiest resource's
+// bytes (a node's NIC carries each of its members' buffers to each member
+// elsewhere). It beats the others for small sums and loses for large ones.
+TEST(CostModel, DirectAllReduceIsOneLatencyThenTheBusiestResource) {
+  NodeShape node{2};
+  node.fabric_bw = 1e10;
+  node.fabric_lat = 2e-6;
+  node.nic_bw = 1e9;
+  node.nic_lat = 1e-5;
+  auto w = MakeWorld(TensorGraph(1 << 20), Spec({node, node, node}));
+  const std::vector<int> all = {0, 1, 2, 3, 4, 5};
+  const auto direct = quilt::v1::AGGREGATION_METHOD_DIRECT_ALLREDUCE;
+  for (double bytes : {8.0, 4096.0, 4e6}) {
+    SCOPED_TRACE(bytes);
+    // Each NIC's way out carries 2 members × 4 members elsewhere × bytes;
+    // the longest path crosses two fabric ports and two NIC sides.
+    const double want = 2e-6 + 1e-5 + 8 * bytes / 1e9;
+    EXPECT_NEAR(w->cost.AllReduce(direct, all, bytes).time_s, want, 1e-12);
+  }
+  for (auto other : {quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE,
+                     quilt::v1::AGGREGATION_METHOD_TREE_ALLREDUCE,
+                     quilt::v1::AGGREGATION_METHOD_HIERARCHICAL_ALLREDUCE}) {
+    EXPECT_LT(w->cost.AllReduce(direct, all, 8).time_s, w->cost.AllReduce(other, all, 8).time_s);
+    // (The tree too moves whole buffers.)
+    if (other == quilt::v1::AGGREGATION_METHOD_TREE_ALLREDUCE) continue;
+    EXPECT_GT(w->cost.AllReduce(direct, all, 4e6).time_s,
+              w->cost.AllReduce(other, all, 4e6).time_s);
+  }
+}
+
 TEST(Simulator, MemoryCountsTheAllReduceStagingAndTheServersReceiveBuffers) {
   const int64_t m = 8 << 20;
   auto w = MakeWorld(TensorGraph(m), Spec({NodeShape{3}}));

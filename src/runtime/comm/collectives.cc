@@ -553,6 +553,75 @@ class Hierarchical : public std::enable_shared_from_this<Hierarchical> {
   std::shared_ptr<Completion> completion_;
 };
 
+// The direct all-reduce: every member sends its buffer to every other
+// member, receives theirs, and adds them up in member order, so that every
+// member computes the same sum. Tags name (sender, receiver) members.
+constexpr int kDirectMaxMembers = 4096;
+class Direct : public std::enable_shared_from_this<Direct> {
+ public:
+  Direct(Transport* t, const AllReduceSpec& spec) : t_(t), spec_(spec) {}
+  ~Direct() {
+    for (auto& v : from_) BufferPool::Get().Give(std::move(v));
+  }
+
+  void Start(CommCallback done) {
+    const int n = static_cast<int>(spec_.ranks.size());
+    if (n < 2 || spec_.count == 0) {
+      done(absl::OkStatus());
+      return;
+    }
+    if (n > kDirectMaxMembers) {  // (their tags would not fit)
+      done(absl::InvalidArgumentError(absl::StrCat(
+          "a direct all-reduce over ", n, " members; it takes at most ", kDirectMaxMembers)));
+      return;
+    }
+    auto self = shared_from_this();
+    completion_ = std::make_shared<Completion>(1, std::move(done));
+    // The sum overwrites the buffer: only after every send has left.
+    auto pending = std::make_shared<std::atomic<int>>(2 * (n - 1) + 1);
+    CommCallback cb = [self, pending](absl::Status s) {
+      if (!s.ok()) {
+        self->completion_->Fail(s);
+        return;
+      }
+      if (--*pending == 0) self->Sum();
+    };
+    const size_t bytes = static_cast<size_t>(spec_.count) * sizeof(float);
+    from_.resize(n);
+    for (int m = 0; m < n; ++m) {
+      if (m == spec_.me) continue;
+      t_->Send(spec_.ranks[m], Tag(spec_.me, m), spec_.data, bytes, cb);
+      std::vector<float>& into = from_[m];
+      into = BufferPool::Get().Take();
+      into.resize(static_cast<size_t>(spec_.count));
+      t_->Recv(spec_.ranks[m], Tag(m, spec_.me), into.data(), bytes, cb);
+    }
+    cb(absl::OkStatus());
+  }
+
+ private:
+  uint64_t Tag(int from, int to) const {
+    return MakeTag(spec_.step, TagKind::kDirect, spec_.collective_id,
+                   static_cast<uint64_t>(from) * spec_.ranks.size() + to);
+  }
+  void Sum() {
+    if (completion_->failed()) return;
+    const int n = static_cast<int>(spec_.ranks.size());
+    // Member 0's buffer first, then each in turn: the same additions in
+    // the same order on every member.
+    std::vector<float> own(spec_.data, spec_.data + spec_.count);
+    from_[spec_.me] = std::move(own);
+    std::copy(from_[0].begin(), from_[0].end(), spec_.data);
+    for (int m = 1; m < n; ++m) AddInto(spec_.data, from_[m].data(), spec_.count);
+    completion_->One();
+  }
+
+  Transport* t_;
+  AllReduceSpec spec_;
+  std::vector<std::vector<float>> from_;  // per member, its buffer (own included, to sum)
+  std::shared_ptr<Completion> completion_;
+};
+
 void StartHierarchical(Transport* t, const AllReduceSpec& spec, CommCallback done) {
   std::make_shared<Hierarchical>(t, spec)->Start(std::move(done));
 }
@@ -563,6 +632,10 @@ void StartAllReduce(Transport* transport, const AllReduceSpec& spec, CommCallbac
   if (spec.method == quilt::v1::AGGREGATION_METHOD_HIERARCHICAL_ALLREDUCE &&
       spec.nodes.size() == spec.ranks.size()) {
     StartHierarchical(transport, spec, std::move(done));
+    return;
+  }
+  if (spec.method == quilt::v1::AGGREGATION_METHOD_DIRECT_ALLREDUCE) {
+    std::make_shared<Direct>(transport, spec)->Start(std::move(done));
     return;
   }
   if (spec.method == quilt::v1::AGGREGATION_METHOD_TREE_ALLREDUCE) {

@@ -208,6 +208,8 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"ring_3x1", quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE, {1, 1, 1}, 1001},
         Case{"tree_2x2", quilt::v1::AGGREGATION_METHOD_TREE_ALLREDUCE, {2, 2}, 1001},
         Case{"hierarchical_2x2", kHier, {2, 2}, 1001},
+        Case{"direct_3_2_1", quilt::v1::AGGREGATION_METHOD_DIRECT_ALLREDUCE, {3, 2, 1}, 1001},
+        Case{"direct_one_element", quilt::v1::AGGREGATION_METHOD_DIRECT_ALLREDUCE, {2, 2}, 1},
         // Unequal nodes: the third member of the first node
         // owns no shard.
         Case{"hierarchical_3_2", kHier, {3, 2}, 9999},

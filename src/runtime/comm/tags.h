@@ -22,6 +22,7 @@ enum class TagKind : uint64_t {
   kTreeDown = 10,       // tree all-reduce, parent to child (sub: the child)
   kAcrossScatter = 11,  // hierarchical all-reduce, a node's part to its owner
   kAcrossGather = 12,   // hierarchical all-reduce, a part's sum to the others
+  kDirect = 13,         // direct all-reduce, a member's buffer to another
 };
 
 inline uint64_t MakeTag(int64_t step, TagKind kind, uint64_t id, uint64_t sub = 0) {

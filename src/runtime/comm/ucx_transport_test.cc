@@ -7,7 +7,8 @@
 // data has no failure handling of its own, so this checks the one that
 // watches the peer; messages arrive while the compute waits (the progress
 // thread polling) and after; the two-level all-reduce sums over two
-// processes, and over four whose nodes' parts follow unequal bandwidths.
+// processes, and over four whose nodes' parts follow unequal bandwidths;
+// the direct all-reduce sums over two processes.
 #include "src/runtime/comm/ucx_transport.h"
 
 #include <signal.h>
@@ -184,19 +185,22 @@ TEST(UcxTransportTest, KilledPeerFailsWaitingSendAndReceiveWithinSeconds) {
   EXPECT_EQ(after.code(), absl::StatusCode::kUnavailable) << after;
 }
 
-// The two-level all-reduce over UCX, rank `rank`'s two members of
-// `nodes` processes of two each (the members of a process message each
-// other through the same transport, told apart by tag), the nodes'
-// bandwidths `bandwidth` (empty: none given); 0 once both have summed.
-int RunHierarchical(Transport* t, int rank, std::vector<std::vector<float>>* data, int nodes = 2,
-                    const std::vector<double>& bandwidth = {}) {
+// An all-reduce over UCX (the two-level one unless `method` says), rank
+// `rank`'s two members of `nodes` processes of two each (the members of a
+// process message each other through the same transport, told apart by
+// tag), the nodes' bandwidths `bandwidth` (empty: none given); 0 once both
+// have summed.
+int RunHierarchical(
+    Transport* t, int rank, std::vector<std::vector<float>>* data, int nodes = 2,
+    const std::vector<double>& bandwidth = {},
+    quilt::v1::AggregationMethod method = quilt::v1::AGGREGATION_METHOD_HIERARCHICAL_ALLREDUCE) {
   const int64_t count = static_cast<int64_t>((*data)[0].size());
   std::vector<std::unique_ptr<Outcome>> outcomes;
   for (int k = 0; k < 2; ++k) {
     AllReduceSpec spec;
     spec.collective_id = 9;
     spec.step = 1;
-    spec.method = quilt::v1::AGGREGATION_METHOD_HIERARCHICAL_ALLREDUCE;
+    spec.method = method;
     for (int n = 0; n < nodes; ++n) spec.ranks.insert(spec.ranks.end(), {n, n});
     spec.nodes = spec.ranks;
     for (int r : spec.ranks) {
@@ -248,6 +252,49 @@ TEST(UcxTransportTest, TwoLevelAllReduceSumsOverTwoProcesses) {
   ASSERT_THAT(t.status(), IsOk());
   std::vector<std::vector<float>> data = fill(0);
   ASSERT_EQ(RunHierarchical(t->get(), 0, &data), 0);
+  EXPECT_EQ(wrong(data), 0);
+  EXPECT_THAT(Barrier(t->get(), 1, absl::Now() + absl::Seconds(60)), IsOk());
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+}
+
+// The direct all-reduce over the same two processes: every member ends
+// with the exact sum.
+TEST(UcxTransportTest, DirectAllReduceSumsOverTwoProcesses) {
+  testing::TempDir dir;
+  const int64_t count = 1000;  // a small sum, as the lowering gives it
+  auto fill = [count](int rank) {
+    std::vector<std::vector<float>> data(2, std::vector<float>(count));
+    for (int k = 0; k < 2; ++k) {
+      for (int64_t i = 0; i < count; ++i) data[k][i] = Value(rank * 2 + k, i);
+    }
+    return data;
+  };
+  auto wrong = [count](const std::vector<std::vector<float>>& data) {
+    int64_t bad = 0;
+    for (const auto& d : data) {
+      for (int64_t i = 0; i < count; ++i) {
+        float want = 0;
+        for (int m = 0; m < 4; ++m) want += Value(m, i);
+        bad += d[i] != want;
+      }
+    }
+    return bad;
+  };
+  const pid_t child = Fork(dir.path(), [&](Transport* t) {
+    std::vector<std::vector<float>> data = fill(1);
+    if (RunHierarchical(t, 1, &data, 2, {}, quilt::v1::AGGREGATION_METHOD_DIRECT_ALLREDUCE) != 0)
+      return 1;
+    if (wrong(data) != 0) return 2;
+    return Barrier(t, 1, absl::Now() + absl::Seconds(60)).ok() ? 0 : 3;
+  });
+  absl::StatusOr<std::unique_ptr<Transport>> t = Connect(0, dir.path());
+  ASSERT_THAT(t.status(), IsOk());
+  std::vector<std::vector<float>> data = fill(0);
+  ASSERT_EQ(
+      RunHierarchical(t->get(), 0, &data, 2, {}, quilt::v1::AGGREGATION_METHOD_DIRECT_ALLREDUCE),
+      0);
   EXPECT_EQ(wrong(data), 0);
   EXPECT_THAT(Barrier(t->get(), 1, absl::Now() + absl::Seconds(60)), IsOk());
   int status = 0;
