@@ -549,9 +549,9 @@ TEST(CostModel, DirectAllReduceIsOneLatencyThenTheBusiestResource) {
     const double want = 2e-6 + 1e-5 + 8 * bytes / 1e9;
     EXPECT_NEAR(w->cost.AllReduce(direct, all, bytes).time_s, want, 1e-12);
   }
-  for (auto other : {quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE,
-                     quilt::v1::AGGREGATION_METHOD_TREE_ALLREDUCE,
-                     quilt::v1::AGGREGATION_METHOD_HIERARCHICAL_ALLREDUCE}) {
+  for (auto other :
+       {quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE, quilt::v1::AGGREGATION_METHOD_TREE_ALLREDUCE,
+        quilt::v1::AGGREGATION_METHOD_HIERARCHICAL_ALLREDUCE}) {
     EXPECT_LT(w->cost.AllReduce(direct, all, 8).time_s, w->cost.AllReduce(other, all, 8).time_s);
     // (The tree too moves whole buffers.)
     if (other == quilt::v1::AGGREGATION_METHOD_TREE_ALLREDUCE) continue;
