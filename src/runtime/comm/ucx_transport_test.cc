@@ -221,9 +221,10 @@ int RunHierarchical(
 // Member m's element i (small integers: the sum is exact in any order).
 float Value(int m, int64_t i) { return static_cast<float>((i * 3 + m * 5) % 7 + m); }
 
-TEST(UcxTransportTest, TwoLevelAllReduceSumsOverTwoProcesses) {
+// An all-reduce of `count` elements by `method` over two processes of two
+// members each: every member ends with the exact sum.
+void SumsOverTwoProcesses(quilt::v1::AggregationMethod method, int64_t count) {
   testing::TempDir dir;
-  const int64_t count = 2 * kHierarchicalPieceElements + 12345;
   auto fill = [count](int rank) {
     std::vector<std::vector<float>> data(2, std::vector<float>(count));
     for (int k = 0; k < 2; ++k) {
@@ -244,14 +245,14 @@ TEST(UcxTransportTest, TwoLevelAllReduceSumsOverTwoProcesses) {
   };
   const pid_t child = Fork(dir.path(), [&](Transport* t) {
     std::vector<std::vector<float>> data = fill(1);
-    if (RunHierarchical(t, 1, &data) != 0) return 1;
+    if (RunHierarchical(t, 1, &data, 2, {}, method) != 0) return 1;
     if (wrong(data) != 0) return 2;
     return Barrier(t, 1, absl::Now() + absl::Seconds(60)).ok() ? 0 : 3;
   });
   absl::StatusOr<std::unique_ptr<Transport>> t = Connect(0, dir.path());
   ASSERT_THAT(t.status(), IsOk());
   std::vector<std::vector<float>> data = fill(0);
-  ASSERT_EQ(RunHierarchical(t->get(), 0, &data), 0);
+  ASSERT_EQ(RunHierarchical(t->get(), 0, &data, 2, {}, method), 0);
   EXPECT_EQ(wrong(data), 0);
   EXPECT_THAT(Barrier(t->get(), 1, absl::Now() + absl::Seconds(60)), IsOk());
   int status = 0;
@@ -259,47 +260,15 @@ TEST(UcxTransportTest, TwoLevelAllReduceSumsOverTwoProcesses) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
 }
 
-// The direct all-reduce over the same two processes: every member ends
-// with the exact sum.
+// A buffer of three pieces.
+TEST(UcxTransportTest, TwoLevelAllReduceSumsOverTwoProcesses) {
+  SumsOverTwoProcesses(quilt::v1::AGGREGATION_METHOD_HIERARCHICAL_ALLREDUCE,
+                       2 * kHierarchicalPieceElements + 12345);
+}
+
+// A small sum, as the lowering gives the direct all-reduce.
 TEST(UcxTransportTest, DirectAllReduceSumsOverTwoProcesses) {
-  testing::TempDir dir;
-  const int64_t count = 1000;  // a small sum, as the lowering gives it
-  auto fill = [count](int rank) {
-    std::vector<std::vector<float>> data(2, std::vector<float>(count));
-    for (int k = 0; k < 2; ++k) {
-      for (int64_t i = 0; i < count; ++i) data[k][i] = Value(rank * 2 + k, i);
-    }
-    return data;
-  };
-  auto wrong = [count](const std::vector<std::vector<float>>& data) {
-    int64_t bad = 0;
-    for (const auto& d : data) {
-      for (int64_t i = 0; i < count; ++i) {
-        float want = 0;
-        for (int m = 0; m < 4; ++m) want += Value(m, i);
-        bad += d[i] != want;
-      }
-    }
-    return bad;
-  };
-  const pid_t child = Fork(dir.path(), [&](Transport* t) {
-    std::vector<std::vector<float>> data = fill(1);
-    if (RunHierarchical(t, 1, &data, 2, {}, quilt::v1::AGGREGATION_METHOD_DIRECT_ALLREDUCE) != 0)
-      return 1;
-    if (wrong(data) != 0) return 2;
-    return Barrier(t, 1, absl::Now() + absl::Seconds(60)).ok() ? 0 : 3;
-  });
-  absl::StatusOr<std::unique_ptr<Transport>> t = Connect(0, dir.path());
-  ASSERT_THAT(t.status(), IsOk());
-  std::vector<std::vector<float>> data = fill(0);
-  ASSERT_EQ(
-      RunHierarchical(t->get(), 0, &data, 2, {}, quilt::v1::AGGREGATION_METHOD_DIRECT_ALLREDUCE),
-      0);
-  EXPECT_EQ(wrong(data), 0);
-  EXPECT_THAT(Barrier(t->get(), 1, absl::Now() + absl::Seconds(60)), IsOk());
-  int status = 0;
-  ASSERT_EQ(waitpid(child, &status, 0), child);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  SumsOverTwoProcesses(quilt::v1::AGGREGATION_METHOD_DIRECT_ALLREDUCE, 1000);
 }
 
 // Four processes (nodes) of two members each, the first node's bandwidth
