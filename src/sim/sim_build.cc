@@ -234,7 +234,12 @@ absl::Status Sim::Build() {
           collectives_.push_back(std::move(c));
         }
         node.collective = it->second;
+        // The staging buffer of the sum; a direct all-reduce also receives
+        // every other member's buffer whole.
         node.scratch = ins.all_reduce().bytes();
+        if (ins.all_reduce().algorithm() == quilt::v1::AGGREGATION_METHOD_DIRECT_ALLREDUCE) {
+          node.scratch *= static_cast<int64_t>(collectives_[it->second].devices.size());
+        }
         collectives_[it->second].members.push_back(n);
         for (const auto& tn : ins.all_reduce().tensors()) {
           ASSIGN_OR_RETURN(int t, TensorId(tn));

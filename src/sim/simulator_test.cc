@@ -97,7 +97,9 @@ class ProgramBuilder {
     r->mutable_recv()->set_tag(tag);
     r->mutable_recv()->set_bytes(bytes);
   }
-  void AllReduce(const std::vector<int>& devices, const std::string& tensor, int64_t bytes) {
+  void AllReduce(
+      const std::vector<int>& devices, const std::string& tensor, int64_t bytes,
+      quilt::v1::AggregationMethod method = quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE) {
     auto* group = prog_.add_groups();
     group->set_id(prog_.groups_size());
     for (int d : devices) group->add_devices(topo_.device(d).id);
@@ -109,7 +111,7 @@ class ProgramBuilder {
       ar->set_group(group->id());
       ar->add_tensors(tensor);
       ar->set_bytes(bytes);
-      ar->set_algorithm(quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE);
+      ar->set_algorithm(method);
     }
   }
   // Every worker pushes `bytes` of `tensor` to `server`, which sums them.
@@ -570,6 +572,14 @@ TEST(Simulator, MemoryCountsTheAllReduceStagingAndTheServersReceiveBuffers) {
     p.AllReduce({0, 1}, "g", m);
     const SimResult r = MustSimulate(*w, p.program());
     for (int d = 0; d < 2; ++d) EXPECT_EQ(r.devices[d].peak_memory_bytes, 2 * m) << d;
+  }
+  {
+    // The direct all-reduce also receives every other member's buffer.
+    ProgramBuilder p(w->topo, 1);
+    for (int d = 0; d < 3; ++d) p.Persistent(d, "g");
+    p.AllReduce({0, 1, 2}, "g", m, quilt::v1::AGGREGATION_METHOD_DIRECT_ALLREDUCE);
+    const SimResult r = MustSimulate(*w, p.program());
+    for (int d = 0; d < 3; ++d) EXPECT_EQ(r.devices[d].peak_memory_bytes, 4 * m) << d;
   }
   {
     // Device 0 serves two workers: a receive buffer per push, then the sum.
