@@ -608,17 +608,19 @@ class Direct : public std::enable_shared_from_this<Direct> {
     if (completion_->failed()) return;
     const int n = static_cast<int>(spec_.ranks.size());
     // Member 0's buffer first, then each in turn: the same additions in
-    // the same order on every member.
-    std::vector<float> own(spec_.data, spec_.data + spec_.count);
-    from_[spec_.me] = std::move(own);
-    std::copy(from_[0].begin(), from_[0].end(), spec_.data);
-    for (int m = 1; m < n; ++m) AddInto(spec_.data, from_[m].data(), spec_.count);
+    // the same order on every member (into member 0's received buffer,
+    // then copied, where this member is another).
+    float* sum = spec_.me == 0 ? spec_.data : from_[0].data();
+    for (int m = 1; m < n; ++m) {
+      AddInto(sum, m == spec_.me ? spec_.data : from_[m].data(), spec_.count);
+    }
+    if (sum != spec_.data) std::copy(sum, sum + spec_.count, spec_.data);
     completion_->One();
   }
 
   Transport* t_;
   AllReduceSpec spec_;
-  std::vector<std::vector<float>> from_;  // per member, its buffer (own included, to sum)
+  std::vector<std::vector<float>> from_;  // per other member, its buffer
   std::shared_ptr<Completion> completion_;
 };
 

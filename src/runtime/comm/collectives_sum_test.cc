@@ -7,6 +7,7 @@
 // does, and fails the test when two messages in flight to one process carry
 // the same tag (which a real transport would mix up) or a message comes
 // from another process than the receive names.
+#include <cstring>
 #include <deque>
 #include <map>
 #include <memory>
@@ -226,6 +227,45 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"hierarchical_pieces_nics_2_1_3_2", kHier, {2, 1, 3, 2}, kPieces, {1, 4, 1, 2}},
         Case{"hierarchical_pieces_nics_slow_node", kHier, {2, 2, 2, 2}, kPieces, {10, 10, 10, 1}}),
     [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
+
+// The direct all-reduce adds the members' buffers in member order on every
+// member: with values whose sum rounds, every member still ends with the
+// same bits (and with the sum in that order).
+TEST(DirectAllReduce, EveryMemberEndsWithTheSameBits) {
+  Network net;
+  const std::vector<int> ranks = {0, 0, 1, 2, 2};  // members' processes
+  std::vector<std::unique_ptr<NetworkTransport>> transports;
+  for (int r = 0; r < 3; ++r) transports.push_back(std::make_unique<NetworkTransport>(&net, r, 3));
+  const int n = static_cast<int>(ranks.size());
+  const int64_t count = 777;
+  std::vector<std::vector<float>> data(n, std::vector<float>(count));
+  std::vector<float> want(count, 0);
+  for (int64_t i = 0; i < count; ++i) {
+    for (int m = 0; m < n; ++m) {
+      data[m][i] = 1.0f / static_cast<float>(3 + 7 * m + i % 13) * (m % 2 == 0 ? 1e4f : 1e-3f);
+      want[i] += data[m][i];  // member order
+    }
+  }
+  std::vector<absl::Status> results(n, absl::UnknownError("not run"));
+  for (int m = 0; m < n; ++m) {
+    AllReduceSpec spec;
+    spec.collective_id = 7;
+    spec.step = 1;
+    spec.method = quilt::v1::AGGREGATION_METHOD_DIRECT_ALLREDUCE;
+    spec.ranks = ranks;
+    spec.nodes = ranks;
+    spec.me = m;
+    spec.data = data[m].data();
+    spec.count = count;
+    StartAllReduce(transports[ranks[m]].get(), spec,
+                   [&results, m](absl::Status s) { results[m] = s; });
+  }
+  ASSERT_TRUE(net.errors().empty()) << net.errors().front();
+  for (int m = 0; m < n; ++m) {
+    ASSERT_TRUE(results[m].ok()) << m << ": " << results[m];
+    EXPECT_EQ(std::memcmp(data[m].data(), want.data(), count * sizeof(float)), 0) << m;
+  }
+}
 
 // Across nodes, a node sends (1 + (n - 2) f) of the buffer for its share
 // f: with a NIC twice as fast as the other three, it sums 0.7 of every
