@@ -280,24 +280,23 @@ CostModel::Collective CostModel::ComputeAllReduce(quilt::v1::AggregationMethod m
     // latency, then the most loaded resource's bytes (a node's NIC carries
     // its members' buffers to every member elsewhere).
     Collective c;
-    std::vector<std::pair<int, double>> load;  // (resource, bytes)
+    std::vector<int> uses;  // a resource once per buffer it carries
     double latency = 0;
     for (int a = 0; a < n; ++a) {
       for (int b = 0; b < n; ++b) {
         if (a == b) continue;
         const Path& p = topology_->PathBetween(devices[a], devices[b]);
         latency = std::max(latency, p.latency_s);
-        for (int r : p.resources) load.push_back({r, bytes});
+        uses.insert(uses.end(), p.resources.begin(), p.resources.end());
       }
     }
-    std::sort(load.begin(), load.end());
+    std::sort(uses.begin(), uses.end());
     double busiest = 0;
-    for (size_t i = 0; i < load.size();) {
-      const int r = load[i].first;
-      double total = 0;
-      for (; i < load.size() && load[i].first == r; ++i) total += load[i].second;
-      busiest = std::max(busiest, total / topology_->resource(r).bandwidth_bytes_per_s);
-      c.resources.push_back(r);
+    for (size_t i = 0, j = 0; i < uses.size(); i = j) {
+      while (j < uses.size() && uses[j] == uses[i]) ++j;
+      busiest = std::max(busiest, static_cast<double>(j - i) * bytes /
+                                      topology_->resource(uses[i]).bandwidth_bytes_per_s);
+      c.resources.push_back(uses[i]);
     }
     c.time_s = latency + busiest;
     return c;

@@ -1,6 +1,5 @@
 #include "src/planner/exchange_parts.h"
 
-#include <algorithm>
 #include <map>
 #include <set>
 #include <vector>
@@ -9,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "src/common/hierarchical_layout.h"
 #include "src/common/units.h"
+#include "src/planner/lower.h"
 
 namespace quilt {
 
@@ -33,36 +33,26 @@ std::string ExchangePartsText(const quilt::v1::DistributedProgram& program,
       if (g == groups.end() || g->second->node_bytes_per_s_size() != g->second->devices_size()) {
         continue;
       }
-      // The group's nodes in order of appearance, their members and
-      // bandwidths.
-      std::vector<int> nodes, members;
-      std::vector<double> bandwidth;
-      for (int m = 0; m < g->second->devices_size(); ++m) {
-        const int d = topology.DeviceIndex(g->second->devices(m));
-        if (d < 0) continue;
-        const int node = topology.device(d).node;
-        auto it = std::find(nodes.begin(), nodes.end(), node);
-        if (it != nodes.end()) {
-          ++members[it - nodes.begin()];
-          continue;
-        }
-        nodes.push_back(node);
-        members.push_back(1);
-        bandwidth.push_back(g->second->node_bytes_per_s(m));
+      std::vector<int> devices;
+      for (const std::string& id : g->second->devices()) {
+        const int d = topology.DeviceIndex(id);
+        if (d >= 0) devices.push_back(d);
       }
-      if (nodes.empty()) continue;
-      const HierarchicalLayout layout =
-          LayoutHierarchical(static_cast<int>(nodes.size()),
-                             *std::min_element(members.begin(), members.end()), ar.bytes() / 4);
+      if (devices.size() != static_cast<size_t>(g->second->devices_size())) continue;
+      const GroupNodes nodes = NodesOfGroup(topology, devices);
+      std::vector<double> bandwidth;
+      for (int m : nodes.first) bandwidth.push_back(g->second->node_bytes_per_s(m));
+      const HierarchicalLayout layout = LayoutHierarchical(static_cast<int>(nodes.nodes.size()),
+                                                           nodes.MinMembers(), ar.bytes() / 4);
       const std::vector<double> shares = ExchangeShares(bandwidth, layout.pieces);
       if (shares.empty()) continue;
       ++by_bandwidth;
       if (ar.bytes() <= largest) continue;
       largest = ar.bytes();
       parts.clear();
-      for (size_t k = 0; k < nodes.size(); ++k) {
+      for (size_t k = 0; k < nodes.nodes.size(); ++k) {
         absl::StrAppendFormat(&parts, "%s%s %.0f %%", k == 0 ? "" : ", ",
-                              topology.node_id(nodes[k]), 100 * shares[k]);
+                              topology.node_id(nodes.nodes[k]), 100 * shares[k]);
       }
     }
   }

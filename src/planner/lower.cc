@@ -717,28 +717,34 @@ void Lowerer::Reorder() {
 
 }  // namespace
 
-std::vector<double> ExchangeBytesPerS(const Topology& topology, const std::vector<int>& devices) {
-  std::vector<int> nodes, members;  // the group's nodes, in order, and their member counts
-  for (int d : devices) {
-    const int node = topology.device(d).node;
-    auto it = std::find(nodes.begin(), nodes.end(), node);
-    if (it == nodes.end()) {
-      nodes.push_back(node);
-      members.push_back(1);
+GroupNodes NodesOfGroup(const Topology& topology, const std::vector<int>& devices) {
+  GroupNodes g;
+  for (size_t m = 0; m < devices.size(); ++m) {
+    const int node = topology.device(devices[m]).node;
+    auto it = std::find(g.nodes.begin(), g.nodes.end(), node);
+    if (it == g.nodes.end()) {
+      g.nodes.push_back(node);
+      g.members.push_back(1);
+      g.first.push_back(static_cast<int>(m));
     } else {
-      ++members[it - nodes.begin()];
+      ++g.members[it - g.nodes.begin()];
     }
   }
-  const int shards = LayoutHierarchical(static_cast<int>(nodes.size()),
-                                        *std::min_element(members.begin(), members.end()), 0)
-                         .shards;
+  return g;
+}
+
+int GroupNodes::MinMembers() const { return *std::min_element(members.begin(), members.end()); }
+
+std::vector<double> ExchangeBytesPerS(const Topology& topology, const std::vector<int>& devices) {
+  const GroupNodes g = NodesOfGroup(topology, devices);
+  const int shards = LayoutHierarchical(static_cast<int>(g.nodes.size()), g.MinMembers(), 0).shards;
   std::vector<double> per_node;
-  for (int node : nodes) per_node.push_back(topology.NodeBytesPerS(node, shards));
+  for (int node : g.nodes) per_node.push_back(topology.NodeBytesPerS(node, shards));
   if (NodeShares(per_node).empty()) return {};
   std::vector<double> out;
   for (int d : devices) {
-    out.push_back(
-        per_node[std::find(nodes.begin(), nodes.end(), topology.device(d).node) - nodes.begin()]);
+    const int node = topology.device(d).node;
+    out.push_back(per_node[std::find(g.nodes.begin(), g.nodes.end(), node) - g.nodes.begin()]);
   }
   return out;
 }
