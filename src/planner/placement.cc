@@ -7,6 +7,7 @@
 #include "src/common/status.h"
 #include "src/graph/op_registry.h"
 #include "src/planner/lookups.h"
+#include "src/planner/weight_gradients.h"
 
 namespace quilt {
 
@@ -43,6 +44,49 @@ std::vector<Slice> SplitBatch(const std::vector<std::pair<int, int>>& replicas, 
   return out;
 }
 
+namespace {
+
+// Group `gi`'s split of its weight-gradient ops over `reps` (the devices its
+// other ops run on, with rows): empty when it sets none.
+absl::StatusOr<std::vector<std::pair<int, int>>> WeightGradientSplit(
+    const quilt::v1::GroupPlacement& gp, int gi, const std::vector<std::pair<int, int>>& reps,
+    const Topology& topo, int64_t batch) {
+  std::vector<std::pair<int, int>> wg;
+  if (gp.weight_gradient_replicas().empty()) return wg;
+  for (const quilt::v1::DeviceReplicas& r : gp.weight_gradient_replicas()) {
+    const int d = topo.DeviceIndex(r.device());
+    if (d < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("group ", gi,
+                                                     "'s weight_gradient_replicas name unknown "
+                                                     "device '",
+                                                     r.device(), "'"));
+    }
+    if (r.replicas() <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("group ", gi, "'s weight_gradient_replicas give device '", r.device(), "' ",
+                       r.replicas(), " replicas: each device of the group keeps at least one"));
+    }
+    wg.push_back({d, r.replicas()});
+  }
+  bool same = wg.size() == reps.size();
+  for (size_t k = 0; same && k < wg.size(); ++k) same = wg[k].first == reps[k].first;
+  if (!same) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "group ", gi,
+        "'s weight_gradient_replicas must name the devices its replicas give rows, in the same "
+        "order"));
+  }
+  const std::vector<Slice> rows = SplitBatch(wg, batch);
+  if (rows.size() < wg.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "group ", gi, "'s weight_gradient_replicas give a device no rows of the global batch of ",
+        batch));
+  }
+  return wg;
+}
+
+}  // namespace
+
 absl::StatusOr<Placement> Place(const Graph& g, const quilt::v1::Strategy& s, const Topology& topo,
                                 int64_t batch) {
   ASSIGN_OR_RETURN(const GraphIndex ix, GraphIndex::Build(g));
@@ -56,6 +100,8 @@ absl::StatusOr<Placement> Place(const GraphIndex& ix, const quilt::v1::Strategy&
   Placement p;
   p.global_batch = batch;
   absl::flat_hash_map<std::string, int> group_of;
+  std::vector<std::vector<std::pair<int, int>>> wg_groups;  // per group (empty: as its replicas)
+  bool any_wg = false;
   for (int gi = 0; gi < s.groups_size(); ++gi) {
     const quilt::v1::GroupPlacement& gp = s.groups(gi);
     std::vector<std::pair<int, int>> reps;
@@ -81,8 +127,14 @@ absl::StatusOr<Placement> Place(const GraphIndex& ix, const quilt::v1::Strategy&
       }
     }
     for (const std::string& op : gp.ops()) group_of[op] = gi;
+    using Split = std::vector<std::pair<int, int>>;
+    ASSIGN_OR_RETURN(Split wg, WeightGradientSplit(gp, gi, reps, topo, batch));
+    any_wg |= !wg.empty();
     p.groups.push_back(std::move(reps));
+    wg_groups.push_back(std::move(wg));
   }
+  const std::vector<bool> wg_ops =
+      any_wg ? WeightGradientOps(ix) : std::vector<bool>(g.ops.size(), false);
   for (const Op& op : g.ops) {
     auto it = group_of.find(GroupKey(op));
     if (it == group_of.end()) {
@@ -192,6 +244,8 @@ absl::StatusOr<Placement> Place(const GraphIndex& ix, const quilt::v1::Strategy&
       }
     } else if (auto w = whole_batch.find(static_cast<int>(i)); w != whole_batch.end()) {
       for (int d : w->second->devices) slices.push_back({d, 0, batch});
+    } else if (batched && wg_ops[i] && !wg_groups[p.group_of_op[i]].empty()) {
+      slices = SplitBatch(wg_groups[p.group_of_op[i]], batch);
     } else if (batched) {
       slices = SplitBatch(reps, batch);
     } else {

@@ -387,6 +387,22 @@ TEST_P(Oracle, EveryStrategyEndsWithTheSingleDeviceParameters) {
       {"proportional-hierarchical",
        DataParallelStrategy(s->graph, s->topo, proportional,
                             quilt::v1::AGGREGATION_METHOD_HIERARCHICAL_ALLREDUCE, "p")});
+  {
+    // The weight gradients' rows split otherwise than the rest (the
+    // counts reversed): each device sums other rows' part of them, from
+    // activations and output gradients sent to it.
+    quilt::v1::Strategy moved =
+        DataParallelStrategy(s->graph, s->topo, proportional,
+                             quilt::v1::AGGREGATION_METHOD_HIERARCHICAL_ALLREDUCE, "wg");
+    for (auto& grp : *moved.mutable_groups()) {
+      for (int k = grp.replicas_size() - 1; k >= 0; --k) {
+        auto* r = grp.add_weight_gradient_replicas();
+        r->set_device(grp.replicas(grp.replicas_size() - 1 - k).device());
+        r->set_replicas(grp.replicas(k).replicas());
+      }
+    }
+    strategies.push_back({"weight-gradients-moved", moved});
+  }
   strategies.push_back(
       {"proportional-ps",
        DataParallelStrategy(s->graph, s->topo, proportional,
