@@ -108,6 +108,12 @@ std::string RenderExplain(const quilt::v1::PlanReport& r) {
   if (!s.exchange_parts().empty()) {
     out += "parts across nodes by their bandwidths, in " + s.exchange_parts() + "\n";
   }
+  if (!s.weight_gradient_moves().empty()) {
+    out += absl::StrFormat(
+        "weight gradients: %s (their activations and output gradients sent there; saves %s per "
+        "step in full simulation)\n",
+        s.weight_gradient_moves(), HumanSeconds(s.weight_gradient_saved_s()));
+  }
   out += Breakdown(*h) + "\n";
   if (s.has_best_baseline()) out += Breakdown(s.best_baseline()) + "\n";
   return out;

@@ -19,6 +19,7 @@
 #include "src/planner/lower.h"
 #include "src/planner/placement.h"
 #include "src/planner/program_validator.h"
+#include "src/planner/weight_gradient_balance.h"
 
 namespace quilt {
 
@@ -348,7 +349,55 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
       for (const NamedStrategy& t : tries) done->erase(t.name);
     }
   }
+  // Weight gradients' rows moved off the busiest devices (whole samples
+  // cannot balance them): the candidates simulated in full, the fastest
+  // kept when it beats the plan and fits. On large clusters, where a full
+  // simulation costs seconds, only the first, in the plan's order.
+  std::string wg_moves;
+  double wg_saved_s = 0;
+  int wg_tries = 0;
+  if (done->at(kHeteroG).estimate.feasible()) {
+    std::map<std::string, double> busy;
+    for (const DeviceUsage& d : done->at(kHeteroG).sim.devices) busy[d.device] = d.busy_s;
+    absl::StatusOr<std::vector<BalancedWeightGradients>> balanced = BalanceWeightGradients(
+        ix, done->at(kHeteroG).estimate.strategy(), topo, cost, o.global_batch, busy);
+    if (!balanced.ok()) {
+      QLOG_WARN("weight gradients not balanced: {}", balanced.status().ToString());
+    } else if (!balanced->empty()) {
+      const bool small = topo.num_devices() <= kBothOrdersDevices;
+      if (!small) balanced->resize(1);
+      if (o.progress) o.progress("simulating the plan with weight gradients' rows moved");
+      std::vector<NamedStrategy> tries;
+      for (size_t k = 0; k < balanced->size(); ++k) {
+        tries.push_back(
+            NamedStrategy{absl::StrCat(kHeteroG, "+wg#", k), (*balanced)[k].strategy, ""});
+      }
+      // (A candidate that cannot be lowered is a planner bug, not the
+      // user's: the plan without it stands.)
+      const absl::Status st = evaluate_many(tries, small);
+      if (!st.ok()) QLOG_WARN("weight gradients not balanced: {}", st.ToString());
+      wg_tries = static_cast<int>(tries.size());
+      const double plain = done->at(kHeteroG).estimate.step_time_s();
+      int pick = -1;
+      for (size_t k = 0; st.ok() && k < tries.size(); ++k) {
+        if (!done->count(tries[k].name)) continue;
+        const quilt::v1::StrategyEstimate& e = done->at(tries[k].name).estimate;
+        if (e.feasible() && e.step_time_s() < plain &&
+            (pick < 0 || e.step_time_s() < done->at(tries[pick].name).estimate.step_time_s())) {
+          pick = static_cast<int>(k);
+        }
+      }
+      if (pick >= 0) {
+        wg_saved_s = plain - done->at(tries[pick].name).estimate.step_time_s();
+        wg_moves = (*balanced)[pick].moves;
+        adopt(tries[pick].name);
+      }
+      for (const NamedStrategy& t : tries) done->erase(t.name);
+    }
+  }
   quilt::v1::SearchSummary summary;
+  summary.set_weight_gradient_moves(wg_moves);
+  summary.set_weight_gradient_saved_s(wg_saved_s);
   for (const std::string& t : gathered) summary.add_gathered_tables(t);
   summary.set_gathered_saved_s(gathered_saved_s);
   summary.set_start(sr.start);
@@ -373,7 +422,8 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
   } else if (chosen < sr.variant_collectives.size()) {
     summary.set_gradient_collectives(sr.variant_collectives[chosen]);
   }
-  summary.set_variants_simulated(static_cast<int32_t>(sr.variants.size()) + gathered_tries);
+  summary.set_variants_simulated(static_cast<int32_t>(sr.variants.size()) + gathered_tries +
+                                 wg_tries);
   const std::vector<GroupChoice>& decided = fallback >= 0 ? sr.fallback_choices[fallback]
                                             : near        ? sr.near_choices
                                             : mixed       ? sr.mixed_choices
@@ -400,6 +450,8 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
     summary.clear_decisions();
     summary.clear_gathered_tables();
     summary.clear_gathered_saved_s();
+    summary.clear_weight_gradient_moves();
+    summary.clear_weight_gradient_saved_s();
     summary.set_gradient_collectives(collectives);
   };
   Evaluated& h = done->at(kHeteroG);
@@ -447,6 +499,9 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
       if (!gathered.empty()) {
         absl::StrAppend(&note, " and in the gradient", gathered.size() > 1 ? "s" : "", " of ",
                         absl::StrJoin(gathered, ", "), " gathered rather than summed");
+      }
+      if (!wg_moves.empty()) {
+        absl::StrAppend(&note, ", and in weight gradients' rows moved off the busiest devices");
       }
     }
     h.estimate.set_note(note);

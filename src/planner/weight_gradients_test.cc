@@ -7,9 +7,11 @@
 
 #include <set>
 
+#include "absl/strings/match.h"
 #include "src/graph/op_registry.h"
 #include "src/planner/placement.h"
 #include "src/planner/planner_test_util.h"
+#include "src/planner/weight_gradient_balance.h"
 
 namespace quilt::testing {
 namespace {
@@ -198,6 +200,81 @@ TEST(WeightGradientSplit, MovingRowsOffTheSlowDevicesShortensTheirWork) {
       EXPECT_GT(after.at(fast), before.at(fast)) << fast;
     }
   }
+}
+
+std::map<std::string, double> Busy(const World& w, const quilt::v1::Strategy& s, int64_t batch) {
+  const quilt::v1::DistributedProgram p = LowerChecked(w, s, batch);
+  absl::StatusOr<SimResult> r = Simulate(p, w.graph, w.topo, *w.cost);
+  EXPECT_THAT(r.status(), IsOk());
+  std::map<std::string, double> out;
+  if (r.ok()) {
+    for (const DeviceUsage& d : r->devices) out[d.device] = d.busy_s;
+  }
+  return out;
+}
+
+// Two fast devices and two slow ones, the transformer split evenly: the
+// slow ones have the most work. Every candidate moves rows off them onto
+// the fast ones and no other way, keeps each group's rows and devices,
+// lowers and validates.
+TEST(BalanceWeightGradients, MovesRowsOffTheBusiestDevicesOntoTheOthers) {
+  auto w = Make("transformer");
+  const GraphIndex ix = Index(w->graph);
+  const int64_t batch = 32;
+  const quilt::v1::Strategy even = EvenRing(*w);
+  const std::map<std::string, double> busy = Busy(*w, even, batch);
+  ASSERT_GT(busy.at("slow/gpu:0"), busy.at("fast/gpu:0"));
+  absl::StatusOr<std::vector<BalancedWeightGradients>> out =
+      BalanceWeightGradients(ix, even, w->topo, *w->cost, batch, busy);
+  ASSERT_THAT(out.status(), IsOk());
+  ASSERT_FALSE(out->empty());
+  for (const BalancedWeightGradients& b : *out) {
+    SCOPED_TRACE(b.moves);
+    EXPECT_THAT(b.moves, HasSubstr("moved off slow/gpu:"));
+    EXPECT_THAT(b.moves, HasSubstr("onto fast/gpu:"));
+    int changed = 0;
+    for (const auto& grp : b.strategy.groups()) {
+      if (grp.weight_gradient_replicas().empty()) continue;
+      ++changed;
+      ASSERT_EQ(grp.weight_gradient_replicas_size(), grp.replicas_size());
+      int64_t rows = 0;
+      for (int k = 0; k < grp.replicas_size(); ++k) {
+        const auto& r = grp.weight_gradient_replicas(k);
+        EXPECT_EQ(r.device(), grp.replicas(k).device());
+        rows += r.replicas();
+        // Even split: 8 rows each before.
+        if (absl::StartsWith(r.device(), "slow")) EXPECT_LE(r.replicas(), 8) << r.device();
+        if (absl::StartsWith(r.device(), "fast")) EXPECT_GE(r.replicas(), 8) << r.device();
+      }
+      EXPECT_EQ(rows, batch);
+    }
+    EXPECT_GT(changed, 0);
+    const std::map<std::string, double> after = Busy(*w, b.strategy, batch);
+    EXPECT_LT(after.at("slow/gpu:0") + after.at("slow/gpu:1"),
+              busy.at("slow/gpu:0") + busy.at("slow/gpu:1"));
+  }
+}
+
+TEST(BalanceWeightGradients, NothingToMoveWhereTheDevicesAreEquallyBusyOrAlone) {
+  auto w = Make("transformer");
+  const GraphIndex ix = Index(w->graph);
+  const int64_t batch = 32;
+  std::map<std::string, double> equal;
+  for (int d = 0; d < w->topo.num_devices(); ++d) equal[w->topo.device(d).id] = 1.0;
+  absl::StatusOr<std::vector<BalancedWeightGradients>> out =
+      BalanceWeightGradients(ix, EvenRing(*w), w->topo, *w->cost, batch, equal);
+  ASSERT_THAT(out.status(), IsOk());
+  EXPECT_TRUE(out->empty());
+  // One device per group: nowhere to move rows.
+  quilt::v1::Strategy alone = EvenRing(*w);
+  for (auto& grp : *alone.mutable_groups()) {
+    while (grp.replicas_size() > 1) grp.mutable_replicas()->RemoveLast();
+  }
+  std::map<std::string, double> busy = equal;
+  busy["fast/gpu:0"] = 5.0;
+  out = BalanceWeightGradients(ix, alone, w->topo, *w->cost, batch, busy);
+  ASSERT_THAT(out.status(), IsOk());
+  EXPECT_TRUE(out->empty());
 }
 
 }  // namespace
