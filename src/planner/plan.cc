@@ -351,49 +351,57 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
   }
   // Weight gradients' rows moved off the busiest devices (whole samples
   // cannot balance them): the candidates simulated in full, the fastest
-  // kept when it beats the plan and fits. On large clusters, where a full
-  // simulation costs seconds, only the first, in the plan's order.
+  // kept when it beats the plan and fits; then again from the plan kept
+  // (its simulated work differs from the estimate: the rows' transfers
+  // share the links), up to kWeightGradientRounds times. On large
+  // clusters, where a full simulation costs seconds, one candidate, in the
+  // plan's order, once.
+  constexpr int kWeightGradientRounds = 3;
   std::string wg_moves;
   double wg_saved_s = 0;
   int wg_tries = 0;
-  if (done->at(kHeteroG).estimate.feasible()) {
+  const bool small = topo.num_devices() <= kBothOrdersDevices;
+  for (int round = 0;
+       round < (small ? kWeightGradientRounds : 1) && done->at(kHeteroG).estimate.feasible();
+       ++round) {
     std::map<std::string, double> busy;
     for (const DeviceUsage& d : done->at(kHeteroG).sim.devices) busy[d.device] = d.busy_s;
     absl::StatusOr<std::vector<BalancedWeightGradients>> balanced = BalanceWeightGradients(
         ix, done->at(kHeteroG).estimate.strategy(), topo, cost, o.global_batch, busy);
     if (!balanced.ok()) {
       QLOG_WARN("weight gradients not balanced: {}", balanced.status().ToString());
-    } else if (!balanced->empty()) {
-      const bool small = topo.num_devices() <= kBothOrdersDevices;
-      if (!small) balanced->resize(1);
-      if (o.progress) o.progress("simulating the plan with weight gradients' rows moved");
-      std::vector<NamedStrategy> tries;
-      for (size_t k = 0; k < balanced->size(); ++k) {
-        tries.push_back(
-            NamedStrategy{absl::StrCat(kHeteroG, "+wg#", k), (*balanced)[k].strategy, ""});
-      }
-      // (A candidate that cannot be lowered is a planner bug, not the
-      // user's: the plan without it stands.)
-      const absl::Status st = evaluate_many(tries, small);
-      if (!st.ok()) QLOG_WARN("weight gradients not balanced: {}", st.ToString());
-      wg_tries = static_cast<int>(tries.size());
-      const double plain = done->at(kHeteroG).estimate.step_time_s();
-      int pick = -1;
-      for (size_t k = 0; st.ok() && k < tries.size(); ++k) {
-        if (!done->count(tries[k].name)) continue;
-        const quilt::v1::StrategyEstimate& e = done->at(tries[k].name).estimate;
-        if (e.feasible() && e.step_time_s() < plain &&
-            (pick < 0 || e.step_time_s() < done->at(tries[pick].name).estimate.step_time_s())) {
-          pick = static_cast<int>(k);
-        }
-      }
-      if (pick >= 0) {
-        wg_saved_s = plain - done->at(tries[pick].name).estimate.step_time_s();
-        wg_moves = (*balanced)[pick].moves;
-        adopt(tries[pick].name);
-      }
-      for (const NamedStrategy& t : tries) done->erase(t.name);
+      break;
     }
+    if (balanced->empty()) break;
+    if (!small) balanced->resize(1);
+    if (o.progress) o.progress("simulating the plan with weight gradients' rows moved");
+    std::vector<NamedStrategy> tries;
+    for (size_t k = 0; k < balanced->size(); ++k) {
+      tries.push_back(
+          NamedStrategy{absl::StrCat(kHeteroG, "+wg", round, "#", k), (*balanced)[k].strategy, ""});
+    }
+    // (A candidate that cannot be lowered is a planner bug, not the
+    // user's: the plan without it stands.)
+    const absl::Status st = evaluate_many(tries, small);
+    if (!st.ok()) QLOG_WARN("weight gradients not balanced: {}", st.ToString());
+    wg_tries += static_cast<int>(tries.size());
+    const double plain = done->at(kHeteroG).estimate.step_time_s();
+    int pick = -1;
+    for (size_t k = 0; st.ok() && k < tries.size(); ++k) {
+      if (!done->count(tries[k].name)) continue;
+      const quilt::v1::StrategyEstimate& e = done->at(tries[k].name).estimate;
+      if (e.feasible() && e.step_time_s() < plain &&
+          (pick < 0 || e.step_time_s() < done->at(tries[pick].name).estimate.step_time_s())) {
+        pick = static_cast<int>(k);
+      }
+    }
+    if (pick >= 0) {
+      wg_saved_s += plain - done->at(tries[pick].name).estimate.step_time_s();
+      wg_moves = (*balanced)[pick].moves;
+      adopt(tries[pick].name);
+    }
+    for (const NamedStrategy& t : tries) done->erase(t.name);
+    if (pick < 0) break;
   }
   quilt::v1::SearchSummary summary;
   summary.set_weight_gradient_moves(wg_moves);

@@ -15,6 +15,7 @@ namespace {
 struct GroupRows {
   int group = 0;                  // index into the strategy's groups
   std::vector<int> devices;       // in the group's order
+  std::vector<int64_t> forward;   // per device: the group's rows
   std::vector<int64_t> rows;      // per device: weight-gradient rows
   std::vector<double> per_row_s;  // per device: weight-gradient seconds per row
   // Bytes per row the weight-gradient ops read from the group's other
@@ -76,28 +77,29 @@ std::vector<Move> Moves(std::vector<GroupRows> groups, std::vector<double> load,
 
 BalancedWeightGradients Apply(const quilt::v1::Strategy& plan, std::vector<GroupRows> groups,
                               const std::vector<Move>& moves, size_t n, const Topology& topo) {
-  std::map<int, int64_t> net;  // device → rows in minus rows out
-  std::vector<bool> moved(groups.size(), false);
   for (size_t m = 0; m < n; ++m) {
     GroupRows& g = groups[moves[m].group];
     --g.rows[moves[m].from];
     ++g.rows[moves[m].to];
-    --net[g.devices[moves[m].from]];
-    ++net[g.devices[moves[m].to]];
-    moved[moves[m].group] = true;
   }
   BalancedWeightGradients out;
   out.strategy = plan;
+  // Described against the groups' own rows (a plan may have moved some
+  // before).
+  std::map<int, int64_t> net;  // device → rows in minus rows out
   int changed = 0;
-  for (size_t k = 0; k < groups.size(); ++k) {
-    if (!moved[k]) continue;
-    ++changed;
-    auto* gp = out.strategy.mutable_groups(groups[k].group);
+  int64_t moved = 0;
+  for (const GroupRows& g : groups) {
+    auto* gp = out.strategy.mutable_groups(g.group);
     gp->clear_weight_gradient_replicas();
-    for (size_t j = 0; j < groups[k].devices.size(); ++j) {
+    if (g.rows == g.forward) continue;
+    ++changed;
+    for (size_t j = 0; j < g.devices.size(); ++j) {
       auto* r = gp->add_weight_gradient_replicas();
-      r->set_device(topo.device(groups[k].devices[j]).id);
-      r->set_replicas(static_cast<int32_t>(groups[k].rows[j]));
+      r->set_device(topo.device(g.devices[j]).id);
+      r->set_replicas(static_cast<int32_t>(g.rows[j]));
+      net[g.devices[j]] += g.rows[j] - g.forward[j];
+      moved += std::max<int64_t>(0, g.rows[j] - g.forward[j]);
     }
   }
   std::vector<std::string> off, onto;
@@ -105,7 +107,7 @@ BalancedWeightGradients Apply(const quilt::v1::Strategy& plan, std::vector<Group
     if (rows < 0) off.push_back(absl::StrCat(topo.device(d).id, " (", -rows, ")"));
     if (rows > 0) onto.push_back(absl::StrCat(topo.device(d).id, " (", rows, ")"));
   }
-  out.moves = absl::StrCat(n, n == 1 ? " row" : " rows", " of ", changed,
+  out.moves = absl::StrCat(moved, moved == 1 ? " row" : " rows", " of ", changed,
                            changed == 1 ? " group's" : " groups'", " weight gradients moved off ",
                            absl::StrJoin(off, ", "), " onto ", absl::StrJoin(onto, ", "));
   return out;
@@ -127,8 +129,9 @@ absl::StatusOr<std::vector<BalancedWeightGradients>> BalanceWeightGradients(
     g.group = static_cast<int>(k);
     for (const Slice& s : slices) {
       g.devices.push_back(s.device);
-      g.rows.push_back(s.end - s.begin);
+      g.forward.push_back(s.end - s.begin);
     }
+    g.rows = g.forward;
     g.per_row_s.assign(g.devices.size(), 0);
     row_of_group[k] = static_cast<int>(groups.size());
     groups.push_back(std::move(g));
@@ -139,8 +142,8 @@ absl::StatusOr<std::vector<BalancedWeightGradients>> BalanceWeightGradients(
     if (!wg[i] || k < 0 || !cost.Batched(static_cast<int>(i))) continue;
     GroupRows& g = groups[k];
     for (size_t j = 0; j < g.devices.size(); ++j) {
-      g.per_row_s[j] += cost.OpTime(static_cast<int>(i), g.devices[j], g.rows[j]) /
-                        static_cast<double>(g.rows[j]);
+      g.per_row_s[j] += cost.OpTime(static_cast<int>(i), g.devices[j], g.forward[j]) /
+                        static_cast<double>(g.forward[j]);
     }
     any = true;
   }
@@ -167,6 +170,17 @@ absl::StatusOr<std::vector<BalancedWeightGradients>> BalanceWeightGradients(
   }
   std::vector<BalancedWeightGradients> out;
   if (!any) return out;
+  // Rows the plan has moved already.
+  for (GroupRows& g : groups) {
+    const quilt::v1::GroupPlacement& gp = plan.groups(g.group);
+    if (gp.weight_gradient_replicas_size() != static_cast<int>(g.devices.size())) continue;
+    std::vector<std::pair<int, int>> counts;
+    for (size_t j = 0; j < g.devices.size(); ++j)
+      counts.push_back({g.devices[j], gp.weight_gradient_replicas(j).replicas()});
+    const std::vector<Slice> rows = SplitBatch(counts, batch);
+    if (rows.size() != g.devices.size()) continue;
+    for (size_t j = 0; j < g.devices.size(); ++j) g.rows[j] = rows[j].end - rows[j].begin;
+  }
   std::vector<double> load(topo.num_devices(), 0);
   for (int d = 0; d < topo.num_devices(); ++d) {
     auto it = busy_s.find(topo.device(d).id);
