@@ -1,6 +1,7 @@
 #include "src/planner/weight_gradient_balance.h"
 
 #include <algorithm>
+#include <optional>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -53,7 +54,11 @@ std::vector<Move> Moves(std::vector<GroupRows> groups, std::vector<double> load,
             (same_node && topo.device(b).node != topo.device(a).node)) {
           continue;
         }
-        const double after = std::max(load[a] - g.per_row_s[from], load[b] + g.per_row_s[to]);
+        // The receiver waits for the row's tensors (counted as its work:
+        // the links carry the gradients' collectives too).
+        const double send = topo.PathBetween(a, b).Time(g.bytes_per_row);
+        const double after =
+            std::max(load[a] - g.per_row_s[from], load[b] + g.per_row_s[to] + send);
         if (after < best) {
           best = after;
           pick = Move{k, from, to};
