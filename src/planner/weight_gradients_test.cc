@@ -213,12 +213,28 @@ std::map<std::string, double> Busy(const World& w, const quilt::v1::Strategy& s,
   return out;
 }
 
-// Two fast devices and two slow ones, the transformer split evenly: the
-// slow ones have the most work. Every candidate moves rows off them onto
-// the fast ones and no other way, keeps each group's rows and devices,
-// lowers and validates.
-TEST(BalanceWeightGradients, MovesRowsOffTheBusiestDevicesOntoTheOthers) {
-  auto w = Make("transformer");
+// Two fast devices and two slow ones on another node, the transformer
+// split evenly: the slow ones have the most work. Over 10 Gbit/s NICs a
+// row's activations and output gradients take longer to send than its
+// weight gradients to compute, and nothing moves; over 200 Gbit/s every
+// candidate moves rows off the slow devices onto the fast ones and no
+// other way, keeps each group's rows and devices, lowers and validates.
+TEST(BalanceWeightGradients, MovesRowsOffTheBusiestDevicesWhereTheLinksAllowIt) {
+  {
+    auto slow_links = Make("transformer");
+    const GraphIndex ix = Index(slow_links->graph);
+    const quilt::v1::Strategy even = EvenRing(*slow_links);
+    absl::StatusOr<std::vector<BalancedWeightGradients>> none = BalanceWeightGradients(
+        ix, even, slow_links->topo, *slow_links->cost, 32, Busy(*slow_links, even, 32));
+    ASSERT_THAT(none.status(), IsOk());
+    EXPECT_TRUE(none->empty());
+  }
+  quilt::v1::ClusterSpec spec = TwoNodes();
+  for (auto& node : *spec.mutable_nodes()) {
+    node.mutable_nic()->set_bandwidth_bytes_per_s(2.5e10);
+    node.mutable_intra_node_link()->set_bandwidth_bytes_per_s(5e10);
+  }
+  auto w = Make("transformer", spec);
   const GraphIndex ix = Index(w->graph);
   const int64_t batch = 32;
   const quilt::v1::Strategy even = EvenRing(*w);
