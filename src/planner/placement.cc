@@ -100,7 +100,6 @@ absl::StatusOr<Placement> Place(const GraphIndex& ix, const quilt::v1::Strategy&
   Placement p;
   p.global_batch = batch;
   absl::flat_hash_map<std::string, int> group_of;
-  std::vector<std::vector<std::pair<int, int>>> wg_groups;  // per group (empty: as its replicas)
   bool any_wg = false;
   for (int gi = 0; gi < s.groups_size(); ++gi) {
     const quilt::v1::GroupPlacement& gp = s.groups(gi);
@@ -131,7 +130,7 @@ absl::StatusOr<Placement> Place(const GraphIndex& ix, const quilt::v1::Strategy&
     ASSIGN_OR_RETURN(Split wg, WeightGradientSplit(gp, gi, reps, topo, batch));
     any_wg |= !wg.empty();
     p.groups.push_back(std::move(reps));
-    wg_groups.push_back(std::move(wg));
+    p.weight_gradient_groups.push_back(std::move(wg));
   }
   const std::vector<bool> wg_ops =
       any_wg ? WeightGradientOps(ix) : std::vector<bool>(g.ops.size(), false);
@@ -244,8 +243,8 @@ absl::StatusOr<Placement> Place(const GraphIndex& ix, const quilt::v1::Strategy&
       }
     } else if (auto w = whole_batch.find(static_cast<int>(i)); w != whole_batch.end()) {
       for (int d : w->second->devices) slices.push_back({d, 0, batch});
-    } else if (batched && wg_ops[i] && !wg_groups[p.group_of_op[i]].empty()) {
-      slices = SplitBatch(wg_groups[p.group_of_op[i]], batch);
+    } else if (batched && wg_ops[i] && !p.weight_gradient_groups[p.group_of_op[i]].empty()) {
+      slices = SplitBatch(p.weight_gradient_groups[p.group_of_op[i]], batch);
     } else if (batched) {
       slices = SplitBatch(reps, batch);
     } else {

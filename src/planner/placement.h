@@ -45,6 +45,9 @@ struct Placement {
   std::map<std::string, ParamPlacement> params;
   // Group placements in strategy order: (device, replicas).
   std::vector<std::vector<std::pair<int, int>>> groups;
+  // Per group, the split of its weight-gradient ops
+  // (GroupPlacement.weight_gradient_replicas; empty: as `groups`).
+  std::vector<std::vector<std::pair<int, int>>> weight_gradient_groups;
 };
 
 // Batch rows of each device for replica counts (device, r): B · r / R

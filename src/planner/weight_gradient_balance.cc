@@ -152,20 +152,22 @@ absl::StatusOr<std::vector<BalancedWeightGradients>> BalanceWeightGradients(
     }
     any = true;
   }
+  std::vector<BalancedWeightGradients> out;
+  if (!any) return out;
   // What the weight-gradient ops read from outside them, per row.
   const Graph& graph = ix.graph();
-  std::map<int, int> producer;
+  std::vector<int> producer(graph.tensors().size(), -1);
   for (size_t i = 0; i < graph.ops.size(); ++i) {
-    for (int t : ix.Outputs(static_cast<int>(i))) producer[t] = static_cast<int>(i);
+    for (int t : ix.Outputs(static_cast<int>(i))) {
+      if (t >= 0) producer[t] = static_cast<int>(i);
+    }
   }
   std::vector<std::set<int>> read(groups.size());
   for (size_t i = 0; i < wg.size(); ++i) {
     const int k = row_of_group[p.group_of_op[i]];
     if (!wg[i] || k < 0) continue;
     for (int t : ix.Inputs(static_cast<int>(i))) {
-      if (t < 0 || !ix.Batched(t)) continue;
-      auto pr = producer.find(t);
-      if (pr != producer.end() && wg[pr->second]) continue;
+      if (t < 0 || !ix.Batched(t) || (producer[t] >= 0 && wg[producer[t]])) continue;
       if (read[k].insert(t).second) {
         const TensorInfo& info = graph.tensors()[t];
         groups[k].bytes_per_row +=
@@ -173,17 +175,11 @@ absl::StatusOr<std::vector<BalancedWeightGradients>> BalanceWeightGradients(
       }
     }
   }
-  std::vector<BalancedWeightGradients> out;
-  if (!any) return out;
   // Rows the plan has moved already.
   for (GroupRows& g : groups) {
-    const quilt::v1::GroupPlacement& gp = plan.groups(g.group);
-    if (gp.weight_gradient_replicas_size() != static_cast<int>(g.devices.size())) continue;
-    std::vector<std::pair<int, int>> counts;
-    for (size_t j = 0; j < g.devices.size(); ++j)
-      counts.push_back({g.devices[j], gp.weight_gradient_replicas(j).replicas()});
-    const std::vector<Slice> rows = SplitBatch(counts, batch);
-    if (rows.size() != g.devices.size()) continue;
+    const std::vector<std::pair<int, int>>& split = p.weight_gradient_groups[g.group];
+    if (split.empty()) continue;
+    const std::vector<Slice> rows = SplitBatch(split, batch);
     for (size_t j = 0; j < g.devices.size(); ++j) g.rows[j] = rows[j].end - rows[j].begin;
   }
   std::vector<double> load(topo.num_devices(), 0);
@@ -191,7 +187,6 @@ absl::StatusOr<std::vector<BalancedWeightGradients>> BalanceWeightGradients(
     auto it = busy_s.find(topo.device(d).id);
     if (it != busy_s.end()) load[d] = it->second;
   }
-  std::vector<size_t> counts;
   for (bool same_node : {false, true}) {
     const std::vector<Move> moves = Moves(groups, load, topo, same_node);
     for (size_t n : {moves.size(), moves.size() / 2}) {

@@ -36,17 +36,24 @@ std::vector<bool> WeightGradientOps(const GraphIndex& ix) {
     }
     return true;
   };
-  auto batched_in = [&](int i, bool* any, bool* mixed) {
-    *any = false;
-    *mixed = false;
+  auto reads_batch = [&](int i) {
     for (int t : ix.Inputs(i)) {
-      if (t >= 0 && ix.Batched(t)) *any = true;
-      *mixed |= interleaved(t);
+      if (t >= 0 && ix.Batched(t)) return true;
     }
+    return false;
   };
-  auto batched_out = [&](int i) {
+  auto writes_batch = [&](int i) {
     for (int t : ix.Outputs(i)) {
       if (t >= 0 && ix.Batched(t)) return true;
+    }
+    return false;
+  };
+  auto touches_interleaved = [&](int i) {
+    for (int t : ix.Inputs(i)) {
+      if (interleaved(t)) return true;
+    }
+    for (int t : ix.Outputs(i)) {
+      if (interleaved(t)) return true;
     }
     return false;
   };
@@ -55,28 +62,21 @@ std::vector<bool> WeightGradientOps(const GraphIndex& ix) {
   // gradient's parts), consumers before producers.
   std::vector<bool> after(n_ops, false);
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
-    bool any, mixed;
-    batched_in(*it, &any, &mixed);
-    after[*it] = backward(*it) && !any && !batched_out(*it) && feeds_only(*it, after);
+    after[*it] = backward(*it) && !reads_batch(*it) && !writes_batch(*it) && feeds_only(*it, after);
   }
   // The row sums: ops that read the batch and write none of it, for them.
   std::vector<bool> sums(n_ops, false);
   for (int i = 0; i < n_ops; ++i) {
-    bool any, mixed;
-    batched_in(i, &any, &mixed);
-    sums[i] = backward(i) && any && !mixed && !batched_out(i) && feeds_only(i, after);
+    sums[i] = backward(i) && reads_batch(i) && !writes_batch(i) && !touches_interleaved(i) &&
+              feeds_only(i, after);
   }
   // And the batch ops whose outputs only they read (a reshape before a
   // weight's product, the product of an output's gradient and a
   // normalized input before a scale's row sum).
   std::vector<bool> wg = sums;
   for (int i = 0; i < n_ops; ++i) {
-    if (sums[i] || !backward(i) || !batched_out(i)) continue;
-    bool any, mixed;
-    batched_in(i, &any, &mixed);
-    bool out_mixed = false;
-    for (int t : ix.Outputs(i)) out_mixed |= interleaved(t);
-    wg[i] = !mixed && !out_mixed && feeds_only(i, sums);
+    if (sums[i] || !backward(i) || !writes_batch(i)) continue;
+    wg[i] = !touches_interleaved(i) && feeds_only(i, sums);
   }
   return wg;
 }
