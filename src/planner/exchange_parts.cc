@@ -8,7 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "src/common/hierarchical_layout.h"
 #include "src/common/units.h"
-#include "src/planner/lower.h"
+#include "src/planner/group_nodes.h"
 
 namespace quilt {
 

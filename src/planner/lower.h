@@ -51,23 +51,6 @@ absl::StatusOr<quilt::v1::DistributedProgram*> LowerOnArena(
     const GraphIndex& index, const quilt::v1::Strategy& strategy, const Topology& topology,
     const CostModel* cost, int64_t global_batch, google::protobuf::Arena* arena);
 
-// A device group's nodes in order of first appearance: per node, its
-// topology index, how many of the group's devices it holds, and the
-// position in the group of the first of them.
-struct GroupNodes {
-  std::vector<int> nodes, members, first;
-  int MinMembers() const;
-};
-GroupNodes NodesOfGroup(const Topology& topology, const std::vector<int>& devices);
-
-// The two-level all-reduce over `devices` (a group, non-empty): per member,
-// its node's bandwidth to the other nodes in the exchange across them
-// (Topology::NodeBytesPerS, the layout's shard owners sending at once),
-// which sizes the nodes' parts (src/common/hierarchical_layout.h); empty
-// where the parts are equal anyway (fewer than three nodes, or figures
-// alike). What a lowered program's groups carry.
-std::vector<double> ExchangeBytesPerS(const Topology& topology, const std::vector<int>& devices);
-
 // Recomputes a lowered program's instruction priorities for `order` (and
 // records it in the program's strategy): the same program otherwise.
 // Errors: INVALID_ARGUMENT for negative or repeated instruction ids,

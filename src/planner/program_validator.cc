@@ -7,7 +7,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "src/common/status.h"
-#include "src/planner/lower.h"
+#include "src/planner/group_nodes.h"
 #include "src/planner/placement.h"
 #include "src/planner/validator_state.h"
 
