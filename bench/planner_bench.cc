@@ -1,7 +1,8 @@
 // Planner quality and speed: for each zoo model on each cluster (the shipped
 // ones and seeded random heterogeneous ones), the best data-parallel
 // baseline's predicted step, the HeteroG plan's, the speedup, the ratio to
-// the compute lower bound, planning time and peak memory against capacity.
+// the compute lower bound (and the best baseline's: the most any plan could
+// gain), planning time and peak memory against capacity.
 // One JSON object per line.
 //
 //   bazel build //bench:planner_bench
@@ -166,6 +167,9 @@ int main(int argc, char** argv) {
       }
       j["best_baseline"] = best ? best->name() : "";
       j["best_baseline_s"] = best ? best->step_time_s() : 0;
+      // The most any plan could gain over the best baseline.
+      j["ceiling_speedup"] =
+          best && r.lower_bound_s() > 0 ? best->step_time_s() / r.lower_bound_s() : 0;
       if (heterog != nullptr) {
         j["quilt_s"] = heterog->feasible() ? heterog->step_time_s() : 0;
         j["quilt_feasible"] = heterog->feasible();

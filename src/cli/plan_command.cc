@@ -130,8 +130,9 @@ std::string NoFeasibleStrategy(const quilt::v1::PlanReport& r) {
 
 std::string RenderPlan(const quilt::v1::PlanReport& r) {
   std::string out = absl::StrFormat(
-      "Model %s, global batch %d. Compute lower bound: %s per step (forward and backward FLOPs / Σ "
-      "device FLOP/s)\n\n",
+      "Model %s, global batch %d. Compute lower bound: %s per step (no plan computes faster: each "
+      "op's rows shared out over the devices at will, at their modeled speeds, with no "
+      "communication)\n\n",
       r.model(), r.global_batch(), HumanSeconds(r.lower_bound_s()));
   Table t({"STRATEGY", "STEP", "SAMPLES/S", "vs LOWER BOUND", "PEAK MEM (fullest device)",
            "COMM/STEP", "FEASIBLE"});

@@ -201,6 +201,47 @@ double CostModel::OpTime(int op, int device, int64_t rows) const {
   return s.overhead_s + std::max(flops / rate, bytes * s.slowdown / s.memory_bytes_per_s);
 }
 
+double CostModel::LeastTimePerRow(int op, int device, int64_t max_rows) const {
+  if (!batched_[op]) return OpTime(op, device, 1);
+  max_rows = std::max<int64_t>(1, max_rows);
+  if (fine_ != nullptr) {
+    // The members' least rates may fall at different counts: their sum is
+    // no more than the composite's least rate.
+    double t = 0;
+    for (int i : members_[op]) t += fine_->LeastTimePerRow(i, device, max_rows);
+    return t;
+  }
+  // OpTime(r) / r is monotone between the counts below: the table's
+  // measured batches (it is linear between them), or where the roofline's
+  // two affine terms cross (each is affine on either side).
+  std::vector<int64_t> counts = {1, max_rows};
+  const auto& table = tables_[device];
+  if (!table.empty() && !table[op].empty()) {
+    for (const auto& [b, t] : table[op]) {
+      if (b >= 1 && b <= max_rows) counts.push_back(b);
+    }
+  } else {
+    const OpCostLine& c = costs_[op];
+    const DeviceSpeed& s = speeds_[device];
+    double rate = s.flops_per_s;
+    if (!op_type_.empty() && op_type_[op] >= 0 && type_rates_[device][op_type_[op]] > 0) {
+      rate = type_rates_[device][op_type_[op]];
+    }
+    const double mem = s.memory_bytes_per_s / s.slowdown;
+    const double slope = c.flops_per_row / rate - c.bytes_per_row / mem;
+    if (slope != 0) {
+      const double cross = (c.bytes_base / mem - c.flops_base / rate) / slope;
+      if (cross > 1 && cross < static_cast<double>(max_rows)) {
+        counts.push_back(static_cast<int64_t>(std::floor(cross)));
+        counts.push_back(static_cast<int64_t>(std::ceil(cross)));
+      }
+    }
+  }
+  double least = std::numeric_limits<double>::infinity();
+  for (int64_t r : counts) least = std::min(least, OpTime(op, device, r) / static_cast<double>(r));
+  return least;
+}
+
 CostModel::Collective CostModel::Ring(const std::vector<int>& devices, double bytes,
                                       double steps) const {
   // `steps` sequential steps, each moving bytes/n over every ring hop at

@@ -57,6 +57,10 @@ class CostModel {
   // (rows is ignored for ops without a batch dimension).
   double OpTime(int op_index, int device, int64_t rows) const;
   double Flops(int op_index, int64_t rows) const;
+  // The least seconds per row the op takes on the device at any count of
+  // 1..max_rows rows: OpTime(op, device, r) ≥ r × this for each such r (what
+  // a lower bound may charge per row). For an op without the batch: OpTime.
+  double LeastTimePerRow(int op_index, int device, int64_t max_rows) const;
   const DeviceSpeed& speed(int device) const { return speeds_[device]; }
   // The highest FLOP rate any op reaches on the device (its GEMM rate or a
   // faster measured op-type rate): what a lower bound may assume.

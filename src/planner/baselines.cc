@@ -383,19 +383,4 @@ std::vector<NamedStrategy> Baselines(const Graph& g, const Topology& topo, const
   return out;
 }
 
-double ComputeLowerBound(const Graph& g, const CostModel& cost, const Topology& topo,
-                         int64_t batch) {
-  // The forward and backward ops' FLOPs (a backward pass is not always
-  // twice the forward: the first layer computes no input gradient).
-  double flops = 0;
-  for (size_t i = 0; i < g.ops.size(); ++i) {
-    const OpSchema* s = OpRegistry::Global().Find(g.ops[i].type);
-    if (s->is_update) continue;
-    flops += cost.Flops(static_cast<int>(i), batch);
-  }
-  double rate = 0;
-  for (int d = 0; d < topo.num_devices(); ++d) rate += cost.PeakFlopsPerS(d);
-  return rate > 0 ? flops / rate : 0;
-}
-
 }  // namespace quilt

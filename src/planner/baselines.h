@@ -99,11 +99,6 @@ std::vector<NamedStrategy> Baselines(const Graph& graph, const Topology& topo,
 inline constexpr const char* kDataParallelBaselines[] = {
     "dp-even-ring", "dp-even-ps", "dp-proportional-ring", "dp-proportional-ps"};
 
-// The training graph's FLOPs (forward and backward, not the update) of the
-// global batch / Σ device FLOP/s.
-double ComputeLowerBound(const Graph& graph, const CostModel& cost, const Topology& topo,
-                         int64_t batch);
-
 }  // namespace quilt
 
 #endif  // QUILT_SRC_PLANNER_BASELINES_H_

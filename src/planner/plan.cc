@@ -17,6 +17,7 @@
 #include "src/planner/exchange_parts.h"
 #include "src/planner/lookups.h"
 #include "src/planner/lower.h"
+#include "src/planner/lower_bound.h"
 #include "src/planner/placement.h"
 #include "src/planner/program_validator.h"
 #include "src/planner/weight_gradient_balance.h"
