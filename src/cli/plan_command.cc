@@ -120,12 +120,20 @@ std::string RenderExplain(const quilt::v1::PlanReport& r) {
 }
 
 std::string NoFeasibleStrategy(const quilt::v1::PlanReport& r) {
+  std::string hint;
+  if (r.data_parallel_batch_limit() > 0) {
+    hint = absl::StrFormat(
+        "; data parallelism with the speed-proportional split may fit up to --batch %d here (by "
+        "its memory model)",
+        r.data_parallel_batch_limit());
+  } else {
+    hint = r.global_batch() > 1 ? "; a smaller --batch or more devices may fit"
+                                : "; devices with more memory may fit";
+  }
   return absl::StrCat(
       "No feasible strategy: every strategy above runs out of memory or cannot "
       "be built at a global batch of ",
-      r.global_batch(),
-      r.global_batch() > 1 ? "; a smaller --batch or more devices may fit"
-                           : "; devices with more memory may fit");
+      r.global_batch(), hint);
 }
 
 std::string RenderPlan(const quilt::v1::PlanReport& r) {

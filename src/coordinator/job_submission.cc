@@ -83,7 +83,11 @@ absl::StatusOr<PlanResult> PlanOn(const quilt::v1::JobSpec& spec, const Graph& g
         absl::StrCat("no ", strategy == "auto" ? "strategy" : "'" + strategy + "' plan",
                      " fits the memory of the Ready nodes' devices", why.empty() ? "" : " (", why,
                      why.empty() ? "" : ")",
-                     busy.empty() ? "" : "; the jobs running on " + busy + " hold part of it"));
+                     busy.empty() ? "" : "; the jobs running on " + busy + " hold part of it",
+                     result.report.data_parallel_batch_limit() > 0
+                         ? absl::StrCat("; data parallelism may fit a global batch of up to ",
+                                        result.report.data_parallel_batch_limit())
+                         : ""));
   }
   // A baseline asked for by name splits the batch over every device it
   // names (the planner's own plans, by auto or heterog, run on the devices

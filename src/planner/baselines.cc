@@ -75,6 +75,16 @@ absl::StatusOr<RowLoadModel> RowLoadModel::Fit(const Graph& g, const CostModel& 
   return m;
 }
 
+absl::StatusOr<int64_t> LargestDataParallelBatch(const Graph& g, const CostModel& cost,
+                                                 const Topology& topo, int64_t batch) {
+  ASSIGN_OR_RETURN(const RowLoadModel load, RowLoadModel::Fit(g, cost, topo, batch));
+  // (Capped: a device whose memory does not grow with the rows fits any.)
+  constexpr int64_t kAny = int64_t{1} << 40;
+  int64_t rows = 0;
+  for (int d = 0; d < topo.num_devices(); ++d) rows += std::min(kAny, load.MaxRows(d));
+  return std::min(kAny, rows);
+}
+
 double RowLoadModel::ComputeSeconds(int d, int64_t rows) const {
   if (rows <= 0) return 0;
   if (seconds_.empty()) seconds_.resize(topo_->num_devices());

@@ -67,6 +67,12 @@ class RowLoadModel {
 absl::StatusOr<std::vector<int64_t>> ProportionalSplit(const RowLoadModel& load,
                                                        const Topology& topo, int64_t batch);
 
+// The largest global batch the proportional split fits in the devices'
+// memory (the sum of each device's rows by the memory model fitted at
+// `batch`); 0 when no device fits a row. Errors: those of the fit.
+absl::StatusOr<int64_t> LargestDataParallelBatch(const Graph& graph, const CostModel& cost,
+                                                 const Topology& topo, int64_t batch);
+
 // Forward ops (the op groups of a data-parallel strategy).
 std::vector<std::string> ForwardOps(const Graph& graph);
 

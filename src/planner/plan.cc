@@ -739,6 +739,10 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
     }
     *rep.add_estimates() = e.estimate;
   }
+  if (rep.best().empty()) {
+    absl::StatusOr<int64_t> limit = LargestDataParallelBatch(g, cost, topo, o.global_batch);
+    if (limit.ok() && *limit < o.global_batch) rep.set_data_parallel_batch_limit(*limit);
+  }
   if (!rep.best().empty() && o.program_with_graph) {
     *result.best_program.mutable_graph() = g.ToProto();
   }

@@ -262,6 +262,17 @@ TEST(Plan, NothingFits_ThePlannersPlanIsTheNearestToFitting) {
     if (e.name() == "heterog" || e.step_time_s() <= 0) continue;
     EXPECT_LE(Overflow(*h), Overflow(e)) << e.name();
   }
+  // The report suggests the largest batch data parallelism fits, and the
+  // proportional split fits it.
+  const int64_t limit = plan->report.data_parallel_batch_limit();
+  EXPECT_GT(limit, 0);
+  EXPECT_LT(limit, o.global_batch);
+  o.global_batch = limit;
+  o.strategy = "dp-proportional-ring";
+  absl::StatusOr<PlanResult> fits = Plan(w.graph, w.topo, o);
+  ASSERT_THAT(fits.status(), IsOk());
+  EXPECT_EQ(fits->report.best(), "dp-proportional-ring") << "at batch " << limit;
+  EXPECT_EQ(fits->report.data_parallel_batch_limit(), 0);
 }
 
 TEST(Plan, RejectsBadRequests) {

@@ -379,12 +379,17 @@ TEST(PlanCommand, NoFeasibleStrategy_SaysSoAndFails) {
   EXPECT_THAT(table.out, HasSubstr("No feasible strategy"));
   EXPECT_THAT(table.out, HasSubstr("global batch of 96"));
   EXPECT_THAT(table.out, ::testing::Not(HasSubstr("Best: ")));
+  // And which batch would fit.
+  EXPECT_THAT(table.out, ::testing::ContainsRegex("may fit up to --batch [1-9][0-9]* here"));
   std::vector<std::string> json_args = args;
   json_args.insert(json_args.end(), {"-o", "json"});
   const CommandResult json = Plan(json_args);
   EXPECT_EQ(json.exit_code, 1);
   const nlohmann::json r = nlohmann::json::parse(json.out);
   EXPECT_EQ(r.value("best", ""), "");
+  const int64_t limit = std::stoll(r.value("data_parallel_batch_limit", std::string("0")));
+  EXPECT_GT(limit, 0);
+  EXPECT_LT(limit, 96);
   for (const auto& e : r["estimates"]) EXPECT_FALSE(e["feasible"].get<bool>()) << e["name"];
   EXPECT_THAT(json.err, HasSubstr("No feasible strategy"));
   // Asked for a program, it still says why each strategy failed.
