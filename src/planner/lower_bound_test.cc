@@ -31,6 +31,35 @@ TEST(BalanceBound, MatchesOptimaWorkedOutByHand) {
   EXPECT_EQ(BalanceBound({{1}}, {}), 0);
 }
 
+TEST(LeastTimePerRow, FindsTheCheapestRowCountOfAMeasuredTable) {
+  // An op measured at 4, 8 and 16 rows: 1, 0.6 and 0.8 ms per row (linear
+  // between, proportional outside).
+  std::unique_ptr<World> plain = Make("mlp");
+  int op = -1;
+  for (size_t i = 0; i < plain->graph.ops.size() && op < 0; ++i) {
+    if (plain->cost->Batched(static_cast<int>(i))) op = static_cast<int>(i);
+  }
+  ASSERT_GE(op, 0);
+  quilt::v1::ClusterSpec spec = testing::TwoNodes();
+  for (auto [rows, seconds] : {std::pair{4, 4e-3}, std::pair{8, 4.8e-3}, std::pair{16, 12.8e-3}}) {
+    auto* t = spec.mutable_nodes(0)->mutable_devices(0)->add_op_times();
+    t->set_op(plain->graph.ops[op].name);
+    t->set_batch(rows);
+    t->set_time_s(seconds);
+  }
+  std::unique_ptr<World> w = Make("mlp", spec);
+  EXPECT_NEAR(w->cost->LeastTimePerRow(op, 0, 64), 0.6e-3, 1e-12);
+  // Up to 6 rows: 6 rows take 4.4 ms.
+  EXPECT_NEAR(w->cost->LeastTimePerRow(op, 0, 6), 4.4e-3 / 6, 1e-12);
+  EXPECT_NEAR(w->cost->LeastTimePerRow(op, 0, 3), 1e-3, 1e-12);
+  // Never more than any row count's own rate.
+  for (int64_t r = 1; r <= 40; ++r) {
+    EXPECT_LE(w->cost->LeastTimePerRow(op, 0, 40), w->cost->OpTime(op, 0, r) / r * (1 + 1e-12));
+    // And, on the roofline (no table), the same.
+    EXPECT_LE(w->cost->LeastTimePerRow(op, 1, 40), w->cost->OpTime(op, 1, r) / r * (1 + 1e-12));
+  }
+}
+
 // The strategy with `rows[d]` replicas per device, lowered and simulated.
 double Simulated(const World& w, const std::vector<int64_t>& rows, int64_t batch) {
   const quilt::v1::Strategy s = DataParallelStrategy(
