@@ -206,9 +206,13 @@ double CostModel::LeastTimePerRow(int op, int device, int64_t max_rows) const {
   max_rows = std::max<int64_t>(1, max_rows);
   if (fine_ != nullptr) {
     // The members' least rates may fall at different counts: their sum is
-    // no more than the composite's least rate.
+    // no more than the composite's least rate. A member without the batch
+    // adds its time over at most max_rows rows.
     double t = 0;
-    for (int i : members_[op]) t += fine_->LeastTimePerRow(i, device, max_rows);
+    for (int i : members_[op]) {
+      t += fine_->batched_[i] ? fine_->LeastTimePerRow(i, device, max_rows)
+                              : fine_->OpTime(i, device, 1) / static_cast<double>(max_rows);
+    }
     return t;
   }
   // OpTime(r) / r is monotone between the counts below: the table's

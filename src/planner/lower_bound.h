@@ -1,7 +1,8 @@
 // Lower bounds on any plan's step time, from computation alone (no
 // communication, no waiting), for the plan report's "vs lower bound":
 // - FLOPs: the training graph's forward and backward FLOPs over the
-//   devices' summed peak FLOP/s.
+//   devices' summed peak FLOP/s (for comparison; a measured op-time table
+//   may beat the peak rate it assumes).
 // - Balance: every op's batch rows (an op without the batch: the op once)
 //   shared out over the devices as a linear program would, each row at the
 //   least per-row time the cost model gives that op on that device; the
@@ -10,7 +11,9 @@
 //   relatively faster on some devices. Any plan computes each row of each
 //   op somewhere, so none beats it. The bound is evaluated from the
 //   program's dual (weights per device), so it stays a bound even when the
-//   solver stops short.
+//   solver stops short (it has a second, and programs of more than 200k
+//   columns are not solved: weights inverse to each device's whole work
+//   are used).
 #ifndef QUILT_SRC_PLANNER_LOWER_BOUND_H_
 #define QUILT_SRC_PLANNER_LOWER_BOUND_H_
 
@@ -36,7 +39,7 @@ double BalanceBound(const std::vector<std::vector<double>>& work, const std::vec
 double BalanceLowerBound(const Graph& graph, const CostModel& cost, const Topology& topo,
                          int64_t batch);
 
-// The larger of the two.
+// The balance bound (what plan reports call the compute lower bound).
 double ComputeLowerBound(const Graph& graph, const CostModel& cost, const Topology& topo,
                          int64_t batch);
 

@@ -25,6 +25,10 @@ TEST(BalanceBound, MatchesOptimaWorkedOutByHand) {
   EXPECT_NEAR(BalanceBound({{6, 6}, {6, 6}}, {2, 1}), 4.0, 1e-6);
   // Three ops, each fast on its own device.
   EXPECT_NEAR(BalanceBound({{1, 10, 10}, {10, 1, 10}, {10, 10, 1}}, {1, 1, 1}), 1.0, 1e-6);
+  // Each device takes the op it is faster at and they share the third: 1.5.
+  // (Weights inverse to each device's whole work give only 1.4: the
+  // program's solution is needed.)
+  EXPECT_NEAR(BalanceBound({{1, 4}, {2, 1}, {1, 1}}, {1, 1}), 1.5, 1e-6);
   // Two slow devices and one four times faster: the fast one takes 2/3.
   EXPECT_NEAR(BalanceBound({{3, 12}}, {1, 2}), 2.0, 1e-6);
   EXPECT_EQ(BalanceBound({}, {1}), 0);
