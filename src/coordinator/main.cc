@@ -9,6 +9,7 @@
 #include "CLI/CLI.hpp"
 #include "src/common/clock.h"
 #include "src/common/config_cli.h"
+#include "src/common/crash_report.h"
 #include "src/common/file_limit.h"
 #include "src/common/files.h"
 #include "src/common/logging.h"
@@ -81,6 +82,7 @@ int Run(const CoordinatorConfig& config) {
 }  // namespace quilt
 
 int main(int argc, char** argv) {
+  quilt::InstallCrashReport(argv[0]);
   // The planner's linear programs call BLAS on tiny matrices; OpenBLAS's
   // worker threads would then spin on the cores plans are searched on.
   openblas_set_num_threads(1);

@@ -30,6 +30,7 @@
 #include "nlohmann/json.hpp"
 #include "src/common/config_cli.h"
 #include "src/common/cpu_affinity.h"
+#include "src/common/crash_report.h"
 #include "src/common/files.h"
 #include "src/common/status.h"
 #include "src/graph/graph.h"
@@ -96,6 +97,7 @@ absl::Status WriteState(const std::string& dir, int rank, const quilt::Executor&
 }  // namespace
 
 int main(int argc, char** argv) {
+  quilt::InstallCrashReport(argv[0]);
   CLI::App app{"quilt-executor: run a process's share of a DistributedProgram"};
   std::string program_path, world, rendezvous, data_spec = "synthetic", out_dir, trace_path,
                                                slowdown;

@@ -17,6 +17,7 @@
 #include "src/cluster/local_node.h"
 #include "src/common/config_cli.h"
 #include "src/common/cpu_affinity.h"
+#include "src/common/crash_report.h"
 #include "src/common/dir_lock.h"
 #include "src/common/file_limit.h"
 #include "src/common/files.h"
@@ -258,6 +259,7 @@ int Run(WorkerConfig config) {
 }  // namespace quilt
 
 int main(int argc, char** argv) {
+  quilt::InstallCrashReport(argv[0]);
   if (absl::Status s = quilt::BlockTerminationSignals(); !s.ok()) {
     std::cerr << "quilt-worker: " << s.message() << "\n";
     return 1;
