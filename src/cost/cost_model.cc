@@ -161,6 +161,13 @@ double CostModel::Flops(int op, int64_t rows) const {
   return c.flops_base + c.flops_per_row * static_cast<double>(batched_[op] ? rows : 1);
 }
 
+double CostModel::FlopRate(int op, int device) const {
+  if (!op_type_.empty() && op_type_[op] >= 0 && type_rates_[device][op_type_[op]] > 0) {
+    return type_rates_[device][op_type_[op]];
+  }
+  return speeds_[device].flops_per_s;
+}
+
 double CostModel::OpTime(int op, int device, int64_t rows) const {
   const int64_t b = batched_[op] ? rows : 1;
   if (fine_ != nullptr) {
@@ -194,10 +201,7 @@ double CostModel::OpTime(int op, int device, int64_t rows) const {
   const DeviceSpeed& s = speeds_[device];
   const double flops = c.flops_base + c.flops_per_row * static_cast<double>(b);
   const double bytes = c.bytes_base + c.bytes_per_row * static_cast<double>(b);
-  double rate = s.flops_per_s;
-  if (!op_type_.empty() && op_type_[op] >= 0 && type_rates_[device][op_type_[op]] > 0) {
-    rate = type_rates_[device][op_type_[op]];
-  }
+  const double rate = FlopRate(op, device);
   return s.overhead_s + std::max(flops / rate, bytes * s.slowdown / s.memory_bytes_per_s);
 }
 
@@ -227,10 +231,7 @@ double CostModel::LeastTimePerRow(int op, int device, int64_t max_rows) const {
   } else {
     const OpCostLine& c = costs_[op];
     const DeviceSpeed& s = speeds_[device];
-    double rate = s.flops_per_s;
-    if (!op_type_.empty() && op_type_[op] >= 0 && type_rates_[device][op_type_[op]] > 0) {
-      rate = type_rates_[device][op_type_[op]];
-    }
+    const double rate = FlopRate(op, device);
     const double mem = s.memory_bytes_per_s / s.slowdown;
     const double slope = c.flops_per_row / rate - c.bytes_per_row / mem;
     if (slope != 0) {

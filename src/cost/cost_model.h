@@ -81,6 +81,9 @@ class CostModel {
   const Graph& graph() const { return *graph_; }
 
  private:
+  // The op's FLOP rate on the device: its type's measured rate, or the
+  // device's.
+  double FlopRate(int op, int device) const;
   Collective Ring(const std::vector<int>& devices, double bytes, double factor_steps) const;
   Collective Hierarchical(const std::vector<int>& devices, double bytes) const;
 
