@@ -75,9 +75,7 @@ absl::StatusOr<RowLoadModel> RowLoadModel::Fit(const Graph& g, const CostModel& 
   return m;
 }
 
-absl::StatusOr<int64_t> LargestDataParallelBatch(const Graph& g, const CostModel& cost,
-                                                 const Topology& topo, int64_t batch) {
-  ASSIGN_OR_RETURN(const RowLoadModel load, RowLoadModel::Fit(g, cost, topo, batch));
+int64_t LargestDataParallelBatch(const RowLoadModel& load, const Topology& topo) {
   // (Capped: a device whose memory does not grow with the rows fits any.)
   constexpr int64_t kAny = int64_t{1} << 40;
   int64_t rows = 0;
@@ -336,10 +334,11 @@ std::map<std::string, int> GradientBuckets(const Graph& g, int64_t bucket_bytes)
 }
 
 std::vector<NamedStrategy> Baselines(const Graph& g, const Topology& topo, const CostModel& cost,
-                                     int64_t batch) {
+                                     int64_t batch, std::optional<RowLoadModel>* load_out) {
   const int n = topo.num_devices();
   std::vector<NamedStrategy> out;
   absl::StatusOr<RowLoadModel> load = RowLoadModel::Fit(g, cost, topo, batch);
+  if (load_out != nullptr && load.ok()) *load_out = *load;
   // Single device: the one the whole batch computes fastest on (by the
   // load model, which counts per-op and per-step overheads; the highest
   // FLOP/s without it), among those it fits.

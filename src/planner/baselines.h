@@ -9,6 +9,7 @@
 #define QUILT_SRC_PLANNER_BASELINES_H_
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -68,10 +69,9 @@ absl::StatusOr<std::vector<int64_t>> ProportionalSplit(const RowLoadModel& load,
                                                        const Topology& topo, int64_t batch);
 
 // The largest global batch the proportional split fits in the devices'
-// memory (the sum of each device's rows by the memory model fitted at
-// `batch`); 0 when no device fits a row. Errors: those of the fit.
-absl::StatusOr<int64_t> LargestDataParallelBatch(const Graph& graph, const CostModel& cost,
-                                                 const Topology& topo, int64_t batch);
+// memory (the sum of each device's rows by the memory model `load`); 0
+// when no device fits a row.
+int64_t LargestDataParallelBatch(const RowLoadModel& load, const Topology& topo);
 
 // Forward ops (the op groups of a data-parallel strategy).
 std::vector<std::string> ForwardOps(const Graph& graph);
@@ -98,8 +98,11 @@ quilt::v1::Strategy DataParallelStrategy(const Graph& graph, const Topology& top
                                          quilt::v1::AggregationMethod method,
                                          const std::string& name, int64_t bucket_bytes = 0);
 
+// `load`, when given, receives the load model the splits were sized by
+// (left empty when it could not be fitted).
 std::vector<NamedStrategy> Baselines(const Graph& graph, const Topology& topo,
-                                     const CostModel& cost, int64_t batch);
+                                     const CostModel& cost, int64_t batch,
+                                     std::optional<RowLoadModel>* load = nullptr);
 // The data-parallel baselines, which Baselines lists for two or more
 // devices.
 inline constexpr const char* kDataParallelBaselines[] = {

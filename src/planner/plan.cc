@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -602,7 +603,8 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
   const double lb = ComputeLowerBound(g, cost, topo, o.global_batch);
   rep.set_lower_bound_s(lb);
   if (o.progress) o.progress("building the baselines (fitting memory and compute per device)");
-  const std::vector<NamedStrategy> strategies = Baselines(g, topo, cost, o.global_batch);
+  std::optional<RowLoadModel> load;
+  const std::vector<NamedStrategy> strategies = Baselines(g, topo, cost, o.global_batch, &load);
   for (const NamedStrategy& ns : o.given) {
     if (ns.name == kHeteroG ||
         absl::c_any_of(strategies, [&](const NamedStrategy& b) { return b.name == ns.name; })) {
@@ -739,9 +741,9 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
     }
     *rep.add_estimates() = e.estimate;
   }
-  if (rep.best().empty()) {
-    absl::StatusOr<int64_t> limit = LargestDataParallelBatch(g, cost, topo, o.global_batch);
-    if (limit.ok() && *limit < o.global_batch) rep.set_data_parallel_batch_limit(*limit);
+  if (rep.best().empty() && load.has_value()) {
+    const int64_t limit = LargestDataParallelBatch(*load, topo);
+    if (limit < o.global_batch) rep.set_data_parallel_batch_limit(limit);
   }
   if (!rep.best().empty() && o.program_with_graph) {
     *result.best_program.mutable_graph() = g.ToProto();
