@@ -39,6 +39,12 @@ struct SearchOptions {
   // plans at a time: the second, when the first is taken, is simulated
   // again from the new plan and counts twice; the limit may be passed by one.
   int64_t max_evaluations = 200;
+  // Where no baseline fits, the search starts from the best of them and
+  // of two layer-wise seeds (the groups over devices, or over nodes, in
+  // order); then, while the budget lasts, it searches from each seed it
+  // did not start from too, simulating at most this many plans there
+  // (fitting or not); 0: from the start alone.
+  int64_t other_seed_evaluations = 2000;
   uint64_t seed = 1;
   // Op groups; 0 = chosen from the cluster size.
   int target_groups = 0;
