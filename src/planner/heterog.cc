@@ -172,15 +172,17 @@ class Search {
   // `whole_placements`: try moving every group at once to the placements
   // the estimate favours (see Moves).
   // `evaluation_cap` > 0: plans this search simulates at most, whether
-  // one fits or not.
+  // one fits or not. `start`: what it starts from, for progress reports.
   Search(SearchSpace* space, int groups, const SearchOptions& o, absl::Time deadline,
-         bool whole_placements, int64_t evaluation_cap = 0)
+         bool whole_placements, std::string start, int64_t evaluation_cap = 0)
       : space_(space),
         groups_(groups),
         options_(o),
         deadline_(deadline),
         evaluation_cap_(evaluation_cap),
         started_at_(space->evaluations()),
+        start_(std::move(start)),
+        next_progress_(absl::Now() + absl::Seconds(o.progress_every_s)),
         rng_(o.seed) {
     for (int k = 0; whole_placements && k < static_cast<int>(space->options().size()); ++k)
       estimates_.push_back(space->Estimate(k));
@@ -347,6 +349,7 @@ class Search {
   // The evaluation limit counts once a plan fits: until then the search
   // goes on for its time budget.
   bool OutOfBudget(const Score& best) {
+    Progress(best);
     if (best.feasible() && fit_at_ < 0) fit_at_ = space_->evaluations();
     if (best.feasible() && options_.max_evaluations > 0 &&
         space_->evaluations() - fit_at_ >= options_.max_evaluations) {
@@ -362,6 +365,15 @@ class Search {
       return true;
     }
     return false;
+  }
+
+  void Progress(const Score& best) {
+    if (!options_.progress) return;
+    const absl::Time now = absl::Now();
+    if (now < next_progress_) return;
+    next_progress_ = now + absl::Seconds(options_.progress_every_s);
+    options_.progress(SearchProgress{start_, evaluation_cap_ > 0, space_->evaluations(),
+                                     best.feasible(), best.time_s, best.overflow_bytes});
   }
 
   // A plan's time as the whole-plan moves compare it (any estimate beats
@@ -387,6 +399,8 @@ class Search {
   absl::Time deadline_;
   int64_t evaluation_cap_ = 0;
   int64_t started_at_ = 0;
+  std::string start_;
+  absl::Time next_progress_;
   std::mt19937_64 rng_;
 };
 
@@ -506,7 +520,7 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
     result.stopped_by = absl::Now() < deadline ? "enumerated" : "time budget";
   } else {
     const bool whole = topo.num_devices() > kWholePlacementDevices;
-    Search search(&space, coarse->num_groups(), options, deadline, whole);
+    Search search(&space, coarse->num_groups(), options, deadline, whole, result.start);
     ASSIGN_OR_RETURN(auto found, search.Run(best, best_score));
     best = found.first;
     best_score = found.second;
@@ -515,7 +529,7 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
     std::optional<std::pair<PlanState, Score>> nearest = search.near();
     for (const Seed& seed : other_seeds) {
       if (options.other_seed_evaluations <= 0 || absl::Now() >= deadline) break;
-      Search again(&space, coarse->num_groups(), options, deadline, whole,
+      Search again(&space, coarse->num_groups(), options, deadline, whole, seed.name,
                    options.other_seed_evaluations);
       ASSIGN_OR_RETURN(auto other, again.Run(seed.state, seed.score));
       if (again.near().has_value() &&

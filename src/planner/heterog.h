@@ -16,6 +16,7 @@
 #ifndef QUILT_SRC_PLANNER_HETEROG_H_
 #define QUILT_SRC_PLANNER_HETEROG_H_
 
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -32,6 +33,19 @@ namespace quilt {
 // The search is deterministic for a seed when it ends by converging or by
 // `max_evaluations` (the default); one cut short by the time budget depends
 // on the machine's speed (the result says which ended it).
+// Where a running search stands (SearchOptions::progress).
+struct SearchProgress {
+  std::string start;  // the plan it searches from, as SearchResult::start names it
+  // A search from another seed after the first (whose plan it may beat).
+  bool other_seed = false;
+  int64_t evaluated = 0;      // plans simulated so far, every search of the run
+  bool feasible = false;      // whether the best plan so far fits
+  double best_s = 0;          // its step on the coarsened graph
+  double overflow_bytes = 0;  // when it does not fit: bytes over capacity, summed
+  // (Of this search's plans: with other_seed, the first search's best is
+  // kept unless this one beats it.)
+};
+
 struct SearchOptions {
   double time_budget_s = 10;
   // Plans simulated at most once one fits (until then the time budget
@@ -58,6 +72,10 @@ struct SearchOptions {
   // gradients summed in slices of that size, so that small urgent
   // collectives (a synchronized batch norm's sums) wait less behind them.
   std::vector<int64_t> bucket_bytes = {2 << 20, 8 << 20};
+  // Called every `progress_every_s` seconds of a search (never for one
+  // that ends sooner; 0: after every batch of plans simulated).
+  std::function<void(const SearchProgress&)> progress;
+  double progress_every_s = 1;
 };
 
 // What the plan does with one group, and what that is worth.

@@ -408,6 +408,75 @@ TEST(HeteroG, OtherSeedsNeverMakeThePlanSlower) {
   EXPECT_GT(searched_again, 0);
 }
 
+// Progress reports while the search runs: the plans simulated so far only
+// grow, each search's best only improves (in fit, then in time), and the
+// searches named are those the result chose among. Through Plan, the
+// reports are lines of progress.
+TEST(HeteroG, ReportsItsProgress) {
+  const int64_t batch = 24;
+  int64_t dp_peak = 0;
+  {
+    auto f = Make(DeepMlp(), Mixed());
+    PlanOptions o;
+    o.global_batch = batch;
+    o.strategy = "dp-even-ring";
+    absl::StatusOr<PlanResult> r = Plan(f->graph, f->topo, o);
+    ASSERT_THAT(r.status(), IsOk());
+    for (const auto& m : r->report.estimates(0).memory())
+      dp_peak = std::max(dp_peak, m.peak_bytes());
+  }
+  auto f = Make(DeepMlp(), Mixed(dp_peak * 6 / 10));
+  const std::vector<NamedStrategy> baselines = Baselines(f->graph, f->topo, *f->cost, batch);
+  std::vector<SearchProgress> reports;
+  SearchOptions o;
+  o.time_budget_s = 300;
+  o.max_evaluations = 400;
+  o.progress_every_s = 0;
+  o.progress = [&](const SearchProgress& p) { reports.push_back(p); };
+  absl::StatusOr<SearchResult> r = SearchHeteroG(f->graph, f->topo, *f->cost, batch, baselines, o);
+  ASSERT_THAT(r.status(), IsOk());
+  ASSERT_TRUE(r->feasible);
+  ASSERT_GT(reports.size(), 10u);
+  std::set<std::string> starts;
+  for (size_t i = 0; i < reports.size(); ++i) {
+    const SearchProgress& p = reports[i];
+    starts.insert(p.start);
+    EXPECT_LE(p.evaluated, r->evaluated);
+    if (i == 0) continue;
+    const SearchProgress& q = reports[i - 1];
+    EXPECT_GE(p.evaluated, q.evaluated);
+    if (p.start != q.start || p.other_seed != q.other_seed) continue;
+    EXPECT_FALSE(q.feasible && !p.feasible) << i;
+    if (q.feasible) {
+      EXPECT_LE(p.best_s, q.best_s) << i;
+    } else if (!p.feasible) {
+      EXPECT_LE(p.overflow_bytes, q.overflow_bytes) << i;
+    }
+  }
+  EXPECT_TRUE(starts.count(r->start)) << r->start;
+  EXPECT_FALSE(reports.front().other_seed);
+  for (const std::string& start : starts)
+    EXPECT_TRUE(absl::StartsWith(start, "layer-wise")) << start;
+
+  std::vector<std::string> lines;
+  PlanOptions po;
+  po.global_batch = batch;
+  po.search.time_budget_s = 300;
+  po.search.max_evaluations = 400;
+  po.search.progress_every_s = 0;
+  po.progress = [&](const std::string& line) { lines.push_back(line); };
+  absl::StatusOr<PlanResult> plan = Plan(f->graph, f->topo, po);
+  ASSERT_THAT(plan.status(), IsOk());
+  int searching = 0;
+  for (const std::string& line : lines) {
+    if (!absl::StartsWith(line, "searching from ")) continue;
+    ++searching;
+    EXPECT_THAT(line, ::testing::HasSubstr(" plans simulated, ")) << line;
+    EXPECT_THAT(line, ::testing::HasSubstr(" s so far)")) << line;
+  }
+  EXPECT_GT(searching, 10);
+}
+
 // Across zoo models and random clusters: validated, never slower than the
 // best baseline, and the reported time is what its program simulates to.
 class PlanWithHeteroG : public ::testing::TestWithParam<std::tuple<std::string, int>> {};

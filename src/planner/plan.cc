@@ -155,8 +155,22 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
     o.progress(absl::StrFormat("searching hybrid plans (%.1f s so far)",
                                absl::ToDoubleSeconds(absl::Now() - start)));
   }
+  SearchOptions search = o.search;
+  if (o.progress && !search.progress) {
+    search.progress = [&](const SearchProgress& p) {
+      o.progress(absl::StrFormat(
+          "searching from %s%s: %d plans simulated, %s (%.1f s so far)", p.start,
+          p.other_seed ? " too" : "", p.evaluated,
+          p.feasible
+              ? "the fastest from there " + HumanSeconds(p.best_s) + " per step on the coarse model"
+              : "none fits from there yet (the closest is " +
+                    HumanBytes(static_cast<int64_t>(p.overflow_bytes)) +
+                    " over the devices' memory in all)",
+          absl::ToDoubleSeconds(absl::Now() - start)));
+    };
+  }
   ASSIGN_OR_RETURN(SearchResult sr,
-                   SearchHeteroG(g, topo, cost, o.global_batch, baselines, o.search));
+                   SearchHeteroG(g, topo, cost, o.global_batch, baselines, search));
   // The plan and the baselines it is compared with below, simulated in
   // full at once: every one but those the coarse model puts at more than
   // kCoarseMargin times the fastest baseline's time (a full simulation on
@@ -228,7 +242,7 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
   // headroom, up to three times, each with 15 % less of each device, in
   // what is left of the time budget (a quarter of it when none is); the
   // fastest plan that fits in full, of every search, is kept.
-  SearchOptions again = o.search;
+  SearchOptions again = search;
   double searched_s = sr.search_wall_s;
   for (int attempt = 0; attempt < 3 && sr.feasible && !done->at(kHeteroG).estimate.feasible();
        ++attempt) {
