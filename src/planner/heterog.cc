@@ -496,6 +496,16 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
     }
   }
   std::vector<Seed> other_seeds;
+  // The first search's start and result, when a search from another seed
+  // beats it.
+  struct FirstSearch {
+    PlanState start;
+    std::string start_name;
+    double start_s = 0;
+    PlanState plan;
+    Score score;
+  };
+  std::optional<FirstSearch> first_search;
   for (Seed& seed : seeds) {
     if (seed.name != result.start) other_seeds.push_back(std::move(seed));
   }
@@ -532,11 +542,10 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
       Search again(&space, coarse->num_groups(), options, deadline, whole, seed.name,
                    options.other_seed_evaluations);
       ASSIGN_OR_RETURN(auto other, again.Run(seed.state, seed.score));
-      if (again.near().has_value() &&
-          (!nearest.has_value() || again.near()->second.time_s < nearest->second.time_s)) {
-        nearest = again.near();
-      }
       if (!other.second.BetterThan(best_score)) continue;
+      if (!first_search.has_value()) {
+        first_search = FirstSearch{start_state, result.start, result.start_s, best, best_score};
+      }
       best = other.first;
       best_score = other.second;
       start_state = seed.state;
@@ -544,6 +553,9 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
       result.start_s = seed.score.time_s;
       result.stopped_by = again.stopped_by();
       earlier = again.earlier();
+      // (The plans the explanation shows are described against the start
+      // of the search they come from: this one's.)
+      nearest = again.near();
     }
     if (nearest.has_value() &&
         (!best_score.feasible() || nearest->second.time_s < best_score.time_s)) {
@@ -604,6 +616,17 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
     result.variant_collectives.push_back(FusionLabel(SearchSpace::kFusePerGroup) +
                                          ", a plan the search kept from over its memory share");
   }
+  if (first_search.has_value()) {
+    result.first_search_variant = result.variants.size();
+    result.first_search_start = first_search->start_name;
+    result.first_search_start_s = first_search->start_s;
+    result.first_search_s = first_search->score.time_s;
+    result.variants.push_back(
+        space.FineStrategy(g, first_search->plan, "heterog", SearchSpace::kFusePerGroup));
+    result.variant_collectives.push_back(FusionLabel(SearchSpace::kFusePerGroup) +
+                                         ", the plan of the search from " +
+                                         first_search->start_name);
+  }
   for (const auto& [state, score] : earlier) {
     result.fallbacks.push_back(space.FineStrategy(g, state, "heterog", SearchSpace::kFusePerGroup));
     result.fallback_s.push_back(score.time_s);
@@ -615,48 +638,54 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
     c->placement = o.label;
     c->aggregation = space.AggregationLabel(state, k);
   };
-  // The step with each changed group of `plan` put back, kWindow at a time
-  // while the budget lasts (each costs a simulation: seconds on large
-  // clusters).
-  auto differs = [&](const PlanState& plan, int k) {
-    return plan.place[k] != start_state.place[k] || plan.method[k] != start_state.method[k] ||
-           plan.ServerNode(k) != start_state.ServerNode(k);
+  // The step with each group of `plan` that differs from `base` put back
+  // as there, kWindow at a time while the budget lasts (each costs a
+  // simulation: seconds on large clusters).
+  auto differs_from = [&](const PlanState& plan, const PlanState& base, int k) {
+    return plan.place[k] != base.place[k] || plan.method[k] != base.method[k] ||
+           plan.ServerNode(k) != base.ServerNode(k);
   };
-  auto put_back_each = [&](const PlanState& plan) {
+  auto put_back_each = [&](const PlanState& plan, const PlanState& base) {
     std::vector<int> changed;
     for (int k = 0; k < coarse->num_groups(); ++k) {
-      if (differs(plan, k)) changed.push_back(k);
+      if (differs_from(plan, base, k)) changed.push_back(k);
     }
     std::map<int, absl::StatusOr<Score>> out;
     for (size_t i = 0; i < changed.size() && absl::Now() < deadline; i += kWindow) {
       std::vector<PlanState> backs;
       for (size_t j = i; j < std::min(changed.size(), i + kWindow); ++j) {
         backs.push_back(plan);
-        backs.back().place[changed[j]] = start_state.place[changed[j]];
-        backs.back().method[changed[j]] = start_state.method[changed[j]];
-        SetServerNode(&backs.back(), changed[j], start_state.ServerNode(changed[j]));
+        backs.back().place[changed[j]] = base.place[changed[j]];
+        backs.back().method[changed[j]] = base.method[changed[j]];
+        SetServerNode(&backs.back(), changed[j], base.ServerNode(changed[j]));
       }
       std::vector<absl::StatusOr<Score>> scores = space.EvaluateAll(backs);
       for (size_t j = 0; j < backs.size(); ++j) out.emplace(changed[i + j], scores[j]);
     }
     return out;
   };
-  // What putting group k of `plan` (of `score`) back says of its choice.
-  auto worth = [&](const std::map<int, absl::StatusOr<Score>>& backs, const PlanState& plan, int k,
-                   const Score& score, GroupChoice* c) {
+  // What putting group k of `plan` (of `score`) back as in `base` says of
+  // its choice.
+  auto worth = [&](const std::map<int, absl::StatusOr<Score>>& backs, const PlanState& plan,
+                   const PlanState& base, int k, const Score& score, GroupChoice* c) {
     if (auto it = backs.find(k); it != backs.end()) {
       const absl::StatusOr<Score>& s = it->second;
       if (s.ok() && s->feasible()) c->saved_s = s->time_s - score.time_s;
       if (s.ok() && !s->feasible() && score.feasible()) c->needed_to_fit = true;
-    } else if (differs(plan, k)) {
+    } else if (differs_from(plan, base, k)) {
       c->saved_not_measured = true;  // the budget ran out first
     }
   };
-  const std::map<int, absl::StatusOr<Score>> put_back = put_back_each(best);
+  const std::map<int, absl::StatusOr<Score>> put_back = put_back_each(best, start_state);
   // (The plan may become the starting placement with the plan's
   // aggregation: its choices are worth their own figures.)
   std::map<int, absl::StatusOr<Score>> mixed_put_back;
-  if (mixed_state.has_value()) mixed_put_back = put_back_each(*mixed_state);
+  if (mixed_state.has_value()) mixed_put_back = put_back_each(*mixed_state, start_state);
+  // (Or the first search's plan, against its own start.)
+  std::map<int, absl::StatusOr<Score>> first_put_back;
+  if (first_search.has_value()) {
+    first_put_back = put_back_each(first_search->plan, first_search->start);
+  }
   for (int k = 0; k < coarse->num_groups(); ++k) {
     GroupChoice c;
     c.group = k;
@@ -667,13 +696,19 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
     describe(best, k, &c);
     describe(start_state, k, &as_start);
     result.start_choices.push_back(as_start);
-    worth(put_back, best, k, best_score, &c);
+    worth(put_back, best, start_state, k, best_score, &c);
     result.choices.push_back(c);
     if (mixed_state.has_value()) {
       GroupChoice m = as_start;
       describe(*mixed_state, k, &m);
-      worth(mixed_put_back, *mixed_state, k, mixed_plan_score, &m);
+      worth(mixed_put_back, *mixed_state, start_state, k, mixed_plan_score, &m);
       result.mixed_choices.push_back(m);
+    }
+    if (first_search.has_value()) {
+      GroupChoice f = as_start;
+      describe(first_search->plan, k, &f);
+      worth(first_put_back, first_search->plan, first_search->start, k, first_search->score, &f);
+      result.first_search_choices.push_back(f);
     }
     if (near.has_value()) {
       GroupChoice n = as_start;

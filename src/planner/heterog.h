@@ -104,7 +104,7 @@ struct SearchResult {
   std::vector<std::string> variant_collectives;
   // Variants from this index on place the ops as the start does.
   size_t first_start_variant = 0;
-  // The variant (last, when there is one; else 0) of the fastest plan over
+  // The variant (else 0) of the fastest plan over
   // the search's share of memory but within the devices' whole memory: the
   // coarsened graph's memory errs, and the full simulation may find it
   // fits. Its choices are near_choices.
@@ -116,6 +116,15 @@ struct SearchResult {
   std::vector<GroupChoice> mixed_choices;
   double near_s = 0;  // predicted on the coarsened graph
   std::vector<GroupChoice> near_choices;
+  // When the search from another seed gave the result, the first search's
+  // plan is a variant too (one collective per group; else 0): the
+  // coarsened graph can rank the two otherwise than the full simulation.
+  // What that search started from, the coarse times of its start and its
+  // plan, and its choices (against its start).
+  size_t first_search_variant = 0;
+  std::string first_search_start;
+  double first_search_start_s = 0, first_search_s = 0;
+  std::vector<GroupChoice> first_search_choices;
   // Plans that were the search's best before its result, the latest first
   // (per group collectives), for when no variant fits in full; their
   // coarse times and choices.
