@@ -115,6 +115,21 @@ std::unique_ptr<Fixture> Make(Graph g, const quilt::v1::ClusterSpec& spec) {
   return f;
 }
 
+// The most memory a device of Mixed() holds under dp-even-ring with
+// DeepMlp at `batch` (0 when that cannot be simulated).
+int64_t DataParallelPeak(int64_t batch) {
+  auto f = Make(DeepMlp(), Mixed());
+  PlanOptions o;
+  o.global_batch = batch;
+  o.strategy = "dp-even-ring";
+  absl::StatusOr<PlanResult> r = Plan(f->graph, f->topo, o);
+  EXPECT_THAT(r.status(), IsOk());
+  int64_t peak = 0;
+  if (!r.ok()) return peak;
+  for (const auto& m : r->report.estimates(0).memory()) peak = std::max(peak, m.peak_bytes());
+  return peak;
+}
+
 TEST(HeteroG, FindsTheOptimumOfASmallActionSpace) {
   auto f = Make(WideMlp(), Mixed());
   const int64_t batch = 48;
@@ -307,17 +322,8 @@ TEST(HeteroG, SameSeedSamePlan) {
 TEST(HeteroG, FitsAModelNoDataParallelSplitFits) {
   // Memory for about half of what data parallelism keeps on each device.
   const int64_t batch = 24;
-  int64_t dp_peak = 0;
-  {
-    auto f = Make(DeepMlp(), Mixed());
-    PlanOptions o;
-    o.global_batch = batch;
-    o.strategy = "dp-even-ring";
-    absl::StatusOr<PlanResult> r = Plan(f->graph, f->topo, o);
-    ASSERT_THAT(r.status(), IsOk());
-    for (const auto& m : r->report.estimates(0).memory())
-      dp_peak = std::max(dp_peak, m.peak_bytes());
-  }
+  const int64_t dp_peak = DataParallelPeak(batch);
+  ASSERT_GT(dp_peak, 0);
   auto f = Make(DeepMlp(), Mixed(dp_peak * 6 / 10));
   PlanOptions o;
   o.global_batch = batch;
@@ -389,17 +395,8 @@ TEST(HeteroG, SearchesFromEachLayerwiseSeedWhereNoBaselineFits) {
 // finds, on any memory size.
 TEST(HeteroG, OtherSeedsNeverMakeThePlanSlower) {
   const int64_t batch = 24;
-  int64_t dp_peak = 0;
-  {
-    auto f = Make(DeepMlp(), Mixed());
-    PlanOptions o;
-    o.global_batch = batch;
-    o.strategy = "dp-even-ring";
-    absl::StatusOr<PlanResult> r = Plan(f->graph, f->topo, o);
-    ASSERT_THAT(r.status(), IsOk());
-    for (const auto& m : r->report.estimates(0).memory())
-      dp_peak = std::max(dp_peak, m.peak_bytes());
-  }
+  const int64_t dp_peak = DataParallelPeak(batch);
+  ASSERT_GT(dp_peak, 0);
   int searched_again = 0;
   for (int tenths : {4, 5, 6, 7, 8}) {
     auto f = Make(DeepMlp(), Mixed(dp_peak * tenths / 10));
@@ -429,17 +426,8 @@ TEST(HeteroG, OtherSeedsNeverMakeThePlanSlower) {
 // reports are lines of progress.
 TEST(HeteroG, ReportsItsProgress) {
   const int64_t batch = 24;
-  int64_t dp_peak = 0;
-  {
-    auto f = Make(DeepMlp(), Mixed());
-    PlanOptions o;
-    o.global_batch = batch;
-    o.strategy = "dp-even-ring";
-    absl::StatusOr<PlanResult> r = Plan(f->graph, f->topo, o);
-    ASSERT_THAT(r.status(), IsOk());
-    for (const auto& m : r->report.estimates(0).memory())
-      dp_peak = std::max(dp_peak, m.peak_bytes());
-  }
+  const int64_t dp_peak = DataParallelPeak(batch);
+  ASSERT_GT(dp_peak, 0);
   auto f = Make(DeepMlp(), Mixed(dp_peak * 6 / 10));
   const std::vector<NamedStrategy> baselines = Baselines(f->graph, f->topo, *f->cost, batch);
   std::vector<SearchProgress> reports;
