@@ -496,6 +496,9 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
     }
   }
   std::vector<Seed> other_seeds;
+  for (Seed& seed : seeds) {
+    if (seed.name != result.start) other_seeds.push_back(std::move(seed));
+  }
   // The first search's start and result, when a search from another seed
   // beats it.
   struct FirstSearch {
@@ -506,9 +509,6 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
     Score score;
   };
   std::optional<FirstSearch> first_search;
-  for (Seed& seed : seeds) {
-    if (seed.name != result.start) other_seeds.push_back(std::move(seed));
-  }
   if (!have) return absl::FailedPreconditionError("no starting plan could be simulated");
   PlanState start_state = best;
   result.start_s = best_score.time_s;
