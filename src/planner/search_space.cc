@@ -20,6 +20,12 @@
 
 namespace quilt {
 
+void SetServerNode(PlanState* s, int k, int node) {
+  if (node < 0 && s->ServerNode(k) < 0) return;
+  if (s->server_node.size() < s->place.size()) s->server_node.resize(s->place.size(), -1);
+  s->server_node[k] = node;
+}
+
 std::string MethodLabel(Method m) {
   switch (m) {
     case Method::kRing:

@@ -1,0 +1,55 @@
+// The planner's local search over a SearchSpace (HeteroG's search, DESIGN
+// §5): first-improvement passes over moves (whole-plan changes, then
+// aggregation changes group by group, runs of groups, single groups),
+// plans simulated kSearchWindow at a time, restarts from the best plan
+// kicked by random moves, until a pass and the restarts find nothing, the
+// evaluation limit or the time budget. Deterministic for a seed, unless
+// the time budget ends it.
+#ifndef QUILT_SRC_PLANNER_LOCAL_SEARCH_H_
+#define QUILT_SRC_PLANNER_LOCAL_SEARCH_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "src/planner/heterog.h"
+#include "src/planner/search_space.h"
+
+namespace quilt {
+
+// Plans the search simulates at once (SearchSpace::EvaluateAll): the local
+// search's next moves, the explanation's put-back plans. Fixed, so that the
+// plans are the same whatever the threads.
+inline constexpr size_t kSearchWindow = 2;
+
+struct LocalSearchResult {
+  PlanState best;
+  Score score;
+  // "converged", "evaluation limit" or "time budget".
+  std::string stopped_by;
+  // The fastest plan seen over the search's share of memory but within the
+  // devices' whole memory, if any.
+  std::optional<std::pair<PlanState, Score>> near;
+  // Up to 8 plans that were the best before the result (the latest first).
+  std::vector<std::pair<PlanState, Score>> earlier;
+};
+
+// Searches from `from` (of `from_score`) over `groups` op groups until
+// `deadline` or the options' limits. `whole_placements`: try moving every
+// group at once to the placements the space's estimate favours.
+// `evaluation_cap` > 0: plans it simulates at most, whether one fits or
+// not. `start` names `from` in progress reports (SearchOptions::progress).
+absl::StatusOr<LocalSearchResult> RunLocalSearch(SearchSpace* space, int groups,
+                                                 const SearchOptions& options, absl::Time deadline,
+                                                 bool whole_placements, const std::string& start,
+                                                 int64_t evaluation_cap, const PlanState& from,
+                                                 const Score& from_score);
+
+}  // namespace quilt
+
+#endif  // QUILT_SRC_PLANNER_LOCAL_SEARCH_H_
