@@ -220,16 +220,15 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
   for (Seed& seed : seeds) {
     if (seed.name != result.start) other_seeds.push_back(std::move(seed));
   }
-  // The first search's start and result, when a search from another seed
-  // beats it.
-  struct FirstSearch {
+  // The results of the searches that do not give the plan, when they fit.
+  struct Outcome {
     PlanState start;
     std::string start_name;
     double start_s = 0;
     PlanState plan;
     Score score;
   };
-  std::optional<FirstSearch> first_search;
+  std::vector<Outcome> others;
   if (!have) return absl::FailedPreconditionError("no starting plan could be simulated");
   PlanState start_state = best;
   result.start_s = best_score.time_s;
@@ -265,9 +264,14 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
           LocalSearchResult other,
           RunLocalSearch(&space, coarse->num_groups(), options, deadline, whole, seed.name,
                          options.other_seed_evaluations, seed.state, seed.score));
-      if (!other.score.BetterThan(best_score)) continue;
-      if (!first_search.has_value()) {
-        first_search = FirstSearch{start_state, result.start, result.start_s, best, best_score};
+      if (!other.score.BetterThan(best_score)) {
+        if (other.score.feasible()) {
+          others.push_back({seed.state, seed.name, seed.score.time_s, other.best, other.score});
+        }
+        continue;
+      }
+      if (best_score.feasible()) {
+        others.push_back({start_state, result.start, result.start_s, best, best_score});
       }
       best = other.best;
       best_score = other.score;
@@ -339,16 +343,16 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
     result.variant_collectives.push_back(FusionLabel(SearchSpace::kFusePerGroup) +
                                          ", a plan the search kept from over its memory share");
   }
-  if (first_search.has_value()) {
-    result.first_search_variant = result.variants.size();
-    result.first_search_start = first_search->start_name;
-    result.first_search_start_s = first_search->start_s;
-    result.first_search_s = first_search->score.time_s;
-    result.variants.push_back(
-        space.FineStrategy(g, first_search->plan, "heterog", SearchSpace::kFusePerGroup));
+  for (const Outcome& o : others) {
+    SearchResult::OtherSearch other;
+    other.variant = result.variants.size();
+    other.start = o.start_name;
+    other.start_s = o.start_s;
+    other.result_s = o.score.time_s;
+    result.other_searches.push_back(other);
+    result.variants.push_back(space.FineStrategy(g, o.plan, "heterog", SearchSpace::kFusePerGroup));
     result.variant_collectives.push_back(FusionLabel(SearchSpace::kFusePerGroup) +
-                                         ", the plan of the search from " +
-                                         first_search->start_name);
+                                         ", the plan of the search from " + o.start_name);
   }
   for (const auto& [state, score] : earlier) {
     result.fallbacks.push_back(space.FineStrategy(g, state, "heterog", SearchSpace::kFusePerGroup));
@@ -404,11 +408,9 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
   // aggregation: its choices are worth their own figures.)
   std::map<int, absl::StatusOr<Score>> mixed_put_back;
   if (mixed_state.has_value()) mixed_put_back = put_back_each(*mixed_state, start_state);
-  // (Or the first search's plan, against its own start.)
-  std::map<int, absl::StatusOr<Score>> first_put_back;
-  if (first_search.has_value()) {
-    first_put_back = put_back_each(first_search->plan, first_search->start);
-  }
+  // (Or another search's plan, against its own start.)
+  std::vector<std::map<int, absl::StatusOr<Score>>> others_put_back;
+  for (const Outcome& o : others) others_put_back.push_back(put_back_each(o.plan, o.start));
   for (int k = 0; k < coarse->num_groups(); ++k) {
     GroupChoice c;
     c.group = k;
@@ -427,11 +429,11 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
       worth(mixed_put_back, *mixed_state, start_state, k, mixed_plan_score, &m);
       result.mixed_choices.push_back(m);
     }
-    if (first_search.has_value()) {
+    for (size_t i = 0; i < others.size(); ++i) {
       GroupChoice f = as_start;
-      describe(first_search->plan, k, &f);
-      worth(first_put_back, first_search->plan, first_search->start, k, first_search->score, &f);
-      result.first_search_choices.push_back(f);
+      describe(others[i].plan, k, &f);
+      worth(others_put_back[i], others[i].plan, others[i].start, k, others[i].score, &f);
+      result.other_searches[i].choices.push_back(f);
     }
     if (near.has_value()) {
       GroupChoice n = as_start;

@@ -116,15 +116,18 @@ struct SearchResult {
   std::vector<GroupChoice> mixed_choices;
   double near_s = 0;  // predicted on the coarsened graph
   std::vector<GroupChoice> near_choices;
-  // When the search from another seed gave the result, the first search's
-  // plan is a variant too (one collective per group; else 0): the
-  // coarsened graph can rank the two otherwise than the full simulation.
-  // What that search started from, the coarse times of its start and its
-  // plan, and its choices (against its start).
-  size_t first_search_variant = 0;
-  std::string first_search_start;
-  double first_search_start_s = 0, first_search_s = 0;
-  std::vector<GroupChoice> first_search_choices;
+  // The plans of the searches from other seeds that did not give the
+  // result but fit, each a variant too (one collective per group): the
+  // coarsened graph can rank them otherwise than the full simulation.
+  // Each: its variant, what it started from, the coarse times of its start
+  // and its plan, and its choices (against its start).
+  struct OtherSearch {
+    size_t variant = 0;
+    std::string start;
+    double start_s = 0, result_s = 0;
+    std::vector<GroupChoice> choices;
+  };
+  std::vector<OtherSearch> other_searches;
   // Plans that were the search's best before its result, the latest first
   // (per group collectives), for when no variant fits in full; their
   // coarse times and choices.

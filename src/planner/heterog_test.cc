@@ -375,19 +375,23 @@ TEST(HeteroG, SearchesFromEachLayerwiseSeedWhereNoBaselineFits) {
   EXPECT_GT(b->evaluated, a->evaluated);
   // The first search's plan stays a variant, for the full simulation to
   // weigh against the other (the coarse model may rank them otherwise).
-  EXPECT_EQ(a->first_search_variant, 0u);
-  ASSERT_GT(b->first_search_variant, 0u);
-  ASSERT_LT(b->first_search_variant, b->variants.size());
-  EXPECT_EQ(b->first_search_start, a->start);
-  EXPECT_EQ(b->first_search_start_s, a->start_s);
-  EXPECT_EQ(b->first_search_s, a->result_s);
-  EXPECT_EQ(b->first_search_choices.size(), a->choices.size());
-  for (size_t k = 0; k < a->choices.size() && k < b->first_search_choices.size(); ++k) {
-    EXPECT_EQ(b->first_search_choices[k].placement, a->choices[k].placement) << k;
-    EXPECT_EQ(b->first_search_choices[k].aggregation, a->choices[k].aggregation) << k;
+  EXPECT_TRUE(a->other_searches.empty());
+  const SearchResult::OtherSearch* first = nullptr;
+  for (const SearchResult::OtherSearch& o : b->other_searches) {
+    EXPECT_NE(o.start, b->start);
+    ASSERT_GT(o.variant, 0u);
+    ASSERT_LT(o.variant, b->variants.size());
+    EXPECT_EQ(o.choices.size(), a->choices.size());
+    if (o.start == a->start) first = &o;
   }
-  EXPECT_EQ(b->variants[b->first_search_variant].SerializeAsString(),
-            a->variants[0].SerializeAsString());
+  ASSERT_NE(first, nullptr);
+  EXPECT_EQ(first->start_s, a->start_s);
+  EXPECT_EQ(first->result_s, a->result_s);
+  for (size_t k = 0; k < a->choices.size() && k < first->choices.size(); ++k) {
+    EXPECT_EQ(first->choices[k].placement, a->choices[k].placement) << k;
+    EXPECT_EQ(first->choices[k].aggregation, a->choices[k].aggregation) << k;
+  }
+  EXPECT_EQ(b->variants[first->variant].SerializeAsString(), a->variants[0].SerializeAsString());
 }
 
 // The searches from the other seeds only add to the first: where no

@@ -424,25 +424,29 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
   summary.set_weight_gradient_saved_s(wg_saved_s);
   for (const std::string& t : gathered) summary.add_gathered_tables(t);
   summary.set_gathered_saved_s(gathered_saved_s);
-  const bool first_search =
-      sr.first_search_variant > 0 && chosen == sr.first_search_variant && fallback < 0;
-  summary.set_start(first_search ? sr.first_search_start : sr.start);
+  // The plan of a search from another seed.
+  const SearchResult::OtherSearch* other = nullptr;
+  for (const SearchResult::OtherSearch& o : sr.other_searches) {
+    if (o.variant == chosen && fallback < 0) other = &o;
+  }
+  const bool from_other = other != nullptr;
+  summary.set_start(from_other ? other->start : sr.start);
   summary.set_groups(sr.groups);
   summary.set_plans_evaluated(sr.evaluated);
   summary.set_search_wall_s(sr.search_wall_s);
   summary.set_stopped_by(sr.stopped_by);
-  summary.set_start_coarse_s(first_search ? sr.first_search_start_s : sr.start_s);
+  summary.set_start_coarse_s(from_other ? other->start_s : sr.start_s);
   // A start variant places the ops as the start does.
   const bool near = sr.near_variant > 0 && chosen == sr.near_variant && fallback < 0;
   const bool mixed = sr.mixed_variant > 0 && chosen == sr.mixed_variant && fallback < 0;
   const bool from_start =
-      chosen >= sr.first_start_variant && !near && !mixed && !first_search && fallback < 0;
-  summary.set_result_coarse_s(fallback >= 0  ? sr.fallback_s[fallback]
-                              : first_search ? sr.first_search_s
-                              : near         ? sr.near_s
-                              : mixed        ? sr.mixed_s
-                              : from_start   ? sr.start_s
-                                             : sr.result_s);
+      chosen >= sr.first_start_variant && !near && !mixed && !from_other && fallback < 0;
+  summary.set_result_coarse_s(fallback >= 0 ? sr.fallback_s[fallback]
+                              : from_other  ? other->result_s
+                              : near        ? sr.near_s
+                              : mixed       ? sr.mixed_s
+                              : from_start  ? sr.start_s
+                                            : sr.result_s);
   if (fallback >= 0) {
     summary.set_gradient_collectives(
         "the all-reduced gradients of each group in one collective, a plan the search had kept "
@@ -452,12 +456,12 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
   }
   summary.set_variants_simulated(static_cast<int32_t>(sr.variants.size()) + gathered_tries +
                                  wg_tries);
-  const std::vector<GroupChoice>& decided = fallback >= 0  ? sr.fallback_choices[fallback]
-                                            : first_search ? sr.first_search_choices
-                                            : near         ? sr.near_choices
-                                            : mixed        ? sr.mixed_choices
-                                            : from_start   ? sr.start_choices
-                                                           : sr.choices;
+  const std::vector<GroupChoice>& decided = fallback >= 0 ? sr.fallback_choices[fallback]
+                                            : from_other  ? other->choices
+                                            : near        ? sr.near_choices
+                                            : mixed       ? sr.mixed_choices
+                                            : from_start  ? sr.start_choices
+                                                          : sr.choices;
   for (const GroupChoice& c : decided) {
     auto* d = summary.add_decisions();
     d->set_group(c.group);
@@ -516,7 +520,7 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
                             HumanSeconds(best->estimate.step_time_s() - h.estimate.step_time_s()));
     // Placed as its start places the ops: the gain is in the collectives
     // alone (the baselines sum each gradient on its own).
-    bool as_start = !first_search;
+    bool as_start = !from_other;
     for (size_t k = 0; k < decided.size() && k < sr.start_choices.size(); ++k) {
       as_start = as_start && decided[k].placement == sr.start_choices[k].placement &&
                  decided[k].aggregation == sr.start_choices[k].aggregation;
