@@ -343,6 +343,20 @@ TEST(HeteroG, FitsAModelNoDataParallelSplitFits) {
   EXPECT_THAT(ValidateProgram(r->best_program, f->graph, f->topo), IsOk());
 }
 
+// The search from its start alone, and then also from each other seed
+// (within `evaluations` plans each); no time budget cuts either.
+std::pair<absl::StatusOr<SearchResult>, absl::StatusOr<SearchResult>> AloneAndFromOtherSeeds(
+    const Fixture& f, int64_t batch, int64_t evaluations) {
+  const std::vector<NamedStrategy> baselines = Baselines(f.graph, f.topo, *f.cost, batch);
+  SearchOptions alone;
+  alone.time_budget_s = 300;
+  alone.other_seed_evaluations = 0;
+  SearchOptions both = alone;
+  both.other_seed_evaluations = evaluations;
+  return {SearchHeteroG(f.graph, f.topo, *f.cost, batch, baselines, alone),
+          SearchHeteroG(f.graph, f.topo, *f.cost, batch, baselines, both)};
+}
+
 // Where no data-parallel split fits, the search also starts from the
 // layer-wise seed it did not take. gpt2_xl at batch 5 on HeteroG's testbed:
 // the seed over devices fits and is the start; the one over nodes does not
@@ -354,16 +368,7 @@ TEST(HeteroG, SearchesFromEachLayerwiseSeedWhereNoBaselineFits) {
   ASSERT_THAT(spec.status(), IsOk());
   auto f = testing::Make("gpt2_xl", *spec);
   const int64_t batch = 5;
-  const std::vector<NamedStrategy> baselines = Baselines(f->graph, f->topo, *f->cost, batch);
-  SearchOptions alone;
-  alone.time_budget_s = 300;
-  alone.other_seed_evaluations = 0;
-  SearchOptions both = alone;
-  both.other_seed_evaluations = 2000;
-  absl::StatusOr<SearchResult> a =
-      SearchHeteroG(f->graph, f->topo, *f->cost, batch, baselines, alone);
-  absl::StatusOr<SearchResult> b =
-      SearchHeteroG(f->graph, f->topo, *f->cost, batch, baselines, both);
+  const auto [a, b] = AloneAndFromOtherSeeds(*f, batch, 2000);
   ASSERT_THAT(a.status(), IsOk());
   ASSERT_THAT(b.status(), IsOk());
   EXPECT_TRUE(absl::StartsWith(a->start, "layer-wise")) << a->start;
@@ -404,16 +409,7 @@ TEST(HeteroG, OtherSeedsNeverMakeThePlanSlower) {
   int searched_again = 0;
   for (int tenths : {4, 5, 6, 7, 8}) {
     auto f = Make(DeepMlp(), Mixed(dp_peak * tenths / 10));
-    const std::vector<NamedStrategy> baselines = Baselines(f->graph, f->topo, *f->cost, batch);
-    SearchOptions alone;
-    alone.time_budget_s = 300;
-    alone.other_seed_evaluations = 0;
-    SearchOptions both = alone;
-    both.other_seed_evaluations = 500;
-    absl::StatusOr<SearchResult> a =
-        SearchHeteroG(f->graph, f->topo, *f->cost, batch, baselines, alone);
-    absl::StatusOr<SearchResult> b =
-        SearchHeteroG(f->graph, f->topo, *f->cost, batch, baselines, both);
+    const auto [a, b] = AloneAndFromOtherSeeds(*f, batch, 500);
     ASSERT_THAT(a.status(), IsOk());
     ASSERT_THAT(b.status(), IsOk());
     if (!a->feasible) continue;  // (ran to the time budget)
