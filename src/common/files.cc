@@ -100,10 +100,12 @@ absl::Status WriteFileAtomically(const std::string& path, const std::string& con
     }
     done += static_cast<size_t>(n);
   }
-  if (fsync(fd) != 0 || close(fd) != 0) {
-    int err = errno;
+  // (Closed whether or not the flush worked: no descriptor is left open.)
+  const int synced = fsync(fd) == 0 ? 0 : errno;
+  const int closed = close(fd) == 0 ? 0 : errno;
+  if (synced != 0 || closed != 0) {
     unlink(tmp.c_str());
-    return ErrnoStatus(err, "cannot flush " + tmp);
+    return ErrnoStatus(synced != 0 ? synced : closed, "cannot flush " + tmp);
   }
   if (rename(tmp.c_str(), path.c_str()) != 0) {
     int err = errno;
