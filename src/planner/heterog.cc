@@ -216,10 +216,6 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
       seeds.push_back(std::move(seed));
     }
   }
-  std::vector<Seed> other_seeds;
-  for (Seed& seed : seeds) {
-    if (seed.name != result.start) other_seeds.push_back(std::move(seed));
-  }
   // The results of the searches that do not give the plan, when they fit.
   struct Outcome {
     PlanState start;
@@ -258,11 +254,21 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
     result.stopped_by = found.stopped_by;
     earlier = found.earlier;
     std::optional<std::pair<PlanState, Score>> nearest = found.near;
-    for (const Seed& seed : other_seeds) {
+    // (Their progress reports say they come after the first search.)
+    SearchOptions other_options = options;
+    if (options.progress) {
+      other_options.progress = [&options](SearchProgress p) {
+        p.other_seed = true;
+        options.progress(p);
+      };
+    }
+    const std::string first_start = result.start;
+    for (const Seed& seed : seeds) {
+      if (seed.name == first_start) continue;
       if (options.other_seed_evaluations <= 0 || absl::Now() >= deadline) break;
       ASSIGN_OR_RETURN(
           LocalSearchResult other,
-          RunLocalSearch(&space, coarse->num_groups(), options, deadline, whole, seed.name,
+          RunLocalSearch(&space, coarse->num_groups(), other_options, deadline, whole, seed.name,
                          options.other_seed_evaluations, seed.state, seed.score));
       if (!other.score.BetterThan(best_score)) {
         if (other.score.feasible()) {

@@ -30,10 +30,9 @@
 
 namespace quilt {
 
-// The search is deterministic for a seed when it ends by converging or by
-// `max_evaluations` (the default); one cut short by the time budget depends
-// on the machine's speed (the result says which ended it).
-// Where a running search stands (SearchOptions::progress).
+// Where a running search stands (SearchOptions::progress). The best plan
+// is this search's: with other_seed, the first search's best is kept
+// unless this one beats it.
 struct SearchProgress {
   std::string start;  // the plan it searches from, as SearchResult::start names it
   // A search from another seed after the first (whose plan it may beat).
@@ -42,10 +41,11 @@ struct SearchProgress {
   bool feasible = false;      // whether the best plan so far fits
   double best_s = 0;          // its step on the coarsened graph
   double overflow_bytes = 0;  // when it does not fit: bytes over capacity, summed
-  // (Of this search's plans: with other_seed, the first search's best is
-  // kept unless this one beats it.)
 };
 
+// The search is deterministic for a seed when it ends by converging or by
+// `max_evaluations` (the default); one cut short by the time budget depends
+// on the machine's speed (the result says which ended it).
 struct SearchOptions {
   double time_budget_s = 10;
   // Plans simulated at most once one fits (until then the time budget

@@ -245,7 +245,7 @@ class Search {
     const absl::Time now = absl::Now();
     if (now < next_progress_) return;
     next_progress_ = now + absl::Seconds(options_.progress_every_s);
-    options_.progress(SearchProgress{start_, evaluation_cap_ > 0, space_->evaluations(),
+    options_.progress(SearchProgress{start_, /*other_seed=*/false, space_->evaluations(),
                                      best.feasible(), best.time_s, best.overflow_bytes});
   }
 

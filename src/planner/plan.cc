@@ -426,8 +426,8 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
   summary.set_gathered_saved_s(gathered_saved_s);
   // The plan of a search from another seed.
   const SearchResult::OtherSearch* other = nullptr;
-  for (const SearchResult::OtherSearch& o : sr.other_searches) {
-    if (o.variant == chosen && fallback < 0) other = &o;
+  for (const SearchResult::OtherSearch& s : sr.other_searches) {
+    if (s.variant == chosen && fallback < 0) other = &s;
   }
   const bool from_other = other != nullptr;
   summary.set_start(from_other ? other->start : sr.start);

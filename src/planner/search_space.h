@@ -53,6 +53,7 @@ struct PlanState {
     return true;
   }
 };
+
 // Sets group k's server node (growing the state's list as needed; -1:
 // the group's own devices).
 void SetServerNode(PlanState* s, int k, int node);
