@@ -178,6 +178,7 @@ int main(int argc, char** argv) {
         j["ratio_to_lower_bound"] = heterog->ratio_to_lower_bound();
         j["search_wall_s"] = heterog->search().search_wall_s();
         j["plans_evaluated"] = heterog->search().plans_evaluated();
+        j["plans_ruled_out"] = heterog->search().plans_ruled_out();
         // The search's own prediction of its result, on the coarsened graph.
         j["search_coarse_s"] = heterog->search().result_coarse_s();
         j["groups"] = heterog->search().groups();

@@ -454,6 +454,7 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
     }
   }
   result.evaluated = space.evaluations();
+  result.ruled_out = space.ruled_out();
   result.search_wall_s = absl::ToDoubleSeconds(absl::Now() - start);
   return result;
 }

@@ -38,6 +38,7 @@ struct SearchProgress {
   // A search from another seed after the first (whose plan it may beat).
   bool other_seed = false;
   int64_t evaluated = 0;      // plans simulated so far, every search of the run
+  int64_t ruled_out = 0;      // and passed over by their bound (SearchResult::ruled_out)
   bool feasible = false;      // whether the best plan so far fits
   double best_s = 0;          // its step on the coarsened graph
   double overflow_bytes = 0;  // when it does not fit: bytes over capacity, summed
@@ -65,6 +66,12 @@ struct SearchOptions {
   // Local-search passes restarted from a perturbed best plan after a pass
   // finds nothing.
   int restarts = 3;
+  // Pass over, unsimulated, the moves whose compute bound (time_bound.h)
+  // shows they cannot beat the plan they are moves from. They could not be
+  // taken, so the search takes the same moves either way, and simulates
+  // fewer plans to do so; the plans it passes over do not count towards
+  // max_evaluations (with a limit, it then gets further).
+  bool rule_out_by_bound = true;
   // Share of each device's memory a plan may fill on the coarsened graph.
   double memory_fraction = 0.92;
   // Gradient buckets the full plan is also simulated with (besides a
@@ -140,6 +147,9 @@ struct SearchResult {
   bool feasible = false;
   int groups = 0;
   int64_t evaluated = 0;
+  // Plans the search passed over unsimulated: their compute bound showed
+  // they could not beat the plan they were moves from (time_bound.h).
+  int64_t ruled_out = 0;
   double search_wall_s = 0;
   // "enumerated" (every plan of a small action space tried), "converged",
   // "evaluation limit" or "time budget".

@@ -420,8 +420,8 @@ TEST(HeteroG, OtherSeedsNeverMakeThePlanSlower) {
   EXPECT_GT(searched_again, 0);
 }
 
-// Progress reports while the search runs: the plans simulated so far only
-// grow, each search's best only improves (in fit, then in time), and the
+// Progress reports while the search runs: the plans simulated and ruled
+// out so far only grow, each search's best only improves (in fit, then in time), and the
 // searches named are those the result chose among. Through Plan, the
 // reports are lines of progress.
 TEST(HeteroG, ReportsItsProgress) {
@@ -445,9 +445,11 @@ TEST(HeteroG, ReportsItsProgress) {
     const SearchProgress& p = reports[i];
     starts.insert(p.start);
     EXPECT_LE(p.evaluated, r->evaluated);
+    EXPECT_LE(p.ruled_out, r->ruled_out);
     if (i == 0) continue;
     const SearchProgress& q = reports[i - 1];
     EXPECT_GE(p.evaluated, q.evaluated);
+    EXPECT_GE(p.ruled_out, q.ruled_out);
     if (p.start != q.start || p.other_seed != q.other_seed) continue;
     EXPECT_FALSE(q.feasible && !p.feasible) << i;
     if (q.feasible) {
@@ -474,7 +476,7 @@ TEST(HeteroG, ReportsItsProgress) {
   for (const std::string& line : lines) {
     if (!absl::StartsWith(line, "searching from ")) continue;
     ++searching;
-    EXPECT_THAT(line, ::testing::HasSubstr(" plans simulated, ")) << line;
+    EXPECT_THAT(line, ::testing::ContainsRegex(" plans simulated, [0-9]+ ruled out, ")) << line;
     EXPECT_THAT(line, ::testing::HasSubstr(" s so far)")) << line;
   }
   EXPECT_GT(searching, 10);

@@ -90,6 +90,13 @@ class Search {
         for (; i < pass.size() && window.size() < kSearchWindow; ++i) {
           PlanState next = Apply(current, pass[i], *space_);
           if (next == current) continue;
+          // A plan whose bound is no faster than a current plan that fits
+          // would not be taken (nor kept as the nearest to fitting: the
+          // plan found is faster still).
+          if (options_.rule_out_by_bound && current_score.feasible() &&
+              space_->CannotBeat(next, current_score.time_s)) {
+            continue;
+          }
           window.push_back(std::move(next));
           after.push_back(i + 1);
         }
@@ -246,7 +253,8 @@ class Search {
     if (now < next_progress_) return;
     next_progress_ = now + absl::Seconds(options_.progress_every_s);
     options_.progress(SearchProgress{start_, /*other_seed=*/false, space_->evaluations(),
-                                     best.feasible(), best.time_s, best.overflow_bytes});
+                                     space_->ruled_out(), best.feasible(), best.time_s,
+                                     best.overflow_bytes});
   }
 
   // A plan's time as the whole-plan moves compare it (any estimate beats

@@ -159,8 +159,8 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
   if (o.progress && !search.progress) {
     search.progress = [&](const SearchProgress& p) {
       o.progress(absl::StrFormat(
-          "searching from %s%s: %d plans simulated, %s (%.1f s so far)", p.start,
-          p.other_seed ? " too" : "", p.evaluated,
+          "searching from %s%s: %d plans simulated, %d ruled out, %s (%.1f s so far)", p.start,
+          p.other_seed ? " too" : "", p.evaluated, p.ruled_out,
           p.feasible
               ? "the fastest from there " + HumanSeconds(p.best_s) + " per step on the coarse model"
               : "none fits from there yet (the closest is " +
@@ -268,6 +268,7 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
     }
     ASSIGN_OR_RETURN(size_t retry_chosen, simulate_variants(retry));
     retry.evaluated += sr.evaluated;
+    retry.ruled_out += sr.ruled_out;
     retry.search_wall_s = searched_s;
     if (done->at(kHeteroG).estimate.feasible()) {
       sr = std::move(retry);
@@ -277,6 +278,7 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
       // No better: the earlier attempt's plan stays (its searches counted).
       done->at(kHeteroG) = std::move(before);
       sr.evaluated = retry.evaluated;
+      sr.ruled_out = retry.ruled_out;
       sr.search_wall_s = searched_s;
     }
   }
@@ -433,6 +435,7 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
   summary.set_start(from_other ? other->start : sr.start);
   summary.set_groups(sr.groups);
   summary.set_plans_evaluated(sr.evaluated);
+  summary.set_plans_ruled_out(sr.ruled_out);
   summary.set_search_wall_s(sr.search_wall_s);
   summary.set_stopped_by(sr.stopped_by);
   summary.set_start_coarse_s(from_other ? other->start_s : sr.start_s);

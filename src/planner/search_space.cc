@@ -76,7 +76,11 @@ quilt::v1::AggregationMethod ToProto(Method m) {
 
 SearchSpace::SearchSpace(const Topology& topo, const CostModel& fine_cost,
                          const CoarseModel& coarse, int64_t batch, double memory_fraction)
-    : topo_(topo), coarse_(coarse), batch_(batch), memory_fraction_(memory_fraction) {
+    : topo_(topo),
+      coarse_(coarse),
+      batch_(batch),
+      memory_fraction_(memory_fraction),
+      bound_(coarse, topo, batch) {
   const int n = topo.num_devices();
   for (int d = 0; d < n; ++d) speed_.push_back(fine_cost.speed(d).flops_per_s);
   // Replica counts ∝ speed, in eighths of the set's fastest device.
@@ -464,6 +468,12 @@ absl::StatusOr<Score> SearchSpace::Compute(const PlanState& state, const CostMod
     }
   }
   return score;
+}
+
+bool SearchSpace::CannotBeat(const PlanState& state, double time_s) {
+  if (bound_.Of(state, options_) < time_s) return false;
+  ++ruled_out_;
+  return true;
 }
 
 absl::StatusOr<Score> SearchSpace::Evaluate(const PlanState& state) {

@@ -20,6 +20,7 @@
 #include "proto/quilt/v1/strategy.pb.h"
 #include "src/cluster/topology.h"
 #include "src/planner/coarse_graph.h"
+#include "src/planner/time_bound.h"
 
 namespace quilt {
 
@@ -137,6 +138,11 @@ class SearchSpace {
   void set_parallel_above(double seconds) { parallel_above_s_ = seconds; }
   // States lowered and simulated (not found in the cache).
   int64_t evaluations() const { return evaluations_; }
+  // Whether `state` cannot take less than `time_s` by a bound that neither
+  // lowers nor simulates it (time_bound.h); such states are counted in
+  // ruled_out(). Not while EvaluateAll runs.
+  bool CannotBeat(const PlanState& state, double time_s);
+  int64_t ruled_out() const { return ruled_out_; }
 
  private:
   std::string Key(const PlanState& state) const;
@@ -166,6 +172,8 @@ class SearchSpace {
   // Per thread: the first block of the arena programs are lowered into.
   std::unique_ptr<char[]> blocks_[2];
   int64_t evaluations_ = 0;
+  TimeBound bound_;
+  int64_t ruled_out_ = 0;
 };
 
 }  // namespace quilt

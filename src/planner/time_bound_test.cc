@@ -1,0 +1,113 @@
+// The search's compute bound: never above the step the coarse simulation
+// gives a plan (on zoo models and random clusters, plans of every kind),
+// close to it where a plan has no communication, and passing over the
+// moves it rules out leaves a search that runs to convergence with the
+// same plan, from fewer simulations.
+#include "src/planner/time_bound.h"
+
+#include <random>
+
+#include "gtest/gtest.h"
+#include "src/cluster/random_cluster.h"
+#include "src/planner/heterog.h"
+#include "src/planner/planner_test_util.h"
+#include "src/planner/priorities.h"
+#include "src/planner/search_space.h"
+
+namespace quilt {
+namespace {
+
+// A random plan state over the space's options (methods, parameter
+// servers, orders included).
+PlanState RandomState(const SearchSpace& space, int groups, std::mt19937_64* rng) {
+  PlanState s;
+  for (int k = 0; k < groups; ++k) {
+    s.place.push_back(static_cast<int>((*rng)() % space.options().size()));
+    const std::vector<Method> methods = space.MethodsFor(s.place.back());
+    s.method.push_back(methods[(*rng)() % methods.size()]);
+    if (s.method.back() == Method::kParameterServer && !space.ServerNodes().empty() &&
+        (*rng)() % 2 == 0) {
+      SetServerNode(&s, k, space.ServerNodes()[(*rng)() % space.ServerNodes().size()]);
+    }
+  }
+  s.order = kExecutionOrders[(*rng)() % 2];
+  return s;
+}
+
+struct Case {
+  std::string model;
+  uint64_t cluster_seed;  // 0: TwoNodes
+  int64_t batch;
+};
+
+TEST(TimeBound, NeverAboveTheSimulatedStepAndCloseWithoutCommunication) {
+  for (const Case& c : {Case{"cnn", 0, 64}, Case{"cnn", 11, 96}, Case{"transformer", 0, 8},
+                        Case{"resnet50", 23, 32}, Case{"gpt2", 5, 8}}) {
+    SCOPED_TRACE(c.model + " on cluster " + std::to_string(c.cluster_seed));
+    auto w = testing::Make(
+        c.model, c.cluster_seed == 0 ? testing::TwoNodes() : RandomCluster(c.cluster_seed));
+    const Grouping grouping = GroupOps(w->graph, *w->cost, 12, c.batch / 2);
+    absl::StatusOr<std::unique_ptr<CoarseModel>> coarse =
+        CoarseModel::Build(w->graph, grouping, *w->cost);
+    ASSERT_THAT(coarse.status(), IsOk());
+    const int groups = (*coarse)->num_groups();
+    SearchSpace space(w->topo, *w->cost, **coarse, c.batch, 0.92);
+    TimeBound bound(**coarse, w->topo, c.batch);
+    std::mt19937_64 rng(c.cluster_seed + 3);
+    std::vector<PlanState> states;
+    for (int i = 0; i < 30; ++i) states.push_back(RandomState(space, groups, &rng));
+    // Every group on one device: no communication at all.
+    for (int d : {0, w->topo.num_devices() - 1}) {
+      PlanState one;
+      one.place.assign(groups, space.SingleOption(d));
+      one.method.assign(groups, space.MethodsFor(one.place[0]).front());
+      states.push_back(one);
+    }
+    int checked = 0;
+    for (size_t i = 0; i < states.size(); ++i) {
+      absl::StatusOr<Score> score = space.Evaluate(states[i]);
+      if (!score.ok()) continue;  // a state the lowering rejects
+      ++checked;
+      const double b = bound.Of(states[i], space.options());
+      EXPECT_GT(b, 0) << i;
+      EXPECT_LE(b, score->time_s * (1 + 1e-12)) << i;
+      EXPECT_EQ(space.CannotBeat(states[i], score->time_s * (1 + 1e-9)), false) << i;
+      EXPECT_EQ(space.CannotBeat(states[i], b), true) << i;
+      // Only the updates and the host's overhead are left out.
+      if (i >= states.size() - 2) EXPECT_GT(b, 0.8 * score->time_s) << i;
+    }
+    EXPECT_GE(checked, 20);
+    EXPECT_EQ(space.ruled_out(), checked);
+  }
+}
+
+TEST(TimeBound, RulingOutMovesLeavesAConvergedSearchsPlan) {
+  for (const Case& c : {Case{"cnn", 0, 64}, Case{"transformer", 7, 16}}) {
+    SCOPED_TRACE(c.model + " on cluster " + std::to_string(c.cluster_seed));
+    auto w = testing::Make(
+        c.model, c.cluster_seed == 0 ? testing::TwoNodes() : RandomCluster(c.cluster_seed));
+    const std::vector<NamedStrategy> baselines = Baselines(w->graph, w->topo, *w->cost, c.batch);
+    SearchOptions o;
+    o.time_budget_s = 600;
+    o.max_evaluations = 0;  // to convergence
+    o.target_groups = 8;
+    absl::StatusOr<SearchResult> with =
+        SearchHeteroG(w->graph, w->topo, *w->cost, c.batch, baselines, o);
+    o.rule_out_by_bound = false;
+    absl::StatusOr<SearchResult> without =
+        SearchHeteroG(w->graph, w->topo, *w->cost, c.batch, baselines, o);
+    ASSERT_THAT(with.status(), IsOk());
+    ASSERT_THAT(without.status(), IsOk());
+    ASSERT_EQ(with->stopped_by, "converged");
+    ASSERT_EQ(without->stopped_by, "converged");
+    EXPECT_EQ(with->result_s, without->result_s);
+    ASSERT_EQ(with->variants.size(), without->variants.size());
+    EXPECT_EQ(with->variants[0].SerializeAsString(), without->variants[0].SerializeAsString());
+    EXPECT_GT(with->ruled_out, 0);
+    EXPECT_EQ(without->ruled_out, 0);
+    EXPECT_LT(with->evaluated, without->evaluated);
+  }
+}
+
+}  // namespace
+}  // namespace quilt
