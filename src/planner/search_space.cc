@@ -57,9 +57,7 @@ bool Score::BetterThan(const Score& o) const {
   return time_s < o.time_s;
 }
 
-namespace {
-
-quilt::v1::AggregationMethod ToProto(Method m) {
+quilt::v1::AggregationMethod ProtoMethod(Method m) {
   switch (m) {
     case Method::kHierarchical:
       return quilt::v1::AGGREGATION_METHOD_HIERARCHICAL_ALLREDUCE;
@@ -71,8 +69,6 @@ quilt::v1::AggregationMethod ToProto(Method m) {
       return quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE;
   }
 }
-
-}  // namespace
 
 SearchSpace::SearchSpace(const Topology& topo, const CostModel& fine_cost,
                          const CoarseModel& coarse, int64_t batch, double memory_fraction)
@@ -325,7 +321,7 @@ quilt::v1::Strategy SearchSpace::CoarseStrategy(const PlanState& state) const {
     for (const std::string& p : coarse_.FlatParameters(k)) {
       auto* a = s.add_aggregations();
       a->set_parameter(p);
-      a->set_method(ToProto(state.method[k]));
+      a->set_method(ProtoMethod(state.method[k]));
       if (state.method[k] == Method::kParameterServer) {
         for (int d : servers) a->add_servers(topo_.device(d).id);
       }
@@ -362,7 +358,7 @@ quilt::v1::Strategy SearchSpace::FineStrategy(const Graph& fine, const PlanState
     for (const std::string& p : grouping.params[k]) {
       auto* a = s.add_aggregations();
       a->set_parameter(p);
-      a->set_method(ToProto(state.method[k]));
+      a->set_method(ProtoMethod(state.method[k]));
       if (state.method[k] == Method::kParameterServer) {
         for (int d : servers[p]) a->add_servers(topo_.device(d).id);
       } else if (fusion == kFusePerGroup) {

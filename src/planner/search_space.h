@@ -33,6 +33,8 @@ struct PlacementOption {
 
 enum class Method : uint8_t { kRing, kHierarchical, kParameterServer, kTree };
 std::string MethodLabel(Method m);
+// The aggregation method a Method is lowered with.
+quilt::v1::AggregationMethod ProtoMethod(Method m);
 // How SearchSpace::FineStrategy's `fusion` forms collectives, in words.
 std::string FusionLabel(int64_t fusion);
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/container/flat_hash_map.h"
+#include "src/planner/lower.h"
 #include "src/planner/placement.h"
 #include "src/planner/search_space.h"
 
@@ -14,57 +15,88 @@ TimeBound::TimeBound(const CoarseModel& coarse, const Topology& topo, int64_t ba
       batch_(batch),
       ops_(coarse.num_groups()),
       busy_(topo.num_devices(), 0),
-      used_(topo.num_devices(), -1) {
+      link_busy_(topo.num_resources(), 0),
+      used_(topo.num_devices(), -1),
+      link_used_(topo.num_resources(), -1) {
   const Graph& g = coarse.graph();
   const GraphIndex& ix = coarse.index();
   absl::flat_hash_map<std::string, int> group_of;
   for (int k = 0; k < coarse.num_groups(); ++k) group_of[coarse.ForwardOp(k)] = k;
+  // Per tensor: the op that writes it, and whether that op is split by rows.
+  std::vector<int> producer(g.tensors().size(), -1);
+  std::vector<bool> split(g.ops.size(), false);
   for (size_t i = 0; i < g.ops.size(); ++i) {
     const int op = static_cast<int>(i);
     if (ix.Schema(op).is_update) continue;
+    for (int t : ix.Outputs(op)) producer[t] = op;
     auto it = group_of.find(GroupKey(g.ops[i]));
-    if (it == group_of.end()) continue;  // no group: nothing to charge (a bound may miss ops)
+    if (it == group_of.end()) continue;  // no group: nothing to charge
     // As Place splits it: by rows when a tensor it reads or writes carries
     // the batch, else whole on each device.
     bool batched = false;
     for (int t : ix.Outputs(op)) batched |= ix.Batched(t);
     for (int t : ix.Inputs(op)) batched |= t >= 0 && ix.Batched(t);
+    split[op] = batched;
     ops_[it->second].push_back({op, batched});
+  }
+  // A gradient an op split by rows produces is a partial sum on each of
+  // its devices, summed by its parameter's method (the update's group's).
+  for (size_t i = 0; i < g.ops.size(); ++i) {
+    const int op = static_cast<int>(i);
+    if (!ix.Schema(op).is_update || ix.Inputs(op).size() < 2) continue;
+    const int grad = ix.Inputs(op)[1];
+    if (grad < 0 || producer[grad] < 0 || !split[producer[grad]]) continue;
+    auto group = group_of.find(GroupKey(g.ops[i]));
+    auto from = group_of.find(GroupKey(g.ops[producer[grad]]));
+    if (group == group_of.end() || from == group_of.end()) continue;
+    gradients_.push_back(
+        {group->second, from->second, static_cast<double>(RangeBytes(g.tensors()[grad], 0, 0))});
   }
 }
 
-const std::vector<std::pair<int, double>>& TimeBound::Seconds(int k, int option,
-                                                              const PlacementOption& o) {
-  if (seconds_.size() <= static_cast<size_t>(option)) {
-    seconds_.resize(option + 1);
-    known_.resize(option + 1);
-  }
-  if (known_[option].empty()) {
-    seconds_[option].resize(ops_.size());
-    known_[option].assign(ops_.size(), false);
-  }
-  std::vector<std::pair<int, double>>& out = seconds_[option][k];
-  if (known_[option][k]) return out;
-  known_[option][k] = true;
+const TimeBound::Loads& TimeBound::Compute(int k, int option, const PlacementOption& o) {
+  if (compute_.size() <= static_cast<size_t>(option)) compute_.resize(option + 1);
+  if (compute_[option].empty()) compute_[option].resize(ops_.size());
+  std::optional<Loads>& out = compute_[option][k];
+  if (out.has_value()) return *out;
+  out.emplace();
   // Devices the split gives no rows do nothing in the group (Place).
-  const std::vector<Slice> rows = SplitBatch(o.replicas, batch_);
   const CostModel& cost = coarse_.cost();
-  for (const Slice& s : rows) {
+  for (const Slice& s : SplitBatch(o.replicas, batch_)) {
     double seconds = 0;
     for (const auto& [op, batched] : ops_[k]) {
       seconds += cost.OpTime(op, s.device, batched ? s.end - s.begin : 0);
     }
-    out.push_back({s.device, seconds});
+    out->push_back({s.device, seconds});
   }
+  return *out;
+}
+
+const TimeBound::Loads& TimeBound::Links(int g, int option, const PlacementOption& o,
+                                         Method method) {
+  auto [it, fresh] = links_.try_emplace({g, option, method});
+  Loads& out = it->second;
+  if (!fresh || method == Method::kParameterServer) return out;
+  // The members as the lowering orders an all-reduce's: by node.
+  std::vector<int> devices;
+  for (const Slice& s : SplitBatch(o.replicas, batch_)) devices.push_back(s.device);
+  if (devices.size() < 2) return out;
+  std::sort(devices.begin(), devices.end(), [&](int a, int b) {
+    return std::make_pair(topo_.device(a).node, a) < std::make_pair(topo_.device(b).node, b);
+  });
+  const CostModel::Collective c =
+      coarse_.cost().AllReduce(ProtoMethod(method), devices, gradients_[g].bytes);
+  for (int r : c.resources) out.push_back({r, c.time_s});
   return out;
 }
 
 double TimeBound::Of(const PlanState& state, const std::vector<PlacementOption>& options) {
   ++calls_;
-  double busiest = 0, overhead = 0;
+  double busiest = 0, busiest_link = 0, overhead = 0;
   for (size_t k = 0; k < ops_.size() && k < state.place.size(); ++k) {
     const int option = state.place[k];
-    for (const auto& [d, seconds] : Seconds(static_cast<int>(k), option, options[option])) {
+    const PlacementOption& o = options[option];
+    for (const auto& [d, seconds] : Compute(static_cast<int>(k), option, o)) {
       if (used_[d] != calls_) {
         used_[d] = calls_;
         busy_[d] = 0;
@@ -74,7 +106,24 @@ double TimeBound::Of(const PlanState& state, const std::vector<PlacementOption>&
       busiest = std::max(busiest, busy_[d]);
     }
   }
-  return busiest + overhead;
+  for (size_t i = 0; i < gradients_.size(); ++i) {
+    const Gradient& grad = gradients_[i];
+    if (grad.group >= static_cast<int>(state.place.size()) ||
+        grad.producer >= static_cast<int>(state.place.size())) {
+      continue;
+    }
+    const int option = state.place[grad.producer];
+    for (const auto& [r, seconds] :
+         Links(static_cast<int>(i), option, options[option], state.method[grad.group])) {
+      if (link_used_[r] != calls_) {
+        link_used_[r] = calls_;
+        link_busy_[r] = 0;
+      }
+      link_busy_[r] += seconds;
+      busiest_link = std::max(busiest_link, link_busy_[r]);
+    }
+  }
+  return std::max(busiest, busiest_link) + overhead;
 }
 
 }  // namespace quilt

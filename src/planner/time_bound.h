@@ -1,14 +1,21 @@
 // A lower bound on a plan state's coarse step time (SearchSpace::Evaluate)
-// that neither lowers nor simulates it: each device runs its ops one at a
-// time, so the step lasts at least the busiest device's forward and
-// backward computation, plus the host's step overhead of the devices the
-// plan uses. Per (group, placement option) the devices' seconds are
-// computed once; a bound then costs a sum over the groups. The local search
-// skips the moves whose bound shows they cannot beat the current plan.
+// that neither lowers nor simulates it. Each device runs its ops one at a
+// time, and each link carries one communication at a time, so the step
+// lasts at least the busiest device's forward and backward computation,
+// and at least the busiest link's share of the groups' gradient
+// all-reduces, plus the host's step overhead of the devices the plan uses.
+// (Parameter servers, activations and updates are left out: a bound may
+// miss work, never add any.) Per (group, placement option) the devices'
+// seconds, and per (group, option, method) the links', are computed once;
+// a bound then costs a sum over the groups. The local search skips the
+// moves whose bound shows they cannot beat the current plan.
 #ifndef QUILT_SRC_PLANNER_TIME_BOUND_H_
 #define QUILT_SRC_PLANNER_TIME_BOUND_H_
 
 #include <cstdint>
+#include <map>
+#include <optional>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -19,6 +26,7 @@ namespace quilt {
 
 struct PlacementOption;
 struct PlanState;
+enum class Method : uint8_t;
 
 class TimeBound {
  public:
@@ -29,19 +37,33 @@ class TimeBound {
   double Of(const PlanState& state, const std::vector<PlacementOption>& options);
 
  private:
+  using Loads = std::vector<std::pair<int, double>>;  // (device or link, seconds)
   // Group k's forward and backward seconds on each device of `option`.
-  const std::vector<std::pair<int, double>>& Seconds(int k, int option, const PlacementOption& o);
+  const Loads& Compute(int k, int option, const PlacementOption& o);
+  // The seconds each link is held by gradient g's all-reduce over the
+  // devices of `option` (its producer's) by `method` (its parameter's
+  // group's; none for parameter servers or one device).
+  const Loads& Links(int g, int option, const PlacementOption& o, Method method);
 
   const CoarseModel& coarse_;
   const Topology& topo_;
   int64_t batch_;
-  // Per group: its ops other than updates, and whether each carries the batch.
+  // Per group: its ops other than updates, and whether each carries the
+  // batch.
   std::vector<std::vector<std::pair<int, bool>>> ops_;
-  // [option][group]: (device, seconds); an empty slot list: not computed.
-  std::vector<std::vector<std::vector<std::pair<int, double>>>> seconds_;
-  std::vector<std::vector<bool>> known_;
-  std::vector<double> busy_;  // scratch, per device
-  std::vector<int> used_;     // scratch, per device: the last call that used it
+  // The gradients summed over their producer's devices: the group whose
+  // method sums it, the group of the op that produces it, its bytes.
+  struct Gradient {
+    int group, producer;
+    double bytes;
+  };
+  std::vector<Gradient> gradients_;
+  // [option][group]: per device (absent: not computed yet).
+  std::vector<std::vector<std::optional<Loads>>> compute_;
+  std::map<std::tuple<int, int, Method>, Loads> links_;
+  // Scratch per device and per link: seconds, and the last call that used it.
+  std::vector<double> busy_, link_busy_;
+  std::vector<int> used_, link_used_;
   int calls_ = 0;
 };
 

@@ -1,6 +1,6 @@
-// The search's compute bound: never above the step the coarse simulation
-// gives a plan (on zoo models and random clusters, plans of every kind),
-// close to it where a plan has no communication, and passing over the
+// The search's bound: never above the step the coarse simulation gives a
+// plan (on zoo models and random clusters, plans of every kind), close to
+// it where a plan has no communication, and passing over the
 // moves it rules out leaves a search that runs to convergence with the
 // same plan, from fewer simulations.
 #include "src/planner/time_bound.h"
@@ -42,7 +42,8 @@ struct Case {
 
 TEST(TimeBound, NeverAboveTheSimulatedStepAndCloseWithoutCommunication) {
   for (const Case& c : {Case{"cnn", 0, 64}, Case{"cnn", 11, 96}, Case{"transformer", 0, 8},
-                        Case{"resnet50", 23, 32}, Case{"gpt2", 5, 8}}) {
+                        Case{"resnet50", 23, 32}, Case{"gpt2", 5, 8}, Case{"inception_v3", 42, 64},
+                        Case{"bert_large", 77, 16}}) {
     SCOPED_TRACE(c.model + " on cluster " + std::to_string(c.cluster_seed));
     auto w = testing::Make(
         c.model, c.cluster_seed == 0 ? testing::TwoNodes() : RandomCluster(c.cluster_seed));
