@@ -52,6 +52,27 @@ TimeBound::TimeBound(const CoarseModel& coarse, const Topology& topo, int64_t ba
     gradients_.push_back(
         {group->second, from->second, static_cast<double>(RangeBytes(g.tensors()[grad], 0, 0))});
   }
+  // Batch tensors read across groups: each reader's rows come from the
+  // producer's instances (Lowerer::Provide), once per instance needed.
+  std::vector<int> crossing(g.tensors().size(), -1);
+  for (size_t i = 0; i < g.ops.size(); ++i) {
+    const int op = static_cast<int>(i);
+    if (ix.Schema(op).is_update) continue;
+    auto reader = group_of.find(GroupKey(g.ops[i]));
+    if (reader == group_of.end()) continue;
+    for (int t : ix.Inputs(op)) {
+      if (t < 0 || !ix.Batched(t) || producer[t] < 0 || !split[producer[t]]) continue;
+      auto from = group_of.find(GroupKey(g.ops[producer[t]]));
+      if (from == group_of.end() || from->second == reader->second) continue;
+      if (crossing[t] < 0) {
+        crossing[t] = static_cast<int>(crossings_.size());
+        crossings_.push_back({t, from->second, {}});
+      }
+      std::vector<int>& readers = crossings_[crossing[t]].readers;
+      if (std::find(readers.begin(), readers.end(), reader->second) == readers.end())
+        readers.push_back(reader->second);
+    }
+  }
 }
 
 const TimeBound::Loads& TimeBound::Compute(int k, int option, const PlacementOption& o) {
@@ -90,6 +111,38 @@ const TimeBound::Loads& TimeBound::Links(int g, int option, const PlacementOptio
   return out;
 }
 
+const std::vector<TimeBound::Received>& TimeBound::Moved(
+    int c, int from, int to, const std::vector<PlacementOption>& options) {
+  auto [it, fresh] = moved_.try_emplace({c, from, to});
+  std::vector<Received>& out = it->second;
+  if (!fresh || from == to) return out;
+  const TensorInfo& info = coarse_.graph().tensors()[crossings_[c].tensor];
+  const std::vector<Slice> made = SplitBatch(options[from].replicas, batch_);
+  for (const Slice& need : SplitBatch(options[to].replicas, batch_)) {
+    Received r{need.device, need.begin, need.end, {}};
+    bool own = false;
+    for (const Slice& src : made) {
+      own |= src.device == need.device && src.begin == need.begin && src.end == need.end;
+      const int64_t b = std::max(src.begin, need.begin), e = std::min(src.end, need.end);
+      if (b >= e || src.device == need.device) continue;
+      const Path& path = topo_.PathBetween(src.device, need.device);
+      const double seconds = path.Time(static_cast<double>(RangeBytes(info, b, e)));
+      for (int link : path.resources) r.links.push_back({link, seconds});
+    }
+    if (!own && !r.links.empty()) out.push_back(std::move(r));
+  }
+  return out;
+}
+
+void TimeBound::Hold(int r, double seconds, double* busiest_link) {
+  if (link_used_[r] != calls_) {
+    link_used_[r] = calls_;
+    link_busy_[r] = 0;
+  }
+  link_busy_[r] += seconds;
+  *busiest_link = std::max(*busiest_link, link_busy_[r]);
+}
+
 double TimeBound::Of(const PlanState& state, const std::vector<PlacementOption>& options) {
   ++calls_;
   double busiest = 0, busiest_link = 0, overhead = 0;
@@ -115,12 +168,36 @@ double TimeBound::Of(const PlanState& state, const std::vector<PlacementOption>&
     const int option = state.place[grad.producer];
     for (const auto& [r, seconds] :
          Links(static_cast<int>(i), option, options[option], state.method[grad.group])) {
-      if (link_used_[r] != calls_) {
-        link_used_[r] = calls_;
-        link_busy_[r] = 0;
+      Hold(r, seconds, &busiest_link);
+    }
+  }
+  // Each instance a reader needs is moved once, whichever readers need it.
+  std::vector<int> seen_options;
+  std::vector<const Received*> seen;
+  for (size_t c = 0; c < crossings_.size(); ++c) {
+    const Crossing& x = crossings_[c];
+    if (x.producer >= static_cast<int>(state.place.size())) continue;
+    const int from = state.place[x.producer];
+    seen_options.clear();
+    seen.clear();
+    for (int k : x.readers) {
+      if (k >= static_cast<int>(state.place.size())) continue;
+      const int to = state.place[k];
+      if (to == from ||
+          std::find(seen_options.begin(), seen_options.end(), to) != seen_options.end()) {
+        continue;
       }
-      link_busy_[r] += seconds;
-      busiest_link = std::max(busiest_link, link_busy_[r]);
+      const bool first = seen_options.empty();
+      seen_options.push_back(to);
+      for (const Received& r : Moved(static_cast<int>(c), from, to, options)) {
+        if (!first && std::any_of(seen.begin(), seen.end(), [&](const Received* s) {
+              return s->device == r.device && s->begin == r.begin && s->end == r.end;
+            })) {
+          continue;
+        }
+        seen.push_back(&r);
+        for (const auto& [link, seconds] : r.links) Hold(link, seconds, &busiest_link);
+      }
     }
   }
   return std::max(busiest, busiest_link) + overhead;

@@ -2,12 +2,13 @@
 // that neither lowers nor simulates it. Each device runs its ops one at a
 // time, and each link carries one communication at a time, so the step
 // lasts at least the busiest device's forward and backward computation,
-// and at least the busiest link's share of the groups' gradient
-// all-reduces, plus the host's step overhead of the devices the plan uses.
-// (Parameter servers, activations and updates are left out: a bound may
-// miss work, never add any.) Per (group, placement option) the devices'
-// seconds, and per (group, option, method) the links', are computed once;
-// a bound then costs a sum over the groups. The local search skips the
+// and at least the busiest link's share of the gradient all-reduces and
+// of the batch tensors' rows moved between groups split differently, plus
+// the host's step overhead of the devices the plan uses. (Parameter
+// servers, other sums and updates are left out: a bound may miss work,
+// never add any.) Per (group, placement option) the devices' seconds, per
+// (gradient, option, method) and (tensor, option, option) the links', are
+// computed once; a bound then costs a sum over the groups. The local search skips the
 // moves whose bound shows they cannot beat the current plan.
 #ifndef QUILT_SRC_PLANNER_TIME_BOUND_H_
 #define QUILT_SRC_PLANNER_TIME_BOUND_H_
@@ -44,6 +45,18 @@ class TimeBound {
   // devices of `option` (its producer's) by `method` (its parameter's
   // group's; none for parameter servers or one device).
   const Loads& Links(int g, int option, const PlacementOption& o, Method method);
+  // The rows of crossing c's tensor that reach each instance a reader on
+  // option `to` needs from the producer's instances on option `from`
+  // (none for instances that are the producer's own).
+  struct Received {
+    int device;
+    int64_t begin, end;
+    Loads links;  // the seconds its transfers hold each link
+  };
+  const std::vector<Received>& Moved(int c, int from, int to,
+                                     const std::vector<PlacementOption>& options);
+  // Adds `seconds` on link r to this call's loads; the busiest link's total.
+  void Hold(int r, double seconds, double* busiest_link);
 
   const CoarseModel& coarse_;
   const Topology& topo_;
@@ -58,6 +71,14 @@ class TimeBound {
     double bytes;
   };
   std::vector<Gradient> gradients_;
+  // Batch tensors ops of other groups read: the tensor, the group of the
+  // op that writes it (split by rows), the groups that read it.
+  struct Crossing {
+    int tensor, producer;
+    std::vector<int> readers;
+  };
+  std::vector<Crossing> crossings_;
+  std::map<std::tuple<int, int, int>, std::vector<Received>> moved_;
   // [option][group]: per device (absent: not computed yet).
   std::vector<std::vector<std::optional<Loads>>> compute_;
   std::map<std::tuple<int, int, Method>, Loads> links_;
