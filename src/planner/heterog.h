@@ -66,7 +66,7 @@ struct SearchOptions {
   // Local-search passes restarted from a perturbed best plan after a pass
   // finds nothing.
   int restarts = 3;
-  // Pass over, unsimulated, the moves whose compute bound (time_bound.h)
+  // Pass over, unsimulated, the moves whose lower bound (time_bound.h)
   // shows they cannot beat the plan they are moves from. They could not be
   // taken, so the search takes the same moves either way, and simulates
   // fewer plans to do so; the plans it passes over do not count towards
@@ -147,7 +147,7 @@ struct SearchResult {
   bool feasible = false;
   int groups = 0;
   int64_t evaluated = 0;
-  // Plans the search passed over unsimulated: their compute bound showed
+  // Plans the search passed over unsimulated: their lower bound showed
   // they could not beat the plan they were moves from (time_bound.h).
   int64_t ruled_out = 0;
   double search_wall_s = 0;
