@@ -385,9 +385,10 @@ void AddPlanCommand(CLI::App& app, const GlobalOptions& globals, std::vector<Com
                 "at least a quarter of it, up to three times")
       ->check(Positive());
   c->add_option("--max-plans", a->max_plans,
-                "Plans the planner's local search simulates once one fits (default 200; until "
-                "one fits, the time budget alone ends it; its starting plans and the "
-                "explanation's what-ifs are simulated besides)")
+                "Plans the planner's local search judges once one fits: simulated, or ruled "
+                "out by a lower bound on their step (default 200; until one fits, the time "
+                "budget alone ends it; its starting plans and the explanation's what-ifs are "
+                "simulated besides)")
       ->check(PositiveInt());
   c->add_option("--seed", a->seed, "Seed of the planner's search (same seed, same plan)")
       ->check(Seed());

@@ -49,15 +49,16 @@ struct SearchProgress {
 // on the machine's speed (the result says which ended it).
 struct SearchOptions {
   double time_budget_s = 10;
-  // Plans simulated at most once one fits (until then the time budget
-  // alone ends the search); 0 = no limit. The local search simulates two
-  // plans at a time: the second, when the first is taken, is simulated
-  // again from the new plan and counts twice; the limit may be passed by one.
+  // Plans judged at most once one fits: simulated, or ruled out by their
+  // bound (rule_out_by_bound); until one fits the time budget alone ends
+  // the search; 0 = no limit. The local search simulates two plans at a
+  // time: the second, when the first is taken, is simulated again from the
+  // new plan and counts twice; the limit may be passed by one.
   int64_t max_evaluations = 200;
   // Where no baseline fits, the search starts from the best of them and
   // of two layer-wise seeds (the groups over devices, or over nodes, in
   // order); then, while the budget lasts, it searches from each seed it
-  // did not start from too, simulating at most this many plans there
+  // did not start from too, judging at most this many plans there
   // (fitting or not); 0: from the start alone.
   int64_t other_seed_evaluations = 2000;
   uint64_t seed = 1;
@@ -68,9 +69,8 @@ struct SearchOptions {
   int restarts = 3;
   // Pass over, unsimulated, the moves whose lower bound (time_bound.h)
   // shows they cannot beat the plan they are moves from. They could not be
-  // taken, so the search takes the same moves either way, and simulates
-  // fewer plans to do so; the plans it passes over do not count towards
-  // max_evaluations (with a limit, it then gets further).
+  // taken, and they count towards the limits as plans judged, so the
+  // search takes the same moves either way, simulating fewer plans.
   bool rule_out_by_bound = true;
   // Share of each device's memory a plan may fill on the coarsened graph.
   double memory_fraction = 0.92;

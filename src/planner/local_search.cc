@@ -53,7 +53,7 @@ class Search {
         options_(o),
         deadline_(deadline),
         evaluation_cap_(evaluation_cap),
-        started_at_(space->evaluations()),
+        started_at_(space->judged()),
         start_(std::move(start)),
         next_progress_(absl::Now() + absl::Seconds(o.progress_every_s)),
         rng_(o.seed) {
@@ -230,13 +230,13 @@ class Search {
   // goes on for its time budget.
   bool OutOfBudget(const Score& best) {
     Progress(best);
-    if (best.feasible() && fit_at_ < 0) fit_at_ = space_->evaluations();
+    if (best.feasible() && fit_at_ < 0) fit_at_ = space_->judged();
     if (best.feasible() && options_.max_evaluations > 0 &&
-        space_->evaluations() - fit_at_ >= options_.max_evaluations) {
+        space_->judged() - fit_at_ >= options_.max_evaluations) {
       stopped_by_ = "evaluation limit";
       return true;
     }
-    if (evaluation_cap_ > 0 && space_->evaluations() - started_at_ >= evaluation_cap_) {
+    if (evaluation_cap_ > 0 && space_->judged() - started_at_ >= evaluation_cap_) {
       stopped_by_ = "evaluation limit";
       return true;
     }

@@ -467,8 +467,16 @@ absl::StatusOr<Score> SearchSpace::Compute(const PlanState& state, const CostMod
 }
 
 bool SearchSpace::CannotBeat(const PlanState& state, double time_s) {
-  if (bound_.Of(state, options_) < time_s) return false;
-  ++ruled_out_;
+  // (A state seen before costs nothing to look at again, and is not
+  // counted again: as a cached plan costs no simulation.)
+  std::string key = Key(state);
+  if (auto it = cache_.find(key); it != cache_.end()) {
+    return it->second.feasible() && it->second.time_s >= time_s;
+  }
+  auto [it, fresh] = bounds_.try_emplace(std::move(key), 0.0);
+  if (fresh) it->second = bound_.Of(state, options_);
+  if (it->second < time_s) return false;
+  if (fresh) ++ruled_out_;
   return true;
 }
 

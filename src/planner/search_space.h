@@ -140,11 +140,14 @@ class SearchSpace {
   void set_parallel_above(double seconds) { parallel_above_s_ = seconds; }
   // States lowered and simulated (not found in the cache).
   int64_t evaluations() const { return evaluations_; }
-  // Whether `state` cannot take less than `time_s` by a bound that neither
-  // lowers nor simulates it (time_bound.h); such states are counted in
-  // ruled_out(). Not while EvaluateAll runs.
+  // Whether `state` cannot take less than `time_s`: by its cached score,
+  // else by a bound that neither lowers nor simulates it (time_bound.h);
+  // states the bound rules out are counted in ruled_out(). Not while
+  // EvaluateAll runs.
   bool CannotBeat(const PlanState& state, double time_s);
   int64_t ruled_out() const { return ruled_out_; }
+  // States judged without the cache: simulated or ruled out.
+  int64_t judged() const { return evaluations_ + ruled_out_; }
 
  private:
   std::string Key(const PlanState& state) const;
@@ -175,6 +178,8 @@ class SearchSpace {
   std::unique_ptr<char[]> blocks_[2];
   int64_t evaluations_ = 0;
   TimeBound bound_;
+  // Bounds by state key (states simulated since are in cache_ too).
+  absl::flat_hash_map<std::string, double> bounds_;
   int64_t ruled_out_ = 0;
 };
 
