@@ -473,10 +473,12 @@ bool SearchSpace::CannotBeat(const PlanState& state, double time_s) {
   if (auto it = cache_.find(key); it != cache_.end()) {
     return it->second.feasible() && it->second.time_s >= time_s;
   }
-  auto [it, fresh] = bounds_.try_emplace(std::move(key), 0.0);
-  if (fresh) it->second = bound_.Of(state, options_);
-  if (it->second < time_s) return false;
-  if (fresh) ++ruled_out_;
+  auto [it, fresh] = bounds_.try_emplace(std::move(key), Bound{});
+  Bound& b = it->second;
+  if (fresh) b.seconds = bound_.Of(state, options_);
+  if (b.seconds < time_s) return false;
+  if (!b.ruled_out) ++ruled_out_;
+  b.ruled_out = true;
   return true;
 }
 

@@ -178,8 +178,13 @@ class SearchSpace {
   std::unique_ptr<char[]> blocks_[2];
   int64_t evaluations_ = 0;
   TimeBound bound_;
-  // Bounds by state key (states simulated since are in cache_ too).
-  absl::flat_hash_map<std::string, double> bounds_;
+  // Bounds by state key, and whether each has ruled its state out (states
+  // simulated since are in cache_ too).
+  struct Bound {
+    double seconds = 0;
+    bool ruled_out = false;
+  };
+  absl::flat_hash_map<std::string, Bound> bounds_;
   int64_t ruled_out_ = 0;
 };
 

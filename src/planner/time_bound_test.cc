@@ -53,6 +53,8 @@ TEST(TimeBound, NeverAboveTheSimulatedStepAndCloseWithoutCommunication) {
     ASSERT_THAT(coarse.status(), IsOk());
     const int groups = (*coarse)->num_groups();
     SearchSpace space(w->topo, *w->cost, **coarse, c.batch, 0.92);
+    // The same space, judging the states without simulating them.
+    SearchSpace judge(w->topo, *w->cost, **coarse, c.batch, 0.92);
     TimeBound bound(**coarse, w->topo, c.batch);
     std::mt19937_64 rng(c.cluster_seed + 3);
     std::vector<PlanState> states;
@@ -61,6 +63,7 @@ TEST(TimeBound, NeverAboveTheSimulatedStepAndCloseWithoutCommunication) {
     for (int d : {0, w->topo.num_devices() - 1}) {
       PlanState one;
       one.place.assign(groups, space.SingleOption(d));
+      ASSERT_EQ(judge.SingleOption(d), one.place[0]);
       one.method.assign(groups, space.MethodsFor(one.place[0]).front());
       states.push_back(one);
     }
@@ -72,13 +75,19 @@ TEST(TimeBound, NeverAboveTheSimulatedStepAndCloseWithoutCommunication) {
       const double b = bound.Of(states[i], space.options());
       EXPECT_GT(b, 0) << i;
       EXPECT_LE(b, score->time_s * (1 + 1e-12)) << i;
+      EXPECT_EQ(judge.CannotBeat(states[i], score->time_s * (1 + 1e-9)), false) << i;
+      EXPECT_EQ(judge.CannotBeat(states[i], b), true) << i;
+      // Simulated already: judged by its score, and not counted.
+      EXPECT_EQ(space.CannotBeat(states[i], score->time_s), score->feasible()) << i;
       EXPECT_EQ(space.CannotBeat(states[i], score->time_s * (1 + 1e-9)), false) << i;
-      EXPECT_EQ(space.CannotBeat(states[i], b), true) << i;
       // Only the updates and the host's overhead are left out.
       if (i >= states.size() - 2) EXPECT_GT(b, 0.8 * score->time_s) << i;
     }
     EXPECT_GE(checked, 20);
-    EXPECT_EQ(space.ruled_out(), checked);
+    // Each state ruled out is counted once, however often it is judged.
+    EXPECT_EQ(judge.ruled_out(), checked);
+    EXPECT_EQ(judge.evaluations(), 0);
+    EXPECT_EQ(space.ruled_out(), 0);
   }
 }
 
