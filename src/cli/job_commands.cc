@@ -419,7 +419,8 @@ void AddJobCommands(CLI::App& app, const GlobalOptions& globals, std::vector<Com
   submit
       ->add_option("--max-restarts", a->max_restarts,
                    "After a failure, resume from the last checkpoint as a new job up to N "
-                   "times (default 0; the strategy should suit fewer nodes: auto)")
+                   "times (before the first checkpoint: from the first step; default 0; the "
+                   "strategy should suit fewer nodes: auto)")
       ->check(CLI::Range(0, 100));
   submit->add_option("--seed", a->seed, "Seed of the planner and of random kernels")->check(Seed());
   submit->add_flag("--watch", a->watch, "Watch the job after submitting it");

@@ -9,6 +9,7 @@
 #include "absl/time/clock.h"
 #include "src/common/logging.h"
 #include "src/common/status.h"
+#include "src/coordinator/checkpoint_dir.h"
 #include "src/coordinator/job_export.h"
 #include "src/coordinator/job_submission.h"
 #include "src/rpc/job_service.h"
@@ -55,15 +56,25 @@ absl::Status JobServiceImpl::Resume(const std::string& job_id, const std::string
   const quilt::v1::ResumeFrom& started = record.spec().resume_from();
   // A resumed job that failed before a checkpoint of its own (or whose
   // checkpoints were lost) goes on from where it started.
-  const bool from_start = !exported.ok() && !started.checkpoint().empty() &&
-                          exported.status().code() == absl::StatusCode::kFailedPrecondition;
+  const bool unread =
+      !exported.ok() && exported.status().code() == absl::StatusCode::kFailedPrecondition;
+  // A restart (not a resume by hand) of a job that failed before its first
+  // checkpoint, none complete in its directory, starts it again from its
+  // own start: it has no steps to lose. (Checkpoints that are there but do
+  // not read stay an error: starting over would drop their steps unasked.)
+  const bool none_yet = unread && automatic &&
+                        CompleteSteps(record.spec().checkpoint_dir(), record.world_size()).empty();
+  const bool from_start = unread && (!started.checkpoint().empty() || none_yet);
   if (from_start) {
     quilt::v1::ExportJobResponse again;
     again.set_onnx(record.spec().onnx());
     again.set_step(0);
-    again.set_note(absl::StrCat("no checkpoint of its own (", exported.status().message(),
-                                "): it starts again from where it started (", started.checkpoint(),
-                                ")"));
+    again.set_note(started.checkpoint().empty()
+                       ? absl::StrCat("no checkpoint yet (", exported.status().message(),
+                                      "): it starts again from its first step")
+                       : absl::StrCat("no checkpoint of its own (", exported.status().message(),
+                                      "): it starts again from where it started (",
+                                      started.checkpoint(), ")"));
     exported = std::move(again);
   }
   if (!exported.ok()) {
@@ -113,9 +124,9 @@ absl::Status JobServiceImpl::Resume(const std::string& job_id, const std::string
   response->set_from_step(trained.step());
   response->set_steps(left);
   response->set_note(trained.note());
-  QLOG_INFO("job {} {} as {} from step {} ({} steps left)", job_id,
+  QLOG_INFO("job {} {} as {} from step {} ({} steps left){}", job_id,
             automatic ? "restarted after its failure" : "resumed", response->job_id(),
-            trained.step(), left);
+            trained.step(), left, trained.note().empty() ? "" : ": " + trained.note());
   return absl::OkStatus();
 }
 

@@ -578,6 +578,43 @@ TEST_F(Jobs, AJobWithARestartLeftTrainsOnWithoutTheNodeThatDied) {
   EXPECT_EQ(Job(next).value("resumed_as", std::string()), "") << Job(next).dump();
 }
 
+// A job with a restart left that fails before its first checkpoint is
+// restarted from its first step (there is no checkpoint to go on from).
+TEST_F(Jobs, AJobThatFailsBeforeItsFirstCheckpointRestartsFromItsFirstStep) {
+  ASSERT_THAT(cluster_.StartWorker("worker-c").status(), IsOk());
+  ASSERT_TRUE(Eventually(
+      [&] {
+        absl::StatusOr<std::map<std::string, nlohmann::json>> n = cluster_.Nodes();
+        return n.ok() && (*n)["worker-c"].value("state", std::string()) == "NODE_STATE_READY";
+      },
+      absl::Seconds(30)));
+  const int64_t steps = 1000000;
+  std::vector<std::string> args = SubmitArgs(cluster_.dir().File("ckpt"), steps, "dp-even-ring");
+  *std::next(std::find(args.begin(), args.end(), "--checkpoint-every")) = "500000";
+  args.insert(args.end(), {"--max-restarts", "1"});
+  const std::string id = Submit(args);
+  ASSERT_TRUE(Eventually([&] { return Step(id) > 2; }, absl::Seconds(60))) << Job(id).dump();
+  cluster_.KillWorker("worker-b", SIGKILL);
+  std::string next;
+  ASSERT_TRUE(Eventually(
+      [&] {
+        next = Job(id).value("resumed_as", std::string());
+        return !next.empty();
+      },
+      absl::Seconds(60)))
+      << Job(id).dump() << cluster_.Log("coordinator");
+  EXPECT_EQ(Job(id).value("restart_error", std::string()), "") << Job(id).dump();
+  EXPECT_THAT(Job(next).value("name", std::string()),
+              HasSubstr("(resumed from " + id + " at step 0)"));
+  EXPECT_EQ(std::stoll(Job(next).value("steps", std::string("0"))), steps) << Job(next).dump();
+  ASSERT_TRUE(Eventually([&] { return Step(next) > 2; }, absl::Seconds(60))) << Job(next).dump();
+  EXPECT_EQ(Job(next)["nodes"], nlohmann::json::array({"worker-a", "worker-c"}))
+      << Job(next).dump();
+  EXPECT_THAT(cluster_.Log("coordinator"), HasSubstr("it starts again from its first step"));
+  absl::StatusOr<CommandResult> cancel = cluster_.Quiltctl({"cancel", next});
+  ASSERT_THAT(cancel.status(), IsOk());
+}
+
 TEST_F(Jobs, ADrainedNodeGetsNoNewJobsWhileItsRunningJobGoesOn) {
   auto quiltctl = [&](const std::vector<std::string>& args) {
     absl::StatusOr<CommandResult> r = cluster_.Quiltctl(args);
