@@ -2,7 +2,8 @@
 // ones and seeded random heterogeneous ones), the best data-parallel
 // baseline's predicted step, the HeteroG plan's, the speedup, the ratio to
 // the compute lower bound (and the best baseline's: the most any plan could
-// gain), planning time and peak memory against capacity.
+// gain), planning time, the search's plans simulated and ruled out by their
+// bound (and judged per second), and peak memory against capacity.
 // One JSON object per line.
 //
 //   bazel build //bench:planner_bench
@@ -179,6 +180,12 @@ int main(int argc, char** argv) {
         j["search_wall_s"] = heterog->search().search_wall_s();
         j["plans_evaluated"] = heterog->search().plans_evaluated();
         j["plans_ruled_out"] = heterog->search().plans_ruled_out();
+        // Plans judged (simulated or ruled out) per second of search.
+        if (heterog->search().search_wall_s() > 0) {
+          j["plans_judged_per_s"] = static_cast<double>(heterog->search().plans_evaluated() +
+                                                        heterog->search().plans_ruled_out()) /
+                                    heterog->search().search_wall_s();
+        }
         // The search's own prediction of its result, on the coarsened graph.
         j["search_coarse_s"] = heterog->search().result_coarse_s();
         j["groups"] = heterog->search().groups();
