@@ -135,6 +135,29 @@ class Jobs : public ::testing::Test {
     return j.contains("step") ? std::stoll(j["step"].get<std::string>()) : 0;
   }
 
+  // Starts worker `node` and waits until it is Ready.
+  void StartReadyWorker(const std::string& node) {
+    ASSERT_THAT(cluster_.StartWorker(node).status(), IsOk());
+    ASSERT_TRUE(Eventually(
+        [&] {
+          absl::StatusOr<std::map<std::string, nlohmann::json>> n = cluster_.Nodes();
+          return n.ok() && (*n)[node].value("state", std::string()) == "NODE_STATE_READY";
+        },
+        absl::Seconds(30)));
+  }
+
+  // The job `id` is resumed as, once it is (empty if not within 60 s).
+  std::string ResumedAs(const std::string& id) {
+    std::string next;
+    Eventually(
+        [&] {
+          next = Job(id).value("resumed_as", std::string());
+          return !next.empty();
+        },
+        absl::Seconds(60));
+    return next;
+  }
+
   // Executors still running for `id` on this machine.
   int Executors(const std::string& id) {
     absl::StatusOr<CommandResult> r = RunCommand({"/usr/bin/pgrep", "-f", "-c", id});
@@ -528,27 +551,15 @@ TEST_F(Jobs, AZooJobResumesFromItsCheckpointAndRepeatsTheStepsAfterIt) {
 // itself: once the node is no longer Ready, a new job from its last
 // checkpoint on the nodes left, named on the old one.
 TEST_F(Jobs, AJobWithARestartLeftTrainsOnWithoutTheNodeThatDied) {
-  ASSERT_THAT(cluster_.StartWorker("worker-c").status(), IsOk());
-  ASSERT_TRUE(Eventually(
-      [&] {
-        absl::StatusOr<std::map<std::string, nlohmann::json>> n = cluster_.Nodes();
-        return n.ok() && (*n)["worker-c"].value("state", std::string()) == "NODE_STATE_READY";
-      },
-      absl::Seconds(30)));
+  ASSERT_NO_FATAL_FAILURE(StartReadyWorker("worker-c"));
   std::vector<std::string> args = SubmitArgs(cluster_.dir().File("ckpt"), 1000000, "dp-even-ring");
   args.insert(args.end(), {"--max-restarts", "1"});
   const std::string id = Submit(args);
   ASSERT_TRUE(Eventually([&] { return Step(id) > 6; }, absl::Seconds(60))) << Job(id).dump();
   ASSERT_EQ(Job(id)["nodes"].size(), 3u) << Job(id).dump();
   cluster_.KillWorker("worker-b", SIGKILL);
-  std::string next;
-  ASSERT_TRUE(Eventually(
-      [&] {
-        next = Job(id).value("resumed_as", std::string());
-        return !next.empty();
-      },
-      absl::Seconds(60)))
-      << Job(id).dump() << cluster_.Log("coordinator");
+  const std::string next = ResumedAs(id);
+  ASSERT_FALSE(next.empty()) << Job(id).dump() << cluster_.Log("coordinator");
   EXPECT_EQ(State(id), "JOB_STATE_FAILED");
   ASSERT_TRUE(Eventually([&] { return Step(next) > 2; }, absl::Seconds(60))) << Job(next).dump();
   EXPECT_EQ(Job(next)["nodes"], nlohmann::json::array({"worker-a", "worker-c"}))
@@ -581,13 +592,7 @@ TEST_F(Jobs, AJobWithARestartLeftTrainsOnWithoutTheNodeThatDied) {
 // A job with a restart left that fails before its first checkpoint is
 // restarted from its first step (there is no checkpoint to go on from).
 TEST_F(Jobs, AJobThatFailsBeforeItsFirstCheckpointRestartsFromItsFirstStep) {
-  ASSERT_THAT(cluster_.StartWorker("worker-c").status(), IsOk());
-  ASSERT_TRUE(Eventually(
-      [&] {
-        absl::StatusOr<std::map<std::string, nlohmann::json>> n = cluster_.Nodes();
-        return n.ok() && (*n)["worker-c"].value("state", std::string()) == "NODE_STATE_READY";
-      },
-      absl::Seconds(30)));
+  ASSERT_NO_FATAL_FAILURE(StartReadyWorker("worker-c"));
   const int64_t steps = 1000000;
   std::vector<std::string> args = SubmitArgs(cluster_.dir().File("ckpt"), steps, "dp-even-ring");
   *std::next(std::find(args.begin(), args.end(), "--checkpoint-every")) = "500000";
@@ -595,14 +600,8 @@ TEST_F(Jobs, AJobThatFailsBeforeItsFirstCheckpointRestartsFromItsFirstStep) {
   const std::string id = Submit(args);
   ASSERT_TRUE(Eventually([&] { return Step(id) > 2; }, absl::Seconds(60))) << Job(id).dump();
   cluster_.KillWorker("worker-b", SIGKILL);
-  std::string next;
-  ASSERT_TRUE(Eventually(
-      [&] {
-        next = Job(id).value("resumed_as", std::string());
-        return !next.empty();
-      },
-      absl::Seconds(60)))
-      << Job(id).dump() << cluster_.Log("coordinator");
+  const std::string next = ResumedAs(id);
+  ASSERT_FALSE(next.empty()) << Job(id).dump() << cluster_.Log("coordinator");
   EXPECT_EQ(Job(id).value("restart_error", std::string()), "") << Job(id).dump();
   EXPECT_THAT(Job(next).value("name", std::string()),
               HasSubstr("(resumed from " + id + " at step 0)"));
