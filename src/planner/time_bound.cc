@@ -14,10 +14,8 @@ TimeBound::TimeBound(const CoarseModel& coarse, const Topology& topo, int64_t ba
       topo_(topo),
       batch_(batch),
       ops_(coarse.num_groups()),
-      busy_(topo.num_devices(), 0),
-      link_busy_(topo.num_resources(), 0),
-      used_(topo.num_devices(), -1),
-      link_used_(topo.num_resources(), -1) {
+      devices_(topo.num_devices()),
+      links_held_(topo.num_resources()) {
   const Graph& g = coarse.graph();
   const GraphIndex& ix = coarse.index();
   absl::flat_hash_map<std::string, int> group_of;
@@ -115,7 +113,7 @@ const std::vector<TimeBound::Received>& TimeBound::Moved(
     int c, int from, int to, const std::vector<PlacementOption>& options) {
   auto [it, fresh] = moved_.try_emplace({c, from, to});
   std::vector<Received>& out = it->second;
-  if (!fresh || from == to) return out;
+  if (!fresh) return out;
   const TensorInfo& info = coarse_.graph().tensors()[crossings_[c].tensor];
   const std::vector<Slice> made = SplitBatch(options[from].replicas, batch_);
   for (const Slice& need : SplitBatch(options[to].replicas, batch_)) {
@@ -134,29 +132,29 @@ const std::vector<TimeBound::Received>& TimeBound::Moved(
   return out;
 }
 
-void TimeBound::Hold(int r, double seconds, double* busiest_link) {
-  if (link_used_[r] != calls_) {
-    link_used_[r] = calls_;
-    link_busy_[r] = 0;
+bool TimeBound::Tally::Add(int i, double s, int now) {
+  const bool fresh = call[i] != now;
+  if (fresh) {
+    call[i] = now;
+    seconds[i] = 0;
   }
-  link_busy_[r] += seconds;
-  *busiest_link = std::max(*busiest_link, link_busy_[r]);
+  seconds[i] += s;
+  most = std::max(most, seconds[i]);
+  return fresh;
 }
 
 double TimeBound::Of(const PlanState& state, const std::vector<PlacementOption>& options) {
   ++calls_;
-  double busiest = 0, busiest_link = 0, overhead = 0;
+  devices_.most = 0;
+  links_held_.most = 0;
+  double overhead = 0;
   for (size_t k = 0; k < ops_.size() && k < state.place.size(); ++k) {
     const int option = state.place[k];
     const PlacementOption& o = options[option];
     for (const auto& [d, seconds] : Compute(static_cast<int>(k), option, o)) {
-      if (used_[d] != calls_) {
-        used_[d] = calls_;
-        busy_[d] = 0;
+      if (devices_.Add(d, seconds, calls_)) {
         overhead = std::max(overhead, coarse_.cost().speed(d).step_overhead_s);
       }
-      busy_[d] += seconds;
-      busiest = std::max(busiest, busy_[d]);
     }
   }
   for (size_t i = 0; i < gradients_.size(); ++i) {
@@ -168,7 +166,7 @@ double TimeBound::Of(const PlanState& state, const std::vector<PlacementOption>&
     const int option = state.place[grad.producer];
     for (const auto& [r, seconds] :
          Links(static_cast<int>(i), option, options[option], state.method[grad.group])) {
-      Hold(r, seconds, &busiest_link);
+      links_held_.Add(r, seconds, calls_);
     }
   }
   // Each instance a reader needs is moved once, whichever readers need it.
@@ -196,11 +194,11 @@ double TimeBound::Of(const PlanState& state, const std::vector<PlacementOption>&
           continue;
         }
         seen.push_back(&r);
-        for (const auto& [link, seconds] : r.links) Hold(link, seconds, &busiest_link);
+        for (const auto& [link, seconds] : r.links) links_held_.Add(link, seconds, calls_);
       }
     }
   }
-  return std::max(busiest, busiest_link) + overhead;
+  return std::max(devices_.most, links_held_.most) + overhead;
 }
 
 }  // namespace quilt

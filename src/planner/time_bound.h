@@ -8,8 +8,9 @@
 // servers, other sums and updates are left out: a bound may miss work,
 // never add any.) Per (group, placement option) the devices' seconds, per
 // (gradient, option, method) and (tensor, option, option) the links', are
-// computed once; a bound then costs a sum over the groups. The local search skips the
-// moves whose bound shows they cannot beat the current plan.
+// computed once; a bound then costs a sum over the groups. The local
+// search skips the moves whose bound shows they cannot beat the current
+// plan.
 #ifndef QUILT_SRC_PLANNER_TIME_BOUND_H_
 #define QUILT_SRC_PLANNER_TIME_BOUND_H_
 
@@ -55,8 +56,16 @@ class TimeBound {
   };
   const std::vector<Received>& Moved(int c, int from, int to,
                                      const std::vector<PlacementOption>& options);
-  // Adds `seconds` on link r to this call's loads; the busiest link's total.
-  void Hold(int r, double seconds, double* busiest_link);
+  // This call's seconds per device or per link, and the most of them
+  // (`most` is reset by the caller at each call).
+  struct Tally {
+    std::vector<double> seconds;
+    std::vector<int> call;  // the call an entry was last set in
+    double most = 0;
+    explicit Tally(int n) : seconds(n, 0), call(n, -1) {}
+    // Adds to entry i in call `now`; whether the entry is new to it.
+    bool Add(int i, double s, int now);
+  };
 
   const CoarseModel& coarse_;
   const Topology& topo_;
@@ -82,9 +91,7 @@ class TimeBound {
   // [option][group]: per device (absent: not computed yet).
   std::vector<std::vector<std::optional<Loads>>> compute_;
   std::map<std::tuple<int, int, Method>, Loads> links_;
-  // Scratch per device and per link: seconds, and the last call that used it.
-  std::vector<double> busy_, link_busy_;
-  std::vector<int> used_, link_used_;
+  Tally devices_, links_held_;
   int calls_ = 0;
 };
 
