@@ -9,6 +9,7 @@
 #include <fstream>
 #include <future>
 
+#include "absl/strings/match.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/quilt/v1/services.grpc.pb.h"
@@ -342,8 +343,16 @@ TEST_F(CoordinatorServerTest, TwoPlansOfOneModel_ShareTheProfile) {
   ASSERT_THAT(submitted.get(), IsOk());
   absl::StatusOr<quilt::v1::PlanReport> report = planned.get();
   ASSERT_THAT(report, IsOk());
-  ASSERT_THAT(report->calibration(), SizeIs(1));
-  EXPECT_THAT(report->calibration(0), HasSubstr("its profile failed: no data"));
+  // One line of n1's figures; and, when the submitted job is running on
+  // n1 by the time the plan is made (the two race), one saying the plan
+  // shares the node with it.
+  std::vector<std::string> figures;
+  for (const std::string& line : report->calibration()) {
+    if (!absl::StartsWith(line, "n1: shared with 1 running job")) figures.push_back(line);
+  }
+  EXPECT_LE(report->calibration_size() - static_cast<int>(figures.size()), 1);
+  ASSERT_THAT(figures, SizeIs(1));
+  EXPECT_THAT(figures[0], HasSubstr("its profile failed: no data"));
 }
 
 TEST(Coordinator, UnusableStateDir_AnErrorNotACrash) {
