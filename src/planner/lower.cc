@@ -28,6 +28,12 @@ int64_t RangeBytes(const TensorInfo& t, int64_t begin, int64_t end) {
   return whole / rows * (end - begin);
 }
 
+void SortByNode(const Topology& topo, std::vector<int>* devices) {
+  std::sort(devices->begin(), devices->end(), [&](int a, int b) {
+    return std::make_pair(topo.device(a).node, a) < std::make_pair(topo.device(b).node, b);
+  });
+}
+
 namespace {
 
 using quilt::v1::AggregationMethod;
@@ -199,9 +205,7 @@ int64_t Lowerer::Transfer(int t, const Key& from, int64_t b, int64_t e, const Ke
 absl::StatusOr<std::vector<int64_t>> Lowerer::Aggregate(int t, AggregationMethod method,
                                                         int64_t partition_bytes) {
   std::vector<int> devices = partial_on_.at(t);
-  std::sort(devices.begin(), devices.end(), [&](int a, int b) {
-    return std::make_pair(topo_.device(a).node, a) < std::make_pair(topo_.device(b).node, b);
-  });
+  SortByNode(topo_, &devices);
   auto [git, fresh] = group_ids_.emplace(devices, static_cast<int64_t>(groups_.size()) + 1);
   if (fresh) groups_.push_back(devices);
   if (method == quilt::v1::AGGREGATION_METHOD_PARAMETER_SERVER) {

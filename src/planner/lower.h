@@ -12,6 +12,8 @@
 #ifndef QUILT_SRC_PLANNER_LOWER_H_
 #define QUILT_SRC_PLANNER_LOWER_H_
 
+#include <vector>
+
 #include "absl/status/statusor.h"
 #include "google/protobuf/arena.h"
 #include "proto/quilt/v1/program.pb.h"
@@ -64,6 +66,10 @@ absl::Status Reprioritize(const GraphIndex& index, const Topology& topology, con
 // Bytes of rows [begin, end) of `t` (whole tensor when begin = end = 0;
 // batch rows for batch tensors, rows of dim 0 otherwise).
 int64_t RangeBytes(const TensorInfo& t, int64_t begin, int64_t end);
+
+// Sorts an all-reduce's members as a lowered program lists them: by node,
+// then by device.
+void SortByNode(const Topology& topo, std::vector<int>* devices);
 
 }  // namespace quilt
 

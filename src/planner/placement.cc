@@ -15,6 +15,16 @@ const std::string& GroupKey(const Op& op) {
   return op.forward_op.empty() ? op.name : op.forward_op;
 }
 
+bool SplitByRows(const GraphIndex& ix, int op) {
+  for (int t : ix.Outputs(op)) {
+    if (ix.Batched(t)) return true;
+  }
+  for (int t : ix.Inputs(op)) {
+    if (t >= 0 && ix.Batched(t)) return true;
+  }
+  return false;
+}
+
 std::vector<Slice> SplitBatch(const std::vector<std::pair<int, int>>& replicas, int64_t batch) {
   int64_t total = 0;
   for (const auto& [d, r] : replicas) total += r;
@@ -228,9 +238,7 @@ absl::StatusOr<Placement> Place(const GraphIndex& ix, const quilt::v1::Strategy&
   for (size_t i = 0; i < g.ops.size(); ++i) {
     const Op& op = g.ops[i];
     const auto& reps = p.groups[p.group_of_op[i]];
-    bool batched = false;
-    for (int t : ix.Outputs(static_cast<int>(i))) batched |= ix.Batched(t);
-    for (int t : ix.Inputs(static_cast<int>(i))) batched |= t >= 0 && ix.Batched(t);
+    const bool batched = SplitByRows(ix, static_cast<int>(i));
     std::vector<Slice> slices;
     if (ix.Schema(static_cast<int>(i)).is_update) {
       const ParamPlacement& pp = p.params.at(op.inputs[0]);

@@ -69,6 +69,10 @@ absl::StatusOr<Placement> Place(const GraphIndex& index, const quilt::v1::Strate
 // The op whose group an op belongs to: its forward op, or itself.
 const std::string& GroupKey(const Op& op);
 
+// Whether Place splits op `op` by rows of the batch: a tensor it reads or
+// writes carries the batch (else it runs whole on each of its devices).
+bool SplitByRows(const GraphIndex& ix, int op);
+
 }  // namespace quilt
 
 #endif  // QUILT_SRC_PLANNER_PLACEMENT_H_

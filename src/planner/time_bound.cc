@@ -29,13 +29,8 @@ TimeBound::TimeBound(const CoarseModel& coarse, const Topology& topo, int64_t ba
     for (int t : ix.Outputs(op)) producer[t] = op;
     auto it = group_of.find(GroupKey(g.ops[i]));
     if (it == group_of.end()) continue;  // no group: nothing to charge
-    // As Place splits it: by rows when a tensor it reads or writes carries
-    // the batch, else whole on each device.
-    bool batched = false;
-    for (int t : ix.Outputs(op)) batched |= ix.Batched(t);
-    for (int t : ix.Inputs(op)) batched |= t >= 0 && ix.Batched(t);
-    split[op] = batched;
-    ops_[it->second].push_back({op, batched});
+    split[op] = SplitByRows(ix, op);
+    ops_[it->second].push_back({op, split[op]});
   }
   // A gradient an op split by rows produces is a partial sum on each of
   // its devices, summed by its parameter's method (the update's group's).
@@ -96,13 +91,10 @@ const TimeBound::Loads& TimeBound::Links(int g, int option, const PlacementOptio
   auto [it, fresh] = links_.try_emplace({g, option, method});
   Loads& out = it->second;
   if (!fresh || method == Method::kParameterServer) return out;
-  // The members as the lowering orders an all-reduce's: by node.
   std::vector<int> devices;
   for (const Slice& s : SplitBatch(o.replicas, batch_)) devices.push_back(s.device);
   if (devices.size() < 2) return out;
-  std::sort(devices.begin(), devices.end(), [&](int a, int b) {
-    return std::make_pair(topo_.device(a).node, a) < std::make_pair(topo_.device(b).node, b);
-  });
+  SortByNode(topo_, &devices);
   const CostModel::Collective c =
       coarse_.cost().AllReduce(ProtoMethod(method), devices, gradients_[g].bytes);
   for (int r : c.resources) out.push_back({r, c.time_s});
