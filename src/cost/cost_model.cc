@@ -32,6 +32,30 @@ OpCost CostAt(const Graph& g, const Op& op, const OpSchema& schema, int64_t batc
   return EstimateOpCost(schema, c);
 }
 
+// Resources a collective holds, each once: a collective over many
+// members meets each link many times (every pair within a node), and
+// sorting them all was most of a large collective's cost.
+class ResourceSet {
+ public:
+  explicit ResourceSet(int num_resources) : in_(num_resources, 0) {}
+  void Add(const std::vector<int>& resources) {
+    for (int r : resources) {
+      if (in_[r]) continue;
+      in_[r] = 1;
+      list_.push_back(r);
+    }
+  }
+  // In ascending order.
+  std::vector<int> Take() {
+    std::sort(list_.begin(), list_.end());
+    return std::move(list_);
+  }
+
+ private:
+  std::vector<char> in_;
+  std::vector<int> list_;
+};
+
 }  // namespace
 
 DeviceSpeed SpeedOf(const quilt::v1::Device& d) {
@@ -255,13 +279,13 @@ CostModel::Collective CostModel::Ring(const std::vector<int>& devices, double by
   const size_t n = devices.size();
   if (n < 2) return c;
   double worst = 0;
+  ResourceSet res(topology_->num_resources());
   for (size_t i = 0; i < n; ++i) {
     const Path& p = topology_->PathBetween(devices[i], devices[(i + 1) % n]);
     worst = std::max(worst, p.Time(bytes / n));
-    c.resources.insert(c.resources.end(), p.resources.begin(), p.resources.end());
+    res.Add(p.resources);
   }
-  std::sort(c.resources.begin(), c.resources.end());
-  c.resources.erase(std::unique(c.resources.begin(), c.resources.end()), c.resources.end());
+  c.resources = res.Take();
   c.time_s = steps * worst;
   return c;
 }
@@ -297,7 +321,7 @@ CostModel::Collective CostModel::ComputeAllReduce(quilt::v1::AggregationMethod m
     // level lasts as long as the busiest parent's longest latency plus its
     // children's bytes.
     Collective c;
-    std::vector<int>& res = c.resources;
+    ResourceSet res(topology_->num_resources());
     std::vector<double> latency(n, 0.0), transfer(n, 0.0);
     for (int i = 1; i < n; ++i) {
       const int parent = (i - 1) / 2;
@@ -306,12 +330,10 @@ CostModel::Collective CostModel::ComputeAllReduce(quilt::v1::AggregationMethod m
         latency[parent] = std::max(latency[parent], p.latency_s);
         transfer[parent] += bytes / p.bandwidth_bytes_per_s;
       }
-      res.insert(res.end(), p.resources.begin(), p.resources.end());
-      const Path& q = topology_->PathBetween(devices[parent], devices[i]);
-      res.insert(res.end(), q.resources.begin(), q.resources.end());
+      res.Add(p.resources);
+      res.Add(topology_->PathBetween(devices[parent], devices[i]).resources);
     }
-    std::sort(res.begin(), res.end());
-    res.erase(std::unique(res.begin(), res.end()), res.end());
+    c.resources = res.Take();
     double level_worst = 0;
     for (int i = 0; i < n; ++i) level_worst = std::max(level_worst, latency[i] + transfer[i]);
     const int levels = static_cast<int>(std::floor(std::log2(static_cast<double>(n))));
@@ -379,7 +401,7 @@ CostModel::Collective CostModel::Hierarchical(const std::vector<int>& devices, d
   const int s = layout.shards;
   const double piece = bytes / layout.pieces;
   Collective c;
-  std::vector<int>& res = c.resources;
+  ResourceSet res(topology_->num_resources());
   double within = 0;  // reducing into the owners (sending back mirrors it)
   for (const std::vector<int>& ds : by_node) {
     const int g = static_cast<int>(ds.size());
@@ -395,7 +417,7 @@ CostModel::Collective CostModel::Hierarchical(const std::vector<int>& devices, d
         // (Each ordered pair's path once: the other direction is the
         // other member's.)
         const Path& p = topology_->PathBetween(ds[m], ds[k]);
-        res.insert(res.end(), p.resources.begin(), p.resources.end());
+        res.Add(p.resources);
         for (const Path* q : {&p, &topology_->PathBetween(ds[k], ds[m])}) {
           if (q->resources.empty()) continue;
           bandwidth = std::min(bandwidth, q->bandwidth_bytes_per_s);
@@ -427,7 +449,7 @@ CostModel::Collective CostModel::Hierarchical(const std::vector<int>& devices, d
       if (l == k) continue;
       for (int j = 0; j < s; ++j) {
         const Path& p = topology_->PathBetween(by_node[k][j], by_node[l][j]);
-        res.insert(res.end(), p.resources.begin(), p.resources.end());
+        res.Add(p.resources);
         latency = std::max(latency, p.latency_s);
       }
     }
@@ -436,8 +458,7 @@ CostModel::Collective CostModel::Hierarchical(const std::vector<int>& devices, d
     steady = std::max(steady, (1 + (nodes - 2) * f) * piece / nic[k]);
   }
   const double first = 2 * phase;
-  std::sort(res.begin(), res.end());
-  res.erase(std::unique(res.begin(), res.end()), res.end());
+  c.resources = res.Take();
   // All pieces start at once: in the steady state a member's links carry
   // one piece's sums in and another's sums back out at the same time.
   c.time_s = 2 * within + first + (layout.pieces - 1) * std::max(2 * within, steady);
