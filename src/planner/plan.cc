@@ -71,7 +71,8 @@ absl::StatusOr<quilt::v1::StrategyEstimate> Estimate(const GraphIndex& ix, const
                                                      const CostModel& cost, const NamedStrategy& ns,
                                                      int64_t batch, double lower_bound,
                                                      quilt::v1::DistributedProgram* program,
-                                                     SimResult* sim, bool trace, bool both_orders) {
+                                                     SimResult* sim, bool trace, bool both_orders,
+                                                     bool validate) {
   const Graph& g = ix.graph();
   quilt::v1::StrategyEstimate e;
   e.set_name(ns.name);
@@ -84,7 +85,9 @@ absl::StatusOr<quilt::v1::StrategyEstimate> Estimate(const GraphIndex& ix, const
   absl::StatusOr<quilt::v1::DistributedProgram> prog =
       LowerWithoutGraph(ix, ns.strategy, topo, &cost, batch);
   if (!prog.ok()) return Annotate(prog.status(), "lowering " + ns.name);
-  RETURN_IF_ERROR(Annotate(ValidateProgram(*prog, ix, topo), "validating " + ns.name));
+  if (validate) {
+    RETURN_IF_ERROR(Annotate(ValidateProgram(*prog, ix, topo), "validating " + ns.name));
+  }
   SimOptions so;
   so.trace = trace;
   so.index = &ix;
@@ -653,8 +656,9 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
                                    absl::ToDoubleSeconds(absl::Now() - start)));
       }
     }
-    // Lowering, validation and simulation only read the graph, topology
-    // and cost model: one strategy per thread.
+    // Lowering and simulation only read the graph, topology and cost
+    // model: one strategy per thread. (The program Plan returns is
+    // validated at the end.)
     std::vector<absl::Status> status(list.size());
     std::vector<Evaluated> out(list.size());
     std::atomic<size_t> next{0};
@@ -662,7 +666,7 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
       for (size_t i; (i = next++) < list.size();) {
         absl::StatusOr<quilt::v1::StrategyEstimate> e =
             Estimate(ix, topo, cost, list[i], o.global_batch, lb, &out[i].program, &out[i].sim,
-                     o.trace, both_orders);
+                     o.trace, both_orders, /*validate=*/false);
         if (e.ok()) out[i].estimate = std::move(*e);
         status[i] = e.status();
       }
@@ -766,6 +770,10 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
       result.best_sim = std::move(e.sim);
     }
     *rep.add_estimates() = e.estimate;
+  }
+  if (!rep.best().empty()) {
+    RETURN_IF_ERROR(
+        Annotate(ValidateProgram(result.best_program, ix, topo), "validating " + rep.best()));
   }
   if (rep.best().empty() && load.has_value()) {
     const int64_t limit = LargestDataParallelBatch(*load, topo);
