@@ -61,6 +61,10 @@ struct SearchOptions {
   // did not start from too, judging at most this many plans there
   // (fitting or not); 0: from the start alone.
   int64_t other_seed_evaluations = 2000;
+  // Where the start fits, the search also starts from the start regrouped
+  // by the plans' lower bound (DescendBound), judging at most this many
+  // plans there; 0: not.
+  int64_t bound_seed_evaluations = 100;
   uint64_t seed = 1;
   // Op groups; 0 = chosen from the cluster size.
   int target_groups = 0;
@@ -129,7 +133,8 @@ struct SearchResult {
   // Each: its variant, what it started from, the coarse times of its start
   // and its plan, and its choices (against its start).
   struct OtherSearch {
-    size_t variant = 0;
+    // Its plan's variants: [variant, variant_end).
+    size_t variant = 0, variant_end = 0;
     std::string start;
     double start_s = 0, result_s = 0;
     std::vector<GroupChoice> choices;

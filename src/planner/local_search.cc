@@ -287,6 +287,35 @@ class Search {
 
 }  // namespace
 
+PlanState DescendBound(SearchSpace* space, int groups, const PlanState& from, int rounds) {
+  PlanState state = from;
+  double bound = space->BoundOf(state);
+  const int options = static_cast<int>(space->options().size());
+  for (int round = 0; round < rounds; ++round) {
+    bool lowered = false;
+    for (int k = 0; k < groups; ++k) {
+      if (state.method[k] == Method::kParameterServer) continue;
+      for (int o = 0; o < options; ++o) {
+        for (Method m : space->MethodsFor(o)) {
+          if (m == Method::kParameterServer) continue;
+          if (o == state.place[k] && m == state.method[k]) continue;
+          PlanState next = state;
+          next.place[k] = o;
+          next.method[k] = m;
+          const double b = space->BoundOf(next);
+          if (b < bound * (1 - 1e-9)) {
+            state = std::move(next);
+            bound = b;
+            lowered = true;
+          }
+        }
+      }
+    }
+    if (!lowered) break;
+  }
+  return state;
+}
+
 absl::StatusOr<LocalSearchResult> RunLocalSearch(SearchSpace* space, int groups,
                                                  const SearchOptions& options, absl::Time deadline,
                                                  bool whole_placements, const std::string& start,

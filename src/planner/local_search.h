@@ -50,6 +50,14 @@ absl::StatusOr<LocalSearchResult> RunLocalSearch(SearchSpace* space, int groups,
                                                  int64_t evaluation_cap, const PlanState& from,
                                                  const Score& from_score);
 
+// Coordinate descent on the plans' lower bound (SearchSpace::BoundOf),
+// from `from`: group by group, the placement and all-reduce method whose
+// plan has the lowest bound, in rounds until none lowers it (at most
+// `rounds`). Parameter servers are left as they are (the bound leaves
+// their traffic out). Neither lowers nor simulates a plan: a seed for the
+// search, to be simulated before it is used.
+PlanState DescendBound(SearchSpace* space, int groups, const PlanState& from, int rounds);
+
 }  // namespace quilt
 
 #endif  // QUILT_SRC_PLANNER_LOCAL_SEARCH_H_

@@ -432,7 +432,7 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
   // The plan of a search from another seed.
   const SearchResult::OtherSearch* other = nullptr;
   for (const SearchResult::OtherSearch& s : sr.other_searches) {
-    if (s.variant == chosen && fallback < 0) other = &s;
+    if (chosen >= s.variant && chosen < s.variant_end && fallback < 0) other = &s;
   }
   const bool from_other = other != nullptr;
   summary.set_start(from_other ? other->start : sr.start);

@@ -466,6 +466,12 @@ absl::StatusOr<Score> SearchSpace::Compute(const PlanState& state, const CostMod
   return score;
 }
 
+double SearchSpace::BoundOf(const PlanState& state) {
+  auto [it, fresh] = bounds_.try_emplace(Key(state), Bound{});
+  if (fresh) it->second.seconds = bound_.Of(state, options_);
+  return it->second.seconds;
+}
+
 bool SearchSpace::CannotBeat(const PlanState& state, double time_s) {
   // (A state seen before costs nothing to look at again, and is not
   // counted again: as a cached plan costs no simulation.)

@@ -146,6 +146,9 @@ class SearchSpace {
   // EvaluateAll runs.
   bool CannotBeat(const PlanState& state, double time_s);
   int64_t ruled_out() const { return ruled_out_; }
+  // The bound of `state` (time_bound.h), cached by state; it rules
+  // nothing out. Not while EvaluateAll runs.
+  double BoundOf(const PlanState& state);
   // States judged without the cache: simulated or ruled out.
   int64_t judged() const { return evaluations_ + ruled_out_; }
 

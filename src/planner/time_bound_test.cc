@@ -10,6 +10,7 @@
 #include "gtest/gtest.h"
 #include "src/cluster/random_cluster.h"
 #include "src/planner/heterog.h"
+#include "src/planner/local_search.h"
 #include "src/planner/planner_test_util.h"
 #include "src/planner/priorities.h"
 #include "src/planner/search_space.h"
@@ -116,6 +117,47 @@ TEST(TimeBound, RulingOutMovesLeavesAConvergedSearchsPlan) {
     EXPECT_GT(with->ruled_out, 0);
     EXPECT_EQ(without->ruled_out, 0);
     EXPECT_LT(with->evaluated, without->evaluated);
+  }
+}
+
+// The descent on the bound ends where no single group's placement or
+// all-reduce method lowers the bound further, no higher than it started,
+// and leaves parameter servers as they were.
+TEST(TimeBound, DescentEndsWhereNoGroupsChangeLowersTheBound) {
+  for (const Case& c : {Case{"cnn", 11, 96}, Case{"vgg19", 0, 32}, Case{"transformer", 23, 16}}) {
+    SCOPED_TRACE(c.model + " on cluster " + std::to_string(c.cluster_seed));
+    auto w = testing::Make(
+        c.model, c.cluster_seed == 0 ? testing::TwoNodes() : RandomCluster(c.cluster_seed));
+    const Grouping grouping = GroupOps(w->graph, *w->cost, 12, c.batch / 2);
+    absl::StatusOr<std::unique_ptr<CoarseModel>> coarse =
+        CoarseModel::Build(w->graph, grouping, *w->cost);
+    ASSERT_THAT(coarse.status(), IsOk());
+    const int groups = (*coarse)->num_groups();
+    SearchSpace space(w->topo, *w->cost, **coarse, c.batch, 0.92);
+    std::mt19937_64 rng(c.cluster_seed + 5);
+    for (int trial = 0; trial < 3; ++trial) {
+      const PlanState from = RandomState(space, groups, &rng);
+      const PlanState to = DescendBound(&space, groups, from, 50);
+      const double bound = space.BoundOf(to);
+      EXPECT_LE(bound, space.BoundOf(from));
+      for (int k = 0; k < groups; ++k) {
+        if (from.method[k] == Method::kParameterServer) {
+          EXPECT_EQ(to.place[k], from.place[k]) << k;
+          EXPECT_EQ(to.method[k], Method::kParameterServer) << k;
+          continue;
+        }
+        EXPECT_NE(to.method[k], Method::kParameterServer) << k;
+        for (int o = 0; o < static_cast<int>(space.options().size()); ++o) {
+          for (Method m : space.MethodsFor(o)) {
+            if (m == Method::kParameterServer) continue;
+            PlanState next = to;
+            next.place[k] = o;
+            next.method[k] = m;
+            EXPECT_GE(space.BoundOf(next), bound * (1 - 1e-9)) << k << " " << o;
+          }
+        }
+      }
+    }
   }
 }
 
