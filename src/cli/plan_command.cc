@@ -91,10 +91,15 @@ std::string RenderExplain(const quilt::v1::PlanReport& r) {
                                                        : HumanSeconds(d.saved_s());
     t.AddRow({std::to_string(d.group()), ops, d.placement(), d.aggregation(), saves});
   }
+  const std::string against = s.decisions_against().empty() || s.decisions_against() == s.start()
+                                  ? std::string("the start")
+                                  : s.decisions_against();
   out += t.Render() +
          "* the step time added on the search's coarse model by putting that group alone back "
-         "as the start had it (negative: the choice pays only with the others'); the groups' "
-         "figures do not add up to the plan's saving\n\n";
+         "as " +
+         against +
+         " had it (negative: the choice pays only with the others'); the groups' figures do not "
+         "add up to the plan's saving\n\n";
   if (!s.gradient_collectives().empty()) {
     out += absl::StrFormat("gradients: %s (the fastest of %d variants simulated in full)\n",
                            s.gradient_collectives(), s.variants_simulated());

@@ -236,6 +236,8 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
     PlanState plan;
     Score score;
     bool every_fusion = false;  // simulated in full with each fusion
+    // The name of `start` where it is not start_name's plan.
+    std::string against;
   };
   std::vector<Outcome> others;
   if (!have) return absl::FailedPreconditionError("no starting plan could be simulated");
@@ -310,8 +312,10 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
         // faster.)
         if (other.score.feasible() && !(other.best == best) &&
             other.score.time_s < best_score.time_s * (1 + kAlongsideWithin)) {
-          others.push_back(
-              {seed.state, seed.name, seed.score.time_s, other.best, other.score, true});
+          // (What each group's choice saves is measured against the
+          // baseline the seed was regrouped from: the first search's start.)
+          others.push_back({start_state, seed.name, seed.score.time_s, other.best, other.score,
+                            true, result.start});
         }
         continue;
       }
@@ -398,6 +402,7 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
     SearchResult::OtherSearch other;
     other.variant = result.variants.size();
     other.start = o.start_name;
+    other.against = o.against.empty() ? o.start_name : o.against;
     other.start_s = o.start_s;
     other.result_s = o.score.time_s;
     for (int64_t fusion :

@@ -133,6 +133,9 @@ struct SearchResult {
   // Each: its variant, what it started from, the coarse times of its start
   // and its plan, and its choices (against its start).
   struct OtherSearch {
+    // The plan its choices' saved_s put each group back as (its start, or
+    // the baseline its start was regrouped from).
+    std::string against;
     // Its plan's variants: [variant, variant_end).
     size_t variant = 0, variant_end = 0;
     std::string start;

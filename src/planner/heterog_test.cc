@@ -391,6 +391,9 @@ TEST(HeteroG, SearchesFromTheStartRegroupedByTheBoundAlongside) {
   const SearchResult::OtherSearch& o = b->other_searches[0];
   EXPECT_TRUE(absl::EndsWith(o.start, "regrouped by the bound")) << o.start;
   EXPECT_LT(o.start_s, a->start_s);
+  // Its choices are measured against the baseline it was regrouped from.
+  EXPECT_EQ(o.against, a->start);
+  EXPECT_EQ(o.choices.size(), a->choices.size());
   EXPECT_LT(o.result_s, 0.8 * a->result_s);
   EXPECT_EQ(o.variant_end - o.variant, 2 + with.bucket_bytes.size());
   EXPECT_EQ(o.variant_end, b->variants.size());
@@ -416,6 +419,7 @@ TEST(HeteroG, SearchesFromTheStartRegroupedByTheBoundAlongside) {
     if (e.name() == "heterog") {
       EXPECT_TRUE(absl::EndsWith(e.search().start(), "regrouped by the bound"))
           << e.search().start();
+      EXPECT_EQ(e.search().decisions_against(), a->start);
     }
   }
 }

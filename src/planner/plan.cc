@@ -436,6 +436,7 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
   }
   const bool from_other = other != nullptr;
   summary.set_start(from_other ? other->start : sr.start);
+  summary.set_decisions_against(from_other ? other->against : sr.start);
   summary.set_groups(sr.groups);
   summary.set_plans_evaluated(sr.evaluated);
   summary.set_plans_ruled_out(sr.ruled_out);
