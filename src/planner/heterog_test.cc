@@ -343,6 +343,16 @@ TEST(HeteroG, FitsAModelNoDataParallelSplitFits) {
   EXPECT_THAT(ValidateProgram(r->best_program, f->graph, f->topo), IsOk());
 }
 
+// A zoo model on a cluster of config/clusters (null if it does not load).
+std::unique_ptr<testing::World> OnShippedCluster(const std::string& model,
+                                                 const std::string& cluster) {
+  absl::StatusOr<quilt::v1::ClusterSpec> spec =
+      LoadClusterSpec("config/clusters/" + cluster + ".textproto");
+  EXPECT_THAT(spec.status(), IsOk());
+  if (!spec.ok()) return nullptr;
+  return testing::Make(model, *spec);
+}
+
 // The search from its start alone, and then also from each other seed
 // (within `evaluations` plans each); no time budget cuts either.
 std::pair<absl::StatusOr<SearchResult>, absl::StatusOr<SearchResult>> AloneAndFromOtherSeeds(
@@ -365,10 +375,8 @@ std::pair<absl::StatusOr<SearchResult>, absl::StatusOr<SearchResult>> AloneAndFr
 // fastest nodes; from the regrouped start, the classifier alone moves to
 // a few fast devices, far faster.
 TEST(HeteroG, SearchesFromTheStartRegroupedByTheBoundAlongside) {
-  absl::StatusOr<quilt::v1::ClusterSpec> spec =
-      LoadClusterSpec("config/clusters/hap_cluster.textproto");
-  ASSERT_THAT(spec.status(), IsOk());
-  auto f = testing::Make("vgg19", *spec);
+  auto f = OnShippedCluster("vgg19", "hap_cluster");
+  ASSERT_NE(f, nullptr);
   const int64_t batch = 512;
   const std::vector<NamedStrategy> baselines = Baselines(f->graph, f->topo, *f->cost, batch);
   SearchOptions without;
@@ -430,10 +438,8 @@ TEST(HeteroG, SearchesFromTheStartRegroupedByTheBoundAlongside) {
 // fit as it stands, but the search from it finds a plan that fits and is
 // faster.
 TEST(HeteroG, SearchesFromEachLayerwiseSeedWhereNoBaselineFits) {
-  absl::StatusOr<quilt::v1::ClusterSpec> spec =
-      LoadClusterSpec("config/clusters/heterog_testbed.textproto");
-  ASSERT_THAT(spec.status(), IsOk());
-  auto f = testing::Make("gpt2_xl", *spec);
+  auto f = OnShippedCluster("gpt2_xl", "heterog_testbed");
+  ASSERT_NE(f, nullptr);
   const int64_t batch = 5;
   const auto [a, b] = AloneAndFromOtherSeeds(*f, batch, 2000);
   ASSERT_THAT(a.status(), IsOk());

@@ -41,22 +41,41 @@ struct Case {
   int64_t batch;
 };
 
+// A case's model on its cluster, coarsened into about 12 groups, and its
+// search space (null when the model does not coarsen).
+struct Coarsened {
+  std::unique_ptr<testing::World> w;
+  std::unique_ptr<CoarseModel> coarse;
+  std::unique_ptr<SearchSpace> space;
+};
+Coarsened Coarsen(const Case& c) {
+  Coarsened out;
+  out.w = testing::Make(c.model,
+                        c.cluster_seed == 0 ? testing::TwoNodes() : RandomCluster(c.cluster_seed));
+  const Grouping grouping = GroupOps(out.w->graph, *out.w->cost, 12, c.batch / 2);
+  absl::StatusOr<std::unique_ptr<CoarseModel>> coarse =
+      CoarseModel::Build(out.w->graph, grouping, *out.w->cost);
+  EXPECT_THAT(coarse.status(), IsOk());
+  if (!coarse.ok()) return out;
+  out.coarse = std::move(*coarse);
+  out.space = std::make_unique<SearchSpace>(out.w->topo, *out.w->cost, *out.coarse, c.batch, 0.92);
+  return out;
+}
+
 TEST(TimeBound, NeverAboveTheSimulatedStepAndCloseWithoutCommunication) {
   for (const Case& c : {Case{"cnn", 0, 64}, Case{"cnn", 11, 96}, Case{"transformer", 0, 8},
                         Case{"resnet50", 23, 32}, Case{"gpt2", 5, 8}, Case{"inception_v3", 42, 64},
                         Case{"bert_large", 77, 16}}) {
     SCOPED_TRACE(c.model + " on cluster " + std::to_string(c.cluster_seed));
-    auto w = testing::Make(
-        c.model, c.cluster_seed == 0 ? testing::TwoNodes() : RandomCluster(c.cluster_seed));
-    const Grouping grouping = GroupOps(w->graph, *w->cost, 12, c.batch / 2);
-    absl::StatusOr<std::unique_ptr<CoarseModel>> coarse =
-        CoarseModel::Build(w->graph, grouping, *w->cost);
-    ASSERT_THAT(coarse.status(), IsOk());
-    const int groups = (*coarse)->num_groups();
-    SearchSpace space(w->topo, *w->cost, **coarse, c.batch, 0.92);
+    Coarsened cc = Coarsen(c);
+    ASSERT_NE(cc.space, nullptr);
+    const auto& w = cc.w;
+    const CoarseModel& coarse = *cc.coarse;
+    const int groups = coarse.num_groups();
+    SearchSpace& space = *cc.space;
     // The same space, judging the states without simulating them.
-    SearchSpace judge(w->topo, *w->cost, **coarse, c.batch, 0.92);
-    TimeBound bound(**coarse, w->topo, c.batch);
+    SearchSpace judge(w->topo, *w->cost, coarse, c.batch, 0.92);
+    TimeBound bound(coarse, w->topo, c.batch);
     std::mt19937_64 rng(c.cluster_seed + 3);
     std::vector<PlanState> states;
     for (int i = 0; i < 30; ++i) states.push_back(RandomState(space, groups, &rng));
@@ -126,14 +145,10 @@ TEST(TimeBound, RulingOutMovesLeavesAConvergedSearchsPlan) {
 TEST(TimeBound, DescentEndsWhereNoGroupsChangeLowersTheBound) {
   for (const Case& c : {Case{"cnn", 11, 96}, Case{"vgg19", 0, 32}, Case{"transformer", 23, 16}}) {
     SCOPED_TRACE(c.model + " on cluster " + std::to_string(c.cluster_seed));
-    auto w = testing::Make(
-        c.model, c.cluster_seed == 0 ? testing::TwoNodes() : RandomCluster(c.cluster_seed));
-    const Grouping grouping = GroupOps(w->graph, *w->cost, 12, c.batch / 2);
-    absl::StatusOr<std::unique_ptr<CoarseModel>> coarse =
-        CoarseModel::Build(w->graph, grouping, *w->cost);
-    ASSERT_THAT(coarse.status(), IsOk());
-    const int groups = (*coarse)->num_groups();
-    SearchSpace space(w->topo, *w->cost, **coarse, c.batch, 0.92);
+    Coarsened cc = Coarsen(c);
+    ASSERT_NE(cc.space, nullptr);
+    SearchSpace& space = *cc.space;
+    const int groups = cc.coarse->num_groups();
     std::mt19937_64 rng(c.cluster_seed + 5);
     for (int trial = 0; trial < 3; ++trial) {
       const PlanState from = RandomState(space, groups, &rng);
