@@ -13,6 +13,7 @@
 #include "src/graph/graph_index.h"
 #include "src/graph/op_registry.h"
 #include "src/planner/group_nodes.h"
+#include "src/planner/lower_writers.h"
 #include "src/planner/partial_sums.h"
 #include "src/planner/placement.h"
 #include "src/planner/priorities.h"
@@ -36,80 +37,14 @@ void SortByNode(const Topology& topo, std::vector<int>* devices) {
 
 namespace {
 
+using lower_internal::Key;
+using lower_internal::WriterLists;
 using quilt::v1::AggregationMethod;
 using quilt::v1::Instruction;
 
 // The most members a sum the lowering chooses the method of may use the
 // direct all-reduce over (every member messages every other).
 constexpr size_t kDirectAllReduceMembers = 16;
-
-struct Key {
-  int tensor, device;
-  int64_t begin, end;
-  bool operator<(const Key& o) const {
-    return std::tie(tensor, device, begin, end) < std::tie(o.tensor, o.device, o.begin, o.end);
-  }
-  bool operator==(const Key& o) const {
-    return tensor == o.tensor && device == o.device && begin == o.begin && end == o.end;
-  }
-  template <typename H>
-  friend H AbslHashValue(H h, const Key& k) {
-    return H::combine(std::move(h), k.tensor, k.device, k.begin, k.end);
-  }
-};
-
-// Writer lists by instance: references to a list stay valid while others
-// are added (lists live in a deque); operator[] adds an empty list. The
-// instances of one (tensor, device) form a short chain (a slice, the
-// assembled whole), found from a table of chain heads where tensors ×
-// devices stay few enough, else from a map (as the simulator finds them).
-class WriterLists {
- public:
-  WriterLists(int tensors, int devices) : devices_(devices) {
-    const int64_t heads = static_cast<int64_t>(tensors) * devices;
-    if (heads <= kMaxHeadTable) head_table_.assign(static_cast<size_t>(heads), -1);
-  }
-  std::vector<int64_t>& operator[](const Key& k) {
-    int& head = Head(k);
-    for (int e = head; e >= 0; e = entries_[e].next) {
-      if (entries_[e].begin == k.begin && entries_[e].end == k.end) return lists_[e];
-    }
-    entries_.push_back({k.begin, k.end, head});
-    head = static_cast<int>(entries_.size()) - 1;
-    return lists_.emplace_back();
-  }
-  const std::vector<int64_t>* Find(const Key& k) const {
-    const int64_t key = static_cast<int64_t>(k.tensor) * devices_ + k.device;
-    int e = -1;
-    if (!head_table_.empty()) {
-      e = head_table_[key];
-    } else if (auto it = head_map_.find(key); it != head_map_.end()) {
-      e = it->second;
-    }
-    for (; e >= 0; e = entries_[e].next) {
-      if (entries_[e].begin == k.begin && entries_[e].end == k.end) return &lists_[e];
-    }
-    return nullptr;
-  }
-  std::deque<std::vector<int64_t>>& lists() { return lists_; }
-
- private:
-  static constexpr int64_t kMaxHeadTable = int64_t{1} << 22;
-  struct Entry {
-    int64_t begin, end;
-    int next;  // the next instance of the same (tensor, device); -1: none
-  };
-  int& Head(const Key& k) {
-    const int64_t key = static_cast<int64_t>(k.tensor) * devices_ + k.device;
-    if (!head_table_.empty()) return head_table_[key];
-    return head_map_.emplace(key, -1).first->second;
-  }
-  int devices_;
-  std::vector<int> head_table_;
-  absl::flat_hash_map<int64_t, int> head_map_;
-  std::vector<Entry> entries_;  // by list
-  std::deque<std::vector<int64_t>> lists_;
-};
 
 std::vector<Key> Sorted(const absl::flat_hash_set<Key>& keys) {
   std::vector<Key> out(keys.begin(), keys.end());

@@ -1,6 +1,7 @@
 // Helpers of the planner's tests: a cluster of two nodes with two devices
 // each, fast and slow (TwoNodes); a zoo model's training graph with its
-// topology and cost model (World, Make); lowering that also validates and
+// topology and cost model (World, Make), on a shipped cluster
+// (OnShippedCluster); lowering that also validates and
 // simulates (LowerChecked); and a strategy that puts the transformer's tied
 // embedding lookup on one device and everything else on all four
 // (TiedSplit); a graph whose partial sum one op reads as is and another
@@ -15,6 +16,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "src/cluster/cluster_spec.h"
 #include "src/common/status_matchers.h"
 #include "src/cost/cost_model.h"
 #include "src/graph/autodiff.h"
@@ -81,6 +83,17 @@ inline std::unique_ptr<World> Make(const std::string& model,
   EXPECT_THAT(BuildTrainingGraph(&s->graph, to), IsOk());
   TopologyAndCost(spec, s->graph, &s->topo, &s->cost);
   return s;
+}
+
+// A zoo model on a cluster of config/clusters, e.g. "hap_cluster" (null
+// if the cluster does not load; the test needs the clusters as data).
+inline std::unique_ptr<World> OnShippedCluster(const std::string& model,
+                                               const std::string& cluster) {
+  absl::StatusOr<quilt::v1::ClusterSpec> spec =
+      LoadClusterSpec("config/clusters/" + cluster + ".textproto");
+  EXPECT_THAT(spec.status(), IsOk());
+  if (!spec.ok()) return nullptr;
+  return Make(model, *spec);
 }
 
 // Lowers, validates and simulates; returns the program.

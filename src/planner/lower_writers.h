@@ -1,0 +1,89 @@
+// The lowering's instances and their writers: an instance is rows
+// [begin, end) of a tensor on a device (0, 0: the whole tensor), and each
+// has the list of instructions that write it. Internal to lower.cc.
+#ifndef QUILT_SRC_PLANNER_LOWER_WRITERS_H_
+#define QUILT_SRC_PLANNER_LOWER_WRITERS_H_
+
+#include <cstdint>
+#include <deque>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+
+namespace quilt {
+namespace lower_internal {
+
+struct Key {
+  int tensor, device;
+  int64_t begin, end;
+  bool operator<(const Key& o) const {
+    return std::tie(tensor, device, begin, end) < std::tie(o.tensor, o.device, o.begin, o.end);
+  }
+  bool operator==(const Key& o) const {
+    return tensor == o.tensor && device == o.device && begin == o.begin && end == o.end;
+  }
+  template <typename H>
+  friend H AbslHashValue(H h, const Key& k) {
+    return H::combine(std::move(h), k.tensor, k.device, k.begin, k.end);
+  }
+};
+
+// Writer lists by instance: references to a list stay valid while others
+// are added (lists live in a deque); operator[] adds an empty list. The
+// instances of one (tensor, device) form a short chain (a slice, the
+// assembled whole), found from a table of chain heads where tensors ×
+// devices stay few enough, else from a map (as the simulator finds them).
+class WriterLists {
+ public:
+  WriterLists(int tensors, int devices) : devices_(devices) {
+    const int64_t heads = static_cast<int64_t>(tensors) * devices;
+    if (heads <= kMaxHeadTable) head_table_.assign(static_cast<size_t>(heads), -1);
+  }
+  std::vector<int64_t>& operator[](const Key& k) {
+    int& head = Head(k);
+    for (int e = head; e >= 0; e = entries_[e].next) {
+      if (entries_[e].begin == k.begin && entries_[e].end == k.end) return lists_[e];
+    }
+    entries_.push_back({k.begin, k.end, head});
+    head = static_cast<int>(entries_.size()) - 1;
+    return lists_.emplace_back();
+  }
+  const std::vector<int64_t>* Find(const Key& k) const {
+    const int64_t key = static_cast<int64_t>(k.tensor) * devices_ + k.device;
+    int e = -1;
+    if (!head_table_.empty()) {
+      e = head_table_[key];
+    } else if (auto it = head_map_.find(key); it != head_map_.end()) {
+      e = it->second;
+    }
+    for (; e >= 0; e = entries_[e].next) {
+      if (entries_[e].begin == k.begin && entries_[e].end == k.end) return &lists_[e];
+    }
+    return nullptr;
+  }
+  std::deque<std::vector<int64_t>>& lists() { return lists_; }
+
+ private:
+  static constexpr int64_t kMaxHeadTable = int64_t{1} << 22;
+  struct Entry {
+    int64_t begin, end;
+    int next;  // the next instance of the same (tensor, device); -1: none
+  };
+  int& Head(const Key& k) {
+    const int64_t key = static_cast<int64_t>(k.tensor) * devices_ + k.device;
+    if (!head_table_.empty()) return head_table_[key];
+    return head_map_.emplace(key, -1).first->second;
+  }
+  int devices_;
+  std::vector<int> head_table_;
+  absl::flat_hash_map<int64_t, int> head_map_;
+  std::vector<Entry> entries_;  // by list
+  std::deque<std::vector<int64_t>> lists_;
+};
+
+}  // namespace lower_internal
+}  // namespace quilt
+
+#endif  // QUILT_SRC_PLANNER_LOWER_WRITERS_H_
