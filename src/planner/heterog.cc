@@ -245,9 +245,9 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
   // (DescendBound) is searched from as well, within
   // options.bound_seed_evaluations plans, when it is faster than the
   // start. (vgg19 on HAP's cluster: the search from the baseline moves
-  // every group to the fastest nodes; the bound keeps the convolutions on
-  // every device and moves the classifier to the fastest eight, 826 ->
-  // 532 ms per step.) Its search's plan does not replace the first
+  // every group to the fastest nodes; from the regrouped start the
+  // convolutions stay on every device and the classifier moves to one
+  // node, 826 -> 532 ms per step.) Its search's plan does not replace the first
   // search's: both are simulated in full (a search from a faster seed may
   // end on a plan slower in full).
   if (best_score.feasible() && options.bound_seed_evaluations > 0) {

@@ -17,7 +17,7 @@ namespace {
 // plan is simulated in full with every way of forming collectives.
 // vgg19 on HAP's cluster: the first search moves every group to the
 // fastest nodes; from the regrouped start, the classifier alone moves to
-// a few fast devices, far faster.
+// one node, far faster.
 TEST(HeteroG, SearchesFromTheStartRegroupedByTheBoundAlongside) {
   auto f = testing::OnShippedCluster("vgg19", "hap_cluster");
   ASSERT_NE(f, nullptr);
