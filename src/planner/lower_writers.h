@@ -43,25 +43,20 @@ class WriterLists {
   }
   std::vector<int64_t>& operator[](const Key& k) {
     int& head = Head(k);
-    for (int e = head; e >= 0; e = entries_[e].next) {
-      if (entries_[e].begin == k.begin && entries_[e].end == k.end) return lists_[e];
-    }
+    if (const int e = Walk(head, k); e >= 0) return lists_[e];
     entries_.push_back({k.begin, k.end, head});
     head = static_cast<int>(entries_.size()) - 1;
     return lists_.emplace_back();
   }
   const std::vector<int64_t>* Find(const Key& k) const {
-    const int64_t key = static_cast<int64_t>(k.tensor) * devices_ + k.device;
-    int e = -1;
+    int head = -1;
     if (!head_table_.empty()) {
-      e = head_table_[key];
-    } else if (auto it = head_map_.find(key); it != head_map_.end()) {
-      e = it->second;
+      head = head_table_[Slot(k)];
+    } else if (auto it = head_map_.find(Slot(k)); it != head_map_.end()) {
+      head = it->second;
     }
-    for (; e >= 0; e = entries_[e].next) {
-      if (entries_[e].begin == k.begin && entries_[e].end == k.end) return &lists_[e];
-    }
-    return nullptr;
+    const int e = Walk(head, k);
+    return e >= 0 ? &lists_[e] : nullptr;
   }
   std::deque<std::vector<int64_t>>& lists() { return lists_; }
 
@@ -71,10 +66,17 @@ class WriterLists {
     int64_t begin, end;
     int next;  // the next instance of the same (tensor, device); -1: none
   };
+  int64_t Slot(const Key& k) const { return static_cast<int64_t>(k.tensor) * devices_ + k.device; }
   int& Head(const Key& k) {
-    const int64_t key = static_cast<int64_t>(k.tensor) * devices_ + k.device;
-    if (!head_table_.empty()) return head_table_[key];
-    return head_map_.emplace(key, -1).first->second;
+    if (!head_table_.empty()) return head_table_[Slot(k)];
+    return head_map_.emplace(Slot(k), -1).first->second;
+  }
+  // The entry of k's rows in the chain from `e` (-1: none).
+  int Walk(int e, const Key& k) const {
+    for (; e >= 0; e = entries_[e].next) {
+      if (entries_[e].begin == k.begin && entries_[e].end == k.end) return e;
+    }
+    return -1;
   }
   int devices_;
   std::vector<int> head_table_;

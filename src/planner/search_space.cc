@@ -466,10 +466,14 @@ absl::StatusOr<Score> SearchSpace::Compute(const PlanState& state, const CostMod
   return score;
 }
 
-double SearchSpace::BoundOf(const PlanState& state) {
-  auto [it, fresh] = bounds_.try_emplace(Key(state), Bound{});
+SearchSpace::Bound& SearchSpace::BoundEntry(std::string key, const PlanState& state) {
+  auto [it, fresh] = bounds_.try_emplace(std::move(key), Bound{});
   if (fresh) it->second.seconds = bound_.Of(state, options_);
-  return it->second.seconds;
+  return it->second;
+}
+
+double SearchSpace::BoundOf(const PlanState& state) {
+  return BoundEntry(Key(state), state).seconds;
 }
 
 bool SearchSpace::CannotBeat(const PlanState& state, double time_s) {
@@ -479,9 +483,7 @@ bool SearchSpace::CannotBeat(const PlanState& state, double time_s) {
   if (auto it = cache_.find(key); it != cache_.end()) {
     return it->second.feasible() && it->second.time_s >= time_s;
   }
-  auto [it, fresh] = bounds_.try_emplace(std::move(key), Bound{});
-  Bound& b = it->second;
-  if (fresh) b.seconds = bound_.Of(state, options_);
+  Bound& b = BoundEntry(std::move(key), state);
   if (b.seconds < time_s) return false;
   if (!b.ruled_out) ++ruled_out_;
   b.ruled_out = true;

@@ -188,6 +188,8 @@ class SearchSpace {
     bool ruled_out = false;
   };
   absl::flat_hash_map<std::string, Bound> bounds_;
+  // `state`'s entry in bounds_ (by its key), its bound computed when new.
+  Bound& BoundEntry(std::string key, const PlanState& state);
   int64_t ruled_out_ = 0;
 };
 
