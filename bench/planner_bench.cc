@@ -14,11 +14,20 @@
 // --diagnose prints, per case, the coarsened model's and the full model's
 // prediction for the same plans (the search's start and result), to see
 // how far the search's model is from the one that reports.
+//
+// --time-candidates R skips planning and times what the search pays per
+// candidate on its coarsened graph: lowering and simulating the best
+// baseline's plan, R times, on one thread (the search may use two), with
+// the program's instruction count.
+#include <algorithm>
 #include <iostream>
+#include <memory>
+#include <vector>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "google/protobuf/arena.h"
 #include "google/protobuf/text_format.h"
 #include "nlohmann/json.hpp"
 #include "src/cluster/cluster_spec.h"
@@ -28,6 +37,7 @@
 #include "src/graph/autodiff.h"
 #include "src/graph/zoo/zoo.h"
 #include "src/planner/coarse_graph.h"
+#include "src/planner/heterog.h"
 #include "src/planner/lower.h"
 #include "src/planner/plan.h"
 #include "src/planner/search_space.h"
@@ -43,14 +53,21 @@ double FineTime(const quilt::Graph& g, const quilt::Topology& topo, const quilt:
   return r.ok() ? r->step_time_s : -1;
 }
 
+// The graph coarsened as the search coarsens it.
+absl::StatusOr<std::unique_ptr<quilt::CoarseModel>> Coarsen(const quilt::Graph& g,
+                                                            const quilt::Topology& topo,
+                                                            const quilt::CostModel& cost,
+                                                            int64_t batch) {
+  const quilt::Grouping grouping = quilt::GroupOps(
+      g, cost, quilt::AutoGroups(topo), std::max<int64_t>(1, batch / topo.num_devices()));
+  return quilt::CoarseModel::Build(g, grouping, cost);
+}
+
 // The coarse and the full prediction of every baseline's state.
 nlohmann::json Diagnose(const quilt::Graph& g, const quilt::Topology& topo, int64_t batch) {
   nlohmann::json out;
   auto cost = quilt::CostModel::Create(&g, &topo);
-  const int groups = std::clamp(192 / std::max(1, topo.num_devices()), 12, 24);
-  const quilt::Grouping grouping =
-      quilt::GroupOps(g, *cost, groups, std::max<int64_t>(1, batch / topo.num_devices()));
-  auto coarse = quilt::CoarseModel::Build(g, grouping, *cost);
+  auto coarse = Coarsen(g, topo, *cost, batch);
   if (!coarse.ok()) return {{"error", std::string(coarse.status().message())}};
   quilt::SearchSpace space(topo, *cost, **coarse, batch, 1.0);
   for (const quilt::NamedStrategy& ns : quilt::Baselines(g, topo, *cost, batch)) {
@@ -64,6 +81,55 @@ nlohmann::json Diagnose(const quilt::Graph& g, const quilt::Topology& topo, int6
         FineTime(g, topo, *cost,
                  space.FineStrategy(g, state, ns.name, quilt::SearchSpace::kFusePerGroup), batch);
     out[ns.name] = j;
+  }
+  return out;
+}
+
+// Per candidate on the coarsened graph: the fastest data-parallel baseline's
+// plan lowered and simulated `repeat` times; microseconds each (medians).
+nlohmann::json TimeCandidates(const quilt::Graph& g, const quilt::Topology& topo, int64_t batch,
+                              int repeat) {
+  auto cost = quilt::CostModel::Create(&g, &topo);
+  auto coarse = Coarsen(g, topo, *cost, batch);
+  if (!coarse.ok()) return {{"error", std::string(coarse.status().message())}};
+  quilt::SearchSpace space(topo, *cost, **coarse, batch, 1.0);
+  nlohmann::json out;
+  double best = -1;
+  for (const quilt::NamedStrategy& ns : quilt::Baselines(g, topo, *cost, batch)) {
+    if (!ns.infeasible_reason.empty() || ns.name == "single-device") continue;
+    const quilt::PlanState state = space.FromDataParallel(ns.strategy);
+    auto score = space.Evaluate(state);
+    if (!score.ok() || (best >= 0 && score->time_s >= best)) continue;
+    best = score->time_s;
+    const quilt::v1::Strategy s = space.CoarseStrategy(state);
+    const quilt::CostModel& ccost = (*coarse)->cost();
+    quilt::SimOptions so;
+    so.index = &(*coarse)->index();
+    std::vector<double> lower_us, sim_us;
+    int64_t instructions = 0;
+    for (int i = 0; i < repeat; ++i) {
+      google::protobuf::Arena arena;
+      const absl::Time t0 = absl::Now();
+      auto p = quilt::LowerOnArena((*coarse)->index(), s, topo, &ccost, batch, &arena);
+      const absl::Time t1 = absl::Now();
+      if (!p.ok()) return {{"error", std::string(p.status().message())}};
+      auto r = quilt::Simulate(**p, (*coarse)->graph(), topo, ccost, so);
+      if (!r.ok()) return {{"error", std::string(r.status().message())}};
+      lower_us.push_back(absl::ToDoubleMicroseconds(t1 - t0));
+      sim_us.push_back(absl::ToDoubleMicroseconds(absl::Now() - t1));
+      instructions = 0;
+      for (const auto& dp : (*p)->devices()) instructions += dp.instructions_size();
+    }
+    auto median = [](std::vector<double> v) {
+      std::sort(v.begin(), v.end());
+      return v[v.size() / 2];
+    };
+    out = {{"plan", ns.name},
+           {"groups", (*coarse)->num_groups()},
+           {"instructions", instructions},
+           {"lower_us", median(lower_us)},
+           {"simulate_us", median(sim_us)},
+           {"candidates_per_s", 1e6 / (median(lower_us) + median(sim_us))}};
   }
   return out;
 }
@@ -82,6 +148,7 @@ int main(int argc, char** argv) {
   double budget = 10;
   int64_t max_plans = 200;
   bool diagnose = false;
+  int time_candidates = 0;
   app.add_option("--models", models);
   app.add_option("--clusters", clusters, "Comma-separated cluster spec files ('' for none)");
   app.add_option("--random", random, "Also this many seeded random heterogeneous clusters");
@@ -92,6 +159,9 @@ int main(int argc, char** argv) {
   app.add_option("--time-budget", budget, "The planner's search budget, seconds");
   app.add_option("--max-plans", max_plans, "Plans the search simulates at most (0 = no limit)");
   app.add_flag("--diagnose", diagnose, "Coarse vs full predictions of the same plans");
+  app.add_option("--time-candidates", time_candidates,
+                 "Instead of planning: time lowering and simulating one candidate, this many "
+                 "times");
   std::string write_clusters;
   app.add_option("--write-clusters", write_clusters,
                  "Also write each random cluster's spec to DIR/NAME.textproto (for quiltctl plan "
@@ -141,6 +211,11 @@ int main(int argc, char** argv) {
       j["devices"] = topo->num_devices();
       j["nodes"] = topo->num_nodes();
       j["global_batch"] = batch;
+      if (time_candidates > 0) {
+        j["candidate"] = TimeCandidates(*g, *topo, batch, time_candidates);
+        std::cout << j.dump() << std::endl;
+        continue;
+      }
       quilt::PlanOptions po;
       po.global_batch = batch;
       po.search.time_budget_s = budget;

@@ -8,6 +8,7 @@
 #include "src/common/status.h"
 #include "src/graph/op_registry.h"
 #include "src/planner/placement.h"
+#include "src/planner/tensor_bundles.h"
 
 namespace quilt {
 namespace {
@@ -108,7 +109,8 @@ std::string CoarseModel::ForwardOp(int k) const { return absl::StrCat("group", k
 
 absl::StatusOr<std::unique_ptr<CoarseModel>> CoarseModel::Build(const Graph& g,
                                                                 const Grouping& grouping,
-                                                                const CostModel& fine_cost) {
+                                                                const CostModel& fine_cost,
+                                                                bool bundle) {
   if (!g.has_backward) return absl::InvalidArgumentError("coarsening needs a training graph");
   std::unique_ptr<CoarseModel> m(new CoarseModel());
   m->grouping_ = grouping;
@@ -236,16 +238,26 @@ absl::StatusOr<std::unique_ptr<CoarseModel>> CoarseModel::Build(const Graph& g,
     cg.parameters.push_back(spec);
     m->flat_params_[flats[f].group].push_back(spec.tensor);
   }
-  for (const ParameterSpec& p : g.parameters) {
-    if (!flat_of_param.count(p.tensor)) {
-      ParameterSpec frozen;
-      frozen.tensor = p.tensor;
-      frozen.frozen = true;
-      cg.parameters.push_back(frozen);
-    }
+  auto add_frozen = [&](const std::string& tensor) {
+    ParameterSpec frozen;
+    frozen.tensor = tensor;
+    frozen.frozen = true;
+    cg.parameters.push_back(frozen);
+  };
+  // Tensors crossing between the same coarse ops cross as one bundle.
+  std::map<std::string, int> flat = flat_of_param;
+  flat.insert(flat_of_grad.begin(), flat_of_grad.end());
+  for (const TensorBundle& b :
+       bundle ? BundleTensors(g, coarse_of, 2 * groups, flat) : std::vector<TensorBundle>{}) {
+    RETURN_IF_ERROR(cg.AddTensor(b.info));
+    if (b.frozen_parameter) add_frozen(b.name);
+    for (const std::string& t : b.members) m->merged_[t] = b.name;
   }
-  // Coarse ops with the tensors that cross their boundaries.
+  for (const ParameterSpec& p : g.parameters) {
+    if (!flat_of_param.count(p.tensor) && !m->merged_.count(p.tensor)) add_frozen(p.tensor);
+  }
   const int total = static_cast<int>(members.size());
+  // Coarse ops with the tensors that cross their boundaries.
   for (int c = 0; c < total; ++c) {
     if (members[c].empty()) continue;
     Op op;
@@ -279,6 +291,10 @@ absl::StatusOr<std::unique_ptr<CoarseModel>> CoarseModel::Build(const Graph& g,
             add_input(flat_name(fp->second, "param"));
             continue;
           }
+          if (auto mt = m->merged_.find(t); mt != m->merged_.end()) {
+            add_input(mt->second);
+            continue;
+          }
           RETURN_IF_ERROR(declare(t));
           add_input(t);
         }
@@ -290,6 +306,10 @@ absl::StatusOr<std::unique_ptr<CoarseModel>> CoarseModel::Build(const Graph& g,
         if (fg != flat_of_grad.end()) {
           const std::string name = flat_name(fg->second, "grad");
           if (outs.insert(name).second) op.outputs.push_back(name);
+          continue;
+        }
+        if (auto mt = m->merged_.find(t); mt != m->merged_.end()) {
+          if (outs.insert(mt->second).second) op.outputs.push_back(mt->second);
           continue;
         }
         bool outside = false;
@@ -312,7 +332,7 @@ absl::StatusOr<std::unique_ptr<CoarseModel>> CoarseModel::Build(const Graph& g,
       int64_t fixed = 0, per_row = 0;
       for (int i : members[c]) {
         for (const std::string& t : g.ops[i].outputs) {
-          if (outs.count(t) || flat_of_grad.count(t)) continue;
+          if (outs.count(t) || flat_of_grad.count(t) || m->merged_.count(t)) continue;
           const TensorInfo* info = g.FindTensor(t);
           const int64_t elements = info->shape.NumElements(1) * DTypeSize(info->dtype) / 4;
           if (info->shape.HasBatch()) {

@@ -5,12 +5,14 @@
 // parameters' updates go with it. The coarsened graph has, per group, one
 // forward op, one backward op and one update op over a flat parameter (all
 // the group's parameters end to end), with the tensors that cross group
-// boundaries kept as they are; its cost model sums the member ops' times.
+// boundaries bundled by where they go (tensor_bundles.h); its cost model
+// sums the member ops' times.
 // Lowering and simulating it is the same machinery as for the full graph,
 // at a fraction of the instructions.
 #ifndef QUILT_SRC_PLANNER_COARSE_GRAPH_H_
 #define QUILT_SRC_PLANNER_COARSE_GRAPH_H_
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -45,10 +47,14 @@ Grouping GroupOps(const Graph& training_graph, const CostModel& cost, int target
 
 class CoarseModel {
  public:
+  // `bundle`: crossing tensors go in bundles (tensor_bundles.h); without,
+  // each crosses on its own (the same plans, predicted a little
+  // differently: more transfers and collectives, each with its latency).
   // Errors: INVALID_ARGUMENT for a graph without a backward pass.
   static absl::StatusOr<std::unique_ptr<CoarseModel>> Build(const Graph& training_graph,
                                                             const Grouping& grouping,
-                                                            const CostModel& fine_cost);
+                                                            const CostModel& fine_cost,
+                                                            bool bundle = true);
 
   const Graph& graph() const { return graph_; }
   const GraphIndex& index() const { return *index_; }
@@ -59,12 +65,16 @@ class CoarseModel {
   // parameters (usually one; none when the group trains nothing).
   std::string ForwardOp(int k) const;
   const std::vector<std::string>& FlatParameters(int k) const { return flat_params_[k]; }
+  // Fine tensor → the bundle it crosses in (only those in one).
+  const std::map<std::string, std::string>& bundled() const { return merged_; }
 
  private:
   CoarseModel() = default;
   Graph graph_;
   Grouping grouping_;
   std::vector<std::vector<std::string>> flat_params_;
+  // Fine tensors that cross in a bundle → the bundle's name.
+  std::map<std::string, std::string> merged_;
   std::unique_ptr<CostModel> cost_;
   std::unique_ptr<GraphIndex> index_;  // of graph_
 };

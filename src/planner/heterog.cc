@@ -127,11 +127,11 @@ absl::StatusOr<std::pair<PlanState, Score>> Enumerate(
   return std::make_pair(best, best_score);
 }
 
+}  // namespace
+
 int AutoGroups(const Topology& topo) {
   return std::clamp(192 / std::max(1, topo.num_devices()), 12, 24);
 }
-
-}  // namespace
 
 absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
                                            const CostModel& cost, int64_t batch,

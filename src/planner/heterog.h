@@ -47,6 +47,10 @@ struct SearchProgress {
 // The search is deterministic for a seed when it ends by converging or by
 // `max_evaluations` (the default); one cut short by the time budget depends
 // on the machine's speed (the result says which ended it).
+// The number of op groups the search coarsens the graph into when
+// SearchOptions::target_groups is 0: fewer on clusters of more devices.
+int AutoGroups(const Topology& topo);
+
 struct SearchOptions {
   double time_budget_s = 10;
   // Plans judged at most once one fits: simulated, or ruled out by their

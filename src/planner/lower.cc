@@ -46,10 +46,9 @@ using quilt::v1::Instruction;
 // direct all-reduce over (every member messages every other).
 constexpr size_t kDirectAllReduceMembers = 16;
 
-std::vector<Key> Sorted(const absl::flat_hash_set<Key>& keys) {
-  std::vector<Key> out(keys.begin(), keys.end());
-  std::sort(out.begin(), out.end());
-  return out;
+std::vector<Key> Sorted(std::vector<Key> keys) {
+  std::sort(keys.begin(), keys.end());
+  return keys;
 }
 
 class Lowerer {
@@ -61,7 +60,17 @@ class Lowerer {
         topo_(topo),
         p_(p),
         arena_(arena),
-        writers_(static_cast<int>(ix.graph().tensors().size()), topo.num_devices()) {}
+        writers_(static_cast<int>(ix.graph().tensors().size()), topo.num_devices()),
+        produced_(ix.graph().tensors().size()),
+        full_on_(ix.graph().tensors().size()),
+        partial_on_(ix.graph().tensors().size()),
+        local_(ix.graph().tensors().size(), false),
+        grad_of_param_(ix.graph().tensors().size(), nullptr),
+        param_of_(ix.graph().tensors().size(), nullptr) {
+    for (const auto& [name, pp] : p.params) {
+      if (const int t = ix.Tensor(name); t >= 0) param_of_[t] = &pp;
+    }
+  }
 
   ~Lowerer() {
     if (arena_ == nullptr) {
@@ -100,17 +109,20 @@ class Lowerer {
   }
 
   void AddWriter(const Key& k, int64_t id) { writers_[k].push_back(id); }
-  void MarkPersistent(const Key& k) { persistent_.insert(k); }
+  void MarkPersistent(const Key& k) {
+    if (writers_.Mark(k, WriterLists::kPersistent)) persistent_.push_back(k);
+  }
 
-  // Writers of the instance `need` on its device, creating the transfers or
-  // aggregation it takes. With `allow_partial`, a partial sum held on the
-  // device is returned as is (and *partial set).
-  absl::StatusOr<std::vector<int64_t>> Provide(const Key& need, bool allow_partial, bool* partial);
+  // Writers of the instance `need` on its device (null: none), creating the
+  // transfers or aggregation it takes. With `allow_partial`, a partial sum
+  // held on the device is returned as is (and *partial set). The list stays
+  // valid while others are added.
+  using Writers = const std::vector<int64_t>*;
+  absl::StatusOr<Writers> Provide(const Key& need, bool allow_partial, bool* partial);
   // Sums partial `t` over its devices; with `partition_bytes` > 0, in
   // slices of rows of dim 0 of at most that many bytes, one collective each.
-  absl::StatusOr<std::vector<int64_t>> Aggregate(int t, AggregationMethod method,
-                                                 int64_t partition_bytes);
-  absl::StatusOr<std::vector<int64_t>> PushToServer(int t, const Key& need);
+  void Aggregate(int t, AggregationMethod method, int64_t partition_bytes);
+  Writers PushToServer(int t, const Key& need);
   int64_t Transfer(int t, const Key& from, int64_t b, int64_t e, const Key& into);
   absl::Status LowerOp(int op_index);
   // Per input of op i: whether a partial sum of it may be read as is (and
@@ -135,19 +147,23 @@ class Lowerer {
   const CostModel* cost_ = nullptr;  // set by Run; may be null
   std::vector<std::pair<int, Instruction*>> instrs_;
   WriterLists writers_;
-  absl::flat_hash_set<Key> persistent_;
-  absl::flat_hash_set<Key> feeds_;
-  // Batch tensors: the instances their producer made.
-  absl::flat_hash_map<int, std::vector<Key>> produced_;
+  // Instances marked persistent, fed (also marked in writers_).
+  std::vector<Key> persistent_;
+  std::vector<Key> feeds_;
+  // By tensor. Batch tensors: the instances their producer made.
+  std::vector<std::vector<Key>> produced_;
   // Whole (non-batch) tensors: devices holding the full value.
-  absl::flat_hash_map<int, std::vector<int>> full_on_;
-  // Partial sums: tensor → devices holding a partial.
-  absl::flat_hash_map<int, std::vector<int>> partial_on_;
+  std::vector<std::vector<int>> full_on_;
+  // Partial sums: devices holding a partial (none: not a partial sum).
+  std::vector<std::vector<int>> partial_on_;
   // Instructions that read a partial sum as is, by instance.
   absl::flat_hash_map<Key, std::vector<int64_t>> partial_readers_;
-  absl::flat_hash_set<int> local_;  // per-replica statistics
-  // Gradient tensor → the parameter it updates (for the aggregation choice).
-  absl::flat_hash_map<int, std::string> grad_of_param_;
+  std::vector<bool> local_;  // per-replica statistics, by tensor
+  // By gradient tensor: the parameter it updates (for the aggregation
+  // choice); null for other tensors.
+  std::vector<const std::string*> grad_of_param_;
+  // By parameter tensor: its placement (null: none, frozen).
+  std::vector<const ParamPlacement*> param_of_;
   // Collective groups (device indices in ring order); id = position + 1.
   std::vector<std::vector<int>> groups_;
   std::map<std::vector<int>, int64_t> group_ids_;
@@ -175,9 +191,8 @@ int64_t Lowerer::Transfer(int t, const Key& from, int64_t b, int64_t e, const Ke
   return id;
 }
 
-absl::StatusOr<std::vector<int64_t>> Lowerer::Aggregate(int t, AggregationMethod method,
-                                                        int64_t partition_bytes) {
-  std::vector<int> devices = partial_on_.at(t);
+void Lowerer::Aggregate(int t, AggregationMethod method, int64_t partition_bytes) {
+  std::vector<int> devices = partial_on_[t];
   SortByNode(topo_, &devices);
   auto [git, fresh] = group_ids_.emplace(devices, static_cast<int64_t>(groups_.size()) + 1);
   if (fresh) groups_.push_back(devices);
@@ -244,13 +259,12 @@ absl::StatusOr<std::vector<int64_t>> Lowerer::Aggregate(int t, AggregationMethod
     }
   }
   for (int d : devices) writers_[Key{t, d, 0, 0}] = written[d];
-  partial_on_.erase(t);
+  partial_on_[t].clear();
   full_on_[t] = devices;
-  return std::vector<int64_t>{};
 }
 
-absl::StatusOr<std::vector<int64_t>> Lowerer::PushToServer(int t, const Key& need) {
-  const std::vector<int>& workers = partial_on_.at(t);
+Lowerer::Writers Lowerer::PushToServer(int t, const Key& need) {
+  const std::vector<int>& workers = partial_on_[t];
   Instruction& acc = *New();
   auto* a = acc.mutable_ps_accumulate();
   SetRange(a->mutable_gradient(), t, need.begin, need.end);
@@ -274,45 +288,43 @@ absl::StatusOr<std::vector<int64_t>> Lowerer::PushToServer(int t, const Key& nee
   }
   const int64_t id = Emit(need.device, &acc, deps);
   AddWriter(need, id);
-  return writers_[need];
+  return &writers_[need];
 }
 
-absl::StatusOr<std::vector<int64_t>> Lowerer::Provide(const Key& need, bool allow_partial,
-                                                      bool* partial) {
+absl::StatusOr<Lowerer::Writers> Lowerer::Provide(const Key& need, bool allow_partial,
+                                                  bool* partial) {
   const int t = need.tensor;
   *partial = false;
-  if (persistent_.count(need) || feeds_.count(need)) return std::vector<int64_t>{};
+  if (writers_.Marked(need, WriterLists::kPersistent) || writers_.Marked(need, WriterLists::kFed))
+    return nullptr;
   if (info(t).role == TensorRole::kInput || info(t).role == TensorRole::kLabel) {
     // Every device reads its own rows of the data.
-    feeds_.insert(need);
-    return std::vector<int64_t>{};
+    if (writers_.Mark(need, WriterLists::kFed)) feeds_.push_back(need);
+    return nullptr;
   }
-  auto pit = partial_on_.find(t);
-  if (pit != partial_on_.end()) {
-    const bool here =
-        std::find(pit->second.begin(), pit->second.end(), need.device) != pit->second.end();
+  if (const std::vector<int>& holders = partial_on_[t]; !holders.empty()) {
+    const bool here = std::find(holders.begin(), holders.end(), need.device) != holders.end();
     if (allow_partial && here && need.begin == 0 && need.end == 0) {
       *partial = true;
-      return writers_[need];
+      return &writers_[need];
     }
     // A parameter-server update asks for its shard of the summed gradient.
-    auto gp = grad_of_param_.find(t);
-    if (gp != grad_of_param_.end()) {
-      const ParamPlacement& pp = p_.params.at(gp->second);
+    if (const std::string* param = grad_of_param_[t]; param != nullptr) {
+      const ParamPlacement& pp = p_.params.at(*param);
       if (pp.method == quilt::v1::AGGREGATION_METHOD_PARAMETER_SERVER) {
-        if (const auto* w = writers_.Find(need)) return *w;
+        if (const auto* w = writers_.Find(need)) return w;
         return PushToServer(t, need);
       }
-      RETURN_IF_ERROR(Aggregate(t, pp.method, pp.partition_bytes).status());
+      Aggregate(t, pp.method, pp.partition_bytes);
     } else {
       // Not a gradient (e.g. batch-norm statistics): the runtime's choice,
       // as collective libraries make it.
-      RETURN_IF_ERROR(Aggregate(t, quilt::v1::AGGREGATION_METHOD_UNSPECIFIED, 0).status());
+      Aggregate(t, quilt::v1::AGGREGATION_METHOD_UNSPECIFIED, 0);
     }
   }
-  if (const auto* w = writers_.Find(need)) return *w;
+  if (const auto* w = writers_.Find(need)) return w;
   const TensorInfo& ti = info(t);
-  if (local_.count(t)) {
+  if (local_[t]) {
     return absl::InvalidArgumentError(
         absl::StrCat("'", ti.name,
                      "' is a statistic of one replica's batch slice and is needed on another "
@@ -320,13 +332,13 @@ absl::StatusOr<std::vector<int64_t>> Lowerer::Provide(const Key& need, bool allo
                      topo_.device(need.device).id, ")"));
   }
   if (batched(t)) {
-    auto pr = produced_.find(t);
-    if (pr == produced_.end()) {
+    const std::vector<Key>& made = produced_[t];
+    if (made.empty()) {
       return absl::InvalidArgumentError("no device computes batch tensor '" + ti.name + "'");
     }
     if (ti.interleaved_batch) {
       // Samples [b, e) of such a tensor are not one range of its rows.
-      for (const Key& src : pr->second) {
+      for (const Key& src : made) {
         if (std::max(src.begin, need.begin) >= std::min(src.end, need.end)) continue;
         if (src.begin != need.begin || src.end != need.end) {
           return absl::InvalidArgumentError(
@@ -341,7 +353,7 @@ absl::StatusOr<std::vector<int64_t>> Lowerer::Provide(const Key& need, bool allo
     }
     std::vector<int64_t> local_parts;
     Instruction& concat = *New();
-    for (const Key& src : pr->second) {
+    for (const Key& src : made) {
       const int64_t b = std::max(src.begin, need.begin), e = std::min(src.end, need.end);
       if (b >= e) continue;
       if (src.device == need.device) {
@@ -356,13 +368,13 @@ absl::StatusOr<std::vector<int64_t>> Lowerer::Provide(const Key& need, bool allo
       SetRange(concat.mutable_concat()->mutable_target(), t, need.begin, need.end);
       AddWriter(need, Emit(need.device, &concat, local_parts));
     }
-    return writers_[need];
+    return &writers_[need];
   }
   // A whole tensor: a parameter from its servers, or a copy from a holder.
-  if (ti.role == TensorRole::kParameter && p_.params.count(ti.name) &&
-      p_.params.at(ti.name).method == quilt::v1::AGGREGATION_METHOD_PARAMETER_SERVER &&
-      need.begin == 0 && need.end == 0) {
-    const ParamPlacement& pp = p_.params.at(ti.name);
+  if (ti.role == TensorRole::kParameter && param_of_[t] != nullptr &&
+      param_of_[t]->method == quilt::v1::AGGREGATION_METHOD_PARAMETER_SERVER && need.begin == 0 &&
+      need.end == 0) {
+    const ParamPlacement& pp = *param_of_[t];
     for (size_t k = 0; k < pp.devices.size(); ++k) {
       const int64_t tag = next_tag_++;
       Instruction& pull = *New();
@@ -373,16 +385,16 @@ absl::StatusOr<std::vector<int64_t>> Lowerer::Provide(const Key& need, bool allo
       pl->set_bytes(Bytes(t, pp.shards[k].first, pp.shards[k].second));
       AddWriter(need, Emit(need.device, &pull, {}));
     }
-    return writers_[need];
+    return &writers_[need];
   }
-  auto holders = full_on_.find(t);
-  if (holders == full_on_.end() || holders->second.empty()) {
+  const std::vector<int>& holders = full_on_[t];
+  if (holders.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("tensor '", ti.name, "' is needed on ",
                                                    topo_.device(need.device).id,
                                                    " but no device holds it"));
   }
-  int src = holders->second.front();
-  for (int h : holders->second) {
+  int src = holders.front();
+  for (int h : holders) {
     if (topo_.device(h).node == topo_.device(need.device).node) {
       src = h;
       break;
@@ -392,7 +404,7 @@ absl::StatusOr<std::vector<int64_t>> Lowerer::Provide(const Key& need, bool allo
   Transfer(t, Key{t, src, 0, 0}, need.begin, need.end, need);
   // A shard is not the whole tensor: only a whole copy serves others.
   if (need.begin == 0 && need.end == 0) full_on_[t].push_back(need.device);
-  return writers_[need];
+  return &writers_[need];
 }
 
 std::vector<bool> Lowerer::KeepPartial(int i) const {
@@ -409,9 +421,8 @@ std::vector<bool> Lowerer::KeepPartial(int i) const {
   bool all = true, any = false;
   for (size_t k = 0; k < inputs.size(); ++k) {
     if (inputs[k] < 0) continue;
-    auto it = partial_on_.find(inputs[k]);
-    if (it != partial_on_.end()) {
-      std::vector<int> holders = it->second;
+    if (!partial_on_[inputs[k]].empty()) {
+      std::vector<int> holders = partial_on_[inputs[k]];
       std::sort(holders.begin(), holders.end());
       keep[k] = holders == devices;
     }
@@ -456,15 +467,15 @@ absl::Status Lowerer::LowerOp(int i) {
       }
       const TensorRole role = info(t).role;
       if (role == TensorRole::kConstant ||
-          (role == TensorRole::kParameter && !p_.params.count(info(t).name) && !ps_update) ||
+          (role == TensorRole::kParameter && param_of_[t] == nullptr && !ps_update) ||
           (role == TensorRole::kOptimizerState)) {
         MarkPersistent(need);
       }
       bool partial = false;
-      ASSIGN_OR_RETURN(std::vector<int64_t> w, Provide(need, keep[k], &partial));
+      ASSIGN_OR_RETURN(Writers w, Provide(need, keep[k], &partial));
       partial_in |= partial;
       if (partial) partial_reads.push_back(need);
-      deps.insert(deps.end(), w.begin(), w.end());
+      if (w != nullptr) deps.insert(deps.end(), w->begin(), w->end());
     }
     Instruction& ins = *New();
     ins.mutable_compute()->set_op(op.name);
@@ -485,7 +496,7 @@ absl::Status Lowerer::LowerOp(int i) {
         continue;
       }
       if (IsLocalOutput(op, *schema, static_cast<int>(k))) {
-        local_.insert(t);
+        local_[t] = true;
         continue;
       }
       const bool covers_batch = s.begin == 0 && s.end == p_.global_batch;
@@ -515,7 +526,7 @@ absl::Status Lowerer::Run(const quilt::v1::Strategy& s, const CostModel* cost, b
   }
   for (size_t i = 0; i < g_.ops.size(); ++i) {
     if (ix_.Schema(static_cast<int>(i)).is_update) {
-      grad_of_param_[ix_.Inputs(static_cast<int>(i))[1]] = g_.ops[i].inputs[0];
+      grad_of_param_[ix_.Inputs(static_cast<int>(i))[1]] = &g_.ops[i].inputs[0];
     }
   }
   for (int i : ix_.TopologicalOrder()) {
@@ -572,17 +583,13 @@ void Lowerer::MarkLossCopies(const std::vector<quilt::v1::DeviceProgram*>& per_d
   // Partial losses all count; a whole loss counts once, on the first
   // device that holds it.
   std::vector<int> counted;
-  if (auto p = partial_on_.find(t); p != partial_on_.end()) {
-    counted = p->second;
-  } else if (auto f = full_on_.find(t); f != full_on_.end() && !f->second.empty()) {
-    counted = {f->second[0]};
+  if (!partial_on_[t].empty()) {
+    counted = partial_on_[t];
+  } else if (!full_on_[t].empty()) {
+    counted = {full_on_[t][0]};
   }
-  std::vector<int> holders;
-  for (const auto* m : {&partial_on_, &full_on_}) {
-    if (auto it = m->find(t); it != m->end()) {
-      holders.insert(holders.end(), it->second.begin(), it->second.end());
-    }
-  }
+  std::vector<int> holders = partial_on_[t];
+  holders.insert(holders.end(), full_on_[t].begin(), full_on_[t].end());
   for (int d : holders) {
     if (per_device[d] == nullptr) continue;
     if (std::find(counted.begin(), counted.end(), d) == counted.end()) {
@@ -603,9 +610,9 @@ void Lowerer::FuseBuckets() {
   for (const auto& [cid, idx] : members) {
     const auto& ar = instrs_[idx[0]].second->all_reduce();
     if (ar.tensors_size() != 1 || ar.end() != 0) continue;  // fused or a slice
-    auto gp = grad_of_param_.find(ix_.Tensor(ar.tensors(0)));
-    if (gp == grad_of_param_.end()) continue;
-    const int bucket = p_.params.at(gp->second).bucket;
+    const int t = ix_.Tensor(ar.tensors(0));
+    if (t < 0 || grad_of_param_[t] == nullptr) continue;
+    const int bucket = p_.params.at(*grad_of_param_[t]).bucket;
     if (bucket <= 0) continue;
     groups[{bucket, ar.group(), ar.algorithm()}].push_back(cid);
   }

@@ -1,6 +1,7 @@
 // The lowering's instances and their writers: an instance is rows
 // [begin, end) of a tensor on a device (0, 0: the whole tensor), and each
-// has the list of instructions that write it. Internal to lower.cc.
+// has the list of instructions that write it, and marks (persistent, fed)
+// the lowering sets. Internal to lower.cc.
 #ifndef QUILT_SRC_PLANNER_LOWER_WRITERS_H_
 #define QUILT_SRC_PLANNER_LOWER_WRITERS_H_
 
@@ -30,8 +31,9 @@ struct Key {
   }
 };
 
-// Writer lists by instance: references to a list stay valid while others
-// are added (lists live in a deque); operator[] adds an empty list. The
+// Writer lists and marks by instance: references to a list stay valid
+// while others are added (lists live in a deque); operator[] adds an empty
+// list. The
 // instances of one (tensor, device) form a short chain (a slice, the
 // assembled whole), found from a table of chain heads where tensors ×
 // devices stay few enough, else from a map (as the simulator finds them).
@@ -42,30 +44,58 @@ class WriterLists {
     if (heads <= kMaxHeadTable) head_table_.assign(static_cast<size_t>(heads), -1);
   }
   std::vector<int64_t>& operator[](const Key& k) {
-    int& head = Head(k);
-    if (const int e = Walk(head, k); e >= 0) return lists_[e];
-    entries_.push_back({k.begin, k.end, head});
-    head = static_cast<int>(entries_.size()) - 1;
-    return lists_.emplace_back();
+    const int e = Entry(k);
+    entries_[e].marks |= kWritten;
+    return lists_[e];
   }
+  // k's writers; null when nothing has asked for them.
   const std::vector<int64_t>* Find(const Key& k) const {
+    const int e = Existing(k);
+    return e >= 0 && (entries_[e].marks & kWritten) ? &lists_[e] : nullptr;
+  }
+  std::deque<std::vector<int64_t>>& lists() { return lists_; }
+
+  // Marks k (kPersistent or kFed); whether it was not marked so before.
+  bool Mark(const Key& k, uint8_t mark) {
+    const int e = Entry(k);
+    if (entries_[e].marks & mark) return false;
+    entries_[e].marks |= mark;
+    return true;
+  }
+  bool Marked(const Key& k, uint8_t mark) const {
+    const int e = Existing(k);
+    return e >= 0 && (entries_[e].marks & mark);
+  }
+  static constexpr uint8_t kPersistent = 2;
+  static constexpr uint8_t kFed = 4;
+
+ private:
+  static constexpr int64_t kMaxHeadTable = int64_t{1} << 22;
+  static constexpr uint8_t kWritten = 1;  // its list was asked for
+  struct Entry {
+    int64_t begin, end;
+    int next;  // the next instance of the same (tensor, device); -1: none
+    uint8_t marks;
+  };
+  // k's entry, added (with an empty list) when new.
+  int Entry(const Key& k) {
+    int& head = Head(k);
+    if (const int e = Walk(head, k); e >= 0) return e;
+    entries_.push_back({k.begin, k.end, head, 0});
+    head = static_cast<int>(entries_.size()) - 1;
+    lists_.emplace_back();
+    return head;
+  }
+  // k's entry; -1 when it has none.
+  int Existing(const Key& k) const {
     int head = -1;
     if (!head_table_.empty()) {
       head = head_table_[Slot(k)];
     } else if (auto it = head_map_.find(Slot(k)); it != head_map_.end()) {
       head = it->second;
     }
-    const int e = Walk(head, k);
-    return e >= 0 ? &lists_[e] : nullptr;
+    return Walk(head, k);
   }
-  std::deque<std::vector<int64_t>>& lists() { return lists_; }
-
- private:
-  static constexpr int64_t kMaxHeadTable = int64_t{1} << 22;
-  struct Entry {
-    int64_t begin, end;
-    int next;  // the next instance of the same (tensor, device); -1: none
-  };
   int64_t Slot(const Key& k) const { return static_cast<int64_t>(k.tensor) * devices_ + k.device; }
   int& Head(const Key& k) {
     if (!head_table_.empty()) return head_table_[Slot(k)];
@@ -81,7 +111,7 @@ class WriterLists {
   int devices_;
   std::vector<int> head_table_;
   absl::flat_hash_map<int64_t, int> head_map_;
-  std::vector<Entry> entries_;  // by list
+  std::vector<struct Entry> entries_;  // by list
   std::deque<std::vector<int64_t>> lists_;
 };
 
