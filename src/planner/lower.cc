@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <deque>
+#include <functional>
 #include <map>
+#include <queue>
 #include <set>
 #include <tuple>
 
@@ -657,6 +659,13 @@ void Lowerer::Reorder() {
   // Kahn's algorithm, smallest original id first: keeps creation order where
   // it is already topological, moves fused collectives' consumers after them.
   const size_t n = instrs_.size();
+  // Where every instruction depends only on earlier ones (no fused
+  // collective moved), that order is already the one Kahn's gives.
+  bool topological = true;
+  for (size_t i = 0; i < n && topological; ++i) {
+    for (int64_t d : instrs_[i].second->deps()) topological &= static_cast<size_t>(d) < i;
+  }
+  if (topological) return;
   std::vector<int> pending(n, 0);
   std::vector<std::vector<size_t>> succ(n);
   for (size_t i = 0; i < n; ++i) {
@@ -665,17 +674,17 @@ void Lowerer::Reorder() {
       succ[d].push_back(i);
     }
   }
-  std::set<size_t> ready;
+  std::priority_queue<size_t, std::vector<size_t>, std::greater<size_t>> ready;
   for (size_t i = 0; i < n; ++i) {
-    if (pending[i] == 0) ready.insert(i);
+    if (pending[i] == 0) ready.push(i);
   }
   std::vector<size_t> order;
   while (!ready.empty()) {
-    const size_t i = *ready.begin();
-    ready.erase(ready.begin());
+    const size_t i = ready.top();
+    ready.pop();
     order.push_back(i);
     for (size_t s : succ[i]) {
-      if (--pending[s] == 0) ready.insert(s);
+      if (--pending[s] == 0) ready.push(s);
     }
   }
   bool same = true;
