@@ -84,9 +84,14 @@ struct Instance {
 struct PathWaiters {
   const std::vector<int>* links = nullptr;
   std::priority_queue<std::pair<double, int>> waiting;  // (priority, -node)
-  bool registered = false;                              // has waiters, and is in its links' lists
   int epoch = 0;                                        // registrations so far
-  int busy = 0;                                         // busy links, while registered
+};
+
+// What freeing and taking links checks of a class, kept apart from its
+// queue (dense: a link's list of classes is scanned at every change).
+struct ClassState {
+  int live = 0;  // its epoch while registered (it has waiters, and is in its links' lists); 0: not
+  int busy = 0;  // busy links, while registered
 };
 
 struct Event {
@@ -164,6 +169,7 @@ class Sim {
   // of classes that use it (emptied ones dropped lazily), and the classes
   // whose links all freed at once.
   std::vector<PathWaiters> classes_;
+  std::vector<ClassState> class_state_;  // by class
   absl::flat_hash_map<int64_t, int> class_ids_;
   // Collectives over the same links share a class (per collective, lazily).
   std::vector<int> collective_class_;

@@ -130,30 +130,35 @@ int Sim::PathClass(int n) {
       std::sort(links.begin(), links.end());
       auto [it, added] =
           link_set_class_.try_emplace(std::move(links), static_cast<int>(classes_.size()));
-      if (added) classes_.push_back(PathWaiters{&Links(n)});
+      if (added) {
+        classes_.push_back(PathWaiters{&Links(n)});
+        class_state_.emplace_back();
+      }
       cc = it->second;
     }
     return cc;
   }
   const int64_t key = static_cast<int64_t>(node.path_from) * topo_.num_devices() + node.path_to;
   auto [it, added] = class_ids_.try_emplace(key, static_cast<int>(classes_.size()));
-  if (added) classes_.push_back(PathWaiters{&Links(n)});
+  if (added) {
+    classes_.push_back(PathWaiters{&Links(n)});
+    class_state_.emplace_back();
+  }
   return it->second;
 }
 
 void Sim::TryStartComm(int n) {
   const int c = PathClass(n);
   PathWaiters& pc = classes_[c];
-  if (!pc.registered) {
+  if (class_state_[c].live == 0) {
     int busy = 0;
     for (int r : *pc.links) busy += link_busy_[r] ? 1 : 0;
     if (busy == 0) {
       Start(n);
       return;
     }
-    pc.registered = true;
-    pc.busy = busy;
     ++pc.epoch;
+    class_state_[c] = {pc.epoch, busy};
     for (int r : *pc.links) link_classes_[r].push_back({c, pc.epoch});
   }
   pc.waiting.push({priority_[n], -n});
@@ -167,7 +172,7 @@ void Sim::ForClasses(int r, Fn&& fn) {
   size_t kept = 0;
   for (size_t i = 0; i < list.size(); ++i) {
     const auto [c, epoch] = list[i];
-    if (!classes_[c].registered || classes_[c].epoch != epoch) continue;
+    if (class_state_[c].live != epoch) continue;  // emptied (0) or registered again since
     list[kept++] = list[i];
     fn(c);
   }
@@ -179,7 +184,7 @@ void Sim::FreeLinks(int n) {
   for (int r : Links(n)) {
     link_busy_[r] = false;
     ForClasses(r, [&](int c) {
-      if (--classes_[c].busy == 0) startable_.push_back(c);
+      if (--class_state_[c].busy == 0) startable_.push_back(c);
     });
   }
   // Starts only make links busy, so a class passed over cannot become
@@ -190,7 +195,7 @@ void Sim::FreeLinks(int n) {
     size_t kept = 0;
     for (size_t i = 0; i < startable_.size(); ++i) {
       const int c = startable_[i];
-      if (!classes_[c].registered || classes_[c].busy != 0) continue;
+      if (class_state_[c].live == 0 || class_state_[c].busy != 0) continue;
       startable_[kept++] = c;
       if (best < 0 || classes_[c].waiting.top() > classes_[best].waiting.top()) best = c;
     }
@@ -199,7 +204,7 @@ void Sim::FreeLinks(int n) {
     PathWaiters& pc = classes_[best];
     const int w = -pc.waiting.top().second;
     pc.waiting.pop();
-    if (pc.waiting.empty()) pc.registered = false;
+    if (pc.waiting.empty()) class_state_[best].live = 0;
     Start(w);
   }
 }
@@ -248,7 +253,7 @@ void Sim::Start(int n) {
     for (int r : Links(n)) {
       link_busy_[r] = true;
       link_busy_s_[r] += duration;
-      ForClasses(r, [&](int c) { ++classes_[c].busy; });
+      ForClasses(r, [&](int c) { ++class_state_[c].busy; });
     }
   }
   // Writers allocate their outputs when they start.
