@@ -9,7 +9,6 @@
 #include <tuple>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "src/common/status.h"
 #include "src/graph/graph_index.h"

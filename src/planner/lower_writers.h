@@ -33,9 +33,8 @@ struct Key {
 
 // Writer lists and marks by instance: references to a list stay valid
 // while others are added (lists live in a deque); operator[] adds an empty
-// list. The
-// instances of one (tensor, device) form a short chain (a slice, the
-// assembled whole), found from a table of chain heads where tensors ×
+// list. The instances of one (tensor, device) form a short chain (a slice,
+// the assembled whole), found from a table of chain heads where tensors ×
 // devices stay few enough, else from a map (as the simulator finds them).
 class WriterLists {
  public:
@@ -44,7 +43,7 @@ class WriterLists {
     if (heads <= kMaxHeadTable) head_table_.assign(static_cast<size_t>(heads), -1);
   }
   std::vector<int64_t>& operator[](const Key& k) {
-    const int e = Entry(k);
+    const int e = EntryOf(k);
     entries_[e].marks |= kWritten;
     return lists_[e];
   }
@@ -57,7 +56,7 @@ class WriterLists {
 
   // Marks k (kPersistent or kFed); whether it was not marked so before.
   bool Mark(const Key& k, uint8_t mark) {
-    const int e = Entry(k);
+    const int e = EntryOf(k);
     if (entries_[e].marks & mark) return false;
     entries_[e].marks |= mark;
     return true;
@@ -78,7 +77,7 @@ class WriterLists {
     uint8_t marks;
   };
   // k's entry, added (with an empty list) when new.
-  int Entry(const Key& k) {
+  int EntryOf(const Key& k) {
     int& head = Head(k);
     if (const int e = Walk(head, k); e >= 0) return e;
     entries_.push_back({k.begin, k.end, head, 0});
@@ -111,7 +110,7 @@ class WriterLists {
   int devices_;
   std::vector<int> head_table_;
   absl::flat_hash_map<int64_t, int> head_map_;
-  std::vector<struct Entry> entries_;  // by list
+  std::vector<Entry> entries_;  // by list
   std::deque<std::vector<int64_t>> lists_;
 };
 
