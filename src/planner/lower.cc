@@ -548,15 +548,14 @@ absl::Status Lowerer::Run(const quilt::v1::Strategy& s, const CostModel* cost, b
   }
   std::vector<double> priority = HeftPriorities(instrs_, groups_, topo_, ix_, cost, s.order());
   std::vector<quilt::v1::DeviceProgram*> per_device(topo_.num_devices(), nullptr);
-  std::vector<int> used;
-  for (const auto& [d, ins] : instrs_) used.push_back(d);
-  // Sorted: hash-set order must not reach the program.
+  std::vector<bool> used(topo_.num_devices(), false);
+  for (const auto& [d, ins] : instrs_) used[d] = true;
+  // Sorted: the program lists them by tensor, device and rows.
   const std::vector<Key> persistent = Sorted(persistent_), feeds = Sorted(feeds_);
-  for (const auto& k : persistent) used.push_back(k.device);
-  for (const auto& k : feeds) used.push_back(k.device);
-  std::sort(used.begin(), used.end());
-  used.erase(std::unique(used.begin(), used.end()), used.end());
-  for (int d : used) {
+  for (const auto& k : persistent) used[k.device] = true;
+  for (const auto& k : feeds) used[k.device] = true;
+  for (int d = 0; d < topo_.num_devices(); ++d) {
+    if (!used[d]) continue;
     per_device[d] = prog.add_devices();
     per_device[d]->set_device(topo_.device(d).id);
   }
