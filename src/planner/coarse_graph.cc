@@ -248,7 +248,8 @@ absl::StatusOr<std::unique_ptr<CoarseModel>> CoarseModel::Build(const Graph& g,
   std::map<std::string, int> flat = flat_of_param;
   flat.insert(flat_of_grad.begin(), flat_of_grad.end());
   for (const TensorBundle& b :
-       bundle ? BundleTensors(g, coarse_of, 2 * groups, flat) : std::vector<TensorBundle>{}) {
+       bundle ? BundleTensors(g, coarse_of, 2 * groups, producer, consumers, flat)
+              : std::vector<TensorBundle>{}) {
     RETURN_IF_ERROR(cg.AddTensor(b.info));
     if (b.frozen_parameter) add_frozen(b.name);
     for (const std::string& t : b.members) m->merged_[t] = b.name;

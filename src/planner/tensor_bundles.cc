@@ -25,43 +25,34 @@ struct BundleKey {
 }  // namespace
 
 std::vector<TensorBundle> BundleTensors(const Graph& g, const std::vector<int>& coarse_of,
-                                        int first_update, const std::map<std::string, int>& flat) {
-  std::map<std::string, std::vector<int>> readers_of;
-  for (size_t i = 0; i < g.ops.size(); ++i) {
-    const int c = coarse_of[i];
-    if (c < 0 || c >= first_update) continue;
-    for (const std::string& t : g.ops[i].inputs) {
-      if (!t.empty()) readers_of[t].push_back(c);
-    }
-  }
+                                        int first_update,
+                                        const std::map<std::string, int>& producer,
+                                        const std::map<std::string, std::vector<int>>& consumers,
+                                        const std::map<std::string, int>& flat) {
   std::map<BundleKey, std::vector<std::string>> groups;
   std::set<std::string> seen;
-  auto consider = [&](const std::string& t, int producer, bool local) {
+  auto consider = [&](const std::string& t, int from, bool local) {
     if (!seen.insert(t).second || local || flat.count(t) || t == g.loss.output) return;
     const TensorInfo* info = g.FindTensor(t);
     if (info == nullptr || info->interleaved_batch) return;
     const TensorRole role = info->role;
-    if (producer < 0 ? (role != TensorRole::kConstant && role != TensorRole::kParameter)
-                     : (role == TensorRole::kInput || role == TensorRole::kLabel ||
-                        role == TensorRole::kParameter || role == TensorRole::kOptimizerState)) {
+    if (from < 0 ? (role != TensorRole::kConstant && role != TensorRole::kParameter)
+                 : (role == TensorRole::kInput || role == TensorRole::kLabel ||
+                    role == TensorRole::kParameter || role == TensorRole::kOptimizerState)) {
       return;
     }
-    auto r = readers_of.find(t);
-    if (r == readers_of.end()) return;
-    BundleKey key{
-        producer, {}, info->shape.HasBatch(), producer < 0 ? role : TensorRole::kActivation};
-    for (int c : r->second) {
-      if (c != producer) key.readers.push_back(c);
+    auto r = consumers.find(t);
+    if (r == consumers.end()) return;
+    BundleKey key{from, {}, info->shape.HasBatch(), from < 0 ? role : TensorRole::kActivation};
+    for (int i : r->second) {
+      const int c = coarse_of[i];
+      if (c >= 0 && c < first_update && c != from) key.readers.push_back(c);
     }
     if (key.readers.empty()) return;
     std::sort(key.readers.begin(), key.readers.end());
     key.readers.erase(std::unique(key.readers.begin(), key.readers.end()), key.readers.end());
     groups[key].push_back(t);
   };
-  std::map<std::string, int> producer_of;
-  for (size_t i = 0; i < g.ops.size(); ++i) {
-    for (const std::string& t : g.ops[i].outputs) producer_of[t] = static_cast<int>(i);
-  }
   for (size_t i = 0; i < g.ops.size(); ++i) {
     const int c = coarse_of[i];
     if (c < 0 || c >= first_update) continue;
@@ -71,7 +62,7 @@ std::vector<TensorBundle> BundleTensors(const Graph& g, const std::vector<int>& 
       consider(op.outputs[o], c, IsLocalOutput(op, schema, static_cast<int>(o)));
     }
     for (const std::string& t : op.inputs) {
-      if (!t.empty() && !producer_of.count(t)) consider(t, -1, false);
+      if (!t.empty() && !producer.count(t)) consider(t, -1, false);
     }
   }
   std::vector<TensorBundle> bundles;

@@ -28,10 +28,14 @@ struct TensorBundle {
 
 // `coarse_of`: each fine op's coarse op (-1: none); coarse ops from
 // `first_update` on are parameter updates (they read only flat tensors).
-// `flat`: fine tensors the coarse graph replaces by flat ones. Bundles of
-// two or more tensors only.
+// `producer`, `consumers`: each tensor's producing fine op and reading
+// fine ops. `flat`: fine tensors the coarse graph replaces by flat ones.
+// Bundles of two or more tensors only.
 std::vector<TensorBundle> BundleTensors(const Graph& g, const std::vector<int>& coarse_of,
-                                        int first_update, const std::map<std::string, int>& flat);
+                                        int first_update,
+                                        const std::map<std::string, int>& producer,
+                                        const std::map<std::string, std::vector<int>>& consumers,
+                                        const std::map<std::string, int>& flat);
 
 }  // namespace quilt
 
