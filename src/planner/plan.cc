@@ -6,6 +6,7 @@
 #include <optional>
 #include <set>
 #include <thread>
+#include <vector>
 
 #include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
@@ -94,14 +95,24 @@ absl::StatusOr<quilt::v1::StrategyEstimate> Estimate(const GraphIndex& ix, const
   ASSIGN_OR_RETURN(SimResult r, Simulate(*prog, g, topo, cost, so));
   if (both_orders) {
     // Priorities do not change what the program does: the same program
-    // reranked, simulated, and kept if faster.
-    quilt::v1::DistributedProgram other = *prog;
-    RETURN_IF_ERROR(Reprioritize(ix, topo, &cost, OtherOrder(ns.strategy.order()), &other));
-    ASSIGN_OR_RETURN(SimResult ro, Simulate(other, g, topo, cost, so));
+    // reranked, simulated, and kept if faster (else its priorities and
+    // order are put back: cheaper than copying the program).
+    std::vector<double> priorities;
+    for (const auto& dp : prog->devices()) {
+      for (const auto& ins : dp.instructions()) priorities.push_back(ins.priority());
+    }
+    const quilt::v1::ExecutionOrder order = prog->strategy().order();
+    RETURN_IF_ERROR(Reprioritize(ix, topo, &cost, OtherOrder(ns.strategy.order()), &*prog));
+    ASSIGN_OR_RETURN(SimResult ro, Simulate(*prog, g, topo, cost, so));
     const bool fits = r.out_of_memory.empty(), other_fits = ro.out_of_memory.empty();
     if (other_fits && (!fits || ro.step_time_s < r.step_time_s)) {
-      *prog = std::move(other);
       r = std::move(ro);
+    } else {
+      size_t k = 0;
+      for (auto& dp : *prog->mutable_devices()) {
+        for (auto& ins : *dp.mutable_instructions()) ins.set_priority(priorities[k++]);
+      }
+      prog->mutable_strategy()->set_order(order);
     }
   }
   *e.mutable_strategy() = prog->strategy();
