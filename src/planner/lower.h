@@ -62,6 +62,10 @@ absl::Status Reprioritize(const Graph& graph, const Topology& topology, const Co
                           quilt::v1::ExecutionOrder order, quilt::v1::DistributedProgram* program);
 absl::Status Reprioritize(const GraphIndex& index, const Topology& topology, const CostModel* cost,
                           quilt::v1::ExecutionOrder order, quilt::v1::DistributedProgram* program);
+// A program's instruction priorities in program order, and the same put
+// back (into the same program, or one with its instructions in that order).
+std::vector<double> Priorities(const quilt::v1::DistributedProgram& program);
+void SetPriorities(const std::vector<double>& priorities, quilt::v1::DistributedProgram* program);
 
 // Bytes of rows [begin, end) of `t` (whole tensor when begin = end = 0;
 // batch rows for batch tensors, rows of dim 0 otherwise).

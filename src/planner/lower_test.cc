@@ -288,6 +288,8 @@ TEST(Lower, ReprioritizeMatchesLoweringInThatOrder) {
   Strategy strategy = DataParallelStrategy(s->graph, s->topo, {1, 1, 1, 1},
                                            quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE, "dp");
   DistributedProgram critical = LowerChecked(*s, strategy, 32);
+  const DistributedProgram original = critical;
+  const std::vector<double> saved = Priorities(critical);
   strategy.set_order(quilt::v1::EXECUTION_ORDER_TRANSFERS_FIRST);
   const DistributedProgram lifted = LowerChecked(*s, strategy, 32);
   bool differ = false;
@@ -313,6 +315,11 @@ TEST(Lower, ReprioritizeMatchesLoweringInThatOrder) {
       b.clear_priority();
       EXPECT_EQ(a.SerializeAsString(), b.SerializeAsString());
     }
+  }
+  // Put back, its instructions are those lowered in the first order again.
+  SetPriorities(saved, &critical);
+  for (int d = 0; d < critical.devices_size(); ++d) {
+    EXPECT_EQ(critical.devices(d).SerializeAsString(), original.devices(d).SerializeAsString());
   }
   critical.mutable_devices(0)->mutable_instructions(0)->add_deps(1 << 30);
   EXPECT_THAT(Reprioritize(s->graph, s->topo, s->cost.get(),

@@ -97,10 +97,7 @@ absl::StatusOr<quilt::v1::StrategyEstimate> Estimate(const GraphIndex& ix, const
     // Priorities do not change what the program does: the same program
     // reranked, simulated, and kept if faster (else its priorities and
     // order are put back: cheaper than copying the program).
-    std::vector<double> priorities;
-    for (const auto& dp : prog->devices()) {
-      for (const auto& ins : dp.instructions()) priorities.push_back(ins.priority());
-    }
+    const std::vector<double> priorities = Priorities(*prog);
     const quilt::v1::ExecutionOrder order = prog->strategy().order();
     RETURN_IF_ERROR(Reprioritize(ix, topo, &cost, OtherOrder(ns.strategy.order()), &*prog));
     ASSIGN_OR_RETURN(SimResult ro, Simulate(*prog, g, topo, cost, so));
@@ -108,10 +105,7 @@ absl::StatusOr<quilt::v1::StrategyEstimate> Estimate(const GraphIndex& ix, const
     if (other_fits && (!fits || ro.step_time_s < r.step_time_s)) {
       r = std::move(ro);
     } else {
-      size_t k = 0;
-      for (auto& dp : *prog->mutable_devices()) {
-        for (auto& ins : *dp.mutable_instructions()) ins.set_priority(priorities[k++]);
-      }
+      SetPriorities(priorities, &*prog);
       prog->mutable_strategy()->set_order(order);
     }
   }

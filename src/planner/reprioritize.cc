@@ -69,4 +69,21 @@ absl::Status Reprioritize(const GraphIndex& ix, const Topology& topo, const Cost
   return absl::OkStatus();
 }
 
+std::vector<double> Priorities(const quilt::v1::DistributedProgram& program) {
+  std::vector<double> out;
+  for (const auto& dp : program.devices()) {
+    for (const auto& ins : dp.instructions()) out.push_back(ins.priority());
+  }
+  return out;
+}
+
+void SetPriorities(const std::vector<double>& priorities, quilt::v1::DistributedProgram* program) {
+  size_t k = 0;
+  for (auto& dp : *program->mutable_devices()) {
+    for (auto& ins : *dp.mutable_instructions()) {
+      if (k < priorities.size()) ins.set_priority(priorities[k++]);
+    }
+  }
+}
+
 }  // namespace quilt
