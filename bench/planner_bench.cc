@@ -22,6 +22,8 @@
 #include <algorithm>
 #include <iostream>
 #include <memory>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "CLI/CLI.hpp"
@@ -53,21 +55,11 @@ double FineTime(const quilt::Graph& g, const quilt::Topology& topo, const quilt:
   return r.ok() ? r->step_time_s : -1;
 }
 
-// The graph coarsened as the search coarsens it.
-absl::StatusOr<std::unique_ptr<quilt::CoarseModel>> Coarsen(const quilt::Graph& g,
-                                                            const quilt::Topology& topo,
-                                                            const quilt::CostModel& cost,
-                                                            int64_t batch) {
-  const quilt::Grouping grouping = quilt::GroupOps(
-      g, cost, quilt::AutoGroups(topo), std::max<int64_t>(1, batch / topo.num_devices()));
-  return quilt::CoarseModel::Build(g, grouping, cost);
-}
-
 // The coarse and the full prediction of every baseline's state.
 nlohmann::json Diagnose(const quilt::Graph& g, const quilt::Topology& topo, int64_t batch) {
   nlohmann::json out;
   auto cost = quilt::CostModel::Create(&g, &topo);
-  auto coarse = Coarsen(g, topo, *cost, batch);
+  auto coarse = quilt::CoarsenForSearch(g, topo, *cost, batch, 0);
   if (!coarse.ok()) return {{"error", std::string(coarse.status().message())}};
   quilt::SearchSpace space(topo, *cost, **coarse, batch, 1.0);
   for (const quilt::NamedStrategy& ns : quilt::Baselines(g, topo, *cost, batch)) {
@@ -90,10 +82,12 @@ nlohmann::json Diagnose(const quilt::Graph& g, const quilt::Topology& topo, int6
 nlohmann::json TimeCandidates(const quilt::Graph& g, const quilt::Topology& topo, int64_t batch,
                               int repeat) {
   auto cost = quilt::CostModel::Create(&g, &topo);
-  auto coarse = Coarsen(g, topo, *cost, batch);
+  auto coarse = quilt::CoarsenForSearch(g, topo, *cost, batch, 0);
   if (!coarse.ok()) return {{"error", std::string(coarse.status().message())}};
   quilt::SearchSpace space(topo, *cost, **coarse, batch, 1.0);
-  nlohmann::json out;
+  // The fastest baseline on the coarse model, then its candidate timed.
+  std::optional<quilt::PlanState> fastest;
+  std::string name;
   double best = -1;
   for (const quilt::NamedStrategy& ns : quilt::Baselines(g, topo, *cost, batch)) {
     if (!ns.infeasible_reason.empty() || ns.name == "single-device") continue;
@@ -101,37 +95,39 @@ nlohmann::json TimeCandidates(const quilt::Graph& g, const quilt::Topology& topo
     auto score = space.Evaluate(state);
     if (!score.ok() || (best >= 0 && score->time_s >= best)) continue;
     best = score->time_s;
-    const quilt::v1::Strategy s = space.CoarseStrategy(state);
-    const quilt::CostModel& ccost = (*coarse)->cost();
-    quilt::SimOptions so;
-    so.index = &(*coarse)->index();
-    std::vector<double> lower_us, sim_us;
-    int64_t instructions = 0;
-    for (int i = 0; i < repeat; ++i) {
-      google::protobuf::Arena arena;
-      const absl::Time t0 = absl::Now();
-      auto p = quilt::LowerOnArena((*coarse)->index(), s, topo, &ccost, batch, &arena);
-      const absl::Time t1 = absl::Now();
-      if (!p.ok()) return {{"error", std::string(p.status().message())}};
-      auto r = quilt::Simulate(**p, (*coarse)->graph(), topo, ccost, so);
-      if (!r.ok()) return {{"error", std::string(r.status().message())}};
-      lower_us.push_back(absl::ToDoubleMicroseconds(t1 - t0));
-      sim_us.push_back(absl::ToDoubleMicroseconds(absl::Now() - t1));
-      instructions = 0;
-      for (const auto& dp : (*p)->devices()) instructions += dp.instructions_size();
-    }
-    auto median = [](std::vector<double> v) {
-      std::sort(v.begin(), v.end());
-      return v[v.size() / 2];
-    };
-    out = {{"plan", ns.name},
-           {"groups", (*coarse)->num_groups()},
-           {"instructions", instructions},
-           {"lower_us", median(lower_us)},
-           {"simulate_us", median(sim_us)},
-           {"candidates_per_s", 1e6 / (median(lower_us) + median(sim_us))}};
+    fastest = state;
+    name = ns.name;
   }
-  return out;
+  if (!fastest.has_value()) return {{"error", "no data-parallel baseline simulates"}};
+  const quilt::v1::Strategy s = space.CoarseStrategy(*fastest);
+  const quilt::CostModel& ccost = (*coarse)->cost();
+  quilt::SimOptions so;
+  so.index = &(*coarse)->index();
+  std::vector<double> lower_us, sim_us;
+  int64_t instructions = 0;
+  for (int i = 0; i < repeat; ++i) {
+    google::protobuf::Arena arena;
+    const absl::Time t0 = absl::Now();
+    auto p = quilt::LowerOnArena((*coarse)->index(), s, topo, &ccost, batch, &arena);
+    const absl::Time t1 = absl::Now();
+    if (!p.ok()) return {{"error", std::string(p.status().message())}};
+    auto r = quilt::Simulate(**p, (*coarse)->graph(), topo, ccost, so);
+    if (!r.ok()) return {{"error", std::string(r.status().message())}};
+    lower_us.push_back(absl::ToDoubleMicroseconds(t1 - t0));
+    sim_us.push_back(absl::ToDoubleMicroseconds(absl::Now() - t1));
+    instructions = 0;
+    for (const auto& dp : (*p)->devices()) instructions += dp.instructions_size();
+  }
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  return {{"plan", name},
+          {"groups", (*coarse)->num_groups()},
+          {"instructions", instructions},
+          {"lower_us", median(lower_us)},
+          {"simulate_us", median(sim_us)},
+          {"candidates_per_s", 1e6 / (median(lower_us) + median(sim_us))}};
 }
 
 }  // namespace

@@ -129,8 +129,13 @@ absl::StatusOr<std::pair<PlanState, Score>> Enumerate(
 
 }  // namespace
 
-int AutoGroups(const Topology& topo) {
-  return std::clamp(192 / std::max(1, topo.num_devices()), 12, 24);
+absl::StatusOr<std::unique_ptr<CoarseModel>> CoarsenForSearch(const Graph& g, const Topology& topo,
+                                                              const CostModel& cost, int64_t batch,
+                                                              int target_groups) {
+  const int target =
+      target_groups > 0 ? target_groups : std::clamp(192 / std::max(1, topo.num_devices()), 12, 24);
+  const int64_t rows = std::max<int64_t>(1, batch / std::max(1, topo.num_devices()));
+  return CoarseModel::Build(g, GroupOps(g, cost, target, rows), cost);
 }
 
 absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
@@ -140,10 +145,9 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
   const absl::Time start = absl::Now();
   const absl::Time deadline = start + absl::Seconds(options.time_budget_s);
   if (!g.has_backward) return absl::InvalidArgumentError("planning needs a training graph");
-  const int target = options.target_groups > 0 ? options.target_groups : AutoGroups(topo);
-  const int64_t rows = std::max<int64_t>(1, batch / std::max(1, topo.num_devices()));
-  const Grouping grouping = GroupOps(g, cost, target, rows);
-  ASSIGN_OR_RETURN(std::unique_ptr<CoarseModel> coarse, CoarseModel::Build(g, grouping, cost));
+  ASSIGN_OR_RETURN(std::unique_ptr<CoarseModel> coarse,
+                   CoarsenForSearch(g, topo, cost, batch, options.target_groups));
+  const Grouping& grouping = coarse->grouping();
   SearchSpace space(topo, cost, *coarse, batch, options.memory_fraction);
   SearchResult result;
   result.groups = coarse->num_groups();

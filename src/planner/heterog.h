@@ -18,6 +18,7 @@
 
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,7 @@
 #include "src/cost/cost_model.h"
 #include "src/graph/graph.h"
 #include "src/planner/baselines.h"
+#include "src/planner/coarse_graph.h"
 
 namespace quilt {
 
@@ -47,10 +49,6 @@ struct SearchProgress {
 // The search is deterministic for a seed when it ends by converging or by
 // `max_evaluations` (the default); one cut short by the time budget depends
 // on the machine's speed (the result says which ended it).
-// The number of op groups the search coarsens the graph into when
-// SearchOptions::target_groups is 0: fewer on clusters of more devices.
-int AutoGroups(const Topology& topo);
-
 struct SearchOptions {
   double time_budget_s = 10;
   // Plans judged at most once one fits: simulated, or ruled out by their
@@ -173,6 +171,13 @@ struct SearchResult {
   // faster execution order), where it fits there.
   std::map<std::string, double> baseline_coarse_s;
 };
+
+// The training graph coarsened as the search coarsens it: into
+// `target_groups` op groups (0: fewer on clusters of more devices), their
+// costs taken at the batch's rows per device.
+absl::StatusOr<std::unique_ptr<CoarseModel>> CoarsenForSearch(const Graph& g, const Topology& topo,
+                                                              const CostModel& cost, int64_t batch,
+                                                              int target_groups);
 
 // `baselines`: the strategies to start from (their names and placements).
 // Errors: INVALID_ARGUMENT for a graph without a backward pass.

@@ -99,7 +99,7 @@ absl::StatusOr<quilt::v1::StrategyEstimate> Estimate(const GraphIndex& ix, const
     // order are put back: cheaper than copying the program).
     const std::vector<double> priorities = Priorities(*prog);
     const quilt::v1::ExecutionOrder order = prog->strategy().order();
-    RETURN_IF_ERROR(Reprioritize(ix, topo, &cost, OtherOrder(ns.strategy.order()), &*prog));
+    RETURN_IF_ERROR(Reprioritize(ix, topo, &cost, OtherOrder(order), &*prog));
     ASSIGN_OR_RETURN(SimResult ro, Simulate(*prog, g, topo, cost, so));
     const bool fits = r.out_of_memory.empty(), other_fits = ro.out_of_memory.empty();
     if (other_fits && (!fits || ro.step_time_s < r.step_time_s)) {
