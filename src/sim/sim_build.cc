@@ -74,21 +74,13 @@ absl::Status Sim::Build() {
   for (const auto& dp : prog_.devices()) total += dp.instructions_size();
   nodes_.reserve(total);
   priority_.reserve(total);
-  // Instruction id → node: a table when ids are dense (lowered programs
-  // number them 0..n-1), a hash map otherwise.
-  int64_t max_id = -1;
-  bool non_negative = true;
-  for (const auto& dp : prog_.devices()) {
-    for (const Instruction& ins : dp.instructions()) {
-      max_id = std::max(max_id, ins.id());
-      non_negative &= ins.id() >= 0;
-    }
-  }
-  const bool dense = non_negative && max_id < 4 * static_cast<int64_t>(total) + 16;
-  std::vector<int> id_table(dense ? max_id + 1 : 0, -1);
+  // Instruction id → node: a table for ids below a few times the count
+  // (lowered programs number them 0..n-1), a hash map for others.
+  const int64_t table_ids = 4 * static_cast<int64_t>(total) + 16;
+  std::vector<int> id_table(static_cast<size_t>(table_ids), -1);
   absl::flat_hash_map<int64_t, int> id_map;
   auto remember = [&](int64_t id, int n) {
-    if (dense) {
+    if (id >= 0 && id < table_ids) {
       if (id_table[id] >= 0) return false;
       id_table[id] = n;
       return true;
@@ -96,7 +88,7 @@ absl::Status Sim::Build() {
     return id_map.emplace(id, n).second;
   };
   auto node_of = [&](int64_t id) {
-    if (dense) return id >= 0 && id <= max_id ? id_table[id] : -1;
+    if (id >= 0 && id < table_ids) return id_table[id];
     auto it = id_map.find(id);
     return it == id_map.end() ? -1 : it->second;
   };
@@ -110,6 +102,11 @@ absl::Status Sim::Build() {
   }
   instances_.reserve(total);
   absl::flat_hash_map<int64_t, int> send_tag, recv_tag, push_tag;
+  // Read while each instruction is at hand (a large program does not stay
+  // in cache): (node, instruction id it depends on), (accumulate, push tag)
+  // and each send's bytes.
+  std::vector<std::pair<int, int64_t>> deps, accumulates;
+  absl::flat_hash_map<int, int64_t> send_bytes;
   absl::flat_hash_map<int64_t, int> collective_of;
   absl::flat_hash_map<int64_t, std::vector<int>> groups;
   for (const quilt::v1::DeviceGroup& group : prog_.groups()) {
@@ -120,10 +117,13 @@ absl::Status Sim::Build() {
       members.push_back(md);
     }
   }
+  std::vector<int> device_of;
+  device_of.reserve(prog_.devices_size());
   for (const quilt::v1::DeviceProgram& dp : prog_.devices()) {
     const int d = topo_.DeviceIndex(dp.device());
     if (d < 0)
       return absl::InvalidArgumentError("program names unknown device '" + dp.device() + "'");
+    device_of.push_back(d);
     for (const quilt::v1::TensorRange& r : dp.persistent()) {
       ASSIGN_OR_RETURN(int t, TensorId(r.tensor()));
       instances_[InstanceFor(t, d, r.begin(), r.end())].persistent = true;
@@ -132,185 +132,187 @@ absl::Status Sim::Build() {
       ASSIGN_OR_RETURN(int t, TensorId(r.tensor()));
       feeds_.push_back(InstanceFor(t, d, r.begin(), r.end()));
     }
-    for (const Instruction& ins : dp.instructions()) {
+  }
+  // One pass over the instructions.
+  for (int di = 0; di < prog_.devices_size(); ++di) {
+    const int d = device_of[di];
+    const DeviceSpeed& speed = cost_.speed(d);
+    for (const Instruction& ins : prog_.devices(di).instructions()) {
       const int n = static_cast<int>(nodes_.size());
       if (!remember(ins.id(), n)) {
         return absl::InvalidArgumentError(
             absl::StrCat("instruction id ", ins.id(), " is used twice"));
       }
-      Node node;
+      nodes_.emplace_back();
+      Node& node = nodes_.back();
       node.device = d;
       node.ins = &ins;
-      nodes_.push_back(node);
       priority_.push_back(ins.priority());
-    }
-  }
-  for (size_t ni = 0; ni < nodes_.size(); ++ni) {
-    const int n = static_cast<int>(ni);
-    Node& node = nodes_[n];
-    const Instruction& ins = *node.ins;
-    const int d = node.device;
-    const DeviceSpeed& speed = cost_.speed(d);
-    switch (ins.kind_case()) {
-      case Instruction::kCompute: {
-        node.kind = Kind::kCompute;
-        const int op = ix_->OpIndex(ins.compute().op());
-        if (op < 0) {
-          return absl::InvalidArgumentError("program runs unknown op '" + ins.compute().op() + "'");
-        }
-        const int64_t b = ins.compute().begin(), e = ins.compute().end();
-        const bool shard = is_update(op) && !(b == 0 && e == 0);
-        double dur = cost_.OpTime(op, d, e - b);
-        if (shard) {
-          const TensorInfo& p = g_.tensors()[ix_->Inputs(op)[0]];
-          const int64_t rows = p.shape.rank() == 0 ? 1 : std::max<int64_t>(1, p.shape.dim(0).value);
-          dur *= static_cast<double>(e - b) / static_cast<double>(rows);
-        }
-        node.duration = dur;
-        for (int t : ix_->Inputs(op)) {
-          if (t < 0) continue;
-          const bool bt = ix_->Batched(t);
-          const int inst = Containing(t, d, bt || shard ? b : 0, bt || shard ? e : 0);
-          if (inst >= 0) reads_.Add(n, inst);
-        }
-        if (!is_update(op)) {  // updates write in place
-          for (int t : ix_->Outputs(op)) {
+      for (int64_t dep : ins.deps()) deps.push_back({n, dep});
+      switch (ins.kind_case()) {
+        case Instruction::kCompute: {
+          node.kind = Kind::kCompute;
+          const int op = ix_->OpIndex(ins.compute().op());
+          if (op < 0) {
+            return absl::InvalidArgumentError("program runs unknown op '" + ins.compute().op() +
+                                              "'");
+          }
+          const int64_t b = ins.compute().begin(), e = ins.compute().end();
+          const bool shard = is_update(op) && !(b == 0 && e == 0);
+          double dur = cost_.OpTime(op, d, e - b);
+          if (shard) {
+            const TensorInfo& p = g_.tensors()[ix_->Inputs(op)[0]];
+            const int64_t rows =
+                p.shape.rank() == 0 ? 1 : std::max<int64_t>(1, p.shape.dim(0).value);
+            dur *= static_cast<double>(e - b) / static_cast<double>(rows);
+          }
+          node.duration = dur;
+          for (int t : ix_->Inputs(op)) {
+            if (t < 0) continue;
             const bool bt = ix_->Batched(t);
-            writes_.Add(n, InstanceFor(t, d, bt ? b : 0, bt ? e : 0));
+            const int inst = Containing(t, d, bt || shard ? b : 0, bt || shard ? e : 0);
+            if (inst >= 0) reads_.Add(n, inst);
           }
+          if (!is_update(op)) {  // updates write in place
+            for (int t : ix_->Outputs(op)) {
+              const bool bt = ix_->Batched(t);
+              writes_.Add(n, InstanceFor(t, d, bt ? b : 0, bt ? e : 0));
+            }
+          }
+          break;
         }
-        break;
-      }
-      case Instruction::kSend: {
-        node.kind = Kind::kSend;
-        send_tag[ins.send().tag()] = n;
-        ASSIGN_OR_RETURN(int t, TensorId(ins.send().range().tensor()));
-        const int inst = Containing(t, d, ins.send().range().begin(), ins.send().range().end());
-        if (inst >= 0) reads_.Add(n, inst);
-        break;
-      }
-      case Instruction::kRecv: {
-        node.kind = Kind::kRecv;
-        recv_tag[ins.recv().tag()] = n;
-        ASSIGN_OR_RETURN(int t, TensorId(ins.recv().into().tensor()));
-        writes_.Add(n, InstanceFor(t, d, ins.recv().into().begin(), ins.recv().into().end()));
-        break;
-      }
-      case Instruction::kConcat: {
-        node.kind = Kind::kLocal;
-        ASSIGN_OR_RETURN(int t, TensorId(ins.concat().target().tensor()));
-        int64_t bytes = 0;
-        for (const auto& part : ins.concat().parts()) {
-          const int inst = Containing(t, d, part.begin(), part.end());
+        case Instruction::kSend: {
+          node.kind = Kind::kSend;
+          send_tag[ins.send().tag()] = n;
+          send_bytes[n] = ins.send().bytes();
+          ASSIGN_OR_RETURN(int t, TensorId(ins.send().range().tensor()));
+          const int inst = Containing(t, d, ins.send().range().begin(), ins.send().range().end());
           if (inst >= 0) reads_.Add(n, inst);
-          bytes += Bytes(t, part.begin(), part.end());
+          break;
         }
-        writes_.Add(n,
-                    InstanceFor(t, d, ins.concat().target().begin(), ins.concat().target().end()));
-        node.duration = 2.0 * bytes / speed.memory_bytes_per_s + speed.overhead_s;
-        break;
-      }
-      case Instruction::kSplit:
-        node.kind = Kind::kLocal;
-        break;
-      case Instruction::kAllReduce: {
-        node.kind = Kind::kAllReduce;
-        auto [it, fresh] = collective_of.emplace(ins.all_reduce().collective_id(),
-                                                 static_cast<int>(collectives_.size()));
-        if (fresh) {
-          Collective c;
-          auto group = groups.find(ins.all_reduce().group());
-          if (group == groups.end()) {
-            return absl::InvalidArgumentError(
-                absl::StrCat("all-reduce ", ins.all_reduce().collective_id(),
-                             " names unknown group ", ins.all_reduce().group()));
+        case Instruction::kRecv: {
+          node.kind = Kind::kRecv;
+          recv_tag[ins.recv().tag()] = n;
+          ASSIGN_OR_RETURN(int t, TensorId(ins.recv().into().tensor()));
+          writes_.Add(n, InstanceFor(t, d, ins.recv().into().begin(), ins.recv().into().end()));
+          break;
+        }
+        case Instruction::kConcat: {
+          node.kind = Kind::kLocal;
+          ASSIGN_OR_RETURN(int t, TensorId(ins.concat().target().tensor()));
+          int64_t bytes = 0;
+          for (const auto& part : ins.concat().parts()) {
+            const int inst = Containing(t, d, part.begin(), part.end());
+            if (inst >= 0) reads_.Add(n, inst);
+            bytes += Bytes(t, part.begin(), part.end());
           }
-          c.devices = group->second;
-          c.bytes = ins.all_reduce().bytes();
-          CostModel::Collective est = cost_.AllReduce(ins.all_reduce().algorithm(), c.devices,
-                                                      static_cast<double>(c.bytes));
-          c.duration = est.time_s;
-          c.resources = std::move(est.resources);
-          collectives_.push_back(std::move(c));
+          writes_.Add(
+              n, InstanceFor(t, d, ins.concat().target().begin(), ins.concat().target().end()));
+          node.duration = 2.0 * bytes / speed.memory_bytes_per_s + speed.overhead_s;
+          break;
         }
-        node.collective = it->second;
-        // The staging buffer of the sum; a direct all-reduce also receives
-        // every other member's buffer whole.
-        node.scratch = ins.all_reduce().bytes();
-        if (ins.all_reduce().algorithm() == quilt::v1::AGGREGATION_METHOD_DIRECT_ALLREDUCE) {
-          node.scratch *= static_cast<int64_t>(collectives_[it->second].devices.size());
+        case Instruction::kSplit:
+          node.kind = Kind::kLocal;
+          break;
+        case Instruction::kAllReduce: {
+          node.kind = Kind::kAllReduce;
+          auto [it, fresh] = collective_of.emplace(ins.all_reduce().collective_id(),
+                                                   static_cast<int>(collectives_.size()));
+          if (fresh) {
+            Collective c;
+            auto group = groups.find(ins.all_reduce().group());
+            if (group == groups.end()) {
+              return absl::InvalidArgumentError(
+                  absl::StrCat("all-reduce ", ins.all_reduce().collective_id(),
+                               " names unknown group ", ins.all_reduce().group()));
+            }
+            c.devices = group->second;
+            c.bytes = ins.all_reduce().bytes();
+            CostModel::Collective est = cost_.AllReduce(ins.all_reduce().algorithm(), c.devices,
+                                                        static_cast<double>(c.bytes));
+            c.duration = est.time_s;
+            c.resources = std::move(est.resources);
+            collectives_.push_back(std::move(c));
+          }
+          node.collective = it->second;
+          // The staging buffer of the sum; a direct all-reduce also receives
+          // every other member's buffer whole.
+          node.scratch = ins.all_reduce().bytes();
+          if (ins.all_reduce().algorithm() == quilt::v1::AGGREGATION_METHOD_DIRECT_ALLREDUCE) {
+            node.scratch *= static_cast<int64_t>(collectives_[it->second].devices.size());
+          }
+          collectives_[it->second].members.push_back(n);
+          for (const auto& tn : ins.all_reduce().tensors()) {
+            ASSIGN_OR_RETURN(int t, TensorId(tn));
+            const int inst = InstanceFor(t, d, 0, 0);
+            reads_.Add(n, inst);
+            writes_.Add(n, inst);
+          }
+          break;
         }
-        collectives_[it->second].members.push_back(n);
-        for (const auto& tn : ins.all_reduce().tensors()) {
-          ASSIGN_OR_RETURN(int t, TensorId(tn));
-          const int inst = InstanceFor(t, d, 0, 0);
-          reads_.Add(n, inst);
-          writes_.Add(n, inst);
-        }
-        break;
-      }
-      case Instruction::kPsPush: {
-        node.kind = Kind::kPush;
-        push_tag[ins.ps_push().tag()] = n;
-        const int server = topo_.DeviceIndex(ins.ps_push().server_device());
-        if (server < 0)
-          return absl::InvalidArgumentError("unknown server " + ins.ps_push().server_device());
-        node.path_from = d;
-        node.path_to = server;
-        node.duration =
-            topo_.PathBetween(d, server).Time(static_cast<double>(ins.ps_push().bytes()));
-        if (server != d) comm_bytes_ += ins.ps_push().bytes();
-        ASSIGN_OR_RETURN(int t, TensorId(ins.ps_push().gradient().tensor()));
-        const int inst = Containing(t, d, 0, 0);
-        if (inst >= 0) reads_.Add(n, inst);
-        break;
-      }
-      case Instruction::kPsAccumulate: {
-        node.kind = Kind::kLocal;
-        const auto& acc = ins.ps_accumulate();
-        ASSIGN_OR_RETURN(int t, TensorId(acc.gradient().tensor()));
-        const int64_t bytes = Bytes(t, acc.gradient().begin(), acc.gradient().end());
-        node.duration =
-            (acc.push_tags_size() + 1) * static_cast<double>(bytes) / speed.memory_bytes_per_s +
-            speed.overhead_s;
-        node.scratch = acc.push_tags_size() * bytes;
-        node.local_deps = ins.deps_size();
-        if (acc.includes_local()) {
+        case Instruction::kPsPush: {
+          node.kind = Kind::kPush;
+          push_tag[ins.ps_push().tag()] = n;
+          const int server = topo_.DeviceIndex(ins.ps_push().server_device());
+          if (server < 0)
+            return absl::InvalidArgumentError("unknown server " + ins.ps_push().server_device());
+          node.path_from = d;
+          node.path_to = server;
+          node.duration =
+              topo_.PathBetween(d, server).Time(static_cast<double>(ins.ps_push().bytes()));
+          if (server != d) comm_bytes_ += ins.ps_push().bytes();
+          ASSIGN_OR_RETURN(int t, TensorId(ins.ps_push().gradient().tensor()));
           const int inst = Containing(t, d, 0, 0);
           if (inst >= 0) reads_.Add(n, inst);
+          break;
         }
-        writes_.Add(n, InstanceFor(t, d, acc.gradient().begin(), acc.gradient().end()));
-        break;
+        case Instruction::kPsAccumulate: {
+          node.kind = Kind::kLocal;
+          const auto& acc = ins.ps_accumulate();
+          ASSIGN_OR_RETURN(int t, TensorId(acc.gradient().tensor()));
+          const int64_t bytes = Bytes(t, acc.gradient().begin(), acc.gradient().end());
+          node.duration =
+              (acc.push_tags_size() + 1) * static_cast<double>(bytes) / speed.memory_bytes_per_s +
+              speed.overhead_s;
+          node.scratch = acc.push_tags_size() * bytes;
+          node.local_deps = ins.deps_size();
+          node.accumulate = true;
+          for (int64_t tag : acc.push_tags()) accumulates.push_back({n, tag});
+          if (acc.includes_local()) {
+            const int inst = Containing(t, d, 0, 0);
+            if (inst >= 0) reads_.Add(n, inst);
+          }
+          writes_.Add(n, InstanceFor(t, d, acc.gradient().begin(), acc.gradient().end()));
+          break;
+        }
+        case Instruction::kPsPull: {
+          node.kind = Kind::kPull;
+          const int server = topo_.DeviceIndex(ins.ps_pull().server_device());
+          if (server < 0)
+            return absl::InvalidArgumentError("unknown server " + ins.ps_pull().server_device());
+          node.path_from = server;
+          node.path_to = d;
+          node.duration =
+              topo_.PathBetween(server, d).Time(static_cast<double>(ins.ps_pull().bytes()));
+          if (server != d) comm_bytes_ += ins.ps_pull().bytes();  // (its own: a copy)
+          ASSIGN_OR_RETURN(int t, TensorId(ins.ps_pull().parameter().tensor()));
+          writes_.Add(n, InstanceFor(t, d, 0, 0));
+          break;
+        }
+        default:
+          return absl::InvalidArgumentError(absl::StrCat("instruction ", ins.id(), " has no kind"));
       }
-      case Instruction::kPsPull: {
-        node.kind = Kind::kPull;
-        const int server = topo_.DeviceIndex(ins.ps_pull().server_device());
-        if (server < 0)
-          return absl::InvalidArgumentError("unknown server " + ins.ps_pull().server_device());
-        node.path_from = server;
-        node.path_to = d;
-        node.duration =
-            topo_.PathBetween(server, d).Time(static_cast<double>(ins.ps_pull().bytes()));
-        if (server != d) comm_bytes_ += ins.ps_pull().bytes();  // (its own: a copy)
-        ASSIGN_OR_RETURN(int t, TensorId(ins.ps_pull().parameter().tensor()));
-        writes_.Add(n, InstanceFor(t, d, 0, 0));
-        break;
-      }
-      default:
-        return absl::InvalidArgumentError(absl::StrCat("instruction ", ins.id(), " has no kind"));
     }
   }
   const int nn = static_cast<int>(nodes_.size());
-  for (int n = 0; n < nn; ++n) {
-    for (int64_t dep : nodes_[n].ins->deps()) {
-      const int from = node_of(dep);
-      if (from < 0) {
-        return absl::InvalidArgumentError(absl::StrCat("instruction ", nodes_[n].ins->id(),
-                                                       " depends on unknown instruction ", dep));
-      }
-      succ_.Add(from, n);
-      ++nodes_[n].pending;
+  for (const auto& [n, dep] : deps) {
+    const int from = node_of(dep);
+    if (from < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("instruction ", nodes_[n].ins->id(),
+                                                     " depends on unknown instruction ", dep));
     }
+    succ_.Add(from, n);
+    ++nodes_[n].pending;
   }
   for (const auto& [tag, s] : send_tag) {
     auto r = recv_tag.find(tag);
@@ -323,9 +325,9 @@ absl::Status Sim::Build() {
     recv.partner = s;
     recv.path_from = send.device;
     recv.path_to = recv.device;
-    recv.duration = topo_.PathBetween(send.device, recv.device)
-                        .Time(static_cast<double>(send.ins->send().bytes()));
-    if (send.device != recv.device) comm_bytes_ += send.ins->send().bytes();
+    const int64_t bytes = send_bytes[s];
+    recv.duration = topo_.PathBetween(send.device, recv.device).Time(static_cast<double>(bytes));
+    if (send.device != recv.device) comm_bytes_ += bytes;
     ++recv.pending;  // the send side must be ready too
   }
   for (const auto& [tag, r] : recv_tag) {
@@ -333,17 +335,13 @@ absl::Status Sim::Build() {
       return absl::InvalidArgumentError(absl::StrCat("receive with tag ", tag, " has no sender"));
     }
   }
-  for (int n = 0; n < nn; ++n) {
-    const Instruction& ins = *nodes_[n].ins;
-    if (!ins.has_ps_accumulate()) continue;
-    for (int64_t tag : ins.ps_accumulate().push_tags()) {
-      auto it = push_tag.find(tag);
-      if (it == push_tag.end()) {
-        return absl::InvalidArgumentError(absl::StrCat("accumulate waits for unknown push ", tag));
-      }
-      succ_.Add(it->second, n);
-      ++nodes_[n].pending;
+  for (const auto& [n, tag] : accumulates) {
+    auto it = push_tag.find(tag);
+    if (it == push_tag.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("accumulate waits for unknown push ", tag));
     }
+    succ_.Add(it->second, n);
+    ++nodes_[n].pending;
   }
   for (const Collective& c : collectives_) {
     comm_bytes_ +=

@@ -39,6 +39,7 @@ struct Node {
   int64_t scratch = 0;
   int local_deps = 0;  // an accumulate's dependencies not done yet
   bool scratch_held = false;
+  bool accumulate = false;  // a parameter server's accumulate
   bool comm() const { return kind != Kind::kCompute && kind != Kind::kLocal; }
 };
 

@@ -354,7 +354,7 @@ absl::StatusOr<SimResult> Sim::Run() {
   for (int f : feeds_) Alloc(f);
   for (size_t n = 0; n < nodes_.size(); ++n) {
     const Node& node = nodes_[n];
-    if (node.kind == Kind::kLocal && node.ins->has_ps_accumulate() && node.local_deps == 0) {
+    if (node.accumulate && node.local_deps == 0) {
       HoldScratch(static_cast<int>(n));
     }
   }
