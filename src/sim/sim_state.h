@@ -107,10 +107,16 @@ class Sim {
   Sim(const quilt::v1::DistributedProgram& p, const Graph& g, const Topology& t, const CostModel& c,
       const SimOptions& o)
       : prog_(p), g_(g), topo_(t), cost_(c), opt_(o) {}
+  Sim(const Sim&) = default;
+  // Prepares and replays.
   absl::StatusOr<SimResult> Run();
+  absl::Status Build();
+  // Replays a built simulator (once: it consumes its state);
+  // `prepare_wall_s` goes into the result.
+  absl::StatusOr<SimResult> Replay(double prepare_wall_s);
+  std::vector<double>& priorities() { return priority_; }
 
  private:
-  absl::Status Build();
   absl::StatusOr<int> TensorId(const std::string& name) const;
   int InstanceFor(int tensor, int device, int64_t begin, int64_t end);
   int Containing(int tensor, int device, int64_t begin, int64_t end);

@@ -334,6 +334,10 @@ void Sim::Dispatch(int d) {
 absl::StatusOr<SimResult> Sim::Run() {
   const absl::Time build_start = absl::Now();
   RETURN_IF_ERROR(Build());
+  return Replay(absl::ToDoubleSeconds(absl::Now() - build_start));
+}
+
+absl::StatusOr<SimResult> Sim::Replay(double prepare_wall_s) {
   const absl::Time replay_start = absl::Now();
   const int nd = topo_.num_devices();
   ready_.resize(nd);
@@ -392,7 +396,7 @@ absl::StatusOr<SimResult> Sim::Run() {
     }
   }
   SimResult r;
-  r.prepare_wall_s = absl::ToDoubleSeconds(replay_start - build_start);
+  r.prepare_wall_s = prepare_wall_s;
   r.replay_wall_s = absl::ToDoubleSeconds(absl::Now() - replay_start);
   r.step_time_s = end_time;
   r.communication_bytes = comm_bytes_;
@@ -479,6 +483,41 @@ absl::StatusOr<SimResult> Simulate(const quilt::v1::DistributedProgram& program,
                                    const SimOptions& options) {
   sim_internal::Sim sim(program, graph, topology, cost, options);
   return sim.Run();
+}
+
+PreparedProgram::PreparedProgram() = default;
+PreparedProgram::PreparedProgram(PreparedProgram&&) noexcept = default;
+PreparedProgram& PreparedProgram::operator=(PreparedProgram&&) noexcept = default;
+PreparedProgram::~PreparedProgram() = default;
+
+absl::StatusOr<PreparedProgram> PreparedProgram::Prepare(
+    const quilt::v1::DistributedProgram& program, const Graph& graph, const Topology& topology,
+    const CostModel& cost, const SimOptions& options) {
+  PreparedProgram p;
+  p.options_ = std::make_unique<SimOptions>(options);
+  // The index lives here, not in the simulator: each replay copies the
+  // simulator.
+  if (options.index == nullptr || &options.index->graph() != &graph) {
+    ASSIGN_OR_RETURN(GraphIndex ix, GraphIndex::Build(graph));
+    p.index_ = std::make_unique<GraphIndex>(std::move(ix));
+    p.options_->index = p.index_.get();
+  }
+  p.sim_ = std::make_unique<sim_internal::Sim>(program, graph, topology, cost, *p.options_);
+  RETURN_IF_ERROR(p.sim_->Build());
+  return p;
+}
+
+absl::StatusOr<SimResult> PreparedProgram::Replay(const std::vector<double>* priorities) const {
+  const absl::Time start = absl::Now();
+  sim_internal::Sim sim(*sim_);
+  if (priorities != nullptr) {
+    if (priorities->size() != sim.priorities().size()) {
+      return absl::InvalidArgumentError(absl::StrCat(priorities->size(), " priorities given for ",
+                                                     sim.priorities().size(), " instructions"));
+    }
+    sim.priorities() = *priorities;
+  }
+  return sim.Replay(absl::ToDoubleSeconds(absl::Now() - start));
 }
 
 }  // namespace quilt

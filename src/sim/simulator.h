@@ -9,6 +9,7 @@
 #ifndef QUILT_SRC_SIM_SIMULATOR_H_
 #define QUILT_SRC_SIM_SIMULATOR_H_
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -79,6 +80,43 @@ struct SimOptions {
 absl::StatusOr<SimResult> Simulate(const quilt::v1::DistributedProgram& program, const Graph& graph,
                                    const Topology& topology, const CostModel& cost,
                                    const SimOptions& options = {});
+
+namespace sim_internal {
+class Sim;
+}
+
+// A program prepared for replay once and replayed any number of times:
+// under its own priorities, or under others for the same instructions (the
+// program reranked: Reprioritize in src/planner/lower.h), which is cheaper
+// than simulating it again (preparing a large program costs more than
+// replaying it). The program, graph, topology and cost model must outlive
+// it; the program may change only in its instructions' priorities (which a
+// replay does not read).
+class PreparedProgram {
+ public:
+  // Errors: as Simulate's for the program's content.
+  static absl::StatusOr<PreparedProgram> Prepare(const quilt::v1::DistributedProgram& program,
+                                                 const Graph& graph, const Topology& topology,
+                                                 const CostModel& cost,
+                                                 const SimOptions& options = {});
+  PreparedProgram(PreparedProgram&&) noexcept;
+  PreparedProgram& operator=(PreparedProgram&&) noexcept;
+  ~PreparedProgram();
+  // `priorities`: one per instruction, in the program's order (devices in
+  // order, each device's instructions in order); null: the program's own
+  // as prepared. Errors: as Simulate's replay (a dependency cycle, a
+  // collective missing members); INVALID_ARGUMENT when `priorities` does
+  // not have one per instruction. The result's prepare_wall_s is the time
+  // taken to copy the prepared state.
+  absl::StatusOr<SimResult> Replay(const std::vector<double>* priorities = nullptr) const;
+
+ private:
+  PreparedProgram();
+  // Heap-held: the simulator refers to them.
+  std::unique_ptr<SimOptions> options_;
+  std::unique_ptr<GraphIndex> index_;
+  std::unique_ptr<sim_internal::Sim> sim_;  // built, never replayed itself
+};
 
 // The trace as Chrome trace-event JSON (opens in Perfetto / chrome://tracing):
 // one process per device (compute and communication threads) and one per
