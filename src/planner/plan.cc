@@ -92,9 +92,8 @@ absl::StatusOr<quilt::v1::StrategyEstimate> Estimate(const GraphIndex& ix, const
   SimOptions so;
   so.trace = trace;
   so.index = &ix;
-  ASSIGN_OR_RETURN(const PreparedProgram prepared,
-                   PreparedProgram::Prepare(*prog, g, topo, cost, so));
-  ASSIGN_OR_RETURN(SimResult r, prepared.Replay());
+  ASSIGN_OR_RETURN(PreparedProgram prepared, PreparedProgram::Prepare(*prog, g, topo, cost, so));
+  ASSIGN_OR_RETURN(SimResult r, both_orders ? prepared.Replay() : prepared.ReplayLast());
   if (both_orders) {
     // Priorities do not change what the program does: the same program
     // reranked, replayed, and kept if faster (else its priorities and
@@ -103,7 +102,7 @@ absl::StatusOr<quilt::v1::StrategyEstimate> Estimate(const GraphIndex& ix, const
     const quilt::v1::ExecutionOrder order = prog->strategy().order();
     RETURN_IF_ERROR(Reprioritize(ix, topo, &cost, OtherOrder(order), &*prog));
     const std::vector<double> reranked = Priorities(*prog);
-    ASSIGN_OR_RETURN(SimResult ro, prepared.Replay(&reranked));
+    ASSIGN_OR_RETURN(SimResult ro, prepared.ReplayLast(&reranked));
     const bool fits = r.out_of_memory.empty(), other_fits = ro.out_of_memory.empty();
     if (other_fits && (!fits || ro.step_time_s < r.step_time_s)) {
       r = std::move(ro);

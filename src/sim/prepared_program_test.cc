@@ -1,6 +1,6 @@
 // PreparedProgram: a program prepared once replays as Simulate simulates
-// it, as often as asked, and under another program's priorities as
-// Simulate simulates that program.
+// it, as often as asked until its last replay, and under another program's
+// priorities as Simulate simulates that program.
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -45,6 +45,12 @@ TEST(PreparedProgram, ReplaysAsSimulateAndAgain) {
     ASSERT_THAT(r.status(), IsOk());
     ExpectSame(*r, *direct);
   }
+  // The last replay uses the prepared state itself: none after it.
+  absl::StatusOr<SimResult> last = prepared->ReplayLast();
+  ASSERT_THAT(last.status(), IsOk());
+  ExpectSame(*last, *direct);
+  EXPECT_THAT(prepared->Replay().status(), StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(prepared->ReplayLast().status(), StatusIs(absl::StatusCode::kFailedPrecondition));
 }
 
 TEST(PreparedProgram, ReplaysUnderAnotherProgramsPriorities) {

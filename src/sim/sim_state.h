@@ -107,6 +107,9 @@ class Sim {
   Sim(const quilt::v1::DistributedProgram& p, const Graph& g, const Topology& t, const CostModel& c,
       const SimOptions& o)
       : prog_(p), g_(g), topo_(t), cost_(c), opt_(o) {}
+  // A copy of a built simulator replays on its own (PreparedProgram). It
+  // shares the index: one built by Build (no SimOptions::index) stays the
+  // original's, which must outlive the copy.
   Sim(const Sim&) = default;
   // Prepares and replays.
   absl::StatusOr<SimResult> Run();

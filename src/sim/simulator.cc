@@ -507,17 +507,33 @@ absl::StatusOr<PreparedProgram> PreparedProgram::Prepare(
   return p;
 }
 
+namespace {
+
+absl::StatusOr<SimResult> ReplayUnder(sim_internal::Sim* sim, const std::vector<double>* priorities,
+                                      absl::Time start) {
+  if (priorities != nullptr) {
+    if (priorities->size() != sim->priorities().size()) {
+      return absl::InvalidArgumentError(absl::StrCat(priorities->size(), " priorities given for ",
+                                                     sim->priorities().size(), " instructions"));
+    }
+    sim->priorities() = *priorities;
+  }
+  return sim->Replay(absl::ToDoubleSeconds(absl::Now() - start));
+}
+
+}  // namespace
+
 absl::StatusOr<SimResult> PreparedProgram::Replay(const std::vector<double>* priorities) const {
+  if (sim_ == nullptr) return absl::FailedPreconditionError("the program was replayed last");
   const absl::Time start = absl::Now();
   sim_internal::Sim sim(*sim_);
-  if (priorities != nullptr) {
-    if (priorities->size() != sim.priorities().size()) {
-      return absl::InvalidArgumentError(absl::StrCat(priorities->size(), " priorities given for ",
-                                                     sim.priorities().size(), " instructions"));
-    }
-    sim.priorities() = *priorities;
-  }
-  return sim.Replay(absl::ToDoubleSeconds(absl::Now() - start));
+  return ReplayUnder(&sim, priorities, start);
+}
+
+absl::StatusOr<SimResult> PreparedProgram::ReplayLast(const std::vector<double>* priorities) {
+  if (sim_ == nullptr) return absl::FailedPreconditionError("the program was replayed last");
+  const std::unique_ptr<sim_internal::Sim> sim = std::move(sim_);
+  return ReplayUnder(sim.get(), priorities, absl::Now());
 }
 
 }  // namespace quilt

@@ -107,8 +107,12 @@ class PreparedProgram {
   // as prepared. Errors: as Simulate's replay (a dependency cycle, a
   // collective missing members); INVALID_ARGUMENT when `priorities` does
   // not have one per instruction. The result's prepare_wall_s is the time
-  // taken to copy the prepared state.
+  // taken to copy the prepared state. FAILED_PRECONDITION after
+  // ReplayLast.
   absl::StatusOr<SimResult> Replay(const std::vector<double>* priorities = nullptr) const;
+  // The same, replaying the prepared state itself rather than a copy (one
+  // program's state in memory, not two): the last replay.
+  absl::StatusOr<SimResult> ReplayLast(const std::vector<double>* priorities = nullptr);
 
  private:
   PreparedProgram();
