@@ -56,6 +56,18 @@ int Sim::Containing(int tensor, int device, int64_t begin, int64_t end) {
   return found;
 }
 
+absl::Status Sim::ServerTransfer(const std::string& server_device, int64_t bytes, bool to_server,
+                                 Node* node) {
+  const int server = topo_.DeviceIndex(server_device);
+  if (server < 0) return absl::InvalidArgumentError("unknown server " + server_device);
+  node->path_from = to_server ? node->device : server;
+  node->path_to = to_server ? server : node->device;
+  node->duration =
+      topo_.PathBetween(node->path_from, node->path_to).Time(static_cast<double>(bytes));
+  if (server != node->device) comm_bytes_ += bytes;  // (a server's own: a copy)
+  return absl::OkStatus();
+}
+
 absl::Status Sim::Build() {
   ix_ = opt_.index;
   if (ix_ == nullptr || &ix_->graph() != &g_) {
@@ -253,14 +265,8 @@ absl::Status Sim::Build() {
         case Instruction::kPsPush: {
           node.kind = Kind::kPush;
           push_tag[ins.ps_push().tag()] = n;
-          const int server = topo_.DeviceIndex(ins.ps_push().server_device());
-          if (server < 0)
-            return absl::InvalidArgumentError("unknown server " + ins.ps_push().server_device());
-          node.path_from = d;
-          node.path_to = server;
-          node.duration =
-              topo_.PathBetween(d, server).Time(static_cast<double>(ins.ps_push().bytes()));
-          if (server != d) comm_bytes_ += ins.ps_push().bytes();
+          RETURN_IF_ERROR(ServerTransfer(ins.ps_push().server_device(), ins.ps_push().bytes(),
+                                         /*to_server=*/true, &node));
           ASSIGN_OR_RETURN(int t, TensorId(ins.ps_push().gradient().tensor()));
           const int inst = Containing(t, d, 0, 0);
           if (inst >= 0) reads_.Add(n, inst);
@@ -287,14 +293,8 @@ absl::Status Sim::Build() {
         }
         case Instruction::kPsPull: {
           node.kind = Kind::kPull;
-          const int server = topo_.DeviceIndex(ins.ps_pull().server_device());
-          if (server < 0)
-            return absl::InvalidArgumentError("unknown server " + ins.ps_pull().server_device());
-          node.path_from = server;
-          node.path_to = d;
-          node.duration =
-              topo_.PathBetween(server, d).Time(static_cast<double>(ins.ps_pull().bytes()));
-          if (server != d) comm_bytes_ += ins.ps_pull().bytes();  // (its own: a copy)
+          RETURN_IF_ERROR(ServerTransfer(ins.ps_pull().server_device(), ins.ps_pull().bytes(),
+                                         /*to_server=*/false, &node));
           ASSIGN_OR_RETURN(int t, TensorId(ins.ps_pull().parameter().tensor()));
           writes_.Add(n, InstanceFor(t, d, 0, 0));
           break;

@@ -121,6 +121,10 @@ class Sim {
 
  private:
   absl::StatusOr<int> TensorId(const std::string& name) const;
+  // A push to (or pull from) `server_device` of `bytes` by `node` (its
+  // device set): its path and duration, its bytes counted.
+  absl::Status ServerTransfer(const std::string& server_device, int64_t bytes, bool to_server,
+                              Node* node);
   int InstanceFor(int tensor, int device, int64_t begin, int64_t end);
   int Containing(int tensor, int device, int64_t begin, int64_t end);
   const std::vector<int>& Links(int n) const;
