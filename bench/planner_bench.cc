@@ -12,8 +12,9 @@
 //       [--write-clusters DIR]
 //
 // --diagnose prints, per case, the coarsened model's and the full model's
-// prediction for the same plans (the search's start and result), to see
-// how far the search's model is from the one that reports.
+// prediction for the same plans (the baselines' placements), to see how
+// far the search's model is from the one that reports, with the busiest
+// device's compute, exposed communication and idle time in each.
 //
 // --time-candidates R skips planning and times what the search pays per
 // candidate on its coarsened graph: lowering and simulating the best
@@ -47,12 +48,26 @@
 
 namespace {
 
-double FineTime(const quilt::Graph& g, const quilt::Topology& topo, const quilt::CostModel& cost,
-                const quilt::v1::Strategy& s, int64_t batch) {
+// A simulation's step and its busiest device's breakdown (seconds).
+nlohmann::json Breakdown(const quilt::SimResult& r) {
+  return {{"step_s", r.step_time_s},
+          {"compute_s", r.compute_s},
+          {"exposed_communication_s", r.exposed_communication_s},
+          {"idle_s", r.idle_s},
+          {"device", r.critical_device},
+          {"communication_bytes", r.communication_bytes}};
+}
+
+// The full graph's simulation of `s` (nullopt when it does not lower or
+// simulate).
+std::optional<quilt::SimResult> FineRun(const quilt::Graph& g, const quilt::Topology& topo,
+                                        const quilt::CostModel& cost, const quilt::v1::Strategy& s,
+                                        int64_t batch) {
   auto prog = quilt::Lower(g, s, topo, &cost, batch);
-  if (!prog.ok()) return -1;
+  if (!prog.ok()) return std::nullopt;
   auto r = quilt::Simulate(*prog, g, topo, cost);
-  return r.ok() ? r->step_time_s : -1;
+  if (!r.ok()) return std::nullopt;
+  return std::move(*r);
 }
 
 // The coarse and the full prediction of every baseline's state.
@@ -68,10 +83,33 @@ nlohmann::json Diagnose(const quilt::Graph& g, const quilt::Topology& topo, int6
     auto score = space.Evaluate(state);
     nlohmann::json j;
     j["coarse_s"] = score.ok() ? score->time_s : -1;
-    j["full_baseline_s"] = FineTime(g, topo, *cost, ns.strategy, batch);
-    j["full_same_plan_grouped_s"] =
-        FineTime(g, topo, *cost,
-                 space.FineStrategy(g, state, ns.name, quilt::SearchSpace::kFusePerGroup), batch);
+    const std::optional<quilt::SimResult> baseline = FineRun(g, topo, *cost, ns.strategy, batch);
+    j["full_baseline_s"] = baseline.has_value() ? baseline->step_time_s : -1;
+    const std::optional<quilt::SimResult> grouped =
+        FineRun(g, topo, *cost,
+                space.FineStrategy(g, state, ns.name, quilt::SearchSpace::kFusePerGroup), batch);
+    j["full_same_plan_grouped_s"] = grouped.has_value() ? grouped->step_time_s : -1;
+    // Where the two models part: the busiest device's time by kind, on
+    // the coarse program and on the full one with the same collectives.
+    google::protobuf::Arena arena;
+    auto cp = quilt::LowerOnArena((*coarse)->index(), space.CoarseStrategy(state), topo,
+                                  &(*coarse)->cost(), batch, &arena);
+    if (cp.ok()) {
+      quilt::SimOptions so;
+      so.index = &(*coarse)->index();
+      auto cr = quilt::Simulate(**cp, (*coarse)->graph(), topo, (*coarse)->cost(), so);
+      if (cr.ok()) j["coarse_breakdown"] = Breakdown(*cr);
+    }
+    if (grouped.has_value()) j["full_same_plan_grouped_breakdown"] = Breakdown(*grouped);
+    {
+      quilt::v1::Strategy other =
+          space.FineStrategy(g, state, ns.name, quilt::SearchSpace::kFusePerGroup);
+      other.set_order(other.order() == quilt::v1::EXECUTION_ORDER_CRITICAL_PATH
+                          ? quilt::v1::EXECUTION_ORDER_TRANSFERS_FIRST
+                          : quilt::v1::EXECUTION_ORDER_CRITICAL_PATH);
+      const std::optional<quilt::SimResult> o = FineRun(g, topo, *cost, other, batch);
+      if (o.has_value()) j["full_other_order_breakdown"] = Breakdown(*o);
+    }
     out[ns.name] = j;
   }
   return out;
