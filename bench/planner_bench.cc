@@ -85,9 +85,9 @@ nlohmann::json Diagnose(const quilt::Graph& g, const quilt::Topology& topo, int6
     j["coarse_s"] = score.ok() ? score->time_s : -1;
     const std::optional<quilt::SimResult> baseline = FineRun(g, topo, *cost, ns.strategy, batch);
     j["full_baseline_s"] = baseline.has_value() ? baseline->step_time_s : -1;
-    const std::optional<quilt::SimResult> grouped =
-        FineRun(g, topo, *cost,
-                space.FineStrategy(g, state, ns.name, quilt::SearchSpace::kFusePerGroup), batch);
+    quilt::v1::Strategy same =
+        space.FineStrategy(g, state, ns.name, quilt::SearchSpace::kFusePerGroup);
+    const std::optional<quilt::SimResult> grouped = FineRun(g, topo, *cost, same, batch);
     j["full_same_plan_grouped_s"] = grouped.has_value() ? grouped->step_time_s : -1;
     // Where the two models part: the busiest device's time by kind, on
     // the coarse program and on the full one with the same collectives.
@@ -101,15 +101,9 @@ nlohmann::json Diagnose(const quilt::Graph& g, const quilt::Topology& topo, int6
       if (cr.ok()) j["coarse_breakdown"] = Breakdown(*cr);
     }
     if (grouped.has_value()) j["full_same_plan_grouped_breakdown"] = Breakdown(*grouped);
-    {
-      quilt::v1::Strategy other =
-          space.FineStrategy(g, state, ns.name, quilt::SearchSpace::kFusePerGroup);
-      other.set_order(other.order() == quilt::v1::EXECUTION_ORDER_CRITICAL_PATH
-                          ? quilt::v1::EXECUTION_ORDER_TRANSFERS_FIRST
-                          : quilt::v1::EXECUTION_ORDER_CRITICAL_PATH);
-      const std::optional<quilt::SimResult> o = FineRun(g, topo, *cost, other, batch);
-      if (o.has_value()) j["full_other_order_breakdown"] = Breakdown(*o);
-    }
+    same.set_order(quilt::OtherOrder(same.order()));
+    const std::optional<quilt::SimResult> other = FineRun(g, topo, *cost, same, batch);
+    if (other.has_value()) j["full_other_order_breakdown"] = Breakdown(*other);
     out[ns.name] = j;
   }
   return out;

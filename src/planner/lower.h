@@ -62,6 +62,9 @@ absl::Status Reprioritize(const Graph& graph, const Topology& topology, const Co
                           quilt::v1::ExecutionOrder order, quilt::v1::DistributedProgram* program);
 absl::Status Reprioritize(const GraphIndex& index, const Topology& topology, const CostModel* cost,
                           quilt::v1::ExecutionOrder order, quilt::v1::DistributedProgram* program);
+// The execution order a program's estimate also tries: transfers first for
+// critical path, critical path for any other.
+quilt::v1::ExecutionOrder OtherOrder(quilt::v1::ExecutionOrder order);
 // A program's instruction priorities in program order, and the same put
 // back (into the same program, or one with its instructions in that order).
 std::vector<double> Priorities(const quilt::v1::DistributedProgram& program);

@@ -28,12 +28,6 @@ namespace quilt {
 
 namespace {
 
-quilt::v1::ExecutionOrder OtherOrder(quilt::v1::ExecutionOrder order) {
-  return order == quilt::v1::EXECUTION_ORDER_CRITICAL_PATH
-             ? quilt::v1::EXECUTION_ORDER_TRANSFERS_FIRST
-             : quilt::v1::EXECUTION_ORDER_CRITICAL_PATH;
-}
-
 void Fill(const SimResult& r, int64_t batch, double lower_bound, quilt::v1::StrategyEstimate* e) {
   e->set_step_time_s(r.step_time_s);
   e->set_samples_per_s(r.step_time_s > 0 ? batch / r.step_time_s : 0);

@@ -69,6 +69,12 @@ absl::Status Reprioritize(const GraphIndex& ix, const Topology& topo, const Cost
   return absl::OkStatus();
 }
 
+quilt::v1::ExecutionOrder OtherOrder(quilt::v1::ExecutionOrder order) {
+  return order == quilt::v1::EXECUTION_ORDER_CRITICAL_PATH
+             ? quilt::v1::EXECUTION_ORDER_TRANSFERS_FIRST
+             : quilt::v1::EXECUTION_ORDER_CRITICAL_PATH;
+}
+
 std::vector<double> Priorities(const quilt::v1::DistributedProgram& program) {
   std::vector<double> out;
   for (const auto& dp : program.devices()) {

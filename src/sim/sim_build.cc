@@ -113,12 +113,12 @@ absl::Status Sim::Build() {
     head_map_.reserve(total);
   }
   instances_.reserve(total);
-  absl::flat_hash_map<int64_t, int> send_tag, recv_tag, push_tag;
+  absl::flat_hash_map<int64_t, int> recv_tag, push_tag;
   // Read while each instruction is at hand (a large program does not stay
-  // in cache): (node, instruction id it depends on), (accumulate, push tag)
-  // and each send's bytes.
+  // in cache): each send's node and bytes by tag, (node, instruction id it
+  // depends on) and (accumulate, push tag).
+  absl::flat_hash_map<int64_t, std::pair<int, int64_t>> send_tag;
   std::vector<std::pair<int, int64_t>> deps, accumulates;
-  absl::flat_hash_map<int, int64_t> send_bytes;
   absl::flat_hash_map<int64_t, int> collective_of;
   absl::flat_hash_map<int64_t, std::vector<int>> groups;
   for (const quilt::v1::DeviceGroup& group : prog_.groups()) {
@@ -195,8 +195,7 @@ absl::Status Sim::Build() {
         }
         case Instruction::kSend: {
           node.kind = Kind::kSend;
-          send_tag[ins.send().tag()] = n;
-          send_bytes[n] = ins.send().bytes();
+          send_tag[ins.send().tag()] = {n, ins.send().bytes()};
           ASSIGN_OR_RETURN(int t, TensorId(ins.send().range().tensor()));
           const int inst = Containing(t, d, ins.send().range().begin(), ins.send().range().end());
           if (inst >= 0) reads_.Add(n, inst);
@@ -314,7 +313,8 @@ absl::Status Sim::Build() {
     succ_.Add(from, n);
     ++nodes_[n].pending;
   }
-  for (const auto& [tag, s] : send_tag) {
+  for (const auto& [tag, sent] : send_tag) {
+    const auto [s, bytes] = sent;
     auto r = recv_tag.find(tag);
     if (r == recv_tag.end()) {
       return absl::InvalidArgumentError(absl::StrCat("send with tag ", tag, " has no receiver"));
@@ -325,7 +325,6 @@ absl::Status Sim::Build() {
     recv.partner = s;
     recv.path_from = send.device;
     recv.path_to = recv.device;
-    const int64_t bytes = send_bytes[s];
     recv.duration = topo_.PathBetween(send.device, recv.device).Time(static_cast<double>(bytes));
     if (send.device != recv.device) comm_bytes_ += bytes;
     ++recv.pending;  // the send side must be ready too

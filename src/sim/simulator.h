@@ -119,7 +119,8 @@ class PreparedProgram {
   // Heap-held: the simulator refers to them.
   std::unique_ptr<SimOptions> options_;
   std::unique_ptr<GraphIndex> index_;
-  std::unique_ptr<sim_internal::Sim> sim_;  // built, never replayed itself
+  // Built; each Replay runs a copy, ReplayLast this one (then null).
+  std::unique_ptr<sim_internal::Sim> sim_;
 };
 
 // The trace as Chrome trace-event JSON (opens in Perfetto / chrome://tracing):
