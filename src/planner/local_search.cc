@@ -295,19 +295,22 @@ PlanState DescendBound(SearchSpace* space, int groups, const PlanState& from, in
     bool lowered = false;
     for (int k = 0; k < groups; ++k) {
       if (state.method[k] == Method::kParameterServer) continue;
+      // Group k's choices; the others stay, so their bounds come together.
+      std::vector<std::pair<int, Method>> choices;
       for (int o = 0; o < options; ++o) {
         for (Method m : space->MethodsFor(o)) {
           if (m == Method::kParameterServer) continue;
           if (o == state.place[k] && m == state.method[k]) continue;
-          PlanState next = state;
-          next.place[k] = o;
-          next.method[k] = m;
-          const double b = space->BoundOf(next);
-          if (b < bound * (1 - 1e-9)) {
-            state = std::move(next);
-            bound = b;
-            lowered = true;
-          }
+          choices.push_back({o, m});
+        }
+      }
+      const std::vector<double> bounds = space->BoundsOf(state, k, choices);
+      for (size_t i = 0; i < choices.size(); ++i) {
+        if (bounds[i] < bound * (1 - 1e-9)) {
+          state.place[k] = choices[i].first;
+          state.method[k] = choices[i].second;
+          bound = bounds[i];
+          lowered = true;
         }
       }
     }

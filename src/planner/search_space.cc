@@ -476,6 +476,34 @@ double SearchSpace::BoundOf(const PlanState& state) {
   return BoundEntry(Key(state), state).seconds;
 }
 
+std::vector<double> SearchSpace::BoundsOf(const PlanState& state, int k,
+                                          const std::vector<std::pair<int, Method>>& choices) {
+  std::vector<double> out(choices.size(), 0.0);
+  std::vector<std::string> keys(choices.size());
+  std::vector<std::pair<int, Method>> fresh;
+  std::vector<size_t> fresh_at;
+  PlanState next = state;
+  for (size_t i = 0; i < choices.size(); ++i) {
+    next.place[k] = choices[i].first;
+    next.method[k] = choices[i].second;
+    keys[i] = Key(next);
+    if (auto it = bounds_.find(keys[i]); it != bounds_.end()) {
+      out[i] = it->second.seconds;
+    } else {
+      fresh.push_back(choices[i]);
+      fresh_at.push_back(i);
+    }
+  }
+  if (fresh.empty()) return out;
+  const std::vector<double> computed = bound_.OfEach(state, k, fresh, options_);
+  for (size_t j = 0; j < fresh.size(); ++j) {
+    const size_t i = fresh_at[j];
+    out[i] =
+        bounds_.try_emplace(std::move(keys[i]), Bound{computed[j], false}).first->second.seconds;
+  }
+  return out;
+}
+
 bool SearchSpace::CannotBeat(const PlanState& state, double time_s) {
   // (A state seen before costs nothing to look at again, and is not
   // counted again: as a cached plan costs no simulation.)

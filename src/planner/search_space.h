@@ -149,6 +149,11 @@ class SearchSpace {
   // The bound of `state` (time_bound.h), cached by state; it rules
   // nothing out. Not while EvaluateAll runs.
   double BoundOf(const PlanState& state);
+  // The bounds of `state` with group k's placement and method replaced by
+  // each of `choices` (as BoundOf gives them, the new ones computed
+  // together: TimeBound::OfEach).
+  std::vector<double> BoundsOf(const PlanState& state, int k,
+                               const std::vector<std::pair<int, Method>>& choices);
   // States judged without the cache: simulated or ruled out.
   int64_t judged() const { return evaluations_ + ruled_out_; }
 

@@ -14,8 +14,8 @@ TimeBound::TimeBound(const CoarseModel& coarse, const Topology& topo, int64_t ba
       topo_(topo),
       batch_(batch),
       ops_(coarse.num_groups()),
-      devices_(topo.num_devices()),
-      links_held_(topo.num_resources()) {
+      group_gradients_(coarse.num_groups()),
+      group_crossings_(coarse.num_groups()) {
   const Graph& g = coarse.graph();
   const GraphIndex& ix = coarse.index();
   absl::flat_hash_map<std::string, int> group_of;
@@ -66,6 +66,16 @@ TimeBound::TimeBound(const CoarseModel& coarse, const Topology& topo, int64_t ba
         readers.push_back(reader->second);
     }
   }
+  for (size_t i = 0; i < gradients_.size(); ++i) {
+    group_gradients_[gradients_[i].group].push_back(i);
+    if (gradients_[i].producer != gradients_[i].group) {
+      group_gradients_[gradients_[i].producer].push_back(i);
+    }
+  }
+  for (size_t c = 0; c < crossings_.size(); ++c) {
+    group_crossings_[crossings_[c].producer].push_back(c);
+    for (int k : crossings_[c].readers) group_crossings_[k].push_back(c);
+  }
 }
 
 const TimeBound::Loads& TimeBound::Compute(int k, int option, const PlacementOption& o) {
@@ -101,96 +111,167 @@ const TimeBound::Loads& TimeBound::Links(int g, int option, const PlacementOptio
   return out;
 }
 
+const std::vector<Slice>& TimeBound::Slices(int option,
+                                            const std::vector<PlacementOption>& options) {
+  // Sized for every option at once: a reference returned before stays valid.
+  if (slices_.size() < options.size()) slices_.resize(options.size());
+  std::optional<std::vector<Slice>>& out = slices_[option];
+  if (!out.has_value()) out = SplitBatch(options[option].replicas, batch_);
+  return *out;
+}
+
 const std::vector<TimeBound::Received>& TimeBound::Moved(
     int c, int from, int to, const std::vector<PlacementOption>& options) {
   auto [it, fresh] = moved_.try_emplace({c, from, to});
   std::vector<Received>& out = it->second;
   if (!fresh) return out;
   const TensorInfo& info = coarse_.graph().tensors()[crossings_[c].tensor];
-  const std::vector<Slice> made = SplitBatch(options[from].replicas, batch_);
-  for (const Slice& need : SplitBatch(options[to].replicas, batch_)) {
-    Received r{need.device, need.begin, need.end, {}};
+  const std::vector<Slice>& made = Slices(from, options);
+  // Both splits run through the rows in order: the sources that overlap a
+  // need follow those of the need before it.
+  size_t first = 0;
+  for (const Slice& need : Slices(to, options)) {
     bool own = false;
-    for (const Slice& src : made) {
+    moved_links_.clear();
+    while (first < made.size() && made[first].end <= need.begin) ++first;
+    for (size_t i = first; i < made.size() && made[i].begin < need.end; ++i) {
+      const Slice& src = made[i];
       own |= src.device == need.device && src.begin == need.begin && src.end == need.end;
       const int64_t b = std::max(src.begin, need.begin), e = std::min(src.end, need.end);
       if (b >= e || src.device == need.device) continue;
       const Path& path = topo_.PathBetween(src.device, need.device);
       const double seconds = path.Time(static_cast<double>(RangeBytes(info, b, e)));
-      for (int link : path.resources) r.links.push_back({link, seconds});
+      for (int link : path.resources) moved_links_.push_back({link, seconds});
     }
-    if (!own && !r.links.empty()) out.push_back(std::move(r));
+    if (!own && !moved_links_.empty()) {
+      out.push_back(
+          {need.device, need.begin, need.end, Loads(moved_links_.begin(), moved_links_.end())});
+    }
   }
   return out;
 }
 
-bool TimeBound::Tally::Add(int i, double s, int now) {
-  const bool fresh = call[i] != now;
-  if (fresh) {
-    call[i] = now;
-    seconds[i] = 0;
+void TimeBound::Clear(Sums* sums) const {
+  sums->devices.assign(topo_.num_devices(), 0.0);
+  sums->links.assign(topo_.num_resources(), 0.0);
+  sums->overhead = 0;
+}
+
+double TimeBound::Sums::Total() const {
+  double most = 0;
+  for (double s : devices) most = std::max(most, s);
+  for (double s : links) most = std::max(most, s);
+  return most + overhead;
+}
+
+void TimeBound::AddGroup(int k, const PlanState& state, const std::vector<PlacementOption>& options,
+                         Sums* sums) {
+  if (k >= static_cast<int>(state.place.size())) return;
+  const int option = state.place[k];
+  for (const auto& [d, seconds] : Compute(k, option, options[option])) {
+    sums->devices[d] += seconds;
+    sums->overhead = std::max(sums->overhead, coarse_.cost().speed(d).step_overhead_s);
   }
-  seconds[i] += s;
-  most = std::max(most, seconds[i]);
-  return fresh;
+}
+
+void TimeBound::AddGradient(size_t i, const PlanState& state,
+                            const std::vector<PlacementOption>& options, Sums* sums) {
+  const Gradient& grad = gradients_[i];
+  if (grad.group >= static_cast<int>(state.place.size()) ||
+      grad.producer >= static_cast<int>(state.place.size())) {
+    return;
+  }
+  const int option = state.place[grad.producer];
+  for (const auto& [r, seconds] :
+       Links(static_cast<int>(i), option, options[option], state.method[grad.group])) {
+    sums->links[r] += seconds;
+  }
+}
+
+void TimeBound::AddCrossing(size_t c, const PlanState& state,
+                            const std::vector<PlacementOption>& options, Sums* sums) {
+  // Each instance a reader needs is moved once, whichever readers need it.
+  const Crossing& x = crossings_[c];
+  if (x.producer >= static_cast<int>(state.place.size())) return;
+  const int from = state.place[x.producer];
+  seen_options_.clear();
+  seen_.clear();
+  for (int k : x.readers) {
+    if (k >= static_cast<int>(state.place.size())) continue;
+    const int to = state.place[k];
+    if (to == from ||
+        std::find(seen_options_.begin(), seen_options_.end(), to) != seen_options_.end()) {
+      continue;
+    }
+    const bool first = seen_options_.empty();
+    seen_options_.push_back(to);
+    for (const Received& r : Moved(static_cast<int>(c), from, to, options)) {
+      if (!first && std::any_of(seen_.begin(), seen_.end(), [&](const Received* s) {
+            return s->device == r.device && s->begin == r.begin && s->end == r.end;
+          })) {
+        continue;
+      }
+      seen_.push_back(&r);
+      for (const auto& [link, seconds] : r.links) sums->links[link] += seconds;
+    }
+  }
 }
 
 double TimeBound::Of(const PlanState& state, const std::vector<PlacementOption>& options) {
-  ++calls_;
-  devices_.most = 0;
-  links_held_.most = 0;
-  double overhead = 0;
-  for (size_t k = 0; k < ops_.size() && k < state.place.size(); ++k) {
-    const int option = state.place[k];
-    const PlacementOption& o = options[option];
-    for (const auto& [d, seconds] : Compute(static_cast<int>(k), option, o)) {
-      if (devices_.Add(d, seconds, calls_)) {
-        overhead = std::max(overhead, coarse_.cost().speed(d).step_overhead_s);
+  Clear(&sums_);
+  for (size_t k = 0; k < ops_.size(); ++k) AddGroup(static_cast<int>(k), state, options, &sums_);
+  for (size_t i = 0; i < gradients_.size(); ++i) AddGradient(i, state, options, &sums_);
+  for (size_t c = 0; c < crossings_.size(); ++c) AddCrossing(c, state, options, &sums_);
+  return sums_.Total();
+}
+
+std::vector<double> TimeBound::OfEach(const PlanState& state, int k,
+                                      const std::vector<std::pair<int, Method>>& choices,
+                                      const std::vector<PlacementOption>& options) {
+  std::vector<double> out;
+  if (k < 0 || k >= static_cast<int>(ops_.size()) || k >= static_cast<int>(state.place.size())) {
+    for (size_t i = 0; i < choices.size(); ++i) {
+      PlanState next = state;
+      if (k >= 0 && k < static_cast<int>(next.place.size())) {
+        next.place[k] = choices[i].first;
+        next.method[k] = choices[i].second;
       }
+      out.push_back(Of(next, options));
+    }
+    return out;
+  }
+  // What involves no choice of group k, once.
+  Clear(&base_);
+  for (size_t g = 0; g < ops_.size(); ++g) {
+    if (static_cast<int>(g) != k) AddGroup(static_cast<int>(g), state, options, &base_);
+  }
+  const std::vector<size_t>& grads = group_gradients_[k];
+  const std::vector<size_t>& crossings = group_crossings_[k];
+  for (size_t i = 0, j = 0; i < gradients_.size(); ++i) {
+    if (j < grads.size() && grads[j] == i) {
+      ++j;
+    } else {
+      AddGradient(i, state, options, &base_);
     }
   }
-  for (size_t i = 0; i < gradients_.size(); ++i) {
-    const Gradient& grad = gradients_[i];
-    if (grad.group >= static_cast<int>(state.place.size()) ||
-        grad.producer >= static_cast<int>(state.place.size())) {
-      continue;
-    }
-    const int option = state.place[grad.producer];
-    for (const auto& [r, seconds] :
-         Links(static_cast<int>(i), option, options[option], state.method[grad.group])) {
-      links_held_.Add(r, seconds, calls_);
+  for (size_t c = 0, j = 0; c < crossings_.size(); ++c) {
+    if (j < crossings.size() && crossings[j] == c) {
+      ++j;
+    } else {
+      AddCrossing(c, state, options, &base_);
     }
   }
-  // Each instance a reader needs is moved once, whichever readers need it.
-  std::vector<int> seen_options;
-  std::vector<const Received*> seen;
-  for (size_t c = 0; c < crossings_.size(); ++c) {
-    const Crossing& x = crossings_[c];
-    if (x.producer >= static_cast<int>(state.place.size())) continue;
-    const int from = state.place[x.producer];
-    seen_options.clear();
-    seen.clear();
-    for (int k : x.readers) {
-      if (k >= static_cast<int>(state.place.size())) continue;
-      const int to = state.place[k];
-      if (to == from ||
-          std::find(seen_options.begin(), seen_options.end(), to) != seen_options.end()) {
-        continue;
-      }
-      const bool first = seen_options.empty();
-      seen_options.push_back(to);
-      for (const Received& r : Moved(static_cast<int>(c), from, to, options)) {
-        if (!first && std::any_of(seen.begin(), seen.end(), [&](const Received* s) {
-              return s->device == r.device && s->begin == r.begin && s->end == r.end;
-            })) {
-          continue;
-        }
-        seen.push_back(&r);
-        for (const auto& [link, seconds] : r.links) links_held_.Add(link, seconds, calls_);
-      }
-    }
+  PlanState next = state;
+  for (const auto& [option, method] : choices) {
+    next.place[k] = option;
+    next.method[k] = method;
+    sums_ = base_;
+    AddGroup(k, next, options, &sums_);
+    for (size_t i : grads) AddGradient(i, next, options, &sums_);
+    for (size_t c : crossings) AddCrossing(c, next, options, &sums_);
+    out.push_back(sums_.Total());
   }
-  return std::max(devices_.most, links_held_.most) + overhead;
+  return out;
 }
 
 }  // namespace quilt

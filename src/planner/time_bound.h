@@ -23,6 +23,7 @@
 
 #include "src/cluster/topology.h"
 #include "src/planner/coarse_graph.h"
+#include "src/planner/placement.h"
 
 namespace quilt {
 
@@ -37,6 +38,12 @@ class TimeBound {
   // placements index `options`). Uses the coarse model's cost model: not
   // while another thread uses it.
   double Of(const PlanState& state, const std::vector<PlacementOption>& options);
+  // The bounds of `state` with group k's placement option and method
+  // replaced by each of `choices` (the same as Of of each, but for
+  // rounding): what involves no other choice than group k's is summed once.
+  std::vector<double> OfEach(const PlanState& state, int k,
+                             const std::vector<std::pair<int, Method>>& choices,
+                             const std::vector<PlacementOption>& options);
 
  private:
   using Loads = std::vector<std::pair<int, double>>;  // (device or link, seconds)
@@ -56,16 +63,24 @@ class TimeBound {
   };
   const std::vector<Received>& Moved(int c, int from, int to,
                                      const std::vector<PlacementOption>& options);
-  // This call's seconds per device or per link, and the most of them
-  // (`most` is reset by the caller at each call).
-  struct Tally {
-    std::vector<double> seconds;
-    std::vector<int> call;  // the call an entry was last set in
-    double most = 0;
-    explicit Tally(int n) : seconds(n, 0), call(n, -1) {}
-    // Adds to entry i in call `now`; whether the entry is new to it.
-    bool Add(int i, double s, int now);
+  // Option `option`'s batch split (SplitBatch), computed once.
+  const std::vector<Slice>& Slices(int option, const std::vector<PlacementOption>& options);
+  // Seconds per device and per link, and the devices' largest step
+  // overhead, summed over a plan's groups, gradients and crossings.
+  struct Sums {
+    std::vector<double> devices, links;
+    double overhead = 0;
+    double Total() const;
   };
+  // Adds group k's computation, gradient i's all-reduce, crossing c's
+  // transfers under `state`.
+  void AddGroup(int k, const PlanState& state, const std::vector<PlacementOption>& options,
+                Sums* sums);
+  void AddGradient(size_t i, const PlanState& state, const std::vector<PlacementOption>& options,
+                   Sums* sums);
+  void AddCrossing(size_t c, const PlanState& state, const std::vector<PlacementOption>& options,
+                   Sums* sums);
+  void Clear(Sums* sums) const;
 
   const CoarseModel& coarse_;
   const Topology& topo_;
@@ -87,12 +102,18 @@ class TimeBound {
     std::vector<int> readers;
   };
   std::vector<Crossing> crossings_;
+  // Per group: the gradients and crossings its placement or method enters.
+  std::vector<std::vector<size_t>> group_gradients_, group_crossings_;
   std::map<std::tuple<int, int, int>, std::vector<Received>> moved_;
+  std::vector<std::optional<std::vector<Slice>>> slices_;  // by option
   // [option][group]: per device (absent: not computed yet).
   std::vector<std::vector<std::optional<Loads>>> compute_;
   std::map<std::tuple<int, int, Method>, Loads> links_;
-  Tally devices_, links_held_;
-  int calls_ = 0;
+  Sums sums_, base_;  // scratch
+  // Scratch of AddCrossing: reader options and instances counted.
+  std::vector<int> seen_options_;
+  std::vector<const Received*> seen_;
+  Loads moved_links_;  // scratch of Moved
 };
 
 }  // namespace quilt

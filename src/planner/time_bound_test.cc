@@ -5,6 +5,7 @@
 // same plan, from fewer simulations.
 #include "src/planner/time_bound.h"
 
+#include <algorithm>
 #include <random>
 
 #include "gtest/gtest.h"
@@ -171,6 +172,45 @@ TEST(TimeBound, DescentEndsWhereNoGroupsChangeLowersTheBound) {
             EXPECT_GE(space.BoundOf(next), bound * (1 - 1e-9)) << k << " " << o;
           }
         }
+      }
+    }
+  }
+}
+
+// A group's choices bounded together (the descent's way) are bounded as
+// one at a time, whatever the other groups' placements, methods and
+// parameter servers.
+TEST(TimeBound, EachChoiceOfAGroupBoundedTogetherAsAlone) {
+  for (const Case& c :
+       {Case{"cnn", 11, 96}, Case{"transformer", 23, 16}, Case{"inception_v3", 42, 64}}) {
+    SCOPED_TRACE(c.model + " on cluster " + std::to_string(c.cluster_seed));
+    Coarsened cc = Coarsen(c);
+    ASSERT_NE(cc.space, nullptr);
+    const SearchSpace& space = *cc.space;
+    const int groups = cc.coarse->num_groups();
+    TimeBound together(*cc.coarse, cc.w->topo, c.batch), alone(*cc.coarse, cc.w->topo, c.batch);
+    std::mt19937_64 rng(c.cluster_seed + 7);
+    for (int trial = 0; trial < 3; ++trial) {
+      const PlanState state = RandomState(space, groups, &rng);
+      for (int k = 0; k < groups; ++k) {
+        std::vector<std::pair<int, Method>> choices;
+        for (int o = 0; o < static_cast<int>(space.options().size()); ++o) {
+          for (Method m : space.MethodsFor(o)) choices.push_back({o, m});
+        }
+        const std::vector<double> bounds = together.OfEach(state, k, choices, space.options());
+        ASSERT_EQ(bounds.size(), choices.size());
+        std::vector<double> distinct;
+        for (size_t i = 0; i < choices.size(); ++i) {
+          PlanState next = state;
+          next.place[k] = choices[i].first;
+          next.method[k] = choices[i].second;
+          const double one = alone.Of(next, space.options());
+          EXPECT_NEAR(bounds[i], one, 1e-12 * one) << k << " " << choices[i].first;
+          distinct.push_back(one);
+        }
+        std::sort(distinct.begin(), distinct.end());
+        // The choices differ: some group's bounds differ with them.
+        if (k == 0) EXPECT_LT(distinct.front(), distinct.back());
       }
     }
   }
