@@ -85,14 +85,21 @@ struct Instance {
 struct PathWaiters {
   const std::vector<int>* links = nullptr;
   std::priority_queue<std::pair<double, int>> waiting;  // (priority, -node)
-  int epoch = 0;                                        // registrations so far
+  // While registered: its entry's place in the list of each of its links.
+  std::vector<int> place;
 };
 
 // What freeing and taking links checks of a class, kept apart from its
 // queue (dense: a link's list of classes is scanned at every change).
 struct ClassState {
-  int live = 0;  // its epoch while registered (it has waiters, and is in its links' lists); 0: not
-  int busy = 0;  // busy links, while registered
+  bool live = false;  // registered: it has waiters, and is in its links' lists
+  int busy = 0;       // busy links, while registered
+};
+
+// A registered class in a link's list: the class, and which of its links
+// the list is (its place there is PathWaiters::place[slot]).
+struct LinkEntry {
+  int cls, slot;
 };
 
 struct Event {
@@ -132,8 +139,9 @@ class Sim {
   void Ready(int n);
   int PathClass(int n);
   void TryStartComm(int n);
-  template <typename Fn>
-  void ForClasses(int link, Fn&& fn);
+  // Enters class c in the lists of its links, or takes it out of them.
+  void Register(int c);
+  void Unregister(int c);
   void FreeLinks(int n);
   void Start(int n);
   void Complete(int n);
@@ -179,16 +187,18 @@ class Sim {
   std::vector<int> dirty_list_;
   std::vector<bool> link_busy_;
   // Communications waiting for links, by path class (simulator.cc): the
-  // classes, their ids by path, per link the (class, registration) entries
-  // of classes that use it (emptied ones dropped lazily), and the classes
-  // whose links all freed at once.
+  // classes, their ids by path, per link the classes with waiters that use
+  // it, and the classes whose links all freed at once.
   std::vector<PathWaiters> classes_;
   std::vector<ClassState> class_state_;  // by class
+  // By class: its best waiter (its queue's top, kept where the selection
+  // scans it).
+  std::vector<std::pair<double, int>> class_top_;
   absl::flat_hash_map<int64_t, int> class_ids_;
   // Collectives over the same links share a class (per collective, lazily).
   std::vector<int> collective_class_;
   absl::flat_hash_map<std::vector<int>, int> link_set_class_;
-  std::vector<std::vector<std::pair<int, int>>> link_classes_;
+  std::vector<std::vector<LinkEntry>> link_classes_;
   std::vector<int> startable_;
   std::vector<int64_t> live_, peak_;
   std::vector<double> busy_s_, link_busy_s_;

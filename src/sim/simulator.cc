@@ -114,9 +114,12 @@ void Sim::Ready(int n) {
 // links and counts how many of them are busy. When links free, the classes
 // whose count falls to zero start their best waiter, highest priority
 // first across them, each start making its links busy again for the rest.
-// (Cost per link state change: the classes registered with that link;
-// moving single waiters between the queues of single links instead cost
-// quadratic time where many transfers cross, as parameter servers'.)
+// (Cost per link state change: the classes registered with that link, a
+// few instructions each: a class that empties leaves its links' lists at
+// once. Moving single waiters between the queues of single links instead
+// cost quadratic time where many transfers cross, as parameter servers';
+// walking a link's classes by priority to the best whose other links are
+// free passed over hundreds waiting on other links.)
 // Collectives over the same links are one class: a batch norm's sums and
 // the gradients' all-reduces of a group over hundreds of devices would
 // otherwise each register with every link of the ring.
@@ -133,6 +136,7 @@ int Sim::PathClass(int n) {
       if (added) {
         classes_.push_back(PathWaiters{&Links(n)});
         class_state_.emplace_back();
+        class_top_.emplace_back();
       }
       cc = it->second;
     }
@@ -143,49 +147,62 @@ int Sim::PathClass(int n) {
   if (added) {
     classes_.push_back(PathWaiters{&Links(n)});
     class_state_.emplace_back();
+    class_top_.emplace_back();
   }
   return it->second;
+}
+
+void Sim::Register(int c) {
+  PathWaiters& pc = classes_[c];
+  const std::vector<int>& links = *pc.links;
+  pc.place.resize(links.size());
+  int busy = 0;
+  for (size_t j = 0; j < links.size(); ++j) {
+    std::vector<LinkEntry>& list = link_classes_[links[j]];
+    pc.place[j] = static_cast<int>(list.size());
+    list.push_back({c, static_cast<int>(j)});
+    busy += link_busy_[links[j]] ? 1 : 0;
+  }
+  class_state_[c] = {true, busy};
+}
+
+void Sim::Unregister(int c) {
+  PathWaiters& pc = classes_[c];
+  const std::vector<int>& links = *pc.links;
+  for (size_t j = 0; j < links.size(); ++j) {
+    std::vector<LinkEntry>& list = link_classes_[links[j]];
+    const LinkEntry last = list.back();
+    list[pc.place[j]] = last;
+    classes_[last.cls].place[last.slot] = pc.place[j];
+    list.pop_back();
+  }
+  class_state_[c].live = false;
 }
 
 void Sim::TryStartComm(int n) {
   const int c = PathClass(n);
   PathWaiters& pc = classes_[c];
-  if (class_state_[c].live == 0) {
-    int busy = 0;
-    for (int r : *pc.links) busy += link_busy_[r] ? 1 : 0;
-    if (busy == 0) {
+  if (!class_state_[c].live) {
+    bool free = true;
+    for (int r : *pc.links) free = free && !link_busy_[r];
+    if (free) {
       Start(n);
       return;
     }
-    ++pc.epoch;
-    class_state_[c] = {pc.epoch, busy};
-    for (int r : *pc.links) link_classes_[r].push_back({c, pc.epoch});
+    Register(c);
   }
-  pc.waiting.push({priority_[n], -n});
-}
-
-// Applies `fn` to the classes registered with link r, dropping the entries
-// of classes that have emptied since.
-template <typename Fn>
-void Sim::ForClasses(int r, Fn&& fn) {
-  std::vector<std::pair<int, int>>& list = link_classes_[r];
-  size_t kept = 0;
-  for (size_t i = 0; i < list.size(); ++i) {
-    const auto [c, epoch] = list[i];
-    if (class_state_[c].live != epoch) continue;  // emptied (0) or registered again since
-    list[kept++] = list[i];
-    fn(c);
-  }
-  list.resize(kept);
+  const std::pair<double, int> waiter{priority_[n], -n};
+  pc.waiting.push(waiter);
+  if (pc.waiting.size() == 1 || waiter > class_top_[c]) class_top_[c] = waiter;
 }
 
 void Sim::FreeLinks(int n) {
   startable_.clear();
   for (int r : Links(n)) {
     link_busy_[r] = false;
-    ForClasses(r, [&](int c) {
-      if (--class_state_[c].busy == 0) startable_.push_back(c);
-    });
+    for (const LinkEntry& e : link_classes_[r]) {
+      if (--class_state_[e.cls].busy == 0) startable_.push_back(e.cls);
+    }
   }
   // Starts only make links busy, so a class passed over cannot become
   // startable again here. (Usually one start takes a link every other
@@ -195,16 +212,20 @@ void Sim::FreeLinks(int n) {
     size_t kept = 0;
     for (size_t i = 0; i < startable_.size(); ++i) {
       const int c = startable_[i];
-      if (class_state_[c].live == 0 || class_state_[c].busy != 0) continue;
+      if (!class_state_[c].live || class_state_[c].busy != 0) continue;
       startable_[kept++] = c;
-      if (best < 0 || classes_[c].waiting.top() > classes_[best].waiting.top()) best = c;
+      if (best < 0 || class_top_[c] > class_top_[best]) best = c;
     }
     startable_.resize(kept);
     if (best < 0) break;
     PathWaiters& pc = classes_[best];
     const int w = -pc.waiting.top().second;
     pc.waiting.pop();
-    if (pc.waiting.empty()) class_state_[best].live = 0;
+    if (pc.waiting.empty()) {
+      Unregister(best);
+    } else {
+      class_top_[best] = pc.waiting.top();
+    }
     Start(w);
   }
 }
@@ -253,7 +274,7 @@ void Sim::Start(int n) {
     for (int r : Links(n)) {
       link_busy_[r] = true;
       link_busy_s_[r] += duration;
-      ForClasses(r, [&](int c) { ++class_state_[c].busy; });
+      for (const LinkEntry& e : link_classes_[r]) ++class_state_[e.cls].busy;
     }
   }
   // Writers allocate their outputs when they start.
