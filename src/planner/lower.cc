@@ -10,6 +10,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
 #include "src/common/status.h"
 #include "src/graph/graph_index.h"
 #include "src/graph/op_registry.h"
@@ -99,13 +100,18 @@ class Lowerer {
     return arena_ != nullptr ? google::protobuf::Arena::CreateMessage<Instruction>(arena_)
                              : new Instruction;
   }
-  int64_t Emit(int device, Instruction* ins, std::vector<int64_t> deps) {
+  // `hint`: the op's index of a computation, the peer's (or server's)
+  // device index of a transfer (HeftPriorities); else -1.
+  int64_t Emit(int device, Instruction* ins, absl::Span<const int64_t> deps, int hint = -1) {
     const int64_t id = static_cast<int64_t>(instrs_.size());
     ins->set_id(id);
-    std::sort(deps.begin(), deps.end());
-    deps.erase(std::unique(deps.begin(), deps.end()), deps.end());
-    for (int64_t d : deps) ins->add_deps(d);
+    sorted_deps_.assign(deps.begin(), deps.end());
+    std::sort(sorted_deps_.begin(), sorted_deps_.end());
+    sorted_deps_.erase(std::unique(sorted_deps_.begin(), sorted_deps_.end()), sorted_deps_.end());
+    ins->mutable_deps()->Reserve(static_cast<int>(sorted_deps_.size()));
+    for (int64_t d : sorted_deps_) ins->add_deps(d);
     instrs_.push_back({device, ins});
+    hints_.push_back(hint);
     return id;
   }
 
@@ -147,6 +153,10 @@ class Lowerer {
   google::protobuf::Arena* arena_;
   const CostModel* cost_ = nullptr;  // set by Run; may be null
   std::vector<std::pair<int, Instruction*>> instrs_;
+  std::vector<int> hints_;  // by instruction, Emit's
+  // Scratch: Emit's dependencies, LowerOp's and Aggregate's (which
+  // LowerOp's calls to Provide may run).
+  std::vector<int64_t> sorted_deps_, deps_, aggregate_deps_;
   WriterLists writers_;
   // Instances marked persistent, fed (also marked in writers_).
   std::vector<Key> persistent_;
@@ -180,7 +190,7 @@ int64_t Lowerer::Transfer(int t, const Key& from, int64_t b, int64_t e, const Ke
   send.mutable_send()->set_peer_device(topo_.device(into.device).id);
   send.mutable_send()->set_tag(tag);
   send.mutable_send()->set_bytes(bytes);
-  Emit(from.device, &send, writers_[from]);
+  Emit(from.device, &send, writers_[from], into.device);
   Instruction& recv = *New();
   SetRange(recv.mutable_recv()->mutable_range(), t, b, e);
   recv.mutable_recv()->set_peer_device(topo_.device(from.device).id);
@@ -234,12 +244,13 @@ void Lowerer::Aggregate(int t, AggregationMethod method, int64_t partition_bytes
       }
     }
   }
-  std::map<int, std::vector<int64_t>> written;
+  std::vector<std::vector<int64_t>> written(devices.size());  // by place in `devices`
   for (int64_t s = 0; s < slices; ++s) {
     const int64_t begin = slices == 1 ? 0 : rows * s / slices;
     const int64_t end = slices == 1 ? 0 : rows * (s + 1) / slices;
     const int64_t collective = next_collective_++;
-    for (int d : devices) {
+    for (size_t di = 0; di < devices.size(); ++di) {
+      const int d = devices[di];
       const Key k{t, d, 0, 0};
       Instruction& ins = *New();
       auto* ar = ins.mutable_all_reduce();
@@ -251,15 +262,19 @@ void Lowerer::Aggregate(int t, AggregationMethod method, int64_t partition_bytes
       ar->set_end(end);
       ar->set_algorithm(method);
       // After the ops that read the partial sum as is: the sum replaces it.
-      std::vector<int64_t> deps = writers_[k];
+      const std::vector<int64_t>& own = writers_[k];
+      aggregate_deps_.assign(own.begin(), own.end());
       auto readers = partial_readers_.find(k);
       if (readers != partial_readers_.end()) {
-        deps.insert(deps.end(), readers->second.begin(), readers->second.end());
+        aggregate_deps_.insert(aggregate_deps_.end(), readers->second.begin(),
+                               readers->second.end());
       }
-      written[d].push_back(Emit(d, &ins, std::move(deps)));
+      written[di].push_back(Emit(d, &ins, aggregate_deps_));
     }
   }
-  for (int d : devices) writers_[Key{t, d, 0, 0}] = written[d];
+  for (size_t di = 0; di < devices.size(); ++di) {
+    writers_[Key{t, devices[di], 0, 0}] = std::move(written[di]);
+  }
   partial_on_[t].clear();
   full_on_[t] = devices;
 }
@@ -284,7 +299,7 @@ Lowerer::Writers Lowerer::PushToServer(int t, const Key& need) {
     ps->set_server_device(topo_.device(need.device).id);
     ps->set_tag(tag);
     ps->set_bytes(Bytes(t, need.begin, need.end));
-    Emit(w, &push, writers_[Key{t, w, 0, 0}]);
+    Emit(w, &push, writers_[Key{t, w, 0, 0}], need.device);
     a->add_push_tags(tag);
   }
   const int64_t id = Emit(need.device, &acc, deps);
@@ -384,7 +399,7 @@ absl::StatusOr<Lowerer::Writers> Lowerer::Provide(const Key& need, bool allow_pa
       pl->set_server_device(topo_.device(pp.devices[k]).id);
       pl->set_tag(tag);
       pl->set_bytes(Bytes(t, pp.shards[k].first, pp.shards[k].second));
-      AddWriter(need, Emit(need.device, &pull, {}));
+      AddWriter(need, Emit(need.device, &pull, {}, pp.devices[k]));
     }
     return &writers_[need];
   }
@@ -451,9 +466,10 @@ absl::Status Lowerer::LowerOp(int i) {
   bool any_batched_input = false;
   for (int in : inputs) any_batched_input |= in >= 0 && batched(in);
   const std::vector<bool> keep = KeepPartial(i);
+  std::vector<Key> partial_reads;
   for (const Slice& s : slices) {
-    std::vector<int64_t> deps;
-    std::vector<Key> partial_reads;
+    deps_.clear();
+    partial_reads.clear();
     bool partial_in = false;
     for (size_t k = 0; k < inputs.size(); ++k) {
       const int t = inputs[k];
@@ -476,13 +492,13 @@ absl::Status Lowerer::LowerOp(int i) {
       ASSIGN_OR_RETURN(Writers w, Provide(need, keep[k], &partial));
       partial_in |= partial;
       if (partial) partial_reads.push_back(need);
-      if (w != nullptr) deps.insert(deps.end(), w->begin(), w->end());
+      if (w != nullptr) deps_.insert(deps_.end(), w->begin(), w->end());
     }
     Instruction& ins = *New();
     ins.mutable_compute()->set_op(op.name);
     ins.mutable_compute()->set_begin(s.begin);
     ins.mutable_compute()->set_end(s.end);
-    const int64_t id = Emit(s.device, &ins, deps);
+    const int64_t id = Emit(s.device, &ins, deps_, i);
     for (const Key& k : partial_reads) partial_readers_[k].push_back(id);
     for (size_t k = 0; k < outputs.size(); ++k) {
       const int t = outputs[k];
@@ -546,7 +562,8 @@ absl::Status Lowerer::Run(const quilt::v1::Strategy& s, const CostModel* cost, b
     for (int d : groups_[k]) group->add_devices(topo_.device(d).id);
     for (double b : ExchangeBytesPerS(topo_, groups_[k])) group->add_node_bytes_per_s(b);
   }
-  std::vector<double> priority = HeftPriorities(instrs_, groups_, topo_, ix_, cost, s.order());
+  std::vector<double> priority =
+      HeftPriorities(instrs_, groups_, topo_, ix_, cost, s.order(), &hints_);
   std::vector<quilt::v1::DeviceProgram*> per_device(topo_.num_devices(), nullptr);
   std::vector<bool> used(topo_.num_devices(), false);
   for (const auto& [d, ins] : instrs_) used[d] = true;
@@ -692,8 +709,11 @@ void Lowerer::Reorder() {
   std::vector<int64_t> new_id(n);
   for (size_t k = 0; k < order.size(); ++k) new_id[order[k]] = static_cast<int64_t>(k);
   std::vector<std::pair<int, Instruction*>> sorted;
+  std::vector<int> hints;
   sorted.reserve(n);
+  hints.reserve(n);
   for (size_t k : order) {
+    hints.push_back(hints_[k]);
     auto entry = std::move(instrs_[k]);
     std::vector<int64_t> deps(entry.second->deps().begin(), entry.second->deps().end());
     entry.second->clear_deps();
@@ -704,6 +724,7 @@ void Lowerer::Reorder() {
     sorted.push_back(std::move(entry));
   }
   instrs_ = std::move(sorted);
+  hints_ = std::move(hints);
 }
 
 }  // namespace

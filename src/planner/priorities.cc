@@ -1,8 +1,10 @@
 #include "src/planner/priorities.h"
 
 #include <algorithm>
+#include <tuple>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/types/span.h"
 
 namespace quilt {
 namespace {
@@ -17,20 +19,23 @@ class Estimator {
 
   // Seconds the cost model expects the instruction to take on `device`
   // (transfers alone on their path; collectives with all members).
-  double Seconds(const Instruction& ins, int device) {
+  // `hint`: the op's or the peer's index; -1: look it up by name.
+  double Seconds(const Instruction& ins, int device, int hint) {
     if (cost_ == nullptr) return 1.0;
     switch (ins.kind_case()) {
       case Instruction::kCompute: {
-        const int op = g_.OpIndex(ins.compute().op());
+        const int op = hint >= 0 ? hint : g_.OpIndex(ins.compute().op());
         if (op < 0) return 0;
         return cost_->OpTime(op, device, ins.compute().end() - ins.compute().begin());
       }
       case Instruction::kSend:
-        return PathTime(device, ins.send().peer_device(), ins.send().bytes(), false);
+        return PathTime(device, Peer(hint, ins.send().peer_device()), ins.send().bytes(), false);
       case Instruction::kPsPush:
-        return PathTime(device, ins.ps_push().server_device(), ins.ps_push().bytes(), false);
+        return PathTime(device, Peer(hint, ins.ps_push().server_device()), ins.ps_push().bytes(),
+                        false);
       case Instruction::kPsPull:
-        return PathTime(device, ins.ps_pull().server_device(), ins.ps_pull().bytes(), true);
+        return PathTime(device, Peer(hint, ins.ps_pull().server_device()), ins.ps_pull().bytes(),
+                        true);
       case Instruction::kAllReduce: {
         // Every member asks; the estimate is the same for all of them.
         auto [it, fresh] = collective_s_.emplace(ins.all_reduce().collective_id(), 0.0);
@@ -51,8 +56,10 @@ class Estimator {
   }
 
  private:
-  double PathTime(int device, const std::string& peer_id, int64_t bytes, bool inbound) const {
-    const int peer = topo_.DeviceIndex(peer_id);
+  int Peer(int hint, const std::string& id) const {
+    return hint >= 0 ? hint : topo_.DeviceIndex(id);
+  }
+  double PathTime(int device, int peer, int64_t bytes, bool inbound) const {
     if (peer < 0) return 0;
     const Path& p = inbound ? topo_.PathBetween(peer, device) : topo_.PathBetween(device, peer);
     return p.Time(static_cast<double>(bytes));
@@ -70,36 +77,66 @@ class Estimator {
 std::vector<double> HeftPriorities(const std::vector<std::pair<int, Instruction*>>& instrs,
                                    const std::vector<std::vector<int>>& groups,
                                    const Topology& topo, const GraphIndex& g, const CostModel* cost,
-                                   quilt::v1::ExecutionOrder order) {
+                                   quilt::v1::ExecutionOrder order, const std::vector<int>* hints) {
   const size_t n = instrs.size();
   Estimator estimate(groups, topo, g, cost);
-  std::vector<std::vector<int64_t>> succ(n);
-  absl::flat_hash_map<int64_t, int64_t> send_of_tag, recv_of_tag;
+  // Successors in one array (succ[first[i]..first[i + 1]) are i's): each
+  // instruction's dependents, and a send's (or push's) receive(s).
+  // Transfers pair by tag: (tag, receiving side, index) sorted, the last
+  // sender and receiver of a tag paired.
+  std::vector<std::tuple<int64_t, bool, int64_t>> tags;
+  std::vector<int64_t> first(n + 1, 0);
   for (size_t i = 0; i < n; ++i) {
     const auto& ins = *instrs[i].second;
-    for (int64_t d : ins.deps()) succ[d].push_back(static_cast<int64_t>(i));
-    if (ins.has_send()) send_of_tag[ins.send().tag()] = static_cast<int64_t>(i);
-    if (ins.has_recv()) recv_of_tag[ins.recv().tag()] = static_cast<int64_t>(i);
-    if (ins.has_ps_push()) send_of_tag[ins.ps_push().tag()] = static_cast<int64_t>(i);
+    for (int64_t d : ins.deps()) ++first[d];
+    const int64_t at = static_cast<int64_t>(i);
+    if (ins.has_send()) tags.push_back({ins.send().tag(), false, at});
+    if (ins.has_recv()) tags.push_back({ins.recv().tag(), true, at});
+    if (ins.has_ps_push()) tags.push_back({ins.ps_push().tag(), false, at});
     if (ins.has_ps_accumulate()) {
-      for (int64_t t : ins.ps_accumulate().push_tags()) recv_of_tag[t] = static_cast<int64_t>(i);
+      for (int64_t t : ins.ps_accumulate().push_tags()) tags.push_back({t, true, at});
     }
   }
-  for (const auto& [tag, s] : send_of_tag) {
-    auto r = recv_of_tag.find(tag);
-    if (r != recv_of_tag.end()) succ[s].push_back(r->second);
+  std::sort(tags.begin(), tags.end());
+  std::vector<std::pair<int64_t, int64_t>> transfers_of_tag;  // (sender, receiver)
+  for (size_t a = 0; a < tags.size();) {
+    size_t b = a;
+    int64_t sender = -1, receiver = -1;
+    for (; b < tags.size() && std::get<0>(tags[b]) == std::get<0>(tags[a]); ++b) {
+      (std::get<1>(tags[b]) ? receiver : sender) = std::get<2>(tags[b]);
+    }
+    if (sender >= 0 && receiver >= 0) {
+      transfers_of_tag.push_back({sender, receiver});
+      ++first[sender];
+    }
+    a = b;
   }
+  // Counts to starts.
+  int64_t total = 0;
+  for (size_t i = 0; i <= n; ++i) {
+    const int64_t c = first[i];
+    first[i] = total;
+    total += c;
+  }
+  std::vector<int64_t> succ(total), fill(first.begin(), first.end() - 1);
+  for (size_t i = 0; i < n; ++i) {
+    for (int64_t d : instrs[i].second->deps()) succ[fill[d]++] = static_cast<int64_t>(i);
+  }
+  for (const auto& [sender, receiver] : transfers_of_tag) succ[fill[sender]++] = receiver;
+  auto successors = [&](size_t i) {
+    return absl::MakeConstSpan(succ.data() + first[i], succ.data() + first[i + 1]);
+  };
   // Each instruction's own estimated time, and its earliest start with
   // unlimited resources (ids are topological; a receive follows its send).
   std::vector<double> seconds(n, 0.0), earliest(n, 0.0);
   for (size_t i = 0; i < n; ++i) {
     const Instruction& ins = *instrs[i].second;
     if (ins.kind_case() == Instruction::KIND_NOT_SET) continue;
-    seconds[i] = estimate.Seconds(ins, instrs[i].first);
+    seconds[i] = estimate.Seconds(ins, instrs[i].first, hints != nullptr ? (*hints)[i] : -1);
   }
   const bool lift_transfers = order == quilt::v1::EXECUTION_ORDER_TRANSFERS_FIRST;
   for (size_t i = 0; lift_transfers && i < n; ++i) {
-    for (int64_t s : succ[i]) {
+    for (int64_t s : successors(i)) {
       earliest[s] = std::max(earliest[s], earliest[i] + seconds[i]);
     }
   }
@@ -138,7 +175,7 @@ std::vector<double> HeftPriorities(const std::vector<std::pair<int, Instruction*
   for (size_t k = n; k-- > 0;) {
     if (instrs[k].second->kind_case() == Instruction::KIND_NOT_SET) continue;
     double best = 0;
-    for (int64_t s : succ[k]) best = std::max(best, lift[s]);
+    for (int64_t s : successors(k)) best = std::max(best, lift[s]);
     rank[k] = seconds[k] + best;
     lift[k] = std::max(rank[k], chain[k]);
   }

@@ -23,11 +23,15 @@ inline constexpr quilt::v1::ExecutionOrder kExecutionOrders[] = {
     quilt::v1::EXECUTION_ORDER_CRITICAL_PATH, quilt::v1::EXECUTION_ORDER_TRANSFERS_FIRST};
 
 // `instrs[i]` = (device, instruction with id i); `groups[g - 1]` = the
-// device indices of collective group g. Returns rank per index.
+// device indices of collective group g. `hints` (optional, by index): a
+// computation's op index, a transfer's peer (or server) device index,
+// where its caller knows them (else they are looked up by name). Returns
+// rank per index.
 std::vector<double> HeftPriorities(
     const std::vector<std::pair<int, quilt::v1::Instruction*>>& instrs,
     const std::vector<std::vector<int>>& groups, const Topology& topology, const GraphIndex& graph,
-    const CostModel* cost, quilt::v1::ExecutionOrder order);
+    const CostModel* cost, quilt::v1::ExecutionOrder order,
+    const std::vector<int>* hints = nullptr);
 
 }  // namespace quilt
 
