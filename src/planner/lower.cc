@@ -124,7 +124,7 @@ class Lowerer {
   // transfers or aggregation it takes. With `allow_partial`, a partial sum
   // held on the device is returned as is (and *partial set). The list stays
   // valid while others are added.
-  using Writers = const std::vector<int64_t>*;
+  using Writers = const lower_internal::WriterList*;
   absl::StatusOr<Writers> Provide(const Key& need, bool allow_partial, bool* partial);
   // Sums partial `t` over its devices; with `partition_bytes` > 0, in
   // slices of rows of dim 0 of at most that many bytes, one collective each.
@@ -244,7 +244,7 @@ void Lowerer::Aggregate(int t, AggregationMethod method, int64_t partition_bytes
       }
     }
   }
-  std::vector<std::vector<int64_t>> written(devices.size());  // by place in `devices`
+  std::vector<lower_internal::WriterList> written(devices.size());  // by place in `devices`
   for (int64_t s = 0; s < slices; ++s) {
     const int64_t begin = slices == 1 ? 0 : rows * s / slices;
     const int64_t end = slices == 1 ? 0 : rows * (s + 1) / slices;
@@ -262,7 +262,7 @@ void Lowerer::Aggregate(int t, AggregationMethod method, int64_t partition_bytes
       ar->set_end(end);
       ar->set_algorithm(method);
       // After the ops that read the partial sum as is: the sum replaces it.
-      const std::vector<int64_t>& own = writers_[k];
+      const lower_internal::WriterList& own = writers_[k];
       aggregate_deps_.assign(own.begin(), own.end());
       auto readers = partial_readers_.find(k);
       if (readers != partial_readers_.end()) {
@@ -665,7 +665,7 @@ void Lowerer::FuseBuckets() {
     ins->clear_deps();
     for (int64_t x : deps) ins->add_deps(x);
   }
-  for (std::vector<int64_t>& ws : writers_.lists()) {
+  for (lower_internal::WriterList& ws : writers_.lists()) {
     for (int64_t& w : ws) w = remap[w];
   }
 }

@@ -12,9 +12,13 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/inlined_vector.h"
 
 namespace quilt {
 namespace lower_internal {
+
+// An instance's writers: mostly one or two, kept without an allocation.
+using WriterList = absl::InlinedVector<int64_t, 2>;
 
 struct Key {
   int tensor, device;
@@ -42,17 +46,17 @@ class WriterLists {
     const int64_t heads = static_cast<int64_t>(tensors) * devices;
     if (heads <= kMaxHeadTable) head_table_.assign(static_cast<size_t>(heads), -1);
   }
-  std::vector<int64_t>& operator[](const Key& k) {
+  WriterList& operator[](const Key& k) {
     const int e = EntryOf(k);
     entries_[e].marks |= kWritten;
     return lists_[e];
   }
   // k's writers; null when nothing has asked for them.
-  const std::vector<int64_t>* Find(const Key& k) const {
+  const WriterList* Find(const Key& k) const {
     const int e = Existing(k);
     return e >= 0 && (entries_[e].marks & kWritten) ? &lists_[e] : nullptr;
   }
-  std::deque<std::vector<int64_t>>& lists() { return lists_; }
+  std::deque<WriterList>& lists() { return lists_; }
 
   // Marks k (kPersistent or kFed); whether it was not marked so before.
   bool Mark(const Key& k, uint8_t mark) {
@@ -111,7 +115,7 @@ class WriterLists {
   std::vector<int> head_table_;
   absl::flat_hash_map<int64_t, int> head_map_;
   std::vector<Entry> entries_;  // by list
-  std::deque<std::vector<int64_t>> lists_;
+  std::deque<WriterList> lists_;
 };
 
 }  // namespace lower_internal
