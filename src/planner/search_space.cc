@@ -77,6 +77,7 @@ SearchSpace::SearchSpace(const Topology& topo, const CostModel& fine_cost,
       batch_(batch),
       memory_fraction_(memory_fraction),
       bound_(coarse, topo, batch) {
+  bound_.set_servers([this](const PlanState& state, int k) { return Servers(state, k); });
   const int n = topo.num_devices();
   for (int d = 0; d < n; ++d) speed_.push_back(fine_cost.speed(d).flops_per_s);
   // Replica counts ∝ speed, in eighths of the set's fastest device.

@@ -80,6 +80,9 @@ class SearchSpace {
   // on the coarsened graph (it misses short-lived tensors inside groups).
   SearchSpace(const Topology& topo, const CostModel& fine_cost, const CoarseModel& coarse,
               int64_t batch, double memory_fraction);
+  // Its bound asks it for parameter servers (TimeBound::set_servers).
+  SearchSpace(const SearchSpace&) = delete;
+  SearchSpace& operator=(const SearchSpace&) = delete;
 
   const std::vector<PlacementOption>& options() const { return options_; }
   // Adds an option (or finds an equal one); its index.

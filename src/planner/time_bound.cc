@@ -42,8 +42,8 @@ TimeBound::TimeBound(const CoarseModel& coarse, const Topology& topo, int64_t ba
     auto group = group_of.find(GroupKey(g.ops[i]));
     auto from = group_of.find(GroupKey(g.ops[producer[grad]]));
     if (group == group_of.end() || from == group_of.end()) continue;
-    gradients_.push_back(
-        {group->second, from->second, static_cast<double>(RangeBytes(g.tensors()[grad], 0, 0))});
+    gradients_.push_back({group->second, from->second,
+                          static_cast<double>(RangeBytes(g.tensors()[grad], 0, 0)), grad});
   }
   // Batch tensors read across groups: each reader's rows come from the
   // producer's instances (Lowerer::Provide), once per instance needed.
@@ -108,6 +108,37 @@ const TimeBound::Loads& TimeBound::Links(int g, int option, const PlacementOptio
   const CostModel::Collective c =
       coarse_.cost().AllReduce(ProtoMethod(method), devices, gradients_[g].bytes);
   for (int r : c.resources) out.push_back({r, c.time_s});
+  return out;
+}
+
+const TimeBound::Loads& TimeBound::ServerLinks(int g, const PlanState& state,
+                                               const std::vector<PlacementOption>& options) {
+  const Gradient& grad = gradients_[g];
+  const int from = state.place[grad.producer], own = state.place[grad.group];
+  auto [it, fresh] = server_links_.try_emplace({g, from, own, state.ServerNode(grad.group)});
+  Loads& out = it->second;
+  if (!fresh) return out;
+  // As the lowering shards a parameter (Place): rows of dim 0 evenly.
+  const std::vector<int> servers = servers_(state, grad.group);
+  const TensorInfo& info = coarse_.graph().tensors()[grad.tensor];
+  const int64_t rows = info.shape.rank() == 0 ? 1 : std::max<int64_t>(1, info.shape.dim(0).value);
+  const int64_t n = std::min<int64_t>(static_cast<int64_t>(servers.size()), rows);
+  std::vector<double> held(topo_.num_resources(), 0.0);
+  auto add = [&](int a, int b, double bytes) {
+    if (a == b) return;
+    const Path& path = topo_.PathBetween(a, b);
+    const double seconds = path.Time(bytes);
+    for (int r : path.resources) held[r] += seconds;
+  };
+  for (int64_t j = 0; j < n; ++j) {
+    const int server = servers[j];
+    const double bytes = static_cast<double>(RangeBytes(info, rows * j / n, rows * (j + 1) / n));
+    for (const Slice& w : Slices(from, options)) add(w.device, server, bytes);
+    for (const Slice& r : Slices(own, options)) add(server, r.device, bytes);
+  }
+  for (size_t r = 0; r < held.size(); ++r) {
+    if (held[r] > 0) out.push_back({static_cast<int>(r), held[r]});
+  }
   return out;
 }
 
@@ -182,6 +213,13 @@ void TimeBound::AddGradient(size_t i, const PlanState& state,
     return;
   }
   const int option = state.place[grad.producer];
+  if (state.method[grad.group] == Method::kParameterServer) {
+    if (!servers_) return;
+    for (const auto& [r, seconds] : ServerLinks(static_cast<int>(i), state, options)) {
+      sums->links[r] += seconds;
+    }
+    return;
+  }
   for (const auto& [r, seconds] :
        Links(static_cast<int>(i), option, options[option], state.method[grad.group])) {
     sums->links[r] += seconds;

@@ -4,17 +4,19 @@
 // lasts at least the busiest device's forward and backward computation,
 // and at least the busiest link's share of the gradient all-reduces and
 // of the batch tensors' rows moved between groups split differently, plus
-// the host's step overhead of the devices the plan uses. (Parameter
-// servers, other sums and updates are left out: a bound may miss work,
-// never add any.) Per (group, placement option) the devices' seconds, per
-// (gradient, option, method) and (tensor, option, option) the links', are
-// computed once; a bound then costs a sum over the groups. The local
-// search skips the moves whose bound shows they cannot beat the current
-// plan.
+// the host's step overhead of the devices the plan uses. Parameter
+// servers' pushes and pulls count too where the caller says which devices
+// serve a group (set_servers). (Other sums and updates are left out: a
+// bound may miss work, never add any.) Per (group, placement option) the
+// devices' seconds, per (gradient, option, method), (gradient, options,
+// server node) and (tensor, option, option) the links', are computed once;
+// a bound then costs a sum over the groups. The local search skips the
+// moves whose bound shows they cannot beat the current plan.
 #ifndef QUILT_SRC_PLANNER_TIME_BOUND_H_
 #define QUILT_SRC_PLANNER_TIME_BOUND_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <tuple>
@@ -34,6 +36,11 @@ enum class Method : uint8_t;
 class TimeBound {
  public:
   TimeBound(const CoarseModel& coarse, const Topology& topo, int64_t batch);
+  // The devices that serve group k's parameters under parameter-server
+  // aggregation, in shard order (SearchSpace::Servers); without, their
+  // traffic is left out.
+  using ServersOf = std::function<std::vector<int>(const PlanState& state, int k)>;
+  void set_servers(ServersOf servers) { servers_ = std::move(servers); }
   // Seconds; never more than the simulated step time of `state` (whose
   // placements index `options`). Uses the coarse model's cost model: not
   // while another thread uses it.
@@ -53,6 +60,11 @@ class TimeBound {
   // devices of `option` (its producer's) by `method` (its parameter's
   // group's; none for parameter servers or one device).
   const Loads& Links(int g, int option, const PlacementOption& o, Method method);
+  // The seconds each link is held by gradient g's pushes to its servers
+  // and its parameter's pulls from them (its producer's devices push, its
+  // group's devices pull).
+  const Loads& ServerLinks(int g, const PlanState& state,
+                           const std::vector<PlacementOption>& options);
   // The rows of crossing c's tensor that reach each instance a reader on
   // option `to` needs from the producer's instances on option `from`
   // (none for instances that are the producer's own).
@@ -93,6 +105,7 @@ class TimeBound {
   struct Gradient {
     int group, producer;
     double bytes;
+    int tensor;
   };
   std::vector<Gradient> gradients_;
   // Batch tensors ops of other groups read: the tensor, the group of the
@@ -109,6 +122,9 @@ class TimeBound {
   // [option][group]: per device (absent: not computed yet).
   std::vector<std::vector<std::optional<Loads>>> compute_;
   std::map<std::tuple<int, int, Method>, Loads> links_;
+  ServersOf servers_;
+  // By (gradient, producer's option, group's option, server node).
+  std::map<std::tuple<int, int, int, int>, Loads> server_links_;
   Sums sums_, base_;  // scratch
   // Scratch of AddCrossing: reader options and instances counted.
   std::vector<int> seen_options_;

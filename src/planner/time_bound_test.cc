@@ -88,7 +88,7 @@ TEST(TimeBound, NeverAboveTheSimulatedStepAndCloseWithoutCommunication) {
       one.method.assign(groups, space.MethodsFor(one.place[0]).front());
       states.push_back(one);
     }
-    int checked = 0;
+    int checked = 0, servers_counted = 0;
     for (size_t i = 0; i < states.size(); ++i) {
       absl::StatusOr<Score> score = space.Evaluate(states[i]);
       if (!score.ok()) continue;  // a state the lowering rejects
@@ -96,6 +96,16 @@ TEST(TimeBound, NeverAboveTheSimulatedStepAndCloseWithoutCommunication) {
       const double b = bound.Of(states[i], space.options());
       EXPECT_GT(b, 0) << i;
       EXPECT_LE(b, score->time_s * (1 + 1e-12)) << i;
+      // The space's bound counts parameter servers' traffic too.
+      const double with_servers = judge.BoundOf(states[i]);
+      EXPECT_GE(with_servers, b) << i;
+      EXPECT_LE(with_servers, score->time_s * (1 + 1e-12)) << i;
+      for (Method m : states[i].method) {
+        if (m == Method::kParameterServer) {
+          servers_counted += with_servers > b * (1 + 1e-9) ? 1 : 0;
+          break;
+        }
+      }
       EXPECT_EQ(judge.CannotBeat(states[i], score->time_s * (1 + 1e-9)), false) << i;
       EXPECT_EQ(judge.CannotBeat(states[i], b), true) << i;
       // Simulated already: judged by its score, and not counted.
@@ -105,6 +115,7 @@ TEST(TimeBound, NeverAboveTheSimulatedStepAndCloseWithoutCommunication) {
       if (i >= states.size() - 2) EXPECT_GT(b, 0.8 * score->time_s) << i;
     }
     EXPECT_GE(checked, 20);
+    EXPECT_GT(servers_counted, 0) << "no parameter server's traffic raised a bound";
     // Each state ruled out is counted once, however often it is judged.
     EXPECT_EQ(judge.ruled_out(), checked);
     EXPECT_EQ(judge.evaluations(), 0);
