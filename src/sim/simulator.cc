@@ -197,27 +197,22 @@ void Sim::TryStartComm(int n) {
 }
 
 void Sim::FreeLinks(int n) {
+  // The classes whose links are all free now, and the best of them.
   startable_.clear();
+  int best = -1;
   for (int r : Links(n)) {
     link_busy_[r] = false;
     for (const LinkEntry& e : link_classes_[r]) {
-      if (--class_state_[e.cls].busy == 0) startable_.push_back(e.cls);
+      if (--class_state_[e.cls].busy == 0) {
+        startable_.push_back(e.cls);
+        if (best < 0 || class_top_[e.cls] > class_top_[best]) best = e.cls;
+      }
     }
   }
   // Starts only make links busy, so a class passed over cannot become
   // startable again here. (Usually one start takes a link every other
   // candidate needs: picking the best each time is cheaper than sorting.)
-  while (true) {
-    int best = -1;
-    size_t kept = 0;
-    for (size_t i = 0; i < startable_.size(); ++i) {
-      const int c = startable_[i];
-      if (!class_state_[c].live || class_state_[c].busy != 0) continue;
-      startable_[kept++] = c;
-      if (best < 0 || class_top_[c] > class_top_[best]) best = c;
-    }
-    startable_.resize(kept);
-    if (best < 0) break;
+  while (best >= 0) {
     PathWaiters& pc = classes_[best];
     const int w = -pc.waiting.top().second;
     pc.waiting.pop();
@@ -227,6 +222,15 @@ void Sim::FreeLinks(int n) {
       class_top_[best] = pc.waiting.top();
     }
     Start(w);
+    best = -1;
+    size_t kept = 0;
+    for (size_t i = 0; i < startable_.size(); ++i) {
+      const int c = startable_[i];
+      if (!class_state_[c].live || class_state_[c].busy != 0) continue;
+      startable_[kept++] = c;
+      if (best < 0 || class_top_[c] > class_top_[best]) best = c;
+    }
+    startable_.resize(kept);
   }
 }
 
