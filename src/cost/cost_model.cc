@@ -84,6 +84,7 @@ absl::StatusOr<CostModel> CostModel::Create(const Graph* graph, const Topology* 
   CostModel m;
   m.graph_ = graph;
   m.topology_ = topology;
+  m.shared_collectives_ = std::make_shared<SharedCollectives>();
   for (const Op& op : graph->ops) {
     const OpSchema* schema = OpRegistry::Global().Find(op.type);
     if (schema == nullptr) return absl::InvalidArgumentError("unknown op type " + op.type);
@@ -292,7 +293,7 @@ CostModel::Collective CostModel::Ring(const std::vector<int>& devices, double by
 
 CostModel::Collective CostModel::AllReduce(quilt::v1::AggregationMethod method,
                                            const std::vector<int>& devices, double bytes) const {
-  if (fine_ == nullptr || devices.size() < 2) return ComputeAllReduce(method, devices, bytes);
+  if (devices.size() < 2) return ComputeAllReduce(method, devices, bytes);
   std::vector<int64_t> key;
   key.reserve(devices.size() + 2);
   key.push_back(static_cast<int64_t>(method));
@@ -301,6 +302,17 @@ CostModel::Collective CostModel::AllReduce(quilt::v1::AggregationMethod method,
   std::memcpy(&bits, &bytes, sizeof(bits));
   key.push_back(bits);
   key.insert(key.end(), devices.begin(), devices.end());
+  if (fine_ == nullptr) {
+    if (shared_collectives_ == nullptr) return ComputeAllReduce(method, devices, bytes);
+    SharedCollectives& cache = *shared_collectives_;
+    {
+      absl::MutexLock lock(&cache.mu);
+      if (auto it = cache.map.find(key); it != cache.map.end()) return it->second;
+    }
+    Collective c = ComputeAllReduce(method, devices, bytes);
+    absl::MutexLock lock(&cache.mu);
+    return cache.map.try_emplace(std::move(key), std::move(c)).first->second;
+  }
   auto it = collectives_.find(key);
   if (it == collectives_.end()) {
     it = collectives_.emplace(std::move(key), ComputeAllReduce(method, devices, bytes)).first;

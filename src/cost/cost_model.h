@@ -8,10 +8,12 @@
 #ifndef QUILT_SRC_COST_COST_MODEL_H_
 #define QUILT_SRC_COST_COST_MODEL_H_
 
+#include <memory>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "proto/quilt/v1/strategy.pb.h"
 #include "src/cluster/topology.h"
 #include "src/graph/graph.h"
@@ -101,13 +103,21 @@ class CostModel {
   // Composite models: the fine model and each op's members; sums cached by
   // (op, device, rows) — so a composite model, unlike a plain one, must not
   // be used from two threads at once (copies of one may: they share only
-  // the fine model, which is plain and caches nothing).
+  // the fine model, whose cache below is locked).
   const CostModel* fine_ = nullptr;
   std::vector<std::vector<int>> members_;
   mutable absl::flat_hash_map<uint64_t, double> composite_time_;
-  // Composite models also keep all-reduces by (method, bytes, devices): the
-  // planner's search lowers hundreds of plans that repeat them.
+  // All-reduces by (method, bytes, devices): the planner's search lowers
+  // hundreds of plans that repeat them, and each plan's lowering, ranking
+  // and simulation price the same ones. A composite model keeps its own; a
+  // plain one's is shared by its copies and locked (they may run on
+  // several threads).
   mutable absl::flat_hash_map<std::vector<int64_t>, Collective> collectives_;
+  struct SharedCollectives {
+    absl::Mutex mu;
+    absl::flat_hash_map<std::vector<int64_t>, Collective> map ABSL_GUARDED_BY(mu);
+  };
+  std::shared_ptr<SharedCollectives> shared_collectives_;
   Collective ComputeAllReduce(quilt::v1::AggregationMethod method, const std::vector<int>& devices,
                               double bytes) const;
 };
