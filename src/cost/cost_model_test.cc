@@ -26,20 +26,24 @@ TEST(CostModel, AllReducePricesCachedAndOnThreadsAreThePricesFirstGiven) {
   const int n = w->topo.num_devices();
   ASSERT_GE(n, 4);
   std::mt19937_64 rng(5);
+  // Each member set in each method at two sizes: asks that differ in one
+  // of them only.
   std::vector<Ask> asks;
-  for (int i = 0; i < 60; ++i) {
-    Ask a;
-    a.method = std::vector<quilt::v1::AggregationMethod>{
-        quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE, quilt::v1::AGGREGATION_METHOD_TREE_ALLREDUCE,
-        quilt::v1::AGGREGATION_METHOD_HIERARCHICAL_ALLREDUCE,
-        quilt::v1::AGGREGATION_METHOD_DIRECT_ALLREDUCE}[i % 4];
+  for (int set = 0; set < 15; ++set) {
+    std::vector<int> devices;
     for (int d = 0; d < n; ++d) {
-      if (rng() % 2 == 0) a.devices.push_back(d);
+      if (rng() % 2 == 0) devices.push_back(d);
     }
-    if (a.devices.size() < 2) a.devices = {0, n - 1};
-    std::shuffle(a.devices.begin(), a.devices.end(), rng);  // ring order matters
-    a.bytes = static_cast<double>(1 + rng() % (64 << 20));
-    asks.push_back(a);
+    if (devices.size() < 2) devices = {0, n - 1};
+    std::shuffle(devices.begin(), devices.end(), rng);  // ring order matters
+    const double bytes = static_cast<double>(1 + rng() % (64 << 20));
+    for (quilt::v1::AggregationMethod method :
+         {quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE,
+          quilt::v1::AGGREGATION_METHOD_TREE_ALLREDUCE,
+          quilt::v1::AGGREGATION_METHOD_HIERARCHICAL_ALLREDUCE,
+          quilt::v1::AGGREGATION_METHOD_DIRECT_ALLREDUCE}) {
+      for (double b : {bytes, 3 * bytes + 1}) asks.push_back({method, devices, b});
+    }
   }
   // Each price from a model that has priced nothing before.
   std::vector<CostModel::Collective> first;
