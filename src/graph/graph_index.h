@@ -25,7 +25,24 @@ class GraphIndex {
   const Graph& graph() const { return *graph_; }
   // -1 when the graph has no such tensor / op.
   int Tensor(const std::string& name) const;
+  // The same, trying `hint` first (as OpIndex does).
+  int Tensor(const std::string& name, int hint) const {
+    if (hint >= 0 && hint < static_cast<int>(graph_->tensors().size()) &&
+        graph_->tensors()[hint].name == name) {
+      return hint;
+    }
+    return Tensor(name);
+  }
   int OpIndex(const std::string& name) const;
+  // The same, trying `hint` first (an index the caller was given, which
+  // counts only where the op there has this name).
+  int OpIndex(const std::string& name, int hint) const {
+    if (hint >= 0 && hint < static_cast<int>(graph_->ops.size()) &&
+        graph_->ops[hint].name == name) {
+      return hint;
+    }
+    return OpIndex(name);
+  }
   // Tensor ids of op i's inputs (-1 for an absent optional input) and outputs.
   const std::vector<int>& Inputs(int op) const { return inputs_[op]; }
   const std::vector<int>& Outputs(int op) const { return outputs_[op]; }

@@ -90,6 +90,7 @@ class Lowerer {
   int64_t Bytes(int t, int64_t b, int64_t e) const { return RangeBytes(info(t), b, e); }
   void SetRange(quilt::v1::TensorRange* r, int t, int64_t b, int64_t e) const {
     r->set_tensor(info(t).name);
+    r->set_tensor_index(t);
     r->set_begin(b);
     r->set_end(e);
   }
@@ -496,6 +497,7 @@ absl::Status Lowerer::LowerOp(int i) {
     }
     Instruction& ins = *New();
     ins.mutable_compute()->set_op(op.name);
+    ins.mutable_compute()->set_op_index(i);
     ins.mutable_compute()->set_begin(s.begin);
     ins.mutable_compute()->set_end(s.end);
     const int64_t id = Emit(s.device, &ins, deps_, i);

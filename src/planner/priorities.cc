@@ -24,7 +24,7 @@ class Estimator {
     if (cost_ == nullptr) return 1.0;
     switch (ins.kind_case()) {
       case Instruction::kCompute: {
-        const int op = hint >= 0 ? hint : g_.OpIndex(ins.compute().op());
+        const int op = hint >= 0 ? hint : g_.OpIndex(ins.compute().op(), ins.compute().op_index());
         if (op < 0) return 0;
         return cost_->OpTime(op, device, ins.compute().end() - ins.compute().begin());
       }

@@ -106,7 +106,7 @@ absl::Status Validator::Index() {
         collective_[ins.all_reduce().collective_id()].push_back(in);
         break;
       case Instruction::kCompute: {
-        const int op = ix_.OpIndex(ins.compute().op());
+        const int op = ix_.OpIndex(ins.compute().op(), ins.compute().op_index());
         if (op < 0) {
           return absl::InvalidArgumentError("instruction " + std::to_string(ins.id()) +
                                             " runs unknown op '" + ins.compute().op() + "'");

@@ -26,7 +26,7 @@ absl::Status Validator::WritesOf(int n, std::vector<Access>* out) const {
   const Instruction& ins = *nodes_[n].ins;
   switch (ins.kind_case()) {
     case Instruction::kCompute: {
-      const int op = ix_.OpIndex(ins.compute().op());
+      const int op = ix_.OpIndex(ins.compute().op(), ins.compute().op_index());
       const Range own{ins.compute().begin(), ins.compute().end()};
       if (ix_.Schema(op).is_update) {
         // In place: parameter and optimizer state (not re-read this step).
@@ -57,7 +57,7 @@ absl::Status Validator::ReadsOf(int n, std::vector<Access>* out) const {
   const Instruction& ins = *nodes_[n].ins;
   switch (ins.kind_case()) {
     case Instruction::kCompute: {
-      const int op = ix_.OpIndex(ins.compute().op());
+      const int op = ix_.OpIndex(ins.compute().op(), ins.compute().op_index());
       const Range own{ins.compute().begin(), ins.compute().end()};
       const bool shard = ix_.Schema(op).is_update && !own.whole();
       for (int t : ix_.Inputs(op)) {
@@ -212,7 +212,7 @@ absl::Status Validator::CheckDataflow() {
     bool out_partial = false;
     switch (ins.kind_case()) {
       case Instruction::kCompute: {
-        const int op = ix_.OpIndex(ins.compute().op());
+        const int op = ix_.OpIndex(ins.compute().op(), ins.compute().op_index());
         const Range own{ins.compute().begin(), ins.compute().end()};
         const OpSchema& s = ix_.Schema(op);
         int partial_inputs = 0;
@@ -319,7 +319,7 @@ absl::Status Validator::CheckDataflow() {
       bool partial = out_partial && !Batched(w.tensor);
       if (is_compute && partial) {
         // Per-replica statistics (e.g. batch-norm moments) are not sums.
-        const int op = ix_.OpIndex(ins.compute().op());
+        const int op = ix_.OpIndex(ins.compute().op(), ins.compute().op_index());
         for (size_t k = 0; k < ix_.Outputs(op).size(); ++k) {
           if (ix_.Outputs(op)[k] == w.tensor &&
               IsLocalOutput(g_.ops[op], ix_.Schema(op), static_cast<int>(k))) {

@@ -1,11 +1,15 @@
 // PreparedProgram: a program prepared once replays as Simulate simulates
 // it, as often as asked until its last replay, and under another program's
-// priorities as Simulate simulates that program.
+// priorities as Simulate simulates that program. And the lowering's index
+// hints (ComputeInstr.op_index, TensorRange.tensor_index) count only where
+// they name the op or tensor: wrong or missing ones simulate the same.
+#include <functional>
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "src/common/status_matchers.h"
+#include "src/planner/baselines.h"
 #include "src/planner/lower.h"
 #include "src/planner/planner_test_util.h"
 #include "src/sim/simulator.h"
@@ -96,6 +100,62 @@ TEST(PreparedProgram, BadProgramIsRefusedWhenPrepared) {
   absl::StatusOr<PreparedProgram> prepared =
       PreparedProgram::Prepare(p, w->graph, w->topo, *w->cost);
   EXPECT_THAT(prepared.status(), StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+// Every hint in `p` set by `fn` (op index, tensor index → new hint).
+template <typename Fn>
+void SetHints(quilt::v1::DistributedProgram* p, Fn fn) {
+  auto range = [&](quilt::v1::TensorRange* r) { r->set_tensor_index(fn(r->tensor_index())); };
+  for (auto& d : *p->mutable_devices()) {
+    for (auto& r : *d.mutable_persistent()) range(&r);
+    for (auto& r : *d.mutable_feeds()) range(&r);
+    for (auto& ins : *d.mutable_instructions()) {
+      if (ins.has_compute()) ins.mutable_compute()->set_op_index(fn(ins.compute().op_index()));
+      if (ins.has_send()) range(ins.mutable_send()->mutable_range());
+      if (ins.has_recv()) range(ins.mutable_recv()->mutable_into());
+      if (ins.has_concat()) range(ins.mutable_concat()->mutable_target());
+      if (ins.has_ps_push()) range(ins.mutable_ps_push()->mutable_gradient());
+      if (ins.has_ps_accumulate()) range(ins.mutable_ps_accumulate()->mutable_gradient());
+      if (ins.has_ps_pull()) range(ins.mutable_ps_pull()->mutable_parameter());
+    }
+  }
+}
+
+TEST(ProgramHints, WrongOrMissingHintsSimulateTheSame) {
+  auto w = Make("transformer");
+  const std::vector<int64_t> ones(w->topo.num_devices(), 1);
+  for (const quilt::v1::Strategy& s :
+       {EvenRing(*w),
+        DataParallelStrategy(w->graph, w->topo, ones,
+                             quilt::v1::AGGREGATION_METHOD_PARAMETER_SERVER, "ps"),
+        testing::TiedSplit(w->graph, w->topo)}) {
+    SCOPED_TRACE(s.name());
+    const quilt::v1::DistributedProgram p = LowerChecked(*w, s, 8);
+    // The lowering gives hints, and they name what the names name.
+    int hinted = 0;
+    for (const auto& d : p.devices()) {
+      for (const auto& ins : d.instructions()) {
+        if (!ins.has_compute()) continue;
+        EXPECT_EQ(w->graph.ops[ins.compute().op_index()].name, ins.compute().op());
+        hinted += ins.compute().op_index() > 0 ? 1 : 0;
+      }
+    }
+    EXPECT_GT(hinted, 0);
+    absl::StatusOr<SimResult> right = Simulate(p, w->graph, w->topo, *w->cost);
+    ASSERT_THAT(right.status(), IsOk());
+    const int ops = static_cast<int>(w->graph.ops.size());
+    const std::vector<std::function<int(int)>> wrongs = {
+        [](int) { return 0; },                   // missing (proto3's default)
+        [ops](int h) { return (h + 1) % ops; },  // another op's, another tensor's
+        [](int) { return -7; }, [](int) { return 1 << 30; }};
+    for (const auto& wrong : wrongs) {
+      quilt::v1::DistributedProgram q = p;
+      SetHints(&q, wrong);
+      absl::StatusOr<SimResult> r = Simulate(q, w->graph, w->topo, *w->cost);
+      ASSERT_THAT(r.status(), IsOk());
+      ExpectSame(*right, *r);
+    }
+  }
 }
 
 }  // namespace

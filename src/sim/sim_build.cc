@@ -14,8 +14,8 @@ namespace quilt::sim_internal {
 
 using quilt::v1::Instruction;
 
-absl::StatusOr<int> Sim::TensorId(const std::string& name) const {
-  const int t = ix_->Tensor(name);
+absl::StatusOr<int> Sim::TensorId(const std::string& name, int hint) const {
+  const int t = ix_->Tensor(name, hint);
   if (t < 0) return absl::InvalidArgumentError("unknown tensor '" + name + "'");
   return t;
 }
@@ -137,11 +137,11 @@ absl::Status Sim::Build() {
       return absl::InvalidArgumentError("program names unknown device '" + dp.device() + "'");
     device_of.push_back(d);
     for (const quilt::v1::TensorRange& r : dp.persistent()) {
-      ASSIGN_OR_RETURN(int t, TensorId(r.tensor()));
+      ASSIGN_OR_RETURN(int t, TensorId(r.tensor(), r.tensor_index()));
       instances_[InstanceFor(t, d, r.begin(), r.end())].persistent = true;
     }
     for (const quilt::v1::TensorRange& r : dp.feeds()) {
-      ASSIGN_OR_RETURN(int t, TensorId(r.tensor()));
+      ASSIGN_OR_RETURN(int t, TensorId(r.tensor(), r.tensor_index()));
       feeds_.push_back(InstanceFor(t, d, r.begin(), r.end()));
     }
   }
@@ -164,7 +164,7 @@ absl::Status Sim::Build() {
       switch (ins.kind_case()) {
         case Instruction::kCompute: {
           node.kind = Kind::kCompute;
-          const int op = ix_->OpIndex(ins.compute().op());
+          const int op = ix_->OpIndex(ins.compute().op(), ins.compute().op_index());
           if (op < 0) {
             return absl::InvalidArgumentError("program runs unknown op '" + ins.compute().op() +
                                               "'");
@@ -196,7 +196,8 @@ absl::Status Sim::Build() {
         case Instruction::kSend: {
           node.kind = Kind::kSend;
           send_tag[ins.send().tag()] = {n, ins.send().bytes()};
-          ASSIGN_OR_RETURN(int t, TensorId(ins.send().range().tensor()));
+          ASSIGN_OR_RETURN(
+              int t, TensorId(ins.send().range().tensor(), ins.send().range().tensor_index()));
           const int inst = Containing(t, d, ins.send().range().begin(), ins.send().range().end());
           if (inst >= 0) reads_.Add(n, inst);
           break;
@@ -204,13 +205,15 @@ absl::Status Sim::Build() {
         case Instruction::kRecv: {
           node.kind = Kind::kRecv;
           recv_tag[ins.recv().tag()] = n;
-          ASSIGN_OR_RETURN(int t, TensorId(ins.recv().into().tensor()));
+          ASSIGN_OR_RETURN(int t,
+                           TensorId(ins.recv().into().tensor(), ins.recv().into().tensor_index()));
           writes_.Add(n, InstanceFor(t, d, ins.recv().into().begin(), ins.recv().into().end()));
           break;
         }
         case Instruction::kConcat: {
           node.kind = Kind::kLocal;
-          ASSIGN_OR_RETURN(int t, TensorId(ins.concat().target().tensor()));
+          ASSIGN_OR_RETURN(int t, TensorId(ins.concat().target().tensor(),
+                                           ins.concat().target().tensor_index()));
           int64_t bytes = 0;
           for (const auto& part : ins.concat().parts()) {
             const int inst = Containing(t, d, part.begin(), part.end());
@@ -266,7 +269,8 @@ absl::Status Sim::Build() {
           push_tag[ins.ps_push().tag()] = n;
           RETURN_IF_ERROR(ServerTransfer(ins.ps_push().server_device(), ins.ps_push().bytes(),
                                          /*to_server=*/true, &node));
-          ASSIGN_OR_RETURN(int t, TensorId(ins.ps_push().gradient().tensor()));
+          ASSIGN_OR_RETURN(int t, TensorId(ins.ps_push().gradient().tensor(),
+                                           ins.ps_push().gradient().tensor_index()));
           const int inst = Containing(t, d, 0, 0);
           if (inst >= 0) reads_.Add(n, inst);
           break;
@@ -274,7 +278,7 @@ absl::Status Sim::Build() {
         case Instruction::kPsAccumulate: {
           node.kind = Kind::kLocal;
           const auto& acc = ins.ps_accumulate();
-          ASSIGN_OR_RETURN(int t, TensorId(acc.gradient().tensor()));
+          ASSIGN_OR_RETURN(int t, TensorId(acc.gradient().tensor(), acc.gradient().tensor_index()));
           const int64_t bytes = Bytes(t, acc.gradient().begin(), acc.gradient().end());
           node.duration =
               (acc.push_tags_size() + 1) * static_cast<double>(bytes) / speed.memory_bytes_per_s +
@@ -294,7 +298,8 @@ absl::Status Sim::Build() {
           node.kind = Kind::kPull;
           RETURN_IF_ERROR(ServerTransfer(ins.ps_pull().server_device(), ins.ps_pull().bytes(),
                                          /*to_server=*/false, &node));
-          ASSIGN_OR_RETURN(int t, TensorId(ins.ps_pull().parameter().tensor()));
+          ASSIGN_OR_RETURN(int t, TensorId(ins.ps_pull().parameter().tensor(),
+                                           ins.ps_pull().parameter().tensor_index()));
           writes_.Add(n, InstanceFor(t, d, 0, 0));
           break;
         }

@@ -127,7 +127,8 @@ class Sim {
   std::vector<double>& priorities() { return priority_; }
 
  private:
-  absl::StatusOr<int> TensorId(const std::string& name) const;
+  // `hint`: an index the program gives (TensorRange.tensor_index; -1: none).
+  absl::StatusOr<int> TensorId(const std::string& name, int hint = -1) const;
   // A push to (or pull from) `server_device` of `bytes` by `node` (its
   // device set): its path and duration, its bytes counted.
   absl::Status ServerTransfer(const std::string& server_device, int64_t bytes, bool to_server,
