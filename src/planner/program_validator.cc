@@ -42,7 +42,7 @@ absl::Status Validator::Index() {
     }
     for (const auto* list : {&dp.persistent(), &dp.feeds()}) {
       for (const quilt::v1::TensorRange& r : *list) {
-        ASSIGN_OR_RETURN(int t, Tensor(r.tensor()));
+        ASSIGN_OR_RETURN(int t, Tensor(r.tensor(), r.tensor_index()));
         resident_[Key(t, d)].push_back({r.begin(), r.end()});
       }
     }
@@ -183,7 +183,7 @@ absl::Status Validator::CheckTransfers() {
     if (!node.ins->has_ps_pull()) continue;
     const auto& pull = node.ins->ps_pull();
     ASSIGN_OR_RETURN(int server, Device(pull.server_device()));
-    ASSIGN_OR_RETURN(int t, Tensor(pull.parameter().tensor()));
+    ASSIGN_OR_RETURN(int t, Tensor(pull.parameter().tensor(), pull.parameter().tensor_index()));
     const Range need{pull.parameter().begin(), pull.parameter().end()};
     bool held = false;
     auto it = resident_.find(Key(t, server));

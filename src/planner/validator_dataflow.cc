@@ -44,7 +44,8 @@ absl::Status Validator::WritesOf(int n, std::vector<Access>* out) const {
     case Instruction::kPsAccumulate:
       return AddRange(ins.ps_accumulate().gradient(), out);
     case Instruction::kPsPull: {
-      ASSIGN_OR_RETURN(int t, Tensor(ins.ps_pull().parameter().tensor()));
+      ASSIGN_OR_RETURN(int t, Tensor(ins.ps_pull().parameter().tensor(),
+                                     ins.ps_pull().parameter().tensor_index()));
       out->push_back({t, {}});
       return absl::OkStatus();
     }
@@ -73,13 +74,15 @@ absl::Status Validator::ReadsOf(int n, std::vector<Access>* out) const {
     case Instruction::kAllReduce:
       return AddSummed(ins.all_reduce(), out);
     case Instruction::kPsPush: {
-      ASSIGN_OR_RETURN(int t, Tensor(ins.ps_push().gradient().tensor()));
+      ASSIGN_OR_RETURN(int t, Tensor(ins.ps_push().gradient().tensor(),
+                                     ins.ps_push().gradient().tensor_index()));
       out->push_back({t, {}});
       return absl::OkStatus();
     }
     case Instruction::kPsAccumulate:
       if (ins.ps_accumulate().includes_local()) {
-        ASSIGN_OR_RETURN(int t, Tensor(ins.ps_accumulate().gradient().tensor()));
+        ASSIGN_OR_RETURN(int t, Tensor(ins.ps_accumulate().gradient().tensor(),
+                                       ins.ps_accumulate().gradient().tensor_index()));
         out->push_back({t, {}});
       }
       return absl::OkStatus();
@@ -368,7 +371,7 @@ absl::Status Validator::CheckDataflow() {
     std::set<int> summed;
     if (acc.includes_local()) summed.insert(node.device);
     for (int64_t tag : acc.push_tags()) summed.insert(nodes_[push_.at(tag)].device);
-    const int t = ix_.Tensor(acc.gradient().tensor());
+    const int t = ix_.Tensor(acc.gradient().tensor(), acc.gradient().tensor_index());
     if (summed != partial_on[t]) {
       return absl::InvalidArgumentError(
           absl::StrCat("the accumulation of '", acc.gradient().tensor(), "' on ",

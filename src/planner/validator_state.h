@@ -70,8 +70,9 @@ class Validator {
   const std::string& DeviceName(int d) const { return topo_.device(d).id; }
   bool Batched(int t) const { return ix_.Batched(t); }
 
-  absl::StatusOr<int> Tensor(const std::string& name) const {
-    const int t = ix_.Tensor(name);
+  // `hint`: the index a range gives (TensorRange.tensor_index; -1: none).
+  absl::StatusOr<int> Tensor(const std::string& name, int hint = -1) const {
+    const int t = ix_.Tensor(name, hint);
     if (t < 0) {
       return absl::InvalidArgumentError("the program names unknown tensor '" + name + "'");
     }
@@ -109,7 +110,7 @@ class Validator {
   std::vector<int> Contributors(int n, int tensor, const Range& need) const;
   absl::Status ReadsOf(int n, std::vector<Access>* reads) const;
   absl::Status AddRange(const quilt::v1::TensorRange& r, std::vector<Access>* out) const {
-    ASSIGN_OR_RETURN(int t, Tensor(r.tensor()));
+    ASSIGN_OR_RETURN(int t, Tensor(r.tensor(), r.tensor_index()));
     out->push_back({t, {r.begin(), r.end()}});
     return absl::OkStatus();
   }

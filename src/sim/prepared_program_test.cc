@@ -2,7 +2,8 @@
 // it, as often as asked until its last replay, and under another program's
 // priorities as Simulate simulates that program. And the lowering's index
 // hints (ComputeInstr.op_index, TensorRange.tensor_index) count only where
-// they name the op or tensor: wrong or missing ones simulate the same.
+// they name the op or tensor: wrong or missing ones validate and simulate
+// the same.
 #include <functional>
 #include <vector>
 
@@ -151,6 +152,7 @@ TEST(ProgramHints, WrongOrMissingHintsSimulateTheSame) {
     for (const auto& wrong : wrongs) {
       quilt::v1::DistributedProgram q = p;
       SetHints(&q, wrong);
+      EXPECT_THAT(ValidateProgram(q, w->graph, w->topo), IsOk());
       absl::StatusOr<SimResult> r = Simulate(q, w->graph, w->topo, *w->cost);
       ASSERT_THAT(r.status(), IsOk());
       ExpectSame(*right, *r);
