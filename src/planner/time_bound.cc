@@ -78,7 +78,8 @@ TimeBound::TimeBound(const CoarseModel& coarse, const Topology& topo, int64_t ba
   }
 }
 
-const TimeBound::Loads& TimeBound::Compute(int k, int option, const PlacementOption& o) {
+const TimeBound::Loads& TimeBound::Compute(int k, int option,
+                                           const std::vector<PlacementOption>& options) {
   if (compute_.size() <= static_cast<size_t>(option)) compute_.resize(option + 1);
   if (compute_[option].empty()) compute_[option].resize(ops_.size());
   std::optional<Loads>& out = compute_[option][k];
@@ -86,7 +87,7 @@ const TimeBound::Loads& TimeBound::Compute(int k, int option, const PlacementOpt
   out.emplace();
   // Devices the split gives no rows do nothing in the group (Place).
   const CostModel& cost = coarse_.cost();
-  for (const Slice& s : SplitBatch(o.replicas, batch_)) {
+  for (const Slice& s : Slices(option, options)) {
     double seconds = 0;
     for (const auto& [op, batched] : ops_[k]) {
       seconds += cost.OpTime(op, s.device, batched ? s.end - s.begin : 0);
@@ -96,13 +97,14 @@ const TimeBound::Loads& TimeBound::Compute(int k, int option, const PlacementOpt
   return *out;
 }
 
-const TimeBound::Loads& TimeBound::Links(int g, int option, const PlacementOption& o,
+const TimeBound::Loads& TimeBound::Links(int g, int option,
+                                         const std::vector<PlacementOption>& options,
                                          Method method) {
   auto [it, fresh] = links_.try_emplace({g, option, method});
   Loads& out = it->second;
   if (!fresh || method == Method::kParameterServer) return out;
   std::vector<int> devices;
-  for (const Slice& s : SplitBatch(o.replicas, batch_)) devices.push_back(s.device);
+  for (const Slice& s : Slices(option, options)) devices.push_back(s.device);
   if (devices.size() < 2) return out;
   SortByNode(topo_, &devices);
   const CostModel::Collective c =
@@ -199,7 +201,7 @@ void TimeBound::AddGroup(int k, const PlanState& state, const std::vector<Placem
                          Sums* sums) {
   if (k >= static_cast<int>(state.place.size())) return;
   const int option = state.place[k];
-  for (const auto& [d, seconds] : Compute(k, option, options[option])) {
+  for (const auto& [d, seconds] : Compute(k, option, options)) {
     sums->devices[d] += seconds;
     sums->overhead = std::max(sums->overhead, coarse_.cost().speed(d).step_overhead_s);
   }
@@ -221,7 +223,7 @@ void TimeBound::AddGradient(size_t i, const PlanState& state,
     return;
   }
   for (const auto& [r, seconds] :
-       Links(static_cast<int>(i), option, options[option], state.method[grad.group])) {
+       Links(static_cast<int>(i), option, options, state.method[grad.group])) {
     sums->links[r] += seconds;
   }
 }

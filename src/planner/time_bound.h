@@ -55,11 +55,11 @@ class TimeBound {
  private:
   using Loads = std::vector<std::pair<int, double>>;  // (device or link, seconds)
   // Group k's forward and backward seconds on each device of `option`.
-  const Loads& Compute(int k, int option, const PlacementOption& o);
+  const Loads& Compute(int k, int option, const std::vector<PlacementOption>& options);
   // The seconds each link is held by gradient g's all-reduce over the
   // devices of `option` (its producer's) by `method` (its parameter's
   // group's; none for parameter servers or one device).
-  const Loads& Links(int g, int option, const PlacementOption& o, Method method);
+  const Loads& Links(int g, int option, const std::vector<PlacementOption>& options, Method method);
   // The seconds each link is held by gradient g's pushes to its servers
   // and its parameter's pulls from them (its producer's devices push, its
   // group's devices pull).

@@ -143,6 +143,8 @@ class Sim {
   // Enters class c in the lists of its links, or takes it out of them.
   void Register(int c);
   void Unregister(int c);
+  // Whether class a's best waiter ranks above class b's.
+  bool Better(int a, int b) const { return classes_[a].waiting.top() > classes_[b].waiting.top(); }
   void FreeLinks(int n);
   void Start(int n);
   void Complete(int n);
@@ -192,9 +194,6 @@ class Sim {
   // it, and the classes whose links all freed at once.
   std::vector<PathWaiters> classes_;
   std::vector<ClassState> class_state_;  // by class
-  // By class: its best waiter (its queue's top, kept where the selection
-  // scans it).
-  std::vector<std::pair<double, int>> class_top_;
   absl::flat_hash_map<int64_t, int> class_ids_;
   // Collectives over the same links share a class (per collective, lazily).
   std::vector<int> collective_class_;

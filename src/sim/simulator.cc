@@ -136,7 +136,6 @@ int Sim::PathClass(int n) {
       if (added) {
         classes_.push_back(PathWaiters{&Links(n)});
         class_state_.emplace_back();
-        class_top_.emplace_back();
       }
       cc = it->second;
     }
@@ -147,7 +146,6 @@ int Sim::PathClass(int n) {
   if (added) {
     classes_.push_back(PathWaiters{&Links(n)});
     class_state_.emplace_back();
-    class_top_.emplace_back();
   }
   return it->second;
 }
@@ -191,9 +189,7 @@ void Sim::TryStartComm(int n) {
     }
     Register(c);
   }
-  const std::pair<double, int> waiter{priority_[n], -n};
-  pc.waiting.push(waiter);
-  if (pc.waiting.size() == 1 || waiter > class_top_[c]) class_top_[c] = waiter;
+  pc.waiting.push({priority_[n], -n});
 }
 
 void Sim::FreeLinks(int n) {
@@ -205,7 +201,7 @@ void Sim::FreeLinks(int n) {
     for (const LinkEntry& e : link_classes_[r]) {
       if (--class_state_[e.cls].busy == 0) {
         startable_.push_back(e.cls);
-        if (best < 0 || class_top_[e.cls] > class_top_[best]) best = e.cls;
+        if (best < 0 || Better(e.cls, best)) best = e.cls;
       }
     }
   }
@@ -216,11 +212,7 @@ void Sim::FreeLinks(int n) {
     PathWaiters& pc = classes_[best];
     const int w = -pc.waiting.top().second;
     pc.waiting.pop();
-    if (pc.waiting.empty()) {
-      Unregister(best);
-    } else {
-      class_top_[best] = pc.waiting.top();
-    }
+    if (pc.waiting.empty()) Unregister(best);
     Start(w);
     best = -1;
     size_t kept = 0;
@@ -228,7 +220,7 @@ void Sim::FreeLinks(int n) {
       const int c = startable_[i];
       if (!class_state_[c].live || class_state_[c].busy != 0) continue;
       startable_[kept++] = c;
-      if (best < 0 || class_top_[c] > class_top_[best]) best = c;
+      if (best < 0 || Better(c, best)) best = c;
     }
     startable_.resize(kept);
   }
