@@ -167,13 +167,12 @@ struct RunResult {
 };
 
 // Runs one executor per node; returns their summed losses and metrics.
-// `steps` steps each, with `extra` flags. Sets *startup_crash when a
-// failure was an executor killed by a signal before it wrote anything.
-absl::StatusOr<RunResult> RunExecutorsOnce(const quilt::v1::DistributedProgram& program,
-                                           const Setup& s, const TempDir& dir,
-                                           const std::string& tag, int64_t steps,
-                                           const std::vector<std::string>& extra,
-                                           bool* startup_crash) {
+// `steps` steps each, with `extra` flags. Any executor that fails (one
+// killed by a signal included) fails the run.
+absl::StatusOr<RunResult> RunExecutors(const quilt::v1::DistributedProgram& program, const Setup& s,
+                                       const TempDir& dir, const std::string& tag,
+                                       int64_t steps = kSteps,
+                                       const std::vector<std::string>& extra = {}) {
   const JobDir job = WriteJob(dir, tag, program);
   const std::string& base = job.base;
   std::vector<std::string> world;
@@ -207,7 +206,6 @@ absl::StatusOr<RunResult> RunExecutorsOnce(const quilt::v1::DistributedProgram& 
                                 : absl::StrCat("exited ", WEXITSTATUS(*st));
     absl::StrAppend(&failures, failures.empty() ? "" : "\n", "executor ", r, " ", how, ": ",
                     text.str());
-    if (st.has_value() && WIFSIGNALED(*st) && text.str().empty()) *startup_crash = true;
   }
   if (!failures.empty()) return absl::InternalError(failures);
   for (size_t r = 0; r < procs.size(); ++r) {
@@ -220,26 +218,6 @@ absl::StatusOr<RunResult> RunExecutorsOnce(const quilt::v1::DistributedProgram& 
     result.metrics.push_back(metrics);
   }
   return result;
-}
-
-// RunExecutorsOnce, run once more, loudly, when an executor was killed by a
-// signal before it wrote anything: a crash at start-up, before the
-// executor's own crash report is installed (its log stays empty), seen
-// about once in several full runs of the test suite and never reproduced
-// in hundreds of runs of the fixtures alone. A failure of any other kind,
-// or a second one, fails.
-absl::StatusOr<RunResult> RunExecutors(const quilt::v1::DistributedProgram& program, const Setup& s,
-                                       const TempDir& dir, const std::string& tag,
-                                       int64_t steps = kSteps,
-                                       const std::vector<std::string>& extra = {}) {
-  bool startup_crash = false;
-  absl::StatusOr<RunResult> r =
-      RunExecutorsOnce(program, s, dir, tag, steps, extra, &startup_crash);
-  if (r.ok() || !startup_crash) return r;
-  std::cerr << "WARNING: " << tag << ": an executor died at start-up before writing anything; "
-            << "running the executors again. The first run's failure: " << r.status() << "\n";
-  bool again = false;
-  return RunExecutorsOnce(program, s, dir, tag + "-again", steps, extra, &again);
 }
 
 // Every tensor every process holds equals the reference (rows of it, for
