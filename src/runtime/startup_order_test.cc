@@ -4,7 +4,6 @@
 // dynamic loader reports the order it runs constructors in (LD_DEBUG=files).
 #include <string>
 
-#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "src/testing/subprocess.h"
 
