@@ -20,11 +20,7 @@ absl::StatusOr<int> Sim::TensorId(const std::string& name, int hint) const {
   return t;
 }
 
-int& Sim::FirstInstance(int tensor, int device) {
-  const int64_t key = static_cast<int64_t>(tensor) * topo_.num_devices() + device;
-  if (!head_table_.empty()) return head_table_[key];
-  return head_map_.emplace(key, -1).first->second;
-}
+int& Sim::HeadInMap(int64_t key) { return head_map_.emplace(key, -1).first->second; }
 
 int Sim::InstanceFor(int tensor, int device, int64_t begin, int64_t end) {
   // Instances of one tensor on one device form a short chain (usually one
@@ -68,8 +64,31 @@ absl::Status Sim::ServerTransfer(const std::string& server_device, int64_t bytes
   return absl::OkStatus();
 }
 
+namespace {
+
+// Asks for the memory an instruction's fields point to.
+void PrefetchParts(const Instruction& ins) {
+  if (!ins.deps().empty()) __builtin_prefetch(ins.deps().data());
+  switch (ins.kind_case()) {
+    case Instruction::kCompute:
+      __builtin_prefetch(&ins.compute());
+      break;
+    case Instruction::kSend:
+      __builtin_prefetch(&ins.send());
+      break;
+    case Instruction::kRecv:
+      __builtin_prefetch(&ins.recv());
+      break;
+    default:
+      break;
+  }
+}
+
+}  // namespace
+
 absl::Status Sim::Build() {
   ix_ = opt_.index;
+  num_devices_ = topo_.num_devices();
   if (ix_ == nullptr || &ix_->graph() != &g_) {
     ASSIGN_OR_RETURN(own_index_, GraphIndex::Build(g_));
     ix_ = &*own_index_;
@@ -88,7 +107,7 @@ absl::Status Sim::Build() {
   priority_.reserve(total);
   // Instruction id → node: a table for ids below a few times the count
   // (lowered programs number them 0..n-1), a hash map for others.
-  const int64_t table_ids = 4 * static_cast<int64_t>(total) + 16;
+  const int64_t table_ids = 2 * static_cast<int64_t>(total) + 16;
   std::vector<int> id_table(static_cast<size_t>(table_ids), -1);
   absl::flat_hash_map<int64_t, int> id_map;
   auto remember = [&](int64_t id, int n) {
@@ -113,12 +132,17 @@ absl::Status Sim::Build() {
     head_map_.reserve(total);
   }
   instances_.reserve(total);
+  reads_.begin.reserve(total + 1);
+  reads_.items.reserve(2 * total);
+  writes_.begin.reserve(total + 1);
+  writes_.items.reserve(total);
   absl::flat_hash_map<int64_t, int> recv_tag, push_tag;
   // Read while each instruction is at hand (a large program does not stay
   // in cache): each send's node and bytes by tag, (node, instruction id it
   // depends on) and (accumulate, push tag).
   absl::flat_hash_map<int64_t, std::pair<int, int64_t>> send_tag;
   std::vector<std::pair<int, int64_t>> deps, accumulates;
+  deps.reserve(2 * total);
   absl::flat_hash_map<int64_t, int> collective_of;
   absl::flat_hash_map<int64_t, std::vector<int>> groups;
   for (const quilt::v1::DeviceGroup& group : prog_.groups()) {
@@ -149,13 +173,21 @@ absl::Status Sim::Build() {
   for (int di = 0; di < prog_.devices_size(); ++di) {
     const int d = device_of[di];
     const DeviceSpeed& speed = cost_.speed(d);
-    for (const Instruction& ins : prog_.devices(di).instructions()) {
+    const auto& list = prog_.devices(di).instructions();
+    for (int i = 0; i < list.size(); ++i) {
+      // Instructions lie apart in memory, each with its parts behind
+      // pointers: fetch a later one's, and its parts', ahead of use.
+      if (i + 8 < list.size()) __builtin_prefetch(&list.Get(i + 8));
+      if (i + 4 < list.size()) PrefetchParts(list.Get(i + 4));
+      const Instruction& ins = list.Get(i);
       const int n = static_cast<int>(nodes_.size());
       if (!remember(ins.id(), n)) {
         return absl::InvalidArgumentError(
             absl::StrCat("instruction id ", ins.id(), " is used twice"));
       }
       nodes_.emplace_back();
+      reads_.Open();
+      writes_.Open();
       Node& node = nodes_.back();
       node.device = d;
       node.ins = &ins;
@@ -183,12 +215,12 @@ absl::Status Sim::Build() {
             if (t < 0) continue;
             const bool bt = ix_->Batched(t);
             const int inst = Containing(t, d, bt || shard ? b : 0, bt || shard ? e : 0);
-            if (inst >= 0) reads_.Add(n, inst);
+            if (inst >= 0) reads_.Append(inst);
           }
           if (!is_update(op)) {  // updates write in place
             for (int t : ix_->Outputs(op)) {
               const bool bt = ix_->Batched(t);
-              writes_.Add(n, InstanceFor(t, d, bt ? b : 0, bt ? e : 0));
+              writes_.Append(InstanceFor(t, d, bt ? b : 0, bt ? e : 0));
             }
           }
           break;
@@ -199,7 +231,7 @@ absl::Status Sim::Build() {
           ASSIGN_OR_RETURN(
               int t, TensorId(ins.send().range().tensor(), ins.send().range().tensor_index()));
           const int inst = Containing(t, d, ins.send().range().begin(), ins.send().range().end());
-          if (inst >= 0) reads_.Add(n, inst);
+          if (inst >= 0) reads_.Append(inst);
           break;
         }
         case Instruction::kRecv: {
@@ -207,7 +239,7 @@ absl::Status Sim::Build() {
           recv_tag[ins.recv().tag()] = n;
           ASSIGN_OR_RETURN(int t,
                            TensorId(ins.recv().into().tensor(), ins.recv().into().tensor_index()));
-          writes_.Add(n, InstanceFor(t, d, ins.recv().into().begin(), ins.recv().into().end()));
+          writes_.Append(InstanceFor(t, d, ins.recv().into().begin(), ins.recv().into().end()));
           break;
         }
         case Instruction::kConcat: {
@@ -217,11 +249,11 @@ absl::Status Sim::Build() {
           int64_t bytes = 0;
           for (const auto& part : ins.concat().parts()) {
             const int inst = Containing(t, d, part.begin(), part.end());
-            if (inst >= 0) reads_.Add(n, inst);
+            if (inst >= 0) reads_.Append(inst);
             bytes += Bytes(t, part.begin(), part.end());
           }
-          writes_.Add(
-              n, InstanceFor(t, d, ins.concat().target().begin(), ins.concat().target().end()));
+          writes_.Append(
+              InstanceFor(t, d, ins.concat().target().begin(), ins.concat().target().end()));
           node.duration = 2.0 * bytes / speed.memory_bytes_per_s + speed.overhead_s;
           break;
         }
@@ -259,8 +291,8 @@ absl::Status Sim::Build() {
           for (const auto& tn : ins.all_reduce().tensors()) {
             ASSIGN_OR_RETURN(int t, TensorId(tn));
             const int inst = InstanceFor(t, d, 0, 0);
-            reads_.Add(n, inst);
-            writes_.Add(n, inst);
+            reads_.Append(inst);
+            writes_.Append(inst);
           }
           break;
         }
@@ -272,7 +304,7 @@ absl::Status Sim::Build() {
           ASSIGN_OR_RETURN(int t, TensorId(ins.ps_push().gradient().tensor(),
                                            ins.ps_push().gradient().tensor_index()));
           const int inst = Containing(t, d, 0, 0);
-          if (inst >= 0) reads_.Add(n, inst);
+          if (inst >= 0) reads_.Append(inst);
           break;
         }
         case Instruction::kPsAccumulate: {
@@ -289,9 +321,9 @@ absl::Status Sim::Build() {
           for (int64_t tag : acc.push_tags()) accumulates.push_back({n, tag});
           if (acc.includes_local()) {
             const int inst = Containing(t, d, 0, 0);
-            if (inst >= 0) reads_.Add(n, inst);
+            if (inst >= 0) reads_.Append(inst);
           }
-          writes_.Add(n, InstanceFor(t, d, acc.gradient().begin(), acc.gradient().end()));
+          writes_.Append(InstanceFor(t, d, acc.gradient().begin(), acc.gradient().end()));
           break;
         }
         case Instruction::kPsPull: {
@@ -300,7 +332,7 @@ absl::Status Sim::Build() {
                                          /*to_server=*/false, &node));
           ASSIGN_OR_RETURN(int t, TensorId(ins.ps_pull().parameter().tensor(),
                                            ins.ps_pull().parameter().tensor_index()));
-          writes_.Add(n, InstanceFor(t, d, 0, 0));
+          writes_.Append(InstanceFor(t, d, 0, 0));
           break;
         }
         default:
@@ -352,8 +384,8 @@ absl::Status Sim::Build() {
         static_cast<int64_t>(2.0 * (c.devices.size() - 1) * static_cast<double>(c.bytes));
   }
   succ_.Finish(nn);
-  reads_.Finish(nn);
-  writes_.Finish(nn);
+  reads_.Close();
+  writes_.Close();
   for (int r : reads_.items) ++instances_[r].readers;
   return absl::OkStatus();
 }

@@ -14,6 +14,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "src/graph/graph_index.h"
+#include "src/sim/ready_queues.h"
 #include "src/sim/simulator.h"
 
 namespace quilt::sim_internal {
@@ -43,11 +44,16 @@ struct Node {
   bool comm() const { return kind != Kind::kCompute && kind != Kind::kLocal; }
 };
 
-// Flat per-node lists: list n is items[begin[n], begin[n + 1]).
+// Flat per-node lists: list n is items[begin[n], begin[n + 1]). Built
+// either in any order (Add, then Finish) or node by node in ascending order
+// (Open each node, Append its items, Close after the last: no sorting).
 struct NodeLists {
   std::vector<std::pair<int, int>> pairs;
   std::vector<int> begin, items;
   void Add(int node, int item) { pairs.push_back({node, item}); }
+  void Open() { begin.push_back(static_cast<int>(items.size())); }
+  void Append(int item) { items.push_back(item); }
+  void Close() { Open(); }
   void Finish(int nodes) {
     begin.assign(nodes + 1, 0);
     for (const auto& p : pairs) ++begin[p.first + 1];
@@ -179,13 +185,19 @@ class Sim {
   static constexpr int64_t kMaxHeadTable = int64_t{1} << 22;
   std::vector<int> head_table_;
   absl::flat_hash_map<int64_t, int> head_map_;
-  int& FirstInstance(int tensor, int device);
+  int& FirstInstance(int tensor, int device) {
+    const int64_t key = static_cast<int64_t>(tensor) * num_devices_ + device;
+    if (!head_table_.empty()) return head_table_[key];
+    return HeadInMap(key);
+  }
+  int& HeadInMap(int64_t key);
+  int num_devices_ = 0;
   std::vector<int> feeds_;
 
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;
   int64_t seq_ = 0;
   double now_ = 0;
-  std::vector<std::priority_queue<std::pair<double, int>>> ready_;  // (priority, -node)
+  ReadyQueues ready_;
   std::vector<bool> busy_, dirty_;
   std::vector<int> dirty_list_;
   std::vector<bool> link_busy_;

@@ -85,7 +85,7 @@ void Sim::Ready(int n) {
   switch (node.kind) {
     case Kind::kCompute:
     case Kind::kLocal:
-      ready_[node.device].push({priority_[n], -n});
+      ready_.Push(node.device, n);
       if (!dirty_[node.device]) {
         dirty_[node.device] = true;
         dirty_list_.push_back(node.device);
@@ -342,10 +342,8 @@ void Sim::Complete(int n) {
 }
 
 void Sim::Dispatch(int d) {
-  if (busy_[d] || ready_[d].empty()) return;
-  const int n = -ready_[d].top().second;
-  ready_[d].pop();
-  Start(n);
+  if (busy_[d] || ready_.Empty(d)) return;
+  Start(ready_.Pop(d));
 }
 
 absl::StatusOr<SimResult> Sim::Run() {
@@ -357,7 +355,10 @@ absl::StatusOr<SimResult> Sim::Run() {
 absl::StatusOr<SimResult> Sim::Replay(double prepare_wall_s) {
   const absl::Time replay_start = absl::Now();
   const int nd = topo_.num_devices();
-  ready_.resize(nd);
+  ready_.Rank(nd, priority_, [&](int n) {
+    const Node& node = nodes_[n];
+    return node.kind == Kind::kCompute || node.kind == Kind::kLocal ? node.device : -1;
+  });
   busy_.assign(nd, false);
   dirty_.assign(nd, false);
   link_busy_.assign(topo_.num_resources(), false);
@@ -369,6 +370,13 @@ absl::StatusOr<SimResult> Sim::Replay(double prepare_wall_s) {
   comm_end_.assign(topo_.num_nodes(), -std::numeric_limits<double>::infinity());
   compute_iv_.resize(nd);
   comm_iv_.resize(nd);
+  {
+    std::vector<int> computes(nd, 0);
+    for (const Node& node : nodes_) {
+      if (!node.comm()) ++computes[node.device];
+    }
+    for (int d = 0; d < nd; ++d) compute_iv_[d].reserve(computes[d]);
+  }
   for (size_t i = 0; i < instances_.size(); ++i) {
     if (instances_[i].persistent) Alloc(static_cast<int>(i));
   }
@@ -436,7 +444,7 @@ absl::StatusOr<SimResult> Sim::Replay(double prepare_wall_s) {
     u.busy_s = busy_s_[d];
     u.idle_s = std::max(0.0, end_time - busy_s_[d]);
     auto& comm = comm_iv_[d];
-    std::sort(comm.begin(), comm.end());
+    if (!std::is_sorted(comm.begin(), comm.end())) std::sort(comm.begin(), comm.end());
     std::vector<std::pair<double, double>> merged;
     for (const auto& iv : comm) {
       if (!merged.empty() && iv.first <= merged.back().second) {
@@ -445,8 +453,9 @@ absl::StatusOr<SimResult> Sim::Replay(double prepare_wall_s) {
         merged.push_back(iv);
       }
     }
+    // (In order already where a device computes one op at a time.)
     auto& compute = compute_iv_[d];
-    std::sort(compute.begin(), compute.end());
+    if (!std::is_sorted(compute.begin(), compute.end())) std::sort(compute.begin(), compute.end());
     double exposed = 0;
     size_t ci = 0;
     for (const auto& [a, b] : merged) {
