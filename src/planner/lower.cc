@@ -48,11 +48,6 @@ using quilt::v1::Instruction;
 // direct all-reduce over (every member messages every other).
 constexpr size_t kDirectAllReduceMembers = 16;
 
-std::vector<Key> Sorted(std::vector<Key> keys) {
-  std::sort(keys.begin(), keys.end());
-  return keys;
-}
-
 class Lowerer {
  public:
   Lowerer(const GraphIndex& ix, const Topology& topo, const Placement& p,
@@ -569,8 +564,10 @@ absl::Status Lowerer::Run(const quilt::v1::Strategy& s, const CostModel* cost, b
   std::vector<quilt::v1::DeviceProgram*> per_device(topo_.num_devices(), nullptr);
   std::vector<bool> used(topo_.num_devices(), false);
   for (const auto& [d, ins] : instrs_) used[d] = true;
-  // Sorted: the program lists them by tensor, device and rows.
-  const std::vector<Key> persistent = Sorted(persistent_), feeds = Sorted(feeds_);
+  // Listed in the order the lowering first needed them (the same for the
+  // same strategy; sorting them cost a tenth of the planner's search).
+  const std::vector<Key>& persistent = persistent_;
+  const std::vector<Key>& feeds = feeds_;
   for (const auto& k : persistent) used[k.device] = true;
   for (const auto& k : feeds) used[k.device] = true;
   for (int d = 0; d < topo_.num_devices(); ++d) {
