@@ -16,6 +16,7 @@
 #include "src/common/logging.h"
 #include "src/common/status.h"
 #include "src/common/units.h"
+#include "src/planner/arena_program.h"
 #include "src/planner/exchange_parts.h"
 #include "src/planner/lookups.h"
 #include "src/planner/lower.h"
@@ -25,94 +26,6 @@
 #include "src/planner/weight_gradient_balance.h"
 
 namespace quilt {
-
-namespace {
-
-void Fill(const SimResult& r, int64_t batch, double lower_bound, quilt::v1::StrategyEstimate* e) {
-  e->set_step_time_s(r.step_time_s);
-  e->set_samples_per_s(r.step_time_s > 0 ? batch / r.step_time_s : 0);
-  e->set_communication_bytes(r.communication_bytes);
-  e->set_ratio_to_lower_bound(lower_bound > 0 ? r.step_time_s / lower_bound : 0);
-  e->set_compute_s(r.compute_s);
-  e->set_exposed_communication_s(r.exposed_communication_s);
-  e->set_idle_s(r.idle_s);
-  e->set_critical_device(r.critical_device);
-  for (const DeviceUsage& u : r.devices) {
-    auto* m = e->add_memory();
-    m->set_device(u.device);
-    m->set_peak_bytes(u.peak_memory_bytes);
-    m->set_capacity_bytes(u.capacity_bytes);
-  }
-  e->set_feasible(r.out_of_memory.empty());
-  if (!r.out_of_memory.empty()) e->set_infeasible_reason("out of memory: " + r.out_of_memory);
-  if (!std::isfinite(r.step_time_s)) {
-    e->set_feasible(false);
-    e->set_infeasible_reason("its simulated step time is not finite (check the devices' figures)");
-  }
-}
-
-}  // namespace
-
-absl::StatusOr<quilt::v1::StrategyEstimate> Estimate(const Graph& g, const Topology& topo,
-                                                     const CostModel& cost, const NamedStrategy& ns,
-                                                     int64_t batch, double lower_bound,
-                                                     quilt::v1::DistributedProgram* program,
-                                                     SimResult* sim, bool trace, bool both_orders) {
-  ASSIGN_OR_RETURN(const GraphIndex ix, GraphIndex::Build(g));
-  return Estimate(ix, topo, cost, ns, batch, lower_bound, program, sim, trace, both_orders);
-}
-
-absl::StatusOr<quilt::v1::StrategyEstimate> Estimate(const GraphIndex& ix, const Topology& topo,
-                                                     const CostModel& cost, const NamedStrategy& ns,
-                                                     int64_t batch, double lower_bound,
-                                                     quilt::v1::DistributedProgram* program,
-                                                     SimResult* sim, bool trace, bool both_orders,
-                                                     bool validate) {
-  const Graph& g = ix.graph();
-  quilt::v1::StrategyEstimate e;
-  e.set_name(ns.name);
-  if (!ns.infeasible_reason.empty()) {
-    e.set_feasible(false);
-    e.set_infeasible_reason(ns.infeasible_reason);
-    return e;
-  }
-  // (Plan puts the training graph in the program it returns.)
-  absl::StatusOr<quilt::v1::DistributedProgram> prog =
-      LowerWithoutGraph(ix, ns.strategy, topo, &cost, batch);
-  if (!prog.ok()) return Annotate(prog.status(), "lowering " + ns.name);
-  if (validate) {
-    RETURN_IF_ERROR(Annotate(ValidateProgram(*prog, ix, topo), "validating " + ns.name));
-  }
-  SimOptions so;
-  so.trace = trace;
-  so.index = &ix;
-  ASSIGN_OR_RETURN(PreparedProgram prepared, PreparedProgram::Prepare(*prog, g, topo, cost, so));
-  ASSIGN_OR_RETURN(SimResult r, both_orders ? prepared.Replay() : prepared.ReplayLast());
-  if (both_orders) {
-    // Priorities do not change what the program does: the same program
-    // reranked, replayed, and kept if faster (else its priorities and
-    // order are put back: cheaper than copying the program).
-    const std::vector<double> priorities = Priorities(*prog);
-    const quilt::v1::ExecutionOrder order = prog->strategy().order();
-    RETURN_IF_ERROR(Reprioritize(ix, topo, &cost, OtherOrder(order), &*prog));
-    const std::vector<double> reranked = Priorities(*prog);
-    ASSIGN_OR_RETURN(SimResult ro, prepared.ReplayLast(&reranked));
-    const bool fits = r.out_of_memory.empty(), other_fits = ro.out_of_memory.empty();
-    if (other_fits && (!fits || ro.step_time_s < r.step_time_s)) {
-      r = std::move(ro);
-    } else {
-      SetPriorities(priorities, &*prog);
-      prog->mutable_strategy()->set_order(order);
-    }
-  }
-  *e.mutable_strategy() = prog->strategy();
-  e.mutable_strategy()->set_name(ns.name);
-  e.mutable_strategy()->set_global_batch(batch);  // (the baselines' builders leave it out)
-  Fill(r, batch, lower_bound, &e);
-  if (program != nullptr) *program = std::move(*prog);
-  if (sim != nullptr) *sim = std::move(r);
-  return e;
-}
 
 namespace {
 
@@ -128,7 +41,7 @@ std::string EvenCounterpart(const std::string& name) {
 
 struct Evaluated {
   quilt::v1::StrategyEstimate estimate;
-  quilt::v1::DistributedProgram program;
+  ArenaProgram program;  // empty for a strategy infeasible before lowering
   SimResult sim;
 };
 
@@ -512,7 +425,7 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
     h = *best;
     h.estimate.set_name(kHeteroG);
     h.estimate.mutable_strategy()->set_name(kHeteroG);
-    h.program.mutable_strategy()->set_name(kHeteroG);
+    if (!h.program.empty()) h.program->mutable_strategy()->set_name(kHeteroG);
     h.estimate.set_note(why + "; " + best->estimate.name() + " is as fast or faster and is kept");
     // The plan is the baseline's: no group choice or collective of the
     // search's plan describes it.
@@ -573,7 +486,7 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
       h = *nearest;
       h.estimate.set_name(kHeteroG);
       h.estimate.mutable_strategy()->set_name(kHeteroG);
-      h.program.mutable_strategy()->set_name(kHeteroG);
+      if (!h.program.empty()) h.program->mutable_strategy()->set_name(kHeteroG);
       h.estimate.set_infeasible_reason(reason);
       h.estimate.set_note(why);
       forget_search_plan("as " + nearest->estimate.name() + " forms them");
@@ -587,7 +500,7 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
     b->mutable_strategy()->set_order(best->estimate.strategy().order());
     b->clear_search();
   }
-  summary.set_exchange_parts(ExchangePartsText(h.program, topo));
+  if (!h.program.empty()) summary.set_exchange_parts(ExchangePartsText(*h.program, topo));
   *h.estimate.mutable_search() = std::move(summary);
   return absl::OkStatus();
 }
@@ -667,8 +580,8 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
     auto work = [&] {
       for (size_t i; (i = next++) < list.size();) {
         absl::StatusOr<quilt::v1::StrategyEstimate> e =
-            Estimate(ix, topo, cost, list[i], o.global_batch, lb, &out[i].program, &out[i].sim,
-                     o.trace, both_orders, /*validate=*/false);
+            EstimateOnArena(ix, topo, cost, list[i], o.global_batch, lb, &out[i].program,
+                            &out[i].sim, o.trace, both_orders);
         if (e.ok()) out[i].estimate = std::move(*e);
         status[i] = e.status();
       }
@@ -732,7 +645,7 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
     prop.estimate.set_name(ns.name);
     prop.estimate.mutable_strategy()->set_name(ns.name);
     prop.estimate.set_note(note);
-    prop.program.mutable_strategy()->set_name(ns.name);
+    if (!prop.program.empty()) prop.program->mutable_strategy()->set_name(ns.name);
   }
   std::vector<std::string> names;
   for (const NamedStrategy& ns : strategies) names.push_back(ns.name);
@@ -768,7 +681,7 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
     if (e.estimate.feasible() && (best < 0 || e.estimate.step_time_s() < best)) {
       best = e.estimate.step_time_s();
       rep.set_best(name);
-      result.best_program = std::move(e.program);
+      if (!e.program.empty()) result.best_program = *e.program;
       result.best_sim = std::move(e.sim);
     }
     *rep.add_estimates() = e.estimate;

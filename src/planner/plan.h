@@ -22,6 +22,7 @@
 #include "src/graph/graph.h"
 #include "src/graph/graph_index.h"
 #include "src/planner/baselines.h"
+#include "src/planner/estimate.h"
 #include "src/planner/heterog.h"
 #include "src/sim/simulator.h"
 
@@ -58,25 +59,6 @@ struct PlanResult {
 // pass, batch < 1, a given strategy that cannot be lowered, naming it).
 absl::StatusOr<PlanResult> Plan(const Graph& training_graph, const Topology& topology,
                                 const PlanOptions& options);
-
-// Lowers, validates and simulates one strategy into an estimate. With
-// `both_orders`, the program is also simulated in the other execution
-// order and the faster kept (the estimate's strategy says which).
-// `program` gets the program without the training graph inside.
-absl::StatusOr<quilt::v1::StrategyEstimate> Estimate(const Graph& graph, const Topology& topology,
-                                                     const CostModel& cost,
-                                                     const NamedStrategy& strategy, int64_t batch,
-                                                     double lower_bound,
-                                                     quilt::v1::DistributedProgram* program,
-                                                     SimResult* sim, bool trace, bool both_orders);
-// The same for the graph `index` resolves (built once by the caller).
-// Without `validate`, the program is not validated (Plan validates the
-// one it returns, not every candidate: a tenth of its time on 64 devices).
-absl::StatusOr<quilt::v1::StrategyEstimate> Estimate(
-    const GraphIndex& index, const Topology& topology, const CostModel& cost,
-    const NamedStrategy& strategy, int64_t batch, double lower_bound,
-    quilt::v1::DistributedProgram* program, SimResult* sim, bool trace, bool both_orders,
-    bool validate = true);
 
 }  // namespace quilt
 
