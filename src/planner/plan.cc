@@ -675,16 +675,21 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
                                       std::string(kHeteroG) + ", " + absl::StrJoin(names, ", "));
   }
   double best = -1;
+  Evaluated* chosen = nullptr;
   for (const std::string& name : names) {
     if (!wanted(name)) continue;
     Evaluated& e = done.at(name);
     if (e.estimate.feasible() && (best < 0 || e.estimate.step_time_s() < best)) {
       best = e.estimate.step_time_s();
       rep.set_best(name);
-      if (!e.program.empty()) result.best_program = *e.program;
-      result.best_sim = std::move(e.sim);
+      chosen = &e;
     }
     *rep.add_estimates() = e.estimate;
+  }
+  // (Copied out of its arena once, whichever it is.)
+  if (chosen != nullptr) {
+    if (!chosen->program.empty()) result.best_program = *chosen->program;
+    result.best_sim = std::move(chosen->sim);
   }
   if (!rep.best().empty()) {
     RETURN_IF_ERROR(
