@@ -9,10 +9,10 @@
 #define QUILT_SRC_CLUSTER_TOPOLOGY_H_
 
 #include <algorithm>
-#include <map>
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "proto/quilt/v1/cluster.pb.h"
 
@@ -95,7 +95,7 @@ class Topology {
   std::vector<std::string> node_ids_;
   std::vector<std::vector<int>> node_devices_;
   std::vector<double> nic_bytes_per_s_, fabric_bytes_per_s_;  // per node
-  std::map<std::string, int> index_;
+  absl::flat_hash_map<std::string, int> index_;
   std::vector<Resource> resources_;
   std::vector<Path> paths_;
 };

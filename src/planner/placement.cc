@@ -1,6 +1,9 @@
 #include "src/planner/placement.h"
 
 #include <algorithm>
+#include <optional>
+#include <utility>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
@@ -235,9 +238,19 @@ absl::StatusOr<Placement> Place(const GraphIndex& ix, const quilt::v1::Strategy&
       for (int op : tables.at(param.tensor)) whole_batch[op] = &p.params[param.tensor];
     }
   }
+  // Each group's splits, made once: (rows of its ops, rows of its weight
+  // gradients' ops).
+  std::vector<std::optional<std::vector<Slice>>> rows_of(p.groups.size()),
+      wg_rows_of(p.groups.size());
+  auto split = [&](std::vector<std::optional<std::vector<Slice>>>& memo, int gi,
+                   const std::vector<std::pair<int, int>>& reps) -> const std::vector<Slice>& {
+    if (!memo[gi].has_value()) memo[gi] = SplitBatch(reps, batch);
+    return *memo[gi];
+  };
   for (size_t i = 0; i < g.ops.size(); ++i) {
     const Op& op = g.ops[i];
-    const auto& reps = p.groups[p.group_of_op[i]];
+    const int gi = p.group_of_op[i];
+    const auto& reps = p.groups[gi];
     const bool batched = SplitByRows(ix, static_cast<int>(i));
     std::vector<Slice> slices;
     if (ix.Schema(static_cast<int>(i)).is_update) {
@@ -251,10 +264,10 @@ absl::StatusOr<Placement> Place(const GraphIndex& ix, const quilt::v1::Strategy&
       }
     } else if (auto w = whole_batch.find(static_cast<int>(i)); w != whole_batch.end()) {
       for (int d : w->second->devices) slices.push_back({d, 0, batch});
-    } else if (batched && wg_ops[i] && !p.weight_gradient_groups[p.group_of_op[i]].empty()) {
-      slices = SplitBatch(p.weight_gradient_groups[p.group_of_op[i]], batch);
+    } else if (batched && wg_ops[i] && !p.weight_gradient_groups[gi].empty()) {
+      slices = split(wg_rows_of, gi, p.weight_gradient_groups[gi]);
     } else if (batched) {
-      slices = SplitBatch(reps, batch);
+      slices = split(rows_of, gi, reps);
     } else {
       for (const auto& [d, r] : reps) slices.push_back({d, 0, 0});
     }
