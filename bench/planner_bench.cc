@@ -8,8 +8,16 @@
 //
 //   bazel build //bench:planner_bench
 //   bazel-bin/bench/planner_bench [--models a,b] [--clusters f1,f2] [--random N --seed S]
-//       [--rows-per-device R] [--time-budget S] [--max-plans N] [--diagnose]
+//       [--rows-per-device R[,R...]] [--time-budget S] [--max-plans N] [--diagnose]
 //       [--write-clusters DIR]
+//
+// After each cluster's models, at each batch (--rows-per-device takes a
+// list: the speedup depends on the batch), a summary line
+// ({"summary": ...}): the geometric means, over the models with a
+// feasible data-parallel baseline, of the speedup and of its ceiling
+// (the best baseline's step over the compute lower bound), and how many
+// plans came out slower than their best baseline (the planner must make
+// none).
 //
 // --diagnose prints, per case, the coarsened model's and the full model's
 // prediction for the same plans (the baselines' placements), to see how
@@ -21,6 +29,7 @@
 // baseline's plan, R times, on one thread (the search may use two), with
 // the program's instruction count.
 #include <algorithm>
+#include <cmath>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -28,6 +37,7 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "google/protobuf/arena.h"
@@ -162,6 +172,33 @@ nlohmann::json TimeCandidates(const quilt::Graph& g, const quilt::Topology& topo
           {"candidates_per_s", 1e6 / (median(lower_us) + median(sim_us))}};
 }
 
+// Geometric means over a cluster's models at one batch.
+class Summary {
+ public:
+  void Add(double speedup, double ceiling) {
+    ++n_;
+    log_speedup_ += std::log(speedup);
+    if (ceiling > 0) {
+      ++with_ceiling_;
+      log_ceiling_ += std::log(ceiling);
+    }
+    slower_ += speedup < 1 - 1e-9 ? 1 : 0;
+  }
+  nlohmann::json Json() const {
+    nlohmann::json j;
+    j["models"] = n_;
+    j["geomean_speedup"] = n_ > 0 ? nlohmann::json(std::exp(log_speedup_ / n_)) : nullptr;
+    j["geomean_ceiling"] =
+        with_ceiling_ > 0 ? nlohmann::json(std::exp(log_ceiling_ / with_ceiling_)) : nullptr;
+    j["slower_than_baseline"] = slower_;
+    return j;
+  }
+
+ private:
+  int n_ = 0, with_ceiling_ = 0, slower_ = 0;
+  double log_speedup_ = 0, log_ceiling_ = 0;
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -172,7 +209,7 @@ int main(int argc, char** argv) {
       "config/clusters/nvlink_2x4_v100.textproto";
   int random = 0;
   uint64_t seed = 1;
-  double rows_per_device = 0;  // 0: the per-model default below
+  std::string rows_per_device;  // empty: the per-model default below
   double budget = 10;
   int64_t max_plans = 200;
   bool diagnose = false;
@@ -183,7 +220,7 @@ int main(int argc, char** argv) {
   app.add_option("--seed", seed, "Seed of the random clusters");
   app.add_option("--rows-per-device", rows_per_device,
                  "Global batch = this × devices (default per model: 8; bert_large 4; gpt2 2; "
-                 "gpt2_xl 1/4, at least 1)");
+                 "gpt2_xl 1/4, at least 1); several, comma-separated, to compare batches");
   app.add_option("--time-budget", budget, "The planner's search budget, seconds");
   app.add_option("--max-plans", max_plans, "Plans the search simulates at most (0 = no limit)");
   app.add_flag("--diagnose", diagnose, "Coarse vs full predictions of the same plans");
@@ -195,6 +232,16 @@ int main(int argc, char** argv) {
                  "Also write each random cluster's spec to DIR/NAME.textproto (for quiltctl plan "
                  "--cluster)");
   CLI11_PARSE(app, argc, argv);
+  std::vector<double> row_choices;  // 0: the per-model default
+  for (const absl::string_view r : absl::StrSplit(rows_per_device, ',', absl::SkipEmpty())) {
+    double v = 0;
+    if (!absl::SimpleAtod(r, &v) || !(v > 0)) {
+      std::cerr << "--rows-per-device: '" << r << "' is not a positive number\n";
+      return 1;
+    }
+    row_choices.push_back(v);
+  }
+  if (row_choices.empty()) row_choices.push_back(0);
   std::vector<quilt::v1::ClusterSpec> specs;
   for (const std::string& path :
        std::vector<std::string>(absl::StrSplit(clusters, ',', absl::SkipEmpty()))) {
@@ -222,86 +269,101 @@ int main(int argc, char** argv) {
       std::cerr << spec.name() << ": " << topo.status() << "\n";
       return 1;
     }
-    for (const std::string& model : std::vector<std::string>(absl::StrSplit(models, ','))) {
-      auto g = quilt::zoo::BuildZooModel(model);
-      quilt::TrainingOptions to;
-      to.loss = quilt::LossType::kSoftmaxCrossEntropy;
-      to.optimizer.kind = quilt::OptimizerSpec::Kind::kSgd;
-      to.optimizer.momentum = 0.9;
-      if (!g.ok() || !quilt::BuildTrainingGraph(&*g, to).ok()) return 1;
-      double rows = rows_per_device;
-      if (rows <= 0)
-        rows = model == "bert_large" ? 4 : model == "gpt2" ? 2 : model == "gpt2_xl" ? 0.25 : 8;
-      const int64_t batch = std::max<int64_t>(1, static_cast<int64_t>(rows * topo->num_devices()));
-      nlohmann::json j;
-      j["model"] = model;
-      j["cluster"] = spec.name();
-      j["devices"] = topo->num_devices();
-      j["nodes"] = topo->num_nodes();
-      j["global_batch"] = batch;
-      if (time_candidates > 0) {
-        j["candidate"] = TimeCandidates(*g, *topo, batch, time_candidates);
+    for (const double rows_choice : row_choices) {
+      Summary summary;
+      for (const std::string& model : std::vector<std::string>(absl::StrSplit(models, ','))) {
+        auto g = quilt::zoo::BuildZooModel(model);
+        quilt::TrainingOptions to;
+        to.loss = quilt::LossType::kSoftmaxCrossEntropy;
+        to.optimizer.kind = quilt::OptimizerSpec::Kind::kSgd;
+        to.optimizer.momentum = 0.9;
+        if (!g.ok() || !quilt::BuildTrainingGraph(&*g, to).ok()) return 1;
+        double rows = rows_choice;
+        if (rows <= 0)
+          rows = model == "bert_large" ? 4 : model == "gpt2" ? 2 : model == "gpt2_xl" ? 0.25 : 8;
+        const int64_t batch =
+            std::max<int64_t>(1, static_cast<int64_t>(rows * topo->num_devices()));
+        nlohmann::json j;
+        j["model"] = model;
+        j["cluster"] = spec.name();
+        j["devices"] = topo->num_devices();
+        j["nodes"] = topo->num_nodes();
+        j["global_batch"] = batch;
+        if (time_candidates > 0) {
+          j["candidate"] = TimeCandidates(*g, *topo, batch, time_candidates);
+          std::cout << j.dump() << std::endl;
+          continue;
+        }
+        quilt::PlanOptions po;
+        po.global_batch = batch;
+        po.search.time_budget_s = budget;
+        po.search.max_evaluations = max_plans;
+        const absl::Time t0 = absl::Now();
+        auto plan = quilt::Plan(*g, *topo, po);
+        j["planning_wall_s"] = absl::ToDoubleSeconds(absl::Now() - t0);
+        if (!plan.ok()) {
+          j["error"] = std::string(plan.status().message());
+          std::cout << j.dump() << std::endl;
+          continue;
+        }
+        const auto& r = plan->report;
+        j["lower_bound_s"] = r.lower_bound_s();
+        const quilt::v1::StrategyEstimate* best = nullptr;
+        const quilt::v1::StrategyEstimate* heterog = nullptr;
+        for (const auto& e : r.estimates()) {
+          j["baselines"][e.name()] =
+              e.feasible() ? nlohmann::json(e.step_time_s()) : nlohmann::json(nullptr);
+          if (e.name() == "heterog") {
+            heterog = &e;
+          } else if (e.feasible() && (best == nullptr || e.step_time_s() < best->step_time_s())) {
+            best = &e;
+          }
+        }
+        j["best_baseline"] = best ? best->name() : "";
+        j["best_baseline_s"] = best ? best->step_time_s() : 0;
+        // The most any plan could gain over the best baseline.
+        j["ceiling_speedup"] =
+            best && r.lower_bound_s() > 0 ? best->step_time_s() / r.lower_bound_s() : 0;
+        if (heterog != nullptr) {
+          j["quilt_s"] = heterog->feasible() ? heterog->step_time_s() : 0;
+          j["quilt_feasible"] = heterog->feasible();
+          j["speedup"] =
+              best && heterog->feasible() ? best->step_time_s() / heterog->step_time_s() : 0;
+          j["ratio_to_lower_bound"] = heterog->ratio_to_lower_bound();
+          j["search_wall_s"] = heterog->search().search_wall_s();
+          j["plans_evaluated"] = heterog->search().plans_evaluated();
+          j["plans_ruled_out"] = heterog->search().plans_ruled_out();
+          // Plans judged (simulated or ruled out) per second of search.
+          if (heterog->search().search_wall_s() > 0) {
+            j["plans_judged_per_s"] = static_cast<double>(heterog->search().plans_evaluated() +
+                                                          heterog->search().plans_ruled_out()) /
+                                      heterog->search().search_wall_s();
+          }
+          // The search's own prediction of its result, on the coarsened graph.
+          j["search_coarse_s"] = heterog->search().result_coarse_s();
+          j["groups"] = heterog->search().groups();
+          double peak = 0;
+          for (const auto& m : heterog->memory()) {
+            peak = std::max(
+                peak, m.peak_bytes() / std::max(1.0, static_cast<double>(m.capacity_bytes())));
+          }
+          j["peak_memory_fraction"] = peak;
+          j["note"] = heterog->note();
+          if (best != nullptr && heterog->feasible()) {
+            summary.Add(best->step_time_s() / heterog->step_time_s(),
+                        r.lower_bound_s() > 0 ? best->step_time_s() / r.lower_bound_s() : 0);
+          }
+        }
+        if (diagnose) j["diagnose"] = Diagnose(*g, *topo, batch);
         std::cout << j.dump() << std::endl;
-        continue;
       }
-      quilt::PlanOptions po;
-      po.global_batch = batch;
-      po.search.time_budget_s = budget;
-      po.search.max_evaluations = max_plans;
-      const absl::Time t0 = absl::Now();
-      auto plan = quilt::Plan(*g, *topo, po);
-      j["planning_wall_s"] = absl::ToDoubleSeconds(absl::Now() - t0);
-      if (!plan.ok()) {
-        j["error"] = std::string(plan.status().message());
-        std::cout << j.dump() << std::endl;
-        continue;
+      if (time_candidates == 0) {
+        nlohmann::json sj = summary.Json();
+        sj["cluster"] = spec.name();
+        sj["rows_per_device"] =
+            rows_choice > 0 ? nlohmann::json(rows_choice) : nlohmann::json("per-model default");
+        std::cout << nlohmann::json{{"summary", sj}}.dump() << std::endl;
       }
-      const auto& r = plan->report;
-      j["lower_bound_s"] = r.lower_bound_s();
-      const quilt::v1::StrategyEstimate* best = nullptr;
-      const quilt::v1::StrategyEstimate* heterog = nullptr;
-      for (const auto& e : r.estimates()) {
-        j["baselines"][e.name()] =
-            e.feasible() ? nlohmann::json(e.step_time_s()) : nlohmann::json(nullptr);
-        if (e.name() == "heterog") {
-          heterog = &e;
-        } else if (e.feasible() && (best == nullptr || e.step_time_s() < best->step_time_s())) {
-          best = &e;
-        }
-      }
-      j["best_baseline"] = best ? best->name() : "";
-      j["best_baseline_s"] = best ? best->step_time_s() : 0;
-      // The most any plan could gain over the best baseline.
-      j["ceiling_speedup"] =
-          best && r.lower_bound_s() > 0 ? best->step_time_s() / r.lower_bound_s() : 0;
-      if (heterog != nullptr) {
-        j["quilt_s"] = heterog->feasible() ? heterog->step_time_s() : 0;
-        j["quilt_feasible"] = heterog->feasible();
-        j["speedup"] =
-            best && heterog->feasible() ? best->step_time_s() / heterog->step_time_s() : 0;
-        j["ratio_to_lower_bound"] = heterog->ratio_to_lower_bound();
-        j["search_wall_s"] = heterog->search().search_wall_s();
-        j["plans_evaluated"] = heterog->search().plans_evaluated();
-        j["plans_ruled_out"] = heterog->search().plans_ruled_out();
-        // Plans judged (simulated or ruled out) per second of search.
-        if (heterog->search().search_wall_s() > 0) {
-          j["plans_judged_per_s"] = static_cast<double>(heterog->search().plans_evaluated() +
-                                                        heterog->search().plans_ruled_out()) /
-                                    heterog->search().search_wall_s();
-        }
-        // The search's own prediction of its result, on the coarsened graph.
-        j["search_coarse_s"] = heterog->search().result_coarse_s();
-        j["groups"] = heterog->search().groups();
-        double peak = 0;
-        for (const auto& m : heterog->memory()) {
-          peak = std::max(peak,
-                          m.peak_bytes() / std::max(1.0, static_cast<double>(m.capacity_bytes())));
-        }
-        j["peak_memory_fraction"] = peak;
-        j["note"] = heterog->note();
-      }
-      if (diagnose) j["diagnose"] = Diagnose(*g, *topo, batch);
-      std::cout << j.dump() << std::endl;
     }
   }
   return 0;
