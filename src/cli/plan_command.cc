@@ -6,6 +6,7 @@
 #include <fstream>
 #include <iostream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "google/protobuf/io/coded_stream.h"
@@ -141,6 +142,30 @@ std::string NoFeasibleStrategy(const quilt::v1::PlanReport& r) {
       r.global_batch(), hint);
 }
 
+// Beside the planner's plan: how much faster than the fastest feasible
+// baseline any plan could be (that baseline's step over the compute lower
+// bound), so that a small gain reads as what the cluster allows, or not.
+std::string Ceiling(const quilt::v1::PlanReport& r) {
+  const quilt::v1::StrategyEstimate* best = nullptr;
+  bool planned = false;
+  for (const auto& e : r.estimates()) {
+    if (e.name() == "heterog") {
+      planned = true;
+      // Planned alone (--strategy heterog): the baseline its search beat.
+      const auto& b = e.search().best_baseline();
+      if (best == nullptr && b.feasible() && b.step_time_s() > 0) best = &b;
+      continue;
+    }
+    if (absl::StartsWith(e.name(), "file:") || !e.feasible()) continue;
+    if (best == nullptr || e.step_time_s() < best->step_time_s()) best = &e;
+  }
+  if (!planned || best == nullptr || !(r.lower_bound_s() > 0)) return "";
+  return absl::StrFormat(
+      "\nCeiling: no plan can be more than %.2f× faster than %s here (its step over the compute "
+      "lower bound)\n",
+      best->step_time_s() / r.lower_bound_s(), best->name());
+}
+
 std::string RenderPlan(const quilt::v1::PlanReport& r) {
   std::string out = absl::StrFormat(
       "Model %s, global batch %d. Compute lower bound: %s per step (no plan computes faster: each "
@@ -170,6 +195,7 @@ std::string RenderPlan(const quilt::v1::PlanReport& r) {
   for (const auto& e : r.estimates()) {
     if (!e.note().empty()) out += "\nNote on " + e.name() + ": " + e.note() + "\n";
   }
+  out += Ceiling(r);
   if (!r.best().empty()) {
     out += "\nBest: " + r.best() + "\n";
   } else {

@@ -1,5 +1,6 @@
 // `quiltctl plan` as a user runs it: every baseline and the lower bound for
-// BERT-large on the HAP cluster, JSON with the same content, a Chrome trace
+// BERT-large on the HAP cluster with the plan's ceiling over the fastest
+// baseline, JSON with the same content, a Chrome trace
 // that parses, a written program that `quiltctl simulate` predicts the
 // same step for, and clear errors for bad input.
 #include <arpa/inet.h>
@@ -10,6 +11,7 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -85,6 +87,20 @@ TEST(PlanCommand, BertLargeOnHap_PrintsEveryBaselineAndTheLowerBound) {
   }
   // The planner's plan is the best, or as fast as the best baseline.
   EXPECT_LE(r["estimates"][5]["step_time_s"].get<double>(), best);
+  // The table's ceiling: the fastest baseline's step over the lower bound.
+  double fastest = 0;
+  std::string fastest_name;
+  for (size_t i = 0; i + 1 < kStrategies.size(); ++i) {
+    const auto& e = r["estimates"][i];
+    const double step = e["step_time_s"].get<double>();
+    if (e["feasible"].get<bool>() && (fastest == 0 || step < fastest)) {
+      fastest = step;
+      fastest_name = e["name"].get<std::string>();
+    }
+  }
+  ASSERT_GT(fastest, 0);
+  EXPECT_THAT(table.out, HasSubstr(absl::StrFormat("no plan can be more than %.2f× faster than %s",
+                                                   fastest / lower, fastest_name)));
   EXPECT_GT(std::stoll(r["estimates"][5]["search"]["plans_evaluated"].get<std::string>()),
             0);  // int64 → string
 }
@@ -442,6 +458,28 @@ TEST(PlanCommand, ADeviceBehindASlowLinkIsLeftOut) {
   }
   ASSERT_GT(heterog, 0);
   EXPECT_LT(heterog, 0.85 * best_baseline);
+}
+
+// Planned alone, the plan's ceiling comes from the baseline its search was
+// compared with.
+TEST(PlanCommand, PlannedAlone_TheCeilingIsOverTheBaselineItBeat) {
+  const std::vector<std::string> args = {
+      "zoo:resnet50", "--cluster", "config/clusters/heterog_testbed.textproto", "--batch", "64",
+      "--strategy",   "heterog"};
+  const CommandResult table = Plan(args);
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  std::vector<std::string> as_json = args;
+  as_json.insert(as_json.end(), {"-o", "json"});
+  const CommandResult json = Plan(as_json);
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  const nlohmann::json r = nlohmann::json::parse(json.out);
+  ASSERT_EQ(r["estimates"].size(), 1u);
+  const auto& baseline = r["estimates"][0]["search"]["best_baseline"];
+  ASSERT_TRUE(baseline["feasible"].get<bool>());
+  EXPECT_THAT(table.out, HasSubstr(absl::StrFormat("no plan can be more than %.2f× faster than %s",
+                                                   baseline["step_time_s"].get<double>() /
+                                                       r["lower_bound_s"].get<double>(),
+                                                   baseline["name"].get<std::string>())));
 }
 
 }  // namespace
