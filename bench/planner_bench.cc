@@ -40,6 +40,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "bench/bench_models.h"
 #include "google/protobuf/arena.h"
 #include "google/protobuf/text_format.h"
 #include "nlohmann/json.hpp"
@@ -47,8 +48,6 @@
 #include "src/cluster/random_cluster.h"
 #include "src/cluster/topology.h"
 #include "src/common/files.h"
-#include "src/graph/autodiff.h"
-#include "src/graph/zoo/zoo.h"
 #include "src/planner/coarse_graph.h"
 #include "src/planner/heterog.h"
 #include "src/planner/lower.h"
@@ -272,12 +271,11 @@ int main(int argc, char** argv) {
     for (const double rows_choice : row_choices) {
       Summary summary;
       for (const std::string& model : std::vector<std::string>(absl::StrSplit(models, ','))) {
-        auto g = quilt::zoo::BuildZooModel(model);
-        quilt::TrainingOptions to;
-        to.loss = quilt::LossType::kSoftmaxCrossEntropy;
-        to.optimizer.kind = quilt::OptimizerSpec::Kind::kSgd;
-        to.optimizer.momentum = 0.9;
-        if (!g.ok() || !quilt::BuildTrainingGraph(&*g, to).ok()) return 1;
+        auto g = quilt::bench::BenchTrainingGraph(model);
+        if (!g.ok()) {
+          std::cerr << model << ": " << g.status() << "\n";
+          return 1;
+        }
         double rows = rows_choice;
         if (rows <= 0)
           rows = model == "bert_large" ? 4 : model == "gpt2" ? 2 : model == "gpt2_xl" ? 0.25 : 8;

@@ -12,10 +12,10 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "bench/bench_models.h"
 #include "nlohmann/json.hpp"
 #include "src/cluster/cluster_spec.h"
 #include "src/cluster/topology.h"
-#include "src/graph/autodiff.h"
 #include "src/graph/graph_index.h"
 #include "src/graph/zoo/zoo.h"
 #include "src/planner/arena_program.h"
@@ -59,12 +59,11 @@ int main(int argc, char** argv) {
     }
     auto topo = quilt::Topology::Build(*spec);
     for (const std::string& model : std::vector<std::string>(absl::StrSplit(models, ','))) {
-      auto g = quilt::zoo::BuildZooModel(model);
-      quilt::TrainingOptions to;
-      to.loss = quilt::LossType::kSoftmaxCrossEntropy;
-      to.optimizer.kind = quilt::OptimizerSpec::Kind::kSgd;
-      to.optimizer.momentum = 0.9;
-      if (!g.ok() || !quilt::BuildTrainingGraph(&*g, to).ok()) return 1;
+      auto g = quilt::bench::BenchTrainingGraph(model);
+      if (!g.ok()) {
+        std::cerr << model << ": " << g.status() << "\n";
+        return 1;
+      }
       const int64_t batch = batch_per_device * topo->num_devices();
       auto cost = quilt::CostModel::Create(&*g, &*topo);
       std::vector<int64_t> even(topo->num_devices(), 1);
