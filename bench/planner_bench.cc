@@ -40,7 +40,6 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
-#include "bench/bench_models.h"
 #include "google/protobuf/arena.h"
 #include "google/protobuf/text_format.h"
 #include "nlohmann/json.hpp"
@@ -48,6 +47,7 @@
 #include "src/cluster/random_cluster.h"
 #include "src/cluster/topology.h"
 #include "src/common/files.h"
+#include "src/graph/zoo_training.h"
 #include "src/planner/coarse_graph.h"
 #include "src/planner/heterog.h"
 #include "src/planner/lower.h"
@@ -271,7 +271,7 @@ int main(int argc, char** argv) {
     for (const double rows_choice : row_choices) {
       Summary summary;
       for (const std::string& model : std::vector<std::string>(absl::StrSplit(models, ','))) {
-        auto g = quilt::bench::BenchTrainingGraph(model);
+        auto g = quilt::zoo::ZooTrainingGraph(model);
         if (!g.ok()) {
           std::cerr << model << ": " << g.status() << "\n";
           return 1;

@@ -12,12 +12,12 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
-#include "bench/bench_models.h"
 #include "nlohmann/json.hpp"
 #include "src/cluster/cluster_spec.h"
 #include "src/cluster/topology.h"
 #include "src/graph/graph_index.h"
 #include "src/graph/zoo/zoo.h"
+#include "src/graph/zoo_training.h"
 #include "src/planner/arena_program.h"
 #include "src/planner/baselines.h"
 #include "src/planner/lower.h"
@@ -59,7 +59,7 @@ int main(int argc, char** argv) {
     }
     auto topo = quilt::Topology::Build(*spec);
     for (const std::string& model : std::vector<std::string>(absl::StrSplit(models, ','))) {
-      auto g = quilt::bench::BenchTrainingGraph(model);
+      auto g = quilt::zoo::ZooTrainingGraph(model);
       if (!g.ok()) {
         std::cerr << model << ": " << g.status() << "\n";
         return 1;

@@ -7,9 +7,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "src/common/status.h"
-#include "src/graph/autodiff.h"
 #include "src/graph/graph_summary.h"
-#include "src/graph/zoo/zoo.h"
+#include "src/graph/zoo_training.h"
 #include "src/runtime/data/dataset.h"
 #include "src/runtime/local_trainer.h"
 #include "src/runtime/parallel.h"
@@ -26,12 +25,7 @@ struct Totals {
 // kernel seconds to `totals`.
 absl::Status Measure(const std::string& model, int64_t batch, absl::Duration budget,
                      std::map<std::string, Totals>* totals) {
-  ASSIGN_OR_RETURN(Graph g, zoo::BuildZooModel(model));
-  TrainingOptions to;
-  to.loss = LossType::kSoftmaxCrossEntropy;
-  to.optimizer.kind = OptimizerSpec::Kind::kSgd;
-  to.optimizer.momentum = 0.9;
-  RETURN_IF_ERROR(BuildTrainingGraph(&g, to));
+  ASSIGN_OR_RETURN(Graph g, zoo::ZooTrainingGraph(model));
   ASSIGN_OR_RETURN(DataSignature sig, DataSignatureOf(g));
   ASSIGN_OR_RETURN(std::unique_ptr<Dataset> data, MakeSyntheticDataset(g, sig, 1));
   // A first run warms what runs share (the kernels' buffer pools, the
