@@ -8,9 +8,13 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <string>
+#include <utility>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 
 namespace quilt {
 
@@ -45,10 +49,12 @@ absl::StatusOr<pid_t> SpawnChild(std::vector<std::string> argv, const std::strin
 namespace {
 
 // A line that says something: a few letters, and not a frame or a rule of
-// a crash's backtrace ("==== backtrace ====", " 3  /lib/libucs.so(…)").
+// a crash's backtrace ("==== backtrace ====", " 3  /lib/libucs.so(…)",
+// Abseil's "PC: @ 0x…" and "    @ 0x30  (unknown)").
 bool Meaningful(const std::string& line) {
   const absl::string_view s = absl::StripLeadingAsciiWhitespace(line);
   if (absl::StartsWith(s, "====") || absl::StartsWith(s, "----")) return false;
+  if (absl::StartsWith(s, "@ ") || absl::StartsWith(s, "PC: @")) return false;
   if (!s.empty() && absl::ascii_isdigit(s[0])) {
     size_t i = 0;
     while (i < s.size() && absl::ascii_isdigit(s[i])) ++i;
@@ -59,19 +65,39 @@ bool Meaningful(const std::string& line) {
   return letters >= 3;
 }
 
+// A message UCX logged before it gave up, as "[host:pid:thread:tid]
+// file.c:line  message" (its fatal errors abort the process): the message
+// with its source, without the prefix. Empty for other lines.
+std::string UcxMessage(const std::string& line) {
+  if (!absl::StartsWith(line, "[")) return "";
+  const size_t close = line.find(']');
+  if (close == std::string::npos) return "";
+  const absl::string_view rest =
+      absl::StripLeadingAsciiWhitespace(absl::string_view(line).substr(close + 1));
+  const size_t space = rest.find(' ');
+  const absl::string_view source = rest.substr(0, space);
+  if (!absl::StrContains(source, ".c:") || space == absl::string_view::npos) return "";
+  return absl::StrCat("UCX: ", absl::StripLeadingAsciiWhitespace(rest.substr(space)), " (", source,
+                      ")");
+}
+
 }  // namespace
 
 std::string LastExecutorError(const std::string& log_path) {
   std::ifstream in(log_path);
-  std::string line, last, error, caught;
+  std::string line, last, error, ucx, caught;
   while (std::getline(in, line)) {
     if (!Meaningful(line)) continue;
     last = line;
     if (absl::StartsWith(line, "quilt-executor: ")) error = line.substr(strlen("quilt-executor: "));
     // A crash handler's report (UCX's: "[host:pid] Caught signal 11 (…)").
-    if (absl::StrContains(line, "Caught signal")) caught = line;
+    if (absl::StrContains(line, "Caught signal")) {
+      caught = line;
+    } else if (std::string m = UcxMessage(line); !m.empty()) {
+      ucx = std::move(m);
+    }
   }
-  return !error.empty() ? error : !caught.empty() ? caught : last;
+  return !error.empty() ? error : !ucx.empty() ? ucx : !caught.empty() ? caught : last;
 }
 
 }  // namespace quilt

@@ -23,9 +23,10 @@ absl::StatusOr<pid_t> SpawnChild(std::vector<std::string> argv, const std::strin
                                  int stdout_fd);
 
 // The executor's error from its log: the last line it wrote as
-// "quilt-executor: <error>", else a crash handler's "Caught signal" line,
-// else the last line that says something (not a backtrace's frames or
-// rules).
+// "quilt-executor: <error>", else the last message UCX logged in its own
+// format (a fatal one aborts the process), else a crash handler's "Caught
+// signal" line, else the last line that says something (not a backtrace's
+// frames or rules).
 std::string LastExecutorError(const std::string& log_path);
 
 }  // namespace quilt
