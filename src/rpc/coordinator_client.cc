@@ -19,14 +19,20 @@ namespace {
 absl::Status CallStatus(const grpc::Status& s, const std::string& address, bool daemon = false) {
   absl::Status status = FromGrpcStatus(s);
   if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
-    // A coordinator serving TLS closes a plaintext connection at once.
+    // A coordinator serving TLS closes a plaintext connection at once
+    // ("Socket closed"); nothing listening, or a coordinator on its way
+    // down, is another matter.
     const bool plaintext = CurrentClientSecurity().ca_pem.empty();
-    return absl::Status(
-        status.code(),
-        absl::StrCat("coordinator at ", address, " is unreachable: ", status.message(),
-                     plaintext ? (daemon ? " (if it serves TLS, set tls_ca_file and token_file)"
-                                         : " (if it serves TLS, pass --tls-ca and --token-file)")
-                               : ""));
+    const std::string& m = s.error_message();
+    std::string hint;
+    if (absl::StrContains(m, "Connection refused")) {
+      hint = " (nothing listens there: is the coordinator running, at that address?)";
+    } else if (plaintext && !absl::StrContains(m, "shutting down")) {
+      hint = daemon ? " (if it serves TLS, set tls_ca_file and token_file)"
+                    : " (if it serves TLS, pass --tls-ca and --token-file)";
+    }
+    return absl::Status(status.code(), absl::StrCat("coordinator at ", address,
+                                                    " is unreachable: ", status.message(), hint));
   }
   if (s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED && daemon) {
     return absl::Status(status.code(), absl::StrCat("coordinator at ", address,

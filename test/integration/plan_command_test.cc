@@ -361,6 +361,28 @@ TEST(Quiltctl, ACoordinatorAddressItCannotUseIsRefusedBeforeAnyCall) {
   }
 }
 
+// Nothing listens at the address: the error says so, and does not send
+// the user after TLS settings.
+TEST(Quiltctl, NothingListeningIsSaidSoWithoutATlsHint) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  // Bound, never listening: connections to the port are refused.
+  const std::string address = absl::StrCat("127.0.0.1:", ntohs(addr.sin_port));
+  auto r = RunCommand({RunfilePath("src/cli/quiltctl"), "--coordinator", address, "nodes"},
+                      absl::Seconds(60));
+  close(fd);
+  ASSERT_THAT(r, IsOk());
+  EXPECT_EQ(r->exit_code, 1);
+  EXPECT_THAT(r->err, HasSubstr("nothing listens there"));
+  EXPECT_THAT(r->err, ::testing::Not(HasSubstr("TLS")));
+}
+
 // A listener that accepts connections and never answers.
 TEST(Quiltctl, WatchGivesUpOnACoordinatorThatDoesNotAnswerWithinTheTimeout) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);

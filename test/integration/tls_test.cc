@@ -50,6 +50,7 @@ TEST(Tls, ACoordinatorOnTlsServesOnlyClientsThatTrustItAndSendItsToken) {
 
   const CommandResult plaintext = nodes({});
   EXPECT_NE(plaintext.exit_code, 0);
+  EXPECT_THAT(plaintext.err, HasSubstr("if it serves TLS, pass --tls-ca"));
   const CommandResult untrusted =
       nodes({"--tls-ca", Tls("other_ca.pem"), "--token-file", Tls("token")});
   EXPECT_NE(untrusted.exit_code, 0);
