@@ -8,6 +8,7 @@
 #include "src/cluster/topology.h"
 #include "src/common/logging.h"
 #include "src/common/status.h"
+#include "src/coordinator/checkpoint_dir.h"
 #include "src/coordinator/job_export.h"
 #include "src/coordinator/job_model.h"
 #include "src/coordinator/job_submission.h"
@@ -305,6 +306,20 @@ grpc::ServerUnaryReactor* JobServiceImpl::DeleteJob(grpc::CallbackServerContext*
             return absl::FailedPreconditionError(absl::StrCat(
                 "job ", next->job_id(), " goes on from this job's checkpoint and has not started ",
                 "yet: delete it once that job runs, or keep the checkpoints (--keep-checkpoints)"));
+          }
+          // Until it writes a checkpoint of its own, that job (resumed
+          // again, or restarted) reads this one's again.
+          if (next.ok() && next->state() != quilt::v1::JOB_STATE_SUCCEEDED) {
+            absl::StatusOr<quilt::v1::JobRecord> record =
+                coordinator_->jobs()->Record(next->job_id());
+            if (record.ok() && record->world_size() > 0 &&
+                CompleteSteps(record->spec().checkpoint_dir(), record->world_size()).empty()) {
+              return absl::FailedPreconditionError(absl::StrCat(
+                  "job ", next->job_id(), " goes on from this job's checkpoint and has written ",
+                  "none of its own yet (a resume or restart of it would read this job's again): ",
+                  "delete this job once that one has a checkpoint, or keep the checkpoints ",
+                  "(--keep-checkpoints)"));
+            }
           }
         }
         // The files first: a job whose record went first would leave them

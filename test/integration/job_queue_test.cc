@@ -5,6 +5,7 @@
 // others queue first in, first out; a job the idle cluster cannot fit is
 // refused rather than queued; a resume with --queue queues too.
 #include <csignal>
+#include <filesystem>
 
 #include "absl/strings/ascii.h"
 #include "gmock/gmock.h"
@@ -182,6 +183,22 @@ TEST_F(Queue, AResumeQueuesAndGoesOnFromItsCheckpoint) {
   j = Job(resumed);
   EXPECT_GE(std::stoll(j.value("steps_before", std::string("0"))), 2) << j.dump();
   EXPECT_EQ(Run({"cancel", resumed}).exit_code, 0);
+  ASSERT_TRUE(
+      Eventually([&] { return State(resumed) == "JOB_STATE_CANCELLED"; }, absl::Seconds(60)))
+      << Job(resumed).dump();
+  // Without a checkpoint of its own, a resume of the resumed job would read
+  // the old job's again: the old one is not deleted with it.
+  const std::string own = cluster_.dir().File("ckpt") + "/" + resumed;
+  const std::string aside = own + ".aside";
+  std::filesystem::rename(own, aside);
+  const CommandResult needed = Run({"delete", old});
+  EXPECT_NE(needed.exit_code, 0);
+  EXPECT_THAT(needed.err, HasSubstr("has written none of its own yet"));
+  // With its checkpoints back, the old job goes.
+  std::filesystem::rename(aside, own);
+  const CommandResult gone = Run({"delete", old});
+  EXPECT_EQ(gone.exit_code, 0) << gone.err;
+  EXPECT_FALSE(std::filesystem::exists(cluster_.dir().File("ckpt") + "/" + old));
 }
 
 }  // namespace
