@@ -326,6 +326,11 @@ absl::StatusOr<Graph> Graph::FromProto(const quilt::v1::TrainingGraph& proto) {
       if (i.kind() == quilt::v1::Initializer::KIND_UNSPECIFIED) {
         return absl::InvalidArgumentError("parameter '" + d.tensor() + "' has no initializer kind");
       }
+      if (!quilt::v1::Initializer::Kind_IsValid(i.kind())) {
+        return absl::InvalidArgumentError(absl::StrCat("parameter '", d.tensor(),
+                                                       "' has an unknown initializer kind ",
+                                                       static_cast<int>(i.kind())));
+      }
       p.init.kind = static_cast<InitializerSpec::Kind>(static_cast<int>(i.kind()) - 1);
       p.init.value = i.value();
       p.init.low = i.low();
@@ -372,6 +377,24 @@ absl::StatusOr<Graph> Graph::FromProto(const quilt::v1::TrainingGraph& proto) {
   g.reference_batch = proto.reference_batch_size();
   for (const quilt::v1::StateUpdate& u : proto.updates()) {
     g.updates.push_back({u.target(), u.source()});
+  }
+  // Every parameter tensor gets its values from a parameter entry, and
+  // every entry is of a parameter tensor.
+  for (const ParameterSpec& p : g.parameters) {
+    const TensorInfo* t = g.FindTensor(p.tensor);
+    if (t == nullptr || t->role != TensorRole::kParameter) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "a parameters entry names '", p.tensor, "', which is ",
+          t == nullptr ? "no tensor of the graph" : "not a tensor of the parameter role"));
+    }
+  }
+  for (const TensorInfo& t : g.tensors()) {
+    if (t.role == TensorRole::kParameter && g.FindParameter(t.name) == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", t.name,
+                       "' is a parameter, but no parameters entry gives it a value or an "
+                       "initializer"));
+    }
   }
   MarkInterleavedBatches(&g);
   return g;

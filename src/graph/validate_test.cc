@@ -128,6 +128,35 @@ TEST(Validate, ParameterValueMismatch_Rejected) {
                                           HasSubstr("parameter 'w' has a value of f32[2]")));
 }
 
+TEST(GraphProto, ParameterEntriesMatchTheParameterTensors) {
+  auto g = zoo::BuildZooModel("mlp");
+  ASSERT_THAT(g, IsOk());
+  const quilt::v1::TrainingGraph good = g->ToProto();
+  ASSERT_GE(good.parameters_size(), 2);
+  const std::string first = good.parameters(0).tensor();
+
+  quilt::v1::TrainingGraph missing = good;  // a parameter tensor without its entry
+  missing.mutable_parameters()->erase(missing.mutable_parameters()->begin());
+  EXPECT_THAT(
+      Graph::FromProto(missing),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               HasSubstr("tensor '" + first + "' is a parameter, but no parameters entry")));
+
+  quilt::v1::TrainingGraph renamed = good;  // an entry of no tensor
+  renamed.mutable_parameters(1)->set_tensor("nope");
+  EXPECT_THAT(Graph::FromProto(renamed),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("a parameters entry names 'nope', which is no tensor")));
+
+  quilt::v1::TrainingGraph unknown_kind = good;
+  auto* init = unknown_kind.mutable_parameters(0)->mutable_initializer();
+  unknown_kind.mutable_parameters(0)->clear_value();
+  init->set_kind(static_cast<quilt::v1::Initializer::Kind>(99));
+  EXPECT_THAT(Graph::FromProto(unknown_kind), StatusIs(absl::StatusCode::kInvalidArgument,
+                                                       HasSubstr("unknown initializer kind 99")));
+  EXPECT_THAT(Graph::FromProto(good), IsOk());
+}
+
 TEST(GraphProto, RoundTripIsLossless) {
   for (const char* name : {"cnn", "transformer", "resnet50"}) {
     auto g = zoo::BuildZooModel(name);
