@@ -161,8 +161,8 @@ void AddTrainLocalCommand(CLI::App& app, std::vector<Command>* out) {
   c->add_option("--momentum", a->momentum, "SGD momentum (default 0.9, as submit; adam takes none)")
       ->check(CLI::Range(0.0, 1.0));
   c->add_option("--weight-decay", a->weight_decay, "L2 weight decay")->check(NonNegative());
-  c->add_option("--threads", a->threads, "Compute threads (default: all cores)")
-      ->check(PositiveInt());
+  c->add_option("--threads", a->threads, "Compute threads (default: all cores; at most 1024)")
+      ->check(CLI::Range(1, 1024));
   c->add_option("--seed", a->seed, "Seed of synthetic data and dropout")->check(Seed());
   c->add_option("-o,--output", a->format, "table | json")->check(CLI::IsMember({"table", "json"}));
   c->add_flag("--profile", a->profile, "Report the time spent per op type");

@@ -70,6 +70,23 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
   }
   std::ifstream in(path, std::ios::binary);
   if (!in) return ErrnoStatus(errno, "cannot read " + path);
+  if (!std::filesystem::is_regular_file(path, ec)) {
+    // A pipe (a shell's process substitution) is read to its end, up to a
+    // bound: a device like /dev/zero has none.
+    constexpr size_t kMaxStreamBytes = size_t{256} << 20;
+    std::string out;
+    char chunk[1 << 16];
+    while (in.read(chunk, sizeof(chunk)) || in.gcount() > 0) {
+      out.append(chunk, static_cast<size_t>(in.gcount()));
+      if (out.size() > kMaxStreamBytes) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(path, " is not a regular file and gives more than ", kMaxStreamBytes >> 20,
+                         " MiB (a device?)"));
+      }
+    }
+    if (in.bad()) return ErrnoStatus(errno, "error reading " + path);
+    return out;
+  }
   std::ostringstream buf;
   buf << in.rdbuf();
   if (in.bad()) return ErrnoStatus(errno, "error reading " + path);

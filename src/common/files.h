@@ -10,7 +10,9 @@
 
 namespace quilt {
 
-// Errors: NOT_FOUND / PERMISSION_DENIED / UNAVAILABLE with the path named.
+// Errors: NOT_FOUND / PERMISSION_DENIED / UNAVAILABLE with the path named;
+// INVALID_ARGUMENT for a directory, or a file that is not a regular one
+// (a pipe, a device) giving more than 256 MiB.
 absl::StatusOr<std::string> ReadFile(const std::string& path);
 absl::Status WriteFileAtomically(const std::string& path, const std::string& contents);
 // Whether a file could be written at `path` (before long work whose result

@@ -5,6 +5,9 @@
 
 #include <sys/stat.h>
 
+#include <fstream>
+#include <thread>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "src/common/status_matchers.h"
@@ -32,6 +35,20 @@ TEST(Files, APipeIsRefusedNotReplaced) {
   ASSERT_THAT(WriteFileAtomically(file, "one"), IsOk());
   ASSERT_THAT(WriteFileAtomically(file, "two"), IsOk());
   EXPECT_THAT(ReadFile(file), IsOkAndHolds(std::string("two")));
+}
+
+// Reading: a pipe is read to its end (a shell's process substitution); a
+// device that never ends is refused past a bound rather than read on.
+TEST(Files, APipeIsReadAndADeviceWithoutEndRefused) {
+  testing::TempDir dir;
+  const std::string pipe = dir.File("spec");
+  ASSERT_EQ(mkfifo(pipe.c_str(), 0644), 0);
+  std::thread writer([&] { std::ofstream(pipe) << "name: \"piped\"\n"; });
+  EXPECT_THAT(ReadFile(pipe), IsOkAndHolds(std::string("name: \"piped\"\n")));
+  writer.join();
+  EXPECT_THAT(ReadFile("/dev/zero"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("/dev/zero is not a regular file and gives more than 256 MiB")));
 }
 
 // A file that cannot be created is named as the caller gave it (the

@@ -123,7 +123,7 @@ int main(int argc, char** argv) {
   app.add_option("--step-timeout", step_timeout, "Seconds a step may take")
       ->check(CLI::PositiveNumber);
   app.add_option("--connect-timeout", connect_timeout, "Seconds to wait for the other processes");
-  app.add_option("--threads", threads, "Kernel threads")->check(CLI::PositiveNumber);
+  app.add_option("--threads", threads, "Kernel threads (at most 1024)")->check(CLI::Range(1, 1024));
   app.add_option("--checkpoint-dir", checkpoint_dir, "Directory of the job's checkpoints");
   app.add_option("--checkpoint-every", checkpoint_every,
                  "Checkpoint every N steps (0: only after the last)")

@@ -231,6 +231,13 @@ TEST(TrainLocal, BadData_ClearErrors) {
   ASSERT_THAT(r, IsOk());
   EXPECT_EQ(r->exit_code, 1);
   EXPECT_THAT(r->err, HasSubstr("fewer than one batch of 100000"));
+  // More threads than any machine runs: a usage error, not an abort.
+  r = RunCommand({RunfilePath("src/cli/quiltctl"), "train-local", dir + "/model.onnx", "--loss",
+                  "softmax_cross_entropy", "--data", dir + "/x.npy," + dir + "/y.npy", "--batch",
+                  "4", "--steps", "1", "--threads", "100000"});
+  ASSERT_THAT(r, IsOk());
+  EXPECT_EQ(r->exit_code, 2);
+  EXPECT_THAT(r->err, HasSubstr("--threads"));
 }
 
 TEST(TrainLocal, NonFiniteLoss_FailsNamingTheStep) {

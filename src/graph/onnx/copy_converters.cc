@@ -67,6 +67,15 @@ absl::Status Tile(ImportContext& ctx, const Node& node) {
       return absl::InvalidArgumentError(
           "Tile repeats the batch dim (replicas split the batch; repeat another dim)");
     }
+    // (Graphs hold at most 2^40 elements a tensor; copies are concatenated.)
+    constexpr int64_t kMaxCopies = 65536;
+    const int64_t extent = std::max<int64_t>(1, d.value);
+    if (r > (int64_t{1} << 40) / extent || (extent > 1 && r > kMaxCopies)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Tile: ", r, " repeats of dim ", i, " (of ", extent,
+                       ") are more than Quilt takes (a dim of at most 2^40 elements, at most ",
+                       kMaxCopies, " copies of a dim longer than 1)"));
+    }
     const bool batch_count = r == b0 || (ctx.symbolic_batch() && r % b0 == 0);
     if (d.value == 1 && !t.shape.HasBatch() && !over_batch && batch_count) {
       // A parameter repeated over the batch (cls.repeat(B, 1, 1); a

@@ -267,6 +267,36 @@ TEST(OnnxImport, SplitByNumOutputs_TheLastPartIsSmaller) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("leaves an empty one")));
 }
 
+TEST(OnnxImport, TileBeyondWhatAGraphHolds_IsRefusedNotAllocated) {
+  // y [B, 3] tiled along dim 1.
+  auto model = [](int64_t repeats) {
+    onnx::ModelProto m = Tiny(13);
+    SetDynamicBatch(&m);
+    auto* g = m.mutable_graph();
+    auto* c = g->add_node();
+    c->set_op_type("Constant");
+    c->add_output("repeats");
+    auto* a = c->add_attribute();
+    a->set_name("value");
+    a->set_type(onnx::AttributeProto::TENSOR);
+    a->mutable_t()->set_data_type(onnx::TensorProto::INT64);
+    a->mutable_t()->add_dims(2);
+    a->mutable_t()->add_int64_data(1);
+    a->mutable_t()->add_int64_data(repeats);
+    AddNode(g, "Tile", {"y", "repeats"}, "t");
+    g->mutable_output(0)->set_name("t");
+    return m.SerializeAsString();
+  };
+  absl::StatusOr<Graph> tiled = Import(model(3));
+  ASSERT_THAT(tiled, IsOk());
+  EXPECT_EQ(tiled->FindTensor(tiled->outputs[0])->shape.ToString(), "[B,9]");
+  for (int64_t r : {int64_t{1} << 20, int64_t{1} << 61}) {
+    EXPECT_THAT(Import(model(r)), StatusIs(absl::StatusCode::kInvalidArgument,
+                                           HasSubstr("are more than Quilt takes")))
+        << r;
+  }
+}
+
 TEST(OnnxImport, ModAndReduceProdOfConstants_Fold) {
   // y + float(Mod(a, b)) * ReduceProd(c): Python's % (the divisor's sign)
   // by default, C's fmod with fmod=1.
