@@ -106,9 +106,50 @@ absl::StatusOr<Placement> Place(const Graph& g, const quilt::v1::Strategy& s, co
   return Place(ix, s, topo, batch);
 }
 
+namespace {
+
+// What the strategy says that needs no graph: known enum values, group ids
+// that are their positions (or all left 0), no negative buckets, and no
+// op priorities (the lowering ranks instructions by the execution order).
+absl::Status CheckStrategyFields(const quilt::v1::Strategy& s) {
+  if (!quilt::v1::ExecutionOrder_IsValid(s.order())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the strategy's execution order ", static_cast<int>(s.order()), " is none Quilt knows"));
+  }
+  if (s.priorities_size() > 0) {
+    return absl::InvalidArgumentError(
+        "the strategy gives op priorities, which Quilt does not read: instructions are ranked by "
+        "its execution order (order); remove them");
+  }
+  bool ids_given = false;
+  for (const quilt::v1::GroupPlacement& gp : s.groups()) ids_given |= gp.group() != 0;
+  for (int gi = 0; ids_given && gi < s.groups_size(); ++gi) {
+    if (s.groups(gi).group() != gi) {
+      return absl::InvalidArgumentError(absl::StrCat("the strategy's group at position ", gi,
+                                                     " has id ", s.groups(gi).group(),
+                                                     ": a group's id is its position, 0-based"));
+    }
+  }
+  for (const quilt::v1::ParameterAggregation& a : s.aggregations()) {
+    if (!quilt::v1::AggregationMethod_IsValid(a.method())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("parameter '", a.parameter(), "' has aggregation method ",
+                       static_cast<int>(a.method()), ", which is none Quilt knows"));
+    }
+    if (a.bucket() < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("parameter '", a.parameter(), "' has negative bucket ", a.bucket()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<Placement> Place(const GraphIndex& ix, const quilt::v1::Strategy& s,
                                 const Topology& topo, int64_t batch) {
   if (batch <= 0) return absl::InvalidArgumentError("the global batch must be positive");
+  RETURN_IF_ERROR(CheckStrategyFields(s));
   const Graph& g = ix.graph();
   Placement p;
   p.global_batch = batch;
@@ -116,6 +157,19 @@ absl::StatusOr<Placement> Place(const GraphIndex& ix, const quilt::v1::Strategy&
   bool any_wg = false;
   for (int gi = 0; gi < s.groups_size(); ++gi) {
     const quilt::v1::GroupPlacement& gp = s.groups(gi);
+    for (const std::string& op : gp.ops()) {
+      const int i = ix.OpIndex(op);
+      if (i < 0 || GroupKey(g.ops[i]) != op) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "group ", gi, " names op '", op, "', ",
+            i < 0 ? "which is no op of the graph"
+                  : "which is not a forward op (gradient ops and updates go with theirs)"));
+      }
+      if (auto [it, added] = group_of.emplace(op, gi); !added) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("op '", op, "' is in group ", it->second, " and in group ", gi));
+      }
+    }
     std::vector<std::pair<int, int>> reps;
     for (const quilt::v1::DeviceReplicas& r : gp.replicas()) {
       const int d = topo.DeviceIndex(r.device());
@@ -138,7 +192,6 @@ absl::StatusOr<Placement> Place(const GraphIndex& ix, const quilt::v1::Strategy&
         for (const Slice& r : rows) reps.push_back({r.device, static_cast<int>(r.end - r.begin)});
       }
     }
-    for (const std::string& op : gp.ops()) group_of[op] = gi;
     using Split = std::vector<std::pair<int, int>>;
     ASSIGN_OR_RETURN(Split wg, WeightGradientSplit(gp, gi, reps, topo, batch));
     any_wg |= !wg.empty();
@@ -156,8 +209,22 @@ absl::StatusOr<Placement> Place(const GraphIndex& ix, const quilt::v1::Strategy&
   }
   absl::flat_hash_map<std::string, const quilt::v1::ParameterAggregation*> aggs;
   bool any_sparse = false;
+  absl::flat_hash_map<std::string, const ParameterSpec*> specs;
+  if (s.aggregations_size() > 0) {
+    for (const ParameterSpec& spec : g.parameters) specs[spec.tensor] = &spec;
+  }
   for (const auto& a : s.aggregations()) {
-    aggs[a.parameter()] = &a;
+    auto found = specs.find(a.parameter());
+    const ParameterSpec* spec = found == specs.end() ? nullptr : found->second;
+    if (spec == nullptr || spec->frozen) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the strategy aggregates '", a.parameter(), "', which is ",
+                       spec == nullptr ? "no parameter of the graph"
+                                       : "a frozen parameter (it has no gradient)"));
+    }
+    if (!aggs.emplace(a.parameter(), &a).second) {
+      return absl::InvalidArgumentError("the strategy aggregates '" + a.parameter() + "' twice");
+    }
     any_sparse |= a.method() == quilt::v1::AGGREGATION_METHOD_SPARSE_LOOKUP;
   }
   // Embedding tables (only looked for when a strategy gathers lookups).
