@@ -453,5 +453,39 @@ TEST_F(Corrupted, UnmatchedTransfersAndPushes) {
   }
 }
 
+// Ranges outside their tensors, and transfers that misstate their bytes.
+TEST_F(Corrupted, RangesOutsideTheirTensorsAndMisstatedBytes) {
+  {
+    DistributedProgram p = ps_;
+    Instruction* pull = At(p, Find(p, [](const Instruction& i) { return i.has_ps_pull(); }));
+    pull->mutable_ps_pull()->set_bytes(pull->ps_pull().bytes() * 1000000);
+    EXPECT_THAT(Validate(p),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         HasSubstr("bytes of '" + pull->ps_pull().parameter().tensor())));
+  }
+  {
+    DistributedProgram p = ps_;
+    Instruction* pull = At(p, Find(p, [](const Instruction& i) { return i.has_ps_pull(); }));
+    pull->mutable_ps_pull()->mutable_parameter()->set_begin(100000);
+    pull->mutable_ps_pull()->mutable_parameter()->set_end(100001);
+    EXPECT_THAT(Validate(p), StatusIs(absl::StatusCode::kInvalidArgument,
+                                      HasSubstr("names rows [100000, 100001)")));
+  }
+  {
+    DistributedProgram p = ps_;
+    Instruction* push = At(p, Find(p, [](const Instruction& i) { return i.has_ps_push(); }));
+    push->mutable_ps_push()->set_bytes(-1);
+    EXPECT_THAT(Validate(p),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("says -1 bytes")));
+  }
+  {
+    DistributedProgram p = ring_;
+    ASSERT_GT(p.devices(0).feeds_size(), 0);
+    p.mutable_devices(0)->mutable_feeds(0)->set_end(100000);
+    EXPECT_THAT(Validate(p), StatusIs(absl::StatusCode::kInvalidArgument,
+                                      HasSubstr("which has 32 (the global batch)")));
+  }
+}
+
 }  // namespace
 }  // namespace quilt

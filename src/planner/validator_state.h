@@ -7,6 +7,7 @@
 #ifndef QUILT_SRC_PLANNER_VALIDATOR_STATE_H_
 #define QUILT_SRC_PLANNER_VALIDATOR_STATE_H_
 
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -57,6 +58,7 @@ class Validator {
     if (p_.global_batch() <= 0)
       return absl::InvalidArgumentError("the program has no global batch");
     RETURN_IF_ERROR(Index());
+    RETURN_IF_ERROR(CheckRanges());
     RETURN_IF_ERROR(CheckTransfers());
     RETURN_IF_ERROR(CheckCollectives());
     RETURN_IF_ERROR(CheckDisjointSums());
@@ -88,6 +90,12 @@ class Validator {
   }
 
   absl::Status Index();
+  absl::Status CheckRanges() const;
+  // `range` within its tensor; `bytes` (unless kUnstated): the bytes it
+  // holds. `id`: the instruction naming it (-1: a device's persistent or
+  // feed list).
+  static constexpr int64_t kUnstated = std::numeric_limits<int64_t>::min();
+  absl::Status CheckRange(const quilt::v1::TensorRange& range, int64_t id, int64_t bytes) const;
   absl::Status CheckTransfers();
   absl::Status CheckCollectives();
   // A group's NIC bandwidths, where given: one per member, its node's.
