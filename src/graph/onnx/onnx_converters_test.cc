@@ -2,6 +2,7 @@
 // opsets, folds of constants (Mod, ReduceProd, broadcasting arithmetic,
 // ScatterND), Identity-merged weights, shared or apart by the export's
 // mode, logs of sigmoids, and the batch size used as a value.
+#include <cmath>
 #include <tuple>
 
 #include "absl/strings/match.h"
@@ -295,6 +296,23 @@ TEST(OnnxImport, TileBeyondWhatAGraphHolds_IsRefusedNotAllocated) {
                                            HasSubstr("are more than Quilt takes")))
         << r;
   }
+}
+
+TEST(OnnxImport, AWeightHoldingNaN_IsRefusedNamingIt) {
+  onnx::ModelProto m = Tiny(13);
+  auto* g = m.mutable_graph();
+  auto* w = g->add_initializer();
+  w->set_name("bias");
+  w->set_data_type(onnx::TensorProto::FLOAT);
+  w->add_dims(3);
+  for (float v : {0.5f, std::nanf(""), 1.0f}) w->add_float_data(v);
+  AddNode(g, "Add", {"y", "bias"}, "z");
+  g->mutable_output(0)->set_name("z");
+  EXPECT_THAT(Import(m.SerializeAsString()),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("initializer 'bias' holds NaN (element 1 of 3)")));
+  w->set_float_data(1, 2.0f);
+  EXPECT_THAT(Import(m.SerializeAsString()), IsOk());
 }
 
 TEST(OnnxImport, ModAndReduceProdOfConstants_Fold) {

@@ -1,6 +1,7 @@
 #include "src/graph/onnx/onnx_import.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <set>
@@ -256,6 +257,17 @@ absl::StatusOr<Graph> ImportOnnx(const std::string& bytes, const OnnxImportOptio
   for (const auto& t : gp.initializer()) {
     absl::StatusOr<Tensor> v = onnx_import::FromTensorProto(t);
     if (!v.ok()) return Fail(src, v.status());
+    // NaN is no weight's value, nor a mask's (those hold ±inf): a broken
+    // export, refused before it trains to NaN.
+    if (v->dtype() == DType::kF32) {
+      for (int64_t k = 0; k < v->numel(); ++k) {
+        if (std::isnan(v->f32()[k])) {
+          return Fail(src, absl::InvalidArgumentError(
+                               absl::StrCat("initializer '", t.name(), "' holds NaN (element ", k,
+                                            " of ", v->numel(), "): the export is broken")));
+        }
+      }
+    }
     ctx.AddInitializer(t.name(), std::move(*v));
   }
   ctx.TieTransposedCopies();
