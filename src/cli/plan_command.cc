@@ -294,6 +294,14 @@ int Run(PlanArgs a, const GlobalOptions& globals) {
     return RunRemote(a, &*g, globals);
   }
   // Checked before planning, which can take a while.
+  if (absl::Status apart =
+          CheckOutputsApart({{"--program-out", a.program_out}, {"--trace", a.trace}},
+                            {{"the model", absl::StartsWith(a.model, "zoo:") ? "" : a.model},
+                             {"--cluster", a.cluster},
+                             {"--strategy-file", a.strategy_file}});
+      !apart.ok()) {
+    return PrintError(std::string(apart.message()));
+  }
   for (const std::string* path : {&a.program_out, &a.trace}) {
     if (path->empty()) continue;
     if (absl::Status w = CheckWritablePath(*path); !w.ok()) {

@@ -92,6 +92,11 @@ void PrintTable(const quilt::v1::DistributedProgram& program, const SimResult& r
 }
 
 int Run(const SimulateArgs& a) {
+  if (absl::Status apart = CheckOutputsApart(
+          {{"--trace", a.trace}}, {{"the program", a.program}, {"--cluster", a.cluster}});
+      !apart.ok()) {
+    return PrintError(std::string(apart.message()));
+  }
   absl::StatusOr<std::string> bytes = ReadFile(a.program);
   if (!bytes.ok()) return PrintError(std::string(bytes.status().message()));
   quilt::v1::DistributedProgram program;

@@ -63,6 +63,31 @@ absl::Status MakeWritableDir(const std::string& dir) {
   return absl::OkStatus();
 }
 
+absl::Status CheckOutputsApart(const std::vector<std::pair<std::string, std::string>>& outputs,
+                               const std::vector<std::pair<std::string, std::string>>& inputs) {
+  auto canonical = [](const std::string& path) {
+    std::error_code ec;
+    const std::filesystem::path c = std::filesystem::weakly_canonical(path, ec);
+    return ec ? path : c.string();
+  };
+  std::vector<std::pair<std::string, std::string>> seen;  // (canonical, flag)
+  for (const auto& [flag, path] : inputs) {
+    if (!path.empty()) seen.push_back({canonical(path), flag});
+  }
+  for (const auto& [flag, path] : outputs) {
+    if (path.empty()) continue;
+    const std::string c = canonical(path);
+    for (const auto& [other, other_flag] : seen) {
+      if (other == c) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(flag, " ", path, " is also ", other_flag, ": it would be written over"));
+      }
+    }
+    seen.push_back({c, flag});
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) {

@@ -4,6 +4,8 @@
 #define QUILT_SRC_COMMON_FILES_H_
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -20,6 +22,12 @@ absl::Status WriteFileAtomically(const std::string& path, const std::string& con
 // write in. Errors: INVALID_ARGUMENT, NOT_FOUND, PERMISSION_DENIED, with the
 // path named.
 absl::Status CheckWritablePath(const std::string& path);
+// Output files that are none of the inputs and not each other (compared as
+// canonical paths): each a (flag, path) pair; empty paths are skipped.
+// INVALID_ARGUMENT naming both flags, so that a command never writes over
+// what it reads or writes twice.
+absl::Status CheckOutputsApart(const std::vector<std::pair<std::string, std::string>>& outputs,
+                               const std::vector<std::pair<std::string, std::string>>& inputs);
 // Creates `dir` if missing and checks that a file can be made in it (a
 // read-only mount fails here, not at the first real write). The message is
 // the cause alone: FAILED_PRECONDITION when the directory cannot be

@@ -51,6 +51,23 @@ TEST(Files, APipeIsReadAndADeviceWithoutEndRefused) {
                        HasSubstr("/dev/zero is not a regular file and gives more than 256 MiB")));
 }
 
+// An output that is an input, or another output, by whatever path.
+TEST(Files, OutputsApartFromInputsAndEachOther) {
+  testing::TempDir dir;
+  const std::string spec = dir.File("cluster.textproto");
+  ASSERT_THAT(WriteFileAtomically(spec, "name: \"c\"\n"), IsOk());
+  EXPECT_THAT(CheckOutputsApart({{"--program-out", dir.path() + "/./cluster.textproto"}},
+                                {{"--cluster", spec}}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("is also --cluster: it would be written over")));
+  EXPECT_THAT(CheckOutputsApart({{"--program-out", dir.File("out")}, {"--trace", dir.File("out")}},
+                                {{"--cluster", spec}}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--trace")));
+  EXPECT_THAT(CheckOutputsApart({{"--program-out", dir.File("p")}, {"--trace", ""}},
+                                {{"--cluster", spec}, {"the model", ""}}),
+              IsOk());
+}
+
 // A file that cannot be created is named as the caller gave it (the
 // temporary it is written through comes after).
 TEST(Files, AFileThatCannotBeCreatedIsNamed) {
