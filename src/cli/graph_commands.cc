@@ -1,6 +1,7 @@
 // quiltctl graph inspect: what a model is made of and what it costs.
 #include <algorithm>
 #include <iostream>
+#include <limits>
 
 #include "absl/strings/str_format.h"
 #include "nlohmann/json.hpp"
@@ -67,8 +68,11 @@ int Inspect(const InspectArgs& a) {
   std::cout << absl::StrFormat("Parameters: %d (%s)\n", fwd->parameters,
                                HumanBytes(fwd->parameter_bytes));
   std::cout << absl::StrFormat("Forward FLOPs per sample: %sFLOP\n", HumanSi(flops_per_sample));
-  std::cout << absl::StrFormat("Activations at batch %d: %d tensors, %s\n", batch,
-                               fwd->activation_tensors, HumanBytes(fwd->activation_bytes));
+  std::cout << absl::StrFormat(
+      "Activations at batch %d: %d tensors, %s\n", batch, fwd->activation_tensors,
+      std::string(fwd->activation_bytes == std::numeric_limits<int64_t>::max() ? "more than "
+                                                                               : "") +
+          HumanBytes(fwd->activation_bytes));
   if (full.ok()) {
     std::cout << absl::StrFormat("Training graph: %d ops, %sFLOP per sample (%.2f× forward)\n",
                                  full->ops, HumanSi(full->flops / batch),

@@ -1,5 +1,7 @@
 #include "src/graph/graph_summary.h"
 
+#include <limits>
+
 #include "src/graph/op_registry.h"
 
 namespace quilt {
@@ -15,7 +17,12 @@ absl::StatusOr<GraphSummary> Summarize(const Graph& g, int64_t batch) {
   for (const TensorInfo& t : g.tensors()) {
     if (t.role == TensorRole::kActivation) {
       ++s.activation_tensors;
-      s.activation_bytes += t.shape.NumElements(batch) * DTypeSize(t.dtype);
+      // (Saturated: at the largest batches a model's activations pass 2^63.)
+      const double bytes = static_cast<double>(t.shape.NumElements(batch)) * DTypeSize(t.dtype);
+      const double room =
+          static_cast<double>(std::numeric_limits<int64_t>::max() - s.activation_bytes);
+      s.activation_bytes = bytes >= room ? std::numeric_limits<int64_t>::max()
+                                         : s.activation_bytes + static_cast<int64_t>(bytes);
     }
   }
   for (const Op& op : g.ops) {

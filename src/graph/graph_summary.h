@@ -18,8 +18,9 @@ struct GraphSummary {
   int64_t parameters = 0;       // trainable elements
   int64_t parameter_bytes = 0;  // all parameters incl. frozen state
   int64_t activation_tensors = 0;
-  int64_t activation_bytes = 0;  // every activation at the batch, summed
-  double flops = 0;              // of the ops summarized, at the batch
+  // Every activation at the batch, summed (INT64_MAX: that many or more).
+  int64_t activation_bytes = 0;
+  double flops = 0;  // of the ops summarized, at the batch
   std::map<std::string, double> flops_by_type;
   int64_t batch = 1;
 };
