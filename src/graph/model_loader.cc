@@ -189,6 +189,10 @@ std::vector<std::string> ModelNotes(const Graph& g) {
 absl::StatusOr<Graph> LoadModel(const std::string& spec, int64_t batch,
                                 const std::string& loss_output) {
   RETURN_IF_ERROR(CheckGlobalBatch(batch));
+  if (!loss_output.empty() && !absl::EndsWith(spec, ".onnx")) {
+    return absl::InvalidArgumentError("--loss-output names an ONNX model's output; " + spec +
+                                      " is no ONNX model (its loss is the graph's own, or --loss)");
+  }
   Graph g;
   if (absl::StartsWith(spec, "zoo:")) {
     ASSIGN_OR_RETURN(g, zoo::BuildZooModel(spec.substr(4)));

@@ -102,5 +102,14 @@ TEST(LoadModel, AnExportersDefaultGraphNameGivesWayToTheFilesName) {
   EXPECT_EQ(renamed->name, "resnet18");
 }
 
+// --loss-output picks an ONNX model's output: given for another model, it
+// is refused rather than ignored.
+TEST(LoadModel, ALossOutputForAModelThatIsNoOnnxIsRefused) {
+  absl::StatusOr<Graph> zoo = LoadModel("zoo:mlp", 8, "nope");
+  EXPECT_FALSE(zoo.ok());
+  EXPECT_THAT(std::string(zoo.status().message()), HasSubstr("zoo:mlp is no ONNX model"));
+  EXPECT_TRUE(LoadModel("zoo:mlp", 8, "").ok());
+}
+
 }  // namespace
 }  // namespace quilt

@@ -6,6 +6,7 @@
 #include <tuple>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "onnx/onnx_pb.h"
@@ -313,6 +314,17 @@ TEST(OnnxImport, AWeightHoldingNaN_IsRefusedNamingIt) {
                        HasSubstr("initializer 'bias' holds NaN (element 1 of 3)")));
   w->set_float_data(1, 2.0f);
   EXPECT_THAT(Import(m.SerializeAsString()), IsOk());
+}
+
+TEST(OnnxImport, AnInputDimOfZeroOrLess_IsNamedAsSuch) {
+  for (int64_t size : {int64_t{0}, int64_t{-5}}) {
+    onnx::ModelProto m = testing::WithBatchedInput(13, {size});
+    AddNode(m.mutable_graph(), "Relu", {"x"}, "y");
+    m.mutable_graph()->add_output()->set_name("y");
+    EXPECT_THAT(Import(m.SerializeAsString()),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         HasSubstr(absl::StrCat("input 'x' has dimension 1 of ", size))));
+  }
 }
 
 TEST(OnnxImport, ModAndReduceProdOfConstants_Fold) {

@@ -287,7 +287,13 @@ absl::StatusOr<Graph> ImportOnnx(const std::string& bytes, const OnnxImportOptio
         dims.push_back(Dim::Batch());
         continue;
       }
-      if (!d.has_dim_value() || d.dim_value() <= 0) {
+      if (d.has_dim_value() && d.dim_value() <= 0) {
+        return absl::InvalidArgumentError(absl::StrCat(src, ": input '", in->name(),
+                                                       "' has dimension ", i, " of ", d.dim_value(),
+                                                       ": a tensor's sizes are "
+                                                       "positive"));
+      }
+      if (!d.has_dim_value()) {
         return absl::InvalidArgumentError(absl::StrCat(
             src, ": input '", in->name(), "' dimension ", i, " ('", d.dim_param(),
             "') is dynamic; only the first (batch) dimension may be — export with fixed sizes",
