@@ -361,19 +361,32 @@ TEST(Quiltctl, ACoordinatorAddressItCannotUseIsRefusedBeforeAnyCall) {
   }
 }
 
-// Nothing listens at the address: the error says so, and does not send
-// the user after TLS settings.
-TEST(Quiltctl, NothingListeningIsSaidSoWithoutATlsHint) {
+// A TCP socket bound to a free loopback port, listening or not; its
+// address in *address (the fd is -1 if the system gave none).
+int LoopbackSocket(bool listening, std::string* address) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  ASSERT_GE(fd, 0);
+  if (fd < 0) return -1;
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
   socklen_t len = sizeof(addr);
-  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      (listening && listen(fd, 8) != 0) ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    close(fd);
+    return -1;
+  }
+  *address = absl::StrCat("127.0.0.1:", ntohs(addr.sin_port));
+  return fd;
+}
+
+// Nothing listens at the address: the error says so, and does not send
+// the user after TLS settings.
+TEST(Quiltctl, NothingListeningIsSaidSoWithoutATlsHint) {
   // Bound, never listening: connections to the port are refused.
-  const std::string address = absl::StrCat("127.0.0.1:", ntohs(addr.sin_port));
+  std::string address;
+  const int fd = LoopbackSocket(/*listening=*/false, &address);
+  ASSERT_GE(fd, 0);
   auto r = RunCommand({RunfilePath("src/cli/quiltctl"), "--coordinator", address, "nodes"},
                       absl::Seconds(60));
   close(fd);
@@ -385,16 +398,9 @@ TEST(Quiltctl, NothingListeningIsSaidSoWithoutATlsHint) {
 
 // A listener that accepts connections and never answers.
 TEST(Quiltctl, WatchGivesUpOnACoordinatorThatDoesNotAnswerWithinTheTimeout) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  std::string address;
+  const int fd = LoopbackSocket(/*listening=*/true, &address);
   ASSERT_GE(fd, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  ASSERT_EQ(listen(fd, 8), 0);
-  socklen_t len = sizeof(addr);
-  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
-  const std::string address = absl::StrCat("127.0.0.1:", ntohs(addr.sin_port));
   const absl::Time start = absl::Now();
   auto r = RunCommand({RunfilePath("src/cli/quiltctl"), "--coordinator", address, "--timeout", "2",
                        "watch", "job-x"},

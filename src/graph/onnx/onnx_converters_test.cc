@@ -275,16 +275,7 @@ TEST(OnnxImport, TileBeyondWhatAGraphHolds_IsRefusedNotAllocated) {
     onnx::ModelProto m = Tiny(13);
     SetDynamicBatch(&m);
     auto* g = m.mutable_graph();
-    auto* c = g->add_node();
-    c->set_op_type("Constant");
-    c->add_output("repeats");
-    auto* a = c->add_attribute();
-    a->set_name("value");
-    a->set_type(onnx::AttributeProto::TENSOR);
-    a->mutable_t()->set_data_type(onnx::TensorProto::INT64);
-    a->mutable_t()->add_dims(2);
-    a->mutable_t()->add_int64_data(1);
-    a->mutable_t()->add_int64_data(repeats);
+    testing::AddInt64Constant(g, "repeats", {1, repeats});
     AddNode(g, "Tile", {"y", "repeats"}, "t");
     g->mutable_output(0)->set_name("t");
     return m.SerializeAsString();

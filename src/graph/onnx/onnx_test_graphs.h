@@ -74,18 +74,34 @@ inline onnx::NodeProto* AddNode(onnx::GraphProto* g, const std::string& type,
   return n;
 }
 
-// A Constant node `name` holding float32 `v` of `dims`.
-inline void AddFloatConstant(onnx::GraphProto* g, const std::string& name,
-                             const std::vector<int64_t>& dims, const std::vector<float>& v) {
+// A Constant node `name` of `type` and `dims`: its tensor, for the values.
+inline onnx::TensorProto* AddConstantNode(onnx::GraphProto* g, const std::string& name,
+                                          onnx::TensorProto::DataType type,
+                                          const std::vector<int64_t>& dims) {
   auto* n = g->add_node();
   n->set_op_type("Constant");
   n->add_output(name);
   auto* a = n->add_attribute();
   a->set_name("value");
   a->set_type(onnx::AttributeProto::TENSOR);
-  a->mutable_t()->set_data_type(onnx::TensorProto::FLOAT);
+  a->mutable_t()->set_data_type(type);
   for (int64_t d : dims) a->mutable_t()->add_dims(d);
-  for (float x : v) a->mutable_t()->add_float_data(x);
+  return a->mutable_t();
+}
+
+// A Constant node `name` holding float32 `v` of `dims`.
+inline void AddFloatConstant(onnx::GraphProto* g, const std::string& name,
+                             const std::vector<int64_t>& dims, const std::vector<float>& v) {
+  onnx::TensorProto* t = AddConstantNode(g, name, onnx::TensorProto::FLOAT, dims);
+  for (float x : v) t->add_float_data(x);
+}
+
+// A Constant node `name` holding int64 `v`, a vector.
+inline void AddInt64Constant(onnx::GraphProto* g, const std::string& name,
+                             const std::vector<int64_t>& v) {
+  onnx::TensorProto* t =
+      AddConstantNode(g, name, onnx::TensorProto::INT64, {static_cast<int64_t>(v.size())});
+  for (int64_t x : v) t->add_int64_data(x);
 }
 
 }  // namespace quilt::testing
