@@ -7,23 +7,14 @@
 #include <utility>
 
 #include "gtest/gtest.h"
-#include "src/graph/autodiff.h"
-#include "src/graph/zoo/zoo.h"
+#include "src/graph/zoo_training.h"
 
 namespace quilt::testing {
 
 inline Graph ZooTrainingGraph(const std::string& model, float learning_rate = 0.01f) {
-  absl::StatusOr<Graph> g = zoo::BuildZooModel(model);
+  absl::StatusOr<Graph> g = zoo::ZooTrainingGraph(model, learning_rate);
   EXPECT_TRUE(g.ok()) << g.status();
-  if (!g.ok()) return Graph();
-  TrainingOptions to;
-  to.loss = LossType::kSoftmaxCrossEntropy;
-  to.optimizer.kind = OptimizerSpec::Kind::kSgd;
-  to.optimizer.momentum = 0.9;
-  to.optimizer.learning_rate = learning_rate;
-  const absl::Status built = BuildTrainingGraph(&*g, to);
-  EXPECT_TRUE(built.ok()) << built;
-  return std::move(*g);
+  return g.ok() ? std::move(*g) : Graph();
 }
 
 }  // namespace quilt::testing
