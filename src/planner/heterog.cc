@@ -180,6 +180,17 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
       orders.push_back(space.FromDataParallel(ns.strategy));
       orders.back().order = order;
     }
+    // A start whose bound is no faster than one that fits cannot replace
+    // it: not simulated.
+    if (have && best_score.feasible() &&
+        std::all_of(orders.begin(), orders.end(), [&](const PlanState& s) {
+          return space.StartCannotBeat(s, best_score.time_s);
+        })) {
+      double bound = space.BoundOf(orders[0]);
+      for (const PlanState& s : orders) bound = std::min(bound, space.BoundOf(s));
+      result.baseline_bound_s[ns.name] = bound;
+      continue;
+    }
     std::vector<absl::StatusOr<Score>> scores = space.EvaluateAll(orders);
     for (size_t i = 0; i < orders.size(); ++i) {
       const PlanState& s = orders[i];

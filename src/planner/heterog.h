@@ -170,6 +170,11 @@ struct SearchResult {
   // Per data-parallel baseline: its step time on the coarsened graph (the
   // faster execution order), where it fits there.
   std::map<std::string, double> baseline_coarse_s;
+  // Per data-parallel baseline not simulated as a start: its lower bound
+  // on the coarsened graph (time_bound.h), no less than a start that fits
+  // took there, so it could not be the start. (Parameter servers over
+  // hundreds of devices take seconds to simulate.)
+  std::map<std::string, double> baseline_bound_s;
 };
 
 // The training graph coarsened as the search coarsens it: into

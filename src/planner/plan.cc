@@ -90,9 +90,10 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
                    SearchHeteroG(g, topo, cost, o.global_batch, baselines, search));
   // The plan and the baselines it is compared with below, simulated in
   // full at once: every one but those the coarse model puts at more than
-  // kCoarseMargin times the fastest baseline's time (a full simulation on
-  // a large cluster costs seconds; the coarse model errs by percents, and
-  // on what fits memory, so baselines that do not fit there are simulated).
+  // kCoarseMargin times the fastest baseline's time, or whose lower bound
+  // there is (a full simulation on a large cluster costs seconds; the
+  // coarse model errs by percents, and on what fits memory, so baselines
+  // that do not fit there are simulated).
   constexpr double kCoarseMargin = 1.5;
   double fastest = -1;
   for (const auto& [name, s] : sr.baseline_coarse_s) {
@@ -101,9 +102,14 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
   std::vector<NamedStrategy> plan_and_start{NamedStrategy{kHeteroG, sr.variants[0], ""}};
   for (const NamedStrategy& ns : baselines) {
     if (done->count(ns.name)) continue;
-    auto coarse = sr.baseline_coarse_s.find(ns.name);
-    const bool far = coarse != sr.baseline_coarse_s.end() && fastest > 0 &&
-                     coarse->second > kCoarseMargin * fastest && ns.name != sr.start;
+    double coarse_s = -1;
+    if (auto it = sr.baseline_coarse_s.find(ns.name); it != sr.baseline_coarse_s.end()) {
+      coarse_s = it->second;
+    } else if (auto b = sr.baseline_bound_s.find(ns.name); b != sr.baseline_bound_s.end()) {
+      coarse_s = b->second;
+    }
+    const bool far = coarse_s > 0 && fastest > 0 && coarse_s > kCoarseMargin * fastest &&
+                     ns.name != sr.start;
     if (!far) plan_and_start.push_back(ns);
   }
   RETURN_IF_ERROR(evaluate_many(plan_and_start, /*both_orders=*/true));

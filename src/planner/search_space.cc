@@ -519,6 +519,17 @@ bool SearchSpace::CannotBeat(const PlanState& state, double time_s) {
   return true;
 }
 
+bool SearchSpace::StartCannotBeat(const PlanState& state, double time_s) {
+  std::string key = Key(state);
+  if (auto it = cache_.find(key); it != cache_.end()) {
+    return it->second.feasible() && it->second.time_s >= time_s;
+  }
+  Bound& b = BoundEntry(std::move(key), state);
+  if (b.seconds < time_s) return false;
+  b.ruled_out = true;
+  return true;
+}
+
 absl::StatusOr<Score> SearchSpace::Evaluate(const PlanState& state) {
   return std::move(EvaluateAll({state})[0]);
 }

@@ -149,6 +149,10 @@ class SearchSpace {
   // EvaluateAll runs.
   bool CannotBeat(const PlanState& state, double time_s);
   int64_t ruled_out() const { return ruled_out_; }
+  // CannotBeat for a plan judged before the search (a start): not counted
+  // in ruled_out(), then or when the search meets it again (as a start
+  // simulated and cached would not be).
+  bool StartCannotBeat(const PlanState& state, double time_s);
   // The bound of `state` (time_bound.h), cached by state; it rules
   // nothing out. Not while EvaluateAll runs.
   double BoundOf(const PlanState& state);

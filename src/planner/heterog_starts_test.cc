@@ -1,0 +1,90 @@
+// The search's starts: a baseline whose lower bound on the coarsened graph
+// is no faster than a start that fits is not simulated (on hundreds of
+// devices a parameter-server baseline takes seconds); its bound is kept,
+// is below what simulating it gives, and Plan does not simulate it in full
+// where the bound puts it far behind.
+#include <algorithm>
+#include <set>
+
+#include "gtest/gtest.h"
+#include "src/common/status_matchers.h"
+#include "src/planner/baselines.h"
+#include "src/planner/heterog.h"
+#include "src/planner/plan.h"
+#include "src/planner/planner_test_util.h"
+#include "src/planner/priorities.h"
+#include "src/planner/search_space.h"
+
+namespace quilt {
+namespace {
+
+struct Case {
+  std::string model, cluster;
+  int64_t batch;
+  // A baseline the bound must rule out as a start.
+  std::string ruled_out;
+};
+
+TEST(HeteroG, StartsTheBoundRulesOutAreNotSimulated) {
+  for (const Case& c : {Case{"gpt2", "heterog_testbed", 16, "single-device"},
+                        Case{"bert_large", "hap_cluster", 256, "dp-even-ps"}}) {
+    SCOPED_TRACE(c.model + " on " + c.cluster);
+    auto f = testing::OnShippedCluster(c.model, c.cluster);
+    ASSERT_NE(f, nullptr);
+    const std::vector<NamedStrategy> baselines = Baselines(f->graph, f->topo, *f->cost, c.batch);
+    SearchOptions o;
+    o.time_budget_s = 300;
+    absl::StatusOr<SearchResult> r =
+        SearchHeteroG(f->graph, f->topo, *f->cost, c.batch, baselines, o);
+    ASSERT_THAT(r.status(), IsOk());
+    EXPECT_EQ(r->baseline_bound_s.count(c.ruled_out), 1u);
+    // The same coarsened graph as the search's, to simulate what it did not.
+    absl::StatusOr<std::unique_ptr<CoarseModel>> coarse =
+        CoarsenForSearch(f->graph, f->topo, *f->cost, c.batch, o.target_groups);
+    ASSERT_THAT(coarse.status(), IsOk());
+    SearchSpace space(f->topo, *f->cost, **coarse, c.batch, o.memory_fraction);
+    for (const auto& [name, bound] : r->baseline_bound_s) {
+      SCOPED_TRACE(name);
+      EXPECT_EQ(r->baseline_coarse_s.count(name), 0u);
+      EXPECT_NE(name, r->start);
+      // No faster than the start (which fits), and a true bound: the
+      // baseline simulated takes at least that long in either order.
+      EXPECT_GE(bound, r->start_s);
+      auto ns = std::find_if(baselines.begin(), baselines.end(),
+                             [&](const NamedStrategy& b) { return b.name == name; });
+      ASSERT_NE(ns, baselines.end());
+      for (auto order : kExecutionOrders) {
+        PlanState s = space.FromDataParallel(ns->strategy);
+        s.order = order;
+        absl::StatusOr<Score> score = space.Evaluate(s);
+        ASSERT_THAT(score.status(), IsOk());
+        EXPECT_GE(score->time_s, bound * (1 - 1e-9));
+        EXPECT_GE(score->time_s, r->start_s);
+      }
+    }
+    // In full, the plan is simulated beside the baselines the coarse model
+    // or the bound do not put far behind: here not the one ruled out, whose
+    // bound is more than 1.5 times the start's step (Plan says what it
+    // simulates in its progress lines).
+    PlanOptions po;
+    po.global_batch = c.batch;
+    po.strategy = "heterog";
+    po.search = o;
+    std::vector<std::string> lines;
+    po.progress = [&](const std::string& line) { lines.push_back(line); };
+    absl::StatusOr<PlanResult> plan = Plan(f->graph, f->topo, po);
+    ASSERT_THAT(plan.status(), IsOk());
+    const auto simulated = [&](const std::string& name) {
+      return std::any_of(lines.begin(), lines.end(), [&](const std::string& l) {
+        return l.rfind("simulating " + name + " (", 0) == 0;
+      });
+    };
+    EXPECT_TRUE(simulated("heterog"));
+    EXPECT_TRUE(simulated(r->start));
+    ASSERT_GT(r->baseline_bound_s.at(c.ruled_out), 1.5 * r->start_s);
+    EXPECT_FALSE(simulated(c.ruled_out));
+  }
+}
+
+}  // namespace
+}  // namespace quilt
