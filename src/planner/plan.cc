@@ -108,8 +108,8 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
     } else if (auto b = sr.baseline_bound_s.find(ns.name); b != sr.baseline_bound_s.end()) {
       coarse_s = b->second;
     }
-    const bool far = coarse_s > 0 && fastest > 0 && coarse_s > kCoarseMargin * fastest &&
-                     ns.name != sr.start;
+    const bool far =
+        coarse_s > 0 && fastest > 0 && coarse_s > kCoarseMargin * fastest && ns.name != sr.start;
     if (!far) plan_and_start.push_back(ns);
   }
   RETURN_IF_ERROR(evaluate_many(plan_and_start, /*both_orders=*/true));
