@@ -11,6 +11,7 @@
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "src/common/status.h"
@@ -191,6 +192,38 @@ SearchSpace::SearchSpace(const Topology& topo, const CostModel& fine_cost,
     if (!left_out.empty() && !rest.empty()) {
       weighted(rest, absl::StrCat("all but ", left_out.size() == 1 ? "node " : "nodes ",
                                   absl::StrJoin(left_out, ", "), " (slow NICs)"));
+    }
+  }
+  // Only the nodes on the faster NICs, on large clusters: for each NIC
+  // speed but the slowest, the devices of the nodes at least that fast. A
+  // gradient all-reduce over every node goes at its slowest NIC's pace;
+  // the sets above go by compute speed, and the one above leaves out only
+  // nodes far slower than the typical one. (400 GPUs on 10, 25 and 100
+  // Gbit/s NICs: bert_large over the 100 Gbit/s nodes alone steps in half
+  // the time of every node. On smaller clusters, where the search reaches
+  // such sets group by group, they moved its results both ways: the coarse
+  // model misses the batch-norm sums inside groups; docs/BENCHMARKS.md.)
+  if (topo.num_nodes() > 2 && n > kWholePlacementDevices) {
+    std::vector<double> nic(topo.num_nodes(), 0);
+    std::vector<double> tiers;
+    for (int node = 0; node < topo.num_nodes(); ++node) {
+      const int devices = static_cast<int>(topo.NodeDevices(node).size());
+      if (devices == 0) continue;
+      nic[node] = topo.NodeBytesPerS(node, devices);
+      tiers.push_back(nic[node]);
+    }
+    std::sort(tiers.begin(), tiers.end());
+    tiers.erase(std::unique(tiers.begin(), tiers.end()), tiers.end());
+    for (size_t t = 1; t < tiers.size(); ++t) {
+      std::vector<int> devices;
+      for (int node = 0; node < topo.num_nodes(); ++node) {
+        if (nic[node] < tiers[t]) continue;
+        for (int d : topo.NodeDevices(node)) devices.push_back(d);
+      }
+      if (devices.size() >= 2) {
+        weighted(devices,
+                 absl::StrFormat("nodes on NICs of %.3g Gbit/s or more", tiers[t] * 8 / 1e9));
+      }
     }
   }
   // Single devices: every one on small clusters, the fastest of each node
