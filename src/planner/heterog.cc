@@ -78,6 +78,9 @@ PlanState LayerwiseSeed(const Topology& topo, const CoarseModel& coarse, const G
   return s;
 }
 
+// Clusters of more devices than this try whole-plan placement moves first.
+constexpr int kWholePlacementDevices = 64;
+
 // Action spaces up to this many states are enumerated.
 constexpr double kEnumerateStates = 20000;
 // Rounds of the descent on the bound that regroups the start (each over

@@ -1,7 +1,7 @@
-// On clusters of more than kWholePlacementDevices devices, the search may
-// place groups on the nodes of the faster NICs alone (each NIC speed but
-// the slowest gives a set), and so finds the plan that leaves the slow
-// NICs out where that is faster; smaller clusters get no such sets.
+// The search may place groups on the nodes of the faster NICs alone (each
+// NIC speed but the slowest gives a set, on clusters of three nodes or
+// more), and so finds the plan that leaves the slow NICs out where that is
+// faster.
 #include <algorithm>
 #include <map>
 #include <string>
@@ -59,7 +59,7 @@ std::map<std::string, std::vector<std::string>> Placements(const testing::World&
 
 constexpr double k10Gbit = 1.25e9, k25Gbit = 3.125e9, k100Gbit = 1.25e10;
 
-TEST(NicTiers, EachNicSpeedButTheSlowestIsAPlacementOnLargeClusters) {
+TEST(NicTiers, EachNicSpeedButTheSlowestIsAPlacement) {
   // 72 devices: nodes 0, 3, 6 on 10 Gbit/s, 1, 4, 7 on 25, 2, 5, 8 on 100.
   auto w = testing::Make("mlp", Tiered(9, {k10Gbit, k25Gbit, k100Gbit}));
   const auto placements = Placements(*w, 576);
@@ -81,14 +81,20 @@ TEST(NicTiers, EachNicSpeedButTheSlowestIsAPlacementOnLargeClusters) {
             devices_of({1, 2, 4, 5, 7, 8}));
   ASSERT_EQ(placements.count("nodes on NICs of 100 Gbit/s or more"), 1u);
   EXPECT_EQ(sorted(placements.at("nodes on NICs of 100 Gbit/s or more")), devices_of({2, 5, 8}));
-  // Not the slowest speed (that is every node), and not on 64 devices.
+  // Not the slowest speed (that is every node); none where the NICs are
+  // equal.
   for (const auto& [label, ids] : placements) {
     EXPECT_THAT(label, ::testing::Not(::testing::HasSubstr("10 Gbit/s"))) << label;
   }
-  auto small = testing::Make("mlp", Tiered(8, {k10Gbit, k25Gbit, k100Gbit}));
-  for (const auto& [label, ids] : Placements(*small, 512)) {
+  auto equal = testing::Make("mlp", Tiered(4, {k25Gbit}));
+  for (const auto& [label, ids] : Placements(*equal, 256)) {
     EXPECT_THAT(label, ::testing::Not(::testing::HasSubstr("NICs of"))) << label;
   }
+  // Three nodes of 8: the 24 devices' sets too.
+  auto three = testing::Make("mlp", Tiered(3, {k10Gbit, k25Gbit, k100Gbit}));
+  const auto small = Placements(*three, 192);
+  ASSERT_EQ(small.count("nodes on NICs of 25 Gbit/s or more"), 1u);
+  EXPECT_EQ(sorted(small.at("nodes on NICs of 25 Gbit/s or more")), devices_of({1, 2}));
 }
 
 // The step of `strategy` ("heterog", or a given one) in full.

@@ -194,16 +194,13 @@ SearchSpace::SearchSpace(const Topology& topo, const CostModel& fine_cost,
                                   absl::StrJoin(left_out, ", "), " (slow NICs)"));
     }
   }
-  // Only the nodes on the faster NICs, on large clusters: for each NIC
-  // speed but the slowest, the devices of the nodes at least that fast. A
-  // gradient all-reduce over every node goes at its slowest NIC's pace;
-  // the sets above go by compute speed, and the one above leaves out only
-  // nodes far slower than the typical one. (400 GPUs on 10, 25 and 100
-  // Gbit/s NICs: bert_large over the 100 Gbit/s nodes alone steps in half
-  // the time of every node. On smaller clusters, where the search reaches
-  // such sets group by group, they moved its results both ways: the coarse
-  // model misses the batch-norm sums inside groups; docs/BENCHMARKS.md.)
-  if (topo.num_nodes() > 2 && n > kWholePlacementDevices) {
+  // Only the nodes on the faster NICs: for each NIC speed but the slowest,
+  // the devices of the nodes at least that fast. A gradient all-reduce over
+  // every node goes at its slowest NIC's pace; the sets above go by compute
+  // speed, and the one above leaves out only nodes far slower than the
+  // typical one. (400 GPUs on 10, 25 and 100 Gbit/s NICs: bert_large over
+  // the 100 Gbit/s nodes alone steps in half the time of every node.)
+  if (topo.num_nodes() > 2) {
     std::vector<double> nic(topo.num_nodes(), 0);
     std::vector<double> tiers;
     for (int node = 0; node < topo.num_nodes(); ++node) {

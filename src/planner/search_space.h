@@ -24,11 +24,6 @@
 
 namespace quilt {
 
-// Clusters of more devices than this: the search tries whole-plan
-// placement moves first, and the space offers the nodes on the faster NICs
-// as placements.
-inline constexpr int kWholePlacementDevices = 64;
-
 struct PlacementOption {
   // (device, replicas), replicas > 0.
   std::vector<std::pair<int, int>> replicas;
