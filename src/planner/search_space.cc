@@ -536,6 +536,14 @@ std::vector<double> SearchSpace::BoundsOf(const PlanState& state, int k,
 }
 
 bool SearchSpace::CannotBeat(const PlanState& state, double time_s) {
+  return RuleOut(state, time_s, /*count=*/true);
+}
+
+bool SearchSpace::StartCannotBeat(const PlanState& state, double time_s) {
+  return RuleOut(state, time_s, /*count=*/false);
+}
+
+bool SearchSpace::RuleOut(const PlanState& state, double time_s, bool count) {
   // (A state seen before costs nothing to look at again, and is not
   // counted again: as a cached plan costs no simulation.)
   std::string key = Key(state);
@@ -544,18 +552,7 @@ bool SearchSpace::CannotBeat(const PlanState& state, double time_s) {
   }
   Bound& b = BoundEntry(std::move(key), state);
   if (b.seconds < time_s) return false;
-  if (!b.ruled_out) ++ruled_out_;
-  b.ruled_out = true;
-  return true;
-}
-
-bool SearchSpace::StartCannotBeat(const PlanState& state, double time_s) {
-  std::string key = Key(state);
-  if (auto it = cache_.find(key); it != cache_.end()) {
-    return it->second.feasible() && it->second.time_s >= time_s;
-  }
-  Bound& b = BoundEntry(std::move(key), state);
-  if (b.seconds < time_s) return false;
+  if (count && !b.ruled_out) ++ruled_out_;
   b.ruled_out = true;
   return true;
 }

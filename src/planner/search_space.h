@@ -202,6 +202,8 @@ class SearchSpace {
   absl::flat_hash_map<std::string, Bound> bounds_;
   // `state`'s entry in bounds_ (by its key), its bound computed when new.
   Bound& BoundEntry(std::string key, const PlanState& state);
+  // CannotBeat, counting what it rules out in ruled_out() or not.
+  bool RuleOut(const PlanState& state, double time_s, bool count);
   int64_t ruled_out_ = 0;
 };
 
