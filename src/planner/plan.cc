@@ -89,11 +89,11 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
   ASSIGN_OR_RETURN(SearchResult sr,
                    SearchHeteroG(g, topo, cost, o.global_batch, baselines, search));
   // The plan and the baselines it is compared with below, simulated in
-  // full at once: every one but those the coarse model puts at more than
-  // kCoarseMargin times the fastest baseline's time, or whose lower bound
-  // there is (a full simulation on a large cluster costs seconds; the
-  // coarse model errs by percents, and on what fits memory, so baselines
-  // that do not fit there are simulated).
+  // full at once: every one but those the coarse model (or, for a start
+  // the search passed over, its lower bound there) puts at more than
+  // kCoarseMargin times the fastest baseline's time (a full simulation on
+  // a large cluster costs seconds; the coarse model errs by percents, and
+  // on what fits memory, so baselines that do not fit there are simulated).
   constexpr double kCoarseMargin = 1.5;
   double fastest = -1;
   for (const auto& [name, s] : sr.baseline_coarse_s) {
