@@ -108,8 +108,7 @@ absl::StatusOr<quilt::v1::StrategyEstimate> Estimate(const GraphIndex& ix, const
                                                      const CostModel& cost, const NamedStrategy& ns,
                                                      int64_t batch, double lower_bound,
                                                      quilt::v1::DistributedProgram* program,
-                                                     SimResult* sim, bool trace, bool both_orders,
-                                                     bool validate) {
+                                                     SimResult* sim, bool trace, bool both_orders) {
   if (auto e = Unlowerable(ns)) return *e;
   // (Plan puts the training graph in the program it returns.)
   absl::StatusOr<quilt::v1::DistributedProgram> prog =
@@ -117,7 +116,7 @@ absl::StatusOr<quilt::v1::StrategyEstimate> Estimate(const GraphIndex& ix, const
   if (!prog.ok()) return Annotate(prog.status(), "lowering " + ns.name);
   ASSIGN_OR_RETURN(quilt::v1::StrategyEstimate e,
                    EstimateLowered(ix, topo, cost, ns, batch, lower_bound, &*prog, sim, trace,
-                                   both_orders, validate));
+                                   both_orders, /*validate=*/true));
   if (program != nullptr) *program = std::move(*prog);
   return e;
 }

@@ -30,16 +30,14 @@ absl::StatusOr<quilt::v1::StrategyEstimate> Estimate(const Graph& graph, const T
                                                      quilt::v1::DistributedProgram* program,
                                                      SimResult* sim, bool trace, bool both_orders);
 // The same for the graph `index` resolves (built once by the caller).
-// Without `validate`, the program is not validated (Plan validates the
-// one it returns, not every candidate: a tenth of its time on 64 devices).
 absl::StatusOr<quilt::v1::StrategyEstimate> Estimate(
     const GraphIndex& index, const Topology& topology, const CostModel& cost,
     const NamedStrategy& strategy, int64_t batch, double lower_bound,
-    quilt::v1::DistributedProgram* program, SimResult* sim, bool trace, bool both_orders,
-    bool validate = true);
+    quilt::v1::DistributedProgram* program, SimResult* sim, bool trace, bool both_orders);
 
 // The same, the program lowered onto an arena of `program`'s own and left
-// there, not validated (Plan validates the one it returns).
+// there, not validated (Plan validates the one it returns, not every
+// candidate: a tenth of its time on 64 devices).
 absl::StatusOr<quilt::v1::StrategyEstimate> EstimateOnArena(
     const GraphIndex& index, const Topology& topology, const CostModel& cost,
     const NamedStrategy& strategy, int64_t batch, double lower_bound, ArenaProgram* program,

@@ -12,6 +12,7 @@
 #include "src/common/status_matchers.h"
 #include "src/graph/autodiff.h"
 #include "src/graph/zoo/zoo.h"
+#include "src/graph/zoo_training.h"
 #include "src/planner/plan.h"
 #include "src/planner/priorities.h"
 #include "src/planner/program_validator.h"
@@ -63,13 +64,8 @@ void MakeWorld(const std::string& cluster, const std::string& model, World* s) {
   absl::StatusOr<Topology> topo = Topology::Build(*spec);
   ASSERT_THAT(topo.status(), IsOk());
   s->topo = std::move(*topo);
-  absl::StatusOr<Graph> g = zoo::BuildZooModel(model);
+  absl::StatusOr<Graph> g = zoo::ZooTrainingGraph(model);
   ASSERT_THAT(g.status(), IsOk());
-  TrainingOptions to;
-  to.loss = LossType::kSoftmaxCrossEntropy;
-  to.optimizer.kind = OptimizerSpec::Kind::kSgd;
-  to.optimizer.momentum = 0.9;
-  ASSERT_THAT(BuildTrainingGraph(&*g, to), IsOk());
   s->graph = std::move(*g);
 }
 

@@ -19,9 +19,8 @@
 #include "src/cluster/cluster_spec.h"
 #include "src/common/status_matchers.h"
 #include "src/cost/cost_model.h"
-#include "src/graph/autodiff.h"
 #include "src/graph/graph_builder.h"
-#include "src/graph/zoo/zoo.h"
+#include "src/graph/zoo_training.h"
 #include "src/planner/baselines.h"
 #include "src/planner/lower.h"
 #include "src/planner/program_validator.h"
@@ -73,14 +72,9 @@ inline void TopologyAndCost(const quilt::v1::ClusterSpec& spec, const Graph& gra
 inline std::unique_ptr<World> Make(const std::string& model,
                                    const quilt::v1::ClusterSpec& spec = TwoNodes()) {
   auto s = std::make_unique<World>();
-  absl::StatusOr<Graph> g = zoo::BuildZooModel(model);
+  absl::StatusOr<Graph> g = zoo::ZooTrainingGraph(model);
   EXPECT_THAT(g.status(), IsOk());
-  s->graph = std::move(*g);
-  TrainingOptions to;
-  to.loss = LossType::kSoftmaxCrossEntropy;
-  to.optimizer.kind = OptimizerSpec::Kind::kSgd;
-  to.optimizer.momentum = 0.9;
-  EXPECT_THAT(BuildTrainingGraph(&s->graph, to), IsOk());
+  if (g.ok()) s->graph = std::move(*g);
   TopologyAndCost(spec, s->graph, &s->topo, &s->cost);
   return s;
 }
