@@ -2,14 +2,11 @@
 // logging, signals, state, gRPC service, systemd readiness, drain on SIGTERM.
 #include <cblas-openblas.h>
 
-#include <cstdio>
-#include <iostream>
 #include <memory>
 
-#include "CLI/CLI.hpp"
 #include "src/common/clock.h"
-#include "src/common/config_cli.h"
 #include "src/common/crash_report.h"
+#include "src/common/daemon_main.h"
 #include "src/common/file_limit.h"
 #include "src/common/files.h"
 #include "src/common/logging.h"
@@ -86,20 +83,8 @@ int main(int argc, char** argv) {
   // The planner's linear programs call BLAS on tiny matrices; OpenBLAS's
   // worker threads would then spin on the cores plans are searched on.
   openblas_set_num_threads(1);
-  if (absl::Status s = quilt::BlockTerminationSignals(); !s.ok()) {
-    std::cerr << "quilt-coordinator: " << s.message() << "\n";
-    return 1;
-  }
-  CLI::App app{"quilt-coordinator: plans and tracks distributed training on a cluster"};
-  app.set_version_flag("--version", quilt::kVersion);
-  quilt::CoordinatorConfig config;
-  quilt::ConfigCli<quilt::CoordinatorConfig> config_cli(&app, &quilt::CoordinatorConfigSchema(),
-                                                        quilt::ValidateCoordinatorConfig);
-  if (std::optional<int> code = quilt::ParseCommandLine(app, argc, argv)) return *code;
-  if (std::optional<int> code = config_cli.Resolve(&config)) return *code;
-  if (absl::Status s = quilt::InitLogging({"quilt-coordinator", config.log_level}); !s.ok()) {
-    std::fprintf(stderr, "%s\n", s.ToString().c_str());
-    return 2;
-  }
-  return quilt::Run(config);
+  return quilt::DaemonMain<quilt::CoordinatorConfig>(
+      argc, argv, "quilt-coordinator", "plans and tracks distributed training on a cluster",
+      &quilt::CoordinatorConfigSchema(), quilt::ValidateCoordinatorConfig,
+      [](const quilt::CoordinatorConfig& config) { return quilt::Run(config); });
 }

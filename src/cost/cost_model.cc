@@ -17,21 +17,6 @@ namespace {
 constexpr double kGpuOverheadS = 6e-6;
 constexpr double kCpuOverheadS = 1.5e-6;
 
-OpCost CostAt(const Graph& g, const Op& op, const OpSchema& schema, int64_t batch) {
-  CostContext c{op, {}, {}, {}, {}};
-  for (const std::string& in : op.inputs) {
-    const TensorInfo* t = in.empty() ? nullptr : g.FindTensor(in);
-    c.in_dims.push_back(t ? t->shape.Concrete(batch) : std::vector<int64_t>{});
-    c.in_dtypes.push_back(t ? t->dtype : DType::kF32);
-  }
-  for (const std::string& out : op.outputs) {
-    const TensorInfo* t = g.FindTensor(out);
-    c.out_dims.push_back(t ? t->shape.Concrete(batch) : std::vector<int64_t>{});
-    c.out_dtypes.push_back(t ? t->dtype : DType::kF32);
-  }
-  return EstimateOpCost(schema, c);
-}
-
 // Resources a collective holds, each once: a collective over many
 // members meets each link many times (every pair within a node), and
 // sorting them all was most of a large collective's cost.
@@ -88,8 +73,8 @@ absl::StatusOr<CostModel> CostModel::Create(const Graph* graph, const Topology* 
   for (const Op& op : graph->ops) {
     const OpSchema* schema = OpRegistry::Global().Find(op.type);
     if (schema == nullptr) return absl::InvalidArgumentError("unknown op type " + op.type);
-    const OpCost c1 = CostAt(*graph, op, *schema, 1);
-    const OpCost c2 = CostAt(*graph, op, *schema, 2);
+    const OpCost c1 = EstimateOpCost(*graph, op, *schema, 1);
+    const OpCost c2 = EstimateOpCost(*graph, op, *schema, 2);
     OpCostLine line;
     line.flops_per_row = c2.flops - c1.flops;
     line.flops_base = c1.flops - line.flops_per_row;

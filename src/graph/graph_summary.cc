@@ -30,18 +30,7 @@ absl::StatusOr<GraphSummary> Summarize(const Graph& g, int64_t batch) {
     ++s.ops_by_type[op.type];
     const OpSchema* schema = OpRegistry::Global().Find(op.type);
     if (schema == nullptr) return absl::InvalidArgumentError("unknown op type " + op.type);
-    CostContext c{op, {}, {}, {}, {}};
-    for (const std::string& in : op.inputs) {
-      const TensorInfo* t = in.empty() ? nullptr : g.FindTensor(in);
-      c.in_dims.push_back(t ? t->shape.Concrete(batch) : std::vector<int64_t>{});
-      c.in_dtypes.push_back(t ? t->dtype : DType::kF32);
-    }
-    for (const std::string& out : op.outputs) {
-      const TensorInfo* t = g.FindTensor(out);
-      c.out_dims.push_back(t ? t->shape.Concrete(batch) : std::vector<int64_t>{});
-      c.out_dtypes.push_back(t ? t->dtype : DType::kF32);
-    }
-    const double flops = EstimateOpCost(*schema, c).flops;
+    const double flops = EstimateOpCost(g, op, *schema, batch).flops;
     s.flops += flops;
     s.flops_by_type[op.type] += flops;
   }

@@ -74,6 +74,21 @@ OpCost EstimateOpCost(const OpSchema& schema, const CostContext& ctx) {
   return c;
 }
 
+OpCost EstimateOpCost(const Graph& g, const Op& op, const OpSchema& schema, int64_t batch) {
+  CostContext c{op, {}, {}, {}, {}};
+  for (const std::string& in : op.inputs) {
+    const TensorInfo* t = in.empty() ? nullptr : g.FindTensor(in);
+    c.in_dims.push_back(t ? t->shape.Concrete(batch) : std::vector<int64_t>{});
+    c.in_dtypes.push_back(t ? t->dtype : DType::kF32);
+  }
+  for (const std::string& out : op.outputs) {
+    const TensorInfo* t = g.FindTensor(out);
+    c.out_dims.push_back(t ? t->shape.Concrete(batch) : std::vector<int64_t>{});
+    c.out_dtypes.push_back(t ? t->dtype : DType::kF32);
+  }
+  return EstimateOpCost(schema, c);
+}
+
 bool IsLocalOutput(const Op& op, const OpSchema& schema, int k) {
   for (int l : schema.local_outputs) {
     if (l == k) return true;

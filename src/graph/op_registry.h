@@ -166,6 +166,9 @@ struct OpRegistration {
 // Computes the cost of `op` at concrete shapes with its schema's cost
 // function (or the default).
 OpCost EstimateOpCost(const OpSchema& schema, const CostContext& ctx);
+// The same for op `op` of graph `g` at batch `batch` (its tensors' shapes
+// there; a missing tensor counts as empty, of float32).
+OpCost EstimateOpCost(const Graph& g, const Op& op, const OpSchema& schema, int64_t batch);
 
 }  // namespace quilt
 

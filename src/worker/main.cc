@@ -5,19 +5,16 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <iostream>
 #include <memory>
 
-#include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "src/cluster/local_node.h"
-#include "src/common/config_cli.h"
 #include "src/common/cpu_affinity.h"
 #include "src/common/crash_report.h"
+#include "src/common/daemon_main.h"
 #include "src/common/dir_lock.h"
 #include "src/common/file_limit.h"
 #include "src/common/files.h"
@@ -260,20 +257,8 @@ int Run(WorkerConfig config) {
 
 int main(int argc, char** argv) {
   quilt::InstallCrashReport(argv[0]);
-  if (absl::Status s = quilt::BlockTerminationSignals(); !s.ok()) {
-    std::cerr << "quilt-worker: " << s.message() << "\n";
-    return 1;
-  }
-  CLI::App app{"quilt-worker: offers this node's devices to a Quilt coordinator"};
-  app.set_version_flag("--version", quilt::kVersion);
-  quilt::WorkerConfig config;
-  quilt::ConfigCli<quilt::WorkerConfig> config_cli(&app, &quilt::WorkerConfigSchema(),
-                                                   quilt::ValidateWorkerConfig);
-  if (std::optional<int> code = quilt::ParseCommandLine(app, argc, argv)) return *code;
-  if (std::optional<int> code = config_cli.Resolve(&config)) return *code;
-  if (absl::Status s = quilt::InitLogging({"quilt-worker", config.log_level}); !s.ok()) {
-    std::fprintf(stderr, "%s\n", s.ToString().c_str());
-    return 2;
-  }
-  return quilt::Run(config);
+  return quilt::DaemonMain<quilt::WorkerConfig>(
+      argc, argv, "quilt-worker", "offers this node's devices to a Quilt coordinator",
+      &quilt::WorkerConfigSchema(), quilt::ValidateWorkerConfig,
+      [](const quilt::WorkerConfig& config) { return quilt::Run(config); });
 }
