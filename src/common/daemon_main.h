@@ -10,6 +10,7 @@
 #include <iostream>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "CLI/CLI.hpp"
 #include "absl/status/status.h"
