@@ -1,9 +1,10 @@
 #!/usr/bin/python3
 """Plans models Quilt's own tests never see: torchvision's, exported to ONNX.
 
-Exports each torchvision model (random weights, training mode, dynamic
-batch; Debian's python3-torchvision) as a user would with
-torch.onnx.export, then runs `quiltctl plan MODEL --strategy all -o json` on
+Exports each torchvision model (random weights, dynamic batch; Debian's
+python3-torchvision) as a user would with torch.onnx.export: in training
+mode, or with --export-mode eval as torch.onnx.export does by default
+(batch norm folded into the convolutions, dropout left out), then runs `quiltctl plan MODEL --strategy all -o json` on
 a cluster and prints one JSON object per model: the planner's step, the
 best data-parallel baseline's, the speedup, whether any strategy failed
 to plan, and the wall time of `plan`. Models PyTorch cannot export are
@@ -13,7 +14,7 @@ Usage (from the repository root, after
   bazel build --config=ci //src/cli:quiltctl):
   /usr/bin/python3 bench/torchvision_plans.py \\
       [--cluster config/clusters/heterog_testbed.textproto] [--batch 32] \\
-      [--models resnet18,mobilenet_v2,...]
+      [--models resnet18,mobilenet_v2,...] [--export-mode training|eval]
 """
 import argparse
 import json
@@ -37,18 +38,23 @@ BASELINES = ("single-device", "dp-even-ring", "dp-even-ps", "dp-proportional-rin
              "dp-proportional-ps")
 
 
-def export(name, path):
+def export(name, path, mode):
     """Writes the model to `path`; None, or why PyTorch could not."""
     kwargs = {"aux_logits": False, "init_weights": False} if name in (
         "googlenet", "inception_v3") else {}
     model = getattr(tvm, name)(weights=None, **kwargs)
-    model.train()
     size = 299 if name == "inception_v3" else 224
+    training = mode == "training"
+    if training:
+        model.train()
+    else:
+        model.eval()
     try:
         torch.onnx.export(model, torch.randn(2, 3, size, size), path, opset_version=13,
-                          training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
-                          input_names=["x"], output_names=["out"],
-                          dynamic_axes={"x": {0: "batch"}})
+                          training=(torch.onnx.TrainingMode.TRAINING
+                                    if training else torch.onnx.TrainingMode.EVAL),
+                          do_constant_folding=not training, input_names=["x"],
+                          output_names=["out"], dynamic_axes={"x": {0: "batch"}})
     except Exception as e:  # PyTorch's exporter raises many kinds
         return f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
     return None
@@ -83,6 +89,7 @@ def main():
                                                        "heterog_testbed.textproto"))
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--models", default=MODELS)
+    ap.add_argument("--export-mode", choices=("training", "eval"), default="training")
     args = ap.parse_args()
     warnings.filterwarnings("ignore")  # the exporter's notes on training-mode buffers
     if not os.path.exists(QUILTCTL):
@@ -91,8 +98,8 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.models.split(","):
             path = os.path.join(tmp, name + ".onnx")
-            why = export(name, path)
-            row = {"model": name, "batch": args.batch}
+            why = export(name, path, args.export_mode)
+            row = {"model": name, "batch": args.batch, "export_mode": args.export_mode}
             if why is not None:
                 row["export_failed"] = why
             else:
