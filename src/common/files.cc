@@ -8,7 +8,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 
@@ -112,10 +111,21 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
     if (in.bad()) return ErrnoStatus(errno, "error reading " + path);
     return out;
   }
-  std::ostringstream buf;
-  buf << in.rdbuf();
-  if (in.bad()) return ErrnoStatus(errno, "error reading " + path);
-  return buf.str();
+  // A regular file is read once into a string of its size (a stream
+  // buffer would grow by copies, then be copied out: three times the bytes
+  // of a model file of hundreds of MB).
+  in.seekg(0, std::ios::end);
+  const std::streamoff size = in.tellg();
+  in.seekg(0, std::ios::beg);
+  if (size < 0 || !in) return ErrnoStatus(errno, "cannot read " + path);
+  std::string out(static_cast<size_t>(size), '\0');
+  in.read(out.data(), size);
+  if (in.gcount() != size) {
+    return absl::DataLossError(absl::StrCat("error reading ", path, ": got ", in.gcount(),
+                                            " of its ", size, " bytes (it changed while read?)"));
+  }
+  // (It may have grown since: what was there when it was measured is read.)
+  return out;
 }
 
 absl::Status WriteFileAtomically(const std::string& path, const std::string& contents) {

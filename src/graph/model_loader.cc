@@ -4,6 +4,7 @@
 #include <cstring>
 #include <filesystem>
 #include <set>
+#include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -17,14 +18,18 @@
 
 namespace quilt {
 
-absl::StatusOr<Graph> LoadOnnxBytes(const std::string& bytes, int64_t batch,
-                                    const std::string& source, const std::string& loss_output) {
+namespace {
+
+// `bytes`: a const std::string& or a std::string&& (freed once parsed).
+template <typename Bytes>
+absl::StatusOr<Graph> LoadOnnx(Bytes&& bytes, int64_t batch, const std::string& source,
+                               const std::string& loss_output) {
   RETURN_IF_ERROR(CheckGlobalBatch(batch));
   OnnxImportOptions o;
   o.batch = batch;
   o.source = source;
   o.loss_output = loss_output;
-  ASSIGN_OR_RETURN(Graph g, ImportOnnx(bytes, o));
+  ASSIGN_OR_RETURN(Graph g, ImportOnnx(std::forward<Bytes>(bytes), o));
   // PyTorch names every exported graph alike ("torch_jit", "main_graph"):
   // a file's name says more.
   if (absl::EndsWith(source, ".onnx") &&
@@ -33,6 +38,18 @@ absl::StatusOr<Graph> LoadOnnxBytes(const std::string& bytes, int64_t batch,
     if (!file.empty()) g.name = file;
   }
   return g;
+}
+
+}  // namespace
+
+absl::StatusOr<Graph> LoadOnnxBytes(const std::string& bytes, int64_t batch,
+                                    const std::string& source, const std::string& loss_output) {
+  return LoadOnnx(bytes, batch, source, loss_output);
+}
+
+absl::StatusOr<Graph> LoadOnnxBytes(std::string&& bytes, int64_t batch, const std::string& source,
+                                    const std::string& loss_output) {
+  return LoadOnnx(std::move(bytes), batch, source, loss_output);
 }
 
 absl::Status FreezeParameters(Graph* g, const std::vector<std::string>& names) {
@@ -199,7 +216,7 @@ absl::StatusOr<Graph> LoadModel(const std::string& spec, int64_t batch,
     RETURN_IF_ERROR(ValidateGraph(&g));
   } else if (absl::EndsWith(spec, ".onnx")) {
     ASSIGN_OR_RETURN(std::string bytes, ReadFile(spec));
-    ASSIGN_OR_RETURN(g, LoadOnnxBytes(bytes, batch, spec, loss_output));
+    ASSIGN_OR_RETURN(g, LoadOnnxBytes(std::move(bytes), batch, spec, loss_output));
   } else if (absl::EndsWith(spec, ".pb") || absl::EndsWith(spec, ".pbtxt") ||
              absl::EndsWith(spec, ".textproto")) {
     ASSIGN_OR_RETURN(std::string bytes, ReadFile(spec));

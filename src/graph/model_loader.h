@@ -45,6 +45,9 @@ absl::StatusOr<LossType> ChooseLoss(LossType want, const std::string& asked, Gra
 // is named after the file when `source` is one (ends in .onnx).
 absl::StatusOr<Graph> LoadOnnxBytes(const std::string& bytes, int64_t batch,
                                     const std::string& source, const std::string& loss_output = "");
+// The same, freeing `bytes` once parsed.
+absl::StatusOr<Graph> LoadOnnxBytes(std::string&& bytes, int64_t batch, const std::string& source,
+                                    const std::string& loss_output = "");
 
 }  // namespace quilt
 

@@ -5,11 +5,15 @@
 #include <cstring>
 #include <map>
 #include <set>
+#include <utility>
+#include <vector>
 
+#include "absl/hash/hash.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
 #include "onnx/onnx_pb.h"
 #include "src/common/status.h"
 #include "src/graph/onnx/gradient_reach.h"
@@ -110,14 +114,32 @@ bool TrainingModeExport(const onnx::GraphProto& gp, int64_t opset) {
     training |= n.op_type() == "BatchNormalization" && opset < 14 && n.output_size() > 1 &&
                 !n.output(1).empty();
   }
-  std::set<std::string> contents;
+  // Equal contents (type, dims, values) found by a hash of the values,
+  // then compared byte for byte: no copy of a model's weights. (Values in
+  // the typed fields rather than raw bytes, rare, are compared serialized.)
+  std::vector<std::string> typed;  // serialized values of those; never reallocated
+  typed.reserve(static_cast<size_t>(gp.initializer_size()));
+  std::map<size_t, std::vector<std::pair<const onnx::TensorProto*, absl::string_view>>> seen;
   for (const auto& t : gp.initializer()) {
     int64_t n = 1;
     for (int64_t d : t.dims()) n *= d;
     if (n < 2) continue;
-    onnx::TensorProto unnamed = t;
-    unnamed.clear_name();
-    training |= !contents.insert(unnamed.SerializeAsString()).second;
+    absl::string_view values = t.raw_data();
+    if (values.empty()) {
+      onnx::TensorProto unnamed = t;
+      unnamed.clear_name();
+      typed.push_back(unnamed.SerializeAsString());
+      values = typed.back();
+    }
+    const std::vector<int64_t> dims(t.dims().begin(), t.dims().end());
+    auto& same_hash = seen[absl::HashOf(t.data_type(), dims, values)];
+    for (const auto& [other, other_values] : same_hash) {
+      training |= other->data_type() == t.data_type() &&
+                  std::equal(other->dims().begin(), other->dims().end(), t.dims().begin(),
+                             t.dims().end()) &&
+                  other_values == values;
+    }
+    same_hash.emplace_back(&t, values);
   }
   return training;
 }
@@ -174,7 +196,10 @@ int64_t SymbolicBatch(const onnx::GraphProto& gp) {
 
 }  // namespace
 
-absl::StatusOr<Graph> ImportOnnx(const std::string& bytes, const OnnxImportOptions& options) {
+namespace {
+
+absl::StatusOr<onnx::ModelProto> ParseModel(const std::string& bytes,
+                                            const OnnxImportOptions& options) {
   const std::string& src = options.source;
   if (bytes.empty()) return absl::InvalidArgumentError(src + ": the file is empty");
   onnx::ModelProto model;
@@ -182,6 +207,11 @@ absl::StatusOr<Graph> ImportOnnx(const std::string& bytes, const OnnxImportOptio
     return absl::InvalidArgumentError(
         src + ": not a valid ONNX model (the file is truncated or corrupt)");
   }
+  return model;
+}
+
+absl::StatusOr<Graph> ImportParsed(onnx::ModelProto model, const OnnxImportOptions& options) {
+  const std::string& src = options.source;
   int64_t opset = -1;
   for (const auto& o : model.opset_import()) {
     if (o.domain().empty() || o.domain() == "ai.onnx") opset = o.version();
@@ -254,7 +284,9 @@ absl::StatusOr<Graph> ImportOnnx(const std::string& bytes, const OnnxImportOptio
   if (!dropped.empty()) g.import_notes.push_back(dropped);
   ImportContext ctx(&g, b0, !static_batch);
   ctx.set_opset(opset);
-  for (const auto& t : gp.initializer()) {
+  // (Read before the initializers' bytes are let go below.)
+  const bool identities_share = TrainingModeExport(gp, opset);
+  for (onnx::TensorProto& t : *model.mutable_graph()->mutable_initializer()) {
     absl::StatusOr<Tensor> v = onnx_import::FromTensorProto(t);
     if (!v.ok()) return Fail(src, v.status());
     // NaN is no weight's value, nor a mask's (those hold ±inf): a broken
@@ -269,10 +301,13 @@ absl::StatusOr<Graph> ImportOnnx(const std::string& bytes, const OnnxImportOptio
       }
     }
     ctx.AddInitializer(t.name(), std::move(*v));
+    // The tensor holds the values now: a large model's weights are not kept
+    // twice through the rest of the import.
+    std::string().swap(*t.mutable_raw_data());
   }
   ctx.TieTransposedCopies();
   ctx.SetGradientReach(onnx_import::GradientReach(gp));
-  ctx.set_identities_share(TrainingModeExport(gp, opset));
+  ctx.set_identities_share(identities_share);
   for (const onnx::ValueInfoProto* in : inputs) {
     if (!in->type().has_tensor_type()) {
       return absl::InvalidArgumentError(src + ": input '" + in->name() + "' is not a tensor");
@@ -397,6 +432,19 @@ absl::StatusOr<Graph> ImportOnnx(const std::string& bytes, const OnnxImportOptio
   g.reference_batch = options.batch > 0 ? options.batch : (static_batch ? b0 : 1);
   if (absl::Status s = ValidateGraph(&g); !s.ok()) return Fail(src, s);
   return g;
+}
+
+}  // namespace
+
+absl::StatusOr<Graph> ImportOnnx(const std::string& bytes, const OnnxImportOptions& options) {
+  ASSIGN_OR_RETURN(onnx::ModelProto model, ParseModel(bytes, options));
+  return ImportParsed(std::move(model), options);
+}
+
+absl::StatusOr<Graph> ImportOnnx(std::string&& bytes, const OnnxImportOptions& options) {
+  ASSIGN_OR_RETURN(onnx::ModelProto model, ParseModel(bytes, options));
+  std::string().swap(bytes);  // the model holds what it needs of them now
+  return ImportParsed(std::move(model), options);
 }
 
 }  // namespace quilt

@@ -38,6 +38,9 @@ struct OnnxImportOptions {
 // ops or data types, dynamic dims other than the batch, inconsistent
 // shapes), naming nodes and tensors.
 absl::StatusOr<Graph> ImportOnnx(const std::string& bytes, const OnnxImportOptions& options);
+// The same, freeing `bytes` once they are parsed (a large model's weights
+// are then held twice at most while importing, not three times).
+absl::StatusOr<Graph> ImportOnnx(std::string&& bytes, const OnnxImportOptions& options);
 
 }  // namespace quilt
 
