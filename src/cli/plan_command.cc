@@ -9,8 +9,6 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "google/protobuf/io/coded_stream.h"
-#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "src/cli/command.h"
 #include "src/cli/format.h"
 #include "src/cli/validators.h"
@@ -354,16 +352,7 @@ int Run(PlanArgs a, const GlobalOptions& globals) {
   }
   if (!a.program_out.empty()) {
     // Deterministic bytes: the same plan, the same file (maps in order).
-    std::string bytes;
-    {
-      google::protobuf::io::StringOutputStream raw(&bytes);
-      google::protobuf::io::CodedOutputStream out(&raw);
-      out.SetSerializationDeterministic(true);
-      if (!r->best_program.SerializeToCodedStream(&out)) {
-        return PrintError("cannot serialize the program");
-      }
-    }
-    if (absl::Status w = WriteFileAtomically(a.program_out, bytes); !w.ok()) {
+    if (absl::Status w = WriteBinaryProtoFile(a.program_out, r->best_program); !w.ok()) {
       return PrintError(std::string(w.message()));
     }
   }

@@ -129,6 +129,22 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
 }
 
 absl::Status WriteFileAtomically(const std::string& path, const std::string& contents) {
+  return WriteFileAtomicallyWith(path, [&](int fd) -> absl::Status {
+    size_t done = 0;
+    while (done < contents.size()) {
+      ssize_t n = write(fd, contents.data() + done, contents.size() - done);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        return ErrnoStatus(errno, "cannot write " + path);
+      }
+      done += static_cast<size_t>(n);
+    }
+    return absl::OkStatus();
+  });
+}
+
+absl::Status WriteFileAtomicallyWith(const std::string& path,
+                                     const std::function<absl::Status(int fd)>& write) {
   {
     // The new file is renamed over the old: never over a device or a pipe.
     std::error_code ec;
@@ -140,17 +156,10 @@ absl::Status WriteFileAtomically(const std::string& path, const std::string& con
   const std::string tmp = absl::StrCat(path, ".tmp.", getpid());
   int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return ErrnoStatus(errno, "cannot write " + path + " (creating " + tmp + ")");
-  size_t done = 0;
-  while (done < contents.size()) {
-    ssize_t n = write(fd, contents.data() + done, contents.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      int err = errno;
-      close(fd);
-      unlink(tmp.c_str());
-      return ErrnoStatus(err, "cannot write " + tmp);
-    }
-    done += static_cast<size_t>(n);
+  if (absl::Status w = write(fd); !w.ok()) {
+    close(fd);
+    unlink(tmp.c_str());
+    return w;
   }
   // (Closed whether or not the flush worked: no descriptor is left open.)
   const int synced = fsync(fd) == 0 ? 0 : errno;

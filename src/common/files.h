@@ -3,6 +3,7 @@
 #ifndef QUILT_SRC_COMMON_FILES_H_
 #define QUILT_SRC_COMMON_FILES_H_
 
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -17,6 +18,10 @@ namespace quilt {
 // (a pipe, a device) giving more than 256 MiB.
 absl::StatusOr<std::string> ReadFile(const std::string& path);
 absl::Status WriteFileAtomically(const std::string& path, const std::string& contents);
+// The same with the contents written by `write` to the open temporary
+// file's descriptor (large contents need not be built in memory first).
+absl::Status WriteFileAtomicallyWith(const std::string& path,
+                                     const std::function<absl::Status(int fd)>& write);
 // Whether a file could be written at `path` (before long work whose result
 // goes there): not empty, not a directory, in a directory this process may
 // write in. Errors: INVALID_ARGUMENT, NOT_FOUND, PERMISSION_DENIED, with the

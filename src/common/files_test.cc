@@ -5,6 +5,7 @@
 
 #include <sys/stat.h>
 
+#include <filesystem>
 #include <fstream>
 #include <thread>
 
@@ -75,6 +76,26 @@ TEST(Files, AFileThatCannotBeCreatedIsNamed) {
   EXPECT_THAT(s, Not(IsOk()));
   EXPECT_THAT(std::string(s.message()),
               ::testing::StartsWith("cannot write /proc/quilt-no-such-file.onnx"));
+}
+
+// A writer that fails: its error comes back as it is, the old file stays
+// whole, and no temporary file is left beside it.
+TEST(Files, AFailedWriterLeavesTheOldFileAndNoTemporary) {
+  testing::TempDir dir;
+  const std::string file = dir.File("program.pb");
+  ASSERT_THAT(WriteFileAtomically(file, "old"), IsOk());
+  const absl::Status s = WriteFileAtomicallyWith(file, [](int fd) {
+    if (write(fd, "half", 4) != 4) return absl::InternalError("the test's write failed");
+    return absl::DataLossError("the writer gave up");
+  });
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kDataLoss, HasSubstr("the writer gave up")));
+  EXPECT_THAT(ReadFile(file), IsOkAndHolds(std::string("old")));
+  int entries = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir.path())) {
+    ++entries;
+    EXPECT_EQ(e.path().filename().string(), "program.pb");
+  }
+  EXPECT_EQ(entries, 1);
 }
 
 }  // namespace

@@ -1,8 +1,12 @@
 #include "src/common/proto_file.h"
 
+#include <cstring>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/tokenizer.h"
+#include "google/protobuf/io/zero_copy_stream_impl.h"
 #include "google/protobuf/text_format.h"
 #include "google/protobuf/util/json_util.h"
 #include "src/common/files.h"
@@ -35,6 +39,27 @@ absl::Status ReadProtoFile(const std::string& path, google::protobuf::Message* o
         absl::StrCat(path, ": not a ", type, " in text format: ", collector.error));
   }
   return absl::OkStatus();
+}
+
+absl::Status WriteBinaryProtoFile(const std::string& path,
+                                  const google::protobuf::MessageLite& message) {
+  return WriteFileAtomicallyWith(path, [&](int fd) -> absl::Status {
+    google::protobuf::io::FileOutputStream raw(fd, 1 << 20);  // large writes: fewer calls
+    {
+      google::protobuf::io::CodedOutputStream out(&raw);
+      out.SetSerializationDeterministic(true);
+      if (!message.SerializeToCodedStream(&out)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("cannot serialize the ", message.GetTypeName(), " for ", path));
+      }
+    }
+    // (The descriptor is the caller's to close: only flushed here.)
+    if (!raw.Flush()) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot write ", path, ": ", std::strerror(raw.GetErrno())));
+    }
+    return absl::OkStatus();
+  });
 }
 
 }  // namespace quilt
