@@ -141,6 +141,9 @@ int Executor::Impl::RankOfDevice(const std::string& device_id) const {
 
 absl::Status Executor::Impl::Init() {
   ASSIGN_OR_RETURN(graph_, Graph::FromProto(program_.graph()));
+  // graph_ has the model's weights now; the message's copy of them would
+  // only double what the process holds through the run.
+  program_.clear_graph();
   if (!graph_.has_backward)
     return absl::InvalidArgumentError("the program's graph has no backward pass");
   batch_ = program_.global_batch();

@@ -171,6 +171,7 @@ int main(int argc, char** argv) {
   if (!bytes.ok()) return Fail(std::string(bytes.status().message()));
   quilt::v1::DistributedProgram program;
   if (!program.ParseFromString(*bytes)) return Fail(program_path + " is not a DistributedProgram");
+  std::string().swap(*bytes);  // not held through the run beside the parsed program
   const std::vector<std::string> nodes = absl::StrSplit(world, ',');
   if (rank < 0 || rank >= static_cast<int>(nodes.size())) {
     return Fail(absl::StrCat("--rank ", rank, " is outside the world of ", nodes.size()));
@@ -240,6 +241,7 @@ int main(int argc, char** argv) {
     if (!d.ok()) return Fail(std::string(d.status().message()));
     data = std::move(*d);
   }
+  *graph = quilt::Graph();  // its weights are not needed here: the executor has its own
   std::unique_ptr<quilt::Rendezvous> rdv;
   if (absl::StartsWith(rendezvous, "coordinator://")) {
     const std::string rest = rendezvous.substr(strlen("coordinator://"));
