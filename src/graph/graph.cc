@@ -65,6 +65,13 @@ const ParameterSpec* Graph::FindParameter(const std::string& tensor) const {
   return nullptr;
 }
 
+ParameterSpec* Graph::FindParameter(const std::string& tensor) {
+  for (ParameterSpec& p : parameters) {
+    if (p.tensor == tensor) return &p;
+  }
+  return nullptr;
+}
+
 std::map<std::string, int> Graph::Producers() const {
   std::map<std::string, int> producers;
   for (size_t i = 0; i < ops.size(); ++i) {

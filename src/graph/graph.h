@@ -130,6 +130,7 @@ class Graph {
 
   const Op* FindOp(const std::string& name) const;
   const ParameterSpec* FindParameter(const std::string& tensor) const;
+  ParameterSpec* FindParameter(const std::string& tensor);
 
   // Op indices in a topological order (ties broken by position).
   // Errors: INVALID_ARGUMENT naming an op on a cycle, or an input that no op

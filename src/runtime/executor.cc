@@ -269,26 +269,43 @@ absl::Status Executor::Impl::Init() {
   if (options_.restore != nullptr) {
     ASSIGN_OR_RETURN(restored, Restored());
   }
+  // Each value is made once per tensor; the last of this process's
+  // instances of it takes the value itself, the others copies (a large
+  // model is not held again beside its devices' copies). A parameter's
+  // initial value is taken out of the graph: nothing reads it there again.
+  absl::flat_hash_map<int, int> instances;
+  for (auto& dev : devices_) {
+    for (const auto& [key, unused] : dev->persistent) ++instances[key.tensor];
+  }
   absl::flat_hash_map<int, Tensor> whole;
+  absl::flat_hash_set<int> shared;  // values the graph keeps too (constants)
   for (auto& dev : devices_) {
     for (const auto& [key, unused] : dev->persistent) {
       const TensorInfo& info = graph_.tensors()[key.tensor];
       auto w = whole.find(key.tensor);
       if (w == whole.end()) {
         Tensor value;
+        ParameterSpec* p = graph_.FindParameter(info.name);
         if (auto r = restored.find(info.name); r != restored.end()) {
           value = std::move(r->second);
-        } else if (const ParameterSpec* p = graph_.FindParameter(info.name)) {
+        } else if (p != nullptr && p->value.has_value()) {
+          value = std::move(*p->value);
+          p->value.reset();
+        } else if (p != nullptr) {
           ASSIGN_OR_RETURN(value, InitialValue(*p, info.shape.Concrete(1)));
         } else if (graph_.constants.count(info.name)) {
           value = graph_.constants.at(info.name);
+          shared.insert(key.tensor);
         } else {
           ASSIGN_OR_RETURN(value, Tensor::Zeros(info.dtype, info.shape.Concrete(1)));
         }
         w = whole.emplace(key.tensor, std::move(value)).first;
       }
-      Tensor v = w->second.Clone();
-      if (!(key.begin == 0 && key.end == 0)) {
+      const bool last = --instances[key.tensor] == 0 && !shared.count(key.tensor);
+      Tensor v;
+      if (key.begin == 0 && key.end == 0) {
+        v = last ? std::move(w->second) : w->second.Clone();
+      } else {
         ASSIGN_OR_RETURN(v, SliceRows(w->second, 0, key.begin, key.end));
         v = v.Clone();
       }
