@@ -128,19 +128,23 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
   return out;
 }
 
-absl::Status WriteFileAtomically(const std::string& path, const std::string& contents) {
-  return WriteFileAtomicallyWith(path, [&](int fd) -> absl::Status {
-    size_t done = 0;
-    while (done < contents.size()) {
-      ssize_t n = write(fd, contents.data() + done, contents.size() - done);
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        return ErrnoStatus(errno, "cannot write " + path);
-      }
-      done += static_cast<size_t>(n);
+absl::Status WriteAll(int fd, const void* data, size_t size, const std::string& path) {
+  const char* bytes = static_cast<const char*>(data);
+  size_t done = 0;
+  while (done < size) {
+    ssize_t n = write(fd, bytes + done, size - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoStatus(errno, "cannot write " + path);
     }
-    return absl::OkStatus();
-  });
+    done += static_cast<size_t>(n);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WriteFileAtomically(const std::string& path, const std::string& contents) {
+  return WriteFileAtomicallyWith(
+      path, [&](int fd) { return WriteAll(fd, contents.data(), contents.size(), path); });
 }
 
 absl::Status WriteFileAtomicallyWith(const std::string& path,

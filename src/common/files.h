@@ -22,6 +22,9 @@ absl::Status WriteFileAtomically(const std::string& path, const std::string& con
 // file's descriptor (large contents need not be built in memory first).
 absl::Status WriteFileAtomicallyWith(const std::string& path,
                                      const std::function<absl::Status(int fd)>& write);
+// Writes all `size` bytes at `data` to `fd` (short writes and EINTR
+// retried); errors name `path`.
+absl::Status WriteAll(int fd, const void* data, size_t size, const std::string& path);
 // Whether a file could be written at `path` (before long work whose result
 // goes there): not empty, not a directory, in a directory this process may
 // write in. Errors: INVALID_ARGUMENT, NOT_FOUND, PERMISSION_DENIED, with the

@@ -166,8 +166,12 @@ absl::Status WriteNpy(const std::string& path, const Tensor& t) {
   out += static_cast<char>(header.size() & 0xff);
   out += static_cast<char>(header.size() >> 8);
   out += header;
-  out.append(static_cast<const char*>(t.raw()), t.bytes());
-  return WriteFileAtomically(path, out);
+  // The values go from the tensor to the file (a checkpoint's large
+  // tensors are not copied into a string first).
+  return WriteFileAtomicallyWith(path, [&](int fd) {
+    RETURN_IF_ERROR(WriteAll(fd, out.data(), out.size(), path));
+    return WriteAll(fd, t.raw(), static_cast<size_t>(t.bytes()), path);
+  });
 }
 
 }  // namespace quilt
