@@ -2,6 +2,7 @@
 
 #include <queue>
 #include <set>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "src/common/status.h"
@@ -66,10 +67,7 @@ const ParameterSpec* Graph::FindParameter(const std::string& tensor) const {
 }
 
 ParameterSpec* Graph::FindParameter(const std::string& tensor) {
-  for (ParameterSpec& p : parameters) {
-    if (p.tensor == tensor) return &p;
-  }
-  return nullptr;
+  return const_cast<ParameterSpec*>(std::as_const(*this).FindParameter(tensor));
 }
 
 std::map<std::string, int> Graph::Producers() const {
