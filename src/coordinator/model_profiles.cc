@@ -21,7 +21,11 @@ namespace {
 // optimizer's settings, which its update ops carry as attributes, and the
 // parameters' initial values).
 std::string ModelKey(const Graph& g) {
-  quilt::v1::TrainingGraph proto = g.ToProto();
+  // (A copy's tensors share the graph's values: dropping them there spares
+  // copying a model's weights into the message only to clear them.)
+  Graph shape = g;
+  for (ParameterSpec& p : shape.parameters) p.value.reset();
+  quilt::v1::TrainingGraph proto = shape.ToProto();
   proto.clear_optimizer();
   for (auto& op : *proto.mutable_ops()) {
     const OpSchema* schema = OpRegistry::Global().Find(op.type());
