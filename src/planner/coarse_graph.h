@@ -6,7 +6,9 @@
 // forward op, one backward op and one update op over a flat parameter (all
 // the group's parameters end to end), with the tensors that cross group
 // boundaries bundled by where they go (tensor_bundles.h); its cost model
-// sums the member ops' times.
+// sums the member ops' times. A group's op that sums statistics of the
+// batch inside (batch norms) is cut in two at the last such sum, so that a
+// replicated group's simulation has the sum across its replicas.
 // Lowering and simulating it is the same machinery as for the full graph,
 // at a fraction of the instructions.
 #ifndef QUILT_SRC_PLANNER_COARSE_GRAPH_H_
@@ -50,11 +52,15 @@ class CoarseModel {
   // `bundle`: crossing tensors go in bundles (tensor_bundles.h); without,
   // each crosses on its own (the same plans, predicted a little
   // differently: more transfers and collectives, each with its latency).
+  // `sum_parts`: a group's forward or backward op that sums statistics of
+  // the batch inside (batch norms) is cut into up to this many ops, each
+  // cut a sum across the group's replicas (1: never cut; the sums are then
+  // left out, and a replicated CNN group looks faster than it runs).
   // Errors: INVALID_ARGUMENT for a graph without a backward pass.
   static absl::StatusOr<std::unique_ptr<CoarseModel>> Build(const Graph& training_graph,
                                                             const Grouping& grouping,
                                                             const CostModel& fine_cost,
-                                                            bool bundle = true);
+                                                            bool bundle = true, int sum_parts = 2);
 
   const Graph& graph() const { return graph_; }
   const GraphIndex& index() const { return *index_; }
