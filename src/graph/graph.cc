@@ -278,7 +278,7 @@ quilt::v1::TrainingGraph Graph::ToProto() const {
   return g;
 }
 
-absl::StatusOr<Graph> Graph::FromProto(const quilt::v1::TrainingGraph& proto) {
+absl::StatusOr<Graph> Graph::FromProto(const quilt::v1::TrainingGraph& proto, Read read) {
   Graph g;
   g.name = proto.name();
   for (const quilt::v1::TensorDef& d : proto.tensors()) {
@@ -324,8 +324,10 @@ absl::StatusOr<Graph> Graph::FromProto(const quilt::v1::TrainingGraph& proto) {
     p.tensor = d.tensor();
     p.frozen = d.frozen();
     if (d.has_value()) {
-      ASSIGN_OR_RETURN(Tensor v, Tensor::FromProto(d.value()));
-      p.value = std::move(v);
+      if (read == Read::kWhole) {
+        ASSIGN_OR_RETURN(Tensor v, Tensor::FromProto(d.value()));
+        p.value = std::move(v);
+      }
     } else if (d.has_initializer()) {
       const quilt::v1::Initializer& i = d.initializer();
       if (i.kind() == quilt::v1::Initializer::KIND_UNSPECIFIED) {
@@ -350,6 +352,7 @@ absl::StatusOr<Graph> Graph::FromProto(const quilt::v1::TrainingGraph& proto) {
     g.parameters.push_back(std::move(p));
   }
   for (const quilt::v1::NamedTensor& c : proto.constants()) {
+    if (read == Read::kStructure) break;
     ASSIGN_OR_RETURN(Tensor v, Tensor::FromProto(c.value()));
     g.constants[c.name()] = std::move(v);
   }

@@ -144,8 +144,14 @@ class Graph {
   int64_t ParameterCount() const;
 
   quilt::v1::TrainingGraph ToProto() const;
+  // kStructure: the graph without its values (parameters' values and
+  // constants are not copied: a parameter's value stays empty, constants
+  // are left out), for readers of its ops, tensors and shapes alone (a
+  // data source) that need no copy of the weights.
+  enum class Read { kWhole, kStructure };
   // Errors: INVALID_ARGUMENT for malformed messages (names the field).
-  static absl::StatusOr<Graph> FromProto(const quilt::v1::TrainingGraph& proto);
+  static absl::StatusOr<Graph> FromProto(const quilt::v1::TrainingGraph& proto,
+                                         Read read = Read::kWhole);
 
  private:
   std::vector<TensorInfo> tensors_;

@@ -170,5 +170,44 @@ TEST(GraphProto, RoundTripIsLossless) {
   }
 }
 
+// Read for its structure, a graph has every op, tensor, input and label
+// of the whole one, and none of its values.
+TEST(GraphProto, StructureReadLeavesTheValuesOut) {
+  auto g = zoo::BuildZooModel("transformer");
+  ASSERT_THAT(g, IsOk());
+  ASSERT_FALSE(g->constants.empty());
+  ASSERT_FALSE(g->parameters.empty());
+  ParameterSpec& first = g->parameters.front();
+  std::vector<int64_t> dims;
+  for (const Dim& d : g->FindTensor(first.tensor)->shape.dims()) dims.push_back(d.value);
+  absl::StatusOr<Tensor> zeros = Tensor::Zeros(DType::kF32, dims);
+  ASSERT_THAT(zeros, IsOk());
+  first.value = *zeros;
+  const quilt::v1::TrainingGraph proto = g->ToProto();
+  ASSERT_TRUE(proto.parameters(0).has_value());
+  auto whole = Graph::FromProto(proto);
+  auto structure = Graph::FromProto(proto, Graph::Read::kStructure);
+  ASSERT_THAT(whole, IsOk());
+  ASSERT_THAT(structure, IsOk());
+  EXPECT_TRUE(whole->parameters.front().value.has_value());
+  EXPECT_FALSE(structure->parameters.front().value.has_value());
+  EXPECT_FALSE(whole->constants.empty());
+  EXPECT_TRUE(structure->constants.empty());
+  ASSERT_EQ(structure->ops.size(), whole->ops.size());
+  for (size_t i = 0; i < whole->ops.size(); ++i) {
+    EXPECT_EQ(structure->ops[i].name, whole->ops[i].name);
+    EXPECT_EQ(structure->ops[i].inputs, whole->ops[i].inputs);
+  }
+  ASSERT_EQ(structure->tensors().size(), whole->tensors().size());
+  for (const TensorInfo& t : whole->tensors()) {
+    const TensorInfo* s = structure->FindTensor(t.name);
+    ASSERT_NE(s, nullptr) << t.name;
+    EXPECT_EQ(s->shape, t.shape) << t.name;
+  }
+  EXPECT_EQ(structure->inputs, whole->inputs);
+  EXPECT_EQ(structure->labels, whole->labels);
+  EXPECT_EQ(structure->parameters.size(), whole->parameters.size());
+}
+
 }  // namespace
 }  // namespace quilt

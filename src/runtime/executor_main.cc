@@ -227,7 +227,9 @@ int main(int argc, char** argv) {
     return absl::Status(w.code(), absl::StrCat("checkpoint at step ", s.step, ": ", w.message()));
   };
   // Data.
-  absl::StatusOr<quilt::Graph> graph = quilt::Graph::FromProto(program.graph());
+  // (The data source reads the graph's inputs and shapes, not its weights.)
+  absl::StatusOr<quilt::Graph> graph =
+      quilt::Graph::FromProto(program.graph(), quilt::Graph::Read::kStructure);
   if (!graph.ok()) return Fail(std::string(graph.status().message()));
   std::unique_ptr<quilt::Dataset> data;
   absl::StatusOr<quilt::DataSignature> sig = quilt::DataSignatureOf(*graph);
@@ -241,7 +243,7 @@ int main(int argc, char** argv) {
     if (!d.ok()) return Fail(std::string(d.status().message()));
     data = std::move(*d);
   }
-  *graph = quilt::Graph();  // its weights are not needed here: the executor has its own
+  *graph = quilt::Graph();
   std::unique_ptr<quilt::Rendezvous> rdv;
   if (absl::StartsWith(rendezvous, "coordinator://")) {
     const std::string rest = rendezvous.substr(strlen("coordinator://"));
