@@ -89,21 +89,41 @@ struct Instance {
 
 // Communications over the same links waiting for them.
 struct PathWaiters {
-  const std::vector<int>* links = nullptr;
+  const std::vector<int>* links = nullptr;  // the whole path
+  // The links it registers with itself: a transfer's two ends (its
+  // devices' ports) where the path has links between them (its trunk),
+  // else every link.
+  std::vector<int> own;
+  int trunk = -1;
   std::priority_queue<std::pair<double, int>> waiting;  // (priority, -node)
-  // While registered: its entry's place in the list of each of its links.
+  // While registered: its entry's place in the list of each of its own
+  // links, and its place among its trunk's members.
   std::vector<int> place;
+  int member_place = -1;
+};
+
+// The links between the ends of transfers' paths (the NICs of two nodes):
+// the classes of transfers between the same two nodes share one, which
+// registers with those links while any of them has waiters. A NIC's state
+// change then visits the node pairs with waiters, not every device pair.
+struct Trunk {
+  std::vector<int> links;
+  std::vector<int> place;    // per link: its entry's place in that link's list
+  std::vector<int> members;  // its registered classes
+  int busy = 0;              // busy links, while it has members
 };
 
 // What freeing and taking links checks of a class, kept apart from its
 // queue (dense: a link's list of classes is scanned at every change).
 struct ClassState {
-  bool live = false;  // registered: it has waiters, and is in its links' lists
-  int busy = 0;       // busy links, while registered
+  bool live = false;           // registered: it has waiters, and is in its links' lists
+  int busy = 0;                // busy own links, while registered
+  int trunk = -1;              // PathWaiters::trunk
+  std::pair<double, int> top;  // its best waiter (priority, -node), while registered
 };
 
-// A registered class in a link's list: the class, and which of its links
-// the list is (its place there is PathWaiters::place[slot]).
+// A registered class (or trunk) in a link's list: the class, and which of
+// its links the list is (its place there is PathWaiters::place[slot]).
 struct LinkEntry {
   int cls, slot;
 };
@@ -149,8 +169,15 @@ class Sim {
   // Enters class c in the lists of its links, or takes it out of them.
   void Register(int c);
   void Unregister(int c);
+  void RegisterTrunk(int t);
+  void UnregisterTrunk(int t);
+  // A registered class whose links are all free.
+  bool Startable(int c) const {
+    const ClassState& s = class_state_[c];
+    return s.live && s.busy == 0 && (s.trunk < 0 || trunks_[s.trunk].busy == 0);
+  }
   // Whether class a's best waiter ranks above class b's.
-  bool Better(int a, int b) const { return classes_[a].waiting.top() > classes_[b].waiting.top(); }
+  bool Better(int a, int b) const { return class_state_[a].top > class_state_[b].top; }
   void FreeLinks(int n);
   void Start(int n);
   void Complete(int n);
@@ -201,7 +228,7 @@ class Sim {
   std::vector<bool> busy_, dirty_;
   std::vector<int> dirty_list_;
   std::vector<bool> link_busy_;
-  // Communications waiting for links, by path class (simulator.cc): the
+  // Communications waiting for links, by path class (link_waits.cc): the
   // classes, their ids by path, per link the classes with waiters that use
   // it, and the classes whose links all freed at once.
   std::vector<PathWaiters> classes_;
@@ -211,6 +238,10 @@ class Sim {
   std::vector<int> collective_class_;
   absl::flat_hash_map<std::vector<int>, int> link_set_class_;
   std::vector<std::vector<LinkEntry>> link_classes_;
+  // Trunks by their links, and per link the trunks with waiters using it.
+  std::vector<Trunk> trunks_;
+  absl::flat_hash_map<std::vector<int>, int> trunk_ids_;
+  std::vector<std::vector<LinkEntry>> link_trunks_;
   std::vector<int> startable_;
   std::vector<int64_t> live_, peak_;
   std::vector<double> busy_s_, link_busy_s_;

@@ -1,5 +1,5 @@
-// Replay of a prepared program (sim_state.h): the event loop, link queues,
-// memory accounting and the result summary.
+// Replay of a prepared program (sim_state.h): the event loop, memory
+// accounting and the result summary (the link queues: link_waits.cc).
 #include "src/sim/simulator.h"
 
 #include <algorithm>
@@ -106,126 +106,6 @@ void Sim::Ready(int n) {
   }
 }
 
-// A communication starts as soon as every link on its path is free (links
-// are never reserved ahead, so no link idles while something could use
-// it). Waiting communications are kept by path class (the same links:
-// transfers between the same two devices, or one collective), each class
-// a queue by priority; a class with waiters is registered with each of its
-// links and counts how many of them are busy. When links free, the classes
-// whose count falls to zero start their best waiter, highest priority
-// first across them, each start making its links busy again for the rest.
-// (Cost per link state change: the classes registered with that link, a
-// few instructions each: a class that empties leaves its links' lists at
-// once. Moving single waiters between the queues of single links instead
-// cost quadratic time where many transfers cross, as parameter servers';
-// walking a link's classes by priority to the best whose other links are
-// free passed over hundreds waiting on other links.)
-// Collectives over the same links are one class: a batch norm's sums and
-// the gradients' all-reduces of a group over hundreds of devices would
-// otherwise each register with every link of the ring.
-int Sim::PathClass(int n) {
-  const Node& node = nodes_[n];
-  if (node.kind == Kind::kAllReduce) {
-    if (collective_class_.empty()) collective_class_.assign(collectives_.size(), -1);
-    int& cc = collective_class_[node.collective];
-    if (cc < 0) {
-      std::vector<int> links = Links(n);
-      std::sort(links.begin(), links.end());
-      auto [it, added] =
-          link_set_class_.try_emplace(std::move(links), static_cast<int>(classes_.size()));
-      if (added) {
-        classes_.push_back(PathWaiters{&Links(n)});
-        class_state_.emplace_back();
-      }
-      cc = it->second;
-    }
-    return cc;
-  }
-  const int64_t key = static_cast<int64_t>(node.path_from) * topo_.num_devices() + node.path_to;
-  auto [it, added] = class_ids_.try_emplace(key, static_cast<int>(classes_.size()));
-  if (added) {
-    classes_.push_back(PathWaiters{&Links(n)});
-    class_state_.emplace_back();
-  }
-  return it->second;
-}
-
-void Sim::Register(int c) {
-  PathWaiters& pc = classes_[c];
-  const std::vector<int>& links = *pc.links;
-  pc.place.resize(links.size());
-  int busy = 0;
-  for (size_t j = 0; j < links.size(); ++j) {
-    std::vector<LinkEntry>& list = link_classes_[links[j]];
-    pc.place[j] = static_cast<int>(list.size());
-    list.push_back({c, static_cast<int>(j)});
-    busy += link_busy_[links[j]] ? 1 : 0;
-  }
-  class_state_[c] = {true, busy};
-}
-
-void Sim::Unregister(int c) {
-  PathWaiters& pc = classes_[c];
-  const std::vector<int>& links = *pc.links;
-  for (size_t j = 0; j < links.size(); ++j) {
-    std::vector<LinkEntry>& list = link_classes_[links[j]];
-    const LinkEntry last = list.back();
-    list[pc.place[j]] = last;
-    classes_[last.cls].place[last.slot] = pc.place[j];
-    list.pop_back();
-  }
-  class_state_[c].live = false;
-}
-
-void Sim::TryStartComm(int n) {
-  const int c = PathClass(n);
-  PathWaiters& pc = classes_[c];
-  if (!class_state_[c].live) {
-    bool free = true;
-    for (int r : *pc.links) free = free && !link_busy_[r];
-    if (free) {
-      Start(n);
-      return;
-    }
-    Register(c);
-  }
-  pc.waiting.push({priority_[n], -n});
-}
-
-void Sim::FreeLinks(int n) {
-  // The classes whose links are all free now, and the best of them.
-  startable_.clear();
-  int best = -1;
-  for (int r : Links(n)) {
-    link_busy_[r] = false;
-    for (const LinkEntry& e : link_classes_[r]) {
-      if (--class_state_[e.cls].busy == 0) {
-        startable_.push_back(e.cls);
-        if (best < 0 || Better(e.cls, best)) best = e.cls;
-      }
-    }
-  }
-  // Starts only make links busy, so a class passed over cannot become
-  // startable again here. (Usually one start takes a link every other
-  // candidate needs: picking the best each time is cheaper than sorting.)
-  while (best >= 0) {
-    PathWaiters& pc = classes_[best];
-    const int w = -pc.waiting.top().second;
-    pc.waiting.pop();
-    if (pc.waiting.empty()) Unregister(best);
-    Start(w);
-    best = -1;
-    size_t kept = 0;
-    for (size_t i = 0; i < startable_.size(); ++i) {
-      const int c = startable_[i];
-      if (!class_state_[c].live || class_state_[c].busy != 0) continue;
-      startable_[kept++] = c;
-      if (best < 0 || Better(c, best)) best = c;
-    }
-    startable_.resize(kept);
-  }
-}
-
 void Sim::Start(int n) {
   Node& node = nodes_[n];
   double duration = node.duration;
@@ -271,6 +151,7 @@ void Sim::Start(int n) {
       link_busy_[r] = true;
       link_busy_s_[r] += duration;
       for (const LinkEntry& e : link_classes_[r]) ++class_state_[e.cls].busy;
+      for (const LinkEntry& e : link_trunks_[r]) ++trunks_[e.cls].busy;
     }
   }
   // Writers allocate their outputs when they start.
@@ -363,6 +244,7 @@ absl::StatusOr<SimResult> Sim::Replay(double prepare_wall_s) {
   dirty_.assign(nd, false);
   link_busy_.assign(topo_.num_resources(), false);
   link_classes_.assign(topo_.num_resources(), {});
+  link_trunks_.assign(topo_.num_resources(), {});
   link_busy_s_.assign(topo_.num_resources(), 0.0);
   live_.assign(nd, 0);
   peak_.assign(nd, 0);
