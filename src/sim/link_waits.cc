@@ -67,22 +67,47 @@ int Sim::PathClass(int n) {
   return it->second;
 }
 
+namespace {
+
+// Enters `id` in the list of each of `links`, its place in each into
+// `place`; returns how many of the links are busy.
+int Enlist(std::vector<std::vector<LinkEntry>>& lists, const std::vector<int>& links, int id,
+           const std::vector<bool>& busy, std::vector<int>* place) {
+  place->resize(links.size());
+  int n = 0;
+  for (size_t j = 0; j < links.size(); ++j) {
+    std::vector<LinkEntry>& list = lists[links[j]];
+    (*place)[j] = static_cast<int>(list.size());
+    list.push_back({id, static_cast<int>(j)});
+    n += busy[links[j]] ? 1 : 0;
+  }
+  return n;
+}
+
+// Takes the entries at `place` out of the lists of `links`; the entry
+// moved into each freed place learns it through `places(its id)`.
+template <typename Places>
+void Delist(std::vector<std::vector<LinkEntry>>& lists, const std::vector<int>& links,
+            const std::vector<int>& place, Places places) {
+  for (size_t j = 0; j < links.size(); ++j) {
+    std::vector<LinkEntry>& list = lists[links[j]];
+    const LinkEntry last = list.back();
+    list[place[j]] = last;
+    places(last.cls)[last.slot] = place[j];
+    list.pop_back();
+  }
+}
+
+}  // namespace
+
 void Sim::Register(int c) {
   PathWaiters& pc = classes_[c];
-  pc.place.resize(pc.own.size());
-  int busy = 0;
-  for (size_t j = 0; j < pc.own.size(); ++j) {
-    std::vector<LinkEntry>& list = link_classes_[pc.own[j]];
-    pc.place[j] = static_cast<int>(list.size());
-    list.push_back({c, static_cast<int>(j)});
-    busy += link_busy_[pc.own[j]] ? 1 : 0;
-  }
   class_state_[c].live = true;
-  class_state_[c].busy = busy;
+  class_state_[c].busy = Enlist(link_classes_, pc.own, c, link_busy_, &pc.place);
   class_state_[c].trunk = pc.trunk;
   if (pc.trunk >= 0) {
     Trunk& t = trunks_[pc.trunk];
-    if (t.members.empty()) RegisterTrunk(pc.trunk);
+    if (t.members.empty()) t.busy = Enlist(link_trunks_, t.links, pc.trunk, link_busy_, &t.place);
     pc.member_place = static_cast<int>(t.members.size());
     t.members.push_back(c);
   }
@@ -90,13 +115,8 @@ void Sim::Register(int c) {
 
 void Sim::Unregister(int c) {
   PathWaiters& pc = classes_[c];
-  for (size_t j = 0; j < pc.own.size(); ++j) {
-    std::vector<LinkEntry>& list = link_classes_[pc.own[j]];
-    const LinkEntry last = list.back();
-    list[pc.place[j]] = last;
-    classes_[last.cls].place[last.slot] = pc.place[j];
-    list.pop_back();
-  }
+  Delist(link_classes_, pc.own, pc.place,
+         [&](int k) -> std::vector<int>& { return classes_[k].place; });
   class_state_[c].live = false;
   if (pc.trunk >= 0) {
     Trunk& t = trunks_[pc.trunk];
@@ -104,30 +124,10 @@ void Sim::Unregister(int c) {
     t.members[pc.member_place] = last;
     classes_[last].member_place = pc.member_place;
     t.members.pop_back();
-    if (t.members.empty()) UnregisterTrunk(pc.trunk);
-  }
-}
-
-void Sim::RegisterTrunk(int id) {
-  Trunk& t = trunks_[id];
-  t.place.resize(t.links.size());
-  t.busy = 0;
-  for (size_t j = 0; j < t.links.size(); ++j) {
-    std::vector<LinkEntry>& list = link_trunks_[t.links[j]];
-    t.place[j] = static_cast<int>(list.size());
-    list.push_back({id, static_cast<int>(j)});
-    t.busy += link_busy_[t.links[j]] ? 1 : 0;
-  }
-}
-
-void Sim::UnregisterTrunk(int id) {
-  Trunk& t = trunks_[id];
-  for (size_t j = 0; j < t.links.size(); ++j) {
-    std::vector<LinkEntry>& list = link_trunks_[t.links[j]];
-    const LinkEntry last = list.back();
-    list[t.place[j]] = last;
-    trunks_[last.cls].place[last.slot] = t.place[j];
-    list.pop_back();
+    if (t.members.empty()) {
+      Delist(link_trunks_, t.links, t.place,
+             [&](int k) -> std::vector<int>& { return trunks_[k].place; });
+    }
   }
 }
 

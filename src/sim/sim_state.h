@@ -169,8 +169,6 @@ class Sim {
   // Enters class c in the lists of its links, or takes it out of them.
   void Register(int c);
   void Unregister(int c);
-  void RegisterTrunk(int t);
-  void UnregisterTrunk(int t);
   // A registered class whose links are all free.
   bool Startable(int c) const {
     const ClassState& s = class_state_[c];
