@@ -98,7 +98,8 @@ std::vector<std::vector<int>> SplitAtSums(const Graph& g, const std::vector<int>
   }
   std::vector<std::vector<int>> parts;
   sum_bytes->clear();
-  if (readers.empty() || max_parts < 2) return {sorted};
+  // (Uncut, the members keep their order: the op's cost sums them in it.)
+  if (readers.empty() || max_parts < 2) return {members};
   std::vector<std::pair<int, int64_t>> points(readers.begin(), readers.end());
   const size_t splits = std::min<size_t>(max_parts - 1, points.size());
   int from = 0;

@@ -1,0 +1,392 @@
+// quilt-executor processes on loopback beyond the oracle: a killed peer
+// fails the others with a clear error, soon; programs naming unknown
+// tensors, devices, pushes or groups are refused; every instruction of
+// every step is traced; a run goes on from a checkpoint under another plan
+// as if uninterrupted; a checkpoint directory it cannot write in fails it
+// before training; it runs on the CPUs it is given and refuses others.
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "src/common/cpu_affinity.h"
+#include "src/common/status.h"
+#include "src/common/status_matchers.h"
+#include "src/graph/autodiff.h"
+#include "src/graph/model_loader.h"
+#include "src/planner/baselines.h"
+#include "src/planner/lower.h"
+#include "src/planner/planner_test_util.h"
+#include "src/runtime/data/dataset.h"
+#include "src/runtime/data/npy.h"
+#include "src/runtime/executor.h"
+#include "src/runtime/local_trainer.h"
+#include "src/runtime/parallel.h"
+#include "src/testing/subprocess.h"
+#include "src/testing/temp_dir.h"
+#include "test/integration/executor_fixture.h"
+
+namespace quilt::testing {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+TEST(Executor, AKilledPeerFailsTheOthersWithAClearError) {
+  auto s = Prepare({"mlp", "sgd", 24}, Cluster(2, 1));
+  TempDir dir;
+  std::vector<int64_t> even(2, 1);
+  absl::StatusOr<quilt::v1::DistributedProgram> p =
+      Program(*s,
+              DataParallelStrategy(s->graph, s->topo, even,
+                                   quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE, "e"),
+              24);
+  ASSERT_THAT(p.status(), IsOk());
+  const JobDir job = WriteJob(dir, "kill", *p);
+  const std::string& base = job.base;
+  std::vector<Subprocess> procs;
+  for (int r = 0; r < 2; ++r) {
+    // Slow steps (emulated slowdown) so the kill lands mid-run.
+    absl::StatusOr<Subprocess> proc = Subprocess::Start(
+        job.Argv("w0,w1", r, 100000, s->data,
+                 {"--slowdown", "w0/cpu:0=50,w1/cpu:0=50", "--step-timeout", "30"}),
+        absl::StrCat(base, "/log", r));
+    ASSERT_THAT(proc.status(), IsOk());
+    procs.push_back(std::move(*proc));
+  }
+  absl::SleepFor(absl::Seconds(2));
+  procs[1].Signal(SIGKILL);
+  const absl::Time killed = absl::Now();
+  std::optional<int> st = procs[0].Wait(absl::Seconds(40));
+  ASSERT_TRUE(st.has_value()) << "the surviving executor hangs";
+  // Found by the transport (the peer's endpoint fails), not by the step
+  // timeout.
+  EXPECT_LT(absl::Now() - killed, absl::Seconds(10));
+  // A clean exit with the error, not a crash on the way out (the transfers
+  // the failed step left posted end with the transport).
+  EXPECT_TRUE(WIFEXITED(*st) && WEXITSTATUS(*st) == 1) << "wait status " << *st;
+  std::ifstream log(base + "/log0");
+  std::stringstream text;
+  text << log.rdbuf();
+  EXPECT_THAT(text.str(), HasSubstr("rank 1"));
+  EXPECT_THAT(text.str(), HasSubstr("the peer failed"));
+  EXPECT_THAT(text.str(), HasSubstr("step "));
+}
+
+// A program whose communication names what does not exist is refused
+// before anything runs, naming the instruction, not failed mid-step.
+TEST(Executor, RefusesProgramsNamingUnknownTensorsDevicesPushesOrGroups) {
+  auto s = Prepare({"mlp", "sgd", 24}, Cluster(2, 1));
+  std::vector<int64_t> even(2, 1);
+  absl::StatusOr<quilt::v1::DistributedProgram> ring =
+      Program(*s,
+              DataParallelStrategy(s->graph, s->topo, even,
+                                   quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE, "e"),
+              24);
+  ASSERT_THAT(ring.status(), IsOk());
+  absl::StatusOr<quilt::v1::DistributedProgram> ps =
+      Program(*s,
+              DataParallelStrategy(s->graph, s->topo, even,
+                                   quilt::v1::AGGREGATION_METHOD_PARAMETER_SERVER, "p"),
+              24);
+  ASSERT_THAT(ps.status(), IsOk());
+  auto create = [](quilt::v1::DistributedProgram p) {
+    absl::StatusOr<std::unique_ptr<Executor>> e =
+        Executor::Create(std::move(p), {"w0", "w1"}, 0, nullptr, nullptr, ExecutorOptions{});
+    return e.status();
+  };
+  // Unchanged, they get as far as the missing dataset.
+  EXPECT_THAT(create(*ring), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("dataset")));
+  EXPECT_THAT(create(*ps), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("dataset")));
+  // The first instruction of a kind on device `d` (the other process's
+  // too: its pulls are served here).
+  auto first = [](quilt::v1::DistributedProgram* p, int d, auto has) -> quilt::v1::Instruction* {
+    for (auto& ins : *p->mutable_devices(d)->mutable_instructions()) {
+      if (has(ins)) return &ins;
+    }
+    return nullptr;
+  };
+  auto all_reduce = [](const quilt::v1::Instruction& i) { return i.has_all_reduce(); };
+  struct Broken {
+    std::string what;
+    quilt::v1::DistributedProgram program;
+  };
+  std::vector<Broken> broken;
+  {
+    quilt::v1::DistributedProgram p = *ring;
+    quilt::v1::Instruction* ins = first(&p, 0, all_reduce);
+    ASSERT_NE(ins, nullptr);
+    ins->mutable_all_reduce()->set_tensors(0, "no-such-gradient");
+    broken.push_back({"unknown tensor 'no-such-gradient'", p});
+  }
+  {
+    quilt::v1::DistributedProgram p = *ring;
+    first(&p, 0, all_reduce)->mutable_all_reduce()->set_group(987);
+    broken.push_back({"unknown group 987", p});
+  }
+  {
+    quilt::v1::DistributedProgram p = *ring;
+    const int64_t group = first(&p, 0, all_reduce)->all_reduce().group();
+    for (auto& g : *p.mutable_groups()) {
+      if (g.id() == group) g.mutable_devices()->RemoveLast();
+    }
+    // Device 1 is no longer a member (each group lists 0, then 1).
+    broken.push_back({"not a member", p});
+  }
+  {
+    quilt::v1::DistributedProgram p = *ps;
+    quilt::v1::Instruction* pull =
+        first(&p, 1, [](const quilt::v1::Instruction& i) { return i.has_ps_pull(); });
+    ASSERT_NE(pull, nullptr);
+    pull->mutable_ps_pull()->set_server_device("w7/cpu:0");
+    broken.push_back({"server device 'w7/cpu:0', which has no program", p});
+  }
+  {
+    quilt::v1::DistributedProgram p = *ps;
+    quilt::v1::Instruction* acc =
+        first(&p, 0, [](const quilt::v1::Instruction& i) { return i.has_ps_accumulate(); });
+    ASSERT_NE(acc, nullptr);
+    acc->mutable_ps_accumulate()->set_push_tags(0, 424242);
+    broken.push_back({"waits for push 424242, which no device makes", p});
+  }
+  for (Broken& b : broken) {
+    EXPECT_THAT(create(std::move(b.program)),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         AllOf(HasSubstr("instruction "), HasSubstr(b.what))))
+        << b.what;
+  }
+}
+
+// The measured trace has every instruction of every step once, named as
+// the program names it, and a device's kernels never overlap (one kernel
+// thread).
+TEST(Executor, TracesEveryInstructionOfEveryStep) {
+  auto s = Prepare({"mlp", "sgd", 24}, Cluster(2, 1));
+  TempDir dir;
+  absl::StatusOr<quilt::v1::DistributedProgram> p =
+      Program(*s,
+              DataParallelStrategy(s->graph, s->topo, {1, 1},
+                                   quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE, "even"),
+              24);
+  ASSERT_THAT(p.status(), IsOk());
+  const JobDir job = WriteJob(dir, "trace", *p);
+  const std::string& base = job.base;
+  constexpr int kSteps = 3;
+  std::vector<Subprocess> procs;
+  for (int r = 0; r < 2; ++r) {
+    absl::StatusOr<Subprocess> proc =
+        Subprocess::Start(job.Argv("w0,w1", r, kSteps, s->data,
+                                   {"--trace", absl::StrCat(base, "/trace", r, ".json")}),
+                          absl::StrCat(base, "/log", r));
+    ASSERT_THAT(proc.status(), IsOk());
+    procs.push_back(std::move(*proc));
+  }
+  for (int r = 0; r < 2; ++r) {
+    std::optional<int> st = procs[r].Wait(absl::Seconds(60));
+    ASSERT_TRUE(st.has_value() && *st == 0) << "rank " << r;
+  }
+  for (int r = 0; r < 2; ++r) {
+    std::map<std::string, int> expected_compute;  // op → instructions
+    int expected_all_reduces = 0;
+    for (const auto& d : p->devices()) {
+      if (!absl::StartsWith(d.device(), absl::StrCat("w", r, "/"))) continue;
+      for (const auto& ins : d.instructions()) {
+        if (ins.has_compute()) ++expected_compute[ins.compute().op()];
+        if (ins.has_all_reduce()) ++expected_all_reduces;
+      }
+    }
+    ASSERT_FALSE(expected_compute.empty());
+    ASSERT_GT(expected_all_reduces, 0);
+    std::ifstream in(absl::StrCat(base, "/trace", r, ".json"));
+    const nlohmann::json trace = nlohmann::json::parse(in);
+    std::map<std::string, int> compute;
+    int all_reduces = 0;
+    std::vector<std::pair<double, double>> kernels;  // (start, end) µs
+    for (const auto& e : trace["traceEvents"]) {
+      if (e["ph"] != "X") continue;
+      EXPECT_GE(e["ts"].get<double>(), 0);
+      EXPECT_GE(e["dur"].get<double>(), 0);
+      if (e["cat"] == "compute") {
+        ++compute[e["name"].get<std::string>()];
+        kernels.push_back({e["ts"].get<double>(), e["ts"].get<double>() + e["dur"].get<double>()});
+      } else {
+        EXPECT_THAT(e["name"].get<std::string>(), HasSubstr("all-reduce"));
+        ++all_reduces;
+      }
+    }
+    for (auto& [op, n] : expected_compute) n *= kSteps;
+    EXPECT_EQ(compute, expected_compute) << "rank " << r;
+    EXPECT_EQ(all_reduces, expected_all_reduces * kSteps) << "rank " << r;
+    std::sort(kernels.begin(), kernels.end());
+    for (size_t i = 1; i < kernels.size(); ++i) {
+      EXPECT_GE(kernels[i].first, kernels[i - 1].second - 0.01) << "rank " << r << " kernel " << i;
+    }
+  }
+}
+
+// The job of one executor on one device (a plain run of the model).
+absl::StatusOr<JobDir> OneDeviceJob(const Setup& s, const TempDir& dir, const std::string& tag) {
+  ASSIGN_OR_RETURN(
+      quilt::v1::DistributedProgram p,
+      Program(s,
+              DataParallelStrategy(s.graph, s.topo, {1},
+                                   quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE, "one"),
+              24));
+  return WriteJob(dir, tag, p);
+}
+
+// A run that stops after 4 steps and one that goes on from its checkpoint
+// under another plan (sharded parameter servers where the first had a
+// ring) end as the uninterrupted run: the parameters and Adam's moments
+// are restored, each process taking its share, and the data and Adam's
+// step count go on from step 5 (batches of 24 of 64 samples: the data's
+// position is not a whole number of passes).
+TEST(Executor, ARunGoesOnFromACheckpointUnderAnotherPlanAsIfUninterrupted) {
+  auto s = Prepare({"mlp", "adam", 24}, Cluster(3, 1));
+  TempDir dir;
+  const int n = s->topo.num_devices();
+  absl::StatusOr<quilt::v1::DistributedProgram> ring =
+      Program(*s,
+              DataParallelStrategy(s->graph, s->topo, std::vector<int64_t>(n, 1),
+                                   quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE, "ring"),
+              24);
+  ASSERT_THAT(ring.status(), IsOk());
+  quilt::v1::Strategy ps = DataParallelStrategy(
+      s->graph, s->topo, {3, 2, 1}, quilt::v1::AGGREGATION_METHOD_PARAMETER_SERVER, "ps");
+  for (auto& a : *ps.mutable_aggregations()) {
+    a.clear_servers();
+    a.add_servers(s->topo.device(0).id);
+    a.add_servers(s->topo.device(n - 1).id);
+  }
+  absl::StatusOr<quilt::v1::DistributedProgram> sharded = Program(*s, ps, 24);
+  ASSERT_THAT(sharded.status(), IsOk());
+  constexpr int64_t kFirst = 4;
+  const std::string ckpt = dir.File("ckpt");
+  absl::StatusOr<RunResult> before = RunExecutors(
+      *ring, *s, dir, "before", kFirst, {"--checkpoint-dir", ckpt, "--checkpoint-every", "0"});
+  ASSERT_THAT(before.status(), IsOk());
+  const std::string step = absl::StrCat(ckpt, "/step-0000000", kFirst);
+  absl::StatusOr<RunResult> after = RunExecutors(
+      *sharded, *s, dir, "after", kSteps - kFirst,
+      {"--restore", step, "--restore-world", "3", "--steps-before", std::to_string(kFirst)});
+  ASSERT_THAT(after.status(), IsOk());
+  ExpectMatchesReference(*s, *after, kFirst);
+
+  // A checkpoint that lacks a rank, and one of another optimizer, are refused
+  // before the first step, naming the problem.
+  absl::StatusOr<RunResult> missing =
+      RunExecutors(*sharded, *s, dir, "missing", 1, {"--restore", step, "--restore-world", "4"});
+  ASSERT_FALSE(missing.ok());
+  EXPECT_THAT(missing.status().message(),
+              HasSubstr("cannot restore from " + step + ": " + step + "/rank-3/metrics.json"));
+  // (SGD with momentum: its state is not Adam's.)
+  auto other = Prepare({"mlp", "sgd", 24}, Cluster(1, 1));
+  absl::StatusOr<JobDir> sgd = OneDeviceJob(*other, dir, "sgd");
+  ASSERT_THAT(sgd.status(), IsOk());
+  absl::StatusOr<CommandResult> r =
+      RunCommand(sgd->Argv("w0", 0, 1, other->data, {"--restore", step, "--restore-world", "3"}));
+  ASSERT_THAT(r.status(), IsOk());
+  EXPECT_EQ(r->exit_code, 1);
+  EXPECT_THAT(r->err, HasSubstr("the state to restore holds no '"));
+  EXPECT_THAT(r->err, HasSubstr(".momentum'"));
+}
+
+TEST(Executor, ACheckpointDirItCannotWriteInFailsItBeforeTraining) {
+  auto s = Prepare({"mlp", "sgd", 24}, Cluster(1, 1));
+  TempDir dir;
+  absl::StatusOr<JobDir> one = OneDeviceJob(*s, dir, "ckpt");
+  ASSERT_THAT(one.status(), IsOk());
+  const JobDir& job = *one;
+  // A file where the directory would go; the run's first checkpoint is
+  // after its last step, far away.
+  ASSERT_TRUE(std::ofstream(dir.File("blocked")).good());
+  const absl::Time start = absl::Now();
+  absl::StatusOr<CommandResult> r =
+      RunCommand(job.Argv("w0", 0, 100000, s->data,
+                          {"--checkpoint-dir", dir.File("blocked") + "/job", "--checkpoint-every",
+                           "0", "--slowdown", "w0/cpu:0=50"}));
+  ASSERT_THAT(r.status(), IsOk());
+  EXPECT_EQ(r->exit_code, 1);
+  EXPECT_THAT(r->err, HasSubstr("cannot write checkpoints in " + dir.File("blocked") + "/job"));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(60));  // not after 100000 slowed steps
+  // A directory it can write in: created, and no probe left in it.
+  const std::string ok = dir.File("fine/job");
+  absl::StatusOr<Subprocess> proc = Subprocess::Start(
+      job.Argv("w0", 0, 2, s->data, {"--checkpoint-dir", ok, "--checkpoint-every", "0"}),
+      dir.File("log"));
+  ASSERT_THAT(proc.status(), IsOk());
+  std::optional<int> st = proc->Wait(absl::Seconds(60));
+  ASSERT_TRUE(st.has_value());
+  EXPECT_EQ(*st, 0);
+  std::vector<std::string> entries;
+  for (const auto& e : std::filesystem::directory_iterator(ok)) {
+    entries.push_back(e.path().filename().string());
+  }
+  EXPECT_THAT(entries, ::testing::ElementsAre("step-00000002"));
+  // A checkpoint's index names its tensors only: the steps' losses and
+  // times would make each checkpoint larger than the one before.
+  std::ifstream index(ok + "/step-00000002/rank-0/metrics.json");
+  const nlohmann::json metrics = nlohmann::json::parse(index);
+  EXPECT_FALSE(metrics["tensors"].empty());
+  EXPECT_TRUE(metrics["loss_parts"].empty());
+  EXPECT_TRUE(metrics["step_times_s"].empty());
+}
+
+// Every thread of a running executor started with --cpus C may run on C
+// only; lists it cannot use are refused with the reason.
+TEST(Executor, RunsOnTheCpusItIsGivenAndRefusesOthers) {
+  absl::StatusOr<std::vector<int>> allowed = AllowedCpus();
+  ASSERT_THAT(allowed.status(), IsOk());
+  const int last = allowed->back();
+  auto s = Prepare({"mlp", "sgd", 24}, Cluster(1, 1));
+  TempDir dir;
+  absl::StatusOr<JobDir> one = OneDeviceJob(*s, dir, "pin");
+  ASSERT_THAT(one.status(), IsOk());
+  const JobDir& job = *one;
+  const std::string& base = job.base;
+  auto argv = [&](const std::string& cpus) {
+    return job.Argv("w0", 0, 100000, s->data, {"--slowdown", "w0/cpu:0=50", "--cpus", cpus});
+  };
+  for (const auto& [cpus, reason] : std::vector<std::pair<std::string, std::string>>{
+           {"x", "bad CPU 'x'"},
+           {"3-1", "CPU range '3-1' ends before it starts"},
+           {std::to_string(last + 1), absl::StrCat("CPU ", last + 1, " is not available")}}) {
+    absl::StatusOr<CommandResult> r = RunCommand(argv(cpus));
+    ASSERT_THAT(r.status(), IsOk());
+    EXPECT_EQ(r->exit_code, 1) << cpus;
+    EXPECT_THAT(r->err, HasSubstr("--cpus: " + reason)) << cpus;
+  }
+  absl::StatusOr<Subprocess> proc = Subprocess::Start(argv(std::to_string(last)), base + "/log");
+  ASSERT_THAT(proc.status(), IsOk());
+  // Its threads (compute, transport progress, data prefetch) once started.
+  const std::string tasks = absl::StrCat("/proc/", proc->pid(), "/task");
+  std::vector<std::string> lists;
+  for (absl::Time until = absl::Now() + absl::Seconds(20); absl::Now() < until;) {
+    lists.clear();
+    std::error_code ec;
+    for (const auto& t : std::filesystem::directory_iterator(tasks, ec)) {
+      std::ifstream status(t.path() / "status");
+      for (std::string line; std::getline(status, line);) {
+        if (absl::StartsWith(line, "Cpus_allowed_list:")) {
+          lists.push_back(std::string(absl::StripAsciiWhitespace(line.substr(18))));
+        }
+      }
+    }
+    if (lists.size() >= 3) break;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  ASSERT_GE(lists.size(), 3u) << "the executor's threads did not start";
+  for (const std::string& l : lists) EXPECT_EQ(l, std::to_string(last));
+}
+
+}  // namespace
+}  // namespace quilt::testing
