@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <thread>
@@ -13,6 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "src/common/heartbeat.h"
 #include "src/common/logging.h"
 #include "src/common/status.h"
 #include "src/common/units.h"
@@ -583,21 +585,46 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
     std::vector<absl::Status> status(list.size());
     std::vector<Evaluated> out(list.size());
     std::atomic<size_t> next{0};
+    // Which are being simulated, for the lines that say so while they run
+    // (on hundreds of devices one takes many seconds).
+    std::mutex running_mu;
+    std::vector<bool> running(list.size(), false);
     auto work = [&] {
       for (size_t i; (i = next++) < list.size();) {
+        {
+          std::lock_guard<std::mutex> lock(running_mu);
+          running[i] = true;
+        }
         absl::StatusOr<quilt::v1::StrategyEstimate> e =
             EstimateOnArena(ix, topo, cost, list[i], o.global_batch, lb, &out[i].program,
                             &out[i].sim, o.trace, both_orders);
         if (e.ok()) out[i].estimate = std::move(*e);
         status[i] = e.status();
+        std::lock_guard<std::mutex> lock(running_mu);
+        running[i] = false;
       }
     };
-    const size_t threads =
-        std::min<size_t>(list.size(), std::max(1u, std::thread::hardware_concurrency()));
-    std::vector<std::thread> pool;
-    for (size_t k = 1; k < threads; ++k) pool.emplace_back(work);
-    work();
-    for (std::thread& t : pool) t.join();
+    {
+      Heartbeat still(absl::Seconds(o.progress ? o.simulation_progress_every_s : 0), [&] {
+        std::vector<std::string> names;
+        {
+          std::lock_guard<std::mutex> lock(running_mu);
+          for (size_t i = 0; i < list.size(); ++i) {
+            if (running[i]) names.push_back(list[i].name);
+          }
+        }
+        if (names.empty()) return;
+        o.progress(absl::StrFormat("still simulating %s (%.1f s so far)",
+                                   absl::StrJoin(names, ", "),
+                                   absl::ToDoubleSeconds(absl::Now() - start)));
+      });
+      const size_t threads =
+          std::min<size_t>(list.size(), std::max(1u, std::thread::hardware_concurrency()));
+      std::vector<std::thread> pool;
+      for (size_t k = 1; k < threads; ++k) pool.emplace_back(work);
+      work();
+      for (std::thread& t : pool) t.join();
+    }  // (the heartbeat ends with the simulations)
     for (size_t i = 0; i < list.size(); ++i) {
       RETURN_IF_ERROR(status[i]);
       done[list[i].name] = std::move(out[i]);

@@ -35,8 +35,11 @@ struct PlanOptions {
   // Keep the simulated timeline of the best strategy (for --trace).
   bool trace = false;
   // Called with a line before each strategy is simulated (progress of a
-  // long plan); may be empty.
+  // long plan), and every `simulation_progress_every_s` while simulations
+  // run ("still simulating …"; 0: never); may be empty. Never called
+  // from two threads at once.
   std::function<void(const std::string&)> progress;
+  double simulation_progress_every_s = 5;
   // The HeteroG search ("heterog" or "all").
   SearchOptions search;
   // Whether the best program carries the training graph (with its initial

@@ -1,0 +1,59 @@
+// Plan's progress lines: one before each strategy is simulated and, while
+// simulations run, "still simulating" lines naming only strategies being
+// simulated; none with the interval at 0.
+#include <set>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_split.h"
+#include "gtest/gtest.h"
+#include "src/planner/plan.h"
+#include "src/planner/planner_test_util.h"
+
+namespace quilt {
+namespace {
+
+std::vector<std::string> Lines(double every_s) {
+  // resnet50 on HAP's 64 GPUs: each baseline's simulation takes a while.
+  auto w = testing::OnShippedCluster("resnet50", "hap_cluster");
+  EXPECT_NE(w, nullptr);
+  if (w == nullptr) return {};
+  std::vector<std::string> lines;
+  PlanOptions po;
+  po.global_batch = 512;
+  po.strategy = "dp-even-ps";
+  po.simulation_progress_every_s = every_s;
+  po.progress = [&](const std::string& line) { lines.push_back(line); };
+  absl::StatusOr<PlanResult> plan = Plan(w->graph, w->topo, po);
+  EXPECT_THAT(plan.status(), IsOk());
+  return lines;
+}
+
+TEST(PlanProgress, LongSimulationsSayTheyAreStillGoing) {
+  const std::vector<std::string> lines = Lines(0.001);
+  std::set<std::string> announced;
+  int still = 0;
+  for (const std::string& line : lines) {
+    if (absl::StartsWith(line, "simulating ")) {
+      announced.insert(line.substr(11, line.find(" (") - 11));
+    }
+    if (!absl::StartsWith(line, "still simulating ")) continue;
+    ++still;
+    EXPECT_TRUE(absl::EndsWith(line, " s so far)")) << line;
+    const std::string names = line.substr(17, line.find(" (") - 17);
+    for (absl::string_view name : absl::StrSplit(names, ", ")) {
+      // Only strategies announced before.
+      EXPECT_TRUE(announced.count(std::string(name))) << line;
+    }
+  }
+  EXPECT_TRUE(announced.count("dp-even-ps"));
+  EXPECT_GT(still, 0);
+}
+
+TEST(PlanProgress, NoneWhenTheIntervalIsZero) {
+  for (const std::string& line : Lines(0)) {
+    EXPECT_FALSE(absl::StartsWith(line, "still simulating ")) << line;
+  }
+}
+
+}  // namespace
+}  // namespace quilt
