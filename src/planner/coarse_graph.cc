@@ -50,8 +50,9 @@ bool IsUpdate(const Op& op) { return OpRegistry::Global().Find(op.type)->is_upda
 // wait is that of a whole unsliced gradient collective, longer than the
 // fine plans' gradient slices impose: on 16 random clusters the search's
 // prediction for inception_v3 was then up to 37 % above the full
-// simulation's, and it passed over plans that are fast.) At most `max_parts` parts, cut before the
-// last readers; `sum_bytes[j]` gets the bytes summed after part j.
+// simulation's, and it passed over plans that are fast.) At most
+// `max_parts` parts, cut before the last readers; `sum_bytes[j]` gets the
+// bytes summed after part j.
 std::vector<std::vector<int>> SplitAtSums(const Graph& g, const std::vector<int>& members, int c,
                                           const std::vector<int>& coarse_of,
                                           const std::vector<int>& position,

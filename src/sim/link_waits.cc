@@ -24,8 +24,8 @@ namespace quilt::sim_internal {
 // A transfer between nodes registers only with its two devices' ports;
 // the NICs between are its trunk's, shared by the classes between the
 // same two nodes (on 50 nodes of 8 devices, a NIC's list held thousands of
-// device pairs pushing to parameter servers, and a quarter of those node
-// pairs). A class starts when its own links and its trunk's are all free.
+// device pairs pushing to parameter servers; it holds at most 49 trunks).
+// A class starts when its own links and its trunk's are all free.
 // Collectives over the same links are one class: a batch norm's sums and
 // the gradients' all-reduces of a group over hundreds of devices would
 // otherwise each register with every link of the ring.
