@@ -23,6 +23,7 @@
 #include "src/cli/format.h"
 #include "src/cli/validators.h"
 #include "src/common/files.h"
+#include "src/common/heartbeat.h"
 #include "src/common/proto_time.h"
 #include "src/common/status.h"
 #include "src/graph/model_loader.h"
@@ -33,6 +34,17 @@ namespace {
 
 using quilt::v1::JobState;
 using quilt::v1::JobStatus;
+
+// While a submission or resume waits for the coordinator (which checks the
+// model, has the workers profile it and plans it: tens of seconds on a
+// large cluster), a line every 5 s says it is still waiting.
+Heartbeat StillWaiting(const char* what) {
+  const absl::Time start = absl::Now();
+  return Heartbeat(absl::Seconds(5), [start, what] {
+    std::cerr << absl::StrFormat("still waiting for the coordinator to %s (%.0f s so far)\n", what,
+                                 absl::ToDoubleSeconds(absl::Now() - start));
+  });
+}
 
 // `path` from the current directory (empty stays empty).
 std::string Absolute(const std::string& path) {
@@ -440,7 +452,11 @@ void AddJobCommands(CLI::App& app, const GlobalOptions& globals, std::vector<Com
                     rpc::JobClient client(globals.coordinator, absl::Seconds(timeout));
                     std::cerr << "submitting to " << globals.coordinator
                               << " (the coordinator checks and plans the job)\n";
-                    absl::StatusOr<std::string> id = client.SubmitJob(*spec);
+                    absl::StatusOr<std::string> id;
+                    {
+                      Heartbeat still = StillWaiting("check, profile and plan the job");
+                      id = client.SubmitJob(*spec);
+                    }
                     if (!id.ok()) return PrintError(std::string(id.status().message()));
                     absl::StatusOr<JobStatus> st = client.GetJob(*id);
                     std::cout << *id << "\n";
@@ -470,8 +486,11 @@ void AddJobCommands(CLI::App& app, const GlobalOptions& globals, std::vector<Com
                     rpc::JobClient client(globals.coordinator, absl::Seconds(timeout));
                     std::cerr << "resuming " << *resume_id << " on " << globals.coordinator
                               << " (the coordinator reads its checkpoint and plans the job)\n";
-                    absl::StatusOr<quilt::v1::ResumeJobResponse> r =
-                        client.ResumeJob(*resume_id, *resume_strategy, *resume_queue);
+                    absl::StatusOr<quilt::v1::ResumeJobResponse> r;
+                    {
+                      Heartbeat still = StillWaiting("read the checkpoint and plan the job");
+                      r = client.ResumeJob(*resume_id, *resume_strategy, *resume_queue);
+                    }
                     if (!r.ok()) return PrintError(std::string(r.status().message()));
                     std::cout << r->job_id() << "\n";
                     std::cerr << "from step " << r->from_step() << "'s checkpoint, " << r->steps()

@@ -2,7 +2,8 @@
 // BERT-large on the HAP cluster with the plan's ceiling over the fastest
 // baseline, JSON with the same content, a Chrome trace
 // that parses, a written program that `quiltctl simulate` predicts the
-// same step for, and clear errors for bad input.
+// same step for, clear errors for bad input, and progress while a
+// submission waits.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -410,6 +411,32 @@ TEST(Quiltctl, WatchGivesUpOnACoordinatorThatDoesNotAnswerWithinTheTimeout) {
   EXPECT_NE(r->exit_code, 0);
   EXPECT_THAT(r->err, HasSubstr("did not answer in time"));
   EXPECT_LT(absl::Now() - start, absl::Seconds(20));
+}
+
+// A submission waits while the coordinator plans (here one that never
+// answers): a line every 5 s says so, until the deadline's clear error.
+TEST(Quiltctl, SubmitSaysItIsStillWaitingUntilTheCoordinatorAnswers) {
+  std::string address;
+  const int fd = LoopbackSocket(/*listening=*/true, &address);
+  ASSERT_GE(fd, 0);
+  auto r = RunCommand({RunfilePath("src/cli/quiltctl"), "--coordinator", address, "--timeout", "11",
+                       "submit", "zoo:mlp", "--batch", "8", "--steps", "1"},
+                      absl::Seconds(60));
+  close(fd);
+  ASSERT_THAT(r, IsOk());
+  EXPECT_NE(r->exit_code, 0);
+  EXPECT_THAT(r->err, ::testing::ContainsRegex("still waiting for the coordinator to check, "
+                                               "profile and plan the job \\([56] s so far\\)"));
+  // One line at 5 s, one at 10 s; none once the call has ended at 11 s.
+  int lines = 0;
+  for (size_t at = r->err.find("still waiting"); at != std::string::npos;
+       at = r->err.find("still waiting", at + 1)) {
+    ++lines;
+  }
+  EXPECT_GE(lines, 1) << r->err;
+  EXPECT_LE(lines, 2) << r->err;
+  EXPECT_LT(r->err.rfind("still waiting"), r->err.find("did not answer in time")) << r->err;
+  EXPECT_THAT(r->err, HasSubstr("did not answer in time"));
 }
 
 // gpt2 at 96 rows needs more memory than HeteroG's testbed has in all: the
