@@ -48,6 +48,11 @@ absl::Status CheckDataset(const quilt::v1::JobSpec& spec, const Graph& graph) {
   return absl::OkStatus();
 }
 
+// The job as the log names it.
+std::string JobLabel(const quilt::v1::JobSpec& spec) {
+  return spec.name().empty() ? std::string("a job without a name") : "job '" + spec.name() + "'";
+}
+
 // The plan of the job on `cluster` shared with the jobs on it, with the
 // checks every plan must pass. `lock` is held while planning (null: none,
 // or the caller holds it); `shared` (optional) gets ShareBusyNodes' lines.
@@ -66,6 +71,11 @@ absl::StatusOr<PlanResult> PlanOn(const quilt::v1::JobSpec& spec, const Graph& g
   plan.strategy = strategy == "auto" ? "all" : strategy;
   plan.search.time_budget_s = options.time_budget_s;
   plan.search.seed = spec.seed() == 0 ? 1 : spec.seed();
+  const absl::Time started = absl::Now();
+  const std::string who = JobLabel(spec);
+  plan.progress = [started, &who, after = options.log_progress_after](const std::string& line) {
+    if (absl::Now() - started >= after) QLOG_INFO("planning {}: {}", who, line);
+  };
   ASSIGN_OR_RETURN(PlanResult result, PlanHolding(lock, graph, *topo, plan));
   if (result.report.best().empty()) {
     std::string why;
@@ -321,8 +331,7 @@ absl::StatusOr<NewJob> PrepareJob(const quilt::v1::JobSpec& spec, const NodeRegi
       job.predicted_device_memory_bytes[m.device()] += m.peak_bytes();
     }
   }
-  QLOG_INFO("planned {} on {} node(s): {} predicted {:.4f} s/step",
-            spec.name().empty() ? std::string("a job without a name") : "job '" + spec.name() + "'",
+  QLOG_INFO("planned {} on {} node(s): {} predicted {:.4f} s/step", JobLabel(spec),
             job.world.size(), job.strategy, job.predicted_step_time_s);
   if (options.place) {
     RETURN_IF_ERROR(options.place(std::move(job)));

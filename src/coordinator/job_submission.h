@@ -66,6 +66,10 @@ struct SubmissionOptions {
   // Whether the client has left (null: never): profiling stops waiting and
   // the job is not planned further.
   std::function<bool()> abandoned;
+  // Once a plan has taken this long, its progress lines ("simulating
+  // dp-even-ps", "still simulating …") go to the log: on hundreds of devices
+  // planning takes tens of seconds.
+  absl::Duration log_progress_after = absl::Seconds(5);
 };
 
 // quilt::Plan while holding `lock` (null: none), so that requests planning

@@ -5,11 +5,14 @@
 
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "onnx/onnx_pb.h"
+#include "spdlog/sinks/ostream_sink.h"
+#include "spdlog/spdlog.h"
 #include "src/cluster/topology.h"
 #include "src/common/fake_clock.h"
 #include "src/common/status_matchers.h"
@@ -204,6 +207,39 @@ TEST(PrepareJob, ABatchSmallerThanTheDevices_RunsThePlannersPlanButNoEvenSplit) 
         << strategy;
     EXPECT_FALSE(world.empty()) << strategy;
   }
+}
+
+// A plan that runs long logs its progress under the job's name (here
+// from the start); a quick one logs only its result.
+TEST(PrepareJob, APlanThatRunsLongLogsItsProgress) {
+  Registry nodes({"a", "b"});
+  ASSERT_NE(nodes.registry, nullptr);
+  SubmissionOptions options;
+  options.loads = [] { return std::map<std::string, NodeLoad>(); };
+  options.place = [](NewJob&&) { return absl::OkStatus(); };
+  quilt::v1::JobSpec spec;
+  spec.set_zoo("mlp");
+  spec.set_name("long-plan");
+  spec.set_global_batch(16);
+  spec.set_steps(2);
+  spec.set_strategy("auto");
+  spec.mutable_optimizer()->mutable_sgd()->set_learning_rate(0.1);
+  std::ostringstream log;
+  auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(log);
+  spdlog::default_logger()->sinks().push_back(sink);
+  options.log_progress_after = absl::ZeroDuration();
+  const absl::Status logged = PrepareJob(spec, *nodes.registry, nullptr, nullptr, options).status();
+  const std::string long_plan = log.str();
+  log.str("");
+  options.log_progress_after = absl::Minutes(10);
+  const absl::Status quiet = PrepareJob(spec, *nodes.registry, nullptr, nullptr, options).status();
+  spdlog::default_logger()->sinks().pop_back();
+  ASSERT_THAT(logged, IsOk());
+  ASSERT_THAT(quiet, IsOk());
+  EXPECT_THAT(long_plan, HasSubstr("planning job 'long-plan': searching hybrid plans"));
+  EXPECT_THAT(long_plan, HasSubstr("planning job 'long-plan': simulating dp-even-ring"));
+  EXPECT_THAT(log.str(), ::testing::Not(HasSubstr("planning job")));
+  EXPECT_THAT(log.str(), HasSubstr("planned job 'long-plan' on"));
 }
 
 // forward(x, y) = mean((float(x)·W − y)²) with int64 x [batch, 3]: integer
