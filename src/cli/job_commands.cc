@@ -59,7 +59,7 @@ struct SubmitArgs {
   std::string checkpoint_dir;
   std::vector<std::string> frozen;
   int64_t batch = 0, steps = 0, checkpoint_every = 0;
-  int max_restarts = 0;
+  int max_restarts = 0, keep_checkpoints = 0;
   double lr = 0, momentum = 0.9, weight_decay = 0;
   bool momentum_given = false;  // --momentum was on the command line
   uint64_t seed = 0;
@@ -124,6 +124,7 @@ absl::StatusOr<quilt::v1::JobSpec> SpecFrom(const SubmitArgs& a) {
   spec.set_seed(a.seed);
   spec.set_checkpoint_interval_steps(a.checkpoint_every);
   spec.set_max_restarts(a.max_restarts);
+  spec.set_keep_checkpoints(a.keep_checkpoints);
   spec.set_queue(a.queue);
   if (a.priority != 0 && !a.queue) {
     return absl::InvalidArgumentError(
@@ -427,6 +428,12 @@ void AddJobCommands(CLI::App& app, const GlobalOptions& globals, std::vector<Com
   submit->add_option("--checkpoint-dir", a->checkpoint_dir,
                      "Checkpoints go to DIR/<job id> (default: the coordinator's state\n"
                      "directory)");
+  submit
+      ->add_option("--keep-last-checkpoints", a->keep_checkpoints,
+                   "Keep only the newest N complete checkpoints: older ones are removed as new "
+                   "ones complete (default 0: keep every one; a failed or cancelled job keeps "
+                   "what it has)")
+      ->check(CLI::Range(0, 1000000));
   submit->add_option("--name", a->name, "A name for the job");
   submit
       ->add_option("--max-restarts", a->max_restarts,

@@ -616,6 +616,7 @@ void JobManager::OnHeartbeat(const quilt::v1::HeartbeatRequest& request,
     const int64_t step_before = job->record.status().step();
     const int64_t next_before = NextStep(*job, node);
     ApplyReport(job, node, report);
+    retention_.Progress(report.job_id(), job->record);
     const quilt::v1::JobState after = job->record.status().state();
     // A step that passes a checkpoint is stored at once, so that a job's
     // recorded step never falls behind its last checkpoint.

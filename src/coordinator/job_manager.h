@@ -29,6 +29,7 @@
 #include "proto/quilt/v1/job.pb.h"
 #include "proto/quilt/v1/services.pb.h"
 #include "src/common/clock.h"
+#include "src/coordinator/checkpoint_retention.h"
 #include "src/coordinator/node_registry.h"
 #include "src/coordinator/store/store.h"
 
@@ -289,6 +290,8 @@ class JobManager {
   // When Load ran: a failure before it counts from then (the nodes have
   // been reconnecting since).
   absl::Time loaded_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  // Removes the checkpoints beyond those a job keeps, as it passes new ones.
+  CheckpointRetention retention_;
 };
 
 }  // namespace quilt

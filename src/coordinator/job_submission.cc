@@ -251,6 +251,11 @@ absl::StatusOr<NewJob> PrepareJob(const quilt::v1::JobSpec& spec, const NodeRegi
   if (spec.checkpoint_interval_steps() < 0) {
     return absl::InvalidArgumentError("checkpoint_interval_steps must not be negative");
   }
+  if (spec.keep_checkpoints() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("keep_checkpoints must not be negative (0 keeps every one), not ",
+                     spec.keep_checkpoints()));
+  }
   if (spec.max_restarts() < 0 || spec.max_restarts() > 100) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_restarts must be 0 to 100, not ", spec.max_restarts()));

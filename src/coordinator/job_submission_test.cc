@@ -328,6 +328,12 @@ TEST(PrepareJob, APriorityOutOfRangeOrWithoutTheQueue_IsRefused) {
   job = PrepareJob(spec, *nodes.registry, nullptr, nullptr, SubmissionOptions{});
   EXPECT_THAT(job.status(), StatusIs(absl::StatusCode::kInvalidArgument,
                                      HasSubstr("priority must be -1000 to 1000, not 1001")));
+  spec.set_priority(0);
+  spec.set_keep_checkpoints(-1);
+  job = PrepareJob(spec, *nodes.registry, nullptr, nullptr, SubmissionOptions{});
+  EXPECT_THAT(job.status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("keep_checkpoints must not be negative (0 keeps every one)")));
 }
 
 TEST(PrepareJob, AResumeFromACheckpointThatIsNotThere_IsRefusedAtSubmission) {

@@ -16,6 +16,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -219,6 +220,35 @@ TEST_F(Jobs, CancelStopsARunningJobWithinSecondsAndFreesTheWorkers) {
   ASSERT_THAT(d.status(), IsOk());
   EXPECT_NE(d->exit_code, 0);
   EXPECT_THAT(d->err, HasSubstr("no job '" + id + "'"));
+}
+
+// A job that keeps its newest two checkpoints ends with those two; the
+// last one holds its trained parameters.
+TEST_F(Jobs, AJobKeepingItsNewestCheckpointsEndsWithThoseAlone) {
+  const std::string checkpoints = cluster_.dir().File("ckpt");
+  std::vector<std::string> args = SubmitArgs(checkpoints, kSteps, "dp-even-ring");
+  *std::next(std::find(args.begin(), args.end(), "--checkpoint-every")) = "1";
+  args.insert(args.end(), {"--keep-last-checkpoints", "2"});
+  const std::string id = Submit(args);
+  ASSERT_FALSE(id.empty());
+  absl::StatusOr<CommandResult> watched = cluster_.Quiltctl({"watch", id});
+  ASSERT_THAT(watched.status(), IsOk());
+  ASSERT_EQ(watched->exit_code, 0) << watched->out << watched->err;
+  const std::string dir = checkpoints + "/" + id;
+  const std::set<std::string> want = {absl::StrFormat("step-%08d", kSteps - 1),
+                                      absl::StrFormat("step-%08d", kSteps)};
+  std::set<std::string> have;
+  for (int i = 0; i < 200 && have != want; ++i) {  // (the last pruning follows the end)
+    have.clear();
+    for (const auto& e : std::filesystem::directory_iterator(dir)) {
+      have.insert(e.path().filename().string());
+    }
+    if (have != want) absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_EQ(have, want) << cluster_.Log("coordinator");
+  absl::StatusOr<Checkpoint> ckpt = ReadLatestCheckpoint(dir, 2);
+  ASSERT_THAT(ckpt.status(), IsOk());
+  EXPECT_EQ(ckpt->step, kSteps);
 }
 
 TEST_F(Jobs, ADrainedNodeGetsNoNewJobsWhileItsRunningJobGoesOn) {
