@@ -324,6 +324,10 @@ int Run(PlanArgs a, const GlobalOptions& globals) {
     if (absl::Status s = ReadProtoFile(a.strategy_file, &given); !s.ok()) {
       return PrintError(std::string(s.message()));
     }
+    if (given.global_batch() < 0) {
+      return PrintError(absl::StrCat(a.strategy_file, ": its global_batch is ",
+                                     given.global_batch(), " (a global batch is positive)"));
+    }
     if (given.global_batch() != 0 && given.global_batch() != a.batch) {
       std::cerr << "note: " << a.strategy_file << " was planned for a global batch of "
                 << given.global_batch() << "; simulated at " << a.batch

@@ -165,7 +165,25 @@ TEST(ClusterSpec, ValidationErrorsNameTheCulprit) {
   {
     auto s = Valid();
     s.mutable_nodes(1)->mutable_nic()->set_bandwidth_bytes_per_s(-1);
-    EXPECT_THAT(ValidateClusterSpec(s), StatusIs(absl::StatusCode::kInvalidArgument));
+    // Every node has a NIC: the error names the node whose is wrong.
+    EXPECT_THAT(ValidateClusterSpec(s),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         HasSubstr("node 'n1' nic's bandwidth_bytes_per_s must be a finite "
+                                   "number >= 0, got -1")));
+    s = Valid();
+    s.mutable_nodes(0)->mutable_intra_node_link()->set_latency_s(120);
+    EXPECT_THAT(ValidateClusterSpec(s),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         HasSubstr("node 'n0' intra_node_link's latency_s is 120, outside")));
+    s = Valid();
+    auto* p = s.add_pair_links();
+    p->set_src_device("n0/gpu:0");
+    p->set_dst_device("n1/gpu:0");
+    p->mutable_link()->set_bandwidth_bytes_per_s(1);
+    EXPECT_THAT(ValidateClusterSpec(s),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         HasSubstr("pair link n0/gpu:0 -> n1/gpu:0's bandwidth_bytes_per_s is 1, "
+                                   "outside 1 KB/s to 10 TB/s")));
   }
   for (double bad : {std::nan(""), -1.0, std::numeric_limits<double>::infinity()}) {
     auto s = Valid();

@@ -34,8 +34,8 @@ absl::Status CheckRange(double v, double lo, double hi, const std::string& what,
 
 absl::Status CheckLink(const quilt::v1::Link& link, const std::string& what) {
   RETURN_IF_ERROR(CheckRange(link.bandwidth_bytes_per_s(), 1e3, 1e13,
-                             what + ".bandwidth_bytes_per_s", "1 KB/s to 10 TB/s"));
-  return CheckRange(link.latency_s(), 0, 60, what + ".latency_s", "0 to 60 s");
+                             what + "'s bandwidth_bytes_per_s", "1 KB/s to 10 TB/s"));
+  return CheckRange(link.latency_s(), 0, 60, what + "'s latency_s", "0 to 60 s");
 }
 
 absl::Status ValidateNodeId(const std::string& node_id) {
@@ -141,8 +141,9 @@ absl::Status ValidateNodeInfo(const quilt::v1::NodeInfo& info) {
       return absl::InvalidArgumentError(absl::StrCat(where, " memory_bytes is negative"));
     }
   }
-  RETURN_IF_ERROR(CheckLink(info.intra_node_link(), "intra_node_link"));
-  RETURN_IF_ERROR(CheckLink(info.nic(), "nic"));
+  RETURN_IF_ERROR(CheckLink(info.intra_node_link(),
+                            absl::StrCat("node '", info.node_id(), "' intra_node_link")));
+  RETURN_IF_ERROR(CheckLink(info.nic(), absl::StrCat("node '", info.node_id(), "' nic")));
   if (info.host_memory_bytes() < 0) {
     return absl::InvalidArgumentError("host_memory_bytes is negative");
   }

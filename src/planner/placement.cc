@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "src/common/status.h"
 #include "src/graph/op_registry.h"
@@ -167,14 +168,22 @@ absl::StatusOr<Placement> Place(const GraphIndex& ix, const quilt::v1::Strategy&
       }
       if (auto [it, added] = group_of.emplace(op, gi); !added) {
         return absl::InvalidArgumentError(
-            absl::StrCat("op '", op, "' is in group ", it->second, " and in group ", gi));
+            it->second == gi
+                ? absl::StrCat("group ", gi, " names op '", op, "' twice")
+                : absl::StrCat("op '", op, "' is in group ", it->second, " and in group ", gi));
       }
     }
     std::vector<std::pair<int, int>> reps;
+    absl::flat_hash_set<int> listed;
     for (const quilt::v1::DeviceReplicas& r : gp.replicas()) {
       const int d = topo.DeviceIndex(r.device());
       if (d < 0)
         return absl::InvalidArgumentError("strategy names unknown device '" + r.device() + "'");
+      if (!listed.insert(d).second) {
+        return absl::InvalidArgumentError(absl::StrCat("group ", gi, " lists device '", r.device(),
+                                                       "' twice (one entry per device: its "
+                                                       "replica count)"));
+      }
       if (r.replicas() < 0) return absl::InvalidArgumentError("negative replica count");
       if (r.replicas() > 0) reps.push_back({d, r.replicas()});
     }

@@ -43,6 +43,14 @@ TEST(StrategyChecks, EachEditIsRefusedNamingIt) {
       {"an op in two groups",
        [](quilt::v1::Strategy* s) { s->mutable_groups(1)->add_ops(s->groups(0).ops(0)); },
        "is in group 0 and in group 1"},
+      {"an op twice in its group",
+       [](quilt::v1::Strategy* s) { s->mutable_groups(1)->add_ops(s->groups(1).ops(0)); },
+       "group 1 names op '"},
+      {"a device twice in a group",
+       [](quilt::v1::Strategy* s) {
+         *s->mutable_groups(0)->add_replicas() = s->groups(0).replicas(0);
+       },
+       "' twice (one entry per device: its replica count)"},
       {"an unknown op", [](quilt::v1::Strategy* s) { s->mutable_groups(0)->add_ops("nope"); },
        "names op 'nope', which is no op of the graph"},
       {"a gradient op named as a group's",
