@@ -553,6 +553,7 @@ absl::Status Lowerer::Run(const quilt::v1::Strategy& s, const CostModel* cost, b
   if (include_graph) *prog.mutable_graph() = g_.ToProto();
   prog.set_global_batch(p_.global_batch);
   *prog.mutable_strategy() = s;
+  prog.mutable_strategy()->set_global_batch(p_.global_batch);  // (the batch it was lowered at)
   for (size_t k = 0; k < groups_.size(); ++k) {
     auto* group = prog.add_groups();
     group->set_id(static_cast<int64_t>(k) + 1);

@@ -1,6 +1,7 @@
 #include "src/planner/program_validator.h"
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 #include <tuple>
 
@@ -15,6 +16,11 @@ namespace quilt {
 namespace validator_internal {
 
 absl::Status Validator::Index() {
+  if (p_.strategy().global_batch() != 0 && p_.strategy().global_batch() != p_.global_batch()) {
+    return absl::InvalidArgumentError(absl::StrCat("the program's global batch is ",
+                                                   p_.global_batch(), ", its strategy's ",
+                                                   p_.strategy().global_batch()));
+  }
   op_runs_.resize(g_.ops.size());
   for (const quilt::v1::DeviceGroup& group : p_.groups()) {
     std::vector<int>& members = groups_[group.id()];
@@ -48,6 +54,11 @@ absl::Status Validator::Index() {
     }
     int64_t previous = -1;
     for (const Instruction& ins : dp.instructions()) {
+      if (!std::isfinite(ins.priority())) {
+        return absl::InvalidArgumentError(absl::StrCat("instruction ", ins.id(), " on ",
+                                                       dp.device(), " has priority ",
+                                                       ins.priority(), " (not a finite number)"));
+      }
       if (ins.id() <= previous) {
         return absl::InvalidArgumentError(absl::StrCat(
             "instructions on ", dp.device(), " are not in increasing id order at id ", ins.id()));
@@ -234,6 +245,20 @@ absl::Status Validator::CheckGroupNics(const quilt::v1::DeviceGroup& group,
 absl::Status Validator::CheckCollectives() {
   for (const auto& [cid, members] : collective_) {
     const auto& first = nodes_[members.front()].ins->all_reduce();
+    switch (first.algorithm()) {
+      case quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE:
+      case quilt::v1::AGGREGATION_METHOD_TREE_ALLREDUCE:
+      case quilt::v1::AGGREGATION_METHOD_HIERARCHICAL_ALLREDUCE:
+      case quilt::v1::AGGREGATION_METHOD_DIRECT_ALLREDUCE:
+        break;
+      default:
+        return absl::InvalidArgumentError(
+            absl::StrCat("all-reduce ", cid, " has algorithm ",
+                         quilt::v1::AggregationMethod_Name(first.algorithm()).empty()
+                             ? std::to_string(first.algorithm())
+                             : quilt::v1::AggregationMethod_Name(first.algorithm()),
+                         ", not an all-reduce's (ring, tree, hierarchical or direct)"));
+    }
     auto group = groups_.find(first.group());
     if (group == groups_.end()) {
       return absl::InvalidArgumentError(

@@ -97,6 +97,40 @@ TEST_F(Corrupted, CollectiveMissingAMember) {
                                     HasSubstr("not on each of the 4 devices of group")));
 }
 
+// An all-reduce with a method that is no collective's (the simulator and
+// the executors would run something else than it says).
+TEST_F(Corrupted, AllReduceWithAParameterServersMethod) {
+  for (quilt::v1::AggregationMethod m :
+       {quilt::v1::AGGREGATION_METHOD_PARAMETER_SERVER, quilt::v1::AGGREGATION_METHOD_SPARSE_LOOKUP,
+        quilt::v1::AGGREGATION_METHOD_UNSPECIFIED}) {
+    DistributedProgram p = ring_;
+    for (auto& dp : *p.mutable_devices()) {
+      for (auto& ins : *dp.mutable_instructions()) {
+        if (ins.has_all_reduce()) ins.mutable_all_reduce()->set_algorithm(m);
+      }
+    }
+    EXPECT_THAT(Validate(p),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         AllOf(HasSubstr(quilt::v1::AggregationMethod_Name(m)),
+                               HasSubstr("not an all-reduce's (ring, tree, hierarchical or "
+                                         "direct)"))));
+  }
+}
+
+TEST_F(Corrupted, NonFinitePriorityOrABatchItsStrategyDisagreesWith) {
+  DistributedProgram p = ring_;
+  At(p, Find(p, [](const Instruction& i) { return i.has_all_reduce(); }))
+      ->set_priority(std::nan(""));
+  EXPECT_THAT(Validate(p),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("(not a finite number)")));
+  p = ring_;
+  p.mutable_strategy()->set_global_batch(p.global_batch() / 2);
+  EXPECT_THAT(Validate(p),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr(absl::StrCat("the program's global batch is ", p.global_batch(),
+                                              ", its strategy's ", p.global_batch() / 2))));
+}
+
 TEST_F(Corrupted, GradientAggregatedTwice) {
   DistributedProgram p = ring_;
   const Instruction first =

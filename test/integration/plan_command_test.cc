@@ -299,6 +299,26 @@ TEST(PlanCommand, StrategyFile_SimulatesAnEditedPlan) {
   EXPECT_GT(nlohmann::json::parse(slower.out)["estimates"][0]["step_time_s"].get<double>(),
             planned);
 
+  // Planned at another batch: its replica counts split this one, and the
+  // program it writes says this batch (it validates in simulate).
+  const std::string program = dir.File("at128.pb");
+  const CommandResult at128 = Plan({"zoo:transformer", "--cluster", testbed, "--batch", "128",
+                                    "--strategy-file", same, "--program-out", program});
+  ASSERT_EQ(at128.exit_code, 0) << at128.err;
+  EXPECT_THAT(at128.err, HasSubstr("was planned for a global batch of 64; simulated at 128"));
+  const CommandResult simulated = Simulate({program, "--cluster", testbed});
+  EXPECT_EQ(simulated.exit_code, 0) << simulated.err;
+  EXPECT_THAT(simulated.out, HasSubstr("global batch 128"));
+  // A negative batch in the file is refused.
+  nlohmann::json negative = h["strategy"];
+  negative["global_batch"] = "-5";
+  const std::string negative_file = dir.File("negative.json");
+  ASSERT_THAT(WriteFileAtomically(negative_file, negative.dump()), IsOk());
+  const CommandResult refused = Plan(
+      {"zoo:transformer", "--cluster", testbed, "--batch", "64", "--strategy-file", negative_file});
+  EXPECT_EQ(refused.exit_code, 1);
+  EXPECT_THAT(refused.err, HasSubstr("its global_batch is -5 (a global batch is positive)"));
+
   // A device the cluster lacks, a file that does not parse, no --cluster.
   nlohmann::json elsewhere = h["strategy"];
   elsewhere["groups"][0]["replicas"][0]["device"] = "nowhere/gpu:0";
