@@ -182,6 +182,10 @@ class JobManager {
   // The message of a planned job until an executor runs.
   static constexpr absl::string_view kAwaitingExecutors =
       "waiting for the workers to start the executors";
+  // The message of a queued job that became the head until the dispatcher
+  // has planned it.
+  static constexpr absl::string_view kQueueHeadPending =
+      "first in the queue: checking whether it fits now";
   // The message of a job found running at start-up until a node reports.
   static constexpr absl::string_view kAwaitingReports =
       "the coordinator restarted; waiting for the job's nodes to report";

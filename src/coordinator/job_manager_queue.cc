@@ -2,6 +2,7 @@
 // for other jobs to leave room, and their start once a plan fits.
 #include <algorithm>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "src/common/logging.h"
 #include "src/common/status.h"
@@ -99,12 +100,19 @@ absl::Status JobManager::StartQueued(const std::string& job_id, NewJob n) {
 }
 
 void JobManager::RenumberQueue() {
-  // The head's message is the dispatcher's (what it waits for).
+  // The head's message is the dispatcher's (what it waits for); a head
+  // that still says how many were ahead of it says what comes next until
+  // the dispatcher has planned it.
   int ahead = 0;
   for (const std::string& id : QueueOrder()) {
     Job& job = jobs_.at(id);
-    const std::string why = absl::StrCat("behind ", ahead, " queued job(s)");
-    if (ahead++ > 0 && job.record.status().message() != why) {
+    const std::string& had = job.record.status().message();
+    std::string why = absl::StrCat("behind ", ahead, " queued job(s)");
+    if (ahead++ == 0) {
+      if (!absl::StartsWith(had, "behind ") || !absl::EndsWith(had, " queued job(s)")) continue;
+      why = std::string(kQueueHeadPending);
+    }
+    if (had != why) {
       job.record.mutable_status()->set_message(why);
       Changed(&job);
     }

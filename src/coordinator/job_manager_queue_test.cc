@@ -105,7 +105,11 @@ TEST_F(JobManagerTest, QueuedJobsSayHowManyWaitBeforeThemAsTheQueueMoves) {
   EXPECT_EQ(Status(third).message(), "behind 1 queued job(s)");
   EXPECT_EQ(Status(fourth).message(), "behind 2 queued job(s)");
   ASSERT_THAT(jobs_->StartQueued(first, OnAB(5)), IsOk());
+  // The new head no longer says a job is ahead of it.
+  EXPECT_EQ(Status(third).message(), "first in the queue: checking whether it fits now");
   EXPECT_EQ(Status(fourth).message(), "behind 1 queued job(s)");
+  jobs_->KeepQueued(third, "waiting for room: a is full");  // the dispatcher's word
+  EXPECT_EQ(Status(third).message(), "waiting for room: a is full");
   jobs_->FailQueued(third, "its dataset is gone");
   EXPECT_THAT(jobs_->Queued(), ElementsAre(fourth));
 }

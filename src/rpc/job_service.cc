@@ -305,7 +305,8 @@ grpc::ServerUnaryReactor* JobServiceImpl::DeleteJob(grpc::CallbackServerContext*
                             next->state() == quilt::v1::JOB_STATE_PENDING)) {
             return absl::FailedPreconditionError(absl::StrCat(
                 "job ", next->job_id(), " goes on from this job's checkpoint and has not started ",
-                "yet: delete it once that job runs, or keep the checkpoints (--keep-checkpoints)"));
+                "yet: delete this job once that one has written a checkpoint of its own, or keep ",
+                "the checkpoints (--keep-checkpoints)"));
           }
           // Until it writes a checkpoint of its own, that job (resumed
           // again, or restarted) reads this one's again.
