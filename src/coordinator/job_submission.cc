@@ -61,7 +61,8 @@ absl::StatusOr<PlanResult> PlanOn(const quilt::v1::JobSpec& spec, const Graph& g
                                   const SubmissionOptions& options,
                                   const std::map<std::string, NodeLoad>& loads,
                                   const std::set<std::string>& measured_loaded, absl::Mutex* lock,
-                                  std::vector<std::string>* shared = nullptr) {
+                                  std::vector<std::string>* shared = nullptr,
+                                  bool fit_check_only = false) {
   std::vector<std::string> lines = ShareBusyNodes(loads, measured_loaded, &cluster);
   if (shared != nullptr) *shared = std::move(lines);
   absl::StatusOr<Topology> topo = Topology::Build(cluster);
@@ -71,6 +72,8 @@ absl::StatusOr<PlanResult> PlanOn(const quilt::v1::JobSpec& spec, const Graph& g
   plan.strategy = strategy == "auto" ? "all" : strategy;
   plan.search.time_budget_s = options.time_budget_s;
   plan.search.seed = spec.seed() == 0 ? 1 : spec.seed();
+  plan.fit_check_only = fit_check_only;
+  plan.program_with_graph = !fit_check_only;
   const absl::Time started = absl::Now();
   const std::string who = JobLabel(spec);
   plan.progress = [started, &who, after = options.log_progress_after](const std::string& line) {
@@ -288,8 +291,9 @@ absl::StatusOr<NewJob> PrepareJob(const quilt::v1::JobSpec& spec, const NodeRegi
   if (profiling) {
     // Planned with the devices' start-up figures first: a job that fits no
     // plan is refused before any worker profiles it.
-    absl::StatusOr<PlanResult> first =
-        PlanOn(spec, graph, cluster, strategy, options, loads_now(), {}, options.planner_lock);
+    // (Whether any plan fits: the search runs only when no baseline does.)
+    absl::StatusOr<PlanResult> first = PlanOn(spec, graph, cluster, strategy, options, loads_now(),
+                                              {}, options.planner_lock, nullptr, true);
     if (!first.ok()) return WithNotReadyNodes(first.status(), registry);
     ASSIGN_OR_RETURN(cluster, ProfiledCluster(graph, spec.global_batch(), registry, links, profiles,
                                               options.profile_timeout, &calibration,

@@ -682,7 +682,9 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
   }
   std::vector<std::string> names;
   for (const NamedStrategy& ns : strategies) names.push_back(ns.name);
-  if (wanted(kHeteroG)) {
+  bool baseline_fits = false;
+  for (const auto& [name, e] : done) baseline_fits |= e.estimate.feasible();
+  if (wanted(kHeteroG) && !(o.fit_check_only && o.strategy == "all" && baseline_fits)) {
     found = true;
     names.push_back(kHeteroG);
     RETURN_IF_ERROR(

@@ -49,6 +49,10 @@ struct PlanOptions {
   // wanted ones under their names (which must not be a baseline's or
   // "heterog"); with `strategy` "given", only these.
   std::vector<NamedStrategy> given;
+  // Only whether a plan fits: with "all", the HeteroG search is left out
+  // when a baseline fits (its plan is never slower than the best baseline,
+  // so it fits wherever one does); when none fits, it runs.
+  bool fit_check_only = false;
 };
 
 struct PlanResult {

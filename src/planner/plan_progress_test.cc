@@ -1,7 +1,9 @@
 // Plan's progress lines: one before each strategy is simulated and, while
 // simulations run, "still simulating" lines naming only strategies being
-// simulated; none with the interval at 0.
+// simulated; none with the interval at 0. A fit check leaves the search
+// out when a baseline fits, and searches when none does.
 #include <set>
+#include <tuple>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
@@ -52,6 +54,36 @@ TEST(PlanProgress, LongSimulationsSayTheyAreStillGoing) {
 TEST(PlanProgress, NoneWhenTheIntervalIsZero) {
   for (const std::string& line : Lines(0)) {
     EXPECT_FALSE(absl::StartsWith(line, "still simulating ")) << line;
+  }
+}
+
+// Whether `plan` has an estimate named `name`.
+bool Has(const PlanResult& plan, const std::string& name) {
+  for (const auto& e : plan.report.estimates()) {
+    if (e.name() == name) return true;
+  }
+  return false;
+}
+
+TEST(PlanFitCheck, SearchesOnlyWhenNoBaselineFits) {
+  for (const auto& [model, batch, baseline_fits] :
+       {std::tuple<const char*, int, bool>{"resnet50", 64, true}, {"gpt2_xl", 4, false}}) {
+    auto w = testing::OnShippedCluster(model, "heterog_testbed");
+    ASSERT_NE(w, nullptr);
+    std::vector<std::string> lines;
+    PlanOptions po;
+    po.global_batch = batch;
+    po.fit_check_only = true;
+    po.progress = [&](const std::string& line) { lines.push_back(line); };
+    absl::StatusOr<PlanResult> plan = Plan(w->graph, w->topo, po);
+    ASSERT_THAT(plan.status(), IsOk());
+    bool searched = false;
+    for (const std::string& line : lines) searched |= absl::StartsWith(line, "searching");
+    EXPECT_EQ(searched, !baseline_fits) << model;
+    EXPECT_EQ(Has(*plan, "heterog"), !baseline_fits) << model;
+    // Either way, the answer: a plan fits (gpt2_xl only the search's).
+    EXPECT_FALSE(plan->report.best().empty()) << model;
+    if (!baseline_fits) EXPECT_EQ(plan->report.best(), "heterog");
   }
 }
 
