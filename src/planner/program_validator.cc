@@ -251,13 +251,13 @@ absl::Status Validator::CheckCollectives() {
       case quilt::v1::AGGREGATION_METHOD_HIERARCHICAL_ALLREDUCE:
       case quilt::v1::AGGREGATION_METHOD_DIRECT_ALLREDUCE:
         break;
-      default:
+      default: {
+        const std::string& name = quilt::v1::AggregationMethod_Name(first.algorithm());
         return absl::InvalidArgumentError(
             absl::StrCat("all-reduce ", cid, " has algorithm ",
-                         quilt::v1::AggregationMethod_Name(first.algorithm()).empty()
-                             ? std::to_string(first.algorithm())
-                             : quilt::v1::AggregationMethod_Name(first.algorithm()),
+                         name.empty() ? std::to_string(first.algorithm()) : name,
                          ", not an all-reduce's (ring, tree, hierarchical or direct)"));
+      }
     }
     auto group = groups_.find(first.group());
     if (group == groups_.end()) {
