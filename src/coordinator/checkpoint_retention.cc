@@ -52,7 +52,9 @@ void CheckpointRetention::Progress(const std::string& job_id, const quilt::v1::J
                      keep = spec.keep_checkpoints()] { Prune(job_id, dir, world, keep); });
   if (!taken) {
     absl::MutexLock lock(&mu_);
-    jobs_[job_id].queued = false;  // (the next report queues it again)
+    if (auto it = jobs_.find(job_id); it != jobs_.end()) {
+      it->second.queued = false;  // (the next report queues it again)
+    }
   }
 }
 
@@ -66,9 +68,20 @@ void CheckpointRetention::Prune(const std::string& job_id, const std::string& di
               pruned->removed.size(), keep, absl::StrJoin(pruned->removed, ", "));
   }
   absl::MutexLock lock(&mu_);
-  State& s = jobs_[job_id];
-  s.queued = false;
-  if (pruned.ok()) s.newest = std::max(s.newest, pruned->newest);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return;  // forgotten meanwhile
+  it->second.queued = false;
+  if (pruned.ok()) it->second.newest = std::max(it->second.newest, pruned->newest);
+}
+
+void CheckpointRetention::Forget(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  jobs_.erase(job_id);
+}
+
+size_t CheckpointRetention::remembered() {
+  absl::MutexLock lock(&mu_);
+  return jobs_.size();
 }
 
 void CheckpointRetention::Flush() {

@@ -42,6 +42,11 @@ class CheckpointRetention {
   // step passed a checkpoint step, or it succeeded), a pruning of its
   // directory is queued (one at a time per job).
   void Progress(const std::string& job_id, const quilt::v1::JobRecord& record);
+  // Drops what is remembered of a job (it was deleted); a pruning of it
+  // already queued still runs but leaves nothing behind.
+  void Forget(const std::string& job_id);
+  // How many jobs are remembered (tests).
+  size_t remembered();
   // Waits until the queued prunings have run (tests).
   void Flush();
 

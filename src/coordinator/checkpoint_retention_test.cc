@@ -109,5 +109,29 @@ TEST(CheckpointRetention, LeavesAFailedJobsCheckpointsAndJobsThatKeepEveryOne) {
   EXPECT_THAT(Entries(all), ElementsAre("step-00000002", "step-00000004", "step-00000006"));
 }
 
+TEST(CheckpointRetention, ForgetsADeletedJob) {
+  testing::TempDir tmp;
+  CheckpointRetention retention;
+  const std::string a = tmp.File("a");
+  const std::string b = tmp.File("b");
+  for (int64_t step : {2, 4}) {
+    WriteStep(a, step, 1);
+    WriteStep(b, step, 1);
+  }
+  retention.Progress("a", Record(a, quilt::v1::JOB_STATE_SUCCEEDED, 9));
+  retention.Progress("b", Record(b, quilt::v1::JOB_STATE_RUNNING, 5));
+  retention.Flush();
+  EXPECT_EQ(retention.remembered(), 2u);
+  retention.Forget("a");
+  EXPECT_EQ(retention.remembered(), 1u);
+  // A job forgotten while its pruning waits leaves nothing behind.
+  WriteStep(b, 6, 1);
+  retention.Progress("b", Record(b, quilt::v1::JOB_STATE_RUNNING, 7));
+  retention.Forget("b");
+  retention.Flush();
+  EXPECT_EQ(retention.remembered(), 0u);
+  EXPECT_THAT(Entries(a), ElementsAre("step-00000004"));
+}
+
 }  // namespace
 }  // namespace quilt

@@ -307,6 +307,7 @@ absl::StatusOr<std::string> JobManager::Delete(const std::string& job_id) {
   jobs_.erase(job_id);
   order_.erase(std::find(order_.begin(), order_.end(), job_id));
   restarts_tried_.erase(job_id);
+  retention_.Forget(job_id);
   ++version_;
   QLOG_INFO("job {} deleted", job_id);
   return checkpoints;
