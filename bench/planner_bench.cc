@@ -57,14 +57,25 @@
 
 namespace {
 
-// A simulation's step and its busiest device's breakdown (seconds).
+// Each device's peak memory, GiB.
+std::vector<double> PeaksGiB(const quilt::SimResult& r) {
+  std::vector<double> out;
+  for (const quilt::DeviceUsage& u : r.devices) {
+    out.push_back(static_cast<double>(u.peak_memory_bytes) / (1 << 30));
+  }
+  return out;
+}
+
+// A simulation's step and its busiest device's breakdown (seconds), and
+// each device's peak memory.
 nlohmann::json Breakdown(const quilt::SimResult& r) {
   return {{"step_s", r.step_time_s},
           {"compute_s", r.compute_s},
           {"exposed_communication_s", r.exposed_communication_s},
           {"idle_s", r.idle_s},
           {"device", r.critical_device},
-          {"communication_bytes", r.communication_bytes}};
+          {"communication_bytes", r.communication_bytes},
+          {"peak_memory_gib", PeaksGiB(r)}};
 }
 
 // The full graph's simulation of `s` (nullopt when it does not lower or
@@ -79,23 +90,27 @@ std::optional<quilt::SimResult> FineRun(const quilt::Graph& g, const quilt::Topo
   return std::move(*r);
 }
 
-// The coarse and the full prediction of every baseline's state.
+// The coarse and the full prediction of every baseline's state, and of
+// a layer-wise plan (the groups over single devices in order, as many to
+// each): the coarse model's memory against the full model's where groups
+// sit on different devices.
 nlohmann::json Diagnose(const quilt::Graph& g, const quilt::Topology& topo, int64_t batch) {
   nlohmann::json out;
   auto cost = quilt::CostModel::Create(&g, &topo);
   auto coarse = quilt::CoarsenForSearch(g, topo, *cost, batch, 0);
   if (!coarse.ok()) return {{"error", std::string(coarse.status().message())}};
   quilt::SearchSpace space(topo, *cost, **coarse, batch, 1.0);
-  for (const quilt::NamedStrategy& ns : quilt::Baselines(g, topo, *cost, batch)) {
-    if (!ns.infeasible_reason.empty() || ns.name == "single-device") continue;
-    const quilt::PlanState state = space.FromDataParallel(ns.strategy);
+  auto compare = [&](const quilt::PlanState& state, const quilt::v1::Strategy* baseline,
+                     const std::string& name) {
     auto score = space.Evaluate(state);
     nlohmann::json j;
     j["coarse_s"] = score.ok() ? score->time_s : -1;
-    const std::optional<quilt::SimResult> baseline = FineRun(g, topo, *cost, ns.strategy, batch);
-    j["full_baseline_s"] = baseline.has_value() ? baseline->step_time_s : -1;
+    if (baseline != nullptr) {
+      const std::optional<quilt::SimResult> full = FineRun(g, topo, *cost, *baseline, batch);
+      j["full_baseline_s"] = full.has_value() ? full->step_time_s : -1;
+    }
     quilt::v1::Strategy same =
-        space.FineStrategy(g, state, ns.name, quilt::SearchSpace::kFusePerGroup);
+        space.FineStrategy(g, state, name, quilt::SearchSpace::kFusePerGroup);
     const std::optional<quilt::SimResult> grouped = FineRun(g, topo, *cost, same, batch);
     j["full_same_plan_grouped_s"] = grouped.has_value() ? grouped->step_time_s : -1;
     // Where the two models part: the busiest device's time by kind, on
@@ -113,8 +128,19 @@ nlohmann::json Diagnose(const quilt::Graph& g, const quilt::Topology& topo, int6
     same.set_order(quilt::OtherOrder(same.order()));
     const std::optional<quilt::SimResult> other = FineRun(g, topo, *cost, same, batch);
     if (other.has_value()) j["full_other_order_breakdown"] = Breakdown(*other);
-    out[ns.name] = j;
+    out[name] = j;
+  };
+  for (const quilt::NamedStrategy& ns : quilt::Baselines(g, topo, *cost, batch)) {
+    if (!ns.infeasible_reason.empty() || ns.name == "single-device") continue;
+    compare(space.FromDataParallel(ns.strategy), &ns.strategy, ns.name);
   }
+  quilt::PlanState layerwise;
+  const int groups = (*coarse)->num_groups();
+  for (int k = 0; k < groups; ++k) {
+    layerwise.place.push_back(space.SingleOption(k * topo.num_devices() / groups));
+    layerwise.method.push_back(quilt::Method::kRing);
+  }
+  compare(layerwise, nullptr, "layer-wise");
   return out;
 }
 

@@ -73,6 +73,7 @@ std::string RenderExplain(const quilt::v1::PlanReport& r) {
       s.groups(), s.groups() == 1 ? "" : "s", s.plans_evaluated(), s.plans_ruled_out(),
       s.search_wall_s(), s.stopped_by(), s.start(), HumanSeconds(s.start_coarse_s()),
       HumanSeconds(s.result_coarse_s()));
+  if (!s.memory_repair().empty()) out += "memory: " + s.memory_repair() + "\n\n";
   if (s.decisions().empty()) {
     out += "No group choices: the plan is the baseline's (" + h->note() + ")\n";
     if (!s.gradient_collectives().empty()) out += "gradients: " + s.gradient_collectives() + "\n";

@@ -5,10 +5,13 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "src/common/status.h"
+#include "src/common/units.h"
 #include "src/planner/coarse_graph.h"
 #include "src/planner/local_search.h"
+#include "src/planner/memory_repair.h"
 #include "src/planner/priorities.h"
 #include "src/planner/search_space.h"
 
@@ -360,12 +363,59 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
       result.near_s = nearest->second.time_s;
     }
   }
+  // Over memory on the coarsened graph: repaired on the full one, which
+  // may find it over by little, or not at all.
+  std::vector<OpMove> op_moves;  // for the plan's variants
+  if (!best_score.feasible() && options.repair_simulations > 0) {
+    const absl::Time repair_start = absl::Now();
+    if (options.progress) {
+      SearchProgress p;
+      p.start = "the search's plan, repairing its memory on the full model";
+      p.evaluated = space.evaluations();
+      p.ruled_out = space.ruled_out();
+      p.overflow_bytes = best_score.overflow_bytes;
+      options.progress(p);
+    }
+    ASSIGN_OR_RETURN(RepairOutcome repaired,
+                     RepairMemory(&space, g, topo, cost, batch, best,
+                                  repair_start + absl::Seconds(0.25 * options.time_budget_s),
+                                  options.repair_simulations));
+    std::string what;
+    if (repaired.moves > 0) {
+      what = absl::StrFormat("moving %d group%s", repaired.moves, repaired.moves == 1 ? "" : "s");
+    }
+    if (repaired.shifts > 0) {
+      what +=
+          absl::StrFormat("%sshifting %d op%s to neighbouring groups", what.empty() ? "" : " and ",
+                          repaired.shifts, repaired.shifts == 1 ? "" : "s");
+    }
+    result.memory_repair = absl::StrFormat(
+        "the search's plan was over memory on its coarse model; on the full model %s (%d plans "
+        "simulated in full, %.2f s)",
+        what.empty()
+            ? std::string(repaired.fits ? "it fits as it is"
+                                        : "no move off the devices over their memory helped")
+        : repaired.fits
+            ? what + " off the devices over their memory made it fit"
+            : what + " left it " + HumanBytes(static_cast<int64_t>(repaired.over_bytes)) +
+                  " over, in all",
+        repaired.simulated, absl::ToDoubleSeconds(absl::Now() - repair_start));
+    if (repaired.moves > 0) {
+      absl::StatusOr<Score> score = space.Evaluate(repaired.state);
+      if (score.ok()) {
+        best = repaired.state;
+        best_score = *score;
+      }
+    }
+    op_moves = std::move(repaired.op_moves);
+  }
   result.result_s = best_score.time_s;
   result.feasible = best_score.feasible();
   std::vector<int64_t> fusions = {SearchSpace::kFusePerGroup, SearchSpace::kFuseNone};
   fusions.insert(fusions.end(), options.bucket_bytes.begin(), options.bucket_bytes.end());
   for (int64_t fusion : fusions) {
     result.variants.push_back(space.FineStrategy(g, best, "heterog", fusion));
+    ApplyOpMoves(g, op_moves, &result.variants.back());
     result.variant_collectives.push_back(FusionLabel(fusion));
   }
   result.first_start_variant = result.variants.size();
@@ -493,6 +543,12 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
     c.first_op = g.ops[grouping.forward_ops[k].front()].name;
     c.last_op = g.ops[grouping.forward_ops[k].back()].name;
     GroupChoice as_start = c;
+    if (!op_moves.empty()) {  // the plan's groups, ops shifted by the memory repair
+      const auto& ops = result.variants[0].groups(k).ops();
+      c.ops = ops.size();
+      c.first_op = ops.empty() ? "" : ops.Get(0);
+      c.last_op = ops.empty() ? "" : ops.Get(ops.size() - 1);
+    }
     describe(best, k, &c);
     describe(start_state, k, &as_start);
     result.start_choices.push_back(as_start);

@@ -80,6 +80,10 @@ struct SearchOptions {
   bool rule_out_by_bound = true;
   // Share of each device's memory a plan may fill on the coarsened graph.
   double memory_fraction = 0.92;
+  // Where the search's plan does not fit on the coarsened graph, it is
+  // repaired on the full one (memory_repair.h) in at most this many full
+  // simulations and a quarter of time_budget_s more; 0: not.
+  int repair_simulations = 400;
   // Gradient buckets the full plan is also simulated with (besides a
   // collective per group and per gradient): bytes per bucket, larger
   // gradients summed in slices of that size, so that small urgent
@@ -164,6 +168,10 @@ struct SearchResult {
   // "enumerated" (every plan of a small action space tried), "converged",
   // "evaluation limit" or "time budget".
   std::string stopped_by;
+  // The memory repair on the full graph (SearchOptions::repair_simulations),
+  // in words; empty where none ran. The result is the repaired plan where
+  // the repair made it fit.
+  std::string memory_repair;
   std::vector<GroupChoice> choices;
   // The start's choices (nothing saved), for a start variant.
   std::vector<GroupChoice> start_choices;

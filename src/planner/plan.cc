@@ -364,6 +364,7 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
   summary.set_plans_ruled_out(sr.ruled_out);
   summary.set_search_wall_s(sr.search_wall_s);
   summary.set_stopped_by(sr.stopped_by);
+  summary.set_memory_repair(sr.memory_repair);
   summary.set_start_coarse_s(from_other ? other->start_s : sr.start_s);
   // A start variant places the ops as the start does.
   const bool near = sr.near_variant > 0 && chosen == sr.near_variant && fallback < 0;

@@ -161,6 +161,8 @@ class SearchSpace {
   // together: TimeBound::OfEach).
   std::vector<double> BoundsOf(const PlanState& state, int k,
                                const std::vector<std::pair<int, Method>>& choices);
+  // A state's key: equal for equal states (PlanState::operator==).
+  std::string StateKey(const PlanState& state) const { return Key(state); }
   // States judged without the cache: simulated or ruled out.
   int64_t judged() const { return evaluations_ + ruled_out_; }
 

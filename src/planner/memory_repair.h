@@ -1,0 +1,66 @@
+// Memory repair on the full graph: where the search's plan does not fit on
+// the coarsened graph, the full simulation may still find it over memory
+// by little on a few devices (the coarsened graph's memory errs both ways
+// by percents, so near the edge the search may never see a fit). The
+// repair moves groups off the devices the full simulation finds over their
+// memory, one group at a time, to the placement of a neighbouring group or
+// to a device with room, or serving a replicated group's parameters
+// elsewhere; then, where whole groups are too large to move, it shifts
+// forward ops (with their gradients and updates) across the boundary
+// between a group with a device over its memory and a neighbouring group
+// whose devices all have room, in runs of 1, 2, 4, … ops. Each round it takes
+// the move that leaves the least over memory in all (among moves that fit,
+// the fastest), until the plan fits, no move helps, or its time or
+// simulations run out. Every plan it judges is simulated in full, as
+// `quiltctl plan` simulates its result.
+#ifndef QUILT_SRC_PLANNER_MEMORY_REPAIR_H_
+#define QUILT_SRC_PLANNER_MEMORY_REPAIR_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "proto/quilt/v1/strategy.pb.h"
+#include "src/cluster/topology.h"
+#include "src/cost/cost_model.h"
+#include "src/graph/graph.h"
+#include "src/planner/search_space.h"
+
+namespace quilt {
+
+// A forward op moved to the group numbered `to` (GroupPlacement.group):
+// at the end of its ops, or at their front.
+struct OpMove {
+  std::string op;
+  int to = 0;
+  bool at_end = false;
+};
+
+struct RepairOutcome {
+  PlanState state;  // the repaired plan (the start where nothing helped)
+  // Then applied to the plan for the full graph (ApplyOpMoves), in order.
+  std::vector<OpMove> op_moves;
+  bool fits = false;      // whether it fits every device in full
+  double step_s = 0;      // its full simulation's step
+  double over_bytes = 0;  // bytes over capacity in full, summed (0 when it fits)
+  int moves = 0;          // groups moved (or served elsewhere)
+  int shifts = 0;         // runs of ops shifted between groups (op_moves)
+  int simulated = 0;      // plans simulated in full
+};
+
+// Errors: the start does not lower or simulate in full (a bug).
+absl::StatusOr<RepairOutcome> RepairMemory(SearchSpace* space, const Graph& g, const Topology& topo,
+                                           const CostModel& cost, int64_t batch,
+                                           const PlanState& start, absl::Time deadline,
+                                           int max_simulations);
+
+// Moves each op as `moves` says, in order (ops or groups not in
+// `strategy` are passed over); the parameters a moved op reads are then
+// aggregated as a parameter of its new group's ops is (where one is).
+void ApplyOpMoves(const Graph& g, const std::vector<OpMove>& moves, quilt::v1::Strategy* strategy);
+
+}  // namespace quilt
+
+#endif  // QUILT_SRC_PLANNER_MEMORY_REPAIR_H_
