@@ -370,7 +370,8 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
     const absl::Time repair_start = absl::Now();
     if (options.progress) {
       SearchProgress p;
-      p.start = "the search's plan, repairing its memory on the full model";
+      p.start = result.start;
+      p.repairing = true;
       p.evaluated = space.evaluations();
       p.ruled_out = space.ruled_out();
       p.overflow_bytes = best_score.overflow_bytes;

@@ -44,6 +44,9 @@ struct SearchProgress {
   bool feasible = false;      // whether the best plan so far fits
   double best_s = 0;          // its step on the coarsened graph
   double overflow_bytes = 0;  // when it does not fit: bytes over capacity, summed
+  // The search has ended over memory on the coarse model, and its plan is
+  // being repaired on the full one (SearchOptions::repair_simulations).
+  bool repairing = false;
 };
 
 // The search is deterministic for a seed when it ends by converging or by

@@ -77,6 +77,15 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
   SearchOptions search = o.search;
   if (o.progress && !search.progress) {
     search.progress = [&](const SearchProgress& p) {
+      if (p.repairing) {
+        o.progress(absl::StrFormat(
+            "no plan found fits on the search's coarse model (the closest is %s over the "
+            "devices' memory in all): moving ops off the devices over their memory on the full "
+            "model (%.1f s so far)",
+            HumanBytes(static_cast<int64_t>(p.overflow_bytes)),
+            absl::ToDoubleSeconds(absl::Now() - start)));
+        return;
+      }
       o.progress(absl::StrFormat(
           "searching from %s%s: %d plans simulated, %d ruled out, %s (%.1f s so far)", p.start,
           p.other_seed ? " too" : "", p.evaluated, p.ruled_out,

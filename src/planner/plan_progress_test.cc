@@ -87,5 +87,37 @@ TEST(PlanFitCheck, SearchesOnlyWhenNoBaselineFits) {
   }
 }
 
+TEST(PlanProgress, APlanOverMemoryOnTheCoarseModelSaysItIsRepaired) {
+  // gpt2 on four devices of 1 GiB: no plan fits anywhere.
+  quilt::v1::ClusterSpec spec = testing::TwoNodes();
+  for (auto& node : *spec.mutable_nodes()) {
+    for (auto& dev : *node.mutable_devices()) dev.set_memory_bytes(int64_t{1} << 30);
+  }
+  auto w = testing::Make("gpt2", spec);
+  std::vector<std::string> lines;
+  PlanOptions po;
+  po.global_batch = 64;
+  po.strategy = "heterog";
+  po.search.time_budget_s = 0.5;
+  po.progress = [&](const std::string& line) { lines.push_back(line); };
+  absl::StatusOr<PlanResult> plan = Plan(w->graph, w->topo, po);
+  ASSERT_THAT(plan.status(), IsOk());
+  EXPECT_TRUE(plan->report.best().empty());
+  int repairing = 0;
+  for (const std::string& line : lines) {
+    repairing += absl::StartsWith(line, "no plan found fits on the search's coarse model") &&
+                 absl::StrContains(line, "moving ops off the devices over their memory");
+  }
+  EXPECT_EQ(repairing, 1);
+  // What the repair did is in the search's summary.
+  for (const auto& e : plan->report.estimates()) {
+    if (e.name() == "heterog") {
+      EXPECT_TRUE(absl::StartsWith(e.search().memory_repair(),
+                                   "the search's plan was over memory on its coarse model"))
+          << e.search().memory_repair();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace quilt
