@@ -5,10 +5,8 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "src/common/status.h"
-#include "src/common/units.h"
 #include "src/planner/coarse_graph.h"
 #include "src/planner/local_search.h"
 #include "src/planner/memory_repair.h"
@@ -381,27 +379,10 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
                      RepairMemory(&space, g, topo, cost, batch, best,
                                   repair_start + absl::Seconds(0.25 * options.time_budget_s),
                                   options.repair_simulations));
-    std::string what;
-    if (repaired.moves > 0) {
-      what = absl::StrFormat("moving %d group%s", repaired.moves, repaired.moves == 1 ? "" : "s");
-    }
-    if (repaired.shifts > 0) {
-      what +=
-          absl::StrFormat("%sshifting %d op%s to neighbouring groups", what.empty() ? "" : " and ",
-                          repaired.shifts, repaired.shifts == 1 ? "" : "s");
-    }
-    result.memory_repair = absl::StrFormat(
-        "the search's plan was over memory on its coarse model; on the full model %s (%d plans "
-        "simulated in full, %.2f s)",
-        what.empty()
-            ? std::string(repaired.fits ? "it fits as it is"
-                                        : "no move off the devices over their memory helped")
-        : repaired.fits
-            ? what + " off the devices over their memory made it fit"
-            : what + " left it " + HumanBytes(static_cast<int64_t>(repaired.over_bytes)) +
-                  " over, in all",
-        repaired.simulated, absl::ToDoubleSeconds(absl::Now() - repair_start));
-    if (repaired.moves > 0) {
+    result.memory_repair =
+        "the search's plan was over memory on its coarse model; on the full model " +
+        DescribeRepair(repaired, absl::ToDoubleSeconds(absl::Now() - repair_start));
+    if (repaired.moves + repaired.served > 0) {
       absl::StatusOr<Score> score = space.Evaluate(repaired.state);
       if (score.ok()) {
         best = repaired.state;

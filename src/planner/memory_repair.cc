@@ -7,8 +7,11 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "src/common/status.h"
+#include "src/common/units.h"
 #include "src/graph/graph_index.h"
 #include "src/planner/lower.h"
 #include "src/sim/simulator.h"
@@ -222,6 +225,30 @@ void ApplyOpMoves(const Graph& g, const std::vector<OpMove>& moves, quilt::v1::S
   }
 }
 
+std::string DescribeRepair(const RepairOutcome& r, double seconds) {
+  auto count = [](int n, const char* one, const char* many) {
+    return absl::StrFormat("%d %s", n, n == 1 ? one : many);
+  };
+  std::vector<std::string> did;
+  if (r.moves > 0) did.push_back("moving " + count(r.moves, "group", "groups"));
+  if (r.served > 0) {
+    did.push_back("serving the parameters of " + count(r.served, "group", "groups") + " otherwise");
+  }
+  if (r.shifts > 0) {
+    did.push_back("shifting " + count(r.shifts, "op", "ops") + " to neighbouring groups");
+  }
+  std::string what = absl::StrJoin(did.begin(), did.end() - (did.size() > 1 ? 1 : 0), ", ");
+  if (did.size() > 1) what += " and " + did.back();
+  return absl::StrFormat(
+      "%s (%s simulated in full, %.2f s)",
+      what.empty() ? std::string(r.fits ? "it fits as it is"
+                                        : "no move off the devices over their memory helped")
+      : r.fits
+          ? what + " off the devices over their memory made it fit"
+          : what + " left it " + HumanBytes(static_cast<int64_t>(r.over_bytes)) + " over, in all",
+      count(r.simulated, "plan", "plans"), seconds);
+}
+
 absl::StatusOr<RepairOutcome> RepairMemory(SearchSpace* space, const Graph& g, const Topology& topo,
                                            const CostModel& cost, int64_t batch,
                                            const PlanState& start, absl::Time deadline,
@@ -277,9 +304,9 @@ absl::StatusOr<RepairOutcome> RepairMemory(SearchSpace* space, const Graph& g, c
       }
     }
     if (!best.has_value() || !best->second.BetterThan(score)) break;
+    (best->first.place == out.state.place ? out.served : out.moves) += 1;
     out.state = best->first;
     score = best->second;
-    ++out.moves;
   }
   if (!score.fits() && !out_of_time()) {
     quilt::v1::Strategy fine =

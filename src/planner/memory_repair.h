@@ -45,7 +45,8 @@ struct RepairOutcome {
   bool fits = false;      // whether it fits every device in full
   double step_s = 0;      // its full simulation's step
   double over_bytes = 0;  // bytes over capacity in full, summed (0 when it fits)
-  int moves = 0;          // groups moved (or served elsewhere)
+  int moves = 0;          // groups moved to another placement
+  int served = 0;         // replicated groups' parameters served otherwise
   int shifts = 0;         // runs of ops shifted between groups (op_moves)
   int simulated = 0;      // plans simulated in full
 };
@@ -55,6 +56,11 @@ absl::StatusOr<RepairOutcome> RepairMemory(SearchSpace* space, const Graph& g, c
                                            const CostModel& cost, int64_t batch,
                                            const PlanState& start, absl::Time deadline,
                                            int max_simulations);
+
+// What the repair did, in words, e.g. "moving 1 group and shifting 3 ops
+// to neighbouring groups off the devices over their memory made it fit
+// (40 plans simulated in full, 0.61 s)".
+std::string DescribeRepair(const RepairOutcome& outcome, double seconds);
 
 // Moves each op as `moves` says, in order (ops or groups not in
 // `strategy` are passed over); the parameters a moved op reads are then

@@ -146,6 +146,32 @@ TEST(RepairMemory, EndsWithWhatIsLeftOverWhereNothingFits) {
   EXPECT_LE(r->simulated, 51);
 }
 
+TEST(DescribeRepair, SaysWhatTheRepairDid) {
+  RepairOutcome r;
+  r.fits = true;
+  r.simulated = 1;
+  EXPECT_EQ(DescribeRepair(r, 0.5), "it fits as it is (1 plan simulated in full, 0.50 s)");
+  r.moves = 1;
+  r.served = 2;
+  r.shifts = 3;
+  r.simulated = 40;
+  EXPECT_EQ(DescribeRepair(r, 1.25),
+            "moving 1 group, serving the parameters of 2 groups otherwise and shifting 3 ops to "
+            "neighbouring groups off the devices over their memory made it fit (40 plans "
+            "simulated in full, 1.25 s)");
+  r.fits = false;
+  r.moves = 0;
+  r.served = 0;
+  r.over_bytes = 3 << 20;
+  EXPECT_EQ(DescribeRepair(r, 1),
+            "shifting 3 ops to neighbouring groups left it 3.0MiB over, in all (40 plans simulated "
+            "in full, 1.00 s)");
+  r.shifts = 0;
+  EXPECT_EQ(DescribeRepair(r, 1),
+            "no move off the devices over their memory helped (40 plans simulated in full, 1.00 "
+            "s)");
+}
+
 TEST(ApplyOpMoves, MovesOpsToTheEndOrFrontOfTheirGroup) {
   quilt::v1::Strategy s;
   auto* a = s.add_groups();

@@ -373,7 +373,14 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
   summary.set_plans_ruled_out(sr.ruled_out);
   summary.set_search_wall_s(sr.search_wall_s);
   summary.set_stopped_by(sr.stopped_by);
-  summary.set_memory_repair(sr.memory_repair);
+  // (The repair's plan is the search's: its variants come first.)
+  if (!sr.memory_repair.empty()) {
+    summary.set_memory_repair(chosen < sr.first_start_variant && fallback < 0
+                                  ? sr.memory_repair
+                                  : sr.memory_repair +
+                                        "; the plan below is another that the full simulation "
+                                        "found faster or within memory");
+  }
   summary.set_start_coarse_s(from_other ? other->start_s : sr.start_s);
   // A start variant places the ops as the start does.
   const bool near = sr.near_variant > 0 && chosen == sr.near_variant && fallback < 0;
