@@ -14,6 +14,7 @@
 #include "src/common/units.h"
 #include "src/graph/graph_index.h"
 #include "src/planner/lower.h"
+#include "src/planner/program_validator.h"
 #include "src/sim/simulator.h"
 
 namespace quilt {
@@ -109,6 +110,13 @@ std::vector<int> Destinations(SearchSpace* space, const PlanState& state, int k,
     if (score.room[devices[i]] > 0) add(space->SingleOption(devices[i]));
   }
   return out;
+}
+
+// Whether `s` lowers to a program that validates.
+bool Validates(const GraphIndex& index, const quilt::v1::Strategy& s, const Topology& topo,
+               const CostModel& cost, int64_t batch) {
+  absl::StatusOr<quilt::v1::DistributedProgram> p = Lower(index, s, topo, &cost, batch);
+  return p.ok() && ValidateProgram(*p, index, topo).ok();
 }
 
 // The devices of a group.
@@ -311,7 +319,15 @@ absl::StatusOr<RepairOutcome> RepairMemory(SearchSpace* space, const Graph& g, c
   if (!score.fits() && !out_of_time()) {
     quilt::v1::Strategy fine =
         space->FineStrategy(g, out.state, "heterog", SearchSpace::kFusePerGroup);
+    const FullScore unshifted = score;
     RETURN_IF_ERROR(ShiftOps(&judge, g, topo, out_of_time, &fine, &score, &out.op_moves));
+    // The plan with its ops shifted is validated as the plan's result
+    // will be (each shift was only simulated); one that does not validate
+    // is not kept.
+    if (!out.op_moves.empty() && !Validates(index, fine, topo, cost, batch)) {
+      out.op_moves.clear();
+      score = unshifted;
+    }
     out.shifts = static_cast<int>(out.op_moves.size());
   }
   out.fits = score.fits();
