@@ -84,11 +84,13 @@ std::string RenderExplain(const quilt::v1::PlanReport& r) {
     const std::string ops =
         d.ops() == 1 ? d.first_op()
                      : absl::StrFormat("%s … %s (%d ops)", d.first_op(), d.last_op(), d.ops());
-    const std::string saves = d.needed_to_fit()        ? "needed to fit memory"
-                              : d.saved_not_measured() ? "not measured (time budget)"
-                              : d.saved_s() == 0       ? "-"
-                              : d.saved_s() < 0        ? "-" + HumanSeconds(-d.saved_s())
-                                                       : HumanSeconds(d.saved_s());
+    const std::string saves =
+        d.needed_to_fit() ? "needed to fit memory"
+        : d.saved_not_measured()
+            ? (s.memory_repair().empty() ? "not measured (time budget)" : "not measured")
+        : d.saved_s() == 0 ? "-"
+        : d.saved_s() < 0  ? "-" + HumanSeconds(-d.saved_s())
+                           : HumanSeconds(d.saved_s());
     t.AddRow({std::to_string(d.group()), ops, d.placement(), d.aggregation(), saves});
   }
   const std::string against = s.decisions_against().empty() || s.decisions_against() == s.start()

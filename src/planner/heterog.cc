@@ -146,10 +146,14 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
   const absl::Time start = absl::Now();
   const absl::Time deadline = start + absl::Seconds(options.time_budget_s);
   if (!g.has_backward) return absl::InvalidArgumentError("planning needs a training graph");
-  ASSIGN_OR_RETURN(std::unique_ptr<CoarseModel> coarse,
+  ASSIGN_OR_RETURN(std::unique_ptr<CoarseModel> coarse_model,
                    CoarsenForSearch(g, topo, cost, batch, options.target_groups));
+  // (Shared with the result's repair, which outlives the call.)
+  const std::shared_ptr<CoarseModel> coarse = std::move(coarse_model);
   const Grouping& grouping = coarse->grouping();
-  SearchSpace space(topo, cost, *coarse, batch, options.memory_fraction);
+  const auto space_owner =
+      std::make_shared<SearchSpace>(topo, cost, *coarse, batch, options.memory_fraction);
+  SearchSpace& space = *space_owner;
   SearchResult result;
   result.groups = coarse->num_groups();
   std::optional<PlanState> near;
@@ -399,6 +403,40 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
     result.variants.push_back(space.FineStrategy(g, best, "heterog", fusion));
     ApplyOpMoves(g, op_moves, &result.variants.back());
     result.variant_collectives.push_back(FusionLabel(fusion));
+  }
+  if (best_score.feasible() && options.repair_simulations > 0) {
+    result.repair = [space_owner, coarse, &g, &topo, &cost, batch, best, fusions,
+                     simulations = options.repair_simulations](
+                        double budget_s, size_t variant) -> absl::StatusOr<RepairedPlan> {
+      const absl::Time start = absl::Now();
+      ASSIGN_OR_RETURN(
+          RepairOutcome r,
+          RepairMemory(space_owner.get(), g, topo, cost, batch, best,
+                       start + absl::Seconds(budget_s), simulations,
+                       variant < fusions.size() ? fusions[variant] : SearchSpace::kFusePerGroup));
+      RepairedPlan out;
+      out.changed = r.moves + r.served + r.shifts > 0;
+      out.fits = r.fits;
+      out.description = DescribeRepair(r, absl::ToDoubleSeconds(absl::Now() - start));
+      if (!out.changed) return out;
+      for (int64_t fusion : fusions) {
+        out.variants.push_back(space_owner->FineStrategy(g, r.state, "heterog", fusion));
+        ApplyOpMoves(g, r.op_moves, &out.variants.back());
+      }
+      for (int k = 0; k < coarse->num_groups(); ++k) {
+        GroupChoice c;
+        c.group = k;
+        const auto& ops = out.variants[0].groups(k).ops();
+        c.ops = ops.size();
+        c.first_op = ops.empty() ? "" : ops.Get(0);
+        c.last_op = ops.empty() ? "" : ops.Get(ops.size() - 1);
+        c.placement = space_owner->options()[r.state.place[k]].label;
+        c.aggregation = space_owner->AggregationLabel(r.state, k);
+        c.saved_not_measured = true;
+        out.choices.push_back(std::move(c));
+      }
+      return out;
+    };
   }
   result.first_start_variant = result.variants.size();
   // The starting plan with the smallest buckets too: the search compared

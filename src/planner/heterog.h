@@ -114,6 +114,23 @@ struct GroupChoice {
   bool saved_not_measured = false;
 };
 
+// The search's plan repaired on the full graph after the search
+// (SearchResult::repair).
+struct RepairedPlan {
+  // Whether the repair changed the plan; if not, the rest is empty.
+  bool changed = false;
+  // Whether it fits every device on the full graph (with a collective per
+  // group: the first variant).
+  bool fits = false;
+  // The repaired plan's variants, as SearchResult's first ones (the same
+  // ways of forming collectives, in order).
+  std::vector<quilt::v1::Strategy> variants;
+  // What the repair did, in words (DescribeRepair), and the plan's
+  // choices per group (what each saves is not measured).
+  std::string description;
+  std::vector<GroupChoice> choices;
+};
+
 struct SearchResult {
   // The plan for the full graph, in variants for the full simulation to
   // choose from: gradients of a group fused in one collective, one
@@ -158,6 +175,13 @@ struct SearchResult {
   std::vector<quilt::v1::Strategy> fallbacks;
   std::vector<double> fallback_s;
   std::vector<std::vector<GroupChoice>> fallback_choices;
+  // Where the plan fits on the coarsened graph, but the full simulation
+  // may find it over memory: repairs it on the full graph (RepairMemory),
+  // within `budget_s`, judging plans as `variant` (one of the plan's own,
+  // before first_start_variant) forms collectives. Empty where the search
+  // repaired its plan already (memory_repair). Valid while the graph,
+  // topology and cost model the search ran on are.
+  std::function<absl::StatusOr<RepairedPlan>(double budget_s, size_t variant)> repair;
   // Predicted on the coarsened graph: the starting baseline, the result.
   std::string start;
   double start_s = 0, result_s = 0;

@@ -1,6 +1,7 @@
 #include "src/planner/memory_repair.h"
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
@@ -29,21 +30,39 @@ struct FullScore {
   double over_bytes = 0;
   std::vector<double> room;  // per device: capacity − peak (negative: over)
   bool fits() const { return over_bytes <= 0; }
-  // Fits before not; then faster, or less over.
-  bool BetterThan(const FullScore& o) const {
-    if (fits() != o.fits()) return fits();
-    return fits() ? step_s < o.step_s : over_bytes < o.over_bytes;
+  // As a move from `now`: seconds added to the step per byte taken off
+  // the memory over capacity (negative where the step gets faster);
+  // infinite where nothing is taken off.
+  double Cost(const FullScore& now) const {
+    const double freed = now.over_bytes - over_bytes;
+    if (!(freed > 0)) return std::numeric_limits<double>::infinity();
+    return (step_s - now.step_s) / freed;
   }
+  // As a move from `now`, better than `o`: the least step added per byte
+  // freed (a move that fits frees all that is over); then less over.
+  bool BetterThan(const FullScore& o, const FullScore& now) const {
+    const double mine = Cost(now), theirs = o.Cost(now);
+    if (mine != theirs) return mine < theirs;
+    return over_bytes < o.over_bytes;
+  }
+  // Whether it is a move from `now` at all: less over.
+  bool Improves(const FullScore& now) const { return over_bytes < now.over_bytes; }
 };
 
 class FullJudge {
  public:
   FullJudge(SearchSpace* space, const Graph& g, const GraphIndex& index, const Topology& topo,
-            const CostModel& cost, int64_t batch)
-      : space_(space), g_(g), index_(index), topo_(topo), cost_(cost), batch_(batch) {}
+            const CostModel& cost, int64_t batch, int64_t fusion)
+      : space_(space),
+        g_(g),
+        index_(index),
+        topo_(topo),
+        cost_(cost),
+        batch_(batch),
+        fusion_(fusion) {}
 
   absl::StatusOr<FullScore> Of(const PlanState& state) {
-    return Of(space_->FineStrategy(g_, state, "heterog", SearchSpace::kFusePerGroup));
+    return Of(space_->FineStrategy(g_, state, "heterog", fusion_));
   }
   absl::StatusOr<FullScore> Of(const quilt::v1::Strategy& s) {
     ++simulated_;
@@ -74,6 +93,7 @@ class FullJudge {
   const Topology& topo_;
   const CostModel& cost_;
   int64_t batch_;
+  int64_t fusion_;
   int simulated_ = 0;
 };
 
@@ -161,11 +181,12 @@ absl::Status ShiftOps(FullJudge* judge, const Graph& g, const Topology& topo,
           ApplyOpMoves(g, shift, &moved);
           absl::StatusOr<FullScore> s = judge->Of(moved);
           if (!s.ok()) continue;  // (a plan that does not lower is no move)
-          if (!best.has_value() || s->BetterThan(best->second)) best.emplace(shift, *s);
+          if (!s->Improves(*score)) continue;
+          if (!best.has_value() || s->BetterThan(best->second, *score)) best.emplace(shift, *s);
         }
       }
     }
-    if (!best.has_value() || !best->second.BetterThan(*score)) break;
+    if (!best.has_value()) break;
     ApplyOpMoves(g, best->first, fine);
     moves->insert(moves->end(), best->first.begin(), best->first.end());
     *score = best->second;
@@ -260,9 +281,9 @@ std::string DescribeRepair(const RepairOutcome& r, double seconds) {
 absl::StatusOr<RepairOutcome> RepairMemory(SearchSpace* space, const Graph& g, const Topology& topo,
                                            const CostModel& cost, int64_t batch,
                                            const PlanState& start, absl::Time deadline,
-                                           int max_simulations) {
+                                           int max_simulations, int64_t fusion) {
   ASSIGN_OR_RETURN(GraphIndex index, GraphIndex::Build(g));
-  FullJudge judge(space, g, index, topo, cost, batch);
+  FullJudge judge(space, g, index, topo, cost, batch, fusion);
   RepairOutcome out;
   out.state = start;
   ASSIGN_OR_RETURN(FullScore score, judge.Of(start));
@@ -308,17 +329,17 @@ absl::StatusOr<RepairOutcome> RepairMemory(SearchSpace* space, const Graph& g, c
         if (!seen.insert(space->StateKey(moved)).second) continue;
         absl::StatusOr<FullScore> s = judge.Of(moved);
         if (!s.ok()) continue;  // (a plan that does not lower is no move)
-        if (!best.has_value() || s->BetterThan(best->second)) best.emplace(moved, *s);
+        if (!s->Improves(score)) continue;
+        if (!best.has_value() || s->BetterThan(best->second, score)) best.emplace(moved, *s);
       }
     }
-    if (!best.has_value() || !best->second.BetterThan(score)) break;
+    if (!best.has_value()) break;
     (best->first.place == out.state.place ? out.served : out.moves) += 1;
     out.state = best->first;
     score = best->second;
   }
   if (!score.fits() && !out_of_time()) {
-    quilt::v1::Strategy fine =
-        space->FineStrategy(g, out.state, "heterog", SearchSpace::kFusePerGroup);
+    quilt::v1::Strategy fine = space->FineStrategy(g, out.state, "heterog", fusion);
     const FullScore unshifted = score;
     RETURN_IF_ERROR(ShiftOps(&judge, g, topo, out_of_time, &fine, &score, &out.op_moves));
     // The plan with its ops shifted is validated as the plan's result

@@ -8,9 +8,10 @@
 // elsewhere; then, where whole groups are too large to move, it shifts
 // forward ops (with their gradients and updates) across the boundary
 // between a group with a device over its memory and a neighbouring group
-// whose devices all have room, in runs of 1, 2, 4, … ops. Each round it takes
-// the move that leaves the least over memory in all (among moves that fit,
-// the fastest), until the plan fits, no move helps, or its time or
+// whose devices all have room, in runs of 1, 2, 4, … ops. Each round it
+// takes, of the moves that leave less over memory in all, the one that
+// adds the least to the step per byte it takes off (a move that fits takes
+// off all), until the plan fits, no move takes any off, or its time or
 // simulations run out. Every plan it judges is simulated in full, as
 // `quiltctl plan` simulates its result.
 #ifndef QUILT_SRC_PLANNER_MEMORY_REPAIR_H_
@@ -51,11 +52,14 @@ struct RepairOutcome {
   int simulated = 0;      // plans simulated in full
 };
 
-// Errors: the start does not lower or simulate in full (a bug).
+// Plans are judged with their gradients formed into collectives as
+// `fusion` says (SearchSpace::FineStrategy). Errors: the start does not
+// lower or simulate in full (a bug).
 absl::StatusOr<RepairOutcome> RepairMemory(SearchSpace* space, const Graph& g, const Topology& topo,
                                            const CostModel& cost, int64_t batch,
                                            const PlanState& start, absl::Time deadline,
-                                           int max_simulations);
+                                           int max_simulations,
+                                           int64_t fusion = SearchSpace::kFusePerGroup);
 
 // What the repair did, in words, e.g. "moving 1 group and shifting 3 ops
 // to neighbouring groups off the devices over their memory made it fit

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <limits>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -136,7 +137,11 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
     e.estimate.mutable_strategy()->set_name(kHeteroG);
     done->at(kHeteroG) = std::move(e);
   };
+  // Each variant's step in full, as simulate_variants last found them.
+  std::vector<double> variant_step;
   auto simulate_variants = [&](const SearchResult& r) -> absl::StatusOr<size_t> {
+    variant_step.assign(r.variants.size(), std::numeric_limits<double>::infinity());
+    variant_step[0] = done->at(kHeteroG).estimate.step_time_s();
     std::vector<NamedStrategy> variants;
     const quilt::v1::ExecutionOrder order = done->at(kHeteroG).estimate.strategy().order();
     for (size_t v = 1; v < r.variants.size(); ++v) {
@@ -151,6 +156,7 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
       const std::string& name = variants[v - 1].name;
       const quilt::v1::StrategyEstimate& first = done->at(kHeteroG).estimate;
       const quilt::v1::StrategyEstimate& other = done->at(name).estimate;
+      variant_step[v] = other.step_time_s();
       if (other.feasible() && (!first.feasible() || other.step_time_s() < first.step_time_s())) {
         adopt(name);
         chosen = v;
@@ -172,7 +178,46 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
     done->erase(name);
   }
   // The coarsened graph misses tensors that live briefly inside a group: a
-  // plan that fits there can overflow in full. Then search again with more
+  // plan that fits there can overflow in full. Then it is first repaired
+  // on the full graph (RepairMemory: groups moved, ops shifted), in a
+  // quarter of the time budget, and its variants simulated in full.
+  if (sr.feasible && sr.repair && !done->at(kHeteroG).estimate.feasible()) {
+    if (o.progress) {
+      o.progress(absl::StrFormat(
+          "the plan overflows memory in full; moving ops off the devices over their memory on "
+          "the full model (%.1f s so far)",
+          absl::ToDoubleSeconds(absl::Now() - start)));
+    }
+    // (On the plan's variant that simulated fastest: the search's own
+    // collectives can be far slower than buckets.)
+    size_t fastest = 0;
+    for (size_t v = 1; v < sr.first_start_variant && v < variant_step.size(); ++v) {
+      if (variant_step[v] < variant_step[fastest]) fastest = v;
+    }
+    ASSIGN_OR_RETURN(RepairedPlan rp, sr.repair(0.25 * o.search.time_budget_s, fastest));
+    const std::string said =
+        "the search's plan fit on its coarse model but not in full; on the full model " +
+        rp.description;
+    if (rp.changed) {
+      SearchResult repaired = sr;
+      for (size_t v = 0; v < rp.variants.size() && v < repaired.first_start_variant; ++v) {
+        repaired.variants[v] = rp.variants[v];
+      }
+      Evaluated before = std::move(done->at(kHeteroG));
+      done->erase(kHeteroG);
+      RETURN_IF_ERROR(evaluate(NamedStrategy{kHeteroG, repaired.variants[0], ""}));
+      ASSIGN_OR_RETURN(size_t repaired_chosen, simulate_variants(repaired));
+      if (done->at(kHeteroG).estimate.feasible()) {
+        repaired.choices = rp.choices;
+        sr = std::move(repaired);
+        chosen = repaired_chosen;
+      } else {
+        done->at(kHeteroG) = std::move(before);
+      }
+    }
+    sr.memory_repair = said;
+  }
+  // Still over: search again with more
   // headroom, up to three times, each with 15 % less of each device, in
   // what is left of the time budget (a quarter of it when none is); the
   // fastest plan that fits in full, of every search, is kept.

@@ -119,5 +119,43 @@ TEST(PlanProgress, APlanOverMemoryOnTheCoarseModelSaysItIsRepaired) {
   }
 }
 
+TEST(PlanProgress, APlanThatFitsOnlyOnTheCoarseModelIsRepairedInFull) {
+  // The search told the devices hold twice what they do: its plan fits on
+  // the coarse model and not in full, and is repaired before the search
+  // runs again.
+  quilt::v1::ClusterSpec spec = testing::TwoNodes();
+  for (auto& node : *spec.mutable_nodes()) {
+    for (auto& dev : *node.mutable_devices()) dev.set_memory_bytes(int64_t{7} << 28);
+  }
+  auto w = testing::Make("transformer", spec);
+  std::vector<std::string> lines;
+  PlanOptions po;
+  po.global_batch = 64;
+  po.strategy = "heterog";
+  po.search.memory_fraction = 2;
+  po.search.time_budget_s = 1;
+  po.progress = [&](const std::string& line) { lines.push_back(line); };
+  absl::StatusOr<PlanResult> plan = Plan(w->graph, w->topo, po);
+  ASSERT_THAT(plan.status(), IsOk());
+  int repairing = 0;
+  for (const std::string& line : lines) {
+    repairing +=
+        absl::StartsWith(line, "the plan overflows memory in full; moving ops off the devices");
+  }
+  EXPECT_EQ(repairing, 1);
+  // Nothing found fits 1.75 GiB at that batch (a search run again with
+  // less of each device could, in time): the repair says how far over it
+  // left the plan.
+  for (const auto& e : plan->report.estimates()) {
+    if (e.name() != "heterog" || e.feasible()) continue;
+    EXPECT_TRUE(absl::StartsWith(e.search().memory_repair(),
+                                 "the search's plan fit on its coarse model but not in full; on "
+                                 "the full model "))
+        << e.search().memory_repair();
+    EXPECT_TRUE(absl::StrContains(e.search().memory_repair(), "over, in all"))
+        << e.search().memory_repair();
+  }
+}
+
 }  // namespace
 }  // namespace quilt
