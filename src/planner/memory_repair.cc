@@ -38,9 +38,12 @@ struct FullScore {
     if (!(freed > 0)) return std::numeric_limits<double>::infinity();
     return (step_s - now.step_s) / freed;
   }
-  // As a move from `now`, better than `o`: the least step added per byte
-  // freed (a move that fits frees all that is over); then less over.
+  // As a move from `now`, better than `o`: one that fits before one that
+  // does not, then the faster; of two that do not, the least step added
+  // per byte freed, then less over.
   bool BetterThan(const FullScore& o, const FullScore& now) const {
+    if (fits() != o.fits()) return fits();
+    if (fits()) return step_s < o.step_s;
     const double mine = Cost(now), theirs = o.Cost(now);
     if (mine != theirs) return mine < theirs;
     return over_bytes < o.over_bytes;
