@@ -1,7 +1,6 @@
 #include "src/planner/memory_repair.h"
 
 #include <algorithm>
-#include <limits>
 #include <map>
 #include <optional>
 #include <set>
@@ -30,23 +29,11 @@ struct FullScore {
   double over_bytes = 0;
   std::vector<double> room;  // per device: capacity − peak (negative: over)
   bool fits() const { return over_bytes <= 0; }
-  // As a move from `now`: seconds added to the step per byte taken off
-  // the memory over capacity (negative where the step gets faster);
-  // infinite where nothing is taken off.
-  double Cost(const FullScore& now) const {
-    const double freed = now.over_bytes - over_bytes;
-    if (!(freed > 0)) return std::numeric_limits<double>::infinity();
-    return (step_s - now.step_s) / freed;
-  }
   // As a move from `now`, better than `o`: one that fits before one that
-  // does not, then the faster; of two that do not, the least step added
-  // per byte freed, then less over.
-  bool BetterThan(const FullScore& o, const FullScore& now) const {
+  // does not, then the faster; of two that do not, the less over.
+  bool BetterThan(const FullScore& o) const {
     if (fits() != o.fits()) return fits();
-    if (fits()) return step_s < o.step_s;
-    const double mine = Cost(now), theirs = o.Cost(now);
-    if (mine != theirs) return mine < theirs;
-    return over_bytes < o.over_bytes;
+    return fits() ? step_s < o.step_s : over_bytes < o.over_bytes;
   }
   // Whether it is a move from `now` at all: less over.
   bool Improves(const FullScore& now) const { return over_bytes < now.over_bytes; }
@@ -185,7 +172,7 @@ absl::Status ShiftOps(FullJudge* judge, const Graph& g, const Topology& topo,
           absl::StatusOr<FullScore> s = judge->Of(moved);
           if (!s.ok()) continue;  // (a plan that does not lower is no move)
           if (!s->Improves(*score)) continue;
-          if (!best.has_value() || s->BetterThan(best->second, *score)) best.emplace(shift, *s);
+          if (!best.has_value() || s->BetterThan(best->second)) best.emplace(shift, *s);
         }
       }
     }
@@ -333,7 +320,7 @@ absl::StatusOr<RepairOutcome> RepairMemory(SearchSpace* space, const Graph& g, c
         absl::StatusOr<FullScore> s = judge.Of(moved);
         if (!s.ok()) continue;  // (a plan that does not lower is no move)
         if (!s->Improves(score)) continue;
-        if (!best.has_value() || s->BetterThan(best->second, score)) best.emplace(moved, *s);
+        if (!best.has_value() || s->BetterThan(best->second)) best.emplace(moved, *s);
       }
     }
     if (!best.has_value()) break;
