@@ -7,10 +7,12 @@
 #include <limits>
 #include <map>
 #include <numeric>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "src/common/status.h"
+#include "src/common/units.h"
 #include "src/graph/op_registry.h"
 #include "src/planner/lower.h"
 #include "src/sim/simulator.h"
@@ -390,6 +392,23 @@ std::vector<NamedStrategy> Baselines(const Graph& g, const Topology& topo, const
     out.push_back(std::move(ns));
   }
   return out;
+}
+
+absl::Status CheckStateFits(const Graph& g, const Topology& topo) {
+  double state = 0, memory = 0;
+  std::set<std::string> seen;
+  for (const StateUpdate& u : g.updates) {
+    if (!seen.insert(u.target).second) continue;
+    const TensorInfo* t = g.FindTensor(u.target);
+    if (t != nullptr) state += static_cast<double>(t->shape.NumElements(1) * DTypeSize(t->dtype));
+  }
+  for (const DeviceEntry& d : topo.devices()) memory += static_cast<double>(d.proto.memory_bytes());
+  if (state <= memory) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "the model does not fit this cluster at any batch: its parameters and optimizer state take ",
+      HumanBytes(static_cast<int64_t>(state)), " and the cluster's ", topo.num_devices(), " device",
+      topo.num_devices() == 1 ? "" : "s", " hold ", HumanBytes(static_cast<int64_t>(memory)),
+      " in all"));
 }
 
 }  // namespace quilt

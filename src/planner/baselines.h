@@ -108,6 +108,12 @@ std::vector<NamedStrategy> Baselines(const Graph& graph, const Topology& topo,
 inline constexpr const char* kDataParallelBaselines[] = {
     "dp-even-ring", "dp-even-ps", "dp-proportional-ring", "dp-proportional-ps"};
 
+// Every parameter and optimizer state lives on at least one device, at any
+// batch and in any plan: when they outweigh the whole cluster's memory, no
+// search can find a plan, and saying so at once beats searching for its
+// whole time budget. Errors: RESOURCE_EXHAUSTED saying both sizes.
+absl::Status CheckStateFits(const Graph& graph, const Topology& topo);
+
 }  // namespace quilt
 
 #endif  // QUILT_SRC_PLANNER_BASELINES_H_

@@ -207,7 +207,9 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
       done->erase(kHeteroG);
       RETURN_IF_ERROR(evaluate(NamedStrategy{kHeteroG, repaired.variants[0], ""}));
       ASSIGN_OR_RETURN(size_t repaired_chosen, simulate_variants(repaired));
-      if (done->at(kHeteroG).estimate.feasible()) {
+      // (Kept where it fits, or is at least nearer to fitting.)
+      if (done->at(kHeteroG).estimate.feasible() ||
+          Overflow(done->at(kHeteroG).estimate) < Overflow(before.estimate)) {
         repaired.choices = rp.choices;
         sr = std::move(repaired);
         chosen = repaired_chosen;
@@ -470,7 +472,12 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
     d->set_saved_not_measured(c.saved_not_measured);
   }
   // The plan shown is another's: nothing of the search's plan describes it.
-  auto forget_search_plan = [&summary](const std::string& collectives) {
+  auto forget_search_plan = [&summary, &sr](const std::string& collectives,
+                                            const std::string& shown) {
+    if (!sr.memory_repair.empty()) {
+      summary.set_memory_repair(sr.memory_repair + "; the plan below is " + shown +
+                                "'s, which the full simulation preferred");
+    }
     summary.clear_decisions();
     summary.clear_gathered_tables();
     summary.clear_gathered_saved_s();
@@ -499,7 +506,7 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
     h.estimate.set_note(why + "; " + best->estimate.name() + " is as fast or faster and is kept");
     // The plan is the baseline's: no group choice or collective of the
     // search's plan describes it.
-    forget_search_plan("as " + best->estimate.name() + " forms them");
+    forget_search_plan("as " + best->estimate.name() + " forms them", best->estimate.name());
   } else if (best != nullptr) {
     const double ratio = best->estimate.step_time_s() / h.estimate.step_time_s();
     // Under 1 % a ratio rounds to 1.00×: say how much, in per cent and time.
@@ -559,7 +566,8 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
       if (!h.program.empty()) h.program->mutable_strategy()->set_name(kHeteroG);
       h.estimate.set_infeasible_reason(reason);
       h.estimate.set_note(why);
-      forget_search_plan("as " + nearest->estimate.name() + " forms them");
+      forget_search_plan("as " + nearest->estimate.name() + " forms them",
+                         nearest->estimate.name());
     }
   }
   (void)lb;
@@ -573,31 +581,6 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
   if (!h.program.empty()) summary.set_exchange_parts(ExchangePartsText(*h.program, topo));
   *h.estimate.mutable_search() = std::move(summary);
   return absl::OkStatus();
-}
-
-}  // namespace
-
-namespace {
-
-// Every parameter and optimizer state lives on at least one device, at any
-// batch and in any plan: when they outweigh the whole cluster's memory, no
-// search can find a plan, and saying so at once beats searching for its
-// whole time budget.
-absl::Status CheckStateFits(const Graph& g, const Topology& topo) {
-  double state = 0, memory = 0;
-  std::set<std::string> seen;
-  for (const StateUpdate& u : g.updates) {
-    if (!seen.insert(u.target).second) continue;
-    const TensorInfo* t = g.FindTensor(u.target);
-    if (t != nullptr) state += static_cast<double>(t->shape.NumElements(1) * DTypeSize(t->dtype));
-  }
-  for (const DeviceEntry& d : topo.devices()) memory += static_cast<double>(d.proto.memory_bytes());
-  if (state <= memory) return absl::OkStatus();
-  return absl::ResourceExhaustedError(absl::StrCat(
-      "the model does not fit this cluster at any batch: its parameters and optimizer state take ",
-      HumanBytes(static_cast<int64_t>(state)), " and the cluster's ", topo.num_devices(), " device",
-      topo.num_devices() == 1 ? "" : "s", " hold ", HumanBytes(static_cast<int64_t>(memory)),
-      " in all"));
 }
 
 }  // namespace
