@@ -17,7 +17,6 @@ namespace {
 
 using ::quilt::testing::LowerChecked;
 using ::quilt::testing::Make;
-using ::quilt::testing::TwoNodes;
 using ::quilt::testing::World;
 
 constexpr int64_t kBatch = 16;
@@ -58,12 +57,7 @@ Searched Prepare(const World& w, int groups = 0) {
 
 // TwoNodes with each device's memory set to `bytes`.
 std::unique_ptr<World> WithMemory(const std::vector<int64_t>& bytes) {
-  quilt::v1::ClusterSpec spec = TwoNodes();
-  int d = 0;
-  for (auto& node : *spec.mutable_nodes()) {
-    for (auto& dev : *node.mutable_devices()) dev.set_memory_bytes(bytes[d++]);
-  }
-  return Make("transformer", spec);
+  return Make("transformer", testing::TwoNodesWithMemory(bytes));
 }
 
 // Each forward op in exactly one group of `s`.

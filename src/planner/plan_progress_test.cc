@@ -89,11 +89,7 @@ TEST(PlanFitCheck, SearchesOnlyWhenNoBaselineFits) {
 
 TEST(PlanProgress, APlanOverMemoryOnTheCoarseModelSaysItIsRepaired) {
   // gpt2 on four devices of 1 GiB: no plan fits anywhere.
-  quilt::v1::ClusterSpec spec = testing::TwoNodes();
-  for (auto& node : *spec.mutable_nodes()) {
-    for (auto& dev : *node.mutable_devices()) dev.set_memory_bytes(int64_t{1} << 30);
-  }
-  auto w = testing::Make("gpt2", spec);
+  auto w = testing::Make("gpt2", testing::TwoNodesWithMemory({int64_t{1} << 30}));
   std::vector<std::string> lines;
   PlanOptions po;
   po.global_batch = 64;
@@ -123,11 +119,7 @@ TEST(PlanProgress, APlanThatFitsOnlyOnTheCoarseModelIsRepairedInFull) {
   // The search told the devices hold twice what they do: its plan fits on
   // the coarse model and not in full, and is repaired before the search
   // runs again.
-  quilt::v1::ClusterSpec spec = testing::TwoNodes();
-  for (auto& node : *spec.mutable_nodes()) {
-    for (auto& dev : *node.mutable_devices()) dev.set_memory_bytes(int64_t{7} << 28);
-  }
-  auto w = testing::Make("transformer", spec);
+  auto w = testing::Make("transformer", testing::TwoNodesWithMemory({int64_t{7} << 28}));
   std::vector<std::string> lines;
   PlanOptions po;
   po.global_batch = 64;

@@ -1,5 +1,5 @@
 // Helpers of the planner's tests: a cluster of two nodes with two devices
-// each, fast and slow (TwoNodes); a zoo model's training graph with its
+// each, fast and slow (TwoNodes, TwoNodesWithMemory); a zoo model's training graph with its
 // topology and cost model (World, Make), on a shipped cluster
 // (OnShippedCluster); lowering that also validates and
 // simulates (LowerChecked); and a strategy that puts the transformer's tied
@@ -47,6 +47,19 @@ inline quilt::v1::ClusterSpec TwoNodes() {
     }
     node->mutable_intra_node_link()->set_bandwidth_bytes_per_s(1.2e10);
     node->mutable_nic()->set_bandwidth_bytes_per_s(1.25e9);
+  }
+  return spec;
+}
+
+// TwoNodes with each device's memory: bytes[d] for device d in the
+// spec's order, or bytes[0] for every one.
+inline quilt::v1::ClusterSpec TwoNodesWithMemory(const std::vector<int64_t>& bytes) {
+  quilt::v1::ClusterSpec spec = TwoNodes();
+  size_t d = 0;
+  for (auto& node : *spec.mutable_nodes()) {
+    for (auto& dev : *node.mutable_devices()) {
+      dev.set_memory_bytes(bytes[bytes.size() == 1 ? 0 : d++]);
+    }
   }
   return spec;
 }
