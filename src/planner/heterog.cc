@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "src/common/status.h"
+#include "src/graph/graph_index.h"
 #include "src/planner/coarse_graph.h"
 #include "src/planner/local_search.h"
 #include "src/planner/memory_repair.h"
@@ -126,6 +127,29 @@ absl::StatusOr<std::pair<PlanState, Score>> Enumerate(
   }
   if (!have) return absl::FailedPreconditionError("no plan could be simulated");
   return std::make_pair(best, best_score);
+}
+
+// `state` for the full graph with its gradients formed into collectives
+// each way of `fusions`, the repair's shifted ops moved (`index`: of the
+// full graph; needed only where there are moves).
+std::vector<quilt::v1::Strategy> PlanVariants(const SearchSpace& space, const Graph& g,
+                                              const PlanState& state,
+                                              const std::vector<int64_t>& fusions,
+                                              const std::vector<OpMove>& moves,
+                                              const GraphIndex* index) {
+  std::vector<quilt::v1::Strategy> out;
+  for (int64_t fusion : fusions) {
+    out.push_back(space.FineStrategy(g, state, "heterog", fusion));
+    if (!moves.empty()) ApplyOpMoves(*index, moves, &out.back());
+  }
+  return out;
+}
+
+// A choice's ops as a group of the plan for the full graph lists them.
+void DescribeOps(const quilt::v1::GroupPlacement& group, GroupChoice* c) {
+  c->ops = group.ops_size();
+  c->first_op = group.ops().empty() ? "" : group.ops(0);
+  c->last_op = group.ops().empty() ? "" : group.ops(group.ops_size() - 1);
 }
 
 }  // namespace
@@ -367,7 +391,8 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
   }
   // Over memory on the coarsened graph: repaired on the full one, which
   // may find it over by little, or not at all.
-  std::vector<OpMove> op_moves;  // for the plan's variants
+  std::vector<OpMove> op_moves;     // for the plan's variants
+  std::optional<GraphIndex> index;  // of the full graph, for the repair
   if (!best_score.feasible() && options.repair_simulations > 0) {
     const absl::Time repair_start = absl::Now();
     if (options.progress) {
@@ -379,8 +404,9 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
       p.overflow_bytes = best_score.overflow_bytes;
       options.progress(p);
     }
+    ASSIGN_OR_RETURN(index, GraphIndex::Build(g));
     ASSIGN_OR_RETURN(RepairOutcome repaired,
-                     RepairMemory(&space, g, topo, cost, batch, best,
+                     RepairMemory(&space, *index, topo, cost, batch, best,
                                   repair_start + absl::Seconds(0.25 * options.time_budget_s),
                                   options.repair_simulations));
     result.memory_repair =
@@ -399,19 +425,17 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
   result.feasible = best_score.feasible();
   std::vector<int64_t> fusions = {SearchSpace::kFusePerGroup, SearchSpace::kFuseNone};
   fusions.insert(fusions.end(), options.bucket_bytes.begin(), options.bucket_bytes.end());
-  for (int64_t fusion : fusions) {
-    result.variants.push_back(space.FineStrategy(g, best, "heterog", fusion));
-    ApplyOpMoves(g, op_moves, &result.variants.back());
-    result.variant_collectives.push_back(FusionLabel(fusion));
-  }
+  result.variants = PlanVariants(space, g, best, fusions, op_moves, index ? &*index : nullptr);
+  for (int64_t fusion : fusions) result.variant_collectives.push_back(FusionLabel(fusion));
   if (best_score.feasible() && options.repair_simulations > 0) {
     result.repair = [space_owner, coarse, &g, &topo, &cost, batch, best, fusions,
                      simulations = options.repair_simulations](
                         double budget_s, size_t variant) -> absl::StatusOr<RepairedPlan> {
       const absl::Time start = absl::Now();
+      ASSIGN_OR_RETURN(const GraphIndex index, GraphIndex::Build(g));
       ASSIGN_OR_RETURN(
           RepairOutcome r,
-          RepairMemory(space_owner.get(), g, topo, cost, batch, best,
+          RepairMemory(space_owner.get(), index, topo, cost, batch, best,
                        start + absl::Seconds(budget_s), simulations,
                        variant < fusions.size() ? fusions[variant] : SearchSpace::kFusePerGroup));
       RepairedPlan out;
@@ -419,17 +443,11 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
       out.fits = r.fits;
       out.description = DescribeRepair(r, absl::ToDoubleSeconds(absl::Now() - start));
       if (!out.changed) return out;
-      for (int64_t fusion : fusions) {
-        out.variants.push_back(space_owner->FineStrategy(g, r.state, "heterog", fusion));
-        ApplyOpMoves(g, r.op_moves, &out.variants.back());
-      }
+      out.variants = PlanVariants(*space_owner, g, r.state, fusions, r.op_moves, &index);
       for (int k = 0; k < coarse->num_groups(); ++k) {
         GroupChoice c;
         c.group = k;
-        const auto& ops = out.variants[0].groups(k).ops();
-        c.ops = ops.size();
-        c.first_op = ops.empty() ? "" : ops.Get(0);
-        c.last_op = ops.empty() ? "" : ops.Get(ops.size() - 1);
+        DescribeOps(out.variants[0].groups(k), &c);
         c.placement = space_owner->options()[r.state.place[k]].label;
         c.aggregation = space_owner->AggregationLabel(r.state, k);
         c.saved_not_measured = true;
@@ -563,12 +581,8 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
     c.first_op = g.ops[grouping.forward_ops[k].front()].name;
     c.last_op = g.ops[grouping.forward_ops[k].back()].name;
     GroupChoice as_start = c;
-    if (!op_moves.empty()) {  // the plan's groups, ops shifted by the memory repair
-      const auto& ops = result.variants[0].groups(k).ops();
-      c.ops = ops.size();
-      c.first_op = ops.empty() ? "" : ops.Get(0);
-      c.last_op = ops.empty() ? "" : ops.Get(ops.size() - 1);
-    }
+    // (The plan's groups, where the memory repair shifted ops.)
+    if (!op_moves.empty()) DescribeOps(result.variants[0].groups(k), &c);
     describe(best, k, &c);
     describe(start_state, k, &as_start);
     result.start_choices.push_back(as_start);

@@ -87,11 +87,6 @@ class FullJudge {
   int simulated_ = 0;
 };
 
-bool Holds(const PlacementOption& o, int device) {
-  return std::any_of(o.replicas.begin(), o.replicas.end(),
-                     [&](const std::pair<int, int>& r) { return r.first == device; });
-}
-
 // The placements group k may move to off the devices over memory: its
 // neighbours' and the roomiest devices' alone, none holding such a device.
 std::vector<int> Destinations(SearchSpace* space, const PlanState& state, int k,
@@ -141,7 +136,7 @@ std::vector<int> DevicesOf(const Topology& topo, const quilt::v1::GroupPlacement
 // stage), each round the best such run; appends one OpMove per op moved
 // (a run's moves together) and updates `score`.
 template <typename OutOfTime>
-absl::Status ShiftOps(FullJudge* judge, const Graph& g, const Topology& topo,
+absl::Status ShiftOps(FullJudge* judge, const GraphIndex& index, const Topology& topo,
                       const OutOfTime& out_of_time, quilt::v1::Strategy* fine, FullScore* score,
                       std::vector<OpMove>* moves) {
   while (!score->fits() && !out_of_time()) {
@@ -168,7 +163,7 @@ absl::Status ShiftOps(FullJudge* judge, const Graph& g, const Topology& topo,
             shift.push_back({fine->groups(a).ops(at), fine->groups(b).group(), b < a});
           }
           quilt::v1::Strategy moved = *fine;
-          ApplyOpMoves(g, shift, &moved);
+          ApplyOpMoves(index, shift, &moved);
           absl::StatusOr<FullScore> s = judge->Of(moved);
           if (!s.ok()) continue;  // (a plan that does not lower is no move)
           if (!s->Improves(*score)) continue;
@@ -177,7 +172,7 @@ absl::Status ShiftOps(FullJudge* judge, const Graph& g, const Topology& topo,
       }
     }
     if (!best.has_value()) break;
-    ApplyOpMoves(g, best->first, fine);
+    ApplyOpMoves(index, best->first, fine);
     moves->insert(moves->end(), best->first.begin(), best->first.end());
     *score = best->second;
   }
@@ -186,20 +181,24 @@ absl::Status ShiftOps(FullJudge* judge, const Graph& g, const Topology& topo,
 
 }  // namespace
 
-void ApplyOpMoves(const Graph& g, const std::vector<OpMove>& moves, quilt::v1::Strategy* strategy) {
+void ApplyOpMoves(const GraphIndex& index, const std::vector<OpMove>& moves,
+                  quilt::v1::Strategy* strategy) {
   std::map<std::string, int> aggregation;  // parameter → its entry
   for (int i = 0; i < strategy->aggregations_size(); ++i) {
     aggregation[strategy->aggregations(i).parameter()] = i;
   }
-  std::map<std::string, const Op*> ops;
-  for (const Op& op : g.ops) ops[op.name] = &op;
+  // The op named so (null: none).
+  auto op_named = [&](const std::string& name) -> const Op* {
+    const int i = index.OpIndex(name);
+    return i < 0 ? nullptr : &index.graph().ops[i];
+  };
   // The entry of a parameter an op of `group` reads (null: none).
   auto template_of =
       [&](const quilt::v1::GroupPlacement& group) -> const quilt::v1::ParameterAggregation* {
     for (const std::string& name : group.ops()) {
-      auto op = ops.find(name);
-      if (op == ops.end()) continue;
-      for (const std::string& t : op->second->inputs) {
+      const Op* op = op_named(name);
+      if (op == nullptr) continue;
+      for (const std::string& t : op->inputs) {
         if (auto a = aggregation.find(t); a != aggregation.end()) {
           return &strategy->aggregations(a->second);
         }
@@ -232,9 +231,9 @@ void ApplyOpMoves(const Graph& g, const std::vector<OpMove>& moves, quilt::v1::S
       auto* list = to->mutable_ops();
       std::rotate(list->begin(), list->end() - 1, list->end());
     }
-    auto op = ops.find(m.op);
-    if (!like.has_value() || op == ops.end()) continue;
-    for (const std::string& t : op->second->inputs) {
+    const Op* op = op_named(m.op);
+    if (!like.has_value() || op == nullptr) continue;
+    for (const std::string& t : op->inputs) {
       auto a = aggregation.find(t);
       if (a == aggregation.end()) continue;
       quilt::v1::ParameterAggregation* entry = strategy->mutable_aggregations(a->second);
@@ -268,11 +267,12 @@ std::string DescribeRepair(const RepairOutcome& r, double seconds) {
       count(r.simulated, "plan", "plans"), seconds);
 }
 
-absl::StatusOr<RepairOutcome> RepairMemory(SearchSpace* space, const Graph& g, const Topology& topo,
-                                           const CostModel& cost, int64_t batch,
-                                           const PlanState& start, absl::Time deadline,
-                                           int max_simulations, int64_t fusion) {
-  ASSIGN_OR_RETURN(GraphIndex index, GraphIndex::Build(g));
+absl::StatusOr<RepairOutcome> RepairMemory(SearchSpace* space, const GraphIndex& index,
+                                           const Topology& topo, const CostModel& cost,
+                                           int64_t batch, const PlanState& start,
+                                           absl::Time deadline, int max_simulations,
+                                           int64_t fusion) {
+  const Graph& g = index.graph();
   FullJudge judge(space, g, index, topo, cost, batch, fusion);
   RepairOutcome out;
   out.state = start;
@@ -331,7 +331,7 @@ absl::StatusOr<RepairOutcome> RepairMemory(SearchSpace* space, const Graph& g, c
   if (!score.fits() && !out_of_time()) {
     quilt::v1::Strategy fine = space->FineStrategy(g, out.state, "heterog", fusion);
     const FullScore unshifted = score;
-    RETURN_IF_ERROR(ShiftOps(&judge, g, topo, out_of_time, &fine, &score, &out.op_moves));
+    RETURN_IF_ERROR(ShiftOps(&judge, index, topo, out_of_time, &fine, &score, &out.op_moves));
     // The plan with its ops shifted is validated as the plan's result
     // will be (each shift was only simulated); one that does not validate
     // is not kept.

@@ -27,7 +27,7 @@
 #include "proto/quilt/v1/strategy.pb.h"
 #include "src/cluster/topology.h"
 #include "src/cost/cost_model.h"
-#include "src/graph/graph.h"
+#include "src/graph/graph_index.h"
 #include "src/planner/search_space.h"
 
 namespace quilt {
@@ -53,13 +53,14 @@ struct RepairOutcome {
   int simulated = 0;      // plans simulated in full
 };
 
-// Plans are judged with their gradients formed into collectives as
-// `fusion` says (SearchSpace::FineStrategy). Errors: the start does not
+// `index`: of the full training graph. Plans are judged with their
+// gradients formed into collectives as `fusion` says
+// (SearchSpace::FineStrategy). Errors: the start does not
 // lower or simulate in full (a bug).
-absl::StatusOr<RepairOutcome> RepairMemory(SearchSpace* space, const Graph& g, const Topology& topo,
-                                           const CostModel& cost, int64_t batch,
-                                           const PlanState& start, absl::Time deadline,
-                                           int max_simulations,
+absl::StatusOr<RepairOutcome> RepairMemory(SearchSpace* space, const GraphIndex& index,
+                                           const Topology& topo, const CostModel& cost,
+                                           int64_t batch, const PlanState& start,
+                                           absl::Time deadline, int max_simulations,
                                            int64_t fusion = SearchSpace::kFusePerGroup);
 
 // What the repair did, in words, e.g. "moving 1 group and shifting 3 ops
@@ -70,7 +71,8 @@ std::string DescribeRepair(const RepairOutcome& outcome, double seconds);
 // Moves each op as `moves` says, in order (ops or groups not in
 // `strategy` are passed over); the parameters a moved op reads are then
 // aggregated as a parameter of its new group's ops is (where one is).
-void ApplyOpMoves(const Graph& g, const std::vector<OpMove>& moves, quilt::v1::Strategy* strategy);
+void ApplyOpMoves(const GraphIndex& index, const std::vector<OpMove>& moves,
+                  quilt::v1::Strategy* strategy);
 
 }  // namespace quilt
 

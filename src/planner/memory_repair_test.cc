@@ -34,6 +34,7 @@ std::vector<int64_t> Peaks(const World& w, const quilt::v1::Strategy& s) {
 
 // The plan, its search space and coarse model on `w`.
 struct Searched {
+  std::unique_ptr<GraphIndex> index;  // of the full graph
   std::unique_ptr<CoarseModel> coarse;
   std::unique_ptr<SearchSpace> space;
   PlanState layerwise;  // the groups over the four devices in order
@@ -42,6 +43,9 @@ struct Searched {
 // `groups`: as CoarsenForSearch takes them (0: its default).
 Searched Prepare(const World& w, int groups = 0) {
   Searched s;
+  absl::StatusOr<GraphIndex> index = GraphIndex::Build(w.graph);
+  EXPECT_THAT(index.status(), IsOk());
+  s.index = std::make_unique<GraphIndex>(std::move(*index));
   absl::StatusOr<std::unique_ptr<CoarseModel>> coarse =
       CoarsenForSearch(w.graph, w.topo, *w.cost, kBatch, groups);
   EXPECT_THAT(coarse.status(), IsOk());
@@ -87,7 +91,7 @@ RepairOutcome RepairOneShortDevice(int groups, int64_t short_permille, int64_t s
   }
   std::unique_ptr<World> w = WithMemory(memory);
   Searched s = Prepare(*w, groups);
-  absl::StatusOr<RepairOutcome> r = RepairMemory(s.space.get(), w->graph, w->topo, *w->cost, kBatch,
+  absl::StatusOr<RepairOutcome> r = RepairMemory(s.space.get(), *s.index, w->topo, *w->cost, kBatch,
                                                  s.layerwise, absl::InfiniteFuture(), 1000);
   EXPECT_THAT(r.status(), IsOk());
   if (!r.ok()) return {};
@@ -97,7 +101,7 @@ RepairOutcome RepairOneShortDevice(int groups, int64_t short_permille, int64_t s
   // On its own, the repaired plan fits every device.
   quilt::v1::Strategy fine =
       s.space->FineStrategy(w->graph, r->state, "repaired", SearchSpace::kFusePerGroup);
-  ApplyOpMoves(w->graph, r->op_moves, &fine);
+  ApplyOpMoves(*s.index, r->op_moves, &fine);
   ExpectPartition(*w, fine);
   const std::vector<int64_t> after = Peaks(*w, fine);
   for (size_t d = 0; d < after.size(); ++d) EXPECT_LE(after[d], memory[d]) << d;
@@ -120,7 +124,7 @@ TEST(RepairMemory, ShiftsOpsWhereWholeGroupsAreTooLargeToMove) {
 TEST(RepairMemory, LeavesAPlanThatFitsAsItIs) {
   std::unique_ptr<World> w = Make("transformer");
   Searched s = Prepare(*w);
-  absl::StatusOr<RepairOutcome> r = RepairMemory(s.space.get(), w->graph, w->topo, *w->cost, kBatch,
+  absl::StatusOr<RepairOutcome> r = RepairMemory(s.space.get(), *s.index, w->topo, *w->cost, kBatch,
                                                  s.layerwise, absl::InfiniteFuture(), 1000);
   ASSERT_THAT(r.status(), IsOk());
   EXPECT_TRUE(r->fits);
@@ -132,7 +136,7 @@ TEST(RepairMemory, LeavesAPlanThatFitsAsItIs) {
 TEST(RepairMemory, EndsWithWhatIsLeftOverWhereNothingFits) {
   std::unique_ptr<World> w = WithMemory(std::vector<int64_t>(4, int64_t{1} << 20));
   Searched s = Prepare(*w);
-  absl::StatusOr<RepairOutcome> r = RepairMemory(s.space.get(), w->graph, w->topo, *w->cost, kBatch,
+  absl::StatusOr<RepairOutcome> r = RepairMemory(s.space.get(), *s.index, w->topo, *w->cost, kBatch,
                                                  s.layerwise, absl::InfiniteFuture(), 50);
   ASSERT_THAT(r.status(), IsOk());
   EXPECT_FALSE(r->fits);
@@ -176,7 +180,10 @@ TEST(ApplyOpMoves, MovesOpsToTheEndOrFrontOfTheirGroup) {
   for (const char* op : {"d", "e", "f"}) b->add_ops(op);
   // c then b to the front of group 4; f to the end of group 3; an unknown
   // op and an unknown group are passed over.
-  ApplyOpMoves(Graph{},
+  const Graph none;
+  absl::StatusOr<GraphIndex> index = GraphIndex::Build(none);
+  ASSERT_THAT(index.status(), IsOk());
+  ApplyOpMoves(*index,
                {{"c", 4, false}, {"b", 4, false}, {"f", 3, true}, {"x", 3, true}, {"a", 9, true}},
                &s);
   EXPECT_THAT(s.groups(0).ops(), ::testing::ElementsAre("a", "f"));
@@ -184,13 +191,22 @@ TEST(ApplyOpMoves, MovesOpsToTheEndOrFrontOfTheirGroup) {
 }
 
 TEST(ApplyOpMoves, AggregatesAMovedOpsParametersAsItsNewGroupsOthers) {
+  // a, b and d each multiply by a parameter of their own.
   Graph g;
+  GraphBuilder builder(&g);
+  ASSERT_THAT(builder.AddInput("x", DType::kF32, Shape({Dim::Batch(), Dim::Fixed(4)})).status(),
+              IsOk());
+  std::string rows = "x";
   for (const auto& [name, param] : {std::pair{"a", "wa"}, {"b", "wb"}, {"d", "wd"}}) {
-    Op op;
-    op.name = name;
-    op.inputs = {"x", param};
-    g.ops.push_back(op);
+    ASSERT_THAT(builder.AddParameter(param, Shape::Fixed({4, 4}), InitializerSpec{}).status(),
+                IsOk());
+    absl::StatusOr<std::string> out = builder.Add("MatMul", {rows, param}, {}, name);
+    ASSERT_THAT(out.status(), IsOk());
+    rows = *out;
   }
+  absl::StatusOr<GraphIndex> index = GraphIndex::Build(g);
+  ASSERT_THAT(index.status(), IsOk());
+  ASSERT_GE(index->OpIndex("b"), 0);
   quilt::v1::Strategy s;
   auto* one = s.add_groups();
   one->set_group(0);
@@ -209,7 +225,7 @@ TEST(ApplyOpMoves, AggregatesAMovedOpsParametersAsItsNewGroupsOthers) {
   d->set_parameter("wd");
   d->set_method(quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE);
   d->set_bucket(2);
-  ApplyOpMoves(g, {{"b", 1, false}}, &s);
+  ApplyOpMoves(*index, {{"b", 1, false}}, &s);
   EXPECT_THAT(s.groups(1).ops(), ::testing::ElementsAre("b", "d"));
   ASSERT_EQ(s.aggregations_size(), 3);
   EXPECT_EQ(s.aggregations(1).parameter(), "wb");

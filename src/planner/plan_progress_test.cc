@@ -87,24 +87,39 @@ TEST(PlanFitCheck, SearchesOnlyWhenNoBaselineFits) {
   }
 }
 
-TEST(PlanProgress, APlanOverMemoryOnTheCoarseModelSaysItIsRepaired) {
-  // gpt2 on four devices of 1 GiB: no plan fits anywhere.
-  auto w = testing::Make("gpt2", testing::TwoNodesWithMemory({int64_t{1} << 30}));
-  std::vector<std::string> lines;
-  PlanOptions po;
+// `model` planned with the search alone at batch 64 on TwoNodes of
+// `memory` bytes per device, as `po` says besides; its progress lines in
+// `lines`.
+absl::StatusOr<PlanResult> PlanSearchOnly(const std::string& model, int64_t memory, PlanOptions po,
+                                          std::vector<std::string>* lines) {
+  auto w = testing::Make(model, testing::TwoNodesWithMemory({memory}));
   po.global_batch = 64;
   po.strategy = "heterog";
+  po.progress = [lines](const std::string& line) { lines->push_back(line); };
+  return Plan(w->graph, w->topo, po);
+}
+
+// How many of `lines` start with `prefix` and hold `part`.
+int Count(const std::vector<std::string>& lines, const std::string& prefix,
+          const std::string& part = "") {
+  int n = 0;
+  for (const std::string& line : lines) {
+    n += absl::StartsWith(line, prefix) && absl::StrContains(line, part);
+  }
+  return n;
+}
+
+TEST(PlanProgress, APlanOverMemoryOnTheCoarseModelSaysItIsRepaired) {
+  // gpt2 on four devices of 1 GiB: no plan fits anywhere.
+  std::vector<std::string> lines;
+  PlanOptions po;
   po.search.time_budget_s = 0.5;
-  po.progress = [&](const std::string& line) { lines.push_back(line); };
-  absl::StatusOr<PlanResult> plan = Plan(w->graph, w->topo, po);
+  absl::StatusOr<PlanResult> plan = PlanSearchOnly("gpt2", int64_t{1} << 30, po, &lines);
   ASSERT_THAT(plan.status(), IsOk());
   EXPECT_TRUE(plan->report.best().empty());
-  int repairing = 0;
-  for (const std::string& line : lines) {
-    repairing += absl::StartsWith(line, "no plan found fits on the search's coarse model") &&
-                 absl::StrContains(line, "moving ops off the devices over their memory");
-  }
-  EXPECT_EQ(repairing, 1);
+  EXPECT_EQ(Count(lines, "no plan found fits on the search's coarse model",
+                  "moving ops off the devices over their memory"),
+            1);
   // What the repair did is in the search's summary.
   for (const auto& e : plan->report.estimates()) {
     if (e.name() == "heterog") {
@@ -119,22 +134,13 @@ TEST(PlanProgress, APlanThatFitsOnlyOnTheCoarseModelIsRepairedInFull) {
   // The search told the devices hold twice what they do: its plan fits on
   // the coarse model and not in full, and is repaired before the search
   // runs again.
-  auto w = testing::Make("transformer", testing::TwoNodesWithMemory({int64_t{7} << 28}));
   std::vector<std::string> lines;
   PlanOptions po;
-  po.global_batch = 64;
-  po.strategy = "heterog";
   po.search.memory_fraction = 2;
   po.search.time_budget_s = 1;
-  po.progress = [&](const std::string& line) { lines.push_back(line); };
-  absl::StatusOr<PlanResult> plan = Plan(w->graph, w->topo, po);
+  absl::StatusOr<PlanResult> plan = PlanSearchOnly("transformer", int64_t{7} << 28, po, &lines);
   ASSERT_THAT(plan.status(), IsOk());
-  int repairing = 0;
-  for (const std::string& line : lines) {
-    repairing +=
-        absl::StartsWith(line, "the plan overflows memory in full; moving ops off the devices");
-  }
-  EXPECT_EQ(repairing, 1);
+  EXPECT_EQ(Count(lines, "the plan overflows memory in full; moving ops off the devices"), 1);
   // Nothing found fits 1.75 GiB at that batch (a search run again with
   // less of each device could, in time): the repair says how far over it
   // left the plan.
