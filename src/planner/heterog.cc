@@ -13,72 +13,10 @@
 #include "src/planner/memory_repair.h"
 #include "src/planner/priorities.h"
 #include "src/planner/search_space.h"
+#include "src/planner/seeds.h"
 
 namespace quilt {
 namespace {
-
-// Groups over single devices in order, node by node, each device filled
-// up to its memory with the groups' parameters, gradients, optimizer state
-// and activations for the whole batch: a plan that fits models no
-// data-parallel split can.
-PlanState LayerwiseSeed(const Topology& topo, const CoarseModel& coarse, const Graph& g,
-                        int64_t batch, bool by_node, SearchSpace* space) {
-  const Grouping& grouping = coarse.grouping();
-  // Optimizer state per parameter byte (momentum 1, Adam 2).
-  const double state =
-      g.optimizer.kind == OptimizerSpec::Kind::kAdam
-          ? 2
-          : (g.optimizer.kind == OptimizerSpec::Kind::kSgd && g.optimizer.momentum != 0 ? 1 : 0);
-  std::vector<double> need;
-  double total = 0;
-  for (int k = 0; k < coarse.num_groups(); ++k) {
-    need.push_back(static_cast<double>(grouping.param_bytes[k]) * (2 + state) +
-                   static_cast<double>(grouping.activation_bytes_per_row[k]) *
-                       static_cast<double>(batch));
-    total += need.back();
-  }
-  // Units: single devices, or whole nodes (the group's batch split over the
-  // node's devices by speed), in node order; each takes a share of the need
-  // in proportion to its memory.
-  std::vector<int> units;
-  std::vector<double> unit_memory;
-  double memory = 0;
-  for (int node = 0; node < topo.num_nodes(); ++node) {
-    const std::vector<int>& ds = topo.NodeDevices(node);
-    if (by_node) {
-      PlacementOption o;
-      double m = 0;
-      for (int d : ds) {
-        o.replicas.push_back({d, 1});
-        m += static_cast<double>(topo.device(d).proto.memory_bytes());
-      }
-      o.label = ds.size() == 1 ? topo.device(ds[0]).id : "node " + topo.node_id(node) + " (even)";
-      units.push_back(ds.size() == 1 ? space->SingleOption(ds[0]) : space->AddOption(std::move(o)));
-      unit_memory.push_back(m);
-      memory += m;
-    } else {
-      for (int d : ds) {
-        units.push_back(space->SingleOption(d));
-        unit_memory.push_back(static_cast<double>(topo.device(d).proto.memory_bytes()));
-        memory += unit_memory.back();
-      }
-    }
-  }
-  PlanState s;
-  size_t at = 0;
-  double filled = 0;
-  for (int k = 0; k < coarse.num_groups(); ++k) {
-    if (filled > 0 && filled + need[k] / 2 > total * unit_memory[at] / memory &&
-        at + 1 < units.size()) {
-      ++at;
-      filled = 0;
-    }
-    filled += need[k];
-    s.place.push_back(units[at]);
-    s.method.push_back(Method::kRing);
-  }
-  return s;
-}
 
 // Clusters of more devices than this try whole-plan placement moves first.
 constexpr int kWholePlacementDevices = 64;
@@ -253,6 +191,8 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
     // each way of forming collectives, and never replaces the first
     // search's on the coarse model (that one keeps its own variants).
     bool alongside = false;
+    // A staged seed not yet in the space (`state` is then empty).
+    std::optional<StagedSeed> staged;
   };
   std::vector<Seed> seeds;
   if (!have || !best_score.feasible()) {
@@ -266,6 +206,30 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
       if (!have || score->BetterThan(best_score)) {
         best = seed.state;
         best_score = *score;
+        result.start = seed.name;
+        have = true;
+      }
+      seeds.push_back(std::move(seed));
+    }
+    // And the best staged seed (seeds.h): the groups in stages, each
+    // replicated over a run of devices.
+    ASSIGN_OR_RETURN(std::optional<StagedSeed> staged,
+                     FindStagedSeed(topo, cost, *coarse, g, batch, options.memory_fraction, space));
+    if (staged.has_value()) {
+      // (Its stages' options join the space when it is searched from: the
+      // search from another start keeps the space it had.)
+      Seed seed{PlanState{}, staged->score,
+                absl::StrCat("layer-wise split over ", staged->stages(), " runs of devices"),
+                options.other_seed_evaluations};
+      seed.staged = std::move(staged);
+      // (Searched from after the first search, never first: with the
+      // first search's small budget of plans, its plan can be faster on
+      // the coarse model and slower in full than the one the search from
+      // the layer-wise seed would have found.)
+      if (!have) {
+        seed.state = seed.staged->In(&space);
+        best = seed.state;
+        best_score = seed.score;
         result.start = seed.name;
         have = true;
       }
@@ -343,10 +307,11 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
       };
     }
     const std::string first_start = result.start;
-    for (const Seed& seed : seeds) {
+    for (Seed& seed : seeds) {
       if (seed.name == first_start) continue;
       if (seed.evaluations <= 0) continue;
       if (absl::Now() >= deadline) break;
+      if (seed.state.place.empty() && seed.staged.has_value()) seed.state = seed.staged->In(&space);
       ASSIGN_OR_RETURN(LocalSearchResult other,
                        RunLocalSearch(&space, coarse->num_groups(), other_options, deadline, whole,
                                       seed.name, seed.evaluations, seed.state, seed.score));

@@ -81,18 +81,8 @@ SearchSpace::SearchSpace(const Topology& topo, const CostModel& fine_cost,
   bound_.set_servers([this](const PlanState& state, int k) { return Servers(state, k); });
   const int n = topo.num_devices();
   for (int d = 0; d < n; ++d) speed_.push_back(fine_cost.speed(d).flops_per_s);
-  // Replica counts ∝ speed, in eighths of the set's fastest device.
-  auto weighted = [&](std::vector<int> devices, const std::string& label) {
-    PlacementOption o;
-    double fastest = 0;
-    for (int d : devices) fastest = std::max(fastest, speed_[d]);
-    std::sort(devices.begin(), devices.end());
-    for (int d : devices) {
-      o.replicas.push_back(
-          {d, std::max(1, static_cast<int>(std::lround(8 * speed_[d] / std::max(fastest, 1.0))))});
-    }
-    o.label = label;
-    AddOption(std::move(o));
+  auto weighted = [this](std::vector<int> devices, const std::string& label) {
+    AddOption(BySpeed(std::move(devices), label));
   };
   std::vector<int> all(n);
   for (int d = 0; d < n; ++d) all[d] = d;
@@ -234,6 +224,19 @@ SearchSpace::SearchSpace(const Topology& topo, const CostModel& fine_cost,
                                      [&](int a, int b) { return speed_[a] < speed_[b]; }));
     }
   }
+}
+
+PlacementOption SearchSpace::BySpeed(std::vector<int> devices, std::string label) const {
+  PlacementOption o;
+  double fastest = 0;
+  for (int d : devices) fastest = std::max(fastest, speed_[d]);
+  std::sort(devices.begin(), devices.end());
+  for (int d : devices) {
+    o.replicas.push_back(
+        {d, std::max(1, static_cast<int>(std::lround(8 * speed_[d] / std::max(fastest, 1.0))))});
+  }
+  o.label = std::move(label);
+  return o;
 }
 
 int SearchSpace::AddOption(PlacementOption option) {

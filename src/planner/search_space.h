@@ -87,6 +87,9 @@ class SearchSpace {
   const std::vector<PlacementOption>& options() const { return options_; }
   // Adds an option (or finds an equal one); its index.
   int AddOption(PlacementOption option);
+  // An option over `devices` with replica counts in proportion to speed
+  // (in eighths of the fastest's), not added.
+  PlacementOption BySpeed(std::vector<int> devices, std::string label) const;
   // Single-device option of `device`.
   int SingleOption(int device);
   // Aggregation methods worth trying for an option (none matter for one

@@ -1,0 +1,246 @@
+#include "src/planner/seeds.h"
+
+#include <algorithm>
+#include <limits>
+#include <tuple>
+
+#include "absl/strings/str_cat.h"
+#include "src/common/status.h"
+#include "src/planner/placement.h"
+
+namespace quilt {
+namespace {
+
+// Optimizer state per parameter byte (momentum 1, Adam 2).
+double OptimizerStatePerByte(const Graph& g) {
+  if (g.optimizer.kind == OptimizerSpec::Kind::kAdam) return 2;
+  return g.optimizer.kind == OptimizerSpec::Kind::kSgd && g.optimizer.momentum != 0 ? 1 : 0;
+}
+
+// Devices in node order cut into k runs: whole nodes where k is at most
+// the nodes (runs of about as many devices each), else runs of about n/k
+// devices.
+std::vector<std::vector<int>> DeviceRuns(const Topology& topo, int k) {
+  std::vector<std::vector<int>> runs;
+  const int n = topo.num_devices();
+  if (k <= topo.num_nodes()) {
+    int seen = 0;
+    runs.emplace_back();
+    for (int node = 0; node < topo.num_nodes(); ++node) {
+      const std::vector<int>& ds = topo.NodeDevices(node);
+      // A new run once this one holds its share, while nodes are left for
+      // the runs still to come.
+      const int left_nodes = topo.num_nodes() - node;
+      const int runs_to_come = k - static_cast<int>(runs.size());
+      if (!runs.back().empty() &&
+          (left_nodes <= runs_to_come ||
+           (runs_to_come > 0 &&
+            static_cast<int64_t>(seen) * k >= static_cast<int64_t>(runs.size()) * n))) {
+        runs.emplace_back();
+      }
+      runs.back().insert(runs.back().end(), ds.begin(), ds.end());
+      seen += static_cast<int>(ds.size());
+    }
+    return runs;
+  }
+  std::vector<int> all;
+  for (int node = 0; node < topo.num_nodes(); ++node) {
+    for (int d : topo.NodeDevices(node)) all.push_back(d);
+  }
+  for (int j = 0; j < k; ++j) {
+    const size_t begin = static_cast<size_t>(j) * all.size() / k;
+    const size_t end = static_cast<size_t>(j + 1) * all.size() / k;
+    runs.emplace_back(all.begin() + begin, all.begin() + end);
+  }
+  return runs;
+}
+
+// One stage's devices: its memory and its rows of the batch.
+struct StageDevices {
+  std::vector<double> memory;
+  std::vector<double> rows;
+};
+
+// The groups cut in order into the stages, each stage taking groups while
+// its fullest device stays within `fill` of its memory (the last takes the
+// rest); the first group of each stage, and the largest fill reached.
+std::pair<std::vector<int>, double> CutStages(const std::vector<StageDevices>& stages,
+                                              const std::vector<double>& state_bytes,
+                                              const std::vector<double>& activation_bytes,
+                                              double fill) {
+  std::vector<int> first;
+  double fullest = 0;
+  size_t k = 0;
+  const size_t groups = state_bytes.size();
+  for (size_t j = 0; j < stages.size(); ++j) {
+    first.push_back(static_cast<int>(k));
+    double state = 0, activations = 0, at = 0;
+    auto fullness = [&](double s, double a) {
+      double most = 0;
+      for (size_t i = 0; i < stages[j].memory.size(); ++i) {
+        most = std::max(most, (s + a * stages[j].rows[i]) / stages[j].memory[i]);
+      }
+      return most;
+    };
+    const bool last = j + 1 == stages.size();
+    while (k < groups) {
+      const double f = fullness(state + state_bytes[k], activations + activation_bytes[k]);
+      if (!last && at > 0 && f > fill) break;
+      state += state_bytes[k];
+      activations += activation_bytes[k];
+      at = f;
+      ++k;
+    }
+    fullest = std::max(fullest, at);
+  }
+  return {first, fullest};
+}
+
+}  // namespace
+
+PlanState LayerwiseSeed(const Topology& topo, const CoarseModel& coarse, const Graph& g,
+                        int64_t batch, bool by_node, SearchSpace* space) {
+  const Grouping& grouping = coarse.grouping();
+  const double state = OptimizerStatePerByte(g);
+  std::vector<double> need;
+  double total = 0;
+  for (int k = 0; k < coarse.num_groups(); ++k) {
+    need.push_back(static_cast<double>(grouping.param_bytes[k]) * (2 + state) +
+                   static_cast<double>(grouping.activation_bytes_per_row[k]) *
+                       static_cast<double>(batch));
+    total += need.back();
+  }
+  // Units: single devices, or whole nodes (the group's batch split over the
+  // node's devices by speed), in node order; each takes a share of the need
+  // in proportion to its memory.
+  std::vector<int> units;
+  std::vector<double> unit_memory;
+  double memory = 0;
+  for (int node = 0; node < topo.num_nodes(); ++node) {
+    const std::vector<int>& ds = topo.NodeDevices(node);
+    if (by_node) {
+      PlacementOption o;
+      double m = 0;
+      for (int d : ds) {
+        o.replicas.push_back({d, 1});
+        m += static_cast<double>(topo.device(d).proto.memory_bytes());
+      }
+      o.label = ds.size() == 1 ? topo.device(ds[0]).id : "node " + topo.node_id(node) + " (even)";
+      units.push_back(ds.size() == 1 ? space->SingleOption(ds[0]) : space->AddOption(std::move(o)));
+      unit_memory.push_back(m);
+      memory += m;
+    } else {
+      for (int d : ds) {
+        units.push_back(space->SingleOption(d));
+        unit_memory.push_back(static_cast<double>(topo.device(d).proto.memory_bytes()));
+        memory += unit_memory.back();
+      }
+    }
+  }
+  PlanState s;
+  size_t at = 0;
+  double filled = 0;
+  for (int k = 0; k < coarse.num_groups(); ++k) {
+    if (filled > 0 && filled + need[k] / 2 > total * unit_memory[at] / memory &&
+        at + 1 < units.size()) {
+      ++at;
+      filled = 0;
+    }
+    filled += need[k];
+    s.place.push_back(units[at]);
+    s.method.push_back(Method::kRing);
+  }
+  return s;
+}
+
+PlanState StagedSeed::In(SearchSpace* space) const {
+  std::vector<int> option;
+  for (const PlacementOption& o : stage_options) option.push_back(space->AddOption(o));
+  PlanState s;
+  for (int stage : stage_of_group) {
+    s.place.push_back(option[stage]);
+    s.method.push_back(Method::kRing);
+  }
+  return s;
+}
+
+std::optional<StagedSeed> CutInStages(const Topology& topo, const CoarseModel& coarse,
+                                      const Graph& g, int64_t batch, int k,
+                                      const SearchSpace& space) {
+  const Grouping& grouping = coarse.grouping();
+  const double state = OptimizerStatePerByte(g);
+  std::vector<double> state_bytes, activation_bytes;
+  for (int group = 0; group < coarse.num_groups(); ++group) {
+    state_bytes.push_back(static_cast<double>(grouping.param_bytes[group]) * (2 + state));
+    activation_bytes.push_back(static_cast<double>(grouping.activation_bytes_per_row[group]));
+  }
+  StagedSeed seed;
+  std::vector<StageDevices> stages;
+  for (const std::vector<int>& run : DeviceRuns(topo, k)) {
+    if (static_cast<int64_t>(run.size()) > batch) return std::nullopt;
+    seed.stage_options.push_back(space.BySpeed(
+        run,
+        absl::StrCat("devices ", topo.device(run.front()).id, " to ", topo.device(run.back()).id)));
+    StageDevices sd;
+    for (const Slice& slice : SplitBatch(seed.stage_options.back().replicas, batch)) {
+      sd.memory.push_back(
+          std::max(1.0, static_cast<double>(topo.device(slice.device).proto.memory_bytes())));
+      sd.rows.push_back(static_cast<double>(slice.end - slice.begin));
+    }
+    stages.push_back(std::move(sd));
+  }
+  // The least fill at which the groups fit in the k stages: bisected (more
+  // fill never needs more stages). The groups' activations are every batch
+  // tensor they produce, far more than stays alive: the fill only balances
+  // the stages; whether they fit, the coarse model says.
+  double lo = 0, hi = CutStages(stages, state_bytes, activation_bytes,
+                                std::numeric_limits<double>::infinity())
+                          .second;
+  for (int i = 0; i < 40; ++i) {
+    const double mid = (lo + hi) / 2;
+    if (CutStages(stages, state_bytes, activation_bytes, mid).second <= mid) {
+      hi = mid;
+    } else {
+      lo = mid;
+    }
+  }
+  const std::vector<int> first = CutStages(stages, state_bytes, activation_bytes, hi).first;
+  for (int j = 0; j < k; ++j) {
+    const int end = j + 1 < k ? first[j + 1] : coarse.num_groups();
+    for (int group = first[j]; group < end; ++group) seed.stage_of_group.push_back(j);
+  }
+  return seed;
+}
+
+absl::StatusOr<std::optional<StagedSeed>> FindStagedSeed(const Topology& topo,
+                                                         const CostModel& fine_cost,
+                                                         const CoarseModel& coarse, const Graph& g,
+                                                         int64_t batch, double memory_fraction,
+                                                         const SearchSpace& space) {
+  std::vector<StagedSeed> cuts;
+  // (At most one stage a group, and one device a stage short of every
+  // device: LayerwiseSeed.)
+  const int most = std::min(topo.num_devices() - 1, coarse.num_groups());
+  for (int k = 2; k <= most; ++k) {
+    std::optional<StagedSeed> cut = CutInStages(topo, coarse, g, batch, k, space);
+    if (cut.has_value()) cuts.push_back(std::move(*cut));
+  }
+  if (cuts.empty()) return std::optional<StagedSeed>();
+  // Judged in a space of their own (`space` gets the chosen seed's options
+  // alone, not every cut's).
+  SearchSpace judge(topo, fine_cost, coarse, batch, memory_fraction);
+  std::vector<PlanState> states;
+  for (const StagedSeed& cut : cuts) states.push_back(cut.In(&judge));
+  std::vector<absl::StatusOr<Score>> scores = judge.EvaluateAll(states);
+  size_t pick = cuts.size();
+  for (size_t i = 0; i < cuts.size(); ++i) {
+    RETURN_IF_ERROR(scores[i].status());
+    cuts[i].score = *scores[i];
+    if (pick == cuts.size() || cuts[i].score.BetterThan(cuts[pick].score)) pick = i;
+  }
+  const int judged = static_cast<int>(cuts.size());
+  cuts[pick].judged = judged;
+  return std::optional<StagedSeed>(std::move(cuts[pick]));
+}
+
+}  // namespace quilt
