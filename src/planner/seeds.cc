@@ -177,7 +177,7 @@ std::optional<StagedSeed> CutInStages(const Topology& topo, const CoarseModel& c
   StagedSeed seed;
   std::vector<StageDevices> stages;
   for (const std::vector<int>& run : DeviceRuns(topo, k)) {
-    if (static_cast<int64_t>(run.size()) > batch) return std::nullopt;
+    if (run.empty() || static_cast<int64_t>(run.size()) > batch) return std::nullopt;
     seed.stage_options.push_back(space.BySpeed(
         run,
         absl::StrCat("devices ", topo.device(run.front()).id, " to ", topo.device(run.back()).id)));
