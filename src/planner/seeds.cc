@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <limits>
-#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "src/common/status.h"
