@@ -175,8 +175,19 @@ std::optional<StagedSeed> CutInStages(const Topology& topo, const CoarseModel& c
   }
   StagedSeed seed;
   std::vector<StageDevices> stages;
-  for (const std::vector<int>& run : DeviceRuns(topo, k)) {
-    if (run.empty() || static_cast<int64_t>(run.size()) > batch) return std::nullopt;
+  for (std::vector<int> run : DeviceRuns(topo, k)) {
+    if (run.empty()) return std::nullopt;
+    // A run of more devices than the batch has rows: its fastest devices,
+    // one row each.
+    if (static_cast<int64_t>(run.size()) > batch) {
+      const PlacementOption whole = space.BySpeed(run, "");
+      std::vector<std::pair<int, int>> by_speed = whole.replicas;
+      std::stable_sort(by_speed.begin(), by_speed.end(),
+                       [](const auto& a, const auto& b) { return a.second > b.second; });
+      run.clear();
+      for (int64_t i = 0; i < batch; ++i) run.push_back(by_speed[i].first);
+      std::sort(run.begin(), run.end());
+    }
     seed.stage_options.push_back(space.BySpeed(
         run,
         absl::StrCat("devices ", topo.device(run.front()).id, " to ", topo.device(run.back()).id)));
@@ -204,10 +215,17 @@ std::optional<StagedSeed> CutInStages(const Topology& topo, const CoarseModel& c
     }
   }
   const std::vector<int> first = CutStages(stages, state_bytes, activation_bytes, hi).first;
+  // (Stages left without groups are dropped: their devices stay idle.)
+  std::vector<PlacementOption> used;
   for (int j = 0; j < k; ++j) {
     const int end = j + 1 < k ? first[j + 1] : coarse.num_groups();
-    for (int group = first[j]; group < end; ++group) seed.stage_of_group.push_back(j);
+    if (end == first[j]) continue;
+    for (int group = first[j]; group < end; ++group) {
+      seed.stage_of_group.push_back(static_cast<int>(used.size()));
+    }
+    used.push_back(std::move(seed.stage_options[j]));
   }
+  seed.stage_options = std::move(used);
   return seed;
 }
 

@@ -41,20 +41,21 @@ struct StagedSeed {
   PlanState In(SearchSpace* space) const;
 };
 
-// The groups cut into k stages (the score left unset); none where a stage
-// has more devices than the batch has rows.
+// The groups cut into k stages (the score left unset). A run of more
+// devices than the batch has rows keeps its fastest devices, one row each;
+// stages the cut leaves without groups are dropped (stages() is then less
+// than k).
 std::optional<StagedSeed> CutInStages(const Topology& topo, const CoarseModel& coarse,
                                       const Graph& g, int64_t batch, int k,
                                       const SearchSpace& space);
 
 // The best staged seed on the coarse model (Score::BetterThan: the fastest
 // that fits, else the nearest to fitting) of k = 2, 3, … stages, k below
-// one stage a device and at most one a group, each stage's run no more
-// devices than the batch's rows. Fewer stages compute each group over more
+// one stage a device and at most one a group. Fewer stages compute each group over more
 // devices, but a stage over several nodes sums its gradients over their
 // NICs: every k is simulated (at most a group count's worth), in a space
 // of their own (`space` only lends its options' replica counts). Empty
-// where no k qualifies. Errors: the coarse model's.
+// on a cluster of fewer than three devices or a graph of one group. Errors: the coarse model's.
 absl::StatusOr<std::optional<StagedSeed>> FindStagedSeed(const Topology& topo,
                                                          const CostModel& fine_cost,
                                                          const CoarseModel& coarse, const Graph& g,

@@ -1,7 +1,8 @@
 // Staged seeds: the groups cut in order over disjoint runs of devices in
 // node order, the fastest k that fits chosen (else the nearest to
-// fitting), no stage fed fewer rows than it has devices, and the search
-// never ends slower than its staged seed.
+// fitting), a run of more devices than rows cut to its fastest, stages
+// left without groups dropped, and the search never ends slower than its
+// staged seed.
 #include "src/planner/seeds.h"
 
 #include <algorithm>
@@ -151,14 +152,62 @@ TEST(StagedSeeds, WhereNoneFitsTheNearestToFitting) {
   }
 }
 
-TEST(StagedSeeds, NoneWhereTheBatchCannotFeedEveryDeviceOfAStage) {
-  // Batch 1 on four devices: every cut has a stage of two devices.
-  Fixture f = Make(3, 1);
+TEST(StagedSeeds, ARunOfMoreDevicesThanRowsKeepsItsFastest) {
+  // Batch 3 in two stages of four devices (a fast node and a slow one
+  // each): three devices a stage, the two fast ones among them.
+  Fixture f = Make(3, 3, /*four=*/true);
   ASSERT_NE(f.coarse, nullptr);
-  absl::StatusOr<std::optional<StagedSeed>> seed = FindStagedSeed(
-      f.w->topo, *f.w->cost, *f.coarse, f.w->graph, 1, SearchOptions().memory_fraction, *f.space);
+  std::optional<StagedSeed> cut = CutInStages(f.w->topo, *f.coarse, f.w->graph, 3, 2, *f.space);
+  ASSERT_TRUE(cut.has_value());
+  ASSERT_EQ(cut->stages(), 2);
+  for (const PlacementOption& o : cut->stage_options) {
+    ASSERT_EQ(o.replicas.size(), 3u);
+    int fast = 0;
+    for (const auto& [d, r] : o.replicas) {
+      fast += f.w->topo.node_id(f.w->topo.device(d).node).rfind("fast", 0) == 0 ? 1 : 0;
+    }
+    EXPECT_EQ(fast, 2);
+  }
+  // Batch 1: one device a stage, and a seed still.
+  Fixture one = Make(3, 1);
+  ASSERT_NE(one.coarse, nullptr);
+  absl::StatusOr<std::optional<StagedSeed>> seed =
+      FindStagedSeed(one.w->topo, *one.w->cost, *one.coarse, one.w->graph, 1,
+                     SearchOptions().memory_fraction, *one.space);
   ASSERT_THAT(seed.status(), IsOk());
-  EXPECT_FALSE(seed->has_value());
+  ASSERT_TRUE(seed->has_value());
+  for (const PlacementOption& o : (*seed)->stage_options) EXPECT_EQ(o.replicas.size(), 1u);
+}
+
+TEST(StagedSeeds, StagesLeftWithoutGroupsAreDropped) {
+  // TwoNodes and a third node of one device of 64 MiB, which holds no
+  // group: three runs, two stages.
+  quilt::v1::ClusterSpec spec = testing::TwoNodesWithMemory({int64_t{3} << 30});
+  quilt::v1::NodeInfo tiny = spec.nodes(1);
+  tiny.set_node_id("tiny");
+  tiny.mutable_devices()->DeleteSubrange(1, 1);
+  tiny.mutable_devices(0)->set_id("tiny/gpu:0");
+  tiny.mutable_devices(0)->set_memory_bytes(int64_t{64} << 20);
+  *spec.add_nodes() = tiny;
+  Fixture f;
+  f.w = testing::Make("bert_large", spec);
+  absl::StatusOr<std::unique_ptr<CoarseModel>> coarse =
+      CoarsenForSearch(f.w->graph, f.w->topo, *f.w->cost, 8, SearchOptions().target_groups);
+  ASSERT_THAT(coarse.status(), IsOk());
+  f.coarse = std::move(*coarse);
+  f.space = std::make_unique<SearchSpace>(f.w->topo, *f.w->cost, *f.coarse, 8,
+                                          SearchOptions().memory_fraction);
+  std::optional<StagedSeed> cut = CutInStages(f.w->topo, *f.coarse, f.w->graph, 8, 3, *f.space);
+  ASSERT_TRUE(cut.has_value());
+  EXPECT_EQ(cut->stages(), 2);
+  for (int j = 0; j < cut->stages(); ++j) {
+    EXPECT_NE(std::find(cut->stage_of_group.begin(), cut->stage_of_group.end(), j),
+              cut->stage_of_group.end())
+        << "stage " << j << " holds no group";
+    for (const auto& [d, r] : cut->stage_options[j].replicas) {
+      EXPECT_NE(f.w->topo.device(d).id, "tiny/gpu:0");
+    }
+  }
 }
 
 TEST(StagedSeeds, TheSearchEndsNoSlowerThanItsStagedSeed) {
