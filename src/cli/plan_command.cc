@@ -69,10 +69,10 @@ std::string RenderExplain(const quilt::v1::PlanReport& r) {
   const quilt::v1::SearchSummary& s = h->search();
   std::string out = absl::StrFormat(
       "\nheterog: %d op group%s, %d plans simulated and %d ruled out by a lower bound in "
-      "%.2f s (stopped: %s), starting from %s (coarse model: %s → %s)\n\n",
+      "%.2f s (stopped: %s), starting from %s (coarse model: %s%s → %s)\n\n",
       s.groups(), s.groups() == 1 ? "" : "s", s.plans_evaluated(), s.plans_ruled_out(),
       s.search_wall_s(), s.stopped_by(), s.start(), HumanSeconds(s.start_coarse_s()),
-      HumanSeconds(s.result_coarse_s()));
+      s.start_over_memory() ? " over memory" : "", HumanSeconds(s.result_coarse_s()));
   if (!s.memory_repair().empty()) out += "memory: " + s.memory_repair() + "\n\n";
   if (s.decisions().empty()) {
     out += "No group choices: the plan is the baseline's (" + h->note() + ")\n";

@@ -18,6 +18,8 @@
 namespace quilt {
 namespace {
 
+// Staged seeds searched from where no baseline fits.
+constexpr int kStagedSeeds = 2;
 // Clusters of more devices than this try whole-plan placement moves first.
 constexpr int kWholePlacementDevices = 64;
 
@@ -211,17 +213,19 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
       }
       seeds.push_back(std::move(seed));
     }
-    // And the best staged seed (seeds.h): the groups in stages, each
-    // replicated over a run of devices.
-    ASSIGN_OR_RETURN(std::optional<StagedSeed> staged,
-                     FindStagedSeed(topo, cost, *coarse, g, batch, options.memory_fraction, space));
-    if (staged.has_value()) {
+    // And the best staged seeds (seeds.h): the groups in stages, each
+    // replicated over a run of devices. (Two: the coarse model ranks the
+    // plans their searches end with otherwise than the full simulation.)
+    ASSIGN_OR_RETURN(std::vector<StagedSeed> staged,
+                     FindStagedSeeds(topo, cost, *coarse, g, batch, options.memory_fraction,
+                                     kStagedSeeds, space));
+    for (StagedSeed& one : staged) {
       // (Its stages' options join the space when it is searched from: the
       // search from another start keeps the space it had.)
-      Seed seed{PlanState{}, staged->score,
-                absl::StrCat("layer-wise split over ", staged->stages(), " runs of devices"),
+      Seed seed{PlanState{}, one.score,
+                absl::StrCat("layer-wise split over ", one.stages(), " runs of devices"),
                 options.other_seed_evaluations};
-      seed.staged = std::move(staged);
+      seed.staged = std::move(one);
       // (Searched from after the first search, never first: with the
       // first search's small budget of plans, its plan can be faster on
       // the coarse model and slower in full than the one the search from
@@ -246,6 +250,7 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
     bool every_fusion = false;  // simulated in full with each fusion
     // The name of `start` where it is not start_name's plan.
     std::string against;
+    bool start_fits = true;
   };
   std::vector<Outcome> others;
   if (!have) return absl::FailedPreconditionError("no starting plan could be simulated");
@@ -272,6 +277,7 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
   }
   PlanState start_state = best;
   result.start_s = best_score.time_s;
+  result.start_fits = best_score.feasible();
   // Small action spaces are enumerated (the optimum, cheaply); larger ones
   // searched locally.
   std::vector<std::pair<int, Method>> choices;
@@ -324,24 +330,35 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
           // (What each group's choice saves is measured against the
           // baseline the seed was regrouped from: the first search's start.)
           others.push_back({start_state, seed.name, seed.score.time_s, other.best, other.score,
-                            true, result.start});
+                            true, result.start, seed.score.feasible()});
         }
         continue;
       }
       if (!other.score.BetterThan(best_score)) {
         if (other.score.feasible()) {
-          others.push_back({seed.state, seed.name, seed.score.time_s, other.best, other.score});
+          others.push_back({seed.state, seed.name, seed.score.time_s, other.best, other.score,
+                            false, "", seed.score.feasible()});
         }
         continue;
       }
+      // (The plan it replaces stays a candidate in full with each way of
+      // forming collectives, as it was.)
       if (best_score.feasible()) {
-        others.push_back({start_state, result.start, result.start_s, best, best_score});
+        others.push_back({start_state, result.start, result.start_s, best, best_score, true, "",
+                          result.start_fits});
+      }
+      // And so does the plan it kept from over its memory share, where
+      // faster than the new plan on the coarse model (it may fit in full).
+      if (nearest.has_value() && nearest->second.time_s < other.score.time_s) {
+        others.push_back({start_state, result.start, result.start_s, nearest->first,
+                          nearest->second, false, "", result.start_fits});
       }
       best = other.best;
       best_score = other.score;
       start_state = seed.state;
       result.start = seed.name;
       result.start_s = seed.score.time_s;
+      result.start_fits = seed.score.feasible();
       result.stopped_by = other.stopped_by;
       earlier = other.earlier;
       // (The plans the explanation shows are described against the start
@@ -472,6 +489,7 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
     other.start = o.start_name;
     other.against = o.against.empty() ? o.start_name : o.against;
     other.start_s = o.start_s;
+    other.start_fits = o.start_fits;
     other.result_s = o.score.time_s;
     for (int64_t fusion :
          o.every_fusion ? fusions : std::vector<int64_t>{SearchSpace::kFusePerGroup}) {

@@ -168,6 +168,7 @@ struct SearchResult {
     size_t variant = 0, variant_end = 0;
     std::string start;
     double start_s = 0, result_s = 0;
+    bool start_fits = true;  // its start within memory on the coarsened graph
     std::vector<GroupChoice> choices;
   };
   std::vector<OtherSearch> other_searches;
@@ -187,6 +188,7 @@ struct SearchResult {
   // Predicted on the coarsened graph: the starting baseline, the result.
   std::string start;
   double start_s = 0, result_s = 0;
+  bool start_fits = true;  // the start within memory on the coarsened graph
   bool feasible = false;
   int groups = 0;
   int64_t evaluated = 0;

@@ -429,6 +429,7 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
                                         "found faster or within memory");
   }
   summary.set_start_coarse_s(from_other ? other->start_s : sr.start_s);
+  summary.set_start_over_memory(!(from_other ? other->start_fits : sr.start_fits));
   // A start variant places the ops as the start does.
   const bool near = sr.near_variant > 0 && chosen == sr.near_variant && fallback < 0;
   const bool mixed = sr.mixed_variant > 0 && chosen == sr.mixed_variant && fallback < 0;

@@ -155,5 +155,30 @@ TEST(PlanProgress, APlanThatFitsOnlyOnTheCoarseModelIsRepairedInFull) {
   }
 }
 
+TEST(PlanProgress, TheSummarySaysWhetherTheStartFitMemory) {
+  // At batch 64 on four devices: gpt2 on 1 GiB each, where no start fits;
+  // resnet50 on 16 GiB, where the baseline it starts from does.
+  struct Case {
+    std::string model;
+    int64_t gib;
+    bool over;
+  };
+  for (const Case& c : {Case{"gpt2", 1, true}, Case{"resnet50", 16, false}}) {
+    SCOPED_TRACE(c.model);
+    std::vector<std::string> lines;
+    PlanOptions po;
+    po.search.time_budget_s = 0.5;
+    absl::StatusOr<PlanResult> plan = PlanSearchOnly(c.model, c.gib << 30, po, &lines);
+    ASSERT_THAT(plan.status(), IsOk());
+    int seen = 0;
+    for (const auto& e : plan->report.estimates()) {
+      if (e.name() != "heterog") continue;
+      ++seen;
+      EXPECT_EQ(e.search().start_over_memory(), c.over) << e.search().start();
+    }
+    EXPECT_EQ(seen, 1);
+  }
+}
+
 }  // namespace
 }  // namespace quilt

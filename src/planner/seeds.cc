@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <limits>
+#include <set>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "src/common/status.h"
@@ -229,11 +231,11 @@ std::optional<StagedSeed> CutInStages(const Topology& topo, const CoarseModel& c
   return seed;
 }
 
-absl::StatusOr<std::optional<StagedSeed>> FindStagedSeed(const Topology& topo,
-                                                         const CostModel& fine_cost,
-                                                         const CoarseModel& coarse, const Graph& g,
-                                                         int64_t batch, double memory_fraction,
-                                                         const SearchSpace& space) {
+absl::StatusOr<std::vector<StagedSeed>> FindStagedSeeds(const Topology& topo,
+                                                        const CostModel& fine_cost,
+                                                        const CoarseModel& coarse, const Graph& g,
+                                                        int64_t batch, double memory_fraction,
+                                                        int count, const SearchSpace& space) {
   std::vector<StagedSeed> cuts;
   // (At most one stage a group, and one device a stage short of every
   // device: LayerwiseSeed.)
@@ -242,22 +244,32 @@ absl::StatusOr<std::optional<StagedSeed>> FindStagedSeed(const Topology& topo,
     std::optional<StagedSeed> cut = CutInStages(topo, coarse, g, batch, k, space);
     if (cut.has_value()) cuts.push_back(std::move(*cut));
   }
-  if (cuts.empty()) return std::optional<StagedSeed>();
+  if (cuts.empty()) return std::vector<StagedSeed>();
   // Judged in a space of their own (`space` gets the chosen seed's options
   // alone, not every cut's).
   SearchSpace judge(topo, fine_cost, coarse, batch, memory_fraction);
   std::vector<PlanState> states;
   for (const StagedSeed& cut : cuts) states.push_back(cut.In(&judge));
   std::vector<absl::StatusOr<Score>> scores = judge.EvaluateAll(states);
-  size_t pick = cuts.size();
+  std::vector<size_t> order;
   for (size_t i = 0; i < cuts.size(); ++i) {
     RETURN_IF_ERROR(scores[i].status());
     cuts[i].score = *scores[i];
-    if (pick == cuts.size() || cuts[i].score.BetterThan(cuts[pick].score)) pick = i;
+    order.push_back(i);
   }
-  const int judged = static_cast<int>(cuts.size());
-  cuts[pick].judged = judged;
-  return std::optional<StagedSeed>(std::move(cuts[pick]));
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return cuts[a].score.BetterThan(cuts[b].score); });
+  // The best `count`, one of each plan (cuts of several k can be alike
+  // once stages without groups are dropped).
+  std::vector<StagedSeed> out;
+  std::set<std::string> seen;
+  for (size_t i : order) {
+    if (static_cast<int>(out.size()) >= count) break;
+    if (!seen.insert(judge.StateKey(states[i])).second) continue;
+    cuts[i].judged = static_cast<int>(cuts.size());
+    out.push_back(std::move(cuts[i]));
+  }
+  return out;
 }
 
 }  // namespace quilt

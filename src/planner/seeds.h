@@ -49,18 +49,19 @@ std::optional<StagedSeed> CutInStages(const Topology& topo, const CoarseModel& c
                                       const Graph& g, int64_t batch, int k,
                                       const SearchSpace& space);
 
-// The best staged seed on the coarse model (Score::BetterThan: the fastest
-// that fits, else the nearest to fitting) of k = 2, 3, … stages, k below
+// The best `count` staged seeds on the coarse model, best first
+// (Score::BetterThan: the fastest that fit, else the nearest to fitting;
+// no two alike) of k = 2, 3, … stages, k below
 // one stage a device and at most one a group. Fewer stages compute each group over more
 // devices, but a stage over several nodes sums its gradients over their
 // NICs: every k is simulated (at most a group count's worth), in a space
-// of their own (`space` only lends its options' replica counts). Empty
+// of their own (`space` only lends its options' replica counts). None
 // on a cluster of fewer than three devices or a graph of one group. Errors: the coarse model's.
-absl::StatusOr<std::optional<StagedSeed>> FindStagedSeed(const Topology& topo,
-                                                         const CostModel& fine_cost,
-                                                         const CoarseModel& coarse, const Graph& g,
-                                                         int64_t batch, double memory_fraction,
-                                                         const SearchSpace& space);
+absl::StatusOr<std::vector<StagedSeed>> FindStagedSeeds(const Topology& topo,
+                                                        const CostModel& fine_cost,
+                                                        const CoarseModel& coarse, const Graph& g,
+                                                        int64_t batch, double memory_fraction,
+                                                        int count, const SearchSpace& space);
 
 }  // namespace quilt
 

@@ -6,6 +6,8 @@
 #include "src/planner/seeds.h"
 
 #include <algorithm>
+#include <set>
+#include <string>
 
 #include "gtest/gtest.h"
 #include "src/common/status_matchers.h"
@@ -53,12 +55,12 @@ TEST(StagedSeeds, CutTheGroupsInOrderOverDisjointRunsOfDevices) {
   const int64_t batch = 8;
   Fixture f = Make(3, batch);
   ASSERT_NE(f.coarse, nullptr);
-  absl::StatusOr<std::optional<StagedSeed>> seed =
-      FindStagedSeed(f.w->topo, *f.w->cost, *f.coarse, f.w->graph, batch,
-                     SearchOptions().memory_fraction, *f.space);
+  absl::StatusOr<std::vector<StagedSeed>> seed =
+      FindStagedSeeds(f.w->topo, *f.w->cost, *f.coarse, f.w->graph, batch,
+                      SearchOptions().memory_fraction, 1, *f.space);
   ASSERT_THAT(seed.status(), IsOk());
-  ASSERT_TRUE(seed->has_value());
-  const StagedSeed& s = **seed;
+  ASSERT_EQ(seed->size(), 1u);
+  const StagedSeed& s = seed->front();
   ASSERT_GE(s.stages(), 2);
   ASSERT_EQ(static_cast<int>(s.stage_of_group.size()), f.coarse->num_groups());
   // In order, from the first stage.
@@ -113,12 +115,12 @@ TEST(StagedSeeds, TheFastestThatFits) {
         EXPECT_FALSE(score->feasible()) << ns.name << " fits: the case tests nothing";
       }
     }
-    absl::StatusOr<std::optional<StagedSeed>> seed =
-        FindStagedSeed(f.w->topo, *f.w->cost, *f.coarse, f.w->graph, batch,
-                       SearchOptions().memory_fraction, *f.space);
+    absl::StatusOr<std::vector<StagedSeed>> seed =
+        FindStagedSeeds(f.w->topo, *f.w->cost, *f.coarse, f.w->graph, batch,
+                        SearchOptions().memory_fraction, 1, *f.space);
     ASSERT_THAT(seed.status(), IsOk());
-    ASSERT_TRUE(seed->has_value());
-    EXPECT_TRUE((*seed)->score.feasible());
+    ASSERT_EQ(seed->size(), 1u);
+    EXPECT_TRUE(seed->front().score.feasible());
     // Every k judged on its own: none that fits is faster.
     int fit = 0;
     for (int k = 2; k < f.w->topo.num_devices() && k <= f.coarse->num_groups(); ++k) {
@@ -126,10 +128,23 @@ TEST(StagedSeeds, TheFastestThatFits) {
       ASSERT_TRUE(score.has_value());
       if (!score->feasible()) continue;
       ++fit;
-      EXPECT_LE((*seed)->score.time_s, score->time_s * (1 + 1e-12)) << k << " stages";
-      if (k == (*seed)->stages()) EXPECT_DOUBLE_EQ((*seed)->score.time_s, score->time_s);
+      EXPECT_LE(seed->front().score.time_s, score->time_s * (1 + 1e-12)) << k << " stages";
+      if (k == seed->front().stages()) EXPECT_DOUBLE_EQ(seed->front().score.time_s, score->time_s);
     }
     EXPECT_GE(fit, 2) << "the case tests nothing";
+    // Several: best first, no two alike, the first the one above.
+    absl::StatusOr<std::vector<StagedSeed>> three =
+        FindStagedSeeds(f.w->topo, *f.w->cost, *f.coarse, f.w->graph, batch,
+                        SearchOptions().memory_fraction, 3, *f.space);
+    ASSERT_THAT(three.status(), IsOk());
+    ASSERT_EQ(three->size(), 3u);
+    EXPECT_DOUBLE_EQ(three->front().score.time_s, seed->front().score.time_s);
+    std::set<std::string> keys;
+    for (size_t i = 0; i < three->size(); ++i) {
+      keys.insert(f.space->StateKey((*three)[i].In(f.space.get())));
+      if (i > 0) EXPECT_FALSE((*three)[i].score.BetterThan((*three)[i - 1].score));
+    }
+    EXPECT_EQ(keys.size(), 3u);
   }
 }
 
@@ -137,18 +152,18 @@ TEST(StagedSeeds, WhereNoneFitsTheNearestToFitting) {
   const int64_t batch = 8;
   Fixture f = Make(1, batch, /*four=*/true);
   ASSERT_NE(f.coarse, nullptr);
-  absl::StatusOr<std::optional<StagedSeed>> seed =
-      FindStagedSeed(f.w->topo, *f.w->cost, *f.coarse, f.w->graph, batch,
-                     SearchOptions().memory_fraction, *f.space);
+  absl::StatusOr<std::vector<StagedSeed>> seed =
+      FindStagedSeeds(f.w->topo, *f.w->cost, *f.coarse, f.w->graph, batch,
+                      SearchOptions().memory_fraction, 1, *f.space);
   ASSERT_THAT(seed.status(), IsOk());
-  ASSERT_TRUE(seed->has_value());
-  EXPECT_FALSE((*seed)->score.feasible());
+  ASSERT_EQ(seed->size(), 1u);
+  EXPECT_FALSE(seed->front().score.feasible());
   // No further over than any k.
   for (int k = 2; k < f.w->topo.num_devices() && k <= f.coarse->num_groups(); ++k) {
     std::optional<Score> score = ScoreOfStages(&f, batch, k);
     ASSERT_TRUE(score.has_value());
     EXPECT_FALSE(score->feasible());
-    EXPECT_LE((*seed)->score.overflow_bytes, score->overflow_bytes) << k << " stages";
+    EXPECT_LE(seed->front().score.overflow_bytes, score->overflow_bytes) << k << " stages";
   }
 }
 
@@ -171,12 +186,12 @@ TEST(StagedSeeds, ARunOfMoreDevicesThanRowsKeepsItsFastest) {
   // Batch 1: one device a stage, and a seed still.
   Fixture one = Make(3, 1);
   ASSERT_NE(one.coarse, nullptr);
-  absl::StatusOr<std::optional<StagedSeed>> seed =
-      FindStagedSeed(one.w->topo, *one.w->cost, *one.coarse, one.w->graph, 1,
-                     SearchOptions().memory_fraction, *one.space);
+  absl::StatusOr<std::vector<StagedSeed>> seed =
+      FindStagedSeeds(one.w->topo, *one.w->cost, *one.coarse, one.w->graph, 1,
+                      SearchOptions().memory_fraction, 1, *one.space);
   ASSERT_THAT(seed.status(), IsOk());
-  ASSERT_TRUE(seed->has_value());
-  for (const PlacementOption& o : (*seed)->stage_options) EXPECT_EQ(o.replicas.size(), 1u);
+  ASSERT_EQ(seed->size(), 1u);
+  for (const PlacementOption& o : seed->front().stage_options) EXPECT_EQ(o.replicas.size(), 1u);
 }
 
 TEST(StagedSeeds, StagesLeftWithoutGroupsAreDropped) {
@@ -214,11 +229,11 @@ TEST(StagedSeeds, TheSearchEndsNoSlowerThanItsStagedSeed) {
   const int64_t batch = 8;
   Fixture f = Make(3, batch);
   ASSERT_NE(f.coarse, nullptr);
-  absl::StatusOr<std::optional<StagedSeed>> seed =
-      FindStagedSeed(f.w->topo, *f.w->cost, *f.coarse, f.w->graph, batch,
-                     SearchOptions().memory_fraction, *f.space);
+  absl::StatusOr<std::vector<StagedSeed>> seed =
+      FindStagedSeeds(f.w->topo, *f.w->cost, *f.coarse, f.w->graph, batch,
+                      SearchOptions().memory_fraction, 1, *f.space);
   ASSERT_THAT(seed.status(), IsOk());
-  ASSERT_TRUE(seed->has_value() && (*seed)->score.feasible());
+  ASSERT_TRUE(seed->size() == 1 && seed->front().score.feasible());
   SearchOptions o;
   o.time_budget_s = 300;  // ended by its plans, not the clock
   absl::StatusOr<SearchResult> r =
@@ -226,7 +241,7 @@ TEST(StagedSeeds, TheSearchEndsNoSlowerThanItsStagedSeed) {
                     Baselines(f.w->graph, f.w->topo, *f.w->cost, batch), o);
   ASSERT_THAT(r.status(), IsOk());
   ASSERT_TRUE(r->feasible);
-  EXPECT_LE(r->result_s, (*seed)->score.time_s * (1 + 1e-12));
+  EXPECT_LE(r->result_s, seed->front().score.time_s * (1 + 1e-12));
 }
 
 }  // namespace
