@@ -18,28 +18,17 @@
 namespace quilt {
 namespace {
 
-// bert_large on TwoNodes with `gib` GiB per device: its states (about 4
-// GiB with momentum) fit no device whole.
+// bert_large on a cluster (its states, about 4 GiB with momentum, fit no
+// device of 3 GiB or less whole), coarsened, with the search's space.
 struct Fixture {
   std::unique_ptr<testing::World> w;
   std::unique_ptr<CoarseModel> coarse;
   std::unique_ptr<SearchSpace> space;
 };
 
-// TwoNodes twice over (four nodes, fast, slow, fast, slow) when `four`.
-Fixture Make(double gib, int64_t batch, bool four = false) {
+// bert_large on `spec`, coarsened for `batch`, with the search's space.
+Fixture MakeOn(const quilt::v1::ClusterSpec& spec, int64_t batch) {
   Fixture f;
-  quilt::v1::ClusterSpec spec =
-      testing::TwoNodesWithMemory({static_cast<int64_t>(gib * (1 << 30))});
-  if (four) {
-    for (int n = 0; n < 2; ++n) {
-      quilt::v1::NodeInfo node = spec.nodes(n);
-      node.set_node_id(node.node_id() + "-2");
-      for (auto& dev : *node.mutable_devices())
-        dev.set_id(node.node_id() + "/" + dev.id().substr(dev.id().find('/') + 1));
-      *spec.add_nodes() = node;
-    }
-  }
   f.w = testing::Make("bert_large", spec);
   absl::StatusOr<std::unique_ptr<CoarseModel>> coarse =
       CoarsenForSearch(f.w->graph, f.w->topo, *f.w->cost, batch, SearchOptions().target_groups);
@@ -51,13 +40,35 @@ Fixture Make(double gib, int64_t batch, bool four = false) {
   return f;
 }
 
+// TwoNodes with `gib` GiB per device, twice over (four nodes, fast, slow,
+// fast, slow) when `four`.
+Fixture Make(double gib, int64_t batch, bool four = false) {
+  quilt::v1::ClusterSpec spec =
+      testing::TwoNodesWithMemory({static_cast<int64_t>(gib * (1 << 30))});
+  if (four) {
+    for (int n = 0; n < 2; ++n) {
+      quilt::v1::NodeInfo node = spec.nodes(n);
+      node.set_node_id(node.node_id() + "-2");
+      for (auto& dev : *node.mutable_devices()) {
+        dev.set_id(node.node_id() + "/" + dev.id().substr(dev.id().find('/') + 1));
+      }
+      *spec.add_nodes() = node;
+    }
+  }
+  return MakeOn(spec, batch);
+}
+
+// The best `count` staged seeds of `f` at `batch`.
+absl::StatusOr<std::vector<StagedSeed>> Seeds(const Fixture& f, int64_t batch, int count = 1) {
+  return FindStagedSeeds(f.w->topo, *f.w->cost, *f.coarse, f.w->graph, batch,
+                         SearchOptions().memory_fraction, count, *f.space);
+}
+
 TEST(StagedSeeds, CutTheGroupsInOrderOverDisjointRunsOfDevices) {
   const int64_t batch = 8;
   Fixture f = Make(3, batch);
   ASSERT_NE(f.coarse, nullptr);
-  absl::StatusOr<std::vector<StagedSeed>> seed =
-      FindStagedSeeds(f.w->topo, *f.w->cost, *f.coarse, f.w->graph, batch,
-                      SearchOptions().memory_fraction, 1, *f.space);
+  absl::StatusOr<std::vector<StagedSeed>> seed = Seeds(f, batch);
   ASSERT_THAT(seed.status(), IsOk());
   ASSERT_EQ(seed->size(), 1u);
   const StagedSeed& s = seed->front();
@@ -115,9 +126,7 @@ TEST(StagedSeeds, TheFastestThatFits) {
         EXPECT_FALSE(score->feasible()) << ns.name << " fits: the case tests nothing";
       }
     }
-    absl::StatusOr<std::vector<StagedSeed>> seed =
-        FindStagedSeeds(f.w->topo, *f.w->cost, *f.coarse, f.w->graph, batch,
-                        SearchOptions().memory_fraction, 1, *f.space);
+    absl::StatusOr<std::vector<StagedSeed>> seed = Seeds(f, batch);
     ASSERT_THAT(seed.status(), IsOk());
     ASSERT_EQ(seed->size(), 1u);
     EXPECT_TRUE(seed->front().score.feasible());
@@ -133,9 +142,7 @@ TEST(StagedSeeds, TheFastestThatFits) {
     }
     EXPECT_GE(fit, 2) << "the case tests nothing";
     // Several: best first, no two alike, the first the one above.
-    absl::StatusOr<std::vector<StagedSeed>> three =
-        FindStagedSeeds(f.w->topo, *f.w->cost, *f.coarse, f.w->graph, batch,
-                        SearchOptions().memory_fraction, 3, *f.space);
+    absl::StatusOr<std::vector<StagedSeed>> three = Seeds(f, batch, 3);
     ASSERT_THAT(three.status(), IsOk());
     ASSERT_EQ(three->size(), 3u);
     EXPECT_DOUBLE_EQ(three->front().score.time_s, seed->front().score.time_s);
@@ -152,9 +159,7 @@ TEST(StagedSeeds, WhereNoneFitsTheNearestToFitting) {
   const int64_t batch = 8;
   Fixture f = Make(1, batch, /*four=*/true);
   ASSERT_NE(f.coarse, nullptr);
-  absl::StatusOr<std::vector<StagedSeed>> seed =
-      FindStagedSeeds(f.w->topo, *f.w->cost, *f.coarse, f.w->graph, batch,
-                      SearchOptions().memory_fraction, 1, *f.space);
+  absl::StatusOr<std::vector<StagedSeed>> seed = Seeds(f, batch);
   ASSERT_THAT(seed.status(), IsOk());
   ASSERT_EQ(seed->size(), 1u);
   EXPECT_FALSE(seed->front().score.feasible());
@@ -186,9 +191,7 @@ TEST(StagedSeeds, ARunOfMoreDevicesThanRowsKeepsItsFastest) {
   // Batch 1: one device a stage, and a seed still.
   Fixture one = Make(3, 1);
   ASSERT_NE(one.coarse, nullptr);
-  absl::StatusOr<std::vector<StagedSeed>> seed =
-      FindStagedSeeds(one.w->topo, *one.w->cost, *one.coarse, one.w->graph, 1,
-                      SearchOptions().memory_fraction, 1, *one.space);
+  absl::StatusOr<std::vector<StagedSeed>> seed = Seeds(one, 1);
   ASSERT_THAT(seed.status(), IsOk());
   ASSERT_EQ(seed->size(), 1u);
   for (const PlacementOption& o : seed->front().stage_options) EXPECT_EQ(o.replicas.size(), 1u);
@@ -204,14 +207,8 @@ TEST(StagedSeeds, StagesLeftWithoutGroupsAreDropped) {
   tiny.mutable_devices(0)->set_id("tiny/gpu:0");
   tiny.mutable_devices(0)->set_memory_bytes(int64_t{64} << 20);
   *spec.add_nodes() = tiny;
-  Fixture f;
-  f.w = testing::Make("bert_large", spec);
-  absl::StatusOr<std::unique_ptr<CoarseModel>> coarse =
-      CoarsenForSearch(f.w->graph, f.w->topo, *f.w->cost, 8, SearchOptions().target_groups);
-  ASSERT_THAT(coarse.status(), IsOk());
-  f.coarse = std::move(*coarse);
-  f.space = std::make_unique<SearchSpace>(f.w->topo, *f.w->cost, *f.coarse, 8,
-                                          SearchOptions().memory_fraction);
+  Fixture f = MakeOn(spec, 8);
+  ASSERT_NE(f.coarse, nullptr);
   std::optional<StagedSeed> cut = CutInStages(f.w->topo, *f.coarse, f.w->graph, 8, 3, *f.space);
   ASSERT_TRUE(cut.has_value());
   EXPECT_EQ(cut->stages(), 2);
@@ -229,9 +226,7 @@ TEST(StagedSeeds, TheSearchEndsNoSlowerThanItsStagedSeed) {
   const int64_t batch = 8;
   Fixture f = Make(3, batch);
   ASSERT_NE(f.coarse, nullptr);
-  absl::StatusOr<std::vector<StagedSeed>> seed =
-      FindStagedSeeds(f.w->topo, *f.w->cost, *f.coarse, f.w->graph, batch,
-                      SearchOptions().memory_fraction, 1, *f.space);
+  absl::StatusOr<std::vector<StagedSeed>> seed = Seeds(f, batch);
   ASSERT_THAT(seed.status(), IsOk());
   ASSERT_TRUE(seed->size() == 1 && seed->front().score.feasible());
   SearchOptions o;
