@@ -30,10 +30,12 @@
 // the program's instruction count.
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <optional>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "CLI/CLI.hpp"
@@ -255,7 +257,7 @@ int main(int argc, char** argv) {
   std::string write_clusters;
   app.add_option("--write-clusters", write_clusters,
                  "Also write each random cluster's spec to DIR/NAME.textproto (for quiltctl plan "
-                 "--cluster)");
+                 "--cluster; DIR made if missing)");
   CLI11_PARSE(app, argc, argv);
   std::vector<double> row_choices;  // 0: the per-model default
   for (const absl::string_view r : absl::StrSplit(rows_per_device, ',', absl::SkipEmpty())) {
@@ -276,6 +278,15 @@ int main(int argc, char** argv) {
       return 1;
     }
     specs.push_back(*spec);
+  }
+  if (!write_clusters.empty() && random > 0) {
+    std::error_code ec;
+    std::filesystem::create_directories(write_clusters, ec);
+    if (ec) {
+      std::cerr << "--write-clusters: cannot make " << write_clusters << ": " << ec.message()
+                << "\n";
+      return 1;
+    }
   }
   for (int i = 0; i < random; ++i) {
     specs.push_back(quilt::RandomCluster(seed + i));

@@ -8,6 +8,8 @@
 #include <filesystem>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "src/common/status_matchers.h"
@@ -186,6 +188,21 @@ TEST_F(Queue, AResumeQueuesAndGoesOnFromItsCheckpoint) {
   ASSERT_TRUE(
       Eventually([&] { return State(resumed) == "JOB_STATE_CANCELLED"; }, absl::Seconds(60)))
       << Job(resumed).dump();
+  // (Its executor stops after the job is cancelled, and may write a
+  // checkpoint on its way out: it has ended before the checkpoints are
+  // moved.)
+  ASSERT_TRUE(Eventually(
+      [&] {
+        for (absl::string_view line : absl::StrSplit(cluster_.Log("worker-a"), '\n')) {
+          if (absl::StrContains(line, "job " + resumed + ": executor pid=") &&
+              absl::StrContains(line, " ended: ")) {
+            return true;
+          }
+        }
+        return false;
+      },
+      absl::Seconds(60)))
+      << cluster_.Log("worker-a");
   // Without a checkpoint of its own, a resume of the resumed job would read
   // the old job's again: the old one is not deleted with it.
   const std::string own = cluster_.dir().File("ckpt") + "/" + resumed;
