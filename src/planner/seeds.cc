@@ -12,10 +12,25 @@
 namespace quilt {
 namespace {
 
-// Optimizer state per parameter byte (momentum 1, Adam 2).
-double OptimizerStatePerByte(const Graph& g) {
-  if (g.optimizer.kind == OptimizerSpec::Kind::kAdam) return 2;
-  return g.optimizer.kind == OptimizerSpec::Kind::kSgd && g.optimizer.momentum != 0 ? 1 : 0;
+// Per group: what its parameters take with their gradients and optimizer
+// state (momentum one more copy, Adam two), and its activations per batch
+// row.
+struct GroupBytes {
+  std::vector<double> state, activation_per_row;
+};
+
+GroupBytes BytesOfGroups(const CoarseModel& coarse, const Graph& g) {
+  const double copies =
+      g.optimizer.kind == OptimizerSpec::Kind::kAdam
+          ? 4
+          : (g.optimizer.kind == OptimizerSpec::Kind::kSgd && g.optimizer.momentum != 0 ? 3 : 2);
+  const Grouping& grouping = coarse.grouping();
+  GroupBytes out;
+  for (int k = 0; k < coarse.num_groups(); ++k) {
+    out.state.push_back(static_cast<double>(grouping.param_bytes[k]) * copies);
+    out.activation_per_row.push_back(static_cast<double>(grouping.activation_bytes_per_row[k]));
+  }
+  return out;
 }
 
 // Devices in node order cut into k runs: whole nodes where k is at most
@@ -101,14 +116,11 @@ std::pair<std::vector<int>, double> CutStages(const std::vector<StageDevices>& s
 
 PlanState LayerwiseSeed(const Topology& topo, const CoarseModel& coarse, const Graph& g,
                         int64_t batch, bool by_node, SearchSpace* space) {
-  const Grouping& grouping = coarse.grouping();
-  const double state = OptimizerStatePerByte(g);
+  const GroupBytes bytes = BytesOfGroups(coarse, g);
   std::vector<double> need;
   double total = 0;
   for (int k = 0; k < coarse.num_groups(); ++k) {
-    need.push_back(static_cast<double>(grouping.param_bytes[k]) * (2 + state) +
-                   static_cast<double>(grouping.activation_bytes_per_row[k]) *
-                       static_cast<double>(batch));
+    need.push_back(bytes.state[k] + bytes.activation_per_row[k] * static_cast<double>(batch));
     total += need.back();
   }
   // Units: single devices, or whole nodes (the group's batch split over the
@@ -168,13 +180,9 @@ PlanState StagedSeed::In(SearchSpace* space) const {
 std::optional<StagedSeed> CutInStages(const Topology& topo, const CoarseModel& coarse,
                                       const Graph& g, int64_t batch, int k,
                                       const SearchSpace& space) {
-  const Grouping& grouping = coarse.grouping();
-  const double state = OptimizerStatePerByte(g);
-  std::vector<double> state_bytes, activation_bytes;
-  for (int group = 0; group < coarse.num_groups(); ++group) {
-    state_bytes.push_back(static_cast<double>(grouping.param_bytes[group]) * (2 + state));
-    activation_bytes.push_back(static_cast<double>(grouping.activation_bytes_per_row[group]));
-  }
+  const GroupBytes bytes = BytesOfGroups(coarse, g);
+  const std::vector<double>& state_bytes = bytes.state;
+  const std::vector<double>& activation_bytes = bytes.activation_per_row;
   StagedSeed seed;
   std::vector<StageDevices> stages;
   for (std::vector<int> run : DeviceRuns(topo, k)) {
@@ -266,7 +274,6 @@ absl::StatusOr<std::vector<StagedSeed>> FindStagedSeeds(const Topology& topo,
   for (size_t i : order) {
     if (static_cast<int>(out.size()) >= count) break;
     if (!seen.insert(judge.StateKey(states[i])).second) continue;
-    cuts[i].judged = static_cast<int>(cuts.size());
     out.push_back(std::move(cuts[i]));
   }
   return out;

@@ -34,8 +34,7 @@ struct StagedSeed {
   // group's stage.
   std::vector<PlacementOption> stage_options;
   std::vector<int> stage_of_group;
-  Score score;     // on the coarse model
-  int judged = 0;  // staged seeds simulated to find it
+  Score score;  // on the coarse model
   int stages() const { return static_cast<int>(stage_options.size()); }
   // The seed as a state of `space` (its stages' options added to it).
   PlanState In(SearchSpace* space) const;
@@ -51,12 +50,13 @@ std::optional<StagedSeed> CutInStages(const Topology& topo, const CoarseModel& c
 
 // The best `count` staged seeds on the coarse model, best first
 // (Score::BetterThan: the fastest that fit, else the nearest to fitting;
-// no two alike) of k = 2, 3, … stages, k below
-// one stage a device and at most one a group. Fewer stages compute each group over more
-// devices, but a stage over several nodes sums its gradients over their
-// NICs: every k is simulated (at most a group count's worth), in a space
-// of their own (`space` only lends its options' replica counts). None
-// on a cluster of fewer than three devices or a graph of one group. Errors: the coarse model's.
+// no two alike) of k = 2, 3, … stages, k below one stage a device and at
+// most one a group. Fewer stages compute each group over more devices,
+// but a stage over several nodes sums its gradients over their NICs:
+// every k is simulated (at most a group count's worth), in a space of
+// their own (`space` only lends its options' replica counts). None on a
+// cluster of fewer than three devices or a graph of one group. Errors:
+// the coarse model's.
 absl::StatusOr<std::vector<StagedSeed>> FindStagedSeeds(const Topology& topo,
                                                         const CostModel& fine_cost,
                                                         const CoarseModel& coarse, const Graph& g,
