@@ -6,7 +6,8 @@
 //
 // The search runs on the coarsened graph (coarse_graph.h): it starts from
 // the best baseline (and, when no baseline fits memory, from layer-wise
-// splits over single devices, whole nodes or runs of devices: seeds.h),
+// splits over single devices, whole nodes or runs of devices: seeds.h,
+// and from data parallelism over every device by speed, over memory),
 // then improves by local search — moving one
 // group or a run of consecutive groups to another placement, or changing a
 // group's aggregation — accepting strictly better simulated steps, with
@@ -64,9 +65,10 @@ struct SearchOptions {
   // Where no baseline fits, the search starts from the best of them and
   // of two layer-wise seeds (the groups over devices, or over nodes, in
   // order); then, while the budget lasts, it searches from each seed it
-  // did not start from too, and from the best staged seed (the groups in
-  // stages over runs of devices: seeds.h), judging at most this many plans
-  // from each (fitting or not); 0: from the start alone.
+  // did not start from too, from the two best staged seeds (the groups in
+  // stages over runs of devices: seeds.h) and last from data parallelism
+  // over every device by speed (over memory as it stands), judging at most
+  // this many plans from each (fitting or not); 0: from the start alone.
   int64_t other_seed_evaluations = 2000;
   // Where the start fits, the search also starts from the start regrouped
   // by the plans' lower bound (DescendBound), judging at most this many
