@@ -34,7 +34,10 @@ struct NamedStrategy {
 // with an affine fit t0 + t1·b around the expected operating point for the
 // linear program; memory is m0 + m1·b, fitted from simulated single-device
 // steps at two batch sizes (so it counts what the simulator counts:
-// parameters, gradients, optimizer state, live activations).
+// parameters, gradients, optimizer state, live activations). Parameter
+// servers shard the optimizer state over the devices: where the split
+// for all-reduce fits no batch, the parameter-server baseline's m0 comes
+// from simulating it on an even split (the rows' share, m1, is the same).
 struct DeviceLoadModel {
   double t0 = 0, t1 = 0;
   double m0 = 0, m1 = 0;
@@ -49,6 +52,9 @@ class RowLoadModel {
   double ComputeSeconds(int d, int64_t rows) const;
   // Rows that fit device d's memory.
   int64_t MaxRows(int d) const;
+  // The same model with each device's row-independent bytes (m0) as
+  // `fixed` gives them (one per device): another aggregation's.
+  RowLoadModel WithFixedBytes(const std::vector<double>& fixed) const;
   const std::vector<DeviceLoadModel>& devices() const { return devices_; }
 
  private:
@@ -67,6 +73,14 @@ class RowLoadModel {
 // Errors: FAILED_PRECONDITION when no split fits.
 absl::StatusOr<std::vector<int64_t>> ProportionalSplit(const RowLoadModel& load,
                                                        const Topology& topo, int64_t batch);
+
+// ProportionalSplit for data parallelism with parameter servers: each
+// device's row-independent bytes from simulating it on an even split
+// (`load` gives the rows' share). Errors: the lowering's or the
+// simulator's; FAILED_PRECONDITION when no split fits.
+absl::StatusOr<std::vector<int64_t>> ParameterServerSplit(const Graph& graph, const Topology& topo,
+                                                          const CostModel& cost,
+                                                          const RowLoadModel& load, int64_t batch);
 
 // The largest global batch the proportional split fits in the devices'
 // memory (the sum of each device's rows by the memory model `load`); 0

@@ -247,9 +247,9 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
     }
     // And data parallelism over every device by speed, over memory as it
     // stands (were it not, it would be a start): its search moves groups
-    // off devices to make room. (bert_large at batch 320 on HeteroG's
-    // testbed: 6.88 s per step from the other seeds, 4.46 s from this
-    // one, against a lower bound of 4.01 s.) Searched from last.
+    // off devices to make room. (gpt2_xl at batch 8 on nvlink-2x4-v100:
+    // 9.64 s per step from the other seeds, 8.23 s from this one.)
+    // Searched from last.
     Seed every{PlanState{}, Score{}, "data parallelism over every device by speed",
                options.other_seed_evaluations};
     std::vector<int> all(topo.num_devices());

@@ -89,15 +89,13 @@ TEST(HeteroG, StartsTheBoundRulesOutAreNotSimulated) {
 
 // Where no baseline fits and data parallelism over every device by speed
 // is over memory as it stands, the search from it moves groups off devices
-// to make room. bert_large at batch 320 on HeteroG's testbed (split by
-// memory, the devices hold 282 rows): from the layer-wise and staged seeds
-// alone the plan took 1.72 times the compute lower bound, its stages one
-// after another.
+// to make room. gpt2_xl at batch 8 on nvlink-2x4-v100: from the layer-wise
+// and staged seeds alone the plan took 3.41 times the compute lower bound.
 TEST(HeteroG, SearchesFromDataParallelismOverMemoryWhereNoBaselineFits) {
-  auto f = testing::OnShippedCluster("bert_large", "heterog_testbed");
+  auto f = testing::OnShippedCluster("gpt2_xl", "nvlink_2x4_v100");
   ASSERT_NE(f, nullptr);
   PlanOptions po;
-  po.global_batch = 320;
+  po.global_batch = 8;
   po.strategy = "all";
   po.search.time_budget_s = 300;  // (its plan limits end the searches)
   absl::StatusOr<PlanResult> plan = Plan(f->graph, f->topo, po);
@@ -113,7 +111,7 @@ TEST(HeteroG, SearchesFromDataParallelismOverMemoryWhereNoBaselineFits) {
   ASSERT_NE(heterog, nullptr);
   ASSERT_TRUE(heterog->feasible()) << heterog->infeasible_reason();
   EXPECT_EQ(heterog->search().start(), "data parallelism over every device by speed");
-  EXPECT_LT(heterog->ratio_to_lower_bound(), 1.25);
+  EXPECT_LT(heterog->ratio_to_lower_bound(), 3.15);
 }
 
 }  // namespace

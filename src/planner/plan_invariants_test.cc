@@ -179,6 +179,44 @@ TEST(Proportional, GivesFasterDevicesMoreRows) {
   EXPECT_EQ(total, 256);
 }
 
+// Parameter servers shard the optimizer state over the devices: where no
+// split fits all-reduce's memory, the parameter-server baseline is split
+// by its own (bert_large at batch 320 on HeteroG's testbed: 282 rows fit
+// with all-reduce), faster devices given more rows; where none fits
+// either, it says so.
+TEST(Proportional, ParameterServersAreSplitByTheirOwnMemory) {
+  World w;
+  ASSERT_NO_FATAL_FAILURE(MakeWorld("heterog_testbed", "bert_large", &w));
+  auto plan = [&](const std::string& strategy, int64_t batch) {
+    PlanOptions o;
+    o.global_batch = batch;
+    o.strategy = strategy;
+    absl::StatusOr<PlanResult> r = Plan(w.graph, w.topo, o);
+    EXPECT_THAT(r.status(), IsOk());
+    const auto* e = r.ok() ? Find(r->report, strategy) : nullptr;
+    EXPECT_NE(e, nullptr);
+    return e != nullptr ? *e : quilt::v1::StrategyEstimate();
+  };
+  const quilt::v1::StrategyEstimate ring = plan("dp-proportional-ring", 320);
+  EXPECT_FALSE(ring.feasible());
+  EXPECT_THAT(ring.infeasible_reason(), ::testing::HasSubstr("no split of the batch of 320"));
+  const quilt::v1::StrategyEstimate ps = plan("dp-proportional-ps", 320);
+  ASSERT_TRUE(ps.feasible()) << ps.infeasible_reason();
+  std::map<std::string, int> rows;
+  int total = 0;
+  for (const auto& r : ps.strategy().groups(0).replicas()) {
+    rows[r.device()] = r.replicas();
+    total += r.replicas();
+  }
+  EXPECT_EQ(total, 320);
+  EXPECT_GT(rows["v100-0/gpu:0"], rows["gtx1080ti-0/gpu:0"]);
+  for (const auto& m : ps.memory()) EXPECT_LE(m.peak_bytes(), m.capacity_bytes()) << m.device();
+  const quilt::v1::StrategyEstimate none = plan("dp-proportional-ps", 400);
+  EXPECT_FALSE(none.feasible());
+  EXPECT_THAT(none.infeasible_reason(),
+              ::testing::HasSubstr("fits the devices' memory with parameter servers either"));
+}
+
 // The execution order is chosen per plan: each estimate is the faster of
 // the two orders, and on a communication-heavy step lifting the gradients'
 // producers hides communication behind the backward pass.
