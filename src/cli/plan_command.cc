@@ -130,8 +130,9 @@ std::string NoFeasibleStrategy(const quilt::v1::PlanReport& r) {
   std::string hint;
   if (r.data_parallel_batch_limit() > 0) {
     hint = absl::StrFormat(
-        "; data parallelism with the speed-proportional split may fit up to --batch %d here (by "
-        "its memory model)",
+        "; data parallelism with the speed-proportional split and all-reduce may fit up to "
+        "--batch %d here (by its memory model; with parameter servers, which shard the "
+        "optimizer state, perhaps more)",
         r.data_parallel_batch_limit());
   } else {
     hint = r.global_batch() > 1 ? "; a smaller --batch or more devices may fit"
