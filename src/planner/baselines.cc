@@ -20,43 +20,41 @@
 namespace quilt {
 namespace {
 
+// Each device's peak memory in one step of data parallelism over the
+// devices with `replicas` (global batch `batch`), aggregated by `method`
+// (0 for a device it leaves unused).
+absl::StatusOr<std::vector<int64_t>> DataParallelPeaks(const GraphIndex& ix, const CostModel& cost,
+                                                       const Topology& topo,
+                                                       const std::vector<int64_t>& replicas,
+                                                       quilt::v1::AggregationMethod method,
+                                                       int64_t batch) {
+  const quilt::v1::Strategy s = DataParallelStrategy(ix.graph(), topo, replicas, method, "probe");
+  ASSIGN_OR_RETURN(quilt::v1::DistributedProgram prog,
+                   LowerWithoutGraph(ix, s, topo, &cost, batch));
+  SimOptions options;
+  options.index = &ix;
+  ASSIGN_OR_RETURN(SimResult r, Simulate(prog, ix.graph(), topo, cost, options));
+  std::vector<int64_t> peaks(topo.num_devices(), 0);
+  for (const DeviceUsage& u : r.devices) {
+    const int d = topo.DeviceIndex(u.device);
+    if (d >= 0) peaks[d] = u.peak_memory_bytes;
+  }
+  return peaks;
+}
+
 // Peak memory of one step of the whole graph on device d with `rows` rows.
 absl::StatusOr<int64_t> SingleDevicePeak(const GraphIndex& ix, const CostModel& cost,
                                          const Topology& topo, int d, int64_t rows) {
-  const Graph& g = ix.graph();
   std::vector<int64_t> one(topo.num_devices(), 0);
   one[d] = 1;
-  const quilt::v1::Strategy s =
-      DataParallelStrategy(g, topo, one, quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE, "probe");
-  ASSIGN_OR_RETURN(quilt::v1::DistributedProgram prog, LowerWithoutGraph(ix, s, topo, &cost, rows));
-  SimOptions options;
-  options.index = &ix;
-  ASSIGN_OR_RETURN(SimResult r, Simulate(prog, g, topo, cost, options));
-  return r.devices.empty() ? 0 : r.devices.front().peak_memory_bytes;
+  ASSIGN_OR_RETURN(
+      std::vector<int64_t> peaks,
+      DataParallelPeaks(ix, cost, topo, one, quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE, rows));
+  return peaks[d];
 }
 
 // Splits for parameter servers simulated to check they fit, at most.
 constexpr int kSplitChecks = 3;
-
-// Each device's peak memory in one step of data parallelism aggregated by
-// `method` with `rows` rows on every device.
-absl::StatusOr<std::vector<int64_t>> EvenSplitPeaks(const GraphIndex& ix, const CostModel& cost,
-                                                    const Topology& topo,
-                                                    quilt::v1::AggregationMethod method,
-                                                    int64_t rows) {
-  const int n = topo.num_devices();
-  const quilt::v1::Strategy s =
-      DataParallelStrategy(ix.graph(), topo, std::vector<int64_t>(n, 1), method, "probe");
-  ASSIGN_OR_RETURN(quilt::v1::DistributedProgram prog,
-                   LowerWithoutGraph(ix, s, topo, &cost, rows * n));
-  SimOptions options;
-  options.index = &ix;
-  ASSIGN_OR_RETURN(SimResult r, Simulate(prog, ix.graph(), topo, cost, options));
-  std::vector<int64_t> peaks(n, 0);
-  for (int d = 0; d < n && d < static_cast<int>(r.devices.size()); ++d)
-    peaks[d] = r.devices[d].peak_memory_bytes;
-  return peaks;
-}
 
 }  // namespace
 
@@ -370,9 +368,9 @@ absl::StatusOr<std::vector<int64_t>> ParameterServerSplit(const Graph& g, const 
   const int n = topo.num_devices();
   ASSIGN_OR_RETURN(const GraphIndex ix, GraphIndex::Build(g));
   const int64_t rows = std::max<int64_t>(1, batch / std::max(1, n));
-  ASSIGN_OR_RETURN(
-      std::vector<int64_t> peaks,
-      EvenSplitPeaks(ix, cost, topo, quilt::v1::AGGREGATION_METHOD_PARAMETER_SERVER, rows));
+  ASSIGN_OR_RETURN(std::vector<int64_t> peaks,
+                   DataParallelPeaks(ix, cost, topo, std::vector<int64_t>(n, 1),
+                                     quilt::v1::AGGREGATION_METHOD_PARAMETER_SERVER, rows * n));
   std::vector<double> fixed(n);
   for (int d = 0; d < n; ++d) {
     fixed[d] = std::max(
@@ -393,17 +391,13 @@ absl::StatusOr<std::vector<int64_t>> ParameterServerSplit(const Graph& g, const 
       return absl::Status(fitted.status().code(), message);
     }
     const std::vector<int64_t>& split = *fitted;
-    const quilt::v1::Strategy s = DataParallelStrategy(
-        g, topo, split, quilt::v1::AGGREGATION_METHOD_PARAMETER_SERVER, "probe");
-    ASSIGN_OR_RETURN(quilt::v1::DistributedProgram prog,
-                     LowerWithoutGraph(ix, s, topo, &cost, batch));
-    SimOptions options;
-    options.index = &ix;
-    ASSIGN_OR_RETURN(SimResult r, Simulate(prog, g, topo, cost, options));
+    ASSIGN_OR_RETURN(std::vector<int64_t> split_peaks,
+                     DataParallelPeaks(ix, cost, topo, split,
+                                       quilt::v1::AGGREGATION_METHOD_PARAMETER_SERVER, batch));
     over.clear();
-    for (int d = 0; d < n && d < static_cast<int>(r.devices.size()); ++d) {
+    for (int d = 0; d < n; ++d) {
       const int64_t memory = topo.device(d).proto.memory_bytes();
-      const int64_t peak = r.devices[d].peak_memory_bytes;
+      const int64_t peak = split_peaks[d];
       if (peak <= memory) continue;
       // (What the model missed at these rows.)
       fixed[d] += std::max(1.0, static_cast<double>(peak) - fixed[d] -
@@ -468,8 +462,8 @@ std::vector<NamedStrategy> Baselines(const Graph& g, const Topology& topo, const
   prop = load.ok() ? ProportionalSplit(*load, topo, batch) : load.status();
   // Where no split fits all-reduce's memory, parameter servers may fit one:
   // their shards of the optimizer state leave each device more room
-  // (bert_large at batch 320 on HeteroG's testbed: 282 rows fit with
-  // all-reduce, more than 320 with parameter servers).
+  // (bert_large on HeteroG's testbed: 282 rows fit with all-reduce, 350
+  // with parameter servers).
   absl::StatusOr<std::vector<int64_t>> prop_ps = prop;
   if (!prop.ok() && load.ok() && n > 1) prop_ps = ParameterServerSplit(g, topo, cost, *load, batch);
   for (auto [name, method] :
