@@ -387,7 +387,12 @@ absl::StatusOr<std::vector<int64_t>> ParameterServerSplit(const Graph& g, const 
       // ("no split of the batch of B fits the devices' memory (…)")
       std::string message(fitted.status().message());
       const size_t at = message.find(" (");
-      if (at != std::string::npos) message.insert(at, " with parameter servers either");
+      // (The model's count of rows is an estimate: checked splits may hold
+      // fewer.)
+      if (at != std::string::npos) {
+        message.insert(at + 2, "by the memory model, ");
+        message.insert(at, " with parameter servers either");
+      }
       return absl::Status(fitted.status().code(), message);
     }
     const std::vector<int64_t>& split = *fitted;
