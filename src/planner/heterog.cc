@@ -352,38 +352,33 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
       ASSIGN_OR_RETURN(LocalSearchResult other,
                        RunLocalSearch(&space, coarse->num_groups(), other_options, deadline, whole,
                                       seed.name, seed.evaluations, seed.state, seed.score));
-      if (seed.alongside && best_score.feasible()) {
+      // A search alongside the first (where a plan fits), or one that did
+      // not beat it: its plans stay candidates in full, the best keeps.
+      const bool alongside = seed.alongside && best_score.feasible();
+      if (alongside || !other.score.BetterThan(best_score)) {
         // (What each group's choice saves is measured against the start
         // the seed was regrouped from, where it was: the first search's.)
         const PlanState& from = seed.regrouped ? start_state : seed.state;
         const std::string against = seed.regrouped ? result.start : "";
-        // (Its plan is simulated in full four times over: only where the
-        // coarse model finds it about as fast as the first search's or
-        // faster.)
-        if (other.score.feasible() && !(other.best == best) &&
-            other.score.time_s < best_score.time_s * (1 + kAlongsideWithin)) {
-          others.push_back({from, seed.name, seed.score.time_s, other.best, other.score, true,
+        if (alongside) {
+          // (Its plan is simulated in full four times over: only where
+          // the coarse model finds it about as fast as the first search's
+          // or faster.)
+          if (other.score.feasible() && !(other.best == best) &&
+              other.score.time_s < best_score.time_s * (1 + kAlongsideWithin)) {
+            others.push_back({from, seed.name, seed.score.time_s, other.best, other.score, true,
+                              against, seed.score.feasible()});
+          }
+        } else if (other.score.feasible()) {
+          others.push_back({from, seed.name, seed.score.time_s, other.best, other.score, false,
                             against, seed.score.feasible()});
-        }
-        // And the plan it kept from over its memory share, where faster
-        // than the best that fits (it may fit in full).
-        if (other.near.has_value() && other.near->second.time_s < best_score.time_s) {
-          others.push_back({from, seed.name, seed.score.time_s, other.near->first,
-                            other.near->second, false, against, seed.score.feasible()});
-        }
-        continue;
-      }
-      if (!other.score.BetterThan(best_score)) {
-        if (other.score.feasible()) {
-          others.push_back({seed.state, seed.name, seed.score.time_s, other.best, other.score,
-                            false, "", seed.score.feasible()});
         }
         // And the plan it kept from over its memory share, where faster on
         // the coarse model than the best that fits (it may fit in full).
         if (other.near.has_value() && best_score.feasible() &&
             other.near->second.time_s < best_score.time_s) {
-          others.push_back({seed.state, seed.name, seed.score.time_s, other.near->first,
-                            other.near->second, false, "", seed.score.feasible()});
+          others.push_back({from, seed.name, seed.score.time_s, other.near->first,
+                            other.near->second, false, against, seed.score.feasible()});
         }
         continue;
       }
