@@ -423,7 +423,8 @@ void AddPlanCommand(CLI::App& app, const GlobalOptions& globals, std::vector<Com
   c->add_option("--max-plans", a->max_plans,
                 "Plans the planner's local search judges once one fits: simulated, or ruled "
                 "out by a lower bound on their step (default 200; until one fits, the time "
-                "budget alone ends it; its starting plans and the explanation's what-ifs are "
+                "budget alone ends it, or 2000 plans where it starts over memory and other "
+                "seeds are left; its starting plans and the explanation's what-ifs are "
                 "simulated besides)")
       ->check(PositiveInt());
   c->add_option("--seed", a->seed, "Seed of the planner's search (same seed, same plan)")

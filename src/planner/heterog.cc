@@ -201,6 +201,9 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
     // The start regrouped by the bound (its groups' savings are described
     // against the start).
     bool regrouped = false;
+    // The first search, resumed from where its cap ended it over memory
+    // (`state`), without a cap: the start it began from, and its score.
+    std::optional<std::pair<PlanState, Score>> resumes;
   };
   std::vector<Seed> seeds;
   if (!have || !best_score.feasible()) {
@@ -302,6 +305,7 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
     }
   }
   PlanState start_state = best;
+  const Score start_score = best_score;
   result.start_s = best_score.time_s;
   result.start_fits = best_score.feasible();
   // Small action spaces are enumerated (the optimum, cheaply); larger ones
@@ -322,9 +326,24 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
     result.stopped_by = absl::Now() < deadline ? "enumerated" : "time budget";
   } else {
     const bool whole = topo.num_devices() > kWholePlacementDevices;
-    ASSIGN_OR_RETURN(LocalSearchResult found,
-                     RunLocalSearch(&space, coarse->num_groups(), options, deadline, whole,
-                                    result.start, /*evaluation_cap=*/0, best, best_score));
+    // From a start over memory, with other seeds to search from, the first
+    // search judges no more plans than each of theirs: uncapped, it would
+    // spend the whole budget on a start that may never fit. (bert_large
+    // at batch 383 on seven V100s beside a 4 GB device: the search from
+    // the parameter-server baseline, which fits in full only, took the
+    // budget; gpt2_xl at batch 7 on random-11 fitted nowhere that way, and
+    // fits from the staged seeds.) Where it ends over memory and no
+    // other search finds a plan that fits, it goes on after them while
+    // the budget lasts.
+    const bool first_capped = !best_score.feasible() && options.other_seed_evaluations > 0 &&
+                              std::any_of(seeds.begin(), seeds.end(), [&](const Seed& s) {
+                                return s.name != result.start && s.evaluations > 0;
+                              });
+    ASSIGN_OR_RETURN(
+        LocalSearchResult found,
+        RunLocalSearch(&space, coarse->num_groups(), options, deadline, whole, result.start,
+                       first_capped ? options.other_seed_evaluations : 0, best, best_score,
+                       /*cap_until_fit=*/true));
     best = found.best;
     best_score = found.score;
     result.stopped_by = found.stopped_by;
@@ -339,9 +358,16 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
       };
     }
     const std::string first_start = result.start;
+    if (first_capped && !found.score.feasible()) {
+      Seed more{found.best, found.score, first_start, /*evaluations=*/0};
+      more.resumes = std::make_pair(start_state, start_score);
+      seeds.push_back(std::move(more));
+    }
     for (Seed& seed : seeds) {
-      if (seed.name == first_start) continue;
-      if (seed.evaluations <= 0) continue;
+      if (seed.name == first_start && !seed.resumes.has_value()) continue;
+      if (seed.evaluations <= 0 && !seed.resumes.has_value()) continue;
+      // (Resumed only where no search has found a plan that fits.)
+      if (seed.resumes.has_value() && best_score.feasible()) continue;
       if (absl::Now() >= deadline) break;
       if (seed.state.place.empty() && seed.staged.has_value()) seed.state = seed.staged->In(&space);
       if (seed.score_when_searched) {
@@ -349,16 +375,20 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
         if (!score.ok()) continue;
         seed.score = *score;
       }
-      ASSIGN_OR_RETURN(LocalSearchResult other,
-                       RunLocalSearch(&space, coarse->num_groups(), other_options, deadline, whole,
-                                      seed.name, seed.evaluations, seed.state, seed.score));
+      ASSIGN_OR_RETURN(
+          LocalSearchResult other,
+          RunLocalSearch(&space, coarse->num_groups(), seed.resumes ? options : other_options,
+                         deadline, whole, seed.name, seed.evaluations, seed.state, seed.score));
+      // (A search resumed is described from where it began.)
+      const PlanState& began = seed.resumes ? seed.resumes->first : seed.state;
+      const Score& began_score = seed.resumes ? seed.resumes->second : seed.score;
       // A search alongside the first (where a plan fits), or one that did
       // not beat it: its plans stay candidates in full, the best keeps.
       const bool alongside = seed.alongside && best_score.feasible();
       if (alongside || !other.score.BetterThan(best_score)) {
         // (What each group's choice saves is measured against the start
         // the seed was regrouped from, where it was: the first search's.)
-        const PlanState& from = seed.regrouped ? start_state : seed.state;
+        const PlanState& from = seed.regrouped ? start_state : began;
         const std::string against = seed.regrouped ? result.start : "";
         if (alongside) {
           // (Its plan is simulated in full four times over: only where
@@ -366,19 +396,20 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
           // or faster.)
           if (other.score.feasible() && !(other.best == best) &&
               other.score.time_s < best_score.time_s * (1 + kAlongsideWithin)) {
-            others.push_back({from, seed.name, seed.score.time_s, other.best, other.score, true,
-                              against, seed.score.feasible()});
+            others.push_back({from, seed.name, began_score.time_s, other.best, other.score, true,
+                              against, began_score.feasible()});
           }
         } else if (other.score.feasible()) {
-          others.push_back({from, seed.name, seed.score.time_s, other.best, other.score, false,
-                            against, seed.score.feasible()});
+          others.push_back({from, seed.name, began_score.time_s, other.best, other.score, false,
+                            against, began_score.feasible()});
         }
         // And the plan it kept from over its memory share, where faster on
-        // the coarse model than the best that fits (it may fit in full).
-        if (other.near.has_value() && best_score.feasible() &&
-            other.near->second.time_s < best_score.time_s) {
-          others.push_back({from, seed.name, seed.score.time_s, other.near->first,
-                            other.near->second, false, against, seed.score.feasible()});
+        // the coarse model than the best that fits, or where none fits (it
+        // may fit in full).
+        if (other.near.has_value() &&
+            (!best_score.feasible() || other.near->second.time_s < best_score.time_s)) {
+          others.push_back({from, seed.name, began_score.time_s, other.near->first,
+                            other.near->second, false, against, began_score.feasible()});
         }
         continue;
       }
@@ -389,17 +420,19 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
                           result.start_fits});
       }
       // And so does the plan it kept from over its memory share, where
-      // faster than the new plan on the coarse model (it may fit in full).
-      if (nearest.has_value() && nearest->second.time_s < other.score.time_s) {
+      // faster than the new plan on the coarse model or the new plan does
+      // not fit there either (it may fit in full).
+      if (nearest.has_value() &&
+          (!other.score.feasible() || nearest->second.time_s < other.score.time_s)) {
         others.push_back({start_state, result.start, result.start_s, nearest->first,
                           nearest->second, false, "", result.start_fits});
       }
       best = other.best;
       best_score = other.score;
-      start_state = seed.state;
+      start_state = began;
       result.start = seed.name;
-      result.start_s = seed.score.time_s;
-      result.start_fits = seed.score.feasible();
+      result.start_s = began_score.time_s;
+      result.start_fits = began_score.feasible();
       result.stopped_by = other.stopped_by;
       earlier = other.earlier;
       // (The plans the explanation shows are described against the start

@@ -58,7 +58,9 @@ struct SearchOptions {
   double time_budget_s = 10;
   // Plans judged at most once one fits: simulated, or ruled out by their
   // bound (rule_out_by_bound); until one fits the time budget alone ends
-  // the search; 0 = no limit. The local search simulates two plans at a
+  // the search (but for a first search from a start over memory, with
+  // other seeds to search from: other_seed_evaluations, then, where no
+  // search fits, resumed after them); 0 = no limit. The local search simulates two plans at a
   // time: the second, when the first is taken, is simulated again from the
   // new plan and counts twice; the limit may be passed by one.
   int64_t max_evaluations = 200;

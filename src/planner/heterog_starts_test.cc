@@ -3,7 +3,8 @@
 // devices a parameter-server baseline takes seconds); its bound is kept,
 // is below what simulating it gives, and Plan does not simulate it in full
 // where the bound puts it far behind. Where no baseline fits, data
-// parallelism over memory is a seed too.
+// parallelism over memory is a seed too. A first start over memory leaves
+// the budget to the other seeds.
 #include <algorithm>
 #include <set>
 
@@ -112,6 +113,41 @@ TEST(HeteroG, SearchesFromDataParallelismOverMemoryWhereNoBaselineFits) {
   ASSERT_TRUE(heterog->feasible()) << heterog->infeasible_reason();
   EXPECT_EQ(heterog->search().start(), "data parallelism over every device by speed");
   EXPECT_LT(heterog->ratio_to_lower_bound(), 3.15);
+}
+
+// Where the first start is over memory on the coarse model and other seeds
+// are left, its search judges no more plans than theirs until it fits,
+// and is not resumed once another search's plan fits. bert_large at batch
+// 383 on seven V100s beside one 4 GB device: the search from the
+// parameter-server baseline (which fits in full, at 99.8 % of a device)
+// never fits on the coarse model; uncapped, it took the whole budget.
+TEST(HeteroG, AStartOverMemoryLeavesTheBudgetToTheOtherSeeds) {
+  absl::StatusOr<quilt::v1::ClusterSpec> spec =
+      LoadClusterSpec("bench/clusters/one_small_mem.textproto");
+  ASSERT_THAT(spec.status(), IsOk());
+  auto f = testing::Make("bert_large", *spec);
+  const int64_t batch = 383;
+  const std::vector<NamedStrategy> baselines = Baselines(f->graph, f->topo, *f->cost, batch);
+  SearchOptions o;
+  o.time_budget_s = 300;
+  std::set<std::string> searched;
+  bool first_fits = false;
+  o.progress_every_s = 0;
+  o.progress = [&](const SearchProgress& p) {
+    searched.insert(p.start);
+    if (!p.other_seed && p.feasible) first_fits = true;
+  };
+  absl::StatusOr<SearchResult> r = SearchHeteroG(f->graph, f->topo, *f->cost, batch, baselines, o);
+  ASSERT_THAT(r.status(), IsOk());
+  // The scenario: the first search starts from a baseline and never fits.
+  EXPECT_TRUE(searched.count("dp-proportional-ps")) << ::testing::PrintToString(searched);
+  EXPECT_FALSE(first_fits);
+  // The other seeds were searched from, one of them found a plan that fits
+  // on the coarse model, and the searches ended by their limits.
+  EXPECT_GE(searched.size(), 3u) << ::testing::PrintToString(searched);
+  EXPECT_TRUE(r->feasible);
+  EXPECT_NE(r->stopped_by, "time budget");
+  EXPECT_LT(r->search_wall_s, o.time_budget_s);
 }
 
 }  // namespace

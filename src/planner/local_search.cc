@@ -47,12 +47,14 @@ class Search {
   // `evaluation_cap` > 0: plans this search simulates at most, whether
   // one fits or not. `start`: what it starts from, for progress reports.
   Search(SearchSpace* space, int groups, const SearchOptions& o, absl::Time deadline,
-         bool whole_placements, std::string start, int64_t evaluation_cap = 0)
+         bool whole_placements, std::string start, int64_t evaluation_cap = 0,
+         bool cap_until_fit = false)
       : space_(space),
         groups_(groups),
         options_(o),
         deadline_(deadline),
         evaluation_cap_(evaluation_cap),
+        cap_until_fit_(cap_until_fit),
         started_at_(space->judged()),
         start_(std::move(start)),
         next_progress_(absl::Now() + absl::Seconds(o.progress_every_s)),
@@ -236,7 +238,8 @@ class Search {
       stopped_by_ = "evaluation limit";
       return true;
     }
-    if (evaluation_cap_ > 0 && space_->judged() - started_at_ >= evaluation_cap_) {
+    if (evaluation_cap_ > 0 && !(cap_until_fit_ && best.feasible()) &&
+        space_->judged() - started_at_ >= evaluation_cap_) {
       stopped_by_ = "evaluation limit";
       return true;
     }
@@ -279,6 +282,7 @@ class Search {
   const SearchOptions& options_;
   absl::Time deadline_;
   int64_t evaluation_cap_ = 0;
+  bool cap_until_fit_ = false;
   int64_t started_at_ = 0;
   std::string start_;
   absl::Time next_progress_;
@@ -323,8 +327,9 @@ absl::StatusOr<LocalSearchResult> RunLocalSearch(SearchSpace* space, int groups,
                                                  const SearchOptions& options, absl::Time deadline,
                                                  bool whole_placements, const std::string& start,
                                                  int64_t evaluation_cap, const PlanState& from,
-                                                 const Score& from_score) {
-  Search search(space, groups, options, deadline, whole_placements, start, evaluation_cap);
+                                                 const Score& from_score, bool cap_until_fit) {
+  Search search(space, groups, options, deadline, whole_placements, start, evaluation_cap,
+                cap_until_fit);
   ASSIGN_OR_RETURN(auto found, search.Run(from, from_score));
   return LocalSearchResult{std::move(found.first), found.second, search.stopped_by(), search.near(),
                            search.earlier()};

@@ -42,13 +42,15 @@ struct LocalSearchResult {
 // Searches from `from` (of `from_score`) over `groups` op groups until
 // `deadline` or the options' limits. `whole_placements`: try moving every
 // group at once to the placements the space's estimate favours.
-// `evaluation_cap` > 0: plans it simulates at most, whether one fits or
-// not. `start` names `from` in progress reports (SearchOptions::progress).
+// `evaluation_cap` > 0: plans it judges at most, whether one fits or not
+// (`cap_until_fit`: until one fits; then the options' limit alone).
+// `start` names `from` in progress reports (SearchOptions::progress).
 absl::StatusOr<LocalSearchResult> RunLocalSearch(SearchSpace* space, int groups,
                                                  const SearchOptions& options, absl::Time deadline,
                                                  bool whole_placements, const std::string& start,
                                                  int64_t evaluation_cap, const PlanState& from,
-                                                 const Score& from_score);
+                                                 const Score& from_score,
+                                                 bool cap_until_fit = false);
 
 // Coordinate descent on the plans' lower bound (SearchSpace::BoundOf),
 // from `from`: group by group, the placement and all-reduce method whose
