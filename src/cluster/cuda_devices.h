@@ -1,7 +1,8 @@
 // CUDA device discovery through the CUDA runtime (linked statically, so the
 // worker runs on hosts without the toolkit; only the driver is needed).
 // Without a GPU or driver it reports why, and the worker carries on with
-// CPU devices.
+// CPU devices. The memory a GPU offers jobs is its total less a reserve
+// (GpuMemoryOffered).
 #ifndef QUILT_SRC_CLUSTER_CUDA_DEVICES_H_
 #define QUILT_SRC_CLUSTER_CUDA_DEVICES_H_
 
@@ -32,6 +33,14 @@ absl::StatusOr<std::vector<CudaDeviceInfo>> DiscoverCudaDevices();
 
 // FP32 lanes per SM for a compute capability (0 if unknown).
 int Fp32LanesPerSm(int cc_major, int cc_minor);
+
+// The memory a GPU of `total_bytes` offers jobs with `reserve_bytes` kept
+// back for what the planner does not count (the CUDA context, library
+// workspaces, communicator buffers, allocator slack). Errors:
+// INVALID_ARGUMENT for a negative reserve, or one that leaves nothing
+// (naming `device`).
+absl::StatusOr<int64_t> GpuMemoryOffered(const std::string& device, int64_t total_bytes,
+                                         int64_t reserve_bytes);
 
 }  // namespace quilt
 

@@ -1,3 +1,5 @@
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "src/cluster/cuda_devices.h"
 
 namespace quilt {
@@ -17,6 +19,21 @@ int Fp32LanesPerSm(int major, int minor) {
     default:
       return 0;
   }
+}
+
+absl::StatusOr<int64_t> GpuMemoryOffered(const std::string& device, int64_t total_bytes,
+                                         int64_t reserve_bytes) {
+  constexpr int64_t kMiB = int64_t{1} << 20;
+  if (reserve_bytes < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the GPU memory reserve is negative (", reserve_bytes / kMiB, " MiB)"));
+  }
+  if (reserve_bytes >= total_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "GPU ", device, " has ", total_bytes / kMiB, " MiB of memory; the reserve of ",
+        reserve_bytes / kMiB, " MiB (gpu_memory_reserve_mb) leaves it none to offer jobs"));
+  }
+  return total_bytes - reserve_bytes;
 }
 
 }  // namespace quilt

@@ -10,6 +10,7 @@
 #include "src/cluster/cuda_devices.h"
 #include "src/cluster/host_info.h"
 #include "src/common/logging.h"
+#include "src/common/status.h"
 
 namespace quilt {
 namespace {
@@ -108,20 +109,24 @@ absl::StatusOr<quilt::v1::NodeInfo> DiscoverLocalNode(const LocalNodeOptions& op
       QLOG_INFO("no GPU found: the CUDA runtime reports 0 devices");
     } else {
       for (const CudaDeviceInfo& g : *gpus) {
+        const std::string id = absl::StrCat(options.node_id, "/gpu:", g.ordinal);
+        ASSIGN_OR_RETURN(const int64_t offered,
+                         GpuMemoryOffered(id, g.memory_bytes, options.gpu_memory_reserve_bytes));
         quilt::v1::Device* d = info.add_devices();
-        d->set_id(absl::StrCat(options.node_id, "/gpu:", g.ordinal));
+        d->set_id(id);
         d->set_kind(quilt::v1::DEVICE_KIND_GPU);
         d->set_model(g.name);
         d->set_index(g.ordinal);
-        d->set_memory_bytes(g.memory_bytes);
+        d->set_memory_bytes(offered);
         d->set_multiprocessors(g.multiprocessors);
         d->set_compute_capability(absl::StrCat(g.cc_major, ".", g.cc_minor));
         d->set_peak_fp32_flops_per_s(g.peak_fp32_flops_per_s / options.compute_slowdown);
         d->set_memory_bandwidth_bytes_per_s(g.memory_bandwidth_bytes_per_s);
         d->set_compute_slowdown(options.compute_slowdown);
-        QLOG_INFO("GPU found ordinal={} name=\"{}\" memory_gib={:.1f} sms={} cc={}.{}", g.ordinal,
-                  g.name, g.memory_bytes / double(1 << 30), g.multiprocessors, g.cc_major,
-                  g.cc_minor);
+        QLOG_INFO(
+            "GPU found ordinal={} name=\"{}\" memory_gib={:.1f} offered_gib={:.1f} sms={} cc={}.{}",
+            g.ordinal, g.name, g.memory_bytes / double(1 << 30), offered / double(1 << 30),
+            g.multiprocessors, g.cc_major, g.cc_minor);
       }
     }
   }

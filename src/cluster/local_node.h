@@ -34,6 +34,8 @@ struct LocalNodeOptions {
   // Memory the CPU devices offer, in all (0: the host's). More than the
   // host has is refused.
   int64_t cpu_memory_bytes = 0;
+  // Memory each GPU keeps back from what it offers jobs (GpuMemoryOffered).
+  int64_t gpu_memory_reserve_bytes = int64_t{1} << 30;
   // A CPU speed known already (an earlier calibration of this host): used
   // as measured instead of calibrating again.
   std::optional<CpuSpeed> cpu_speed;

@@ -9,6 +9,7 @@
 namespace quilt {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 TEST(DiscoverLocalNode, CpuDevicesSplitHostAndAreCalibrated) {
@@ -94,6 +95,18 @@ TEST(CudaDevices, LanesPerSmKnownForSupportedGenerations) {
   EXPECT_EQ(Fp32LanesPerSm(8, 6), 128);
   EXPECT_EQ(Fp32LanesPerSm(9, 0), 128);
   EXPECT_EQ(Fp32LanesPerSm(3, 5), 0);
+}
+
+TEST(CudaDevices, GpusOfferTheirMemoryLessTheReserve) {
+  constexpr int64_t kGiB = int64_t{1} << 30;
+  EXPECT_THAT(GpuMemoryOffered("n/gpu:0", 80 * kGiB, kGiB), IsOkAndHolds(79 * kGiB));
+  EXPECT_THAT(GpuMemoryOffered("n/gpu:0", 16 * kGiB, 0), IsOkAndHolds(16 * kGiB));
+  EXPECT_THAT(GpuMemoryOffered("n/gpu:1", 4 * kGiB, 4 * kGiB),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("n/gpu:1"), HasSubstr("4096 MiB of memory"),
+                             HasSubstr("gpu_memory_reserve_mb"))));
+  EXPECT_THAT(GpuMemoryOffered("n/gpu:0", 16 * kGiB, -1),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("negative")));
 }
 
 TEST(CudaDevices, WithoutGpu_ReportsWhyInsteadOfCrashing) {

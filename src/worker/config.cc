@@ -23,6 +23,11 @@ const ConfigSchema<WorkerConfig>& WorkerConfigSchema() {
              "Memory the CPU devices offer jobs, in MiB, split evenly between them\n"
              "(the planner keeps every job within it); 0 = the host's (or its cgroup's).",
              0, int64_t{1} << 40)
+        .Int("gpu_memory_reserve_mb", &C::gpu_memory_reserve_mb,
+             "Memory each GPU keeps back from what it offers jobs, in MiB: the CUDA\n"
+             "context, cuBLAS and NCCL workspaces and allocator slack, which plans do\n"
+             "not count (they may fill the rest). A GPU it leaves nothing fails start-up.",
+             0, int64_t{1} << 20)
         .String("cpus", &C::cpus,
                 "CPUs this worker, its device measurements and its executors run on\n"
                 "(a list like \"0-3,8\"); empty = those it was started with (e.g.\n"

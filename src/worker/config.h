@@ -18,6 +18,7 @@ struct WorkerConfig {
   int64_t cpu_devices = 1;
   int64_t cpu_cores = 0;
   int64_t cpu_memory_mb = 0;
+  int64_t gpu_memory_reserve_mb = 1024;
   std::string cpus;
   int64_t calibration_ms = 1000;
   bool cuda = true;

@@ -163,6 +163,7 @@ int Run(WorkerConfig config) {
   local.discover_cuda = config.cuda;
   local.compute_slowdown = config.compute_slowdown;
   local.cpu_memory_bytes = config.cpu_memory_mb << 20;
+  local.gpu_memory_reserve_bytes = config.gpu_memory_reserve_mb << 20;
   absl::StatusOr<quilt::v1::NodeInfo> node = DiscoverLocalNode(local);
   if (!node.ok()) {
     QLOG_ERROR("device discovery failed: {}", node.status().ToString());
