@@ -347,6 +347,9 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
     best = found.best;
     best_score = found.score;
     result.stopped_by = found.stopped_by;
+    // Any search of the run the budget ended makes it machine-dependent:
+    // then the run says so, whichever search's plan it keeps.
+    bool budget_ended = found.stopped_by == "time budget";
     earlier = found.earlier;
     std::optional<std::pair<PlanState, Score>> nearest = found.near;
     // (Their progress reports say they come after the first search.)
@@ -368,7 +371,10 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
       if (seed.evaluations <= 0 && !seed.resumes.has_value()) continue;
       // (Resumed only where no search has found a plan that fits.)
       if (seed.resumes.has_value() && best_score.feasible()) continue;
-      if (absl::Now() >= deadline) break;
+      if (absl::Now() >= deadline) {
+        budget_ended = true;
+        break;
+      }
       if (seed.state.place.empty() && seed.staged.has_value()) seed.state = seed.staged->In(&space);
       if (seed.score_when_searched) {
         absl::StatusOr<Score> score = space.Evaluate(seed.state);
@@ -379,6 +385,7 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
           LocalSearchResult other,
           RunLocalSearch(&space, coarse->num_groups(), seed.resumes ? options : other_options,
                          deadline, whole, seed.name, seed.evaluations, seed.state, seed.score));
+      budget_ended |= other.stopped_by == "time budget";
       // (A search resumed is described from where it began.)
       const PlanState& began = seed.resumes ? seed.resumes->first : seed.state;
       const Score& began_score = seed.resumes ? seed.resumes->second : seed.score;
@@ -439,6 +446,7 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
       // of the search they come from: this one's.)
       nearest = other.near;
     }
+    if (budget_ended) result.stopped_by = "time budget";
     if (nearest.has_value() &&
         (!best_score.feasible() || nearest->second.time_s < best_score.time_s)) {
       near = nearest->first;

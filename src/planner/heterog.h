@@ -201,7 +201,9 @@ struct SearchResult {
   int64_t ruled_out = 0;
   double search_wall_s = 0;
   // "enumerated" (every plan of a small action space tried), "converged",
-  // "evaluation limit" or "time budget".
+  // "evaluation limit" or "time budget" (of the search whose plan it is,
+  // but "time budget" where the budget ended any search of the run, or
+  // left a seed unsearched).
   std::string stopped_by;
   // The memory repair on the full graph (SearchOptions::repair_simulations),
   // in words; empty where none ran. The result is the repaired plan where

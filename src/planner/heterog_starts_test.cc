@@ -150,5 +150,23 @@ TEST(HeteroG, AStartOverMemoryLeavesTheBudgetToTheOtherSeeds) {
   EXPECT_LT(r->search_wall_s, o.time_budget_s);
 }
 
+// Where no search fits and the budget ends the run (the first search
+// resumed, or seeds left unsearched), the result says the budget ended it,
+// whichever search's plan it keeps: the plan depends on the machine.
+// gpt2_xl at batch 2 on two GTX 1080 Tis fits nowhere.
+TEST(HeteroG, ARunTheBudgetEndsSaysSo) {
+  absl::StatusOr<quilt::v1::ClusterSpec> spec =
+      LoadClusterSpec("bench/clusters/small_2x1080.textproto");
+  ASSERT_THAT(spec.status(), IsOk());
+  auto f = testing::Make("gpt2_xl", *spec);
+  const std::vector<NamedStrategy> baselines = Baselines(f->graph, f->topo, *f->cost, 2);
+  SearchOptions o;
+  o.time_budget_s = 2;
+  absl::StatusOr<SearchResult> r = SearchHeteroG(f->graph, f->topo, *f->cost, 2, baselines, o);
+  ASSERT_THAT(r.status(), IsOk());
+  EXPECT_FALSE(r->feasible);
+  EXPECT_EQ(r->stopped_by, "time budget");
+}
+
 }  // namespace
 }  // namespace quilt

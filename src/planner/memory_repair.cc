@@ -258,13 +258,14 @@ std::string DescribeRepair(const RepairOutcome& r, double seconds) {
   std::string what = absl::StrJoin(did.begin(), did.end() - (did.size() > 1 ? 1 : 0), ", ");
   if (did.size() > 1) what += " and " + did.back();
   return absl::StrFormat(
-      "%s (%s simulated in full, %.2f s)",
+      "%s (%s simulated in full, %.2f s%s)",
       what.empty() ? std::string(r.fits ? "it fits as it is"
                                         : "no move off the devices over their memory helped")
       : r.fits
           ? what + " off the devices over their memory made it fit"
           : what + " left it " + HumanBytes(static_cast<int64_t>(r.over_bytes)) + " over, in all",
-      count(r.simulated, "plan", "plans"), seconds);
+      count(r.simulated, "plan", "plans"), seconds,
+      r.ended_by_time ? "; ended by its time limit, so on a faster machine it may go further" : "");
 }
 
 absl::StatusOr<RepairOutcome> RepairMemory(SearchSpace* space, const GraphIndex& index,
@@ -345,6 +346,7 @@ absl::StatusOr<RepairOutcome> RepairMemory(SearchSpace* space, const GraphIndex&
   out.step_s = score.step_s;
   out.over_bytes = score.over_bytes;
   out.simulated = judge.simulated();
+  out.ended_by_time = !out.fits && absl::Now() >= deadline && out.simulated < max_simulations;
   return out;
 }
 

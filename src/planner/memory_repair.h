@@ -51,6 +51,9 @@ struct RepairOutcome {
   int served = 0;         // replicated groups' parameters served otherwise
   int shifts = 0;         // runs of ops shifted between groups (op_moves)
   int simulated = 0;      // plans simulated in full
+  // It ended over memory by its deadline, not by its simulations: the
+  // result depends on the machine's speed.
+  bool ended_by_time = false;
 };
 
 // `index`: of the full training graph. Plans are judged with their

@@ -168,6 +168,11 @@ TEST(DescribeRepair, SaysWhatTheRepairDid) {
   EXPECT_EQ(DescribeRepair(r, 1),
             "no move off the devices over their memory helped (40 plans simulated in full, 1.00 "
             "s)");
+  // Ended by its deadline rather than its simulations: machine-dependent.
+  r.ended_by_time = true;
+  EXPECT_EQ(DescribeRepair(r, 2.5),
+            "no move off the devices over their memory helped (40 plans simulated in full, 2.50 "
+            "s; ended by its time limit, so on a faster machine it may go further)");
 }
 
 TEST(ApplyOpMoves, MovesOpsToTheEndOrFrontOfTheirGroup) {
