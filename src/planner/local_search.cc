@@ -44,8 +44,9 @@ class Search {
  public:
   // `whole_placements`: try moving every group at once to the placements
   // the estimate favours (see Moves).
-  // `evaluation_cap` > 0: plans this search simulates at most, whether
-  // one fits or not. `start`: what it starts from, for progress reports.
+  // `evaluation_cap` > 0: plans this search judges at most, whether one
+  // fits or not (`cap_until_fit`: until the best plan at the end of a pass
+  // fits). `start`: what it starts from, for progress reports.
   Search(SearchSpace* space, int groups, const SearchOptions& o, absl::Time deadline,
          bool whole_placements, std::string start, int64_t evaluation_cap = 0,
          bool cap_until_fit = false)
