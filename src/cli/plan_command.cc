@@ -80,17 +80,22 @@ std::string RenderExplain(const quilt::v1::PlanReport& r) {
     return out + Breakdown(*h) + "\n";
   }
   Table t({"GROUP", "OPS", "PLACEMENT", "AGGREGATION", "SAVES*"});
+  bool over_memory = false;
   for (const auto& d : s.decisions()) {
     const std::string ops =
         d.ops() == 1 ? d.first_op()
                      : absl::StrFormat("%s … %s (%d ops)", d.first_op(), d.last_op(), d.ops());
-    const std::string saves =
+    std::string saves =
         d.needed_to_fit() ? "needed to fit memory"
+        : d.as_start()    ? "- (as the start)"
         : d.saved_not_measured()
             ? (s.memory_repair().empty() ? "not measured (time budget)" : "not measured")
-        : d.saved_s() == 0 ? "-"
-        : d.saved_s() < 0  ? "-" + HumanSeconds(-d.saved_s())
-                           : HumanSeconds(d.saved_s());
+        : d.saved_s() < 0 ? "-" + HumanSeconds(-d.saved_s())
+                          : HumanSeconds(d.saved_s());
+    if (d.saved_over_memory() && !d.needed_to_fit() && !d.saved_not_measured()) {
+      saves += " †";
+      over_memory = true;
+    }
     t.AddRow({std::to_string(d.group()), ops, d.placement(), d.aggregation(), saves});
   }
   const std::string against = s.decisions_against().empty() || s.decisions_against() == s.start()
@@ -101,7 +106,10 @@ std::string RenderExplain(const quilt::v1::PlanReport& r) {
          "as " +
          against +
          " had it (negative: the choice pays only with the others'); the groups' figures do not "
-         "add up to the plan's saving\n\n";
+         "add up to the plan's saving\n" +
+         (over_memory ? "† the plan is over memory on the coarse model (it fits in full): the "
+                        "two steps' times compared alone\n\n"
+                      : "\n");
   if (!s.gradient_collectives().empty()) {
     out += absl::StrFormat("gradients: %s (the fastest of %d variants simulated in full)\n",
                            s.gradient_collectives(), s.variants_simulated());

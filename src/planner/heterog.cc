@@ -121,6 +121,7 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
   SearchResult result;
   result.groups = coarse->num_groups();
   std::optional<PlanState> near;
+  Score near_score;
   std::vector<std::pair<PlanState, Score>> earlier;
   // Start from the best baseline on the coarse model.
   PlanState best;
@@ -450,6 +451,7 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
     if (nearest.has_value() &&
         (!best_score.feasible() || nearest->second.time_s < best_score.time_s)) {
       near = nearest->first;
+      near_score = nearest->second;
       result.near_s = nearest->second.time_s;
     }
   }
@@ -492,7 +494,7 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
   result.variants = PlanVariants(space, g, best, fusions, op_moves, index ? &*index : nullptr);
   for (int64_t fusion : fusions) result.variant_collectives.push_back(FusionLabel(fusion));
   if (best_score.feasible() && options.repair_simulations > 0) {
-    result.repair = [space_owner, coarse, &g, &topo, &cost, batch, best, fusions,
+    result.repair = [space_owner, coarse, &g, &topo, &cost, batch, best, fusions, start_state,
                      simulations = options.repair_simulations](
                         double budget_s, size_t variant) -> absl::StatusOr<RepairedPlan> {
       const absl::Time start = absl::Now();
@@ -514,7 +516,10 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
         DescribeOps(out.variants[0].groups(k), &c);
         c.placement = space_owner->options()[r.state.place[k]].label;
         c.aggregation = space_owner->AggregationLabel(r.state, k);
-        c.saved_not_measured = true;
+        c.as_start = r.state.place[k] == start_state.place[k] &&
+                     r.state.method[k] == start_state.method[k] &&
+                     r.state.ServerNode(k) == start_state.ServerNode(k);
+        c.saved_not_measured = !c.as_start;
         out.choices.push_back(std::move(c));
       }
       return out;
@@ -623,11 +628,16 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
   // its choice.
   auto worth = [&](const std::map<int, absl::StatusOr<Score>>& backs, const PlanState& plan,
                    const PlanState& base, int k, const Score& score, GroupChoice* c) {
-    if (auto it = backs.find(k); it != backs.end()) {
+    if (!differs_from(plan, base, k)) {
+      c->as_start = true;
+    } else if (auto it = backs.find(k); it != backs.end()) {
       const absl::StatusOr<Score>& s = it->second;
-      if (s.ok() && s->feasible()) c->saved_s = s->time_s - score.time_s;
+      // (A plan over memory on the coarse model, which may fit in full,
+      // is compared by time alone.)
+      if (s.ok() && (s->feasible() || !score.feasible())) c->saved_s = s->time_s - score.time_s;
+      if (s.ok() && !score.feasible()) c->saved_over_memory = true;
       if (s.ok() && !s->feasible() && score.feasible()) c->needed_to_fit = true;
-    } else if (differs_from(plan, base, k)) {
+    } else {
       c->saved_not_measured = true;  // the budget ran out first
     }
   };
@@ -639,6 +649,9 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
   // (Or another search's plan, against its own start.)
   std::vector<std::map<int, absl::StatusOr<Score>>> others_put_back;
   for (const Outcome& o : others) others_put_back.push_back(put_back_each(o.plan, o.start));
+  // (Or the plan kept from over the coarse model's memory share.)
+  std::map<int, absl::StatusOr<Score>> near_put_back;
+  if (near.has_value()) near_put_back = put_back_each(*near, start_state);
   for (int k = 0; k < coarse->num_groups(); ++k) {
     GroupChoice c;
     c.group = k;
@@ -668,12 +681,16 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
     if (near.has_value()) {
       GroupChoice n = as_start;
       describe(*near, k, &n);
+      worth(near_put_back, *near, start_state, k, near_score, &n);
       result.near_choices.push_back(n);
     }
+    // (What an earlier plan's choices save is not simulated: it is shown
+    // only where the later ones overflow in full.)
     result.fallback_choices.resize(earlier.size());
     for (size_t e = 0; e < earlier.size(); ++e) {
       GroupChoice f = as_start;
       describe(earlier[e].first, k, &f);
+      worth({}, earlier[e].first, start_state, k, earlier[e].second, &f);
       result.fallback_choices[e].push_back(f);
     }
   }

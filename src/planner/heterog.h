@@ -118,6 +118,11 @@ struct GroupChoice {
   bool needed_to_fit = false;
   // Not simulated: the time budget had run out.
   bool saved_not_measured = false;
+  // The group is as the start had it (nothing to put back).
+  bool as_start = false;
+  // The plan is over memory on the coarse model: saved_s compares the
+  // two steps' times alone (the plan may fit in full).
+  bool saved_over_memory = false;
 };
 
 // The search's plan repaired on the full graph after the search

@@ -4,7 +4,8 @@
 // is below what simulating it gives, and Plan does not simulate it in full
 // where the bound puts it far behind. Where no baseline fits, data
 // parallelism over memory is a seed too. A first start over memory leaves
-// the budget to the other seeds.
+// the budget to the other seeds. A plan over the coarse model's memory
+// explains its choices.
 #include <algorithm>
 #include <set>
 
@@ -148,6 +149,46 @@ TEST(HeteroG, AStartOverMemoryLeavesTheBudgetToTheOtherSeeds) {
   EXPECT_TRUE(r->feasible);
   EXPECT_NE(r->stopped_by, "time budget");
   EXPECT_LT(r->search_wall_s, o.time_budget_s);
+}
+
+// The plan a search kept from over the coarse model's memory share (it may
+// fit in full) explains its own choices: each group it changed from the
+// start has its worth measured by time alone, marked so, and the others
+// are marked as the start's. bert_large at batch 376 on seven V100s
+// beside one 4 GB device.
+TEST(HeteroG, APlanOverTheCoarseMemoryExplainsItsChoices) {
+  absl::StatusOr<quilt::v1::ClusterSpec> spec =
+      LoadClusterSpec("bench/clusters/one_small_mem.textproto");
+  ASSERT_THAT(spec.status(), IsOk());
+  auto f = testing::Make("bert_large", *spec);
+  const int64_t batch = 376;
+  const std::vector<NamedStrategy> baselines = Baselines(f->graph, f->topo, *f->cost, batch);
+  SearchOptions o;
+  o.time_budget_s = 300;  // (its plan limits end the searches)
+  absl::StatusOr<SearchResult> r = SearchHeteroG(f->graph, f->topo, *f->cost, batch, baselines, o);
+  ASSERT_THAT(r.status(), IsOk());
+  ASSERT_GT(r->near_variant, 0u) << "the scenario: a plan kept from over the memory share";
+  ASSERT_EQ(r->near_choices.size(), r->start_choices.size());
+  int measured = 0, kept = 0;
+  for (size_t k = 0; k < r->near_choices.size(); ++k) {
+    const GroupChoice& n = r->near_choices[k];
+    const GroupChoice& s = r->start_choices[k];
+    if (n.as_start) {
+      ++kept;
+      EXPECT_EQ(n.placement, s.placement) << k;
+      EXPECT_EQ(n.aggregation, s.aggregation) << k;
+      EXPECT_EQ(n.saved_s, 0) << k;
+      EXPECT_FALSE(n.saved_over_memory || n.saved_not_measured || n.needed_to_fit) << k;
+      continue;
+    }
+    EXPECT_TRUE(n.placement != s.placement || n.aggregation != s.aggregation) << k;
+    EXPECT_FALSE(n.saved_not_measured) << k;  // (the budget was far from spent)
+    EXPECT_FALSE(n.needed_to_fit) << k;
+    EXPECT_TRUE(n.saved_over_memory) << k;
+    measured += n.saved_s != 0;
+  }
+  EXPECT_GT(measured, 0);
+  EXPECT_GT(kept, 0);
 }
 
 // Where no search fits and the budget ends the run (the first search

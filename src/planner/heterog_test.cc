@@ -639,6 +639,7 @@ TEST(HeteroG, TheStartingPlacementsVariantMeasuresItsOwnChoices) {
       const GroupChoice& m = sr->mixed_choices[k];
       const GroupChoice& start = sr->start_choices[k];
       EXPECT_EQ(m.placement, start.placement);
+      EXPECT_EQ(m.as_start, m.aggregation == start.aggregation) << k;
       if (m.aggregation == start.aggregation) {
         EXPECT_EQ(m.saved_s, 0) << k;
         EXPECT_FALSE(m.needed_to_fit || m.saved_not_measured) << k;

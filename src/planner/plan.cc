@@ -471,6 +471,8 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
     d->set_saved_s(c.saved_s);
     d->set_needed_to_fit(c.needed_to_fit);
     d->set_saved_not_measured(c.saved_not_measured);
+    d->set_as_start(c.as_start);
+    d->set_saved_over_memory(c.saved_over_memory);
   }
   // The plan shown is another's: nothing of the search's plan describes it.
   auto forget_search_plan = [&summary, &sr](const std::string& collectives,
