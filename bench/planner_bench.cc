@@ -3,8 +3,9 @@
 // baseline's predicted step, the HeteroG plan's, the speedup, the ratio to
 // the compute lower bound (and the best baseline's: the most any plan could
 // gain), planning time, the search's plans simulated and ruled out by their
-// bound (and judged per second), and peak memory against capacity.
-// One JSON object per line.
+// bound (and judged per second), peak memory against capacity, and the
+// largest batch the memory floor leaves room for (memory_floor_batch;
+// src/planner/memory_floor.h). One JSON object per line.
 //
 //   bazel build //bench:planner_bench
 //   bazel-bin/bench/planner_bench [--models a,b] [--clusters f1,f2] [--random N --seed S]
@@ -343,6 +344,7 @@ int main(int argc, char** argv) {
         }
         const auto& r = plan->report;
         j["lower_bound_s"] = r.lower_bound_s();
+        j["memory_floor_batch"] = r.memory_floor().largest_batch();
         const quilt::v1::StrategyEstimate* best = nullptr;
         const quilt::v1::StrategyEstimate* heterog = nullptr;
         for (const auto& e : r.estimates()) {

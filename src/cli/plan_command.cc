@@ -19,6 +19,7 @@
 #include "src/common/status.h"
 #include "src/graph/autodiff.h"
 #include "src/graph/model_loader.h"
+#include "src/planner/memory_floor.h"
 #include "src/planner/plan.h"
 #include "src/rpc/coordinator_client.h"
 
@@ -136,12 +137,17 @@ std::string RenderExplain(const quilt::v1::PlanReport& r) {
 
 std::string NoFeasibleStrategy(const quilt::v1::PlanReport& r) {
   std::string hint;
+  const std::string floor = AboveTheMemoryFloor(r);
   if (r.data_parallel_batch_limit() > 0) {
     hint = absl::StrFormat(
         "; data parallelism with the speed-proportional split and all-reduce may fit up to "
         "--batch %d here (by its memory model; with parameter servers, which shard the "
         "optimizer state, perhaps more)",
         r.data_parallel_batch_limit());
+    hint += floor;
+  } else if (!floor.empty()) {
+    hint = floor;
+    if (r.memory_floor().largest_batch() > 0) hint += "; a smaller --batch may fit";
   } else {
     hint = r.global_batch() > 1 ? "; a smaller --batch or more devices may fit"
                                 : "; devices with more memory may fit";

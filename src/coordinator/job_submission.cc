@@ -13,6 +13,7 @@
 #include "src/coordinator/checkpoint_dir.h"
 #include "src/coordinator/job_model.h"
 #include "src/coordinator/live_cluster.h"
+#include "src/planner/memory_floor.h"
 #include "src/planner/plan.h"
 #include "src/runtime/data/dataset.h"
 
@@ -100,7 +101,8 @@ absl::StatusOr<PlanResult> PlanOn(const quilt::v1::JobSpec& spec, const Graph& g
                      result.report.data_parallel_batch_limit() > 0
                          ? absl::StrCat("; data parallelism may fit a global batch of up to ",
                                         result.report.data_parallel_batch_limit())
-                         : ""));
+                         : "",
+                     AboveTheMemoryFloor(result.report)));
   }
   // A baseline asked for by name splits the batch over every device it
   // names (the planner's own plans, by auto or heterog, run on the devices

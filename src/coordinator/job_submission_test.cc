@@ -27,6 +27,7 @@ namespace quilt {
 namespace {
 
 using ::testing::AllOf;
+using ::testing::ContainsRegex;
 using ::testing::HasSubstr;
 using ::testing::SizeIs;
 
@@ -334,6 +335,28 @@ TEST(PrepareJob, APriorityOutOfRangeOrWithoutTheQueue_IsRefused) {
   EXPECT_THAT(job.status(),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("keep_checkpoints must not be negative (0 keeps every one)")));
+}
+
+// A batch whose activations alone outweigh the nodes' memory: the refusal
+// says which batch data parallelism may fit, and how many rows any plan
+// could hold at most, with the sizes.
+TEST(PrepareJob, ABatchAboveTheMemoryFloor_IsRefusedSayingHowManyRowsCouldFit) {
+  Registry nodes({"a", "b"});  // (1 GiB each)
+  ASSERT_NE(nodes.registry, nullptr);
+  absl::Mutex planner;
+  SubmissionOptions options;
+  options.planner_lock = &planner;
+  options.loads = [] { return std::map<std::string, NodeLoad>(); };
+  options.place = [](NewJob&&) { return absl::OkStatus(); };
+  quilt::v1::JobSpec spec = ZooMlp(1 << 20);
+  spec.set_strategy("dp-proportional-ring");
+  absl::StatusOr<NewJob> job = PrepareJob(spec, *nodes.registry, nullptr, nullptr, options);
+  EXPECT_THAT(job.status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       AllOf(HasSubstr("data parallelism may fit a global batch of up to"),
+                             ContainsRegex("no plan holds more than about [1-9][0-9]* batch "
+                                           "rows here at once"),
+                             HasSubstr("of the 2.0GiB the devices hold in all"))));
 }
 
 TEST(PrepareJob, AResumeFromACheckpointThatIsNotThere_IsRefusedAtSubmission) {

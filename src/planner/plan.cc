@@ -24,6 +24,7 @@
 #include "src/planner/lookups.h"
 #include "src/planner/lower.h"
 #include "src/planner/lower_bound.h"
+#include "src/planner/memory_floor.h"
 #include "src/planner/placement.h"
 #include "src/planner/program_validator.h"
 #include "src/planner/weight_gradient_balance.h"
@@ -602,6 +603,17 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
   rep.set_global_batch(o.global_batch);
   const double lb = ComputeLowerBound(g, cost, topo, o.global_batch);
   rep.set_lower_bound_s(lb);
+  ASSIGN_OR_RETURN(const MemoryFloor floor, ComputeMemoryFloor(g));
+  {
+    quilt::v1::MemoryFloor& f = *rep.mutable_memory_floor();
+    int64_t capacity = 0;
+    for (const DeviceEntry& d : topo.devices()) capacity += d.proto.memory_bytes();
+    f.set_resident_bytes(floor.resident_bytes);
+    f.set_fixed_bytes(floor.fixed_bytes);
+    f.set_bytes_per_row(floor.bytes_per_row);
+    f.set_capacity_bytes(capacity);
+    f.set_largest_batch(floor.LargestBatch(capacity));
+  }
   if (o.progress) o.progress("building the baselines (fitting memory and compute per device)");
   std::optional<RowLoadModel> load;
   const std::vector<NamedStrategy> strategies = Baselines(g, topo, cost, o.global_batch, &load);

@@ -472,6 +472,9 @@ TEST(PlanCommand, NoFeasibleStrategy_SaysSoAndFails) {
   EXPECT_THAT(table.out, ::testing::Not(HasSubstr("Best: ")));
   // And which batch would fit.
   EXPECT_THAT(table.out, ::testing::ContainsRegex("may fit up to --batch [1-9][0-9]* here"));
+  // And that 96 rows' activations alone outweigh the devices' memory.
+  EXPECT_THAT(table.out, ::testing::ContainsRegex(
+                             "no plan holds more than about [1-9][0-9]* batch rows here at once"));
   std::vector<std::string> json_args = args;
   json_args.insert(json_args.end(), {"-o", "json"});
   const CommandResult json = Plan(json_args);
@@ -481,6 +484,10 @@ TEST(PlanCommand, NoFeasibleStrategy_SaysSoAndFails) {
   const int64_t limit = std::stoll(r.value("data_parallel_batch_limit", std::string("0")));
   EXPECT_GT(limit, 0);
   EXPECT_LT(limit, 96);
+  // (Data parallelism fits no more than the floor allows.)
+  const int64_t floor = std::stoll(r["memory_floor"].value("largest_batch", std::string("0")));
+  EXPECT_GE(floor, limit);
+  EXPECT_LT(floor, 96);
   for (const auto& e : r["estimates"]) EXPECT_FALSE(e["feasible"].get<bool>()) << e["name"];
   EXPECT_THAT(json.err, HasSubstr("No feasible strategy"));
   // Asked for a program, it still says why each strategy failed.
