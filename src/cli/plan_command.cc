@@ -6,6 +6,7 @@
 #include <fstream>
 #include <iostream>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -70,15 +71,26 @@ std::string RenderExplain(const quilt::v1::PlanReport& r) {
   const quilt::v1::SearchSummary& s = h->search();
   std::string out = absl::StrFormat(
       "\nheterog: %d op group%s, %d plans simulated and %d ruled out by a lower bound in "
-      "%.2f s (stopped: %s), starting from %s (coarse model: %s%s → %s)\n\n",
+      "%.2f s (stopped: %s), starting from %s (coarse model: %s%s → %s%s)\n\n",
       s.groups(), s.groups() == 1 ? "" : "s", s.plans_evaluated(), s.plans_ruled_out(),
       s.search_wall_s(), s.stopped_by(), s.start(), HumanSeconds(s.start_coarse_s()),
-      s.start_over_memory() ? " over memory" : "", HumanSeconds(s.result_coarse_s()));
+      s.start_over_memory() ? " over memory" : "", HumanSeconds(s.result_coarse_s()),
+      s.result_over_memory() ? " over memory" : "");
   if (!s.memory_repair().empty()) out += "memory: " + s.memory_repair() + "\n\n";
   if (s.decisions().empty()) {
     out += "No group choices: the plan is the baseline's (" + h->note() + ")\n";
     if (!s.gradient_collectives().empty()) out += "gradients: " + s.gradient_collectives() + "\n";
     return out + Breakdown(*h) + "\n";
+  }
+  const std::string against = s.decisions_against().empty() || s.decisions_against() == s.start()
+                                  ? std::string("the start")
+                                  : s.decisions_against();
+  const bool all_as_start = absl::c_all_of(s.decisions(), [](const auto& d) {
+    return d.as_start() && d.changed_after_search().empty();
+  });
+  if (all_as_start) {
+    out += absl::StrFormat("Every one of the %d groups placed and aggregated as %s had it\n",
+                           s.decisions_size(), against);
   }
   Table t({"GROUP", "OPS", "PLACEMENT", "AGGREGATION", "SAVES*"});
   bool over_memory = false;
@@ -97,20 +109,22 @@ std::string RenderExplain(const quilt::v1::PlanReport& r) {
       saves += " †";
       over_memory = true;
     }
+    if (!d.changed_after_search().empty()) {
+      saves += "; then " + d.changed_after_search() + " (below)";
+    }
     t.AddRow({std::to_string(d.group()), ops, d.placement(), d.aggregation(), saves});
   }
-  const std::string against = s.decisions_against().empty() || s.decisions_against() == s.start()
-                                  ? std::string("the start")
-                                  : s.decisions_against();
-  out += t.Render() +
-         "* the step time added on the search's coarse model by putting that group alone back "
-         "as " +
-         against +
-         " had it (negative: the choice pays only with the others'); the groups' figures do not "
-         "add up to the plan's saving\n" +
-         (over_memory ? "† the plan is over memory on the coarse model (it fits in full): the "
-                        "two steps' times compared alone\n\n"
-                      : "\n");
+  if (!all_as_start) {
+    out += t.Render() +
+           "* the step time added on the search's coarse model by putting that group alone back "
+           "as " +
+           against +
+           " had it (negative: the choice pays only with the others'); the groups' figures do not "
+           "add up to the plan's saving\n" +
+           (over_memory ? "† the plan is over memory on the coarse model (it fits in full): the "
+                          "two steps' times compared alone\n\n"
+                        : "\n");
+  }
   if (!s.gradient_collectives().empty()) {
     out += absl::StrFormat("gradients: %s (the fastest of %d variants simulated in full)\n",
                            s.gradient_collectives(), s.variants_simulated());

@@ -501,7 +501,7 @@ absl::Status CheckStateFits(const Graph& g, const Topology& topo) {
   return absl::ResourceExhaustedError(absl::StrCat(
       "the model does not fit this cluster at any batch: its parameters and optimizer state take ",
       HumanBytes(static_cast<int64_t>(state)), " and the cluster's ", topo.num_devices(), " device",
-      topo.num_devices() == 1 ? "" : "s", " hold ", HumanBytes(static_cast<int64_t>(memory)),
+      topo.num_devices() == 1 ? " holds " : "s hold ", HumanBytes(static_cast<int64_t>(memory)),
       " in all"));
 }
 

@@ -517,8 +517,9 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
         c.placement = space_owner->options()[r.state.place[k]].label;
         c.aggregation = space_owner->AggregationLabel(r.state, k);
         c.as_start = r.state.place[k] == start_state.place[k] &&
-                     r.state.method[k] == start_state.method[k] &&
-                     r.state.ServerNode(k) == start_state.ServerNode(k);
+                     (coarse->grouping().params[k].empty() ||
+                      (r.state.method[k] == start_state.method[k] &&
+                       r.state.ServerNode(k) == start_state.ServerNode(k)));
         c.saved_not_measured = !c.as_start;
         out.choices.push_back(std::move(c));
       }
@@ -557,6 +558,7 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
       mixed_plan_score = *mixed_score;
       result.mixed_variant = result.variants.size();
       result.mixed_s = mixed_score->time_s;
+      result.mixed_fits = mixed_score->feasible();
       result.variants.push_back(
           space.FineStrategy(g, mixed, "heterog", SearchSpace::kFusePerGroup));
       result.variant_collectives.push_back(FusionLabel(SearchSpace::kFusePerGroup) +
@@ -578,6 +580,7 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
     other.start_s = o.start_s;
     other.start_fits = o.start_fits;
     other.result_s = o.score.time_s;
+    other.result_fits = o.score.feasible();
     for (int64_t fusion :
          o.every_fusion ? fusions : std::vector<int64_t>{SearchSpace::kFusePerGroup}) {
       result.variants.push_back(space.FineStrategy(g, o.plan, "heterog", fusion));
@@ -590,6 +593,7 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
   for (const auto& [state, score] : earlier) {
     result.fallbacks.push_back(space.FineStrategy(g, state, "heterog", SearchSpace::kFusePerGroup));
     result.fallback_s.push_back(score.time_s);
+    result.fallback_fits.push_back(score.feasible());
   }
   // What each group's choice is worth: the step with that group put back
   // as the start had it.
@@ -601,9 +605,11 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
   // The step with each group of `plan` that differs from `base` put back
   // as there, kSearchWindow at a time while the budget lasts (each costs a
   // simulation: seconds on large clusters).
+  // (A group without parameters aggregates nothing: its method is moot.)
   auto differs_from = [&](const PlanState& plan, const PlanState& base, int k) {
-    return plan.place[k] != base.place[k] || plan.method[k] != base.method[k] ||
-           plan.ServerNode(k) != base.ServerNode(k);
+    return plan.place[k] != base.place[k] ||
+           (!grouping.params[k].empty() &&
+            (plan.method[k] != base.method[k] || plan.ServerNode(k) != base.ServerNode(k)));
   };
   auto put_back_each = [&](const PlanState& plan, const PlanState& base) {
     std::vector<int> changed;

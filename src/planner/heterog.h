@@ -161,6 +161,7 @@ struct SearchResult {
   // when there is none): its coarse time and choices.
   size_t mixed_variant = 0;
   double mixed_s = 0;
+  bool mixed_fits = true;  // within memory on the coarsened graph
   std::vector<GroupChoice> mixed_choices;
   double near_s = 0;  // predicted on the coarsened graph
   std::vector<GroupChoice> near_choices;
@@ -177,7 +178,8 @@ struct SearchResult {
     size_t variant = 0, variant_end = 0;
     std::string start;
     double start_s = 0, result_s = 0;
-    bool start_fits = true;  // its start within memory on the coarsened graph
+    bool start_fits = true;   // its start within memory on the coarsened graph
+    bool result_fits = true;  // and its plan
     std::vector<GroupChoice> choices;
   };
   std::vector<OtherSearch> other_searches;
@@ -186,6 +188,7 @@ struct SearchResult {
   // coarse times and choices.
   std::vector<quilt::v1::Strategy> fallbacks;
   std::vector<double> fallback_s;
+  std::vector<bool> fallback_fits;  // within memory on the coarsened graph
   std::vector<std::vector<GroupChoice>> fallback_choices;
   // Where the plan fits on the coarsened graph, but the full simulation
   // may find it over memory: repairs it on the full graph (RepairMemory),

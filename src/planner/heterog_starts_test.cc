@@ -191,6 +191,31 @@ TEST(HeteroG, APlanOverTheCoarseMemoryExplainsItsChoices) {
   EXPECT_GT(kept, 0);
 }
 
+// Planned in full, that plan is the one shown: the summary says it was
+// over memory on the coarse model, as its measured choices do.
+TEST(HeteroG, APlanOverTheCoarseMemorySaysSoInItsSummary) {
+  absl::StatusOr<quilt::v1::ClusterSpec> spec =
+      LoadClusterSpec("bench/clusters/one_small_mem.textproto");
+  ASSERT_THAT(spec.status(), IsOk());
+  auto f = testing::Make("bert_large", *spec);
+  PlanOptions po;
+  po.global_batch = 376;
+  po.strategy = "heterog";
+  po.search.time_budget_s = 300;  // (its plan limits end the searches)
+  absl::StatusOr<PlanResult> plan = Plan(f->graph, f->topo, po);
+  ASSERT_THAT(plan.status(), IsOk());
+  const quilt::v1::StrategyEstimate* h = nullptr;
+  for (const auto& e : plan->report.estimates()) {
+    if (e.name() == "heterog") h = &e;
+  }
+  ASSERT_NE(h, nullptr);
+  ASSERT_TRUE(h->feasible());
+  int over = 0;
+  for (const auto& d : h->search().decisions()) over += d.saved_over_memory();
+  ASSERT_GT(over, 0) << "the scenario: the plan kept from over the memory share is shown";
+  EXPECT_TRUE(h->search().result_over_memory());
+}
+
 // Where no search fits and the budget ends the run (the first search
 // resumed, or seeds left unsearched), the result says the budget ended it,
 // whichever search's plan it keeps: the plan depends on the machine.

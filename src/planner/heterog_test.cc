@@ -736,7 +736,12 @@ TEST(HeteroG, GathersEmbeddingGradientsWhereThatIsFaster) {
   // The explanation's group that updates the table says so (one group).
   int saying = 0;
   for (const auto& d : h->search().decisions()) {
-    saying += absl::StrContains(d.aggregation(), table + " gathered (sparse lookup)");
+    const bool gathered = absl::StrContains(d.aggregation(), table + " gathered (sparse lookup)");
+    saying += gathered;
+    // (And that the plan changed it after the search, so that it does
+    // not read as the start's.)
+    EXPECT_EQ(absl::StrContains(d.changed_after_search(), "embedding gradients gathered"), gathered)
+        << d.group();
   }
   EXPECT_EQ(saying, 1) << h->search().DebugString();
   quilt::v1::Strategy dense = h->strategy();

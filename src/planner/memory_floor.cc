@@ -70,10 +70,11 @@ std::string AboveTheMemoryFloor(const quilt::v1::PlanReport& r) {
     return "";
   }
   const std::string sizes = absl::StrFormat(
-      "its parameters, optimizer state and constants take %s, and each batch row's activations "
-      "that the backward pass reads %s, of the %s the devices hold in all",
+      "the model's parameters, optimizer state and constants take %s, and each batch row's "
+      "activations that the backward pass reads %s, of the %s %s",
       HumanBytes(f.resident_bytes() + f.fixed_bytes()), HumanBytes(f.bytes_per_row()),
-      HumanBytes(f.capacity_bytes()));
+      HumanBytes(f.capacity_bytes()),
+      f.devices() == 1 ? "the device holds" : "the devices hold in all");
   if (f.largest_batch() == 0) {
     return "; by the memory model the model fits these devices at no batch: " + sizes +
            "; devices with more memory, or more of them, are needed";

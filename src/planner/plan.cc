@@ -403,6 +403,13 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
     for (const NamedStrategy& t : tries) done->erase(t.name);
     if (pick < 0) break;
   }
+  // The groups whose weight gradients' rows the plan moved.
+  std::set<int> moved_rows;
+  if (!wg_moves.empty()) {
+    for (const auto& group : done->at(kHeteroG).estimate.strategy().groups()) {
+      if (group.weight_gradient_replicas_size() > 0) moved_rows.insert(group.group());
+    }
+  }
   quilt::v1::SearchSummary summary;
   summary.set_weight_gradient_moves(wg_moves);
   summary.set_weight_gradient_saved_s(wg_saved_s);
@@ -436,6 +443,12 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
   const bool mixed = sr.mixed_variant > 0 && chosen == sr.mixed_variant && fallback < 0;
   const bool from_start =
       chosen >= sr.first_start_variant && !near && !mixed && !from_other && fallback < 0;
+  summary.set_result_over_memory(!(fallback >= 0 ? sr.fallback_fits[fallback]
+                                   : from_other  ? other->result_fits
+                                   : near        ? false
+                                   : mixed       ? sr.mixed_fits
+                                   : from_start  ? sr.start_fits
+                                                 : sr.feasible));
   summary.set_result_coarse_s(fallback >= 0 ? sr.fallback_s[fallback]
                               : from_other  ? other->result_s
                               : near        ? sr.near_s
@@ -465,10 +478,14 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
     d->set_ops(c.ops);
     d->set_placement(c.placement);
     d->set_aggregation(c.aggregation);
+    std::vector<std::string> after;
     if (auto t = gathered_in.find(c.group); t != gathered_in.end()) {
       d->set_aggregation(absl::StrCat(c.aggregation, "; ", absl::StrJoin(t->second, ", "),
                                       " gathered (sparse lookup)"));
+      after.push_back("embedding gradients gathered");
     }
+    if (moved_rows.count(c.group)) after.push_back("weight gradients' rows moved");
+    d->set_changed_after_search(absl::StrJoin(after, ", "));
     d->set_saved_s(c.saved_s);
     d->set_needed_to_fit(c.needed_to_fit);
     d->set_saved_not_measured(c.saved_not_measured);
@@ -607,11 +624,18 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
   {
     quilt::v1::MemoryFloor& f = *rep.mutable_memory_floor();
     int64_t capacity = 0;
-    for (const DeviceEntry& d : topo.devices()) capacity += d.proto.memory_bytes();
+    // (Saturating: a spec's sizes may add up past int64.)
+    for (const DeviceEntry& d : topo.devices()) {
+      const int64_t m = std::max<int64_t>(0, d.proto.memory_bytes());
+      capacity = m > std::numeric_limits<int64_t>::max() - capacity
+                     ? std::numeric_limits<int64_t>::max()
+                     : capacity + m;
+    }
     f.set_resident_bytes(floor.resident_bytes);
     f.set_fixed_bytes(floor.fixed_bytes);
     f.set_bytes_per_row(floor.bytes_per_row);
     f.set_capacity_bytes(capacity);
+    f.set_devices(topo.num_devices());
     f.set_largest_batch(floor.LargestBatch(capacity));
   }
   if (o.progress) o.progress("building the baselines (fitting memory and compute per device)");

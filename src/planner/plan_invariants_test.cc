@@ -4,7 +4,9 @@
 // on heterogeneous clusters the proportional split is never slower than
 // the even one.
 #include <map>
+#include <set>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -390,7 +392,15 @@ TEST(Plan, WeightGradientMovesAreKeptOnlyForWhatTheySave) {
   EXPECT_GT(s.weight_gradient_saved_s(), 0);
   int moved_groups = 0;
   quilt::v1::Strategy without = h->strategy();
+  // The explanation says which groups the moves changed after the search.
+  std::set<int> said;
+  for (const auto& d : s.decisions()) {
+    if (absl::StrContains(d.changed_after_search(), "weight gradients' rows moved")) {
+      said.insert(d.group());
+    }
+  }
   for (auto& grp : *without.mutable_groups()) {
+    EXPECT_EQ(said.count(grp.group()) > 0, !grp.weight_gradient_replicas().empty()) << grp.group();
     if (grp.weight_gradient_replicas().empty()) continue;
     ++moved_groups;
     // Same devices, the same rows in all, some elsewhere.

@@ -86,7 +86,8 @@ SearchSpace::SearchSpace(const Topology& topo, const CostModel& fine_cost,
   };
   std::vector<int> all(n);
   for (int d = 0; d < n; ++d) all[d] = d;
-  weighted(all, absl::StrCat("all ", n, " devices (by speed)"));
+  weighted(all, n == 1 ? std::string("its only device")
+                       : absl::StrCat("all ", n, " devices (by speed)"));
   std::vector<int> by_speed = all;
   std::stable_sort(by_speed.begin(), by_speed.end(),
                    [&](int a, int b) { return speed_[a] > speed_[b]; });
@@ -418,6 +419,7 @@ bool SearchSpace::OnlyOn(int option, int node) const {
 
 std::string SearchSpace::AggregationLabel(const PlanState& state, int k) const {
   if (options_[state.place[k]].single()) return "none (one device)";
+  if (coarse_.grouping().params[k].empty()) return "none (no parameters)";
   if (state.method[k] == Method::kParameterServer && state.ServerNode(k) >= 0) {
     return "parameter servers on node " + topo_.node_id(state.ServerNode(k));
   }
