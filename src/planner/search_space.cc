@@ -10,6 +10,7 @@
 #include <thread>
 #include <tuple>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -312,7 +313,14 @@ PlanState SearchSpace::FromDataParallel(const quilt::v1::Strategy& s) {
     if (r.replicas() > 0) o.replicas.push_back({topo_.DeviceIndex(r.device()), r.replicas()});
   }
   o.label = s.name() + " split";
-  const int option = AddOption(std::move(o));
+  const int option = AddOption(o);
+  // (A split another option has already: its label names this one too.)
+  std::string& label = options_[option].label;
+  if (label != o.label && !absl::StrContains(label, s.name())) {
+    label = absl::EndsWith(label, " split")
+                ? absl::StrCat(label.substr(0, label.size() - 6), " / ", o.label)
+                : absl::StrCat(label, ", the ", o.label);
+  }
   Method m = Method::kRing;
   if (s.aggregations_size() > 0) {
     switch (s.aggregations(0).method()) {
