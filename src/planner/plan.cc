@@ -462,6 +462,15 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
   } else if (chosen < sr.variant_collectives.size()) {
     summary.set_gradient_collectives(sr.variant_collectives[chosen]);
   }
+  // (Every group on one device: no gradient is combined.)
+  if (absl::c_none_of(done->at(kHeteroG).estimate.strategy().groups(),
+                      [](const quilt::v1::GroupPlacement& group) {
+                        int replicas = 0;
+                        for (const auto& r : group.replicas()) replicas += r.replicas();
+                        return replicas > 1;
+                      })) {
+    summary.set_gradient_collectives("none: each group on one device, with one replica");
+  }
   summary.set_variants_simulated(static_cast<int32_t>(sr.variants.size()) + gathered_tries +
                                  wg_tries);
   const std::vector<GroupChoice>& decided = fallback >= 0 ? sr.fallback_choices[fallback]
