@@ -92,9 +92,18 @@ SearchSpace::SearchSpace(const Topology& topo, const CostModel& fine_cost,
   std::vector<int> by_speed = all;
   std::stable_sort(by_speed.begin(), by_speed.end(),
                    [&](int a, int b) { return speed_[a] > speed_[b]; });
+  // (Where the k-th device is no faster than the next, the set is the
+  // first k of equals: named by its devices.)
   for (int k = 2; k < n; k *= 2) {
-    weighted(std::vector<int>(by_speed.begin(), by_speed.begin() + k),
-             absl::StrCat("fastest ", k, " devices"));
+    const bool tie = speed_[by_speed[k - 1]] <= speed_[by_speed[k]];
+    std::string label = absl::StrCat("fastest ", k, " devices");
+    if (tie) {
+      std::vector<std::string> ids;
+      for (int i = 0; i < k; ++i) ids.push_back(topo.device(by_speed[i]).id);
+      label = k <= 4 ? absl::StrCat("devices ", absl::StrJoin(ids, ", "))
+                     : absl::StrCat(k, " devices: ", ids.front(), ", …, ", ids.back());
+    }
+    weighted(std::vector<int>(by_speed.begin(), by_speed.begin() + k), label);
   }
   if (topo.num_nodes() > 1) {
     std::vector<std::pair<double, int>> nodes;
