@@ -28,6 +28,15 @@ struct Case {
   std::string ruled_out;
 };
 
+// bert_large on seven V100s beside one 4 GB device (null if the cluster
+// does not load).
+std::unique_ptr<testing::World> BertOnOneSmallMem() {
+  absl::StatusOr<quilt::v1::ClusterSpec> spec =
+      LoadClusterSpec("bench/clusters/one_small_mem.textproto");
+  EXPECT_THAT(spec.status(), IsOk());
+  return spec.ok() ? testing::Make("bert_large", *spec) : nullptr;
+}
+
 TEST(HeteroG, StartsTheBoundRulesOutAreNotSimulated) {
   for (const Case& c : {Case{"gpt2", "heterog_testbed", 16, "single-device"},
                         Case{"bert_large", "hap_cluster", 256, "dp-even-ps"}}) {
@@ -123,10 +132,8 @@ TEST(HeteroG, SearchesFromDataParallelismOverMemoryWhereNoBaselineFits) {
 // parameter-server baseline (which fits in full, at 99.8 % of a device)
 // never fits on the coarse model; uncapped, it took the whole budget.
 TEST(HeteroG, AStartOverMemoryLeavesTheBudgetToTheOtherSeeds) {
-  absl::StatusOr<quilt::v1::ClusterSpec> spec =
-      LoadClusterSpec("bench/clusters/one_small_mem.textproto");
-  ASSERT_THAT(spec.status(), IsOk());
-  auto f = testing::Make("bert_large", *spec);
+  auto f = BertOnOneSmallMem();
+  ASSERT_NE(f, nullptr);
   const int64_t batch = 383;
   const std::vector<NamedStrategy> baselines = Baselines(f->graph, f->topo, *f->cost, batch);
   SearchOptions o;
@@ -157,10 +164,8 @@ TEST(HeteroG, AStartOverMemoryLeavesTheBudgetToTheOtherSeeds) {
 // are marked as the start's. bert_large at batch 376 on seven V100s
 // beside one 4 GB device.
 TEST(HeteroG, APlanOverTheCoarseMemoryExplainsItsChoices) {
-  absl::StatusOr<quilt::v1::ClusterSpec> spec =
-      LoadClusterSpec("bench/clusters/one_small_mem.textproto");
-  ASSERT_THAT(spec.status(), IsOk());
-  auto f = testing::Make("bert_large", *spec);
+  auto f = BertOnOneSmallMem();
+  ASSERT_NE(f, nullptr);
   const int64_t batch = 376;
   const std::vector<NamedStrategy> baselines = Baselines(f->graph, f->topo, *f->cost, batch);
   SearchOptions o;
@@ -194,10 +199,8 @@ TEST(HeteroG, APlanOverTheCoarseMemoryExplainsItsChoices) {
 // Planned in full, that plan is the one shown: the summary says it was
 // over memory on the coarse model, as its measured choices do.
 TEST(HeteroG, APlanOverTheCoarseMemorySaysSoInItsSummary) {
-  absl::StatusOr<quilt::v1::ClusterSpec> spec =
-      LoadClusterSpec("bench/clusters/one_small_mem.textproto");
-  ASSERT_THAT(spec.status(), IsOk());
-  auto f = testing::Make("bert_large", *spec);
+  auto f = BertOnOneSmallMem();
+  ASSERT_NE(f, nullptr);
   PlanOptions po;
   po.global_batch = 376;
   po.strategy = "heterog";
