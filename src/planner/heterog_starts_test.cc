@@ -207,10 +207,7 @@ TEST(HeteroG, APlanOverTheCoarseMemorySaysSoInItsSummary) {
   po.search.time_budget_s = 300;  // (its plan limits end the searches)
   absl::StatusOr<PlanResult> plan = Plan(f->graph, f->topo, po);
   ASSERT_THAT(plan.status(), IsOk());
-  const quilt::v1::StrategyEstimate* h = nullptr;
-  for (const auto& e : plan->report.estimates()) {
-    if (e.name() == "heterog") h = &e;
-  }
+  const quilt::v1::StrategyEstimate* h = testing::FindEstimate(plan->report, "heterog");
   ASSERT_NE(h, nullptr);
   ASSERT_TRUE(h->feasible());
   int over = 0;

@@ -560,10 +560,7 @@ TEST(Baselines, TheSingleDeviceIsTheOneTheBatchComputesFastestOn) {
 
 // The planner's estimate in a plan's report (null when it has none).
 const quilt::v1::StrategyEstimate* HeteroGEstimate(const PlanResult& r) {
-  for (const auto& e : r.report.estimates()) {
-    if (e.name() == "heterog") return &e;
-  }
-  return nullptr;
+  return testing::FindEstimate(r.report, "heterog");
 }
 
 TEST(HeteroG, PlanIsTheFastestVariantAndNamesItsCollectives) {

@@ -26,8 +26,7 @@ int64_t MemoryFloor::LargestBatch(int64_t capacity_bytes) const {
 absl::StatusOr<MemoryFloor> ComputeMemoryFloor(const Graph& g) {
   if (!g.has_backward) {
     return absl::InvalidArgumentError(
-        "the memory floor needs a training graph (with a backward "
-        "pass)");
+        "the memory floor needs a training graph (with a backward pass)");
   }
   MemoryFloor floor;
   for (const TensorInfo& t : g.tensors()) {

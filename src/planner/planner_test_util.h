@@ -1,7 +1,8 @@
 // Helpers of the planner's tests: a cluster of two nodes with two devices
 // each, fast and slow (TwoNodes, TwoNodesWithMemory); a zoo model's training graph with its
 // topology and cost model (World, Make), on a shipped cluster
-// (OnShippedCluster); lowering that also validates and
+// (OnShippedCluster); an estimate of a plan report by name (FindEstimate);
+// lowering that also validates and
 // simulates (LowerChecked); and a strategy that puts the transformer's tied
 // embedding lookup on one device and everything else on all four
 // (TiedSplit); a graph whose partial sum one op reads as is and another
@@ -16,6 +17,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "proto/quilt/v1/plan.pb.h"
 #include "src/cluster/cluster_spec.h"
 #include "src/common/status_matchers.h"
 #include "src/cost/cost_model.h"
@@ -101,6 +103,15 @@ inline std::unique_ptr<World> OnShippedCluster(const std::string& model,
   EXPECT_THAT(spec.status(), IsOk());
   if (!spec.ok()) return nullptr;
   return Make(model, *spec);
+}
+
+// The estimate named `name` in a plan report (null when it has none).
+inline const quilt::v1::StrategyEstimate* FindEstimate(const quilt::v1::PlanReport& report,
+                                                       const std::string& name) {
+  for (const auto& e : report.estimates()) {
+    if (e.name() == name) return &e;
+  }
+  return nullptr;
 }
 
 // Lowers, validates and simulates; returns the program.
