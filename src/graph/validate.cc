@@ -90,6 +90,10 @@ absl::Status CheckNames(const Graph& g) {
     if (t->shape.HasBatch()) {
       return absl::InvalidArgumentError("parameter '" + p.tensor + "' cannot carry the batch");
     }
+    if (!p.frozen && t->shape.NumElements(1) == 0) {
+      return absl::InvalidArgumentError("parameter '" + p.tensor + "' has no elements (shape " +
+                                        t->shape.ToString() + "): nothing to train");
+    }
     if (p.value.has_value() &&
         (p.value->dims() != t->shape.Concrete(1) || p.value->dtype() != t->dtype)) {
       return absl::InvalidArgumentError(absl::StrCat("parameter '", p.tensor, "' has a value of ",

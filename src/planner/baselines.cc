@@ -465,12 +465,19 @@ std::vector<NamedStrategy> Baselines(const Graph& g, const Topology& topo, const
                  ""});
   absl::StatusOr<std::vector<int64_t>> prop = absl::UnknownError("");
   prop = load.ok() ? ProportionalSplit(*load, topo, batch) : load.status();
-  // Where no split fits all-reduce's memory, parameter servers may fit one:
-  // their shards of the optimizer state leave each device more room
+  // Parameter servers' shards of the optimizer state leave each device more
+  // room: where no split fits all-reduce's memory, they may fit one
   // (bert_large on HeteroG's testbed: 282 rows fit with all-reduce, 350
   // with parameter servers).
+  // Where all-reduce's split fits but some device holds all the rows its
+  // memory allows, parameter servers' own split may give it more.
   absl::StatusOr<std::vector<int64_t>> prop_ps = prop;
-  if (!prop.ok() && load.ok() && n > 1) prop_ps = ParameterServerSplit(g, topo, cost, *load, batch);
+  bool memory_bound = false;
+  for (int d = 0; prop.ok() && d < n; ++d) memory_bound |= (*prop)[d] >= load->MaxRows(d);
+  if (load.ok() && n > 1 && (!prop.ok() || memory_bound)) {
+    prop_ps = ParameterServerSplit(g, topo, cost, *load, batch);
+    if (!prop_ps.ok() && prop.ok()) prop_ps = prop;
+  }
   for (auto [name, method] :
        {std::pair{"dp-proportional-ring", quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE},
         std::pair{"dp-proportional-ps", quilt::v1::AGGREGATION_METHOD_PARAMETER_SERVER}}) {

@@ -36,8 +36,9 @@ struct NamedStrategy {
 // steps at two batch sizes (so it counts what the simulator counts:
 // parameters, gradients, optimizer state, live activations). Parameter
 // servers shard the optimizer state over the devices: where the split
-// for all-reduce fits no batch, the parameter-server baseline's m0 comes
-// from simulating it on an even split (the rows' share, m1, is the same).
+// for all-reduce fits no batch or fills a device's memory, the
+// parameter-server baseline's m0 comes from simulating it on an even split
+// (the rows' share, m1, is the same).
 struct DeviceLoadModel {
   double t0 = 0, t1 = 0;
   double m0 = 0, m1 = 0;

@@ -100,13 +100,29 @@ TEST(HeteroG, StartsTheBoundRulesOutAreNotSimulated) {
 
 // Where no baseline fits and data parallelism over every device by speed
 // is over memory as it stands, the search from it moves groups off devices
-// to make room. gpt2_xl at batch 8 on nvlink-2x4-v100: from the layer-wise
-// and staged seeds alone the plan took 3.41 times the compute lower bound.
+// to make room; its plan is one the full simulation weighs.
+// gpt2_xl at batch 8 on nvlink-2x4-v100: without that seed the plan took
+// 3.41 times the compute lower bound.
 TEST(HeteroG, SearchesFromDataParallelismOverMemoryWhereNoBaselineFits) {
   auto f = testing::OnShippedCluster("gpt2_xl", "nvlink_2x4_v100");
   ASSERT_NE(f, nullptr);
+  const int64_t batch = 8;
+  SearchOptions so;
+  so.time_budget_s = 300;
+  absl::StatusOr<SearchResult> search = SearchHeteroG(
+      f->graph, f->topo, *f->cost, batch, Baselines(f->graph, f->topo, *f->cost, batch), so);
+  ASSERT_THAT(search.status(), IsOk());
+  const std::string every = "data parallelism over every device by speed";
+  bool from_every = search->start == every;
+  for (const SearchResult::OtherSearch& o : search->other_searches) {
+    if (o.start != every) continue;
+    from_every = true;
+    EXPECT_FALSE(o.start_fits);
+    EXPECT_LT(o.variant, search->variants.size());
+  }
+  EXPECT_TRUE(from_every);
   PlanOptions po;
-  po.global_batch = 8;
+  po.global_batch = batch;
   po.strategy = "all";
   po.search.time_budget_s = 300;  // (its plan limits end the searches)
   absl::StatusOr<PlanResult> plan = Plan(f->graph, f->topo, po);
@@ -121,7 +137,6 @@ TEST(HeteroG, SearchesFromDataParallelismOverMemoryWhereNoBaselineFits) {
   }
   ASSERT_NE(heterog, nullptr);
   ASSERT_TRUE(heterog->feasible()) << heterog->infeasible_reason();
-  EXPECT_EQ(heterog->search().start(), "data parallelism over every device by speed");
   EXPECT_LT(heterog->ratio_to_lower_bound(), 3.15);
 }
 

@@ -110,6 +110,20 @@ TEST(MemoryFloor, NoPlanFitsAboveTheLargestBatch) {
   EXPECT_EQ(plan->report.best(), "");
   EXPECT_EQ(plan->report.memory_floor().largest_batch(), largest);
   EXPECT_EQ(plan->report.memory_floor().capacity_bytes(), capacity);
+  // Over 10 % past it the planner says so without searching.
+  for (int64_t batch : {largest + largest / 10, largest + largest / 5}) {
+    o.global_batch = batch;
+    plan = Plan(w->graph, w->topo, o);
+    ASSERT_THAT(plan.status(), IsOk());
+    EXPECT_EQ(plan->report.best(), "");
+    const quilt::v1::StrategyEstimate* heterog = testing::FindEstimate(plan->report, "heterog");
+    ASSERT_NE(heterog, nullptr);
+    EXPECT_FALSE(heterog->feasible());
+    const bool skipped = batch > largest + largest / 10;
+    EXPECT_EQ(heterog->infeasible_reason().find("not searched") != std::string::npos, skipped)
+        << batch << ": " << heterog->infeasible_reason();
+    EXPECT_EQ(heterog->search().plans_evaluated() == 0, skipped) << batch;
+  }
 }
 
 }  // namespace

@@ -184,8 +184,8 @@ TEST(Proportional, GivesFasterDevicesMoreRows) {
 // Parameter servers shard the optimizer state over the devices: where no
 // split fits all-reduce's memory, the parameter-server baseline is split
 // by its own (bert_large at batch 320 on HeteroG's testbed: 282 rows fit
-// with all-reduce), faster devices given more rows; where none fits
-// either, it says so.
+// with all-reduce), faster devices given more rows, and so it is where
+// all-reduce's split fills a device; where none fits either, it says so.
 TEST(Proportional, ParameterServersAreSplitByTheirOwnMemory) {
   World w;
   ASSERT_NO_FATAL_FAILURE(MakeWorld("heterog_testbed", "bert_large", &w));
@@ -213,6 +213,20 @@ TEST(Proportional, ParameterServersAreSplitByTheirOwnMemory) {
   EXPECT_EQ(total, 320);
   EXPECT_GT(rows["v100-0/gpu:0"], rows["gtx1080ti-0/gpu:0"]);
   for (const auto& m : ps.memory()) EXPECT_LE(m.peak_bytes(), m.capacity_bytes()) << m.device();
+  // Where all-reduce's split fits but holds a device at its memory, the
+  // parameter servers' own split still gives the V100s more rows.
+  auto rows_on = [](const quilt::v1::StrategyEstimate& e, const std::string& device) {
+    for (const auto& r : e.strategy().groups(0).replicas()) {
+      if (r.device() == device) return r.replicas();
+    }
+    return int64_t{0};
+  };
+  const quilt::v1::StrategyEstimate ring288 = plan("dp-proportional-ring", 288);
+  const quilt::v1::StrategyEstimate ps288 = plan("dp-proportional-ps", 288);
+  ASSERT_TRUE(ring288.feasible()) << ring288.infeasible_reason();
+  ASSERT_TRUE(ps288.feasible()) << ps288.infeasible_reason();
+  EXPECT_GT(rows_on(ps288, "v100-0/gpu:0"), rows_on(ring288, "v100-0/gpu:0"));
+  for (const auto& m : ps288.memory()) EXPECT_LE(m.peak_bytes(), m.capacity_bytes()) << m.device();
   const quilt::v1::StrategyEstimate none = plan("dp-proportional-ps", 400);
   EXPECT_FALSE(none.feasible());
   EXPECT_THAT(none.infeasible_reason(),

@@ -179,6 +179,20 @@ std::vector<double> HeftPriorities(const std::vector<std::pair<int, Instruction*
     rank[k] = seconds[k] + best;
     lift[k] = std::max(rank[k], chain[k]);
   }
+  // A forward op whose outputs nothing reads (the loss) holds its inputs
+  // until it runs: ranked by its own time it would run last, keeping the
+  // logits alive through the whole backward pass. It runs as soon as it
+  // is ready instead.
+  double top = 0;
+  for (double r : rank) top = std::max(top, r);
+  for (size_t k = 0; k < n; ++k) {
+    const Instruction& ins = *instrs[k].second;
+    if (!ins.has_compute() || first[k] != first[k + 1]) continue;
+    const int op = hints != nullptr && (*hints)[k] >= 0
+                       ? (*hints)[k]
+                       : g.OpIndex(ins.compute().op(), ins.compute().op_index());
+    if (op >= 0 && !g.Schema(op).is_update) rank[k] = top + seconds[k];
+  }
   return rank;
 }
 

@@ -257,6 +257,24 @@ absl::StatusOr<Graph> ImportParsed(onnx::ModelProto model, const OnnxImportOptio
     return absl::InvalidArgumentError(
         absl::StrCat(src, ": unsupported ONNX ops: ", absl::StrJoin(unsupported, ", ")));
   }
+  // Each name is assigned once: by one node, or as an input or initializer
+  // of the graph (a second writer would silently replace the first).
+  {
+    std::map<std::string, std::string> writer;
+    for (const auto& in : gp.input()) writer.emplace(in.name(), "the graph's input");
+    for (const auto& t : gp.initializer()) writer.emplace(t.name(), "an initializer");
+    for (int i = 0; i < gp.node_size(); ++i) {
+      for (const std::string& out : gp.node(i).output()) {
+        if (out.empty()) continue;
+        auto [it, fresh] = writer.emplace(out, node_label(i));
+        if (!fresh) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(src, ": tensor '", out, "' is written by both ", it->second, " and ",
+                           node_label(i), " (an ONNX graph assigns each name once)"));
+        }
+      }
+    }
+  }
 
   std::set<std::string> init_names;
   for (const auto& t : gp.initializer()) init_names.insert(t.name());

@@ -612,6 +612,34 @@ TEST(OnnxImport, WeightDataSizeMismatch_Rejected) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("its dims need")));
 }
 
+TEST(OnnxImport, ANameWrittenTwice_RejectedNamingBothWriters) {
+  onnx::ModelProto m = Tiny(14);
+  testing::AddNode(m.mutable_graph(), "Relu", {"x"}, "y")->set_name("relu2");
+  EXPECT_THAT(Import(m.SerializeAsString()),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("m.onnx"), HasSubstr("'y' is written by both node 'relu' "
+                                                            "and node 'relu2'"))));
+  onnx::ModelProto over_input = Tiny(14);
+  testing::AddNode(over_input.mutable_graph(), "Relu", {"y"}, "x");
+  EXPECT_THAT(Import(over_input.SerializeAsString()),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("'x' is written by both the graph's input and node #2")));
+}
+
+TEST(OnnxImport, AWeightWithoutElements_Rejected) {
+  onnx::ModelProto m = testing::WithBatchedInput(14, {16});
+  auto* w = m.mutable_graph()->add_initializer();
+  w->set_name("fc.weight");
+  w->set_data_type(onnx::TensorProto::FLOAT);
+  w->add_dims(16);
+  w->add_dims(0);
+  testing::AddNode(m.mutable_graph(), "MatMul", {"x", "fc.weight"}, "y");
+  m.mutable_graph()->add_output()->set_name("y");
+  EXPECT_THAT(Import(m.SerializeAsString()),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("'fc.weight' has no elements"), HasSubstr("[16,0]"))));
+}
+
 // Many random corruptions of every fixture: each import either succeeds
 // with a valid graph or fails with an error naming the file — never a crash.
 TEST(OnnxImport, RandomCorruptions_NeverCrash) {
