@@ -217,7 +217,7 @@ TEST(Proportional, ParameterServersAreSplitByTheirOwnMemory) {
   // parameter servers' own split still gives the V100s more rows.
   auto rows_on = [](const quilt::v1::StrategyEstimate& e, const std::string& device) {
     for (const auto& r : e.strategy().groups(0).replicas()) {
-      if (r.device() == device) return r.replicas();
+      if (r.device() == device) return static_cast<int64_t>(r.replicas());
     }
     return int64_t{0};
   };
