@@ -8,6 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
+#include "src/planner/memory_floor.h"
 #include "src/planner/plan.h"
 #include "src/planner/planner_test_util.h"
 
@@ -89,11 +90,20 @@ TEST(PlanFitCheck, SearchesOnlyWhenNoBaselineFits) {
 
 // `model` planned with the search alone at batch 64 on TwoNodes of
 // `memory` bytes per device, as `po` says besides; its progress lines in
-// `lines`.
+// `lines`. `at_floor`: at the memory floor's largest batch instead, the
+// largest the planner searches at where nothing fits (past it by 10 %,
+// it says so without searching).
 absl::StatusOr<PlanResult> PlanSearchOnly(const std::string& model, int64_t memory, PlanOptions po,
-                                          std::vector<std::string>* lines) {
+                                          std::vector<std::string>* lines, bool at_floor = false) {
   auto w = testing::Make(model, testing::TwoNodesWithMemory({memory}));
   po.global_batch = 64;
+  if (at_floor) {
+    absl::StatusOr<MemoryFloor> floor = ComputeMemoryFloor(w->graph);
+    if (!floor.ok()) return floor.status();
+    int64_t capacity = 0;
+    for (const DeviceEntry& d : w->topo.devices()) capacity += d.proto.memory_bytes();
+    po.global_batch = std::max<int64_t>(1, floor->LargestBatch(capacity));
+  }
   po.strategy = "heterog";
   po.progress = [lines](const std::string& line) { lines->push_back(line); };
   return Plan(w->graph, w->topo, po);
@@ -110,11 +120,13 @@ int Count(const std::vector<std::string>& lines, const std::string& prefix,
 }
 
 TEST(PlanProgress, APlanOverMemoryOnTheCoarseModelSaysItIsRepaired) {
-  // gpt2 on four devices of 1 GiB: no plan fits anywhere.
+  // gpt2 on four devices of 1 GiB at the memory floor's batch: no plan
+  // fits anywhere.
   std::vector<std::string> lines;
   PlanOptions po;
   po.search.time_budget_s = 0.5;
-  absl::StatusOr<PlanResult> plan = PlanSearchOnly("gpt2", int64_t{1} << 30, po, &lines);
+  absl::StatusOr<PlanResult> plan =
+      PlanSearchOnly("gpt2", int64_t{1} << 30, po, &lines, /*at_floor=*/true);
   ASSERT_THAT(plan.status(), IsOk());
   EXPECT_TRUE(plan->report.best().empty());
   EXPECT_EQ(Count(lines, "no plan found fits on the search's coarse model",
@@ -156,8 +168,9 @@ TEST(PlanProgress, APlanThatFitsOnlyOnTheCoarseModelIsRepairedInFull) {
 }
 
 TEST(PlanProgress, TheSummarySaysWhetherTheStartFitMemory) {
-  // At batch 64 on four devices: gpt2 on 1 GiB each, where no start fits;
-  // resnet50 on 16 GiB, where the baseline it starts from does.
+  // On four devices: gpt2 on 1 GiB each at the memory floor's batch, where
+  // no start fits; resnet50 on 16 GiB at batch 64, where the baseline it
+  // starts from does.
   struct Case {
     std::string model;
     int64_t gib;
@@ -168,7 +181,8 @@ TEST(PlanProgress, TheSummarySaysWhetherTheStartFitMemory) {
     std::vector<std::string> lines;
     PlanOptions po;
     po.search.time_budget_s = 0.5;
-    absl::StatusOr<PlanResult> plan = PlanSearchOnly(c.model, c.gib << 30, po, &lines);
+    absl::StatusOr<PlanResult> plan =
+        PlanSearchOnly(c.model, c.gib << 30, po, &lines, /*at_floor=*/c.over);
     ASSERT_THAT(plan.status(), IsOk());
     int seen = 0;
     for (const auto& e : plan->report.estimates()) {
