@@ -1,5 +1,7 @@
 #include "src/planner/memory_floor.h"
 
+#include <algorithm>
+#include <limits>
 #include <map>
 #include <set>
 #include <string>
@@ -21,6 +23,16 @@ int64_t MemoryFloor::LargestBatch(int64_t capacity_bytes) const {
   if (left < 0) return 0;
   if (bytes_per_row <= 0) return -1;
   return left / bytes_per_row;
+}
+
+int64_t TotalMemoryBytes(const Topology& topo) {
+  int64_t total = 0;
+  for (const DeviceEntry& d : topo.devices()) {
+    const int64_t m = std::max<int64_t>(0, d.proto.memory_bytes());
+    total = m > std::numeric_limits<int64_t>::max() - total ? std::numeric_limits<int64_t>::max()
+                                                            : total + m;
+  }
+  return total;
 }
 
 absl::StatusOr<MemoryFloor> ComputeMemoryFloor(const Graph& g) {

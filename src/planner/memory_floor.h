@@ -16,6 +16,7 @@
 
 #include "absl/status/statusor.h"
 #include "proto/quilt/v1/plan.pb.h"
+#include "src/cluster/topology.h"
 #include "src/graph/graph.h"
 
 namespace quilt {
@@ -36,6 +37,10 @@ struct MemoryFloor {
   // rows and the rest fits: any batch).
   int64_t LargestBatch(int64_t capacity_bytes) const;
 };
+
+// The devices' memory in all (saturating: a spec's sizes may add up past
+// int64), the capacity LargestBatch takes for a cluster.
+int64_t TotalMemoryBytes(const Topology& topo);
 
 // Errors: INVALID_ARGUMENT for a graph without a backward pass, or one
 // whose ops read a tensor it does not declare.

@@ -97,8 +97,7 @@ TEST(MemoryFloor, NoPlanFitsAboveTheLargestBatch) {
   ASSERT_NE(w, nullptr);
   absl::StatusOr<MemoryFloor> f = ComputeMemoryFloor(w->graph);
   ASSERT_THAT(f.status(), IsOk());
-  int64_t capacity = 0;
-  for (const DeviceEntry& d : w->topo.devices()) capacity += d.proto.memory_bytes();
+  const int64_t capacity = TotalMemoryBytes(w->topo);
   const int64_t largest = f->LargestBatch(capacity);
   ASSERT_GT(largest, 0);
   PlanOptions o;

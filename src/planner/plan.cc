@@ -543,14 +543,7 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
   ASSIGN_OR_RETURN(const MemoryFloor floor, ComputeMemoryFloor(g));
   {
     quilt::v1::MemoryFloor& f = *rep.mutable_memory_floor();
-    int64_t capacity = 0;
-    // (Saturating: a spec's sizes may add up past int64.)
-    for (const DeviceEntry& d : topo.devices()) {
-      const int64_t m = std::max<int64_t>(0, d.proto.memory_bytes());
-      capacity = m > std::numeric_limits<int64_t>::max() - capacity
-                     ? std::numeric_limits<int64_t>::max()
-                     : capacity + m;
-    }
+    const int64_t capacity = TotalMemoryBytes(topo);
     f.set_resident_bytes(floor.resident_bytes);
     f.set_fixed_bytes(floor.fixed_bytes);
     f.set_bytes_per_row(floor.bytes_per_row);

@@ -100,9 +100,7 @@ absl::StatusOr<PlanResult> PlanSearchOnly(const std::string& model, int64_t memo
   if (at_floor) {
     absl::StatusOr<MemoryFloor> floor = ComputeMemoryFloor(w->graph);
     if (!floor.ok()) return floor.status();
-    int64_t capacity = 0;
-    for (const DeviceEntry& d : w->topo.devices()) capacity += d.proto.memory_bytes();
-    po.global_batch = std::max<int64_t>(1, floor->LargestBatch(capacity));
+    po.global_batch = std::max<int64_t>(1, floor->LargestBatch(TotalMemoryBytes(w->topo)));
   }
   po.strategy = "heterog";
   po.progress = [lines](const std::string& line) { lines->push_back(line); };
