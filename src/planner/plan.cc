@@ -685,7 +685,8 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
   // one row: docs/BENCHMARKS.md): said at once, not after a search of the
   // whole budget. (Where a baseline fits, the floor is wrong: searched.)
   const int64_t floor_batch = rep.memory_floor().largest_batch();
-  const bool past_floor = !baseline_fits && o.global_batch > floor_batch &&
+  // (A floor's batch of -1: any batch.)
+  const bool past_floor = !baseline_fits && floor_batch >= 0 && o.global_batch > floor_batch &&
                           static_cast<double>(o.global_batch) > 1.1 * floor_batch;
   if (wanted(kHeteroG) && past_floor) {
     found = true;
