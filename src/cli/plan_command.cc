@@ -153,11 +153,14 @@ std::string NoFeasibleStrategy(const quilt::v1::PlanReport& r) {
   std::string hint;
   const std::string floor = AboveTheMemoryFloor(r);
   if (r.data_parallel_batch_limit() > 0) {
-    hint = absl::StrFormat(
-        "; data parallelism with the speed-proportional split and all-reduce may fit up to "
-        "--batch %d here (by its memory model; with parameter servers, which shard the "
-        "optimizer state, perhaps more)",
-        r.data_parallel_batch_limit());
+    hint = r.memory_floor().devices() < 2
+               ? absl::StrFormat("; the device fits --batch %d (planned in full)",
+                                 r.data_parallel_batch_limit())
+               : absl::StrFormat(
+                     "; data parallelism with the speed-proportional split and all-reduce fits "
+                     "--batch %d here (planned in full; with parameter servers, which shard the "
+                     "optimizer state, perhaps more)",
+                     r.data_parallel_batch_limit());
     hint += floor;
   } else if (!floor.empty()) {
     hint = floor;

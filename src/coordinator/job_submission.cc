@@ -93,16 +93,16 @@ absl::StatusOr<PlanResult> PlanOn(const quilt::v1::JobSpec& spec, const Graph& g
     for (const auto& [node, load] : loads) {
       if (load.jobs > 0) absl::StrAppend(&busy, busy.empty() ? "" : ", ", node);
     }
-    return absl::FailedPreconditionError(
-        absl::StrCat("no ", strategy == "auto" ? "strategy" : "'" + strategy + "' plan",
-                     " fits the memory of the Ready nodes' devices", why.empty() ? "" : " (", why,
-                     why.empty() ? "" : ")",
-                     busy.empty() ? "" : "; the jobs running on " + busy + " hold part of it",
-                     result.report.data_parallel_batch_limit() > 0
-                         ? absl::StrCat("; data parallelism may fit a global batch of up to ",
-                                        result.report.data_parallel_batch_limit())
-                         : "",
-                     AboveTheMemoryFloor(result.report)));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "no ", strategy == "auto" ? "strategy" : "'" + strategy + "' plan",
+        " fits the memory of the Ready nodes' devices", why.empty() ? "" : " (", why,
+        why.empty() ? "" : ")",
+        busy.empty() ? "" : "; the jobs running on " + busy + " hold part of it",
+        result.report.data_parallel_batch_limit() > 0
+            ? absl::StrCat("; a global batch of ", result.report.data_parallel_batch_limit(),
+                           " fits (data parallelism, planned in full)")
+            : "",
+        AboveTheMemoryFloor(result.report)));
   }
   // A baseline asked for by name splits the batch over every device it
   // names (the planner's own plans, by auto or heterog, run on the devices

@@ -338,7 +338,7 @@ TEST(PrepareJob, APriorityOutOfRangeOrWithoutTheQueue_IsRefused) {
 }
 
 // A batch whose activations alone outweigh the nodes' memory: the refusal
-// says which batch data parallelism may fit, and how many rows any plan
+// says which batch data parallelism fits, and how many rows any plan
 // could hold at most, with the sizes.
 TEST(PrepareJob, ABatchAboveTheMemoryFloor_IsRefusedSayingHowManyRowsCouldFit) {
   Registry nodes({"a", "b"});  // (1 GiB each)
@@ -353,7 +353,8 @@ TEST(PrepareJob, ABatchAboveTheMemoryFloor_IsRefusedSayingHowManyRowsCouldFit) {
   absl::StatusOr<NewJob> job = PrepareJob(spec, *nodes.registry, nullptr, nullptr, options);
   EXPECT_THAT(job.status(),
               StatusIs(absl::StatusCode::kFailedPrecondition,
-                       AllOf(HasSubstr("data parallelism may fit a global batch of up to"),
+                       AllOf(ContainsRegex("a global batch of [1-9][0-9]* fits \\(data "
+                                           "parallelism, planned in full\\)"),
                              ContainsRegex("no plan holds more than about [1-9][0-9]* batch "
                                            "rows here at once"),
                              HasSubstr("of the 2.0GiB the devices hold in all"))));

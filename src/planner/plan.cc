@@ -20,6 +20,7 @@
 #include "src/common/status.h"
 #include "src/common/units.h"
 #include "src/planner/arena_program.h"
+#include "src/planner/batch_hint.h"
 #include "src/planner/exchange_parts.h"
 #include "src/planner/lookups.h"
 #include "src/planner/lower.h"
@@ -745,9 +746,26 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
     RETURN_IF_ERROR(
         Annotate(ValidateProgram(result.best_program, ix, topo), "validating " + rep.best()));
   }
-  if (rep.best().empty() && load.has_value()) {
-    const int64_t limit = LargestDataParallelBatch(*load, topo);
-    if (limit < o.global_batch) rep.set_data_parallel_batch_limit(limit);
+  if (rep.best().empty() && load.has_value() && o.check_batch_hint) {
+    // (batch_hint.h: the memory model's batch, checked by planning.)
+    const std::string baseline = topo.num_devices() < 2 ? "single-device" : "dp-proportional-ring";
+    PlanOptions check;
+    check.strategy = baseline;
+    check.program_with_graph = false;
+    check.check_batch_hint = false;
+    auto fits = [&](int64_t batch) {
+      if (o.progress) {
+        o.progress(absl::StrFormat("checking the batch to suggest: %s at batch %d (%.1f s so far)",
+                                   baseline, batch, absl::ToDoubleSeconds(absl::Now() - start)));
+      }
+      check.global_batch = batch;
+      absl::StatusOr<PlanResult> r = Plan(g, topo, check);
+      return r.ok() && r->report.best() == baseline;
+    };
+    const absl::Time checks_start = absl::Now();
+    auto refine = [&] { return absl::Now() - checks_start < absl::Seconds(kBatchHintRefineS); };
+    rep.set_data_parallel_batch_limit(CheckedBatch(LargestDataParallelBatch(*load, topo),
+                                                   o.global_batch, kBatchHintChecks, fits, refine));
   }
   if (!rep.best().empty() && o.program_with_graph) {
     *result.best_program.mutable_graph() = g.ToProto();

@@ -53,6 +53,9 @@ struct PlanOptions {
   // when a baseline fits (its plan is never slower than the best baseline,
   // so it fits wherever one does); when none fits, it runs.
   bool fit_check_only = false;
+  // Where no strategy fits: the batch the report suggests is checked by
+  // planning a baseline in full at it (batch_hint.h); false: none suggested.
+  bool check_batch_hint = true;
 };
 
 struct PlanResult {

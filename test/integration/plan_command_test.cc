@@ -471,7 +471,8 @@ TEST(PlanCommand, NoFeasibleStrategy_SaysSoAndFails) {
   EXPECT_THAT(table.out, HasSubstr("global batch of 96"));
   EXPECT_THAT(table.out, ::testing::Not(HasSubstr("Best: ")));
   // And which batch would fit.
-  EXPECT_THAT(table.out, ::testing::ContainsRegex("may fit up to --batch [1-9][0-9]* here"));
+  EXPECT_THAT(table.out,
+              ::testing::ContainsRegex("fits --batch [1-9][0-9]* here \\(planned in full"));
   // And that 96 rows' activations alone outweigh the devices' memory.
   EXPECT_THAT(table.out, ::testing::ContainsRegex(
                              "no plan holds more than about [1-9][0-9]* batch rows here at once"));
