@@ -100,7 +100,9 @@ absl::StatusOr<PlanResult> PlanOn(const quilt::v1::JobSpec& spec, const Graph& g
         busy.empty() ? "" : "; the jobs running on " + busy + " hold part of it",
         result.report.data_parallel_batch_limit() > 0
             ? absl::StrCat("; a global batch of ", result.report.data_parallel_batch_limit(),
-                           " fits (data parallelism, planned in full)")
+                           result.report.memory_floor().devices() < 2
+                               ? " fits (on the one device, planned in full)"
+                               : " fits (data parallelism, planned in full)")
             : "",
         AboveTheMemoryFloor(result.report)));
   }
