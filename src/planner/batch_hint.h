@@ -19,7 +19,7 @@ namespace quilt {
 // At most this many plans check a suggestion; once one fits, those after
 // it begin only within this many seconds of the first.
 inline constexpr int kBatchHintChecks = 6;
-inline constexpr double kBatchHintRefineS = 1.5;
+inline constexpr double kBatchHintRefineS = 0.5;
 
 // The largest batch below `failed` (a batch nothing fits) at which
 // `fits(batch)` holds, searched from `estimate` in at most `max_checks`
