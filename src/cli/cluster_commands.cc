@@ -7,6 +7,7 @@
 #include "src/cli/cluster_view.h"
 #include "src/cli/command.h"
 #include "src/cli/format.h"
+#include "src/cli/validators.h"
 #include "src/rpc/coordinator_client.h"
 
 namespace quilt::cli {
@@ -79,7 +80,7 @@ void AddClusterCommands(CLI::App& app, const GlobalOptions& g, std::vector<Comma
   auto forget_id = std::make_shared<std::string>();
   CLI::App* forget =
       app.add_subcommand("forget", "Remove a Down node (a machine taken out of the cluster)");
-  forget->add_option("node", *forget_id, "Node id")->required();
+  forget->add_option("node", *forget_id, "Node id")->required()->check(Utf8Text());
   out->push_back({forget, [&g, forget_id]() {
                     rpc::AdminClient admin(g.coordinator, absl::Seconds(g.timeout_s));
                     absl::Status s = admin.ForgetNode(*forget_id);
@@ -94,7 +95,7 @@ void AddClusterCommands(CLI::App& app, const GlobalOptions& g, std::vector<Comma
   CLI::App* drain = app.add_subcommand(
       "drain",
       "Place no new jobs on a node (automatic restarts included); the jobs running on it go on");
-  drain->add_option("node", *drain_id, "Node id")->required();
+  drain->add_option("node", *drain_id, "Node id")->required()->check(Utf8Text());
   drain->add_flag("--wait", *wait, "Wait until no job runs on the node (it may then be stopped)");
   drain
       ->add_option("--wait-timeout", *wait_timeout_s,
@@ -118,7 +119,7 @@ void AddClusterCommands(CLI::App& app, const GlobalOptions& g, std::vector<Comma
   auto undrain_id = std::make_shared<std::string>();
   CLI::App* undrain =
       app.add_subcommand("undrain", "Take a drained node back: new jobs may run on it");
-  undrain->add_option("node", *undrain_id, "Node id")->required();
+  undrain->add_option("node", *undrain_id, "Node id")->required()->check(Utf8Text());
   out->push_back({undrain, [&g, undrain_id]() {
                     rpc::AdminClient admin(g.coordinator, absl::Seconds(g.timeout_s));
                     auto r = admin.SetNodeDraining(*undrain_id, false);

@@ -402,10 +402,13 @@ void AddJobCommands(CLI::App& app, const GlobalOptions& globals, std::vector<Com
       ->add_option("--frozen", a->frozen,
                    "Parameters not to train, by name (comma-separated): buffers an ONNX export "
                    "wrote as initializers")
-      ->delimiter(',');
-  submit->add_option("--loss-output", a->loss_output,
-                     "The ONNX output that is the model's own loss (default: the first one-value "
-                     "output that reads the labels and a weight)");
+      ->delimiter(',')
+      ->check(Utf8Text());
+  submit
+      ->add_option("--loss-output", a->loss_output,
+                   "The ONNX output that is the model's own loss (default: the first one-value "
+                   "output that reads the labels and a weight)")
+      ->check(Utf8Text());
   submit->add_option("--loss", a->loss, "auto (the model's) | softmax_cross_entropy | mse")
       ->check(CLI::IsMember({"auto", "softmax_cross_entropy", "mse"}));
   submit->add_option("--optimizer", a->optimizer, "sgd | adam")
@@ -416,25 +419,30 @@ void AddJobCommands(CLI::App& app, const GlobalOptions& globals, std::vector<Com
       ->check(NonNegative());
   submit->add_option("--momentum", a->momentum, "SGD momentum (default 0.9)")
       ->check(CLI::Range(0.0, 1.0));
-  submit->add_option("--strategy", a->strategy, "auto (the planner) or a baseline's name");
-  submit->add_option(
-      "--data", a->data,
-      "synthetic[:SEED] or INPUTS.npy,LABELS.npy (a model with several inputs: a file each, in "
-      "its order, then the labels)");
+  submit->add_option("--strategy", a->strategy, "auto (the planner) or a baseline's name")
+      ->check(Utf8Text());
+  submit
+      ->add_option(
+          "--data", a->data,
+          "synthetic[:SEED] or INPUTS.npy,LABELS.npy (a model with several inputs: a file each, in "
+          "its order, then the labels)")
+      ->check(Utf8Text());
   submit
       ->add_option("--checkpoint-every", a->checkpoint_every,
                    "Checkpoint every N steps (0: after the last)")
       ->check(NonNegativeInt());
-  submit->add_option("--checkpoint-dir", a->checkpoint_dir,
-                     "Checkpoints go to DIR/<job id> (default: the coordinator's state\n"
-                     "directory)");
+  submit
+      ->add_option("--checkpoint-dir", a->checkpoint_dir,
+                   "Checkpoints go to DIR/<job id> (default: the coordinator's state\n"
+                   "directory)")
+      ->check(Utf8Text());
   submit
       ->add_option("--keep-last-checkpoints", a->keep_checkpoints,
                    "Keep only the newest N complete checkpoints: older ones are removed as new "
                    "ones complete (default 0: keep every one; a failed or cancelled job keeps "
                    "what it has)")
       ->check(CLI::Range(0, 1000000));
-  submit->add_option("--name", a->name, "A name for the job");
+  submit->add_option("--name", a->name, "A name for the job")->check(Utf8Text());
   submit
       ->add_option("--max-restarts", a->max_restarts,
                    "After a failure, resume from the last checkpoint as a new job up to N "
@@ -475,7 +483,7 @@ void AddJobCommands(CLI::App& app, const GlobalOptions& globals, std::vector<Com
   auto resume_watch = std::make_shared<bool>(false);
   CLI::App* resume = app.add_subcommand(
       "resume", "Train a failed or cancelled job on from its last checkpoint, as a new job");
-  resume->add_option("id", *resume_id, "Job id")->required();
+  resume->add_option("id", *resume_id, "Job id")->required()->check(Utf8Text());
   resume->add_flag("--watch", *resume_watch, "Watch the new job");
   auto resume_queue = std::make_shared<bool>(false);
   resume->add_flag("--queue", *resume_queue,
@@ -564,7 +572,7 @@ void AddJobCommands(CLI::App& app, const GlobalOptions& globals, std::vector<Com
   CLI::App* describe = app.add_subcommand("describe", "Details of a cluster object");
   CLI::App* describe_job = describe->add_subcommand("job", "A job: plan, progress, step times");
   describe->require_subcommand(1);
-  describe_job->add_option("id", *describe_id, "Job id")->required();
+  describe_job->add_option("id", *describe_id, "Job id")->required()->check(Utf8Text());
   describe_job->add_option("-o,--output", *describe_format, "table | json")
       ->check(CLI::IsMember({"table", "json"}));
   out->push_back({describe_job, [describe_id, describe_format, &globals] {
@@ -579,7 +587,7 @@ void AddJobCommands(CLI::App& app, const GlobalOptions& globals, std::vector<Com
   auto node_format = std::make_shared<std::string>("table");
   CLI::App* describe_node = describe->add_subcommand(
       "node", "A node: state, devices and their speed, links, jobs, recent events");
-  describe_node->add_option("id", *node_id, "Node id")->required();
+  describe_node->add_option("id", *node_id, "Node id")->required()->check(Utf8Text());
   describe_node->add_option("-o,--output", *node_format, "table | json")
       ->check(CLI::IsMember({"table", "json"}));
   out->push_back({describe_node, [node_id, node_format, &globals] {
@@ -598,7 +606,7 @@ void AddJobCommands(CLI::App& app, const GlobalOptions& globals, std::vector<Com
   auto watch_id = std::make_shared<std::string>();
   auto watch_format = std::make_shared<std::string>("table");
   CLI::App* watch = app.add_subcommand("watch", "Follow a job until it ends");
-  watch->add_option("id", *watch_id, "Job id")->required();
+  watch->add_option("id", *watch_id, "Job id")->required()->check(Utf8Text());
   watch->add_option("-o,--output", *watch_format, "table | json")
       ->check(CLI::IsMember({"table", "json"}));
   out->push_back({watch, [watch_id, watch_format, &globals] {
@@ -608,8 +616,8 @@ void AddJobCommands(CLI::App& app, const GlobalOptions& globals, std::vector<Com
   auto cancel_id = std::make_shared<std::string>();
   auto cancel_reason = std::make_shared<std::string>();
   CLI::App* cancel = app.add_subcommand("cancel", "Stop a job");
-  cancel->add_option("id", *cancel_id, "Job id")->required();
-  cancel->add_option("--reason", *cancel_reason, "Why (kept with the job)");
+  cancel->add_option("id", *cancel_id, "Job id")->required()->check(Utf8Text());
+  cancel->add_option("--reason", *cancel_reason, "Why (kept with the job)")->check(Utf8Text());
   out->push_back({cancel, [cancel_id, cancel_reason, &globals] {
                     rpc::JobClient client(globals.coordinator, absl::Seconds(globals.timeout_s));
                     absl::Status s = client.CancelJob(*cancel_id, *cancel_reason);
@@ -623,7 +631,7 @@ void AddJobCommands(CLI::App& app, const GlobalOptions& globals, std::vector<Com
   auto losses_format = std::make_shared<std::string>("table");
   CLI::App* losses =
       app.add_subcommand("losses", "A job's loss at every step (its training curve)");
-  losses->add_option("id", *losses_id, "Job id")->required();
+  losses->add_option("id", *losses_id, "Job id")->required()->check(Utf8Text());
   losses->add_option("--from", *losses_from, "First step (default 1)")->check(PositiveInt());
   losses->add_option("-o,--output", *losses_format, "table (step, loss) | json")
       ->check(CLI::IsMember({"table", "json"}));
@@ -635,7 +643,7 @@ void AddJobCommands(CLI::App& app, const GlobalOptions& globals, std::vector<Com
   auto keep = std::make_shared<bool>(false);
   CLI::App* del = app.add_subcommand(
       "delete", "Forget an ended job: its record, its model and its checkpoints");
-  del->add_option("id", *delete_id, "Job id")->required();
+  del->add_option("id", *delete_id, "Job id")->required()->check(Utf8Text());
   del->add_flag("--keep-checkpoints", *keep,
                 "Leave its checkpoint directory (<checkpoint-dir>/<job id>)");
   out->push_back({del, [delete_id, keep, &globals] {
@@ -650,7 +658,7 @@ void AddJobCommands(CLI::App& app, const GlobalOptions& globals, std::vector<Com
   auto export_id = std::make_shared<std::string>();
   auto export_out = std::make_shared<std::string>();
   CLI::App* exp = app.add_subcommand("export", "Write a job's trained model as ONNX");
-  exp->add_option("id", *export_id, "Job id")->required();
+  exp->add_option("id", *export_id, "Job id")->required()->check(Utf8Text());
   exp->add_option("-o,--output", *export_out, "The .onnx file to write")->required();
   out->push_back({exp, [export_id, export_out, &globals] {
                     if (absl::Status w = CheckWritablePath(*export_out); !w.ok()) {

@@ -9,8 +9,17 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/numbers.h"
+#include "src/common/utf8.h"
 
 namespace quilt::cli {
+
+// Text the coordinator receives (a name, an id, a path it reads): UTF-8,
+// as its requests carry text (each value of a list option alike).
+inline CLI::Validator Utf8Text() {
+  return CLI::Validator(
+      [](std::string& v) { return IsUtf8(v) ? std::string() : std::string("is not valid UTF-8"); },
+      "TEXT");
+}
 
 // A finite number > 0 (or >= 0 with `zero_ok`).
 inline CLI::Validator Positive(bool zero_ok = false) {

@@ -1,6 +1,6 @@
 // Text a user gives that tables and logs show (a job's name, a cancel
 // reason): printable, one line, bounded, so that it cannot forge a line or
-// an escape sequence in them.
+// an escape sequence in them, and UTF-8 (messages carry it as a string).
 #ifndef QUILT_SRC_COMMON_DISPLAY_TEXT_H_
 #define QUILT_SRC_COMMON_DISPLAY_TEXT_H_
 
@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "src/common/utf8.h"
 
 namespace quilt {
 
@@ -25,6 +26,7 @@ inline absl::Status CheckDisplayText(const std::string& text, size_t max_bytes,
           absl::StrCat(what, " has a control character (a newline, an escape)"));
     }
   }
+  if (!IsUtf8(text)) return absl::InvalidArgumentError(absl::StrCat(what, " is not valid UTF-8"));
   return absl::OkStatus();
 }
 

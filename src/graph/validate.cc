@@ -2,10 +2,13 @@
 
 #include <map>
 #include <set>
+#include <variant>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "src/common/status.h"
+#include "src/common/utf8.h"
 #include "src/graph/graph_builder.h"
 #include "src/graph/op_registry.h"
 
@@ -42,7 +45,42 @@ absl::Status CheckTensorSizes(const Graph& g) {
   return absl::OkStatus();
 }
 
+// Names and string attributes go into protobuf string fields (programs,
+// reports), which must be UTF-8: one that is not would be written into a
+// program its executor cannot parse back.
+absl::Status CheckUtf8(const Graph& g) {
+  auto check = [](const std::string& s, const std::string& what) -> absl::Status {
+    if (IsUtf8(s)) return absl::OkStatus();
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " '", absl::CHexEscape(s), "' is not valid UTF-8"));
+  };
+  RETURN_IF_ERROR(check(g.name, "the model's name"));
+  for (const Op& op : g.ops) {
+    RETURN_IF_ERROR(check(op.name, "op name"));
+    RETURN_IF_ERROR(check(op.type, "the op type of '" + absl::CHexEscape(op.name) + "'"));
+    for (const auto* names : {&op.inputs, &op.outputs}) {
+      for (const std::string& t : *names) {
+        RETURN_IF_ERROR(check(t, "tensor name (of op '" + op.name + "')"));
+      }
+    }
+    for (const auto& [key, value] : op.attrs.values()) {
+      const std::string what = "attribute of op '" + op.name + "'";
+      RETURN_IF_ERROR(check(key, what));
+      if (const auto* s = std::get_if<std::string>(&value)) RETURN_IF_ERROR(check(*s, what));
+      if (const auto* v = std::get_if<std::vector<std::string>>(&value)) {
+        for (const std::string& s : *v) RETURN_IF_ERROR(check(s, what));
+      }
+    }
+  }
+  for (const TensorInfo& t : g.tensors()) RETURN_IF_ERROR(check(t.name, "tensor name"));
+  for (const auto* names : {&g.inputs, &g.labels, &g.outputs, &g.output_names}) {
+    for (const std::string& n : *names) RETURN_IF_ERROR(check(n, "graph input or output name"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckNames(const Graph& g) {
+  RETURN_IF_ERROR(CheckUtf8(g));
   std::set<std::string> op_names;
   std::map<std::string, std::string> producer;
   std::vector<std::string> unknown;

@@ -1,5 +1,5 @@
 // Whole-graph validation with precise errors naming the op or tensor:
-// duplicate names, unknown op types (all listed at once), wrong arity,
+// names or string attributes that are not UTF-8, duplicate names, unknown op types (all listed at once), wrong arity,
 // dangling inputs, cycles, dtype and shape mismatches, negative or
 // overflowing dimensions, trainable parameters without elements, and a
 // consistent loss / inputs / parameters.

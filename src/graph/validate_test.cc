@@ -38,6 +38,37 @@ TEST(Validate, DanglingInput_NamesTensorAndOp) {
                                           AllOf(HasSubstr("'a'"), HasSubstr("'ghost'"))));
 }
 
+// Names go into protobuf string fields: bytes that are not UTF-8 are
+// refused, naming the name (escaped).
+TEST(Validate, NamesThatAreNotUtf8_Rejected) {
+  {
+    Graph g = TwoInputs();
+    g.ops.push_back(MakeOp("/\xffRelu", "Relu", {"x"}, {"a_out"}));
+    EXPECT_THAT(ValidateGraph(&g), StatusIs(absl::StatusCode::kInvalidArgument,
+                                            AllOf(HasSubstr("op name '/\\xffRelu'"),
+                                                  HasSubstr("is not valid UTF-8"))));
+  }
+  {
+    Graph g = TwoInputs();
+    g.ops.push_back(MakeOp("a", "Relu", {"x"}, {"out\xc3"}));
+    EXPECT_THAT(ValidateGraph(&g), StatusIs(absl::StatusCode::kInvalidArgument,
+                                            AllOf(HasSubstr("'out\\xc3'"), HasSubstr("op 'a'"),
+                                                  HasSubstr("is not valid UTF-8"))));
+  }
+  {
+    Graph g = TwoInputs();
+    g.name = "model\xff";
+    EXPECT_THAT(ValidateGraph(&g), StatusIs(absl::StatusCode::kInvalidArgument,
+                                            HasSubstr("the model's name 'model\\xff'")));
+  }
+  {
+    Graph g = TwoInputs();
+    g.ops.push_back(MakeOp("caf\xc3\xa9", "Relu", {"x"}, {"a_out"}));
+    g.outputs.push_back("a_out");
+    EXPECT_THAT(ValidateGraph(&g), IsOk());
+  }
+}
+
 TEST(Validate, DuplicateNames_Rejected) {
   Graph g = TwoInputs();
   g.ops.push_back(MakeOp("a", "Relu", {"x"}, {"y"}));

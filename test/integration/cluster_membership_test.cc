@@ -206,7 +206,18 @@ TEST(Quiltctl, UsageErrors_NamedWithExitCode2) {
             "--steps"},
            {{q, "plan", "zoo:mlp", "--batch", "8", "--cluster",
              RunfilePath("config/clusters/heterog_testbed.textproto"), "--trace", ""},
-            "--trace"}}) {
+            "--trace"},
+           // Text the coordinator would receive that is not UTF-8 (its
+           // requests could not carry it).
+           {{q, "--timeout", "2", "submit", "zoo:mlp", "--batch", "8", "--steps", "1", "--name",
+             "bad\xff"},
+            "--name: is not valid UTF-8"},
+           {{q, "--timeout", "2", "submit", "zoo:mlp", "--batch", "8", "--steps", "1", "--frozen",
+             "a,\xc3"},
+            "--frozen: is not valid UTF-8"},
+           {{q, "--timeout", "2", "cancel", "job-1", "--reason", "\xed\xa0\x80"},
+            "--reason: is not valid UTF-8"},
+           {{q, "--timeout", "2", "drain", "node\xff"}, "node: is not valid UTF-8"}}) {
     auto r = RunCommand(argv);
     ASSERT_THAT(r, IsOk());
     EXPECT_EQ(r->exit_code, 2) << reason << ": " << r->err;

@@ -626,6 +626,29 @@ TEST(OnnxImport, ANameWrittenTwice_RejectedNamingBothWriters) {
                        HasSubstr("'x' is written by both the graph's input and node #2")));
 }
 
+// ONNX's strings are bytes; Quilt's programs carry names as UTF-8: a node
+// or tensor name that is not is refused at import, naming it (the program
+// written with it could not be read back by an executor).
+TEST(OnnxImport, NamesThatAreNotUtf8_Rejected) {
+  onnx::ModelProto node = Tiny(14);
+  node.mutable_graph()->mutable_node(0)->set_name("/\xffRelu");
+  EXPECT_THAT(Import(node.SerializeAsString()),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("m.onnx"), HasSubstr("'/\\xffRelu' is not valid UTF-8"))));
+  onnx::ModelProto weight;
+  ASSERT_TRUE(weight.ParseFromString(FixtureBytes("mlp")));
+  const std::string old_name = weight.graph().initializer(0).name();
+  const std::string bad = old_name + "\xc3";
+  weight.mutable_graph()->mutable_initializer(0)->set_name(bad);
+  for (auto& n : *weight.mutable_graph()->mutable_node()) {
+    for (auto& in : *n.mutable_input()) {
+      if (in == old_name) in = bad;
+    }
+  }
+  EXPECT_THAT(Import(weight.SerializeAsString()),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("is not valid UTF-8")));
+}
+
 TEST(OnnxImport, AWeightWithoutElements_Rejected) {
   onnx::ModelProto m = testing::WithBatchedInput(14, {16});
   auto* w = m.mutable_graph()->add_initializer();
