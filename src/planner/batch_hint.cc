@@ -10,8 +10,8 @@ int64_t CheckedBatch(int64_t estimate, int64_t failed, int max_checks,
   int64_t bad = failed;  // the least batch known not to fit
   int64_t good = 0;      // the largest batch known to fit (0: none)
   int checks = 0;
+  if (failed <= 1) return 0;
   int64_t next = std::clamp<int64_t>(estimate, 1, failed - 1);
-  if (next < 1) return 0;
   // Down from the estimate in steps that double, until one fits.
   int64_t step = std::max<int64_t>(1, next / 16);
   while (checks < max_checks && next >= 1) {
