@@ -16,6 +16,7 @@
 #include "src/planner/memory_floor.h"
 #include "src/planner/plan.h"
 #include "src/runtime/data/dataset.h"
+#include "src/runtime/data/label_range.h"
 
 namespace quilt {
 namespace {
@@ -41,6 +42,7 @@ absl::Status CheckDataset(const quilt::v1::JobSpec& spec, const Graph& graph) {
   absl::StatusOr<std::unique_ptr<Dataset>> data =
       OpenNumpyDataset(inputs, files.labels_path(), *sig);
   if (!data.ok()) return Annotate(data.status(), "the dataset");
+  RETURN_IF_ERROR(Annotate(CheckLabelRange(graph, *sig, files.labels_path()), "the dataset"));
   if ((*data)->size() < spec.global_batch()) {
     return absl::InvalidArgumentError(absl::StrCat("the dataset has ", (*data)->size(),
                                                    " samples, fewer than one global batch of ",

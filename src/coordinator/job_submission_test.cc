@@ -19,6 +19,7 @@
 #include "src/coordinator/store/sqlite_store.h"
 #include "src/cost/cost_model.h"
 #include "src/planner/baselines.h"
+#include "src/runtime/data/npy.h"
 #include "src/testing/node_info.h"
 #include "src/testing/temp_dir.h"
 #include "src/testing/zoo_training.h"
@@ -313,6 +314,28 @@ quilt::v1::JobSpec ZooMlp(int64_t batch) {
   spec.set_steps(2);
   spec.mutable_optimizer()->mutable_sgd()->set_learning_rate(0.1);
   return spec;
+}
+
+// Labels outside the model's classes are refused at submission, naming
+// the file and the sample (they failed the job at its first step).
+TEST(PrepareJob, LabelsOutsideTheClasses_AreRefusedAtSubmission) {
+  Registry nodes({"a"});
+  ASSERT_NE(nodes.registry, nullptr);
+  testing::TempDir dir;
+  const std::string x = dir.File("x.npy"), y = dir.File("y.npy");
+  ASSERT_THAT(WriteNpy(x, Tensor::FromF32({8, 784}, std::vector<float>(8 * 784, 0.5f))), IsOk());
+  quilt::v1::JobSpec spec = ZooMlp(4);
+  spec.mutable_dataset()->mutable_numpy()->set_inputs_path(x);
+  spec.mutable_dataset()->mutable_numpy()->set_labels_path(y);
+  ASSERT_THAT(WriteNpy(y, Tensor::FromI64({8}, {0, 1, 2, 3, 4, 12, 6, 7})), IsOk());
+  absl::StatusOr<NewJob> job =
+      PrepareJob(spec, *nodes.registry, nullptr, nullptr, SubmissionOptions{});
+  EXPECT_THAT(job.status(), StatusIs(absl::StatusCode::kInvalidArgument,
+                                     AllOf(HasSubstr("y.npy: label 12 of sample 5"),
+                                           HasSubstr("not a class in [0, 10)"))));
+  ASSERT_THAT(WriteNpy(y, Tensor::FromI64({8}, {0, 1, 2, 3, 4, 9, 6, 7})), IsOk());
+  job = PrepareJob(spec, *nodes.registry, nullptr, nullptr, SubmissionOptions{});
+  EXPECT_THAT(job.status(), IsOk());
 }
 
 TEST(PrepareJob, APriorityOutOfRangeOrWithoutTheQueue_IsRefused) {

@@ -11,6 +11,7 @@
 #include "src/graph/graph_builder.h"
 #include "src/graph/zoo/zoo.h"
 #include "src/runtime/data/dataset.h"
+#include "src/runtime/data/label_range.h"
 #include "src/runtime/data/npy.h"
 #include "src/testing/temp_dir.h"
 
@@ -26,6 +27,7 @@ absl::Status OneInput(Dataset* d, int64_t start, int64_t count, Tensor* x, Tenso
   return absl::OkStatus();
 }
 
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 TEST(Npy, RoundTripF32AndI64) {
@@ -385,6 +387,63 @@ TEST(NumpyDataset, AFilePerInputInTheModelsOrderAndACountThatMustMatch) {
                   .status(),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("inputs 'segments' have shape [4,5]; the model needs [N,6]")));
+}
+
+// A label outside the model's classes is refused before a job starts,
+// naming the file, the sample and the label; the loss's ignore_index is
+// allowed; labels that reach the loss through a slice are left to it.
+TEST(LabelRange, LabelsOutsideTheClassesAreRefusedNamingTheSample) {
+  absl::StatusOr<Graph> g = zoo::BuildZooModel("mlp");
+  ASSERT_THAT(g, IsOk());
+  TrainingOptions o;
+  o.optimizer.kind = OptimizerSpec::Kind::kSgd;
+  ASSERT_THAT(BuildTrainingGraph(&*g, o), IsOk());
+  absl::StatusOr<DataSignature> sig = DataSignatureOf(*g);
+  ASSERT_THAT(sig, IsOk());
+  const LabelUse use = LabelsAsTheLossReadsThem(*g, sig->label.name);
+  EXPECT_EQ(use.classes, 10);
+  EXPECT_TRUE(use.every_value);
+  testing::TempDir dir;
+  auto check = [&](const std::vector<int64_t>& labels) {
+    const std::string path = dir.File("y.npy");
+    EXPECT_THAT(WriteNpy(path, Tensor::FromI64({static_cast<int64_t>(labels.size())}, labels)),
+                IsOk());
+    return CheckLabelRange(*g, *sig, path);
+  };
+  EXPECT_THAT(check({0, 9, 3, 0}), IsOk());
+  EXPECT_THAT(check({0, 9, 10, 0}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("y.npy"), HasSubstr("label 10 of sample 2"),
+                             HasSubstr("not a class in [0, 10)"))));
+  EXPECT_THAT(check({-1, 0}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("label -1 of sample 0")));
+  // Labels many chunks long: the sample is counted across them.
+  std::vector<int64_t> many(200000, 1);
+  many[150001] = 1000;
+  EXPECT_THAT(check(many), StatusIs(absl::StatusCode::kInvalidArgument,
+                                    HasSubstr("label 1000 of sample 150001")));
+  // The loss skips its ignore_index.
+  for (Op& op : g->ops) {
+    if (op.type == "SoftmaxCrossEntropyLoss") op.attrs.SetInt("ignore_index", -100);
+  }
+  EXPECT_THAT(check({-100, 3}), IsOk());
+  EXPECT_THAT(check({-5, 3}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("and skips -100")));
+  // Through a slice, not every value reaches the loss: left to the loss.
+  for (Op& op : g->ops) {
+    if (op.type == "SoftmaxCrossEntropyLoss") {
+      Op slice;
+      slice.name = "label_slice";
+      slice.type = "Slice";
+      slice.inputs = {op.inputs[1]};
+      slice.outputs = {"sliced_labels"};
+      op.inputs[1] = "sliced_labels";
+      g->ops.insert(g->ops.begin(), slice);
+      break;
+    }
+  }
+  EXPECT_FALSE(LabelsAsTheLossReadsThem(*g, sig->label.name).every_value);
+  EXPECT_THAT(check({-5, 3}), IsOk());
 }
 
 }  // namespace

@@ -3,13 +3,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "src/common/status.h"
 #include "src/runtime/counter_random.h"
+#include "src/runtime/data/label_range.h"
 #include "src/runtime/data/npy.h"
 
 namespace quilt {
@@ -385,36 +385,7 @@ absl::StatusOr<std::unique_ptr<Dataset>> MakeSyntheticDataset(const Graph& graph
   }
   int64_t classes = 0;
   if (sig.label.dtype == DType::kI64) {
-    // The labels as the loss reads them: through the reshapes and slices a
-    // model with its loss inside applies (y.reshape(-1), y[:, 1:]).
-    std::set<std::string> labels = {sig.label.name};
-    for (bool grew = true; grew;) {
-      grew = false;
-      for (const Op& op : graph.ops) {
-        const bool view = op.type == "Reshape" || op.type == "Flatten" || op.type == "Squeeze" ||
-                          op.type == "Unsqueeze" || op.type == "Slice" || op.type == "Cast" ||
-                          op.type == "Identity" || op.type == "Gather";
-        if (view && !op.inputs.empty() && labels.count(op.inputs[0]) && !op.outputs.empty() &&
-            labels.insert(op.outputs[0]).second) {
-          grew = true;
-        }
-      }
-    }
-    // The class count: the loss's prediction extent along its class axis.
-    for (const Op& op : graph.ops) {
-      if (op.type == "SoftmaxCrossEntropyLoss" && op.inputs.size() > 1 &&
-          labels.count(op.inputs[1])) {
-        const Shape& s = graph.FindTensor(op.inputs[0])->shape;
-        int64_t axis = op.attrs.Int("class_axis", 1);
-        if (axis < 0) axis += s.rank();
-        classes = s.dim(static_cast<int>(axis)).value;
-      }
-      // A loss written with one-hot rows of the labels (class weights,
-      // F.nll_loss, F.one_hot).
-      if (op.type == "OneHot" && labels.count(op.inputs[0])) {
-        classes = op.attrs.Int("classes", 0);
-      }
-    }
+    classes = LabelsAsTheLossReadsThem(graph, sig.label.name).classes;
     if (classes <= 0) {
       return absl::InvalidArgumentError(
           "cannot tell the number of classes of the integer labels (Quilt reads it from a "
