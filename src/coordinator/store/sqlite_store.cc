@@ -165,20 +165,24 @@ absl::Status SqliteStore::DeleteNode(const std::string& node_id) {
   return db_->Run("DELETE FROM nodes WHERE node_id = ?", {node_id});
 }
 
+// (A node record that does not parse is left out, as a job's is: the
+// node's worker registers it again, over the record, when it next
+// connects; one damaged record does not keep the coordinator down.)
 absl::StatusOr<std::vector<quilt::v1::NodeStatus>> SqliteStore::ListNodes() {
   absl::MutexLock lock(&mu_);
   std::vector<quilt::v1::NodeStatus> nodes;
-  absl::Status parse = absl::OkStatus();
-  RETURN_IF_ERROR(db_->Run("SELECT record FROM nodes ORDER BY node_id", {}, [&](const SqlRow& r) {
-    quilt::v1::NodeStatus n;
-    absl::Status s = ParseRecord(r.Bytes(0), "nodes", &n);
-    if (s.ok()) {
-      nodes.push_back(std::move(n));
-    } else if (parse.ok()) {
-      parse = s;
-    }
-  }));
-  RETURN_IF_ERROR(parse);
+  RETURN_IF_ERROR(
+      db_->Run("SELECT node_id, record FROM nodes ORDER BY node_id", {}, [&](const SqlRow& r) {
+        quilt::v1::NodeStatus n;
+        if (ParseRecord(r.Bytes(1), "nodes", &n).ok()) {
+          nodes.push_back(std::move(n));
+          return;
+        }
+        QLOG_ERROR(
+            "node {} has a corrupt record: left out until its worker registers it again, and "
+            "kept in the database as it is until then",
+            r.Text(0));
+      }));
   return nodes;
 }
 
@@ -195,18 +199,16 @@ absl::Status SqliteStore::AppendEvent(const quilt::v1::ClusterEvent& event) {
 absl::StatusOr<std::vector<quilt::v1::ClusterEvent>> SqliteStore::RecentEvents(int max) {
   absl::MutexLock lock(&mu_);
   std::vector<quilt::v1::ClusterEvent> events;
-  absl::Status parse = absl::OkStatus();
-  RETURN_IF_ERROR(db_->Run("SELECT record FROM events ORDER BY id DESC LIMIT ?",
+  // (An event that does not parse is left out of the history.)
+  RETURN_IF_ERROR(db_->Run("SELECT id, record FROM events ORDER BY id DESC LIMIT ?",
                            {static_cast<int64_t>(max)}, [&](const SqlRow& r) {
                              quilt::v1::ClusterEvent e;
-                             absl::Status s = ParseRecord(r.Bytes(0), "events", &e);
-                             if (s.ok()) {
+                             if (ParseRecord(r.Bytes(1), "events", &e).ok()) {
                                events.push_back(std::move(e));
-                             } else if (parse.ok()) {
-                               parse = s;
+                               return;
                              }
+                             QLOG_ERROR("event {} has a corrupt record: left out", r.Int(0));
                            }));
-  RETURN_IF_ERROR(parse);
   return events;
 }
 

@@ -141,6 +141,49 @@ TEST(SqliteStore, ACorruptJobRecordIsLeftOutAndKeptTheOthersLoad) {
   EXPECT_EQ(record, std::string("\xde\xad\xbe\xef", 4));
 }
 
+// Likewise a corrupt node record or event: left out, the others load (the
+// node's worker registers it again); a node put again replaces it.
+TEST(SqliteStore, ACorruptNodeRecordOrEventIsLeftOutAndTheOthersLoad) {
+  testing::TempDir dir;
+  const std::string path = dir.File("c.db");
+  {
+    auto store = SqliteStore::Open(path);
+    ASSERT_THAT(store, IsOk());
+    for (const char* id : {"n1", "n2", "n3"}) {
+      quilt::v1::NodeStatus n;
+      n.mutable_info()->set_node_id(id);
+      ASSERT_THAT((*store)->PutNode(n), IsOk());
+      quilt::v1::ClusterEvent e;
+      e.set_node_id(id);
+      ASSERT_THAT((*store)->AppendEvent(e), IsOk());
+    }
+  }
+  {
+    auto db = SqliteDb::Open(path);
+    ASSERT_THAT(db, IsOk());
+    ASSERT_THAT((*db)->Exec("UPDATE nodes SET record = x'deadbeef' WHERE node_id = 'n2';"), IsOk());
+    ASSERT_THAT((*db)->Exec("UPDATE events SET record = x'deadbeef' WHERE id = 2;"), IsOk());
+  }
+  auto store = SqliteStore::Open(path);
+  ASSERT_THAT(store, IsOk());
+  auto nodes = (*store)->ListNodes();
+  ASSERT_THAT(nodes, IsOk());
+  ASSERT_THAT(*nodes, SizeIs(2));
+  EXPECT_EQ((*nodes)[0].info().node_id(), "n1");
+  EXPECT_EQ((*nodes)[1].info().node_id(), "n3");
+  auto events = (*store)->RecentEvents(10);
+  ASSERT_THAT(events, IsOk());
+  ASSERT_THAT(*events, SizeIs(2));
+  EXPECT_EQ((*events)[0].node_id(), "n3");
+  EXPECT_EQ((*events)[1].node_id(), "n1");
+  quilt::v1::NodeStatus again;
+  again.mutable_info()->set_node_id("n2");
+  ASSERT_THAT((*store)->PutNode(again), IsOk());
+  nodes = (*store)->ListNodes();
+  ASSERT_THAT(nodes, IsOk());
+  EXPECT_THAT(*nodes, SizeIs(3));
+}
+
 TEST(SqliteStore, AVersionOneDatabaseGainsTheJobsTableAndKeepsItsNodes) {
   testing::TempDir dir;
   const std::string path = dir.File("c.db");
