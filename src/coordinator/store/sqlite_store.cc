@@ -21,12 +21,19 @@ std::string PackDoubles(const std::vector<double>& v) {
   return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(double));
 }
 
+// A row's record parsed and appended to `out`. One that does not parse is
+// left out (and in the database, untouched) with an error naming it
+// (`what`, then `left_out` on what becomes of it): one damaged record does
+// not keep the coordinator down.
 template <typename Proto>
-absl::Status ParseRecord(const std::string& bytes, const char* table, Proto* out) {
-  if (!out->ParseFromString(bytes)) {
-    return absl::DataLossError(absl::StrCat("corrupt record in table ", table));
+void AppendParsed(const std::string& bytes, const std::string& what, const char* left_out,
+                  std::vector<Proto>* out) {
+  Proto record;
+  if (record.ParseFromString(bytes)) {
+    out->push_back(std::move(record));
+    return;
   }
-  return absl::OkStatus();
+  QLOG_ERROR("{} has a corrupt record: left out{}", what, left_out);
 }
 
 // Every job record, oldest first. A record that does not parse is left
@@ -36,15 +43,9 @@ absl::StatusOr<std::vector<quilt::v1::JobRecord>> ReadJobRecords(SqliteDb* db) {
   std::vector<quilt::v1::JobRecord> jobs;
   RETURN_IF_ERROR(
       db->Run("SELECT seq, job_id, record FROM jobs ORDER BY seq", {}, [&](const SqlRow& r) {
-        quilt::v1::JobRecord j;
-        if (ParseRecord(r.Bytes(2), "jobs", &j).ok()) {
-          jobs.push_back(std::move(j));
-          return;
-        }
-        QLOG_ERROR(
-            "job {} (row {} of table jobs) has a corrupt record: left out, and kept in the "
-            "database as it is",
-            r.Text(1), r.Int(0));
+        AppendParsed(r.Bytes(2),
+                     absl::StrCat("job ", r.Text(1), " (row ", r.Int(0), " of table jobs)"),
+                     ", and kept in the database as it is", &jobs);
       }));
   return jobs;
 }
@@ -173,15 +174,10 @@ absl::StatusOr<std::vector<quilt::v1::NodeStatus>> SqliteStore::ListNodes() {
   std::vector<quilt::v1::NodeStatus> nodes;
   RETURN_IF_ERROR(
       db_->Run("SELECT node_id, record FROM nodes ORDER BY node_id", {}, [&](const SqlRow& r) {
-        quilt::v1::NodeStatus n;
-        if (ParseRecord(r.Bytes(1), "nodes", &n).ok()) {
-          nodes.push_back(std::move(n));
-          return;
-        }
-        QLOG_ERROR(
-            "node {} has a corrupt record: left out until its worker registers it again, and "
-            "kept in the database as it is until then",
-            r.Text(0));
+        AppendParsed(r.Bytes(1), "node " + r.Text(0),
+                     " until its worker registers it again, and kept in the database as it is "
+                     "until then",
+                     &nodes);
       }));
   return nodes;
 }
@@ -202,12 +198,8 @@ absl::StatusOr<std::vector<quilt::v1::ClusterEvent>> SqliteStore::RecentEvents(i
   // (An event that does not parse is left out of the history.)
   RETURN_IF_ERROR(db_->Run("SELECT id, record FROM events ORDER BY id DESC LIMIT ?",
                            {static_cast<int64_t>(max)}, [&](const SqlRow& r) {
-                             quilt::v1::ClusterEvent e;
-                             if (ParseRecord(r.Bytes(1), "events", &e).ok()) {
-                               events.push_back(std::move(e));
-                               return;
-                             }
-                             QLOG_ERROR("event {} has a corrupt record: left out", r.Int(0));
+                             AppendParsed(r.Bytes(1), absl::StrCat("event ", r.Int(0)), "",
+                                          &events);
                            }));
   return events;
 }
