@@ -249,7 +249,8 @@ int main(int argc, char** argv) {
   app.add_option("--rows-per-device", rows_per_device,
                  "Global batch = this × devices (default per model: 8; bert_large 4; gpt2 2; "
                  "gpt2_xl 1/4, at least 1); several, comma-separated, to compare batches");
-  app.add_option("--time-budget", budget, "The planner's search budget, seconds");
+  app.add_option("--time-budget", budget,
+                 "The planner's time budget, seconds (planning's whole time: plan_budget.h)");
   app.add_option("--max-plans", max_plans, "Plans the search simulates at most (0 = no limit)");
   app.add_flag("--diagnose", diagnose, "Coarse vs full predictions of the same plans");
   app.add_option("--time-candidates", time_candidates,

@@ -446,10 +446,11 @@ void AddPlanCommand(CLI::App& app, const GlobalOptions& globals, std::vector<Com
       ->check(NonEmpty());
   c->add_flag("--explain", a->explain, "Per op group: what the planner chose and what it saves");
   c->add_option("--time-budget", a->time_budget_s,
-                "Seconds the planner's search may take (default 10); building the baselines "
-                "and simulating every strategy in full come on top (seconds each on hundreds "
-                "of devices), and a plan that overflows memory in full searches again with "
-                "at least a quarter of it, up to three times")
+                "Seconds planning may take (default 10): the search gets what is left after "
+                "building the baselines, less a quarter kept for simulating the plans in "
+                "full (seconds each on hundreds of devices, never cut short); where no plan "
+                "fits at all, fitting one to memory goes on past it (the progress lines say "
+                "so)")
       ->check(Positive());
   c->add_option("--max-plans", a->max_plans,
                 "Plans the planner's local search judges once one fits: simulated, or ruled "

@@ -56,7 +56,7 @@ struct SubmissionOptions {
   // so that the next submission's plan counts it (null: PrepareJob returns
   // the job instead).
   std::function<absl::Status(NewJob&&)> place;
-  // The planner's search budget for "auto".
+  // The planner's time budget for "auto" (plan_budget.h).
   double time_budget_s = 10;
   // How long to wait for the workers' profiles of the model (0: none).
   absl::Duration profile_timeout = absl::ZeroDuration();

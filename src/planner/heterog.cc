@@ -109,6 +109,11 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
                                            const SearchOptions& options) {
   const absl::Time start = absl::Now();
   const absl::Time deadline = start + absl::Seconds(options.time_budget_s);
+  // (Where no plan fits yet: the memory repair's share left to it.)
+  const absl::Time unfit_deadline =
+      options.repair_simulations > 0
+          ? deadline - absl::Seconds(options.repair_share * options.time_budget_s)
+          : deadline;
   if (!g.has_backward) return absl::InvalidArgumentError("planning needs a training graph");
   ASSIGN_OR_RETURN(std::unique_ptr<CoarseModel> coarse_model,
                    CoarsenForSearch(g, topo, cost, batch, options.target_groups));
@@ -372,7 +377,7 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
       if (seed.evaluations <= 0 && !seed.resumes.has_value()) continue;
       // (Resumed only where no search has found a plan that fits.)
       if (seed.resumes.has_value() && best_score.feasible()) continue;
-      if (absl::Now() >= deadline) {
+      if (absl::Now() >= (best_score.feasible() ? deadline : unfit_deadline)) {
         budget_ended = true;
         break;
       }
@@ -471,10 +476,12 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
       options.progress(p);
     }
     ASSIGN_OR_RETURN(index, GraphIndex::Build(g));
-    ASSIGN_OR_RETURN(RepairOutcome repaired,
-                     RepairMemory(&space, *index, topo, cost, batch, best,
-                                  repair_start + absl::Seconds(0.25 * options.time_budget_s),
-                                  options.repair_simulations));
+    ASSIGN_OR_RETURN(
+        RepairOutcome repaired,
+        RepairMemory(&space, *index, topo, cost, batch, best,
+                     std::max(deadline, repair_start + absl::Seconds(options.repair_share *
+                                                                     options.time_budget_s)),
+                     options.repair_simulations));
     result.memory_repair =
         "the search's plan was over memory on its coarse model; on the full model " +
         DescribeRepair(repaired, absl::ToDoubleSeconds(absl::Now() - repair_start));

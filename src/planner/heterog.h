@@ -91,8 +91,12 @@ struct SearchOptions {
   double memory_fraction = 0.92;
   // Where the search's plan does not fit on the coarsened graph, it is
   // repaired on the full one (memory_repair.h) in at most this many full
-  // simulations and a quarter of time_budget_s more; 0: not.
+  // simulations; 0: not.
   int repair_simulations = 400;
+  // The repair's share of time_budget_s: while the best plan of a search
+  // does not fit, the search ends that much before the budget does, and
+  // the repair then runs to the budget's end (at least this share).
+  double repair_share = 0.4;
   // Gradient buckets the full plan is also simulated with (besides a
   // collective per group and per gradient): bytes per bucket, larger
   // gradients summed in slices of that size, so that small urgent

@@ -54,6 +54,9 @@ class Search {
         groups_(groups),
         options_(o),
         deadline_(deadline),
+        unfit_deadline_(o.repair_simulations > 0
+                            ? deadline - absl::Seconds(o.repair_share * o.time_budget_s)
+                            : deadline),
         evaluation_cap_(evaluation_cap),
         cap_until_fit_(cap_until_fit),
         started_at_(space->judged()),
@@ -244,7 +247,8 @@ class Search {
       stopped_by_ = "evaluation limit";
       return true;
     }
-    if (absl::Now() >= deadline_) {
+    // (While its best does not fit, it leaves the memory repair its share.)
+    if (absl::Now() >= (best.feasible() ? deadline_ : unfit_deadline_)) {
       stopped_by_ = "time budget";
       return true;
     }
@@ -282,6 +286,7 @@ class Search {
   int groups_;
   const SearchOptions& options_;
   absl::Time deadline_;
+  absl::Time unfit_deadline_;
   int64_t evaluation_cap_ = 0;
   bool cap_until_fit_ = false;
   int64_t started_at_ = 0;

@@ -1,13 +1,10 @@
 #include "src/planner/plan.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <limits>
-#include <mutex>
 #include <optional>
 #include <set>
-#include <thread>
 #include <vector>
 
 #include "absl/algorithm/container.h"
@@ -15,18 +12,19 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
-#include "src/common/heartbeat.h"
 #include "src/common/logging.h"
 #include "src/common/status.h"
 #include "src/common/units.h"
 #include "src/planner/arena_program.h"
 #include "src/planner/batch_hint.h"
+#include "src/planner/estimate_many.h"
 #include "src/planner/exchange_parts.h"
 #include "src/planner/lookups.h"
 #include "src/planner/lower.h"
 #include "src/planner/lower_bound.h"
 #include "src/planner/memory_floor.h"
 #include "src/planner/placement.h"
+#include "src/planner/plan_budget.h"
 #include "src/planner/program_validator.h"
 #include "src/planner/search_summary.h"
 #include "src/planner/weight_gradient_balance.h"
@@ -44,12 +42,6 @@ std::string EvenCounterpart(const std::string& name) {
   if (name.rfind(prefix, 0) != 0) return "";
   return "dp-even-" + name.substr(prefix.size());
 }
-
-struct Evaluated {
-  quilt::v1::StrategyEstimate estimate;
-  ArenaProgram program;  // empty for a strategy infeasible before lowering
-  SimResult sim;
-};
 
 // Bytes over capacity, summed over the devices.
 int64_t Overflow(const quilt::v1::StrategyEstimate& e) {
@@ -78,7 +70,11 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
     o.progress(absl::StrFormat("searching hybrid plans (%.1f s so far)",
                                absl::ToDoubleSeconds(absl::Now() - start)));
   }
+  // The search gets what is left of the planning budget, less the full
+  // simulations' share (plan_budget.h).
+  const PlanBudget budget(start, o.search.time_budget_s);
   SearchOptions search = o.search;
+  search.time_budget_s = budget.SearchSeconds(absl::Now());
   if (o.progress && !search.progress) {
     search.progress = [&](const SearchProgress& p) {
       if (p.repairing) {
@@ -180,11 +176,25 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
     }
     done->erase(name);
   }
+  // Whether nothing simulated in full fits: then fitting the plan to
+  // memory may go on past the budget.
+  auto nothing_fits = [&] {
+    return std::none_of(done->begin(), done->end(),
+                        [](const auto& e) { return e.second.estimate.feasible(); });
+  };
+  // Said where the budget ended the fitting with a baseline that fits.
+  const std::string budget_ended = absl::StrFormat(
+      "the time budget (%.3g s) ended before the plan was fitted to memory in full (a longer "
+      "--time-budget may find one that fits)",
+      budget.budget_s());
   // The coarsened graph misses tensors that live briefly inside a group: a
   // plan that fits there can overflow in full. Then it is first repaired
-  // on the full graph (RepairMemory: groups moved, ops shifted), in a
-  // quarter of the time budget, and its variants simulated in full.
-  if (sr.feasible && sr.repair && !done->at(kHeteroG).estimate.feasible()) {
+  // on the full graph (RepairMemory: groups moved, ops shifted), in what
+  // is left of the budget, and its variants simulated in full.
+  const double repair_s = budget.FitSeconds(absl::Now(), nothing_fits());
+  if (sr.feasible && sr.repair && !done->at(kHeteroG).estimate.feasible() && repair_s <= 0) {
+    sr.memory_repair = budget_ended;
+  } else if (sr.feasible && sr.repair && !done->at(kHeteroG).estimate.feasible()) {
     if (o.progress) {
       o.progress(absl::StrFormat(
           "the plan overflows memory in full; moving ops off the devices over their memory on "
@@ -197,7 +207,8 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
     for (size_t v = 1; v < sr.first_start_variant && v < variant_step.size(); ++v) {
       if (variant_step[v] < variant_step[fastest]) fastest = v;
     }
-    ASSIGN_OR_RETURN(RepairedPlan rp, sr.repair(0.25 * o.search.time_budget_s, fastest));
+    ASSIGN_OR_RETURN(RepairedPlan rp,
+                     sr.repair(std::min(repair_s, 0.25 * budget.budget_s()), fastest));
     const std::string said =
         "the search's plan fit on its coarse model but not in full; on the full model " +
         rp.description;
@@ -224,20 +235,29 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
   }
   // Still over: search again with more
   // headroom, up to three times, each with 15 % less of each device, in
-  // what is left of the time budget (a quarter of it when none is); the
-  // fastest plan that fits in full, of every search, is kept.
+  // what is left of the time budget (where nothing fits, at least a
+  // quarter of it); the fastest plan that fits in full, of every search,
+  // is kept.
   SearchOptions again = search;
   double searched_s = sr.search_wall_s;
   for (int attempt = 0; attempt < 3 && sr.feasible && !done->at(kHeteroG).estimate.feasible();
        ++attempt) {
     again.memory_fraction *= 0.85;
-    again.time_budget_s =
-        std::max(o.search.time_budget_s - searched_s, 0.25 * o.search.time_budget_s);
+    const absl::Time now = absl::Now();
+    again.time_budget_s = budget.FitSeconds(now, nothing_fits());
+    if (again.time_budget_s <= 0) {
+      sr.memory_repair =
+          sr.memory_repair.empty() ? budget_ended : sr.memory_repair + "; " + budget_ended;
+      break;
+    }
     if (o.progress) {
       o.progress(absl::StrFormat(
           "the plan overflows memory in full; searching again with %.0f %% of each device's "
-          "(%.1f s of search budget)",
-          100 * again.memory_fraction, again.time_budget_s));
+          "(%.1f s of search budget%s)",
+          100 * again.memory_fraction, again.time_budget_s,
+          again.time_budget_s > budget.LeftSeconds(now)
+              ? ", past the planning budget: no plan fits yet"
+              : ""));
     }
     ASSIGN_OR_RETURN(SearchResult retry,
                      SearchHeteroG(g, topo, cost, o.global_batch, baselines, again));
@@ -570,64 +590,15 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
   std::map<std::string, Evaluated> done;
   auto evaluate_many = [&](const std::vector<NamedStrategy>& list,
                            bool both_orders) -> absl::Status {
-    if (list.empty()) return absl::OkStatus();
-    if (o.progress) {
-      for (const NamedStrategy& ns : list) {
-        o.progress(absl::StrFormat("simulating %s (%.1f s so far)", ns.name,
-                                   absl::ToDoubleSeconds(absl::Now() - start)));
-      }
-    }
-    // Lowering and simulation only read the graph, topology and cost
-    // model: one strategy per thread. (The program Plan returns is
-    // validated at the end.)
-    std::vector<absl::Status> status(list.size());
-    std::vector<Evaluated> out(list.size());
-    std::atomic<size_t> next{0};
-    // Which are being simulated, for the lines that say so while they run
-    // (on hundreds of devices one takes many seconds).
-    std::mutex running_mu;
-    std::vector<bool> running(list.size(), false);
-    auto work = [&] {
-      for (size_t i; (i = next++) < list.size();) {
-        {
-          std::lock_guard<std::mutex> lock(running_mu);
-          running[i] = true;
-        }
-        absl::StatusOr<quilt::v1::StrategyEstimate> e =
-            EstimateOnArena(ix, topo, cost, list[i], o.global_batch, lb, &out[i].program,
-                            &out[i].sim, o.trace, both_orders);
-        if (e.ok()) out[i].estimate = std::move(*e);
-        status[i] = e.status();
-        std::lock_guard<std::mutex> lock(running_mu);
-        running[i] = false;
-      }
-    };
-    {
-      Heartbeat still(absl::Seconds(o.progress ? o.simulation_progress_every_s : 0), [&] {
-        std::vector<std::string> names;
-        {
-          std::lock_guard<std::mutex> lock(running_mu);
-          for (size_t i = 0; i < list.size(); ++i) {
-            if (running[i]) names.push_back(list[i].name);
-          }
-        }
-        if (names.empty()) return;
-        o.progress(absl::StrFormat("still simulating %s (%.1f s so far)",
-                                   absl::StrJoin(names, ", "),
-                                   absl::ToDoubleSeconds(absl::Now() - start)));
-      });
-      const size_t threads =
-          std::min<size_t>(list.size(), std::max(1u, std::thread::hardware_concurrency()));
-      std::vector<std::thread> pool;
-      for (size_t k = 1; k < threads; ++k) pool.emplace_back(work);
-      work();
-      for (std::thread& t : pool) t.join();
-    }  // (the heartbeat ends with the simulations)
-    for (size_t i = 0; i < list.size(); ++i) {
-      RETURN_IF_ERROR(status[i]);
-      done[list[i].name] = std::move(out[i]);
-    }
-    return absl::OkStatus();
+    EstimateManyOptions eo;
+    eo.batch = o.global_batch;
+    eo.lower_bound = lb;
+    eo.trace = o.trace;
+    eo.both_orders = both_orders;
+    eo.progress = o.progress;
+    eo.heartbeat_s = o.simulation_progress_every_s;
+    eo.start = start;
+    return EstimateMany(ix, topo, cost, list, eo, &done);
   };
   auto evaluate = [&](const NamedStrategy& ns) -> absl::Status {
     if (done.count(ns.name)) return absl::OkStatus();

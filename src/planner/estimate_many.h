@@ -1,0 +1,51 @@
+// Several strategies estimated in full at once (Plan's simulations of the
+// baselines and of the search's plans): one per thread, up to the
+// machine's cores, each lowered and simulated as EstimateOnArena does,
+// with progress lines before each and while they run (on hundreds of
+// devices one takes many seconds).
+#ifndef QUILT_SRC_PLANNER_ESTIMATE_MANY_H_
+#define QUILT_SRC_PLANNER_ESTIMATE_MANY_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "src/planner/estimate.h"
+
+namespace quilt {
+
+// One strategy simulated in full, as Plan keeps it.
+struct Evaluated {
+  quilt::v1::StrategyEstimate estimate;
+  ArenaProgram program;  // empty for a strategy infeasible before lowering
+  SimResult sim;
+};
+
+struct EstimateManyOptions {
+  int64_t batch = 0;
+  double lower_bound = 0;
+  bool trace = false;
+  // With false, each only in the execution order its strategy names.
+  bool both_orders = true;
+  // Called (never from two threads at once) with "simulating NAME (T s so
+  // far)" before each, and every `heartbeat_s` while any runs with "still
+  // simulating …" (T: seconds since `start`); may be empty.
+  std::function<void(const std::string&)> progress;
+  double heartbeat_s = 5;
+  absl::Time start;
+};
+
+// Estimates each of `list` (EstimateOnArena) and, when all succeed, puts
+// them into `done` by name; else returns the first error, in list order,
+// and leaves `done` as it was.
+absl::Status EstimateMany(const GraphIndex& index, const Topology& topology, const CostModel& cost,
+                          const std::vector<NamedStrategy>& list, const EstimateManyOptions& o,
+                          std::map<std::string, Evaluated>* done);
+
+}  // namespace quilt
+
+#endif  // QUILT_SRC_PLANNER_ESTIMATE_MANY_H_

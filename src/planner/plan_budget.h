@@ -1,0 +1,50 @@
+// The planner's time budget (SearchOptions::time_budget_s, quiltctl
+// --time-budget) shared out over the phases of planning, so that planning
+// as a whole takes about the budget: the search gets what is left after
+// building the baselines, less a share kept for simulating the plans in
+// full; a plan that fits the search's coarse model but not the full one is
+// repaired, and searched again with more headroom, in what is left after
+// that. Where no plan fits at all (no baseline either), those phases go on
+// past the end, each with at least a share of the budget: a plan that fits
+// is worth the time, and the progress lines say the budget was passed.
+#ifndef QUILT_SRC_PLANNER_PLAN_BUDGET_H_
+#define QUILT_SRC_PLANNER_PLAN_BUDGET_H_
+
+#include "absl/time/time.h"
+
+namespace quilt {
+
+class PlanBudget {
+ public:
+  // Share of the budget kept for the full simulations after the search.
+  static constexpr double kFinishShare = 0.25;
+  // The least a search, or a phase fitting a plan to memory where nothing
+  // fits, gets, as a share of the budget (past its end if need be).
+  static constexpr double kLeastShare = 0.25;
+  // Where a plan fits, a fitting phase with less than this share left is
+  // not begun.
+  static constexpr double kUsefulShare = 0.05;
+
+  // Planning that began at `start`, in `budget_s` seconds.
+  PlanBudget(absl::Time start, double budget_s) : start_(start), budget_s_(budget_s) {}
+
+  double budget_s() const { return budget_s_; }
+  // Seconds left at `now` (negative once passed).
+  double LeftSeconds(absl::Time now) const;
+  // The search's seconds at `now`: what is left less kFinishShare of the
+  // budget, at least kLeastShare of it.
+  double SearchSeconds(absl::Time now) const;
+  // Seconds a phase that fits a plan to memory may take at `now`: what is
+  // left where another plan fits (`nothing_fits` false), 0 where that is
+  // under kUsefulShare of the budget; where nothing fits, at least
+  // kLeastShare of the budget.
+  double FitSeconds(absl::Time now, bool nothing_fits) const;
+
+ private:
+  absl::Time start_;
+  double budget_s_;
+};
+
+}  // namespace quilt
+
+#endif  // QUILT_SRC_PLANNER_PLAN_BUDGET_H_

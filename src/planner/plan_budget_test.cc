@@ -1,0 +1,48 @@
+#include "src/planner/plan_budget.h"
+
+#include "gtest/gtest.h"
+
+namespace quilt {
+namespace {
+
+const absl::Time kStart = absl::FromUnixSeconds(1000);
+
+absl::Time At(double s) { return kStart + absl::Seconds(s); }
+
+TEST(PlanBudgetTest, SearchGetsWhatIsLeftLessTheFullSimulationsShare) {
+  const PlanBudget b(kStart, 10);
+  // Baselines built in 0.6 s: 9.4 s left, 2.5 s of it kept.
+  EXPECT_NEAR(b.SearchSeconds(At(0.6)), 6.9, 1e-9);
+  EXPECT_NEAR(b.SearchSeconds(At(0)), 7.5, 1e-9);
+  // Baselines that took most of the budget: the search still gets its least.
+  EXPECT_NEAR(b.SearchSeconds(At(9)), 2.5, 1e-9);
+  EXPECT_NEAR(b.SearchSeconds(At(30)), 2.5, 1e-9);
+}
+
+TEST(PlanBudgetTest, FittingWhereAPlanFitsStopsAtTheEnd) {
+  const PlanBudget b(kStart, 10);
+  EXPECT_NEAR(b.FitSeconds(At(7), /*nothing_fits=*/false), 3, 1e-9);
+  EXPECT_NEAR(b.FitSeconds(At(9.4), false), 0.6, 1e-9);
+  // Under 5 % of the budget left: not begun.
+  EXPECT_EQ(b.FitSeconds(At(9.6), false), 0);
+  EXPECT_EQ(b.FitSeconds(At(12), false), 0);
+}
+
+TEST(PlanBudgetTest, FittingWhereNothingFitsGoesOnPastTheEnd) {
+  const PlanBudget b(kStart, 10);
+  EXPECT_NEAR(b.FitSeconds(At(2), /*nothing_fits=*/true), 8, 1e-9);
+  EXPECT_NEAR(b.FitSeconds(At(9), true), 2.5, 1e-9);
+  EXPECT_NEAR(b.FitSeconds(At(40), true), 2.5, 1e-9);
+  EXPECT_LT(b.LeftSeconds(At(40)), 0);
+}
+
+TEST(PlanBudgetTest, SharesScaleWithTheBudget) {
+  const PlanBudget b(kStart, 2);
+  EXPECT_NEAR(b.SearchSeconds(At(0.2)), 1.3, 1e-9);
+  EXPECT_NEAR(b.FitSeconds(At(1.5), false), 0.5, 1e-9);
+  EXPECT_EQ(b.FitSeconds(At(1.95), false), 0);
+  EXPECT_NEAR(b.FitSeconds(At(1.95), true), 0.5, 1e-9);
+}
+
+}  // namespace
+}  // namespace quilt
