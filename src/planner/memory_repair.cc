@@ -265,7 +265,9 @@ std::string DescribeRepair(const RepairOutcome& r, double seconds) {
           ? what + " off the devices over their memory made it fit"
           : what + " left it " + HumanBytes(static_cast<int64_t>(r.over_bytes)) + " over, in all",
       count(r.simulated, "plan", "plans"), seconds,
-      r.ended_by_time ? "; ended by its time limit, so on a faster machine it may go further" : "");
+      r.ended_by_time ? "; ended by its time limit, so on a faster machine or with a longer "
+                        "--time-budget it may go further"
+                      : "");
 }
 
 absl::StatusOr<RepairOutcome> RepairMemory(SearchSpace* space, const GraphIndex& index,

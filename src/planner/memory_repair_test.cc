@@ -172,7 +172,8 @@ TEST(DescribeRepair, SaysWhatTheRepairDid) {
   r.ended_by_time = true;
   EXPECT_EQ(DescribeRepair(r, 2.5),
             "no move off the devices over their memory helped (40 plans simulated in full, 2.50 "
-            "s; ended by its time limit, so on a faster machine it may go further)");
+            "s; ended by its time limit, so on a faster machine or with a longer --time-budget it "
+            "may go further)");
 }
 
 TEST(ApplyOpMoves, MovesOpsToTheEndOrFrontOfTheirGroup) {
