@@ -175,6 +175,30 @@ std::string NoFeasibleStrategy(const quilt::v1::PlanReport& r) {
       r.global_batch(), hint);
 }
 
+// How long planning took; where the planner searched and took over 5 %
+// more than its time budget, where the time went (the full simulations
+// are never cut short, and where nothing fits, fitting goes on).
+std::string PlanningTime(const quilt::v1::PlanReport& r) {
+  std::string out = absl::StrFormat("%.2f s", r.planning_wall_s());
+  const double budget = r.time_budget_s();
+  if (!(budget > 0) || r.planning_wall_s() <= 1.05 * budget) return out;
+  double searching = 0;
+  for (const auto& e : r.estimates()) {
+    if (e.name() == "heterog") searching = e.search().search_wall_s();
+  }
+  const double before = r.search_began_s();
+  const double after = std::max(0.0, r.planning_wall_s() - before - searching);
+  return out + absl::StrFormat(
+                   ", over its %.3g s time budget: %.2f s before the search (building the "
+                   "baselines%s), %.2f s searching, %.2f s after it (simulating the plans in "
+                   "full, which is never cut short%s)",
+                   budget, before, r.estimates_size() > 1 ? " and simulating them in full" : "",
+                   searching, after,
+                   r.best().empty() ? "; where no plan fits, fitting one goes on past the "
+                                      "budget, and the batch to suggest is planned"
+                                    : "");
+}
+
 // Beside the planner's plan: how much faster than the fastest feasible
 // baseline any plan could be (that baseline's step over the compute lower
 // bound), so that a small gain reads as what the cluster allows, or not.
@@ -234,7 +258,7 @@ std::string RenderPlan(const quilt::v1::PlanReport& r) {
   } else {
     out += "\n" + NoFeasibleStrategy(r) + "\n";
   }
-  out += absl::StrFormat("Planning took %.2f s\n", r.planning_wall_s());
+  out += "Planning took " + PlanningTime(r) + "\n";
   for (int i = 0; i < r.calibration_size(); ++i) {
     out += (i == 0 ? "Planned by: " : "            ") + r.calibration(i) + "\n";
   }

@@ -674,6 +674,8 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
   } else if (wanted(kHeteroG) && !(o.fit_check_only && o.strategy == "all" && baseline_fits)) {
     found = true;
     names.push_back(kHeteroG);
+    rep.set_time_budget_s(o.search.time_budget_s);
+    rep.set_search_began_s(absl::ToDoubleSeconds(absl::Now() - start));
     RETURN_IF_ERROR(
         PlanHeteroG(ix, topo, cost, strategies, lb, o, start, evaluate, evaluate_many, &done));
   }

@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
@@ -563,6 +564,44 @@ TEST(PlanCommand, PlannedAlone_TheCeilingIsOverTheBaselineItBeat) {
                                                    baseline["step_time_s"].get<double>() /
                                                        r["lower_bound_s"].get<double>(),
                                                    baseline["name"].get<std::string>())));
+}
+
+// Planning that runs past its time budget says where the time went: on
+// HAP's 64 devices, simulating the plans in full alone takes far longer
+// than 50 ms (and is never cut short).
+TEST(PlanCommand, OverItsBudget_SaysWhereTheTimeWent) {
+  const std::vector<std::string> args = {
+      "zoo:bert_large", "--cluster",     "config/clusters/hap_cluster.textproto",
+      "--batch",        "256",           "--strategy",
+      "heterog",        "--time-budget", "0.05"};
+  const CommandResult table = Plan(args);
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  double total = 0, before = 0, searching = 0, after = 0;
+  const size_t at = table.out.find("Planning took ");
+  ASSERT_NE(at, std::string::npos) << table.out;
+  ASSERT_EQ(std::sscanf(table.out.c_str() + at,
+                        "Planning took %lf s, over its 0.05 s time budget: %lf s before the search "
+                        "(building the baselines), %lf s searching, %lf s after it",
+                        &total, &before, &searching, &after),
+            4)
+      << table.out.substr(at);
+  EXPECT_NEAR(before + searching + after, total, 0.02);
+  EXPECT_GT(after, 0.05);
+  std::vector<std::string> as_json = args;
+  as_json.insert(as_json.end(), {"-o", "json"});
+  const CommandResult json = Plan(as_json);
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  const nlohmann::json r = nlohmann::json::parse(json.out);
+  EXPECT_DOUBLE_EQ(r["time_budget_s"].get<double>(), 0.05);
+  EXPECT_GE(r["search_began_s"].get<double>(), 0);
+  EXPECT_LT(r["search_began_s"].get<double>(), r["planning_wall_s"].get<double>());
+  // Within its budget, the time alone.
+  const CommandResult quick =
+      Plan({"zoo:resnet50", "--cluster", "config/clusters/heterog_testbed.textproto", "--batch",
+            "64", "--strategy", "heterog", "--time-budget", "60"});
+  ASSERT_EQ(quick.exit_code, 0) << quick.err;
+  EXPECT_THAT(quick.out, HasSubstr("Planning took "));
+  EXPECT_THAT(quick.out, ::testing::Not(HasSubstr("time budget:")));
 }
 
 }  // namespace
