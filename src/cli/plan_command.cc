@@ -190,10 +190,10 @@ std::string PlanningTime(const quilt::v1::PlanReport& r) {
   const double after = std::max(0.0, r.planning_wall_s() - before - searching);
   return out + absl::StrFormat(
                    ", over its %.3g s time budget: %.2f s before the search (building the "
-                   "baselines%s), %.2f s searching, %.2f s after it (simulating the plans in "
-                   "full, which is never cut short%s)",
-                   budget, before, r.estimates_size() > 1 ? " and simulating them in full" : "",
-                   searching, after,
+                   "baselines, and simulating those asked for), %.2f s searching, %.2f s after "
+                   "it (simulating the plans in full, which is never cut short, and fitting "
+                   "them to memory%s)",
+                   budget, before, searching, after,
                    r.best().empty() ? "; where no plan fits, fitting one goes on past the "
                                       "budget, and the batch to suggest is planned"
                                     : "");

@@ -387,10 +387,13 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
         if (!score.ok()) continue;
         seed.score = *score;
       }
-      ASSIGN_OR_RETURN(
-          LocalSearchResult other,
-          RunLocalSearch(&space, coarse->num_groups(), seed.resumes ? options : other_options,
-                         deadline, whole, seed.name, seed.evaluations, seed.state, seed.score));
+      // (Once a plan fits, no repair follows: a search from a seed over
+      // memory may take the whole budget.)
+      SearchOptions seed_options = seed.resumes ? options : other_options;
+      if (best_score.feasible()) seed_options.repair_share = 0;
+      ASSIGN_OR_RETURN(LocalSearchResult other,
+                       RunLocalSearch(&space, coarse->num_groups(), seed_options, deadline, whole,
+                                      seed.name, seed.evaluations, seed.state, seed.score));
       budget_ended |= other.stopped_by == "time budget";
       // (A search resumed is described from where it began.)
       const PlanState& began = seed.resumes ? seed.resumes->first : seed.state;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/algorithm/container.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -198,8 +199,11 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
     if (o.progress) {
       o.progress(absl::StrFormat(
           "the plan overflows memory in full; moving ops off the devices over their memory on "
-          "the full model (%.1f s so far)",
-          absl::ToDoubleSeconds(absl::Now() - start)));
+          "the full model (%.1f s so far%s)",
+          absl::ToDoubleSeconds(absl::Now() - start),
+          repair_s > budget.LeftSeconds(absl::Now())
+              ? ", past the planning budget: no plan fits yet"
+              : ""));
     }
     // (On the plan's variant that simulated fastest: the search's own
     // collectives can be far slower than buckets.)
@@ -246,8 +250,11 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
     const absl::Time now = absl::Now();
     again.time_budget_s = budget.FitSeconds(now, nothing_fits());
     if (again.time_budget_s <= 0) {
-      sr.memory_repair =
-          sr.memory_repair.empty() ? budget_ended : sr.memory_repair + "; " + budget_ended;
+      // (Said once, where the repair was not begun either.)
+      if (!absl::StrContains(sr.memory_repair, budget_ended)) {
+        sr.memory_repair =
+            sr.memory_repair.empty() ? budget_ended : sr.memory_repair + "; " + budget_ended;
+      }
       break;
     }
     if (o.progress) {

@@ -579,13 +579,15 @@ TEST(PlanCommand, OverItsBudget_SaysWhereTheTimeWent) {
   double total = 0, before = 0, searching = 0, after = 0;
   const size_t at = table.out.find("Planning took ");
   ASSERT_NE(at, std::string::npos) << table.out;
-  ASSERT_EQ(std::sscanf(table.out.c_str() + at,
-                        "Planning took %lf s, over its 0.05 s time budget: %lf s before the search "
-                        "(building the baselines), %lf s searching, %lf s after it",
-                        &total, &before, &searching, &after),
-            4)
+  ASSERT_EQ(
+      std::sscanf(table.out.c_str() + at,
+                  "Planning took %lf s, over its 0.05 s time budget: %lf s before the search "
+                  "(building the baselines, and simulating those asked for), %lf s searching, "
+                  "%lf s after it",
+                  &total, &before, &searching, &after),
+      4)
       << table.out.substr(at);
-  EXPECT_NEAR(before + searching + after, total, 0.02);
+  EXPECT_NEAR(before + searching + after, total, 0.03);
   EXPECT_GT(after, 0.05);
   std::vector<std::string> as_json = args;
   as_json.insert(as_json.end(), {"-o", "json"});
