@@ -422,7 +422,8 @@ absl::StatusOr<std::vector<int64_t>> ParameterServerSplit(const Graph& g, const 
 }
 
 std::vector<NamedStrategy> Baselines(const Graph& g, const Topology& topo, const CostModel& cost,
-                                     int64_t batch, std::optional<RowLoadModel>* load_out) {
+                                     int64_t batch, std::optional<RowLoadModel>* load_out,
+                                     bool ps_split) {
   const int n = topo.num_devices();
   std::vector<NamedStrategy> out;
   absl::StatusOr<RowLoadModel> load = RowLoadModel::Fit(g, cost, topo, batch);
@@ -474,7 +475,7 @@ std::vector<NamedStrategy> Baselines(const Graph& g, const Topology& topo, const
   absl::StatusOr<std::vector<int64_t>> prop_ps = prop;
   bool memory_bound = false;
   for (int d = 0; prop.ok() && d < n; ++d) memory_bound |= (*prop)[d] >= load->MaxRows(d);
-  if (load.ok() && n > 1 && (!prop.ok() || memory_bound)) {
+  if (ps_split && load.ok() && n > 1 && (!prop.ok() || memory_bound)) {
     prop_ps = ParameterServerSplit(g, topo, cost, *load, batch);
     if (!prop_ps.ok() && prop.ok()) prop_ps = prop;
   }

@@ -114,10 +114,14 @@ quilt::v1::Strategy DataParallelStrategy(const Graph& graph, const Topology& top
                                          const std::string& name, int64_t bucket_bytes = 0);
 
 // `load`, when given, receives the load model the splits were sized by
-// (left empty when it could not be fitted).
+// (left empty when it could not be fitted). With `ps_split` false,
+// dp-proportional-ps takes all-reduce's split instead of sizing its own
+// (ParameterServerSplit simulates a few plans in full: for
+// callers that will not simulate it).
 std::vector<NamedStrategy> Baselines(const Graph& graph, const Topology& topo,
                                      const CostModel& cost, int64_t batch,
-                                     std::optional<RowLoadModel>* load = nullptr);
+                                     std::optional<RowLoadModel>* load = nullptr,
+                                     bool ps_split = true);
 // The data-parallel baselines, which Baselines lists for two or more
 // devices.
 inline constexpr const char* kDataParallelBaselines[] = {

@@ -581,7 +581,12 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
   }
   if (o.progress) o.progress("building the baselines (fitting memory and compute per device)");
   std::optional<RowLoadModel> load;
-  const std::vector<NamedStrategy> strategies = Baselines(g, topo, cost, o.global_batch, &load);
+  // (Parameter servers' own split only where it is simulated: planned, or a
+  // start of the search.)
+  const bool ps_split =
+      o.strategy == "all" || o.strategy == kHeteroG || o.strategy == "dp-proportional-ps";
+  const std::vector<NamedStrategy> strategies =
+      Baselines(g, topo, cost, o.global_batch, &load, ps_split);
   for (const NamedStrategy& ns : o.given) {
     if (ns.name == kHeteroG ||
         absl::c_any_of(strategies, [&](const NamedStrategy& b) { return b.name == ns.name; })) {

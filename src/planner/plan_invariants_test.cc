@@ -5,6 +5,7 @@
 // the even one.
 #include <map>
 #include <set>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -15,6 +16,7 @@
 #include "src/graph/autodiff.h"
 #include "src/graph/zoo/zoo.h"
 #include "src/graph/zoo_training.h"
+#include "src/planner/baselines.h"
 #include "src/planner/plan.h"
 #include "src/planner/priorities.h"
 #include "src/planner/program_validator.h"
@@ -231,6 +233,30 @@ TEST(Proportional, ParameterServersAreSplitByTheirOwnMemory) {
   EXPECT_FALSE(none.feasible());
   EXPECT_THAT(none.infeasible_reason(),
               ::testing::HasSubstr("fits the devices' memory with parameter servers either"));
+}
+
+// Without their own split (ps_split false: planning only all-reduce's
+// baselines), parameter servers take all-reduce's; with it, where
+// all-reduce's split holds a device at its memory, their own.
+TEST(Proportional, ParameterServersOwnSplitOnlyWhenAsked) {
+  World w;
+  ASSERT_NO_FATAL_FAILURE(MakeWorld("heterog_testbed", "bert_large", &w));
+  absl::StatusOr<CostModel> cost = CostModel::Create(&w.graph, &w.topo);
+  ASSERT_THAT(cost.status(), IsOk());
+  auto splits = [&](bool ps_split) {
+    std::map<std::string, std::vector<int>> out;
+    for (const NamedStrategy& ns : Baselines(w.graph, w.topo, *cost, 288, nullptr, ps_split)) {
+      if (ns.strategy.groups_size() == 0) continue;
+      for (const auto& r : ns.strategy.groups(0).replicas()) out[ns.name].push_back(r.replicas());
+    }
+    return out;
+  };
+  auto with = splits(true);
+  auto without = splits(false);
+  ASSERT_FALSE(with["dp-proportional-ring"].empty());
+  EXPECT_EQ(without["dp-proportional-ring"], with["dp-proportional-ring"]);
+  EXPECT_EQ(without["dp-proportional-ps"], with["dp-proportional-ring"]);
+  EXPECT_NE(with["dp-proportional-ps"], with["dp-proportional-ring"]);
 }
 
 // The execution order is chosen per plan: each estimate is the faster of
