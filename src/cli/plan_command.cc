@@ -41,7 +41,7 @@ struct PlanArgs {
   double lr = 0, momentum = 0.9;
   std::string format = "table";
   bool explain = false;
-  double time_budget_s = 10;
+  double time_budget_s = 0;  // 0: 10 s offline, the coordinator's plan_time_budget_ms live
   int64_t max_plans = 200;
   uint64_t seed = 1;
   int groups = 0;
@@ -401,7 +401,7 @@ int Run(PlanArgs a, const GlobalOptions& globals) {
   po.trace = !a.trace.empty();
   po.program_with_graph = !a.program_out.empty();
   po.progress = [](const std::string& line) { std::cerr << line << "\n"; };
-  po.search.time_budget_s = a.time_budget_s;
+  po.search.time_budget_s = a.time_budget_s > 0 ? a.time_budget_s : 10;
   po.search.max_evaluations = a.max_plans;
   po.search.seed = a.seed;
   po.search.target_groups = a.groups;
@@ -470,7 +470,8 @@ void AddPlanCommand(CLI::App& app, const GlobalOptions& globals, std::vector<Com
       ->check(NonEmpty());
   c->add_flag("--explain", a->explain, "Per op group: what the planner chose and what it saves");
   c->add_option("--time-budget", a->time_budget_s,
-                "Seconds planning may take (default 10): the search gets what is left after "
+                "Seconds planning may take (default 10; on the live cluster the "
+                "coordinator's plan_time_budget_ms): the search gets what is left after "
                 "building the baselines, less a quarter kept for simulating the plans in "
                 "full (seconds each on hundreds of devices, never cut short); where no plan "
                 "fits at all, fitting one to memory goes on past it (the progress lines say "

@@ -30,6 +30,11 @@ const ConfigSchema<CoordinatorConfig>& CoordinatorConfigSchema() {
              "How long a submission waits for the workers to profile its model before planning "
              "(0: plan with the devices' start-up figures).",
              0, 3600000)
+        .Int("plan_time_budget_ms", &C::plan_time_budget_ms,
+             "How long planning a submitted job (or a live `quiltctl plan` naming no\n"
+             "--time-budget) may take. Simulating the plans in full is never cut short, so\n"
+             "on hundreds of devices it can take longer; where no plan fits, fitting one goes on.",
+             100, 600000)
         .String("log_level", &C::log_level, "Log verbosity.",
                 {"trace", "debug", "info", "warn", "error", "off"})
         .String("ready_file", &C::ready_file,

@@ -21,6 +21,9 @@ struct CoordinatorConfig {
   int64_t max_request_bytes = 256 << 20;
   int64_t drain_timeout_ms = 10000;
   int64_t profile_timeout_ms = 60000;
+  // The planner's time budget for submissions and live plans that name
+  // none (src/planner/plan_budget.h).
+  int64_t plan_time_budget_ms = 10000;
   std::string log_level = "info";
   std::string ready_file;
   // TLS (PEM files) and the token every client must send (security.h).

@@ -116,7 +116,9 @@ absl::Status JobServiceImpl::Plan(const quilt::v1::PlanJobRequest& request,
   if (request.time_budget_s() < 0 || request.time_budget_s() > 600) {
     return absl::InvalidArgumentError("time_budget_s must be in [0, 600]");
   }
-  if (request.time_budget_s() > 0) options.search.time_budget_s = request.time_budget_s();
+  options.search.time_budget_s = request.time_budget_s() > 0
+                                     ? request.time_budget_s()
+                                     : coordinator_->config().plan_time_budget_ms / 1000.0;
   if (request.max_plans() != 0)
     options.search.max_evaluations = std::max<int64_t>(0, request.max_plans());
   options.search.seed = request.seed() == 0 ? 1 : request.seed();
@@ -139,6 +141,7 @@ SubmissionOptions JobServiceImpl::Planning(grpc::CallbackServerContext* ctx) {
   SubmissionOptions options;
   options.planner_lock = &planner_;
   options.profile_timeout = absl::Milliseconds(coordinator_->config().profile_timeout_ms);
+  options.time_budget_s = coordinator_->config().plan_time_budget_ms / 1000.0;
   options.abandoned = [ctx] { return ctx != nullptr && ctx->IsCancelled(); };
   return options;
 }

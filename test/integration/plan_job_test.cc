@@ -116,5 +116,24 @@ TEST(PlanJob, PlansOnTheLiveWorkersWithTheirMeasuredSpeeds) {
                                  "cluster has 1"));
 }
 
+// The planner's time budget: the coordinator's plan_time_budget_ms where
+// the request names none, the request's where it does.
+TEST(PlanJob, TheBudgetIsTheCoordinatorsUnlessTheRequestNamesOne) {
+  LocalCluster cluster;
+  ASSERT_THAT(cluster.StartCoordinator("127.0.0.1:0", {"--plan_time_budget_ms", "2500"}), IsOk());
+  ASSERT_THAT(cluster.StartWorker("w0"), IsOk()) << cluster.Log("w0");
+  for (const auto& [flags, budget] : std::vector<std::pair<std::vector<std::string>, double>>{
+           {{}, 2.5}, {{"--time-budget", "1.5"}, 1.5}}) {
+    std::vector<std::string> args = {"plan",       "zoo:mlp", "--batch", "16",
+                                     "--strategy", "heterog", "-o",      "json"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    auto r = cluster.Quiltctl(args);
+    ASSERT_THAT(r, IsOk());
+    ASSERT_EQ(r->exit_code, 0) << r->err << cluster.Log("coordinator");
+    EXPECT_DOUBLE_EQ(nlohmann::json::parse(r->out)["time_budget_s"].get<double>(), budget)
+        << r->out;
+  }
+}
+
 }  // namespace
 }  // namespace quilt::testing
