@@ -193,9 +193,10 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
   // on the full graph (RepairMemory: groups moved, ops shifted), in what
   // is left of the budget, and its variants simulated in full.
   const double repair_s = budget.FitSeconds(absl::Now(), nothing_fits());
-  if (sr.feasible && sr.repair && !done->at(kHeteroG).estimate.feasible() && repair_s <= 0) {
+  const bool over_in_full = sr.feasible && sr.repair && !done->at(kHeteroG).estimate.feasible();
+  if (over_in_full && repair_s <= 0) {
     sr.memory_repair = budget_ended;
-  } else if (sr.feasible && sr.repair && !done->at(kHeteroG).estimate.feasible()) {
+  } else if (over_in_full) {
     if (o.progress) {
       o.progress(absl::StrFormat(
           "the plan overflows memory in full; moving ops off the devices over their memory on "
