@@ -617,6 +617,24 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
     if (done.count(ns.name)) return absl::OkStatus();
     return evaluate_many({ns}, /*both_orders=*/true);
   };
+  // Only whether a plan fits: where all-reduce's speed-proportional
+  // baseline (on one device, the device alone) fits, that is the answer,
+  // without simulating the others (parameter servers on hundreds of
+  // devices take many seconds each).
+  if (o.fit_check_only && o.strategy == "all") {
+    const std::string quick = topo.num_devices() < 2 ? "single-device" : "dp-proportional-ring";
+    for (const NamedStrategy& ns : strategies) {
+      if (ns.name != quick || !ns.infeasible_reason.empty()) continue;
+      RETURN_IF_ERROR(evaluate(ns));
+      const Evaluated& e = done.at(quick);
+      if (!e.estimate.feasible()) break;
+      rep.set_best(quick);
+      *rep.add_estimates() = e.estimate;
+      if (!e.program.empty()) result.best_program = *e.program;
+      rep.set_planning_wall_s(absl::ToDoubleSeconds(absl::Now() - start));
+      return result;
+    }
+  }
   // The wanted baselines and the even counterparts of proportional ones,
   // simulated at once.
   std::vector<NamedStrategy> first;
@@ -625,7 +643,7 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
     for (const NamedStrategy& other : strategies) {
       counterpart |= wanted(other.name) && EvenCounterpart(other.name) == ns.name;
     }
-    if (wanted(ns.name) || counterpart) first.push_back(ns);
+    if ((wanted(ns.name) || counterpart) && !done.count(ns.name)) first.push_back(ns);
   }
   RETURN_IF_ERROR(evaluate_many(first, /*both_orders=*/true));
   bool found = false;

@@ -49,9 +49,11 @@ struct PlanOptions {
   // wanted ones under their names (which must not be a baseline's or
   // "heterog"); with `strategy` "given", only these.
   std::vector<NamedStrategy> given;
-  // Only whether a plan fits: with "all", the HeteroG search is left out
-  // when a baseline fits (its plan is never slower than the best baseline,
-  // so it fits wherever one does); when none fits, it runs.
+  // Only whether a plan fits: with "all", where the speed-proportional
+  // all-reduce baseline fits (on one device, the device alone), it alone
+  // is simulated and reported; else the HeteroG search is left out when
+  // another baseline fits (its plan is never slower than the best
+  // baseline, so it fits wherever one does); when none fits, it runs.
   bool fit_check_only = false;
   // Where no strategy fits: the batch the report suggests is checked by
   // planning a baseline in full at it (batch_hint.h); false: none suggested.

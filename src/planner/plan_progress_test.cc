@@ -85,6 +85,16 @@ TEST(PlanFitCheck, SearchesOnlyWhenNoBaselineFits) {
     // Either way, the answer: a plan fits (gpt2_xl only the search's).
     EXPECT_FALSE(plan->report.best().empty()) << model;
     if (!baseline_fits) EXPECT_EQ(plan->report.best(), "heterog");
+    // Where all-reduce's proportional split fits, it alone is simulated.
+    int simulated = 0;
+    for (const std::string& line : lines) simulated += absl::StartsWith(line, "simulating ");
+    if (baseline_fits) {
+      EXPECT_EQ(plan->report.best(), "dp-proportional-ring") << model;
+      EXPECT_EQ(plan->report.estimates_size(), 1) << model;
+      EXPECT_EQ(simulated, 1) << model;
+    } else {
+      EXPECT_GT(simulated, 5) << model;  // every baseline, and the search's plan
+    }
   }
 }
 
