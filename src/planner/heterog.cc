@@ -110,10 +110,7 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
   const absl::Time start = absl::Now();
   const absl::Time deadline = start + absl::Seconds(options.time_budget_s);
   // (Where no plan fits yet: the memory repair's share left to it.)
-  const absl::Time unfit_deadline =
-      options.repair_simulations > 0
-          ? deadline - absl::Seconds(options.repair_share * options.time_budget_s)
-          : deadline;
+  const absl::Time unfit_deadline = UnfitDeadline(options, deadline);
   if (!g.has_backward) return absl::InvalidArgumentError("planning needs a training graph");
   ASSIGN_OR_RETURN(std::unique_ptr<CoarseModel> coarse_model,
                    CoarsenForSearch(g, topo, cost, batch, options.target_groups));

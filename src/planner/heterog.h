@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "proto/quilt/v1/strategy.pb.h"
 #include "src/cluster/topology.h"
 #include "src/cost/cost_model.h"
@@ -107,6 +108,14 @@ struct SearchOptions {
   std::function<void(const SearchProgress&)> progress;
   double progress_every_s = 1;
 };
+
+// When a search that ends at `deadline` ends while its best plan does not
+// fit: repair_share of its budget sooner, left to the memory repair (where
+// there is one).
+inline absl::Time UnfitDeadline(const SearchOptions& o, absl::Time deadline) {
+  return o.repair_simulations > 0 ? deadline - absl::Seconds(o.repair_share * o.time_budget_s)
+                                  : deadline;
+}
 
 // What the plan does with one group, and what that is worth.
 struct GroupChoice {

@@ -54,9 +54,7 @@ class Search {
         groups_(groups),
         options_(o),
         deadline_(deadline),
-        unfit_deadline_(o.repair_simulations > 0
-                            ? deadline - absl::Seconds(o.repair_share * o.time_budget_s)
-                            : deadline),
+        unfit_deadline_(UnfitDeadline(o, deadline)),
         evaluation_cap_(evaluation_cap),
         cap_until_fit_(cap_until_fit),
         started_at_(space->judged()),
