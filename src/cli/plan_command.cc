@@ -76,6 +76,7 @@ std::string RenderExplain(const quilt::v1::PlanReport& r) {
       s.search_wall_s(), s.stopped_by(), s.start(), HumanSeconds(s.start_coarse_s()),
       s.start_over_memory() ? " over memory" : "", HumanSeconds(s.result_coarse_s()),
       s.result_over_memory() ? " over memory" : "");
+  if (!s.memory_share().empty()) out += "memory: " + s.memory_share() + "\n\n";
   if (!s.memory_repair().empty()) out += "memory: " + s.memory_repair() + "\n\n";
   if (s.decisions().empty()) {
     out += "No group choices: the plan is the baseline's (" + h->note() + ")\n";

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <limits>
+#include <map>
 #include <optional>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -11,6 +13,7 @@
 #include "src/planner/coarse_graph.h"
 #include "src/planner/local_search.h"
 #include "src/planner/memory_repair.h"
+#include "src/planner/memory_share.h"
 #include "src/planner/priorities.h"
 #include "src/planner/search_space.h"
 #include "src/planner/seeds.h"
@@ -20,6 +23,14 @@ namespace {
 
 // Staged seeds searched from where no baseline fits.
 constexpr int kStagedSeeds = 2;
+// Starts over the search's memory share simulated in full to raise it to
+// (each costs a full simulation: seconds on hundreds of devices).
+constexpr size_t kShareRaiseTries = 3;
+// Where the share was raised to a start, the layer-wise seeds are searched
+// from only where the start is this much slower than the compute lower
+// bound or more (SearchOptions::lower_bound_s): nearer, no plan can gain
+// enough to pay for their searches (seconds each).
+constexpr double kSeedsWorthAbove = 1.05;
 // Clusters of more devices than this try whole-plan placement moves first.
 constexpr int kWholePlacementDevices = 64;
 
@@ -140,44 +151,85 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
     if (!(ns.strategy.groups_size() == 1 && ns.strategy.groups(0).replicas_size() > 1))
       starts.push_back(&ns);
   }
-  for (const NamedStrategy* start_ns : starts) {
-    const NamedStrategy& ns = *start_ns;
-    if (!ns.infeasible_reason.empty() || ns.strategy.groups_size() != 1) continue;
-    // (On a cluster of hundreds of devices each takes seconds: the budget
-    // holds here too, once a start fits.)
-    if (have && best_score.feasible() && absl::Now() >= deadline) break;
-    // In either execution order: the search keeps the start's.
-    std::vector<PlanState> orders;
-    for (auto order : kExecutionOrders) {
-      orders.push_back(space.FromDataParallel(ns.strategy));
-      orders.back().order = order;
-    }
-    // A start whose bound is no faster than one that fits cannot replace
-    // it: not simulated.
-    if (have && best_score.feasible() &&
-        std::all_of(orders.begin(), orders.end(), [&](const PlanState& s) {
-          return space.StartCannotBeat(s, best_score.time_s);
-        })) {
-      double bound = space.BoundOf(orders[0]);
-      for (const PlanState& s : orders) bound = std::min(bound, space.BoundOf(s));
-      result.baseline_bound_s[ns.name] = bound;
-      continue;
-    }
-    std::vector<absl::StatusOr<Score>> scores = space.EvaluateAll(orders);
-    for (size_t i = 0; i < orders.size(); ++i) {
-      const PlanState& s = orders[i];
-      const absl::StatusOr<Score>& score = scores[i];
-      if (!score.ok()) continue;
-      if (score->feasible()) {
-        auto [it, added] = result.baseline_coarse_s.try_emplace(ns.name, score->time_s);
-        if (!added) it->second = std::min(it->second, score->time_s);
+  // Per start: its better order's state and score (the last judging's).
+  std::map<std::string, std::pair<PlanState, Score>> start_scores;
+  // Starts found over memory in full (passed over once the share is raised).
+  std::set<std::string> over_in_full;
+  auto judge_starts = [&]() {
+    have = false;
+    start_scores.clear();
+    result.baseline_coarse_s.clear();
+    result.baseline_bound_s.clear();
+    for (const NamedStrategy* start_ns : starts) {
+      const NamedStrategy& ns = *start_ns;
+      if (!ns.infeasible_reason.empty() || ns.strategy.groups_size() != 1 ||
+          over_in_full.count(ns.name)) {
+        continue;
       }
-      if (!have || score->BetterThan(best_score)) {
-        best = s;
-        best_score = *score;
-        result.start = ns.name;
-        have = true;
+      // (On a cluster of hundreds of devices each takes seconds: the budget
+      // holds here too, once a start fits.)
+      if (have && best_score.feasible() && absl::Now() >= deadline) break;
+      // In either execution order: the search keeps the start's.
+      std::vector<PlanState> orders;
+      for (auto order : kExecutionOrders) {
+        orders.push_back(space.FromDataParallel(ns.strategy));
+        orders.back().order = order;
       }
+      // A start whose bound is no faster than one that fits cannot replace
+      // it: not simulated.
+      if (have && best_score.feasible() &&
+          std::all_of(orders.begin(), orders.end(), [&](const PlanState& s) {
+            return space.StartCannotBeat(s, best_score.time_s);
+          })) {
+        double bound = space.BoundOf(orders[0]);
+        for (const PlanState& s : orders) bound = std::min(bound, space.BoundOf(s));
+        result.baseline_bound_s[ns.name] = bound;
+        continue;
+      }
+      std::vector<absl::StatusOr<Score>> scores = space.EvaluateAll(orders);
+      for (size_t i = 0; i < orders.size(); ++i) {
+        const PlanState& s = orders[i];
+        const absl::StatusOr<Score>& score = scores[i];
+        if (!score.ok()) continue;
+        if (score->feasible()) {
+          auto [it, added] = result.baseline_coarse_s.try_emplace(ns.name, score->time_s);
+          if (!added) it->second = std::min(it->second, score->time_s);
+        }
+        auto [it, added] = start_scores.try_emplace(ns.name, s, *score);
+        if (!added && score->BetterThan(it->second.second)) it->second = {s, *score};
+        if (!have || score->BetterThan(best_score)) {
+          best = s;
+          best_score = *score;
+          result.start = ns.name;
+          have = true;
+        }
+      }
+    }
+  };
+  judge_starts();
+  // Where no start fits the search's memory share: the closest to it,
+  // up to kShareRaiseTries of them, simulated in full where over the share
+  // by no more than the devices' memory above it, in all (the coarse model
+  // errs both ways); the share is raised to those that fit in full
+  // (memory_share.h) and the starts judged again (without those over
+  // memory in full).
+  double raised_step_s = 0;  // the fastest start the share was raised to, in full
+  if (have && !best_score.feasible() && options.raise_share_to_start) {
+    std::vector<std::pair<const NamedStrategy*, std::pair<PlanState, Score>>> scored;
+    for (const auto& [name, state_score] : start_scores) {  // (by name)
+      for (const NamedStrategy* ns : starts) {
+        if (ns->name == name) scored.push_back({ns, state_score});
+      }
+    }
+    const std::vector<ShareCandidate> candidates =
+        PickShareCandidates(topo, scored, kShareRaiseTries, options.memory_fraction);
+    ASSIGN_OR_RETURN(ShareRaise raised, RaiseShareToStarts(&space, g, topo, cost, batch, candidates,
+                                                           options.memory_fraction));
+    if (raised.raised) {
+      over_in_full.insert(raised.over_in_full.begin(), raised.over_in_full.end());
+      result.memory_share = raised.description;
+      raised_step_s = raised.full_step_s;
+      judge_starts();
     }
   }
   // Where no baseline fits, layer-wise seeds too. The search starts from
@@ -209,7 +261,15 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
     std::optional<std::pair<PlanState, Score>> resumes;
   };
   std::vector<Seed> seeds;
-  if (!have || !best_score.feasible()) {
+  // (Also where the share was raised to a start and the start is far from
+  // the lower bound: near the edge of memory a layer-wise plan can be far
+  // faster than any data-parallel one. gpt2_xl at batch 35 on random-13:
+  // 1.07× faster than the best baseline from the raised start alone, 1.59×
+  // with the seeds.)
+  const bool raised_far =
+      raised_step_s > 0 &&
+      (options.lower_bound_s <= 0 || raised_step_s >= kSeedsWorthAbove * options.lower_bound_s);
+  if (!have || !best_score.feasible() || raised_far) {
     for (bool by_node : {false, true}) {
       Seed seed{LayerwiseSeed(topo, *coarse, g, batch, by_node, &space), Score{},
                 by_node ? "layer-wise split over nodes" : "layer-wise split over devices",

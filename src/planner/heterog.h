@@ -90,6 +90,13 @@ struct SearchOptions {
   bool rule_out_by_bound = true;
   // Share of each device's memory a plan may fill on the coarsened graph.
   double memory_fraction = 0.92;
+  // Where the start is over that share but fits in full, each device may
+  // hold as much as the start holds there (memory_share.h).
+  bool raise_share_to_start = true;
+  // The plan's compute lower bound, seconds per step (lower_bound.h; 0:
+  // unknown): where the share was raised to a start within a few percent
+  // of it, the layer-wise seeds are not searched from.
+  double lower_bound_s = 0;
   // Where the search's plan does not fit on the coarsened graph, it is
   // repaired on the full one (memory_repair.h) in at most this many full
   // simulations; 0: not.
@@ -230,6 +237,9 @@ struct SearchResult {
   // in words; empty where none ran. The result is the repaired plan where
   // the repair made it fit.
   std::string memory_repair;
+  // Where the search raised its memory share to its start (memory_share.h):
+  // what it did, in words (empty: it did not).
+  std::string memory_share;
   std::vector<GroupChoice> choices;
   // The start's choices (nothing saved), for a start variant.
   std::vector<GroupChoice> start_choices;

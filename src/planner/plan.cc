@@ -76,6 +76,7 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
   const PlanBudget budget(start, o.search.time_budget_s);
   SearchOptions search = o.search;
   search.time_budget_s = budget.SearchSeconds(absl::Now());
+  search.lower_bound_s = lb;
   if (o.progress && !search.progress) {
     search.progress = [&](const SearchProgress& p) {
       if (p.repairing) {

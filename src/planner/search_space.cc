@@ -490,7 +490,7 @@ std::string SearchSpace::Key(const PlanState& state) const {
   return key;
 }
 
-absl::StatusOr<Score> SearchSpace::Compute(const PlanState& state, const CostModel& cost,
+absl::StatusOr<SimResult> SearchSpace::Run(const PlanState& state, const CostModel& cost,
                                            std::unique_ptr<char[]>* block) const {
   const quilt::v1::Strategy s = CoarseStrategy(state);
   // The program goes into `block` (kept from one plan to the next: fresh
@@ -505,18 +505,43 @@ absl::StatusOr<Score> SearchSpace::Compute(const PlanState& state, const CostMod
   sim_options.index = &coarse_.index();
   ASSIGN_OR_RETURN(quilt::v1::DistributedProgram * p,
                    LowerOnArena(coarse_.index(), s, topo_, &cost, batch_, &arena));
-  ASSIGN_OR_RETURN(SimResult r, Simulate(*p, coarse_.graph(), topo_, cost, sim_options));
+  return Simulate(*p, coarse_.graph(), topo_, cost, sim_options);
+}
+
+absl::StatusOr<Score> SearchSpace::Compute(const PlanState& state, const CostModel& cost,
+                                           std::unique_ptr<char[]>* block) const {
+  ASSIGN_OR_RETURN(SimResult r, Run(state, cost, block));
   Score score;
   score.time_s = r.step_time_s;
   score.fits_whole = true;
   for (const DeviceUsage& u : r.devices) {
-    if (u.capacity_bytes > 0 && u.peak_memory_bytes > u.capacity_bytes) score.fits_whole = false;
-    const double cap = memory_fraction_ * static_cast<double>(u.capacity_bytes);
-    if (u.capacity_bytes > 0 && static_cast<double>(u.peak_memory_bytes) > cap) {
+    if (u.capacity_bytes <= 0) continue;
+    if (u.peak_memory_bytes > u.capacity_bytes) score.fits_whole = false;
+    double cap = memory_fraction_ * static_cast<double>(u.capacity_bytes);
+    if (!caps_.empty()) {
+      const int d = topo_.DeviceIndex(u.device);
+      if (d >= 0 && d < static_cast<int>(caps_.size())) cap = std::max(cap, caps_[d]);
+    }
+    if (static_cast<double>(u.peak_memory_bytes) > cap) {
       score.overflow_bytes += static_cast<double>(u.peak_memory_bytes) - cap;
     }
   }
   return score;
+}
+
+absl::StatusOr<std::vector<double>> SearchSpace::CoarsePeaks(const PlanState& state) {
+  ASSIGN_OR_RETURN(SimResult r, Run(state, coarse_.cost(), &blocks_[0]));
+  std::vector<double> peaks(topo_.num_devices(), 0.0);
+  for (const DeviceUsage& u : r.devices) {
+    const int d = topo_.DeviceIndex(u.device);
+    if (d >= 0) peaks[d] = static_cast<double>(u.peak_memory_bytes);
+  }
+  return peaks;
+}
+
+void SearchSpace::RaiseMemoryCaps(const std::vector<double>& bytes) {
+  caps_ = bytes;
+  cache_.clear();
 }
 
 SearchSpace::Bound& SearchSpace::BoundEntry(std::string key, const PlanState& state) {

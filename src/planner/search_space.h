@@ -21,6 +21,7 @@
 #include "src/cluster/topology.h"
 #include "src/planner/coarse_graph.h"
 #include "src/planner/time_bound.h"
+#include "src/sim/simulator.h"
 
 namespace quilt {
 
@@ -168,12 +169,22 @@ class SearchSpace {
   std::string StateKey(const PlanState& state) const { return Key(state); }
   // States judged without the cache: simulated or ruled out.
   int64_t judged() const { return evaluations_ + ruled_out_; }
+  // The coarse model's peak memory of `state` on each device, bytes, by
+  // device index (simulated again: scores keep no peaks).
+  absl::StatusOr<std::vector<double>> CoarsePeaks(const PlanState& state);
+  // Lets each device hold up to `bytes[d]` on the coarse model where that
+  // is above memory_fraction's share of it (memory_share.h); the scores
+  // cached so far are dropped (they judged memory by the share).
+  void RaiseMemoryCaps(const std::vector<double>& bytes);
 
  private:
   std::string Key(const PlanState& state) const;
   // Lowers and simulates with `cost` (the coarse model's, or a copy), the
   // program in an arena that starts in `block`.
   absl::StatusOr<Score> Compute(const PlanState& state, const CostModel& cost,
+                                std::unique_ptr<char[]>* block) const;
+  // Lowers and simulates `state` on the coarsened graph (Compute's core).
+  absl::StatusOr<SimResult> Run(const PlanState& state, const CostModel& cost,
                                 std::unique_ptr<char[]>* block) const;
   static constexpr size_t kArenaBlockBytes = 8 << 20;
   static constexpr double kParallelAboveS = 2e-3;
@@ -184,6 +195,9 @@ class SearchSpace {
   const CoarseModel& coarse_;
   int64_t batch_;
   double memory_fraction_;
+  // Per device (by index): the bytes a plan may hold on the coarse model
+  // (empty: memory_fraction_ of each device's capacity).
+  std::vector<double> caps_;
   std::vector<double> speed_;
   std::vector<PlacementOption> options_;
   std::vector<int> server_nodes_;

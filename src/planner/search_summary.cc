@@ -40,6 +40,7 @@ SearchSummaryOf SummarizeSearch(const SearchResult& sr, size_t chosen, int fallb
                                         "; the plan below is another that the full simulation "
                                         "found faster or within memory");
   }
+  summary.set_memory_share(sr.memory_share);
   summary.set_start_coarse_s(from_other ? other->start_s : sr.start_s);
   summary.set_start_over_memory(!(from_other ? other->start_fits : sr.start_fits));
   // A start variant places the ops as the start does.
