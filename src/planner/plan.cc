@@ -36,6 +36,10 @@ namespace {
 
 constexpr char kHeteroG[] = "heterog";
 constexpr int kBothOrdersDevices = 16;
+// A plan's step within this share of the best baseline's is the same step
+// (the two sum the same times in another order: rounding, not a saving),
+// and the baseline is kept.
+constexpr double kSameStep = 1e-9;
 
 // The proportional baseline's counterpart with the even split.
 std::string EvenCounterpart(const std::string& name) {
@@ -465,7 +469,8 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
       best = &it->second;
   }
   if (best != nullptr &&
-      (!h.estimate.feasible() || h.estimate.step_time_s() >= best->estimate.step_time_s())) {
+      (!h.estimate.feasible() ||
+       h.estimate.step_time_s() >= best->estimate.step_time_s() * (1 - kSameStep))) {
     const std::string why =
         h.estimate.feasible()
             ? "the search's best plan simulated at " + HumanSeconds(h.estimate.step_time_s())
