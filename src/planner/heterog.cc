@@ -223,8 +223,10 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
     }
     const std::vector<ShareCandidate> candidates =
         PickShareCandidates(topo, scored, kShareRaiseTries, options.memory_fraction);
-    ASSIGN_OR_RETURN(ShareRaise raised, RaiseShareToStarts(&space, g, topo, cost, batch, candidates,
-                                                           options.memory_fraction));
+    ASSIGN_OR_RETURN(
+        ShareRaise raised,
+        RaiseShareToStarts(&space, g, topo, cost, batch, candidates, options.memory_fraction,
+                           kSeedsWorthAbove * options.lower_bound_s));
     if (raised.raised) {
       over_in_full.insert(raised.over_in_full.begin(), raised.over_in_full.end());
       result.memory_share = raised.description;

@@ -16,6 +16,9 @@ namespace quilt {
 
 namespace {
 
+// The most one execution order is taken to save over the other.
+constexpr double kOrderGain = 1.25;
+
 struct InFull {
   bool fits = false;
   double fraction = 0;  // its fullest device's peak over its memory
@@ -23,14 +26,16 @@ struct InFull {
 };
 
 absl::StatusOr<InFull> SimulateInFull(const Graph& g, const GraphIndex& index, const Topology& topo,
-                                      const CostModel& cost, int64_t batch,
-                                      const ShareCandidate& c) {
+                                      const CostModel& cost, int64_t batch, const ShareCandidate& c,
+                                      double step_at_least_s) {
   InFull out;
   quilt::v1::Strategy fine = c.baseline->strategy;
   SimOptions options;
   options.index = &index;
   // (Memory in the start's order, the one the search judged it in; the
-  // step in the faster order, as the baselines are compared.)
+  // step in the faster order, as the baselines are compared, where that
+  // can take it below step_at_least_s: a full simulation costs seconds on
+  // large clusters.)
   fine.set_order(c.state.order);
   ASSIGN_OR_RETURN(quilt::v1::DistributedProgram p, Lower(index, fine, topo, &cost, batch));
   ASSIGN_OR_RETURN(SimResult full, Simulate(p, g, topo, cost, options));
@@ -42,6 +47,10 @@ absl::StatusOr<InFull> SimulateInFull(const Graph& g, const GraphIndex& index, c
   }
   out.fits = true;
   out.step_s = full.step_time_s;
+  if (step_at_least_s <= 0 || out.step_s < step_at_least_s ||
+      out.step_s >= kOrderGain * step_at_least_s) {
+    return out;
+  }
   for (quilt::v1::ExecutionOrder order : kExecutionOrders) {
     if (order == c.state.order) continue;
     fine.set_order(order);
@@ -94,14 +103,14 @@ absl::StatusOr<ShareRaise> RaiseShareToStarts(SearchSpace* space, const Graph& g
                                               const Topology& topo, const CostModel& cost,
                                               int64_t batch,
                                               const std::vector<ShareCandidate>& candidates,
-                                              double memory_fraction) {
+                                              double memory_fraction, double step_at_least_s) {
   ShareRaise out;
   if (candidates.empty()) return out;
   ASSIGN_OR_RETURN(const GraphIndex index, GraphIndex::Build(g));
   std::vector<double> caps(topo.num_devices(), 0.0);
   std::vector<std::string> fitting;
   for (const ShareCandidate& c : candidates) {
-    ASSIGN_OR_RETURN(InFull full, SimulateInFull(g, index, topo, cost, batch, c));
+    ASSIGN_OR_RETURN(InFull full, SimulateInFull(g, index, topo, cost, batch, c, step_at_least_s));
     if (!full.fits) {
       out.over_in_full.push_back(c.baseline->name);
       continue;

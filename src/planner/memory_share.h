@@ -39,7 +39,8 @@ struct ShareRaise {
   // The candidates over memory in full, by name.
   std::vector<std::string> over_in_full;
   // Those that fit: their fullest device's peak over its memory, the
-  // highest; and their step in the faster execution order, the lowest.
+  // highest; and their step, the lowest (in the faster execution order
+  // where RaiseShareToStarts simulated both).
   double full_fraction = 0;
   double full_step_s = 0;
   // Devices whose cap is now above the share.
@@ -58,16 +59,19 @@ std::vector<ShareCandidate> PickShareCandidates(
     const std::vector<std::pair<const NamedStrategy*, std::pair<PlanState, Score>>>& starts,
     size_t most, double memory_fraction);
 
-// Simulates each candidate's baseline in full, in both execution orders;
-// where some fit every device (in their start's order), raises `space`'s
-// caps to the highest of their coarse peaks on each device
-// (SearchSpace::RaiseMemoryCaps). `memory_fraction`: the share the space
-// judges by. Errors: a baseline does not lower or simulate.
+// Simulates each candidate's baseline in full in its start's order; where
+// some fit every device, raises `space`'s caps to the highest of their
+// coarse peaks on each device (SearchSpace::RaiseMemoryCaps).
+// `memory_fraction`: the share the space judges by. `step_at_least_s`
+// (0: none): a candidate that fits with a step from there up to a quarter
+// more is simulated in the other execution order too, which may take it
+// below (the caller decides by it; further above, no order would).
+// Errors: a baseline does not lower or simulate.
 absl::StatusOr<ShareRaise> RaiseShareToStarts(SearchSpace* space, const Graph& g,
                                               const Topology& topo, const CostModel& cost,
                                               int64_t batch,
                                               const std::vector<ShareCandidate>& candidates,
-                                              double memory_fraction);
+                                              double memory_fraction, double step_at_least_s);
 
 }  // namespace quilt
 

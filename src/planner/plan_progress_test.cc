@@ -202,7 +202,8 @@ TEST(PlanProgress, TheSummarySaysWhetherTheStartFitMemory) {
   }
 }
 
-// resnet50 on eight devices of 2 GiB (bench/clusters/eight_2gib).
+// resnet50 on eight devices of 2 GiB (bench/clusters/eight_2gib), a
+// progress line after every batch of plans a search simulates.
 absl::StatusOr<PlanResult> PlanOnEight2Gib(int64_t batch, double budget_s,
                                            std::vector<std::string>* lines) {
   absl::StatusOr<quilt::v1::ClusterSpec> spec =
@@ -213,6 +214,7 @@ absl::StatusOr<PlanResult> PlanOnEight2Gib(int64_t batch, double budget_s,
   po.global_batch = batch;
   po.strategy = "heterog";
   po.search.time_budget_s = budget_s;
+  po.search.progress_every_s = 0;
   po.progress = [lines](const std::string& line) { lines->push_back(line); };
   return Plan(w->graph, w->topo, po);
 }
@@ -222,18 +224,18 @@ TEST(PlanBudget, PlanningWhereABaselineFitsKeepsToTheBudget) {
   // model; dp-even-ps fits in full, so the share is raised to it, and, the
   // step being far from the compute lower bound, the layer-wise seeds are
   // searched from too, until the budget ends. The searches keep to the
-  // search's share of the budget (1.5 s of the 2), with room for what runs
+  // search's share of the budget (3 s of the 4), with room for what runs
   // past it (the last plans, the plan's variants); they used to take the
-  // 2 s and a repair half a second more.
+  // whole budget and a repair a quarter more.
   std::vector<std::string> lines;
-  absl::StatusOr<PlanResult> plan = PlanOnEight2Gib(184, 2, &lines);
+  absl::StatusOr<PlanResult> plan = PlanOnEight2Gib(184, 4, &lines);
   ASSERT_THAT(plan.status(), IsOk());
   EXPECT_EQ(plan->report.best(), "heterog");
   const quilt::v1::StrategyEstimate* h = testing::FindEstimate(plan->report, "heterog");
   ASSERT_NE(h, nullptr);
   EXPECT_TRUE(h->feasible());
   EXPECT_EQ(h->search().stopped_by(), "time budget");
-  EXPECT_LE(h->search().search_wall_s(), 1.5 + 0.8);
+  EXPECT_LE(h->search().search_wall_s(), 3 + 0.8);
   EXPECT_TRUE(absl::StrContains(h->search().memory_share(), "dp-even-ps"))
       << h->search().memory_share();
   EXPECT_TRUE(Count(lines, "searching from layer-wise split") > 0);
