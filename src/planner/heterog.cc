@@ -223,6 +223,14 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
     }
     const std::vector<ShareCandidate> candidates =
         PickShareCandidates(topo, scored, kShareRaiseTries, options.memory_fraction);
+    if (options.progress && !candidates.empty()) {
+      SearchProgress p;
+      p.start = result.start;
+      p.raising_share = static_cast<int>(candidates.size());
+      p.evaluated = space.evaluations();
+      p.overflow_bytes = best_score.overflow_bytes;
+      options.progress(p);
+    }
     ASSIGN_OR_RETURN(
         ShareRaise raised,
         RaiseShareToStarts(&space, g, topo, cost, batch, candidates, options.memory_fraction,

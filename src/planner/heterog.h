@@ -50,6 +50,10 @@ struct SearchProgress {
   // The search has ended over memory on the coarse model, and its plan is
   // being repaired on the full one (SearchOptions::repair_simulations).
   bool repairing = false;
+  // No start fits the search's memory share on the coarse model: this many
+  // of them are being simulated in full, to raise the share to those that
+  // fit (memory_share.h); 0: not.
+  int raising_share = 0;
 };
 
 // The search is deterministic for a seed when it ends by converging or by

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "src/common/status.h"
@@ -129,7 +130,11 @@ absl::StatusOr<ShareRaise> RaiseShareToStarts(SearchSpace* space, const Graph& g
   if (out.devices == 0) return out;  // over the share for no device: nothing to raise
   space->RaiseMemoryCaps(caps);
   out.raised = true;
-  const std::string names = absl::StrJoin(fitting, " and ");
+  // "a", "a and b", "a, b and c".
+  std::string names = fitting.back();
+  if (fitting.size() > 1) {
+    names = absl::StrCat(absl::StrJoin(fitting.begin(), fitting.end() - 1, ", "), " and ", names);
+  }
   out.description = absl::StrFormat(
       "%s %s over the search's %d %% share of memory on its coarse model but %s in full (the "
       "fullest device at %d %% of its memory): the search let each device hold as much as %s "

@@ -83,6 +83,15 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
   search.lower_bound_s = lb;
   if (o.progress && !search.progress) {
     search.progress = [&](const SearchProgress& p) {
+      if (p.raising_share > 0) {
+        o.progress(absl::StrFormat(
+            "no baseline fits the search's share of memory on its coarse model: simulating %s "
+            "in full, to let the search fill as much as those that fit (%.1f s so far)",
+            p.raising_share == 1 ? std::string("the closest")
+                                 : absl::StrCat("the ", p.raising_share, " closest"),
+            absl::ToDoubleSeconds(absl::Now() - start)));
+        return;
+      }
       if (p.repairing) {
         o.progress(absl::StrFormat(
             "no plan found fits on the search's coarse model (the closest is %s over the "

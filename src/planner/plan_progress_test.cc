@@ -260,6 +260,7 @@ TEST(PlanBudget, AStartThatFitsInFullRaisesTheShareAndTheSearchConverges) {
       << share;
   EXPECT_FALSE(absl::StartsWith(h->search().start(), "layer-wise")) << h->search().start();
   EXPECT_EQ(Count(lines, "searching from layer-wise split"), 0);
+  EXPECT_EQ(Count(lines, "no baseline fits the search's share of memory", "in full"), 1);
   EXPECT_EQ(Count(lines, "no plan found fits on the search's coarse model"), 0);
   // Never slower than a baseline, and within memory in full.
   for (const auto& e : plan->report.estimates()) {
