@@ -10,6 +10,7 @@
 #include "src/common/status.h"
 #include "src/graph/graph_index.h"
 #include "src/planner/lower.h"
+#include "src/planner/memory_floor.h"
 #include "src/planner/priorities.h"
 #include "src/sim/simulator.h"
 
@@ -37,9 +38,12 @@ absl::StatusOr<InFull> SimulateInFull(const Graph& g, const GraphIndex& index, c
   // step in the faster order, as the baselines are compared, where that
   // can take it below step_at_least_s: a full simulation costs seconds on
   // large clusters.)
-  fine.set_order(c.state.order);
-  ASSIGN_OR_RETURN(quilt::v1::DistributedProgram p, Lower(index, fine, topo, &cost, batch));
-  ASSIGN_OR_RETURN(SimResult full, Simulate(p, g, topo, cost, options));
+  auto simulate = [&](quilt::v1::ExecutionOrder order) -> absl::StatusOr<SimResult> {
+    fine.set_order(order);
+    ASSIGN_OR_RETURN(quilt::v1::DistributedProgram p, Lower(index, fine, topo, &cost, batch));
+    return Simulate(p, g, topo, cost, options);
+  };
+  ASSIGN_OR_RETURN(SimResult full, simulate(c.state.order));
   for (const DeviceUsage& u : full.devices) {
     if (u.capacity_bytes <= 0) continue;
     if (u.peak_memory_bytes > u.capacity_bytes) return out;  // over in full too
@@ -54,9 +58,7 @@ absl::StatusOr<InFull> SimulateInFull(const Graph& g, const GraphIndex& index, c
   }
   for (quilt::v1::ExecutionOrder order : kExecutionOrders) {
     if (order == c.state.order) continue;
-    fine.set_order(order);
-    ASSIGN_OR_RETURN(quilt::v1::DistributedProgram q, Lower(index, fine, topo, &cost, batch));
-    ASSIGN_OR_RETURN(SimResult other, Simulate(q, g, topo, cost, options));
+    ASSIGN_OR_RETURN(SimResult other, simulate(order));
     out.step_s = std::min(out.step_s, other.step_time_s);
   }
   return out;
@@ -75,10 +77,8 @@ std::vector<ShareCandidate> PickShareCandidates(
     const Topology& topo,
     const std::vector<std::pair<const NamedStrategy*, std::pair<PlanState, Score>>>& starts,
     size_t most, double memory_fraction) {
-  double above_share = 0;  // bytes between the share and whole memory, in all
-  for (int d = 0; d < topo.num_devices(); ++d) {
-    above_share += (1 - memory_fraction) * static_cast<double>(topo.device(d).proto.memory_bytes());
-  }
+  // Bytes between the share and whole memory, in all.
+  const double above_share = (1 - memory_fraction) * static_cast<double>(TotalMemoryBytes(topo));
   auto near = starts;
   near.erase(
       std::remove_if(near.begin(), near.end(),
