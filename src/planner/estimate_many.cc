@@ -38,9 +38,11 @@ absl::Status EstimateMany(const GraphIndex& index, const Topology& topology, con
         std::lock_guard<std::mutex> lock(running_mu);
         running[i] = true;
       }
+      const absl::Time began = absl::Now();
       absl::StatusOr<quilt::v1::StrategyEstimate> e =
           EstimateOnArena(index, topology, cost, list[i], o.batch, o.lower_bound, &out[i].program,
                           &out[i].sim, o.trace, o.both_orders);
+      out[i].wall_s = absl::ToDoubleSeconds(absl::Now() - began);
       if (e.ok()) out[i].estimate = std::move(*e);
       status[i] = e.status();
       std::lock_guard<std::mutex> lock(running_mu);

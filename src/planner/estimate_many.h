@@ -23,6 +23,8 @@ struct Evaluated {
   quilt::v1::StrategyEstimate estimate;
   ArenaProgram program;  // empty for a strategy infeasible before lowering
   SimResult sim;
+  // Seconds its lowering and simulation took (in each order simulated).
+  double wall_s = 0;
 };
 
 struct EstimateManyOptions {

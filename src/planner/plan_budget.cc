@@ -12,10 +12,15 @@ double PlanBudget::SearchSeconds(absl::Time now) const {
   return std::max(kLeastShare * budget_s_, LeftSeconds(now) - kFinishShare * budget_s_);
 }
 
-double PlanBudget::FitSeconds(absl::Time now, bool nothing_fits) const {
+double PlanBudget::FitSeconds(absl::Time now, bool nothing_fits, double after_s) const {
   const double left = LeftSeconds(now);
   if (nothing_fits) return std::max(left, kLeastShare * budget_s_);
-  return left < kUsefulShare * budget_s_ ? 0 : left;
+  const double phase = left - std::max(0.0, after_s);
+  return phase < kUsefulShare * budget_s_ ? 0 : phase;
+}
+
+bool PlanBudget::Affords(absl::Time now, double sim_s) const {
+  return sim_s < kNegligibleShare * budget_s_ || sim_s <= LeftSeconds(now);
 }
 
 }  // namespace quilt

@@ -7,6 +7,8 @@
 // that. Where no plan fits at all (no baseline either), those phases go on
 // past the end, each with at least a share of the budget: a plan that fits
 // is worth the time, and the progress lines say the budget was passed.
+// Where a plan fits, a phase's plan must also leave time to be simulated
+// in full (measured on the plan before it: seconds on large clusters).
 #ifndef QUILT_SRC_PLANNER_PLAN_BUDGET_H_
 #define QUILT_SRC_PLANNER_PLAN_BUDGET_H_
 
@@ -24,6 +26,9 @@ class PlanBudget {
   // Where a plan fits, a fitting phase with less than this share left is
   // not begun.
   static constexpr double kUsefulShare = 0.05;
+  // A simulation that takes less than this share of the budget is begun
+  // whatever is left (small clusters: milliseconds).
+  static constexpr double kNegligibleShare = 0.01;
 
   // Planning that began at `start`, in `budget_s` seconds.
   PlanBudget(absl::Time start, double budget_s) : start_(start), budget_s_(budget_s) {}
@@ -34,11 +39,16 @@ class PlanBudget {
   // The search's seconds at `now`: what is left less kFinishShare of the
   // budget, at least kLeastShare of it.
   double SearchSeconds(absl::Time now) const;
-  // Seconds a phase that fits a plan to memory may take at `now`: what is
-  // left where another plan fits (`nothing_fits` false), 0 where that is
-  // under kUsefulShare of the budget; where nothing fits, at least
-  // kLeastShare of the budget.
-  double FitSeconds(absl::Time now, bool nothing_fits) const;
+  // Seconds a phase that fits a plan to memory may take at `now`, its
+  // plan then simulated in full in `after_s` (as measured on the plan
+  // before): what is left less that where another plan fits
+  // (`nothing_fits` false), 0 where that is under kUsefulShare of the
+  // budget; where nothing fits, at least kLeastShare of the budget.
+  double FitSeconds(absl::Time now, bool nothing_fits, double after_s = 0) const;
+  // Whether a step that refines a plan that fits, simulated in full in
+  // `sim_s`, is begun at `now`: where it fits what is left, or is
+  // negligible (under kNegligibleShare of the budget).
+  bool Affords(absl::Time now, double sim_s) const;
 
  private:
   absl::Time start_;

@@ -157,7 +157,12 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
     }
     return chosen;
   };
+  // What simulating the plan in full took (both orders), and its
+  // variants: what a plan repaired or searched again costs to simulate.
+  const double plan_sim_s = done->at(kHeteroG).wall_s;
+  const absl::Time variants_from = absl::Now();
   ASSIGN_OR_RETURN(size_t chosen, simulate_variants(sr));
+  const double resim_s = plan_sim_s + absl::ToDoubleSeconds(absl::Now() - variants_from);
   // None fits in full: the search's earlier bests, latest (fastest) first.
   int fallback = -1;
   for (size_t k = 0; k < sr.fallbacks.size() && !done->at(kHeteroG).estimate.feasible(); ++k) {
@@ -185,7 +190,7 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
   // on the full graph (RepairMemory: groups moved, ops shifted), in what
   // is left of the budget, and its variants simulated in full.
   const absl::Time repair_from = absl::Now();
-  const double repair_s = budget.FitSeconds(repair_from, nothing_fits());
+  const double repair_s = budget.FitSeconds(repair_from, nothing_fits(), resim_s);
   const bool over_in_full = sr.feasible && sr.repair && !done->at(kHeteroG).estimate.feasible();
   if (over_in_full && repair_s <= 0) {
     sr.memory_repair = budget_ended;
@@ -243,7 +248,7 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
        ++attempt) {
     again.memory_fraction *= 0.85;
     const absl::Time now = absl::Now();
-    again.time_budget_s = budget.FitSeconds(now, nothing_fits());
+    again.time_budget_s = budget.FitSeconds(now, nothing_fits(), resim_s);
     if (again.time_budget_s <= 0) {
       // (Said once, where the repair was not begun either.)
       if (!absl::StrContains(sr.memory_repair, budget_ended)) {
@@ -296,9 +301,19 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
   double gathered_saved_s = 0;
   int gathered_tries = 0;                               // variants simulated with tables gathered
   std::map<int, std::vector<std::string>> gathered_in;  // group → its gathered tables
+  // The refinements below are each begun only where a simulation of the
+  // plan in full fits what is left of the budget (or costs next to
+  // nothing); the summary names those left untried.
+  std::vector<std::string> untried;
+  auto affords = [&](const std::string& what) {
+    if (budget.Affords(absl::Now(), plan_sim_s)) return true;
+    untried.push_back(what);
+    return false;
+  };
   if (done->at(kHeteroG).estimate.feasible()) {
     const quilt::v1::Strategy sparse =
         GatherLookups(ix, done->at(kHeteroG).estimate.strategy(), o.global_batch, &gathered);
+    if (!gathered.empty() && !affords("embedding lookups' gradients gathered")) gathered.clear();
     if (!gathered.empty()) {
       if (o.progress) o.progress("simulating the plan with embedding lookups' gradients gathered");
       // The chosen plan gathered, and on small clusters every other variant
@@ -397,6 +412,7 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
       break;
     }
     if (balanced->empty()) break;
+    if (!affords("weight gradients' rows moved off the busiest devices")) break;
     if (!small) balanced->resize(1);
     if (o.progress) o.progress("simulating the plan with weight gradients' rows moved");
     std::vector<NamedStrategy> tries;
@@ -435,6 +451,13 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
   summary.set_weight_gradient_saved_s(wg_saved_s);
   for (const std::string& t : gathered) summary.add_gathered_tables(t);
   summary.set_gathered_saved_s(gathered_saved_s);
+  if (!untried.empty()) {
+    summary.set_untried(absl::StrFormat(
+        "the time budget (%.3g s) ended before the plan was tried with %s (each a simulation in "
+        "full of about %s here; a longer --time-budget tries %s)",
+        budget.budget_s(), absl::StrJoin(untried, " or with "), HumanSeconds(plan_sim_s),
+        untried.size() > 1 ? "them" : "it"));
+  }
   // The plan shown is another's: nothing of the search's plan describes it.
   auto forget_search_plan = [&summary, &sr](const std::string& collectives,
                                             const std::string& shown) {
