@@ -10,7 +10,7 @@
 //   bazel build //bench:planner_bench
 //   bazel-bin/bench/planner_bench [--models a,b] [--clusters f1,f2] [--random N --seed S]
 //       [--rows-per-device R[,R...]] [--time-budget S] [--max-plans N] [--diagnose]
-//       [--write-clusters DIR]
+//       [--write-clusters DIR] [--node-subsets]
 //
 // After each cluster's models, at each batch (--rows-per-device takes a
 // list: the speedup depends on the batch), a summary line
@@ -19,6 +19,12 @@
 // (the best baseline's step over the compute lower bound), and how many
 // plans came out slower than their best baseline (the planner must make
 // none).
+//
+// --node-subsets also plans the data-parallel baselines over the fastest
+// nodes alone (1 to all but one of them; bench/node_subsets.h) and gives
+// the fastest as node_subset_baseline, with the speedup over the faster
+// of it and the best baseline over the whole cluster
+// (speedup_vs_node_subsets; the summary's geomean_speedup_vs_node_subsets).
 //
 // --diagnose prints, per case, the coarsened model's and the full model's
 // prediction for the same plans (the baselines' placements), to see how
@@ -43,6 +49,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "bench/node_subsets.h"
 #include "google/protobuf/arena.h"
 #include "google/protobuf/text_format.h"
 #include "nlohmann/json.hpp"
@@ -203,6 +210,12 @@ nlohmann::json TimeCandidates(const quilt::Graph& g, const quilt::Topology& topo
 // Geometric means over a cluster's models at one batch.
 class Summary {
  public:
+  // The speedup over the faster of the best baseline and the best over
+  // the fastest nodes alone (--node-subsets).
+  void AddVsSubsets(double speedup) {
+    ++n_subsets_;
+    log_subsets_ += std::log(speedup);
+  }
   void Add(double speedup, double ceiling) {
     ++n_;
     log_speedup_ += std::log(speedup);
@@ -219,12 +232,16 @@ class Summary {
     j["geomean_ceiling"] =
         with_ceiling_ > 0 ? nlohmann::json(std::exp(log_ceiling_ / with_ceiling_)) : nullptr;
     j["slower_than_baseline"] = slower_;
+    if (n_subsets_ > 0) {
+      j["geomean_speedup_vs_node_subsets"] = std::exp(log_subsets_ / n_subsets_);
+      j["models_vs_node_subsets"] = n_subsets_;
+    }
     return j;
   }
 
  private:
-  int n_ = 0, with_ceiling_ = 0, slower_ = 0;
-  double log_speedup_ = 0, log_ceiling_ = 0;
+  int n_ = 0, with_ceiling_ = 0, slower_ = 0, n_subsets_ = 0;
+  double log_speedup_ = 0, log_ceiling_ = 0, log_subsets_ = 0;
 };
 
 }  // namespace
@@ -253,6 +270,9 @@ int main(int argc, char** argv) {
                  "The planner's time budget, seconds (planning's whole time: plan_budget.h)");
   app.add_option("--max-plans", max_plans, "Plans the search simulates at most (0 = no limit)");
   app.add_flag("--diagnose", diagnose, "Coarse vs full predictions of the same plans");
+  bool node_subsets = false;
+  app.add_flag("--node-subsets", node_subsets,
+               "Also the data-parallel baselines over the fastest nodes alone");
   app.add_option("--time-candidates", time_candidates,
                  "Instead of planning: time lowering and simulating one candidate, this many "
                  "times");
@@ -390,6 +410,18 @@ int main(int argc, char** argv) {
           if (best != nullptr && heterog->feasible()) {
             summary.Add(best->step_time_s() / heterog->step_time_s(),
                         r.lower_bound_s() > 0 ? best->step_time_s() / r.lower_bound_s() : 0);
+          }
+        }
+        if (node_subsets) {
+          const nlohmann::json sub = quilt::BestNodeSubsetBaseline(*g, spec, batch);
+          j["node_subset_baseline"] = sub;
+          double against = best != nullptr ? best->step_time_s() : 0;
+          if (!sub.is_null() && (against <= 0 || sub["step_s"].get<double>() < against)) {
+            against = sub["step_s"].get<double>();
+          }
+          if (heterog != nullptr && heterog->feasible() && against > 0) {
+            j["speedup_vs_node_subsets"] = against / heterog->step_time_s();
+            summary.AddVsSubsets(against / heterog->step_time_s());
           }
         }
         if (diagnose) j["diagnose"] = Diagnose(*g, *topo, batch);
