@@ -17,6 +17,7 @@
 #include "src/planner/priorities.h"
 #include "src/planner/search_space.h"
 #include "src/planner/seeds.h"
+#include "src/planner/subset_starts.h"
 
 namespace quilt {
 namespace {
@@ -42,43 +43,6 @@ constexpr int kDescentRounds = 4;
 // How much slower on the coarse model than the first search's plan the
 // plan of a search alongside it may be and still be simulated in full.
 constexpr double kAlongsideWithin = 0.03;
-
-absl::StatusOr<std::pair<PlanState, Score>> Enumerate(
-    SearchSpace* space, int groups, const std::vector<std::pair<int, Method>>& choices,
-    absl::Time deadline) {
-  PlanState s, best;
-  Score best_score;
-  bool have = false;
-  s.place.assign(groups, 0);
-  s.method.assign(groups, Method::kRing);
-  // Every state in both execution orders (the order innermost, so that a
-  // deadline leaves no state tried in one order only).
-  std::vector<size_t> at(groups, 0);
-  while (absl::Now() < deadline) {
-    for (int k = 0; k < groups; ++k) {
-      s.place[k] = choices[at[k]].first;
-      s.method[k] = choices[at[k]].second;
-    }
-    std::vector<PlanState> orders;
-    for (auto order : kExecutionOrders) {
-      s.order = order;
-      orders.push_back(s);
-    }
-    std::vector<absl::StatusOr<Score>> scores = space->EvaluateAll(orders);
-    for (size_t i = 0; i < orders.size(); ++i) {
-      if (scores[i].ok() && (!have || scores[i]->BetterThan(best_score))) {
-        best = orders[i];
-        best_score = *scores[i];
-        have = true;
-      }
-    }
-    int k = 0;
-    while (k < groups && ++at[k] == choices.size()) at[k++] = 0;
-    if (k == groups) break;
-  }
-  if (!have) return absl::FailedPreconditionError("no plan could be simulated");
-  return std::make_pair(best, best_score);
-}
 
 // `state` for the full graph with its gradients formed into collectives
 // each way of `fusions`, the repair's shifted ops moved (`index`: of the
@@ -242,6 +206,20 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
       judge_starts();
     }
   }
+  // Data parallelism over the fastest devices or nodes alone, where it
+  // beats every start (subset_starts.h): the start where none fits, else
+  // searched from alongside the first search (from it alone, the search
+  // ended on slower plans as often as on faster ones).
+  std::optional<SubsetStart> subset_seed;
+  if (have && options.subset_starts) {
+    subset_seed = BestSubsetStart(&space, coarse->num_groups(), best_score, deadline);
+    if (subset_seed.has_value() && !best_score.feasible()) {
+      best = subset_seed->state;
+      best_score = subset_seed->score;
+      result.start = subset_seed->name;
+      subset_seed.reset();
+    }
+  }
   // Where no baseline fits, layer-wise seeds too. The search starts from
   // the best start, then searches from each other seed as well (within
   // options.other_seed_evaluations plans): a seed's own score does not
@@ -377,6 +355,10 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
       }
     }
   }
+  if (subset_seed.has_value() && options.max_evaluations > 0) {
+    seeds.push_back({std::move(subset_seed->state), subset_seed->score, subset_seed->name,
+                     options.max_evaluations, /*alongside=*/true});
+  }
   PlanState start_state = best;
   const Score start_score = best_score;
   result.start_s = best_score.time_s;
@@ -391,7 +373,7 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
   for (int k = 0; k < coarse->num_groups(); ++k) states *= static_cast<double>(choices.size());
   if (states <= kEnumerateStates &&
       (options.max_evaluations == 0 || states <= static_cast<double>(options.max_evaluations))) {
-    ASSIGN_OR_RETURN(auto found, Enumerate(&space, coarse->num_groups(), choices, deadline));
+    ASSIGN_OR_RETURN(auto found, EnumerateStates(&space, coarse->num_groups(), choices, deadline));
     if (found.second.BetterThan(best_score)) {
       best = found.first;
       best_score = found.second;

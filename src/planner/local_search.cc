@@ -6,6 +6,7 @@
 
 #include "absl/time/clock.h"
 #include "src/common/status.h"
+#include "src/planner/priorities.h"
 
 namespace quilt {
 namespace {
@@ -294,6 +295,43 @@ class Search {
 };
 
 }  // namespace
+
+absl::StatusOr<std::pair<PlanState, Score>> EnumerateStates(
+    SearchSpace* space, int groups, const std::vector<std::pair<int, Method>>& choices,
+    absl::Time deadline) {
+  PlanState s, best;
+  Score best_score;
+  bool have = false;
+  s.place.assign(groups, 0);
+  s.method.assign(groups, Method::kRing);
+  // Every state in both execution orders (the order innermost, so that a
+  // deadline leaves no state tried in one order only).
+  std::vector<size_t> at(groups, 0);
+  while (absl::Now() < deadline) {
+    for (int k = 0; k < groups; ++k) {
+      s.place[k] = choices[at[k]].first;
+      s.method[k] = choices[at[k]].second;
+    }
+    std::vector<PlanState> orders;
+    for (auto order : kExecutionOrders) {
+      s.order = order;
+      orders.push_back(s);
+    }
+    std::vector<absl::StatusOr<Score>> scores = space->EvaluateAll(orders);
+    for (size_t i = 0; i < orders.size(); ++i) {
+      if (scores[i].ok() && (!have || scores[i]->BetterThan(best_score))) {
+        best = orders[i];
+        best_score = *scores[i];
+        have = true;
+      }
+    }
+    int k = 0;
+    while (k < groups && ++at[k] == choices.size()) at[k++] = 0;
+    if (k == groups) break;
+  }
+  if (!have) return absl::FailedPreconditionError("no plan could be simulated");
+  return std::make_pair(best, best_score);
+}
 
 PlanState DescendBound(SearchSpace* space, int groups, const PlanState& from, int rounds) {
   PlanState state = from;

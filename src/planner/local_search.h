@@ -4,7 +4,8 @@
 // plans simulated kSearchWindow at a time, restarts from the best plan
 // kicked by random moves, until a pass and the restarts find nothing, the
 // evaluation limit or the time budget. Deterministic for a seed, unless
-// the time budget ends it.
+// the time budget ends it. Besides: small action spaces enumerated, and a
+// descent on the plans' lower bound that regroups a start.
 #ifndef QUILT_SRC_PLANNER_LOCAL_SEARCH_H_
 #define QUILT_SRC_PLANNER_LOCAL_SEARCH_H_
 
@@ -51,6 +52,13 @@ absl::StatusOr<LocalSearchResult> RunLocalSearch(SearchSpace* space, int groups,
                                                  int64_t evaluation_cap, const PlanState& from,
                                                  const Score& from_score,
                                                  bool cap_until_fit = false);
+
+// Every state of `groups` groups, each taking one of `choices`, in both
+// execution orders, until `deadline`: the best (the optimum, where the
+// deadline does not end it first). For small action spaces.
+absl::StatusOr<std::pair<PlanState, Score>> EnumerateStates(
+    SearchSpace* space, int groups, const std::vector<std::pair<int, Method>>& choices,
+    absl::Time deadline);
 
 // Coordinate descent on the plans' lower bound (SearchSpace::BoundOf),
 // from `from`: group by group, the placement and all-reduce method whose

@@ -83,7 +83,7 @@ SearchSpace::SearchSpace(const Topology& topo, const CostModel& fine_cost,
   const int n = topo.num_devices();
   for (int d = 0; d < n; ++d) speed_.push_back(fine_cost.speed(d).flops_per_s);
   auto weighted = [this](std::vector<int> devices, const std::string& label) {
-    AddOption(BySpeed(std::move(devices), label));
+    return AddOption(BySpeed(std::move(devices), label));
   };
   std::vector<int> all(n);
   for (int d = 0; d < n; ++d) all[d] = d;
@@ -103,7 +103,8 @@ SearchSpace::SearchSpace(const Topology& topo, const CostModel& fine_cost,
       label = k <= 4 ? absl::StrCat("devices ", absl::StrJoin(ids, ", "))
                      : absl::StrCat(k, " devices: ", ids.front(), ", …, ", ids.back());
     }
-    weighted(std::vector<int>(by_speed.begin(), by_speed.begin() + k), label);
+    subset_options_.push_back(
+        weighted(std::vector<int>(by_speed.begin(), by_speed.begin() + k), label));
   }
   if (topo.num_nodes() > 1) {
     std::vector<std::pair<double, int>> nodes;
@@ -112,13 +113,15 @@ SearchSpace::SearchSpace(const Topology& topo, const CostModel& fine_cost,
       for (int d : topo.NodeDevices(node)) s += speed_[d];
       nodes.push_back({-s, node});
       if (topo.NodeDevices(node).size() > 1)
-        weighted(topo.NodeDevices(node), "node " + topo.node_id(node));
+        subset_options_.push_back(weighted(topo.NodeDevices(node), "node " + topo.node_id(node)));
     }
     std::sort(nodes.begin(), nodes.end());
     std::vector<int> devices;
     for (size_t j = 0; j + 1 < nodes.size(); ++j) {
       for (int d : topo.NodeDevices(nodes[j].second)) devices.push_back(d);
-      if (j >= 1) weighted(devices, absl::StrCat("fastest ", j + 1, " nodes"));
+      if (j >= 1) {
+        subset_options_.push_back(weighted(devices, absl::StrCat("fastest ", j + 1, " nodes")));
+      }
     }
     // Server nodes: the fastest NICs, then the fastest devices (`nodes` is
     // by speed, and the sort is stable).

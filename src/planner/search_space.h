@@ -104,6 +104,10 @@ class SearchSpace {
   // clusters of several nodes, the two with the fastest NICs (a parameter
   // server's node takes every replica's gradient in).
   const std::vector<int>& ServerNodes() const { return server_nodes_; }
+  // The options over a subset of the devices by speed: the fastest k
+  // devices, each node of several, the fastest k nodes (data parallelism
+  // over them is a start for the search: subset_starts.h).
+  const std::vector<int>& SubsetOptions() const { return subset_options_; }
   // Whether `option`'s devices are exactly node `node`'s (servers on the
   // node are then the group's own).
   bool OnlyOn(int option, int node) const;
@@ -201,6 +205,7 @@ class SearchSpace {
   std::vector<double> speed_;
   std::vector<PlacementOption> options_;
   std::vector<int> server_nodes_;
+  std::vector<int> subset_options_;
   absl::flat_hash_map<std::string, Score> cache_;
   // The coarse cost model for EvaluateAll's second thread.
   std::unique_ptr<CostModel> second_cost_;
