@@ -98,7 +98,8 @@ struct SearchOptions {
   // hold as much as the start holds there (memory_share.h).
   bool raise_share_to_start = true;
   // Data parallelism over the fastest devices or nodes alone as a start, or
-  // a search alongside the first (subset_starts.h).
+  // a search alongside the first, within max_evaluations plans (none where
+  // those are unlimited; subset_starts.h).
   bool subset_starts = true;
   // The plan's compute lower bound, seconds per step (lower_bound.h; 0:
   // unknown): where the share was raised to a start within a few percent

@@ -30,6 +30,19 @@
 
 namespace quilt::testing {
 
+// A GPU "NODE/gpu:INDEX" on `node` of `peak_flops` (efficiency 0.4),
+// 800 GB/s of memory bandwidth and 16 GiB.
+inline void AddTestGpu(quilt::v1::NodeInfo* node, int index, double peak_flops) {
+  auto* dev = node->add_devices();
+  dev->set_id(node->node_id() + "/gpu:" + std::to_string(index));
+  dev->set_kind(quilt::v1::DEVICE_KIND_GPU);
+  dev->set_index(index);
+  dev->set_peak_fp32_flops_per_s(peak_flops);
+  dev->set_efficiency(0.4);
+  dev->set_memory_bandwidth_bytes_per_s(8e11);
+  dev->set_memory_bytes(int64_t{16} << 30);
+}
+
 // Two nodes: two fast devices, two slow ones.
 inline quilt::v1::ClusterSpec TwoNodes() {
   quilt::v1::ClusterSpec spec;
@@ -37,16 +50,7 @@ inline quilt::v1::ClusterSpec TwoNodes() {
   for (int n = 0; n < 2; ++n) {
     auto* node = spec.add_nodes();
     node->set_node_id(n == 0 ? "fast" : "slow");
-    for (int d = 0; d < 2; ++d) {
-      auto* dev = node->add_devices();
-      dev->set_id(node->node_id() + "/gpu:" + std::to_string(d));
-      dev->set_kind(quilt::v1::DEVICE_KIND_GPU);
-      dev->set_index(d);
-      dev->set_peak_fp32_flops_per_s(n == 0 ? 1.4e13 : 9e12);
-      dev->set_efficiency(0.4);
-      dev->set_memory_bandwidth_bytes_per_s(8e11);
-      dev->set_memory_bytes(int64_t{16} << 30);
-    }
+    for (int d = 0; d < 2; ++d) AddTestGpu(node, d, n == 0 ? 1.4e13 : 9e12);
     node->mutable_intra_node_link()->set_bandwidth_bytes_per_s(1.2e10);
     node->mutable_nic()->set_bandwidth_bytes_per_s(1.25e9);
   }

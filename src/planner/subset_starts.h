@@ -10,6 +10,7 @@
 #ifndef QUILT_SRC_PLANNER_SUBSET_STARTS_H_
 #define QUILT_SRC_PLANNER_SUBSET_STARTS_H_
 
+#include <optional>
 #include <string>
 
 #include "absl/time/time.h"

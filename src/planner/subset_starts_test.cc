@@ -23,14 +23,7 @@ quilt::v1::ClusterSpec FastNodeAndStragglers() {
     auto* node = spec.add_nodes();
     node->set_node_id(n == 0 ? "fast" : "slow" + std::to_string(n));
     for (int d = 0; d < (n == 0 ? 4 : 1); ++d) {
-      auto* dev = node->add_devices();
-      dev->set_id(node->node_id() + "/gpu:" + std::to_string(d));
-      dev->set_kind(quilt::v1::DEVICE_KIND_GPU);
-      dev->set_index(d);
-      dev->set_peak_fp32_flops_per_s(n == 0 ? 1.4e13 : 9e12);
-      dev->set_efficiency(0.4);
-      dev->set_memory_bandwidth_bytes_per_s(8e11);
-      dev->set_memory_bytes(int64_t{16} << 30);
+      testing::AddTestGpu(node, d, n == 0 ? 1.4e13 : 9e12);
     }
     node->mutable_intra_node_link()->set_bandwidth_bytes_per_s(1.2e11);
     node->mutable_nic()->set_bandwidth_bytes_per_s(1.25e8);
