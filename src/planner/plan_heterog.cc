@@ -558,7 +558,6 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
                          nearest->estimate.name());
     }
   }
-  (void)lb;
   if (best != nullptr) {
     quilt::v1::StrategyEstimate* b = summary.mutable_best_baseline();
     *b = best->estimate;
