@@ -25,6 +25,14 @@ int64_t MemoryFloor::LargestBatch(int64_t capacity_bytes) const {
   return left / bytes_per_row;
 }
 
+bool PastTheFloorMargin(int64_t batch, int64_t largest) {
+  if (largest < 0) return false;
+  if (largest == 0) return true;
+  const int64_t margin =
+      std::max<int64_t>(1, static_cast<int64_t>(kFloorSearchMargin * static_cast<double>(largest)));
+  return batch > largest + margin;
+}
+
 int64_t TotalMemoryBytes(const Topology& topo) {
   int64_t total = 0;
   for (const DeviceEntry& d : topo.devices()) {

@@ -46,6 +46,17 @@ int64_t TotalMemoryBytes(const Topology& topo);
 // whose ops read a tensor it does not declare.
 absl::StatusOr<MemoryFloor> ComputeMemoryFloor(const Graph& training_graph);
 
+// Where no baseline fits, the planner searches at batches up to this share
+// (and at least one row) past the floor's largest batch, and says at once
+// that none fits beyond (the floor is about, not proved: no plan was found
+// past it by one row in the sweeps docs/BENCHMARKS.md records).
+inline constexpr double kFloorSearchMargin = 0.02;
+
+// Whether `batch` is past the floor's `largest` batch (LargestBatch) by
+// more than that margin: always where not even one row fits (0), never
+// where any batch does (-1).
+bool PastTheFloorMargin(int64_t batch, int64_t largest);
+
 // Where the report's batch is above its memory floor's largest: why, in
 // sizes, as a clause that starts "; by the memory model" ("" otherwise).
 std::string AboveTheMemoryFloor(const quilt::v1::PlanReport& report);

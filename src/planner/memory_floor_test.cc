@@ -92,6 +92,21 @@ TEST(MemoryFloor, EveryPlanHoldsAtLeastTheFloor) {
 
 // gpt2 on HeteroG's testbed: above the floor's largest batch no strategy
 // fits, and the report's floor says which batch that is.
+// The planner searches up to 2 % and at least one row past the floor's
+// largest batch; where not even one row fits, at no batch; where any
+// batch fits, at every one.
+TEST(MemoryFloor, TheSearchMarginIsTwoPercentAndAtLeastOneRow) {
+  EXPECT_FALSE(PastTheFloorMargin(75, 74));
+  EXPECT_TRUE(PastTheFloorMargin(76, 74));
+  EXPECT_FALSE(PastTheFloorMargin(1020, 1000));
+  EXPECT_TRUE(PastTheFloorMargin(1021, 1000));
+  EXPECT_FALSE(PastTheFloorMargin(1000, 1000));
+  EXPECT_FALSE(PastTheFloorMargin(2, 1));
+  EXPECT_TRUE(PastTheFloorMargin(3, 1));
+  EXPECT_TRUE(PastTheFloorMargin(1, 0));
+  EXPECT_FALSE(PastTheFloorMargin(int64_t{1} << 40, -1));
+}
+
 TEST(MemoryFloor, NoPlanFitsAboveTheLargestBatch) {
   auto w = testing::OnShippedCluster("gpt2", "heterog_testbed");
   ASSERT_NE(w, nullptr);
@@ -109,8 +124,9 @@ TEST(MemoryFloor, NoPlanFitsAboveTheLargestBatch) {
   EXPECT_EQ(plan->report.best(), "");
   EXPECT_EQ(plan->report.memory_floor().largest_batch(), largest);
   EXPECT_EQ(plan->report.memory_floor().capacity_bytes(), capacity);
-  // Over 10 % past it the planner says so without searching.
-  for (int64_t batch : {largest + largest / 10, largest + largest / 5}) {
+  // Past its search margin the planner says so without searching (at
+  // largest + 1, above, it searched).
+  for (int64_t batch : {largest + 2, largest + largest / 5}) {
     o.global_batch = batch;
     plan = Plan(w->graph, w->topo, o);
     ASSERT_THAT(plan.status(), IsOk());
@@ -118,7 +134,8 @@ TEST(MemoryFloor, NoPlanFitsAboveTheLargestBatch) {
     const quilt::v1::StrategyEstimate* heterog = testing::FindEstimate(plan->report, "heterog");
     ASSERT_NE(heterog, nullptr);
     EXPECT_FALSE(heterog->feasible());
-    const bool skipped = batch > largest + largest / 10;
+    const bool skipped = PastTheFloorMargin(batch, largest);
+    EXPECT_TRUE(skipped) << batch;
     EXPECT_EQ(heterog->infeasible_reason().find("not searched") != std::string::npos, skipped)
         << batch << ": " << heterog->infeasible_reason();
     EXPECT_EQ(heterog->search().plans_evaluated() == 0, skipped) << batch;

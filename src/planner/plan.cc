@@ -163,13 +163,11 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
   for (const NamedStrategy& ns : strategies) names.push_back(ns.name);
   bool baseline_fits = false;
   for (const auto& [name, e] : done) baseline_fits |= e.estimate.feasible();
-  // Well past the memory floor no plan fits (none was found past it by
-  // one row: docs/BENCHMARKS.md): said at once, not after a search of the
+  // Past the memory floor no plan fits (none was found past it by one
+  // row: docs/BENCHMARKS.md): said at once, not after a search of the
   // whole budget. (Where a baseline fits, the floor is wrong: searched.)
   const int64_t floor_batch = rep.memory_floor().largest_batch();
-  // (A floor's batch of -1: any batch.)
-  const bool past_floor = !baseline_fits && floor_batch >= 0 && o.global_batch > floor_batch &&
-                          static_cast<double>(o.global_batch) > 1.1 * floor_batch;
+  const bool past_floor = !baseline_fits && PastTheFloorMargin(o.global_batch, floor_batch);
   if (wanted(kHeteroG) && past_floor) {
     found = true;
     names.push_back(kHeteroG);
@@ -180,7 +178,7 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
             ? std::string("not searched: by the memory model no plan holds one batch row here")
             : absl::StrCat("not searched: by the memory model no plan holds more than about ",
                            floor_batch, " batch rows here at once, and ", o.global_batch,
-                           " is over 10% more")}));
+                           " is over ", kFloorSearchMargin * 100, "% more")}));
   } else if (wanted(kHeteroG) && !(o.fit_check_only && o.strategy == "all" && baseline_fits)) {
     found = true;
     names.push_back(kHeteroG);

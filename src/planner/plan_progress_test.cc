@@ -100,9 +100,9 @@ TEST(PlanFitCheck, SearchesOnlyWhenNoBaselineFits) {
 
 // `model` planned with the search alone at batch 64 on TwoNodes of
 // `memory` bytes per device, as `po` says besides; its progress lines in
-// `lines`. `at_floor`: at the memory floor's largest batch instead, the
-// largest the planner searches at where nothing fits (past it by 10 %,
-// it says so without searching).
+// `lines`. `at_floor`: at the memory floor's largest batch instead (past
+// it by over 2 % and a row, where nothing fits, the planner says so
+// without searching).
 absl::StatusOr<PlanResult> PlanSearchOnly(const std::string& model, int64_t memory, PlanOptions po,
                                           std::vector<std::string>* lines, bool at_floor = false) {
   auto w = testing::Make(model, testing::TwoNodesWithMemory({memory}));
