@@ -191,7 +191,11 @@ class SearchSpace {
   absl::StatusOr<SimResult> Run(const PlanState& state, const CostModel& cost,
                                 std::unique_ptr<char[]>* block) const;
   static constexpr size_t kArenaBlockBytes = 8 << 20;
-  static constexpr double kParallelAboveS = 2e-3;
+  // A thread's start and end cost tens of microseconds: two threads pay
+  // from about a tenth of a millisecond a plan (with one allocator arena
+  // for every thread: src/common/allocator_options.cc; with an arena a
+  // thread they cost more than they saved below about 2 ms).
+  static constexpr double kParallelAboveS = 1e-4;
   // Parameter servers of group k (parameter-server aggregation).
   std::vector<int> Servers(const PlanState& state, int k) const;
 
