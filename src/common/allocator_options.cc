@@ -4,9 +4,9 @@
 // (estimate_many.h, search_space.h), and with jemalloc's default of four
 // arenas a core each new thread took another arena, so the memory one
 // thread freed was not what the next allocated from, and it faulted fresh
-// pages in (inception_v3 on HAP's 64 devices: 16 % of planning's wall
-// time; docs/BENCHMARKS.md). MALLOC_CONF in the environment still applies
-// on top.
+// pages in (inception_v3 on HAP's 64 devices: about a tenth of
+// planning's wall time; docs/BENCHMARKS.md). MALLOC_CONF in the
+// environment still applies on top.
 extern "C" {
 // Read by jemalloc at its start (the symbol its manual names).
 extern const char* malloc_conf;

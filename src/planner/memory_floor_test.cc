@@ -90,8 +90,6 @@ TEST(MemoryFloor, EveryPlanHoldsAtLeastTheFloor) {
   EXPECT_GE(checked, 16);
 }
 
-// gpt2 on HeteroG's testbed: above the floor's largest batch no strategy
-// fits, and the report's floor says which batch that is.
 // The planner searches up to 2 % and at least one row past the floor's
 // largest batch; where not even one row fits, at no batch; where any
 // batch fits, at every one.
@@ -107,6 +105,8 @@ TEST(MemoryFloor, TheSearchMarginIsTwoPercentAndAtLeastOneRow) {
   EXPECT_FALSE(PastTheFloorMargin(int64_t{1} << 40, -1));
 }
 
+// gpt2 on HeteroG's testbed: above the floor's largest batch no strategy
+// fits, and the report's floor says which batch that is.
 TEST(MemoryFloor, NoPlanFitsAboveTheLargestBatch) {
   auto w = testing::OnShippedCluster("gpt2", "heterog_testbed");
   ASSERT_NE(w, nullptr);
