@@ -29,6 +29,20 @@ namespace quilt::sim_internal {
 // Collectives over the same links are one class: a batch norm's sums and
 // the gradients' all-reduces of a group over hundreds of devices would
 // otherwise each register with every link of the ring.
+// A class of at most two own links (every transfer's) is not counted: its
+// entry in each of its links' lists carries its other link, its trunk and
+// its best waiter, so that when a link frees, a scan of its list reads
+// only the list and the links' states (bert_large's parameter servers on
+// 50 nodes of 8 devices: a port's list held a class per peer, about 120
+// scanned per freed link, and counting each one at every change of the
+// port cost a cache miss).
+void Sim::NewClassState(const PathWaiters& w) {
+  ClassState s;
+  s.pair = w.own.size() <= 2;
+  for (size_t j = 0; s.pair && j < w.own.size(); ++j) s.own[j] = w.own[j];
+  class_state_.push_back(s);
+}
+
 int Sim::PathClass(int n) {
   const Node& node = nodes_[n];
   if (node.kind == Kind::kAllReduce) {
@@ -41,7 +55,7 @@ int Sim::PathClass(int n) {
           link_set_class_.try_emplace(std::move(links), static_cast<int>(classes_.size()));
       if (added) {
         classes_.push_back(PathWaiters{&Links(n), Links(n)});
-        class_state_.emplace_back();
+        NewClassState(classes_.back());
       }
       cc = it->second;
     }
@@ -62,7 +76,7 @@ int Sim::PathClass(int n) {
       w.own = links;
     }
     classes_.push_back(std::move(w));
-    class_state_.emplace_back();
+    NewClassState(classes_.back());
   }
   return it->second;
 }
@@ -86,12 +100,12 @@ int Enlist(std::vector<std::vector<LinkEntry>>& lists, const std::vector<int>& l
 
 // Takes the entries at `place` out of the lists of `links`; the entry
 // moved into each freed place learns it through `places(its id)`.
-template <typename Places>
-void Delist(std::vector<std::vector<LinkEntry>>& lists, const std::vector<int>& links,
+template <typename Entry, typename Places>
+void Delist(std::vector<std::vector<Entry>>& lists, const std::vector<int>& links,
             const std::vector<int>& place, Places places) {
   for (size_t j = 0; j < links.size(); ++j) {
-    std::vector<LinkEntry>& list = lists[links[j]];
-    const LinkEntry last = list.back();
+    std::vector<Entry>& list = lists[links[j]];
+    const Entry last = list.back();
     list[place[j]] = last;
     places(last.cls)[last.slot] = place[j];
     list.pop_back();
@@ -102,27 +116,41 @@ void Delist(std::vector<std::vector<LinkEntry>>& lists, const std::vector<int>& 
 
 void Sim::Register(int c) {
   PathWaiters& pc = classes_[c];
-  class_state_[c].live = true;
-  class_state_[c].busy = Enlist(link_classes_, pc.own, c, link_busy_, &pc.place);
-  class_state_[c].trunk = pc.trunk;
+  ClassState& s = class_state_[c];
+  s.live = true;
+  s.trunk = pc.trunk;
+  if (s.pair) {
+    pc.place.resize(pc.own.size());
+    for (size_t j = 0; j < pc.own.size(); ++j) {
+      std::vector<PairEntry>& list = link_pairs_[pc.own[j]];
+      pc.place[j] = static_cast<int>(list.size());
+      list.push_back({c, static_cast<int>(j), s.own[1 - j], pc.trunk});
+    }
+  } else {
+    s.busy = Enlist(link_classes_, pc.own, c, link_busy_, &pc.place);
+  }
   if (pc.trunk >= 0) {
     Trunk& t = trunks_[pc.trunk];
     if (t.members.empty()) t.busy = Enlist(link_trunks_, t.links, pc.trunk, link_busy_, &t.place);
     pc.member_place = static_cast<int>(t.members.size());
-    t.members.push_back(c);
+    t.members.push_back({c, class_state_[c].own[0], class_state_[c].own[1]});
   }
 }
 
 void Sim::Unregister(int c) {
   PathWaiters& pc = classes_[c];
-  Delist(link_classes_, pc.own, pc.place,
-         [&](int k) -> std::vector<int>& { return classes_[k].place; });
+  auto places = [&](int k) -> std::vector<int>& { return classes_[k].place; };
+  if (class_state_[c].pair) {
+    Delist(link_pairs_, pc.own, pc.place, places);
+  } else {
+    Delist(link_classes_, pc.own, pc.place, places);
+  }
   class_state_[c].live = false;
   if (pc.trunk >= 0) {
     Trunk& t = trunks_[pc.trunk];
-    const int last = t.members.back();
+    const Trunk::Member last = t.members.back();
     t.members[pc.member_place] = last;
-    classes_[last].member_place = pc.member_place;
+    classes_[last.cls].member_place = pc.member_place;
     t.members.pop_back();
     if (t.members.empty()) {
       Delist(link_trunks_, t.links, t.place,
@@ -144,54 +172,99 @@ void Sim::TryStartComm(int n) {
     Register(c);
   }
   pc.waiting.push({priority_[n], -n});
-  class_state_[c].top = pc.waiting.top();
+  SetTop(c);
+}
+
+void Sim::SetTop(int c) {
+  PathWaiters& pc = classes_[c];
+  ClassState& s = class_state_[c];
+  s.top = pc.waiting.top();
+  if (!s.pair) return;
+  for (size_t j = 0; j < pc.own.size(); ++j) link_pairs_[pc.own[j]][pc.place[j]].top = s.top;
+  if (pc.trunk >= 0) {
+    Trunk& t = trunks_[pc.trunk];
+    t.members[pc.member_place].top = s.top;
+    t.max_top = std::max(t.max_top, s.top);
+  }
+}
+
+bool Sim::BestOf(int r, Candidate* best) {
+  bool found = false;
+  auto offer = [&](const Candidate& k) {
+    if (!found || k.top > best->top) *best = k;
+    found = true;
+  };
+  for (const LinkEntry& e : link_classes_[r]) {
+    const ClassState& s = class_state_[e.cls];
+    if (s.busy == 0 && (s.trunk < 0 || trunks_[s.trunk].busy == 0)) {
+      Candidate k;
+      k.top = s.top;
+      k.cls = e.cls;
+      k.counted = true;
+      offer(k);
+    }
+  }
+  for (const PairEntry& e : link_pairs_[r]) {
+    if ((e.other < 0 || !link_busy_[e.other]) && (e.trunk < 0 || trunks_[e.trunk].busy == 0)) {
+      offer(Candidate{e.top, e.cls, r, e.other, e.trunk});
+    }
+  }
+  for (const LinkEntry& e : link_trunks_[r]) {
+    Trunk& t = trunks_[e.cls];
+    if (t.busy != 0 || (found && !(t.max_top > best->top))) continue;
+    std::pair<double, int> most = t.members.front().top;
+    for (const Trunk::Member& m : t.members) {
+      most = std::max(most, m.top);
+      if ((m.own0 < 0 || !link_busy_[m.own0]) && (m.own1 < 0 || !link_busy_[m.own1])) {
+        offer(Candidate{m.top, m.cls, m.own0, m.own1, e.cls});
+      }
+    }
+    t.max_top = most;
+  }
+  return found;
 }
 
 void Sim::FreeLinks(int n) {
-  // The classes whose links are all free now, and the best of them. (A
-  // class becomes startable once, when the last of its own links' and its
-  // trunk's counts falls to zero.)
-  startable_.clear();
-  int best = -1;
-  auto startable = [&](int c) {
-    startable_.push_back(c);
-    if (best < 0 || Better(c, best)) best = c;
-  };
-  for (int r : Links(n)) {
+  // Each freed link's counts fall; the classes that can start are then
+  // those of the freed links' lists whose links are all free. Every one of
+  // them uses the freed link whose list it is in, so a start that takes
+  // that link leaves none of that list's: the best class of each list is
+  // kept, the best of those started, and a list's best found again only
+  // where a start took another of its links. (The same classes, started in
+  // the same order, as from all of them at once: starts only make links
+  // busy, so a class passed over cannot become startable again here.)
+  const std::vector<int>& freed = Links(n);
+  for (int r : freed) {
     link_busy_[r] = false;
-    for (const LinkEntry& e : link_classes_[r]) {
-      ClassState& s = class_state_[e.cls];
-      if (--s.busy == 0 && (s.trunk < 0 || trunks_[s.trunk].busy == 0)) startable(e.cls);
-    }
-    for (const LinkEntry& e : link_trunks_[r]) {
-      if (--trunks_[e.cls].busy != 0) continue;
-      for (int c : trunks_[e.cls].members) {
-        if (class_state_[c].busy == 0) startable(c);
+    for (const LinkEntry& e : link_classes_[r]) --class_state_[e.cls].busy;
+    for (const LinkEntry& e : link_trunks_[r]) --trunks_[e.cls].busy;
+  }
+  startable_.assign(freed.size(), Candidate{});
+  std::vector<bool>& live = freed_live_;
+  live.assign(freed.size(), false);
+  for (size_t i = 0; i < freed.size(); ++i) live[i] = BestOf(freed[i], &startable_[i]);
+  for (;;) {
+    int best = -1;
+    for (size_t i = 0; i < freed.size(); ++i) {
+      if (live[i] && (best < 0 || startable_[i].top > startable_[best].top)) {
+        best = static_cast<int>(i);
       }
     }
-  }
-  // Starts only make links busy, so a class passed over cannot become
-  // startable again here. (Usually one start takes a link every other
-  // candidate needs: picking the best each time is cheaper than sorting.)
-  while (best >= 0) {
-    PathWaiters& pc = classes_[best];
+    if (best < 0) return;
+    const int c = startable_[best].cls;
+    PathWaiters& pc = classes_[c];
     const int w = -pc.waiting.top().second;
     pc.waiting.pop();
     if (pc.waiting.empty()) {
-      Unregister(best);
+      Unregister(c);
     } else {
-      class_state_[best].top = pc.waiting.top();
+      SetTop(c);
     }
     Start(w);
-    best = -1;
-    size_t kept = 0;
-    for (size_t i = 0; i < startable_.size(); ++i) {
-      const int c = startable_[i];
-      if (!Startable(c)) continue;
-      startable_[kept++] = c;
-      if (best < 0 || Better(c, best)) best = c;
+    for (size_t i = 0; i < freed.size(); ++i) {
+      if (!live[i] || CanStart(startable_[i])) continue;
+      live[i] = !link_busy_[freed[i]] && BestOf(freed[i], &startable_[i]);
     }
-    startable_.resize(kept);
   }
 }
 

@@ -6,6 +6,7 @@
 #define QUILT_SRC_SIM_SIM_STATE_H_
 
 #include <functional>
+#include <limits>
 #include <optional>
 #include <queue>
 #include <string>
@@ -108,17 +109,34 @@ struct PathWaiters {
 // change then visits the node pairs with waiters, not every device pair.
 struct Trunk {
   std::vector<int> links;
-  std::vector<int> place;    // per link: its entry's place in that link's list
-  std::vector<int> members;  // its registered classes
-  int busy = 0;              // busy links, while it has members
+  std::vector<int> place;  // per link: its entry's place in that link's list
+  // Its registered classes (pair classes all: their own links beside
+  // them, read when the trunk frees).
+  struct Member {
+    int cls, own0, own1;
+    std::pair<double, int> top;  // ClassState::top, kept in step (SetTop)
+  };
+  std::vector<Member> members;
+  // At least every member's top (raised by SetTop, made exact where a
+  // scan reads them all): a trunk under the best class found so far is
+  // passed over.
+  std::pair<double, int> max_top{-std::numeric_limits<double>::infinity(), 0};
+  int busy = 0;  // busy links, while it has members
 };
 
 // What freeing and taking links checks of a class, kept apart from its
 // queue (dense: a link's list of classes is scanned at every change).
+// A class of at most two own links (a transfer's: its two ports, or an
+// intra-node path) is a pair class: its links are checked where asked,
+// not counted (a port's list holds a class per peer: hundreds of parameter
+// servers' pushes on large clusters, each counted at every change of the
+// port cost a cache miss).
 struct ClassState {
   bool live = false;           // registered: it has waiters, and is in its links' lists
-  int busy = 0;                // busy own links, while registered
+  bool pair = false;           // a pair class (own links in own[])
+  int busy = 0;                // busy own links, while registered (counted classes)
   int trunk = -1;              // PathWaiters::trunk
+  int own[2] = {-1, -1};       // a pair class's own links (-1: none)
   std::pair<double, int> top;  // its best waiter (priority, -node), while registered
 };
 
@@ -126,6 +144,22 @@ struct ClassState {
 // its links the list is (its place there is PathWaiters::place[slot]).
 struct LinkEntry {
   int cls, slot;
+};
+
+// A registered pair class in the list of one of its own links: also its
+// other own link (-1: none) and its trunk (-1: none), so that a scan of
+// the list reads nothing else of it unless it can start.
+struct PairEntry {
+  int cls, slot, other, trunk;
+  std::pair<double, int> top;  // ClassState::top, kept in step (SetTop)
+};
+
+// A class FreeLinks found startable: what its checks and choice read.
+struct Candidate {
+  std::pair<double, int> top;
+  int cls;
+  int own0 = -1, own1 = -1, trunk = -1;  // a pair class's
+  bool counted = false;                  // checked by its ClassState instead
 };
 
 struct Event {
@@ -165,6 +199,20 @@ class Sim {
   std::string Label(int n) const;
   void Ready(int n);
   int PathClass(int n);
+  // Sets registered class c's best waiter from its queue (and in its
+  // pair entries and trunk membership).
+  void SetTop(int c);
+  // The best class of link r's lists whose links are all free, into
+  // `best`; false where none is.
+  bool BestOf(int r, Candidate* best);
+  // Whether a candidate can start now.
+  bool CanStart(const Candidate& k) const {
+    if (k.counted) return Startable(k.cls);
+    return (k.own0 < 0 || !link_busy_[k.own0]) && (k.own1 < 0 || !link_busy_[k.own1]) &&
+           (k.trunk < 0 || trunks_[k.trunk].busy == 0);
+  }
+  // Appends the state of a new class with links `w`.
+  void NewClassState(const PathWaiters& w);
   void TryStartComm(int n);
   // Enters class c in the lists of its links, or takes it out of them.
   void Register(int c);
@@ -174,8 +222,6 @@ class Sim {
     const ClassState& s = class_state_[c];
     return s.live && s.busy == 0 && (s.trunk < 0 || trunks_[s.trunk].busy == 0);
   }
-  // Whether class a's best waiter ranks above class b's.
-  bool Better(int a, int b) const { return class_state_[a].top > class_state_[b].top; }
   void FreeLinks(int n);
   void Start(int n);
   void Complete(int n);
@@ -235,12 +281,16 @@ class Sim {
   // Collectives over the same links share a class (per collective, lazily).
   std::vector<int> collective_class_;
   absl::flat_hash_map<std::vector<int>, int> link_set_class_;
-  std::vector<std::vector<LinkEntry>> link_classes_;
+  std::vector<std::vector<LinkEntry>> link_classes_;  // counted classes
+  std::vector<std::vector<PairEntry>> link_pairs_;    // pair classes
   // Trunks by their links, and per link the trunks with waiters using it.
   std::vector<Trunk> trunks_;
   absl::flat_hash_map<std::vector<int>, int> trunk_ids_;
   std::vector<std::vector<LinkEntry>> link_trunks_;
-  std::vector<int> startable_;
+  // FreeLinks's: per freed link, the best class of its lists that can
+  // start, and whether it has one.
+  std::vector<Candidate> startable_;
+  std::vector<bool> freed_live_;
   std::vector<int64_t> live_, peak_;
   std::vector<double> busy_s_, link_busy_s_;
   // Per node (its process's transport): when its latest transfer ends

@@ -244,6 +244,7 @@ absl::StatusOr<SimResult> Sim::Replay(double prepare_wall_s) {
   dirty_.assign(nd, false);
   link_busy_.assign(topo_.num_resources(), false);
   link_classes_.assign(topo_.num_resources(), {});
+  link_pairs_.assign(topo_.num_resources(), {});
   link_trunks_.assign(topo_.num_resources(), {});
   link_busy_s_.assign(topo_.num_resources(), 0.0);
   live_.assign(nd, 0);

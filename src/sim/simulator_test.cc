@@ -1,6 +1,6 @@
 // The simulator against closed forms on hand-built programs: a chain of ops
-// on one device, ring all-reduce, parameter-server fan-in, transfers
-// sharing a link, and memory peaks.
+// on one device, ring all-reduce, and memory peaks (links shared by
+// communications: link_waits_test.cc).
 #include "src/sim/simulator.h"
 
 #include "gmock/gmock.h"
@@ -9,6 +9,7 @@
 #include "src/common/status_matchers.h"
 #include "src/common/units.h"
 #include "src/graph/graph_builder.h"
+#include "src/sim/sim_test_util.h"
 
 namespace quilt {
 namespace {
@@ -16,172 +17,6 @@ namespace {
 using quilt::v1::DistributedProgram;
 using quilt::v1::Instruction;
 using ::testing::HasSubstr;
-
-struct NodeShape {
-  int devices = 1;
-  double fabric_bw = 1e11, fabric_lat = 2e-6;
-  double nic_bw = 1e10, nic_lat = 1e-5;
-};
-
-quilt::v1::ClusterSpec Spec(const std::vector<NodeShape>& nodes,
-                            int64_t memory = int64_t{1} << 34) {
-  quilt::v1::ClusterSpec spec;
-  spec.set_name("test");
-  for (size_t n = 0; n < nodes.size(); ++n) {
-    auto* node = spec.add_nodes();
-    node->set_node_id("n" + std::to_string(n));
-    node->set_hostname(node->node_id());
-    for (int d = 0; d < nodes[n].devices; ++d) {
-      auto* dev = node->add_devices();
-      dev->set_id(node->node_id() + "/gpu:" + std::to_string(d));
-      dev->set_kind(quilt::v1::DEVICE_KIND_GPU);
-      dev->set_model("test gpu");
-      dev->set_index(d);
-      dev->set_peak_fp32_flops_per_s(1e13);
-      dev->set_efficiency(1);
-      dev->set_memory_bandwidth_bytes_per_s(1e12);
-      dev->set_memory_bytes(memory);
-    }
-    node->mutable_intra_node_link()->set_bandwidth_bytes_per_s(nodes[n].fabric_bw);
-    node->mutable_intra_node_link()->set_latency_s(nodes[n].fabric_lat);
-    node->mutable_nic()->set_bandwidth_bytes_per_s(nodes[n].nic_bw);
-    node->mutable_nic()->set_latency_s(nodes[n].nic_lat);
-  }
-  return spec;
-}
-
-// A program under construction: instructions appended per device with
-// increasing ids.
-class ProgramBuilder {
- public:
-  ProgramBuilder(const Topology& topo, int64_t batch) : topo_(topo) {
-    prog_.set_global_batch(batch);
-    for (int d = 0; d < topo.num_devices(); ++d) prog_.add_devices()->set_device(topo.device(d).id);
-  }
-  quilt::v1::DeviceProgram& device(int d) { return *prog_.mutable_devices(d); }
-  Instruction* Add(int d, std::vector<int64_t> deps = {}) {
-    Instruction* ins = device(d).add_instructions();
-    ins->set_id(next_id_++);
-    for (int64_t x : deps) ins->add_deps(x);
-    return ins;
-  }
-  int64_t Compute(int d, const std::string& op, int64_t begin, int64_t end,
-                  std::vector<int64_t> deps = {}) {
-    Instruction* ins = Add(d, std::move(deps));
-    ins->mutable_compute()->set_op(op);
-    ins->mutable_compute()->set_begin(begin);
-    ins->mutable_compute()->set_end(end);
-    return ins->id();
-  }
-  void Persistent(int d, const std::string& tensor) {
-    device(d).add_persistent()->set_tensor(tensor);
-  }
-  void Feed(int d, const std::string& tensor, int64_t begin, int64_t end) {
-    auto* r = device(d).add_feeds();
-    r->set_tensor(tensor);
-    r->set_begin(begin);
-    r->set_end(end);
-  }
-  // A whole-tensor transfer from device a to b.
-  void Transfer(int a, int b, const std::string& tensor, int64_t bytes) {
-    const int64_t tag = next_tag_++;
-    Instruction* s = Add(a);
-    s->mutable_send()->mutable_range()->set_tensor(tensor);
-    s->mutable_send()->set_peer_device(topo_.device(b).id);
-    s->mutable_send()->set_tag(tag);
-    s->mutable_send()->set_bytes(bytes);
-    Instruction* r = Add(b);
-    r->mutable_recv()->mutable_range()->set_tensor(tensor);
-    r->mutable_recv()->mutable_into()->set_tensor(tensor);
-    r->mutable_recv()->set_peer_device(topo_.device(a).id);
-    r->mutable_recv()->set_tag(tag);
-    r->mutable_recv()->set_bytes(bytes);
-  }
-  void AllReduce(
-      const std::vector<int>& devices, const std::string& tensor, int64_t bytes,
-      quilt::v1::AggregationMethod method = quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE) {
-    auto* group = prog_.add_groups();
-    group->set_id(prog_.groups_size());
-    for (int d : devices) group->add_devices(topo_.device(d).id);
-    const int64_t cid = next_collective_++;
-    for (int d : devices) {
-      Instruction* ins = Add(d);
-      auto* ar = ins->mutable_all_reduce();
-      ar->set_collective_id(cid);
-      ar->set_group(group->id());
-      ar->add_tensors(tensor);
-      ar->set_bytes(bytes);
-      ar->set_algorithm(method);
-    }
-  }
-  // Every worker pushes `bytes` of `tensor` to `server`, which sums them.
-  void PushAll(const std::vector<int>& workers, int server, const std::string& tensor,
-               int64_t bytes) {
-    Instruction acc;
-    acc.mutable_ps_accumulate()->mutable_gradient()->set_tensor(tensor);
-    for (int w : workers) {
-      const int64_t tag = next_tag_++;
-      Instruction* p = Add(w);
-      p->mutable_ps_push()->mutable_gradient()->set_tensor(tensor);
-      p->mutable_ps_push()->set_server_device(topo_.device(server).id);
-      p->mutable_ps_push()->set_tag(tag);
-      p->mutable_ps_push()->set_bytes(bytes);
-      acc.mutable_ps_accumulate()->add_push_tags(tag);
-    }
-    Instruction* a = Add(server);
-    const int64_t id = a->id();
-    *a = acc;
-    a->set_id(id);
-  }
-  // Device d pulls `tensor` (`bytes`) from `server`.
-  void Pull(int d, int server, const std::string& tensor, int64_t bytes) {
-    Instruction* p = Add(d);
-    p->mutable_ps_pull()->mutable_parameter()->set_tensor(tensor);
-    p->mutable_ps_pull()->set_server_device(topo_.device(server).id);
-    p->mutable_ps_pull()->set_tag(next_tag_++);
-    p->mutable_ps_pull()->set_bytes(bytes);
-  }
-  const DistributedProgram& program() const { return prog_; }
-
- private:
-  const Topology& topo_;
-  DistributedProgram prog_;
-  int64_t next_id_ = 0, next_tag_ = 1, next_collective_ = 1;
-};
-
-struct World {
-  Graph graph;
-  Topology topo;
-  CostModel cost;
-};
-
-std::unique_ptr<World> MakeWorld(Graph g, const quilt::v1::ClusterSpec& spec) {
-  auto w = std::make_unique<World>();
-  w->graph = std::move(g);
-  absl::StatusOr<Topology> topo = Topology::Build(spec);
-  EXPECT_THAT(topo.status(), IsOk());
-  w->topo = std::move(*topo);
-  absl::StatusOr<CostModel> cost = CostModel::Create(&w->graph, &w->topo);
-  EXPECT_THAT(cost.status(), IsOk());
-  w->cost = std::move(*cost);
-  return w;
-}
-
-// One non-batch float tensor of `bytes` bytes.
-Graph TensorGraph(int64_t bytes) {
-  Graph g;
-  EXPECT_THAT(g.AddTensor({"g", DType::kF32, Shape::Fixed({bytes / 4}), TensorRole::kGradient}),
-              IsOk());
-  return g;
-}
-
-SimResult MustSimulate(const World& w, const DistributedProgram& p, bool trace = false) {
-  SimOptions o;
-  o.trace = trace;
-  absl::StatusOr<SimResult> r = Simulate(p, w.graph, w.topo, w.cost, o);
-  EXPECT_THAT(r.status(), IsOk());
-  return r.ok() ? *r : SimResult{};
-}
 
 constexpr int64_t kRows = 10;
 constexpr int64_t kWidth = 1000;
@@ -605,90 +440,6 @@ TEST(Simulator, CommunicationCountsOnlyTransfersBetweenDevices) {
   EXPECT_EQ(MustSimulate(*w, p.program()).communication_bytes, 0);
   p.Pull(1, 0, "g", m);
   EXPECT_EQ(MustSimulate(*w, p.program()).communication_bytes, m);
-}
-
-TEST(Simulator, ParameterServerFanIn_IsLimitedByTheServersLink) {
-  const int64_t m = 8 << 20;
-  const int k = 4;
-  // Nodes 0..k-1 hold one server each, nodes k..2k-1 one worker each. The
-  // servers' NICs are slower (1 Gbyte/s) than the workers' (10 Gbyte/s).
-  std::vector<NodeShape> nodes;
-  for (int i = 0; i < 2 * k; ++i) {
-    NodeShape n{1};
-    n.nic_bw = i < k ? 1e9 : 1e10;
-    nodes.push_back(n);
-  }
-  auto w = MakeWorld(TensorGraph(m), Spec(nodes));
-  const double push = 2e-6 + 1e-5 + m / 1e9;  // fabric + NIC latency, server NIC bandwidth
-  const DeviceSpeed& s = w->cost.speed(0);
-  auto accumulate = [&](int pushes) {
-    return pushes * static_cast<double>(m) / s.memory_bytes_per_s + s.overhead_s +
-           static_cast<double>(m) / s.memory_bytes_per_s;
-  };
-  {
-    // Every worker pushes to server 0: the pushes queue on its link.
-    ProgramBuilder p(w->topo, 1);
-    std::vector<int> workers;
-    for (int i = k; i < 2 * k; ++i) {
-      workers.push_back(i);
-      p.Persistent(i, "g");
-    }
-    p.PushAll(workers, 0, "g", m);
-    EXPECT_NEAR(MustSimulate(*w, p.program()).step_time_s, k * push + accumulate(k), 1e-9);
-  }
-  {
-    // Each worker pushes to its own server: the pushes run at once.
-    ProgramBuilder p(w->topo, 1);
-    for (int i = 0; i < k; ++i) {
-      p.Persistent(k + i, "g");
-      p.PushAll({k + i}, i, "g", m);
-    }
-    EXPECT_NEAR(MustSimulate(*w, p.program()).step_time_s, push + accumulate(1), 1e-9);
-  }
-}
-
-TEST(Simulator, TransfersSharingALink_TakeTwiceAsLong) {
-  const int64_t m = 16 << 20;
-  NodeShape node{2};
-  node.nic_bw = 2e9;
-  node.nic_lat = 1e-5;
-  node.fabric_bw = 1e11;
-  node.fabric_lat = 2e-6;
-  auto w = MakeWorld(TensorGraph(m), Spec({node, node}));
-  const double one = 2e-6 + 1e-5 + m / 2e9;
-  {
-    ProgramBuilder p(w->topo, 1);
-    p.Persistent(0, "g");
-    p.Transfer(0, 2, "g", m);
-    EXPECT_NEAR(MustSimulate(*w, p.program()).step_time_s, one, 1e-12);
-  }
-  {
-    // n0/gpu:0 → n1/gpu:0 and n0/gpu:1 → n1/gpu:1 share both NICs.
-    ProgramBuilder p(w->topo, 1);
-    p.Persistent(0, "g");
-    p.Persistent(1, "g");
-    p.Transfer(0, 2, "g", m);
-    p.Transfer(1, 3, "g", m);
-    const SimResult r = MustSimulate(*w, p.program());
-    EXPECT_NEAR(r.step_time_s, 2 * one, 1e-12);
-    bool nic_busy = false;
-    for (const LinkUsage& l : r.links) {
-      if (l.resource == "n0 nic out") {
-        nic_busy = true;
-        EXPECT_NEAR(l.utilization, 1.0, 1e-9);
-      }
-    }
-    EXPECT_TRUE(nic_busy);
-  }
-  {
-    // Within each node: disjoint links, concurrent.
-    ProgramBuilder p(w->topo, 1);
-    p.Persistent(0, "g");
-    p.Persistent(2, "g");
-    p.Transfer(0, 1, "g", m);
-    p.Transfer(2, 3, "g", m);
-    EXPECT_NEAR(MustSimulate(*w, p.program()).step_time_s, 2e-6 + m / 1e11, 1e-12);
-  }
 }
 
 TEST(Simulator, IsDeterministicAndTracesEveryInstruction) {
