@@ -5,7 +5,8 @@
 // where the bound puts it far behind. Where no baseline fits, data
 // parallelism over memory is a seed too. A first start over memory leaves
 // the budget to the other seeds. A plan over the coarse model's memory
-// explains its choices.
+// explains its choices. Where none fits, every search's plan stays a
+// candidate in full.
 #include <algorithm>
 #include <set>
 
@@ -250,6 +251,38 @@ TEST(HeteroG, ARunTheBudgetEndsSaysSo) {
   ASSERT_THAT(r.status(), IsOk());
   EXPECT_FALSE(r->feasible);
   EXPECT_EQ(r->stopped_by, "time budget");
+}
+
+// Where no search's plan fits on the coarse model of a small cluster, the
+// plan each search ended on stays a candidate in full (it may fit there):
+// every seed searched from is among the other searches, its plan over
+// memory on the coarse model and among the variants.
+TEST(HeteroG, EverySearchsPlanStaysACandidateWhereNoneFits) {
+  absl::StatusOr<quilt::v1::ClusterSpec> spec =
+      LoadClusterSpec("bench/clusters/small_2x1080.textproto");
+  ASSERT_THAT(spec.status(), IsOk());
+  auto f = testing::Make("gpt2_xl", *spec);
+  const std::vector<NamedStrategy> baselines = Baselines(f->graph, f->topo, *f->cost, 2);
+  SearchOptions o;
+  o.time_budget_s = 3;
+  o.other_seed_evaluations = 40;  // (each seed's search ends by its limit)
+  std::set<std::string> seeds;
+  o.progress_every_s = 0;
+  o.progress = [&](const SearchProgress& p) {
+    if (p.other_seed) seeds.insert(p.start);
+  };
+  absl::StatusOr<SearchResult> r = SearchHeteroG(f->graph, f->topo, *f->cost, 2, baselines, o);
+  ASSERT_THAT(r.status(), IsOk());
+  ASSERT_FALSE(r->feasible) << "the scenario: nothing fits on the coarse model";
+  seeds.erase(r->start);
+  ASSERT_FALSE(seeds.empty()) << "the scenario: other seeds searched from";
+  std::set<std::string> kept;
+  for (const SearchResult::OtherSearch& s : r->other_searches) {
+    kept.insert(s.start);
+    EXPECT_LT(s.variant, s.variant_end) << s.start;
+    EXPECT_LE(s.variant_end, r->variants.size()) << s.start;
+  }
+  for (const std::string& seed : seeds) EXPECT_TRUE(kept.count(seed)) << seed;
 }
 
 }  // namespace
