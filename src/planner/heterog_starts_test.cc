@@ -38,6 +38,15 @@ std::unique_ptr<testing::World> BertOnOneSmallMem() {
   return spec.ok() ? testing::Make("bert_large", *spec) : nullptr;
 }
 
+// gpt2_xl on two GTX 1080 Tis, where it fits nowhere at batch 2 (null if
+// the cluster does not load).
+std::unique_ptr<testing::World> Gpt2XlOnTwo1080s() {
+  absl::StatusOr<quilt::v1::ClusterSpec> spec =
+      LoadClusterSpec("bench/clusters/small_2x1080.textproto");
+  EXPECT_THAT(spec.status(), IsOk());
+  return spec.ok() ? testing::Make("gpt2_xl", *spec) : nullptr;
+}
+
 TEST(HeteroG, StartsTheBoundRulesOutAreNotSimulated) {
   for (const Case& c : {Case{"gpt2", "heterog_testbed", 16, "single-device"},
                         Case{"bert_large", "hap_cluster", 256, "dp-even-ps"}}) {
@@ -240,10 +249,8 @@ TEST(HeteroG, APlanOverTheCoarseMemorySaysSoInItsSummary) {
 // whichever search's plan it keeps: the plan depends on the machine.
 // gpt2_xl at batch 2 on two GTX 1080 Tis fits nowhere.
 TEST(HeteroG, ARunTheBudgetEndsSaysSo) {
-  absl::StatusOr<quilt::v1::ClusterSpec> spec =
-      LoadClusterSpec("bench/clusters/small_2x1080.textproto");
-  ASSERT_THAT(spec.status(), IsOk());
-  auto f = testing::Make("gpt2_xl", *spec);
+  auto f = Gpt2XlOnTwo1080s();
+  ASSERT_NE(f, nullptr);
   const std::vector<NamedStrategy> baselines = Baselines(f->graph, f->topo, *f->cost, 2);
   SearchOptions o;
   o.time_budget_s = 2;
@@ -258,10 +265,8 @@ TEST(HeteroG, ARunTheBudgetEndsSaysSo) {
 // every seed searched from is among the other searches, its plan over
 // memory on the coarse model and among the variants.
 TEST(HeteroG, EverySearchsPlanStaysACandidateWhereNoneFits) {
-  absl::StatusOr<quilt::v1::ClusterSpec> spec =
-      LoadClusterSpec("bench/clusters/small_2x1080.textproto");
-  ASSERT_THAT(spec.status(), IsOk());
-  auto f = testing::Make("gpt2_xl", *spec);
+  auto f = Gpt2XlOnTwo1080s();
+  ASSERT_NE(f, nullptr);
   const std::vector<NamedStrategy> baselines = Baselines(f->graph, f->topo, *f->cost, 2);
   SearchOptions o;
   o.time_budget_s = 3;
