@@ -39,7 +39,6 @@ namespace quilt::sim_internal {
 void Sim::NewClassState(const PathWaiters& w) {
   ClassState s;
   s.pair = w.own.size() <= 2;
-  for (size_t j = 0; s.pair && j < w.own.size(); ++j) s.own[j] = w.own[j];
   class_state_.push_back(s);
 }
 
@@ -124,7 +123,8 @@ void Sim::Register(int c) {
     for (size_t j = 0; j < pc.own.size(); ++j) {
       std::vector<PairEntry>& list = link_pairs_[pc.own[j]];
       pc.place[j] = static_cast<int>(list.size());
-      list.push_back({c, static_cast<int>(j), s.own[1 - j], pc.trunk});
+      const int other = pc.own.size() == 2 ? pc.own[1 - j] : -1;
+      list.push_back({c, static_cast<int>(j), other, pc.trunk});
     }
   } else {
     s.busy = Enlist(link_classes_, pc.own, c, link_busy_, &pc.place);
@@ -133,7 +133,8 @@ void Sim::Register(int c) {
     Trunk& t = trunks_[pc.trunk];
     if (t.members.empty()) t.busy = Enlist(link_trunks_, t.links, pc.trunk, link_busy_, &t.place);
     pc.member_place = static_cast<int>(t.members.size());
-    t.members.push_back({c, class_state_[c].own[0], class_state_[c].own[1]});
+    // (A class with a trunk has its path's two ends for its own links.)
+    t.members.push_back({c, pc.own.front(), pc.own.back()});
   }
 }
 

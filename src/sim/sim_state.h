@@ -133,10 +133,9 @@ struct Trunk {
 // port cost a cache miss).
 struct ClassState {
   bool live = false;           // registered: it has waiters, and is in its links' lists
-  bool pair = false;           // a pair class (own links in own[])
+  bool pair = false;           // a pair class (at most two own links)
   int busy = 0;                // busy own links, while registered (counted classes)
   int trunk = -1;              // PathWaiters::trunk
-  int own[2] = {-1, -1};       // a pair class's own links (-1: none)
   std::pair<double, int> top;  // its best waiter (priority, -node), while registered
 };
 
