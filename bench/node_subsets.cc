@@ -6,23 +6,17 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "src/cluster/topology.h"
+#include "src/cost/cost_model.h"
 #include "src/planner/plan.h"
 
 namespace quilt {
 namespace {
 
-// A device's modeled speed: peak × efficiency, else its measured GEMM
-// rate, else its peak.
-double Speed(const quilt::v1::Device& d) {
-  if (d.efficiency() > 0) return d.peak_fp32_flops_per_s() * d.efficiency();
-  if (d.measured_gemm_flops_per_s() > 0) return d.measured_gemm_flops_per_s();
-  return d.peak_fp32_flops_per_s();
-}
-
+// The mean of its devices' modeled speeds (the cost model's).
 double MeanSpeed(const quilt::v1::NodeInfo& node) {
   if (node.devices().empty()) return 0;
   double sum = 0;
-  for (const auto& d : node.devices()) sum += Speed(d);
+  for (const auto& d : node.devices()) sum += SpeedOf(d).flops_per_s;
   return sum / node.devices_size();
 }
 
