@@ -164,6 +164,14 @@ std::string NoFeasibleStrategy(const quilt::v1::PlanReport& r) {
                      "optimizer state, perhaps more)",
                      r.data_parallel_batch_limit());
     hint += floor;
+  } else if (r.data_parallel_batch_unchecked() > 0) {
+    hint = absl::StrFormat(
+        "; by the memory model, %s fits about --batch %d (not planned in full: the time budget "
+        "ended before it was checked; a longer --time-budget checks it)",
+        r.memory_floor().devices() < 2 ? "the device"
+                                       : "data parallelism with the speed-proportional split",
+        r.data_parallel_batch_unchecked());
+    hint += floor;
   } else if (!floor.empty()) {
     hint = floor;
     if (r.memory_floor().largest_batch() > 0) hint += "; a smaller --batch may fit";
@@ -178,8 +186,9 @@ std::string NoFeasibleStrategy(const quilt::v1::PlanReport& r) {
 }
 
 // How long planning took; where the planner searched and took over 5 %
-// more than its time budget, where the time went (the full simulations
-// are never cut short, and where nothing fits, fitting goes on).
+// more than its time budget, where the time went (the first full
+// simulations are never cut short, and where nothing fits, fitting goes
+// on).
 std::string PlanningTime(const quilt::v1::PlanReport& r) {
   std::string out = absl::StrFormat("%.2f s", r.planning_wall_s());
   const double budget = r.time_budget_s();
@@ -190,15 +199,14 @@ std::string PlanningTime(const quilt::v1::PlanReport& r) {
   }
   const double before = r.search_began_s();
   const double after = std::max(0.0, r.planning_wall_s() - before - searching);
-  return out + absl::StrFormat(
-                   ", over its %.3g s time budget: %.2f s before the search (building the "
-                   "baselines, and simulating those asked for), %.2f s searching, %.2f s after "
-                   "it (simulating the plans in full, which is never cut short, and fitting "
-                   "them to memory%s)",
-                   budget, before, searching, after,
-                   r.best().empty() ? "; where no plan fits, fitting one goes on past the "
-                                      "budget, and the batch to suggest is planned"
-                                    : "");
+  return out +
+         absl::StrFormat(
+             ", over its %.3g s time budget: %.2f s before the search (building the "
+             "baselines, and simulating those asked for), %.2f s searching, %.2f s after "
+             "it (simulating the plan and the baselines in full, which is never cut "
+             "short, and fitting the plan to memory%s)",
+             budget, before, searching, after,
+             r.best().empty() ? "; where no plan fits, fitting one goes on past the budget" : "");
 }
 
 // Beside the planner's plan: how much faster than the fastest feasible
@@ -474,10 +482,11 @@ void AddPlanCommand(CLI::App& app, const GlobalOptions& globals, std::vector<Com
   c->add_option("--time-budget", a->time_budget_s,
                 "Seconds planning may take (default 10; on the live cluster the "
                 "coordinator's plan_time_budget_ms): the search gets what is left after "
-                "building the baselines, less a quarter kept for simulating the plans in "
-                "full (seconds each on hundreds of devices, never cut short); where no plan "
-                "fits at all, fitting one to memory goes on past it (the progress lines say "
-                "so)")
+                "building the baselines, less a quarter kept for simulating the plan and "
+                "the baselines in full (seconds each on hundreds of devices, never cut "
+                "short); each step after that is begun only where its simulation fits what "
+                "is left; where no plan fits at all, fitting one to memory goes on past it "
+                "(the progress lines say so)")
       ->check(Positive());
   c->add_option("--max-plans", a->max_plans,
                 "Plans the planner's local search judges once one fits: simulated, or ruled "

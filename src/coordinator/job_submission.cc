@@ -105,6 +105,10 @@ absl::StatusOr<PlanResult> PlanOn(const quilt::v1::JobSpec& spec, const Graph& g
                            result.report.memory_floor().devices() < 2
                                ? " fits (on the one device, planned in full)"
                                : " fits (data parallelism, planned in full)")
+        : result.report.data_parallel_batch_unchecked() > 0
+            ? absl::StrCat("; by the memory model a global batch of about ",
+                           result.report.data_parallel_batch_unchecked(),
+                           " fits (not planned in full: the planning time budget ended first)")
             : "",
         AboveTheMemoryFloor(result.report)));
   }

@@ -6,7 +6,8 @@
 // memory is worse than none. So the model's batch is only where the check
 // starts: the baseline is planned in full there, then lower (in steps that
 // double) until one fits, and between the last that fits and the first
-// that does not, a few plans in all.
+// that does not, a few plans in all, each begun only within the planning
+// budget (where none was, Plan reports the model's batch, said unchecked).
 #ifndef QUILT_SRC_PLANNER_BATCH_HINT_H_
 #define QUILT_SRC_PLANNER_BATCH_HINT_H_
 
@@ -27,12 +28,14 @@ inline constexpr double kBatchHintRefineS = 0.5;
 // and one found not to fit when the checks sufficed), or 0 where none of
 // the batches checked fits. `fits` must be monotone for the result to be
 // the largest; it is called with batches from 1 to failed - 1, each once.
-// Once a batch fits, the search goes on towards the largest only while
-// `refine()` says so (on hundreds of devices a check takes seconds; a
-// batch that fits is what the suggestion needs).
+// Each check is begun only where `may_check(found)` says so (`found`: a
+// batch that fits is known): the planning budget's end stops the checks,
+// and once a batch fits, the search goes on towards the largest only a
+// little longer (on hundreds of devices a check takes seconds; a batch
+// that fits is what the suggestion needs).
 int64_t CheckedBatch(
     int64_t estimate, int64_t failed, int max_checks, const std::function<bool(int64_t)>& fits,
-    const std::function<bool()>& refine = [] { return true; });
+    const std::function<bool(bool found)>& may_check = [](bool) { return true; });
 
 }  // namespace quilt
 

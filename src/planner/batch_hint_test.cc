@@ -65,12 +65,28 @@ TEST(CheckedBatch, StopsRefiningWhenToldButStillFindsOneThatFits) {
     ++calls;
     return b <= 40;
   };
-  EXPECT_EQ(CheckedBatch(30, 100, kBatchHintChecks, fits, [] { return false; }), 30);
+  EXPECT_EQ(CheckedBatch(30, 100, kBatchHintChecks, fits, [](bool found) { return !found; }), 30);
   EXPECT_EQ(calls, 1);
   calls = 0;
-  const int64_t got = CheckedBatch(60, 100, kBatchHintChecks, fits, [] { return false; });
+  const int64_t got =
+      CheckedBatch(60, 100, kBatchHintChecks, fits, [](bool found) { return !found; });
   EXPECT_GT(got, 0);
   EXPECT_LE(got, 40);
+}
+
+// Checks stop when told, found or not: none begun, nothing suggested; the
+// budget's end after a batch failed, nothing either.
+TEST(CheckedBatch, StopsCheckingWhenTold) {
+  int calls = 0;
+  auto fits = [&](int64_t b) {
+    ++calls;
+    return b <= 40;
+  };
+  EXPECT_EQ(CheckedBatch(30, 100, kBatchHintChecks, fits, [](bool) { return false; }), 0);
+  EXPECT_EQ(calls, 0);
+  int allowed = 1;
+  EXPECT_EQ(CheckedBatch(60, 100, kBatchHintChecks, fits, [&](bool) { return allowed-- > 0; }), 0);
+  EXPECT_EQ(calls, 1);
 }
 
 // One device of 2 GiB: the memory model, fitted at 12 rows, takes vgg19's

@@ -19,7 +19,7 @@ absl::Status EstimateMany(const GraphIndex& index, const Topology& topology, con
                           std::map<std::string, Evaluated>* done) {
   if (list.empty()) return absl::OkStatus();
   auto since = [&] { return absl::ToDoubleSeconds(absl::Now() - o.start); };
-  if (o.progress) {
+  if (o.progress && !o.may_begin) {
     for (const NamedStrategy& ns : list) {
       o.progress(absl::StrFormat("simulating %s (%.1f s so far)", ns.name, since()));
     }
@@ -29,14 +29,24 @@ absl::Status EstimateMany(const GraphIndex& index, const Topology& topology, con
   std::vector<absl::Status> status(list.size());
   std::vector<Evaluated> out(list.size());
   std::atomic<size_t> next{0};
-  // Which are being simulated, for the lines that say so while they run.
+  // Which are being simulated, for the lines that say so while they run
+  // (and which were begun at all).
   std::mutex running_mu;
   std::vector<bool> running(list.size(), false);
+  std::vector<bool> begun(list.size(), false);
   auto work = [&] {
     for (size_t i; (i = next++) < list.size();) {
       {
         std::lock_guard<std::mutex> lock(running_mu);
+        if (o.may_begin) {
+          if (!o.may_begin()) continue;
+          // (Said as each is begun: some may not be.)
+          if (o.progress) {
+            o.progress(absl::StrFormat("simulating %s (%.1f s so far)", list[i].name, since()));
+          }
+        }
         running[i] = true;
+        begun[i] = true;
       }
       const absl::Time began = absl::Now();
       absl::StatusOr<quilt::v1::StrategyEstimate> e =
@@ -52,11 +62,10 @@ absl::Status EstimateMany(const GraphIndex& index, const Topology& topology, con
   {
     Heartbeat still(absl::Seconds(o.progress ? o.heartbeat_s : 0), [&] {
       std::vector<std::string> names;
-      {
-        std::lock_guard<std::mutex> lock(running_mu);
-        for (size_t i = 0; i < list.size(); ++i) {
-          if (running[i]) names.push_back(list[i].name);
-        }
+      // (Held while saying so: the threads say what they begin under it.)
+      std::lock_guard<std::mutex> lock(running_mu);
+      for (size_t i = 0; i < list.size(); ++i) {
+        if (running[i]) names.push_back(list[i].name);
       }
       if (names.empty()) return;
       o.progress(absl::StrFormat("still simulating %s (%.1f s so far)", absl::StrJoin(names, ", "),
@@ -70,7 +79,9 @@ absl::Status EstimateMany(const GraphIndex& index, const Topology& topology, con
     for (std::thread& t : pool) t.join();
   }  // (the heartbeat ends with the simulations)
   for (const absl::Status& s : status) RETURN_IF_ERROR(s);
-  for (size_t i = 0; i < list.size(); ++i) (*done)[list[i].name] = std::move(out[i]);
+  for (size_t i = 0; i < list.size(); ++i) {
+    if (begun[i]) (*done)[list[i].name] = std::move(out[i]);
+  }
   return absl::OkStatus();
 }
 

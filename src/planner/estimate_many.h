@@ -39,11 +39,15 @@ struct EstimateManyOptions {
   std::function<void(const std::string&)> progress;
   double heartbeat_s = 5;
   absl::Time start;
+  // Where set, asked before each strategy is begun (never from two
+  // threads at once): one it refuses is not simulated, and is left out of
+  // `done` (the planning budget's end: plan_budget.h).
+  std::function<bool()> may_begin;
 };
 
 // Estimates each of `list` (EstimateOnArena) and, when all succeed, puts
-// them into `done` by name; else returns the first error, in list order,
-// and leaves `done` as it was.
+// them into `done` by name (those `may_begin` refused left out); else
+// returns the first error, in list order, and leaves `done` as it was.
 absl::Status EstimateMany(const GraphIndex& index, const Topology& topology, const CostModel& cost,
                           const std::vector<NamedStrategy>& list, const EstimateManyOptions& o,
                           std::map<std::string, Evaluated>* done);

@@ -18,6 +18,7 @@
 #include "src/planner/lower_bound.h"
 #include "src/planner/memory_floor.h"
 #include "src/planner/placement.h"
+#include "src/planner/plan_budget.h"
 #include "src/planner/plan_heterog.h"
 #include "src/planner/program_validator.h"
 
@@ -67,6 +68,8 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
       o.strategy == "all" || o.strategy == kHeteroG || o.strategy == "dp-proportional-ps";
   const std::vector<NamedStrategy> strategies =
       Baselines(g, topo, cost, o.global_batch, &load, ps_split);
+  // (What a check of the batch to suggest costs besides its simulation.)
+  const double baselines_built_s = absl::ToDoubleSeconds(absl::Now() - start);
   for (const NamedStrategy& ns : o.given) {
     if (ns.name == kHeteroG ||
         absl::c_any_of(strategies, [&](const NamedStrategy& b) { return b.name == ns.name; })) {
@@ -80,8 +83,8 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
            absl::c_any_of(o.given, [&](const NamedStrategy& ns) { return ns.name == name; });
   };
   std::map<std::string, Evaluated> done;
-  auto evaluate_many = [&](const std::vector<NamedStrategy>& list,
-                           bool both_orders) -> absl::Status {
+  auto evaluate_many = [&](const std::vector<NamedStrategy>& list, bool both_orders,
+                           const std::function<bool()>& may_begin) -> absl::Status {
     EstimateManyOptions eo;
     eo.batch = o.global_batch;
     eo.lower_bound = lb;
@@ -90,11 +93,12 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
     eo.progress = o.progress;
     eo.heartbeat_s = o.simulation_progress_every_s;
     eo.start = start;
+    eo.may_begin = may_begin;
     return EstimateMany(ix, topo, cost, list, eo, &done);
   };
   auto evaluate = [&](const NamedStrategy& ns) -> absl::Status {
     if (done.count(ns.name)) return absl::OkStatus();
-    return evaluate_many({ns}, /*both_orders=*/true);
+    return evaluate_many({ns}, /*both_orders=*/true, {});
   };
   // Only whether a plan fits: where all-reduce's speed-proportional
   // baseline (on one device, the device alone) fits, that is the answer,
@@ -124,7 +128,7 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
     }
     if ((wanted(ns.name) || counterpart) && !done.count(ns.name)) first.push_back(ns);
   }
-  RETURN_IF_ERROR(evaluate_many(first, /*both_orders=*/true));
+  RETURN_IF_ERROR(evaluate_many(first, /*both_orders=*/true, {}));
   bool found = false;
   for (const NamedStrategy& ns : strategies) {
     if (!wanted(ns.name)) continue;
@@ -228,25 +232,47 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
         Annotate(ValidateProgram(result.best_program, ix, topo), "validating " + rep.best()));
   }
   if (rep.best().empty() && load.has_value() && o.check_batch_hint) {
-    // (batch_hint.h: the memory model's batch, checked by planning.)
+    // (batch_hint.h: the memory model's batch, checked by planning, each
+    // check begun only within the time budget: plan_budget.h.)
     const std::string baseline = topo.num_devices() < 2 ? "single-device" : "dp-proportional-ring";
     PlanOptions check;
     check.strategy = baseline;
     check.program_with_graph = false;
     check.check_batch_hint = false;
+    // A check's cost: building the baselines and simulating this one, as
+    // measured here (the slowest simulated where it was not), then as the
+    // checks measure.
+    double check_s = 0;
+    for (const auto& [name, e] : done) {
+      if (name == baseline || !done.count(baseline)) check_s = std::max(check_s, e.wall_s);
+    }
+    check_s += baselines_built_s;
+    int checks = 0;
     auto fits = [&](int64_t batch) {
       if (o.progress) {
         o.progress(absl::StrFormat("checking the batch to suggest: %s at batch %d (%.1f s so far)",
                                    baseline, batch, absl::ToDoubleSeconds(absl::Now() - start)));
       }
+      ++checks;
+      const absl::Time began = absl::Now();
       check.global_batch = batch;
       absl::StatusOr<PlanResult> r = Plan(g, topo, check);
+      check_s = std::max(check_s, absl::ToDoubleSeconds(absl::Now() - began));
       return r.ok() && r->report.best() == baseline;
     };
+    const PlanBudget budget(start, o.search.time_budget_s);
     const absl::Time checks_start = absl::Now();
-    auto refine = [&] { return absl::Now() - checks_start < absl::Seconds(kBatchHintRefineS); };
-    rep.set_data_parallel_batch_limit(CheckedBatch(LargestDataParallelBatch(*load, topo),
-                                                   o.global_batch, kBatchHintChecks, fits, refine));
+    auto may_check = [&](bool found) {
+      return budget.Affords(absl::Now(), check_s) &&
+             (!found || absl::Now() - checks_start < absl::Seconds(kBatchHintRefineS));
+    };
+    const int64_t estimate = LargestDataParallelBatch(*load, topo);
+    rep.set_data_parallel_batch_limit(
+        CheckedBatch(estimate, o.global_batch, kBatchHintChecks, fits, may_check));
+    // None checked: the memory model's batch, said to be unchecked.
+    if (checks == 0 && estimate > 0 && estimate < o.global_batch) {
+      rep.set_data_parallel_batch_unchecked(estimate);
+    }
   }
   if (!rep.best().empty() && o.program_with_graph) {
     *result.best_program.mutable_graph() = g.ToProto();

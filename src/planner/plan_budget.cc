@@ -20,7 +20,8 @@ double PlanBudget::FitSeconds(absl::Time now, bool nothing_fits, double after_s)
 }
 
 bool PlanBudget::Affords(absl::Time now, double sim_s) const {
-  return sim_s < kNegligibleShare * budget_s_ || sim_s <= LeftSeconds(now);
+  return sim_s < kNegligibleShare * budget_s_ ||
+         kSimMargin * sim_s <= LeftSeconds(now) - kWrapUpShare * budget_s_;
 }
 
 }  // namespace quilt

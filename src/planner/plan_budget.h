@@ -9,6 +9,11 @@
 // is worth the time, and the progress lines say the budget was passed.
 // Where a plan fits, a phase's plan must also leave time to be simulated
 // in full (measured on the plan before it: seconds on large clusters).
+// Every step after the first full simulations (the plan's variants, the
+// search's earlier plans, refinements, the batch a no-fit report
+// suggests) is begun only where its simulation, as measured on the plan,
+// fits what is left with a margin (a simulation's time varies from run to
+// run by half) and a share kept for writing the result out.
 #ifndef QUILT_SRC_PLANNER_PLAN_BUDGET_H_
 #define QUILT_SRC_PLANNER_PLAN_BUDGET_H_
 
@@ -29,6 +34,11 @@ class PlanBudget {
   // A simulation that takes less than this share of the budget is begun
   // whatever is left (small clusters: milliseconds).
   static constexpr double kNegligibleShare = 0.01;
+  // A step is begun where this many times its measured simulation fits
+  // what is left less kWrapUpShare of the budget (validating the plan
+  // chosen and writing it out).
+  static constexpr double kSimMargin = 1.5;
+  static constexpr double kWrapUpShare = 0.04;
 
   // Planning that began at `start`, in `budget_s` seconds.
   PlanBudget(absl::Time start, double budget_s) : start_(start), budget_s_(budget_s) {}
@@ -45,9 +55,10 @@ class PlanBudget {
   // (`nothing_fits` false), 0 where that is under kUsefulShare of the
   // budget; where nothing fits, at least kLeastShare of the budget.
   double FitSeconds(absl::Time now, bool nothing_fits, double after_s = 0) const;
-  // Whether a step that refines a plan that fits, simulated in full in
-  // `sim_s`, is begun at `now`: where it fits what is left, or is
-  // negligible (under kNegligibleShare of the budget).
+  // Whether a step after the first full simulations, simulated in full in
+  // `sim_s` (as measured on the plan), is begun at `now`: where kSimMargin
+  // times that fits what is left less kWrapUpShare of the budget, or where
+  // it is negligible (under kNegligibleShare of the budget).
   bool Affords(absl::Time now, double sim_s) const;
 
  private:

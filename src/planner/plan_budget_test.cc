@@ -49,10 +49,13 @@ TEST(PlanBudgetTest, FittingWhereNothingFitsGoesOnPastTheEnd) {
   EXPECT_LT(b.LeftSeconds(At(40)), 0);
 }
 
-TEST(PlanBudgetTest, ARefinementIsBegunWhereItsSimulationFitsWhatIsLeft) {
+TEST(PlanBudgetTest, AStepIsBegunWhereItsSimulationFitsWhatIsLeftWithAMargin) {
   const PlanBudget b(kStart, 10);
-  EXPECT_TRUE(b.Affords(At(9), 0.7));
-  EXPECT_FALSE(b.Affords(At(9.5), 0.7));
+  // 1.5 × 0.5 s, and 0.4 s kept for the wrap-up: begun up to 8.85 s.
+  EXPECT_TRUE(b.Affords(At(8.8), 0.5));
+  EXPECT_FALSE(b.Affords(At(8.9), 0.5));
+  // (Where it would only just fit what is left: not begun.)
+  EXPECT_FALSE(b.Affords(At(9), 0.9));
   EXPECT_FALSE(b.Affords(At(12), 0.7));
   // A simulation of milliseconds is begun even past the end.
   EXPECT_TRUE(b.Affords(At(12), 0.005));

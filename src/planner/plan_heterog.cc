@@ -116,7 +116,7 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
         coarse_s > 0 && fastest > 0 && coarse_s > kCoarseMargin * fastest && ns.name != sr.start;
     if (!far) plan_and_start.push_back(ns);
   }
-  RETURN_IF_ERROR(evaluate_many(plan_and_start, /*both_orders=*/true));
+  RETURN_IF_ERROR(evaluate_many(plan_and_start, /*both_orders=*/true, {}));
   // Each variant of a search's plan simulated in full; the fastest feasible
   // one (or the first, when none fits) becomes done[kHeteroG]. On clusters
   // of more than kBothOrdersDevices devices, where a full simulation costs
@@ -129,9 +129,14 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
     e.estimate.mutable_strategy()->set_name(kHeteroG);
     done->at(kHeteroG) = std::move(e);
   };
-  // Each variant's step in full, as simulate_variants last found them.
+  // Each variant's step in full, as simulate_variants last found them
+  // (infinite for one not simulated).
   std::vector<double> variant_step;
-  auto simulate_variants = [&](const SearchResult& r) -> absl::StatusOr<size_t> {
+  // The variants the budget left unsimulated, of how many.
+  size_t variants_untried = 0, variants_in_all = 0;
+  // `may_begin`, where set, is asked before each variant is begun.
+  auto simulate_variants = [&](const SearchResult& r,
+                               const std::function<bool()>& may_begin) -> absl::StatusOr<size_t> {
     variant_step.assign(r.variants.size(), std::numeric_limits<double>::infinity());
     variant_step[0] = done->at(kHeteroG).estimate.step_time_s();
     std::vector<NamedStrategy> variants;
@@ -142,10 +147,16 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
       // (and the plan from over the memory share its own).
       if (v < r.first_start_variant) variants.back().strategy.set_order(order);
     }
-    RETURN_IF_ERROR(evaluate_many(variants, topo.num_devices() <= kBothOrdersDevices));
+    RETURN_IF_ERROR(evaluate_many(variants, topo.num_devices() <= kBothOrdersDevices, may_begin));
     size_t chosen = 0;
+    variants_untried = 0;
+    variants_in_all = variants.size();
     for (size_t v = 1; v < r.variants.size(); ++v) {
       const std::string& name = variants[v - 1].name;
+      if (!done->count(name)) {
+        ++variants_untried;
+        continue;
+      }
       const quilt::v1::StrategyEstimate& first = done->at(kHeteroG).estimate;
       const quilt::v1::StrategyEstimate& other = done->at(name).estimate;
       variant_step[v] = other.step_time_s();
@@ -160,12 +171,42 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
   // What simulating the plan in full took (both orders), and its
   // variants: what a plan repaired or searched again costs to simulate.
   const double plan_sim_s = done->at(kHeteroG).wall_s;
+  // A variant's simulation as measured on the plan: on large clusters in
+  // one order (the plan's less its second replay).
+  const double variant_sim_s =
+      topo.num_devices() <= kBothOrdersDevices
+          ? plan_sim_s
+          : std::max(0.0, plan_sim_s - done->at(kHeteroG).sim.replay_wall_s);
+  // The steps below are each begun only where a simulation of the plan in
+  // full, as measured, fits what is left of the budget (or costs next to
+  // nothing; plan_budget.h), but for fitting a plan to memory where
+  // nothing fits (at least a share of the budget); the summary names those
+  // left untried.
+  std::vector<std::string> untried;
+  auto affords = [&](const std::string& what) {
+    if (budget.Affords(absl::Now(), plan_sim_s)) return true;
+    untried.push_back(what);
+    return false;
+  };
+  const std::function<bool()> variant_affordable = [&] {
+    return budget.Affords(absl::Now(), variant_sim_s);
+  };
   const absl::Time variants_from = absl::Now();
-  ASSIGN_OR_RETURN(size_t chosen, simulate_variants(sr));
+  ASSIGN_OR_RETURN(size_t chosen, simulate_variants(sr, variant_affordable));
+  if (variants_untried > 0) {
+    untried.push_back(absl::StrFormat(
+        "%d of the search plan's %d other forms (its gradients' collectives formed otherwise, or "
+        "other seeds' plans)",
+        variants_untried, variants_in_all));
+  }
   const double resim_s = plan_sim_s + absl::ToDoubleSeconds(absl::Now() - variants_from);
   // None fits in full: the search's earlier bests, latest (fastest) first.
   int fallback = -1;
   for (size_t k = 0; k < sr.fallbacks.size() && !done->at(kHeteroG).estimate.feasible(); ++k) {
+    if (!affords(absl::StrFormat("%d of the search's earlier plans (none of those simulated fits)",
+                                 sr.fallbacks.size() - k))) {
+      break;
+    }
     const std::string name = absl::StrCat(kHeteroG, "~", k + 1);
     RETURN_IF_ERROR(evaluate(NamedStrategy{name, sr.fallbacks[k], ""}));
     if (done->at(name).estimate.feasible()) {
@@ -224,7 +265,9 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
       Evaluated before = std::move(done->at(kHeteroG));
       done->erase(kHeteroG);
       RETURN_IF_ERROR(evaluate(NamedStrategy{kHeteroG, repaired.variants[0], ""}));
-      ASSIGN_OR_RETURN(size_t repaired_chosen, simulate_variants(repaired));
+      ASSIGN_OR_RETURN(size_t repaired_chosen,
+                       simulate_variants(repaired, nothing_fits() ? std::function<bool()>()
+                                                                  : variant_affordable));
       // (Kept where it fits, or is at least nearer to fitting.)
       if (done->at(kHeteroG).estimate.feasible() ||
           Overflow(done->at(kHeteroG).estimate) < Overflow(before.estimate)) {
@@ -277,7 +320,9 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
     for (const NamedStrategy& ns : baselines) {
       if (ns.name == retry.start && !done->count(ns.name)) RETURN_IF_ERROR(evaluate(ns));
     }
-    ASSIGN_OR_RETURN(size_t retry_chosen, simulate_variants(retry));
+    ASSIGN_OR_RETURN(
+        size_t retry_chosen,
+        simulate_variants(retry, nothing_fits() ? std::function<bool()>() : variant_affordable));
     retry.evaluated += sr.evaluated;
     retry.ruled_out += sr.ruled_out;
     retry.search_wall_s = searched_s;
@@ -301,19 +346,11 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
   double gathered_saved_s = 0;
   int gathered_tries = 0;                               // variants simulated with tables gathered
   std::map<int, std::vector<std::string>> gathered_in;  // group → its gathered tables
-  // The refinements below are each begun only where a simulation of the
-  // plan in full fits what is left of the budget (or costs next to
-  // nothing); the summary names those left untried.
-  std::vector<std::string> untried;
-  auto affords = [&](const std::string& what) {
-    if (budget.Affords(absl::Now(), plan_sim_s)) return true;
-    untried.push_back(what);
-    return false;
-  };
   if (done->at(kHeteroG).estimate.feasible()) {
     const quilt::v1::Strategy sparse =
         GatherLookups(ix, done->at(kHeteroG).estimate.strategy(), o.global_batch, &gathered);
-    if (!gathered.empty() && !affords("embedding lookups' gradients gathered")) gathered.clear();
+    if (!gathered.empty() && !affords("the plan with embedding lookups' gradients gathered"))
+      gathered.clear();
     if (!gathered.empty()) {
       if (o.progress) o.progress("simulating the plan with embedding lookups' gradients gathered");
       // The chosen plan gathered, and on small clusters every other variant
@@ -344,11 +381,11 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
       // (the plan's own order otherwise).
       // The chosen plan's first, so that another variant's failure costs
       // only that variant.
-      const absl::Status st = evaluate_many({tries[0]}, small);
+      const absl::Status st = evaluate_many({tries[0]}, small, {});
       if (!st.ok()) QLOG_WARN("embedding gradients not gathered: {}", st.ToString());
       if (st.ok() && tries.size() > 1) {
         const std::vector<NamedStrategy> rest(tries.begin() + 1, tries.end());
-        if (const absl::Status more = evaluate_many(rest, small); !more.ok()) {
+        if (const absl::Status more = evaluate_many(rest, small, {}); !more.ok()) {
           QLOG_WARN("embedding gradients not gathered in the other variants: {}", more.ToString());
           for (const NamedStrategy& t : rest) done->erase(t.name);
           tries.resize(1);
@@ -412,7 +449,7 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
       break;
     }
     if (balanced->empty()) break;
-    if (!affords("weight gradients' rows moved off the busiest devices")) break;
+    if (!affords("the plan with weight gradients' rows moved off the busiest devices")) break;
     if (!small) balanced->resize(1);
     if (o.progress) o.progress("simulating the plan with weight gradients' rows moved");
     std::vector<NamedStrategy> tries;
@@ -422,7 +459,7 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
     }
     // (A candidate that cannot be lowered is a planner bug, not the
     // user's: the plan without it stands.)
-    const absl::Status st = evaluate_many(tries, small);
+    const absl::Status st = evaluate_many(tries, small, {});
     if (!st.ok()) QLOG_WARN("weight gradients not balanced: {}", st.ToString());
     wg_tries += static_cast<int>(tries.size());
     const double plain = done->at(kHeteroG).estimate.step_time_s();
@@ -453,10 +490,9 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
   summary.set_gathered_saved_s(gathered_saved_s);
   if (!untried.empty()) {
     summary.set_untried(absl::StrFormat(
-        "the time budget (%.3g s) ended before the plan was tried with %s (each a simulation in "
-        "full of about %s here; a longer --time-budget tries %s)",
-        budget.budget_s(), absl::StrJoin(untried, " or with "), HumanSeconds(plan_sim_s),
-        untried.size() > 1 ? "them" : "it"));
+        "the time budget (%.3g s) ended before these were simulated in full: %s (each about %s "
+        "here; a longer --time-budget tries them)",
+        budget.budget_s(), absl::StrJoin(untried, "; "), HumanSeconds(plan_sim_s)));
   }
   // The plan shown is another's: nothing of the search's plan describes it.
   auto forget_search_plan = [&summary, &sr](const std::string& collectives,

@@ -28,9 +28,11 @@ inline constexpr char kHeteroG[] = "heterog";
 // already there is kept).
 using EvaluateFn = std::function<absl::Status(const NamedStrategy&)>;
 // Several at once (in parallel), each as EvaluateFn would; with
-// `both_orders` false, only in the execution order its strategy names.
-using EvaluateManyFn =
-    std::function<absl::Status(const std::vector<NamedStrategy>&, bool both_orders)>;
+// `both_orders` false, only in the execution order its strategy names;
+// where `may_begin` is set, each begun only where it says so (one not
+// begun is left out of the estimates: EstimateManyOptions::may_begin).
+using EvaluateManyFn = std::function<absl::Status(
+    const std::vector<NamedStrategy>&, bool both_orders, const std::function<bool()>& may_begin)>;
 
 // The search's plan (the search from `baselines` on the compute lower
 // bound `lb`, planning begun at `start`) as done->at(kHeteroG), with its

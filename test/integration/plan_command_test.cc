@@ -506,6 +506,38 @@ TEST(PlanCommand, NoFeasibleStrategy_SaysSoAndFails) {
   EXPECT_EQ(Plan(fits).exit_code, 0);
 }
 
+// Where the time budget ends before a batch to suggest is checked, the
+// memory model's batch is said to be unchecked, in both formats.
+TEST(PlanCommand, NoFeasibleStrategy_PastTheBudgetTheBatchIsSaidUnchecked) {
+  const std::vector<std::string> args = {"zoo:gpt2",
+                                         "--cluster",
+                                         "config/clusters/heterog_testbed.textproto",
+                                         "--batch",
+                                         "96",
+                                         "--strategy",
+                                         "dp-proportional-ring",
+                                         "--time-budget",
+                                         "0.001",
+                                         "-o",
+                                         "json"};
+  const CommandResult json = Plan(args);
+  EXPECT_EQ(json.exit_code, 1);
+  const nlohmann::json r = nlohmann::json::parse(json.out);
+  EXPECT_EQ(r.value("data_parallel_batch_limit", std::string("0")), "0");
+  const int64_t unchecked = std::stoll(r.value("data_parallel_batch_unchecked", std::string("0")));
+  EXPECT_GT(unchecked, 0);
+  EXPECT_LT(unchecked, 96);
+  EXPECT_THAT(json.err, HasSubstr(absl::StrFormat("fits about --batch %d (not planned in full: "
+                                                  "the time budget ended before it was checked",
+                                                  unchecked)));
+  // With the default budget, a checked batch and no unchecked one.
+  std::vector<std::string> checked_args(args.begin(), args.begin() + 7);
+  checked_args.insert(checked_args.end(), {"-o", "json"});
+  const nlohmann::json c = nlohmann::json::parse(Plan(checked_args).out);
+  EXPECT_EQ(c.value("data_parallel_batch_unchecked", std::string("0")), "0");
+  EXPECT_GT(std::stoll(c.value("data_parallel_batch_limit", std::string("0"))), 0);
+}
+
 // Where plans fit only near the memory limit, the coarsened graph's memory
 // errs: a search that goes on longer must not end with a plan that does not
 // fit in full when one it passed does (the search's earlier bests and the
