@@ -80,7 +80,7 @@ std::string RenderExplain(const quilt::v1::PlanReport& r) {
   if (!s.memory_repair().empty()) out += "memory: " + s.memory_repair() + "\n\n";
   if (!s.untried().empty()) out += "untried: " + s.untried() + "\n\n";
   if (s.decisions().empty()) {
-    out += "No group choices: the plan is the baseline's (" + h->note() + ")\n";
+    out += "No group choices: the plan is data parallelism (" + h->note() + ")\n";
     if (!s.gradient_collectives().empty()) out += "gradients: " + s.gradient_collectives() + "\n";
     return out + Breakdown(*h) + "\n";
   }

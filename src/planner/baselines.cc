@@ -171,85 +171,94 @@ absl::StatusOr<std::vector<double>> SolveSplitLp(const std::vector<DeviceLoadMod
   return std::vector<double>(sol, sol + n);
 }
 
-double SlowestDevice(const RowLoadModel& load, const std::vector<int64_t>& rows) {
-  double worst = 0;
-  for (size_t d = 0; d < rows.size(); ++d) {
-    worst = std::max(worst, load.ComputeSeconds(static_cast<int>(d), rows[d]));
-  }
-  return worst;
-}
-
 }  // namespace
 
 absl::StatusOr<std::vector<int64_t>> ProportionalSplit(const RowLoadModel& load,
                                                        const Topology& topo, int64_t batch) {
-  const int n = topo.num_devices();
+  std::vector<int> all(topo.num_devices());
+  for (int d = 0; d < topo.num_devices(); ++d) all[d] = d;
+  return ProportionalSplitOver(load, topo, batch, all);
+}
+
+absl::StatusOr<std::vector<int64_t>> ProportionalSplitOver(const RowLoadModel& load,
+                                                           const Topology& topo, int64_t batch,
+                                                           const std::vector<int>& devices) {
+  // (Over the devices used, indexed 0..n-1 here; the rows of the others 0.)
+  const int n = static_cast<int>(devices.size());
   std::vector<int64_t> cap(n);
+  std::vector<DeviceLoadModel> models(n);
   int64_t room = 0;
-  for (int d = 0; d < n; ++d) {
-    cap[d] = load.MaxRows(d);
-    room += std::min(cap[d], batch);
+  for (int i = 0; i < n; ++i) {
+    cap[i] = load.MaxRows(devices[i]);
+    models[i] = load.devices()[devices[i]];
+    room += std::min(cap[i], batch);
   }
   if (room < batch) {
     std::string detail;
-    for (int d = 0; d < n && d < 4; ++d) {
-      absl::StrAppend(&detail, d ? ", " : "", topo.device(d).id, " fits ", cap[d]);
+    for (int i = 0; i < n && i < 4; ++i) {
+      absl::StrAppend(&detail, i ? ", " : "", topo.device(devices[i]).id, " fits ", cap[i]);
     }
     return absl::FailedPreconditionError(absl::StrFormat(
         "no split of the batch of %d fits the devices' memory (together they hold %d rows: %s%s)",
         batch, room, detail, n > 4 ? ", ..." : ""));
   }
-  ASSIGN_OR_RETURN(std::vector<double> frac, SolveSplitLp(load.devices(), cap, batch));
+  ASSIGN_OR_RETURN(std::vector<double> frac, SolveSplitLp(models, cap, batch));
+  auto seconds = [&](int i, int64_t rows) { return load.ComputeSeconds(devices[i], rows); };
   // Whole rows: floors, then each remaining row to the device that finishes
   // it soonest.
   std::vector<int64_t> rows(n);
   int64_t total = 0;
-  for (int d = 0; d < n; ++d) {
-    rows[d] = std::min(cap[d], static_cast<int64_t>(std::floor(frac[d] + 1e-9)));
-    total += rows[d];
+  for (int i = 0; i < n; ++i) {
+    rows[i] = std::min(cap[i], static_cast<int64_t>(std::floor(frac[i] + 1e-9)));
+    total += rows[i];
   }
   std::vector<double> now(n);
-  for (int d = 0; d < n; ++d) now[d] = load.ComputeSeconds(d, rows[d]);
+  for (int i = 0; i < n; ++i) now[i] = seconds(i, rows[i]);
   auto best_receiver = [&](int skip) {
     int best = -1;
     double best_t = 0;
-    for (int d = 0; d < n; ++d) {
-      if (d == skip || rows[d] + 1 > cap[d]) continue;
-      const double t = load.ComputeSeconds(d, rows[d] + 1);
+    for (int i = 0; i < n; ++i) {
+      if (i == skip || rows[i] + 1 > cap[i]) continue;
+      const double t = seconds(i, rows[i] + 1);
       if (best < 0 || t < best_t) {
-        best = d;
+        best = i;
         best_t = t;
       }
     }
     return std::make_pair(best, best_t);
   };
   while (total < batch) {
-    const auto [d, t] = best_receiver(-1);
-    if (d < 0)
+    const auto [i, t] = best_receiver(-1);
+    if (i < 0)
       return absl::FailedPreconditionError("no split of the batch fits the devices' memory");
-    ++rows[d];
-    now[d] = t;
+    ++rows[i];
+    now[i] = t;
     ++total;
   }
   // Move single rows off the slowest device while that helps.
   for (int iter = 0; iter < 4 * n; ++iter) {
     const int slow = static_cast<int>(std::max_element(now.begin(), now.end()) - now.begin());
-    const auto [d, t] = best_receiver(slow);
-    if (d < 0 || rows[slow] == 0 || t >= now[slow]) break;
+    const auto [i, t] = best_receiver(slow);
+    if (i < 0 || rows[slow] == 0 || t >= now[slow]) break;
     --rows[slow];
-    now[slow] = load.ComputeSeconds(slow, rows[slow]);
-    ++rows[d];
-    now[d] = t;
+    now[slow] = seconds(slow, rows[slow]);
+    ++rows[i];
+    now[i] = t;
   }
   // The even split, when it fits and is at least as fast, wins.
   std::vector<int64_t> even(n);
   bool even_fits = true;
-  for (int d = 0; d < n; ++d) {
-    even[d] = batch * (d + 1) / n - batch * d / n;
-    even_fits &= even[d] <= cap[d];
+  double even_slowest = 0, slowest = 0;
+  for (int i = 0; i < n; ++i) {
+    even[i] = batch * (i + 1) / n - batch * i / n;
+    even_fits &= even[i] <= cap[i];
+    even_slowest = std::max(even_slowest, seconds(i, even[i]));
+    slowest = std::max(slowest, seconds(i, rows[i]));
   }
-  if (even_fits && SlowestDevice(load, even) <= SlowestDevice(load, rows)) return even;
-  return rows;
+  const std::vector<int64_t>& chosen = even_fits && even_slowest <= slowest ? even : rows;
+  std::vector<int64_t> out(topo.num_devices(), 0);
+  for (int i = 0; i < n; ++i) out[devices[i]] = chosen[i];
+  return out;
 }
 
 std::map<std::string, std::vector<int>> AssignServers(const Graph& g,

@@ -74,6 +74,10 @@ class RowLoadModel {
 // Errors: FAILED_PRECONDITION when no split fits.
 absl::StatusOr<std::vector<int64_t>> ProportionalSplit(const RowLoadModel& load,
                                                        const Topology& topo, int64_t batch);
+// The same over `devices` alone (indices; the others get no rows).
+absl::StatusOr<std::vector<int64_t>> ProportionalSplitOver(const RowLoadModel& load,
+                                                           const Topology& topo, int64_t batch,
+                                                           const std::vector<int>& devices);
 
 // ProportionalSplit for data parallelism with parameter servers: each
 // device's row-independent bytes from simulating it on an even split

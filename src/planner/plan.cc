@@ -17,6 +17,7 @@
 #include "src/planner/lower.h"
 #include "src/planner/lower_bound.h"
 #include "src/planner/memory_floor.h"
+#include "src/planner/node_subset_baselines.h"
 #include "src/planner/placement.h"
 #include "src/planner/plan_budget.h"
 #include "src/planner/plan_heterog.h"
@@ -188,8 +189,11 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
     names.push_back(kHeteroG);
     rep.set_time_budget_s(o.search.time_budget_s);
     rep.set_search_began_s(absl::ToDoubleSeconds(absl::Now() - start));
-    RETURN_IF_ERROR(
-        PlanHeteroG(ix, topo, cost, strategies, lb, o, start, evaluate, evaluate_many, &done));
+    RETURN_IF_ERROR(PlanHeteroG(ix, topo, cost, strategies,
+                                load.has_value()
+                                    ? NodeSubsetBaselines(g, topo, cost, *load, o.global_batch)
+                                    : std::vector<NamedStrategy>{},
+                                lb, o, start, evaluate, evaluate_many, &done));
   }
   for (const NamedStrategy& ns : o.given) {
     names.push_back(ns.name);

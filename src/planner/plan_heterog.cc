@@ -44,8 +44,9 @@ int64_t Overflow(const quilt::v1::StrategyEstimate& e) {
 }  // namespace
 
 absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostModel& cost,
-                         const std::vector<NamedStrategy>& baselines, double lb,
-                         const PlanOptions& o, absl::Time start, const EvaluateFn& evaluate,
+                         const std::vector<NamedStrategy>& baselines,
+                         const std::vector<NamedStrategy>& subsets, double lb, const PlanOptions& o,
+                         absl::Time start, const EvaluateFn& evaluate,
                          const EvaluateManyFn& evaluate_many,
                          std::map<std::string, Evaluated>* done) {
   const Graph& g = ix.graph();
@@ -100,8 +101,11 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
   // on what fits memory, so baselines that do not fit there are simulated).
   constexpr double kCoarseMargin = 1.5;
   double fastest = -1;
-  for (const auto& [name, s] : sr.baseline_coarse_s) {
-    if (fastest < 0 || s < fastest) fastest = s;
+  for (const NamedStrategy& ns : baselines) {
+    auto it = sr.baseline_coarse_s.find(ns.name);
+    if (it != sr.baseline_coarse_s.end() && (fastest < 0 || it->second < fastest)) {
+      fastest = it->second;
+    }
   }
   std::vector<NamedStrategy> plan_and_start{NamedStrategy{kHeteroG, sr.variants[0], ""}};
   for (const NamedStrategy& ns : baselines) {
@@ -338,6 +342,44 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
       sr.search_wall_s = searched_s;
     }
   }
+  // Data parallelism over the fastest nodes alone (node_subset_baselines.h:
+  // on clusters of up to 32 devices), simulated in full within the budget;
+  // the fastest that fits becomes the plan where faster than it. (As starts
+  // of the search, they led it to slower plans as often as to faster
+  // ones: docs/BENCHMARKS.md.)
+  std::string subset_kept;     // its name, where one became the plan
+  double replaced_step_s = 0;  // the step of the plan it replaced
+  {
+    const std::vector<NamedStrategy>& near = subsets;
+    RETURN_IF_ERROR(evaluate_many(near, /*both_orders=*/true,
+                                  [&] { return budget.Affords(absl::Now(), plan_sim_s); }));
+    size_t not_simulated = 0;
+    const Evaluated* fastest_subset = nullptr;
+    for (const NamedStrategy& ns : near) {
+      auto it = done->find(ns.name);
+      if (it == done->end()) {
+        ++not_simulated;
+        continue;
+      }
+      const quilt::v1::StrategyEstimate& e = it->second.estimate;
+      if (e.feasible() &&
+          (fastest_subset == nullptr || e.step_time_s() < fastest_subset->estimate.step_time_s())) {
+        fastest_subset = &it->second;
+      }
+    }
+    if (not_simulated > 0) {
+      untried.push_back(absl::StrFormat("%d of %d plans of data parallelism over the fastest nodes",
+                                        not_simulated, near.size()));
+    }
+    const quilt::v1::StrategyEstimate& plan = done->at(kHeteroG).estimate;
+    if (fastest_subset != nullptr &&
+        (!plan.feasible() || fastest_subset->estimate.step_time_s() < plan.step_time_s())) {
+      subset_kept = fastest_subset->estimate.name();
+      replaced_step_s = plan.feasible() ? plan.step_time_s() : 0;
+      adopt(subset_kept);
+    }
+    for (const NamedStrategy& ns : near) done->erase(ns.name);
+  }
   // Embedding tables' gradients gathered rather than summed (sparse
   // lookup; the baselines sum them dense, as data-parallel frameworks do a
   // tied table's): the plan with each table worth it so aggregated,
@@ -401,6 +443,8 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
             (name.empty() || e.step_time_s() < done->at(name).estimate.step_time_s())) {
           name = tries[k].name;
           chosen = variant_of[k];
+          // (Another variant of the search's plan: no longer the subset's.)
+          if (k > 0) subset_kept.clear();
         }
       }
       if (!name.empty()) {
@@ -495,18 +539,21 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
         budget.budget_s(), absl::StrJoin(untried, "; "), HumanSeconds(plan_sim_s)));
   }
   // The plan shown is another's: nothing of the search's plan describes it.
+  // (`refined`: the refinements above were made on the plan shown, and
+  // stay described.)
   auto forget_search_plan = [&summary, &sr](const std::string& collectives,
-                                            const std::string& shown) {
+                                            const std::string& shown, bool refined = false) {
     if (!sr.memory_repair.empty()) {
       summary.set_memory_repair(sr.memory_repair + "; the plan below is " + shown +
                                 "'s, which the full simulation preferred");
     }
     summary.clear_decisions();
+    summary.set_gradient_collectives(collectives);
+    if (refined) return;
     summary.clear_gathered_tables();
     summary.clear_gathered_saved_s();
     summary.clear_weight_gradient_moves();
     summary.clear_weight_gradient_saved_s();
-    summary.set_gradient_collectives(collectives);
   };
   Evaluated& h = done->at(kHeteroG);
   const Evaluated* best = nullptr;
@@ -542,7 +589,7 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
                             HumanSeconds(best->estimate.step_time_s() - h.estimate.step_time_s()));
     // Placed as its start places the ops: the gain is in the collectives
     // alone (the baselines sum each gradient on its own).
-    bool as_start = !of.from_other;
+    bool as_start = !of.from_other && subset_kept.empty();
     for (size_t k = 0; k < decided.size() && k < sr.start_choices.size(); ++k) {
       as_start = as_start && decided[k].placement == sr.start_choices[k].placement &&
                  decided[k].aggregation == sr.start_choices[k].aggregation;
@@ -559,7 +606,23 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
         absl::StrAppend(&note, ", and in weight gradients' rows moved off the busiest devices");
       }
     }
+    if (!subset_kept.empty()) {
+      // The plan is data parallelism over the fastest nodes: no group
+      // choice of the search's plan describes it.
+      absl::StrAppend(&note, "; the plan is ", subset_kept,
+                      ", data parallelism over those nodes alone, which simulated faster than "
+                      "the search's plan",
+                      replaced_step_s > 0 ? " (" + HumanSeconds(replaced_step_s) + ")" : "");
+      forget_search_plan("one collective per gradient, as " + subset_kept + " forms them",
+                         subset_kept, /*refined=*/true);
+    }
     h.estimate.set_note(note);
+  } else if (!subset_kept.empty()) {
+    h.estimate.set_note("the plan is " + subset_kept +
+                        ", data parallelism over those nodes alone (no baseline over every "
+                        "device fits)");
+    forget_search_plan("one collective per gradient, as " + subset_kept + " forms them",
+                       subset_kept, /*refined=*/true);
   }
   if (best == nullptr && !h.estimate.feasible()) {
     // Nothing fits: the plan shown is the one nearest to fitting (the
