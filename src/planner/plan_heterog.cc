@@ -566,10 +566,10 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
   if (best != nullptr &&
       (!h.estimate.feasible() ||
        h.estimate.step_time_s() >= best->estimate.step_time_s() * (1 - kSameStep))) {
-    const std::string why =
-        h.estimate.feasible()
-            ? "the search's best plan simulated at " + HumanSeconds(h.estimate.step_time_s())
-            : "the search's best plan does not fit (" + h.estimate.infeasible_reason() + ")";
+    const std::string plan = subset_kept.empty() ? "the search's best plan" : subset_kept;
+    const std::string why = h.estimate.feasible()
+                                ? plan + " simulated at " + HumanSeconds(h.estimate.step_time_s())
+                                : plan + " does not fit (" + h.estimate.infeasible_reason() + ")";
     h = *best;
     h.estimate.set_name(kHeteroG);
     h.estimate.mutable_strategy()->set_name(kHeteroG);
