@@ -26,14 +26,19 @@ std::unique_ptr<testing::World> SubsetWins(const std::string& model) {
   return testing::Make(model, *spec);
 }
 
+// The node subsets of `w` at `batch`, by the baselines' load model.
+std::vector<NamedStrategy> SubsetsOf(const testing::World& w, int64_t batch) {
+  absl::StatusOr<RowLoadModel> load = RowLoadModel::Fit(w.graph, *w.cost, w.topo, batch);
+  EXPECT_THAT(load.status(), IsOk());
+  if (!load.ok()) return {};
+  return NodeSubsetBaselines(w.graph, w.topo, *w.cost, *load, batch);
+}
+
 TEST(NodeSubsetBaselines, EachSplitsTheBatchOverTheFastestNodesAlone) {
   auto w = SubsetWins("gpt2");
   ASSERT_NE(w, nullptr);
   const int64_t batch = 52;
-  absl::StatusOr<RowLoadModel> load = RowLoadModel::Fit(w->graph, *w->cost, w->topo, batch);
-  ASSERT_THAT(load.status(), IsOk());
-  const std::vector<NamedStrategy> subsets =
-      NodeSubsetBaselines(w->graph, w->topo, *w->cost, *load, batch);
+  const std::vector<NamedStrategy> subsets = SubsetsOf(*w, batch);
   ASSERT_FALSE(subsets.empty());
   // Each node's devices' mean speed.
   std::map<std::string, double> mean;
@@ -67,35 +72,27 @@ TEST(NodeSubsetBaselines, EachSplitsTheBatchOverTheFastestNodesAlone) {
 }
 
 TEST(NodeSubsetBaselines, NoneOnOneNodeOrOnLargeClusters) {
-  auto one = testing::Make("resnet50", testing::TwoNodes());
   auto big = testing::OnShippedCluster("resnet50", "hap_cluster");
   ASSERT_NE(big, nullptr);
   ASSERT_GT(big->topo.num_devices(), kNodeSubsetDevices);
-  absl::StatusOr<RowLoadModel> load = RowLoadModel::Fit(big->graph, *big->cost, big->topo, 512);
-  ASSERT_THAT(load.status(), IsOk());
-  EXPECT_TRUE(NodeSubsetBaselines(big->graph, big->topo, *big->cost, *load, 512).empty());
+  EXPECT_TRUE(SubsetsOf(*big, 512).empty());
   quilt::v1::ClusterSpec spec = testing::TwoNodes();
   spec.mutable_nodes()->RemoveLast();
   auto single = testing::Make("resnet50", spec);
   ASSERT_EQ(single->topo.num_nodes(), 1);
-  absl::StatusOr<RowLoadModel> l1 =
-      RowLoadModel::Fit(single->graph, *single->cost, single->topo, 32);
-  ASSERT_THAT(l1.status(), IsOk());
-  EXPECT_TRUE(NodeSubsetBaselines(single->graph, single->topo, *single->cost, *l1, 32).empty());
+  EXPECT_TRUE(SubsetsOf(*single, 32).empty());
 }
 
 TEST(NodeSubsetBaselines, ThePlanIsNeverSlowerThanAnyOfThem) {
   auto w = SubsetWins("gpt2");
   ASSERT_NE(w, nullptr);
   const int64_t batch = 52;
-  absl::StatusOr<RowLoadModel> load = RowLoadModel::Fit(w->graph, *w->cost, w->topo, batch);
-  ASSERT_THAT(load.status(), IsOk());
   PlanOptions o;
   o.global_batch = batch;
   o.strategy = "all";
   o.search.time_budget_s = 30;
   // Each simulated in full beside the plan, as a strategy of the caller's.
-  for (NamedStrategy ns : NodeSubsetBaselines(w->graph, w->topo, *w->cost, *load, batch)) {
+  for (NamedStrategy ns : SubsetsOf(*w, batch)) {
     ns.name = "given " + ns.name;
     ns.strategy.set_name(ns.name);
     o.given.push_back(ns);
