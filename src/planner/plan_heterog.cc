@@ -350,12 +350,11 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
   std::string subset_kept;     // its name, where one became the plan
   double replaced_step_s = 0;  // the step of the plan it replaced
   {
-    const std::vector<NamedStrategy>& near = subsets;
-    RETURN_IF_ERROR(evaluate_many(near, /*both_orders=*/true,
+    RETURN_IF_ERROR(evaluate_many(subsets, /*both_orders=*/true,
                                   [&] { return budget.Affords(absl::Now(), plan_sim_s); }));
     size_t not_simulated = 0;
     const Evaluated* fastest_subset = nullptr;
-    for (const NamedStrategy& ns : near) {
+    for (const NamedStrategy& ns : subsets) {
       auto it = done->find(ns.name);
       if (it == done->end()) {
         ++not_simulated;
@@ -369,7 +368,7 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
     }
     if (not_simulated > 0) {
       untried.push_back(absl::StrFormat("%d of %d plans of data parallelism over the fastest nodes",
-                                        not_simulated, near.size()));
+                                        not_simulated, subsets.size()));
     }
     const quilt::v1::StrategyEstimate& plan = done->at(kHeteroG).estimate;
     if (fastest_subset != nullptr &&
@@ -378,7 +377,7 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
       replaced_step_s = plan.feasible() ? plan.step_time_s() : 0;
       adopt(subset_kept);
     }
-    for (const NamedStrategy& ns : near) done->erase(ns.name);
+    for (const NamedStrategy& ns : subsets) done->erase(ns.name);
   }
   // Embedding tables' gradients gathered rather than summed (sparse
   // lookup; the baselines sum them dense, as data-parallel frameworks do a
