@@ -374,14 +374,27 @@ std::map<std::string, int> GradientBuckets(const Graph& g, int64_t bucket_bytes)
 absl::StatusOr<std::vector<int64_t>> ParameterServerSplit(const Graph& g, const Topology& topo,
                                                           const CostModel& cost,
                                                           const RowLoadModel& load, int64_t batch) {
+  std::vector<int> all(topo.num_devices());
+  for (int d = 0; d < topo.num_devices(); ++d) all[d] = d;
+  return ParameterServerSplitOver(g, topo, cost, load, batch, all);
+}
+
+absl::StatusOr<std::vector<int64_t>> ParameterServerSplitOver(const Graph& g, const Topology& topo,
+                                                              const CostModel& cost,
+                                                              const RowLoadModel& load,
+                                                              int64_t batch,
+                                                              const std::vector<int>& devices) {
   const int n = topo.num_devices();
   ASSIGN_OR_RETURN(const GraphIndex ix, GraphIndex::Build(g));
-  const int64_t rows = std::max<int64_t>(1, batch / std::max(1, n));
+  const int used = static_cast<int>(devices.size());
+  const int64_t rows = std::max<int64_t>(1, batch / std::max(1, used));
+  std::vector<int64_t> even(n, 0);
+  for (int d : devices) even[d] = 1;
   ASSIGN_OR_RETURN(std::vector<int64_t> peaks,
-                   DataParallelPeaks(ix, cost, topo, std::vector<int64_t>(n, 1),
-                                     quilt::v1::AGGREGATION_METHOD_PARAMETER_SERVER, rows * n));
+                   DataParallelPeaks(ix, cost, topo, even,
+                                     quilt::v1::AGGREGATION_METHOD_PARAMETER_SERVER, rows * used));
   std::vector<double> fixed(n);
-  for (int d = 0; d < n; ++d) {
+  for (int d : devices) {
     fixed[d] = std::max(
         0.0, static_cast<double>(peaks[d]) - load.devices()[d].m1 * static_cast<double>(rows));
   }
@@ -391,7 +404,7 @@ absl::StatusOr<std::vector<int64_t>> ParameterServerSplit(const Graph& g, const 
   std::string over;
   for (int attempt = 0; attempt < kSplitChecks; ++attempt) {
     absl::StatusOr<std::vector<int64_t>> fitted =
-        ProportionalSplit(load.WithFixedBytes(fixed), topo, batch);
+        ProportionalSplitOver(load.WithFixedBytes(fixed), topo, batch, devices);
     if (!fitted.ok()) {
       // ("no split of the batch of B fits the devices' memory (…)")
       std::string message(fitted.status().message());
@@ -409,7 +422,7 @@ absl::StatusOr<std::vector<int64_t>> ParameterServerSplit(const Graph& g, const 
                      DataParallelPeaks(ix, cost, topo, split,
                                        quilt::v1::AGGREGATION_METHOD_PARAMETER_SERVER, batch));
     over.clear();
-    for (int d = 0; d < n; ++d) {
+    for (int d : devices) {
       const int64_t memory = topo.device(d).proto.memory_bytes();
       const int64_t peak = split_peaks[d];
       if (peak <= memory) continue;

@@ -86,6 +86,10 @@ absl::StatusOr<std::vector<int64_t>> ProportionalSplitOver(const RowLoadModel& l
 absl::StatusOr<std::vector<int64_t>> ParameterServerSplit(const Graph& graph, const Topology& topo,
                                                           const CostModel& cost,
                                                           const RowLoadModel& load, int64_t batch);
+// The same over `devices` alone (indices; the others get no rows).
+absl::StatusOr<std::vector<int64_t>> ParameterServerSplitOver(
+    const Graph& graph, const Topology& topo, const CostModel& cost, const RowLoadModel& load,
+    int64_t batch, const std::vector<int>& devices);
 
 // The largest global batch the proportional split fits in the devices'
 // memory (the sum of each device's rows by the memory model `load`); 0

@@ -24,24 +24,49 @@ std::vector<NamedStrategy> NodeSubsetBaselines(const Graph& graph, const Topolog
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return mean[a] > mean[b]; });
   std::vector<int> devices;
-  std::vector<std::pair<std::string, std::vector<int64_t>>> splits;
+  // Per prefix: its name's end, and all-reduce's split and parameter
+  // servers' (empty where none fits).
+  struct Prefix {
+    std::string over;
+    std::vector<int64_t> ring, ps;
+  };
+  std::vector<Prefix> prefixes;
   for (int k = 0; k + 1 < nodes; ++k) {
     for (int d : topo.NodeDevices(order[k])) devices.push_back(d);
-    if (devices.size() < 2 || static_cast<int64_t>(devices.size()) > batch) continue;
-    absl::StatusOr<std::vector<int64_t>> split = ProportionalSplitOver(load, topo, batch, devices);
-    if (!split.ok()) continue;
-    splits.push_back({k == 0 ? std::string(" over the fastest node")
-                             : absl::StrCat(" over the ", k + 1, " fastest nodes"),
-                      std::move(*split)});
+    if (devices.size() < 2) continue;
+    Prefix p;
+    p.over = k == 0 ? std::string(" over the fastest node")
+                    : absl::StrCat(" over the ", k + 1, " fastest nodes");
+    absl::StatusOr<std::vector<int64_t>> ring = ProportionalSplitOver(load, topo, batch, devices);
+    if (ring.ok()) p.ring = p.ps = *ring;
+    // As the baselines split for parameter servers: their own split where
+    // all-reduce's fits no batch or fills a device (sharded optimizer state
+    // leaves more room).
+    bool memory_bound = false;
+    for (int d : devices) memory_bound |= ring.ok() && (*ring)[d] >= load.MaxRows(d);
+    if (!ring.ok() || memory_bound) {
+      absl::StatusOr<std::vector<int64_t>> ps =
+          ParameterServerSplitOver(graph, topo, cost, load, batch, devices);
+      if (ps.ok()) p.ps = *ps;
+    }
+    if (!p.ring.empty() || !p.ps.empty()) prefixes.push_back(std::move(p));
   }
   // (All-reduce's first: where the budget ends, those are simulated.)
-  for (auto [method, prefix] :
-       {std::pair{quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE, "dp-proportional-ring"},
-        std::pair{quilt::v1::AGGREGATION_METHOD_PARAMETER_SERVER, "dp-proportional-ps"}}) {
-    for (const auto& [over, split] : splits) {
-      const std::string name = prefix + over;
-      out.push_back({name, DataParallelStrategy(graph, topo, split, method, name), ""});
-    }
+  for (const Prefix& p : prefixes) {
+    if (p.ring.empty()) continue;
+    const std::string name = "dp-proportional-ring" + p.over;
+    out.push_back({name,
+                   DataParallelStrategy(graph, topo, p.ring,
+                                        quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE, name),
+                   ""});
+  }
+  for (const Prefix& p : prefixes) {
+    if (p.ps.empty()) continue;
+    const std::string name = "dp-proportional-ps" + p.over;
+    out.push_back({name,
+                   DataParallelStrategy(graph, topo, p.ps,
+                                        quilt::v1::AGGREGATION_METHOD_PARAMETER_SERVER, name),
+                   ""});
   }
   return out;
 }

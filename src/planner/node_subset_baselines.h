@@ -8,8 +8,9 @@
 // their devices' mean modeled speed, fastest first; each prefix of 1 to
 // all but one of them, of two devices or more, gets the speed-proportional
 // split over its devices (ProportionalSplitOver) with ring all-reduce and
-// with parameter servers, one collective per gradient, as the
-// dp-proportional baselines have over every device. Only on clusters of up
+// with parameter servers (their own split, ParameterServerSplitOver, where
+// all-reduce's fits no batch or fills a device), one collective per
+// gradient, as the dp-proportional baselines have over every device. Only on clusters of up
 // to kNodeSubsetDevices devices, where a simulation in full costs
 // milliseconds to tenths of a second (the splits alone take a second on
 // 64 devices).
