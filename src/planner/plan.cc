@@ -189,11 +189,14 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
     names.push_back(kHeteroG);
     rep.set_time_budget_s(o.search.time_budget_s);
     rep.set_search_began_s(absl::ToDoubleSeconds(absl::Now() - start));
-    RETURN_IF_ERROR(PlanHeteroG(ix, topo, cost, strategies,
-                                load.has_value()
-                                    ? NodeSubsetBaselines(g, topo, cost, *load, o.global_batch)
-                                    : std::vector<NamedStrategy>{},
-                                lb, o, start, evaluate, evaluate_many, &done));
+    // (Built after the search, where it is simulated: parameter servers'
+    // split over a subset simulates it.)
+    auto subsets = [&] {
+      return load.has_value() ? NodeSubsetBaselines(g, topo, cost, *load, o.global_batch)
+                              : std::vector<NamedStrategy>{};
+    };
+    RETURN_IF_ERROR(PlanHeteroG(ix, topo, cost, strategies, subsets, lb, o, start, evaluate,
+                                evaluate_many, &done));
   }
   for (const NamedStrategy& ns : o.given) {
     names.push_back(ns.name);

@@ -17,6 +17,7 @@
 #include "src/planner/exchange_parts.h"
 #include "src/planner/heterog.h"
 #include "src/planner/lookups.h"
+#include "src/planner/node_subset_baselines.h"
 #include "src/planner/placement.h"
 #include "src/planner/plan_budget.h"
 #include "src/planner/search_summary.h"
@@ -45,8 +46,8 @@ int64_t Overflow(const quilt::v1::StrategyEstimate& e) {
 
 absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostModel& cost,
                          const std::vector<NamedStrategy>& baselines,
-                         const std::vector<NamedStrategy>& subsets, double lb, const PlanOptions& o,
-                         absl::Time start, const EvaluateFn& evaluate,
+                         const std::function<std::vector<NamedStrategy>()>& subsets_of, double lb,
+                         const PlanOptions& o, absl::Time start, const EvaluateFn& evaluate,
                          const EvaluateManyFn& evaluate_many,
                          std::map<std::string, Evaluated>* done) {
   const Graph& g = ix.graph();
@@ -350,6 +351,11 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
   std::string subset_kept;     // its name, where one became the plan
   double replaced_step_s = 0;  // the step of the plan it replaced
   {
+    const bool begun = budget.Affords(absl::Now(), plan_sim_s);
+    const std::vector<NamedStrategy> subsets = begun ? subsets_of() : std::vector<NamedStrategy>{};
+    if (!begun && topo.num_nodes() > 1 && topo.num_devices() <= kNodeSubsetDevices) {
+      untried.push_back("data parallelism over the fastest nodes alone");
+    }
     RETURN_IF_ERROR(evaluate_many(subsets, /*both_orders=*/true,
                                   [&] { return budget.Affords(absl::Now(), plan_sim_s); }));
     size_t not_simulated = 0;

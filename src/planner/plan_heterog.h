@@ -34,16 +34,17 @@ using EvaluateFn = std::function<absl::Status(const NamedStrategy&)>;
 using EvaluateManyFn = std::function<absl::Status(
     const std::vector<NamedStrategy>&, bool both_orders, const std::function<bool()>& may_begin)>;
 
-// The search's plan (the search from `baselines` and `subsets`, data
-// parallelism over the fastest nodes alone, on the compute lower bound
-// `lb`, planning begun at `start`) as done->at(kHeteroG), with its search
-// summary; the baselines it is compared with are simulated into `done`
-// too (the subsets are not: one that simulates faster than the plan
-// becomes it).
+// The search's plan (the search from `baselines` on the compute lower
+// bound `lb`, planning begun at `start`) as done->at(kHeteroG), with its
+// search summary; the baselines it is compared with are simulated into
+// `done` too. `subsets` gives data parallelism over the fastest nodes
+// alone (node_subset_baselines.h), built and simulated after the search
+// within the budget and not put into `done`: one faster than the plan
+// becomes it.
 absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostModel& cost,
                          const std::vector<NamedStrategy>& baselines,
-                         const std::vector<NamedStrategy>& subsets, double lb, const PlanOptions& o,
-                         absl::Time start, const EvaluateFn& evaluate,
+                         const std::function<std::vector<NamedStrategy>()>& subsets, double lb,
+                         const PlanOptions& o, absl::Time start, const EvaluateFn& evaluate,
                          const EvaluateManyFn& evaluate_many,
                          std::map<std::string, Evaluated>* done);
 
