@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <numeric>
 #include <string>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 
@@ -52,21 +53,15 @@ std::vector<NamedStrategy> NodeSubsetBaselines(const Graph& graph, const Topolog
     if (!p.ring.empty() || !p.ps.empty()) prefixes.push_back(std::move(p));
   }
   // (All-reduce's first: where the budget ends, those are simulated.)
-  for (const Prefix& p : prefixes) {
-    if (p.ring.empty()) continue;
-    const std::string name = "dp-proportional-ring" + p.over;
-    out.push_back({name,
-                   DataParallelStrategy(graph, topo, p.ring,
-                                        quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE, name),
-                   ""});
-  }
-  for (const Prefix& p : prefixes) {
-    if (p.ps.empty()) continue;
-    const std::string name = "dp-proportional-ps" + p.over;
-    out.push_back({name,
-                   DataParallelStrategy(graph, topo, p.ps,
-                                        quilt::v1::AGGREGATION_METHOD_PARAMETER_SERVER, name),
-                   ""});
+  for (auto [method, prefix, split] : {std::tuple{quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE,
+                                                  "dp-proportional-ring", &Prefix::ring},
+                                       std::tuple{quilt::v1::AGGREGATION_METHOD_PARAMETER_SERVER,
+                                                  "dp-proportional-ps", &Prefix::ps}}) {
+    for (const Prefix& p : prefixes) {
+      if ((p.*split).empty()) continue;
+      const std::string name = prefix + p.over;
+      out.push_back({name, DataParallelStrategy(graph, topo, p.*split, method, name), ""});
+    }
   }
   return out;
 }
