@@ -171,13 +171,18 @@ absl::StatusOr<std::vector<double>> SolveSplitLp(const std::vector<DeviceLoadMod
   return std::vector<double>(sol, sol + n);
 }
 
+// Every device's index.
+std::vector<int> AllDevices(const Topology& topo) {
+  std::vector<int> all(topo.num_devices());
+  for (int d = 0; d < topo.num_devices(); ++d) all[d] = d;
+  return all;
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<int64_t>> ProportionalSplit(const RowLoadModel& load,
                                                        const Topology& topo, int64_t batch) {
-  std::vector<int> all(topo.num_devices());
-  for (int d = 0; d < topo.num_devices(); ++d) all[d] = d;
-  return ProportionalSplitOver(load, topo, batch, all);
+  return ProportionalSplitOver(load, topo, batch, AllDevices(topo));
 }
 
 absl::StatusOr<std::vector<int64_t>> ProportionalSplitOver(const RowLoadModel& load,
@@ -248,14 +253,17 @@ absl::StatusOr<std::vector<int64_t>> ProportionalSplitOver(const RowLoadModel& l
   // The even split, when it fits and is at least as fast, wins.
   std::vector<int64_t> even(n);
   bool even_fits = true;
-  double even_slowest = 0, slowest = 0;
   for (int i = 0; i < n; ++i) {
     even[i] = batch * (i + 1) / n - batch * i / n;
     even_fits &= even[i] <= cap[i];
-    even_slowest = std::max(even_slowest, seconds(i, even[i]));
-    slowest = std::max(slowest, seconds(i, rows[i]));
   }
-  const std::vector<int64_t>& chosen = even_fits && even_slowest <= slowest ? even : rows;
+  // (The even split's times only where it fits: each is a sum over the ops.)
+  auto slowest = [&](const std::vector<int64_t>& split) {
+    double worst = 0;
+    for (int i = 0; i < n; ++i) worst = std::max(worst, seconds(i, split[i]));
+    return worst;
+  };
+  const std::vector<int64_t>& chosen = even_fits && slowest(even) <= slowest(rows) ? even : rows;
   std::vector<int64_t> out(topo.num_devices(), 0);
   for (int i = 0; i < n; ++i) out[devices[i]] = chosen[i];
   return out;
@@ -374,9 +382,7 @@ std::map<std::string, int> GradientBuckets(const Graph& g, int64_t bucket_bytes)
 absl::StatusOr<std::vector<int64_t>> ParameterServerSplit(const Graph& g, const Topology& topo,
                                                           const CostModel& cost,
                                                           const RowLoadModel& load, int64_t batch) {
-  std::vector<int> all(topo.num_devices());
-  for (int d = 0; d < topo.num_devices(); ++d) all[d] = d;
-  return ParameterServerSplitOver(g, topo, cost, load, batch, all);
+  return ParameterServerSplitOver(g, topo, cost, load, batch, AllDevices(topo));
 }
 
 absl::StatusOr<std::vector<int64_t>> ParameterServerSplitOver(const Graph& g, const Topology& topo,
