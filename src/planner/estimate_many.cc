@@ -3,25 +3,99 @@
 #include <algorithm>
 #include <atomic>
 #include <mutex>
+#include <numeric>
 #include <thread>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "src/common/heartbeat.h"
 #include "src/common/status.h"
 
 namespace quilt {
+
+namespace {
+
+// `s` without its name, its replica counts divided by their greatest
+// common divisor: the counts set only the ratios of the batch split
+// (SplitBatch), so counts of 1 each and of 32 each place alike.
+quilt::v1::Strategy Canonical(const quilt::v1::Strategy& s) {
+  quilt::v1::Strategy c = s;
+  c.clear_name();
+  int64_t divisor = 0;
+  for (const quilt::v1::GroupPlacement& g : c.groups()) {
+    for (const auto& r : g.replicas()) divisor = std::gcd<int64_t>(divisor, r.replicas());
+    for (const auto& r : g.weight_gradient_replicas()) {
+      divisor = std::gcd<int64_t>(divisor, r.replicas());
+    }
+  }
+  if (divisor <= 1) return c;
+  for (quilt::v1::GroupPlacement& g : *c.mutable_groups()) {
+    for (auto& r : *g.mutable_replicas()) r.set_replicas(r.replicas() / divisor);
+    for (auto& r : *g.mutable_weight_gradient_replicas()) r.set_replicas(r.replicas() / divisor);
+  }
+  return c;
+}
+
+// Per strategy of `list`, the first earlier one that is the same plan but
+// for its name (the even and speed-proportional splits over devices of one
+// speed), or -1: it is not simulated again, but copied.
+std::vector<int> SamePlans(const std::vector<NamedStrategy>& list) {
+  std::vector<int> same(list.size(), -1);
+  absl::flat_hash_map<std::string, int> seen;
+  for (size_t i = 0; i < list.size(); ++i) {
+    if (!list[i].infeasible_reason.empty()) continue;
+    const quilt::v1::Strategy unnamed = Canonical(list[i].strategy);
+    std::string bytes;
+    {
+      google::protobuf::io::StringOutputStream out(&bytes);
+      google::protobuf::io::CodedOutputStream coded(&out);
+      coded.SetSerializationDeterministic(true);
+      unnamed.SerializeToCodedStream(&coded);
+    }
+    auto [it, fresh] = seen.emplace(std::move(bytes), static_cast<int>(i));
+    if (!fresh) same[i] = it->second;
+  }
+  return same;
+}
+
+// `from` (simulated as another strategy, the same plan) as `ns`: its name
+// and its own replica counts.
+Evaluated Renamed(const Evaluated& from, const NamedStrategy& ns) {
+  Evaluated e = from;
+  e.estimate.set_name(ns.name);
+  for (quilt::v1::Strategy* s :
+       {e.estimate.mutable_strategy(), e.program.empty() ? nullptr : e.program->mutable_strategy()}) {
+    if (s == nullptr) continue;
+    s->set_name(ns.name);
+    *s->mutable_groups() = ns.strategy.groups();
+  }
+  return e;
+}
+
+}  // namespace
 
 absl::Status EstimateMany(const GraphIndex& index, const Topology& topology, const CostModel& cost,
                           const std::vector<NamedStrategy>& list, const EstimateManyOptions& o,
                           std::map<std::string, Evaluated>* done) {
   if (list.empty()) return absl::OkStatus();
   auto since = [&] { return absl::ToDoubleSeconds(absl::Now() - o.start); };
+  const std::vector<int> same = SamePlans(list);
+  auto say_same = [&](size_t i) {
+    o.progress(absl::StrFormat("%s is the plan of %s: simulated once (%.1f s so far)", list[i].name,
+                               list[same[i]].name, since()));
+  };
   if (o.progress && !o.may_begin) {
-    for (const NamedStrategy& ns : list) {
-      o.progress(absl::StrFormat("simulating %s (%.1f s so far)", ns.name, since()));
+    for (size_t i = 0; i < list.size(); ++i) {
+      if (same[i] >= 0) {
+        say_same(i);
+      } else {
+        o.progress(absl::StrFormat("simulating %s (%.1f s so far)", list[i].name, since()));
+      }
     }
   }
   // Lowering and simulation only read the graph, topology and cost model:
@@ -36,6 +110,7 @@ absl::Status EstimateMany(const GraphIndex& index, const Topology& topology, con
   std::vector<bool> begun(list.size(), false);
   auto work = [&] {
     for (size_t i; (i = next++) < list.size();) {
+      if (same[i] >= 0) continue;  // (copied below)
       {
         std::lock_guard<std::mutex> lock(running_mu);
         if (o.may_begin) {
@@ -79,6 +154,12 @@ absl::Status EstimateMany(const GraphIndex& index, const Topology& topology, con
     for (std::thread& t : pool) t.join();
   }  // (the heartbeat ends with the simulations)
   for (const absl::Status& s : status) RETURN_IF_ERROR(s);
+  for (size_t i = 0; i < list.size(); ++i) {
+    if (same[i] < 0 || !begun[same[i]]) continue;
+    if (o.progress && o.may_begin) say_same(i);
+    out[i] = Renamed(out[same[i]], list[i]);
+    begun[i] = true;
+  }
   for (size_t i = 0; i < list.size(); ++i) {
     if (begun[i]) (*done)[list[i].name] = std::move(out[i]);
   }
