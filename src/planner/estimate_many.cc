@@ -68,8 +68,8 @@ std::vector<int> SamePlans(const std::vector<NamedStrategy>& list) {
 Evaluated Renamed(const Evaluated& from, const NamedStrategy& ns) {
   Evaluated e = from;
   e.estimate.set_name(ns.name);
-  for (quilt::v1::Strategy* s :
-       {e.estimate.mutable_strategy(), e.program.empty() ? nullptr : e.program->mutable_strategy()}) {
+  for (quilt::v1::Strategy* s : {e.estimate.mutable_strategy(),
+                                 e.program.empty() ? nullptr : e.program->mutable_strategy()}) {
     if (s == nullptr) continue;
     s->set_name(ns.name);
     *s->mutable_groups() = ns.strategy.groups();
