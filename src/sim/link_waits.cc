@@ -35,7 +35,8 @@ namespace quilt::sim_internal {
 // only the list and the links' states (bert_large's parameter servers on
 // 50 nodes of 8 devices: a port's list held a class per peer, about 120
 // scanned per freed link, and counting each one at every change of the
-// port cost a cache miss).
+// port cost a cache miss). A link's pair classes are kept in buckets by
+// trunk, and a scan passes over a busy trunk's bucket whole.
 void Sim::NewClassState(const PathWaiters& w) {
   ClassState s;
   s.pair = w.own.size() <= 2;
@@ -120,8 +121,17 @@ void Sim::Register(int c) {
   s.trunk = pc.trunk;
   if (s.pair) {
     pc.place.resize(pc.own.size());
+    if (pc.bucket.empty()) {
+      for (int r : pc.own) {
+        std::vector<PairBucket>& buckets = link_pairs_[r];
+        int b = 0;
+        while (b < static_cast<int>(buckets.size()) && buckets[b].trunk != pc.trunk) ++b;
+        if (b == static_cast<int>(buckets.size())) buckets.push_back(PairBucket{pc.trunk, {}});
+        pc.bucket.push_back(b);
+      }
+    }
     for (size_t j = 0; j < pc.own.size(); ++j) {
-      std::vector<PairEntry>& list = link_pairs_[pc.own[j]];
+      std::vector<PairEntry>& list = link_pairs_[pc.own[j]][pc.bucket[j]].entries;
       pc.place[j] = static_cast<int>(list.size());
       const int other = pc.own.size() == 2 ? pc.own[1 - j] : -1;
       list.push_back({c, static_cast<int>(j), other, pc.trunk});
@@ -142,7 +152,13 @@ void Sim::Unregister(int c) {
   PathWaiters& pc = classes_[c];
   auto places = [&](int k) -> std::vector<int>& { return classes_[k].place; };
   if (class_state_[c].pair) {
-    Delist(link_pairs_, pc.own, pc.place, places);
+    for (size_t j = 0; j < pc.own.size(); ++j) {
+      std::vector<PairEntry>& list = link_pairs_[pc.own[j]][pc.bucket[j]].entries;
+      const PairEntry last = list.back();
+      list[pc.place[j]] = last;
+      classes_[last.cls].place[last.slot] = pc.place[j];
+      list.pop_back();
+    }
   } else {
     Delist(link_classes_, pc.own, pc.place, places);
   }
@@ -181,7 +197,9 @@ void Sim::SetTop(int c) {
   ClassState& s = class_state_[c];
   s.top = pc.waiting.top();
   if (!s.pair) return;
-  for (size_t j = 0; j < pc.own.size(); ++j) link_pairs_[pc.own[j]][pc.place[j]].top = s.top;
+  for (size_t j = 0; j < pc.own.size(); ++j) {
+    link_pairs_[pc.own[j]][pc.bucket[j]].entries[pc.place[j]].top = s.top;
+  }
   if (pc.trunk >= 0) {
     Trunk& t = trunks_[pc.trunk];
     t.members[pc.member_place].top = s.top;
@@ -205,9 +223,10 @@ bool Sim::BestOf(int r, Candidate* best) {
       offer(k);
     }
   }
-  for (const PairEntry& e : link_pairs_[r]) {
-    if ((e.other < 0 || !link_busy_[e.other]) && (e.trunk < 0 || trunks_[e.trunk].busy == 0)) {
-      offer(Candidate{e.top, e.cls, r, e.other, e.trunk});
+  for (const PairBucket& b : link_pairs_[r]) {
+    if (b.trunk >= 0 && trunks_[b.trunk].busy != 0) continue;
+    for (const PairEntry& e : b.entries) {
+      if (e.other < 0 || !link_busy_[e.other]) offer(Candidate{e.top, e.cls, r, e.other, e.trunk});
     }
   }
   for (const LinkEntry& e : link_trunks_[r]) {

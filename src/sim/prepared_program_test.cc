@@ -36,9 +36,15 @@ void ExpectSame(const SimResult& a, const SimResult& b) {
   }
 }
 
-TEST(PreparedProgram, ReplaysAsSimulateAndAgain) {
+// (All-reduce, and parameter servers: transfers between the nodes that
+// wait on ports and NICs, whose waiting classes a replay keeps.)
+class PreparedProgramReplays : public ::testing::TestWithParam<quilt::v1::AggregationMethod> {};
+
+TEST_P(PreparedProgramReplays, AsSimulateAndAgain) {
   auto w = Make("resnet50");
-  const quilt::v1::DistributedProgram p = LowerChecked(*w, EvenRing(*w), 16);
+  const quilt::v1::Strategy s = DataParallelStrategy(
+      w->graph, w->topo, std::vector<int64_t>(w->topo.num_devices(), 1), GetParam(), "dp");
+  const quilt::v1::DistributedProgram p = LowerChecked(*w, s, 16);
   ASSERT_GT(p.devices_size(), 0);
   absl::StatusOr<SimResult> direct = Simulate(p, w->graph, w->topo, *w->cost);
   ASSERT_THAT(direct.status(), IsOk());
@@ -57,6 +63,10 @@ TEST(PreparedProgram, ReplaysAsSimulateAndAgain) {
   EXPECT_THAT(prepared->Replay().status(), StatusIs(absl::StatusCode::kFailedPrecondition));
   EXPECT_THAT(prepared->ReplayLast().status(), StatusIs(absl::StatusCode::kFailedPrecondition));
 }
+
+INSTANTIATE_TEST_SUITE_P(Methods, PreparedProgramReplays,
+                         ::testing::Values(quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE,
+                                           quilt::v1::AGGREGATION_METHOD_PARAMETER_SERVER));
 
 TEST(PreparedProgram, ReplaysUnderAnotherProgramsPriorities) {
   auto w = Make("resnet50");

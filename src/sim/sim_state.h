@@ -101,6 +101,9 @@ struct PathWaiters {
   // links, and its place among its trunk's members.
   std::vector<int> place;
   int member_place = -1;
+  // A pair class's bucket in the list of each of its own links (fixed once
+  // made: buckets are kept across replays).
+  std::vector<int> bucket;
 };
 
 // The links between the ends of transfers' paths (the NICs of two nodes):
@@ -151,6 +154,15 @@ struct LinkEntry {
 struct PairEntry {
   int cls, slot, other, trunk;
   std::pair<double, int> top;  // ClassState::top, kept in step (SetTop)
+};
+
+// A link's registered pair classes of one trunk (-1: none): a scan passes
+// over a busy trunk's bucket whole (on 50 nodes of 8 devices, a port's
+// parameter-server classes to the devices of 49 other nodes, most behind
+// busy NICs).
+struct PairBucket {
+  int trunk = -1;
+  std::vector<PairEntry> entries;
 };
 
 // A class FreeLinks found startable: what its checks and choice read.
@@ -281,7 +293,7 @@ class Sim {
   std::vector<int> collective_class_;
   absl::flat_hash_map<std::vector<int>, int> link_set_class_;
   std::vector<std::vector<LinkEntry>> link_classes_;  // counted classes
-  std::vector<std::vector<PairEntry>> link_pairs_;    // pair classes
+  std::vector<std::vector<PairBucket>> link_pairs_;   // pair classes, by trunk
   // Trunks by their links, and per link the trunks with waiters using it.
   std::vector<Trunk> trunks_;
   absl::flat_hash_map<std::vector<int>, int> trunk_ids_;

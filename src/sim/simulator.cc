@@ -244,7 +244,13 @@ absl::StatusOr<SimResult> Sim::Replay(double prepare_wall_s) {
   dirty_.assign(nd, false);
   link_busy_.assign(topo_.num_resources(), false);
   link_classes_.assign(topo_.num_resources(), {});
-  link_pairs_.assign(topo_.num_resources(), {});
+  // (The pair buckets stay, empty: the classes keep their places.)
+  if (link_pairs_.size() != static_cast<size_t>(topo_.num_resources())) {
+    link_pairs_.assign(topo_.num_resources(), {});
+  }
+  for (std::vector<PairBucket>& buckets : link_pairs_) {
+    for (PairBucket& b : buckets) b.entries.clear();
+  }
   link_trunks_.assign(topo_.num_resources(), {});
   link_busy_s_.assign(topo_.num_resources(), 0.0);
   live_.assign(nd, 0);
