@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <atomic>
 #include <mutex>
-#include <numeric>
 #include <thread>
 #include <utility>
 
@@ -15,41 +14,51 @@
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "src/common/heartbeat.h"
 #include "src/common/status.h"
+#include "src/planner/placement.h"
 
 namespace quilt {
 
 namespace {
 
-// `s` without its name, its replica counts divided by their greatest
-// common divisor: the counts set only the ratios of the batch split
-// (SplitBatch), so counts of 1 each and of 32 each place alike.
-quilt::v1::Strategy Canonical(const quilt::v1::Strategy& s) {
+// `s` without its name, each group's replica counts (where it sets no
+// weight-gradient split) replaced by the rows of the global batch `batch`
+// they give its devices, those given none left out: placing a group reads
+// its counts only through those rows (SplitBatch, Place), so counts of 1
+// each and of 32 each place alike, as do speed-derived counts that round
+// to the even split's rows.
+quilt::v1::Strategy Canonical(const quilt::v1::Strategy& s, int64_t batch) {
   quilt::v1::Strategy c = s;
   c.clear_name();
-  int64_t divisor = 0;
-  for (const quilt::v1::GroupPlacement& g : c.groups()) {
-    for (const auto& r : g.replicas()) divisor = std::gcd<int64_t>(divisor, r.replicas());
-    for (const auto& r : g.weight_gradient_replicas()) {
-      divisor = std::gcd<int64_t>(divisor, r.replicas());
-    }
-  }
-  if (divisor <= 1) return c;
+  if (batch <= 0) return c;
   for (quilt::v1::GroupPlacement& g : *c.mutable_groups()) {
-    for (auto& r : *g.mutable_replicas()) r.set_replicas(r.replicas() / divisor);
-    for (auto& r : *g.mutable_weight_gradient_replicas()) r.set_replicas(r.replicas() / divisor);
+    if (!g.weight_gradient_replicas().empty()) continue;
+    // (Entries by their place in the group, devices as named.)
+    std::vector<std::pair<int, int>> counts;
+    for (int k = 0; k < g.replicas_size(); ++k) {
+      if (g.replicas(k).replicas() > 0) counts.push_back({k, g.replicas(k).replicas()});
+    }
+    if (counts.empty()) continue;  // (refused by the lowering either way)
+    google::protobuf::RepeatedPtrField<quilt::v1::DeviceReplicas> rows;
+    for (const Slice& r : SplitBatch(counts, batch)) {
+      quilt::v1::DeviceReplicas* d = rows.Add();
+      d->set_device(g.replicas(r.device).device());
+      d->set_replicas(static_cast<int32_t>(r.end - r.begin));
+    }
+    *g.mutable_replicas() = std::move(rows);
   }
   return c;
 }
 
 // Per strategy of `list`, the first earlier one that is the same plan but
 // for its name (the even and speed-proportional splits over devices of one
-// speed), or -1: it is not simulated again, but copied.
-std::vector<int> SamePlans(const std::vector<NamedStrategy>& list) {
+// speed) at global batch `batch`, or -1: it is not simulated again, but
+// copied.
+std::vector<int> SamePlans(const std::vector<NamedStrategy>& list, int64_t batch) {
   std::vector<int> same(list.size(), -1);
   absl::flat_hash_map<std::string, int> seen;
   for (size_t i = 0; i < list.size(); ++i) {
     if (!list[i].infeasible_reason.empty()) continue;
-    const quilt::v1::Strategy unnamed = Canonical(list[i].strategy);
+    const quilt::v1::Strategy unnamed = Canonical(list[i].strategy, batch);
     std::string bytes;
     {
       google::protobuf::io::StringOutputStream out(&bytes);
@@ -84,7 +93,7 @@ absl::Status EstimateMany(const GraphIndex& index, const Topology& topology, con
                           std::map<std::string, Evaluated>* done) {
   if (list.empty()) return absl::OkStatus();
   auto since = [&] { return absl::ToDoubleSeconds(absl::Now() - o.start); };
-  const std::vector<int> same = SamePlans(list);
+  const std::vector<int> same = SamePlans(list, o.batch);
   auto say_same = [&](size_t i) {
     o.progress(absl::StrFormat("%s is the plan of %s: simulated once (%.1f s so far)", list[i].name,
                                list[same[i]].name, since()));

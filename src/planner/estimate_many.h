@@ -3,8 +3,9 @@
 // machine's cores, each lowered and simulated as EstimateOnArena does,
 // with progress lines before each and while they run (on hundreds of
 // devices one takes many seconds). Strategies that are the same plan but
-// for their names (the even and speed-proportional splits over devices of
-// one speed) are simulated once.
+// for their names and replica counts that give each device the same rows
+// (the even and speed-proportional splits over devices of one speed) are
+// simulated once.
 #ifndef QUILT_SRC_PLANNER_ESTIMATE_MANY_H_
 #define QUILT_SRC_PLANNER_ESTIMATE_MANY_H_
 

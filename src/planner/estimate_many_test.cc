@@ -1,5 +1,5 @@
 // EstimateMany simulates strategies that are one plan but for their names
-// and the scale of their replica counts once: the later is a copy under
+// and replica counts that give the same rows once: the later is a copy under
 // its own name and counts, equal to what simulating it alone gives; a copy
 // whose plan was not begun (the budget's end) is left out too.
 #include "src/planner/estimate_many.h"
@@ -28,13 +28,13 @@ struct Outcome {
 };
 
 Outcome EstimateAll(const testing::World& w, const std::vector<NamedStrategy>& list,
-                    std::function<bool()> may_begin = {}) {
+                    std::function<bool()> may_begin = {}, int64_t batch = kBatch) {
   Outcome run;
   absl::StatusOr<GraphIndex> ix = GraphIndex::Build(w.graph);
   EXPECT_THAT(ix.status(), IsOk());
   if (!ix.ok()) return run;
   EstimateManyOptions o;
-  o.batch = kBatch;
+  o.batch = batch;
   o.progress = [&](const std::string& line) { run.lines.push_back(line); };
   o.start = absl::Now();
   o.may_begin = std::move(may_begin);
@@ -78,6 +78,25 @@ TEST(EstimateMany, OnePlanUnderTwoNamesIsSimulatedOnce) {
   EXPECT_EQ(copy.program->strategy().groups(0).replicas(0).replicas(), 3);
   EXPECT_EQ(all.done.at("even").estimate.strategy().groups(0).replicas(0).replicas(), 1);
   EXPECT_EQ(all.done.at("even").program->strategy().name(), "even");
+}
+
+// Counts of 3, 3, 1, 1 give 4 rows as 2, 2, 0, 0: the plan of counts 1, 1
+// on the first two devices alone; 1 each gives every device a row.
+TEST(EstimateMany, CountsThatGiveTheSameRowsAreOnePlan) {
+  auto w = testing::Make("resnet50");
+  const Outcome all = EstimateAll(*w,
+                                  {Ring(*w, "pair", {1, 1, 0, 0}), Ring(*w, "skewed", {3, 3, 1, 1}),
+                                   Ring(*w, "even", {1, 1, 1, 1})},
+                                  {}, /*batch=*/4);
+  ASSERT_EQ(all.done.size(), 3u);
+  EXPECT_TRUE(Said(all, "skewed is the plan of pair: simulated once"));
+  EXPECT_TRUE(Said(all, "simulating even"));
+  const Outcome alone = EstimateAll(*w, {Ring(*w, "skewed", {3, 3, 1, 1})}, {}, /*batch=*/4);
+  ASSERT_EQ(alone.done.count("skewed"), 1u);
+  EXPECT_TRUE(
+      MessageDifferencer::Equals(all.done.at("skewed").estimate, alone.done.at("skewed").estimate));
+  EXPECT_TRUE(
+      MessageDifferencer::Equals(*all.done.at("skewed").program, *alone.done.at("skewed").program));
 }
 
 TEST(EstimateMany, ACopyOfAPlanNotBegunIsLeftOut) {
