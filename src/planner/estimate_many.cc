@@ -10,8 +10,6 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
-#include "google/protobuf/io/coded_stream.h"
-#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "src/common/heartbeat.h"
 #include "src/common/status.h"
 #include "src/planner/placement.h"
@@ -58,15 +56,10 @@ std::vector<int> SamePlans(const std::vector<NamedStrategy>& list, int64_t batch
   absl::flat_hash_map<std::string, int> seen;
   for (size_t i = 0; i < list.size(); ++i) {
     if (!list[i].infeasible_reason.empty()) continue;
-    const quilt::v1::Strategy unnamed = Canonical(list[i].strategy, batch);
-    std::string bytes;
-    {
-      google::protobuf::io::StringOutputStream out(&bytes);
-      google::protobuf::io::CodedOutputStream coded(&out);
-      coded.SetSerializationDeterministic(true);
-      unnamed.SerializeToCodedStream(&coded);
-    }
-    auto [it, fresh] = seen.emplace(std::move(bytes), static_cast<int>(i));
+    // (A Strategy has no maps: its bytes are the same for the same plan,
+    // as SameSplit in memory_share.cc compares them.)
+    auto [it, fresh] =
+        seen.emplace(Canonical(list[i].strategy, batch).SerializeAsString(), static_cast<int>(i));
     if (!fresh) same[i] = it->second;
   }
   return same;
