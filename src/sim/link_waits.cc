@@ -98,14 +98,14 @@ int Enlist(std::vector<std::vector<LinkEntry>>& lists, const std::vector<int>& l
   return n;
 }
 
-// Takes the entries at `place` out of the lists of `links`; the entry
-// moved into each freed place learns it through `places(its id)`.
-template <typename Entry, typename Places>
-void Delist(std::vector<std::vector<Entry>>& lists, const std::vector<int>& links,
-            const std::vector<int>& place, Places places) {
-  for (size_t j = 0; j < links.size(); ++j) {
-    std::vector<Entry>& list = lists[links[j]];
-    const Entry last = list.back();
+// Takes the entries at `place` out of the lists `list_of(j)` (j below
+// `count`); the entry moved into each freed place learns it through
+// `places(its id)`.
+template <typename ListOf, typename Places>
+void Delist(size_t count, ListOf list_of, const std::vector<int>& place, Places places) {
+  for (size_t j = 0; j < count; ++j) {
+    auto& list = list_of(j);
+    const auto last = list.back();
     list[place[j]] = last;
     places(last.cls)[last.slot] = place[j];
     list.pop_back();
@@ -134,7 +134,7 @@ void Sim::Register(int c) {
       std::vector<PairEntry>& list = link_pairs_[pc.own[j]][pc.bucket[j]].entries;
       pc.place[j] = static_cast<int>(list.size());
       const int other = pc.own.size() == 2 ? pc.own[1 - j] : -1;
-      list.push_back({c, static_cast<int>(j), other, pc.trunk});
+      list.push_back({c, static_cast<int>(j), other});
     }
   } else {
     s.busy = Enlist(link_classes_, pc.own, c, link_busy_, &pc.place);
@@ -152,15 +152,17 @@ void Sim::Unregister(int c) {
   PathWaiters& pc = classes_[c];
   auto places = [&](int k) -> std::vector<int>& { return classes_[k].place; };
   if (class_state_[c].pair) {
-    for (size_t j = 0; j < pc.own.size(); ++j) {
-      std::vector<PairEntry>& list = link_pairs_[pc.own[j]][pc.bucket[j]].entries;
-      const PairEntry last = list.back();
-      list[pc.place[j]] = last;
-      classes_[last.cls].place[last.slot] = pc.place[j];
-      list.pop_back();
-    }
+    Delist(
+        pc.own.size(),
+        [&](size_t j) -> std::vector<PairEntry>& {
+          return link_pairs_[pc.own[j]][pc.bucket[j]].entries;
+        },
+        pc.place, places);
   } else {
-    Delist(link_classes_, pc.own, pc.place, places);
+    Delist(
+        pc.own.size(),
+        [&](size_t j) -> std::vector<LinkEntry>& { return link_classes_[pc.own[j]]; }, pc.place,
+        places);
   }
   class_state_[c].live = false;
   if (pc.trunk >= 0) {
@@ -170,8 +172,10 @@ void Sim::Unregister(int c) {
     classes_[last.cls].member_place = pc.member_place;
     t.members.pop_back();
     if (t.members.empty()) {
-      Delist(link_trunks_, t.links, t.place,
-             [&](int k) -> std::vector<int>& { return trunks_[k].place; });
+      Delist(
+          t.links.size(),
+          [&](size_t j) -> std::vector<LinkEntry>& { return link_trunks_[t.links[j]]; }, t.place,
+          [&](int k) -> std::vector<int>& { return trunks_[k].place; });
     }
   }
 }
@@ -226,7 +230,7 @@ bool Sim::BestOf(int r, Candidate* best) {
   for (const PairBucket& b : link_pairs_[r]) {
     if (b.trunk >= 0 && trunks_[b.trunk].busy != 0) continue;
     for (const PairEntry& e : b.entries) {
-      if (e.other < 0 || !link_busy_[e.other]) offer(Candidate{e.top, e.cls, r, e.other, e.trunk});
+      if (e.other < 0 || !link_busy_[e.other]) offer(Candidate{e.top, e.cls, r, e.other, b.trunk});
     }
   }
   for (const LinkEntry& e : link_trunks_[r]) {

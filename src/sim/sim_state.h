@@ -148,11 +148,11 @@ struct LinkEntry {
   int cls, slot;
 };
 
-// A registered pair class in the list of one of its own links: also its
-// other own link (-1: none) and its trunk (-1: none), so that a scan of
-// the list reads nothing else of it unless it can start.
+// A registered pair class in the list of one of its own links (in its
+// trunk's bucket there): also its other own link (-1: none), so that a
+// scan of the list reads nothing else of it unless it can start.
 struct PairEntry {
-  int cls, slot, other, trunk;
+  int cls, slot, other;
   std::pair<double, int> top;  // ClassState::top, kept in step (SetTop)
 };
 
