@@ -232,8 +232,9 @@ struct SearchResult {
   bool feasible = false;
   int groups = 0;
   int64_t evaluated = 0;
-  // Plans the search passed over unsimulated: their lower bound showed
-  // they could not beat the plan they were moves from (time_bound.h).
+  // Plans the search passed over unsimulated: their lower bound on the
+  // step (time_bound.h) or on memory (memory_bound.h) showed they could
+  // not beat the plan they were moves from.
   int64_t ruled_out = 0;
   double search_wall_s = 0;
   // "enumerated" (every plan of a small action space tried), "converged",

@@ -102,6 +102,12 @@ class Search {
               space_->CannotBeat(next, current_score.time_s)) {
             continue;
           }
+          // Nor one whose memory is over by at least the current plan's
+          // (by any bytes, where the current plan fits), and over a
+          // device's whole memory (no nearer to fitting either).
+          if (options_.rule_out_by_bound && space_->MemoryCannotBeat(next, current_score)) {
+            continue;
+          }
           window.push_back(std::move(next));
           after.push_back(i + 1);
         }

@@ -78,7 +78,8 @@ SearchSpace::SearchSpace(const Topology& topo, const CostModel& fine_cost,
       coarse_(coarse),
       batch_(batch),
       memory_fraction_(memory_fraction),
-      bound_(coarse, topo, batch) {
+      bound_(coarse, topo, batch),
+      memory_bound_(coarse, topo, batch) {
   bound_.set_servers([this](const PlanState& state, int k) { return Servers(state, k); });
   const int n = topo.num_devices();
   for (int d = 0; d < n; ++d) speed_.push_back(fine_cost.speed(d).flops_per_s);
@@ -520,16 +521,17 @@ absl::StatusOr<Score> SearchSpace::Compute(const PlanState& state, const CostMod
   for (const DeviceUsage& u : r.devices) {
     if (u.capacity_bytes <= 0) continue;
     if (u.peak_memory_bytes > u.capacity_bytes) score.fits_whole = false;
-    double cap = memory_fraction_ * static_cast<double>(u.capacity_bytes);
-    if (!caps_.empty()) {
-      const int d = topo_.DeviceIndex(u.device);
-      if (d >= 0 && d < static_cast<int>(caps_.size())) cap = std::max(cap, caps_[d]);
-    }
+    const double cap = Cap(topo_.DeviceIndex(u.device), static_cast<double>(u.capacity_bytes));
     if (static_cast<double>(u.peak_memory_bytes) > cap) {
       score.overflow_bytes += static_cast<double>(u.peak_memory_bytes) - cap;
     }
   }
   return score;
+}
+
+double SearchSpace::Cap(int d, double capacity) const {
+  const double share = memory_fraction_ * capacity;
+  return d >= 0 && d < static_cast<int>(caps_.size()) ? std::max(share, caps_[d]) : share;
 }
 
 absl::StatusOr<std::vector<double>> SearchSpace::CoarsePeaks(const PlanState& state) {
@@ -545,6 +547,7 @@ absl::StatusOr<std::vector<double>> SearchSpace::CoarsePeaks(const PlanState& st
 void SearchSpace::RaiseMemoryCaps(const std::vector<double>& bytes) {
   caps_ = bytes;
   cache_.clear();
+  for (auto& [key, b] : bounds_) b.over_share = -1;
 }
 
 SearchSpace::Bound& SearchSpace::BoundEntry(std::string key, const PlanState& state) {
@@ -603,6 +606,28 @@ bool SearchSpace::RuleOut(const PlanState& state, double time_s, bool count) {
   Bound& b = BoundEntry(std::move(key), state);
   if (b.seconds < time_s) return false;
   if (count && !b.ruled_out) ++ruled_out_;
+  b.ruled_out = true;
+  return true;
+}
+
+bool SearchSpace::MemoryCannotBeat(const PlanState& state, const Score& than) {
+  std::string key = Key(state);
+  if (cache_.count(key)) return false;
+  Bound& b = BoundEntry(std::move(key), state);
+  if (b.over_share < 0) {
+    const std::vector<double>& peaks = memory_bound_.Of(state, options_);
+    b.over_share = 0;
+    b.over_whole = false;
+    for (int d = 0; d < topo_.num_devices(); ++d) {
+      const double capacity = static_cast<double>(topo_.device(d).proto.memory_bytes());
+      if (capacity <= 0) continue;  // no limit
+      b.over_share += std::max(0.0, peaks[d] - Cap(d, capacity));
+      b.over_whole |= peaks[d] > capacity;
+    }
+  }
+  if (!b.over_whole || b.over_share <= 0) return false;
+  if (!than.feasible() && b.over_share < than.overflow_bytes) return false;
+  if (!b.ruled_out) ++ruled_out_;
   b.ruled_out = true;
   return true;
 }

@@ -20,6 +20,7 @@
 #include "proto/quilt/v1/strategy.pb.h"
 #include "src/cluster/topology.h"
 #include "src/planner/coarse_graph.h"
+#include "src/planner/memory_bound.h"
 #include "src/planner/time_bound.h"
 #include "src/sim/simulator.h"
 
@@ -157,6 +158,15 @@ class SearchSpace {
   // EvaluateAll runs.
   bool CannotBeat(const PlanState& state, double time_s);
   int64_t ruled_out() const { return ruled_out_; }
+  // Whether `state` cannot be better than a plan of score `than` by its
+  // memory, without lowering or simulating it: its bound on each device's
+  // peak (memory_bound.h) is over the search's share of memory by at least
+  // `than`'s overflow (by any bytes, where `than` fits), and over some
+  // device's whole memory (so the full simulation could not find it fits
+  // either: LocalSearchResult::near). Counted in ruled_out() as
+  // CannotBeat's are (once a state). Not for a state simulated already
+  // (its score judges it at no cost), nor while EvaluateAll runs.
+  bool MemoryCannotBeat(const PlanState& state, const Score& than);
   // CannotBeat for a plan judged before the search (a start): not counted
   // in ruled_out(), then or when the search meets it again (as a start
   // simulated and cached would not be).
@@ -196,6 +206,9 @@ class SearchSpace {
   // for every thread: src/common/allocator_options.cc; with an arena a
   // thread they cost more than they saved below about 2 ms).
   static constexpr double kParallelAboveS = 1e-4;
+  // The bytes device d may hold on the coarse model: memory_fraction_ of
+  // its `capacity`, or more where RaiseMemoryCaps allows it.
+  double Cap(int d, double capacity) const;
   // Parameter servers of group k (parameter-server aggregation).
   std::vector<int> Servers(const PlanState& state, int k) const;
 
@@ -221,11 +234,17 @@ class SearchSpace {
   std::unique_ptr<char[]> blocks_[2];
   int64_t evaluations_ = 0;
   TimeBound bound_;
+  MemoryBound memory_bound_;
   // Bounds by state key, and whether each has ruled its state out (states
   // simulated since are in cache_ too).
   struct Bound {
     double seconds = 0;
     bool ruled_out = false;
+    // By the memory bound, computed when first asked (negative: not yet):
+    // bytes over the search's share, summed; whether over some device's
+    // whole memory.
+    double over_share = -1;
+    bool over_whole = false;
   };
   absl::flat_hash_map<std::string, Bound> bounds_;
   // `state`'s entry in bounds_ (by its key), its bound computed when new.
