@@ -5,6 +5,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -307,6 +308,18 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
         have = true;
       }
       seeds.push_back(std::move(seed));
+    }
+    // And, where none fits yet, the seed nearest to fitting balanced by the
+    // memory bound (seeds.h).
+    if (std::optional<std::pair<PlanState, Score>> balanced =
+            best_score.feasible() ? std::nullopt
+                                  : MemoryBalancedSeed(topo, coarse->num_groups(), best, &space)) {
+      if (balanced->second.BetterThan(best_score)) {
+        std::tie(best, best_score) = *balanced;
+        result.start = kMemoryBalancedSeed;
+      }
+      seeds.push_back(Seed{std::move(balanced->first), balanced->second, kMemoryBalancedSeed,
+                           options.other_seed_evaluations});
     }
     // And data parallelism over every device by speed, over memory as it
     // stands (were it not, it would be a start): its search moves groups

@@ -371,6 +371,49 @@ PlanState DescendBound(SearchSpace* space, int groups, const PlanState& from, in
   return state;
 }
 
+PlanState DescendMemory(SearchSpace* space, int groups, const PlanState& from, int rounds) {
+  PlanState state = from;
+  double over = space->MemoryOverShare(state);
+  double bound = space->BoundOf(state);
+  const int options = static_cast<int>(space->options().size());
+  for (int round = 0; round < rounds; ++round) {
+    bool lowered = false;
+    for (int k = 0; k < groups; ++k) {
+      if (state.method[k] == Method::kParameterServer) continue;
+      std::vector<std::pair<int, Method>> choices;
+      for (int o = 0; o < options; ++o) {
+        for (Method m : space->MethodsFor(o)) {
+          if (m == Method::kParameterServer) continue;
+          if (o == state.place[k] && m == state.method[k]) continue;
+          choices.push_back({o, m});
+        }
+      }
+      const std::vector<double> bounds = space->BoundsOf(state, k, choices);
+      PlanState next = state;
+      int take = -1;
+      double take_over = over, take_bound = bound;
+      for (size_t i = 0; i < choices.size(); ++i) {
+        next.place[k] = choices[i].first;
+        next.method[k] = choices[i].second;
+        const double o = space->MemoryOverShare(next);
+        if (o < take_over * (1 - 1e-9) || (o <= take_over && bounds[i] < take_bound * (1 - 1e-9))) {
+          take = static_cast<int>(i);
+          take_over = o;
+          take_bound = bounds[i];
+        }
+      }
+      if (take < 0) continue;
+      state.place[k] = choices[take].first;
+      state.method[k] = choices[take].second;
+      over = take_over;
+      bound = take_bound;
+      lowered = true;
+    }
+    if (!lowered) break;
+  }
+  return state;
+}
+
 absl::StatusOr<LocalSearchResult> RunLocalSearch(SearchSpace* space, int groups,
                                                  const SearchOptions& options, absl::Time deadline,
                                                  bool whole_placements, const std::string& start,

@@ -68,6 +68,14 @@ absl::StatusOr<std::pair<PlanState, Score>> EnumerateStates(
 // search, to be simulated before it is used.
 PlanState DescendBound(SearchSpace* space, int groups, const PlanState& from, int rounds);
 
+// Coordinate descent on the plans' memory (SearchSpace::MemoryOverShare),
+// from `from`: group by group, the placement and all-reduce method whose
+// plan is least over the search's share of memory by that bound, the
+// lower step bound among equals, in rounds until none lowers either (at
+// most `rounds`). Parameter servers are left as they are. A seed for the
+// search where nothing fits, to be simulated before it is used.
+PlanState DescendMemory(SearchSpace* space, int groups, const PlanState& from, int rounds);
+
 }  // namespace quilt
 
 #endif  // QUILT_SRC_PLANNER_LOCAL_SEARCH_H_

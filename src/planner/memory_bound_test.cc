@@ -2,13 +2,16 @@
 // gives a plan on any device (zoo models, random clusters, plans of every
 // kind), close to it where every group is on one device; the moves it
 // rules out are neither better than the plan they were judged against nor
-// within the devices' whole memory; and a search from a plan over memory
-// that rules them out takes the same path from fewer simulations.
+// within the devices' whole memory; a search from a plan over memory
+// that rules them out takes the same path from fewer simulations; and the
+// descent on the bound, and the seed it gives, end where no group's move
+// lowers it.
 #include "src/planner/memory_bound.h"
 
 #include <algorithm>
 #include <random>
 
+#include "absl/strings/match.h"
 #include "gtest/gtest.h"
 #include "src/cluster/random_cluster.h"
 #include "src/planner/heterog.h"
@@ -17,6 +20,7 @@
 #include "src/planner/planner_test_util.h"
 #include "src/planner/priorities.h"
 #include "src/planner/search_space.h"
+#include "src/planner/seeds.h"
 
 namespace quilt {
 namespace {
@@ -205,6 +209,99 @@ TEST(MemoryBound, RulingOutMovesLeavesAMemoryTightSearchsPath) {
     EXPECT_EQ(ruled_out[1], 0);
     EXPECT_LT(evaluations[0], evaluations[1]);
   }
+}
+
+// The descent on the memory bound ends where no single group's placement
+// or all-reduce method lowers the bound's overflow (nor, at equal overflow,
+// the step's bound), no higher than it started, and leaves parameter
+// servers as they were.
+TEST(MemoryBound, DescentEndsWhereNoGroupsChangeLowersTheOverflow) {
+  for (const Case& c : {Case{"transformer", 0, 16}, Case{"gpt2", 0, 8}}) {
+    SCOPED_TRACE(c.model);
+    Coarsened cc = Coarsen(c.model, TightTwoNodes(c.model, c.batch, 0.4), c.batch);
+    ASSERT_NE(cc.coarse, nullptr);
+    const int groups = cc.coarse->num_groups();
+    SearchSpace space(cc.w->topo, *cc.w->cost, *cc.coarse, c.batch, 0.92);
+    std::mt19937_64 rng(c.batch + 1);
+    std::vector<PlanState> froms = {AllOn(&space, groups, 0)};
+    for (int i = 0; i < 3; ++i) froms.push_back(RandomState(space, groups, &rng));
+    for (const PlanState& from : froms) {
+      const PlanState to = DescendMemory(&space, groups, from, 50);
+      const double over = space.MemoryOverShare(to);
+      EXPECT_LE(over, space.MemoryOverShare(from));
+      const double bound = space.BoundOf(to);
+      for (int k = 0; k < groups; ++k) {
+        if (from.method[k] == Method::kParameterServer) {
+          EXPECT_EQ(to.place[k], from.place[k]) << k;
+          EXPECT_EQ(to.method[k], Method::kParameterServer) << k;
+          continue;
+        }
+        for (int o = 0; o < static_cast<int>(space.options().size()); ++o) {
+          for (Method m : space.MethodsFor(o)) {
+            if (m == Method::kParameterServer) continue;
+            PlanState next = to;
+            next.place[k] = o;
+            next.method[k] = m;
+            const double next_over = space.MemoryOverShare(next);
+            EXPECT_GE(next_over, over * (1 - 1e-9)) << k << " " << o;
+            if (next_over <= over) EXPECT_GE(space.BoundOf(next), bound * (1 - 1e-9)) << k;
+          }
+        }
+      }
+    }
+    // From all on one device (over memory), the descent spreads the plan.
+    EXPECT_LT(space.MemoryOverShare(DescendMemory(&space, groups, froms[0], 50)),
+              space.MemoryOverShare(froms[0]));
+  }
+}
+
+// The balanced seed: options over runs of consecutive nodes join the space
+// on clusters of three or more nodes, and the seed is the descent's plan,
+// simulated; none where the descent changes nothing.
+TEST(MemoryBound, BalancedSeedAddsRunsOfNodesAndIsTheDescentsPlan) {
+  quilt::v1::ClusterSpec spec;
+  for (uint64_t seed = 1; seed < 100; ++seed) {
+    spec = RandomCluster(seed);
+    if (spec.nodes_size() >= 4) break;
+  }
+  ASSERT_GE(spec.nodes_size(), 4);
+  Coarsened cc = Coarsen("transformer", spec, 16);
+  ASSERT_NE(cc.coarse, nullptr);
+  const int groups = cc.coarse->num_groups();
+  SearchSpace space(cc.w->topo, *cc.w->cost, *cc.coarse, 16, 0.92);
+  const size_t before = space.options().size();
+  const PlanState from = AllOn(&space, groups, 0);
+  std::optional<std::pair<PlanState, Score>> seed =
+      MemoryBalancedSeed(cc.w->topo, groups, from, &space);
+  // Runs of 2 (and more, to half the nodes, at most 4) consecutive nodes.
+  const int nodes = spec.nodes_size();
+  int runs = 0;
+  for (int length = 2; length <= std::min(4, nodes / 2); ++length) runs += nodes - length + 1;
+  ASSERT_GE(space.options().size(), before);
+  int found = 0;
+  for (size_t o = before; o < space.options().size(); ++o) {
+    found += absl::StartsWith(space.options()[o].label, "nodes ") ? 1 : 0;
+  }
+  // (A run equal to an option the space had is found, not added.)
+  EXPECT_LE(found, runs);
+  EXPECT_GT(found, 0);
+  // (All on one device is no local optimum of the step's bound.)
+  ASSERT_TRUE(seed.has_value());
+  EXPECT_TRUE(seed->first == DescendMemory(&space, groups, from, 20));
+  absl::StatusOr<Score> score = space.Evaluate(seed->first);
+  ASSERT_THAT(score.status(), IsOk());
+  EXPECT_EQ(score->time_s, seed->second.time_s);
+  EXPECT_EQ(score->overflow_bytes, seed->second.overflow_bytes);
+  // From its own plan the descent changes nothing: no seed.
+  EXPECT_FALSE(MemoryBalancedSeed(cc.w->topo, groups, seed->first, &space).has_value());
+  // Two nodes: no runs.
+  Coarsened two = Coarsen("transformer", testing::TwoNodes(), 16);
+  ASSERT_NE(two.coarse, nullptr);
+  SearchSpace two_space(two.w->topo, *two.w->cost, *two.coarse, 16, 0.92);
+  const size_t two_before = two_space.options().size();
+  MemoryBalancedSeed(two.w->topo, two.coarse->num_groups(),
+                     AllOn(&two_space, two.coarse->num_groups(), 0), &two_space);
+  EXPECT_EQ(two_space.options().size(), two_before);
 }
 
 }  // namespace

@@ -610,6 +610,16 @@ bool SearchSpace::RuleOut(const PlanState& state, double time_s, bool count) {
   return true;
 }
 
+double SearchSpace::MemoryOverShare(const PlanState& state) {
+  const std::vector<double>& peaks = memory_bound_.Of(state, options_);
+  double over = 0;
+  for (int d = 0; d < topo_.num_devices(); ++d) {
+    const double capacity = static_cast<double>(topo_.device(d).proto.memory_bytes());
+    if (capacity > 0) over += std::max(0.0, peaks[d] - Cap(d, capacity));
+  }
+  return over;
+}
+
 bool SearchSpace::MemoryCannotBeat(const PlanState& state, const Score& than) {
   std::string key = Key(state);
   if (cache_.count(key)) return false;

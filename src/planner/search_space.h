@@ -167,6 +167,9 @@ class SearchSpace {
   // CannotBeat's are (once a state). Not for a state simulated already
   // (its score judges it at no cost), nor while EvaluateAll runs.
   bool MemoryCannotBeat(const PlanState& state, const Score& than);
+  // By that bound: the bytes `state` is over the search's share of memory,
+  // summed over the devices (not cached).
+  double MemoryOverShare(const PlanState& state);
   // CannotBeat for a plan judged before the search (a start): not counted
   // in ruled_out(), then or when the search meets it again (as a start
   // simulated and cached would not be).

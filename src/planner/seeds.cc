@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "src/common/status.h"
+#include "src/planner/local_search.h"
 #include "src/planner/placement.h"
 
 namespace quilt {
@@ -277,6 +278,29 @@ absl::StatusOr<std::vector<StagedSeed>> FindStagedSeeds(const Topology& topo,
     out.push_back(std::move(cuts[i]));
   }
   return out;
+}
+
+std::optional<std::pair<PlanState, Score>> MemoryBalancedSeed(const Topology& topo, int groups,
+                                                              const PlanState& from,
+                                                              SearchSpace* space) {
+  constexpr int kMostNodes = 16, kLongestRun = 4, kRounds = 20;
+  if (topo.num_nodes() >= 3 && topo.num_nodes() <= kMostNodes) {
+    for (int length = 2; length <= std::min(kLongestRun, topo.num_nodes() / 2); ++length) {
+      for (int first = 0; first + length <= topo.num_nodes(); ++first) {
+        std::vector<int> devices;
+        for (int n = first; n < first + length; ++n) {
+          for (int d : topo.NodeDevices(n)) devices.push_back(d);
+        }
+        space->AddOption(space->BySpeed(devices, absl::StrCat("nodes ", topo.node_id(first), " to ",
+                                                              topo.node_id(first + length - 1))));
+      }
+    }
+  }
+  PlanState balanced = DescendMemory(space, groups, from, kRounds);
+  if (balanced == from) return std::nullopt;
+  absl::StatusOr<Score> score = space->Evaluate(balanced);
+  if (!score.ok()) return std::nullopt;
+  return std::make_pair(std::move(balanced), *score);
 }
 
 }  // namespace quilt

@@ -5,13 +5,15 @@
 // devices in node order (replicas in proportion to speed), the cuts placed
 // where every stage's fullest device is least full: the plans between data
 // parallelism (one stage) and the layer-wise split (one device a stage);
-// with fewer stages, each group computes over more devices.
+// with fewer stages, each group computes over more devices. The seed
+// nearest to fitting is also balanced group by group on the memory bound.
 #ifndef QUILT_SRC_PLANNER_SEEDS_H_
 #define QUILT_SRC_PLANNER_SEEDS_H_
 
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -62,6 +64,20 @@ absl::StatusOr<std::vector<StagedSeed>> FindStagedSeeds(const Topology& topo,
                                                         const CoarseModel& coarse, const Graph& g,
                                                         int64_t batch, double memory_fraction,
                                                         int count, const SearchSpace& space);
+
+// The name of MemoryBalancedSeed's seed.
+inline constexpr char kMemoryBalancedSeed[] = "the closest seed balanced by memory";
+
+// `from` (the seed nearest to fitting) descended on the plans' memory bound
+// (DescendMemory, memory_bound.h) and simulated, where that changes it.
+// The space gets options over runs of 2 to 4 consecutive nodes (at most
+// half of them; on clusters of 3 to 16 nodes) first: a group too large
+// for one node's memory at its rows may fit over two or three, where
+// every device would hold it whole. None where the descent leaves `from`
+// as it is or its plan cannot be simulated.
+std::optional<std::pair<PlanState, Score>> MemoryBalancedSeed(const Topology& topo, int groups,
+                                                              const PlanState& from,
+                                                              SearchSpace* space);
 
 }  // namespace quilt
 
