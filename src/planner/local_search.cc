@@ -339,23 +339,34 @@ absl::StatusOr<std::pair<PlanState, Score>> EnumerateStates(
   return std::make_pair(best, best_score);
 }
 
+namespace {
+
+// A descent's choices for group k of `state`: every other placement and
+// all-reduce method (no parameter servers).
+std::vector<std::pair<int, Method>> OtherChoices(const SearchSpace& space, const PlanState& state,
+                                                 int k) {
+  std::vector<std::pair<int, Method>> choices;
+  for (int o = 0; o < static_cast<int>(space.options().size()); ++o) {
+    for (Method m : space.MethodsFor(o)) {
+      if (m == Method::kParameterServer) continue;
+      if (o == state.place[k] && m == state.method[k]) continue;
+      choices.push_back({o, m});
+    }
+  }
+  return choices;
+}
+
+}  // namespace
+
 PlanState DescendBound(SearchSpace* space, int groups, const PlanState& from, int rounds) {
   PlanState state = from;
   double bound = space->BoundOf(state);
-  const int options = static_cast<int>(space->options().size());
   for (int round = 0; round < rounds; ++round) {
     bool lowered = false;
     for (int k = 0; k < groups; ++k) {
       if (state.method[k] == Method::kParameterServer) continue;
       // Group k's choices; the others stay, so their bounds come together.
-      std::vector<std::pair<int, Method>> choices;
-      for (int o = 0; o < options; ++o) {
-        for (Method m : space->MethodsFor(o)) {
-          if (m == Method::kParameterServer) continue;
-          if (o == state.place[k] && m == state.method[k]) continue;
-          choices.push_back({o, m});
-        }
-      }
+      const std::vector<std::pair<int, Method>> choices = OtherChoices(*space, state, k);
       const std::vector<double> bounds = space->BoundsOf(state, k, choices);
       for (size_t i = 0; i < choices.size(); ++i) {
         if (bounds[i] < bound * (1 - 1e-9)) {
@@ -375,19 +386,11 @@ PlanState DescendMemory(SearchSpace* space, int groups, const PlanState& from, i
   PlanState state = from;
   double over = space->MemoryOverShare(state);
   double bound = space->BoundOf(state);
-  const int options = static_cast<int>(space->options().size());
   for (int round = 0; round < rounds; ++round) {
     bool lowered = false;
     for (int k = 0; k < groups; ++k) {
       if (state.method[k] == Method::kParameterServer) continue;
-      std::vector<std::pair<int, Method>> choices;
-      for (int o = 0; o < options; ++o) {
-        for (Method m : space->MethodsFor(o)) {
-          if (m == Method::kParameterServer) continue;
-          if (o == state.place[k] && m == state.method[k]) continue;
-          choices.push_back({o, m});
-        }
-      }
+      const std::vector<std::pair<int, Method>> choices = OtherChoices(*space, state, k);
       const std::vector<double> bounds = space->BoundsOf(state, k, choices);
       PlanState next = state;
       int take = -1;

@@ -20,32 +20,14 @@
 #include "src/planner/planner_test_util.h"
 #include "src/planner/priorities.h"
 #include "src/planner/search_space.h"
+#include "src/planner/search_test_util.h"
 #include "src/planner/seeds.h"
 
 namespace quilt {
 namespace {
 
-PlanState RandomState(const SearchSpace& space, int groups, std::mt19937_64* rng) {
-  PlanState s;
-  for (int k = 0; k < groups; ++k) {
-    s.place.push_back(static_cast<int>((*rng)() % space.options().size()));
-    const std::vector<Method> methods = space.MethodsFor(s.place.back());
-    s.method.push_back(methods[(*rng)() % methods.size()]);
-    if (s.method.back() == Method::kParameterServer && !space.ServerNodes().empty() &&
-        (*rng)() % 2 == 0) {
-      SetServerNode(&s, k, space.ServerNodes()[(*rng)() % space.ServerNodes().size()]);
-    }
-  }
-  s.order = kExecutionOrders[(*rng)() % 2];
-  return s;
-}
-
-PlanState AllOn(SearchSpace* space, int groups, int device) {
-  PlanState s;
-  s.place.assign(groups, space->SingleOption(device));
-  s.method.assign(groups, space->MethodsFor(s.place[0]).front());
-  return s;
-}
+using testing::AllOn;
+using testing::RandomState;
 
 struct Case {
   std::string model;

@@ -15,26 +15,12 @@
 #include "src/planner/planner_test_util.h"
 #include "src/planner/priorities.h"
 #include "src/planner/search_space.h"
+#include "src/planner/search_test_util.h"
 
 namespace quilt {
 namespace {
 
-// A random plan state over the space's options (methods, parameter
-// servers, orders included).
-PlanState RandomState(const SearchSpace& space, int groups, std::mt19937_64* rng) {
-  PlanState s;
-  for (int k = 0; k < groups; ++k) {
-    s.place.push_back(static_cast<int>((*rng)() % space.options().size()));
-    const std::vector<Method> methods = space.MethodsFor(s.place.back());
-    s.method.push_back(methods[(*rng)() % methods.size()]);
-    if (s.method.back() == Method::kParameterServer && !space.ServerNodes().empty() &&
-        (*rng)() % 2 == 0) {
-      SetServerNode(&s, k, space.ServerNodes()[(*rng)() % space.ServerNodes().size()]);
-    }
-  }
-  s.order = kExecutionOrders[(*rng)() % 2];
-  return s;
-}
+using testing::RandomState;
 
 struct Case {
   std::string model;
