@@ -32,19 +32,20 @@ MemoryBound::MemoryBound(const CoarseModel& coarse, const Topology& topo, int64_
   const Graph& g = coarse.graph();
   const GraphIndex& ix = coarse.index();
   const int groups = coarse.num_groups();
-  for (int k = 0; k < groups; ++k) {
-    for (const std::string& p : coarse.FlatParameters(k)) {
-      for (const std::string& name :
-           {p, p.substr(0, p.rfind("/param")) + "/state" + p.substr(p.rfind("/param") + 6)}) {
-        if (const TensorInfo* t = g.FindTensor(name); t != nullptr) {
-          resident_[k] += TensorBytes(*t, 1);
-        }
-      }
-    }
-  }
   absl::flat_hash_map<std::string, int> group_of;
   for (int k = 0; k < groups; ++k) group_of[coarse.ForwardOp(k)] = k;
   const int n = static_cast<int>(g.ops.size());
+  // A group's updates read its flat parameters (first) and optimizer state
+  // (after the gradient).
+  for (int i = 0; i < n; ++i) {
+    if (!ix.Schema(i).is_update) continue;
+    auto it = group_of.find(GroupKey(g.ops[i]));
+    const std::vector<int>& in = ix.Inputs(i);
+    if (it == group_of.end() || in.empty()) continue;
+    for (size_t j = 0; j < in.size(); ++j) {
+      if (j != 1 && in[j] >= 0) resident_[it->second] += TensorBytes(g.tensors()[in[j]], 1);
+    }
+  }
   // Per op: its group (-1: none) and whether it is a forward op.
   std::vector<int> group(n, -1);
   std::vector<bool> forward(n, false);
