@@ -356,10 +356,13 @@ std::vector<std::pair<int, Method>> OtherChoices(const SearchSpace& space, const
   return choices;
 }
 
-}  // namespace
-
-PlanState DescendBound(SearchSpace* space, int groups, const PlanState& from, int rounds) {
+// The descents' core: group by group, the choice least over memory by the
+// memory bound (where `by_memory`; else memory is not weighed), the lowest
+// step bound among equals.
+PlanState Descend(SearchSpace* space, int groups, const PlanState& from, int rounds,
+                  bool by_memory) {
   PlanState state = from;
+  double over = by_memory ? space->MemoryOverShare(state) : 0;
   double bound = space->BoundOf(state);
   for (int round = 0; round < rounds; ++round) {
     bool lowered = false;
@@ -368,37 +371,13 @@ PlanState DescendBound(SearchSpace* space, int groups, const PlanState& from, in
       // Group k's choices; the others stay, so their bounds come together.
       const std::vector<std::pair<int, Method>> choices = OtherChoices(*space, state, k);
       const std::vector<double> bounds = space->BoundsOf(state, k, choices);
-      for (size_t i = 0; i < choices.size(); ++i) {
-        if (bounds[i] < bound * (1 - 1e-9)) {
-          state.place[k] = choices[i].first;
-          state.method[k] = choices[i].second;
-          bound = bounds[i];
-          lowered = true;
-        }
-      }
-    }
-    if (!lowered) break;
-  }
-  return state;
-}
-
-PlanState DescendMemory(SearchSpace* space, int groups, const PlanState& from, int rounds) {
-  PlanState state = from;
-  double over = space->MemoryOverShare(state);
-  double bound = space->BoundOf(state);
-  for (int round = 0; round < rounds; ++round) {
-    bool lowered = false;
-    for (int k = 0; k < groups; ++k) {
-      if (state.method[k] == Method::kParameterServer) continue;
-      const std::vector<std::pair<int, Method>> choices = OtherChoices(*space, state, k);
-      const std::vector<double> bounds = space->BoundsOf(state, k, choices);
       PlanState next = state;
       int take = -1;
       double take_over = over, take_bound = bound;
       for (size_t i = 0; i < choices.size(); ++i) {
         next.place[k] = choices[i].first;
         next.method[k] = choices[i].second;
-        const double o = space->MemoryOverShare(next);
+        const double o = by_memory ? space->MemoryOverShare(next) : 0;
         if (o < take_over * (1 - 1e-9) || (o <= take_over && bounds[i] < take_bound * (1 - 1e-9))) {
           take = static_cast<int>(i);
           take_over = o;
@@ -415,6 +394,16 @@ PlanState DescendMemory(SearchSpace* space, int groups, const PlanState& from, i
     if (!lowered) break;
   }
   return state;
+}
+
+}  // namespace
+
+PlanState DescendBound(SearchSpace* space, int groups, const PlanState& from, int rounds) {
+  return Descend(space, groups, from, rounds, /*by_memory=*/false);
+}
+
+PlanState DescendMemory(SearchSpace* space, int groups, const PlanState& from, int rounds) {
+  return Descend(space, groups, from, rounds, /*by_memory=*/true);
 }
 
 absl::StatusOr<LocalSearchResult> RunLocalSearch(SearchSpace* space, int groups,
