@@ -154,15 +154,26 @@ std::string RenderExplain(const quilt::v1::PlanReport& r) {
 std::string NoFeasibleStrategy(const quilt::v1::PlanReport& r) {
   std::string hint;
   const std::string floor = AboveTheMemoryFloor(r);
-  if (r.data_parallel_batch_limit() > 0) {
-    hint = r.memory_floor().devices() < 2
-               ? absl::StrFormat("; the device fits --batch %d (planned in full)",
-                                 r.data_parallel_batch_limit())
-               : absl::StrFormat(
-                     "; data parallelism with the speed-proportional split and all-reduce fits "
-                     "--batch %d here (planned in full; with parameter servers, which shard the "
-                     "optimizer state, perhaps more)",
-                     r.data_parallel_batch_limit());
+  // The hybrid plan's batch first where it is the larger (it usually is:
+  // a model no data-parallel plan fits at any batch).
+  const bool hybrid = r.hybrid_batch_limit() > r.data_parallel_batch_limit();
+  if (hybrid) {
+    hint = absl::StrFormat(
+        "; the planner's closest plan (heterog above) fits --batch %d with the same placements "
+        "(%s per step, simulated in full; a search at that batch may find a faster plan)",
+        r.hybrid_batch_limit(), HumanSeconds(r.hybrid_batch_step_s()));
+  }
+  if (hybrid && r.data_parallel_batch_limit() <= 0) {
+    hint += floor;
+  } else if (r.data_parallel_batch_limit() > 0) {
+    hint += r.memory_floor().devices() < 2
+                ? absl::StrFormat("; the device fits --batch %d (planned in full)",
+                                  r.data_parallel_batch_limit())
+                : absl::StrFormat(
+                      "; data parallelism with the speed-proportional split and all-reduce fits "
+                      "--batch %d here (planned in full; with parameter servers, which shard the "
+                      "optimizer state, perhaps more)",
+                      r.data_parallel_batch_limit());
     hint += floor;
   } else if (r.data_parallel_batch_unchecked() > 0) {
     hint = absl::StrFormat(

@@ -100,7 +100,10 @@ absl::StatusOr<PlanResult> PlanOn(const quilt::v1::JobSpec& spec, const Graph& g
         " fits the memory of the Ready nodes' devices", why.empty() ? "" : " (", why,
         why.empty() ? "" : ")",
         busy.empty() ? "" : "; the jobs running on " + busy + " hold part of it",
-        result.report.data_parallel_batch_limit() > 0
+        result.report.hybrid_batch_limit() > result.report.data_parallel_batch_limit()
+            ? absl::StrCat("; a global batch of ", result.report.hybrid_batch_limit(),
+                           " fits (the planner's closest plan, simulated in full)")
+        : result.report.data_parallel_batch_limit() > 0
             ? absl::StrCat("; a global batch of ", result.report.data_parallel_batch_limit(),
                            result.report.memory_floor().devices() < 2
                                ? " fits (on the one device, planned in full)"

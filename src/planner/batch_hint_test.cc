@@ -2,14 +2,17 @@
 // that fits from an estimate too high or too low, within its checks and
 // never at a batch that failed or below 1; and a plan report's suggestion
 // fits when planned, where the memory model's own batch does not (vgg19 on
-// one 2 GiB device).
+// one 2 GiB device); where no data-parallel plan fits at any batch, the
+// search's closest plan is checked at fewer rows instead.
 #include "src/planner/batch_hint.h"
 
 #include <set>
 
 #include "gtest/gtest.h"
+#include "src/cluster/cluster_spec.h"
 #include "src/common/status_matchers.h"
 #include "src/planner/plan.h"
+#include "src/planner/plan_heterog.h"
 #include "src/planner/planner_test_util.h"
 
 namespace quilt {
@@ -139,6 +142,51 @@ TEST(BatchHint, TheSuggestedBatchFitsDataParallel) {
   absl::StatusOr<PlanResult> at = Plan(w->graph, w->topo, o);
   ASSERT_THAT(at.status(), IsOk());
   EXPECT_EQ(at->report.best(), "dp-proportional-ring") << "batch " << hint;
+}
+
+// gpt2 on eight devices of 2 GiB: its parameters and optimizer state alone
+// are over 2 GiB, so no data-parallel split fits at any batch; at batch 10
+// the search finds nothing that fits either. The report suggests a batch
+// at which the search's closest plan, as it is, fits, and says its step
+// there; one row more, that plan does not fit.
+TEST(BatchHint, WhereNoDataParallelPlanFits_TheClosestHybridPlanIsCheckedAtFewerRows) {
+  absl::StatusOr<quilt::v1::ClusterSpec> spec =
+      LoadClusterSpec("bench/clusters/eight_2gib.textproto");
+  ASSERT_THAT(spec.status(), IsOk());
+  auto w = testing::Make("gpt2", *spec);
+  PlanOptions o;
+  o.global_batch = 10;
+  o.search.time_budget_s = 3;
+  absl::StatusOr<PlanResult> none = Plan(w->graph, w->topo, o);
+  ASSERT_THAT(none.status(), IsOk());
+  ASSERT_EQ(none->report.best(), "");
+  EXPECT_EQ(none->report.data_parallel_batch_limit(), 0);
+  const quilt::v1::StrategyEstimate* h = testing::FindEstimate(none->report, kHeteroG);
+  ASSERT_NE(h, nullptr);
+  ASSERT_FALSE(h->feasible());
+  const int64_t hint = none->report.hybrid_batch_limit();
+  ASSERT_GT(hint, 0);
+  ASSERT_LT(hint, o.global_batch);
+  PlanOptions given;
+  given.strategy = "given";
+  given.given = {NamedStrategy{"closest", h->strategy(), ""}};
+  given.check_batch_hint = false;
+  for (int64_t batch : {hint, hint + 1}) {
+    given.global_batch = batch;
+    absl::StatusOr<PlanResult> at = Plan(w->graph, w->topo, given);
+    ASSERT_THAT(at.status(), IsOk());
+    const quilt::v1::StrategyEstimate* e = testing::FindEstimate(at->report, "closest");
+    ASSERT_NE(e, nullptr);
+    EXPECT_EQ(e->feasible(), batch == hint) << "batch " << batch << ": " << e->infeasible_reason();
+    if (batch == hint) {
+      EXPECT_NEAR(none->report.hybrid_batch_step_s(), e->step_time_s(), 1e-9 * e->step_time_s());
+    }
+  }
+  // Without the checks, no suggestion.
+  o.check_batch_hint = false;
+  absl::StatusOr<PlanResult> unchecked = Plan(w->graph, w->topo, o);
+  ASSERT_THAT(unchecked.status(), IsOk());
+  EXPECT_EQ(unchecked->report.hybrid_batch_limit(), 0);
 }
 
 }  // namespace

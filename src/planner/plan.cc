@@ -13,6 +13,7 @@
 #include "absl/time/clock.h"
 #include "src/common/status.h"
 #include "src/planner/batch_hint.h"
+#include "src/planner/estimate.h"
 #include "src/planner/estimate_many.h"
 #include "src/planner/lower.h"
 #include "src/planner/lower_bound.h"
@@ -32,6 +33,60 @@ std::string EvenCounterpart(const std::string& name) {
   const std::string prefix = "dp-proportional-";
   if (name.rfind(prefix, 0) != 0) return "";
   return "dp-even-" + name.substr(prefix.size());
+}
+
+// Where nothing fits: the largest batch below the one asked at which the
+// search's closest plan fits as it is, the rows fewer (PlanReport's
+// hybrid_batch_limit), each check one simulation in full of that plan,
+// begun only within the time budget.
+void CheckHybridBatch(const GraphIndex& ix, const Topology& topo, const CostModel& cost,
+                      const PlanOptions& o, absl::Time start,
+                      const std::map<std::string, Evaluated>& done, quilt::v1::PlanReport* rep) {
+  auto it = done.find(kHeteroG);
+  if (it == done.end() || it->second.estimate.strategy().groups().empty()) return;
+  const NamedStrategy closest{kHeteroG, it->second.estimate.strategy(), ""};
+  double check_s = it->second.wall_s;
+  double step_s = 0;
+  auto fits = [&](int64_t batch) {
+    if (o.progress) {
+      o.progress(absl::StrFormat(
+          "checking the batch to suggest: the closest hybrid plan at batch %d (%.1f s so far)",
+          batch, absl::ToDoubleSeconds(absl::Now() - start)));
+    }
+    const absl::Time began = absl::Now();
+    absl::StatusOr<quilt::v1::StrategyEstimate> e =
+        Estimate(ix, topo, cost, closest, batch, /*lower_bound=*/0, /*program=*/nullptr,
+                 /*sim=*/nullptr, /*trace=*/false, /*both_orders=*/false);
+    check_s = std::max(check_s, absl::ToDoubleSeconds(absl::Now() - began));
+    // (A batch the plan cannot be lowered at, e.g. fewer rows than a
+    // group's replicas, is one it does not fit.)
+    if (!e.ok() || !e->feasible()) return false;
+    step_s = e->step_time_s();
+    return true;
+  };
+  // The memory model's first guess: the rows scaled by the fullest
+  // device's capacity over its peak (an upper guess: the parameters do
+  // not shrink with the rows).
+  double scale = 1;
+  for (const quilt::v1::DeviceMemory& m : it->second.estimate.memory()) {
+    if (m.capacity_bytes() > 0 && m.peak_bytes() > m.capacity_bytes()) {
+      scale = std::min(
+          scale, static_cast<double>(m.capacity_bytes()) / static_cast<double>(m.peak_bytes()));
+    }
+  }
+  const PlanBudget budget(start, o.search.time_budget_s);
+  const absl::Time checks_start = absl::Now();
+  auto may_check = [&](bool found) {
+    return budget.Affords(absl::Now(), check_s) &&
+           (!found || absl::Now() - checks_start < absl::Seconds(kBatchHintRefineS));
+  };
+  const auto estimate = static_cast<int64_t>(static_cast<double>(o.global_batch) * scale);
+  // (step_s is the last check's that fit: CheckedBatch's answer is the
+  // largest batch found to fit, and the batches it checks that fit rise.)
+  const int64_t batch = CheckedBatch(estimate, o.global_batch, kBatchHintChecks, fits, may_check);
+  if (batch <= 0) return;
+  rep->set_hybrid_batch_limit(batch);
+  rep->set_hybrid_batch_step_s(step_s);
 }
 
 }  // namespace
@@ -280,6 +335,9 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
     if (checks == 0 && estimate > 0 && estimate < o.global_batch) {
       rep.set_data_parallel_batch_unchecked(estimate);
     }
+  }
+  if (rep.best().empty() && o.check_batch_hint) {
+    CheckHybridBatch(ix, topo, cost, o, start, done, &rep);
   }
   if (!rep.best().empty() && o.program_with_graph) {
     *result.best_program.mutable_graph() = g.ToProto();

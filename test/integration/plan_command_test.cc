@@ -506,6 +506,35 @@ TEST(PlanCommand, NoFeasibleStrategy_SaysSoAndFails) {
   EXPECT_EQ(Plan(fits).exit_code, 0);
 }
 
+// gpt2 on eight devices of 2 GiB fits no data-parallel plan at any batch;
+// at 10 rows the planner finds none either. The table names the batch its
+// closest plan fits, the one the JSON holds, and at that batch the search
+// finds a plan that fits.
+TEST(PlanCommand, NoFeasibleStrategy_NamesTheBatchTheClosestHybridPlanFits) {
+  std::vector<std::string> args = {"zoo:gpt2", "--cluster", "bench/clusters/eight_2gib.textproto",
+                                   "--batch",  "10",        "--time-budget",
+                                   "3",        "-o",        "json"};
+  const CommandResult json = Plan(args);
+  EXPECT_EQ(json.exit_code, 1) << json.err;
+  const nlohmann::json r = nlohmann::json::parse(json.out);
+  EXPECT_EQ(r.value("best", ""), "");
+  EXPECT_EQ(std::stoll(r.value("data_parallel_batch_limit", std::string("0"))), 0);
+  const int64_t hint = std::stoll(r.value("hybrid_batch_limit", std::string("0")));
+  ASSERT_GT(hint, 0);
+  ASSERT_LT(hint, 10);
+  EXPECT_GT(r.value("hybrid_batch_step_s", 0.0), 0);
+  args.resize(args.size() - 2);
+  const CommandResult table = Plan(args);
+  EXPECT_EQ(table.exit_code, 1);
+  EXPECT_THAT(table.out, HasSubstr(absl::StrCat("the planner's closest plan (heterog above) fits "
+                                                "--batch ",
+                                                hint, " with the same placements")));
+  args[4] = std::to_string(hint);
+  const CommandResult at = Plan(args);
+  EXPECT_EQ(at.exit_code, 0) << at.out;
+  EXPECT_THAT(at.out, HasSubstr("Best: "));
+}
+
 // Where the time budget ends before a batch to suggest is checked, the
 // memory model's batch is said to be unchecked, in both formats.
 TEST(PlanCommand, NoFeasibleStrategy_PastTheBudgetTheBatchIsSaidUnchecked) {
