@@ -35,10 +35,10 @@ std::string EvenCounterpart(const std::string& name) {
   return "dp-even-" + name.substr(prefix.size());
 }
 
-// Where nothing fits: the largest batch below the one asked at which the
-// search's closest plan fits as it is, the rows fewer (PlanReport's
-// hybrid_batch_limit), each check one simulation in full of that plan,
-// begun only within the time budget.
+// Where nothing fits: the largest batch below the one asked, and above the
+// data-parallel one found, at which the search's closest plan fits as it
+// is, the rows fewer (PlanReport's hybrid_batch_limit), each check one
+// simulation in full of that plan, begun only within the time budget.
 void CheckHybridBatch(const GraphIndex& ix, const Topology& topo, const CostModel& cost,
                       const PlanOptions& o, absl::Time start,
                       const std::map<std::string, Evaluated>& done, quilt::v1::PlanReport* rep) {
@@ -47,7 +47,10 @@ void CheckHybridBatch(const GraphIndex& ix, const Topology& topo, const CostMode
   const NamedStrategy closest{kHeteroG, it->second.estimate.strategy(), ""};
   double check_s = it->second.wall_s;
   double step_s = 0;
+  // (Worth naming only above the batch data parallelism was found to fit.)
+  const int64_t data_parallel = rep->data_parallel_batch_limit();
   auto fits = [&](int64_t batch) {
+    if (batch <= data_parallel) return false;
     if (o.progress) {
       o.progress(absl::StrFormat(
           "checking the batch to suggest: the closest hybrid plan at batch %d (%.1f s so far)",

@@ -373,6 +373,9 @@ TEST(Plan, NothingFits_ThePlannersPlanIsTheNearestToFitting) {
   const int64_t limit = plan->report.data_parallel_batch_limit();
   EXPECT_GT(limit, 0);
   EXPECT_LT(limit, o.global_batch);
+  // (A hybrid plan's batch is named only above it.)
+  const int64_t hybrid = plan->report.hybrid_batch_limit();
+  EXPECT_TRUE(hybrid == 0 || (hybrid > limit && hybrid < o.global_batch)) << hybrid;
   o.global_batch = limit;
   o.strategy = "dp-proportional-ring";
   absl::StatusOr<PlanResult> fits = Plan(w.graph, w.topo, o);
