@@ -21,96 +21,6 @@ namespace quilt {
 
 using quilt::v1::Instruction;
 
-// --- TensorStore ---------------------------------------------------------
-
-void TensorStore::Put(const InstanceKey& k, Tensor t) {
-  absl::MutexLock lock(&mu_);
-  auto [it, fresh] = values_.insert_or_assign(k, std::move(t));
-  if (fresh) by_tensor_[k.tensor].push_back(k);
-  assembled_.erase(k);
-  sliced_.erase(k);
-}
-
-bool TensorStore::Get(const InstanceKey& k, Tensor* out) const {
-  absl::MutexLock lock(&mu_);
-  auto it = values_.find(k);
-  if (it == values_.end()) return false;
-  *out = it->second;
-  return true;
-}
-
-bool TensorStore::FindContaining(int tensor, int64_t begin, int64_t end, InstanceKey* key,
-                                 Tensor* out) const {
-  absl::MutexLock lock(&mu_);
-  auto exact = values_.find(InstanceKey{tensor, begin, end});
-  if (exact != values_.end()) {
-    *key = exact->first;
-    *out = exact->second;
-    return true;
-  }
-  auto it = by_tensor_.find(tensor);
-  if (it == by_tensor_.end()) return false;
-  for (const bool assembled : {false, true}) {
-    for (const InstanceKey& k : it->second) {
-      if (assembled_.contains(k) != assembled) continue;
-      const bool whole = k.begin == 0 && k.end == 0;
-      if (whole || (!(begin == 0 && end == 0) && k.begin <= begin && end <= k.end)) {
-        *key = k;
-        *out = values_.at(k);
-        return true;
-      }
-    }
-  }
-  return false;
-}
-
-std::vector<Tensor> TensorStore::Retain(const absl::flat_hash_map<InstanceKey, bool>& keep) {
-  std::vector<Tensor> dropped;
-  absl::MutexLock lock(&mu_);
-  for (auto it = values_.begin(); it != values_.end();) {
-    if (keep.contains(it->first)) {
-      ++it;
-    } else {
-      dropped.push_back(std::move(it->second));
-      values_.erase(it++);
-    }
-  }
-  for (auto& [t, keys] : by_tensor_) {
-    keys.erase(std::remove_if(keys.begin(), keys.end(),
-                              [&](const InstanceKey& k) { return !keep.contains(k); }),
-               keys.end());
-  }
-  for (auto it = assembled_.begin(); it != assembled_.end();) {
-    if (keep.contains(*it)) {
-      ++it;
-    } else {
-      assembled_.erase(it++);
-    }
-  }
-  for (auto it = sliced_.begin(); it != sliced_.end();) {
-    if (keep.contains(it->first)) {
-      ++it;
-    } else {
-      sliced_.erase(it++);
-    }
-  }
-  return dropped;
-}
-
-std::vector<std::pair<InstanceKey, Tensor>> TensorStore::All() const {
-  absl::MutexLock lock(&mu_);
-  return {values_.begin(), values_.end()};
-}
-
-std::vector<std::pair<InstanceKey, Tensor>> TensorStore::Instances(int tensor) const {
-  absl::MutexLock lock(&mu_);
-  std::vector<std::pair<InstanceKey, Tensor>> out;
-  auto it = by_tensor_.find(tensor);
-  if (it == by_tensor_.end()) return out;
-  for (const InstanceKey& k : it->second) out.push_back({k, values_.at(k)});
-  return out;
-}
-
 // --- Setup ---------------------------------------------------------------
 
 Executor::Impl::Impl(quilt::v1::DistributedProgram program, std::vector<std::string> world,
@@ -263,6 +173,7 @@ absl::Status Executor::Impl::Init() {
       ++nodes_[n].deps;
     }
   }
+  PlanFrees();
   // Initial persistent values: parameters from their initializers (sliced
   // for shards), optimizer state zeros, constants; or restored.
   std::map<std::string, Tensor> restored;
@@ -414,11 +325,18 @@ std::string Executor::Impl::Describe(int node) const {
 
 void Executor::Impl::Done(int node) {
   std::vector<int> ready;
+  // (Dropped under the step's lock, so that the step cannot end, and the
+  // next write the tensor again, before; the values are destroyed after.)
+  std::vector<Tensor> dropped;
   {
     absl::MutexLock lock(&mu_);
     --remaining_;
     nodes_[node].finished = true;
     if (!error_.ok()) return;
+    for (int t : Freed(node)) {
+      for (Tensor& v : devices_[nodes_[node].device]->store.Erase(t))
+        dropped.push_back(std::move(v));
+    }
     for (int s : nodes_[node].succ) {
       if (--nodes_[s].pending == 0) ready.push_back(s);
     }
@@ -625,12 +543,14 @@ absl::Status Executor::Impl::Run() {
         dev.store.Put(InstanceKey{tensor_ids_.at(r.tensor()), r.begin(), r.end()},
                       std::move((*feeds)[d][i]));
       }
+      dev.store.ResetPeak();
     }
     std::vector<int> ready;
     {
       absl::MutexLock lock(&mu_);
       error_ = absl::OkStatus();
       remaining_ = static_cast<int>(nodes_.size());
+      readers_left_ = readers_;
       extra_ = 0;
       for (auto& dev : devices_) dev->busy_s = 0;
       for (size_t n = 0; n < nodes_.size(); ++n) {
@@ -691,6 +611,8 @@ absl::Status Executor::Impl::Run() {
       for (const auto& dev : devices_)
         report.compute_time_s = std::max(report.compute_time_s, dev->busy_s);
     }
+    for (auto& dev : devices_)
+      report.peak_bytes = std::max(report.peak_bytes, dev->store.ResetPeak());
     for (auto& dev : devices_) {
       if (loss_tensor_ < 0) break;
       if (dev->loss_copy) continue;  // another device reports this whole loss

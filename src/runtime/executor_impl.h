@@ -18,58 +18,9 @@
 #include "src/runtime/comm/tags.h"
 #include "src/runtime/executor.h"
 #include "src/runtime/kernels/kernel.h"
+#include "src/runtime/tensor_store.h"
 
 namespace quilt {
-
-struct InstanceKey {
-  int tensor = 0;
-  int64_t begin = 0, end = 0;
-  bool operator==(const InstanceKey& o) const {
-    return tensor == o.tensor && begin == o.begin && end == o.end;
-  }
-  template <typename H>
-  friend H AbslHashValue(H h, const InstanceKey& k) {
-    return H::combine(std::move(h), k.tensor, k.begin, k.end);
-  }
-};
-
-// The tensors one device holds: whole tensors or row ranges of them.
-class TensorStore {
- public:
-  void Put(const InstanceKey& k, Tensor t);
-  // The exact instance, or nullptr.
-  bool Get(const InstanceKey& k, Tensor* out) const;
-  // An instance that contains rows [begin, end) (or any instance of a whole
-  // tensor when begin = end = 0): its key and value. The exact instance
-  // first, then one a kernel or a whole receive produced, and only then one
-  // being assembled from parts (which may still miss rows).
-  bool FindContaining(int tensor, int64_t begin, int64_t end, InstanceKey* key, Tensor* out) const;
-  // Writes `src` at rows [at, ...) along `axis` of the instance `k`,
-  // creating it (zeros of `dims`) if absent; the instance counts as being
-  // assembled until a Put replaces it.
-  absl::Status WriteInto(const InstanceKey& k, DType dtype, const std::vector<int64_t>& dims,
-                         int axis, int64_t at, const Tensor& src);
-  // Writes `src` at rows [at, ...) of dim 0 of the existing instance `k`
-  // (a slice of a gradient summed on its own). The first such write to a
-  // value copies it, since its storage may be shared with other tensors;
-  // later writes to the same value write in place. Errors: NOT_FOUND when
-  // `k` is absent; those of WriteRows.
-  absl::Status WriteSlice(const InstanceKey& k, int64_t at, const Tensor& src);
-  // Keeps only the keys in `keep`; the others' values are handed back, so
-  // that the caller can free them when it suits it.
-  std::vector<Tensor> Retain(const absl::flat_hash_map<InstanceKey, bool>& keep);
-  std::vector<std::pair<InstanceKey, Tensor>> All() const;
-  // The instances of one tensor.
-  std::vector<std::pair<InstanceKey, Tensor>> Instances(int tensor) const;
-
- private:
-  mutable absl::Mutex mu_;
-  absl::flat_hash_map<InstanceKey, Tensor> values_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<int, std::vector<InstanceKey>> by_tensor_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_set<InstanceKey> assembled_ ABSL_GUARDED_BY(mu_);
-  // Per instance written by WriteSlice: the storage of its private copy.
-  absl::flat_hash_map<InstanceKey, const void*> sliced_ ABSL_GUARDED_BY(mu_);
-};
 
 class Executor::Impl {
  public:
@@ -109,6 +60,12 @@ class Executor::Impl {
   void StopThreads();
   // The communication and copy instructions' names (executor_checks.cc).
   absl::Status CheckInstructions() const;
+  // Which tensors each instruction frees on its device when it is the last
+  // of that device's instructions to read them (executor_lifetimes.cc):
+  // frees_ and readers_, after the nodes are built.
+  void PlanFrees();
+  // At a node's end (mu_ held): the tensors its device no longer needs.
+  std::vector<int> Freed(int node) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Instruction implementations (executor_ops.cc). Compute-like ones run on
   // the device's thread and return their status; communication ones post
@@ -174,6 +131,14 @@ class Executor::Impl {
   // The graph's state updates as (source, target) tensor ids.
   std::vector<std::pair<int, int>> update_ids_;
   std::vector<Node> nodes_;
+  // Per node: the tensors its instruction reads that its device frees
+  // after their last reader; per local device: how many instructions read
+  // each such tensor (the step's count starts from it in readers_left_).
+  // Never freed early: parameters, optimizer state and constants (any
+  // tensor with a persistent instance there), the loss and the updates'
+  // tensors (read after the step), tensors served to pulls.
+  std::vector<std::vector<int>> frees_;
+  std::vector<absl::flat_hash_map<int, int>> readers_;
 
   // Step state.
   absl::Mutex mu_;
@@ -183,6 +148,7 @@ class Executor::Impl {
   int extra_ ABSL_GUARDED_BY(mu_) = 0;         // pull-serving sends in flight
   absl::Status error_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<absl::flat_hash_map<int, int>> readers_left_ ABSL_GUARDED_BY(mu_);
   absl::CondVar work_;
 
   std::vector<ExecutorStep> steps_;

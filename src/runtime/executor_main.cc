@@ -73,12 +73,14 @@ absl::Status WriteState(const std::string& dir, int rank, const quilt::Executor&
   metrics["loss_parts"] = nlohmann::json::array();
   metrics["step_times_s"] = nlohmann::json::array();
   metrics["compute_times_s"] = nlohmann::json::array();
+  metrics["peak_bytes"] = nlohmann::json::array();
   if (steps) {
     for (const quilt::ExecutorStep& s : executor.steps()) {
       metrics["loss_parts"].push_back(s.has_loss ? nlohmann::json(s.loss_part)
                                                  : nlohmann::json(nullptr));
       metrics["step_times_s"].push_back(s.step_time_s);
       metrics["compute_times_s"].push_back(s.compute_time_s);
+      metrics["peak_bytes"].push_back(s.peak_bytes);
     }
   }
   for (const quilt::HeldTensor& h : executor.Persistent()) {
@@ -207,7 +209,8 @@ int main(int argc, char** argv) {
   quilt::Executor* running = nullptr;  // set once created
   options.on_step = [&](const quilt::ExecutorStep& s) -> absl::Status {
     if (progress) {
-      nlohmann::json line = {{"step", s.step}, {"step_time_s", s.step_time_s}};
+      nlohmann::json line = {
+          {"step", s.step}, {"step_time_s", s.step_time_s}, {"peak_bytes", s.peak_bytes}};
       line["loss_part"] = s.has_loss ? nlohmann::json(s.loss_part) : nlohmann::json(nullptr);
       std::cout << line.dump() << std::endl;
     } else {

@@ -18,32 +18,6 @@ bool Whole(int64_t b, int64_t e) { return b == 0 && e == 0; }
 
 }  // namespace
 
-absl::Status TensorStore::WriteInto(const InstanceKey& k, DType dtype,
-                                    const std::vector<int64_t>& dims, int axis, int64_t at,
-                                    const Tensor& src) {
-  absl::MutexLock lock(&mu_);
-  auto it = values_.find(k);
-  if (it == values_.end()) {
-    ASSIGN_OR_RETURN(Tensor fresh, Tensor::Zeros(dtype, dims));
-    it = values_.emplace(k, std::move(fresh)).first;
-    by_tensor_[k.tensor].push_back(k);
-    assembled_.insert(k);
-  }
-  return WriteRows(&it->second, axis, at, src);
-}
-
-absl::Status TensorStore::WriteSlice(const InstanceKey& k, int64_t at, const Tensor& src) {
-  absl::MutexLock lock(&mu_);
-  auto it = values_.find(k);
-  if (it == values_.end()) return absl::NotFoundError("no instance to write a slice into");
-  auto s = sliced_.find(k);
-  if (s == sliced_.end() || s->second != it->second.raw()) {
-    it->second = it->second.Clone();
-    sliced_[k] = it->second.raw();
-  }
-  return WriteRows(&it->second, 0, at, src);
-}
-
 std::vector<int64_t> Executor::Impl::DimsOf(int tensor, int64_t begin, int64_t end) const {
   const TensorInfo& info = graph_.tensors()[tensor];
   const bool batched = info.shape.HasBatch();

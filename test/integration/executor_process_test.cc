@@ -3,7 +3,8 @@
 // tensors, devices, pushes or groups are refused; every instruction of
 // every step is traced; a run goes on from a checkpoint under another plan
 // as if uninterrupted; a checkpoint directory it cannot write in fails it
-// before training; it runs on the CPUs it is given and refuses others.
+// before training; it runs on the CPUs it is given and refuses others; it
+// holds what the simulator predicts at its peak.
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -31,6 +32,7 @@
 #include "src/runtime/executor.h"
 #include "src/runtime/local_trainer.h"
 #include "src/runtime/parallel.h"
+#include "src/sim/simulator.h"
 #include "src/testing/subprocess.h"
 #include "src/testing/temp_dir.h"
 #include "test/integration/executor_fixture.h"
@@ -389,4 +391,47 @@ TEST(Executor, RunsOnTheCpusItIsGivenAndRefusesOthers) {
 }
 
 }  // namespace
+// Each device frees a tensor once its last reader has finished, as the
+// simulator's memory model has it: the most a process's device holds in a
+// step is within a tenth of the simulated peak (which also counts the
+// all-reduce's staging buffer) and far below every tensor of the step
+// held at once (what the executor held before it freed them).
+TEST(Executor, HoldsAboutTheSimulatedPeakNotEveryTensorOfTheStep) {
+  for (const std::string& model : {"lm_blocks", "cnn"}) {
+    SCOPED_TRACE(model);
+    auto s = Prepare({model, "sgd", 16}, Cluster(2, 1));
+    const std::vector<int64_t> even(2, 1);
+    absl::StatusOr<quilt::v1::DistributedProgram> p =
+        Program(*s,
+                DataParallelStrategy(s->graph, s->topo, even,
+                                     quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE, "e"),
+                16);
+    ASSERT_THAT(p.status(), IsOk());
+    absl::StatusOr<SimResult> sim = Simulate(*p, s->graph, s->topo, *s->cost);
+    ASSERT_THAT(sim.status(), IsOk());
+    TempDir dir;
+    absl::StatusOr<RunResult> r = RunExecutors(*p, *s, dir, "peak", 2);
+    ASSERT_THAT(r.status(), IsOk());
+    // Every tensor of the step on one device: its parameters and state,
+    // and every tensor its instructions write.
+    int64_t every = 0;
+    for (const TensorInfo& t : s->graph.tensors()) {
+      every += t.shape.NumElements(t.shape.HasBatch() ? 8 : 1) * DTypeSize(t.dtype);
+    }
+    for (size_t rank = 0; rank < r->metrics.size(); ++rank) {
+      int64_t simulated = 0;
+      for (const DeviceUsage& u : sim->devices) {
+        if (u.device == absl::StrCat("w", rank, "/cpu:0")) simulated = u.peak_memory_bytes;
+      }
+      ASSERT_GT(simulated, 0);
+      for (const auto& step : r->metrics[rank]["peak_bytes"]) {
+        const auto held = step.get<int64_t>();
+        EXPECT_LE(held, simulated * 11 / 10) << "rank " << rank;
+        EXPECT_GE(held, simulated * 6 / 10) << "rank " << rank;
+        EXPECT_LT(held, every * 8 / 10) << "rank " << rank;
+      }
+    }
+  }
+}
+
 }  // namespace quilt::testing
