@@ -23,7 +23,8 @@
 //      a round whose machine changed by more than 10 % meanwhile is run
 //      again (at most five times per model; the count is reported).
 // The round with the median error is reported (for each split), with every
-// round's error.
+// round's error, and the most memory each process's device held against
+// the simulator's peak for it (the even split).
 // Measured and simulated timelines of the two-process run are written as
 // Chrome traces with --trace-dir. Run from the runfiles directory
 // (bazel run). Prints one JSON object per line.
@@ -168,6 +169,8 @@ struct Measured {
   double compute_s = 0;
   // Each process's own medians.
   std::vector<double> step_per_process_s, compute_per_process_s;
+  // Each process's most bytes of tensors on its device in any step.
+  std::vector<int64_t> peak_per_process_bytes;
 
   // The figures of process i alone.
   Measured Process(size_t i) const {
@@ -179,6 +182,14 @@ struct Measured {
     return m;
   }
 };
+
+// The simulated peak memory of each device, in the program's order (one
+// process each).
+std::vector<int64_t> PeaksOf(const SimResult& sim) {
+  std::vector<int64_t> out;
+  for (const DeviceUsage& u : sim.devices) out.push_back(u.peak_memory_bytes);
+  return out;
+}
 
 double MedianOf(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -260,6 +271,11 @@ absl::StatusOr<Measured> Measure(const Planned& p, const std::string& tag, const
         own_compute.push_back(metrics["compute_times_s"][k].get<double>());
       }
     }
+    int64_t peak = 0;
+    for (const auto& b : metrics.value("peak_bytes", nlohmann::json::array())) {
+      peak = std::max(peak, b.get<int64_t>());
+    }
+    result.peak_per_process_bytes.push_back(peak);
     result.step_per_process_s.push_back(MedianOf(own_step));
     result.compute_per_process_s.push_back(MedianOf(own_compute));
   }
@@ -485,6 +501,8 @@ absl::Status BenchModel(const std::string& name, int64_t batch, Options o) {
                               {"predicted_one_process_step_s", one.sim.step_time_s},
                               {"predicted_two_process_step_s", two.sim.step_time_s},
                               {"prediction_error", two.sim.step_time_s / measured2 - 1},
+                              {"two_process_peak_bytes", m2.peak_per_process_bytes},
+                              {"predicted_two_process_peak_bytes", PeaksOf(two.sim)},
                               {"round", median + 1},
                               {"round_prediction_errors", errors},
                               {"proportional_round", prop_median + 1},
