@@ -179,6 +179,24 @@ std::string PlanLine(const JobStatus& s) {
                       HumanSeconds(s.predicted_step_time_s()), " per step");
 }
 
+// The plan's peak memory on its fullest device against the most an
+// executor's device held in a step ("" for a job not planned yet).
+std::string MemoryText(const JobStatus& s) {
+  int64_t predicted = 0, held = 0;
+  for (const auto& [device, bytes] : s.predicted_device_memory_bytes()) {
+    predicted = std::max(predicted, bytes);
+  }
+  for (const auto& [node, bytes] : s.measured_memory_bytes()) held = std::max(held, bytes);
+  if (predicted <= 0) return "";
+  return absl::StrCat(
+      "predicted ", HumanBytes(predicted), " on the fullest device, held ",
+      held > 0 ? HumanBytes(held) : "-", " at most (tensors the executors hold in a step)",
+      held > 0 ? absl::StrFormat(
+                     " (%+.0f %%)",
+                     100.0 * (static_cast<double>(held) / static_cast<double>(predicted) - 1))
+               : "");
+}
+
 std::string Describe(const JobStatus& s) {
   std::string out;
   absl::StrAppendFormat(&out, "Job:        %s (%s)\n", s.job_id(), s.name());
@@ -213,6 +231,9 @@ std::string Describe(const JobStatus& s) {
           ? absl::StrFormat(" (%+.0f %%)",
                             100 * (s.measured_step_time_s() / s.predicted_step_time_s() - 1))
           : "");
+  if (const std::string memory = MemoryText(s); !memory.empty()) {
+    absl::StrAppendFormat(&out, "Memory:     %s\n", memory);
+  }
   absl::StrAppendFormat(&out, "Throughput: %s samples/s\n",
                         s.samples_per_s() > 0 ? absl::StrFormat("%.1f", s.samples_per_s()) : "-");
   for (int i = 0; i < s.calibration_size(); ++i) {

@@ -436,6 +436,10 @@ void JobManager::ApplyReport(Job* job, const std::string& node,
     t.set_state(report.state());
   }
   t.set_step(std::max(t.step(), std::min(report.step(), limit)));
+  if (report.peak_bytes() > t.peak_bytes()) {
+    t.set_peak_bytes(report.peak_bytes());
+    (*r.mutable_status()->mutable_measured_memory_bytes())[node] = t.peak_bytes();
+  }
   if (!ended && !report.message().empty()) t.set_message(report.message());
   if (!ended && r.status().message() == kAwaitingReports) r.mutable_status()->set_message("");
   const int rank =

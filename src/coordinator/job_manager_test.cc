@@ -55,6 +55,25 @@ TEST_F(JobManagerTest, LossesSumOverRanksAndTheJobSucceedsWhenAllDo) {
   EXPECT_THAT(*losses, ElementsAre(1.5, 2.25, 1.125));
 }
 
+// Each node's most memory held in a step, as its executor measured it:
+// the largest reported, never lowered by a later report.
+TEST_F(JobManagerTest, EachNodesMeasuredPeakMemoryIsTheMostItReported) {
+  const std::string id = AddJob(3);
+  EXPECT_TRUE(Status(id).measured_memory_bytes().empty());
+  TaskReport a = Report(id, quilt::v1::TASK_STATE_RUNNING, 1, {1.0});
+  a.set_peak_bytes(5000);
+  Beat("a", {a});
+  TaskReport b = Report(id, quilt::v1::TASK_STATE_RUNNING, 1, {1.0});
+  b.set_peak_bytes(7000);
+  Beat("b", {b});
+  TaskReport later = Report(id, quilt::v1::TASK_STATE_RUNNING, 2, {1.0});
+  later.set_peak_bytes(4000);
+  Beat("a", {later});
+  const quilt::v1::JobStatus s = Status(id);
+  EXPECT_EQ(s.measured_memory_bytes().at("a"), 5000);
+  EXPECT_EQ(s.measured_memory_bytes().at("b"), 7000);
+}
+
 TEST_F(JobManagerTest, TheMeasuredStepTimeIsAMeanOverSecondsNotTheLast20Steps) {
   // 2000 steps of 1 ms, then 20 of 10 ms (a pause): over the last 10 s,
   // not the last 20 steps (which would say 10 ms).

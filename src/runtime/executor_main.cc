@@ -7,7 +7,7 @@
 // and the per-step metrics as JSON; checkpoints write the same every N
 // steps under DIR/step-NNNNNNNN/rank-R/ (metrics.json last, so a
 // checkpoint with it is complete). --progress prints one JSON line per
-// step on stdout ({"step", "loss_part", "step_time_s"}).
+// step on stdout ({"step", "loss_part", "step_time_s", "peak_bytes"}).
 //
 //   quilt-executor --program prog.pb --world n0,n1 --rank 0 --rendezvous DIR
 //       --steps 10 --data synthetic|X.npy,Y.npy --out DIR [--trace t.json]

@@ -174,6 +174,7 @@ void TaskRunner::Read(Task* t) {
         const auto& part = j["loss_part"];
         t->loss_parts.push_back(part.is_number() ? part.get<double>() : 0.0);
         t->step_times.push_back(j.value("step_time_s", 0.0));
+        t->peak_bytes = std::max(t->peak_bytes, j.value("peak_bytes", int64_t{0}));
         t->last_progress = absl::Now();
         t->slowest_step_s = std::max(t->slowest_step_s, t->step_times.back());
       }
@@ -287,6 +288,7 @@ std::vector<quilt::v1::TaskReport> TaskRunner::Reports() const {
     r.set_step(t->step);
     r.set_first_step(t->next_send);
     r.set_kept_from_step(t->first_kept);
+    r.set_peak_bytes(t->peak_bytes);
     // At most kMaxReportSteps per report (the heartbeat's size).
     const size_t from = static_cast<size_t>(t->next_send - t->first_kept);
     const size_t n = std::min<size_t>(t->loss_parts.size() - from, kMaxReportSteps);

@@ -105,6 +105,7 @@ class TaskRunner {
     int64_t first_kept = 1;
     int64_t next_send = 1;
     std::vector<double> loss_parts, step_times;
+    int64_t peak_bytes = 0;  // the most its devices held in a step
     std::string message;
     std::thread reader;
   };

@@ -97,6 +97,23 @@ TEST(TaskRunner, AnExecutorThatExitsEndsItsTaskThoughAChildHoldsItsOutput) {
   EXPECT_TRUE(Gone(pidfile)) << "the background sleep outlived its executor";
 }
 
+// The most bytes its devices held in any step, not the last step's.
+TEST(TaskRunner, ReportsTheMostItsExecutorsDevicesHeldInAStep) {
+  testing::TempDir tmp;
+  const std::string path = tmp.path() + "/executor.sh";
+  std::ofstream(path) << "#!/bin/sh\n"
+                      << "echo '{\"step\": 1, \"loss_part\": 0.5, \"step_time_s\": 0.01, "
+                         "\"peak_bytes\": 1000}'\n"
+                      << "echo '{\"step\": 2, \"loss_part\": 0.4, \"step_time_s\": 0.01, "
+                         "\"peak_bytes\": 700}'\n";
+  chmod(path.c_str(), 0755);
+  TaskRunner runner(Options(tmp.path(), path));
+  runner.Start(Assignment());
+  const quilt::v1::TaskReport r = WaitForEnd(runner, absl::Seconds(20));
+  EXPECT_EQ(r.step(), 2);
+  EXPECT_EQ(r.peak_bytes(), 1000);
+}
+
 TEST(TaskRunner, ACrashIsNamedByItsSignalAndItsHandlersLineNotABacktraceRule) {
   testing::TempDir tmp;
   const std::string pidfile = tmp.path() + "/child.pid";
