@@ -188,13 +188,12 @@ std::string MemoryText(const JobStatus& s) {
   }
   for (const auto& [node, bytes] : s.measured_memory_bytes()) held = std::max(held, bytes);
   if (predicted <= 0) return "";
-  return absl::StrCat(
-      "predicted ", HumanBytes(predicted), " on the fullest device, held ",
-      held > 0 ? HumanBytes(held) : "-", " at most (tensors the executors hold in a step)",
-      held > 0 ? absl::StrFormat(
-                     " (%+.0f %%)",
-                     100.0 * (static_cast<double>(held) / static_cast<double>(predicted) - 1))
-               : "");
+  std::string text = "predicted " + HumanBytes(predicted) + " on the fullest device";
+  if (held <= 0) return text + ", held - (no step measured)";
+  return text +
+         absl::StrFormat("; the executors held at most %s on a device in a step (%+.0f %%)",
+                         HumanBytes(held),
+                         100.0 * (static_cast<double>(held) / static_cast<double>(predicted) - 1));
 }
 
 std::string Describe(const JobStatus& s) {
