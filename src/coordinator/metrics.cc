@@ -1,5 +1,6 @@
 #include "src/coordinator/metrics.h"
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <map>
@@ -132,6 +133,21 @@ std::string RenderMetrics(const std::vector<quilt::v1::NodeStatus>& nodes,
        [](const quilt::v1::JobStatus& j) { return j.measured_step_time_s(); }},
       {"quilt_job_predicted_step_time_seconds", "The plan's simulated step time.",
        [](const quilt::v1::JobStatus& j) { return j.predicted_step_time_s(); }},
+      {"quilt_job_memory_bytes",
+       "The most bytes of tensors one of the job's devices held in a step (0 before one).",
+       [](const quilt::v1::JobStatus& j) {
+         int64_t most = 0;
+         for (const auto& [node, bytes] : j.measured_memory_bytes()) most = std::max(most, bytes);
+         return static_cast<double>(most);
+       }},
+      {"quilt_job_predicted_memory_bytes", "The plan's simulated peak on its fullest device.",
+       [](const quilt::v1::JobStatus& j) {
+         int64_t most = 0;
+         for (const auto& [device, bytes] : j.predicted_device_memory_bytes()) {
+           most = std::max(most, bytes);
+         }
+         return static_cast<double>(most);
+       }},
       {"quilt_job_samples_per_second", "Global batch over the measured step time.",
        [](const quilt::v1::JobStatus& j) { return j.samples_per_s(); }},
       {"quilt_job_seconds_since_progress", "Seconds since the job's step last moved on.",

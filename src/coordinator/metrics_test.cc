@@ -48,6 +48,10 @@ TEST(Metrics, NodesAndJobsByStateAndTheJobsNotEndedOneByOne) {
   running.set_measured_step_time_s(0.25);
   running.set_predicted_step_time_s(0.2);
   running.set_samples_per_s(1024);
+  (*running.mutable_predicted_device_memory_bytes())["a/gpu:0"] = 3000;
+  (*running.mutable_predicted_device_memory_bytes())["b/gpu:0"] = 5000;
+  (*running.mutable_measured_memory_bytes())["a"] = 2500;
+  (*running.mutable_measured_memory_bytes())["b"] = 5100;
   quilt::v1::JobStatus pending;
   pending.set_job_id("j2");
   pending.set_name("j2");
@@ -78,6 +82,10 @@ TEST(Metrics, NodesAndJobsByStateAndTheJobsNotEndedOneByOne) {
   EXPECT_EQ(s["quilt_job_step_time_seconds" + j1], "0.25");
   EXPECT_EQ(std::stod(s["quilt_job_predicted_step_time_seconds" + j1]), 0.2);
   EXPECT_EQ(s["quilt_job_samples_per_second" + j1], "1024");
+  // The fullest device's, planned and held.
+  EXPECT_EQ(s["quilt_job_predicted_memory_bytes" + j1], "5000");
+  EXPECT_EQ(s["quilt_job_memory_bytes" + j1], "5100");
+  EXPECT_EQ(s["quilt_job_memory_bytes{job_id=\"j2\",name=\"j2\"}"], "0");
   // No loss yet: NaN, not a 0 that reads as a perfect model.
   EXPECT_EQ(s["quilt_job_loss{job_id=\"j2\",name=\"j2\"}"], "NaN");
   EXPECT_THAT(text, Not(HasSubstr("job_id=\"j0\"")));  // ended
