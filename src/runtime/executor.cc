@@ -325,18 +325,16 @@ std::string Executor::Impl::Describe(int node) const {
 
 void Executor::Impl::Done(int node) {
   std::vector<int> ready;
-  // (Dropped under the step's lock, so that the step cannot end, and the
-  // next write the tensor again, before; the values are destroyed after.)
+  // (Dropped and committed under the step's lock, so that the step cannot
+  // end, and the next write the tensor again, before; the values are
+  // destroyed after.)
   std::vector<Tensor> dropped;
   {
     absl::MutexLock lock(&mu_);
     --remaining_;
     nodes_[node].finished = true;
     if (!error_.ok()) return;
-    for (int t : Freed(node)) {
-      for (Tensor& v : devices_[nodes_[node].device]->store.Erase(t))
-        dropped.push_back(std::move(v));
-    }
+    dropped = Release(node);
     for (int s : nodes_[node].succ) {
       if (--nodes_[s].pending == 0) ready.push_back(s);
     }
@@ -551,6 +549,7 @@ absl::Status Executor::Impl::Run() {
       error_ = absl::OkStatus();
       remaining_ = static_cast<int>(nodes_.size());
       readers_left_ = readers_;
+      commit_left_ = commit_waits_;
       extra_ = 0;
       for (auto& dev : devices_) dev->busy_s = 0;
       for (size_t n = 0; n < nodes_.size(); ++n) {
@@ -624,11 +623,12 @@ absl::Status Executor::Impl::Run() {
       }
     }
     if (report.has_loss && !std::isfinite(report.loss_part) && !options_.timing_only) {
-      // Parameters that took this step's update would be NaN from now on.
+      // Parameters that took this step's update would be NaN from now on:
+      // the run ends, and nothing of this step is written out.
       return absl::FailedPreconditionError(absl::StrCat(
           "the loss is ", report.loss_part, " at step ", step,
-          " (no update applied): the data holds non-finite values or the learning rate is too "
-          "high"));
+          " (nothing of this step is kept): the data holds non-finite values or the learning "
+          "rate is too high"));
     }
     for (auto& dev : devices_) {
       if (options_.timing_only) break;

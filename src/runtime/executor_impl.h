@@ -61,11 +61,14 @@ class Executor::Impl {
   // The communication and copy instructions' names (executor_checks.cc).
   absl::Status CheckInstructions() const;
   // Which tensors each instruction frees on its device when it is the last
-  // of that device's instructions to read them (executor_lifetimes.cc):
-  // frees_ and readers_, after the nodes are built.
+  // of that device's instructions to read them, and which updates it
+  // commits (executor_lifetimes.cc): frees_, readers_, commits_ and
+  // commit_waits_, after the nodes are built.
   void PlanFrees();
-  // At a node's end (mu_ held): the tensors its device no longer needs.
-  std::vector<int> Freed(int node) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // At a node's end (mu_ held): drops the tensors its device no longer
+  // needs and commits the updates it was the last to wait for; the values
+  // dropped are handed back (destroyed outside the lock).
+  std::vector<Tensor> Release(int node) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Instruction implementations (executor_ops.cc). Compute-like ones run on
   // the device's thread and return their status; communication ones post
@@ -139,6 +142,15 @@ class Executor::Impl {
   // tensors (read after the step), tensors served to pulls.
   std::vector<std::vector<int>> frees_;
   std::vector<absl::flat_hash_map<int, int>> readers_;
+  // Per node: the updates (indexes into update_ids_) whose commit on its
+  // device waits for it; per local device: how many instructions each
+  // update's commit waits for (every one there that reads or writes its
+  // source or target). A committed update's new values replace the old at
+  // once, as the simulator's in-place updates do, instead of both being
+  // held until the step's end; updates whose target is another's source
+  // are committed at the step's end, as before.
+  std::vector<std::vector<int>> commits_;
+  std::vector<absl::flat_hash_map<int, int>> commit_waits_;
 
   // Step state.
   absl::Mutex mu_;
@@ -149,6 +161,7 @@ class Executor::Impl {
   absl::Status error_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<absl::flat_hash_map<int, int>> readers_left_ ABSL_GUARDED_BY(mu_);
+  std::vector<absl::flat_hash_map<int, int>> commit_left_ ABSL_GUARDED_BY(mu_);
   absl::CondVar work_;
 
   std::vector<ExecutorStep> steps_;

@@ -1,22 +1,77 @@
-// Tensor lifetimes within a step: each device frees a tensor once the last
-// of its instructions that read it has finished, as the simulator's memory
-// model has it (src/sim/simulator.h: instances freed after their last
-// reader), instead of holding every tensor of the step until the next one.
+// Tensor lifetimes within a step, as the simulator's memory model has them
+// (src/sim/simulator.h: instances freed after their last reader, updates
+// in place): each device frees a tensor once the last of its instructions
+// that read it has finished, and commits an update's new values over the
+// old once every instruction there that reads or writes either has
+// finished, instead of holding every tensor of the step, and both values,
+// until the next step. (A failed step ends the run and nothing of it is
+// written out, so an update committed before the failure is never seen.)
 #include <algorithm>
 
 #include "src/runtime/executor_impl.h"
 
 namespace quilt {
+namespace {
+
+using quilt::v1::Instruction;
+
+// The tensors an instruction reads (by name); with `writes`, also those it
+// writes.
+std::vector<std::string> Named(const Instruction& ins, const Graph& g,
+                               const absl::flat_hash_map<std::string, int>& op_ids, bool writes) {
+  std::vector<std::string> out;
+  switch (ins.kind_case()) {
+    case Instruction::kCompute: {
+      const Op& op = g.ops[op_ids.at(ins.compute().op())];
+      for (const std::string& in : op.inputs) {
+        if (!in.empty()) out.push_back(in);
+      }
+      if (writes) out.insert(out.end(), op.outputs.begin(), op.outputs.end());
+      break;
+    }
+    case Instruction::kSend:
+      out.push_back(ins.send().range().tensor());
+      break;
+    case Instruction::kRecv:
+      if (writes) out.push_back(ins.recv().into().tensor());
+      break;
+    case Instruction::kSplit:
+      out.push_back(ins.split().source().tensor());
+      break;
+    case Instruction::kConcat:
+      for (const auto& part : ins.concat().parts()) out.push_back(part.tensor());
+      if (writes) out.push_back(ins.concat().target().tensor());
+      break;
+    case Instruction::kAllReduce:
+      out.insert(out.end(), ins.all_reduce().tensors().begin(), ins.all_reduce().tensors().end());
+      break;
+    case Instruction::kPsPush:
+      out.push_back(ins.ps_push().gradient().tensor());
+      break;
+    case Instruction::kPsAccumulate:
+      out.push_back(ins.ps_accumulate().gradient().tensor());
+      break;
+    case Instruction::kPsPull:
+      if (writes) out.push_back(ins.ps_pull().parameter().tensor());
+      break;
+    default:
+      break;
+  }
+  return out;
+}
+
+}  // namespace
 
 void Executor::Impl::PlanFrees() {
-  using quilt::v1::Instruction;
   // Tensors read outside instructions: after the step (the loss, the
   // updates' sources and targets) and by the pulls this process serves.
   absl::flat_hash_set<int> kept;
   if (loss_tensor_ >= 0) kept.insert(loss_tensor_);
+  absl::flat_hash_set<int> sources;
   for (const auto& [src, dst] : update_ids_) {
     kept.insert(src);
     kept.insert(dst);
+    sources.insert(src);
   }
   for (const auto& dp : program_.devices()) {
     for (const Instruction& ins : dp.instructions()) {
@@ -27,58 +82,75 @@ void Executor::Impl::PlanFrees() {
   for (size_t d = 0; d < devices_.size(); ++d) {
     for (const auto& [key, unused] : devices_[d]->persistent) resident[d].insert(key.tensor);
   }
+  // Updates by the tensors they name (those chained to another, committed
+  // at the step's end, left out).
+  absl::flat_hash_map<int, std::vector<int>> updates_of;
+  for (size_t u = 0; u < update_ids_.size(); ++u) {
+    const auto [src, dst] = update_ids_[u];
+    if (sources.contains(dst)) continue;
+    updates_of[src].push_back(static_cast<int>(u));
+    updates_of[dst].push_back(static_cast<int>(u));
+  }
   readers_.assign(devices_.size(), {});
+  commit_waits_.assign(devices_.size(), {});
   frees_.assign(nodes_.size(), {});
+  commits_.assign(nodes_.size(), {});
   for (size_t n = 0; n < nodes_.size(); ++n) {
-    const Instruction& ins = *nodes_[n].ins;
-    std::vector<int> reads;
-    auto read = [&](const std::string& name) { reads.push_back(tensor_ids_.at(name)); };
-    switch (ins.kind_case()) {
-      case Instruction::kCompute:
-        for (const std::string& in : graph_.ops[op_ids_.at(ins.compute().op())].inputs) {
-          if (!in.empty()) read(in);
-        }
-        break;
-      case Instruction::kSend:
-        read(ins.send().range().tensor());
-        break;
-      case Instruction::kSplit:
-        read(ins.split().source().tensor());
-        break;
-      case Instruction::kConcat:
-        for (const auto& part : ins.concat().parts()) read(part.tensor());
-        break;
-      case Instruction::kAllReduce:
-        for (const std::string& t : ins.all_reduce().tensors()) read(t);
-        break;
-      case Instruction::kPsPush:
-        read(ins.ps_push().gradient().tensor());
-        break;
-      case Instruction::kPsAccumulate:
-        read(ins.ps_accumulate().gradient().tensor());
-        break;
-      default:
-        break;  // receives and pulls only write
-    }
-    std::sort(reads.begin(), reads.end());
-    reads.erase(std::unique(reads.begin(), reads.end()), reads.end());
     const int d = nodes_[n].device;
+    std::vector<int> reads, named;
+    for (const std::string& name : Named(*nodes_[n].ins, graph_, op_ids_, false)) {
+      reads.push_back(tensor_ids_.at(name));
+    }
+    for (const std::string& name : Named(*nodes_[n].ins, graph_, op_ids_, true)) {
+      named.push_back(tensor_ids_.at(name));
+    }
+    for (std::vector<int>* v : {&reads, &named}) {
+      std::sort(v->begin(), v->end());
+      v->erase(std::unique(v->begin(), v->end()), v->end());
+    }
     for (int t : reads) {
       if (kept.contains(t) || resident[d].contains(t)) continue;
       frees_[n].push_back(t);
       ++readers_[d][t];
     }
+    std::vector<int> waits;
+    for (int t : named) {
+      auto it = updates_of.find(t);
+      if (it == updates_of.end()) continue;
+      for (int u : it->second) {
+        if (resident[d].contains(update_ids_[u].second)) waits.push_back(u);
+      }
+    }
+    std::sort(waits.begin(), waits.end());
+    waits.erase(std::unique(waits.begin(), waits.end()), waits.end());
+    for (int u : waits) {
+      commits_[n].push_back(u);
+      ++commit_waits_[d][u];
+    }
   }
 }
 
-std::vector<int> Executor::Impl::Freed(int node) {
-  std::vector<int> out;
-  auto& left = readers_left_[nodes_[node].device];
+std::vector<Tensor> Executor::Impl::Release(int node) {
+  std::vector<Tensor> dropped;
+  const int d = nodes_[node].device;
+  TensorStore& store = devices_[d]->store;
+  auto& left = readers_left_[d];
   for (int t : frees_[node]) {
     auto it = left.find(t);
-    if (it != left.end() && --it->second == 0) out.push_back(t);
+    if (it == left.end() || --it->second != 0) continue;
+    for (Tensor& v : store.Erase(t)) dropped.push_back(std::move(v));
   }
-  return out;
+  auto& commits = commit_left_[d];
+  for (int u : commits_[node]) {
+    auto it = commits.find(u);
+    if (it == commits.end() || --it->second != 0 || options_.timing_only) continue;
+    const auto [src, dst] = update_ids_[u];
+    for (const auto& [key, value] : store.Instances(src)) {
+      store.Put(InstanceKey{dst, key.begin, key.end}, value);
+    }
+    for (Tensor& v : store.Erase(src)) dropped.push_back(std::move(v));
+  }
+  return dropped;
 }
 
 }  // namespace quilt

@@ -86,16 +86,16 @@ TEST_F(Jobs, RunsToSucceededWithTheSingleDeviceParametersAndExportsThem) {
   EXPECT_EQ(job.value("state", std::string()), "JOB_STATE_SUCCEEDED");
   EXPECT_EQ(job.value("nodes", nlohmann::json::array()).size(), 2u);
   // Each node's executor held about what the plan predicts for its device
-  // (one device a node here; this small model's workers held 8.5–10.9 %
-  // more than simulated in every run measured: docs/BENCHMARKS.md).
+  // (one device a node here; +2.1 % in every run measured since updates
+  // commit once nothing reads the old values: docs/BENCHMARKS.md).
   const nlohmann::json predicted = job.value("predicted_device_memory_bytes", nlohmann::json());
   const nlohmann::json held = job.value("measured_memory_bytes", nlohmann::json());
   ASSERT_EQ(held.size(), 2u) << job.dump();
   for (const auto& [node, bytes] : held.items()) {
     const double h = std::stod(bytes.get<std::string>());
     const double p = std::stod(predicted.value(node + "/cpu:0", std::string("0")));
-    EXPECT_GT(h, 0.7 * p) << node;
-    EXPECT_LT(h, 1.3 * p) << node;
+    EXPECT_GT(h, 0.8 * p) << node;
+    EXPECT_LT(h, 1.15 * p) << node;
   }
   // watch -o json is JSON Lines: a status per line.
   absl::StatusOr<CommandResult> lines = cluster_.Quiltctl({"watch", id, "-o", "json"});
