@@ -1,7 +1,8 @@
-// Checks of a program's communication and copy instructions before the
-// executor runs any (Init): every tensor they name exists, every peer or
-// server device has a program, every push an accumulate waits for exists,
-// and every all-reduce names a group its device belongs to. A program
+// Checks of a program's instructions before the executor runs any (Init):
+// every tensor they name exists (TensorsNamed's, and a receive's range),
+// every peer or server device has a program, every push an accumulate
+// waits for exists, and every all-reduce names a group its device belongs
+// to. A program
 // failing them is refused whole (INVALID_ARGUMENT naming the instruction)
 // rather than failing, or worse, mid-step.
 #include <algorithm>
@@ -33,22 +34,18 @@ absl::Status Executor::Impl::CheckInstructions() const {
         return absl::InvalidArgumentError(
             absl::StrCat(Where(dp, ins), " names ", role, " '", id, "', which has no program"));
       };
+      for (const std::string& t : TensorsNamed(ins, graph_, op_ids_, /*writes=*/true)) {
+        RETURN_IF_ERROR(tensor(t));
+      }
       switch (ins.kind_case()) {
         case quilt::v1::Instruction::kSend:
-          RETURN_IF_ERROR(tensor(ins.send().range().tensor()));
           RETURN_IF_ERROR(device(ins.send().peer_device(), "peer device"));
           break;
         case quilt::v1::Instruction::kRecv:
           RETURN_IF_ERROR(tensor(ins.recv().range().tensor()));
-          if (ins.recv().has_into()) RETURN_IF_ERROR(tensor(ins.recv().into().tensor()));
           RETURN_IF_ERROR(device(ins.recv().peer_device(), "peer device"));
           break;
-        case quilt::v1::Instruction::kConcat:
-          RETURN_IF_ERROR(tensor(ins.concat().target().tensor()));
-          for (const auto& part : ins.concat().parts()) RETURN_IF_ERROR(tensor(part.tensor()));
-          break;
         case quilt::v1::Instruction::kAllReduce: {
-          for (const std::string& t : ins.all_reduce().tensors()) RETURN_IF_ERROR(tensor(t));
           auto group = groups_.find(ins.all_reduce().group());
           if (group == groups_.end()) {
             return absl::InvalidArgumentError(absl::StrCat(
@@ -62,11 +59,9 @@ absl::Status Executor::Impl::CheckInstructions() const {
           break;
         }
         case quilt::v1::Instruction::kPsPush:
-          RETURN_IF_ERROR(tensor(ins.ps_push().gradient().tensor()));
           RETURN_IF_ERROR(device(ins.ps_push().server_device(), "server device"));
           break;
         case quilt::v1::Instruction::kPsAccumulate:
-          RETURN_IF_ERROR(tensor(ins.ps_accumulate().gradient().tensor()));
           for (int64_t tag : ins.ps_accumulate().push_tags()) {
             if (!push_device_.contains(tag)) {
               return absl::InvalidArgumentError(
@@ -75,7 +70,6 @@ absl::Status Executor::Impl::CheckInstructions() const {
           }
           break;
         case quilt::v1::Instruction::kPsPull:
-          RETURN_IF_ERROR(tensor(ins.ps_pull().parameter().tensor()));
           RETURN_IF_ERROR(device(ins.ps_pull().server_device(), "server device"));
           break;
         default:

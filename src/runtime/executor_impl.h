@@ -22,6 +22,13 @@
 
 namespace quilt {
 
+// The tensors an instruction reads (by name; a computation's by its op in
+// `g`, none for an unknown op); with `writes`, also those it writes
+// (executor_lifetimes.cc).
+std::vector<std::string> TensorsNamed(const quilt::v1::Instruction& ins, const Graph& g,
+                                      const absl::flat_hash_map<std::string, int>& op_ids,
+                                      bool writes);
+
 class Executor::Impl {
  public:
   struct Device {

@@ -11,29 +11,32 @@
 #include "src/runtime/executor_impl.h"
 
 namespace quilt {
-namespace {
-
 using quilt::v1::Instruction;
 
-// The tensors an instruction reads (by name); with `writes`, also those it
-// writes.
-std::vector<std::string> Named(const Instruction& ins, const Graph& g,
-                               const absl::flat_hash_map<std::string, int>& op_ids, bool writes) {
+std::vector<std::string> TensorsNamed(const Instruction& ins, const Graph& g,
+                                      const absl::flat_hash_map<std::string, int>& op_ids,
+                                      bool writes) {
   std::vector<std::string> out;
   switch (ins.kind_case()) {
     case Instruction::kCompute: {
-      const Op& op = g.ops[op_ids.at(ins.compute().op())];
-      for (const std::string& in : op.inputs) {
+      auto op = op_ids.find(ins.compute().op());
+      if (op == op_ids.end()) break;
+      for (const std::string& in : g.ops[op->second].inputs) {
         if (!in.empty()) out.push_back(in);
       }
-      if (writes) out.insert(out.end(), op.outputs.begin(), op.outputs.end());
+      if (writes) {
+        out.insert(out.end(), g.ops[op->second].outputs.begin(), g.ops[op->second].outputs.end());
+      }
       break;
     }
     case Instruction::kSend:
       out.push_back(ins.send().range().tensor());
       break;
     case Instruction::kRecv:
-      if (writes) out.push_back(ins.recv().into().tensor());
+      if (writes) {
+        out.push_back(ins.recv().has_into() ? ins.recv().into().tensor()
+                                            : ins.recv().range().tensor());
+      }
       break;
     case Instruction::kSplit:
       out.push_back(ins.split().source().tensor());
@@ -59,8 +62,6 @@ std::vector<std::string> Named(const Instruction& ins, const Graph& g,
   }
   return out;
 }
-
-}  // namespace
 
 void Executor::Impl::PlanFrees() {
   // Tensors read outside instructions: after the step (the loss, the
@@ -97,11 +98,12 @@ void Executor::Impl::PlanFrees() {
   commits_.assign(nodes_.size(), {});
   for (size_t n = 0; n < nodes_.size(); ++n) {
     const int d = nodes_[n].device;
+    // (Every name is known: CheckInstructions.)
     std::vector<int> reads, named;
-    for (const std::string& name : Named(*nodes_[n].ins, graph_, op_ids_, false)) {
+    for (const std::string& name : TensorsNamed(*nodes_[n].ins, graph_, op_ids_, false)) {
       reads.push_back(tensor_ids_.at(name));
     }
-    for (const std::string& name : Named(*nodes_[n].ins, graph_, op_ids_, true)) {
+    for (const std::string& name : TensorsNamed(*nodes_[n].ins, graph_, op_ids_, true)) {
       named.push_back(tensor_ids_.at(name));
     }
     for (std::vector<int>* v : {&reads, &named}) {

@@ -160,6 +160,15 @@ TEST(Executor, RefusesProgramsNamingUnknownTensorsDevicesPushesOrGroups) {
     acc->mutable_ps_accumulate()->set_push_tags(0, 424242);
     broken.push_back({"waits for push 424242, which no device makes", p});
   }
+  {
+    // A split of a tensor the graph lacks (appended: no program here has
+    // one; its readers would count it as read).
+    quilt::v1::DistributedProgram p = *ring;
+    quilt::v1::Instruction* split = p.mutable_devices(0)->add_instructions();
+    split->set_id(999999);
+    split->mutable_split()->mutable_source()->set_tensor("no-such-source");
+    broken.push_back({"unknown tensor 'no-such-source'", p});
+  }
   for (Broken& b : broken) {
     EXPECT_THAT(create(std::move(b.program)),
                 StatusIs(absl::StatusCode::kInvalidArgument,
