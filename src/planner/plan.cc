@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -33,6 +34,19 @@ std::string EvenCounterpart(const std::string& name) {
   const std::string prefix = "dp-proportional-";
   if (name.rfind(prefix, 0) != 0) return "";
   return "dp-even-" + name.substr(prefix.size());
+}
+
+// When a check of a batch to suggest may begin (CheckedBatch's may_check):
+// where the planning budget affords one more, as long as `check_s` says
+// one takes, and once a batch fits, only within kBatchHintRefineS of the
+// first check.
+std::function<bool(bool)> MayCheckBatch(absl::Time start, double budget_s, const double* check_s) {
+  const PlanBudget budget(start, budget_s);
+  const absl::Time checks_start = absl::Now();
+  return [budget, checks_start, check_s](bool found) {
+    return budget.Affords(absl::Now(), *check_s) &&
+           (!found || absl::Now() - checks_start < absl::Seconds(kBatchHintRefineS));
+  };
 }
 
 // Where nothing fits: the largest batch below the one asked, and above the
@@ -77,12 +91,8 @@ void CheckHybridBatch(const GraphIndex& ix, const Topology& topo, const CostMode
           scale, static_cast<double>(m.capacity_bytes()) / static_cast<double>(m.peak_bytes()));
     }
   }
-  const PlanBudget budget(start, o.search.time_budget_s);
-  const absl::Time checks_start = absl::Now();
-  auto may_check = [&](bool found) {
-    return budget.Affords(absl::Now(), check_s) &&
-           (!found || absl::Now() - checks_start < absl::Seconds(kBatchHintRefineS));
-  };
+  const std::function<bool(bool)> may_check =
+      MayCheckBatch(start, o.search.time_budget_s, &check_s);
   const auto estimate = static_cast<int64_t>(static_cast<double>(o.global_batch) * scale);
   // (step_s is the last check's that fit: CheckedBatch's answer is the
   // largest batch found to fit, and the batches it checks that fit rise.)
@@ -325,12 +335,8 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
       check_s = std::max(check_s, absl::ToDoubleSeconds(absl::Now() - began));
       return r.ok() && r->report.best() == baseline;
     };
-    const PlanBudget budget(start, o.search.time_budget_s);
-    const absl::Time checks_start = absl::Now();
-    auto may_check = [&](bool found) {
-      return budget.Affords(absl::Now(), check_s) &&
-             (!found || absl::Now() - checks_start < absl::Seconds(kBatchHintRefineS));
-    };
+    const std::function<bool(bool)> may_check =
+        MayCheckBatch(start, o.search.time_budget_s, &check_s);
     const int64_t estimate = LargestDataParallelBatch(*load, topo);
     rep.set_data_parallel_batch_limit(
         CheckedBatch(estimate, o.global_batch, kBatchHintChecks, fits, may_check));
