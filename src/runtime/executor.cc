@@ -602,7 +602,8 @@ absl::Status Executor::Impl::Run() {
       }
       return failed;
     }
-    // The step succeeded: apply the updates (new parameters and state).
+    // The step succeeded: apply the updates not committed during it (those
+    // chained to another; executor_lifetimes.cc).
     ExecutorStep report;
     report.step = step;
     {
