@@ -16,6 +16,7 @@
 #include "src/graph/op_registry.h"
 #include "src/planner/group_nodes.h"
 #include "src/planner/lower_writers.h"
+#include "src/planner/micro_batches.h"
 #include "src/planner/partial_sums.h"
 #include "src/planner/placement.h"
 #include "src/planner/priorities.h"
@@ -745,10 +746,12 @@ absl::StatusOr<quilt::v1::DistributedProgram> LowerProgram(
   if (!ix.graph().has_backward) {
     return absl::InvalidArgumentError("lowering needs a training graph");
   }
-  ASSIGN_OR_RETURN(Placement p, Place(ix, s, topo, global_batch));
+  ASSIGN_OR_RETURN(const int64_t rows, MicroBatchRows(global_batch, s.micro_batches()));
+  ASSIGN_OR_RETURN(Placement p, Place(ix, s, topo, rows));
   Lowerer l(ix, topo, p, nullptr);
   quilt::v1::DistributedProgram prog;
   RETURN_IF_ERROR(l.Run(s, cost, include_graph, &prog));
+  RETURN_IF_ERROR(UnrollMicroBatches(ix, s.micro_batches(), &prog));
   return prog;
 }
 
@@ -775,10 +778,12 @@ absl::StatusOr<quilt::v1::DistributedProgram*> LowerOnArena(
   if (!ix.graph().has_backward) {
     return absl::InvalidArgumentError("lowering needs a training graph");
   }
-  ASSIGN_OR_RETURN(Placement p, Place(ix, s, topo, global_batch));
+  ASSIGN_OR_RETURN(const int64_t rows, MicroBatchRows(global_batch, s.micro_batches()));
+  ASSIGN_OR_RETURN(Placement p, Place(ix, s, topo, rows));
   Lowerer l(ix, topo, p, arena);
   auto* prog = google::protobuf::Arena::CreateMessage<quilt::v1::DistributedProgram>(arena);
   RETURN_IF_ERROR(l.Run(s, cost, /*include_graph=*/false, prog));
+  RETURN_IF_ERROR(UnrollMicroBatches(ix, s.micro_batches(), prog));
   return prog;
 }
 

@@ -1,7 +1,10 @@
 #include "src/planner/program_validator.h"
 
+#include "src/planner/micro_batches.h"
+
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <set>
 #include <tuple>
 
@@ -9,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "src/common/status.h"
 #include "src/planner/group_nodes.h"
+#include "src/planner/micro_batches.h"
 #include "src/planner/placement.h"
 #include "src/planner/validator_state.h"
 
@@ -358,11 +362,21 @@ absl::Status Validator::CheckCoverage() {
     for (int t : ix_.Inputs(i)) batched |= t >= 0 && Batched(t);
     if (!batched) continue;
     std::vector<Range> r;
-    bool every_whole = true;
-    std::set<int> on;
+    // Each device's runs: the whole batch once, or each micro-batch once.
+    std::map<int, std::vector<Range>> on;
     for (const auto& [d, range] : op_runs_[i]) {
       r.push_back(range);
-      every_whole &= range.begin == 0 && range.end == batch && on.insert(d).second;
+      on[d].push_back(range);
+    }
+    bool every_whole = true;
+    const int64_t micro = std::max<int64_t>(1, p_.micro_batches());
+    for (auto& [d, runs] : on) {
+      std::sort(runs.begin(), runs.end());
+      every_whole &= static_cast<int64_t>(runs.size()) == micro;
+      for (size_t j = 0; j < runs.size() && every_whole; ++j) {
+        every_whole &= runs[j] == Range{batch / micro * static_cast<int64_t>(j),
+                                        batch / micro * static_cast<int64_t>(j + 1)};
+      }
     }
     // An op whose outputs do not carry the batch may run over the whole
     // batch on several devices, once on each: each computes the complete
@@ -390,11 +404,32 @@ absl::Status Validator::CheckCoverage() {
 
 absl::Status Validator::CheckStrategy() {
   if (p_.strategy().groups_size() == 0) return absl::OkStatus();  // hand-built program
-  absl::StatusOr<Placement> placed = Place(ix_, p_.strategy(), topo_, p_.global_batch());
+  // (With gradient accumulation, placed at a micro-batch's rows, each op
+  // on batch rows once per micro-batch.)
+  const int micro = std::max(1, p_.strategy().micro_batches());
+  if (std::max<int64_t>(1, p_.micro_batches()) != micro) {
+    return absl::InvalidArgumentError(absl::StrCat("the program runs ", p_.micro_batches(),
+                                                   " micro-batches, its strategy ", micro));
+  }
+  absl::StatusOr<int64_t> rows = MicroBatchRows(p_.global_batch(), micro);
+  if (!rows.ok()) return Annotate(rows.status(), "the program's strategy");
+  absl::StatusOr<Placement> placed = Place(ix_, p_.strategy(), topo_, *rows);
   if (!placed.ok()) return Annotate(placed.status(), "the program's strategy");
   for (size_t i = 0; i < g_.ops.size(); ++i) {
+    bool batched = false;
+    for (int t : ix_.Outputs(static_cast<int>(i))) batched |= Batched(t);
+    for (int t : ix_.Inputs(static_cast<int>(i))) batched |= t >= 0 && Batched(t);
     std::vector<std::pair<int, Range>> want;
-    for (const Slice& s : placed->op_slices[i]) want.push_back({s.device, {s.begin, s.end}});
+    for (const Slice& s : placed->op_slices[i]) {
+      if (micro == 1 || !batched) {
+        want.push_back({s.device, {s.begin, s.end}});
+        continue;
+      }
+      const Range r = s.begin == 0 && s.end == 0 ? Range{0, *rows} : Range{s.begin, s.end};
+      for (int j = 0; j < micro; ++j) {
+        want.push_back({s.device, {r.begin + j * *rows, r.end + j * *rows}});
+      }
+    }
     std::vector<std::pair<int, Range>> have = op_runs_[i];
     std::sort(want.begin(), want.end());
     std::sort(have.begin(), have.end());

@@ -174,6 +174,8 @@ absl::Status Validator::CheckDataflow() {
   // Key(tensor, device) → the nodes that read its partial sum as is.
   std::map<std::pair<int, int>, std::set<int>> partial_readers;
   absl::flat_hash_map<int64_t, std::vector<int>> partial_reads_at;
+  // Key(op, device) → the batch rows the op's last run there summed.
+  absl::flat_hash_map<int64_t, Range> summed_rows;
   std::vector<Access> reads, writes;
   for (size_t ni = 0; ni < nodes_.size(); ++ni) {
     const int n = static_cast<int>(ni);
@@ -266,8 +268,19 @@ absl::Status Validator::CheckDataflow() {
             }
           }
         }
+        // The rows its outputs without batch rows sum: its own, and where
+        // it adds to them (gradient accumulation), those the writes before
+        // it on this device summed, when they join up.
+        Range rows = own;
+        if (ins.compute().accumulate()) {
+          auto prev = summed_rows.find(Key(op, node.device));
+          rows = prev != summed_rows.end() && prev->second.end == own.begin && !own.whole()
+                     ? Range{prev->second.begin, own.end}
+                     : Range{-1, -1};
+        }
+        if (batched_input) summed_rows[Key(op, node.device)] = rows;
         out_partial =
-            partial_inputs > 0 || (batched_input && !(own.begin == 0 && own.end == batch));
+            partial_inputs > 0 || (batched_input && !(rows.begin == 0 && rows.end == batch));
         break;
       }
       case Instruction::kSend:

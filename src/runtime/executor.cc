@@ -58,6 +58,13 @@ absl::Status Executor::Impl::Init() {
     return absl::InvalidArgumentError("the program's graph has no backward pass");
   batch_ = program_.global_batch();
   if (batch_ < 1) return absl::InvalidArgumentError("the program has no global batch");
+  const int64_t micro = std::max<int64_t>(1, program_.micro_batches());
+  if (batch_ % micro != 0 || micro >= (int64_t{1} << 20)) {
+    return absl::InvalidArgumentError(absl::StrCat("the program's batch ", batch_,
+                                                   " does not split into ", micro,
+                                                   " micro-batches of equal rows"));
+  }
+  micro_rows_ = batch_ / micro;
   for (size_t i = 0; i < graph_.tensors().size(); ++i)
     tensor_ids_[graph_.tensors()[i].name] = static_cast<int>(i);
   for (size_t i = 0; i < graph_.ops.size(); ++i) {

@@ -81,6 +81,9 @@ class Executor::Impl {
   // the device's thread and return their status; communication ones post
   // transport operations and call Done/Fail when those finish.
   absl::Status Compute(int node);
+  // `part` added to the value of `name` an earlier micro-batch left on
+  // `device` (ComputeInstr.accumulate).
+  absl::StatusOr<Tensor> Accumulated(int device, const std::string& name, const Tensor& part) const;
   absl::Status Concat(int node);
   void StartSend(int node);
   void StartRecv(int node);
@@ -122,6 +125,8 @@ class Executor::Impl {
   Dataset* data_;
   ExecutorOptions options_;
   int64_t batch_ = 0;
+  // Rows per micro-batch (gradient accumulation; batch_ without).
+  int64_t micro_rows_ = 0;
   int64_t step_ = 0;
 
   absl::flat_hash_map<std::string, int> tensor_ids_, op_ids_;
@@ -147,8 +152,11 @@ class Executor::Impl {
   // Never freed early: parameters, optimizer state and constants (any
   // tensor with a persistent instance there), the loss and the updates'
   // tensors (read after the step), tensors served to pulls.
-  std::vector<std::vector<int>> frees_;
-  std::vector<absl::flat_hash_map<int, int>> readers_;
+  // Keys are FreeKey(tensor, micro-batch): a batch tensor's instances of
+  // one micro-batch (program.micro_batches) are freed after that
+  // micro-batch's last reader; micro-batch 0 = every instance.
+  std::vector<std::vector<int64_t>> frees_;
+  std::vector<absl::flat_hash_map<int64_t, int>> readers_;
   // Per node: the updates (indexes into update_ids_) whose commit on its
   // device waits for it; per local device: how many instructions each
   // update's commit waits for (every one there that reads or writes its
@@ -167,7 +175,7 @@ class Executor::Impl {
   int extra_ ABSL_GUARDED_BY(mu_) = 0;         // pull-serving sends in flight
   absl::Status error_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
-  std::vector<absl::flat_hash_map<int, int>> readers_left_ ABSL_GUARDED_BY(mu_);
+  std::vector<absl::flat_hash_map<int64_t, int>> readers_left_ ABSL_GUARDED_BY(mu_);
   std::vector<absl::flat_hash_map<int, int>> commit_left_ ABSL_GUARDED_BY(mu_);
   absl::CondVar work_;
 

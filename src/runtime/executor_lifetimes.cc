@@ -13,6 +13,13 @@
 namespace quilt {
 using quilt::v1::Instruction;
 
+namespace {
+constexpr int kMicroBatchBits = 20;  // micro-batches per step < 2^20 (checked)
+int64_t FreeKey(int tensor, int micro_batch) {
+  return (static_cast<int64_t>(tensor) << kMicroBatchBits) | micro_batch;
+}
+}  // namespace
+
 std::vector<std::string> TensorsNamed(const Instruction& ins, const Graph& g,
                                       const absl::flat_hash_map<std::string, int>& op_ids,
                                       bool writes) {
@@ -110,10 +117,13 @@ void Executor::Impl::PlanFrees() {
       std::sort(v->begin(), v->end());
       v->erase(std::unique(v->begin(), v->end()), v->end());
     }
+    // (A batch tensor's rows read in one micro-batch are that one's.)
+    const int micro = nodes_[n].ins->micro_batch();
     for (int t : reads) {
       if (kept.contains(t) || resident[d].contains(t)) continue;
-      frees_[n].push_back(t);
-      ++readers_[d][t];
+      const int64_t key = FreeKey(t, graph_.tensors()[t].shape.HasBatch() ? micro : 0);
+      frees_[n].push_back(key);
+      ++readers_[d][key];
     }
     std::vector<int> waits;
     for (int t : named) {
@@ -137,10 +147,15 @@ std::vector<Tensor> Executor::Impl::Release(int node) {
   const int d = nodes_[node].device;
   TensorStore& store = devices_[d]->store;
   auto& left = readers_left_[d];
-  for (int t : frees_[node]) {
-    auto it = left.find(t);
+  for (int64_t key : frees_[node]) {
+    auto it = left.find(key);
     if (it == left.end() || --it->second != 0) continue;
-    for (Tensor& v : store.Erase(t)) dropped.push_back(std::move(v));
+    const int t = static_cast<int>(key >> kMicroBatchBits);
+    const int64_t micro = key & ((int64_t{1} << kMicroBatchBits) - 1);
+    std::vector<Tensor> freed = micro == 0 ? store.Erase(t)
+                                           : store.EraseRows(t, (micro - 1) * micro_rows_,
+                                                             micro * micro_rows_);
+    for (Tensor& v : freed) dropped.push_back(std::move(v));
   }
   auto& commits = commit_left_[d];
   for (int u : commits_[node]) {

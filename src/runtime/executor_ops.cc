@@ -109,11 +109,33 @@ absl::Status Executor::Impl::Compute(int node) {
     if (!outs[i].valid()) {
       ASSIGN_OR_RETURN(outs[i], Tensor::Zeros(out_types[i], out_dims[i]));
     }
+    if (c.accumulate() && Whole(out_ranges[i].first, out_ranges[i].second)) {
+      ASSIGN_OR_RETURN(outs[i], Accumulated(nodes_[node].device, op.outputs[i], outs[i]));
+    }
     dev.store.Put(
         InstanceKey{tensor_ids_.at(op.outputs[i]), out_ranges[i].first, out_ranges[i].second},
         std::move(outs[i]));
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<Tensor> Executor::Impl::Accumulated(int device, const std::string& name,
+                                                   const Tensor& part) const {
+  Tensor before;
+  if (!devices_[device]->store.Get(InstanceKey{tensor_ids_.at(name), 0, 0}, &before)) {
+    return absl::InternalError(absl::StrCat("'", name, "' on ", devices_[device]->id,
+                                            " is added to, but no earlier micro-batch wrote it"));
+  }
+  if (before.dtype() != DType::kF32 || part.dtype() != DType::kF32 ||
+      before.numel() != part.numel()) {
+    return absl::InternalError(absl::StrCat(
+        "'", name, "' on ", devices_[device]->id,
+        " is added to across micro-batches, which needs float32 values of one shape"));
+  }
+  // (A new value: a kernel's output may share its input's storage.)
+  ASSIGN_OR_RETURN(Tensor sum, Tensor::Zeros(DType::kF32, part.dims()));
+  for (int64_t i = 0; i < sum.numel(); ++i) sum.f32()[i] = before.f32()[i] + part.f32()[i];
+  return sum;
 }
 
 absl::Status Executor::Impl::Concat(int node) {

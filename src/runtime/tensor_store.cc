@@ -42,12 +42,20 @@ void TensorStore::Put(const InstanceKey& k, Tensor t) {
   sliced_.erase(k);
 }
 
-std::vector<Tensor> TensorStore::Erase(int tensor) {
+std::vector<Tensor> TensorStore::Erase(int tensor) { return EraseRows(tensor, 0, 0); }
+
+std::vector<Tensor> TensorStore::EraseRows(int tensor, int64_t begin, int64_t end) {
   std::vector<Tensor> dropped;
   absl::MutexLock lock(&mu_);
   auto keys = by_tensor_.find(tensor);
   if (keys == by_tensor_.end()) return dropped;
+  const bool all = begin == 0 && end == 0;
+  std::vector<InstanceKey> kept;
   for (const InstanceKey& k : keys->second) {
+    if (!all && !(k.begin >= begin && k.end <= end && k.begin < k.end)) {
+      kept.push_back(k);
+      continue;
+    }
     auto it = values_.find(k);
     Release(it->second);
     dropped.push_back(std::move(it->second));
@@ -55,7 +63,11 @@ std::vector<Tensor> TensorStore::Erase(int tensor) {
     assembled_.erase(k);
     sliced_.erase(k);
   }
-  by_tensor_.erase(keys);
+  if (kept.empty()) {
+    by_tensor_.erase(keys);
+  } else {
+    keys->second = std::move(kept);
+  }
   return dropped;
 }
 

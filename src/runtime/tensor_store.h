@@ -58,6 +58,9 @@ class TensorStore {
   // Drops every instance of `tensor`; their values are handed back (as
   // Retain's).
   std::vector<Tensor> Erase(int tensor);
+  // The same for the instances of `tensor` within rows [begin, end) (one
+  // micro-batch's); begin = end = 0: every instance.
+  std::vector<Tensor> EraseRows(int tensor, int64_t begin, int64_t end);
   // Bytes of the values held (storage shared by several instances counted
   // once); the most held since the last ResetPeak, which returns it and
   // starts again from what is held now.

@@ -1,0 +1,40 @@
+// Gradient accumulation in the schedule IR: a program lowered at the
+// micro-batch's rows becomes the whole step's. Its instructions that work
+// on batch rows (the forward and backward passes, their transfers) are
+// repeated once per micro-batch, rows moved to that micro-batch's, one
+// micro-batch after the other on each device (the next begins on a device
+// once the last ran there, so a device holds one micro-batch's
+// activations at a time); outputs without batch rows (weight gradients,
+// partial losses) add up on the device (ComputeInstr.accumulate). The rest
+// runs once: what the passes read but no batch row feeds (parameters,
+// pulls) before them, what their sums feed (aggregation, updates) after
+// them. Graphs whose passes read a sum over the whole batch (batch-norm
+// statistics, a loss past such a sum) are refused: each micro-batch
+// would need the others'.
+#ifndef QUILT_SRC_PLANNER_MICRO_BATCHES_H_
+#define QUILT_SRC_PLANNER_MICRO_BATCHES_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "proto/quilt/v1/program.pb.h"
+#include "src/graph/graph_index.h"
+
+namespace quilt {
+
+// The batch a strategy's placements split: the micro-batch's rows, or the
+// whole batch without accumulation. Errors: INVALID_ARGUMENT for a count
+// below 0 or one that does not divide the batch.
+absl::StatusOr<int64_t> MicroBatchRows(int64_t global_batch, int micro_batches);
+
+// Repeats `program` (lowered at `program->global_batch()` rows) over
+// `micro_batches` micro-batches, making it a step of global_batch ×
+// micro_batches rows. Errors: INVALID_ARGUMENT naming the op whose pass
+// needs a sum over the whole batch, or ids/tags the program repeats.
+absl::Status UnrollMicroBatches(const GraphIndex& index, int micro_batches,
+                                quilt::v1::DistributedProgram* program);
+
+}  // namespace quilt
+
+#endif  // QUILT_SRC_PLANNER_MICRO_BATCHES_H_
