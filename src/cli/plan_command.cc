@@ -41,6 +41,7 @@ struct PlanArgs {
   double lr = 0, momentum = 0.9;
   std::string format = "table";
   bool explain = false;
+  bool no_micro_batches = false;
   double time_budget_s = 0;  // 0: 10 s offline, the coordinator's plan_time_budget_ms live
   int64_t max_plans = 200;
   uint64_t seed = 1;
@@ -79,6 +80,11 @@ std::string RenderExplain(const quilt::v1::PlanReport& r) {
   if (!s.memory_share().empty()) out += "memory: " + s.memory_share() + "\n\n";
   if (!s.memory_repair().empty()) out += "memory: " + s.memory_repair() + "\n\n";
   if (!s.untried().empty()) out += "untried: " + s.untried() + "\n\n";
+  if (h->strategy().micro_batches() > 1) {
+    out += absl::StrFormat("gradient accumulation: %d micro-batches of %d rows (%s)\n\n",
+                           h->strategy().micro_batches(),
+                           r.global_batch() / h->strategy().micro_batches(), h->note());
+  }
   if (s.decisions().empty()) {
     out += "No group choices: the plan is data parallelism (" + h->note() + ")\n";
     if (!s.gradient_collectives().empty()) out += "gradients: " + s.gradient_collectives() + "\n";
@@ -189,6 +195,10 @@ std::string NoFeasibleStrategy(const quilt::v1::PlanReport& r) {
   } else {
     hint = r.global_batch() > 1 ? "; a smaller --batch or more devices may fit"
                                 : "; devices with more memory may fit";
+  }
+  if (!r.accumulation_refused().empty()) {
+    hint += "; gradient accumulation over micro-batches cannot run this graph (" +
+            r.accumulation_refused() + ")";
   }
   return absl::StrCat(
       "No feasible strategy: every strategy above runs out of memory or cannot "
@@ -365,9 +375,11 @@ int Run(PlanArgs a, const GlobalOptions& globals) {
   }
   PrintModelNotes(*g, {});
   if (a.cluster.empty()) {
-    if (!a.trace.empty() || !a.program_out.empty() || !a.strategy_file.empty()) {
+    if (!a.trace.empty() || !a.program_out.empty() || !a.strategy_file.empty() ||
+        a.no_micro_batches) {
       return PrintError(
-          "--trace, --program-out and --strategy-file need --cluster (an offline plan)");
+          "--trace, --program-out, --strategy-file and --no-micro-batches need --cluster (an "
+          "offline plan)");
     }
     return RunRemote(a, &*g, globals);
   }
@@ -423,6 +435,7 @@ int Run(PlanArgs a, const GlobalOptions& globals) {
   po.program_with_graph = !a.program_out.empty();
   po.progress = [](const std::string& line) { std::cerr << line << "\n"; };
   po.search.time_budget_s = a.time_budget_s > 0 ? a.time_budget_s : 10;
+  po.accumulate = !a.no_micro_batches;
   po.search.max_evaluations = a.max_plans;
   po.search.seed = a.seed;
   po.search.target_groups = a.groups;
@@ -490,6 +503,9 @@ void AddPlanCommand(CLI::App& app, const GlobalOptions& globals, std::vector<Com
        "Write the best strategy's DistributedProgram (binary protobuf, for quilt-executor)")
       ->check(NonEmpty());
   c->add_flag("--explain", a->explain, "Per op group: what the planner chose and what it saves");
+  c->add_flag("--no-micro-batches", a->no_micro_batches,
+              "Where no plan holds the batch at once, do not run it as micro-batches "
+              "(gradient accumulation; the default tries it); offline (--cluster) only");
   c->add_option("--time-budget", a->time_budget_s,
                 "Seconds planning may take (default 10; on the live cluster the "
                 "coordinator's plan_time_budget_ms): the search gets what is left after "

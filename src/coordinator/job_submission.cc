@@ -113,7 +113,11 @@ absl::StatusOr<PlanResult> PlanOn(const quilt::v1::JobSpec& spec, const Graph& g
                            result.report.data_parallel_batch_unchecked(),
                            " fits (not planned in full: the planning time budget ended first)")
             : "",
-        AboveTheMemoryFloor(result.report)));
+        AboveTheMemoryFloor(result.report),
+        result.report.accumulation_refused().empty()
+            ? ""
+            : "; gradient accumulation over micro-batches cannot run this graph (" +
+                  result.report.accumulation_refused() + ")"));
   }
   // A baseline asked for by name splits the batch over every device it
   // names (the planner's own plans, by auto or heterog, run on the devices

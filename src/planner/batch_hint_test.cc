@@ -102,6 +102,7 @@ TEST(BatchHint, TheSuggestedBatchFitsWhenPlanned) {
   auto w = testing::Make("vgg19", spec);
   ASSERT_EQ(w->topo.num_devices(), 1);
   PlanOptions o;
+  o.accumulate = false;  // (accumulation_test.cc: what fits then)
   o.global_batch = 12;
   absl::StatusOr<PlanResult> none = Plan(w->graph, w->topo, o);
   ASSERT_THAT(none.status(), IsOk());
@@ -130,6 +131,7 @@ TEST(BatchHint, TheSuggestedBatchFitsWhenPlanned) {
 TEST(BatchHint, TheSuggestedBatchFitsDataParallel) {
   auto w = testing::Make("vgg19", testing::TwoNodesWithMemory({int64_t{2} << 30}));
   PlanOptions o;
+  o.accumulate = false;  // (accumulation_test.cc: what fits then)
   o.global_batch = 160;
   o.search.time_budget_s = 1;
   absl::StatusOr<PlanResult> none = Plan(w->graph, w->topo, o);
@@ -155,6 +157,7 @@ TEST(BatchHint, WhereNoDataParallelPlanFits_TheClosestHybridPlanIsCheckedAtFewer
   ASSERT_THAT(spec.status(), IsOk());
   auto w = testing::Make("gpt2", *spec);
   PlanOptions o;
+  o.accumulate = false;  // (accumulation_test.cc: what fits then)
   o.global_batch = 10;
   o.search.time_budget_s = 3;
   absl::StatusOr<PlanResult> none = Plan(w->graph, w->topo, o);

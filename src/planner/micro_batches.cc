@@ -57,7 +57,7 @@ class Unroller {
 
   const GraphIndex& ix_;
   const int k_;
-  const int64_t rows_;  // per micro-batch
+  const int64_t rows_;          // per micro-batch
   std::vector<Entry> entries_;  // by id
   absl::flat_hash_map<int64_t, int> index_of_;
   // New ids: per step, and per micro-batch.
@@ -124,9 +124,8 @@ absl::Status Unroller::Classify() {
     for (int64_t dep : e.ins->deps()) {
       auto it = index_of_.find(dep);
       if (it == index_of_.end() || dep >= e.ins->id()) {
-        return absl::InvalidArgumentError(absl::StrCat("instruction ", e.ins->id(),
-                                                       " depends on ", dep,
-                                                       ", which no earlier instruction is"));
+        return absl::InvalidArgumentError(absl::StrCat("instruction ", e.ins->id(), " depends on ",
+                                                       dep, ", which no earlier instruction is"));
       }
       const Entry& d = entries_[it->second];
       if (!e.per_micro_batch) {
@@ -142,8 +141,8 @@ absl::Status Unroller::Classify() {
     for (int t : ix_.Inputs(op)) {
       if (t >= 0 && summed_.contains(t)) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "gradient accumulation: op '", e.ins->compute().op(), "' works on batch rows but reads '",
-            ix_.graph().tensors()[t].name,
+            "gradient accumulation: op '", e.ins->compute().op(),
+            "' works on batch rows but reads '", ix_.graph().tensors()[t].name,
             "', a sum over the batch's rows (each micro-batch would need the others')"));
       }
     }
@@ -227,8 +226,8 @@ absl::Status Unroller::Run(DistributedProgram* p) {
   for (int d = 0; d < p->devices_size(); ++d) {
     for (const Instruction& ins : originals[d]) {
       entries_.push_back(Entry{d, &ins});
-      max_tag = std::max({max_tag, ins.send().tag(), ins.recv().tag(), ins.ps_push().tag(),
-                          ins.ps_pull().tag()});
+      max_tag = std::max(
+          {max_tag, ins.send().tag(), ins.recv().tag(), ins.ps_push().tag(), ins.ps_pull().tag()});
       max_collective = std::max(max_collective, ins.all_reduce().collective_id());
     }
   }

@@ -13,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "src/common/status.h"
+#include "src/planner/accumulation.h"
 #include "src/planner/batch_hint.h"
 #include "src/planner/estimate.h"
 #include "src/planner/estimate_many.h"
@@ -285,27 +286,24 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
     return absl::InvalidArgumentError("unknown strategy '" + o.strategy + "'; known: all, " +
                                       std::string(kHeteroG) + ", " + absl::StrJoin(names, ", "));
   }
-  double best = -1;
   Evaluated* chosen = nullptr;
-  for (const std::string& name : names) {
-    if (!wanted(name)) continue;
-    Evaluated& e = done.at(name);
-    if (e.estimate.feasible() && (best < 0 || e.estimate.step_time_s() < best)) {
-      best = e.estimate.step_time_s();
-      rep.set_best(name);
-      chosen = &e;
+  auto choose = [&] {
+    double best = -1;
+    chosen = nullptr;
+    rep.clear_best();
+    rep.clear_estimates();
+    for (const std::string& name : names) {
+      if (!wanted(name)) continue;
+      Evaluated& e = done.at(name);
+      if (e.estimate.feasible() && (best < 0 || e.estimate.step_time_s() < best)) {
+        best = e.estimate.step_time_s();
+        rep.set_best(name);
+        chosen = &e;
+      }
+      *rep.add_estimates() = e.estimate;
     }
-    *rep.add_estimates() = e.estimate;
-  }
-  // (Copied out of its arena once, whichever it is.)
-  if (chosen != nullptr) {
-    if (!chosen->program.empty()) result.best_program = *chosen->program;
-    result.best_sim = std::move(chosen->sim);
-  }
-  if (!rep.best().empty()) {
-    RETURN_IF_ERROR(
-        Annotate(ValidateProgram(result.best_program, ix, topo), "validating " + rep.best()));
-  }
+  };
+  choose();
   if (rep.best().empty() && load.has_value() && o.check_batch_hint) {
     // (batch_hint.h: the memory model's batch, checked by planning, each
     // check begun only within the time budget: plan_budget.h.)
@@ -347,6 +345,54 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
   }
   if (rep.best().empty() && o.check_batch_hint) {
     CheckHybridBatch(ix, topo, cost, o, start, done, &rep);
+  }
+  if (rep.best().empty() && o.accumulate && wanted(kHeteroG) && done.count(kHeteroG)) {
+    // (Gradient accumulation: the planner's plan where nothing else fits.)
+    const quilt::v1::Strategy& searched = done.at(kHeteroG).estimate.strategy();
+    // A plan searched at a micro-batch's rows, in half the time budget.
+    const SearchAt search_at = [&](int64_t rows) -> std::optional<quilt::v1::Strategy> {
+      PlanOptions sub = o;
+      sub.global_batch = rows;
+      sub.strategy = kHeteroG;
+      sub.given.clear();
+      sub.accumulate = false;
+      sub.check_batch_hint = false;
+      sub.program_with_graph = false;
+      sub.trace = false;
+      sub.fit_check_only = false;
+      sub.search.time_budget_s = std::max(1.0, o.search.time_budget_s / 2);
+      absl::StatusOr<PlanResult> r = Plan(g, topo, sub);
+      if (!r.ok() || r->report.best().empty()) return std::nullopt;
+      for (const quilt::v1::StrategyEstimate& e : r->report.estimates()) {
+        if (e.name() == r->report.best()) return e.strategy();
+      }
+      return std::nullopt;
+    };
+    std::string why;
+    std::optional<AccumulatedPlan> acc = PlanAccumulation(
+        g, ix, topo, cost, o.global_batch, searched.groups().empty() ? nullptr : &searched, rep,
+        kHeteroG, wanted(kHeteroG) && o.strategy != "given" ? search_at : SearchAt(), o.progress,
+        &why);
+    if (acc.has_value()) {
+      // (The search's account stays the estimate's.)
+      const quilt::v1::SearchSummary summary = done.at(kHeteroG).estimate.search();
+      done.erase(kHeteroG);
+      RETURN_IF_ERROR(evaluate(acc->strategy));
+      done.at(kHeteroG).estimate.set_note(acc->note);
+      *done.at(kHeteroG).estimate.mutable_search() = summary;
+      choose();
+    } else if (!why.empty()) {
+      rep.set_accumulation_refused(why);
+    }
+  }
+  // (Copied out of its arena once, whichever it is.)
+  if (chosen != nullptr) {
+    if (!chosen->program.empty()) result.best_program = *chosen->program;
+    result.best_sim = std::move(chosen->sim);
+  }
+  if (!rep.best().empty()) {
+    RETURN_IF_ERROR(
+        Annotate(ValidateProgram(result.best_program, ix, topo), "validating " + rep.best()));
   }
   if (!rep.best().empty() && o.program_with_graph) {
     *result.best_program.mutable_graph() = g.ToProto();

@@ -58,6 +58,10 @@ struct PlanOptions {
   // Where no strategy fits: the batch the report suggests is checked by
   // planning a baseline in full at it (batch_hint.h); false: none suggested.
   bool check_batch_hint = true;
+  // Where nothing fits (and "heterog" is wanted): the closest plans over
+  // micro-batches (gradient accumulation, accumulation.h) as the
+  // planner's plan; false: none tried.
+  bool accumulate = true;
 };
 
 struct PlanResult {

@@ -358,6 +358,7 @@ TEST(Plan, NothingFits_ThePlannersPlanIsTheNearestToFitting) {
   PlanOptions o;
   o.global_batch = 100;
   o.search.time_budget_s = 1;
+  o.accumulate = false;  // (micro-batches fit: accumulation_test.cc)
   absl::StatusOr<PlanResult> plan = Plan(w.graph, w.topo, o);
   ASSERT_THAT(plan.status(), IsOk());
   EXPECT_EQ(plan->report.best(), "");

@@ -133,6 +133,7 @@ TEST(PlanProgress, APlanOverMemoryOnTheCoarseModelSaysItIsRepaired) {
   std::vector<std::string> lines;
   PlanOptions po;
   po.search.time_budget_s = 0.5;
+  po.accumulate = false;  // (no micro-batches: accumulation_test.cc)
   absl::StatusOr<PlanResult> plan =
       PlanSearchOnly("gpt2", int64_t{1} << 30, po, &lines, /*at_floor=*/true);
   ASSERT_THAT(plan.status(), IsOk());
@@ -158,6 +159,7 @@ TEST(PlanProgress, APlanThatFitsOnlyOnTheCoarseModelIsRepairedInFull) {
   PlanOptions po;
   po.search.memory_fraction = 2;
   po.search.time_budget_s = 1;
+  po.accumulate = false;
   absl::StatusOr<PlanResult> plan = PlanSearchOnly("transformer", int64_t{7} << 28, po, &lines);
   ASSERT_THAT(plan.status(), IsOk());
   EXPECT_EQ(Count(lines, "the plan overflows memory in full; moving ops off the devices"), 1);

@@ -1,7 +1,5 @@
 #include "src/planner/program_validator.h"
 
-#include "src/planner/micro_batches.h"
-
 #include <algorithm>
 #include <cmath>
 #include <map>

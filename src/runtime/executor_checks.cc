@@ -38,11 +38,12 @@ absl::Status Executor::Impl::CheckInstructions() const {
       for (const std::string& t : TensorsNamed(ins, graph_, op_ids_, /*writes=*/true)) {
         RETURN_IF_ERROR(tensor(t));
       }
-      if (ins.micro_batch() < 0 || ins.micro_batch() > std::max<int64_t>(1, program_.micro_batches()) ||
+      if (ins.micro_batch() < 0 ||
+          ins.micro_batch() > std::max<int64_t>(1, program_.micro_batches()) ||
           (ins.micro_batch() > 0 && program_.micro_batches() <= 1)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(Where(dp, ins), " is in micro-batch ", ins.micro_batch(),
-                         "; the program has ", program_.micro_batches()));
+        return absl::InvalidArgumentError(absl::StrCat(Where(dp, ins), " is in micro-batch ",
+                                                       ins.micro_batch(), "; the program has ",
+                                                       program_.micro_batches()));
       }
       switch (ins.kind_case()) {
         case quilt::v1::Instruction::kSend:

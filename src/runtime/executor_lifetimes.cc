@@ -152,9 +152,9 @@ std::vector<Tensor> Executor::Impl::Release(int node) {
     if (it == left.end() || --it->second != 0) continue;
     const int t = static_cast<int>(key >> kMicroBatchBits);
     const int64_t micro = key & ((int64_t{1} << kMicroBatchBits) - 1);
-    std::vector<Tensor> freed = micro == 0 ? store.Erase(t)
-                                           : store.EraseRows(t, (micro - 1) * micro_rows_,
-                                                             micro * micro_rows_);
+    std::vector<Tensor> freed =
+        micro == 0 ? store.Erase(t)
+                   : store.EraseRows(t, (micro - 1) * micro_rows_, micro * micro_rows_);
     for (Tensor& v : freed) dropped.push_back(std::move(v));
   }
   auto& commits = commit_left_[d];

@@ -128,9 +128,9 @@ absl::StatusOr<Tensor> Executor::Impl::Accumulated(int device, const std::string
   }
   if (before.dtype() != DType::kF32 || part.dtype() != DType::kF32 ||
       before.numel() != part.numel()) {
-    return absl::InternalError(absl::StrCat(
-        "'", name, "' on ", devices_[device]->id,
-        " is added to across micro-batches, which needs float32 values of one shape"));
+    return absl::InternalError(
+        absl::StrCat("'", name, "' on ", devices_[device]->id,
+                     " is added to across micro-batches, which needs float32 values of one shape"));
   }
   // (A new value: a kernel's output may share its input's storage.)
   ASSIGN_OR_RETURN(Tensor sum, Tensor::Zeros(DType::kF32, part.dims()));

@@ -152,8 +152,8 @@ void PrintTo(const Case& c, std::ostream* os) {
 // loss past the batch mean (mixed_losses), a variance over the batch
 // (batch_size_losses). Gradient accumulation is refused for them.
 const std::set<std::string> kSumsOverTheBatch = {
-    "cnn",          "text_cnn",    "lm_blocks",   "ignored_labels",   "mixture_nll",
-    "weighted_ce",  "mixed_losses", "batch_size_losses"};
+    "cnn",         "text_cnn",    "lm_blocks",    "ignored_labels",
+    "mixture_nll", "weighted_ce", "mixed_losses", "batch_size_losses"};
 
 class Oracle : public ::testing::TestWithParam<Case> {};
 

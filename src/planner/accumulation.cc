@@ -1,0 +1,138 @@
+#include "src/planner/accumulation.h"
+
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_format.h"
+#include "src/planner/estimate.h"
+#include "src/planner/lower.h"
+
+namespace quilt {
+namespace {
+
+// Micro-batch counts to try: divisors of the batch from `from` up, at most
+// kTries of them.
+constexpr int kTries = 4;
+// Of which searched (each a search of its own, SearchAt).
+constexpr size_t kSearches = 2;
+
+std::vector<int> Counts(int64_t batch, int64_t from) {
+  std::vector<int> out;
+  for (int64_t k = std::max<int64_t>(2, from); k <= batch && out.size() < kTries; ++k) {
+    if (batch % k == 0) out.push_back(static_cast<int>(k));
+  }
+  return out;
+}
+
+struct Found {
+  quilt::v1::Strategy strategy;
+  double step_s = 0;
+  std::string what;
+};
+
+}  // namespace
+
+std::optional<AccumulatedPlan> PlanAccumulation(
+    const Graph& g, const GraphIndex& ix, const Topology& topo, const CostModel& cost,
+    int64_t batch, const quilt::v1::Strategy* closest, const quilt::v1::PlanReport& rep,
+    const std::string& name, const SearchAt& search_at,
+    const std::function<void(const std::string&)>& progress, std::string* why) {
+  {
+    // Whether the graph's passes can run as micro-batches at all: its
+    // single-device program over two micro-batches of one row.
+    std::vector<int64_t> one(topo.num_devices(), 0);
+    one[0] = 1;
+    quilt::v1::Strategy probe =
+        DataParallelStrategy(g, topo, one, quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE, "probe");
+    probe.set_micro_batches(2);
+    absl::StatusOr<quilt::v1::DistributedProgram> p =
+        LowerWithoutGraph(ix, probe, topo, /*cost=*/nullptr, 2);
+    if (!p.ok() && absl::StrContains(p.status().message(), "gradient accumulation")) {
+      *why = std::string(p.status().message());
+      return std::nullopt;
+    }
+  }
+  std::optional<Found> best;
+  const std::string dp = topo.num_devices() < 2 ? "single-device" : "dp-proportional-ring";
+  enum Kind { kSearched, kClosest, kDataParallel };
+  for (const Kind kind : {kSearched, kClosest, kDataParallel}) {
+    if (kind == kClosest && closest == nullptr) continue;
+    if (kind == kSearched && !search_at) continue;
+    int64_t limit = kind == kClosest ? rep.hybrid_batch_limit() : rep.data_parallel_batch_limit();
+    if (kind == kDataParallel && limit <= 0) limit = rep.data_parallel_batch_unchecked();
+    if (kind == kSearched) {
+      // (The largest batch anything was found to fit, else the memory
+      // floor's.)
+      limit = std::max(rep.hybrid_batch_limit(), rep.data_parallel_batch_limit());
+      if (limit <= 0) limit = rep.memory_floor().largest_batch();
+    }
+    const int64_t from = limit > 0 ? (batch + limit - 1) / limit : 2;
+    const std::string what = kind == kSearched  ? "the planner's plan for a micro-batch's rows"
+                             : kind == kClosest ? "the search's closest plan"
+                                                : "the speed-proportional data-parallel split";
+    std::vector<int> counts = Counts(batch, from);
+    if (kind == kSearched && counts.size() > kSearches) counts.resize(kSearches);
+    for (int k : counts) {
+      const int64_t rows = batch / k;
+      quilt::v1::Strategy s;
+      if (kind == kSearched) {
+        if (progress) {
+          progress(absl::StrFormat("searching a plan for micro-batches of %d rows (%d of them)",
+                                   rows, k));
+        }
+        std::optional<quilt::v1::Strategy> found = search_at(rows);
+        if (!found.has_value()) {
+          if (progress) progress(absl::StrFormat("  none found for %d rows", rows));
+          continue;
+        }
+        s = *found;
+      } else if (kind == kClosest) {
+        s = *closest;
+      } else {
+        bool built = false;
+        for (const NamedStrategy& b : Baselines(g, topo, cost, rows)) {
+          if (b.name != dp || !b.infeasible_reason.empty()) continue;
+          s = b.strategy;
+          built = true;
+        }
+        if (!built) continue;
+      }
+      s.set_micro_batches(k);
+      if (progress) {
+        progress(absl::StrFormat("trying %s over %d micro-batches of %d rows", what, k, rows));
+      }
+      absl::StatusOr<quilt::v1::StrategyEstimate> e =
+          Estimate(ix, topo, cost, NamedStrategy{name, s, ""}, batch, /*lower_bound=*/0,
+                   /*program=*/nullptr, /*sim=*/nullptr, /*trace=*/false, /*both_orders=*/false);
+      if (!e.ok()) {
+        if (absl::StrContains(e.status().message(), "gradient accumulation")) {
+          *why = std::string(e.status().message());
+          return std::nullopt;
+        }
+        continue;  // (e.g. fewer rows than a group's replicas)
+      }
+      if (progress) {
+        progress(e->feasible()
+                     ? absl::StrFormat("  %d micro-batches: %.4g s per step", k, e->step_time_s())
+                     : absl::StrFormat("  %d micro-batches: %s", k, e->infeasible_reason()));
+      }
+      if (!e->feasible()) continue;
+      if (!best.has_value() || e->step_time_s() < best->step_s) {
+        best = Found{s, e->step_time_s(), what};
+      }
+      break;
+    }
+  }
+  if (!best.has_value()) return std::nullopt;
+  const int k = best->strategy.micro_batches();
+  AccumulatedPlan out;
+  out.strategy = NamedStrategy{name, best->strategy, ""};
+  out.note = absl::StrFormat(
+      "no plan holds the batch's activations at once: %s, its batch run as %d micro-batches of "
+      "%d rows one after the other, their gradients summed before they are aggregated and "
+      "applied once",
+      best->what, k, batch / k);
+  return out;
+}
+
+}  // namespace quilt

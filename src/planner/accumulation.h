@@ -1,0 +1,49 @@
+// Where no plan holds the batch at once: the same placements over
+// micro-batches (gradient accumulation, Strategy.micro_batches), each
+// micro-batch's activations held one at a time. Tried for a plan searched
+// afresh at a micro-batch's rows (from the largest batch anything was
+// found to fit, else the memory floor's), for the search's closest plan
+// and for data parallelism (the speed-proportional all-reduce baseline at
+// the micro-batch's rows), each from the fewest micro-batches its checked
+// batch suggests (PlanReport's hybrid_batch_limit and
+// data_parallel_batch_limit) up, each try one simulation in full of the
+// whole step; the fastest of the first that fit of each is the plan.
+#ifndef QUILT_SRC_PLANNER_ACCUMULATION_H_
+#define QUILT_SRC_PLANNER_ACCUMULATION_H_
+
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "proto/quilt/v1/plan.pb.h"
+#include "src/cluster/topology.h"
+#include "src/cost/cost_model.h"
+#include "src/graph/graph.h"
+#include "src/graph/graph_index.h"
+#include "src/planner/baselines.h"
+#include "src/planner/estimate_many.h"
+
+namespace quilt {
+
+struct AccumulatedPlan {
+  NamedStrategy strategy;  // micro_batches set; named as `name` asked
+  std::string note;        // what it is, for the report
+};
+
+// A search of its own at `rows`: its plan, where one fits.
+using SearchAt = std::function<std::optional<quilt::v1::Strategy>(int64_t rows)>;
+
+// `closest`: the search's closest strategy (none: not tried); `search_at`
+// (may be empty: not tried) plans a micro-batch's rows afresh;
+// `progress` may be empty. Nullopt where nothing tried fits, or where the
+// graph's passes read a sum over the whole batch (the reason in `why`).
+std::optional<AccumulatedPlan> PlanAccumulation(
+    const Graph& graph, const GraphIndex& index, const Topology& topology, const CostModel& cost,
+    int64_t batch, const quilt::v1::Strategy* closest, const quilt::v1::PlanReport& report,
+    const std::string& name, const SearchAt& search_at,
+    const std::function<void(const std::string&)>& progress, std::string* why);
+
+}  // namespace quilt
+
+#endif  // QUILT_SRC_PLANNER_ACCUMULATION_H_
