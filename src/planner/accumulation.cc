@@ -1,5 +1,6 @@
 #include "src/planner/accumulation.h"
 
+#include <map>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -12,9 +13,15 @@ namespace {
 
 // Micro-batch counts to try: divisors of the batch from `from` up, at most
 // kTries of them.
-constexpr int kTries = 4;
-// Of which searched (each a search of its own, SearchAt).
-constexpr size_t kSearches = 2;
+constexpr int kTries = 6;
+// Plans at a micro-batch's rows made, at most: searched (each a search of
+// its own) and data-parallel.
+constexpr int kSearches = 4;
+constexpr int kDataParallelPlans = 8;
+// What a device that overflowed keeps of its share when planned again,
+// and how many times one micro-batch count is planned.
+constexpr double kMargin = 0.93;
+constexpr int kAttempts = 2;
 
 std::vector<int> Counts(int64_t batch, int64_t from) {
   std::vector<int> out;
@@ -35,7 +42,7 @@ struct Found {
 std::optional<AccumulatedPlan> PlanAccumulation(
     const Graph& g, const GraphIndex& ix, const Topology& topo, const CostModel& cost,
     int64_t batch, const quilt::v1::Strategy* closest, const quilt::v1::PlanReport& rep,
-    const std::string& name, const SearchAt& search_at,
+    const std::string& name, const PlanAt& plan_at,
     const std::function<void(const std::string&)>& progress, std::string* why) {
   {
     // Whether the graph's passes can run as micro-batches at all: its
@@ -57,7 +64,7 @@ std::optional<AccumulatedPlan> PlanAccumulation(
   enum Kind { kSearched, kClosest, kDataParallel };
   for (const Kind kind : {kSearched, kClosest, kDataParallel}) {
     if (kind == kClosest && closest == nullptr) continue;
-    if (kind == kSearched && !search_at) continue;
+    if (kind != kClosest && !plan_at) continue;
     int64_t limit = kind == kClosest ? rep.hybrid_batch_limit() : rep.data_parallel_batch_limit();
     if (kind == kDataParallel && limit <= 0) limit = rep.data_parallel_batch_unchecked();
     if (kind == kSearched) {
@@ -70,57 +77,69 @@ std::optional<AccumulatedPlan> PlanAccumulation(
     const std::string what = kind == kSearched  ? "the planner's plan for a micro-batch's rows"
                              : kind == kClosest ? "the search's closest plan"
                                                 : "the speed-proportional data-parallel split";
-    std::vector<int> counts = Counts(batch, from);
-    if (kind == kSearched && counts.size() > kSearches) counts.resize(kSearches);
-    for (int k : counts) {
+    // A plan at a micro-batch's rows, on the devices' memory scaled by
+    // `scale` (kept for the held gradients where a try overflowed).
+    std::map<std::string, double> scale;
+    int plans_left = kind == kSearched ? kSearches : kDataParallelPlans;
+    for (int k : Counts(batch, from)) {
       const int64_t rows = batch / k;
-      quilt::v1::Strategy s;
-      if (kind == kSearched) {
+      bool fitted = false;
+      for (int attempt = 0; attempt < kAttempts && plans_left > 0 && !fitted; ++attempt) {
+        quilt::v1::Strategy s;
+        if (kind == kClosest) {
+          if (attempt > 0) break;
+          s = *closest;
+        } else {
+          --plans_left;
+          if (progress) {
+            progress(absl::StrFormat("planning %s for micro-batches of %d rows (%d of them)%s",
+                                     kind == kSearched ? "a search" : dp, rows, k,
+                                     scale.empty() ? "" : ", memory kept for their gradients"));
+          }
+          std::optional<quilt::v1::Strategy> found =
+              plan_at(rows, kind == kSearched ? std::string("heterog") : dp, scale);
+          if (!found.has_value()) {
+            if (progress) progress(absl::StrFormat("  none fits %d rows", rows));
+            break;
+          }
+          s = *found;
+        }
+        s.set_micro_batches(k);
         if (progress) {
-          progress(absl::StrFormat("searching a plan for micro-batches of %d rows (%d of them)",
-                                   rows, k));
+          progress(absl::StrFormat("trying %s over %d micro-batches of %d rows", what, k, rows));
         }
-        std::optional<quilt::v1::Strategy> found = search_at(rows);
-        if (!found.has_value()) {
-          if (progress) progress(absl::StrFormat("  none found for %d rows", rows));
-          continue;
+        absl::StatusOr<quilt::v1::StrategyEstimate> e =
+            Estimate(ix, topo, cost, NamedStrategy{name, s, ""}, batch, /*lower_bound=*/0,
+                     /*program=*/nullptr, /*sim=*/nullptr, /*trace=*/false, /*both_orders=*/false);
+        if (!e.ok()) {
+          if (absl::StrContains(e.status().message(), "gradient accumulation")) {
+            *why = std::string(e.status().message());
+            return std::nullopt;
+          }
+          break;  // (e.g. fewer rows than a group's replicas)
         }
-        s = *found;
-      } else if (kind == kClosest) {
-        s = *closest;
-      } else {
-        bool built = false;
-        for (const NamedStrategy& b : Baselines(g, topo, cost, rows)) {
-          if (b.name != dp || !b.infeasible_reason.empty()) continue;
-          s = b.strategy;
-          built = true;
+        if (progress) {
+          progress(e->feasible()
+                       ? absl::StrFormat("  %d micro-batches: %.4g s per step", k, e->step_time_s())
+                       : absl::StrFormat("  %d micro-batches: %s", k, e->infeasible_reason()));
         }
-        if (!built) continue;
-      }
-      s.set_micro_batches(k);
-      if (progress) {
-        progress(absl::StrFormat("trying %s over %d micro-batches of %d rows", what, k, rows));
-      }
-      absl::StatusOr<quilt::v1::StrategyEstimate> e =
-          Estimate(ix, topo, cost, NamedStrategy{name, s, ""}, batch, /*lower_bound=*/0,
-                   /*program=*/nullptr, /*sim=*/nullptr, /*trace=*/false, /*both_orders=*/false);
-      if (!e.ok()) {
-        if (absl::StrContains(e.status().message(), "gradient accumulation")) {
-          *why = std::string(e.status().message());
-          return std::nullopt;
+        if (e->feasible()) {
+          fitted = true;
+          if (!best.has_value() || e->step_time_s() < best->step_s) {
+            best = Found{s, e->step_time_s(), what};
+          }
+          break;
         }
-        continue;  // (e.g. fewer rows than a group's replicas)
+        // Over memory: each device that overflowed planned again with the
+        // share it had left.
+        for (const quilt::v1::DeviceMemory& m : e->memory()) {
+          if (m.capacity_bytes() <= 0 || m.peak_bytes() <= m.capacity_bytes()) continue;
+          double& f = scale.try_emplace(m.device(), 1.0).first->second;
+          f *= kMargin * static_cast<double>(m.capacity_bytes()) /
+               static_cast<double>(m.peak_bytes());
+        }
       }
-      if (progress) {
-        progress(e->feasible()
-                     ? absl::StrFormat("  %d micro-batches: %.4g s per step", k, e->step_time_s())
-                     : absl::StrFormat("  %d micro-batches: %s", k, e->infeasible_reason()));
-      }
-      if (!e->feasible()) continue;
-      if (!best.has_value() || e->step_time_s() < best->step_s) {
-        best = Found{s, e->step_time_s(), what};
-      }
-      break;
+      if (fitted) break;
     }
   }
   if (!best.has_value()) return std::nullopt;

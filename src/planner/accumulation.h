@@ -8,6 +8,10 @@
 // batch suggests (PlanReport's hybrid_batch_limit and
 // data_parallel_batch_limit) up, each try one simulation in full of the
 // whole step; the fastest of the first that fit of each is the plan.
+// Every device holds the gradients it computes until the step's end, which
+// a plan for a micro-batch's rows does not count: where the whole step
+// overflows, the plan is made again with each overflowing device's memory
+// scaled by its capacity over its peak.
 #ifndef QUILT_SRC_PLANNER_ACCUMULATION_H_
 #define QUILT_SRC_PLANNER_ACCUMULATION_H_
 
@@ -31,17 +35,20 @@ struct AccumulatedPlan {
   std::string note;        // what it is, for the report
 };
 
-// A search of its own at `rows`: its plan, where one fits.
-using SearchAt = std::function<std::optional<quilt::v1::Strategy>(int64_t rows)>;
+// A plan of its own at `rows` by `strategy` ("heterog" or a baseline's
+// name), on the devices' memory scaled by `scale` (by device id; absent:
+// 1): its strategy, where one fits.
+using PlanAt = std::function<std::optional<quilt::v1::Strategy>(
+    int64_t rows, const std::string& strategy, const std::map<std::string, double>& scale)>;
 
-// `closest`: the search's closest strategy (none: not tried); `search_at`
-// (may be empty: not tried) plans a micro-batch's rows afresh;
+// `closest`: the search's closest strategy (none: not tried); `plan_at`
+// (may be empty: only `closest` tried) plans a micro-batch's rows afresh;
 // `progress` may be empty. Nullopt where nothing tried fits, or where the
 // graph's passes read a sum over the whole batch (the reason in `why`).
 std::optional<AccumulatedPlan> PlanAccumulation(
     const Graph& graph, const GraphIndex& index, const Topology& topology, const CostModel& cost,
     int64_t batch, const quilt::v1::Strategy* closest, const quilt::v1::PlanReport& report,
-    const std::string& name, const SearchAt& search_at,
+    const std::string& name, const PlanAt& plan_at,
     const std::function<void(const std::string&)>& progress, std::string* why);
 
 }  // namespace quilt

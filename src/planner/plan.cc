@@ -349,19 +349,34 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
   if (rep.best().empty() && o.accumulate && wanted(kHeteroG) && done.count(kHeteroG)) {
     // (Gradient accumulation: the planner's plan where nothing else fits.)
     const quilt::v1::Strategy& searched = done.at(kHeteroG).estimate.strategy();
-    // A plan searched at a micro-batch's rows, in half the time budget.
-    const SearchAt search_at = [&](int64_t rows) -> std::optional<quilt::v1::Strategy> {
+    // A plan at a micro-batch's rows, a search in half the time budget,
+    // on the devices' memory as scaled.
+    const PlanAt plan_at =
+        [&](int64_t rows, const std::string& strategy,
+            const std::map<std::string, double>& scale) -> std::optional<quilt::v1::Strategy> {
+      quilt::v1::ClusterSpec spec = topo.spec();
+      for (auto& node : *spec.mutable_nodes()) {
+        for (auto& d : *node.mutable_devices()) {
+          auto f = scale.find(d.id());
+          if (f == scale.end()) continue;
+          d.set_memory_bytes(
+              static_cast<int64_t>(static_cast<double>(d.memory_bytes()) * f->second));
+        }
+      }
+      absl::StatusOr<Topology> scaled = Topology::Build(spec);
+      if (!scaled.ok()) return std::nullopt;
       PlanOptions sub = o;
       sub.global_batch = rows;
-      sub.strategy = kHeteroG;
+      sub.strategy = strategy;
       sub.given.clear();
       sub.accumulate = false;
       sub.check_batch_hint = false;
       sub.program_with_graph = false;
       sub.trace = false;
       sub.fit_check_only = false;
+      sub.progress = nullptr;
       sub.search.time_budget_s = std::max(1.0, o.search.time_budget_s / 2);
-      absl::StatusOr<PlanResult> r = Plan(g, topo, sub);
+      absl::StatusOr<PlanResult> r = Plan(g, *scaled, sub);
       if (!r.ok() || r->report.best().empty()) return std::nullopt;
       for (const quilt::v1::StrategyEstimate& e : r->report.estimates()) {
         if (e.name() == r->report.best()) return e.strategy();
@@ -371,8 +386,7 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
     std::string why;
     std::optional<AccumulatedPlan> acc = PlanAccumulation(
         g, ix, topo, cost, o.global_batch, searched.groups().empty() ? nullptr : &searched, rep,
-        kHeteroG, wanted(kHeteroG) && o.strategy != "given" ? search_at : SearchAt(), o.progress,
-        &why);
+        kHeteroG, plan_at, o.progress, &why);
     if (acc.has_value()) {
       // (The search's account stays the estimate's.)
       const quilt::v1::SearchSummary summary = done.at(kHeteroG).estimate.search();
