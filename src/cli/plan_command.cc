@@ -356,6 +356,7 @@ int RunRemote(const PlanArgs& a, Graph* forward, const GlobalOptions& globals) {
   request.set_max_plans(a.max_plans == 0 ? -1 : a.max_plans);  // proto: 0 = default
   request.set_seed(a.seed);
   request.set_groups(a.groups);
+  request.set_no_micro_batches(a.no_micro_batches);
   // Planning takes seconds to minutes: a longer deadline unless one is given.
   const double timeout =
       globals.timeout_set ? globals.timeout_s : std::max(globals.timeout_s, 600.0);
@@ -375,11 +376,9 @@ int Run(PlanArgs a, const GlobalOptions& globals) {
   }
   PrintModelNotes(*g, {});
   if (a.cluster.empty()) {
-    if (!a.trace.empty() || !a.program_out.empty() || !a.strategy_file.empty() ||
-        a.no_micro_batches) {
+    if (!a.trace.empty() || !a.program_out.empty() || !a.strategy_file.empty()) {
       return PrintError(
-          "--trace, --program-out, --strategy-file and --no-micro-batches need --cluster (an "
-          "offline plan)");
+          "--trace, --program-out and --strategy-file need --cluster (an offline plan)");
     }
     return RunRemote(a, &*g, globals);
   }
@@ -505,7 +504,7 @@ void AddPlanCommand(CLI::App& app, const GlobalOptions& globals, std::vector<Com
   c->add_flag("--explain", a->explain, "Per op group: what the planner chose and what it saves");
   c->add_flag("--no-micro-batches", a->no_micro_batches,
               "Where no plan holds the batch at once, do not run it as micro-batches "
-              "(gradient accumulation; the default tries it); offline (--cluster) only");
+              "(gradient accumulation; the default tries it)");
   c->add_option("--time-budget", a->time_budget_s,
                 "Seconds planning may take (default 10; on the live cluster the "
                 "coordinator's plan_time_budget_ms): the search gets what is left after "

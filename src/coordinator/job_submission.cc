@@ -77,6 +77,11 @@ absl::StatusOr<PlanResult> PlanOn(const quilt::v1::JobSpec& spec, const Graph& g
   plan.search.seed = spec.seed() == 0 ? 1 : spec.seed();
   plan.fit_check_only = fit_check_only;
   plan.program_with_graph = !fit_check_only;
+  // Micro-batches (gradient accumulation) where the batch fits no plan on
+  // idle nodes only: where other jobs hold part of the memory, the job
+  // waits for room (or is refused) rather than run a part at a time.
+  plan.accumulate = true;
+  for (const auto& [node, load] : loads) plan.accumulate &= load.jobs == 0;
   const absl::Time started = absl::Now();
   const std::string who = JobLabel(spec);
   plan.progress = [started, &who, after = options.log_progress_after](const std::string& line) {

@@ -375,7 +375,7 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
       sub.trace = false;
       sub.fit_check_only = false;
       sub.progress = nullptr;
-      sub.search.time_budget_s = std::max(1.0, o.search.time_budget_s / 2);
+      sub.search.time_budget_s = o.search.time_budget_s / 2;
       absl::StatusOr<PlanResult> r = Plan(g, *scaled, sub);
       if (!r.ok() || r->report.best().empty()) return std::nullopt;
       for (const quilt::v1::StrategyEstimate& e : r->report.estimates()) {

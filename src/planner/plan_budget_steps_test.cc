@@ -50,6 +50,7 @@ TEST(PlanBudgetSteps, NoBatchToSuggestIsCheckedPastTheEnd) {
   PlanOptions o;
   o.global_batch = 160;
   o.search.time_budget_s = 1e-3;
+  o.accumulate = false;  // (no micro-batches: the no-fit report is the point)
   absl::StatusOr<PlanResult> hurried = Plan(w->graph, w->topo, o);
   ASSERT_THAT(hurried.status(), IsOk());
   ASSERT_EQ(hurried->report.best(), "");

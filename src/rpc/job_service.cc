@@ -127,6 +127,7 @@ absl::Status JobServiceImpl::Plan(const quilt::v1::PlanJobRequest& request,
         absl::StrCat("groups must be 0 (by cluster size) or more, got ", request.groups()));
   }
   options.search.target_groups = request.groups();
+  options.accumulate = !request.no_micro_batches();
   options.program_with_graph = false;  // a report only
   ASSIGN_OR_RETURN(PlanResult result, PlanHolding(&planner_, graph, *topo, options));
   QLOG_INFO("planned {} (batch {}) on {} node(s): best {}, {:.2f} s", graph.name,

@@ -444,4 +444,46 @@ TEST(Executor, HoldsAboutTheSimulatedPeakNotEveryTensorOfTheStep) {
   }
 }
 
+// With gradient accumulation each device frees a micro-batch's tensors
+// after that micro-batch's last reader: the most a process holds is near
+// the micro-batched program's simulated peak, and below the simulated peak
+// of the same plan holding the whole batch at once.
+TEST(Executor, AMicroBatchedStepHoldsOneMicroBatchAtATime) {
+  auto s = Prepare({"transformer", "sgd", 16}, Cluster(2, 1));
+  const std::vector<int64_t> even(2, 1);
+  quilt::v1::Strategy st = DataParallelStrategy(s->graph, s->topo, even,
+                                                quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE, "e");
+  absl::StatusOr<quilt::v1::DistributedProgram> whole = Program(*s, st, 16);
+  st.set_micro_batches(4);
+  absl::StatusOr<quilt::v1::DistributedProgram> p = Program(*s, st, 16);
+  ASSERT_THAT(whole.status(), IsOk());
+  ASSERT_THAT(p.status(), IsOk());
+  absl::StatusOr<SimResult> sim = Simulate(*p, s->graph, s->topo, *s->cost);
+  absl::StatusOr<SimResult> sim_whole = Simulate(*whole, s->graph, s->topo, *s->cost);
+  ASSERT_THAT(sim.status(), IsOk());
+  ASSERT_THAT(sim_whole.status(), IsOk());
+  TempDir dir;
+  absl::StatusOr<RunResult> r = RunExecutors(*p, *s, dir, "micro", 2);
+  ASSERT_THAT(r.status(), IsOk());
+  for (size_t rank = 0; rank < r->metrics.size(); ++rank) {
+    int64_t simulated = 0, simulated_whole = 0;
+    const std::string device = absl::StrCat("w", rank, "/cpu:0");
+    for (const DeviceUsage& u : sim->devices) {
+      if (u.device == device) simulated = u.peak_memory_bytes;
+    }
+    for (const DeviceUsage& u : sim_whole->devices) {
+      if (u.device == device) simulated_whole = u.peak_memory_bytes;
+    }
+    ASSERT_GT(simulated, 0);
+    for (const auto& step : r->metrics[rank]["peak_bytes"]) {
+      const auto held = step.get<int64_t>();
+      std::cerr << "rank " << rank << " held " << held << " simulated " << simulated
+                << " whole batch " << simulated_whole << "\n";
+      EXPECT_LE(held, simulated * 5 / 4) << "rank " << rank;
+      EXPECT_GE(held, simulated * 6 / 10) << "rank " << rank;
+      EXPECT_LT(held, simulated_whole) << "rank " << rank;
+    }
+  }
+}
+
 }  // namespace quilt::testing

@@ -29,9 +29,10 @@ class Queue : public ::testing::Test {
   }
 
   // The MLP fixture on synthetic data: ~24 MiB at a batch of 32768.
-  std::vector<std::string> Args(int64_t batch, int64_t steps, bool queue) {
+  std::vector<std::string> Args(int64_t batch, int64_t steps, bool queue,
+                                const std::string& model = "mlp") {
     std::vector<std::string> args = {
-        "submit",           RunfilePath("test/fixtures/mlp/model.onnx"),
+        "submit",           RunfilePath("test/fixtures/" + model + "/model.onnx"),
         "--loss",           "softmax_cross_entropy",
         "--batch",          std::to_string(batch),
         "--steps",          std::to_string(steps),
@@ -108,8 +109,9 @@ TEST_F(Queue, AJobWaitsForRoomAndStartsWhenTheJobAheadEnds) {
   const CommandResult no_queue = Run(unqueued);
   EXPECT_NE(no_queue.exit_code, 0);
   EXPECT_THAT(no_queue.err, HasSubstr("--priority orders the queue: it needs --queue"));
-  // One the idle worker cannot hold is refused, not queued.
-  const CommandResult never = Run(Args(131072, 3, true));
+  // One the idle worker cannot hold is refused, not queued (the CNN's
+  // batch norm rules out running it as micro-batches, as the MLP would).
+  const CommandResult never = Run(Args(131072, 3, true, "cnn"));
   EXPECT_NE(never.exit_code, 0);
   EXPECT_THAT(never.err, HasSubstr("would not start with no other job running either: not queued"));
   // One that cannot backfill (no room) queues behind both, and can be
