@@ -399,7 +399,16 @@ TEST(Executor, RunsOnTheCpusItIsGivenAndRefusesOthers) {
   for (const std::string& l : lists) EXPECT_EQ(l, std::to_string(last));
 }
 
+// The simulated peak of process `rank`'s device (0: not in the program).
+int64_t SimulatedPeak(const SimResult& sim, size_t rank) {
+  for (const DeviceUsage& u : sim.devices) {
+    if (u.device == absl::StrCat("w", rank, "/cpu:0")) return u.peak_memory_bytes;
+  }
+  return 0;
+}
+
 }  // namespace
+
 // Each device frees a tensor once its last reader has finished, as the
 // simulator's memory model has it: the most a process's device holds in a
 // step is near the simulated peak (which also counts the all-reduce's
@@ -429,10 +438,7 @@ TEST(Executor, HoldsAboutTheSimulatedPeakNotEveryTensorOfTheStep) {
       every += t.shape.NumElements(t.shape.HasBatch() ? 8 : 1) * DTypeSize(t.dtype);
     }
     for (size_t rank = 0; rank < r->metrics.size(); ++rank) {
-      int64_t simulated = 0;
-      for (const DeviceUsage& u : sim->devices) {
-        if (u.device == absl::StrCat("w", rank, "/cpu:0")) simulated = u.peak_memory_bytes;
-      }
+      const int64_t simulated = SimulatedPeak(*sim, rank);
       ASSERT_GT(simulated, 0);
       for (const auto& step : r->metrics[rank]["peak_bytes"]) {
         const auto held = step.get<int64_t>();
@@ -466,14 +472,8 @@ TEST(Executor, AMicroBatchedStepHoldsOneMicroBatchAtATime) {
   absl::StatusOr<RunResult> r = RunExecutors(*p, *s, dir, "micro", 2);
   ASSERT_THAT(r.status(), IsOk());
   for (size_t rank = 0; rank < r->metrics.size(); ++rank) {
-    int64_t simulated = 0, simulated_whole = 0;
-    const std::string device = absl::StrCat("w", rank, "/cpu:0");
-    for (const DeviceUsage& u : sim->devices) {
-      if (u.device == device) simulated = u.peak_memory_bytes;
-    }
-    for (const DeviceUsage& u : sim_whole->devices) {
-      if (u.device == device) simulated_whole = u.peak_memory_bytes;
-    }
+    const int64_t simulated = SimulatedPeak(*sim, rank);
+    const int64_t simulated_whole = SimulatedPeak(*sim_whole, rank);
     ASSERT_GT(simulated, 0);
     for (const auto& step : r->metrics[rank]["peak_bytes"]) {
       const auto held = step.get<int64_t>();
