@@ -205,8 +205,12 @@ std::string Describe(const JobStatus& s) {
   // A queued job (or one cancelled while queued) has no plan yet.
   const bool planned = !s.strategy().empty();
   if (planned) {
-    absl::StrAppendFormat(&out, "Strategy:   %s on %s\n", s.strategy(),
-                          absl::StrJoin(s.nodes(), ", "));
+    absl::StrAppendFormat(
+        &out, "Strategy:   %s on %s%s\n", s.strategy(), absl::StrJoin(s.nodes(), ", "),
+        s.micro_batches() > 1 ? absl::StrFormat(" (the batch as %d micro-batches, their gradients "
+                                                "summed: no plan held it at once)",
+                                                s.micro_batches())
+                              : "");
   } else {
     out += "Strategy:   - (not planned yet: planned when it leaves the queue)\n";
   }

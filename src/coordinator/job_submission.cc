@@ -348,6 +348,7 @@ absl::StatusOr<NewJob> PrepareJob(const quilt::v1::JobSpec& spec, const NodeRegi
     if (used.count(node.node_id())) job.world.push_back(node.node_id());
   }
   job.strategy = result.report.best();
+  job.micro_batches = static_cast<int>(result.best_program.micro_batches());
   job.calibration = std::move(calibration);
   for (std::string& line : shared) {
     if (used.count(line.substr(0, line.find(':')))) job.calibration.push_back(std::move(line));

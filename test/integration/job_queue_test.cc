@@ -3,7 +3,8 @@
 // coordinator restart) and starts on its own once the first is cancelled;
 // a small short job backfills ahead of it; a higher --priority goes ahead;
 // others queue first in, first out; a job the idle cluster cannot fit is
-// refused rather than queued; a resume with --queue queues too.
+// refused rather than queued; a resume with --queue queues too; a batch no
+// plan holds at once on the idle worker runs as micro-batches.
 #include <csignal>
 #include <filesystem>
 
@@ -218,6 +219,24 @@ TEST_F(Queue, AResumeQueuesAndGoesOnFromItsCheckpoint) {
   const CommandResult gone = Run({"delete", old});
   EXPECT_EQ(gone.exit_code, 0) << gone.err;
   EXPECT_FALSE(std::filesystem::exists(cluster_.dir().File("ckpt") + "/" + old));
+}
+
+// A batch four times what the worker holds at once, on the idle worker:
+// the job runs it as micro-batches, trains to its end, and the executor
+// held no more than the worker offers.
+TEST_F(Queue, ABatchNoPlanHoldsAtOnceRunsAsMicroBatches) {
+  const std::string id = Submitted(Run(Args(131072, 2, false)));
+  ASSERT_TRUE(Eventually([&] { return State(id) == "JOB_STATE_SUCCEEDED"; }, absl::Seconds(120)))
+      << Job(id).dump();
+  const nlohmann::json j = Job(id);
+  EXPECT_GT(j.value("micro_batches", 0), 1) << j.dump();
+  ASSERT_TRUE(j.contains("measured_memory_bytes")) << j.dump();
+  const int64_t held = std::stoll(j["measured_memory_bytes"].value("worker-a", std::string("0")));
+  EXPECT_GT(held, 0);
+  EXPECT_LE(held, int64_t{40} << 20);
+  const CommandResult described = Run({"describe", "job", id});
+  EXPECT_THAT(described.out, HasSubstr("micro-batches, their gradients summed"));
+  EXPECT_THAT(described.out, ::testing::ContainsRegex("loss [0-9]"));
 }
 
 }  // namespace
