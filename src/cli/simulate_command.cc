@@ -73,9 +73,13 @@ void PrintJson(const quilt::v1::DistributedProgram& program, const SimResult& r)
 void PrintTable(const quilt::v1::DistributedProgram& program, const SimResult& r) {
   const double step = r.step_time_s;
   std::cout << absl::StrFormat(
-      "Program %s: %d devices, global batch %d, execution order: %s (validated)\n\n",
+      "Program %s: %d devices, global batch %d%s, execution order: %s (validated)\n\n",
       program.strategy().name().empty() ? "(unnamed)" : program.strategy().name(),
       program.devices_size(), program.global_batch(),
+      program.micro_batches() > 1
+          ? absl::StrFormat(" as %d micro-batches of %d rows", program.micro_batches(),
+                            program.global_batch() / program.micro_batches())
+          : "",
       ExecutionOrderText(program.strategy().order()));
   Table t({"DEVICE", "BUSY", "EXPOSED COMM", "IDLE", "PEAK MEM", "CAPACITY", "FITS"});
   for (const DeviceUsage& d : r.devices) {

@@ -466,10 +466,19 @@ TEST(Quiltctl, SubmitSaysItIsStillWaitingUntilTheCoordinatorAnswers) {
 // The same with micro-batches (the default): the planner's plan runs the
 // batch as micro-batches, says how many of how many rows, and fits.
 TEST(PlanCommand, WhereNoPlanHoldsTheBatch_ItRunsAsMicroBatches) {
+  TempDir dir;
+  const std::string program = dir.File("micro.pb");
   const CommandResult r =
       Plan({"zoo:gpt2", "--cluster", "config/clusters/heterog_testbed.textproto", "--batch", "96",
-            "--explain", "--time-budget", "4"});
+            "--explain", "--time-budget", "4", "--program-out", program});
   EXPECT_EQ(r.exit_code, 0) << r.err;
+  // The program it writes validates and says so.
+  const CommandResult simulated =
+      Simulate({program, "--cluster", "config/clusters/heterog_testbed.textproto"});
+  EXPECT_EQ(simulated.exit_code, 0) << simulated.err;
+  EXPECT_THAT(
+      simulated.out,
+      ::testing::ContainsRegex("global batch 96 as [1-9][0-9]* micro-batches of [1-9][0-9]* rows"));
   EXPECT_THAT(r.out, HasSubstr("Best: heterog"));
   EXPECT_THAT(r.out, ::testing::ContainsRegex(
                          "Note on heterog: no plan holds the batch's activations at once: .*, its "
