@@ -1,5 +1,6 @@
 #include "src/planner/accumulation.h"
 
+#include <algorithm>
 #include <map>
 #include <vector>
 
@@ -7,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "src/planner/estimate.h"
 #include "src/planner/lower.h"
+#include "src/planner/micro_batches.h"
 
 namespace quilt {
 namespace {
@@ -25,7 +27,8 @@ constexpr int kAttempts = 2;
 
 std::vector<int> Counts(int64_t batch, int64_t from) {
   std::vector<int> out;
-  for (int64_t k = std::max<int64_t>(2, from); k <= batch && out.size() < kTries; ++k) {
+  for (int64_t k = std::max<int64_t>(2, from);
+       k <= std::min<int64_t>(batch, kMaxMicroBatches) && out.size() < kTries; ++k) {
     if (batch % k == 0) out.push_back(static_cast<int>(k));
   }
   return out;

@@ -314,6 +314,11 @@ absl::StatusOr<int64_t> MicroBatchRows(int64_t global_batch, int micro_batches) 
         absl::StrCat("micro_batches must be 0 or more, not ", micro_batches));
   }
   if (micro_batches <= 1) return global_batch;
+  if (micro_batches > kMaxMicroBatches) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(micro_batches, " micro-batches are more than ", kMaxMicroBatches,
+                     ", the most a program holds (it repeats the passes once per micro-batch)"));
+  }
   if (global_batch % micro_batches != 0) {
     return absl::InvalidArgumentError(absl::StrCat("the batch ", global_batch,
                                                    " does not split into ", micro_batches,

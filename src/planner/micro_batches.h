@@ -23,9 +23,12 @@
 
 namespace quilt {
 
+// The most micro-batches a program runs (its passes repeated once each).
+inline constexpr int kMaxMicroBatches = 1024;
+
 // The batch a strategy's placements split: the micro-batch's rows, or the
 // whole batch without accumulation. Errors: INVALID_ARGUMENT for a count
-// below 0 or one that does not divide the batch.
+// below 0, above kMaxMicroBatches, or one that does not divide the batch.
 absl::StatusOr<int64_t> MicroBatchRows(int64_t global_batch, int micro_batches);
 
 // Repeats `program` (lowered at `program->global_batch()` rows) over

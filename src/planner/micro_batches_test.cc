@@ -130,6 +130,10 @@ TEST(MicroBatches, RefusesCountsThatDoNotSplitTheBatchEvenly) {
   s.set_micro_batches(-1);
   EXPECT_THAT(Lower(w->graph, s, w->topo, w->cost.get(), 16).status(),
               StatusIs(absl::StatusCode::kInvalidArgument));
+  // Past the most a program holds, refused before any is repeated.
+  s.set_micro_batches(kMaxMicroBatches * 2);
+  EXPECT_THAT(Lower(w->graph, s, w->topo, w->cost.get(), kMaxMicroBatches * 2).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("more than 1024")));
 }
 
 // A program whose micro-batch counts disagree with its strategy's is

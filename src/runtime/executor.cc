@@ -59,7 +59,11 @@ absl::Status Executor::Impl::Init() {
   batch_ = program_.global_batch();
   if (batch_ < 1) return absl::InvalidArgumentError("the program has no global batch");
   const int64_t micro = std::max<int64_t>(1, program_.micro_batches());
-  if (batch_ % micro != 0 || micro >= (int64_t{1} << 20)) {
+  if (micro >= (int64_t{1} << 20)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the program runs ", micro, " micro-batches; at most 1048575 are run"));
+  }
+  if (batch_ % micro != 0) {
     return absl::InvalidArgumentError(absl::StrCat("the program's batch ", batch_,
                                                    " does not split into ", micro,
                                                    " micro-batches of equal rows"));
