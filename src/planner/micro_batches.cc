@@ -75,14 +75,7 @@ bool Unroller::PerMicroBatch(const Instruction& ins) const {
   switch (ins.kind_case()) {
     case Instruction::kCompute: {
       const int op = ix_.OpIndex(ins.compute().op(), ins.compute().op_index());
-      if (op < 0) return false;
-      for (int t : ix_.Inputs(op)) {
-        if (t >= 0 && ix_.Batched(t)) return true;
-      }
-      for (int t : ix_.Outputs(op)) {
-        if (ix_.Batched(t)) return true;
-      }
-      return false;
+      return op >= 0 && WorksOnBatchRows(ix_, op);
     }
     case Instruction::kSend:
       return Batched(ins.send().range());
@@ -307,6 +300,16 @@ absl::Status Unroller::Run(DistributedProgram* p) {
 }
 
 }  // namespace
+
+bool WorksOnBatchRows(const GraphIndex& ix, int op) {
+  for (int t : ix.Inputs(op)) {
+    if (t >= 0 && ix.Batched(t)) return true;
+  }
+  for (int t : ix.Outputs(op)) {
+    if (ix.Batched(t)) return true;
+  }
+  return false;
+}
 
 absl::StatusOr<int64_t> MicroBatchRows(int64_t global_batch, int micro_batches) {
   if (micro_batches < 0) {

@@ -23,6 +23,10 @@
 
 namespace quilt {
 
+// Whether op `op` reads or writes batch rows: what runs once per
+// micro-batch (the rest runs once per step).
+bool WorksOnBatchRows(const GraphIndex& index, int op);
+
 // The most micro-batches a program runs (its passes repeated once each).
 inline constexpr int kMaxMicroBatches = 1024;
 

@@ -355,10 +355,7 @@ absl::Status Validator::CheckCoverage() {
     const Op& op = g_.ops[i];
     if (op_runs_[i].empty())
       return absl::InvalidArgumentError("op '" + op.name + "' runs on no device");
-    bool batched = false;
-    for (int t : ix_.Outputs(i)) batched |= Batched(t);
-    for (int t : ix_.Inputs(i)) batched |= t >= 0 && Batched(t);
-    if (!batched) continue;
+    if (!WorksOnBatchRows(ix_, static_cast<int>(i))) continue;
     std::vector<Range> r;
     // Each device's runs: the whole batch once, or each micro-batch once.
     std::map<int, std::vector<Range>> on;
@@ -414,9 +411,7 @@ absl::Status Validator::CheckStrategy() {
   absl::StatusOr<Placement> placed = Place(ix_, p_.strategy(), topo_, *rows);
   if (!placed.ok()) return Annotate(placed.status(), "the program's strategy");
   for (size_t i = 0; i < g_.ops.size(); ++i) {
-    bool batched = false;
-    for (int t : ix_.Outputs(static_cast<int>(i))) batched |= Batched(t);
-    for (int t : ix_.Inputs(static_cast<int>(i))) batched |= t >= 0 && Batched(t);
+    const bool batched = WorksOnBatchRows(ix_, static_cast<int>(i));
     std::vector<std::pair<int, Range>> want;
     for (const Slice& s : placed->op_slices[i]) {
       if (micro == 1 || !batched) {
