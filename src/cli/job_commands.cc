@@ -65,6 +65,7 @@ struct SubmitArgs {
   uint64_t seed = 0;
   bool watch = false;
   bool queue = false;
+  bool no_micro_batches = false;
   int32_t priority = 0;
   std::string format = "table";
 };
@@ -126,6 +127,7 @@ absl::StatusOr<quilt::v1::JobSpec> SpecFrom(const SubmitArgs& a) {
   spec.set_max_restarts(a.max_restarts);
   spec.set_keep_checkpoints(a.keep_checkpoints);
   spec.set_queue(a.queue);
+  spec.set_no_micro_batches(a.no_micro_batches);
   if (a.priority != 0 && !a.queue) {
     return absl::InvalidArgumentError(
         "--priority orders the queue: it needs --queue (a job without it never waits)");
@@ -478,6 +480,9 @@ void AddJobCommands(CLI::App& app, const GlobalOptions& globals, std::vector<Com
   submit->add_flag("--queue", a->queue,
                    "When other jobs hold the memory it needs, wait for them (QUEUED, first in "
                    "first out within a priority) instead of failing");
+  submit->add_flag("--no-micro-batches", a->no_micro_batches,
+                   "Where no plan holds the batch at once on the idle nodes, fail instead of "
+                   "running it as micro-batches (gradient accumulation)");
   submit
       ->add_option("--priority", a->priority,
                    "With --queue: queued jobs of a higher priority start first (default 0)")

@@ -21,6 +21,7 @@
 #include "src/graph/autodiff.h"
 #include "src/graph/model_loader.h"
 #include "src/planner/memory_floor.h"
+#include "src/planner/micro_batches.h"
 #include "src/planner/plan.h"
 #include "src/rpc/coordinator_client.h"
 
@@ -81,9 +82,9 @@ std::string RenderExplain(const quilt::v1::PlanReport& r) {
   if (!s.memory_repair().empty()) out += "memory: " + s.memory_repair() + "\n\n";
   if (!s.untried().empty()) out += "untried: " + s.untried() + "\n\n";
   if (h->strategy().micro_batches() > 1) {
-    out += absl::StrFormat("gradient accumulation: %d micro-batches of %d rows (%s)\n\n",
-                           h->strategy().micro_batches(),
-                           r.global_batch() / h->strategy().micro_batches(), h->note());
+    out += "gradient accumulation: " +
+           DescribeMicroBatches(r.global_batch(), h->strategy().micro_batches()) + " (" +
+           h->note() + ")\n\n";
   }
   if (s.decisions().empty()) {
     out += "No group choices: the plan is data parallelism (" + h->note() + ")\n";

@@ -18,6 +18,7 @@
 #include "src/cluster/topology.h"
 #include "src/common/files.h"
 #include "src/cost/cost_model.h"
+#include "src/planner/micro_batches.h"
 #include "src/planner/program_validator.h"
 #include "src/sim/simulator.h"
 
@@ -77,8 +78,8 @@ void PrintTable(const quilt::v1::DistributedProgram& program, const SimResult& r
       program.strategy().name().empty() ? "(unnamed)" : program.strategy().name(),
       program.devices_size(), program.global_batch(),
       program.micro_batches() > 1
-          ? absl::StrFormat(" as %d micro-batches of %d rows", program.micro_batches(),
-                            program.global_batch() / program.micro_batches())
+          ? " as " + DescribeMicroBatches(program.global_batch(),
+                                          static_cast<int>(program.micro_batches()))
           : "",
       ExecutionOrderText(program.strategy().order()));
   Table t({"DEVICE", "BUSY", "EXPOSED COMM", "IDLE", "PEAK MEM", "CAPACITY", "FITS"});

@@ -79,8 +79,9 @@ absl::StatusOr<PlanResult> PlanOn(const quilt::v1::JobSpec& spec, const Graph& g
   plan.program_with_graph = !fit_check_only;
   // Micro-batches (gradient accumulation) where the batch fits no plan on
   // idle nodes only: where other jobs hold part of the memory, the job
-  // waits for room (or is refused) rather than run a part at a time.
-  plan.accumulate = true;
+  // waits for room (or is refused) rather than run a part at a time;
+  // never where the job's spec says so.
+  plan.accumulate = !spec.no_micro_batches();
   for (const auto& [node, load] : loads) plan.accumulate &= load.jobs == 0;
   const absl::Time started = absl::Now();
   const std::string who = JobLabel(spec);

@@ -13,8 +13,9 @@
 namespace quilt {
 namespace {
 
-// Micro-batch counts to try: divisors of the batch from `from` up, at most
-// kTries of them.
+// Micro-batch counts to try from `from` up, at most kTries of them: the
+// fewest for each largest micro-batch's rows (more of the same rows would
+// only add steps of fewer rows).
 constexpr int kTries = 6;
 // Plans at a micro-batch's rows made, at most: searched (each a search of
 // its own) and data-parallel.
@@ -27,9 +28,13 @@ constexpr int kAttempts = 2;
 
 std::vector<int> Counts(int64_t batch, int64_t from) {
   std::vector<int> out;
+  int64_t last_rows = 0;
   for (int64_t k = std::max<int64_t>(2, from);
        k <= std::min<int64_t>(batch, kMaxMicroBatches) && out.size() < kTries; ++k) {
-    if (batch % k == 0) out.push_back(static_cast<int>(k));
+    const int64_t rows = (batch + k - 1) / k;
+    if (rows == last_rows) continue;
+    last_rows = rows;
+    out.push_back(static_cast<int>(k));
   }
   return out;
 }
@@ -85,7 +90,7 @@ std::optional<AccumulatedPlan> PlanAccumulation(
     std::map<std::string, double> scale;
     int plans_left = kind == kSearched ? kSearches : kDataParallelPlans;
     for (int k : Counts(batch, from)) {
-      const int64_t rows = batch / k;
+      const int64_t rows = (batch + k - 1) / k;  // the largest micro-batch's
       bool fitted = false;
       for (int attempt = 0; attempt < kAttempts && plans_left > 0 && !fitted; ++attempt) {
         quilt::v1::Strategy s;
@@ -95,9 +100,10 @@ std::optional<AccumulatedPlan> PlanAccumulation(
         } else {
           --plans_left;
           if (progress) {
-            progress(absl::StrFormat("planning %s for micro-batches of %d rows (%d of them)%s",
-                                     kind == kSearched ? "a search" : dp, rows, k,
-                                     scale.empty() ? "" : ", memory kept for their gradients"));
+            progress(
+                absl::StrFormat("planning %s for micro-batches of up to %d rows (%d of them)%s",
+                                kind == kSearched ? "a search" : dp, rows, k,
+                                scale.empty() ? "" : ", memory kept for their gradients"));
           }
           std::optional<quilt::v1::Strategy> found =
               plan_at(rows, kind == kSearched ? std::string("heterog") : dp, scale);
@@ -109,7 +115,7 @@ std::optional<AccumulatedPlan> PlanAccumulation(
         }
         s.set_micro_batches(k);
         if (progress) {
-          progress(absl::StrFormat("trying %s over %d micro-batches of %d rows", what, k, rows));
+          progress(absl::StrFormat("trying %s over %s", what, DescribeMicroBatches(batch, k)));
         }
         absl::StatusOr<quilt::v1::StrategyEstimate> e =
             Estimate(ix, topo, cost, NamedStrategy{name, s, ""}, batch, /*lower_bound=*/0,
@@ -150,10 +156,9 @@ std::optional<AccumulatedPlan> PlanAccumulation(
   AccumulatedPlan out;
   out.strategy = NamedStrategy{name, best->strategy, ""};
   out.note = absl::StrFormat(
-      "no plan holds the batch's activations at once: %s, its batch run as %d micro-batches of "
-      "%d rows one after the other, their gradients summed before they are aggregated and "
-      "applied once",
-      best->what, k, batch / k);
+      "no plan holds the batch's activations at once: %s, its batch run as %s one after the "
+      "other, their gradients summed before they are aggregated and applied once",
+      best->what, DescribeMicroBatches(batch, k));
   return out;
 }
 

@@ -4,6 +4,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <optional>
 #include <queue>
 #include <set>
 #include <tuple>
@@ -740,19 +741,32 @@ absl::StatusOr<quilt::v1::DistributedProgram> Lower(const Graph& g, const quilt:
 
 namespace {
 
-absl::StatusOr<quilt::v1::DistributedProgram> LowerProgram(
-    const GraphIndex& ix, const quilt::v1::Strategy& s, const Topology& topo, const CostModel* cost,
-    int64_t global_batch, bool include_graph) {
+// Lowers `s` into `prog` (on `arena`, or the heap where null): placed at
+// a micro-batch's rows, then repeated per micro-batch (the smaller
+// micro-batches, where their count does not divide the batch, lowered at
+// one row less).
+absl::Status LowerInto(const GraphIndex& ix, const quilt::v1::Strategy& s, const Topology& topo,
+                       const CostModel* cost, int64_t global_batch, bool include_graph,
+                       google::protobuf::Arena* arena, quilt::v1::DistributedProgram* prog) {
   if (!ix.graph().has_backward) {
     return absl::InvalidArgumentError("lowering needs a training graph");
   }
   ASSIGN_OR_RETURN(const int64_t rows, MicroBatchRows(global_batch, s.micro_batches()));
   ASSIGN_OR_RETURN(Placement p, Place(ix, s, topo, rows));
-  Lowerer l(ix, topo, p, nullptr);
-  quilt::v1::DistributedProgram prog;
-  RETURN_IF_ERROR(l.Run(s, cost, include_graph, &prog));
-  RETURN_IF_ERROR(UnrollMicroBatches(ix, s.micro_batches(), &prog));
-  return prog;
+  RETURN_IF_ERROR(Lowerer(ix, topo, p, arena).Run(s, cost, include_graph, prog));
+  std::optional<quilt::v1::DistributedProgram> smaller;
+  if (s.micro_batches() > 1 && global_batch % s.micro_batches() != 0) {
+    absl::StatusOr<Placement> q = Place(ix, s, topo, rows - 1);
+    if (!q.ok()) {
+      return Annotate(q.status(),
+                      "the smaller of " + DescribeMicroBatches(global_batch, s.micro_batches()));
+    }
+    smaller.emplace();
+    RETURN_IF_ERROR(
+        Lowerer(ix, topo, *q, nullptr).Run(s, cost, /*include_graph=*/false, &*smaller));
+  }
+  return UnrollMicroBatches(ix, global_batch, s.micro_batches(), prog,
+                            smaller.has_value() ? &*smaller : nullptr);
 }
 
 }  // namespace
@@ -761,7 +775,10 @@ absl::StatusOr<quilt::v1::DistributedProgram> Lower(const GraphIndex& ix,
                                                     const quilt::v1::Strategy& s,
                                                     const Topology& topo, const CostModel* cost,
                                                     int64_t global_batch) {
-  return LowerProgram(ix, s, topo, cost, global_batch, /*include_graph=*/true);
+  quilt::v1::DistributedProgram prog;
+  RETURN_IF_ERROR(
+      LowerInto(ix, s, topo, cost, global_batch, /*include_graph=*/true, nullptr, &prog));
+  return prog;
 }
 
 absl::StatusOr<quilt::v1::DistributedProgram> LowerWithoutGraph(const GraphIndex& ix,
@@ -769,21 +786,17 @@ absl::StatusOr<quilt::v1::DistributedProgram> LowerWithoutGraph(const GraphIndex
                                                                 const Topology& topo,
                                                                 const CostModel* cost,
                                                                 int64_t global_batch) {
-  return LowerProgram(ix, s, topo, cost, global_batch, /*include_graph=*/false);
+  quilt::v1::DistributedProgram prog;
+  RETURN_IF_ERROR(
+      LowerInto(ix, s, topo, cost, global_batch, /*include_graph=*/false, nullptr, &prog));
+  return prog;
 }
 
 absl::StatusOr<quilt::v1::DistributedProgram*> LowerOnArena(
     const GraphIndex& ix, const quilt::v1::Strategy& s, const Topology& topo, const CostModel* cost,
     int64_t global_batch, google::protobuf::Arena* arena) {
-  if (!ix.graph().has_backward) {
-    return absl::InvalidArgumentError("lowering needs a training graph");
-  }
-  ASSIGN_OR_RETURN(const int64_t rows, MicroBatchRows(global_batch, s.micro_batches()));
-  ASSIGN_OR_RETURN(Placement p, Place(ix, s, topo, rows));
-  Lowerer l(ix, topo, p, arena);
   auto* prog = google::protobuf::Arena::CreateMessage<quilt::v1::DistributedProgram>(arena);
-  RETURN_IF_ERROR(l.Run(s, cost, /*include_graph=*/false, prog));
-  RETURN_IF_ERROR(UnrollMicroBatches(ix, s.micro_batches(), prog));
+  RETURN_IF_ERROR(LowerInto(ix, s, topo, cost, global_batch, /*include_graph=*/false, arena, prog));
   return prog;
 }
 

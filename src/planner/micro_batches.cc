@@ -24,6 +24,22 @@ struct Entry {
   bool late = false;
 };
 
+// One lowering's instructions: the larger micro-batches' (the program's
+// own, whose per-step instructions are the step's) or the smaller ones'.
+struct Pass {
+  int64_t rows = 0;
+  std::vector<std::vector<Instruction>> originals;  // by device
+  std::vector<Entry> entries;                       // by id
+  absl::flat_hash_map<int64_t, int> index_of;
+  // Per device, the instructions of a micro-batch nothing of it waits
+  // for there, and whether an instruction waits for none of it there.
+  std::vector<std::vector<int>> sinks;
+  std::vector<bool> source;
+  // The smaller micro-batches' pass: per entry run once per step, the
+  // larger pass's entry it is (-1: none).
+  std::vector<int> step_in_larger;
+};
+
 std::string Describe(const Instruction& ins) {
   switch (ins.kind_case()) {
     case Instruction::kCompute:
@@ -39,11 +55,26 @@ std::string Describe(const Instruction& ins) {
   }
 }
 
+// What a per-step instruction does on its device, whatever its id, order
+// and tags: equal in two lowerings of one strategy at different rows.
+std::string StepKey(int device, const Instruction& ins) {
+  Instruction k = ins;
+  k.clear_id();
+  k.clear_deps();
+  k.clear_priority();
+  if (k.has_send()) k.mutable_send()->clear_tag();
+  if (k.has_recv()) k.mutable_recv()->clear_tag();
+  if (k.has_ps_push()) k.mutable_ps_push()->clear_tag();
+  if (k.has_ps_pull()) k.mutable_ps_pull()->clear_tag();
+  if (k.has_all_reduce()) k.mutable_all_reduce()->clear_collective_id();
+  return absl::StrCat(device, ":", k.SerializeAsString());
+}
+
 class Unroller {
  public:
-  Unroller(const GraphIndex& ix, int k, int64_t rows) : ix_(ix), k_(k), rows_(rows) {}
+  Unroller(const GraphIndex& ix, int64_t batch, int k) : ix_(ix), batch_(batch), k_(k) {}
 
-  absl::Status Run(DistributedProgram* p);
+  absl::Status Run(DistributedProgram* p, const DistributedProgram* smaller);
 
  private:
   bool Batched(const TensorRange& r) const {
@@ -51,23 +82,25 @@ class Unroller {
     return t >= 0 && ix_.Batched(t);
   }
   bool PerMicroBatch(const Instruction& ins) const;
-  absl::Status Classify();
+  absl::Status Load(const DistributedProgram& p, int64_t rows, Pass* pass);
+  absl::Status Classify(Pass* pass) const;
+  static void SourcesAndSinks(int devices, Pass* pass);
+  absl::Status MapSteps();
+  // Micro-batch j's pass, and where its rows begin.
+  const Pass& PassOf(int j) const { return j < first_larger_ ? passes_[1] : passes_[0]; }
+  int64_t Offset(int j) const { return MicroBatchRange(batch_, k_, j).begin; }
   void Shift(int j, TensorRange* r) const;
-  Instruction Copy(int i, int j) const;
+  Instruction Copy(int i, int j) const;  // j < 0: a per-step instruction
 
   const GraphIndex& ix_;
+  const int64_t batch_;
   const int k_;
-  const int64_t rows_;          // per micro-batch
-  std::vector<Entry> entries_;  // by id
-  absl::flat_hash_map<int64_t, int> index_of_;
-  // New ids: per step, and per micro-batch.
+  std::vector<Pass> passes_;  // the larger micro-batches' [, the smaller ones']
+  int first_larger_ = 0;      // the first micro-batch of passes_[0]
+  // New ids: per step (passes_[0]'s entries), and per micro-batch (its
+  // pass's entries).
   std::vector<int64_t> step_id_;
   std::vector<std::vector<int64_t>> micro_id_;
-  // Per device, a micro-batch's instructions nothing of it waits for
-  // there, and whether an instruction waits for none of it there.
-  std::vector<std::vector<int>> sinks_;
-  std::vector<bool> source_;
-  absl::flat_hash_set<int> summed_;  // tensors the passes add up
   int64_t tag_stride_ = 1, collective_stride_ = 1;
 };
 
@@ -96,31 +129,53 @@ bool Unroller::PerMicroBatch(const Instruction& ins) const {
   }
 }
 
-absl::Status Unroller::Classify() {
-  std::sort(entries_.begin(), entries_.end(),
-            [](const Entry& a, const Entry& b) { return a.ins->id() < b.ins->id(); });
-  for (size_t i = 0; i < entries_.size(); ++i) {
-    if (!index_of_.emplace(entries_[i].ins->id(), static_cast<int>(i)).second) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("instruction id ", entries_[i].ins->id(), " appears twice"));
+absl::Status Unroller::Load(const DistributedProgram& p, int64_t rows, Pass* pass) {
+  pass->rows = rows;
+  pass->originals.resize(p.devices_size());
+  for (int d = 0; d < p.devices_size(); ++d) {
+    pass->originals[d].assign(p.devices(d).instructions().begin(),
+                              p.devices(d).instructions().end());
+  }
+  for (int d = 0; d < p.devices_size(); ++d) {
+    for (const Instruction& ins : pass->originals[d]) {
+      pass->entries.push_back(Entry{d, &ins});
+      tag_stride_ = std::max({tag_stride_, ins.send().tag() + 1, ins.recv().tag() + 1,
+                              ins.ps_push().tag() + 1, ins.ps_pull().tag() + 1});
+      collective_stride_ = std::max(collective_stride_, ins.all_reduce().collective_id() + 1);
     }
   }
-  for (Entry& e : entries_) {
+  RETURN_IF_ERROR(Classify(pass));
+  SourcesAndSinks(p.devices_size(), pass);
+  return absl::OkStatus();
+}
+
+absl::Status Unroller::Classify(Pass* pass) const {
+  std::vector<Entry>& entries = pass->entries;
+  std::sort(entries.begin(), entries.end(),
+            [](const Entry& a, const Entry& b) { return a.ins->id() < b.ins->id(); });
+  for (size_t i = 0; i < entries.size(); ++i) {
+    if (!pass->index_of.emplace(entries[i].ins->id(), static_cast<int>(i)).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("instruction id ", entries[i].ins->id(), " appears twice"));
+    }
+  }
+  absl::flat_hash_set<int> summed;  // tensors the passes add up
+  for (Entry& e : entries) {
     e.per_micro_batch = PerMicroBatch(*e.ins);
     if (!e.per_micro_batch || !e.ins->has_compute()) continue;
     const int op = ix_.OpIndex(e.ins->compute().op(), e.ins->compute().op_index());
     for (int t : ix_.Outputs(op)) {
-      if (!ix_.Batched(t)) summed_.insert(t);
+      if (!ix_.Batched(t)) summed.insert(t);
     }
   }
-  for (Entry& e : entries_) {
+  for (Entry& e : entries) {
     for (int64_t dep : e.ins->deps()) {
-      auto it = index_of_.find(dep);
-      if (it == index_of_.end() || dep >= e.ins->id()) {
+      auto it = pass->index_of.find(dep);
+      if (it == pass->index_of.end() || dep >= e.ins->id()) {
         return absl::InvalidArgumentError(absl::StrCat("instruction ", e.ins->id(), " depends on ",
                                                        dep, ", which no earlier instruction is"));
       }
-      const Entry& d = entries_[it->second];
+      const Entry& d = entries[it->second];
       if (!e.per_micro_batch) {
         e.late |= d.per_micro_batch || d.late;
       } else if (d.late) {
@@ -132,7 +187,7 @@ absl::Status Unroller::Classify() {
     if (!e.per_micro_batch || !e.ins->has_compute()) continue;
     const int op = ix_.OpIndex(e.ins->compute().op(), e.ins->compute().op_index());
     for (int t : ix_.Inputs(op)) {
-      if (t >= 0 && summed_.contains(t)) {
+      if (t >= 0 && summed.contains(t)) {
         return absl::InvalidArgumentError(absl::StrCat(
             "gradient accumulation: op '", e.ins->compute().op(),
             "' works on batch rows but reads '", ix_.graph().tensors()[t].name,
@@ -143,40 +198,103 @@ absl::Status Unroller::Classify() {
   return absl::OkStatus();
 }
 
+void Unroller::SourcesAndSinks(int devices, Pass* pass) {
+  const std::vector<Entry>& entries = pass->entries;
+  const int n = static_cast<int>(entries.size());
+  pass->source.assign(n, true);
+  std::vector<bool> awaited(n, false);
+  for (int i = 0; i < n; ++i) {
+    if (!entries[i].per_micro_batch) continue;
+    for (int64_t dep : entries[i].ins->deps()) {
+      const int d = pass->index_of.at(dep);
+      if (!entries[d].per_micro_batch || entries[d].device != entries[i].device) continue;
+      pass->source[i] = false;
+      awaited[d] = true;
+    }
+  }
+  pass->sinks.assign(devices, {});
+  for (int i = 0; i < n; ++i) {
+    if (entries[i].per_micro_batch && !awaited[i]) pass->sinks[entries[i].device].push_back(i);
+  }
+}
+
+absl::Status Unroller::MapSteps() {
+  if (passes_.size() < 2) return absl::OkStatus();
+  const Pass& larger = passes_[0];
+  Pass& smaller = passes_[1];
+  absl::flat_hash_map<std::string, std::vector<int>> by_key;
+  for (int i = static_cast<int>(larger.entries.size()) - 1; i >= 0; --i) {
+    const Entry& e = larger.entries[i];
+    if (!e.per_micro_batch) by_key[StepKey(e.device, *e.ins)].push_back(i);
+  }
+  smaller.step_in_larger.assign(smaller.entries.size(), -1);
+  for (size_t i = 0; i < smaller.entries.size(); ++i) {
+    const Entry& e = smaller.entries[i];
+    if (e.per_micro_batch) continue;
+    auto it = by_key.find(StepKey(e.device, *e.ins));
+    if (it == by_key.end() || it->second.empty()) continue;
+    smaller.step_in_larger[i] = it->second.back();
+    it->second.pop_back();
+  }
+  // The smaller micro-batches wait only on per-step instructions the
+  // larger pass has too.
+  for (const Entry& e : smaller.entries) {
+    if (!e.per_micro_batch) continue;
+    for (int64_t dep : e.ins->deps()) {
+      const int d = smaller.index_of.at(dep);
+      if (smaller.entries[d].per_micro_batch || smaller.step_in_larger[d] >= 0) continue;
+      return absl::InvalidArgumentError(absl::StrCat(
+          "micro-batches of ", smaller.rows, " and ", larger.rows, " rows: ", Describe(*e.ins),
+          " waits for ", Describe(*smaller.entries[d].ins), ", which the step at ", larger.rows,
+          " rows lacks"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 void Unroller::Shift(int j, TensorRange* r) const {
   if (!Batched(*r)) return;
-  if (r->begin() == 0 && r->end() == 0) r->set_end(rows_);
-  r->set_begin(r->begin() + j * rows_);
-  r->set_end(r->end() + j * rows_);
+  if (r->begin() == 0 && r->end() == 0) r->set_end(PassOf(j).rows);
+  r->set_begin(r->begin() + Offset(j));
+  r->set_end(r->end() + Offset(j));
 }
 
 Instruction Unroller::Copy(int i, int j) const {
-  const Entry& e = entries_[i];
-  Instruction out = *e.ins;
-  out.clear_deps();
-  if (!e.per_micro_batch) {
+  if (j < 0) {
+    const Entry& e = passes_[0].entries[i];
+    Instruction out = *e.ins;
+    out.clear_deps();
     out.set_id(step_id_[i]);
     for (int64_t dep : e.ins->deps()) {
-      const int d = index_of_.at(dep);
-      out.add_deps(entries_[d].per_micro_batch ? micro_id_[k_ - 1][d] : step_id_[d]);
+      const int d = passes_[0].index_of.at(dep);
+      // (The last micro-batch is the larger pass's.)
+      out.add_deps(passes_[0].entries[d].per_micro_batch ? micro_id_[k_ - 1][d] : step_id_[d]);
     }
     return out;
   }
+  const Pass& pass = PassOf(j);
+  const Entry& e = pass.entries[i];
+  Instruction out = *e.ins;
+  out.clear_deps();
   out.set_id(micro_id_[j][i]);
   out.set_micro_batch(j + 1);
   for (int64_t dep : e.ins->deps()) {
-    const int d = index_of_.at(dep);
-    out.add_deps(entries_[d].per_micro_batch ? micro_id_[j][d] : step_id_[d]);
+    const int d = pass.index_of.at(dep);
+    if (pass.entries[d].per_micro_batch) {
+      out.add_deps(micro_id_[j][d]);
+    } else {
+      out.add_deps(step_id_[&pass == &passes_[0] ? d : pass.step_in_larger[d]]);
+    }
   }
-  if (j > 0 && source_[i]) {
-    for (int s : sinks_[e.device]) out.add_deps(micro_id_[j - 1][s]);
+  if (j > 0 && pass.source[i]) {
+    for (int s : PassOf(j - 1).sinks[e.device]) out.add_deps(micro_id_[j - 1][s]);
   }
   switch (out.kind_case()) {
     case Instruction::kCompute: {
       auto* c = out.mutable_compute();
-      if (c->begin() == 0 && c->end() == 0) c->set_end(rows_);
-      c->set_begin(c->begin() + j * rows_);
-      c->set_end(c->end() + j * rows_);
+      if (c->begin() == 0 && c->end() == 0) c->set_end(pass.rows);
+      c->set_begin(c->begin() + Offset(j));
+      c->set_end(c->end() + Offset(j));
       const int op = ix_.OpIndex(c->op(), c->op_index());
       bool sums = false;
       for (int t : ix_.Outputs(op)) sums |= !ix_.Batched(t);
@@ -210,91 +328,75 @@ Instruction Unroller::Copy(int i, int j) const {
   return out;
 }
 
-absl::Status Unroller::Run(DistributedProgram* p) {
-  int64_t max_tag = 0, max_collective = 0;
-  std::vector<std::vector<Instruction>> originals(p->devices_size());
-  for (int d = 0; d < p->devices_size(); ++d) {
-    originals[d].assign(p->devices(d).instructions().begin(), p->devices(d).instructions().end());
-  }
-  for (int d = 0; d < p->devices_size(); ++d) {
-    for (const Instruction& ins : originals[d]) {
-      entries_.push_back(Entry{d, &ins});
-      max_tag = std::max(
-          {max_tag, ins.send().tag(), ins.recv().tag(), ins.ps_push().tag(), ins.ps_pull().tag()});
-      max_collective = std::max(max_collective, ins.all_reduce().collective_id());
+absl::Status Unroller::Run(DistributedProgram* p, const DistributedProgram* smaller) {
+  passes_.resize(smaller != nullptr ? 2 : 1);
+  const MicroBatchSpan last = MicroBatchRange(batch_, k_, k_ - 1);
+  RETURN_IF_ERROR(Load(*p, last.end - last.begin, &passes_[0]));
+  if (smaller != nullptr) {
+    if (smaller->devices_size() != p->devices_size()) {
+      return absl::InvalidArgumentError(absl::StrCat("the micro-batches' two lowerings have ",
+                                                     smaller->devices_size(), " and ",
+                                                     p->devices_size(), " devices"));
     }
+    RETURN_IF_ERROR(Load(*smaller, last.end - last.begin - 1, &passes_[1]));
+    first_larger_ = k_ - static_cast<int>(batch_ % k_);
   }
-  tag_stride_ = max_tag + 1;
-  collective_stride_ = max_collective + 1;
-  RETURN_IF_ERROR(Classify());
-  const int n = static_cast<int>(entries_.size());
-  // Sources and sinks of each device's micro-batch.
-  source_.assign(n, true);
-  std::vector<bool> awaited(n, false);
-  for (int i = 0; i < n; ++i) {
-    if (!entries_[i].per_micro_batch) continue;
-    for (int64_t dep : entries_[i].ins->deps()) {
-      const int d = index_of_.at(dep);
-      if (!entries_[d].per_micro_batch || entries_[d].device != entries_[i].device) continue;
-      source_[i] = false;
-      awaited[d] = true;
-    }
-  }
-  sinks_.assign(p->devices_size(), {});
-  for (int i = 0; i < n; ++i) {
-    if (entries_[i].per_micro_batch && !awaited[i]) sinks_[entries_[i].device].push_back(i);
-  }
+  RETURN_IF_ERROR(MapSteps());
+  const std::vector<Entry>& steps = passes_[0].entries;
+  const int n = static_cast<int>(steps.size());
   // Ids in a topological order: what runs before the micro-batches, each
   // micro-batch, what runs after.
   int64_t next = 1;
   step_id_.assign(n, -1);
-  micro_id_.assign(k_, std::vector<int64_t>(n, -1));
   for (int i = 0; i < n; ++i) {
-    if (!entries_[i].per_micro_batch && !entries_[i].late) step_id_[i] = next++;
+    if (!steps[i].per_micro_batch && !steps[i].late) step_id_[i] = next++;
   }
+  micro_id_.resize(k_);
   for (int j = 0; j < k_; ++j) {
-    for (int i = 0; i < n; ++i) {
-      if (entries_[i].per_micro_batch) micro_id_[j][i] = next++;
+    const std::vector<Entry>& entries = PassOf(j).entries;
+    micro_id_[j].assign(entries.size(), -1);
+    for (size_t i = 0; i < entries.size(); ++i) {
+      if (entries[i].per_micro_batch) micro_id_[j][i] = next++;
     }
   }
   for (int i = 0; i < n; ++i) {
-    if (entries_[i].late) step_id_[i] = next++;
+    if (steps[i].late) step_id_[i] = next++;
   }
   std::vector<std::vector<Instruction>> out(p->devices_size());
-  auto emit = [&](int i, int j) { out[entries_[i].device].push_back(Copy(i, j)); };
   for (int i = 0; i < n; ++i) {
-    if (!entries_[i].per_micro_batch && !entries_[i].late) emit(i, 0);
+    if (!steps[i].per_micro_batch && !steps[i].late) out[steps[i].device].push_back(Copy(i, -1));
   }
   for (int j = 0; j < k_; ++j) {
-    for (int i = 0; i < n; ++i) {
-      if (entries_[i].per_micro_batch) emit(i, j);
+    const std::vector<Entry>& entries = PassOf(j).entries;
+    for (size_t i = 0; i < entries.size(); ++i) {
+      if (entries[i].per_micro_batch) out[entries[i].device].push_back(Copy(i, j));
     }
   }
   for (int i = 0; i < n; ++i) {
-    if (entries_[i].late) emit(i, 0);
+    if (steps[i].late) out[steps[i].device].push_back(Copy(i, -1));
   }
   for (int d = 0; d < p->devices_size(); ++d) {
     auto* dp = p->mutable_devices(d);
     dp->clear_instructions();
     for (Instruction& ins : out[d]) *dp->add_instructions() = std::move(ins);
-    std::vector<TensorRange> feeds(dp->feeds().begin(), dp->feeds().end());
-    dp->clear_feeds();
-    for (const TensorRange& f : feeds) {
-      if (!Batched(f)) {
-        *dp->add_feeds() = f;
-        continue;
-      }
-      for (int j = 0; j < k_; ++j) {
-        TensorRange* r = dp->add_feeds();
-        *r = f;
-        Shift(j, r);
+    std::vector<TensorRange> feeds;
+    for (const TensorRange& f : dp->feeds()) {
+      if (!Batched(f)) feeds.push_back(f);
+    }
+    for (int j = 0; j < k_; ++j) {
+      const auto& own = (j < first_larger_ ? *smaller : *p).devices(d).feeds();
+      for (const TensorRange& f : own) {
+        if (!Batched(f)) continue;
+        feeds.push_back(f);
+        Shift(j, &feeds.back());
       }
     }
+    dp->clear_feeds();
+    for (TensorRange& f : feeds) *dp->add_feeds() = std::move(f);
   }
-  const int64_t batch = rows_ * k_;
-  p->set_global_batch(batch);
+  p->set_global_batch(batch_);
   p->set_micro_batches(k_);
-  p->mutable_strategy()->set_global_batch(batch);
+  p->mutable_strategy()->set_global_batch(batch_);
   p->mutable_strategy()->set_micro_batches(k_);
   return absl::OkStatus();
 }
@@ -322,19 +424,31 @@ absl::StatusOr<int64_t> MicroBatchRows(int64_t global_batch, int micro_batches) 
         absl::StrCat(micro_batches, " micro-batches are more than ", kMaxMicroBatches,
                      ", the most a program holds (it repeats the passes once per micro-batch)"));
   }
-  if (global_batch % micro_batches != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("the batch ", global_batch,
-                                                   " does not split into ", micro_batches,
-                                                   " micro-batches of equal rows"));
+  if (micro_batches > global_batch) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the batch ", global_batch, " has fewer rows than ", micro_batches, " micro-batches"));
   }
-  return global_batch / micro_batches;
+  return (global_batch + micro_batches - 1) / micro_batches;
 }
 
-absl::Status UnrollMicroBatches(const GraphIndex& index, int micro_batches,
-                                DistributedProgram* program) {
+std::string DescribeMicroBatches(int64_t global_batch, int micro_batches) {
+  const int64_t base = global_batch / std::max(1, micro_batches);
+  return global_batch % std::max(1, micro_batches) == 0
+             ? absl::StrCat(micro_batches, " micro-batches of ", base, " rows")
+             : absl::StrCat(micro_batches, " micro-batches of ", base, " or ", base + 1, " rows");
+}
+
+absl::Status UnrollMicroBatches(const GraphIndex& index, int64_t global_batch, int micro_batches,
+                                DistributedProgram* program, const DistributedProgram* smaller) {
   if (micro_batches <= 1) return absl::OkStatus();
-  Unroller u(index, micro_batches, program->global_batch());
-  return u.Run(program);
+  const bool even = global_batch % micro_batches == 0;
+  if (!even && smaller == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(DescribeMicroBatches(global_batch, micro_batches),
+                     " need the program lowered at the smaller micro-batches' rows too"));
+  }
+  Unroller u(index, global_batch, micro_batches);
+  return u.Run(program, even ? nullptr : smaller);
 }
 
 }  // namespace quilt

@@ -120,13 +120,82 @@ TEST(MicroBatches, RefusesAPassThatReadsASumOverTheBatch) {
   EXPECT_TRUE(named) << p.status().message();
 }
 
-TEST(MicroBatches, RefusesCountsThatDoNotSplitTheBatchEvenly) {
+// The batch of 18 as four micro-batches: two of 4 rows, then two of 5.
+// Each op with batch rows runs once per micro-batch on the rows the
+// lowering at that micro-batch's rows gives it, moved to the micro-batch's
+// place in the batch; micro-batches follow one another without gaps; the
+// step's per-step instructions (updates) run once; the program validates.
+TEST(MicroBatches, CountsThatDoNotDivideTheBatchGiveMicroBatchesOfTwoSizes) {
+  EXPECT_EQ(DescribeMicroBatches(18, 4), "4 micro-batches of 4 or 5 rows");
+  EXPECT_EQ(DescribeMicroBatches(16, 4), "4 micro-batches of 4 rows");
+  auto w = testing::Make("transformer");
+  quilt::v1::Strategy s = testing::EvenRing(*w);
+  const absl::StatusOr<DistributedProgram> four = Lower(w->graph, s, w->topo, w->cost.get(), 4);
+  const absl::StatusOr<DistributedProgram> five = Lower(w->graph, s, w->topo, w->cost.get(), 5);
+  s.set_micro_batches(4);
+  const absl::StatusOr<DistributedProgram> micro = Lower(w->graph, s, w->topo, w->cost.get(), 18);
+  ASSERT_THAT(four.status(), IsOk());
+  ASSERT_THAT(five.status(), IsOk());
+  ASSERT_THAT(micro.status(), IsOk());
+  EXPECT_EQ(micro->global_batch(), 18);
+  EXPECT_EQ(micro->micro_batches(), 4);
+  ASSERT_THAT(ValidateProgram(*micro, w->graph, w->topo), IsOk());
+
+  const auto at4 = Runs(*four), at5 = Runs(*five), repeated = Runs(*micro);
+  const int64_t begins[] = {0, 4, 8, 13}, sizes[] = {4, 4, 5, 5};
+  for (int j = 0; j < 4; ++j) {
+    const MicroBatchSpan m = MicroBatchRange(18, 4, j);
+    EXPECT_EQ(m.begin, begins[j]);
+    EXPECT_EQ(m.end - m.begin, sizes[j]);
+  }
+  ASSERT_EQ(at4.size(), repeated.size());
+  for (const auto& [op, runs] : at4) {
+    std::multiset<std::pair<std::string, std::pair<int64_t, int64_t>>> want;
+    for (int j = 0; j < 4; ++j) {
+      for (const auto& [device, rows] : (sizes[j] == 4 ? runs : at5.at(op))) {
+        want.insert({device, {rows.first + begins[j], rows.second + begins[j]}});
+      }
+    }
+    EXPECT_EQ(repeated.at(op), want) << op;
+  }
+  // Updates (no batch rows, run once per step): as often as at 4 rows.
+  auto updates = [](const DistributedProgram& p) {
+    int n = 0;
+    for (const auto& dp : p.devices()) {
+      for (const Instruction& ins : dp.instructions()) {
+        n += ins.has_compute() && ins.micro_batch() == 0 && ins.compute().end() == 0;
+      }
+    }
+    return n;
+  };
+  EXPECT_EQ(updates(*micro), updates(*four));
+  EXPECT_GT(updates(*micro), 0);
+  std::set<int64_t> ids;
+  for (const auto& dp : micro->devices()) {
+    for (const Instruction& ins : dp.instructions()) {
+      EXPECT_TRUE(ids.insert(ins.id()).second) << "id " << ins.id() << " twice";
+      for (int64_t d : ins.deps()) EXPECT_LT(d, ins.id());
+      if (!ins.has_compute() || ins.micro_batch() == 0) continue;
+      const MicroBatchSpan m = MicroBatchRange(18, 4, ins.micro_batch() - 1);
+      EXPECT_GE(ins.compute().begin(), m.begin) << ins.compute().op();
+      EXPECT_LE(ins.compute().end(), m.end) << ins.compute().op();
+    }
+  }
+  absl::StatusOr<SimResult> r = Simulate(*micro, w->graph, w->topo, *w->cost);
+  ASSERT_THAT(r.status(), IsOk());
+  absl::StatusOr<SimResult> r5 = Simulate(*five, w->graph, w->topo, *w->cost);
+  ASSERT_THAT(r5.status(), IsOk());
+  EXPECT_GE(Peak(*r), Peak(*r5));
+  EXPECT_GT(r->step_time_s, r5->step_time_s);
+}
+
+TEST(MicroBatches, RefusesCountsOutsideOneToTheBatchRows) {
   auto w = testing::Make("mlp");
   quilt::v1::Strategy s = testing::EvenRing(*w);
-  s.set_micro_batches(3);
+  s.set_micro_batches(17);
   EXPECT_THAT(Lower(w->graph, s, w->topo, w->cost.get(), 16).status(),
               StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("the batch 16 does not split into 3 micro-batches")));
+                       HasSubstr("the batch 16 has fewer rows than 17 micro-batches")));
   s.set_micro_batches(-1);
   EXPECT_THAT(Lower(w->graph, s, w->topo, w->cost.get(), 16).status(),
               StatusIs(absl::StatusCode::kInvalidArgument));

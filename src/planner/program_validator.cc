@@ -369,8 +369,9 @@ absl::Status Validator::CheckCoverage() {
       std::sort(runs.begin(), runs.end());
       every_whole &= static_cast<int64_t>(runs.size()) == micro;
       for (size_t j = 0; j < runs.size() && every_whole; ++j) {
-        every_whole &= runs[j] == Range{batch / micro * static_cast<int64_t>(j),
-                                        batch / micro * static_cast<int64_t>(j + 1)};
+        const MicroBatchSpan m =
+            MicroBatchRange(batch, static_cast<int>(micro), static_cast<int>(j));
+        every_whole &= runs[j] == Range{m.begin, m.end};
       }
     }
     // An op whose outputs do not carry the batch may run over the whole
@@ -408,19 +409,29 @@ absl::Status Validator::CheckStrategy() {
   }
   absl::StatusOr<int64_t> rows = MicroBatchRows(p_.global_batch(), micro);
   if (!rows.ok()) return Annotate(rows.status(), "the program's strategy");
-  absl::StatusOr<Placement> placed = Place(ix_, p_.strategy(), topo_, *rows);
-  if (!placed.ok()) return Annotate(placed.status(), "the program's strategy");
+  // Placed at the largest micro-batch's rows, and where micro-batches
+  // differ, at the smaller ones' too.
+  std::map<int64_t, Placement> placed;
+  for (int j = 0; j < micro; ++j) {
+    const MicroBatchSpan m = MicroBatchRange(p_.global_batch(), micro, j);
+    if (placed.count(m.end - m.begin)) continue;
+    absl::StatusOr<Placement> p = Place(ix_, p_.strategy(), topo_, m.end - m.begin);
+    if (!p.ok()) return Annotate(p.status(), "the program's strategy");
+    placed.emplace(m.end - m.begin, *std::move(p));
+  }
+  const Placement& largest = placed.at(*rows);
   for (size_t i = 0; i < g_.ops.size(); ++i) {
     const bool batched = WorksOnBatchRows(ix_, static_cast<int>(i));
     std::vector<std::pair<int, Range>> want;
-    for (const Slice& s : placed->op_slices[i]) {
-      if (micro == 1 || !batched) {
-        want.push_back({s.device, {s.begin, s.end}});
-        continue;
-      }
-      const Range r = s.begin == 0 && s.end == 0 ? Range{0, *rows} : Range{s.begin, s.end};
-      for (int j = 0; j < micro; ++j) {
-        want.push_back({s.device, {r.begin + j * *rows, r.end + j * *rows}});
+    if (micro == 1 || !batched) {
+      for (const Slice& s : largest.op_slices[i]) want.push_back({s.device, {s.begin, s.end}});
+    }
+    for (int j = 0; j < micro && micro > 1 && batched; ++j) {
+      const MicroBatchSpan m = MicroBatchRange(p_.global_batch(), micro, j);
+      for (const Slice& s : placed.at(m.end - m.begin).op_slices[i]) {
+        const Range r =
+            s.begin == 0 && s.end == 0 ? Range{0, m.end - m.begin} : Range{s.begin, s.end};
+        want.push_back({s.device, {r.begin + m.begin, r.end + m.begin}});
       }
     }
     std::vector<std::pair<int, Range>> have = op_runs_[i];
@@ -438,7 +449,7 @@ absl::Status Validator::CheckStrategy() {
       };
       return absl::InvalidArgumentError(
           absl::StrCat("op '", g_.ops[i].name, "' runs on ", list(have), ", but its group ",
-                       placed->group_of_op[i], " in the strategy places it on ", list(want)));
+                       largest.group_of_op[i], " in the strategy places it on ", list(want)));
     }
   }
   return absl::OkStatus();

@@ -63,12 +63,11 @@ absl::Status Executor::Impl::Init() {
     return absl::InvalidArgumentError(
         absl::StrCat("the program runs ", micro, " micro-batches; at most 1048575 are run"));
   }
-  if (batch_ % micro != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("the program's batch ", batch_,
-                                                   " does not split into ", micro,
-                                                   " micro-batches of equal rows"));
+  if (micro > batch_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the program's batch ", batch_, " has fewer rows than its ", micro, " micro-batches"));
   }
-  micro_rows_ = batch_ / micro;
+  micro_batches_ = static_cast<int>(micro);
   for (size_t i = 0; i < graph_.tensors().size(); ++i)
     tensor_ids_[graph_.tensors()[i].name] = static_cast<int>(i);
   for (size_t i = 0; i < graph_.ops.size(); ++i) {

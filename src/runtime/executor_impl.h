@@ -125,8 +125,9 @@ class Executor::Impl {
   Dataset* data_;
   ExecutorOptions options_;
   int64_t batch_ = 0;
-  // Rows per micro-batch (gradient accumulation; batch_ without).
-  int64_t micro_rows_ = 0;
+  // Micro-batches (gradient accumulation; 1 without): their rows by
+  // MicroBatchRange.
+  int micro_batches_ = 1;
   int64_t step_ = 0;
 
   absl::flat_hash_map<std::string, int> tensor_ids_, op_ids_;

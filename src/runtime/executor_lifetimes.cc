@@ -8,6 +8,7 @@
 // written out, so an update committed before the failure is never seen.)
 #include <algorithm>
 
+#include "src/planner/micro_batch_rows.h"
 #include "src/runtime/executor_impl.h"
 
 namespace quilt {
@@ -152,9 +153,10 @@ std::vector<Tensor> Executor::Impl::Release(int node) {
     if (it == left.end() || --it->second != 0) continue;
     const int t = static_cast<int>(key >> kMicroBatchBits);
     const int64_t micro = key & ((int64_t{1} << kMicroBatchBits) - 1);
+    const MicroBatchSpan rows =
+        MicroBatchRange(batch_, micro_batches_, static_cast<int>(micro) - 1);
     std::vector<Tensor> freed =
-        micro == 0 ? store.Erase(t)
-                   : store.EraseRows(t, (micro - 1) * micro_rows_, micro * micro_rows_);
+        micro == 0 ? store.Erase(t) : store.EraseRows(t, rows.begin, rows.end);
     for (Tensor& v : freed) dropped.push_back(std::move(v));
   }
   auto& commits = commit_left_[d];

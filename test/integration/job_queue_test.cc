@@ -223,8 +223,15 @@ TEST_F(Queue, AResumeQueuesAndGoesOnFromItsCheckpoint) {
 
 // A batch four times what the worker holds at once, on the idle worker:
 // the job runs it as micro-batches, trains to its end, and the executor
-// held no more than the worker offers.
+// held no more than the worker offers. With --no-micro-batches the same
+// job is refused, saying no plan fits.
 TEST_F(Queue, ABatchNoPlanHoldsAtOnceRunsAsMicroBatches) {
+  std::vector<std::string> whole = Args(131072, 2, false);
+  whole.push_back("--no-micro-batches");
+  const CommandResult refused = Run(whole);
+  EXPECT_NE(refused.exit_code, 0) << refused.out;
+  EXPECT_THAT(refused.err, HasSubstr("fits the memory of the Ready nodes' devices"));
+  EXPECT_THAT(Run({"jobs"}).out, Not(HasSubstr("RUNNING")));
   const std::string id = Submitted(Run(Args(131072, 2, false)));
   ASSERT_TRUE(Eventually([&] { return State(id) == "JOB_STATE_SUCCEEDED"; }, absl::Seconds(120)))
       << Job(id).dump();
