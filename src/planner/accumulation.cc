@@ -125,7 +125,11 @@ std::optional<AccumulatedPlan> PlanAccumulation(
             *why = std::string(e.status().message());
             return std::nullopt;
           }
-          break;  // (e.g. fewer rows than a group's replicas)
+          // (e.g. the smaller micro-batches' rows fewer than a group's
+          // replicas)
+          if (progress)
+            progress(absl::StrFormat("  %d micro-batches: %s", k, e.status().message()));
+          break;
         }
         if (progress) {
           progress(e->feasible()

@@ -729,18 +729,6 @@ void Lowerer::Reorder() {
   hints_ = std::move(hints);
 }
 
-}  // namespace
-
-absl::StatusOr<quilt::v1::DistributedProgram> Lower(const Graph& g, const quilt::v1::Strategy& s,
-                                                    const Topology& topo, const CostModel* cost,
-                                                    int64_t global_batch) {
-  if (!g.has_backward) return absl::InvalidArgumentError("lowering needs a training graph");
-  ASSIGN_OR_RETURN(const GraphIndex ix, GraphIndex::Build(g));
-  return Lower(ix, s, topo, cost, global_batch);
-}
-
-namespace {
-
 // Lowers `s` into `prog` (on `arena`, or the heap where null): placed at
 // a micro-batch's rows, then repeated per micro-batch (the smaller
 // micro-batches, where their count does not divide the batch, lowered at
@@ -770,6 +758,14 @@ absl::Status LowerInto(const GraphIndex& ix, const quilt::v1::Strategy& s, const
 }
 
 }  // namespace
+
+absl::StatusOr<quilt::v1::DistributedProgram> Lower(const Graph& g, const quilt::v1::Strategy& s,
+                                                    const Topology& topo, const CostModel* cost,
+                                                    int64_t global_batch) {
+  if (!g.has_backward) return absl::InvalidArgumentError("lowering needs a training graph");
+  ASSIGN_OR_RETURN(const GraphIndex ix, GraphIndex::Build(g));
+  return Lower(ix, s, topo, cost, global_batch);
+}
 
 absl::StatusOr<quilt::v1::DistributedProgram> Lower(const GraphIndex& ix,
                                                     const quilt::v1::Strategy& s,

@@ -29,7 +29,10 @@ struct Entry {
 struct Pass {
   int64_t rows = 0;
   std::vector<std::vector<Instruction>> originals;  // by device
-  std::vector<Entry> entries;                       // by id
+  // By the step's device (the larger pass's program's index): this
+  // pass's program's device there, or -1 where it has none.
+  std::vector<int> own_device;
+  std::vector<Entry> entries;  // by id
   absl::flat_hash_map<int64_t, int> index_of;
   // Per device, the instructions of a micro-batch nothing of it waits
   // for there, and whether an instruction waits for none of it there.
@@ -82,7 +85,10 @@ class Unroller {
     return t >= 0 && ix_.Batched(t);
   }
   bool PerMicroBatch(const Instruction& ins) const;
-  absl::Status Load(const DistributedProgram& p, int64_t rows, Pass* pass);
+  // `p`'s instructions, their devices by `step`'s index (the larger
+  // pass's program; `p` itself for that pass).
+  absl::Status Load(const DistributedProgram& p, const DistributedProgram& step, int64_t rows,
+                    Pass* pass);
   absl::Status Classify(Pass* pass) const;
   static void SourcesAndSinks(int devices, Pass* pass);
   absl::Status MapSteps();
@@ -129,23 +135,33 @@ bool Unroller::PerMicroBatch(const Instruction& ins) const {
   }
 }
 
-absl::Status Unroller::Load(const DistributedProgram& p, int64_t rows, Pass* pass) {
+absl::Status Unroller::Load(const DistributedProgram& p, const DistributedProgram& step,
+                            int64_t rows, Pass* pass) {
   pass->rows = rows;
+  absl::flat_hash_map<std::string, int> step_index;
+  for (int d = 0; d < step.devices_size(); ++d) step_index[step.devices(d).device()] = d;
+  pass->own_device.assign(step.devices_size(), -1);
   pass->originals.resize(p.devices_size());
   for (int d = 0; d < p.devices_size(); ++d) {
     pass->originals[d].assign(p.devices(d).instructions().begin(),
                               p.devices(d).instructions().end());
-  }
-  for (int d = 0; d < p.devices_size(); ++d) {
+    auto it = step_index.find(p.devices(d).device());
+    if (it == step_index.end()) {
+      // (Its weight gradients would miss the step's aggregation.)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "micro-batches of ", rows, " rows run on ", p.devices(d).device(),
+          ", which the micro-batches of ", rows + 1, " rows and the step's updates leave out"));
+    }
+    pass->own_device[it->second] = d;
     for (const Instruction& ins : pass->originals[d]) {
-      pass->entries.push_back(Entry{d, &ins});
+      pass->entries.push_back(Entry{it->second, &ins});
       tag_stride_ = std::max({tag_stride_, ins.send().tag() + 1, ins.recv().tag() + 1,
                               ins.ps_push().tag() + 1, ins.ps_pull().tag() + 1});
       collective_stride_ = std::max(collective_stride_, ins.all_reduce().collective_id() + 1);
     }
   }
   RETURN_IF_ERROR(Classify(pass));
-  SourcesAndSinks(p.devices_size(), pass);
+  SourcesAndSinks(step.devices_size(), pass);
   return absl::OkStatus();
 }
 
@@ -295,10 +311,7 @@ Instruction Unroller::Copy(int i, int j) const {
       if (c->begin() == 0 && c->end() == 0) c->set_end(pass.rows);
       c->set_begin(c->begin() + Offset(j));
       c->set_end(c->end() + Offset(j));
-      const int op = ix_.OpIndex(c->op(), c->op_index());
-      bool sums = false;
-      for (int t : ix_.Outputs(op)) sums |= !ix_.Batched(t);
-      c->set_accumulate(j > 0 && sums);
+      c->set_accumulate(false);  // (set by Run once all are made)
       break;
     }
     case Instruction::kSend:
@@ -331,14 +344,9 @@ Instruction Unroller::Copy(int i, int j) const {
 absl::Status Unroller::Run(DistributedProgram* p, const DistributedProgram* smaller) {
   passes_.resize(smaller != nullptr ? 2 : 1);
   const MicroBatchSpan last = MicroBatchRange(batch_, k_, k_ - 1);
-  RETURN_IF_ERROR(Load(*p, last.end - last.begin, &passes_[0]));
+  RETURN_IF_ERROR(Load(*p, *p, last.end - last.begin, &passes_[0]));
   if (smaller != nullptr) {
-    if (smaller->devices_size() != p->devices_size()) {
-      return absl::InvalidArgumentError(absl::StrCat("the micro-batches' two lowerings have ",
-                                                     smaller->devices_size(), " and ",
-                                                     p->devices_size(), " devices"));
-    }
-    RETURN_IF_ERROR(Load(*smaller, last.end - last.begin - 1, &passes_[1]));
+    RETURN_IF_ERROR(Load(*smaller, *p, last.end - last.begin - 1, &passes_[1]));
     first_larger_ = k_ - static_cast<int>(batch_ % k_);
   }
   RETURN_IF_ERROR(MapSteps());
@@ -375,6 +383,21 @@ absl::Status Unroller::Run(DistributedProgram* p, const DistributedProgram* smal
   for (int i = 0; i < n; ++i) {
     if (steps[i].late) out[steps[i].device].push_back(Copy(i, -1));
   }
+  // Outputs without batch rows add to what an earlier micro-batch wrote
+  // on the device (a device the smaller micro-batches leave out writes
+  // first in a larger one).
+  for (std::vector<Instruction>& device : out) {
+    absl::flat_hash_map<int, int> first;  // op -> the micro-batch that first wrote it
+    for (Instruction& ins : device) {
+      if (!ins.has_compute() || ins.micro_batch() == 0) continue;
+      const int op = ix_.OpIndex(ins.compute().op(), ins.compute().op_index());
+      bool sums = false;
+      for (int t : ix_.Outputs(op)) sums |= !ix_.Batched(t);
+      if (!sums) continue;
+      const int wrote = first.try_emplace(op, ins.micro_batch()).first->second;
+      ins.mutable_compute()->set_accumulate(wrote < ins.micro_batch());
+    }
+  }
   for (int d = 0; d < p->devices_size(); ++d) {
     auto* dp = p->mutable_devices(d);
     dp->clear_instructions();
@@ -384,8 +407,9 @@ absl::Status Unroller::Run(DistributedProgram* p, const DistributedProgram* smal
       if (!Batched(f)) feeds.push_back(f);
     }
     for (int j = 0; j < k_; ++j) {
-      const auto& own = (j < first_larger_ ? *smaller : *p).devices(d).feeds();
-      for (const TensorRange& f : own) {
+      const int own = PassOf(j).own_device[d];
+      if (own < 0) continue;
+      for (const TensorRange& f : (j < first_larger_ ? *smaller : *p).devices(own).feeds()) {
         if (!Batched(f)) continue;
         feeds.push_back(f);
         Shift(j, &feeds.back());
