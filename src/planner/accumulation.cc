@@ -14,8 +14,8 @@ namespace quilt {
 namespace {
 
 // Micro-batch counts to try from `from` up, at most kTries of them: the
-// fewest for each largest micro-batch's rows (more of the same rows would
-// only add steps of fewer rows).
+// largest micro-batch's rows cut by a third (at least a row) from one to
+// the next, each by the fewest micro-batches that give them.
 constexpr int kTries = 6;
 // Plans at a micro-batch's rows made, at most: searched (each a search of
 // its own) and data-parallel.
@@ -28,13 +28,12 @@ constexpr int kAttempts = 2;
 
 std::vector<int> Counts(int64_t batch, int64_t from) {
   std::vector<int> out;
-  int64_t last_rows = 0;
-  for (int64_t k = std::max<int64_t>(2, from);
-       k <= std::min<int64_t>(batch, kMaxMicroBatches) && out.size() < kTries; ++k) {
-    const int64_t rows = (batch + k - 1) / k;
-    if (rows == last_rows) continue;
-    last_rows = rows;
-    out.push_back(static_cast<int>(k));
+  const int64_t most = std::min<int64_t>(batch, kMaxMicroBatches);
+  for (int64_t rows = (batch + std::max<int64_t>(2, from) - 1) / std::max<int64_t>(2, from);
+       rows >= 1 && out.size() < kTries; rows = std::min(rows - 1, rows * 2 / 3)) {
+    const int64_t k = (batch + rows - 1) / rows;
+    if (k > most) break;
+    if (out.empty() || k > out.back()) out.push_back(static_cast<int>(k));
   }
   return out;
 }
@@ -89,7 +88,11 @@ std::optional<AccumulatedPlan> PlanAccumulation(
     // `scale` (kept for the held gradients where a try overflowed).
     std::map<std::string, double> scale;
     int plans_left = kind == kSearched ? kSearches : kDataParallelPlans;
+    // Once a count fits, the next one is tried too (a plan at fewer rows,
+    // less pressed for memory, can be the faster), then no more.
+    int more = -1;
     for (int k : Counts(batch, from)) {
+      if (more == 0) break;
       const int64_t rows = (batch + k - 1) / k;  // the largest micro-batch's
       bool fitted = false;
       for (int attempt = 0; attempt < kAttempts && plans_left > 0 && !fitted; ++attempt) {
@@ -152,7 +155,8 @@ std::optional<AccumulatedPlan> PlanAccumulation(
                static_cast<double>(m.peak_bytes());
         }
       }
-      if (fitted) break;
+      if (more > 0) --more;
+      if (fitted && more < 0) more = 1;
     }
   }
   if (!best.has_value()) return std::nullopt;

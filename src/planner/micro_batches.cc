@@ -104,7 +104,9 @@ class Unroller {
   std::vector<Pass> passes_;  // the larger micro-batches' [, the smaller ones']
   int first_larger_ = 0;      // the first micro-batch of passes_[0]
   // New ids: per step (passes_[0]'s entries), and per micro-batch (its
-  // pass's entries).
+  // pass's entries). Micro-batch j's tags and collective ids are its
+  // pass's moved by (j + 1) strides, past the step's own (the two passes
+  // number theirs alike).
   std::vector<int64_t> step_id_;
   std::vector<std::vector<int64_t>> micro_id_;
   int64_t tag_stride_ = 1, collective_stride_ = 1;
@@ -316,12 +318,12 @@ Instruction Unroller::Copy(int i, int j) const {
     }
     case Instruction::kSend:
       Shift(j, out.mutable_send()->mutable_range());
-      out.mutable_send()->set_tag(out.send().tag() + j * tag_stride_);
+      out.mutable_send()->set_tag(out.send().tag() + (j + 1) * tag_stride_);
       break;
     case Instruction::kRecv:
       Shift(j, out.mutable_recv()->mutable_range());
       if (out.recv().has_into()) Shift(j, out.mutable_recv()->mutable_into());
-      out.mutable_recv()->set_tag(out.recv().tag() + j * tag_stride_);
+      out.mutable_recv()->set_tag(out.recv().tag() + (j + 1) * tag_stride_);
       break;
     case Instruction::kSplit:
       Shift(j, out.mutable_split()->mutable_source());
@@ -333,7 +335,7 @@ Instruction Unroller::Copy(int i, int j) const {
       break;
     case Instruction::kAllReduce:
       out.mutable_all_reduce()->set_collective_id(out.all_reduce().collective_id() +
-                                                  j * collective_stride_);
+                                                  (j + 1) * collective_stride_);
       break;
     default:
       break;

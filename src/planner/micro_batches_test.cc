@@ -220,6 +220,30 @@ TEST(MicroBatches, ASmallerMicroBatchMayLeaveADeviceOut) {
   EXPECT_THAT(Simulate(*p, w->graph, w->topo, *w->cost).status(), IsOk());
 }
 
+// Transfers run both once per micro-batch (activations from the lookup's
+// device) and once per step (the tied embedding's gradient parts): where
+// micro-batches differ in size, the two lowerings number their tags and
+// collectives alike, and the unrolled program still uses each once.
+TEST(MicroBatches, MicroBatchesOfTwoSizesKeepTagsUnique) {
+  auto w = testing::Make("transformer");
+  quilt::v1::Strategy s = testing::TiedSplit(w->graph, w->topo);
+  for (int k : {2, 3, 5}) {
+    SCOPED_TRACE(k);
+    s.set_micro_batches(k);
+    absl::StatusOr<DistributedProgram> p = Lower(w->graph, s, w->topo, w->cost.get(), 16 + 1);
+    ASSERT_THAT(p.status(), IsOk());
+    EXPECT_THAT(ValidateProgram(*p, w->graph, w->topo), IsOk());
+    bool step_send = false, micro_send = false;
+    for (const auto& dp : p->devices()) {
+      for (const Instruction& ins : dp.instructions()) {
+        if (!ins.has_send()) continue;
+        (ins.micro_batch() == 0 ? step_send : micro_send) = true;
+      }
+    }
+    EXPECT_TRUE(step_send && micro_send);
+  }
+}
+
 TEST(MicroBatches, RefusesCountsOutsideOneToTheBatchRows) {
   auto w = testing::Make("mlp");
   quilt::v1::Strategy s = testing::EvenRing(*w);
