@@ -13,30 +13,18 @@
 namespace quilt {
 namespace {
 
-// Micro-batch counts to try from `from` up, at most kTries of them: the
-// largest micro-batch's rows cut by a third (at least a row) from one to
-// the next, each by the fewest micro-batches that give them.
+// Micro-batch sizes tried per kind of plan, at most: the largest
+// micro-batch's rows halved from the first until one fits, then the rows
+// halfway back to the last that did not and half the rows that fit.
 constexpr int kTries = 6;
 // Plans at a micro-batch's rows made, at most: searched (each a search of
 // its own) and data-parallel.
-constexpr int kSearches = 4;
+constexpr int kSearches = 6;
 constexpr int kDataParallelPlans = 8;
 // What a device that overflowed keeps of its share when planned again,
 // and how many times one micro-batch count is planned.
 constexpr double kMargin = 0.93;
 constexpr int kAttempts = 2;
-
-std::vector<int> Counts(int64_t batch, int64_t from) {
-  std::vector<int> out;
-  const int64_t most = std::min<int64_t>(batch, kMaxMicroBatches);
-  for (int64_t rows = (batch + std::max<int64_t>(2, from) - 1) / std::max<int64_t>(2, from);
-       rows >= 1 && out.size() < kTries; rows = std::min(rows - 1, rows * 2 / 3)) {
-    const int64_t k = (batch + rows - 1) / rows;
-    if (k > most) break;
-    if (out.empty() || k > out.back()) out.push_back(static_cast<int>(k));
-  }
-  return out;
-}
 
 struct Found {
   quilt::v1::Strategy strategy;
@@ -80,7 +68,7 @@ std::optional<AccumulatedPlan> PlanAccumulation(
       limit = std::max(rep.hybrid_batch_limit(), rep.data_parallel_batch_limit());
       if (limit <= 0) limit = rep.memory_floor().largest_batch();
     }
-    const int64_t from = limit > 0 ? (batch + limit - 1) / limit : 2;
+    const int64_t from = std::max<int64_t>(2, limit > 0 ? (batch + limit - 1) / limit : 2);
     const std::string what = kind == kSearched  ? "the planner's plan for a micro-batch's rows"
                              : kind == kClosest ? "the search's closest plan"
                                                 : "the speed-proportional data-parallel split";
@@ -88,14 +76,13 @@ std::optional<AccumulatedPlan> PlanAccumulation(
     // `scale` (kept for the held gradients where a try overflowed).
     std::map<std::string, double> scale;
     int plans_left = kind == kSearched ? kSearches : kDataParallelPlans;
-    // Once a count fits, the next one is tried too (a plan at fewer rows,
-    // less pressed for memory, can be the faster), then no more.
-    int more = -1;
-    for (int k : Counts(batch, from)) {
-      if (more == 0) break;
+    // Tries micro-batches of at most `most` rows (by the fewest
+    // micro-batches that give them): whether they fit.
+    auto try_rows = [&](int64_t most) -> absl::StatusOr<bool> {
+      const int k = static_cast<int>((batch + most - 1) / most);
+      if (k > std::min<int64_t>(batch, kMaxMicroBatches)) return false;
       const int64_t rows = (batch + k - 1) / k;  // the largest micro-batch's
-      bool fitted = false;
-      for (int attempt = 0; attempt < kAttempts && plans_left > 0 && !fitted; ++attempt) {
+      for (int attempt = 0; attempt < kAttempts && plans_left > 0; ++attempt) {
         quilt::v1::Strategy s;
         if (kind == kClosest) {
           if (attempt > 0) break;
@@ -112,7 +99,7 @@ std::optional<AccumulatedPlan> PlanAccumulation(
               plan_at(rows, kind == kSearched ? std::string("heterog") : dp, scale);
           if (!found.has_value()) {
             if (progress) progress(absl::StrFormat("  none fits %d rows", rows));
-            break;
+            return false;
           }
           s = *found;
         }
@@ -124,15 +111,13 @@ std::optional<AccumulatedPlan> PlanAccumulation(
             Estimate(ix, topo, cost, NamedStrategy{name, s, ""}, batch, /*lower_bound=*/0,
                      /*program=*/nullptr, /*sim=*/nullptr, /*trace=*/false, /*both_orders=*/false);
         if (!e.ok()) {
-          if (absl::StrContains(e.status().message(), "gradient accumulation")) {
-            *why = std::string(e.status().message());
-            return std::nullopt;
-          }
+          if (absl::StrContains(e.status().message(), "gradient accumulation")) return e.status();
           // (e.g. the smaller micro-batches' rows fewer than a group's
           // replicas)
-          if (progress)
+          if (progress) {
             progress(absl::StrFormat("  %d micro-batches: %s", k, e.status().message()));
-          break;
+          }
+          return false;
         }
         if (progress) {
           progress(e->feasible()
@@ -140,11 +125,10 @@ std::optional<AccumulatedPlan> PlanAccumulation(
                        : absl::StrFormat("  %d micro-batches: %s", k, e->infeasible_reason()));
         }
         if (e->feasible()) {
-          fitted = true;
           if (!best.has_value() || e->step_time_s() < best->step_s) {
             best = Found{s, e->step_time_s(), what};
           }
-          break;
+          return true;
         }
         // Over memory: each device that overflowed planned again with the
         // share it had left.
@@ -155,8 +139,27 @@ std::optional<AccumulatedPlan> PlanAccumulation(
                static_cast<double>(m.peak_bytes());
         }
       }
-      if (more > 0) --more;
-      if (fitted && more < 0) more = 1;
+      return false;
+    };
+    // Halved until one fits; then halfway back to the last that did not (a
+    // plan at more rows that may fit too) and half of them (a plan less
+    // pressed for memory can be the faster), the fastest kept.
+    int64_t rows = (batch + from - 1) / from, missed = 0, fitted = 0;
+    for (int tries = 0; rows >= 1 && tries < kTries && fitted == 0; ++tries, rows /= 2) {
+      absl::StatusOr<bool> fits = try_rows(rows);
+      if (!fits.ok()) {
+        *why = std::string(fits.status().message());
+        return std::nullopt;
+      }
+      (*fits ? fitted : missed) = rows;
+    }
+    for (int64_t more : {missed > 0 ? (fitted + missed) / 2 : int64_t{0}, fitted / 2}) {
+      if (fitted == 0 || more <= 0 || more == fitted || more == missed) continue;
+      absl::StatusOr<bool> fits = try_rows(more);
+      if (!fits.ok()) {
+        *why = std::string(fits.status().message());
+        return std::nullopt;
+      }
     }
   }
   if (!best.has_value()) return std::nullopt;

@@ -4,10 +4,11 @@
 // afresh at a micro-batch's rows (from the largest batch anything was
 // found to fit, else the memory floor's), for the search's closest plan
 // and for data parallelism (the speed-proportional all-reduce baseline at
-// the micro-batch's rows), each from the fewest micro-batches its checked
-// batch suggests (PlanReport's hybrid_batch_limit and
-// data_parallel_batch_limit) up, each try one simulation in full of the
-// whole step; the fastest of the first that fit of each is the plan.
+// the micro-batch's rows), each from the rows its checked batch suggests
+// (PlanReport's hybrid_batch_limit and data_parallel_batch_limit), halved
+// until one fits, then halfway back to the last that did not and half
+// again (a plan less pressed for memory can be the faster), each try one
+// simulation in full of the whole step; the fastest that fits is the plan.
 // Every device holds the gradients it computes until the step's end, which
 // a plan for a micro-batch's rows does not count: where the whole step
 // overflows, the plan is made again with each overflowing device's memory

@@ -349,7 +349,7 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
   if (rep.best().empty() && o.accumulate && wanted(kHeteroG) && done.count(kHeteroG)) {
     // (Gradient accumulation: the planner's plan where nothing else fits.)
     const quilt::v1::Strategy& searched = done.at(kHeteroG).estimate.strategy();
-    // A plan at a micro-batch's rows, a search in half the time budget,
+    // A plan at a micro-batch's rows, a search in a third of the time budget,
     // on the devices' memory as scaled.
     const PlanAt plan_at =
         [&](int64_t rows, const std::string& strategy,
@@ -375,7 +375,7 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
       sub.trace = false;
       sub.fit_check_only = false;
       sub.progress = nullptr;
-      sub.search.time_budget_s = o.search.time_budget_s / 2;
+      sub.search.time_budget_s = o.search.time_budget_s / 3;
       absl::StatusOr<PlanResult> r = Plan(g, *scaled, sub);
       if (!r.ok() || r->report.best().empty()) return std::nullopt;
       for (const quilt::v1::StrategyEstimate& e : r->report.estimates()) {
