@@ -39,6 +39,7 @@ std::optional<AccumulatedPlan> PlanAccumulation(
     int64_t batch, const quilt::v1::Strategy* closest, const quilt::v1::PlanReport& rep,
     const std::string& name, const PlanAt& plan_at,
     const std::function<void(const std::string&)>& progress, std::string* why) {
+  why->clear();
   {
     // Whether the graph's passes can run as micro-batches at all: its
     // single-device program over two micro-batches of one row.
@@ -77,8 +78,9 @@ std::optional<AccumulatedPlan> PlanAccumulation(
     std::map<std::string, double> scale;
     int plans_left = kind == kSearched ? kSearches : kDataParallelPlans;
     // Tries micro-batches of at most `most` rows (by the fewest
-    // micro-batches that give them): whether they fit.
-    auto try_rows = [&](int64_t most) -> absl::StatusOr<bool> {
+    // micro-batches that give them): whether they fit (false, with `why`
+    // set, where the graph cannot run as micro-batches).
+    auto try_rows = [&](int64_t most) -> bool {
       const int k = static_cast<int>((batch + most - 1) / most);
       if (k > std::min<int64_t>(batch, kMaxMicroBatches)) return false;
       const int64_t rows = (batch + k - 1) / k;  // the largest micro-batch's
@@ -111,7 +113,10 @@ std::optional<AccumulatedPlan> PlanAccumulation(
             Estimate(ix, topo, cost, NamedStrategy{name, s, ""}, batch, /*lower_bound=*/0,
                      /*program=*/nullptr, /*sim=*/nullptr, /*trace=*/false, /*both_orders=*/false);
         if (!e.ok()) {
-          if (absl::StrContains(e.status().message(), "gradient accumulation")) return e.status();
+          if (absl::StrContains(e.status().message(), "gradient accumulation")) {
+            *why = std::string(e.status().message());
+            return false;
+          }
           // (e.g. the smaller micro-batches' rows fewer than a group's
           // replicas)
           if (progress) {
@@ -146,20 +151,13 @@ std::optional<AccumulatedPlan> PlanAccumulation(
     // pressed for memory can be the faster), the fastest kept.
     int64_t rows = (batch + from - 1) / from, missed = 0, fitted = 0;
     for (int tries = 0; rows >= 1 && tries < kTries && fitted == 0; ++tries, rows /= 2) {
-      absl::StatusOr<bool> fits = try_rows(rows);
-      if (!fits.ok()) {
-        *why = std::string(fits.status().message());
-        return std::nullopt;
-      }
-      (*fits ? fitted : missed) = rows;
+      (try_rows(rows) ? fitted : missed) = rows;
+      if (!why->empty()) return std::nullopt;
     }
     for (int64_t more : {missed > 0 ? (fitted + missed) / 2 : int64_t{0}, fitted / 2}) {
       if (fitted == 0 || more <= 0 || more == fitted || more == missed) continue;
-      absl::StatusOr<bool> fits = try_rows(more);
-      if (!fits.ok()) {
-        *why = std::string(fits.status().message());
-        return std::nullopt;
-      }
+      try_rows(more);
+      if (!why->empty()) return std::nullopt;
     }
   }
   if (!best.has_value()) return std::nullopt;
