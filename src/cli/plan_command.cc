@@ -20,6 +20,7 @@
 #include "src/common/status.h"
 #include "src/graph/autodiff.h"
 #include "src/graph/model_loader.h"
+#include "src/planner/accumulation.h"
 #include "src/planner/memory_floor.h"
 #include "src/planner/micro_batches.h"
 #include "src/planner/plan.h"
@@ -197,10 +198,7 @@ std::string NoFeasibleStrategy(const quilt::v1::PlanReport& r) {
     hint = r.global_batch() > 1 ? "; a smaller --batch or more devices may fit"
                                 : "; devices with more memory may fit";
   }
-  if (!r.accumulation_refused().empty()) {
-    hint += "; gradient accumulation over micro-batches cannot run this graph (" +
-            r.accumulation_refused() + ")";
-  }
+  hint += AccumulationRefusedHint(r);
   return absl::StrCat(
       "No feasible strategy: every strategy above runs out of memory or cannot "
       "be built at a global batch of ",

@@ -13,6 +13,7 @@
 #include "src/coordinator/checkpoint_dir.h"
 #include "src/coordinator/job_model.h"
 #include "src/coordinator/live_cluster.h"
+#include "src/planner/accumulation.h"
 #include "src/planner/memory_floor.h"
 #include "src/planner/plan.h"
 #include "src/runtime/data/dataset.h"
@@ -119,11 +120,7 @@ absl::StatusOr<PlanResult> PlanOn(const quilt::v1::JobSpec& spec, const Graph& g
                            result.report.data_parallel_batch_unchecked(),
                            " fits (not planned in full: the planning time budget ended first)")
             : "",
-        AboveTheMemoryFloor(result.report),
-        result.report.accumulation_refused().empty()
-            ? ""
-            : "; gradient accumulation over micro-batches cannot run this graph (" +
-                  result.report.accumulation_refused() + ")"));
+        AboveTheMemoryFloor(result.report), AccumulationRefusedHint(result.report)));
   }
   // A baseline asked for by name splits the batch over every device it
   // names (the planner's own plans, by auto or heterog, run on the devices

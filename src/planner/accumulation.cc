@@ -171,4 +171,10 @@ std::optional<AccumulatedPlan> PlanAccumulation(
   return out;
 }
 
+std::string AccumulationRefusedHint(const quilt::v1::PlanReport& report) {
+  if (report.accumulation_refused().empty()) return "";
+  return "; gradient accumulation over micro-batches cannot run this graph (" +
+         report.accumulation_refused() + ")";
+}
+
 }  // namespace quilt

@@ -52,6 +52,11 @@ std::optional<AccumulatedPlan> PlanAccumulation(
     const std::string& name, const PlanAt& plan_at,
     const std::function<void(const std::string&)>& progress, std::string* why);
 
+// A no-fit message's clause saying why the graph cannot run as
+// micro-batches ("; gradient accumulation … (reason)"), or "" where the
+// report refused none.
+std::string AccumulationRefusedHint(const quilt::v1::PlanReport& report);
+
 }  // namespace quilt
 
 #endif  // QUILT_SRC_PLANNER_ACCUMULATION_H_

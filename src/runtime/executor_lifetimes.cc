@@ -153,10 +153,14 @@ std::vector<Tensor> Executor::Impl::Release(int node) {
     if (it == left.end() || --it->second != 0) continue;
     const int t = static_cast<int>(key >> kMicroBatchBits);
     const int64_t micro = key & ((int64_t{1} << kMicroBatchBits) - 1);
-    const MicroBatchSpan rows =
-        MicroBatchRange(batch_, micro_batches_, static_cast<int>(micro) - 1);
-    std::vector<Tensor> freed =
-        micro == 0 ? store.Erase(t) : store.EraseRows(t, rows.begin, rows.end);
+    std::vector<Tensor> freed;
+    if (micro == 0) {
+      freed = store.Erase(t);
+    } else {
+      const MicroBatchSpan rows =
+          MicroBatchRange(batch_, micro_batches_, static_cast<int>(micro) - 1);
+      freed = store.EraseRows(t, rows.begin, rows.end);
+    }
     for (Tensor& v : freed) dropped.push_back(std::move(v));
   }
   auto& commits = commit_left_[d];
