@@ -16,6 +16,8 @@ using quilt::v1::DistributedProgram;
 using quilt::v1::Instruction;
 using quilt::v1::TensorRange;
 
+constexpr int kHeld = -2;
+
 struct Entry {
   int device = 0;
   const Instruction* ins = nullptr;
@@ -38,8 +40,12 @@ struct Pass {
   // for there, and whether an instruction waits for none of it there.
   std::vector<std::vector<int>> sinks;
   std::vector<bool> source;
+  // Ranges the program keeps on a device across steps (RangeKey, by the
+  // step's device).
+  absl::flat_hash_set<std::string> persistent;
   // The smaller micro-batches' pass: per entry run once per step, the
-  // larger pass's entry it is (-1: none).
+  // larger pass's entry it is, or stands for (-1: none; kHeld: a receive
+  // of what the larger pass keeps on the device, which needs none).
   std::vector<int> step_in_larger;
 };
 
@@ -71,6 +77,19 @@ std::string StepKey(int device, const Instruction& ins) {
   if (k.has_ps_pull()) k.mutable_ps_pull()->clear_tag();
   if (k.has_all_reduce()) k.mutable_all_reduce()->clear_collective_id();
   return absl::StrCat(device, ":", k.SerializeAsString());
+}
+
+// A range of a tensor on a device, whatever its index hint.
+std::string RangeKey(int device, const std::string& tensor, int64_t begin, int64_t end) {
+  return absl::StrCat(device, ":", tensor, ":", begin, ":", end);
+}
+std::string RangeKey(int device, const TensorRange& r) {
+  return RangeKey(device, r.tensor(), r.begin(), r.end());
+}
+
+// Where a per-step receive writes on its device, whatever its peer.
+std::string ReceivedKey(int device, const Instruction& ins) {
+  return RangeKey(device, ins.recv().has_into() ? ins.recv().into() : ins.recv().range());
 }
 
 class Unroller {
@@ -155,6 +174,9 @@ absl::Status Unroller::Load(const DistributedProgram& p, const DistributedProgra
           ", which the micro-batches of ", rows + 1, " rows and the step's updates leave out"));
     }
     pass->own_device[it->second] = d;
+    for (const TensorRange& r : p.devices(d).persistent()) {
+      pass->persistent.insert(RangeKey(it->second, r));
+    }
     for (const Instruction& ins : pass->originals[d]) {
       pass->entries.push_back(Entry{it->second, &ins});
       tag_stride_ = std::max({tag_stride_, ins.send().tag() + 1, ins.recv().tag() + 1,
@@ -254,13 +276,44 @@ absl::Status Unroller::MapSteps() {
     smaller.step_in_larger[i] = it->second.back();
     it->second.pop_back();
   }
+  // Two lowerings at different rows may fetch a weight (or a value made
+  // of weights alone) from different holders (the first that holds it,
+  // which depends on which devices have rows), or one may keep or compute
+  // it on a device the other fetches it to: a receive the larger pass
+  // lacks is the larger pass's writer of that range there, where that runs
+  // before the micro-batches (a receive or an op), or the range it keeps.
+  absl::flat_hash_map<std::string, int> written;
+  for (int i = 0; i < static_cast<int>(larger.entries.size()); ++i) {
+    const Entry& e = larger.entries[i];
+    if (e.per_micro_batch || e.late) continue;
+    if (e.ins->has_recv()) written.try_emplace(ReceivedKey(e.device, *e.ins), i);
+    if (!e.ins->has_compute()) continue;
+    const int op = ix_.OpIndex(e.ins->compute().op(), e.ins->compute().op_index());
+    if (op < 0) continue;
+    for (int t : ix_.Outputs(op)) {
+      if (t >= 0) written.try_emplace(RangeKey(e.device, ix_.graph().tensors()[t].name, 0, 0), i);
+    }
+  }
+  for (size_t i = 0; i < smaller.entries.size(); ++i) {
+    const Entry& e = smaller.entries[i];
+    if (e.per_micro_batch || e.late || !e.ins->has_recv() || smaller.step_in_larger[i] >= 0) {
+      continue;
+    }
+    const std::string key = ReceivedKey(e.device, *e.ins);
+    auto it = written.find(key);
+    if (it != written.end()) {
+      smaller.step_in_larger[i] = it->second;
+    } else if (larger.persistent.contains(key)) {
+      smaller.step_in_larger[i] = kHeld;
+    }
+  }
   // The smaller micro-batches wait only on per-step instructions the
   // larger pass has too.
   for (const Entry& e : smaller.entries) {
     if (!e.per_micro_batch) continue;
     for (int64_t dep : e.ins->deps()) {
       const int d = smaller.index_of.at(dep);
-      if (smaller.entries[d].per_micro_batch || smaller.step_in_larger[d] >= 0) continue;
+      if (smaller.entries[d].per_micro_batch || smaller.step_in_larger[d] != -1) continue;
       return absl::InvalidArgumentError(absl::StrCat(
           "micro-batches of ", smaller.rows, " and ", larger.rows, " rows: ", Describe(*e.ins),
           " waits for ", Describe(*smaller.entries[d].ins), ", which the step at ", larger.rows,
@@ -300,8 +353,10 @@ Instruction Unroller::Copy(int i, int j) const {
     const int d = pass.index_of.at(dep);
     if (pass.entries[d].per_micro_batch) {
       out.add_deps(micro_id_[j][d]);
-    } else {
-      out.add_deps(step_id_[&pass == &passes_[0] ? d : pass.step_in_larger[d]]);
+    } else if (&pass == &passes_[0]) {
+      out.add_deps(step_id_[d]);
+    } else if (pass.step_in_larger[d] != kHeld) {
+      out.add_deps(step_id_[pass.step_in_larger[d]]);
     }
   }
   if (j > 0 && pass.source[i]) {

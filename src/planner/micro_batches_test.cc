@@ -244,6 +244,66 @@ TEST(MicroBatches, MicroBatchesOfTwoSizesKeepTagsUnique) {
   }
 }
 
+// Per device, the receives of `tensor` and whether it keeps it.
+struct Fetches {
+  std::vector<std::string> peers;
+  bool kept = false;
+};
+Fetches FetchesOf(const DistributedProgram& p, const std::string& device,
+                  const std::string& tensor) {
+  Fetches f;
+  for (const auto& dp : p.devices()) {
+    if (dp.device() != device) continue;
+    for (const Instruction& ins : dp.instructions()) {
+      if (ins.has_recv() && ins.recv().range().tensor() == tensor) {
+        f.peers.push_back(ins.recv().peer_device());
+      }
+    }
+    for (const auto& r : dp.persistent()) f.kept |= r.tensor() == tensor;
+  }
+  return f;
+}
+
+// The tied embedding's lookup on two devices whose rows change with the
+// micro-batch's size, the output projection on a third: the lowering at 1
+// row fetches the weight from the one holder it has, the lowering at 2 rows
+// from another, or keeps it on the projection's device (`held`). The batch
+// of 3 as micro-batches of 1 and 2 rows reads the weight there as the
+// larger micro-batch's lowering provides it: one receive per step (from its
+// peer), or none; the program validates and simulates.
+TEST(MicroBatches, MicroBatchesOfTwoSizesShareAWeightFetchedFromOtherHolders) {
+  auto w = testing::Make("transformer");
+  const std::string weight = w->graph.parameters[0].tensor;
+  for (bool held : {false, true}) {
+    SCOPED_TRACE(held);
+    const std::string rest = held ? "fast/gpu:0" : "slow/gpu:0";
+    quilt::v1::Strategy s =
+        testing::FirstOpsMoveWithRows(w->graph, 1, "fast/gpu:0", "fast/gpu:1", rest);
+    const absl::StatusOr<DistributedProgram> one = Lower(w->graph, s, w->topo, w->cost.get(), 1);
+    const absl::StatusOr<DistributedProgram> two = Lower(w->graph, s, w->topo, w->cost.get(), 2);
+    ASSERT_THAT(one.status(), IsOk());
+    ASSERT_THAT(two.status(), IsOk());
+    // (The case: the two lowerings provide the weight otherwise.)
+    const Fetches at_one = FetchesOf(*one, rest, weight), at_two = FetchesOf(*two, rest, weight);
+    ASSERT_EQ(at_one.peers, std::vector<std::string>{"fast/gpu:1"}) << weight;
+    ASSERT_FALSE(at_one.kept);
+    if (held) {
+      ASSERT_TRUE(at_two.kept);
+      ASSERT_TRUE(at_two.peers.empty());
+    } else {
+      ASSERT_EQ(at_two.peers, std::vector<std::string>{"fast/gpu:0"});
+    }
+    s.set_micro_batches(2);
+    const absl::StatusOr<DistributedProgram> p = Lower(w->graph, s, w->topo, w->cost.get(), 3);
+    ASSERT_THAT(p.status(), IsOk());
+    const Fetches step = FetchesOf(*p, rest, weight);
+    EXPECT_EQ(step.peers, at_two.peers);
+    EXPECT_EQ(step.kept, held);
+    EXPECT_THAT(ValidateProgram(*p, w->graph, w->topo), IsOk());
+    EXPECT_THAT(Simulate(*p, w->graph, w->topo, *w->cost).status(), IsOk());
+  }
+}
+
 TEST(MicroBatches, RefusesCountsOutsideOneToTheBatchRows) {
   auto w = testing::Make("mlp");
   quilt::v1::Strategy s = testing::EvenRing(*w);

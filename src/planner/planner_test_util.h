@@ -5,7 +5,8 @@
 // lowering that also validates and
 // simulates (LowerChecked); and a strategy that puts the transformer's tied
 // embedding lookup on one device and everything else on all four
-// (TiedSplit); a graph whose partial sum one op reads as is and another
+// (TiedSplit); one whose first op's devices change with the rows
+// (FirstOpsMoveWithRows); a graph whose partial sum one op reads as is and another
 // needs summed (PartialReadThenSummed); data parallelism with ring
 // all-reduce over every device (EvenRing).
 #ifndef QUILT_SRC_PLANNER_PLANNER_TEST_UTIL_H_
@@ -22,6 +23,7 @@
 #include "src/common/status_matchers.h"
 #include "src/cost/cost_model.h"
 #include "src/graph/graph_builder.h"
+#include "src/graph/op_registry.h"
 #include "src/graph/zoo_training.h"
 #include "src/planner/baselines.h"
 #include "src/planner/lower.h"
@@ -161,6 +163,40 @@ inline quilt::v1::Strategy TiedSplit(const Graph& g, const Topology& topo) {
     auto* a = s.add_aggregations();
     a->set_parameter(p.tensor);
     a->set_method(quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE);
+  }
+  return s;
+}
+
+// Forward ops [0, first) on devices `a` (1 replica) and `b` (2), every
+// other forward op on `rest` alone; ring all-reduce. At one row only `b`
+// runs the first ops, at two rows both do: where the rest reads a weight
+// of the first ops (a tied embedding, a shared layer), a lowering at one
+// row and one at two fetch it from different holders (`rest` apart from
+// both), or one keeps it on `rest` (`rest` == `a`) where the other fetches
+// it.
+inline quilt::v1::Strategy FirstOpsMoveWithRows(const Graph& g, size_t first, const std::string& a,
+                                                const std::string& b, const std::string& rest) {
+  quilt::v1::Strategy s;
+  s.set_name("first-ops-move");
+  const std::vector<std::string> fwd = ForwardOps(g);
+  auto* head = s.add_groups();
+  head->set_group(0);
+  for (size_t i = 0; i < first; ++i) head->add_ops(fwd[i]);
+  for (const auto& [device, replicas] : {std::pair{a, 1}, std::pair{b, 2}}) {
+    auto* r = head->add_replicas();
+    r->set_device(device);
+    r->set_replicas(replicas);
+  }
+  auto* others = s.add_groups();
+  others->set_group(1);
+  for (size_t i = first; i < fwd.size(); ++i) others->add_ops(fwd[i]);
+  others->add_replicas()->set_device(rest);
+  others->mutable_replicas(0)->set_replicas(1);
+  for (const Op& op : g.ops) {
+    if (!OpRegistry::Global().Find(op.type)->is_update) continue;
+    auto* ag = s.add_aggregations();
+    ag->set_parameter(op.inputs[0]);
+    ag->set_method(quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE);
   }
   return s;
 }

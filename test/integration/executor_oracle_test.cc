@@ -272,18 +272,37 @@ TEST_P(Oracle, EveryStrategyEndsWithTheSingleDeviceParameters) {
     }
     strategies.push_back({"random-sparse", sparse(RandomStrategy(s->graph, s->topo, 15))});
   }
+  // The first third of the forward ops on devices 0 and 1 (1 and 2
+  // replicas: at one row only device 1 runs them), the rest on device 0
+  // (which keeps their weights at two rows and fetches them at one) or
+  // device 2 (which fetches them from device 0 at two rows, from device 1
+  // at one), run below as micro-batches of 1 and 2 rows: where the rest
+  // reads such a weight or a copy made of it (tied_lm's transposed
+  // embedding, recurrent's transposed LSTM weights, integer_ops' table read
+  // twice), the micro-batches of 1 row read it as the step at 2 rows
+  // provides it (received from another device, made or kept there).
+  for (int rest : {0, 2}) {
+    if (rest >= n) continue;
+    strategies.push_back(
+        {absl::StrCat("first-ops-move-rest", rest),
+         FirstOpsMoveWithRows(s->graph, ForwardOps(s->graph).size() / 3, s->topo.device(0).id,
+                              s->topo.device(1).id, s->topo.device(rest).id)});
+  }
   // Gradient accumulation: some of the above run as micro-batches, their
   // gradients summed before they are aggregated (4 micro-batches where
   // each device keeps a row of each; 5 and 7, which divide no fixture's
   // batch, of rows that differ by one; 7 of 2 or 3 rows leave a device of
-  // three out of the smaller ones).
+  // three out of the smaller ones; two thirds of the batch's rows, of 1 or
+  // 2 rows each, move the first ops' devices).
   std::vector<std::pair<std::string, quilt::v1::Strategy>> accumulated;
   for (const auto& [name, strategy] : strategies) {
     std::vector<int> counts = {2};
     if (name == "even-ring") counts = {4, 7};
     if (name == "split1-one-all") counts = {5};
+    const bool moves = absl::StartsWith(name, "first-ops-move");
+    if (moves) counts = {static_cast<int>(c.model.batch * 2 / 3)};  // 1 or 2 rows
     if (name != "even-ring" && name != "planner" && name != "sharded-ps" && name != "random11" &&
-        name != "split1-one-all" && name != "sparse-lookups") {
+        name != "split1-one-all" && name != "sparse-lookups" && !moves) {
       continue;
     }
     for (int k : counts) {
