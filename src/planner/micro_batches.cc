@@ -111,6 +111,11 @@ class Unroller {
   absl::Status Classify(Pass* pass) const;
   static void SourcesAndSinks(int devices, Pass* pass);
   absl::Status MapSteps();
+  // The smaller micro-batches run no op the larger ones leave out where
+  // that matters: see the body.
+  absl::Status CheckSmallerOps() const;
+  // A device of the step's program, by name.
+  const std::string& DeviceName(int device) const { return device_names_[device]; }
   // Micro-batch j's pass, and where its rows begin.
   const Pass& PassOf(int j) const { return j < first_larger_ ? passes_[1] : passes_[0]; }
   int64_t Offset(int j) const { return MicroBatchRange(batch_, k_, j).begin; }
@@ -129,6 +134,7 @@ class Unroller {
   std::vector<int64_t> step_id_;
   std::vector<std::vector<int64_t>> micro_id_;
   int64_t tag_stride_ = 1, collective_stride_ = 1;
+  std::vector<std::string> device_names_;  // by the step's device
 };
 
 bool Unroller::PerMicroBatch(const Instruction& ins) const {
@@ -307,6 +313,7 @@ absl::Status Unroller::MapSteps() {
       smaller.step_in_larger[i] = kHeld;
     }
   }
+  RETURN_IF_ERROR(CheckSmallerOps());
   // The smaller micro-batches wait only on per-step instructions the
   // larger pass has too.
   for (const Entry& e : smaller.entries) {
@@ -318,6 +325,47 @@ absl::Status Unroller::MapSteps() {
           "micro-batches of ", smaller.rows, " and ", larger.rows, " rows: ", Describe(*e.ins),
           " waits for ", Describe(*smaller.entries[d].ins), ", which the step at ", larger.rows,
           " rows lacks"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Unroller::CheckSmallerOps() const {
+  const Pass& larger = passes_[0];
+  const Pass& smaller = passes_[1];
+  // A split of fewer rows may give a device rows of a group that the
+  // larger split gives none (B · r / R rounded by remainders): there the
+  // smaller micro-batches' sums over the rows (weight gradients) would
+  // miss the step's aggregation, and the weights they read would not be
+  // kept.
+  absl::flat_hash_set<std::pair<int, int>> ran;  // (device, op) of the larger micro-batches
+  for (const Entry& e : larger.entries) {
+    if (!e.per_micro_batch || !e.ins->has_compute()) continue;
+    ran.insert({e.device, ix_.OpIndex(e.ins->compute().op(), e.ins->compute().op_index())});
+  }
+  for (const Entry& e : smaller.entries) {
+    if (!e.per_micro_batch || !e.ins->has_compute()) continue;
+    const int op = ix_.OpIndex(e.ins->compute().op(), e.ins->compute().op_index());
+    if (op < 0) continue;
+    const std::string where =
+        absl::StrCat("micro-batches of ", smaller.rows, " and ", larger.rows, " rows: op '",
+                     e.ins->compute().op(), "' runs on ", DeviceName(e.device),
+                     " in the micro-batches of ", smaller.rows, " rows");
+    bool sums = false;
+    for (int t : ix_.Outputs(op)) sums |= t >= 0 && !ix_.Batched(t);
+    if (sums && !ran.contains({e.device, op})) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, " and not in those of ", larger.rows,
+                       " (its sum over their rows would miss the step's aggregation)"));
+    }
+    for (int t : ix_.Inputs(op)) {
+      if (t < 0 || ix_.Batched(t)) continue;
+      const std::string key = RangeKey(e.device, ix_.graph().tensors()[t].name, 0, 0);
+      if (smaller.persistent.contains(key) && !larger.persistent.contains(key)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, " and reads '", ix_.graph().tensors()[t].name,
+                         "', which the step at ", larger.rows, " rows does not keep there"));
+      }
     }
   }
   return absl::OkStatus();
@@ -400,6 +448,7 @@ Instruction Unroller::Copy(int i, int j) const {
 
 absl::Status Unroller::Run(DistributedProgram* p, const DistributedProgram* smaller) {
   passes_.resize(smaller != nullptr ? 2 : 1);
+  for (const auto& dp : p->devices()) device_names_.push_back(dp.device());
   const MicroBatchSpan last = MicroBatchRange(batch_, k_, k_ - 1);
   RETURN_IF_ERROR(Load(*p, *p, last.end - last.begin, &passes_[0]));
   if (smaller != nullptr) {

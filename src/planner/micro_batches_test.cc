@@ -1,9 +1,11 @@
 #include "src/planner/micro_batches.h"
 
 #include <map>
+#include <random>
 #include <set>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "src/common/status_matchers.h"
@@ -17,6 +19,7 @@ namespace {
 
 using quilt::v1::DistributedProgram;
 using quilt::v1::Instruction;
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 int64_t Peak(const SimResult& r) {
@@ -301,6 +304,73 @@ TEST(MicroBatches, MicroBatchesOfTwoSizesShareAWeightFetchedFromOtherHolders) {
     EXPECT_EQ(step.kept, held);
     EXPECT_THAT(ValidateProgram(*p, w->graph, w->topo), IsOk());
     EXPECT_THAT(Simulate(*p, w->graph, w->topo, *w->cost).status(), IsOk());
+  }
+}
+
+// A split of fewer rows can give a device rows of a group that the larger
+// split gives none: 3 rows over counts 1:3:3 give one each, 4 rows give
+// 0:2:2. The micro-batches of 3 rows would run the group's ops on a device
+// whose weight gradients the step at 4 rows does not aggregate, reading
+// weights it does not keep there: refused, naming the op and the device
+// (the program would not validate).
+TEST(MicroBatches, RefusesASmallerMicroBatchOnADeviceTheLargerLeavesOut) {
+  auto w = testing::Make("mlp");
+  const std::vector<std::string> fwd = ForwardOps(w->graph);
+  quilt::v1::Strategy s = testing::EvenRing(*w);
+  s.clear_groups();
+  const std::vector<std::vector<std::pair<std::string, int>>> replicas = {
+      {{"fast/gpu:0", 2}, {"fast/gpu:1", 1}},
+      {{"fast/gpu:1", 1}, {"slow/gpu:0", 3}, {"slow/gpu:1", 3}}};
+  for (int k = 0; k < 2; ++k) {
+    auto* grp = s.add_groups();
+    grp->set_group(k);
+    for (size_t i = fwd.size() * k / 2; i < fwd.size() * (k + 1) / 2; ++i) grp->add_ops(fwd[i]);
+    for (const auto& [device, count] : replicas[k]) {
+      auto* r = grp->add_replicas();
+      r->set_device(device);
+      r->set_replicas(count);
+    }
+  }
+  s.set_micro_batches(2);
+  EXPECT_THAT(Lower(w->graph, s, w->topo, w->cost.get(), 7).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("runs on fast/gpu:1 in the micro-batches of 3 rows"),
+                             HasSubstr("at 4 rows"))));
+  // Each size alone lowers (the refusal is the pairing's).
+  s.set_micro_batches(1);
+  EXPECT_THAT(Lower(w->graph, s, w->topo, w->cost.get(), 3).status(), IsOk());
+  EXPECT_THAT(Lower(w->graph, s, w->topo, w->cost.get(), 4).status(), IsOk());
+}
+
+// Seeded random strategies (groups on random device subsets with random
+// replica counts, random aggregation methods) over random batches and
+// micro-batch counts: each lowering is refused with a reason that names
+// micro-batches or gradient accumulation, or validates and simulates.
+TEST(MicroBatches, RandomStrategiesAreRefusedOrValid) {
+  for (const char* model : {"mlp", "transformer"}) {
+    SCOPED_TRACE(model);
+    auto w = testing::Make(model);
+    int lowered = 0;
+    for (uint64_t seed = 1; seed <= 60; ++seed) {
+      quilt::v1::Strategy s = testing::RandomStrategy(w->graph, w->topo, seed, 4, 4);
+      std::mt19937_64 rng(seed * 7);
+      const int64_t batch = 5 + static_cast<int64_t>(rng() % 20);
+      s.set_micro_batches(2 + static_cast<int>(rng() % (batch - 1)));
+      SCOPED_TRACE(absl::StrCat("seed ", seed, ", batch ", batch, " as ", s.micro_batches()));
+      const absl::StatusOr<DistributedProgram> p =
+          Lower(w->graph, s, w->topo, w->cost.get(), batch);
+      if (!p.ok()) {
+        EXPECT_THAT(p.status(), StatusIs(absl::StatusCode::kInvalidArgument,
+                                         ::testing::AnyOf(HasSubstr("micro-batches"),
+                                                          HasSubstr("gradient accumulation"))));
+        continue;
+      }
+      ++lowered;
+      EXPECT_THAT(ValidateProgram(*p, w->graph, w->topo), IsOk());
+      EXPECT_THAT(Simulate(*p, w->graph, w->topo, *w->cost).status(), IsOk());
+    }
+    // (Most lower: the case is not vacuous.)
+    EXPECT_GT(lowered, 50);
   }
 }
 

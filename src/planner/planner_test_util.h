@@ -8,11 +8,14 @@
 // (TiedSplit); one whose first op's devices change with the rows
 // (FirstOpsMoveWithRows); a graph whose partial sum one op reads as is and another
 // needs summed (PartialReadThenSummed); data parallelism with ring
-// all-reduce over every device (EvenRing).
+// all-reduce over every device (EvenRing); a seeded random strategy
+// (RandomStrategy).
 #ifndef QUILT_SRC_PLANNER_PLANNER_TEST_UTIL_H_
 #define QUILT_SRC_PLANNER_PLANNER_TEST_UTIL_H_
 
+#include <map>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -217,6 +220,62 @@ inline std::unique_ptr<World> PartialReadThenSummed() {
   w->graph.has_backward = true;  // no parameters: lowered as it is
   TopologyAndCost(TwoNodes(), w->graph, &w->topo, &w->cost);
   return w;
+}
+
+// A seeded random strategy: contiguous op groups (1 to `most_groups`),
+// each on a random device subset with random replica counts (1 to
+// `most_replicas`; or one device), each group's parameters aggregated by a
+// random method.
+inline quilt::v1::Strategy RandomStrategy(const Graph& g, const Topology& topo, uint64_t seed,
+                                          int most_groups = 3, int most_replicas = 3) {
+  std::mt19937_64 rng(seed);
+  const std::vector<std::string> fwd = ForwardOps(g);
+  const int groups = 1 + static_cast<int>(rng() % most_groups);
+  quilt::v1::Strategy s;
+  s.set_name("random");
+  std::map<std::string, int> group_of;
+  for (int k = 0; k < groups; ++k) {
+    auto* grp = s.add_groups();
+    grp->set_group(k);
+    for (size_t i = fwd.size() * k / groups; i < fwd.size() * (k + 1) / groups; ++i) {
+      grp->add_ops(fwd[i]);
+      group_of[fwd[i]] = k;
+    }
+    std::vector<int> devices;
+    for (int d = 0; d < topo.num_devices(); ++d) {
+      if (rng() % 2 == 0) devices.push_back(d);
+    }
+    if (devices.empty()) devices.push_back(static_cast<int>(rng() % topo.num_devices()));
+    for (int d : devices) {
+      auto* r = grp->add_replicas();
+      r->set_device(topo.device(d).id);
+      r->set_replicas(1 + static_cast<int>(rng() % most_replicas));
+    }
+  }
+  for (const Op& op : g.ops) {
+    if (!OpRegistry::Global().Find(op.type)->is_update) continue;
+    auto* a = s.add_aggregations();
+    a->set_parameter(op.inputs[0]);
+    switch (rng() % 4) {
+      case 0:
+        a->set_method(quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE);
+        break;
+      case 1:
+        a->set_method(quilt::v1::AGGREGATION_METHOD_HIERARCHICAL_ALLREDUCE);
+        break;
+      case 2:
+        a->set_method(quilt::v1::AGGREGATION_METHOD_TREE_ALLREDUCE);
+        break;
+      default:
+        a->set_method(quilt::v1::AGGREGATION_METHOD_PARAMETER_SERVER);
+        const int first = static_cast<int>(rng() % topo.num_devices());
+        a->add_servers(topo.device(first).id);
+        if (rng() % 2 == 0 && topo.num_devices() > 1) {
+          a->add_servers(topo.device((first + 1) % topo.num_devices()).id);
+        }
+    }
+  }
+  return s;
 }
 
 inline quilt::v1::Strategy EvenRing(const World& w) {

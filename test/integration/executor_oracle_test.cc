@@ -50,60 +50,6 @@ namespace {
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
-// A seeded random strategy: contiguous op groups, each on a random device
-// subset with random replica counts (or one device), each group's
-// parameters aggregated by a random method.
-quilt::v1::Strategy RandomStrategy(const Graph& g, const Topology& topo, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  const std::vector<std::string> fwd = ForwardOps(g);
-  const int groups = 1 + static_cast<int>(rng() % 3);
-  quilt::v1::Strategy s;
-  s.set_name("random");
-  std::map<std::string, int> group_of;
-  for (int k = 0; k < groups; ++k) {
-    auto* grp = s.add_groups();
-    grp->set_group(k);
-    for (size_t i = fwd.size() * k / groups; i < fwd.size() * (k + 1) / groups; ++i) {
-      grp->add_ops(fwd[i]);
-      group_of[fwd[i]] = k;
-    }
-    std::vector<int> devices;
-    for (int d = 0; d < topo.num_devices(); ++d) {
-      if (rng() % 2 == 0) devices.push_back(d);
-    }
-    if (devices.empty()) devices.push_back(static_cast<int>(rng() % topo.num_devices()));
-    for (int d : devices) {
-      auto* r = grp->add_replicas();
-      r->set_device(topo.device(d).id);
-      r->set_replicas(1 + static_cast<int>(rng() % 3));
-    }
-  }
-  for (const Op& op : g.ops) {
-    if (!OpRegistry::Global().Find(op.type)->is_update) continue;
-    auto* a = s.add_aggregations();
-    a->set_parameter(op.inputs[0]);
-    switch (rng() % 4) {
-      case 0:
-        a->set_method(quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE);
-        break;
-      case 1:
-        a->set_method(quilt::v1::AGGREGATION_METHOD_HIERARCHICAL_ALLREDUCE);
-        break;
-      case 2:
-        a->set_method(quilt::v1::AGGREGATION_METHOD_TREE_ALLREDUCE);
-        break;
-      default:
-        a->set_method(quilt::v1::AGGREGATION_METHOD_PARAMETER_SERVER);
-        const int first = static_cast<int>(rng() % topo.num_devices());
-        a->add_servers(topo.device(first).id);
-        if (rng() % 2 == 0 && topo.num_devices() > 1) {
-          a->add_servers(topo.device((first + 1) % topo.num_devices()).id);
-        }
-    }
-  }
-  return s;
-}
-
 // Forward ops [0, cut/3) and [cut/3, end) as two groups: one on device 0
 // (with one_first) or the last device, the other on every device; ring
 // all-reduce.
