@@ -744,7 +744,7 @@ absl::Status LowerInto(const GraphIndex& ix, const quilt::v1::Strategy& s, const
   RETURN_IF_ERROR(Lowerer(ix, topo, p, arena).Run(s, cost, include_graph, prog));
   std::optional<quilt::v1::DistributedProgram> smaller;
   if (s.micro_batches() > 1 && global_batch % s.micro_batches() != 0) {
-    absl::StatusOr<Placement> q = Place(ix, s, topo, rows - 1);
+    absl::StatusOr<Placement> q = PlaceSmallerMicroBatches(ix, s, topo, p);
     if (!q.ok()) {
       return Annotate(q.status(),
                       "the smaller of " + DescribeMicroBatches(global_batch, s.micro_batches()));

@@ -1,6 +1,8 @@
 #include "src/planner/micro_batches.h"
 
 #include <algorithm>
+#include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -334,10 +336,11 @@ absl::Status Unroller::CheckSmallerOps() const {
   const Pass& larger = passes_[0];
   const Pass& smaller = passes_[1];
   // A split of fewer rows may give a device rows of a group that the
-  // larger split gives none (B · r / R rounded by remainders): there the
-  // smaller micro-batches' sums over the rows (weight gradients) would
-  // miss the step's aggregation, and the weights they read would not be
-  // kept.
+  // larger split gives none (B · r / R rounded by remainders; the lowering
+  // places the smaller micro-batches so that it does not:
+  // PlaceSmallerMicroBatches): there the smaller micro-batches' sums over
+  // the rows (weight gradients) would miss the step's aggregation, and the
+  // weights they read would not be kept.
   absl::flat_hash_set<std::pair<int, int>> ran;  // (device, op) of the larger micro-batches
   for (const Entry& e : larger.entries) {
     if (!e.per_micro_batch || !e.ins->has_compute()) continue;
@@ -367,6 +370,30 @@ absl::Status Unroller::CheckSmallerOps() const {
                          "', which the step at ", larger.rows, " rows does not keep there"));
       }
     }
+  }
+  // An op that runs over the whole micro-batch on several devices (the
+  // lookups of a table gathered by sparse lookup, each device for its part
+  // of the table) needs the same devices in both.
+  auto whole_on = [&](const Pass& pass) {
+    std::map<int, std::set<int>> out;  // op -> devices
+    for (const Entry& e : pass.entries) {
+      if (!e.per_micro_batch || !e.ins->has_compute()) continue;
+      const auto& c = e.ins->compute();
+      if (c.begin() != 0 || (c.end() != 0 && c.end() != pass.rows)) continue;
+      out[ix_.OpIndex(c.op(), c.op_index())].insert(e.device);
+    }
+    return out;
+  };
+  const std::map<int, std::set<int>> large = whole_on(larger), small = whole_on(smaller);
+  for (const auto& [op, devices] : large) {
+    auto it = small.find(op);
+    if (devices.size() < 2 || op < 0 || (it != small.end() && it->second == devices)) continue;
+    return absl::InvalidArgumentError(
+        absl::StrCat("micro-batches of ", smaller.rows, " and ", larger.rows, " rows: op '",
+                     ix_.graph().ops[op].name, "' runs over the whole micro-batch on ",
+                     devices.size(), " devices in the micro-batches of ", larger.rows,
+                     " rows and on ", it == small.end() ? 0 : it->second.size(), " in those of ",
+                     smaller.rows, " (each device's part of a table gathered by sparse lookup)"));
   }
   return absl::OkStatus();
 }

@@ -9,6 +9,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "src/common/status_matchers.h"
+#include "src/planner/lookups.h"
 #include "src/planner/lower.h"
 #include "src/planner/planner_test_util.h"
 #include "src/planner/program_validator.h"
@@ -267,34 +268,40 @@ Fetches FetchesOf(const DistributedProgram& p, const std::string& device,
   return f;
 }
 
-// The tied embedding's lookup on two devices whose rows change with the
-// micro-batch's size, the output projection on a third: the lowering at 1
-// row fetches the weight from the one holder it has, the lowering at 2 rows
-// from another, or keeps it on the projection's device (`held`). The batch
-// of 3 as micro-batches of 1 and 2 rows reads the weight there as the
-// larger micro-batch's lowering provides it: one receive per step (from its
-// peer), or none; the program validates and simulates.
+// The tied embedding's lookup on fast/gpu:0 and slow/gpu:0 in the micro-
+// batches of 2 rows, on fast/gpu:0 alone in those of 1 row, the output
+// projection on slow/gpu:1 (which fetches the weight from slow/gpu:0, on
+// its node, at 2 rows, and from fast/gpu:0 at 1 row) or on slow/gpu:0
+// (which keeps it at 2 rows and fetches it at 1: `held`). The batch of 3
+// as micro-batches of 1 and 2 rows reads the weight there as the larger
+// micro-batches provide it: one receive per step (from their peer), or
+// none; the program validates and simulates.
 TEST(MicroBatches, MicroBatchesOfTwoSizesShareAWeightFetchedFromOtherHolders) {
   auto w = testing::Make("transformer");
   const std::string weight = w->graph.parameters[0].tensor;
   for (bool held : {false, true}) {
     SCOPED_TRACE(held);
-    const std::string rest = held ? "fast/gpu:0" : "slow/gpu:0";
+    const std::string rest = held ? "slow/gpu:0" : "slow/gpu:1";
     quilt::v1::Strategy s =
-        testing::FirstOpsMoveWithRows(w->graph, 1, "fast/gpu:0", "fast/gpu:1", rest);
-    const absl::StatusOr<DistributedProgram> one = Lower(w->graph, s, w->topo, w->cost.get(), 1);
+        testing::FirstOpsMoveWithRows(w->graph, 1, "fast/gpu:0", "slow/gpu:0", rest);
+    // (The case: the two sizes provide the weight otherwise. The smaller
+    // micro-batches' lookup runs on fast/gpu:0 alone, as it does when
+    // slow/gpu:0 lists no replica.)
+    quilt::v1::Strategy alone = s;
+    alone.mutable_groups(0)->mutable_replicas(1)->set_replicas(0);
+    const absl::StatusOr<DistributedProgram> one =
+        Lower(w->graph, alone, w->topo, w->cost.get(), 1);
     const absl::StatusOr<DistributedProgram> two = Lower(w->graph, s, w->topo, w->cost.get(), 2);
     ASSERT_THAT(one.status(), IsOk());
     ASSERT_THAT(two.status(), IsOk());
-    // (The case: the two lowerings provide the weight otherwise.)
     const Fetches at_one = FetchesOf(*one, rest, weight), at_two = FetchesOf(*two, rest, weight);
-    ASSERT_EQ(at_one.peers, std::vector<std::string>{"fast/gpu:1"}) << weight;
+    ASSERT_EQ(at_one.peers, std::vector<std::string>{"fast/gpu:0"}) << weight;
     ASSERT_FALSE(at_one.kept);
     if (held) {
       ASSERT_TRUE(at_two.kept);
       ASSERT_TRUE(at_two.peers.empty());
     } else {
-      ASSERT_EQ(at_two.peers, std::vector<std::string>{"fast/gpu:0"});
+      ASSERT_EQ(at_two.peers, std::vector<std::string>{"slow/gpu:0"});
     }
     s.set_micro_batches(2);
     const absl::StatusOr<DistributedProgram> p = Lower(w->graph, s, w->topo, w->cost.get(), 3);
@@ -309,11 +316,14 @@ TEST(MicroBatches, MicroBatchesOfTwoSizesShareAWeightFetchedFromOtherHolders) {
 
 // A split of fewer rows can give a device rows of a group that the larger
 // split gives none: 3 rows over counts 1:3:3 give one each, 4 rows give
-// 0:2:2. The micro-batches of 3 rows would run the group's ops on a device
-// whose weight gradients the step at 4 rows does not aggregate, reading
-// weights it does not keep there: refused, naming the op and the device
-// (the program would not validate).
-TEST(MicroBatches, RefusesASmallerMicroBatchOnADeviceTheLargerLeavesOut) {
+// 0:2:2. The smaller micro-batches are placed from the larger ones' rows
+// instead (one row fewer on a device of the most), so the batch of 7 as
+// micro-batches of 3 and 4 rows lowers and validates, fast/gpu:1 running
+// the second group in neither. A smaller program lowered by the
+// strategy's own split at 3 rows would run it there, its gradients
+// missing the step's aggregation: unrolling such a pair is refused, naming
+// the op and the device.
+TEST(MicroBatches, TheSmallerMicroBatchesRunOnlyWhereTheLargerDo) {
   auto w = testing::Make("mlp");
   const std::vector<std::string> fwd = ForwardOps(w->graph);
   quilt::v1::Strategy s = testing::EvenRing(*w);
@@ -321,10 +331,14 @@ TEST(MicroBatches, RefusesASmallerMicroBatchOnADeviceTheLargerLeavesOut) {
   const std::vector<std::vector<std::pair<std::string, int>>> replicas = {
       {{"fast/gpu:0", 2}, {"fast/gpu:1", 1}},
       {{"fast/gpu:1", 1}, {"slow/gpu:0", 3}, {"slow/gpu:1", 3}}};
+  std::set<std::string> second;
   for (int k = 0; k < 2; ++k) {
     auto* grp = s.add_groups();
     grp->set_group(k);
-    for (size_t i = fwd.size() * k / 2; i < fwd.size() * (k + 1) / 2; ++i) grp->add_ops(fwd[i]);
+    for (size_t i = fwd.size() * k / 2; i < fwd.size() * (k + 1) / 2; ++i) {
+      grp->add_ops(fwd[i]);
+      if (k == 1) second.insert(fwd[i]);
+    }
     for (const auto& [device, count] : replicas[k]) {
       auto* r = grp->add_replicas();
       r->set_device(device);
@@ -332,14 +346,53 @@ TEST(MicroBatches, RefusesASmallerMicroBatchOnADeviceTheLargerLeavesOut) {
     }
   }
   s.set_micro_batches(2);
-  EXPECT_THAT(Lower(w->graph, s, w->topo, w->cost.get(), 7).status(),
+  const absl::StatusOr<DistributedProgram> p = Lower(w->graph, s, w->topo, w->cost.get(), 7);
+  ASSERT_THAT(p.status(), IsOk());
+  EXPECT_THAT(ValidateProgram(*p, w->graph, w->topo), IsOk());
+  for (const auto& dp : p->devices()) {
+    if (dp.device() != "fast/gpu:1") continue;
+    for (const Instruction& ins : dp.instructions()) {
+      EXPECT_FALSE(ins.has_compute() && second.count(ins.compute().op()))
+          << ins.compute().op() << " in micro-batch " << ins.micro_batch();
+    }
+  }
+  // The strategy's own splits at 3 and 4 rows, unrolled as a pair.
+  s.set_micro_batches(1);
+  absl::StatusOr<DistributedProgram> four = Lower(w->graph, s, w->topo, w->cost.get(), 4);
+  const absl::StatusOr<DistributedProgram> three = Lower(w->graph, s, w->topo, w->cost.get(), 3);
+  ASSERT_THAT(four.status(), IsOk());
+  ASSERT_THAT(three.status(), IsOk());
+  const absl::StatusOr<GraphIndex> ix = GraphIndex::Build(w->graph);
+  ASSERT_THAT(ix.status(), IsOk());
+  EXPECT_THAT(UnrollMicroBatches(*ix, 7, 2, &*four, &*three),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        AllOf(HasSubstr("runs on fast/gpu:1 in the micro-batches of 3 rows"),
                              HasSubstr("at 4 rows"))));
-  // Each size alone lowers (the refusal is the pairing's).
-  s.set_micro_batches(1);
-  EXPECT_THAT(Lower(w->graph, s, w->topo, w->cost.get(), 3).status(), IsOk());
-  EXPECT_THAT(Lower(w->graph, s, w->topo, w->cost.get(), 4).status(), IsOk());
+}
+
+// A table gathered by sparse lookup runs its lookups over the whole
+// micro-batch on each of its devices (each for its part of the table).
+// Data parallel over the four devices, the batch of 7 as micro-batches of
+// 3 and 4 rows: at 3 rows a device has no rows, so the table would have
+// three devices in the smaller micro-batches and four in the larger:
+// refused, naming the lookup (the program would not validate).
+TEST(MicroBatches, RefusesATableWhoseDevicesDifferBetweenTheSizes) {
+  auto w = testing::Make("transformer");
+  const absl::StatusOr<GraphIndex> ix = GraphIndex::Build(w->graph);
+  ASSERT_THAT(ix.status(), IsOk());
+  const std::map<std::string, std::vector<int>> tables = LookupTables(*ix);
+  ASSERT_FALSE(tables.empty());
+  quilt::v1::Strategy s = testing::EvenRing(*w);
+  for (auto& a : *s.mutable_aggregations()) {
+    if (tables.count(a.parameter())) a.set_method(quilt::v1::AGGREGATION_METHOD_SPARSE_LOOKUP);
+  }
+  s.set_micro_batches(2);
+  EXPECT_THAT(Lower(w->graph, s, w->topo, w->cost.get(), 7).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("runs over the whole micro-batch on 4 devices"),
+                             HasSubstr("gathered by sparse lookup"))));
+  // At 8 rows as micro-batches of 4 each device keeps a row of each.
+  EXPECT_THAT(Lower(w->graph, s, w->topo, w->cost.get(), 8).status(), IsOk());
 }
 
 // Seeded random strategies (groups on random device subsets with random

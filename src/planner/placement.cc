@@ -101,6 +101,33 @@ absl::StatusOr<std::vector<std::pair<int, int>>> WeightGradientSplit(
 
 }  // namespace
 
+absl::StatusOr<Placement> PlaceSmallerMicroBatches(const GraphIndex& ix,
+                                                   const quilt::v1::Strategy& s,
+                                                   const Topology& topo, const Placement& larger) {
+  // Each group's counts made the rows the larger split gives: split again
+  // at one row less, by the largest remainders, every device keeps its rows
+  // but the last of those with the most.
+  quilt::v1::Strategy smaller = s;
+  auto as_rows = [&](const std::vector<std::pair<int, int>>& reps,
+                     google::protobuf::RepeatedPtrField<quilt::v1::DeviceReplicas>* out) {
+    out->Clear();
+    for (const Slice& r : SplitBatch(reps, larger.global_batch)) {
+      auto* d = out->Add();
+      d->set_device(topo.device(r.device).id);
+      d->set_replicas(static_cast<int32_t>(r.end - r.begin));
+    }
+  };
+  for (int gi = 0; gi < smaller.groups_size() && gi < static_cast<int>(larger.groups.size());
+       ++gi) {
+    auto* gp = smaller.mutable_groups(gi);
+    as_rows(larger.groups[gi], gp->mutable_replicas());
+    if (!larger.weight_gradient_groups[gi].empty()) {
+      as_rows(larger.weight_gradient_groups[gi], gp->mutable_weight_gradient_replicas());
+    }
+  }
+  return Place(ix, smaller, topo, larger.global_batch - 1);
+}
+
 absl::StatusOr<Placement> Place(const Graph& g, const quilt::v1::Strategy& s, const Topology& topo,
                                 int64_t batch) {
   ASSIGN_OR_RETURN(const GraphIndex ix, GraphIndex::Build(g));

@@ -66,6 +66,18 @@ absl::StatusOr<Placement> Place(const Graph& graph, const quilt::v1::Strategy& s
 absl::StatusOr<Placement> Place(const GraphIndex& index, const quilt::v1::Strategy& strategy,
                                 const Topology& topology, int64_t global_batch);
 
+// Where micro-batches differ by a row (micro_batches.h), the smaller ones'
+// placement, from the larger ones' (`larger`, of strategy `s`): every
+// group's devices keep the rows `larger` gives them but for one device of
+// the most rows, which gives one up. (The strategy's own split at one row
+// less is not that: B · r / R with its remainders is not monotone in B, so
+// it can give a device rows of a group the larger split gives none, whose
+// gradients would miss the step's aggregation.)
+absl::StatusOr<Placement> PlaceSmallerMicroBatches(const GraphIndex& index,
+                                                   const quilt::v1::Strategy& s,
+                                                   const Topology& topology,
+                                                   const Placement& larger);
+
 // The op whose group an op belongs to: its forward op, or itself.
 const std::string& GroupKey(const Op& op);
 

@@ -170,13 +170,15 @@ inline quilt::v1::Strategy TiedSplit(const Graph& g, const Topology& topo) {
   return s;
 }
 
-// Forward ops [0, first) on devices `a` (1 replica) and `b` (2), every
-// other forward op on `rest` alone; ring all-reduce. At one row only `b`
-// runs the first ops, at two rows both do: where the rest reads a weight
-// of the first ops (a tied embedding, a shared layer), a lowering at one
-// row and one at two fetch it from different holders (`rest` apart from
-// both), or one keeps it on `rest` (`rest` == `a`) where the other fetches
-// it.
+// Forward ops [0, first) on devices `a` and `b` (a replica each), every
+// other forward op on `rest` alone; ring all-reduce. As micro-batches of 1
+// and 2 rows, both run the first ops in the larger micro-batches, `a` alone
+// in the smaller ones (placed from the larger's rows, the last device of
+// the most gives one up): where the rest reads a weight of the first ops
+// (a tied embedding, a shared layer), the two sizes fetch it from
+// different holders (`rest` beside `b` on its node, which prefers `b` to
+// `a` where both hold it), or one keeps it on `rest` (`rest` == `b`) where
+// the other fetches it.
 inline quilt::v1::Strategy FirstOpsMoveWithRows(const Graph& g, size_t first, const std::string& a,
                                                 const std::string& b, const std::string& rest) {
   quilt::v1::Strategy s;
@@ -185,7 +187,7 @@ inline quilt::v1::Strategy FirstOpsMoveWithRows(const Graph& g, size_t first, co
   auto* head = s.add_groups();
   head->set_group(0);
   for (size_t i = 0; i < first; ++i) head->add_ops(fwd[i]);
-  for (const auto& [device, replicas] : {std::pair{a, 1}, std::pair{b, 2}}) {
+  for (const auto& [device, replicas] : {std::pair{a, 1}, std::pair{b, 1}}) {
     auto* r = head->add_replicas();
     r->set_device(device);
     r->set_replicas(replicas);

@@ -411,13 +411,18 @@ absl::Status Validator::CheckStrategy() {
   if (!rows.ok()) return Annotate(rows.status(), "the program's strategy");
   // Placed at the largest micro-batch's rows, and where micro-batches
   // differ, at the smaller ones' too.
+  // (The smaller from the larger: PlaceSmallerMicroBatches.)
   std::map<int64_t, Placement> placed;
-  for (int j = 0; j < micro; ++j) {
-    const MicroBatchSpan m = MicroBatchRange(p_.global_batch(), micro, j);
-    if (placed.count(m.end - m.begin)) continue;
-    absl::StatusOr<Placement> p = Place(ix_, p_.strategy(), topo_, m.end - m.begin);
+  {
+    absl::StatusOr<Placement> p = Place(ix_, p_.strategy(), topo_, *rows);
     if (!p.ok()) return Annotate(p.status(), "the program's strategy");
-    placed.emplace(m.end - m.begin, *std::move(p));
+    placed.emplace(*rows, *std::move(p));
+  }
+  if (micro > 1 && p_.global_batch() % micro != 0) {
+    absl::StatusOr<Placement> p =
+        PlaceSmallerMicroBatches(ix_, p_.strategy(), topo_, placed.at(*rows));
+    if (!p.ok()) return Annotate(p.status(), "the program's strategy");
+    placed.emplace(*rows - 1, *std::move(p));
   }
   const Placement& largest = placed.at(*rows);
   for (size_t i = 0; i < g_.ops.size(); ++i) {

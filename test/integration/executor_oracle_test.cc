@@ -218,21 +218,28 @@ TEST_P(Oracle, EveryStrategyEndsWithTheSingleDeviceParameters) {
     }
     strategies.push_back({"random-sparse", sparse(RandomStrategy(s->graph, s->topo, 15))});
   }
-  // The first third of the forward ops on devices 0 and 1 (1 and 2
-  // replicas: at one row only device 1 runs them), the rest on device 0
-  // (which keeps their weights at two rows and fetches them at one) or
-  // device 2 (which fetches them from device 0 at two rows, from device 1
-  // at one), run below as micro-batches of 1 and 2 rows: where the rest
-  // reads such a weight or a copy made of it (tied_lm's transposed
-  // embedding, recurrent's transposed LSTM weights, integer_ops' table read
-  // twice), the micro-batches of 1 row read it as the step at 2 rows
-  // provides it (received from another device, made or kept there).
-  for (int rest : {0, 2}) {
-    if (rest >= n) continue;
-    strategies.push_back(
-        {absl::StrCat("first-ops-move-rest", rest),
-         FirstOpsMoveWithRows(s->graph, ForwardOps(s->graph).size() / 3, s->topo.device(0).id,
-                              s->topo.device(1).id, s->topo.device(rest).id)});
+  // The first third of the forward ops on device 0 and the last device
+  // (in micro-batches of 2 rows; on device 0 alone in those of 1 row), the
+  // rest on the last device (which keeps their weights at two rows and
+  // fetches them at one) or on another of its node (which fetches them
+  // from the last device at two rows, from device 0 at one), run below as
+  // micro-batches of 1 and 2 rows: where the rest reads such a weight or a
+  // copy made of it (tied_lm's transposed embedding, recurrent's transposed
+  // LSTM weights, integer_ops' table read twice), the micro-batches of 1
+  // row read it as the step at 2 rows provides it (received from another
+  // device, made or kept there).
+  {
+    const int last = n - 1;
+    std::vector<int> rests = {last};
+    for (int d = 1; d < last; ++d) {
+      if (s->topo.device(d).node == s->topo.device(last).node) rests.push_back(d);
+    }
+    for (int rest : rests) {
+      strategies.push_back(
+          {absl::StrCat("first-ops-move-rest", rest),
+           FirstOpsMoveWithRows(s->graph, ForwardOps(s->graph).size() / 3, s->topo.device(0).id,
+                                s->topo.device(last).id, s->topo.device(rest).id)});
+    }
   }
   // Gradient accumulation: some of the above run as micro-batches, their
   // gradients summed before they are aggregated (4 micro-batches where
