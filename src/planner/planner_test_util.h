@@ -170,6 +170,17 @@ inline quilt::v1::Strategy TiedSplit(const Graph& g, const Topology& topo) {
   return s;
 }
 
+// Ring all-reduce for the parameter of every update op (trained
+// parameters only, unlike g.parameters, which lists frozen ones too).
+inline void RingForEveryUpdate(const Graph& g, quilt::v1::Strategy* s) {
+  for (const Op& op : g.ops) {
+    if (!OpRegistry::Global().Find(op.type)->is_update) continue;
+    auto* a = s->add_aggregations();
+    a->set_parameter(op.inputs[0]);
+    a->set_method(quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE);
+  }
+}
+
 // Forward ops [0, first) on devices `a` and `b` (a replica each), every
 // other forward op on `rest` alone; ring all-reduce. As micro-batches of 1
 // and 2 rows, both run the first ops in the larger micro-batches, `a` alone
@@ -197,12 +208,7 @@ inline quilt::v1::Strategy FirstOpsMoveWithRows(const Graph& g, size_t first, co
   for (size_t i = first; i < fwd.size(); ++i) others->add_ops(fwd[i]);
   others->add_replicas()->set_device(rest);
   others->mutable_replicas(0)->set_replicas(1);
-  for (const Op& op : g.ops) {
-    if (!OpRegistry::Global().Find(op.type)->is_update) continue;
-    auto* ag = s.add_aggregations();
-    ag->set_parameter(op.inputs[0]);
-    ag->set_method(quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE);
-  }
+  RingForEveryUpdate(g, &s);
   return s;
 }
 

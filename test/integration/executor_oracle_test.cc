@@ -17,7 +17,6 @@
 #include <fstream>
 #include <iostream>
 #include <map>
-#include <random>
 #include <set>
 
 #include "absl/strings/match.h"
@@ -29,7 +28,6 @@
 #include "src/common/status_matchers.h"
 #include "src/graph/autodiff.h"
 #include "src/graph/model_loader.h"
-#include "src/graph/op_registry.h"
 #include "src/planner/baselines.h"
 #include "src/planner/heterog.h"
 #include "src/planner/lookups.h"
@@ -72,12 +70,7 @@ quilt::v1::Strategy TwoGroups(const Graph& g, const Topology& topo, int cut, boo
       r->set_replicas(1);
     }
   }
-  for (const Op& op : g.ops) {
-    if (!OpRegistry::Global().Find(op.type)->is_update) continue;
-    auto* a = s.add_aggregations();
-    a->set_parameter(op.inputs[0]);
-    a->set_method(quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE);
-  }
+  RingForEveryUpdate(g, &s);
   return s;
 }
 
