@@ -125,7 +125,29 @@ absl::StatusOr<Placement> PlaceSmallerMicroBatches(const GraphIndex& ix,
       as_rows(larger.weight_gradient_groups[gi], gp->mutable_weight_gradient_replicas());
     }
   }
-  return Place(ix, smaller, topo, larger.global_batch - 1);
+  ASSIGN_OR_RETURN(Placement q, Place(ix, smaller, topo, larger.global_batch - 1));
+  // A table gathered by sparse lookup keeps its devices (each computes its
+  // lookups' part over the whole micro-batch): where every device of its
+  // group had one row, the one that has none now still holds it.
+  std::map<std::string, std::vector<int>> tables;
+  for (const auto& [name, pp] : larger.params) {
+    if (pp.method != quilt::v1::AGGREGATION_METHOD_SPARSE_LOOKUP) continue;
+    ParamPlacement& mine = q.params.at(name);
+    if (mine.devices == pp.devices) continue;
+    if (tables.empty()) tables = LookupTables(ix);
+    mine.devices = pp.devices;
+    for (int op : tables.at(name)) {
+      q.op_slices[op].clear();
+      for (int d : pp.devices) q.op_slices[op].push_back({d, 0, q.global_batch});
+    }
+    const int t = ix.Tensor(name);
+    for (int op = 0; op < static_cast<int>(q.op_slices.size()); ++op) {
+      if (!ix.Schema(op).is_update || ix.Inputs(op)[0] != t) continue;
+      q.op_slices[op].clear();
+      for (int d : pp.devices) q.op_slices[op].push_back({d, 0, 0});
+    }
+  }
+  return q;
 }
 
 absl::StatusOr<Placement> Place(const Graph& g, const quilt::v1::Strategy& s, const Topology& topo,

@@ -210,6 +210,11 @@ TEST_P(Oracle, EveryStrategyEndsWithTheSingleDeviceParameters) {
                             sparse(TwoGroups(s->graph, s->topo, 1, one_first))});
     }
     strategies.push_back({"random-sparse", sparse(RandomStrategy(s->graph, s->topo, 15))});
+    // Even over every device, run below as micro-batches of one row per
+    // device and one row fewer: the table keeps the device that has none.
+    strategies.push_back({"sparse-even", sparse(DataParallelStrategy(
+                                             s->graph, s->topo, even,
+                                             quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE, "se"))});
   }
   // The first third of the forward ops on device 0 and the last device
   // (in micro-batches of 2 rows; on device 0 alone in those of 1 row), the
@@ -239,16 +244,19 @@ TEST_P(Oracle, EveryStrategyEndsWithTheSingleDeviceParameters) {
   // each device keeps a row of each; 5 and 7, which divide no fixture's
   // batch, of rows that differ by one; 7 of 2 or 3 rows leave a device of
   // three out of the smaller ones; two thirds of the batch's rows, of 1 or
-  // 2 rows each, move the first ops' devices).
+  // 2 rows each, move the first ops' devices; the batch over one more than
+  // the devices fit, of a row per device and one row fewer, keep a table's
+  // devices).
   std::vector<std::pair<std::string, quilt::v1::Strategy>> accumulated;
   for (const auto& [name, strategy] : strategies) {
     std::vector<int> counts = {2};
     if (name == "even-ring") counts = {4, 7};
     if (name == "split1-one-all") counts = {5};
     const bool moves = absl::StartsWith(name, "first-ops-move");
-    if (moves) counts = {static_cast<int>(c.model.batch * 2 / 3)};  // 1 or 2 rows
+    if (moves) counts = {static_cast<int>(c.model.batch * 2 / 3)};                  // 1 or 2 rows
+    if (name == "sparse-even") counts = {static_cast<int>(c.model.batch / n + 1)};  // n or n − 1
     if (name != "even-ring" && name != "planner" && name != "sharded-ps" && name != "random11" &&
-        name != "split1-one-all" && name != "sparse-lookups" && !moves) {
+        name != "split1-one-all" && name != "sparse-lookups" && name != "sparse-even" && !moves) {
       continue;
     }
     for (int k : counts) {
