@@ -111,6 +111,9 @@ class Unroller {
   absl::Status Load(const DistributedProgram& p, const DistributedProgram& step, int64_t rows,
                     Pass* pass);
   absl::Status Classify(Pass* pass) const;
+  // Entry::late of every per-step entry of `pass` (after a micro-batch's
+  // instruction on its device, or a receive of a send that is).
+  void MarkLate(Pass* pass) const;
   static void SourcesAndSinks(int devices, Pass* pass);
   absl::Status MapSteps();
   // The smaller micro-batches run no op the larger ones leave out where
@@ -223,10 +226,13 @@ absl::Status Unroller::Classify(Pass* pass) const {
         return absl::InvalidArgumentError(absl::StrCat("instruction ", e.ins->id(), " depends on ",
                                                        dep, ", which no earlier instruction is"));
       }
-      const Entry& d = entries[it->second];
-      if (!e.per_micro_batch) {
-        e.late |= d.per_micro_batch || d.late;
-      } else if (d.late) {
+    }
+  }
+  MarkLate(pass);
+  for (Entry& e : entries) {
+    for (int64_t dep : e.ins->deps()) {
+      const Entry& d = entries[pass->index_of.at(dep)];
+      if (e.per_micro_batch && d.late) {
         return absl::InvalidArgumentError(absl::StrCat(
             "gradient accumulation: ", Describe(*e.ins), " works on batch rows but waits for ",
             Describe(*d.ins), ", which needs the whole batch's pass first"));
@@ -244,6 +250,35 @@ absl::Status Unroller::Classify(Pass* pass) const {
     }
   }
   return absl::OkStatus();
+}
+
+void Unroller::MarkLate(Pass* pass) const {
+  std::vector<Entry>& entries = pass->entries;
+  // A receive runs after its send, on another device: it is late where
+  // the send is (a sum another device made of its micro-batches' rows).
+  absl::flat_hash_map<std::pair<std::string, int64_t>, int> send_of;  // (to, tag) -> entry
+  for (int i = 0; i < static_cast<int>(entries.size()); ++i) {
+    if (entries[i].ins->has_send()) {
+      send_of[{entries[i].ins->send().peer_device(), entries[i].ins->send().tag()}] = i;
+    }
+  }
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (Entry& e : entries) {
+      if (e.per_micro_batch || e.late) continue;
+      bool late = false;
+      for (int64_t dep : e.ins->deps()) {
+        const Entry& d = entries[pass->index_of.at(dep)];
+        late |= d.per_micro_batch || d.late;
+      }
+      if (e.ins->has_recv()) {
+        auto it = send_of.find({DeviceName(e.device), e.ins->recv().tag()});
+        if (it != send_of.end()) late |= entries[it->second].late;
+      }
+      e.late = late;
+      changed |= late;
+    }
+  }
 }
 
 void Unroller::SourcesAndSinks(int devices, Pass* pass) {

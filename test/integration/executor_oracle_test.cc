@@ -242,7 +242,10 @@ TEST_P(Oracle, EveryStrategyEndsWithTheSingleDeviceParameters) {
   // Gradient accumulation: some of the above run as micro-batches, their
   // gradients summed before they are aggregated (4 micro-batches where
   // each device keeps a row of each; 5 and 7, which divide no fixture's
-  // batch, of rows that differ by one; 7 of 2 or 3 rows leave a device of
+  // batch, of rows that differ by one (also over a random strategy's
+  // groups, which run as 4 too: where its sum over the batch reaches a pass
+  // from another device, the refusal below once missed it and the
+  // executors deadlocked); 7 of 2 or 3 rows leave a device of
   // three out of the smaller ones; two thirds of the batch's rows, of 1 or
   // 2 rows each, move the first ops' devices; the batch over one more than
   // the devices fit, of a row per device and one row fewer, keep a table's
@@ -252,11 +255,13 @@ TEST_P(Oracle, EveryStrategyEndsWithTheSingleDeviceParameters) {
     std::vector<int> counts = {2};
     if (name == "even-ring") counts = {4, 7};
     if (name == "split1-one-all") counts = {5};
+    if (name == "random12") counts = {4, 5};
     const bool moves = absl::StartsWith(name, "first-ops-move");
     if (moves) counts = {static_cast<int>(c.model.batch * 2 / 3)};                  // 1 or 2 rows
     if (name == "sparse-even") counts = {static_cast<int>(c.model.batch / n + 1)};  // n or n − 1
     if (name != "even-ring" && name != "planner" && name != "sharded-ps" && name != "random11" &&
-        name != "split1-one-all" && name != "sparse-lookups" && name != "sparse-even" && !moves) {
+        name != "split1-one-all" && name != "random12" && name != "sparse-lookups" &&
+        name != "sparse-even" && !moves) {
       continue;
     }
     for (int k : counts) {
