@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "src/common/status.h"
 #include "src/common/status_matchers.h"
 #include "src/planner/lookups.h"
 #include "src/planner/lower.h"
@@ -314,6 +315,19 @@ TEST(MicroBatches, MicroBatchesOfTwoSizesShareAWeightFetchedFromOtherHolders) {
   }
 }
 
+// The batch of 7 as micro-batches of 3 and 4 rows, the smaller ones
+// lowered by the strategy's own placement at 3 rows (not from the larger
+// ones' rows, as Lower places them): UnrollMicroBatches's status.
+absl::Status UnrollOwnSplitsOfSeven(const testing::World& w, quilt::v1::Strategy s) {
+  s.set_micro_batches(1);
+  absl::StatusOr<DistributedProgram> four = Lower(w.graph, s, w.topo, w.cost.get(), 4);
+  const absl::StatusOr<DistributedProgram> three = Lower(w.graph, s, w.topo, w.cost.get(), 3);
+  ASSIGN_OR_RETURN(const GraphIndex ix, GraphIndex::Build(w.graph));
+  RETURN_IF_ERROR(four.status());
+  RETURN_IF_ERROR(three.status());
+  return UnrollMicroBatches(ix, 7, 2, &*four, &*three);
+}
+
 // A split of fewer rows can give a device rows of a group that the larger
 // split gives none: 3 rows over counts 1:3:3 give one each, 4 rows give
 // 0:2:2. The smaller micro-batches are placed from the larger ones' rows
@@ -357,14 +371,7 @@ TEST(MicroBatches, TheSmallerMicroBatchesRunOnlyWhereTheLargerDo) {
     }
   }
   // The strategy's own splits at 3 and 4 rows, unrolled as a pair.
-  s.set_micro_batches(1);
-  absl::StatusOr<DistributedProgram> four = Lower(w->graph, s, w->topo, w->cost.get(), 4);
-  const absl::StatusOr<DistributedProgram> three = Lower(w->graph, s, w->topo, w->cost.get(), 3);
-  ASSERT_THAT(four.status(), IsOk());
-  ASSERT_THAT(three.status(), IsOk());
-  const absl::StatusOr<GraphIndex> ix = GraphIndex::Build(w->graph);
-  ASSERT_THAT(ix.status(), IsOk());
-  EXPECT_THAT(UnrollMicroBatches(*ix, 7, 2, &*four, &*three),
+  EXPECT_THAT(UnrollOwnSplitsOfSeven(*w, s),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        AllOf(HasSubstr("runs on fast/gpu:1 in the micro-batches of 3 rows"),
                              HasSubstr("at 4 rows"))));
@@ -405,12 +412,7 @@ TEST(MicroBatches, ATableGatheredBySparseLookupKeepsItsDevices) {
   ASSERT_EQ(ran.size(), 2u) << lookup_grad;
   for (const auto& [micro, devices] : ran) EXPECT_EQ(devices.size(), 4u) << micro;
   // The strategy's own placements at 3 and 4 rows, unrolled as a pair.
-  s.set_micro_batches(1);
-  absl::StatusOr<DistributedProgram> four = Lower(w->graph, s, w->topo, w->cost.get(), 4);
-  const absl::StatusOr<DistributedProgram> three = Lower(w->graph, s, w->topo, w->cost.get(), 3);
-  ASSERT_THAT(four.status(), IsOk());
-  ASSERT_THAT(three.status(), IsOk());
-  EXPECT_THAT(UnrollMicroBatches(*ix, 7, 2, &*four, &*three),
+  EXPECT_THAT(UnrollOwnSplitsOfSeven(*w, s),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        AllOf(HasSubstr("runs over the whole micro-batch on 4 devices"),
                              HasSubstr("gathered by sparse lookup"))));
