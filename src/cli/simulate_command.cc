@@ -78,8 +78,13 @@ void PrintTable(const quilt::v1::DistributedProgram& program, const SimResult& r
       program.strategy().name().empty() ? "(unnamed)" : program.strategy().name(),
       program.devices_size(), program.global_batch(),
       program.micro_batches() > 1
-          ? " as " + DescribeMicroBatches(program.global_batch(),
-                                          static_cast<int>(program.micro_batches()))
+          ? " as " +
+                DescribeMicroBatches(program.global_batch(),
+                                     static_cast<int>(program.micro_batches())) +
+                (program.strategy().micro_batches_in_flight() > 1
+                     ? absl::StrFormat(" (up to %d in flight on each device)",
+                                       program.strategy().micro_batches_in_flight())
+                     : "")
           : "",
       ExecutionOrderText(program.strategy().order()));
   Table t({"DEVICE", "BUSY", "EXPOSED COMM", "IDLE", "PEAK MEM", "CAPACITY", "FITS"});

@@ -30,7 +30,71 @@ struct Found {
   quilt::v1::Strategy strategy;
   double step_s = 0;
   std::string what;
+  // Where more micro-batches in flight overflowed: how many, and each
+  // overflowing device's memory share that would leave them room (the
+  // memory they added there taken off its capacity).
+  int overflowed_in_flight = 0;
+  std::map<std::string, double> room;
+  std::map<std::string, double> scale;  // the devices' memory it was planned on
 };
+
+using Estimated = absl::StatusOr<quilt::v1::StrategyEstimate>;
+
+Estimated Simulate(const GraphIndex& ix, const Topology& topo, const CostModel& cost,
+                   const std::string& name, int64_t batch, const quilt::v1::Strategy& s) {
+  return Estimate(ix, topo, cost, NamedStrategy{name, s, ""}, batch, /*lower_bound=*/0,
+                  /*program=*/nullptr, /*sim=*/nullptr, /*trace=*/false, /*both_orders=*/false);
+}
+
+// Pipelined: `s` (fitting one micro-batch at a time in `step_s`) with 2,
+// 4, … micro-batches in flight on each device, while it fits and gets
+// faster; each try one simulation in full.
+// `fitted` is `s`'s estimate, `mine` whether `s` is the best; where a
+// try overflows and the best is `s` or made from it, the best's
+// overflowed_in_flight and room are set.
+void TryInFlight(const GraphIndex& ix, const Topology& topo, const CostModel& cost,
+                 const std::string& name, int64_t batch, const quilt::v1::Strategy& s,
+                 const quilt::v1::StrategyEstimate& fitted, const std::string& what,
+                 const std::map<std::string, double>& scale, bool mine,
+                 const std::function<void(const std::string&)>& progress,
+                 std::optional<Found>* best) {
+  double step_s = fitted.step_time_s();
+  std::map<std::string, int64_t> before;
+  for (const quilt::v1::DeviceMemory& m : fitted.memory()) before[m.device()] = m.peak_bytes();
+  for (int w = std::max(2, 2 * s.micro_batches_in_flight()); w <= s.micro_batches(); w *= 2) {
+    quilt::v1::Strategy p = s;
+    p.set_micro_batches_in_flight(w);
+    Estimated e = Simulate(ix, topo, cost, name, batch, p);
+    if (!e.ok()) {
+      if (progress) progress(absl::StrFormat("  %d in flight: %s", w, e.status().message()));
+      return;
+    }
+    if (progress) {
+      progress(e->feasible() ? absl::StrFormat("  %d in flight: %.4g s per step", w,
+                                               e->step_time_s())
+                             : absl::StrFormat("  %d in flight: %s", w, e->infeasible_reason()));
+    }
+    if (e->feasible() && e->step_time_s() < step_s) {
+      step_s = e->step_time_s();
+      mine = !best->has_value() || step_s < (*best)->step_s;
+      if (mine) {
+        *best = Found{p, step_s, what};
+        (*best)->scale = scale;
+      }
+      continue;
+    }
+    if (e->feasible() || !mine) return;
+    (*best)->overflowed_in_flight = w;
+    (*best)->room.clear();
+    for (const quilt::v1::DeviceMemory& m : e->memory()) {
+      if (m.capacity_bytes() <= 0 || m.peak_bytes() <= m.capacity_bytes()) continue;
+      const double added = static_cast<double>(m.peak_bytes() - before[m.device()]);
+      (*best)->room[m.device()] =
+          std::max(0.1, 1 - added / static_cast<double>(m.capacity_bytes()));
+    }
+    return;
+  }
+}
 
 }  // namespace
 
@@ -109,9 +173,7 @@ std::optional<AccumulatedPlan> PlanAccumulation(
         if (progress) {
           progress(absl::StrFormat("trying %s over %s", what, DescribeMicroBatches(batch, k)));
         }
-        absl::StatusOr<quilt::v1::StrategyEstimate> e =
-            Estimate(ix, topo, cost, NamedStrategy{name, s, ""}, batch, /*lower_bound=*/0,
-                     /*program=*/nullptr, /*sim=*/nullptr, /*trace=*/false, /*both_orders=*/false);
+        Estimated e = Simulate(ix, topo, cost, name, batch, s);
         if (!e.ok()) {
           if (absl::StrContains(e.status().message(), "gradient accumulation")) {
             *why = std::string(e.status().message());
@@ -130,9 +192,12 @@ std::optional<AccumulatedPlan> PlanAccumulation(
                        : absl::StrFormat("  %d micro-batches: %s", k, e->infeasible_reason()));
         }
         if (e->feasible()) {
-          if (!best.has_value() || e->step_time_s() < best->step_s) {
+          const bool mine = !best.has_value() || e->step_time_s() < best->step_s;
+          if (mine) {
             best = Found{s, e->step_time_s(), what};
+            best->scale = scale;
           }
+          TryInFlight(ix, topo, cost, name, batch, s, *e, what, scale, mine, progress, &best);
           return true;
         }
         // Over memory: each device that overflowed planned again with the
@@ -161,13 +226,65 @@ std::optional<AccumulatedPlan> PlanAccumulation(
     }
   }
   if (!best.has_value()) return std::nullopt;
+  if (best->overflowed_in_flight > 0 && plan_at) {
+    // The best with more micro-batches in flight overflowed: planned again
+    // at its micro-batches' rows with room for them on the devices that
+    // overflowed.
+    const Found was = *best;
+    const int k = was.strategy.micro_batches();
+    const int w = was.overflowed_in_flight;
+    const int64_t rows = (batch + k - 1) / k;
+    std::map<std::string, double> scale = was.scale;
+    for (const auto& [device, room] : was.room) {
+      scale.try_emplace(device, 1.0).first->second *= room * kMargin;
+    }
+    for (int attempt = 0; attempt < kAttempts; ++attempt) {
+      if (progress) {
+        progress(absl::StrFormat(
+            "planning a search for micro-batches of up to %d rows (%d of them), memory kept for "
+            "%d of them in flight",
+            rows, k, w));
+      }
+      std::optional<quilt::v1::Strategy> found = plan_at(rows, "heterog", scale);
+      if (!found.has_value()) break;
+      found->set_micro_batches(k);
+      found->set_micro_batches_in_flight(w);
+      Estimated e = Simulate(ix, topo, cost, name, batch, *found);
+      if (!e.ok()) break;
+      if (progress) {
+        progress(e->feasible()
+                     ? absl::StrFormat("  %d in flight: %.4g s per step", w, e->step_time_s())
+                     : absl::StrFormat("  %d in flight: %s", w, e->infeasible_reason()));
+      }
+      if (e->feasible()) {
+        const std::string what = absl::StrFormat(
+            "the planner's plan for a micro-batch's rows, memory kept for %d in flight", w);
+        if (e->step_time_s() < best->step_s) {
+          best = Found{*found, e->step_time_s(), what};
+          best->scale = scale;
+          TryInFlight(ix, topo, cost, name, batch, *found, *e, what, scale, true, progress,
+                      &best);
+        }
+        break;
+      }
+      for (const quilt::v1::DeviceMemory& m : e->memory()) {
+        if (m.capacity_bytes() <= 0 || m.peak_bytes() <= m.capacity_bytes()) continue;
+        scale.try_emplace(m.device(), 1.0).first->second *=
+            kMargin * static_cast<double>(m.capacity_bytes()) /
+            static_cast<double>(m.peak_bytes());
+      }
+    }
+  }
   const int k = best->strategy.micro_batches();
+  const int w = best->strategy.micro_batches_in_flight();
   AccumulatedPlan out;
   out.strategy = NamedStrategy{name, best->strategy, ""};
   out.note = absl::StrFormat(
-      "no plan holds the batch's activations at once: %s, its batch run as %s one after the "
-      "other, their gradients summed before they are aggregated and applied once",
-      best->what, DescribeMicroBatches(batch, k));
+      "no plan holds the batch's activations at once: %s, its batch run as %s %s, their "
+      "gradients summed before they are aggregated and applied once",
+      best->what, DescribeMicroBatches(batch, k),
+      w > 1 ? absl::StrFormat("with up to %d in flight on each device (pipelined)", w)
+            : std::string("one after the other"));
   return out;
 }
 

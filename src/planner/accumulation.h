@@ -8,7 +8,9 @@
 // (PlanReport's hybrid_batch_limit and data_parallel_batch_limit), halved
 // until one fits, then halfway back to the last that did not and half
 // again (a plan less pressed for memory can be the faster), each try one
-// simulation in full of the whole step; the fastest that fits is the plan.
+// simulation in full of the whole step, and each that fits tried again
+// pipelined (2, 4, … micro-batches in flight on each device, while it
+// fits and gets faster); the fastest that fits is the plan.
 // Every device holds the gradients it computes until the step's end, which
 // a plan for a micro-batch's rows does not count: where the whole step
 // overflows, the plan is made again with each overflowing device's memory

@@ -139,6 +139,12 @@ class Unroller {
   std::vector<int64_t> step_id_;
   std::vector<std::vector<int64_t>> micro_id_;
   int64_t tag_stride_ = 1, collective_stride_ = 1;
+  // Micro-batches a device may have begun and not finished
+  // (Strategy.micro_batches_in_flight); where more than one, each
+  // micro-batch's priorities are lifted by lift_ over the next one's, and
+  // what runs before the micro-batches over them all.
+  int in_flight_ = 1;
+  double lift_ = 0;
   std::vector<std::string> device_names_;  // by the step's device
 };
 
@@ -446,6 +452,7 @@ Instruction Unroller::Copy(int i, int j) const {
     Instruction out = *e.ins;
     out.clear_deps();
     out.set_id(step_id_[i]);
+    if (!e.late) out.set_priority(out.priority() + (k_ + 1) * lift_);
     for (int64_t dep : e.ins->deps()) {
       const int d = passes_[0].index_of.at(dep);
       // (The last micro-batch is the larger pass's.)
@@ -459,6 +466,7 @@ Instruction Unroller::Copy(int i, int j) const {
   out.clear_deps();
   out.set_id(micro_id_[j][i]);
   out.set_micro_batch(j + 1);
+  out.set_priority(out.priority() + (k_ - j) * lift_);
   for (int64_t dep : e.ins->deps()) {
     const int d = pass.index_of.at(dep);
     if (pass.entries[d].per_micro_batch) {
@@ -469,8 +477,9 @@ Instruction Unroller::Copy(int i, int j) const {
       out.add_deps(step_id_[pass.step_in_larger[d]]);
     }
   }
-  if (j > 0 && pass.source[i]) {
-    for (int s : PassOf(j - 1).sinks[e.device]) out.add_deps(micro_id_[j - 1][s]);
+  if (j >= in_flight_ && pass.source[i]) {
+    const int before = j - in_flight_;
+    for (int s : PassOf(before).sinks[e.device]) out.add_deps(micro_id_[before][s]);
   }
   switch (out.kind_case()) {
     case Instruction::kCompute: {
@@ -518,6 +527,17 @@ absl::Status Unroller::Run(DistributedProgram* p, const DistributedProgram* smal
     first_larger_ = k_ - static_cast<int>(batch_ % k_);
   }
   RETURN_IF_ERROR(MapSteps());
+  in_flight_ = std::clamp(p->strategy().micro_batches_in_flight(), 1, k_);
+  if (in_flight_ > 1) {
+    double lo = 0, hi = 0;
+    for (const Pass& pass : passes_) {
+      for (const Entry& e : pass.entries) {
+        lo = std::min(lo, e.ins->priority());
+        hi = std::max(hi, e.ins->priority());
+      }
+    }
+    lift_ = hi - lo + 1;
+  }
   const std::vector<Entry>& steps = passes_[0].entries;
   const int n = static_cast<int>(steps.size());
   // Ids in a topological order: what runs before the micro-batches, each
@@ -553,9 +573,10 @@ absl::Status Unroller::Run(DistributedProgram* p, const DistributedProgram* smal
   }
   // Outputs without batch rows add to what an earlier micro-batch wrote
   // on the device (a device the smaller micro-batches leave out writes
-  // first in a larger one).
+  // first in a larger one), after it where micro-batches overlap.
   for (std::vector<Instruction>& device : out) {
     absl::flat_hash_map<int, int> first;  // op -> the micro-batch that first wrote it
+    absl::flat_hash_map<int, int64_t> last;  // op -> its last write's id
     for (Instruction& ins : device) {
       if (!ins.has_compute() || ins.micro_batch() == 0) continue;
       const int op = ix_.OpIndex(ins.compute().op(), ins.compute().op_index());
@@ -564,6 +585,8 @@ absl::Status Unroller::Run(DistributedProgram* p, const DistributedProgram* smal
       if (!sums) continue;
       const int wrote = first.try_emplace(op, ins.micro_batch()).first->second;
       ins.mutable_compute()->set_accumulate(wrote < ins.micro_batch());
+      if (in_flight_ > 1 && wrote < ins.micro_batch()) ins.add_deps(last.at(op));
+      last[op] = ins.id();
     }
   }
   for (int d = 0; d < p->devices_size(); ++d) {
@@ -632,6 +655,12 @@ std::string DescribeMicroBatches(int64_t global_batch, int micro_batches) {
 
 absl::Status UnrollMicroBatches(const GraphIndex& index, int64_t global_batch, int micro_batches,
                                 DistributedProgram* program, const DistributedProgram* smaller) {
+  const int in_flight = program->strategy().micro_batches_in_flight();
+  if (in_flight < 0 || (in_flight > 1 && micro_batches <= 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "micro_batches_in_flight ", in_flight,
+        in_flight < 0 ? " is below 0" : " needs more than one micro-batch (micro_batches)"));
+  }
   if (micro_batches <= 1) return absl::OkStatus();
   const bool even = global_batch % micro_batches == 0;
   if (!even && smaller == nullptr) {

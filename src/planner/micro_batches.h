@@ -4,7 +4,10 @@
 // repeated once per micro-batch, rows moved to that micro-batch's, one
 // micro-batch after the other on each device (the next begins on a device
 // once the last ran there, so a device holds one micro-batch's
-// activations at a time); outputs without batch rows (weight gradients,
+// activations at a time; with Strategy.micro_batches_in_flight, once the
+// one that many before it ran there, the earlier micro-batch's ready
+// instructions first: pipelining over devices that hold different
+// layers); outputs without batch rows (weight gradients,
 // partial losses) add up on the device (ComputeInstr.accumulate). The rest
 // runs once: what the passes read but no batch row feeds (parameters,
 // pulls) before them, what their sums feed (aggregation, updates) after
@@ -47,7 +50,8 @@ std::string DescribeMicroBatches(int64_t global_batch, int micro_batches);
 // `micro_batches` micro-batches, making it a step of `global_batch` rows.
 // Where the count does not divide the batch, `smaller` (lowered at one row
 // less; else null) gives the passes of the smaller micro-batches, which run
-// first; what runs once per step is `program`'s. Errors: INVALID_ARGUMENT
+// first; what runs once per step is `program`'s. The micro-batches in
+// flight are the program's strategy's. Errors: INVALID_ARGUMENT
 // naming the op whose pass needs a sum over the whole batch, ids/tags the
 // program repeats, or a per-step instruction of `smaller` that `program`
 // lacks.

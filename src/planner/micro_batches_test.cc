@@ -450,6 +450,112 @@ TEST(MicroBatches, RandomStrategiesAreRefusedOrValid) {
   }
 }
 
+// The transformer's forward ops in as many contiguous stages as there are
+// devices, a stage on each (layers over devices: a pipeline).
+quilt::v1::Strategy Stages(const Graph& g, const Topology& topo) {
+  quilt::v1::Strategy s;
+  s.set_name("stages");
+  const std::vector<std::string> fwd = ForwardOps(g);
+  const size_t n = static_cast<size_t>(topo.num_devices());
+  for (size_t k = 0; k < n; ++k) {
+    auto* grp = s.add_groups();
+    grp->set_group(static_cast<int>(k));
+    for (size_t i = fwd.size() * k / n; i < fwd.size() * (k + 1) / n; ++i) grp->add_ops(fwd[i]);
+    auto* r = grp->add_replicas();
+    r->set_device(topo.device(static_cast<int>(k)).id);
+    r->set_replicas(1);
+  }
+  testing::RingForEveryUpdate(g, &s);
+  return s;
+}
+
+// Layers over the four devices as 8 micro-batches: with 2 and 4 in flight
+// a device begins the next micro-batches while the later stages work on
+// the earlier ones, so the step is shorter than one at a time; each
+// program validates; every added weight gradient is written after the earlier
+// micro-batch's write of it on that device (they may no longer run in
+// turn); and the earlier micro-batch's instructions outrank the later's.
+// The middle stages hold more activations at their peak with more in
+// flight.
+TEST(MicroBatches, MicroBatchesInFlightOverlapOverTheStages) {
+  auto w = testing::Make("transformer");
+  quilt::v1::Strategy s = Stages(w->graph, w->topo);
+  s.set_micro_batches(8);
+  std::map<int, SimResult> sim;
+  for (int in_flight : {1, 2, 4}) {
+    SCOPED_TRACE(in_flight);
+    s.set_micro_batches_in_flight(in_flight);
+    absl::StatusOr<DistributedProgram> p = Lower(w->graph, s, w->topo, w->cost.get(), 16);
+    ASSERT_THAT(p.status(), IsOk());
+    ASSERT_THAT(ValidateProgram(*p, w->graph, w->topo), IsOk());
+    absl::StatusOr<SimResult> r = Simulate(*p, w->graph, w->topo, *w->cost);
+    ASSERT_THAT(r.status(), IsOk());
+    sim[in_flight] = *r;
+    for (const auto& dp : p->devices()) {
+      std::map<int64_t, const Instruction*> by_id;
+      for (const Instruction& ins : dp.instructions()) by_id[ins.id()] = &ins;
+      for (const Instruction& ins : dp.instructions()) {
+        if (!ins.has_compute() || !ins.compute().accumulate()) continue;
+        bool after_earlier = false;
+        for (int64_t d : ins.deps()) {
+          auto it = by_id.find(d);
+          after_earlier |= it != by_id.end() && it->second->has_compute() &&
+                           it->second->compute().op() == ins.compute().op() &&
+                           it->second->micro_batch() == ins.micro_batch() - 1;
+        }
+        EXPECT_TRUE(after_earlier || in_flight == 1) << ins.compute().op() << " micro-batch "
+                                                     << ins.micro_batch() << " on " << dp.device();
+      }
+      if (in_flight == 1) continue;
+      // (An op of two micro-batches: the earlier first.)
+      for (const Instruction& ins : dp.instructions()) {
+        if (!ins.has_compute() || ins.micro_batch() < 2) continue;
+        const std::string& op = ins.compute().op();
+        for (const Instruction& other : dp.instructions()) {
+          if (other.has_compute() && other.compute().op() == op &&
+              other.micro_batch() == ins.micro_batch() - 1) {
+            EXPECT_GT(other.priority(), ins.priority()) << op;
+          }
+        }
+        break;  // one op per device is enough
+      }
+    }
+  }
+  EXPECT_LT(sim[2].step_time_s, 0.9 * sim[1].step_time_s);
+  EXPECT_LE(sim[4].step_time_s, sim[2].step_time_s);
+  // (The middle stages: the first's peak is its embedding's gradient.)
+  for (int d : {1, 2}) {
+    const std::string device = w->topo.device(d).id;
+    auto peak_of = [&](const SimResult& r) {
+      for (const auto& u : r.devices) {
+        if (u.device == device) return u.peak_memory_bytes;
+      }
+      return int64_t{0};
+    };
+    EXPECT_GT(peak_of(sim[2]), peak_of(sim[1])) << device;
+    EXPECT_GT(peak_of(sim[4]), peak_of(sim[2])) << device;
+  }
+}
+
+// Micro-batches in flight below 0, or without micro-batches, are refused
+// by name.
+TEST(MicroBatches, RefusesMicroBatchesInFlightWithoutMicroBatches) {
+  auto w = testing::Make("mlp");
+  quilt::v1::Strategy s = testing::EvenRing(*w);
+  s.set_micro_batches_in_flight(2);
+  EXPECT_THAT(Lower(w->graph, s, w->topo, w->cost.get(), 16).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("micro_batches_in_flight 2 needs more than one micro-batch")));
+  s.set_micro_batches(4);
+  s.set_micro_batches_in_flight(-1);
+  EXPECT_THAT(Lower(w->graph, s, w->topo, w->cost.get(), 16).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("micro_batches_in_flight -1 is below 0")));
+  // More than the micro-batches: all of them.
+  s.set_micro_batches_in_flight(9);
+  EXPECT_THAT(Lower(w->graph, s, w->topo, w->cost.get(), 16).status(), IsOk());
+}
+
 TEST(MicroBatches, RefusesCountsOutsideOneToTheBatchRows) {
   auto w = testing::Make("mlp");
   quilt::v1::Strategy s = testing::EvenRing(*w);

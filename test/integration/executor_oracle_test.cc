@@ -249,7 +249,7 @@ TEST_P(Oracle, EveryStrategyEndsWithTheSingleDeviceParameters) {
   // three out of the smaller ones; two thirds of the batch's rows, of 1 or
   // 2 rows each, move the first ops' devices; the batch over one more than
   // the devices fit, of a row per device and one row fewer, keep a table's
-  // devices).
+  // devices). Some run pipelined too (Strategy.micro_batches_in_flight).
   std::vector<std::pair<std::string, quilt::v1::Strategy>> accumulated;
   for (const auto& [name, strategy] : strategies) {
     std::vector<int> counts = {2};
@@ -268,6 +268,13 @@ TEST_P(Oracle, EveryStrategyEndsWithTheSingleDeviceParameters) {
       quilt::v1::Strategy st = strategy;
       st.set_micro_batches(k);
       accumulated.push_back({absl::StrCat(name, "-micro", k), st});
+      // Pipelined: micro-batches overlapping on devices that hold
+      // different layers (a random strategy's with all of them in flight).
+      const int in_flight = name == "random12" ? k : (name == "split1-one-all" || moves) ? 2 : 0;
+      if (in_flight > 1) {
+        st.set_micro_batches_in_flight(in_flight);
+        accumulated.push_back({absl::StrCat(name, "-micro", k, "-in-flight", in_flight), st});
+      }
     }
   }
   strategies.insert(strategies.end(), accumulated.begin(), accumulated.end());
