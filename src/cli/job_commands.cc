@@ -209,10 +209,15 @@ std::string Describe(const JobStatus& s) {
   if (planned) {
     absl::StrAppendFormat(
         &out, "Strategy:   %s on %s%s\n", s.strategy(), absl::StrJoin(s.nodes(), ", "),
-        s.micro_batches() > 1 ? absl::StrFormat(" (the batch as %d micro-batches, their gradients "
-                                                "summed: no plan held it at once)",
-                                                s.micro_batches())
-                              : "");
+        s.micro_batches() > 1
+            ? absl::StrFormat(" (the batch as %d micro-batches%s, their gradients summed: no plan "
+                              "held it at once)",
+                              s.micro_batches(),
+                              s.micro_batches_in_flight() > 1
+                                  ? absl::StrFormat(", up to %d in flight on each device",
+                                                    s.micro_batches_in_flight())
+                                  : "")
+            : "");
   } else {
     out += "Strategy:   - (not planned yet: planned when it leaves the queue)\n";
   }

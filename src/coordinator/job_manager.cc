@@ -179,6 +179,7 @@ void JobManager::SetPlan(Job* job, NewJob* n) {
   quilt::v1::JobStatus* st = r.mutable_status();
   st->set_strategy(n->strategy);
   st->set_micro_batches(n->micro_batches);
+  st->set_micro_batches_in_flight(n->micro_batches_in_flight);
   st->set_predicted_step_time_s(n->predicted_step_time_s);
   for (const std::string& line : n->calibration) st->add_calibration(line);
   for (const auto& [device, bytes] : n->predicted_device_memory_bytes) {

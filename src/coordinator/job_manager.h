@@ -40,7 +40,8 @@ struct NewJob {
   std::string program;             // serialized DistributedProgram
   std::vector<std::string> world;  // node ids by rank
   std::string strategy;
-  int micro_batches = 0;  // the program's (JobStatus.micro_batches)
+  int micro_batches = 0;            // the program's (JobStatus.micro_batches)
+  int micro_batches_in_flight = 0;  // its strategy's (JobStatus.micro_batches_in_flight)
   double predicted_step_time_s = 0;
   // Per node: what its devices were planned with (JobStatus.calibration).
   std::vector<std::string> calibration;

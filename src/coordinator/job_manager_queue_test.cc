@@ -58,6 +58,7 @@ TEST_F(JobManagerTest, AStartedQueuedJobRunsItsPlanAndKeepsItAcrossARestart) {
   NewJob plan = OnAB(5);
   plan.strategy = "dp-even-ring";
   plan.micro_batches = 4;
+  plan.micro_batches_in_flight = 2;
   plan.predicted_step_time_s = 0.5;
   plan.predicted_memory_bytes = {{"a", 100}, {"b", 200}};
   EXPECT_THAT(jobs_->Holding(), IsEmpty());
@@ -69,6 +70,7 @@ TEST_F(JobManagerTest, AStartedQueuedJobRunsItsPlanAndKeepsItAcrossARestart) {
   EXPECT_EQ(st.state(), quilt::v1::JOB_STATE_PENDING);
   EXPECT_EQ(st.strategy(), "dp-even-ring");
   EXPECT_EQ(st.micro_batches(), 4);
+  EXPECT_EQ(st.micro_batches_in_flight(), 2);
   EXPECT_THAT(st.nodes(), ElementsAre("a", "b"));
   EXPECT_EQ(st.predicted_memory_bytes().at("b"), 200);
   EXPECT_EQ(st.submitted_at().seconds(), submitted);  // still when it was submitted

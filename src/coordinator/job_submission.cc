@@ -347,6 +347,7 @@ absl::StatusOr<NewJob> PrepareJob(const quilt::v1::JobSpec& spec, const NodeRegi
   }
   job.strategy = result.report.best();
   job.micro_batches = static_cast<int>(result.best_program.micro_batches());
+  job.micro_batches_in_flight = result.best_program.strategy().micro_batches_in_flight();
   job.calibration = std::move(calibration);
   for (std::string& line : shared) {
     if (used.count(line.substr(0, line.find(':')))) job.calibration.push_back(std::move(line));

@@ -25,6 +25,10 @@ constexpr int kDataParallelPlans = 8;
 // and how many times one micro-batch count is planned.
 constexpr double kMargin = 0.93;
 constexpr int kAttempts = 2;
+// More micro-batches in flight are tried where they may save this share
+// of the step at least: where the busiest device's compute (which no
+// overlap shortens) is below 1 - kWorthwhile of it.
+constexpr double kWorthwhile = 0.05;
 
 struct Found {
   quilt::v1::Strategy strategy;
@@ -48,7 +52,8 @@ Estimated Simulate(const GraphIndex& ix, const Topology& topo, const CostModel& 
 
 // Pipelined: `s` (fitting one micro-batch at a time in `step_s`) with 2,
 // 4, … micro-batches in flight on each device, while it fits and gets
-// faster; each try one simulation in full.
+// faster, and may get faster than the best by kWorthwhile; each try one
+// simulation in full.
 // `fitted` is `s`'s estimate, `mine` whether `s` is the best; where a
 // try overflows and the best is `s` or made from it, the best's
 // overflowed_in_flight and room are set.
@@ -62,6 +67,8 @@ void TryInFlight(const GraphIndex& ix, const Topology& topo, const CostModel& co
   std::map<std::string, int64_t> before;
   for (const quilt::v1::DeviceMemory& m : fitted.memory()) before[m.device()] = m.peak_bytes();
   for (int w = std::max(2, 2 * s.micro_batches_in_flight()); w <= s.micro_batches(); w *= 2) {
+    const double best_s = best->has_value() ? std::min(step_s, (*best)->step_s) : step_s;
+    if (fitted.compute_s() >= (1 - kWorthwhile) * best_s) return;
     quilt::v1::Strategy p = s;
     p.set_micro_batches_in_flight(w);
     Estimated e = Simulate(ix, topo, cost, name, batch, p);
@@ -70,9 +77,9 @@ void TryInFlight(const GraphIndex& ix, const Topology& topo, const CostModel& co
       return;
     }
     if (progress) {
-      progress(e->feasible() ? absl::StrFormat("  %d in flight: %.4g s per step", w,
-                                               e->step_time_s())
-                             : absl::StrFormat("  %d in flight: %s", w, e->infeasible_reason()));
+      progress(e->feasible()
+                   ? absl::StrFormat("  %d in flight: %.4g s per step", w, e->step_time_s())
+                   : absl::StrFormat("  %d in flight: %s", w, e->infeasible_reason()));
     }
     if (e->feasible() && e->step_time_s() < step_s) {
       step_s = e->step_time_s();
@@ -94,6 +101,46 @@ void TryInFlight(const GraphIndex& ix, const Topology& topo, const CostModel& co
     }
     return;
   }
+}
+
+// The best, with more micro-batches in flight, overflowed: planned again
+// at its micro-batches' rows with room for them on the devices that
+// overflowed, kept where that fits and is faster. Once: a device relieved
+// lets others overflow, and another search seldom fits them all.
+void ReplanWithRoom(const GraphIndex& ix, const Topology& topo, const CostModel& cost,
+                    const std::string& name, int64_t batch, const PlanAt& plan_at,
+                    const std::function<void(const std::string&)>& progress,
+                    std::optional<Found>* best) {
+  const Found was = **best;
+  const int k = was.strategy.micro_batches();
+  const int w = was.overflowed_in_flight;
+  const int64_t rows = (batch + k - 1) / k;
+  std::map<std::string, double> scale = was.scale;
+  for (const auto& [device, room] : was.room) {
+    scale.try_emplace(device, 1.0).first->second *= room * kMargin;
+  }
+  if (progress) {
+    progress(absl::StrFormat(
+        "planning a search for micro-batches of up to %d rows (%d of them), memory kept for %d "
+        "of them in flight",
+        rows, k, w));
+  }
+  std::optional<quilt::v1::Strategy> found = plan_at(rows, "heterog", scale);
+  if (!found.has_value()) return;
+  found->set_micro_batches(k);
+  found->set_micro_batches_in_flight(w);
+  Estimated e = Simulate(ix, topo, cost, name, batch, *found);
+  if (!e.ok()) return;
+  if (progress) {
+    progress(e->feasible() ? absl::StrFormat("  %d in flight: %.4g s per step", w, e->step_time_s())
+                           : absl::StrFormat("  %d in flight: %s", w, e->infeasible_reason()));
+  }
+  if (!e->feasible() || e->step_time_s() >= was.step_s) return;
+  const std::string what = absl::StrFormat(
+      "the planner's plan for a micro-batch's rows, memory kept for %d in flight", w);
+  *best = Found{*found, e->step_time_s(), what};
+  (*best)->scale = scale;
+  TryInFlight(ix, topo, cost, name, batch, *found, *e, what, scale, /*mine=*/true, progress, best);
 }
 
 }  // namespace
@@ -227,53 +274,7 @@ std::optional<AccumulatedPlan> PlanAccumulation(
   }
   if (!best.has_value()) return std::nullopt;
   if (best->overflowed_in_flight > 0 && plan_at) {
-    // The best with more micro-batches in flight overflowed: planned again
-    // at its micro-batches' rows with room for them on the devices that
-    // overflowed.
-    const Found was = *best;
-    const int k = was.strategy.micro_batches();
-    const int w = was.overflowed_in_flight;
-    const int64_t rows = (batch + k - 1) / k;
-    std::map<std::string, double> scale = was.scale;
-    for (const auto& [device, room] : was.room) {
-      scale.try_emplace(device, 1.0).first->second *= room * kMargin;
-    }
-    for (int attempt = 0; attempt < kAttempts; ++attempt) {
-      if (progress) {
-        progress(absl::StrFormat(
-            "planning a search for micro-batches of up to %d rows (%d of them), memory kept for "
-            "%d of them in flight",
-            rows, k, w));
-      }
-      std::optional<quilt::v1::Strategy> found = plan_at(rows, "heterog", scale);
-      if (!found.has_value()) break;
-      found->set_micro_batches(k);
-      found->set_micro_batches_in_flight(w);
-      Estimated e = Simulate(ix, topo, cost, name, batch, *found);
-      if (!e.ok()) break;
-      if (progress) {
-        progress(e->feasible()
-                     ? absl::StrFormat("  %d in flight: %.4g s per step", w, e->step_time_s())
-                     : absl::StrFormat("  %d in flight: %s", w, e->infeasible_reason()));
-      }
-      if (e->feasible()) {
-        const std::string what = absl::StrFormat(
-            "the planner's plan for a micro-batch's rows, memory kept for %d in flight", w);
-        if (e->step_time_s() < best->step_s) {
-          best = Found{*found, e->step_time_s(), what};
-          best->scale = scale;
-          TryInFlight(ix, topo, cost, name, batch, *found, *e, what, scale, true, progress,
-                      &best);
-        }
-        break;
-      }
-      for (const quilt::v1::DeviceMemory& m : e->memory()) {
-        if (m.capacity_bytes() <= 0 || m.peak_bytes() <= m.capacity_bytes()) continue;
-        scale.try_emplace(m.device(), 1.0).first->second *=
-            kMargin * static_cast<double>(m.capacity_bytes()) /
-            static_cast<double>(m.peak_bytes());
-      }
-    }
+    ReplanWithRoom(ix, topo, cost, name, batch, plan_at, progress, &best);
   }
   const int k = best->strategy.micro_batches();
   const int w = best->strategy.micro_batches_in_flight();

@@ -10,7 +10,10 @@
 // again (a plan less pressed for memory can be the faster), each try one
 // simulation in full of the whole step, and each that fits tried again
 // pipelined (2, 4, … micro-batches in flight on each device, while it
-// fits and gets faster); the fastest that fits is the plan.
+// fits and gets faster, where its busiest device's compute leaves time to
+// save); where more in flight overflowed the fastest, it is planned once
+// more with room for them on the devices that overflowed. The fastest
+// that fits is the plan.
 // Every device holds the gradients it computes until the step's end, which
 // a plan for a micro-batch's rows does not count: where the whole step
 // overflows, the plan is made again with each overflowing device's memory

@@ -1,6 +1,7 @@
 #include "src/planner/accumulation.h"
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_join.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "src/cluster/cluster_spec.h"
@@ -57,6 +58,7 @@ TEST(Accumulation, WhereNoPlanHoldsTheBatch_MicroBatchesFit) {
   // The same plan without micro-batches does not fit.
   quilt::v1::Strategy whole = h->strategy();
   whole.set_micro_batches(0);
+  whole.set_micro_batches_in_flight(0);
   PlanOptions given;
   given.strategy = "given";
   given.given = {NamedStrategy{"whole", whole, ""}};
@@ -86,6 +88,78 @@ TEST(Accumulation, AGraphWhosePassReadsASumOverTheBatchIsRefusedWithTheReason) {
              absl::StrContains(r->report.accumulation_refused(), "op '" + op.name + "'");
   }
   EXPECT_TRUE(named) << r->report.accumulation_refused();
+}
+
+// The transformer's layers over four devices as 4 micro-batches of 4
+// rows, where fast/gpu:1 holds one micro-batch's activations but not two
+// (its memory halfway between the two peaks). The planner's plans at a
+// micro-batch's rows (here: only at 4 rows) are those layers, or, where it
+// is asked to keep memory on fast/gpu:1, the same with that device's
+// layers on fast/gpu:0. Accumulation then finds 2 in flight overflow
+// fast/gpu:1, plans again keeping room for them there, and ends pipelined
+// on the plan that leaves fast/gpu:1 out: faster than the layers one
+// micro-batch at a time, fitting every device, the note saying so.
+TEST(Accumulation, WhereMoreInFlightOverflow_PlannedAgainWithRoomForThem) {
+  auto big = testing::Make("transformer");
+  const quilt::v1::Strategy layers = testing::Stages(big->graph, big->topo, {0, 1, 2, 3});
+  const quilt::v1::Strategy relieved = testing::Stages(big->graph, big->topo, {0, 0, 2, 3});
+  auto peak = [&](const testing::World& w, quilt::v1::Strategy s, int in_flight,
+                  const std::string& device) -> std::pair<int64_t, double> {
+    s.set_micro_batches(4);
+    s.set_micro_batches_in_flight(in_flight);
+    absl::StatusOr<quilt::v1::DistributedProgram> p = Lower(w.graph, s, w.topo, w.cost.get(), 16);
+    EXPECT_THAT(p.status(), IsOk());
+    if (!p.ok()) return {0, 0};
+    absl::StatusOr<SimResult> r = Simulate(*p, w.graph, w.topo, *w.cost);
+    EXPECT_THAT(r.status(), IsOk());
+    if (!r.ok()) return {0, 0};
+    for (const auto& u : r->devices) {
+      if (u.device == device) return {u.peak_memory_bytes, r->step_time_s};
+    }
+    return {0, r->step_time_s};
+  };
+  const int64_t one = peak(*big, layers, 1, "fast/gpu:1").first;
+  const int64_t two = peak(*big, layers, 2, "fast/gpu:1").first;
+  ASSERT_GT(two, one);
+  auto w = testing::Make("transformer",
+                         testing::TwoNodesWithMemory({int64_t{16} << 30, (one + two) / 2,
+                                                      int64_t{16} << 30, int64_t{16} << 30}));
+  auto graph_index = GraphIndex::Build(w->graph);
+  ASSERT_THAT(graph_index.status(), IsOk());
+  std::vector<std::map<std::string, double>> asked;
+  PlanAt plan_at =
+      [&](int64_t rows, const std::string& strategy,
+          const std::map<std::string, double>& scale) -> std::optional<quilt::v1::Strategy> {
+    if (rows != 4 || strategy != "heterog") return std::nullopt;
+    asked.push_back(scale);
+    auto it = scale.find("fast/gpu:1");
+    return it != scale.end() && it->second < 1 ? relieved : layers;
+  };
+  quilt::v1::PlanReport report;
+  report.set_hybrid_batch_limit(4);
+  std::vector<std::string> lines;
+  std::string why;
+  std::optional<AccumulatedPlan> a = PlanAccumulation(
+      w->graph, *graph_index, w->topo, *w->cost, 16, /*closest=*/nullptr, report, "heterog",
+      plan_at, [&](const std::string& l) { lines.push_back(l); }, &why);
+  ASSERT_TRUE(a.has_value()) << why;
+  const quilt::v1::Strategy& s = a->strategy.strategy;
+  EXPECT_EQ(s.micro_batches(), 4);
+  EXPECT_GE(s.micro_batches_in_flight(), 2);
+  EXPECT_EQ(s.groups(1).replicas(0).device(), "fast/gpu:0");  // the relieved plan
+  ASSERT_GE(asked.size(), 2u);
+  EXPECT_TRUE(asked.front().empty());
+  EXPECT_LT(asked.back().at("fast/gpu:1"), 1.0);
+  EXPECT_THAT(a->note, HasSubstr("in flight on each device (pipelined)"));
+  EXPECT_THAT(absl::StrJoin(lines, "\n"), HasSubstr("memory kept for 2 of them in flight"));
+  // It fits every device, and beats the layers one micro-batch at a time.
+  absl::StatusOr<quilt::v1::DistributedProgram> p = Lower(w->graph, s, w->topo, w->cost.get(), 16);
+  ASSERT_THAT(p.status(), IsOk());
+  EXPECT_THAT(ValidateProgram(*p, w->graph, w->topo), IsOk());
+  absl::StatusOr<SimResult> r = Simulate(*p, w->graph, w->topo, *w->cost);
+  ASSERT_THAT(r.status(), IsOk());
+  for (const auto& u : r->devices) EXPECT_FALSE(u.out_of_memory) << u.device;
+  EXPECT_LT(r->step_time_s, peak(*w, layers, 1, "fast/gpu:1").second);
 }
 
 }  // namespace

@@ -575,7 +575,7 @@ absl::Status Unroller::Run(DistributedProgram* p, const DistributedProgram* smal
   // on the device (a device the smaller micro-batches leave out writes
   // first in a larger one), after it where micro-batches overlap.
   for (std::vector<Instruction>& device : out) {
-    absl::flat_hash_map<int, int> first;  // op -> the micro-batch that first wrote it
+    absl::flat_hash_map<int, int> first;     // op -> the micro-batch that first wrote it
     absl::flat_hash_map<int, int64_t> last;  // op -> its last write's id
     for (Instruction& ins : device) {
       if (!ins.has_compute() || ins.micro_batch() == 0) continue;

@@ -450,25 +450,6 @@ TEST(MicroBatches, RandomStrategiesAreRefusedOrValid) {
   }
 }
 
-// The transformer's forward ops in as many contiguous stages as there are
-// devices, a stage on each (layers over devices: a pipeline).
-quilt::v1::Strategy Stages(const Graph& g, const Topology& topo) {
-  quilt::v1::Strategy s;
-  s.set_name("stages");
-  const std::vector<std::string> fwd = ForwardOps(g);
-  const size_t n = static_cast<size_t>(topo.num_devices());
-  for (size_t k = 0; k < n; ++k) {
-    auto* grp = s.add_groups();
-    grp->set_group(static_cast<int>(k));
-    for (size_t i = fwd.size() * k / n; i < fwd.size() * (k + 1) / n; ++i) grp->add_ops(fwd[i]);
-    auto* r = grp->add_replicas();
-    r->set_device(topo.device(static_cast<int>(k)).id);
-    r->set_replicas(1);
-  }
-  testing::RingForEveryUpdate(g, &s);
-  return s;
-}
-
 // Layers over the four devices as 8 micro-batches: with 2 and 4 in flight
 // a device begins the next micro-batches while the later stages work on
 // the earlier ones, so the step is shorter than one at a time; each
@@ -479,7 +460,7 @@ quilt::v1::Strategy Stages(const Graph& g, const Topology& topo) {
 // flight.
 TEST(MicroBatches, MicroBatchesInFlightOverlapOverTheStages) {
   auto w = testing::Make("transformer");
-  quilt::v1::Strategy s = Stages(w->graph, w->topo);
+  quilt::v1::Strategy s = testing::Stages(w->graph, w->topo, {0, 1, 2, 3});
   s.set_micro_batches(8);
   std::map<int, SimResult> sim;
   for (int in_flight : {1, 2, 4}) {
@@ -503,8 +484,8 @@ TEST(MicroBatches, MicroBatchesInFlightOverlapOverTheStages) {
                            it->second->compute().op() == ins.compute().op() &&
                            it->second->micro_batch() == ins.micro_batch() - 1;
         }
-        EXPECT_TRUE(after_earlier || in_flight == 1) << ins.compute().op() << " micro-batch "
-                                                     << ins.micro_batch() << " on " << dp.device();
+        EXPECT_TRUE(after_earlier || in_flight == 1)
+            << ins.compute().op() << " micro-batch " << ins.micro_batch() << " on " << dp.device();
       }
       if (in_flight == 1) continue;
       // (An op of two micro-batches: the earlier first.)

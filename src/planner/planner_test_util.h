@@ -212,6 +212,26 @@ inline quilt::v1::Strategy FirstOpsMoveWithRows(const Graph& g, size_t first, co
   return s;
 }
 
+// The forward ops in contiguous stages of like size, stage k on device
+// devices[k] alone (layers over devices: a pipeline); ring all-reduce.
+inline quilt::v1::Strategy Stages(const Graph& g, const Topology& topo,
+                                  const std::vector<int>& devices) {
+  quilt::v1::Strategy s;
+  s.set_name("stages");
+  const std::vector<std::string> fwd = ForwardOps(g);
+  const size_t n = devices.size();
+  for (size_t k = 0; k < n; ++k) {
+    auto* grp = s.add_groups();
+    grp->set_group(static_cast<int>(k));
+    for (size_t i = fwd.size() * k / n; i < fwd.size() * (k + 1) / n; ++i) grp->add_ops(fwd[i]);
+    auto* r = grp->add_replicas();
+    r->set_device(topo.device(devices[k]).id);
+    r->set_replicas(1);
+  }
+  RingForEveryUpdate(g, &s);
+  return s;
+}
+
 // x [B, 4] → t = ReduceSum over the rows (a partial sum when the rows are
 // split) → n = Neg(t) (linear: reads the partial as is) and r = Relu(t)
 // (needs the sum); no parameters, on TwoNodes.
