@@ -421,7 +421,9 @@ TEST(MicroBatches, ATableGatheredBySparseLookupKeepsItsDevices) {
 // Seeded random strategies (groups on random device subsets with random
 // replica counts, random aggregation methods) over random batches and
 // micro-batch counts: each lowering is refused with a reason that names
-// micro-batches or gradient accumulation, or validates and simulates.
+// micro-batches or gradient accumulation, or validates and simulates;
+// with random micro-batches in flight too, refused alike or running the
+// same ops on the same rows.
 TEST(MicroBatches, RandomStrategiesAreRefusedOrValid) {
   for (const char* model : {"mlp", "transformer"}) {
     SCOPED_TRACE(model);
@@ -432,9 +434,20 @@ TEST(MicroBatches, RandomStrategiesAreRefusedOrValid) {
       std::mt19937_64 rng(seed * 7);
       const int64_t batch = 5 + static_cast<int64_t>(rng() % 20);
       s.set_micro_batches(2 + static_cast<int>(rng() % (batch - 1)));
-      SCOPED_TRACE(absl::StrCat("seed ", seed, ", batch ", batch, " as ", s.micro_batches()));
+      quilt::v1::Strategy pipelined = s;
+      pipelined.set_micro_batches_in_flight(static_cast<int>(rng() % (s.micro_batches() + 1)));
+      SCOPED_TRACE(absl::StrCat("seed ", seed, ", batch ", batch, " as ", s.micro_batches(), ", ",
+                                pipelined.micro_batches_in_flight(), " in flight"));
       const absl::StatusOr<DistributedProgram> p =
           Lower(w->graph, s, w->topo, w->cost.get(), batch);
+      const absl::StatusOr<DistributedProgram> q =
+          Lower(w->graph, pipelined, w->topo, w->cost.get(), batch);
+      EXPECT_EQ(p.status(), q.status());
+      if (q.ok()) {
+        EXPECT_THAT(ValidateProgram(*q, w->graph, w->topo), IsOk());
+        EXPECT_THAT(Simulate(*q, w->graph, w->topo, *w->cost).status(), IsOk());
+        if (p.ok()) EXPECT_EQ(Runs(*p), Runs(*q));
+      }
       if (!p.ok()) {
         EXPECT_THAT(p.status(), StatusIs(absl::StatusCode::kInvalidArgument,
                                          ::testing::AnyOf(HasSubstr("micro-batches"),
