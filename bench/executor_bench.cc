@@ -26,8 +26,12 @@
 // round's error, and the most memory each process's device held against
 // the simulator's peak for it (the even split).
 // Measured and simulated timelines of the two-process run are written as
-// Chrome traces with --trace-dir. Run from the runfiles directory
-// (bazel run). Prints one JSON object per line.
+// Chrome traces with --trace-dir. With --pipeline K, instead: the
+// forward ops in two stages, one per process, as K micro-batches, one at
+// a time against two in flight (pipelined), measured five times each,
+// alternating, and predicted from the devices calibrated as in step 2.
+// Run from the runfiles directory (bazel run). Prints one JSON object per
+// line.
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -78,6 +82,10 @@ struct Options {
   // bytes, larger ones summed in slices of it, as the planner's bucket
   // variants do (0: not run).
   int64_t slice_bytes = 256 << 10;
+  // Instead of the data-parallel rounds: the forward ops in two stages,
+  // one per process, as this many micro-batches, one at a time and two in
+  // flight (0: not run).
+  int pipeline_micro_batches = 0;
 };
 
 // The run's samples (the seeded synthetic set) as NumPy files, so that the
@@ -159,6 +167,35 @@ absl::StatusOr<Planned> PlanDataParallel(const Graph& g, const std::vector<Calib
   SimOptions so;
   so.trace = true;
   ASSIGN_OR_RETURN(p.sim, Simulate(p.program, g, p.topo, cost, so));
+  return p;
+}
+
+// The forward ops in two stages of like op counts, stage d on device d
+// alone, as `micro_batches` micro-batches with `in_flight` in flight.
+absl::StatusOr<Planned> PlanStages(const Graph& g, const std::vector<Calibration>& devices,
+                                   int64_t batch, const Options& o, int micro_batches,
+                                   int in_flight) {
+  Planned p;
+  ASSIGN_OR_RETURN(p.topo, Topology::Build(Cluster(devices, o)));
+  ASSIGN_OR_RETURN(CostModel cost, CostModel::Create(&g, &p.topo));
+  p.rows.assign(devices.size(), 1);
+  quilt::v1::Strategy s = DataParallelStrategy(
+      g, p.topo, p.rows, quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE, "stages", kBucketBytes);
+  s.clear_groups();
+  const std::vector<std::string> fwd = ForwardOps(g);
+  const size_t n = devices.size();
+  for (size_t d = 0; d < n; ++d) {
+    auto* group = s.add_groups();
+    group->set_group(static_cast<int>(d));
+    for (size_t i = fwd.size() * d / n; i < fwd.size() * (d + 1) / n; ++i) group->add_ops(fwd[i]);
+    auto* r = group->add_replicas();
+    r->set_device(p.topo.device(static_cast<int>(d)).id);
+    r->set_replicas(1);
+  }
+  s.set_micro_batches(micro_batches);
+  s.set_micro_batches_in_flight(in_flight);
+  ASSIGN_OR_RETURN(p.program, Lower(g, s, p.topo, &cost, batch));
+  ASSIGN_OR_RETURN(p.sim, Simulate(p.program, g, p.topo, cost));
   return p;
 }
 
@@ -318,7 +355,9 @@ constexpr int kRounds = 5;
 constexpr double kMaxDrift = 0.1;
 constexpr int kMaxDiscarded = 5;
 
-absl::Status BenchModel(const std::string& name, int64_t batch, Options o) {
+// The fixture's training graph (SGD with momentum), its data written for
+// the executors (o->data).
+absl::StatusOr<Graph> Prepare(const std::string& name, int64_t batch, Options* o) {
   ASSIGN_OR_RETURN(Graph g, LoadModel("test/fixtures/" + name + "/model.onnx", batch));
   TrainingOptions to;
   if (g.loss.type == LossType::kNone) to.loss = LossType::kSoftmaxCrossEntropy;
@@ -326,9 +365,61 @@ absl::Status BenchModel(const std::string& name, int64_t batch, Options o) {
   to.optimizer.learning_rate = 0.05;
   to.optimizer.momentum = 0.9;
   RETURN_IF_ERROR(BuildTrainingGraph(&g, to));
-  const std::string data_dir = o.work_dir + "/" + name + "_data";
+  const std::string data_dir = o->work_dir + "/" + name + "_data";
   std::filesystem::create_directories(data_dir);
-  RETURN_IF_ERROR(WriteData(g, batch * o.steps, data_dir, &o));
+  RETURN_IF_ERROR(WriteData(g, batch * o->steps, data_dir, o));
+  return g;
+}
+
+// Two stages over the two processes as micro-batches, one at a time and
+// two in flight, each measured kRounds times, alternating, right after
+// the devices are calibrated as for the data-parallel runs; the medians
+// against the simulator's predictions from that calibration.
+absl::Status BenchPipeline(const std::string& name, int64_t batch, Options o) {
+  ASSIGN_OR_RETURN(Graph g, Prepare(name, batch, &o));
+  const int k = o.pipeline_micro_batches;
+  const int64_t micro = (batch + k - 1) / k;
+  ASSIGN_OR_RETURN(Planned one, PlanDataParallel(g, {Calibration{}}, micro, o));
+  ASSIGN_OR_RETURN(Planned one_half, PlanDataParallel(g, {Calibration{}}, micro / 2, o));
+  ASSIGN_OR_RETURN(const Measured co_full, Measure(one, name + "_cal", o, kProcesses));
+  ASSIGN_OR_RETURN(const Measured co_half, Measure(one_half, name + "_cal_half", o, kProcesses));
+  std::vector<Calibration> cal;
+  for (int d = 0; d < kProcesses; ++d) {
+    const bool own = !o.cpus.empty();
+    ASSIGN_OR_RETURN(Calibration c, Calibrate(g, micro, own ? co_full.Process(d) : co_full,
+                                              micro / 2, own ? co_half.Process(d) : co_half, o));
+    cal.push_back(c);
+  }
+  ASSIGN_OR_RETURN(const Planned serial, PlanStages(g, cal, batch, o, k, 1));
+  ASSIGN_OR_RETURN(const Planned piped, PlanStages(g, cal, batch, o, k, 2));
+  std::vector<double> serial_s, piped_s, gains;
+  for (int r = 0; r < kRounds; ++r) {
+    ASSIGN_OR_RETURN(const Measured a, Measure(serial, absl::StrCat(name, "_serial", r), o));
+    ASSIGN_OR_RETURN(const Measured b, Measure(piped, absl::StrCat(name, "_in_flight", r), o));
+    serial_s.push_back(a.step_s);
+    piped_s.push_back(b.step_s);
+    gains.push_back(a.step_s / b.step_s);
+  }
+  std::cout << nlohmann::json{{"bench", "executor_pipeline"},
+                              {"model", name},
+                              {"global_batch", batch},
+                              {"micro_batches", k},
+                              {"steps", o.steps},
+                              {"pinned_cpus", o.cpus},
+                              {"one_at_a_time_step_s", MedianOf(serial_s)},
+                              {"two_in_flight_step_s", MedianOf(piped_s)},
+                              {"measured_gain", MedianOf(gains)},
+                              {"round_gains", gains},
+                              {"predicted_one_at_a_time_step_s", serial.sim.step_time_s},
+                              {"predicted_two_in_flight_step_s", piped.sim.step_time_s},
+                              {"predicted_gain", serial.sim.step_time_s / piped.sim.step_time_s}}
+                   .dump()
+            << std::endl;
+  return absl::OkStatus();
+}
+
+absl::Status BenchModel(const std::string& name, int64_t batch, Options o) {
+  ASSIGN_OR_RETURN(Graph g, Prepare(name, batch, &o));
   // One process at the global batch and at the per-replica batch of the
   // two-process run: the calibration.
   const int64_t half = batch / kProcesses;
@@ -558,6 +649,10 @@ int main(int argc, char** argv) {
                  "Also run the even split with gradients in buckets of this size, larger ones "
                  "summed in slices of it (0: not)")
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--pipeline", o.pipeline_micro_batches,
+                 "Instead: two stages over the two processes as this many micro-batches, one at "
+                 "a time against two in flight, measured and predicted")
+      ->check(CLI::NonNegativeNumber);
   bool no_pin = false;
   app.add_flag("--no-pin", no_pin,
                "Leave processes that run at once unpinned (calibrate both devices from the "
@@ -585,7 +680,9 @@ int main(int argc, char** argv) {
       return 2;
     }
     std::cerr << "executor_bench: " << kv.first << " (batch " << batch << ")\n";
-    if (absl::Status s = quilt::BenchModel(kv.first, batch, o); !s.ok()) {
+    if (absl::Status s = o.pipeline_micro_batches > 0 ? quilt::BenchPipeline(kv.first, batch, o)
+                                                      : quilt::BenchModel(kv.first, batch, o);
+        !s.ok()) {
       std::cerr << "executor_bench: " << kv.first << ": " << s << "\n";
       rc = 1;
     }
