@@ -53,6 +53,7 @@
 #include "src/planner/baselines.h"
 #include "src/planner/calibration.h"
 #include "src/planner/lower.h"
+#include "src/planner/planner_test_util.h"
 #include "src/runtime/comm/ucx_transport.h"
 #include "src/runtime/data/dataset.h"
 #include "src/runtime/data/npy.h"
@@ -171,7 +172,7 @@ absl::StatusOr<Planned> PlanDataParallel(const Graph& g, const std::vector<Calib
 }
 
 // The forward ops in two stages of like op counts, stage d on device d
-// alone, as `micro_batches` micro-batches with `in_flight` in flight.
+// alone (testing::Stages), as `micro_batches` micro-batches with `in_flight` in flight.
 absl::StatusOr<Planned> PlanStages(const Graph& g, const std::vector<Calibration>& devices,
                                    int64_t batch, const Options& o, int micro_batches,
                                    int in_flight) {
@@ -179,19 +180,7 @@ absl::StatusOr<Planned> PlanStages(const Graph& g, const std::vector<Calibration
   ASSIGN_OR_RETURN(p.topo, Topology::Build(Cluster(devices, o)));
   ASSIGN_OR_RETURN(CostModel cost, CostModel::Create(&g, &p.topo));
   p.rows.assign(devices.size(), 1);
-  quilt::v1::Strategy s = DataParallelStrategy(
-      g, p.topo, p.rows, quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE, "stages", kBucketBytes);
-  s.clear_groups();
-  const std::vector<std::string> fwd = ForwardOps(g);
-  const size_t n = devices.size();
-  for (size_t d = 0; d < n; ++d) {
-    auto* group = s.add_groups();
-    group->set_group(static_cast<int>(d));
-    for (size_t i = fwd.size() * d / n; i < fwd.size() * (d + 1) / n; ++i) group->add_ops(fwd[i]);
-    auto* r = group->add_replicas();
-    r->set_device(p.topo.device(static_cast<int>(d)).id);
-    r->set_replicas(1);
-  }
+  quilt::v1::Strategy s = testing::Stages(g, p.topo, {0, 1});
   s.set_micro_batches(micro_batches);
   s.set_micro_batches_in_flight(in_flight);
   ASSIGN_OR_RETURN(p.program, Lower(g, s, p.topo, &cost, batch));
