@@ -44,19 +44,18 @@ struct Found {
 
 using Estimated = absl::StatusOr<quilt::v1::StrategyEstimate>;
 
-Estimated Simulate(const GraphIndex& ix, const Topology& topo, const CostModel& cost,
-                   const std::string& name, int64_t batch, const quilt::v1::Strategy& s) {
+Estimated SimulateInFull(const GraphIndex& ix, const Topology& topo, const CostModel& cost,
+                         const std::string& name, int64_t batch, const quilt::v1::Strategy& s) {
   return Estimate(ix, topo, cost, NamedStrategy{name, s, ""}, batch, /*lower_bound=*/0,
                   /*program=*/nullptr, /*sim=*/nullptr, /*trace=*/false, /*both_orders=*/false);
 }
 
-// Pipelined: `s` (fitting one micro-batch at a time in `step_s`) with 2,
-// 4, … micro-batches in flight on each device, while it fits and gets
-// faster, and may get faster than the best by kWorthwhile; each try one
-// simulation in full.
-// `fitted` is `s`'s estimate, `mine` whether `s` is the best; where a
-// try overflows and the best is `s` or made from it, the best's
-// overflowed_in_flight and room are set.
+// Pipelined: `s` (`fitted`: its estimate, fitting with its micro-batches
+// in flight; `mine`: whether it is the best) with twice as many in flight,
+// and twice that, …, while it fits, gets faster and may beat the best by
+// kWorthwhile; each try one simulation in full. Where a try overflows and
+// the best is `s` or made from it, the best's overflowed_in_flight and
+// room are set.
 void TryInFlight(const GraphIndex& ix, const Topology& topo, const CostModel& cost,
                  const std::string& name, int64_t batch, const quilt::v1::Strategy& s,
                  const quilt::v1::StrategyEstimate& fitted, const std::string& what,
@@ -71,7 +70,7 @@ void TryInFlight(const GraphIndex& ix, const Topology& topo, const CostModel& co
     if (fitted.compute_s() >= (1 - kWorthwhile) * best_s) return;
     quilt::v1::Strategy p = s;
     p.set_micro_batches_in_flight(w);
-    Estimated e = Simulate(ix, topo, cost, name, batch, p);
+    Estimated e = SimulateInFull(ix, topo, cost, name, batch, p);
     if (!e.ok()) {
       if (progress) progress(absl::StrFormat("  %d in flight: %s", w, e.status().message()));
       return;
@@ -129,7 +128,7 @@ void ReplanWithRoom(const GraphIndex& ix, const Topology& topo, const CostModel&
   if (!found.has_value()) return;
   found->set_micro_batches(k);
   found->set_micro_batches_in_flight(w);
-  Estimated e = Simulate(ix, topo, cost, name, batch, *found);
+  Estimated e = SimulateInFull(ix, topo, cost, name, batch, *found);
   if (!e.ok()) return;
   if (progress) {
     progress(e->feasible() ? absl::StrFormat("  %d in flight: %.4g s per step", w, e->step_time_s())
@@ -220,7 +219,7 @@ std::optional<AccumulatedPlan> PlanAccumulation(
         if (progress) {
           progress(absl::StrFormat("trying %s over %s", what, DescribeMicroBatches(batch, k)));
         }
-        Estimated e = Simulate(ix, topo, cost, name, batch, s);
+        Estimated e = SimulateInFull(ix, topo, cost, name, batch, s);
         if (!e.ok()) {
           if (absl::StrContains(e.status().message(), "gradient accumulation")) {
             *why = std::string(e.status().message());
