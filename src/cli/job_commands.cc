@@ -27,6 +27,7 @@
 #include "src/common/proto_time.h"
 #include "src/common/status.h"
 #include "src/graph/model_loader.h"
+#include "src/planner/micro_batches.h"
 #include "src/rpc/coordinator_client.h"
 
 namespace quilt::cli {
@@ -214,8 +215,7 @@ std::string Describe(const JobStatus& s) {
                               "held it at once)",
                               s.micro_batches(),
                               s.micro_batches_in_flight() > 1
-                                  ? absl::StrFormat(", up to %d in flight on each device",
-                                                    s.micro_batches_in_flight())
+                                  ? ", " + DescribeInFlight(s.micro_batches_in_flight())
                                   : "")
             : "");
   } else {

@@ -82,8 +82,7 @@ void PrintTable(const quilt::v1::DistributedProgram& program, const SimResult& r
                 DescribeMicroBatches(program.global_batch(),
                                      static_cast<int>(program.micro_batches())) +
                 (program.strategy().micro_batches_in_flight() > 1
-                     ? absl::StrFormat(" (up to %d in flight on each device)",
-                                       program.strategy().micro_batches_in_flight())
+                     ? " (" + DescribeInFlight(program.strategy().micro_batches_in_flight()) + ")"
                      : "")
           : "",
       ExecutionOrderText(program.strategy().order()));

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "src/planner/estimate.h"
 #include "src/planner/lower.h"
@@ -50,6 +51,12 @@ Estimated SimulateInFull(const GraphIndex& ix, const Topology& topo, const CostM
                   /*program=*/nullptr, /*sim=*/nullptr, /*trace=*/false, /*both_orders=*/false);
 }
 
+// A try's line: "  LABEL: 1.234 s per step", or why it does not fit.
+std::string Outcome(const std::string& label, const quilt::v1::StrategyEstimate& e) {
+  return e.feasible() ? absl::StrFormat("  %s: %.4g s per step", label, e.step_time_s())
+                      : absl::StrFormat("  %s: %s", label, e.infeasible_reason());
+}
+
 // Pipelined: `s` (`fitted`: its estimate, fitting with its micro-batches
 // in flight; `mine`: whether it is the best) with twice as many in flight,
 // and twice that, …, while it fits, gets faster and may beat the best by
@@ -76,9 +83,7 @@ void TryInFlight(const GraphIndex& ix, const Topology& topo, const CostModel& co
       return;
     }
     if (progress) {
-      progress(e->feasible()
-                   ? absl::StrFormat("  %d in flight: %.4g s per step", w, e->step_time_s())
-                   : absl::StrFormat("  %d in flight: %s", w, e->infeasible_reason()));
+      progress(Outcome(absl::StrFormat("%d in flight", w), *e));
     }
     if (e->feasible() && e->step_time_s() < step_s) {
       step_s = e->step_time_s();
@@ -131,8 +136,7 @@ void ReplanWithRoom(const GraphIndex& ix, const Topology& topo, const CostModel&
   Estimated e = SimulateInFull(ix, topo, cost, name, batch, *found);
   if (!e.ok()) return;
   if (progress) {
-    progress(e->feasible() ? absl::StrFormat("  %d in flight: %.4g s per step", w, e->step_time_s())
-                           : absl::StrFormat("  %d in flight: %s", w, e->infeasible_reason()));
+    progress(Outcome(absl::StrFormat("%d in flight", w), *e));
   }
   if (!e->feasible() || e->step_time_s() >= was.step_s) return;
   const std::string what = absl::StrFormat(
@@ -233,9 +237,7 @@ std::optional<AccumulatedPlan> PlanAccumulation(
           return false;
         }
         if (progress) {
-          progress(e->feasible()
-                       ? absl::StrFormat("  %d micro-batches: %.4g s per step", k, e->step_time_s())
-                       : absl::StrFormat("  %d micro-batches: %s", k, e->infeasible_reason()));
+          progress(Outcome(absl::StrFormat("%d micro-batches", k), *e));
         }
         if (e->feasible()) {
           const bool mine = !best.has_value() || e->step_time_s() < best->step_s;
@@ -283,7 +285,7 @@ std::optional<AccumulatedPlan> PlanAccumulation(
       "no plan holds the batch's activations at once: %s, its batch run as %s %s, their "
       "gradients summed before they are aggregated and applied once",
       best->what, DescribeMicroBatches(batch, k),
-      w > 1 ? absl::StrFormat("with up to %d in flight on each device (pipelined)", w)
+      w > 1 ? absl::StrCat("with ", DescribeInFlight(w), " (pipelined)")
             : std::string("one after the other"));
   return out;
 }

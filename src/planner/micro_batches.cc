@@ -653,6 +653,10 @@ std::string DescribeMicroBatches(int64_t global_batch, int micro_batches) {
              : absl::StrCat(micro_batches, " micro-batches of ", base, " or ", base + 1, " rows");
 }
 
+std::string DescribeInFlight(int in_flight) {
+  return in_flight > 1 ? absl::StrCat("up to ", in_flight, " in flight on each device") : "";
+}
+
 absl::Status UnrollMicroBatches(const GraphIndex& index, int64_t global_batch, int micro_batches,
                                 DistributedProgram* program, const DistributedProgram* smaller) {
   const int in_flight = program->strategy().micro_batches_in_flight();

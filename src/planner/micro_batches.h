@@ -46,6 +46,10 @@ absl::StatusOr<int64_t> MicroBatchRows(int64_t global_batch, int micro_batches);
 // "4 micro-batches of 12 rows", "3 micro-batches of 15 or 16 rows".
 std::string DescribeMicroBatches(int64_t global_batch, int micro_batches);
 
+// "up to 2 in flight on each device" (Strategy.micro_batches_in_flight),
+// or "" for 1 or less (one at a time).
+std::string DescribeInFlight(int in_flight);
+
 // Repeats `program` (lowered at MicroBatchRows's rows) over
 // `micro_batches` micro-batches, making it a step of `global_batch` rows.
 // Where the count does not divide the batch, `smaller` (lowered at one row
