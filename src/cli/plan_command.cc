@@ -218,15 +218,32 @@ std::string PlanningTime(const quilt::v1::PlanReport& r) {
     if (e.name() == "heterog") searching = e.search().search_wall_s();
   }
   const double before = r.search_began_s();
-  const double after = std::max(0.0, r.planning_wall_s() - before - searching);
-  return out +
-         absl::StrFormat(
-             ", over its %.3g s time budget: %.2f s before the search (building the "
-             "baselines, and simulating those asked for), %.2f s searching, %.2f s after "
-             "it (simulating the plan and the baselines in full, which is never cut "
-             "short, and fitting the plan to memory%s)",
-             budget, before, searching, after,
-             r.best().empty() ? "; where no plan fits, fitting one goes on past the budget" : "");
+  const double accumulating = r.accumulation_wall_s();
+  const double after = std::max(0.0, r.planning_wall_s() - before - searching - accumulating);
+  const std::string micro_batches =
+      accumulating > 0
+          ? absl::StrFormat(
+                "%.2f s planning the batch as micro-batches (gradient accumulation: each try a "
+                "plan at a micro-batch's rows and a simulation of the whole step; where nothing "
+                "else fits, it goes on past the budget), ",
+                accumulating)
+          : std::string();
+  const std::string rest = absl::StrFormat(
+      "%.2f s %s (simulating the plan and the baselines in full, which is never cut short, and "
+      "fitting the plan to memory%s)",
+      after, accumulating > 0 ? "besides" : "after it",
+      r.best().empty() ? "; where no plan fits, fitting one goes on past the budget" : "");
+  if (before == 0 && searching == 0) {
+    // (Past the memory floor: the planner's plan was not searched for.)
+    return out + absl::StrFormat(
+                     ", over its %.3g s time budget: not searched at the whole batch (by the "
+                     "memory model no plan holds it at once), %s%s",
+                     budget, micro_batches, rest);
+  }
+  return out + absl::StrFormat(
+                   ", over its %.3g s time budget: %.2f s before the search (building the "
+                   "baselines, and simulating those asked for), %.2f s searching, %s%s",
+                   budget, before, searching, micro_batches, rest);
 }
 
 // Beside the planner's plan: how much faster than the fastest feasible

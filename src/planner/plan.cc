@@ -245,6 +245,7 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
   if (wanted(kHeteroG) && past_floor) {
     found = true;
     names.push_back(kHeteroG);
+    rep.set_time_budget_s(o.search.time_budget_s);
     RETURN_IF_ERROR(evaluate(NamedStrategy{
         kHeteroG,
         {},
@@ -383,10 +384,20 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
       }
       return std::nullopt;
     };
+    // (Its lines that begin a try say how long planning has taken.)
+    const std::function<void(const std::string&)> progress =
+        !o.progress ? o.progress : [&](const std::string& line) {
+          o.progress(absl::StartsWith(line, " ")
+                         ? line
+                         : absl::StrFormat("%s (%.1f s so far)", line,
+                                           absl::ToDoubleSeconds(absl::Now() - start)));
+        };
+    const absl::Time accumulation_began = absl::Now();
     std::string why;
     std::optional<AccumulatedPlan> acc = PlanAccumulation(
         g, ix, topo, cost, o.global_batch, searched.groups().empty() ? nullptr : &searched, rep,
-        kHeteroG, plan_at, o.progress, &why);
+        kHeteroG, plan_at, progress, &why);
+    rep.set_accumulation_wall_s(absl::ToDoubleSeconds(absl::Now() - accumulation_began));
     if (acc.has_value()) {
       // (The search's account stays the estimate's.)
       const quilt::v1::SearchSummary summary = done.at(kHeteroG).estimate.search();
