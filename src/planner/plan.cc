@@ -15,6 +15,7 @@
 #include "src/common/status.h"
 #include "src/planner/accumulation.h"
 #include "src/planner/batch_hint.h"
+#include "src/planner/bucketed_baselines.h"
 #include "src/planner/estimate.h"
 #include "src/planner/estimate_many.h"
 #include "src/planner/lower.h"
@@ -164,7 +165,18 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
     eo.heartbeat_s = o.simulation_progress_every_s;
     eo.start = start;
     eo.may_begin = may_begin;
-    return EstimateMany(ix, topo, cost, list, eo, &done);
+    // (The all-reduce baselines also in buckets, as frameworks run them,
+    // the faster kept: bucketed_baselines.h. Not where only whether one
+    // fits is asked.)
+    std::vector<NamedStrategy> all = list;
+    if (!o.fit_check_only) {
+      for (NamedStrategy& v : BucketedVariants(g, list, done)) all.push_back(std::move(v));
+    }
+    absl::Status st = EstimateMany(ix, topo, cost, all, eo, &done);
+    // (A bucketed counterpart that fails leaves its baseline as it is.)
+    if (!st.ok() && all.size() > list.size()) st = EstimateMany(ix, topo, cost, list, eo, &done);
+    KeepFasterBucketed(&done);
+    return st;
   };
   auto evaluate = [&](const NamedStrategy& ns) -> absl::Status {
     if (done.count(ns.name)) return absl::OkStatus();
@@ -227,6 +239,7 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
                                  prop.estimate.step_time_s())
                            : "the speed-proportional split does not fit (" +
                                  prop.estimate.infeasible_reason() + "); the even split is kept";
+    if (!ev.estimate.note().empty()) note += "; " + ev.estimate.note();
     prop = ev;
     prop.estimate.set_name(ns.name);
     prop.estimate.mutable_strategy()->set_name(ns.name);
