@@ -27,7 +27,12 @@ std::vector<NamedStrategy> BucketedVariants(const Graph& g, const std::vector<Na
   std::vector<NamedStrategy> out;
   std::map<std::string, int> buckets;
   for (const NamedStrategy& ns : list) {
-    if (ns.name != "dp-even-ring" && ns.name != "dp-proportional-ring") continue;
+    // (And their counterparts over the fastest nodes alone:
+    // node_subset_baselines.h.)
+    if (!absl::StartsWith(ns.name, "dp-even-ring") &&
+        !absl::StartsWith(ns.name, "dp-proportional-ring")) {
+      continue;
+    }
     if (!ns.infeasible_reason.empty() || !SumsOneByOne(ns.strategy)) continue;
     if (done.count(ns.name) || done.count(BucketedName(ns.name))) continue;
     if (buckets.empty()) buckets = GradientBuckets(g, kFrameworkBucketBytes);

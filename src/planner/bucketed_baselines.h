@@ -4,7 +4,8 @@
 // them, not one collective per gradient: on many small gradients or slow
 // links buckets save most of the collectives' latency, while on fast links
 // a gradient summed alone can start sooner. So each all-reduce baseline
-// (dp-even-ring, dp-proportional-ring) is simulated both ways and keeps
+// (dp-even-ring, dp-proportional-ring, and those over the fastest nodes
+// alone) is simulated both ways and keeps
 // the faster, its note saying where the buckets were kept: the best
 // data-parallel baseline a plan is compared with is the best a framework's
 // data parallelism could do, not a straw man.
