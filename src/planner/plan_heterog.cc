@@ -593,7 +593,8 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
                             best->estimate.name(),
                             HumanSeconds(best->estimate.step_time_s() - h.estimate.step_time_s()));
     // Placed as its start places the ops: the gain is in the collectives
-    // alone (the baselines sum each gradient on its own).
+    // alone (the baseline sums each gradient on its own, or in 25 MiB
+    // buckets: bucketed_baselines.h).
     bool as_start = !of.from_other && subset_kept.empty();
     for (size_t k = 0; k < decided.size() && k < sr.start_choices.size(); ++k) {
       as_start = as_start && decided[k].placement == sr.start_choices[k].placement &&
