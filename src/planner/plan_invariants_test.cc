@@ -281,14 +281,16 @@ TEST(ExecutionOrder, PlanKeepsTheFasterOrder) {
     const auto* reported = Find(plan->report, name);
     ASSERT_NE(reported, nullptr);
     ASSERT_TRUE(reported->feasible());
+    // `ns` simulated alone in `order`.
+    auto alone = [&](NamedStrategy ns, quilt::v1::ExecutionOrder order) {
+      ns.strategy.set_order(order);
+      return Estimate(*g, *topo, *cost, ns, kBatch, 0, nullptr, nullptr, false, false);
+    };
     std::map<quilt::v1::ExecutionOrder, quilt::v1::StrategyEstimate> by_order;
     for (const NamedStrategy& ns : Baselines(*g, *topo, *cost, kBatch)) {
       if (ns.name != name) continue;
       for (auto order : kExecutionOrders) {
-        NamedStrategy copy = ns;
-        copy.strategy.set_order(order);
-        absl::StatusOr<quilt::v1::StrategyEstimate> e =
-            Estimate(*g, *topo, *cost, copy, kBatch, 0, nullptr, nullptr, false, false);
+        absl::StatusOr<quilt::v1::StrategyEstimate> e = alone(ns, order);
         ASSERT_THAT(e.status(), IsOk());
         by_order[order] = *e;
       }
@@ -302,10 +304,7 @@ TEST(ExecutionOrder, PlanKeepsTheFasterOrder) {
     for (const NamedStrategy& v : BucketedVariants(*g, Baselines(*g, *topo, *cost, kBatch), {})) {
       if (v.name != BucketedName(name)) continue;
       for (auto order : kExecutionOrders) {
-        NamedStrategy copy = v;
-        copy.strategy.set_order(order);
-        absl::StatusOr<quilt::v1::StrategyEstimate> e =
-            Estimate(*g, *topo, *cost, copy, kBatch, 0, nullptr, nullptr, false, false);
+        absl::StatusOr<quilt::v1::StrategyEstimate> e = alone(v, order);
         ASSERT_THAT(e.status(), IsOk());
         if (e->step_time_s() < faster.step_time_s()) faster = *e;
       }
