@@ -169,7 +169,7 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
     // the faster kept: bucketed_baselines.h. Not where only whether one
     // fits is asked.)
     std::vector<NamedStrategy> all = list;
-    if (!o.fit_check_only) {
+    if (o.bucketed_baselines && !o.fit_check_only) {
       for (NamedStrategy& v : BucketedVariants(g, list, done)) all.push_back(std::move(v));
     }
     absl::Status st = EstimateMany(ix, topo, cost, all, eo, &done);
@@ -326,6 +326,7 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
     check.strategy = baseline;
     check.program_with_graph = false;
     check.check_batch_hint = false;
+    check.bucketed_baselines = false;  // (only whether it fits)
     // A check's cost: building the baselines and simulating this one, as
     // measured here (the slowest simulated where it was not), then as the
     // checks measure.
@@ -388,6 +389,9 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
       sub.program_with_graph = false;
       sub.trace = false;
       sub.fit_check_only = false;
+      // (A micro-batch's data-parallel plan: one collective per gradient,
+      // as the search's starts; planning time where nothing fits.)
+      sub.bucketed_baselines = false;
       sub.progress = nullptr;
       sub.search.time_budget_s = o.search.time_budget_s / 3;
       absl::StatusOr<PlanResult> r = Plan(g, *scaled, sub);

@@ -62,6 +62,11 @@ struct PlanOptions {
   // micro-batches (gradient accumulation, accumulation.h) as the
   // planner's plan; false: none tried.
   bool accumulate = true;
+  // The all-reduce baselines also simulated with their gradients in
+  // frameworks' buckets, the faster kept (bucketed_baselines.h); false
+  // (planning's own checks of a batch or of a micro-batch's plan, and
+  // fit_check_only): one collective per gradient alone.
+  bool bucketed_baselines = true;
 };
 
 struct PlanResult {
