@@ -382,12 +382,18 @@ absl::Status BenchPipeline(const std::string& name, int64_t batch, Options o) {
   ASSIGN_OR_RETURN(const Planned serial, PlanStages(g, cal, batch, o, k, 1));
   ASSIGN_OR_RETURN(const Planned piped, PlanStages(g, cal, batch, o, k, 2));
   std::vector<double> serial_s, piped_s, gains;
+  // The most each process held in a step over the rounds.
+  std::vector<int64_t> serial_held(kProcesses, 0), piped_held(kProcesses, 0);
   for (int r = 0; r < kRounds; ++r) {
     ASSIGN_OR_RETURN(const Measured a, Measure(serial, absl::StrCat(name, "_serial", r), o));
     ASSIGN_OR_RETURN(const Measured b, Measure(piped, absl::StrCat(name, "_in_flight", r), o));
     serial_s.push_back(a.step_s);
     piped_s.push_back(b.step_s);
     gains.push_back(a.step_s / b.step_s);
+    for (size_t d = 0; d < a.peak_per_process_bytes.size() && d < serial_held.size(); ++d)
+      serial_held[d] = std::max(serial_held[d], a.peak_per_process_bytes[d]);
+    for (size_t d = 0; d < b.peak_per_process_bytes.size() && d < piped_held.size(); ++d)
+      piped_held[d] = std::max(piped_held[d], b.peak_per_process_bytes[d]);
   }
   std::cout << nlohmann::json{{"bench", "executor_pipeline"},
                               {"model", name},
@@ -401,7 +407,11 @@ absl::Status BenchPipeline(const std::string& name, int64_t batch, Options o) {
                               {"round_gains", gains},
                               {"predicted_one_at_a_time_step_s", serial.sim.step_time_s},
                               {"predicted_two_in_flight_step_s", piped.sim.step_time_s},
-                              {"predicted_gain", serial.sim.step_time_s / piped.sim.step_time_s}}
+                              {"predicted_gain", serial.sim.step_time_s / piped.sim.step_time_s},
+                              {"one_at_a_time_peak_bytes", serial_held},
+                              {"predicted_one_at_a_time_peak_bytes", PeaksOf(serial.sim)},
+                              {"two_in_flight_peak_bytes", piped_held},
+                              {"predicted_two_in_flight_peak_bytes", PeaksOf(piped.sim)}}
                    .dump()
             << std::endl;
   return absl::OkStatus();
