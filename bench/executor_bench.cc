@@ -29,7 +29,8 @@
 // Chrome traces with --trace-dir. With --pipeline K, instead: the
 // forward ops in two stages, one per process, as K micro-batches, one at
 // a time against two in flight (pipelined), measured five times each,
-// alternating, and predicted from the devices calibrated as in step 2.
+// alternating, and predicted from the devices calibrated as in step 2,
+// with the most each process held in a step against its simulated peak.
 // Run from the runfiles directory (bazel run). Prints one JSON object per
 // line.
 #include <algorithm>
