@@ -56,9 +56,7 @@ void KeepFasterBucketed(std::map<std::string, Evaluated>* done) {
     const std::string base = it->first.substr(0, it->first.size() - kSuffix.size());
     auto b = done->find(base);
     Evaluated& v = it->second;
-    if (b != done->end() && v.estimate.feasible() &&
-        (!b->second.estimate.feasible() ||
-         v.estimate.step_time_s() < b->second.estimate.step_time_s())) {
+    if (b != done->end() && FitsAndBeats(v.estimate, b->second.estimate)) {
       const quilt::v1::StrategyEstimate& alone = b->second.estimate;
       const std::string note =
           alone.feasible()
@@ -70,10 +68,8 @@ void KeepFasterBucketed(std::map<std::string, Evaluated>* done) {
                     "gradients summed in %d MiB buckets, as data-parallel frameworks do (one "
                     "collective per gradient does not fit: %s)",
                     kFrameworkBucketBytes >> 20, alone.infeasible_reason());
-      v.estimate.set_name(base);
-      v.estimate.mutable_strategy()->set_name(base);
+      v.Rename(base);
       v.estimate.set_note(note);
-      if (!v.program.empty()) v.program->mutable_strategy()->set_name(base);
       b->second = std::move(v);
     }
     it = done->erase(it);

@@ -28,7 +28,22 @@ struct Evaluated {
   SimResult sim;
   // Seconds its lowering and simulation took (in each order simulated).
   double wall_s = 0;
+
+  // Named `name`: the estimate, its strategy and the program's strategy.
+  void Rename(const std::string& name) {
+    estimate.set_name(name);
+    estimate.mutable_strategy()->set_name(name);
+    if (!program.empty()) program->mutable_strategy()->set_name(name);
+  }
 };
+
+// Whether `challenger` should replace `incumbent`: it fits, and is faster
+// or the incumbent does not fit.
+inline bool FitsAndBeats(const quilt::v1::StrategyEstimate& challenger,
+                         const quilt::v1::StrategyEstimate& incumbent) {
+  return challenger.feasible() &&
+         (!incumbent.feasible() || challenger.step_time_s() < incumbent.step_time_s());
+}
 
 struct EstimateManyOptions {
   int64_t batch = 0;

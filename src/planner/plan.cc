@@ -228,10 +228,7 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
     if (it == done.end()) continue;
     Evaluated& prop = done[ns.name];
     const Evaluated& ev = it->second;
-    const bool better =
-        ev.estimate.feasible() &&
-        (!prop.estimate.feasible() || ev.estimate.step_time_s() < prop.estimate.step_time_s());
-    if (!better) continue;
+    if (!FitsAndBeats(ev.estimate, prop.estimate)) continue;
     std::string note = prop.estimate.feasible()
                            ? absl::StrFormat(
                                  "the speed-proportional split simulated slower (%.4g s); "
@@ -241,10 +238,8 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
                                  prop.estimate.infeasible_reason() + "); the even split is kept";
     if (!ev.estimate.note().empty()) note += "; " + ev.estimate.note();
     prop = ev;
-    prop.estimate.set_name(ns.name);
-    prop.estimate.mutable_strategy()->set_name(ns.name);
+    prop.Rename(ns.name);
     prop.estimate.set_note(note);
-    if (!prop.program.empty()) prop.program->mutable_strategy()->set_name(ns.name);
   }
   std::vector<std::string> names;
   for (const NamedStrategy& ns : strategies) names.push_back(ns.name);

@@ -576,9 +576,7 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
                                 ? plan + " simulated at " + HumanSeconds(h.estimate.step_time_s())
                                 : plan + " does not fit (" + h.estimate.infeasible_reason() + ")";
     h = *best;
-    h.estimate.set_name(kHeteroG);
-    h.estimate.mutable_strategy()->set_name(kHeteroG);
-    if (!h.program.empty()) h.program->mutable_strategy()->set_name(kHeteroG);
+    h.Rename(kHeteroG);
     h.estimate.set_note(why + "; " + best->estimate.name() + " is as fast or faster and is kept");
     // The plan is the baseline's: no group choice or collective of the
     // search's plan describes it.
@@ -654,9 +652,7 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
           HumanBytes(Overflow(h.estimate));
       const std::string reason = nearest->estimate.infeasible_reason();
       h = *nearest;
-      h.estimate.set_name(kHeteroG);
-      h.estimate.mutable_strategy()->set_name(kHeteroG);
-      if (!h.program.empty()) h.program->mutable_strategy()->set_name(kHeteroG);
+      h.Rename(kHeteroG);
       h.estimate.set_infeasible_reason(reason);
       h.estimate.set_note(why);
       forget_search_plan("as " + nearest->estimate.name() + " forms them",
