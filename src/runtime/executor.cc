@@ -569,15 +569,19 @@ absl::Status Executor::Impl::Run() {
       }
     }
     ServePulls();
+    // Communication is posted before any kernel starts: a device thread
+    // that starts first can hold the CPU for the whole forward pass where
+    // this process has one, and a transfer the program has ready at the
+    // step's start (a parameter another stage reads) would wait for it.
+    for (int n : ready) {
+      if (!nodes_[n].compute) Dispatch(n);
+    }
     {
       absl::MutexLock lock(&mu_);
       for (int n : ready) {
         if (nodes_[n].compute)
           devices_[nodes_[n].device]->ready.push({nodes_[n].ins->priority(), -n});
       }
-    }
-    for (int n : ready) {
-      if (!nodes_[n].compute) Dispatch(n);
     }
     previous.clear();
     if (step < options_.steps) prefetch.Request(step + 1);
