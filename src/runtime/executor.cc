@@ -559,6 +559,7 @@ absl::Status Executor::Impl::Run() {
       error_ = absl::OkStatus();
       remaining_ = static_cast<int>(nodes_.size());
       readers_left_ = readers_;
+      instance_left_ = instance_waits_;
       commit_left_ = commit_waits_;
       extra_ = 0;
       for (auto& dev : devices_) dev->busy_s = 0;

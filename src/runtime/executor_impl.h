@@ -29,6 +29,15 @@ std::vector<std::string> TensorsNamed(const quilt::v1::Instruction& ins, const G
                                       const absl::flat_hash_map<std::string, int>& op_ids,
                                       bool writes);
 
+// The instances an instruction reads, or with `writes` those it writes,
+// as the executor addresses them (tensor ids of `ids`; rows of batch
+// tensors, of an update's shard, of a transfer's or a part's range; whole
+// otherwise) (executor_instances.cc). Its op is known (CheckInstructions).
+std::vector<InstanceKey> InstancesNamed(const quilt::v1::Instruction& ins, const Graph& g,
+                                        const absl::flat_hash_map<std::string, int>& ids,
+                                        const absl::flat_hash_map<std::string, int>& op_ids,
+                                        const std::vector<bool>& is_update, bool writes);
+
 class Executor::Impl {
  public:
   struct Device {
@@ -72,6 +81,11 @@ class Executor::Impl {
   // commits (executor_lifetimes.cc): frees_, readers_, commits_ and
   // commit_waits_, after the nodes are built.
   void PlanFrees();
+  // Its finer part: reads_from_, instance_frees_, instance_keys_ and
+  // instance_waits_ (tensors `kept` and those with a persistent instance on
+  // a device left out there).
+  void PlanInstanceFrees(const absl::flat_hash_set<int>& kept,
+                         const std::vector<absl::flat_hash_set<int>>& resident);
   // At a node's end (mu_ held): drops the tensors its device no longer
   // needs and commits the updates it was the last to wait for; the values
   // dropped are handed back (destroyed outside the lock).
@@ -109,7 +123,11 @@ class Executor::Impl {
   // instance may change before the send completes).
   void SendRange(int node, const quilt::v1::TensorRange& range, const std::string& peer_device,
                  TagKind kind, uint64_t tag, bool copy);
-  absl::StatusOr<Tensor> Read(int device, int tensor, int64_t begin, int64_t end) const;
+  // Rows [begin, end) of `tensor` on `device` (0, 0: whole): from the
+  // instance node `node`'s read of them finds by the program (reads_from_),
+  // where it is there; else from any that holds them.
+  absl::StatusOr<Tensor> Read(int device, int tensor, int64_t begin, int64_t end,
+                              int node = -1) const;
   std::vector<int64_t> DimsOf(int tensor, int64_t begin, int64_t end) const;
   int RankOfDevice(const std::string& device_id) const;
   std::string Describe(int node) const;
@@ -158,6 +176,16 @@ class Executor::Impl {
   // micro-batch's last reader; micro-batch 0 = every instance.
   std::vector<std::vector<int64_t>> frees_;
   std::vector<absl::flat_hash_map<int64_t, int>> readers_;
+  // Finer, as the simulator frees instances (executor_instances.cc): each
+  // instance freed above is also dropped alone after its own last reader
+  // (or, unread, writer). Per node: the instance each of its reads finds
+  // (read, instance) and indexes into instance_keys_ of those it is the
+  // last to wait for; per instance: its device and how many nodes it
+  // waits for (the step's count in instance_left_).
+  std::vector<std::vector<std::pair<InstanceKey, InstanceKey>>> reads_from_;
+  std::vector<std::vector<int>> instance_frees_;
+  std::vector<std::pair<int, InstanceKey>> instance_keys_;
+  std::vector<int> instance_waits_;
   // Per node: the updates (indexes into update_ids_) whose commit on its
   // device waits for it; per local device: how many instructions each
   // update's commit waits for (every one there that reads or writes its
@@ -178,6 +206,7 @@ class Executor::Impl {
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<absl::flat_hash_map<int64_t, int>> readers_left_ ABSL_GUARDED_BY(mu_);
   std::vector<absl::flat_hash_map<int, int>> commit_left_ ABSL_GUARDED_BY(mu_);
+  std::vector<int> instance_left_ ABSL_GUARDED_BY(mu_);
   absl::CondVar work_;
 
   std::vector<ExecutorStep> steps_;

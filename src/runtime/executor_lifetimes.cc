@@ -100,6 +100,7 @@ void Executor::Impl::PlanFrees() {
     updates_of[src].push_back(static_cast<int>(u));
     updates_of[dst].push_back(static_cast<int>(u));
   }
+  PlanInstanceFrees(kept, resident);
   readers_.assign(devices_.size(), {});
   commit_waits_.assign(devices_.size(), {});
   frees_.assign(nodes_.size(), {});
@@ -162,6 +163,10 @@ std::vector<Tensor> Executor::Impl::Release(int node) {
       freed = store.EraseRows(t, rows.begin, rows.end);
     }
     for (Tensor& v : freed) dropped.push_back(std::move(v));
+  }
+  for (int i : instance_frees_[node]) {
+    if (--instance_left_[i] != 0) continue;
+    for (Tensor& v : store.EraseInstance(instance_keys_[i].second)) dropped.push_back(std::move(v));
   }
   auto& commits = commit_left_[d];
   for (int u : commits_[node]) {

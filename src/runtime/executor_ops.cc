@@ -37,12 +37,22 @@ static std::pair<int, int64_t> RowAxis(const TensorInfo& info, int64_t begin, in
   return {0, begin - kb};
 }
 
-absl::StatusOr<Tensor> Executor::Impl::Read(int device, int tensor, int64_t begin,
-                                            int64_t end) const {
+absl::StatusOr<Tensor> Executor::Impl::Read(int device, int tensor, int64_t begin, int64_t end,
+                                            int node) const {
   InstanceKey key;
   Tensor value;
   const TensorInfo& info = graph_.tensors()[tensor];
-  if (!devices_[device]->store.FindContaining(tensor, begin, end, &key, &value)) {
+  bool found = false;
+  if (node >= 0) {
+    for (const auto& [read, from] : reads_from_[node]) {
+      if (read == InstanceKey{tensor, begin, end}) {
+        key = from;
+        found = devices_[device]->store.Get(from, &value);
+        break;
+      }
+    }
+  }
+  if (!found && !devices_[device]->store.FindContaining(tensor, begin, end, &key, &value)) {
     return absl::InternalError(
         absl::StrCat("'", info.name, "'",
                      Whole(begin, end) ? "" : absl::StrCat(" rows [", begin, ", ", end, ")"),
@@ -69,7 +79,7 @@ absl::Status Executor::Impl::Compute(int node) {
     const int t = tensor_ids_.at(op.inputs[i]);
     const TensorInfo& info = graph_.tensors()[t];
     const bool ranged = info.shape.HasBatch() || shard;
-    ASSIGN_OR_RETURN(holds[i], Read(nodes_[node].device, t, ranged ? b : 0, ranged ? e : 0));
+    ASSIGN_OR_RETURN(holds[i], Read(nodes_[node].device, t, ranged ? b : 0, ranged ? e : 0, node));
     in[i] = &holds[i];
     shapes[i] = &info.shape;
   }
@@ -146,7 +156,7 @@ absl::Status Executor::Impl::Concat(int node) {
   // Receives fill the target's other rows, before or after this.
   TensorStore& store = devices_[nodes_[node].device]->store;
   for (const auto& part : c.parts()) {
-    ASSIGN_OR_RETURN(Tensor v, Read(nodes_[node].device, t, part.begin(), part.end()));
+    ASSIGN_OR_RETURN(Tensor v, Read(nodes_[node].device, t, part.begin(), part.end(), node));
     const auto [axis, at] = RowAxis(info, part.begin(), tb);
     RETURN_IF_ERROR(
         store.WriteInto(InstanceKey{t, tb, te}, info.dtype, DimsOf(t, tb, te), axis, at, v));
@@ -158,7 +168,7 @@ void Executor::Impl::SendRange(int node, const quilt::v1::TensorRange& range,
                                const std::string& peer_device, TagKind kind, uint64_t tag,
                                bool copy) {
   const int t = tensor_ids_.at(range.tensor());
-  absl::StatusOr<Tensor> v = Read(nodes_[node].device, t, range.begin(), range.end());
+  absl::StatusOr<Tensor> v = Read(nodes_[node].device, t, range.begin(), range.end(), node);
   if (!v.ok()) {
     Fail(node, v.status());
     return;
@@ -361,7 +371,7 @@ void Executor::Impl::StartAccumulate(int node) {
   auto state = std::make_shared<State>();
   state->remaining = a.push_tags_size();
   if (a.includes_local()) {
-    absl::StatusOr<Tensor> local = Read(nodes_[node].device, t, b, e);
+    absl::StatusOr<Tensor> local = Read(nodes_[node].device, t, b, e, node);
     if (!local.ok()) {
       Fail(node, local.status());
       return;

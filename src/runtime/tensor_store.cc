@@ -71,6 +71,22 @@ std::vector<Tensor> TensorStore::EraseRows(int tensor, int64_t begin, int64_t en
   return dropped;
 }
 
+std::vector<Tensor> TensorStore::EraseInstance(const InstanceKey& k) {
+  std::vector<Tensor> dropped;
+  absl::MutexLock lock(&mu_);
+  auto it = values_.find(k);
+  if (it == values_.end()) return dropped;
+  Release(it->second);
+  dropped.push_back(std::move(it->second));
+  values_.erase(it);
+  assembled_.erase(k);
+  sliced_.erase(k);
+  std::vector<InstanceKey>& keys = by_tensor_[k.tensor];
+  keys.erase(std::find(keys.begin(), keys.end(), k));
+  if (keys.empty()) by_tensor_.erase(k.tensor);
+  return dropped;
+}
+
 int64_t TensorStore::ResetPeak() {
   absl::MutexLock lock(&mu_);
   const int64_t peak = peak_bytes_;

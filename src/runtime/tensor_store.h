@@ -61,6 +61,9 @@ class TensorStore {
   // The same for the instances of `tensor` within rows [begin, end) (one
   // micro-batch's); begin = end = 0: every instance.
   std::vector<Tensor> EraseRows(int tensor, int64_t begin, int64_t end);
+  // The same for the one instance `k` (empty when absent; the instances
+  // it contains stay).
+  std::vector<Tensor> EraseInstance(const InstanceKey& k);
   // Bytes of the values held (storage shared by several instances counted
   // once); the most held since the last ResetPeak, which returns it and
   // starts again from what is held now.

@@ -28,6 +28,17 @@ TEST(TensorStore, CountsEachStorageOnceAndReleasesItWithItsLastInstance) {
   EXPECT_EQ(store.live_bytes(), 400);
   EXPECT_TRUE(store.Instances(3).empty());
   EXPECT_TRUE(store.Erase(3).empty());
+  // Erasing one instance leaves the others of its tensor, those within its
+  // rows included.
+  store.Put(InstanceKey{3, 0, 8}, Floats(30));
+  store.Put(InstanceKey{3, 0, 4}, Floats(10));
+  EXPECT_EQ(store.EraseInstance(InstanceKey{3, 0, 8}).size(), 1u);
+  EXPECT_TRUE(store.EraseInstance(InstanceKey{3, 0, 8}).empty());
+  EXPECT_EQ(store.live_bytes(), 400 + 40);
+  ASSERT_EQ(store.Instances(3).size(), 1u);
+  EXPECT_EQ(store.Instances(3)[0].first, (InstanceKey{3, 0, 4}));
+  EXPECT_EQ(store.EraseInstance(InstanceKey{3, 0, 4}).size(), 1u);
+  EXPECT_TRUE(store.Instances(3).empty());
   // The shared storage stays while one instance holds it.
   store.Erase(1);
   EXPECT_EQ(store.live_bytes(), 400);

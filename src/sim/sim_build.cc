@@ -41,15 +41,20 @@ int Sim::InstanceFor(int tensor, int device, int64_t begin, int64_t end) {
   return id;
 }
 
-int Sim::Containing(int tensor, int device, int64_t begin, int64_t end) {
-  int found = -1;
+int Sim::Containing(int tensor, int device, int64_t begin, int64_t end,
+                    const google::protobuf::RepeatedField<int64_t>* deps) {
+  int found = -1, from_dep = -1;
   for (int id = FirstInstance(tensor, device); id >= 0; id = instances_[id].next_same) {
     const Instance& i = instances_[id];
     if (i.begin == begin && i.end == end) return id;
-    if (found < 0 && ((i.begin == 0 && i.end == 0) || (i.begin <= begin && end <= i.end)))
-      found = id;
+    if (!((i.begin == 0 && i.end == 0) || (i.begin <= begin && end <= i.end))) continue;
+    if (found < 0) found = id;
+    if (from_dep < 0 && deps != nullptr && i.writer >= 0 &&
+        std::find(deps->begin(), deps->end(), i.writer) != deps->end()) {
+      from_dep = id;
+    }
   }
-  return found;
+  return from_dep >= 0 ? from_dep : found;
 }
 
 absl::Status Sim::ServerTransfer(const std::string& server_device, int64_t bytes, bool to_server,
@@ -188,6 +193,7 @@ absl::Status Sim::Build() {
       nodes_.emplace_back();
       reads_.Open();
       writes_.Open();
+      const size_t first_write = writes_.items.size();
       Node& node = nodes_.back();
       node.device = d;
       node.ins = &ins;
@@ -214,7 +220,8 @@ absl::Status Sim::Build() {
           for (int t : ix_->Inputs(op)) {
             if (t < 0) continue;
             const bool bt = ix_->Batched(t);
-            const int inst = Containing(t, d, bt || shard ? b : 0, bt || shard ? e : 0);
+            const int inst =
+                Containing(t, d, bt || shard ? b : 0, bt || shard ? e : 0, &ins.deps());
             if (inst >= 0) reads_.Append(inst);
           }
           if (!is_update(op)) {  // updates write in place
@@ -230,7 +237,8 @@ absl::Status Sim::Build() {
           send_tag[ins.send().tag()] = {n, ins.send().bytes()};
           ASSIGN_OR_RETURN(
               int t, TensorId(ins.send().range().tensor(), ins.send().range().tensor_index()));
-          const int inst = Containing(t, d, ins.send().range().begin(), ins.send().range().end());
+          const int inst =
+              Containing(t, d, ins.send().range().begin(), ins.send().range().end(), &ins.deps());
           if (inst >= 0) reads_.Append(inst);
           break;
         }
@@ -248,7 +256,7 @@ absl::Status Sim::Build() {
                                            ins.concat().target().tensor_index()));
           int64_t bytes = 0;
           for (const auto& part : ins.concat().parts()) {
-            const int inst = Containing(t, d, part.begin(), part.end());
+            const int inst = Containing(t, d, part.begin(), part.end(), &ins.deps());
             if (inst >= 0) reads_.Append(inst);
             bytes += Bytes(t, part.begin(), part.end());
           }
@@ -303,7 +311,7 @@ absl::Status Sim::Build() {
                                          /*to_server=*/true, &node));
           ASSIGN_OR_RETURN(int t, TensorId(ins.ps_push().gradient().tensor(),
                                            ins.ps_push().gradient().tensor_index()));
-          const int inst = Containing(t, d, 0, 0);
+          const int inst = Containing(t, d, 0, 0, &ins.deps());
           if (inst >= 0) reads_.Append(inst);
           break;
         }
@@ -320,7 +328,7 @@ absl::Status Sim::Build() {
           node.accumulate = true;
           for (int64_t tag : acc.push_tags()) accumulates.push_back({n, tag});
           if (acc.includes_local()) {
-            const int inst = Containing(t, d, 0, 0);
+            const int inst = Containing(t, d, 0, 0, &ins.deps());
             if (inst >= 0) reads_.Append(inst);
           }
           writes_.Append(InstanceFor(t, d, acc.gradient().begin(), acc.gradient().end()));
@@ -337,6 +345,9 @@ absl::Status Sim::Build() {
         }
         default:
           return absl::InvalidArgumentError(absl::StrCat("instruction ", ins.id(), " has no kind"));
+      }
+      for (size_t w = first_write; w < writes_.items.size(); ++w) {
+        instances_[writes_.items[w]].writer = ins.id();
       }
     }
   }

@@ -79,6 +79,7 @@ struct Collective {
 
 struct Instance {
   int64_t bytes = 0;
+  int64_t writer = -1;  // the instruction id of its last writer in the program (-1: none)
   int64_t begin = 0, end = 0;
   int device = 0;
   int next_same = -1;  // next instance of the same tensor on the same device
@@ -205,7 +206,12 @@ class Sim {
   absl::Status ServerTransfer(const std::string& server_device, int64_t bytes, bool to_server,
                               Node* node);
   int InstanceFor(int tensor, int device, int64_t begin, int64_t end);
-  int Containing(int tensor, int device, int64_t begin, int64_t end);
+  // The instance a read of rows [begin, end) (0, 0: whole) of `tensor` on
+  // `device` by an instruction with dependencies `deps` finds: the exact
+  // one; else, of those that hold the rows, the latest one a dependency
+  // writes, else the latest one (-1: none).
+  int Containing(int tensor, int device, int64_t begin, int64_t end,
+                 const google::protobuf::RepeatedField<int64_t>* deps = nullptr);
   const std::vector<int>& Links(int n) const;
   std::string Label(int n) const;
   void Ready(int n);

@@ -241,6 +241,46 @@ TEST(Simulator, MemoryPeak_FreesTensorsAfterTheirLastReader) {
   EXPECT_EQ(MustSimulate(*w, p.program()).devices[0].peak_memory_bytes, 2 * kActivation);
 }
 
+// A read of rows that no instance matches exactly finds the one its
+// dependency wrote, not a later copy of some of those rows it does not
+// depend on (which it might run before: the executor reads what is there).
+// a [10 rows] → copies of rows [0, 5) and [5, 10) (read by nothing) and
+// b on rows [0, 2) and [5, 7), which depend on a alone: a is held until
+// both b's, each copy only while it is written.
+TEST(Simulator, MemoryPeak_AReadFindsTheInstanceItsDependencyWrote) {
+  Graph g;
+  GraphBuilder b(&g);
+  ASSERT_THAT(b.AddInput("x", DType::kF32, Shape({Dim::Batch(), Dim::Fixed(1)})), IsOk());
+  ASSERT_THAT(b.AddParameter("w", Shape::Fixed({1, kWidth}), InitializerSpec{}), IsOk());
+  ASSERT_THAT(b.Add("MatMul", {"x", "w"}, {}, "a"), IsOk());
+  ASSERT_THAT(b.Add("Relu", {"a"}, {}, "b"), IsOk());
+  auto w = MakeWorld(std::move(g), Spec({NodeShape{1}}));
+  ProgramBuilder p(w->topo, kRows);
+  p.Feed(0, "x", 0, kRows);
+  p.Persistent(0, "w");
+  const int64_t a = p.Compute(0, "a", 0, kRows);
+  for (const auto [begin, end] : {std::pair<int64_t, int64_t>{0, 5}, {5, 10}}) {
+    Instruction* copy = p.Add(0, {a});
+    copy->set_priority(2);
+    auto* part = copy->mutable_concat()->add_parts();
+    part->set_tensor("a");
+    part->set_begin(begin);
+    part->set_end(end);
+    *copy->mutable_concat()->mutable_target() = *part;
+  }
+  for (const int64_t begin : {0, 5}) {
+    Instruction* read = p.Add(0, {a});
+    read->set_priority(1);
+    read->mutable_compute()->set_op("b");
+    read->mutable_compute()->set_begin(begin);
+    read->mutable_compute()->set_end(begin + 2);
+  }
+  // w, a and one copy (half of a); the b's read a itself (had they read
+  // the copies, both copies would be held beside a: w + 2 a).
+  EXPECT_EQ(MustSimulate(*w, p.program()).devices[0].peak_memory_bytes,
+            4 * kWidth + kActivation + kActivation / 2);
+}
+
 TEST(Simulator, OutOfMemory_IsReportedWithTheDevice) {
   auto w = MakeWorld(ChainGraph(), TimedSpec(1, /*memory=*/3 * kActivation));
   const SimResult r = MustSimulate(*w, ChainProgram(w->topo));

@@ -1,0 +1,184 @@
+// Which instance of a tensor each instruction reads, and when each
+// instance can go, as the simulator has them (src/sim/sim_build.cc,
+// Sim::Containing): a read finds the exact instance; else, of those that
+// hold its rows, the latest one written by an instruction it depends on,
+// else the latest one the device has by the program's order. The executor
+// reads that instance (Read with the node) and drops it once its last
+// reader has finished (or, unread, its last writer), not with the whole
+// tensor after the tensor's last reader: a part copied into the whole goes
+// after the copy. Where a reader does not depend on the instance's writer
+// (it could run first and find another instance), it is also counted a
+// reader of every instance that holds its rows.
+#include <algorithm>
+
+#include "src/runtime/executor_impl.h"
+
+namespace quilt {
+using quilt::v1::Instruction;
+
+std::vector<InstanceKey> InstancesNamed(const Instruction& ins, const Graph& g,
+                                        const absl::flat_hash_map<std::string, int>& ids,
+                                        const absl::flat_hash_map<std::string, int>& op_ids,
+                                        const std::vector<bool>& is_update, bool writes) {
+  std::vector<InstanceKey> out;
+  auto add = [&](const std::string& name, int64_t begin, int64_t end) {
+    out.push_back(InstanceKey{ids.at(name), begin, end});
+  };
+  auto range = [&](const quilt::v1::TensorRange& r) { add(r.tensor(), r.begin(), r.end()); };
+  switch (ins.kind_case()) {
+    case Instruction::kCompute: {
+      const int op = op_ids.at(ins.compute().op());
+      const int64_t b = ins.compute().begin(), e = ins.compute().end();
+      const bool shard = is_update[op] && !(b == 0 && e == 0);
+      for (const std::string& name : writes ? g.ops[op].outputs : g.ops[op].inputs) {
+        if (name.empty()) continue;
+        const bool ranged = g.tensors()[ids.at(name)].shape.HasBatch() || shard;
+        add(name, ranged ? b : 0, ranged ? e : 0);
+      }
+      break;
+    }
+    case Instruction::kSend:
+      if (!writes) range(ins.send().range());
+      break;
+    case Instruction::kRecv:
+      if (writes) range(ins.recv().has_into() ? ins.recv().into() : ins.recv().range());
+      break;
+    case Instruction::kConcat:
+      if (writes) {
+        range(ins.concat().target());
+      } else {
+        for (const auto& part : ins.concat().parts()) range(part);
+      }
+      break;
+    case Instruction::kAllReduce:
+      for (const std::string& name : ins.all_reduce().tensors()) add(name, 0, 0);
+      break;
+    case Instruction::kPsPush:
+      if (!writes) range(ins.ps_push().gradient());
+      break;
+    case Instruction::kPsAccumulate:
+      if (writes || ins.ps_accumulate().includes_local()) range(ins.ps_accumulate().gradient());
+      break;
+    case Instruction::kPsPull:
+      if (writes) add(ins.ps_pull().parameter().tensor(), 0, 0);
+      break;
+    default:
+      break;
+  }
+  return out;
+}
+
+namespace {
+
+// Whether a read of `r` may find its rows in instance `x` at run time
+// (TensorStore::FindContaining: the exact instance, any whole one, or one
+// whose rows hold a ranged read's).
+bool MayRead(const InstanceKey& r, const InstanceKey& x) {
+  if (r == x || (x.begin == 0 && x.end == 0)) return true;
+  return !(r.begin == 0 && r.end == 0) && x.begin <= r.begin && r.end <= x.end;
+}
+
+// The instances of one tensor on one device so far, in the program's
+// order, each with the id of its last writer (-1: persistent or fed).
+struct Chain {
+  std::vector<std::pair<InstanceKey, int64_t>> items;
+
+  void Write(const InstanceKey& k, int64_t writer) {
+    for (auto& [key, w] : items) {
+      if (key == k) {
+        w = writer;
+        return;
+      }
+    }
+    items.push_back({k, writer});
+  }
+  // The instance a read of `r` by an instruction with `deps` finds, and
+  // whether it is there for sure when that instruction runs (persistent,
+  // fed or written by a dependency); nullptr: none.
+  const std::pair<InstanceKey, int64_t>* Find(const InstanceKey& r,
+                                              const google::protobuf::RepeatedField<int64_t>& deps,
+                                              bool* sure) const {
+    const std::pair<InstanceKey, int64_t>* latest = nullptr;
+    const std::pair<InstanceKey, int64_t>* from_dep = nullptr;
+    auto certain = [&](int64_t w) {
+      return w < 0 || std::find(deps.begin(), deps.end(), w) != deps.end();
+    };
+    for (auto it = items.rbegin(); it != items.rend(); ++it) {
+      if (it->first == r) {
+        *sure = certain(it->second);
+        return &*it;
+      }
+      if (!MayRead(r, it->first)) continue;
+      if (latest == nullptr) latest = &*it;
+      if (from_dep == nullptr && it->second >= 0 && certain(it->second)) from_dep = &*it;
+    }
+    const auto* found = from_dep != nullptr ? from_dep : latest;
+    *sure = found != nullptr && certain(found->second);
+    return found;
+  }
+};
+
+}  // namespace
+
+void Executor::Impl::PlanInstanceFrees(const absl::flat_hash_set<int>& kept,
+                                       const std::vector<absl::flat_hash_set<int>>& resident) {
+  std::vector<absl::flat_hash_map<int, Chain>> chains(devices_.size());
+  for (size_t d = 0; d < devices_.size(); ++d) {
+    for (const auto& [key, unused] : devices_[d]->persistent) chains[d][key.tensor].Write(key, -1);
+    for (const auto& r : devices_[d]->feeds) {
+      chains[d][tensor_ids_.at(r.tensor())].Write(
+          InstanceKey{tensor_ids_.at(r.tensor()), r.begin(), r.end()}, -1);
+    }
+  }
+  // Per device: each instance's readers and writers (node indexes).
+  struct Users {
+    std::vector<int> readers, writers;
+  };
+  std::vector<absl::flat_hash_map<InstanceKey, Users>> users(devices_.size());
+  // Reads that may find another instance than theirs: (node, read).
+  std::vector<std::pair<int, InstanceKey>> unsure;
+  reads_from_.assign(nodes_.size(), {});
+  // (Nodes are in each device's program order.)
+  for (size_t n = 0; n < nodes_.size(); ++n) {
+    const int d = nodes_[n].device;
+    const Instruction& ins = *nodes_[n].ins;
+    for (const InstanceKey& r :
+         InstancesNamed(ins, graph_, tensor_ids_, op_ids_, is_update_, false)) {
+      bool sure = false;
+      const auto* found = chains[d][r.tensor].Find(r, ins.deps(), &sure);
+      if (found == nullptr) continue;  // nothing there by the program's order
+      reads_from_[n].push_back({r, found->first});
+      users[d][found->first].readers.push_back(static_cast<int>(n));
+      if (!sure) unsure.push_back({static_cast<int>(n), r});
+    }
+    for (const InstanceKey& w :
+         InstancesNamed(ins, graph_, tensor_ids_, op_ids_, is_update_, true)) {
+      chains[d][w.tensor].Write(w, ins.id());
+      users[d][w].writers.push_back(static_cast<int>(n));
+    }
+  }
+  for (const auto& [n, r] : unsure) {
+    const int d = nodes_[n].device;
+    for (const auto& [x, unused] : chains[d][r.tensor].items) {
+      if (MayRead(r, x)) users[d][x].readers.push_back(n);
+    }
+  }
+  instance_frees_.assign(nodes_.size(), {});
+  instance_keys_.clear();
+  instance_waits_.clear();
+  for (size_t d = 0; d < devices_.size(); ++d) {
+    for (auto& [x, u] : users[d]) {
+      if (kept.contains(x.tensor) || resident[d].contains(x.tensor)) continue;
+      std::vector<int>& waits = u.readers.empty() ? u.writers : u.readers;  // unread: once written
+      std::sort(waits.begin(), waits.end());
+      waits.erase(std::unique(waits.begin(), waits.end()), waits.end());
+      if (waits.empty()) continue;
+      const int index = static_cast<int>(instance_keys_.size());
+      instance_keys_.push_back({static_cast<int>(d), x});
+      instance_waits_.push_back(static_cast<int>(waits.size()));
+      for (int n : waits) instance_frees_[n].push_back(index);
+    }
+  }
+}
+
+}  // namespace quilt
