@@ -135,7 +135,8 @@ void Executor::Impl::PlanInstanceFrees(const absl::flat_hash_set<int>& kept,
     std::vector<int> readers, writers;
   };
   std::vector<absl::flat_hash_map<InstanceKey, Users>> users(devices_.size());
-  // Reads that may find another instance than theirs: (node, read).
+  // Reads that may find another instance than theirs, or find one the
+  // program writes only later in its order: (node, read).
   std::vector<std::pair<int, InstanceKey>> unsure;
   reads_from_.assign(nodes_.size(), {});
   // (Nodes are in each device's program order.)
@@ -146,7 +147,10 @@ void Executor::Impl::PlanInstanceFrees(const absl::flat_hash_set<int>& kept,
          InstancesNamed(ins, graph_, tensor_ids_, op_ids_, is_update_, false)) {
       bool sure = false;
       const auto* found = chains[d][r.tensor].Find(r, ins.deps(), &sure);
-      if (found == nullptr) continue;  // nothing there by the program's order
+      if (found == nullptr) {  // nothing there yet by the program's order
+        unsure.push_back({static_cast<int>(n), r});
+        continue;
+      }
       reads_from_[n].push_back({r, found->first});
       users[d][found->first].readers.push_back(static_cast<int>(n));
       if (!sure) unsure.push_back({static_cast<int>(n), r});
