@@ -31,8 +31,9 @@ std::vector<std::string> TensorsNamed(const quilt::v1::Instruction& ins, const G
 
 // The instances an instruction reads, or with `writes` those it writes,
 // as the executor addresses them (tensor ids of `ids`; rows of batch
-// tensors, of an update's shard, of a transfer's or a part's range; whole
-// otherwise) (executor_instances.cc). Its op is known (CheckInstructions).
+// tensors, of an update's shard, of a send's, a part's or a receive's
+// `into` range; whole otherwise; a sum over micro-batches also reads its
+// whole outputs) (executor_instances.cc). Its op is known (CheckInstructions).
 std::vector<InstanceKey> InstancesNamed(const quilt::v1::Instruction& ins, const Graph& g,
                                         const absl::flat_hash_map<std::string, int>& ids,
                                         const absl::flat_hash_map<std::string, int>& op_ids,
@@ -124,8 +125,8 @@ class Executor::Impl {
   void SendRange(int node, const quilt::v1::TensorRange& range, const std::string& peer_device,
                  TagKind kind, uint64_t tag, bool copy);
   // Rows [begin, end) of `tensor` on `device` (0, 0: whole): from the
-  // instance node `node`'s read of them finds by the program (reads_from_),
-  // where it is there; else from any that holds them.
+  // instance node `node`'s read of them surely finds by the program
+  // (reads_from_); else from any that holds them.
   absl::StatusOr<Tensor> Read(int device, int tensor, int64_t begin, int64_t end,
                               int node = -1) const;
   std::vector<int64_t> DimsOf(int tensor, int64_t begin, int64_t end) const;
@@ -178,7 +179,7 @@ class Executor::Impl {
   std::vector<absl::flat_hash_map<int64_t, int>> readers_;
   // Finer, as the simulator frees instances (executor_instances.cc): each
   // instance freed above is also dropped alone after its own last reader
-  // (or, unread, writer). Per node: the instance each of its reads finds
+  // and writer. Per node: the instance each of its reads surely finds
   // (read, instance) and indexes into instance_keys_ of those it is the
   // last to wait for; per instance: its device and how many nodes it
   // waits for (the step's count in instance_left_).

@@ -1,14 +1,18 @@
 // Which instance of a tensor each instruction reads, and when each
-// instance can go, as the simulator has them (src/sim/sim_build.cc,
-// Sim::Containing): a read finds the exact instance; else, of those that
-// hold its rows, the latest one written by an instruction it depends on,
-// else the latest one the device has by the program's order. The executor
-// reads that instance (Read with the node) and drops it once its last
-// reader has finished (or, unread, its last writer), not with the whole
-// tensor after the tensor's last reader: a part copied into the whole goes
-// after the copy. Where a reader does not depend on the instance's writer
-// (it could run first and find another instance), it is also counted a
-// reader of every instance that holds its rows.
+// instance can go, as the simulator's memory model has them
+// (src/sim/sim_build.cc, Sim::Containing): a read finds the exact
+// instance; else, of those that hold its rows, the one created latest by
+// the program's order that is fed, resident or written by an instruction
+// it depends on, else the one created latest. Where that instance is
+// there for sure when the reader runs (fed, resident, or written by a
+// dependency), the executor reads it (Read with the node); else the read
+// takes what the store has then (TensorStore::FindContaining) and counts
+// as a reader of every instance that may hold its rows. Each instance is
+// dropped once its last reader and writer have finished, not with every
+// instance of its tensor after the tensor's last reader: a part copied
+// into the whole goes after the copy. (The simulator reads a push's and an
+// accumulate's local gradient whole where the executor reads its range,
+// and has no counterpart of the unsure reads' counting.)
 #include <algorithm>
 
 #include "src/runtime/executor_impl.h"
@@ -30,24 +34,34 @@ std::vector<InstanceKey> InstancesNamed(const Instruction& ins, const Graph& g,
       const int op = op_ids.at(ins.compute().op());
       const int64_t b = ins.compute().begin(), e = ins.compute().end();
       const bool shard = is_update[op] && !(b == 0 && e == 0);
+      auto ranged = [&](const std::string& name) {
+        return g.tensors()[ids.at(name)].shape.HasBatch() || shard;
+      };
       for (const std::string& name : writes ? g.ops[op].outputs : g.ops[op].inputs) {
-        if (name.empty()) continue;
-        const bool ranged = g.tensors()[ids.at(name)].shape.HasBatch() || shard;
-        add(name, ranged ? b : 0, ranged ? e : 0);
+        if (!name.empty()) add(name, ranged(name) ? b : 0, ranged(name) ? e : 0);
+      }
+      // A sum over micro-batches reads its whole outputs' earlier values.
+      if (!writes && ins.compute().accumulate()) {
+        for (const std::string& name : g.ops[op].outputs) {
+          if (!ranged(name)) add(name, 0, 0);
+        }
       }
       break;
     }
     case Instruction::kSend:
       if (!writes) range(ins.send().range());
       break;
-    case Instruction::kRecv:
-      if (writes) range(ins.recv().has_into() ? ins.recv().into() : ins.recv().range());
+    case Instruction::kRecv:  // into the rows of `into` (whole without it)
+      if (writes)
+        add(ins.recv().range().tensor(), ins.recv().into().begin(), ins.recv().into().end());
       break;
-    case Instruction::kConcat:
+    case Instruction::kConcat:  // parts read from the target's tensor
       if (writes) {
         range(ins.concat().target());
       } else {
-        for (const auto& part : ins.concat().parts()) range(part);
+        for (const auto& part : ins.concat().parts()) {
+          add(ins.concat().target().tensor(), part.begin(), part.end());
+        }
       }
       break;
     case Instruction::kAllReduce:
@@ -93,8 +107,9 @@ struct Chain {
     items.push_back({k, writer});
   }
   // The instance a read of `r` by an instruction with `deps` finds, and
-  // whether it is there for sure when that instruction runs (persistent,
-  // fed or written by a dependency); nullptr: none.
+  // whether it is there for sure when that instruction runs (resident, fed
+  // or written by a dependency); nullptr: none. "Latest": created latest
+  // (a key written again keeps its place).
   const std::pair<InstanceKey, int64_t>* Find(const InstanceKey& r,
                                               const google::protobuf::RepeatedField<int64_t>& deps,
                                               bool* sure) const {
@@ -110,7 +125,7 @@ struct Chain {
       }
       if (!MayRead(r, it->first)) continue;
       if (latest == nullptr) latest = &*it;
-      if (from_dep == nullptr && it->second >= 0 && certain(it->second)) from_dep = &*it;
+      if (from_dep == nullptr && certain(it->second)) from_dep = &*it;
     }
     const auto* found = from_dep != nullptr ? from_dep : latest;
     *sure = found != nullptr && certain(found->second);
@@ -147,13 +162,12 @@ void Executor::Impl::PlanInstanceFrees(const absl::flat_hash_set<int>& kept,
          InstancesNamed(ins, graph_, tensor_ids_, op_ids_, is_update_, false)) {
       bool sure = false;
       const auto* found = chains[d][r.tensor].Find(r, ins.deps(), &sure);
-      if (found == nullptr) {  // nothing there yet by the program's order
+      if (found == nullptr || !sure) {  // none yet by the program's order, or maybe not yet
         unsure.push_back({static_cast<int>(n), r});
         continue;
       }
       reads_from_[n].push_back({r, found->first});
       users[d][found->first].readers.push_back(static_cast<int>(n));
-      if (!sure) unsure.push_back({static_cast<int>(n), r});
     }
     for (const InstanceKey& w :
          InstancesNamed(ins, graph_, tensor_ids_, op_ids_, is_update_, true)) {
@@ -173,7 +187,10 @@ void Executor::Impl::PlanInstanceFrees(const absl::flat_hash_set<int>& kept,
   for (size_t d = 0; d < devices_.size(); ++d) {
     for (auto& [x, u] : users[d]) {
       if (kept.contains(x.tensor) || resident[d].contains(x.tensor)) continue;
-      std::vector<int>& waits = u.readers.empty() ? u.writers : u.readers;  // unread: once written
+      // (Its writers too: one that ran after the last reader would make it
+      // again, to be held until the step's end.)
+      std::vector<int>& waits = u.readers;
+      waits.insert(waits.end(), u.writers.begin(), u.writers.end());
       std::sort(waits.begin(), waits.end());
       waits.erase(std::unique(waits.begin(), waits.end()), waits.end());
       if (waits.empty()) continue;

@@ -49,8 +49,8 @@ int Sim::Containing(int tensor, int device, int64_t begin, int64_t end,
     if (i.begin == begin && i.end == end) return id;
     if (!((i.begin == 0 && i.end == 0) || (i.begin <= begin && end <= i.end))) continue;
     if (found < 0) found = id;
-    if (from_dep < 0 && deps != nullptr && i.writer >= 0 &&
-        std::find(deps->begin(), deps->end(), i.writer) != deps->end()) {
+    if (from_dep < 0 && deps != nullptr &&
+        (i.writer < 0 || std::find(deps->begin(), deps->end(), i.writer) != deps->end())) {
       from_dep = id;
     }
   }

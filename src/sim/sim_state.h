@@ -208,8 +208,9 @@ class Sim {
   int InstanceFor(int tensor, int device, int64_t begin, int64_t end);
   // The instance a read of rows [begin, end) (0, 0: whole) of `tensor` on
   // `device` by an instruction with dependencies `deps` finds: the exact
-  // one; else, of those that hold the rows, the latest one a dependency
-  // writes, else the latest one (-1: none).
+  // one; else, of those that hold the rows, the one created latest that is
+  // resident, fed or written by a dependency, else the one created latest
+  // (-1: none).
   int Containing(int tensor, int device, int64_t begin, int64_t end,
                  const google::protobuf::RepeatedField<int64_t>* deps = nullptr);
   const std::vector<int>& Links(int n) const;
