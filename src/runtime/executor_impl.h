@@ -96,6 +96,14 @@ class Executor::Impl {
   // the device's thread and return their status; communication ones post
   // transport operations and call Done/Fail when those finish.
   absl::Status Compute(int node);
+  // An update's outputs written over the values they replace, where the
+  // update is the last instruction of the step there to read or write
+  // them (then no one reads the old values again, and the simulator's
+  // in-place update is what the device holds): `outs[i]` set to the
+  // instance its output i commits into. Others are left empty (new values,
+  // committed later).
+  void InPlaceOutputs(int node, const std::vector<std::pair<int64_t, int64_t>>& ranges,
+                      std::vector<Tensor>* outs);
   // `part` added to the value of `name` an earlier micro-batch left on
   // `device` (ComputeInstr.accumulate).
   absl::StatusOr<Tensor> Accumulated(int device, const std::string& name, const Tensor& part) const;
@@ -196,6 +204,11 @@ class Executor::Impl {
   // are committed at the step's end, as before.
   std::vector<std::vector<int>> commits_;
   std::vector<absl::flat_hash_map<int, int>> commit_waits_;
+  // Per update source: its update (index into update_ids_), where it is
+  // committed as above; tensors served to pulls (read by a peer's pull
+  // while the step runs).
+  absl::flat_hash_map<int, int> update_of_source_;
+  absl::flat_hash_set<int> served_;
 
   // Step state.
   absl::Mutex mu_;

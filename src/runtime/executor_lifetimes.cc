@@ -101,6 +101,18 @@ void Executor::Impl::PlanFrees() {
     updates_of[dst].push_back(static_cast<int>(u));
   }
   PlanInstanceFrees(kept, resident);
+  served_.clear();
+  for (const auto& dp : program_.devices()) {
+    for (const Instruction& ins : dp.instructions()) {
+      if (ins.has_ps_pull()) served_.insert(tensor_ids_.at(ins.ps_pull().parameter().tensor()));
+    }
+  }
+  update_of_source_.clear();
+  for (size_t u = 0; u < update_ids_.size(); ++u) {
+    if (!sources.contains(update_ids_[u].second)) {
+      update_of_source_[update_ids_[u].first] = static_cast<int>(u);
+    }
+  }
   readers_.assign(devices_.size(), {});
   commit_waits_.assign(devices_.size(), {});
   frees_.assign(nodes_.size(), {});
@@ -140,6 +152,29 @@ void Executor::Impl::PlanFrees() {
     for (int u : waits) {
       commits_[n].push_back(u);
       ++commit_waits_[d][u];
+    }
+  }
+}
+
+void Executor::Impl::InPlaceOutputs(int node,
+                                    const std::vector<std::pair<int64_t, int64_t>>& ranges,
+                                    std::vector<Tensor>* outs) {
+  const int d = nodes_[node].device;
+  const Op& op = graph_.ops[op_ids_.at(nodes_[node].ins->compute().op())];
+  absl::MutexLock lock(&mu_);
+  for (size_t i = 0; i < op.outputs.size(); ++i) {
+    const int src = tensor_ids_.at(op.outputs[i]);
+    auto u = update_of_source_.find(src);
+    if (u == update_of_source_.end()) continue;
+    const int dst = update_ids_[u->second].second;
+    auto left = commit_left_[d].find(u->second);
+    // (This node is one of those the commit waits for.)
+    if (served_.contains(dst) || left == commit_left_[d].end() || left->second != 1) continue;
+    Tensor old;
+    if (devices_[d]->store.Get(InstanceKey{dst, ranges[i].first, ranges[i].second}, &old) &&
+        old.dtype() == graph_.tensors()[src].dtype &&
+        old.dims() == DimsOf(src, ranges[i].first, ranges[i].second)) {
+      (*outs)[i] = old;
     }
   }
 }

@@ -5,7 +5,8 @@
 // as if uninterrupted; a checkpoint directory it cannot write in fails it
 // before training; it runs on the CPUs it is given and refuses others; it
 // posts a step's ready transfers before its kernels; it holds what the
-// simulator predicts at its peak.
+// simulator predicts at its peak (parts dropped after their copy, updates
+// in place).
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -564,6 +565,38 @@ TEST(Executor, DropsAPartCopiedIntoTheWholeAfterTheCopy) {
         EXPECT_LE(held, simulated * 51 / 50) << "rank " << rank;
         EXPECT_GE(held, simulated * 9 / 10) << "rank " << rank;
       }
+    }
+  }
+}
+
+// An update writes a parameter's and its state's new values over the old
+// ones where it is the step's last instruction to read or write them, as
+// the simulator's in-place update has it. With two rows a step the MLP's
+// peak is at its updates: every parameter, momentum and gradient held;
+// new values beside the old add the largest layer's parameter and state
+// again (measured before: +33 % with SGD's momentum, +38 % with Adam's
+// moments; now +0.02 %).
+TEST(Executor, UpdatesParametersInPlace) {
+  for (const std::string optimizer : {"sgd", "adam"}) {
+    SCOPED_TRACE(optimizer);
+    auto s = Prepare({"mlp", optimizer, 2}, Cluster(1, 1));
+    absl::StatusOr<quilt::v1::DistributedProgram> p =
+        Program(*s,
+                DataParallelStrategy(s->graph, s->topo, {1},
+                                     quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE, "one"),
+                2);
+    ASSERT_THAT(p.status(), IsOk());
+    absl::StatusOr<SimResult> sim = Simulate(*p, s->graph, s->topo, *s->cost);
+    ASSERT_THAT(sim.status(), IsOk());
+    TempDir dir;
+    absl::StatusOr<RunResult> r = RunExecutors(*p, *s, dir, "in_place");
+    ASSERT_THAT(r.status(), IsOk());
+    ExpectMatchesReference(*s, *r);
+    const int64_t simulated = SimulatedPeak(*sim, 0);
+    ASSERT_GT(simulated, 0);
+    for (const auto& step : r->metrics[0]["peak_bytes"]) {
+      EXPECT_LE(step.get<int64_t>(), simulated * 51 / 50);
+      EXPECT_GE(step.get<int64_t>(), simulated * 9 / 10);
     }
   }
 }
