@@ -42,6 +42,13 @@ class Tensor {
   int64_t* i64() { return static_cast<int64_t*>(raw()); }
   const int64_t* i64() const { return static_cast<const int64_t*>(raw()); }
 
+  // How many tensors share this one's storage (views of it included), and
+  // whether `o` is one of them.
+  long storage_users() const { return data_.use_count(); }
+  bool SharesStorage(const Tensor& o) const {
+    return data_ != nullptr && !data_.owner_before(o.data_) && !o.data_.owner_before(data_);
+  }
+
   // Same data, other dims (numel must match).
   Tensor Reshaped(const std::vector<int64_t>& dims) const;
   Tensor Clone() const;

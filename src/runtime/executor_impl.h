@@ -98,12 +98,13 @@ class Executor::Impl {
   absl::Status Compute(int node);
   // An update's outputs written over the values they replace, where the
   // update is the last instruction of the step there to read or write
-  // them (then no one reads the old values again, and the simulator's
-  // in-place update is what the device holds): `outs[i]` set to the
-  // instance its output i commits into. Others are left empty (new values,
-  // committed later).
+  // them and nothing else holds their storage (no view of them, no
+  // transfer in flight; `holds`: the update's own inputs): then no one
+  // reads the old values again, and the simulator's in-place update is
+  // what the device holds. `outs[i]` is set to the instance its output i
+  // commits into; others are left empty (new values, committed later).
   void InPlaceOutputs(int node, const std::vector<std::pair<int64_t, int64_t>>& ranges,
-                      std::vector<Tensor>* outs);
+                      const std::vector<Tensor>& holds, std::vector<Tensor>* outs);
   // `part` added to the value of `name` an earlier micro-batch left on
   // `device` (ComputeInstr.accumulate).
   absl::StatusOr<Tensor> Accumulated(int device, const std::string& name, const Tensor& part) const;

@@ -82,11 +82,13 @@ void Executor::Impl::PlanFrees() {
     kept.insert(dst);
     sources.insert(src);
   }
+  served_.clear();
   for (const auto& dp : program_.devices()) {
     for (const Instruction& ins : dp.instructions()) {
-      if (ins.has_ps_pull()) kept.insert(tensor_ids_.at(ins.ps_pull().parameter().tensor()));
+      if (ins.has_ps_pull()) served_.insert(tensor_ids_.at(ins.ps_pull().parameter().tensor()));
     }
   }
+  kept.insert(served_.begin(), served_.end());
   std::vector<absl::flat_hash_set<int>> resident(devices_.size());
   for (size_t d = 0; d < devices_.size(); ++d) {
     for (const auto& [key, unused] : devices_[d]->persistent) resident[d].insert(key.tensor);
@@ -101,12 +103,6 @@ void Executor::Impl::PlanFrees() {
     updates_of[dst].push_back(static_cast<int>(u));
   }
   PlanInstanceFrees(kept, resident);
-  served_.clear();
-  for (const auto& dp : program_.devices()) {
-    for (const Instruction& ins : dp.instructions()) {
-      if (ins.has_ps_pull()) served_.insert(tensor_ids_.at(ins.ps_pull().parameter().tensor()));
-    }
-  }
   update_of_source_.clear();
   for (size_t u = 0; u < update_ids_.size(); ++u) {
     if (!sources.contains(update_ids_[u].second)) {
@@ -158,7 +154,7 @@ void Executor::Impl::PlanFrees() {
 
 void Executor::Impl::InPlaceOutputs(int node,
                                     const std::vector<std::pair<int64_t, int64_t>>& ranges,
-                                    std::vector<Tensor>* outs) {
+                                    const std::vector<Tensor>& holds, std::vector<Tensor>* outs) {
   const int d = nodes_[node].device;
   const Op& op = graph_.ops[op_ids_.at(nodes_[node].ins->compute().op())];
   absl::MutexLock lock(&mu_);
@@ -171,11 +167,15 @@ void Executor::Impl::InPlaceOutputs(int node,
     // (This node is one of those the commit waits for.)
     if (served_.contains(dst) || left == commit_left_[d].end() || left->second != 1) continue;
     Tensor old;
-    if (devices_[d]->store.Get(InstanceKey{dst, ranges[i].first, ranges[i].second}, &old) &&
-        old.dtype() == graph_.tensors()[src].dtype &&
-        old.dims() == DimsOf(src, ranges[i].first, ranges[i].second)) {
-      (*outs)[i] = old;
+    if (!devices_[d]->store.Get(InstanceKey{dst, ranges[i].first, ranges[i].second}, &old) ||
+        old.dtype() != graph_.tensors()[src].dtype ||
+        old.dims() != DimsOf(src, ranges[i].first, ranges[i].second)) {
+      continue;
     }
+    // Its users: the store's instance, `old` and the update's own inputs.
+    long users = 2;
+    for (const Tensor& h : holds) users += h.SharesStorage(old) ? 1 : 0;
+    if (old.storage_users() == users) (*outs)[i] = old;
   }
 }
 
