@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -575,7 +576,7 @@ TEST(Executor, DropsAPartCopiedIntoTheWholeAfterTheCopy) {
 // peak is at its updates: every parameter, momentum and gradient held;
 // new values beside the old add the largest layer's parameter and state
 // again (measured before: +33 % with SGD's momentum, +38 % with Adam's
-// moments; now +0.02 %).
+// moments; now +0.02 %). A run timed only applies nothing.
 TEST(Executor, UpdatesParametersInPlace) {
   for (const std::string optimizer : {"sgd", "adam"}) {
     SCOPED_TRACE(optimizer);
@@ -598,6 +599,25 @@ TEST(Executor, UpdatesParametersInPlace) {
       EXPECT_LE(step.get<int64_t>(), simulated * 51 / 50);
       EXPECT_GE(step.get<int64_t>(), simulated * 9 / 10);
     }
+    // Timed only (the workers' model profiles), nothing is applied: the
+    // parameters after 3 steps are those after 1.
+    absl::StatusOr<RunResult> one = RunExecutors(*p, *s, dir, "timed_1", 1, {"--timing-only"});
+    absl::StatusOr<RunResult> three = RunExecutors(*p, *s, dir, "timed_3", 3, {"--timing-only"});
+    ASSERT_THAT(one.status(), IsOk());
+    ASSERT_THAT(three.status(), IsOk());
+    int compared = 0;
+    for (const auto& t : one->metrics[0].value("tensors", nlohmann::json::array())) {
+      if (!s->reference.count(t["tensor"].get<std::string>())) continue;
+      const std::string file = t["file"].get<std::string>();
+      absl::StatusOr<Tensor> a = ReadNpy(absl::StrCat(one->out_dir, "/out0/", file));
+      absl::StatusOr<Tensor> b = ReadNpy(absl::StrCat(three->out_dir, "/out0/", file));
+      ASSERT_THAT(a.status(), IsOk());
+      ASSERT_THAT(b.status(), IsOk());
+      ASSERT_EQ(a->bytes(), b->bytes());
+      EXPECT_EQ(std::memcmp(a->raw(), b->raw(), a->bytes()), 0) << t["tensor"];
+      ++compared;
+    }
+    EXPECT_GT(compared, 0);
   }
 }
 
