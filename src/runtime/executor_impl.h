@@ -103,7 +103,8 @@ class Executor::Impl {
   // reads the old values again, and the simulator's in-place update is
   // what the device holds. `outs[i]` is set to the instance its output i
   // commits into; others are left empty (new values, committed later).
-  void InPlaceOutputs(int node, const std::vector<std::pair<int64_t, int64_t>>& ranges,
+  void InPlaceOutputs(int node, const Op& op,
+                      const std::vector<std::pair<int64_t, int64_t>>& ranges,
                       const std::vector<Tensor>& holds, std::vector<Tensor>* outs);
   // `part` added to the value of `name` an earlier micro-batch left on
   // `device` (ComputeInstr.accumulate).
@@ -190,11 +191,11 @@ class Executor::Impl {
   // instance freed above is also dropped alone after its own last reader
   // and writer. Per node: the instance each of its reads surely finds
   // (read, instance) and indexes into instance_keys_ of those it is the
-  // last to wait for; per instance: its device and how many nodes it
-  // waits for (the step's count in instance_left_).
+  // last to wait for; per instance: its key and how many nodes it waits
+  // for (the step's count in instance_left_).
   std::vector<std::vector<std::pair<InstanceKey, InstanceKey>>> reads_from_;
   std::vector<std::vector<int>> instance_frees_;
-  std::vector<std::pair<int, InstanceKey>> instance_keys_;
+  std::vector<InstanceKey> instance_keys_;
   std::vector<int> instance_waits_;
   // Per node: the updates (indexes into update_ids_) whose commit on its
   // device waits for it; per local device: how many instructions each

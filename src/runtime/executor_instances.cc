@@ -85,11 +85,9 @@ std::vector<InstanceKey> InstancesNamed(const Instruction& ins, const Graph& g,
 namespace {
 
 // Whether a read of `r` may find its rows in instance `x` at run time
-// (TensorStore::FindContaining: the exact instance, any whole one, or one
-// whose rows hold a ranged read's).
+// (TensorStore::FindContaining's rule).
 bool MayRead(const InstanceKey& r, const InstanceKey& x) {
-  if (r == x || (x.begin == 0 && x.end == 0)) return true;
-  return !(r.begin == 0 && r.end == 0) && x.begin <= r.begin && r.end <= x.end;
+  return x.tensor == r.tensor && InstanceHolds(x, r.begin, r.end);
 }
 
 // The instances of one tensor on one device so far, in the program's
@@ -145,11 +143,10 @@ void Executor::Impl::PlanInstanceFrees(const absl::flat_hash_set<int>& kept,
           InstanceKey{tensor_ids_.at(r.tensor()), r.begin(), r.end()}, -1);
     }
   }
-  // Per device: each instance's readers and writers (node indexes).
-  struct Users {
-    std::vector<int> readers, writers;
-  };
-  std::vector<absl::flat_hash_map<InstanceKey, Users>> users(devices_.size());
+  // Per device: the nodes each instance waits for, its readers and its
+  // writers (one that ran after the last reader would make it again, to be
+  // held until the step's end).
+  std::vector<absl::flat_hash_map<InstanceKey, std::vector<int>>> waits(devices_.size());
   // Reads that may find another instance than theirs, or find one the
   // program writes only later in its order: (node, read).
   std::vector<std::pair<int, InstanceKey>> unsure;
@@ -167,37 +164,32 @@ void Executor::Impl::PlanInstanceFrees(const absl::flat_hash_set<int>& kept,
         continue;
       }
       reads_from_[n].push_back({r, found->first});
-      users[d][found->first].readers.push_back(static_cast<int>(n));
+      waits[d][found->first].push_back(static_cast<int>(n));
     }
     for (const InstanceKey& w :
          InstancesNamed(ins, graph_, tensor_ids_, op_ids_, is_update_, true)) {
       chains[d][w.tensor].Write(w, ins.id());
-      users[d][w].writers.push_back(static_cast<int>(n));
+      waits[d][w].push_back(static_cast<int>(n));
     }
   }
   for (const auto& [n, r] : unsure) {
     const int d = nodes_[n].device;
     for (const auto& [x, unused] : chains[d][r.tensor].items) {
-      if (MayRead(r, x)) users[d][x].readers.push_back(n);
+      if (MayRead(r, x)) waits[d][x].push_back(n);
     }
   }
   instance_frees_.assign(nodes_.size(), {});
   instance_keys_.clear();
   instance_waits_.clear();
   for (size_t d = 0; d < devices_.size(); ++d) {
-    for (auto& [x, u] : users[d]) {
+    for (auto& [x, nodes] : waits[d]) {
       if (kept.contains(x.tensor) || resident[d].contains(x.tensor)) continue;
-      // (Its writers too: one that ran after the last reader would make it
-      // again, to be held until the step's end.)
-      std::vector<int>& waits = u.readers;
-      waits.insert(waits.end(), u.writers.begin(), u.writers.end());
-      std::sort(waits.begin(), waits.end());
-      waits.erase(std::unique(waits.begin(), waits.end()), waits.end());
-      if (waits.empty()) continue;
+      std::sort(nodes.begin(), nodes.end());
+      nodes.erase(std::unique(nodes.begin(), nodes.end()), nodes.end());
       const int index = static_cast<int>(instance_keys_.size());
-      instance_keys_.push_back({static_cast<int>(d), x});
-      instance_waits_.push_back(static_cast<int>(waits.size()));
-      for (int n : waits) instance_frees_[n].push_back(index);
+      instance_keys_.push_back(x);
+      instance_waits_.push_back(static_cast<int>(nodes.size()));
+      for (int n : nodes) instance_frees_[n].push_back(index);
     }
   }
 }

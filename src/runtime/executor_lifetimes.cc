@@ -152,12 +152,11 @@ void Executor::Impl::PlanFrees() {
   }
 }
 
-void Executor::Impl::InPlaceOutputs(int node,
+void Executor::Impl::InPlaceOutputs(int node, const Op& op,
                                     const std::vector<std::pair<int64_t, int64_t>>& ranges,
                                     const std::vector<Tensor>& holds, std::vector<Tensor>* outs) {
   if (options_.timing_only) return;  // nothing applied: the parameters stay as they began
   const int d = nodes_[node].device;
-  const Op& op = graph_.ops[op_ids_.at(nodes_[node].ins->compute().op())];
   absl::MutexLock lock(&mu_);
   for (size_t i = 0; i < op.outputs.size(); ++i) {
     const int src = tensor_ids_.at(op.outputs[i]);
@@ -202,7 +201,7 @@ std::vector<Tensor> Executor::Impl::Release(int node) {
   }
   for (int i : instance_frees_[node]) {
     if (--instance_left_[i] != 0) continue;
-    for (Tensor& v : store.EraseInstance(instance_keys_[i].second)) dropped.push_back(std::move(v));
+    for (Tensor& v : store.EraseInstance(instance_keys_[i])) dropped.push_back(std::move(v));
   }
   auto& commits = commit_left_[d];
   for (int u : commits_[node]) {

@@ -95,7 +95,7 @@ absl::Status Executor::Impl::Compute(int node) {
     out_types.push_back(info.dtype);
   }
   std::vector<Tensor> outs(op.outputs.size());
-  if (is_update_[op_id]) InPlaceOutputs(node, out_ranges, holds, &outs);
+  if (is_update_[op_id]) InPlaceOutputs(node, op, out_ranges, holds, &outs);
   KernelContext ctx(op, std::move(in), std::move(shapes), out_dims, out_types, &outs);
   const bool batched_op = !Whole(b, e) && !shard;
   ctx.step = options_.steps_before + step_;  // the training's step

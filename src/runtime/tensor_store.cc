@@ -121,8 +121,7 @@ bool TensorStore::FindContaining(int tensor, int64_t begin, int64_t end, Instanc
   for (const bool assembled : {false, true}) {
     for (const InstanceKey& k : it->second) {
       if (assembled_.contains(k) != assembled) continue;
-      const bool whole = k.begin == 0 && k.end == 0;
-      if (whole || (!(begin == 0 && end == 0) && k.begin <= begin && end <= k.end)) {
+      if (InstanceHolds(k, begin, end)) {
         *key = k;
         *out = values_.at(k);
         return true;

@@ -28,6 +28,14 @@ struct InstanceKey {
   }
 };
 
+// Whether instance `x` holds rows [begin, end) of its tensor (0, 0: the
+// whole tensor) for a read of them: the exact instance, any whole one, or
+// one whose rows hold a ranged read's.
+inline bool InstanceHolds(const InstanceKey& x, int64_t begin, int64_t end) {
+  if ((x.begin == begin && x.end == end) || (x.begin == 0 && x.end == 0)) return true;
+  return !(begin == 0 && end == 0) && x.begin <= begin && end <= x.end;
+}
+
 class TensorStore {
  public:
   void Put(const InstanceKey& k, Tensor t);
