@@ -40,11 +40,13 @@ struct ExecutorStep {
   double step_time_s = 0;
   // Time the busiest of this process's devices spent in kernels.
   double compute_time_s = 0;
-  // The most bytes of tensors one of this process's devices held during
-  // the step: its parameters, optimizer state and constants, and the
-  // step's tensors, each freed once the device's last instruction that
-  // reads it has finished (what the simulator's peak memory counts, less
-  // its staging buffers).
+  // The most bytes one of this process's devices held during the step:
+  // its parameters, optimizer state and constants, the step's tensors,
+  // each freed once the device's last instruction that reads it has
+  // finished, and the buffers beside them while in use (an all-reduce's
+  // staging buffer, a parameter server's receive buffers): what the
+  // simulator's peak memory counts. (Not counted by either: the
+  // collectives' own segment buffers.)
   int64_t peak_bytes = 0;
 };
 

@@ -83,10 +83,9 @@ class Executor::Impl {
   // commit_waits_, after the nodes are built.
   void PlanFrees();
   // Its finer part: reads_from_, instance_frees_, instance_keys_ and
-  // instance_waits_ (tensors `kept` and those with a persistent instance on
-  // a device left out there).
-  void PlanInstanceFrees(const absl::flat_hash_set<int>& kept,
-                         const std::vector<absl::flat_hash_set<int>>& resident);
+  // instance_waits_ (on each device, every instance of the tensors `kept`
+  // there, and the persistent instances, left out).
+  void PlanInstanceFrees(const std::vector<absl::flat_hash_set<int>>& kept);
   // At a node's end (mu_ held): drops the tensors its device no longer
   // needs and commits the updates it was the last to wait for; the values
   // dropped are handed back (destroyed outside the lock).
@@ -180,8 +179,9 @@ class Executor::Impl {
   // after their last reader; per local device: how many instructions read
   // each such tensor (the step's count starts from it in readers_left_).
   // Never freed early: parameters, optimizer state and constants (any
-  // tensor with a persistent instance there), the loss and the updates'
-  // tensors (read after the step), tensors served to pulls.
+  // tensor with a persistent instance there), the loss and, where an
+  // update runs, its tensors (read after the step), the tensors a device
+  // serves to pulls.
   // Keys are FreeKey(tensor, micro-batch): a batch tensor's instances of
   // one micro-batch (program.micro_batches) are freed after that
   // micro-batch's last reader; micro-batch 0 = every instance.

@@ -133,8 +133,7 @@ struct Chain {
 
 }  // namespace
 
-void Executor::Impl::PlanInstanceFrees(const absl::flat_hash_set<int>& kept,
-                                       const std::vector<absl::flat_hash_set<int>>& resident) {
+void Executor::Impl::PlanInstanceFrees(const std::vector<absl::flat_hash_set<int>>& kept) {
   std::vector<absl::flat_hash_map<int, Chain>> chains(devices_.size());
   for (size_t d = 0; d < devices_.size(); ++d) {
     for (const auto& [key, unused] : devices_[d]->persistent) chains[d][key.tensor].Write(key, -1);
@@ -183,7 +182,7 @@ void Executor::Impl::PlanInstanceFrees(const absl::flat_hash_set<int>& kept,
   instance_waits_.clear();
   for (size_t d = 0; d < devices_.size(); ++d) {
     for (auto& [x, nodes] : waits[d]) {
-      if (kept.contains(x.tensor) || resident[d].contains(x.tensor)) continue;
+      if (kept[d].contains(x.tensor) || devices_[d]->persistent.contains(x)) continue;
       std::sort(nodes.begin(), nodes.end());
       nodes.erase(std::unique(nodes.begin(), nodes.end()), nodes.end());
       const int index = static_cast<int>(instance_keys_.size());

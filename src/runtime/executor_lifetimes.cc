@@ -72,27 +72,47 @@ std::vector<std::string> TensorsNamed(const Instruction& ins, const Graph& g,
 }
 
 void Executor::Impl::PlanFrees() {
-  // Tensors read outside instructions: after the step (the loss, the
-  // updates' sources and targets) and by the pulls this process serves.
-  absl::flat_hash_set<int> kept;
-  if (loss_tensor_ >= 0) kept.insert(loss_tensor_);
-  absl::flat_hash_set<int> sources;
-  for (const auto& [src, dst] : update_ids_) {
-    kept.insert(src);
-    kept.insert(dst);
-    sources.insert(src);
-  }
-  served_.clear();
-  for (const auto& dp : program_.devices()) {
-    for (const Instruction& ins : dp.instructions()) {
-      if (ins.has_ps_pull()) served_.insert(tensor_ids_.at(ins.ps_pull().parameter().tensor()));
+  // Per device, tensors read outside instructions: after the step (the
+  // loss; an update's source and target where the update runs) and by the
+  // pulls it serves. `kept` holds them whole (the frees by tensor);
+  // `all_of` those whose every instance stays (the frees by instance: a
+  // target's or a served parameter's persistent instances stay in any
+  // case). Elsewhere, and beside those, a parameter's copy (pulled whole
+  // where a shard is served) goes after its last reader, as the simulator
+  // has it.
+  std::vector<absl::flat_hash_set<int>> kept(devices_.size()), all_of(devices_.size());
+  absl::flat_hash_map<int, int> target_of;  // update source → target
+  for (const auto& [src, dst] : update_ids_) target_of[src] = dst;
+  for (size_t n = 0; n < nodes_.size(); ++n) {
+    const int d = nodes_[n].device;
+    if (loss_tensor_ >= 0) kept[d].insert(loss_tensor_), all_of[d].insert(loss_tensor_);
+    for (const std::string& name : TensorsNamed(*nodes_[n].ins, graph_, op_ids_, true)) {
+      auto u = target_of.find(tensor_ids_.at(name));
+      if (u == target_of.end()) continue;
+      kept[d].insert({u->first, u->second});
+      all_of[d].insert(u->first);
     }
   }
-  kept.insert(served_.begin(), served_.end());
   std::vector<absl::flat_hash_set<int>> resident(devices_.size());
   for (size_t d = 0; d < devices_.size(); ++d) {
     for (const auto& [key, unused] : devices_[d]->persistent) resident[d].insert(key.tensor);
   }
+  served_.clear();
+  for (const auto& dp : program_.devices()) {
+    for (const Instruction& ins : dp.instructions()) {
+      if (!ins.has_ps_pull()) continue;
+      const int t = tensor_ids_.at(ins.ps_pull().parameter().tensor());
+      served_.insert(t);
+      auto server = program_device_.find(ins.ps_pull().server_device());
+      for (size_t d = 0; server != program_device_.end() && d < devices_.size(); ++d) {
+        if (devices_[d]->topo_index != server->second) continue;
+        kept[d].insert(t);
+        if (!resident[d].contains(t)) all_of[d].insert(t);
+      }
+    }
+  }
+  absl::flat_hash_set<int> sources;
+  for (const auto& [src, dst] : update_ids_) sources.insert(src);
   // Updates by the tensors they name (those chained to another, committed
   // at the step's end, left out).
   absl::flat_hash_map<int, std::vector<int>> updates_of;
@@ -102,7 +122,7 @@ void Executor::Impl::PlanFrees() {
     updates_of[src].push_back(static_cast<int>(u));
     updates_of[dst].push_back(static_cast<int>(u));
   }
-  PlanInstanceFrees(kept, resident);
+  PlanInstanceFrees(all_of);
   update_of_source_.clear();
   for (size_t u = 0; u < update_ids_.size(); ++u) {
     if (!sources.contains(update_ids_[u].second)) {
@@ -130,7 +150,7 @@ void Executor::Impl::PlanFrees() {
     // (A batch tensor's rows read in one micro-batch are that one's.)
     const int micro = nodes_[n].ins->micro_batch();
     for (int t : reads) {
-      if (kept.contains(t) || resident[d].contains(t)) continue;
+      if (kept[d].contains(t) || resident[d].contains(t)) continue;
       const int64_t key = FreeKey(t, graph_.tensors()[t].shape.HasBatch() ? micro : 0);
       frees_[n].push_back(key);
       ++readers_[d][key];

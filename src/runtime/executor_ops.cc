@@ -1,5 +1,6 @@
 // The executor's instructions: computations on the device's thread,
 // transfers, collectives and parameter-server messages on the transport.
+#include <algorithm>
 #include <cstring>
 #include <memory>
 
@@ -15,6 +16,14 @@ namespace quilt {
 namespace {
 
 bool Whole(int64_t b, int64_t e) { return b == 0 && e == 0; }
+
+// The bytes an all-reduce member holds beside the store's instances while
+// the sum runs, as the simulator counts them: its staging buffer of
+// `bytes`, and where the sum is direct, every other member's buffer whole.
+int64_t AllReduceScratch(const AllReduceSpec& spec, int64_t bytes) {
+  if (spec.method != quilt::v1::AGGREGATION_METHOD_DIRECT_ALLREDUCE) return bytes;
+  return bytes * static_cast<int64_t>(std::max<size_t>(1, spec.ranks.size()));
+}
 
 }  // namespace
 
@@ -285,26 +294,30 @@ void Executor::Impl::StartAllReduce(int node) {
   std::vector<std::vector<int64_t>> dims;
   for (const Tensor& p : parts) dims.push_back(p.dims());
   parts.clear();
-  quilt::StartAllReduce(transport_, spec, [this, node, sum, ids, dims, start](absl::Status st) {
-    if (options_.trace) Record(node, start, true);
-    if (!st.ok()) {
-      Fail(node, st);
-      return;
-    }
-    Device& dev = *devices_[nodes_[node].device];
-    int64_t at = 0;
-    for (size_t i = 0; i < ids.size(); ++i) {
-      absl::StatusOr<Tensor> out = Tensor::Empty(DType::kF32, dims[i]);
-      if (!out.ok()) {
-        Fail(node, out.status());
-        return;
-      }
-      std::memcpy(out->f32(), sum->f32() + at, static_cast<size_t>(out->bytes()));
-      at += out->numel();
-      dev.store.Put(InstanceKey{ids[i], 0, 0}, std::move(*out));
-    }
-    Done(node);
-  });
+  const int64_t scratch = AllReduceScratch(spec, sum->bytes());
+  dev.store.HoldScratch(scratch);
+  quilt::StartAllReduce(
+      transport_, spec, [this, node, sum, ids, dims, start, scratch](absl::Status st) {
+        if (options_.trace) Record(node, start, true);
+        Device& dev = *devices_[nodes_[node].device];
+        dev.store.ReleaseScratch(scratch);
+        if (!st.ok()) {
+          Fail(node, st);
+          return;
+        }
+        int64_t at = 0;
+        for (size_t i = 0; i < ids.size(); ++i) {
+          absl::StatusOr<Tensor> out = Tensor::Empty(DType::kF32, dims[i]);
+          if (!out.ok()) {
+            Fail(node, out.status());
+            return;
+          }
+          std::memcpy(out->f32(), sum->f32() + at, static_cast<size_t>(out->bytes()));
+          at += out->numel();
+          dev.store.Put(InstanceKey{ids[i], 0, 0}, std::move(*out));
+        }
+        Done(node);
+      });
 }
 
 void Executor::Impl::StartAllReduceSlice(int node, AllReduceSpec spec) {
@@ -343,12 +356,16 @@ void Executor::Impl::StartAllReduceSlice(int node, AllReduceSpec spec) {
   spec.count = sum->numel();
   const int64_t at = ar.begin();
   const absl::Time start = absl::Now();
-  quilt::StartAllReduce(transport_, spec, [this, node, sum, t, at, start](absl::Status st) {
-    if (options_.trace) Record(node, start, true);
-    if (st.ok())
-      st = devices_[nodes_[node].device]->store.WriteSlice(InstanceKey{t, 0, 0}, at, *sum);
-    st.ok() ? Done(node) : Fail(node, st);
-  });
+  const int64_t scratch = AllReduceScratch(spec, sum->bytes());
+  dev.store.HoldScratch(scratch);
+  quilt::StartAllReduce(transport_, spec,
+                        [this, node, sum, t, at, start, scratch](absl::Status st) {
+                          if (options_.trace) Record(node, start, true);
+                          TensorStore& store = devices_[nodes_[node].device]->store;
+                          store.ReleaseScratch(scratch);
+                          if (st.ok()) st = store.WriteSlice(InstanceKey{t, 0, 0}, at, *sum);
+                          st.ok() ? Done(node) : Fail(node, st);
+                        });
 }
 
 void Executor::Impl::StartPush(int node) {
@@ -368,6 +385,9 @@ void Executor::Impl::StartAccumulate(int node) {
     int remaining = 0;
     absl::Status error;
     std::vector<Tensor> parts;
+    // The receive buffers' bytes, held beside the store's instances (as
+    // the simulator counts them) until the sum.
+    int64_t scratch = 0;
   };
   auto state = std::make_shared<State>();
   state->remaining = a.push_tags_size();
@@ -382,6 +402,11 @@ void Executor::Impl::StartAccumulate(int node) {
   const absl::Time start = absl::Now();
   auto finish = [this, node, state, t, b, e, dims, info, start]() {
     if (options_.trace) Record(node, start, true);
+    {
+      absl::MutexLock lock(&state->mu);
+      devices_[nodes_[node].device]->store.ReleaseScratch(state->scratch);
+      state->scratch = 0;
+    }
     if (!state->error.ok()) {
       Fail(node, state->error);
       return;
@@ -409,6 +434,11 @@ void Executor::Impl::StartAccumulate(int node) {
       return;
     }
     auto data = std::make_shared<Tensor>(std::move(*buf));
+    {
+      absl::MutexLock lock(&state->mu);
+      state->scratch += data->bytes();
+      devices_[nodes_[node].device]->store.HoldScratch(data->bytes());
+    }
     const int from = device_rank_[push_device_.at(tag)];
     transport_->Recv(from, MakeTag(step_, TagKind::kPush, tag), data->raw(),
                      static_cast<size_t>(data->bytes()), [state, data, finish](absl::Status st) {

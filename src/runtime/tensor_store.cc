@@ -94,6 +94,17 @@ int64_t TensorStore::ResetPeak() {
   return peak;
 }
 
+void TensorStore::HoldScratch(int64_t bytes) {
+  absl::MutexLock lock(&mu_);
+  live_bytes_ += bytes;
+  peak_bytes_ = std::max(peak_bytes_, live_bytes_);
+}
+
+void TensorStore::ReleaseScratch(int64_t bytes) {
+  absl::MutexLock lock(&mu_);
+  live_bytes_ -= bytes;
+}
+
 int64_t TensorStore::live_bytes() const {
   absl::MutexLock lock(&mu_);
   return live_bytes_;

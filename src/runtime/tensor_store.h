@@ -1,6 +1,8 @@
 // The tensors one device of the executor holds during a step: whole
 // tensors or row ranges of them (instances), with the bytes they take
-// (live, and the most since the last ResetPeak). Thread-safe.
+// (live, and the most since the last ResetPeak), and the bytes of the
+// buffers held beside them (scratch: a collective's staging buffer, a
+// parameter server's receive buffers). Thread-safe.
 #ifndef QUILT_SRC_RUNTIME_TENSOR_STORE_H_
 #define QUILT_SRC_RUNTIME_TENSOR_STORE_H_
 
@@ -77,6 +79,10 @@ class TensorStore {
   // starts again from what is held now.
   int64_t live_bytes() const;
   int64_t ResetPeak();
+  // Counts `bytes` of a buffer held beside the instances in the live (and
+  // peak) bytes, until released.
+  void HoldScratch(int64_t bytes);
+  void ReleaseScratch(int64_t bytes);
 
  private:
   // Counts a value's storage in (once per storage) and out.

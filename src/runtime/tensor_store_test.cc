@@ -1,6 +1,7 @@
 // The tensor store's bytes: each storage counted once however many
 // instances share it, released when the last instance holding it goes
-// (replaced, erased or not retained), and the peak since the last reset.
+// (replaced, erased or not retained), buffers held beside the instances,
+// and the peak since the last reset.
 #include "src/runtime/tensor_store.h"
 
 #include "gtest/gtest.h"
@@ -61,6 +62,21 @@ TEST(TensorStore, ThePeakIsTheMostHeldSinceTheLastReset) {
   EXPECT_EQ(store.Retain(keep).size(), 1u);
   EXPECT_EQ(store.live_bytes(), 400);
   EXPECT_EQ(store.ResetPeak(), 500);
+}
+
+TEST(TensorStore, ScratchBuffersCountWhileHeld) {
+  TensorStore store;
+  store.Put(InstanceKey{1, 0, 0}, Floats(100));
+  store.HoldScratch(1000);  // a collective's staging buffer
+  EXPECT_EQ(store.live_bytes(), 1400);
+  store.Erase(1);
+  store.HoldScratch(200);
+  EXPECT_EQ(store.live_bytes(), 1200);
+  store.ReleaseScratch(1000);
+  store.ReleaseScratch(200);
+  EXPECT_EQ(store.live_bytes(), 0);
+  EXPECT_EQ(store.ResetPeak(), 1400);
+  EXPECT_EQ(store.ResetPeak(), 0);
 }
 
 TEST(TensorStore, AssembledAndSlicedWritesCountTheirStorage) {

@@ -13,7 +13,6 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <set>
 
@@ -653,6 +652,46 @@ TEST(Executor, AMicroBatchedStepHoldsOneMicroBatchAtATime) {
       EXPECT_LE(held, simulated * 5 / 4) << "rank " << rank;
       EXPECT_GE(held, simulated * 6 / 10) << "rank " << rank;
       EXPECT_LT(held, simulated_whole) << "rank " << rank;
+    }
+  }
+}
+
+// Beside its tensors a device holds the buffers of its sums while they
+// run: an all-reduce's staging buffer (a direct all-reduce's: every
+// member's buffer whole) and, on a parameter server, a receive buffer per
+// push. The executor counts them as the simulator does, and a worker drops
+// a parameter it pulled after its last reader. With four rows a step the
+// MLP's gradients outweigh its activations, and its peak falls at the sums.
+// Measured before: ring −12 %, direct −29 % (the buffers not counted);
+// parameter servers +6 % and +30 % (pulled parameters held to the step's
+// end). Where sums finish in another order than simulated a step may hold
+// less (the parameter server here: up to −15 %), never more.
+TEST(Executor, CountsTheBuffersOfItsSumsAsSimulated) {
+  for (const auto method : {quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE,
+                            quilt::v1::AGGREGATION_METHOD_DIRECT_ALLREDUCE,
+                            quilt::v1::AGGREGATION_METHOD_PARAMETER_SERVER}) {
+    SCOPED_TRACE(quilt::v1::AggregationMethod_Name(method));
+    auto s = Prepare({"mlp", "sgd", 4}, Cluster(2, 1));
+    const std::vector<int64_t> even(2, 1);
+    absl::StatusOr<quilt::v1::DistributedProgram> p =
+        Program(*s, DataParallelStrategy(s->graph, s->topo, even, method, "e"), 4);
+    ASSERT_THAT(p.status(), IsOk());
+    absl::StatusOr<SimResult> sim = Simulate(*p, s->graph, s->topo, *s->cost);
+    ASSERT_THAT(sim.status(), IsOk());
+    TempDir dir;
+    absl::StatusOr<RunResult> r = RunExecutors(*p, *s, dir, "sums");
+    ASSERT_THAT(r.status(), IsOk());
+    ExpectMatchesReference(*s, *r);
+    const bool ps = method == quilt::v1::AGGREGATION_METHOD_PARAMETER_SERVER;
+    for (size_t rank = 0; rank < r->metrics.size(); ++rank) {
+      const int64_t simulated = SimulatedPeak(*sim, rank);
+      ASSERT_GT(simulated, 0);
+      int64_t most = 0;
+      for (const auto& step : r->metrics[rank]["peak_bytes"]) {
+        most = std::max(most, step.get<int64_t>());
+        EXPECT_LE(step.get<int64_t>(), simulated * 51 / 50) << "rank " << rank;
+      }
+      EXPECT_GE(most, ps ? simulated * 8 / 10 : simulated * 49 / 50) << "rank " << rank;
     }
   }
 }
