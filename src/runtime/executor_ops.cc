@@ -300,23 +300,28 @@ void Executor::Impl::StartAllReduce(int node) {
       transport_, spec, [this, node, sum, ids, dims, start, scratch](absl::Status st) {
         if (options_.trace) Record(node, start, true);
         Device& dev = *devices_[nodes_[node].device];
-        dev.store.ReleaseScratch(scratch);
-        if (!st.ok()) {
-          Fail(node, st);
-          return;
-        }
+        absl::Status result = st;
         int64_t at = 0;
-        for (size_t i = 0; i < ids.size(); ++i) {
-          absl::StatusOr<Tensor> out = Tensor::Empty(DType::kF32, dims[i]);
+        for (size_t i = 0; result.ok() && i < ids.size(); ++i) {
+          // Over the part where nothing but the store holds it (no view
+          // of it, no transfer in flight), else into a fresh tensor: the
+          // step then holds the parts and the staging buffer, as
+          // simulated, and no part's copy beside them.
+          Tensor part;
+          const bool over = dev.store.Get(InstanceKey{ids[i], 0, 0}, &part) &&
+                            part.dtype() == DType::kF32 && part.dims() == dims[i] &&
+                            part.storage_users() == 2;
+          absl::StatusOr<Tensor> out = over ? part : Tensor::Empty(DType::kF32, dims[i]);
           if (!out.ok()) {
-            Fail(node, out.status());
-            return;
+            result = out.status();
+            break;
           }
           std::memcpy(out->f32(), sum->f32() + at, static_cast<size_t>(out->bytes()));
           at += out->numel();
-          dev.store.Put(InstanceKey{ids[i], 0, 0}, std::move(*out));
+          if (!over) dev.store.Put(InstanceKey{ids[i], 0, 0}, std::move(*out));
         }
-        Done(node);
+        dev.store.ReleaseScratch(scratch);
+        result.ok() ? Done(node) : Fail(node, result);
       });
 }
 
@@ -402,26 +407,26 @@ void Executor::Impl::StartAccumulate(int node) {
   const absl::Time start = absl::Now();
   auto finish = [this, node, state, t, b, e, dims, info, start]() {
     if (options_.trace) Record(node, start, true);
+    TensorStore& store = devices_[nodes_[node].device]->store;
+    absl::Status result = state->error;
+    absl::StatusOr<Tensor> sum = Tensor::Zeros(info.dtype, dims);
+    if (result.ok() && !sum.ok()) result = sum.status();
+    if (result.ok() && info.dtype != DType::kF32) {
+      result = absl::InternalError("parameter-server gradients must be float32");
+    }
+    if (result.ok()) {
+      for (const Tensor& p : state->parts) {
+        for (int64_t i = 0; i < sum->numel(); ++i) sum->f32()[i] += p.f32()[i];
+      }
+      store.Put(InstanceKey{t, b, e}, std::move(*sum));
+    }
     {
+      // (The receive buffers go with the state, after the sum.)
       absl::MutexLock lock(&state->mu);
-      devices_[nodes_[node].device]->store.ReleaseScratch(state->scratch);
+      store.ReleaseScratch(state->scratch);
       state->scratch = 0;
     }
-    if (!state->error.ok()) {
-      Fail(node, state->error);
-      return;
-    }
-    absl::StatusOr<Tensor> sum = Tensor::Zeros(info.dtype, dims);
-    if (!sum.ok() || info.dtype != DType::kF32) {
-      Fail(node, sum.ok() ? absl::InternalError("parameter-server gradients must be float32")
-                          : sum.status());
-      return;
-    }
-    for (const Tensor& p : state->parts) {
-      for (int64_t i = 0; i < sum->numel(); ++i) sum->f32()[i] += p.f32()[i];
-    }
-    devices_[nodes_[node].device]->store.Put(InstanceKey{t, b, e}, std::move(*sum));
-    Done(node);
+    result.ok() ? Done(node) : Fail(node, result);
   };
   if (state->remaining == 0) {
     finish();
