@@ -249,14 +249,14 @@ absl::Status Executor::Impl::Init() {
         int node = -1;
         {
           absl::MutexLock lock(&mu_);
-          if (!stop_ && dev.ready.empty()) {
+          if (!stop_ && (dev.ready.empty() || posting_)) {
             // While every device of this process waits, the transport may
             // poll rather than sleep: this process has no kernel to run.
             const int all = static_cast<int>(devices_.size());
             if (++idle_threads_ == all && transport_ != nullptr) transport_->SetComputeIdle(true);
             mu_.Await(absl::Condition(
                 +[](Device* d) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-                  return d->owner->stop_ || !d->ready.empty();
+                  return d->owner->stop_ || (!d->ready.empty() && !d->owner->posting_);
                 },
                 &dev));
             if (idle_threads_-- == all && transport_ != nullptr) transport_->SetComputeIdle(false);
@@ -562,6 +562,7 @@ absl::Status Executor::Impl::Run() {
       instance_left_ = instance_waits_;
       commit_left_ = commit_waits_;
       extra_ = 0;
+      posting_ = true;
       for (auto& dev : devices_) dev->busy_s = 0;
       for (size_t n = 0; n < nodes_.size(); ++n) {
         nodes_[n].pending = nodes_[n].deps;
@@ -574,11 +575,14 @@ absl::Status Executor::Impl::Run() {
     // that starts first can hold the CPU for the whole forward pass where
     // this process has one, and a transfer the program has ready at the
     // step's start (a parameter another stage reads) would wait for it.
+    // (The device threads wait for posting_ to clear, even for a kernel
+    // made ready by a receive that lands meanwhile.)
     for (int n : ready) {
       if (!nodes_[n].compute) Dispatch(n);
     }
     {
       absl::MutexLock lock(&mu_);
+      posting_ = false;
       for (int n : ready) {
         if (nodes_[n].compute)
           devices_[nodes_[n].device]->ready.push({nodes_[n].ins->priority(), -n});

@@ -220,6 +220,9 @@ class Executor::Impl {
   int extra_ ABSL_GUARDED_BY(mu_) = 0;         // pull-serving sends in flight
   absl::Status error_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  // While a step posts the transfers ready at its start: no kernel starts
+  // (not even one a receive that landed at once made ready).
+  bool posting_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<absl::flat_hash_map<int64_t, int>> readers_left_ ABSL_GUARDED_BY(mu_);
   std::vector<absl::flat_hash_map<int, int>> commit_left_ ABSL_GUARDED_BY(mu_);
   std::vector<int> instance_left_ ABSL_GUARDED_BY(mu_);

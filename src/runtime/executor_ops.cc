@@ -307,18 +307,22 @@ void Executor::Impl::StartAllReduce(int node) {
           // of it, no transfer in flight), else into a fresh tensor: the
           // step then holds the parts and the staging buffer, as
           // simulated, and no part's copy beside them.
-          Tensor part;
-          const bool over = dev.store.Get(InstanceKey{ids[i], 0, 0}, &part) &&
-                            part.dtype() == DType::kF32 && part.dims() == dims[i] &&
-                            part.storage_users() == 2;
-          absl::StatusOr<Tensor> out = over ? part : Tensor::Empty(DType::kF32, dims[i]);
+          const float* from = sum->f32() + at;
+          int64_t numel = 1;
+          for (int64_t x : dims[i]) numel *= x;
+          at += numel;
+          const InstanceKey key{ids[i], 0, 0};
+          if (dev.store.OverwriteIfSole(key, dims[i], from,
+                                        numel * static_cast<int64_t>(sizeof(float)))) {
+            continue;
+          }
+          absl::StatusOr<Tensor> out = Tensor::Empty(DType::kF32, dims[i]);
           if (!out.ok()) {
             result = out.status();
             break;
           }
-          std::memcpy(out->f32(), sum->f32() + at, static_cast<size_t>(out->bytes()));
-          at += out->numel();
-          if (!over) dev.store.Put(InstanceKey{ids[i], 0, 0}, std::move(*out));
+          std::memcpy(out->f32(), from, static_cast<size_t>(out->bytes()));
+          dev.store.Put(key, std::move(*out));
         }
         dev.store.ReleaseScratch(scratch);
         result.ok() ? Done(node) : Fail(node, result);
@@ -367,8 +371,8 @@ void Executor::Impl::StartAllReduceSlice(int node, AllReduceSpec spec) {
                         [this, node, sum, t, at, start, scratch](absl::Status st) {
                           if (options_.trace) Record(node, start, true);
                           TensorStore& store = devices_[nodes_[node].device]->store;
-                          store.ReleaseScratch(scratch);
                           if (st.ok()) st = store.WriteSlice(InstanceKey{t, 0, 0}, at, *sum);
+                          store.ReleaseScratch(scratch);
                           st.ok() ? Done(node) : Fail(node, st);
                         });
 }
@@ -391,7 +395,7 @@ void Executor::Impl::StartAccumulate(int node) {
     absl::Status error;
     std::vector<Tensor> parts;
     // The receive buffers' bytes, held beside the store's instances (as
-    // the simulator counts them) until the sum.
+    // the simulator counts them) until the sum (set before any receive).
     int64_t scratch = 0;
   };
   auto state = std::make_shared<State>();
@@ -420,30 +424,29 @@ void Executor::Impl::StartAccumulate(int node) {
       }
       store.Put(InstanceKey{t, b, e}, std::move(*sum));
     }
-    {
-      // (The receive buffers go with the state, after the sum.)
-      absl::MutexLock lock(&state->mu);
-      store.ReleaseScratch(state->scratch);
-      state->scratch = 0;
-    }
+    // (The receive buffers go with the state, after the sum.)
+    store.ReleaseScratch(state->scratch);
     result.ok() ? Done(node) : Fail(node, result);
   };
   if (state->remaining == 0) {
     finish();
     return;
   }
-  for (int64_t tag : a.push_tags()) {
+  // Every receive buffer first, counted at once, then the receives.
+  std::vector<std::shared_ptr<Tensor>> buffers;
+  for (int i = 0; i < a.push_tags_size(); ++i) {
     absl::StatusOr<Tensor> buf = Tensor::Empty(info.dtype, dims);
     if (!buf.ok()) {
       Fail(node, buf.status());
       return;
     }
-    auto data = std::make_shared<Tensor>(std::move(*buf));
-    {
-      absl::MutexLock lock(&state->mu);
-      state->scratch += data->bytes();
-      devices_[nodes_[node].device]->store.HoldScratch(data->bytes());
-    }
+    buffers.push_back(std::make_shared<Tensor>(std::move(*buf)));
+    state->scratch += buffers.back()->bytes();
+  }
+  devices_[nodes_[node].device]->store.HoldScratch(state->scratch);
+  for (int i = 0; i < a.push_tags_size(); ++i) {
+    const int64_t tag = a.push_tags(i);
+    std::shared_ptr<Tensor> data = buffers[i];
     const int from = device_rank_[push_device_.at(tag)];
     transport_->Recv(from, MakeTag(step_, TagKind::kPush, tag), data->raw(),
                      static_cast<size_t>(data->bytes()), [state, data, finish](absl::Status st) {

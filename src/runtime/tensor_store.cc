@@ -1,6 +1,7 @@
 #include "src/runtime/tensor_store.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "src/common/status.h"
 #include "src/runtime/rows.h"
@@ -218,6 +219,22 @@ absl::Status TensorStore::WriteSlice(const InstanceKey& k, int64_t at, const Ten
     sliced_[k] = it->second.raw();
   }
   return WriteRows(&it->second, 0, at, src);
+}
+
+bool TensorStore::OverwriteIfSole(const InstanceKey& k, const std::vector<int64_t>& dims,
+                                  const void* src, int64_t bytes) {
+  absl::MutexLock lock(&mu_);
+  auto it = values_.find(k);
+  if (it == values_.end()) return false;
+  Tensor& v = it->second;
+  if (v.dtype() != DType::kF32 || v.dims() != dims || v.bytes() != bytes ||
+      v.storage_users() != 1) {
+    return false;
+  }
+  std::memcpy(v.raw(), src, static_cast<size_t>(bytes));
+  assembled_.erase(k);
+  sliced_.erase(k);
+  return true;
 }
 
 }  // namespace quilt

@@ -79,6 +79,35 @@ TEST(TensorStore, ScratchBuffersCountWhileHeld) {
   EXPECT_EQ(store.ResetPeak(), 0);
 }
 
+TEST(TensorStore, OverwritesAnInstanceOnlyWhereTheStoreAloneHoldsIt) {
+  TensorStore store;
+  const std::vector<float> sum = {5, 6, 7, 8};
+  store.Put(InstanceKey{1, 0, 0}, Floats(4));
+  Tensor held;
+  ASSERT_TRUE(store.Get(InstanceKey{1, 0, 0}, &held));
+  // A reader's copy of it: left as it was.
+  EXPECT_FALSE(store.OverwriteIfSole(InstanceKey{1, 0, 0}, {4}, sum.data(), 16));
+  EXPECT_EQ(held.f32()[0], 1.0f);
+  held = Tensor();
+  // Another shape, or no such instance: nothing written.
+  EXPECT_FALSE(store.OverwriteIfSole(InstanceKey{1, 0, 0}, {2, 2}, sum.data(), 16));
+  EXPECT_FALSE(store.OverwriteIfSole(InstanceKey{2, 0, 0}, {4}, sum.data(), 16));
+  ASSERT_TRUE(store.OverwriteIfSole(InstanceKey{1, 0, 0}, {4}, sum.data(), 16));
+  ASSERT_TRUE(store.Get(InstanceKey{1, 0, 0}, &held));
+  EXPECT_EQ(held.f32()[3], 8.0f);
+  EXPECT_EQ(store.live_bytes(), 16);  // no copy made
+  // An assembled instance written over counts as whole: a ranged read
+  // prefers it to a part that also holds the rows.
+  TensorStore parts;
+  ASSERT_TRUE(parts.WriteInto(InstanceKey{3, 0, 0}, DType::kF32, {4}, 0, 0, Floats(2)).ok());
+  parts.Put(InstanceKey{3, 0, 2}, Floats(2));
+  ASSERT_TRUE(parts.OverwriteIfSole(InstanceKey{3, 0, 0}, {4}, sum.data(), 16));
+  InstanceKey found;
+  Tensor value;
+  ASSERT_TRUE(parts.FindContaining(3, 0, 1, &found, &value));
+  EXPECT_EQ(found, (InstanceKey{3, 0, 0}));
+}
+
 TEST(TensorStore, AssembledAndSlicedWritesCountTheirStorage) {
   TensorStore store;
   // An instance assembled from two receives: allocated at the first.
