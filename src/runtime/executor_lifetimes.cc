@@ -83,9 +83,12 @@ void Executor::Impl::PlanFrees() {
   std::vector<absl::flat_hash_set<int>> kept(devices_.size()), all_of(devices_.size());
   absl::flat_hash_map<int, int> target_of;  // update source → target
   for (const auto& [src, dst] : update_ids_) target_of[src] = dst;
+  for (size_t d = 0; d < devices_.size() && loss_tensor_ >= 0; ++d) {
+    kept[d].insert(loss_tensor_);
+    all_of[d].insert(loss_tensor_);
+  }
   for (size_t n = 0; n < nodes_.size(); ++n) {
     const int d = nodes_[n].device;
-    if (loss_tensor_ >= 0) kept[d].insert(loss_tensor_), all_of[d].insert(loss_tensor_);
     for (const std::string& name : TensorsNamed(*nodes_[n].ins, graph_, op_ids_, true)) {
       auto u = target_of.find(tensor_ids_.at(name));
       if (u == target_of.end()) continue;

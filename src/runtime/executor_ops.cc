@@ -292,41 +292,40 @@ void Executor::Impl::StartAllReduce(int node) {
   // (The parts are not held past the copy: each goes when its sum replaces
   // it, so the step holds the parts and the staging buffer, as simulated.)
   std::vector<std::vector<int64_t>> dims;
-  for (const Tensor& p : parts) dims.push_back(p.dims());
+  std::vector<int64_t> counts;  // elements
+  for (const Tensor& p : parts) {
+    dims.push_back(p.dims());
+    counts.push_back(p.numel());
+  }
   parts.clear();
   const int64_t scratch = AllReduceScratch(spec, sum->bytes());
   dev.store.HoldScratch(scratch);
-  quilt::StartAllReduce(
-      transport_, spec, [this, node, sum, ids, dims, start, scratch](absl::Status st) {
-        if (options_.trace) Record(node, start, true);
-        Device& dev = *devices_[nodes_[node].device];
-        absl::Status result = st;
-        int64_t at = 0;
-        for (size_t i = 0; result.ok() && i < ids.size(); ++i) {
-          // Over the part where nothing but the store holds it (no view
-          // of it, no transfer in flight), else into a fresh tensor: the
-          // step then holds the parts and the staging buffer, as
-          // simulated, and no part's copy beside them.
-          const float* from = sum->f32() + at;
-          int64_t numel = 1;
-          for (int64_t x : dims[i]) numel *= x;
-          at += numel;
-          const InstanceKey key{ids[i], 0, 0};
-          if (dev.store.OverwriteIfSole(key, dims[i], from,
-                                        numel * static_cast<int64_t>(sizeof(float)))) {
-            continue;
-          }
-          absl::StatusOr<Tensor> out = Tensor::Empty(DType::kF32, dims[i]);
-          if (!out.ok()) {
-            result = out.status();
-            break;
-          }
-          std::memcpy(out->f32(), from, static_cast<size_t>(out->bytes()));
-          dev.store.Put(key, std::move(*out));
-        }
-        dev.store.ReleaseScratch(scratch);
-        result.ok() ? Done(node) : Fail(node, result);
-      });
+  auto done = [this, node, sum, ids, dims, counts, start, scratch](absl::Status st) {
+    if (options_.trace) Record(node, start, true);
+    Device& dev = *devices_[nodes_[node].device];
+    absl::Status result = st;
+    int64_t at = 0;
+    for (size_t i = 0; result.ok() && i < ids.size(); ++i) {
+      // Over the part where nothing but the store holds it (no view of it,
+      // no transfer in flight), else into a fresh tensor: the step then
+      // holds the parts and the staging buffer, as simulated, and no
+      // part's copy beside them.
+      const float* from = sum->f32() + at;
+      at += counts[i];
+      const InstanceKey key{ids[i], 0, 0};
+      if (dev.store.OverwriteIfSole(key, dims[i], from)) continue;
+      absl::StatusOr<Tensor> out = Tensor::Empty(DType::kF32, dims[i]);
+      if (!out.ok()) {
+        result = out.status();
+        break;
+      }
+      std::memcpy(out->f32(), from, static_cast<size_t>(out->bytes()));
+      dev.store.Put(key, std::move(*out));
+    }
+    dev.store.ReleaseScratch(scratch);
+    result.ok() ? Done(node) : Fail(node, result);
+  };
+  quilt::StartAllReduce(transport_, spec, std::move(done));
 }
 
 void Executor::Impl::StartAllReduceSlice(int node, AllReduceSpec spec) {

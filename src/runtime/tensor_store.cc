@@ -222,16 +222,13 @@ absl::Status TensorStore::WriteSlice(const InstanceKey& k, int64_t at, const Ten
 }
 
 bool TensorStore::OverwriteIfSole(const InstanceKey& k, const std::vector<int64_t>& dims,
-                                  const void* src, int64_t bytes) {
+                                  const float* src) {
   absl::MutexLock lock(&mu_);
   auto it = values_.find(k);
   if (it == values_.end()) return false;
   Tensor& v = it->second;
-  if (v.dtype() != DType::kF32 || v.dims() != dims || v.bytes() != bytes ||
-      v.storage_users() != 1) {
-    return false;
-  }
-  std::memcpy(v.raw(), src, static_cast<size_t>(bytes));
+  if (v.dtype() != DType::kF32 || v.dims() != dims || v.storage_users() != 1) return false;
+  std::memcpy(v.raw(), src, static_cast<size_t>(v.bytes()));
   assembled_.erase(k);
   sliced_.erase(k);
   return true;

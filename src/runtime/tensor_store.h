@@ -59,14 +59,13 @@ class TensorStore {
   // later writes to the same value write in place. Errors: NOT_FOUND when
   // `k` is absent; those of WriteRows.
   absl::Status WriteSlice(const InstanceKey& k, int64_t at, const Tensor& src);
-  // Writes `bytes` from `src` over the float32 instance `k` of `dims`
-  // where nothing but the store holds its storage (no view of it, no
-  // reader's or transfer's copy), as one step under the store's lock: a
-  // reader gets the old value or the new one. The instance then counts as
-  // written whole (as a Put). False, writing nothing, where it is absent,
-  // of another type or shape, or shared.
-  bool OverwriteIfSole(const InstanceKey& k, const std::vector<int64_t>& dims, const void* src,
-                       int64_t bytes);
+  // Writes float32 values of `dims` from `src` over the instance `k` where
+  // nothing but the store holds its storage (no view of it, no reader's or
+  // transfer's copy), as one step under the store's lock: a reader gets
+  // the old value or the new one. The instance then counts as written
+  // whole (as a Put). False, writing nothing, where it is absent, of
+  // another type or shape, or shared.
+  bool OverwriteIfSole(const InstanceKey& k, const std::vector<int64_t>& dims, const float* src);
   // Keeps only the keys in `keep`; the others' values are handed back, so
   // that the caller can free them when it suits it.
   std::vector<Tensor> Retain(const absl::flat_hash_map<InstanceKey, bool>& keep);

@@ -86,13 +86,13 @@ TEST(TensorStore, OverwritesAnInstanceOnlyWhereTheStoreAloneHoldsIt) {
   Tensor held;
   ASSERT_TRUE(store.Get(InstanceKey{1, 0, 0}, &held));
   // A reader's copy of it: left as it was.
-  EXPECT_FALSE(store.OverwriteIfSole(InstanceKey{1, 0, 0}, {4}, sum.data(), 16));
+  EXPECT_FALSE(store.OverwriteIfSole(InstanceKey{1, 0, 0}, {4}, sum.data()));
   EXPECT_EQ(held.f32()[0], 1.0f);
   held = Tensor();
   // Another shape, or no such instance: nothing written.
-  EXPECT_FALSE(store.OverwriteIfSole(InstanceKey{1, 0, 0}, {2, 2}, sum.data(), 16));
-  EXPECT_FALSE(store.OverwriteIfSole(InstanceKey{2, 0, 0}, {4}, sum.data(), 16));
-  ASSERT_TRUE(store.OverwriteIfSole(InstanceKey{1, 0, 0}, {4}, sum.data(), 16));
+  EXPECT_FALSE(store.OverwriteIfSole(InstanceKey{1, 0, 0}, {2, 2}, sum.data()));
+  EXPECT_FALSE(store.OverwriteIfSole(InstanceKey{2, 0, 0}, {4}, sum.data()));
+  ASSERT_TRUE(store.OverwriteIfSole(InstanceKey{1, 0, 0}, {4}, sum.data()));
   ASSERT_TRUE(store.Get(InstanceKey{1, 0, 0}, &held));
   EXPECT_EQ(held.f32()[3], 8.0f);
   EXPECT_EQ(store.live_bytes(), 16);  // no copy made
@@ -101,7 +101,7 @@ TEST(TensorStore, OverwritesAnInstanceOnlyWhereTheStoreAloneHoldsIt) {
   TensorStore parts;
   ASSERT_TRUE(parts.WriteInto(InstanceKey{3, 0, 0}, DType::kF32, {4}, 0, 0, Floats(2)).ok());
   parts.Put(InstanceKey{3, 0, 2}, Floats(2));
-  ASSERT_TRUE(parts.OverwriteIfSole(InstanceKey{3, 0, 0}, {4}, sum.data(), 16));
+  ASSERT_TRUE(parts.OverwriteIfSole(InstanceKey{3, 0, 0}, {4}, sum.data()));
   InstanceKey found;
   Tensor value;
   ASSERT_TRUE(parts.FindContaining(3, 0, 1, &found, &value));
