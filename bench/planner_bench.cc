@@ -9,11 +9,15 @@
 //
 //   bazel build //bench:planner_bench
 //   bazel-bin/bench/planner_bench [--models a,b] [--clusters f1,f2] [--random N --seed S]
-//       [--rows-per-device R[,R...]] [--time-budget S] [--max-plans N] [--diagnose]
-//       [--write-clusters DIR] [--node-subsets]
+//       [--rows-per-device R[,R...] | --global-batch B[,MODEL=B...]] [--time-budget S]
+//       [--max-plans N] [--diagnose] [--write-clusters DIR] [--node-subsets]
 //
-// After each cluster's models, at each batch (--rows-per-device takes a
-// list: the speedup depends on the batch), a summary line
+// The batch: rows per device times the cluster's devices (a per-model
+// default, or --rows-per-device), or --global-batch's, the same on every
+// cluster (HeteroG's artifact batches: --global-batch 24,bert_large=6);
+// bench/batch_choices.h. After each cluster's models, at each batch
+// (--rows-per-device takes a list: the speedup depends on the batch), a
+// summary line
 // ({"summary": ...}): the geometric means, over the models with a
 // feasible data-parallel baseline, of the speedup and of its ceiling
 // (the best baseline's step over the compute lower bound), and how many
@@ -49,6 +53,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "bench/batch_choices.h"
 #include "bench/node_subsets.h"
 #include "google/protobuf/arena.h"
 #include "google/protobuf/text_format.h"
@@ -266,6 +271,10 @@ int main(int argc, char** argv) {
   app.add_option("--rows-per-device", rows_per_device,
                  "Global batch = this × devices (default per model: 8; bert_large 4; gpt2 2; "
                  "gpt2_xl 1/4, at least 1); several, comma-separated, to compare batches");
+  std::string global_batch;
+  app.add_option("--global-batch", global_batch,
+                 "Instead of --rows-per-device: the global batch of every model, and MODEL=B "
+                 "for those that differ (comma-separated), the same on every cluster");
   app.add_option("--time-budget", budget,
                  "The planner's time budget, seconds (planning's whole time: plan_budget.h)");
   app.add_option("--max-plans", max_plans, "Plans the search simulates at most (0 = no limit)");
@@ -281,16 +290,11 @@ int main(int argc, char** argv) {
                  "Also write each random cluster's spec to DIR/NAME.textproto (for quiltctl plan "
                  "--cluster; DIR made if missing)");
   CLI11_PARSE(app, argc, argv);
-  std::vector<double> row_choices;  // 0: the per-model default
-  for (const absl::string_view r : absl::StrSplit(rows_per_device, ',', absl::SkipEmpty())) {
-    double v = 0;
-    if (!absl::SimpleAtod(r, &v) || !(v > 0)) {
-      std::cerr << "--rows-per-device: '" << r << "' is not a positive number\n";
-      return 1;
-    }
-    row_choices.push_back(v);
+  auto batch_choices = quilt::ParseBatchChoices(rows_per_device, global_batch);
+  if (!batch_choices.ok()) {
+    std::cerr << batch_choices.status().message() << "\n";
+    return 1;
   }
-  if (row_choices.empty()) row_choices.push_back(0);
   std::vector<quilt::v1::ClusterSpec> specs;
   for (const std::string& path :
        std::vector<std::string>(absl::StrSplit(clusters, ',', absl::SkipEmpty()))) {
@@ -327,7 +331,7 @@ int main(int argc, char** argv) {
       std::cerr << spec.name() << ": " << topo.status() << "\n";
       return 1;
     }
-    for (const double rows_choice : row_choices) {
+    for (const quilt::BatchChoice& choice : *batch_choices) {
       Summary summary;
       for (const std::string& model : std::vector<std::string>(absl::StrSplit(models, ','))) {
         auto g = quilt::zoo::ZooTrainingGraph(model);
@@ -335,11 +339,7 @@ int main(int argc, char** argv) {
           std::cerr << model << ": " << g.status() << "\n";
           return 1;
         }
-        double rows = rows_choice;
-        if (rows <= 0)
-          rows = model == "bert_large" ? 4 : model == "gpt2" ? 2 : model == "gpt2_xl" ? 0.25 : 8;
-        const int64_t batch =
-            std::max<int64_t>(1, static_cast<int64_t>(rows * topo->num_devices()));
+        const int64_t batch = choice.BatchFor(model, topo->num_devices());
         nlohmann::json j;
         j["model"] = model;
         j["cluster"] = spec.name();
@@ -430,8 +430,7 @@ int main(int argc, char** argv) {
       if (time_candidates == 0) {
         nlohmann::json sj = summary.Json();
         sj["cluster"] = spec.name();
-        sj["rows_per_device"] =
-            rows_choice > 0 ? nlohmann::json(rows_choice) : nlohmann::json("per-model default");
+        sj["batch"] = choice.Describe();
         std::cout << nlohmann::json{{"summary", sj}}.dump() << std::endl;
       }
     }
