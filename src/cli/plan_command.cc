@@ -82,7 +82,7 @@ std::string RenderExplain(const quilt::v1::PlanReport& r) {
   if (!s.memory_share().empty()) out += "memory: " + s.memory_share() + "\n\n";
   if (!s.memory_repair().empty()) out += "memory: " + s.memory_repair() + "\n\n";
   if (!s.untried().empty()) out += "untried: " + s.untried() + "\n\n";
-  if (h->strategy().micro_batches() > 1) {
+  if (h->strategy().micro_batches() > 1 && s.pipelined().empty()) {
     out += "gradient accumulation: " +
            DescribeMicroBatches(r.global_batch(), h->strategy().micro_batches()) + " (" +
            h->note() + ")\n\n";
@@ -153,6 +153,12 @@ std::string RenderExplain(const quilt::v1::PlanReport& r) {
         "weight gradients: %s (their activations and output gradients sent there; saves %s per "
         "step in full simulation)\n",
         s.weight_gradient_moves(), HumanSeconds(s.weight_gradient_saved_s()));
+  }
+  if (!s.pipelined().empty()) {
+    out += absl::StrFormat(
+        "pipelined: the batch as %s (the plan holds it at once, but its devices waited on each "
+        "other's layers; saves %s per step in full simulation)\n",
+        s.pipelined(), HumanSeconds(s.pipelined_saved_s()));
   }
   out += Breakdown(*h) + "\n";
   if (s.has_best_baseline()) out += Breakdown(s.best_baseline()) + "\n";

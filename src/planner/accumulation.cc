@@ -10,6 +10,7 @@
 #include "src/planner/estimate.h"
 #include "src/planner/lower.h"
 #include "src/planner/micro_batches.h"
+#include "src/planner/pipelined_plan.h"
 
 namespace quilt {
 namespace {
@@ -153,22 +154,8 @@ std::optional<AccumulatedPlan> PlanAccumulation(
     int64_t batch, const quilt::v1::Strategy* closest, const quilt::v1::PlanReport& rep,
     const std::string& name, const PlanAt& plan_at,
     const std::function<void(const std::string&)>& progress, std::string* why) {
-  why->clear();
-  {
-    // Whether the graph's passes can run as micro-batches at all: its
-    // single-device program over two micro-batches of one row.
-    std::vector<int64_t> one(topo.num_devices(), 0);
-    one[0] = 1;
-    quilt::v1::Strategy probe =
-        DataParallelStrategy(g, topo, one, quilt::v1::AGGREGATION_METHOD_RING_ALLREDUCE, "probe");
-    probe.set_micro_batches(2);
-    absl::StatusOr<quilt::v1::DistributedProgram> p =
-        LowerWithoutGraph(ix, probe, topo, /*cost=*/nullptr, 2);
-    if (!p.ok() && absl::StrContains(p.status().message(), "gradient accumulation")) {
-      *why = std::string(p.status().message());
-      return std::nullopt;
-    }
-  }
+  *why = MicroBatchesRefused(ix, topo);
+  if (!why->empty()) return std::nullopt;
   std::optional<Found> best;
   const std::string dp = topo.num_devices() < 2 ? "single-device" : "dp-proportional-ring";
   enum Kind { kSearched, kClosest, kDataParallel };

@@ -18,6 +18,7 @@
 #include "src/planner/heterog.h"
 #include "src/planner/lookups.h"
 #include "src/planner/node_subset_baselines.h"
+#include "src/planner/pipelined_plan.h"
 #include "src/planner/placement.h"
 #include "src/planner/plan_budget.h"
 #include "src/planner/search_summary.h"
@@ -529,14 +530,54 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
     for (const NamedStrategy& t : tries) done->erase(t.name);
     if (pick < 0) break;
   }
+  // Pipelined (pipelined_plan.h): where the plan idles, its batch as
+  // micro-batches with several in flight, kept when faster and within
+  // memory.
+  std::string pipelined;
+  double pipelined_saved_s = 0;
+  int pipeline_tries = 0;
+  if (WorthPipelining(done->at(kHeteroG).estimate) && MicroBatchesRefused(ix, topo).empty() &&
+      affords("the plan pipelined over micro-batches")) {
+    if (o.progress) o.progress("simulating the plan pipelined over micro-batches");
+    const std::vector<NamedStrategy> tries =
+        PipelinedForms(done->at(kHeteroG).estimate.strategy(), kHeteroG, o.global_batch);
+    pipeline_tries = static_cast<int>(tries.size());
+    // One that cannot be lowered (a micro-batch with fewer rows than a
+    // group's replicas) leaves the others: each alone where the list fails.
+    if (!evaluate_many(tries, small, {}).ok()) {
+      for (const NamedStrategy& t : tries) {
+        if (const absl::Status st = evaluate(t); !st.ok()) {
+          QLOG_DEBUG("{} not pipelined: {}", t.name, st.ToString());
+        }
+      }
+    }
+    const double plain = done->at(kHeteroG).estimate.step_time_s();
+    std::string pick;
+    for (const NamedStrategy& t : tries) {
+      if (!done->count(t.name)) continue;
+      const quilt::v1::StrategyEstimate& e = done->at(t.name).estimate;
+      if (e.feasible() && e.step_time_s() < plain &&
+          (pick.empty() || e.step_time_s() < done->at(pick).estimate.step_time_s())) {
+        pick = t.name;
+      }
+    }
+    if (!pick.empty()) {
+      pipelined_saved_s = plain - done->at(pick).estimate.step_time_s();
+      pipelined = DescribePipelining(done->at(pick).estimate.strategy(), o.global_batch);
+      adopt(pick);
+    }
+    for (const NamedStrategy& t : tries) done->erase(t.name);
+  }
   SearchSummaryOf of = SummarizeSearch(sr, chosen, fallback, done->at(kHeteroG).estimate.strategy(),
-                                       gathered_in, gathered_tries + wg_tries);
+                                       gathered_in, gathered_tries + wg_tries + pipeline_tries);
   quilt::v1::SearchSummary& summary = of.summary;
   const std::vector<GroupChoice>& decided = *of.decided;
   summary.set_weight_gradient_moves(wg_moves);
   summary.set_weight_gradient_saved_s(wg_saved_s);
   for (const std::string& t : gathered) summary.add_gathered_tables(t);
   summary.set_gathered_saved_s(gathered_saved_s);
+  summary.set_pipelined(pipelined);
+  summary.set_pipelined_saved_s(pipelined_saved_s);
   if (!untried.empty()) {
     summary.set_untried(absl::StrFormat(
         "the time budget (%.3g s) ended before these were simulated in full: %s (each about %s "
@@ -559,6 +600,8 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
     summary.clear_gathered_saved_s();
     summary.clear_weight_gradient_moves();
     summary.clear_weight_gradient_saved_s();
+    summary.clear_pipelined();
+    summary.clear_pipelined_saved_s();
   };
   Evaluated& h = done->at(kHeteroG);
   const Evaluated* best = nullptr;
@@ -608,6 +651,9 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
       }
       if (!wg_moves.empty()) {
         absl::StrAppend(&note, ", and in weight gradients' rows moved off the busiest devices");
+      }
+      if (!pipelined.empty()) {
+        absl::StrAppend(&note, ", and in its batch pipelined over micro-batches");
       }
     }
     if (!subset_kept.empty()) {
