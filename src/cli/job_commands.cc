@@ -486,8 +486,9 @@ void AddJobCommands(CLI::App& app, const GlobalOptions& globals, std::vector<Com
                    "When other jobs hold the memory it needs, wait for them (QUEUED, first in "
                    "first out within a priority) instead of failing");
   submit->add_flag("--no-micro-batches", a->no_micro_batches,
-                   "Where no plan holds the batch at once on the idle nodes, fail instead of "
-                   "running it as micro-batches (gradient accumulation)");
+                   "Never run the batch as micro-batches: where no plan holds it at once on the "
+                   "idle nodes, fail instead (no gradient accumulation); a plan that holds it is "
+                   "not pipelined either");
   submit
       ->add_option("--priority", a->priority,
                    "With --queue: queued jobs of a higher priority start first (default 0)")

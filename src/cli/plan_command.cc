@@ -525,8 +525,9 @@ void AddPlanCommand(CLI::App& app, const GlobalOptions& globals, std::vector<Com
       ->check(NonEmpty());
   c->add_flag("--explain", a->explain, "Per op group: what the planner chose and what it saves");
   c->add_flag("--no-micro-batches", a->no_micro_batches,
-              "Where no plan holds the batch at once, do not run it as micro-batches "
-              "(gradient accumulation; the default tries it)");
+              "Never run the batch as micro-batches: not where no plan holds it at once "
+              "(gradient accumulation), nor pipelined where the plan holds it but idles (the "
+              "default tries both)");
   c->add_option("--time-budget", a->time_budget_s,
                 "Seconds planning may take (default 10; on the live cluster the "
                 "coordinator's plan_time_budget_ms): the search gets what is left after "

@@ -81,7 +81,8 @@ TEST(PipelinedPlan, GraphsThatReadASumOverTheBatchAreNotTried) {
 // at once with its layers on different nodes, and its busiest device idles
 // while the others work. The plan reported runs the batch as micro-batches
 // with several in flight, says so, fits, validates, is the step its program
-// simulates to, and beats the same placements one batch at a time.
+// simulates to, and beats the same placements one batch at a time; asked
+// never to run micro-batches, the planner runs the batch at once.
 TEST(PipelinedPlan, HapClusterGpt2XlRunsItsStagesPipelined) {
   auto w = testing::OnShippedCluster("gpt2_xl", "hap_cluster");
   PlanOptions o;
@@ -117,6 +118,17 @@ TEST(PipelinedPlan, HapClusterGpt2XlRunsItsStagesPipelined) {
   EXPECT_NEAR(a->step_time_s() - h->step_time_s(), h->search().pipelined_saved_s(),
               1e-6 * a->step_time_s());
   EXPECT_GE(a->idle_s(), kPipelineIdleShare * a->step_time_s());
+  // Never as micro-batches (--no-micro-batches): the plan runs the batch at
+  // once.
+  PlanOptions never = o;
+  never.accumulate = false;
+  absl::StatusOr<PlanResult> off = Plan(w->graph, w->topo, never);
+  ASSERT_THAT(off.status(), IsOk());
+  const quilt::v1::StrategyEstimate* n = testing::FindEstimate(off->report, kHeteroG);
+  ASSERT_NE(n, nullptr);
+  EXPECT_LE(n->strategy().micro_batches(), 1);
+  EXPECT_EQ(n->search().pipelined(), "");
+  EXPECT_EQ(off->best_program.micro_batches(), 0);
 }
 
 }  // namespace

@@ -60,7 +60,9 @@ struct PlanOptions {
   bool check_batch_hint = true;
   // Where nothing fits (and "heterog" is wanted): the closest plans over
   // micro-batches (gradient accumulation, accumulation.h) as the
-  // planner's plan; false: none tried.
+  // planner's plan; and where the planner's plan fits but idles, the
+  // same pipelined over micro-batches (pipelined_plan.h). False: the batch
+  // never runs as micro-batches.
   bool accumulate = true;
   // The all-reduce baselines also simulated with their gradients in
   // frameworks' buckets, the faster kept (bucketed_baselines.h); false

@@ -536,8 +536,8 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
   std::string pipelined;
   double pipelined_saved_s = 0;
   int pipeline_tries = 0;
-  if (WorthPipelining(done->at(kHeteroG).estimate) && MicroBatchesRefused(ix, topo).empty() &&
-      affords("the plan pipelined over micro-batches")) {
+  if (o.accumulate && !o.fit_check_only && WorthPipelining(done->at(kHeteroG).estimate) &&
+      MicroBatchesRefused(ix, topo).empty() && affords("the plan pipelined over micro-batches")) {
     if (o.progress) o.progress("simulating the plan pipelined over micro-batches");
     const std::vector<NamedStrategy> tries =
         PipelinedForms(done->at(kHeteroG).estimate.strategy(), kHeteroG, o.global_batch);
