@@ -87,10 +87,17 @@ std::string RenderExplain(const quilt::v1::PlanReport& r) {
            DescribeMicroBatches(r.global_batch(), h->strategy().micro_batches()) + " (" +
            h->note() + ")\n\n";
   }
+  const std::string pipelined =
+      s.pipelined().empty()
+          ? ""
+          : absl::StrFormat(
+                "pipelined: the batch as %s (the plan holds it at once, but its devices waited on "
+                "each other's layers; saves %s per step in full simulation)\n",
+                s.pipelined(), HumanSeconds(s.pipelined_saved_s()));
   if (s.decisions().empty()) {
     out += "No group choices: the plan is data parallelism (" + h->note() + ")\n";
     if (!s.gradient_collectives().empty()) out += "gradients: " + s.gradient_collectives() + "\n";
-    return out + Breakdown(*h) + "\n";
+    return out + pipelined + Breakdown(*h) + "\n";
   }
   const std::string against = s.decisions_against().empty() || s.decisions_against() == s.start()
                                   ? std::string("the start")
@@ -154,13 +161,7 @@ std::string RenderExplain(const quilt::v1::PlanReport& r) {
         "step in full simulation)\n",
         s.weight_gradient_moves(), HumanSeconds(s.weight_gradient_saved_s()));
   }
-  if (!s.pipelined().empty()) {
-    out += absl::StrFormat(
-        "pipelined: the batch as %s (the plan holds it at once, but its devices waited on each "
-        "other's layers; saves %s per step in full simulation)\n",
-        s.pipelined(), HumanSeconds(s.pipelined_saved_s()));
-  }
-  out += Breakdown(*h) + "\n";
+  out += pipelined + Breakdown(*h) + "\n";
   if (s.has_best_baseline()) out += Breakdown(s.best_baseline()) + "\n";
   return out;
 }

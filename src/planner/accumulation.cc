@@ -8,7 +8,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "src/planner/estimate.h"
-#include "src/planner/lower.h"
 #include "src/planner/micro_batches.h"
 #include "src/planner/pipelined_plan.h"
 

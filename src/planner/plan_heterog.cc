@@ -546,7 +546,7 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
     // group's replicas) leaves the others: each alone where the list fails.
     if (!evaluate_many(tries, small, {}).ok()) {
       for (const NamedStrategy& t : tries) {
-        if (const absl::Status st = evaluate(t); !st.ok()) {
+        if (const absl::Status st = evaluate_many({t}, small, {}); !st.ok()) {
           QLOG_DEBUG("{} not pipelined: {}", t.name, st.ToString());
         }
       }

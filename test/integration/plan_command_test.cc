@@ -489,6 +489,25 @@ TEST(PlanCommand, WhereNoPlanHoldsTheBatch_ItRunsAsMicroBatches) {
   EXPECT_THAT(r.out, ::testing::Not(HasSubstr("No feasible strategy")));
 }
 
+// gpt2_xl on HAP's cluster fits no data-parallel plan; the plan's stages on
+// different nodes wait on each other, so it runs pipelined, and says so.
+TEST(PlanCommand, AStagedPlanThatIdles_RunsPipelined) {
+  const std::vector<std::string> args = {
+      "zoo:gpt2_xl", "--cluster", "config/clusters/hap_cluster.textproto",
+      "--batch",     "16",        "--strategy",
+      "heterog",     "--explain"};
+  const CommandResult r = Plan(args);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, ::testing::ContainsRegex(
+                         "pipelined: the batch as [2-9] micro-batches of [1-9][0-9]* rows, up to "
+                         "[2-9] in flight on each device .*; saves [0-9.]+ m?s per step"));
+  std::vector<std::string> never = args;
+  never.push_back("--no-micro-batches");
+  const CommandResult off = Plan(never);
+  EXPECT_EQ(off.exit_code, 0) << off.err;
+  EXPECT_THAT(off.out, ::testing::Not(HasSubstr("pipelined:")));
+}
+
 TEST(PlanCommand, NoFeasibleStrategy_SaysSoAndFails) {
   const std::vector<std::string> args = {
       "zoo:gpt2", "--cluster", "config/clusters/heterog_testbed.textproto",
