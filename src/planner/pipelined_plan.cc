@@ -11,19 +11,22 @@ namespace quilt {
 
 bool WorthPipelining(const quilt::v1::StrategyEstimate& plan) {
   return plan.feasible() && plan.strategy().micro_batches() <= 1 && plan.step_time_s() > 0 &&
-         plan.idle_s() >= kPipelineIdleShare * plan.step_time_s();
+         plan.compute_s() <= (1 - kPipelineGainShare) * plan.step_time_s();
 }
 
 std::vector<NamedStrategy> PipelinedForms(const quilt::v1::Strategy& plan, const std::string& name,
-                                          int64_t batch) {
+                                          int64_t batch, int micro_batches, bool small) {
+  std::vector<int> in_flight;
+  if (micro_batches == 2) in_flight = {2};
+  if (micro_batches == 4) in_flight = small ? std::vector<int>{2, 4} : std::vector<int>{2};
   std::vector<NamedStrategy> out;
-  for (const auto& [micro_batches, in_flight] :
-       std::vector<std::pair<int, int>>{{2, 2}, {4, 2}, {4, 4}}) {
-    if (micro_batches > batch) continue;
+  if (micro_batches > batch) return out;
+  for (const int w : in_flight) {
     quilt::v1::Strategy s = plan;
     s.set_micro_batches(micro_batches);
-    s.set_micro_batches_in_flight(in_flight);
-    out.push_back(NamedStrategy{absl::StrCat(name, "+pipeline#", out.size()), std::move(s), ""});
+    s.set_micro_batches_in_flight(w);
+    out.push_back(
+        NamedStrategy{absl::StrCat(name, "+pipeline", micro_batches, "#", w), std::move(s), ""});
   }
   return out;
 }

@@ -21,18 +21,18 @@ namespace {
 
 using ::testing::HasSubstr;
 
-quilt::v1::StrategyEstimate Fitted(double step_s, double idle_s) {
+quilt::v1::StrategyEstimate Fitted(double step_s, double compute_s) {
   quilt::v1::StrategyEstimate e;
   e.set_feasible(true);
   e.set_step_time_s(step_s);
-  e.set_idle_s(idle_s);
+  e.set_compute_s(compute_s);
   return e;
 }
 
-TEST(PipelinedPlan, TriedOnlyWherePlansFitAtOnceAndIdle) {
-  EXPECT_TRUE(WorthPipelining(Fitted(1.0, 0.2)));
-  EXPECT_TRUE(WorthPipelining(Fitted(1.0, kPipelineIdleShare)));
-  EXPECT_FALSE(WorthPipelining(Fitted(1.0, 0.01)));  // nothing to gain
+TEST(PipelinedPlan, TriedOnlyWherePlansFitAtOnceAndWait) {
+  EXPECT_TRUE(WorthPipelining(Fitted(1.0, 0.8)));
+  EXPECT_TRUE(WorthPipelining(Fitted(1.0, 1 - kPipelineGainShare)));
+  EXPECT_FALSE(WorthPipelining(Fitted(1.0, 0.99)));  // nothing to gain
   quilt::v1::StrategyEstimate over = Fitted(1.0, 0.5);
   over.set_feasible(false);
   EXPECT_FALSE(WorthPipelining(over));
@@ -45,24 +45,31 @@ TEST(PipelinedPlan, FormsKeepThePlacementsAndNeverExceedTheRows) {
   quilt::v1::Strategy plan;
   plan.set_name("heterog");
   plan.add_groups()->set_group(7);
-  const std::vector<NamedStrategy> forms = PipelinedForms(plan, "heterog", 16);
-  ASSERT_EQ(forms.size(), 3u);
   std::set<std::string> names;
-  for (const NamedStrategy& f : forms) {
-    names.insert(f.name);
-    EXPECT_GE(f.strategy.micro_batches(), 2);
-    EXPECT_GE(f.strategy.micro_batches_in_flight(), 2);
-    EXPECT_LE(f.strategy.micro_batches_in_flight(), f.strategy.micro_batches());
-    ASSERT_EQ(f.strategy.groups_size(), 1);
-    EXPECT_EQ(f.strategy.groups(0).group(), 7);
+  for (const bool small : {true, false}) {
+    const std::vector<NamedStrategy> two = PipelinedForms(plan, "heterog", 16, 2, small);
+    const std::vector<NamedStrategy> four = PipelinedForms(plan, "heterog", 16, 4, small);
+    ASSERT_EQ(two.size(), 1u);
+    ASSERT_EQ(four.size(), small ? 2u : 1u);  // 4 in flight on small clusters only
+    std::vector<NamedStrategy> all = two;
+    all.insert(all.end(), four.begin(), four.end());
+    for (const NamedStrategy& f : all) {
+      if (small) names.insert(f.name);
+      EXPECT_GE(f.strategy.micro_batches_in_flight(), 2);
+      EXPECT_LE(f.strategy.micro_batches_in_flight(), f.strategy.micro_batches());
+      ASSERT_EQ(f.strategy.groups_size(), 1);
+      EXPECT_EQ(f.strategy.groups(0).group(), 7);
+    }
+    EXPECT_EQ(two[0].strategy.micro_batches(), 2);
+    for (const NamedStrategy& f : four) EXPECT_EQ(f.strategy.micro_batches(), 4);
   }
-  EXPECT_EQ(names.size(), forms.size());
+  EXPECT_EQ(names.size(), 3u);  // each form named apart
   // Two rows: two micro-batches of one row, no more.
-  const std::vector<NamedStrategy> two = PipelinedForms(plan, "heterog", 2);
-  ASSERT_EQ(two.size(), 1u);
-  EXPECT_EQ(two[0].strategy.micro_batches(), 2);
-  EXPECT_TRUE(PipelinedForms(plan, "heterog", 1).empty());
-  EXPECT_EQ(DescribePipelining(two[0].strategy, 2),
+  EXPECT_EQ(PipelinedForms(plan, "heterog", 2, 2, true).size(), 1u);
+  EXPECT_TRUE(PipelinedForms(plan, "heterog", 2, 4, true).empty());
+  EXPECT_TRUE(PipelinedForms(plan, "heterog", 1, 2, true).empty());
+  const NamedStrategy one_row = PipelinedForms(plan, "heterog", 2, 2, true)[0];
+  EXPECT_EQ(DescribePipelining(one_row.strategy, 2),
             DescribeMicroBatches(2, 2) + ", " + DescribeInFlight(2));
 }
 
@@ -117,7 +124,7 @@ TEST(PipelinedPlan, HapClusterGpt2XlRunsItsStagesPipelined) {
   ASSERT_NE(a, nullptr);
   EXPECT_NEAR(a->step_time_s() - h->step_time_s(), h->search().pipelined_saved_s(),
               1e-6 * a->step_time_s());
-  EXPECT_GE(a->idle_s(), kPipelineIdleShare * a->step_time_s());
+  EXPECT_LE(a->compute_s(), (1 - kPipelineGainShare) * a->step_time_s());
   // Never as micro-batches (--no-micro-batches): the plan runs the batch at
   // once.
   PlanOptions never = o;

@@ -530,35 +530,54 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
     for (const NamedStrategy& t : tries) done->erase(t.name);
     if (pick < 0) break;
   }
-  // Pipelined (pipelined_plan.h): where the plan idles, its batch as
+  // Pipelined (pipelined_plan.h): where the plan waits, its batch as
   // micro-batches with several in flight, kept when faster and within
-  // memory.
+  // memory: 2 micro-batches first, 4 only where 2 gained or overflowed.
   std::string pipelined;
   double pipelined_saved_s = 0;
   int pipeline_tries = 0;
   if (o.accumulate && !o.fit_check_only && WorthPipelining(done->at(kHeteroG).estimate) &&
-      MicroBatchesRefused(ix, topo).empty() && affords("the plan pipelined over micro-batches")) {
-    if (o.progress) o.progress("simulating the plan pipelined over micro-batches");
-    const std::vector<NamedStrategy> tries =
-        PipelinedForms(done->at(kHeteroG).estimate.strategy(), kHeteroG, o.global_batch);
-    pipeline_tries = static_cast<int>(tries.size());
-    // One that cannot be lowered (a micro-batch with fewer rows than a
-    // group's replicas) leaves the others: each alone where the list fails.
-    if (!evaluate_many(tries, small, {}).ok()) {
-      for (const NamedStrategy& t : tries) {
-        if (const absl::Status st = evaluate_many({t}, small, {}); !st.ok()) {
-          QLOG_DEBUG("{} not pipelined: {}", t.name, st.ToString());
-        }
-      }
-    }
+      MicroBatchesRefused(ix, topo).empty()) {
+    const quilt::v1::Strategy plan = done->at(kHeteroG).estimate.strategy();
     const double plain = done->at(kHeteroG).estimate.step_time_s();
     std::string pick;
-    for (const NamedStrategy& t : tries) {
-      if (!done->count(t.name)) continue;
-      const quilt::v1::StrategyEstimate& e = done->at(t.name).estimate;
-      if (e.feasible() && e.step_time_s() < plain &&
-          (pick.empty() || e.step_time_s() < done->at(pick).estimate.step_time_s())) {
-        pick = t.name;
+    bool overflowed = false;
+    std::vector<std::string> tried;
+    for (const int k : {2, 4}) {
+      if (k > 2 && pick.empty() && !overflowed) break;
+      // (k micro-batches simulate in about k times the plan's time.)
+      if (!budget.Affords(absl::Now(), k * plan_sim_s)) {
+        untried.push_back(absl::StrCat("the plan pipelined over ", k, " micro-batches"));
+        break;
+      }
+      const std::vector<NamedStrategy> tries =
+          PipelinedForms(plan, kHeteroG, o.global_batch, k, small);
+      if (tries.empty()) break;
+      if (o.progress)
+        o.progress(absl::StrCat("simulating the plan pipelined over ", k, " micro-batches"));
+      pipeline_tries += static_cast<int>(tries.size());
+      // In both execution orders, large clusters too: pipelined, the
+      // transfers first can win where the plan ran critical path first
+      // (HAP's transformer at 512: 441 against 498 ms). One that cannot be
+      // lowered (a micro-batch with fewer rows than a group's replicas)
+      // leaves the others: each alone where the list fails.
+      if (!evaluate_many(tries, /*both_orders=*/true, {}).ok()) {
+        for (const NamedStrategy& t : tries) {
+          if (const absl::Status st = evaluate_many({t}, /*both_orders=*/true, {}); !st.ok()) {
+            QLOG_DEBUG("{} not pipelined: {}", t.name, st.ToString());
+          }
+        }
+      }
+      for (const NamedStrategy& t : tries) {
+        if (!done->count(t.name)) continue;
+        tried.push_back(t.name);
+        const quilt::v1::StrategyEstimate& e = done->at(t.name).estimate;
+        if (!e.feasible()) {
+          overflowed = true;
+        } else if (e.step_time_s() <
+                   (pick.empty() ? plain : done->at(pick).estimate.step_time_s())) {
+          pick = t.name;
+        }
       }
     }
     if (!pick.empty()) {
@@ -566,7 +585,7 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
       pipelined = DescribePipelining(done->at(pick).estimate.strategy(), o.global_batch);
       adopt(pick);
     }
-    for (const NamedStrategy& t : tries) done->erase(t.name);
+    for (const std::string& t : tried) done->erase(t);
   }
   SearchSummaryOf of = SummarizeSearch(sr, chosen, fallback, done->at(kHeteroG).estimate.strategy(),
                                        gathered_in, gathered_tries + wg_tries + pipeline_tries);
