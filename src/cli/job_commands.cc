@@ -211,8 +211,8 @@ std::string Describe(const JobStatus& s) {
     absl::StrAppendFormat(
         &out, "Strategy:   %s on %s%s\n", s.strategy(), absl::StrJoin(s.nodes(), ", "),
         s.micro_batches() > 1
-            ? absl::StrFormat(" (the batch as %d micro-batches%s, their gradients summed: no plan "
-                              "held it at once)",
+            ? absl::StrFormat(" (the batch as %d micro-batches%s, their gradients summed before "
+                              "each update)",
                               s.micro_batches(),
                               s.micro_batches_in_flight() > 1
                                   ? ", " + DescribeInFlight(s.micro_batches_in_flight())
