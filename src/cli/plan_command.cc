@@ -231,9 +231,13 @@ std::string PlanningTime(const quilt::v1::PlanReport& r) {
       accumulating > 0
           ? absl::StrFormat(
                 "%.2f s planning the batch as micro-batches (gradient accumulation: each try a "
-                "plan at a micro-batch's rows and a simulation of the whole step; where nothing "
-                "else fits, it goes on past the budget), ",
-                accumulating)
+                "plan at a micro-batch's rows and a simulation of the whole step; until one "
+                "fits, it goes on past the budget%s), ",
+                accumulating,
+                r.accumulation_cut_short()
+                    ? ", and then the tries left were not begun: a longer --time-budget tries "
+                      "them"
+                    : "")
           : std::string();
   const std::string rest = absl::StrFormat(
       "%.2f s %s (simulating the plan and the baselines in full, which is never cut short, and "

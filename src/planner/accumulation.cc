@@ -2,11 +2,14 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "src/planner/estimate.h"
 #include "src/planner/micro_batches.h"
 #include "src/planner/pipelined_plan.h"
@@ -45,10 +48,57 @@ struct Found {
 
 using Estimated = absl::StatusOr<quilt::v1::StrategyEstimate>;
 
+// The kinds of plan tried at a micro-batch's rows.
+enum Kind { kSearched = 0, kClosest = 1, kDataParallel = 2 };
+
+// Whether the next step is begun: always until a try fits; after that
+// where `may_begin` affords its cost (the first fit's time: when first
+// asked after it), as the steps before measured it (a
+// plan of its kind, else the costliest plan made, and the costliest
+// simulation in full).
+class Gate {
+ public:
+  explicit Gate(const MayBegin& may_begin) : may_begin_(may_begin) {}
+
+  // A step that plans one of `kind` (none: a simulation alone) and
+  // simulates it, where `fits` says whether a try has fitted.
+  bool Begins(bool fits, std::optional<Kind> kind) {
+    if (!fits || !may_begin_) return true;
+    if (first_fit_ == absl::InfinitePast()) first_fit_ = absl::Now();
+    double s = sim_s_;
+    if (kind.has_value()) {
+      s += plan_s_[*kind] > 0 ? plan_s_[*kind] : *std::max_element(plan_s_, plan_s_ + 3);
+    }
+    if (may_begin_(s, first_fit_)) return true;
+    cut_short_ = true;
+    return false;
+  }
+  void Planned(Kind kind, absl::Time began) {
+    plan_s_[kind] = std::max(plan_s_[kind], absl::ToDoubleSeconds(absl::Now() - began));
+  }
+  void Simulated(absl::Time began) {
+    sim_s_ = std::max(sim_s_, absl::ToDoubleSeconds(absl::Now() - began));
+  }
+  bool cut_short() const { return cut_short_; }
+  double simulation_s() const { return sim_s_; }
+
+ private:
+  MayBegin may_begin_;
+  absl::Time first_fit_ = absl::InfinitePast();  // (when first asked after a fit)
+  double plan_s_[3] = {0, 0, 0};
+  double sim_s_ = 0;
+  bool cut_short_ = false;
+};
+
 Estimated SimulateInFull(const GraphIndex& ix, const Topology& topo, const CostModel& cost,
-                         const std::string& name, int64_t batch, const quilt::v1::Strategy& s) {
-  return Estimate(ix, topo, cost, NamedStrategy{name, s, ""}, batch, /*lower_bound=*/0,
-                  /*program=*/nullptr, /*sim=*/nullptr, /*trace=*/false, /*both_orders=*/false);
+                         const std::string& name, int64_t batch, const quilt::v1::Strategy& s,
+                         Gate* gate) {
+  const absl::Time began = absl::Now();
+  Estimated e = Estimate(ix, topo, cost, NamedStrategy{name, s, ""}, batch, /*lower_bound=*/0,
+                         /*program=*/nullptr, /*sim=*/nullptr, /*trace=*/false,
+                         /*both_orders=*/false);
+  gate->Simulated(began);
+  return e;
 }
 
 // A try's line: "  LABEL: 1.234 s per step", or why it does not fit.
@@ -67,7 +117,7 @@ void TryInFlight(const GraphIndex& ix, const Topology& topo, const CostModel& co
                  const std::string& name, int64_t batch, const quilt::v1::Strategy& s,
                  const quilt::v1::StrategyEstimate& fitted, const std::string& what,
                  const std::map<std::string, double>& scale, bool mine,
-                 const std::function<void(const std::string&)>& progress,
+                 const std::function<void(const std::string&)>& progress, Gate* gate,
                  std::optional<Found>* best) {
   double step_s = fitted.step_time_s();
   std::map<std::string, int64_t> before;
@@ -75,9 +125,10 @@ void TryInFlight(const GraphIndex& ix, const Topology& topo, const CostModel& co
   for (int w = std::max(2, 2 * s.micro_batches_in_flight()); w <= s.micro_batches(); w *= 2) {
     const double best_s = best->has_value() ? std::min(step_s, (*best)->step_s) : step_s;
     if (fitted.compute_s() >= (1 - kWorthwhile) * best_s) return;
+    if (!gate->Begins(/*fits=*/true, std::nullopt)) return;
     quilt::v1::Strategy p = s;
     p.set_micro_batches_in_flight(w);
-    Estimated e = SimulateInFull(ix, topo, cost, name, batch, p);
+    Estimated e = SimulateInFull(ix, topo, cost, name, batch, p, gate);
     if (!e.ok()) {
       if (progress) progress(absl::StrFormat("  %d in flight: %s", w, e.status().message()));
       return;
@@ -113,8 +164,9 @@ void TryInFlight(const GraphIndex& ix, const Topology& topo, const CostModel& co
 // lets others overflow, and another search seldom fits them all.
 void ReplanWithRoom(const GraphIndex& ix, const Topology& topo, const CostModel& cost,
                     const std::string& name, int64_t batch, const PlanAt& plan_at,
-                    const std::function<void(const std::string&)>& progress,
+                    const std::function<void(const std::string&)>& progress, Gate* gate,
                     std::optional<Found>* best) {
+  if (!gate->Begins(/*fits=*/true, kSearched)) return;
   const Found was = **best;
   const int k = was.strategy.micro_batches();
   const int w = was.overflowed_in_flight;
@@ -129,11 +181,13 @@ void ReplanWithRoom(const GraphIndex& ix, const Topology& topo, const CostModel&
         "of them in flight",
         rows, k, w));
   }
+  const absl::Time began = absl::Now();
   std::optional<quilt::v1::Strategy> found = plan_at(rows, "heterog", scale);
+  gate->Planned(kSearched, began);
   if (!found.has_value()) return;
   found->set_micro_batches(k);
   found->set_micro_batches_in_flight(w);
-  Estimated e = SimulateInFull(ix, topo, cost, name, batch, *found);
+  Estimated e = SimulateInFull(ix, topo, cost, name, batch, *found, gate);
   if (!e.ok()) return;
   if (progress) {
     progress(Outcome(absl::StrFormat("%d in flight", w), *e));
@@ -143,7 +197,8 @@ void ReplanWithRoom(const GraphIndex& ix, const Topology& topo, const CostModel&
       "the planner's plan for a micro-batch's rows, memory kept for %d in flight", w);
   *best = Found{*found, e->step_time_s(), what};
   (*best)->scale = scale;
-  TryInFlight(ix, topo, cost, name, batch, *found, *e, what, scale, /*mine=*/true, progress, best);
+  TryInFlight(ix, topo, cost, name, batch, *found, *e, what, scale, /*mine=*/true, progress, gate,
+              best);
 }
 
 }  // namespace
@@ -152,12 +207,13 @@ std::optional<AccumulatedPlan> PlanAccumulation(
     const Graph& g, const GraphIndex& ix, const Topology& topo, const CostModel& cost,
     int64_t batch, const quilt::v1::Strategy* closest, const quilt::v1::PlanReport& rep,
     const std::string& name, const PlanAt& plan_at,
-    const std::function<void(const std::string&)>& progress, std::string* why) {
+    const std::function<void(const std::string&)>& progress, std::string* why,
+    const MayBegin& may_begin) {
   *why = MicroBatchesRefused(ix, topo);
   if (!why->empty()) return std::nullopt;
   std::optional<Found> best;
+  Gate gate(may_begin);
   const std::string dp = topo.num_devices() < 2 ? "single-device" : "dp-proportional-ring";
-  enum Kind { kSearched, kClosest, kDataParallel };
   for (const Kind kind : {kSearched, kClosest, kDataParallel}) {
     if (kind == kClosest && closest == nullptr) continue;
     if (kind != kClosest && !plan_at) continue;
@@ -185,6 +241,10 @@ std::optional<AccumulatedPlan> PlanAccumulation(
       if (k > std::min<int64_t>(batch, kMaxMicroBatches)) return false;
       const int64_t rows = (batch + k - 1) / k;  // the largest micro-batch's
       for (int attempt = 0; attempt < kAttempts && plans_left > 0; ++attempt) {
+        if (!gate.Begins(best.has_value(),
+                         kind == kClosest ? std::nullopt : std::optional<Kind>(kind))) {
+          return false;
+        }
         quilt::v1::Strategy s;
         if (kind == kClosest) {
           if (attempt > 0) break;
@@ -197,8 +257,10 @@ std::optional<AccumulatedPlan> PlanAccumulation(
                                 kind == kSearched ? "a search" : dp, rows, k,
                                 scale.empty() ? "" : ", memory kept for their gradients"));
           }
+          const absl::Time began = absl::Now();
           std::optional<quilt::v1::Strategy> found =
               plan_at(rows, kind == kSearched ? std::string("heterog") : dp, scale);
+          gate.Planned(kind, began);
           if (!found.has_value()) {
             if (progress) progress(absl::StrFormat("  none fits %d rows", rows));
             return false;
@@ -209,7 +271,7 @@ std::optional<AccumulatedPlan> PlanAccumulation(
         if (progress) {
           progress(absl::StrFormat("trying %s over %s", what, DescribeMicroBatches(batch, k)));
         }
-        Estimated e = SimulateInFull(ix, topo, cost, name, batch, s);
+        Estimated e = SimulateInFull(ix, topo, cost, name, batch, s, &gate);
         if (!e.ok()) {
           if (absl::StrContains(e.status().message(), "gradient accumulation")) {
             *why = std::string(e.status().message());
@@ -231,7 +293,8 @@ std::optional<AccumulatedPlan> PlanAccumulation(
             best = Found{s, e->step_time_s(), what};
             best->scale = scale;
           }
-          TryInFlight(ix, topo, cost, name, batch, s, *e, what, scale, mine, progress, &best);
+          TryInFlight(ix, topo, cost, name, batch, s, *e, what, scale, mine, progress, &gate,
+                      &best);
           return true;
         }
         // Over memory: each device that overflowed planned again with the
@@ -261,12 +324,17 @@ std::optional<AccumulatedPlan> PlanAccumulation(
   }
   if (!best.has_value()) return std::nullopt;
   if (best->overflowed_in_flight > 0 && plan_at) {
-    ReplanWithRoom(ix, topo, cost, name, batch, plan_at, progress, &best);
+    ReplanWithRoom(ix, topo, cost, name, batch, plan_at, progress, &gate, &best);
   }
   const int k = best->strategy.micro_batches();
   const int w = best->strategy.micro_batches_in_flight();
   AccumulatedPlan out;
   out.strategy = NamedStrategy{name, best->strategy, ""};
+  out.cut_short = gate.cut_short();
+  out.simulation_s = gate.simulation_s();
+  if (out.cut_short && progress) {
+    progress("  the time budget is spent and a plan fits: the tries left are not begun");
+  }
   out.note = absl::StrFormat(
       "no plan holds the batch's activations at once: %s, its batch run as %s %s, their "
       "gradients summed before they are aggregated and applied once",

@@ -14,6 +14,12 @@
 // save); where more in flight overflowed the fastest, it is planned once
 // more with room for them on the devices that overflowed. The fastest
 // that fits is the plan.
+// Until a try fits, tries go on whatever the time (a plan that fits is
+// worth it); once one does, each later step (a plan at a micro-batch's rows
+// and its simulation, or a simulation alone) is begun only where `may_begin`
+// affords its cost as measured on the tries before (Plan: within the time
+// budget, or within another budget counted from the first fit:
+// plan_budget.h), and the result says whether any was left.
 // Every device holds the gradients it computes until the step's end, which
 // a plan for a micro-batch's rows does not count: where the whole step
 // overflows, the plan is made again with each overflowing device's memory
@@ -26,6 +32,7 @@
 #include <optional>
 #include <string>
 
+#include "absl/time/time.h"
 #include "proto/quilt/v1/plan.pb.h"
 #include "src/cluster/topology.h"
 #include "src/cost/cost_model.h"
@@ -37,9 +44,15 @@
 namespace quilt {
 
 struct AccumulatedPlan {
-  NamedStrategy strategy;  // micro_batches set; named as `name` asked
-  std::string note;        // what it is, for the report
+  NamedStrategy strategy;   // micro_batches set; named as `name` asked
+  std::string note;         // what it is, for the report
+  bool cut_short = false;   // tries left not begun: one fit, and the budget was spent
+  double simulation_s = 0;  // the costliest simulation in full of the tries, seconds
 };
+
+// Whether a step of about `seconds` is begun, the first try that fit
+// having ended at `first_fit`; empty: always.
+using MayBegin = std::function<bool(double seconds, absl::Time first_fit)>;
 
 // A plan of its own at `rows` by `strategy` ("heterog" or a baseline's
 // name), on the devices' memory scaled by `scale` (by device id; absent:
@@ -49,13 +62,15 @@ using PlanAt = std::function<std::optional<quilt::v1::Strategy>(
 
 // `closest`: the search's closest strategy (none: not tried); `plan_at`
 // (may be empty: only `closest` tried) plans a micro-batch's rows afresh;
-// `progress` may be empty. Nullopt where nothing tried fits, or where the
-// graph's passes read a sum over the whole batch (the reason in `why`).
+// `progress` and `may_begin` may be empty. Nullopt where nothing tried
+// fits, or where the graph's passes read a sum over the whole batch (the
+// reason in `why`).
 std::optional<AccumulatedPlan> PlanAccumulation(
     const Graph& graph, const GraphIndex& index, const Topology& topology, const CostModel& cost,
     int64_t batch, const quilt::v1::Strategy* closest, const quilt::v1::PlanReport& report,
     const std::string& name, const PlanAt& plan_at,
-    const std::function<void(const std::string&)>& progress, std::string* why);
+    const std::function<void(const std::string&)>& progress, std::string* why,
+    const MayBegin& may_begin = {});
 
 // A no-fit message's clause saying why the graph cannot run as
 // micro-batches ("; gradient accumulation … (reason)"), or "" where the

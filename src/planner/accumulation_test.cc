@@ -162,5 +162,54 @@ TEST(Accumulation, WhereMoreInFlightOverflow_PlannedAgainWithRoomForThem) {
   EXPECT_LT(r->step_time_s, peak(*w, layers, 1, "fast/gpu:1").second);
 }
 
+// Until a try fits, the tries go on whatever the budget says; once one
+// fits, a budget that affords nothing more ends them. The transformer's
+// layers over four devices as micro-batches of 4 rows, the plans at 8 rows
+// not fitting: with a budget already spent, the 8-row plan and then the
+// 4-row one are still planned, and that one, which fits, is the plan, one
+// micro-batch at a time (more in flight, the next step, is not begun), the
+// result saying it was cut short. With the budget affording everything,
+// more in flight are tried and the plan is pipelined.
+TEST(Accumulation, OnceATryFits_ABudgetSpentEndsTheTries) {
+  auto w = testing::Make("transformer");
+  auto graph_index = GraphIndex::Build(w->graph);
+  ASSERT_THAT(graph_index.status(), IsOk());
+  const quilt::v1::Strategy layers = testing::Stages(w->graph, w->topo, {0, 1, 2, 3});
+  std::vector<int64_t> asked;
+  PlanAt plan_at = [&](int64_t rows, const std::string& strategy,
+                       const std::map<std::string, double>&) -> std::optional<quilt::v1::Strategy> {
+    asked.push_back(rows);
+    if (rows != 4 || strategy != "heterog") return std::nullopt;
+    return layers;
+  };
+  quilt::v1::PlanReport report;
+  report.set_hybrid_batch_limit(8);
+  int refused = 0;
+  std::string why;
+  std::optional<AccumulatedPlan> spent =
+      PlanAccumulation(w->graph, *graph_index, w->topo, *w->cost, 16, /*closest=*/nullptr, report,
+                       "heterog", plan_at, {}, &why, [&](double, absl::Time) {
+                         ++refused;
+                         return false;
+                       });
+  ASSERT_TRUE(spent.has_value()) << why;
+  EXPECT_EQ(asked, (std::vector<int64_t>{8, 4}));
+  EXPECT_EQ(spent->strategy.strategy.micro_batches(), 4);
+  EXPECT_LE(spent->strategy.strategy.micro_batches_in_flight(), 1);
+  EXPECT_TRUE(spent->cut_short);
+  EXPECT_GT(refused, 0);
+  EXPECT_GT(spent->simulation_s, 0);
+  EXPECT_THAT(spent->note, HasSubstr("one after the other"));
+
+  asked.clear();
+  std::optional<AccumulatedPlan> unhurried =
+      PlanAccumulation(w->graph, *graph_index, w->topo, *w->cost, 16, /*closest=*/nullptr, report,
+                       "heterog", plan_at, {}, &why, [](double, absl::Time) { return true; });
+  ASSERT_TRUE(unhurried.has_value()) << why;
+  EXPECT_GT(asked.size(), 2u);
+  EXPECT_FALSE(unhurried->cut_short);
+  EXPECT_GE(unhurried->strategy.strategy.micro_batches_in_flight(), 2);
+}
+
 }  // namespace
 }  // namespace quilt

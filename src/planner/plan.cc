@@ -406,15 +406,30 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
         };
     const absl::Time accumulation_began = absl::Now();
     std::string why;
+    // (Once a try fits, the steps after it within the time budget, or
+    // within another from that fit: tries past the first fit often make
+    // the step much faster, pipelined or at other rows, and cost a search
+    // and a simulation each, the simulation alone seconds on large
+    // clusters.)
+    const PlanBudget budget(start, o.search.time_budget_s);
+    const MayBegin may_begin = [&](double seconds, absl::Time first_fit) {
+      const absl::Time now = absl::Now();
+      return budget.Affords(now, seconds) ||
+             PlanBudget(first_fit, o.search.time_budget_s).Affords(now, seconds);
+    };
     std::optional<AccumulatedPlan> acc = PlanAccumulation(
         g, ix, topo, cost, o.global_batch, searched.groups().empty() ? nullptr : &searched, rep,
-        kHeteroG, plan_at, progress, &why);
+        kHeteroG, plan_at, progress, &why, may_begin);
     rep.set_accumulation_wall_s(absl::ToDoubleSeconds(absl::Now() - accumulation_began));
+    rep.set_accumulation_cut_short(acc.has_value() && acc->cut_short);
     if (acc.has_value()) {
       // (The search's account stays the estimate's.)
       const quilt::v1::SearchSummary summary = done.at(kHeteroG).estimate.search();
       done.erase(kHeteroG);
-      RETURN_IF_ERROR(evaluate(acc->strategy));
+      // (Its other execution order only where the budget affords it: the
+      // tries simulated it in its own.)
+      const bool both_orders = budget.Affords(absl::Now(), 2 * acc->simulation_s);
+      RETURN_IF_ERROR(evaluate_many({acc->strategy}, both_orders, {}));
       done.at(kHeteroG).estimate.set_note(acc->note);
       *done.at(kHeteroG).estimate.mutable_search() = summary;
       choose();

@@ -13,7 +13,10 @@
 // search's earlier plans, refinements, the batch a no-fit report
 // suggests) is begun only where its simulation, as measured on the plan,
 // fits what is left with a margin (a simulation's time varies from run to
-// run by half) and a share kept for writing the result out.
+// run by half) and a share kept for writing the result out. Planning the
+// batch as micro-batches where nothing fits (accumulation.h) goes on until
+// a try fits, then begins each try where it fits this budget or another
+// counted from that fit.
 #ifndef QUILT_SRC_PLANNER_PLAN_BUDGET_H_
 #define QUILT_SRC_PLANNER_PLAN_BUDGET_H_
 

@@ -728,7 +728,8 @@ TEST(PlanCommand, OverItsBudget_SaysWhereTheTimeWent) {
 // they took is said apart, and each try's line says how long planning has
 // taken so far: gpt2 at 96 rows is past the memory floor on HeteroG's
 // testbed (not searched at the whole batch), its micro-batches' plans take
-// far longer than 50 ms.
+// far longer than 50 ms. Once a try fits, no other is begun past the
+// budget, and the line and the JSON say tries were left.
 TEST(PlanCommand, MicroBatchesPastItsBudget_SaysTheirTimeApart) {
   const std::vector<std::string> args = {"zoo:gpt2",
                                          "--cluster",
@@ -752,16 +753,25 @@ TEST(PlanCommand, MicroBatchesPastItsBudget_SaysTheirTimeApart) {
                         &total, &accumulating),
             2)
       << line;
-  const size_t rest = line.find("past the budget), ");
+  const std::string cut = "the tries left were not begun: a longer --time-budget tries them), ";
+  const size_t rest = line.find(cut);
   ASSERT_NE(rest, std::string::npos) << line;
-  ASSERT_EQ(std::sscanf(line.c_str() + rest, "past the budget), %lf s besides", &besides), 1)
-      << line;
+  ASSERT_EQ(std::sscanf(line.c_str() + rest + cut.size(), "%lf s besides", &besides), 1) << line;
   EXPECT_GT(accumulating, 0.05);
   EXPECT_NEAR(accumulating + besides, total, 0.03);
   // Each try's line on stderr, its time so far never falling.
   double last = 0;
   int tries = 0;
+  bool fitted = false;
   for (const absl::string_view l : absl::StrSplit(table.err, '\n')) {
+    if (absl::StrContains(l, " micro-batches: ") && absl::EndsWith(l, " s per step")) {
+      fitted = true;
+    }
+    if (fitted) {
+      EXPECT_FALSE(absl::StartsWith(l, "trying ") || absl::StartsWith(l, "planning ") ||
+                   absl::StrContains(l, " in flight: "))
+          << "begun after a try fit, past the budget: " << l;
+    }
     if (!absl::StartsWith(l, "trying ")) continue;
     double so_far = -1;
     const size_t open = l.rfind('(');
@@ -782,6 +792,7 @@ TEST(PlanCommand, MicroBatchesPastItsBudget_SaysTheirTimeApart) {
   EXPECT_EQ(r.value("search_began_s", 0.0), 0.0);
   EXPECT_GT(r["accumulation_wall_s"].get<double>(), 0.05);
   EXPECT_LT(r["accumulation_wall_s"].get<double>(), r["planning_wall_s"].get<double>());
+  EXPECT_TRUE(r.value("accumulation_cut_short", false));
 }
 
 }  // namespace
