@@ -539,8 +539,9 @@ void AddPlanCommand(CLI::App& app, const GlobalOptions& globals, std::vector<Com
                 "building the baselines, less a quarter kept for simulating the plan and "
                 "the baselines in full (seconds each on hundreds of devices, never cut "
                 "short); each step after that is begun only where its simulation fits what "
-                "is left; where no plan fits at all, fitting one to memory goes on past it "
-                "(the progress lines say so)")
+                "is left; where no plan fits at all, fitting one to memory, or the batch as "
+                "micro-batches, goes on past it until one fits, and the micro-batches' tries "
+                "after that within another budget from that fit (the progress lines say so)")
       ->check(Positive());
   c->add_option("--max-plans", a->max_plans,
                 "Plans the planner's local search judges once one fits: simulated, or ruled "
