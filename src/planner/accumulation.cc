@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -10,9 +11,11 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "src/common/status.h"
 #include "src/planner/estimate.h"
 #include "src/planner/micro_batches.h"
 #include "src/planner/pipelined_plan.h"
+#include "src/planner/program_validator.h"
 
 namespace quilt {
 namespace {
@@ -44,6 +47,8 @@ struct Found {
   int overflowed_in_flight = 0;
   std::map<std::string, double> room;
   std::map<std::string, double> scale;  // the devices' memory it was planned on
+  // Its simulation in full (shared: a Found is copied), as Plan keeps one.
+  std::shared_ptr<Evaluated> full;
 };
 
 using Estimated = absl::StatusOr<quilt::v1::StrategyEstimate>;
@@ -80,7 +85,6 @@ class Gate {
     sim_s_ = std::max(sim_s_, absl::ToDoubleSeconds(absl::Now() - began));
   }
   bool cut_short() const { return cut_short_; }
-  double simulation_s() const { return sim_s_; }
 
  private:
   MayBegin may_begin_;
@@ -90,14 +94,27 @@ class Gate {
   bool cut_short_ = false;
 };
 
+// `s` lowered, validated and simulated in full in its execution order;
+// `full` gets the estimate with its program and simulation.
 Estimated SimulateInFull(const GraphIndex& ix, const Topology& topo, const CostModel& cost,
                          const std::string& name, int64_t batch, const quilt::v1::Strategy& s,
-                         Gate* gate) {
+                         Gate* gate, std::shared_ptr<Evaluated>* full) {
   const absl::Time began = absl::Now();
-  Estimated e = Estimate(ix, topo, cost, NamedStrategy{name, s, ""}, batch, /*lower_bound=*/0,
-                         /*program=*/nullptr, /*sim=*/nullptr, /*trace=*/false,
-                         /*both_orders=*/false);
+  auto ev = std::make_shared<Evaluated>();
+  Estimated e = EstimateOnArena(ix, topo, cost, NamedStrategy{name, s, ""}, batch,
+                                /*lower_bound=*/0, &ev->program, &ev->sim, /*trace=*/false,
+                                /*both_orders=*/false);
+  if (e.ok() && !ev->program.empty()) {
+    const absl::Status valid = ValidateProgram(*ev->program, ix, topo);
+    if (!valid.ok()) e = Annotate(valid, "validating " + name);
+  }
+  ev->wall_s = absl::ToDoubleSeconds(absl::Now() - began);
   gate->Simulated(began);
+  full->reset();
+  if (e.ok()) {
+    ev->estimate = *e;
+    *full = std::move(ev);
+  }
   return e;
 }
 
@@ -128,7 +145,8 @@ void TryInFlight(const GraphIndex& ix, const Topology& topo, const CostModel& co
     if (!gate->Begins(/*fits=*/true, std::nullopt)) return;
     quilt::v1::Strategy p = s;
     p.set_micro_batches_in_flight(w);
-    Estimated e = SimulateInFull(ix, topo, cost, name, batch, p, gate);
+    std::shared_ptr<Evaluated> full;
+    Estimated e = SimulateInFull(ix, topo, cost, name, batch, p, gate, &full);
     if (!e.ok()) {
       if (progress) progress(absl::StrFormat("  %d in flight: %s", w, e.status().message()));
       return;
@@ -142,6 +160,7 @@ void TryInFlight(const GraphIndex& ix, const Topology& topo, const CostModel& co
       if (mine) {
         *best = Found{p, step_s, what};
         (*best)->scale = scale;
+        (*best)->full = std::move(full);
       }
       continue;
     }
@@ -187,7 +206,8 @@ void ReplanWithRoom(const GraphIndex& ix, const Topology& topo, const CostModel&
   if (!found.has_value()) return;
   found->set_micro_batches(k);
   found->set_micro_batches_in_flight(w);
-  Estimated e = SimulateInFull(ix, topo, cost, name, batch, *found, gate);
+  std::shared_ptr<Evaluated> full;
+  Estimated e = SimulateInFull(ix, topo, cost, name, batch, *found, gate, &full);
   if (!e.ok()) return;
   if (progress) {
     progress(Outcome(absl::StrFormat("%d in flight", w), *e));
@@ -197,6 +217,7 @@ void ReplanWithRoom(const GraphIndex& ix, const Topology& topo, const CostModel&
       "the planner's plan for a micro-batch's rows, memory kept for %d in flight", w);
   *best = Found{*found, e->step_time_s(), what};
   (*best)->scale = scale;
+  (*best)->full = std::move(full);
   TryInFlight(ix, topo, cost, name, batch, *found, *e, what, scale, /*mine=*/true, progress, gate,
               best);
 }
@@ -271,7 +292,8 @@ std::optional<AccumulatedPlan> PlanAccumulation(
         if (progress) {
           progress(absl::StrFormat("trying %s over %s", what, DescribeMicroBatches(batch, k)));
         }
-        Estimated e = SimulateInFull(ix, topo, cost, name, batch, s, &gate);
+        std::shared_ptr<Evaluated> full;
+        Estimated e = SimulateInFull(ix, topo, cost, name, batch, s, &gate, &full);
         if (!e.ok()) {
           if (absl::StrContains(e.status().message(), "gradient accumulation")) {
             *why = std::string(e.status().message());
@@ -292,6 +314,7 @@ std::optional<AccumulatedPlan> PlanAccumulation(
           if (mine) {
             best = Found{s, e->step_time_s(), what};
             best->scale = scale;
+            best->full = std::move(full);
           }
           TryInFlight(ix, topo, cost, name, batch, s, *e, what, scale, mine, progress, &gate,
                       &best);
@@ -331,7 +354,7 @@ std::optional<AccumulatedPlan> PlanAccumulation(
   AccumulatedPlan out;
   out.strategy = NamedStrategy{name, best->strategy, ""};
   out.cut_short = gate.cut_short();
-  out.simulation_s = gate.simulation_s();
+  out.full = std::move(best->full);
   if (out.cut_short && progress) {
     progress("  the time budget is spent and a plan fits: the tries left are not begun");
   }

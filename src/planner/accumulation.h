@@ -29,6 +29,7 @@
 
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -44,10 +45,12 @@
 namespace quilt {
 
 struct AccumulatedPlan {
-  NamedStrategy strategy;   // micro_batches set; named as `name` asked
-  std::string note;         // what it is, for the report
-  bool cut_short = false;   // tries left not begun: one fit, and the budget was spent
-  double simulation_s = 0;  // the costliest simulation in full of the tries, seconds
+  NamedStrategy strategy;  // micro_batches set; named as `name` asked
+  std::string note;        // what it is, for the report
+  bool cut_short = false;  // tries left not begun: one fit, and the budget was spent
+  // The plan's simulation in full (in its execution order; validated; no
+  // lower bound in its estimate), as Plan keeps one.
+  std::shared_ptr<Evaluated> full;
 };
 
 // Whether a step of about `seconds` is begun, the first try that fit

@@ -198,7 +198,15 @@ TEST(Accumulation, OnceATryFits_ABudgetSpentEndsTheTries) {
   EXPECT_LE(spent->strategy.strategy.micro_batches_in_flight(), 1);
   EXPECT_TRUE(spent->cut_short);
   EXPECT_GT(refused, 0);
-  EXPECT_GT(spent->simulation_s, 0);
+  // Its simulation in full comes with it: the program validates and
+  // simulates again to the step it gives.
+  ASSERT_NE(spent->full, nullptr);
+  ASSERT_FALSE(spent->full->program.empty());
+  EXPECT_THAT(ValidateProgram(*spent->full->program, w->graph, w->topo), IsOk());
+  absl::StatusOr<SimResult> again = Simulate(*spent->full->program, w->graph, w->topo, *w->cost);
+  ASSERT_THAT(again.status(), IsOk());
+  EXPECT_NEAR(again->step_time_s, spent->full->estimate.step_time_s(), 1e-9 * again->step_time_s);
+  EXPECT_EQ(spent->full->estimate.strategy().micro_batches(), 4);
   EXPECT_THAT(spent->note, HasSubstr("one after the other"));
 
   asked.clear();

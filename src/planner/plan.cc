@@ -426,10 +426,16 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
       // (The search's account stays the estimate's.)
       const quilt::v1::SearchSummary summary = done.at(kHeteroG).estimate.search();
       done.erase(kHeteroG);
-      // (Its other execution order only where the budget affords it: the
-      // tries simulated it in its own.)
-      const bool both_orders = budget.Affords(absl::Now(), 2 * acc->simulation_s);
-      RETURN_IF_ERROR(evaluate_many({acc->strategy}, both_orders, {}));
+      if (acc->full != nullptr && !o.trace && !budget.Affords(absl::Now(), acc->full->wall_s)) {
+        // (As the tries simulated it in full, in its execution order: not
+        // again, in both, past the budget.)
+        Evaluated e = std::move(*acc->full);
+        e.Rename(kHeteroG);
+        e.estimate.set_ratio_to_lower_bound(lb > 0 ? e.estimate.step_time_s() / lb : 0);
+        done.emplace(kHeteroG, std::move(e));
+      } else {
+        RETURN_IF_ERROR(evaluate(acc->strategy));
+      }
       done.at(kHeteroG).estimate.set_note(acc->note);
       *done.at(kHeteroG).estimate.mutable_search() = summary;
       choose();
