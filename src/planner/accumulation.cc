@@ -235,6 +235,7 @@ std::optional<AccumulatedPlan> PlanAccumulation(
   std::optional<Found> best;
   Gate gate(may_begin);
   const std::string dp = topo.num_devices() < 2 ? "single-device" : "dp-proportional-ring";
+  bool replanned = false;
   for (const Kind kind : {kSearched, kClosest, kDataParallel}) {
     if (kind == kClosest && closest == nullptr) continue;
     if (kind != kClosest && !plan_at) continue;
@@ -339,14 +340,24 @@ std::optional<AccumulatedPlan> PlanAccumulation(
       (try_rows(rows) ? fitted : missed) = rows;
       if (!why->empty()) return std::nullopt;
     }
-    for (int64_t more : {missed > 0 ? (fitted + missed) / 2 : int64_t{0}, fitted / 2}) {
+    const int64_t halfway = missed > 0 ? (fitted + missed) / 2 : 0;
+    for (int64_t more : {halfway, fitted / 2}) {
+      // Where more in flight overflowed the fastest, it is planned once
+      // with room for them: among the searched plans, before the smaller
+      // micro-batches (it pays far more often than they and the kinds
+      // after, which the time budget may leave untried), else at the end.
+      if (more != halfway && kind == kSearched && best.has_value() &&
+          best->overflowed_in_flight > 0 && !replanned) {
+        ReplanWithRoom(ix, topo, cost, name, batch, plan_at, progress, &gate, &best);
+        replanned = true;
+      }
       if (fitted == 0 || more <= 0 || more == fitted || more == missed) continue;
       try_rows(more);
       if (!why->empty()) return std::nullopt;
     }
   }
   if (!best.has_value()) return std::nullopt;
-  if (best->overflowed_in_flight > 0 && plan_at) {
+  if (!replanned && best->overflowed_in_flight > 0 && plan_at) {
     ReplanWithRoom(ix, topo, cost, name, batch, plan_at, progress, &gate, &best);
   }
   const int k = best->strategy.micro_batches();

@@ -12,7 +12,9 @@
 // pipelined (2, 4, … micro-batches in flight on each device, while it
 // fits and gets faster, where its busiest device's compute leaves time to
 // save); where more in flight overflowed the fastest, it is planned once
-// more with room for them on the devices that overflowed. The fastest
+// more with room for them on the devices that overflowed (among the
+// searched plans, before the smaller micro-batches, where their fastest
+// overflowed; else at the end). The fastest
 // that fits is the plan.
 // Until a try fits, tries go on whatever the time (a plan that fits is
 // worth it); once one does, each later step (a plan at a micro-batch's rows
