@@ -541,7 +541,7 @@ void AddPlanCommand(CLI::App& app, const GlobalOptions& globals, std::vector<Com
                 "short); each step after that is begun only where its simulation fits what "
                 "is left; where no plan fits at all, fitting one to memory, or the batch as "
                 "micro-batches, goes on past it until one fits, and the micro-batches' tries "
-                "after that within another budget from that fit (the progress lines say so)")
+                "after that within twice it from that fit (the progress lines say so)")
       ->check(Positive());
   c->add_option("--max-plans", a->max_plans,
                 "Plans the planner's local search judges once one fits: simulated, or ruled "

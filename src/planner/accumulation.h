@@ -20,8 +20,8 @@
 // worth it); once one does, each later step (a plan at a micro-batch's rows
 // and its simulation, or a simulation alone) is begun only where `may_begin`
 // affords its cost as measured on the tries before (Plan: within the time
-// budget, or within another budget counted from the first fit:
-// plan_budget.h), and the result says whether any was left.
+// budget, or within PlanBudget::kAfterFitBudgets of it counted from the
+// first fit: plan_budget.h), and the result says whether any was left.
 // Every device holds the gradients it computes until the step's end, which
 // a plan for a micro-batch's rows does not count: where the whole step
 // overflows, the plan is made again with each overflowing device's memory

@@ -407,15 +407,16 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
     const absl::Time accumulation_began = absl::Now();
     std::string why;
     // (Once a try fits, the steps after it within the time budget, or
-    // within another from that fit: tries past the first fit often make
-    // the step much faster, pipelined or at other rows, and cost a search
-    // and a simulation each, the simulation alone seconds on large
+    // within kAfterFitBudgets of it from that fit: tries past the first fit
+    // often make the step much faster, pipelined or at other rows, and cost
+    // a search and a simulation each, the simulation alone seconds on large
     // clusters.)
     const PlanBudget budget(start, o.search.time_budget_s);
     const MayBegin may_begin = [&](double seconds, absl::Time first_fit) {
       const absl::Time now = absl::Now();
       return budget.Affords(now, seconds) ||
-             PlanBudget(first_fit, o.search.time_budget_s).Affords(now, seconds);
+             PlanBudget(first_fit, PlanBudget::kAfterFitBudgets * o.search.time_budget_s)
+                 .Affords(now, seconds);
     };
     std::optional<AccumulatedPlan> acc = PlanAccumulation(
         g, ix, topo, cost, o.global_batch, searched.groups().empty() ? nullptr : &searched, rep,

@@ -15,8 +15,8 @@
 // fits what is left with a margin (a simulation's time varies from run to
 // run by half) and a share kept for writing the result out. Planning the
 // batch as micro-batches where nothing fits (accumulation.h) goes on until
-// a try fits, then begins each try where it fits this budget or another
-// counted from that fit.
+// a try fits, then begins each try where it fits this budget or
+// kAfterFitBudgets of it counted from that fit.
 #ifndef QUILT_SRC_PLANNER_PLAN_BUDGET_H_
 #define QUILT_SRC_PLANNER_PLAN_BUDGET_H_
 
@@ -42,6 +42,11 @@ class PlanBudget {
   // chosen and writing it out).
   static constexpr double kSimMargin = 1.5;
   static constexpr double kWrapUpShare = 0.04;
+  // Where nothing fits, the batch's micro-batch tries after the first that
+  // fits take at most this many budgets more (accumulation.h): with one,
+  // some runs left out the tries that made gpt2_xl's plans up to 1.8×
+  // faster (docs/BENCHMARKS.md).
+  static constexpr double kAfterFitBudgets = 2;
 
   // Planning that began at `start`, in `budget_s` seconds.
   PlanBudget(absl::Time start, double budget_s) : start_(start), budget_s_(budget_s) {}
