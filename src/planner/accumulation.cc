@@ -11,11 +11,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "src/common/status.h"
 #include "src/planner/estimate.h"
 #include "src/planner/micro_batches.h"
 #include "src/planner/pipelined_plan.h"
-#include "src/planner/program_validator.h"
 
 namespace quilt {
 namespace {
@@ -103,11 +101,7 @@ Estimated SimulateInFull(const GraphIndex& ix, const Topology& topo, const CostM
   auto ev = std::make_shared<Evaluated>();
   Estimated e = EstimateOnArena(ix, topo, cost, NamedStrategy{name, s, ""}, batch,
                                 /*lower_bound=*/0, &ev->program, &ev->sim, /*trace=*/false,
-                                /*both_orders=*/false);
-  if (e.ok() && !ev->program.empty()) {
-    const absl::Status valid = ValidateProgram(*ev->program, ix, topo);
-    if (!valid.ok()) e = Annotate(valid, "validating " + name);
-  }
+                                /*both_orders=*/false, /*validate=*/true);
   ev->wall_s = absl::ToDoubleSeconds(absl::Now() - began);
   gate->Simulated(began);
   full->reset();

@@ -124,14 +124,14 @@ absl::StatusOr<quilt::v1::StrategyEstimate> Estimate(const GraphIndex& ix, const
 absl::StatusOr<quilt::v1::StrategyEstimate> EstimateOnArena(
     const GraphIndex& ix, const Topology& topo, const CostModel& cost, const NamedStrategy& ns,
     int64_t batch, double lower_bound, ArenaProgram* program, SimResult* sim, bool trace,
-    bool both_orders) {
+    bool both_orders, bool validate) {
   if (auto e = Unlowerable(ns)) return *e;
   absl::StatusOr<quilt::v1::DistributedProgram*> prog =
       LowerOnArena(ix, ns.strategy, topo, &cost, batch, program->NewArena());
   if (!prog.ok()) return Annotate(prog.status(), "lowering " + ns.name);
   program->Adopt(*prog);
   return EstimateLowered(ix, topo, cost, ns, batch, lower_bound, *prog, sim, trace, both_orders,
-                         /*validate=*/false);
+                         validate);
 }
 
 }  // namespace quilt

@@ -36,12 +36,12 @@ absl::StatusOr<quilt::v1::StrategyEstimate> Estimate(
     quilt::v1::DistributedProgram* program, SimResult* sim, bool trace, bool both_orders);
 
 // The same, the program lowered onto an arena of `program`'s own and left
-// there, not validated (Plan validates the one it returns, not every
-// candidate: a tenth of its time on 64 devices).
+// there, validated only with `validate` (Plan validates the one it
+// returns, not every candidate: a tenth of its time on 64 devices).
 absl::StatusOr<quilt::v1::StrategyEstimate> EstimateOnArena(
     const GraphIndex& index, const Topology& topology, const CostModel& cost,
     const NamedStrategy& strategy, int64_t batch, double lower_bound, ArenaProgram* program,
-    SimResult* sim, bool trace, bool both_orders);
+    SimResult* sim, bool trace, bool both_orders, bool validate = false);
 
 }  // namespace quilt
 
