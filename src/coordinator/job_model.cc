@@ -62,7 +62,9 @@ absl::StatusOr<Graph> TrainingGraphForJob(const quilt::v1::JobSpec& spec) {
     }
     default:
       if (g.loss.type == LossType::kNone) {
-        return absl::InvalidArgumentError("the model defines no loss and the job sets none");
+        return absl::InvalidArgumentError(
+            "the model defines no loss and the job sets none: set one (softmax_cross_entropy or "
+            "mse; quiltctl submit --loss)");
       }
       break;
   }

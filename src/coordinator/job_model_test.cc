@@ -1,6 +1,7 @@
 // A job's training graph: parameters the job names frozen are not
 // updated; a name that is no parameter is refused; a loss other than the
-// model's is refused.
+// model's is refused; a model without a loss, in a job that sets none, is
+// refused naming the choices.
 #include "src/coordinator/job_model.h"
 
 #include "gmock/gmock.h"
@@ -11,6 +12,7 @@
 namespace quilt {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 quilt::v1::JobSpec MlpJob() {
@@ -81,6 +83,21 @@ TEST(TrainingGraphForJob, RefusesABatchPastTheLimitNamingIt) {
   EXPECT_THAT(TrainingGraphForJob(spec).status(),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("a global batch of 3000000000 is more than the")));
+}
+
+// An exported classifier computes no loss: the job must pick one, and the
+// refusal says which there are and where to set it.
+TEST(TrainingGraphForJob, AModelWithoutALossNeedsTheJobs) {
+  absl::StatusOr<std::string> onnx = ReadFile("test/fixtures/mlp/model.onnx");
+  ASSERT_THAT(onnx.status(), IsOk());
+  quilt::v1::JobSpec spec = MlpJob();
+  spec.set_onnx(*onnx);
+  EXPECT_THAT(TrainingGraphForJob(spec).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("defines no loss"), HasSubstr("softmax_cross_entropy"),
+                             HasSubstr("--loss"))));
+  spec.set_loss(quilt::v1::Loss::TYPE_SOFTMAX_CROSS_ENTROPY);
+  EXPECT_THAT(TrainingGraphForJob(spec).status(), IsOk());
 }
 
 }  // namespace

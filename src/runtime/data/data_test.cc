@@ -347,8 +347,10 @@ TEST(Synthetic, SeveralInputsEachGetTheirKindAndTheLabelsFollowTheWords) {
     EXPECT_EQ(y4.i64()[k], y.i64()[7 + k]);
     EXPECT_EQ(xs4[1].i64()[k * 6 + 2], xs[1].i64()[(7 + k) * 6 + 2]);
   }
-  // The labels are a function of the words (the largest vocabulary).
-  for (int64_t i = 0; i < 128; ++i) EXPECT_EQ(y.i64()[i], (xs[0].i64()[i * 6] * 3 + 1) % 5);
+  // The labels are a function of the words (the largest vocabulary): of
+  // the last word, which a recurrent or causal model's last state has just
+  // read.
+  for (int64_t i = 0; i < 128; ++i) EXPECT_EQ(y.i64()[i], (xs[0].i64()[i * 6 + 5] * 3 + 1) % 5);
 }
 
 TEST(NumpyDataset, AFilePerInputInTheModelsOrderAndACountThatMustMatch) {

@@ -144,7 +144,11 @@ class SyntheticDataset final : public Dataset {
             // Per-token labels: a function of the token (learnable through
             // the embedding), not the token itself, which a model whose
             // output projection is its embedding predicts from the start.
-            label->i64()[i * p + k] = (tokens[k % f] * 3 + 1) % classes_;
+            // Fewer labels than tokens (a sequence classifier) read the
+            // last tokens: the ones a recurrent or causal model's last
+            // state has seen most recently.
+            const int64_t at = p <= f ? f - p + k : k % f;
+            label->i64()[i * p + k] = (tokens[at] * 3 + 1) % classes_;
             continue;
           }
           // Float targets: tanh of a sum of per-token values (learnable

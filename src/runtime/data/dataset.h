@@ -54,7 +54,8 @@ absl::StatusOr<std::unique_ptr<Dataset>> OpenNumpyFiles(const std::string& files
 // (tanh + 1) / 2: values in (0, 1), as a binary cross-entropy's or a KL
 // divergence's targets must be); integer inputs are tokens of the
 // vocabulary the graph's embedding (Gather) reads, and per-token labels are
-// the token mod the class count. All learnable. With several inputs, the
+// (3 × token + 1) mod the class count (a sequence classifier's: of its last
+// tokens). All learnable. With several inputs, the
 // first float input (else the token input of the largest vocabulary, the
 // last of equals) sets the labels as above;
 // other float inputs are N(0, 1), other token inputs random tokens, and an
