@@ -70,11 +70,16 @@ for part in ${allowed//,/ }; do
     fi
   done
 done
+# Both workers share this host's memory: each offers jobs 2/5 of what is
+# available now (alone, each would offer all of it, and two jobs planned to
+# fill both would not fit together).
+avail_kb=$(awk '/^MemAvailable:/ {print $2}' /proc/meminfo)
+mem=(--cpu_memory_mb $(( avail_kb / 1024 * 2 / 5 )))
 "$bin/worker/quilt-worker" --coordinator_address "$addr" --node_id worker-a --cpu_cores 1 \
-  "${cpus_a[@]}" --ready_file "$dir/worker-a.ready" >"$dir/worker-a.log" 2>&1 &
+  "${mem[@]}" "${cpus_a[@]}" --ready_file "$dir/worker-a.ready" >"$dir/worker-a.log" 2>&1 &
 pids+=($!)
 "$bin/worker/quilt-worker" --coordinator_address "$addr" --node_id worker-b --cpu_cores 1 \
-  "${cpus_b[@]}" --compute_slowdown 2 --ready_file "$dir/worker-b.ready" >"$dir/worker-b.log" 2>&1 &
+  "${mem[@]}" "${cpus_b[@]}" --compute_slowdown 2 --ready_file "$dir/worker-b.ready" >"$dir/worker-b.log" 2>&1 &
 pids+=($!)
 for w in worker-a worker-b; do
   wait_file "$dir/$w.ready" 60 || { cat "$dir/$w.log"; exit 1; }
