@@ -5,8 +5,8 @@
 # CNN exported from PyTorch on it (and how much faster than even data
 # parallelism the plan is predicted to be), trains it through the service
 # on learnable synthetic data while watching the loss fall, and exports the
-# trained model as ONNX. Everything is stopped again at the end unless
-# --keep is given.
+# trained model as ONNX and its weights as NumPy arrays. Everything is
+# stopped again at the end unless --keep is given.
 #
 #   tools/quickstart.sh [--keep]
 #
@@ -116,9 +116,11 @@ job=$("$bin/cli/quiltctl" jobs -o json | /usr/bin/python3 -c 'import json,sys; p
 step "quiltctl describe job $job"
 "$bin/cli/quiltctl" describe job "$job"
 
-step "The trained model as ONNX (quiltctl export)"
+step "The trained model as ONNX, and its weights as NumPy arrays (quiltctl export)"
 "$bin/cli/quiltctl" export "$job" -o "$dir/trained.onnx"
 /usr/bin/python3 -c 'import onnx, sys; m = onnx.load(sys.argv[1]); onnx.checker.check_model(m); print("onnx loads it:", len(m.graph.initializer), "trained initializers")' "$dir/trained.onnx"
+"$bin/cli/quiltctl" export "$job" -o "$dir/weights.npz"
+/usr/bin/python3 -c 'import numpy as np, sys; a = np.load(sys.argv[1]); print("numpy loads the weights:", ", ".join("%s %s" % (k, v.shape) for k, v in a.items()))' "$dir/weights.npz"
 
 if [ $keep -eq 1 ]; then
   cat <<EOT

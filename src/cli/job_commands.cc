@@ -1,7 +1,8 @@
 // quiltctl's job commands: submit (a model file or zoo name with its
 // training settings; the coordinator checks, plans and starts it), jobs,
 // describe job, watch (a live progress line until the job ends), resume, losses
-// (every step's), cancel, delete and export (the trained model as ONNX).
+// (every step's), cancel, delete and export (the trained model as ONNX,
+// or its weights as NumPy arrays).
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -692,23 +694,35 @@ void AddJobCommands(CLI::App& app, const GlobalOptions& globals, std::vector<Com
                   }});
   auto export_id = std::make_shared<std::string>();
   auto export_out = std::make_shared<std::string>();
-  CLI::App* exp = app.add_subcommand("export", "Write a job's trained model as ONNX");
+  CLI::App* exp = app.add_subcommand(
+      "export",
+      "Write a job's trained model: as ONNX (jobs submitted as ONNX) or its weights as .npz");
   exp->add_option("id", *export_id, "Job id")->required()->check(Utf8Text());
-  exp->add_option("-o,--output", *export_out, "The .onnx file to write")->required();
-  out->push_back({exp, [export_id, export_out, &globals] {
-                    if (absl::Status w = CheckWritablePath(*export_out); !w.ok()) {
-                      return PrintError(std::string(w.message()));
-                    }
-                    rpc::JobClient client(globals.coordinator, absl::Seconds(globals.timeout_s));
-                    absl::StatusOr<quilt::v1::ExportJobResponse> r = client.ExportJob(*export_id);
-                    if (!r.ok()) return PrintError(std::string(r.status().message()));
-                    absl::Status w = WriteFileAtomically(*export_out, r->onnx());
-                    if (!w.ok()) return PrintError(std::string(w.message()));
-                    if (!r->note().empty()) std::cerr << "quiltctl: " << r->note() << "\n";
-                    std::cout << "wrote " << *export_out << " (the weights after step " << r->step()
-                              << ")\n";
-                    return 0;
-                  }});
+  exp->add_option("-o,--output", *export_out,
+                  "The file to write: NAME.onnx (the ONNX model with the trained weights) or "
+                  "NAME.npz (every parameter as a NumPy array, for any job; numpy.load reads it)")
+      ->required();
+  out->push_back(
+      {exp, [export_id, export_out, &globals] {
+         if (absl::Status w = CheckWritablePath(*export_out); !w.ok()) {
+           return PrintError(std::string(w.message()));
+         }
+         const bool npz = absl::EndsWith(*export_out, ".npz");
+         if (!npz && !absl::EndsWith(*export_out, ".onnx")) {
+           return PrintError("-o " + *export_out +
+                             ": name a .onnx file (the model) or a .npz file (its "
+                             "weights as NumPy arrays)");
+         }
+         rpc::JobClient client(globals.coordinator, absl::Seconds(globals.timeout_s));
+         absl::StatusOr<quilt::v1::ExportJobResponse> r = client.ExportJob(
+             *export_id, npz ? quilt::v1::EXPORT_FORMAT_NPZ : quilt::v1::EXPORT_FORMAT_ONNX);
+         if (!r.ok()) return PrintError(std::string(r.status().message()));
+         absl::Status w = WriteFileAtomically(*export_out, npz ? r->npz() : r->onnx());
+         if (!w.ok()) return PrintError(std::string(w.message()));
+         if (!r->note().empty()) std::cerr << "quiltctl: " << r->note() << "\n";
+         std::cout << "wrote " << *export_out << " (the weights after step " << r->step() << ")\n";
+         return 0;
+       }});
 }
 
 }  // namespace quilt::cli

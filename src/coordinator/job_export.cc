@@ -9,8 +9,10 @@
 #include "onnx/onnx_pb.h"
 #include "src/common/status.h"
 #include "src/coordinator/checkpoint_dir.h"
+#include "src/coordinator/job_model.h"
 #include "src/graph/onnx/import_context.h"
 #include "src/graph/onnx/transposed_copies.h"
+#include "src/runtime/data/npz.h"
 
 namespace quilt {
 
@@ -80,7 +82,8 @@ absl::StatusOr<quilt::v1::ExportJobResponse> ExportTrainedOnnx(const quilt::v1::
   if (spec.model_case() != quilt::v1::JobSpec::kOnnx) {
     return absl::FailedPreconditionError(
         "job " + job.status().job_id() +
-        " was not submitted as ONNX; exporting other models is not supported yet");
+        " was not submitted as ONNX: its trained weights export as NumPy arrays (.npz), not as "
+        "an ONNX model (quiltctl export -o NAME.npz)");
   }
   onnx::ModelProto model;
   if (!model.ParseFromString(spec.onnx())) {
@@ -161,6 +164,70 @@ absl::StatusOr<quilt::v1::ExportJobResponse> ExportTrainedOnnx(const quilt::v1::
   }
   quilt::v1::ExportJobResponse out;
   out.set_onnx(model.SerializeAsString());
+  out.set_step(ckpt->step);
+  if (!ckpt->passed_over.empty()) {
+    out.set_note("newer checkpoints do not read: " + ckpt->passed_over);
+  }
+  return out;
+}
+
+absl::StatusOr<quilt::v1::ExportJobResponse> ExportTrainedWeights(const quilt::v1::JobRecord& job) {
+  const std::string& id = job.status().job_id();
+  absl::StatusOr<Graph> g = TrainingGraphForJob(job.spec());
+  if (!g.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", id, "'s model does not load: ", g.status().message()));
+  }
+  // A checkpoint must hold the model's parameters in their shapes; one
+  // that does not is passed over like one that does not read.
+  auto fits = [&g](const Checkpoint& c) -> absl::Status {
+    int held = 0;
+    for (const ParameterSpec& p : g->parameters) {
+      auto it = c.tensors.find(p.tensor);
+      if (it == c.tensors.end()) continue;
+      const TensorInfo* info = g->FindTensor(p.tensor);
+      if (info != nullptr && !info->shape.HasBatch() &&
+          info->shape.Concrete(1) != it->second.dims()) {
+        return absl::DataLossError(absl::StrCat("'", p.tensor, "' is ", it->second.TypeString(),
+                                                ", which does not fit the model's parameter"));
+      }
+      ++held;
+    }
+    if (held == 0) return absl::DataLossError("it holds no parameter of the model");
+    return absl::OkStatus();
+  };
+  absl::StatusOr<Checkpoint> ckpt =
+      ReadLatestCheckpoint(job.spec().checkpoint_dir(), job.world_size(), fits);
+  if (!ckpt.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", id, " has no usable checkpoint: ", ckpt.status().message()));
+  }
+  // Every parameter: trained ones as the checkpoint holds them, frozen ones
+  // at their values; none is left out unsaid.
+  std::vector<std::pair<std::string, Tensor>> arrays;
+  std::vector<std::string> missing;
+  for (const ParameterSpec& p : g->parameters) {
+    if (auto it = ckpt->tensors.find(p.tensor); it != ckpt->tensors.end()) {
+      arrays.emplace_back(p.tensor, it->second);
+    } else if (p.frozen && p.value.has_value()) {
+      arrays.emplace_back(p.tensor, *p.value);
+    } else {
+      missing.push_back(p.tensor);
+    }
+  }
+  if (!missing.empty()) {
+    return absl::DataLossError(absl::StrCat("job ", id, "'s checkpoint at step ", ckpt->step,
+                                            " lacks ", missing.size(), " of the model's ",
+                                            g->parameters.size(), " parameters, the first '",
+                                            missing.front(), "'"));
+  }
+  absl::StatusOr<std::string> npz = NpzArchive(arrays);
+  if (!npz.ok()) {
+    return absl::Status(npz.status().code(),
+                        absl::StrCat("job ", id, "'s weights: ", npz.status().message()));
+  }
+  quilt::v1::ExportJobResponse out;
+  out.set_npz(*std::move(npz));
   out.set_step(ckpt->step);
   if (!ckpt->passed_over.empty()) {
     out.set_note("newer checkpoints do not read: " + ckpt->passed_over);

@@ -2,8 +2,9 @@
 // complete checkpoint (every rank's metrics.json written; steps ordered by
 // number, entries not named step-<number> ignored; a newer checkpoint that
 // does not read is passed over and said) read back into whole tensors
-// (src/runtime/checkpoint.h), and an ONNX model (for jobs submitted as ONNX) with its
-// initializers replaced by the trained parameters.
+// (src/runtime/checkpoint.h), and the trained model out: an ONNX model (for
+// jobs submitted as ONNX) with its initializers replaced by the trained
+// parameters, or any job's parameters as NumPy arrays (.npz).
 #ifndef QUILT_SRC_COORDINATOR_JOB_EXPORT_H_
 #define QUILT_SRC_COORDINATOR_JOB_EXPORT_H_
 
@@ -26,6 +27,14 @@ absl::StatusOr<Checkpoint> ReadLatestCheckpoint(
 
 // Errors: FAILED_PRECONDITION (not an ONNX job, or no checkpoint yet).
 absl::StatusOr<quilt::v1::ExportJobResponse> ExportTrainedOnnx(const quilt::v1::JobRecord& job);
+
+// Any job's trained parameters as a NumPy .npz (ExportJobResponse.npz):
+// every parameter of the model by name, trained ones from the latest
+// checkpoint that holds them in their shapes, frozen ones at their values.
+// Errors: FAILED_PRECONDITION (the model does not load, no usable
+// checkpoint), DATA_LOSS (a parameter the checkpoint lacks),
+// RESOURCE_EXHAUSTED (4 GiB or more).
+absl::StatusOr<quilt::v1::ExportJobResponse> ExportTrainedWeights(const quilt::v1::JobRecord& job);
 
 }  // namespace quilt
 

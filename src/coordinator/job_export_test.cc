@@ -1,6 +1,7 @@
 // Reading a job's latest checkpoint back: steps by number, entries that
 // are not checkpoints ignored, a newer checkpoint that does not read
-// passed over (and said), shards joined by rows.
+// passed over (and said), shards joined by rows; the ONNX export's
+// trained initializers; any job's weights as .npz.
 #include "src/coordinator/job_export.h"
 
 #include <cstring>
@@ -13,12 +14,15 @@
 #include "nlohmann/json.hpp"
 #include "onnx/onnx_pb.h"
 #include "src/common/status_matchers.h"
+#include "src/coordinator/job_model.h"
 #include "src/runtime/data/npy.h"
+#include "src/runtime/data/npz.h"
 #include "src/testing/temp_dir.h"
 
 namespace quilt {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 // Rank `rank` of `step` in `dir`: tensor "w" rows [begin, end) = value.
@@ -223,6 +227,79 @@ TEST(ExportTrainedOnnx, UsesSharedThroughIdentitiesGetTheirOwnValuesAndIntegersS
   }
   EXPECT_EQ(values["ln1.weight"], (std::vector<float>{1.5, 0.5}));
   EXPECT_EQ(values["ln2.weight"], (std::vector<float>{2.5, -1}));
+}
+
+// Writes every parameter of `g` but `skip` into rank 0 of `step` in `dir`,
+// parameter k's element i = k + i / 1000 (`bad_shape`: the first one
+// flattened).
+void WriteParameters(const Graph& g, const std::string& dir, const std::string& step,
+                     const std::string& skip = "", bool bad_shape = false) {
+  const std::string rank_dir = dir + "/" + step + "/rank-0";
+  std::filesystem::create_directories(rank_dir);
+  nlohmann::json entries = nlohmann::json::array();
+  for (size_t k = 0; k < g.parameters.size(); ++k) {
+    const std::string& name = g.parameters[k].tensor;
+    if (name == skip) continue;
+    std::vector<int64_t> dims = g.FindTensor(name)->shape.Concrete(1);
+    if (bad_shape && k == 0) dims = {g.FindTensor(name)->shape.NumElements(1)};
+    absl::StatusOr<Tensor> t = Tensor::Empty(DType::kF32, dims);
+    ASSERT_THAT(t.status(), IsOk());
+    for (int64_t i = 0; i < t->numel(); ++i) t->f32()[i] = static_cast<float>(k) + 0.001f * i;
+    const std::string file = absl::StrCat("p", k, ".npy");
+    ASSERT_THAT(WriteNpy(rank_dir + "/" + file, *t), IsOk());
+    entries.push_back({{"tensor", name}, {"file", file}});
+  }
+  nlohmann::json m;
+  m["tensors"] = entries;
+  std::ofstream(rank_dir + "/metrics.json") << m.dump();
+}
+
+// A zoo job's weights: every parameter by name, in its shape, with the
+// checkpoint's values; a newer checkpoint with a parameter in another
+// shape is passed over and said; one lacking a parameter is refused
+// naming it; ONNX is refused for it, pointing to .npz.
+TEST(ExportTrainedWeights, AZooJobsParametersByNameFromTheCheckpointThatFits) {
+  testing::TempDir dir;
+  quilt::v1::JobRecord job;
+  job.mutable_status()->set_job_id("j");
+  job.mutable_spec()->set_zoo("mlp");
+  job.mutable_spec()->set_global_batch(8);
+  job.mutable_spec()->set_steps(20);
+  job.mutable_spec()->mutable_optimizer()->mutable_sgd()->set_learning_rate(0.1);
+  job.mutable_spec()->set_checkpoint_dir(dir.path());
+  job.add_world("n0");
+  absl::StatusOr<Graph> g = TrainingGraphForJob(job.spec());
+  ASSERT_THAT(g.status(), IsOk());
+  ASSERT_GE(g->parameters.size(), 2u);
+  WriteParameters(*g, dir.path(), "step-00000010");
+  WriteParameters(*g, dir.path(), "step-00000020", "", /*bad_shape=*/true);
+  absl::StatusOr<quilt::v1::ExportJobResponse> out = ExportTrainedWeights(job);
+  ASSERT_THAT(out.status(), IsOk());
+  EXPECT_EQ(out->step(), 10);
+  EXPECT_THAT(out->note(),
+              AllOf(HasSubstr("step-00000020"), HasSubstr(g->parameters[0].tensor + "' is f32")));
+  absl::StatusOr<std::map<std::string, Tensor>> arrays = ParseNpz(out->npz(), "weights.npz");
+  ASSERT_THAT(arrays.status(), IsOk());
+  ASSERT_EQ(arrays->size(), g->parameters.size());
+  for (size_t k = 0; k < g->parameters.size(); ++k) {
+    const std::string& name = g->parameters[k].tensor;
+    ASSERT_EQ(arrays->count(name), 1u) << name;
+    const Tensor& t = arrays->at(name);
+    EXPECT_EQ(t.dims(), g->FindTensor(name)->shape.Concrete(1)) << name;
+    for (int64_t i = 0; i < t.numel(); i += 97) {
+      ASSERT_EQ(t.f32()[i], static_cast<float>(k) + 0.001f * i) << name << "[" << i << "]";
+    }
+  }
+  EXPECT_THAT(ExportTrainedOnnx(job).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr(".npz")));
+  // A checkpoint without the last parameter: refused, naming it.
+  testing::TempDir lacking;
+  job.mutable_spec()->set_checkpoint_dir(lacking.path());
+  WriteParameters(*g, lacking.path(), "step-00000005", g->parameters.back().tensor);
+  EXPECT_THAT(ExportTrainedWeights(job).status(),
+              StatusIs(absl::StatusCode::kDataLoss,
+                       AllOf(HasSubstr("lacks 1 of the model's"),
+                             HasSubstr("'" + g->parameters.back().tensor + "'"))));
 }
 
 }  // namespace

@@ -229,9 +229,11 @@ absl::StatusOr<quilt::v1::JobLosses> JobClient::GetJobLosses(const std::string& 
                address_);
 }
 
-absl::StatusOr<quilt::v1::ExportJobResponse> JobClient::ExportJob(const std::string& job_id) {
+absl::StatusOr<quilt::v1::ExportJobResponse> JobClient::ExportJob(const std::string& job_id,
+                                                                  quilt::v1::ExportFormat format) {
   quilt::v1::ExportJobRequest request;
   request.set_job_id(job_id);
+  request.set_format(format);
   return Unary(stubs_->jobs.get(), &quilt::v1::JobService::Stub::ExportJob, request, timeout_,
                address_);
 }

@@ -70,7 +70,8 @@ class JobClient {
   absl::Status CancelJob(const std::string& job_id, const std::string& reason);
   // The checkpoint directory removed (empty when kept or none).
   absl::StatusOr<std::string> DeleteJob(const std::string& job_id, bool keep_checkpoints);
-  absl::StatusOr<quilt::v1::ExportJobResponse> ExportJob(const std::string& job_id);
+  absl::StatusOr<quilt::v1::ExportJobResponse> ExportJob(
+      const std::string& job_id, quilt::v1::ExportFormat format = quilt::v1::EXPORT_FORMAT_ONNX);
   // Trains an ended job on as a new one from its checkpoint (JobService.ResumeJob).
   // `strategy`: the new job's ("" = the old job's); `queue`: it queues.
   absl::StatusOr<quilt::v1::ResumeJobResponse> ResumeJob(const std::string& job_id,

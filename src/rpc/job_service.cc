@@ -285,7 +285,9 @@ grpc::ServerUnaryReactor* JobServiceImpl::ExportJob(grpc::CallbackServerContext*
       [this](const quilt::v1::ExportJobRequest& r, quilt::v1::ExportJobResponse* response) {
         ASSIGN_OR_RETURN(quilt::v1::JobRecord record,
                          coordinator_->jobs()->RecordWithModel(r.job_id()));
-        ASSIGN_OR_RETURN(*response, ExportTrainedOnnx(record));
+        ASSIGN_OR_RETURN(*response, r.format() == quilt::v1::EXPORT_FORMAT_NPZ
+                                        ? ExportTrainedWeights(record)
+                                        : ExportTrainedOnnx(record));
         return absl::OkStatus();
       });
 }

@@ -224,13 +224,16 @@ TEST(Quiltctl, UsageErrors_NamedWithExitCode2) {
     EXPECT_THAT(r->err, HasSubstr(reason));
   }
   // Refused before any work: momentum for adam; an output that cannot be
-  // written (export contacts no coordinator; plan plans nothing).
+  // written, or is neither .onnx nor .npz (export contacts no coordinator;
+  // plan plans nothing).
   for (const auto& [argv, reason] : std::vector<std::pair<std::vector<std::string>, std::string>>{
            {{q, "train-local", "zoo:mlp", "--data", "synthetic", "--batch", "8", "--steps", "1",
              "--optimizer", "adam", "--momentum", "0.5"},
             "--momentum is SGD's"},
            {{q, "--coordinator", "127.0.0.1:1", "export", "job-x", "-o", dir.path()},
             dir.path() + " is a directory"},
+           {{q, "--coordinator", "127.0.0.1:1", "export", "job-x", "-o", dir.File("w.txt")},
+            "name a .onnx file (the model) or a .npz file"},
            {{q, "plan", "zoo:mlp", "--batch", "8", "--cluster",
              RunfilePath("config/clusters/heterog_testbed.textproto"), "--trace",
              "/nonexistent-dir/t.json"},

@@ -2,11 +2,10 @@
 // coordinator, two workers (one emulated 2x slower) and quiltctl. A job
 // runs to SUCCEEDED and its checkpoint holds the single-device run's
 // parameters; the exported ONNX model loads with python3-onnx and carries
-// them; cancel stops a running job within seconds and frees the workers;
-// bad requests are rejected at submit time with their reason; a worker
-// killed during a job fails the job with the reason while the coordinator
-// keeps serving. (Resuming, restarts and the coordinator's restarts:
-// job_recovery_test.cc.)
+// them, and so does the .npz export with numpy; cancel stops a running job within seconds and frees
+// the workers; bad requests are rejected at submit time with their reason; a worker killed during a
+// job fails the job with the reason while the coordinator keeps serving. (Resuming, restarts and
+// the coordinator's restarts: job_recovery_test.cc.)
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -169,18 +168,46 @@ TEST_F(Jobs, RunsToSucceededWithTheSingleDeviceParametersAndExportsThem) {
       absl::Seconds(60));
   ASSERT_THAT(py.status(), IsOk());
   ASSERT_EQ(py->exit_code, 0) << py->err;
-  std::ifstream in(dump);
-  const nlohmann::json weights = nlohmann::json::parse(in);
-  for (const ParameterSpec& p : g->parameters) {
-    const Tensor& want = *ref->runner->Persistent(p.tensor);
-    ASSERT_TRUE(weights.contains(p.tensor)) << p.tensor;
-    const auto& got = weights[p.tensor];
-    ASSERT_EQ(static_cast<int64_t>(got.size()), want.numel());
-    for (int64_t i = 0; i < want.numel(); ++i) {
-      ASSERT_NEAR(got[static_cast<size_t>(i)].get<double>(), want.f32()[i],
-                  1e-4 + 1e-3 * std::abs(want.f32()[i]))
-          << p.tensor << "[" << i << "]";
+  auto carries_trained = [&](const std::string& file) {
+    std::ifstream in(file);
+    const nlohmann::json weights = nlohmann::json::parse(in);
+    for (const ParameterSpec& p : g->parameters) {
+      const Tensor& want = *ref->runner->Persistent(p.tensor);
+      ASSERT_TRUE(weights.contains(p.tensor)) << p.tensor << " in " << file;
+      const auto& got = weights[p.tensor];
+      ASSERT_EQ(static_cast<int64_t>(got.size()), want.numel());
+      for (int64_t i = 0; i < want.numel(); ++i) {
+        ASSERT_NEAR(got[static_cast<size_t>(i)].get<double>(), want.f32()[i],
+                    1e-4 + 1e-3 * std::abs(want.f32()[i]))
+            << p.tensor << "[" << i << "] in " << file;
+      }
     }
+  };
+  carries_trained(dump);
+  // The same weights as NumPy arrays: numpy.load reads them, one array a
+  // parameter, in its shape.
+  const std::string npz = cluster_.dir().File("trained.npz");
+  exported = cluster_.Quiltctl({"export", id, "-o", npz});
+  ASSERT_THAT(exported.status(), IsOk());
+  ASSERT_EQ(exported->exit_code, 0) << exported->err;
+  const std::string arrays = cluster_.dir().File("arrays.json");
+  py = RunCommand(
+      {"/usr/bin/python3", "-c",
+       "import sys, json, numpy as np\n"
+       "a = np.load(sys.argv[1])\n"
+       "json.dump({k: v.ravel().tolist() for k, v in a.items()}, open(sys.argv[2], 'w'))\n"
+       "print(json.dumps({k: list(v.shape) for k, v in a.items()}))\n",
+       npz, arrays},
+      absl::Seconds(60));
+  ASSERT_THAT(py.status(), IsOk());
+  ASSERT_EQ(py->exit_code, 0) << py->err;
+  carries_trained(arrays);
+  const nlohmann::json shapes = nlohmann::json::parse(py->out);
+  EXPECT_EQ(shapes.size(), g->parameters.size()) << py->out;
+  for (const ParameterSpec& p : g->parameters) {
+    EXPECT_EQ(shapes.value(p.tensor, std::vector<int64_t>{}),
+              ref->runner->Persistent(p.tensor)->dims())
+        << p.tensor;
   }
 }
 

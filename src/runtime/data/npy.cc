@@ -149,7 +149,7 @@ absl::StatusOr<Tensor> ReadNpy(const std::string& path) {
   return ParseNpy(bytes, path);
 }
 
-absl::Status WriteNpy(const std::string& path, const Tensor& t) {
+absl::StatusOr<std::string> NpyPreamble(const Tensor& t) {
   if (t.dtype() != DType::kF32 && t.dtype() != DType::kI64) {
     return absl::InvalidArgumentError("only f32 and i64 tensors can be written as .npy");
   }
@@ -166,6 +166,11 @@ absl::Status WriteNpy(const std::string& path, const Tensor& t) {
   out += static_cast<char>(header.size() & 0xff);
   out += static_cast<char>(header.size() >> 8);
   out += header;
+  return out;
+}
+
+absl::Status WriteNpy(const std::string& path, const Tensor& t) {
+  ASSIGN_OR_RETURN(const std::string out, NpyPreamble(t));
   // The values go from the tensor to the file (a checkpoint's large
   // tensors are not copied into a string first).
   return WriteFileAtomicallyWith(path, [&](int fd) {

@@ -18,6 +18,9 @@ absl::StatusOr<Tensor> ReadNpy(const std::string& path);
 // Parses .npy bytes; `name` is used in errors.
 absl::StatusOr<Tensor> ParseNpy(const std::string& bytes, const std::string& name);
 absl::Status WriteNpy(const std::string& path, const Tensor& t);
+// What a .npy file of `t` holds before its values (magic, version, header).
+// Errors: INVALID_ARGUMENT (a type other than f32 and i64).
+absl::StatusOr<std::string> NpyPreamble(const Tensor& t);
 
 struct NpyHeader {
   std::string descr;          // "<f4", "<f8", "<i8", "<i4"
