@@ -13,12 +13,13 @@
 #include "src/graph/onnx/import_context.h"
 #include "src/graph/onnx/transposed_copies.h"
 #include "src/runtime/data/npz.h"
+#include "src/runtime/initializers.h"
 
 namespace quilt {
 
 absl::StatusOr<Checkpoint> ReadLatestCheckpoint(
-    const std::string& dir, int world,
-    const std::function<absl::Status(const Checkpoint&)>& accept) {
+    const std::string& dir, int world, const std::function<absl::Status(const Checkpoint&)>& accept,
+    const std::function<bool(const std::string&)>& wanted) {
   absl::Status newest_problem = absl::OkStatus();
   std::string passed_over;
   std::vector<std::pair<int64_t, std::string>> incomplete;
@@ -33,7 +34,7 @@ absl::StatusOr<Checkpoint> ReadLatestCheckpoint(
     return out;
   };
   for (const auto& [number, step] : complete) {
-    absl::StatusOr<Checkpoint> c = ReadCheckpoint(absl::StrCat(dir, "/", step), world);
+    absl::StatusOr<Checkpoint> c = ReadCheckpoint(absl::StrCat(dir, "/", step), world, wanted);
     if (c.ok() && accept != nullptr) {
       if (absl::Status a = accept(*c); !a.ok()) c = a;
     }
@@ -186,8 +187,9 @@ absl::StatusOr<quilt::v1::ExportJobResponse> ExportTrainedWeights(const quilt::v
       auto it = c.tensors.find(p.tensor);
       if (it == c.tensors.end()) continue;
       const TensorInfo* info = g->FindTensor(p.tensor);
-      if (info != nullptr && !info->shape.HasBatch() &&
-          info->shape.Concrete(1) != it->second.dims()) {
+      if (info != nullptr &&
+          (info->dtype != it->second.dtype() ||
+           (!info->shape.HasBatch() && info->shape.Concrete(1) != it->second.dims()))) {
         return absl::DataLossError(absl::StrCat("'", p.tensor, "' is ", it->second.TypeString(),
                                                 ", which does not fit the model's parameter"));
       }
@@ -196,23 +198,34 @@ absl::StatusOr<quilt::v1::ExportJobResponse> ExportTrainedWeights(const quilt::v
     if (held == 0) return absl::DataLossError("it holds no parameter of the model");
     return absl::OkStatus();
   };
-  absl::StatusOr<Checkpoint> ckpt =
-      ReadLatestCheckpoint(job.spec().checkpoint_dir(), job.world_size(), fits);
+  // The parameters alone are read (not the optimizer's state).
+  std::set<std::string> parameters;
+  for (const ParameterSpec& p : g->parameters) parameters.insert(p.tensor);
+  absl::StatusOr<Checkpoint> ckpt = ReadLatestCheckpoint(
+      job.spec().checkpoint_dir(), job.world_size(), fits,
+      [&parameters](const std::string& name) { return parameters.count(name) > 0; });
   if (!ckpt.ok()) {
     return absl::FailedPreconditionError(
         absl::StrCat("job ", id, " has no usable checkpoint: ", ckpt.status().message()));
   }
-  // Every parameter: trained ones as the checkpoint holds them, frozen ones
-  // at their values; none is left out unsaid.
+  // Every parameter: trained ones as the checkpoint holds them; those no
+  // step updates (frozen, or read by no op, which checkpoints leave out)
+  // at their initial values; none is left out unsaid.
+  std::set<std::string> updated;
+  for (const StateUpdate& u : g->updates) updated.insert(u.target);
   std::vector<std::pair<std::string, Tensor>> arrays;
   std::vector<std::string> missing;
   for (const ParameterSpec& p : g->parameters) {
+    const TensorInfo* info = g->FindTensor(p.tensor);
     if (auto it = ckpt->tensors.find(p.tensor); it != ckpt->tensors.end()) {
       arrays.emplace_back(p.tensor, it->second);
-    } else if (p.frozen && p.value.has_value()) {
+    } else if (updated.count(p.tensor) || info == nullptr || info->shape.HasBatch()) {
+      missing.push_back(p.tensor);
+    } else if (p.value.has_value()) {
       arrays.emplace_back(p.tensor, *p.value);
     } else {
-      missing.push_back(p.tensor);
+      ASSIGN_OR_RETURN(Tensor initial, InitialValue(p, info->shape.Concrete(1)));
+      arrays.emplace_back(p.tensor, std::move(initial));
     }
   }
   if (!missing.empty()) {

@@ -19,18 +19,21 @@
 namespace quilt {
 
 // With `accept`, a checkpoint it refuses is passed over like one that does
-// not read. Errors: NOT_FOUND (no complete checkpoint in `dir`),
-// DATA_LOSS (none of the complete ones reads: the newest one's problem).
+// not read; with `wanted`, only the tensors it accepts by name are read.
+// Errors: NOT_FOUND (no complete checkpoint in `dir`), DATA_LOSS (none of
+// the complete ones reads: the newest one's problem).
 absl::StatusOr<Checkpoint> ReadLatestCheckpoint(
     const std::string& dir, int world,
-    const std::function<absl::Status(const Checkpoint&)>& accept = nullptr);
+    const std::function<absl::Status(const Checkpoint&)>& accept = nullptr,
+    const std::function<bool(const std::string&)>& wanted = nullptr);
 
 // Errors: FAILED_PRECONDITION (not an ONNX job, or no checkpoint yet).
 absl::StatusOr<quilt::v1::ExportJobResponse> ExportTrainedOnnx(const quilt::v1::JobRecord& job);
 
 // Any job's trained parameters as a NumPy .npz (ExportJobResponse.npz):
 // every parameter of the model by name, trained ones from the latest
-// checkpoint that holds them in their shapes, frozen ones at their values.
+// checkpoint that holds them in their types and shapes, those no step
+// updates (frozen, or read by no op) at their initial values.
 // Errors: FAILED_PRECONDITION (the model does not load, no usable
 // checkpoint), DATA_LOSS (a parameter the checkpoint lacks),
 // RESOURCE_EXHAUSTED (4 GiB or more).

@@ -17,6 +17,7 @@
 #include "src/coordinator/job_model.h"
 #include "src/runtime/data/npy.h"
 #include "src/runtime/data/npz.h"
+#include "src/runtime/initializers.h"
 #include "src/testing/temp_dir.h"
 
 namespace quilt {
@@ -292,7 +293,30 @@ TEST(ExportTrainedWeights, AZooJobsParametersByNameFromTheCheckpointThatFits) {
   }
   EXPECT_THAT(ExportTrainedOnnx(job).status(),
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr(".npz")));
-  // A checkpoint without the last parameter: refused, naming it.
+  // A frozen parameter (which no step updates, so checkpoints need not
+  // hold it) is written at its initial value.
+  quilt::v1::JobRecord frozen = job;
+  frozen.mutable_spec()->add_frozen(g->parameters.back().tensor);
+  testing::TempDir frozen_dir;
+  frozen.mutable_spec()->set_checkpoint_dir(frozen_dir.path());
+  WriteParameters(*g, frozen_dir.path(), "step-00000005", g->parameters.back().tensor);
+  absl::StatusOr<quilt::v1::ExportJobResponse> with_frozen = ExportTrainedWeights(frozen);
+  ASSERT_THAT(with_frozen.status(), IsOk());
+  absl::StatusOr<std::map<std::string, Tensor>> frozen_arrays =
+      ParseNpz(with_frozen->npz(), "frozen.npz");
+  ASSERT_THAT(frozen_arrays.status(), IsOk());
+  ASSERT_EQ(frozen_arrays->size(), g->parameters.size());
+  const ParameterSpec& last = g->parameters.back();
+  absl::StatusOr<Tensor> initial =
+      InitialValue(last, g->FindTensor(last.tensor)->shape.Concrete(1));
+  ASSERT_THAT(initial.status(), IsOk());
+  const Tensor& got = frozen_arrays->at(last.tensor);
+  ASSERT_EQ(got.dims(), initial->dims());
+  EXPECT_EQ(std::memcmp(got.raw(), initial->raw(), static_cast<size_t>(got.bytes())), 0);
+  EXPECT_EQ(frozen_arrays->at(g->parameters[0].tensor).f32()[1], 0.001f)
+      << "trained from the checkpoint";
+  // A checkpoint without the last parameter, which training updates:
+  // refused, naming it.
   testing::TempDir lacking;
   job.mutable_spec()->set_checkpoint_dir(lacking.path());
   WriteParameters(*g, lacking.path(), "step-00000005", g->parameters.back().tensor);

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "src/cluster/topology.h"
 #include "src/common/logging.h"
 #include "src/common/status.h"
@@ -15,6 +16,7 @@
 #include "src/coordinator/live_cluster.h"
 #include "src/planner/plan.h"
 #include "src/rpc/handler_util.h"
+#include "src/rpc/server.h"
 
 namespace quilt::rpc {
 namespace {
@@ -288,6 +290,16 @@ grpc::ServerUnaryReactor* JobServiceImpl::ExportJob(grpc::CallbackServerContext*
         ASSIGN_OR_RETURN(*response, r.format() == quilt::v1::EXPORT_FORMAT_NPZ
                                         ? ExportTrainedWeights(record)
                                         : ExportTrainedOnnx(record));
+        // What one reply carries (less room for its other fields).
+        const size_t bytes = response->ByteSizeLong();
+        if (bytes > static_cast<size_t>(kMaxResponseBytes) - (64 << 10)) {
+          return absl::ResourceExhaustedError(absl::StrFormat(
+              "job %s's export takes %.1f MiB, more than one reply carries (%d MiB): its "
+              "checkpoint is in %s (a .npy file per tensor and rank, listed in each rank's "
+              "metrics.json)",
+              r.job_id(), bytes / 1048576.0, kMaxResponseBytes >> 20,
+              record.spec().checkpoint_dir()));
+        }
         return absl::OkStatus();
       });
 }

@@ -15,6 +15,10 @@
 
 namespace quilt::rpc {
 
+// The largest response a server sends and a client takes (a trained model
+// on export).
+inline constexpr int64_t kMaxResponseBytes = int64_t{1} << 30;
+
 struct ServerOptions {
   // host:port; port 0 picks a free port (see GrpcServer::address()).
   std::string listen_address;
@@ -22,7 +26,7 @@ struct ServerOptions {
   // before reaching a handler. Handlers apply tighter per-method limits.
   int64_t max_request_bytes = 64 << 20;
   // Largest response (e.g. a trained model on export).
-  int64_t max_response_bytes = 1 << 30;
+  int64_t max_response_bytes = kMaxResponseBytes;
   // TLS and the client token (security.h); plaintext by default.
   ServerSecurity security;
 };

@@ -18,6 +18,11 @@
 #include "src/common/status.h"
 
 namespace quilt {
+namespace {
+
+constexpr size_t kMaxNpyHeaderBytes = 4096;
+
+}  // namespace
 
 absl::StatusOr<NpyHeader> ParseNpyHeader(const char* bytes, size_t size, const std::string& name) {
   auto bad = [&](const std::string& why) {
@@ -39,6 +44,12 @@ absl::StatusOr<NpyHeader> ParseNpyHeader(const char* bytes, size_t size, const s
     return bad(absl::StrCat("format version ", major));
   }
   if (offset + header_len > size) return bad("truncated header");
+  // NumPy's own headers take tens of bytes (numpy.load refuses over
+  // 10000); a longer one is not parsed.
+  if (header_len > kMaxNpyHeaderBytes) {
+    return bad(absl::StrCat("a header of ", header_len, " bytes (more than ", kMaxNpyHeaderBytes,
+                            " are not read)"));
+  }
   const std::string header(bytes + offset, header_len);
   std::smatch m;
   static const std::regex descr_re("'descr'\\s*:\\s*'([^']*)'");

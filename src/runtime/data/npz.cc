@@ -49,10 +49,10 @@ uint64_t Get64(const std::string& b, size_t at) {
 
 // The fields a local and a central header share, from "version needed" on.
 void PutCommon(std::string* out, uint32_t crc, uint32_t size, size_t name_size) {
-  Put16(out, 20);  // version needed: 2.0
-  Put16(out, 0);   // flags
-  Put16(out, 0);   // stored
-  Put16(out, 0);   // time
+  Put16(out, 20);      // version needed: 2.0
+  Put16(out, 0x0800);  // flags: names in UTF-8
+  Put16(out, 0);       // stored
+  Put16(out, 0);       // time
   Put16(out, kDosDate1980);
   Put32(out, crc);
   Put32(out, size);  // compressed
@@ -89,6 +89,10 @@ absl::StatusOr<std::string> NpzArchive(const std::vector<std::pair<std::string, 
           absl::StrCat("'", name, "': ", preamble.status().message()));
     }
     const std::string entry = name + ".npy";
+    if (entry.size() > 0xffff) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("an .npz array's name takes at most 65531 bytes, not ", name.size()));
+    }
     const uint64_t size = preamble->size() + static_cast<uint64_t>(t.bytes());
     const uint64_t offset = out.size();
     if (offset + 30 + entry.size() + size >= kNoZip64Limit) {
@@ -170,8 +174,10 @@ absl::StatusOr<std::map<std::string, Tensor>> ParseNpz(const std::string& bytes,
     const std::string entry = bytes.substr(at + 46, name_size);
     // ZIP64 sizes (numpy.savez writes entries with force_zip64): the
     // extra field's 8-byte values stand for the fields set to 0xffffffff.
-    for (size_t e = at + 46 + name_size; e + 4 <= at + 46 + name_size + extra_size;) {
+    const size_t extra_end = at + 46 + name_size + extra_size;
+    for (size_t e = at + 46 + name_size; e + 4 <= extra_end;) {
       const uint32_t id = Get16(bytes, e), size = Get16(bytes, e + 2);
+      if (e + 4 + size > extra_end) return bad("'" + entry + "': an extra field runs past its end");
       size_t v = e + 4;
       if (id == 0x0001) {
         for (uint64_t* field : {&usize, &csize, &local}) {
@@ -190,11 +196,13 @@ absl::StatusOr<std::map<std::string, Tensor>> ParseNpz(const std::string& bytes,
                  "' is compressed (numpy.savez_compressed): write the arrays with numpy.savez");
     }
     if (csize != usize) return bad("'" + entry + "': stored, but its two sizes differ");
-    if (local + 30 > bytes.size() || Get32(bytes, local) != kLocalHeader) {
+    if (bytes.size() < 30 || local > bytes.size() - 30 || Get32(bytes, local) != kLocalHeader) {
       return bad("'" + entry + "': its local header does not read");
     }
     const uint64_t data = local + 30 + Get16(bytes, local + 26) + Get16(bytes, local + 28);
-    if (data + usize > bytes.size()) return bad("'" + entry + "' runs past the end of the file");
+    if (data > bytes.size() || usize > bytes.size() - data) {
+      return bad("'" + entry + "' runs past the end of the file");
+    }
     if (Crc32(bytes.data() + data, usize) != crc) {
       return bad("'" + entry + "': CRC-32 mismatch (the file is corrupt)");
     }

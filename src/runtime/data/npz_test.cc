@@ -1,7 +1,9 @@
 // .npz archives: the standard CRC-32 check value; arrays written and read
 // back by name with their types, shapes and values; archives NumPy wrote
 // (ZIP64 local headers) read; compressed, corrupt and non-ZIP input
-// refused naming the entry; names that cannot be written refused.
+// refused naming the entry; ZIP64 entries read and malformed ones refused
+// without reading past the input; names that cannot be written refused;
+// over-long .npy headers refused.
 #include "src/runtime/data/npz.h"
 
 #include <cstring>
@@ -10,6 +12,7 @@
 #include "gtest/gtest.h"
 #include "src/common/files.h"
 #include "src/common/status_matchers.h"
+#include "src/runtime/data/npy.h"
 
 namespace quilt {
 namespace {
@@ -102,6 +105,145 @@ TEST(Npz, NamesAndTypesThatCannotBeWrittenAreRefused) {
   ASSERT_THAT(mask.status(), IsOk());
   EXPECT_THAT(NpzArchive({{"mask", *mask}}).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("'mask'")));
+}
+
+void Put16(std::string* out, uint32_t v) {
+  out->push_back(static_cast<char>(v & 0xff));
+  out->push_back(static_cast<char>(v >> 8));
+}
+void Put32(std::string* out, uint32_t v) {
+  Put16(out, v & 0xffff);
+  Put16(out, v >> 16);
+}
+void Put64(std::string* out, uint64_t v) {
+  Put32(out, static_cast<uint32_t>(v));
+  Put32(out, static_cast<uint32_t>(v >> 32));
+}
+
+// One stored entry "x.npy" as a ZIP64 writer lays it out: the central
+// header's sizes and offset 0xffffffff, the real ones in its ZIP64 extra
+// field (`usize`, `csize`, `offset`; `extra_size` as it claims), after a
+// `pad` extra field of its own. The APPNOTE layout, written here apart
+// from the writer under test.
+std::string Zip64Entry(const std::string& npy, uint64_t usize, uint64_t csize, uint64_t offset,
+                       uint32_t extra_size = 24) {
+  const std::string name = "x.npy";
+  std::string out;
+  Put32(&out, 0x04034b50);
+  for (uint32_t v : {45u, 0u, 0u, 0u, 0x21u}) Put16(&out, v);
+  Put32(&out, Crc32(npy.data(), npy.size()));
+  Put32(&out, 0xffffffffu);
+  Put32(&out, 0xffffffffu);
+  Put16(&out, static_cast<uint32_t>(name.size()));
+  Put16(&out, 20);
+  out += name;
+  Put16(&out, 1);
+  Put16(&out, 16);
+  Put64(&out, npy.size());
+  Put64(&out, npy.size());
+  out += npy;
+  const uint32_t central_at = static_cast<uint32_t>(out.size());
+  std::string extra;
+  Put16(&extra, 0xcafe);  // an unknown field first: skipped
+  Put16(&extra, 2);
+  Put16(&extra, 0);
+  Put16(&extra, 1);
+  Put16(&extra, extra_size);
+  Put64(&extra, usize);
+  Put64(&extra, csize);
+  Put64(&extra, offset);
+  std::string central;
+  Put32(&central, 0x02014b50);
+  for (uint32_t v : {45u, 45u, 0u, 0u, 0u, 0x21u}) Put16(&central, v);
+  Put32(&central, Crc32(npy.data(), npy.size()));
+  Put32(&central, 0xffffffffu);
+  Put32(&central, 0xffffffffu);
+  Put16(&central, static_cast<uint32_t>(name.size()));
+  Put16(&central, static_cast<uint32_t>(extra.size()));
+  for (uint32_t v : {0u, 0u, 0u}) Put16(&central, v);
+  Put32(&central, 0);
+  Put32(&central, 0xffffffffu);
+  central += name + extra;
+  out += central;
+  Put32(&out, 0x06054b50);
+  for (uint32_t v : {0u, 0u, 1u, 1u}) Put16(&out, v);
+  Put32(&out, static_cast<uint32_t>(central.size()));
+  Put32(&out, central_at);
+  Put16(&out, 0);
+  return out;
+}
+
+// A one-array archive of ours: its .npy bytes.
+std::string NpyOf(const Tensor& t) {
+  absl::StatusOr<std::string> bytes = NpzArchive({{"x", t}});
+  EXPECT_THAT(bytes.status(), IsOk());
+  const size_t at = bytes->find("\x93NUMPY");
+  return bytes->substr(at, static_cast<size_t>(t.bytes()) + 128);
+}
+
+TEST(Npz, Zip64SizesAndOffsetsAreRead_AndWrongOnesRefusedWithoutReadingPastTheFile) {
+  const Tensor t = F32({3, 5}, 2);
+  const std::string npy = NpyOf(t);
+  ASSERT_EQ(npy.size(), 128u + 60u);
+  absl::StatusOr<std::map<std::string, Tensor>> a =
+      ParseNpz(Zip64Entry(npy, npy.size(), npy.size(), 0), "z64.npz");
+  ASSERT_THAT(a.status(), IsOk());
+  ASSERT_EQ(a->count("x"), 1u);
+  EXPECT_EQ(a->at("x").dims(), t.dims());
+  EXPECT_EQ(a->at("x").f32()[14], t.f32()[14]);
+  // Offsets and sizes near 2^64 (no wrap-around past the checks), a field
+  // that claims more than its extra area, sizes that disagree.
+  for (const auto& [bytes, why] : std::vector<std::pair<std::string, std::string>>{
+           {Zip64Entry(npy, npy.size(), npy.size(), ~uint64_t{0} - 15), "local header"},
+           {Zip64Entry(npy, ~uint64_t{0} - 7, ~uint64_t{0} - 7, 0), "past the end"},
+           {Zip64Entry(npy, npy.size(), npy.size(), 0, 0xffff), "extra field runs past"},
+           {Zip64Entry(npy, npy.size(), npy.size() + 1, 0), "two sizes differ"},
+           {Zip64Entry(npy, npy.size(), npy.size(), 0, 8), "short ZIP64 extra field"}}) {
+    EXPECT_THAT(ParseNpz(bytes, "bad.npz").status(),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(why)));
+  }
+}
+
+TEST(Npz, TheWritersLocalHeadersAgreeWithItsDirectory) {
+  // Read apart from ParseNpz, which takes sizes and CRCs from the
+  // directory alone: each local header's CRC, sizes and name.
+  absl::StatusOr<std::string> bytes = NpzArchive({{"a", F32({4}, 0)}, {"bé", F32({2, 2}, 1)}});
+  ASSERT_THAT(bytes.status(), IsOk());
+  auto u16 = [&](size_t at) {
+    return static_cast<uint32_t>(static_cast<unsigned char>((*bytes)[at]) |
+                                 (static_cast<unsigned char>((*bytes)[at + 1]) << 8));
+  };
+  auto u32 = [&](size_t at) { return u16(at) | (u16(at + 2) << 16); };
+  size_t at = 0;
+  for (const std::string name : {"a.npy", "bé.npy"}) {
+    ASSERT_EQ(u32(at), 0x04034b50u);
+    EXPECT_EQ(u16(at + 6), 0x0800u) << "names flagged UTF-8";
+    EXPECT_EQ(u16(at + 8), 0u) << "stored";
+    const uint32_t size = u32(at + 18);
+    EXPECT_EQ(u32(at + 22), size);
+    ASSERT_EQ(u16(at + 26), name.size());
+    EXPECT_EQ(bytes->substr(at + 30, name.size()), name);
+    const size_t data = at + 30 + name.size() + u16(at + 28);
+    EXPECT_EQ(bytes->compare(data, 6, "\x93NUMPY"), 0);
+    EXPECT_EQ(Crc32(bytes->data() + data, size), u32(at + 14)) << name;
+    at = data + size;
+  }
+  EXPECT_EQ(u32(at), 0x02014b50u) << "the directory follows the entries";
+}
+
+TEST(Npy, AHeaderLongerThanNumpyWritesIsRefused) {
+  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (1,), 'x': '" +
+                       std::string(30000, 'a') + "'}";
+  header += '\n';
+  std::string npy = "\x93NUMPY";
+  npy += '\x01';
+  npy += '\x00';
+  npy += static_cast<char>(header.size() & 0xff);
+  npy += static_cast<char>(header.size() >> 8);
+  npy += header + std::string(4, '\0');
+  EXPECT_THAT(ParseNpy(npy, "long.npy").status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("long.npy"), HasSubstr("are not read"))));
 }
 
 }  // namespace
