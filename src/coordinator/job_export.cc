@@ -110,8 +110,16 @@ absl::StatusOr<quilt::v1::ExportJobResponse> ExportTrainedOnnx(const quilt::v1::
     if (trained == 0) return absl::DataLossError("it holds no initializer of the model");
     return absl::OkStatus();
   };
+  // Only what the model can take is read (not the optimizer's state): its
+  // initializers and the values its Identity nodes share.
+  std::set<std::string> wanted;
+  for (const onnx::TensorProto& init : model.graph().initializer()) wanted.insert(init.name());
+  for (const onnx::NodeProto& n : model.graph().node()) {
+    if (n.op_type() == "Identity" && n.output_size() == 1) wanted.insert(n.output(0));
+  }
   absl::StatusOr<Checkpoint> ckpt =
-      ReadLatestCheckpoint(spec.checkpoint_dir(), job.world_size(), fits);
+      ReadLatestCheckpoint(spec.checkpoint_dir(), job.world_size(), fits,
+                           [&wanted](const std::string& name) { return wanted.count(name) > 0; });
   if (!ckpt.ok()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "job ", job.status().job_id(), " has no usable checkpoint: ", ckpt.status().message()));
