@@ -13,7 +13,7 @@ const ConfigSchema<CoordinatorConfig>& CoordinatorConfigSchema() {
     s->String("listen_address", &C::listen_address,
               "Address of the gRPC API (workers, quiltctl, clients): host:port.\n"
               "Port 0 picks a free port (see ready_file). Off loopback it needs TLS\n"
-              "(tls_cert_file, tls_key_file) and a client token (token_file).")
+              "(tls_cert_file, tls_key_file) and client tokens (token_file or tokens_file).")
         .String("state_dir", &C::state_dir,
                 "Directory of the state database (coordinator.db). Created if missing.")
         .Int("heartbeat_period_ms", &C::heartbeat_period_ms,
@@ -46,7 +46,12 @@ const ConfigSchema<CoordinatorConfig>& CoordinatorConfigSchema() {
         .String("tls_key_file", &C::tls_key_file, "PEM private key of tls_cert_file.")
         .String("token_file", &C::token_file,
                 "File holding the client token (one line): every call must carry it\n"
-                "(workers' token_file, quiltctl --token-file). Needs TLS.")
+                "(workers' token_file, quiltctl --token-file); an admin's, allowed\n"
+                "every call. Needs TLS.")
+        .String("tokens_file", &C::tokens_file,
+                "File of named client tokens with roles, a line each: NAME ROLE TOKEN\n"
+                "(roles: admin, user: jobs; viewer: reads only; worker: workers and\n"
+                "their executors). Beside or instead of token_file. Needs TLS.")
         .String("metrics_address", &C::metrics_address,
                 "If set (host:port), Prometheus metrics are served at /metrics there:\n"
                 "nodes, jobs, and each job's step, loss and step time. Plain HTTP with no\n"
@@ -67,16 +72,18 @@ absl::Status ValidateCoordinatorConfig(const CoordinatorConfig& c) {
     return absl::InvalidArgumentError(
         "tls_cert_file and tls_key_file go together: TLS needs the certificate and its key");
   }
-  if (!c.token_file.empty() && c.tls_cert_file.empty()) {
+  const bool tokens = !c.token_file.empty() || !c.tokens_file.empty();
+  if (tokens && c.tls_cert_file.empty()) {
     return absl::InvalidArgumentError(
-        "token_file needs TLS (tls_cert_file, tls_key_file): over plaintext anyone on the path "
-        "could read the token");
+        absl::StrCat(c.token_file.empty() ? "tokens_file" : "token_file",
+                     " needs TLS (tls_cert_file, tls_key_file): over plaintext anyone on the path "
+                     "could read the tokens"));
   }
-  if (!IsLoopbackAddress(c.listen_address) && (c.tls_cert_file.empty() || c.token_file.empty())) {
+  if (!IsLoopbackAddress(c.listen_address) && (c.tls_cert_file.empty() || !tokens)) {
     return absl::InvalidArgumentError(
         "listen_address " + c.listen_address +
         " is not a loopback address: off loopback the API needs TLS (tls_cert_file, "
-        "tls_key_file) and a client token (token_file)");
+        "tls_key_file) and client tokens (token_file or tokens_file)");
   }
   if (c.not_ready_after_ms <= c.heartbeat_period_ms) {
     return absl::InvalidArgumentError(absl::StrCat("not_ready_after_ms (", c.not_ready_after_ms,

@@ -30,6 +30,7 @@ struct CoordinatorConfig {
   std::string tls_cert_file;
   std::string tls_key_file;
   std::string token_file;
+  std::string tokens_file;
   // Prometheus metrics over plain HTTP (metrics_server.h); empty = off.
   std::string metrics_address;
 };

@@ -36,8 +36,9 @@ int Run(const CoordinatorConfig& config) {
   (*coordinator)->Start();
   const std::string address = (*server)->address();
   const char* transport = config.tls_cert_file.empty() ? "plaintext(loopback)"
-                          : config.token_file.empty()  ? "tls"
-                                                       : "tls+token";
+                          : config.token_file.empty() && config.tokens_file.empty() ? "tls"
+                          : config.tokens_file.empty()                              ? "tls+token"
+                                                                                    : "tls+tokens";
   QLOG_INFO("serving address={} state_dir={} version={} transport={}", address, config.state_dir,
             kVersion, transport);
   std::unique_ptr<MetricsServer> metrics;

@@ -34,15 +34,7 @@ absl::StatusOr<std::string> ReadToken(const std::string& path) {
         absl::StrCat("the token file ", path, " cannot be read: ", text.status().message()));
   }
   std::string token(absl::StripAsciiWhitespace(*text));
-  if (token.empty()) return absl::InvalidArgumentError("the token file " + path + " is empty");
-  for (char c : token) {
-    // A header value: printable ASCII, one line.
-    if (c < 0x21 || c > 0x7e) {
-      return absl::InvalidArgumentError(
-          "the token file " + path +
-          " must hold one token of printable characters without spaces (on one line)");
-    }
-  }
+  RETURN_IF_ERROR(CheckToken(token, "the token file " + path));
   return token;
 }
 
@@ -56,11 +48,16 @@ bool SameToken(grpc::string_ref got, const std::string& want) {
   return diff == 0;
 }
 
+// The client a call's token names, then whether its role allows the
+// method. The client's name goes into the call's auth context
+// (kClientProperty) for the handlers.
 class TokenChecker : public grpc::AuthMetadataProcessor {
  public:
-  explicit TokenChecker(std::string token) : expected_("Bearer " + std::move(token)) {}
+  explicit TokenChecker(std::vector<ClientToken> clients) : clients_(std::move(clients)) {
+    for (ClientToken& c : clients_) c.token = "Bearer " + c.token;
+  }
   bool IsBlocking() const override { return false; }
-  grpc::Status Process(const InputMetadata& metadata, grpc::AuthContext* /*context*/,
+  grpc::Status Process(const InputMetadata& metadata, grpc::AuthContext* context,
                        OutputMetadata* consumed, OutputMetadata* /*response*/) override {
     auto it = metadata.find("authorization");
     if (it == metadata.end()) {
@@ -68,17 +65,34 @@ class TokenChecker : public grpc::AuthMetadataProcessor {
                           "this coordinator asks for a client token (quiltctl --token-file, a "
                           "worker's token_file)");
     }
-    if (!SameToken(it->second, expected_)) {
+    // Every token compared, in constant time each: which one matched (if
+    // any) takes no longer to find.
+    const ClientToken* client = nullptr;
+    for (const ClientToken& c : clients_) {
+      if (SameToken(it->second, c.token)) client = &c;
+    }
+    if (client == nullptr) {
       return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
                           "the client token is not this coordinator's");
     }
+    auto path = metadata.find(":path");
+    const std::string method = path == metadata.end()
+                                   ? std::string()
+                                   : std::string(path->second.data(), path->second.size());
+    if (!RoleAllows(client->role, method)) {
+      return grpc::Status(
+          grpc::StatusCode::PERMISSION_DENIED,
+          absl::StrCat("the client '", client->name, "' (role ", RoleName(client->role),
+                       ") may not call ", method.empty() ? "this method" : method.substr(1)));
+    }
+    context->AddProperty(kClientProperty, client->name);
     consumed->insert(std::make_pair(std::string(it->first.data(), it->first.size()),
                                     std::string(it->second.data(), it->second.size())));
     return grpc::Status::OK;
   }
 
  private:
-  const std::string expected_;
+  std::vector<ClientToken> clients_;
 };
 
 std::mutex& ClientMutex() {
@@ -95,7 +109,8 @@ ClientSecurity& ClientIdentity() {
 
 absl::StatusOr<ServerSecurity> LoadServerSecurity(const std::string& cert_file,
                                                   const std::string& key_file,
-                                                  const std::string& token_file) {
+                                                  const std::string& token_file,
+                                                  const std::string& tokens_file) {
   ServerSecurity s;
   if (cert_file.empty() != key_file.empty()) {
     return absl::InvalidArgumentError(
@@ -105,13 +120,27 @@ absl::StatusOr<ServerSecurity> LoadServerSecurity(const std::string& cert_file,
     ASSIGN_OR_RETURN(s.cert_pem, ReadPem(cert_file, "certificate", "CERTIFICATE"));
     ASSIGN_OR_RETURN(s.key_pem, ReadPem(key_file, "key", "PRIVATE KEY"));
   }
+  if ((!token_file.empty() || !tokens_file.empty()) && cert_file.empty()) {
+    return absl::InvalidArgumentError(
+        "client tokens (token_file, tokens_file) need TLS (tls_cert_file, tls_key_file): over "
+        "plaintext anyone on the path could read them");
+  }
   if (!token_file.empty()) {
-    if (cert_file.empty()) {
-      return absl::InvalidArgumentError(
-          "a client token (token_file) needs TLS (tls_cert_file, tls_key_file): over plaintext "
-          "anyone on the path could read it");
+    ClientToken admin;
+    admin.name = "token";
+    ASSIGN_OR_RETURN(admin.token, ReadToken(token_file));
+    s.clients.push_back(std::move(admin));
+  }
+  if (!tokens_file.empty()) {
+    ASSIGN_OR_RETURN(std::vector<ClientToken> more, LoadTokensFile(tokens_file));
+    for (ClientToken& c : more) {
+      if (!s.clients.empty() && c.token == s.clients.front().token) {
+        return absl::InvalidArgumentError(absl::StrCat("the tokens file ", tokens_file, " gives '",
+                                                       c.name, "' the token of token_file ",
+                                                       token_file));
+      }
+      s.clients.push_back(std::move(c));
     }
-    ASSIGN_OR_RETURN(s.token, ReadToken(token_file));
   }
   return s;
 }
@@ -143,8 +172,8 @@ std::shared_ptr<grpc::ServerCredentials> ServerCredentials(const ServerSecurity&
   grpc::SslServerCredentialsOptions options;
   options.pem_key_cert_pairs.push_back({security.key_pem, security.cert_pem});
   std::shared_ptr<grpc::ServerCredentials> creds = grpc::SslServerCredentials(options);
-  if (!security.token.empty()) {
-    creds->SetAuthMetadataProcessor(std::make_shared<TokenChecker>(security.token));
+  if (!security.clients.empty()) {
+    creds->SetAuthMetadataProcessor(std::make_shared<TokenChecker>(security.clients));
   }
   return creds;
 }

@@ -1,7 +1,9 @@
-// Transport security of Quilt's gRPC API: TLS and a shared client token.
-// A coordinator given a certificate and key serves over TLS; given a token
-// too, every call must carry it ("authorization: Bearer <token>", checked
-// in constant time) or is refused UNAUTHENTICATED before any handler runs.
+// Transport security of Quilt's gRPC API: TLS and client tokens. A
+// coordinator given a certificate and key serves over TLS; given tokens
+// too, every call must carry one ("authorization: Bearer <token>", checked
+// in constant time) or is refused UNAUTHENTICATED before any handler runs,
+// and one whose client's role does not allow the method (access.h) is
+// refused PERMISSION_DENIED, naming the client and its role.
 // Clients (workers, executors, quiltctl) trust the CA file they are given
 // and send the token; without a CA file they speak plaintext, which the
 // daemons allow on loopback only. A process holds one client identity
@@ -13,14 +15,16 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
+#include "src/rpc/access.h"
 
 namespace quilt::rpc {
 
 struct ServerSecurity {
-  std::string cert_pem, key_pem;  // empty: plaintext
-  std::string token;              // empty: no token asked
+  std::string cert_pem, key_pem;     // empty: plaintext
+  std::vector<ClientToken> clients;  // empty: no token asked
 };
 
 struct ClientSecurity {
@@ -32,18 +36,24 @@ struct ClientSecurity {
   std::string server_name;
 };
 
-// From PEM files and a token file (its first line; empty paths: none).
-// Errors: INVALID_ARGUMENT naming the file and the problem (unreadable,
-// not PEM, a key without a certificate, a token without TLS, an empty or
-// multi-line token).
+// From PEM files, a token file (its first line: an admin's token, named
+// "token") and a tokens file (access.h; empty paths: none). Errors:
+// INVALID_ARGUMENT naming the file and the problem (unreadable, not PEM, a
+// key without a certificate, tokens without TLS, an empty or multi-line
+// token, the token file's token in the tokens file too).
 absl::StatusOr<ServerSecurity> LoadServerSecurity(const std::string& cert_file,
                                                   const std::string& key_file,
-                                                  const std::string& token_file);
+                                                  const std::string& token_file,
+                                                  const std::string& tokens_file = "");
 absl::StatusOr<ClientSecurity> LoadClientSecurity(const std::string& ca_file,
                                                   const std::string& token_file,
                                                   const std::string& server_name);
 
 std::shared_ptr<grpc::ServerCredentials> ServerCredentials(const ServerSecurity& security);
+
+// The auth-context property that names the call's client (its tokens-file
+// name; "token" for token_file's).
+inline constexpr char kClientProperty[] = "quilt-client";
 
 // The identity every channel of this process uses (MakeChannel); plaintext
 // until set.

@@ -2,7 +2,8 @@
 // a coordinator serving TLS and asking for a token, workers and their
 // executors that trust its CA and send the token (a job runs to
 // SUCCEEDED), and quiltctl refused for each thing it lacks: TLS, trust in
-// the server's CA, the right server name, the token.
+// the server's CA, the right server name, the token; named tokens whose
+// roles set what each client may call.
 #include <string>
 #include <vector>
 
@@ -80,6 +81,59 @@ TEST(Tls, ACoordinatorOnTlsServesOnlyClientsThatTrustItAndSendItsToken) {
   absl::StatusOr<CommandResult> jobs = cluster.Quiltctl({"jobs"});
   ASSERT_THAT(jobs.status(), IsOk());
   EXPECT_THAT(jobs->out, HasSubstr("SUCCEEDED"));
+}
+
+// Named tokens with roles: workers register and run a job with a worker's
+// token, which may not read jobs; a viewer reads the cluster and jobs but
+// may not cancel; a user submits but may not drain a node; an admin
+// drains. Each refusal names the client, its role and the method.
+TEST(Tls, EachClientTokenCallsWhatItsRoleAllows) {
+  LocalCluster cluster;
+  ASSERT_THAT(cluster.StartCoordinator("127.0.0.1:0",
+                                       {"--tls_cert_file", Tls("server.pem"), "--tls_key_file",
+                                        Tls("server.key"), "--tokens_file", Tls("tokens")}),
+              IsOk());
+  EXPECT_THAT(cluster.Log("coordinator"), HasSubstr("transport=tls+tokens"));
+  const std::vector<std::string> worker = {"--tls_ca_file", Tls("ca.pem"), "--token_file",
+                                           Tls("worker_token")};
+  ASSERT_THAT(cluster.StartWorker("worker-a", worker), IsOk()) << cluster.Log("worker-a");
+  ASSERT_THAT(cluster.StartWorker("worker-b", worker), IsOk()) << cluster.Log("worker-b");
+  auto as = [&](const std::string& token, const std::vector<std::string>& args) {
+    absl::StatusOr<CommandResult> r =
+        cluster.Quiltctl(Flags({"--tls-ca", Tls("ca.pem"), "--token-file", Tls(token)}, args));
+    EXPECT_THAT(r.status(), IsOk());
+    return r.ok() ? *r : CommandResult{};
+  };
+  const CommandResult nodes = as("viewer_token", {"nodes"});
+  EXPECT_EQ(nodes.exit_code, 0) << nodes.err;
+  EXPECT_THAT(nodes.out, HasSubstr("worker-b"));
+  // A user's job runs on the workers (their executors' rendezvous with a
+  // worker's token).
+  const std::string mlp = RunfilePath("test/fixtures/mlp/");
+  const CommandResult submitted =
+      as("user_token", {"submit", mlp + "model.onnx", "--loss", "softmax_cross_entropy", "--batch",
+                        "16", "--steps", "4", "--strategy", "dp-even-ring", "--data",
+                        mlp + "x.npy," + mlp + "y.npy", "--watch"});
+  EXPECT_EQ(submitted.exit_code, 0) << submitted.err << cluster.Log("worker-a");
+  const CommandResult jobs = as("viewer_token", {"jobs"});
+  EXPECT_EQ(jobs.exit_code, 0) << jobs.err;
+  EXPECT_THAT(jobs.out, HasSubstr("SUCCEEDED"));
+  const CommandResult cancel = as("viewer_token", {"cancel", "job-x"});
+  EXPECT_NE(cancel.exit_code, 0);
+  EXPECT_THAT(cancel.err, HasSubstr("the client 'grafana' (role viewer) may not call "
+                                    "quilt.v1.JobService/CancelJob"));
+  const CommandResult read = as("worker_token", {"jobs"});
+  EXPECT_NE(read.exit_code, 0);
+  EXPECT_THAT(read.err, HasSubstr("'rack-1' (role worker) may not call"));
+  const CommandResult drain = as("user_token", {"drain", "worker-b"});
+  EXPECT_NE(drain.exit_code, 0);
+  EXPECT_THAT(drain.err, HasSubstr("'alice' (role user) may not call "
+                                   "quilt.v1.AdminService/SetNodeDraining"));
+  const CommandResult user_reads = as("user_token", {"nodes"});
+  EXPECT_EQ(user_reads.exit_code, 0) << "a user reads too: " << user_reads.err;
+  const CommandResult admin = as("admin_token", {"drain", "worker-b"});
+  EXPECT_EQ(admin.exit_code, 0) << admin.err;
+  EXPECT_THAT(as("viewer_token", {"nodes"}).out, HasSubstr("Draining"));
 }
 
 TEST(Tls, DaemonsRefuseSettingsThatWouldSendPlaintextOffLoopback) {

@@ -1,0 +1,139 @@
+#include "src/rpc/access.h"
+
+#include <set>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "src/common/files.h"
+
+namespace quilt::rpc {
+namespace {
+
+constexpr absl::string_view kHealth = "/grpc.health.v1.Health/";
+
+// What each role below admin may call, by gRPC path.
+constexpr absl::string_view kViewerMethods[] = {
+    "/quilt.v1.AdminService/GetClusterStatus", "/quilt.v1.JobService/GetJob",
+    "/quilt.v1.JobService/ListJobs",           "/quilt.v1.JobService/WatchJob",
+    "/quilt.v1.JobService/GetJobLosses",
+};
+constexpr absl::string_view kUserMethods[] = {
+    "/quilt.v1.JobService/SubmitJob", "/quilt.v1.JobService/PlanJob",
+    "/quilt.v1.JobService/CancelJob", "/quilt.v1.JobService/ResumeJob",
+    "/quilt.v1.JobService/DeleteJob", "/quilt.v1.JobService/ExportJob",
+};
+constexpr absl::string_view kWorkerMethods[] = {
+    "/quilt.v1.ClusterService/Register",
+    "/quilt.v1.ClusterService/Heartbeat",
+    "/quilt.v1.ClusterService/ExchangeAddresses",
+};
+
+template <size_t N>
+bool Listed(const absl::string_view (&methods)[N], absl::string_view method) {
+  for (absl::string_view m : methods) {
+    if (m == method) return true;
+  }
+  return false;
+}
+
+bool ParseRole(absl::string_view text, Role* role) {
+  for (Role r : {Role::kAdmin, Role::kUser, Role::kViewer, Role::kWorker}) {
+    if (text == RoleName(r)) {
+      *role = r;
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+const char* RoleName(Role role) {
+  switch (role) {
+    case Role::kAdmin:
+      return "admin";
+    case Role::kUser:
+      return "user";
+    case Role::kViewer:
+      return "viewer";
+    case Role::kWorker:
+      return "worker";
+  }
+  return "?";
+}
+
+bool RoleAllows(Role role, absl::string_view method) {
+  if (absl::StartsWith(method, kHealth)) return true;
+  switch (role) {
+    case Role::kAdmin:
+      return true;
+    case Role::kUser:
+      return Listed(kUserMethods, method) || Listed(kViewerMethods, method);
+    case Role::kViewer:
+      return Listed(kViewerMethods, method);
+    case Role::kWorker:
+      return Listed(kWorkerMethods, method);
+  }
+  return false;
+}
+
+absl::Status CheckToken(absl::string_view token, const std::string& what) {
+  if (token.empty()) return absl::InvalidArgumentError(what + " is empty");
+  for (char c : token) {
+    // A header value: printable ASCII, one word.
+    if (c < 0x21 || c > 0x7e) {
+      return absl::InvalidArgumentError(
+          what + " must hold one token of printable characters without spaces (on one line)");
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<ClientToken>> LoadTokensFile(const std::string& path) {
+  absl::StatusOr<std::string> text = ReadFile(path);
+  if (!text.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the tokens file ", path, " cannot be read: ", text.status().message()));
+  }
+  std::vector<ClientToken> out;
+  std::set<std::string> names, tokens;
+  int number = 0;
+  for (absl::string_view line : absl::StrSplit(*text, '\n')) {
+    ++number;
+    const std::string where = absl::StrCat("the tokens file ", path, ", line ", number);
+    if (size_t hash = line.find('#'); hash != absl::string_view::npos) line = line.substr(0, hash);
+    std::vector<absl::string_view> words =
+        absl::StrSplit(line, absl::ByAnyChar(" \t\r"), absl::SkipEmpty());
+    if (words.empty()) continue;
+    if (words.size() != 3) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": expected NAME ROLE TOKEN (three words), found ", words.size(), " words"));
+    }
+    ClientToken t;
+    t.name = std::string(words[0]);
+    if (!ParseRole(words[1], &t.role)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": unknown role '", words[1], "' (admin, user, viewer or worker)"));
+    }
+    t.token = std::string(words[2]);
+    if (absl::Status s = CheckToken(t.token, where + ": the token"); !s.ok()) return s;
+    if (!names.insert(t.name).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": the client '", t.name, "' is named twice"));
+    }
+    if (!tokens.insert(t.token).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": '", t.name, "' has a token another client has"));
+    }
+    out.push_back(std::move(t));
+  }
+  if (out.empty()) {
+    return absl::InvalidArgumentError("the tokens file " + path +
+                                      " names no client (lines of NAME ROLE TOKEN)");
+  }
+  return out;
+}
+
+}  // namespace quilt::rpc

@@ -1,0 +1,47 @@
+// Who may call what: the coordinator's client tokens by name and role. A
+// tokens file holds one client a line, "NAME ROLE TOKEN" ('#' starts a
+// comment); the role sets the methods its token may call:
+//   admin   everything (the single token_file's token is an admin's);
+//   user    jobs (submit, plan, cancel, resume, delete, export) and what
+//           a viewer reads;
+//   viewer  reads only: cluster status, jobs, a job, its watch and losses;
+//   worker  what workers and their executors call (register, heartbeat,
+//           address exchange), nothing else.
+// Every role may ask the health service. A method not listed is an
+// admin's alone, so a method added later is closed until it is listed.
+#ifndef QUILT_SRC_RPC_ACCESS_H_
+#define QUILT_SRC_RPC_ACCESS_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace quilt::rpc {
+
+enum class Role { kAdmin, kUser, kViewer, kWorker };
+
+const char* RoleName(Role role);
+
+struct ClientToken {
+  std::string name;
+  Role role = Role::kAdmin;
+  std::string token;
+};
+
+// Whether `role` may call `method`, a gRPC path ("/quilt.v1.JobService/
+// SubmitJob").
+bool RoleAllows(Role role, absl::string_view method);
+
+// A token is one word of printable ASCII. Errors: INVALID_ARGUMENT naming
+// `what` and the problem.
+absl::Status CheckToken(absl::string_view token, const std::string& what);
+
+// Errors: INVALID_ARGUMENT naming the file and line (unreadable, not three
+// words, an unknown role, a name or token given twice, no client at all).
+absl::StatusOr<std::vector<ClientToken>> LoadTokensFile(const std::string& path);
+
+}  // namespace quilt::rpc
+
+#endif  // QUILT_SRC_RPC_ACCESS_H_

@@ -1,0 +1,89 @@
+// Client roles: what each may call (reads for viewers, jobs for users,
+// the cluster calls for workers, everything for admins; the health
+// service for all; a method not listed for admins alone), and tokens
+// files read with every problem named by file and line.
+#include "src/rpc/access.h"
+
+#include <fstream>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "src/common/status_matchers.h"
+#include "src/testing/temp_dir.h"
+
+namespace quilt::rpc {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+TEST(RoleAllows, EachRoleItsMethodsAndAdminsEverything) {
+  const std::string jobs = "/quilt.v1.JobService/", admin = "/quilt.v1.AdminService/",
+                    cluster = "/quilt.v1.ClusterService/";
+  struct Case {
+    std::string method;
+    bool viewer, user, worker;
+  };
+  for (const Case& c : std::vector<Case>{
+           {jobs + "ListJobs", true, true, false},
+           {jobs + "GetJob", true, true, false},
+           {jobs + "WatchJob", true, true, false},
+           {jobs + "GetJobLosses", true, true, false},
+           {admin + "GetClusterStatus", true, true, false},
+           {jobs + "SubmitJob", false, true, false},
+           {jobs + "CancelJob", false, true, false},
+           {jobs + "ExportJob", false, true, false},
+           {jobs + "DeleteJob", false, true, false},
+           {jobs + "PlanJob", false, true, false},
+           {jobs + "ResumeJob", false, true, false},
+           {admin + "ForgetNode", false, false, false},
+           {admin + "SetNodeDraining", false, false, false},
+           {cluster + "Register", false, false, true},
+           {cluster + "Heartbeat", false, false, true},
+           {cluster + "ExchangeAddresses", false, false, true},
+           {"/grpc.health.v1.Health/Check", true, true, true},
+           // Not listed (a method added later, a typo, none): admins only.
+           {jobs + "PauseJob", false, false, false},
+           {jobs + "listjobs", false, false, false},
+           {"", false, false, false},
+       }) {
+    EXPECT_EQ(RoleAllows(Role::kViewer, c.method), c.viewer) << c.method;
+    EXPECT_EQ(RoleAllows(Role::kUser, c.method), c.user) << c.method;
+    EXPECT_EQ(RoleAllows(Role::kWorker, c.method), c.worker) << c.method;
+    EXPECT_TRUE(RoleAllows(Role::kAdmin, c.method)) << c.method;
+  }
+}
+
+TEST(LoadTokensFile, NamesRolesAndTokens_CommentsAndBlankLinesSkipped) {
+  testing::TempDir dir;
+  std::ofstream(dir.File("ok")) << "# clients\n\nops admin tok-1\n  ci\tuser  tok-2  # the CI\n"
+                                << "board viewer tok-3\nn1 worker tok-4";
+  absl::StatusOr<std::vector<ClientToken>> t = LoadTokensFile(dir.File("ok"));
+  ASSERT_THAT(t.status(), IsOk());
+  ASSERT_EQ(t->size(), 4u);
+  EXPECT_EQ((*t)[1].name, "ci");
+  EXPECT_EQ((*t)[1].role, Role::kUser);
+  EXPECT_EQ((*t)[1].token, "tok-2");
+  EXPECT_EQ((*t)[2].role, Role::kViewer);
+  EXPECT_EQ((*t)[3].role, Role::kWorker);
+  EXPECT_EQ((*t)[3].token, "tok-4");
+  for (const auto& [text, why] : std::vector<std::pair<std::string, std::string>>{
+           {"ops admin\n", "line 1: expected NAME ROLE TOKEN (three words), found 2"},
+           {"a admin t1\nb root t2\n", "line 2: unknown role 'root'"},
+           {"a admin t1\na user t2\n", "line 2: the client 'a' is named twice"},
+           {"a admin t1\nb user t1\n", "line 2: 'b' has a token another client has"},
+           {"a admin t\x01x\n", "line 1: the token must hold one token of printable"},
+           {"# nothing\n\n", "names no client"},
+       }) {
+    std::ofstream(dir.File("bad")) << text;
+    EXPECT_THAT(LoadTokensFile(dir.File("bad")).status(),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         AllOf(HasSubstr(dir.File("bad")), HasSubstr(why))))
+        << text;
+  }
+  EXPECT_THAT(LoadTokensFile(dir.File("missing")).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("cannot be read")));
+}
+
+}  // namespace
+}  // namespace quilt::rpc
