@@ -203,7 +203,8 @@ std::string MemoryText(const JobStatus& s) {
 
 std::string Describe(const JobStatus& s) {
   std::string out;
-  absl::StrAppendFormat(&out, "Job:        %s (%s)\n", s.job_id(), s.name());
+  absl::StrAppendFormat(&out, "Job:        %s (%s)%s\n", s.job_id(), s.name(),
+                        s.submitted_by().empty() ? "" : ", submitted by " + s.submitted_by());
   absl::StrAppendFormat(&out, "State:      %s%s\n", StateName(s.state()),
                         s.message().empty() ? "" : " — " + s.message());
   if (s.priority() != 0) absl::StrAppendFormat(&out, "Priority:   %d\n", s.priority());

@@ -210,6 +210,7 @@ absl::StatusOr<std::string> JobManager::Insert(NewJob n, JobState state, std::st
   st->set_name(n.spec.name().empty() ? id : n.spec.name());
   st->set_resumed_from(n.resumed_from);
   st->set_priority(n.spec.priority());
+  st->set_submitted_by(n.spec.submitted_by());
   st->set_steps_before(n.spec.resume_from().steps_before());
   st->set_state(state);
   st->set_message(std::move(message));
@@ -365,7 +366,8 @@ void JobManager::Finish(Job* job, JobState state, const std::string& message,
   Changed(job);
 }
 
-absl::Status JobManager::Cancel(const std::string& job_id, const std::string& reason) {
+absl::Status JobManager::Cancel(const std::string& job_id, const std::string& reason,
+                                const std::string& by) {
   // (A job its nodes have not reported to since a restart may have
   // finished meanwhile: ApplyReport then says it succeeded.)
   // Shown in tables and logs: printable, one line, short.
@@ -379,7 +381,8 @@ absl::Status JobManager::Cancel(const std::string& job_id, const std::string& re
   }
   const bool queued = job->record.status().state() == quilt::v1::JOB_STATE_QUEUED;
   Finish(job, quilt::v1::JOB_STATE_CANCELLED,
-         reason.empty() ? "cancelled by request" : "cancelled: " + reason);
+         absl::StrCat("cancelled", by.empty() ? (reason.empty() ? " by request" : "") : " by " + by,
+                      reason.empty() ? "" : ": " + reason));
   if (queued) RenumberQueue();
   job->cancelled_unheard = !job->unheard_at_end.empty();
   if (job->persisted_version != job->version) {

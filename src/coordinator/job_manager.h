@@ -111,7 +111,9 @@ class JobManager {
 
   // Errors: NOT_FOUND, FAILED_PRECONDITION (the job already ended),
   // INVALID_ARGUMENT (a reason with a control character or over 512 bytes).
-  absl::Status Cancel(const std::string& job_id, const std::string& reason);
+  // `by`: the client that asked (named in the job's message).
+  absl::Status Cancel(const std::string& job_id, const std::string& reason,
+                      const std::string& by = "");
 
   // A worker's heartbeat: applies its task reports and adds the node's
   // assignments and cancellations to `response`.

@@ -2,16 +2,21 @@
 
 #include <set>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "src/common/files.h"
+#include "src/common/status.h"
 
 namespace quilt::rpc {
 namespace {
 
-constexpr absl::string_view kHealth = "/grpc.health.v1.Health/";
+constexpr absl::string_view kHealthMethods[] = {"/grpc.health.v1.Health/Check",
+                                                "/grpc.health.v1.Health/Watch"};
+constexpr size_t kMinTokenChars = 16;
 
 // What each role below admin may call, by gRPC path.
 constexpr absl::string_view kViewerMethods[] = {
@@ -65,7 +70,7 @@ const char* RoleName(Role role) {
 }
 
 bool RoleAllows(Role role, absl::string_view method) {
-  if (absl::StartsWith(method, kHealth)) return true;
+  if (Listed(kHealthMethods, method)) return true;
   switch (role) {
     case Role::kAdmin:
       return true;
@@ -91,6 +96,31 @@ absl::Status CheckToken(absl::string_view token, const std::string& what) {
   return absl::OkStatus();
 }
 
+absl::Status CheckServerToken(absl::string_view token, const std::string& what) {
+  RETURN_IF_ERROR(CheckToken(token, what));
+  if (token.size() < kMinTokenChars) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " has ", token.size(),
+                                                   " characters: a token needs at least ",
+                                                   kMinTokenChars, " (e.g. openssl rand -hex 32)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckClientName(absl::string_view name) {
+  if (name.size() > 64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the client name '", name.substr(0, 64), "…' is longer than 64 characters"));
+  }
+  for (char c : name) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the client name '", absl::CHexEscape(name),
+                       "' may hold only letters, digits, '.', '_' and '-'"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<ClientToken>> LoadTokensFile(const std::string& path) {
   absl::StatusOr<std::string> text = ReadFile(path);
   if (!text.ok()) {
@@ -103,9 +133,16 @@ absl::StatusOr<std::vector<ClientToken>> LoadTokensFile(const std::string& path)
   for (absl::string_view line : absl::StrSplit(*text, '\n')) {
     ++number;
     const std::string where = absl::StrCat("the tokens file ", path, ", line ", number);
-    if (size_t hash = line.find('#'); hash != absl::string_view::npos) line = line.substr(0, hash);
+    // A comment starts with a word that begins with '#' (a token may hold
+    // '#' in it).
     std::vector<absl::string_view> words =
         absl::StrSplit(line, absl::ByAnyChar(" \t\r"), absl::SkipEmpty());
+    for (size_t w = 0; w < words.size(); ++w) {
+      if (absl::StartsWith(words[w], "#")) {
+        words.resize(w);
+        break;
+      }
+    }
     if (words.empty()) continue;
     if (words.size() != 3) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -113,12 +150,15 @@ absl::StatusOr<std::vector<ClientToken>> LoadTokensFile(const std::string& path)
     }
     ClientToken t;
     t.name = std::string(words[0]);
+    if (absl::Status s = CheckClientName(t.name); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": ", s.message()));
+    }
     if (!ParseRole(words[1], &t.role)) {
       return absl::InvalidArgumentError(
           absl::StrCat(where, ": unknown role '", words[1], "' (admin, user, viewer or worker)"));
     }
     t.token = std::string(words[2]);
-    if (absl::Status s = CheckToken(t.token, where + ": the token"); !s.ok()) return s;
+    if (absl::Status s = CheckServerToken(t.token, where + ": the token"); !s.ok()) return s;
     if (!names.insert(t.name).second) {
       return absl::InvalidArgumentError(
           absl::StrCat(where, ": the client '", t.name, "' is named twice"));

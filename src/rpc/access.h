@@ -7,7 +7,7 @@
 //   viewer  reads only: cluster status, jobs, a job, its watch and losses;
 //   worker  what workers and their executors call (register, heartbeat,
 //           address exchange), nothing else.
-// Every role may ask the health service. A method not listed is an
+// Every role may ask the health service (Check, Watch). A method not listed is an
 // admin's alone, so a method added later is closed until it is listed.
 #ifndef QUILT_SRC_RPC_ACCESS_H_
 #define QUILT_SRC_RPC_ACCESS_H_
@@ -38,8 +38,17 @@ bool RoleAllows(Role role, absl::string_view method);
 // `what` and the problem.
 absl::Status CheckToken(absl::string_view token, const std::string& what);
 
+// What the coordinator takes as a client's token: CheckToken's, and at
+// least 16 characters (a token is a secret, not a password to remember).
+absl::Status CheckServerToken(absl::string_view token, const std::string& what);
+// A client's name: 1–64 letters, digits, '.', '_' or '-' (it goes into
+// messages and logs).
+absl::Status CheckClientName(absl::string_view name);
+
 // Errors: INVALID_ARGUMENT naming the file and line (unreadable, not three
-// words, an unknown role, a name or token given twice, no client at all).
+// words, a name or token not as above, an unknown role, a name or token
+// given twice, no client at all). A word that begins with '#' starts a
+// comment; a token may hold '#' within it.
 absl::StatusOr<std::vector<ClientToken>> LoadTokensFile(const std::string& path);
 
 }  // namespace quilt::rpc

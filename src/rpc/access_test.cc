@@ -42,6 +42,9 @@ TEST(RoleAllows, EachRoleItsMethodsAndAdminsEverything) {
            {cluster + "Heartbeat", false, false, true},
            {cluster + "ExchangeAddresses", false, false, true},
            {"/grpc.health.v1.Health/Check", true, true, true},
+           {"/grpc.health.v1.Health/Watch", true, true, true},
+           {"/grpc.health.v1.Health/Other", false, false, false},
+           {"/grpc.health.v1.Health/", false, false, false},
            // Not listed (a method added later, a typo, none): admins only.
            {jobs + "PauseJob", false, false, false},
            {jobs + "listjobs", false, false, false},
@@ -56,23 +59,33 @@ TEST(RoleAllows, EachRoleItsMethodsAndAdminsEverything) {
 
 TEST(LoadTokensFile, NamesRolesAndTokens_CommentsAndBlankLinesSkipped) {
   testing::TempDir dir;
-  std::ofstream(dir.File("ok")) << "# clients\n\nops admin tok-1\n  ci\tuser  tok-2  # the CI\n"
-                                << "board viewer tok-3\nn1 worker tok-4";
+  std::ofstream(dir.File("ok"))
+      << "# clients\n\nops admin tok-1-0123456789ab\n"
+      << "  ci\tuser  tok-2-#123456789ab  # the CI\n"
+      << "board.v2 viewer tok-3-0123456789ab\nn_1 worker tok-4-0123456789ab";
   absl::StatusOr<std::vector<ClientToken>> t = LoadTokensFile(dir.File("ok"));
   ASSERT_THAT(t.status(), IsOk());
   ASSERT_EQ(t->size(), 4u);
   EXPECT_EQ((*t)[1].name, "ci");
   EXPECT_EQ((*t)[1].role, Role::kUser);
-  EXPECT_EQ((*t)[1].token, "tok-2");
+  EXPECT_EQ((*t)[1].token, "tok-2-#123456789ab") << "a '#' within a token is the token's";
   EXPECT_EQ((*t)[2].role, Role::kViewer);
   EXPECT_EQ((*t)[3].role, Role::kWorker);
-  EXPECT_EQ((*t)[3].token, "tok-4");
+  EXPECT_EQ((*t)[3].token, "tok-4-0123456789ab");
   for (const auto& [text, why] : std::vector<std::pair<std::string, std::string>>{
            {"ops admin\n", "line 1: expected NAME ROLE TOKEN (three words), found 2"},
-           {"a admin t1\nb root t2\n", "line 2: unknown role 'root'"},
-           {"a admin t1\na user t2\n", "line 2: the client 'a' is named twice"},
-           {"a admin t1\nb user t1\n", "line 2: 'b' has a token another client has"},
-           {"a admin t\x01x\n", "line 1: the token must hold one token of printable"},
+           {"ops admin #0123456789abcdef\n", "line 1: expected NAME ROLE TOKEN"},
+           {"a admin 0123456789abcdef\nb root 0123456789abcdeg\n", "line 2: unknown role 'root'"},
+           {"a admin 0123456789abcdef\na user 0123456789abcdeg\n",
+            "line 2: the client 'a' is named twice"},
+           {"a admin 0123456789abcdef\nb user 0123456789abcdef\n",
+            "line 2: 'b' has a token another client has"},
+           {"a admin 0123456789\x01"
+            "abcdef\n",
+            "line 1: the token must hold one token of printable"},
+           {"a admin short-token\n", "has 11 characters: a token needs at least 16"},
+           {"a\x1b[31m admin 0123456789abcdef\n", "may hold only letters, digits"},
+           {std::string(65, 'n') + " admin 0123456789abcdef\n", "longer than 64 characters"},
            {"# nothing\n\n", "names no client"},
        }) {
     std::ofstream(dir.File("bad")) << text;

@@ -13,6 +13,7 @@
 #include "src/coordinator/job_export.h"
 #include "src/coordinator/job_submission.h"
 #include "src/rpc/job_service.h"
+#include "src/rpc/security.h"
 
 namespace quilt::rpc {
 namespace {
@@ -120,6 +121,8 @@ absl::Status JobServiceImpl::Resume(const std::string& job_id, const std::string
   spec.set_checkpoint_dir(
       std::filesystem::path(record.spec().checkpoint_dir()).parent_path().string());
   if (queue) spec.set_queue(true);
+  // Resumed by hand: the resuming client's; a restart keeps the submitter.
+  if (!automatic) spec.set_submitted_by(CallerName(ctx));
   RETURN_IF_ERROR(Submit(spec, ctx, response->mutable_job_id(), job_id));
   response->set_from_step(trained.step());
   response->set_steps(left);

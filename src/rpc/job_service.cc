@@ -16,6 +16,7 @@
 #include "src/coordinator/live_cluster.h"
 #include "src/planner/plan.h"
 #include "src/rpc/handler_util.h"
+#include "src/rpc/security.h"
 #include "src/rpc/server.h"
 
 namespace quilt::rpc {
@@ -206,7 +207,9 @@ grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(grpc::CallbackServerContext*
   return OnQueue<quilt::v1::SubmitJobRequest, quilt::v1::SubmitJobResponse>(
       &planning_, ctx, raw_request, raw_response, "SubmitJob",
       [this, ctx](const quilt::v1::SubmitJobRequest& r, quilt::v1::SubmitJobResponse* response) {
-        return Submit(r.spec(), ctx, response->mutable_job_id());
+        quilt::v1::JobSpec spec = r.spec();
+        spec.set_submitted_by(CallerName(ctx));
+        return Submit(spec, ctx, response->mutable_job_id());
       });
 }
 
@@ -273,8 +276,8 @@ grpc::ServerUnaryReactor* JobServiceImpl::CancelJob(grpc::CallbackServerContext*
                                                     grpc::ByteBuffer* raw_response) {
   return HandleUnary<quilt::v1::CancelJobRequest, quilt::v1::CancelJobResponse>(
       ctx, raw_request, raw_response, kMaxSmallRequestBytes, "CancelJob",
-      [this](const quilt::v1::CancelJobRequest& r, quilt::v1::CancelJobResponse*) {
-        return coordinator_->jobs()->Cancel(r.job_id(), r.reason());
+      [this, ctx](const quilt::v1::CancelJobRequest& r, quilt::v1::CancelJobResponse*) {
+        return coordinator_->jobs()->Cancel(r.job_id(), r.reason(), CallerName(ctx));
       });
 }
 

@@ -129,6 +129,7 @@ absl::StatusOr<ServerSecurity> LoadServerSecurity(const std::string& cert_file,
     ClientToken admin;
     admin.name = "token";
     ASSIGN_OR_RETURN(admin.token, ReadToken(token_file));
+    RETURN_IF_ERROR(CheckServerToken(admin.token, "the token file " + token_file));
     s.clients.push_back(std::move(admin));
   }
   if (!tokens_file.empty()) {
@@ -138,6 +139,11 @@ absl::StatusOr<ServerSecurity> LoadServerSecurity(const std::string& cert_file,
         return absl::InvalidArgumentError(absl::StrCat("the tokens file ", tokens_file, " gives '",
                                                        c.name, "' the token of token_file ",
                                                        token_file));
+      }
+      if (!s.clients.empty() && c.name == s.clients.front().name) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "the tokens file ", tokens_file, " names a client 'token', the name of token_file ",
+            token_file, "'s client: pick another"));
       }
       s.clients.push_back(std::move(c));
     }
@@ -173,9 +179,21 @@ std::shared_ptr<grpc::ServerCredentials> ServerCredentials(const ServerSecurity&
   options.pem_key_cert_pairs.push_back({security.key_pem, security.cert_pem});
   std::shared_ptr<grpc::ServerCredentials> creds = grpc::SslServerCredentials(options);
   if (!security.clients.empty()) {
-    creds->SetAuthMetadataProcessor(std::make_shared<TokenChecker>(security.clients));
+    creds->SetAuthMetadataProcessor(MakeTokenChecker(security.clients));
   }
   return creds;
+}
+
+std::shared_ptr<grpc::AuthMetadataProcessor> MakeTokenChecker(std::vector<ClientToken> clients) {
+  return std::make_shared<TokenChecker>(std::move(clients));
+}
+
+std::string CallerName(const grpc::ServerContextBase* ctx) {
+  if (ctx == nullptr) return "";
+  std::shared_ptr<const grpc::AuthContext> auth = ctx->auth_context();
+  if (auth == nullptr) return "";
+  std::vector<grpc::string_ref> names = auth->FindPropertyValues(kClientProperty);
+  return names.empty() ? "" : std::string(names.front().data(), names.front().size());
 }
 
 void SetClientSecurity(ClientSecurity security) {

@@ -12,6 +12,7 @@
 #define QUILT_SRC_RPC_SECURITY_H_
 
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/security/auth_metadata_processor.h>
 
 #include <memory>
 #include <string>
@@ -51,9 +52,16 @@ absl::StatusOr<ClientSecurity> LoadClientSecurity(const std::string& ca_file,
 
 std::shared_ptr<grpc::ServerCredentials> ServerCredentials(const ServerSecurity& security);
 
+// What ServerCredentials installs where there are clients: a call's token
+// to its client, the client's role against the call's method (":path").
+std::shared_ptr<grpc::AuthMetadataProcessor> MakeTokenChecker(std::vector<ClientToken> clients);
+
 // The auth-context property that names the call's client (its tokens-file
 // name; "token" for token_file's).
 inline constexpr char kClientProperty[] = "quilt-client";
+// The name of the client that made the call (kClientProperty); empty where
+// the API asks no token.
+std::string CallerName(const grpc::ServerContextBase* ctx);
 
 // The identity every channel of this process uses (MakeChannel); plaintext
 // until set.

@@ -70,5 +70,91 @@ TEST(Security, LoadsPemAndATokenAndNamesWhatIsWrong) {
   EXPECT_EQ(c->server_name, "x.test");
 }
 
+// An empty iteration (its constructor is the subclasses').
+struct NoProperties : grpc::AuthPropertyIterator {
+  NoProperties() = default;
+};
+
+// An auth context that keeps the properties added to it.
+class Properties : public grpc::AuthContext {
+ public:
+  bool IsPeerAuthenticated() const override { return false; }
+  std::vector<grpc::string_ref> GetPeerIdentity() const override { return {}; }
+  std::string GetPeerIdentityPropertyName() const override { return ""; }
+  std::vector<grpc::string_ref> FindPropertyValues(const std::string& name) const override {
+    std::vector<grpc::string_ref> out;
+    for (const auto& [k, v] : added) {
+      if (k == name) out.emplace_back(v);
+    }
+    return out;
+  }
+  grpc::AuthPropertyIterator begin() const override { return NoProperties(); }
+  grpc::AuthPropertyIterator end() const override { return NoProperties(); }
+  void AddProperty(const std::string& key, const grpc::string_ref& value) override {
+    added.emplace_back(key, std::string(value.data(), value.size()));
+  }
+  bool SetPeerIdentityPropertyName(const std::string&) override { return false; }
+  std::vector<std::pair<std::string, std::string>> added;
+};
+
+TEST(TokenChecker, TheTokensClientByRoleAndMethod_NamedInTheContext) {
+  std::vector<ClientToken> clients = {{"ops", Role::kAdmin, "admin-0123456789abcdef"},
+                                      {"board", Role::kViewer, "viewer-0123456789abcdef"},
+                                      {"rack", Role::kWorker, "worker-0123456789abcde"}};
+  std::shared_ptr<grpc::AuthMetadataProcessor> checker = MakeTokenChecker(clients);
+  auto call = [&](const std::string& token, const std::string& path, Properties* context) {
+    const std::string bearer = "Bearer " + token;
+    grpc::AuthMetadataProcessor::InputMetadata in;
+    if (!token.empty()) in.emplace("authorization", bearer);
+    if (!path.empty()) in.emplace(":path", path);
+    grpc::AuthMetadataProcessor::OutputMetadata consumed, response;
+    return checker->Process(in, context, &consumed, &response);
+  };
+  Properties ctx;
+  // The last of several tokens matches; its name goes into the context.
+  grpc::Status s = call("worker-0123456789abcde", "/quilt.v1.ClusterService/Heartbeat", &ctx);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  ASSERT_EQ(ctx.FindPropertyValues(kClientProperty).size(), 1u);
+  EXPECT_EQ(std::string(ctx.FindPropertyValues(kClientProperty)[0].data(),
+                        ctx.FindPropertyValues(kClientProperty)[0].size()),
+            "rack");
+  Properties denied;
+  s = call("viewer-0123456789abcdef", "/quilt.v1.JobService/CancelJob", &denied);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(s.error_message(),
+            "the client 'board' (role viewer) may not call quilt.v1.JobService/CancelJob");
+  EXPECT_TRUE(denied.added.empty());
+  // No method to check: refused but for an admin.
+  s = call("viewer-0123456789abcdef", "", &denied);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(s.error_message(), HasSubstr("may not call this method"));
+  Properties admin;
+  EXPECT_TRUE(call("admin-0123456789abcdef", "", &admin).ok());
+  // A token that is a prefix of one, one of another length, none.
+  EXPECT_EQ(call("viewer-0123456789abcde", "/quilt.v1.JobService/GetJob", &denied).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(call("viewer-0123456789abcdefX", "/quilt.v1.JobService/GetJob", &denied).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(call("", "/quilt.v1.JobService/GetJob", &denied).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+}
+
+TEST(Security, TokensTheCoordinatorTakesAreLongAndNamedApart) {
+  // token_file's token is at least 16 characters; a tokens-file client
+  // may not take token_file's name.
+  EXPECT_THAT(LoadServerSecurity(Tls("server.pem"), Tls("server.key"), Tls("wrong_token")).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("needs at least 16")));
+  testing::TempDir dir;
+  std::ofstream(dir.File("tokens")) << "token viewer viewer-0123456789abcdef\n";
+  EXPECT_THAT(
+      LoadServerSecurity(Tls("server.pem"), Tls("server.key"), Tls("token"), dir.File("tokens"))
+          .status(),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("names a client 'token'")));
+  // Alone, the tokens file may use the name.
+  EXPECT_THAT(
+      LoadServerSecurity(Tls("server.pem"), Tls("server.key"), "", dir.File("tokens")).status(),
+      IsOk());
+}
+
 }  // namespace
 }  // namespace quilt::rpc

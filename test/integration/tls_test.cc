@@ -86,7 +86,8 @@ TEST(Tls, ACoordinatorOnTlsServesOnlyClientsThatTrustItAndSendItsToken) {
 // Named tokens with roles: workers register and run a job with a worker's
 // token, which may not read jobs; a viewer reads the cluster and jobs but
 // may not cancel; a user submits but may not drain a node; an admin
-// drains. Each refusal names the client, its role and the method.
+// drains. Each refusal names the client, its role and the method; a job
+// names the client that submitted it, and a cancel the one that asked.
 TEST(Tls, EachClientTokenCallsWhatItsRoleAllows) {
   LocalCluster cluster;
   ASSERT_THAT(cluster.StartCoordinator("127.0.0.1:0",
@@ -131,6 +132,18 @@ TEST(Tls, EachClientTokenCallsWhatItsRoleAllows) {
                                    "quilt.v1.AdminService/SetNodeDraining"));
   const CommandResult user_reads = as("user_token", {"nodes"});
   EXPECT_EQ(user_reads.exit_code, 0) << "a user reads too: " << user_reads.err;
+  // Who did what: the job names its submitter, and a cancel its client.
+  const CommandResult long_job =
+      as("user_token", {"submit", mlp + "model.onnx", "--loss", "softmax_cross_entropy", "--batch",
+                        "16", "--steps", "1000000", "--strategy", "dp-even-ring", "--data",
+                        mlp + "x.npy," + mlp + "y.npy"});
+  ASSERT_EQ(long_job.exit_code, 0) << long_job.err;
+  const std::string id = long_job.out.substr(0, long_job.out.find('\n'));
+  EXPECT_THAT(as("viewer_token", {"describe", "job", id}).out,
+              HasSubstr("(" + id + "), submitted by alice"));
+  EXPECT_EQ(as("admin_token", {"cancel", id, "--reason", "maintenance"}).exit_code, 0);
+  EXPECT_THAT(as("viewer_token", {"describe", "job", id}).out,
+              HasSubstr("cancelled by ops: maintenance"));
   const CommandResult admin = as("admin_token", {"drain", "worker-b"});
   EXPECT_EQ(admin.exit_code, 0) << admin.err;
   EXPECT_THAT(as("viewer_token", {"nodes"}).out, HasSubstr("Draining"));
