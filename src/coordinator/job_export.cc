@@ -53,6 +53,23 @@ absl::StatusOr<Checkpoint> ReadLatestCheckpoint(
   return absl::NotFoundError("no complete checkpoint in " + dir);
 }
 
+absl::StatusOr<Checkpoint> ReadJobCheckpoint(
+    const quilt::v1::JobRecord& job, quilt::v1::ExportJobResponse* out,
+    const std::function<absl::Status(const Checkpoint&)>& accept,
+    const std::function<bool(const std::string&)>& wanted) {
+  absl::StatusOr<Checkpoint> ckpt =
+      ReadLatestCheckpoint(job.spec().checkpoint_dir(), job.world_size(), accept, wanted);
+  if (!ckpt.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job ", job.status().job_id(), " has no usable checkpoint: ", ckpt.status().message()));
+  }
+  out->set_step(ckpt->step);
+  if (!ckpt->passed_over.empty()) {
+    out->set_note("newer checkpoints do not read: " + ckpt->passed_over);
+  }
+  return ckpt;
+}
+
 namespace {
 
 // The initializers training can change: float32 and float64 (read as
@@ -117,13 +134,11 @@ absl::StatusOr<quilt::v1::ExportJobResponse> ExportTrainedOnnx(const quilt::v1::
   for (const onnx::NodeProto& n : model.graph().node()) {
     if (n.op_type() == "Identity" && n.output_size() == 1) wanted.insert(n.output(0));
   }
-  absl::StatusOr<Checkpoint> ckpt =
-      ReadLatestCheckpoint(spec.checkpoint_dir(), job.world_size(), fits,
-                           [&wanted](const std::string& name) { return wanted.count(name) > 0; });
-  if (!ckpt.ok()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "job ", job.status().job_id(), " has no usable checkpoint: ", ckpt.status().message()));
-  }
+  quilt::v1::ExportJobResponse out;
+  ASSIGN_OR_RETURN(Checkpoint ckpt,
+                   ReadJobCheckpoint(job, &out, fits, [&wanted](const std::string& name) {
+                     return wanted.count(name) > 0;
+                   }));
   // The exporter's transposed copies of weights trained as those weights
   // (transposed_copies.h): written as the trained weight's transpose.
   std::map<std::string, Tensor> initial;
@@ -134,13 +149,13 @@ absl::StatusOr<quilt::v1::ExportJobResponse> ExportTrainedOnnx(const quilt::v1::
   const std::map<std::string, std::string> copies = TransposedCopies(initial);
   for (onnx::TensorProto& init : *model.mutable_graph()->mutable_initializer()) {
     if (!Floating(init)) continue;
-    auto it = ckpt->tensors.find(init.name());
+    auto it = ckpt.tensors.find(init.name());
     Tensor value;
-    if (it != ckpt->tensors.end()) {
+    if (it != ckpt.tensors.end()) {
       value = it->second;
     } else if (auto c = copies.find(init.name()); c != copies.end()) {
-      auto w = ckpt->tensors.find(c->second);
-      if (w == ckpt->tensors.end() || w->second.rank() != 2) continue;
+      auto w = ckpt.tensors.find(c->second);
+      if (w == ckpt.tensors.end() || w->second.rank() != 2) continue;
       ASSIGN_OR_RETURN(value, TransposedMatrix(w->second));
     } else {
       continue;
@@ -158,9 +173,9 @@ absl::StatusOr<quilt::v1::ExportJobResponse> ExportTrainedOnnx(const quilt::v1::
   for (int i = 0; i < nodes->size();) {
     const onnx::NodeProto& n = nodes->Get(i);
     auto it = n.op_type() == "Identity" && n.output_size() == 1 && !initializers.count(n.output(0))
-                  ? ckpt->tensors.find(n.output(0))
-                  : ckpt->tensors.end();
-    if (it == ckpt->tensors.end() || it->second.dtype() != DType::kF32) {
+                  ? ckpt.tensors.find(n.output(0))
+                  : ckpt.tensors.end();
+    if (it == ckpt.tensors.end() || it->second.dtype() != DType::kF32) {
       ++i;
       continue;
     }
@@ -171,12 +186,7 @@ absl::StatusOr<quilt::v1::ExportJobResponse> ExportTrainedOnnx(const quilt::v1::
     WriteTrained(it->second, t);
     nodes->DeleteSubrange(i, 1);
   }
-  quilt::v1::ExportJobResponse out;
   out.set_onnx(model.SerializeAsString());
-  out.set_step(ckpt->step);
-  if (!ckpt->passed_over.empty()) {
-    out.set_note("newer checkpoints do not read: " + ckpt->passed_over);
-  }
   return out;
 }
 
@@ -209,13 +219,11 @@ absl::StatusOr<quilt::v1::ExportJobResponse> ExportTrainedWeights(const quilt::v
   // The parameters alone are read (not the optimizer's state).
   std::set<std::string> parameters;
   for (const ParameterSpec& p : g->parameters) parameters.insert(p.tensor);
-  absl::StatusOr<Checkpoint> ckpt = ReadLatestCheckpoint(
-      job.spec().checkpoint_dir(), job.world_size(), fits,
-      [&parameters](const std::string& name) { return parameters.count(name) > 0; });
-  if (!ckpt.ok()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("job ", id, " has no usable checkpoint: ", ckpt.status().message()));
-  }
+  quilt::v1::ExportJobResponse out;
+  ASSIGN_OR_RETURN(Checkpoint ckpt,
+                   ReadJobCheckpoint(job, &out, fits, [&parameters](const std::string& name) {
+                     return parameters.count(name) > 0;
+                   }));
   // Every parameter: trained ones as the checkpoint holds them; those no
   // step updates (frozen, or read by no op, which checkpoints leave out)
   // at their initial values; none is left out unsaid.
@@ -225,7 +233,7 @@ absl::StatusOr<quilt::v1::ExportJobResponse> ExportTrainedWeights(const quilt::v
   std::vector<std::string> missing;
   for (const ParameterSpec& p : g->parameters) {
     const TensorInfo* info = g->FindTensor(p.tensor);
-    if (auto it = ckpt->tensors.find(p.tensor); it != ckpt->tensors.end()) {
+    if (auto it = ckpt.tensors.find(p.tensor); it != ckpt.tensors.end()) {
       arrays.emplace_back(p.tensor, it->second);
     } else if (updated.count(p.tensor) || info == nullptr || info->shape.HasBatch()) {
       missing.push_back(p.tensor);
@@ -237,7 +245,7 @@ absl::StatusOr<quilt::v1::ExportJobResponse> ExportTrainedWeights(const quilt::v
     }
   }
   if (!missing.empty()) {
-    return absl::DataLossError(absl::StrCat("job ", id, "'s checkpoint at step ", ckpt->step,
+    return absl::DataLossError(absl::StrCat("job ", id, "'s checkpoint at step ", ckpt.step,
                                             " lacks ", missing.size(), " of the model's ",
                                             g->parameters.size(), " parameters, the first '",
                                             missing.front(), "'"));
@@ -247,12 +255,7 @@ absl::StatusOr<quilt::v1::ExportJobResponse> ExportTrainedWeights(const quilt::v
     return absl::Status(npz.status().code(),
                         absl::StrCat("job ", id, "'s weights: ", npz.status().message()));
   }
-  quilt::v1::ExportJobResponse out;
   out.set_npz(*std::move(npz));
-  out.set_step(ckpt->step);
-  if (!ckpt->passed_over.empty()) {
-    out.set_note("newer checkpoints do not read: " + ckpt->passed_over);
-  }
   return out;
 }
 

@@ -27,6 +27,15 @@ absl::StatusOr<Checkpoint> ReadLatestCheckpoint(
     const std::function<absl::Status(const Checkpoint&)>& accept = nullptr,
     const std::function<bool(const std::string&)>& wanted = nullptr);
 
+// The latest checkpoint of `job` (ReadLatestCheckpoint over its directory
+// and world), with `out`'s step and note (newer checkpoints that do not
+// read) set from it. Errors: FAILED_PRECONDITION ("job … has no usable
+// checkpoint: …").
+absl::StatusOr<Checkpoint> ReadJobCheckpoint(
+    const quilt::v1::JobRecord& job, quilt::v1::ExportJobResponse* out,
+    const std::function<absl::Status(const Checkpoint&)>& accept = nullptr,
+    const std::function<bool(const std::string&)>& wanted = nullptr);
+
 // Errors: FAILED_PRECONDITION (not an ONNX job, or no checkpoint yet).
 absl::StatusOr<quilt::v1::ExportJobResponse> ExportTrainedOnnx(const quilt::v1::JobRecord& job);
 

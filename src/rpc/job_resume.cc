@@ -21,16 +21,8 @@ namespace {
 // The step of a job's latest readable checkpoint (as ExportTrainedOnnx
 // finds it, without a model to write). Errors: FAILED_PRECONDITION.
 absl::StatusOr<quilt::v1::ExportJobResponse> LatestCheckpointStep(const quilt::v1::JobRecord& job) {
-  absl::StatusOr<Checkpoint> ckpt =
-      ReadLatestCheckpoint(job.spec().checkpoint_dir(), job.world_size());
-  if (!ckpt.ok()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "job ", job.status().job_id(), " has no usable checkpoint: ", ckpt.status().message()));
-  }
   quilt::v1::ExportJobResponse out;
-  out.set_step(ckpt->step);
-  if (!ckpt->passed_over.empty())
-    out.set_note("newer checkpoints do not read: " + ckpt->passed_over);
+  RETURN_IF_ERROR(ReadJobCheckpoint(job, &out).status());
   return out;
 }
 
