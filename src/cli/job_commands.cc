@@ -31,6 +31,7 @@
 #include "src/graph/model_loader.h"
 #include "src/planner/micro_batches.h"
 #include "src/rpc/coordinator_client.h"
+#include "src/runtime/data/npz.h"
 
 namespace quilt::cli {
 namespace {
@@ -60,6 +61,7 @@ struct SubmitArgs {
   std::string model, name, loss = "auto", optimizer = "sgd", strategy = "auto", data = "synthetic";
   std::string loss_output;
   std::string checkpoint_dir;
+  std::string init_weights;
   std::vector<std::string> frozen;
   int64_t batch = 0, steps = 0, checkpoint_every = 0;
   int max_restarts = 0, keep_checkpoints = 0;
@@ -122,6 +124,13 @@ absl::StatusOr<quilt::v1::JobSpec> SpecFrom(const SubmitArgs& a) {
   }
   spec.set_name(a.name);
   for (const std::string& name : a.frozen) spec.add_frozen(name);
+  if (!a.init_weights.empty()) {
+    // Read here, and checked as an archive before the upload (the
+    // coordinator matches its arrays to the model's parameters).
+    ASSIGN_OR_RETURN(std::string npz, ReadFile(a.init_weights));
+    RETURN_IF_ERROR(ParseNpz(npz, a.init_weights).status());
+    spec.set_initial_weights(std::move(npz));
+  }
   spec.set_global_batch(a.batch);
   spec.set_steps(a.steps);
   spec.set_strategy(a.strategy);
@@ -432,6 +441,12 @@ void AddJobCommands(CLI::App& app, const GlobalOptions& globals, std::vector<Com
   submit->add_option("model", a->model, "zoo:NAME, a .onnx file or a .pb/.pbtxt graph")->required();
   submit->add_option("--batch", a->batch, "Global batch size")->required()->check(PositiveInt());
   submit->add_option("--steps", a->steps, "Training steps")->required()->check(PositiveInt());
+  submit
+      ->add_option("--init-weights", a->init_weights,
+                   "Start from these parameter values (a NumPy .npz of arrays named as the "
+                   "model's parameters, e.g. what `quiltctl export -o X.npz` wrote); parameters "
+                   "it does not name keep their initial values")
+      ->check(CLI::ExistingFile);
   submit
       ->add_option("--frozen", a->frozen,
                    "Parameters not to train, by name (comma-separated): buffers an ONNX export "

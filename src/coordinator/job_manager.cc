@@ -225,6 +225,8 @@ absl::StatusOr<std::string> JobManager::Insert(NewJob n, JobState state, std::st
     model.onnx = std::move(*n.spec.mutable_onnx());
     n.spec.set_onnx("");
   }
+  model.weights = std::move(*n.spec.mutable_initial_weights());
+  n.spec.clear_initial_weights();
   model.program = n.program;
   job.program = std::move(n.program);
   *r.mutable_spec() = std::move(n.spec);
@@ -321,6 +323,7 @@ absl::StatusOr<quilt::v1::JobRecord> JobManager::RecordWithModel(const std::stri
   // Read outside the lock: a model can be large.
   ASSIGN_OR_RETURN(CoordinatorStore::JobModel model, store_->GetJobModel(job_id));
   if (record.spec().has_onnx()) record.mutable_spec()->set_onnx(std::move(model.onnx));
+  record.mutable_spec()->set_initial_weights(std::move(model.weights));
   record.set_program(std::move(model.program));
   return record;
 }

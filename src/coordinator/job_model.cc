@@ -3,11 +3,13 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "src/common/status.h"
 #include "src/graph/autodiff.h"
 #include "src/graph/model_loader.h"
 #include "src/graph/validate.h"
 #include "src/graph/zoo/zoo.h"
+#include "src/runtime/data/npz.h"
 
 namespace quilt {
 namespace {
@@ -33,6 +35,32 @@ absl::StatusOr<Graph> ForwardGraph(const quilt::v1::JobSpec& spec) {
   }
 }
 
+// The job's initial weights (an .npz) in place of its parameters' initial
+// values.
+absl::Status ApplyInitialWeights(const std::string& npz, Graph* g) {
+  ASSIGN_OR_RETURN(auto arrays, ParseNpz(npz, "the job's initial weights"));
+  for (auto& [name, value] : arrays) {
+    ParameterSpec* p = g->FindParameter(name);
+    if (p == nullptr) {
+      std::vector<std::string> names;
+      for (const ParameterSpec& q : g->parameters) names.push_back(q.tensor);
+      if (names.size() > 8) names.resize(8), names.push_back("…");
+      return absl::InvalidArgumentError(
+          absl::StrCat("the job's initial weights name '", name, "', which is no parameter of the ",
+                       "model (its parameters: ", absl::StrJoin(names, ", "), ")"));
+    }
+    const TensorInfo* info = g->FindTensor(name);
+    const std::vector<int64_t> dims = info->shape.Concrete(1);
+    if (value.dtype() != info->dtype || info->shape.HasBatch() || value.dims() != dims) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the job's initial weights give '", name, "' as ", value.TypeString(),
+                       ", but the model's is ", DTypeName(info->dtype), info->shape.ToString()));
+    }
+    p->value = std::move(value);
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<Graph> TrainingGraphForJob(const quilt::v1::JobSpec& spec) {
@@ -41,6 +69,9 @@ absl::StatusOr<Graph> TrainingGraphForJob(const quilt::v1::JobSpec& spec) {
   }
   RETURN_IF_ERROR(CheckGlobalBatch(spec.global_batch()));
   ASSIGN_OR_RETURN(Graph g, ForwardGraph(spec));
+  if (!spec.initial_weights().empty()) {
+    RETURN_IF_ERROR(ApplyInitialWeights(spec.initial_weights(), &g));
+  }
   if (g.has_backward) {
     if (spec.frozen_size() > 0) {
       return absl::InvalidArgumentError("frozen parameters need a model without its backward pass");

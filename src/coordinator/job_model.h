@@ -10,9 +10,11 @@
 
 namespace quilt {
 
-// Errors: INVALID_ARGUMENT naming the problem (no model, unknown zoo name,
-// invalid graph or ONNX, batch < 1, no loss where the model defines none,
-// no optimizer).
+// The spec's initial_weights, where it has them, replace the named
+// parameters' initial values. Errors: INVALID_ARGUMENT naming the problem
+// (no model, unknown zoo name, invalid graph or ONNX, batch < 1, no loss
+// where the model defines none, no optimizer, initial weights that are no
+// .npz, name no parameter or do not fit one).
 absl::StatusOr<Graph> TrainingGraphForJob(const quilt::v1::JobSpec& spec);
 
 }  // namespace quilt

@@ -1,13 +1,17 @@
 // A job's training graph: parameters the job names frozen are not
 // updated; a name that is no parameter is refused; a loss other than the
 // model's is refused; a model without a loss, in a job that sets none, is
-// refused naming the choices.
+// refused naming the choices; initial weights replace the parameters they
+// name.
 #include "src/coordinator/job_model.h"
+
+#include <cstring>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "src/common/files.h"
 #include "src/common/status_matchers.h"
+#include "src/runtime/data/npz.h"
 
 namespace quilt {
 namespace {
@@ -98,6 +102,53 @@ TEST(TrainingGraphForJob, AModelWithoutALossNeedsTheJobs) {
                              HasSubstr("--loss"))));
   spec.set_loss(quilt::v1::Loss::TYPE_SOFTMAX_CROSS_ENTROPY);
   EXPECT_THAT(TrainingGraphForJob(spec).status(), IsOk());
+}
+
+// Initial weights replace the parameters they name (the others keep their
+// initial values); a name that is no parameter, an array of another shape
+// and bytes that are no .npz are refused, naming the problem.
+TEST(TrainingGraphForJob, InitialWeightsReplaceTheParametersTheyName) {
+  absl::StatusOr<Graph> plain = TrainingGraphForJob(MlpJob());
+  ASSERT_THAT(plain.status(), IsOk());
+  ASSERT_GE(plain->parameters.size(), 2u);
+  const std::string first = plain->parameters[0].tensor;
+  const std::vector<int64_t> dims = plain->FindTensor(first)->shape.Concrete(1);
+  absl::StatusOr<Tensor> w = Tensor::Empty(DType::kF32, dims);
+  ASSERT_THAT(w.status(), IsOk());
+  for (int64_t i = 0; i < w->numel(); ++i) w->f32()[i] = 0.25f + static_cast<float>(i % 7);
+  absl::StatusOr<std::string> npz = NpzArchive({{first, *w}});
+  ASSERT_THAT(npz.status(), IsOk());
+  quilt::v1::JobSpec spec = MlpJob();
+  spec.set_initial_weights(*npz);
+  absl::StatusOr<Graph> g = TrainingGraphForJob(spec);
+  ASSERT_THAT(g.status(), IsOk());
+  const ParameterSpec* p = g->FindParameter(first);
+  ASSERT_NE(p, nullptr);
+  ASSERT_TRUE(p->value.has_value());
+  ASSERT_EQ(p->value->dims(), dims);
+  EXPECT_EQ(std::memcmp(p->value->raw(), w->raw(), static_cast<size_t>(w->bytes())), 0);
+  const ParameterSpec* other = g->FindParameter(plain->parameters[1].tensor);
+  EXPECT_EQ(other->value.has_value(), plain->parameters[1].value.has_value()) << "left as it was";
+
+  auto refused = [&](const std::vector<std::pair<std::string, Tensor>>& arrays) {
+    absl::StatusOr<std::string> bytes = NpzArchive(arrays);
+    EXPECT_THAT(bytes.status(), IsOk());
+    quilt::v1::JobSpec s = MlpJob();
+    s.set_initial_weights(*bytes);
+    return TrainingGraphForJob(s).status();
+  };
+  EXPECT_THAT(
+      refused({{"no.such.weight", *w}}),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               AllOf(HasSubstr("'no.such.weight', which is no parameter"), HasSubstr(first))));
+  absl::StatusOr<Tensor> flat = Tensor::Empty(DType::kF32, {w->numel()});
+  ASSERT_THAT(flat.status(), IsOk());
+  EXPECT_THAT(refused({{first, *flat}}), StatusIs(absl::StatusCode::kInvalidArgument,
+                                                  AllOf(HasSubstr("give '" + first + "' as f32["),
+                                                        HasSubstr("but the model's is f32["))));
+  spec.set_initial_weights("not an archive");
+  EXPECT_THAT(TrainingGraphForJob(spec).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("the job's initial weights")));
 }
 
 }  // namespace

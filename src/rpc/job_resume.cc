@@ -91,6 +91,8 @@ absl::Status JobServiceImpl::Resume(const std::string& job_id, const std::string
   // state (each taking its share under the new plan), and the step count
   // goes on: the data's position and Adam's bias correction.
   if (!from_start) {
+    // (The checkpoint's values supersede the weights the job started from.)
+    spec.clear_initial_weights();
     quilt::v1::ResumeFrom* from = spec.mutable_resume_from();
     from->set_checkpoint(
         absl::StrFormat("%s/step-%08d", record.spec().checkpoint_dir(), trained.step()));

@@ -2,7 +2,8 @@
 // coordinator, two workers (one emulated 2x slower) and quiltctl. A job
 // runs to SUCCEEDED and its checkpoint holds the single-device run's
 // parameters; the exported ONNX model loads with python3-onnx and carries
-// them, and so does the .npz export with numpy; cancel stops a running job within seconds and frees
+// them, and so does the .npz export with numpy, from which a new job
+// starts (--init-weights); cancel stops a running job within seconds and frees
 // the workers; bad requests are rejected at submit time with their reason; a worker killed during a
 // job fails the job with the reason while the coordinator keeps serving. (Resuming, restarts and
 // the coordinator's restarts: job_recovery_test.cc.)
@@ -209,6 +210,35 @@ TEST_F(Jobs, RunsToSucceededWithTheSingleDeviceParametersAndExportsThem) {
               ref->runner->Persistent(p.tensor)->dims())
         << p.tensor;
   }
+  // A job started from those weights (a step at a learning rate too small
+  // to move them) holds them: its own export carries the first job's
+  // trained values, not the model's initial ones.
+  std::vector<std::string> warm = SubmitArgs(cluster_.dir().File("ckpt-warm"), 1, "dp-even-ring");
+  for (size_t i = 0; i + 1 < warm.size(); ++i) {
+    if (warm[i] == "--lr") warm[i + 1] = "1e-30";
+    if (warm[i] == "--checkpoint-every") warm[i + 1] = "0";
+  }
+  warm.insert(warm.end(), {"--init-weights", npz});
+  const std::string warm_id = Submit(warm);
+  ASSERT_FALSE(warm_id.empty());
+  absl::StatusOr<CommandResult> warm_watched = cluster_.Quiltctl({"watch", warm_id});
+  ASSERT_THAT(warm_watched.status(), IsOk());
+  ASSERT_EQ(warm_watched->exit_code, 0) << warm_watched->err << cluster_.Log("worker-a");
+  const std::string warm_npz = cluster_.dir().File("warm.npz");
+  exported = cluster_.Quiltctl({"export", warm_id, "-o", warm_npz});
+  ASSERT_THAT(exported.status(), IsOk());
+  ASSERT_EQ(exported->exit_code, 0) << exported->err;
+  const std::string warm_arrays = cluster_.dir().File("warm_arrays.json");
+  py = RunCommand({"/usr/bin/python3", "-c",
+                   "import sys, json, numpy as np\n"
+                   "a = np.load(sys.argv[1])\n"
+                   "json.dump({k: v.ravel().tolist() for k, v in a.items()}, open(sys.argv[2], "
+                   "'w'))\n",
+                   warm_npz, warm_arrays},
+                  absl::Seconds(60));
+  ASSERT_THAT(py.status(), IsOk());
+  ASSERT_EQ(py->exit_code, 0) << py->err;
+  carries_trained(warm_arrays);
 }
 
 TEST_F(Jobs, CancelStopsARunningJobWithinSecondsAndFreesTheWorkers) {

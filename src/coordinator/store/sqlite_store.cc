@@ -15,7 +15,7 @@
 namespace quilt {
 namespace {
 
-constexpr int64_t kSchemaVersion = 4;
+constexpr int64_t kSchemaVersion = 5;
 
 std::string PackDoubles(const std::vector<double>& v) {
   return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(double));
@@ -146,6 +146,15 @@ absl::Status SqliteStore::Migrate() {
       return db_->Exec("PRAGMA user_version = 4;");
     }));
   }
+  if (version < 5) {
+    // The weights a job starts from (JobSpec.initial_weights), kept with
+    // its model.
+    RETURN_IF_ERROR(db_->Transaction([&]() -> absl::Status {
+      return db_->Exec(
+          "ALTER TABLE job_models ADD COLUMN weights BLOB NOT NULL DEFAULT x'';"
+          "PRAGMA user_version = 5;");
+    }));
+  }
   // Space freed by deleted jobs (their models can be large) is given back
   // to the file system: incremental auto-vacuum, set once (a VACUUM).
   int64_t auto_vacuum = 0;
@@ -208,7 +217,8 @@ absl::Status SqliteStore::AddJob(const quilt::v1::JobRecord& job, const JobModel
   absl::MutexLock lock(&mu_);
   // Written to the log, then into the file: refused up front when the
   // disk cannot take both (a failed insert would fill it on the way).
-  const int64_t bytes = static_cast<int64_t>(model.onnx.size() + model.program.size());
+  const int64_t bytes =
+      static_cast<int64_t>(model.onnx.size() + model.program.size() + model.weights.size());
   const std::string dir = std::filesystem::path(db_->path()).parent_path().string();
   struct statvfs fs;
   if (statvfs(dir.empty() ? "." : dir.c_str(), &fs) == 0) {
@@ -224,8 +234,9 @@ absl::Status SqliteStore::AddJob(const quilt::v1::JobRecord& job, const JobModel
   return db_->Transaction([&]() -> absl::Status {
     RETURN_IF_ERROR(db_->Run("INSERT INTO jobs (job_id, record) VALUES (?, ?)",
                              {job.status().job_id(), Blob{job.SerializeAsString()}}));
-    return db_->Run("INSERT INTO job_models (job_id, onnx, program) VALUES (?, ?, ?)",
-                    {job.status().job_id(), Blob{model.onnx}, Blob{model.program}});
+    return db_->Run(
+        "INSERT INTO job_models (job_id, onnx, program, weights) VALUES (?, ?, ?, ?)",
+        {job.status().job_id(), Blob{model.onnx}, Blob{model.program}, Blob{model.weights}});
   });
 }
 
@@ -247,10 +258,11 @@ absl::StatusOr<CoordinatorStore::JobModel> SqliteStore::GetJobModel(const std::s
   absl::MutexLock lock(&mu_);
   JobModel model;
   bool found = false;
-  RETURN_IF_ERROR(db_->Run("SELECT onnx, program FROM job_models WHERE job_id = ?", {job_id},
-                           [&](const SqlRow& r) {
+  RETURN_IF_ERROR(db_->Run("SELECT onnx, program, weights FROM job_models WHERE job_id = ?",
+                           {job_id}, [&](const SqlRow& r) {
                              model.onnx = r.Bytes(0);
                              model.program = r.Bytes(1);
+                             model.weights = r.Bytes(2);
                              found = true;
                            }));
   if (!found) return absl::NotFoundError("no model stored for job '" + job_id + "'");

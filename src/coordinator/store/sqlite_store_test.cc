@@ -215,7 +215,7 @@ TEST(SqliteStore, AJobsModelIsStoredOnceApartFromItsRecord) {
     auto store = SqliteStore::Open(path);
     ASSERT_THAT(store, IsOk());
     ASSERT_THAT((*store)->AddJob(JobRec("job-1", quilt::v1::JOB_STATE_PENDING),
-                                 {std::string(1 << 20, 'm'), "program"}),
+                                 {std::string(1 << 20, 'm'), "program", "weights"}),
                 IsOk());
     // A second job of that id is refused, model and all.
     EXPECT_THAT((*store)->AddJob(JobRec("job-1", quilt::v1::JOB_STATE_PENDING), {"x", "y"}),
@@ -233,6 +233,7 @@ TEST(SqliteStore, AJobsModelIsStoredOnceApartFromItsRecord) {
   ASSERT_THAT(model, IsOk());
   EXPECT_EQ(model->onnx, std::string(1 << 20, 'm'));
   EXPECT_EQ(model->program, "program");
+  EXPECT_EQ(model->weights, "weights");
   EXPECT_THAT((*store)->GetJobModel("job-2"), StatusIs(absl::StatusCode::kNotFound));
   // Deleted: record and model, and the file and its log give their space
   // back while the store is open (a coordinator runs on for weeks).
@@ -313,6 +314,7 @@ TEST(SqliteStore, AVersionTwoDatabaseMovesModelsOutOfItsJobRecords) {
     ASSERT_THAT(model, IsOk());
     EXPECT_EQ(model->onnx, "onnx of " + r.status().job_id());
     EXPECT_EQ(model->program, "program of " + r.status().job_id());
+    EXPECT_EQ(model->weights, "");  // (a column added later: none for old jobs)
   }
 }
 

@@ -29,12 +29,14 @@ class CoordinatorStore {
   // Newest first, at most `max`.
   virtual absl::StatusOr<std::vector<quilt::v1::ClusterEvent>> RecentEvents(int max) = 0;
 
-  // A job's model (its spec's ONNX bytes, when it has them) and its
+  // A job's model (its spec's ONNX bytes, when it has them), the weights
+  // it starts from (its spec's initial_weights, when it has them) and its
   // program: large and written once, so kept apart from the job's record,
   // which is rewritten as the job runs and read whole at start-up.
   struct JobModel {
     std::string onnx;
     std::string program;
+    std::string weights;
   };
   // Stores a new job: its record (without the model's bytes) and its
   // model, in one transaction.
