@@ -186,25 +186,34 @@ TEST_F(Jobs, RunsToSucceededWithTheSingleDeviceParametersAndExportsThem) {
   };
   carries_trained(dump);
   // The same weights as NumPy arrays: numpy.load reads them, one array a
-  // parameter, in its shape.
-  const std::string npz = cluster_.dir().File("trained.npz");
-  exported = cluster_.Quiltctl({"export", id, "-o", npz});
-  ASSERT_THAT(exported.status(), IsOk());
-  ASSERT_EQ(exported->exit_code, 0) << exported->err;
-  const std::string arrays = cluster_.dir().File("arrays.json");
-  py = RunCommand(
-      {"/usr/bin/python3", "-c",
-       "import sys, json, numpy as np\n"
-       "a = np.load(sys.argv[1])\n"
-       "json.dump({k: v.ravel().tolist() for k, v in a.items()}, open(sys.argv[2], 'w'))\n"
-       "print(json.dumps({k: list(v.shape) for k, v in a.items()}))\n",
-       npz, arrays},
-      absl::Seconds(60));
-  ASSERT_THAT(py.status(), IsOk());
-  ASSERT_EQ(py->exit_code, 0) << py->err;
-  carries_trained(arrays);
-  const nlohmann::json shapes = nlohmann::json::parse(py->out);
-  EXPECT_EQ(shapes.size(), g->parameters.size()) << py->out;
+  // parameter, in its shape. (A job's weights to STEM.npz, dumped by numpy
+  // to STEM.json; numpy's shapes by name, "" where either step failed.)
+  auto export_npz = [&](const std::string& job, const std::string& stem) -> std::string {
+    absl::StatusOr<CommandResult> e =
+        cluster_.Quiltctl({"export", job, "-o", cluster_.dir().File(stem + ".npz")});
+    if (!e.ok() || e->exit_code != 0) {
+      ADD_FAILURE() << "export of " << job << ": " << (e.ok() ? e->err : e.status().ToString());
+      return "";
+    }
+    absl::StatusOr<CommandResult> dumped = RunCommand(
+        {"/usr/bin/python3", "-c",
+         "import sys, json, numpy as np\n"
+         "a = np.load(sys.argv[1])\n"
+         "json.dump({k: v.ravel().tolist() for k, v in a.items()}, open(sys.argv[2], 'w'))\n"
+         "print(json.dumps({k: list(v.shape) for k, v in a.items()}))\n",
+         cluster_.dir().File(stem + ".npz"), cluster_.dir().File(stem + ".json")},
+        absl::Seconds(60));
+    if (!dumped.ok() || dumped->exit_code != 0) {
+      ADD_FAILURE() << "numpy: " << (dumped.ok() ? dumped->err : dumped.status().ToString());
+      return "";
+    }
+    return dumped->out;
+  };
+  const std::string shapes_out = export_npz(id, "trained");
+  ASSERT_FALSE(shapes_out.empty());
+  carries_trained(cluster_.dir().File("trained.json"));
+  const nlohmann::json shapes = nlohmann::json::parse(shapes_out);
+  EXPECT_EQ(shapes.size(), g->parameters.size()) << shapes_out;
   for (const ParameterSpec& p : g->parameters) {
     EXPECT_EQ(shapes.value(p.tensor, std::vector<int64_t>{}),
               ref->runner->Persistent(p.tensor)->dims())
@@ -218,27 +227,14 @@ TEST_F(Jobs, RunsToSucceededWithTheSingleDeviceParametersAndExportsThem) {
     if (warm[i] == "--lr") warm[i + 1] = "1e-30";
     if (warm[i] == "--checkpoint-every") warm[i + 1] = "0";
   }
-  warm.insert(warm.end(), {"--init-weights", npz});
+  warm.insert(warm.end(), {"--init-weights", cluster_.dir().File("trained.npz")});
   const std::string warm_id = Submit(warm);
   ASSERT_FALSE(warm_id.empty());
   absl::StatusOr<CommandResult> warm_watched = cluster_.Quiltctl({"watch", warm_id});
   ASSERT_THAT(warm_watched.status(), IsOk());
   ASSERT_EQ(warm_watched->exit_code, 0) << warm_watched->err << cluster_.Log("worker-a");
-  const std::string warm_npz = cluster_.dir().File("warm.npz");
-  exported = cluster_.Quiltctl({"export", warm_id, "-o", warm_npz});
-  ASSERT_THAT(exported.status(), IsOk());
-  ASSERT_EQ(exported->exit_code, 0) << exported->err;
-  const std::string warm_arrays = cluster_.dir().File("warm_arrays.json");
-  py = RunCommand({"/usr/bin/python3", "-c",
-                   "import sys, json, numpy as np\n"
-                   "a = np.load(sys.argv[1])\n"
-                   "json.dump({k: v.ravel().tolist() for k, v in a.items()}, open(sys.argv[2], "
-                   "'w'))\n",
-                   warm_npz, warm_arrays},
-                  absl::Seconds(60));
-  ASSERT_THAT(py.status(), IsOk());
-  ASSERT_EQ(py->exit_code, 0) << py->err;
-  carries_trained(warm_arrays);
+  ASSERT_FALSE(export_npz(warm_id, "warm").empty());
+  carries_trained(cluster_.dir().File("warm.json"));
 }
 
 TEST_F(Jobs, CancelStopsARunningJobWithinSecondsAndFreesTheWorkers) {
