@@ -33,6 +33,25 @@ TEST_F(JobManagerTest, EachNodeGetsItsAssignmentOnceWithItsRank) {
   EXPECT_EQ(Status(id).state(), quilt::v1::JOB_STATE_RUNNING);
 }
 
+// A job's initial weights are kept with its model, not in its record
+// (rewritten as the job runs): the record read back lacks them, the record
+// with its model has them, after a coordinator restart too.
+TEST_F(JobManagerTest, InitialWeightsAreKeptWithTheModelNotInTheRecord) {
+  NewJob n = OnAB(3);
+  n.spec.set_initial_weights(std::string(4096, 'w'));
+  absl::StatusOr<std::string> id = jobs_->Add(std::move(n));
+  ASSERT_THAT(id, IsOk());
+  for (int pass = 0; pass < 2; ++pass) {
+    absl::StatusOr<quilt::v1::JobRecord> plain = jobs_->Record(*id);
+    ASSERT_THAT(plain, IsOk());
+    EXPECT_TRUE(plain->spec().initial_weights().empty()) << "pass " << pass;
+    absl::StatusOr<quilt::v1::JobRecord> with = jobs_->RecordWithModel(*id);
+    ASSERT_THAT(with, IsOk());
+    EXPECT_EQ(with->spec().initial_weights(), std::string(4096, 'w')) << "pass " << pass;
+    Reopen();
+  }
+}
+
 TEST_F(JobManagerTest, LossesSumOverRanksAndTheJobSucceedsWhenAllDo) {
   const std::string id = AddJob(3);
   Beat("a", {Report(id, quilt::v1::TASK_STATE_RUNNING, 1, {1.0, 2.0})});

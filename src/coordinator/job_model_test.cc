@@ -132,7 +132,7 @@ TEST(TrainingGraphForJob, InitialWeightsReplaceTheParametersTheyName) {
 
   auto refused = [&](const std::vector<std::pair<std::string, Tensor>>& arrays) {
     absl::StatusOr<std::string> bytes = NpzArchive(arrays);
-    EXPECT_THAT(bytes.status(), IsOk());
+    if (!bytes.ok()) return bytes.status();
     quilt::v1::JobSpec s = MlpJob();
     s.set_initial_weights(*bytes);
     return TrainingGraphForJob(s).status();
@@ -146,6 +146,11 @@ TEST(TrainingGraphForJob, InitialWeightsReplaceTheParametersTheyName) {
   EXPECT_THAT(refused({{first, *flat}}), StatusIs(absl::StatusCode::kInvalidArgument,
                                                   AllOf(HasSubstr("give '" + first + "' as f32["),
                                                         HasSubstr("but the model's is f32["))));
+  absl::StatusOr<Tensor> ints = Tensor::Empty(DType::kI64, dims);
+  ASSERT_THAT(ints.status(), IsOk());
+  EXPECT_THAT(refused({{first, *ints}}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("as i64["), HasSubstr("but the model's is f32["))));
   spec.set_initial_weights("not an archive");
   EXPECT_THAT(TrainingGraphForJob(spec).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("the job's initial weights")));

@@ -232,6 +232,12 @@ absl::Status CheckResumeFrom(const quilt::v1::JobSpec& spec) {
     return absl::InvalidArgumentError("resume_from.steps_before must not be negative");
   }
   if (from.checkpoint().empty()) return absl::OkStatus();
+  if (!spec.initial_weights().empty()) {
+    // (The checkpoint's values would replace them without a word.)
+    return absl::InvalidArgumentError(
+        "a job resumes from a checkpoint (resume_from.checkpoint) or starts from initial "
+        "weights (initial_weights), not both");
+  }
   if (from.checkpoint()[0] != '/') {
     return absl::InvalidArgumentError("resume_from.checkpoint '" + from.checkpoint() +
                                       "' must be an absolute path");

@@ -405,6 +405,10 @@ TEST(PrepareJob, AResumeFromACheckpointThatIsNotThere_IsRefusedAtSubmission) {
   EXPECT_THAT(refused(1, -1, step), HasSubstr("steps_before must not be negative"));
   EXPECT_THAT(refused(0, 4, step), HasSubstr("resume_from.world must be 1 to 65536, not 0"));
   EXPECT_THAT(refused(1, 4, "ckpt/step-00000004"), HasSubstr("must be an absolute path"));
+  // Initial weights beside a checkpoint (whose values would replace them).
+  spec.set_initial_weights("weights");
+  EXPECT_THAT(refused(1, 4, step), HasSubstr("or starts from initial weights (initial_weights), "
+                                             "not both"));
 }
 
 }  // namespace
