@@ -20,6 +20,7 @@
 #include "src/cost/cost_model.h"
 #include "src/planner/baselines.h"
 #include "src/runtime/data/npy.h"
+#include "src/runtime/data/npz.h"
 #include "src/testing/node_info.h"
 #include "src/testing/temp_dir.h"
 #include "src/testing/zoo_training.h"
@@ -406,7 +407,9 @@ TEST(PrepareJob, AResumeFromACheckpointThatIsNotThere_IsRefusedAtSubmission) {
   EXPECT_THAT(refused(0, 4, step), HasSubstr("resume_from.world must be 1 to 65536, not 0"));
   EXPECT_THAT(refused(1, 4, "ckpt/step-00000004"), HasSubstr("must be an absolute path"));
   // Initial weights beside a checkpoint (whose values would replace them).
-  spec.set_initial_weights("weights");
+  absl::StatusOr<std::string> no_arrays = NpzArchive({});
+  ASSERT_THAT(no_arrays.status(), IsOk());
+  spec.set_initial_weights(*no_arrays);
   EXPECT_THAT(refused(1, 4, step), HasSubstr("or starts from initial weights (initial_weights), "
                                              "not both"));
 }
