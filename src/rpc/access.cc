@@ -1,5 +1,7 @@
 #include "src/rpc/access.h"
 
+#include <fnmatch.h>
+
 #include <set>
 
 #include "absl/strings/ascii.h"
@@ -54,6 +56,14 @@ bool ParseRole(absl::string_view text, Role* role) {
 }
 
 }  // namespace
+
+bool NodeMatches(const std::vector<std::string>& patterns, const std::string& node) {
+  if (patterns.empty()) return true;
+  for (const std::string& p : patterns) {
+    if (fnmatch(p.c_str(), node.c_str(), 0) == 0) return true;
+  }
+  return false;
+}
 
 const char* RoleName(Role role) {
   switch (role) {
@@ -144,9 +154,10 @@ absl::StatusOr<std::vector<ClientToken>> LoadTokensFile(const std::string& path)
       }
     }
     if (words.empty()) continue;
-    if (words.size() != 3) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          where, ": expected NAME ROLE TOKEN (three words), found ", words.size(), " words"));
+    if (words.size() != 3 && words.size() != 4) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": expected NAME ROLE TOKEN (three words; a worker's may add ",
+                       "nodes=…), found ", words.size(), " words"));
     }
     ClientToken t;
     t.name = std::string(words[0]);
@@ -158,6 +169,22 @@ absl::StatusOr<std::vector<ClientToken>> LoadTokensFile(const std::string& path)
           absl::StrCat(where, ": unknown role '", words[1], "' (admin, user, viewer or worker)"));
     }
     t.token = std::string(words[2]);
+    if (words.size() == 4) {
+      if (t.role != Role::kWorker || !absl::StartsWith(words[3], "nodes=")) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            where,
+            ": a fourth word binds a worker's token to nodes (nodes=PATTERN[,PATTERN…]), "
+            "not '",
+            words[3], "'"));
+      }
+      for (absl::string_view pattern : absl::StrSplit(words[3].substr(6), ',')) {
+        if (pattern.empty()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(where, ": an empty node pattern in '", words[3], "'"));
+        }
+        t.nodes.emplace_back(pattern);
+      }
+    }
     if (absl::Status s = CheckServerToken(t.token, where + ": the token"); !s.ok()) return s;
     if (!names.insert(t.name).second) {
       return absl::InvalidArgumentError(

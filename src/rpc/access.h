@@ -6,7 +6,8 @@
 //           a viewer reads;
 //   viewer  reads only: cluster status, jobs, a job, its watch and losses;
 //   worker  what workers and their executors call (register, heartbeat,
-//           address exchange), nothing else.
+//           address exchange), nothing else; optionally for named nodes
+//           only ("nodes=gpu-0*,gpu-10").
 // Every role may ask the health service (Check, Watch). A method not listed is an
 // admin's alone, so a method added later is closed until it is listed.
 #ifndef QUILT_SRC_RPC_ACCESS_H_
@@ -28,7 +29,14 @@ struct ClientToken {
   std::string name;
   Role role = Role::kAdmin;
   std::string token;
+  // A worker's nodes: the node ids (globs, '*' any run of characters) it
+  // may register and heartbeat as, and whose executors it may exchange
+  // addresses for; empty: any node.
+  std::vector<std::string> nodes;
 };
+
+// Whether `node` matches one of `patterns` (globs; empty: any node).
+bool NodeMatches(const std::vector<std::string>& patterns, const std::string& node);
 
 // Whether `role` may call `method`, a gRPC path ("/quilt.v1.JobService/
 // SubmitJob").
@@ -45,10 +53,12 @@ absl::Status CheckServerToken(absl::string_view token, const std::string& what);
 // messages and logs).
 absl::Status CheckClientName(absl::string_view name);
 
-// Errors: INVALID_ARGUMENT naming the file and line (unreadable, not three
-// words, a name or token not as above, an unknown role, a name or token
-// given twice, no client at all). A word that begins with '#' starts a
-// comment; a token may hold '#' within it.
+// A worker's line may end in a fourth word, nodes=PATTERN[,PATTERN…], that
+// binds its token to those nodes. Errors: INVALID_ARGUMENT naming the file
+// and line (unreadable, not three words (or four, a worker's), a name or
+// token not as above, an unknown role, a name or token given twice, no
+// client at all). A word that begins with '#' starts a comment; a token
+// may hold '#' within it.
 absl::StatusOr<std::vector<ClientToken>> LoadTokensFile(const std::string& path);
 
 }  // namespace quilt::rpc

@@ -62,10 +62,18 @@ TEST(LoadTokensFile, NamesRolesAndTokens_CommentsAndBlankLinesSkipped) {
   std::ofstream(dir.File("ok"))
       << "# clients\n\nops admin tok-1-0123456789ab\n"
       << "  ci\tuser  tok-2-#123456789ab  # the CI\n"
-      << "board.v2 viewer tok-3-0123456789ab\nn_1 worker tok-4-0123456789ab";
+      << "board.v2 viewer tok-3-0123456789ab\nn_1 worker tok-4-0123456789ab\n"
+      << "n_2 worker tok-5-0123456789ab nodes=gpu-0*,gpu-10 # rack 2\n";
   absl::StatusOr<std::vector<ClientToken>> t = LoadTokensFile(dir.File("ok"));
   ASSERT_THAT(t.status(), IsOk());
-  ASSERT_EQ(t->size(), 4u);
+  ASSERT_EQ(t->size(), 5u);
+  EXPECT_TRUE((*t)[3].nodes.empty()) << "any node";
+  EXPECT_EQ((*t)[4].nodes, (std::vector<std::string>{"gpu-0*", "gpu-10"}));
+  EXPECT_TRUE(NodeMatches((*t)[4].nodes, "gpu-07"));
+  EXPECT_TRUE(NodeMatches((*t)[4].nodes, "gpu-10"));
+  EXPECT_FALSE(NodeMatches((*t)[4].nodes, "gpu-11"));
+  EXPECT_FALSE(NodeMatches((*t)[4].nodes, "xgpu-01"));
+  EXPECT_TRUE(NodeMatches({}, "anything"));
   EXPECT_EQ((*t)[1].name, "ci");
   EXPECT_EQ((*t)[1].role, Role::kUser);
   EXPECT_EQ((*t)[1].token, "tok-2-#123456789ab") << "a '#' within a token is the token's";
@@ -73,8 +81,13 @@ TEST(LoadTokensFile, NamesRolesAndTokens_CommentsAndBlankLinesSkipped) {
   EXPECT_EQ((*t)[3].role, Role::kWorker);
   EXPECT_EQ((*t)[3].token, "tok-4-0123456789ab");
   for (const auto& [text, why] : std::vector<std::pair<std::string, std::string>>{
-           {"ops admin\n", "line 1: expected NAME ROLE TOKEN (three words), found 2"},
+           {"ops admin\n",
+            "line 1: expected NAME ROLE TOKEN (three words; a worker's may add nodes=…), found 2"},
            {"ops admin #0123456789abcdef\n", "line 1: expected NAME ROLE TOKEN"},
+           {"ops user 0123456789abcdef nodes=a\n", "a fourth word binds a worker's token"},
+           {"n worker 0123456789abcdef racks=a\n", "not 'racks=a'"},
+           {"n worker 0123456789abcdef nodes=a,,b\n", "an empty node pattern"},
+           {"n worker 0123456789abcdef nodes=a extra\n", "found 5 words"},
            {"a admin 0123456789abcdef\nb root 0123456789abcdeg\n", "line 2: unknown role 'root'"},
            {"a admin 0123456789abcdef\na user 0123456789abcdeg\n",
             "line 2: the client 'a' is named twice"},

@@ -3,6 +3,7 @@
 #include "src/common/status.h"
 #include "src/common/version.h"
 #include "src/rpc/handler_util.h"
+#include "src/rpc/security.h"
 
 namespace quilt::rpc {
 
@@ -16,7 +17,8 @@ grpc::ServerUnaryReactor* ClusterServiceImpl::Register(grpc::CallbackServerConte
                                                        grpc::ByteBuffer* response) {
   return HandleUnary<RegisterRequest, RegisterResponse>(
       ctx, request, response, kMaxRegisterRequestBytes, "Register",
-      [this](const RegisterRequest& req, RegisterResponse* resp) {
+      [this, ctx](const RegisterRequest& req, RegisterResponse* resp) {
+        RETURN_IF_ERROR(CheckCallerNode(ctx, req.node().node_id()));
         absl::Status s = registry_->Register(req.node(), req.incarnation());
         if (!s.ok()) return s;
         resp->set_heartbeat_period_s(absl::ToDoubleSeconds(registry_->options().heartbeat_period));
@@ -30,7 +32,8 @@ grpc::ServerUnaryReactor* ClusterServiceImpl::Heartbeat(grpc::CallbackServerCont
                                                         grpc::ByteBuffer* response) {
   return HandleUnary<HeartbeatRequest, HeartbeatResponse>(
       ctx, request, response, kMaxHeartbeatRequestBytes, "Heartbeat",
-      [this](const HeartbeatRequest& req, HeartbeatResponse* resp) {
+      [this, ctx](const HeartbeatRequest& req, HeartbeatResponse* resp) {
+        RETURN_IF_ERROR(CheckCallerNode(ctx, req.node_id()));
         // A stopping worker's executors' last reports (the job failed: its
         // worker was stopped) are applied first, then its node goes Down at
         // once (not Ready first): the other way round, a liveness check in
@@ -51,8 +54,15 @@ grpc::ServerUnaryReactor* ClusterServiceImpl::ExchangeAddresses(grpc::CallbackSe
                                                                 grpc::ByteBuffer* response) {
   return HandleUnary<quilt::v1::ExchangeAddressesRequest, quilt::v1::ExchangeAddressesResponse>(
       ctx, request, response, kMaxHeartbeatRequestBytes, "ExchangeAddresses",
-      [this](const quilt::v1::ExchangeAddressesRequest& req,
-             quilt::v1::ExchangeAddressesResponse* resp) {
+      [this, ctx](const quilt::v1::ExchangeAddressesRequest& req,
+                  quilt::v1::ExchangeAddressesResponse* resp) {
+        // A client bound to nodes publishes only for a rank on one of them.
+        if (!CallerNodes(ctx).empty()) {
+          absl::StatusOr<quilt::v1::JobRecord> job = jobs_->Record(req.job_id());
+          if (job.ok() && req.rank() >= 0 && req.rank() < job->world_size()) {
+            RETURN_IF_ERROR(CheckCallerNode(ctx, job->world(req.rank())));
+          }
+        }
         ASSIGN_OR_RETURN(
             std::vector<std::string> all,
             jobs_->ExchangeAddresses(req.job_id(), req.rank(), req.size(), req.address()));

@@ -7,6 +7,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "src/common/files.h"
 #include "src/common/status.h"
@@ -86,6 +87,7 @@ class TokenChecker : public grpc::AuthMetadataProcessor {
                        ") may not call ", method.empty() ? "this method" : method.substr(1)));
     }
     context->AddProperty(kClientProperty, client->name);
+    for (const std::string& pattern : client->nodes) context->AddProperty(kNodesProperty, pattern);
     consumed->insert(std::make_pair(std::string(it->first.data(), it->first.size()),
                                     std::string(it->second.data(), it->second.size())));
     return grpc::Status::OK;
@@ -194,6 +196,25 @@ std::string CallerName(const grpc::ServerContextBase* ctx) {
   if (auth == nullptr) return "";
   std::vector<grpc::string_ref> names = auth->FindPropertyValues(kClientProperty);
   return names.empty() ? "" : std::string(names.front().data(), names.front().size());
+}
+
+std::vector<std::string> CallerNodes(const grpc::ServerContextBase* ctx) {
+  std::vector<std::string> patterns;
+  if (ctx == nullptr) return patterns;
+  std::shared_ptr<const grpc::AuthContext> auth = ctx->auth_context();
+  if (auth == nullptr) return patterns;
+  for (const grpc::string_ref& p : auth->FindPropertyValues(kNodesProperty)) {
+    patterns.emplace_back(p.data(), p.size());
+  }
+  return patterns;
+}
+
+absl::Status CheckCallerNode(const grpc::ServerContextBase* ctx, const std::string& node) {
+  const std::vector<std::string> patterns = CallerNodes(ctx);
+  if (NodeMatches(patterns, node)) return absl::OkStatus();
+  return absl::PermissionDeniedError(
+      absl::StrCat("the client '", CallerName(ctx), "' acts only for nodes ",
+                   absl::StrJoin(patterns, ","), ", not '", node, "'"));
 }
 
 void SetClientSecurity(ClientSecurity security) {

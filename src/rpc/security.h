@@ -62,6 +62,15 @@ inline constexpr char kClientProperty[] = "quilt-client";
 // The name of the client that made the call (kClientProperty); empty where
 // the API asks no token.
 std::string CallerName(const grpc::ServerContextBase* ctx);
+// The auth-context property that lists a worker client's node patterns.
+inline constexpr char kNodesProperty[] = "quilt-nodes";
+// The node patterns the call's client is bound to (empty: any node, or no
+// token asked).
+std::vector<std::string> CallerNodes(const grpc::ServerContextBase* ctx);
+// OK where the call's client may act for `node` (no token asked, or a
+// client bound to no nodes, or to a pattern `node` matches). Errors:
+// PERMISSION_DENIED naming the client, its nodes and `node`.
+absl::Status CheckCallerNode(const grpc::ServerContextBase* ctx, const std::string& node);
 
 // The identity every channel of this process uses (MakeChannel); plaintext
 // until set.

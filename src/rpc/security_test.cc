@@ -30,13 +30,13 @@ TEST(Security, LoadsPemAndATokenAndNamesWhatIsWrong) {
   absl::StatusOr<ServerSecurity> both =
       LoadServerSecurity(Tls("server.pem"), Tls("server.key"), Tls("token"), Tls("tokens"));
   ASSERT_THAT(both.status(), IsOk());
-  ASSERT_EQ(both->clients.size(), 5u);
+  ASSERT_EQ(both->clients.size(), 6u);
   EXPECT_EQ(both->clients[3].name, "grafana");
   EXPECT_EQ(both->clients[3].role, Role::kViewer);
   absl::StatusOr<ServerSecurity> named =
       LoadServerSecurity(Tls("server.pem"), Tls("server.key"), "", Tls("tokens"));
   ASSERT_THAT(named.status(), IsOk());
-  EXPECT_EQ(named->clients.size(), 4u);
+  EXPECT_EQ(named->clients.size(), 5u);
   EXPECT_THAT(LoadServerSecurity("", "", "", Tls("tokens")).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("need TLS")));
   testing::TempDir taken;
@@ -98,9 +98,10 @@ class Properties : public grpc::AuthContext {
 };
 
 TEST(TokenChecker, TheTokensClientByRoleAndMethod_NamedInTheContext) {
-  std::vector<ClientToken> clients = {{"ops", Role::kAdmin, "admin-0123456789abcdef"},
-                                      {"board", Role::kViewer, "viewer-0123456789abcdef"},
-                                      {"rack", Role::kWorker, "worker-0123456789abcde"}};
+  std::vector<ClientToken> clients = {
+      {"ops", Role::kAdmin, "admin-0123456789abcdef", {}},
+      {"board", Role::kViewer, "viewer-0123456789abcdef", {}},
+      {"rack", Role::kWorker, "worker-0123456789abcde", {"g-*", "h"}}};
   std::shared_ptr<grpc::AuthMetadataProcessor> checker = MakeTokenChecker(clients);
   auto call = [&](const std::string& token, const std::string& path, Properties* context) {
     const std::string bearer = "Bearer " + token;
@@ -118,6 +119,8 @@ TEST(TokenChecker, TheTokensClientByRoleAndMethod_NamedInTheContext) {
   EXPECT_EQ(std::string(ctx.FindPropertyValues(kClientProperty)[0].data(),
                         ctx.FindPropertyValues(kClientProperty)[0].size()),
             "rack");
+  // Its nodes go into the context too (the handlers check them).
+  EXPECT_EQ(ctx.FindPropertyValues(kNodesProperty).size(), 2u);
   Properties denied;
   s = call("viewer-0123456789abcdef", "/quilt.v1.JobService/CancelJob", &denied);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);

@@ -94,7 +94,8 @@ std::optional<int> LocalCluster::WaitCoordinator(absl::Duration timeout) {
 }
 
 absl::StatusOr<std::string> LocalCluster::StartWorker(const std::string& node_id,
-                                                      const std::vector<std::string>& extra) {
+                                                      const std::vector<std::string>& extra,
+                                                      absl::Duration ready_within) {
   const std::string ready = dir_.File(absl::StrCat(node_id, ".ready.", restarts_++));
   std::vector<std::string> argv = {RunfilePath("src/worker/quilt-worker"), "--coordinator_address",
                                    address_, "--node_id", node_id, "--cpu_cores", "1",
@@ -107,7 +108,7 @@ absl::StatusOr<std::string> LocalCluster::StartWorker(const std::string& node_id
   auto p = Subprocess::Start(argv, dir_.File(node_id + ".log"));
   if (!p.ok()) return p.status();
   workers_[node_id] = std::make_unique<Subprocess>(std::move(*p));
-  ASSIGN_OR_RETURN(std::string line, WaitReady(ready, absl::Seconds(30), node_id));
+  ASSIGN_OR_RETURN(std::string line, WaitReady(ready, ready_within, node_id));
   // "<node_id> <incarnation>"
   return line.substr(line.find(' ') + 1);
 }

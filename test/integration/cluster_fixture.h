@@ -38,7 +38,8 @@ class LocalCluster {
   // Starts a worker with one CPU device on one core and waits for its first
   // registration. Returns its incarnation (hex).
   absl::StatusOr<std::string> StartWorker(const std::string& node_id,
-                                          const std::vector<std::string>& extra_flags = {});
+                                          const std::vector<std::string>& extra_flags = {},
+                                          absl::Duration ready_within = absl::Seconds(30));
   void KillWorker(const std::string& node_id, int sig);
 
   // quiltctl against this cluster's coordinator (with the client flags

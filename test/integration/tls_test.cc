@@ -97,7 +97,12 @@ TEST(Tls, EachClientTokenCallsWhatItsRoleAllows) {
   EXPECT_THAT(cluster.Log("coordinator"), HasSubstr("transport=tls+tokens"));
   const std::vector<std::string> worker = {"--tls_ca_file", Tls("ca.pem"), "--token_file",
                                            Tls("worker_token")};
-  ASSERT_THAT(cluster.StartWorker("worker-a", worker), IsOk()) << cluster.Log("worker-a");
+  // worker-a with a token bound to it (its executor's address exchange is
+  // checked against the job's rank on worker-a), worker-b with any node's.
+  ASSERT_THAT(cluster.StartWorker("worker-a", {"--tls_ca_file", Tls("ca.pem"), "--token_file",
+                                               Tls("worker_a_token")}),
+              IsOk())
+      << cluster.Log("worker-a");
   ASSERT_THAT(cluster.StartWorker("worker-b", worker), IsOk()) << cluster.Log("worker-b");
   auto as = [&](const std::string& token, const std::vector<std::string>& args) {
     absl::StatusOr<CommandResult> r =
@@ -130,6 +135,15 @@ TEST(Tls, EachClientTokenCallsWhatItsRoleAllows) {
   EXPECT_NE(drain.exit_code, 0);
   EXPECT_THAT(drain.err, HasSubstr("'alice' (role user) may not call "
                                    "quilt.v1.AdminService/SetNodeDraining"));
+  // A worker's token bound to node worker-a: it may not register as
+  // another node (the worker is refused, saying why; it retries, as it
+  // would after any refusal, until stopped).
+  absl::StatusOr<std::string> bound = cluster.StartWorker(
+      "worker-c", {"--tls_ca_file", Tls("ca.pem"), "--token_file", Tls("worker_a_token")},
+      absl::Seconds(5));
+  EXPECT_FALSE(bound.ok()) << "worker-c started";
+  EXPECT_THAT(cluster.Log("worker-c"),
+              HasSubstr("the client 'rack-a' acts only for nodes worker-a, not 'worker-c'"));
   const CommandResult user_reads = as("user_token", {"nodes"});
   EXPECT_EQ(user_reads.exit_code, 0) << "a user reads too: " << user_reads.err;
   // Who did what: the job names its submitter, and a cancel its client.
