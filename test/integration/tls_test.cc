@@ -24,15 +24,23 @@ std::vector<std::string> Flags(std::vector<std::string> a, const std::vector<std
   return a;
 }
 
+// A coordinator's flags to serve TLS with the test certificate and ask for
+// the tokens of `flag` (--token_file or --tokens_file) `file`.
+std::vector<std::string> ServingTls(const std::string& flag, const std::string& file) {
+  return {"--tls_cert_file", Tls("server.pem"), "--tls_key_file", Tls("server.key"), flag,
+          Tls(file)};
+}
+
+// A worker's flags to trust the test CA and send the token in `file`.
+std::vector<std::string> Trusting(const std::string& file) {
+  return {"--tls_ca_file", Tls("ca.pem"), "--token_file", Tls(file)};
+}
+
 TEST(Tls, ACoordinatorOnTlsServesOnlyClientsThatTrustItAndSendItsToken) {
   LocalCluster cluster;
-  ASSERT_THAT(cluster.StartCoordinator("127.0.0.1:0",
-                                       {"--tls_cert_file", Tls("server.pem"), "--tls_key_file",
-                                        Tls("server.key"), "--token_file", Tls("token")}),
-              IsOk());
+  ASSERT_THAT(cluster.StartCoordinator("127.0.0.1:0", ServingTls("--token_file", "token")), IsOk());
   EXPECT_THAT(cluster.Log("coordinator"), HasSubstr("transport=tls+token"));
-  const std::vector<std::string> client = {"--tls_ca_file", Tls("ca.pem"), "--token_file",
-                                           Tls("token")};
+  const std::vector<std::string> client = Trusting("token");
   ASSERT_THAT(cluster.StartWorker("worker-a", client), IsOk()) << cluster.Log("worker-a");
   ASSERT_THAT(cluster.StartWorker("worker-b", client), IsOk()) << cluster.Log("worker-b");
 
@@ -90,20 +98,15 @@ TEST(Tls, ACoordinatorOnTlsServesOnlyClientsThatTrustItAndSendItsToken) {
 // names the client that submitted it, and a cancel the one that asked.
 TEST(Tls, EachClientTokenCallsWhatItsRoleAllows) {
   LocalCluster cluster;
-  ASSERT_THAT(cluster.StartCoordinator("127.0.0.1:0",
-                                       {"--tls_cert_file", Tls("server.pem"), "--tls_key_file",
-                                        Tls("server.key"), "--tokens_file", Tls("tokens")}),
+  ASSERT_THAT(cluster.StartCoordinator("127.0.0.1:0", ServingTls("--tokens_file", "tokens")),
               IsOk());
   EXPECT_THAT(cluster.Log("coordinator"), HasSubstr("transport=tls+tokens"));
-  const std::vector<std::string> worker = {"--tls_ca_file", Tls("ca.pem"), "--token_file",
-                                           Tls("worker_token")};
   // worker-a with a token bound to it (its executor's address exchange is
   // checked against the job's rank on worker-a), worker-b with any node's.
-  ASSERT_THAT(cluster.StartWorker("worker-a", {"--tls_ca_file", Tls("ca.pem"), "--token_file",
-                                               Tls("worker_a_token")}),
-              IsOk())
+  ASSERT_THAT(cluster.StartWorker("worker-a", Trusting("worker_a_token")), IsOk())
       << cluster.Log("worker-a");
-  ASSERT_THAT(cluster.StartWorker("worker-b", worker), IsOk()) << cluster.Log("worker-b");
+  ASSERT_THAT(cluster.StartWorker("worker-b", Trusting("worker_token")), IsOk())
+      << cluster.Log("worker-b");
   auto as = [&](const std::string& token, const std::vector<std::string>& args) {
     absl::StatusOr<CommandResult> r =
         cluster.Quiltctl(Flags({"--tls-ca", Tls("ca.pem"), "--token-file", Tls(token)}, args));
@@ -138,9 +141,8 @@ TEST(Tls, EachClientTokenCallsWhatItsRoleAllows) {
   // A worker's token bound to node worker-a: it may not register as
   // another node (the worker is refused, saying why; it retries, as it
   // would after any refusal, until stopped).
-  absl::StatusOr<std::string> bound = cluster.StartWorker(
-      "worker-c", {"--tls_ca_file", Tls("ca.pem"), "--token_file", Tls("worker_a_token")},
-      absl::Seconds(5));
+  absl::StatusOr<std::string> bound =
+      cluster.StartWorker("worker-c", Trusting("worker_a_token"), absl::Seconds(5));
   EXPECT_FALSE(bound.ok()) << "worker-c started";
   EXPECT_THAT(cluster.Log("worker-c"),
               HasSubstr("the client 'rack-a' acts only for nodes worker-a, not 'worker-c'"));
