@@ -8,7 +8,7 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev
   libucx-dev libsqlite3-dev libopenblas-dev libsystemd-dev systemd
-  libtomlplusplus-dev libcli11-dev nlohmann-json3-dev
+  libtomlplusplus-dev libcli11-dev nlohmann-json3-dev libssl-dev
   coinor-libclp-dev libjemalloc-dev libonnx-dev python3-onnx python3-numpy procps
 )
 

@@ -34,7 +34,8 @@ int main(int argc, char** argv) {
     return std::string(v != nullptr ? v : "");
   };
   std::string tls_ca = from_env("QUILT_TLS_CA"), token_file = from_env("QUILT_TOKEN_FILE"),
-              tls_server_name = from_env("QUILT_TLS_SERVER_NAME");
+              tls_server_name = from_env("QUILT_TLS_SERVER_NAME"),
+              tls_cert = from_env("QUILT_TLS_CERT"), tls_key = from_env("QUILT_TLS_KEY");
   app.add_option("--tls-ca", tls_ca,
                  "PEM CA to trust the coordinator by: talk TLS (default $QUILT_TLS_CA)");
   app.add_option("--token-file", token_file,
@@ -42,6 +43,10 @@ int main(int argc, char** argv) {
   app.add_option("--tls-server-name", tls_server_name,
                  "The name the coordinator's certificate carries, when it is not the address's "
                  "host (default $QUILT_TLS_SERVER_NAME)");
+  app.add_option("--tls-cert", tls_cert,
+                 "PEM client certificate, for a coordinator that asks for one (default "
+                 "$QUILT_TLS_CERT)");
+  app.add_option("--tls-key", tls_key, "PEM private key of --tls-cert (default $QUILT_TLS_KEY)");
   CLI::Option* timeout =
       app.add_option("--timeout", globals.timeout_s,
                      "Deadline of each call, in seconds (default 10; 600 for plan)")
@@ -58,7 +63,8 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--coordinator" || arg == "--timeout" || arg == "--tls-ca" ||
-        arg == "--token-file" || arg == "--tls-server-name") {
+        arg == "--token-file" || arg == "--tls-server-name" || arg == "--tls-cert" ||
+        arg == "--tls-key") {
       ++i;
       continue;
     }
@@ -98,7 +104,7 @@ int main(int argc, char** argv) {
   }
   globals.timeout_set = timeout->count() > 0;
   absl::StatusOr<quilt::rpc::ClientSecurity> security =
-      quilt::rpc::LoadClientSecurity(tls_ca, token_file, tls_server_name);
+      quilt::rpc::LoadClientSecurity(tls_ca, token_file, tls_server_name, tls_cert, tls_key);
   if (!security.ok()) {
     std::cerr << "quiltctl: " << security.status().message() << "\n";
     return 2;

@@ -13,7 +13,8 @@ const ConfigSchema<CoordinatorConfig>& CoordinatorConfigSchema() {
     s->String("listen_address", &C::listen_address,
               "Address of the gRPC API (workers, quiltctl, clients): host:port.\n"
               "Port 0 picks a free port (see ready_file). Off loopback it needs TLS\n"
-              "(tls_cert_file, tls_key_file) and client tokens (token_file or tokens_file).")
+              "(tls_cert_file, tls_key_file) and client tokens (token_file or tokens_file)\n"
+              "or client certificates (tls_client_ca_file).")
         .String("state_dir", &C::state_dir,
                 "Directory of the state database (coordinator.db). Created if missing.")
         .Int("heartbeat_period_ms", &C::heartbeat_period_ms,
@@ -52,6 +53,12 @@ const ConfigSchema<CoordinatorConfig>& CoordinatorConfigSchema() {
                 "File of named client tokens with roles, a line each: NAME ROLE TOKEN\n"
                 "(roles: admin, user: jobs; viewer: reads only; worker: workers and\n"
                 "their executors). Beside or instead of token_file. Needs TLS.")
+        .String("tls_client_ca_file", &C::tls_client_ca_file,
+                "PEM CA(s) of client certificates (mutual TLS): every client must present\n"
+                "a certificate one of them signed (workers' tls_cert_file, quiltctl\n"
+                "--tls-cert). Without tokens such a client is an admin named by its\n"
+                "certificate's common name; with tokens the token still names the client\n"
+                "and its role. Needs TLS.")
         .String("metrics_address", &C::metrics_address,
                 "If set (host:port), Prometheus metrics are served at /metrics there:\n"
                 "nodes, jobs, and each job's step, loss and step time. Plain HTTP with no\n"
@@ -79,11 +86,18 @@ absl::Status ValidateCoordinatorConfig(const CoordinatorConfig& c) {
                      " needs TLS (tls_cert_file, tls_key_file): over plaintext anyone on the path "
                      "could read the tokens"));
   }
-  if (!IsLoopbackAddress(c.listen_address) && (c.tls_cert_file.empty() || !tokens)) {
+  if (!c.tls_client_ca_file.empty() && c.tls_cert_file.empty()) {
+    return absl::InvalidArgumentError(
+        "tls_client_ca_file (client certificates) needs TLS (tls_cert_file, tls_key_file)");
+  }
+  const bool client_certs = !c.tls_client_ca_file.empty();
+  if (!IsLoopbackAddress(c.listen_address) &&
+      (c.tls_cert_file.empty() || (!tokens && !client_certs))) {
     return absl::InvalidArgumentError(
         "listen_address " + c.listen_address +
         " is not a loopback address: off loopback the API needs TLS (tls_cert_file, "
-        "tls_key_file) and client tokens (token_file or tokens_file)");
+        "tls_key_file) and client tokens (token_file or tokens_file) or client certificates "
+        "(tls_client_ca_file)");
   }
   if (c.not_ready_after_ms <= c.heartbeat_period_ms) {
     return absl::InvalidArgumentError(absl::StrCat("not_ready_after_ms (", c.not_ready_after_ms,

@@ -26,11 +26,13 @@ struct CoordinatorConfig {
   int64_t plan_time_budget_ms = 10000;
   std::string log_level = "info";
   std::string ready_file;
-  // TLS (PEM files) and the token every client must send (security.h).
+  // TLS (PEM files), the tokens clients send and the CA of their
+  // certificates (security.h).
   std::string tls_cert_file;
   std::string tls_key_file;
   std::string token_file;
   std::string tokens_file;
+  std::string tls_client_ca_file;
   // Prometheus metrics over plain HTTP (metrics_server.h); empty = off.
   std::string metrics_address;
 };

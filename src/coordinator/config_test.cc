@@ -69,5 +69,21 @@ TEST(CoordinatorConfig, OffLoopbackTheApiNeedsTlsAndAToken) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("needs TLS")));
 }
 
+// Client certificates stand in for tokens off loopback, and need TLS.
+TEST(CoordinatorConfig, OffLoopbackClientCertificatesWillDoInsteadOfTokens) {
+  CoordinatorConfig c;
+  c.listen_address = "0.0.0.0:7070";
+  c.tls_cert_file = "/etc/quilt/api.pem";
+  c.tls_key_file = "/etc/quilt/api.key";
+  c.tls_client_ca_file = "/etc/quilt/clients-ca.pem";
+  EXPECT_THAT(ValidateCoordinatorConfig(c), IsOk());
+  c.tls_cert_file.clear();
+  c.tls_key_file.clear();
+  c.listen_address = "127.0.0.1:7070";
+  EXPECT_THAT(ValidateCoordinatorConfig(c),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("tls_client_ca_file (client certificates) needs TLS")));
+}
+
 }  // namespace
 }  // namespace quilt

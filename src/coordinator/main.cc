@@ -35,10 +35,13 @@ int Run(const CoordinatorConfig& config) {
   if (!server.ok()) return Fail("cannot start the API server", server.status());
   (*coordinator)->Start();
   const std::string address = (*server)->address();
-  const char* transport = config.tls_cert_file.empty() ? "plaintext(loopback)"
-                          : config.token_file.empty() && config.tokens_file.empty() ? "tls"
-                          : config.tokens_file.empty()                              ? "tls+token"
-                                                                                    : "tls+tokens";
+  std::string transport = config.tls_cert_file.empty() ? "plaintext(loopback)" : "tls";
+  if (!config.tls_client_ca_file.empty()) transport += "+client-certs";
+  if (!config.tokens_file.empty()) {
+    transport += "+tokens";
+  } else if (!config.token_file.empty()) {
+    transport += "+token";
+  }
   QLOG_INFO("serving address={} state_dir={} version={} transport={}", address, config.state_dir,
             kVersion, transport);
   std::unique_ptr<MetricsServer> metrics;

@@ -19,6 +19,8 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
   }
   grpc::SslCredentialsOptions tls;
   tls.pem_root_certs = security.ca_pem;
+  tls.pem_private_key = security.key_pem;
+  tls.pem_cert_chain = security.cert_pem;
   std::shared_ptr<grpc::ChannelCredentials> creds = grpc::SslCredentials(tls);
   if (!security.token.empty()) {
     creds = grpc::CompositeChannelCredentials(creds, grpc::AccessTokenCredentials(security.token));

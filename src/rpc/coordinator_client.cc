@@ -22,7 +22,10 @@ absl::Status CallStatus(const grpc::Status& s, const std::string& address, bool 
     // A coordinator serving TLS closes a plaintext connection at once
     // ("Socket closed"); nothing listening, or a coordinator on its way
     // down, is another matter.
-    const bool plaintext = CurrentClientSecurity().ca_pem.empty();
+    // Over TLS, a coordinator that asks for client certificates closes
+    // the connection of a client it does not accept.
+    const ClientSecurity security = CurrentClientSecurity();
+    const bool plaintext = security.ca_pem.empty();
     const std::string& m = s.error_message();
     std::string hint;
     if (absl::StrContains(m, "Connection refused")) {
@@ -30,6 +33,13 @@ absl::Status CallStatus(const grpc::Status& s, const std::string& address, bool 
     } else if (plaintext && !absl::StrContains(m, "shutting down")) {
       hint = daemon ? " (if it serves TLS, set tls_ca_file and token_file)"
                     : " (if it serves TLS, pass --tls-ca and --token-file)";
+    } else if (absl::StrContains(m, "Socket closed") && security.cert_pem.empty()) {
+      hint = daemon ? " (if it asks for client certificates, set tls_cert_file and tls_key_file)"
+                    : " (if it asks for client certificates, pass --tls-cert and --tls-key)";
+    } else if (absl::StrContains(m, "Socket closed")) {
+      hint =
+          " (if it asks for client certificates, it did not accept this one: is it signed by a "
+          "CA of the coordinator's tls_client_ca_file?)";
     }
     return absl::Status(status.code(), absl::StrCat("coordinator at ", address,
                                                     " is unreachable: ", status.message(), hint));

@@ -28,8 +28,9 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   options.listen_address = coordinator->config().listen_address;
   options.max_request_bytes = coordinator->config().max_request_bytes;
   const CoordinatorConfig& c = coordinator->config();
-  ASSIGN_OR_RETURN(options.security, LoadServerSecurity(c.tls_cert_file, c.tls_key_file,
-                                                        c.token_file, c.tokens_file));
+  ASSIGN_OR_RETURN(options.security,
+                   LoadServerSecurity(c.tls_cert_file, c.tls_key_file, c.token_file, c.tokens_file,
+                                      c.tls_client_ca_file));
   ASSIGN_OR_RETURN(
       s->server_, GrpcServer::Start(options, {s->cluster_.get(), s->admin_.get(), s->jobs_.get()}));
   return s;

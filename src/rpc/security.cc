@@ -11,6 +11,7 @@
 #include "absl/strings/strip.h"
 #include "src/common/files.h"
 #include "src/common/status.h"
+#include "src/rpc/pem_check.h"
 
 namespace quilt::rpc {
 namespace {
@@ -112,7 +113,8 @@ ClientSecurity& ClientIdentity() {
 absl::StatusOr<ServerSecurity> LoadServerSecurity(const std::string& cert_file,
                                                   const std::string& key_file,
                                                   const std::string& token_file,
-                                                  const std::string& tokens_file) {
+                                                  const std::string& tokens_file,
+                                                  const std::string& client_ca_file) {
   ServerSecurity s;
   if (cert_file.empty() != key_file.empty()) {
     return absl::InvalidArgumentError(
@@ -121,6 +123,15 @@ absl::StatusOr<ServerSecurity> LoadServerSecurity(const std::string& cert_file,
   if (!cert_file.empty()) {
     ASSIGN_OR_RETURN(s.cert_pem, ReadPem(cert_file, "certificate", "CERTIFICATE"));
     ASSIGN_OR_RETURN(s.key_pem, ReadPem(key_file, "key", "PRIVATE KEY"));
+    RETURN_IF_ERROR(CheckCertificateAndKey(s.cert_pem, cert_file, s.key_pem, key_file));
+  }
+  if (!client_ca_file.empty()) {
+    if (cert_file.empty()) {
+      return absl::InvalidArgumentError(
+          "tls_client_ca_file (client certificates) needs TLS (tls_cert_file, tls_key_file)");
+    }
+    ASSIGN_OR_RETURN(s.client_ca_pem, ReadPem(client_ca_file, "client CA file", "CERTIFICATE"));
+    RETURN_IF_ERROR(CheckCaCertificates(s.client_ca_pem, client_ca_file, "client CA file"));
   }
   if ((!token_file.empty() || !tokens_file.empty()) && cert_file.empty()) {
     return absl::InvalidArgumentError(
@@ -155,11 +166,27 @@ absl::StatusOr<ServerSecurity> LoadServerSecurity(const std::string& cert_file,
 
 absl::StatusOr<ClientSecurity> LoadClientSecurity(const std::string& ca_file,
                                                   const std::string& token_file,
-                                                  const std::string& server_name) {
+                                                  const std::string& server_name,
+                                                  const std::string& cert_file,
+                                                  const std::string& key_file) {
   ClientSecurity s;
   s.server_name = server_name;
   if (!ca_file.empty()) {
     ASSIGN_OR_RETURN(s.ca_pem, ReadPem(ca_file, "CA file", "CERTIFICATE"));
+    RETURN_IF_ERROR(CheckCaCertificates(s.ca_pem, ca_file, "CA file"));
+  }
+  if (cert_file.empty() != key_file.empty()) {
+    return absl::InvalidArgumentError(
+        "a client certificate and its key go together: give both or neither");
+  }
+  if (!cert_file.empty()) {
+    if (ca_file.empty()) {
+      return absl::InvalidArgumentError(
+          "a client certificate needs TLS (a CA file to trust the coordinator by)");
+    }
+    ASSIGN_OR_RETURN(s.cert_pem, ReadPem(cert_file, "certificate", "CERTIFICATE"));
+    ASSIGN_OR_RETURN(s.key_pem, ReadPem(key_file, "key", "PRIVATE KEY"));
+    RETURN_IF_ERROR(CheckCertificateAndKey(s.cert_pem, cert_file, s.key_pem, key_file));
   }
   if (!token_file.empty()) {
     if (ca_file.empty()) {
@@ -177,7 +204,10 @@ absl::StatusOr<ClientSecurity> LoadClientSecurity(const std::string& ca_file,
 
 std::shared_ptr<grpc::ServerCredentials> ServerCredentials(const ServerSecurity& security) {
   if (security.cert_pem.empty()) return grpc::InsecureServerCredentials();
-  grpc::SslServerCredentialsOptions options;
+  grpc::SslServerCredentialsOptions options(
+      security.client_ca_pem.empty() ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+                                     : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  options.pem_root_certs = security.client_ca_pem;
   options.pem_key_cert_pairs.push_back({security.key_pem, security.cert_pem});
   std::shared_ptr<grpc::ServerCredentials> creds = grpc::SslServerCredentials(options);
   if (!security.clients.empty()) {
@@ -195,6 +225,7 @@ std::string CallerName(const grpc::ServerContextBase* ctx) {
   std::shared_ptr<const grpc::AuthContext> auth = ctx->auth_context();
   if (auth == nullptr) return "";
   std::vector<grpc::string_ref> names = auth->FindPropertyValues(kClientProperty);
+  if (names.empty()) names = auth->FindPropertyValues(GRPC_X509_CN_PROPERTY_NAME);
   return names.empty() ? "" : std::string(names.front().data(), names.front().size());
 }
 

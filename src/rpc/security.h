@@ -4,10 +4,16 @@
 // in constant time) or is refused UNAUTHENTICATED before any handler runs,
 // and one whose client's role does not allow the method (access.h) is
 // refused PERMISSION_DENIED, naming the client and its role.
-// Clients (workers, executors, quiltctl) trust the CA file they are given
-// and send the token; without a CA file they speak plaintext, which the
-// daemons allow on loopback only. A process holds one client identity
-// (SetClientSecurity), which every channel it makes uses.
+// Given a client CA too (mutual TLS), the coordinator completes a
+// handshake only with clients that present a certificate that CA signed;
+// with no tokens asked, such a client is an admin named by its
+// certificate's common name, and with tokens the token still names the
+// client and its role (the certificate is a second factor).
+// Clients (workers, executors, quiltctl) trust the CA file they are given,
+// present their certificate where they have one and send the token;
+// without a CA file they speak plaintext, which the daemons allow on
+// loopback only. A process holds one client identity (SetClientSecurity),
+// which every channel it makes uses.
 #ifndef QUILT_SRC_RPC_SECURITY_H_
 #define QUILT_SRC_RPC_SECURITY_H_
 
@@ -25,12 +31,16 @@ namespace quilt::rpc {
 
 struct ServerSecurity {
   std::string cert_pem, key_pem;     // empty: plaintext
+  std::string client_ca_pem;         // empty: no client certificate asked
   std::vector<ClientToken> clients;  // empty: no token asked
 };
 
 struct ClientSecurity {
   std::string ca_pem;  // empty: plaintext
   std::string token;   // sent with every call (TLS only)
+  // The client's certificate and key, presented in the handshake (TLS
+  // only; empty: none).
+  std::string cert_pem, key_pem;
   // The name the server's certificate must carry, when it is not the
   // address's host (e.g. a certificate for the cluster's DNS name reached
   // by IP).
@@ -38,17 +48,24 @@ struct ClientSecurity {
 };
 
 // From PEM files, a token file (its first line: an admin's token, named
-// "token") and a tokens file (access.h; empty paths: none). Errors:
-// INVALID_ARGUMENT naming the file and the problem (unreadable, not PEM, a
-// key without a certificate, tokens without TLS, an empty or multi-line
-// token, the token file's token in the tokens file too).
+// "token"), a tokens file (access.h) and a client CA file (empty paths:
+// none). Errors: INVALID_ARGUMENT naming the file and the problem
+// (unreadable, not PEM, a key without a certificate or not its key, a
+// certificate out of its validity dates, tokens or a client CA without
+// TLS, an empty or multi-line token, the token file's token in the tokens
+// file too).
 absl::StatusOr<ServerSecurity> LoadServerSecurity(const std::string& cert_file,
                                                   const std::string& key_file,
                                                   const std::string& token_file,
-                                                  const std::string& tokens_file = "");
+                                                  const std::string& tokens_file = "",
+                                                  const std::string& client_ca_file = "");
+// The client's side: the CA to trust, its token, the server's name, its
+// own certificate and key (mutual TLS; both or neither). Errors as above.
 absl::StatusOr<ClientSecurity> LoadClientSecurity(const std::string& ca_file,
                                                   const std::string& token_file,
-                                                  const std::string& server_name);
+                                                  const std::string& server_name,
+                                                  const std::string& cert_file = "",
+                                                  const std::string& key_file = "");
 
 std::shared_ptr<grpc::ServerCredentials> ServerCredentials(const ServerSecurity& security);
 
@@ -59,8 +76,9 @@ std::shared_ptr<grpc::AuthMetadataProcessor> MakeTokenChecker(std::vector<Client
 // The auth-context property that names the call's client (its tokens-file
 // name; "token" for token_file's).
 inline constexpr char kClientProperty[] = "quilt-client";
-// The name of the client that made the call (kClientProperty); empty where
-// the API asks no token.
+// The name of the client that made the call: its token's (kClientProperty),
+// else its certificate's common name (mutual TLS); empty where the API asks
+// neither.
 std::string CallerName(const grpc::ServerContextBase* ctx);
 // The auth-context property that lists a worker client's node patterns.
 inline constexpr char kNodesProperty[] = "quilt-nodes";

@@ -70,6 +70,59 @@ TEST(Security, LoadsPemAndATokenAndNamesWhatIsWrong) {
   EXPECT_EQ(c->server_name, "x.test");
 }
 
+// Mutual TLS: a client's certificate and key load together and are
+// checked before any handshake (a key of another certificate, an expired
+// certificate, a passphrase-protected key, one without the other, one
+// without TLS); a coordinator's client CA needs TLS and a certificate;
+// the server's own pair is checked the same way.
+TEST(Security, ClientCertificatesAreCheckedWhenLoaded) {
+  absl::StatusOr<ClientSecurity> c =
+      LoadClientSecurity(Tls("ca.pem"), "", "", Tls("alice.pem"), Tls("alice.key"));
+  ASSERT_THAT(c.status(), IsOk());
+  EXPECT_THAT(c->cert_pem, HasSubstr("-----BEGIN CERTIFICATE-----"));
+  EXPECT_THAT(c->key_pem, HasSubstr("PRIVATE KEY-----"));
+  EXPECT_THAT(
+      LoadClientSecurity(Tls("ca.pem"), "", "", Tls("alice.pem"), Tls("stranger.key")).status(),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               HasSubstr("the key " + Tls("stranger.key") + " is not the key of the certificate " +
+                         Tls("alice.pem"))));
+  EXPECT_THAT(
+      LoadClientSecurity(Tls("ca.pem"), "", "", Tls("expired.pem"), Tls("alice.key")).status(),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               HasSubstr("the certificate " + Tls("expired.pem") + " expired on ")));
+  EXPECT_THAT(
+      LoadClientSecurity(Tls("ca.pem"), "", "", Tls("alice.pem"), Tls("alice_encrypted.key"))
+          .status(),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("is protected by a passphrase")));
+  EXPECT_THAT(LoadClientSecurity(Tls("ca.pem"), "", "", Tls("alice.pem"), "").status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("go together")));
+  EXPECT_THAT(LoadClientSecurity("", "", "", Tls("alice.pem"), Tls("alice.key")).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("needs TLS")));
+  // A CA file must hold a certificate (a key is no CA).
+  testing::TempDir dir;
+  std::ofstream(dir.File("fake.pem")) << "-----BEGIN CERTIFICATE-----\nnot base64\n"
+                                         "-----END CERTIFICATE-----\n";
+  EXPECT_THAT(
+      LoadClientSecurity(dir.File("fake.pem"), "", "").status(),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("the CA file " + dir.File("fake.pem") +
+                                                             " holds no certificate that parses")));
+
+  absl::StatusOr<ServerSecurity> s =
+      LoadServerSecurity(Tls("server.pem"), Tls("server.key"), "", "", Tls("client_ca.pem"));
+  ASSERT_THAT(s.status(), IsOk());
+  EXPECT_THAT(s->client_ca_pem, HasSubstr("-----BEGIN CERTIFICATE-----"));
+  EXPECT_TRUE(s->clients.empty());
+  EXPECT_THAT(LoadServerSecurity("", "", "", "", Tls("client_ca.pem")).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("needs TLS")));
+  EXPECT_THAT(
+      LoadServerSecurity(Tls("server.pem"), Tls("server.key"), "", "", dir.File("fake.pem"))
+          .status(),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("holds no certificate that parses")));
+  EXPECT_THAT(LoadServerSecurity(Tls("server.pem"), Tls("alice.key"), "").status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("is not the key of the certificate " + Tls("server.pem"))));
+}
+
 // An empty iteration (its constructor is the subclasses').
 struct NoProperties : grpc::AuthPropertyIterator {
   NoProperties() = default;

@@ -14,7 +14,8 @@
 //       [--slowdown n0/cpu:0=3] [--step-timeout 60] [--seed 0]
 //       [--checkpoint-dir DIR --checkpoint-every N] [--progress] [--cpus 0-3]
 //       [--restore STEP_DIR --restore-world W] [--steps-before K]
-//       [--tls-ca CA.pem [--token-file F] [--tls-server-name N]]
+//       [--tls-ca CA.pem [--token-file F] [--tls-server-name N]
+//        [--tls-cert C.pem --tls-key K.pem]]
 //
 // Exit status: 0 success, 1 failure (the reason on stderr), 2 usage.
 #include <filesystem>
@@ -145,15 +146,17 @@ int main(int argc, char** argv) {
   app.add_flag("--timing-only", timing_only,
                "Compute every step's updates without applying them (profiling runs)");
   app.add_option("--cpus", cpus, "Run on these CPUs only (a list like 0,2-3)");
-  std::string tls_ca, token_file, tls_server_name;
+  std::string tls_ca, token_file, tls_server_name, tls_cert, tls_key;
   app.add_option("--tls-ca", tls_ca, "PEM CA to trust the coordinator by (coordinator:// TLS)");
   app.add_option("--token-file", token_file, "The coordinator's client token (needs --tls-ca)");
   app.add_option("--tls-server-name", tls_server_name,
                  "The name the coordinator's certificate carries");
+  app.add_option("--tls-cert", tls_cert, "PEM client certificate (mutual TLS; needs --tls-ca)");
+  app.add_option("--tls-key", tls_key, "PEM private key of --tls-cert");
   if (std::optional<int> code = quilt::ParseCommandLine(app, argc, argv)) return *code;
 
   absl::StatusOr<quilt::rpc::ClientSecurity> security =
-      quilt::rpc::LoadClientSecurity(tls_ca, token_file, tls_server_name);
+      quilt::rpc::LoadClientSecurity(tls_ca, token_file, tls_server_name, tls_cert, tls_key);
   if (!security.ok()) return Fail(std::string(security.status().message()));
   quilt::rpc::SetClientSecurity(*security);
   // Pinned before any thread starts (they would inherit it anyway).

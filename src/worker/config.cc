@@ -70,7 +70,11 @@ const ConfigSchema<WorkerConfig>& WorkerConfigSchema() {
                 "File holding the coordinator's client token (one line). Needs TLS.")
         .String("tls_server_name", &C::tls_server_name,
                 "The name the coordinator's certificate carries, when it is not the\n"
-                "host of coordinator_address (e.g. reached by IP).");
+                "host of coordinator_address (e.g. reached by IP).")
+        .String("tls_cert_file", &C::tls_cert_file,
+                "PEM client certificate this worker (and its executors) present to a\n"
+                "coordinator that asks for one (its tls_client_ca_file). Needs TLS.")
+        .String("tls_key_file", &C::tls_key_file, "PEM private key of tls_cert_file.");
     return s;
   }();
   return *schema;
@@ -84,11 +88,19 @@ absl::Status ValidateWorkerConfig(const WorkerConfig& c) {
     return absl::InvalidArgumentError(
         "coordinator_address " + c.coordinator_address +
         " is not a loopback address: talking to it needs TLS (tls_ca_file) and, as the "
-        "coordinator asks, its client token (token_file)");
+        "coordinator asks, its client token (token_file) or certificate (tls_cert_file)");
   }
   if (!c.token_file.empty() && c.tls_ca_file.empty()) {
     return absl::InvalidArgumentError(
         "token_file needs TLS (tls_ca_file): over plaintext anyone on the path could read it");
+  }
+  if (c.tls_cert_file.empty() != c.tls_key_file.empty()) {
+    return absl::InvalidArgumentError(
+        "tls_cert_file and tls_key_file go together: a client certificate needs its key");
+  }
+  if (!c.tls_cert_file.empty() && c.tls_ca_file.empty()) {
+    return absl::InvalidArgumentError(
+        "tls_cert_file (a client certificate) needs TLS (tls_ca_file)");
   }
   if (!c.cpus.empty()) {
     if (absl::Status s = ParseCpuList(c.cpus).status(); !s.ok()) {

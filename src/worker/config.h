@@ -32,10 +32,13 @@ struct WorkerConfig {
   int64_t executor_threads = 1;
   int64_t stall_timeout_ms = 600000;
   std::string probe_address = "127.0.0.1:0";
-  // TLS to the coordinator and the client token (src/rpc/security.h).
+  // TLS to the coordinator, the client token and certificate
+  // (src/rpc/security.h).
   std::string tls_ca_file;
   std::string token_file;
   std::string tls_server_name;
+  std::string tls_cert_file;  // a client certificate (mutual TLS)
+  std::string tls_key_file;
 };
 
 const ConfigSchema<WorkerConfig>& WorkerConfigSchema();

@@ -89,7 +89,8 @@ int Run(WorkerConfig config) {
   // Checked before measuring the devices (seconds): a bad setting is told
   // at once.
   absl::StatusOr<rpc::ClientSecurity> security =
-      rpc::LoadClientSecurity(config.tls_ca_file, config.token_file, config.tls_server_name);
+      rpc::LoadClientSecurity(config.tls_ca_file, config.token_file, config.tls_server_name,
+                              config.tls_cert_file, config.tls_key_file);
   if (!security.ok()) {
     QLOG_ERROR("configuration error: {}", std::string(security.status().message()));
     return 2;
@@ -190,17 +191,14 @@ int Run(WorkerConfig config) {
   task_options.work_dir = work_dir;
   task_options.coordinator_address = config.coordinator_address;
   // Paths as configured: the executors run on this node.
-  if (!config.tls_ca_file.empty()) {
-    task_options.security_flags.insert(task_options.security_flags.end(),
-                                       {"--tls-ca", config.tls_ca_file});
-  }
-  if (!config.token_file.empty()) {
-    task_options.security_flags.insert(task_options.security_flags.end(),
-                                       {"--token-file", config.token_file});
-  }
-  if (!config.tls_server_name.empty()) {
-    task_options.security_flags.insert(task_options.security_flags.end(),
-                                       {"--tls-server-name", config.tls_server_name});
+  for (const auto& [flag, value] :
+       {std::pair<const char*, const std::string&>{"--tls-ca", config.tls_ca_file},
+        {"--token-file", config.token_file},
+        {"--tls-server-name", config.tls_server_name},
+        {"--tls-cert", config.tls_cert_file},
+        {"--tls-key", config.tls_key_file}}) {
+    if (!value.empty())
+      task_options.security_flags.insert(task_options.security_flags.end(), {flag, value});
   }
   task_options.compute_slowdown = config.compute_slowdown;
   for (const auto& d : node->devices()) task_options.device_ids.push_back(d.id());

@@ -41,7 +41,8 @@ struct TaskRunnerOptions {
   std::string executor_path;        // quilt-executor
   std::string work_dir;             // one directory per job below it
   std::string coordinator_address;  // the executors' rendezvous
-  // How the executors reach it: --tls-ca, --token-file, --tls-server-name.
+  // How the executors reach it: --tls-ca, --token-file, --tls-server-name,
+  // --tls-cert, --tls-key.
   std::vector<std::string> security_flags;
   // Emulated slowdown of this node's devices (1 = none).
   double compute_slowdown = 1;

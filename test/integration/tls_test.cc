@@ -3,7 +3,8 @@
 // executors that trust its CA and send the token (a job runs to
 // SUCCEEDED), and quiltctl refused for each thing it lacks: TLS, trust in
 // the server's CA, the right server name, the token; named tokens whose
-// roles set what each client may call.
+// roles set what each client may call; client certificates (mutual TLS),
+// alone and beside tokens.
 #include <string>
 #include <vector>
 
@@ -165,6 +166,92 @@ TEST(Tls, EachClientTokenCallsWhatItsRoleAllows) {
   EXPECT_THAT(as("viewer_token", {"nodes"}).out, HasSubstr("Draining"));
 }
 
+// Mutual TLS: a coordinator that asks for client certificates serves the
+// workers and executors that present one its client CA signed (a job runs
+// to SUCCEEDED) and names a client by its certificate ("submitted by
+// alice"); a client without a certificate, or with one from another CA, is
+// refused and told what to pass or set.
+TEST(Tls, ACoordinatorAskingForClientCertificatesServesOnlyClientsItsCaSigned) {
+  LocalCluster cluster;
+  ASSERT_THAT(cluster.StartCoordinator(
+                  "127.0.0.1:0", {"--tls_cert_file", Tls("server.pem"), "--tls_key_file",
+                                  Tls("server.key"), "--tls_client_ca_file", Tls("client_ca.pem")}),
+              IsOk());
+  EXPECT_THAT(cluster.Log("coordinator"), HasSubstr("transport=tls+client-certs"));
+  const std::vector<std::string> worker = {"--tls_ca_file",   Tls("ca.pem"),    "--tls_cert_file",
+                                           Tls("worker.pem"), "--tls_key_file", Tls("worker.key")};
+  ASSERT_THAT(cluster.StartWorker("worker-a", worker), IsOk()) << cluster.Log("worker-a");
+  ASSERT_THAT(cluster.StartWorker("worker-b", worker), IsOk()) << cluster.Log("worker-b");
+  auto run = [&](const std::vector<std::string>& flags, const std::vector<std::string>& args) {
+    absl::StatusOr<CommandResult> r = cluster.Quiltctl(Flags(flags, args));
+    EXPECT_THAT(r.status(), IsOk());
+    return r.ok() ? *r : CommandResult{};
+  };
+  const std::vector<std::string> alice = {"--tls-ca",       Tls("ca.pem"), "--tls-cert",
+                                          Tls("alice.pem"), "--tls-key",   Tls("alice.key")};
+  const CommandResult nodes = run(alice, {"nodes"});
+  EXPECT_EQ(nodes.exit_code, 0) << nodes.err;
+  EXPECT_THAT(nodes.out, HasSubstr("worker-b"));
+  const CommandResult certless = run({"--tls-ca", Tls("ca.pem")}, {"nodes"});
+  EXPECT_NE(certless.exit_code, 0);
+  EXPECT_THAT(certless.err, HasSubstr("if it asks for client certificates, pass --tls-cert"));
+  const CommandResult stranger = run({"--tls-ca", Tls("ca.pem"), "--tls-cert", Tls("stranger.pem"),
+                                      "--tls-key", Tls("stranger.key")},
+                                     {"nodes"});
+  EXPECT_NE(stranger.exit_code, 0);
+  EXPECT_THAT(stranger.err, HasSubstr("it did not accept this one"));
+  // A worker without a certificate does not register, and says what to set.
+  EXPECT_FALSE(
+      cluster.StartWorker("worker-c", {"--tls_ca_file", Tls("ca.pem")}, absl::Seconds(5)).ok());
+  EXPECT_THAT(cluster.Log("worker-c"), HasSubstr("set tls_cert_file and tls_key_file"));
+
+  // A job: both workers' executors find each other through the coordinator
+  // with the workers' certificate.
+  const std::string mlp = RunfilePath("test/fixtures/mlp/");
+  const CommandResult submitted =
+      run(alice,
+          {"submit", mlp + "model.onnx", "--loss", "softmax_cross_entropy", "--batch", "16",
+           "--steps", "4", "--strategy", "dp-even-ring", "--data", mlp + "x.npy," + mlp + "y.npy"});
+  ASSERT_EQ(submitted.exit_code, 0) << submitted.err;
+  const std::string id = submitted.out.substr(0, submitted.out.find('\n'));
+  const CommandResult watched = run(alice, {"watch", id});
+  EXPECT_EQ(watched.exit_code, 0) << watched.err << cluster.Log("worker-a");
+  const CommandResult described = run(alice, {"describe", "job", id});
+  EXPECT_THAT(described.out, HasSubstr("SUCCEEDED"));
+  EXPECT_THAT(described.out, HasSubstr("(" + id + "), submitted by alice"));
+}
+
+// Client certificates beside tokens: each is asked for; the token still
+// names the client and its role.
+TEST(Tls, WithTokensTooAClientNeedsBothAndItsTokenSetsItsRole) {
+  LocalCluster cluster;
+  ASSERT_THAT(cluster.StartCoordinator("127.0.0.1:0",
+                                       Flags(ServingTls("--tokens_file", "tokens"),
+                                             {"--tls_client_ca_file", Tls("client_ca.pem")})),
+              IsOk());
+  EXPECT_THAT(cluster.Log("coordinator"), HasSubstr("transport=tls+client-certs+tokens"));
+  auto run = [&](const std::vector<std::string>& flags, const std::vector<std::string>& args) {
+    absl::StatusOr<CommandResult> r = cluster.Quiltctl(Flags(flags, args));
+    EXPECT_THAT(r.status(), IsOk());
+    return r.ok() ? *r : CommandResult{};
+  };
+  const std::vector<std::string> alice = {"--tls-ca",       Tls("ca.pem"), "--tls-cert",
+                                          Tls("alice.pem"), "--tls-key",   Tls("alice.key")};
+  const CommandResult tokenless = run(alice, {"status"});
+  EXPECT_NE(tokenless.exit_code, 0);
+  EXPECT_THAT(tokenless.err, HasSubstr("asks for a client token"));
+  const CommandResult certless =
+      run({"--tls-ca", Tls("ca.pem"), "--token-file", Tls("admin_token")}, {"status"});
+  EXPECT_NE(certless.exit_code, 0);
+  EXPECT_THAT(certless.err, HasSubstr("pass --tls-cert"));
+  const CommandResult viewer =
+      run(Flags(alice, {"--token-file", Tls("viewer_token")}), {"cancel", "job-x"});
+  EXPECT_NE(viewer.exit_code, 0);
+  EXPECT_THAT(viewer.err, HasSubstr("the client 'grafana' (role viewer) may not call"));
+  const CommandResult admin = run(Flags(alice, {"--token-file", Tls("admin_token")}), {"status"});
+  EXPECT_EQ(admin.exit_code, 0) << admin.err;
+}
+
 TEST(Tls, DaemonsRefuseSettingsThatWouldSendPlaintextOffLoopback) {
   LocalCluster cluster;
   // Off loopback the coordinator needs TLS and a token.
@@ -187,7 +274,7 @@ TEST(Tls, DaemonsRefuseSettingsThatWouldSendPlaintextOffLoopback) {
                   Tls("ca.pem"), "--tls_key_file", Tls("server.key")});
   ASSERT_THAT(c.status(), IsOk());
   EXPECT_NE(c->exit_code, 0);
-  EXPECT_THAT(c->err + c->out, HasSubstr("the TLS certificate and key do not go together"));
+  EXPECT_THAT(c->err + c->out, HasSubstr("is not the key of the certificate " + Tls("ca.pem")));
   // A worker does not talk plaintext to a coordinator off loopback.
   absl::StatusOr<CommandResult> w =
       RunCommand({RunfilePath("src/worker/quilt-worker"), "--coordinator_address", "192.0.2.1:7070",
