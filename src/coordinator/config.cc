@@ -52,13 +52,15 @@ const ConfigSchema<CoordinatorConfig>& CoordinatorConfigSchema() {
         .String("tokens_file", &C::tokens_file,
                 "File of named client tokens with roles, a line each: NAME ROLE TOKEN\n"
                 "(roles: admin, user: jobs; viewer: reads only; worker: workers and\n"
-                "their executors). Beside or instead of token_file. Needs TLS.")
+                "their executors), or NAME ROLE certificate for the client certificate\n"
+                "of common name NAME (tls_client_ca_file). Beside or instead of\n"
+                "token_file. Needs TLS.")
         .String("tls_client_ca_file", &C::tls_client_ca_file,
                 "PEM CA(s) of client certificates (mutual TLS): every client must present\n"
                 "a certificate one of them signed (workers' tls_cert_file, quiltctl\n"
                 "--tls-cert). Without tokens such a client is an admin named by its\n"
-                "certificate's common name; with tokens the token still names the client\n"
-                "and its role. Needs TLS.")
+                "certificate's common name; with tokens_file, a client without a token\n"
+                "must be one of its certificate lines. Needs TLS.")
         .String("metrics_address", &C::metrics_address,
                 "If set (host:port), Prometheus metrics are served at /metrics there:\n"
                 "nodes, jobs, and each job's step, loss and step time. Plain HTTP with no\n"

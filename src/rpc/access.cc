@@ -156,8 +156,8 @@ absl::StatusOr<std::vector<ClientToken>> LoadTokensFile(const std::string& path)
     if (words.empty()) continue;
     if (words.size() != 3 && words.size() != 4) {
       return absl::InvalidArgumentError(
-          absl::StrCat(where, ": expected NAME ROLE TOKEN (three words; a worker's may add ",
-                       "nodes=…), found ", words.size(), " words"));
+          absl::StrCat(where, ": expected NAME ROLE TOKEN or NAME ROLE certificate (three ",
+                       "words; a worker's may add nodes=…), found ", words.size(), " words"));
     }
     ClientToken t;
     t.name = std::string(words[0]);
@@ -168,7 +168,10 @@ absl::StatusOr<std::vector<ClientToken>> LoadTokensFile(const std::string& path)
       return absl::InvalidArgumentError(
           absl::StrCat(where, ": unknown role '", words[1], "' (admin, user, viewer or worker)"));
     }
-    t.token = std::string(words[2]);
+    // "certificate": the client presenting a certificate of common name
+    // NAME (no token; shorter than any token, so never taken for one).
+    const bool by_certificate = words[2] == kCertificateWord;
+    if (!by_certificate) t.token = std::string(words[2]);
     if (words.size() == 4) {
       if (t.role != Role::kWorker || !absl::StartsWith(words[3], "nodes=")) {
         return absl::InvalidArgumentError(absl::StrCat(
@@ -185,12 +188,16 @@ absl::StatusOr<std::vector<ClientToken>> LoadTokensFile(const std::string& path)
         t.nodes.emplace_back(pattern);
       }
     }
-    if (absl::Status s = CheckServerToken(t.token, where + ": the token"); !s.ok()) return s;
+    if (by_certificate) {
+      // Checked below for its name only.
+    } else if (absl::Status s = CheckServerToken(t.token, where + ": the token"); !s.ok()) {
+      return s;
+    }
     if (!names.insert(t.name).second) {
       return absl::InvalidArgumentError(
           absl::StrCat(where, ": the client '", t.name, "' is named twice"));
     }
-    if (!tokens.insert(t.token).second) {
+    if (!by_certificate && !tokens.insert(t.token).second) {
       return absl::InvalidArgumentError(
           absl::StrCat(where, ": '", t.name, "' has a token another client has"));
     }

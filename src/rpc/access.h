@@ -1,6 +1,8 @@
-// Who may call what: the coordinator's client tokens by name and role. A
+// Who may call what: the coordinator's clients by name and role. A
 // tokens file holds one client a line, "NAME ROLE TOKEN" ('#' starts a
-// comment); the role sets the methods its token may call:
+// comment), or "NAME ROLE certificate" for the client that presents a
+// client certificate of common name NAME (mutual TLS) and no token; the
+// role sets the methods the client may call:
 //   admin   everything (the single token_file's token is an admin's);
 //   user    jobs (submit, plan, cancel, resume, delete, export) and what
 //           a viewer reads;
@@ -25,10 +27,13 @@ enum class Role { kAdmin, kUser, kViewer, kWorker };
 
 const char* RoleName(Role role);
 
+// A tokens-file line's third word that names a certificate client.
+inline constexpr char kCertificateWord[] = "certificate";
+
 struct ClientToken {
   std::string name;
   Role role = Role::kAdmin;
-  std::string token;
+  std::string token;  // empty: the client of the certificate named `name`
   // A worker's nodes: the node ids (globs, '*' any run of characters) it
   // may register and heartbeat as, and whose executors it may exchange
   // addresses for; empty: any node.
@@ -54,7 +59,7 @@ absl::Status CheckServerToken(absl::string_view token, const std::string& what);
 absl::Status CheckClientName(absl::string_view name);
 
 // A worker's line may end in a fourth word, nodes=PATTERN[,PATTERN…], that
-// binds its token to those nodes. Errors: INVALID_ARGUMENT naming the file
+// binds its token (or certificate) to those nodes. Errors: INVALID_ARGUMENT naming the file
 // and line (unreadable, not three words (or four, a worker's), a name or
 // token not as above, an unknown role, a name or token given twice, no
 // client at all). A word that begins with '#' starts a comment; a token

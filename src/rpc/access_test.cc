@@ -82,7 +82,8 @@ TEST(LoadTokensFile, NamesRolesAndTokens_CommentsAndBlankLinesSkipped) {
   EXPECT_EQ((*t)[3].token, "tok-4-0123456789ab");
   for (const auto& [text, why] : std::vector<std::pair<std::string, std::string>>{
            {"ops admin\n",
-            "line 1: expected NAME ROLE TOKEN (three words; a worker's may add nodes=…), found 2"},
+            "line 1: expected NAME ROLE TOKEN or NAME ROLE certificate (three words; a "
+            "worker's may add nodes=…), found 2"},
            {"ops admin #0123456789abcdef\n", "line 1: expected NAME ROLE TOKEN"},
            {"ops user 0123456789abcdef nodes=a\n", "a fourth word binds a worker's token"},
            {"n worker 0123456789abcdef racks=a\n", "not 'racks=a'"},
@@ -107,6 +108,16 @@ TEST(LoadTokensFile, NamesRolesAndTokens_CommentsAndBlankLinesSkipped) {
                          AllOf(HasSubstr(dir.File("bad")), HasSubstr(why))))
         << text;
   }
+  // Certificate clients: no token, bound to nodes as a worker's may be; two
+  // of them share no "token".
+  std::ofstream(dir.File("certs")) << "alice user certificate\n"
+                                   << "gpu-7 worker certificate nodes=gpu-7 # its own node\n";
+  absl::StatusOr<std::vector<ClientToken>> certs = LoadTokensFile(dir.File("certs"));
+  ASSERT_THAT(certs.status(), IsOk());
+  ASSERT_EQ(certs->size(), 2u);
+  EXPECT_EQ((*certs)[0].token, "");
+  EXPECT_EQ((*certs)[1].role, Role::kWorker);
+  EXPECT_EQ((*certs)[1].nodes, std::vector<std::string>{"gpu-7"});
   EXPECT_THAT(LoadTokensFile(dir.File("missing")).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("cannot be read")));
 }

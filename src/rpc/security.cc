@@ -56,26 +56,43 @@ bool SameToken(grpc::string_ref got, const std::string& want) {
 class TokenChecker : public grpc::AuthMetadataProcessor {
  public:
   explicit TokenChecker(std::vector<ClientToken> clients) : clients_(std::move(clients)) {
-    for (ClientToken& c : clients_) c.token = "Bearer " + c.token;
+    for (ClientToken& c : clients_) {
+      if (!c.token.empty()) c.token = "Bearer " + c.token;
+    }
   }
   bool IsBlocking() const override { return false; }
   grpc::Status Process(const InputMetadata& metadata, grpc::AuthContext* context,
                        OutputMetadata* consumed, OutputMetadata* /*response*/) override {
     auto it = metadata.find("authorization");
-    if (it == metadata.end()) {
-      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                          "this coordinator asks for a client token (quiltctl --token-file, a "
-                          "worker's token_file)");
-    }
-    // Every token compared, in constant time each: which one matched (if
-    // any) takes no longer to find.
     const ClientToken* client = nullptr;
-    for (const ClientToken& c : clients_) {
-      if (SameToken(it->second, c.token)) client = &c;
-    }
-    if (client == nullptr) {
-      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                          "the client token is not this coordinator's");
+    if (it == metadata.end()) {
+      // No token: the client its certificate names, if the tokens file
+      // lists it as a certificate client.
+      std::vector<grpc::string_ref> cn = context->FindPropertyValues(GRPC_X509_CN_PROPERTY_NAME);
+      for (const ClientToken& c : clients_) {
+        if (c.token.empty() && cn.size() == 1 && cn[0] == c.name) client = &c;
+      }
+      if (client == nullptr) {
+        return grpc::Status(
+            grpc::StatusCode::UNAUTHENTICATED,
+            cn.size() == 1
+                ? absl::StrCat("this coordinator asks for a client token (quiltctl --token-file, "
+                               "a worker's token_file); a client certificate does instead only "
+                               "where its tokens file names it as one (this one's common name: '",
+                               absl::string_view(cn[0].data(), cn[0].size()), "')")
+                : "this coordinator asks for a client token (quiltctl --token-file, a worker's "
+                  "token_file)");
+      }
+    } else {
+      // Every token compared, in constant time each: which one matched (if
+      // any) takes no longer to find.
+      for (const ClientToken& c : clients_) {
+        if (!c.token.empty() && SameToken(it->second, c.token)) client = &c;
+      }
+      if (client == nullptr) {
+        return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                            "the client token is not this coordinator's");
+      }
     }
     auto path = metadata.find(":path");
     const std::string method = path == metadata.end()
@@ -89,8 +106,10 @@ class TokenChecker : public grpc::AuthMetadataProcessor {
     }
     context->AddProperty(kClientProperty, client->name);
     for (const std::string& pattern : client->nodes) context->AddProperty(kNodesProperty, pattern);
-    consumed->insert(std::make_pair(std::string(it->first.data(), it->first.size()),
-                                    std::string(it->second.data(), it->second.size())));
+    if (it != metadata.end()) {
+      consumed->insert(std::make_pair(std::string(it->first.data(), it->first.size()),
+                                      std::string(it->second.data(), it->second.size())));
+    }
     return grpc::Status::OK;
   }
 
@@ -157,6 +176,12 @@ absl::StatusOr<ServerSecurity> LoadServerSecurity(const std::string& cert_file,
         return absl::InvalidArgumentError(absl::StrCat(
             "the tokens file ", tokens_file, " names a client 'token', the name of token_file ",
             token_file, "'s client: pick another"));
+      }
+      if (c.token.empty() && s.client_ca_pem.empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("the tokens file ", tokens_file, " names '", c.name,
+                         "' a certificate client, but no client certificates are asked for "
+                         "(tls_client_ca_file)"));
       }
       s.clients.push_back(std::move(c));
     }

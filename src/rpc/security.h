@@ -1,14 +1,16 @@
-// Transport security of Quilt's gRPC API: TLS and client tokens. A
-// coordinator given a certificate and key serves over TLS; given tokens
-// too, every call must carry one ("authorization: Bearer <token>", checked
-// in constant time) or is refused UNAUTHENTICATED before any handler runs,
-// and one whose client's role does not allow the method (access.h) is
-// refused PERMISSION_DENIED, naming the client and its role.
+// Transport security of Quilt's gRPC API: TLS, client tokens and client
+// certificates. A coordinator given a certificate and key serves over TLS;
+// given tokens too, every call must carry one ("authorization: Bearer
+// <token>", checked in constant time) or come from a certificate client
+// of the tokens file, or is refused UNAUTHENTICATED before any handler
+// runs, and one whose client's role does not allow the method (access.h)
+// is refused PERMISSION_DENIED, naming the client and its role.
 // Given a client CA too (mutual TLS), the coordinator completes a
 // handshake only with clients that present a certificate that CA signed;
 // with no tokens asked, such a client is an admin named by its
-// certificate's common name, and with tokens the token still names the
-// client and its role (the certificate is a second factor).
+// certificate's common name; with tokens a call's token names its client
+// (the certificate is a second factor), and a call without one is the
+// tokens file's certificate client of that common name.
 // Clients (workers, executors, quiltctl) trust the CA file they are given,
 // present their certificate where they have one and send the token;
 // without a CA file they speak plaintext, which the daemons allow on

@@ -195,6 +195,43 @@ TEST(TokenChecker, TheTokensClientByRoleAndMethod_NamedInTheContext) {
             grpc::StatusCode::UNAUTHENTICATED);
 }
 
+// A call with no token: the certificate client its peer's common name
+// names, role-checked like a token's; an unlisted name, or no
+// certificate, refused saying so. A token client may not be reached by a
+// certificate of its name.
+TEST(TokenChecker, ACertificateClientByItsCommonName) {
+  std::shared_ptr<grpc::AuthMetadataProcessor> checker =
+      MakeTokenChecker({{"ops", Role::kAdmin, "admin-0123456789abcdef", {}},
+                        {"alice", Role::kViewer, "", {}},
+                        {"gpu-7", Role::kWorker, "", {"gpu-7"}}});
+  auto call = [&](const std::string& common_name, const std::string& path, Properties* context) {
+    if (!common_name.empty()) context->AddProperty(GRPC_X509_CN_PROPERTY_NAME, common_name);
+    grpc::AuthMetadataProcessor::InputMetadata in;
+    in.emplace(":path", path);
+    grpc::AuthMetadataProcessor::OutputMetadata consumed, response;
+    return checker->Process(in, context, &consumed, &response);
+  };
+  Properties worker;
+  grpc::Status s = call("gpu-7", "/quilt.v1.ClusterService/Heartbeat", &worker);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(worker.FindPropertyValues(kClientProperty).size(), 1u);
+  EXPECT_EQ(worker.FindPropertyValues(kNodesProperty).size(), 1u);
+  Properties viewer;
+  s = call("alice", "/quilt.v1.JobService/CancelJob", &viewer);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(s.error_message(), HasSubstr("the client 'alice' (role viewer) may not call"));
+  Properties unlisted;
+  s = call("mallory", "/quilt.v1.JobService/GetJob", &unlisted);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_THAT(s.error_message(), HasSubstr("(this one's common name: 'mallory')"));
+  Properties token_name;
+  EXPECT_EQ(call("ops", "/quilt.v1.JobService/GetJob", &token_name).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  Properties none;
+  EXPECT_EQ(call("", "/quilt.v1.JobService/GetJob", &none).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+}
+
 TEST(Security, TokensTheCoordinatorTakesAreLongAndNamedApart) {
   // token_file's token is at least 16 characters; a tokens-file client
   // may not take token_file's name.
@@ -206,6 +243,16 @@ TEST(Security, TokensTheCoordinatorTakesAreLongAndNamedApart) {
       LoadServerSecurity(Tls("server.pem"), Tls("server.key"), Tls("token"), dir.File("tokens"))
           .status(),
       StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("names a client 'token'")));
+  // A certificate client where no client certificates are asked for.
+  std::ofstream(dir.File("certs")) << "alice user certificate\n";
+  EXPECT_THAT(
+      LoadServerSecurity(Tls("server.pem"), Tls("server.key"), "", dir.File("certs")).status(),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               HasSubstr("names 'alice' a certificate client, but no client certificates")));
+  EXPECT_THAT(LoadServerSecurity(Tls("server.pem"), Tls("server.key"), "", dir.File("certs"),
+                                 Tls("client_ca.pem"))
+                  .status(),
+              IsOk());
   // Alone, the tokens file may use the name.
   EXPECT_THAT(
       LoadServerSecurity(Tls("server.pem"), Tls("server.key"), "", dir.File("tokens")).status(),

@@ -221,15 +221,23 @@ TEST(Tls, ACoordinatorAskingForClientCertificatesServesOnlyClientsItsCaSigned) {
   EXPECT_THAT(described.out, HasSubstr("(" + id + "), submitted by alice"));
 }
 
-// Client certificates beside tokens: each is asked for; the token still
-// names the client and its role.
-TEST(Tls, WithTokensTooAClientNeedsBothAndItsTokenSetsItsRole) {
+// Client certificates beside a tokens file: a certificate client (named
+// by its certificate in the tokens file) needs no token and has its line's
+// role, a worker's bound to its node; a token client needs a certificate
+// too, and its token sets its role.
+TEST(Tls, BesideTokensACertificateNamedInTheTokensFileHasItsRole) {
   LocalCluster cluster;
   ASSERT_THAT(cluster.StartCoordinator("127.0.0.1:0",
-                                       Flags(ServingTls("--tokens_file", "tokens"),
+                                       Flags(ServingTls("--tokens_file", "cert_tokens"),
                                              {"--tls_client_ca_file", Tls("client_ca.pem")})),
               IsOk());
   EXPECT_THAT(cluster.Log("coordinator"), HasSubstr("transport=tls+client-certs+tokens"));
+  const std::vector<std::string> worker = {"--tls_ca_file",   Tls("ca.pem"),    "--tls_cert_file",
+                                           Tls("worker.pem"), "--tls_key_file", Tls("worker.key")};
+  ASSERT_THAT(cluster.StartWorker("worker-a", worker), IsOk()) << cluster.Log("worker-a");
+  EXPECT_FALSE(cluster.StartWorker("worker-b", worker, absl::Seconds(5)).ok());
+  EXPECT_THAT(cluster.Log("worker-b"),
+              HasSubstr("the client 'worker-a' acts only for nodes worker-a, not 'worker-b'"));
   auto run = [&](const std::vector<std::string>& flags, const std::vector<std::string>& args) {
     absl::StatusOr<CommandResult> r = cluster.Quiltctl(Flags(flags, args));
     EXPECT_THAT(r.status(), IsOk());
@@ -237,19 +245,20 @@ TEST(Tls, WithTokensTooAClientNeedsBothAndItsTokenSetsItsRole) {
   };
   const std::vector<std::string> alice = {"--tls-ca",       Tls("ca.pem"), "--tls-cert",
                                           Tls("alice.pem"), "--tls-key",   Tls("alice.key")};
-  const CommandResult tokenless = run(alice, {"status"});
-  EXPECT_NE(tokenless.exit_code, 0);
-  EXPECT_THAT(tokenless.err, HasSubstr("asks for a client token"));
+  const CommandResult nodes = run(alice, {"nodes"});
+  EXPECT_EQ(nodes.exit_code, 0) << nodes.err;
+  EXPECT_THAT(nodes.out, HasSubstr("worker-a"));
+  const CommandResult drain = run(alice, {"drain", "worker-a"});
+  EXPECT_NE(drain.exit_code, 0);
+  EXPECT_THAT(drain.err, HasSubstr("the client 'alice' (role user) may not call"));
   const CommandResult certless =
       run({"--tls-ca", Tls("ca.pem"), "--token-file", Tls("admin_token")}, {"status"});
   EXPECT_NE(certless.exit_code, 0);
   EXPECT_THAT(certless.err, HasSubstr("pass --tls-cert"));
-  const CommandResult viewer =
-      run(Flags(alice, {"--token-file", Tls("viewer_token")}), {"cancel", "job-x"});
-  EXPECT_NE(viewer.exit_code, 0);
-  EXPECT_THAT(viewer.err, HasSubstr("the client 'grafana' (role viewer) may not call"));
-  const CommandResult admin = run(Flags(alice, {"--token-file", Tls("admin_token")}), {"status"});
+  const CommandResult admin =
+      run(Flags(alice, {"--token-file", Tls("admin_token")}), {"drain", "worker-a"});
   EXPECT_EQ(admin.exit_code, 0) << admin.err;
+  EXPECT_THAT(run(alice, {"nodes"}).out, HasSubstr("Draining"));
 }
 
 TEST(Tls, DaemonsRefuseSettingsThatWouldSendPlaintextOffLoopback) {
