@@ -75,6 +75,10 @@ TEST(CoordinatorConfig, OffLoopbackClientCertificatesWillDoInsteadOfTokens) {
   c.listen_address = "0.0.0.0:7070";
   c.tls_cert_file = "/etc/quilt/api.pem";
   c.tls_key_file = "/etc/quilt/api.key";
+  EXPECT_THAT(ValidateCoordinatorConfig(c),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("client tokens (token_file or tokens_file) or client "
+                                 "certificates (tls_client_ca_file)")));
   c.tls_client_ca_file = "/etc/quilt/clients-ca.pem";
   EXPECT_THAT(ValidateCoordinatorConfig(c), IsOk());
   c.tls_cert_file.clear();

@@ -170,7 +170,7 @@ absl::StatusOr<std::vector<ClientToken>> LoadTokensFile(const std::string& path)
     }
     // "certificate": the client presenting a certificate of common name
     // NAME (no token; shorter than any token, so never taken for one).
-    const bool by_certificate = words[2] == kCertificateWord;
+    const bool by_certificate = absl::EqualsIgnoreCase(words[2], kCertificateWord);
     if (!by_certificate) t.token = std::string(words[2]);
     if (words.size() == 4) {
       if (t.role != Role::kWorker || !absl::StartsWith(words[3], "nodes=")) {

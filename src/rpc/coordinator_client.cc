@@ -31,12 +31,16 @@ absl::Status CallStatus(const grpc::Status& s, const std::string& address, bool 
     if (absl::StrContains(m, "Connection refused")) {
       hint = " (nothing listens there: is the coordinator running, at that address?)";
     } else if (plaintext && !absl::StrContains(m, "shutting down")) {
-      hint = daemon ? " (if it serves TLS, set tls_ca_file and token_file)"
-                    : " (if it serves TLS, pass --tls-ca and --token-file)";
-    } else if (absl::StrContains(m, "Socket closed") && security.cert_pem.empty()) {
+      hint = daemon ? " (if it serves TLS, set tls_ca_file and token_file, or tls_cert_file and "
+                      "tls_key_file where it asks for client certificates)"
+                    : " (if it serves TLS, pass --tls-ca and --token-file, or --tls-cert and "
+                      "--tls-key where it asks for client certificates)";
+    } else if (!absl::StrContains(m, "Socket closed") || absl::StrContains(m, "shutting down")) {
+      // Not a closed handshake.
+    } else if (security.cert_pem.empty()) {
       hint = daemon ? " (if it asks for client certificates, set tls_cert_file and tls_key_file)"
                     : " (if it asks for client certificates, pass --tls-cert and --tls-key)";
-    } else if (absl::StrContains(m, "Socket closed")) {
+    } else {
       hint =
           " (if it asks for client certificates, it did not accept this one: is it signed by a "
           "CA of the coordinator's tls_client_ca_file?)";

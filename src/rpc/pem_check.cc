@@ -27,7 +27,9 @@ using Bio = std::unique_ptr<BIO, BioFree>;
 using Cert = std::unique_ptr<X509, X509Free>;
 using Key = std::unique_ptr<EVP_PKEY, KeyFree>;
 
+// Null for input beyond what a BIO's int length holds (no PEM file is).
 Bio ReadOnly(const std::string& pem) {
+  if (pem.size() > (size_t{1} << 30)) return nullptr;
   return Bio(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
 }
 
@@ -42,6 +44,8 @@ Cert NextCertificate(BIO* bio) {
   ERR_clear_error();
   return cert;
 }
+
+constexpr char kCertificateBegin[] = "-----BEGIN CERTIFICATE-----";
 
 std::string TimeText(const ASN1_TIME* t) {
   Bio out(BIO_new(BIO_s_mem()));
@@ -60,6 +64,12 @@ absl::Status CheckCertificateAndKey(const std::string& cert_pem, const std::stri
   if (cert == nullptr) {
     return absl::InvalidArgumentError(
         absl::StrCat("the certificate ", cert_file, " holds no certificate that parses"));
+  }
+  // (0: a date that does not parse.)
+  if (X509_cmp_current_time(X509_get0_notBefore(cert.get())) == 0 ||
+      X509_cmp_current_time(X509_get0_notAfter(cert.get())) == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the certificate ", cert_file, " has a validity date that does not parse"));
   }
   if (X509_cmp_current_time(X509_get0_notBefore(cert.get())) > 0) {
     return absl::InvalidArgumentError(absl::StrCat("the certificate ", cert_file,
@@ -101,6 +111,19 @@ absl::Status CheckCaCertificates(const std::string& pem, const std::string& file
   if (bio == nullptr || NextCertificate(bio.get()) == nullptr) {
     return absl::InvalidArgumentError(
         absl::StrCat("the ", what, " ", file, " holds no certificate that parses"));
+  }
+  // Each certificate block parses (PEM_read_bio_X509 skips other blocks).
+  size_t parsed = 1;
+  while (NextCertificate(bio.get()) != nullptr) ++parsed;
+  size_t blocks = 0;
+  for (size_t at = pem.find(kCertificateBegin); at != std::string::npos;
+       at = pem.find(kCertificateBegin, at + 1)) {
+    ++blocks;
+  }
+  if (parsed < blocks) {
+    return absl::InvalidArgumentError(absl::StrCat("the ", what, " ", file, " holds ", blocks,
+                                                   " certificates, of which only the first ",
+                                                   parsed, " parse"));
   }
   return absl::OkStatus();
 }

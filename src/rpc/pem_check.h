@@ -21,8 +21,9 @@ namespace quilt::rpc {
 absl::Status CheckCertificateAndKey(const std::string& cert_pem, const std::string& cert_file,
                                     const std::string& key_pem, const std::string& key_file);
 
-// `pem` (from `file`, the `what` of the message: "CA file") holds a
-// certificate that parses. Errors: INVALID_ARGUMENT naming the file.
+// `pem` (from `file`, the `what` of the message: "CA file") holds
+// certificates that parse, at least one. Errors: INVALID_ARGUMENT naming
+// the file.
 absl::Status CheckCaCertificates(const std::string& pem, const std::string& file,
                                  const std::string& what);
 

@@ -61,21 +61,29 @@ class TokenChecker : public grpc::AuthMetadataProcessor {
     }
   }
   bool IsBlocking() const override { return false; }
+  // The certificate client (no token) the peer's certificate names, if any.
+  const ClientToken* CertificateClient(const grpc::AuthContext& context) const {
+    std::vector<grpc::string_ref> cn = context.FindPropertyValues(GRPC_X509_CN_PROPERTY_NAME);
+    if (cn.empty()) return nullptr;
+    for (const ClientToken& c : clients_) {
+      if (c.token.empty() && cn[0] == c.name) return &c;
+    }
+    return nullptr;
+  }
   grpc::Status Process(const InputMetadata& metadata, grpc::AuthContext* context,
                        OutputMetadata* consumed, OutputMetadata* /*response*/) override {
     auto it = metadata.find("authorization");
     const ClientToken* client = nullptr;
     if (it == metadata.end()) {
       // No token: the client its certificate names, if the tokens file
-      // lists it as a certificate client.
-      std::vector<grpc::string_ref> cn = context->FindPropertyValues(GRPC_X509_CN_PROPERTY_NAME);
-      for (const ClientToken& c : clients_) {
-        if (c.token.empty() && cn.size() == 1 && cn[0] == c.name) client = &c;
-      }
+      // lists it as a certificate client (gRPC gives the subject's first
+      // common name).
+      client = CertificateClient(*context);
       if (client == nullptr) {
+        std::vector<grpc::string_ref> cn = context->FindPropertyValues(GRPC_X509_CN_PROPERTY_NAME);
         return grpc::Status(
             grpc::StatusCode::UNAUTHENTICATED,
-            cn.size() == 1
+            !cn.empty()
                 ? absl::StrCat("this coordinator asks for a client token (quiltctl --token-file, "
                                "a worker's token_file); a client certificate does instead only "
                                "where its tokens file names it as one (this one's common name: '",
@@ -90,8 +98,16 @@ class TokenChecker : public grpc::AuthMetadataProcessor {
         if (!c.token.empty() && SameToken(it->second, c.token)) client = &c;
       }
       if (client == nullptr) {
-        return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                            "the client token is not this coordinator's");
+        const ClientToken* by_certificate = CertificateClient(*context);
+        return grpc::Status(
+            grpc::StatusCode::UNAUTHENTICATED,
+            by_certificate == nullptr
+                ? std::string("the client token is not this coordinator's")
+                : absl::StrCat("the client token is not this coordinator's (the client "
+                               "certificate is '",
+                               by_certificate->name,
+                               "''s, a certificate client, which sends no token: drop "
+                               "--token-file, $QUILT_TOKEN_FILE or token_file)"));
       }
     }
     auto path = metadata.find(":path");
@@ -167,12 +183,12 @@ absl::StatusOr<ServerSecurity> LoadServerSecurity(const std::string& cert_file,
   if (!tokens_file.empty()) {
     ASSIGN_OR_RETURN(std::vector<ClientToken> more, LoadTokensFile(tokens_file));
     for (ClientToken& c : more) {
-      if (!s.clients.empty() && c.token == s.clients.front().token) {
+      if (!token_file.empty() && !c.token.empty() && c.token == s.clients.front().token) {
         return absl::InvalidArgumentError(absl::StrCat("the tokens file ", tokens_file, " gives '",
                                                        c.name, "' the token of token_file ",
                                                        token_file));
       }
-      if (!s.clients.empty() && c.name == s.clients.front().name) {
+      if (!token_file.empty() && c.name == s.clients.front().name) {
         return absl::InvalidArgumentError(absl::StrCat(
             "the tokens file ", tokens_file, " names a client 'token', the name of token_file ",
             token_file, "'s client: pick another"));

@@ -204,18 +204,40 @@ TEST(TokenChecker, ACertificateClientByItsCommonName) {
       MakeTokenChecker({{"ops", Role::kAdmin, "admin-0123456789abcdef", {}},
                         {"alice", Role::kViewer, "", {}},
                         {"gpu-7", Role::kWorker, "", {"gpu-7"}}});
-  auto call = [&](const std::string& common_name, const std::string& path, Properties* context) {
+  // `authorization`: the header's value, if any.
+  auto call = [&](const std::string& common_name, const std::string& path, Properties* context,
+                  const std::string* authorization = nullptr) {
     if (!common_name.empty()) context->AddProperty(GRPC_X509_CN_PROPERTY_NAME, common_name);
     grpc::AuthMetadataProcessor::InputMetadata in;
     in.emplace(":path", path);
+    if (authorization != nullptr) in.emplace("authorization", *authorization);
     grpc::AuthMetadataProcessor::OutputMetadata consumed, response;
     return checker->Process(in, context, &consumed, &response);
+  };
+  auto value = [](const Properties& context, const char* name) {
+    std::vector<grpc::string_ref> v = context.FindPropertyValues(name);
+    return v.size() == 1 ? std::string(v[0].data(), v[0].size()) : "(" + std::to_string(v.size());
   };
   Properties worker;
   grpc::Status s = call("gpu-7", "/quilt.v1.ClusterService/Heartbeat", &worker);
   EXPECT_TRUE(s.ok()) << s.error_message();
-  EXPECT_EQ(worker.FindPropertyValues(kClientProperty).size(), 1u);
-  EXPECT_EQ(worker.FindPropertyValues(kNodesProperty).size(), 1u);
+  EXPECT_EQ(value(worker, kClientProperty), "gpu-7");
+  EXPECT_EQ(value(worker, kNodesProperty), "gpu-7");
+  // A token names the client even where the certificate names another.
+  Properties both;
+  const std::string admin = "Bearer admin-0123456789abcdef";
+  s = call("alice", "/quilt.v1.AdminService/SetNodeDraining", &both, &admin);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(value(both, kClientProperty), "ops");
+  // An empty or wrong token is no certificate client's way in.
+  for (const std::string bad : {"", "Bearer ", "Bearer nope-0123456789abcdef"}) {
+    Properties tried;
+    s = call("alice", "/quilt.v1.JobService/GetJob", &tried, &bad);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << "'" << bad << "'";
+    EXPECT_THAT(s.error_message(), HasSubstr("'alice''s, a certificate client, which sends no "
+                                             "token"));
+    EXPECT_TRUE(tried.FindPropertyValues(kClientProperty).empty());
+  }
   Properties viewer;
   s = call("alice", "/quilt.v1.JobService/CancelJob", &viewer);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
@@ -253,6 +275,12 @@ TEST(Security, TokensTheCoordinatorTakesAreLongAndNamedApart) {
                                  Tls("client_ca.pem"))
                   .status(),
               IsOk());
+  // Certificate clients alone (no token_file): any number of them.
+  std::ofstream(dir.File("certs_only")) << "alice user certificate\nbob viewer Certificate\n";
+  absl::StatusOr<ServerSecurity> certs = LoadServerSecurity(
+      Tls("server.pem"), Tls("server.key"), "", dir.File("certs_only"), Tls("client_ca.pem"));
+  ASSERT_THAT(certs.status(), IsOk());
+  EXPECT_EQ(certs->clients.size(), 2u);
   // Alone, the tokens file may use the name.
   EXPECT_THAT(
       LoadServerSecurity(Tls("server.pem"), Tls("server.key"), "", dir.File("tokens")).status(),

@@ -255,6 +255,13 @@ TEST(Tls, BesideTokensACertificateNamedInTheTokensFileHasItsRole) {
       run({"--tls-ca", Tls("ca.pem"), "--token-file", Tls("admin_token")}, {"status"});
   EXPECT_NE(certless.exit_code, 0);
   EXPECT_THAT(certless.err, HasSubstr("pass --tls-cert"));
+  // The client CA signed bob's certificate, but the tokens file names no
+  // bob: without a token he is refused.
+  const CommandResult unlisted =
+      run({"--tls-ca", Tls("ca.pem"), "--tls-cert", Tls("bob.pem"), "--tls-key", Tls("bob.key")},
+          {"status"});
+  EXPECT_NE(unlisted.exit_code, 0);
+  EXPECT_THAT(unlisted.err, HasSubstr("(this one's common name: 'bob')"));
   const CommandResult admin =
       run(Flags(alice, {"--token-file", Tls("admin_token")}), {"drain", "worker-a"});
   EXPECT_EQ(admin.exit_code, 0) << admin.err;
