@@ -36,6 +36,7 @@ void AddTrainLocalCommand(CLI::App& app, std::vector<Command>* out);
 void AddPlanCommand(CLI::App& app, const GlobalOptions& globals, std::vector<Command>* out);
 void AddSimulateCommand(CLI::App& app, std::vector<Command>* out);
 void AddJobCommands(CLI::App& app, const GlobalOptions& globals, std::vector<Command>* out);
+void AddLogsCommand(CLI::App& app, const GlobalOptions& globals, std::vector<Command>* out);
 
 // The model of a job spec from a command's MODEL argument: zoo:NAME, an
 // .onnx file (its bytes), or a Quilt graph file (`loaded` if the caller

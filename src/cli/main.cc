@@ -58,6 +58,7 @@ int main(int argc, char** argv) {
   quilt::cli::AddPlanCommand(app, globals, &commands);
   quilt::cli::AddSimulateCommand(app, &commands);
   quilt::cli::AddJobCommands(app, globals, &commands);
+  quilt::cli::AddLogsCommand(app, globals, &commands);
   // The command: the first argument that is not an option (nor the value
   // of a global one). CLI11 would only say that one is required.
   for (int i = 1; i < argc; ++i) {
@@ -113,9 +114,9 @@ int main(int argc, char** argv) {
   for (const quilt::cli::Command& c : commands) {
     if (!c.app->parsed()) continue;
     // Commands that call the coordinator need an address they can use.
-    static const std::set<std::string> remote = {"status",   "nodes",  "submit", "jobs",
-                                                 "describe", "watch",  "cancel", "export",
-                                                 "delete",   "forget", "resume", "losses"};
+    static const std::set<std::string> remote = {"status", "nodes",  "submit", "jobs",   "describe",
+                                                 "watch",  "cancel", "export", "delete", "forget",
+                                                 "resume", "losses", "logs"};
     if (remote.count(c.app->get_name()) > 0 && globals.coordinator.rfind("unix:", 0) != 0) {
       absl::StatusOr<quilt::HostPort> hp = quilt::ParseHostPort(globals.coordinator);
       if (!hp.ok() || hp->port == 0) {

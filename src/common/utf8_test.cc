@@ -1,4 +1,4 @@
-// IsUtf8 against hand-picked cases and, for every sequence of up to three
+// IsUtf8 (and ToUtf8) against hand-picked cases and, for every sequence of up to three
 // bytes, against a decoder that computes the code point and checks its
 // range and shortest form.
 #include "src/common/utf8.h"
@@ -75,6 +75,16 @@ TEST(IsUtf8, AgreesWithADecoderOnEverySequenceOfUpToThreeBytes) {
       }
     }
   }
+}
+
+// Each byte that begins no well-formed sequence becomes '?'; the
+// sequences around it are kept.
+TEST(ToUtf8, ReplacesWhatIsNotUtf8ByteByByte) {
+  EXPECT_EQ(ToUtf8("ok \xC3\xA9 \xFF\xFE \xE2\x82\n"), "ok \xC3\xA9 ?? ??\n");
+  EXPECT_EQ(ToUtf8("\xC0\xAF"), "??") << "an overlong '/'";
+  EXPECT_EQ(ToUtf8("\xED\xA0\x80"), "???") << "a surrogate";
+  EXPECT_EQ(ToUtf8("\xF0\x9F\x98\x80"), "\xF0\x9F\x98\x80");
+  EXPECT_TRUE(IsUtf8(ToUtf8("\x80\xC3\xC3\xA9\xF4\x90")));
 }
 
 }  // namespace

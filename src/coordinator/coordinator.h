@@ -1,5 +1,6 @@
 // The coordinator's domain core: owns the state store, the node registry, the
-// jobs, the measured links and the liveness ticker. The gRPC services (src/rpc/) call into the
+// jobs, the measured links, the models' profiles, the job-log requests and
+// the liveness ticker. The gRPC services (src/rpc/) call into the
 // components it exposes; main.cc wires the two together.
 //
 // Threading: Start() launches one ticker thread that checks liveness every
@@ -20,6 +21,7 @@
 #include "src/common/clock.h"
 #include "src/common/dir_lock.h"
 #include "src/coordinator/config.h"
+#include "src/coordinator/job_logs.h"
 #include "src/coordinator/job_manager.h"
 #include "src/coordinator/link_probes.h"
 #include "src/coordinator/model_profiles.h"
@@ -47,6 +49,7 @@ class Coordinator {
   JobManager* jobs() { return jobs_.get(); }
   LinkProbes* links() { return links_.get(); }
   ModelProfiles* profiles() { return profiles_.get(); }
+  JobLogs* logs() { return logs_.get(); }
   const CoordinatorConfig& config() const { return config_; }
   absl::Time start_time() const { return start_time_; }
   Clock* clock() const { return clock_; }
@@ -64,6 +67,7 @@ class Coordinator {
   std::unique_ptr<JobManager> jobs_;
   std::unique_ptr<LinkProbes> links_;
   std::unique_ptr<ModelProfiles> profiles_;
+  std::unique_ptr<JobLogs> logs_;
   absl::Notification stop_;
   std::atomic<bool> draining_{false};
   std::thread ticker_;

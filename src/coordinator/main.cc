@@ -72,6 +72,7 @@ int Run(const CoordinatorConfig& config) {
   (*coordinator)->BeginDrain();
   // Submissions waiting for profiles plan at once with what they have.
   (*coordinator)->profiles()->Shutdown();
+  (*coordinator)->logs()->Shutdown();
   metrics.reset();
   (*server)->Shutdown(absl::Milliseconds(config.drain_timeout_ms));
   (*coordinator)->Stop();

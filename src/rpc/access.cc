@@ -27,9 +27,10 @@ constexpr absl::string_view kViewerMethods[] = {
     "/quilt.v1.JobService/GetJobLosses",
 };
 constexpr absl::string_view kUserMethods[] = {
-    "/quilt.v1.JobService/SubmitJob", "/quilt.v1.JobService/PlanJob",
-    "/quilt.v1.JobService/CancelJob", "/quilt.v1.JobService/ResumeJob",
-    "/quilt.v1.JobService/DeleteJob", "/quilt.v1.JobService/ExportJob",
+    "/quilt.v1.JobService/SubmitJob",  "/quilt.v1.JobService/PlanJob",
+    "/quilt.v1.JobService/CancelJob",  "/quilt.v1.JobService/ResumeJob",
+    "/quilt.v1.JobService/DeleteJob",  "/quilt.v1.JobService/ExportJob",
+    "/quilt.v1.JobService/GetJobLogs",
 };
 constexpr absl::string_view kWorkerMethods[] = {
     "/quilt.v1.ClusterService/Register",

@@ -4,8 +4,8 @@
 // client certificate of common name NAME (mutual TLS) and no token; the
 // role sets the methods the client may call:
 //   admin   everything (the single token_file's token is an admin's);
-//   user    jobs (submit, plan, cancel, resume, delete, export) and what
-//           a viewer reads;
+//   user    jobs (submit, plan, cancel, resume, delete, export, logs) and
+//           what a viewer reads;
 //   viewer  reads only: cluster status, jobs, a job, its watch and losses;
 //   worker  what workers and their executors call (register, heartbeat,
 //           address exchange), nothing else; optionally for named nodes

@@ -36,6 +36,7 @@ TEST(RoleAllows, EachRoleItsMethodsAndAdminsEverything) {
            {jobs + "DeleteJob", false, true, false},
            {jobs + "PlanJob", false, true, false},
            {jobs + "ResumeJob", false, true, false},
+           {jobs + "GetJobLogs", false, true, false},
            {admin + "ForgetNode", false, false, false},
            {admin + "SetNodeDraining", false, false, false},
            {cluster + "Register", false, false, true},

@@ -44,6 +44,7 @@ grpc::ServerUnaryReactor* ClusterServiceImpl::Heartbeat(grpc::CallbackServerCont
         jobs_->OnHeartbeat(req, resp);
         links_->OnHeartbeat(req, resp);
         profiles_->OnHeartbeat(req, resp);
+        logs_->OnHeartbeat(req, resp);
         return req.stopping() ? registry_->Leave(req.node_id(), req.incarnation())
                               : absl::OkStatus();
       });

@@ -6,6 +6,7 @@
 #define QUILT_SRC_RPC_CLUSTER_SERVICE_H_
 
 #include "proto/quilt/v1/services.grpc.pb.h"
+#include "src/coordinator/job_logs.h"
 #include "src/coordinator/job_manager.h"
 #include "src/coordinator/link_probes.h"
 #include "src/coordinator/model_profiles.h"
@@ -25,8 +26,8 @@ using ClusterServiceBase = quilt::v1::ClusterService::WithRawCallbackMethod_Regi
 class ClusterServiceImpl final : public ClusterServiceBase {
  public:
   ClusterServiceImpl(NodeRegistry* registry, JobManager* jobs, LinkProbes* links,
-                     ModelProfiles* profiles)
-      : registry_(registry), jobs_(jobs), links_(links), profiles_(profiles) {}
+                     ModelProfiles* profiles, JobLogs* logs)
+      : registry_(registry), jobs_(jobs), links_(links), profiles_(profiles), logs_(logs) {}
 
   grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* ctx,
                                      const grpc::ByteBuffer* request,
@@ -44,6 +45,7 @@ class ClusterServiceImpl final : public ClusterServiceBase {
   JobManager* jobs_;
   LinkProbes* links_;
   ModelProfiles* profiles_;
+  JobLogs* logs_;
 };
 
 }  // namespace quilt::rpc

@@ -243,6 +243,17 @@ absl::StatusOr<quilt::v1::JobLosses> JobClient::GetJobLosses(const std::string& 
                address_);
 }
 
+absl::StatusOr<quilt::v1::GetJobLogsResponse> JobClient::GetJobLogs(const std::string& job_id,
+                                                                    int lines,
+                                                                    const std::string& node) {
+  quilt::v1::GetJobLogsRequest request;
+  request.set_job_id(job_id);
+  request.set_lines(lines);
+  request.set_node(node);
+  return Unary(stubs_->jobs.get(), &quilt::v1::JobService::Stub::GetJobLogs, request, timeout_,
+               address_);
+}
+
 absl::StatusOr<quilt::v1::ExportJobResponse> JobClient::ExportJob(const std::string& job_id,
                                                                   quilt::v1::ExportFormat format) {
   quilt::v1::ExportJobRequest request;

@@ -78,6 +78,9 @@ class JobClient {
                                                          const std::string& strategy,
                                                          bool queue = false);
   absl::StatusOr<quilt::v1::JobLosses> GetJobLosses(const std::string& job_id, int64_t from_step);
+  // The end of the job's executor log on each of its nodes (or `node`'s).
+  absl::StatusOr<quilt::v1::GetJobLogsResponse> GetJobLogs(const std::string& job_id, int lines,
+                                                           const std::string& node);
   // Streams the job's status to `on_status` until the job ends (OK) or the
   // stream fails; no deadline.
   absl::Status WatchJob(const std::string& job_id,

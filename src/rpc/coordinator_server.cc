@@ -20,7 +20,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     Coordinator* coordinator) {
   std::unique_ptr<CoordinatorServer> s(new CoordinatorServer());
   s->cluster_ = std::make_unique<ClusterServiceImpl>(coordinator->registry(), coordinator->jobs(),
-                                                     coordinator->links(), coordinator->profiles());
+                                                     coordinator->links(), coordinator->profiles(),
+                                                     coordinator->logs());
   s->admin_ = std::make_unique<AdminServiceImpl>(coordinator);
   s->jobs_ = std::make_unique<JobServiceImpl>(
       coordinator, static_cast<size_t>(coordinator->config().max_request_bytes));

@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
 #include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "src/cluster/topology.h"
 #include "src/common/logging.h"
 #include "src/common/status.h"
@@ -29,6 +31,10 @@ constexpr int kPlanningThreads = 4;
 constexpr int kMaxWaitingPlans = 4;
 constexpr int kExportThreads = 1;
 constexpr int kMaxWaitingExports = 4;
+constexpr int kLogThreads = 2;
+constexpr int kMaxWaitingLogs = 8;
+constexpr int kDefaultLogLines = 100;
+constexpr int kMaxLogLines = 10000;
 // Requests that carry ids only.
 constexpr size_t kMaxSmallRequestBytes = 64 << 10;
 
@@ -38,7 +44,8 @@ JobServiceImpl::JobServiceImpl(Coordinator* coordinator, size_t max_request_byte
     : coordinator_(coordinator),
       max_request_bytes_(max_request_bytes),
       planning_(kPlanningThreads, kMaxWaitingPlans),
-      exports_(kExportThreads, kMaxWaitingExports) {
+      exports_(kExportThreads, kMaxWaitingExports),
+      logs_(kLogThreads, kMaxWaitingLogs) {
   restarter_ = std::thread([this] { RestartLoop(); });
 }
 
@@ -71,9 +78,11 @@ grpc::ServerUnaryReactor* JobServiceImpl::OnQueue(
   if (!taken) {
     reactor->Finish(ToGrpcStatus(
         queue->accepting()
-            ? absl::ResourceExhaustedError(absl::StrCat(
-                  "the coordinator is already ", queue == &planning_ ? "planning " : "exporting ",
-                  queue->pending(), " jobs; try again later"))
+            ? absl::ResourceExhaustedError(absl::StrCat("the coordinator is already ",
+                                                        queue == &planning_ ? "planning "
+                                                        : queue == &logs_ ? "fetching the logs of "
+                                                                          : "exporting ",
+                                                        queue->pending(), " jobs; try again later"))
             : absl::UnavailableError("the coordinator is shutting down")));
   }
   return reactor;
@@ -253,6 +262,57 @@ grpc::ServerUnaryReactor* JobServiceImpl::GetJobLosses(grpc::CallbackServerConte
         response->set_last_step(last);
         for (int64_t step = first; step <= std::min(last, first + kMaxLosses - 1); ++step) {
           response->add_losses(losses[static_cast<size_t>(step - 1)]);
+        }
+        return absl::OkStatus();
+      });
+}
+
+grpc::ServerUnaryReactor* JobServiceImpl::GetJobLogs(grpc::CallbackServerContext* ctx,
+                                                     const grpc::ByteBuffer* raw_request,
+                                                     grpc::ByteBuffer* raw_response) {
+  return OnQueue<quilt::v1::GetJobLogsRequest, quilt::v1::GetJobLogsResponse>(
+      &logs_, ctx, raw_request, raw_response, "GetJobLogs",
+      [this](const quilt::v1::GetJobLogsRequest& r, quilt::v1::GetJobLogsResponse* response) {
+        if (r.lines() < 0 || r.lines() > kMaxLogLines) {
+          return absl::InvalidArgumentError(absl::StrCat("lines must be 1 to ", kMaxLogLines,
+                                                         " (0: ", kDefaultLogLines, "), not ",
+                                                         r.lines()));
+        }
+        ASSIGN_OR_RETURN(const quilt::v1::JobRecord job, coordinator_->jobs()->Record(r.job_id()));
+        // Each node once, in rank order, with its ranks.
+        std::vector<std::string> nodes;
+        std::map<std::string, std::vector<int>> ranks;
+        for (int rank = 0; rank < job.world_size(); ++rank) {
+          std::vector<int>& of = ranks[job.world(rank)];
+          if (of.empty()) nodes.push_back(job.world(rank));
+          of.push_back(rank);
+        }
+        if (nodes.empty()) {
+          return absl::FailedPreconditionError(
+              absl::StrCat("job ", r.job_id(), " has not run on any node (",
+                           quilt::v1::JobState_Name(job.status().state()), ")"));
+        }
+        if (!r.node().empty()) {
+          if (ranks.count(r.node()) == 0) {
+            return absl::NotFoundError(absl::StrCat("node ", r.node(), " is not in job ",
+                                                    r.job_id(), "'s world (",
+                                                    absl::StrJoin(nodes, ", "), ")"));
+          }
+          nodes = {r.node()};
+        }
+        // Workers answer with their next heartbeat and the one after it.
+        const absl::Duration timeout =
+            2 * absl::Milliseconds(coordinator_->config().heartbeat_period_ms) + absl::Seconds(3);
+        std::vector<quilt::v1::LogReply> replies = coordinator_->logs()->Fetch(
+            r.job_id(), nodes, r.lines() == 0 ? kDefaultLogLines : r.lines(), timeout);
+        for (size_t i = 0; i < nodes.size(); ++i) {
+          quilt::v1::GetJobLogsResponse::NodeLog* log = response->add_nodes();
+          log->set_node(nodes[i]);
+          for (int rank : ranks[nodes[i]]) log->add_ranks(rank);
+          log->set_text(std::move(*replies[i].mutable_text()));
+          log->set_error(replies[i].error());
+          log->set_path(replies[i].path());
+          log->set_truncated(replies[i].truncated());
         }
         return absl::OkStatus();
       });

@@ -6,11 +6,11 @@
 // threads, and a full queue answers RESOURCE_EXHAUSTED at once. GetJob,
 // ListJobs, WatchJob (a stream of every change until the job ends),
 // GetJobLosses, CancelJob, ExportJob and DeleteJob read and change the
-// JobManager's state; ResumeJob submits an ended job again from its
-// checkpoint, and failed jobs with restarts left are resumed so on their
-// own (JobSpec.max_restarts). A submission with JobSpec.queue that fits
-// only once other jobs leave room waits QUEUED and is started by the
-// dispatcher (job_queue.cc).
+// JobManager's state; GetJobLogs asks the job's workers for the end of
+// their executors' logs (JobLogs), on a queue of its own; ResumeJob submits an ended job again from
+// its checkpoint, and failed jobs with restarts left are resumed so on their own
+// (JobSpec.max_restarts). A submission with JobSpec.queue that fits only once other jobs leave room
+// waits QUEUED and is started by the dispatcher (job_queue.cc).
 //
 // A request that plans may first wait for the workers' profiles of its
 // model (seconds, or profile_timeout_ms for a node that does not answer),
@@ -46,7 +46,8 @@ using JobServiceBase = quilt::v1::JobService::WithRawCallbackMethod_PlanJob<
                         quilt::v1::JobService::WithRawCallbackMethod_DeleteJob<
                             quilt::v1::JobService::WithRawCallbackMethod_GetJobLosses<
                                 quilt::v1::JobService::WithRawCallbackMethod_ResumeJob<
-                                    quilt::v1::JobService::Service>>>>>>>>>;
+                                    quilt::v1::JobService::WithRawCallbackMethod_GetJobLogs<
+                                        quilt::v1::JobService::Service>>>>>>>>>>;
 
 class JobServiceImpl final : public JobServiceBase {
  public:
@@ -83,6 +84,9 @@ class JobServiceImpl final : public JobServiceBase {
   grpc::ServerUnaryReactor* ResumeJob(grpc::CallbackServerContext* ctx,
                                       const grpc::ByteBuffer* request,
                                       grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* GetJobLogs(grpc::CallbackServerContext* ctx,
+                                       const grpc::ByteBuffer* request,
+                                       grpc::ByteBuffer* response) override;
   grpc::Status WatchJob(grpc::ServerContext* ctx, const quilt::v1::WatchJobRequest* request,
                         grpc::ServerWriter<quilt::v1::JobStatus>* writer) override;
 
@@ -93,6 +97,7 @@ class JobServiceImpl final : public JobServiceBase {
     if (restarter_.joinable()) restarter_.join();
     planning_.Shutdown();
     exports_.Shutdown();
+    logs_.Shutdown();
   }
 
  private:
@@ -159,6 +164,7 @@ class JobServiceImpl final : public JobServiceBase {
   size_t max_request_bytes_;
   WorkQueue planning_;
   WorkQueue exports_;
+  WorkQueue logs_;  // GetJobLogs waits for heartbeats
   // Held while the planner runs: one plan computes at a time.
   absl::Mutex planner_;
   std::atomic<bool> stopping_{false};

@@ -28,6 +28,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "nlohmann/json.hpp"
 #include "src/common/config_cli.h"
 #include "src/common/cpu_affinity.h"
@@ -51,6 +53,14 @@ namespace {
 int Fail(const std::string& message) {
   std::cerr << "quilt-executor: " << message << "\n";
   return 1;
+}
+
+// A line of the run's progress in the log (stderr): "info TIME message"
+// (the worker's failure reason skips such lines; `quiltctl logs` shows
+// them).
+void Info(const std::string& message) {
+  std::cerr << "info " << absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", absl::Now(), absl::UTCTimeZone())
+            << " " << message << std::endl;
 }
 
 std::string FileName(const std::string& s) {
@@ -210,7 +220,15 @@ int main(int argc, char** argv) {
     options.slowdown[kv.first] = f;
   }
   quilt::Executor* running = nullptr;  // set once created
+  absl::Time last_info = absl::Now();
   options.on_step = [&](const quilt::ExecutorStep& s) -> absl::Status {
+    // In the log: a step every 30 s, and the last.
+    if (progress && (s.step == steps || absl::Now() - last_info >= absl::Seconds(30))) {
+      last_info = absl::Now();
+      Info(absl::StrFormat("step %d/%d: %.3f ms%s", steps_before + s.step, steps_before + steps,
+                           s.step_time_s * 1e3,
+                           s.has_loss ? absl::StrFormat(", loss part %.6g", s.loss_part) : ""));
+    }
     if (progress) {
       nlohmann::json line = {
           {"step", s.step}, {"step_time_s", s.step_time_s}, {"peak_bytes", s.peak_bytes}};
@@ -227,7 +245,10 @@ int main(int argc, char** argv) {
     // after it could not be kept either.
     const std::string dir = absl::StrFormat("%s/step-%08d/rank-%d", checkpoint_dir, s.step, rank);
     absl::Status w = WriteState(dir, rank, *running, /*steps=*/false);
-    if (w.ok()) return w;
+    if (w.ok()) {
+      Info(absl::StrCat("checkpoint of step ", steps_before + s.step, " written to ", dir));
+      return w;
+    }
     std::error_code ec;
     std::filesystem::remove_all(dir, ec);  // no partial checkpoint left behind
     return absl::Status(w.code(), absl::StrCat("checkpoint at step ", s.step, ": ", w.message()));
@@ -262,6 +283,10 @@ int main(int argc, char** argv) {
   } else {
     rdv = std::make_unique<quilt::DirectoryRendezvous>(rendezvous);
   }
+  Info(absl::StrCat("rank ", rank, " of ", nodes.size(), " on ", nodes[rank], ": ", steps, " steps",
+                    steps_before > 0 ? absl::StrCat(" after step ", steps_before) : "", ", data ",
+                    data_spec, restore_dir.empty() ? "" : ", restored from " + restore_dir));
+  const absl::Time connecting = absl::Now();
   absl::StatusOr<std::unique_ptr<quilt::Transport>> transport = quilt::CreateUcxTransport(
       rank, static_cast<int>(nodes.size()), rdv.get(), absl::Seconds(connect_timeout), nodes);
   if (!transport.ok()) return Fail(std::string(transport.status().message()));
@@ -271,6 +296,12 @@ int main(int argc, char** argv) {
       !b.ok()) {
     return Fail(std::string(b.message()));
   }
+  if (nodes.size() > 1) {
+    Info(absl::StrFormat("connected to %d other rank%s in %.2f s", nodes.size() - 1,
+                         nodes.size() > 2 ? "s" : "",
+                         absl::ToDoubleSeconds(absl::Now() - connecting)));
+  }
+  const absl::Time began = absl::Now();
   absl::StatusOr<std::unique_ptr<quilt::Executor>> executor = quilt::Executor::Create(
       std::move(program), nodes, rank, transport->get(), data.get(), options);
   if (!executor.ok()) return Fail(std::string(executor.status().message()));
@@ -299,5 +330,7 @@ int main(int argc, char** argv) {
       !b.ok()) {
     return Fail(std::string(b.message()));
   }
+  Info(absl::StrFormat("finished %d steps in %.2f s", steps,
+                       absl::ToDoubleSeconds(absl::Now() - began)));
   return 0;
 }

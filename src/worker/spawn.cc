@@ -53,6 +53,8 @@ namespace {
 // Abseil's "PC: @ 0x…" and "    @ 0x30  (unknown)").
 bool Meaningful(const std::string& line) {
   const absl::string_view s = absl::StripLeadingAsciiWhitespace(line);
+  // The executor's progress lines ("info TIME …") say what went well.
+  if (absl::StartsWith(line, "info ")) return false;
   if (absl::StartsWith(s, "====") || absl::StartsWith(s, "----")) return false;
   if (absl::StartsWith(s, "@ ") || absl::StartsWith(s, "PC: @")) return false;
   if (!s.empty() && absl::ascii_isdigit(s[0])) {

@@ -1,7 +1,8 @@
 // LastExecutorError picks the line of an executor's log that says why it
 // ended: its own error, else UCX's last message (a fatal one aborts the
 // process, and a crash report with frames follows), else a crash handler's
-// line, else the last line that is not a backtrace frame.
+// line, else the last line that is not a backtrace frame nor the
+// executor's progress.
 #include "src/worker/spawn.h"
 
 #include <fstream>
@@ -58,6 +59,18 @@ TEST(LastExecutorError, TheLastLineThatSaysSomethingNotAFrame) {
                     " 12  /lib/libc.so.6(+0x891f5) [0x7fed190a71f5]\n"),
             "terminate called after throwing an instance of 'std::bad_alloc'");
   EXPECT_EQ(ErrorOf(""), "");
+}
+
+// The executor's progress lines say what went well, not why it ended: an
+// executor killed after them has no reason from its log.
+TEST(LastExecutorError, NotAProgressLine) {
+  EXPECT_EQ(ErrorOf("info 2026-12-07T15:25:30Z rank 0 of 2 on worker-a: 300 steps, data x\n"
+                    "info 2026-12-07T15:26:00Z step 120/300: 8.100 ms, loss part 0.0385\n"),
+            "");
+  EXPECT_EQ(ErrorOf("info 2026-12-07T15:25:30Z rank 0 of 2 on worker-a: 300 steps, data x\n"
+                    "quilt-executor: lost peer rank 1 (worker-b)\n"
+                    "info 2026-12-07T15:25:31Z late line\n"),
+            "lost peer rank 1 (worker-b)");
 }
 
 }  // namespace

@@ -354,6 +354,14 @@ bool TaskRunner::Backlogged() const {
   return false;
 }
 
+std::string TaskRunner::LogPath(const std::string& job_id) const {
+  if (job_id.empty() || job_id == "." || job_id == ".." ||
+      job_id.find_first_of("/\\") != std::string::npos) {
+    return "";
+  }
+  return options_.work_dir + "/" + job_id + "/executor.log";
+}
+
 int TaskRunner::running() const {
   absl::MutexLock lock(&mu_);
   int n = 0;

@@ -81,6 +81,9 @@ class TaskRunner {
            const std::vector<quilt::v1::TaskReceipt>& receipts);
   // Executors still running.
   int running() const;
+  // Where job `job_id`'s executor writes its log (this run's, or the last
+  // run's on this node); empty for an id that is no plain name.
+  std::string LogPath(const std::string& job_id) const;
   // Kills the executors that made no progress for the stall timeout.
   void KillStalled();
   // The worker is stopping: every running job is reported FAILED with

@@ -5,8 +5,40 @@
 
 #include "src/common/logging.h"
 #include "src/common/systemd.h"
+#include "src/common/utf8.h"
+#include "src/worker/log_tail.h"
 
 namespace quilt {
+namespace {
+
+// A log's end read for GetJobLogs, and what one heartbeat carries of them.
+constexpr size_t kMaxLogBytes = 256 << 10;
+constexpr size_t kMaxLogBytesPerHeartbeat = 1 << 20;
+
+quilt::v1::LogReply JobLog(const TaskRunner* tasks, const quilt::v1::LogRequest& request) {
+  quilt::v1::LogReply reply;
+  reply.set_request_id(request.request_id());
+  const std::string path = tasks == nullptr ? "" : tasks->LogPath(request.job_id());
+  if (path.empty()) {
+    reply.set_error(tasks == nullptr ? "this worker runs no jobs"
+                                     : "'" + ToUtf8(request.job_id()) + "' is no job id");
+    return reply;
+  }
+  reply.set_path(path);
+  absl::StatusOr<LogTail> tail = ReadLogTail(path, request.lines(), kMaxLogBytes);
+  if (!tail.ok()) {
+    reply.set_error(tail.status().code() == absl::StatusCode::kNotFound
+                        ? "no log of the job on this node (its work directory was removed, or "
+                          "its executor never started here)"
+                        : std::string(tail.status().message()));
+    return reply;
+  }
+  reply.set_text(std::move(tail->text));
+  reply.set_truncated(tail->truncated);
+  return reply;
+}
+
+}  // namespace
 
 Worker::Worker(quilt::v1::NodeInfo node, uint64_t incarnation, CoordinatorInterface* coordinator,
                WorkerOptions options)
@@ -51,7 +83,8 @@ void Worker::Loop() {
   absl::Duration backoff = options_.initial_backoff;
   absl::Duration period = absl::Seconds(1);
   int failures = 0;
-  bool unreachable = false;  // the last heartbeat's
+  bool unreachable = false;                      // the last heartbeat's
+  std::vector<quilt::v1::LogReply> log_replies;  // not sent yet
   const std::string& id = node_.node_id();
 
   while (!stop_.HasBeenNotified()) {
@@ -124,6 +157,13 @@ void Worker::Loop() {
     std::vector<quilt::v1::ModelProfileResult> profiled;
     if (options_.profiler != nullptr) profiled = options_.profiler->Results();
     for (const auto& r : profiled) *hb.add_profile_results() = r;
+    size_t logs_sent = 0, log_bytes = 0;
+    for (const auto& r : log_replies) {
+      log_bytes += r.ByteSizeLong();
+      if (logs_sent > 0 && log_bytes > kMaxLogBytesPerHeartbeat) break;
+      *hb.add_log_replies() = r;
+      ++logs_sent;
+    }
     absl::StatusOr<quilt::v1::HeartbeatResponse> h = coordinator_->Heartbeat(hb);
     unreachable = !h.ok() && h.status().code() == absl::StatusCode::kUnavailable;
     if (h.ok()) {
@@ -146,6 +186,13 @@ void Worker::Loop() {
       if (options_.profiler != nullptr) {
         options_.profiler->Ack(profiled);
         for (const auto& p : h->profiles()) options_.profiler->Start(p);
+      }
+      // Logs asked for go back with the next heartbeat, soon.
+      log_replies.erase(log_replies.begin(), log_replies.begin() + logs_sent);
+      for (const auto& r : h->log_requests()) log_replies.push_back(JobLog(options_.tasks, r));
+      if (!log_replies.empty()) {
+        absl::MutexLock lock(&wake_mu_);
+        woken_ = true;
       }
       continue;
     }

@@ -6,6 +6,8 @@
 // heartbeats carry its executors' reports and bring back the node's job
 // assignments and cancellations; Wake() sends the next heartbeat early (at
 // most every 100 ms) so that steps and exits reach the coordinator soon.
+// Job logs the coordinator asks for (GetJobLogs) go back with the next
+// heartbeat, sent early too.
 // Stop() sends a last heartbeat that says the worker is stopping (with its
 // executors' final reports): the coordinator takes the node Down at once.
 //

@@ -1,0 +1,61 @@
+#include "src/worker/log_tail.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "src/common/utf8.h"
+
+namespace quilt {
+
+absl::StatusOr<LogTail> ReadLogTail(const std::string& path, int lines, size_t max_bytes) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return absl::NotFoundError(absl::StrCat("no log at ", path));
+    return absl::UnavailableError(absl::StrCat("cannot read ", path, ": ", strerror(errno)));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    return absl::FailedPreconditionError(absl::StrCat(path, " is not a regular file"));
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::UnavailableError(absl::StrCat("cannot open ", path));
+  in.seekg(0, std::ios::end);
+  const size_t size = static_cast<size_t>(in.tellg());
+  const size_t start = size > max_bytes ? size - max_bytes : 0;
+  std::string data(size - start, '\0');
+  in.seekg(static_cast<std::streamoff>(start));
+  in.read(data.data(), static_cast<std::streamsize>(data.size()));
+  data.resize(static_cast<size_t>(in.gcount()));
+  LogTail tail;
+  size_t from = 0;
+  if (start > 0) {
+    // The first line began before the window: left out.
+    const size_t newline = data.find('\n');
+    from = newline == std::string::npos ? data.size() : newline + 1;
+    tail.truncated = true;
+  }
+  // Where each line begins (a final newline ends the last line, it does
+  // not begin another); the last `lines` kept.
+  std::vector<size_t> starts;
+  for (size_t pos = from; pos < data.size();) {
+    starts.push_back(pos);
+    const size_t newline = data.find('\n', pos);
+    if (newline == std::string::npos) break;
+    pos = newline + 1;
+  }
+  const size_t keep = static_cast<size_t>(std::max(lines, 0));
+  size_t begin = from;
+  if (starts.size() > keep) {
+    tail.truncated = true;
+    begin = keep == 0 ? data.size() : starts[starts.size() - keep];
+  }
+  tail.text = ToUtf8(std::string_view(data).substr(begin));
+  return tail;
+}
+
+}  // namespace quilt

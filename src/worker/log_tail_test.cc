@@ -1,0 +1,71 @@
+// The end of a log: the last lines (a final line without a newline
+// counts), a line cut by the byte window left out, invalid UTF-8 replaced,
+// missing files and directories named.
+#include "src/worker/log_tail.h"
+
+#include <filesystem>
+#include <fstream>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "src/common/status_matchers.h"
+#include "src/testing/temp_dir.h"
+
+namespace quilt {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string Write(const testing::TempDir& dir, const std::string& text) {
+  const std::string path = dir.File("executor.log");
+  std::ofstream(path, std::ios::binary) << text;
+  return path;
+}
+
+TEST(ReadLogTail, TheLastLines) {
+  testing::TempDir dir;
+  const std::string path = Write(dir, "one\ntwo\nthree\nfour\n");
+  absl::StatusOr<LogTail> t = ReadLogTail(path, 2, 1 << 20);
+  ASSERT_THAT(t.status(), IsOk());
+  EXPECT_EQ(t->text, "three\nfour\n");
+  EXPECT_TRUE(t->truncated);
+  t = ReadLogTail(path, 4, 1 << 20);
+  ASSERT_THAT(t.status(), IsOk());
+  EXPECT_EQ(t->text, "one\ntwo\nthree\nfour\n");
+  EXPECT_FALSE(t->truncated);
+  t = ReadLogTail(path, 10, 1 << 20);
+  EXPECT_EQ(t->text, "one\ntwo\nthree\nfour\n");
+  EXPECT_FALSE(t->truncated);
+  // A last line still being written counts as a line.
+  t = ReadLogTail(Write(dir, "a\nb\nhalf"), 2, 1 << 20);
+  EXPECT_EQ(t->text, "b\nhalf");
+  t = ReadLogTail(Write(dir, ""), 5, 1 << 20);
+  EXPECT_EQ(t->text, "");
+  EXPECT_FALSE(t->truncated);
+}
+
+TEST(ReadLogTail, ALineCutByTheByteWindowIsLeftOut) {
+  testing::TempDir dir;
+  const std::string path = Write(dir, "0123456789\nabc\ndef\n");
+  // The window holds "6789\nabc\ndef\n": "6789" began before it.
+  absl::StatusOr<LogTail> t = ReadLogTail(path, 100, 13);
+  ASSERT_THAT(t.status(), IsOk());
+  EXPECT_EQ(t->text, "abc\ndef\n");
+  EXPECT_TRUE(t->truncated);
+}
+
+TEST(ReadLogTail, InvalidUtf8IsReplaced_MissingFilesAndDirectoriesNamed) {
+  testing::TempDir dir;
+  absl::StatusOr<LogTail> t =
+      ReadLogTail(Write(dir, "ok \xc3\xa9 \xff\xfe \xe2\x82\n"), 5, 1 << 20);
+  ASSERT_THAT(t.status(), IsOk());
+  EXPECT_EQ(t->text, "ok \xc3\xa9 ?? ??\n");
+  EXPECT_THAT(ReadLogTail(dir.File("none.log"), 5, 100).status(),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr(dir.File("none.log"))));
+  std::filesystem::create_directory(dir.File("sub"));
+  EXPECT_THAT(ReadLogTail(dir.File("sub"), 5, 100).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("not a regular file")));
+}
+
+}  // namespace
+}  // namespace quilt
