@@ -55,7 +55,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(const Coordinat
     return false;
   };
   c->profiles_ = std::make_unique<ModelProfiles>(ProfileOptions{}, ready);
-  c->logs_ = std::make_unique<JobLogs>(ready);
+  c->logs_ = std::make_unique<JobLogs>(ready, 2 * liveness.heartbeat_period);
   return c;
 }
 

@@ -15,10 +15,12 @@ void JobLogs::OnHeartbeat(const quilt::v1::HeartbeatRequest& request,
     it->second.reply = reply;
     it->second.answered = true;
   }
+  if (request.stopping()) return;
+  const absl::Time now = absl::Now();
   for (auto& [id, p] : pending_) {
-    if (p.node != request.node_id() || p.handed) continue;
+    if (p.node != request.node_id() || p.answered || now - p.handed < rehand_after_) continue;
     *response->add_log_requests() = p.request;
-    p.handed = true;
+    p.handed = now;
   }
 }
 
@@ -27,9 +29,12 @@ std::vector<quilt::v1::LogReply> JobLogs::Fetch(const std::string& job_id,
                                                 absl::Duration timeout) {
   std::vector<quilt::v1::LogReply> out(nodes.size());
   std::vector<std::string> ids(nodes.size());
+  // (Asked before the lock, which every heartbeat takes.)
+  std::vector<bool> ready(nodes.size(), true);
+  for (size_t i = 0; i < nodes.size(); ++i) ready[i] = !ready_ || ready_(nodes[i]);
   absl::MutexLock lock(&mu_);
   for (size_t i = 0; i < nodes.size(); ++i) {
-    if (ready_ && !ready_(nodes[i])) {
+    if (!ready[i]) {
       out[i].set_error(
           absl::StrCat("node ", nodes[i], " is not Ready: its worker cannot be asked now"));
       continue;

@@ -4,7 +4,10 @@
 // log's last lines in its following heartbeat (which it sends at once).
 // Fetch waits for the answers up to a timeout; a node that is not Ready is
 // not asked, and one that does not answer in time gets an error saying so.
-// A worker answers only the requests handed to its own node.
+// A worker answers only the requests handed to its own node. A request not
+// answered `rehand_after` after it was handed is handed again (its
+// response, or the worker's reply, may have been lost; a second answer is
+// dropped); a stopping worker's last heartbeat is handed none.
 //
 // Thread-safe.
 #ifndef QUILT_SRC_COORDINATOR_JOB_LOGS_H_
@@ -26,8 +29,9 @@ class JobLogs {
  public:
   // `ready(node)`: whether the node is Ready (others are not asked); null:
   // always.
-  explicit JobLogs(std::function<bool(const std::string&)> ready = nullptr)
-      : ready_(std::move(ready)) {}
+  explicit JobLogs(std::function<bool(const std::string&)> ready = nullptr,
+                   absl::Duration rehand_after = absl::Seconds(2))
+      : ready_(std::move(ready)), rehand_after_(rehand_after) {}
 
   // Takes the node's answers and hands it the requests asked of it.
   void OnHeartbeat(const quilt::v1::HeartbeatRequest& request,
@@ -48,12 +52,13 @@ class JobLogs {
   struct Pending {
     std::string node;
     quilt::v1::LogRequest request;
-    bool handed = false;
+    absl::Time handed = absl::InfinitePast();
     bool answered = false;
     quilt::v1::LogReply reply;
   };
 
   const std::function<bool(const std::string&)> ready_;
+  const absl::Duration rehand_after_;
   absl::Mutex mu_;
   std::map<std::string, Pending> pending_ ABSL_GUARDED_BY(mu_);  // by request id
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 0;

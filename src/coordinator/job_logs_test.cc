@@ -1,7 +1,8 @@
 // Job logs asked of the workers with their heartbeats: each node is handed
-// only its own requests, once; an answer from another node is ignored; a
-// node not Ready is not asked; a silent node times out with an error; a
-// shutdown ends the wait.
+// only its own requests, again only when unanswered for a while (a lost
+// response), never in a stopping worker's last heartbeat; an answer from
+// another node is ignored; a node not Ready is not asked; a silent node
+// times out with an error; a shutdown ends the wait.
 #include "src/coordinator/job_logs.h"
 
 #include <atomic>
@@ -67,6 +68,46 @@ TEST(JobLogs, EachNodeAnswersItsOwnRequests) {
   EXPECT_EQ(got[1].text(), "from a job=job-1 lines=7");
   EXPECT_EQ(got[0].error(), "");
   EXPECT_EQ(a.asked(), 1) << "handed once";
+}
+
+TEST(JobLogs, HandedAgainOnlyWhenUnansweredForAWhile_NotToAStoppingWorker) {
+  JobLogs logs(nullptr, absl::Milliseconds(300));
+  std::vector<quilt::v1::LogReply> got;
+  std::thread fetch([&] { got = logs.Fetch("job-1", {"node-a"}, 5, absl::Seconds(30)); });
+  // A stopping worker's last heartbeat is handed nothing.
+  quilt::v1::HeartbeatRequest stopping;
+  stopping.set_node_id("node-a");
+  stopping.set_stopping(true);
+  for (int i = 0; i < 20; ++i) {
+    quilt::v1::HeartbeatResponse none;
+    logs.OnHeartbeat(stopping, &none);
+    EXPECT_EQ(none.log_requests_size(), 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  std::vector<quilt::v1::LogRequest> first;
+  for (int i = 0; i < 1000 && first.empty(); ++i) {
+    first = Beat(&logs, "node-a");
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  ASSERT_EQ(first.size(), 1u);
+  const absl::Time handed = absl::Now();
+  // Its response is lost: the next beats, soon after, get nothing; one
+  // past the re-hand time gets it again.
+  std::vector<quilt::v1::LogRequest> again;
+  while (again.empty() && absl::Now() - handed < absl::Seconds(10)) {
+    again = Beat(&logs, "node-a");
+    if (again.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_GE(absl::Now() - handed, absl::Milliseconds(300));
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].request_id(), first[0].request_id());
+  quilt::v1::LogReply reply;
+  reply.set_request_id(again[0].request_id());
+  reply.set_text("at last");
+  Beat(&logs, "node-a", {reply});
+  fetch.join();
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].text(), "at last");
 }
 
 TEST(JobLogs, ASilentNodeTimesOutAndAnotherNodesAnswerIsIgnored) {

@@ -8,6 +8,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "src/cluster/topology.h"
 #include "src/common/logging.h"
 #include "src/common/status.h"
@@ -272,7 +274,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::GetJobLogs(grpc::CallbackServerContext
                                                      grpc::ByteBuffer* raw_response) {
   return OnQueue<quilt::v1::GetJobLogsRequest, quilt::v1::GetJobLogsResponse>(
       &logs_, ctx, raw_request, raw_response, "GetJobLogs",
-      [this](const quilt::v1::GetJobLogsRequest& r, quilt::v1::GetJobLogsResponse* response) {
+      [this, ctx](const quilt::v1::GetJobLogsRequest& r, quilt::v1::GetJobLogsResponse* response) {
         if (r.lines() < 0 || r.lines() > kMaxLogLines) {
           return absl::InvalidArgumentError(absl::StrCat("lines must be 1 to ", kMaxLogLines,
                                                          " (0: ", kDefaultLogLines, "), not ",
@@ -300,9 +302,14 @@ grpc::ServerUnaryReactor* JobServiceImpl::GetJobLogs(grpc::CallbackServerContext
           }
           nodes = {r.node()};
         }
-        // Workers answer with their next heartbeat and the one after it.
-        const absl::Duration timeout =
-            2 * absl::Milliseconds(coordinator_->config().heartbeat_period_ms) + absl::Seconds(3);
+        // Workers answer with their next heartbeat and the one after it;
+        // the nodes that did answer are sent before the client's deadline.
+        const absl::Duration left =
+            absl::FromChrono(ctx->deadline()) - absl::Now() - absl::Milliseconds(500);
+        const absl::Duration timeout = std::max(
+            absl::Milliseconds(100),
+            std::min(left, 2 * absl::Milliseconds(coordinator_->config().heartbeat_period_ms) +
+                               absl::Seconds(3)));
         std::vector<quilt::v1::LogReply> replies = coordinator_->logs()->Fetch(
             r.job_id(), nodes, r.lines() == 0 ? kDefaultLogLines : r.lines(), timeout);
         for (size_t i = 0; i < nodes.size(); ++i) {

@@ -18,6 +18,7 @@
 //        [--tls-cert C.pem --tls-key K.pem]]
 //
 // Exit status: 0 success, 1 failure (the reason on stderr), 2 usage.
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -58,9 +59,12 @@ int Fail(const std::string& message) {
 // A line of the run's progress in the log (stderr): "info TIME message"
 // (the worker's failure reason skips such lines; `quiltctl logs` shows
 // them).
+// One write, so that no other writer's output lands inside the line.
 void Info(const std::string& message) {
-  std::cerr << "info " << absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", absl::Now(), absl::UTCTimeZone())
-            << " " << message << std::endl;
+  const std::string line = absl::StrCat(
+      "info ", absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", absl::Now(), absl::UTCTimeZone()), " ",
+      message, "\n");
+  std::fwrite(line.data(), 1, line.size(), stderr);
 }
 
 std::string FileName(const std::string& s) {

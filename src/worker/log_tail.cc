@@ -25,7 +25,9 @@ absl::StatusOr<LogTail> ReadLogTail(const std::string& path, int lines, size_t m
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::UnavailableError(absl::StrCat("cannot open ", path));
   in.seekg(0, std::ios::end);
-  const size_t size = static_cast<size_t>(in.tellg());
+  const std::streamoff end = in.tellg();
+  if (end < 0) return absl::UnavailableError(absl::StrCat("cannot read ", path));
+  const size_t size = static_cast<size_t>(end);
   const size_t start = size > max_bytes ? size - max_bytes : 0;
   std::string data(size - start, '\0');
   in.seekg(static_cast<std::streamoff>(start));
@@ -34,9 +36,10 @@ absl::StatusOr<LogTail> ReadLogTail(const std::string& path, int lines, size_t m
   LogTail tail;
   size_t from = 0;
   if (start > 0) {
-    // The first line began before the window: left out.
+    // The first line began before the window: left out, unless it is all
+    // the window holds (a line longer than the window: its end is shown).
     const size_t newline = data.find('\n');
-    from = newline == std::string::npos ? data.size() : newline + 1;
+    from = newline == std::string::npos || newline + 1 == data.size() ? 0 : newline + 1;
     tail.truncated = true;
   }
   // Where each line begins (a final newline ends the last line, it does

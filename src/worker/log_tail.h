@@ -18,8 +18,8 @@ struct LogTail {
 
 // The last `lines` lines of `path` (a last line without a newline counts)
 // found in its last `max_bytes` bytes; a line cut by that limit is left
-// out. Errors: NOT_FOUND (no such file), FAILED_PRECONDITION (not a
-// regular file), UNAVAILABLE (unreadable), each naming the path.
+// out, unless no other line is in them (its end is kept). Errors: NOT_FOUND (no such file),
+// FAILED_PRECONDITION (not a regular file), UNAVAILABLE (unreadable), each naming the path.
 absl::StatusOr<LogTail> ReadLogTail(const std::string& path, int lines, size_t max_bytes);
 
 }  // namespace quilt

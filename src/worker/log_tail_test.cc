@@ -52,6 +52,13 @@ TEST(ReadLogTail, ALineCutByTheByteWindowIsLeftOut) {
   ASSERT_THAT(t.status(), IsOk());
   EXPECT_EQ(t->text, "abc\ndef\n");
   EXPECT_TRUE(t->truncated);
+  // A line longer than the window, alone in it: its end is shown.
+  t = ReadLogTail(Write(dir, "short\n" + std::string(100, 'x') + "END\n"), 5, 20);
+  ASSERT_THAT(t.status(), IsOk());
+  EXPECT_EQ(t->text, std::string(16, 'x') + "END\n");
+  EXPECT_TRUE(t->truncated);
+  t = ReadLogTail(Write(dir, std::string(100, 'y') + "TAIL"), 5, 10);
+  EXPECT_EQ(t->text, "yyyyyyTAIL");
 }
 
 TEST(ReadLogTail, InvalidUtf8IsReplaced_MissingFilesAndDirectoriesNamed) {

@@ -89,6 +89,12 @@ std::string LastExecutorError(const std::string& log_path) {
   std::ifstream in(log_path);
   std::string line, last, error, ucx, caught;
   while (std::getline(in, line)) {
+    // A run's first line ("info TIME rank R of N on NODE: …"): what an
+    // earlier run of the job on this node wrote is not this run's reason.
+    if (absl::StartsWith(line, "info ") && absl::StrContains(line, " rank ") &&
+        absl::StrContains(line, " of ") && absl::StrContains(line, " on ")) {
+      last.clear(), error.clear(), ucx.clear(), caught.clear();
+    }
     if (!Meaningful(line)) continue;
     last = line;
     if (absl::StartsWith(line, "quilt-executor: ")) error = line.substr(strlen("quilt-executor: "));

@@ -71,6 +71,12 @@ TEST(LastExecutorError, NotAProgressLine) {
                     "quilt-executor: lost peer rank 1 (worker-b)\n"
                     "info 2026-12-07T15:25:31Z late line\n"),
             "lost peer rank 1 (worker-b)");
+  // An earlier run's error is not the reason of a later one that said none.
+  EXPECT_EQ(ErrorOf("info 2026-12-07T15:25:30Z rank 0 of 2 on worker-a: 300 steps, data x\n"
+                    "quilt-executor: lost peer rank 1 (worker-b)\n"
+                    "info 2026-12-07T16:00:00Z rank 0 of 2 on worker-a: 300 steps, data x\n"
+                    "info 2026-12-07T16:00:30Z step 10/300: 8.000 ms\n"),
+            "");
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <sys/stat.h>
 
+#include <filesystem>
 #include <fstream>
 #include <string>
 
@@ -83,6 +84,21 @@ quilt::v1::TaskAssignment Assignment() {
   a.add_world("w1");
   a.set_steps(10);
   return a;
+}
+
+// A job's log is in its directory of the work dir; an id that could name
+// another place has none.
+TEST(TaskRunner, TheLogPathOfAJobIdAndNoneForAPath) {
+  testing::TempDir tmp;
+  TaskRunner runner(Options(tmp.path(), "/bin/true"));
+  EXPECT_EQ(runner.LogPath("job-1"), tmp.path() + "/work/job-1/executor.log");
+  // A path made of a job id holds the executor's log of an assignment.
+  runner.Start(Assignment());
+  WaitForEnd(runner, absl::Seconds(20));
+  EXPECT_TRUE(std::filesystem::exists(runner.LogPath("job-1")));
+  for (const std::string bad : {"", ".", "..", "../job-1", "a/b", "a\\b"}) {
+    EXPECT_EQ(runner.LogPath(bad), "") << bad;
+  }
 }
 
 TEST(TaskRunner, AnExecutorThatExitsEndsItsTaskThoughAChildHoldsItsOutput) {

@@ -24,13 +24,15 @@ quilt::v1::LogReply JobLog(const TaskRunner* tasks, const quilt::v1::LogRequest&
                                      : "'" + ToUtf8(request.job_id()) + "' is no job id");
     return reply;
   }
-  reply.set_path(path);
+  // (Every string a protobuf field holds must be UTF-8: a work_dir from the
+  // environment may not be.)
+  reply.set_path(ToUtf8(path));
   absl::StatusOr<LogTail> tail = ReadLogTail(path, request.lines(), kMaxLogBytes);
   if (!tail.ok()) {
     reply.set_error(tail.status().code() == absl::StatusCode::kNotFound
                         ? "no log of the job on this node (its work directory was removed, or "
                           "its executor never started here)"
-                        : std::string(tail.status().message()));
+                        : ToUtf8(std::string(tail.status().message())));
     return reply;
   }
   reply.set_text(std::move(tail->text));
@@ -197,6 +199,11 @@ void Worker::Loop() {
       continue;
     }
     const absl::StatusCode code = h.status().code();
+    // Log replies go again only while the coordinator is away: refused,
+    // they could be what it refuses (the coordinator asks again).
+    if (code != absl::StatusCode::kUnavailable && code != absl::StatusCode::kDeadlineExceeded) {
+      log_replies.clear();
+    }
     if (code == absl::StatusCode::kAborted || code == absl::StatusCode::kNotFound) {
       QLOG_WARN("coordinator rejected heartbeat node={} error=\"{}\"; registering again", id,
                 h.status().ToString());

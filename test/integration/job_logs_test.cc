@@ -65,6 +65,19 @@ TEST(JobLogs, TheEndOfEachNodesExecutorLog) {
   EXPECT_THAT(lines[1], HasSubstr("finished 6 steps in"));
   EXPECT_THAT(last.out, Not(HasSubstr("worker-a")));
 
+  // As JSON: every node, its ranks, the whole log (fewer lines than asked).
+  const CommandResult json = run({"logs", finished, "-o", "json"});
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  const nlohmann::json j = nlohmann::json::parse(json.out, nullptr, /*allow_exceptions=*/false);
+  ASSERT_TRUE(j.is_object()) << json.out;
+  ASSERT_EQ(j["nodes"].size(), 2u);
+  EXPECT_EQ(j["nodes"][1]["node"], "worker-b");
+  EXPECT_EQ(j["nodes"][1]["ranks"], nlohmann::json::array({1}));
+  EXPECT_EQ(j["nodes"][1]["truncated"], false);
+  EXPECT_THAT(j["nodes"][0]["text"].get<std::string>(),
+              HasSubstr("rank 0 of 2 on worker-a: 6 steps"));
+  EXPECT_EQ(j["nodes"][0]["error"], "");
+
   const CommandResult stranger = run({"logs", finished, "--node", "worker-z"});
   EXPECT_NE(stranger.exit_code, 0);
   EXPECT_THAT(stranger.err, HasSubstr("node worker-z is not in job " + finished +
