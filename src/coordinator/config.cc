@@ -54,7 +54,7 @@ const ConfigSchema<CoordinatorConfig>& CoordinatorConfigSchema() {
                 "(roles: admin, user: jobs; viewer: reads only; worker: workers and\n"
                 "their executors), or NAME ROLE certificate for the client certificate\n"
                 "of common name NAME (tls_client_ca_file). Beside or instead of\n"
-                "token_file. Needs TLS.")
+                "token_file. Needs TLS. SIGHUP (systemctl reload) reads both files again.")
         .String("tls_client_ca_file", &C::tls_client_ca_file,
                 "PEM CA(s) of client certificates (mutual TLS): every client must present\n"
                 "a certificate one of them signed (workers' tls_cert_file, quiltctl\n"

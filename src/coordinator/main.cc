@@ -64,7 +64,16 @@ int Run(const CoordinatorConfig& config) {
   for (;;) {
     DaemonSignal sig = WaitForSignal(absl::Seconds(1));
     if (sig == DaemonSignal::kTerminate) break;
-    if (sig == DaemonSignal::kReload) QLOG_INFO("SIGHUP: nothing to reload");
+    if (sig == DaemonSignal::kReload) {
+      // The client tokens (a client added, a token rotated or revoked).
+      absl::StatusOr<size_t> n = (*server)->ReloadClients();
+      if (n.ok()) {
+        QLOG_INFO("SIGHUP: reloaded the client tokens: {} clients", *n);
+      } else {
+        QLOG_WARN("SIGHUP: the client tokens were not reloaded (the old ones stay): {}",
+                  std::string(n.status().message()));
+      }
+    }
   }
   QLOG_INFO("draining timeout_ms={}", config.drain_timeout_ms);
   NotifyStopping();

@@ -32,12 +32,32 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   ASSIGN_OR_RETURN(options.security,
                    LoadServerSecurity(c.tls_cert_file, c.tls_key_file, c.token_file, c.tokens_file,
                                       c.tls_client_ca_file));
+  if (!options.security.clients.empty()) {
+    options.security.checker = MakeTokenChecker(options.security.clients);
+    s->checker_ = options.security.checker;
+  }
+  s->config_ = c;
   ASSIGN_OR_RETURN(
       s->server_, GrpcServer::Start(options, {s->cluster_.get(), s->admin_.get(), s->jobs_.get()}));
   return s;
 }
 
 const std::string& CoordinatorServer::address() const { return server_->address(); }
+
+absl::StatusOr<size_t> CoordinatorServer::ReloadClients() {
+  if (checker_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "the coordinator started without client tokens (token_file, tokens_file): restart it to "
+        "ask for them");
+  }
+  const CoordinatorConfig& c = config_;
+  ASSIGN_OR_RETURN(ServerSecurity reloaded,
+                   LoadServerSecurity(c.tls_cert_file, c.tls_key_file, c.token_file, c.tokens_file,
+                                      c.tls_client_ca_file));
+  const size_t n = reloaded.clients.size();
+  checker_->Replace(std::move(reloaded.clients));
+  return n;
+}
 
 void CoordinatorServer::Shutdown(absl::Duration drain) {
   // Plans already accepted finish (their calls complete) before the server

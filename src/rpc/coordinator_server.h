@@ -14,6 +14,7 @@
 namespace quilt::rpc {
 
 class GrpcServer;
+class TokenChecker;
 class ClusterServiceImpl;
 class AdminServiceImpl;
 class JobServiceImpl;
@@ -25,6 +26,12 @@ class CoordinatorServer {
   ~CoordinatorServer();
 
   const std::string& address() const;
+  // Reads token_file and tokens_file again (SIGHUP) and serves their
+  // clients from the next call on; the number of clients. On an error the
+  // clients stay as they were. Errors: LoadServerSecurity's,
+  // FAILED_PRECONDITION where the coordinator asks no token (started
+  // without token files: only a restart can begin asking).
+  absl::StatusOr<size_t> ReloadClients();
   // Health NOT_SERVING, then drain in-flight calls for up to `drain`.
   void Shutdown(absl::Duration drain);
 
@@ -34,6 +41,8 @@ class CoordinatorServer {
   std::unique_ptr<AdminServiceImpl> admin_;
   std::unique_ptr<JobServiceImpl> jobs_;
   std::unique_ptr<GrpcServer> server_;
+  CoordinatorConfig config_;
+  std::shared_ptr<TokenChecker> checker_;  // null: no tokens asked
 };
 
 }  // namespace quilt::rpc

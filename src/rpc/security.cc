@@ -50,89 +50,6 @@ bool SameToken(grpc::string_ref got, const std::string& want) {
   return diff == 0;
 }
 
-// The client a call's token names, then whether its role allows the
-// method. The client's name goes into the call's auth context
-// (kClientProperty) for the handlers.
-class TokenChecker : public grpc::AuthMetadataProcessor {
- public:
-  explicit TokenChecker(std::vector<ClientToken> clients) : clients_(std::move(clients)) {
-    for (ClientToken& c : clients_) {
-      if (!c.token.empty()) c.token = "Bearer " + c.token;
-    }
-  }
-  bool IsBlocking() const override { return false; }
-  // The certificate client (no token) the peer's certificate names, if any.
-  const ClientToken* CertificateClient(const grpc::AuthContext& context) const {
-    std::vector<grpc::string_ref> cn = context.FindPropertyValues(GRPC_X509_CN_PROPERTY_NAME);
-    if (cn.empty()) return nullptr;
-    for (const ClientToken& c : clients_) {
-      if (c.token.empty() && cn[0] == c.name) return &c;
-    }
-    return nullptr;
-  }
-  grpc::Status Process(const InputMetadata& metadata, grpc::AuthContext* context,
-                       OutputMetadata* consumed, OutputMetadata* /*response*/) override {
-    auto it = metadata.find("authorization");
-    const ClientToken* client = nullptr;
-    if (it == metadata.end()) {
-      // No token: the client its certificate names, if the tokens file
-      // lists it as a certificate client (gRPC gives the subject's first
-      // common name).
-      client = CertificateClient(*context);
-      if (client == nullptr) {
-        std::vector<grpc::string_ref> cn = context->FindPropertyValues(GRPC_X509_CN_PROPERTY_NAME);
-        return grpc::Status(
-            grpc::StatusCode::UNAUTHENTICATED,
-            !cn.empty()
-                ? absl::StrCat("this coordinator asks for a client token (quiltctl --token-file, "
-                               "a worker's token_file); a client certificate does instead only "
-                               "where its tokens file names it as one (this one's common name: '",
-                               absl::string_view(cn[0].data(), cn[0].size()), "')")
-                : "this coordinator asks for a client token (quiltctl --token-file, a worker's "
-                  "token_file)");
-      }
-    } else {
-      // Every token compared, in constant time each: which one matched (if
-      // any) takes no longer to find.
-      for (const ClientToken& c : clients_) {
-        if (!c.token.empty() && SameToken(it->second, c.token)) client = &c;
-      }
-      if (client == nullptr) {
-        const ClientToken* by_certificate = CertificateClient(*context);
-        return grpc::Status(
-            grpc::StatusCode::UNAUTHENTICATED,
-            by_certificate == nullptr
-                ? std::string("the client token is not this coordinator's")
-                : absl::StrCat("the client token is not this coordinator's (the client "
-                               "certificate is '",
-                               by_certificate->name,
-                               "''s, a certificate client, which sends no token: drop "
-                               "--token-file, $QUILT_TOKEN_FILE or token_file)"));
-      }
-    }
-    auto path = metadata.find(":path");
-    const std::string method = path == metadata.end()
-                                   ? std::string()
-                                   : std::string(path->second.data(), path->second.size());
-    if (!RoleAllows(client->role, method)) {
-      return grpc::Status(
-          grpc::StatusCode::PERMISSION_DENIED,
-          absl::StrCat("the client '", client->name, "' (role ", RoleName(client->role),
-                       ") may not call ", method.empty() ? "this method" : method.substr(1)));
-    }
-    context->AddProperty(kClientProperty, client->name);
-    for (const std::string& pattern : client->nodes) context->AddProperty(kNodesProperty, pattern);
-    if (it != metadata.end()) {
-      consumed->insert(std::make_pair(std::string(it->first.data(), it->first.size()),
-                                      std::string(it->second.data(), it->second.size())));
-    }
-    return grpc::Status::OK;
-  }
-
- private:
-  std::vector<ClientToken> clients_;
-};
-
 std::mutex& ClientMutex() {
   static auto* mu = new std::mutex();
   return *mu;
@@ -141,6 +58,17 @@ std::mutex& ClientMutex() {
 ClientSecurity& ClientIdentity() {
   static auto* identity = new ClientSecurity();
   return *identity;
+}
+
+// The certificate client (no token) the peer's certificate names, if any.
+const ClientToken* CertificateClient(const std::vector<ClientToken>& clients,
+                                     const grpc::AuthContext& context) {
+  std::vector<grpc::string_ref> cn = context.FindPropertyValues(GRPC_X509_CN_PROPERTY_NAME);
+  if (cn.empty()) return nullptr;
+  for (const ClientToken& c : clients) {
+    if (c.token.empty() && cn[0] == c.name) return &c;
+  }
+  return nullptr;
 }
 
 }  // namespace
@@ -252,12 +180,90 @@ std::shared_ptr<grpc::ServerCredentials> ServerCredentials(const ServerSecurity&
   options.pem_key_cert_pairs.push_back({security.key_pem, security.cert_pem});
   std::shared_ptr<grpc::ServerCredentials> creds = grpc::SslServerCredentials(options);
   if (!security.clients.empty()) {
-    creds->SetAuthMetadataProcessor(MakeTokenChecker(security.clients));
+    creds->SetAuthMetadataProcessor(
+        security.checker != nullptr ? security.checker : MakeTokenChecker(security.clients));
   }
   return creds;
 }
 
-std::shared_ptr<grpc::AuthMetadataProcessor> MakeTokenChecker(std::vector<ClientToken> clients) {
+void TokenChecker::Replace(std::vector<ClientToken> clients) {
+  for (ClientToken& c : clients) {
+    if (!c.token.empty()) c.token = "Bearer " + c.token;
+  }
+  auto next = std::make_shared<const Clients>(std::move(clients));
+  std::lock_guard<std::mutex> lock(mu_);
+  clients_ = std::move(next);
+}
+
+std::shared_ptr<const TokenChecker::Clients> TokenChecker::Current() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return clients_;
+}
+
+// The client a call's token names, then whether its role allows the
+// method. The client's name goes into the call's auth context
+// (kClientProperty) for the handlers.
+grpc::Status TokenChecker::Process(const InputMetadata& metadata, grpc::AuthContext* context,
+                                   OutputMetadata* consumed, OutputMetadata* /*response*/) {
+  const std::shared_ptr<const Clients> clients = Current();
+  auto it = metadata.find("authorization");
+  const ClientToken* client = nullptr;
+  if (it == metadata.end()) {
+    // No token: the client its certificate names, if the tokens file
+    // lists it as a certificate client (gRPC gives the subject's first
+    // common name).
+    client = CertificateClient(*clients, *context);
+    if (client == nullptr) {
+      std::vector<grpc::string_ref> cn = context->FindPropertyValues(GRPC_X509_CN_PROPERTY_NAME);
+      return grpc::Status(
+          grpc::StatusCode::UNAUTHENTICATED,
+          !cn.empty()
+              ? absl::StrCat("this coordinator asks for a client token (quiltctl --token-file, "
+                             "a worker's token_file); a client certificate does instead only "
+                             "where its tokens file names it as one (this one's common name: '",
+                             absl::string_view(cn[0].data(), cn[0].size()), "')")
+              : "this coordinator asks for a client token (quiltctl --token-file, a worker's "
+                "token_file)");
+    }
+  } else {
+    // Every token compared, in constant time each: which one matched (if
+    // any) takes no longer to find.
+    for (const ClientToken& c : *clients) {
+      if (!c.token.empty() && SameToken(it->second, c.token)) client = &c;
+    }
+    if (client == nullptr) {
+      const ClientToken* by_certificate = CertificateClient(*clients, *context);
+      return grpc::Status(
+          grpc::StatusCode::UNAUTHENTICATED,
+          by_certificate == nullptr
+              ? std::string("the client token is not this coordinator's")
+              : absl::StrCat("the client token is not this coordinator's (the client "
+                             "certificate is '",
+                             by_certificate->name,
+                             "''s, a certificate client, which sends no token: drop "
+                             "--token-file, $QUILT_TOKEN_FILE or token_file)"));
+    }
+  }
+  auto path = metadata.find(":path");
+  const std::string method = path == metadata.end()
+                                 ? std::string()
+                                 : std::string(path->second.data(), path->second.size());
+  if (!RoleAllows(client->role, method)) {
+    return grpc::Status(
+        grpc::StatusCode::PERMISSION_DENIED,
+        absl::StrCat("the client '", client->name, "' (role ", RoleName(client->role),
+                     ") may not call ", method.empty() ? "this method" : method.substr(1)));
+  }
+  context->AddProperty(kClientProperty, client->name);
+  for (const std::string& pattern : client->nodes) context->AddProperty(kNodesProperty, pattern);
+  if (it != metadata.end()) {
+    consumed->insert(std::make_pair(std::string(it->first.data(), it->first.size()),
+                                    std::string(it->second.data(), it->second.size())));
+  }
+  return grpc::Status::OK;
+}
+
+std::shared_ptr<TokenChecker> MakeTokenChecker(std::vector<ClientToken> clients) {
   return std::make_shared<TokenChecker>(std::move(clients));
 }
 

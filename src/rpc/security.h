@@ -23,6 +23,7 @@
 #include <grpcpp/security/auth_metadata_processor.h>
 
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -31,10 +32,15 @@
 
 namespace quilt::rpc {
 
+class TokenChecker;
+
 struct ServerSecurity {
   std::string cert_pem, key_pem;     // empty: plaintext
   std::string client_ca_pem;         // empty: no client certificate asked
   std::vector<ClientToken> clients;  // empty: no token asked
+  // The checker of `clients` the server installs (made there if null);
+  // kept by the owner to replace the clients while the server runs.
+  std::shared_ptr<TokenChecker> checker;
 };
 
 struct ClientSecurity {
@@ -72,8 +78,25 @@ absl::StatusOr<ClientSecurity> LoadClientSecurity(const std::string& ca_file,
 std::shared_ptr<grpc::ServerCredentials> ServerCredentials(const ServerSecurity& security);
 
 // What ServerCredentials installs where there are clients: a call's token
-// to its client, the client's role against the call's method (":path").
-std::shared_ptr<grpc::AuthMetadataProcessor> MakeTokenChecker(std::vector<ClientToken> clients);
+// (or, with none, its certificate) to its client, the client's role against
+// the call's method (":path"). Replace() swaps the clients while the
+// server runs (calls under way finish with the clients they began with).
+// Thread-safe.
+class TokenChecker : public grpc::AuthMetadataProcessor {
+ public:
+  explicit TokenChecker(std::vector<ClientToken> clients) { Replace(std::move(clients)); }
+  void Replace(std::vector<ClientToken> clients);
+  bool IsBlocking() const override { return false; }
+  grpc::Status Process(const InputMetadata& metadata, grpc::AuthContext* context,
+                       OutputMetadata* consumed, OutputMetadata* response) override;
+
+ private:
+  using Clients = std::vector<ClientToken>;  // tokens as "Bearer <token>"
+  std::shared_ptr<const Clients> Current() const;
+  mutable std::mutex mu_;
+  std::shared_ptr<const Clients> clients_;
+};
+std::shared_ptr<TokenChecker> MakeTokenChecker(std::vector<ClientToken> clients);
 
 // The auth-context property that names the call's client (its tokens-file
 // name; "token" for token_file's).

@@ -254,6 +254,26 @@ TEST(TokenChecker, ACertificateClientByItsCommonName) {
             grpc::StatusCode::UNAUTHENTICATED);
 }
 
+// Replace swaps the clients: the next call is checked against the new ones.
+TEST(TokenChecker, ReplacedClientsCheckTheNextCall) {
+  std::shared_ptr<TokenChecker> checker =
+      MakeTokenChecker({{"ops", Role::kAdmin, "admin-0123456789abcdef", {}}});
+  auto call = [&](const std::string& token) {
+    grpc::AuthMetadataProcessor::InputMetadata in;
+    const std::string bearer = "Bearer " + token;
+    in.emplace("authorization", bearer);
+    in.emplace(":path", "/quilt.v1.JobService/GetJob");
+    grpc::AuthMetadataProcessor::OutputMetadata consumed, response;
+    Properties context;
+    return checker->Process(in, &context, &consumed, &response).error_code();
+  };
+  EXPECT_EQ(call("admin-0123456789abcdef"), grpc::StatusCode::OK);
+  EXPECT_EQ(call("user-0123456789abcdefg"), grpc::StatusCode::UNAUTHENTICATED);
+  checker->Replace({{"alice", Role::kUser, "user-0123456789abcdefg", {}}});
+  EXPECT_EQ(call("admin-0123456789abcdef"), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(call("user-0123456789abcdefg"), grpc::StatusCode::OK);
+}
+
 TEST(Security, TokensTheCoordinatorTakesAreLongAndNamedApart) {
   // token_file's token is at least 16 characters; a tokens-file client
   // may not take token_file's name.

@@ -5,9 +5,12 @@
 // the server's CA, the right server name, the token; named tokens whose
 // roles set what each client may call; client certificates (mutual TLS),
 // alone and beside tokens.
+#include <csignal>
+#include <fstream>
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "src/common/status_matchers.h"
@@ -266,6 +269,56 @@ TEST(Tls, BesideTokensACertificateNamedInTheTokensFileHasItsRole) {
       run(Flags(alice, {"--token-file", Tls("admin_token")}), {"drain", "worker-a"});
   EXPECT_EQ(admin.exit_code, 0) << admin.err;
   EXPECT_THAT(run(alice, {"nodes"}).out, HasSubstr("Draining"));
+}
+
+// SIGHUP reads the tokens file again: a client added may call, one
+// removed may not; a file that does not load leaves the clients as they
+// were, and the log says why.
+TEST(Tls, ASighupReloadsTheClientTokens) {
+  LocalCluster cluster;
+  const std::string tokens = cluster.dir().File("tokens");
+  auto write = [&](const std::string& text) { std::ofstream(tokens, std::ios::trunc) << text; };
+  const std::string ops = "ops admin quilt-test-admin-77f3c1\n";
+  const std::string alice = "alice user quilt-test-user-41d8e0\n";
+  write(ops);
+  ASSERT_THAT(cluster.StartCoordinator("127.0.0.1:0",
+                                       {"--tls_cert_file", Tls("server.pem"), "--tls_key_file",
+                                        Tls("server.key"), "--tokens_file", tokens}),
+              IsOk());
+  auto as_alice = [&] {
+    absl::StatusOr<CommandResult> r =
+        cluster.Quiltctl({"--tls-ca", Tls("ca.pem"), "--token-file", Tls("user_token"), "jobs"});
+    EXPECT_THAT(r.status(), IsOk());
+    return r.ok() ? *r : CommandResult{};
+  };
+  // After the n-th reload's line is in the log.
+  auto reload = [&](int n, const std::string& line) {
+    cluster.StopCoordinator(SIGHUP);
+    return Eventually(
+        [&] {
+          const std::string log = cluster.Log("coordinator");
+          size_t count = 0;
+          for (size_t at = log.find("SIGHUP: "); at != std::string::npos;
+               at = log.find("SIGHUP: ", at + 1)) {
+            ++count;
+          }
+          return count >= static_cast<size_t>(n) && absl::StrContains(log, line);
+        },
+        absl::Seconds(10));
+  };
+  EXPECT_THAT(as_alice().err, HasSubstr("not this coordinator's"));
+  write(ops + alice);
+  ASSERT_TRUE(reload(1, "reloaded the client tokens: 2 clients")) << cluster.Log("coordinator");
+  const CommandResult added = as_alice();
+  EXPECT_EQ(added.exit_code, 0) << added.err;
+  write(ops + "alice root quilt-test-user-41d8e0\n");
+  ASSERT_TRUE(reload(2, "the client tokens were not reloaded (the old ones stay)"))
+      << cluster.Log("coordinator");
+  EXPECT_THAT(cluster.Log("coordinator"), HasSubstr("unknown role 'root'"));
+  EXPECT_EQ(as_alice().exit_code, 0) << "the old clients stay";
+  write(ops);
+  ASSERT_TRUE(reload(3, "reloaded the client tokens: 1 clients")) << cluster.Log("coordinator");
+  EXPECT_THAT(as_alice().err, HasSubstr("not this coordinator's"));
 }
 
 TEST(Tls, DaemonsRefuseSettingsThatWouldSendPlaintextOffLoopback) {
