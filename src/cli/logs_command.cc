@@ -2,13 +2,18 @@
 // nodes, fetched by the coordinator from their workers (GetJobLogs), as
 // `tail` prints several files ("==> node (ranks …): path <==" before each),
 // or as JSON. Exit status 1 when some node's log could not be had (each
-// one's reason is printed in its place).
+// one's reason is printed in its place). With --follow, then the lines the
+// nodes write, each prefixed by its node where there are several, until
+// the job ends.
 #include <iostream>
+#include <map>
 #include <memory>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
 #include "nlohmann/json.hpp"
 #include "src/cli/command.h"
 #include "src/cli/validators.h"
@@ -22,9 +27,48 @@ struct LogsArgs {
   int lines = 100;
   std::string node;
   std::string format = "text";
+  bool follow = false;
 };
 
+// After the first print: the lines each node writes from its offset on,
+// until the job has ended and its last lines were read. 0, or 1 when the
+// coordinator could not be asked.
+int Follow(const LogsArgs& a, std::map<std::string, int64_t> offsets, rpc::JobClient& client) {
+  const bool prefix = offsets.size() > 1;
+  std::map<std::string, std::string> errors;  // the last said, per node
+  for (bool ended = false; !ended;) {
+    absl::SleepFor(absl::Seconds(1));
+    absl::StatusOr<quilt::v1::JobStatus> job = client.GetJob(a.id);
+    if (!job.ok()) return PrintError(std::string(job.status().message()));
+    const quilt::v1::JobState s = job->state();
+    ended = s == quilt::v1::JOB_STATE_SUCCEEDED || s == quilt::v1::JOB_STATE_FAILED ||
+            s == quilt::v1::JOB_STATE_CANCELLED;
+    absl::StatusOr<quilt::v1::GetJobLogsResponse> r =
+        client.GetJobLogs(a.id, a.lines, a.node, offsets);
+    if (!r.ok()) return PrintError(std::string(r.status().message()));
+    for (const auto& n : r->nodes()) {
+      if (!n.error().empty()) {
+        if (errors[n.node()] != n.error()) std::cerr << n.node() << ": " << n.error() << "\n";
+        errors[n.node()] = n.error();
+        continue;
+      }
+      errors.erase(n.node());
+      offsets[n.node()] = n.end_offset();
+      if (!prefix) {
+        std::cout << n.text();
+        continue;
+      }
+      for (absl::string_view line : absl::StrSplit(n.text(), '\n', absl::SkipEmpty())) {
+        std::cout << n.node() << " | " << line << "\n";
+      }
+    }
+    std::cout << std::flush;
+  }
+  return 0;
+}
+
 int PrintLogs(const LogsArgs& a, const GlobalOptions& globals) {
+  if (a.follow && a.format == "json") return PrintError("--follow prints text, not -o json");
   rpc::JobClient client(globals.coordinator, absl::Seconds(globals.timeout_s));
   absl::StatusOr<quilt::v1::GetJobLogsResponse> r = client.GetJobLogs(a.id, a.lines, a.node);
   if (!r.ok()) return PrintError(std::string(r.status().message()));
@@ -58,6 +102,15 @@ int PrintLogs(const LogsArgs& a, const GlobalOptions& globals) {
     std::cout << header << ": " << n.path() << " <==\n" << n.text();
     if (!n.text().empty() && n.text().back() != '\n') std::cout << "\n";
   }
+  if (a.follow) {
+    std::map<std::string, int64_t> offsets;
+    for (const auto& n : r->nodes()) {
+      if (n.error().empty()) offsets[n.node()] = n.end_offset();
+    }
+    if (offsets.empty()) return 1;
+    std::cout << std::flush;
+    return Follow(a, std::move(offsets), client);
+  }
   return missing ? 1 : 0;
 }
 
@@ -72,6 +125,8 @@ void AddLogsCommand(CLI::App& app, const GlobalOptions& globals, std::vector<Com
       ->check(CLI::Range(1, 10000));
   logs->add_option("--node", a->node, "Only this node's log")->check(Utf8Text());
   logs->add_option("-o,--output", a->format, "text | json")->check(CLI::IsMember({"text", "json"}));
+  logs->add_flag("-f,--follow", a->follow,
+                 "Then print the lines the nodes write until the job ends (text output)");
   out->push_back({logs, [a, &globals] { return PrintLogs(*a, globals); }});
 }
 

@@ -26,7 +26,8 @@ void JobLogs::OnHeartbeat(const quilt::v1::HeartbeatRequest& request,
 
 std::vector<quilt::v1::LogReply> JobLogs::Fetch(const std::string& job_id,
                                                 const std::vector<std::string>& nodes, int lines,
-                                                absl::Duration timeout) {
+                                                absl::Duration timeout,
+                                                const std::map<std::string, int64_t>& offsets) {
   std::vector<quilt::v1::LogReply> out(nodes.size());
   std::vector<std::string> ids(nodes.size());
   // (Asked before the lock, which every heartbeat takes.)
@@ -45,6 +46,10 @@ std::vector<quilt::v1::LogReply> JobLogs::Fetch(const std::string& job_id,
     p.request.set_request_id(ids[i]);
     p.request.set_job_id(job_id);
     p.request.set_lines(lines);
+    if (auto at = offsets.find(nodes[i]); at != offsets.end()) {
+      p.request.set_follow(true);
+      p.request.set_offset(at->second);
+    }
   }
   auto done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (shutdown_) return true;

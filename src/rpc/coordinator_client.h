@@ -6,6 +6,7 @@
 #define QUILT_SRC_RPC_COORDINATOR_CLIENT_H_
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -78,9 +79,11 @@ class JobClient {
                                                          const std::string& strategy,
                                                          bool queue = false);
   absl::StatusOr<quilt::v1::JobLosses> GetJobLosses(const std::string& job_id, int64_t from_step);
-  // The end of the job's executor log on each of its nodes (or `node`'s).
-  absl::StatusOr<quilt::v1::GetJobLogsResponse> GetJobLogs(const std::string& job_id, int lines,
-                                                           const std::string& node);
+  // The end of the job's executor log on each of its nodes (or `node`'s);
+  // with `offsets`, what those nodes wrote from them on.
+  absl::StatusOr<quilt::v1::GetJobLogsResponse> GetJobLogs(
+      const std::string& job_id, int lines, const std::string& node,
+      const std::map<std::string, int64_t>& offsets = {});
   // Streams the job's status to `on_status` until the job ends (OK) or the
   // stream fails; no deadline.
   absl::Status WatchJob(const std::string& job_id,

@@ -310,8 +310,27 @@ grpc::ServerUnaryReactor* JobServiceImpl::GetJobLogs(grpc::CallbackServerContext
             absl::Milliseconds(100),
             std::min(left, 2 * absl::Milliseconds(coordinator_->config().heartbeat_period_ms) +
                                absl::Seconds(3)));
+        std::map<std::string, int64_t> offsets;
+        for (const auto& [node, offset] : r.offsets()) {
+          if (offset < 0) {
+            return absl::InvalidArgumentError(
+                absl::StrCat("the offset of node ", node, " is negative (", offset, ")"));
+          }
+          if (ranks.count(node) == 0) {
+            return absl::NotFoundError(
+                absl::StrCat("node ", node, " is not in job ", r.job_id(), "'s world"));
+          }
+          offsets[node] = offset;
+        }
+        if (!offsets.empty()) {
+          std::vector<std::string> followed;
+          for (const std::string& n : nodes) {
+            if (offsets.count(n) > 0) followed.push_back(n);
+          }
+          nodes = std::move(followed);
+        }
         std::vector<quilt::v1::LogReply> replies = coordinator_->logs()->Fetch(
-            r.job_id(), nodes, r.lines() == 0 ? kDefaultLogLines : r.lines(), timeout);
+            r.job_id(), nodes, r.lines() == 0 ? kDefaultLogLines : r.lines(), timeout, offsets);
         for (size_t i = 0; i < nodes.size(); ++i) {
           quilt::v1::GetJobLogsResponse::NodeLog* log = response->add_nodes();
           log->set_node(nodes[i]);
@@ -320,6 +339,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::GetJobLogs(grpc::CallbackServerContext
           log->set_error(replies[i].error());
           log->set_path(replies[i].path());
           log->set_truncated(replies[i].truncated());
+          log->set_end_offset(replies[i].end_offset());
         }
         return absl::OkStatus();
       });

@@ -61,6 +61,39 @@ TEST(ReadLogTail, ALineCutByTheByteWindowIsLeftOut) {
   EXPECT_EQ(t->text, "yyyyyyTAIL");
 }
 
+// Following: whole lines from an offset on, the one being written left
+// for later; the offset after them; a file replaced by a shorter one read
+// from its start.
+TEST(ReadLogFrom, WholeLinesFromAnOffset) {
+  testing::TempDir dir;
+  const std::string path = Write(dir, "one\ntwo\nthr");
+  absl::StatusOr<LogTail> t = ReadLogTail(path, 10, 1 << 20);
+  ASSERT_THAT(t.status(), IsOk());
+  EXPECT_EQ(t->end_offset, 11);
+  t = ReadLogFrom(path, 4, 1 << 20);
+  ASSERT_THAT(t.status(), IsOk());
+  EXPECT_EQ(t->text, "two\n");
+  EXPECT_EQ(t->end_offset, 8);
+  std::ofstream(path, std::ios::app) << "ee\nfour\n";
+  t = ReadLogFrom(path, t->end_offset, 1 << 20);
+  EXPECT_EQ(t->text, "three\nfour\n");
+  EXPECT_EQ(t->end_offset, 19);
+  EXPECT_FALSE(t->truncated);
+  t = ReadLogFrom(path, 19, 1 << 20);
+  EXPECT_EQ(t->text, "");
+  EXPECT_EQ(t->end_offset, 19);
+  // At most the window: whole lines within it, or a piece of one longer.
+  t = ReadLogFrom(path, 0, 10);
+  EXPECT_EQ(t->text, "one\ntwo\n");
+  t = ReadLogFrom(Write(dir, std::string(30, 'z') + "\n"), 0, 10);
+  EXPECT_EQ(t->text, std::string(10, 'z'));
+  EXPECT_EQ(t->end_offset, 10);
+  // Replaced by a shorter file.
+  t = ReadLogFrom(Write(dir, "new\n"), 19, 1 << 20);
+  EXPECT_EQ(t->text, "new\n");
+  EXPECT_TRUE(t->truncated);
+}
+
 TEST(ReadLogTail, InvalidUtf8IsReplaced_MissingFilesAndDirectoriesNamed) {
   testing::TempDir dir;
   absl::StatusOr<LogTail> t =

@@ -1,10 +1,12 @@
 // quiltctl logs against a real cluster: the end of a job's executor log on
 // each node, fetched through the workers' heartbeats — while the job runs
-// and after it ended, the last N lines, one node's; a node whose worker
+// (and followed until it ends) and after it ended, the last N lines, one
+// node's; a node whose worker
 // stopped is named with the reason and the others still shown; a node not
 // in the job's world, or no such job, refused.
 #include <csignal>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -49,7 +51,17 @@ TEST(JobLogs, TheEndOfEachNodesExecutorLog) {
   EXPECT_THAT(live.out, HasSubstr("rank 0 of 2 on worker-a: 1000000 steps"));
   EXPECT_THAT(live.out, HasSubstr("==> worker-b (rank 1): "));
   EXPECT_THAT(live.out, HasSubstr("rank 1 of 2 on worker-b: 1000000 steps"));
+  // Following: the lines the nodes write (checkpoints every 4 steps), each
+  // with its node, until the job ends (cancelled).
+  CommandResult followed;
+  std::thread follow([&] { followed = run({"logs", id, "-n", "1", "--follow"}); });
+  absl::SleepFor(absl::Seconds(4));
   EXPECT_EQ(run({"cancel", id}).exit_code, 0);
+  follow.join();
+  EXPECT_EQ(followed.exit_code, 0) << followed.err;
+  EXPECT_THAT(followed.out, HasSubstr("worker-a | info "));
+  EXPECT_THAT(followed.out, HasSubstr("worker-b | info "));
+  EXPECT_THAT(followed.out, HasSubstr("checkpoint of step"));
 
   // A job that ended: its last line, one node's.
   args = SubmitArgs(cluster.dir().File("ckpt"), 6, "dp-even-ring");
