@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "src/cluster/topology.h"
@@ -290,9 +291,10 @@ grpc::ServerUnaryReactor* JobServiceImpl::GetJobLogs(grpc::CallbackServerContext
           of.push_back(rank);
         }
         if (nodes.empty()) {
-          return absl::FailedPreconditionError(
-              absl::StrCat("job ", r.job_id(), " has not run on any node (",
-                           quilt::v1::JobState_Name(job.status().state()), ")"));
+          return absl::FailedPreconditionError(absl::StrCat(
+              "job ", r.job_id(), " has not run on any node (",
+              absl::StripPrefix(quilt::v1::JobState_Name(job.status().state()), "JOB_STATE_"),
+              ")"));
         }
         if (!r.node().empty()) {
           if (ranks.count(r.node()) == 0) {
