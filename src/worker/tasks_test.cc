@@ -90,8 +90,9 @@ quilt::v1::TaskAssignment Assignment() {
 // another place has none.
 TEST(TaskRunner, TheLogPathOfAJobIdAndNoneForAPath) {
   testing::TempDir tmp;
-  TaskRunner runner(Options(tmp.path(), "/bin/true"));
-  EXPECT_EQ(runner.LogPath("job-1"), tmp.path() + "/work/job-1/executor.log");
+  const TaskRunnerOptions options = Options(tmp.path(), "/bin/true");
+  TaskRunner runner(options);
+  EXPECT_EQ(runner.LogPath("job-1"), options.work_dir + "/job-1/executor.log");
   // A path made of a job id holds the executor's log of an assignment.
   runner.Start(Assignment());
   WaitForEnd(runner, absl::Seconds(20));

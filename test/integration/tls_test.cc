@@ -40,6 +40,26 @@ std::vector<std::string> Trusting(const std::string& file) {
   return {"--tls_ca_file", Tls("ca.pem"), "--token_file", Tls(file)};
 }
 
+// quiltctl against `cluster` with `flags` before `args` (an empty result,
+// and a failure of the test, where it could not run).
+CommandResult Client(LocalCluster& cluster, const std::vector<std::string>& flags,
+                     const std::vector<std::string>& args) {
+  absl::StatusOr<CommandResult> r = cluster.Quiltctl(Flags(flags, args));
+  EXPECT_THAT(r.status(), IsOk());
+  return r.ok() ? *r : CommandResult{};
+}
+
+// quiltctl's flags to trust the test CA and present alice's certificate.
+std::vector<std::string> AliceCertificate() {
+  return {"--tls-ca", Tls("ca.pem"), "--tls-cert", Tls("alice.pem"), "--tls-key", Tls("alice.key")};
+}
+
+// A worker's flags to trust the test CA and present worker.pem (worker-a's).
+std::vector<std::string> WorkerCertificate() {
+  return {"--tls_ca_file",   Tls("ca.pem"),    "--tls_cert_file",
+          Tls("worker.pem"), "--tls_key_file", Tls("worker.key")};
+}
+
 TEST(Tls, ACoordinatorOnTlsServesOnlyClientsThatTrustItAndSendItsToken) {
   LocalCluster cluster;
   ASSERT_THAT(cluster.StartCoordinator("127.0.0.1:0", ServingTls("--token_file", "token")), IsOk());
@@ -181,26 +201,20 @@ TEST(Tls, ACoordinatorAskingForClientCertificatesServesOnlyClientsItsCaSigned) {
                                   Tls("server.key"), "--tls_client_ca_file", Tls("client_ca.pem")}),
               IsOk());
   EXPECT_THAT(cluster.Log("coordinator"), HasSubstr("transport=tls+client-certs"));
-  const std::vector<std::string> worker = {"--tls_ca_file",   Tls("ca.pem"),    "--tls_cert_file",
-                                           Tls("worker.pem"), "--tls_key_file", Tls("worker.key")};
+  const std::vector<std::string> worker = WorkerCertificate();
   ASSERT_THAT(cluster.StartWorker("worker-a", worker), IsOk()) << cluster.Log("worker-a");
   ASSERT_THAT(cluster.StartWorker("worker-b", worker), IsOk()) << cluster.Log("worker-b");
-  auto run = [&](const std::vector<std::string>& flags, const std::vector<std::string>& args) {
-    absl::StatusOr<CommandResult> r = cluster.Quiltctl(Flags(flags, args));
-    EXPECT_THAT(r.status(), IsOk());
-    return r.ok() ? *r : CommandResult{};
-  };
-  const std::vector<std::string> alice = {"--tls-ca",       Tls("ca.pem"), "--tls-cert",
-                                          Tls("alice.pem"), "--tls-key",   Tls("alice.key")};
-  const CommandResult nodes = run(alice, {"nodes"});
+  const std::vector<std::string> alice = AliceCertificate();
+  const CommandResult nodes = Client(cluster, alice, {"nodes"});
   EXPECT_EQ(nodes.exit_code, 0) << nodes.err;
   EXPECT_THAT(nodes.out, HasSubstr("worker-b"));
-  const CommandResult certless = run({"--tls-ca", Tls("ca.pem")}, {"nodes"});
+  const CommandResult certless = Client(cluster, {"--tls-ca", Tls("ca.pem")}, {"nodes"});
   EXPECT_NE(certless.exit_code, 0);
   EXPECT_THAT(certless.err, HasSubstr("if it asks for client certificates, pass --tls-cert"));
-  const CommandResult stranger = run({"--tls-ca", Tls("ca.pem"), "--tls-cert", Tls("stranger.pem"),
-                                      "--tls-key", Tls("stranger.key")},
-                                     {"nodes"});
+  const CommandResult stranger = Client(cluster,
+                                        {"--tls-ca", Tls("ca.pem"), "--tls-cert",
+                                         Tls("stranger.pem"), "--tls-key", Tls("stranger.key")},
+                                        {"nodes"});
   EXPECT_NE(stranger.exit_code, 0);
   EXPECT_THAT(stranger.err, HasSubstr("it did not accept this one"));
   // A worker without a certificate does not register, and says what to set.
@@ -211,15 +225,15 @@ TEST(Tls, ACoordinatorAskingForClientCertificatesServesOnlyClientsItsCaSigned) {
   // A job: both workers' executors find each other through the coordinator
   // with the workers' certificate.
   const std::string mlp = RunfilePath("test/fixtures/mlp/");
-  const CommandResult submitted =
-      run(alice,
-          {"submit", mlp + "model.onnx", "--loss", "softmax_cross_entropy", "--batch", "16",
-           "--steps", "4", "--strategy", "dp-even-ring", "--data", mlp + "x.npy," + mlp + "y.npy"});
+  const CommandResult submitted = Client(
+      cluster, alice,
+      {"submit", mlp + "model.onnx", "--loss", "softmax_cross_entropy", "--batch", "16", "--steps",
+       "4", "--strategy", "dp-even-ring", "--data", mlp + "x.npy," + mlp + "y.npy"});
   ASSERT_EQ(submitted.exit_code, 0) << submitted.err;
   const std::string id = submitted.out.substr(0, submitted.out.find('\n'));
-  const CommandResult watched = run(alice, {"watch", id});
+  const CommandResult watched = Client(cluster, alice, {"watch", id});
   EXPECT_EQ(watched.exit_code, 0) << watched.err << cluster.Log("worker-a");
-  const CommandResult described = run(alice, {"describe", "job", id});
+  const CommandResult described = Client(cluster, alice, {"describe", "job", id});
   EXPECT_THAT(described.out, HasSubstr("SUCCEEDED"));
   EXPECT_THAT(described.out, HasSubstr("(" + id + "), submitted by alice"));
 }
@@ -235,40 +249,34 @@ TEST(Tls, BesideTokensACertificateNamedInTheTokensFileHasItsRole) {
                                              {"--tls_client_ca_file", Tls("client_ca.pem")})),
               IsOk());
   EXPECT_THAT(cluster.Log("coordinator"), HasSubstr("transport=tls+client-certs+tokens"));
-  const std::vector<std::string> worker = {"--tls_ca_file",   Tls("ca.pem"),    "--tls_cert_file",
-                                           Tls("worker.pem"), "--tls_key_file", Tls("worker.key")};
+  const std::vector<std::string> worker = WorkerCertificate();
   ASSERT_THAT(cluster.StartWorker("worker-a", worker), IsOk()) << cluster.Log("worker-a");
   EXPECT_FALSE(cluster.StartWorker("worker-b", worker, absl::Seconds(5)).ok());
   EXPECT_THAT(cluster.Log("worker-b"),
               HasSubstr("the client 'worker-a' acts only for nodes worker-a, not 'worker-b'"));
-  auto run = [&](const std::vector<std::string>& flags, const std::vector<std::string>& args) {
-    absl::StatusOr<CommandResult> r = cluster.Quiltctl(Flags(flags, args));
-    EXPECT_THAT(r.status(), IsOk());
-    return r.ok() ? *r : CommandResult{};
-  };
-  const std::vector<std::string> alice = {"--tls-ca",       Tls("ca.pem"), "--tls-cert",
-                                          Tls("alice.pem"), "--tls-key",   Tls("alice.key")};
-  const CommandResult nodes = run(alice, {"nodes"});
+  const std::vector<std::string> alice = AliceCertificate();
+  const CommandResult nodes = Client(cluster, alice, {"nodes"});
   EXPECT_EQ(nodes.exit_code, 0) << nodes.err;
   EXPECT_THAT(nodes.out, HasSubstr("worker-a"));
-  const CommandResult drain = run(alice, {"drain", "worker-a"});
+  const CommandResult drain = Client(cluster, alice, {"drain", "worker-a"});
   EXPECT_NE(drain.exit_code, 0);
   EXPECT_THAT(drain.err, HasSubstr("the client 'alice' (role user) may not call"));
   const CommandResult certless =
-      run({"--tls-ca", Tls("ca.pem"), "--token-file", Tls("admin_token")}, {"status"});
+      Client(cluster, {"--tls-ca", Tls("ca.pem"), "--token-file", Tls("admin_token")}, {"status"});
   EXPECT_NE(certless.exit_code, 0);
   EXPECT_THAT(certless.err, HasSubstr("pass --tls-cert"));
   // The client CA signed bob's certificate, but the tokens file names no
   // bob: without a token he is refused.
   const CommandResult unlisted =
-      run({"--tls-ca", Tls("ca.pem"), "--tls-cert", Tls("bob.pem"), "--tls-key", Tls("bob.key")},
-          {"status"});
+      Client(cluster,
+             {"--tls-ca", Tls("ca.pem"), "--tls-cert", Tls("bob.pem"), "--tls-key", Tls("bob.key")},
+             {"status"});
   EXPECT_NE(unlisted.exit_code, 0);
   EXPECT_THAT(unlisted.err, HasSubstr("(this one's common name: 'bob')"));
   const CommandResult admin =
-      run(Flags(alice, {"--token-file", Tls("admin_token")}), {"drain", "worker-a"});
+      Client(cluster, Flags(alice, {"--token-file", Tls("admin_token")}), {"drain", "worker-a"});
   EXPECT_EQ(admin.exit_code, 0) << admin.err;
-  EXPECT_THAT(run(alice, {"nodes"}).out, HasSubstr("Draining"));
+  EXPECT_THAT(Client(cluster, alice, {"nodes"}).out, HasSubstr("Draining"));
 }
 
 // SIGHUP reads the tokens file again: a client added may call, one
