@@ -48,12 +48,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(const Coordinat
   RETURN_IF_ERROR(Annotate(c->jobs_->Load(), "loading the jobs of " + db_path));
   c->links_ = std::make_unique<LinkProbes>(c->registry_.get(), clock);
   NodeRegistry* registry = c->registry_.get();
-  auto ready = [registry](const std::string& id) {
-    for (const quilt::v1::NodeStatus& n : registry->ListNodes()) {
-      if (n.info().node_id() == id) return n.state() == quilt::v1::NODE_STATE_READY;
-    }
-    return false;
-  };
+  auto ready = [registry](const std::string& id) { return registry->IsReady(id); };
   c->profiles_ = std::make_unique<ModelProfiles>(ProfileOptions{}, ready);
   c->logs_ = std::make_unique<JobLogs>(ready, 2 * liveness.heartbeat_period);
   return c;

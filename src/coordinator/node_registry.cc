@@ -248,6 +248,12 @@ void NodeRegistry::ExcuseSilence(absl::Duration paused) {
   for (auto& [id, e] : nodes_) e.last_seen = std::min(now, e.last_seen + paused);
 }
 
+bool NodeRegistry::IsReady(const std::string& node_id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = nodes_.find(node_id);
+  return it != nodes_.end() && it->second.status.state() == quilt::v1::NODE_STATE_READY;
+}
+
 std::vector<NodeStatus> NodeRegistry::ListNodes() const {
   absl::MutexLock lock(&mu_);
   const absl::Time now = clock_->Now();

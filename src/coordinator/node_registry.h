@@ -71,6 +71,8 @@ class NodeRegistry {
 
   // All nodes, ordered by id, with heartbeat ages as of now.
   std::vector<quilt::v1::NodeStatus> ListNodes() const;
+  // Whether `node_id` is known and Ready.
+  bool IsReady(const std::string& node_id) const;
 
   // Newest first, at most `max`.
   std::vector<quilt::v1::ClusterEvent> RecentEvents(int max) const;

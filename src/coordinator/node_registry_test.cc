@@ -84,12 +84,15 @@ TEST_F(NodeRegistryTest, MissedHeartbeats_NotReadyThenDownThenRecovered) {
   clock_.Advance(absl::Seconds(0.2));
   registry_->CheckLiveness();
   EXPECT_EQ(StateOf("a"), quilt::v1::NODE_STATE_NOT_READY);
+  EXPECT_FALSE(registry_->IsReady("a"));
+  EXPECT_FALSE(registry_->IsReady("unknown"));
   clock_.Advance(absl::Seconds(25));
   registry_->CheckLiveness();
   EXPECT_EQ(StateOf("a"), quilt::v1::NODE_STATE_DOWN);
   EXPECT_THAT(registry_->ListNodes()[0].reason(), HasSubstr("no heartbeat for 30.1 s"));
   ASSERT_THAT(registry_->Heartbeat("a", 11), IsOk());
   EXPECT_EQ(StateOf("a"), quilt::v1::NODE_STATE_READY);
+  EXPECT_TRUE(registry_->IsReady("a"));
   auto events = registry_->RecentEvents(10);
   ASSERT_THAT(events, SizeIs(4));
   EXPECT_EQ(events[0].kind(), ClusterEvent::KIND_NODE_RECOVERED);
