@@ -185,7 +185,7 @@ nlohmann::json TimeCandidates(const quilt::Graph& g, const quilt::Topology& topo
   quilt::SimOptions so;
   so.index = &(*coarse)->index();
   std::vector<double> lower_us, sim_us;
-  int64_t instructions = 0;
+  int64_t instructions = 0, events = 0;
   for (int i = 0; i < repeat; ++i) {
     google::protobuf::Arena arena;
     const absl::Time t0 = absl::Now();
@@ -196,6 +196,7 @@ nlohmann::json TimeCandidates(const quilt::Graph& g, const quilt::Topology& topo
     if (!r.ok()) return {{"error", std::string(r.status().message())}};
     lower_us.push_back(absl::ToDoubleMicroseconds(t1 - t0));
     sim_us.push_back(absl::ToDoubleMicroseconds(absl::Now() - t1));
+    events = r->events;
     instructions = 0;
     for (const auto& dp : (*p)->devices()) instructions += dp.instructions_size();
   }
@@ -206,6 +207,7 @@ nlohmann::json TimeCandidates(const quilt::Graph& g, const quilt::Topology& topo
   return {{"plan", name},
           {"groups", (*coarse)->num_groups()},
           {"instructions", instructions},
+          {"events", events},
           {"lower_us", median(lower_us)},
           {"simulate_us", median(sim_us)},
           {"candidates_per_s", 1e6 / (median(lower_us) + median(sim_us))}};
@@ -363,6 +365,9 @@ int main(int argc, char** argv) {
           continue;
         }
         const auto& r = plan->report;
+        // (The planner's clock of work, which its budget counts.)
+        j["planning_work_s"] = r.planning_work_s();
+        if (r.planning_clock_followed_wall()) j["planning_clock_followed_wall"] = true;
         j["lower_bound_s"] = r.lower_bound_s();
         j["memory_floor_batch"] = r.memory_floor().largest_batch();
         const quilt::v1::StrategyEstimate* best = nullptr;

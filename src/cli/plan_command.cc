@@ -213,13 +213,26 @@ std::string NoFeasibleStrategy(const quilt::v1::PlanReport& r) {
 }
 
 // How long planning took; where the planner searched and took over 5 %
-// more than its time budget, where the time went (the first full
-// simulations are never cut short, and where nothing fits, fitting goes
-// on).
+// more than its time budget on its clock of work, where the time went (the
+// first full simulations are never cut short, and where nothing fits,
+// fitting goes on). Where the clock followed the wall, says so.
 std::string PlanningTime(const quilt::v1::PlanReport& r) {
   std::string out = absl::StrFormat("%.2f s", r.planning_wall_s());
+  if (r.planning_clock_followed_wall()) {
+    out += absl::StrFormat(
+        " (this machine ran far behind the planner's clock of work, %.2f s, which then followed "
+        "the wall: another run may give another plan)",
+        r.planning_work_s());
+  }
   const double budget = r.time_budget_s();
+  const double counted = r.planning_work_s() > 0 ? r.planning_work_s() : r.planning_wall_s();
   if (!(budget > 0) || r.planning_wall_s() <= 1.05 * budget) return out;
+  if (counted <= 1.05 * budget) {
+    return out + absl::StrFormat(
+                     ", %.2f s of work on the planner's clock, which its %.3g s time budget "
+                     "counts (this machine ran slower than the clock's costs)",
+                     counted, budget);
+  }
   double searching = 0;
   for (const auto& e : r.estimates()) {
     if (e.name() == "heterog") searching = e.search().search_wall_s();

@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "src/common/work_clock.h"
 #include "src/planner/estimate.h"
 #include "src/planner/micro_batches.h"
 #include "src/planner/pipelined_plan.h"
@@ -67,7 +68,7 @@ class Gate {
   // simulates it, where `fits` says whether a try has fitted.
   bool Begins(bool fits, std::optional<Kind> kind) {
     if (!fits || !may_begin_) return true;
-    if (first_fit_ == absl::InfinitePast()) first_fit_ = absl::Now();
+    if (first_fit_ == absl::InfinitePast()) first_fit_ = WorkNow();
     double s = sim_s_;
     if (kind.has_value()) {
       s += plan_s_[*kind] > 0 ? plan_s_[*kind] : *std::max_element(plan_s_, plan_s_ + 3);
@@ -77,10 +78,10 @@ class Gate {
     return false;
   }
   void Planned(Kind kind, absl::Time began) {
-    plan_s_[kind] = std::max(plan_s_[kind], absl::ToDoubleSeconds(absl::Now() - began));
+    plan_s_[kind] = std::max(plan_s_[kind], absl::ToDoubleSeconds(WorkNow() - began));
   }
   void Simulated(absl::Time began) {
-    sim_s_ = std::max(sim_s_, absl::ToDoubleSeconds(absl::Now() - began));
+    sim_s_ = std::max(sim_s_, absl::ToDoubleSeconds(WorkNow() - began));
   }
   bool cut_short() const { return cut_short_; }
 
@@ -97,12 +98,12 @@ class Gate {
 Estimated SimulateInFull(const GraphIndex& ix, const Topology& topo, const CostModel& cost,
                          const std::string& name, int64_t batch, const quilt::v1::Strategy& s,
                          Gate* gate, std::shared_ptr<Evaluated>* full) {
-  const absl::Time began = absl::Now();
+  const absl::Time began = WorkNow();
   auto ev = std::make_shared<Evaluated>();
   Estimated e = EstimateOnArena(ix, topo, cost, NamedStrategy{name, s, ""}, batch,
                                 /*lower_bound=*/0, &ev->program, &ev->sim, /*trace=*/false,
                                 /*both_orders=*/false, /*validate=*/true);
-  ev->wall_s = absl::ToDoubleSeconds(absl::Now() - began);
+  ev->wall_s = absl::ToDoubleSeconds(WorkNow() - began);
   gate->Simulated(began);
   full->reset();
   if (e.ok()) {
@@ -194,7 +195,7 @@ void ReplanWithRoom(const GraphIndex& ix, const Topology& topo, const CostModel&
         "of them in flight",
         rows, k, w));
   }
-  const absl::Time began = absl::Now();
+  const absl::Time began = WorkNow();
   std::optional<quilt::v1::Strategy> found = plan_at(rows, "heterog", scale);
   gate->Planned(kSearched, began);
   if (!found.has_value()) return;
@@ -273,7 +274,7 @@ std::optional<AccumulatedPlan> PlanAccumulation(
                                 kind == kSearched ? "a search" : dp, rows, k,
                                 scale.empty() ? "" : ", memory kept for their gradients"));
           }
-          const absl::Time began = absl::Now();
+          const absl::Time began = WorkNow();
           std::optional<quilt::v1::Strategy> found =
               plan_at(rows, kind == kSearched ? std::string("heterog") : dp, scale);
           gate.Planned(kind, began);

@@ -12,6 +12,7 @@
 #include "absl/time/clock.h"
 #include "src/common/heartbeat.h"
 #include "src/common/status.h"
+#include "src/common/work_clock.h"
 #include "src/planner/placement.h"
 
 namespace quilt {
@@ -85,7 +86,12 @@ absl::Status EstimateMany(const GraphIndex& index, const Topology& topology, con
                           const std::vector<NamedStrategy>& list, const EstimateManyOptions& o,
                           std::map<std::string, Evaluated>* done) {
   if (list.empty()) return absl::OkStatus();
-  auto since = [&] { return absl::ToDoubleSeconds(absl::Now() - o.start); };
+  // (The planner's clock, work_clock.h: read from the heartbeat's thread
+  // too, and installed on the pool's.)
+  WorkClock* const clock = WorkClock::Current();
+  auto since = [&] {
+    return absl::ToDoubleSeconds((clock == nullptr ? absl::Now() : clock->Now()) - o.start);
+  };
   const std::vector<int> same = SamePlans(list, o.batch);
   auto say_same = [&](size_t i) {
     o.progress(absl::StrFormat("%s is the plan of %s: simulated once (%.1f s so far)", list[i].name,
@@ -125,11 +131,12 @@ absl::Status EstimateMany(const GraphIndex& index, const Topology& topology, con
         running[i] = true;
         begun[i] = true;
       }
-      const absl::Time began = absl::Now();
+      // (This one's work alone, while others charge the clock too.)
+      const WorkTimer began(/*own_thread=*/true);
       absl::StatusOr<quilt::v1::StrategyEstimate> e =
           EstimateOnArena(index, topology, cost, list[i], o.batch, o.lower_bound, &out[i].program,
                           &out[i].sim, o.trace, o.both_orders);
-      out[i].wall_s = absl::ToDoubleSeconds(absl::Now() - began);
+      out[i].wall_s = began.Seconds();
       if (e.ok()) out[i].estimate = std::move(*e);
       status[i] = e.status();
       std::lock_guard<std::mutex> lock(running_mu);
@@ -148,10 +155,20 @@ absl::Status EstimateMany(const GraphIndex& index, const Topology& topology, con
       o.progress(absl::StrFormat("still simulating %s (%.1f s so far)", absl::StrJoin(names, ", "),
                                  since()));
     });
+    // (Which may begin is asked on the planner's clock as the simulations
+    // before it left it: one at a time, so that the answer is the same on
+    // any machine.)
     const size_t threads =
-        std::min<size_t>(list.size(), std::max(1u, std::thread::hardware_concurrency()));
+        clock != nullptr && o.may_begin
+            ? 1
+            : std::min<size_t>(list.size(), std::max(1u, std::thread::hardware_concurrency()));
     std::vector<std::thread> pool;
-    for (size_t k = 1; k < threads; ++k) pool.emplace_back(work);
+    for (size_t k = 1; k < threads; ++k) {
+      pool.emplace_back([&] {
+        const WorkClock::Scope scope(clock);
+        work();
+      });
+    }
     work();
     for (std::thread& t : pool) t.join();
   }  // (the heartbeat ends with the simulations)

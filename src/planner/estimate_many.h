@@ -26,7 +26,9 @@ struct Evaluated {
   quilt::v1::StrategyEstimate estimate;
   ArenaProgram program;  // empty for a strategy infeasible before lowering
   SimResult sim;
-  // Seconds its lowering and simulation took (in each order simulated).
+  // Seconds its lowering and simulation took (in each order simulated), on
+  // the planner's clock where one is installed (src/common/work_clock.h:
+  // the work they charged), else the wall's.
   double wall_s = 0;
 
   // Named `name`: the estimate, its strategy and the program's strategy.

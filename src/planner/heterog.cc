@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "src/common/status.h"
+#include "src/common/work_clock.h"
 #include "src/graph/graph_index.h"
 #include "src/planner/coarse_graph.h"
 #include "src/planner/local_search.h"
@@ -92,7 +93,10 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
                                            const CostModel& cost, int64_t batch,
                                            const std::vector<NamedStrategy>& baselines,
                                            const SearchOptions& options) {
-  const absl::Time start = absl::Now();
+  // (Its budget on the planner's clock: work_clock.h.)
+  const WorkClockIfNone clock;
+  const absl::Time wall_start = absl::Now();
+  const absl::Time start = WorkNow();
   const absl::Time deadline = start + absl::Seconds(options.time_budget_s);
   // (Where no plan fits yet: the memory repair's share left to it.)
   const absl::Time unfit_deadline = UnfitDeadline(options, deadline);
@@ -142,7 +146,7 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
       }
       // (On a cluster of hundreds of devices each takes seconds: the budget
       // holds here too, once a start fits.)
-      if (have && best_score.feasible() && absl::Now() >= deadline) break;
+      if (have && best_score.feasible() && WorkNow() >= deadline) break;
       // In either execution order: the search keeps the start's.
       std::vector<PlanState> orders;
       for (auto order : kExecutionOrders) {
@@ -400,7 +404,7 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
       best = found.first;
       best_score = found.second;
     }
-    result.stopped_by = absl::Now() < deadline ? "enumerated" : "time budget";
+    result.stopped_by = WorkNow() < deadline ? "enumerated" : "time budget";
   } else {
     const bool whole = topo.num_devices() > kWholePlacementDevices;
     // From a start over memory, with other seeds to search from, the first
@@ -452,7 +456,7 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
       if (seed.evaluations <= 0 && !seed.resumes.has_value()) continue;
       // (Resumed only where no search has found a plan that fits.)
       if (seed.resumes.has_value() && best_score.feasible()) continue;
-      if (absl::Now() >= (best_score.feasible() ? deadline : unfit_deadline)) {
+      if (WorkNow() >= (best_score.feasible() ? deadline : unfit_deadline)) {
         budget_ended = true;
         break;
       }
@@ -546,7 +550,7 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
   std::vector<OpMove> op_moves;     // for the plan's variants
   std::optional<GraphIndex> index;  // of the full graph, for the repair
   if (!best_score.feasible() && options.repair_simulations > 0) {
-    const absl::Time repair_start = absl::Now();
+    const absl::Time repair_start = WorkNow();
     if (options.progress) {
       SearchProgress p;
       p.start = result.start;
@@ -565,7 +569,7 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
                      options.repair_simulations));
     result.memory_repair =
         "the search's plan was over memory on its coarse model; on the full model " +
-        DescribeRepair(repaired, absl::ToDoubleSeconds(absl::Now() - repair_start));
+        DescribeRepair(repaired, absl::ToDoubleSeconds(WorkNow() - repair_start));
     if (repaired.moves + repaired.served > 0) {
       absl::StatusOr<Score> score = space.Evaluate(repaired.state);
       if (score.ok()) {
@@ -585,7 +589,7 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
     result.repair = [space_owner, coarse, &g, &topo, &cost, batch, best, fusions, start_state,
                      simulations = options.repair_simulations](
                         double budget_s, size_t variant) -> absl::StatusOr<RepairedPlan> {
-      const absl::Time start = absl::Now();
+      const absl::Time start = WorkNow();
       ASSIGN_OR_RETURN(const GraphIndex index, GraphIndex::Build(g));
       ASSIGN_OR_RETURN(
           RepairOutcome r,
@@ -595,7 +599,7 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
       RepairedPlan out;
       out.changed = r.moves + r.served + r.shifts > 0;
       out.fits = r.fits;
-      out.description = DescribeRepair(r, absl::ToDoubleSeconds(absl::Now() - start));
+      out.description = DescribeRepair(r, absl::ToDoubleSeconds(WorkNow() - start));
       if (!out.changed) return out;
       out.variants = PlanVariants(*space_owner, g, r.state, fusions, r.op_moves, &index);
       for (int k = 0; k < coarse->num_groups(); ++k) {
@@ -705,7 +709,7 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
       if (differs_from(plan, base, k)) changed.push_back(k);
     }
     std::map<int, absl::StatusOr<Score>> out;
-    for (size_t i = 0; i < changed.size() && absl::Now() < deadline; i += kSearchWindow) {
+    for (size_t i = 0; i < changed.size() && WorkNow() < deadline; i += kSearchWindow) {
       std::vector<PlanState> backs;
       for (size_t j = i; j < std::min(changed.size(), i + kSearchWindow); ++j) {
         backs.push_back(plan);
@@ -790,7 +794,7 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
   }
   result.evaluated = space.evaluations();
   result.ruled_out = space.ruled_out();
-  result.search_wall_s = absl::ToDoubleSeconds(absl::Now() - start);
+  result.search_wall_s = absl::ToDoubleSeconds(absl::Now() - wall_start);
   return result;
 }
 

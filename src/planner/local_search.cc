@@ -6,6 +6,7 @@
 
 #include "absl/time/clock.h"
 #include "src/common/status.h"
+#include "src/common/work_clock.h"
 #include "src/planner/priorities.h"
 
 namespace quilt {
@@ -60,7 +61,7 @@ class Search {
         cap_until_fit_(cap_until_fit),
         started_at_(space->judged()),
         start_(std::move(start)),
-        next_progress_(absl::Now() + absl::Seconds(o.progress_every_s)),
+        next_progress_(WorkNow() + absl::Seconds(o.progress_every_s)),
         rng_(o.seed) {
     for (int k = 0; whole_placements && k < static_cast<int>(space->options().size()); ++k)
       estimates_.push_back(space->Estimate(k));
@@ -253,7 +254,7 @@ class Search {
       return true;
     }
     // (While its best does not fit, it leaves the memory repair its share.)
-    if (absl::Now() >= (best.feasible() ? deadline_ : unfit_deadline_)) {
+    if (WorkNow() >= (best.feasible() ? deadline_ : unfit_deadline_)) {
       stopped_by_ = "time budget";
       return true;
     }
@@ -262,7 +263,7 @@ class Search {
 
   void Progress(const Score& best) {
     if (!options_.progress) return;
-    const absl::Time now = absl::Now();
+    const absl::Time now = WorkNow();
     if (now < next_progress_) return;
     next_progress_ = now + absl::Seconds(options_.progress_every_s);
     options_.progress(SearchProgress{start_, /*other_seed=*/false, space_->evaluations(),
@@ -313,7 +314,7 @@ absl::StatusOr<std::pair<PlanState, Score>> EnumerateStates(
   // Every state in both execution orders (the order innermost, so that a
   // deadline leaves no state tried in one order only).
   std::vector<size_t> at(groups, 0);
-  while (absl::Now() < deadline) {
+  while (WorkNow() < deadline) {
     for (int k = 0; k < groups; ++k) {
       s.place[k] = choices[at[k]].first;
       s.method[k] = choices[at[k]].second;

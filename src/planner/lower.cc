@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
 #include "src/common/status.h"
+#include "src/common/work_clock.h"
 #include "src/graph/graph_index.h"
 #include "src/graph/op_registry.h"
 #include "src/planner/group_nodes.h"
@@ -753,8 +754,13 @@ absl::Status LowerInto(const GraphIndex& ix, const quilt::v1::Strategy& s, const
     RETURN_IF_ERROR(
         Lowerer(ix, topo, *q, nullptr).Run(s, cost, /*include_graph=*/false, &*smaller));
   }
-  return UnrollMicroBatches(ix, global_batch, s.micro_batches(), prog,
-                            smaller.has_value() ? &*smaller : nullptr);
+  RETURN_IF_ERROR(UnrollMicroBatches(ix, global_batch, s.micro_batches(), prog,
+                                     smaller.has_value() ? &*smaller : nullptr));
+  // (The planner's clock: src/common/work_clock.h.)
+  int64_t instructions = 0;
+  for (const quilt::v1::DeviceProgram& d : prog->devices()) instructions += d.instructions_size();
+  ChargeWork(kLowerWorkPerInstruction * instructions);
+  return absl::OkStatus();
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "google/protobuf/arena.h"
 #include "proto/quilt/v1/program.pb.h"
 #include "proto/quilt/v1/strategy.pb.h"
@@ -24,6 +25,11 @@
 #include "src/graph/graph_index.h"
 
 namespace quilt {
+
+// The work lowering charges the planner's clock (src/common/work_clock.h)
+// installed on its thread, per instruction of the program; as measured on
+// a 2-core development machine (src/sim/simulator.h has the simulation's).
+inline constexpr absl::Duration kLowerWorkPerInstruction = absl::Nanoseconds(1200);
 
 // `graph` is a training graph (has_backward); `cost` sets the priorities
 // (uniform when null). Errors: INVALID_ARGUMENT for strategies that cannot

@@ -12,6 +12,7 @@
 #include "absl/time/clock.h"
 #include "src/common/status.h"
 #include "src/common/units.h"
+#include "src/common/work_clock.h"
 #include "src/graph/graph_index.h"
 #include "src/planner/lower.h"
 #include "src/planner/program_validator.h"
@@ -281,9 +282,7 @@ absl::StatusOr<RepairOutcome> RepairMemory(SearchSpace* space, const GraphIndex&
   out.state = start;
   ASSIGN_OR_RETURN(FullScore score, judge.Of(start));
   std::set<std::string> seen = {space->StateKey(start)};
-  auto out_of_time = [&] {
-    return absl::Now() >= deadline || judge.simulated() >= max_simulations;
-  };
+  auto out_of_time = [&] { return WorkNow() >= deadline || judge.simulated() >= max_simulations; };
   while (!score.fits() && !out_of_time()) {
     std::optional<std::pair<PlanState, FullScore>> best;
     for (int k = 0; k < static_cast<int>(out.state.place.size()) && !out_of_time(); ++k) {
@@ -348,7 +347,7 @@ absl::StatusOr<RepairOutcome> RepairMemory(SearchSpace* space, const GraphIndex&
   out.step_s = score.step_s;
   out.over_bytes = score.over_bytes;
   out.simulated = judge.simulated();
-  out.ended_by_time = !out.fits && absl::Now() >= deadline && out.simulated < max_simulations;
+  out.ended_by_time = !out.fits && WorkNow() >= deadline && out.simulated < max_simulations;
   return out;
 }
 

@@ -13,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "src/common/status.h"
+#include "src/common/work_clock.h"
 #include "src/planner/accumulation.h"
 #include "src/planner/batch_hint.h"
 #include "src/planner/bucketed_baselines.h"
@@ -44,10 +45,10 @@ std::string EvenCounterpart(const std::string& name) {
 // first check.
 std::function<bool(bool)> MayCheckBatch(absl::Time start, double budget_s, const double* check_s) {
   const PlanBudget budget(start, budget_s);
-  const absl::Time checks_start = absl::Now();
+  const absl::Time checks_start = WorkNow();
   return [budget, checks_start, check_s](bool found) {
-    return budget.Affords(absl::Now(), *check_s) &&
-           (!found || absl::Now() - checks_start < absl::Seconds(kBatchHintRefineS));
+    return budget.Affords(WorkNow(), *check_s) &&
+           (!found || WorkNow() - checks_start < absl::Seconds(kBatchHintRefineS));
   };
 }
 
@@ -70,13 +71,13 @@ void CheckHybridBatch(const GraphIndex& ix, const Topology& topo, const CostMode
     if (o.progress) {
       o.progress(absl::StrFormat(
           "checking the batch to suggest: the closest hybrid plan at batch %d (%.1f s so far)",
-          batch, absl::ToDoubleSeconds(absl::Now() - start)));
+          batch, absl::ToDoubleSeconds(WorkNow() - start)));
     }
-    const absl::Time began = absl::Now();
+    const absl::Time began = WorkNow();
     absl::StatusOr<quilt::v1::StrategyEstimate> e =
         Estimate(ix, topo, cost, closest, batch, /*lower_bound=*/0, /*program=*/nullptr,
                  /*sim=*/nullptr, /*trace=*/false, /*both_orders=*/false);
-    check_s = std::max(check_s, absl::ToDoubleSeconds(absl::Now() - began));
+    check_s = std::max(check_s, absl::ToDoubleSeconds(WorkNow() - began));
     // (A batch the plan cannot be lowered at, e.g. fewer rows than a
     // group's replicas, is one it does not fit.)
     if (!e.ok() || !e->feasible()) return false;
@@ -107,15 +108,24 @@ void CheckHybridBatch(const GraphIndex& ix, const Topology& topo, const CostMode
 }  // namespace
 
 absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const PlanOptions& o) {
-  const absl::Time start = absl::Now();
+  // Every decision by time on the planner's clock (work_clock.h: a seed
+  // gives one plan on any machine); nested plans share the outer's.
+  const WorkClockIfNone clock;
+  const absl::Time wall_start = absl::Now();
+  const absl::Time start = WorkNow();
+  PlanResult result;
+  quilt::v1::PlanReport& rep = result.report;
+  auto set_times = [&] {
+    rep.set_planning_wall_s(absl::ToDoubleSeconds(absl::Now() - wall_start));
+    rep.set_planning_work_s(absl::ToDoubleSeconds(WorkNow() - start));
+    rep.set_planning_clock_followed_wall(clock.clock()->FollowedWall());
+  };
   if (!g.has_backward) return absl::InvalidArgumentError("planning needs a training graph");
   if (o.global_batch < 1) return absl::InvalidArgumentError("the batch must be at least 1");
   RETURN_IF_ERROR(CheckGlobalBatch(o.global_batch));
   RETURN_IF_ERROR(CheckStateFits(g, topo));
   ASSIGN_OR_RETURN(CostModel cost, CostModel::Create(&g, &topo));
   ASSIGN_OR_RETURN(const GraphIndex ix, GraphIndex::Build(g));
-  PlanResult result;
-  quilt::v1::PlanReport& rep = result.report;
   rep.set_model(g.name);
   rep.set_global_batch(o.global_batch);
   const double lb = ComputeLowerBound(g, cost, topo, o.global_batch);
@@ -140,7 +150,7 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
   const std::vector<NamedStrategy> strategies =
       Baselines(g, topo, cost, o.global_batch, &load, ps_split);
   // (What a check of the batch to suggest costs besides its simulation.)
-  const double baselines_built_s = absl::ToDoubleSeconds(absl::Now() - start);
+  const double baselines_built_s = absl::ToDoubleSeconds(WorkNow() - start);
   for (const NamedStrategy& ns : o.given) {
     if (ns.name == kHeteroG ||
         absl::c_any_of(strategies, [&](const NamedStrategy& b) { return b.name == ns.name; })) {
@@ -196,7 +206,7 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
       rep.set_best(quick);
       *rep.add_estimates() = e.estimate;
       if (!e.program.empty()) result.best_program = *e.program;
-      rep.set_planning_wall_s(absl::ToDoubleSeconds(absl::Now() - start));
+      set_times();
       return result;
     }
   }
@@ -266,7 +276,7 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
     found = true;
     names.push_back(kHeteroG);
     rep.set_time_budget_s(o.search.time_budget_s);
-    rep.set_search_began_s(absl::ToDoubleSeconds(absl::Now() - start));
+    rep.set_search_began_s(absl::ToDoubleSeconds(absl::Now() - wall_start));
     // (Built after the search, where it is simulated: parameter servers'
     // split over a subset simulates it.)
     auto subsets = [&] {
@@ -334,13 +344,13 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
     auto fits = [&](int64_t batch) {
       if (o.progress) {
         o.progress(absl::StrFormat("checking the batch to suggest: %s at batch %d (%.1f s so far)",
-                                   baseline, batch, absl::ToDoubleSeconds(absl::Now() - start)));
+                                   baseline, batch, absl::ToDoubleSeconds(WorkNow() - start)));
       }
       ++checks;
-      const absl::Time began = absl::Now();
+      const absl::Time began = WorkNow();
       check.global_batch = batch;
       absl::StatusOr<PlanResult> r = Plan(g, topo, check);
-      check_s = std::max(check_s, absl::ToDoubleSeconds(absl::Now() - began));
+      check_s = std::max(check_s, absl::ToDoubleSeconds(WorkNow() - began));
       return r.ok() && r->report.best() == baseline;
     };
     const std::function<bool(bool)> may_check =
@@ -402,7 +412,7 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
           o.progress(absl::StartsWith(line, " ")
                          ? line
                          : absl::StrFormat("%s (%.1f s so far)", line,
-                                           absl::ToDoubleSeconds(absl::Now() - start)));
+                                           absl::ToDoubleSeconds(WorkNow() - start)));
         };
     const absl::Time accumulation_began = absl::Now();
     std::string why;
@@ -413,7 +423,7 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
     // clusters.)
     const PlanBudget budget(start, o.search.time_budget_s);
     const MayBegin may_begin = [&](double seconds, absl::Time first_fit) {
-      const absl::Time now = absl::Now();
+      const absl::Time now = WorkNow();
       return budget.Affords(now, seconds) ||
              PlanBudget(first_fit, PlanBudget::kAfterFitBudgets * o.search.time_budget_s)
                  .Affords(now, seconds);
@@ -427,7 +437,7 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
       // (The search's account stays the estimate's.)
       const quilt::v1::SearchSummary summary = done.at(kHeteroG).estimate.search();
       done.erase(kHeteroG);
-      if (acc->full != nullptr && !o.trace && !budget.Affords(absl::Now(), acc->full->wall_s)) {
+      if (acc->full != nullptr && !o.trace && !budget.Affords(WorkNow(), acc->full->wall_s)) {
         // (As the tries simulated it in full, in its execution order: not
         // again, in both, past the budget.)
         Evaluated e = std::move(*acc->full);
@@ -456,7 +466,7 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
   if (!rep.best().empty() && o.program_with_graph) {
     *result.best_program.mutable_graph() = g.ToProto();
   }
-  rep.set_planning_wall_s(absl::ToDoubleSeconds(absl::Now() - start));
+  set_times();
   return result;
 }
 

@@ -14,6 +14,7 @@
 #include "src/common/logging.h"
 #include "src/common/status.h"
 #include "src/common/units.h"
+#include "src/common/work_clock.h"
 #include "src/planner/exchange_parts.h"
 #include "src/planner/heterog.h"
 #include "src/planner/lookups.h"
@@ -54,13 +55,13 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
   const Graph& g = ix.graph();
   if (o.progress) {
     o.progress(absl::StrFormat("searching hybrid plans (%.1f s so far)",
-                               absl::ToDoubleSeconds(absl::Now() - start)));
+                               absl::ToDoubleSeconds(WorkNow() - start)));
   }
   // The search gets what is left of the planning budget, less the full
   // simulations' share (plan_budget.h).
   const PlanBudget budget(start, o.search.time_budget_s);
   SearchOptions search = o.search;
-  search.time_budget_s = budget.SearchSeconds(absl::Now());
+  search.time_budget_s = budget.SearchSeconds(WorkNow());
   search.lower_bound_s = lb;
   if (o.progress && !search.progress) {
     search.progress = [&](const SearchProgress& p) {
@@ -70,7 +71,7 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
             "in full, to let the search fill as much as those that fit (%.1f s so far)",
             p.raising_share == 1 ? std::string("the closest")
                                  : absl::StrCat("the ", p.raising_share, " closest"),
-            absl::ToDoubleSeconds(absl::Now() - start)));
+            absl::ToDoubleSeconds(WorkNow() - start)));
         return;
       }
       if (p.repairing) {
@@ -79,7 +80,7 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
             "devices' memory in all): moving ops off the devices over their memory on the full "
             "model (%.1f s so far)",
             HumanBytes(static_cast<int64_t>(p.overflow_bytes)),
-            absl::ToDoubleSeconds(absl::Now() - start)));
+            absl::ToDoubleSeconds(WorkNow() - start)));
         return;
       }
       o.progress(absl::StrFormat(
@@ -90,7 +91,7 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
               : "none fits from there yet (the closest is " +
                     HumanBytes(static_cast<int64_t>(p.overflow_bytes)) +
                     " over the devices' memory in all)",
-          absl::ToDoubleSeconds(absl::Now() - start)));
+          absl::ToDoubleSeconds(WorkNow() - start)));
     };
   }
   ASSIGN_OR_RETURN(SearchResult sr,
@@ -182,7 +183,10 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
   const double variant_sim_s =
       topo.num_devices() <= kBothOrdersDevices
           ? plan_sim_s
-          : std::max(0.0, plan_sim_s - done->at(kHeteroG).sim.replay_wall_s);
+          : std::max(0.0,
+                     plan_sim_s - (WorkClock::Current() != nullptr
+                                       ? absl::ToDoubleSeconds(ReplayWork(done->at(kHeteroG).sim))
+                                       : done->at(kHeteroG).sim.replay_wall_s));
   // The steps below are each begun only where a simulation of the plan in
   // full, as measured, fits what is left of the budget (or costs next to
   // nothing; plan_budget.h), but for fitting a plan to memory where
@@ -190,14 +194,14 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
   // left untried.
   std::vector<std::string> untried;
   auto affords = [&](const std::string& what) {
-    if (budget.Affords(absl::Now(), plan_sim_s)) return true;
+    if (budget.Affords(WorkNow(), plan_sim_s)) return true;
     untried.push_back(what);
     return false;
   };
   const std::function<bool()> variant_affordable = [&] {
-    return budget.Affords(absl::Now(), variant_sim_s);
+    return budget.Affords(WorkNow(), variant_sim_s);
   };
-  const absl::Time variants_from = absl::Now();
+  const absl::Time variants_from = WorkNow();
   ASSIGN_OR_RETURN(size_t chosen, simulate_variants(sr, variant_affordable));
   if (variants_untried > 0) {
     untried.push_back(absl::StrFormat(
@@ -205,7 +209,7 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
         "other seeds' plans)",
         variants_untried, variants_in_all));
   }
-  const double resim_s = plan_sim_s + absl::ToDoubleSeconds(absl::Now() - variants_from);
+  const double resim_s = plan_sim_s + absl::ToDoubleSeconds(WorkNow() - variants_from);
   // None fits in full: the search's earlier bests, latest (fastest) first.
   int fallback = -1;
   for (size_t k = 0; k < sr.fallbacks.size() && !done->at(kHeteroG).estimate.feasible(); ++k) {
@@ -236,7 +240,7 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
   // plan that fits there can overflow in full. Then it is first repaired
   // on the full graph (RepairMemory: groups moved, ops shifted), in what
   // is left of the budget, and its variants simulated in full.
-  const absl::Time repair_from = absl::Now();
+  const absl::Time repair_from = WorkNow();
   const double repair_s = budget.FitSeconds(repair_from, nothing_fits(), resim_s);
   const bool over_in_full = sr.feasible && sr.repair && !done->at(kHeteroG).estimate.feasible();
   if (over_in_full && repair_s <= 0) {
@@ -248,7 +252,7 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
       o.progress(absl::StrFormat(
           "the plan overflows memory in full; moving ops off the devices over their memory on "
           "the full model (%.1f s so far%s)",
-          absl::ToDoubleSeconds(absl::Now() - start),
+          absl::ToDoubleSeconds(WorkNow() - start),
           repair_for_s > budget.LeftSeconds(repair_from)
               ? ", past the planning budget: no plan fits yet"
               : ""));
@@ -296,7 +300,7 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
   for (int attempt = 0; attempt < 3 && sr.feasible && !done->at(kHeteroG).estimate.feasible();
        ++attempt) {
     again.memory_fraction *= 0.85;
-    const absl::Time now = absl::Now();
+    const absl::Time now = WorkNow();
     again.time_budget_s = budget.FitSeconds(now, nothing_fits(), resim_s);
     if (again.time_budget_s <= 0) {
       // (Said once, where the repair was not begun either.)
@@ -352,13 +356,13 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
   std::string subset_kept;     // its name, where one became the plan
   double replaced_step_s = 0;  // the step of the plan it replaced
   {
-    const bool begun = budget.Affords(absl::Now(), plan_sim_s);
+    const bool begun = budget.Affords(WorkNow(), plan_sim_s);
     const std::vector<NamedStrategy> subsets = begun ? subsets_of() : std::vector<NamedStrategy>{};
     if (!begun && topo.num_nodes() > 1 && topo.num_devices() <= kNodeSubsetDevices) {
       untried.push_back("data parallelism over the fastest nodes alone");
     }
     RETURN_IF_ERROR(evaluate_many(subsets, /*both_orders=*/true,
-                                  [&] { return budget.Affords(absl::Now(), plan_sim_s); }));
+                                  [&] { return budget.Affords(WorkNow(), plan_sim_s); }));
     size_t not_simulated = 0;
     const Evaluated* fastest_subset = nullptr;
     for (const NamedStrategy& ns : subsets) {
@@ -546,7 +550,7 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
     for (const int k : {2, 4}) {
       if (k > 2 && pick.empty() && !overflowed) break;
       // (k micro-batches simulate in about k times the plan's time.)
-      if (!budget.Affords(absl::Now(), k * plan_sim_s)) {
+      if (!budget.Affords(WorkNow(), k * plan_sim_s)) {
         untried.push_back(absl::StrCat("the plan pipelined over ", k, " micro-batches"));
         break;
       }

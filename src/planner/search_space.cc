@@ -16,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "src/common/status.h"
+#include "src/common/work_clock.h"
 #include "src/planner/baselines.h"
 #include "src/planner/lower.h"
 #include "src/sim/simulator.h"
@@ -688,7 +689,11 @@ std::vector<absl::StatusOr<Score>> SearchSpace::EvaluateAll(const std::vector<Pl
   if (parallel) {
     if (second_cost_ == nullptr) second_cost_ = std::make_unique<CostModel>(coarse_.cost());
     try {
-      other = std::thread([&] { work(*second_cost_, &blocks_[1]); });
+      // (On the planner's clock too: its simulations charge it.)
+      other = std::thread([&, clock = WorkClock::Current()] {
+        const WorkClock::Scope scope(clock);
+        work(*second_cost_, &blocks_[1]);
+      });
     } catch (const std::system_error&) {
       parallel = false;  // no thread to be had (a process limit): this one does all
     }

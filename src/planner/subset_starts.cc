@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "absl/time/clock.h"
+#include "src/common/work_clock.h"
 #include "src/planner/priorities.h"
 
 namespace quilt {
@@ -15,7 +16,7 @@ std::optional<SubsetStart> BestSubsetStart(SearchSpace* space, int groups, const
   std::set<int> seen;
   for (int option : space->SubsetOptions()) {
     if (!seen.insert(option).second) continue;
-    if (absl::Now() >= deadline) break;
+    if (WorkNow() >= deadline) break;
     std::vector<PlanState> orders;
     for (auto order : kExecutionOrders) {
       PlanState s;

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "src/common/status.h"
+#include "src/common/work_clock.h"
 #include "src/graph/op_registry.h"
 #include "src/planner/lower.h"
 #include "src/sim/sim_state.h"
@@ -398,6 +399,7 @@ absl::Status Sim::Build() {
   reads_.Close();
   writes_.Close();
   for (int r : reads_.items) ++instances_[r].readers;
+  ChargeWork(kPrepareWorkPerInstruction * static_cast<int64_t>(nodes_.size()));
   return absl::OkStatus();
 }
 

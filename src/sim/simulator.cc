@@ -11,6 +11,7 @@
 #include "absl/time/clock.h"
 #include "src/common/status.h"
 #include "src/common/units.h"
+#include "src/common/work_clock.h"
 #include "src/sim/sim_state.h"
 
 namespace quilt {
@@ -316,6 +317,7 @@ absl::StatusOr<SimResult> Sim::Replay(double prepare_wall_s) {
   r.communication_bytes = comm_bytes_;
   r.instructions = static_cast<int64_t>(nodes_.size());
   r.events = event_count_;
+  ChargeWork(ReplayWork(r));
   std::vector<bool> used(nd, false);
   for (const Node& node : nodes_) used[node.device] = true;
   for (const Instance& inst : instances_) used[inst.device] = true;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "proto/quilt/v1/program.pb.h"
 #include "src/cluster/topology.h"
 #include "src/cost/cost_model.h"
@@ -74,6 +75,19 @@ struct SimOptions {
   // of one graph; built per call when null (or of another graph).
   const GraphIndex* index = nullptr;
 };
+
+// The work a simulation charges the planner's clock (src/common/work_clock.h)
+// installed on its thread: preparing a program, per instruction (its
+// lowering too, which the planner does per simulation), and a replay, per
+// instruction and per event. As measured on a 2-core development machine,
+// so that the clock's seconds are about the wall's there.
+inline constexpr absl::Duration kPrepareWorkPerInstruction = absl::Nanoseconds(180);
+inline constexpr absl::Duration kReplayWorkPerInstruction = absl::Nanoseconds(0);
+inline constexpr absl::Duration kReplayWorkPerEvent = absl::Nanoseconds(300);
+// What replaying `r`'s program charged.
+inline absl::Duration ReplayWork(const SimResult& r) {
+  return kReplayWorkPerInstruction * r.instructions + kReplayWorkPerEvent * r.events;
+}
 
 // Errors: INVALID_ARGUMENT for programs that refer to unknown devices, ops
 // or tensors, have unmatched transfers or a dependency cycle.
