@@ -19,6 +19,11 @@ namespace quilt {
 
 namespace {
 
+// On the planner's clock, strategies that may be refused are simulated in
+// rounds of this many, each begun where the last left the clock affording
+// more (rounds, not one at a time: two cores each).
+constexpr size_t kRound = 2;
+
 // `s` without its name, each group's replica counts (where it sets no
 // weight-gradient split) replaced by the rows of the global batch `batch`
 // they give its devices, those given none left out: placing a group reads
@@ -110,39 +115,61 @@ absl::Status EstimateMany(const GraphIndex& index, const Topology& topology, con
   // one strategy per thread.
   std::vector<absl::Status> status(list.size());
   std::vector<Evaluated> out(list.size());
-  std::atomic<size_t> next{0};
   // Which are being simulated, for the lines that say so while they run
   // (and which were begun at all).
   std::mutex running_mu;
   std::vector<bool> running(list.size(), false);
   std::vector<bool> begun(list.size(), false);
-  auto work = [&] {
-    for (size_t i; (i = next++) < list.size();) {
-      if (same[i] >= 0) continue;  // (copied below)
-      {
-        std::lock_guard<std::mutex> lock(running_mu);
-        if (o.may_begin) {
-          if (!o.may_begin()) continue;
-          // (Said as each is begun: some may not be.)
-          if (o.progress) {
-            o.progress(absl::StrFormat("simulating %s (%.1f s so far)", list[i].name, since()));
-          }
-        }
-        running[i] = true;
-        begun[i] = true;
-      }
-      // (This one's work alone, while others charge the clock too.)
-      const WorkTimer began(/*own_thread=*/true);
-      absl::StatusOr<quilt::v1::StrategyEstimate> e =
-          EstimateOnArena(index, topology, cost, list[i], o.batch, o.lower_bound, &out[i].program,
-                          &out[i].sim, o.trace, o.both_orders);
-      out[i].wall_s = began.Seconds();
-      if (e.ok()) out[i].estimate = std::move(*e);
-      status[i] = e.status();
-      std::lock_guard<std::mutex> lock(running_mu);
-      running[i] = false;
+  // Says it is begun (where some may not be) and marks it running; under
+  // running_mu.
+  auto begin = [&](size_t i) {
+    if (o.may_begin && o.progress) {
+      o.progress(absl::StrFormat("simulating %s (%.1f s so far)", list[i].name, since()));
     }
+    running[i] = true;
+    begun[i] = true;
   };
+  auto simulate = [&](size_t i) {
+    // (This one's work alone, while others charge the clock too.)
+    const WorkTimer began(/*own_thread=*/true);
+    absl::StatusOr<quilt::v1::StrategyEstimate> e =
+        EstimateOnArena(index, topology, cost, list[i], o.batch, o.lower_bound, &out[i].program,
+                        &out[i].sim, o.trace, o.both_orders);
+    out[i].wall_s = began.Seconds();
+    if (e.ok()) out[i].estimate = std::move(*e);
+    status[i] = e.status();
+    std::lock_guard<std::mutex> lock(running_mu);
+    running[i] = false;
+  };
+  // `items` over at most `threads` threads, this one among them; with
+  // `ask`, each asks may_begin as it is taken.
+  auto run = [&](const std::vector<size_t>& items, size_t threads, bool ask) {
+    std::atomic<size_t> next{0};
+    auto work = [&] {
+      for (size_t k; (k = next++) < items.size();) {
+        const size_t i = items[k];
+        {
+          std::lock_guard<std::mutex> lock(running_mu);
+          if (ask && !o.may_begin()) continue;
+          begin(i);
+        }
+        simulate(i);
+      }
+    };
+    std::vector<std::thread> pool;
+    for (size_t k = 1; k < std::min(threads, items.size()); ++k) {
+      pool.emplace_back([&] {
+        const WorkClock::Scope scope(clock);
+        work();
+      });
+    }
+    work();
+    for (std::thread& t : pool) t.join();
+  };
+  std::vector<size_t> distinct;
+  for (size_t i = 0; i < list.size(); ++i) {
+    if (same[i] < 0) distinct.push_back(i);  // (the others copied below)
+  }
   {
     Heartbeat still(absl::Seconds(o.progress ? o.heartbeat_s : 0), [&] {
       std::vector<std::string> names;
@@ -155,22 +182,21 @@ absl::Status EstimateMany(const GraphIndex& index, const Topology& topology, con
       o.progress(absl::StrFormat("still simulating %s (%.1f s so far)", absl::StrJoin(names, ", "),
                                  since()));
     });
-    // (Which may begin is asked on the planner's clock as the simulations
-    // before it left it: one at a time, so that the answer is the same on
-    // any machine.)
-    const size_t threads =
-        clock != nullptr && o.may_begin
-            ? 1
-            : std::min<size_t>(list.size(), std::max(1u, std::thread::hardware_concurrency()));
-    std::vector<std::thread> pool;
-    for (size_t k = 1; k < threads; ++k) {
-      pool.emplace_back([&] {
-        const WorkClock::Scope scope(clock);
-        work();
-      });
+    const size_t cores = std::max(1u, std::thread::hardware_concurrency());
+    if (clock != nullptr && o.may_begin) {
+      // On the planner's clock, whether more may begin is asked between
+      // rounds of kRound, after the round before charged it, so that the
+      // answer is the same on any machine (and whatever its cores).
+      for (size_t k = 0; k < distinct.size(); k += kRound) {
+        if (!o.may_begin()) break;
+        const std::vector<size_t> round(
+            distinct.begin() + static_cast<std::ptrdiff_t>(k),
+            distinct.begin() + static_cast<std::ptrdiff_t>(std::min(k + kRound, distinct.size())));
+        run(round, std::min(cores, kRound), /*ask=*/false);
+      }
+    } else {
+      run(distinct, cores, /*ask=*/static_cast<bool>(o.may_begin));
     }
-    work();
-    for (std::thread& t : pool) t.join();
   }  // (the heartbeat ends with the simulations)
   for (const absl::Status& s : status) RETURN_IF_ERROR(s);
   for (size_t i = 0; i < list.size(); ++i) {
