@@ -548,7 +548,9 @@ void AddPlanCommand(CLI::App& app, const GlobalOptions& globals, std::vector<Com
               "default tries both)");
   c->add_option("--time-budget", a->time_budget_s,
                 "Seconds planning may take (default 10; on the live cluster the "
-                "coordinator's plan_time_budget_ms): the search gets what is left after "
+                "coordinator's plan_time_budget_ms), counted on the planner's clock of work "
+                "(lowering and simulation, by size: about the wall's seconds on 2 cores, and "
+                "the same plan for a seed on any machine): the search gets what is left after "
                 "building the baselines, less a quarter kept for simulating the plan and "
                 "the baselines in full (seconds each on hundreds of devices, never cut "
                 "short); each step after that is begun only where its simulation fits what "
@@ -563,7 +565,9 @@ void AddPlanCommand(CLI::App& app, const GlobalOptions& globals, std::vector<Com
                 "seeds are left; its starting plans and the explanation's what-ifs are "
                 "simulated besides)")
       ->check(PositiveInt());
-  c->add_option("--seed", a->seed, "Seed of the planner's search (same seed, same plan)")
+  c->add_option(
+       "--seed", a->seed,
+       "Seed of the planner's search (same seed, same plan, on any machine and under any load)")
       ->check(Seed());
   c->add_option("--groups", a->groups,
                 "Op groups the planner coarsens the graph into (default: by cluster size)")

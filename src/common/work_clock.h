@@ -28,8 +28,8 @@ class WorkClock {
  public:
   // Where the wall time since the start passes kWallFactor times the work
   // charged plus kWallGraceS, the clock reads the wall.
-  static constexpr double kWallFactor = 3;
-  static constexpr double kWallGraceS = 2;
+  static constexpr double kWallFactor = 4;
+  static constexpr double kWallGraceS = 5;
 
   explicit WorkClock(absl::Time start = absl::Now()) : start_(start) {}
   WorkClock(const WorkClock&) = delete;

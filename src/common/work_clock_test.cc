@@ -23,7 +23,7 @@ TEST(WorkClock, ReadsWorkChargedNotWallTime) {
 }
 
 TEST(WorkClock, FollowsTheWallWhenFarBehindIt) {
-  // Started long ago with little work: the wall is past three times the
+  // Started long ago with little work: the wall is past kWallFactor times the
   // work plus the grace.
   WorkClock clock(absl::Now() - absl::Seconds(60));
   clock.Charge(absl::Seconds(1));

@@ -33,9 +33,10 @@ const ConfigSchema<CoordinatorConfig>& CoordinatorConfigSchema() {
              0, 3600000)
         .Int("plan_time_budget_ms", &C::plan_time_budget_ms,
              "How long planning a submitted job (or a live `quiltctl plan` naming no\n"
-             "--time-budget) may take. Simulating the plan and the baselines in full is never\n"
-             "cut short, so on hundreds of devices it can take longer; where no plan fits,\n"
-             "fitting one goes on.",
+             "--time-budget) may take, counted on the planner's clock of work (about the\n"
+             "wall's seconds on 2 cores; the same plan on any machine). Simulating the plan and\n"
+             "the baselines in full is never cut short, so on hundreds of devices it can take\n"
+             "longer; where no plan fits, fitting one goes on.",
              100, 600000)
         .String("log_level", &C::log_level, "Log verbosity.",
                 {"trace", "debug", "info", "warn", "error", "off"})

@@ -29,7 +29,7 @@ namespace quilt {
 // The work lowering charges the planner's clock (src/common/work_clock.h)
 // installed on its thread, per instruction of the program; as measured on
 // a 2-core development machine (src/sim/simulator.h has the simulation's).
-inline constexpr absl::Duration kLowerWorkPerInstruction = absl::Nanoseconds(1200);
+inline constexpr absl::Duration kLowerWorkPerInstruction = absl::Nanoseconds(950);
 
 // `graph` is a training graph (has_backward); `cost` sets the priorities
 // (uniform when null). Errors: INVALID_ARGUMENT for strategies that cannot

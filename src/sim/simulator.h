@@ -81,9 +81,9 @@ struct SimOptions {
 // lowering too, which the planner does per simulation), and a replay, per
 // instruction and per event. As measured on a 2-core development machine,
 // so that the clock's seconds are about the wall's there.
-inline constexpr absl::Duration kPrepareWorkPerInstruction = absl::Nanoseconds(180);
+inline constexpr absl::Duration kPrepareWorkPerInstruction = absl::Nanoseconds(140);
 inline constexpr absl::Duration kReplayWorkPerInstruction = absl::Nanoseconds(0);
-inline constexpr absl::Duration kReplayWorkPerEvent = absl::Nanoseconds(300);
+inline constexpr absl::Duration kReplayWorkPerEvent = absl::Nanoseconds(240);
 // What replaying `r`'s program charged.
 inline absl::Duration ReplayWork(const SimResult& r) {
   return kReplayWorkPerInstruction * r.instructions + kReplayWorkPerEvent * r.events;
