@@ -1,10 +1,19 @@
 #include "src/planner/group_nodes.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "src/common/hierarchical_layout.h"
+#include "src/planner/lower.h"
 
 namespace quilt {
+
+// (Declared in lower.h, beside the lowering's other helpers.)
+void SortByNode(const Topology& topo, std::vector<int>* devices) {
+  std::sort(devices->begin(), devices->end(), [&](int a, int b) {
+    return std::make_pair(topo.device(a).node, a) < std::make_pair(topo.device(b).node, b);
+  });
+}
 
 GroupNodes NodesOfGroup(const Topology& topology, const std::vector<int>& devices) {
   GroupNodes g;

@@ -93,8 +93,7 @@ absl::StatusOr<SearchResult> SearchHeteroG(const Graph& g, const Topology& topo,
                                            const CostModel& cost, int64_t batch,
                                            const std::vector<NamedStrategy>& baselines,
                                            const SearchOptions& options) {
-  // (Its budget on the planner's clock: work_clock.h.)
-  const WorkClockIfNone clock;
+  const WorkClockIfNone clock;  // (its budget's: work_clock.h)
   const absl::Time wall_start = absl::Now();
   const absl::Time start = WorkNow();
   const absl::Time deadline = start + absl::Seconds(options.time_budget_s);

@@ -34,12 +34,6 @@ int64_t RangeBytes(const TensorInfo& t, int64_t begin, int64_t end) {
   return whole / rows * (end - begin);
 }
 
-void SortByNode(const Topology& topo, std::vector<int>* devices) {
-  std::sort(devices->begin(), devices->end(), [&](int a, int b) {
-    return std::make_pair(topo.device(a).node, a) < std::make_pair(topo.device(b).node, b);
-  });
-}
-
 namespace {
 
 using lower_internal::Key;
