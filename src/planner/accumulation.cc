@@ -104,6 +104,7 @@ Estimated SimulateInFull(const GraphIndex& ix, const Topology& topo, const CostM
                                 /*lower_bound=*/0, &ev->program, &ev->sim, /*trace=*/false,
                                 /*both_orders=*/false, /*validate=*/true);
   ev->wall_s = absl::ToDoubleSeconds(WorkNow() - began);
+  ev->validated = true;
   gate->Simulated(began);
   full->reset();
   if (e.ok()) {
