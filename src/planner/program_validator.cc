@@ -9,6 +9,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "src/common/status.h"
+#include "src/common/work_clock.h"
 #include "src/planner/group_nodes.h"
 #include "src/planner/micro_batches.h"
 #include "src/planner/placement.h"
@@ -472,6 +473,10 @@ absl::Status ValidateProgram(const quilt::v1::DistributedProgram& p, const Graph
 
 absl::Status ValidateProgram(const quilt::v1::DistributedProgram& p, const GraphIndex& ix,
                              const Topology& topo) {
+  // (The planner's clock: src/common/work_clock.h.)
+  int64_t instructions = 0;
+  for (const quilt::v1::DeviceProgram& d : p.devices()) instructions += d.instructions_size();
+  ChargeWork(kValidateWorkPerInstruction * instructions);
   return Validator(p, ix, topo).Run();
 }
 
