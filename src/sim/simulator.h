@@ -85,9 +85,7 @@ struct SimOptions {
 inline constexpr absl::Duration kPrepareWorkPerInstruction = absl::Nanoseconds(140);
 inline constexpr absl::Duration kReplayWorkPerEvent = absl::Nanoseconds(240);
 // What replaying `r`'s program charged.
-inline absl::Duration ReplayWork(const SimResult& r) {
-  return kReplayWorkPerEvent * r.events;
-}
+inline absl::Duration ReplayWork(const SimResult& r) { return kReplayWorkPerEvent * r.events; }
 
 // Errors: INVALID_ARGUMENT for programs that refer to unknown devices, ops
 // or tensors, have unmatched transfers or a dependency cycle.
