@@ -197,8 +197,7 @@ nlohmann::json TimeCandidates(const quilt::Graph& g, const quilt::Topology& topo
     lower_us.push_back(absl::ToDoubleMicroseconds(t1 - t0));
     sim_us.push_back(absl::ToDoubleMicroseconds(absl::Now() - t1));
     events = r->events;
-    instructions = 0;
-    for (const auto& dp : (*p)->devices()) instructions += dp.instructions_size();
+    instructions = quilt::InstructionCount(**p);
   }
   auto median = [](std::vector<double> v) {
     std::sort(v.begin(), v.end());

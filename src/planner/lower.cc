@@ -750,10 +750,7 @@ absl::Status LowerInto(const GraphIndex& ix, const quilt::v1::Strategy& s, const
   }
   RETURN_IF_ERROR(UnrollMicroBatches(ix, global_batch, s.micro_batches(), prog,
                                      smaller.has_value() ? &*smaller : nullptr));
-  // (The planner's clock: src/common/work_clock.h.)
-  int64_t instructions = 0;
-  for (const quilt::v1::DeviceProgram& d : prog->devices()) instructions += d.instructions_size();
-  ChargeWork(kLowerWorkPerInstruction * instructions);
+  ChargeWork(kLowerWorkPerInstruction * InstructionCount(*prog));  // (work_clock.h)
   return absl::OkStatus();
 }
 

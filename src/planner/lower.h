@@ -32,6 +32,13 @@ namespace quilt {
 // are (src/sim/simulator.h).
 inline constexpr absl::Duration kLowerWorkPerInstruction = absl::Nanoseconds(950);
 
+// The instructions of `program`, over all its devices.
+inline int64_t InstructionCount(const quilt::v1::DistributedProgram& program) {
+  int64_t n = 0;
+  for (const quilt::v1::DeviceProgram& d : program.devices()) n += d.instructions_size();
+  return n;
+}
+
 // `graph` is a training graph (has_backward); `cost` sets the priorities
 // (uniform when null). Errors: INVALID_ARGUMENT for strategies that cannot
 // be lowered (see Place), naming the op or tensor.

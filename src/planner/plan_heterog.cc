@@ -179,14 +179,11 @@ absl::Status PlanHeteroG(const GraphIndex& ix, const Topology& topo, const CostM
   // variants: what a plan repaired or searched again costs to simulate.
   const double plan_sim_s = done->at(kHeteroG).wall_s;
   // A variant's simulation as measured on the plan: on large clusters in
-  // one order (the plan's less its second replay).
+  // one order (the plan's less its second replay's work).
   const double variant_sim_s =
       topo.num_devices() <= kBothOrdersDevices
           ? plan_sim_s
-          : std::max(0.0,
-                     plan_sim_s - (WorkClock::Current() != nullptr
-                                       ? absl::ToDoubleSeconds(ReplayWork(done->at(kHeteroG).sim))
-                                       : done->at(kHeteroG).sim.replay_wall_s));
+          : std::max(0.0, plan_sim_s - absl::ToDoubleSeconds(ReplayWork(done->at(kHeteroG).sim)));
   // The steps below are each begun only where a simulation of the plan in
   // full, as measured, fits what is left of the budget (or costs next to
   // nothing; plan_budget.h), but for fitting a plan to memory where

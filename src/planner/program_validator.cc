@@ -11,6 +11,7 @@
 #include "src/common/status.h"
 #include "src/common/work_clock.h"
 #include "src/planner/group_nodes.h"
+#include "src/planner/lower.h"
 #include "src/planner/micro_batches.h"
 #include "src/planner/placement.h"
 #include "src/planner/validator_state.h"
@@ -473,10 +474,7 @@ absl::Status ValidateProgram(const quilt::v1::DistributedProgram& p, const Graph
 
 absl::Status ValidateProgram(const quilt::v1::DistributedProgram& p, const GraphIndex& ix,
                              const Topology& topo) {
-  // (The planner's clock: src/common/work_clock.h.)
-  int64_t instructions = 0;
-  for (const quilt::v1::DeviceProgram& d : p.devices()) instructions += d.instructions_size();
-  ChargeWork(kValidateWorkPerInstruction * instructions);
+  ChargeWork(kValidateWorkPerInstruction * InstructionCount(p));  // (work_clock.h)
   return Validator(p, ix, topo).Run();
 }
 

@@ -107,8 +107,7 @@ absl::Status Sim::Build() {
                            : (t.shape.rank() == 0 ? tensor_bytes_.back() : RangeBytes(t, 0, 1)));
   }
   auto is_update = [&](int op) { return ix_->Schema(op).is_update; };
-  size_t total = 0;
-  for (const auto& dp : prog_.devices()) total += dp.instructions_size();
+  const auto total = static_cast<size_t>(InstructionCount(prog_));
   nodes_.reserve(total);
   priority_.reserve(total);
   // Instruction id → node: a table for ids below a few times the count
