@@ -80,6 +80,8 @@ class WorkClockIfNone {
   WorkClockIfNone& operator=(const WorkClockIfNone&) = delete;
   // The clock in use: this one's or the one kept.
   WorkClock* clock() const { return WorkClock::Current(); }
+  // Whether it installed its own (the outermost entry point).
+  bool owned() const { return own_.has_value(); }
 
  private:
   std::optional<WorkClock> own_;

@@ -50,8 +50,8 @@ struct AccumulatedPlan {
   NamedStrategy strategy;  // micro_batches set; named as `name` asked
   std::string note;        // what it is, for the report
   bool cut_short = false;  // tries left not begun: one fit, and the budget was spent
-  // The plan's simulation in full (in its execution order; validated; no
-  // lower bound in its estimate), as Plan keeps one.
+  // The plan's simulation in full (in its execution order; not validated;
+  // no lower bound in its estimate), as Plan keeps one.
   std::shared_ptr<Evaluated> full;
 };
 

@@ -125,7 +125,9 @@ class Unroller {
   const Pass& PassOf(int j) const { return j < first_larger_ ? passes_[1] : passes_[0]; }
   int64_t Offset(int j) const { return MicroBatchRange(batch_, k_, j).begin; }
   void Shift(int j, TensorRange* r) const;
-  Instruction Copy(int i, int j) const;  // j < 0: a per-step instruction
+  // A copy made on the program's arena (where it has one; else the heap,
+  // owned by whatever it is added to). j < 0: a per-step instruction.
+  Instruction* Copy(int i, int j) const;
 
   const GraphIndex& ix_;
   const int64_t batch_;
@@ -145,7 +147,8 @@ class Unroller {
   // what runs before the micro-batches over them all.
   int in_flight_ = 1;
   double lift_ = 0;
-  std::vector<std::string> device_names_;  // by the step's device
+  std::vector<std::string> device_names_;     // by the step's device
+  google::protobuf::Arena* arena_ = nullptr;  // the program's
 };
 
 bool Unroller::PerMicroBatch(const Instruction& ins) const {
@@ -446,10 +449,12 @@ void Unroller::Shift(int j, TensorRange* r) const {
   r->set_end(r->end() + Offset(j));
 }
 
-Instruction Unroller::Copy(int i, int j) const {
+Instruction* Unroller::Copy(int i, int j) const {
+  Instruction* made = google::protobuf::Arena::CreateMessage<Instruction>(arena_);
+  Instruction& out = *made;
   if (j < 0) {
     const Entry& e = passes_[0].entries[i];
-    Instruction out = *e.ins;
+    out.CopyFrom(*e.ins);
     out.clear_deps();
     out.set_id(step_id_[i]);
     if (!e.late) out.set_priority(out.priority() + (k_ + 1) * lift_);
@@ -458,11 +463,11 @@ Instruction Unroller::Copy(int i, int j) const {
       // (The last micro-batch is the larger pass's.)
       out.add_deps(passes_[0].entries[d].per_micro_batch ? micro_id_[k_ - 1][d] : step_id_[d]);
     }
-    return out;
+    return made;
   }
   const Pass& pass = PassOf(j);
   const Entry& e = pass.entries[i];
-  Instruction out = *e.ins;
+  out.CopyFrom(*e.ins);
   out.clear_deps();
   out.set_id(micro_id_[j][i]);
   out.set_micro_batch(j + 1);
@@ -514,11 +519,12 @@ Instruction Unroller::Copy(int i, int j) const {
     default:
       break;
   }
-  return out;
+  return made;
 }
 
 absl::Status Unroller::Run(DistributedProgram* p, const DistributedProgram* smaller) {
   passes_.resize(smaller != nullptr ? 2 : 1);
+  arena_ = p->GetArena();
   for (const auto& dp : p->devices()) device_names_.push_back(dp.device());
   const MicroBatchSpan last = MicroBatchRange(batch_, k_, k_ - 1);
   RETURN_IF_ERROR(Load(*p, *p, last.end - last.begin, &passes_[0]));
@@ -558,7 +564,9 @@ absl::Status Unroller::Run(DistributedProgram* p, const DistributedProgram* smal
   for (int i = 0; i < n; ++i) {
     if (steps[i].late) step_id_[i] = next++;
   }
-  std::vector<std::vector<Instruction>> out(p->devices_size());
+  // (Made on the program's arena and added to it below, each once: the
+  // instructions they copy are the program's until then.)
+  std::vector<std::vector<Instruction*>> out(p->devices_size());
   for (int i = 0; i < n; ++i) {
     if (!steps[i].per_micro_batch && !steps[i].late) out[steps[i].device].push_back(Copy(i, -1));
   }
@@ -574,10 +582,11 @@ absl::Status Unroller::Run(DistributedProgram* p, const DistributedProgram* smal
   // Outputs without batch rows add to what an earlier micro-batch wrote
   // on the device (a device the smaller micro-batches leave out writes
   // first in a larger one), after it where micro-batches overlap.
-  for (std::vector<Instruction>& device : out) {
+  for (std::vector<Instruction*>& device : out) {
     absl::flat_hash_map<int, int> first;     // op -> the micro-batch that first wrote it
     absl::flat_hash_map<int, int64_t> last;  // op -> its last write's id
-    for (Instruction& ins : device) {
+    for (Instruction* made : device) {
+      Instruction& ins = *made;
       if (!ins.has_compute() || ins.micro_batch() == 0) continue;
       const int op = ix_.OpIndex(ins.compute().op(), ins.compute().op_index());
       bool sums = false;
@@ -592,7 +601,7 @@ absl::Status Unroller::Run(DistributedProgram* p, const DistributedProgram* smal
   for (int d = 0; d < p->devices_size(); ++d) {
     auto* dp = p->mutable_devices(d);
     dp->clear_instructions();
-    for (Instruction& ins : out[d]) *dp->add_instructions() = std::move(ins);
+    for (Instruction* ins : out[d]) dp->mutable_instructions()->AddAllocated(ins);
     std::vector<TensorRange> feeds;
     for (const TensorRange& f : dp->feeds()) {
       if (!Batched(f)) feeds.push_back(f);

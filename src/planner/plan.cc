@@ -7,11 +7,13 @@
 #include <vector>
 
 #include "absl/algorithm/container.h"
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "src/common/release_memory.h"
 #include "src/common/status.h"
 #include "src/common/work_clock.h"
 #include "src/planner/accumulation.h"
@@ -111,6 +113,12 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
   // Every decision by time on the planner's clock (work_clock.h: a seed
   // gives one plan on any machine); nested plans share the outer's.
   const WorkClockIfNone clock;
+  // (The outermost hands the memory its simulations freed back when it
+  // ends: release_memory.h.)
+  const bool outermost = clock.owned();
+  const absl::Cleanup release = [outermost] {
+    if (outermost) ReleaseFreedMemory();
+  };
   const absl::Time wall_start = absl::Now();
   const absl::Time start = WorkNow();
   PlanResult result;
@@ -455,13 +463,11 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
     }
   }
   // (Copied out of its arena once, whichever it is.)
-  bool validated = false;  // (as the micro-batch tries simulated it)
   if (chosen != nullptr) {
     if (!chosen->program.empty()) result.best_program = *chosen->program;
     result.best_sim = std::move(chosen->sim);
-    validated = chosen->validated;
   }
-  if (!rep.best().empty() && !validated) {
+  if (!rep.best().empty()) {
     RETURN_IF_ERROR(
         Annotate(ValidateProgram(result.best_program, ix, topo), "validating " + rep.best()));
   }
