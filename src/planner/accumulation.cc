@@ -15,6 +15,7 @@
 #include "src/planner/estimate.h"
 #include "src/planner/micro_batches.h"
 #include "src/planner/pipelined_plan.h"
+#include "src/planner/program_validator.h"
 
 namespace quilt {
 namespace {
@@ -94,8 +95,9 @@ class Gate {
 };
 
 // `s` lowered and simulated in full in its execution order; `full` gets
-// the estimate with its program and simulation. (Not validated: Plan
-// validates the one it returns, as it does the search's.)
+// the estimate with its program and simulation. Not validated: a try is
+// validated where it would become the best (Valid), which most tries
+// (over memory, or slower) never are.
 Estimated SimulateInFull(const GraphIndex& ix, const Topology& topo, const CostModel& cost,
                          const std::string& name, int64_t batch, const quilt::v1::Strategy& s,
                          Gate* gate, std::shared_ptr<Evaluated>* full) {
@@ -112,6 +114,18 @@ Estimated SimulateInFull(const GraphIndex& ix, const Topology& topo, const CostM
     *full = std::move(ev);
   }
   return e;
+}
+
+// Whether `full`'s program validates, as a try that would become the best
+// must (validated once: Plan keeps it so); a line says why where not.
+bool Valid(const GraphIndex& ix, const Topology& topo, const std::string& label,
+           const std::function<void(const std::string&)>& progress, Evaluated* full) {
+  const absl::Status valid = ValidateProgram(*full->program, ix, topo);
+  full->validated = valid.ok();
+  if (!valid.ok() && progress) {
+    progress(absl::StrFormat("  %s: not valid: %s", label, valid.message()));
+  }
+  return valid.ok();
 }
 
 // A try's line: "  LABEL: 1.234 s per step", or why it does not fit.
@@ -151,6 +165,10 @@ void TryInFlight(const GraphIndex& ix, const Topology& topo, const CostModel& co
       progress(Outcome(absl::StrFormat("%d in flight", w), *e));
     }
     if (e->feasible() && e->step_time_s() < step_s) {
+      if ((!best->has_value() || e->step_time_s() < (*best)->step_s) &&
+          !Valid(ix, topo, absl::StrFormat("%d in flight", w), progress, full.get())) {
+        return;
+      }
       step_s = e->step_time_s();
       mine = !best->has_value() || step_s < (*best)->step_s;
       if (mine) {
@@ -209,6 +227,7 @@ void ReplanWithRoom(const GraphIndex& ix, const Topology& topo, const CostModel&
     progress(Outcome(absl::StrFormat("%d in flight", w), *e));
   }
   if (!e->feasible() || e->step_time_s() >= was.step_s) return;
+  if (!Valid(ix, topo, absl::StrFormat("%d in flight", w), progress, full.get())) return;
   const std::string what = absl::StrFormat(
       "the planner's plan for a micro-batch's rows, memory kept for %d in flight", w);
   *best = Found{*found, e->step_time_s(), what};
@@ -308,6 +327,10 @@ std::optional<AccumulatedPlan> PlanAccumulation(
         }
         if (e->feasible()) {
           const bool mine = !best.has_value() || e->step_time_s() < best->step_s;
+          if (mine &&
+              !Valid(ix, topo, absl::StrFormat("%d micro-batches", k), progress, full.get())) {
+            return false;
+          }
           if (mine) {
             best = Found{s, e->step_time_s(), what};
             best->scale = scale;

@@ -8,7 +8,8 @@
 // (PlanReport's hybrid_batch_limit and data_parallel_batch_limit), halved
 // until one fits, then halfway back to the last that did not and half
 // again (a plan less pressed for memory can be the faster), each try one
-// simulation in full of the whole step, and each that fits tried again
+// simulation in full of the whole step (validated only where it would be
+// the best), and each that fits tried again
 // pipelined (2, 4, … micro-batches in flight on each device, while it
 // fits and gets faster, where its busiest device's compute leaves time to
 // save); where more in flight overflowed the fastest, it is planned once
@@ -50,8 +51,8 @@ struct AccumulatedPlan {
   NamedStrategy strategy;  // micro_batches set; named as `name` asked
   std::string note;        // what it is, for the report
   bool cut_short = false;  // tries left not begun: one fit, and the budget was spent
-  // The plan's simulation in full (in its execution order; not validated;
-  // no lower bound in its estimate), as Plan keeps one.
+  // The plan's simulation in full (in its execution order; validated; no
+  // lower bound in its estimate), as Plan keeps one.
   std::shared_ptr<Evaluated> full;
 };
 

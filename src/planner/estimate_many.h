@@ -30,6 +30,9 @@ struct Evaluated {
   // the planner's clock where one is installed (src/common/work_clock.h:
   // the work they charged), else the wall's.
   double wall_s = 0;
+  // Whether its program was validated (ValidateProgram) where it was
+  // simulated: Plan then does not validate it again.
+  bool validated = false;
 
   // Named `name`: the estimate, its strategy and the program's strategy.
   void Rename(const std::string& name) {

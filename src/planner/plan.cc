@@ -463,11 +463,13 @@ absl::StatusOr<PlanResult> Plan(const Graph& g, const Topology& topo, const Plan
     }
   }
   // (Copied out of its arena once, whichever it is.)
+  bool validated = false;  // (as the micro-batch tries validated it)
   if (chosen != nullptr) {
     if (!chosen->program.empty()) result.best_program = *chosen->program;
     result.best_sim = std::move(chosen->sim);
+    validated = chosen->validated;
   }
-  if (!rep.best().empty()) {
+  if (!rep.best().empty() && !validated) {
     RETURN_IF_ERROR(
         Annotate(ValidateProgram(result.best_program, ix, topo), "validating " + rep.best()));
   }
