@@ -4,7 +4,7 @@
 #include <string>
 
 // jemalloc's control entry point, weak: null where the process does not
-// link jemalloc (its tests and the binaries that run UCX).
+// link jemalloc (the worker and executor, which run UCX, and most tests).
 extern "C" int mallctl(const char* name, void* oldp, size_t* oldlenp, void* newp, size_t newlen)
     __attribute__((weak));
 

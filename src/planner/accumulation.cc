@@ -165,12 +165,11 @@ void TryInFlight(const GraphIndex& ix, const Topology& topo, const CostModel& co
       progress(Outcome(absl::StrFormat("%d in flight", w), *e));
     }
     if (e->feasible() && e->step_time_s() < step_s) {
-      if ((!best->has_value() || e->step_time_s() < (*best)->step_s) &&
-          !Valid(ix, topo, absl::StrFormat("%d in flight", w), progress, full.get())) {
+      mine = !best->has_value() || e->step_time_s() < (*best)->step_s;
+      if (mine && !Valid(ix, topo, absl::StrFormat("%d in flight", w), progress, full.get())) {
         return;
       }
       step_s = e->step_time_s();
-      mine = !best->has_value() || step_s < (*best)->step_s;
       if (mine) {
         *best = Found{p, step_s, what};
         (*best)->scale = scale;
