@@ -81,9 +81,7 @@ class Gate {
   void Planned(Kind kind, absl::Time began) {
     plan_s_[kind] = std::max(plan_s_[kind], absl::ToDoubleSeconds(WorkNow() - began));
   }
-  void Simulated(absl::Time began) {
-    sim_s_ = std::max(sim_s_, absl::ToDoubleSeconds(WorkNow() - began));
-  }
+  void Simulated(double seconds) { sim_s_ = std::max(sim_s_, seconds); }
   bool cut_short() const { return cut_short_; }
 
  private:
@@ -107,7 +105,7 @@ Estimated SimulateInFull(const GraphIndex& ix, const Topology& topo, const CostM
                                 /*lower_bound=*/0, &ev->program, &ev->sim, /*trace=*/false,
                                 /*both_orders=*/false, /*validate=*/false);
   ev->wall_s = absl::ToDoubleSeconds(WorkNow() - began);
-  gate->Simulated(began);
+  gate->Simulated(ev->wall_s);
   full->reset();
   if (e.ok()) {
     ev->estimate = *e;
