@@ -92,13 +92,44 @@ class Gate {
   bool cut_short_ = false;
 };
 
+// The tries simulated so far, by strategy (its name aside): a try that
+// repeats one (the data-parallel plan the search found too, at the same
+// micro-batches; the same plan with as many in flight) takes that one's
+// outcome instead of another simulation in full: the simulation is
+// deterministic, so it would give the same.
+class Seen {
+ public:
+  const Estimated* Find(const quilt::v1::Strategy& s) const {
+    auto it = by_key_.find(Key(s));
+    return it == by_key_.end() ? nullptr : &it->second;
+  }
+  void Add(const quilt::v1::Strategy& s, const Estimated& e) {
+    by_key_.insert_or_assign(Key(s), e);
+  }
+
+ private:
+  static std::string Key(const quilt::v1::Strategy& s) {
+    quilt::v1::Strategy unnamed = s;
+    unnamed.clear_name();
+    return unnamed.SerializeAsString();  // (no maps: deterministic)
+  }
+  std::map<std::string, Estimated> by_key_;
+};
+
 // `s` lowered and simulated in full in its execution order; `full` gets
 // the estimate with its program and simulation. Not validated: a try is
 // validated where it would become the best (Valid), which most tries
-// (over memory, or slower) never are.
+// (over memory, or slower) never are. A repeat of a try (`seen`) gets its
+// outcome, `*repeat` set and no `full`.
 Estimated SimulateInFull(const GraphIndex& ix, const Topology& topo, const CostModel& cost,
                          const std::string& name, int64_t batch, const quilt::v1::Strategy& s,
-                         Gate* gate, std::shared_ptr<Evaluated>* full) {
+                         Gate* gate, Seen* seen, std::shared_ptr<Evaluated>* full, bool* repeat) {
+  full->reset();
+  *repeat = false;
+  if (const Estimated* was = seen->Find(s)) {
+    *repeat = true;
+    return *was;
+  }
   const absl::Time began = WorkNow();
   auto ev = std::make_shared<Evaluated>();
   Estimated e = EstimateOnArena(ix, topo, cost, NamedStrategy{name, s, ""}, batch,
@@ -106,7 +137,7 @@ Estimated SimulateInFull(const GraphIndex& ix, const Topology& topo, const CostM
                                 /*both_orders=*/false, /*validate=*/false);
   ev->wall_s = absl::ToDoubleSeconds(WorkNow() - began);
   gate->Simulated(ev->wall_s);
-  full->reset();
+  seen->Add(s, e);
   if (e.ok()) {
     ev->estimate = *e;
     *full = std::move(ev);
@@ -114,22 +145,31 @@ Estimated SimulateInFull(const GraphIndex& ix, const Topology& topo, const CostM
   return e;
 }
 
-// Whether `full`'s program validates, as a try that would become the best
-// must (validated once: Plan keeps it so); a line says why where not.
+// Whether `full`'s program (that of `s`) validates, as a try that would
+// become the best must (validated once: Plan keeps it so); a line says why
+// where not, and `seen` keeps why for a repeat of `s`. (A repeat, no
+// `full`, never would become the best: the try it repeats was judged so
+// already.)
 bool Valid(const GraphIndex& ix, const Topology& topo, const std::string& label,
-           const std::function<void(const std::string&)>& progress, Evaluated* full) {
-  const absl::Status valid = ValidateProgram(*full->program, ix, topo);
-  full->validated = valid.ok();
-  if (!valid.ok() && progress) {
-    progress(absl::StrFormat("  %s: not valid: %s", label, valid.message()));
+           const std::function<void(const std::string&)>& progress, const quilt::v1::Strategy& s,
+           Seen* seen, Evaluated* full) {
+  const absl::Status valid = full == nullptr
+                                 ? absl::InternalError("a repeated try has no program to validate")
+                                 : ValidateProgram(*full->program, ix, topo);
+  if (full != nullptr) full->validated = valid.ok();
+  if (!valid.ok()) {
+    seen->Add(s, absl::InvalidArgumentError(absl::StrCat("not valid: ", valid.message())));
+    if (progress) progress(absl::StrFormat("  %s: not valid: %s", label, valid.message()));
   }
   return valid.ok();
 }
 
 // A try's line: "  LABEL: 1.234 s per step", or why it does not fit.
-std::string Outcome(const std::string& label, const quilt::v1::StrategyEstimate& e) {
-  return e.feasible() ? absl::StrFormat("  %s: %.4g s per step", label, e.step_time_s())
-                      : absl::StrFormat("  %s: %s", label, e.infeasible_reason());
+// `repeat`: the outcome of the same plan tried before.
+std::string Outcome(const std::string& label, const quilt::v1::StrategyEstimate& e, bool repeat) {
+  const char* again = repeat ? " (the same plan as tried before: not simulated again)" : "";
+  return e.feasible() ? absl::StrFormat("  %s: %.4g s per step%s", label, e.step_time_s(), again)
+                      : absl::StrFormat("  %s: %s%s", label, e.infeasible_reason(), again);
 }
 
 // Pipelined: `s` (`fitted`: its estimate, fitting with its micro-batches
@@ -142,7 +182,7 @@ void TryInFlight(const GraphIndex& ix, const Topology& topo, const CostModel& co
                  const std::string& name, int64_t batch, const quilt::v1::Strategy& s,
                  const quilt::v1::StrategyEstimate& fitted, const std::string& what,
                  const std::map<std::string, double>& scale, bool mine,
-                 const std::function<void(const std::string&)>& progress, Gate* gate,
+                 const std::function<void(const std::string&)>& progress, Gate* gate, Seen* seen,
                  std::optional<Found>* best) {
   double step_s = fitted.step_time_s();
   std::map<std::string, int64_t> before;
@@ -154,17 +194,19 @@ void TryInFlight(const GraphIndex& ix, const Topology& topo, const CostModel& co
     quilt::v1::Strategy p = s;
     p.set_micro_batches_in_flight(w);
     std::shared_ptr<Evaluated> full;
-    Estimated e = SimulateInFull(ix, topo, cost, name, batch, p, gate, &full);
+    bool repeat = false;
+    Estimated e = SimulateInFull(ix, topo, cost, name, batch, p, gate, seen, &full, &repeat);
     if (!e.ok()) {
       if (progress) progress(absl::StrFormat("  %d in flight: %s", w, e.status().message()));
       return;
     }
     if (progress) {
-      progress(Outcome(absl::StrFormat("%d in flight", w), *e));
+      progress(Outcome(absl::StrFormat("%d in flight", w), *e, repeat));
     }
     if (e->feasible() && e->step_time_s() < step_s) {
       mine = !best->has_value() || e->step_time_s() < (*best)->step_s;
-      if (mine && !Valid(ix, topo, absl::StrFormat("%d in flight", w), progress, full.get())) {
+      if (mine &&
+          !Valid(ix, topo, absl::StrFormat("%d in flight", w), progress, p, seen, full.get())) {
         return;
       }
       step_s = e->step_time_s();
@@ -194,7 +236,7 @@ void TryInFlight(const GraphIndex& ix, const Topology& topo, const CostModel& co
 // lets others overflow, and another search seldom fits them all.
 void ReplanWithRoom(const GraphIndex& ix, const Topology& topo, const CostModel& cost,
                     const std::string& name, int64_t batch, const PlanAt& plan_at,
-                    const std::function<void(const std::string&)>& progress, Gate* gate,
+                    const std::function<void(const std::string&)>& progress, Gate* gate, Seen* seen,
                     std::optional<Found>* best) {
   if (!gate->Begins(/*fits=*/true, kSearched)) return;
   const Found was = **best;
@@ -218,20 +260,23 @@ void ReplanWithRoom(const GraphIndex& ix, const Topology& topo, const CostModel&
   found->set_micro_batches(k);
   found->set_micro_batches_in_flight(w);
   std::shared_ptr<Evaluated> full;
-  Estimated e = SimulateInFull(ix, topo, cost, name, batch, *found, gate, &full);
+  bool repeat = false;
+  Estimated e = SimulateInFull(ix, topo, cost, name, batch, *found, gate, seen, &full, &repeat);
   if (!e.ok()) return;
   if (progress) {
-    progress(Outcome(absl::StrFormat("%d in flight", w), *e));
+    progress(Outcome(absl::StrFormat("%d in flight", w), *e, repeat));
   }
   if (!e->feasible() || e->step_time_s() >= was.step_s) return;
-  if (!Valid(ix, topo, absl::StrFormat("%d in flight", w), progress, full.get())) return;
+  if (!Valid(ix, topo, absl::StrFormat("%d in flight", w), progress, *found, seen, full.get())) {
+    return;
+  }
   const std::string what = absl::StrFormat(
       "the planner's plan for a micro-batch's rows, memory kept for %d in flight", w);
   *best = Found{*found, e->step_time_s(), what};
   (*best)->scale = scale;
   (*best)->full = std::move(full);
   TryInFlight(ix, topo, cost, name, batch, *found, *e, what, scale, /*mine=*/true, progress, gate,
-              best);
+              seen, best);
 }
 
 }  // namespace
@@ -246,6 +291,7 @@ std::optional<AccumulatedPlan> PlanAccumulation(
   if (!why->empty()) return std::nullopt;
   std::optional<Found> best;
   Gate gate(may_begin);
+  Seen seen;
   const std::string dp = topo.num_devices() < 2 ? "single-device" : "dp-proportional-ring";
   bool replanned = false;
   for (const Kind kind : {kSearched, kClosest, kDataParallel}) {
@@ -306,7 +352,8 @@ std::optional<AccumulatedPlan> PlanAccumulation(
           progress(absl::StrFormat("trying %s over %s", what, DescribeMicroBatches(batch, k)));
         }
         std::shared_ptr<Evaluated> full;
-        Estimated e = SimulateInFull(ix, topo, cost, name, batch, s, &gate, &full);
+        bool repeat = false;
+        Estimated e = SimulateInFull(ix, topo, cost, name, batch, s, &gate, &seen, &full, &repeat);
         if (!e.ok()) {
           if (absl::StrContains(e.status().message(), "gradient accumulation")) {
             *why = std::string(e.status().message());
@@ -320,12 +367,12 @@ std::optional<AccumulatedPlan> PlanAccumulation(
           return false;
         }
         if (progress) {
-          progress(Outcome(absl::StrFormat("%d micro-batches", k), *e));
+          progress(Outcome(absl::StrFormat("%d micro-batches", k), *e, repeat));
         }
         if (e->feasible()) {
           const bool mine = !best.has_value() || e->step_time_s() < best->step_s;
-          if (mine &&
-              !Valid(ix, topo, absl::StrFormat("%d micro-batches", k), progress, full.get())) {
+          if (mine && !Valid(ix, topo, absl::StrFormat("%d micro-batches", k), progress, s, &seen,
+                             full.get())) {
             return false;
           }
           if (mine) {
@@ -333,7 +380,7 @@ std::optional<AccumulatedPlan> PlanAccumulation(
             best->scale = scale;
             best->full = std::move(full);
           }
-          TryInFlight(ix, topo, cost, name, batch, s, *e, what, scale, mine, progress, &gate,
+          TryInFlight(ix, topo, cost, name, batch, s, *e, what, scale, mine, progress, &gate, &seen,
                       &best);
           return true;
         }
@@ -364,7 +411,7 @@ std::optional<AccumulatedPlan> PlanAccumulation(
       // after, which the time budget may leave untried), else at the end.
       if (more != halfway && kind == kSearched && best.has_value() &&
           best->overflowed_in_flight > 0 && !replanned) {
-        ReplanWithRoom(ix, topo, cost, name, batch, plan_at, progress, &gate, &best);
+        ReplanWithRoom(ix, topo, cost, name, batch, plan_at, progress, &gate, &seen, &best);
         replanned = true;
       }
       if (fitted == 0 || more <= 0 || more == fitted || more == missed) continue;
@@ -374,7 +421,7 @@ std::optional<AccumulatedPlan> PlanAccumulation(
   }
   if (!best.has_value()) return std::nullopt;
   if (!replanned && best->overflowed_in_flight > 0 && plan_at) {
-    ReplanWithRoom(ix, topo, cost, name, batch, plan_at, progress, &gate, &best);
+    ReplanWithRoom(ix, topo, cost, name, batch, plan_at, progress, &gate, &seen, &best);
   }
   const int k = best->strategy.micro_batches();
   const int w = best->strategy.micro_batches_in_flight();

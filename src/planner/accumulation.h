@@ -16,7 +16,9 @@
 // more with room for them on the devices that overflowed (among the
 // searched plans, before the smaller micro-batches, where their fastest
 // overflowed; else at the end). The fastest
-// that fits is the plan.
+// that fits is the plan. A try that repeats an earlier one (the same
+// strategy, micro-batches and in flight: data parallelism is often what the
+// search found at those rows) takes its outcome without a simulation.
 // Until a try fits, tries go on whatever the time (a plan that fits is
 // worth it); once one does, each later step (a plan at a micro-batch's rows
 // and its simulation, or a simulation alone) is begun only where `may_begin`

@@ -1,6 +1,7 @@
 #include "src/planner/accumulation.h"
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -217,6 +218,63 @@ TEST(Accumulation, OnceATryFits_ABudgetSpentEndsTheTries) {
   EXPECT_GT(asked.size(), 2u);
   EXPECT_FALSE(unhurried->cut_short);
   EXPECT_GE(unhurried->strategy.strategy.micro_batches_in_flight(), 2);
+}
+
+// The data-parallel kind's plan at a micro-batch's rows is often the one
+// the search found there: a try that repeats an earlier one (its strategy,
+// micro-batches and in-flight count) takes that one's outcome, and its
+// line says so, rather than being simulated again; a plan at other
+// micro-batches is no repeat.
+TEST(Accumulation, ATryThatRepeatsAnEarlierOneIsNotSimulatedAgain) {
+  auto w = testing::Make("transformer");
+  auto graph_index = GraphIndex::Build(w->graph);
+  ASSERT_THAT(graph_index.status(), IsOk());
+  const quilt::v1::Strategy layers = testing::Stages(w->graph, w->topo, {0, 1, 2, 3});
+  std::vector<std::string> asked;
+  PlanAt plan_at = [&](int64_t rows, const std::string& strategy,
+                       const std::map<std::string, double>&) -> std::optional<quilt::v1::Strategy> {
+    asked.push_back(absl::StrCat(strategy, "@", rows));
+    quilt::v1::Strategy s = layers;
+    s.set_name(strategy);  // (a name is no difference)
+    return s;
+  };
+  quilt::v1::PlanReport report;
+  report.set_hybrid_batch_limit(8);
+  report.set_data_parallel_batch_limit(8);
+  std::vector<std::string> lines;
+  std::string why;
+  std::optional<AccumulatedPlan> p = PlanAccumulation(
+      w->graph, *graph_index, w->topo, *w->cost, 16, /*closest=*/nullptr, report, "heterog",
+      plan_at, [&](const std::string& line) { lines.push_back(line); }, &why,
+      [](double, absl::Time) { return true; });
+  ASSERT_TRUE(p.has_value()) << why;
+  ASSERT_THAT(asked, ::testing::Contains(::testing::StartsWith("dp-")));
+  const std::string kRepeat = " (the same plan as tried before: not simulated again)";
+  std::vector<std::string> outcomes;  // (those simulated)
+  int repeats = 0;
+  bool dp_began = false;
+  for (const std::string& line : lines) {
+    if (absl::StartsWith(line, "planning dp-")) dp_began = true;
+    if (!absl::StrContains(line, " s per step") && !absl::StrContains(line, "out of memory")) {
+      continue;
+    }
+    if (!absl::EndsWith(line, kRepeat)) {
+      outcomes.push_back(line);
+      continue;
+    }
+    // Only the data-parallel kind's plans repeat here, each with the
+    // outcome the same plan had when it was simulated.
+    ++repeats;
+    EXPECT_TRUE(dp_began) << line;
+    EXPECT_THAT(outcomes, ::testing::Contains(line.substr(0, line.size() - kRepeat.size())))
+        << absl::StrJoin(lines, "\n");
+  }
+  // 2 and 4 micro-batches at least, each simulated once.
+  EXPECT_GE(outcomes.size(), 2u) << absl::StrJoin(lines, "\n");
+  EXPECT_GE(repeats, 2) << absl::StrJoin(lines, "\n");
+  // The plan comes with its program (not a repeat), and it validates.
+  ASSERT_NE(p->full, nullptr);
+  EXPECT_THAT(ValidateProgram(*p->full->program, w->graph, w->topo), IsOk());
 }
 
 }  // namespace
