@@ -2,14 +2,17 @@
 // nodes, fetched by the coordinator from their workers (GetJobLogs), as
 // `tail` prints several files ("==> node (ranks …): path <==" before each),
 // or as JSON. Exit status 1 when some node's log could not be had (each
-// one's reason is printed in its place). With --follow, then the lines the
-// nodes write, each prefixed by its node where there are several, until
-// the job ends.
+// one's reason is printed in its place). With --run, the end of one run
+// of the job's executor on each node (a job whose node was lost, or that
+// was resumed, runs again: the worker begins each run's lines with a line
+// of its own). With --follow, then the lines the nodes write, each
+// prefixed by its node where there are several, until the job ends.
 #include <iostream>
 #include <map>
 #include <memory>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -28,6 +31,7 @@ struct LogsArgs {
   std::string node;
   std::string format = "text";
   bool follow = false;
+  int run = 0;  // 0: the log's end, whatever run wrote it
 };
 
 // After the first print: the lines each node writes from its offset on,
@@ -69,8 +73,12 @@ int Follow(const LogsArgs& a, std::map<std::string, int64_t> offsets, rpc::JobCl
 
 int PrintLogs(const LogsArgs& a, const GlobalOptions& globals) {
   if (a.follow && a.format == "json") return PrintError("--follow prints text, not -o json");
+  if (a.follow && a.run > 0) {
+    return PrintError("--follow goes on from the log's end: give it no --run, or --run -1");
+  }
   rpc::JobClient client(globals.coordinator, absl::Seconds(globals.timeout_s));
-  absl::StatusOr<quilt::v1::GetJobLogsResponse> r = client.GetJobLogs(a.id, a.lines, a.node);
+  absl::StatusOr<quilt::v1::GetJobLogsResponse> r =
+      client.GetJobLogs(a.id, a.lines, a.node, {}, a.run);
   if (!r.ok()) return PrintError(std::string(r.status().message()));
   bool missing = false;
   if (a.format == "json") {
@@ -84,6 +92,10 @@ int PrintLogs(const LogsArgs& a, const GlobalOptions& globals) {
                             {"text", n.text()},
                             {"error", n.error()},
                             {"truncated", n.truncated()}});
+      if (a.run != 0) {
+        j["nodes"].back()["run"] = n.run();
+        j["nodes"].back()["runs"] = n.runs();
+      }
       missing = missing || !n.error().empty();
     }
     std::cout << j.dump() << "\n";
@@ -99,7 +111,9 @@ int PrintLogs(const LogsArgs& a, const GlobalOptions& globals) {
       missing = true;
       continue;
     }
-    std::cout << header << ": " << n.path() << " <==\n" << n.text();
+    std::cout << header << ": " << n.path()
+              << (a.run != 0 ? absl::StrCat(", run ", n.run(), " of ", n.runs()) : "") << " <==\n"
+              << n.text();
     if (!n.text().empty() && n.text().back() != '\n') std::cout << "\n";
   }
   if (a.follow) {
@@ -125,6 +139,18 @@ void AddLogsCommand(CLI::App& app, const GlobalOptions& globals, std::vector<Com
       ->check(CLI::Range(1, 10000));
   logs->add_option("--node", a->node, "Only this node's log")->check(Utf8Text());
   logs->add_option("-o,--output", a->format, "text | json")->check(CLI::IsMember({"text", "json"}));
+  logs->add_option("--run", a->run,
+                   "Only the end of this run of the job's executor on each node (1 the first, -1 "
+                   "the last): a job runs again on a node after a node was lost, or when resumed")
+      ->check(CLI::Validator(
+          [](std::string& v) -> std::string {
+            int n = 0;
+            if (!absl::SimpleAtoi(v, &n) || n == 0 || n < -1) {
+              return "--run takes 1 or more (the first run is 1), or -1 for the last, not " + v;
+            }
+            return "";
+          },
+          "RUN"));
   logs->add_flag("-f,--follow", a->follow,
                  "Then print the lines the nodes write until the job ends (text output)");
   out->push_back({logs, [a, &globals] { return PrintLogs(*a, globals); }});

@@ -27,7 +27,8 @@ void JobLogs::OnHeartbeat(const quilt::v1::HeartbeatRequest& request,
 std::vector<quilt::v1::LogReply> JobLogs::Fetch(const std::string& job_id,
                                                 const std::vector<std::string>& nodes, int lines,
                                                 absl::Duration timeout,
-                                                const std::map<std::string, int64_t>& offsets) {
+                                                const std::map<std::string, int64_t>& offsets,
+                                                int run) {
   std::vector<quilt::v1::LogReply> out(nodes.size());
   std::vector<std::string> ids(nodes.size());
   // (Asked before the lock, which every heartbeat takes.)
@@ -49,6 +50,8 @@ std::vector<quilt::v1::LogReply> JobLogs::Fetch(const std::string& job_id,
     if (auto at = offsets.find(nodes[i]); at != offsets.end()) {
       p.request.set_follow(true);
       p.request.set_offset(at->second);
+    } else {
+      p.request.set_run(run);
     }
   }
   auto done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {

@@ -40,11 +40,13 @@ class JobLogs {
   // The last `lines` lines of job `job_id`'s executor log on each of
   // `nodes` (in their order), or for a node in `offsets` what it wrote from
   // that offset on; waiting at most `timeout` for the answers; a node not
-  // Ready, or silent, has its `error` set.
+  // Ready, or silent, has its `error` set. `run` (not with `offsets`): the
+  // last lines of that run only (LogRequest.run).
   std::vector<quilt::v1::LogReply> Fetch(const std::string& job_id,
                                          const std::vector<std::string>& nodes, int lines,
                                          absl::Duration timeout,
-                                         const std::map<std::string, int64_t>& offsets = {});
+                                         const std::map<std::string, int64_t>& offsets = {},
+                                         int run = 0);
 
   // Ends every wait now, and every later one at once (the coordinator is
   // stopping).

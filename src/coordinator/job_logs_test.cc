@@ -38,7 +38,9 @@ class FakeWorker {
             for (const quilt::v1::LogRequest& r : Beat(logs, node, replies)) {
               quilt::v1::LogReply reply;
               reply.set_request_id(r.request_id());
-              reply.set_text(absl::StrCat(text, " job=", r.job_id(), " lines=", r.lines()));
+              reply.set_text(absl::StrCat(text, " job=", r.job_id(), " lines=", r.lines(),
+                                          r.run() != 0 ? absl::StrCat(" run=", r.run()) : "",
+                                          r.follow() ? absl::StrCat(" from=", r.offset()) : ""));
               replies.push_back(reply);
               ++asked_;
             }
@@ -68,6 +70,23 @@ TEST(JobLogs, EachNodeAnswersItsOwnRequests) {
   EXPECT_EQ(got[1].text(), "from a job=job-1 lines=7");
   EXPECT_EQ(got[0].error(), "");
   EXPECT_EQ(a.asked(), 1) << "handed once";
+}
+
+// A run asked of every node goes with each request; a followed node's
+// request reads on from its offset and takes no run.
+TEST(JobLogs, ARunGoesToEveryNodeNotFollowed) {
+  JobLogs logs;
+  FakeWorker a(&logs, "node-a", "from a");
+  FakeWorker b(&logs, "node-b", "from b");
+  std::vector<quilt::v1::LogReply> got =
+      logs.Fetch("job-1", {"node-a", "node-b"}, 7, absl::Seconds(10), {}, -1);
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0].text(), "from a job=job-1 lines=7 run=-1");
+  EXPECT_EQ(got[1].text(), "from b job=job-1 lines=7 run=-1");
+  got = logs.Fetch("job-1", {"node-a", "node-b"}, 7, absl::Seconds(10), {{"node-b", 12}}, 2);
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0].text(), "from a job=job-1 lines=7 run=2");
+  EXPECT_EQ(got[1].text(), "from b job=job-1 lines=7 from=12");
 }
 
 TEST(JobLogs, HandedAgainOnlyWhenUnansweredForAWhile_NotToAStoppingWorker) {

@@ -245,11 +245,12 @@ absl::StatusOr<quilt::v1::JobLosses> JobClient::GetJobLosses(const std::string& 
 
 absl::StatusOr<quilt::v1::GetJobLogsResponse> JobClient::GetJobLogs(
     const std::string& job_id, int lines, const std::string& node,
-    const std::map<std::string, int64_t>& offsets) {
+    const std::map<std::string, int64_t>& offsets, int run) {
   quilt::v1::GetJobLogsRequest request;
   request.set_job_id(job_id);
   request.set_lines(lines);
   request.set_node(node);
+  request.set_run(run);
   for (const auto& [n, offset] : offsets) (*request.mutable_offsets())[n] = offset;
   return Unary(stubs_->jobs.get(), &quilt::v1::JobService::Stub::GetJobLogs, request, timeout_,
                address_);

@@ -80,10 +80,12 @@ class JobClient {
                                                          bool queue = false);
   absl::StatusOr<quilt::v1::JobLosses> GetJobLosses(const std::string& job_id, int64_t from_step);
   // The end of the job's executor log on each of its nodes (or `node`'s);
-  // with `offsets`, what those nodes wrote from them on.
+  // with `offsets`, what those nodes wrote from them on; with `run`, the
+  // end of that run of the job's executor on each node only (1 the first,
+  // -1 the last).
   absl::StatusOr<quilt::v1::GetJobLogsResponse> GetJobLogs(
       const std::string& job_id, int lines, const std::string& node,
-      const std::map<std::string, int64_t>& offsets = {});
+      const std::map<std::string, int64_t>& offsets = {}, int run = 0);
   // Streams the job's status to `on_status` until the job ends (OK) or the
   // stream fails; no deadline.
   absl::Status WatchJob(const std::string& job_id,

@@ -281,6 +281,14 @@ grpc::ServerUnaryReactor* JobServiceImpl::GetJobLogs(grpc::CallbackServerContext
                                                          " (0: ", kDefaultLogLines, "), not ",
                                                          r.lines()));
         }
+        if (r.run() < -1) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("run must be 1 or more (-1: the last), not ", r.run()));
+        }
+        if (r.run() != 0 && !r.offsets().empty()) {
+          return absl::InvalidArgumentError(
+              "a follow reads on from the offsets given: it takes no run");
+        }
         ASSIGN_OR_RETURN(const quilt::v1::JobRecord job, coordinator_->jobs()->Record(r.job_id()));
         // Each node once, in rank order, with its ranks.
         std::vector<std::string> nodes;
@@ -332,7 +340,8 @@ grpc::ServerUnaryReactor* JobServiceImpl::GetJobLogs(grpc::CallbackServerContext
           nodes = std::move(followed);
         }
         std::vector<quilt::v1::LogReply> replies = coordinator_->logs()->Fetch(
-            r.job_id(), nodes, r.lines() == 0 ? kDefaultLogLines : r.lines(), timeout, offsets);
+            r.job_id(), nodes, r.lines() == 0 ? kDefaultLogLines : r.lines(), timeout, offsets,
+            r.run());
         for (size_t i = 0; i < nodes.size(); ++i) {
           quilt::v1::GetJobLogsResponse::NodeLog* log = response->add_nodes();
           log->set_node(nodes[i]);
@@ -342,6 +351,8 @@ grpc::ServerUnaryReactor* JobServiceImpl::GetJobLogs(grpc::CallbackServerContext
           log->set_path(replies[i].path());
           log->set_truncated(replies[i].truncated());
           log->set_end_offset(replies[i].end_offset());
+          log->set_run(replies[i].run());
+          log->set_runs(replies[i].runs());
         }
         return absl::OkStatus();
       });

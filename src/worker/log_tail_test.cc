@@ -107,5 +107,80 @@ TEST(ReadLogTail, InvalidUtf8IsReplaced_MissingFilesAndDirectoriesNamed) {
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("not a regular file")));
 }
 
+// The runs of a log: each begins at its worker's marker line; lines before
+// the first marker (a log written before them) are a run of their own. A
+// run's tail is its last lines, never those of the run after it.
+TEST(ReadLogRun, EachRunFromItsMarkerToTheNext) {
+  testing::TempDir dir;
+  const std::string m1 = RunMarker(1, 0, 2, "2026-01-01T00:00:00Z", 0);
+  const std::string m2 = RunMarker(2, 0, 2, "2026-01-01T01:00:00Z", 100);
+  EXPECT_THAT(m2, HasSubstr("run 2 (rank 0 of 2), started 2026-01-01T01:00:00Z, from step 100"));
+  const std::string path =
+      Write(dir, m1 + "\none\ntwo\n" + m2 + "\nthree\n=== quilt-worker: runaway\nfour");
+  EXPECT_THAT(CountLogRuns(path), IsOkAndHolds(2));
+  absl::StatusOr<LogTail> t = ReadLogRun(path, 1, 100, 1 << 20);
+  ASSERT_THAT(t.status(), IsOk());
+  EXPECT_EQ(t->text, m1 + "\none\ntwo\n");
+  EXPECT_FALSE(t->truncated);
+  EXPECT_EQ(t->run, 1);
+  EXPECT_EQ(t->runs, 2);
+  // Its last line only: the first run's, not the log's.
+  t = ReadLogRun(path, 1, 1, 1 << 20);
+  ASSERT_THAT(t.status(), IsOk());
+  EXPECT_EQ(t->text, "two\n");
+  EXPECT_TRUE(t->truncated);
+  // The last run, by number or as -1 (a line that only looks like a marker
+  // begins none).
+  for (int run : {2, -1}) {
+    t = ReadLogRun(path, run, 100, 1 << 20);
+    ASSERT_THAT(t.status(), IsOk());
+    EXPECT_EQ(t->text, m2 + "\nthree\n=== quilt-worker: runaway\nfour");
+    EXPECT_EQ(t->run, 2);
+  }
+  t = ReadLogRun(path, 3, 100, 1 << 20);
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_THAT(t.status().message(), HasSubstr("the log holds 2 runs; there is no run 3"));
+  EXPECT_EQ(ReadLogRun(path, 0, 100, 1 << 20).status().code(), absl::StatusCode::kOutOfRange);
+
+  // Lines before the first marker are run 1; the window of bytes is the
+  // run's own.
+  const std::string older = Write(dir, "old\n" + m1 + "\nnew\n");
+  EXPECT_THAT(CountLogRuns(older), IsOkAndHolds(2));
+  t = ReadLogRun(older, 1, 100, 1 << 20);
+  ASSERT_THAT(t.status(), IsOk());
+  EXPECT_EQ(t->text, "old\n");
+  t = ReadLogRun(older, 2, 100, 4);
+  ASSERT_THAT(t.status(), IsOk());
+  EXPECT_EQ(t->text, "new\n");
+  EXPECT_TRUE(t->truncated);
+
+  // No file: no runs; an empty log: none to read.
+  EXPECT_THAT(CountLogRuns(dir.File("none.log")), IsOkAndHolds(0));
+  const std::string empty = Write(dir, "");
+  EXPECT_THAT(CountLogRuns(empty), IsOkAndHolds(0));
+  EXPECT_EQ(ReadLogRun(empty, -1, 10, 1 << 20).status().code(), absl::StatusCode::kOutOfRange);
+}
+
+// Markers are found whatever the chunks a long log is read in: a marker
+// after a megabyte of lines, and one right after a line that is longer
+// than a chunk.
+TEST(ReadLogRun, MarkersPastTheFirstMegabyte) {
+  testing::TempDir dir;
+  std::string text = RunMarker(1, 0, 1, "t1", 0) + "\n";
+  for (int i = 0; i < 30000; ++i)
+    text += "info a line of the executor's log, number " + std::to_string(i) + "\n";
+  text += RunMarker(2, 0, 1, "t2", 5) + "\n";
+  text += std::string(3 << 20, 'x') + "\n";
+  text += RunMarker(3, 0, 1, "t3", 9) + "\nlast\n";
+  const std::string path = Write(dir, text);
+  EXPECT_THAT(CountLogRuns(path), IsOkAndHolds(3));
+  absl::StatusOr<LogTail> t = ReadLogRun(path, 3, 10, 1 << 20);
+  ASSERT_THAT(t.status(), IsOk());
+  EXPECT_EQ(t->text, RunMarker(3, 0, 1, "t3", 9) + "\nlast\n");
+  t = ReadLogRun(path, 1, 1, 1 << 20);
+  ASSERT_THAT(t.status(), IsOk());
+  EXPECT_EQ(t->text, "info a line of the executor's log, number 29999\n");
+}
+
 }  // namespace
 }  // namespace quilt

@@ -15,6 +15,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "src/worker/log_tail.h"
 
 namespace quilt {
 
@@ -89,8 +90,13 @@ std::string LastExecutorError(const std::string& log_path) {
   std::ifstream in(log_path);
   std::string line, last, error, ucx, caught;
   while (std::getline(in, line)) {
-    // A run's first line ("info TIME rank R of N on NODE: …"): what an
-    // earlier run of the job on this node wrote is not this run's reason.
+    // A run's first lines (the worker's marker, then the executor's "info
+    // TIME rank R of N on NODE: …"): what an earlier run of the job on this
+    // node wrote is not this run's reason.
+    if (IsRunMarker(line)) {
+      last.clear(), error.clear(), ucx.clear(), caught.clear();
+      continue;
+    }
     if (absl::StartsWith(line, "info ") && absl::StrContains(line, " rank ") &&
         absl::StrContains(line, " of ") && absl::StrContains(line, " on ")) {
       last.clear(), error.clear(), ucx.clear(), caught.clear();

@@ -21,6 +21,7 @@
 #include "nlohmann/json.hpp"
 #include "src/common/files.h"
 #include "src/common/logging.h"
+#include "src/worker/log_tail.h"
 #include "src/worker/spawn.h"
 
 namespace quilt {
@@ -119,6 +120,19 @@ void TaskRunner::Start(const quilt::v1::TaskAssignment& a) {
     argv.insert(argv.end(), {"--slowdown", absl::StrJoin(items, ",")});
   }
   const std::string log = t->dir + "/executor.log";
+  // (This run's first line: `quiltctl logs --run` tells the runs of a job
+  // on this node apart.)
+  absl::StatusOr<int> runs = CountLogRuns(log);
+  if (!runs.ok()) return fail(std::string(runs.status().message()));
+  {
+    std::ofstream out(log, std::ios::app | std::ios::binary);
+    out << RunMarker(*runs + 1, a.rank(), a.world_size(),
+                     absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", absl::Now(), absl::UTCTimeZone()),
+                     a.has_resume_from() ? a.resume_from().steps_before() : 0)
+        << "\n";
+    out.flush();
+    if (!out) return fail("cannot write " + log);
+  }
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) return fail(std::string("pipe: ") + strerror(errno));
   absl::StatusOr<pid_t> spawned = SpawnChild(std::move(argv), log, fds[1]);

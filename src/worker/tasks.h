@@ -4,7 +4,8 @@
 // the coordinator as its rendezvous, the job's data, checkpoint settings
 // and this node's emulated slowdown; its stdout (one JSON line per step)
 // is read on a thread, its stderr goes to executor.log in the job's
-// directory. Each executor's state and the steps not yet sent are
+// directory, after a line of the worker's that numbers the run
+// (log_tail.h's RunMarker). Each executor's state and the steps not yet sent are
 // collected by Reports(); the worker sends them with its next heartbeat.
 // A step's loss is kept until the coordinator says it stored it (a
 // coordinator that restarts asks for the steps it lost again).

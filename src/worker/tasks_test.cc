@@ -13,9 +13,12 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/time/clock.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "src/common/files.h"
+#include "src/common/status_matchers.h"
 #include "src/testing/temp_dir.h"
+#include "src/worker/log_tail.h"
 
 namespace quilt {
 namespace {
@@ -100,6 +103,41 @@ TEST(TaskRunner, TheLogPathOfAJobIdAndNoneForAPath) {
   for (const std::string bad : {"", ".", "..", "../job-1", "a/b", "a\\b"}) {
     EXPECT_EQ(runner.LogPath(bad), "") << bad;
   }
+}
+
+// Each run of a job's executor on the node begins its log with a line of
+// the worker's: run 1, then run 2 from the step it resumes at, each with
+// the lines its executor wrote after it.
+TEST(TaskRunner, EachRunOfAJobBeginsItsLogWithItsNumber) {
+  testing::TempDir tmp;
+  const std::string path = tmp.path() + "/executor.sh";
+  std::ofstream(path) << "#!/bin/sh\necho \"executor $*\" >&2\n";
+  chmod(path.c_str(), 0755);
+  const TaskRunnerOptions options = Options(tmp.path(), path);
+  {
+    TaskRunner runner(options);
+    runner.Start(Assignment());
+    EXPECT_EQ(WaitForEnd(runner, absl::Seconds(20)).state(), quilt::v1::TASK_STATE_SUCCEEDED);
+  }
+  quilt::v1::TaskAssignment again = Assignment();
+  again.mutable_resume_from()->set_steps_before(7);
+  TaskRunner runner(options);
+  runner.Start(again);
+  EXPECT_EQ(WaitForEnd(runner, absl::Seconds(20)).state(), quilt::v1::TASK_STATE_SUCCEEDED);
+  const std::string log = runner.LogPath("job-1");
+  EXPECT_THAT(CountLogRuns(log), IsOkAndHolds(2));
+  absl::StatusOr<LogTail> first = ReadLogRun(log, 1, 100, 1 << 20);
+  ASSERT_THAT(first.status(), IsOk());
+  EXPECT_THAT(first->text,
+              ::testing::StartsWith("=== quilt-worker: run 1 (rank 0 of 1), started "));
+  EXPECT_THAT(first->text, ::testing::HasSubstr("executor --program"));
+  EXPECT_THAT(first->text, ::testing::Not(::testing::HasSubstr("--steps-before")));
+  absl::StatusOr<LogTail> second = ReadLogRun(log, -1, 100, 1 << 20);
+  ASSERT_THAT(second.status(), IsOk());
+  EXPECT_EQ(second->run, 2);
+  EXPECT_THAT(second->text, ::testing::StartsWith("=== quilt-worker: run 2 (rank 0 of 1)"));
+  EXPECT_THAT(second->text, ::testing::HasSubstr(", from step 7 ===\n"));
+  EXPECT_THAT(second->text, ::testing::HasSubstr("--steps-before 7"));
 }
 
 TEST(TaskRunner, AnExecutorThatExitsEndsItsTaskThoughAChildHoldsItsOutput) {

@@ -27,9 +27,10 @@ quilt::v1::LogReply JobLog(const TaskRunner* tasks, const quilt::v1::LogRequest&
   // (Every string a protobuf field holds must be UTF-8: a work_dir from the
   // environment may not be.)
   reply.set_path(ToUtf8(path));
-  absl::StatusOr<LogTail> tail = request.follow()
-                                     ? ReadLogFrom(path, request.offset(), kMaxLogBytes)
-                                     : ReadLogTail(path, request.lines(), kMaxLogBytes);
+  absl::StatusOr<LogTail> tail =
+      request.follow()     ? ReadLogFrom(path, request.offset(), kMaxLogBytes)
+      : request.run() != 0 ? ReadLogRun(path, request.run(), request.lines(), kMaxLogBytes)
+                           : ReadLogTail(path, request.lines(), kMaxLogBytes);
   if (!tail.ok()) {
     reply.set_error(tail.status().code() == absl::StatusCode::kNotFound
                         ? "no log of the job on this node (its work directory was removed, or "
@@ -40,6 +41,8 @@ quilt::v1::LogReply JobLog(const TaskRunner* tasks, const quilt::v1::LogRequest&
   reply.set_text(std::move(tail->text));
   reply.set_truncated(tail->truncated);
   reply.set_end_offset(tail->end_offset);
+  reply.set_run(tail->run);
+  reply.set_runs(tail->runs);
   return reply;
 }
 

@@ -1,7 +1,7 @@
 // quiltctl logs against a real cluster: the end of a job's executor log on
 // each node, fetched through the workers' heartbeats — while the job runs
 // (and followed until it ends) and after it ended, the last N lines, one
-// node's; a node whose worker
+// node's, one run's; a node whose worker
 // stopped is named with the reason and the others still shown; a node not
 // in the job's world, or no such job, refused.
 #include <csignal>
@@ -89,6 +89,21 @@ TEST(JobLogs, TheEndOfEachNodesExecutorLog) {
   EXPECT_THAT(j["nodes"][0]["text"].get<std::string>(),
               HasSubstr("rank 0 of 2 on worker-a: 6 steps"));
   EXPECT_EQ(j["nodes"][0]["error"], "");
+
+  // One run of the job's executor on each node: here its first and only,
+  // from the worker's line that begins it; a run a log does not hold is
+  // named in that node's place; a run of 0 is refused.
+  const CommandResult first = run({"logs", finished, "--run", "1", "--node", "worker-a"});
+  EXPECT_EQ(first.exit_code, 0) << first.err;
+  EXPECT_THAT(first.out,
+              HasSubstr(", run 1 of 1 <==\n=== quilt-worker: run 1 (rank 0 of 2), started "));
+  EXPECT_THAT(first.out, HasSubstr("finished 6 steps in"));
+  const CommandResult none = run({"logs", finished, "--run", "2"});
+  EXPECT_EQ(none.exit_code, 1) << none.err;
+  EXPECT_THAT(none.out, HasSubstr("==> worker-b (rank 1): the log holds 1 run; there is no run 2"));
+  const CommandResult zero = run({"logs", finished, "--run", "0"});
+  EXPECT_NE(zero.exit_code, 0);
+  EXPECT_THAT(zero.err, HasSubstr("--run takes 1 or more"));
 
   const CommandResult stranger = run({"logs", finished, "--node", "worker-z"});
   EXPECT_NE(stranger.exit_code, 0);
