@@ -3,9 +3,8 @@
 // `tail` prints several files ("==> node (ranks …): path <==" before each),
 // or as JSON. Exit status 1 when some node's log could not be had (each
 // one's reason is printed in its place). With --run, the end of one run
-// of the job's executor on each node (a job whose node was lost, or that
-// was resumed, runs again: the worker begins each run's lines with a line
-// of its own). With --follow, then the lines the nodes write, each
+// of the job's executor on each node only (the worker begins each run's
+// lines with a numbered line of its own). With --follow, then the lines the nodes write, each
 // prefixed by its node where there are several, until the job ends.
 #include <iostream>
 #include <map>
@@ -141,7 +140,7 @@ void AddLogsCommand(CLI::App& app, const GlobalOptions& globals, std::vector<Com
   logs->add_option("-o,--output", a->format, "text | json")->check(CLI::IsMember({"text", "json"}));
   logs->add_option("--run", a->run,
                    "Only the end of this run of the job's executor on each node (1 the first, -1 "
-                   "the last): a job runs again on a node after a node was lost, or when resumed")
+                   "the last; the worker begins each run with a numbered line)")
       ->check(CLI::Validator(
           [](std::string& v) -> std::string {
             int n = 0;
