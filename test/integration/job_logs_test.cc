@@ -14,6 +14,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "src/common/status_matchers.h"
+#include "src/rpc/coordinator_client.h"
 #include "test/integration/jobs_fixture.h"
 
 namespace quilt::testing {
@@ -104,6 +105,16 @@ TEST(JobLogs, TheEndOfEachNodesExecutorLog) {
   const CommandResult zero = run({"logs", finished, "--run", "0"});
   EXPECT_NE(zero.exit_code, 0);
   EXPECT_THAT(zero.err, HasSubstr("--run takes 1 or more"));
+
+  // The service itself refuses a run below -1 and a run with a follow's
+  // offsets, naming the problem.
+  rpc::JobClient client(cluster.address(), absl::Seconds(10));
+  absl::StatusOr<quilt::v1::GetJobLogsResponse> bad = client.GetJobLogs(finished, 5, "", {}, -2);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad.status().message(), HasSubstr("run must be 1 or more (-1: the last), not -2"));
+  bad = client.GetJobLogs(finished, 5, "", {{"worker-a", 0}}, 1);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad.status().message(), HasSubstr("it takes no run"));
 
   const CommandResult stranger = run({"logs", finished, "--node", "worker-z"});
   EXPECT_NE(stranger.exit_code, 0);
