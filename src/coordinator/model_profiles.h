@@ -3,7 +3,9 @@
 // type): every node's first CPU device runs the model's one-device program
 // at the rows a device of the cluster will compute (the global batch over
 // its devices; fewer when a step of those would be long: max_step_s) and
-// at half of them, and the executor's measured times give
+// at half of them (its float32 weights sent as seeded uniform initializers
+// over their ranges, not their values: a step takes as long), and the
+// executor's measured times give
 // the node a calibration (calibration.h) that replaces its devices'
 // start-up figures for this job. A node that does not answer in time, or
 // whose profile fails, is planned with its start-up figures, and the job

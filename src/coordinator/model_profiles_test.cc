@@ -147,6 +147,49 @@ TEST(ModelProfiles, CalibratesEachNodeFromItsProfileAndKeepsTheResult) {
   EXPECT_EQ(third.nodes(0).devices(0).measured_gemm_flops_per_s(), 8e10);
 }
 
+// A profile's programs carry no weights: each float32 parameter with a
+// value (an ONNX model's) goes as a seeded uniform initializer over that
+// value's range, which takes a step as long; the model is the same one
+// (its key), and the graph planned keeps its values.
+TEST(ModelProfiles, AProfileCarriesNoWeightsButTheirRange) {
+  Graph g = Mlp();
+  ASSERT_FALSE(g.parameters.empty());
+  ParameterSpec& w = g.parameters[0];
+  const TensorInfo* info = g.FindTensor(w.tensor);
+  ASSERT_NE(info, nullptr);
+  absl::StatusOr<Tensor> value = Tensor::Empty(DType::kF32, info->shape.Concrete(1));
+  ASSERT_THAT(value.status(), IsOk());
+  for (int64_t i = 0; i < value->numel(); ++i) {
+    value->f32()[i] = -0.25f + 0.75f * static_cast<float>(i) / static_cast<float>(value->numel());
+  }
+  const float high = value->f32()[value->numel() - 1];
+  w.value = *value;
+  ModelProfiles profiles;
+  Beat(&profiles, "n0", 1);
+  quilt::v1::ClusterSpec cluster = Cluster({"n0"}, /*with_gpu_node=*/false);
+  std::thread submit([&] { profiles.Calibrate(g, 64, absl::Seconds(60), &cluster); });
+  const quilt::v1::ModelProfile asked = AskedOf(&profiles, "n0", 1);
+  ASSERT_EQ(asked.runs_size(), 2);
+  for (const auto& run : asked.runs()) {
+    quilt::v1::DistributedProgram program;
+    ASSERT_TRUE(program.ParseFromString(run.program()));
+    ASSERT_EQ(program.graph().parameters_size(), static_cast<int>(g.parameters.size()));
+    for (const quilt::v1::Parameter& p : program.graph().parameters()) {
+      EXPECT_FALSE(p.has_value()) << p.tensor();
+      if (p.tensor() != w.tensor) continue;
+      ASSERT_TRUE(p.has_initializer());
+      EXPECT_EQ(p.initializer().kind(), quilt::v1::Initializer::KIND_UNIFORM);
+      EXPECT_FLOAT_EQ(p.initializer().low(), -0.25f);
+      EXPECT_FLOAT_EQ(p.initializer().high(), high);
+    }
+    // Far smaller than the weight it leaves out.
+    EXPECT_LT(run.program().size(), static_cast<size_t>(value->numel()) * sizeof(float));
+  }
+  EXPECT_TRUE(g.parameters[0].value.has_value());
+  profiles.Shutdown();
+  submit.join();
+}
+
 TEST(ModelProfiles, AHugeBatchIsProfiledAtTheRowsOfAShortStep) {
   const Graph g = Mlp();
   quilt::v1::ClusterSpec cluster = Cluster({"n0"}, /*with_gpu_node=*/false);
