@@ -43,15 +43,15 @@ absl::StatusOr<int> CountLogRuns(const std::string& path);
 // FAILED_PRECONDITION (not a regular file), UNAVAILABLE (unreadable), each naming the path.
 absl::StatusOr<LogTail> ReadLogTail(const std::string& path, int lines, size_t max_bytes);
 
-// The whole lines of `path` from byte `offset` on, at most `max_bytes`
-// (a line longer than that comes in pieces); a last line not ended yet is
-// left for a later read. A file shorter than `offset` (replaced) is read
-// from its start, `truncated` set. Errors as ReadLogTail's.
 // ReadLogTail within run `run` of `path` (1 the first; -1 the last), its
 // marker line included. Errors as ReadLogTail's, and OUT_OF_RANGE where
 // the log holds no such run (saying how many it holds).
 absl::StatusOr<LogTail> ReadLogRun(const std::string& path, int run, int lines, size_t max_bytes);
 
+// The whole lines of `path` from byte `offset` on, at most `max_bytes`
+// (a line longer than that comes in pieces); a last line not ended yet is
+// left for a later read. A file shorter than `offset` (replaced) is read
+// from its start, `truncated` set. Errors as ReadLogTail's.
 absl::StatusOr<LogTail> ReadLogFrom(const std::string& path, int64_t offset, size_t max_bytes);
 
 }  // namespace quilt
