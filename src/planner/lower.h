@@ -28,8 +28,10 @@ namespace quilt {
 
 // The work lowering charges the planner's clock (src/common/work_clock.h)
 // installed on its thread, per instruction of the program: 780–1170 ns
-// measured on a 2-core development machine, scaled as the simulation's
-// are (src/sim/simulator.h).
+// measured on a 2-core development machine (in full plans; 340–450 ns in
+// the search's coarse ones). Set with the simulation's and validation's
+// (src/sim/simulator.h) so that the clock's seconds are about the wall's
+// there, the work it does not count included.
 inline constexpr absl::Duration kLowerWorkPerInstruction = absl::Nanoseconds(950);
 
 // The instructions of `program`, over all its devices.

@@ -19,8 +19,9 @@
 namespace quilt {
 
 // The work validating charges the planner's clock (src/common/work_clock.h)
-// installed on its thread, per instruction: about 800–900 ns measured on a
-// 2-core development machine, scaled as lowering's and simulation's are.
+// installed on its thread, per instruction: 790–900 ns measured on a
+// 2-core development machine, set lower with lowering's and simulation's
+// (src/sim/simulator.h) so that the clock's seconds are about the wall's.
 inline constexpr absl::Duration kValidateWorkPerInstruction = absl::Nanoseconds(700);
 
 // Errors: INVALID_ARGUMENT describing the first violation.

@@ -79,9 +79,10 @@ struct SimOptions {
 // The work a simulation charges the planner's clock (src/common/work_clock.h)
 // installed on its thread: preparing a program, per instruction, and
 // replaying it, per event. Measured on a 2-core development machine
-// (125–135 ns and 195–240 ns) and scaled by 0.8 with lowering's
-// (src/planner/lower.h) and validation's, so that the clock's seconds,
-// with the work it does not count, are about the wall's there.
+// (125–135 ns and 195–240 ns); set with lowering's (src/planner/lower.h)
+// and validation's so that the clock's seconds, with the work it does not
+// count, are about the wall's there (work/wall 0.63–1.35 over the cases
+// docs/BENCHMARKS.md measures).
 inline constexpr absl::Duration kPrepareWorkPerInstruction = absl::Nanoseconds(140);
 inline constexpr absl::Duration kReplayWorkPerEvent = absl::Nanoseconds(240);
 // What replaying `r`'s program charged.
