@@ -3,10 +3,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "src/common/status.h"
 #include "src/graph/shape.h"
@@ -63,13 +66,53 @@ class BufferPool {
   size_t cached_ = 0;
 };
 
+thread_local TensorSizeLimit* current_limit = nullptr;
+
+std::string Bytes(int64_t b) {
+  if (b >= (int64_t{1} << 30)) return absl::StrFormat("%.1f GiB", b / double(int64_t{1} << 30));
+  if (b >= (int64_t{1} << 20)) return absl::StrFormat("%.1f MiB", b / double(int64_t{1} << 20));
+  return absl::StrCat(b, " bytes");
+}
+
+std::string TypeOf(DType dtype, const std::vector<int64_t>& dims) {
+  return absl::StrCat(DTypeName(dtype), "[", absl::StrJoin(dims, ","), "]");
+}
+
 }  // namespace
+
+TensorSizeLimit::TensorSizeLimit(int64_t each_bytes, int64_t total_bytes, std::string what)
+    : each_bytes_(each_bytes),
+      left_bytes_(total_bytes),
+      total_bytes_(total_bytes),
+      what_(std::move(what)),
+      outer_(current_limit) {
+  current_limit = this;
+}
+
+TensorSizeLimit::~TensorSizeLimit() { current_limit = outer_; }
+
+absl::Status TensorSizeLimit::Take(int64_t bytes, const std::string& type) {
+  if (bytes > each_bytes_) {
+    return absl::InvalidArgumentError(absl::StrCat(type, " would take ", Bytes(bytes), "; ", what_,
+                                                   " may take at most ", Bytes(each_bytes_),
+                                                   " each"));
+  }
+  if (bytes > left_bytes_) {
+    return absl::InvalidArgumentError(absl::StrCat(type, " would take ", Bytes(bytes), " past the ",
+                                                   Bytes(total_bytes_), " that ", what_,
+                                                   " may take in all"));
+  }
+  left_bytes_ -= bytes;
+  return absl::OkStatus();
+}
 
 absl::StatusOr<Tensor> Tensor::Empty(DType dtype, const std::vector<int64_t>& dims) {
   if (dtype == DType::kInvalid) return absl::InvalidArgumentError("tensor with invalid dtype");
   ASSIGN_OR_RETURN(int64_t numel, CheckedNumElements(dims));
   const int64_t esize = DTypeSize(dtype);
   if (numel > INT64_MAX / esize) return absl::InvalidArgumentError("tensor size overflows");
+  if (current_limit != nullptr)
+    RETURN_IF_ERROR(current_limit->Take(numel * esize, TypeOf(dtype, dims)));
   Tensor t;
   t.dtype_ = dtype;
   t.dims_ = dims;
@@ -134,18 +177,21 @@ quilt::v1::TensorData Tensor::ToProto() const {
 absl::StatusOr<Tensor> Tensor::FromProto(const quilt::v1::TensorData& data) {
   ASSIGN_OR_RETURN(DType dtype, quilt::FromProto(data.dtype()));
   std::vector<int64_t> dims(data.dims().begin(), data.dims().end());
-  ASSIGN_OR_RETURN(Tensor t, Empty(dtype, dims));
-  if (static_cast<int64_t>(data.raw_data().size()) != t.bytes()) {
-    return absl::InvalidArgumentError(absl::StrCat("tensor data of ", t.TypeString(), " has ",
-                                                   data.raw_data().size(), " bytes, expected ",
-                                                   t.bytes()));
+  // Checked before anything is allocated: dims a corrupt message gives
+  // could ask for terabytes.
+  ASSIGN_OR_RETURN(int64_t numel, CheckedNumElements(dims));
+  const int64_t esize = DTypeSize(dtype);
+  if (numel > INT64_MAX / esize || static_cast<int64_t>(data.raw_data().size()) != numel * esize) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor data of ", TypeOf(dtype, dims), " has ", data.raw_data().size(),
+        " bytes, expected ",
+        numel > INT64_MAX / esize ? std::string("more than 2^63") : absl::StrCat(numel * esize)));
   }
+  ASSIGN_OR_RETURN(Tensor t, Empty(dtype, dims));
   if (t.bytes() > 0) std::memcpy(t.raw(), data.raw_data().data(), t.bytes());
   return t;
 }
 
-std::string Tensor::TypeString() const {
-  return absl::StrCat(DTypeName(dtype_), "[", absl::StrJoin(dims_, ","), "]");
-}
+std::string Tensor::TypeString() const { return TypeOf(dtype_, dims_); }
 
 }  // namespace quilt

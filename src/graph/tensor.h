@@ -68,6 +68,31 @@ class Tensor {
   std::shared_ptr<uint8_t> data_;
 };
 
+// While one is alive on a thread, Tensor::Empty (and so every tensor made
+// on that thread) refuses a tensor over `each_bytes`, and any past
+// `total_bytes` made under it in all, with INVALID_ARGUMENT naming `what`.
+// Bounds the memory that text from outside (a model whose constants are
+// folded as it is imported) can make a process take: a shape of 2^31 rows
+// is an error, not terabytes asked of the allocator. Limits nest: the
+// innermost one applies.
+class TensorSizeLimit {
+ public:
+  TensorSizeLimit(int64_t each_bytes, int64_t total_bytes, std::string what);
+  ~TensorSizeLimit();
+  TensorSizeLimit(const TensorSizeLimit&) = delete;
+  TensorSizeLimit& operator=(const TensorSizeLimit&) = delete;
+
+  // OK, counting `bytes` as made; or the error, counting nothing.
+  absl::Status Take(int64_t bytes, const std::string& type);
+
+ private:
+  int64_t each_bytes_;
+  int64_t left_bytes_;
+  int64_t total_bytes_;
+  std::string what_;
+  TensorSizeLimit* outer_;
+};
+
 }  // namespace quilt
 
 #endif  // QUILT_SRC_GRAPH_TENSOR_H_

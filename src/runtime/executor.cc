@@ -13,6 +13,7 @@
 #include "absl/time/clock.h"
 #include "src/common/status.h"
 #include "src/graph/op_registry.h"
+#include "src/graph/validate.h"
 #include "src/runtime/executor_impl.h"
 #include "src/runtime/initializers.h"
 #include "src/runtime/rows.h"
@@ -51,6 +52,11 @@ int Executor::Impl::RankOfDevice(const std::string& device_id) const {
 
 absl::Status Executor::Impl::Init() {
   ASSIGN_OR_RETURN(graph_, Graph::FromProto(program_.graph()));
+  // The kernels trust the graph's shapes, dtypes and arities: a program
+  // whose graph does not hold together is refused here, not run into.
+  if (absl::Status s = ValidateGraph(&graph_); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("the program's graph: ", s.message()));
+  }
   // graph_ has the model's weights now; the message's copy of them would
   // only double what the process holds through the run.
   program_.clear_graph();
@@ -157,7 +163,10 @@ absl::Status Executor::Impl::Init() {
                                             graph_.ops[op->second].type + ") has no CPU kernel");
         }
       }
-      node_of_id[ins.id()] = static_cast<int>(nodes_.size());
+      if (!node_of_id.emplace(ins.id(), static_cast<int>(nodes_.size())).second) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("instruction id ", ins.id(), " is used twice (on ", dp.device(), ")"));
+      }
       nodes_.push_back(n);
     }
     for (const auto& r : dp.persistent()) {
@@ -183,6 +192,7 @@ absl::Status Executor::Impl::Init() {
       ++nodes_[n].deps;
     }
   }
+  RETURN_IF_ERROR(CheckAcyclic());
   PlanFrees();
   // Initial persistent values: parameters from their initializers (sliced
   // for shards), optimizer state zeros, constants; or restored.

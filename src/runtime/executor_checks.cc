@@ -3,10 +3,11 @@
 // every micro-batch they name is one of the program's,
 // every peer or server device has a program, every push an accumulate
 // waits for exists, and every all-reduce names a group its device belongs
-// to. A program
+// to; and that dependencies form no cycle. A program
 // failing them is refused whole (INVALID_ARGUMENT naming the instruction)
 // rather than failing, or worse, mid-step.
 #include <algorithm>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "src/common/status.h"
@@ -83,6 +84,33 @@ absl::Status Executor::Impl::CheckInstructions() const {
         default:
           break;
       }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Executor::Impl::CheckAcyclic() const {
+  std::vector<int> waiting(nodes_.size());
+  std::vector<int> ready;
+  for (size_t n = 0; n < nodes_.size(); ++n) {
+    waiting[n] = nodes_[n].deps;
+    if (waiting[n] == 0) ready.push_back(static_cast<int>(n));
+  }
+  size_t done = 0;
+  while (!ready.empty()) {
+    const int n = ready.back();
+    ready.pop_back();
+    ++done;
+    for (int s : nodes_[n].succ) {
+      if (--waiting[s] == 0) ready.push_back(s);
+    }
+  }
+  if (done == nodes_.size()) return absl::OkStatus();
+  for (size_t n = 0; n < nodes_.size(); ++n) {
+    if (waiting[n] > 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the instructions' dependencies form a cycle: instruction ", nodes_[n].ins->id(), " on ",
+          devices_[nodes_[n].device]->id, " waits on it and could never start"));
     }
   }
   return absl::OkStatus();

@@ -77,6 +77,10 @@ class Executor::Impl {
   void StopThreads();
   // The communication and copy instructions' names (executor_checks.cc).
   absl::Status CheckInstructions() const;
+  // That the dependencies among this process's instructions (nodes_, once
+  // built) have no cycle: one would leave its instructions waiting for
+  // each other for ever (executor_checks.cc).
+  absl::Status CheckAcyclic() const;
   // Which tensors each instruction frees on its device when it is the last
   // of that device's instructions to read them, and which updates it
   // commits (executor_lifetimes.cc): frees_, readers_, commits_ and

@@ -16,6 +16,7 @@
 #include <map>
 #include <set>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -88,9 +89,12 @@ TEST(Executor, AKilledPeerFailsTheOthersWithAClearError) {
   EXPECT_THAT(text.str(), HasSubstr("step "));
 }
 
-// A program whose communication names what does not exist is refused
-// before anything runs, naming the instruction, not failed mid-step.
-TEST(Executor, RefusesProgramsNamingUnknownTensorsDevicesPushesOrGroups) {
+// A program whose communication names what does not exist, whose
+// instructions share ids or wait on each other in a cycle, or whose graph
+// does not hold together is refused before anything runs, naming the
+// instruction or op, not failed (or hung) mid-step.
+TEST(Executor,
+     RefusesProgramsNamingUnknownTensorsDevicesPushesOrGroups_OrWithCyclesOrBrokenGraphs) {
   auto s = Prepare({"mlp", "sgd", 24}, Cluster(2, 1));
   std::vector<int64_t> even(2, 1);
   absl::StatusOr<quilt::v1::DistributedProgram> ring =
@@ -173,12 +177,51 @@ TEST(Executor, RefusesProgramsNamingUnknownTensorsDevicesPushesOrGroups) {
     split->mutable_split()->mutable_source()->set_tensor("no-such-source");
     broken.push_back({"unknown tensor 'no-such-source'", p});
   }
+  {
+    quilt::v1::DistributedProgram p = *ring;
+    auto* ins = p.mutable_devices(0)->mutable_instructions();
+    ASSERT_GE(ins->size(), 2);
+    (*ins)[1].set_id((*ins)[0].id());
+    broken.push_back({absl::StrCat("id ", (*ins)[0].id(), " is used twice"), p});
+  }
+  {
+    // Two instructions of device 0 waiting on each other would wait for
+    // ever; one depending on the other through a third, too.
+    quilt::v1::DistributedProgram p = *ring;
+    auto* ins = p.mutable_devices(0)->mutable_instructions();
+    absl::flat_hash_map<int64_t, quilt::v1::Instruction*> by_id;
+    for (auto& i : *ins) by_id[i.id()] = &i;
+    quilt::v1::Instruction* later = nullptr;
+    for (auto& i : *ins) {
+      if (i.deps_size() > 0 && by_id.contains(i.deps(0))) later = &i;
+    }
+    ASSERT_NE(later, nullptr);
+    by_id[later->deps(0)]->add_deps(later->id());
+    broken.push_back({"the instructions' dependencies form a cycle", p});
+  }
   for (Broken& b : broken) {
     EXPECT_THAT(create(std::move(b.program)),
                 StatusIs(absl::StatusCode::kInvalidArgument,
                          AllOf(HasSubstr("instruction "), HasSubstr(b.what))))
         << b.what;
   }
+  // The kernels trust the graph's shapes: a graph that does not hold
+  // together (an activation declared at a size its op does not make) is
+  // refused before anything runs, naming the op.
+  quilt::v1::DistributedProgram p = *ring;
+  bool changed = false;
+  for (auto& op : *p.mutable_graph()->mutable_ops()) {
+    if (op.type() != "Relu" || changed) continue;
+    for (auto& t : *p.mutable_graph()->mutable_tensors()) {
+      if (t.name() == op.outputs(0)) t.mutable_shape()->mutable_dims()->RemoveLast();
+    }
+    changed = true;
+  }
+  ASSERT_TRUE(changed);
+  EXPECT_THAT(create(std::move(p)),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("the program's graph: op "), HasSubstr("(Relu) produces"),
+                             HasSubstr("but the graph declares"))));
 }
 
 // The measured trace has every instruction of every step once, named as

@@ -16,10 +16,12 @@
 #include "absl/strings/string_view.h"
 #include "onnx/onnx_pb.h"
 #include "src/common/status.h"
+#include "src/common/utf8.h"
 #include "src/graph/onnx/gradient_reach.h"
 #include "src/graph/onnx/import_context.h"
 #include "src/graph/onnx/model_loss.h"
 #include "src/graph/onnx/unused_outputs.h"
+#include "src/graph/tensor.h"
 #include "src/graph/validate.h"
 
 namespace quilt {
@@ -370,6 +372,11 @@ absl::StatusOr<Graph> ImportParsed(onnx::ModelProto model, const OnnxImportOptio
   }
   for (const auto& out : gp.output()) read.insert(out.name());
   ctx.SetRead(std::move(read));
+  // Folding a node's constants makes tensors the model's text sizes: a
+  // malformed model could ask for terabytes of the process (a coordinator
+  // importing a submitted job) and end it; each fold is bounded instead.
+  TensorSizeLimit limit(kMaxFoldedConstantBytes, kMaxFoldedConstantsBytes,
+                        "a constant computed while importing");
   for (int i = 0; i < gp.node_size(); ++i) {
     const onnx::NodeProto& n = gp.node(i);
     ctx.BeginNode(n);
@@ -452,17 +459,35 @@ absl::StatusOr<Graph> ImportParsed(onnx::ModelProto model, const OnnxImportOptio
   return g;
 }
 
+// `s` with its message fit for a terminal and a protobuf string: errors
+// quote the model's names and op types, which a corrupt file may fill with
+// escapes, newlines or bytes that are not UTF-8.
+absl::Status Printable(const absl::Status& s) {
+  std::string text = ToUtf8(std::string(s.message()));
+  for (char& c : text) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+  }
+  return absl::Status(s.code(), text);
+}
+
+absl::StatusOr<Graph> Printable(absl::StatusOr<Graph> g) {
+  if (g.ok()) return g;
+  return Printable(g.status());
+}
+
 }  // namespace
 
 absl::StatusOr<Graph> ImportOnnx(const std::string& bytes, const OnnxImportOptions& options) {
-  ASSIGN_OR_RETURN(onnx::ModelProto model, ParseModel(bytes, options));
-  return ImportParsed(std::move(model), options);
+  absl::StatusOr<onnx::ModelProto> model = ParseModel(bytes, options);
+  if (!model.ok()) return Printable(model.status());
+  return Printable(ImportParsed(std::move(*model), options));
 }
 
 absl::StatusOr<Graph> ImportOnnx(std::string&& bytes, const OnnxImportOptions& options) {
-  ASSIGN_OR_RETURN(onnx::ModelProto model, ParseModel(bytes, options));
+  absl::StatusOr<onnx::ModelProto> model = ParseModel(bytes, options);
+  if (!model.ok()) return Printable(model.status());
   std::string().swap(bytes);  // the model holds what it needs of them now
-  return ImportParsed(std::move(model), options);
+  return Printable(ImportParsed(std::move(*model), options));
 }
 
 }  // namespace quilt

@@ -11,6 +11,7 @@
 #ifndef QUILT_SRC_GRAPH_ONNX_ONNX_IMPORT_H_
 #define QUILT_SRC_GRAPH_ONNX_ONNX_IMPORT_H_
 
+#include <cstdint>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -22,6 +23,13 @@ namespace quilt {
 // (nn.Embedding's padding_idx, which the export loses) out of the lookup's
 // gradient: "<table>/padding_row_<row>".
 inline constexpr char kPaddingRowMark[] = "/padding_row_";
+
+// The constants import folds (shapes, masks, weights transposed) may take
+// at most this much each, and in all: an ONNX file holds at most 2 GiB, so
+// a fold past these is a malformed shape (a batch of 2^31 rows), refused
+// rather than asked of the allocator.
+inline constexpr int64_t kMaxFoldedConstantBytes = int64_t{1} << 30;
+inline constexpr int64_t kMaxFoldedConstantsBytes = int64_t{4} << 30;
 
 struct OnnxImportOptions {
   // Batch size to record as the graph's reference batch (0 = the exported
@@ -36,7 +44,9 @@ struct OnnxImportOptions {
 
 // Errors: INVALID_ARGUMENT with the reason (corrupt file, unsupported opset,
 // ops or data types, dynamic dims other than the batch, inconsistent
-// shapes), naming nodes and tensors.
+// shapes, constants past the bounds above), naming nodes and tensors; the
+// model's own text in them (names, op types) printable UTF-8, its control
+// characters and broken bytes shown as '?'.
 absl::StatusOr<Graph> ImportOnnx(const std::string& bytes, const OnnxImportOptions& options);
 // The same, freeing `bytes` once they are parsed (a large model's weights
 // are then held twice at most while importing, not three times).

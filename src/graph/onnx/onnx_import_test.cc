@@ -11,6 +11,7 @@
 #include "onnx/onnx_pb.h"
 #include "src/common/files.h"
 #include "src/common/status_matchers.h"
+#include "src/common/utf8.h"
 #include "src/graph/autodiff.h"
 #include "src/graph/onnx/onnx_test_graphs.h"
 #include "src/graph/validate.h"
@@ -661,6 +662,43 @@ TEST(OnnxImport, AWeightWithoutElements_Rejected) {
   EXPECT_THAT(Import(m.SerializeAsString()),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        AllOf(HasSubstr("'fc.weight' has no elements"), HasSubstr("[16,0]"))));
+}
+
+// A constant folded at a size the model's text makes up (a ConstantOfShape
+// of 2^31 x 2^10 floats, 8 TiB) is refused naming the node, before any of
+// it is allocated; one under the bound imports.
+TEST(OnnxImport, AConstantFoldedPastItsBound_RefusedNamingTheNode) {
+  for (int64_t rows : {int64_t{1} << 31, int64_t{4}}) {
+    onnx::ModelProto m = Tiny(14);
+    auto* g = m.mutable_graph();
+    testing::AddInt64Constant(g, "dims", {rows, 1024});
+    testing::AddNode(g, "ConstantOfShape", {"dims"}, "big")->set_name("/big/ConstantOfShape");
+    g->add_output()->set_name("big");
+    absl::StatusOr<Graph> imported = Import(m.SerializeAsString());
+    if (rows == 4) {
+      EXPECT_THAT(imported, IsOk());
+      continue;
+    }
+    EXPECT_THAT(imported, StatusIs(absl::StatusCode::kInvalidArgument,
+                                   AllOf(HasSubstr("m.onnx: node '/big/ConstantOfShape'"),
+                                         HasSubstr("f32[2147483648,1024] would take 8192.0 GiB"),
+                                         HasSubstr("at most 1.0 GiB each"))));
+  }
+}
+
+// The model's own text in an error (an op type here) cannot carry a
+// terminal escape, a newline or bytes that are not UTF-8 to whoever reads
+// it: they are shown as '?'.
+TEST(OnnxImport, ControlCharactersInAnError_ShownAsQuestionMarks) {
+  onnx::ModelProto m = Tiny(14);
+  m.mutable_graph()->mutable_node(0)->set_op_type("Re\x1b[2Jlu\n\xff");
+  absl::StatusOr<Graph> imported = Import(m.SerializeAsString());
+  ASSERT_THAT(imported, StatusIs(absl::StatusCode::kInvalidArgument,
+                                 HasSubstr("unsupported ONNX ops: Re?[2Jlu??")));
+  for (char c : imported.status().message()) {
+    EXPECT_FALSE(static_cast<unsigned char>(c) < 0x20 || c == 0x7f) << int(c);
+  }
+  EXPECT_TRUE(IsUtf8(std::string(imported.status().message())));
 }
 
 // Many random corruptions of every fixture: each import either succeeds
