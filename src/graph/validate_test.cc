@@ -150,6 +150,71 @@ TEST(Validate, NegativeAndOverflowingDims_Rejected) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("more than 2^40 elements")));
 }
 
+// A gradient op's attributes and inputs must describe the forward op they
+// differentiate: its kernel loops over the groups, windows and axes they
+// give (a group of 2^62 would loop for ever, an axis past the rank read
+// out of bounds).
+TEST(Validate, GradientOpsThatDisagreeWithTheirForwardShapes_Rejected) {
+  const Shape x({Dim::Batch(), Dim::Fixed(4), Dim::Fixed(8), Dim::Fixed(8)});
+  auto graph = [&](const std::string& type, const Shape& dy, const std::string& second,
+                   Attrs attrs) {
+    Graph g;
+    GraphBuilder b(&g);
+    EXPECT_THAT(b.AddInput("dy", DType::kF32, dy), IsOk());
+    EXPECT_THAT(b.AddInput("x", DType::kF32, x), IsOk());
+    EXPECT_THAT(b.AddInput("w", DType::kF32, Shape::Fixed({8, 4, 3, 3})), IsOk());
+    EncodeShape(&attrs, "input_shape", x);
+    Op op = MakeOp("g", type, {"dy"}, {"dx"});
+    if (!second.empty()) op.inputs.push_back(second);
+    op.attrs = std::move(attrs);
+    g.ops.push_back(std::move(op));
+    return g;
+  };
+  const Shape conv_y({Dim::Batch(), Dim::Fixed(8), Dim::Fixed(6), Dim::Fixed(6)});
+  Graph conv = graph("ConvGradInput", conv_y, "w", Attrs());
+  EXPECT_THAT(ValidateGraph(&conv), IsOk());
+  Attrs groups;
+  groups.SetInt("group", int64_t{1} << 62);
+  conv = graph("ConvGradInput", conv_y, "w", groups);
+  EXPECT_THAT(ValidateGraph(&conv),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("'g' (ConvGradInput)"), HasSubstr("do not agree"))));
+  conv = graph("ConvGradInput", Shape({Dim::Batch(), Dim::Fixed(8), Dim::Fixed(5), Dim::Fixed(5)}),
+               "w", Attrs());
+  EXPECT_THAT(ValidateGraph(&conv),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("the gradient [B,8,5,5] is not the shape [B,8,6,6]")));
+
+  Attrs window;
+  window.SetInts("kernel_shape", {2, 2});
+  window.SetInts("strides", {2, 2});
+  const Shape pool_y({Dim::Batch(), Dim::Fixed(4), Dim::Fixed(4), Dim::Fixed(4)});
+  Graph pool = graph("MaxPoolGrad", pool_y, "x", window);
+  EXPECT_THAT(ValidateGraph(&pool), IsOk());
+  Attrs padded = window;
+  padded.SetInts("pads", {int64_t{1} << 62, 0, 0, 0});
+  pool = graph("AveragePoolGrad", pool_y, "", padded);
+  EXPECT_THAT(ValidateGraph(&pool), StatusIs(absl::StatusCode::kInvalidArgument,
+                                             HasSubstr("pads must be smaller than the kernel")));
+  pool = graph("MaxPoolGrad", pool_y, "dy", window);
+  EXPECT_THAT(ValidateGraph(&pool), StatusIs(absl::StatusCode::kInvalidArgument,
+                                             HasSubstr("the input [B,4,4,4] is not [B,4,8,8]")));
+
+  Attrs axes;
+  axes.SetInts("axes", {2, 3});
+  axes.SetInt("keepdims", 0);
+  Graph reduce = graph("ReduceGrad", Shape({Dim::Batch(), Dim::Fixed(4)}), "", axes);
+  EXPECT_THAT(ValidateGraph(&reduce), IsOk());
+  for (int64_t axis : {int64_t{4}, int64_t{1} << 62, int64_t{1}}) {
+    Attrs bad = axes;
+    bad.SetInts("axes", {axis, 3});
+    reduce = graph("ReduceGrad", Shape({Dim::Batch(), Dim::Fixed(4)}), "", bad);
+    EXPECT_THAT(ValidateGraph(&reduce), StatusIs(absl::StatusCode::kInvalidArgument,
+                                                 HasSubstr("'g' (ReduceGrad)")))
+        << axis;
+  }
+}
+
 TEST(Validate, ParameterValueMismatch_Rejected) {
   Graph g = TwoInputs();
   GraphBuilder b(&g);

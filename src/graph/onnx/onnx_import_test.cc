@@ -15,6 +15,7 @@
 #include "src/graph/autodiff.h"
 #include "src/graph/onnx/onnx_test_graphs.h"
 #include "src/graph/validate.h"
+#include "src/testing/proto_mutator.h"
 #include "src/testing/subprocess.h"
 
 namespace quilt {
@@ -733,6 +734,39 @@ TEST(OnnxImport, RandomCorruptions_NeverCrash) {
     }
   }
   EXPECT_GT(errors, 100);
+  RecordProperty("imported_ok", ok);
+}
+
+// Well-formed models that say wrong things (a dim of 2^31, an input
+// dropped, an op type or attribute changed, weights cut short): each
+// imports to a valid graph or fails naming the file, never crashes, and
+// never asks for memory the model's own size does not justify (the
+// constants folded are bounded).
+TEST(OnnxImport, StructuredMutations_NeverCrash) {
+  std::mt19937 rng(11);
+  int errors = 0, ok = 0;
+  for (const char* name : {"mlp", "cnn", "transformer", "recurrent", "lm_blocks", "segmenter"}) {
+    onnx::ModelProto clean;
+    ASSERT_TRUE(clean.ParseFromString(FixtureBytes(name)));
+    for (int trial = 0; trial < 120; ++trial) {
+      onnx::ModelProto m = clean;
+      std::vector<std::string> did;
+      for (int k = 0; k < 1 + static_cast<int>(rng() % 3); ++k) {
+        did.push_back(testing::MutateMessage(&m, &rng));
+      }
+      absl::StatusOr<Graph> g = Import(m.SerializeAsString());
+      if (g.ok()) {
+        ++ok;
+        EXPECT_THAT(ValidateGraph(&*g), IsOk()) << name << ": " << absl::StrJoin(did, "; ");
+      } else {
+        ++errors;
+        EXPECT_THAT(std::string(g.status().message()), HasSubstr("m.onnx"))
+            << name << ": " << absl::StrJoin(did, "; ");
+      }
+    }
+  }
+  EXPECT_GT(errors, 100);
+  EXPECT_GT(ok, 50);
   RecordProperty("imported_ok", ok);
 }
 

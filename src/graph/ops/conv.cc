@@ -14,6 +14,41 @@ absl::Status CheckSpatialFixed(InferContext& ctx, const Shape& s) {
   return absl::OkStatus();
 }
 
+// The output of a Conv of `x` with weight `w` under the op's attributes:
+// the one check of Conv and of its gradient ops (whose kernels loop over
+// the groups and windows these shapes and attributes give).
+absl::StatusOr<Shape> ConvOutput(InferContext& ctx, const Shape& x, const Shape& w) {
+  if (x.rank() != 4 || w.rank() != 4) return ctx.Error("only 2-D convolution (rank-4 X and W)");
+  RETURN_IF_ERROR(CheckSpatialFixed(ctx, x));
+  if (w.HasBatch()) return ctx.Error("the weight cannot carry the batch");
+  absl::StatusOr<Window2D> win = ParseWindow(ctx.attrs(), w.dim(2).value, w.dim(3).value);
+  if (!win.ok()) return ctx.Error(std::string(win.status().message()));
+  if (win->kh != w.dim(2).value || win->kw != w.dim(3).value) {
+    return ctx.Error("kernel_shape does not match the weight");
+  }
+  const int64_t c = x.dim(1).value, m = w.dim(0).value;
+  if (win->group < 1 || c % win->group != 0 || m % win->group != 0 ||
+      w.dim(1).value * win->group != c) {
+    return ctx.Error(absl::StrCat("input channels ", c, ", weight ", w.ToString(), " and group ",
+                                  win->group, " do not agree"));
+  }
+  const int64_t ho = win->OutH(x.dim(2).value), wo = win->OutW(x.dim(3).value);
+  if (ho < 1 || wo < 1) return ctx.Error("the window is larger than the padded input");
+  return Shape({x.dim(0), Dim::Fixed(m), Dim::Fixed(ho), Dim::Fixed(wo)});
+}
+
+// That `dy` is what a Conv of `x` with `w` makes (gradient ops).
+absl::Status CheckConvGradient(InferContext& ctx, const Shape& dy, const Shape& x,
+                               const Shape& w) {
+  ASSIGN_OR_RETURN(Shape y, ConvOutput(ctx, x, w));
+  if (y != dy) {
+    return ctx.Error(absl::StrCat("the gradient ", dy.ToString(), " is not the shape ",
+                                  y.ToString(), " of a convolution of ", x.ToString(), " with ",
+                                  w.ToString()));
+  }
+  return absl::OkStatus();
+}
+
 double ConvFlops(const std::vector<int64_t>& out, const std::vector<int64_t>& w) {
   // 2 × N·M·Ho·Wo × (C/g)·kh·kw
   double n = 2.0;
@@ -31,27 +66,12 @@ QUILT_REGISTER_OP([] {
   s.max_inputs = 3;
   s.infer = [](InferContext& ctx) -> absl::Status {
     RETURN_IF_ERROR(RequireFloatInputs(ctx));
-    const Shape &x = ctx.shape(0), &w = ctx.shape(1);
-    if (x.rank() != 4 || w.rank() != 4) return ctx.Error("only 2-D convolution (rank-4 X and W)");
-    RETURN_IF_ERROR(CheckSpatialFixed(ctx, x));
-    if (w.HasBatch()) return ctx.Error("the weight cannot carry the batch");
-    absl::StatusOr<Window2D> win = ParseWindow(ctx.attrs(), w.dim(2).value, w.dim(3).value);
-    if (!win.ok()) return ctx.Error(std::string(win.status().message()));
-    if (win->kh != w.dim(2).value || win->kw != w.dim(3).value) {
-      return ctx.Error("kernel_shape does not match the weight");
-    }
-    const int64_t c = x.dim(1).value, m = w.dim(0).value;
-    if (c % win->group != 0 || m % win->group != 0 || w.dim(1).value * win->group != c) {
-      return ctx.Error(absl::StrCat("input channels ", c, ", weight ", w.ToString(), " and group ",
-                                    win->group, " do not agree"));
-    }
+    ASSIGN_OR_RETURN(Shape y, ConvOutput(ctx, ctx.shape(0), ctx.shape(1)));
+    const int64_t m = ctx.shape(1).dim(0).value;
     if (ctx.has_input(2) && (ctx.shape(2).rank() != 1 || ctx.shape(2).dim(0) != Dim::Fixed(m))) {
       return ctx.Error(absl::StrCat("bias must be [", m, "]"));
     }
-    const int64_t ho = win->OutH(x.dim(2).value), wo = win->OutW(x.dim(3).value);
-    if (ho < 1 || wo < 1) return ctx.Error("the window is larger than the padded input");
-    ctx.set_output(0, ctx.dtype(0),
-                   Shape({x.dim(0), Dim::Fixed(m), Dim::Fixed(ho), Dim::Fixed(wo)}));
+    ctx.set_output(0, ctx.dtype(0), y);
     return absl::OkStatus();
   };
   s.cost = [](const CostContext& c) {
@@ -97,6 +117,7 @@ QUILT_REGISTER_OP([] {
     absl::StatusOr<Shape> in = DecodeShape(ctx.attrs(), "input_shape");
     if (!in.ok()) return ctx.Error(std::string(in.status().message()));
     if (in->rank() != 4 || ctx.shape(0).rank() != 4) return ctx.Error("expects rank-4 tensors");
+    RETURN_IF_ERROR(CheckConvGradient(ctx, ctx.shape(0), *in, ctx.shape(1)));
     ctx.set_output(0, ctx.dtype(0), *in);
     return absl::OkStatus();
   };
@@ -135,6 +156,7 @@ QUILT_REGISTER_OP([] {
     absl::StatusOr<Shape> w = DecodeShape(ctx.attrs(), "weight_shape");
     if (!w.ok()) return ctx.Error(std::string(w.status().message()));
     if (w->rank() != 4 || ctx.shape(0).rank() != 4) return ctx.Error("expects rank-4 tensors");
+    RETURN_IF_ERROR(CheckConvGradient(ctx, ctx.shape(0), ctx.shape(1), *w));
     ctx.set_output(0, ctx.dtype(0), *w);
     return absl::OkStatus();
   };

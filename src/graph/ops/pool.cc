@@ -1,5 +1,6 @@
 // 2-D pooling ops and their gradients.
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "src/common/status.h"
@@ -58,15 +59,39 @@ OpSchema Pool(const std::string& type, const std::string& grad_type, bool grad_n
   return s;
 }
 
-OpSchema PoolGrad(const std::string& type, int inputs) {
+// The output of a global pooling of `x`: its spatial dims 1.
+absl::StatusOr<Shape> GlobalPoolOutput(InferContext& ctx, const Shape& x) {
+  if (x.rank() < 3) return ctx.Error("expects [N,C,spatial...]");
+  std::vector<Dim> out = {x.dim(0), x.dim(1)};
+  for (int i = 2; i < x.rank(); ++i) {
+    if (x.dim(i).batch) return ctx.Error("spatial dims cannot carry the batch");
+    out.push_back(Dim::Fixed(1));
+  }
+  return Shape(std::move(out));
+}
+
+// The gradient of a pooling op: dY (and X, where it reads it) must be what
+// the pooling of attribute input_shape makes (and that shape): the kernels
+// loop over the windows these give.
+OpSchema PoolGrad(const std::string& type, int inputs, bool global) {
   OpSchema s;
   s.type = type;
   s.doc = "Gradient of a 2-D pooling op; output shaped by attribute input_shape.";
   s.min_inputs = s.max_inputs = inputs;
-  s.infer = [](InferContext& ctx) -> absl::Status {
+  s.infer = [global](InferContext& ctx) -> absl::Status {
     RETURN_IF_ERROR(RequireFloatInputs(ctx));
     absl::StatusOr<Shape> in = DecodeShape(ctx.attrs(), "input_shape");
     if (!in.ok()) return ctx.Error(std::string(in.status().message()));
+    ASSIGN_OR_RETURN(Shape y, global ? GlobalPoolOutput(ctx, *in) : PoolOutput(ctx, *in));
+    if (ctx.shape(0) != y) {
+      return ctx.Error(absl::StrCat("the gradient ", ctx.shape(0).ToString(),
+                                    " is not the shape ", y.ToString(), " of a pooling of ",
+                                    in->ToString()));
+    }
+    if (ctx.num_inputs() > 1 && ctx.shape(1) != *in) {
+      return ctx.Error(absl::StrCat("the input ", ctx.shape(1).ToString(), " is not ",
+                                    in->ToString(), " (attribute input_shape)"));
+    }
     ctx.set_output(0, ctx.dtype(0), *in);
     return absl::OkStatus();
   };
@@ -142,9 +167,9 @@ QUILT_REGISTER_OP([] {
 }());
 
 QUILT_REGISTER_OP(Pool("MaxPool", "MaxPoolGrad", true));
-QUILT_REGISTER_OP(PoolGrad("MaxPoolGrad", 2));
+QUILT_REGISTER_OP(PoolGrad("MaxPoolGrad", 2, /*global=*/false));
 QUILT_REGISTER_OP(Pool("AveragePool", "AveragePoolGrad", false));
-QUILT_REGISTER_OP(PoolGrad("AveragePoolGrad", 1));
+QUILT_REGISTER_OP(PoolGrad("AveragePoolGrad", 1, /*global=*/false));
 
 QUILT_REGISTER_OP([] {
   OpSchema s;
@@ -152,14 +177,8 @@ QUILT_REGISTER_OP([] {
   s.doc = "Mean over the spatial dims: [N,C,H,W] → [N,C,1,1].";
   s.infer = [](InferContext& ctx) -> absl::Status {
     RETURN_IF_ERROR(RequireFloatInputs(ctx));
-    const Shape& x = ctx.shape(0);
-    if (x.rank() < 3) return ctx.Error("expects [N,C,spatial...]");
-    std::vector<Dim> out = {x.dim(0), x.dim(1)};
-    for (int i = 2; i < x.rank(); ++i) {
-      if (x.dim(i).batch) return ctx.Error("spatial dims cannot carry the batch");
-      out.push_back(Dim::Fixed(1));
-    }
-    ctx.set_output(0, ctx.dtype(0), Shape(std::move(out)));
+    ASSIGN_OR_RETURN(Shape out, GlobalPoolOutput(ctx, ctx.shape(0)));
+    ctx.set_output(0, ctx.dtype(0), out);
     return absl::OkStatus();
   };
   s.cost = [](const CostContext& c) {
@@ -179,7 +198,7 @@ QUILT_REGISTER_OP([] {
 }());
 
 QUILT_REGISTER_OP([] {
-  OpSchema s = PoolGrad("GlobalAveragePoolGrad", 1);
+  OpSchema s = PoolGrad("GlobalAveragePoolGrad", 1, /*global=*/true);
   s.cost = [](const CostContext& c) {
     return OpCost{static_cast<double>(c.OutNumel(0)), c.IoBytes()};
   };

@@ -1,5 +1,7 @@
 // Reductions over listed axes, and their gradient.
 #include <set>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "src/common/status.h"
@@ -22,6 +24,33 @@ absl::StatusOr<std::vector<bool>> ReducedAxes(const Attrs& attrs, int rank) {
   return reduced;
 }
 
+// The output of a reduction of `in` over the op's axes (keepdims).
+absl::StatusOr<Shape> ReduceOutput(InferContext& ctx, const Shape& in) {
+  absl::StatusOr<std::vector<bool>> reduced = ReducedAxes(ctx.attrs(), in.rank());
+  if (!reduced.ok()) return ctx.Error(std::string(reduced.status().message()));
+  const bool keep = ctx.attrs().Int("keepdims", 1) != 0;
+  std::vector<Dim> out;
+  for (int i = 0; i < in.rank(); ++i) {
+    if (!(*reduced)[i]) {
+      out.push_back(in.dim(i));
+    } else if (keep) {
+      out.push_back(Dim::Fixed(1));
+    }
+  }
+  return Shape(std::move(out));
+}
+
+// That the gradient `dy` is what the reduction of `in` makes: its kernel
+// walks `in` by the axes and reads dY where they point.
+absl::Status CheckReduceGradient(InferContext& ctx, const Shape& dy, const Shape& in) {
+  ASSIGN_OR_RETURN(Shape y, ReduceOutput(ctx, in));
+  if (dy != y) {
+    return ctx.Error(absl::StrCat("the gradient ", dy.ToString(), " is not the shape ",
+                                  y.ToString(), " of the reduction of ", in.ToString()));
+  }
+  return absl::OkStatus();
+}
+
 OpSchema Reduce(const std::string& type, bool mean) {
   OpSchema s;
   s.type = type;
@@ -29,19 +58,8 @@ OpSchema Reduce(const std::string& type, bool mean) {
   s.doc = type + " over attribute axes (all when empty), keepdims (1).";
   s.infer = [](InferContext& ctx) -> absl::Status {
     RETURN_IF_ERROR(RequireFloatInputs(ctx));
-    const Shape& in = ctx.shape(0);
-    absl::StatusOr<std::vector<bool>> reduced = ReducedAxes(ctx.attrs(), in.rank());
-    if (!reduced.ok()) return ctx.Error(std::string(reduced.status().message()));
-    const bool keep = ctx.attrs().Int("keepdims", 1) != 0;
-    std::vector<Dim> out;
-    for (int i = 0; i < in.rank(); ++i) {
-      if (!(*reduced)[i]) {
-        out.push_back(in.dim(i));
-      } else if (keep) {
-        out.push_back(Dim::Fixed(1));
-      }
-    }
-    ctx.set_output(0, ctx.dtype(0), Shape(std::move(out)));
+    ASSIGN_OR_RETURN(Shape out, ReduceOutput(ctx, ctx.shape(0)));
+    ctx.set_output(0, ctx.dtype(0), out);
     return absl::OkStatus();
   };
   s.cost = [](const CostContext& c) {
@@ -57,6 +75,8 @@ OpSchema Reduce(const std::string& type, bool mean) {
     }
     Attrs a;
     a.SetInts("axes", axes);
+    // No axis reduced (an identity): said so, as an empty list means all.
+    if (axes.empty()) a.SetInt("noop_with_empty_axes", 1);
     a.SetInt("keepdims", g.op().attrs.Int("keepdims", 1));
     a.SetInt("mean", mean);
     EncodeShape(&a, "input_shape", xs);
@@ -110,6 +130,11 @@ QUILT_REGISTER_OP([] {
   s.min_inputs = s.max_inputs = 3;
   s.infer = [](InferContext& ctx) -> absl::Status {
     RETURN_IF_ERROR(RequireFloatInputs(ctx));
+    RETURN_IF_ERROR(CheckReduceGradient(ctx, ctx.shape(0), ctx.shape(1)));
+    if (ctx.shape(2) != ctx.shape(0)) {
+      return ctx.Error(absl::StrCat("the maxima ", ctx.shape(2).ToString(), " are not shaped as ",
+                                    "the gradient ", ctx.shape(0).ToString()));
+    }
     ctx.set_output(0, ctx.dtype(1), ctx.shape(1));
     return absl::OkStatus();
   };
@@ -129,6 +154,7 @@ QUILT_REGISTER_OP([] {
   s.infer = [](InferContext& ctx) -> absl::Status {
     absl::StatusOr<Shape> in = DecodeShape(ctx.attrs(), "input_shape");
     if (!in.ok()) return ctx.Error(std::string(in.status().message()));
+    RETURN_IF_ERROR(CheckReduceGradient(ctx, ctx.shape(0), *in));
     ctx.set_output(0, ctx.dtype(0), *in);
     return absl::OkStatus();
   };

@@ -129,6 +129,27 @@ TEST(NumpyDataset, LabelsOfAnotherShape_HintAtTheClassesAxisOnlyWhereItIsTheLast
   }
 }
 
+// A graph (read from a program a user gives) whose input or label names no
+// tensor: an error naming it, not a crash.
+TEST(DataSignature, AnInputOrLabelThatIsNoTensor_Named) {
+  absl::StatusOr<Graph> g = zoo::BuildZooModel("mlp");
+  ASSERT_THAT(g, IsOk());
+  TrainingOptions o;
+  o.optimizer.kind = OptimizerSpec::Kind::kSgd;
+  ASSERT_THAT(BuildTrainingGraph(&*g, o), IsOk());
+  ASSERT_THAT(DataSignatureOf(*g), IsOk());
+  Graph input = *g;
+  input.inputs[0] = "momentum";
+  EXPECT_THAT(DataSignatureOf(input),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("the graph's input 'momentum' is not a tensor of the graph")));
+  Graph label = *g;
+  label.labels[0] = "nowhere";
+  EXPECT_THAT(DataSignatureOf(label),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("the graph's label 'nowhere' is not a tensor of the graph")));
+}
+
 // The synthetic set of the zoo's MLP (784 features, 10 classes).
 absl::StatusOr<std::unique_ptr<Dataset>> MlpSynthetic(uint64_t seed) {
   ASSIGN_OR_RETURN(Graph g, zoo::BuildZooModel("mlp"));

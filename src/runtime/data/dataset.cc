@@ -268,8 +268,20 @@ absl::StatusOr<DataSignature> DataSignatureOf(const Graph& graph) {
                      ") and ", graph.labels.size(), " label(s)"));
   }
   DataSignature s;
-  for (const std::string& name : graph.inputs) s.inputs.push_back(*graph.FindTensor(name));
-  s.label = *graph.FindTensor(graph.labels[0]);
+  for (const std::string& name : graph.inputs) {
+    const TensorInfo* t = graph.FindTensor(name);
+    if (t == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("the graph's input '", name,
+                                                     "' is not a tensor of the graph"));
+    }
+    s.inputs.push_back(*t);
+  }
+  const TensorInfo* label = graph.FindTensor(graph.labels[0]);
+  if (label == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the graph's label '", graph.labels[0], "' is not a tensor of the graph"));
+  }
+  s.label = *label;
   const TensorInfo* scores =
       graph.loss.prediction.empty() ? nullptr : graph.FindTensor(graph.loss.prediction);
   s.classes_last = graph.loss.type == LossType::kSoftmaxCrossEntropy && scores != nullptr &&

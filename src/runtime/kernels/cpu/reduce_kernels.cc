@@ -132,8 +132,9 @@ absl::Status ReduceMaxGrad(KernelContext& ctx) {
 absl::Status ReduceGrad(KernelContext& ctx) {
   const Tensor& dy = ctx.in(0);
   ASSIGN_OR_RETURN(Tensor * dx, ctx.Output(0));
-  std::vector<bool> reduced(dx->rank(), false);
-  for (int64_t a : ctx.attrs().Ints("axes")) reduced[a] = true;
+  // The axes as shape inference read them (negative ones from the end;
+  // their range checked there).
+  const std::vector<bool> reduced = Reduced(ctx.attrs(), dx->rank());
   std::vector<int64_t> keep_dims = dx->dims();
   for (int i = 0; i < dx->rank(); ++i) {
     if (reduced[i]) keep_dims[i] = 1;
