@@ -209,8 +209,8 @@ TEST(Validate, GradientOpsThatDisagreeWithTheirForwardShapes_Rejected) {
     Attrs bad = axes;
     bad.SetInts("axes", {axis, 3});
     reduce = graph("ReduceGrad", Shape({Dim::Batch(), Dim::Fixed(4)}), "", bad);
-    EXPECT_THAT(ValidateGraph(&reduce), StatusIs(absl::StatusCode::kInvalidArgument,
-                                                 HasSubstr("'g' (ReduceGrad)")))
+    EXPECT_THAT(ValidateGraph(&reduce),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("'g' (ReduceGrad)")))
         << axis;
   }
 }

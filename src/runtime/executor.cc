@@ -175,7 +175,13 @@ absl::Status Executor::Impl::Init() {
         return absl::InvalidArgumentError("unknown tensor '" + r.tensor() + "'");
       dev->persistent[InstanceKey{t->second, r.begin(), r.end()}] = true;
     }
-    for (const auto& r : dp.feeds()) dev->feeds.push_back(r);
+    for (const auto& r : dp.feeds()) {
+      if (!tensor_ids_.contains(r.tensor())) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(dp.device(), " is fed unknown tensor '", r.tensor(), "'"));
+      }
+      dev->feeds.push_back(r);
+    }
     dev->loss_copy = dp.loss_copy();
     devices_.push_back(std::move(dev));
   }

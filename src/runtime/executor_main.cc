@@ -38,6 +38,7 @@
 #include "src/common/files.h"
 #include "src/common/status.h"
 #include "src/graph/graph.h"
+#include "src/graph/validate.h"
 #include "src/rpc/coordinator_client.h"
 #include "src/rpc/security.h"
 #include "src/runtime/checkpoint.h"
@@ -262,6 +263,10 @@ int main(int argc, char** argv) {
   absl::StatusOr<quilt::Graph> graph =
       quilt::Graph::FromProto(program.graph(), quilt::Graph::Read::kStructure);
   if (!graph.ok()) return Fail(std::string(graph.status().message()));
+  // The data source trusts the graph's shapes as the kernels do.
+  if (absl::Status v = quilt::ValidateGraph(&*graph); !v.ok()) {
+    return Fail(absl::StrCat("the program's graph: ", v.message()));
+  }
   std::unique_ptr<quilt::Dataset> data;
   absl::StatusOr<quilt::DataSignature> sig = quilt::DataSignatureOf(*graph);
   if (sig.ok()) {

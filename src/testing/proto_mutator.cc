@@ -35,7 +35,8 @@ void Collect(Message* msg, int depth, std::vector<Spot>* spots, std::set<std::st
       const int n = r->FieldSize(*msg, field);
       for (int i = 0; i < n; ++i) {
         if (is_message) {
-          if (depth < 8) Collect(r->MutableRepeatedMessage(msg, field, i), depth + 1, spots, strings);
+          if (depth < 8)
+            Collect(r->MutableRepeatedMessage(msg, field, i), depth + 1, spots, strings);
         } else {
           spots->push_back({msg, field, i});
           if (field->cpp_type() == FieldDescriptor::CPPTYPE_STRING && strings->size() < 256) {

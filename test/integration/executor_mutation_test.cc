@@ -22,8 +22,8 @@ void RunMutations(const Model& model, quilt::v1::AggregationMethod method, int t
   // One node of two devices: one process runs the whole program, its
   // communication within it.
   auto s = Prepare(model, Cluster(1, 2));
-  absl::StatusOr<quilt::v1::DistributedProgram> clean = Program(
-      *s, DataParallelStrategy(s->graph, s->topo, {1, 1}, method, "even"), model.batch);
+  absl::StatusOr<quilt::v1::DistributedProgram> clean =
+      Program(*s, DataParallelStrategy(s->graph, s->topo, {1, 1}, method, "even"), model.batch);
   ASSERT_THAT(clean.status(), IsOk());
   TempDir dir;
   std::mt19937 rng(seed);
@@ -35,12 +35,12 @@ void RunMutations(const Model& model, quilt::v1::AggregationMethod method, int t
       did.push_back(MutateMessage(&p, &rng));
     }
     const JobDir job = WriteJob(dir, absl::StrCat("t", trial), p);
-    absl::StatusOr<CommandResult> r = RunCommand(
-        job.Argv("w0", 0, 2, s->data, {"--threads", "1", "--step-timeout", "20"}),
-        absl::Seconds(60));
+    absl::StatusOr<CommandResult> r =
+        RunCommand(job.Argv("w0", 0, 2, s->data, {"--threads", "1", "--step-timeout", "20"}),
+                   absl::Seconds(60));
     ASSERT_THAT(r.status(), IsOk());
-    const std::string what = absl::StrCat(model.name, " trial ", trial, " (",
-                                          absl::StrJoin(did, "; "), "): ", r->err);
+    const std::string what =
+        absl::StrCat(model.name, " trial ", trial, " (", absl::StrJoin(did, "; "), "): ", r->err);
     // 0 or 1: a signal shows as 128 + its number, a hang as -1.
     EXPECT_TRUE(r->exit_code == 0 || r->exit_code == 1) << "exit " << r->exit_code << ", " << what;
     if (r->exit_code == 1) {
@@ -58,8 +58,7 @@ TEST(ExecutorMutations, RingPrograms_EndCleanly) {
 }
 
 TEST(ExecutorMutations, ParameterServerPrograms_EndCleanly) {
-  RunMutations({"transformer", "sgd", 8}, quilt::v1::AGGREGATION_METHOD_PARAMETER_SERVER, 40,
-               7);
+  RunMutations({"transformer", "sgd", 8}, quilt::v1::AGGREGATION_METHOD_PARAMETER_SERVER, 40, 7);
 }
 
 }  // namespace

@@ -222,6 +222,13 @@ TEST(Executor,
               StatusIs(absl::StatusCode::kInvalidArgument,
                        AllOf(HasSubstr("the program's graph: op "), HasSubstr("(Relu) produces"),
                              HasSubstr("but the graph declares"))));
+  // A device fed rows of a tensor the graph lacks.
+  quilt::v1::DistributedProgram fed = *ring;
+  ASSERT_GT(fed.devices(0).feeds_size(), 0);
+  fed.mutable_devices(0)->mutable_feeds(0)->set_tensor("no-such-feed");
+  EXPECT_THAT(create(std::move(fed)),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("w0/cpu:0 is fed unknown tensor 'no-such-feed'")));
 }
 
 // The measured trace has every instruction of every step once, named as

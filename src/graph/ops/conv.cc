@@ -38,8 +38,7 @@ absl::StatusOr<Shape> ConvOutput(InferContext& ctx, const Shape& x, const Shape&
 }
 
 // That `dy` is what a Conv of `x` with `w` makes (gradient ops).
-absl::Status CheckConvGradient(InferContext& ctx, const Shape& dy, const Shape& x,
-                               const Shape& w) {
+absl::Status CheckConvGradient(InferContext& ctx, const Shape& dy, const Shape& x, const Shape& w) {
   ASSIGN_OR_RETURN(Shape y, ConvOutput(ctx, x, w));
   if (y != dy) {
     return ctx.Error(absl::StrCat("the gradient ", dy.ToString(), " is not the shape ",

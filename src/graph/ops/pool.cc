@@ -84,9 +84,8 @@ OpSchema PoolGrad(const std::string& type, int inputs, bool global) {
     if (!in.ok()) return ctx.Error(std::string(in.status().message()));
     ASSIGN_OR_RETURN(Shape y, global ? GlobalPoolOutput(ctx, *in) : PoolOutput(ctx, *in));
     if (ctx.shape(0) != y) {
-      return ctx.Error(absl::StrCat("the gradient ", ctx.shape(0).ToString(),
-                                    " is not the shape ", y.ToString(), " of a pooling of ",
-                                    in->ToString()));
+      return ctx.Error(absl::StrCat("the gradient ", ctx.shape(0).ToString(), " is not the shape ",
+                                    y.ToString(), " of a pooling of ", in->ToString()));
     }
     if (ctx.num_inputs() > 1 && ctx.shape(1) != *in) {
       return ctx.Error(absl::StrCat("the input ", ctx.shape(1).ToString(), " is not ",

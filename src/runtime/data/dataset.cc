@@ -271,8 +271,8 @@ absl::StatusOr<DataSignature> DataSignatureOf(const Graph& graph) {
   for (const std::string& name : graph.inputs) {
     const TensorInfo* t = graph.FindTensor(name);
     if (t == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat("the graph's input '", name,
-                                                     "' is not a tensor of the graph"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("the graph's input '", name, "' is not a tensor of the graph"));
     }
     s.inputs.push_back(*t);
   }
