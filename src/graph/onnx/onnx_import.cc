@@ -15,8 +15,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "onnx/onnx_pb.h"
+#include "src/common/display_text.h"
 #include "src/common/status.h"
-#include "src/common/utf8.h"
 #include "src/graph/onnx/gradient_reach.h"
 #include "src/graph/onnx/import_context.h"
 #include "src/graph/onnx/model_loss.h"
@@ -463,11 +463,7 @@ absl::StatusOr<Graph> ImportParsed(onnx::ModelProto model, const OnnxImportOptio
 // quote the model's names and op types, which a corrupt file may fill with
 // escapes, newlines or bytes that are not UTF-8.
 absl::Status Printable(const absl::Status& s) {
-  std::string text = ToUtf8(std::string(s.message()));
-  for (char& c : text) {
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
-  }
-  return absl::Status(s.code(), text);
+  return absl::Status(s.code(), ToDisplayText(std::string(s.message())));
 }
 
 absl::StatusOr<Graph> Printable(absl::StatusOr<Graph> g) {
