@@ -10,6 +10,7 @@
 #include "src/graph/autodiff.h"
 #include "src/graph/graph_builder.h"
 #include "src/graph/zoo/zoo.h"
+#include "src/graph/zoo_training.h"
 #include "src/runtime/data/dataset.h"
 #include "src/runtime/data/label_range.h"
 #include "src/runtime/data/npy.h"
@@ -132,11 +133,8 @@ TEST(NumpyDataset, LabelsOfAnotherShape_HintAtTheClassesAxisOnlyWhereItIsTheLast
 // A graph (read from a program a user gives) whose input or label names no
 // tensor: an error naming it, not a crash.
 TEST(DataSignature, AnInputOrLabelThatIsNoTensor_Named) {
-  absl::StatusOr<Graph> g = zoo::BuildZooModel("mlp");
+  absl::StatusOr<Graph> g = zoo::ZooTrainingGraph("mlp");
   ASSERT_THAT(g, IsOk());
-  TrainingOptions o;
-  o.optimizer.kind = OptimizerSpec::Kind::kSgd;
-  ASSERT_THAT(BuildTrainingGraph(&*g, o), IsOk());
   ASSERT_THAT(DataSignatureOf(*g), IsOk());
   Graph input = *g;
   input.inputs[0] = "momentum";
@@ -152,10 +150,7 @@ TEST(DataSignature, AnInputOrLabelThatIsNoTensor_Named) {
 
 // The synthetic set of the zoo's MLP (784 features, 10 classes).
 absl::StatusOr<std::unique_ptr<Dataset>> MlpSynthetic(uint64_t seed) {
-  ASSIGN_OR_RETURN(Graph g, zoo::BuildZooModel("mlp"));
-  TrainingOptions o;
-  o.optimizer.kind = OptimizerSpec::Kind::kSgd;
-  RETURN_IF_ERROR(BuildTrainingGraph(&g, o));
+  ASSIGN_OR_RETURN(Graph g, zoo::ZooTrainingGraph("mlp"));
   ASSIGN_OR_RETURN(DataSignature sig, DataSignatureOf(g));
   return MakeSyntheticDataset(g, sig, seed);
 }
@@ -416,11 +411,8 @@ TEST(NumpyDataset, AFilePerInputInTheModelsOrderAndACountThatMustMatch) {
 // naming the file, the sample and the label; the loss's ignore_index is
 // allowed; labels that reach the loss through a slice are left to it.
 TEST(LabelRange, LabelsOutsideTheClassesAreRefusedNamingTheSample) {
-  absl::StatusOr<Graph> g = zoo::BuildZooModel("mlp");
+  absl::StatusOr<Graph> g = zoo::ZooTrainingGraph("mlp");
   ASSERT_THAT(g, IsOk());
-  TrainingOptions o;
-  o.optimizer.kind = OptimizerSpec::Kind::kSgd;
-  ASSERT_THAT(BuildTrainingGraph(&*g, o), IsOk());
   absl::StatusOr<DataSignature> sig = DataSignatureOf(*g);
   ASSERT_THAT(sig, IsOk());
   const LabelUse use = LabelsAsTheLossReadsThem(*g, sig->label.name);
